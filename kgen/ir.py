@@ -1,0 +1,359 @@
+"""The kgen IR: a kernel description as frozen dataclasses.
+
+The IR is public. The DSL front end (`kgen.parse`) is one way to build it; Python code may build
+it directly and hand it to `kgen.verify`, `kgen.lower` and `kgen.emit`. Every node carries a
+`loc` that takes no part in equality, so two structurally equal expressions compare equal
+(the epilogue lowering relies on that to compute a shared subexpression once).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+from .errors import NOWHERE, SourceLoc
+
+
+def _loc() -> SourceLoc:
+    return field(default=NOWHERE, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalars: element types, layouts, targets
+
+
+class DType(enum.Enum):
+    """Element types. Value: (DSL name, bytes, C++ type)."""
+
+    F16 = ("f16", 2, "__half")
+    BF16 = ("bf16", 2, "__nv_bfloat16")
+    F32 = ("f32", 4, "float")
+
+    @property
+    def dsl_name(self) -> str:
+        return self.value[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.value[1]
+
+    @property
+    def cpp(self) -> str:
+        return self.value[2]
+
+    @classmethod
+    def from_name(cls, name: str) -> "DType | None":
+        return next((d for d in cls if d.dsl_name == name), None)
+
+
+class Layout(enum.Enum):
+    """Storage order of a 2-D tensor: ROW means the last index is contiguous."""
+
+    ROW = "row"
+    COL = "col"
+
+
+class Role(enum.Enum):
+    IN = "in"
+    OUT = "out"
+
+
+class Arch(enum.Enum):
+    """Compilation targets. Value: the DSL/NVRTC name."""
+
+    SM80 = "sm_80"
+    SM86 = "sm_86"
+    SM89 = "sm_89"
+    SM90A = "sm_90a"
+
+    @classmethod
+    def from_name(cls, name: str) -> "Arch | None":
+        return next((a for a in cls if a.value == name), None)
+
+
+# A dimension is a fixed extent or the name of a runtime size such as "M".
+Dim = Union[int, str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel parameters
+
+
+class ParamKind(enum.Enum):
+    TENSOR = "tensor"  # 2-D, shape [rows, cols]
+    VECTOR = "vector"  # 1-D, shape [length]
+    SCALAR = "scalar"  # 0-D, passed by value
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A tensor, vector or scalar the kernel reads or writes."""
+
+    name: str
+    kind: ParamKind
+    dtype: DType
+    shape: tuple[Dim, ...] = ()
+    layout: Layout = Layout.ROW
+    role: Role = Role.IN
+    default: float | None = None  # scalars only
+    loc: SourceLoc = _loc()
+
+
+# ---------------------------------------------------------------------------------------------
+# Epilogue expressions (the visitor tree, as a DAG through shared nodes and `Let`)
+
+
+class Op(enum.Enum):
+    """Element-wise operations. Value: (DSL spelling, arity)."""
+
+    # arithmetic
+    ADD = ("+", 2)
+    SUB = ("-", 2)
+    MUL = ("*", 2)
+    DIV = ("/", 2)
+    NEG = ("neg", 1)  # unary minus
+    MIN = ("min", 2)
+    MAX = ("max", 2)
+    ABS = ("abs", 1)
+    # transcendental
+    EXP = ("exp", 1)
+    LOG = ("log", 1)
+    SQRT = ("sqrt", 1)
+    RSQRT = ("rsqrt", 1)
+    TANH = ("tanh", 1)
+    SIGMOID = ("sigmoid", 1)
+    # activations
+    RELU = ("relu", 1)
+    LEAKY_RELU = ("leaky_relu", 2)  # leaky_relu(x, slope)
+    CLAMP = ("clamp", 3)  # clamp(x, lo, hi)
+    GELU = ("gelu", 1)  # exact, erf-based
+    GELU_TANH = ("gelu_tanh", 1)
+    SILU = ("silu", 1)
+    HARDSWISH = ("hardswish", 1)
+    # comparisons (1.0 for true, 0.0 for false) and selection
+    LT = ("<", 2)
+    LE = ("<=", 2)
+    GT = (">", 2)
+    GE = (">=", 2)
+    EQ = ("==", 2)
+    NE = ("!=", 2)
+    WHERE = ("where", 3)  # where(cond, a, b): a where cond != 0
+
+    @property
+    def spelling(self) -> str:
+        return self.value[0]
+
+    @property
+    def arity(self) -> int:
+        return self.value[1]
+
+
+# Ops callable by name in the DSL, e.g. relu(x), min(a, b).
+FUNCTIONS: dict[str, Op] = {op.spelling: op for op in Op if op.spelling.isidentifier()}
+del FUNCTIONS["neg"]
+
+
+class Axis(enum.Enum):
+    """Which output coordinate indexes a broadcast vector, or which axis a reduction removes."""
+
+    ROW = "row"  # v[row]: one value per output row (column broadcast); rowsum -> vector[M]
+    COL = "col"  # v[col]: one value per output column (row broadcast); colsum -> vector[N]
+    ALL = "all"  # reduction to a scalar
+
+
+class ReduceOp(enum.Enum):
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    ABSMAX = "absmax"
+
+
+@dataclass(frozen=True, slots=True)
+class Acc:
+    """The accumulator of the enclosing gemm stage, in its accumulate type."""
+
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: float
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarLoad:
+    """A scalar kernel parameter, read once per thread."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorLoad:
+    """Element (row, col) of an input tensor of the output's shape (the source C, or aux)."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class VectorLoad:
+    """A broadcast vector: `v[row]` or `v[col]`."""
+
+    name: str
+    axis: Axis
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRef:
+    """A value bound earlier in the same epilogue by `Let`."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """An element-wise operation; `args` has `op.arity` entries."""
+
+    op: Op
+    args: tuple["Expr", ...]
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Cast:
+    """Round to `dtype` and back to the compute type (as a store would)."""
+
+    dtype: DType
+    arg: "Expr"
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """A reduction of `arg` along `axis`; only valid as the whole right side of a `Store`."""
+
+    op: ReduceOp
+    axis: Axis
+    arg: "Expr"
+    loc: SourceLoc = _loc()
+
+
+Expr = Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, LocalRef, Call, Cast, Reduce]
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    """`name = expr` where name is not a parameter: a local value, computed once."""
+
+    name: str
+    value: Expr
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """`target = expr` where target is an output parameter."""
+
+    target: str
+    value: Expr
+    loc: SourceLoc = _loc()
+
+
+Stmt = Union[Let, Store]
+
+
+@dataclass(frozen=True, slots=True)
+class Epilogue:
+    stmts: tuple[Stmt, ...]
+    loc: SourceLoc = _loc()
+
+
+# ---------------------------------------------------------------------------------------------
+# Mainloop stages
+
+
+class Residency(enum.Enum):
+    """Where a chained gemm's intermediate lives (back-to-back fusion)."""
+
+    REGISTERS = "registers"
+    SMEM = "smem"
+
+
+@dataclass(frozen=True, slots=True)
+class TileShape:
+    """CTA tile M x N x K."""
+
+    m: int
+    n: int
+    k: int
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class WarpGrid:
+    """Warps along M and N; each warp computes a (tile.m / m) x (tile.n / n) warp tile."""
+
+    m: int
+    n: int
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class StageCount:
+    """Shared-memory pipeline depth of the mainloop."""
+
+    count: int
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class OperandRef:
+    """A gemm operand: a tensor parameter, or an earlier gemm stage (chaining)."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """`gemm name = a @ b accumulate acc_dtype { tile ... warps ... stages ... epilogue {...} }`."""
+
+    name: str
+    a: OperandRef
+    b: OperandRef
+    acc_dtype: DType
+    tile: TileShape
+    warps: WarpGrid
+    stages: StageCount
+    epilogue: Epilogue
+    keep: Residency | None = None
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    name: str
+    target: Arch
+    params: tuple[Param, ...]
+    gemms: tuple[Gemm, ...]
+    compute_dtype: DType = DType.F32
+    loc: SourceLoc = _loc()
+    target_loc: SourceLoc = _loc()
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def gemm(self, name: str) -> Gemm | None:
+        return next((g for g in self.gemms if g.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    """What one source file holds: one or more kernels."""
+
+    kernels: tuple[Kernel, ...]
+    file: str = "<python>"
