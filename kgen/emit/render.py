@@ -1,0 +1,34 @@
+"""The Jinja2 environment: templates only substitute; every string is prepared in Python."""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+
+def template_dir() -> Path:
+    local = Path(__file__).resolve().parent.parent.parent / "templates"
+    if local.is_dir():
+        return local
+    return Path(str(resources.files("kgen.templates")))
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        # inline PTX is full of `{%0, %1}`: blocks are written <% ... %> instead
+        block_start_string="<%",
+        block_end_string="%>",
+    )
+
+
+def render(template: str, **values) -> str:
+    return environment().get_template(template).render(**values)

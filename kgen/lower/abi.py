@@ -1,0 +1,83 @@
+"""ABI pass: the kernel's parameter block and what each argument must satisfy.
+
+Fields come in a fixed order: pointers (declaration order), runtime sizes (first appearance),
+leading dimensions (one per tensor), scalars. The runtime packs the same fields with ctypes.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..errors import KgenError
+from ..plan import Alignment, DimRule, FieldKind, ParamField
+from . import swizzle
+
+
+def _pointer_type(p: ir.Param) -> str:
+    const = "const " if p.role is ir.Role.IN else ""
+    return f"{const}{p.dtype.cpp}*"
+
+
+def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
+    arrays = [p for p in kernel.params if p.kind is not ir.ParamKind.SCALAR]
+    out = [ParamField(p.name, FieldKind.POINTER, _pointer_type(p), param=p.name) for p in arrays]
+    dims: list[str] = []
+    for p in arrays:
+        dims += [d for d in p.shape if isinstance(d, str) and d not in dims]
+    out += [ParamField(d, FieldKind.SIZE, "int", dim=d) for d in dims]
+    out += [
+        ParamField(f"ld_{p.name}", FieldKind.LEADING_DIM, "long long", param=p.name)
+        for p in arrays
+        if p.kind is ir.ParamKind.TENSOR
+    ]
+    out += [
+        ParamField(p.name, FieldKind.SCALAR, "float", param=p.name, default=p.default)
+        for p in kernel.params
+        if p.kind is ir.ParamKind.SCALAR
+    ]
+    seen: dict[str, ParamField] = {}
+    for f in out:
+        if f.name in seen:
+            other = kernel.param(f.param or seen[f.name].param or "")
+            loc = other.loc if other else kernel.loc
+            raise KgenError(
+                loc, f"the name '{f.name}' is used both for a parameter and a dimension or a "
+                "leading dimension; rename one"
+            )
+        seen[f.name] = f
+    return tuple(out)
+
+
+def requirements(
+    kernel: ir.Kernel, operands: list[str]
+) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
+    """cp.async operands need 16-byte rows; the epilogue's paired accesses need even columns."""
+    aligns: list[Alignment] = []
+    needs_even_n: list[ir.Dim] = []
+    for p in kernel.params:
+        if p.kind is ir.ParamKind.SCALAR:
+            continue
+        if p.name in operands:
+            elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
+            aligns.append(
+                Alignment(p.name, swizzle.CHUNK_BYTES, elems,
+                          "the mainloop copies 16-byte chunks with cp.async")
+            )
+        elif p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.ROW:
+            aligns.append(
+                Alignment(p.name, 2 * p.dtype.nbytes, 2,
+                          "the epilogue reads and writes two adjacent columns at once")
+            )
+            needs_even_n.append(p.shape[1])
+        elif p.kind is ir.ParamKind.VECTOR or p.kind is ir.ParamKind.TENSOR:
+            aligns.append(
+                Alignment(p.name, 2 * p.dtype.nbytes, 1,
+                          "the epilogue reads two adjacent elements at once")
+            )
+    rules = tuple(
+        DimRule(d, 2, "the epilogue handles output columns in pairs")
+        for d in dict.fromkeys(needs_even_n)
+        if isinstance(d, str)
+    )
+    for d in needs_even_n:
+        if isinstance(d, int) and d % 2:
+            raise KgenError(kernel.loc, f"the output has {d} columns; kgen needs an even count")
+    return tuple(aligns), rules

@@ -1,0 +1,105 @@
+"""Which shared-memory row each lane hands to ldmatrix, and which chunk each thread copies.
+
+One table, read twice: the emitter prints the C++ expressions into the kernel, and the bank
+check (tests, `kgen inspect`) evaluates the Python twins over the 32 lanes. A fragment row is a
+(outer, inner) coordinate of the operand's SmemTile, the start of a 16-byte row of 8 elements.
+
+ldmatrix.x4 fills four 8x8 matrices; lanes 8j..8j+7 address the rows of matrix j:
+  A (16 x 16 of M x K) -> a0..a3 of mma.m16n8k16: (m0-7,k0-7) (m8-15,k0-7) (m0-7,k8-15) (m8-15,k8-15)
+  B (16 x 16 of N x K) -> b0,b1 of two n8 tiles:  (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) (n8-15,k8-15)
+K-major tiles (A row, B col) store K contiguous and need no transpose; M/N-major tiles (A col,
+B row) store K as rows and use ldmatrix.trans, which hands each lane the transposed pair.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+# (lane, warp_offset, frag16, kk) -> (outer, inner); warp_offset is the warp's first M (or N)
+# row inside the CTA tile, frag16 the 16-wide fragment index, kk the k16 step.
+CoordFn = Callable[[int, int, int, int], tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentMap:
+    outer_cpp: str  # C++ expression of the tile row, in lane, warp_off, f, kk
+    inner_cpp: str  # C++ expression of the tile column
+    coord: CoordFn  # the same map, in Python
+    trans: bool
+
+
+def _a_k_major(lane: int, off: int, f: int, kk: int) -> tuple[int, int]:
+    return off + f * 16 + lane % 16, kk * 16 + (lane // 16) * 8
+
+
+def _a_m_major(lane: int, off: int, f: int, kk: int) -> tuple[int, int]:
+    j = lane // 8
+    return kk * 16 + (j // 2) * 8 + lane % 8, off + f * 16 + (j % 2) * 8
+
+
+def _b_k_major(lane: int, off: int, f: int, kk: int) -> tuple[int, int]:
+    return off + f * 16 + lane % 8 + (lane // 16) * 8, kk * 16 + ((lane // 8) % 2) * 8
+
+
+def _b_n_major(lane: int, off: int, f: int, kk: int) -> tuple[int, int]:
+    return kk * 16 + ((lane // 8) % 2) * 8 + lane % 8, off + f * 16 + (lane // 16) * 8
+
+
+# (operand, k_major) -> map
+LDMATRIX: dict[tuple[str, bool], FragmentMap] = {
+    ("a", True): FragmentMap(
+        "warp_off + f * 16 + lane % 16", "kk * 16 + (lane / 16) * 8", _a_k_major, False
+    ),
+    ("a", False): FragmentMap(
+        "kk * 16 + (lane / 16) * 8 + lane % 8",
+        "warp_off + f * 16 + ((lane / 8) % 2) * 8",
+        _a_m_major,
+        True,
+    ),
+    ("b", True): FragmentMap(
+        "warp_off + f * 16 + lane % 8 + (lane / 16) * 8",
+        "kk * 16 + ((lane / 8) % 2) * 8",
+        _b_k_major,
+        False,
+    ),
+    ("b", False): FragmentMap(
+        "kk * 16 + ((lane / 8) % 2) * 8 + lane % 8",
+        "warp_off + f * 16 + (lane / 16) * 8",
+        _b_n_major,
+        True,
+    ),
+}
+
+
+def copy_coord(chunk: int, inner: int, elems_per_chunk: int) -> tuple[int, int]:
+    """Tile (row, column) of the 16-byte chunk number `chunk` of a stage, row-major over chunks:
+    consecutive threads copy consecutive 16 bytes of a row, for coalesced global reads."""
+    per_row = inner // elems_per_chunk
+    return chunk // per_row, (chunk % per_row) * elems_per_chunk
+
+
+def split_offsets(
+    base: Callable[[int], int], moved: Callable[[int, int], int], lanes: range, steps: list[int]
+) -> list[tuple[int, int]] | None:
+    """Write each step's offset as (base ^ X) + Y with X, Y the same for every thread.
+
+    `base(t)` is thread t's offset at step 0 and `moved(t, step)` its offset at `step`. Moving
+    along a swizzled atom row flips low offset bits (an XOR); moving down whole swizzle periods
+    of rows adds a constant. X is tried as the low bits of thread 0's difference for every split
+    point, Y as the rest, and each candidate is checked on every thread, so a returned table is
+    proved for this tile. None when some step has no such form."""
+    table = []
+    for step in steps:
+        o0 = base(lanes[0])
+        o = moved(lanes[0], step)
+        found = None
+        for bit in range(0, 24):
+            x = (o ^ o0) & ((1 << bit) - 1)
+            y = o - (o0 ^ x)
+            if all((base(t) ^ x) + y == moved(t, step) for t in lanes):
+                found = (x, y)
+                break
+        if found is None:
+            return None
+        table.append(found)
+    return table

@@ -1,0 +1,169 @@
+"""Mainloop pass: check a gemm's CTA tile, warp grid and stages, and lay out its operand tiles.
+
+Raises a located KgenError for any tile the sm_80 mainloop cannot run; otherwise returns the
+numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, copies per thread).
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..errors import KgenError
+from ..plan import OperandPlan
+from ..targets import Target
+from . import fragments, swizzle
+
+MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
+MAX_TILE = 512
+
+
+def _check_tile(gemm: ir.Gemm, tgt: Target) -> None:
+    t, w = gemm.tile, gemm.warps
+    mma_m, mma_n, mma_k = tgt.mma_shape
+    for label, value in (("M", t.m), ("N", t.n), ("K", t.k)):
+        if value < 16 or value > MAX_TILE or value & (value - 1):
+            raise KgenError(
+                t.loc, f"tile {label} must be a power of two between 16 and {MAX_TILE}, got {value}"
+            )
+    if w.m <= 0 or w.n <= 0:
+        raise KgenError(w.loc, f"warps must be positive, got {w.m}x{w.n}")
+    threads = w.m * w.n * 32
+    if threads > tgt.max_threads:
+        raise KgenError(
+            w.loc, f"warps {w.m}x{w.n} make {threads} threads; a CTA has at most {tgt.max_threads}"
+        )
+    if t.m % (w.m * mma_m):
+        raise KgenError(
+            t.loc,
+            f"tile M {t.m} does not split over {w.m} warps in M into multiples of the "
+            f"{mma_m}-row MMA (needs a multiple of {w.m * mma_m})",
+        )
+    # Each warp loads B fragments for two n8 MMAs at once (ldmatrix.x4), so 16 columns.
+    if t.n % (w.n * 2 * mma_n):
+        raise KgenError(
+            t.loc,
+            f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
+            f"(needs a multiple of {w.n * 2 * mma_n})",
+        )
+    if t.k % mma_k:
+        raise KgenError(t.loc, f"tile K {t.k} is not a multiple of the MMA's K ({mma_k})")
+    acc_regs = (t.m // w.m) * (t.n // w.n) // 32
+    if acc_regs > MAX_ACC_REGISTERS:
+        raise KgenError(
+            t.loc,
+            f"warp tile {t.m // w.m}x{t.n // w.n} needs {acc_regs} f32 accumulator registers "
+            f"per thread (at most {MAX_ACC_REGISTERS}); use more warps or a smaller tile",
+        )
+    s = gemm.stages
+    if s.count < 2 or s.count > 8:
+        raise KgenError(s.loc, f"stages must be between 2 and 8, got {s.count}")
+
+
+def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int]):
+    """Prove the per-thread offset tables of copies and fragment loads (see plan.OperandPlan)."""
+    warps_n = gemm.warps.n
+    elems = swizzle.CHUNK_BYTES // tile.dtype.nbytes
+    per_row = tile.inner // elems
+    copies = tile.stage_elems // elems // threads
+    if threads % per_row:
+        return None
+    row_step = threads // per_row
+
+    def copy_at(t: int, i: int) -> int:
+        return tile.offset(*fragments.copy_coord(t + i * threads, tile.inner, elems))
+
+    copy_steps = fragments.split_offsets(
+        lambda t: copy_at(t, 0), copy_at, range(threads), list(range(copies))
+    )
+    fmap = fragments.LDMATRIX[(which, k_major)]
+    if which == "a":
+        frags, warp_of = warp_tile[0] // 16, lambda t: (t // 32) // warps_n * warp_tile[0]
+    else:
+        frags, warp_of = warp_tile[1] // 16, lambda t: (t // 32) % warps_n * warp_tile[1]
+    k_steps = gemm.tile.k // 16
+    steps = [(kk, f) for kk in range(k_steps) for f in range(frags)]
+
+    def frag_at(t: int, step: tuple[int, int]) -> int:
+        return tile.offset(*fmap.coord(t % 32, warp_of(t), step[1], step[0]))
+
+    flat = fragments.split_offsets(
+        lambda t: frag_at(t, (0, 0)), frag_at, range(threads), steps
+    )
+    if copy_steps is None or flat is None:
+        return None
+    frag_steps = tuple(tuple(flat[kk * frags : (kk + 1) * frags]) for kk in range(k_steps))
+    return tuple(copy_steps), row_step, frag_steps
+
+
+def _operand(
+    gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int, threads: int
+) -> OperandPlan:
+    dtype = param.dtype
+    tile = swizzle.make_tile(f"{which}_smem", dtype, outer, inner, gemm.stages.count)
+    extent = "K" if k_major else ("M" if which == "a" else "N")
+    if tile is None:
+        raise KgenError(
+            gemm.tile.loc,
+            f"the {which.upper()} tile's contiguous extent ({extent} = {inner} elements, "
+            f"{inner * dtype.nbytes} bytes) must be 32, 64 or a multiple of 128 bytes",
+        )
+    chunks = outer * inner * dtype.nbytes // swizzle.CHUNK_BYTES
+    if chunks % threads:
+        raise KgenError(
+            gemm.tile.loc,
+            f"one stage of the {which.upper()} tile is {chunks} 16-byte copies, which do not "
+            f"divide over {threads} threads; use a larger tile or fewer warps",
+        )
+    warp_tile = (gemm.tile.m // gemm.warps.m, gemm.tile.n // gemm.warps.n)
+    steps = _steps(gemm, which, tile, k_major, threads, warp_tile)
+    if steps is None:
+        raise KgenError(
+            gemm.tile.loc,
+            f"kgen cannot lay out the {which.upper()} tile ({outer}x{inner}) for "
+            f"{threads} threads with per-thread constant offsets; try another tile or warp grid",
+        )
+    copy_steps, copy_row_step, frag_steps = steps
+    return OperandPlan(
+        param=param.name,
+        dtype=dtype,
+        k_major=k_major,
+        smem=tile,
+        copies_per_thread=chunks // threads,
+        ldmatrix_trans=not k_major,
+        copy_steps=copy_steps,
+        copy_row_step=copy_row_step,
+        frag_steps=frag_steps,
+    )
+
+
+def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
+    """Returns the mainloop fields of plan.GemmPlan for `gemm`."""
+    _check_tile(gemm, tgt)
+    a = kernel.param(gemm.a.name)
+    b = kernel.param(gemm.b.name)
+    if a is None or b is None:
+        raise KgenError(gemm.loc, "chained gemms are not supported by this kgen version yet")
+    t, w = gemm.tile, gemm.warps
+    threads = w.m * w.n * 32
+    a_k_major = a.layout is ir.Layout.ROW
+    b_k_major = b.layout is ir.Layout.COL
+    a_plan = _operand(
+        gemm, "a", a, a_k_major, *((t.m, t.k) if a_k_major else (t.k, t.m)), threads
+    )
+    b_plan = _operand(
+        gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads
+    )
+    mma = tgt.mma_shape
+    warp_tile = (t.m // w.m, t.n // w.n)
+    return dict(
+        name=gemm.name,
+        tile=(t.m, t.n, t.k),
+        warps=(w.m, w.n),
+        warp_tile=warp_tile,
+        mma=mma,
+        frags=(warp_tile[0] // mma[0], warp_tile[1] // mma[1]),
+        stages=gemm.stages.count,
+        a=a_plan,
+        b=b_plan,
+        m_dim=a.shape[0],  # logical shapes: A is [M, K] and B is [K, N] in either layout
+        n_dim=b.shape[1],
+        k_dim=a.shape[1],
+    )

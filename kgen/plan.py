@@ -1,0 +1,213 @@
+"""The lowered plan: every number concrete, ready for emission and launch.
+
+The lowering passes (`kgen.lower`) build it from a verified `ir.Kernel`; the emitters render it
+and the runtime launches from it. Nothing here refers to Jinja or to the GPU.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from . import ir
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared-memory tiles
+
+
+@dataclass(frozen=True, slots=True)
+class Swizzle:
+    """CUTLASS-style XOR swizzle on element offsets: bits [base+shift, base+shift+bits) are
+    XORed into bits [base, base+bits). Swizzle(0, 0, 0) is the identity."""
+
+    bits: int
+    base: int
+    shift: int
+
+    def __call__(self, offset: int) -> int:
+        mask = ((1 << self.bits) - 1) << self.base
+        return offset ^ ((offset >> self.shift) & mask)
+
+    def __str__(self) -> str:
+        return f"Swizzle<{self.bits},{self.base},{self.shift}>"
+
+
+@dataclass(frozen=True, slots=True)
+class SmemTile:
+    """One pipeline stage of an operand tile in shared memory.
+
+    The tile has `outer` rows of `inner` contiguous elements. It is stored as inner/atom_inner
+    column blocks ("atoms"), each `outer x atom_inner` elements, row-major and swizzled, so that
+    an atom row is at most 128 bytes. Element (r, c) lives at element offset
+        (c // atom_inner) * outer * atom_inner + swizzle(r * atom_inner + c % atom_inner).
+    """
+
+    name: str  # C++ name, e.g. "a_smem"
+    dtype: ir.DType
+    outer: int
+    inner: int
+    atom_inner: int
+    swizzle: Swizzle
+    stages: int
+
+    @property
+    def stage_elems(self) -> int:
+        return self.outer * self.inner
+
+    @property
+    def bytes(self) -> int:
+        return self.stage_elems * self.stages * self.dtype.nbytes
+
+    def offset(self, r: int, c: int) -> int:
+        atom, cc = divmod(c, self.atom_inner)
+        return atom * self.outer * self.atom_inner + self.swizzle(r * self.atom_inner + cc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A shared-memory buffer placed at a byte offset, live over phases [first, last]."""
+
+    name: str
+    bytes: int
+    align: int
+    offset: int
+    live: tuple[int, int]
+    role: str  # human-readable, e.g. "A stages (mainloop of mma0)"
+    swizzle: Swizzle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoragePlan:
+    phases: tuple[str, ...]  # phase names, in kernel order
+    buffers: tuple[Buffer, ...]
+    total_bytes: int
+    limit_bytes: int
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's parameter block (the ABI shared by the emitted .cu and the runtime)
+
+
+class FieldKind(enum.Enum):
+    POINTER = "pointer"  # device pointer to a tensor or vector parameter
+    SIZE = "size"  # a runtime extent such as M (int32)
+    LEADING_DIM = "ld"  # elements between consecutive rows (row) or columns (col), int64
+    SCALAR = "scalar"  # a scalar parameter, in the compute type
+
+
+@dataclass(frozen=True, slots=True)
+class ParamField:
+    """One member of `<kernel>_params`, in declaration order. C layout rules apply."""
+
+    name: str  # C++ member name
+    kind: FieldKind
+    ctype: str  # C++ type, e.g. "const __half*", "int", "long long", "float"
+    param: str | None = None  # the ir.Param this field belongs to (None for sizes)
+    dim: str | None = None  # for SIZE: the symbolic dimension name
+    default: float | None = None  # for SCALAR: the value used when the caller gives none
+
+
+# ---------------------------------------------------------------------------------------------
+# Mainloop and epilogue
+
+
+@dataclass(frozen=True, slots=True)
+class OperandPlan:
+    """How one gemm operand travels from global memory to MMA fragments."""
+
+    param: str
+    dtype: ir.DType
+    k_major: bool  # True when K is the contiguous dimension (A row, B col)
+    smem: SmemTile
+    copies_per_thread: int  # 16-byte cp.async per thread per stage
+    ldmatrix_trans: bool
+    # Offsets proved for every thread (element units, within a stage): copy i lands at
+    # (copy_base ^ X) + Y and fragment (kk, f) is read at (frag_base ^ X) + Y.
+    copy_steps: tuple[tuple[int, int], ...]
+    copy_row_step: int  # tile rows between a thread's consecutive copies
+    frag_steps: tuple[tuple[tuple[int, int], ...], ...]  # [kk][f]
+
+
+@dataclass(frozen=True, slots=True)
+class EpilogueCode:
+    """The epilogue as C++ lines prepared in Python, evaluated for two adjacent columns."""
+
+    loads: tuple[str, ...]  # once per column pair
+    compute: tuple[str, ...]  # per element, both elements of the pair
+    stores: tuple[str, ...]
+    value_count: int  # distinct values computed per element (after sharing)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPlan:
+    name: str
+    tile: tuple[int, int, int]
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    mma: tuple[int, int, int]
+    frags: tuple[int, int]  # MMA tiles per warp along M and N
+    stages: int
+    a: OperandPlan
+    b: OperandPlan
+    m_dim: ir.Dim
+    n_dim: ir.Dim
+    k_dim: ir.Dim
+    epilogue: EpilogueCode
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    """What a tensor or vector argument needs: its base pointer aligned to `ptr_bytes` and,
+    for 2-D tensors, its leading dimension a multiple of `ld_multiple` elements."""
+
+    param: str
+    ptr_bytes: int
+    ld_multiple: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DimRule:
+    """A runtime size must be a multiple of `multiple`."""
+
+    dim: str
+    multiple: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPlan:
+    kernel: ir.Kernel
+    arch: ir.Arch
+    threads: int
+    fields: tuple[ParamField, ...]
+    gemms: tuple[GemmPlan, ...]
+    storage: StoragePlan
+    group_m: int  # CTA rasterization: tile rows per group (L2 reuse)
+    min_blocks_per_sm: int
+    alignments: tuple[Alignment, ...]
+    dim_rules: tuple[DimRule, ...]
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.storage.total_bytes
+
+    def resolve(self, dim: ir.Dim, sizes: dict[str, int]) -> int:
+        return dim if isinstance(dim, int) else sizes[dim]
+
+    def grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
+        """One CTA per output tile, on a 1-D grid (the kernel rasterizes it in groups)."""
+        g = self.gemms[-1]
+        m = self.resolve(self.gemms[0].m_dim, sizes)
+        n = self.resolve(g.n_dim, sizes)
+        tiles_m = -(-m // g.tile[0])
+        tiles_n = -(-n // g.tile[1])
+        return (tiles_m * tiles_n, 1, 1)
