@@ -154,7 +154,7 @@ def _storage_asserts(plan: KernelPlan) -> list[_Check]:
                     f"SharedStorage::{y.name}_offset || SharedStorage::{y.name}_offset + "
                     f"SharedStorage::{y.name}_bytes <= SharedStorage::{x.name}_offset",
                     f"{x.name} and {y.name} are live together and must not overlap"))
-    out.append(_Check(f"sizeof(SharedStorage) == {plan.smem_bytes}",
+    out.append(_Check("sizeof(SharedStorage) == kSmemBytes",
                       "the shared storage size must match the plan"))
     return out
 

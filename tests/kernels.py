@@ -1,0 +1,54 @@
+"""Kernels built directly as IR, shared by the lowering and emission tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kgen import ir
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
+
+P, T, V, S = ir.Param, ir.ParamKind.TENSOR, ir.ParamKind.VECTOR, ir.ParamKind.SCALAR
+
+
+def gemm_kernel(
+    epilogue: tuple[ir.Stmt, ...] | None = None,
+    *,
+    dtype: ir.DType = ir.DType.F16,
+    a_layout: ir.Layout = ir.Layout.ROW,
+    b_layout: ir.Layout = ir.Layout.COL,
+    tile: tuple[int, int, int] = (128, 128, 64),
+    warps: tuple[int, int] = (2, 2),
+    stages: int = 3,
+    arch: ir.Arch = ir.Arch.SM80,
+    extra: tuple[ir.Param, ...] = (),
+    name: str = "k",
+) -> ir.Kernel:
+    params = (
+        P("A", T, dtype, ("M", "K"), a_layout),
+        P("B", T, dtype, ("K", "N"), b_layout),
+        P("D", T, dtype, ("M", "N"), role=ir.Role.OUT),
+        *extra,
+    )
+    epi = epilogue if epilogue is not None else (ir.Store("D", ir.Acc()),)
+    g = ir.Gemm(
+        "mma0", ir.OperandRef("A"), ir.OperandRef("B"), ir.DType.F32, ir.TileShape(*tile),
+        ir.WarpGrid(*warps), ir.StageCount(stages), ir.Epilogue(epi),
+    )
+    return ir.Kernel(name, arch, params, (g,))
+
+
+# Tile configurations the tests sweep: (tile, warps, stages)
+CONFIGS = [
+    ((128, 256, 64), (2, 4), 3),
+    ((128, 128, 64), (2, 2), 3),
+    ((128, 128, 32), (2, 2), 4),
+    ((256, 128, 64), (4, 2), 3),
+    ((64, 64, 32), (2, 2), 2),
+    ((64, 128, 16), (1, 2), 3),
+]
+LAYOUTS = [
+    (ir.Layout.ROW, ir.Layout.COL),
+    (ir.Layout.COL, ir.Layout.ROW),
+    (ir.Layout.ROW, ir.Layout.ROW),
+    (ir.Layout.COL, ir.Layout.COL),
+]

@@ -1,0 +1,90 @@
+"""The epilogue lowering: sharing, uniform values, loads, stores and conversions."""
+from __future__ import annotations
+
+import pytest
+
+from kgen import ir
+from kgen.lower import epilogue, lower
+
+from tests.kernels import P, S, T, V, gemm_kernel
+
+acc = ir.Acc()
+
+
+def call(op, *args):
+    return ir.Call(op, tuple(args))
+
+
+def lines_of(kernel):
+    code = lower(kernel).gemms[0].epilogue
+    return code, "\n".join(code.loads + code.compute + code.stores)
+
+
+def test_accumulator_stored_directly():
+    code, text = lines_of(gemm_kernel((ir.Store("D", acc),)))
+    assert code.compute == ()
+    assert code.stores == (
+        "*reinterpret_cast<__half2*>(p.D + row * p.ld_D + col) = __floats2half2_rn(acc_0, acc_1);",
+    )
+
+
+def test_value_used_twice_is_computed_once():
+    e = call(ir.Op.EXP, acc)
+    k = gemm_kernel((ir.Store("D", call(ir.Op.ADD, e, e)),))
+    code, text = lines_of(k)
+    assert text.count("expf(") == 2  # once per element, not once per use
+    # the same through a Let bound once and used twice
+    k2 = gemm_kernel((ir.Let("t", e), ir.Store("D", call(ir.Op.MUL, ir.LocalRef("t"), ir.LocalRef("t")))))
+    _, text2 = lines_of(k2)
+    assert text2.count("expf(") == 2
+
+
+def test_unary_minus():
+    code, text = lines_of(gemm_kernel((ir.Store("D", call(ir.Op.NEG, acc)),)))
+    assert "= -acc_0;" in text and "= -acc_1;" in text
+
+
+def test_uniform_values_are_computed_once_per_pair():
+    extra = (P("alpha", S, ir.DType.F32, default=2.0), P("scale", V, ir.DType.F32, ("M",)))
+    e = call(ir.Op.MUL, call(ir.Op.MUL, ir.ScalarLoad("alpha"), ir.VectorLoad("scale", ir.Axis.ROW)), acc)
+    code, text = lines_of(gemm_kernel((ir.Store("D", e),), extra=extra))
+    assert "const float v1 = p.alpha;" in code.loads
+    assert "const float v2 = p.scale[row];" in code.loads
+    assert "const float v3 = v1 * v2;" in code.compute  # no per-element copy
+    assert "const float v4_0 = v3 * acc_0;" in code.compute
+
+
+def test_pair_loads_and_conversions():
+    extra = (P("C", T, ir.DType.BF16, ("M", "N")), P("bias", V, ir.DType.F32, ("N",)),
+             P("E", T, ir.DType.F32, ("M", "N"), ir.Layout.COL, ir.Role.OUT))
+    e = call(ir.Op.ADD, ir.TensorLoad("C"), ir.VectorLoad("bias", ir.Axis.COL))
+    code, text = lines_of(gemm_kernel((ir.Store("D", e), ir.Store("E", e)), extra=extra))
+    assert "const __nv_bfloat162 v1 = *reinterpret_cast<const __nv_bfloat162*>(p.C + row * p.ld_C + col);" in code.loads
+    assert "const float2 v2 = *reinterpret_cast<const float2*>(p.bias + col);" in code.loads
+    assert "p.E[(col + 0) * p.ld_E + row] = v3_0;" in code.stores
+    assert text.count("v1_0 + v2_0") == 1  # shared by both stores
+
+
+def test_cast_rounds_and_returns_to_float():
+    e = ir.Cast(ir.DType.BF16, acc)
+    _, text = lines_of(gemm_kernel((ir.Store("D", e),)))
+    assert "__bfloat162float(__float2bfloat16_rn(acc_0))" in text
+
+
+@pytest.mark.parametrize("op", [op for op in ir.Op])
+def test_every_op_lowers(op):
+    args = [acc, ir.Const(0.5), ir.Const(2.0)][: op.arity]
+    code, text = lines_of(gemm_kernel((ir.Store("D", call(op, *args)),)))
+    assert code.compute, op
+    assert "{" not in text  # every placeholder substituted
+
+
+@pytest.mark.parametrize("value,literal", [(1.5, "1.5f"), (1.0, "1.0f"), (0.1, "0.1f"),
+                                           (1e-5, "1e-05f"), (-2.0, "-2.0f"), (3e38, "3e+38f")])
+def test_float_literals_round_trip(value, literal):
+    assert epilogue.float_literal(value) == literal
+
+
+def test_non_finite_constant_is_refused():
+    with pytest.raises(ValueError):
+        epilogue.float_literal(float("inf"))
