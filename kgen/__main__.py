@@ -1,0 +1,4 @@
+"""`python -m kgen ...` is the `kgen` command."""
+from .cli import main
+
+main()

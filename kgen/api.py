@@ -1,0 +1,138 @@
+"""The Python API: from a .kg file or an IR kernel to a callable GPU kernel.
+
+    k = kgen.load("examples/gemm_bias_relu.kg")
+    k(A=a, B=b, C=c, D=d, bias=v, alpha=1.5)
+
+`build` stops before the GPU (plan and CUDA source); `load` compiles for the present GPU and
+loads. The emitted source of a file is the same text `kgen compile FILE` writes, so the compile
+cache is shared with the command line.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import ir
+from .errors import NOWHERE, KgenError
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A kernel taken as far as the CUDA source."""
+
+    kernel: ir.Kernel
+    plan: Any  # plan.KernelPlan
+    source: str  # the emitted .cu
+
+
+def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:
+    """Parse and verify a .kg file; returns the module and the file's text."""
+    from .parse import parse_file
+    from .verify import verify
+
+    text = Path(path).read_text()
+    module = parse_file(str(path))
+    verify(module)
+    return module, text
+
+
+def pick_kernel(module: ir.Module, name: str | None) -> ir.Kernel:
+    if name is not None:
+        for kernel in module.kernels:
+            if kernel.name == name:
+                return kernel
+        names = ", ".join(k.name for k in module.kernels)
+        raise KgenError(NOWHERE, f"no kernel named {name!r} in {module.file} (it has {names})")
+    if len(module.kernels) != 1:
+        names = ", ".join(k.name for k in module.kernels)
+        raise KgenError(
+            NOWHERE, f"{module.file} has {len(module.kernels)} kernels ({names}); pick one with "
+            "--kernel NAME (kernel=NAME in Python)"
+        )
+    return module.kernels[0]
+
+
+def arch_of(arch: str | ir.Arch | None) -> ir.Arch | None:
+    if arch is None or isinstance(arch, ir.Arch):
+        return arch
+    found = ir.Arch.from_name(arch)
+    if found is None:
+        known = ", ".join(a.value for a in ir.Arch)
+        raise KgenError(NOWHERE, f"unknown arch {arch!r}; kgen targets {known}")
+    return found
+
+
+def file_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None) -> str:
+    """The command recorded in the emitted header: deterministic, no paths, no dates."""
+    parts = ["kgen", "compile", file_name]
+    if kernel:
+        parts += ["--kernel", kernel]
+    if arch is not None:
+        parts += ["--arch", arch.value]
+    return " ".join(parts)
+
+
+def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: str = "<python>",
+          source_hash: str = "", command: str = "kgen.build") -> Built:
+    """Lower and emit a verified kernel: its plan and its CUDA source."""
+    from .emit import emit
+    from .lower import lower
+
+    plan = lower(kernel, arch_of(arch))
+    source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
+    return Built(kernel, plan, source)
+
+
+def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
+               kernel: str | None = None) -> Built:
+    """Parse, verify, lower and emit one kernel of a .kg file, exactly as `kgen compile`."""
+    module, text = read_module(path)
+    chosen = pick_kernel(module, kernel)
+    name = os.path.basename(str(path))
+    target = arch_of(arch)
+    return build(chosen, target, source_name=name, source_hash=file_hash(text.encode()),
+                 command=compile_command(name, target, kernel))
+
+
+def compile_source(source: str, name: str, arch: str | None = None, **options):
+    """NVRTC-compile CUDA source (kernel `name`) to a cubin, through the cache."""
+    from .runtime.nvrtc import compile_cubin
+
+    return compile_cubin(source, name, arch, **options)
+
+
+def load_built(built: Built, *, device: int | None = None,
+               extra_options: Mapping[str, Any] | None = None):
+    """Compile a built kernel for the present GPU and load it."""
+    from .runtime.device import device_info
+    from .runtime.launch import CompiledKernel
+    from .runtime.nvrtc import compile_cubin
+
+    info = device_info(device)
+    result = compile_cubin(built.source, built.plan.name, info.arch,
+                           extra_options=extra_options or {})
+    return CompiledKernel(built.plan, result.cubin, source=built.source, compiled=result,
+                          device_id=info.device_id)
+
+
+def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | None = None, *,
+         kernel: str | None = None, device: int | None = None,
+         extra_options: Mapping[str, Any] | None = None):
+    """A callable kernel from a .kg file (one kernel, or the one named `kernel`) or from an
+    `ir.Kernel`. `arch` overrides the kernel's `target` for planning; the code is compiled for
+    the present GPU (`device`, default the current one)."""
+    if isinstance(path_or_kernel, ir.Kernel):
+        from .verify import verify
+
+        verify(ir.Module((path_or_kernel,)))
+        built = build(path_or_kernel, arch)
+    else:
+        built = build_file(path_or_kernel, arch, kernel=kernel)
+    return load_built(built, device=device, extra_options=extra_options)

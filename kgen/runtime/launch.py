@@ -1,0 +1,428 @@
+"""A compiled kernel you can call: argument checks, the parameter struct, the launch.
+
+`bind_arguments` is a pure function of the plan and the arguments (no GPU needed): it checks
+every argument and builds the values of the `<kernel>_params` struct. `CompiledKernel` loads the
+cubin and launches with the struct as the kernel's single `__grid_constant__` argument.
+
+cuda.core's `launch()` only takes scalars, pointers and Buffers as kernel arguments (a ctypes
+Structure is refused with TypeError in 1.2), so the launch goes through the driver:
+`cuLaunchKernel(..., kernelParams=<address of a void*[1] pointing at the struct>)`.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import ir
+from ..errors import ArgumentError, KgenRuntimeError
+from ..plan import FieldKind, KernelPlan
+from .tensors import DeviceArray, as_device_array
+
+MAX_SIZE = 2**31 - 1  # sizes are int32 in the params struct
+DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
+
+_SCALAR_CTYPES = {
+    "int": ctypes.c_int32,
+    "int32_t": ctypes.c_int32,
+    "unsigned": ctypes.c_uint32,
+    "unsigned int": ctypes.c_uint32,
+    "long long": ctypes.c_int64,
+    "int64_t": ctypes.c_int64,
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+}
+
+
+def ctype_of(ctype: str):
+    """The ctypes type of a params-struct member's C++ type."""
+    text = " ".join(ctype.replace("const ", " ").split())
+    if text.endswith("*"):
+        return ctypes.c_void_p
+    if text in _SCALAR_CTYPES:
+        return _SCALAR_CTYPES[text]
+    raise KgenRuntimeError(f"the runtime cannot pass a params member of C++ type {ctype!r}")
+
+
+def params_struct(plan: KernelPlan) -> type[ctypes.Structure]:
+    """A ctypes.Structure with the members of `<kernel>_params`, in order (same C layout)."""
+    members = [(f.name, ctype_of(f.ctype)) for f in plan.fields]
+    return type(f"{plan.name}_params", (ctypes.Structure,), {"_fields_": members})
+
+
+@dataclass(frozen=True, slots=True)
+class BoundArguments:
+    """Checked arguments, ready to launch."""
+
+    values: dict[str, int | float]  # params-struct member -> value, in member order
+    sizes: dict[str, int]  # every symbolic dimension
+    arrays: dict[str, DeviceArray]
+    scalars: dict[str, float]
+    grid: tuple[int, int, int]
+    owners: tuple[Any, ...] = field(default=(), repr=False)  # keeps the tensors alive
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _decl_text(param: ir.Param) -> str:
+    return f"{param.dtype.dsl_name}{_shape_text(param.shape)}"
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, (int, float)):
+        return True
+    try:
+        import numpy as np
+
+        return isinstance(value, (np.integer, np.floating)) and np.ndim(value) == 0
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _takes_array(param: ir.Param) -> bool:
+    return param.kind is not ir.ParamKind.SCALAR or param.role is ir.Role.OUT
+
+
+def bind_arguments(
+    plan: KernelPlan,
+    args: Mapping[str, Any],
+    *,
+    sizes: Mapping[str, int] | None = None,
+    device_id: int | None = None,
+    device_of=None,
+) -> BoundArguments:
+    """Check `args` against the kernel's parameters and compute the params-struct values.
+
+    Raises ArgumentError, naming the argument, for: a missing or unknown argument, a wrong
+    dtype, rank or fixed dimension, symbolic sizes that disagree between arguments, a 2-D
+    tensor not stored in its declared layout with a unit stride, a misaligned pointer or
+    leading dimension, a tensor on another device than `device_id`, a size above 2**31-1 or
+    not a multiple the plan's `dim_rules` ask for.
+    """
+    kernel = plan.kernel
+    params = {p.name: p for p in kernel.params}
+    unknown = [name for name in args if name not in params]
+    if unknown:
+        raise ArgumentError(
+            f"unknown argument {unknown[0]!r}; {kernel.name} takes "
+            + ", ".join(p.name for p in kernel.params)
+        )
+
+    arrays: dict[str, DeviceArray] = {}
+    scalars: dict[str, float] = {}
+    for param in kernel.params:
+        given = param.name in args and args[param.name] is not None
+        if _takes_array(param):
+            if not given:
+                raise ArgumentError(f"missing argument {param.name} ({_decl_text(param)})")
+            value = args[param.name]
+            if _is_number(value):
+                raise ArgumentError(
+                    f"{param.name} is a {param.kind.value} {_decl_text(param)}; got the number "
+                    f"{value!r}"
+                )
+            arrays[param.name] = as_device_array(value, param.name, device_of=device_of)
+        else:
+            if given:
+                value = args[param.name]
+                if not _is_number(value):
+                    raise ArgumentError(
+                        f"{param.name} is a scalar; pass a number, got {type(value).__name__}"
+                    )
+                scalars[param.name] = float(value)
+            elif param.default is not None:
+                scalars[param.name] = float(param.default)
+            else:
+                raise ArgumentError(f"missing scalar {param.name} (it has no default)")
+
+    # Dtypes, ranks, devices.
+    for name, array in arrays.items():
+        param = params[name]
+        if array.dtype is not param.dtype:
+            raise ArgumentError(
+                f"{name} must be {param.dtype.dsl_name} but is {array.describe_dtype()}"
+            )
+        if device_id is not None and array.device_id is not None and array.device_id != device_id:
+            raise ArgumentError(
+                f"{name} is on cuda:{array.device_id} but the kernel runs on cuda:{device_id}"
+            )
+
+    resolved = _infer_sizes(kernel, arrays, sizes or {})
+    for dim in [f.dim for f in plan.fields if f.kind is FieldKind.SIZE and f.dim]:
+        if dim not in resolved:
+            raise ArgumentError(
+                f"cannot tell the size {dim}: no argument has it; pass sizes={{{dim!r}: ...}}"
+            )
+    for dim, extent in resolved.items():
+        if extent > MAX_SIZE:
+            raise ArgumentError(f"{dim} = {extent} is above 2**31-1, the largest size kgen takes")
+    for rule in getattr(plan, "dim_rules", ()):
+        extent = resolved.get(rule.dim)
+        if extent is not None and extent % rule.multiple:
+            raise ArgumentError(
+                f"{rule.dim} = {extent} is not a multiple of {rule.multiple}: {rule.reason}"
+            )
+
+    leading = {name: _leading_dim(params[name], array) for name, array in arrays.items()}
+    _check_alignment(plan, arrays, leading)
+
+    values: dict[str, int | float] = {}
+    for member in plan.fields:
+        if member.kind is FieldKind.POINTER:
+            values[member.name] = arrays[member.param].ptr
+        elif member.kind is FieldKind.LEADING_DIM:
+            values[member.name] = leading[member.param]
+        elif member.kind is FieldKind.SIZE:
+            values[member.name] = resolved[member.dim]
+        elif member.kind is FieldKind.SCALAR:
+            values[member.name] = scalars[member.param]
+        else:  # pragma: no cover - a FieldKind added without runtime support
+            raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
+    grid = plan.grid(resolved)
+    return BoundArguments(
+        values=values, sizes=resolved, arrays=arrays, scalars=scalars, grid=grid,
+        owners=tuple(a.owner for a in arrays.values()),
+    )
+
+
+def _infer_sizes(kernel: ir.Kernel, arrays: Mapping[str, DeviceArray],
+                 given: Mapping[str, int]) -> dict[str, int]:
+    """Symbolic dimensions from the arguments' shapes; they must agree everywhere."""
+    sizes: dict[str, int] = {}
+    source: dict[str, str] = {}  # dim -> "A is [1000, 64]" (who set it first)
+    for dim, extent in given.items():
+        if not isinstance(extent, int) or isinstance(extent, bool) or extent < 0:
+            raise ArgumentError(f"sizes[{dim!r}] must be a non-negative int, got {extent!r}")
+        sizes[dim] = extent
+        source[dim] = f"sizes gives {dim}={extent}"
+    for param in kernel.params:
+        array = arrays.get(param.name)
+        if array is None:
+            continue
+        declared = param.shape
+        if param.kind is ir.ParamKind.SCALAR:  # a scalar output: one element
+            if array.ndim > 1 or (array.ndim == 1 and array.shape[0] != 1):
+                raise ArgumentError(
+                    f"{param.name} is a scalar output: pass a tensor of one element, got "
+                    f"{_shape_text(array.shape)}"
+                )
+            continue
+        if array.ndim != len(declared):
+            raise ArgumentError(
+                f"{param.name} must be {len(declared)}-D {_shape_text(declared)} but is "
+                f"{array.ndim}-D {_shape_text(array.shape)}"
+            )
+        here = f"{param.name} is {_shape_text(array.shape)}"
+        for axis, (want, extent) in enumerate(zip(declared, array.shape)):
+            if isinstance(want, int):
+                if extent != want:
+                    raise ArgumentError(
+                        f"{here}, but its dimension {axis} must be {want} "
+                        f"(declared {_shape_text(declared)})"
+                    )
+            elif want in sizes:
+                if sizes[want] != extent:
+                    raise ArgumentError(
+                        f"{source[want]} and {here}: {want} differs ({sizes[want]} vs {extent})"
+                    )
+            else:
+                sizes[want] = extent
+                source[want] = here
+    return sizes
+
+
+def _leading_dim(param: ir.Param, array: DeviceArray) -> int:
+    """The leading dimension of a tensor stored in its declared layout, possibly padded."""
+    name = param.name
+    if any(s < 0 for s in array.strides):
+        raise ArgumentError(f"{name} has negative strides {array.strides}; pass a copy")
+    if param.kind is ir.ParamKind.VECTOR:
+        (length,) = array.shape
+        if length > 1 and array.strides[0] != 1:
+            raise ArgumentError(
+                f"{name} must be contiguous but has stride {array.strides[0]}; pass a copy"
+            )
+        return 0
+    if param.kind is not ir.ParamKind.TENSOR:
+        return 0
+    rows, cols = array.shape
+    row_stride, col_stride = array.strides
+    if param.layout is ir.Layout.ROW:
+        unit_ok = col_stride == 1 or cols <= 1
+        ld = row_stride if rows > 1 else max(row_stride, cols)
+        inner, order, fix = cols, "row-major", ".contiguous()"
+    else:
+        unit_ok = row_stride == 1 or rows <= 1
+        ld = col_stride if cols > 1 else max(col_stride, rows)
+        inner, order, fix = rows, "column-major", ".t().contiguous().t()"
+    if not unit_ok or ld < inner:
+        raise ArgumentError(
+            f"{name} must be {order} (declared {param.layout.value}), with a unit stride and a "
+            f"leading dimension of at least {inner}; it has shape {_shape_text(array.shape)} and "
+            f"strides {tuple(array.strides)}. Pass {name}{fix}"
+        )
+    return ld
+
+
+def _check_alignment(plan: KernelPlan, arrays: Mapping[str, DeviceArray],
+                     leading: Mapping[str, int]) -> None:
+    for name, array in arrays.items():
+        size = array.dtype.nbytes if array.dtype else 1
+        if array.ptr % size:
+            raise ArgumentError(f"{name}'s address {array.ptr:#x} is not {size}-byte aligned")
+    for need in plan.alignments:
+        array = arrays.get(need.param)
+        if array is None:
+            continue
+        if need.ptr_bytes > 1 and array.ptr % need.ptr_bytes:
+            raise ArgumentError(
+                f"{need.param}'s address {array.ptr:#x} is not {need.ptr_bytes}-byte aligned: "
+                f"{need.reason}"
+            )
+        ld = leading.get(need.param, 0)
+        if need.ld_multiple > 1 and ld and ld % need.ld_multiple:
+            raise ArgumentError(
+                f"{need.param}'s leading dimension {ld} is not a multiple of {need.ld_multiple}: "
+                f"{need.reason}"
+            )
+
+
+def resolve_stream(stream: Any, arrays: Mapping[str, DeviceArray] | None = None) -> int:
+    """A raw CUstream handle from None, an int, a torch/cupy/cuda.core stream or CUstream.
+    None means PyTorch's current stream when a torch tensor is among the arguments, else the
+    legacy default stream (0)."""
+    if stream is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and arrays:
+            for array in arrays.values():
+                if array.kind == "torch":
+                    return int(torch.cuda.current_stream(array.device_id).cuda_stream)
+        return 0
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "__cuda_stream__"):  # cuda.core Stream and the protocol
+        return int(stream.__cuda_stream__()[1])
+    if hasattr(stream, "ptr"):  # cupy
+        return int(stream.ptr)
+    try:
+        return int(stream)  # cuda.bindings CUstream
+    except (TypeError, ValueError):
+        raise ArgumentError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
+
+
+class CompiledKernel:
+    """A plan and its loaded cubin: call it with the kernel's arguments as keywords.
+
+        k = kgen.load("gemm.kg")
+        k(A=a, B=b, C=c, D=d, bias=v, alpha=1.5)       # scalars default as declared
+    """
+
+    def __init__(self, plan: KernelPlan, cubin: bytes, *, source: str | None = None,
+                 compiled=None, device_id: int | None = None):
+        from .device import activate, can_run, check, current_device_id, device_info
+
+        self.plan = plan
+        self.cubin = cubin
+        self.source = source
+        self.compiled = compiled  # the nvrtc.CompileResult, when known
+        self.device_id = current_device_id() if device_id is None else device_id
+        activate(self.device_id)
+        info = device_info(self.device_id)
+        why = can_run(plan.arch.value, info.compute_capability)
+        if why:
+            raise KgenRuntimeError(f"{plan.name} cannot run on {info.name}: {why}")
+        if plan.smem_bytes > info.smem_optin_bytes:
+            raise KgenRuntimeError(
+                f"{plan.name} needs {plan.smem_bytes} bytes of shared memory; {info.name} allows "
+                f"{info.smem_optin_bytes} per block"
+            )
+        self._struct = params_struct(plan)
+        from cuda.bindings import driver
+        from cuda.core import ObjectCode
+
+        self._object = ObjectCode.from_cubin(cubin, name=plan.name)
+        try:
+            self._kernel = self._object.get_kernel(plan.name)
+        except Exception as err:
+            raise KgenRuntimeError(f"cannot load {plan.name} from its cubin: {err}") from None
+        # cuda.core hands out a context-free CUkernel; the launch and the attribute want the
+        # CUfunction of the current (primary) context.
+        self._function = check(
+            driver.cuKernelGetFunction(self._kernel.handle), "cuKernelGetFunction"
+        )
+        if plan.smem_bytes > DEFAULT_SMEM_LIMIT:
+            check(
+                driver.cuFuncSetAttribute(
+                    self._function,
+                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    plan.smem_bytes,
+                ),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )
+        self._check_abi()
+
+    def _check_abi(self) -> None:
+        """The kernel's first parameter must be exactly the params struct. Only index 0 is
+        asked for: probing past the last parameter is an API error that compute-sanitizer
+        reports (cuda.core's `arguments_info` does that)."""
+        from cuda.bindings import driver
+
+        try:
+            err, _offset, size = driver.cuKernelGetParamInfo(self._kernel.handle, 0)
+        except Exception:  # older drivers or bindings cannot report parameter info
+            return
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return
+        expected = ctypes.sizeof(self._struct)
+        if int(size) != expected:
+            raise KgenRuntimeError(
+                f"{self.plan.name}: the cubin's first parameter is {size} bytes but the runtime's "
+                f"params struct is {expected}: the emitter and plan.fields disagree"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def registers(self) -> int | None:
+        return self.compiled.registers if self.compiled is not None else None
+
+    def bind(self, sizes: Mapping[str, int] | None = None, **args) -> BoundArguments:
+        return bind_arguments(self.plan, args, sizes=sizes, device_id=self.device_id)
+
+    def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args) -> None:
+        bound = self.bind(sizes, **args)
+        self.launch(bound, resolve_stream(stream, bound.arrays))
+
+    def launch(self, bound: BoundArguments, stream: int = 0) -> None:
+        """Launch already-checked arguments on a raw stream handle (asynchronous)."""
+        from cuda.bindings import driver
+
+        from .device import activate, error_text
+
+        if 0 in bound.grid:
+            return  # an empty output: nothing to compute
+        activate(self.device_id)
+        struct = self._struct(**bound.values)
+        pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
+        gx, gy, gz = bound.grid
+        (err,) = driver.cuLaunchKernel(
+            self._function, gx, gy, gz, self.plan.threads, 1, 1, self.plan.smem_bytes,
+            driver.CUstream(stream), ctypes.addressof(pointers), 0,
+        )
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise KgenRuntimeError(
+                f"launching {self.plan.name} (grid {bound.grid}, block {self.plan.threads}, "
+                f"{self.plan.smem_bytes} B shared) failed: {error_text(err)}"
+            )
+
+    def __repr__(self) -> str:
+        plan = self.plan
+        return (f"CompiledKernel({plan.name}, {plan.arch.value}, cuda:{self.device_id}, "
+                f"{plan.threads} threads, {plan.smem_bytes} B smem)")

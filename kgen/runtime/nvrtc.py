@@ -1,0 +1,229 @@
+"""CUDA C++ to cubin with NVRTC (through cuda.core), cached on disk, with ptxas' resource report.
+
+Needs no GPU when the arch is given. The CUDA headers the emitted code includes
+(`cuda_fp16.h`, `cuda_bf16.h`, ...) come from the `nvidia-cuda-runtime` wheel.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..errors import KgenRuntimeError
+from .cache import CompileCache, default_cache
+
+_ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    cubin: bytes
+    log: str  # NVRTC's log: warnings and the ptxas -v report
+    registers: int | None  # per thread, from ptxas
+    spill_stores: int  # bytes
+    spill_loads: int  # bytes
+    stack_bytes: int
+    cached: bool
+    seconds: float  # wall time of this call (a cache hit is a few milliseconds)
+    arch: str = ""
+    name: str = ""
+
+    def resources(self) -> dict[str, Any]:
+        return {
+            "registers": self.registers,
+            "spill_stores": self.spill_stores,
+            "spill_loads": self.spill_loads,
+            "stack_bytes": self.stack_bytes,
+        }
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    """NVRTC's version as "major.minor"."""
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise KgenRuntimeError(f"cannot query the NVRTC version: {err}")
+    return f"{major}.{minor}"
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_include_dir() -> str:
+    """The folder holding cuda_runtime.h, cuda_fp16.h and cuda_bf16.h."""
+    candidates: list[str] = []
+    try:
+        import cuda.pathfinder as pathfinder
+
+        found = pathfinder.find_nvidia_header_directory("cudart")
+        if found:
+            candidates.append(str(found))
+    except Exception:  # older pathfinder, or no headers found by it
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(os.path.join(os.environ[env], "include"))
+    candidates.append("/usr/local/cuda/include")
+    for folder in candidates:
+        if os.path.isfile(os.path.join(folder, "cuda_fp16.h")):
+            return folder
+    raise KgenRuntimeError(
+        "cannot find the CUDA headers (cuda_fp16.h); install the nvidia-cuda-runtime wheel "
+        "or set CUDA_HOME"
+    )
+
+
+def default_arch() -> str:
+    """The present GPU's arch for NVRTC (compute capability 9.0 gives sm_90a)."""
+    from .device import device_info, gpu_available
+
+    if not gpu_available():
+        raise KgenRuntimeError("no CUDA GPU is present to choose an arch; pass one, e.g. sm_90a")
+    return device_info().arch
+
+
+def _options(name: str, arch: str, extra: Mapping[str, Any]):
+    from cuda.core import ProgramOptions
+
+    fields: dict[str, Any] = dict(
+        name=f"{name}.cu",
+        arch=arch,
+        std="c++17",
+        include_path=[cuda_include_dir()],
+        ptxas_options=["-v"],
+    )
+    fields.update(extra)
+    return ProgramOptions(**fields)
+
+
+def _option_key(name: str, arch: str, extra: Mapping[str, Any]) -> tuple[str, ...]:
+    # The include folder's location does not change the output; the NVRTC version covers the
+    # headers. Everything else that reaches ProgramOptions is part of the key.
+    return (f"name={name}",) + tuple(f"{k}={extra[k]!r}" for k in sorted(extra))
+
+
+def compile_cubin(
+    source: str,
+    name: str,
+    arch: str | None,
+    *,
+    extra_options: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+    cache: CompileCache | None = None,
+) -> CompileResult:
+    """Compile `source` (whose kernel is `name`) for `arch` ("sm_80", "sm_90a"; None: the present
+    GPU's). `extra_options` are more `cuda.core.ProgramOptions` fields, e.g.
+    {"max_register_count": 128}."""
+    started = time.perf_counter()
+    arch = arch or default_arch()
+    if not _ARCH.match(arch):
+        raise KgenRuntimeError(f"not an NVRTC arch: {arch!r} (expected e.g. sm_80 or sm_90a)")
+    extra = dict(extra_options)
+    cache = cache if cache is not None else default_cache()
+    version = nvrtc_version()
+    key = cache.key(source=source, arch=arch, options=_option_key(name, arch, extra),
+                    nvrtc_version=version)
+
+    entry = cache.load(key)
+    if entry is not None:
+        return _result(entry.cubin, entry.meta.get("log", ""), True, started, arch, name)
+
+    from cuda.core import Program
+
+    logs = io.StringIO()
+    try:
+        program = Program(source, code_type="c++", options=_options(name, arch, extra))
+        try:
+            code = program.compile("cubin", logs=logs)
+        finally:
+            program.close()
+    except Exception as err:  # cuda.core raises NVRTCError (a CUDAError) with the log inside
+        saved = _save_failed(cache, name, source)
+        raise KgenRuntimeError(
+            f"NVRTC {version} could not compile {name} for {arch}:\n"
+            f"{_clean(str(err)) or _clean(logs.getvalue())}\n"
+            f"the source is saved at {saved}"
+        ) from None
+    cubin = bytes(code.code)
+    log = _clean(logs.getvalue())
+    result = _result(cubin, log, False, started, arch, name)
+    cache.store(key, cubin, {"name": name, "arch": arch, "nvrtc": version, "log": log,
+                             **result.resources()})
+    return result
+
+
+def _save_failed(cache: CompileCache, name: str, source: str) -> str:
+    try:
+        return str(cache.save_failed(name, source))
+    except OSError as err:
+        return f"(nowhere: {err})"
+
+
+def _clean(log: str) -> str:
+    return log.replace("\x00", "").strip()
+
+
+def _result(cubin: bytes, log: str, cached: bool, started: float, arch: str,
+            name: str) -> CompileResult:
+    usage = parse_ptxas_report(log, name)
+    return CompileResult(
+        cubin=cubin,
+        log=log,
+        registers=usage.get("registers"),
+        spill_stores=usage.get("spill_stores", 0),
+        spill_loads=usage.get("spill_loads", 0),
+        stack_bytes=usage.get("stack_bytes", 0),
+        cached=cached,
+        seconds=time.perf_counter() - started,
+        arch=arch,
+        name=name,
+    )
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_REGS = re.compile(r"Used (\d+) registers")
+
+
+def parse_ptxas_report(log: str, name: str | None = None) -> dict[str, int]:
+    """Registers, spills and stack of entry `name` (or the first entry) from `ptxas -v` text.
+
+    The report reads, per entry function:
+        ptxas info    : Compiling entry function 'k' for 'sm_80'
+        ptxas info    : Function properties for k
+        ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+        ptxas info    : Used 8 registers, used 0 barriers, 392 bytes cmem[0]
+    """
+    per_entry: dict[str, dict[str, int]] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        entry = _ENTRY.search(line)
+        if entry:
+            current = entry.group(1)
+            per_entry.setdefault(current, {})
+            continue
+        if current is None:
+            continue
+        frame = _FRAME.search(line)
+        if frame:
+            stack, stores, loads = (int(g) for g in frame.groups())
+            per_entry[current].update(stack_bytes=stack, spill_stores=stores, spill_loads=loads)
+            continue
+        regs = _REGS.search(line)
+        if regs:
+            per_entry[current]["registers"] = int(regs.group(1))
+    if not per_entry:
+        return {}
+    if name is not None and name in per_entry:
+        return per_entry[name]
+    return next(iter(per_entry.values()))
+
+
+def save_cubin(result: CompileResult, path: str | Path) -> None:
+    Path(path).write_bytes(result.cubin)

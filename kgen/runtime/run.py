@@ -1,0 +1,536 @@
+"""`kgen run`: compile, launch on random data, check against the reference, benchmark.
+
+Inputs are random normals scaled so every sum over K stays O(1) (A operands by 1/sqrt(K)),
+never zeros; scalars get random values in [0.5, 1.5] unless given, so a `beta = 0` default does
+not hide a wrong C path. Outputs are poisoned with NaN before the launch: an element still NaN
+afterwards (where the reference is not) was never written. For large M the reference is
+computed on a random subset of rows, and the NaN check covers the whole output.
+Tensors are PyTorch's when PyTorch and a GPU are there (and PyTorch is then timed on the same
+data as the baseline); kgen's own DeviceBuffers otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import ir
+from ..errors import ArgumentError
+from ..plan import KernelPlan
+from ..reference import CompareResult, compare, evaluate, host_dtype, needs_all_rows
+from .bench import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
+from .device import check as check_cuda
+from .device import device_info, require_gpu
+
+DEFAULT_SIZE = 1024  # for a symbolic size the caller does not give
+CHECK_ROWS = 256  # rows the reference computes when M is large
+
+# Dense f16/bf16 tensor-core peak (FLOP/s) and memory bandwidth (B/s), by device name.
+# More specific names first.
+_PEAKS: tuple[tuple[str, float, float], ...] = (
+    ("H100 PCIe", 756e12, 2.0e12),
+    ("H100 NVL", 835e12, 3.9e12),
+    ("H200", 989e12, 4.8e12),
+    ("H100", 989e12, 3.35e12),
+    ("A100", 312e12, 2.0e12),
+    ("L40S", 362e12, 0.864e12),
+)
+
+
+def device_peaks(name: str) -> tuple[float | None, float | None]:
+    for key, flops, bandwidth in _PEAKS:
+        if key in name:
+            return flops, bandwidth
+    return None, None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputCheck:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    rows_checked: int | None  # None: every row
+    result: CompareResult
+
+    def as_dict(self) -> dict:
+        r = self.result
+        return {
+            "name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+            "rows_checked": self.rows_checked, "ok": r.ok, "max_abs": r.max_abs,
+            "max_rel": r.max_rel, "unwritten": r.unwritten, "bad": r.bad,
+            "worst": list(r.worst) if r.worst is not None else None,
+            "atol": r.atol, "rtol": r.rtol,
+        }
+
+
+@dataclass
+class RunReport:
+    kernel: str
+    plan_arch: str
+    compile_arch: str
+    device: str
+    sizes: dict[str, int]
+    scalars: dict[str, float]
+    seed: int
+    backend: str  # "torch" or "kgen" (DeviceBuffer)
+    compile: dict[str, Any]
+    checked: bool = False
+    checks: list[OutputCheck] = field(default_factory=list)
+    flops: int = 0
+    bytes: int = 0
+    timing: Timing | None = None
+    torch_timing: Timing | None = None
+    peak_flops: float | None = None
+    peak_bandwidth: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.result.ok for c in self.checks)
+
+    def _tflops(self, timing: Timing | None) -> float | None:
+        if timing is None or not self.flops or timing.median_ms <= 0:
+            return None
+        return self.flops / (timing.median_ms * 1e-3) / 1e12
+
+    @property
+    def tflops(self) -> float | None:
+        return self._tflops(self.timing)
+
+    @property
+    def gbps(self) -> float | None:
+        if self.timing is None or self.timing.median_ms <= 0:
+            return None
+        return self.bytes / (self.timing.median_ms * 1e-3) / 1e9
+
+    @property
+    def torch_tflops(self) -> float | None:
+        return self._tflops(self.torch_timing)
+
+    @property
+    def speedup(self) -> float | None:
+        """PyTorch's time over kgen's: above 1 means kgen is faster."""
+        if self.timing is None or self.torch_timing is None or self.timing.median_ms <= 0:
+            return None
+        return self.torch_timing.median_ms / self.timing.median_ms
+
+    @property
+    def peak_fraction(self) -> float | None:
+        if self.tflops is None or not self.peak_flops:
+            return None
+        return self.tflops * 1e12 / self.peak_flops
+
+    @property
+    def bandwidth_fraction(self) -> float | None:
+        if self.gbps is None or not self.peak_bandwidth:
+            return None
+        return self.gbps * 1e9 / self.peak_bandwidth
+
+    def as_dict(self) -> dict:
+        return {
+            "kernel": self.kernel, "plan_arch": self.plan_arch,
+            "compile_arch": self.compile_arch, "device": self.device, "sizes": self.sizes,
+            "scalars": self.scalars, "seed": self.seed, "backend": self.backend,
+            "compile": self.compile, "checked": self.checked,
+            "ok": self.ok if self.checked else None,
+            "checks": [c.as_dict() for c in self.checks],
+            "flops": self.flops, "bytes": self.bytes,
+            "time_ms": self.timing.median_ms if self.timing else None,
+            "timing": self.timing.as_dict() if self.timing else None,
+            "tflops": self.tflops, "gbps": self.gbps,
+            "peak_fraction": self.peak_fraction, "bandwidth_fraction": self.bandwidth_fraction,
+            "torch_time_ms": self.torch_timing.median_ms if self.torch_timing else None,
+            "torch_tflops": self.torch_tflops, "speedup_vs_torch": self.speedup,
+            "notes": self.notes,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes, shapes, inputs
+
+
+def symbolic_dims(kernel: ir.Kernel) -> list[str]:
+    dims: list[str] = []
+    for param in kernel.params:
+        for dim in param.shape:
+            if isinstance(dim, str) and dim not in dims:
+                dims.append(dim)
+    return dims
+
+
+def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
+    """Every symbolic size: the given ones, DEFAULT_SIZE for the others."""
+    sizes = dict(sizes or {})
+    dims = symbolic_dims(kernel)
+    for name, value in sizes.items():
+        if name not in dims:
+            known = ", ".join(dims) if dims else "none"
+            raise ArgumentError(f"unknown size {name!r}; {kernel.name}'s sizes are {known}")
+        if not isinstance(value, int) or value <= 0:
+            raise ArgumentError(f"size {name} must be a positive integer, got {value!r}")
+    return {dim: sizes.get(dim, DEFAULT_SIZE) for dim in dims}
+
+
+def shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    if param.kind is ir.ParamKind.SCALAR:
+        return (1,)
+    return tuple(d if isinstance(d, int) else sizes[d] for d in param.shape)
+
+
+def _gemm_k(kernel: ir.Kernel, gemm: ir.Gemm, sizes: Mapping[str, int]) -> int:
+    b = kernel.param(gemm.b.name)
+    dim = b.shape[0]
+    return dim if isinstance(dim, int) else sizes[dim]
+
+
+def input_scales(kernel: ir.Kernel, sizes: Mapping[str, int]) -> dict[str, float]:
+    """Standard deviations that keep each gemm's accumulator O(1): the tensor on the A side
+    (or B of a chained gemm, whose A is already O(1)) gets 1/sqrt(K)."""
+    scales: dict[str, float] = {}
+    gemm_names = {g.name for g in kernel.gemms}
+    for gemm in kernel.gemms:
+        k = max(_gemm_k(kernel, gemm, sizes), 1)
+        if gemm.a.name in gemm_names:
+            scales[gemm.b.name] = 1.0 / math.sqrt(k)
+        else:
+            scales.setdefault(gemm.a.name, 1.0 / math.sqrt(k))
+            scales.setdefault(gemm.b.name, 1.0)
+    return scales
+
+
+def make_inputs(kernel: ir.Kernel, sizes: Mapping[str, int],
+                rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random logical host arrays for every input tensor and vector, in their dtypes."""
+    scales = input_scales(kernel, sizes)
+    inputs: dict[str, np.ndarray] = {}
+    for param in kernel.params:
+        if param.role is not ir.Role.IN or param.kind is ir.ParamKind.SCALAR:
+            continue
+        shape = shape_of(param, sizes)
+        if param.kind is ir.ParamKind.VECTOR:
+            # Magnitudes in [0.25, 1] with random signs: biases and scales, never zero.
+            values = rng.uniform(0.25, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
+        else:
+            values = rng.standard_normal(shape, dtype=np.float32) * scales.get(param.name, 1.0)
+        inputs[param.name] = np.asarray(values, dtype=np.float32).astype(host_dtype(param.dtype))
+    return inputs
+
+
+def scalar_names(kernel: ir.Kernel) -> list[str]:
+    return [p.name for p in kernel.params
+            if p.kind is ir.ParamKind.SCALAR and p.role is ir.Role.IN]
+
+
+def check_scalar_names(kernel: ir.Kernel, given: Mapping[str, float] | None) -> None:
+    names = scalar_names(kernel)
+    for name in given or {}:
+        if name not in names:
+            raise ArgumentError(f"unknown scalar {name!r}; {kernel.name}'s scalars are "
+                                + (", ".join(names) or "none"))
+
+
+def pick_scalars(kernel: ir.Kernel, given: Mapping[str, float] | None,
+                 rng: np.random.Generator) -> dict[str, float]:
+    """The given scalars, and random values in [0.5, 1.5] for the others."""
+    given = dict(given or {})
+    check_scalar_names(kernel, given)
+    scalars: dict[str, float] = {}
+    for name in scalar_names(kernel):
+        scalars[name] = float(given[name]) if name in given else round(rng.uniform(0.5, 1.5), 3)
+    return scalars
+
+
+# ---------------------------------------------------------------------------------------------
+# Device arrays: PyTorch's, or kgen's DeviceBuffers
+
+
+def torch_usable() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+class _TorchArrays:
+    name = "torch"
+
+    def __init__(self, device_id: int):
+        import torch
+
+        self.torch = torch
+        self.device = torch.device("cuda", device_id)
+
+    def _dtype(self, dtype: ir.DType):
+        from .torch_eval import torch_dtype
+
+        return torch_dtype(dtype)
+
+    def upload(self, host: np.ndarray, param: ir.Param):
+        torch = self.torch
+        if param.dtype is ir.DType.BF16:
+            cpu = torch.from_numpy(np.ascontiguousarray(host).view(np.uint16)).view(torch.bfloat16)
+        else:
+            cpu = torch.from_numpy(np.ascontiguousarray(host))
+        if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
+            return cpu.t().contiguous().to(self.device).t()
+        return cpu.to(self.device)
+
+    def empty(self, shape: tuple[int, ...], param: ir.Param):
+        torch = self.torch
+        dtype = self._dtype(param.dtype)
+        if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
+            out = torch.empty(shape[::-1], dtype=dtype, device=self.device).t()
+        else:
+            out = torch.empty(shape, dtype=dtype, device=self.device)
+        out.fill_(float("nan"))
+        return out
+
+    def poison(self, array) -> None:
+        array.fill_(float("nan"))
+
+    def download(self, array, param: ir.Param) -> np.ndarray:
+        host = array.float().cpu().numpy()
+        return host.astype(host_dtype(param.dtype))
+
+    def copy(self, array):
+        return array.clone()
+
+    def stream(self) -> int:
+        return int(self.torch.cuda.current_stream(self.device).cuda_stream)
+
+
+class _BufferArrays:
+    name = "kgen"
+
+    def __init__(self, device_id: int):
+        self.device_id = device_id
+
+    def upload(self, host: np.ndarray, param: ir.Param):
+        from .buffers import DeviceBuffer
+
+        return DeviceBuffer.from_host(host, layout=param.layout, device_id=self.device_id)
+
+    def empty(self, shape: tuple[int, ...], param: ir.Param):
+        from .buffers import DeviceBuffer
+
+        strides = None
+        if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
+            strides = (1, shape[0])
+        out = DeviceBuffer(shape, param.dtype, strides=strides, device_id=self.device_id)
+        self.poison(out)
+        return out
+
+    def poison(self, array) -> None:
+        array.fill_bytes(0xFF)  # all-ones bytes are a NaN in f16, bf16 and f32
+
+    def download(self, array, param: ir.Param) -> np.ndarray:
+        return array.to_host()
+
+    def copy(self, array):
+        from .buffers import DeviceBuffer
+
+        copy = DeviceBuffer(array.shape, array.dtype, strides=array.strides,
+                            device_id=array.device_id)
+        from cuda.bindings import driver
+
+        check_cuda(driver.cuMemcpyDtoD(copy.ptr, array.ptr, array.nbytes), "cuMemcpyDtoD")
+        return copy
+
+    def stream(self) -> int:
+        return 0
+
+
+def _sync(stream: int, what: str) -> None:
+    from cuda.bindings import driver
+
+    check_cuda(driver.cuStreamSynchronize(driver.CUstream(stream)), what)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def _rows_for_check(kernel: ir.Kernel, m: int, rng: np.random.Generator) -> np.ndarray | None:
+    if needs_all_rows(kernel) or m <= 2 * CHECK_ROWS:
+        return None
+    picked = rng.choice(m, CHECK_ROWS - 2, replace=False)
+    return np.unique(np.concatenate([[0, m - 1], picked]))
+
+
+def _row_indexed_outputs(kernel: ir.Kernel) -> set[str]:
+    """Outputs whose first axis is the output row: tensors, and row reductions ([M])."""
+    names = {p.name for p in kernel.params
+             if p.role is ir.Role.OUT and p.kind is ir.ParamKind.TENSOR}
+    for gemm in kernel.gemms:
+        for stmt in gemm.epilogue.stmts:
+            if isinstance(stmt, ir.Store) and isinstance(stmt.value, ir.Reduce) \
+                    and stmt.value.axis is ir.Axis.ROW:
+                names.add(stmt.target)
+    return names
+
+
+def _work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
+    """FLOPs (2*M*N*K per gemm) and bytes (inputs read once, outputs written once)."""
+    flops = 0
+    m = None
+    for param in kernel.params:
+        if kernel.gemms and param.name == kernel.gemms[0].a.name:
+            m = shape_of(param, sizes)[0]
+    for gemm in kernel.gemms:
+        b = kernel.param(gemm.b.name)
+        k, n = shape_of(b, sizes)
+        flops += 2 * (m or 0) * n * k
+    total = 0
+    for param in kernel.params:
+        if param.kind is ir.ParamKind.SCALAR and param.role is ir.Role.IN:
+            continue
+        total += math.prod(shape_of(param, sizes)) * param.dtype.nbytes
+    return flops, total
+
+
+def run(
+    kernel_ir: ir.Kernel,
+    plan: KernelPlan,
+    source: str,
+    sizes: Mapping[str, int] | None = None,
+    check: bool = True,
+    bench: bool = False,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    *,
+    scalars: Mapping[str, float] | None = None,
+    iters: int = DEFAULT_ITERS,
+    warmup: int = DEFAULT_WARMUP,
+    compare_torch: bool = True,
+    use_torch: bool | None = None,
+    compiled: Any = None,
+) -> RunReport:
+    """Compile `source` (emitted from `plan`), run it once on random data, compare with the
+    reference when `check`, time it (and PyTorch doing the same) when `bench`."""
+    from .device import activate, current_device_id
+    from .launch import CompiledKernel
+    from .nvrtc import compile_cubin
+
+    say = progress or (lambda message: None)
+    require_gpu("kgen run")
+    device_id = current_device_id()
+    activate(device_id)
+    info = device_info(device_id)
+    kernel = kernel_ir
+
+    if compiled is None:
+        say(f"compiling {plan.name} for {info.arch} with NVRTC")
+        result = compile_cubin(source, plan.name, info.arch)
+        compiled = CompiledKernel(plan, result.cubin, source=source, compiled=result,
+                                  device_id=device_id)
+    result = compiled.compiled
+    compile_info = {"seconds": result.seconds, "cached": result.cached,
+                    **result.resources()} if result is not None else {}
+
+    dims = resolve_sizes(kernel, sizes)
+    rng = np.random.default_rng(seed)
+    values = pick_scalars(kernel, scalars, rng)
+    flops, nbytes = _work(kernel, dims)
+    peak_flops, peak_bandwidth = device_peaks(info.name)
+    use_torch = torch_usable() if use_torch is None else use_torch
+    arrays_api = _TorchArrays(device_id) if use_torch else _BufferArrays(device_id)
+    report = RunReport(
+        kernel=plan.name, plan_arch=plan.arch.value, compile_arch=info.arch, device=info.name,
+        sizes=dims, scalars=values, seed=seed, backend=arrays_api.name, compile=compile_info,
+        flops=flops, bytes=nbytes, peak_flops=peak_flops, peak_bandwidth=peak_bandwidth,
+    )
+
+    say("making random inputs")
+    host = make_inputs(kernel, dims, rng)
+    params = {p.name: p for p in kernel.params}
+    outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
+    device_args: dict[str, Any] = {name: arrays_api.upload(array, params[name])
+                                   for name, array in host.items()}
+    for param in outputs:
+        device_args[param.name] = arrays_api.empty(shape_of(param, dims), param)
+    stream = arrays_api.stream()
+
+    say(f"launching {plan.name}")
+    bound = compiled.bind(**device_args, **values)
+    compiled.launch(bound, stream)
+    _sync(stream, f"running {plan.name}")
+
+    if check:
+        say("checking against the NumPy reference")
+        report.checked = True
+        report.checks = _check_outputs(kernel, outputs, device_args, arrays_api, host, values,
+                                       dims, rng, report.notes)
+
+    if bench:
+        say("benchmarking")
+        _bench(report, kernel, compiled, arrays_api, device_args, outputs, values, dims,
+               stream, iters, warmup, info.l2_bytes, compare_torch and use_torch, say)
+    return report
+
+
+def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims, rng,
+                   notes) -> list[OutputCheck]:
+    first_a = kernel.param(kernel.gemms[0].a.name)
+    m = shape_of(first_a, dims)[0]
+    rows = _rows_for_check(kernel, m, rng)
+    if rows is not None:
+        notes.append(f"reference computed on {len(rows)} of {m} rows; every element checked "
+                     f"for being written")
+    reference = evaluate(kernel, host, scalars, rows=rows)
+    row_indexed = _row_indexed_outputs(kernel)
+    checks = []
+    for param in outputs:
+        if param.name not in reference:
+            notes.append(f"{param.name} is not written by any epilogue; not checked")
+            continue
+        full = arrays_api.download(device_args[param.name], param)
+        if param.kind is ir.ParamKind.SCALAR:
+            full = full.reshape(())
+        subset = rows is not None and param.name in row_indexed
+        got = full[rows] if subset else full
+        ref = reference[param.name]
+        result = compare(got.reshape(np.shape(ref)), ref, param.dtype)
+        if subset and not np.isnan(np.asarray(ref, dtype=np.float64)).any():
+            # Rows outside the subset have no reference, but none of them may still be NaN.
+            nan_total = int(np.count_nonzero(np.isnan(full.astype(np.float32))))
+            if nan_total > result.unwritten:
+                extra = nan_total - result.unwritten
+                result = dataclasses.replace(result, unwritten=nan_total, bad=result.bad + extra,
+                                             ok=False)
+        checks.append(OutputCheck(
+            name=param.name, dtype=param.dtype.dsl_name, shape=tuple(full.shape),
+            rows_checked=None if not subset else len(rows), result=result,
+        ))
+    return checks
+
+
+def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, dims, stream,
+           iters, warmup, l2_bytes, with_torch, say) -> None:
+    rotate = rotation_count(report.bytes, l2_bytes)
+    sets = [first_set]
+    for _ in range(rotate - 1):
+        copy = {}
+        for name, array in first_set.items():
+            copy[name] = arrays_api.copy(array)
+        sets.append(copy)
+    bound = [compiled.bind(**args, **scalars) for args in sets]
+    report.timing = time_kernel(lambda i: compiled.launch(bound[i], stream), warmup=warmup,
+                                iters=iters, rotate=rotate, stream=stream)
+    if with_torch:
+        from .torch_eval import TorchEvaluator
+
+        say("benchmarking PyTorch on the same data")
+        evaluators = [TorchEvaluator(kernel, args, scalars) for args in sets]
+        try:
+            report.torch_timing = time_kernel(lambda i: evaluators[i].run(), warmup=warmup,
+                                              iters=iters, rotate=rotate, stream=stream)
+        except Exception as err:  # the baseline is informative; its failure is not kgen's
+            report.notes.append(f"PyTorch baseline failed: {type(err).__name__}: {err}")
+    _sync(stream, "benchmark")

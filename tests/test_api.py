@@ -1,0 +1,82 @@
+"""The Python API without a GPU: build, build_file, and load's message when no GPU is there."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kgen
+from kgen import ir
+from kgen.errors import KgenError, KgenRuntimeError
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
+
+
+def pipeline():
+    for module in ("kgen.parse", "kgen.verify", "kgen.lower", "kgen.emit"):
+        pytest.importorskip(module)
+
+
+def test_exports():
+    for name in ("load", "build", "build_file", "compile_source", "CompiledKernel",
+                 "DeviceBuffer", "evaluate", "KgenError", "ArgumentError", "KgenRuntimeError"):
+        assert getattr(kgen, name) is not None
+    assert kgen.__version__
+    with pytest.raises(AttributeError):
+        kgen.no_such_thing
+
+
+def test_build_ir_kernel():
+    pipeline()
+    from tests.handmade import bias_relu_kernel
+
+    built = kgen.build(bias_relu_kernel())
+    assert built.plan.name == "bias_relu" and "bias_relu_params" in built.source
+    assert kgen.build(bias_relu_kernel()).source == built.source
+    assert kgen.build(bias_relu_kernel(), "sm_90a").plan.arch is ir.Arch.SM90A
+    with pytest.raises(KgenError, match="unknown arch 'sm_70'"):
+        kgen.build(bias_relu_kernel(), "sm_70")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_build_file_matches_the_cli(example):
+    pipeline()
+    from click.testing import CliRunner
+
+    from kgen.cli import cli
+
+    built = kgen.build_file(example)
+    assert CliRunner().invoke(cli, ["compile", str(example)]).output == built.source
+
+
+def test_several_kernels_need_a_name(tmp_path):
+    pipeline()
+    from kgen.api import pick_kernel
+    from tests.handmade import bias_relu_kernel, rowscale_gelu_kernel
+
+    module = ir.Module((bias_relu_kernel(), rowscale_gelu_kernel()), "two.kg")
+    with pytest.raises(KgenError, match="two.kg has 2 kernels .*--kernel NAME"):
+        pick_kernel(module, None)
+    assert pick_kernel(module, "rowscale_gelu").name == "rowscale_gelu"
+    with pytest.raises(KgenError, match="no kernel named 'x'"):
+        pick_kernel(module, "x")
+
+
+def test_compile_source_without_gpu(cache_dir):
+    pipeline()
+    from tests.handmade import bias_relu_kernel
+
+    built = kgen.build(bias_relu_kernel())
+    result = kgen.compile_source(built.source, built.plan.name, "sm_90a")
+    assert result.cubin[:4] == b"\x7fELF" and result.spill_stores == 0
+
+
+def test_load_without_gpu_says_so():
+    pipeline()
+    from kgen.runtime.device import gpu_available
+    from tests.handmade import bias_relu_kernel
+
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(KgenRuntimeError, match="no CUDA GPU is available"):
+        kgen.load(bias_relu_kernel())

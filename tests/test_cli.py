@@ -1,0 +1,248 @@
+"""The kgen command: exit codes, one-line messages, deterministic compile, --check, inspect."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kgen import cli as cli_module
+from kgen.cli import cli
+from kgen.errors import KgenError, SourceLoc
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def one_line(result):
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
+def needs_pipeline():
+    for module in ("kgen.parse", "kgen.verify", "kgen.lower", "kgen.emit"):
+        pytest.importorskip(module)
+    if not EXAMPLES:
+        pytest.skip("no examples/*.kg yet")
+
+
+@pytest.mark.parametrize("command", ["compile", "inspect", "run"])
+def test_missing_file_is_one_line_exit_2(command, tmp_path):
+    result = invoke(command, str(tmp_path / "nope.kg"))
+    assert result.exit_code == 2
+    assert one_line(result) == [f"error: {tmp_path / 'nope.kg'}: no such file"]
+    assert "Traceback" not in result.output
+
+
+def test_directory_is_bad_input(tmp_path):
+    result = invoke("compile", str(tmp_path))
+    assert result.exit_code == 2 and len(one_line(result)) == 1
+
+
+@pytest.mark.parametrize("size", ["M=abc", "M", "M=0", "M=-4", "=4", "M=4,,N=2", "4x4"])
+def test_malformed_size_is_one_line_exit_2(size, tmp_path):
+    path = tmp_path / "k.kg"
+    path.write_text("kernel k {}\n")
+    result = invoke("run", str(path), "--size", size)
+    assert result.exit_code == 2
+    assert one_line(result) == [f"error: --size expects NAME=VALUE[,NAME=VALUE...], got {size!r}"]
+
+
+def test_check_needs_output(tmp_path, monkeypatch):
+    fake_build(monkeypatch)
+    path = tmp_path / "k.kg"
+    path.write_text("x")
+    result = invoke("compile", str(path), "--check")
+    assert result.exit_code == 2 and "--check needs -o" in result.output
+
+
+# -- with a stand-in for the front end, so these run whatever the state of the pipeline ------
+
+
+class FakeBuilt:
+    def __init__(self, source):
+        self.source = source
+        self.plan = None
+        self.kernel = None
+
+
+def fake_build(monkeypatch, source="// generated\nint x;\n", error=None):
+    import kgen.api
+
+    def build_file(path, arch=None, *, kernel=None):
+        if error is not None:
+            raise error
+        return FakeBuilt(source + f"// arch {arch}\n")
+
+    monkeypatch.setattr(kgen.api, "build_file", build_file)
+
+
+def test_user_error_renders_the_source_line(tmp_path, monkeypatch):
+    path = tmp_path / "bad.kg"
+    path.write_text("kernel k {\n  tensor A : f17[M, K] row\n}\n")
+    error = KgenError(SourceLoc(str(path), 2, 14, 2, 17), "unknown dtype 'f17'")
+    fake_build(monkeypatch, error=error)
+    result = invoke("compile", str(path))
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"{path}:2:14: error: unknown dtype 'f17'",
+        "    tensor A : f17[M, K] row",
+        "               ^~~",
+    ]
+
+
+def test_runtime_error_exits_1(tmp_path, monkeypatch):
+    from kgen.errors import KgenRuntimeError
+
+    path = tmp_path / "k.kg"
+    path.write_text("x")
+    fake_build(monkeypatch, error=KgenRuntimeError("NVRTC said no"))
+    result = invoke("compile", str(path))
+    assert result.exit_code == 1 and one_line(result) == ["error: NVRTC said no"]
+
+
+def test_compile_to_stdout_file_and_check(tmp_path, monkeypatch):
+    fake_build(monkeypatch)
+    path = tmp_path / "k.kg"
+    path.write_text("x")
+    out = tmp_path / "k.cu"
+    result = invoke("compile", str(path))
+    assert result.exit_code == 0 and result.output == "// generated\nint x;\n// arch None\n"
+    assert invoke("compile", str(path), "-o", str(out)).exit_code == 0
+    assert out.read_text() == result.output
+    assert invoke("compile", str(path), "-o", str(out), "--check").exit_code == 0
+
+    out.write_text(out.read_text().replace("int x;", "int y;"))
+    stale = invoke("compile", str(path), "-o", str(out), "--check")
+    assert stale.exit_code == 1
+    lines = stale.output.splitlines()
+    assert lines[0] == f"{out} is stale; regenerate it with kgen compile"
+    assert "-int y;" in lines and "+int x;" in lines
+
+    missing = invoke("compile", str(path), "-o", str(tmp_path / "none.cu"), "--check")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_check_diff_is_cut_at_20_lines(tmp_path, monkeypatch):
+    fresh = "".join(f"line {i}\n" for i in range(100))
+    fake_build(monkeypatch, source=fresh)
+    path = tmp_path / "k.kg"
+    path.write_text("x")
+    out = tmp_path / "k.cu"
+    out.write_text("".join(f"other {i}\n" for i in range(100)))
+    result = invoke("compile", str(path), "-o", str(out), "--check")
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert len(lines) == 1 + cli_module.DIFF_LINES + 1 and lines[-1].endswith("more diff lines")
+
+
+def test_parse_assignments():
+    assert cli_module.parse_assignments("M=4096, N=128", "--size", int) == {"M": 4096, "N": 128}
+    assert cli_module.parse_assignments("alpha=1.5", "--scalar", float) == {"alpha": 1.5}
+    assert cli_module.parse_assignments(None, "--size", int) == {}
+
+
+# -- the real pipeline on the examples -----------------------------------------------------
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_compile_examples_deterministic(example, tmp_path):
+    needs_pipeline()
+    first = invoke("compile", str(example))
+    assert first.exit_code == 0, first.output
+    assert invoke("compile", str(example)).output == first.output
+    assert f"from {example.name} " in first.output.splitlines()[0]
+    assert str(example.parent) not in first.output  # no absolute paths in the artifact
+    assert "kgen compile " + example.name in first.output
+    out = tmp_path / (example.stem + ".cu")
+    assert invoke("compile", str(example), "-o", str(out)).exit_code == 0
+    assert out.read_text() == first.output
+    assert invoke("compile", str(example), "-o", str(out), "--check").exit_code == 0
+    for arch in ("sm_80", "sm_90a"):
+        assert invoke("compile", str(example), "--arch", arch).exit_code == 0
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_inspect_examples(example):
+    needs_pipeline()
+    result = invoke("inspect", str(example), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    (kernel,) = data["kernels"]
+    assert {"name", "arch", "threads", "smem_bytes", "smem_limit", "buffers", "gemms",
+            "params"} <= set(kernel)
+    assert 0 < kernel["smem_bytes"] <= kernel["smem_limit"]
+    for buffer in kernel["buffers"]:
+        assert {"name", "offset", "bytes", "align", "live", "swizzle"} <= set(buffer)
+        assert buffer["offset"] % buffer["align"] == 0 and len(buffer["live"]) == 2
+    assert kernel["gemms"][0]["tile"] and kernel["gemms"][0]["stages"] >= 1
+    table = invoke("inspect", str(example))
+    assert table.exit_code == 0 and "storage" in table.output and "total" in table.output
+
+
+def test_inspect_resources(cache_dir):
+    needs_pipeline()
+    result = invoke("inspect", str(EXAMPLES[0]), "--json", "--resources")
+    assert result.exit_code == 0, result.output
+    resources = json.loads(result.output)["kernels"][0]["resources"]
+    assert resources["registers"] > 0 and resources["spill_stores"] == 0
+    assert resources["arch"] == "sm_80"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_emitted_params_struct_matches_the_runtime(example, cache_dir):
+    """The emitted `<kernel>_params` has the ctypes layout the runtime launches with."""
+    needs_pipeline()
+    import ctypes
+
+    from kgen.api import build_file
+    from kgen.runtime.launch import params_struct
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build_file(example)
+    struct = params_struct(built.plan)
+    name = f"{built.plan.name}_params"
+    checks = [f"static_assert(sizeof({name}) == {ctypes.sizeof(struct)}, \"size\");"]
+    checks += [f"static_assert(__builtin_offsetof({name}, {member}) == "
+               f"{getattr(struct, member).offset}, \"{member}\");"
+               for member, _ in struct._fields_]
+    result = compile_cubin(built.source + "\n" + "\n".join(checks) + "\n", built.plan.name,
+                           "sm_80")
+    assert result.cubin[:4] == b"\x7fELF"
+
+
+def test_run_without_gpu_exits_1():
+    needs_pipeline()
+    from kgen.runtime.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    result = invoke("run", str(EXAMPLES[0]), "--size", "M=256,N=256,K=64")
+    assert result.exit_code == 1
+    assert one_line(result) == ["error: no CUDA GPU is available: kgen run needs one "
+                                "(kgen compile and kgen inspect do not)"]
+
+
+def test_run_unknown_size_or_scalar_is_bad_input():
+    needs_pipeline()
+    result = invoke("run", str(EXAMPLES[0]), "--size", "Q=4")
+    assert result.exit_code == 2 and one_line(result)[0].startswith("error: unknown size 'Q'")
+    result = invoke("run", str(EXAMPLES[0]), "--scalar", "gamma=4")
+    assert result.exit_code == 2 and one_line(result)[0].startswith("error: unknown scalar")
+
+
+def test_python_m_kgen(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "kgen", "compile", str(tmp_path / "x.kg")],
+                            capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve()
+                                                                .parent.parent)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"error: {tmp_path / 'x.kg'}: no such file"
