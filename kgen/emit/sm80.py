@@ -83,7 +83,8 @@ def _copy_lines(op: OperandPlan) -> list[str]:
     return lines
 
 
-def _frag_loads(g: GemmPlan, kk: int, buf: int) -> list[str]:
+def _frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
+    """ldmatrix lines for k step `kk` of the tile at `stage` ("_stage" or "_next") into `buf`."""
     a, b = g.a, g.b
     a_ld = "ldmatrix_x4_trans" if a.ldmatrix_trans else "ldmatrix_x4"
     b_ld = "ldmatrix_x4_trans" if b.ldmatrix_trans else "ldmatrix_x4"
@@ -91,20 +92,30 @@ def _frag_loads(g: GemmPlan, kk: int, buf: int) -> list[str]:
     for f, (xor, add) in enumerate(a.frag_steps[kk]):
         regs = ", ".join(f"a_frag[{buf}][{f}][{r}]" for r in range(4))
         addr = _shifted("a_base", xor * a.dtype.nbytes, add * a.dtype.nbytes)
-        lines.append(f"{a_ld}({regs}, a_stage + {addr});")
+        lines.append(f"{a_ld}({regs}, a{stage} + {addr});")
     for f, (xor, add) in enumerate(b.frag_steps[kk]):
         regs = ", ".join(f"b_frag[{buf}][{2 * f + n}][{r}]" for n in range(2) for r in range(2))
         addr = _shifted("b_base", xor * b.dtype.nbytes, add * b.dtype.nbytes)
-        lines.append(f"{b_ld}({regs}, b_stage + {addr});")
+        lines.append(f"{b_ld}({regs}, b{stage} + {addr});")
     return lines
 
 
 def _mainloop_steps(g: GemmPlan) -> list[str]:
+    """One k tile: step kk multiplies buffer kk % 2 while step kk + 1 (or, at the last step,
+    step 0 of the next tile, after the barrier that says it has landed) fills the other."""
     steps = len(g.a.frag_steps)
-    lines = ["// k step 0: fragments", *_frag_loads(g, 0, 0)]
+    assert steps % 2 == 0, "the next tile's step 0 must land in buffer 0"
+    lines = []
     for kk in range(steps):
         if kk + 1 < steps:
-            lines += [f"// k step {kk + 1}: fragments", *_frag_loads(g, kk + 1, (kk + 1) % 2)]
+            lines += [f"// k step {kk + 1}: fragments", *_frag_loads(g, kk + 1, (kk + 1) % 2, "_stage")]
+        else:
+            lines += [
+                "// next k tile, step 0: wait until it has landed, then read its fragments",
+                "cp_async_wait<kStages - 2>();",
+                "__syncthreads();",
+                *_frag_loads(g, 0, 0, "_next"),
+            ]
         lines += [f"// k step {kk}: MMAs", f"mma_step(acc, a_frag[{kk % 2}], b_frag[{kk % 2}]);"]
     return lines
 
@@ -233,6 +244,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         gemm_name=g.name,
         epilogue=epilogue_lines,
         mainloop_steps=_mainloop_steps(g),
+        first_fragments=_frag_loads(g, 0, 0, "_next"),
         summary=_summary(plan),
         min_blocks=plan.min_blocks_per_sm,
         m_expr=dim_expr(g.m_dim),

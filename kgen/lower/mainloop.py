@@ -43,8 +43,9 @@ def _check_tile(gemm: ir.Gemm, tgt: Target) -> None:
             f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
             f"(needs a multiple of {w.n * 2 * mma_n})",
         )
-    if t.k % mma_k:
-        raise KgenError(t.loc, f"tile K {t.k} is not a multiple of the MMA's K ({mma_k})")
+    if t.k % (2 * mma_k):
+        # fragments of consecutive k steps alternate between two register buffers
+        raise KgenError(t.loc, f"tile K must be a multiple of {2 * mma_k}, got {t.k}")
     acc_regs = (t.m // w.m) * (t.n // w.n) // 32
     if acc_regs > MAX_ACC_REGISTERS:
         raise KgenError(

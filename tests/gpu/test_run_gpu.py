@@ -284,5 +284,5 @@ def test_params_struct_mismatch_is_caught_at_load():
 
     plan, _, compiled = handmade(bias_relu_kernel())
     short = dataclasses.replace(plan, fields=plan.fields[1:])
-    with pytest.raises(KgenRuntimeError, match="do not match the runtime's params struct"):
+    with pytest.raises(KgenRuntimeError, match="the emitter and plan.fields disagree"):
         CompiledKernel(short, compiled.cubin)
