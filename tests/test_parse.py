@@ -107,8 +107,8 @@ def test_gemm_example():
     assert (D.dtype, D.shape, D.layout, D.role) == (DType.BF16, ("M", "N"), Layout.ROW, Role.OUT)
     (gemm,) = kernel.gemms
     assert (gemm.name, gemm.a.name, gemm.b.name, gemm.acc_dtype) == ("mma0", "A", "B", DType.F32)
-    assert (gemm.tile.m, gemm.tile.n, gemm.tile.k) == (128, 128, 64)
-    assert (gemm.warps.m, gemm.warps.n, gemm.stages.count) == (2, 2, 3)
+    assert (gemm.tile.m, gemm.tile.n, gemm.tile.k) == (128, 256, 64)
+    assert (gemm.warps.m, gemm.warps.n, gemm.stages.count) == (2, 4, 3)
     assert gemm.keep is None
     assert gemm.epilogue.stmts == (ir.Store("D", Acc()),)
 
@@ -154,7 +154,7 @@ def test_gemm_bias_relu_example():
     assert loc_tuple(params["bias"].loc) == span(text, "vector bias : f32[N]")
     assert loc_tuple(kernel.target_loc) == span(text, "target sm_80")
     gemm = kernel.gemms[0]
-    assert loc_tuple(gemm.tile.loc) == span(text, "tile 128x128x64")
+    assert loc_tuple(gemm.tile.loc) == span(text, "tile 128x256x64")
     line, col = position(text, "mma0 = A @ B")
     assert loc_tuple(gemm.a.loc) == (line, col + 7, line, col + 8)
     assert loc_tuple(gemm.b.loc) == (line, col + 11, line, col + 12)
