@@ -14,7 +14,7 @@ import numpy as np
 from .. import ir
 from ..errors import KgenRuntimeError
 from .device import activate, check, current_device_id
-from .tensors import DeviceArray, dtype_of_numpy, numpy_dtype
+from .tensors import DeviceArray, contiguous_strides, dtype_of_numpy, numpy_dtype
 
 
 class DeviceBuffer:
@@ -24,7 +24,7 @@ class DeviceBuffer:
 
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
-        self.strides = tuple(strides) if strides is not None else _row_major(self.shape)
+        self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape)
         self.elements = _span(self.shape, self.strides)
         self.nbytes = self.elements * dtype.nbytes
         self.device_id = current_device_id() if device_id is None else device_id
@@ -111,13 +111,6 @@ class DeviceBuffer:
                 f"device={self.device_id})")
 
 
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides = []
-    step = 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:

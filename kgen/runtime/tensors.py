@@ -129,7 +129,7 @@ def from_cuda_array_interface(
     itemsize = np_dtype.itemsize if np_dtype is not None else 1
     byte_strides = interface.get("strides")
     if byte_strides is None:  # C-contiguous
-        strides = _contiguous_strides(shape)
+        strides = contiguous_strides(shape)
     else:
         if any(int(s) % itemsize for s in byte_strides):
             raise ArgumentError(f"{name} has strides not a multiple of its element size")
@@ -142,7 +142,7 @@ def from_cuda_array_interface(
     )
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     step = 1
     for extent in reversed(shape):
@@ -206,7 +206,7 @@ def _from_dlpack(obj: Any, name: str) -> DeviceArray:
     if tensor.strides:
         strides = tuple(int(tensor.strides[i]) for i in range(ndim))
     else:
-        strides = _contiguous_strides(shape)
+        strides = contiguous_strides(shape)
     code, bits, lanes = int(tensor.dtype.code), int(tensor.dtype.bits), int(tensor.dtype.lanes)
     dtype = None
     if lanes == 1 and code == _DL_FLOAT and bits in (16, 32):
