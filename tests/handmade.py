@@ -181,3 +181,33 @@ def naive_source(plan: KernelPlan, *, skip_last_row: bool = False,
 
 def pointer_fields(plan: KernelPlan) -> list[str]:
     return [f.name for f in plan.fields if f.kind is FieldKind.POINTER]
+
+
+def layout_asserts(plan: KernelPlan) -> str:
+    """static_asserts that `<kernel>_params` has the ctypes layout the runtime packs."""
+    import ctypes
+
+    from kgen.runtime.launch import params_struct
+
+    struct = params_struct(plan)
+    name = f"{plan.name}_params"
+    lines = [f"static_assert(sizeof({name}) == {ctypes.sizeof(struct)}, \"size\");"]
+    lines += [f"static_assert(__builtin_offsetof({name}, {member}) == "
+              f"{getattr(struct, member).offset}, \"{member}\");"
+              for member, _ in struct._fields_]
+    return "\n".join(lines) + "\n"
+
+
+def offsetof_compiles() -> bool:
+    """Whether this NVRTC knows __builtin_offsetof (13.5 does, 13.0 does not)."""
+    from kgen.errors import KgenRuntimeError
+    from kgen.runtime.nvrtc import compile_cubin
+
+    probe = ("struct probe_params { int a; long long b; };\n"
+             "static_assert(__builtin_offsetof(probe_params, b) == 8, \"b\");\n"
+             "extern \"C\" __global__ void probe(const __grid_constant__ probe_params p) {}\n")
+    try:
+        compile_cubin(probe, "probe", "sm_80")
+    except KgenRuntimeError:
+        return False
+    return True

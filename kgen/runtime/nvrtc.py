@@ -97,6 +97,10 @@ def _options(name: str, arch: str, extra: Mapping[str, Any]):
         include_path=[cuda_include_dir()],
         ptxas_options=["-v"],
     )
+    if int(nvrtc_version().split(".")[0]) >= 13:
+        # NVRTC 13 keeps its own in-process cache and, on a hit, returns the cubin without
+        # ptxas' report (an empty log). kgen caches on disk already: always compile for real.
+        fields["no_cache"] = True
     fields.update(extra)
     return ProgramOptions(**fields)
 

@@ -5,21 +5,13 @@ import hashlib
 import json
 import multiprocessing
 import os
-import warnings
 
 import pytest
 
 from kgen.runtime import cache as cache_module
 from kgen.runtime.cache import CompileCache, KgenCacheWarning, kgen_source_hash
 from kgen.runtime.nvrtc import compile_cubin
-
-SOURCE = r"""
-struct add_params { float* y; const float* x; int n; };
-extern "C" __global__ void __launch_bounds__(64, 1) add(const __grid_constant__ add_params p) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < p.n) p.y[i] += p.x[i];
-}
-"""
+from tests.runtime.cache_workers import SOURCE, compile_worker, store_load_worker
 
 
 def entry_paths(root, key):
@@ -131,43 +123,16 @@ def test_failed_source_saved_even_without_cache(tmp_path, monkeypatch):
     assert path.read_text() == "int x = ;" and "kgen-failed" in str(path)
 
 
-# -- concurrency ---------------------------------------------------------------------------
-
-
-def _compile_worker(root, queue):
-    os.environ["KGEN_CACHE_DIR"] = root
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            result = compile_cubin(SOURCE, "add", "sm_80")
-        queue.put(("ok", hashlib.sha256(result.cubin).hexdigest()))
-    except BaseException as err:  # report, never hang the parent
-        queue.put(("error", repr(err)))
-
-
-def _store_load_worker(root, key, payload, rounds, queue):
-    cache = CompileCache(root, enabled=True)
-    seen = 0
-    try:
-        for _ in range(rounds):
-            cache.store(key, payload, {"log": "x" * 1000})
-            entry = cache.load(key)
-            if entry is not None:
-                if entry.cubin != payload:
-                    raise AssertionError("a torn entry was returned")
-                seen += 1
-        queue.put(("ok", seen))
-    except BaseException as err:
-        queue.put(("error", repr(err)))
+# -- concurrency: separate processes (spawned, so the workers live in an importable module) ---
 
 
 def _run_processes(target, args_list):
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     processes = [context.Process(target=target, args=(*args, queue)) for args in args_list]
     for process in processes:
         process.start()
-    results = [queue.get(timeout=120) for _ in processes]
+    results = [queue.get(timeout=180) for _ in processes]
     for process in processes:
         process.join(timeout=60)
     return results
@@ -175,7 +140,7 @@ def _run_processes(target, args_list):
 
 def test_concurrent_compiles_share_one_entry(tmp_path):
     root = str(tmp_path / "shared")
-    results = _run_processes(_compile_worker, [(root,)] * 6)
+    results = _run_processes(compile_worker, [(root,)] * 6)
     assert all(status == "ok" for status, _ in results), results
     assert len({digest for _, digest in results}) == 1
     entry = CompileCache(root, enabled=True).load(only_key(tmp_path / "shared"))
@@ -185,6 +150,6 @@ def test_concurrent_compiles_share_one_entry(tmp_path):
 def test_concurrent_store_and_load_never_tear(tmp_path):
     root = str(tmp_path / "race")
     payload = os.urandom(256 * 1024)
-    results = _run_processes(_store_load_worker, [(root, "cd" * 32, payload, 40)] * 6)
+    results = _run_processes(store_load_worker, [(root, "cd" * 32, payload, 40)] * 6)
     assert all(status == "ok" for status, _ in results), results
     assert sum(seen for _, seen in results) > 0

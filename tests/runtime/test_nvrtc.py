@@ -85,3 +85,11 @@ def test_failure_carries_log_and_saved_source(cache_dir):
 def test_bad_arch_is_refused(cache_dir):
     with pytest.raises(KgenRuntimeError, match="not an NVRTC arch"):
         compile_cubin(SCALE, "scale", "hopper")
+
+
+def test_resources_reported_on_every_real_compile(cache_dir, monkeypatch):
+    """NVRTC 13's own in-process cache drops ptxas' report on a repeat; kgen turns it off."""
+    monkeypatch.setenv("KGEN_CACHE", "0")
+    reports = [compile_cubin(SCALE, "scale", "sm_80") for _ in range(3)]
+    assert all(not r.cached and r.registers for r in reports)
+    assert len({r.registers for r in reports}) == 1
