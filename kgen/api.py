@@ -26,6 +26,7 @@ class Built:
     kernel: ir.Kernel
     plan: Any  # plan.KernelPlan
     source: str  # the emitted .cu
+    header: str = ""  # the emitted .h: params struct and host API declarations
 
 
 def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:
@@ -81,13 +82,14 @@ def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None) ->
 
 def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: str = "<python>",
           source_hash: str = "", command: str = "kgen.build") -> Built:
-    """Lower and emit a verified kernel: its plan and its CUDA source."""
-    from .emit import emit
+    """Lower and emit a verified kernel: its plan, its CUDA source and its header."""
+    from .emit import emit, emit_header
     from .lower import lower
 
     plan = lower(kernel, arch_of(arch))
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
-    return Built(kernel, plan, source)
+    header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command)
+    return Built(kernel, plan, source, header)
 
 
 def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,

@@ -111,47 +111,59 @@ def cli() -> None:
 
 @cli.command("compile")
 @click.argument("file")
-@click.option("-o", "--output", "output", default=None, help="Write the .cu here (default stdout).")
+@click.option("-o", "--output", "output", default=None, metavar="OUT.cu",
+              help="Write the .cu here (default stdout).")
+@click.option("--header", "header", default=None, metavar="OUT.h",
+              help="Also write the header (params struct, host API declarations) here.")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernel's own.")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
 @click.option("--check", "check_only", is_flag=True,
-              help="Exit 1 if OUTPUT differs from what kgen would write (for CI).")
+              help="Exit 1 if OUTPUT (and the --header file) differ from what kgen would write "
+                   "(for CI).")
 @guarded
-def compile_command(file: str, output: str | None, arch: str | None, kernel_name: str | None,
-                    check_only: bool) -> None:
-    """Emit standalone CUDA C++ for the kernel in FILE. Needs no GPU."""
+def compile_command(file: str, output: str | None, header: str | None, arch: str | None,
+                    kernel_name: str | None, check_only: bool) -> None:
+    """Emit standalone CUDA C++ for the kernel in FILE (and, with --header, the .h that lets
+    other C++ files call it). Needs no GPU."""
     from .api import build_file
 
     _read_text(file)
+    if check_only and output is None:
+        _fail(EXIT_BAD_INPUT, "error: --check needs -o OUTPUT, the file to compare")
+    same = header is not None and output is not None
+    if same and os.path.abspath(header) == os.path.abspath(output):
+        _fail(EXIT_BAD_INPUT, "error: --header and -o name the same file")
     built = build_file(file, arch, kernel=kernel_name)
+    files = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
     if check_only:
-        if output is None:
-            _fail(EXIT_BAD_INPUT, "error: --check needs -o OUTPUT, the file to compare")
-        _check_output(output, built.source)
+        stale = [message for path, text in files if (message := _stale(path, text))]
+        if stale:
+            _fail(EXIT_FAILED, "\n".join(stale))
         return
-    if output is None:
-        click.echo(built.source, nl=False)
-        return
-    _write_atomic(Path(output), built.source)
+    for path, text in files:
+        if path is None:
+            click.echo(text, nl=False)
+        else:
+            _write_atomic(Path(path), text)
 
 
-def _check_output(output: str, fresh: str) -> None:
+def _stale(output: str, fresh: str) -> str | None:
+    """None when `output` holds exactly `fresh`, else why not (with a short diff)."""
     try:
         current = Path(output).read_text()
     except FileNotFoundError:
-        _fail(EXIT_FAILED, f"{output} does not exist; run kgen compile to create it")
+        return f"{output} does not exist; run kgen compile to create it"
     except (OSError, UnicodeDecodeError) as err:
-        _fail(EXIT_FAILED, f"{output}: cannot read: {getattr(err, 'strerror', err)}")
+        return f"{output}: cannot read: {getattr(err, 'strerror', err)}"
     if current == fresh:
-        return
+        return None
     diff = list(difflib.unified_diff(
         current.splitlines(), fresh.splitlines(), f"{output} (on disk)",
         f"{output} (kgen {__version__})", lineterm="", n=1,
     ))
     shown = diff[:DIFF_LINES]
     more = f"\n... {len(diff) - DIFF_LINES} more diff lines" if len(diff) > DIFF_LINES else ""
-    _fail(EXIT_FAILED, f"{output} is stale; regenerate it with kgen compile\n"
-                       + "\n".join(shown) + more)
+    return f"{output} is stale; regenerate it with kgen compile\n" + "\n".join(shown) + more
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -191,10 +203,18 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
         "group_m": plan.group_m,
         "smem_bytes": plan.smem_bytes,
         "smem_limit": storage.limit_bytes,
+        "smem_peak": storage.peak_bytes,  # most bytes live in one phase: no layout does better
+        "smem_declared": storage.declared_bytes,  # the storage declaration's size, if any
+        "smem_packed": storage.packed_bytes,  # the packer alone on the same buffers, if declared
         "phases": list(storage.phases),
         "buffers": [
             {"name": b.name, "offset": b.offset, "bytes": b.bytes, "align": b.align,
-             "live": list(b.live), "swizzle": str(b.swizzle) if b.swizzle else None,
+             "live": list(b.live),
+             "live_phases": [storage.phases[b.live[0]], storage.phases[b.live[1]]],
+             "live_ranges": [list(r) for r in b.live_ranges],
+             "placed": "declared" if b.declared else "packer",
+             "dtype": b.dtype.dsl_name if b.dtype is not None else None,
+             "swizzle": str(b.swizzle) if b.swizzle else None,
              "role": b.role}
             for b in storage.buffers
         ],
@@ -240,15 +260,50 @@ def _phase_span(phases: list[str], live: list[int]) -> str:
     return name(first) if first == last else f"{name(first)} .. {name(last)}"
 
 
+LIVE, DEAD = "\u2588\u2588", "\u00b7 "  # one strip-chart cell per phase: "██" or "· "
+SPARK = " \u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"  # live bytes, 1/8 steps
+
+
+def storage_chart(s: dict) -> list[str]:
+    """The storage map as text: one row per buffer (by offset), one column per phase, the
+    buffer's byte range; then the bytes live in each phase, as bars and in numbers."""
+    phases = s["phases"]
+    buffers = sorted(s["buffers"], key=lambda b: (b["offset"], -b["bytes"], b["name"]))
+    name_width = max([len(b["name"]) for b in buffers] + [len("live bytes")])
+    ranges = [f"{b['offset']:,}..{b['offset'] + b['bytes']:,}" for b in buffers]
+    range_width = max([len(r) for r in ranges] + [len("bytes")])
+    head = " " * (name_width + range_width + 4)
+    lines = []
+    if len(phases) > 10:  # phase numbers in two rows: tens, then units
+        lines.append(head + "".join(f"{i // 10 or ' '} " for i in range(len(phases))).rstrip())
+    lines.append(head + "".join(f"{i % 10} " for i in range(len(phases))).rstrip())
+    load = [0] * len(phases)
+    for b, span in zip(buffers, ranges):
+        live = {p for first, last in b["live_ranges"] for p in range(first, last + 1)}
+        for p in live:
+            if 0 <= p < len(load):
+                load[p] += b["bytes"]
+        cells = "".join(LIVE if p in live else DEAD for p in range(len(phases)))
+        lines.append(f"{b['name']:<{name_width}}  {span:>{range_width}}  {cells}")
+    peak = max(load, default=0)
+    bars = "".join(SPARK[-(-8 * n // peak) if peak else 0] * 2 for n in load)
+    lines.append(f"{'live bytes':<{name_width}}  {'':>{range_width}}  {bars}")
+    lines.append("phases: " + ", ".join(f"{i} {name} ({n:,} B)"
+                                        for i, (name, n) in enumerate(zip(phases, load))))
+    return lines
+
+
 def _print_plan(console, s: dict) -> None:
     from rich.table import Table
 
     used = s["smem_bytes"]
     limit = s["smem_limit"]
     share = f" ({100 * used / limit:.0f}%)" if limit else ""
+    launch = (f"{s['threads']} threads  min {s['min_blocks_per_sm']} block(s)/SM"
+              if s["gemms"] else "no gemm: storage plan only")
     console.print(
-        f"[bold]{s['name']}[/bold]  {s['arch']}  {s['threads']} threads  "
-        f"min {s['min_blocks_per_sm']} block(s)/SM  shared memory {used:,} of {limit:,} B{share}"
+        f"[bold]{s['name']}[/bold]  {s['arch']}  {launch}  "
+        f"shared memory {used:,} of {limit:,} B{share}"
     )
     gemms = Table(title="gemms", title_justify="left")
     for column in ("gemm", "tile MxNxK", "warps", "warp tile", "mma", "frags", "stages"):
@@ -266,25 +321,38 @@ def _print_plan(console, s: dict) -> None:
             tiles.add_row(t["name"], f"{g['name']}.{o['role']} ({o['param']})", t["dtype"],
                           f"{t['outer']} x {t['inner']}", str(t["atom_inner"]), t["swizzle"],
                           str(t["stages"]), f"{t['bytes']:,}")
-    console.print(gemms)
-    console.print(tiles)
+    if s["gemms"]:
+        console.print(gemms)
+        console.print(tiles)
     storage = Table(title="storage", title_justify="left")
-    for column in ("buffer", "offset", "bytes", "align", "live", "swizzle", "role"):
+    for column in ("buffer", "offset", "bytes", "align", "live", "placed", "swizzle", "role"):
         storage.add_column(column, justify="right" if column in ("offset", "bytes", "align")
                            else "left")
+    phases = s["phases"]
     for b in s["buffers"]:
+        live = ", ".join(_phase_span(phases, r) for r in b.get("live_ranges", [b["live"]]))
         storage.add_row(b["name"], f"{b['offset']:,}", f"{b['bytes']:,}", str(b["align"]),
-                        _phase_span(s["phases"], b["live"]), b["swizzle"] or "-", b["role"])
+                        live, b.get("placed", "packer"), b["swizzle"] or "-", b["role"])
     storage.add_section()
-    storage.add_row("total", "", f"{used:,}", "", "", "", f"limit {limit:,}")
+    storage.add_row("total", "", f"{used:,}", "", "", "", "", f"limit {limit:,}")
     console.print(storage)
+    if s["buffers"]:
+        console.print("storage over phases (\u2588\u2588 live, \u00b7 not)", style="bold")
+        for line in storage_chart(s):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    notes = [f"peak live {s['smem_peak']:,} B (no layout of these buffers is smaller)"]
+    if s.get("smem_declared") is not None:
+        notes.append(f"storage declaration {s['smem_declared']:,} B")
+        notes.append(f"packer alone {s['smem_packed']:,} B")
+    console.print("; ".join(notes))
     params = Table(title="params struct", title_justify="left")
     for column in ("member", "kind", "C++ type", "of", "default"):
         params.add_column(column)
     for f in s["params"]:
         params.add_row(f["name"], f["kind"], f["ctype"], f["param"] or f["dim"] or "",
                        "" if f["default"] is None else str(f["default"]))
-    console.print(params)
+    if s["params"]:
+        console.print(params)
     if s["alignments"]:
         aligns = Table(title="argument alignment", title_justify="left")
         for column in ("param", "pointer", "ld multiple of", "why"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
+import typing
 
 from .errors import NOWHERE, SourceLoc
 
@@ -72,7 +72,7 @@ class Arch(enum.Enum):
 
 
 # A dimension is a fixed extent or the name of a runtime size such as "M".
-Dim = Union[int, str]
+Dim = typing.Union[int, str]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class Reduce:
     loc: SourceLoc = _loc()
 
 
-Expr = Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, LocalRef, Call, Cast, Reduce]
+Expr = typing.Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, LocalRef, Call, Cast, Reduce]
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,7 @@ class Store:
     loc: SourceLoc = _loc()
 
 
-Stmt = Union[Let, Store]
+Stmt = typing.Union[Let, Store]
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +334,98 @@ class Gemm:
     loc: SourceLoc = _loc()
 
 
+# ---------------------------------------------------------------------------------------------
+# Shared-memory storage: the optional `phases { ... }` and `storage { ... }` declarations
+#
+# A kernel runs through phases in order. The lowering names those of each gemm
+# (`<gemm>.mainloop`, `<gemm>.epilogue`); the user may name more and say where the gemm phases
+# fall among them. A storage declaration lays buffers out as C-like nested structs and unions:
+# struct members follow each other, union members share their first byte. kgen accepts it only
+# if buffers that share bytes are never live in the same phase.
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of the kernel, by name: a user phase (`dq`) or a gemm's (`g0.mainloop`)."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRange:
+    """Phases `first` through `last`, inclusive, in kernel order (`live(a..b)`, `live(a)`)."""
+
+    first: str
+    last: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class SmemBuffer:
+    """A user buffer `name : dtype[d0, d1, ...]`, live in the union of `live` (every phase of
+    the kernel when empty), aligned to `align` bytes (16 when None)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    live: tuple[LiveRange, ...] = ()
+    align: int | None = None
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class BufferRef:
+    """A buffer named again, or a buffer the lowering makes (`a_smem`): the same bytes. Every
+    mention of a buffer in a storage declaration must land at the same offset."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+class StageKind(enum.Enum):
+    PIPELINE = "pipeline"  # a gemm's operand stages (a_smem, b_smem)
+    EPILOGUE = "epilogue"  # a gemm's epilogue buffers (staging, reduction scratch), if any
+
+
+@dataclass(frozen=True, slots=True)
+class StageBuffers:
+    """`pipeline(g)` / `epilogue(g)`: the buffers of one stage of gemm `g`, as a struct."""
+
+    kind: StageKind
+    gemm: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Struct:
+    members: tuple["Member", ...]
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Union:
+    members: tuple["Member", ...]
+    loc: SourceLoc = _loc()
+
+
+Member = typing.Union[SmemBuffer, BufferRef, StageBuffers, Struct, Union]
+
+
+@dataclass(frozen=True, slots=True)
+class StorageDecl:
+    """`storage { persistent { ... } union { ... } }`: the persistent members first, as a
+    struct, then `root`. Buffers it leaves out are placed by the packer."""
+
+    persistent: tuple[Member, ...] = ()
+    root: Union | Struct | None = None
+    loc: SourceLoc = _loc()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
 @dataclass(frozen=True, slots=True)
 class Kernel:
     name: str
@@ -343,6 +435,8 @@ class Kernel:
     compute_dtype: DType = DType.F32
     loc: SourceLoc = _loc()
     target_loc: SourceLoc = _loc()
+    phases: tuple[Phase, ...] = ()  # the kernel's phase order, when the user gives one
+    storage: StorageDecl | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

@@ -43,6 +43,8 @@ from .verify import (
 
 __all__ = ["parse", "parse_file"]
 
+MAX_ALIGN = 1024  # a buffer's `align(N)`; kgen/lower/storage.py checks the rest
+
 # ---------------------------------------------------------------------------------------------
 # The Lark parser, built once
 
@@ -85,6 +87,8 @@ class _Separators:
                 opening = True
             elif opening and tok.type == "LBRACE":
                 in_epilogue, opening, depth = True, False, 0
+            elif opening:  # `epilogue(g0)` in a storage block: not an epilogue body
+                opening = False
             elif in_epilogue and tok.type not in ("NAME", "NUMBER"):
                 if tok.value in _OPEN:
                     depth += 1
@@ -157,7 +161,7 @@ def _start_of(file: str) -> SourceLoc:
 # ---------------------------------------------------------------------------------------------
 # Syntax errors: Lark's exceptions to one human sentence
 
-_DECLARATIONS = ("target", "compute", "tensor", "vector", "scalar", "gemm")
+_DECLARATIONS = ("target", "compute", "tensor", "vector", "scalar", "gemm", "phases", "storage")
 _SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
@@ -305,6 +309,8 @@ def _name_phrase(prev: Token | None) -> str:
         return "an operand (a tensor or an earlier gemm)"
     if after == "keep":
         return "a gemm name"  # 'registers' and 'smem' are listed beside it
+    if after in ("..", ".", "live"):
+        return "a phase name"
     return "a name"
 
 
@@ -401,6 +407,12 @@ class _Setting:
 
     kind: str
     value: object
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class _Persistent:
+    members: tuple
     loc: SourceLoc
 
 
@@ -542,6 +554,8 @@ class _ToIR(Transformer):
             other_locals.update({name: decl.name for name in scope.bound})
 
         compute = settings.get("compute")
+        phases = settings.get("phases")
+        storage = settings.get("storage")
         return ir.Kernel(
             name=name,
             target=settings["target"].value,
@@ -550,6 +564,8 @@ class _ToIR(Transformer):
             compute_dtype=compute.value if compute else DType.F32,
             loc=self._loc(meta),
             target_loc=settings["target"].loc,
+            phases=phases.value if phases else (),
+            storage=storage.value if storage else None,
         )
 
     # -- parameters ----------------------------------------------------------------------------
@@ -749,6 +765,86 @@ class _ToIR(Transformer):
             keep=keep.value.residency if keep is not None else None,
             loc=decl.loc,
         )
+
+    # -- phases and storage ----------------------------------------------------------------------
+
+    def phase(self, meta, children):
+        name = ".".join(str(t) for t in children)
+        return ir.Phase(name, self._loc(meta))
+
+    def phases(self, meta, children):
+        return _Setting("phases", tuple(children), self._loc(meta))
+
+    def live_range(self, meta, children):
+        first, *last = children
+        return ir.LiveRange(first.name, (last[0] if last else first).name, self._loc(meta))
+
+    def live(self, meta, children):
+        return _Setting("live", tuple(children), self._loc(meta))
+
+    def align(self, meta, children):
+        (number,) = children
+        value = _checked_int(number.text, "align", MAX_ALIGN, number.loc)
+        return _Setting("align", value, self._loc(meta))
+
+    def buffer(self, meta, children):
+        name_token, dtype_token, shape, *options = children
+        name, loc = str(name_token), self._loc(meta)
+        check_identifier(name, self._loc(name_token), "buffer")
+        dtype = self._dtype(dtype_token)
+        if not shape:
+            raise KgenError(loc, f"buffer '{name}' needs at least one dimension")
+        for dim in shape:
+            if not isinstance(dim, int):
+                raise KgenError(
+                    loc, f"buffer '{name}' has dimension '{dim}'; shared-memory buffers have "
+                         "fixed sizes, such as f16[64, 64]"
+                )
+        seen: dict[str, _Setting] = {}
+        for option in options:
+            if option.kind in seen:
+                raise KgenError(
+                    option.loc, f"buffer '{name}' has two {option.kind} options "
+                                f"(first{at_line(seen[option.kind].loc)})"
+                )
+            seen[option.kind] = option
+        live, align = seen.get("live"), seen.get("align")
+        return ir.SmemBuffer(name, dtype, tuple(shape), live.value if live else (),
+                             align.value if align else None, loc)
+
+    def buffer_ref(self, meta, children):
+        (token,) = children
+        return ir.BufferRef(str(token), self._loc(meta))
+
+    def stage_kind(self, meta, children):
+        return ir.StageKind(str(children[0]))
+
+    def stage_ref(self, meta, children):
+        kind, gemm = children
+        return ir.StageBuffers(kind, str(gemm), self._loc(meta))
+
+    def union(self, meta, members):
+        return ir.Union(tuple(members), self._loc(meta))
+
+    def struct(self, meta, members):
+        return ir.Struct(tuple(members), self._loc(meta))
+
+    def persistent(self, meta, members):
+        return _Persistent(tuple(members), self._loc(meta))
+
+    def storage(self, meta, items):
+        loc = self._loc(meta)
+        persistent: tuple = ()
+        roots = []
+        for i, item in enumerate(items):
+            if isinstance(item, _Persistent):
+                if i:
+                    raise KgenError(item.loc, "persistent { ... } must come first in storage")
+                persistent = item.members
+            else:
+                roots.append(item)
+        root = roots[0] if len(roots) == 1 else (ir.Struct(tuple(roots), loc) if roots else None)
+        return _Setting("storage", ir.StorageDecl(persistent, root, loc), loc)
 
     # -- expressions: each returns a Resolver ----------------------------------------------------
 

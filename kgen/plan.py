@@ -69,7 +69,9 @@ class SmemTile:
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """A shared-memory buffer placed at a byte offset, live over phases [first, last]."""
+    """A shared-memory buffer placed at a byte offset, live over phases [first, last]; when
+    `ranges` is given, only in those inclusive phase ranges (a buffer carried from the end of a
+    loop iteration to the start of the next is live at both ends, not in between)."""
 
     name: str
     bytes: int
@@ -78,6 +80,29 @@ class Buffer:
     live: tuple[int, int]
     role: str  # human-readable, e.g. "A stages (mainloop of mma0)"
     swizzle: Swizzle | None = None
+    dtype: ir.DType | None = None  # element type of its typed accessor
+    ranges: tuple[tuple[int, int], ...] = ()  # () means (live,)
+    declared: bool = False  # placed by the kernel's storage declaration, not by the packer
+
+    @property
+    def live_ranges(self) -> tuple[tuple[int, int], ...]:
+        return self.ranges or (self.live,)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.bytes
+
+    def live_in(self, phase: int) -> bool:
+        return any(first <= phase <= last for first, last in self.live_ranges)
+
+    def co_live(self, other: "Buffer") -> bool:
+        """True when both are live in some phase."""
+        return any(a0 <= b1 and b0 <= a1
+                   for a0, a1 in self.live_ranges for b0, b1 in other.live_ranges)
+
+    def shares_bytes(self, other: "Buffer") -> bool:
+        return (self.bytes > 0 and other.bytes > 0
+                and self.offset < other.end and other.offset < self.end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +111,20 @@ class StoragePlan:
     buffers: tuple[Buffer, ...]
     total_bytes: int
     limit_bytes: int
+    # The most bytes live in any one phase: no layout of these buffers can be smaller.
+    peak_bytes: int = 0
+    # With a storage declaration: its size, and what the packer alone would need for the same
+    # buffers and lifetimes (never more than the declared layout).
+    declared_bytes: int | None = None
+    packed_bytes: int | None = None
+
+    def live_text(self, buffer: Buffer) -> str:
+        """`a..b, c`: the buffer's live phases by name."""
+        def name(i: int) -> str:
+            return self.phases[i] if 0 <= i < len(self.phases) else str(i)
+
+        return ", ".join(name(a) if a == b else f"{name(a)}..{name(b)}"
+                         for a, b in buffer.live_ranges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,6 +172,21 @@ class OperandPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class ReductionPlan:
+    """A reduction stored to a vector or scalar output: combined inside the CTA through warp
+    shuffles and a shared-memory scratch buffer, then across CTAs with float atomics on the
+    output, which the init kernel first sets to the identity."""
+
+    index: int  # red<index> in the generated code
+    target: str
+    op: ir.ReduceOp
+    axis: ir.Axis  # ROW: one value per output row; COL: per column; ALL: one value
+    length: ir.Dim | None  # the output vector's length (None for a scalar)
+    scratch: str  # shared-memory buffer name
+    scratch_floats: int
+
+
+@dataclass(frozen=True, slots=True)
 class EpilogueCode:
     """The epilogue as C++ lines prepared in Python, evaluated for two adjacent columns."""
 
@@ -140,6 +194,7 @@ class EpilogueCode:
     compute: tuple[str, ...]  # per element, both elements of the pair
     stores: tuple[str, ...]
     value_count: int  # distinct values computed per element (after sharing)
+    reductions: tuple[ReductionPlan, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +254,24 @@ class KernelPlan:
     @property
     def smem_bytes(self) -> int:
         return self.storage.total_bytes
+
+    @property
+    def reductions(self) -> tuple[ReductionPlan, ...]:
+        return tuple(r for g in self.gemms for r in g.epilogue.reductions)
+
+    @property
+    def init_kernel(self) -> str | None:
+        """The kernel that sets reduction outputs to their identity before the main launch."""
+        return f"{self.name}_init" if self.reductions else None
+
+    INIT_THREADS = 256
+
+    def init_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
+        longest = max(
+            (1 if r.length is None else self.resolve(r.length, sizes) for r in self.reductions),
+            default=1,
+        )
+        return (max(1, -(-longest // self.INIT_THREADS)), 1, 1)
 
     def resolve(self, dim: ir.Dim, sizes: dict[str, int]) -> int:
         return dim if isinstance(dim, int) else sizes[dim]

@@ -366,6 +366,27 @@ def tolerance(dtype: ir.DType) -> tuple[float, float]:
     return _TOLERANCES[dtype]
 
 
+def checking_dtype(kernel: ir.Kernel, output: str) -> ir.DType:
+    """The dtype whose tolerance applies to `output`: its own, or the coarsest `cast<>` in the
+    epilogue (conservatively, any of them). A value rounded to bf16 inside the epilogue can land
+    one bf16 step away from the float64 reference's rounding, whatever the output's dtype."""
+    param = kernel.param(output)
+    assert param is not None
+    coarsest = param.dtype
+
+    def visit(node) -> None:
+        nonlocal coarsest
+        if isinstance(node, ir.Cast) and _TOLERANCES[node.dtype][1] > _TOLERANCES[coarsest][1]:
+            coarsest = node.dtype
+        for child in getattr(node, "args", ()) or ((node.arg,) if hasattr(node, "arg") else ()):
+            visit(child)
+
+    for gemm in kernel.gemms:
+        for stmt in gemm.epilogue.stmts:
+            visit(stmt.value)
+    return coarsest
+
+
 @dataclass(frozen=True, slots=True)
 class CompareResult:
     max_abs: float  # largest |out - ref| over elements both finite

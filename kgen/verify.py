@@ -238,7 +238,7 @@ def reduction_name(op: ReduceOp, axis: Axis) -> str:
 # ---------------------------------------------------------------------------------------------
 # Reductions are checked in full below but not generated yet. This switch is the one place that
 # refuses them; set it to True once kgen/lower and kgen/emit handle ir.Reduce.
-REDUCTIONS_SUPPORTED = False
+REDUCTIONS_SUPPORTED = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,16 +355,66 @@ class _KernelChecker:
                 raise KgenError(k.loc, f"kernel gemms must be kgen.ir.Gemm, got {shown(gemm)}")
         for gemm in k.gemms:
             self.check_gemm(gemm)
-        if not k.gemms:
+        self.check_storage(k)
+        # A kernel with only a storage declaration can be planned and inspected, not emitted.
+        storage_only = not k.gemms and k.storage is not None
+        if not k.gemms and not storage_only:
             raise KgenError(k.loc, f"kernel '{k.name}' has no gemm")
         outputs = [p for p in k.params if p.role is Role.OUT]
         for param in outputs:
             if param.name not in self.written:
                 raise KgenError(param.loc, f"output '{param.name}' is never written")
-        if not outputs:
+        if not outputs and not storage_only:
             raise KgenError(
                 k.loc, f"kernel '{k.name}' has no output; mark a tensor 'out' and store to it"
             )
+
+    # -- phases and storage (their names, phases and layout are checked by kgen/lower) ---------
+
+    def check_storage(self, k: ir.Kernel) -> None:
+        if not isinstance(k.phases, tuple) or not all(
+            isinstance(p, ir.Phase) and isinstance(p.name, str) for p in k.phases
+        ):
+            raise KgenError(k.loc, f"kernel phases must be a tuple of kgen.ir.Phase, got "
+                                   f"{shown(k.phases)}")
+        if k.storage is None:
+            return
+        if not isinstance(k.storage, ir.StorageDecl):
+            raise KgenError(k.loc, f"kernel storage must be a kgen.ir.StorageDecl, got "
+                                   f"{shown(k.storage)}")
+        decl = k.storage
+        if not isinstance(decl.persistent, tuple):
+            raise KgenError(_best(decl.loc, k.loc), "storage persistent members must be a tuple")
+        if decl.root is not None and not isinstance(decl.root, (ir.Union, ir.Struct)):
+            raise KgenError(_best(decl.loc, k.loc), f"storage root must be a kgen.ir.Union or "
+                                                    f"Struct, got {shown(decl.root)}")
+        stack = list(decl.persistent) + ([decl.root] if decl.root is not None else [])
+        while stack:
+            m = stack.pop()
+            loc = _best(_loc_of(m), decl.loc, k.loc)
+            if isinstance(m, (ir.Union, ir.Struct)):
+                if not isinstance(m.members, tuple):
+                    raise KgenError(loc, "union and struct members must be a tuple")
+                stack.extend(m.members)
+            elif isinstance(m, ir.SmemBuffer):
+                _require_str(m.name, loc, "a buffer name")
+                if not isinstance(m.dtype, DType):
+                    raise KgenError(loc, f"unknown dtype {quote(m.dtype)}; expected {_DTYPE_NAMES}")
+                if not isinstance(m.shape, tuple) or not isinstance(m.live, tuple) or not all(
+                    isinstance(r, ir.LiveRange) and isinstance(r.first, str)
+                    and isinstance(r.last, str) for r in m.live
+                ):
+                    raise KgenError(loc, f"buffer {quote(m.name)}: shape must be a tuple of ints "
+                                         "and live a tuple of kgen.ir.LiveRange")
+            elif isinstance(m, ir.BufferRef):
+                _require_str(m.name, loc, "a buffer name")
+            elif isinstance(m, ir.StageBuffers):
+                if not isinstance(m.kind, ir.StageKind):
+                    raise KgenError(loc, f"stage kind must be a kgen.ir.StageKind, got "
+                                         f"{shown(m.kind)}")
+                _require_str(m.gemm, loc, "a gemm name")
+            else:
+                raise KgenError(loc, f"not a storage member: {shown(m)}")
 
     # -- parameters ----------------------------------------------------------------------------
 

@@ -66,6 +66,7 @@ def test_check_needs_output(tmp_path, monkeypatch):
 class FakeBuilt:
     def __init__(self, source):
         self.source = source
+        self.header = "// header\nstruct k_params;\n"
         self.plan = None
         self.kernel = None
 
@@ -127,6 +128,47 @@ def test_compile_to_stdout_file_and_check(tmp_path, monkeypatch):
     assert missing.exit_code == 1 and "does not exist" in missing.output
 
 
+def test_header_is_written_and_checked_with_the_cu(tmp_path, monkeypatch):
+    fake_build(monkeypatch)
+    path = tmp_path / "k.kg"
+    path.write_text("x")
+    out, header = tmp_path / "k.cu", tmp_path / "k.h"
+    to_stdout = invoke("compile", str(path), "--header", str(header))
+    assert to_stdout.exit_code == 0 and to_stdout.output.startswith("// generated\n")
+    assert header.read_text() == "// header\nstruct k_params;\n"
+    header.unlink()
+    assert invoke("compile", str(path), "-o", str(out), "--header", str(header)).exit_code == 0
+    assert header.read_text() == "// header\nstruct k_params;\n"
+    fresh = invoke("compile", str(path), "-o", str(out), "--header", str(header), "--check")
+    assert fresh.exit_code == 0 and fresh.output == ""
+
+    header.write_text("// header\nstruct k_params { int edited; };\n")
+    stale = invoke("compile", str(path), "-o", str(out), "--header", str(header), "--check")
+    assert stale.exit_code == 1
+    lines = stale.output.splitlines()
+    assert lines[0] == f"{header} is stale; regenerate it with kgen compile"
+    assert "+struct k_params;" in lines and str(out) not in stale.output
+    # without --header only the .cu is compared
+    assert invoke("compile", str(path), "-o", str(out), "--check").exit_code == 0
+
+    out.write_text("int y;\n")
+    header.unlink()
+    both = invoke("compile", str(path), "-o", str(out), "--header", str(header), "--check")
+    assert both.exit_code == 1
+    assert f"{out} is stale" in both.output and f"{header} does not exist" in both.output
+
+
+def test_header_and_output_must_differ(tmp_path, monkeypatch):
+    fake_build(monkeypatch)
+    path = tmp_path / "k.kg"
+    path.write_text("x")
+    out = tmp_path / "k.cu"
+    result = invoke("compile", str(path), "-o", str(out), "--header", str(out))
+    assert result.exit_code == 2
+    assert one_line(result) == ["error: --header and -o name the same file"]
+    assert not out.exists()
+
+
 def test_check_diff_is_cut_at_20_lines(tmp_path, monkeypatch):
     fresh = "".join(f"line {i}\n" for i in range(100))
     fake_build(monkeypatch, source=fresh)
@@ -162,6 +204,14 @@ def test_compile_examples_deterministic(example, tmp_path):
     assert invoke("compile", str(example), "-o", str(out)).exit_code == 0
     assert out.read_text() == first.output
     assert invoke("compile", str(example), "-o", str(out), "--check").exit_code == 0
+    header = tmp_path / (example.stem + ".h")
+    assert invoke("compile", str(example), "-o", str(out), "--header", str(header)).exit_code == 0
+    assert invoke("compile", str(example), "-o", str(out), "--header", str(header),
+                  "--check").exit_code == 0
+    out.write_text(out.read_text().replace("return nullptr;", "return 0;"))
+    edited = invoke("compile", str(example), "-o", str(out), "--header", str(header), "--check")
+    assert edited.exit_code == 1 and edited.output.startswith(f"{out} is stale")
+    assert "-  return 0;" in edited.output and "+  return nullptr;" in edited.output
     for arch in ("sm_80", "sm_90a"):
         assert invoke("compile", str(example), "--arch", arch).exit_code == 0
 

@@ -334,3 +334,17 @@ def test_compare_uses_relative_tolerance_for_large_values():
     out = ref * (1 + 0.01)  # 1% off: within bf16's tolerance, not within f16's
     assert compare(out, ref, BF16).ok
     assert not compare(out, ref, F16).ok
+
+
+def test_checking_dtype_follows_casts():
+    from kgen import ir
+    from kgen.reference import checking_dtype
+    from tests.kernels import P, T, gemm_kernel
+
+    extra = (P("E", T, ir.DType.F32, ("M", "N"), role=ir.Role.OUT),)
+    plain = gemm_kernel((ir.Store("D", ir.Acc()), ir.Store("E", ir.Acc())), extra=extra)
+    assert checking_dtype(plain, "E") is ir.DType.F32
+    cast = gemm_kernel((ir.Store("D", ir.Acc()), ir.Store("E", ir.Cast(ir.DType.BF16, ir.Acc()))),
+                       extra=extra)
+    assert checking_dtype(cast, "E") is ir.DType.BF16
+    assert checking_dtype(cast, "D") is ir.DType.BF16  # conservative: any cast in the epilogue

@@ -1,9 +1,14 @@
-"""Emission: a KernelPlan to standalone CUDA C++, through one emitter per target family."""
+"""Emission: a KernelPlan to standalone CUDA C++, through one emitter per target family, and
+the header that declares its host API (the same for every target)."""
 from __future__ import annotations
 
+from ..errors import KgenError
 from ..plan import KernelPlan
 from ..targets import target
 from . import sm80
+from .host_api import emit_header
+
+__all__ = ["EMITTERS", "emit", "emit_header"]
 
 EMITTERS = {
     "sm80": sm80.emit,
@@ -12,5 +17,10 @@ EMITTERS = {
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
+    if not plan.gemms:
+        raise KgenError(
+            plan.kernel.loc,
+            f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan",
+        )
     emitter = EMITTERS[target(plan.arch).emitter]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

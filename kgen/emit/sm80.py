@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .. import __version__, ir
 from ..lower.fragments import LDMATRIX
 from ..plan import FieldKind, GemmPlan, KernelPlan, OperandPlan
+from . import host_api, sm80_epilogue
 from .render import render
 
 MMA_TYPE = {ir.DType.F16: "f16", ir.DType.BF16: "bf16"}
@@ -32,29 +33,6 @@ def header(plan: KernelPlan, source_name: str, source_hash: str, command: str) -
 
 def dim_expr(dim: ir.Dim, prefix: str = "p.") -> str:
     return str(dim) if isinstance(dim, int) else f"{prefix}{dim}"
-
-
-def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: str | None) -> str:
-    if kind is FieldKind.POINTER:
-        p = plan.kernel.param(param or "")
-        assert p is not None
-        shape = ", ".join(str(d) for d in p.shape)
-        layout = f" {p.layout.value}" if p.kind is ir.ParamKind.TENSOR else ""
-        return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
-    if kind is FieldKind.SIZE:
-        return f"runtime size {dim}"
-    if kind is FieldKind.LEADING_DIM:
-        return f"elements between consecutive rows/columns of {param}"
-    p = plan.kernel.param(param or "")
-    default = "" if p is None or p.default is None else f", default {p.default}"
-    return f"scalar{default}"
-
-
-def _fields(plan: KernelPlan) -> list[dict]:
-    return [
-        dict(decl=f"{f.ctype} {f.name};", comment=_field_comment(plan, f.kind, f.param, f.dim))
-        for f in plan.fields
-    ]
 
 
 def _load_args(op: OperandPlan, which: str) -> str:
@@ -149,6 +127,12 @@ def _operand(g: GemmPlan, op: OperandPlan, which: str) -> dict:
     )
 
 
+def _buffer_ctype(g: GemmPlan, name: str) -> str:
+    types = {g.a.smem.name: g.a.dtype.cpp, g.b.smem.name: g.b.dtype.cpp}
+    types.update({r.scratch: "float" for r in g.epilogue.reductions})
+    return types[name]
+
+
 def _storage_asserts(plan: KernelPlan) -> list[_Check]:
     out = []
     bufs = plan.storage.buffers
@@ -159,7 +143,7 @@ def _storage_asserts(plan: KernelPlan) -> list[_Check]:
                           "SharedStorage::total_bytes", f"{b.name} must fit the storage"))
     for i, x in enumerate(bufs):
         for y in bufs[i + 1:]:
-            if x.live[0] <= y.live[1] and y.live[0] <= x.live[1]:
+            if x.bytes and y.bytes and x.co_live(y):
                 out.append(_Check(
                     f"SharedStorage::{x.name}_offset + SharedStorage::{x.name}_bytes <= "
                     f"SharedStorage::{y.name}_offset || SharedStorage::{y.name}_offset + "
@@ -206,10 +190,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         dict(
             name=b.name,
             role=b.role,
-            live=f"{plan.storage.phases[b.live[0]]}..{plan.storage.phases[b.live[1]]}",
+            live=plan.storage.live_text(b),
             offset=b.offset,
             bytes=b.bytes,
-            ctype=(g.a if b.name == "a_smem" else g.b).dtype.cpp,
+            ctype=b.dtype.cpp if b.dtype is not None else _buffer_ctype(g, b.name),
         )
         for b in plan.storage.buffers
     ]
@@ -233,7 +217,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         stages=g.stages,
         group_m=plan.group_m,
         smem_bytes=plan.smem_bytes,
-        fields=_fields(plan),
+        **host_api.template_values(plan),
         buffers=buffers,
         storage_asserts=_storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
@@ -243,6 +227,11 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         b=b,
         gemm_name=g.name,
         epilogue=epilogue_lines,
+        epilogue_params=sm80_epilogue.epilogue_params(g),
+        epilogue_loop=sm80_epilogue.loop_lines(plan, g),
+        reduce_helpers=sm80_epilogue.helpers(plan),
+        init_kernel=sm80_epilogue.init_kernel(plan),
+        host_init=sm80_epilogue.host_init_lines(plan),
         mainloop_steps=_mainloop_steps(g),
         first_fragments=_frag_loads(g, 0, 0, "_next"),
         summary=_summary(plan),

@@ -17,7 +17,8 @@ def _pointer_type(p: ir.Param) -> str:
 
 
 def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
-    arrays = [p for p in kernel.params if p.kind is not ir.ParamKind.SCALAR]
+    # scalar outputs (reductions to one value) are written through a pointer
+    arrays = [p for p in kernel.params if p.kind is not ir.ParamKind.SCALAR or p.role is ir.Role.OUT]
     out = [ParamField(p.name, FieldKind.POINTER, _pointer_type(p), param=p.name) for p in arrays]
     dims: list[str] = []
     for p in arrays:
@@ -31,7 +32,7 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
     out += [
         ParamField(p.name, FieldKind.SCALAR, "float", param=p.name, default=p.default)
         for p in kernel.params
-        if p.kind is ir.ParamKind.SCALAR
+        if p.kind is ir.ParamKind.SCALAR and p.role is ir.Role.IN
     ]
     seen: dict[str, ParamField] = {}
     for f in out:
@@ -53,7 +54,7 @@ def requirements(
     aligns: list[Alignment] = []
     needs_even_n: list[ir.Dim] = []
     for p in kernel.params:
-        if p.kind is ir.ParamKind.SCALAR:
+        if p.kind is ir.ParamKind.SCALAR or p.role is ir.Role.OUT and p.kind is not ir.ParamKind.TENSOR:
             continue
         if p.name in operands:
             elems = swizzle.CHUNK_BYTES // p.dtype.nbytes

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import EpilogueCode
+from ..plan import EpilogueCode, ReductionPlan
 
 ELEMS = (0, 1)
 
@@ -88,6 +88,7 @@ class _Builder:
     # node -> (C++ name per element, uniform?)
     values: dict[ir.Expr, tuple[tuple[str, str], bool]] = field(default_factory=dict)
     count: int = 0
+    reductions: list[ReductionPlan] = field(default_factory=list)
 
     def fresh(self) -> str:
         self.count += 1
@@ -175,6 +176,32 @@ class _Builder:
         self.loads.append(f"const float {name}_1 = {high.format(name)};")
         return (f"{name}_0", f"{name}_1"), False
 
+    def reduce(self, stmt: ir.Store, node: ir.Reduce, gemm: ir.Gemm) -> None:
+        """Hand the reduced value of both elements to the caller, which combines them."""
+        p = self.param(stmt.target)
+        if p.dtype is not ir.DType.F32:
+            raise KgenError(
+                stmt.loc, f"reduction output '{p.name}' must be f32: CTAs combine their "
+                f"partial results with f32 atomics (it is {p.dtype.dsl_name})"
+            )
+        (v0, v1), _ = self.value(node.arg)
+        k = len(self.reductions)
+        w, t = gemm.warps, gemm.tile
+        floats = {ir.Axis.ROW: w.n * t.m, ir.Axis.COL: w.m * t.n, ir.Axis.ALL: w.m * w.n}
+        self.reductions.append(
+            ReductionPlan(
+                index=k,
+                target=p.name,
+                op=node.op,
+                axis=node.axis,
+                length=p.shape[0] if p.shape else None,
+                scratch=f"red{k}_smem",
+                scratch_floats=floats[node.axis],
+            )
+        )
+        self.stores.append(f"red{k}_0 = {v0};")
+        self.stores.append(f"red{k}_1 = {v1};")
+
     def store(self, stmt: ir.Store, expr: ir.Expr) -> None:
         p = self.param(stmt.target)
         (v0, v1), _ = self.value(expr)
@@ -218,10 +245,14 @@ def inline_lets(epilogue: ir.Epilogue) -> list[tuple[ir.Store, ir.Expr]]:
 def run(kernel: ir.Kernel, gemm: ir.Gemm) -> EpilogueCode:
     builder = _Builder(kernel)
     for stmt, expr in inline_lets(gemm.epilogue):
-        builder.store(stmt, expr)
+        if isinstance(expr, ir.Reduce):
+            builder.reduce(stmt, expr, gemm)
+        else:
+            builder.store(stmt, expr)
     return EpilogueCode(
         loads=tuple(builder.loads),
         compute=tuple(builder.compute),
         stores=tuple(builder.stores),
         value_count=builder.count,
+        reductions=tuple(builder.reductions),
     )

@@ -1,19 +1,42 @@
-"""Storage pass: place every shared-memory buffer by lifetime and check the budget.
+"""Storage pass: every shared-memory buffer of a kernel, its lifetime and byte offset; the budget.
 
-Buffers whose live phase ranges overlap never share bytes; the others may. Placement is
-first-fit in order: each buffer goes to the lowest offset, aligned as it requires, that does
-not collide with an already placed buffer live at the same time.
+    phases    the kernel's phases in order: each gemm's `<gemm>.mainloop` and `<gemm>.epilogue`,
+              and the user's own phases around them (`phases { ... }`)
+    requests  what needs bytes: each gemm's operand stages and epilogue buffers (tagged with
+              their stage, for `pipeline(g)` / `epilogue(g)`) and the user's buffers
+    layout    a storage declaration, when there is one, places the buffers it mentions
+              (kgen/lower/unions.py lays it out and checks it against the lifetimes); the packer
+              places every other buffer around them
+    budget    the total against the target's limit, with the largest buffers named if it fails
+
+Buffers live in the same phase never share bytes; the others may. The packer is first fit
+(each buffer at the lowest offset its alignment allows that no co-live buffer occupies), tried
+in several orders, keeping the smallest. One of those orders is the offset order of the
+declared layout, when there is one: first fit in the offset order of any valid layout puts
+every buffer at or below its offset there (induction: a buffer's earlier co-live neighbours in
+that order end at or below their old ends, so its old offset is still free), so packing never
+needs more bytes than the declaration.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+import random
+from dataclasses import dataclass, field
 
 from .. import ir
-from ..errors import KgenError, SourceLoc
+from ..errors import NOWHERE, KgenError, SourceLoc
 from ..plan import Buffer, GemmPlan, StoragePlan, Swizzle
 from ..targets import Target
+from ..verify import at_line, check_identifier, did_you_mean, quote
+from . import unions
 
 TILE_ALIGN = 128  # swizzled tiles: a whole 128-byte bank line
+SCRATCH_ALIGN = 16
+USER_ALIGN = 16  # user buffers: room for 16-byte vector accesses and cp.async
+MAX_ALIGN = 1024  # the arena itself is __align__(1024)
+SEARCH_ORDERS = 200  # extra random first-fit orders tried when no order reaches the peak
+# Names the emitted SharedStorage itself uses for members.
+_STORAGE_MEMBERS = frozenset({"bytes", "total_bytes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,63 +47,370 @@ class Request:
     live: tuple[int, int]
     role: str
     swizzle: Swizzle | None = None
+    ranges: tuple[tuple[int, int], ...] = ()  # () means (live,)
+    stage: tuple[ir.StageKind, str] | None = None  # the gemm stage that made it
+    dtype: ir.DType | None = None
+    loc: SourceLoc = field(default=NOWHERE, compare=False)  # a user buffer's declaration
+
+    @property
+    def live_ranges(self) -> tuple[tuple[int, int], ...]:
+        return self.ranges or (self.live,)
 
 
-def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
+def _co_live(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    return any(a0 <= b1 and b0 <= a1 for a0, a1 in a for b0, b1 in b)
 
 
-def place(requests: list[Request]) -> tuple[Buffer, ...]:
-    placed: list[Buffer] = []
+def _up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+def _buffer(r: Request, offset: int, declared: bool = False) -> Buffer:
+    return Buffer(r.name, r.bytes, r.align, offset, r.live, r.role, r.swizzle, r.dtype,
+                  r.ranges, declared)
+
+
+# ---------------------------------------------------------------------------------------------
+# The packer
+
+
+def place(requests: list[Request], fixed: tuple[Buffer, ...] = ()) -> tuple[Buffer, ...]:
+    """First fit in the given order, around the `fixed` buffers: each request at the lowest
+    offset, aligned as it requires, that no buffer live at the same time occupies."""
+    placed: list[Buffer] = [b for b in fixed if b.bytes]
+    out: list[Buffer] = []
     for r in requests:
+        ranges = r.live_ranges
         offset = 0
+        if r.bytes:
+            busy = sorted((b.offset, b.end) for b in placed if _co_live(b.live_ranges, ranges))
+            for start, end in busy:
+                if end <= offset:
+                    continue
+                if start >= offset + r.bytes:
+                    break
+                offset = _up(end, r.align)
+        b = _buffer(r, offset)
+        out.append(b)
+        if r.bytes:
+            placed.append(b)
+    return tuple(out)
+
+
+def peak_bytes(requests: list[Request] | tuple[Buffer, ...], phases: int) -> int:
+    """The most bytes live in one phase: a lower bound on any layout's size."""
+    load = [0] * max(phases, 1)
+    for r in requests:
+        for phase in {p for a, z in r.live_ranges for p in range(a, z + 1)}:
+            if 0 <= phase < len(load):
+                load[phase] += r.bytes
+    return max(load)
+
+
+def _end(buffers) -> int:
+    return max((b.end for b in buffers), default=0)
+
+
+def pack(requests: list[Request], fixed: tuple[Buffer, ...] = (), *,
+         hints: tuple[tuple[str, ...], ...] = (), phases: int = 0) -> tuple[Buffer, ...]:
+    """The smallest first-fit layout of `requests` around `fixed` over several orders: as given,
+    by size, by first phase, by alignment, by lifetime, each order in `hints` (names), then the
+    best layout's own offset order until it stops shrinking, then random orders while the result
+    is above the peak. Deterministic; returns buffers in the order of `requests`."""
+    if not requests:
+        return ()
+    index = {r.name: i for i, r in enumerate(requests)}
+    first = {r.name: min(a for a, _ in r.live_ranges) for r in requests}
+    span = {r.name: sum(z - a + 1 for a, z in r.live_ranges) for r in requests}
+    orders = [
+        list(requests),
+        sorted(requests, key=lambda r: (-r.bytes, index[r.name])),
+        sorted(requests, key=lambda r: (first[r.name], -r.bytes, index[r.name])),
+        sorted(requests, key=lambda r: (-r.align, -r.bytes, index[r.name])),
+        sorted(requests, key=lambda r: (-span[r.name], -r.bytes, index[r.name])),
+        sorted(requests, key=lambda r: (-r.bytes * span[r.name], index[r.name])),
+    ]
+    for hint in hints:
+        rank = {name: i for i, name in enumerate(hint)}
+        orders.append(sorted(requests, key=lambda r: (rank.get(r.name, len(rank)), index[r.name])))
+    floor = max(_end(fixed), peak_bytes(list(requests) + list(fixed), phases) if phases else 0)
+
+    best: tuple[Buffer, ...] | None = None
+
+    def consider(order: list[Request]) -> bool:
+        nonlocal best
+        layout = place(order, fixed)
+        if best is None or _end(layout) < _end(best):
+            best = layout
+            return True
+        return False
+
+    for order in orders:
+        consider(order)
+
+    def compact() -> None:
+        # First fit in the best layout's offset order never does worse; repeat while it helps.
         while True:
-            offset = -(-offset // r.align) * r.align
-            clash = next(
-                (
-                    b
-                    for b in placed
-                    if _overlaps(b.live, r.live)
-                    and offset < b.offset + b.bytes
-                    and b.offset < offset + r.bytes
-                ),
-                None,
+            offsets = {b.name: b.offset for b in best}
+            order = sorted(requests, key=lambda r: (offsets[r.name], -r.bytes, index[r.name]))
+            if not consider(order):
+                return
+
+    compact()
+    rng = random.Random(len(requests))
+    tries = 0
+    while _end(best) > floor and tries < SEARCH_ORDERS:
+        tries += 1
+        order = list(requests)
+        rng.shuffle(order)
+        if consider(order):
+            compact()
+    by_name = {b.name: b for b in best}
+    return tuple(by_name[r.name] for r in requests)
+
+
+# ---------------------------------------------------------------------------------------------
+# Phases
+
+
+def _gemm_phases(gemms: list[GemmPlan]) -> list[str]:
+    return [name for g in gemms for name in (f"{g.name}.mainloop", f"{g.name}.epilogue")]
+
+
+def _phase_problem(name: object) -> str | None:
+    if not isinstance(name, str) or not name.isascii() or not name.isidentifier() \
+            or name.startswith("_") or len(name) > 64:
+        return (f"phase name {quote(name)} must be an ASCII name (letters, digits, '_', at most "
+                "64 characters, not starting with '_')")
+    return None
+
+
+def phase_order(kernel: ir.Kernel, gemms: list[GemmPlan]) -> list[str]:
+    """The kernel's phases in order: the user's order when given (it must list every gemm phase,
+    in the order the gemms run), else the gemms' own phases."""
+    lowered = _gemm_phases(gemms)
+    if not kernel.phases:
+        return lowered or ["kernel"]
+    seen: dict[str, SourceLoc] = {}
+    for p in kernel.phases:
+        if p.name in seen:
+            raise KgenError(p.loc, f"phase '{p.name}' is listed twice (first{at_line(seen[p.name])})")
+        if "." in str(p.name):
+            if p.name not in lowered:
+                known = ", ".join(lowered) or "none: this kernel has no gemm"
+                raise KgenError(
+                    p.loc, f"{quote(p.name)} is not a phase of a gemm of this kernel "
+                           f"(those are {known}){did_you_mean(str(p.name), lowered)}")
+        elif problem := _phase_problem(p.name):
+            raise KgenError(p.loc, problem)
+        seen[p.name] = p.loc
+    where = kernel.phases[0].loc
+    missing = [name for name in lowered if name not in seen]
+    if missing:
+        raise KgenError(
+            where, f"phases must list every gemm phase to say where it falls; add "
+                   f"{', '.join(missing)}")
+    listed = [p.name for p in kernel.phases if p.name in lowered]
+    if listed != lowered:
+        raise KgenError(where, f"gemm phases must come in the order the kernel runs them: "
+                               f"{', '.join(lowered)}")
+    return [p.name for p in kernel.phases]
+
+
+def _live(ranges: tuple[ir.LiveRange, ...], phases: list[str], what: str,
+          loc: SourceLoc) -> tuple[tuple[int, int], tuple[tuple[int, int], ...]]:
+    """(first, last) and the phase ranges of a user buffer; every phase when none are given."""
+    if not ranges:
+        whole = (0, len(phases) - 1)
+        return whole, ()
+    index = {name: i for i, name in enumerate(phases)}
+    out = []
+    for r in ranges:
+        ends = []
+        for name in (r.first, r.last):
+            if name not in index:
+                raise KgenError(
+                    r.loc, f"{what}: unknown phase {quote(name)}{did_you_mean(str(name), phases)} "
+                           f"(the kernel's phases: {', '.join(phases)})")
+            ends.append(index[name])
+        if ends[0] > ends[1]:
+            raise KgenError(r.loc, f"{what}: phase '{r.last}' comes before '{r.first}'")
+        out.append(tuple(ends))
+    out.sort()
+    merged: list[list[int]] = []
+    for a, z in out:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], z)
+        else:
+            merged.append([a, z])
+    ranges_out = tuple((a, z) for a, z in merged)
+    span = (ranges_out[0][0], ranges_out[-1][1])
+    return span, (ranges_out if len(ranges_out) > 1 else ())
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def _stage_requests(g: GemmPlan, index: dict[str, int]) -> list[Request]:
+    mainloop = index[f"{g.name}.mainloop"]
+    epilogue = index[f"{g.name}.epilogue"]
+    pipeline = (ir.StageKind.PIPELINE, g.name)
+    out = []
+    for op in (g.a, g.b):
+        t = op.smem
+        out.append(
+            Request(
+                t.name,
+                t.bytes,
+                TILE_ALIGN,
+                (mainloop, mainloop),
+                f"{op.param} stages of {g.name}: {t.stages} x {t.outer}x{t.inner} "
+                f"{t.dtype.dsl_name}",
+                t.swizzle,
+                stage=pipeline,
+                dtype=t.dtype,
             )
-            if clash is None:
-                break
-            offset = clash.offset + clash.bytes
-        placed.append(Buffer(r.name, r.bytes, r.align, offset, r.live, r.role, r.swizzle))
-    return tuple(placed)
+        )
+    # Reduction scratch is used after the mainloop: it may reuse the operand stages' bytes.
+    for r in g.epilogue.reductions:
+        out.append(
+            Request(
+                r.scratch,
+                r.scratch_floats * 4,
+                SCRATCH_ALIGN,
+                (epilogue, epilogue),
+                f"{r.op.value} {r.axis.value} reduction of {r.target} ({g.name} epilogue): "
+                f"{r.scratch_floats} f32",
+                stage=(ir.StageKind.EPILOGUE, g.name),
+                dtype=ir.DType.F32,
+            )
+        )
+    return out
+
+
+def _members(decl: ir.StorageDecl):
+    """Every member of a declaration, depth first."""
+    stack = list(reversed(list(decl.persistent) + ([decl.root] if decl.root else [])))
+    while stack:
+        m = stack.pop()
+        yield m
+        if isinstance(m, (ir.Struct, ir.Union)):
+            stack.extend(reversed(m.members))
+
+
+def _user_request(b: ir.SmemBuffer, phases: list[str]) -> Request:
+    check_identifier(b.name, b.loc, "buffer")
+    if not isinstance(b.dtype, ir.DType):
+        raise KgenError(b.loc, f"buffer '{b.name}': unknown dtype {quote(b.dtype)}")
+    if not isinstance(b.shape, tuple) or not b.shape:
+        raise KgenError(b.loc, f"buffer '{b.name}' needs a shape, e.g. {b.name} : f16[64, 64]")
+    count = 1
+    for d in b.shape:
+        if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
+            raise KgenError(b.loc, f"buffer '{b.name}': dimensions must be positive integers, "
+                                   f"got {quote(d)}")
+        count *= d
+    nbytes = count * b.dtype.nbytes
+    if nbytes > unions.MAX_BYTES:
+        raise KgenError(b.loc, f"buffer '{b.name}' needs {nbytes} bytes, more than any GPU has")
+    align = USER_ALIGN if b.align is None else b.align
+    if isinstance(align, bool) or not isinstance(align, int) or align < b.dtype.nbytes \
+            or align > MAX_ALIGN or align & (align - 1):
+        raise KgenError(b.loc, f"buffer '{b.name}': align must be a power of two from "
+                               f"{b.dtype.nbytes} (its element size) to {MAX_ALIGN}, got "
+                               f"{quote(align)}")
+    live, ranges = _live(b.live, phases, f"buffer '{b.name}'", b.loc)
+    shape = ", ".join(map(str, b.shape))
+    return Request(b.name, nbytes, align, live, f"user buffer {b.dtype.dsl_name}[{shape}]",
+                   ranges=ranges, dtype=b.dtype, loc=b.loc)
+
+
+def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) -> list[Request]:
+    if kernel.storage is None:
+        return []
+    lowered = {r.name for r in made}
+    out: dict[str, Request] = {}
+    for m in _members(kernel.storage):
+        if not isinstance(m, ir.SmemBuffer):
+            continue
+        if m.name in lowered:
+            raise KgenError(m.loc, f"buffer name '{m.name}' is taken by a buffer kgen makes; "
+                                   f"to place that one, write its name alone: {m.name}")
+        if m.name in out:
+            continue  # declared twice: unions.run says so, at the second declaration
+        out[m.name] = _user_request(m, phases)
+    # The emitted SharedStorage declares <name>_offset, <name>_bytes and <name>() per buffer.
+    taken: dict[str, str] = {name: "SharedStorage" for name in _STORAGE_MEMBERS}
+    for r in made + list(out.values()):
+        for ident in (r.name, f"{r.name}_offset", f"{r.name}_bytes"):
+            if ident in taken:
+                owner = out.get(r.name) or out.get(taken[ident])
+                loc = owner.loc if owner is not None else kernel.storage.loc
+                raise KgenError(loc, f"buffer name '{r.name}' clashes in the emitted "
+                                     f"SharedStorage with '{ident}' of {taken[ident]}; rename it")
+            taken[ident] = r.name
+    return list(out.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass
 
 
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target, budget_loc: SourceLoc) -> StoragePlan:
-    phases: list[str] = []
-    requests: list[Request] = []
-    for g in gemms:
-        mainloop = len(phases)
-        phases += [f"{g.name}.mainloop", f"{g.name}.epilogue"]
-        for op in (g.a, g.b):
-            t = op.smem
-            requests.append(
-                Request(
-                    t.name,
-                    t.bytes,
-                    TILE_ALIGN,
-                    (mainloop, mainloop),
-                    f"{op.param} stages of {g.name}: {t.stages} x {t.outer}x{t.inner} "
-                    f"{t.dtype.dsl_name}",
-                    t.swizzle,
-                )
-            )
-    buffers = place(requests)
-    total = max((b.offset + b.bytes for b in buffers), default=0)
-    total = -(-total // TILE_ALIGN) * TILE_ALIGN
+    phases = phase_order(kernel, gemms)
+    index = {name: i for i, name in enumerate(phases)}
+    requests: list[Request] = [r for g in gemms for r in _stage_requests(g, index)]
+    requests += _user_requests(kernel, phases, requests)
+
+    declared_bytes = None
+    fixed: tuple[Buffer, ...] = ()
+    hints: tuple[tuple[str, ...], ...] = ()
+    if kernel.storage is not None:
+        sized = {r.name: unions.Sized(r.name, r.bytes, r.align, r.live_ranges) for r in requests}
+        stages: dict[tuple[ir.StageKind, str], list[str]] = {}
+        for r in requests:
+            if r.stage is not None:
+                stages.setdefault(r.stage, []).append(r.name)
+        declared = unions.run(kernel.storage, sized, stages, [g.name for g in gemms], phases)
+        declared_bytes = declared.size
+        fixed = tuple(_buffer(r, declared.offsets[r.name], declared=True)
+                      for r in requests if r.name in declared.offsets)
+    rest = [r for r in requests if r.name not in {b.name for b in fixed}]
+    by_name = {b.name: b for b in fixed + pack(rest, fixed, phases=len(phases))}
+    buffers = tuple(by_name[r.name] for r in requests)
+
+    packed_bytes = None
+    if kernel.storage is not None:
+        # What the packer alone makes of the same buffers; one of its orders is this layout's.
+        order = tuple(b.name for b in sorted(buffers, key=lambda b: (b.offset, -b.bytes)))
+        packed = pack(requests, hints=(order,), phases=len(phases))
+        packed_bytes = _total(packed)
+        assert packed_bytes <= max(_total(buffers), declared_bytes or 0), "first fit regressed"
+
+    total = _total(buffers)
+    if declared_bytes is not None:
+        total = max(total, _up(declared_bytes, _arena_align(buffers)))
     if total > tgt.smem_limit:
-        largest = sorted(buffers, key=lambda b: -b.bytes)[:4]
+        largest = sorted(buffers, key=lambda b: (-b.bytes, b.name))[:4]
         listing = ", ".join(f"{b.name} {b.bytes} B ({b.role})" for b in largest)
+        advice = "use fewer stages or a smaller tile"
+        if any(r.stage is None for r in requests):
+            advice += ", or let buffers that are not live together share bytes"
         raise KgenError(
             budget_loc,
             f"shared memory over budget: {total} bytes needed, {tgt.arch.value} allows "
-            f"{tgt.smem_limit}; largest buffers: {listing}; use fewer stages or a smaller tile",
+            f"{tgt.smem_limit}; largest buffers: {listing}; {advice}",
         )
-    return StoragePlan(tuple(phases), buffers, total, tgt.smem_limit)
+    return StoragePlan(tuple(phases), buffers, total, tgt.smem_limit,
+                       peak_bytes=peak_bytes(requests, len(phases)),
+                       declared_bytes=declared_bytes, packed_bytes=packed_bytes)
+
+
+def _arena_align(buffers) -> int:
+    return max((b.align for b in buffers), default=USER_ALIGN)
+
+
+def _total(buffers) -> int:
+    """The arena's size: the end of the last buffer, rounded up as C rounds a struct's size."""
+    return _up(_end(buffers), _arena_align(buffers))

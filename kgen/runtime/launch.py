@@ -355,6 +355,13 @@ class CompiledKernel:
         self._function = check(
             driver.cuKernelGetFunction(self._kernel.handle), "cuKernelGetFunction"
         )
+        # Reductions: a small kernel sets their outputs to the identity before each launch.
+        self._init_function = None
+        if plan.init_kernel is not None:
+            init = self._object.get_kernel(plan.init_kernel)
+            self._init_function = check(
+                driver.cuKernelGetFunction(init.handle), "cuKernelGetFunction(init)"
+            )
         if plan.smem_bytes > DEFAULT_SMEM_LIMIT:
             check(
                 driver.cuFuncSetAttribute(
@@ -411,6 +418,16 @@ class CompiledKernel:
         activate(self.device_id)
         struct = self._struct(**bound.values)
         pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
+        if self._init_function is not None:
+            ix, iy, iz = self.plan.init_grid(bound.sizes)
+            (err,) = driver.cuLaunchKernel(
+                self._init_function, ix, iy, iz, self.plan.INIT_THREADS, 1, 1, 0,
+                driver.CUstream(stream), ctypes.addressof(pointers), 0,
+            )
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise KgenRuntimeError(
+                    f"launching {self.plan.init_kernel} failed: {error_text(err)}"
+                )
         gx, gy, gz = bound.grid
         (err,) = driver.cuLaunchKernel(
             self._function, gx, gy, gz, self.plan.threads, 1, 1, self.plan.smem_bytes,

@@ -20,7 +20,8 @@ import numpy as np
 from .. import ir
 from ..errors import ArgumentError
 from ..plan import KernelPlan
-from ..reference import CompareResult, compare, evaluate, host_dtype, needs_all_rows
+from ..reference import (CompareResult, checking_dtype, compare, evaluate, host_dtype,
+                         needs_all_rows)
 from .bench import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
 from .device import check as check_cuda
 from .device import device_info, require_gpu
@@ -496,7 +497,7 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
         subset = rows is not None and param.name in row_indexed
         got = full[rows] if subset else full
         ref = reference[param.name]
-        result = compare(got.reshape(np.shape(ref)), ref, param.dtype)
+        result = compare(got.reshape(np.shape(ref)), ref, checking_dtype(kernel, param.name))
         if subset and not np.isnan(np.asarray(ref, dtype=np.float64)).any():
             # Rows outside the subset have no reference, but none of them may still be NaN.
             nan_total = int(np.count_nonzero(np.isnan(full.astype(np.float32))))

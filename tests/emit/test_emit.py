@@ -119,17 +119,65 @@ def test_sweep_of_tiles_and_layouts_compiles_without_spills(tmp_path, monkeypatc
 NVCC = shutil.which("nvcc")
 
 
+USE_HEADER = """#include "{name}.h"
+const char* check_{name}(const {name}_params& p) {{ return {name}_can_implement(p); }}
+cudaError_t run_{name}(const {name}_params& p, cudaStream_t s) {{ return {name}_launch(p, s); }}
+"""
+NOT_CUDA = '#ifdef __CUDACC__\n#error "the headers must serve plain C++"\n#endif\n'
+
+
+def _nvcc(unit: Path, *flags: str) -> None:
+    proc = subprocess.run(
+        [NVCC, "-std=c++17", *flags, "-Xcompiler", "-Wall,-Wextra", "-c", str(unit),
+         "-o", str(unit.with_suffix(".o"))],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in (proc.stderr + proc.stdout).lower(), proc.stderr
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch,gencode", [("sm_80", "arch=compute_80,code=sm_80"),
                                           ("sm_90a", "arch=compute_90a,code=sm_90a")])
 def test_every_example_compiles_with_nvcc_without_warnings(arch, gencode, tmp_path):
-    for name, plan, src in _example_sources(arch):
-        cu = tmp_path / f"{plan.name}.cu"
-        cu.write_text(src)
-        proc = subprocess.run(
-            [NVCC, "-std=c++17", f"-gencode={gencode}", "-Xcompiler", "-Wall,-Wextra",
-             "-c", str(cu), "-o", str(tmp_path / f"{plan.name}.o")],
-            capture_output=True, text=True,
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert "warning" not in (proc.stderr + proc.stdout).lower(), proc.stderr
+    """Each .cu first (so it stands alone), then its header in the same translation unit (the
+    guarded struct is defined once, the declarations match the definitions); and one plain C++
+    file (nvcc hands .cpp to the host compiler) that includes every header and calls each API."""
+    api = pytest.importorskip("kgen.api")
+    use = tmp_path / "use_headers.cpp"
+    use_text = NOT_CUDA
+    for path in EXAMPLES:
+        built = api.build_file(path, arch)
+        name = built.plan.name
+        (tmp_path / f"{name}.cu").write_text(built.source)
+        (tmp_path / f"{name}.h").write_text(built.header)
+        both = tmp_path / f"{name}_and_header.cu"
+        both.write_text(f'#include "{name}.cu"\n#include "{name}.h"\n')
+        _nvcc(both, f"-gencode={gencode}")
+        use_text += USE_HEADER.format(name=name)
+    use.write_text(use_text)
+    _nvcc(use)
+
+
+def test_header_and_cu_share_the_params_struct():
+    api = pytest.importorskip("kgen.api")
+    for path in EXAMPLES:
+        built = api.build_file(path)
+        name = built.plan.name
+        guard = f"#ifndef KGEN_{name.upper()}_PARAMS_DEFINED"
+        end = f"#endif  // KGEN_{name.upper()}_PARAMS_DEFINED"
+        blocks = []
+        for text in (built.source, built.header):
+            assert text.count(guard) == 1 and text.count(f"struct {name}_params {{") == 1
+            blocks.append(text[text.index(guard):text.index(end)])
+        assert blocks[0] == blocks[1]
+        for field in built.plan.fields:
+            assert f" {field.name};" in blocks[1]
+        signatures = (f"const char* {name}_can_implement(const {name}_params& p)",
+                      f"cudaError_t {name}_launch(const {name}_params& p, cudaStream_t stream)")
+        for signature in signatures:
+            assert f"\n{signature} {{" in built.source  # defined, external linkage
+            assert f"\n{signature};" in built.header  # declared
+        lines = built.header.splitlines()
+        assert "Do not edit" in lines[0] and lines[1].startswith("// Regenerate with: kgen compile")
+        assert f"#ifndef KGEN_{name.upper()}_H" in lines and "__global__" not in built.header

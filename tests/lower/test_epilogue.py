@@ -88,3 +88,32 @@ def test_float_literals_round_trip(value, literal):
 def test_non_finite_constant_is_refused():
     with pytest.raises(ValueError):
         epilogue.float_literal(float("inf"))
+
+
+def _reducing(op, axis, out_dtype=ir.DType.F32, length="M"):
+    shape = () if axis is ir.Axis.ALL else (length,)
+    kind = S if axis is ir.Axis.ALL else V
+    extra = (P("r", kind, out_dtype, shape, role=ir.Role.OUT),)
+    stmts = (ir.Store("D", acc), ir.Store("r", ir.Reduce(op, axis, call(ir.Op.EXP, acc))))
+    return gemm_kernel(stmts, extra=extra)
+
+
+@pytest.mark.parametrize("axis,length,floats", [(ir.Axis.ROW, "M", 2 * 128), (ir.Axis.COL, "N", 2 * 128),
+                                                (ir.Axis.ALL, None, 4)])
+def test_reductions_get_scratch_after_the_mainloop(axis, length, floats):
+    plan = lower(_reducing(ir.ReduceOp.MAX, axis, length=length or "M"))
+    (red,) = plan.reductions
+    assert (red.target, red.op, red.axis, red.scratch_floats) == ("r", ir.ReduceOp.MAX, axis, floats)
+    scratch = next(b for b in plan.storage.buffers if b.name == red.scratch)
+    assert scratch.live == (1, 1) and scratch.offset == 0  # reuses the dead operand stages
+    assert plan.init_kernel == "k_init"
+    code = plan.gemms[0].epilogue
+    assert code.stores[-2:] == ("red0_0 = v1_0;", "red0_1 = v1_1;")
+    assert [f.ctype for f in plan.fields if f.name == "r"] == ["float*"]
+
+
+def test_reduction_output_must_be_f32():
+    from kgen.errors import KgenError
+
+    with pytest.raises(KgenError, match="reduction output 'r' must be f32"):
+        lower(_reducing(ir.ReduceOp.SUM, ir.Axis.ROW, out_dtype=ir.DType.F16))

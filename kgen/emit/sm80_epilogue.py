@@ -1,0 +1,147 @@
+"""sm_80 epilogue loop: the per-fragment calls of the epilogue function and, when the epilogue
+has reductions, their per-thread partials, the CTA-level combine and the cross-CTA atomics.
+Every line is prepared here; the template prints them."""
+from __future__ import annotations
+
+from .. import ir
+from ..plan import GemmPlan, KernelPlan, ReductionPlan
+from .render import render
+
+OP_STRUCT = {
+    ir.ReduceOp.SUM: "ReduceSum",
+    ir.ReduceOp.MAX: "ReduceMax",
+    ir.ReduceOp.MIN: "ReduceMin",
+    ir.ReduceOp.ABSMAX: "ReduceAbsMax",
+}
+PART_SHAPE = {ir.Axis.ROW: "[kFragM][2]", ir.Axis.COL: "[kFragN][2]", ir.Axis.ALL: ""}
+
+
+def _dim(dim: ir.Dim | None) -> str:
+    if dim is None:
+        return "1"
+    return str(dim) if isinstance(dim, int) else f"p.{dim}"
+
+
+def epilogue_params(g: GemmPlan) -> str:
+    """Extra parameters of the epilogue function: the reduced values of both elements."""
+    return "".join(f", float& red{r.index}_0, float& red{r.index}_1" for r in g.epilogue.reductions)
+
+
+def _combine(r: ReductionPlan, half: str) -> list[str]:
+    k, op = r.index, OP_STRUCT[r.op]
+    if r.axis is ir.Axis.ROW:
+        return [f"red{k}_part[i][{half}] = {op}::combine(red{k}_part[i][{half}], "
+                f"{op}::combine({op}::element(red{k}_0), {op}::element(red{k}_1)));"]
+    if r.axis is ir.Axis.COL:
+        return [f"red{k}_part[j][{e}] = {op}::combine(red{k}_part[j][{e}], "
+                f"{op}::element(red{k}_{e}));" for e in (0, 1)]
+    return [f"red{k}_part = {op}::combine(red{k}_part, "
+            f"{op}::combine({op}::element(red{k}_0), {op}::element(red{k}_1)));"]
+
+
+def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str) -> list[str]:
+    reds = g.epilogue.reductions
+    args = "".join(f", red{r.index}_0, red{r.index}_1" for r in reds)
+    call = f"{g.name}_epilogue(p, {row}, col, acc[i][j][{regs[0]}], acc[i][j][{regs[1]}]{args});"
+    if not reds:
+        return [call]
+    decls = [f"float red{r.index}_0, red{r.index}_1;" for r in reds]
+    body = decls + [call] + [line for r in reds for line in _combine(r, half)]
+    return body
+
+
+def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """The kernel's epilogue: one call per accumulator pair, then the reductions."""
+    reds = g.epilogue.reductions
+    lines: list[str] = []
+    for r in reds:
+        op = OP_STRUCT[r.op]
+        what = f"{r.op.value} over {'columns' if r.axis is ir.Axis.ROW else 'rows' if r.axis is ir.Axis.COL else 'the tile'} into {r.target}"
+        lines.append(f"// red{r.index}: {what}")
+        if r.axis is ir.Axis.ALL:
+            lines.append(f"float red{r.index}_part = {op}::identity();")
+            continue
+        lines.append(f"float red{r.index}_part{PART_SHAPE[r.axis]};")
+        outer = "kFragM" if r.axis is ir.Axis.ROW else "kFragN"
+        lines.append(f"for (int f = 0; f < {outer}; ++f) red{r.index}_part[f][0] = "
+                     f"red{r.index}_part[f][1] = {op}::identity();")
+    lines += [
+        "// Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns",
+        "// 2 * (lane % 4) and the next one.",
+        "#pragma unroll",
+        "for (int i = 0; i < kFragM; ++i) {",
+        "#pragma unroll",
+        "  for (int j = 0; j < kFragN; ++j) {",
+        "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4;",
+        "    const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
+        "    if (col < N) {",
+        "      if (row < M) {",
+        *[f"        {x}" for x in _call(g, "row", (0, 1), "0")],
+        "      }",
+        "      if (row + 8 < M) {",
+        *[f"        {x}" for x in _call(g, "row + 8", (2, 3), "1")],
+        "      }",
+        "    }",
+        "  }",
+        "}",
+    ]
+    if not reds:
+        return lines
+    lines += ["// The reduction scratch reuses the mainloop's shared memory: wait for every warp.",
+              "__syncthreads();"]
+    for r in reds:
+        op, k = OP_STRUCT[r.op], r.index
+        scratch = f"smem.{r.scratch}()"
+        if r.axis is ir.Axis.ROW:
+            lines.append(f"reduce_rows_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_m, warp_n);")
+        elif r.axis is ir.Axis.COL:
+            lines.append(f"reduce_cols_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_m, warp_n);")
+        else:
+            lines.append(f"reduce_all_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_id);")
+    lines.append("__syncthreads();")
+    for r in reds:
+        op = OP_STRUCT[r.op]
+        scratch = f"smem.{r.scratch}()"
+        if r.axis is ir.Axis.ROW:
+            lines.append(f"merge_scratch<{op}>({scratch}, kWarpsN, kTileM, p.{r.target} + m0, M - m0, tid);")
+        elif r.axis is ir.Axis.COL:
+            lines.append(f"merge_scratch<{op}>({scratch}, kWarpsM, kTileN, p.{r.target} + n0, N - n0, tid);")
+        else:
+            lines.append(f"merge_scratch<{op}>({scratch}, kWarpsM * kWarpsN, 1, p.{r.target}, 1, tid);")
+    return lines
+
+
+def helpers(plan: KernelPlan) -> str:
+    return render("sm80_reduce.cu.j2") if plan.reductions else ""
+
+
+def init_kernel(plan: KernelPlan) -> list[str]:
+    """A kernel that sets every reduction output to its op's identity (before the main one)."""
+    if not plan.reductions:
+        return []
+    ns = f"{plan.name}_kgen"
+    lines = [
+        "// Sets every reduction output to its identity; launched before the kernel above.",
+        f'extern "C" __global__ void __launch_bounds__({plan.INIT_THREADS})',
+        f"{plan.init_kernel}(const __grid_constant__ {plan.name}_params p) {{",
+        f"  const long long i = blockIdx.x * {plan.INIT_THREADS}ll + threadIdx.x;",
+    ]
+    for r in plan.reductions:
+        lines.append(f"  if (i < {_dim(r.length)}) p.{r.target}[i] = {ns}::{OP_STRUCT[r.op]}::identity();")
+    lines.append("}")
+    return lines
+
+
+def host_init_lines(plan: KernelPlan) -> list[str]:
+    if not plan.reductions:
+        return []
+    lengths = [_dim(r.length) for r in plan.reductions]
+    longest = lengths[0]
+    for other in lengths[1:]:
+        longest = f"max({longest}, {other})"
+    threads = plan.INIT_THREADS
+    return [
+        "// reduction outputs start at their identity; CTAs then merge into them atomically",
+        f"const int init_blocks = ({longest} + {threads - 1}) / {threads};",
+        f"{plan.init_kernel}<<<init_blocks > 0 ? init_blocks : 1, {threads}, 0, stream>>>(p);",
+    ]
