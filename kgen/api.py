@@ -34,8 +34,8 @@ def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:
     from .parse import parse_file
     from .verify import verify
 
-    text = Path(path).read_text()
-    module = parse_file(str(path))
+    module = parse_file(str(path))  # first: a file that is not UTF-8 gets a located message
+    text = Path(path).read_text(encoding="utf-8")
     verify(module)
     return module, text
 
@@ -49,8 +49,9 @@ def pick_kernel(module: ir.Module, name: str | None) -> ir.Kernel:
         raise KgenError(NOWHERE, f"no kernel named {name!r} in {module.file} (it has {names})")
     if len(module.kernels) != 1:
         names = ", ".join(k.name for k in module.kernels)
+        loc = module.kernels[1].loc if len(module.kernels) > 1 else NOWHERE
         raise KgenError(
-            NOWHERE, f"{module.file} has {len(module.kernels)} kernels ({names}); pick one with "
+            loc, f"{module.file} has {len(module.kernels)} kernels ({names}); pick one with "
             "--kernel NAME (kernel=NAME in Python)"
         )
     return module.kernels[0]
@@ -68,6 +69,13 @@ def arch_of(arch: str | ir.Arch | None) -> ir.Arch | None:
 
 def file_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def safe_file_name(path: str | os.PathLike) -> str:
+    """The file's base name as the generated comments show it: printable ASCII and no
+    backslash (a backslash that ends a // comment line continues the comment onto the next)."""
+    name = os.path.basename(str(path))
+    return "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in name)
 
 
 def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None) -> str:
@@ -97,7 +105,7 @@ def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
     """Parse, verify, lower and emit one kernel of a .kg file, exactly as `kgen compile`."""
     module, text = read_module(path)
     chosen = pick_kernel(module, kernel)
-    name = os.path.basename(str(path))
+    name = safe_file_name(path)
     target = arch_of(arch)
     return build(chosen, target, source_name=name, source_hash=file_hash(text.encode()),
                  command=compile_command(name, target, kernel))

@@ -49,14 +49,20 @@ def _fail(code: int, message: str):
 
 def _read_text(path: str) -> str:
     try:
-        return Path(path).read_text()
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         _fail(EXIT_BAD_INPUT, f"error: {path}: no such file")
     except IsADirectoryError:
         _fail(EXIT_BAD_INPUT, f"error: {path}: is a directory, not a .kg file")
-    except (OSError, UnicodeDecodeError) as err:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: cannot read: {getattr(err, 'strerror', err)}")
-    raise AssertionError("unreachable")
+    except OSError as err:
+        _fail(EXIT_BAD_INPUT, f"error: {path}: cannot read: {err.strerror or err}")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        from .parse import parse_file
+
+        parse_file(path)  # raises the located "not UTF-8 text" KgenError
+        raise
 
 
 def _source_for(err: KgenError, path: str, text: str) -> str | None:
@@ -385,7 +391,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     kernel_name: str | None) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module
+    from .api import read_module, safe_file_name
     from .lower import lower
 
     text = _read_text(file)
@@ -395,7 +401,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
     summaries = []
     for kernel in kernels:
         if resources:
-            name = os.path.basename(file)
+            name = safe_file_name(file)
             built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
                           command=header_command(name, target, kernel_name))
             summaries.append(plan_summary(built.plan, _resources(built)))

@@ -390,10 +390,12 @@ class StageKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StageBuffers:
-    """`pipeline(g)` / `epilogue(g)`: the buffers of one stage of gemm `g`, as a struct."""
+    """`pipeline(g)` / `epilogue(g)`: the buffers of one stage of gemm `g`, as a struct;
+    `label : pipeline(g)` names the member for the reader (as the seed's `mm_doivj`)."""
 
     kind: StageKind
     gemm: str
+    label: str | None = None
     loc: SourceLoc = _loc()
 
 
@@ -414,11 +416,14 @@ Member = typing.Union[SmemBuffer, BufferRef, StageBuffers, Struct, Union]
 
 @dataclass(frozen=True, slots=True)
 class StorageDecl:
-    """`storage { persistent { ... } union { ... } }`: the persistent members first, as a
-    struct, then `root`. Buffers it leaves out are placed by the packer."""
+    """`storage { persistent { ... } union { ... } x : f16[64] live(a) }`: the persistent
+    members first, as a struct, then `root`, as declared; then the `packed` buffers (declared
+    at the top of the block, outside any struct or union) and the buffers the lowering makes
+    that the declaration does not mention, placed by the packer."""
 
     persistent: tuple[Member, ...] = ()
     root: Union | Struct | None = None
+    packed: tuple[SmemBuffer, ...] = ()
     loc: SourceLoc = _loc()
 
 
@@ -437,6 +442,9 @@ class Kernel:
     target_loc: SourceLoc = _loc()
     phases: tuple[Phase, ...] = ()  # the kernel's phase order, when the user gives one
     storage: StorageDecl | None = None
+    # Reductions across CTAs: False merges partials with atomics (one launch); True writes
+    # them to a workspace and a second kernel combines them in a fixed order (bit-identical).
+    deterministic: bool = False
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 
 from . import ir
@@ -30,6 +30,7 @@ from .ir import Arch, Axis, DType, Op, ParamKind, Residency
 from .verify import (
     F32_MAX,
     MAX_DIM,
+    MAX_EXPR_DEPTH,
     MAX_SETTING,
     REDUCTIONS,
     arity_message,
@@ -122,6 +123,7 @@ def parse(text: str, file: str = "<string>") -> ir.Module:
         tree = _parser().parse(text)
     except UnexpectedInput as e:
         raise _syntax_error(e, text, file) from None
+    _check_depth(tree, file)
     try:
         kernels = _ToIR(file).transform(tree)
     except VisitError as e:
@@ -152,6 +154,24 @@ def parse_file(path: str | Path) -> ir.Module:
             f"{name} is not UTF-8 text (byte 0x{data[e.start]:02x})",
         ) from None
     return parse(text, name)
+
+
+def _check_depth(tree: Tree, file: str) -> None:
+    """Refuse an epilogue expression nested deeper than MAX_EXPR_DEPTH, at its statement,
+    before the (recursive) transformer walks it."""
+    for stmt in tree.find_data("stmt"):
+        stack = [(stmt.children[-1], 1)]
+        while stack:
+            node, depth = stack.pop()
+            if not isinstance(node, Tree) or node.data == "axis":
+                continue
+            if depth > MAX_EXPR_DEPTH:
+                meta = stmt.meta
+                loc = SourceLoc(file, meta.line, meta.column, meta.end_line, meta.end_column)
+                raise KgenError(
+                    loc, f"expression nested too deeply (more than {MAX_EXPR_DEPTH} levels)"
+                )
+            stack.extend((child, depth + 1) for child in node.children)
 
 
 def _start_of(file: str) -> SourceLoc:
@@ -820,8 +840,10 @@ class _ToIR(Transformer):
         return ir.StageKind(str(children[0]))
 
     def stage_ref(self, meta, children):
-        kind, gemm = children
-        return ir.StageBuffers(kind, str(gemm), self._loc(meta))
+        *label, kind, gemm = children
+        if label:
+            check_identifier(str(label[0]), self._loc(label[0]), "storage member")
+        return ir.StageBuffers(kind, str(gemm), str(label[0]) if label else None, self._loc(meta))
 
     def union(self, meta, members):
         return ir.Union(tuple(members), self._loc(meta))
@@ -835,16 +857,20 @@ class _ToIR(Transformer):
     def storage(self, meta, items):
         loc = self._loc(meta)
         persistent: tuple = ()
-        roots = []
-        for i, item in enumerate(items):
+        roots, packed = [], []
+        for item in items:
             if isinstance(item, _Persistent):
-                if i:
-                    raise KgenError(item.loc, "persistent { ... } must come first in storage")
+                if roots or persistent:
+                    raise KgenError(item.loc, "persistent { ... } must come first in storage, "
+                                              "once")
                 persistent = item.members
+            elif isinstance(item, ir.SmemBuffer):
+                packed.append(item)
             else:
                 roots.append(item)
         root = roots[0] if len(roots) == 1 else (ir.Struct(tuple(roots), loc) if roots else None)
-        return _Setting("storage", ir.StorageDecl(persistent, root, loc), loc)
+        decl = ir.StorageDecl(persistent, root, tuple(packed), loc)
+        return _Setting("storage", decl, loc)
 
     # -- expressions: each returns a Resolver ----------------------------------------------------
 

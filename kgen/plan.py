@@ -136,6 +136,7 @@ class FieldKind(enum.Enum):
     SIZE = "size"  # a runtime extent such as M (int32)
     LEADING_DIM = "ld"  # elements between consecutive rows (row) or columns (col), int64
     SCALAR = "scalar"  # a scalar parameter, in the compute type
+    WORKSPACE = "workspace"  # device scratch the caller provides (deterministic reductions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +261,34 @@ class KernelPlan:
         return tuple(r for g in self.gemms for r in g.epilogue.reductions)
 
     @property
+    def deterministic(self) -> bool:
+        return self.kernel.deterministic and bool(self.reductions)
+
+    @property
     def init_kernel(self) -> str | None:
         """The kernel that sets reduction outputs to their identity before the main launch."""
-        return f"{self.name}_init" if self.reductions else None
+        return f"{self.name}_init" if self.reductions and not self.deterministic else None
+
+    @property
+    def finalize_kernel(self) -> str | None:
+        """The kernel that combines the CTAs' partials in a fixed order after the main launch."""
+        return f"{self.name}_finalize" if self.deterministic else None
+
+    def partial_slots(self, r: ReductionPlan, sizes: dict[str, int]) -> int:
+        """CTAs contributing partials to each element of reduction `r`."""
+        g = self.gemms[-1]
+        tiles_m = -(-self.resolve(self.gemms[0].m_dim, sizes) // g.tile[0])
+        tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
+        return {ir.Axis.ROW: tiles_n, ir.Axis.COL: tiles_m, ir.Axis.ALL: tiles_m * tiles_n}[r.axis]
+
+    def workspace_floats(self, sizes: dict[str, int]) -> int:
+        """Floats of workspace the deterministic mode needs: slots x length per reduction."""
+        if not self.deterministic:
+            return 0
+        return sum(
+            self.partial_slots(r, sizes) * (1 if r.length is None else self.resolve(r.length, sizes))
+            for r in self.reductions
+        )
 
     INIT_THREADS = 256
 

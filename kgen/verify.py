@@ -28,6 +28,8 @@ from .targets import TARGETS
 MAX_IDENTIFIER_LENGTH = 64
 MAX_SETTING = 65536  # tile sizes, warp counts, stages
 MAX_DIM = 2**31 - 1  # fixed tensor dimensions
+MAX_EXPR_DEPTH = 100  # operations nested in one epilogue expression, locals substituted
+MAX_EXPR_NODES = 4096  # operations in one epilogue expression, locals substituted
 F32_MAX = 3.4028234663852886e38
 
 _CPP_KEYWORDS = frozenset(
@@ -66,7 +68,30 @@ _CUDA_NAMES = _VECTOR_TYPES | frozenset(
     round roundf sin sinf cos cosf tan tanf
     atomicAdd atomicSub atomicMax atomicMin atomicExch atomicCAS atomicAnd atomicOr atomicXor
     """.split()
+) | frozenset(
+    # The rest of what NVRTC declares at global scope (the CUDA math API has C linkage, so a
+    # kernel of the same name cannot compile) and its header macros. Found by compiling each
+    # identifier of the CUDA headers as a kernel name (tests/test_fuzz.py).
+    """
+    acos acosf acosh acoshf asin asinf asinh asinhf atan atan2 atan2f atanf atanh atanhf cbrt
+    cbrtf copysign copysignf cosh coshf cospi cospif cyl_bessel_i0 cyl_bessel_i0f cyl_bessel_i1
+    cyl_bessel_i1f erfc erfcf erfcinv erfcinvf erfcx erfcxf erfinv erfinvf exp10 exp10f expm1
+    expm1f fdim fdimf fdivide fdividef fmod fmodf frexp frexpf hypot hypotf ilogb ilogbf j0 j0f
+    j1 j1f jn jnf labs ldexp ldexpf lgamma lgammaf llabs llmax llmin llrint llrintf llround
+    llroundf log10 log10f log1p log1pf logb logbf lrint lrintf lround lroundf modf modff nan
+    nanf nearbyint nearbyintf nextafter nextafterf norm norm3d norm3df norm4d norm4df normcdf
+    normcdff normcdfinv normcdfinvf normf rcbrt rcbrtf remainder remainderf remquo remquof
+    rhypot rhypotf rint rintf rnorm rnorm3d rnorm3df rnorm4d rnorm4df rnormf scalbln scalblnf
+    scalbn scalbnf sincos sincosf sincospi sincospif sinh sinhf sinpi sinpif tgamma tgammaf
+    trunc truncf ullmax ullmin umax umin y0 y0f y1 y1f yn ynf
+    clock_t libraryPropertyType nv_half nv_half2 MAJOR_VERSION MINOR_VERSION PATCH_LEVEL WARP_SZ
+    """.split()
 )
+
+# Prefixes of CUDA's own names (runtime API, enums, macros) and of the macros kgen emits.
+_RESERVED_PREFIX = re.compile(r"cuda|CUDA|CU(?=[a-z_])|NV_|nv_|KGEN_|kgen_")
+# kName is how the generated code spells its constants (kTileM, kStages, ...).
+_CONSTANT_NAME = re.compile(r"k[A-Z]\w*")
 
 # Reductions by their DSL name: row* give one value per output row, col* one per column,
 # reduce_* one for the whole output.
@@ -90,7 +115,8 @@ _KGEN_KEYWORDS = (
 # Names the generated CUDA uses for its own variables. The emitter must not use a name that is
 # not listed here for anything a DSL name could collide with.
 _GENERATED_NAMES = frozenset(
-    "p params smem tid lane warp_id row col M_ N_ K_ tile_m tile_n acc_frag a_smem b_smem".split()
+    "p params smem tid lane warp_id row col M_ N_ K_ tile_m tile_n acc_frag a_smem b_smem "
+    "SharedStorage ALayout BLayout".split()
 )
 
 RESERVED_IDENTIFIERS: frozenset[str] = (
@@ -152,8 +178,14 @@ def check_identifier(name: object, loc: SourceLoc, what: str) -> None:
         raise KgenError(loc, f"{what} name '{name}' is a C++ keyword")
     if name in _KGEN_KEYWORDS:
         raise KgenError(loc, f"{what} name '{name}' is reserved (a kgen keyword or function)")
-    if name in _GENERATED_NAMES:
+    if name in _GENERATED_NAMES or _CONSTANT_NAME.fullmatch(name):
         raise KgenError(loc, f"{what} name '{name}' is reserved (the generated code uses it)")
+    if prefix := _RESERVED_PREFIX.match(name):
+        raise KgenError(
+            loc,
+            f"{what} name '{name}' is reserved (names starting with '{prefix.group()}' belong "
+            "to CUDA or kgen)",
+        )
     if name in RESERVED_IDENTIFIERS:
         raise KgenError(loc, f"{what} name '{name}' is reserved (a CUDA or C library name)")
 
@@ -229,6 +261,39 @@ def f32_problem(value: object, what: str) -> str | None:
 
 _DTYPE_NAMES = or_list([d.dsl_name for d in DType])
 _ARCH_NAMES = or_list([a.value for a in Arch])
+
+
+def _operands(node: object) -> tuple:
+    if isinstance(node, ir.Call):
+        return node.args if isinstance(node.args, tuple) else ()
+    if isinstance(node, (ir.Cast, ir.Reduce)):
+        return (node.arg,)
+    return ()
+
+
+def expression_extent(expr: object, locals_: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """(depth, size) of `expr` once each local is replaced by its value (`locals_` holds the
+    extents of the locals bound so far): the tree that the lowering walks. Iterative, and
+    linear in the number of nodes however often the locals are shared."""
+    done: dict[int, tuple[int, int]] = {}
+    stack: list[tuple[object, bool]] = [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in done:
+            continue
+        if isinstance(node, ir.LocalRef):
+            name = node.name if isinstance(node.name, str) else ""
+            done[id(node)] = locals_.get(name, (1, 1))
+            continue
+        children = _operands(node)
+        if children and not expanded:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children)
+            continue
+        depth = 1 + max((done[id(c)][0] for c in children), default=0)
+        size = min(1 + sum(done[id(c)][1] for c in children), MAX_EXPR_NODES + 1)
+        done[id(node)] = (depth, size)
+    return done[id(expr)]
 
 
 def reduction_name(op: ReduceOp, axis: Axis) -> str:
@@ -383,12 +448,19 @@ class _KernelChecker:
             raise KgenError(k.loc, f"kernel storage must be a kgen.ir.StorageDecl, got "
                                    f"{shown(k.storage)}")
         decl = k.storage
-        if not isinstance(decl.persistent, tuple):
-            raise KgenError(_best(decl.loc, k.loc), "storage persistent members must be a tuple")
+        if not isinstance(decl.persistent, tuple) or not isinstance(decl.packed, tuple):
+            raise KgenError(_best(decl.loc, k.loc), "storage persistent and packed members must "
+                                                    "be tuples")
+        for m in decl.packed:
+            if not isinstance(m, ir.SmemBuffer):
+                raise KgenError(_best(_loc_of(m), decl.loc, k.loc),
+                                f"packed storage members must be kgen.ir.SmemBuffer, got "
+                                f"{shown(m)}")
         if decl.root is not None and not isinstance(decl.root, (ir.Union, ir.Struct)):
             raise KgenError(_best(decl.loc, k.loc), f"storage root must be a kgen.ir.Union or "
                                                     f"Struct, got {shown(decl.root)}")
         stack = list(decl.persistent) + ([decl.root] if decl.root is not None else [])
+        stack += list(decl.packed)
         while stack:
             m = stack.pop()
             loc = _best(_loc_of(m), decl.loc, k.loc)
@@ -606,6 +678,10 @@ class _KernelChecker:
                 _require_str(stmt.name if isinstance(stmt, ir.Let) else stmt.target, stmt.loc, what)
             if isinstance(stmt, ir.Let):
                 scope.later.setdefault(stmt.name, stmt.loc)
+        extents: dict[str, tuple[int, int]] = {}
+        for stmt in stmts:
+            if isinstance(stmt, (ir.Let, ir.Store)):
+                self.check_extent(stmt, extents)
         for stmt in stmts:
             if isinstance(stmt, ir.Let):
                 self.check_let(stmt, scope)
@@ -622,6 +698,25 @@ class _KernelChecker:
                 f"gemm '{g.name}' feeds gemm '{feeds.name}' but its epilogue never sets "
                 f"'{g.name}' (add e.g. '{g.name} = acc')",
             )
+
+    def check_extent(self, stmt: ir.Let | ir.Store, extents: dict[str, tuple[int, int]]):
+        """The lowering inlines locals: bound the depth (recursion) and the size (a local used
+        twice by the next one, and so on, doubles the tree each time) of what it will walk."""
+        depth, size = expression_extent(stmt.value, extents)
+        if depth > MAX_EXPR_DEPTH:
+            raise KgenError(
+                stmt.loc,
+                f"expression nested too deeply ({depth} levels once locals are substituted; "
+                f"at most {MAX_EXPR_DEPTH})",
+            )
+        if size > MAX_EXPR_NODES:
+            raise KgenError(
+                stmt.loc,
+                f"expression too large once locals are substituted (more than {MAX_EXPR_NODES} "
+                "operations, counting a local each time it is used)",
+            )
+        if isinstance(stmt, ir.Let):
+            extents[stmt.name] = (depth, size)
 
     def consumer_names(self) -> set[str]:
         return {name for h in self.kernel.gemms if isinstance(name := _a_name(h), str)}

@@ -21,6 +21,8 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
         return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
     if kind is FieldKind.SIZE:
         return f"runtime size {dim}"
+    if kind is FieldKind.WORKSPACE:
+        return "device scratch for the CTAs' partial reductions (deterministic mode)"
     if kind is FieldKind.LEADING_DIM:
         return f"elements between consecutive rows/columns of {param}"
     p = plan.kernel.param(param or "")

@@ -169,6 +169,9 @@ def _host_checks(plan: KernelPlan) -> list[_Check]:
                 f"p.ld_{a.param} % {a.ld_multiple} != 0",
                 f"the leading dimension of {a.param} must be a multiple of {a.ld_multiple} "
                 f"elements: {a.reason}"))
+    if plan.deterministic:
+        checks.append(_Check("p.workspace == nullptr",
+                             "deterministic reductions need p.workspace (see the kgen docs)"))
     for r in plan.dim_rules:
         checks.append(_Check(f"p.{r.dim} % {r.multiple} != 0",
                              f"{r.dim} must be a multiple of {r.multiple}: {r.reason}"))
@@ -230,8 +233,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         epilogue_params=sm80_epilogue.epilogue_params(g),
         epilogue_loop=sm80_epilogue.loop_lines(plan, g),
         reduce_helpers=sm80_epilogue.helpers(plan),
-        init_kernel=sm80_epilogue.init_kernel(plan),
+        init_kernel=sm80_epilogue.init_kernel(plan)
+        + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=sm80_epilogue.host_init_lines(plan),
+        host_finalize=sm80_epilogue.host_finalize_lines(plan),
         mainloop_steps=_mainloop_steps(g),
         first_fragments=_frag_loads(g, 0, 0, "_next"),
         summary=_summary(plan),

@@ -99,6 +99,8 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
         else:
             lines.append(f"reduce_all_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_id);")
     lines.append("__syncthreads();")
+    if plan.deterministic:
+        return lines + _workspace_lines(reds)
     for r in reds:
         op = OP_STRUCT[r.op]
         scratch = f"smem.{r.scratch}()"
@@ -111,13 +113,85 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     return lines
 
 
+# Per axis: (partial slots, elements per slot, this CTA's slot, first element, valid elements)
+_SLOTS = {
+    ir.Axis.ROW: ("tiles_n", "M", "tile_n", "m0", "M - m0"),
+    ir.Axis.COL: ("tiles_m", "N", "tile_m", "n0", "N - n0"),
+    ir.Axis.ALL: ("tiles_m * tiles_n", "1", "tile_m * tiles_n + tile_n", "0", "1"),
+}
+_SCRATCH_SHAPE = {
+    ir.Axis.ROW: ("kWarpsN", "kTileM"),
+    ir.Axis.COL: ("kWarpsM", "kTileN"),
+    ir.Axis.ALL: ("kWarpsM * kWarpsN", "1"),
+}
+
+
+def _workspace_lines(reds: tuple[ReductionPlan, ...]) -> list[str]:
+    """Deterministic mode: each CTA writes its partials to its own slot of the workspace."""
+    lines = ["// Deterministic reductions: this CTA's partials go to its workspace slot.",
+             "long long ws_offset = 0;"]
+    for r in reds:
+        slots, length, slot, first, valid = _SLOTS[r.axis]
+        count, stride = _SCRATCH_SHAPE[r.axis]
+        lines.append(
+            f"store_scratch<{OP_STRUCT[r.op]}>(smem.{r.scratch}(), {count}, {stride}, "
+            f"p.workspace + ws_offset + (long long)({slot}) * {length} + {first}, {valid}, tid);"
+        )
+        if r is not reds[-1]:
+            lines.append(f"ws_offset += (long long)({slots}) * {length};")
+    return lines
+
+
+def finalize_kernel(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
+    """Deterministic mode: combine every CTA's partials in slot order, then store."""
+    if not plan.deterministic:
+        return []
+    ns = f"{plan.name}_kgen"
+    reds = plan.reductions
+    axes = {r.axis for r in reds}
+    lines = [
+        "// Combines the CTAs' partial reductions in a fixed order (bit-identical run to run);",
+        "// launched after the kernel above.",
+        f'extern "C" __global__ void __launch_bounds__({plan.INIT_THREADS})',
+        f"{plan.finalize_kernel}(const __grid_constant__ {plan.name}_params p) {{",
+        f"  using namespace {ns};",
+        f"  const long long i = blockIdx.x * {plan.INIT_THREADS}ll + threadIdx.x;",
+    ]
+    need_tiles_m = bool(axes & {ir.Axis.COL, ir.Axis.ALL})
+    need_tiles_n = bool(axes & {ir.Axis.ROW, ir.Axis.ALL})
+    if need_tiles_m or ir.Axis.ROW in axes:
+        lines.append(f"  const long long M = {m_expr};")
+    if need_tiles_n or ir.Axis.COL in axes:
+        lines.append(f"  const long long N = {n_expr};")
+    if need_tiles_m:
+        lines.append("  const long long tiles_m = (M + kTileM - 1) / kTileM;")
+    if need_tiles_n:
+        lines.append("  const long long tiles_n = (N + kTileN - 1) / kTileN;")
+    lines.append("  long long ws_offset = 0;")
+    for r in reds:
+        slots, length, _, _, _ = _SLOTS[r.axis]
+        op = OP_STRUCT[r.op]
+        lines += [
+            f"  if (i < {length}) {{  // red{r.index}: {r.target}",
+            f"    float v = {op}::identity();",
+            f"    for (long long s = 0; s < {slots}; ++s) "
+            f"v = {op}::combine(v, p.workspace[ws_offset + s * {length} + i]);",
+            f"    p.{r.target}[i] = v;",
+            "  }",
+        ]
+        if r is not reds[-1]:
+            lines.append(f"  ws_offset += {slots} * {length};")
+    lines.append("}")
+    return lines
+
+
 def helpers(plan: KernelPlan) -> str:
     return render("sm80_reduce.cu.j2") if plan.reductions else ""
 
 
 def init_kernel(plan: KernelPlan) -> list[str]:
     """A kernel that sets every reduction output to its op's identity (before the main one)."""
-    if not plan.reductions:
+    if plan.init_kernel is None:
         return []
     ns = f"{plan.name}_kgen"
     lines = [
@@ -133,9 +207,9 @@ def init_kernel(plan: KernelPlan) -> list[str]:
 
 
 def host_init_lines(plan: KernelPlan) -> list[str]:
-    if not plan.reductions:
+    if plan.init_kernel is None:
         return []
-    lengths = [_dim(r.length) for r in plan.reductions]
+    lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
     longest = lengths[0]
     for other in lengths[1:]:
         longest = f"max({longest}, {other})"
@@ -144,4 +218,20 @@ def host_init_lines(plan: KernelPlan) -> list[str]:
         "// reduction outputs start at their identity; CTAs then merge into them atomically",
         f"const int init_blocks = ({longest} + {threads - 1}) / {threads};",
         f"{plan.init_kernel}<<<init_blocks > 0 ? init_blocks : 1, {threads}, 0, stream>>>(p);",
+    ]
+
+
+def host_finalize_lines(plan: KernelPlan) -> list[str]:
+    if plan.finalize_kernel is None:
+        return []
+    lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
+    longest = lengths[0]
+    for other in lengths[1:]:
+        longest = f"max({longest}, {other})"
+    threads = plan.INIT_THREADS
+    return [
+        "// deterministic reductions: combine the CTAs' partials in a fixed order",
+        f"const int finalize_blocks = ({longest} + {threads - 1}) / {threads};",
+        f"{plan.finalize_kernel}<<<finalize_blocks > 0 ? finalize_blocks : 1, {threads}, 0, "
+        "stream>>>(p);",
     ]

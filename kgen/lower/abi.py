@@ -20,6 +20,8 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
     # scalar outputs (reductions to one value) are written through a pointer
     arrays = [p for p in kernel.params if p.kind is not ir.ParamKind.SCALAR or p.role is ir.Role.OUT]
     out = [ParamField(p.name, FieldKind.POINTER, _pointer_type(p), param=p.name) for p in arrays]
+    if kernel.deterministic and _has_reduction(kernel):
+        out.append(ParamField("workspace", FieldKind.WORKSPACE, "float*"))
     dims: list[str] = []
     for p in arrays:
         dims += [d for d in p.shape if isinstance(d, str) and d not in dims]
@@ -45,6 +47,14 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
             )
         seen[f.name] = f
     return tuple(out)
+
+
+def _has_reduction(kernel: ir.Kernel) -> bool:
+    return any(
+        isinstance(s, ir.Store) and isinstance(s.value, ir.Reduce)
+        for g in kernel.gemms
+        for s in g.epilogue.stmts
+    )
 
 
 def requirements(

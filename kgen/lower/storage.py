@@ -34,7 +34,8 @@ TILE_ALIGN = 128  # swizzled tiles: a whole 128-byte bank line
 SCRATCH_ALIGN = 16
 USER_ALIGN = 16  # user buffers: room for 16-byte vector accesses and cp.async
 MAX_ALIGN = 1024  # the arena itself is __align__(1024)
-SEARCH_ORDERS = 200  # extra random first-fit orders tried when no order reaches the peak
+SEARCH_ORDERS = 200  # extra random first-fit orders tried when no order reaches the peak...
+SEARCH_WORK = 400_000  # ...fewer for many buffers: orders x buffers^2 stays under this
 # Names the emitted SharedStorage itself uses for members.
 _STORAGE_MEMBERS = frozenset({"bytes", "total_bytes"})
 
@@ -159,7 +160,8 @@ def pack(requests: list[Request], fixed: tuple[Buffer, ...] = (), *,
     compact()
     rng = random.Random(len(requests))
     tries = 0
-    while _end(best) > floor and tries < SEARCH_ORDERS:
+    limit = max(10, min(SEARCH_ORDERS, SEARCH_WORK // len(requests) ** 2))
+    while _end(best) > floor and tries < limit:
         tries += 1
         order = list(requests)
         rng.shuffle(order)
@@ -194,7 +196,8 @@ def phase_order(kernel: ir.Kernel, gemms: list[GemmPlan]) -> list[str]:
     seen: dict[str, SourceLoc] = {}
     for p in kernel.phases:
         if p.name in seen:
-            raise KgenError(p.loc, f"phase '{p.name}' is listed twice (first{at_line(seen[p.name])})")
+            raise KgenError(p.loc,
+                            f"phase '{p.name}' is listed twice (first{at_line(seen[p.name])})")
         if "." in str(p.name):
             if p.name not in lowered:
                 known = ", ".join(lowered) or "none: this kernel has no gemm"
@@ -291,7 +294,8 @@ def _stage_requests(g: GemmPlan, index: dict[str, int]) -> list[Request]:
 
 def _members(decl: ir.StorageDecl):
     """Every member of a declaration, depth first."""
-    stack = list(reversed(list(decl.persistent) + ([decl.root] if decl.root else [])))
+    stack = list(reversed(list(decl.persistent) + ([decl.root] if decl.root else [])
+                          + list(decl.packed)))
     while stack:
         m = stack.pop()
         yield m
@@ -338,7 +342,9 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
             raise KgenError(m.loc, f"buffer name '{m.name}' is taken by a buffer kgen makes; "
                                    f"to place that one, write its name alone: {m.name}")
         if m.name in out:
-            continue  # declared twice: unions.run says so, at the second declaration
+            raise KgenError(
+                m.loc, f"buffer '{m.name}' is declared twice (first{at_line(out[m.name].loc)}); "
+                       f"to mention it again, write its name alone: {m.name}")
         out[m.name] = _user_request(m, phases)
     # The emitted SharedStorage declares <name>_offset, <name>_bytes and <name>() per buffer.
     taken: dict[str, str] = {name: "SharedStorage" for name in _STORAGE_MEMBERS}
@@ -357,7 +363,8 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 # The pass
 
 
-def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target, budget_loc: SourceLoc) -> StoragePlan:
+def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
+        budget_loc: SourceLoc) -> StoragePlan:
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for g in gemms for r in _stage_requests(g, index)]
@@ -366,7 +373,9 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target, budget_loc: Sourc
     declared_bytes = None
     fixed: tuple[Buffer, ...] = ()
     hints: tuple[tuple[str, ...], ...] = ()
-    if kernel.storage is not None:
+    decl = kernel.storage
+    places = decl is not None and (bool(decl.persistent) or decl.root is not None)
+    if places:
         sized = {r.name: unions.Sized(r.name, r.bytes, r.align, r.live_ranges) for r in requests}
         stages: dict[tuple[ir.StageKind, str], list[str]] = {}
         for r in requests:
@@ -381,7 +390,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target, budget_loc: Sourc
     buffers = tuple(by_name[r.name] for r in requests)
 
     packed_bytes = None
-    if kernel.storage is not None:
+    if places:
         # What the packer alone makes of the same buffers; one of its orders is this layout's.
         order = tuple(b.name for b in sorted(buffers, key=lambda b: (b.offset, -b.bytes)))
         packed = pack(requests, hints=(order,), phases=len(phases))

@@ -179,6 +179,8 @@ def bind_arguments(
             values[member.name] = resolved[member.dim]
         elif member.kind is FieldKind.SCALAR:
             values[member.name] = scalars[member.param]
+        elif member.kind is FieldKind.WORKSPACE:
+            values[member.name] = 0  # the launch provides it (CompiledKernel._workspace)
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved)
@@ -355,13 +357,11 @@ class CompiledKernel:
         self._function = check(
             driver.cuKernelGetFunction(self._kernel.handle), "cuKernelGetFunction"
         )
-        # Reductions: a small kernel sets their outputs to the identity before each launch.
-        self._init_function = None
-        if plan.init_kernel is not None:
-            init = self._object.get_kernel(plan.init_kernel)
-            self._init_function = check(
-                driver.cuKernelGetFunction(init.handle), "cuKernelGetFunction(init)"
-            )
+        # Reductions: a small kernel sets their outputs to the identity before each launch
+        # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
+        self._init_function = self._helper_function(plan.init_kernel)
+        self._finalize_function = self._helper_function(plan.finalize_kernel)
+        self._workspace = None  # DeviceBuffer, grown on demand, for deterministic reductions
         if plan.smem_bytes > DEFAULT_SMEM_LIMIT:
             check(
                 driver.cuFuncSetAttribute(
@@ -372,6 +372,37 @@ class CompiledKernel:
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
             )
         self._check_abi()
+
+    def _helper_function(self, name: str | None):
+        if name is None:
+            return None
+        from cuda.bindings import driver
+
+        from .device import check
+
+        kernel = self._object.get_kernel(name)
+        return check(driver.cuKernelGetFunction(kernel.handle), f"cuKernelGetFunction({name})")
+
+    def _workspace_pointer(self, sizes: Mapping[str, int]) -> int:
+        from .buffers import DeviceBuffer
+
+        floats = max(self.plan.workspace_floats(dict(sizes)), 1)
+        if self._workspace is None or self._workspace.shape[0] < floats:
+            self._workspace = DeviceBuffer.empty((floats,), ir.DType.F32)
+        return self._workspace.as_array().ptr
+
+    def _launch_helper(self, function, name: str, sizes, pointers, stream: int) -> None:
+        from cuda.bindings import driver
+
+        from .device import error_text
+
+        gx, gy, gz = self.plan.init_grid(sizes)
+        (err,) = driver.cuLaunchKernel(
+            function, gx, gy, gz, self.plan.INIT_THREADS, 1, 1, 0,
+            driver.CUstream(stream), ctypes.addressof(pointers), 0,
+        )
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise KgenRuntimeError(f"launching {name} failed: {error_text(err)}")
 
     def _check_abi(self) -> None:
         """The kernel's first parameter must be exactly the params struct. Only index 0 is
@@ -416,18 +447,14 @@ class CompiledKernel:
         if 0 in bound.grid:
             return  # an empty output: nothing to compute
         activate(self.device_id)
-        struct = self._struct(**bound.values)
+        values = dict(bound.values)
+        if self._finalize_function is not None:
+            values["workspace"] = self._workspace_pointer(bound.sizes)
+        struct = self._struct(**values)
         pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
         if self._init_function is not None:
-            ix, iy, iz = self.plan.init_grid(bound.sizes)
-            (err,) = driver.cuLaunchKernel(
-                self._init_function, ix, iy, iz, self.plan.INIT_THREADS, 1, 1, 0,
-                driver.CUstream(stream), ctypes.addressof(pointers), 0,
-            )
-            if err != driver.CUresult.CUDA_SUCCESS:
-                raise KgenRuntimeError(
-                    f"launching {self.plan.init_kernel} failed: {error_text(err)}"
-                )
+            self._launch_helper(self._init_function, self.plan.init_kernel, bound.sizes,
+                                pointers, stream)
         gx, gy, gz = bound.grid
         (err,) = driver.cuLaunchKernel(
             self._function, gx, gy, gz, self.plan.threads, 1, 1, self.plan.smem_bytes,
@@ -438,6 +465,9 @@ class CompiledKernel:
                 f"launching {self.plan.name} (grid {bound.grid}, block {self.plan.threads}, "
                 f"{self.plan.smem_bytes} B shared) failed: {error_text(err)}"
             )
+        if self._finalize_function is not None:
+            self._launch_helper(self._finalize_function, self.plan.finalize_kernel, bound.sizes,
+                                pointers, stream)
 
     def __repr__(self) -> str:
         plan = self.plan

@@ -117,3 +117,19 @@ def test_reduction_output_must_be_f32():
 
     with pytest.raises(KgenError, match="reduction output 'r' must be f32"):
         lower(_reducing(ir.ReduceOp.SUM, ir.Axis.ROW, out_dtype=ir.DType.F16))
+
+
+def test_deterministic_reductions_use_a_workspace_and_a_finalize_kernel():
+    import dataclasses
+
+    from kgen.emit import emit
+
+    kernel = dataclasses.replace(_reducing(ir.ReduceOp.SUM, ir.Axis.COL, length="N"), deterministic=True)
+    plan = lower(kernel)
+    assert plan.init_kernel is None and plan.finalize_kernel == "k_finalize"
+    assert [f.name for f in plan.fields if f.kind.value == "workspace"] == ["workspace"]
+    # 1000 columns, 2100 rows in tiles of 128: 17 partial slots of N floats
+    assert plan.workspace_floats({"M": 2100, "N": 1000, "K": 64}) == 17 * 1000
+    src = emit(plan, source_name="x.kg", source_hash="0", command="c")
+    assert "k_finalize(const __grid_constant__ k_params p)" in src
+    assert "atomic" not in src.split("// Epilogue")[1].split("k_finalize")[0]
