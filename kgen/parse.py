@@ -789,6 +789,8 @@ class _ToIR(Transformer):
     # -- phases and storage ----------------------------------------------------------------------
 
     def phase(self, meta, children):
+        if len(children) == 1:  # a user phase; `gemm.mainloop` is checked against the gemms
+            check_identifier(str(children[0]), self._loc(children[0]), "phase")
         name = ".".join(str(t) for t in children)
         return ir.Phase(name, self._loc(meta))
 

@@ -27,7 +27,7 @@ from .targets import TARGETS
 
 MAX_IDENTIFIER_LENGTH = 64
 MAX_SETTING = 65536  # tile sizes, warp counts, stages
-MAX_DIM = 2**31 - 1  # fixed tensor dimensions
+MAX_DIM = 2**30 - 1  # fixed tensor dimensions: the kernel's 32-bit index math needs headroom
 MAX_EXPR_DEPTH = 100  # operations nested in one epilogue expression, locals substituted
 MAX_EXPR_NODES = 4096  # operations in one epilogue expression, locals substituted
 F32_MAX = 3.4028234663852886e38
@@ -116,7 +116,7 @@ _KGEN_KEYWORDS = (
 # not listed here for anything a DSL name could collide with.
 _GENERATED_NAMES = frozenset(
     "p params smem tid lane warp_id row col M_ N_ K_ tile_m tile_n acc_frag a_smem b_smem "
-    "SharedStorage ALayout BLayout".split()
+    "SharedStorage ALayout BLayout smem_raw ReduceSum ReduceMax ReduceMin ReduceAbsMax".split()
 )
 
 RESERVED_IDENTIFIERS: frozenset[str] = (

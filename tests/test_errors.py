@@ -165,6 +165,28 @@ CASES: list[tuple[str, str]] = [
         "t.kg:9:8: error: gemm name '__mma' must not start with '_' or contain '__' (such "
         "names are reserved in C++)",
     ),
+    (
+        src(extra=("scalar hypotf : f32",)),
+        "t.kg:9:10: error: scalar name 'hypotf' is reserved (a CUDA or C library name)",
+    ),
+    (
+        src(extra=("tensor cudaMalloc : f16[M, N]",)),
+        "t.kg:9:10: error: tensor name 'cudaMalloc' is reserved (names starting with 'cuda' "
+        "belong to CUDA or kgen)",
+    ),
+    (
+        src(header="gemm kTileM = A @ B"),
+        "t.kg:9:8: error: gemm name 'kTileM' is reserved (the generated code uses it)",
+    ),
+    (
+        "kernel SharedStorage { target sm_80 }",
+        "t.kg:1:8: error: kernel name 'SharedStorage' is reserved (the generated code uses it)",
+    ),
+    (
+        src(extra=("vector KGEN_v : f32[N]",)),
+        "t.kg:9:10: error: vector name 'KGEN_v' is reserved (names starting with 'KGEN_' belong "
+        "to CUDA or kgen)",
+    ),
     # -- unknown names --------------------------------------------------------------------------
     (src("D = alpah * acc"), "t.kg:12:11: error: unknown name 'alpah'; did you mean 'alpha'?"),
     (src("D = rellu(acc)"), "t.kg:12:11: error: unknown function 'rellu'; did you mean 'relu'?"),
@@ -223,7 +245,7 @@ CASES: list[tuple[str, str]] = [
     ),
     (
         src(extra=("tensor E : f16[M, 4294967296]",)),
-        "t.kg:9:21: error: dimension must be at most 2147483647, got 4294967296",
+        "t.kg:9:21: error: dimension must be at most 1073741823, got 4294967296",
     ),
     (
         src(extra=("scalar s : f32 = nan",)),
@@ -234,6 +256,70 @@ CASES: list[tuple[str, str]] = [
         "t.kg:9:20: error: default of scalar 's' must be a finite f32 number, got 1e999",
     ),
     (src("D = 1e39 * acc"), "t.kg:12:11: error: number 1e39 does not fit in f32"),
+    (
+        src(settings="tile 9223372036854775808x128x32 warps 2x2 stages 3"),
+        "t.kg:10:10: error: tile M must be at most 65536, got 9223372036854775808",
+    ),
+    (
+        src(settings="tile 128x128x32 warps 0x2 stages 3"),
+        "t.kg:10:27: error: warps M must be a positive integer, got 0",
+    ),
+    (
+        src(settings="tile 128x128x32 warps 2x-2 stages 3"),
+        "t.kg:10:29: error: warps N must be a positive integer, got -2",
+    ),
+    (
+        src(settings="tile 128x128x32 warps 2x2 stages 0"),
+        "t.kg:10:38: error: stages must be a positive integer, got 0",
+    ),
+    (
+        src(settings="tile 128x128x32 warps 2x2 stages -3"),
+        "t.kg:10:38: error: stages must be a positive integer, got -3",
+    ),
+    (
+        src(settings="tile 128x128x32 warps 2x2 stages nan"),
+        "t.kg:10:38: error: expected a number, '+' or '-', found 'nan'",
+    ),
+    (
+        src(settings="tile 128x128x32 warps 2x2 stages 1e999"),
+        "t.kg:10:38: error: stages must be a positive integer, got 1e999",
+    ),
+    (
+        src(extra=("tensor E : f16[-4, N]",)),
+        "t.kg:9:18: error: dimension must be a positive integer, got -4",
+    ),
+    (
+        src(extra=("tensor E : f16[M, 9223372036854775808]",)),
+        "t.kg:9:21: error: dimension must be at most 1073741823, got 9223372036854775808",
+    ),
+    (
+        src(extra=("tensor E : f16[M, 1e999]",)),
+        "t.kg:9:21: error: dimension must be a positive integer, got 1e999",
+    ),
+    (
+        src(extra=("scalar s : f32 = inf",)),
+        "t.kg:9:20: error: default of scalar 's' must be a finite f32 number, got inf",
+    ),
+    (
+        src(extra=("scalar s : f32 = -1e39",)),
+        "t.kg:9:20: error: default of scalar 's' must be a finite f32 number, got -1e39",
+    ),
+    (src("D = nan * acc"), "t.kg:12:11: error: unknown name 'nan'"),
+    (
+        src("D = " + "9" * 400 + " * acc"),
+        "t.kg:12:11: error: number 99999999999999999999...99999999 does not fit in f32",
+    ),
+    (
+        src("D = " + "-" * 101 + "acc"),
+        "t.kg:12:7: error: expression nested too deeply (more than 100 levels)",
+    ),
+    (
+        # each local used twice by the next: the tree doubles at every line
+        src("\n      ".join(["t0 = acc"] + [f"t{i} = t{i - 1} * t{i - 1}" for i in range(1, 13)]
+                            + ["D = t12"])),
+        "t.kg:24:7: error: expression too large once locals are substituted (more than 4096 "
+        "operations, counting a local each time it is used)",
+    ),
     # -- dtypes and targets ---------------------------------------------------------------------
     (
         src(target="target sm_70"),

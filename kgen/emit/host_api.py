@@ -45,7 +45,30 @@ def template_values(plan: KernelPlan) -> dict:
         params_guard=f"KGEN_{name.upper()}_PARAMS_DEFINED",
         can_implement_signature=f"const char* {name}_can_implement(const {name}_params& p)",
         launch_signature=f"cudaError_t {name}_launch(const {name}_params& p, cudaStream_t stream)",
+        workspace_signature=f"size_t {name}_workspace_bytes(const {name}_params& p)",
+        workspace_body=workspace_body(plan),
     )
+
+
+def workspace_body(plan: KernelPlan) -> list[str]:
+    """C++ statements of <name>_workspace_bytes: the float partials deterministic reductions
+    keep per CTA (none in the atomic mode)."""
+    if not plan.deterministic:
+        return ["(void)p;", "return 0;"]
+    g = plan.gemms[-1]
+    m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
+    n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
+    ns = f"{plan.name}_kgen"
+    slots = {ir.Axis.ROW: ("tiles_n", "M"), ir.Axis.COL: ("tiles_m", "N"),
+             ir.Axis.ALL: ("tiles_m * tiles_n", "1")}
+    terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
+    return [
+        f"const size_t M = static_cast<size_t>({m});",
+        f"const size_t N = static_cast<size_t>({n});",
+        f"const size_t tiles_m = (M + {ns}::kTileM - 1) / {ns}::kTileM;",
+        f"const size_t tiles_n = (N + {ns}::kTileN - 1) / {ns}::kTileN;",
+        f"return sizeof(float) * ({terms});",
+    ]
 
 
 def header_file_lines(plan: KernelPlan, source_name: str, source_hash: str,

@@ -179,14 +179,6 @@ def _gemm_phases(gemms: list[GemmPlan]) -> list[str]:
     return [name for g in gemms for name in (f"{g.name}.mainloop", f"{g.name}.epilogue")]
 
 
-def _phase_problem(name: object) -> str | None:
-    if not isinstance(name, str) or not name.isascii() or not name.isidentifier() \
-            or name.startswith("_") or len(name) > 64:
-        return (f"phase name {quote(name)} must be an ASCII name (letters, digits, '_', at most "
-                "64 characters, not starting with '_')")
-    return None
-
-
 def phase_order(kernel: ir.Kernel, gemms: list[GemmPlan]) -> list[str]:
     """The kernel's phases in order: the user's order when given (it must list every gemm phase,
     in the order the gemms run), else the gemms' own phases."""
@@ -204,8 +196,8 @@ def phase_order(kernel: ir.Kernel, gemms: list[GemmPlan]) -> list[str]:
                 raise KgenError(
                     p.loc, f"{quote(p.name)} is not a phase of a gemm of this kernel "
                            f"(those are {known}){did_you_mean(str(p.name), lowered)}")
-        elif problem := _phase_problem(p.name):
-            raise KgenError(p.loc, problem)
+        else:  # phase names reach the emitted comments: the same rules as every other name
+            check_identifier(p.name, p.loc, "phase")
         seen[p.name] = p.loc
     where = kernel.phases[0].loc
     missing = [name for name in lowered if name not in seen]

@@ -20,7 +20,10 @@ from ..errors import ArgumentError, KgenRuntimeError
 from ..plan import FieldKind, KernelPlan
 from .tensors import DeviceArray, as_device_array
 
-MAX_SIZE = 2**31 - 1  # sizes are int32 in the params struct
+# Sizes are int in the params struct and the kernel's index math adds a tile to them and turns
+# a column count into bytes (x2), so every size stays below 2**30; offsets are 64-bit.
+MAX_SIZE = 2**30 - 1
+MAX_GRID = 2**31 - 1  # CTAs in gridDim.x
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
 
 _SCALAR_CTYPES = {
@@ -99,7 +102,7 @@ def bind_arguments(
     Raises ArgumentError, naming the argument, for: a missing or unknown argument, a wrong
     dtype, rank or fixed dimension, symbolic sizes that disagree between arguments, a 2-D
     tensor not stored in its declared layout with a unit stride, a misaligned pointer or
-    leading dimension, a tensor on another device than `device_id`, a size above 2**31-1 or
+    leading dimension, a tensor on another device than `device_id`, a size above 2**30-1 or
     not a multiple the plan's `dim_rules` ask for.
     """
     kernel = plan.kernel
@@ -158,7 +161,10 @@ def bind_arguments(
             )
     for dim, extent in resolved.items():
         if extent > MAX_SIZE:
-            raise ArgumentError(f"{dim} = {extent} is above 2**31-1, the largest size kgen takes")
+            raise ArgumentError(
+                f"{dim} = {extent} is above 2**30-1, the largest size kgen takes (the kernel's "
+                "index math is 32-bit)"
+            )
     for rule in getattr(plan, "dim_rules", ()):
         extent = resolved.get(rule.dim)
         if extent is not None and extent % rule.multiple:
@@ -184,6 +190,9 @@ def bind_arguments(
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved)
+    if grid[0] > MAX_GRID:
+        shown = ", ".join(f"{dim}={extent}" for dim, extent in resolved.items())
+        raise ArgumentError(f"sizes {shown} make {grid[0]} CTAs; a launch takes at most 2**31-1")
     return BoundArguments(
         values=values, sizes=resolved, arrays=arrays, scalars=scalars, grid=grid,
         owners=tuple(a.owner for a in arrays.values()),

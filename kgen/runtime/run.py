@@ -25,6 +25,7 @@ from ..reference import (CompareResult, checking_dtype, compare, evaluate, host_
 from .bench import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
 from .device import check as check_cuda
 from .device import device_info, require_gpu
+from .launch import MAX_SIZE
 
 DEFAULT_SIZE = 1024  # for a symbolic size the caller does not give
 CHECK_ROWS = 256  # rows the reference computes when M is large
@@ -172,6 +173,11 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
             raise ArgumentError(f"unknown size {name!r}; {kernel.name}'s sizes are {known}")
         if not isinstance(value, int) or value <= 0:
             raise ArgumentError(f"size {name} must be a positive integer, got {value!r}")
+        if value > MAX_SIZE:
+            raise ArgumentError(
+                f"{name} = {value} is above 2**30-1, the largest size kgen takes (the kernel's "
+                "index math is 32-bit)"
+            )
     return {dim: sizes.get(dim, DEFAULT_SIZE) for dim in dims}
 
 

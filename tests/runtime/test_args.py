@@ -165,8 +165,8 @@ def test_size_rules_and_limits(plan):
     with pytest.raises(ArgumentError, match=r"^N = 511 is not a multiple of 2: the epilogue"):
         bind(plan, B=Fake((K, 511), strides=(1, K)), C=Fake((M, 511)), D=Fake((M, 511)),
              Pre=Fake((M, 511), "<f4"), bias=Fake((511,), "<f4"))
-    big = 2**31
-    with pytest.raises(ArgumentError, match=r"^M = 2147483648 is above 2\*\*31-1"):
+    big = 2**30
+    with pytest.raises(ArgumentError, match=r"^M = 1073741824 is above 2\*\*30-1"):
         bind(plan, A=Fake((big, K)), C=Fake((big, N)), D=Fake((big, N)),
              Pre=Fake((big, N), "<f4"))
 
@@ -250,3 +250,54 @@ def test_struct_layout_matches_the_c_compiler(plan, cache_dir):
     wrong = layout_asserts(plan).replace("== 8,", "== 12,", 1)
     with pytest.raises(KgenRuntimeError, match="static assertion failed"):
         compile_cubin(naive_source(plan) + wrong, plan.name, "sm_80")
+
+
+def test_sizes_that_would_overflow_32_bit_index_math(plan):
+    """The largest size binds; a grid past gridDim.x's limit is refused before any launch."""
+    top = 2**30 - 1
+    assert bind(plan, A=Fake((top, K)), C=Fake((top, N)), D=Fake((top, N)),
+                Pre=Fake((top, N), "<f4")).sizes["M"] == top
+    big = 2**30 - 2  # even, for the epilogue's column pairs
+    with pytest.raises(ArgumentError, match=r"^sizes M=1073741822, K=64, N=1073741822 make "
+                                            r"\d+ CTAs; a launch takes at most 2\*\*31-1$"):
+        bind(plan, A=Fake((big, K)), B=Fake((K, big), strides=(1, K)), C=Fake((big, big)),
+             D=Fake((big, big)), Pre=Fake((big, big), "<f4"), bias=Fake((big,), "<f4"))
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "64"])
+def test_sizes_argument_is_checked(plan, value):
+    with pytest.raises(ArgumentError, match=r"^sizes\['M'\] must be a non-negative int, got "):
+        bind(plan, sizes={"M": value})
+
+
+@pytest.mark.parametrize("typestr, shown", [("<i4", "int32"), ("|b1", "bool"), ("<f8", "float64"),
+                                            ("<i2", "int16"), ("<u2", "uint16")])
+def test_dtypes_kgen_does_not_take(plan, typestr, shown):
+    with pytest.raises(ArgumentError, match=rf"^A must be f16 but is {shown}$"):
+        bind(plan, A=Fake((M, K), typestr))
+
+
+def test_run_sizes_are_checked_before_the_gpu():
+    """`kgen run --size` past the limit is bad input (exit 2) on any machine."""
+    from kgen.runtime.run import resolve_sizes
+
+    kernel = bias_relu_kernel()
+    assert resolve_sizes(kernel, {"M": 2**30 - 1})["M"] == 2**30 - 1
+    with pytest.raises(ArgumentError, match=r"^M = 1073741824 is above 2\*\*30-1"):
+        resolve_sizes(kernel, {"M": 2**30})
+    with pytest.raises(ArgumentError, match=r"^unknown size 'Q'; bias_relu's sizes are M, K, N"):
+        resolve_sizes(kernel, {"Q": 4})
+
+
+def test_cli_run_refuses_a_size_past_the_limit():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from kgen.cli import cli
+
+    example = Path(__file__).resolve().parent.parent.parent / "examples" / "gemm.kg"
+    result = CliRunner().invoke(cli, ["run", str(example), "--size", "M=1073741824"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: M = 1073741824 is above 2**30-1, the largest size "
+                                     "kgen takes (the kernel's index math is 32-bit)")

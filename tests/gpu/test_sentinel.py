@@ -1,0 +1,229 @@
+"""On a GPU: a kernel writes its outputs and nothing else.
+
+Every argument lives in the middle of a larger byte buffer filled with a sentinel pattern
+(MARGIN bytes before and after), and every 2-D tensor has padded rows (a leading dimension
+past the row length, so the gap between rows is sentinel too). Each example runs at ragged
+sizes; then its outputs must match the NumPy reference, the input buffers must be unchanged
+to the bit, and in the output buffers only the output elements may differ from what was
+there before the launch.
+
+`test_the_checker_catches_stray_writes` runs the same checker on the CPU (with torch) against
+simulated kernels that write one element too far, so the GPU test is known to be able to fail.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kgen import ir
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent.parent / "examples").glob("*.kg"))
+SIZES = [(1000, 1000, 40), (130, 258, 72)]
+MARGIN = 4096  # sentinel bytes before and after each argument (keeps 16-byte alignment)
+ROW_PAD = 8  # elements past the row length, rounded up to a multiple of 8 (cp.async's 16 B)
+SENTINEL = 0x5A  # 0x5A5A is a normal f16/bf16 number, 0x5A5A5A5A a normal f32: not NaN, not 0
+POISON = 0xFF  # all-ones bytes are NaN in f16, bf16 and f32: an output element never written
+
+
+def _torch_dtype(torch, dtype: ir.DType):
+    return {ir.DType.F16: torch.float16, ir.DType.BF16: torch.bfloat16,
+            ir.DType.F32: torch.float32}[dtype]
+
+
+class Guarded:
+    """One argument: a sentinel-filled byte buffer and the logical view in its middle."""
+
+    def __init__(self, torch, param: ir.Param, shape: tuple[int, ...], device):
+        self.param = param
+        self.shape = shape
+        item = param.dtype.nbytes
+        if param.kind is ir.ParamKind.TENSOR:
+            rows, cols = shape
+            outer, inner = (rows, cols) if param.layout is ir.Layout.ROW else (cols, rows)
+            self.ld = -(-inner // 8) * 8 + ROW_PAD
+            self.outer, self.inner = outer, inner
+            nbytes = outer * self.ld * item
+        else:  # a vector, or a scalar output (one element)
+            nbytes = max(int(np.prod(shape)), 1) * item
+        self.nbytes = nbytes
+        self.buffer = torch.full((MARGIN + nbytes + MARGIN,), SENTINEL, dtype=torch.uint8,
+                                 device=device)
+        self.view = self.view_of(torch, self.buffer)
+        self.before = None
+
+    def view_of(self, torch, buffer):
+        """The argument's elements inside `buffer` (this one or a copy of it)."""
+        flat = buffer[MARGIN:MARGIN + self.nbytes].view(_torch_dtype(torch, self.param.dtype))
+        if self.param.kind is ir.ParamKind.TENSOR:
+            view = flat.view(self.outer, self.ld)[:, :self.inner]
+            return view if self.param.layout is ir.Layout.ROW else view.t()
+        if self.param.kind is ir.ParamKind.SCALAR:
+            return flat[:1]
+        return flat
+
+    def upload(self, torch, host: np.ndarray) -> None:
+        if self.param.dtype is ir.DType.BF16:
+            cpu = torch.from_numpy(np.ascontiguousarray(host).view(np.uint16)).view(torch.bfloat16)
+        else:
+            cpu = torch.from_numpy(np.ascontiguousarray(host))
+        self.view.copy_(cpu.to(self.view.device))
+
+    def poison(self) -> None:
+        self.view.fill_(float("nan"))  # the elements only: the row padding keeps the sentinel
+
+    def snapshot(self) -> None:
+        self.before = self.buffer.clone()
+
+    def stray_bytes(self, torch, written: bool) -> list[int]:
+        """Offsets (from the first element's byte) of bytes that changed but may not have:
+        every byte for an input; for an output, every byte outside its elements."""
+        expected = self.before.clone()
+        if written:
+            self.view_of(torch, expected).copy_(self.view)
+        changed = (self.buffer != expected).nonzero().flatten()
+        return [int(i) - MARGIN for i in changed[:8].cpu()]
+
+    def host(self) -> np.ndarray:
+        values = self.view.float().cpu().numpy()
+        return values.reshape(()) if self.param.kind is ir.ParamKind.SCALAR else values
+
+
+def guarded_arguments(torch, kernel: ir.Kernel, sizes: dict, device, seed: int = 0):
+    """Sentinel-guarded arguments for every tensor and vector (and scalar output) of `kernel`,
+    inputs filled with the random data `kgen run` uses, outputs poisoned; plus the host inputs
+    and scalars for the reference."""
+    from kgen.runtime.run import make_inputs, pick_scalars, shape_of
+
+    rng = np.random.default_rng(seed)
+    host = make_inputs(kernel, sizes, rng)
+    scalars = pick_scalars(kernel, None, rng)
+    guards: dict[str, Guarded] = {}
+    for param in kernel.params:
+        if param.kind is ir.ParamKind.SCALAR and param.role is ir.Role.IN:
+            continue
+        guard = Guarded(torch, param, shape_of(param, sizes), device)
+        if param.role is ir.Role.IN:
+            guard.upload(torch, host[param.name])
+        else:
+            guard.poison()
+        guards[param.name] = guard
+    return guards, host, scalars
+
+
+def check_guards(torch, kernel: ir.Kernel, guards: dict, host: dict, scalars: dict) -> list[str]:
+    """Every problem found after the launch: outputs that differ from the reference, bytes
+    that changed outside the outputs."""
+    from kgen.reference import checking_dtype, compare, evaluate
+
+    problems = []
+    reference = evaluate(kernel, host, scalars)
+    for name, guard in guards.items():
+        output = guard.param.role is ir.Role.OUT
+        stray = guard.stray_bytes(torch, written=output)
+        if stray:
+            what = "outside the output" if output else "in an input"
+            problems.append(f"{name}: bytes changed {what}, at offsets {stray} (first element "
+                            f"at 0; {guard.nbytes} bytes of elements and row padding)")
+        if output and name in reference:
+            ref = reference[name]
+            result = compare(guard.host().reshape(np.shape(ref)), ref,
+                             checking_dtype(kernel, name))
+            if not result.ok:
+                problems.append(f"{name}: {result.summary()}")
+    return problems
+
+
+def sizes_of(kernel: ir.Kernel, mnk) -> dict:
+    from kgen.runtime.run import resolve_sizes, symbolic_dims
+
+    wanted = dict(zip("MNK", mnk))
+    return resolve_sizes(kernel, {d: v for d, v in wanted.items() if d in symbolic_dims(kernel)})
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(example: Path):
+    from kgen.api import build_file, load_built
+
+    built = build_file(example)
+    return built, load_built(built)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", SIZES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_outputs_only_are_written(example, mnk):
+    torch = pytest.importorskip("torch")
+    built, compiled = _compiled(example)
+    kernel = built.kernel
+    sizes = sizes_of(kernel, mnk)
+    guards, host, scalars = guarded_arguments(torch, kernel, sizes, "cuda")
+    torch.cuda.synchronize()
+    for guard in guards.values():
+        guard.snapshot()
+    compiled(**{name: guard.view for name, guard in guards.items()}, **scalars)
+    torch.cuda.synchronize()
+    problems = check_guards(torch, kernel, guards, host, scalars)
+    assert not problems, f"{example.stem} at {sizes}:\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker itself, on the CPU: a simulated kernel writes the reference into the outputs,
+# then one byte too many somewhere.
+
+
+def _simulate(torch, kernel, guards, host, scalars, stray=None):
+    from kgen.reference import evaluate
+
+    for name, values in evaluate(kernel, host, scalars).items():
+        guard = guards[name]
+        cpu = torch.from_numpy(np.asarray(values, dtype=np.float32)).reshape(guard.view.shape)
+        guard.view.copy_(cpu.to(guard.view.dtype))
+    if stray is not None:
+        name, offset = stray
+        buffer = guards[name].buffer
+        buffer[MARGIN + offset] = int(buffer[MARGIN + offset]) ^ 0x01
+
+
+def test_the_checker_catches_stray_writes():
+    torch = pytest.importorskip("torch")
+    from kgen.api import build_file
+
+    example = next((p for p in EXAMPLES if p.stem == "gemm_bias_relu"), None)
+    if example is None:
+        pytest.skip("no gemm_bias_relu example")
+    kernel = build_file(example).kernel
+    sizes = sizes_of(kernel, (130, 258, 72))
+
+    def run(stray=None):
+        guards, host, scalars = guarded_arguments(torch, kernel, sizes, "cpu")
+        for guard in guards.values():
+            guard.snapshot()
+        _simulate(torch, kernel, guards, host, scalars, stray)
+        return guards, check_guards(torch, kernel, guards, host, scalars)
+
+    guards, problems = run()
+    assert problems == []
+    d = guards["D"]
+    item = d.param.dtype.nbytes
+    row_bytes = d.inner * item
+    for where, offset in [("before", -1), ("row padding", row_bytes),
+                          ("last row's padding", (d.outer - 1) * d.ld * item + row_bytes),
+                          ("after", d.nbytes)]:
+        _, problems = run(("D", offset))
+        assert any("outside the output" in p and f"[{offset}]" in p for p in problems), where
+    _, problems = run(("A", 0))
+    assert any(p.startswith("A: bytes changed in an input") for p in problems)
+    _, problems = run(("bias", -2))
+    assert any(p.startswith("bias:") for p in problems)
+
+    # an element left unwritten (still the NaN poison) is an output mismatch
+    guards, host, scalars = guarded_arguments(torch, kernel, sizes, "cpu")
+    for guard in guards.values():
+        guard.snapshot()
+    _simulate(torch, kernel, guards, host, scalars)
+    guards["D"].view[129, 257] = float("nan")
+    problems = check_guards(torch, kernel, guards, host, scalars)
+    assert any(p.startswith("D:") and "unwritten" in p for p in problems), problems
