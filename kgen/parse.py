@@ -181,7 +181,7 @@ def _start_of(file: str) -> SourceLoc:
 # ---------------------------------------------------------------------------------------------
 # Syntax errors: Lark's exceptions to one human sentence
 
-_DECLARATIONS = ("target", "compute", "tensor", "vector", "scalar", "gemm", "phases", "storage")
+_DECLARATIONS = ("target", "compute", "reductions", "tensor", "vector", "scalar", "gemm", "phases", "storage")
 _SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
@@ -543,6 +543,15 @@ class _ToIR(Transformer):
             )
         return _Setting("compute", dtype, self._loc(meta))
 
+    def reductions(self, meta, children):
+        (token,) = children
+        if str(token) not in ("atomic", "deterministic"):
+            raise KgenError(
+                self._loc(token),
+                f"unknown reduction mode {quote(token)}; expected atomic or deterministic",
+            )
+        return _Setting("reductions", str(token) == "deterministic", self._loc(meta))
+
     def kernel(self, meta, children):
         (name, name_loc), *items = children
         settings: dict[str, _Setting] = {}
@@ -586,6 +595,7 @@ class _ToIR(Transformer):
             target_loc=settings["target"].loc,
             phases=phases.value if phases else (),
             storage=storage.value if storage else None,
+            deterministic=settings["reductions"].value if "reductions" in settings else False,
         )
 
     # -- parameters ----------------------------------------------------------------------------

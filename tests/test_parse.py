@@ -423,3 +423,18 @@ def test_deep_nesting_is_a_message_not_a_crash():
     deep = KERNEL.format(body="D = " + " + ".join(["acc"] * 20000))
     with pytest.raises(KgenError, match="nested too deeply"):
         parse(deep)
+
+
+def test_reduction_mode():
+    text = (
+        "kernel k {\n  target sm_80\n  reductions deterministic\n"
+        "  tensor A : f16[M, K] row\n  tensor B : f16[K, N] col\n  vector s : f32[N] out\n"
+        "  gemm g = A @ B accumulate f32 {\n    tile 128x128x64 warps 2x2 stages 3\n"
+        "    epilogue { s = colsum(acc) }\n  }\n}\n"
+    )
+    (kernel,) = parse(text, "k.kg").kernels
+    assert kernel.deterministic is True
+    (plain,) = parse(text.replace("  reductions deterministic\n", ""), "k.kg").kernels
+    assert plain.deterministic is False
+    with pytest.raises(KgenError, match="unknown reduction mode 'often'; expected atomic or deterministic"):
+        parse(text.replace("deterministic", "often"), "k.kg")
