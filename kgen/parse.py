@@ -537,10 +537,6 @@ class _ToIR(Transformer):
     def compute(self, meta, children):
         (token,) = children
         dtype = self._dtype(token)
-        if dtype is not DType.F32:
-            raise KgenError(
-                self._loc(token), f"compute type {dtype.dsl_name} is not supported yet; only f32"
-            )
         return _Setting("compute", dtype, self._loc(meta))
 
     def reductions(self, meta, children):

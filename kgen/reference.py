@@ -149,6 +149,9 @@ class EpilogueEvaluator:
             raise ValueError("a reduction may only be the whole right side of a store")
         else:
             raise TypeError(f"not an epilogue expression: {node!r}")
+        compute = self.kernel.compute_dtype
+        if compute is not ir.DType.F32:
+            value = self.cast(value, compute)  # every value lives in the compute type
         memo[key] = value
         return value
 

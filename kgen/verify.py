@@ -406,9 +406,9 @@ class _KernelChecker:
                 f"expected {_ARCH_NAMES}",
             )
         self.target = TARGETS[k.target]
-        if k.compute_dtype is not DType.F32:
+        if k.compute_dtype not in (DType.F32, DType.F16, DType.BF16):
             name = getattr(k.compute_dtype, "dsl_name", None) or shown(k.compute_dtype)
-            raise KgenError(k.loc, f"compute type {name} is not supported yet; only f32")
+            raise KgenError(k.loc, f"compute type {name} is not one of f32, f16, bf16")
         for attr in ("params", "gemms"):
             if not isinstance(getattr(k, attr), tuple):
                 got = shown(getattr(k, attr))

@@ -326,8 +326,8 @@ CASES: list[tuple[str, str]] = [
         "t.kg:2:10: error: unknown target 'sm_70'; expected sm_80, sm_86, sm_89 or sm_90a",
     ),
     (
-        src(target="target sm_80 compute f16"),
-        "t.kg:2:24: error: compute type f16 is not supported yet; only f32",
+        src(target="target sm_80 compute f64"),
+        "t.kg:2:24: error: unknown dtype 'f64'; expected f16, bf16 or f32",
     ),
     (
         src(extra=("tensor E : f64[M, N]",)),

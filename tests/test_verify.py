@@ -242,9 +242,8 @@ def test_unknown_target_and_compute():
     assert message(kernel(target="sm_70")) == (
         "unknown target 'sm_70'; expected sm_80, sm_86, sm_89 or sm_90a"
     )
-    assert message(kernel(compute_dtype=DType.BF16)) == (
-        "compute type bf16 is not supported yet; only f32"
-    )
+    verify_kernel(kernel(compute_dtype=DType.BF16))  # f16 and bf16 compute types are fine
+    assert message(kernel(compute_dtype="f64")) == "compute type 'f64' is not one of f32, f16, bf16"
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,17 @@ TO_FLOAT: dict[ir.DType, str] = {
 }
 
 
+def _round_to(value: float, dtype: ir.DType) -> float:
+    """`value` as the nearest `dtype` number (constants of a narrower compute type)."""
+    if dtype is ir.DType.F16:
+        return float(np.float16(value))
+    if dtype is ir.DType.BF16:
+        import ml_dtypes
+
+        return float(np.asarray(value, dtype=ml_dtypes.bfloat16))
+    return value
+
+
 def float_literal(value: float) -> str:
     """The shortest decimal that rounds to the same float32, as a C++ float literal."""
     text = str(np.float32(value))
@@ -104,6 +115,13 @@ class _Builder:
         if node in self.values:
             return self.values[node]
         result = self._lower(node)
+        compute = self.kernel.compute_dtype
+        if compute is not ir.DType.F32 and not isinstance(node, ir.Const):
+            # A narrower compute type: every loaded and computed value is rounded to it (the
+            # arithmetic itself runs in f32, which rounds each +,-,*,/ as f16/bf16 would).
+            (names, uniform) = result
+            to_elem, to_float = PAIR[compute][4], TO_FLOAT[compute]
+            result = self._define(lambda j: to_float.format(to_elem.format(names[j])), uniform)
         self.values[node] = result
         return result
 
@@ -111,7 +129,7 @@ class _Builder:
         if isinstance(node, ir.Acc):
             return ("acc_0", "acc_1"), False
         if isinstance(node, ir.Const):
-            lit = float_literal(node.value)
+            lit = float_literal(_round_to(node.value, self.kernel.compute_dtype))
             lit = f"({lit})" if lit.startswith("-") else lit
             return (lit, lit), True
         if isinstance(node, ir.ScalarLoad):

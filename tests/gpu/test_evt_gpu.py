@@ -76,3 +76,14 @@ def test_casts(cast):
     extra = (P("E", T, ir.DType.F32, ("M", "N"), role=ir.Role.OUT),)
     stmts = (ir.Store("D", acc), ir.Store("E", ir.Cast(cast, call(ir.Op.MUL, acc, ir.Const(3.0)))))
     _run(gemm_kernel(stmts, extra=extra), (130, 258, 72))
+
+
+@pytest.mark.parametrize("compute", [ir.DType.F16, ir.DType.BF16])
+def test_narrow_compute_types(compute):
+    import dataclasses
+
+    value = call(ir.Op.ADD, call(ir.Op.SILU, call(ir.Op.MUL, ir.ScalarLoad("alpha"), acc)),
+                 ir.VectorLoad("bias", ir.Axis.COL))
+    kernel = dataclasses.replace(gemm_kernel((ir.Store("D", value),), extra=EXTRA),
+                                 compute_dtype=compute)
+    _run(kernel, (130, 258, 72))

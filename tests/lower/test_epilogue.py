@@ -133,3 +133,14 @@ def test_deterministic_reductions_use_a_workspace_and_a_finalize_kernel():
     src = emit(plan, source_name="x.kg", source_hash="0", command="c")
     assert "k_finalize(const __grid_constant__ k_params p)" in src
     assert "atomic" not in src.split("// Epilogue")[1].split("k_finalize")[0]
+
+
+def test_narrow_compute_type_rounds_every_value():
+    import dataclasses
+
+    k = dataclasses.replace(gemm_kernel((ir.Store("D", call(ir.Op.MUL, acc, ir.Const(0.1))),)),
+                            compute_dtype=ir.DType.F16)
+    code, text = lines_of(k)
+    assert "__half2float(__float2half_rn(acc_0))" in text  # the accumulator enters as f16
+    assert "0.099975586f" in text  # the constant 0.1 as the nearest f16
+    assert text.count("__float2half_rn(") >= 4  # acc and the product, both elements
