@@ -15,10 +15,10 @@ ATTENTION = ROOT / "examples" / "attention_bwd_storage.kg"
 STORAGE_ONLY = """# A storage plan without a gemm.
 kernel plan_only {
   target sm_80
-  phases { load, compute, store }
+  phases { load, math, store }
   storage {
     union { x : f16[64, 64] live(load); y : f32[64, 32] live(store) }
-    z : f16[1024] live(compute)
+    z : f16[1024] live(math)
   }
 }
 """

@@ -657,6 +657,27 @@ def test_names_of_the_generated_code_and_of_cuda(fuzzing, name):
         fuzzing.check(text.encode(), nvrtc=True if SCALE else None)
 
 
+@pytest.fixture(scope="module")
+def emitted_words() -> list[str]:
+    from kgen.api import build_file
+
+    words: set[str] = set()
+    for example in EXAMPLES:
+        words |= _words(build_file(example).source)
+    return sorted(words)
+
+
+@pytest.mark.parametrize("role", ["kernel", "gemm"])
+def test_words_of_the_emitted_code_as_names(fuzzing, emitted_words, role):
+    """Every identifier of the examples' emitted code (a sample of them in CI) as the kernel's
+    or the gemm's name, which live in the generated code's own scopes: refused, or accepted and
+    compiled by NVRTC."""
+    words = emitted_words if SCALE else emitted_words[:: max(len(emitted_words) // 8, 1)]
+    for word in words:
+        text = kernel_text(word) if role == "kernel" else kernel_text(mma0=word)
+        fuzzing.check(text.encode(), nvrtc=True)
+
+
 def test_exponential_sharing_is_refused_quickly(fuzzing):
     """Each local used twice by the next doubles the tree once locals are substituted: refused
     with a located message, not a hang."""

@@ -19,7 +19,6 @@ needs more bytes than the declaration.
 """
 from __future__ import annotations
 
-import bisect
 import random
 from dataclasses import dataclass, field
 
@@ -364,7 +363,6 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
 
     declared_bytes = None
     fixed: tuple[Buffer, ...] = ()
-    hints: tuple[tuple[str, ...], ...] = ()
     decl = kernel.storage
     places = decl is not None and (bool(decl.persistent) or decl.root is not None)
     if places:
@@ -395,9 +393,11 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
     if total > tgt.smem_limit:
         largest = sorted(buffers, key=lambda b: (-b.bytes, b.name))[:4]
         listing = ", ".join(f"{b.name} {b.bytes} B ({b.role})" for b in largest)
-        advice = "use fewer stages or a smaller tile"
+        advice = "use fewer stages or a smaller tile" if gemms else "make buffers smaller"
         if any(r.stage is None for r in requests):
             advice += ", or let buffers that are not live together share bytes"
+        if packed_bytes is not None and packed_bytes < total:
+            advice += f" (the packer alone, without the storage layout, needs {packed_bytes})"
         raise KgenError(
             budget_loc,
             f"shared memory over budget: {total} bytes needed, {tgt.arch.value} allows "

@@ -349,3 +349,26 @@ def test_python_built_storage_is_verified():
                          ir.SmemBuffer("y", ir.DType.F16, (8,), (ir.LiveRange("b", "b"),))))))
     verify(ir.Module((good,)))
     assert lower(good).smem_bytes == 16
+
+
+def test_epilogue_stage_places_the_reduction_scratch():
+    source = """kernel r {
+  target sm_80
+  tensor A : f16[M, K] row
+  tensor B : f16[K, N] col
+  tensor D : f16[M, N] row out
+  vector colmax_d : f32[N] out
+  gemm mma0 = A @ B accumulate f32 {
+    tile 128x128x32  warps 2x2  stages 3
+    epilogue { D = acc; colmax_d = colmax(acc) }
+  }
+  storage { union { pipeline(mma0); struct { lut : f32[64] live(mma0.epilogue); epilogue(mma0) } } }
+}
+"""
+    module = parse(source, "t.kg")
+    verify(module)
+    s = lower(module.kernels[0]).storage
+    scratch = [b for b in s.buffers if b.name.startswith("red")]
+    assert scratch and all(b.declared for b in scratch)
+    assert scratch[0].offset == 256  # after lut, in the bytes of the dead operand stages
+    assert_valid(s)
