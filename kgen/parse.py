@@ -13,6 +13,7 @@ targets, bad numbers, unsafe identifiers, missing settings); `kgen.verify` check
 from __future__ import annotations
 
 import functools
+import os
 import importlib.resources
 import math
 import re
@@ -101,16 +102,37 @@ class _Separators:
             yield tok
 
 
+def _parser_cache_file() -> str | None:
+    """Where the built LALR tables are kept between runs (building them costs ~0.2 s). The
+    name hashes everything that shapes the parser: the grammar, this file (the post-lexer and
+    the options) and lark's version, so a stale table is never loaded."""
+    import hashlib
+    import os
+
+    import lark
+
+    key = hashlib.sha256(
+        _grammar_text().encode() + Path(__file__).read_bytes() + lark.__version__.encode()
+    ).hexdigest()[:24]
+    root = os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
+    return os.path.join(root, f"parser-{key}.lark")
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(
-        _grammar_text(),
+    options = dict(
         parser="lalr",
         lexer="contextual",
         postlex=_Separators(),
         propagate_positions=True,
         maybe_placeholders=False,
     )
+    try:
+        cache = _parser_cache_file()
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        return Lark(_grammar_text(), cache=cache, **options)
+    except Exception:  # an unwritable or damaged cache: build the tables in memory
+        return Lark(_grammar_text(), **options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ converts once to its output type.
 """
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from .. import ir
 from ..errors import KgenError
@@ -72,19 +72,31 @@ TO_FLOAT: dict[ir.DType, str] = {
 def _round_to(value: float, dtype: ir.DType) -> float:
     """`value` as the nearest `dtype` number (constants of a narrower compute type)."""
     if dtype is ir.DType.F16:
-        return float(np.float16(value))
+        if abs(value) >= 65520.0:  # rounds past the largest f16, 65504
+            return math.copysign(math.inf, value)
+        return struct.unpack("<e", struct.pack("<e", value))[0]
     if dtype is ir.DType.BF16:
-        import ml_dtypes
-
-        return float(np.asarray(value, dtype=ml_dtypes.bfloat16))
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even
+        return struct.unpack("<f", struct.pack("<I", bits))[0]
     return value
 
 
 def float_literal(value: float) -> str:
     """The shortest decimal that rounds to the same float32, as a C++ float literal."""
-    text = str(np.float32(value))
-    if "inf" in text or "nan" in text:
+    if not math.isfinite(value):
         raise ValueError(f"constant {value} is not finite")
+    try:
+        single = struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        single = math.inf
+    if not math.isfinite(single):
+        raise ValueError(f"constant {value} is not finite as a float32")
+    # the shortest %g text that reads back as the same float32 (what numpy prints)
+    text = next(
+        t for t in (f"{single:.{digits}g}" for digits in range(1, 10))
+        if struct.unpack("<f", struct.pack("<f", float(t)))[0] == single
+    )
     if "." not in text and "e" not in text:
         text += ".0"
     return text + "f"
@@ -129,7 +141,14 @@ class _Builder:
         if isinstance(node, ir.Acc):
             return ("acc_0", "acc_1"), False
         if isinstance(node, ir.Const):
-            lit = float_literal(_round_to(node.value, self.kernel.compute_dtype))
+            compute = self.kernel.compute_dtype
+            try:
+                lit = float_literal(_round_to(node.value, compute))
+            except ValueError:
+                raise KgenError(
+                    node.loc, f"the constant {node.value:g} does not fit the compute type "
+                    f"{compute.dsl_name}"
+                ) from None
             lit = f"({lit})" if lit.startswith("-") else lit
             return (lit, lit), True
         if isinstance(node, ir.ScalarLoad):

@@ -79,7 +79,7 @@ def copy_coord(chunk: int, inner: int, elems_per_chunk: int) -> tuple[int, int]:
 
 
 def split_offsets(
-    base: Callable[[int], int], moved: Callable[[int, int], int], lanes: range, steps: list[int]
+    base: Callable[[int], int], moved: Callable[[int, int], int], lanes, steps: list
 ) -> list[tuple[int, int]] | None:
     """Write each step's offset as (base ^ X) + Y with X, Y the same for every thread.
 

@@ -85,8 +85,10 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
     def frag_at(t: int, step: tuple[int, int]) -> int:
         return tile.offset(*fmap.coord(t % 32, warp_of(t), step[1], step[0]))
 
+    # Threads with the same lane and warp offset read the same rows: prove one of each.
+    distinct = {(t % 32, warp_of(t)): t for t in range(threads)}
     flat = fragments.split_offsets(
-        lambda t: frag_at(t, (0, 0)), frag_at, range(threads), steps
+        lambda t: frag_at(t, (0, 0)), frag_at, sorted(distinct.values()), steps
     )
     if copy_steps is None or flat is None:
         return None

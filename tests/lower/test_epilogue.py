@@ -144,3 +144,17 @@ def test_narrow_compute_type_rounds_every_value():
     assert "__half2float(__float2half_rn(acc_0))" in text  # the accumulator enters as f16
     assert "0.099975586f" in text  # the constant 0.1 as the nearest f16
     assert text.count("__float2half_rn(") >= 4  # acc and the product, both elements
+
+
+def test_constant_out_of_the_compute_range_is_a_located_error():
+    import dataclasses
+
+    from kgen.errors import KgenError
+
+    big = gemm_kernel((ir.Store("D", call(ir.Op.MUL, acc, ir.Const(1e39))),))
+    with pytest.raises(KgenError, match="does not fit the compute type f32"):
+        lower(big)
+    half = dataclasses.replace(gemm_kernel((ir.Store("D", call(ir.Op.MUL, acc, ir.Const(1e5))),)),
+                               compute_dtype=ir.DType.F16)
+    with pytest.raises(KgenError, match="does not fit the compute type f16"):
+        lower(half)
