@@ -14,8 +14,10 @@ python3 -m pytest -m gpu -q -x -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/p
 
 echo "== compute-sanitizer memcheck, ragged sizes"
 for ex in examples/*.kg; do
+  size=M=1000,N=1000,K=40
+  case "$ex" in *b2b*) size=M=1000 ;; esac  # the b2b examples fix every size but M
   compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 -m kgen run "$ex" --size M=1000,N=1000,K=40 >"$OUT/sanitizer_$(basename "$ex" .kg).log" 2>&1
+    python3 -m kgen run "$ex" --size "$size" >"$OUT/sanitizer_$(basename "$ex" .kg).log" 2>&1
   echo "$ex memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_$(basename "$ex" .kg).log")"
 done | tee "$OUT/sanitizer.log"
 

@@ -228,7 +228,11 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
             {"name": g.name, "tile": list(g.tile), "warps": list(g.warps),
              "warp_tile": list(g.warp_tile), "mma": list(g.mma), "frags": list(g.frags),
              "stages": g.stages, "m": g.m_dim, "n": g.n_dim, "k": g.k_dim,
-             "operands": [operand("a", g.a), operand("b", g.b)],
+             "operands": [operand(role, o) for role, o in (("a", g.a), ("b", g.b))
+                          if o is not None],  # a chained A kept in registers has no tile
+             "chain": None if g.chain is None else {
+                 "source": g.chain.source, "keep": g.chain.residency.value,
+                 "dtype": g.chain.dtype.dsl_name, "k": g.chain.k},
              "epilogue_values": g.epilogue.value_count}
             for g in plan.gemms
         ],

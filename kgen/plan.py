@@ -199,6 +199,22 @@ class EpilogueCode:
 
 
 @dataclass(frozen=True, slots=True)
+class ChainPlan:
+    """A chained gemm's A operand: the epilogue output of the gemm before it, kept on chip.
+
+    REGISTERS: each warp turns its own f32 accumulators into its A fragments (the m16n8
+    accumulator layout of n8 tiles 2kk and 2kk + 1 is the m16n8k16 A layout of k step kk), so
+    every warp must own whole rows. SMEM: the source's epilogue writes the tile once (the A
+    operand's `smem`, K-major, swizzled) and this gemm reads it back with ldmatrix."""
+
+    source: str  # the gemm whose epilogue output is A
+    residency: ir.Residency
+    dtype: ir.DType  # the operand dtype the intermediate is rounded to, once
+    k: int  # this gemm's whole K: the source's N
+    k_steps: int  # k16 steps over it
+
+
+@dataclass(frozen=True, slots=True)
 class GemmPlan:
     name: str
     tile: tuple[int, int, int]
@@ -207,12 +223,13 @@ class GemmPlan:
     mma: tuple[int, int, int]
     frags: tuple[int, int]  # MMA tiles per warp along M and N
     stages: int
-    a: OperandPlan
+    a: OperandPlan | None  # None: a chained A kept in registers (see `chain`)
     b: OperandPlan
     m_dim: ir.Dim
     n_dim: ir.Dim
     k_dim: ir.Dim
     epilogue: EpilogueCode
+    chain: ChainPlan | None = None  # set when A is an earlier gemm's output
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,7 @@ class EpilogueEvaluator:
         memo: dict[Any, Any] = {}
         first_store = None
         last_let = None
+        fed = None
         for stmt in gemm.epilogue.stmts:
             if isinstance(stmt, ir.Store) and isinstance(stmt.value, ir.Reduce):
                 reduced = stmt.value
@@ -112,11 +113,15 @@ class EpilogueEvaluator:
                     memo.clear()  # a rebinding makes cached uses of the old value stale
                 env[stmt.name] = value
                 last_let = value
+            elif stmt.target == gemm.name and self.kernel.param(stmt.target) is None:
+                fed = value  # `g0 = expr`: what the gemm g0 feeds multiplies (a chain)
             else:
                 param = self.kernel.param(stmt.target)
                 outputs[stmt.target] = self.store(value, param, shape)
                 if first_store is None:
                     first_store = value
+        if fed is not None:
+            return fed
         return chained_value(gemm, env, first_store, last_let, acc)
 
     def expr(self, node: ir.Expr, acc: Any, env: dict[str, Any], memo: dict[Any, Any],
@@ -158,8 +163,9 @@ class EpilogueEvaluator:
 
 def chained_value(gemm: ir.Gemm, env: Mapping[str, Any], first_store: Any, last_let: Any,
                   acc: Any) -> Any:
-    """What a later gemm reads when it names `gemm` as its A operand: a local bound to the
-    gemm's own name, else the epilogue's first stored value, else its last local, else acc."""
+    """What a later gemm reads when it names `gemm` as its A operand, when the epilogue has no
+    `g0 = expr` (which the verifier requires, and which wins): a local bound to the gemm's own
+    name, else the epilogue's first stored value, else its last local, else acc."""
     if gemm.name in env:
         return env[gemm.name]
     for candidate in (first_store, last_let):

@@ -49,8 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.kg"))
 
 SCALE = int(os.environ.get("KGEN_FUZZ_EXAMPLES", "0") or 0)
-GENERATED = SCALE or 160  # generated kernels
-MUTATED = SCALE or 40  # mutants of each example
+GENERATED = SCALE or 200  # generated kernels
+MUTATED = SCALE or 100  # mutants of each example
 NVRTC_CAP = max(SCALE // 20, 8) if SCALE else 8  # NVRTC compiles per test function
 COMMAND_SECONDS = 10  # SIGALRM per command: a hang fails the test instead of the CI job
 DEADLINE = timedelta(seconds=20)  # hypothesis' deadline per input (all commands, NVRTC)
@@ -111,9 +111,13 @@ def invoke(*args: str):
 
 
 # ---------------------------------------------------------------------------------------------
-# What kgen writes by itself: every word of its templates and sources, and of the examples'
-# emitted code. An identifier in a fuzzed .cu outside this vocabulary must come from a name the
-# user gave (and the verifier accepted).
+# What kgen writes by itself: every word of its templates, of the code that fills them (the
+# lowering and emission passes, the IR and plan) and of the examples' emitted code. An
+# identifier in a fuzzed .cu outside this vocabulary must come from a name the user gave (and
+# the verifier accepted).
+
+EMITTING = ["templates/*", "kgen/emit/*.py", "kgen/lower/*.py", "kgen/ir.py", "kgen/plan.py",
+            "kgen/targets.py", "kgen/__init__.py"]
 
 
 def _words(text: str) -> set[str]:
@@ -124,7 +128,7 @@ def _words(text: str) -> set[str]:
 @pytest.fixture(scope="module")
 def vocabulary() -> frozenset[str]:
     words: set[str] = set()
-    for path in [*(ROOT / "templates").glob("*"), *(ROOT / "kgen").rglob("*.py")]:
+    for path in (path for pattern in EMITTING for path in ROOT.glob(pattern)):
         if path.is_file():
             words |= _words(path.read_text(errors="replace"))
     from kgen.api import build_file
@@ -165,6 +169,10 @@ class Fuzzing:
         self.folder = folder
         self.vocabulary = vocabulary
         self.cache = cache
+        # The names the generator uses unless it is being hostile, and the examples' names.
+        self.plain = set(PLAIN_NAMES)
+        for example in EXAMPLES:
+            self.plain |= user_strings(parse(example.read_text(), example.name).kernels)
         self.compiled: list[str] = []  # digests of the sources NVRTC compiled
         self.accepted = 0
         self.rejected = 0
@@ -202,7 +210,8 @@ class Fuzzing:
         if int(hashlib.sha256(data).hexdigest(), 16) % 2:
             inspect_args.append("--json")
         inspected = invoke(*inspect_args)
-        inspect_ok = self._answer(inspected, path, data, " ".join(inspect_args[:1] + inspect_args[2:]))
+        command = " ".join(inspect_args[:1] + inspect_args[2:])
+        inspect_ok = self._answer(inspected, path, data, command)
         if inspect_ok and "--json" in inspect_args:
             assert json.loads(inspected.stdout)["kernels"]
         if ok and not inspect_ok:
@@ -270,9 +279,10 @@ class Fuzzing:
         digest = hashlib.sha256(source.encode()).hexdigest()
         if digest in self.compiled:
             return False
-        # Names that are also words of kgen's own code or of CUDA's come first; then about one
-        # accepted output in four, up to half the cap.
-        risky = any(n in self.vocabulary or n in HOSTILE_NAMES for n in names)
+        # Unusual names that are also words of kgen's own code or of CUDA's come first; then
+        # about one accepted output in four, up to half the cap.
+        risky = any(n not in self.plain and (n in self.vocabulary or n in HOSTILE_NAMES)
+                    for n in names)
         return risky or (int(digest, 16) % 4 == 0 and len(self.compiled) < NVRTC_CAP // 2)
 
     def _nvrtc(self, source: str, data: bytes) -> None:
@@ -343,6 +353,9 @@ INJECTIONS = [
     "a-b", "a::b", "a<b>", "a{", "a}", "${x}", "{{ x }}", "<% x %>", "x\ny", "x\x00",
 ]
 LONG_NAMES = ["a" * 64, "b" * 65, "x_" * 40]
+PLAIN_NAMES = ["M", "N", "K", "A", "B", "C", "D", "bias", "rscale", "alpha", "mma0", "t0", "t1",
+               "t2", "gemm_k", "k", "fused_gemm", "my_kernel", "gemm_k2", "k2", "fused_gemm2",
+               "my_kernel2"]
 HOSTILE_NAMES = frozenset(CPP_NAMES + KGEN_OWN_NAMES + UNICODE_NAMES + INJECTIONS + LONG_NAMES)
 
 NUMBERS = [
@@ -365,7 +378,6 @@ GOOD_CONFIGS = [
 ]
 DTYPES = ["f16", "bf16", "f32"]
 ODD_DTYPES = ["f64", "half", "int8", "fp16", "F16", "bf8", "tf32", "f16x2"]
-TARGETS = ["sm_80", "sm_80", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_70", "sm_100", "sm80"]
 FUNCTIONS = {
     "relu": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "exp": 1,
     "log": 1, "sqrt": 1, "rsqrt": 1, "abs": 1, "hardswish": 1, "min": 2, "max": 2,
@@ -522,8 +534,50 @@ def kernels(draw) -> str:
     return text
 
 
+@st.composite
+def chained_kernels(draw) -> str:
+    """Two gemms back to back: the first one's epilogue result is the second one's A operand,
+    kept in registers or shared memory."""
+    pick = Chooser(draw, draw(st.sampled_from([0, 0, 0, 2, 5, 10, 30])))
+    m = pick.name("M")
+    k0 = draw(st.sampled_from(["K", "576", "64"]))
+    n0 = pick(draw(st.sampled_from(["64", "64", "128", "32"])), a_size())
+    n1 = pick(draw(st.sampled_from(["N", "128", "256"])), a_size())
+    names = {p: pick.name(p) for p in ("A", "B0", "B1", "C1", "D1", "bias0", "g0", "g1")}
+    dt = draw(st.sampled_from(["f16", "bf16"]))
+    tile_m = pick(draw(st.sampled_from(["64", "128"])), a_size())
+    warps0 = draw(st.sampled_from(["4x1", "4x1", "2x2"]))
+    warps1 = pick(warps0, st.sampled_from(["2x2", "4x1", "2x4", "2x1"]))
+    keep = draw(st.sampled_from(["", f"keep {names['g0']} in smem", "keep registers",
+                                 "keep smem", f"keep {names['g0']} in registers"]))
+    leaves0 = ["acc", "acc", pick.number(), f"{names['bias0']}[col]"]
+    leaves1 = ["acc", "acc", pick.number(), names["C1"]]
+    depth = draw(st.sampled_from([1, 2, 3]))
+    odd = pick.hostile()
+    text = f"""kernel {pick.name("chain")} {{
+  target {pick(draw(st.sampled_from(["sm_80", "sm_90a"])), st.sampled_from(["sm_70", "sm80"]))}
+  tensor {names['A']} : {pick.dtype(dt)}[{m}, {k0}] row
+  tensor {names['B0']} : {pick.dtype(dt)}[{k0}, {n0}] col
+  tensor {names['B1']} : {pick.dtype(dt)}[{n0}, {n1}] {draw(st.sampled_from(["col", "row"]))}
+  tensor {names['C1']} : {pick.dtype(dt)}[{m}, {n1}] row
+  tensor {names['D1']} : {pick.dtype(dt)}[{m}, {n1}] row out
+  vector {names['bias0']} : f32[{n0}]
+  gemm {names['g0']} = {names['A']} @ {names['B0']} {{
+    tile {tile_m}x{n0}x32  warps {warps0}  stages 3
+    epilogue {{ {names['g0']} = {draw(expressions(leaves0, depth, odd))} }}
+  }}
+  gemm {names['g1']} = {names['g0']} @ {names['B1']} {{
+    tile {tile_m}x{draw(st.sampled_from(["128", "256", "64"]))}x32  warps {warps1}  stages 3
+    {keep}
+    epilogue {{ {names['D1']} = {draw(expressions(leaves1, depth, odd))} }}
+  }}
+}}
+"""
+    return text
+
+
 @settings(FUZZ_SETTINGS, max_examples=GENERATED)
-@given(text=kernels())
+@given(text=st.one_of(kernels(), kernels(), kernels(), chained_kernels()))
 def test_generated_kernels(fuzzing, text):
     fuzzing.check(text.encode("utf-8", errors="surrogatepass"))
 
@@ -534,6 +588,7 @@ def test_generation_reaches_both_outcomes(fuzzing):
         pytest.skip("runs after test_generated_kernels")
     assert fuzzing.accepted >= GENERATED // 10, (fuzzing.accepted, fuzzing.rejected)
     assert fuzzing.rejected >= GENERATED // 10, (fuzzing.accepted, fuzzing.rejected)
+    assert len(fuzzing.compiled) >= min(NVRTC_CAP, 3), "NVRTC compiled too few accepted outputs"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -689,6 +744,14 @@ def test_exponential_sharing_is_refused_quickly(fuzzing):
 @pytest.mark.parametrize("wrap", range(len(DEEP)))
 def test_deep_nesting(fuzzing, depth, wrap):
     fuzzing.check(kernel_text(body=f"D = {DEEP[wrap]('acc', depth)}").encode())
+
+
+@pytest.mark.parametrize("number", ["3.4025001647762064e+38", "3.4028235e38", "3.4028236e38",
+                                    "1e-45", "1e-46", "1.17549435e-38", "0.1", "16777217"])
+def test_extreme_constants(fuzzing, number):
+    """Constants near the ends of the float32 range: a located refusal, or a literal NVRTC
+    takes (the shortest decimal that reads back as the same float32 must not overflow)."""
+    fuzzing.check(kernel_text(body=f"D = {number} * acc + alpha").encode(), nvrtc=True)
 
 
 def test_deep_locals(fuzzing):

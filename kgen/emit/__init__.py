@@ -5,13 +5,17 @@ from __future__ import annotations
 from ..errors import KgenError
 from ..plan import KernelPlan
 from ..targets import target
-from . import sm80
+from . import sm80, sm80_b2b
 from .host_api import emit_header
 
 __all__ = ["EMITTERS", "emit", "emit_header"]
 
 EMITTERS = {
     "sm80": sm80.emit,
+}
+# Kernels of chained gemms (back-to-back), per target family.
+CHAIN_EMITTERS = {
+    "sm80": sm80_b2b.emit,
 }
 
 
@@ -22,5 +26,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
             plan.kernel.loc,
             f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan",
         )
-    emitter = EMITTERS[target(plan.arch).emitter]
+    table = CHAIN_EMITTERS if len(plan.gemms) > 1 else EMITTERS
+    emitter = table[target(plan.arch).emitter]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

@@ -111,6 +111,7 @@ def _operand(g: GemmPlan, op: OperandPlan, which: str) -> dict:
         elem_bytes=op.dtype.nbytes,
         major=major,
         layout=f"{which.upper()}Layout",
+        buffer=t.name,
         load_fn=f"load_{which}_stage",
         outer=t.outer,
         inner=t.inner,

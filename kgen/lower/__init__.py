@@ -1,6 +1,8 @@
 """Lowering: a verified ir.Kernel to a plan.KernelPlan, through an explicit list of passes.
 
-    mainloop  (per gemm)  tiles, warp tiles, operand shared-memory layouts and swizzles
+    chain                 the rules of back-to-back gemms (kgen/lower/chain.py)
+    mainloop  (per gemm)  tiles, warp tiles, operand shared-memory layouts and swizzles; a
+                          chained gemm's A from the gemm before it (registers or smem)
     epilogue  (per gemm)  the visitor tree as straight-line C++ per accumulator pair
     abi                   the params struct, argument alignments and size rules
     storage               phases, shared-memory buffers and their lifetimes, the declared
@@ -15,7 +17,7 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan, KernelPlan
 from ..targets import target
-from . import abi, epilogue, mainloop, storage
+from . import abi, chain, epilogue, mainloop, storage
 
 GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream through L2
 
@@ -23,15 +25,20 @@ GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream thro
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None) -> KernelPlan:
     arch = arch or kernel.target
     tgt = target(arch)
-    if len(kernel.gemms) > 1 or (not kernel.gemms and kernel.storage is None):
-        loc = kernel.gemms[1].loc if kernel.gemms else kernel.loc
-        raise KgenError(loc, "this kgen version lowers exactly one gemm per kernel")
+    if not kernel.gemms and kernel.storage is None:
+        raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
+    chain.check(kernel)
     gemms: list[GemmPlan] = []
+    chained = len(kernel.gemms) > 1
     for g in kernel.gemms:
-        fields = mainloop.run(kernel, g, tgt)
+        if kernel.param(g.a.name) is None:
+            fields = chain.run(kernel, g, tgt)
+        else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
+            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "")
         gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))
     fields = abi.fields(kernel)
-    operands = [name for g in gemms for name in (g.a.param, g.b.param)]
+    operands = [op.param for g in gemms for op in (g.a, g.b)
+                if op is not None and kernel.param(op.param) is not None]
     alignments, dim_rules = abi.requirements(kernel, operands)
     budget_loc = kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
     storage_plan = storage.run(kernel, gemms, tgt, budget_loc)

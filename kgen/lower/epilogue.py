@@ -82,6 +82,15 @@ def _round_to(value: float, dtype: ir.DType) -> float:
     return value
 
 
+def _reads_back(text: str, single: float) -> bool:
+    """Whether `text` rounds to the float32 `single`; a text past the float32 range does not
+    (near the largest float32, a shorter text can round up past it)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", float(text)))[0] == single
+    except OverflowError:
+        return False
+
+
 def float_literal(value: float) -> str:
     """The shortest decimal that rounds to the same float32, as a C++ float literal."""
     if not math.isfinite(value):
@@ -94,8 +103,7 @@ def float_literal(value: float) -> str:
         raise ValueError(f"constant {value} is not finite as a float32")
     # the shortest %g text that reads back as the same float32 (what numpy prints)
     text = next(
-        t for t in (f"{single:.{digits}g}" for digits in range(1, 10))
-        if struct.unpack("<f", struct.pack("<f", float(t)))[0] == single
+        t for t in (f"{single:.{digits}g}" for digits in range(1, 10)) if _reads_back(t, single)
     )
     if "." not in text and "e" not in text:
         text += ".0"
@@ -239,6 +247,12 @@ class _Builder:
         self.stores.append(f"red{k}_0 = {v0};")
         self.stores.append(f"red{k}_1 = {v1};")
 
+    def feed(self, expr: ir.Expr) -> None:
+        """`g0 = expr` in g0's own epilogue: hand the pair to the gemm g0 feeds (a chain)."""
+        (v0, v1), _ = self.value(expr)
+        self.stores.append(f"inter_0 = {v0};")
+        self.stores.append(f"inter_1 = {v1};")
+
     def store(self, stmt: ir.Store, expr: ir.Expr) -> None:
         p = self.param(stmt.target)
         (v0, v1), _ = self.value(expr)
@@ -284,6 +298,8 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm) -> EpilogueCode:
     for stmt, expr in inline_lets(gemm.epilogue):
         if isinstance(expr, ir.Reduce):
             builder.reduce(stmt, expr, gemm)
+        elif stmt.target == gemm.name and kernel.param(stmt.target) is None:
+            builder.feed(expr)
         else:
             builder.store(stmt, expr)
     return EpilogueCode(

@@ -97,10 +97,11 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
 
 
 def _operand(
-    gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int, threads: int
+    gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int, threads: int,
+    prefix: str = "",
 ) -> OperandPlan:
     dtype = param.dtype
-    tile = swizzle.make_tile(f"{which}_smem", dtype, outer, inner, gemm.stages.count)
+    tile = swizzle.make_tile(f"{prefix}{which}_smem", dtype, outer, inner, gemm.stages.count)
     extent = "K" if k_major else ("M" if which == "a" else "N")
     if tile is None:
         raise KgenError(
@@ -137,8 +138,9 @@ def _operand(
     )
 
 
-def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
-    """Returns the mainloop fields of plan.GemmPlan for `gemm`."""
+def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "") -> dict:
+    """Returns the mainloop fields of plan.GemmPlan for `gemm`; its shared-memory tiles are
+    named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them with the gemm's name)."""
     _check_tile(gemm, tgt)
     a = kernel.param(gemm.a.name)
     b = kernel.param(gemm.b.name)
@@ -149,10 +151,10 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
     a_k_major = a.layout is ir.Layout.ROW
     b_k_major = b.layout is ir.Layout.COL
     a_plan = _operand(
-        gemm, "a", a, a_k_major, *((t.m, t.k) if a_k_major else (t.k, t.m)), threads
+        gemm, "a", a, a_k_major, *((t.m, t.k) if a_k_major else (t.k, t.m)), threads, prefix
     )
     b_plan = _operand(
-        gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads
+        gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads, prefix
     )
     mma = tgt.mma_shape
     warp_tile = (t.m // w.m, t.n // w.n)

@@ -252,20 +252,18 @@ def _stage_requests(g: GemmPlan, index: dict[str, int]) -> list[Request]:
     pipeline = (ir.StageKind.PIPELINE, g.name)
     out = []
     for op in (g.a, g.b):
+        if op is None:  # a chained A kept in registers
+            continue
         t = op.smem
-        out.append(
-            Request(
-                t.name,
-                t.bytes,
-                TILE_ALIGN,
-                (mainloop, mainloop),
-                f"{op.param} stages of {g.name}: {t.stages} x {t.outer}x{t.inner} "
-                f"{t.dtype.dsl_name}",
-                t.swizzle,
-                stage=pipeline,
-                dtype=t.dtype,
-            )
-        )
+        live = (mainloop, mainloop)
+        role = f"{op.param} stages of {g.name}: {t.stages} x {t.outer}x{t.inner} {t.dtype.dsl_name}"
+        if g.chain is not None and op is g.a:
+            # written once by the source's epilogue, read by this gemm's mainloop
+            live = (index[f"{g.chain.source}.epilogue"], mainloop)
+            role = (f"{g.chain.source}'s output, A of {g.name}: {t.outer}x{t.inner} "
+                    f"{t.dtype.dsl_name}, K-major")
+        out.append(Request(t.name, t.bytes, TILE_ALIGN, live, role, t.swizzle, stage=pipeline,
+                           dtype=t.dtype))
     # Reduction scratch is used after the mainloop: it may reuse the operand stages' bytes.
     for r in g.epilogue.reductions:
         out.append(

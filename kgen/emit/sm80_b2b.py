@@ -1,0 +1,356 @@
+"""sm_80 emitter of chained gemms (back-to-back): every stage in one CTA, the intermediate on chip.
+
+The kernel runs the stages in order, each in its own block scope that opens the stage's
+configuration namespace (`using namespace g0_cfg;`), so a stage's code reads like the single
+gemm kernel's: the first stage is exactly that mainloop (templates/sm80_mainloop.inc.j2), a
+chained stage reads A from registers or from the shared tile its source's epilogue wrote, and
+streams B through its own cp.async pipeline over a k-tile count known at compile time (its K is
+the source's whole N), unrolled here. Every string is prepared here; the template lays it out.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..lower.epilogue import PAIR
+from ..lower.fragments import LDMATRIX
+from ..plan import GemmPlan, KernelPlan
+from . import host_api, sm80, sm80_epilogue
+from .render import render
+
+INDENT = "  "
+
+
+def _cfg(g: GemmPlan) -> str:
+    return f"{g.name}_cfg"
+
+
+def _block(lines: list[str]) -> list[str]:
+    """Indent a stage's lines one level; preprocessor lines stay where they are."""
+    return [line if not line or line.startswith("#") else INDENT + line for line in lines]
+
+
+def _zero_acc() -> list[str]:
+    return [
+        "float acc[kFragM][kFragN][4];",
+        "#pragma unroll",
+        "for (int i = 0; i < kFragM; ++i)",
+        "#pragma unroll",
+        "  for (int j = 0; j < kFragN; ++j)",
+        "#pragma unroll",
+        "    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;",
+    ]
+
+
+def _b_frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
+    b = g.b
+    ld = "ldmatrix_x4_trans" if b.ldmatrix_trans else "ldmatrix_x4"
+    lines = []
+    for f, (xor, add) in enumerate(b.frag_steps[kk]):
+        regs = ", ".join(f"b_frag[{buf}][{2 * f + n}][{r}]" for n in range(2) for r in range(2))
+        lines.append(f"{ld}({regs}, {stage} + {sm80._shifted('b_base', xor * 2, add * 2)});")
+    return lines
+
+
+def _a_frag_loads(g: GemmPlan, step: int, buf: int) -> list[str]:
+    """ldmatrix of the intermediate tile at k step `step` of the whole K (smem residency)."""
+    if g.a is None:
+        return []
+    eb = g.a.dtype.nbytes
+    lines = []
+    for f, (xor, add) in enumerate(g.a.frag_steps[step]):
+        regs = ", ".join(f"a_frag[{buf}][{f}][{r}]" for r in range(4))
+        lines.append(f"ldmatrix_x4({regs}, a_tile + {sm80._shifted('a_base', xor * eb, add * eb)});")
+    return lines
+
+
+def _b_load(g: GemmPlan, tile: int, slot: int) -> str:
+    b = g.b
+    args = f"n0, N, {tile} * kTileK, K" if b.k_major else f"{tile} * kTileK, K, n0, N"
+    return (f"load_b_stage(b_smem + {slot} * kBStageBytes, p.{b.param}, p.ld_{b.param}, "
+            f"{args}, tid);")
+
+
+def _chained_mainloop(g: GemmPlan) -> list[str]:
+    """A chained stage: A already on chip, B through kStages shared-memory stages."""
+    chain = g.chain
+    b = sm80._operand(g, g.b, "b")
+    stages, steps = g.stages, g.tile[2] // 16
+    tiles = chain.k // g.tile[2]
+    in_smem = g.a is not None
+    lines = _zero_acc() + [""]
+    lines.append(f"const unsigned b_smem = smem_address(smem.{b['buffer']}());")
+    if in_smem:
+        lines.append(f"const unsigned a_tile = smem_address(smem.{g.a.smem.name}());")
+    lines += [
+        f"constexpr unsigned kBStageBytes = BLayout::kStageElems * {b['elem_bytes']};",
+        "",
+        f"// Prologue: fill kStages - 1 stages of {g.b.param}; A is already on chip. K is all of "
+        f"{chain.source}'s N,",
+        "// so the k tiles are a compile-time count and the loop below is unrolled.",
+        "#pragma unroll",
+        "for (int s = 0; s < kStages - 1; ++s) {",
+        "  if (s < kKTiles) {",
+        f"    {_b_load(g, 's', 's')}",
+        "  }",
+        "  cp_async_commit();",
+        "}",
+        "",
+        "// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, proved by kgen.",
+    ]
+    lines.append("unsigned b_base;" if not in_smem else "unsigned a_base, b_base;")
+    lines += ["{", "  int warp_off = warp_n * kWarpTileN;", "  const int f = 0, kk = 0;",
+              f"  b_base = BLayout::offset({b['frag_row']}, {b['frag_col']}) * {b['elem_bytes']};"]
+    if in_smem:
+        fmap = LDMATRIX[("a", True)]
+        lines += ["  warp_off = warp_m * kWarpTileM;",
+                  f"  a_base = ALayout::offset({fmap.outer_cpp}, {fmap.inner_cpp}) * "
+                  f"{g.a.dtype.nbytes};"]
+    lines += ["}", "", "unsigned b_frag[2][kFragN][2];"]
+    if in_smem:
+        lines.append("unsigned a_frag[2][kFragM][4];")
+    why = (f" and every warp's rows of {chain.source}'s output tile are written" if in_smem else "")
+    lines += [
+        "{",
+        f"  // Stage 0 has landed once at most kStages - 2 newer groups are in flight{why}.",
+        "  cp_async_wait<kStages - 2>();",
+        "  __syncthreads();",
+        *[INDENT + x for x in _a_frag_loads(g, 0, 0) + _b_frag_loads(g, 0, 0, "b_smem")],
+        "}",
+    ]
+    for kt in range(tiles):
+        lines += ["", f"// k tile {kt} of {tiles}"]
+        refill = kt + stages - 1
+        if refill < tiles:
+            lines.append(_b_load(g, refill, refill % stages))
+        lines.append("cp_async_commit();")
+        here = f"b_smem + {kt % stages} * kBStageBytes" if kt % stages else "b_smem"
+        there = (f"b_smem + {(kt + 1) % stages} * kBStageBytes" if (kt + 1) % stages
+                 else "b_smem")
+        for kk in range(steps):
+            step = kt * steps + kk
+            if kk + 1 < steps:
+                lines.append(f"// k step {kk + 1}: fragments")
+                lines += _a_frag_loads(g, step + 1, (kk + 1) % 2)
+                lines += _b_frag_loads(g, kk + 1, (kk + 1) % 2, here)
+            elif kt + 1 < tiles:
+                lines += ["// next k tile, step 0: wait until it has landed, then read its fragments",
+                          "cp_async_wait<kStages - 2>();", "__syncthreads();"]
+                lines += _a_frag_loads(g, step + 1, 0)
+                lines += _b_frag_loads(g, 0, 0, there)
+            a = f"a_frag[{kk % 2}]" if in_smem else f"{g.name}_a_frag[{step}]"
+            lines += [f"// k step {kk}: MMAs", f"mma_step(acc, {a}, b_frag[{kk % 2}]);"]
+    lines += ["cp_async_wait<0>();"]
+    return lines
+
+
+def _feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
+    """The epilogue of a stage that feeds the next one: into registers or the shared tile."""
+    dtype = nxt.chain.dtype
+    pair, _, _, to_pair, _ = PAIR[dtype]
+    head = [
+        "#pragma unroll",
+        "for (int i = 0; i < kFragM; ++i) {",
+        "#pragma unroll",
+        "  for (int j = 0; j < kFragN; ++j) {",
+        "    const int r = warp_m * kWarpTileM + i * 16 + lane / 4;  // row in the CTA tile",
+        "    const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
+        "    float x0 = 0.0f, x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;",
+        f"    if (m0 + r < M) {g.name}_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);",
+        f"    if (m0 + r + 8 < M) {g.name}_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], "
+        "x2, x3);",
+    ]
+    if nxt.a is None:
+        comment = [
+            f"// Epilogue of {g.name} into registers: each pair goes through the epilogue, is "
+            f"rounded once to {dtype.dsl_name}",
+            f"// and packed as {nxt.name}'s A fragments. The m16n8 accumulators of n8 tiles 2kk "
+            "and 2kk + 1 are",
+            "// the m16n8k16 A fragment of k step kk: a0 = (2kk: c0 c1), a1 = (2kk: c2 c3), "
+            "a2 = (2kk + 1: c0 c1),",
+            "// a3 = (2kk + 1: c2 c3). Rows past M feed zeros (their results are never stored).",
+        ]
+        body = [
+            f"    {nxt.name}_a_frag[j / 2][i][(j % 2) * 2] = pack_operands(x0, x1);",
+            f"    {nxt.name}_a_frag[j / 2][i][(j % 2) * 2 + 1] = pack_operands(x2, x3);",
+        ]
+        return comment + head + body + ["  }", "}"]
+    tile = nxt.a.smem
+    layout = f"{_cfg(nxt)}::ALayout"
+    comment = [
+        f"// Epilogue of {g.name} into shared memory: its output tile, rounded once to "
+        f"{dtype.dsl_name}, K-major and",
+        f"// {tile.swizzle} for {nxt.name}'s ldmatrix (conflict-free 4-byte stores too). Rows "
+        "past M hold zeros.",
+        f"{dtype.cpp}* out_tile = smem.{tile.name}();",
+    ]
+    body = [
+        f"    *reinterpret_cast<{pair}*>(out_tile + {layout}::offset(r, c)) = "
+        f"{to_pair.format('x0', 'x1')};",
+        f"    *reinterpret_cast<{pair}*>(out_tile + {layout}::offset(r + 8, c)) = "
+        f"{to_pair.format('x2', 'x3')};",
+    ]
+    return comment + head + body + ["  }", "}"]
+
+
+def _dim(d: ir.Dim) -> str:
+    return sm80.dim_expr(d)
+
+
+def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
+    g = plan.gemms[i]
+    gemm = plan.kernel.gemms[i]
+    last = i == len(plan.gemms) - 1
+    nxt = None if last else plan.gemms[i + 1]
+    lines: list[str] = []
+    if nxt is not None and nxt.a is None:
+        lines += [
+            f"// {g.name}'s output, rounded to {nxt.chain.dtype.dsl_name}, as {nxt.name}'s A "
+            "fragments: [k step][m16 tile][4 registers]",
+            f"unsigned {nxt.name}_a_frag[{_cfg(nxt)}::kKSteps][{_cfg(nxt)}::kFragM][4];",
+            "",
+        ]
+    where = "all of its N in every CTA" if not last else "this CTA's columns"
+    lines += [
+        f"// ---- {gemm.name} = {gemm.a.name} @ {gemm.b.name}: CTA tile "
+        f"{g.tile[0]}x{g.tile[1]}x{g.tile[2]}, {where} ----",
+        "{",
+    ]
+    body = [
+        f"using namespace {_cfg(g)};",
+        "const int warp_m = warp_id / kWarpsN;",
+        "const int warp_n = warp_id % kWarpsN;",
+        "const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;",
+        f"const int N = {_dim(g.n_dim)};",
+        f"const int K = {_dim(g.k_dim)};",
+        "",
+    ]
+    if g.chain is None:
+        a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
+        text = render("sm80_mainloop.inc.j2", a=a, b=b,
+                      first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
+                      mainloop_steps=sm80._mainloop_steps(g))
+        # the fragment is written at function level (two spaces): take them off, indent below
+        body += [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+    else:
+        body += _chained_mainloop(g)
+    body.append("")
+    if nxt is not None:
+        body += [f"// Every warp is done with {g.name}'s stages: later stages may reuse their bytes.",
+                 "__syncthreads();", ""]
+        body += _feed_lines(g, nxt)
+    else:
+        body.append("// Epilogue")
+        body += sm80_epilogue.loop_lines(plan, g)
+    lines += _block(body)
+    lines += ["}"]
+    return lines
+
+
+def _config(g: GemmPlan, plan: KernelPlan) -> list[str]:
+    gemm = plan.kernel.gemm(g.name)
+    lines = [
+        f"constexpr int kTileM = {g.tile[0]};",
+        f"constexpr int kTileN = {g.tile[1]};",
+        f"constexpr int kTileK = {g.tile[2]};",
+        f"constexpr int kWarpsM = {g.warps[0]};",
+        f"constexpr int kWarpsN = {g.warps[1]};",
+        'static_assert(kWarpsM * kWarpsN * 32 == kThreads, "every stage runs on all the warps");',
+        f"constexpr int kWarpTileM = {g.warp_tile[0]};",
+        f"constexpr int kWarpTileN = {g.warp_tile[1]};",
+        f"constexpr int kFragM = {g.frags[0]};  // m16n8k16 MMAs per warp along M",
+        f"constexpr int kFragN = {g.frags[1]};  // ... along N",
+        f"constexpr int kStages = {g.stages};",
+    ]
+    if g.chain is not None:
+        if g.a is None:  # the register-resident A fragments are indexed by k step
+            lines.append(f"constexpr int kKSteps = {g.chain.k_steps};  // k16 steps over all of "
+                         f"K ({g.chain.source}'s N = {g.chain.k})")
+        lines += [
+            f"constexpr int kKTiles = {g.chain.k // g.tile[2]};  // K is {g.chain.source}'s N, "
+            f"{g.chain.k}",
+            f"static_assert(kTileM == {g.chain.source}_cfg::kTileM, \"a CTA keeps its rows "
+            "through the chain\");",
+        ]
+    if g is not plan.gemms[-1]:
+        lines.append(f"static_assert(kTileN == {g.n_dim}, \"a stage that feeds the next one "
+                     "computes its whole N\");")
+    keep = "" if g.chain is None else f"; A = {g.chain.source} kept in {g.chain.residency.value}"
+    return [f"// {gemm.name} = {gemm.a.name} @ {gemm.b.name}{keep}"] + lines
+
+
+def _chain_asserts(plan: KernelPlan) -> list[str]:
+    out = []
+    ns = f"{plan.name}_kgen"
+    for src, g in zip(plan.gemms, plan.gemms[1:]):
+        if g.a is None:
+            a, b = f"{ns}::{_cfg(src)}", f"{ns}::{_cfg(g)}"
+            out.append(
+                f"static_assert({a}::kFragN == 2 * {b}::kKSteps && {a}::kFragM == {b}::kFragM,")
+            out.append(f"              \"{src.name}'s accumulators are {g.name}'s A fragments\");")
+    return out
+
+
+def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    first, last = plan.gemms[0], plan.gemms[-1]
+    ns = f"{plan.name}_kgen"
+    buffers = [
+        dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
+             bytes=b.bytes, ctype=b.dtype.cpp)
+        for b in plan.storage.buffers
+    ]
+    stages = []
+    for g in plan.gemms:
+        operands = [sm80._operand(g, op, w) for op, w in ((g.a, "a"), (g.b, "b"))
+                    if op is not None and op.copies_per_thread]
+        layouts = []
+        if g.a is not None and not g.a.copies_per_thread:  # the chained intermediate
+            t = g.a.smem
+            sw = t.swizzle
+            layouts.append(dict(
+                param=g.a.param, dtype=t.dtype.dsl_name, outer=t.outer, inner=t.inner,
+                layout="ALayout", major="K contiguous",
+                atom_inner=t.atom_inner, swizzle=str(sw), sw_shift=sw.shift,
+                sw_mask=((1 << sw.bits) - 1) << sw.base))
+        epi = g.epilogue
+        extra = ", float& inter_0, float& inter_1" if g is not last else ""
+        stages.append(dict(
+            cfg=_cfg(g), name=g.name, config=_config(g, plan), operands=operands,
+            layouts=layouts, epilogue=list(epi.loads) + list(epi.compute) + list(epi.stores),
+            epilogue_params=extra,
+        ))
+    body = []
+    for i in range(len(plan.gemms)):
+        body += _stage_lines(plan, i) + [""]
+    body = _block(body[:-1])
+    dtype = plan.gemms[1].chain.dtype
+    pair, _, _, to_pair, _ = PAIR[dtype]
+    kernel_gemms = plan.kernel.gemms
+    summary = ", then ".join(f"{h.name} = {h.a.name} @ {h.b.name}" for h in kernel_gemms)
+    return render(
+        "sm80_b2b.cu.j2",
+        header=sm80.header(plan, source_name, source_hash, command),
+        name=plan.name,
+        ns=ns,
+        threads=plan.threads,
+        group_m=plan.group_m,
+        smem_bytes=plan.smem_bytes,
+        stages=stages,
+        chain_asserts=_chain_asserts(plan),
+        **host_api.template_values(plan),
+        buffers=buffers,
+        storage_asserts=sm80._storage_asserts(plan),
+        mma_types=f"{dtype.dsl_name} x {dtype.dsl_name} -> f32",
+        mma_ab=sm80.MMA_TYPE[dtype],
+        operand_pair=pair,
+        pack_expr=to_pair.format("lo", "hi"),
+        operand_dtype=dtype.dsl_name,
+        summary=summary,
+        min_blocks=plan.min_blocks_per_sm,
+        m_expr=_dim(first.m_dim),
+        first_cfg=_cfg(first),
+        last_cfg=_cfg(last),
+        last_n_expr=_dim(last.n_dim),
+        host_m_expr=_dim(first.m_dim),
+        host_n_expr=_dim(last.n_dim),
+        body=body,
+        host_checks=sm80._host_checks(plan),
+    )

@@ -1,0 +1,276 @@
+"""Back-to-back gemms (issue 5): each chain rule's located message, the storage map of both
+residencies, the register repacking of accumulators as A fragments, and bank-conflict-free
+writes and ldmatrix reads of the shared intermediate tile."""
+from __future__ import annotations
+
+import pytest
+
+from kgen import ir
+from kgen.errors import KgenError
+from kgen.lower import lower, swizzle
+from kgen.lower.fragments import LDMATRIX
+from kgen.parse import parse
+from kgen.verify import verify
+
+from tests.kernels import EXAMPLES
+
+TEXT = """\
+kernel b2b {
+  target sm_80
+  tensor A : f16[M, 576] row
+  tensor B0 : f16[576, N0x] col
+  tensor B1 : B1TYPE[K1x, 128] col
+  tensor D1 : f16[M, 128] row out
+  vector bias0 : f32[N0x]
+  gemm g0 = A @ B0 {
+    tile G0TILE warps G0WARPS stages S0x
+    epilogue { g0 = relu(acc + bias0[col]) }
+  }
+  gemm g1 = g0 @ B1 {
+    tile G1TILE warps G1WARPS stages 2
+    KEEP
+    epilogue { D1 = EPI }
+  }
+}
+"""
+DEFAULTS = dict(N0x="64", K1x="64", S0x="3", B1TYPE="f16", G0TILE="128x64x32", G0WARPS="4x1",
+                G1TILE="128x128x32", G1WARPS="4x1", KEEP="keep registers", EPI="relu(acc)")
+
+
+def kernel(**changes) -> ir.Kernel:
+    text = TEXT
+    for key, value in {**DEFAULTS, **changes}.items():
+        text = text.replace(key, value)
+    module = parse(text, "t.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def error(**changes) -> tuple[int, str]:
+    with pytest.raises(KgenError) as info:
+        lower(kernel(**changes))
+    return info.value.loc.line, info.value.message
+
+
+def test_the_default_chain_lowers():
+    plan = lower(kernel())
+    g0, g1 = plan.gemms
+    assert g0.chain is None and g1.chain.residency is ir.Residency.REGISTERS
+    assert g1.a is None and g1.chain.k == 64 and g1.chain.k_steps == 4
+    assert plan.grid({"M": 1000}) == (8, 1, 1)  # one CTA per (tile M, tile N1)
+
+
+@pytest.mark.parametrize("changes,line,message", [
+    (dict(G1TILE="64x128x32", G1WARPS="2x1", G0WARPS="2x1"), 13,
+     "CTA tile M must be the same in every stage (g0 128, g1 64): a CTA keeps the same rows "
+     "through the chain"),
+    (dict(N0x="64", G0TILE="128x32x32"), 9,
+     "CTA tile N of g0 (32) must equal its N (64): a stage that feeds g1 computes its whole "
+     "output row in one CTA"),
+    (dict(G1WARPS="2x2", G0WARPS="2x2"), 9,
+     "keep registers needs every warp to own whole rows: warps of g0 must be Nx1, got 2x2 "
+     "(or keep g0 in smem)"),
+    (dict(G1WARPS="2x2"), 13,
+     "keep registers needs every warp to own whole rows: warps of g1 must be Nx1, got 2x2 "
+     "(or keep g0 in smem)"),
+    (dict(G1WARPS="8x1"), 13,
+     "every stage of a chain runs on the same warps: g0 has 4 (4x1), g1 has 8 (8x1)"),
+    (dict(G1TILE="128x128x128"), 13, "tile K of g1 (128) must divide its K, the N of g0 (64)"),
+    (dict(EPI="acc", KEEP="keep smem", G1TILE="128x128x64", G1WARPS="2x2", G0WARPS="4x2",
+          G0TILE="128x96x32"), 9,
+     "CTA tile N of g0 (96) must equal its N (64): a stage that feeds g1 computes its whole "
+     "output row in one CTA"),
+])
+def test_each_chain_rule_has_a_located_message(changes, line, message):
+    assert error(**changes) == (line, message)
+
+
+def test_symbolic_n0_is_refused():
+    line, message = error(N0x="N0", K1x="N0")
+    assert line == 9 and message.startswith("the N of g0 (N0) must be a fixed size")
+
+
+def test_mixed_operand_dtypes_are_refused():
+    with pytest.raises(KgenError) as info:
+        k = kernel()
+        a, b0, b1, *rest = k.params
+        b0 = ir.Param("B0", b0.kind, ir.DType.BF16, b0.shape, b0.layout)
+        a = ir.Param("A", a.kind, ir.DType.BF16, a.shape, a.layout)
+        lower(ir.Kernel(k.name, k.target, (a, b0, b1, *rest), k.gemms))
+    assert info.value.message == "every stage of a chain must use one operand dtype (g0 bf16, g1 f16)"
+
+
+def test_reductions_in_a_chain_are_refused():
+    k = kernel()
+    rowsum = ir.Param("r", ir.ParamKind.VECTOR, ir.DType.F32, ("M",), role=ir.Role.OUT)
+    g1 = k.gemms[1]
+    stmts = g1.epilogue.stmts + (ir.Store("r", ir.Reduce(ir.ReduceOp.SUM, ir.Axis.ROW, ir.Acc())),)
+    g1 = ir.Gemm(g1.name, g1.a, g1.b, g1.acc_dtype, g1.tile, g1.warps, g1.stages,
+                 ir.Epilogue(stmts), g1.keep)
+    with pytest.raises(KgenError, match="reductions in a kernel of chained gemms"):
+        lower(ir.Kernel(k.name, k.target, k.params + (rowsum,), (k.gemms[0], g1)))
+
+
+def test_keep_defaults_to_registers_when_warps_own_rows_else_smem():
+    assert lower(kernel(KEEP="")).gemms[1].chain.residency is ir.Residency.REGISTERS
+    plan = lower(kernel(KEEP="", G1WARPS="2x2", G0WARPS="2x2"))
+    assert plan.gemms[1].chain.residency is ir.Residency.SMEM
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+
+def _buffers(plan):
+    return {b.name: b for b in plan.storage.buffers}
+
+
+def _live(plan, b):
+    return plan.storage.live_text(b)
+
+
+def test_storage_map_registers():
+    plan = lower(kernel())
+    bufs = _buffers(plan)
+    assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]  # no intermediate buffer
+    assert plan.storage.phases == ("g0.mainloop", "g0.epilogue", "g1.mainloop", "g1.epilogue")
+    assert _live(plan, bufs["g0_a_smem"]) == _live(plan, bufs["g0_b_smem"]) == "g0.mainloop"
+    assert _live(plan, bufs["g1_b_smem"]) == "g1.mainloop"
+    # g1's stages reuse g0's dead stages: the total is g0's pipeline alone
+    assert bufs["g1_b_smem"].shares_bytes(bufs["g0_a_smem"])
+    assert plan.smem_bytes == bufs["g0_a_smem"].bytes + bufs["g0_b_smem"].bytes
+
+
+def test_storage_map_smem():
+    plan = lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2"))
+    bufs = _buffers(plan)
+    inter = bufs["g0_smem"]
+    assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g0_smem", "g1_b_smem"]
+    assert inter.bytes == 128 * 64 * 2 and inter.swizzle == plan.gemms[1].a.smem.swizzle
+    assert _live(plan, inter) == "g0.epilogue..g1.mainloop"
+    # the intermediate and g1's stages live together; both sit over g0's dead stages
+    assert inter.co_live(bufs["g1_b_smem"]) and not inter.shares_bytes(bufs["g1_b_smem"])
+    assert inter.shares_bytes(bufs["g0_a_smem"]) or inter.shares_bytes(bufs["g0_b_smem"])
+    g0_bytes = bufs["g0_a_smem"].bytes + bufs["g0_b_smem"].bytes
+    assert plan.smem_bytes == max(g0_bytes, inter.bytes + bufs["g1_b_smem"].bytes)
+    for i, x in enumerate(plan.storage.buffers):
+        for y in plan.storage.buffers[i + 1:]:
+            assert not (x.co_live(y) and x.shares_bytes(y)), (x.name, y.name)
+
+
+def test_storage_budget_names_the_chain_buffers():
+    line, message = error(S0x="8", G0TILE="128x64x128")
+    assert line == 9 and message.startswith("shared memory over budget: ")
+    assert "g0_a_smem 262144 B (A stages of g0: 8 x 128x128 f16)" in message
+
+
+# -- registers: accumulators are A fragments ---------------------------------------------------
+
+
+def _acc_coord(lane, j, e):
+    """(row, col) of accumulator register e of n8 tile j (m16n8, f32)."""
+    return lane // 4 + 8 * (e // 2), j * 8 + (lane % 4) * 2 + e % 2
+
+
+def _a_coord(lane, kk, r, h):
+    """(row, k) of half h of A register r at k step kk (m16n8k16, row-major A)."""
+    return lane // 4 + 8 * (r % 2), kk * 16 + 8 * (r // 2) + (lane % 4) * 2 + h
+
+
+def test_accumulator_pairs_are_the_a_fragment_layout():
+    """The emitted repacking, a[j / 2][(j % 2) * 2 + p] = pack(acc[j][2p], acc[j][2p + 1]),
+    puts every accumulator where mma.m16n8k16 expects that (row, k) of A."""
+    for lane in range(32):
+        for j in range(8):
+            for p in range(2):
+                kk, r = j // 2, (j % 2) * 2 + p
+                for h in range(2):
+                    assert _acc_coord(lane, j, 2 * p + h) == _a_coord(lane, kk, r, h)
+
+
+# -- smem: the intermediate tile ----------------------------------------------------------------
+
+
+SMEM_PLANS = [
+    ("2x2", lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2"))),
+    ("4x1", lower(kernel(KEEP="keep smem"))),
+    ("bf16-64", lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="1x4",
+                             G0TILE="128x64x32", G1TILE="128x128x32"))),
+]
+
+
+@pytest.mark.parametrize("label,plan", SMEM_PLANS, ids=[p[0] for p in SMEM_PLANS])
+def test_intermediate_tile_is_a_conflict_free_bijection(label, plan):
+    g0, g1 = plan.gemms
+    tile = g1.a.smem
+    eb = tile.dtype.nbytes
+    assert swizzle.is_bijection(tile)
+    fmap = LDMATRIX[("a", True)]
+    warps_m, warps_n = g1.warps
+    for warp in range(warps_m * warps_n):
+        off = warp // warps_n * g1.warp_tile[0]
+        for kk in range(g1.chain.k_steps):
+            for f in range(g1.warp_tile[0] // 16):
+                addrs = [tile.offset(*fmap.coord(lane, off, f, kk)) * eb for lane in range(32)]
+                assert swizzle.max_bank_conflict(addrs, 16) == 1, (warp, kk, f)
+    # g0's epilogue writes 4-byte pairs: rows lane/4 (+8), columns 2 * (lane % 4) of tile j
+    for warp in range(g0.warps[0] * g0.warps[1]):
+        wm, wn = warp // g0.warps[1], warp % g0.warps[1]
+        for i in range(g0.frags[0]):
+            for j in range(g0.frags[1]):
+                for half in (0, 8):
+                    addrs = [tile.offset(wm * g0.warp_tile[0] + i * 16 + lane // 4 + half,
+                                         wn * g0.warp_tile[1] + j * 8 + (lane % 4) * 2) * eb
+                             for lane in range(32)]
+                    assert swizzle.max_bank_conflict(addrs, 4) == 1, (warp, i, j)
+
+
+@pytest.mark.parametrize("label,plan", SMEM_PLANS, ids=[p[0] for p in SMEM_PLANS])
+def test_intermediate_fragment_offsets_are_proved(label, plan):
+    g1 = plan.gemms[1]
+    tile = g1.a.smem
+    fmap = LDMATRIX[("a", True)]
+    threads = plan.threads
+    for t in range(threads):
+        off = (t // 32) // g1.warps[1] * g1.warp_tile[0]
+        base = tile.offset(*fmap.coord(t % 32, off, 0, 0))
+        for kk, row in enumerate(g1.a.frag_steps):
+            for f, (x, y) in enumerate(row):
+                assert (base ^ x) + y == tile.offset(*fmap.coord(t % 32, off, f, kk))
+
+
+# -- emission -----------------------------------------------------------------------------------
+
+
+B2B_EXAMPLES = [p for p in EXAMPLES if p.stem.startswith("b2b")]
+
+
+def test_there_are_b2b_examples_of_both_residencies_and_dtypes():
+    assert {p.stem for p in B2B_EXAMPLES} >= {"b2b_gemm_rf", "b2b_gemm_smem", "b2b_gemm_rf_bf16",
+                                              "b2b_gemm_smem_bf16"}
+
+
+def test_chain_of_three_compiles_without_spills(tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    from kgen.api import build
+    from kgen.runtime.nvrtc import compile_cubin
+    from tests.gpu.test_b2b_gpu import CHAIN3
+
+    module = parse(CHAIN3, "b2b3.kg")
+    verify(module)
+    built = build(module.kernels[0], source_name="b2b3.kg")
+    assert [b.name for b in built.plan.storage.buffers] == [
+        "g0_a_smem", "g0_b_smem", "g0_smem", "g1_b_smem", "g1_smem", "g2_b_smem"]
+    assert "// ---- g2 = g1 @ B2" in built.source
+    result = compile_cubin(built.source, built.plan.name, "sm_80")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_register_chain_source_reads_in_stage_order():
+    from kgen.api import build
+
+    src = build(kernel(), source_name="t.kg").source
+    order = ["// ---- g0 = A @ B0", "Epilogue of g0 into registers", "// ---- g1 = g0 @ B1",
+             "mma_step(acc, g1_a_frag[3], b_frag[1]);", "g1_epilogue(p, row, col"]
+    positions = [src.index(s) for s in order]
+    assert positions == sorted(positions)
