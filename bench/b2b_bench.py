@@ -71,15 +71,20 @@ def torch_chain_ms() -> float:
     return time_ms(chain)
 
 
-def kgen_ms(kernel, label, m=M, min_blocks=None):
+def kgen_ms(kernel, label, m=M, min_blocks=None, persistent=None):
     """Check, then time; `min_blocks` rewrites __launch_bounds__'s second argument (an
-    experiment: it caps registers so that more CTAs fit on an SM)."""
+    experiment: it caps registers so that more CTAs fit on an SM); `persistent=False` lowers
+    to the plain grid (one CTA per tile) instead of kgen's choice."""
     import dataclasses as dc
 
-    from kgen.api import build
+    from kgen.api import Built
+    from kgen.emit import emit
+    from kgen.lower import lower
     from kgen.runtime.run import run
 
-    built = build(kernel, source_name=f"{label}.kg")
+    plan = lower(kernel, persistent=persistent)
+    source = emit(plan, source_name=f"{label}.kg", source_hash="", command="bench")
+    built = Built(kernel, plan, source)
     if min_blocks is not None:
         threads = built.plan.threads
         source = built.source.replace(f"__launch_bounds__({threads}, 1)",
@@ -88,7 +93,7 @@ def kgen_ms(kernel, label, m=M, min_blocks=None):
     report = run(built.kernel, built.plan, built.source, {"M": m}, check=True, bench=True,
                  compare_torch=False, iters=50)
     res = report.compile or {}
-    return dict(label=label, ok=report.ok, ms=report.timing.median_ms,
+    return dict(label=label, ok=report.ok, ms=report.timing.median_ms, persistent=plan.persistent,
                 registers=res.get("registers"), spills=res.get("spill_stores"),
                 smem=built.plan.smem_bytes, bytes=report.bytes)
 
@@ -133,8 +138,11 @@ def main() -> None:
     rows = []
     for path in sorted((ROOT / "examples").glob("b2b*.kg")):
         module, _ = read_module(path)
-        rows.append(kgen_ms(module.kernels[0], path.stem))
+        rows.append(kgen_ms(module.kernels[0], path.stem + (" persistent" if "rf" in path.stem
+                                                             else "")))
         if path.stem == "b2b_gemm_rf":
+            rows.append(kgen_ms(module.kernels[0], "b2b_gemm_rf non-persistent",
+                                persistent=False))
             for label, kernel, blocks in variants(module.kernels[0]):
                 try:
                     rows.append(kgen_ms(kernel, label, min_blocks=blocks))

@@ -264,6 +264,9 @@ class KernelPlan:
     min_blocks_per_sm: int
     alignments: tuple[Alignment, ...]
     dim_rules: tuple[DimRule, ...]
+    # A persistent kernel: min(tiles, SM count x resident CTAs per SM) CTAs loop over the tiles
+    # (chained gemms kept in registers; see kgen/lower/__init__.py for when).
+    persistent: bool = False
 
     @property
     def name(self) -> str:
@@ -319,11 +322,17 @@ class KernelPlan:
     def resolve(self, dim: ir.Dim, sizes: dict[str, int]) -> int:
         return dim if isinstance(dim, int) else sizes[dim]
 
-    def grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
-        """One CTA per output tile, on a 1-D grid (the kernel rasterizes it in groups)."""
+    def grid(self, sizes: dict[str, int],
+             persistent_ctas: int | None = None) -> tuple[int, int, int]:
+        """One CTA per output tile, on a 1-D grid (the kernel rasterizes it in groups); a
+        persistent kernel runs min(tiles, persistent_ctas) CTAs (the runtime fills it: SM count
+        x resident CTAs per SM), each looping over tiles, or one CTA per tile when not given."""
         g = self.gemms[-1]
         m = self.resolve(self.gemms[0].m_dim, sizes)
         n = self.resolve(g.n_dim, sizes)
         tiles_m = -(-m // g.tile[0])
         tiles_n = -(-n // g.tile[1])
-        return (tiles_m * tiles_n, 1, 1)
+        tiles = tiles_m * tiles_n
+        if self.persistent and persistent_ctas:
+            tiles = min(tiles, persistent_ctas)
+        return (tiles, 1, 1)

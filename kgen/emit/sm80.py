@@ -240,6 +240,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         host_finalize=sm80_epilogue.host_finalize_lines(plan),
         mainloop_steps=_mainloop_steps(g),
         first_fragments=_frag_loads(g, 0, 0, "_next"),
+        prologue=True,
         summary=_summary(plan),
         min_blocks=plan.min_blocks_per_sm,
         m_expr=dim_expr(g.m_dim),

@@ -6,6 +6,10 @@ gemm kernel's: the first stage is exactly that mainloop (templates/sm80_mainloop
 chained stage reads A from registers or from the shared tile its source's epilogue wrote, and
 streams B through its own cp.async pipeline over a k-tile count known at compile time (its K is
 the source's whole N), unrolled here. Every string is prepared here; the template lays it out.
+
+A persistent plan (plan.persistent) wraps the stages in a loop over tiles (tile += gridDim.x)
+and issues the next tile's first stages of the first gemm (`load_first_stages`) behind the last
+gemm's last B load; the last gemm's waits then count its cp.async groups exactly.
 """
 from __future__ import annotations
 
@@ -69,13 +73,31 @@ def _b_load(g: GemmPlan, tile: int, slot: int) -> str:
             f"{args}, tid);")
 
 
-def _chained_mainloop(g: GemmPlan) -> list[str]:
-    """A chained stage: A already on chip, B through kStages shared-memory stages."""
+def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
+                      prefetch_groups: int = 0) -> list[str]:
+    """A chained stage: A already on chip, B through kStages shared-memory stages. `prefetch`
+    (a persistent kernel): the next tile's first-stage loads, issued once this stage's last B
+    load is committed; the waits then count exactly the groups committed after each k tile's."""
     chain = g.chain
     b = sm80._operand(g, g.b, "b")
     stages, steps = g.stages, g.tile[2] // 16
     tiles = chain.k // g.tile[2]
     in_smem = g.a is not None
+    prologue_tiles = min(stages - 1, tiles)
+    last_refill = tiles - stages if tiles > stages - 1 else None  # k tile of the last B load
+    group_of = {t: t for t in range(prologue_tiles)}  # k tile -> index of its cp.async group
+    committed = stages - 1
+
+    def wait(tile: int) -> str:
+        if prefetch is None:
+            return "cp_async_wait<kStages - 2>();"
+        return f"cp_async_wait<{committed - 1 - group_of[tile]}>();  // k tile {tile}'s group has landed"
+
+    def prefetch_lines() -> list[str]:
+        nonlocal committed
+        committed += prefetch_groups
+        return [""] + prefetch
+
     lines = _zero_acc() + [""]
     lines.append(f"const unsigned b_smem = smem_address(smem.{b['buffer']}());")
     if in_smem:
@@ -93,6 +115,10 @@ def _chained_mainloop(g: GemmPlan) -> list[str]:
         "  }",
         "  cp_async_commit();",
         "}",
+    ]
+    if prefetch is not None and last_refill is None:
+        lines += prefetch_lines()
+    lines += [
         "",
         "// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, proved by kgen.",
     ]
@@ -108,10 +134,13 @@ def _chained_mainloop(g: GemmPlan) -> list[str]:
     if in_smem:
         lines.append("unsigned a_frag[2][kFragM][4];")
     why = (f" and every warp's rows of {chain.source}'s output tile are written" if in_smem else "")
+    first_wait = ("  // Stage 0 has landed once at most kStages - 2 newer groups are in flight"
+                  f"{why}." if prefetch is None else
+                  f"  // Stage 0 has landed (the newer groups may still be in flight){why}.")
     lines += [
         "{",
-        f"  // Stage 0 has landed once at most kStages - 2 newer groups are in flight{why}.",
-        "  cp_async_wait<kStages - 2>();",
+        first_wait,
+        "  " + wait(0),
         "  __syncthreads();",
         *[INDENT + x for x in _a_frag_loads(g, 0, 0) + _b_frag_loads(g, 0, 0, "b_smem")],
         "}",
@@ -121,7 +150,12 @@ def _chained_mainloop(g: GemmPlan) -> list[str]:
         refill = kt + stages - 1
         if refill < tiles:
             lines.append(_b_load(g, refill, refill % stages))
-        lines.append("cp_async_commit();")
+        if prefetch is None or refill < tiles:  # a persistent kernel commits no empty group
+            lines.append("cp_async_commit();")
+            group_of[refill] = committed
+            committed += 1
+        if prefetch is not None and kt == last_refill:
+            lines += prefetch_lines()
         here = f"b_smem + {kt % stages} * kBStageBytes" if kt % stages else "b_smem"
         there = (f"b_smem + {(kt + 1) % stages} * kBStageBytes" if (kt + 1) % stages
                  else "b_smem")
@@ -133,13 +167,66 @@ def _chained_mainloop(g: GemmPlan) -> list[str]:
                 lines += _b_frag_loads(g, kk + 1, (kk + 1) % 2, here)
             elif kt + 1 < tiles:
                 lines += ["// next k tile, step 0: wait until it has landed, then read its fragments",
-                          "cp_async_wait<kStages - 2>();", "__syncthreads();"]
+                          wait(kt + 1), "__syncthreads();"]
                 lines += _a_frag_loads(g, step + 1, 0)
                 lines += _b_frag_loads(g, 0, 0, there)
             a = f"a_frag[{kk % 2}]" if in_smem else f"{g.name}_a_frag[{step}]"
             lines += [f"// k step {kk}: MMAs", f"mma_step(acc, {a}, b_frag[{kk % 2}]);"]
-    lines += ["cp_async_wait<0>();"]
+    if prefetch is None:
+        lines += ["cp_async_wait<0>();"]
+    else:
+        lines += [f"// Every {g.b.param} group has landed; only the next tile's prefetch is in flight."]
     return lines
+
+
+def _prologue_lines(g: GemmPlan) -> list[str]:
+    """The first gemm's prologue (kStages - 1 cp.async groups), at function level."""
+    a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
+    text = render("sm80_prologue.inc.j2", a=a, b=b)
+    return [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+
+
+def _first_stages_function(plan: KernelPlan) -> list[str]:
+    """`load_first_stages` in the first gemm's namespace (persistent kernels): its prologue for
+    the CTA tile at row m0, from before the tile loop and from inside the last gemm's scope."""
+    g = plan.gemms[0]
+    a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
+    return [
+        f"// The first kStages - 1 stages of {g.name} for the CTA tile at row m0, one cp.async "
+        "group each; the groups",
+        "// are committed empty when `valid` is false, so that every thread counts the same groups.",
+        f"__device__ __forceinline__ void load_first_stages(const {plan.name}_params& p, "
+        "SharedStorage& smem, int m0, int M,",
+        "                                                  bool valid, int tid) {",
+        *_block([
+            "const int n0 = 0;",
+            f"const int N = {_dim(g.n_dim)};",
+            f"const int K = {_dim(g.k_dim)};",
+            f"const unsigned a_smem = smem_address(smem.{a['buffer']}());",
+            f"const unsigned b_smem = smem_address(smem.{b['buffer']}());",
+            f"constexpr unsigned kAStageBytes = {a['layout']}::kStageElems * {a['elem_bytes']};",
+            f"constexpr unsigned kBStageBytes = {b['layout']}::kStageElems * {b['elem_bytes']};",
+            "const int k_tiles = valid ? (K + kTileK - 1) / kTileK : 0;",
+            *_prologue_lines(g),
+        ]),
+        "}",
+    ]
+
+
+def _first_stage_loads(plan: KernelPlan, tile: str, why: list[str]) -> list[str]:
+    """A block that issues the first gemm's prologue for linear tile `tile` (empty groups past
+    the last tile)."""
+    cfg = _cfg(plan.gemms[0])
+    return [
+        *why,
+        "{",
+        *_block([
+            "int load_m = 0, load_n = 0;",
+            f"if ({tile} < tiles) tile_coords({tile}, tiles_m, tiles_n, load_m, load_n);",
+            f"{cfg}::load_first_stages(p, smem, load_m * {cfg}::kTileM, M, {tile} < tiles, tid);",
+        ]),
+        "}",
+    ]
 
 
 def _feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
@@ -227,9 +314,16 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
         text = render("sm80_mainloop.inc.j2", a=a, b=b,
                       first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
-                      mainloop_steps=sm80._mainloop_steps(g))
+                      mainloop_steps=sm80._mainloop_steps(g), prologue=not plan.persistent)
         # the fragment is written at function level (two spaces): take them off, indent below
         body += [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+    elif plan.persistent and last:
+        first = plan.gemms[0]
+        why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
+               f"({first.a.param}, {first.b.param}) start now,",
+               f"// behind {g.name}'s last {g.b.param} load, so the memory system streams "
+               f"{first.a.param} while this tile finishes."]
+        body += _chained_mainloop(g, _first_stage_loads(plan, "next_tile", why), first.stages - 1)
     else:
         body += _chained_mainloop(g)
     body.append("")
@@ -312,15 +406,14 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                 sw_mask=((1 << sw.bits) - 1) << sw.base))
         epi = g.epilogue
         extra = ", float& inter_0, float& inter_1" if g is not last else ""
+        functions = _first_stages_function(plan) if plan.persistent and g is first else []
         stages.append(dict(
             cfg=_cfg(g), name=g.name, config=_config(g, plan), operands=operands,
+            functions=functions,
             layouts=layouts, epilogue=list(epi.loads) + list(epi.compute) + list(epi.stores),
             epilogue_params=extra,
         ))
-    body = []
-    for i in range(len(plan.gemms)):
-        body += _stage_lines(plan, i) + [""]
-    body = _block(body[:-1])
+    body = _kernel_body(plan)
     dtype = plan.gemms[1].chain.dtype
     pair, _, _, to_pair, _ = PAIR[dtype]
     kernel_gemms = plan.kernel.gemms
@@ -353,4 +446,64 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         host_n_expr=_dim(last.n_dim),
         body=body,
         host_checks=sm80._host_checks(plan),
+        grid_lines=_grid_lines(plan),
     )
+
+
+def _kernel_body(plan: KernelPlan) -> list[str]:
+    """The stages for one tile, or (persistent) for every tile of this CTA's loop."""
+    first = _cfg(plan.gemms[0])
+    stages: list[str] = []
+    for i in range(len(plan.gemms)):
+        stages += _stage_lines(plan, i) + [""]
+    stages = stages[:-1]
+    if not plan.persistent:
+        return _block([
+            "int tile_m, tile_n;",
+            "tile_coords(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "",
+            *stages,
+        ])
+    g0 = plan.gemms[0]
+    why = [f"// The first tile's first kStages - 1 stages of {g0.name}; later tiles' are "
+           "prefetched by the tile before."]
+    return _block([
+        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
+        "over the tiles.",
+        f"// While a tile runs {plan.gemms[-1].name} and stores, its CTA streams the next tile's "
+        f"first {g0.name} stages:",
+        f"// {g0.name}'s stage buffers live through the whole tile (the storage plan says so).",
+        "const int tiles = tiles_m * tiles_n;",
+        *_first_stage_loads(plan, "blockIdx.x", why),
+        "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+        *_block([
+            "int tile_m, tile_n;",
+            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "const int next_tile = tile + gridDim.x;",
+            "",
+            *stages,
+        ]),
+        "}",
+        "cp_async_wait<0>();  // the last prefetch committed empty groups only",
+    ])
+
+
+def _grid_lines(plan: KernelPlan) -> list[str]:
+    """The host launcher's grid: one CTA per tile, or (persistent) one per resident slot."""
+    if not plan.persistent:
+        return ["const int grid = tiles_m * tiles_n;"]
+    return [
+        "// Persistent: one CTA per resident slot (SM count x CTAs per SM), at most one per tile.",
+        "int device = 0, sm_count = 0, per_sm = 0;",
+        "cudaError_t err = cudaGetDevice(&device);",
+        "if (err == cudaSuccess)",
+        "  err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);",
+        "if (err == cudaSuccess)",
+        f"  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {plan.name}, "
+        f"{plan.name}_kgen::kThreads, {plan.name}_kgen::kSmemBytes);",
+        "if (err != cudaSuccess) return err;",
+        "const int slots = sm_count * (per_sm > 0 ? per_sm : 1);",
+        "const int grid = tiles_m * tiles_n < slots ? tiles_m * tiles_n : slots;",
+    ]

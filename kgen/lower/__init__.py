@@ -22,7 +22,18 @@ from . import abi, chain, epilogue, mainloop, storage
 GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream through L2
 
 
-def lower(kernel: ir.Kernel, arch: ir.Arch | None = None) -> KernelPlan:
+def can_persist(kernel: ir.Kernel, gemms: list[GemmPlan]) -> bool:
+    """A persistent kernel (CTAs loop over row tiles, prefetching the next tile's first stages
+    of the first gemm during the last one) is emitted for two chained gemms with the
+    intermediate in registers and no user storage or phases (their lifetimes assume one tile)."""
+    return (len(gemms) == 2 and gemms[1].chain is not None and gemms[1].a is None
+            and kernel.storage is None and not kernel.phases)
+
+
+def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
+          persistent: bool | None = None) -> KernelPlan:
+    """`persistent`: None lets kgen choose (persistent when can_persist), False never, True
+    when can_persist (else the plain grid)."""
     arch = arch or kernel.target
     tgt = target(arch)
     if not kernel.gemms and kernel.storage is None:
@@ -41,7 +52,15 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None) -> KernelPlan:
                 if op is not None and kernel.param(op.param) is not None]
     alignments, dim_rules = abi.requirements(kernel, operands)
     budget_loc = kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
-    storage_plan = storage.run(kernel, gemms, tgt, budget_loc)
+    persist = can_persist(kernel, gemms) and persistent is not False
+    try:
+        storage_plan = storage.run(kernel, gemms, tgt, budget_loc, persistent=persist)
+    except KgenError:
+        if not persist:
+            raise
+        # the prefetched stages do not fit beside the later gemms' own: one CTA per tile
+        persist = False
+        storage_plan = storage.run(kernel, gemms, tgt, budget_loc)
     warps = gemms[0].warps if gemms else (0, 0)
     return KernelPlan(
         kernel=kernel,
@@ -54,4 +73,5 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None) -> KernelPlan:
         min_blocks_per_sm=1,
         alignments=alignments,
         dim_rules=dim_rules,
+        persistent=persist,
     )

@@ -96,6 +96,7 @@ def bind_arguments(
     sizes: Mapping[str, int] | None = None,
     device_id: int | None = None,
     device_of=None,
+    persistent_ctas: int | None = None,
 ) -> BoundArguments:
     """Check `args` against the kernel's parameters and compute the params-struct values.
 
@@ -103,7 +104,8 @@ def bind_arguments(
     dtype, rank or fixed dimension, symbolic sizes that disagree between arguments, a 2-D
     tensor not stored in its declared layout with a unit stride, a misaligned pointer or
     leading dimension, a tensor on another device than `device_id`, a size above 2**30-1 or
-    not a multiple the plan's `dim_rules` ask for.
+    not a multiple the plan's `dim_rules` ask for. `persistent_ctas` caps the grid of a
+    persistent plan (the device's SM count x resident CTAs per SM; see plan.grid).
     """
     kernel = plan.kernel
     params = {p.name: p for p in kernel.params}
@@ -189,7 +191,7 @@ def bind_arguments(
             values[member.name] = 0  # the launch provides it (CompiledKernel._workspace)
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
-    grid = plan.grid(resolved)
+    grid = plan.grid(resolved, persistent_ctas)
     if grid[0] > MAX_GRID:
         shown = ", ".join(f"{dim}={extent}" for dim, extent in resolved.items())
         raise ArgumentError(f"sizes {shown} make {grid[0]} CTAs; a launch takes at most 2**31-1")
@@ -381,6 +383,15 @@ class CompiledKernel:
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
             )
         self._check_abi()
+        # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
+        self.persistent_ctas = None
+        if plan.persistent:
+            per_sm = check(
+                driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    self._function, plan.threads, plan.smem_bytes),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
+            self.persistent_ctas = info.sm_count * max(int(per_sm), 1)
 
     def _helper_function(self, name: str | None):
         if name is None:
@@ -441,7 +452,8 @@ class CompiledKernel:
         return self.compiled.registers if self.compiled is not None else None
 
     def bind(self, sizes: Mapping[str, int] | None = None, **args) -> BoundArguments:
-        return bind_arguments(self.plan, args, sizes=sizes, device_id=self.device_id)
+        return bind_arguments(self.plan, args, sizes=sizes, device_id=self.device_id,
+                              persistent_ctas=self.persistent_ctas)
 
     def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args) -> None:
         bound = self.bind(sizes, **args)

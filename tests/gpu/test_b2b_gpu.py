@@ -85,3 +85,45 @@ def test_chain_of_three_gemms(m):
     module = parse(CHAIN3, "b2b3.kg")
     verify(module)
     _run(build(module.kernels[0], source_name="b2b3.kg"), m)
+
+
+@pytest.mark.parametrize("m", [81920, 1000])
+def test_b2b_rf_non_persistent_matches_reference(m):
+    """The plain grid (one CTA per tile), kept for plans that do not persist."""
+    from kgen.api import Built, read_module
+    from kgen.emit import emit, emit_header
+    from kgen.lower import lower
+
+    module, _ = read_module(next(p for p in EXAMPLES if p.stem == "b2b_gemm_rf"))
+    plan = lower(module.kernels[0], persistent=False)
+    assert not plan.persistent
+    kw = dict(source_name="b2b_gemm_rf.kg", source_hash="", command="test")
+    _run(Built(plan.kernel, plan, emit(plan, **kw), emit_header(plan, **kw)), m)
+
+
+@pytest.mark.parametrize("ctas", [1, 5])
+def test_persistent_loop_over_many_tiles_along_m_and_n(ctas):
+    """A few CTAs loop over 8 x 2 tiles (g1's tile N is half of N1: the CTAs along N recompute
+    g0), each prefetching the next tile's g0 stages, against PyTorch."""
+    torch = pytest.importorskip("torch")
+    from kgen.api import build, load_built
+    from tests.lower.test_chain import kernel
+
+    built = build(kernel(G1TILE="128x64x32"), source_name="t.kg")
+    assert built.plan.persistent
+    k = load_built(built)
+    k.persistent_ctas = ctas
+    m = 1000
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    a = (torch.randn(m, 576, device="cuda", generator=gen) / 24).half()
+    b0 = torch.randn(64, 576, device="cuda", generator=gen).half().t()
+    b1 = (torch.randn(128, 64, device="cuda", generator=gen) / 8).half().t()
+    bias0 = torch.randn(64, device="cuda", generator=gen) * 0.1
+    d1 = torch.full((m, 128), float("nan"), device="cuda", dtype=torch.half)
+    bound = k.bind(A=a, B0=b0, B1=b1, D1=d1, bias0=bias0)
+    assert bound.grid == (ctas, 1, 1)
+    k.launch(bound, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    inter = torch.relu(a.float() @ b0.float() + bias0).half()
+    want = torch.relu(inter.float() @ b1.float())
+    torch.testing.assert_close(d1.float(), want, atol=2e-3, rtol=4e-3)

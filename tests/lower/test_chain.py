@@ -129,7 +129,8 @@ def _live(plan, b):
 
 
 def test_storage_map_registers():
-    plan = lower(kernel())
+    plan = lower(kernel(), persistent=False)
+    assert not plan.persistent
     bufs = _buffers(plan)
     assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]  # no intermediate buffer
     assert plan.storage.phases == ("g0.mainloop", "g0.epilogue", "g1.mainloop", "g1.epilogue")
@@ -140,7 +141,56 @@ def test_storage_map_registers():
     assert plan.smem_bytes == bufs["g0_a_smem"].bytes + bufs["g0_b_smem"].bytes
 
 
-def test_storage_map_smem():
+def test_storage_map_registers_persistent():
+    """The persistent kernel prefetches the next tile's g0 stages during g1: they live to the
+    end and no longer share bytes with g1's stages."""
+    plan = lower(kernel())
+    assert plan.persistent
+    bufs = _buffers(plan)
+    assert _live(plan, bufs["g0_a_smem"]) == _live(plan, bufs["g0_b_smem"]) \
+        == "g0.mainloop..g1.epilogue"
+    assert "next tile's first stages" in bufs["g0_a_smem"].role
+    for x in bufs.values():
+        for y in bufs.values():
+            assert x is y or not (x.co_live(y) and x.shares_bytes(y)), (x.name, y.name)
+    assert plan.smem_bytes == sum(b.bytes for b in bufs.values())
+
+
+def test_persistent_grid_is_capped_by_the_resident_slots():
+    plan = lower(kernel())
+    assert plan.grid({"M": 128 * 1000}) == (1000, 1, 1)  # no device info: one CTA per tile
+    assert plan.grid({"M": 128 * 1000}, persistent_ctas=264) == (264, 1, 1)
+    assert plan.grid({"M": 1000}, persistent_ctas=264) == (8, 1, 1)
+    assert lower(kernel(), persistent=False).grid({"M": 128 * 1000}, 264) == (1000, 1, 1)
+
+
+def test_only_register_chains_persist():
+    assert not lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2")).persistent
+
+
+def test_persistent_source_loops_and_waits_exactly():
+    from kgen.api import build
+    from kgen.emit import emit
+
+    src = build(kernel(), source_name="t.kg").source
+    order = ["__device__ __forceinline__ void load_first_stages(", "const int tiles = tiles_m",
+             "g0_cfg::load_first_stages(p, smem, load_m * g0_cfg::kTileM, M, blockIdx.x < tiles",
+             "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+             "// ---- g1 = g0 @ B1", "load_first_stages(p, smem, load_m * g0_cfg::kTileM, M, "
+             "next_tile < tiles", "mma_step(acc, g1_a_frag[0]", "cudaDevAttrMultiProcessorCount"]
+    positions = [src.index(s) for s in order]
+    assert positions == sorted(positions)
+    # g1 (stages 2, 2 k tiles): B1 tile 0, B1 tile 1 at k tile 0, then g0's 2 prefetched
+    # groups (stages 3) behind the last B1 load; g0 keeps its own kStages - 2
+    assert "cp_async_wait<0>();  // k tile 0's group" in src
+    assert "cp_async_wait<2>();  // k tile 1's group" in src
+    assert src.index("cp_async_wait<0>();  // k tile 0") < src.index("load_b_stage(b_smem + 1 *") \
+        < src.index("load_first_stages(p, smem, load_m * g0_cfg::kTileM, M, next_tile")
+    plain = emit(lower(kernel(), persistent=False), source_name="t.kg", source_hash="",
+                 command="t")
+    assert "gridDim.x" not in plain and "load_first_stages" not in plain
+    assert "cp_async_wait<kStages - 2>();" in plain
+
     plan = lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2"))
     bufs = _buffers(plan)
     inter = bufs["g0_smem"]
