@@ -206,32 +206,33 @@ def init_kernel(plan: KernelPlan) -> list[str]:
     return lines
 
 
-def host_init_lines(plan: KernelPlan) -> list[str]:
-    if plan.init_kernel is None:
-        return []
+def _host_helper_launch(plan: KernelPlan, kernel: str, label: str, why: str) -> list[str]:
+    """Host lines launching a reduction helper kernel: one thread per output element."""
     lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
     longest = lengths[0]
     for other in lengths[1:]:
         longest = f"max({longest}, {other})"
     threads = plan.INIT_THREADS
     return [
-        "// reduction outputs start at their identity; CTAs then merge into them atomically",
-        f"const int init_blocks = ({longest} + {threads - 1}) / {threads};",
-        f"{plan.init_kernel}<<<init_blocks > 0 ? init_blocks : 1, {threads}, 0, stream>>>(p);",
+        f"// {why}",
+        f"const int {label}_blocks = ({longest} + {threads - 1}) / {threads};",
+        f"{kernel}<<<{label}_blocks > 0 ? {label}_blocks : 1, {threads}, 0, stream>>>(p);",
     ]
+
+
+def host_init_lines(plan: KernelPlan) -> list[str]:
+    if plan.init_kernel is None:
+        return []
+    return _host_helper_launch(
+        plan, plan.init_kernel, "init",
+        "reduction outputs start at their identity; CTAs then merge into them atomically",
+    )
 
 
 def host_finalize_lines(plan: KernelPlan) -> list[str]:
     if plan.finalize_kernel is None:
         return []
-    lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
-    longest = lengths[0]
-    for other in lengths[1:]:
-        longest = f"max({longest}, {other})"
-    threads = plan.INIT_THREADS
-    return [
-        "// deterministic reductions: combine the CTAs' partials in a fixed order",
-        f"const int finalize_blocks = ({longest} + {threads - 1}) / {threads};",
-        f"{plan.finalize_kernel}<<<finalize_blocks > 0 ? finalize_blocks : 1, {threads}, 0, "
-        "stream>>>(p);",
-    ]
+    return _host_helper_launch(
+        plan, plan.finalize_kernel, "finalize",
+        "deterministic reductions: combine the CTAs' partials in a fixed order",
+    )
