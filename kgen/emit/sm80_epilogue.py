@@ -102,14 +102,11 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     if plan.deterministic:
         return lines + _workspace_lines(reds)
     for r in reds:
-        op = OP_STRUCT[r.op]
-        scratch = f"smem.{r.scratch}()"
-        if r.axis is ir.Axis.ROW:
-            lines.append(f"merge_scratch<{op}>({scratch}, kWarpsN, kTileM, p.{r.target} + m0, M - m0, tid);")
-        elif r.axis is ir.Axis.COL:
-            lines.append(f"merge_scratch<{op}>({scratch}, kWarpsM, kTileN, p.{r.target} + n0, N - n0, tid);")
-        else:
-            lines.append(f"merge_scratch<{op}>({scratch}, kWarpsM * kWarpsN, 1, p.{r.target}, 1, tid);")
+        _, _, _, first, valid = _SLOTS[r.axis]
+        count, stride = _SCRATCH_SHAPE[r.axis]
+        out = f"p.{r.target}" if first == "0" else f"p.{r.target} + {first}"
+        lines.append(f"merge_scratch<{OP_STRUCT[r.op]}>(smem.{r.scratch}(), {count}, {stride}, "
+                     f"{out}, {valid}, tid);")
     return lines
 
 

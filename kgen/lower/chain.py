@@ -183,22 +183,9 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
     a_plan = None
     if keep is ir.Residency.SMEM:
         a_plan = _a_from_smem(gemm, intermediate_tile(kernel, source, gemm), threads)
-    mma = tgt.mma_shape
-    warp_tile = (t.m // w.m, t.n // w.n)
     first_a = kernel.param(kernel.gemms[0].a.name)
-    return dict(
-        name=gemm.name,
-        tile=(t.m, t.n, t.k),
-        warps=(w.m, w.n),
-        warp_tile=warp_tile,
-        mma=mma,
-        frags=(warp_tile[0] // mma[0], warp_tile[1] // mma[1]),
-        stages=gemm.stages.count,
-        a=a_plan,
-        b=b_plan,
-        m_dim=first_a.shape[0],
-        n_dim=b.shape[1],
-        k_dim=b.shape[0],
-        chain=ChainPlan(source=source.name, residency=keep, dtype=b.dtype, k=k,
-                        k_steps=k // 16),
-    )
+    fields = mainloop.gemm_fields(gemm, tgt, a_plan, b_plan, first_a.shape[0], b.shape[1],
+                                  b.shape[0])
+    fields["chain"] = ChainPlan(source=source.name, residency=keep, dtype=b.dtype, k=k,
+                                k_steps=k // 16)
+    return fields

@@ -156,6 +156,13 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "") -> dict
     b_plan = _operand(
         gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads, prefix
     )
+    # logical shapes: A is [M, K] and B is [K, N] in either layout
+    return gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
+
+
+def gemm_fields(gemm: ir.Gemm, tgt: Target, a_plan, b_plan, m_dim, n_dim, k_dim) -> dict:
+    """The plan.GemmPlan fields every mainloop shares: tile, warps, fragments, operands, dims."""
+    t, w = gemm.tile, gemm.warps
     mma = tgt.mma_shape
     warp_tile = (t.m // w.m, t.n // w.n)
     return dict(
@@ -168,7 +175,7 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "") -> dict
         stages=gemm.stages.count,
         a=a_plan,
         b=b_plan,
-        m_dim=a.shape[0],  # logical shapes: A is [M, K] and B is [K, N] in either layout
-        n_dim=b.shape[1],
-        k_dim=a.shape[1],
+        m_dim=m_dim,
+        n_dim=n_dim,
+        k_dim=k_dim,
     )
