@@ -331,6 +331,10 @@ class Gemm:
     stages: StageCount
     epilogue: Epilogue
     keep: Residency | None = None
+    # `keep B0 resident`: all of B is loaded into shared memory once per CTA and stays there
+    # while a persistent CTA loops over its row tiles (where it was written, when it was)
+    resident: bool = False
+    resident_loc: SourceLoc | None = None
     loc: SourceLoc = _loc()
 
 

@@ -204,7 +204,7 @@ def _start_of(file: str) -> SourceLoc:
 # Syntax errors: Lark's exceptions to one human sentence
 
 _DECLARATIONS = ("target", "compute", "reductions", "tensor", "vector", "scalar", "gemm", "phases", "storage")
-_SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")
+_SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")  # `keep B resident` starts as keep
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
 _DTYPE_LIST = or_list([d.dsl_name for d in DType])
@@ -350,7 +350,7 @@ def _name_phrase(prev: Token | None) -> str:
     if after in ("=", "@"):
         return "an operand (a tensor or an earlier gemm)"
     if after == "keep":
-        return "a gemm name"  # 'registers' and 'smem' are listed beside it
+        return "a gemm name, or a B operand"  # 'registers', 'smem' are listed beside it
     if after in ("..", ".", "live"):
         return "a phase name"
     return "a name"
@@ -741,6 +741,10 @@ class _ToIR(Transformer):
         stage_loc = self._loc(stage[0]) if stage else None
         return _Setting("keep", _Keep(residency, stage_name, stage_loc), self._loc(meta))
 
+    def resident(self, meta, children):
+        (operand,) = children
+        return _Setting("resident", (str(operand), self._loc(operand)), self._loc(meta))
+
     def epilogue(self, meta, stmts):
         return _Setting("epilogue", tuple(stmts), self._loc(meta))
 
@@ -783,6 +787,15 @@ class _ToIR(Transformer):
                     f"keep names '{keep.value.stage}' but the A operand of gemm '{decl.name}' "
                     f"is '{decl.a.name}'",
                 )
+        resident = decl.settings.get("resident")
+        if resident is not None:
+            operand, operand_loc = resident.value
+            if operand != decl.b.name:
+                raise KgenError(
+                    operand_loc,
+                    f"keep {operand} resident: the B operand of gemm '{decl.name}' is "
+                    f"'{decl.b.name}' (only a gemm's B can stay resident)",
+                )
 
         epilogue = decl.settings["epilogue"]
         def sets_param_or_gemm(stmt: _Stmt) -> bool:
@@ -811,6 +824,8 @@ class _ToIR(Transformer):
             stages=decl.settings["stages"].value,
             epilogue=ir.Epilogue(tuple(stmts), epilogue.loc),
             keep=keep.value.residency if keep is not None else None,
+            resident=resident is not None,
+            resident_loc=resident.loc if resident is not None else None,
             loc=decl.loc,
         )
 

@@ -267,6 +267,9 @@ class KernelPlan:
     # A persistent kernel: min(tiles, SM count x resident CTAs per SM) CTAs loop over the tiles
     # (chained gemms kept in registers; see kgen/lower/__init__.py for when).
     persistent: bool = False
+    # `keep B resident` (persistent chains): every gemm's B is loaded once per CTA; the first
+    # gemm's stages are a ring of A tiles that runs on across tiles, never drained between them
+    resident: bool = False
 
     @property
     def name(self) -> str:

@@ -612,6 +612,8 @@ class _KernelChecker:
                 f"inner dimensions differ: A is {shape_text(a_shape)} but B is "
                 f"{shape_text(b_param.shape)}",
             )
+        if not isinstance(g.resident, bool):
+            raise KgenError(loc, f"resident must be True or False, got {shown(g.resident)}")
         if g.keep is not None:
             if not isinstance(g.keep, ir.Residency):
                 raise KgenError(loc, f"keep must be a kgen.ir.Residency, got {shown(g.keep)}")

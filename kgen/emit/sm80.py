@@ -35,12 +35,13 @@ def dim_expr(dim: ir.Dim, prefix: str = "p.") -> str:
     return str(dim) if isinstance(dim, int) else f"{prefix}{dim}"
 
 
-def _load_args(op: OperandPlan, which: str) -> str:
-    """row0, rows, col0, cols of the operand's global tile; `s` is the k tile being loaded."""
-    mn0, mn_extent = ("m0", "M") if which == "a" else ("n0", "N")
+def _load_args(op: OperandPlan, which: str, m0: str = "m0", k_tile: str = "s") -> str:
+    """row0, rows, col0, cols of the operand's global tile; `k_tile` is the k tile being loaded
+    (A of the CTA tile at row `m0`)."""
+    mn0, mn_extent = (m0, "M") if which == "a" else ("n0", "N")
     if op.k_major:
-        return f"{mn0}, {mn_extent}, s * kTileK, K"
-    return f"s * kTileK, K, {mn0}, {mn_extent}"
+        return f"{mn0}, {mn_extent}, {k_tile} * kTileK, K"
+    return f"{k_tile} * kTileK, K, {mn0}, {mn_extent}"
 
 
 def _shifted(base: str, xor: int, add: int) -> str:
@@ -241,6 +242,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         mainloop_steps=_mainloop_steps(g),
         first_fragments=_frag_loads(g, 0, 0, "_next"),
         prologue=True,
+        resident=False,
         summary=_summary(plan),
         min_blocks=plan.min_blocks_per_sm,
         m_expr=dim_expr(g.m_dim),

@@ -179,6 +179,64 @@ def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
     return lines
 
 
+def _resident_mainloop(g: GemmPlan) -> list[str]:
+    """A chained stage whose B is resident: A on chip, B in shared memory since the first tile
+    (the first gemm's first wait and barrier saw it land), so no copy, wait or barrier here."""
+    b = sm80._operand(g, g.b, "b")
+    tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
+    lines = _zero_acc() + [
+        "",
+        f"const unsigned b_smem = smem_address(smem.{b['buffer']}());  // all of "
+        f"{g.b.param}, resident",
+        f"constexpr unsigned kBStageBytes = BLayout::kStageElems * {b['elem_bytes']};",
+        "",
+        "// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, proved by kgen.",
+        "unsigned b_base;",
+        "{",
+        "  int warp_off = warp_n * kWarpTileN;",
+        "  const int f = 0, kk = 0;",
+        f"  b_base = BLayout::offset({b['frag_row']}, {b['frag_col']}) * {b['elem_bytes']};",
+        "}",
+        "",
+        "// One buffer of fragments: the accumulators and A fragments hold most registers here,",
+        "// and the few ldmatrix per tile wait on shared memory only.",
+        "unsigned b_frag[1][kFragN][2];",
+    ]
+    for kt in range(tiles):
+        here = f"b_smem + {kt} * kBStageBytes" if kt else "b_smem"
+        lines += ["", f"// k tile {kt} of {tiles}"]
+        for kk in range(steps):
+            step = kt * steps + kk
+            lines += [f"// k step {kk}", *_b_frag_loads(g, kk, 0, here),
+                      f"mma_step(acc, {g.name}_a_frag[{step}], b_frag[0]);"]
+    return lines
+
+
+def _resident_loads(plan: KernelPlan) -> list[str]:
+    """Every gemm's whole B, once per CTA, as one cp.async group older than the ring's first
+    stages: the first gemm's first wait (and its barrier) covers it."""
+    lines = [f"// Resident: all of {', '.join(g.b.param for g in plan.gemms)}, loaded once; "
+             "one cp.async group.", "{"]
+    for g in plan.gemms:
+        b = sm80._operand(g, g.b, "b")
+        cfg = _cfg(g)
+        k = _dim(g.k_dim) if g.chain is None else str(g.chain.k)
+        lines += _block([
+            f"const unsigned {g.name}_b = smem_address(smem.{b['buffer']}());",
+            f"for (int kt = 0; kt < {g.b.smem.stages}; ++kt)",
+            f"  {cfg}::load_b_stage({g.name}_b + kt * ({cfg}::BLayout::kStageElems * "
+            f"{b['elem_bytes']}), p.{g.b.param}, p.ld_{g.b.param},",
+            f"                      {_resident_b_args(g, k)}, tid);",
+        ])
+    return lines + ["  cp_async_commit();", "}"]
+
+
+def _resident_b_args(g: GemmPlan, k: str) -> str:
+    n = _dim(g.n_dim)
+    tile_k = f"kt * {g.tile[2]}"
+    return f"0, {n}, {tile_k}, {k}" if g.b.k_major else f"{tile_k}, {k}, 0, {n}"
+
+
 def _prologue_lines(g: GemmPlan) -> list[str]:
     """The first gemm's prologue (kStages - 1 cp.async groups), at function level."""
     a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
@@ -198,17 +256,45 @@ def _first_stages_function(plan: KernelPlan) -> list[str]:
         f"__device__ __forceinline__ void load_first_stages(const {plan.name}_params& p, "
         "SharedStorage& smem, int m0, int M,",
         "                                                  bool valid, int tid) {",
-        *_block([
-            "const int n0 = 0;",
-            f"const int N = {_dim(g.n_dim)};",
+        *_block(_first_stages_body(plan, a, b)),
+        "}",
+    ]
+
+
+def _first_stages_body(plan: KernelPlan, a: dict, b: dict) -> list[str]:
+    g = plan.gemms[0]
+    if plan.resident:
+        return [
             f"const int K = {_dim(g.k_dim)};",
             f"const unsigned a_smem = smem_address(smem.{a['buffer']}());",
-            f"const unsigned b_smem = smem_address(smem.{b['buffer']}());",
             f"constexpr unsigned kAStageBytes = {a['layout']}::kStageElems * {a['elem_bytes']};",
-            f"constexpr unsigned kBStageBytes = {b['layout']}::kStageElems * {b['elem_bytes']};",
             "const int k_tiles = valid ? (K + kTileK - 1) / kTileK : 0;",
-            *_prologue_lines(g),
-        ]),
+            *_ring_prologue_lines(a),
+        ]
+    return [
+        "const int n0 = 0;",
+        f"const int N = {_dim(g.n_dim)};",
+        f"const int K = {_dim(g.k_dim)};",
+        f"const unsigned a_smem = smem_address(smem.{a['buffer']}());",
+        f"const unsigned b_smem = smem_address(smem.{b['buffer']}());",
+        f"constexpr unsigned kAStageBytes = {a['layout']}::kStageElems * {a['elem_bytes']};",
+        f"constexpr unsigned kBStageBytes = {b['layout']}::kStageElems * {b['elem_bytes']};",
+        "const int k_tiles = valid ? (K + kTileK - 1) / kTileK : 0;",
+        *_prologue_lines(g),
+    ]
+
+
+def _ring_prologue_lines(a: dict) -> list[str]:
+    """The first tile's first kStages - 1 k tiles of A into ring slots 0.. (B is resident)."""
+    return [
+        "// Prologue: fill kStages - 1 ring slots with A; one cp.async group each, even when empty.",
+        "#pragma unroll",
+        "for (int s = 0; s < kStages - 1; ++s) {",
+        "  if (s < k_tiles) {",
+        f"    {a['load_fn']}(a_smem + s * kAStageBytes, p.{a['param']}, p.ld_{a['param']}, "
+        f"{a['load_args']}, tid);",
+        "  }",
+        "  cp_async_commit();",
         "}",
     ]
 
@@ -301,22 +387,30 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         f"{g.tile[0]}x{g.tile[1]}x{g.tile[2]}, {where} ----",
         "{",
     ]
+    # A resident first gemm loads no B in its mainloop (no n0, N); a resident chained one
+    # loads nothing (no K).
+    b_in_loop = not (plan.resident and g.chain is None)
+    k_in_loop = not (plan.resident and g.chain is not None)
     body = [
         f"using namespace {_cfg(g)};",
         "const int warp_m = warp_id / kWarpsN;",
         "const int warp_n = warp_id % kWarpsN;",
-        "const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;",
-        f"const int N = {_dim(g.n_dim)};",
-        f"const int K = {_dim(g.k_dim)};",
+        *(["const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;",
+           f"const int N = {_dim(g.n_dim)};"] if b_in_loop else []),
+        *([f"const int K = {_dim(g.k_dim)};"] if k_in_loop else []),
         "",
     ]
     if g.chain is None:
         a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
         text = render("sm80_mainloop.inc.j2", a=a, b=b,
                       first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
-                      mainloop_steps=sm80._mainloop_steps(g), prologue=not plan.persistent)
+                      mainloop_steps=sm80._mainloop_steps(g), prologue=not plan.persistent,
+                      resident=plan.resident,
+                      ring_load_args=sm80._load_args(g.a, "a", "load_m0", "load_k"))
         # the fragment is written at function level (two spaces): take them off, indent below
         body += [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+    elif plan.resident:
+        body += _resident_mainloop(g)
     elif plan.persistent and last:
         first = plan.gemms[0]
         why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
@@ -328,8 +422,9 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         body += _chained_mainloop(g)
     body.append("")
     if nxt is not None:
-        body += [f"// Every warp is done with {g.name}'s stages: later stages may reuse their bytes.",
-                 "__syncthreads();", ""]
+        if not plan.resident:  # a resident plan's buffers are never reused within a tile
+            body += [f"// Every warp is done with {g.name}'s stages: later stages may reuse "
+                     "their bytes.", "__syncthreads();", ""]
         body += _feed_lines(g, nxt)
     else:
         body.append("// Epilogue")
@@ -352,8 +447,12 @@ def _config(g: GemmPlan, plan: KernelPlan) -> list[str]:
         f"constexpr int kWarpTileN = {g.warp_tile[1]};",
         f"constexpr int kFragM = {g.frags[0]};  // m16n8k16 MMAs per warp along M",
         f"constexpr int kFragN = {g.frags[1]};  // ... along N",
-        f"constexpr int kStages = {g.stages};",
     ]
+    if plan.resident and g.chain is not None:
+        lines.append(f"// kStages: none; {g.b.param} is resident and A is {g.chain.source}'s "
+                     "output in registers")
+    else:
+        lines.append(f"constexpr int kStages = {g.stages};")
     if g.chain is not None:
         if g.a is None:  # the register-resident A fragments are indexed by k step
             lines.append(f"constexpr int kKSteps = {g.chain.k_steps};  // k16 steps over all of "
@@ -361,6 +460,8 @@ def _config(g: GemmPlan, plan: KernelPlan) -> list[str]:
         lines += [
             f"constexpr int kKTiles = {g.chain.k // g.tile[2]};  // K is {g.chain.source}'s N, "
             f"{g.chain.k}",
+            *(["static_assert(kKTiles * kTileK == " + str(g.chain.k) + ", \"the resident B holds "
+               "all of K\");"] if plan.resident else []),
             f"static_assert(kTileM == {g.chain.source}_cfg::kTileM, \"a CTA keeps its rows "
             "through the chain\");",
         ]
@@ -466,6 +567,8 @@ def _kernel_body(plan: KernelPlan) -> list[str]:
             *stages,
         ])
     g0 = plan.gemms[0]
+    if plan.resident:
+        return _resident_body(plan, stages)
     why = [f"// The first tile's first kStages - 1 stages of {g0.name}; later tiles' are "
            "prefetched by the tile before."]
     return _block([
@@ -487,6 +590,37 @@ def _kernel_body(plan: KernelPlan) -> list[str]:
         ]),
         "}",
         "cp_async_wait<0>();  // the last prefetch committed empty groups only",
+    ])
+
+
+def _resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
+    """Persistent with resident B: the B operands once, then one ring of A stages that the
+    first gemm's mainloop keeps loading across this CTA's tiles."""
+    g0 = plan.gemms[0]
+    first = _cfg(g0)
+    why = [f"// The first tile's first kStages - 1 k tiles of {g0.a.param}; later tiles' are "
+           f"loaded by the tile before, in its {g0.name} mainloop."]
+    return _block([
+        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
+        "over the tiles.",
+        "const int tiles = tiles_m * tiles_n;",
+        *_resident_loads(plan),
+        *_first_stage_loads(plan, "blockIdx.x", why),
+        f"int ring = 0;  // the ring slot of this tile's first k tile of {g0.a.param}",
+        "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+        *_block([
+            "int tile_m, tile_n;",
+            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "const int next_tile = tile + gridDim.x;",
+            "int next_m = 0, next_n = 0;",
+            "if (next_tile < tiles) tile_coords(next_tile, tiles_m, tiles_n, next_m, next_n);",
+            f"const int next_m0 = next_m * {first}::kTileM;",
+            "",
+            *stages,
+        ]),
+        "}",
+        "cp_async_wait<0>();  // the last tile's ring refills past the end were empty groups",
     ])
 
 

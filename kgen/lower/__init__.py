@@ -13,6 +13,8 @@ storage can be planned and inspected, not emitted.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan, KernelPlan
@@ -28,6 +30,45 @@ def can_persist(kernel: ir.Kernel, gemms: list[GemmPlan]) -> bool:
     intermediate in registers and no user storage or phases (their lifetimes assume one tile)."""
     return (len(gemms) == 2 and gemms[1].chain is not None and gemms[1].a is None
             and kernel.storage is None and not kernel.phases)
+
+
+def resident_plans(kernel: ir.Kernel, gemms: list[GemmPlan], persist: bool) -> list[GemmPlan]:
+    """`keep B0 resident` on every gemm of a persistent chain: each B operand's shared tile
+    holds all of its k tiles (loaded once per CTA), and the first gemm's stages hold A only.
+    The rules, each with a located message: a persistent chain, every gemm or none, fixed K
+    and N."""
+    asked = [g for g in kernel.gemms if g.resident]
+    if not asked:
+        return gemms
+    first = asked[0]
+    where = first.resident_loc or first.loc
+    if not persist:
+        raise KgenError(
+            where,
+            f"keep {first.b.name} resident needs the persistent kernel: two chained gemms, the "
+            "second keeping the first in registers, and no storage or phases declaration",
+        )
+    for g in kernel.gemms:
+        if not g.resident:
+            raise KgenError(
+                g.loc,
+                f"gemm '{g.name}' must keep {g.b.name} resident too: {first.name} keeps "
+                f"{first.b.name} resident, and a chain keeps every B resident or none "
+                f"(add 'keep {g.b.name} resident')",
+            )
+    out = []
+    for g, plan in zip(kernel.gemms, gemms):
+        for what, dim in (("K", plan.k_dim), ("N", plan.n_dim)):
+            if not isinstance(dim, int):
+                raise KgenError(
+                    g.resident_loc or g.loc,
+                    f"keep {g.b.name} resident needs a fixed {what}, not {dim}: the whole "
+                    f"{g.b.name} must have a known size",
+                )
+        k_tiles = -(-plan.k_dim // plan.tile[2])
+        smem = dataclasses.replace(plan.b.smem, stages=k_tiles)
+        out.append(dataclasses.replace(plan, b=dataclasses.replace(plan.b, smem=smem)))
+    return out
 
 
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
@@ -53,10 +94,13 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     alignments, dim_rules = abi.requirements(kernel, operands)
     budget_loc = kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
     persist = can_persist(kernel, gemms) and persistent is not False
+    resident = any(g.resident for g in kernel.gemms)
+    gemms = resident_plans(kernel, gemms, persist)
     try:
-        storage_plan = storage.run(kernel, gemms, tgt, budget_loc, persistent=persist)
+        storage_plan = storage.run(kernel, gemms, tgt, budget_loc, persistent=persist,
+                                   resident=resident)
     except KgenError:
-        if not persist:
+        if not persist or resident:  # a resident B was asked for: no quiet fallback
             raise
         # the prefetched stages do not fit beside the later gemms' own: one CTA per tile
         persist = False
@@ -74,4 +118,5 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         alignments=alignments,
         dim_rules=dim_rules,
         persistent=persist,
+        resident=resident,
     )

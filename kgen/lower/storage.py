@@ -246,9 +246,11 @@ def _live(ranges: tuple[ir.LiveRange, ...], phases: list[str], what: str,
 # Requests
 
 
-def _stage_requests(g: GemmPlan, index: dict[str, int], prefetched: bool = False) -> list[Request]:
+def _stage_requests(g: GemmPlan, index: dict[str, int], prefetched: bool = False,
+                    resident: bool = False) -> list[Request]:
     """`prefetched`: a persistent kernel loads the next tile's first stages of this (first) gemm
-    while the later gemms run, so its operand stages live to the last phase."""
+    while the later gemms run, so its operand stages live to the last phase. `resident`: B is
+    loaded once, before the tile loop, and lives through every phase."""
     mainloop = index[f"{g.name}.mainloop"]
     epilogue = index[f"{g.name}.epilogue"]
     pipeline = (ir.StageKind.PIPELINE, g.name)
@@ -261,6 +263,13 @@ def _stage_requests(g: GemmPlan, index: dict[str, int], prefetched: bool = False
         role = f"{op.param} stages of {g.name}: {t.stages} x {t.outer}x{t.inner} {t.dtype.dsl_name}"
         if prefetched:
             role += ", the next tile's first stages loaded during the later gemms"
+        if resident and op is g.b:
+            live = (0, len(index) - 1)
+            role = (f"{op.param} of {g.name}, resident: {t.stages} k tiles x {t.outer}x{t.inner} "
+                    f"{t.dtype.dsl_name}, loaded once per CTA")
+        elif resident:
+            role = (f"{op.param} stages of {g.name}: a ring of {t.stages} x {t.outer}x{t.inner} "
+                    f"{t.dtype.dsl_name} that runs on across the CTA's tiles")
         if g.chain is not None and op is g.a:
             # written once by the source's epilogue, read by this gemm's mainloop
             live = (index[f"{g.chain.source}.epilogue"], mainloop)
@@ -357,13 +366,15 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 
 
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
-        budget_loc: SourceLoc, *, persistent: bool = False) -> StoragePlan:
+        budget_loc: SourceLoc, *, persistent: bool = False,
+        resident: bool = False) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests)."""
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for i, g in enumerate(gemms)
-                               for r in _stage_requests(g, index, persistent and i == 0)]
+                               for r in _stage_requests(g, index, persistent and i == 0,
+                                                        resident)]
     requests += _user_requests(kernel, phases, requests)
 
     declared_bytes = None

@@ -324,3 +324,81 @@ def test_register_chain_source_reads_in_stage_order():
              "mma_step(acc, g1_a_frag[3], b_frag[1]);", "g1_epilogue(p, row, col"]
     positions = [src.index(s) for s in order]
     assert positions == sorted(positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# keep B resident: both B operands loaded once per persistent CTA, a ring of A stages across tiles
+
+RESIDENT = dict(S0x="4 keep B0 resident", KEEP="keep registers keep B1 resident",
+                G0TILE="128x64x64")
+
+
+def test_resident_plan_holds_all_of_each_b_and_a_ring_of_a():
+    plan = lower(kernel(**RESIDENT))
+    assert plan.persistent and plan.resident
+    bufs = _buffers(plan)
+    assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]
+    assert bufs["g0_b_smem"].bytes == 576 * 64 * 2  # all 9 k tiles of B0
+    assert bufs["g1_b_smem"].bytes == 64 * 128 * 2  # both k tiles of B1
+    assert bufs["g0_a_smem"].bytes == 4 * 128 * 64 * 2  # the user's 4 stages, A only
+    assert "resident" in bufs["g0_b_smem"].role and "ring" in bufs["g0_a_smem"].role
+    last = len(plan.storage.phases) - 1
+    for b in bufs.values():  # nothing is reused: every buffer lives through every phase
+        assert b.live in ((0, last), (plan.storage.phases.index("g0.mainloop"), last)), b
+        for other in bufs.values():
+            assert b is other or not b.shares_bytes(other)
+    assert plan.smem_bytes == sum(b.bytes for b in bufs.values())
+
+
+def test_resident_source_loads_b_once_and_refills_the_ring_across_tiles():
+    from kgen.api import build
+
+    src = build(kernel(**RESIDENT), source_name="t.kg").source
+    order = ["// Resident: all of B0, B1, loaded once", "g0_cfg::load_b_stage(g0_b + kt *",
+             "g1_cfg::load_b_stage(g1_b + kt *", "g0_cfg::load_first_stages(p, smem",
+             "int ring = 0;", "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+             "const int load_m0 = this_tile ? m0 : next_m0;", "ring = (ring + k_tiles) % kStages;",
+             "// ---- g1 = g0 @ B1", "mma_step(acc, g1_a_frag[0], b_frag[0]);"]
+    positions = [src.index(s) for s in order]
+    assert positions == sorted(positions)
+    body = src[src.index("for (int tile = blockIdx.x"):src.index("// Host launcher")]
+    assert "load_b_stage" not in body  # B is never reloaded inside the tile loop
+    g1 = body[body.index("// ---- g1 = g0 @ B1"):body.index("cp_async_wait<0>();  // the last tile")]
+    assert "cp_async" not in g1 and "__syncthreads" not in g1  # g1 waits on nothing
+    assert "// kStages: none; B1 is resident" in src
+
+
+@pytest.mark.parametrize("changes, line, message", [
+    (dict(S0x="4 keep A resident"), 9, "keep A resident: the B operand of gemm 'g0' is 'B0'"),
+    (dict(S0x="4 keep B0 resident"), 12, "gemm 'g1' must keep B1 resident too"),
+    (dict(S0x="4 keep B0 resident", KEEP="keep smem keep B1 resident", G0WARPS="2x2",
+          G1WARPS="2x2"), 9, "keep B0 resident needs the persistent kernel"),
+    (dict(RESIDENT, G0TILE="128x64x128", S0x="6 keep B0 resident"), 9,
+     "shared memory over budget"),
+])
+def test_resident_rules_have_located_messages(changes, line, message):
+    with pytest.raises(KgenError) as info:
+        lower(kernel(**changes)) if "keep A" not in changes.get("S0x", "") else kernel(**changes)
+    assert info.value.loc.line == line and message in info.value.message, info.value.render()
+
+
+def test_resident_needs_the_persistent_kernel_when_turned_off():
+    with pytest.raises(KgenError, match="needs the persistent kernel"):
+        lower(kernel(**RESIDENT), persistent=False)
+
+
+def test_resident_examples_compile_without_spills_or_warnings():
+    from kgen.api import build, read_module
+    from kgen.runtime import nvrtc
+
+    for path in EXAMPLES:
+        if not path.stem.startswith("b2b_gemm_rf"):
+            continue
+        name = path.stem
+        k = read_module(path)[0].kernels[0]
+        assert all(g.resident for g in k.gemms)
+        plan = lower(k)
+        assert plan.resident and plan.smem_bytes <= plan.storage.limit_bytes
+        src = build(k, source_name=f"{name}.kg").source
+        result = nvrtc.compile_cubin(src, name, "sm_80")
+        assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
