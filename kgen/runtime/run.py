@@ -418,6 +418,7 @@ def run(
     compare_torch: bool = True,
     use_torch: bool | None = None,
     compiled: Any = None,
+    hold: bool = True,
 ) -> RunReport:
     """Compile `source` (emitted from `plan`), run it once on random data, compare with the
     reference when `check`, time it (and PyTorch doing the same) when `bench`."""
@@ -478,7 +479,7 @@ def run(
     if bench:
         say("benchmarking")
         _bench(report, kernel, compiled, arrays_api, device_args, outputs, values, dims,
-               stream, iters, warmup, info.l2_bytes, compare_torch and use_torch, say)
+               stream, iters, warmup, info.l2_bytes, compare_torch and use_torch, say, hold)
     return report
 
 
@@ -519,7 +520,7 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
 
 
 def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, dims, stream,
-           iters, warmup, l2_bytes, with_torch, say) -> None:
+           iters, warmup, l2_bytes, with_torch, say, hold=True) -> None:
     rotate = rotation_count(report.bytes, l2_bytes)
     sets = [first_set]
     for _ in range(rotate - 1):
@@ -529,7 +530,7 @@ def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, di
         sets.append(copy)
     bound = [compiled.bind(**args, **scalars) for args in sets]
     report.timing = time_kernel(lambda i: compiled.launch(bound[i], stream), warmup=warmup,
-                                iters=iters, rotate=rotate, stream=stream)
+                                iters=iters, rotate=rotate, stream=stream, hold=hold)
     if with_torch:
         from .torch_eval import TorchEvaluator
 
@@ -537,7 +538,8 @@ def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, di
         evaluators = [TorchEvaluator(kernel, args, scalars) for args in sets]
         try:
             report.torch_timing = time_kernel(lambda i: evaluators[i].run(), warmup=warmup,
-                                              iters=iters, rotate=rotate, stream=stream)
+                                              iters=iters, rotate=rotate, stream=stream,
+                                              hold=hold)
         except Exception as err:  # the baseline is informative; its failure is not kgen's
             report.notes.append(f"PyTorch baseline failed: {type(err).__name__}: {err}")
     _sync(stream, "benchmark")
