@@ -87,16 +87,23 @@ def test_chain_of_three_gemms(m):
     _run(build(module.kernels[0], source_name="b2b3.kg"), m)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("m", [81920, 1000])
-def test_b2b_rf_non_persistent_matches_reference(m):
-    """The plain grid (one CTA per tile), kept for plans that do not persist."""
+def test_b2b_rf_with_b_streamed_matches_reference(m, persistent):
+    """The register example without `keep B resident`: B streamed through the stages, on the
+    plain grid (one CTA per tile) and on the persistent one that prefetches during g1."""
+    import dataclasses
+
     from kgen.api import Built, read_module
     from kgen.emit import emit, emit_header
     from kgen.lower import lower
 
     module, _ = read_module(next(p for p in EXAMPLES if p.stem == "b2b_gemm_rf"))
-    plan = lower(module.kernels[0], persistent=False)
-    assert not plan.persistent
+    kernel = module.kernels[0]
+    kernel = dataclasses.replace(kernel, gemms=tuple(
+        dataclasses.replace(g, resident=False, resident_loc=None) for g in kernel.gemms))
+    plan = lower(kernel, persistent=persistent)
+    assert plan.persistent == persistent and not plan.resident
     kw = dict(source_name="b2b_gemm_rf.kg", source_hash="", command="test")
     _run(Built(plan.kernel, plan, emit(plan, **kw), emit_header(plan, **kw)), m)
 
