@@ -196,6 +196,9 @@ class EpilogueCode:
     stores: tuple[str, ...]
     value_count: int  # distinct values computed per element (after sharing)
     reductions: tuple[ReductionPlan, ...] = ()
+    # When the epilogue's only effect is one row-major 16-bit store: (param, pair type, the
+    # pair's value packed as that type), so a kernel can store four pairs as 16 bytes.
+    packed_store: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +273,10 @@ class KernelPlan:
     # `keep B resident` (persistent chains): every gemm's B is loaded once per CTA; the first
     # gemm's stages are a ring of A tiles that runs on across tiles, never drained between them
     resident: bool = False
+    # The last gemm's output goes out as 16-byte stores of 8 columns: the four pairs a quad of
+    # threads holds are transposed among them with shuffles (a resident plan whose last
+    # epilogue has a packed_store, with a fixed N that is a multiple of 8)
+    wide_stores: bool = False
 
     @property
     def name(self) -> str:

@@ -50,7 +50,7 @@ def _shifted(base: str, xor: int, add: int) -> str:
     return f"({text} + {add})" if add else text
 
 
-def _copy_lines(op: OperandPlan) -> list[str]:
+def _copy_lines(op: OperandPlan, copy_fn: str = "cp_async_16") -> list[str]:
     eb = op.dtype.nbytes
     lines = []
     for i, (xor, add) in enumerate(op.copy_steps):
@@ -58,7 +58,7 @@ def _copy_lines(op: OperandPlan) -> list[str]:
         src = f"from + {rows} * ld" if rows else "from"
         bound = f"row0 + row + {rows} < rows" if rows else "row0 + row < rows"
         dst = _shifted("base", xor * eb, add * eb)
-        lines.append(f"cp_async_16(stage + {dst}, {src}, src, {bound} ? col_bytes : 0);")
+        lines.append(f"{copy_fn}(stage + {dst}, {src}, src, {bound} ? col_bytes : 0);")
     return lines
 
 
@@ -99,7 +99,7 @@ def _mainloop_steps(g: GemmPlan) -> list[str]:
     return lines
 
 
-def _operand(g: GemmPlan, op: OperandPlan, which: str) -> dict:
+def _operand(g: GemmPlan, op: OperandPlan, which: str, copy_fn: str = "cp_async_16") -> dict:
     t = op.smem
     fmap = LDMATRIX[(which, op.k_major)]
     sw = t.swizzle
@@ -122,7 +122,7 @@ def _operand(g: GemmPlan, op: OperandPlan, which: str) -> dict:
         sw_mask=mask,
         copies=op.copies_per_thread,
         copy_row_step=op.copy_row_step,
-        copy_lines=_copy_lines(op),
+        copy_lines=_copy_lines(op, copy_fn),
         load_args=_load_args(op, which),
         frag_row=fmap.outer_cpp,
         frag_col=fmap.inner_cpp,

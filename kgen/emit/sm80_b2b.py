@@ -212,6 +212,40 @@ def _resident_mainloop(g: GemmPlan) -> list[str]:
     return lines
 
 
+def _wide_store_lines(g: GemmPlan) -> list[str]:
+    """The last gemm's epilogue as 16-byte stores (plan.wide_stores): per m16 row and run of four
+    n8 tiles, each thread computes its four pairs, the quad transposes them, and thread q stores
+    the 8 columns of n8 tile 4 jj + q. Pairs outside the output are zeros and never stored."""
+    out = g.epilogue.packed_store[0]
+    return [
+        f"// Thread q = lane % 4 holds columns 2q, 2q + 1 of each n8 tile; after quad_transpose it "
+        f"holds 8 whole",
+        f"// columns of {out}, stored as one 16-byte chunk (rows g and g + 8 of each m16 tile).",
+        "#pragma unroll",
+        "for (int i = 0; i < kFragM; ++i) {",
+        "#pragma unroll",
+        "  for (int h = 0; h < 2; ++h) {",
+        "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4 + 8 * h;",
+        "#pragma unroll",
+        "    for (int jj = 0; jj < kFragN / 4; ++jj) {",
+        "      unsigned pairs[4];",
+        "#pragma unroll",
+        "      for (int j = 0; j < 4; ++j) {",
+        "        const int col = n0 + warp_n * kWarpTileN + (4 * jj + j) * 8 + (lane % 4) * 2;",
+        "        const float* a = acc[i][4 * jj + j];",
+        f"        pairs[j] = row < M && col < N ? {g.name}_epilogue(p, row, col, a[2 * h], "
+        "a[2 * h + 1]) : 0u;",
+        "      }",
+        "      const uint4 chunk = quad_transpose(pairs, lane);  // every lane takes part",
+        "      const int col = n0 + warp_n * kWarpTileN + jj * 32 + (lane % 4) * 8;",
+        f"      if (row < M && col < N) *reinterpret_cast<uint4*>(p.{out} + row * p.ld_{out} + "
+        "col) = chunk;",
+        "    }",
+        "  }",
+        "}",
+    ]
+
+
 def _resident_loads(plan: KernelPlan) -> list[str]:
     """Every gemm's whole B, once per CTA, as one cp.async group older than the ring's first
     stages: the first gemm's first wait (and its barrier) covers it."""
@@ -428,7 +462,7 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         body += _feed_lines(g, nxt)
     else:
         body.append("// Epilogue")
-        body += sm80_epilogue.loop_lines(plan, g)
+        body += _wide_store_lines(g) if plan.wide_stores else sm80_epilogue.loop_lines(plan, g)
     lines += _block(body)
     lines += ["}"]
     return lines
@@ -494,8 +528,11 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     ]
     stages = []
     for g in plan.gemms:
-        operands = [sm80._operand(g, op, w) for op, w in ((g.a, "a"), (g.b, "b"))
-                    if op is not None and op.copies_per_thread]
+        # a resident chain reads each A tile once: its ring's copies ask L2 to evict them first
+        ring = plan.resident and g is first
+        operands = [sm80._operand(g, op, w, "cp_async_16_evict_first" if ring and w == "a"
+                                  else "cp_async_16")
+                    for op, w in ((g.a, "a"), (g.b, "b")) if op is not None and op.copies_per_thread]
         layouts = []
         if g.a is not None and not g.a.copies_per_thread:  # the chained intermediate
             t = g.a.smem
@@ -507,12 +544,22 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                 sw_mask=((1 << sw.bits) - 1) << sw.base))
         epi = g.epilogue
         extra = ", float& inter_0, float& inter_1" if g is not last else ""
+        wide = plan.wide_stores and g is last
+        body = list(epi.loads) + list(epi.compute) + list(epi.stores)
+        if wide:
+            _, pair, packed = epi.packed_store
+            body = list(epi.loads) + list(epi.compute) + [
+                f"const {pair} packed = {packed};",
+                "return *reinterpret_cast<const unsigned*>(&packed);",
+            ]
         functions = _first_stages_function(plan) if plan.persistent and g is first else []
         stages.append(dict(
             cfg=_cfg(g), name=g.name, config=_config(g, plan), operands=operands,
             functions=functions,
-            layouts=layouts, epilogue=list(epi.loads) + list(epi.compute) + list(epi.stores),
-            epilogue_params=extra,
+            layouts=layouts, epilogue=body, epilogue_params=extra,
+            epilogue_type="unsigned" if wide else "void",
+            epilogue_note=(", packed (the caller stores four pairs as one 16-byte chunk)"
+                           if wide else ""),
         ))
     body = _kernel_body(plan)
     dtype = plan.gemms[1].chain.dtype
@@ -539,6 +586,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         operand_dtype=dtype.dsl_name,
         summary=summary,
         min_blocks=plan.min_blocks_per_sm,
+        resident=plan.resident,
+        wide_stores=plan.wide_stores,
         m_expr=_dim(first.m_dim),
         first_cfg=_cfg(first),
         last_cfg=_cfg(last),

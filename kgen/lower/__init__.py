@@ -71,6 +71,14 @@ def resident_plans(kernel: ir.Kernel, gemms: list[GemmPlan], persist: bool) -> l
     return out
 
 
+def wide_stores(last: GemmPlan) -> bool:
+    """Whether a resident chain's last gemm can store its output as 16-byte chunks: its epilogue
+    only stores one row-major 16-bit tensor, N is a fixed multiple of 8 (no partial chunk) and
+    each warp's columns come in whole chunks of four n8 tiles."""
+    return (last.epilogue.packed_store is not None and isinstance(last.n_dim, int)
+            and last.n_dim % 8 == 0 and last.warp_tile[1] % 32 == 0)
+
+
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
           persistent: bool | None = None) -> KernelPlan:
     """`persistent`: None lets kgen choose (persistent when can_persist), False never, True
@@ -105,6 +113,13 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         # the prefetched stages do not fit beside the later gemms' own: one CTA per tile
         persist = False
         storage_plan = storage.run(kernel, gemms, tgt, budget_loc)
+    wide = resident and wide_stores(gemms[-1])
+    if wide:  # the output's 16-byte chunks need 16-byte rows
+        out = gemms[-1].epilogue.packed_store[0]
+        alignments = tuple(
+            dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
+                                reason="the epilogue writes it in 16-byte chunks of 8 columns")
+            if a.param == out else a for a in alignments)
     warps = gemms[0].warps if gemms else (0, 0)
     return KernelPlan(
         kernel=kernel,
@@ -119,4 +134,5 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         dim_rules=dim_rules,
         persistent=persist,
         resident=resident,
+        wide_stores=wide,
     )

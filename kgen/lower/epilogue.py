@@ -120,6 +120,8 @@ class _Builder:
     values: dict[ir.Expr, tuple[tuple[str, str], bool]] = field(default_factory=dict)
     count: int = 0
     reductions: list[ReductionPlan] = field(default_factory=list)
+    # row-major 16-bit stores: (param, pair type, the pair's packed value)
+    row_pairs: list[tuple[str, str, str]] = field(default_factory=list)
 
     def fresh(self) -> str:
         self.count += 1
@@ -262,6 +264,8 @@ class _Builder:
             self.stores.append(
                 f"*reinterpret_cast<{pair}*>({address}) = {to_pair.format(v0, v1)};"
             )
+            if p.dtype.nbytes == 2:
+                self.row_pairs.append((p.name, pair, to_pair.format(v0, v1)))
             return
         for j, v in zip(ELEMS, (v0, v1)):
             self.stores.append(
@@ -302,10 +306,14 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm) -> EpilogueCode:
             builder.feed(expr)
         else:
             builder.store(stmt, expr)
+    # One row-major 16-bit output and nothing else: a kernel may gather four pairs per thread
+    # into one 16-byte store (see EpilogueCode.packed_store).
+    only = len(builder.row_pairs) == 1 and len(builder.stores) == 1
     return EpilogueCode(
         loads=tuple(builder.loads),
         compute=tuple(builder.compute),
         stores=tuple(builder.stores),
         value_count=builder.count,
         reductions=tuple(builder.reductions),
+        packed_store=builder.row_pairs[0] if only else None,
     )

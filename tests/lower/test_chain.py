@@ -402,3 +402,38 @@ def test_resident_examples_compile_without_spills_or_warnings():
         src = build(k, source_name=f"{name}.kg").source
         result = nvrtc.compile_cubin(src, name, "sm_80")
         assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
+
+
+def test_resident_chain_stores_16_byte_chunks_and_streams_a_with_evict_first():
+    from kgen.api import build
+
+    plan = lower(kernel(**RESIDENT))
+    assert plan.wide_stores
+    (d1,) = [a for a in plan.alignments if a.param == "D1"]
+    assert (d1.ptr_bytes, d1.ld_multiple) == (16, 8)  # the chunks need 16-byte rows
+    src = build(kernel(**RESIDENT), source_name="t.kg").source
+    assert "__device__ __forceinline__ unsigned g1_epilogue(" in src
+    assert "const uint4 chunk = quad_transpose(pairs, lane);" in src
+    assert "*reinterpret_cast<uint4*>(p.D1 + row * p.ld_D1 + col) = chunk;" in src
+    a_loader = src[src.index("void load_a_stage("):src.index("struct BLayout")]
+    assert "cp_async_16_evict_first(" in a_loader  # A is read once
+    b_loader = src[src.index("void load_b_stage("):]
+    b_loader = b_loader[:b_loader.index("\n}\n")]
+    assert "evict_first" not in b_loader  # B stays for the kernel's life
+    # without keep B resident, the pairs are stored as before
+    assert not lower(kernel()).wide_stores
+    assert "quad_transpose" not in build(kernel(), source_name="t.kg").source
+
+
+@pytest.mark.parametrize("epi", ["relu(acc); D1b = acc", "acc + 1.0"])
+def test_wide_stores_need_one_row_major_16_bit_output(epi):
+    text_changes = dict(RESIDENT, EPI=epi)
+    if "D1b" in epi:  # two outputs: the pairs are stored one by one
+        k = kernel(**text_changes, **{"tensor D1 : f16[M, 128] row out":
+                                      "tensor D1 : f16[M, 128] row out\n  tensor D1b : f16[M, 128] row out"})
+        plan = lower(k)
+        assert not plan.wide_stores
+        return
+    plan = lower(kernel(**text_changes, **{"tensor D1 : f16[M, 128] row out":
+                                           "tensor D1 : f32[M, 128] row out"}))
+    assert not plan.wide_stores  # f32 output: 8 bytes per pair already
