@@ -217,6 +217,9 @@ def _wide_store_lines(g: GemmPlan) -> list[str]:
     n8 tiles, each thread computes its four pairs, the quad transposes them, and thread q stores
     the 8 columns of n8 tile 4 jj + q. Pairs outside the output are zeros and never stored."""
     out = g.epilogue.packed_store[0]
+    # columns past N exist only when the tiles overhang N; rows past M only in the last tile
+    overhang = g.n_dim % g.tile[1] != 0
+    col_ok = " && col < N" if overhang else ""
     return [
         f"// Thread q = lane % 4 holds columns 2q, 2q + 1 of each n8 tile; after quad_transpose it "
         f"holds 8 whole",
@@ -226,19 +229,22 @@ def _wide_store_lines(g: GemmPlan) -> list[str]:
         "#pragma unroll",
         "  for (int h = 0; h < 2; ++h) {",
         "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4 + 8 * h;",
+        "    const bool live = row < M;  // the epilogue may read row-indexed inputs",
         "#pragma unroll",
         "    for (int jj = 0; jj < kFragN / 4; ++jj) {",
-        "      unsigned pairs[4];",
+        "      unsigned pairs[4] = {0u, 0u, 0u, 0u};",
+        "      if (live) {",
         "#pragma unroll",
-        "      for (int j = 0; j < 4; ++j) {",
-        "        const int col = n0 + warp_n * kWarpTileN + (4 * jj + j) * 8 + (lane % 4) * 2;",
-        "        const float* a = acc[i][4 * jj + j];",
-        f"        pairs[j] = row < M && col < N ? {g.name}_epilogue(p, row, col, a[2 * h], "
-        "a[2 * h + 1]) : 0u;",
+        "        for (int j = 0; j < 4; ++j) {",
+        "          const int col = n0 + warp_n * kWarpTileN + (4 * jj + j) * 8 + (lane % 4) * 2;",
+        *([f"          if (col < N)"] if overhang else []),
+        f"          pairs[j] = {g.name}_epilogue(p, row, col, acc[i][4 * jj + j][2 * h], "
+        "acc[i][4 * jj + j][2 * h + 1]);",
+        "        }",
         "      }",
         "      const uint4 chunk = quad_transpose(pairs, lane);  // every lane takes part",
         "      const int col = n0 + warp_n * kWarpTileN + jj * 32 + (lane % 4) * 8;",
-        f"      if (row < M && col < N) *reinterpret_cast<uint4*>(p.{out} + row * p.ld_{out} + "
+        f"      if (live{col_ok}) *reinterpret_cast<uint4*>(p.{out} + row * p.ld_{out} + "
         "col) = chunk;",
         "    }",
         "  }",
@@ -425,12 +431,15 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
     # loads nothing (no K).
     b_in_loop = not (plan.resident and g.chain is None)
     k_in_loop = not (plan.resident and g.chain is not None)
+    # 16-byte stores over tiles that divide N check no column against N
+    n_used = b_in_loop and not (plan.wide_stores and last and g.n_dim % g.tile[1] == 0)
     body = [
         f"using namespace {_cfg(g)};",
         "const int warp_m = warp_id / kWarpsN;",
         "const int warp_n = warp_id % kWarpsN;",
-        *(["const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;",
-           f"const int N = {_dim(g.n_dim)};"] if b_in_loop else []),
+        *(["const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;"]
+          if b_in_loop else []),
+        *([f"const int N = {_dim(g.n_dim)};"] if n_used else []),
         *([f"const int K = {_dim(g.k_dim)};"] if k_in_loop else []),
         "",
     ]

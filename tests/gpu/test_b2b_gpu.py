@@ -134,3 +134,43 @@ def test_persistent_loop_over_many_tiles_along_m_and_n(ctas):
     inter = torch.relu(a.float() @ b0.float() + bias0).half()
     want = torch.relu(inter.float() @ b1.float())
     torch.testing.assert_close(d1.float(), want, atol=2e-3, rtol=4e-3)
+
+
+RESIDENT_OVERHANG = """\
+kernel b2b_res160 {
+  target sm_80
+  tensor A : f16[M, 576] row
+  tensor B0 : f16[576, 64] col
+  tensor B1 : f16[64, 160] col
+  tensor D1 : f16[M, 160] row out
+  vector bias0 : f32[64]
+  vector s1 : f32[160]
+  gemm g0 = A @ B0 {
+    tile 128x64x64 warps 8x1 stages 4
+    keep B0 resident
+    epilogue { g0 = relu(acc + bias0[col]) }
+  }
+  gemm g1 = g0 @ B1 {
+    tile 128x128x32 warps 8x1 stages 2
+    keep g0 in registers
+    keep B1 resident
+    epilogue { D1 = acc * s1[col] }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("m", [1000, 130])
+def test_resident_chain_with_tiles_overhanging_n(m):
+    """160 output columns in tiles of 128: the 16-byte stores skip the columns past N, and the
+    epilogue's column-indexed vector is never read past its end."""
+    from kgen.api import build
+    from kgen.lower import lower
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    module = parse(RESIDENT_OVERHANG, "b2b_res160.kg")
+    verify(module)
+    kernel = module.kernels[0]
+    assert lower(kernel).wide_stores
+    _run(build(kernel, source_name="b2b_res160.kg"), m)

@@ -437,3 +437,20 @@ def test_wide_stores_need_one_row_major_16_bit_output(epi):
     plan = lower(kernel(**text_changes, **{"tensor D1 : f16[M, 128] row out":
                                            "tensor D1 : f32[M, 128] row out"}))
     assert not plan.wide_stores  # f32 output: 8 bytes per pair already
+
+
+def test_wide_stores_check_columns_only_where_tiles_overhang_n():
+    from kgen.api import build
+    from kgen.runtime import nvrtc
+
+    exact = build(kernel(**RESIDENT), source_name="t.kg").source
+    assert "if (live) *reinterpret_cast<uint4*>" in exact and "col < N" not in exact
+    over = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"),
+                  **{"[64, 128] col": "[64, 160] col",  # 160 columns, tiles of 128
+                     "f16[M, 128] row out": "f16[M, 160] row out"})
+    plan = lower(over)
+    assert plan.wide_stores and plan.gemms[1].n_dim % plan.gemms[1].tile[1]
+    src = build(over, source_name="t.kg").source
+    assert "if (live && col < N) *reinterpret_cast<uint4*>" in src and "if (col < N)\n" in src
+    result = nvrtc.compile_cubin(src, "b2b", "sm_80")
+    assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
