@@ -22,6 +22,10 @@ for ex in examples/b2b_gemm_rf.kg examples/b2b_gemm_rf_bf16.kg; do
     done
   done
 done | tee "$OUT/sanitizers.log"
+# the resident chain whose tiles overhang N (column checks in the 16-byte stores)
+compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_b2b_gpu.py -k overhanging >"$OUT/san_overhang.log" 2>&1
+echo "overhang memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/san_overhang.log" | tail -1)" | tee -a "$OUT/sanitizers.log"
 
 echo "== b2b benchmark (stream held while enqueuing)"
 python3 bench/b2b_bench.py --json "$OUT/b2b_bench_hold.json" 2>&1 | grep -v Warning | tee "$OUT/b2b_bench_hold.log"
