@@ -65,6 +65,13 @@ def resident_plans(kernel: ir.Kernel, gemms: list[GemmPlan], persist: bool) -> l
                     f"keep {g.b.name} resident needs a fixed {what}, not {dim}: the whole "
                     f"{g.b.name} must have a known size",
                 )
+        if plan.n_dim > plan.tile[1]:
+            raise KgenError(
+                g.resident_loc or g.loc,
+                f"keep {g.b.name} resident needs the CTA tile N of gemm '{g.name}' "
+                f"({plan.tile[1]}) to cover all of its N ({plan.n_dim}): each CTA keeps one "
+                f"tile of {g.b.name}",
+            )
         k_tiles = -(-plan.k_dim // plan.tile[2])
         smem = dataclasses.replace(plan.b.smem, stages=k_tiles)
         out.append(dataclasses.replace(plan, b=dataclasses.replace(plan.b, smem=smem)))

@@ -375,6 +375,8 @@ def test_resident_source_loads_b_once_and_refills_the_ring_across_tiles():
           G1WARPS="2x2"), 9, "keep B0 resident needs the persistent kernel"),
     (dict(RESIDENT, G0TILE="128x64x128", S0x="6 keep B0 resident"), 9,
      "shared memory over budget"),
+    ({**RESIDENT, "[64, 128] col": "[64, 160] col", "f16[M, 128] row out": "f16[M, 160] row out"},
+     14, "needs the CTA tile N of gemm 'g1' (128) to cover all of its N (160)"),
 ])
 def test_resident_rules_have_located_messages(changes, line, message):
     with pytest.raises(KgenError) as info:
@@ -445,8 +447,9 @@ def test_wide_stores_check_columns_only_where_tiles_overhang_n():
 
     exact = build(kernel(**RESIDENT), source_name="t.kg").source
     assert "if (live) *reinterpret_cast<uint4*>" in exact and "col < N" not in exact
-    over = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"),
-                  **{"[64, 128] col": "[64, 160] col",  # 160 columns, tiles of 128
+    over = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1", G1TILE="128x256x32",
+                         S0x="3 keep B0 resident"),
+                  **{"[64, 128] col": "[64, 160] col",  # 160 columns in a tile of 256
                      "f16[M, 128] row out": "f16[M, 160] row out"})
     plan = lower(over)
     assert plan.wide_stores and plan.gemms[1].n_dim % plan.gemms[1].tile[1]
