@@ -12,7 +12,7 @@ echo "== pytest -m gpu"
 python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tail -6 | tee "$OUT/pytest_gpu.log"
 
 echo "== compute-sanitizer"
-for ex in examples/b2b_gemm_rf.kg examples/b2b_gemm_rf_bf16.kg; do
+for ex in examples/b2b_gemm_rf.kg examples/b2b_gemm_rf_bf16.kg examples/b2b_gemm_rf_sm90a.kg examples/b2b_gemm_rf_bf16_sm90a.kg; do
   for tool in memcheck racecheck synccheck; do
     for m in 1000 40000; do
       log="$OUT/san_$(basename "$ex" .kg)_${tool}_$m.log"

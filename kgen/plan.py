@@ -277,6 +277,9 @@ class KernelPlan:
     # threads holds are transposed among them with shuffles (a resident plan whose last
     # epilogue has a packed_store, with a fixed N that is a multiple of 8)
     wide_stores: bool = False
+    # sm_90a, resident: the first gemm multiplies with wgmma (both operands from shared memory
+    # through descriptors) instead of ldmatrix + mma.sync; see lower.can_wgmma
+    wgmma: bool = False
 
     @property
     def name(self) -> str:

@@ -443,7 +443,12 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         *([f"const int K = {_dim(g.k_dim)};"] if k_in_loop else []),
         "",
     ]
-    if g.chain is None:
+    if g.chain is None and plan.wgmma:
+        a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
+        text = render("sm90_ring_wgmma.inc.j2", a=a, b=b,
+                      ring_load_args=sm80._load_args(g.a, "a", "load_m0", "load_k"))
+        body += [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+    elif g.chain is None:
         a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
         text = render("sm80_mainloop.inc.j2", a=a, b=b,
                       first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
@@ -597,6 +602,11 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         min_blocks=plan.min_blocks_per_sm,
         resident=plan.resident,
         wide_stores=plan.wide_stores,
+        wgmma=plan.wgmma,
+        wgmma_n=first.tile[1],
+        wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
+        wgmma_outs=", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(first.tile[1] // 8)
+                             for e in range(4)),
         m_expr=_dim(first.m_dim),
         first_cfg=_cfg(first),
         last_cfg=_cfg(last),

@@ -86,6 +86,21 @@ def wide_stores(last: GemmPlan) -> bool:
             and last.n_dim % 8 == 0 and last.warp_tile[1] % 32 == 0)
 
 
+def can_wgmma(arch: ir.Arch, first: GemmPlan, storage_plan) -> bool:
+    """Whether a resident chain's first gemm can run on wgmma (sm_90a): warpgroups of 4 warps
+    along M with 16 rows per warp (the accumulators then sit where mma.sync would put them),
+    A and B K-major with one 128-byte swizzled row per k tile (the wgmma 128-byte swizzle
+    layout), N a multiple of 8 up to 256, and both stage buffers 1024-byte aligned."""
+    nbytes = first.a.dtype.nbytes
+    offsets = {b.name: b.offset for b in storage_plan.buffers}
+    return (arch is ir.Arch.SM90A and first.warps[1] == 1 and first.warps[0] % 4 == 0
+            and first.warp_tile[0] == 16 and first.a.k_major and first.b.k_major
+            and first.tile[2] * nbytes == 128 and first.a.smem.atom_inner * nbytes == 128
+            and first.b.smem.atom_inner * nbytes == 128
+            and first.tile[1] % 8 == 0 and 8 <= first.tile[1] <= 256
+            and all(offsets[t.name] % 1024 == 0 for t in (first.a.smem, first.b.smem)))
+
+
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
           persistent: bool | None = None) -> KernelPlan:
     """`persistent`: None lets kgen choose (persistent when can_persist), False never, True
@@ -142,4 +157,5 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         persistent=persist,
         resident=resident,
         wide_stores=wide,
+        wgmma=resident and can_wgmma(arch, gemms[0], storage_plan),
     )

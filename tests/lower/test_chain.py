@@ -3,6 +3,8 @@ residencies, the register repacking of accumulators as A fragments, and bank-con
 writes and ldmatrix reads of the shared intermediate tile."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kgen import ir
@@ -402,8 +404,9 @@ def test_resident_examples_compile_without_spills_or_warnings():
         plan = lower(k)
         assert plan.resident and plan.smem_bytes <= plan.storage.limit_bytes
         src = build(k, source_name=f"{name}.kg").source
-        result = nvrtc.compile_cubin(src, name, "sm_80")
+        result = nvrtc.compile_cubin(src, name, k.target.value)  # sm_80, or sm_90a (wgmma)
         assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
+        assert plan.wgmma == (k.target is ir.Arch.SM90A)
 
 
 def test_resident_chain_stores_16_byte_chunks_and_streams_a_with_evict_first():
@@ -457,3 +460,27 @@ def test_wide_stores_check_columns_only_where_tiles_overhang_n():
     assert "if (live && col < N) *reinterpret_cast<uint4*>" in src and "if (col < N)\n" in src
     result = nvrtc.compile_cubin(src, "b2b", "sm_80")
     assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
+
+
+def test_sm90a_resident_chain_multiplies_g0_with_wgmma():
+    """Planned for sm_90a, a resident chain's g0 reads A and B0 from shared memory through
+    wgmma descriptors (no ldmatrix), fenced after cp.async and waited before the slot refill."""
+    from kgen.api import build
+
+    k = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"))
+    assert not lower(k).wgmma  # sm_80: mma.sync
+    plan = lower(k, ir.Arch.SM90A)
+    assert plan.wgmma
+    src = build(k, ir.Arch.SM90A, source_name="t.kg").source
+    g0 = src[src.index("// ---- g0 = A @ B0"):src.index("// ---- g1 = g0 @ B1")]
+    assert "ldmatrix" not in g0 and not re.search(r"\bmma_step\(", g0)
+    order = ["fence_proxy_async();", "__syncthreads();", "wgmma_fence();",
+             "wgmma_step(acc, smem_descriptor(a_stage", "wgmma_commit();", "wgmma_wait<0>();",
+             "cp_async_wait<kStages - 2>();"]
+    loop = g0[g0.index("for (int kt = 0; kt < k_tiles; ++kt)"):]
+    positions = [loop.index(s) for s in order[2:]]
+    assert positions == sorted(positions)
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in src
+    assert "(1ull << 62)" in src  # the 128-byte swizzle in the descriptor
+    # 4 warps in M make one warpgroup of 32 rows per warp: mma.sync stays
+    assert not lower(kernel(**RESIDENT), ir.Arch.SM90A).wgmma
