@@ -27,6 +27,12 @@ def _cfg(g: GemmPlan) -> str:
     return f"{g.name}_cfg"
 
 
+def _function_level(text: str) -> list[str]:
+    """A fragment written at function level (two spaces) as lines without that indent; the
+    caller indents them where they go."""
+    return [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+
+
 def _block(lines: list[str]) -> list[str]:
     """Indent a stage's lines one level; preprocessor lines stay where they are."""
     return [line if not line or line.startswith("#") else INDENT + line for line in lines]
@@ -71,6 +77,16 @@ def _b_load(g: GemmPlan, tile: int, slot: int) -> str:
     args = f"n0, N, {tile} * kTileK, K" if b.k_major else f"{tile} * kTileK, K, n0, N"
     return (f"load_b_stage(b_smem + {slot} * kBStageBytes, p.{b.param}, p.ld_{b.param}, "
             f"{args}, tid);")
+
+
+FRAG_ROWS = ("// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, "
+             "proved by kgen.")
+
+
+def _b_base_lines(b: dict) -> list[str]:
+    """Inside a block: this thread's B fragment row offset at k step 0 (`b_base`)."""
+    return ["  int warp_off = warp_n * kWarpTileN;", "  const int f = 0, kk = 0;",
+            f"  b_base = BLayout::offset({b['frag_row']}, {b['frag_col']}) * {b['elem_bytes']};"]
 
 
 def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
@@ -120,11 +136,10 @@ def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
         lines += prefetch_lines()
     lines += [
         "",
-        "// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, proved by kgen.",
+        FRAG_ROWS,
     ]
     lines.append("unsigned b_base;" if not in_smem else "unsigned a_base, b_base;")
-    lines += ["{", "  int warp_off = warp_n * kWarpTileN;", "  const int f = 0, kk = 0;",
-              f"  b_base = BLayout::offset({b['frag_row']}, {b['frag_col']}) * {b['elem_bytes']};"]
+    lines += ["{", *_b_base_lines(b)]
     if in_smem:
         fmap = LDMATRIX[("a", True)]
         lines += ["  warp_off = warp_m * kWarpTileM;",
@@ -190,12 +205,10 @@ def _resident_mainloop(g: GemmPlan) -> list[str]:
         f"{g.b.param}, resident",
         f"constexpr unsigned kBStageBytes = BLayout::kStageElems * {b['elem_bytes']};",
         "",
-        "// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, proved by kgen.",
+        FRAG_ROWS,
         "unsigned b_base;",
         "{",
-        "  int warp_off = warp_n * kWarpTileN;",
-        "  const int f = 0, kk = 0;",
-        f"  b_base = BLayout::offset({b['frag_row']}, {b['frag_col']}) * {b['elem_bytes']};",
+        *_b_base_lines(b),
         "}",
         "",
         "// One buffer of fragments: the accumulators and A fragments hold most registers here,",
@@ -281,7 +294,7 @@ def _prologue_lines(g: GemmPlan) -> list[str]:
     """The first gemm's prologue (kStages - 1 cp.async groups), at function level."""
     a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
     text = render("sm80_prologue.inc.j2", a=a, b=b)
-    return [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+    return _function_level(text)
 
 
 def _first_stages_function(plan: KernelPlan) -> list[str]:
@@ -302,25 +315,19 @@ def _first_stages_function(plan: KernelPlan) -> list[str]:
 
 
 def _first_stages_body(plan: KernelPlan, a: dict, b: dict) -> list[str]:
+    """A resident plan loads A only (B is resident): no n0, N or B buffer."""
     g = plan.gemms[0]
-    if plan.resident:
-        return [
-            f"const int K = {_dim(g.k_dim)};",
-            f"const unsigned a_smem = smem_address(smem.{a['buffer']}());",
-            f"constexpr unsigned kAStageBytes = {a['layout']}::kStageElems * {a['elem_bytes']};",
-            "const int k_tiles = valid ? (K + kTileK - 1) / kTileK : 0;",
-            *_ring_prologue_lines(a),
-        ]
+    with_b = not plan.resident
     return [
-        "const int n0 = 0;",
-        f"const int N = {_dim(g.n_dim)};",
+        *(["const int n0 = 0;", f"const int N = {_dim(g.n_dim)};"] if with_b else []),
         f"const int K = {_dim(g.k_dim)};",
         f"const unsigned a_smem = smem_address(smem.{a['buffer']}());",
-        f"const unsigned b_smem = smem_address(smem.{b['buffer']}());",
+        *([f"const unsigned b_smem = smem_address(smem.{b['buffer']}());"] if with_b else []),
         f"constexpr unsigned kAStageBytes = {a['layout']}::kStageElems * {a['elem_bytes']};",
-        f"constexpr unsigned kBStageBytes = {b['layout']}::kStageElems * {b['elem_bytes']};",
+        *([f"constexpr unsigned kBStageBytes = {b['layout']}::kStageElems * {b['elem_bytes']};"]
+          if with_b else []),
         "const int k_tiles = valid ? (K + kTileK - 1) / kTileK : 0;",
-        *_prologue_lines(g),
+        *(_prologue_lines(g) if with_b else _ring_prologue_lines(a)),
     ]
 
 
@@ -443,20 +450,17 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         *([f"const int K = {_dim(g.k_dim)};"] if k_in_loop else []),
         "",
     ]
-    if g.chain is None and plan.wgmma:
+    if g.chain is None:
         a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
-        text = render("sm90_ring_wgmma.inc.j2", a=a, b=b,
-                      ring_load_args=sm80._load_args(g.a, "a", "load_m0", "load_k"))
-        body += [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
-    elif g.chain is None:
-        a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
-        text = render("sm80_mainloop.inc.j2", a=a, b=b,
-                      first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
-                      mainloop_steps=sm80._mainloop_steps(g), prologue=not plan.persistent,
-                      resident=plan.resident,
-                      ring_load_args=sm80._load_args(g.a, "a", "load_m0", "load_k"))
-        # the fragment is written at function level (two spaces): take them off, indent below
-        body += [x[2:] if x.startswith(INDENT) else x for x in text.rstrip("\n").split("\n")]
+        ring_load_args = sm80._load_args(g.a, "a", "load_m0", "load_k")
+        if plan.wgmma:
+            text = render("sm90_ring_wgmma.inc.j2", a=a, b=b, ring_load_args=ring_load_args)
+        else:
+            text = render("sm80_mainloop.inc.j2", a=a, b=b,
+                          first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
+                          mainloop_steps=sm80._mainloop_steps(g), prologue=not plan.persistent,
+                          resident=plan.resident, ring_load_args=ring_load_args)
+        body += _function_level(text)
     elif plan.resident:
         body += _resident_mainloop(g)
     elif plan.persistent and last:
