@@ -382,7 +382,7 @@ def test_resident_source_loads_b_once_and_refills_the_ring_across_tiles():
 ])
 def test_resident_rules_have_located_messages(changes, line, message):
     with pytest.raises(KgenError) as info:
-        lower(kernel(**changes)) if "keep A" not in changes.get("S0x", "") else kernel(**changes)
+        lower(kernel(**changes))  # the parser refuses `keep A resident` already
     assert info.value.loc.line == line and message in info.value.message, info.value.render()
 
 
@@ -430,18 +430,16 @@ def test_resident_chain_stores_16_byte_chunks_and_streams_a_with_evict_first():
     assert "quad_transpose" not in build(kernel(), source_name="t.kg").source
 
 
-@pytest.mark.parametrize("epi", ["relu(acc); D1b = acc", "acc + 1.0"])
-def test_wide_stores_need_one_row_major_16_bit_output(epi):
-    text_changes = dict(RESIDENT, EPI=epi)
-    if "D1b" in epi:  # two outputs: the pairs are stored one by one
-        k = kernel(**text_changes, **{"tensor D1 : f16[M, 128] row out":
-                                      "tensor D1 : f16[M, 128] row out\n  tensor D1b : f16[M, 128] row out"})
-        plan = lower(k)
-        assert not plan.wide_stores
-        return
-    plan = lower(kernel(**text_changes, **{"tensor D1 : f16[M, 128] row out":
-                                           "tensor D1 : f32[M, 128] row out"}))
-    assert not plan.wide_stores  # f32 output: 8 bytes per pair already
+@pytest.mark.parametrize("changes", [
+    # two outputs: the pairs are stored one by one
+    {"EPI": "relu(acc); D1b = acc",
+     "tensor D1 : f16[M, 128] row out": "tensor D1 : f16[M, 128] row out\n  tensor D1b : f16[M, 128] row out"},
+    # an f32 output: 8 bytes per pair already
+    {"tensor D1 : f16[M, 128] row out": "tensor D1 : f32[M, 128] row out"},
+], ids=["two outputs", "f32 output"])
+def test_wide_stores_need_one_row_major_16_bit_output(changes):
+    plan = lower(kernel(**RESIDENT, **changes))
+    assert plan.resident and not plan.wide_stores
 
 
 def test_wide_stores_check_columns_only_where_tiles_overhang_n():
