@@ -40,22 +40,18 @@ def time_ms(fn, iters=50, warmup=10):
 
 def copy_bandwidth() -> float:
     """Bytes per ms of a 1 GiB device-to-device copy (read + write)."""
-    import torch
-
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), iters=20, warmup=3)
-    return 2 * n / ms
+    total = 2 << 30
+    return total / copy_ms(total, sets=1)
 
 
-def copy_ms(total_bytes: int) -> float:
-    """A device-to-device copy moving `total_bytes` (half read, half written), rotated past L2."""
+def copy_ms(total_bytes: int, sets: int = 4) -> float:
+    """A device-to-device copy moving `total_bytes` (half read, half written), rotated over
+    `sets` buffer pairs (past L2 for copies smaller than it)."""
     import torch
 
     n = total_bytes // 2
     pairs = [(torch.empty(n, dtype=torch.uint8, device="cuda"),
-              torch.empty(n, dtype=torch.uint8, device="cuda")) for _ in range(4)]
+              torch.empty(n, dtype=torch.uint8, device="cuda")) for _ in range(sets)]
     i = [0]
 
     def copy():
