@@ -58,6 +58,18 @@ class Role(enum.Enum):
     OUT = "out"
 
 
+class Schedule(enum.Enum):
+    """How a kernel's warps share the work. Value: the DSL name."""
+
+    # sm_90a, a resident register chain: a producer warp streams the first gemm's A into a ring
+    # guarded by mbarriers; two consumer warpgroups take turns, each with a tile of its own
+    PINGPONG = "pingpong"
+
+    @classmethod
+    def from_name(cls, name: str) -> "Schedule | None":
+        return next((s for s in cls if s.value == name), None)
+
+
 class Arch(enum.Enum):
     """Compilation targets. Value: the DSL/NVRTC name."""
 
@@ -449,6 +461,9 @@ class Kernel:
     # Reductions across CTAs: False merges partials with atomics (one launch); True writes
     # them to a workspace and a second kernel combines them in a fixed order (bit-identical).
     deterministic: bool = False
+    # `schedule pingpong` (None: every warp runs every stage of every tile)
+    schedule: Schedule | None = None
+    schedule_loc: SourceLoc = _loc()
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

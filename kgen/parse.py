@@ -203,7 +203,7 @@ def _start_of(file: str) -> SourceLoc:
 # ---------------------------------------------------------------------------------------------
 # Syntax errors: Lark's exceptions to one human sentence
 
-_DECLARATIONS = ("target", "compute", "reductions", "tensor", "vector", "scalar", "gemm", "phases", "storage")
+_DECLARATIONS = ("target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases", "storage")
 _SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")  # `keep B resident` starts as keep
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
@@ -570,6 +570,14 @@ class _ToIR(Transformer):
             )
         return _Setting("reductions", str(token) == "deterministic", self._loc(meta))
 
+    def schedule(self, meta, children):
+        (token,) = children
+        schedule = ir.Schedule.from_name(str(token))
+        if schedule is None:
+            names = or_list([s.value for s in ir.Schedule])
+            raise KgenError(self._loc(token), f"unknown schedule {quote(token)}; expected {names}")
+        return _Setting("schedule", schedule, self._loc(meta))
+
     def kernel(self, meta, children):
         (name, name_loc), *items = children
         settings: dict[str, _Setting] = {}
@@ -614,6 +622,8 @@ class _ToIR(Transformer):
             phases=phases.value if phases else (),
             storage=storage.value if storage else None,
             deterministic=settings["reductions"].value if "reductions" in settings else False,
+            schedule=settings["schedule"].value if "schedule" in settings else None,
+            schedule_loc=settings["schedule"].loc if "schedule" in settings else name_loc,
         )
 
     # -- parameters ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from . import host_api, sm80, sm80_epilogue
 from .render import render
 
 INDENT = "  "
+BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: mbarriers
 
 
 def _cfg(g: GemmPlan) -> str:
@@ -440,10 +441,11 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
     k_in_loop = not (plan.resident and g.chain is not None)
     # 16-byte stores over tiles that divide N check no column against N
     n_used = b_in_loop and not (plan.wide_stores and last and g.n_dim % g.tile[1] == 0)
+    warp = "math_warp" if plan.pingpong else "warp_id"  # ping-pong: the warp in its warpgroup
     body = [
         f"using namespace {_cfg(g)};",
-        "const int warp_m = warp_id / kWarpsN;",
-        "const int warp_n = warp_id % kWarpsN;",
+        f"const int warp_m = {warp} / kWarpsN;",
+        f"const int warp_n = {warp} % kWarpsN;",
         *(["const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;"]
           if b_in_loop else []),
         *([f"const int N = {_dim(g.n_dim)};"] if n_used else []),
@@ -453,7 +455,9 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
     if g.chain is None:
         a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
         ring_load_args = sm80._load_args(g.a, "a", "load_m0", "load_k")
-        if plan.wgmma:
+        if plan.pingpong:
+            text = render("sm90_pingpong_wgmma.inc.j2", a=a, b=b)
+        elif plan.wgmma:
             text = render("sm90_ring_wgmma.inc.j2", a=a, b=b, ring_load_args=ring_load_args)
         else:
             text = render("sm80_mainloop.inc.j2", a=a, b=b,
@@ -494,7 +498,9 @@ def _config(g: GemmPlan, plan: KernelPlan) -> list[str]:
         f"constexpr int kTileK = {g.tile[2]};",
         f"constexpr int kWarpsM = {g.warps[0]};",
         f"constexpr int kWarpsN = {g.warps[1]};",
-        'static_assert(kWarpsM * kWarpsN * 32 == kThreads, "every stage runs on all the warps");',
+        ('static_assert(kWarpsM * kWarpsN * 32 == kWarpgroupThreads, "every stage runs on a '
+         'whole consumer warpgroup");' if plan.pingpong else
+         'static_assert(kWarpsM * kWarpsN * 32 == kThreads, "every stage runs on all the warps");'),
         f"constexpr int kWarpTileM = {g.warp_tile[0]};",
         f"constexpr int kWarpTileN = {g.warp_tile[1]};",
         f"constexpr int kFragM = {g.frags[0]};  // m16n8k16 MMAs per warp along M",
@@ -541,7 +547,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     ns = f"{plan.name}_kgen"
     buffers = [
         dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
-             bytes=b.bytes, ctype=b.dtype.cpp)
+             bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else BARRIER_CTYPE)
         for b in plan.storage.buffers
     ]
     stages = []
@@ -570,7 +576,14 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                 f"const {pair} packed = {packed};",
                 "return *reinterpret_cast<const unsigned*>(&packed);",
             ]
-        functions = _first_stages_function(plan) if plan.persistent and g is first else []
+        functions = []
+        if plan.pingpong and g is first:
+            functions = render(
+                "sm90_pingpong_producer.inc.j2", name=plan.name, a=sm80._operand(g, g.a, "a"),
+                m_expr=_dim(g.m_dim), k_expr=_dim(g.k_dim),
+                load_args=sm80._load_args(g.a, "a", "m0", "kt")).rstrip("\n").split("\n")
+        elif plan.persistent and g is first:
+            functions = _first_stages_function(plan)
         stages.append(dict(
             cfg=_cfg(g), name=g.name, config=_config(g, plan), operands=operands,
             functions=functions,
@@ -607,6 +620,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         resident=plan.resident,
         wide_stores=plan.wide_stores,
         wgmma=plan.wgmma,
+        pingpong=plan.pingpong,
         wgmma_n=first.tile[1],
         wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
         wgmma_outs=", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(first.tile[1] // 8)
@@ -639,6 +653,8 @@ def _kernel_body(plan: KernelPlan) -> list[str]:
             *stages,
         ])
     g0 = plan.gemms[0]
+    if plan.pingpong:
+        return _pingpong_body(plan, stages)
     if plan.resident:
         return _resident_body(plan, stages)
     why = [f"// The first tile's first kStages - 1 stages of {g0.name}; later tiles' are "
@@ -693,6 +709,51 @@ def _resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
         ]),
         "}",
         "cp_async_wait<0>();  // the last tile's ring refills past the end were empty groups",
+    ])
+
+
+def _pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
+    """schedule pingpong: the barriers and the resident B operands, then the producer warp fills
+    the ring while the two consumer warpgroups run every other tile of this CTA."""
+    g0 = plan.gemms[0]
+    first = _cfg(g0)
+    bars = f"{g0.name}_ring_barriers"
+    return _block([
+        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
+        "over the tiles.",
+        "const int tiles = tiles_m * tiles_n;",
+        f"const unsigned full_bar = smem_address(smem.{bars}());  // kStages full barriers,",
+        f"const unsigned empty_bar = full_bar + 8 * {first}::kStages;  // then kStages empty ones",
+        "if (tid == 0) {",
+        f"  for (int s = 0; s < {first}::kStages; ++s) {{",
+        "    mbarrier_init(full_bar + 8 * s, 32);  // the producer's lanes, as their copies land",
+        "    mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup",
+        "  }",
+        "}",
+        "// The first warpgroup loads the resident operands and waits for them.",
+        "if (warp_id < 4) {",
+        *_block(_resident_loads(plan) + [
+            "cp_async_wait<0>();", "fence_proxy_async();  // read by wgmma, through the async proxy"]),
+        "}",
+        "__syncthreads();  // the barriers are initialized and B is in shared memory",
+        "",
+        "if (warp_id == kProducerWarp) {",
+        f"  {first}::produce_ring(p, smem, tiles_m, tiles_n, full_bar, empty_bar, lane);",
+        "  return;",
+        "}",
+        "const int warpgroup = warp_id / 4;",
+        "const int math_warp = warp_id % 4;",
+        "int local = warpgroup;  // this warpgroup's tiles are the CTA's local tiles local, local + 2, ...",
+        "for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; tile += 2 * gridDim.x, "
+        "local += 2) {",
+        *_block([
+            "int tile_m, tile_n;",
+            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "",
+            *stages,
+        ]),
+        "}",
     ])
 
 

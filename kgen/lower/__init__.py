@@ -19,7 +19,7 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan, KernelPlan
 from ..targets import target
-from . import abi, chain, epilogue, mainloop, storage
+from . import abi, chain, epilogue, mainloop, schedule, storage
 
 GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream through L2
 
@@ -110,13 +110,18 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     if not kernel.gemms and kernel.storage is None:
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
     chain.check(kernel)
+    pingpong = schedule.wanted(kernel)
+    if pingpong:
+        schedule.check_kernel(kernel, arch)
     gemms: list[GemmPlan] = []
     chained = len(kernel.gemms) > 1
     for g in kernel.gemms:
         if kernel.param(g.a.name) is None:
             fields = chain.run(kernel, g, tgt)
         else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
-            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "")
+            # with schedule pingpong the producer warp alone copies the first gemm's A
+            a_threads = schedule.PRODUCER_THREADS if pingpong and g is kernel.gemms[0] else None
+            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "", a_threads)
         gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))
     fields = abi.fields(kernel)
     operands = [op.param for g in gemms for op in (g.a, g.b)
@@ -127,8 +132,9 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     resident = any(g.resident for g in kernel.gemms)
     gemms = resident_plans(kernel, gemms, persist)
     try:
-        storage_plan = storage.run(kernel, gemms, tgt, budget_loc, persistent=persist,
-                                   resident=resident)
+        storage_plan = storage.run(
+            kernel, gemms, tgt, budget_loc, persistent=persist, resident=resident,
+            ring_barriers=schedule.ring_barriers(gemms[0]) if pingpong else 0)
     except KgenError:
         if not persist or resident:  # a resident B was asked for: no quiet fallback
             raise
@@ -143,10 +149,13 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
                                 reason="the epilogue writes it in 16-byte chunks of 8 columns")
             if a.param == out else a for a in alignments)
     warps = gemms[0].warps if gemms else (0, 0)
+    wgmma = resident and can_wgmma(arch, gemms[0], storage_plan)
+    if pingpong:
+        schedule.check_plan(kernel, gemms[0], wgmma)
     return KernelPlan(
         kernel=kernel,
         arch=arch,
-        threads=warps[0] * warps[1] * 32,
+        threads=schedule.threads() if pingpong else warps[0] * warps[1] * 32,
         fields=fields,
         gemms=tuple(gemms),
         storage=storage_plan,
@@ -157,5 +166,6 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         persistent=persist,
         resident=resident,
         wide_stores=wide,
-        wgmma=resident and can_wgmma(arch, gemms[0], storage_plan),
+        wgmma=wgmma,
+        pingpong=pingpong,
     )

@@ -13,9 +13,11 @@ from . import fragments, swizzle
 
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
 MAX_TILE = 512
+MAX_STAGES = 8
+RING_MAX_STAGES = 32  # a producer warp's ring (schedule pingpong): slots of one small tile each
 
 
-def _check_tile(gemm: ir.Gemm, tgt: Target) -> None:
+def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> None:
     t, w = gemm.tile, gemm.warps
     mma_m, mma_n, mma_k = tgt.mma_shape
     for label, value in (("M", t.m), ("N", t.n), ("K", t.k)):
@@ -54,8 +56,8 @@ def _check_tile(gemm: ir.Gemm, tgt: Target) -> None:
             f"per thread (at most {MAX_ACC_REGISTERS}); use more warps or a smaller tile",
         )
     s = gemm.stages
-    if s.count < 2 or s.count > 8:
-        raise KgenError(s.loc, f"stages must be between 2 and 8, got {s.count}")
+    if s.count < 2 or s.count > max_stages:
+        raise KgenError(s.loc, f"stages must be between 2 and {max_stages}, got {s.count}")
 
 
 def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int]):
@@ -138,10 +140,13 @@ def _operand(
     )
 
 
-def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "") -> dict:
+def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
+        a_threads: int | None = None) -> dict:
     """Returns the mainloop fields of plan.GemmPlan for `gemm`; its shared-memory tiles are
-    named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them with the gemm's name)."""
-    _check_tile(gemm, tgt)
+    named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them with the gemm's name).
+    `a_threads`: the threads that copy A, when not the gemm's own (a producer warp, whose
+    ring may be deeper)."""
+    _check_tile(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES)
     a = kernel.param(gemm.a.name)
     b = kernel.param(gemm.b.name)
     if a is None or b is None:
@@ -151,7 +156,8 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "") -> dict
     a_k_major = a.layout is ir.Layout.ROW
     b_k_major = b.layout is ir.Layout.COL
     a_plan = _operand(
-        gemm, "a", a, a_k_major, *((t.m, t.k) if a_k_major else (t.k, t.m)), threads, prefix
+        gemm, "a", a, a_k_major, *((t.m, t.k) if a_k_major else (t.k, t.m)),
+        a_threads or threads, prefix
     )
     b_plan = _operand(
         gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads, prefix

@@ -31,6 +31,7 @@ from . import unions
 
 TILE_ALIGN = 128  # swizzled tiles: a whole 128-byte bank line
 SCRATCH_ALIGN = 16
+BARRIER_BYTES = 8  # an mbarrier: 8 bytes, 8-byte aligned
 USER_ALIGN = 16  # user buffers: room for 16-byte vector accesses and cp.async
 MAX_ALIGN = 1024  # the arena itself is __align__(1024)
 SEARCH_ORDERS = 200  # extra random first-fit orders tried when no order reaches the peak...
@@ -367,14 +368,23 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
         budget_loc: SourceLoc, *, persistent: bool = False,
-        resident: bool = False) -> StoragePlan:
+        resident: bool = False, ring_barriers: int = 0) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
-    _stage_requests)."""
+    _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
+    pingpong), live through every phase."""
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for i, g in enumerate(gemms)
                                for r in _stage_requests(g, index, persistent and i == 0,
                                                         resident)]
+    if ring_barriers:
+        first = gemms[0]
+        requests.append(Request(
+            f"{first.name}_ring_barriers", ring_barriers * BARRIER_BYTES, BARRIER_BYTES,
+            (0, len(phases) - 1),
+            f"mbarriers of {first.a.param}'s ring in {first.name}: a full and an empty one per "
+            f"slot, {ring_barriers} x {BARRIER_BYTES} bytes",
+            stage=(ir.StageKind.PIPELINE, first.name)))
     requests += _user_requests(kernel, phases, requests)
 
     declared_bytes = None

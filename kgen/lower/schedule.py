@@ -1,0 +1,93 @@
+"""Schedule pass: `schedule pingpong`, its rules and its numbers.
+
+A ping-pong kernel (sm_90a) splits the CTA by role:
+    producer   one warp streams the first gemm's A tiles into a ring of `stages` slots, each
+               guarded by a full and an empty mbarrier (cp.async, signalled through
+               cp.async.mbarrier.arrive), over every tile of the CTA in order
+    consumers  two warpgroups take the CTA's tiles in turn (local tiles 0, 2, 4, ... and
+               1, 3, 5, ...); each runs the whole chain on a 64-row tile of its own: g0 on wgmma
+               from the ring, g1 from registers, then the epilogue and its stores. While one
+               warpgroup stores, the other multiplies, and the producer never waits on either
+               beyond the ring's depth.
+
+The rules, each with a located message: target sm_90a; a persistent chain that keeps every B
+resident (the consumers never wait for B); the first gemm's warps 4x1 (one warpgroup per tile)
+and every gemm's warps the same; more ring slots than the first gemm's k tiles (a consumer's
+next wait may be that far past the slot it last released, and an mbarrier phase parity tells
+only two rounds apart).
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..errors import KgenError
+from ..plan import GemmPlan
+
+PRODUCER_THREADS = 32  # one warp issues every copy of the ring
+CONSUMERS = 2  # warpgroups, each with a tile of its own
+WARPGROUP_WARPS = 4
+
+
+def wanted(kernel: ir.Kernel) -> bool:
+    return kernel.schedule is ir.Schedule.PINGPONG
+
+
+def check_kernel(kernel: ir.Kernel, arch: ir.Arch) -> None:
+    """The rules that need only the IR: the target, the chain's residency and the warps."""
+    where = kernel.schedule_loc
+    if arch is not ir.Arch.SM90A:
+        raise KgenError(
+            where,
+            f"schedule pingpong needs target sm_90a (wgmma, mbarrier waits); this kernel "
+            f"compiles for {arch.value}",
+        )
+    gemms = kernel.gemms
+    if (len(gemms) != 2 or not all(g.resident for g in gemms)
+            or gemms[1].keep is not ir.Residency.REGISTERS):
+        raise KgenError(
+            where,
+            "schedule pingpong needs two chained gemms, the second keeping the first in "
+            "registers, and every B resident ('keep B0 resident' in each gemm)",
+        )
+    first = gemms[0]
+    if (first.warps.m, first.warps.n) != (WARPGROUP_WARPS, 1):
+        raise KgenError(
+            first.warps.loc,
+            f"schedule pingpong gives each consumer warpgroup a tile of its own: gemm "
+            f"'{first.name}' needs warps 4x1, not {first.warps.m}x{first.warps.n}",
+        )
+    for g in gemms[1:]:
+        if (g.warps.m, g.warps.n) != (first.warps.m, first.warps.n):
+            raise KgenError(
+                g.warps.loc,
+                f"schedule pingpong runs every gemm on one warpgroup: gemm '{g.name}' needs "
+                f"warps 4x1 like '{first.name}', not {g.warps.m}x{g.warps.n}",
+            )
+
+
+def check_plan(kernel: ir.Kernel, first: GemmPlan, wgmma: bool) -> None:
+    """The rules that need the plan: wgmma for the first gemm, and the ring's depth."""
+    gemm = kernel.gemms[0]
+    if not wgmma:
+        raise KgenError(
+            gemm.tile.loc,
+            f"schedule pingpong runs gemm '{first.name}' on wgmma: it needs a 64-row tile, "
+            "A and B K-major with 128-byte k tiles (64 f16/bf16), and N a multiple of 8 up "
+            "to 256",
+        )
+    k_tiles = -(-first.k_dim // first.tile[2])
+    if first.stages <= k_tiles:
+        raise KgenError(
+            gemm.stages.loc,
+            f"schedule pingpong needs more ring slots than gemm '{first.name}' has k tiles "
+            f"({k_tiles}): stages {first.stages} must be at least {k_tiles + 1}, since a "
+            f"warpgroup's next tile starts up to {k_tiles + 1} slots past the last one it freed",
+        )
+
+
+def threads() -> int:
+    return CONSUMERS * WARPGROUP_WARPS * 32 + PRODUCER_THREADS
+
+
+def ring_barriers(first: GemmPlan) -> int:
+    """mbarriers of the ring: a full and an empty one per slot."""
+    return 2 * first.stages
