@@ -1,0 +1,171 @@
+"""`schedule pingpong` (kgen/lower/schedule.py): the parse, each rule's located message, the
+plan (threads, the producer's copies, the ring's mbarriers in the storage map) and the shape of
+the emitted producer and consumers."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kgen import ir
+from kgen.api import build
+from kgen.errors import KgenError
+from kgen.lower import lower, schedule
+from kgen.parse import parse
+from kgen.verify import verify
+
+TEXT = """\
+kernel pp {
+  target TARGET
+  SCHEDULE
+  tensor A : f16[M, 576] row
+  tensor B0 : f16[576, 64] col
+  tensor B1 : f16[64, 128] col
+  tensor D1 : f16[M, 128] row out
+  vector bias0 : f32[64]
+  gemm g0 = A @ B0 {
+    tile G0TILE warps G0WARPS stages STAGES
+    RESIDENT0
+    epilogue { g0 = relu(acc + bias0[col]) }
+  }
+  gemm g1 = g0 @ B1 {
+    tile G1TILE warps G1WARPS stages 2
+    KEEP
+    RESIDENT1
+    epilogue { D1 = relu(acc) }
+  }
+}
+"""
+DEFAULTS = dict(TARGET="sm_90a", SCHEDULE="schedule pingpong", G0TILE="64x64x64",
+                G0WARPS="4x1", STAGES="16", RESIDENT0="keep B0 resident", G1TILE="64x128x32",
+                G1WARPS="4x1", KEEP="keep registers", RESIDENT1="keep B1 resident")
+
+
+def kernel(**changes) -> ir.Kernel:
+    text = TEXT
+    for key, value in {**DEFAULTS, **changes}.items():
+        text = text.replace(key, value)
+    module = parse(text, "t.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def in_order(text: str, items: list[str]) -> bool:
+    """Each item occurs in `text` after the one before it."""
+    at = 0
+    for item in items:
+        at = text.find(item, at)
+        if at < 0:
+            return False
+        at += len(item)
+    return True
+
+
+def test_schedule_parses_with_its_location():
+    k = kernel()
+    assert k.schedule is ir.Schedule.PINGPONG
+    assert (k.schedule_loc.line, k.schedule_loc.col) == (3, 3)
+    assert kernel(SCHEDULE="").schedule is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("schedule pingpang", "unknown schedule 'pingpang'; expected pingpong"),
+    ("schedule pingpong schedule pingpong", "schedule given twice (first at line 3)"),
+])
+def test_schedule_syntax_errors_are_located(text, message):
+    with pytest.raises(KgenError) as info:
+        kernel(SCHEDULE=text)
+    assert info.value.loc.line == 3 and message in info.value.message, info.value.render()
+
+
+def test_pingpong_plan():
+    plan = lower(kernel())
+    assert plan.pingpong and plan.wgmma and plan.resident and plan.persistent
+    assert plan.threads == schedule.threads() == 2 * 128 + 32
+    g0 = plan.gemms[0]
+    # one producer warp copies every 64x64 A slot: 512 chunks of 16 bytes, 16 per lane
+    assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 32 == 16
+    assert plan.gemms[0].b.copies_per_thread == 64 * 64 * 2 // 16 // 128  # B: a warpgroup's
+    bufs = {b.name: b for b in plan.storage.buffers}
+    bars = bufs["g0_ring_barriers"]
+    assert (bars.bytes, bars.align, bars.dtype) == (2 * 16 * 8, 8, None)
+    assert bars.live == (0, len(plan.storage.phases) - 1) and "mbarriers" in bars.role
+    assert bufs["g0_a_smem"].bytes == 16 * 64 * 64 * 2 and bufs["g0_a_smem"].offset % 1024 == 0
+    for b in bufs.values():  # every buffer lives through the kernel: nothing shares bytes
+        assert all(b is o or not b.shares_bytes(o) for o in bufs.values())
+    assert plan.smem_bytes == 16 * 8192 + 576 * 64 * 2 + 64 * 128 * 2 + 256 <= 227 * 1024
+    assert plan.grid({"M": 81920}, 132) == (132, 1, 1)  # 1280 tiles of 64 rows
+
+
+@pytest.mark.parametrize("changes, line, message", [
+    (dict(TARGET="sm_80"), 3, "schedule pingpong needs target sm_90a"),
+    (dict(RESIDENT0="", RESIDENT1=""), 3, "and every B resident"),
+    (dict(KEEP="keep g0 in smem"), 3, "the second keeping the first in "
+     "registers"),
+    (dict(G0TILE="128x64x64", G0WARPS="8x1", G1TILE="128x128x32", G1WARPS="8x1"), 10,
+     "gemm 'g0' needs warps 4x1, not 8x1"),
+    (dict(STAGES="9"), 10, "stages 9 must be at least 10"),
+    (dict(G0TILE="64x64x32", STAGES="24"), 10, "runs gemm 'g0' on wgmma"),
+    (dict(STAGES="20"), 10, "shared memory over budget"),
+    (dict(STAGES="40"), 10, "stages must be between 2 and 32"),
+])
+def test_pingpong_rules_have_located_messages(changes, line, message):
+    with pytest.raises(KgenError) as info:
+        lower(kernel(**changes))
+    assert info.value.loc.line == line and message in info.value.message, info.value.render()
+
+
+def test_the_default_residency_is_registers():
+    assert lower(kernel(KEEP="")).pingpong
+
+
+def test_without_a_producer_stages_stay_at_most_8():
+    with pytest.raises(KgenError, match="stages must be between 2 and 8"):
+        lower(kernel(SCHEDULE="", STAGES="16"), ir.Arch.SM90A)
+
+
+def test_the_sm80_override_is_refused_at_the_schedule():
+    with pytest.raises(KgenError) as info:
+        lower(kernel(), ir.Arch.SM80)
+    assert info.value.loc.line == 3 and "compiles for sm_80" in info.value.message
+
+
+def test_pingpong_source_producer_and_consumers():
+    src = build(kernel(), source_name="t.kg").source
+    assert "__launch_bounds__(288, 1)" in src
+    producer = src[src.index("void produce_ring("):]
+    producer = producer[:producer.index("\n}\n")]
+    order = ["for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)",
+             "if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);",
+             "__syncwarp();", "load_a_stage(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, "
+             "kt * kTileK, K, lane);", "cp_async_mbarrier_arrive(full_bar + 8 * slot);",
+             "cp_async_wait<0>();"]
+    assert in_order(producer, order)
+    kernel_body = src[src.index("extern \"C\" __global__"):src.index("// Host launcher")]
+    order = ["mbarrier_init(full_bar + 8 * s, 32);",
+             "mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);", "__syncthreads();",
+             "if (warp_id == kProducerWarp) {", "produce_ring(", "return;",
+             "g0_cfg::load_b_stage(", "consumer_barrier();",
+             "for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; "
+             "tile += 2 * gridDim.x, local += 2) {",
+             "int fill = local * k_tiles;", "mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);",
+             "fence_proxy_async();", "wgmma_commit();", "wgmma_wait<1>();",
+             "mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));", "wgmma_wait<0>();",
+             "// ---- g1 = g0 @ B1", "quad_transpose(pairs, lane)"]
+    assert in_order(kernel_body, order)
+    loop = kernel_body[kernel_body.index("int fill = local * k_tiles;"):]
+    assert "__syncthreads" not in loop and "cp_async" not in loop  # consumers wait on mbarriers
+    assert "const int warp_m = math_warp / kWarpsN;" in loop
+    assert re.search(r"bar\.sync 1, %0;.*\"n\"\(2 \* kWarpgroupThreads\)", src)
+    assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in src
+    assert "static_assert(kThreads == 2 * kWarpgroupThreads + 32" in src
+
+
+def test_pingpong_source_is_deterministic_and_compiles_without_spills():
+    from kgen.runtime import nvrtc
+
+    k = kernel()
+    first = build(k, source_name="t.kg").source
+    assert build(k, source_name="t.kg").source == first
+    result = nvrtc.compile_cubin(first, "pp", "sm_90a")
+    assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
