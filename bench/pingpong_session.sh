@@ -9,21 +9,22 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KGEN_CACHE_DIR=/tmp/kgen-cache
 
 echo "== pytest -m gpu (${PYTEST_K:-all})"
-timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -6 | tee "$OUT/pytest_gpu.log"
+timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tail -3 | tee "$OUT/pytest_gpu.log"
 
 echo "== compute-sanitizer"
 for ex in examples/b2b_gemm_rf_pingpong_sm90a.kg examples/b2b_gemm_rf_pingpong_bf16_sm90a.kg; do
   for tool in memcheck racecheck synccheck; do
     for m in 1000 40000; do
       log="$OUT/san_$(basename "$ex" .kg)_${tool}_$m.log"
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m kgen run "$ex" --size M=$m --iters 1 >"$log" 2>&1
       echo "$(basename "$ex") $tool M=$m exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+      rm -f "$log"
     done
   done
 done | tee "$OUT/sanitizers.log"
 
 if [ -z "${NO_BENCH:-}" ]; then
   echo "== b2b benchmark (stream held while enqueuing)"
-  timeout 400 python3 bench/b2b_bench.py --json "$OUT/b2b_bench_hold.json" 2>&1 | grep -v Warning | tee "$OUT/b2b_bench_hold.log"
+  timeout 200 python3 bench/b2b_bench.py --json "$OUT/b2b_bench_hold.json" 2>&1 | grep -v Warning | tee "$OUT/b2b_bench_hold.log"
 fi

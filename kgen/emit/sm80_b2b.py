@@ -16,6 +16,7 @@ from __future__ import annotations
 from .. import ir
 from ..lower.epilogue import PAIR
 from ..lower.fragments import LDMATRIX
+from ..lower import schedule
 from ..plan import GemmPlan, KernelPlan
 from . import host_api, sm80, sm80_epilogue
 from .render import render
@@ -621,6 +622,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wide_stores=plan.wide_stores,
         wgmma=plan.wgmma,
         pingpong=plan.pingpong,
+        producer_threads=schedule.PRODUCER_THREADS,
         wgmma_n=first.tile[1],
         wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
         wgmma_outs=", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(first.tile[1] // 8)
@@ -726,14 +728,16 @@ def _pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
         f"const unsigned empty_bar = full_bar + 8 * {first}::kStages;  // then kStages empty ones",
         "if (tid == 0) {",
         f"  for (int s = 0; s < {first}::kStages; ++s) {{",
-        "    mbarrier_init(full_bar + 8 * s, 32);  // the producer's lanes, as their copies land",
+        "    mbarrier_init(full_bar + 8 * s, kProducerThreads);  // as each one's copies land",
         "    mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup",
         "  }",
         "}",
         "__syncthreads();  // the barriers are initialized",
         "",
-        "if (warp_id == kProducerWarp) {  // A streams in while the consumers wait for B",
-        f"  {first}::produce_ring(p, smem, tiles_m, tiles_n, full_bar, empty_bar, lane);",
+        "if (tid >= 2 * kWarpgroupThreads) {  // the producers: A streams in while the consumers "
+        "wait for B",
+        f"  {first}::produce_ring(p, smem, tiles_m, tiles_n, full_bar, empty_bar, "
+        "tid - 2 * kWarpgroupThreads);",
         "  return;",
         "}",
         "// The first warpgroup loads the resident operands; both wait for them.",

@@ -1,7 +1,7 @@
 """Schedule pass: `schedule pingpong`, its rules and its numbers.
 
 A ping-pong kernel (sm_90a) splits the CTA by role:
-    producer   one warp streams the first gemm's A tiles into a ring of `stages` slots, each
+    producer   two warps stream the first gemm's A tiles into a ring of `stages` slots, each
                guarded by a full and an empty mbarrier (cp.async, signalled through
                cp.async.mbarrier.arrive), over every tile of the CTA in order
     consumers  two warpgroups take the CTA's tiles in turn (local tiles 0, 2, 4, ... and
@@ -22,7 +22,7 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan
 
-PRODUCER_THREADS = 32  # one warp issues every copy of the ring
+PRODUCER_THREADS = 64  # two warps issue the ring's copies (one warp could not keep up on an H200)
 CONSUMERS = 2  # warpgroups, each with a tile of its own
 WARPGROUP_WARPS = 4
 

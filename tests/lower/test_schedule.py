@@ -81,10 +81,10 @@ def test_schedule_syntax_errors_are_located(text, message):
 def test_pingpong_plan():
     plan = lower(kernel())
     assert plan.pingpong and plan.wgmma and plan.resident and plan.persistent
-    assert plan.threads == schedule.threads() == 2 * 128 + 32
+    assert plan.threads == schedule.threads() == 2 * 128 + 64
     g0 = plan.gemms[0]
-    # one producer warp copies every 64x64 A slot: 512 chunks of 16 bytes, 16 per lane
-    assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 32 == 16
+    # two producer warps copy every 64x64 A slot: 512 chunks of 16 bytes, 8 per thread
+    assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 64 == 8
     assert plan.gemms[0].b.copies_per_thread == 64 * 64 * 2 // 16 // 128  # B: a warpgroup's
     bufs = {b.name: b for b in plan.storage.buffers}
     bars = bufs["g0_ring_barriers"]
@@ -132,19 +132,20 @@ def test_the_sm80_override_is_refused_at_the_schedule():
 
 def test_pingpong_source_producer_and_consumers():
     src = build(kernel(), source_name="t.kg").source
-    assert "__launch_bounds__(288, 1)" in src
+    assert "__launch_bounds__(320, 1)" in src
     producer = src[src.index("void produce_ring("):]
     producer = producer[:producer.index("\n}\n")]
     order = ["for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)",
              "if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);",
              "__syncwarp();", "load_a_stage(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, "
-             "kt * kTileK, K, lane);", "cp_async_mbarrier_arrive(full_bar + 8 * slot);",
+             "kt * kTileK, K, t);", "cp_async_mbarrier_arrive(full_bar + 8 * slot);",
              "cp_async_wait<0>();"]
     assert in_order(producer, order)
     kernel_body = src[src.index("extern \"C\" __global__"):src.index("// Host launcher")]
-    order = ["mbarrier_init(full_bar + 8 * s, 32);",
+    order = ["mbarrier_init(full_bar + 8 * s, kProducerThreads);",
              "mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);", "__syncthreads();",
-             "if (warp_id == kProducerWarp) {", "produce_ring(", "return;",
+             "if (tid >= 2 * kWarpgroupThreads) {", "produce_ring(", "tid - 2 * kWarpgroupThreads);",
+             "return;",
              "g0_cfg::load_b_stage(", "consumer_barrier();",
              "for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; "
              "tile += 2 * gridDim.x, local += 2) {",
@@ -158,7 +159,8 @@ def test_pingpong_source_producer_and_consumers():
     assert "const int warp_m = math_warp / kWarpsN;" in loop
     assert re.search(r"bar\.sync 1, %0;.*\"n\"\(2 \* kWarpgroupThreads\)", src)
     assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in src
-    assert "static_assert(kThreads == 2 * kWarpgroupThreads + 32" in src
+    assert "static_assert(kThreads == 2 * kWarpgroupThreads + kProducerThreads" in src
+    assert "constexpr int kProducerThreads = 64;" in src
 
 
 def test_pingpong_source_is_deterministic_and_compiles_without_spills():
