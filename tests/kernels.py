@@ -10,6 +10,19 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 P, T, V, S = ir.Param, ir.ParamKind.TENSOR, ir.ParamKind.VECTOR, ir.ParamKind.SCALAR
 
 
+def from_template(text: str, defaults: dict[str, str], **changes: str) -> ir.Kernel:
+    """The one kernel of `text` after replacing each placeholder (the keys of `defaults`,
+    overridden by `changes`) with its value: parsed as t.kg and verified."""
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    for key, value in {**defaults, **changes}.items():
+        text = text.replace(key, value)
+    module = parse(text, "t.kg")
+    verify(module)
+    return module.kernels[0]
+
+
 def gemm_kernel(
     epilogue: tuple[ir.Stmt, ...] | None = None,
     *,

@@ -14,7 +14,7 @@ from kgen.lower.fragments import LDMATRIX
 from kgen.parse import parse
 from kgen.verify import verify
 
-from tests.kernels import EXAMPLES
+from tests.kernels import EXAMPLES, from_template
 
 TEXT = """\
 kernel b2b {
@@ -40,12 +40,7 @@ DEFAULTS = dict(N0x="64", K1x="64", S0x="3", B1TYPE="f16", G0TILE="128x64x32", G
 
 
 def kernel(**changes) -> ir.Kernel:
-    text = TEXT
-    for key, value in {**DEFAULTS, **changes}.items():
-        text = text.replace(key, value)
-    module = parse(text, "t.kg")
-    verify(module)
-    return module.kernels[0]
+    return from_template(TEXT, DEFAULTS, **changes)
 
 
 def error(**changes) -> tuple[int, str]:

@@ -11,8 +11,8 @@ from kgen import ir
 from kgen.api import build
 from kgen.errors import KgenError
 from kgen.lower import lower, schedule
-from kgen.parse import parse
-from kgen.verify import verify
+
+from tests.kernels import from_template
 
 TEXT = """\
 kernel pp {
@@ -42,12 +42,7 @@ DEFAULTS = dict(TARGET="sm_90a", SCHEDULE="schedule pingpong", G0TILE="64x64x64"
 
 
 def kernel(**changes) -> ir.Kernel:
-    text = TEXT
-    for key, value in {**DEFAULTS, **changes}.items():
-        text = text.replace(key, value)
-    module = parse(text, "t.kg")
-    verify(module)
-    return module.kernels[0]
+    return from_template(TEXT, DEFAULTS, **changes)
 
 
 def in_order(text: str, items: list[str]) -> bool:
