@@ -236,8 +236,8 @@ def _wide_store_lines(g: GemmPlan) -> list[str]:
     overhang = g.n_dim % g.tile[1] != 0
     col_ok = " && col < N" if overhang else ""
     return [
-        f"// Thread q = lane % 4 holds columns 2q, 2q + 1 of each n8 tile; after quad_transpose it "
-        f"holds 8 whole",
+        "// Thread q = lane % 4 holds columns 2q, 2q + 1 of each n8 tile; after quad_transpose it "
+        "holds 8 whole",
         f"// columns of {out}, stored as one 16-byte chunk (rows g and g + 8 of each m16 tile).",
         "#pragma unroll",
         "for (int i = 0; i < kFragM; ++i) {",
@@ -252,7 +252,7 @@ def _wide_store_lines(g: GemmPlan) -> list[str]:
         "#pragma unroll",
         "        for (int j = 0; j < 4; ++j) {",
         "          const int col = n0 + warp_n * kWarpTileN + (4 * jj + j) * 8 + (lane % 4) * 2;",
-        *([f"          if (col < N)"] if overhang else []),
+        *(["          if (col < N)"] if overhang else []),
         f"          pairs[j] = {g.name}_epilogue(p, row, col, acc[i][4 * jj + j][2 * h], "
         "acc[i][4 * jj + j][2 * h + 1]);",
         "        }",
