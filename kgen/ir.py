@@ -61,7 +61,7 @@ class Role(enum.Enum):
 class Schedule(enum.Enum):
     """How a kernel's warps share the work. Value: the DSL name."""
 
-    # sm_90a, a resident register chain: a producer warp streams the first gemm's A into a ring
+    # sm_90a, a resident register chain: producer warps stream the first gemm's A into a ring
     # guarded by mbarriers; two consumer warpgroups take turns, each with a tile of its own
     PINGPONG = "pingpong"
 

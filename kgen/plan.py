@@ -280,7 +280,7 @@ class KernelPlan:
     # sm_90a, resident: the first gemm multiplies with wgmma (both operands from shared memory
     # through descriptors) instead of ldmatrix + mma.sync; see lower.can_wgmma
     wgmma: bool = False
-    # `schedule pingpong` (sm_90a): a producer warp fills the first gemm's A ring (full and
+    # `schedule pingpong` (sm_90a): producer warps fill the first gemm's A ring (full and
     # empty mbarriers per slot), two consumer warpgroups run alternate tiles; see
     # kgen/lower/schedule.py
     pingpong: bool = False

@@ -455,8 +455,8 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
     ]
     if g.chain is None:
         a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
-        ring_load_args = sm80._load_args(g.a, "a", "load_m0", "load_k")
-        if plan.pingpong:
+        ring_load_args = sm80._load_args(g.a, "a", "load_m0", "load_k")  # the ring's refill
+        if plan.pingpong:  # the producer warps load the ring (produce_ring)
             text = render("sm90_pingpong_wgmma.inc.j2", a=a, b=b)
         elif plan.wgmma:
             text = render("sm90_ring_wgmma.inc.j2", a=a, b=b, ring_load_args=ring_load_args)
@@ -715,7 +715,7 @@ def _resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
 
 
 def _pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
-    """schedule pingpong: the barriers and the resident B operands, then the producer warp fills
+    """schedule pingpong: the barriers and the resident B operands, then the producer warps fill
     the ring while the two consumer warpgroups run every other tile of this CTA."""
     g0 = plan.gemms[0]
     first = _cfg(g0)

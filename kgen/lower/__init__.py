@@ -119,7 +119,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         if kernel.param(g.a.name) is None:
             fields = chain.run(kernel, g, tgt)
         else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
-            # with schedule pingpong the producer warp alone copies the first gemm's A
+            # with schedule pingpong the producer warps alone copy the first gemm's A
             a_threads = schedule.PRODUCER_THREADS if pingpong and g is kernel.gemms[0] else None
             fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "", a_threads)
         gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))

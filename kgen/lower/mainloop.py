@@ -14,7 +14,7 @@ from . import fragments, swizzle
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
 MAX_TILE = 512
 MAX_STAGES = 8
-RING_MAX_STAGES = 32  # a producer warp's ring (schedule pingpong): slots of one small tile each
+RING_MAX_STAGES = 32  # the producer warps' ring (schedule pingpong): slots of one small tile each
 
 
 def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> None:
@@ -144,7 +144,7 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
         a_threads: int | None = None) -> dict:
     """Returns the mainloop fields of plan.GemmPlan for `gemm`; its shared-memory tiles are
     named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them with the gemm's name).
-    `a_threads`: the threads that copy A, when not the gemm's own (a producer warp, whose
+    `a_threads`: the threads that copy A, when not the gemm's own (producer warps, whose
     ring may be deeper)."""
     _check_tile(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES)
     a = kernel.param(gemm.a.name)

@@ -11,10 +11,10 @@ A ping-pong kernel (sm_90a) splits the CTA by role:
                beyond the ring's depth.
 
 The rules, each with a located message: target sm_90a; a persistent chain that keeps every B
-resident (the consumers never wait for B); the first gemm's warps 4x1 (one warpgroup per tile;
-the chain rules give every gemm the same warps); more ring slots than the first gemm's k tiles (a consumer's
-next wait may be that far past the slot it last released, and an mbarrier phase parity tells
-only two rounds apart).
+resident (the consumers never wait for B); the first gemm's warps 4x1 (one warpgroup per
+tile; the chain rules give every gemm the same warps); more ring slots than the first gemm's
+k tiles (a consumer's next wait may be that far past the slot it last released, and an
+mbarrier phase parity tells only two rounds apart).
 """
 from __future__ import annotations
 
