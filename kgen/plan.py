@@ -280,6 +280,10 @@ class KernelPlan:
     # sm_90a, resident: the first gemm multiplies with wgmma (both operands from shared memory
     # through descriptors) instead of ldmatrix + mma.sync; see lower.can_wgmma
     wgmma: bool = False
+    # The chained gemms (by name) that also multiply with wgmma: A from registers (the previous
+    # gemm's output, already in wgmma's register layout), B resident in shared memory; see
+    # lower.can_wgmma_chained. Only with `wgmma`.
+    wgmma_chain: tuple[str, ...] = ()
     # `schedule pingpong` (sm_90a): producer warps fill the first gemm's A ring (full and
     # empty mbarriers per slot), two consumer warpgroups run alternate tiles; see
     # kgen/lower/schedule.py

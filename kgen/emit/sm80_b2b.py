@@ -196,11 +196,13 @@ def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
     return lines
 
 
-def _resident_mainloop(g: GemmPlan) -> list[str]:
+def _resident_mainloop(g: GemmPlan, wgmma: bool) -> list[str]:
     """A chained stage whose B is resident: A on chip, B in shared memory since the first tile
     (the first gemm's first wait and barrier saw it land), so no copy, wait or barrier here."""
     b = sm80._operand(g, g.b, "b")
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
+    if wgmma:
+        return _resident_wgmma(g, b, tiles, steps)
     lines = _zero_acc() + [
         "",
         f"const unsigned b_smem = smem_address(smem.{b['buffer']}());  // all of "
@@ -225,6 +227,33 @@ def _resident_mainloop(g: GemmPlan) -> list[str]:
             lines += [f"// k step {kk}", *_b_frag_loads(g, kk, 0, here),
                       f"mma_step(acc, {g.name}_a_frag[{step}], b_frag[0]);"]
     return lines
+
+
+def _resident_wgmma(g: GemmPlan, b: dict, tiles: int, steps: int) -> list[str]:
+    """The resident chained stage on wgmma (plan.wgmma_chain): the warpgroup's rows times all
+    of B, one k16 step per instruction, A from this thread's fragments, B through descriptors;
+    one commit group, waited on before the epilogue reads the accumulators."""
+    src = g.chain.source
+    lines = _zero_acc() + [
+        "",
+        f"const unsigned b_smem = smem_address(smem.{b['buffer']}());  // all of "
+        f"{g.b.param}, resident",
+        *([f"constexpr unsigned kBStageBytes = BLayout::kStageElems * {b['elem_bytes']};"]
+          if tiles > 1 else []),
+        "",
+        f"// wgmma: A is {src}'s output in registers (the m16n8k16 A fragments are wgmma's "
+        "register layout",
+        f"// for a warp's 16 rows), B is read from shared memory; no ldmatrix.",
+        f"wgmma_fence();  // the A fragments and accumulators were written by ordinary "
+        "instructions",
+    ]
+    for kt in range(tiles):
+        here = f"b_smem + {kt} * kBStageBytes" if kt else "b_smem"
+        for kk in range(steps):
+            step = kt * steps + kk
+            at = f"{here} + {kk * 32}" if kk else here
+            lines.append(f"wgmma_step_rs(acc, {g.name}_a_frag[{step}][0], smem_descriptor({at}));")
+    return lines + ["wgmma_commit();", "wgmma_wait<0>();"]
 
 
 def _wide_store_lines(g: GemmPlan) -> list[str]:
@@ -467,7 +496,7 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
                           resident=plan.resident, ring_load_args=ring_load_args)
         body += _function_level(text)
     elif plan.resident:
-        body += _resident_mainloop(g)
+        body += _resident_mainloop(g, g.name in plan.wgmma_chain)
     elif plan.persistent and last:
         first = plan.gemms[0]
         why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
@@ -541,6 +570,11 @@ def _chain_asserts(plan: KernelPlan) -> list[str]:
                 f"static_assert({a}::kFragN == 2 * {b}::kKSteps && {a}::kFragM == {b}::kFragM,")
             out.append(f"              \"{src.name}'s accumulators are {g.name}'s A fragments\");")
     return out
+
+
+def _wgmma_outs(n: int) -> str:
+    """The asm outputs of a warp's m64nNk16 accumulators, in the m16n8 layout acc[0][j][e]."""
+    return ", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(n // 8) for e in range(4))
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
@@ -625,8 +659,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         producer_threads=schedule.PRODUCER_THREADS,
         wgmma_n=first.tile[1],
         wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
-        wgmma_outs=", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(first.tile[1] // 8)
-                             for e in range(4)),
+        wgmma_outs=_wgmma_outs(first.tile[1]),
+        wgmma_rs=[dict(n=n, regs=", ".join(f"%{i}" for i in range(n // 2)), outs=_wgmma_outs(n))
+                  for n in sorted({g.tile[1] for g in plan.gemms if g.name in plan.wgmma_chain})],
         m_expr=_dim(first.m_dim),
         first_cfg=_cfg(first),
         last_cfg=_cfg(last),

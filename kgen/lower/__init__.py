@@ -101,6 +101,21 @@ def can_wgmma(arch: ir.Arch, first: GemmPlan, storage_plan) -> bool:
             and all(offsets[t.name] % 1024 == 0 for t in (first.a.smem, first.b.smem)))
 
 
+def can_wgmma_chained(arch: ir.Arch, g: GemmPlan, storage_plan) -> bool:
+    """Whether a chained gemm that takes its A from registers (`keep ... in registers`) and
+    keeps its B resident can run on wgmma (sm_90a) with A read from registers: the A fragments
+    of m16n8k16 are wgmma's register layout for a warp's 16 rows, so the rules are the first
+    gemm's for the warps and for B (K-major, one 128-byte swizzled row per k tile, N a multiple
+    of 8 up to 256, 1024-byte aligned). The caller asks only for a resident plan."""
+    nbytes = g.b.dtype.nbytes
+    offsets = {b.name: b.offset for b in storage_plan.buffers}
+    return (arch is ir.Arch.SM90A and g.chain is not None and g.a is None
+            and g.warps[1] == 1 and g.warps[0] % 4 == 0 and g.warp_tile[0] == 16
+            and g.b.k_major and g.tile[2] * nbytes == 128 and g.b.smem.atom_inner * nbytes == 128
+            and g.tile[1] % 8 == 0 and 8 <= g.tile[1] <= 256
+            and offsets[g.b.smem.name] % 1024 == 0)
+
+
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
           persistent: bool | None = None) -> KernelPlan:
     """`persistent`: None lets kgen choose (persistent when can_persist), False never, True
@@ -150,6 +165,9 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
             if a.param == out else a for a in alignments)
     warps = gemms[0].warps if gemms else (0, 0)
     wgmma = resident and can_wgmma(arch, gemms[0], storage_plan)
+    # the later gemms follow the first onto wgmma where their own rules hold
+    wgmma_chain = tuple(g.name for g in gemms[1:]
+                        if wgmma and can_wgmma_chained(arch, g, storage_plan))
     if pingpong:
         schedule.check_plan(kernel, gemms[0], wgmma)
     return KernelPlan(
@@ -167,5 +185,6 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         resident=resident,
         wide_stores=wide,
         wgmma=wgmma,
+        wgmma_chain=wgmma_chain,
         pingpong=pingpong,
     )

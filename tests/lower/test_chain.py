@@ -477,3 +477,30 @@ def test_sm90a_resident_chain_multiplies_g0_with_wgmma():
     assert "(1ull << 62)" in src  # the 128-byte swizzle in the descriptor
     # 4 warps in M make one warpgroup of 32 rows per warp: mma.sync stays
     assert not lower(kernel(**RESIDENT), ir.Arch.SM90A).wgmma
+
+
+def test_sm90a_resident_chain_multiplies_g1_with_wgmma_from_registers():
+    """With g1's tile K 64 (B1 as 128-byte rows), g1 follows g0 onto wgmma: A from g0's
+    register fragments, B1 through descriptors, one commit group waited on before the epilogue.
+    With 32-element k tiles (64-byte rows) or on sm_80 it stays on ldmatrix + mma.sync."""
+    from kgen.api import build
+    from kgen.runtime import nvrtc
+
+    k = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1", G1TILE="128x128x64"))
+    plan = lower(k, ir.Arch.SM90A)
+    assert plan.wgmma and plan.wgmma_chain == ("g1",)
+    assert lower(k).wgmma_chain == ()  # sm_80
+    narrow = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"))  # tile K 32
+    assert lower(narrow, ir.Arch.SM90A).wgmma_chain == ()
+    src = build(k, ir.Arch.SM90A, source_name="t.kg").source
+    g1 = src[src.index("// ---- g1 = g0 @ B1"):src.index("// Epilogue", src.index("// ---- g1 = g0 @ B1"))]
+    assert "ldmatrix_x4" not in g1 and not re.search(r"\bmma_step\(", g1)
+    steps = [f"wgmma_step_rs(acc, g1_a_frag[{s}][0], smem_descriptor(b_smem{f' + {32 * s}' if s else ''}));"
+             for s in range(4)]
+    order = ["wgmma_fence();", *steps, "wgmma_commit();", "wgmma_wait<0>();"]
+    positions = [g1.index(s) for s in order]
+    assert positions == sorted(positions)
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in src
+    assert "{%64, %65, %66, %67}, %68, accumulate, 1, 1, 0;" in src  # A from four registers
+    result = nvrtc.compile_cubin(src, "b2b", "sm_90a")
+    assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log

@@ -1,0 +1,633 @@
+"""Variants of the emitted `schedule pingpong` kernel, edited as text, checked and timed in one
+process (issue 5's floor target). Each variant is the emitted .cu of
+examples/b2b_gemm_rf_pingpong_sm90a.kg with named edits applied; the edits are asserted to
+match exactly once, so a change in the emitter makes this script fail rather than time the
+wrong thing. Timing-only variants (marked) skip the check.
+
+    python3 bench/pingpong_variants.py [--m 81920] [--only NAME,NAME] [--json FILE]
+
+Edits:
+  ring=N     A's ring with N slots instead of 16
+  tma        A through the copy engine: one thread per CTA waits on the empty barrier, arms the
+             full barrier with the slot's bytes and issues cp.async.bulk.tensor (2-D tensor map
+             of A, 128-byte swizzle, box 64x64); the map lives in a __device__ table, one entry
+             per input set, found by A's address
+  bulkstore  D1 staged in shared memory (after the ring), 256-byte rows, and written by
+             cp.async.bulk (one per row) from warp 0 of the warpgroup
+  nostore    D1 never stored (timing only)
+  readonly   consumers only wait and release the ring (timing only)
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+EXAMPLE = os.path.join(ROOT, "examples", "b2b_gemm_rf_pingpong_sm90a.kg")
+EXTRA_SMEM = 230912  # prototype variants that use shared memory past the plan's
+SETS = 3  # input sets rotated past L2 (each is 115 MB at M = 81920)
+
+
+def edit(source: str, old: str, new: str, count: int = 1) -> str:
+    found = source.count(old)
+    if found != count:
+        raise SystemExit(f"edit expected {count} match(es), found {found}: {old[:80]!r}")
+    return source.replace(old, new)
+
+
+TMA_HELPERS = r"""
+struct __align__(64) TensorMapBytes { unsigned long long v[16]; };
+extern "C" {
+__device__ TensorMapBytes g_a_maps[8];
+__device__ const void* g_a_bases[8];
+}
+
+__device__ __forceinline__ void mbarrier_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+"""
+
+BULK_HELPERS = r"""
+__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
+}
+"""
+
+def _wgmma_rs_helper() -> str:
+    outs = ", ".join(f'"+f"(acc[0][{j // 4}][{j % 4}])' for j in range(64))
+    regs = ", ".join(f"%{i}" for i in range(64))
+    return (
+        "__device__ __forceinline__ void wgmma_rs_128(float (&acc)[1][16][4], const unsigned (&a)[4],\n"
+        "                                             unsigned long long b) {\n"
+        "  asm volatile(\n"
+        "      \"wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 \"\n"
+        f"      \"{{{regs}}}, {{%64, %65, %66, %67}}, %68, 1, 1, 1, 0;\\n\"\n"
+        f"      : {outs}\n"
+        '      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));\n'
+        "}\n")
+
+
+G1_WGMMA = """      wgmma_fence();  // the A fragments were written by ordinary instructions
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_rs_128(acc, g1_a_frag[kk][0], smem_descriptor(b_smem + kk * 16 * 2));
+      wgmma_commit();
+      wgmma_wait<0>();
+
+      // Epilogue
+"""
+
+def _wgmma_ss_helper() -> str:
+    outs = ", ".join(f'"+f"(acc[0][{j // 4}][{j % 4}])' for j in range(64))
+    regs = ", ".join(f"%{i}" for i in range(64))
+    return (
+        "__device__ __forceinline__ void wgmma_ss_128(float (&acc)[1][16][4], unsigned long long a,\n"
+        "                                             unsigned long long b) {\n"
+        "  asm volatile(\n"
+        "      \"wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 \"\n"
+        f"      \"{{{regs}}}, %64, %65, 1, 1, 1, 0, 0;\\n\"\n"
+        f"      : {outs}\n"
+        '      : "l"(a), "l"(b));\n'
+        "}\n")
+
+
+# The split schedule: warpgroup 0 runs g0 (ring -> wgmma -> epilogue) for every tile and hands
+# g0's f16 output to warpgroup 1 through two 8 KB shared buffers (slots 14 and 15 of the ring's
+# space, 128-byte swizzled like A's slots); warpgroup 1 runs g1 (wgmma, both operands in shared
+# memory) and stores D1. Four more mbarriers (after the ring's 2 x 14) pace the hand-off.
+SPLIT_CONSUMERS = r"""  const int warpgroup = warp_id / 4;
+  const int math_warp = warp_id % 4;
+  const unsigned hand = smem_address(smem.g0_a_smem()) + 14 * 8192;
+  const unsigned hand_full = full_bar + 8 * 28;
+  const unsigned hand_empty = full_bar + 8 * 30;
+  if (warpgroup == 0) {
+    using namespace g0_cfg;
+    const unsigned a_smem = smem_address(smem.g0_a_smem());
+    const unsigned b_smem = smem_address(smem.g0_b_smem());
+    constexpr unsigned kAStageBytes = ALayout::kStageElems * 2;
+    constexpr unsigned kBStageBytes = BLayout::kStageElems * 2;
+    constexpr int k_tiles = 9;
+    int local = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
+      int tile_m, tile_n;
+      tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
+      const int m0 = tile_m * kTileM;
+      float acc[1][8][4];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+      int fill = local * k_tiles;
+      for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
+        const int slot = fill % kStages;
+        mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);
+        fence_proxy_async();
+        const unsigned a_stage = a_smem + slot * kAStageBytes;
+        const unsigned b_stage = b_smem + kt * kBStageBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kTileK / 16; ++kk)
+          wgmma_step(acc, smem_descriptor(a_stage + kk * 16 * 2), smem_descriptor(b_stage + kk * 16 * 2));
+        wgmma_commit();
+        if (kt > 0) {
+          wgmma_wait<1>();
+          mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));
+        }
+      }
+      wgmma_wait<0>();
+      mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));
+      const int buf = local % 2;
+      if (local >= 2) mbarrier_wait(hand_empty + 8 * buf, ((local / 2) - 1) & 1);
+      const unsigned out = hand + buf * 8192;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int r = math_warp * 16 + lane / 4;
+        const int c = j * 8 + (lane % 4) * 2;
+        float x0 = 0.0f, x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;
+        if (m0 + r < M) g0_epilogue(p, m0 + r, c, acc[0][j][0], acc[0][j][1], x0, x1);
+        if (m0 + r + 8 < M) g0_epilogue(p, m0 + r + 8, c, acc[0][j][2], acc[0][j][3], x2, x3);
+        const unsigned lo = pack_operands(x0, x1), hi = pack_operands(x2, x3);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(out + ALayout::offset(r, c) * 2), "r"(lo) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(out + ALayout::offset(r + 8, c) * 2), "r"(hi) : "memory");
+      }
+      fence_proxy_async();  // written by ordinary stores, read by wgmma
+      mbarrier_arrive(hand_full + 8 * buf);
+    }
+  } else {
+    using namespace g1_cfg;
+    const unsigned b_smem = smem_address(smem.g1_b_smem());
+    int local = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++local) {
+      int tile_m, tile_n;
+      tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
+      const int m0 = tile_m * kTileM;
+      const int n0 = tile_n * kTileN;
+      const int warp_m = math_warp, warp_n = 0;
+      const int buf = local % 2;
+      float acc[1][16][4];
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+      mbarrier_wait(hand_full + 8 * buf, (local / 2) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_ss_128(acc, smem_descriptor(hand + buf * 8192 + kk * 32), smem_descriptor(b_smem + kk * 32));
+      wgmma_commit();
+      wgmma_wait<0>();
+      mbarrier_arrive(hand_empty + 8 * buf);
+      // Epilogue
+      // Thread q"""
+
+TMASTORE_HELPERS = r"""
+struct __align__(64) DMapBytes { unsigned long long v[16]; };
+extern "C" {
+__device__ DMapBytes g_d_maps[8];
+__device__ const void* g_d_bases[8];
+}
+__device__ __forceinline__ void tma_store_2d(const void* map, unsigned src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+               ::"l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void st_shared_b32(unsigned address, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
+}
+"""
+
+TMASTORE_EPILOGUE = """      // Epilogue: D1 through shared memory (two 64x64 halves, 128-byte swizzle) and the copy engine
+      const unsigned stage_s = smem_address(smem.g0_a_smem()) + 12 * 8192 + warpgroup * 16384;
+      if (tid % 128 == 0) bulk_wait_read();  // the last tile's stores have read the staging
+      warpgroup_barrier(warpgroup);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int r = math_warp * 16 + lane / 4;
+        const int c = j * 8 + (lane % 4) * 2;
+        const unsigned half = stage_s + (c / 64) * 8192;
+        st_shared_b32(half + g0_cfg::ALayout::offset(r, c % 64) * 2,
+                      g1_epilogue(p, m0 + r, n0 + c, acc[0][j][0], acc[0][j][1]));
+        st_shared_b32(half + g0_cfg::ALayout::offset(r + 8, c % 64) * 2,
+                      g1_epilogue(p, m0 + r + 8, n0 + c, acc[0][j][2], acc[0][j][3]));
+      }
+      fence_proxy_async();
+      warpgroup_barrier(warpgroup);
+      if (tid % 128 == 0) {
+        tma_store_2d(dmap, stage_s, n0, m0);
+        tma_store_2d(dmap, stage_s + 8192, n0 + 64, m0);
+        bulk_commit();
+      }
+    }
+  }
+  if (tid % 128 == 0) bulk_wait_all();
+}
+"""
+
+PRODUCER_LOOP = """      if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);
+      __syncwarp();  // lanes leave the wait apart; cp.async with an L2 policy needs the warp whole
+      load_a_stage(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, kt * kTileK, K, t);
+      cp_async_mbarrier_arrive(full_bar + 8 * slot);"""
+
+PRODUCER_TMA = """      if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);
+      mbarrier_expect_bytes(full_bar + 8 * slot, kAStageBytes);
+      tma_load_2d(a_smem + slot * kAStageBytes, map, kt * kTileK, m0, full_bar + 8 * slot);"""
+
+STORE = "            if (live) *reinterpret_cast<uint4*>(p.D1 + row * p.ld_D1 + col) = chunk;"
+
+
+def variant_source(base: str, name: str) -> str:
+    src = base
+    parts = name.split("+")
+    for part in parts:
+        if part.startswith("ring="):
+            src = edit(src, "constexpr int kStages = 16;", f"constexpr int kStages = {int(part[5:])};")
+        elif part == "tma":
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       TMA_HELPERS + "\n// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+            src = edit(src, "mbarrier_init(full_bar + 8 * s, kProducerThreads);",
+                       "mbarrier_init(full_bar + 8 * s, 1);")
+            src = edit(src, "  int fill = 0;\n  for (int tile = blockIdx.x;",
+                       "  if (t != 0) return;\n  const void* map = &g_a_maps[0];\n"
+                       "  for (int i = 1; i < 8; ++i) if (g_a_bases[i] == p.A) map = &g_a_maps[i];\n"
+                       "  asm volatile(\"prefetch.tensormap [%0];\" ::\"l\"(map) : \"memory\");\n"
+                       "  int fill = 0;\n  for (int tile = blockIdx.x;")
+            src = edit(src, PRODUCER_LOOP, PRODUCER_TMA)
+            src = edit(src, "  cp_async_commit();  // the warps leave only when their last copies have landed\n"
+                            "  cp_async_wait<0>();\n", "")
+        elif part == "bulkstore":
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       BULK_HELPERS + "\n// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+            # staging: 16 KB per warpgroup at the end of the ring's 16 slots (needs ring <= 12)
+            src = edit(src, "      // Epilogue\n      // Thread q",
+                       "      const unsigned stage_s = smem_address(smem.g0_a_smem()) + 12 * 8192 + warpgroup * 16384;\n"
+                       "      unsigned char* stage_g = reinterpret_cast<unsigned char*>(smem.g0_a_smem()) + 12 * 8192 + warpgroup * 16384;\n"
+                       "      if (math_warp == 0) bulk_wait_read();  // the last tile's rows have left the staging\n"
+                       "      warpgroup_barrier(warpgroup);\n"
+                       "      // Epilogue\n      // Thread q")
+            src = edit(src, STORE,
+                       "            *reinterpret_cast<uint4*>(stage_g + (row - m0) * 256 + col * 2) = chunk;")
+            src = edit(src, "          }\n        }\n      }\n    }\n  }\n}\n",
+                       "          }\n        }\n      }\n"
+                       "      fence_proxy_async();\n      warpgroup_barrier(warpgroup);\n"
+                       "      if (math_warp == 0) {\n"
+                       "        for (int r = lane; r < 64; r += 32)\n"
+                       "          if (m0 + r < M) bulk_store(p.D1 + (m0 + r) * p.ld_D1 + n0, stage_s + r * 256, 256);\n"
+                       "        bulk_commit();\n      }\n"
+                       "    }\n  }\n  if (math_warp == 0) bulk_wait_all();\n}\n")
+        elif part == "nostore":
+            src = edit(src, STORE, "            if (live && chunk.x == 0x7badbeefu && chunk.y == 0x7badbeefu) "
+                                   "*reinterpret_cast<uint4*>(p.D1 + row * p.ld_D1 + col) = chunk;")
+        elif part == "readonly":
+            src = edit(src, "      wgmma_wait<0>();\n      mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));\n",
+                       "      wgmma_wait<0>();\n      mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));\n"
+                       "      if (acc[0][0][0] != 12345.0f) continue;\n")
+            src = edit(src, "          wgmma_step(acc, smem_descriptor(a_stage + kk * 16 * 2),\n"
+                            "                     smem_descriptor(b_stage + kk * 16 * 2));\n",
+                       "          (void)a_stage, (void)b_stage;\n")
+        elif part == "ldg":
+            for v in ("scale0", "bias0"):
+                src = edit(src, f"*reinterpret_cast<const float2*>(p.{v} + col)",
+                           f"__ldg(reinterpret_cast<const float2*>(p.{v} + col))")
+        elif part == "nog1mma":
+            src = edit(src, "mma_step(acc, g1_a_frag[", "mma_fake(acc, g1_a_frag[", count=4)
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       "template <class A, class B, class C> __device__ __forceinline__ void mma_fake(A& acc, const B& a, const C& b) {\n"
+                       "  acc[0][0][0] += __uint_as_float(a[0][0] ^ b[0][0] ^ b[15][1]);\n}\n"
+                       "// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+        elif part == "nog0mma":
+            src = edit(src, "          wgmma_step(acc, smem_descriptor(a_stage + kk * 16 * 2),\n"
+                            "                     smem_descriptor(b_stage + kk * 16 * 2));\n",
+                       "          acc[0][kk][0] += __uint_as_float(a_stage ^ b_stage);\n")
+        elif part == "g1wgmma":  # needs the k64 base (g1 tile 64x128x64)
+            start = src.index("      // This thread's fragment rows at k step 0;")
+            end = src.index("      // Epilogue\n      // Thread q")
+            src = src[:start] + G1_WGMMA + src[end + len("      // Epilogue\n"):]
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       _wgmma_rs_helper() + "\n// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+        elif part == "split":  # needs the k64 base and ring=14
+            start = src.index("  const int warpgroup = warp_id / 4;")
+            end = src.index("      // Epilogue\n      // Thread q")
+            src = src[:start] + SPLIT_CONSUMERS + src[end + len("      // Epilogue\n      // Thread q"):]
+            src = edit(src, "          }\n        }\n      }\n    }\n  }\n}\n",
+                       "          }\n        }\n      }\n    }\n  }\n}\n")
+            src = edit(src, "      mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup\n    }\n",
+                       "      mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup\n    }\n"
+                       "    for (int s = 28; s < 32; ++s) mbarrier_init(full_bar + 8 * s, kWarpgroupThreads);\n")
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       _wgmma_ss_helper() + "\n// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+        elif part == "noepi0":
+            src = edit(src, "if (m0 + r < M) g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);",
+                       "x0 = acc[i][j][0]; x1 = acc[i][j][1];")
+            src = edit(src, "if (m0 + r + 8 < M) g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3);",
+                       "x2 = acc[i][j][2]; x3 = acc[i][j][3];")
+        elif part == "storezero":  # with readonly: stores zeros for every tile
+            src = edit(src, "      if (acc[0][0][0] != 12345.0f) continue;\n",
+                       "      if (acc[0][0][0] != 12345.0f) {\n"
+                       "        for (int i = 0; i < 16; ++i) {\n"
+                       "          const int row = m0 + math_warp * 16 + (i / 8) * 8 + lane / 4;\n"
+                       "          const int col = (i % 4) * 32 + (lane % 4) * 8;\n"
+                       "          if (row < M) *reinterpret_cast<uint4*>(p.D1 + row * p.ld_D1 + col) = make_uint4(i, 0, 0, 0);\n"
+                       "        }\n        continue;\n      }\n")
+        elif part == "trace":
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       'extern "C" { __device__ long long g_trace[132 * 2 * 16 * 3]; __device__ long long g_ptrace[132]; }\n'
+                       "// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+            src = edit(src, "    const int m0 = tile_m * g0_cfg::kTileM;\n",
+                       "    const int m0 = tile_m * g0_cfg::kTileM;\n"
+                       "    long long* stamp = g_trace + ((blockIdx.x * 2 + warpgroup) * 16 + min(local / 2, 15)) * 3;\n"
+                       "    if (tid % 128 == 0) stamp[0] = clock64();\n")
+            src = edit(src, "      wgmma_wait<0>();\n      mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));\n",
+                       "      wgmma_wait<0>();\n      mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));\n"
+                       "      if (tid % 128 == 0) stamp[1] = clock64();\n")
+            src = edit(src, "          }\n        }\n      }\n    }\n  }\n}\n",
+                       "          }\n        }\n      }\n    }\n    if (tid % 128 == 0) stamp[2] = clock64();\n  }\n}\n")
+            src = edit(src, "      if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);\n",
+                       "      const long long w0 = clock64();\n"
+                       "      if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);\n"
+                       "      if (t == 0) g_ptrace[blockIdx.x] += clock64() - w0;\n")
+        elif part == "hoist":  # scale0, bias0 copied to shared memory once (needs EXTRA_SMEM)
+            for v, off in (("scale0", 230400), ("bias0", 230656)):
+                src = edit(src, f"*reinterpret_cast<const float2*>(p.{v} + col)",
+                           f"*reinterpret_cast<const float2*>(smem_extra + {off} + col * 4)")
+            src = edit(src, "__device__ __forceinline__ void g0_epilogue(",
+                       "extern __shared__ __align__(1024) unsigned char smem_extra[];\n"
+                       "__device__ __forceinline__ void g0_epilogue(")
+            src = edit(src, "      cp_async_commit();\n    }\n    cp_async_wait<0>();\n",
+                       "      cp_async_commit();\n    }\n"
+                       "    if (tid < 64) {\n"
+                       "      reinterpret_cast<float*>(smem_raw + 230400)[tid] = p.scale0[tid];\n"
+                       "      reinterpret_cast<float*>(smem_raw + 230656)[tid] = p.bias0[tid];\n    }\n"
+                       "    cp_async_wait<0>();\n")
+        elif part == "coalesce":  # D1 through a per-warp 2 KB staging (needs ring=15, EXTRA_SMEM)
+            src = edit(src, STORE + "\n          }\n",
+                       "            {\n"
+                       "              const int g = lane / 4, c = col / 8;\n"
+                       "              *reinterpret_cast<uint4*>(stg + g * 256 + ((c ^ g) * 16)) = chunk;\n"
+                       "            }\n"
+                       "          }\n"
+                       "          __syncwarp();\n"
+                       "#pragma unroll\n"
+                       "          for (int it = 0; it < 4; ++it) {\n"
+                       "            const int r = it * 2 + lane / 16, c = lane % 16;\n"
+                       "            const uint4 v = *reinterpret_cast<const uint4*>(stg + r * 256 + ((c ^ r) * 16));\n"
+                       "            const int grow = m0 + warp_m * kWarpTileM + i * 16 + 8 * h + r;\n"
+                       "            if (grow < M) *reinterpret_cast<uint4*>(p.D1 + grow * p.ld_D1 + n0 + c * 8) = v;\n"
+                       "          }\n"
+                       "          __syncwarp();\n")
+            src = edit(src, "  const int warpgroup = warp_id / 4;\n",
+                       "  const int warpgroup = warp_id / 4;\n"
+                       "  unsigned char* const stg = smem_raw + (warp_id < 4 ? 122880 + warp_id * 2048 : 222208 + (warp_id - 4) * 2048);\n")
+        elif part == "tmastore":  # needs ring=12
+            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
+                       BULK_HELPERS + TMASTORE_HELPERS + "\n// ---- schedule pingpong: the ring's full and empty mbarriers ----")
+            start = src.index("      // Epilogue\n      // Thread q")
+            end = src.index("// ====", start)
+            src = src[:start] + TMASTORE_EPILOGUE + "\n" + src[end:]
+            src = edit(src, "  const int math_warp = warp_id % 4;\n",
+                       "  const int math_warp = warp_id % 4;\n"
+                       "  const void* dmap = &g_d_maps[0];\n"
+                       "  for (int i = 1; i < 8; ++i) if (g_d_bases[i] == p.D1) dmap = &g_d_maps[i];\n")
+        elif part in ("base", "k64"):
+            pass
+        elif part != "base":
+            raise SystemExit(f"unknown edit {part!r}")
+    return src
+
+
+TIMING_ONLY = ("nostore", "readonly", "nog1mma", "nog0mma", "noepi0")
+
+VARIANTS = [
+    "base",
+    "base+trace",
+    "noepi0",
+    "base+readonly+storezero",
+    "k64+g1wgmma+noepi0",
+    "k64+g1wgmma+trace",
+    "base+nostore",
+    "base+readonly",
+    "ldg",
+    "nog1mma",
+    "nog0mma",
+    "nog0mma+nog1mma",
+    "ldg+nog0mma+nog1mma",
+    "k64",
+    "k64+g1wgmma",
+    "k64+g1wgmma+nostore",
+    "k64+g1wgmma+ring=15",
+    "ring=12+tmastore",
+    "k64+g1wgmma+ring=12+tmastore",
+    "k64+g1wgmma+ring=12+tmastore+hoist",
+    "k64+g1wgmma+ring=15+hoist",
+    "k64+g1wgmma+ring=15+coalesce",
+    "k64+g1wgmma+ring=15+coalesce+hoist",
+    "ring=15+coalesce+hoist",
+    "k64+ring=14+split",
+    "k64+ring=14+split+nostore",
+    "tma",
+    "tma+readonly",
+    "tma+nostore",
+    "ring=12+bulkstore",
+    "tma+ring=12+bulkstore",
+    "tma+ring=12",
+    "k64+g1wgmma+tma",
+    "k64+g1wgmma+ring=12+bulkstore",
+]
+
+
+def encode_a_map(driver, a) -> bytes:
+    """The tensor map of a row-major f16 matrix (A or D1): box 64 x 64, 128-byte swizzle."""
+    from kgen.runtime.device import check
+
+    cu = driver
+    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+    tmap = check(cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, u32(2), a.data_ptr(),
+        [u64(a.shape[1]), u64(a.shape[0])], [u64(a.stride(0) * 2)], [u32(64), u32(64)], [u32(1), u32(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+    return ctypes.string_at(tmap.getPtr(), 128)
+
+
+def set_maps(driver, kernel, sets, operand="A", prefix=b"g_a") -> None:
+    from kgen.runtime.device import check
+
+    lib = check(driver.cuKernelGetLibrary(kernel._kernel.handle), "cuKernelGetLibrary")
+    maps_ptr, _ = check(driver.cuLibraryGetGlobal(lib, prefix + b"_maps"), "cuLibraryGetGlobal")
+    bases_ptr, _ = check(driver.cuLibraryGetGlobal(lib, prefix + b"_bases"), "cuLibraryGetGlobal")
+    maps = b"".join(encode_a_map(driver, s[operand]) for s in sets)
+    maps += bytes(128 * (8 - len(sets)))
+    bases = b"".join(s[operand].data_ptr().to_bytes(8, "little") for s in sets) + bytes(8 * (8 - len(sets)))
+    check(driver.cuMemcpyHtoD(maps_ptr, maps, len(maps)), "cuMemcpyHtoD")
+    check(driver.cuMemcpyHtoD(bases_ptr, bases, len(bases)), "cuMemcpyHtoD")
+
+
+def build_k64():
+    """The example with g1's tile K 64 (one k tile: B1 as 128 rows of 128 bytes, the layout
+    wgmma reads)."""
+    import tempfile
+
+    from kgen.api import build_file
+
+    text = open(EXAMPLE).read()
+    text = text.replace("tile 64x128x32  warps 4x1  stages 3", "tile 64x128x64  warps 4x1  stages 3")
+    assert "64x128x64" in text
+    with tempfile.NamedTemporaryFile("w", suffix=".kg", delete=False) as f:
+        f.write(text)
+    return build_file(f.name, "sm_90a")
+
+
+def report_trace(driver, kernel, launch) -> None:
+    """One more launch with the trace buffers zeroed: per-warpgroup tile phases, in cycles."""
+    import numpy as np
+    import torch
+
+    from kgen.runtime.device import check
+
+    lib = check(driver.cuKernelGetLibrary(kernel._kernel.handle), "cuKernelGetLibrary")
+    tr, tr_n = check(driver.cuLibraryGetGlobal(lib, b"g_trace"), "cuLibraryGetGlobal")
+    pt, pt_n = check(driver.cuLibraryGetGlobal(lib, b"g_ptrace"), "cuLibraryGetGlobal")
+    check(driver.cuMemsetD8(tr, 0, tr_n), "cuMemsetD8")
+    check(driver.cuMemsetD8(pt, 0, pt_n), "cuMemsetD8")
+    torch.cuda.synchronize()
+    launch()
+    torch.cuda.synchronize()
+    a = np.zeros(tr_n // 8, dtype=np.int64)
+    b = np.zeros(pt_n // 8, dtype=np.int64)
+    check(driver.cuMemcpyDtoH(a, tr, tr_n), "cuMemcpyDtoH")
+    check(driver.cuMemcpyDtoH(b, pt, pt_n), "cuMemcpyDtoH")
+    a = a.reshape(132, 2, 16, 3)
+    done = a[:, :, :, 0] > 0
+    main = (a[:, :, :, 1] - a[:, :, :, 0])[done] / 1980.0
+    post = (a[:, :, :, 2] - a[:, :, :, 1])[done] / 1980.0
+    gap = (a[:, :, 1:, 0] - a[:, :, :-1, 2])[done[:, :, 1:]] / 1980.0
+    first = a[:, :, 0, 0]
+    last = np.where(done, a[:, :, :, 2], 0).max(axis=2)
+    span = (last.max(axis=1) - first.min(axis=1)) / 1980.0
+    print(f"  trace (us): mainloop mean {main.mean():.3f} (p10 {np.percentile(main, 10):.3f} p90 "
+          f"{np.percentile(main, 90):.3f}); post mean {post.mean():.3f}; gap between a warpgroup's "
+          f"tiles {gap.mean():.3f}; CTA span mean {span.mean():.2f} max {span.max():.2f}; "
+          f"tiles/WG max {done.sum(axis=2).max()}; producer wait on empty per CTA mean "
+          f"{b.mean() / 1980.0:.2f} us", flush=True)
+
+
+def make_sets(m: int, count: int):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    out = []
+    for _ in range(count):
+        out.append(dict(
+            A=torch.randn(m, 576, device="cuda", generator=g).half(),
+            B0=(torch.randn(64, 576, device="cuda", generator=g) / 24).half().t(),
+            B1=(torch.randn(128, 64, device="cuda", generator=g) / 8).half().t(),
+            scale0=torch.rand(64, device="cuda", generator=g) + 0.5,
+            bias0=torch.randn(64, device="cuda", generator=g) * 0.1,
+            D1=torch.full((m, 128), float("nan"), device="cuda", dtype=torch.half)))
+    return out
+
+
+def reference(s):
+    import torch
+
+    g0 = torch.relu(s["A"].float() @ s["B0"].float() * s["scale0"] + s["bias0"]).half().float()
+    return torch.relu(g0 @ s["B1"].float())
+
+
+def main() -> None:
+    import torch
+    from cuda.bindings import driver
+
+    from b2b_bench import copy_bandwidth, copy_ms, time_ms, torch_chain_ms
+    from kgen.api import build_file, compile_source
+    from kgen.runtime.launch import CompiledKernel
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, default=81920)
+    ap.add_argument("--check-m", default="81920,1000")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+
+    built = build_file(EXAMPLE, "sm_90a")
+    built64 = build_k64()
+    bw = copy_bandwidth()
+    floor_bytes = (args.m * 576 + args.m * 128) * 2
+    floor_ms = floor_bytes / bw
+    print(f"copy {bw / 1e9:.3f} TB/s; floor {floor_ms:.4f} ms; same-size copy "
+          f"{copy_ms(floor_bytes):.4f} ms; PyTorch chain {torch_chain_ms():.4f} ms", flush=True)
+    names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
+    rows = []
+    sets = make_sets(args.m, SETS)
+    checks = {int(m): make_sets(int(m), 1)[0] for m in args.check_m.split(",")}
+    for name in names:
+        b = built64 if name.startswith("k64") else built
+        src = variant_source(b.source, name)
+        res = compile_source(src, b.plan.name, "sm_90a")
+        plan_class = type(b.plan)
+        saved = plan_class.smem_bytes
+        if "hoist" in name or "coalesce" in name:
+            plan_class.smem_bytes = property(lambda self: EXTRA_SMEM)
+        k = CompiledKernel(b.plan, res.cubin, source=src, compiled=res)
+        if "tma" in name.replace("tmastore", ""):
+            set_maps(driver, k, sets + list(checks.values()))
+        if "tmastore" in name:
+            set_maps(driver, k, sets + list(checks.values()), "D1", b"g_d")
+        timing_only = any(t in name for t in TIMING_ONLY)
+        errors = {}
+        if not timing_only:
+            for m, s in checks.items():
+                s["D1"].fill_(float("nan"))
+                k(stream=torch.cuda.current_stream().cuda_stream, **s)
+                torch.cuda.synchronize()
+                ref = reference(s)
+                out = s["D1"].float()
+                bad = torch.isnan(out).sum().item()
+                rel = ((out - ref).norm() / ref.norm()).item()
+                errors[m] = (rel, bad)
+        bound = [k.bind(**s) for s in sets]
+        i = [0]
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def launch():
+            k.launch(bound[i[0] % SETS], stream)
+            i[0] += 1
+
+        ms = time_ms(launch, iters=50, warmup=10)
+        if "trace" in name:
+            report_trace(driver, k, launch)
+        ok = all(rel < 5e-3 and bad == 0 for rel, bad in errors.values())
+        plan_class.smem_bytes = saved
+        rows.append(dict(variant=name, ms=ms, regs=res.registers, spills=res.spill_stores,
+                         checked=not timing_only, ok=ok if not timing_only else None,
+                         errors={str(m): v for m, v in errors.items()}))
+        print(f"{name:<28} {ms:8.4f} ms {ms / floor_ms:6.3f}x floor  regs {res.registers} spills {res.spill_stores}  "
+              + ("timing only" if timing_only else
+                 ("ok " if ok else "FAIL ") + " ".join(f"M={m}: rel {r:.1e} nan {b}" for m, (r, b) in errors.items())),
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
