@@ -6,16 +6,33 @@ wrong thing. Timing-only variants (marked) skip the check.
 
     python3 bench/pingpong_variants.py [--m 81920] [--only NAME,NAME] [--json FILE]
 
-Edits:
+Edits (combine with "+"; each asserts that its anchor text matches once):
   ring=N     A's ring with N slots instead of 16
   tma        A through the copy engine: one thread per CTA waits on the empty barrier, arms the
              full barrier with the slot's bytes and issues cp.async.bulk.tensor (2-D tensor map
              of A, 128-byte swizzle, box 64x64); the map lives in a __device__ table, one entry
              per input set, found by A's address
-  bulkstore  D1 staged in shared memory (after the ring), 256-byte rows, and written by
-             cp.async.bulk (one per row) from warp 0 of the warpgroup
+  tmastore   D1 staged in shared memory (two 64x64 halves per warpgroup, 128-byte swizzle, in the
+             ring's last 4 slots: needs ring=12) and written by two cp.async.bulk.tensor stores;
+             the staging is reused after cp.async.bulk.wait_group.read
+  bulkstore  the same staging with 256-byte rows, one cp.async.bulk store per row (ring=12)
+  coalesce   D1 through a 2 KB staging per warp, then 512 contiguous bytes per store instruction
+             (ring=15, shared memory past the plan's)
+  hoist      scale0 and bias0 copied to shared memory once per CTA (memory past the plan's)
+  ldg        scale0 and bias0 read through __ldg
+  split      warpgroup 0 runs g0 for every tile and hands its output to warpgroup 1 through two
+             8 KB buffers; warpgroup 1 runs g1 (wgmma, both operands in shared memory) and
+             stores (ring=14)
+  trace      clock64 stamps per warpgroup and tile, and the producer's empty waits; printed
   nostore    D1 never stored (timing only)
-  readonly   consumers only wait and release the ring (timing only)
+  readonly   consumers only wait and release the ring (timing only); +storezero: and store
+             zeros (timing only)
+  noepi0     g0's epilogue without its loads (timing only)
+  nog0mma    no wgmma in g0 (timing only)
+
+The figures and what they showed are in bench/RESULTS.md; raw logs in bench/logs/variants/.
+The runs there predate g1 on wgmma: their `base` ran g1 on mma.sync, and their
+`k64+g1wgmma` (g1 tile K 64, then wgmma) is what kgen now emits.
 """
 from __future__ import annotations
 
@@ -70,30 +87,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 __device__ __forceinline__ void warpgroup_barrier(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
 }
-"""
-
-def _wgmma_rs_helper() -> str:
-    outs = ", ".join(f'"+f"(acc[0][{j // 4}][{j % 4}])' for j in range(64))
-    regs = ", ".join(f"%{i}" for i in range(64))
-    return (
-        "__device__ __forceinline__ void wgmma_rs_128(float (&acc)[1][16][4], const unsigned (&a)[4],\n"
-        "                                             unsigned long long b) {\n"
-        "  asm volatile(\n"
-        "      \"wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 \"\n"
-        f"      \"{{{regs}}}, {{%64, %65, %66, %67}}, %68, 1, 1, 1, 0;\\n\"\n"
-        f"      : {outs}\n"
-        '      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));\n'
-        "}\n")
-
-
-G1_WGMMA = """      wgmma_fence();  // the A fragments were written by ordinary instructions
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_rs_128(acc, g1_a_frag[kk][0], smem_descriptor(b_smem + kk * 16 * 2));
-      wgmma_commit();
-      wgmma_wait<0>();
-
-      // Epilogue
 """
 
 def _wgmma_ss_helper() -> str:
@@ -306,23 +299,11 @@ def variant_source(base: str, name: str) -> str:
             for v in ("scale0", "bias0"):
                 src = edit(src, f"*reinterpret_cast<const float2*>(p.{v} + col)",
                            f"__ldg(reinterpret_cast<const float2*>(p.{v} + col))")
-        elif part == "nog1mma":
-            src = edit(src, "mma_step(acc, g1_a_frag[", "mma_fake(acc, g1_a_frag[", count=4)
-            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
-                       "template <class A, class B, class C> __device__ __forceinline__ void mma_fake(A& acc, const B& a, const C& b) {\n"
-                       "  acc[0][0][0] += __uint_as_float(a[0][0] ^ b[0][0] ^ b[15][1]);\n}\n"
-                       "// ---- schedule pingpong: the ring's full and empty mbarriers ----")
         elif part == "nog0mma":
             src = edit(src, "          wgmma_step(acc, smem_descriptor(a_stage + kk * 16 * 2),\n"
                             "                     smem_descriptor(b_stage + kk * 16 * 2));\n",
                        "          acc[0][kk][0] += __uint_as_float(a_stage ^ b_stage);\n")
-        elif part == "g1wgmma":  # needs the k64 base (g1 tile 64x128x64)
-            start = src.index("      // This thread's fragment rows at k step 0;")
-            end = src.index("      // Epilogue\n      // Thread q")
-            src = src[:start] + G1_WGMMA + src[end + len("      // Epilogue\n"):]
-            src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
-                       _wgmma_rs_helper() + "\n// ---- schedule pingpong: the ring's full and empty mbarriers ----")
-        elif part == "split":  # needs the k64 base and ring=14
+        elif part == "split":  # needs ring=14
             start = src.index("  const int warpgroup = warp_id / 4;")
             end = src.index("      // Epilogue\n      // Thread q")
             src = src[:start] + SPLIT_CONSUMERS + src[end + len("      // Epilogue\n      // Thread q"):]
@@ -405,50 +386,32 @@ def variant_source(base: str, name: str) -> str:
                        "  const int math_warp = warp_id % 4;\n"
                        "  const void* dmap = &g_d_maps[0];\n"
                        "  for (int i = 1; i < 8; ++i) if (g_d_bases[i] == p.D1) dmap = &g_d_maps[i];\n")
-        elif part in ("base", "k64"):
-            pass
         elif part != "base":
             raise SystemExit(f"unknown edit {part!r}")
     return src
 
 
-TIMING_ONLY = ("nostore", "readonly", "nog1mma", "nog0mma", "noepi0")
+TIMING_ONLY = ("nostore", "readonly", "nog0mma", "noepi0")
 
 VARIANTS = [
     "base",
-    "base+trace",
-    "noepi0",
-    "base+readonly+storezero",
-    "k64+g1wgmma+noepi0",
-    "k64+g1wgmma+trace",
     "base+nostore",
     "base+readonly",
-    "ldg",
-    "nog1mma",
+    "base+readonly+storezero",
+    "base+trace",
+    "noepi0",
     "nog0mma",
-    "nog0mma+nog1mma",
-    "ldg+nog0mma+nog1mma",
-    "k64",
-    "k64+g1wgmma",
-    "k64+g1wgmma+nostore",
-    "k64+g1wgmma+ring=15",
-    "ring=12+tmastore",
-    "k64+g1wgmma+ring=12+tmastore",
-    "k64+g1wgmma+ring=12+tmastore+hoist",
-    "k64+g1wgmma+ring=15+hoist",
-    "k64+g1wgmma+ring=15+coalesce",
-    "k64+g1wgmma+ring=15+coalesce+hoist",
+    "ldg",
+    "ring=15",
+    "ring=15+hoist",
     "ring=15+coalesce+hoist",
-    "k64+ring=14+split",
-    "k64+ring=14+split+nostore",
+    "ring=14+split",
     "tma",
     "tma+readonly",
-    "tma+nostore",
+    "ring=12",
+    "ring=12+tmastore",
+    "ring=12+tmastore+hoist",
     "ring=12+bulkstore",
-    "tma+ring=12+bulkstore",
-    "tma+ring=12",
-    "k64+g1wgmma+tma",
-    "k64+g1wgmma+ring=12+bulkstore",
 ]
 
 
@@ -479,21 +442,6 @@ def set_maps(driver, kernel, sets, operand="A", prefix=b"g_a") -> None:
     bases = b"".join(s[operand].data_ptr().to_bytes(8, "little") for s in sets) + bytes(8 * (8 - len(sets)))
     check(driver.cuMemcpyHtoD(maps_ptr, maps, len(maps)), "cuMemcpyHtoD")
     check(driver.cuMemcpyHtoD(bases_ptr, bases, len(bases)), "cuMemcpyHtoD")
-
-
-def build_k64():
-    """The example with g1's tile K 64 (one k tile: B1 as 128 rows of 128 bytes, the layout
-    wgmma reads)."""
-    import tempfile
-
-    from kgen.api import build_file
-
-    text = open(EXAMPLE).read()
-    text = text.replace("tile 64x128x32  warps 4x1  stages 3", "tile 64x128x64  warps 4x1  stages 3")
-    assert "64x128x64" in text
-    with tempfile.NamedTemporaryFile("w", suffix=".kg", delete=False) as f:
-        f.write(text)
-    return build_file(f.name, "sm_90a")
 
 
 def report_trace(driver, kernel, launch) -> None:
@@ -569,7 +517,6 @@ def main() -> None:
     args = ap.parse_args()
 
     built = build_file(EXAMPLE, "sm_90a")
-    built64 = build_k64()
     bw = copy_bandwidth()
     floor_bytes = (args.m * 576 + args.m * 128) * 2
     floor_ms = floor_bytes / bw
@@ -580,7 +527,7 @@ def main() -> None:
     sets = make_sets(args.m, SETS)
     checks = {int(m): make_sets(int(m), 1)[0] for m in args.check_m.split(",")}
     for name in names:
-        b = built64 if name.startswith("k64") else built
+        b = built
         src = variant_source(b.source, name)
         res = compile_source(src, b.plan.name, "sm_90a")
         plan_class = type(b.plan)

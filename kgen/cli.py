@@ -185,6 +185,15 @@ def _write_atomic(path: Path, text: str) -> None:
 # inspect
 
 
+def _instruction(plan, g) -> str:
+    """The MMA instruction a gemm's mainloop issues, and where its A comes from."""
+    if g is plan.gemms[0] and plan.wgmma:
+        return f"wgmma m64n{g.tile[1]}k16, A from shared memory"
+    if g.name in plan.wgmma_chain:
+        return f"wgmma m64n{g.tile[1]}k16, A from registers"
+    return "mma.sync m16n8k16"
+
+
 def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
     """The plan as plain data (the schema of `kgen inspect --json`)."""
     from .targets import target
@@ -227,6 +236,7 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
         "gemms": [
             {"name": g.name, "tile": list(g.tile), "warps": list(g.warps),
              "warp_tile": list(g.warp_tile), "mma": list(g.mma), "frags": list(g.frags),
+             "instruction": _instruction(plan, g),
              "stages": g.stages, "m": g.m_dim, "n": g.n_dim, "k": g.k_dim,
              "operands": [operand(role, o) for role, o in (("a", g.a), ("b", g.b))
                           if o is not None],  # a chained A kept in registers has no tile
@@ -316,7 +326,8 @@ def _print_plan(console, s: dict) -> None:
         f"shared memory {used:,} of {limit:,} B{share}"
     )
     gemms = Table(title="gemms", title_justify="left")
-    for column in ("gemm", "tile MxNxK", "warps", "warp tile", "mma", "frags", "stages"):
+    for column in ("gemm", "tile MxNxK", "warps", "warp tile", "mma", "frags", "stages",
+                   "instruction"):
         gemms.add_column(column)
     tiles = Table(title="shared-memory tiles", title_justify="left")
     for column in ("tile", "operand", "dtype", "outer x inner", "atom", "swizzle", "stages",
@@ -325,7 +336,7 @@ def _print_plan(console, s: dict) -> None:
     for g in s["gemms"]:
         gemms.add_row(g["name"], "x".join(map(str, g["tile"])), "x".join(map(str, g["warps"])),
                       "x".join(map(str, g["warp_tile"])), "x".join(map(str, g["mma"])),
-                      "x".join(map(str, g["frags"])), str(g["stages"]))
+                      "x".join(map(str, g["frags"])), str(g["stages"]), g["instruction"])
         for o in g["operands"]:
             t = o["smem"]
             tiles.add_row(t["name"], f"{g['name']}.{o['role']} ({o['param']})", t["dtype"],

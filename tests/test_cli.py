@@ -241,6 +241,20 @@ def test_inspect_examples(example):
     assert table.exit_code == 0 and "storage" in table.output and "total" in table.output
 
 
+def test_inspect_names_each_gemms_instruction():
+    """The Hopper chain's gemms both run on wgmma (g0's A from shared memory, g1's from
+    registers); an sm_80 gemm names mma.sync. The table shows the same words."""
+    needs_pipeline()
+    ex = Path(__file__).parent.parent / "examples"
+    data = json.loads(invoke("inspect", str(ex / "b2b_gemm_rf_pingpong_sm90a.kg"),
+                             "--json").output)
+    assert [g["instruction"] for g in data["kernels"][0]["gemms"]] == [
+        "wgmma m64n64k16, A from shared memory", "wgmma m64n128k16, A from registers"]
+    data = json.loads(invoke("inspect", str(ex / "gemm.kg"), "--json").output)
+    assert [g["instruction"] for g in data["kernels"][0]["gemms"]] == ["mma.sync m16n8k16"]
+    assert "A from registers" in invoke("inspect", str(ex / "b2b_gemm_rf_sm90a.kg")).output
+
+
 def test_inspect_resources(cache_dir):
     needs_pipeline()
     result = invoke("inspect", str(EXAMPLES[0]), "--json", "--resources")
