@@ -243,8 +243,8 @@ def _resident_wgmma(g: GemmPlan, b: dict, tiles: int, steps: int) -> list[str]:
         "",
         f"// wgmma: A is {src}'s output in registers (the m16n8k16 A fragments are wgmma's "
         "register layout",
-        f"// for a warp's 16 rows), B is read from shared memory; no ldmatrix.",
-        f"wgmma_fence();  // the A fragments and accumulators were written by ordinary "
+        "// for a warp's 16 rows), B is read from shared memory; no ldmatrix.",
+        "wgmma_fence();  // the A fragments and accumulators were written by ordinary "
         "instructions",
     ]
     for kt in range(tiles):
