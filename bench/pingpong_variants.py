@@ -307,8 +307,6 @@ def variant_source(base: str, name: str) -> str:
             start = src.index("  const int warpgroup = warp_id / 4;")
             end = src.index("      // Epilogue\n      // Thread q")
             src = src[:start] + SPLIT_CONSUMERS + src[end + len("      // Epilogue\n      // Thread q"):]
-            src = edit(src, "          }\n        }\n      }\n    }\n  }\n}\n",
-                       "          }\n        }\n      }\n    }\n  }\n}\n")
             src = edit(src, "      mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup\n    }\n",
                        "      mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup\n    }\n"
                        "    for (int s = 28; s < 32; ++s) mbarrier_init(full_bar + 8 * s, kWarpgroupThreads);\n")

@@ -17,7 +17,7 @@ import dataclasses
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import GemmPlan, KernelPlan
+from ..plan import GemmPlan, KernelPlan, OperandPlan
 from ..targets import target
 from . import abi, chain, epilogue, mainloop, schedule, storage
 
@@ -91,14 +91,24 @@ def can_wgmma(arch: ir.Arch, first: GemmPlan, storage_plan) -> bool:
     along M with 16 rows per warp (the accumulators then sit where mma.sync would put them),
     A and B K-major with one 128-byte swizzled row per k tile (the wgmma 128-byte swizzle
     layout), N a multiple of 8 up to 256, and both stage buffers 1024-byte aligned."""
-    nbytes = first.a.dtype.nbytes
     offsets = {b.name: b.offset for b in storage_plan.buffers}
-    return (arch is ir.Arch.SM90A and first.warps[1] == 1 and first.warps[0] % 4 == 0
-            and first.warp_tile[0] == 16 and first.a.k_major and first.b.k_major
-            and first.tile[2] * nbytes == 128 and first.a.smem.atom_inner * nbytes == 128
-            and first.b.smem.atom_inner * nbytes == 128
-            and first.tile[1] % 8 == 0 and 8 <= first.tile[1] <= 256
-            and all(offsets[t.name] % 1024 == 0 for t in (first.a.smem, first.b.smem)))
+    return (arch is ir.Arch.SM90A and _wgmma_shape(first, offsets)
+            and _wgmma_tile(first, first.a, offsets))
+
+
+def _wgmma_shape(g: GemmPlan, offsets: dict[str, int]) -> bool:
+    """The rules every wgmma gemm shares: warpgroups of 4 warps along M, 16 rows per warp, N a
+    multiple of 8 up to 256, and B as wgmma reads it (see _wgmma_tile)."""
+    return (g.warps[1] == 1 and g.warps[0] % 4 == 0 and g.warp_tile[0] == 16
+            and g.tile[1] % 8 == 0 and 8 <= g.tile[1] <= 256 and _wgmma_tile(g, g.b, offsets))
+
+
+def _wgmma_tile(g: GemmPlan, op: OperandPlan, offsets: dict[str, int]) -> bool:
+    """An operand wgmma reads through a descriptor: K-major, one 128-byte swizzled row per k
+    tile, its buffer 1024-byte aligned."""
+    nbytes = op.dtype.nbytes
+    return (op.k_major and g.tile[2] * nbytes == 128 and op.smem.atom_inner * nbytes == 128
+            and offsets[op.smem.name] % 1024 == 0)
 
 
 def can_wgmma_chained(arch: ir.Arch, g: GemmPlan, storage_plan) -> bool:
@@ -107,13 +117,9 @@ def can_wgmma_chained(arch: ir.Arch, g: GemmPlan, storage_plan) -> bool:
     of m16n8k16 are wgmma's register layout for a warp's 16 rows, so the rules are the first
     gemm's for the warps and for B (K-major, one 128-byte swizzled row per k tile, N a multiple
     of 8 up to 256, 1024-byte aligned). The caller asks only for a resident plan."""
-    nbytes = g.b.dtype.nbytes
     offsets = {b.name: b.offset for b in storage_plan.buffers}
     return (arch is ir.Arch.SM90A and g.chain is not None and g.a is None
-            and g.warps[1] == 1 and g.warps[0] % 4 == 0 and g.warp_tile[0] == 16
-            and g.b.k_major and g.tile[2] * nbytes == 128 and g.b.smem.atom_inner * nbytes == 128
-            and g.tile[1] % 8 == 0 and 8 <= g.tile[1] <= 256
-            and offsets[g.b.smem.name] % 1024 == 0)
+            and _wgmma_shape(g, offsets))
 
 
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
