@@ -145,11 +145,13 @@ def test_pingpong_source_producer_and_consumers():
              "for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; "
              "tile += 2 * gridDim.x, local += 2) {",
              "int fill = local * k_tiles;", "mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);",
-             "fence_proxy_async();", "wgmma_commit();", "wgmma_wait<1>();",
-             "mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));", "wgmma_wait<0>();",
+             "fence_proxy_async();", "wgmma_commit();", "wgmma_wait<0>();",
+             "mbarrier_arrive(empty_bar + 8 * slot);",
              "// ---- g1 = g0 @ B1", "quad_transpose(pairs, lane)"]
     assert in_order(kernel_body, order)
     loop = kernel_body[kernel_body.index("int fill = local * k_tiles;"):]
+    # each slot goes back right after its own group: no group is left in flight across a release
+    assert "wgmma_wait<1>" not in loop and "(fill - 1) % kStages" not in loop
     assert "__syncthreads" not in loop and "cp_async" not in loop  # consumers wait on mbarriers
     assert "const int warp_m = math_warp / kWarpsN;" in loop
     assert re.search(r"bar\.sync 1, %0;.*\"n\"\(2 \* kWarpgroupThreads\)", src)
