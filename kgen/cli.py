@@ -194,6 +194,17 @@ def _instruction(plan, g) -> str:
     return "mma.sync m16n8k16"
 
 
+def _store(plan, g) -> str:
+    """How a gemm's epilogue writes its output (a chained gemm's feeds the next gemm)."""
+    if g is not plan.gemms[-1]:
+        return f"feeds {plan.gemms[plan.gemms.index(g) + 1].name}"
+    if plan.tma_store:
+        return "TMA, staged in smem"
+    if plan.wide_stores:
+        return "16-byte stores"
+    return "pair stores"
+
+
 def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
     """The plan as plain data (the schema of `kgen inspect --json`)."""
     from .targets import target
@@ -237,6 +248,7 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
             {"name": g.name, "tile": list(g.tile), "warps": list(g.warps),
              "warp_tile": list(g.warp_tile), "mma": list(g.mma), "frags": list(g.frags),
              "instruction": _instruction(plan, g),
+             "store": _store(plan, g),
              "stages": g.stages, "m": g.m_dim, "n": g.n_dim, "k": g.k_dim,
              "operands": [operand(role, o) for role, o in (("a", g.a), ("b", g.b))
                           if o is not None],  # a chained A kept in registers has no tile
@@ -344,6 +356,7 @@ def _print_plan(console, s: dict) -> None:
                           str(t["stages"]), f"{t['bytes']:,}")
     if s["gemms"]:
         console.print(gemms)
+        console.print(f"output: {s['gemms'][-1]['store']}")
         console.print(tiles)
     storage = Table(title="storage", title_justify="left")
     for column in ("buffer", "offset", "bytes", "align", "live", "placed", "swizzle", "role"):

@@ -288,6 +288,10 @@ class KernelPlan:
     # empty mbarriers per slot), two consumer warpgroups run alternate tiles; see
     # kgen/lower/schedule.py
     pingpong: bool = False
+    # With `pingpong`: the last gemm's output leaves through the copy engine (a staging buffer
+    # per consumer warpgroup, cp.async.bulk.tensor stores through a tensor map that the
+    # launcher encodes and passes as the kernel's second parameter); see schedule.tma_store
+    tma_store: bool = False
 
     @property
     def name(self) -> str:

@@ -255,6 +255,22 @@ def test_inspect_names_each_gemms_instruction():
     assert "A from registers" in invoke("inspect", str(ex / "b2b_gemm_rf_sm90a.kg")).output
 
 
+def test_inspect_names_how_each_output_leaves():
+    """The ping-pong chain stores D1 through the copy engine, the plain Hopper chain with
+    16-byte stores from registers; an earlier gemm of a chain feeds the next."""
+    ex = Path(__file__).parent.parent / "examples"
+    stores = {}
+    for name in ("b2b_gemm_rf_pingpong_sm90a", "b2b_gemm_rf_sm90a", "gemm"):
+        data = json.loads(invoke("inspect", str(ex / f"{name}.kg"), "--json").output)
+        stores[name] = [g["store"] for g in data["kernels"][0]["gemms"]]
+    assert stores == {
+        "b2b_gemm_rf_pingpong_sm90a": ["feeds g1", "TMA, staged in smem"],
+        "b2b_gemm_rf_sm90a": ["feeds g1", "16-byte stores"],
+        "gemm": ["pair stores"]}
+    table = invoke("inspect", str(ex / "b2b_gemm_rf_pingpong_sm90a.kg")).output
+    assert "output: TMA, staged in smem" in table
+
+
 def test_inspect_resources(cache_dir):
     needs_pipeline()
     result = invoke("inspect", str(EXAMPLES[0]), "--json", "--resources")

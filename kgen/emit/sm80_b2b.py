@@ -21,6 +21,10 @@ from ..plan import GemmPlan, KernelPlan
 from . import host_api, sm80, sm80_epilogue
 from .render import render
 
+# The tensor map's element type of an output the copy engine stores (plan.tma_store)
+TMA_DTYPE = {ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+             ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
+
 INDENT = "  "
 BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: mbarriers
 
@@ -296,6 +300,47 @@ def _wide_store_lines(g: GemmPlan) -> list[str]:
     ]
 
 
+def _tma_store_lines(g: GemmPlan) -> list[str]:
+    """The last gemm's epilogue through the copy engine (plan.tma_store): the warpgroup writes
+    its tile into its staging as 64x64 swizzled boxes, then one thread stores the boxes with
+    cp.async.bulk.tensor. The staging is rewritten only once the copy engine has read the last
+    tile's boxes. Rows past M hold zeros and are clipped by the tensor map."""
+    out = g.epilogue.packed_store[0]
+    return [
+        f"// {out} through the copy engine: this warpgroup's staging takes the tile as 64x64 "
+        "boxes (128-byte swizzle),",
+        "// then one thread stores each box with cp.async.bulk.tensor.",
+        f"const unsigned staging = smem_address(smem.{g.name}_d_staging()) + warpgroup * "
+        "(kTileN / 64) * kStagingBoxBytes;",
+        "if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this "
+        "warpgroup's last tile",
+        "warpgroup_barrier(warpgroup);",
+        "#pragma unroll",
+        "for (int i = 0; i < kFragM; ++i) {",
+        "#pragma unroll",
+        "  for (int h = 0; h < 2; ++h) {",
+        "    const int r = warp_m * kWarpTileM + i * 16 + lane / 4 + 8 * h;  // row in the tile",
+        "    const bool live = m0 + r < M;  // the epilogue may read row-indexed inputs",
+        "#pragma unroll",
+        "    for (int j = 0; j < kFragN; ++j) {",
+        "      const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;  // column in the tile",
+        f"      const unsigned pair = live ? {g.name}_epilogue(p, m0 + r, n0 + c, acc[i][j][2 * h], "
+        "acc[i][j][2 * h + 1]) : 0u;",
+        "      st_shared_b32(staging + (c / 64) * kStagingBoxBytes + staging_offset(r, c % 64), pair);",
+        "    }",
+        "  }",
+        "}",
+        "fence_proxy_async();  // written through the generic proxy, read by the copy engine",
+        "warpgroup_barrier(warpgroup);",
+        "if (tid % kWarpgroupThreads == 0) {",
+        "#pragma unroll",
+        "  for (int box = 0; box < kTileN / 64; ++box)",
+        f"    tma_store_box(&maps.{out}, staging + box * kStagingBoxBytes, n0 + box * 64, m0);",
+        "  bulk_commit();",
+        "}",
+    ]
+
+
 def _resident_loads(plan: KernelPlan) -> list[str]:
     """Every gemm's whole B, once per CTA, as one cp.async group older than the ring's first
     stages: the first gemm's first wait (and its barrier) covers it."""
@@ -514,7 +559,12 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         body += _feed_lines(g, nxt)
     else:
         body.append("// Epilogue")
-        body += _wide_store_lines(g) if plan.wide_stores else sm80_epilogue.loop_lines(plan, g)
+        if plan.tma_store:
+            body += _tma_store_lines(g)
+        elif plan.wide_stores:
+            body += _wide_store_lines(g)
+        else:
+            body += sm80_epilogue.loop_lines(plan, g)
     lines += _block(body)
     lines += ["}"]
     return lines
@@ -656,6 +706,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wide_stores=plan.wide_stores,
         wgmma=plan.wgmma,
         pingpong=plan.pingpong,
+        tma_store=plan.tma_store,
+        tma_output=last.epilogue.packed_store[0] if plan.tma_store else "",
+        tma_dtype=TMA_DTYPE[plan.kernel.param(last.epilogue.packed_store[0]).dtype]
+        if plan.tma_store else "",
         producer_threads=schedule.PRODUCER_THREADS,
         wgmma_n=first.tile[1],
         wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
@@ -794,6 +848,8 @@ def _pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
             *stages,
         ]),
         "}",
+        *(["if (tid % kWarpgroupThreads == 0) bulk_wait();  // this warpgroup's last stores are "
+           "complete"] if plan.tma_store else []),
     ])
 
 

@@ -152,17 +152,20 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     persist = can_persist(kernel, gemms) and persistent is not False
     resident = any(g.resident for g in kernel.gemms)
     gemms = resident_plans(kernel, gemms, persist)
+    wide = resident and wide_stores(gemms[-1])
+    tma_store = pingpong and schedule.tma_store(gemms[-1], wide)
     try:
         storage_plan = storage.run(
             kernel, gemms, tgt, budget_loc, persistent=persist, resident=resident,
-            ring_barriers=schedule.ring_barriers(gemms[0]) if pingpong else 0)
+            ring_barriers=schedule.ring_barriers(gemms[0]) if pingpong else 0,
+            staging=((schedule.staging_bytes(gemms[-1]), schedule.STAGING_ALIGN)
+                     if tma_store else (0, 0)))
     except KgenError:
         if not persist or resident:  # a resident B was asked for: no quiet fallback
             raise
         # the prefetched stages do not fit beside the later gemms' own: one CTA per tile
         persist = False
         storage_plan = storage.run(kernel, gemms, tgt, budget_loc)
-    wide = resident and wide_stores(gemms[-1])
     if wide:  # the output's 16-byte chunks need 16-byte rows
         out = gemms[-1].epilogue.packed_store[0]
         alignments = tuple(
@@ -193,4 +196,5 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         wgmma=wgmma,
         wgmma_chain=wgmma_chain,
         pingpong=pingpong,
+        tma_store=tma_store,
     )

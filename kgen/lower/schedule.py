@@ -10,6 +10,13 @@ A ping-pong kernel (sm_90a) splits the CTA by role:
                warpgroup stores, the other multiplies, and the producer never waits on either
                beyond the ring's depth.
 
+The last gemm's output leaves through the copy engine where it can (see tma_store): each consumer
+warpgroup writes its tile into a staging buffer of its own in shared memory (64x64 boxes,
+128-byte swizzle) and one thread issues cp.async.bulk.tensor stores of it; the warpgroup
+rewrites the buffer only once the copy engine has read it (cp.async.bulk.wait_group.read). On
+an H200 this beat 16-byte stores from registers (bench/RESULTS.md); it takes 2 x 64 x tile N x 2
+bytes of shared memory that the ring then cannot have.
+
 The rules, each with a located message: target sm_90a; a persistent chain that keeps every B
 resident (the consumers never wait for B); the first gemm's warps 4x1 (one warpgroup per
 tile; the chain rules give every gemm the same warps); more ring slots than the first gemm's
@@ -22,6 +29,8 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan
 
+STAGING_BOX = 64  # the copy engine's box: 64 rows x 64 columns (128 bytes of 16-bit values)
+STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
 PRODUCER_THREADS = 64  # two warps issue the ring's copies (one warp could not keep up on an H200)
 CONSUMERS = 2  # warpgroups, each with a tile of its own
 WARPGROUP_WARPS = 4
@@ -84,3 +93,19 @@ def threads() -> int:
 def ring_barriers(first: GemmPlan) -> int:
     """mbarriers of the ring: a full and an empty one per slot."""
     return 2 * first.stages
+
+
+def tma_store(last: GemmPlan, wide: bool) -> bool:
+    """Whether the last gemm's output goes out through the copy engine: it already qualifies for
+    16-byte stores (`wide`: one row-major 16-bit output and nothing else), its tile is 64 rows
+    (one consumer warpgroup) and its tile N a multiple of the 64-column box, and the tiles cover
+    N exactly (the box never overhangs a column the output does not have; rows past M are
+    clipped by the tensor map)."""
+    n = last.tile[1]
+    return (wide and last.tile[0] == STAGING_BOX and n % STAGING_BOX == 0
+            and isinstance(last.n_dim, int) and last.n_dim % n == 0)
+
+
+def staging_bytes(last: GemmPlan) -> int:
+    """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup."""
+    return CONSUMERS * last.tile[0] * last.tile[1] * 2

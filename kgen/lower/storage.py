@@ -368,10 +368,13 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
         budget_loc: SourceLoc, *, persistent: bool = False,
-        resident: bool = False, ring_barriers: int = 0) -> StoragePlan:
+        resident: bool = False, ring_barriers: int = 0,
+        staging: tuple[int, int] = (0, 0)) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
-    pingpong), live through every phase."""
+    pingpong), live through every phase. `staging`: (bytes, alignment) of the last gemm's
+    output staging for the copy engine's stores (schedule pingpong), also live through every
+    phase: the copy engine reads it after the epilogue that wrote it has moved on."""
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for i, g in enumerate(gemms)
@@ -385,6 +388,14 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
             f"mbarriers of {first.a.param}'s ring in {first.name}: a full and an empty one per "
             f"slot, {ring_barriers} x {BARRIER_BYTES} bytes",
             stage=(ir.StageKind.PIPELINE, first.name)))
+    if staging[0]:
+        last = gemms[-1]
+        out = last.epilogue.packed_store[0]
+        requests.append(Request(
+            f"{last.name}_d_staging", staging[0], staging[1], (0, len(phases) - 1),
+            f"{out} staged for the copy engine's stores: a {last.tile[0]}x{last.tile[1]} tile per "
+            "consumer warpgroup, as 64x64 boxes with a 128-byte swizzle",
+            stage=(ir.StageKind.EPILOGUE, last.name)))
     requests += _user_requests(kernel, phases, requests)
 
     declared_bytes = None

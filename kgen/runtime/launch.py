@@ -382,6 +382,7 @@ class CompiledKernel:
                 ),
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
             )
+        self._maps: dict[tuple, ctypes.Array] = {}  # tma_store: the output's tensor maps
         self._check_abi()
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
         self.persistent_ctas = None
@@ -425,23 +426,45 @@ class CompiledKernel:
             raise KgenRuntimeError(f"launching {name} failed: {error_text(err)}")
 
     def _check_abi(self) -> None:
-        """The kernel's first parameter must be exactly the params struct. Only index 0 is
-        asked for: probing past the last parameter is an API error that compute-sanitizer
-        reports (cuda.core's `arguments_info` does that)."""
+        """The kernel's first parameter must be exactly the params struct, and a `tma_store`
+        plan's second one a tensor map. Only those indices are asked for: probing past the last
+        parameter is an API error that compute-sanitizer reports (cuda.core's `arguments_info`
+        does that)."""
         from cuda.bindings import driver
 
-        try:
-            err, _offset, size = driver.cuKernelGetParamInfo(self._kernel.handle, 0)
-        except Exception:  # older drivers or bindings cannot report parameter info
-            return
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return
-        expected = ctypes.sizeof(self._struct)
-        if int(size) != expected:
-            raise KgenRuntimeError(
-                f"{self.plan.name}: the cubin's first parameter is {size} bytes but the runtime's "
-                f"params struct is {expected}: the emitter and plan.fields disagree"
-            )
+        from .tma import MAP_BYTES
+
+        expected = [("first", ctypes.sizeof(self._struct), "the runtime's params struct",
+                     "the emitter and plan.fields disagree")]
+        if self.plan.tma_store:
+            expected.append(("second", MAP_BYTES, "a tensor map",
+                             "the emitter and plan.tma_store disagree"))
+        for index, (which, nbytes, what, why) in enumerate(expected):
+            try:
+                err, _offset, size = driver.cuKernelGetParamInfo(self._kernel.handle, index)
+            except Exception:  # older drivers or bindings cannot report parameter info
+                return
+            if err != driver.CUresult.CUDA_SUCCESS:
+                return
+            if int(size) != nbytes:
+                raise KgenRuntimeError(
+                    f"{self.plan.name}: the cubin's {which} parameter is {size} bytes but "
+                    f"{what} is {nbytes}: {why}"
+                )
+
+    def _tensor_maps(self, bound: BoundArguments) -> ctypes.Array:
+        """The output's tensor map for these arguments (tma_store), encoded once per address,
+        rows and leading dimension."""
+        from .tma import MAP_BYTES, output_map
+
+        key = tuple(sorted(bound.values.items())) + tuple(sorted(bound.sizes.items()))
+        maps = self._maps.get(key)
+        if maps is None:
+            if len(self._maps) >= 64:
+                self._maps.clear()
+            data = output_map(self.plan, bound.values, bound.sizes)
+            maps = self._maps[key] = (ctypes.c_ubyte * MAP_BYTES).from_buffer_copy(data)
+        return maps
 
     @property
     def name(self) -> str:
@@ -472,7 +495,11 @@ class CompiledKernel:
         if self._finalize_function is not None:
             values["workspace"] = self._workspace_pointer(bound.sizes)
         struct = self._struct(**values)
-        pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
+        if self.plan.tma_store:  # the kernel's second parameter: the output's tensor map
+            maps = self._tensor_maps(bound)
+            pointers = (ctypes.c_void_p * 2)(ctypes.addressof(struct), ctypes.addressof(maps))
+        else:
+            pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
         if self._init_function is not None:
             self._launch_helper(self._init_function, self.plan.init_kernel, bound.sizes,
                                 pointers, stream)

@@ -37,7 +37,7 @@ kernel pp {
 }
 """
 DEFAULTS = dict(TARGET="sm_90a", SCHEDULE="schedule pingpong", G0TILE="64x64x64",
-                G0WARPS="4x1", STAGES="16", RESIDENT0="keep B0 resident", G1TILE="64x128x32",
+                G0WARPS="4x1", STAGES="12", RESIDENT0="keep B0 resident", G1TILE="64x128x32",
                 G1WARPS="4x1", KEEP="keep registers", RESIDENT1="keep B1 resident")
 
 
@@ -83,13 +83,52 @@ def test_pingpong_plan():
     assert plan.gemms[0].b.copies_per_thread == 64 * 64 * 2 // 16 // 128  # B: a warpgroup's
     bufs = {b.name: b for b in plan.storage.buffers}
     bars = bufs["g0_ring_barriers"]
-    assert (bars.bytes, bars.align, bars.dtype) == (2 * 16 * 8, 8, None)
+    assert (bars.bytes, bars.align, bars.dtype) == (2 * 12 * 8, 8, None)
     assert bars.live == (0, len(plan.storage.phases) - 1) and "mbarriers" in bars.role
-    assert bufs["g0_a_smem"].bytes == 16 * 64 * 64 * 2 and bufs["g0_a_smem"].offset % 1024 == 0
+    assert bufs["g0_a_smem"].bytes == 12 * 64 * 64 * 2 and bufs["g0_a_smem"].offset % 1024 == 0
+    # D1 leaves through the copy engine: a 64x128 staging per consumer warpgroup, placed on a
+    # 1024-byte boundary (the 128-byte swizzle's period), live through the kernel
+    assert plan.tma_store
+    staging = bufs["g1_d_staging"]
+    assert (staging.bytes, staging.align) == (2 * 64 * 128 * 2, 1024)
+    assert staging.offset % 1024 == 0 and staging.live == bars.live
+    assert "copy engine" in staging.role
     for b in bufs.values():  # every buffer lives through the kernel: nothing shares bytes
         assert all(b is o or not b.shares_bytes(o) for o in bufs.values())
-    assert plan.smem_bytes == 16 * 8192 + 576 * 64 * 2 + 64 * 128 * 2 + 256 <= 227 * 1024
+    assert plan.smem_bytes == (12 * 8192 + 576 * 64 * 2 + 64 * 128 * 2 + 2 * 64 * 128 * 2
+                               + 1024) <= 227 * 1024  # the barriers' 192 bytes, rounded up
     assert plan.grid({"M": 81920}, 132) == (132, 1, 1)  # 1280 tiles of 64 rows
+
+
+@pytest.mark.parametrize("changes", [
+    dict(G1TILE="64x32x32", N32=True),  # N 32: less than one 64-column box
+    dict(KEEP_OUT="tensor D1 : f16[M, 128] col out"),  # a column-major output
+    dict(EPI1="D1 = relu(acc) + C"),  # fine: still one row-major 16-bit store
+])
+def test_the_copy_engine_stores_only_what_its_boxes_fit(changes):
+    text = TEXT
+    if "N32" in changes:
+        text = text.replace("f16[64, 128] col", "f16[64, 32] col").replace(
+            "f16[M, 128] row out", "f16[M, 32] row out")
+    if "KEEP_OUT" in changes:
+        text = text.replace("tensor D1 : f16[M, 128] row out", changes["KEEP_OUT"])
+    if "EPI1" in changes:
+        text = text.replace("D1 = relu(acc)", changes["EPI1"]).replace(
+            "  vector bias0", "  tensor C : f16[M, 128] row\n  vector bias0")
+    rest = {k: v for k, v in changes.items() if k in DEFAULTS}
+    plan = lower(from_template(text, DEFAULTS, **rest))
+    assert plan.pingpong
+    fits = "EPI1" in changes
+    assert plan.tma_store is fits
+    assert any(b.name == "g1_d_staging" for b in plan.storage.buffers) is fits
+
+
+def test_a_ring_that_leaves_no_room_for_the_staging_is_over_budget():
+    with pytest.raises(KgenError) as info:
+        lower(kernel(STAGES="16"))
+    message = info.value.message
+    assert info.value.loc.line == 10 and "shared memory over budget" in message
+    assert "g1_d_staging 32768 B (D1 staged for the copy engine's stores" in message
 
 
 @pytest.mark.parametrize("changes, line, message", [
@@ -147,8 +186,37 @@ def test_pingpong_source_producer_and_consumers():
              "int fill = local * k_tiles;", "mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);",
              "fence_proxy_async();", "wgmma_commit();", "wgmma_wait<0>();",
              "mbarrier_arrive(empty_bar + 8 * slot);",
-             "// ---- g1 = g0 @ B1", "quad_transpose(pairs, lane)"]
+             "// ---- g1 = g0 @ B1",
+             # D1 through the copy engine: wait until the last tile's boxes were read, stage,
+             # make the writes visible to the async proxy, then one thread stores the boxes
+             "const unsigned staging = smem_address(smem.g1_d_staging()) + warpgroup * "
+             "(kTileN / 64) * kStagingBoxBytes;",
+             "if (tid % kWarpgroupThreads == 0) bulk_wait_read();", "warpgroup_barrier(warpgroup);",
+             "g1_epilogue(p, m0 + r, n0 + c,",
+             "st_shared_b32(staging + (c / 64) * kStagingBoxBytes + staging_offset(r, c % 64), pair);",
+             "fence_proxy_async();", "warpgroup_barrier(warpgroup);",
+             "if (tid % kWarpgroupThreads == 0) {",
+             "tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, n0 + box * 64, m0);",
+             "bulk_commit();",
+             "if (tid % kWarpgroupThreads == 0) bulk_wait();"]
     assert in_order(kernel_body, order)
+    assert "quad_transpose(pairs, lane)" not in kernel_body and "p.D1 +" not in kernel_body
+    assert ("pp(const __grid_constant__ pp_params p, const __grid_constant__ "
+            "pp_kgen::TensorMaps maps)") in src
+    assert "struct alignas(64) TensorMaps {\n  unsigned long long D1[16];\n};" in src
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint" in src
+    # the launcher encodes D1's map (rows M, 128 columns, 64x64 boxes, 128-byte swizzle) and
+    # passes it after the params
+    host = src[src.index("// Host launcher"):]
+    order = ["#include <cudaTypedefs.h>", "static cudaError_t pp_tensor_maps(const pp_params& p, "
+             "pp_kgen::TensorMaps& maps) {", "cuTensorMapEncodeTiled",
+             "const cuuint64_t dims[2] = {static_cast<cuuint64_t>(128), "
+             "static_cast<cuuint64_t>(p.M)};",
+             "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "CU_TENSOR_MAP_SWIZZLE_128B",
+             "if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;",
+             "const cudaError_t encoded = pp_tensor_maps(p, maps);",
+             "pp<<<grid, pp_kgen::kThreads, pp_kgen::kSmemBytes, stream>>>(p, maps);"]
+    assert in_order(src[:src.index("namespace")] + host, order)
     loop = kernel_body[kernel_body.index("int fill = local * k_tiles;"):]
     # each slot goes back right after its own group: no group is left in flight across a release
     assert "wgmma_wait<1>" not in loop and "(fill - 1) % kStages" not in loop
