@@ -40,6 +40,8 @@ Edits (combine with "+"; each asserts that its anchor text matches once):
   wg3        three consumer warpgroups instead of two (448 threads, __maxnreg__(144))
   storecoal  as storehalf, 512 contiguous bytes per warp instruction; storecs: storehalf's
              pattern through st.global.cs (both timing only)
+  tmaonly    with readonly: the copy engine stores each tile's staging as it is, with no
+             arithmetic and no staging writes (timing only)
   stcs       D1 stored through st.global.cs (L2 evict-first)
   tmaef      with tmastore: the tensor stores carry an L2 evict-first policy
   nofence    no fence.proxy.async after the consumers' full waits (timing only)
@@ -485,6 +487,18 @@ def variant_source(base: str, name: str) -> str:
                        "      wgmma_wait<0>();\n      mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));\n")
         elif part == "onek16":  # one k16 wgmma per k tile instead of four (timing only)
             src = edit(src, "        for (int kk = 0; kk < kTileK / 16; ++kk)  // k16 steps", "        for (int kk = 0; kk < 1; ++kk)  // k16 steps")
+        elif part == "tmaonly":  # with readonly: the copy engine stores the staging as it is
+            # (no arithmetic, no staging writes; timing only)
+            src = edit(src, "      if (acc[0][0][0] != 12345.0f) continue;\n",
+                       "      if (acc[0][0][0] != 12345.0f) {\n"
+                       "        const unsigned staging = smem_address(smem.g1_d_staging()) + warpgroup * 2 * kStagingBoxBytes;\n"
+                       "        if (tid % kWarpgroupThreads == 0) bulk_wait_read();\n"
+                       "        warpgroup_barrier(warpgroup);\n"
+                       "        if (tid % kWarpgroupThreads == 0) {\n"
+                       "          for (int box = 0; box < 2; ++box)\n"
+                       "            tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, box * 64, m0);\n"
+                       "          bulk_commit();\n"
+                       "        }\n        continue;\n      }\n")
         elif part == "trace":
             src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
                        'extern "C" { __device__ long long g_trace[132 * 2 * 16 * 3]; __device__ long long g_ptrace[132]; }\n'
@@ -549,7 +563,7 @@ def variant_source(base: str, name: str) -> str:
     return src
 
 
-TIMING_ONLY = ("nofence", "onek16", "storecoal", "storecs", "storehalf", "storesmall", "contig", "nostore", "readonly", "nog0mma", "noepi0")
+TIMING_ONLY = ("tmaonly", "nofence", "onek16", "storecoal", "storecs", "storehalf", "storesmall", "contig", "nostore", "readonly", "nog0mma", "noepi0")
 
 VARIANTS = [
     "base",
