@@ -67,6 +67,7 @@ import argparse
 import ctypes
 import dataclasses
 import json
+import re
 import os
 import sys
 
@@ -721,7 +722,8 @@ def main() -> None:
             with open(EXAMPLE) as f:
                 text = f.read()
             with open(tmp, "w") as f:
-                f.write(edit(text, "stages 12", stages[0].replace("=", " ")))
+                ring = re.search(r"warps 4x1  stages \d+", text).group(0)  # g0's ring
+                f.write(edit(text, ring, "warps 4x1  " + stages[0].replace("=", " ")))
             b = build_file(tmp, "sm_90a")
         src = variant_source(b.source, name)
         res = compile_source(src, b.plan.name, "sm_90a")
