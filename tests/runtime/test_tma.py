@@ -1,0 +1,32 @@
+"""kgen/runtime/tma.py: which numbers a `tma_store` plan's tensor map is encoded from. The
+encoding itself needs the driver: the GPU tests run the ping-pong examples through it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kgen import ir
+from kgen.api import build_file
+from kgen.runtime import tma
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+
+
+@pytest.mark.parametrize("example, dtype", [("b2b_gemm_rf_pingpong_sm90a", ir.DType.F16),
+                                            ("b2b_gemm_rf_pingpong_bf16_sm90a", ir.DType.BF16)])
+def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
+        monkeypatch, example, dtype):
+    plan = build_file(EXAMPLES / f"{example}.kg", "sm_90a").plan
+    assert plan.tma_store
+    calls = []
+    monkeypatch.setattr(tma, "encode_2d", lambda *args: calls.append(args) or b"m" * 128)
+    values = {"A": 0x1000, "D1": 0x7f0000200000, "M": 81921, "ld_D1": 136}
+    assert tma.output_map(plan, values, {"M": 81921}) == b"m" * 128
+    # D1 is f16/bf16[M, 128] row: 81921 rows of 128 columns, rows 136 elements apart
+    assert calls == [(dtype, 0x7f0000200000, 81921, 128, 136)]
+
+
+def test_only_a_tma_store_plan_has_a_map():
+    plan = build_file(EXAMPLES / "b2b_gemm_rf_sm90a.kg", "sm_90a").plan
+    assert not plan.tma_store and not plan.pingpong
