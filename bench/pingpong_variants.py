@@ -7,6 +7,7 @@ wrong thing. Timing-only variants (marked) skip the check.
     python3 bench/pingpong_variants.py [--m 81920] [--only NAME,NAME] [--json FILE]
 
 Edits (combine with "+"; each asserts that its anchor text matches once):
+  grid=N     N persistent CTAs instead of one per SM (1280 tiles: 128 CTAs take 10 each)
   stages=N   the example built with `stages N` (the planner places the ring)
   ring=N     A's ring with N slots instead of 16
   tma        A through the copy engine: one thread per CTA waits on the empty barrier, arms the
@@ -559,7 +560,7 @@ def variant_source(base: str, name: str) -> str:
                        "  const int math_warp = warp_id % 4;\n"
                        "  const void* dmap = &g_d_maps[0];\n"
                        "  for (int i = 1; i < 8; ++i) if (g_d_bases[i] == p.D1) dmap = &g_d_maps[i];\n")
-        elif part != "base" and not part.startswith("stages="):
+        elif part != "base" and not part.startswith(("stages=", "grid=")):
             raise SystemExit(f"unknown edit {part!r}")
     return src
 
@@ -735,6 +736,9 @@ def main() -> None:
         threads = 448 if "wg3" in parts else 512 if "wg3p" in parts else b.plan.threads
         plan = dataclasses.replace(b.plan, threads=threads)
         k = CompiledKernel(plan, res.cubin, source=src, compiled=res)
+        grids = [part for part in name.split("+") if part.startswith("grid=")]
+        if grids:  # the persistent grid's CTA count (the runtime's choice: SMs x CTAs per SM)
+            k.persistent_ctas = int(grids[0][5:])
         if "tma" in name.split("+"):
             set_maps(driver, k, sets + list(checks.values()))
         if "tmastore" in name:
