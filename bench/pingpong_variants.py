@@ -43,6 +43,9 @@ Edits (combine with "+"; each asserts that its anchor text matches once):
              pattern through st.global.cs (both timing only)
   tmaonly    with readonly: the copy engine stores each tile's staging as it is, with no
              arithmetic and no staging writes (timing only)
+  l2_128, l2_256  the ring's cp.async with an L2 prefetch size of 128 / 256 bytes
+  noef       the ring's cp.async without its L2 evict-first policy; eflast: evict-last instead
+  tmanohint  the copy engine's stores without their L2 evict-first policy
   stcs       D1 stored through st.global.cs (L2 evict-first)
   tmaef      with tmastore: the tensor stores carry an L2 evict-first policy
   nofence    no fence.proxy.async after the consumers' full waits (timing only)
@@ -501,6 +504,18 @@ def variant_source(base: str, name: str) -> str:
                        "            tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, box * 64, m0);\n"
                        "          bulk_commit();\n"
                        "        }\n        continue;\n      }\n")
+        elif part in ("l2_128", "l2_256"):  # the ring's cp.async asks L2 to fetch 128/256 bytes
+            src = edit(src, "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;",
+                       f"cp.async.cg.shared.global.L2::cache_hint.L2::{part[3:]}B [%0], [%1], 16, %2, policy;")
+        elif part == "noef":  # the ring's cp.async without the L2 evict-first policy
+            src = edit(src, "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;",
+                       "cp.async.cg.shared.global [%0], [%1], 16, %2;")
+        elif part == "tmanohint":  # the copy engine's stores without the L2 evict-first policy
+            src = edit(src, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], policy;",
+                       "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];")
+        elif part == "eflast":  # the ring's cp.async with an L2 evict-last policy instead
+            src = edit(src, 'createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\\n"\n      "cp.async.cg',
+                       'createpolicy.fractional.L2::evict_last.b64 policy, 1.0;\\n"\n      "cp.async.cg')
         elif part == "trace":
             src = edit(src, "// ---- schedule pingpong: the ring's full and empty mbarriers ----",
                        'extern "C" { __device__ long long g_trace[132 * 2 * 16 * 3]; __device__ long long g_ptrace[132]; }\n'

@@ -637,8 +637,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     ]
     stages = []
     for g in plan.gemms:
-        # a resident chain reads each A tile once: its ring's copies ask L2 to evict them first
-        ring = plan.resident and g is first
+        # a resident chain reads each A tile once: its ring's copies ask L2 to evict them first.
+        # Not when the output leaves through the copy engine (tma_store, whose stores carry that
+        # hint): there A's hint measured 2% slower on an H200 (bench/RESULTS.md).
+        ring = plan.resident and g is first and not plan.tma_store
         operands = [sm80._operand(g, op, w, "cp_async_16_evict_first" if ring and w == "a"
                                   else "cp_async_16")
                     for op, w in ((g.a, "a"), (g.b, "b")) if op is not None and op.copies_per_thread]

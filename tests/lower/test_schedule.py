@@ -201,6 +201,8 @@ def test_pingpong_source_producer_and_consumers():
              "if (tid % kWarpgroupThreads == 0) bulk_wait();"]
     assert in_order(kernel_body, order)
     assert "quad_transpose(pairs, lane)" not in kernel_body and "p.D1 +" not in kernel_body
+    # with the output's stores hinted evict-first, A's ring copies carry no L2 policy
+    assert "cp_async_16_evict_first" not in src and "cp_async_16(stage + base, from" in src
     assert ("pp(const __grid_constant__ pp_params p, const __grid_constant__ "
             "pp_kgen::TensorMaps maps)") in src
     assert "struct alignas(64) TensorMaps {\n  unsigned long long D1[16];\n};" in src
