@@ -59,7 +59,9 @@ Since 2026-11-22 kgen emits this example with a ring of 12 slots and D1 through 
 (schedule.tma_store), which is what `ring=12+tmastore+tmaef` prototyped: the edits that rewrite
 the 16-byte register stores (nostore, storezero/half/small/coal/cs, stcs, coalesce, bulkstore,
 tmastore, tmaef) and the ones sized for 16 slots (ring=N above 12, wg3p's count, split) apply to
-the emitted source of before (git 7aec506) and now stop at their anchors, as designed.
+the emitted source of before (git 7aec506) and now stop at their anchors, as designed. Since
+fb06415 A's ring copies carry no L2 policy (the `noef` edit), so `noef`, `eflast` and `l2_*`
+stop at theirs too.
 
 The figures and what they showed are in bench/RESULTS.md; raw logs in bench/logs/variants/.
 The runs there predate g1 on wgmma: their `base` ran g1 on mma.sync, and their
