@@ -21,10 +21,6 @@ from ..plan import GemmPlan, KernelPlan
 from . import host_api, sm80, sm80_epilogue
 from .render import render
 
-# The tensor map's element type of an output the copy engine stores (plan.tma_store)
-TMA_DTYPE = {ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-             ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
-
 INDENT = "  "
 BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: mbarriers
 
@@ -710,7 +706,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         pingpong=plan.pingpong,
         tma_store=plan.tma_store,
         tma_output=last.epilogue.packed_store[0] if plan.tma_store else "",
-        tma_dtype=TMA_DTYPE[plan.kernel.param(last.epilogue.packed_store[0]).dtype]
+        tma_dtype=schedule.TMA_DTYPE[plan.kernel.param(last.epilogue.packed_store[0]).dtype]
         if plan.tma_store else "",
         producer_threads=schedule.PRODUCER_THREADS,
         wgmma_n=first.tile[1],

@@ -31,6 +31,9 @@ from ..plan import GemmPlan
 
 STAGING_BOX = 64  # the copy engine's box: 64 rows x 64 columns (128 bytes of 16-bit values)
 STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
+# The tensor map's element type of an output the copy engine stores (see tma_store)
+TMA_DTYPE = {ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+             ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
 PRODUCER_THREADS = 64  # two warps issue the ring's copies (one warp could not keep up on an H200)
 CONSUMERS = 2  # warpgroups, each with a tile of its own
 WARPGROUP_WARPS = 4

@@ -455,15 +455,15 @@ class CompiledKernel:
     def _tensor_maps(self, bound: BoundArguments) -> ctypes.Array:
         """The output's tensor map for these arguments (tma_store), encoded once per address,
         rows and leading dimension."""
-        from .tma import MAP_BYTES, output_map
+        from . import tma
 
-        key = tuple(sorted(bound.values.items())) + tuple(sorted(bound.sizes.items()))
+        key = tma.output_args(self.plan, bound.values, bound.sizes)
         maps = self._maps.get(key)
         if maps is None:
             if len(self._maps) >= 64:
                 self._maps.clear()
-            data = output_map(self.plan, bound.values, bound.sizes)
-            maps = self._maps[key] = (ctypes.c_ubyte * MAP_BYTES).from_buffer_copy(data)
+            data = tma.encode_2d(*key)
+            maps = self._maps[key] = (ctypes.c_ubyte * tma.MAP_BYTES).from_buffer_copy(data)
         return maps
 
     @property

@@ -15,9 +15,6 @@ from ..plan import KernelPlan
 
 MAP_BYTES = 128  # sizeof(CUtensorMap)
 
-_DTYPES = {ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-           ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
-
 
 def encode_2d(dtype: ir.DType, address: int, rows: int, cols: int, ld: int) -> bytes:
     """The CUtensorMap of a row-major matrix of 16-bit values (`rows` x `cols`, rows `ld`
@@ -30,7 +27,7 @@ def encode_2d(dtype: ir.DType, address: int, rows: int, cols: int, ld: int) -> b
     box = schedule.STAGING_BOX
     u32, u64 = cu.cuuint32_t, cu.cuuint64_t
     tensor_map = check(cu.cuTensorMapEncodeTiled(
-        getattr(cu.CUtensorMapDataType, _DTYPES[dtype]), u32(2), address,
+        getattr(cu.CUtensorMapDataType, schedule.TMA_DTYPE[dtype]), u32(2), address,
         [u64(cols), u64(rows)], [u64(ld * dtype.nbytes)], [u32(box), u32(box)], [u32(1), u32(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -39,11 +36,17 @@ def encode_2d(dtype: ir.DType, address: int, rows: int, cols: int, ld: int) -> b
     return ctypes.string_at(tensor_map.getPtr(), MAP_BYTES)
 
 
-def output_map(plan: KernelPlan, values: dict, sizes: dict) -> bytes:
-    """The tensor map of a `tma_store` plan's output for one launch's arguments (`values`:
-    params-struct members, `sizes`: the symbolic dimensions)."""
+def output_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
+    """What a `tma_store` plan's output map is encoded from, for one launch's arguments
+    (`values`: params-struct members, `sizes`: the symbolic dimensions): the arguments of
+    encode_2d."""
     last = plan.gemms[-1]
     out = last.epilogue.packed_store[0]
     rows = sizes[last.m_dim] if isinstance(last.m_dim, str) else last.m_dim
-    return encode_2d(plan.kernel.param(out).dtype, int(values[out]), rows, last.n_dim,
-                     int(values[f"ld_{out}"]))
+    return (plan.kernel.param(out).dtype, int(values[out]), rows, last.n_dim,
+            int(values[f"ld_{out}"]))
+
+
+def output_map(plan: KernelPlan, values: dict, sizes: dict) -> bytes:
+    """The tensor map of a `tma_store` plan's output for one launch's arguments."""
+    return encode_2d(*output_args(plan, values, sizes))

@@ -25,6 +25,8 @@ def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
     assert tma.output_map(plan, values, {"M": 81921}) == b"m" * 128
     # D1 is f16/bf16[M, 128] row: 81921 rows of 128 columns, rows 136 elements apart
     assert calls == [(dtype, 0x7f0000200000, 81921, 128, 136)]
+    # the runtime keys its cache of encoded maps on the same numbers
+    assert tma.output_args(plan, values, {"M": 81921}) == calls[0]
 
 
 def test_only_a_tma_store_plan_has_a_map():
