@@ -701,7 +701,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         summary=summary,
         min_blocks=plan.min_blocks_per_sm,
         resident=plan.resident,
-        wide_stores=plan.wide_stores,
+        # helpers only where the kernel calls them: the quad transpose of 16-byte stores from
+        # registers, and mma_step wherever a gemm still multiplies with mma.sync
+        quad_stores=plan.wide_stores and not plan.tma_store,
+        mma_sync=not plan.wgmma or any(g.name not in plan.wgmma_chain for g in plan.gemms[1:]),
         wgmma=plan.wgmma,
         pingpong=plan.pingpong,
         tma_store=plan.tma_store,
