@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass
 
 from . import ir
+from .enums import Dim, DType, Layout, ParamKind, Role
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +126,28 @@ class StoragePlan:
 
         return ", ".join(name(a) if a == b else f"{name(a)}..{name(b)}"
                          for a, b in buffer.live_ranges)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's parameters, as the emitters and the runtime see them
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A tensor, vector or scalar argument: the IR's parameter without its source location, so
+    that nothing past the lowering needs the IR."""
+
+    name: str
+    kind: ParamKind
+    dtype: DType
+    shape: tuple[Dim, ...] = ()
+    layout: Layout = Layout.ROW
+    role: Role = Role.IN
+    default: float | None = None  # scalars only
+
+    @property
+    def is_output(self) -> bool:
+        return self.role is Role.OUT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,10 +315,17 @@ class KernelPlan:
     # per consumer warpgroup, cp.async.bulk.tensor stores through a tensor map that the
     # launcher encodes and passes as the kernel's second parameter); see schedule.tma_store
     tma_store: bool = False
+    # Every parameter, in declaration order; the compute type and reduction mode of the epilogue
+    params: tuple[Param, ...] = ()
+    compute_dtype: DType = DType.F32
+    deterministic_reductions: bool = False
 
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
 
     @property
     def smem_bytes(self) -> int:
@@ -307,7 +337,7 @@ class KernelPlan:
 
     @property
     def deterministic(self) -> bool:
-        return self.kernel.deterministic and bool(self.reductions)
+        return self.deterministic_reductions and bool(self.reductions)
 
     @property
     def init_kernel(self) -> str | None:

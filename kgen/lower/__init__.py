@@ -197,4 +197,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         wgmma_chain=wgmma_chain,
         pingpong=pingpong,
         tma_store=tma_store,
+        params=abi.params(kernel),
+        compute_dtype=kernel.compute_dtype,
+        deterministic_reductions=kernel.deterministic,
     )

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import Alignment, DimRule, FieldKind, ParamField
+from ..plan import Alignment, DimRule, FieldKind, Param, ParamField
 from . import swizzle
 
 
 def _pointer_type(p: ir.Param) -> str:
     const = "const " if p.role is ir.Role.IN else ""
     return f"{const}{p.dtype.cpp}*"
+
+
+def params(kernel: ir.Kernel) -> tuple[Param, ...]:
+    """The kernel's parameters as the plan carries them (no source locations)."""
+    return tuple(Param(p.name, p.kind, p.dtype, p.shape, p.layout, p.role, p.default)
+                 for p in kernel.params)
 
 
 def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
