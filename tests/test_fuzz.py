@@ -116,8 +116,8 @@ def invoke(*args: str):
 # identifier in a fuzzed .cu outside this vocabulary must come from a name the user gave (and
 # the verifier accepted).
 
-EMITTING = ["templates/*", "kgen/emit/*.py", "kgen/lower/*.py", "kgen/ir.py", "kgen/plan.py",
-            "kgen/targets.py", "kgen/__init__.py"]
+EMITTING = ["templates/**/*.j2", "kgen/emit.py", "kgen/targets/**/*.py", "kgen/lower/*.py",
+            "kgen/ir.py", "kgen/enums.py", "kgen/plan.py", "kgen/__init__.py"]
 
 
 def _words(text: str) -> set[str]:

@@ -2,7 +2,7 @@
 
 The kernel runs the stages in order, each in its own block scope that opens the stage's
 configuration namespace (`using namespace g0_cfg;`), so a stage's code reads like the single
-gemm kernel's: the first stage is exactly that mainloop (templates/sm80_mainloop.inc.j2), a
+gemm kernel's: the first stage is exactly that mainloop (templates/sm80/mainloop.inc.j2), a
 chained stage reads A from registers or from the shared tile its source's epilogue wrote, and
 streams B through its own cp.async pipeline over a k-tile count known at compile time (its K is
 the source's whole N), unrolled here. Every string is prepared here; the template lays it out.
@@ -13,13 +13,14 @@ gemm's last B load; the last gemm's waits then count its cp.async groups exactly
 """
 from __future__ import annotations
 
-from .. import ir
-from ..lower.epilogue import PAIR
-from ..lower.fragments import LDMATRIX
-from ..lower import schedule
-from ..plan import GemmPlan, KernelPlan
-from . import host_api, sm80, sm80_epilogue
-from .render import render
+from ... import ir
+from ...lower.epilogue import PAIR
+from ...lower.fragments import LDMATRIX
+from ...lower import schedule
+from ...plan import GemmPlan, KernelPlan
+from ..common import host_api
+from ..common.render import render
+from . import epilogue as epilogue_emit, gemm as gemm_emit
 
 INDENT = "  "
 BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: mbarriers
@@ -58,7 +59,7 @@ def _b_frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
     lines = []
     for f, (xor, add) in enumerate(b.frag_steps[kk]):
         regs = ", ".join(f"b_frag[{buf}][{2 * f + n}][{r}]" for n in range(2) for r in range(2))
-        lines.append(f"{ld}({regs}, {stage} + {sm80._shifted('b_base', xor * 2, add * 2)});")
+        lines.append(f"{ld}({regs}, {stage} + {gemm_emit._shifted('b_base', xor * 2, add * 2)});")
     return lines
 
 
@@ -70,7 +71,7 @@ def _a_frag_loads(g: GemmPlan, step: int, buf: int) -> list[str]:
     lines = []
     for f, (xor, add) in enumerate(g.a.frag_steps[step]):
         regs = ", ".join(f"a_frag[{buf}][{f}][{r}]" for r in range(4))
-        lines.append(f"ldmatrix_x4({regs}, a_tile + {sm80._shifted('a_base', xor * eb, add * eb)});")
+        lines.append(f"ldmatrix_x4({regs}, a_tile + {gemm_emit._shifted('a_base', xor * eb, add * eb)});")
     return lines
 
 
@@ -97,7 +98,7 @@ def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
     (a persistent kernel): the next tile's first-stage loads, issued once this stage's last B
     load is committed; the waits then count exactly the groups committed after each k tile's."""
     chain = g.chain
-    b = sm80._operand(g, g.b, "b")
+    b = gemm_emit._operand(g, g.b, "b")
     stages, steps = g.stages, g.tile[2] // 16
     tiles = chain.k // g.tile[2]
     in_smem = g.a is not None
@@ -199,7 +200,7 @@ def _chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
 def _resident_mainloop(g: GemmPlan, wgmma: bool) -> list[str]:
     """A chained stage whose B is resident: A on chip, B in shared memory since the first tile
     (the first gemm's first wait and barrier saw it land), so no copy, wait or barrier here."""
-    b = sm80._operand(g, g.b, "b")
+    b = gemm_emit._operand(g, g.b, "b")
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
     if wgmma:
         return _resident_wgmma(g, b, tiles, steps)
@@ -343,7 +344,7 @@ def _resident_loads(plan: KernelPlan) -> list[str]:
     lines = [f"// Resident: all of {', '.join(g.b.param for g in plan.gemms)}, loaded once; "
              "one cp.async group.", "{"]
     for g in plan.gemms:
-        b = sm80._operand(g, g.b, "b")
+        b = gemm_emit._operand(g, g.b, "b")
         cfg = _cfg(g)
         k = _dim(g.k_dim) if g.chain is None else str(g.chain.k)
         lines += _block([
@@ -364,8 +365,8 @@ def _resident_b_args(g: GemmPlan, k: str) -> str:
 
 def _prologue_lines(g: GemmPlan) -> list[str]:
     """The first gemm's prologue (kStages - 1 cp.async groups), at function level."""
-    a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
-    text = render("sm80_prologue.inc.j2", a=a, b=b)
+    a, b = gemm_emit._operand(g, g.a, "a"), gemm_emit._operand(g, g.b, "b")
+    text = render("sm80/prologue.inc.j2", a=a, b=b)
     return _function_level(text)
 
 
@@ -373,7 +374,7 @@ def _first_stages_function(plan: KernelPlan) -> list[str]:
     """`load_first_stages` in the first gemm's namespace (persistent kernels): its prologue for
     the CTA tile at row m0, from before the tile loop and from inside the last gemm's scope."""
     g = plan.gemms[0]
-    a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
+    a, b = gemm_emit._operand(g, g.a, "a"), gemm_emit._operand(g, g.b, "b")
     return [
         f"// The first kStages - 1 stages of {g.name} for the CTA tile at row m0, one cp.async "
         "group each; the groups",
@@ -484,7 +485,7 @@ def _feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
 
 
 def _dim(d: ir.Dim) -> str:
-    return sm80.dim_expr(d)
+    return gemm_emit.dim_expr(d)
 
 
 def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
@@ -524,16 +525,16 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         "",
     ]
     if g.chain is None:
-        a, b = sm80._operand(g, g.a, "a"), sm80._operand(g, g.b, "b")
-        ring_load_args = sm80._load_args(g.a, "a", "load_m0", "load_k")  # the ring's refill
+        a, b = gemm_emit._operand(g, g.a, "a"), gemm_emit._operand(g, g.b, "b")
+        ring_load_args = gemm_emit._load_args(g.a, "a", "load_m0", "load_k")  # the ring's refill
         if plan.pingpong:  # the producer warps load the ring (produce_ring)
-            text = render("sm90_pingpong_wgmma.inc.j2", a=a, b=b)
+            text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b)
         elif plan.wgmma:
-            text = render("sm90_ring_wgmma.inc.j2", a=a, b=b, ring_load_args=ring_load_args)
+            text = render("sm90/ring_wgmma.inc.j2", a=a, b=b, ring_load_args=ring_load_args)
         else:
-            text = render("sm80_mainloop.inc.j2", a=a, b=b,
-                          first_fragments=sm80._frag_loads(g, 0, 0, "_next"),
-                          mainloop_steps=sm80._mainloop_steps(g), prologue=not plan.persistent,
+            text = render("sm80/mainloop.inc.j2", a=a, b=b,
+                          first_fragments=gemm_emit._frag_loads(g, 0, 0, "_next"),
+                          mainloop_steps=gemm_emit._mainloop_steps(g), prologue=not plan.persistent,
                           resident=plan.resident, ring_load_args=ring_load_args)
         body += _function_level(text)
     elif plan.resident:
@@ -560,7 +561,7 @@ def _stage_lines(plan: KernelPlan, i: int) -> list[str]:
         elif plan.wide_stores:
             body += _wide_store_lines(g)
         else:
-            body += sm80_epilogue.loop_lines(plan, g)
+            body += epilogue_emit.loop_lines(plan, g)
     lines += _block(body)
     lines += ["}"]
     return lines
@@ -637,7 +638,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         # Not when the output leaves through the copy engine (tma_store, whose stores carry that
         # hint): there A's hint measured 2% slower on an H200 (bench/RESULTS.md).
         ring = plan.resident and g is first and not plan.tma_store
-        operands = [sm80._operand(g, op, w, "cp_async_16_evict_first" if ring and w == "a"
+        operands = [gemm_emit._operand(g, op, w, "cp_async_16_evict_first" if ring and w == "a"
                                   else "cp_async_16")
                     for op, w in ((g.a, "a"), (g.b, "b")) if op is not None and op.copies_per_thread]
         layouts = []
@@ -662,9 +663,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         functions = []
         if plan.pingpong and g is first:
             functions = render(
-                "sm90_pingpong_producer.inc.j2", name=plan.name, a=sm80._operand(g, g.a, "a"),
+                "sm90/pingpong_producer.inc.j2", name=plan.name, a=gemm_emit._operand(g, g.a, "a"),
                 m_expr=_dim(g.m_dim), k_expr=_dim(g.k_dim),
-                load_args=sm80._load_args(g.a, "a", "m0", "kt")).rstrip("\n").split("\n")
+                load_args=gemm_emit._load_args(g.a, "a", "m0", "kt")).rstrip("\n").split("\n")
         elif plan.persistent and g is first:
             functions = _first_stages_function(plan)
         stages.append(dict(
@@ -681,8 +682,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     kernel_gemms = plan.kernel.gemms
     summary = ", then ".join(f"{h.name} = {h.a.name} @ {h.b.name}" for h in kernel_gemms)
     return render(
-        "sm80_b2b.cu.j2",
-        header=sm80.header(plan, source_name, source_hash, command),
+        "sm80/chain.cu.j2",
+        header=gemm_emit.header(plan, source_name, source_hash, command),
         name=plan.name,
         ns=ns,
         threads=plan.threads,
@@ -692,9 +693,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         chain_asserts=_chain_asserts(plan),
         **host_api.template_values(plan),
         buffers=buffers,
-        storage_asserts=sm80._storage_asserts(plan),
+        storage_asserts=gemm_emit._storage_asserts(plan),
         mma_types=f"{dtype.dsl_name} x {dtype.dsl_name} -> f32",
-        mma_ab=sm80.MMA_TYPE[dtype],
+        mma_ab=gemm_emit.MMA_TYPE[dtype],
         operand_pair=pair,
         pack_expr=to_pair.format("lo", "hi"),
         operand_dtype=dtype.dsl_name,
@@ -724,7 +725,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         host_m_expr=_dim(first.m_dim),
         host_n_expr=_dim(last.n_dim),
         body=body,
-        host_checks=sm80._host_checks(plan),
+        host_checks=gemm_emit._host_checks(plan),
         grid_lines=_grid_lines(plan),
     )
 

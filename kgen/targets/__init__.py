@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Arch, DType
+from ..enums import Arch, DType
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import functools
 import os
-from importlib import resources
 from pathlib import Path
 
 import jinja2
 
 
 def template_dir() -> Path:
-    local = Path(__file__).resolve().parent.parent.parent / "templates"
-    if local.is_dir():
-        return local
-    return Path(str(resources.files("kgen.templates")))
+    """kgen/templates in an installed wheel (package data), else the checkout's templates/."""
+    package = Path(__file__).resolve().parents[2]
+    for folder in (package / "templates", package.parent / "templates"):
+        if folder.is_dir():
+            return folder
+    raise FileNotFoundError(f"kgen's templates are missing: neither {package / 'templates'} "
+                            f"nor {package.parent / 'templates'} exists")
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:

@@ -3,9 +3,9 @@ has reductions, their per-thread partials, the CTA-level combine and the cross-C
 Every line is prepared here; the template prints them."""
 from __future__ import annotations
 
-from .. import ir
-from ..plan import GemmPlan, KernelPlan, ReductionPlan
-from .render import render
+from ... import ir
+from ...plan import GemmPlan, KernelPlan, ReductionPlan
+from ..common.render import render
 
 OP_STRUCT = {
     ir.ReduceOp.SUM: "ReduceSum",
@@ -183,7 +183,7 @@ def finalize_kernel(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
 
 
 def helpers(plan: KernelPlan) -> str:
-    return render("sm80_reduce.cu.j2") if plan.reductions else ""
+    return render("sm80/reduce.cu.j2") if plan.reductions else ""
 
 
 def init_kernel(plan: KernelPlan) -> list[str]:

@@ -2,13 +2,13 @@
 struct and the signatures of `<name>_can_implement` and `<name>_launch`.
 
 Both files print them from the same values (the struct through one template fragment,
-templates/params_struct.inc.j2), so they cannot drift apart. The struct sits under the guard
+templates/common/params_struct.inc.j2), so they cannot drift apart. The struct sits under the guard
 macro `KGEN_<NAME>_PARAMS_DEFINED`, so a translation unit may include the header and the .cu.
 """
 from __future__ import annotations
 
-from .. import __version__, ir
-from ..plan import FieldKind, KernelPlan
+from ... import __version__, ir
+from ...plan import FieldKind, KernelPlan
 from .render import render
 
 
@@ -84,7 +84,7 @@ def header_file_lines(plan: KernelPlan, source_name: str, source_hash: str,
 def emit_header(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .h text: include guard, the params struct, the two host function declarations."""
     return render(
-        "kernel_header.h.j2",
+        "common/kernel_header.h.j2",
         header=header_file_lines(plan, source_name, source_hash, command),
         name=plan.name,
         include_guard=f"KGEN_{plan.name.upper()}_H",

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import __version__, ir
-from ..lower.fragments import LDMATRIX
-from ..plan import FieldKind, GemmPlan, KernelPlan, OperandPlan
-from . import host_api, sm80_epilogue
-from .render import render
+from ... import __version__, ir
+from ...lower.fragments import LDMATRIX
+from ...plan import FieldKind, GemmPlan, KernelPlan, OperandPlan
+from ..common import host_api
+from ..common.render import render
+from . import epilogue as epilogue_emit
 
 MMA_TYPE = {ir.DType.F16: "f16", ir.DType.BF16: "bf16"}
 
@@ -205,7 +206,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     a = _operand(g, g.a, "a")
     b = _operand(g, g.b, "b")
     return render(
-        "sm80_gemm.cu.j2",
+        "sm80/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
         name=plan.name,
         ns=ns,
@@ -232,13 +233,13 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         b=b,
         gemm_name=g.name,
         epilogue=epilogue_lines,
-        epilogue_params=sm80_epilogue.epilogue_params(g),
-        epilogue_loop=sm80_epilogue.loop_lines(plan, g),
-        reduce_helpers=sm80_epilogue.helpers(plan),
-        init_kernel=sm80_epilogue.init_kernel(plan)
-        + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
-        host_init=sm80_epilogue.host_init_lines(plan),
-        host_finalize=sm80_epilogue.host_finalize_lines(plan),
+        epilogue_params=epilogue_emit.epilogue_params(g),
+        epilogue_loop=epilogue_emit.loop_lines(plan, g),
+        reduce_helpers=epilogue_emit.helpers(plan),
+        init_kernel=epilogue_emit.init_kernel(plan)
+        + epilogue_emit.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
+        host_init=epilogue_emit.host_init_lines(plan),
+        host_finalize=epilogue_emit.host_finalize_lines(plan),
         mainloop_steps=_mainloop_steps(g),
         first_fragments=_frag_loads(g, 0, 0, "_next"),
         prologue=True,

@@ -2,20 +2,20 @@
 the header that declares its host API (the same for every target)."""
 from __future__ import annotations
 
-from ..errors import KgenError
-from ..plan import KernelPlan
-from ..targets import target
-from . import sm80, sm80_b2b
-from .host_api import emit_header
+from .errors import KgenError
+from .plan import KernelPlan
+from .targets import target
+from .targets.common.host_api import emit_header
+from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 
 __all__ = ["EMITTERS", "emit", "emit_header"]
 
 EMITTERS = {
-    "sm80": sm80.emit,
+    "sm80": sm80_gemm.emit,
 }
 # Kernels of chained gemms (back-to-back), per target family.
 CHAIN_EMITTERS = {
-    "sm80": sm80_b2b.emit,
+    "sm80": sm80_chain.emit,
 }
 
 
