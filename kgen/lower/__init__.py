@@ -167,7 +167,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         persist = False
         storage_plan = storage.run(kernel, gemms, tgt, budget_loc)
     if wide:  # the output's 16-byte chunks need 16-byte rows
-        out = gemms[-1].epilogue.packed_store[0]
+        out = gemms[-1].epilogue.packed_store.param
         alignments = tuple(
             dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
                                 reason="the epilogue writes it in 16-byte chunks of 8 columns")

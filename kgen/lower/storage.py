@@ -390,7 +390,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
             stage=(ir.StageKind.PIPELINE, first.name)))
     if staging[0]:
         last = gemms[-1]
-        out = last.epilogue.packed_store[0]
+        out = last.epilogue.packed_store.param
         requests.append(Request(
             f"{last.name}_d_staging", staging[0], staging[1], (0, len(phases) - 1),
             f"{out} staged for the copy engine's stores: a {last.tile[0]}x{last.tile[1]} tile per "

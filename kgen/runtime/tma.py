@@ -41,7 +41,7 @@ def output_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
     (`values`: params-struct members, `sizes`: the symbolic dimensions): the arguments of
     encode_2d."""
     last = plan.gemms[-1]
-    out = last.epilogue.packed_store[0]
+    out = last.epilogue.packed_store.param
     rows = sizes[last.m_dim] if isinstance(last.m_dim, str) else last.m_dim
     return (plan.kernel.param(out).dtype, int(values[out]), rows, last.n_dim,
             int(values[f"ld_{out}"]))

@@ -14,11 +14,11 @@ gemm's last B load; the last gemm's waits then count its cp.async groups exactly
 from __future__ import annotations
 
 from ... import ir
-from ...lower.epilogue import PAIR
 from ...lower.fragments import LDMATRIX
 from ...lower import schedule
 from ...plan import GemmPlan, KernelPlan
-from ..common import host_api
+from ..common import epilogue_cpp, host_api
+from ..common.epilogue_cpp import PAIR
 from ..common.render import render
 from . import epilogue as epilogue_emit, gemm as gemm_emit
 
@@ -261,7 +261,7 @@ def _wide_store_lines(g: GemmPlan) -> list[str]:
     """The last gemm's epilogue as 16-byte stores (plan.wide_stores): per m16 row and run of four
     n8 tiles, each thread computes its four pairs, the quad transposes them, and thread q stores
     the 8 columns of n8 tile 4 jj + q. Pairs outside the output are zeros and never stored."""
-    out = g.epilogue.packed_store[0]
+    out = g.epilogue.packed_store.param
     # columns past N exist only when the tiles overhang N; rows past M only in the last tile
     overhang = g.n_dim % g.tile[1] != 0
     col_ok = " && col < N" if overhang else ""
@@ -302,7 +302,7 @@ def _tma_store_lines(g: GemmPlan) -> list[str]:
     its tile into its staging as 64x64 swizzled boxes, then one thread stores the boxes with
     cp.async.bulk.tensor. The staging is rewritten only once the copy engine has read the last
     tile's boxes. Rows past M hold zeros and are clipped by the tensor map."""
-    out = g.epilogue.packed_store[0]
+    out = g.epilogue.packed_store.param
     return [
         f"// {out} through the copy engine: this warpgroup's staging takes the tile as 64x64 "
         "boxes (128-byte swizzle),",
@@ -650,12 +650,12 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                 layout="ALayout", major="K contiguous",
                 atom_inner=t.atom_inner, swizzle=str(sw), sw_shift=sw.shift,
                 sw_mask=((1 << sw.bits) - 1) << sw.base))
-        epi = g.epilogue
+        epi = epilogue_cpp.render(g.epilogue)
         extra = ", float& inter_0, float& inter_1" if g is not last else ""
         wide = plan.wide_stores and g is last
         body = list(epi.loads) + list(epi.compute) + list(epi.stores)
         if wide:
-            _, pair, packed = epi.packed_store
+            pair, packed = epi.packed
             body = list(epi.loads) + list(epi.compute) + [
                 f"const {pair} packed = {packed};",
                 "return *reinterpret_cast<const unsigned*>(&packed);",
@@ -709,8 +709,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wgmma=plan.wgmma,
         pingpong=plan.pingpong,
         tma_store=plan.tma_store,
-        tma_output=last.epilogue.packed_store[0] if plan.tma_store else "",
-        tma_dtype=schedule.TMA_DTYPE[plan.kernel.param(last.epilogue.packed_store[0]).dtype]
+        tma_output=last.epilogue.packed_store.param if plan.tma_store else "",
+        tma_dtype=schedule.TMA_DTYPE[last.epilogue.packed_store.dtype]
         if plan.tma_store else "",
         producer_threads=schedule.PRODUCER_THREADS,
         wgmma_n=first.tile[1],

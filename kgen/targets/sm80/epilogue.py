@@ -3,20 +3,20 @@ has reductions, their per-thread partials, the CTA-level combine and the cross-C
 Every line is prepared here; the template prints them."""
 from __future__ import annotations
 
-from ... import ir
+from ...enums import Axis, Dim, ReduceOp
 from ...plan import GemmPlan, KernelPlan, ReductionPlan
 from ..common.render import render
 
 OP_STRUCT = {
-    ir.ReduceOp.SUM: "ReduceSum",
-    ir.ReduceOp.MAX: "ReduceMax",
-    ir.ReduceOp.MIN: "ReduceMin",
-    ir.ReduceOp.ABSMAX: "ReduceAbsMax",
+    ReduceOp.SUM: "ReduceSum",
+    ReduceOp.MAX: "ReduceMax",
+    ReduceOp.MIN: "ReduceMin",
+    ReduceOp.ABSMAX: "ReduceAbsMax",
 }
-PART_SHAPE = {ir.Axis.ROW: "[kFragM][2]", ir.Axis.COL: "[kFragN][2]", ir.Axis.ALL: ""}
+PART_SHAPE = {Axis.ROW: "[kFragM][2]", Axis.COL: "[kFragN][2]", Axis.ALL: ""}
 
 
-def _dim(dim: ir.Dim | None) -> str:
+def _dim(dim: Dim | None) -> str:
     if dim is None:
         return "1"
     return str(dim) if isinstance(dim, int) else f"p.{dim}"
@@ -29,10 +29,10 @@ def epilogue_params(g: GemmPlan) -> str:
 
 def _combine(r: ReductionPlan, half: str) -> list[str]:
     k, op = r.index, OP_STRUCT[r.op]
-    if r.axis is ir.Axis.ROW:
+    if r.axis is Axis.ROW:
         return [f"red{k}_part[i][{half}] = {op}::combine(red{k}_part[i][{half}], "
                 f"{op}::combine({op}::element(red{k}_0), {op}::element(red{k}_1)));"]
-    if r.axis is ir.Axis.COL:
+    if r.axis is Axis.COL:
         return [f"red{k}_part[j][{e}] = {op}::combine(red{k}_part[j][{e}], "
                 f"{op}::element(red{k}_{e}));" for e in (0, 1)]
     return [f"red{k}_part = {op}::combine(red{k}_part, "
@@ -56,13 +56,13 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     lines: list[str] = []
     for r in reds:
         op = OP_STRUCT[r.op]
-        what = f"{r.op.value} over {'columns' if r.axis is ir.Axis.ROW else 'rows' if r.axis is ir.Axis.COL else 'the tile'} into {r.target}"
+        what = f"{r.op.value} over {'columns' if r.axis is Axis.ROW else 'rows' if r.axis is Axis.COL else 'the tile'} into {r.target}"
         lines.append(f"// red{r.index}: {what}")
-        if r.axis is ir.Axis.ALL:
+        if r.axis is Axis.ALL:
             lines.append(f"float red{r.index}_part = {op}::identity();")
             continue
         lines.append(f"float red{r.index}_part{PART_SHAPE[r.axis]};")
-        outer = "kFragM" if r.axis is ir.Axis.ROW else "kFragN"
+        outer = "kFragM" if r.axis is Axis.ROW else "kFragN"
         lines.append(f"for (int f = 0; f < {outer}; ++f) red{r.index}_part[f][0] = "
                      f"red{r.index}_part[f][1] = {op}::identity();")
     lines += [
@@ -92,9 +92,9 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     for r in reds:
         op, k = OP_STRUCT[r.op], r.index
         scratch = f"smem.{r.scratch}()"
-        if r.axis is ir.Axis.ROW:
+        if r.axis is Axis.ROW:
             lines.append(f"reduce_rows_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_m, warp_n);")
-        elif r.axis is ir.Axis.COL:
+        elif r.axis is Axis.COL:
             lines.append(f"reduce_cols_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_m, warp_n);")
         else:
             lines.append(f"reduce_all_to_scratch<{op}>(red{k}_part, {scratch}, lane, warp_id);")
@@ -112,14 +112,14 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
 
 # Per axis: (partial slots, elements per slot, this CTA's slot, first element, valid elements)
 _SLOTS = {
-    ir.Axis.ROW: ("tiles_n", "M", "tile_n", "m0", "M - m0"),
-    ir.Axis.COL: ("tiles_m", "N", "tile_m", "n0", "N - n0"),
-    ir.Axis.ALL: ("tiles_m * tiles_n", "1", "tile_m * tiles_n + tile_n", "0", "1"),
+    Axis.ROW: ("tiles_n", "M", "tile_n", "m0", "M - m0"),
+    Axis.COL: ("tiles_m", "N", "tile_m", "n0", "N - n0"),
+    Axis.ALL: ("tiles_m * tiles_n", "1", "tile_m * tiles_n + tile_n", "0", "1"),
 }
 _SCRATCH_SHAPE = {
-    ir.Axis.ROW: ("kWarpsN", "kTileM"),
-    ir.Axis.COL: ("kWarpsM", "kTileN"),
-    ir.Axis.ALL: ("kWarpsM * kWarpsN", "1"),
+    Axis.ROW: ("kWarpsN", "kTileM"),
+    Axis.COL: ("kWarpsM", "kTileN"),
+    Axis.ALL: ("kWarpsM * kWarpsN", "1"),
 }
 
 
@@ -154,11 +154,11 @@ def finalize_kernel(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
         f"  using namespace {ns};",
         f"  const long long i = blockIdx.x * {plan.INIT_THREADS}ll + threadIdx.x;",
     ]
-    need_tiles_m = bool(axes & {ir.Axis.COL, ir.Axis.ALL})
-    need_tiles_n = bool(axes & {ir.Axis.ROW, ir.Axis.ALL})
-    if need_tiles_m or ir.Axis.ROW in axes:
+    need_tiles_m = bool(axes & {Axis.COL, Axis.ALL})
+    need_tiles_n = bool(axes & {Axis.ROW, Axis.ALL})
+    if need_tiles_m or Axis.ROW in axes:
         lines.append(f"  const long long M = {m_expr};")
-    if need_tiles_n or ir.Axis.COL in axes:
+    if need_tiles_n or Axis.COL in axes:
         lines.append(f"  const long long N = {n_expr};")
     if need_tiles_m:
         lines.append("  const long long tiles_m = (M + kTileM - 1) / kTileM;")

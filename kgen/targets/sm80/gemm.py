@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ... import __version__, ir
 from ...lower.fragments import LDMATRIX
 from ...plan import FieldKind, GemmPlan, KernelPlan, OperandPlan
-from ..common import host_api
+from ..common import epilogue_cpp, host_api
 from ..common.render import render
 from . import epilogue as epilogue_emit
 
@@ -190,7 +190,7 @@ def _summary(plan: KernelPlan) -> str:
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     ns = f"{plan.name}_kgen"
-    epi = g.epilogue
+    epi = epilogue_cpp.render(g.epilogue)
     epilogue_lines = list(epi.loads) + list(epi.compute) + list(epi.stores)
     buffers = [
         dict(

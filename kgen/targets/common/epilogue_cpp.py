@@ -1,0 +1,207 @@
+"""The epilogue DAG (plan.EpilogueDag) as straight-line C++ for two adjacent columns.
+
+The kernel calls the epilogue once per (row, col..col+1) pair of accumulator values. Every node
+that holds a value gets one C++ name, numbered v1, v2, ... in node order: a uniform node (the
+same for both columns) one `float` per pair, the others one per element (suffixes _0 and _1).
+The accumulator is `acc_0`/`acc_1` and constants are literals. Loads come first, vectorized as
+pairs; each store converts once to its output type.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+from ...enums import Axis, DType, Layout, Op
+from ...plan import (
+    Accumulator, Apply, Cast, Constant, EpilogueDag, EpilogueNode, FeedEffect, ReduceEffect,
+    Round, ScalarArg, StoreEffect, TensorLoad, VectorLoad,
+)
+
+ELEMS = (0, 1)
+
+# C++ for each op, on value names; every argument is a name or a literal, so no precedence.
+OP_CPP: dict[Op, str] = {
+    Op.ADD: "{0} + {1}",
+    Op.SUB: "{0} - {1}",
+    Op.MUL: "{0} * {1}",
+    Op.DIV: "{0} / {1}",
+    Op.NEG: "-{0}",
+    Op.MIN: "fminf({0}, {1})",
+    Op.MAX: "fmaxf({0}, {1})",
+    Op.ABS: "fabsf({0})",
+    Op.EXP: "expf({0})",
+    Op.LOG: "logf({0})",
+    Op.SQRT: "sqrtf({0})",
+    Op.RSQRT: "rsqrtf({0})",
+    Op.TANH: "tanhf({0})",
+    Op.SIGMOID: "1.0f / (1.0f + expf(-{0}))",
+    Op.RELU: "fmaxf({0}, 0.0f)",
+    Op.LEAKY_RELU: "{0} > 0.0f ? {0} : {1} * {0}",
+    Op.CLAMP: "fminf(fmaxf({0}, {1}), {2})",
+    Op.GELU: "0.5f * {0} * (1.0f + erff({0} * 0.70710678118654752f))",
+    Op.GELU_TANH: (
+        "0.5f * {0} * (1.0f + tanhf(0.79788456080286536f * ({0} + 0.044715f * {0} * {0} * {0})))"
+    ),
+    Op.SILU: "{0} / (1.0f + expf(-{0}))",
+    Op.HARDSWISH: "{0} * fminf(fmaxf({0} + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f)",
+    Op.LT: "{0} < {1} ? 1.0f : 0.0f",
+    Op.LE: "{0} <= {1} ? 1.0f : 0.0f",
+    Op.GT: "{0} > {1} ? 1.0f : 0.0f",
+    Op.GE: "{0} >= {1} ? 1.0f : 0.0f",
+    Op.EQ: "{0} == {1} ? 1.0f : 0.0f",
+    Op.NE: "{0} != {1} ? 1.0f : 0.0f",
+    Op.WHERE: "{0} != 0.0f ? {1} : {2}",
+}
+
+# Per dtype: (pair type, to-float of the low/high half, float pair -> pair, float -> element)
+PAIR: dict[DType, tuple[str, str, str, str, str]] = {
+    DType.F16: ("__half2", "__low2float({0})", "__high2float({0})",
+                "__floats2half2_rn({0}, {1})", "__float2half_rn({0})"),
+    DType.BF16: ("__nv_bfloat162", "__low2float({0})", "__high2float({0})",
+                 "__floats2bfloat162_rn({0}, {1})", "__float2bfloat16_rn({0})"),
+    DType.F32: ("float2", "{0}.x", "{0}.y", "make_float2({0}, {1})", "{0}"),
+}
+TO_FLOAT: dict[DType, str] = {
+    DType.F16: "__half2float({0})",
+    DType.BF16: "__bfloat162float({0})",
+    DType.F32: "{0}",
+}
+
+
+def _reads_back(text: str, single: float) -> bool:
+    """Whether `text` rounds to the float32 `single`; a text past the float32 range does not
+    (near the largest float32, a shorter text can round up past it)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", float(text)))[0] == single
+    except OverflowError:
+        return False
+
+
+def float_literal(value: float) -> str:
+    """The shortest decimal that rounds to the same float32, as a C++ float literal."""
+    if not math.isfinite(value):
+        raise ValueError(f"constant {value} is not finite")
+    try:
+        single = struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        single = math.inf
+    if not math.isfinite(single):
+        raise ValueError(f"constant {value} is not finite as a float32")
+    # the shortest %g text that reads back as the same float32 (what numpy prints)
+    text = next(
+        t for t in (f"{single:.{digits}g}" for digits in range(1, 10)) if _reads_back(t, single)
+    )
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text + "f"
+
+
+@dataclass(frozen=True, slots=True)
+class EpilogueLines:
+    """The rendered epilogue function body, evaluated for two adjacent columns."""
+
+    loads: tuple[str, ...]  # once per column pair
+    compute: tuple[str, ...]  # per element, both elements of the pair
+    stores: tuple[str, ...]
+    # With dag.packed_store: (pair type, the pair's value packed as that type), so a kernel can
+    # return it and store four pairs as 16 bytes.
+    packed: tuple[str, str] | None = None
+
+
+@dataclass
+class _Renderer:
+    loads: list[str] = field(default_factory=list)
+    compute: list[str] = field(default_factory=list)
+    names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
+    count: int = 0
+
+    def fresh(self) -> str:
+        self.count += 1
+        return f"v{self.count}"
+
+    def node(self, node: EpilogueNode) -> tuple[str, str]:
+        kind = node.kind
+        if isinstance(kind, Accumulator):
+            return "acc_0", "acc_1"
+        if isinstance(kind, Constant):
+            lit = float_literal(kind.value)
+            lit = f"({lit})" if lit.startswith("-") else lit
+            return lit, lit
+        if isinstance(kind, ScalarArg):
+            name = self.fresh()
+            self.loads.append(f"const float {name} = p.{kind.param};")
+            return name, name
+        if isinstance(kind, VectorLoad):
+            name = self.fresh()
+            if kind.axis is Axis.ROW:
+                self.loads.append(
+                    f"const float {name} = {TO_FLOAT[kind.dtype].format(f'p.{kind.param}[row]')};"
+                )
+                return name, name
+            return self._pair_load(name, kind.dtype, f"p.{kind.param} + col")
+        if isinstance(kind, TensorLoad):
+            name, p = self.fresh(), kind.param
+            if kind.layout is Layout.ROW:
+                return self._pair_load(name, kind.dtype, f"p.{p} + row * p.ld_{p} + col")
+            to_float = TO_FLOAT[kind.dtype]
+            for j in ELEMS:
+                elem = f"p.{p}[(col + {j}) * p.ld_{p} + row]"
+                self.loads.append(f"const float {name}_{j} = {to_float.format(elem)};")
+            return f"{name}_0", f"{name}_1"
+        if isinstance(kind, Apply):
+            args = [self.names[a] for a in kind.args]
+            return self._define(
+                lambda j: OP_CPP[kind.op].format(*(names[j] for names in args)), node.uniform
+            )
+        if isinstance(kind, (Cast, Round)):
+            names = self.names[kind.arg]
+            to_elem, to_float = PAIR[kind.dtype][4], TO_FLOAT[kind.dtype]
+            return self._define(lambda j: to_float.format(to_elem.format(names[j])), node.uniform)
+        raise TypeError(f"no C++ for epilogue node {kind!r}")
+
+    def _define(self, expr_of, uniform: bool) -> tuple[str, str]:
+        name = self.fresh()
+        if uniform:
+            self.compute.append(f"const float {name} = {expr_of(0)};")
+            return name, name
+        for j in ELEMS:
+            self.compute.append(f"const float {name}_{j} = {expr_of(j)};")
+        return f"{name}_0", f"{name}_1"
+
+    def _pair_load(self, name: str, dtype: DType, address: str) -> tuple[str, str]:
+        pair, low, high, _, _ = PAIR[dtype]
+        self.loads.append(f"const {pair} {name} = *reinterpret_cast<const {pair}*>({address});")
+        self.loads.append(f"const float {name}_0 = {low.format(name)};")
+        self.loads.append(f"const float {name}_1 = {high.format(name)};")
+        return f"{name}_0", f"{name}_1"
+
+    def effect(self, effect) -> list[str]:
+        v0, v1 = self.names[effect.node]
+        if isinstance(effect, ReduceEffect):
+            return [f"red{effect.index}_0 = {v0};", f"red{effect.index}_1 = {v1};"]
+        if isinstance(effect, FeedEffect):
+            return [f"inter_0 = {v0};", f"inter_1 = {v1};"]
+        assert isinstance(effect, StoreEffect), effect
+        pair, _, _, to_pair, to_elem = PAIR[effect.dtype]
+        p = effect.param
+        if effect.layout is Layout.ROW:
+            address = f"p.{p} + row * p.ld_{p} + col"
+            return [f"*reinterpret_cast<{pair}*>({address}) = {to_pair.format(v0, v1)};"]
+        return [f"p.{p}[(col + {j}) * p.ld_{p} + row] = {to_elem.format(v)};"
+                for j, v in zip(ELEMS, (v0, v1))]
+
+
+def render(dag: EpilogueDag) -> EpilogueLines:
+    """The C++ lines of `dag`: loads, then compute, then the effects in their order."""
+    r = _Renderer()
+    for node in dag.nodes:
+        assert node.id == len(r.names), "epilogue nodes out of order"
+        r.names.append(r.node(node))
+    stores = [line for effect in dag.effects for line in r.effect(effect)]
+    packed = None
+    if dag.packed_store is not None:
+        (store,) = dag.effects
+        pair, _, _, to_pair, _ = PAIR[store.dtype]
+        packed = (pair, to_pair.format(*r.names[store.node]))
+    return EpilogueLines(tuple(r.loads), tuple(r.compute), tuple(stores), packed)
