@@ -38,10 +38,23 @@ class Variant:
     # two consumer warpgroups on alternate tiles (each a whole 128-row tile, its mainloop
     # ordered after the other's), so one stores while the other multiplies; implies persistent
     pingpong: bool = False
+    # the output leaves through the copy engine: each consumer writes its rows into a swizzled
+    # staging buffer of its own and one thread issues bulk tensor stores, which drain while the
+    # consumer goes on to its next tile's mainloop
+    tma_store: bool = False
+
+    @property
+    def consumer_rows(self) -> int:
+        return 128 if self.pingpong else 64
+
+    @property
+    def staging_bytes(self) -> int:
+        return 2 * self.consumer_rows * self.tile_n * 2 if self.tma_store else 0
 
     @property
     def name(self) -> str:
         kind = " pingpong" if self.pingpong else " persistent" if self.persistent else ""
+        kind += " tma-store" if self.tma_store else ""
         return (f"128x{self.tile_n}x64 s{self.stages}{kind}"
                 f"{' +bias,relu' if self.fused else ''}")
 
@@ -51,7 +64,7 @@ class Variant:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * self.stage_bytes + 2 * self.stages * 8 + 16
+        return self.stages * self.stage_bytes + self.staging_bytes + 2 * self.stages * 8 + 16
 
 
 def _wgmma_asm(n: int) -> str:
@@ -75,6 +88,9 @@ def source(v: Variant) -> str:
     n = v.tile_n
     epilogue = ("fmaxf(acc[hm][j][e] + p.bias[col + (e & 1)], 0.0f)" if v.fused
                 else "acc[hm][j][e]")
+    # staged: columns past N read no bias (the copy engine clips them)
+    epilogue_staged = ("fmaxf(acc[hm][j][e] + (col + (e & 1) < p.N ? p.bias[col + (e & 1)] : 0.0f), 0.0f)"
+                       if v.fused else "acc[hm][j][e]")
     return r"""
 #include <cuda_bf16.h>
 
@@ -87,7 +103,10 @@ constexpr int kTileM = 128, kTileN = %(n)d, kTileK = 64, kStages = %(stages)d;
 constexpr int kThreads = 3 * 128;
 constexpr int kABytes = kTileM * kTileK * 2;
 constexpr int kStageBytes = (kTileM + kTileN) * kTileK * 2;
-constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
+constexpr bool kTmaStore = %(tma_store)s;
+constexpr int kStaging = kStages * kStageBytes;  // per consumer: its rows x kTileN, 64-column boxes
+constexpr int kStagingBytes = kTmaStore ? (%(pingpong)s ? 128 : 64) * kTileN * 2 : 0;
+constexpr int kBarriers = kStaging + 2 * kStagingBytes;  // full[kStages], empty[kStages], turn[2]
 constexpr int kGroupM = 8;
 constexpr bool kPingpong = %(pingpong)s;
 constexpr bool kPersistent = %(persistent)s || kPingpong;
@@ -132,6 +151,14 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, uns
       ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(inner),
         "r"(outer) : "memory");
 }
+__device__ __forceinline__ void tma_store_box(const TensorMap* map, unsigned src, int inner, int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%%0, {%%2, %%3}], [%%1];\n"
+      ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(src), "r"(inner), "r"(outer) : "memory");
+}
+__device__ __forceinline__ void st_shared_u32(unsigned address, unsigned value) {
+  asm volatile("st.shared.u32 [%%0], %%1;\n" ::"r"(address), "r"(value) : "memory");
+}
 __device__ __forceinline__ unsigned long long descriptor(unsigned address) {
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) |
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
@@ -155,7 +182,7 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 proto_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-           const __grid_constant__ Params p) {
+           const __grid_constant__ TensorMap map_d, const __grid_constant__ Params p) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const unsigned base = smem_u32(smem);
   const unsigned full = base + kBarriers, empty = full + 8 * kStages, turn = empty + 8 * kStages;
@@ -235,6 +262,44 @@ proto_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ Tens
     wgmma_wait<0>();
     if (k_tiles > 0 && threadIdx.x %% 128 == 0) mbarrier_arrive(empty + 8 * ((it - 1) %% kStages));
     if (kPingpong) it += k_tiles;  // the other consumer's tile
+    if (kTmaStore) {
+      // the staging buffer is free once the copy engine has read the last tile's stores
+      const unsigned staging = base + kStaging + consumer * kStagingBytes;
+      if (threadIdx.x %% 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+      asm volatile("bar.sync %%0, 128;\n" ::"r"(1 + consumer) : "memory");
+#pragma unroll
+      for (int hm = 0; hm < kHalves; ++hm) {
+#pragma unroll
+        for (int j = 0; j < kTileN / 8; ++j) {
+          const int col = tn * kTileN + j * 8 + (lane %% 4) * 2;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = hm * 64 + warp * 16 + lane / 4 + 8 * h;  // row within this staging
+            float v[2];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const int e = 2 * h + q;
+              v[q] = %(epilogue_staged)s;
+            }
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(v[0], v[1]);
+            // box j / 8 of 64 columns, rows of 128 bytes, 16-byte chunks XOR-swizzled by row
+            const unsigned chunk = (j %% 8) ^ (r %% 8);
+            st_shared_u32(staging + (j / 8) * kRowsPerConsumer * 128 + r * 128 + chunk * 16 + (lane %% 4) * 4,
+                          *reinterpret_cast<const unsigned*>(&pair));
+          }
+        }
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync %%0, 128;\n" ::"r"(1 + consumer) : "memory");
+      if (threadIdx.x %% 128 == 0) {
+        const int row = tm * kTileM + (kPingpong ? 0 : consumer * 64);
+#pragma unroll
+        for (int box = 0; box < kTileN / 64; ++box)
+          tma_store_box(&map_d, staging + box * kRowsPerConsumer * 128, tn * kTileN + box * 64, row);
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
+      continue;
+    }
 #pragma unroll
     for (int hm = 0; hm < kHalves; ++hm) {
       const int row0 = tm * kTileM + (kPingpong ? hm * 64 : consumer * 64) + warp * 16 + lane / 4;
@@ -257,9 +322,11 @@ proto_gemm(const __grid_constant__ TensorMap map_a, const __grid_constant__ Tens
       }
     }
   }
+  if (kTmaStore && threadIdx.x %% 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 """ % dict(n=n, stages=v.stages, persistent="true" if v.persistent else "false",
-           wgmma=_wgmma_asm(n), epilogue=epilogue, pingpong="true" if v.pingpong else "false")
+           wgmma=_wgmma_asm(n), epilogue=epilogue, pingpong="true" if v.pingpong else "false",
+           tma_store="true" if v.tma_store else "false", epilogue_staged=epilogue_staged)
 
 
 class Kernel:
@@ -313,8 +380,9 @@ class Kernel:
 
         params = Params(d.data_ptr(), bias.data_ptr(), M, N, K, d.stride(0))
         map_a, map_b = self._map(a, TILE_M), self._map(bt, self.v.tile_n)
-        args = (ctypes.c_void_p * 3)(ctypes.addressof(map_a), ctypes.addressof(map_b),
-                                     ctypes.addressof(params))
+        map_d = self._map(d, self.v.consumer_rows) if self.v.tma_store else map_a
+        args = (ctypes.c_void_p * 4)(ctypes.addressof(map_a), ctypes.addressof(map_b),
+                                     ctypes.addressof(map_d), ctypes.addressof(params))
         tiles = -(-M // TILE_M) * -(-N // self.v.tile_n)
         grid = min(tiles, self.sms) if self.v.persistent or self.v.pingpong else tiles
         if grid == 0:
@@ -343,7 +411,8 @@ def inputs(torch, m, n, k, seed):
 
 def check(torch, kernel, m, n, k, seed) -> float:
     a, bt, bias = inputs(torch, m, n, k, seed)
-    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    # rows 16-byte aligned, as the copy engine needs (a narrower N is a view of a wider row)
+    d = torch.full((m, -(-n // 8) * 8), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :n]
     kernel(a, bt, d, bias, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     ref = a.float() @ bt.float().t()
@@ -377,9 +446,10 @@ def main() -> int:
     opts = parser.parse_args()
     print("device", torch.cuda.get_device_name(), "torch", torch.__version__)
     torch.empty(1, device="cuda")  # makes the primary context current for the driver calls
-    variants = [Variant(256, 4), Variant(256, 4, persistent=True),
-                Variant(128, 6, pingpong=True), Variant(128, 7, pingpong=True),
-                Variant(256, 4, fused=True), Variant(128, 6, pingpong=True, fused=True)]
+    variants = [Variant(256, 4), Variant(256, 3, persistent=True, tma_store=True),
+                Variant(128, 6, pingpong=True), Variant(128, 5, pingpong=True, tma_store=True),
+                Variant(256, 3, persistent=True, tma_store=True, fused=True),
+                Variant(128, 5, pingpong=True, tma_store=True, fused=True)]
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 512)]
     ragged = [(1, 2, 8), (4097, 4094, 1000), (1000, 520, 72), (130, 258, 8)]
     if opts.quick:
