@@ -508,14 +508,14 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
         _fail(EXIT_BAD_INPUT, "error: --iters must be at least 1")
     _read_text(file)
     built = build_file(file, arch, kernel=kernel_name)
-    from .runtime.run import check_scalar_names, resolve_sizes
+    from .harness.inputs import check_scalar_names, resolve_sizes
 
     resolve_sizes(built.kernel, sizes)  # a wrong size or scalar name is bad input, GPU or not
     check_scalar_names(built.kernel, scalars)
     if not gpu_available():
         _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
                            "(kgen compile and kgen inspect do not)")
-    from .runtime.run import run
+    from .harness.run import run
 
     with _stderr().status("starting") as status:
         report = run(built.kernel, built.plan, built.source, sizes, check=check, bench=bench,
