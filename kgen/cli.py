@@ -2,29 +2,36 @@
 
 Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed (or there is
 no GPU for `run`); 2 bad input: a located message for mistakes in the kernel description, one
-line for a missing file or a malformed option. Never a traceback for a user mistake.
+line for a missing file, a path that cannot be written or a malformed option, and any warning
+under --werror. Never a traceback for a user mistake. With --json, stdout carries one JSON
+object, errors included ({"error": {"file", "line", "col", "message", "kind"}}); warnings also
+go to stderr as `warning: ...` lines.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
-from . import __version__, ir
+from . import __version__
+from .enums import Arch
 from .errors import ArgumentError, KgenError, KgenRuntimeError
-from .report import plan_summary, print_plan
+from .report import plan_summary, print_plan, print_run_report
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 DIFF_LINES = 20
 
-ARCH_CHOICE = click.Choice([a.value for a in ir.Arch])
+ARCH_CHOICE = click.Choice([a.value for a in Arch])
 
 
 PIPE_WIDTH = 120  # rich's width when writing to a pipe or a file (80 cuts the tables)
@@ -43,20 +50,78 @@ def _stdout():
     return Console(highlight=False, width=width)
 
 
-def _fail(code: int, message: str):
-    click.echo(message, err=True)
+# Set by `guarded` for one command: errors as JSON (--json), warnings as errors (--werror), and
+# the warnings shown so far (for the JSON output).
+_JSON: contextvars.ContextVar[bool] = contextvars.ContextVar("kgen_json", default=False)
+_WERROR: contextvars.ContextVar[bool] = contextvars.ContextVar("kgen_werror", default=False)
+_SHOWN: contextvars.ContextVar[list | None] = contextvars.ContextVar("kgen_shown", default=None)
+
+
+def _error_json(message: str, *, file: str | None = None, line: int | None = None,
+                col: int | None = None, code: int = EXIT_BAD_INPUT) -> str:
+    kind = "bad input" if code == EXIT_BAD_INPUT else "failed"
+    return json.dumps({"error": {"file": file, "line": line, "col": col,
+                                 "message": message.removeprefix("error: "), "kind": kind}},
+                      indent=2)
+
+
+def _fail(code: int, message: str, *, file: str | None = None):
+    if _JSON.get():
+        click.echo(_error_json(message, file=file, code=code))
+    else:
+        click.echo(message, err=True)
     sys.exit(code)
+
+
+def _warn(message: str) -> None:
+    """Show a warning on stderr; under --werror it ends the command instead (exit 2)."""
+    if _WERROR.get():
+        _fail(EXIT_BAD_INPUT, f"error: {message} (--werror)")
+    click.echo(f"warning: {message}", err=True)
+    shown = _SHOWN.get()
+    if shown is not None:
+        shown.append(message)
+
+
+def _counts(warning: warnings.WarningMessage) -> bool:
+    """kgen's warnings are about the kernel and count, except the cache's (an unwritable
+    folder): that one is about the machine, shown but never failing --werror."""
+    from .runtime.cache import KgenCacheWarning
+
+    return not issubclass(warning.category, KgenCacheWarning)
+
+
+@contextlib.contextmanager
+def _watching_warnings():
+    """The Python warnings kgen raises in the block (NVRTC's spills and local memory, the front
+    end's located warnings) go through _warn at its end; other warnings pass through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        if not warning.category.__module__.startswith("kgen"):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+        elif _counts(warning):
+            _warn(str(warning.message))
+        else:
+            click.echo(f"warning: {warning.message}", err=True)
+
+
+def _warnings_shown() -> list[str]:
+    return list(_SHOWN.get() or [])
 
 
 def _read_text(path: str) -> str:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: no such file")
+        _fail(EXIT_BAD_INPUT, f"error: {path}: no such file", file=path)
     except IsADirectoryError:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: is a directory, not a .kg file")
+        _fail(EXIT_BAD_INPUT, f"error: {path}: is a directory, not a .kg file", file=path)
     except OSError as err:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: cannot read: {err.strerror or err}")
+        _fail(EXIT_BAD_INPUT, f"error: {path}: cannot read: {err.strerror or err}",
+              file=path)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -78,14 +143,22 @@ def _source_for(err: KgenError, path: str, text: str) -> str | None:
 
 def guarded(command: Callable) -> Callable:
     """Turn kgen's exceptions into a message and an exit code (the FILE argument's text is
-    used to show the offending line)."""
+    used to show the offending line), as JSON under --json; set up --werror."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         path = kwargs.get("file", "")
+        tokens = [(_JSON, _JSON.set(bool(kwargs.get("as_json")))),
+                  (_WERROR, _WERROR.set(bool(kwargs.get("werror")))),
+                  (_SHOWN, _SHOWN.set([]))]
         try:
             return command(*args, **kwargs)
         except KgenError as err:
+            if _JSON.get():
+                loc = err.loc
+                click.echo(_error_json(err.message, file=loc.file if loc.line else None,
+                                       line=loc.line or None, col=loc.col or None))
+                sys.exit(EXIT_BAD_INPUT)
             text = None
             if path:
                 try:
@@ -102,14 +175,65 @@ def guarded(command: Callable) -> Callable:
             if err.name and err.name.startswith("kgen."):
                 _fail(EXIT_FAILED, f"error: this kgen has no {err.name} yet")
             raise
+        finally:
+            for var, token in reversed(tokens):
+                var.reset(token)
 
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+ENVIRONMENT = """\b
+Environment:
+  KGEN_CACHE=0          compile with NVRTC every time: no cubin is read from or
+                        written to the cache (also false, no, off; default on)
+  KGEN_CACHE_DIR        the folder of kgen's caches: cubins (v1/), sources NVRTC
+                        rejected (failed/), parser tables, compiled templates
+  XDG_CACHE_HOME        without KGEN_CACHE_DIR, cubins go to $XDG_CACHE_HOME/kgen
+                        (default ~/.cache/kgen, where the other caches always go)
+  CUDA_HOME, CUDA_PATH  where to look for the CUDA headers (include/cuda_fp16.h)
+                        when the nvidia-cuda-runtime wheel has none
+  CUDA_VISIBLE_DEVICES  which GPUs kgen run and kgen.load see (CUDA's own)
+
+\b
+Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed;
+2 bad input (the kernel description, an option, a path), or a warning under --werror.
+With --json, errors are JSON on stdout: {"error": {"file", "line", "col", "message"}}.
+"""
+
+
+class _Group(click.Group):
+    """Click's group; with --json on the command line, a usage error is JSON too."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv or not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as err:
+            click.echo(_error_json(err.format_message(), code=EXIT_BAD_INPUT))
+            sys.exit(EXIT_BAD_INPUT)
+        except click.Abort:
+            click.echo(_error_json("aborted", code=EXIT_FAILED))
+            sys.exit(EXIT_FAILED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=ENVIRONMENT)
 @click.version_option(__version__, prog_name="kgen")
 def cli() -> None:
     """Fused GPU kernels from a short description: emit, inspect, run and benchmark."""
+
+
+def _json_option(what: str):
+    return click.option("--json", "as_json", is_flag=True,
+                        help=f"Print {what} as JSON on stdout, errors included.")
+
+
+werror_option = click.option(
+    "--werror", is_flag=True,
+    help="Make warnings (NVRTC's spills and local memory, the front end's) errors: exit 2.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,39 +243,127 @@ def cli() -> None:
 @cli.command("compile")
 @click.argument("file")
 @click.option("-o", "--output", "output", default=None, metavar="OUT.cu",
-              help="Write the .cu here (default stdout).")
+              help="Write the .cu here (default stdout, unless --cubin, --ptx or --json).")
 @click.option("--header", "header", default=None, metavar="OUT.h",
               help="Also write the header (params struct, host API declarations) here.")
+@click.option("--cubin", "cubin", default=None, metavar="OUT.cubin",
+              help="Also compile with NVRTC for the plan's arch and write the cubin here "
+                   "(no GPU needed; spills are warnings).")
+@click.option("--ptx", "ptx", default=None, metavar="OUT.ptx",
+              help="Also write NVRTC's PTX for the plan's arch here (no GPU needed).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernel's own.")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 if OUTPUT (and the --header file) differ from what kgen would write "
                    "(for CI).")
+@_json_option("what was written (paths, kernel, arch, shared memory, NVRTC's report)")
+@werror_option
 @guarded
-def compile_command(file: str, output: str | None, header: str | None, arch: str | None,
-                    kernel_name: str | None, check_only: bool) -> None:
+def compile_command(file: str, output: str | None, header: str | None, cubin: str | None,
+                    ptx: str | None, arch: str | None, kernel_name: str | None,
+                    check_only: bool, as_json: bool, werror: bool) -> None:
     """Emit standalone CUDA C++ for the kernel in FILE (and, with --header, the .h that lets
-    other C++ files call it). Needs no GPU."""
+    other C++ files call it; with --cubin or --ptx, NVRTC's output). Needs no GPU."""
     from .api import build_file
 
     _read_text(file)
     if check_only and output is None:
         _fail(EXIT_BAD_INPUT, "error: --check needs -o OUTPUT, the file to compare")
-    same = header is not None and output is not None
-    if same and os.path.abspath(header) == os.path.abspath(output):
-        _fail(EXIT_BAD_INPUT, "error: --header and -o name the same file")
-    built = build_file(file, arch, kernel=kernel_name)
-    files = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
+    if check_only and (cubin or ptx):
+        _fail(EXIT_BAD_INPUT, "error: --check compares the .cu and .h; drop --cubin and --ptx")
+    named = [(option, path) for option, path in
+             (("-o", output), ("--header", header), ("--cubin", cubin), ("--ptx", ptx))
+             if path is not None]
+    owner: dict[str, str] = {}
+    for option, path in named:
+        key = os.path.abspath(path)
+        if key in owner:
+            _fail(EXIT_BAD_INPUT, f"error: {option} and {owner[key]} name the same file")
+        owner[key] = option
+    if not check_only:
+        for option, path in named:
+            _check_writable(option, path)
+
+    result = ptx_text = None
+    with _watching_warnings():
+        built = build_file(file, arch, kernel=kernel_name)
+        if cubin or ptx:
+            result, ptx_text = _nvrtc_outputs(built, cubin is not None, ptx is not None)
+    texts = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
     if check_only:
-        stale = [message for path, text in files if (message := _stale(path, text))]
+        stale = [message for path, text in texts if (message := _stale(path, text))]
+        if as_json:
+            click.echo(json.dumps({"kernel": built.plan.name, "check": {
+                "ok": not stale, "stale": [p for p, t in texts if _stale(p, t)],
+                "messages": stale}}, indent=2))
+            sys.exit(EXIT_FAILED if stale else 0)
         if stale:
             _fail(EXIT_FAILED, "\n".join(stale))
         return
-    for path, text in files:
-        if path is None:
-            click.echo(text, nl=False)
-        else:
+    for path, text in texts:
+        if path is not None:
             _write_atomic(Path(path), text)
+        elif not (cubin or ptx or as_json):
+            click.echo(text, nl=False)
+    if cubin:
+        _write_atomic(Path(cubin), result.cubin)
+    if ptx:
+        _write_atomic(Path(ptx), ptx_text)
+    if as_json:
+        click.echo(json.dumps(_compile_summary(file, built, result, output, header, cubin, ptx),
+                              indent=2))
+
+
+def _nvrtc_outputs(built, want_cubin: bool, want_ptx: bool):
+    """NVRTC's cubin (with ptxas' report, warnings for spills) and PTX for the plan's arch."""
+    from .runtime.nvrtc import compile_cubin, compile_ptx, warn_resources
+
+    arch = built.plan.arch.value
+    result = ptx_text = None
+    with _stderr().status(f"compiling {built.plan.name} for {arch} with NVRTC"):
+        if want_cubin:
+            result = compile_cubin(built.source, built.plan.name, arch)
+        if want_ptx:
+            ptx_text = compile_ptx(built.source, built.plan.name, arch)
+    if result is not None:
+        warn_resources(result)
+    return result, ptx_text
+
+
+def _compile_summary(file, built, result, output, header, cubin, ptx) -> dict[str, Any]:
+    plan = built.plan
+    summary: dict[str, Any] = {
+        "file": file,
+        "kernel": plan.name,
+        "arch": plan.arch.value,
+        "threads": plan.threads,
+        "smem_bytes": plan.smem_bytes,
+        "smem_limit": plan.storage.limit_bytes,
+        "outputs": {"cu": output, "header": header, "cubin": cubin, "ptx": ptx},
+        "nvrtc": None,
+        "warnings": _warnings_shown(),
+    }
+    if result is not None:
+        from .runtime.nvrtc import nvrtc_version
+
+        summary["nvrtc"] = {"version": nvrtc_version(), "arch": result.arch,
+                            "seconds": result.seconds, "cached": result.cached,
+                            **result.resources()}
+    if output is None:
+        summary["source"] = built.source  # not written anywhere else
+    return summary
+
+
+def _check_writable(option: str, path: str) -> None:
+    """A path the user names for an output must be writable: its folder exists (kgen makes
+    none) and it is not a folder itself. A bad path is bad input (exit 2)."""
+    target = Path(path)
+    if target.is_dir():
+        _fail(EXIT_BAD_INPUT, f"error: {option} {path}: is a directory", file=path)
+    folder = target.parent
+    if not folder.is_dir():
+        _fail(EXIT_BAD_INPUT, f"error: {option} {path}: the folder {folder} does not exist "
+                              "(kgen creates no folders)", file=path)
 
 
 def _stale(output: str, fresh: str) -> str | None:
@@ -173,13 +385,17 @@ def _stale(output: str, fresh: str) -> str | None:
     return f"{output} is stale; regenerate it with kgen compile\n" + "\n".join(shown) + more
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.kgen-tmp")
     try:
-        tmp.write_text(text)
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
         os.replace(tmp, path)
-    except OSError as err:
-        _fail(EXIT_FAILED, f"error: cannot write {path}: {err.strerror or err}")
+    except OSError as err:  # a path the user gave that cannot be written: bad input
+        _fail(EXIT_BAD_INPUT, f"error: cannot write {path}: {err.strerror or err}",
+              file=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,33 +404,40 @@ def _write_atomic(path: Path, text: str) -> None:
 
 @cli.command("inspect")
 @click.argument("file")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@click.option("--resources", is_flag=True, help="Compile with NVRTC and show registers/spills.")
+@_json_option("the plan")
+@click.option("--resources", is_flag=True,
+              help="Compile with NVRTC and show registers and spills (spills are warnings).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernels' own.")
 @click.option("--kernel", "kernel_name", default=None, help="Only this kernel.")
+@werror_option
 @guarded
 def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
-                    kernel_name: str | None) -> None:
+                    kernel_name: str | None, werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
     from .api import read_module, safe_file_name
     from .lower import lower
 
     text = _read_text(file)
-    module, _ = read_module(file)
-    kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
-    target = arch_of(arch)
     summaries = []
-    for kernel in kernels:
-        if resources:
-            name = safe_file_name(file)
-            built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
-                          command=header_command(name, target, kernel_name))
-            summaries.append(plan_summary(built.plan, _resources(built)))
-        else:
-            summaries.append(plan_summary(lower(kernel, target)))
+    with _watching_warnings():
+        module, _ = read_module(file)
+        kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
+        target = arch_of(arch)
+        for kernel in kernels:
+            if resources:
+                name = safe_file_name(file)
+                built = build(kernel, target, source_name=name,
+                              source_hash=file_hash(text.encode()),
+                              command=header_command(name, target, kernel_name))
+                summaries.append(plan_summary(built.plan, _resources(built)))
+            else:
+                summaries.append(plan_summary(lower(kernel, target)))
     if as_json:
-        click.echo(json.dumps({"kernels": summaries}, indent=2))
+        document: dict[str, Any] = {"kernels": summaries}
+        if _warnings_shown():
+            document["warnings"] = _warnings_shown()
+        click.echo(json.dumps(document, indent=2))
         return
     console = _stdout()
     for i, summary in enumerate(summaries):
@@ -224,10 +447,11 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
 
 
 def _resources(built) -> dict:
-    from .runtime.nvrtc import compile_cubin, nvrtc_version
+    from .runtime.nvrtc import compile_cubin, nvrtc_version, warn_resources
 
     with _stderr().status(f"compiling {built.plan.name} with NVRTC"):
         result = compile_cubin(built.source, built.plan.name, built.plan.arch.value)
+    warn_resources(result)
     return {"arch": result.arch, "nvrtc": nvrtc_version(), "seconds": result.seconds,
             "cached": result.cached, **result.resources()}
 
@@ -261,23 +485,27 @@ def _positive_int(value: str) -> int:
     return number
 
 
+
+
 @cli.command("run")
 @click.argument("file")
 @click.option("--size", "size_text", default=None, help="Sizes, e.g. M=4096,N=4096,K=4096.")
 @click.option("--check/--no-check", default=True, help="Compare with the NumPy reference.")
 @click.option("--bench", is_flag=True, help="Time it (and PyTorch doing the same).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_json_option("the report")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Plan for this target instead.")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--scalar", "scalar_text", default=None, help="Scalar values, e.g. alpha=1.5.")
 @click.option("--iters", default=30, show_default=True, help="Timed runs (median taken).")
+@werror_option
 @guarded
 def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_json: bool,
                 arch: str | None, kernel_name: str | None, seed: int, scalar_text: str | None,
-                iters: int) -> None:
+                iters: int, werror: bool) -> None:
     """Compile, run on random data, check against the reference, and benchmark."""
     from .api import build_file
+    from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import gpu_available
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
@@ -285,77 +513,46 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
     if iters < 1:
         _fail(EXIT_BAD_INPUT, "error: --iters must be at least 1")
     _read_text(file)
-    built = build_file(file, arch, kernel=kernel_name)
-    from .harness.inputs import check_scalar_names, resolve_sizes
-
-    resolve_sizes(built.kernel, sizes)  # a wrong size or scalar name is bad input, GPU or not
-    check_scalar_names(built.kernel, scalars)
-    if not gpu_available():
-        _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
-                           "(kgen compile and kgen inspect do not)")
+    with _watching_warnings():
+        built = build_file(file, arch, kernel=kernel_name)
+        resolve_sizes(built.kernel, sizes)  # a wrong size or scalar name is bad input, GPU or not
+        check_scalar_names(built.kernel, scalars)
+        if not gpu_available():
+            _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
+                               "(kgen compile and kgen inspect do not)")
+        result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
     from .harness.run import run
+    from .runtime.launch import CompiledKernel
+
+    compiled = CompiledKernel(built.plan, result.cubin, source=built.source, compiled=result,
+                              device_id=device_id)
 
     with _stderr().status("starting") as status:
         report = run(built.kernel, built.plan, built.source, sizes, check=check, bench=bench,
-                     seed=seed, progress=status.update, scalars=scalars, iters=iters)
+                     seed=seed, progress=status.update, scalars=scalars, iters=iters,
+                     compiled=compiled)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2))
+        document = report.as_dict()
+        if _warnings_shown():
+            document["warnings"] = _warnings_shown()
+        click.echo(json.dumps(document, indent=2))
     else:
-        _print_report(_stdout(), report)
+        print_run_report(_stdout(), report)
     if report.checked and not report.ok:
         sys.exit(EXIT_FAILED)
 
 
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
+def _compile_for_device(built):
+    """NVRTC's result for the present GPU's arch (ptxas' spills become warnings) and the
+    GPU's id."""
+    from .runtime.device import device_info
+    from .runtime.nvrtc import compile_cubin, warn_resources
 
-
-def _print_report(console, report) -> None:
-    from rich.table import Table
-
-    sizes = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
-    scalars = ", ".join(f"{k}={v:g}" for k, v in report.scalars.items())
-    compile_info = report.compile
-    compiled = ""
-    if compile_info:
-        compiled = (f"; {compile_info.get('registers')} registers, "
-                    f"{compile_info.get('spill_stores', 0)} B spilled, "
-                    + ("cached" if compile_info.get("cached")
-                       else f"compiled in {compile_info.get('seconds', 0):.2f} s"))
-    console.print(f"[bold]{report.kernel}[/bold] ({report.plan_arch} plan, {report.compile_arch} "
-                  f"code) on {report.device}{compiled}")
-    console.print(f"sizes {sizes}" + (f"; scalars {scalars}" if scalars else "")
-                  + f"; seed {report.seed}; tensors from {report.backend}")
-    if report.checked:
-        table = Table(title="check against the NumPy reference", title_justify="left")
-        for column in ("output", "dtype", "shape", "rows", "max abs", "max rel", "atol, rtol",
-                       "unwritten", "result"):
-            table.add_column(column)
-        for c in report.checks:
-            r = c.result
-            verdict = "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] ({r.bad} bad)"
-            table.add_row(c.name, c.dtype, "x".join(map(str, c.shape)),
-                          "all" if c.rows_checked is None else str(c.rows_checked),
-                          f"{r.max_abs:.3g}", f"{r.max_rel:.3g}", f"{r.atol:g}, {r.rtol:g}",
-                          str(r.unwritten), verdict)
-        console.print(table)
-    if report.timing is not None:
-        table = Table(title="time (median of runs, inputs rotated past L2)", title_justify="left")
-        for column in ("", "time", "TFLOP/s", "GB/s", "of peak", "vs PyTorch"):
-            table.add_column(column, justify="right")
-        peak = report.peak_fraction
-        table.add_row("kgen", _fmt(report.timing.median_ms * 1e3, ".1f", " us"),
-                      _fmt(report.tflops, ".1f"), _fmt(report.gbps, ".0f"),
-                      _fmt(None if peak is None else 100 * peak, ".0f", "%"),
-                      _fmt(report.speedup, ".2f", "x"))
-        if report.torch_timing is not None:
-            table.add_row("PyTorch", _fmt(report.torch_timing.median_ms * 1e3, ".1f", " us"),
-                          _fmt(report.torch_tflops, ".1f"), "", "", "1.00x")
-        console.print(table)
-    for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
-    if report.checked:
-        console.print("[green]PASS[/green]" if report.ok else "[red]FAIL[/red]")
+    info = device_info()
+    with _stderr().status(f"compiling {built.plan.name} for {info.arch} with NVRTC"):
+        result = compile_cubin(built.source, built.plan.name, info.arch)
+    warn_resources(result)
+    return result, info.device_id
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
-"""Plans as plain data and as text: the schema of `kgen inspect --json`, the storage chart, and
-the tables `kgen inspect` prints. Pure functions of a plan (and NVRTC's resource report when
-given); rich is imported only to print."""
+"""Plans and runs as plain data and as text: the schema of `kgen inspect --json`, the storage
+chart, the tables `kgen inspect` prints, and the tables of a `kgen run` report. Pure functions
+of a plan (and NVRTC's resource report when given); rich is imported only to print."""
 from __future__ import annotations
 
 from typing import Any
@@ -228,3 +228,56 @@ def print_plan(console, s: dict) -> None:
             f"{r['spill_stores']} B spill stores, {r['spill_loads']} B spill loads, "
             f"{r['stack_bytes']} B stack ({r['seconds']:.2f} s{', cached' if r['cached'] else ''})"
         )
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_run_report(console, report) -> None:
+    """Render a harness RunReport: the check table, the timing table, notes, PASS/FAIL."""
+    from rich.table import Table
+
+    sizes = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
+    scalars = ", ".join(f"{k}={v:g}" for k, v in report.scalars.items())
+    compile_info = report.compile
+    compiled = ""
+    if compile_info:
+        compiled = (f"; {compile_info.get('registers')} registers, "
+                    f"{compile_info.get('spill_stores', 0)} B spilled, "
+                    + ("cached" if compile_info.get("cached")
+                       else f"compiled in {compile_info.get('seconds', 0):.2f} s"))
+    console.print(f"[bold]{report.kernel}[/bold] ({report.plan_arch} plan, {report.compile_arch} "
+                  f"code) on {report.device}{compiled}")
+    console.print(f"sizes {sizes}" + (f"; scalars {scalars}" if scalars else "")
+                  + f"; seed {report.seed}; tensors from {report.backend}")
+    if report.checked:
+        table = Table(title="check against the NumPy reference", title_justify="left")
+        for column in ("output", "dtype", "shape", "rows", "max abs", "max rel", "atol, rtol",
+                       "unwritten", "result"):
+            table.add_column(column)
+        for c in report.checks:
+            r = c.result
+            verdict = "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] ({r.bad} bad)"
+            table.add_row(c.name, c.dtype, "x".join(map(str, c.shape)),
+                          "all" if c.rows_checked is None else str(c.rows_checked),
+                          f"{r.max_abs:.3g}", f"{r.max_rel:.3g}", f"{r.atol:g}, {r.rtol:g}",
+                          str(r.unwritten), verdict)
+        console.print(table)
+    if report.timing is not None:
+        table = Table(title="time (median of runs, inputs rotated past L2)", title_justify="left")
+        for column in ("", "time", "TFLOP/s", "GB/s", "of peak", "vs PyTorch"):
+            table.add_column(column, justify="right")
+        peak = report.peak_fraction
+        table.add_row("kgen", _fmt(report.timing.median_ms * 1e3, ".1f", " us"),
+                      _fmt(report.tflops, ".1f"), _fmt(report.gbps, ".0f"),
+                      _fmt(None if peak is None else 100 * peak, ".0f", "%"),
+                      _fmt(report.speedup, ".2f", "x"))
+        if report.torch_timing is not None:
+            table.add_row("PyTorch", _fmt(report.torch_timing.median_ms * 1e3, ".1f", " us"),
+                          _fmt(report.torch_tflops, ".1f"), "", "", "1.00x")
+        console.print(table)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    if report.checked:
+        console.print("[green]PASS[/green]" if report.ok else "[red]FAIL[/red]")

@@ -209,7 +209,7 @@ def run(
     reference when `check`, time it (and PyTorch doing the same) when `bench`."""
     from ..runtime.device import activate, current_device_id
     from ..runtime.launch import CompiledKernel
-    from ..runtime.nvrtc import compile_cubin
+    from ..runtime.nvrtc import compile_cubin, warn_resources
 
     say = progress or (lambda message: None)
     require_gpu("kgen run")
@@ -221,6 +221,7 @@ def run(
     if compiled is None:
         say(f"compiling {plan.name} for {info.arch} with NVRTC")
         result = compile_cubin(source, plan.name, info.arch)
+        warn_resources(result)
         compiled = CompiledKernel(plan, result.cubin, source=source, compiled=result,
                                   device_id=device_id)
     result = compiled.compiled
