@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -187,7 +188,7 @@ def bind_arguments(
         elif member.kind is FieldKind.SCALAR:
             values[member.name] = scalars[member.param]
         elif member.kind is FieldKind.WORKSPACE:
-            values[member.name] = 0  # the launch provides it (CompiledKernel._workspace)
+            values[member.name] = 0  # the launch provides it (CompiledKernel._workspace_pointer)
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved, persistent_ctas)
@@ -371,7 +372,14 @@ class CompiledKernel:
         # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
         self._init_function = self._helper_function(plan.init_kernel)
         self._finalize_function = self._helper_function(plan.finalize_kernel)
-        self._workspace = None  # DeviceBuffer, grown on demand, for deterministic reductions
+        # Deterministic reductions: a workspace per stream (launches on two streams may run at
+        # once and must not share partials), grown on demand. A replaced one is kept, not freed:
+        # a launch already enqueued may still use it, and waiting for it would break graph
+        # capture. Growth doubles, so the kept ones add up to less than the live one.
+        self._workspaces: dict[int, Any] = {}  # stream -> DeviceBuffer
+        self._retired: list[Any] = []
+        # Launches may come from several threads: the caches below change under this lock.
+        self._lock = threading.Lock()
         if plan.smem_bytes > DEFAULT_SMEM_LIMIT:
             check(
                 driver.cuFuncSetAttribute(
@@ -403,13 +411,19 @@ class CompiledKernel:
         kernel = self._object.get_kernel(name)
         return check(driver.cuKernelGetFunction(kernel.handle), f"cuKernelGetFunction({name})")
 
-    def _workspace_pointer(self, sizes: Mapping[str, int]) -> int:
+    def _workspace_pointer(self, sizes: Mapping[str, int], stream: int) -> int:
         from .buffers import DeviceBuffer
 
         floats = max(self.plan.workspace_floats(dict(sizes)), 1)
-        if self._workspace is None or self._workspace.shape[0] < floats:
-            self._workspace = DeviceBuffer.empty((floats,), DType.F32)
-        return self._workspace.as_array().ptr
+        with self._lock:
+            workspace = self._workspaces.get(stream)
+            if workspace is None or workspace.shape[0] < floats:
+                if workspace is not None:
+                    self._retired.append(workspace)
+                    floats = max(floats, 2 * workspace.shape[0])
+                workspace = DeviceBuffer.empty((floats,), DType.F32, device_id=self.device_id)
+                self._workspaces[stream] = workspace
+            return workspace.ptr
 
     def _launch_helper(self, function, name: str, sizes, pointers, stream: int) -> None:
         from cuda.bindings import driver
@@ -457,12 +471,15 @@ class CompiledKernel:
         from . import tma
 
         key = tma.output_args(self.plan, bound.values, bound.sizes)
-        maps = self._maps.get(key)
+        with self._lock:
+            maps = self._maps.get(key)
         if maps is None:
-            if len(self._maps) >= 64:
-                self._maps.clear()
-            data = tma.encode_2d(*key)
-            maps = self._maps[key] = (ctypes.c_ubyte * tma.MAP_BYTES).from_buffer_copy(data)
+            data = tma.encode_2d(*key)  # outside the lock: two threads may both encode it
+            maps = (ctypes.c_ubyte * tma.MAP_BYTES).from_buffer_copy(data)
+            with self._lock:
+                if len(self._maps) >= 64:
+                    self._maps.clear()
+                maps = self._maps.setdefault(key, maps)
         return maps
 
     @property
@@ -492,7 +509,7 @@ class CompiledKernel:
         activate(self.device_id)
         values = dict(bound.values)
         if self._finalize_function is not None:
-            values["workspace"] = self._workspace_pointer(bound.sizes)
+            values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
         if self.plan.tma_store:  # the kernel's second parameter: the output's tensor map
             maps = self._tensor_maps(bound)
