@@ -4,8 +4,8 @@ Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed 
 no GPU for `run`); 2 bad input: a located message for mistakes in the kernel description, one
 line for a missing file, a path that cannot be written or a malformed option, and any warning
 under --werror. Never a traceback for a user mistake. With --json, stdout carries one JSON
-object, errors included ({"error": {"file", "line", "col", "message", "kind"}}); warnings also
-go to stderr as `warning: ...` lines.
+object, errors included ({"error": {"file", "line", "col", "message", "kind"}}), while stderr
+keeps the messages for people (errors, and warnings as `warning: ...` lines).
 """
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def _error_json(message: str, *, file: str | None = None, line: int | None = Non
 
 
 def _fail(code: int, message: str, *, file: str | None = None):
+    """End the command: the message on stderr, and under --json also as JSON on stdout."""
     if _JSON.get():
         click.echo(_error_json(message, file=file, code=code))
-    else:
-        click.echo(message, err=True)
+    click.echo(message, err=True)
     sys.exit(code)
 
 
@@ -158,7 +158,6 @@ def guarded(command: Callable) -> Callable:
                 loc = err.loc
                 click.echo(_error_json(err.message, file=loc.file if loc.line else None,
                                        line=loc.line or None, col=loc.col or None))
-                sys.exit(EXIT_BAD_INPUT)
             text = None
             if path:
                 try:
@@ -166,7 +165,8 @@ def guarded(command: Callable) -> Callable:
                 except (OSError, UnicodeDecodeError):
                     text = None
             source = _source_for(err, path, text) if text is not None else None
-            _fail(EXIT_BAD_INPUT, err.render(source))
+            click.echo(err.render(source), err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except ArgumentError as err:
             _fail(EXIT_BAD_INPUT, f"error: {err}")
         except KgenRuntimeError as err:
@@ -197,7 +197,7 @@ Environment:
 \b
 Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed;
 2 bad input (the kernel description, an option, a path), or a warning under --werror.
-With --json, errors are JSON on stdout: {"error": {"file", "line", "col", "message"}}.
+With --json, errors are also JSON on stdout: {"error": {"file", "line", "col", "message"}}.
 """
 
 
@@ -213,6 +213,7 @@ class _Group(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         except click.ClickException as err:
             click.echo(_error_json(err.format_message(), code=EXIT_BAD_INPUT))
+            err.show()
             sys.exit(EXIT_BAD_INPUT)
         except click.Abort:
             click.echo(_error_json("aborted", code=EXIT_FAILED))

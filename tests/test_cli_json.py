@@ -131,7 +131,8 @@ def test_located_error_as_json(command, tmp_path):
     path = tmp_path / "bad.kg"
     path.write_text("kernel k {\n  tensor A : f17[M, K] row\n}\n")
     result = invoke(command, path, "--json")
-    assert result.exit_code == 2 and result.stderr == ""
+    assert result.exit_code == 2  # stdout: JSON; stderr: the located message with its caret
+    assert result.stderr.startswith(f"{path}:2:14: error: unknown dtype 'f17'")
     error = error_of(result)
     assert (error["file"], error["line"], error["col"]) == (str(path), 2, 14)
     assert error["message"].startswith("unknown dtype 'f17'") and error["kind"] == "bad input"
