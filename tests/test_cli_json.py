@@ -154,6 +154,17 @@ def test_run_usage_and_argument_errors_as_json():
     assert option.exit_code == 2 and "--no-such-option" in error_of(option)["message"]
 
 
+def test_run_without_a_gpu_as_json():
+    from kgen.runtime.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    result = invoke("run", GEMM, "--json", "--size", "M=256,N=256,K=64")
+    assert result.exit_code == 1
+    error = error_of(result)
+    assert error["kind"] == "failed" and error["message"].startswith("no CUDA GPU is available")
+
+
 @pytest.mark.parametrize("error, code, kind", [
     (KgenError(SourceLoc("k.kg", 3, 5, 3, 9), "no such tensor 'Q'"), 2, "bad input"),
     (ArgumentError("size M must be positive"), 2, "bad input"),
