@@ -120,7 +120,8 @@ def test_output_into_a_missing_folder_is_bad_input(option, tmp_path):
 
 def test_output_that_is_a_folder_is_bad_input(tmp_path):
     result = invoke("compile", GEMM, "-o", tmp_path)
-    assert result.exit_code == 2 and result.output.strip() == f"error: -o {tmp_path}: is a directory"
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: -o {tmp_path}: is a directory"
 
 
 # -- errors as JSON ---------------------------------------------------------------------------

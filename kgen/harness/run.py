@@ -1,8 +1,9 @@
 """`kgen run`: compile, launch on random data, check against the reference, benchmark.
 
-Inputs come from harness.inputs (random, never zeros). Outputs are poisoned with NaN before the launch: an element still NaN
-afterwards (where the reference is not) was never written. For large M the reference is
-computed on a random subset of rows, and the NaN check covers the whole output.
+Inputs come from harness.inputs (random, never zeros). Outputs are poisoned with NaN before the
+launch: an element still NaN afterwards (where the reference is not) was never written. For
+large M the reference is computed on a random subset of rows, and the NaN check covers the
+whole output.
 Tensors are PyTorch's when PyTorch and a GPU are there (and PyTorch is then timed on the same
 data as the baseline); kgen's own DeviceBuffers otherwise.
 """
