@@ -31,7 +31,7 @@ def time_ms(fn, iters=50, warmup=10):
     runs are enqueued, see kgen/runtime/bench.py)."""
     import torch
 
-    from kgen.runtime.bench import time_kernel
+    from kgen.harness.timing import time_kernel
 
     stream = int(torch.cuda.current_stream().cuda_stream)
     return time_kernel(lambda i: fn(), warmup=warmup, iters=iters, stream=stream,
@@ -92,7 +92,7 @@ def kgen_ms(kernel, label, m=M, min_blocks=None, persistent=None, arch=None):
     from kgen.api import Built
     from kgen.emit import emit
     from kgen.lower import lower
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
 
     plan = lower(kernel, arch, persistent=persistent)
     source = emit(plan, source_name=f"{label}.kg", source_hash="", command="bench")

@@ -120,14 +120,16 @@ def compile_source(source: str, name: str, arch: str | None = None, **options):
 
 def load_built(built: Built, *, device: int | None = None,
                extra_options: Mapping[str, Any] | None = None):
-    """Compile a built kernel for the present GPU and load it."""
+    """Compile a built kernel for the present GPU and load it. Spills or local memory in
+    ptxas' report are a KgenResourceWarning."""
     from .runtime.device import device_info
     from .runtime.launch import CompiledKernel
-    from .runtime.nvrtc import compile_cubin
+    from .runtime.nvrtc import compile_cubin, warn_resources
 
     info = device_info(device)
     result = compile_cubin(built.source, built.plan.name, info.arch,
                            extra_options=extra_options or {})
+    warn_resources(result, stacklevel=3)  # spills and local memory: kgen.runtime.nvrtc
     return CompiledKernel(built.plan, result.cubin, source=built.source, compiled=result,
                           device_id=info.device_id)
 

@@ -2,28 +2,36 @@
 
 Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed (or there is
 no GPU for `run`); 2 bad input: a located message for mistakes in the kernel description, one
-line for a missing file or a malformed option. Never a traceback for a user mistake.
+line for a missing file, a path that cannot be written or a malformed option, and any warning
+under --werror. Never a traceback for a user mistake. With --json, stdout carries one JSON
+object, errors included ({"error": {"file", "line", "col", "message", "kind"}}), while stderr
+keeps the messages for people (errors, and warnings as `warning: ...` lines).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
-from . import __version__, ir
+from . import __version__
+from .enums import Arch
 from .errors import ArgumentError, KgenError, KgenRuntimeError
+from .report import plan_summary, print_plan, print_run_report
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 DIFF_LINES = 20
 
-ARCH_CHOICE = click.Choice([a.value for a in ir.Arch])
+ARCH_CHOICE = click.Choice([a.value for a in Arch])
 
 
 PIPE_WIDTH = 120  # rich's width when writing to a pipe or a file (80 cuts the tables)
@@ -42,20 +50,78 @@ def _stdout():
     return Console(highlight=False, width=width)
 
 
-def _fail(code: int, message: str):
+# Set by `guarded` for one command: errors as JSON (--json), warnings as errors (--werror), and
+# the warnings shown so far (for the JSON output).
+_JSON: contextvars.ContextVar[bool] = contextvars.ContextVar("kgen_json", default=False)
+_WERROR: contextvars.ContextVar[bool] = contextvars.ContextVar("kgen_werror", default=False)
+_SHOWN: contextvars.ContextVar[list | None] = contextvars.ContextVar("kgen_shown", default=None)
+
+
+def _error_json(message: str, *, file: str | None = None, line: int | None = None,
+                col: int | None = None, code: int = EXIT_BAD_INPUT) -> str:
+    kind = "bad input" if code == EXIT_BAD_INPUT else "failed"
+    return json.dumps({"error": {"file": file, "line": line, "col": col,
+                                 "message": message.removeprefix("error: "), "kind": kind}},
+                      indent=2)
+
+
+def _fail(code: int, message: str, *, file: str | None = None):
+    """End the command: the message on stderr, and under --json also as JSON on stdout."""
+    if _JSON.get():
+        click.echo(_error_json(message, file=file, code=code))
     click.echo(message, err=True)
     sys.exit(code)
+
+
+def _warn(message: str) -> None:
+    """Show a warning on stderr; under --werror it ends the command instead (exit 2)."""
+    if _WERROR.get():
+        _fail(EXIT_BAD_INPUT, f"error: {message} (--werror)")
+    click.echo(f"warning: {message}", err=True)
+    shown = _SHOWN.get()
+    if shown is not None:
+        shown.append(message)
+
+
+def _counts(warning: warnings.WarningMessage) -> bool:
+    """kgen's warnings are about the kernel and count, except the cache's (an unwritable
+    folder): that one is about the machine, shown but never failing --werror."""
+    from .runtime.cache import KgenCacheWarning
+
+    return not issubclass(warning.category, KgenCacheWarning)
+
+
+@contextlib.contextmanager
+def _watching_warnings():
+    """The Python warnings kgen raises in the block (NVRTC's spills and local memory, the front
+    end's located warnings) go through _warn at its end; other warnings pass through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        if not warning.category.__module__.startswith("kgen"):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+        elif _counts(warning):
+            _warn(str(warning.message))
+        else:
+            click.echo(f"warning: {warning.message}", err=True)
+
+
+def _warnings_shown() -> list[str]:
+    return list(_SHOWN.get() or [])
 
 
 def _read_text(path: str) -> str:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: no such file")
+        _fail(EXIT_BAD_INPUT, f"error: {path}: no such file", file=path)
     except IsADirectoryError:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: is a directory, not a .kg file")
+        _fail(EXIT_BAD_INPUT, f"error: {path}: is a directory, not a .kg file", file=path)
     except OSError as err:
-        _fail(EXIT_BAD_INPUT, f"error: {path}: cannot read: {err.strerror or err}")
+        _fail(EXIT_BAD_INPUT, f"error: {path}: cannot read: {err.strerror or err}",
+              file=path)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -77,14 +143,21 @@ def _source_for(err: KgenError, path: str, text: str) -> str | None:
 
 def guarded(command: Callable) -> Callable:
     """Turn kgen's exceptions into a message and an exit code (the FILE argument's text is
-    used to show the offending line)."""
+    used to show the offending line), as JSON under --json; set up --werror."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         path = kwargs.get("file", "")
+        tokens = [(_JSON, _JSON.set(bool(kwargs.get("as_json")))),
+                  (_WERROR, _WERROR.set(bool(kwargs.get("werror")))),
+                  (_SHOWN, _SHOWN.set([]))]
         try:
             return command(*args, **kwargs)
         except KgenError as err:
+            if _JSON.get():
+                loc = err.loc
+                click.echo(_error_json(err.message, file=loc.file if loc.line else None,
+                                       line=loc.line or None, col=loc.col or None))
             text = None
             if path:
                 try:
@@ -92,7 +165,8 @@ def guarded(command: Callable) -> Callable:
                 except (OSError, UnicodeDecodeError):
                     text = None
             source = _source_for(err, path, text) if text is not None else None
-            _fail(EXIT_BAD_INPUT, err.render(source))
+            click.echo(err.render(source), err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except ArgumentError as err:
             _fail(EXIT_BAD_INPUT, f"error: {err}")
         except KgenRuntimeError as err:
@@ -101,14 +175,66 @@ def guarded(command: Callable) -> Callable:
             if err.name and err.name.startswith("kgen."):
                 _fail(EXIT_FAILED, f"error: this kgen has no {err.name} yet")
             raise
+        finally:
+            for var, token in reversed(tokens):
+                var.reset(token)
 
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+ENVIRONMENT = """\b
+Environment:
+  KGEN_CACHE=0          compile with NVRTC every time: no cubin is read from or
+                        written to the cache (also false, no, off; default on)
+  KGEN_CACHE_DIR        the folder of kgen's caches: cubins (v1/), sources NVRTC
+                        rejected (failed/), parser tables, compiled templates
+  XDG_CACHE_HOME        without KGEN_CACHE_DIR, cubins go to $XDG_CACHE_HOME/kgen
+                        (default ~/.cache/kgen, where the other caches always go)
+  CUDA_HOME, CUDA_PATH  where to look for the CUDA headers (include/cuda_fp16.h)
+                        when the nvidia-cuda-runtime wheel has none
+  CUDA_VISIBLE_DEVICES  which GPUs kgen run and kgen.load see (CUDA's own)
+
+\b
+Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed;
+2 bad input (the kernel description, an option, a path), or a warning under --werror.
+With --json, errors are also JSON on stdout: {"error": {"file", "line", "col", "message"}}.
+"""
+
+
+class _Group(click.Group):
+    """Click's group; with --json on the command line, a usage error is JSON too."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv or not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as err:
+            click.echo(_error_json(err.format_message(), code=EXIT_BAD_INPUT))
+            err.show()
+            sys.exit(EXIT_BAD_INPUT)
+        except click.Abort:
+            click.echo(_error_json("aborted", code=EXIT_FAILED))
+            sys.exit(EXIT_FAILED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=ENVIRONMENT)
 @click.version_option(__version__, prog_name="kgen")
 def cli() -> None:
     """Fused GPU kernels from a short description: emit, inspect, run and benchmark."""
+
+
+def _json_option(what: str):
+    return click.option("--json", "as_json", is_flag=True,
+                        help=f"Print {what} as JSON on stdout, errors included.")
+
+
+werror_option = click.option(
+    "--werror", is_flag=True,
+    help="Make warnings (NVRTC's spills and local memory, the front end's) errors: exit 2.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,39 +244,127 @@ def cli() -> None:
 @cli.command("compile")
 @click.argument("file")
 @click.option("-o", "--output", "output", default=None, metavar="OUT.cu",
-              help="Write the .cu here (default stdout).")
+              help="Write the .cu here (default stdout, unless --cubin, --ptx or --json).")
 @click.option("--header", "header", default=None, metavar="OUT.h",
               help="Also write the header (params struct, host API declarations) here.")
+@click.option("--cubin", "cubin", default=None, metavar="OUT.cubin",
+              help="Also compile with NVRTC for the plan's arch and write the cubin here "
+                   "(no GPU needed; spills are warnings).")
+@click.option("--ptx", "ptx", default=None, metavar="OUT.ptx",
+              help="Also write NVRTC's PTX for the plan's arch here (no GPU needed).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernel's own.")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 if OUTPUT (and the --header file) differ from what kgen would write "
                    "(for CI).")
+@_json_option("what was written (paths, kernel, arch, shared memory, NVRTC's report)")
+@werror_option
 @guarded
-def compile_command(file: str, output: str | None, header: str | None, arch: str | None,
-                    kernel_name: str | None, check_only: bool) -> None:
+def compile_command(file: str, output: str | None, header: str | None, cubin: str | None,
+                    ptx: str | None, arch: str | None, kernel_name: str | None,
+                    check_only: bool, as_json: bool, werror: bool) -> None:
     """Emit standalone CUDA C++ for the kernel in FILE (and, with --header, the .h that lets
-    other C++ files call it). Needs no GPU."""
+    other C++ files call it; with --cubin or --ptx, NVRTC's output). Needs no GPU."""
     from .api import build_file
 
     _read_text(file)
     if check_only and output is None:
         _fail(EXIT_BAD_INPUT, "error: --check needs -o OUTPUT, the file to compare")
-    same = header is not None and output is not None
-    if same and os.path.abspath(header) == os.path.abspath(output):
-        _fail(EXIT_BAD_INPUT, "error: --header and -o name the same file")
-    built = build_file(file, arch, kernel=kernel_name)
-    files = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
+    if check_only and (cubin or ptx):
+        _fail(EXIT_BAD_INPUT, "error: --check compares the .cu and .h; drop --cubin and --ptx")
+    named = [(option, path) for option, path in
+             (("-o", output), ("--header", header), ("--cubin", cubin), ("--ptx", ptx))
+             if path is not None]
+    owner: dict[str, str] = {}
+    for option, path in named:
+        key = os.path.abspath(path)
+        if key in owner:
+            _fail(EXIT_BAD_INPUT, f"error: {option} and {owner[key]} name the same file")
+        owner[key] = option
+    if not check_only:
+        for option, path in named:
+            _check_writable(option, path)
+
+    result = ptx_text = None
+    with _watching_warnings():
+        built = build_file(file, arch, kernel=kernel_name)
+        if cubin or ptx:
+            result, ptx_text = _nvrtc_outputs(built, cubin is not None, ptx is not None)
+    texts = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
     if check_only:
-        stale = [message for path, text in files if (message := _stale(path, text))]
+        stale = [message for path, text in texts if (message := _stale(path, text))]
+        if as_json:
+            click.echo(json.dumps({"kernel": built.plan.name, "check": {
+                "ok": not stale, "stale": [p for p, t in texts if _stale(p, t)],
+                "messages": stale}}, indent=2))
+            sys.exit(EXIT_FAILED if stale else 0)
         if stale:
             _fail(EXIT_FAILED, "\n".join(stale))
         return
-    for path, text in files:
-        if path is None:
-            click.echo(text, nl=False)
-        else:
+    for path, text in texts:
+        if path is not None:
             _write_atomic(Path(path), text)
+        elif not (cubin or ptx or as_json):
+            click.echo(text, nl=False)
+    if cubin:
+        _write_atomic(Path(cubin), result.cubin)
+    if ptx:
+        _write_atomic(Path(ptx), ptx_text)
+    if as_json:
+        click.echo(json.dumps(_compile_summary(file, built, result, output, header, cubin, ptx),
+                              indent=2))
+
+
+def _nvrtc_outputs(built, want_cubin: bool, want_ptx: bool):
+    """NVRTC's cubin (with ptxas' report, warnings for spills) and PTX for the plan's arch."""
+    from .runtime.nvrtc import compile_cubin, compile_ptx, warn_resources
+
+    arch = built.plan.arch.value
+    result = ptx_text = None
+    with _stderr().status(f"compiling {built.plan.name} for {arch} with NVRTC"):
+        if want_cubin:
+            result = compile_cubin(built.source, built.plan.name, arch)
+        if want_ptx:
+            ptx_text = compile_ptx(built.source, built.plan.name, arch)
+    if result is not None:
+        warn_resources(result)
+    return result, ptx_text
+
+
+def _compile_summary(file, built, result, output, header, cubin, ptx) -> dict[str, Any]:
+    plan = built.plan
+    summary: dict[str, Any] = {
+        "file": file,
+        "kernel": plan.name,
+        "arch": plan.arch.value,
+        "threads": plan.threads,
+        "smem_bytes": plan.smem_bytes,
+        "smem_limit": plan.storage.limit_bytes,
+        "outputs": {"cu": output, "header": header, "cubin": cubin, "ptx": ptx},
+        "nvrtc": None,
+        "warnings": _warnings_shown(),
+    }
+    if result is not None:
+        from .runtime.nvrtc import nvrtc_version
+
+        summary["nvrtc"] = {"version": nvrtc_version(), "arch": result.arch,
+                            "seconds": result.seconds, "cached": result.cached,
+                            **result.resources()}
+    if output is None:
+        summary["source"] = built.source  # not written anywhere else
+    return summary
+
+
+def _check_writable(option: str, path: str) -> None:
+    """A path the user names for an output must be writable: its folder exists (kgen makes
+    none) and it is not a folder itself. A bad path is bad input (exit 2)."""
+    target = Path(path)
+    if target.is_dir():
+        _fail(EXIT_BAD_INPUT, f"error: {option} {path}: is a directory", file=path)
+    folder = target.parent
+    if not folder.is_dir():
+        _fail(EXIT_BAD_INPUT, f"error: {option} {path}: the folder {folder} does not exist "
+                              "(kgen creates no folders)", file=path)
 
 
 def _stale(output: str, fresh: str) -> str | None:
@@ -172,284 +386,73 @@ def _stale(output: str, fresh: str) -> str | None:
     return f"{output} is stale; regenerate it with kgen compile\n" + "\n".join(shown) + more
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.kgen-tmp")
     try:
-        tmp.write_text(text)
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
         os.replace(tmp, path)
-    except OSError as err:
-        _fail(EXIT_FAILED, f"error: cannot write {path}: {err.strerror or err}")
+    except OSError as err:  # a path the user gave that cannot be written: bad input
+        _fail(EXIT_BAD_INPUT, f"error: cannot write {path}: {err.strerror or err}",
+              file=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
 # inspect
 
 
-def _instruction(plan, g) -> str:
-    """The MMA instruction a gemm's mainloop issues, and where its A comes from."""
-    if g is plan.gemms[0] and plan.wgmma:
-        return f"wgmma m64n{g.tile[1]}k16, A from shared memory"
-    if g.name in plan.wgmma_chain:
-        return f"wgmma m64n{g.tile[1]}k16, A from registers"
-    return "mma.sync m16n8k16"
-
-
-def _store(plan, g) -> str:
-    """How a gemm's epilogue writes its output (a chained gemm's feeds the next gemm)."""
-    if g is not plan.gemms[-1]:
-        return f"feeds {plan.gemms[plan.gemms.index(g) + 1].name}"
-    if plan.tma_store:
-        return "TMA, staged in smem"
-    if plan.wide_stores:
-        return "16-byte stores"
-    return "pair stores"
-
-
-def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
-    """The plan as plain data (the schema of `kgen inspect --json`)."""
-    from .targets import target
-
-    storage = plan.storage
-
-    def tile(t) -> dict:
-        return {"name": t.name, "dtype": t.dtype.dsl_name, "outer": t.outer, "inner": t.inner,
-                "atom_inner": t.atom_inner, "swizzle": str(t.swizzle), "stages": t.stages,
-                "bytes": t.bytes}
-
-    def operand(role: str, o) -> dict:
-        return {"role": role, "param": o.param, "dtype": o.dtype.dsl_name, "k_major": o.k_major,
-                "smem": tile(o.smem), "copies_per_thread": o.copies_per_thread,
-                "ldmatrix_trans": o.ldmatrix_trans}
-
-    summary = {
-        "name": plan.name,
-        "arch": plan.arch.value,
-        "threads": plan.threads,
-        "min_blocks_per_sm": plan.min_blocks_per_sm,
-        "group_m": plan.group_m,
-        "smem_bytes": plan.smem_bytes,
-        "smem_limit": storage.limit_bytes,
-        "smem_peak": storage.peak_bytes,  # most bytes live in one phase: no layout does better
-        "smem_declared": storage.declared_bytes,  # the storage declaration's size, if any
-        "smem_packed": storage.packed_bytes,  # the packer alone on the same buffers, if declared
-        "phases": list(storage.phases),
-        "buffers": [
-            {"name": b.name, "offset": b.offset, "bytes": b.bytes, "align": b.align,
-             "live": list(b.live),
-             "live_phases": [storage.phases[b.live[0]], storage.phases[b.live[1]]],
-             "live_ranges": [list(r) for r in b.live_ranges],
-             "placed": "declared" if b.declared else "packer",
-             "dtype": b.dtype.dsl_name if b.dtype is not None else None,
-             "swizzle": str(b.swizzle) if b.swizzle else None,
-             "role": b.role}
-            for b in storage.buffers
-        ],
-        "gemms": [
-            {"name": g.name, "tile": list(g.tile), "warps": list(g.warps),
-             "warp_tile": list(g.warp_tile), "mma": list(g.mma), "frags": list(g.frags),
-             "instruction": _instruction(plan, g),
-             "store": _store(plan, g),
-             "stages": g.stages, "m": g.m_dim, "n": g.n_dim, "k": g.k_dim,
-             "operands": [operand(role, o) for role, o in (("a", g.a), ("b", g.b))
-                          if o is not None],  # a chained A kept in registers has no tile
-             "chain": None if g.chain is None else {
-                 "source": g.chain.source, "keep": g.chain.residency.value,
-                 "dtype": g.chain.dtype.dsl_name, "k": g.chain.k},
-             "epilogue_values": g.epilogue.value_count}
-            for g in plan.gemms
-        ],
-        "params": [
-            {"name": f.name, "kind": f.kind.value, "ctype": f.ctype, "param": f.param,
-             "dim": f.dim, "default": f.default}
-            for f in plan.fields
-        ],
-        "alignments": [
-            {"param": a.param, "ptr_bytes": a.ptr_bytes, "ld_multiple": a.ld_multiple,
-             "reason": a.reason}
-            for a in plan.alignments
-        ],
-    }
-    occupancy = {"blocks_per_sm_by_smem": storage.limit_bytes // max(plan.smem_bytes, 1)}
-    if resources is not None:
-        summary["resources"] = resources
-        registers = resources.get("registers")
-        if registers:
-            # Registers are handed out per warp in units of 256.
-            per_warp = -(-registers * 32 // 256) * 256
-            warps = -(-plan.threads // 32)
-            per_sm = target(plan.arch).registers_per_sm
-            occupancy["blocks_per_sm_by_registers"] = per_sm // (per_warp * warps)
-    summary["occupancy"] = occupancy
-    return summary
-
-
-def _phase_span(phases: list[str], live: list[int]) -> str:
-    first, last = live
-
-    def name(i: int) -> str:
-        return phases[i] if 0 <= i < len(phases) else str(i)
-
-    return name(first) if first == last else f"{name(first)} .. {name(last)}"
-
-
-LIVE, DEAD = "\u2588\u2588", "\u00b7 "  # one strip-chart cell per phase: "██" or "· "
-SPARK = " \u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"  # live bytes, 1/8 steps
-
-
-def storage_chart(s: dict) -> list[str]:
-    """The storage map as text: one row per buffer (by offset), one column per phase, the
-    buffer's byte range; then the bytes live in each phase, as bars and in numbers."""
-    phases = s["phases"]
-    buffers = sorted(s["buffers"], key=lambda b: (b["offset"], -b["bytes"], b["name"]))
-    name_width = max([len(b["name"]) for b in buffers] + [len("live bytes")])
-    ranges = [f"{b['offset']:,}..{b['offset'] + b['bytes']:,}" for b in buffers]
-    range_width = max([len(r) for r in ranges] + [len("bytes")])
-    head = " " * (name_width + range_width + 4)
-    lines = []
-    if len(phases) > 10:  # phase numbers in two rows: tens, then units
-        lines.append(head + "".join(f"{i // 10 or ' '} " for i in range(len(phases))).rstrip())
-    lines.append(head + "".join(f"{i % 10} " for i in range(len(phases))).rstrip())
-    load = [0] * len(phases)
-    for b, span in zip(buffers, ranges):
-        live = {p for first, last in b["live_ranges"] for p in range(first, last + 1)}
-        for p in live:
-            if 0 <= p < len(load):
-                load[p] += b["bytes"]
-        cells = "".join(LIVE if p in live else DEAD for p in range(len(phases)))
-        lines.append(f"{b['name']:<{name_width}}  {span:>{range_width}}  {cells}")
-    peak = max(load, default=0)
-    bars = "".join(SPARK[-(-8 * n // peak) if peak else 0] * 2 for n in load)
-    lines.append(f"{'live bytes':<{name_width}}  {'':>{range_width}}  {bars}")
-    lines.append("phases: " + ", ".join(f"{i} {name} ({n:,} B)"
-                                        for i, (name, n) in enumerate(zip(phases, load))))
-    return lines
-
-
-def _print_plan(console, s: dict) -> None:
-    from rich.table import Table
-
-    used = s["smem_bytes"]
-    limit = s["smem_limit"]
-    share = f" ({100 * used / limit:.0f}%)" if limit else ""
-    launch = (f"{s['threads']} threads  min {s['min_blocks_per_sm']} block(s)/SM"
-              if s["gemms"] else "no gemm: storage plan only")
-    console.print(
-        f"[bold]{s['name']}[/bold]  {s['arch']}  {launch}  "
-        f"shared memory {used:,} of {limit:,} B{share}"
-    )
-    gemms = Table(title="gemms", title_justify="left")
-    for column in ("gemm", "tile MxNxK", "warps", "warp tile", "mma", "frags", "stages",
-                   "instruction"):
-        gemms.add_column(column)
-    tiles = Table(title="shared-memory tiles", title_justify="left")
-    for column in ("tile", "operand", "dtype", "outer x inner", "atom", "swizzle", "stages",
-                   "bytes"):
-        tiles.add_column(column, justify="right" if column == "bytes" else "left")
-    for g in s["gemms"]:
-        gemms.add_row(g["name"], "x".join(map(str, g["tile"])), "x".join(map(str, g["warps"])),
-                      "x".join(map(str, g["warp_tile"])), "x".join(map(str, g["mma"])),
-                      "x".join(map(str, g["frags"])), str(g["stages"]), g["instruction"])
-        for o in g["operands"]:
-            t = o["smem"]
-            tiles.add_row(t["name"], f"{g['name']}.{o['role']} ({o['param']})", t["dtype"],
-                          f"{t['outer']} x {t['inner']}", str(t["atom_inner"]), t["swizzle"],
-                          str(t["stages"]), f"{t['bytes']:,}")
-    if s["gemms"]:
-        console.print(gemms)
-        console.print(f"output: {s['gemms'][-1]['store']}")
-        console.print(tiles)
-    storage = Table(title="storage", title_justify="left")
-    for column in ("buffer", "offset", "bytes", "align", "live", "placed", "swizzle", "role"):
-        storage.add_column(column, justify="right" if column in ("offset", "bytes", "align")
-                           else "left")
-    phases = s["phases"]
-    for b in s["buffers"]:
-        live = ", ".join(_phase_span(phases, r) for r in b.get("live_ranges", [b["live"]]))
-        storage.add_row(b["name"], f"{b['offset']:,}", f"{b['bytes']:,}", str(b["align"]),
-                        live, b.get("placed", "packer"), b["swizzle"] or "-", b["role"])
-    storage.add_section()
-    storage.add_row("total", "", f"{used:,}", "", "", "", "", f"limit {limit:,}")
-    console.print(storage)
-    if s["buffers"]:
-        console.print("storage over phases (\u2588\u2588 live, \u00b7 not)", style="bold")
-        for line in storage_chart(s):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-    notes = [f"peak live {s['smem_peak']:,} B (no layout of these buffers is smaller)"]
-    if s.get("smem_declared") is not None:
-        notes.append(f"storage declaration {s['smem_declared']:,} B")
-        notes.append(f"packer alone {s['smem_packed']:,} B")
-    console.print("; ".join(notes))
-    params = Table(title="params struct", title_justify="left")
-    for column in ("member", "kind", "C++ type", "of", "default"):
-        params.add_column(column)
-    for f in s["params"]:
-        params.add_row(f["name"], f["kind"], f["ctype"], f["param"] or f["dim"] or "",
-                       "" if f["default"] is None else str(f["default"]))
-    if s["params"]:
-        console.print(params)
-    if s["alignments"]:
-        aligns = Table(title="argument alignment", title_justify="left")
-        for column in ("param", "pointer", "ld multiple of", "why"):
-            aligns.add_column(column)
-        for a in s["alignments"]:
-            aligns.add_row(a["param"], f"{a['ptr_bytes']} B", str(a["ld_multiple"]), a["reason"])
-        console.print(aligns)
-    occupancy = s["occupancy"]
-    line = f"occupancy: {occupancy['blocks_per_sm_by_smem']} block(s)/SM by shared memory"
-    if "blocks_per_sm_by_registers" in occupancy:
-        line += f", {occupancy['blocks_per_sm_by_registers']} by registers"
-    console.print(line)
-    if "resources" in s:
-        r = s["resources"]
-        console.print(
-            f"NVRTC {r['nvrtc']} for {r['arch']}: {r['registers']} registers/thread, "
-            f"{r['spill_stores']} B spill stores, {r['spill_loads']} B spill loads, "
-            f"{r['stack_bytes']} B stack ({r['seconds']:.2f} s{', cached' if r['cached'] else ''})"
-        )
-
-
 @cli.command("inspect")
 @click.argument("file")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@click.option("--resources", is_flag=True, help="Compile with NVRTC and show registers/spills.")
+@_json_option("the plan")
+@click.option("--resources", is_flag=True,
+              help="Compile with NVRTC and show registers and spills (spills are warnings).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernels' own.")
 @click.option("--kernel", "kernel_name", default=None, help="Only this kernel.")
+@werror_option
 @guarded
 def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
-                    kernel_name: str | None) -> None:
+                    kernel_name: str | None, werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
     from .api import read_module, safe_file_name
     from .lower import lower
 
     text = _read_text(file)
-    module, _ = read_module(file)
-    kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
-    target = arch_of(arch)
     summaries = []
-    for kernel in kernels:
-        if resources:
-            name = safe_file_name(file)
-            built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
-                          command=header_command(name, target, kernel_name))
-            summaries.append(plan_summary(built.plan, _resources(built)))
-        else:
-            summaries.append(plan_summary(lower(kernel, target)))
+    with _watching_warnings():
+        module, _ = read_module(file)
+        kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
+        target = arch_of(arch)
+        for kernel in kernels:
+            if resources:
+                name = safe_file_name(file)
+                built = build(kernel, target, source_name=name,
+                              source_hash=file_hash(text.encode()),
+                              command=header_command(name, target, kernel_name))
+                summaries.append(plan_summary(built.plan, _resources(built)))
+            else:
+                summaries.append(plan_summary(lower(kernel, target)))
     if as_json:
-        click.echo(json.dumps({"kernels": summaries}, indent=2))
+        document: dict[str, Any] = {"kernels": summaries}
+        if _warnings_shown():
+            document["warnings"] = _warnings_shown()
+        click.echo(json.dumps(document, indent=2))
         return
     console = _stdout()
     for i, summary in enumerate(summaries):
         if i:
             console.print()
-        _print_plan(console, summary)
+        print_plan(console, summary)
 
 
 def _resources(built) -> dict:
-    from .runtime.nvrtc import compile_cubin, nvrtc_version
+    from .runtime.nvrtc import compile_cubin, nvrtc_version, warn_resources
 
     with _stderr().status(f"compiling {built.plan.name} with NVRTC"):
         result = compile_cubin(built.source, built.plan.name, built.plan.arch.value)
+    warn_resources(result)
     return {"arch": result.arch, "nvrtc": nvrtc_version(), "seconds": result.seconds,
             "cached": result.cached, **result.resources()}
 
@@ -483,23 +486,27 @@ def _positive_int(value: str) -> int:
     return number
 
 
+
+
 @cli.command("run")
 @click.argument("file")
 @click.option("--size", "size_text", default=None, help="Sizes, e.g. M=4096,N=4096,K=4096.")
 @click.option("--check/--no-check", default=True, help="Compare with the NumPy reference.")
 @click.option("--bench", is_flag=True, help="Time it (and PyTorch doing the same).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_json_option("the report")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Plan for this target instead.")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--scalar", "scalar_text", default=None, help="Scalar values, e.g. alpha=1.5.")
 @click.option("--iters", default=30, show_default=True, help="Timed runs (median taken).")
+@werror_option
 @guarded
 def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_json: bool,
                 arch: str | None, kernel_name: str | None, seed: int, scalar_text: str | None,
-                iters: int) -> None:
+                iters: int, werror: bool) -> None:
     """Compile, run on random data, check against the reference, and benchmark."""
     from .api import build_file
+    from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import gpu_available
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
@@ -507,77 +514,46 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
     if iters < 1:
         _fail(EXIT_BAD_INPUT, "error: --iters must be at least 1")
     _read_text(file)
-    built = build_file(file, arch, kernel=kernel_name)
-    from .runtime.run import check_scalar_names, resolve_sizes
+    with _watching_warnings():
+        built = build_file(file, arch, kernel=kernel_name)
+        resolve_sizes(built.kernel, sizes)  # a wrong size or scalar name is bad input, GPU or not
+        check_scalar_names(built.kernel, scalars)
+        if not gpu_available():
+            _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
+                               "(kgen compile and kgen inspect do not)")
+        result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
+    from .harness.run import run
+    from .runtime.launch import CompiledKernel
 
-    resolve_sizes(built.kernel, sizes)  # a wrong size or scalar name is bad input, GPU or not
-    check_scalar_names(built.kernel, scalars)
-    if not gpu_available():
-        _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
-                           "(kgen compile and kgen inspect do not)")
-    from .runtime.run import run
+    compiled = CompiledKernel(built.plan, result.cubin, source=built.source, compiled=result,
+                              device_id=device_id)
 
     with _stderr().status("starting") as status:
         report = run(built.kernel, built.plan, built.source, sizes, check=check, bench=bench,
-                     seed=seed, progress=status.update, scalars=scalars, iters=iters)
+                     seed=seed, progress=status.update, scalars=scalars, iters=iters,
+                     compiled=compiled)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2))
+        document = report.as_dict()
+        if _warnings_shown():
+            document["warnings"] = _warnings_shown()
+        click.echo(json.dumps(document, indent=2))
     else:
-        _print_report(_stdout(), report)
+        print_run_report(_stdout(), report)
     if report.checked and not report.ok:
         sys.exit(EXIT_FAILED)
 
 
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
+def _compile_for_device(built):
+    """NVRTC's result for the present GPU's arch (ptxas' spills become warnings) and the
+    GPU's id."""
+    from .runtime.device import device_info
+    from .runtime.nvrtc import compile_cubin, warn_resources
 
-
-def _print_report(console, report) -> None:
-    from rich.table import Table
-
-    sizes = ", ".join(f"{k}={v}" for k, v in report.sizes.items())
-    scalars = ", ".join(f"{k}={v:g}" for k, v in report.scalars.items())
-    compile_info = report.compile
-    compiled = ""
-    if compile_info:
-        compiled = (f"; {compile_info.get('registers')} registers, "
-                    f"{compile_info.get('spill_stores', 0)} B spilled, "
-                    + ("cached" if compile_info.get("cached")
-                       else f"compiled in {compile_info.get('seconds', 0):.2f} s"))
-    console.print(f"[bold]{report.kernel}[/bold] ({report.plan_arch} plan, {report.compile_arch} "
-                  f"code) on {report.device}{compiled}")
-    console.print(f"sizes {sizes}" + (f"; scalars {scalars}" if scalars else "")
-                  + f"; seed {report.seed}; tensors from {report.backend}")
-    if report.checked:
-        table = Table(title="check against the NumPy reference", title_justify="left")
-        for column in ("output", "dtype", "shape", "rows", "max abs", "max rel", "atol, rtol",
-                       "unwritten", "result"):
-            table.add_column(column)
-        for c in report.checks:
-            r = c.result
-            verdict = "[green]ok[/green]" if r.ok else f"[red]FAIL[/red] ({r.bad} bad)"
-            table.add_row(c.name, c.dtype, "x".join(map(str, c.shape)),
-                          "all" if c.rows_checked is None else str(c.rows_checked),
-                          f"{r.max_abs:.3g}", f"{r.max_rel:.3g}", f"{r.atol:g}, {r.rtol:g}",
-                          str(r.unwritten), verdict)
-        console.print(table)
-    if report.timing is not None:
-        table = Table(title="time (median of runs, inputs rotated past L2)", title_justify="left")
-        for column in ("", "time", "TFLOP/s", "GB/s", "of peak", "vs PyTorch"):
-            table.add_column(column, justify="right")
-        peak = report.peak_fraction
-        table.add_row("kgen", _fmt(report.timing.median_ms * 1e3, ".1f", " us"),
-                      _fmt(report.tflops, ".1f"), _fmt(report.gbps, ".0f"),
-                      _fmt(None if peak is None else 100 * peak, ".0f", "%"),
-                      _fmt(report.speedup, ".2f", "x"))
-        if report.torch_timing is not None:
-            table.add_row("PyTorch", _fmt(report.torch_timing.median_ms * 1e3, ".1f", " us"),
-                          _fmt(report.torch_tflops, ".1f"), "", "", "1.00x")
-        console.print(table)
-    for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
-    if report.checked:
-        console.print("[green]PASS[/green]" if report.ok else "[red]FAIL[/red]")
+    info = device_info()
+    with _stderr().status(f"compiling {built.plan.name} for {info.arch} with NVRTC"):
+        result = compile_cubin(built.source, built.plan.name, info.arch)
+    warn_resources(result)
+    return result, info.device_id
 
 
 def main() -> None:

@@ -80,3 +80,23 @@ def test_load_without_gpu_says_so():
         pytest.skip("a GPU is present")
     with pytest.raises(KgenRuntimeError, match="no CUDA GPU is available"):
         kgen.load(bias_relu_kernel())
+
+
+def test_load_warns_about_spills_and_local_memory(monkeypatch):
+    """kgen.load reports ptxas' spills and stack frame as a KgenResourceWarning (stand-ins for
+    the GPU: the device's properties, NVRTC's result and the loaded kernel)."""
+    pipeline()
+    import kgen.runtime.device as device
+    import kgen.runtime.launch as launch
+    import kgen.runtime.nvrtc as nvrtc
+    from tests.handmade import bias_relu_kernel
+
+    info = device.DeviceInfo(0, "Fake GPU", (8, 0), 108, 40 << 20, 166912, 1410000)
+    spilled = nvrtc.CompileResult(b"\x7fELF", "", 255, 8, 8, 16, False, 0.1, "sm_80",
+                                  "bias_relu")
+    monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
+    monkeypatch.setattr(nvrtc, "compile_cubin", lambda *args, **kwargs: spilled)
+    monkeypatch.setattr(launch, "CompiledKernel", lambda plan, cubin, **kwargs: "loaded")
+    with pytest.warns(nvrtc.KgenResourceWarning, match="8 B spill stores and 8 B spill loads "
+                                                       "and a 16 B stack frame"):
+        assert kgen.load(bias_relu_kernel()) == "loaded"

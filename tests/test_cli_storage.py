@@ -7,7 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from kgen.cli import cli, storage_chart
+from kgen.cli import cli
+from kgen.report import storage_chart
 
 ROOT = Path(__file__).resolve().parent.parent
 ATTENTION = ROOT / "examples" / "attention_bwd_storage.kg"

@@ -1,6 +1,6 @@
 """kgen's runtime: NVRTC compilation with an on-disk cache, tensors from any GPU library,
-checked launches, timing, and `kgen run`. Importing it needs no GPU; touching the GPU does."""
-from .bench import Timing, time_kernel
+checked launches, tensor maps. It reads the plan only (never the IR); the run, check and timing
+harness is kgen.harness. Importing it needs no GPU; touching the GPU does."""
 from .buffers import DeviceBuffer
 from .cache import CompileCache, KgenCacheWarning
 from .device import DeviceInfo, device_info, gpu_available
@@ -17,7 +17,6 @@ __all__ = [
     "DeviceBuffer",
     "DeviceInfo",
     "KgenCacheWarning",
-    "Timing",
     "as_device_array",
     "bind_arguments",
     "compile_cubin",
@@ -26,5 +25,4 @@ __all__ = [
     "nvrtc_version",
     "params_struct",
     "parse_ptxas_report",
-    "time_kernel",
 ]

@@ -7,18 +7,16 @@ contiguous block and a logical view of it (shape and strides in elements), so a 
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .. import ir
+from ..enums import DType, Layout
 from ..errors import KgenRuntimeError
 from .device import activate, check, current_device_id
 from .tensors import DeviceArray, contiguous_strides, dtype_of_numpy, numpy_dtype
 
 
 class DeviceBuffer:
-    def __init__(self, shape: tuple[int, ...], dtype: ir.DType, *,
+    def __init__(self, shape: tuple[int, ...], dtype: DType, *,
                  strides: tuple[int, ...] | None = None, device_id: int | None = None):
         from cuda.core import Device
 
@@ -39,18 +37,18 @@ class DeviceBuffer:
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def empty(cls, shape, dtype: ir.DType, **kwargs) -> "DeviceBuffer":
+    def empty(cls, shape, dtype: DType, **kwargs) -> "DeviceBuffer":
         return cls(tuple(shape), dtype, **kwargs)
 
     @classmethod
-    def from_host(cls, array: np.ndarray, *, layout: ir.Layout = ir.Layout.ROW,
+    def from_host(cls, array: np.ndarray, *, layout: Layout = Layout.ROW,
                   device_id: int | None = None) -> "DeviceBuffer":
         """Copy a host array (float16, ml_dtypes.bfloat16 or float32) to the GPU. A 2-D array
         with layout COL is stored column-major: element (r, c) at r + c * rows."""
         dtype = dtype_of_numpy(array.dtype)
         if dtype is None:
             raise KgenRuntimeError(f"no kgen dtype for host arrays of {array.dtype}")
-        if array.ndim == 2 and layout is ir.Layout.COL:
+        if array.ndim == 2 and layout is Layout.COL:
             rows, cols = array.shape
             block = np.ascontiguousarray(array.T)
             buffer = cls(array.shape, dtype, strides=(1, rows), device_id=device_id)
@@ -111,8 +109,6 @@ class DeviceBuffer:
                 f"device={self.device_id})")
 
 
-
-
 def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     """Elements from the first to one past the last addressed element."""
     if any(extent == 0 for extent in shape):
@@ -120,6 +116,3 @@ def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return 1 + sum((extent - 1) * stride for extent, stride in zip(shape, strides)) if shape \
         else 1
 
-
-def bytes_of(shape: tuple[int, ...], dtype: ir.DType) -> int:
-    return math.prod(shape) * dtype.nbytes

@@ -109,10 +109,16 @@ def arch_for(cc: tuple[int, int]) -> str:
     return f"sm_{major}{minor}a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
 
-@functools.lru_cache(maxsize=None)
 def device_info(device_id: int | None = None) -> DeviceInfo:
+    """The properties of device `device_id`, or of the current context's device: asked anew
+    each call (a caller may switch devices), the properties themselves cached per device."""
     if device_id is None:
         device_id = current_device_id()
+    return _device_info(device_id)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_info(device_id: int) -> DeviceInfo:
     require_gpu("querying the device")
     driver = _driver()
     dev = check(driver.cuDeviceGet(device_id), "cuDeviceGet")

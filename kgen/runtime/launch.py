@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import ir
+from ..enums import DType, Layout, ParamKind, Role
 from ..errors import ArgumentError, KgenRuntimeError
-from ..plan import FieldKind, KernelPlan
+from ..plan import FieldKind, KernelPlan, Param
 from .tensors import DeviceArray, as_device_array
 
 # Sizes are int in the params struct and the kernel's index math adds a tile to them and turns
@@ -70,7 +71,7 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def _decl_text(param: ir.Param) -> str:
+def _decl_text(param: Param) -> str:
     return f"{param.dtype.dsl_name}{_shape_text(param.shape)}"
 
 
@@ -85,8 +86,8 @@ def _is_number(value: Any) -> bool:
         return False
 
 
-def _takes_array(param: ir.Param) -> bool:
-    return param.kind is not ir.ParamKind.SCALAR or param.role is ir.Role.OUT
+def _takes_array(param: Param) -> bool:
+    return param.kind is not ParamKind.SCALAR or param.role is Role.OUT
 
 
 def bind_arguments(
@@ -107,18 +108,17 @@ def bind_arguments(
     not a multiple the plan's `dim_rules` ask for. `persistent_ctas` caps the grid of a
     persistent plan (the device's SM count x resident CTAs per SM; see plan.grid).
     """
-    kernel = plan.kernel
-    params = {p.name: p for p in kernel.params}
+    params = {p.name: p for p in plan.params}
     unknown = [name for name in args if name not in params]
     if unknown:
         raise ArgumentError(
-            f"unknown argument {unknown[0]!r}; {kernel.name} takes "
-            + ", ".join(p.name for p in kernel.params)
+            f"unknown argument {unknown[0]!r}; {plan.name} takes "
+            + ", ".join(p.name for p in plan.params)
         )
 
     arrays: dict[str, DeviceArray] = {}
     scalars: dict[str, float] = {}
-    for param in kernel.params:
+    for param in plan.params:
         given = param.name in args and args[param.name] is not None
         if _takes_array(param):
             if not given:
@@ -155,7 +155,7 @@ def bind_arguments(
                 f"{name} is on cuda:{array.device_id} but the kernel runs on cuda:{device_id}"
             )
 
-    resolved = _infer_sizes(kernel, arrays, sizes or {})
+    resolved = _infer_sizes(plan.params, arrays, sizes or {})
     for dim in [f.dim for f in plan.fields if f.kind is FieldKind.SIZE and f.dim]:
         if dim not in resolved:
             raise ArgumentError(
@@ -188,7 +188,7 @@ def bind_arguments(
         elif member.kind is FieldKind.SCALAR:
             values[member.name] = scalars[member.param]
         elif member.kind is FieldKind.WORKSPACE:
-            values[member.name] = 0  # the launch provides it (CompiledKernel._workspace)
+            values[member.name] = 0  # the launch provides it (CompiledKernel._workspace_pointer)
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved, persistent_ctas)
@@ -201,7 +201,7 @@ def bind_arguments(
     )
 
 
-def _infer_sizes(kernel: ir.Kernel, arrays: Mapping[str, DeviceArray],
+def _infer_sizes(params: tuple[Param, ...], arrays: Mapping[str, DeviceArray],
                  given: Mapping[str, int]) -> dict[str, int]:
     """Symbolic dimensions from the arguments' shapes; they must agree everywhere."""
     sizes: dict[str, int] = {}
@@ -211,12 +211,12 @@ def _infer_sizes(kernel: ir.Kernel, arrays: Mapping[str, DeviceArray],
             raise ArgumentError(f"sizes[{dim!r}] must be a non-negative int, got {extent!r}")
         sizes[dim] = extent
         source[dim] = f"sizes gives {dim}={extent}"
-    for param in kernel.params:
+    for param in params:
         array = arrays.get(param.name)
         if array is None:
             continue
         declared = param.shape
-        if param.kind is ir.ParamKind.SCALAR:  # a scalar output: one element
+        if param.kind is ParamKind.SCALAR:  # a scalar output: one element
             if array.ndim > 1 or (array.ndim == 1 and array.shape[0] != 1):
                 raise ArgumentError(
                     f"{param.name} is a scalar output: pass a tensor of one element, got "
@@ -247,23 +247,23 @@ def _infer_sizes(kernel: ir.Kernel, arrays: Mapping[str, DeviceArray],
     return sizes
 
 
-def _leading_dim(param: ir.Param, array: DeviceArray) -> int:
+def _leading_dim(param: Param, array: DeviceArray) -> int:
     """The leading dimension of a tensor stored in its declared layout, possibly padded."""
     name = param.name
     if any(s < 0 for s in array.strides):
         raise ArgumentError(f"{name} has negative strides {array.strides}; pass a copy")
-    if param.kind is ir.ParamKind.VECTOR:
+    if param.kind is ParamKind.VECTOR:
         (length,) = array.shape
         if length > 1 and array.strides[0] != 1:
             raise ArgumentError(
                 f"{name} must be contiguous but has stride {array.strides[0]}; pass a copy"
             )
         return 0
-    if param.kind is not ir.ParamKind.TENSOR:
+    if param.kind is not ParamKind.TENSOR:
         return 0
     rows, cols = array.shape
     row_stride, col_stride = array.strides
-    if param.layout is ir.Layout.ROW:
+    if param.layout is Layout.ROW:
         unit_ok = col_stride == 1 or cols <= 1
         ld = row_stride if rows > 1 else max(row_stride, cols)
         inner, order, fix = cols, "row-major", ".contiguous()"
@@ -372,7 +372,14 @@ class CompiledKernel:
         # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
         self._init_function = self._helper_function(plan.init_kernel)
         self._finalize_function = self._helper_function(plan.finalize_kernel)
-        self._workspace = None  # DeviceBuffer, grown on demand, for deterministic reductions
+        # Deterministic reductions: a workspace per stream (launches on two streams may run at
+        # once and must not share partials), grown on demand. A replaced one is kept, not freed:
+        # a launch already enqueued may still use it, and waiting for it would break graph
+        # capture. Growth doubles, so the kept ones add up to less than the live one.
+        self._workspaces: dict[int, Any] = {}  # stream -> DeviceBuffer
+        self._retired: list[Any] = []
+        # Launches may come from several threads: the caches below change under this lock.
+        self._lock = threading.Lock()
         if plan.smem_bytes > DEFAULT_SMEM_LIMIT:
             check(
                 driver.cuFuncSetAttribute(
@@ -404,13 +411,19 @@ class CompiledKernel:
         kernel = self._object.get_kernel(name)
         return check(driver.cuKernelGetFunction(kernel.handle), f"cuKernelGetFunction({name})")
 
-    def _workspace_pointer(self, sizes: Mapping[str, int]) -> int:
+    def _workspace_pointer(self, sizes: Mapping[str, int], stream: int) -> int:
         from .buffers import DeviceBuffer
 
         floats = max(self.plan.workspace_floats(dict(sizes)), 1)
-        if self._workspace is None or self._workspace.shape[0] < floats:
-            self._workspace = DeviceBuffer.empty((floats,), ir.DType.F32)
-        return self._workspace.as_array().ptr
+        with self._lock:
+            workspace = self._workspaces.get(stream)
+            if workspace is None or workspace.shape[0] < floats:
+                if workspace is not None:
+                    self._retired.append(workspace)
+                    floats = max(floats, 2 * workspace.shape[0])
+                workspace = DeviceBuffer.empty((floats,), DType.F32, device_id=self.device_id)
+                self._workspaces[stream] = workspace
+            return workspace.ptr
 
     def _launch_helper(self, function, name: str, sizes, pointers, stream: int) -> None:
         from cuda.bindings import driver
@@ -458,12 +471,15 @@ class CompiledKernel:
         from . import tma
 
         key = tma.output_args(self.plan, bound.values, bound.sizes)
-        maps = self._maps.get(key)
+        with self._lock:
+            maps = self._maps.get(key)
         if maps is None:
-            if len(self._maps) >= 64:
-                self._maps.clear()
-            data = tma.encode_2d(*key)
-            maps = self._maps[key] = (ctypes.c_ubyte * tma.MAP_BYTES).from_buffer_copy(data)
+            data = tma.encode_2d(*key)  # outside the lock: two threads may both encode it
+            maps = (ctypes.c_ubyte * tma.MAP_BYTES).from_buffer_copy(data)
+            with self._lock:
+                if len(self._maps) >= 64:
+                    self._maps.clear()
+                maps = self._maps.setdefault(key, maps)
         return maps
 
     @property
@@ -493,7 +509,7 @@ class CompiledKernel:
         activate(self.device_id)
         values = dict(bound.values)
         if self._finalize_function is not None:
-            values["workspace"] = self._workspace_pointer(bound.sizes)
+            values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
         if self.plan.tma_store:  # the kernel's second parameter: the output's tensor map
             maps = self._tensor_maps(bound)

@@ -10,6 +10,7 @@ import io
 import os
 import re
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -18,6 +19,10 @@ from ..errors import KgenRuntimeError
 from .cache import CompileCache, default_cache
 
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+
+
+class KgenResourceWarning(UserWarning):
+    """ptxas reports spills or a stack frame: the kernel runs, but through local memory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,28 @@ class CompileResult:
             "spill_loads": self.spill_loads,
             "stack_bytes": self.stack_bytes,
         }
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What ptxas' report shows that costs speed: spills and local memory (a stack frame).
+        Emitted kernels are meant to have none; a chain with wide tiles can run out of
+        registers."""
+        found = []
+        if self.spill_stores or self.spill_loads:
+            found.append(f"{self.spill_stores} B spill stores and {self.spill_loads} B spill "
+                         "loads")
+        if self.stack_bytes:
+            found.append(f"a {self.stack_bytes} B stack frame")
+        if not found:
+            return ()
+        return (f"{self.name} for {self.arch}: ptxas reports {' and '.join(found)} "
+                f"(local memory, slower; registers {self.registers})",)
+
+
+def warn_resources(result: CompileResult, stacklevel: int = 3) -> None:
+    """Warn (KgenResourceWarning) about each of the result's spill and local-memory findings."""
+    for message in result.warnings:
+        warnings.warn(message, KgenResourceWarning, stacklevel=stacklevel)
 
 
 @functools.lru_cache(maxsize=1)
@@ -227,6 +254,37 @@ def parse_ptxas_report(log: str, name: str | None = None) -> dict[str, int]:
     if name is not None and name in per_entry:
         return per_entry[name]
     return next(iter(per_entry.values()))
+
+
+def compile_ptx(source: str, name: str, arch: str) -> str:
+    """The PTX of `source` for `arch` ("sm_80", "sm_90a"), with no GPU and no ptxas (NVRTC
+    itself, for the virtual arch compute_XX: cuda.core asks the driver whether it could load
+    the PTX, which fails without one). Not cached: PTX is a text for people and tools."""
+    from cuda.bindings import nvrtc
+
+    if not _ARCH.match(arch):
+        raise KgenRuntimeError(f"not an NVRTC arch: {arch!r} (expected e.g. sm_80 or sm_90a)")
+    virtual = "compute_" + arch.removeprefix("sm_")
+    options = [f"-arch={virtual}".encode(), b"-std=c++17", f"-I{cuda_include_dir()}".encode()]
+    err, program = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise KgenRuntimeError(f"NVRTC could not create a program for {name}: {err}")
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(program)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(program, log)
+            saved = _save_failed(default_cache(), name, source)
+            raise KgenRuntimeError(
+                f"NVRTC {nvrtc_version()} could not compile {name} for {virtual}:\n"
+                f"{_clean(log.decode(errors='replace'))}\nthe source is saved at {saved}")
+        _, size = nvrtc.nvrtcGetPTXSize(program)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(program, ptx)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return _clean(ptx.decode()) + "\n"
 
 
 def save_cubin(result: CompileResult, path: str | Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import ir
+from ..enums import DType
 from ..errors import ArgumentError
 
 
@@ -23,7 +23,7 @@ class DeviceArray:
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
-    dtype: ir.DType | None  # None: an element type kgen does not take (see dtype_name)
+    dtype: DType | None  # None: an element type kgen does not take (see dtype_name)
     device_id: int | None  # None: unknown (no driver to ask)
     dtype_name: str = ""  # the producer's own name for the element type, for messages
     kind: str = "array"  # "torch", "cuda_array_interface", "dlpack", "kgen"
@@ -38,24 +38,24 @@ class DeviceArray:
 
 
 # numpy typestr / dtype names -> kgen dtypes
-_NUMPY_NAMES = {"float16": ir.DType.F16, "bfloat16": ir.DType.BF16, "float32": ir.DType.F32}
+_NUMPY_NAMES = {"float16": DType.F16, "bfloat16": DType.BF16, "float32": DType.F32}
 _TORCH_NAMES = {
-    "torch.float16": ir.DType.F16,
-    "torch.bfloat16": ir.DType.BF16,
-    "torch.float32": ir.DType.F32,
+    "torch.float16": DType.F16,
+    "torch.bfloat16": DType.BF16,
+    "torch.float32": DType.F32,
 }
 
 
-def numpy_dtype(dtype: ir.DType) -> np.dtype:
+def numpy_dtype(dtype: DType) -> np.dtype:
     """The host dtype of a kgen dtype (bf16 is ml_dtypes.bfloat16)."""
-    if dtype is ir.DType.BF16:
+    if dtype is DType.BF16:
         import ml_dtypes
 
         return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype({ir.DType.F16: np.float16, ir.DType.F32: np.float32}[dtype])
+    return np.dtype({DType.F16: np.float16, DType.F32: np.float32}[dtype])
 
 
-def dtype_of_numpy(dtype: np.dtype) -> ir.DType | None:
+def dtype_of_numpy(dtype: np.dtype) -> DType | None:
     return _NUMPY_NAMES.get(np.dtype(dtype).name)
 
 
@@ -210,9 +210,9 @@ def _from_dlpack(obj: Any, name: str) -> DeviceArray:
     code, bits, lanes = int(tensor.dtype.code), int(tensor.dtype.bits), int(tensor.dtype.lanes)
     dtype = None
     if lanes == 1 and code == _DL_FLOAT and bits in (16, 32):
-        dtype = ir.DType.F16 if bits == 16 else ir.DType.F32
+        dtype = DType.F16 if bits == 16 else DType.F32
     elif lanes == 1 and code == _DL_BFLOAT and bits == 16:
-        dtype = ir.DType.BF16
+        dtype = DType.BF16
     dtype_name = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex"}.get(code, "type")
     ptr = int(tensor.data or 0) + int(tensor.byte_offset)
     return DeviceArray(

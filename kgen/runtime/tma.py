@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import ctypes
 
-from .. import ir
+from ..enums import DType
 from ..lower import schedule
 from ..plan import KernelPlan
 
 MAP_BYTES = 128  # sizeof(CUtensorMap)
 
 
-def encode_2d(dtype: ir.DType, address: int, rows: int, cols: int, ld: int) -> bytes:
+def encode_2d(dtype: DType, address: int, rows: int, cols: int, ld: int) -> bytes:
     """The CUtensorMap of a row-major matrix of 16-bit values (`rows` x `cols`, rows `ld`
     elements apart) in boxes of 64 x 64 with the 128-byte swizzle: the layout of a ping-pong
     kernel's output staging. Rows and columns past the matrix are clipped on stores."""
@@ -43,7 +43,7 @@ def output_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
     last = plan.gemms[-1]
     out = last.epilogue.packed_store.param
     rows = sizes[last.m_dim] if isinstance(last.m_dim, str) else last.m_dim
-    return (plan.kernel.param(out).dtype, int(values[out]), rows, last.n_dim,
+    return (plan.param(out).dtype, int(values[out]), rows, last.n_dim,
             int(values[f"ld_{out}"]))
 
 

@@ -14,7 +14,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent.parent / "examples").g
 
 
 def _run(built, m):
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
 
     report = run(built.kernel, built.plan, built.source, {"M": m}, check=True)
     assert report.checks, "no output was checked"

@@ -39,7 +39,7 @@ ARGS = {
 
 def _run(kernel, mnk):
     from kgen.api import build
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
 
     built = build(kernel)
     report = run(built.kernel, built.plan, built.source, dict(zip("MNK", mnk)), check=True)

@@ -28,7 +28,7 @@ def _kernel(name, deterministic):
 @pytest.mark.parametrize("name", REDUCING)
 def test_reductions_match_reference(name, mnk, deterministic):
     from kgen.api import build
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
 
     built = build(_kernel(name, deterministic))
     report = run(built.kernel, built.plan, built.source, dict(zip("MNK", mnk)), check=True)

@@ -44,7 +44,8 @@ def failure_text(report):
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_example_matches_reference(example, mnk):
     from kgen.api import build_file
-    from kgen.runtime.run import run, symbolic_dims
+    from kgen.harness.inputs import symbolic_dims
+    from kgen.harness.run import run
 
     built = build_file(example)
     # only the sizes the kernel has: the b2b examples fix every dimension but M
@@ -61,7 +62,8 @@ def test_example_matches_reference(example, mnk):
 @pytest.mark.parametrize("mnk", [(256, 256, 64), (1000, 998, 40), (777, 130, 264)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_naive_kernel_passes_the_check(mnk, use_torch):
-    from kgen.runtime.run import run, torch_usable
+    from kgen.harness.arrays import torch_usable
+    from kgen.harness.run import run
     from tests.handmade import bias_relu_kernel
 
     if use_torch and not torch_usable():
@@ -76,7 +78,7 @@ def test_naive_kernel_passes_the_check(mnk, use_torch):
 
 def test_large_shared_memory_needs_the_attribute():
     """147 KB of dynamic shared memory: only launchable after the opt-in attribute."""
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
     from tests.handmade import bias_relu_kernel
 
     plan, source, compiled = handmade(bias_relu_kernel(tile=(128, 256, 64), warps=(2, 4)))
@@ -86,7 +88,7 @@ def test_large_shared_memory_needs_the_attribute():
 
 
 def test_check_catches_an_unwritten_row():
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
     from tests.handmade import rowscale_gelu_kernel
 
     plan, source, compiled = handmade(rowscale_gelu_kernel(), skip_last_row=True)
@@ -97,7 +99,7 @@ def test_check_catches_an_unwritten_row():
 
 
 def test_check_catches_a_wrong_value():
-    from kgen.runtime.run import run
+    from kgen.harness.run import run
     from tests.handmade import rowscale_gelu_kernel
 
     plan, source, _ = handmade(rowscale_gelu_kernel())
@@ -113,7 +115,8 @@ def test_check_catches_a_wrong_value():
 
 
 def test_bench_reports_time_and_torch():
-    from kgen.runtime.run import run, torch_usable
+    from kgen.harness.arrays import torch_usable
+    from kgen.harness.run import run
     from tests.handmade import bias_relu_kernel
 
     plan, source, compiled = handmade(bias_relu_kernel())

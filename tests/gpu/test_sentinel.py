@@ -95,7 +95,7 @@ def guarded_arguments(torch, kernel: ir.Kernel, sizes: dict, device, seed: int =
     """Sentinel-guarded arguments for every tensor and vector (and scalar output) of `kernel`,
     inputs filled with the random data `kgen run` uses, outputs poisoned; plus the host inputs
     and scalars for the reference."""
-    from kgen.runtime.run import make_inputs, pick_scalars, shape_of
+    from kgen.harness.inputs import make_inputs, pick_scalars, shape_of
 
     rng = np.random.default_rng(seed)
     host = make_inputs(kernel, sizes, rng)
@@ -137,7 +137,7 @@ def check_guards(torch, kernel: ir.Kernel, guards: dict, host: dict, scalars: di
 
 
 def sizes_of(kernel: ir.Kernel, mnk) -> dict:
-    from kgen.runtime.run import resolve_sizes, symbolic_dims
+    from kgen.harness.inputs import resolve_sizes, symbolic_dims
 
     wanted = dict(zip("MNK", mnk))
     return resolve_sizes(kernel, {d: v for d, v in wanted.items() if d in symbolic_dims(kernel)})

@@ -279,7 +279,7 @@ def test_dtypes_kgen_does_not_take(plan, typestr, shown):
 
 def test_run_sizes_are_checked_before_the_gpu():
     """`kgen run --size` past the limit is bad input (exit 2) on any machine."""
-    from kgen.runtime.run import resolve_sizes
+    from kgen.harness.inputs import resolve_sizes
 
     kernel = bias_relu_kernel()
     assert resolve_sizes(kernel, {"M": 2**30 - 1})["M"] == 2**30 - 1

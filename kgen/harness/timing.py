@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .device import check
+from ..runtime.device import check
 
 DEFAULT_WARMUP = 5
 DEFAULT_ITERS = 30  # at least 20, for a stable median
@@ -62,8 +62,8 @@ def _hold_function(device_id: int):
     from cuda.bindings import driver
     from cuda.core import ObjectCode
 
-    from .device import device_info
-    from .nvrtc import compile_cubin
+    from ..runtime.device import device_info
+    from ..runtime.nvrtc import compile_cubin
 
     result = compile_cubin(_HOLD_SOURCE, "kgen_hold", device_info(device_id).arch)
     code = ObjectCode.from_cubin(result.cubin, name="kgen_hold")
@@ -79,7 +79,7 @@ def hold_stream(stream: int, seconds: float) -> None:
     """Enqueue a kernel that keeps `stream` busy for about `seconds` (at most MAX_HOLD_S)."""
     from cuda.bindings import driver
 
-    from .device import current_device_id
+    from ..runtime.device import current_device_id
 
     _, _, function, hz = _hold_function(current_device_id())
     cycles = (ctypes.c_longlong * 1)(int(min(seconds, MAX_HOLD_S) * hz))

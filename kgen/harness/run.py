@@ -1,10 +1,9 @@
 """`kgen run`: compile, launch on random data, check against the reference, benchmark.
 
-Inputs are random normals scaled so every sum over K stays O(1) (A operands by 1/sqrt(K)),
-never zeros; scalars get random values in [0.5, 1.5] unless given, so a `beta = 0` default does
-not hide a wrong C path. Outputs are poisoned with NaN before the launch: an element still NaN
-afterwards (where the reference is not) was never written. For large M the reference is
-computed on a random subset of rows, and the NaN check covers the whole output.
+Inputs come from harness.inputs (random, never zeros). Outputs are poisoned with NaN before the
+launch: an element still NaN afterwards (where the reference is not) was never written. For
+large M the reference is computed on a random subset of rows, and the NaN check covers the
+whole output.
 Tensors are PyTorch's when PyTorch and a GPU are there (and PyTorch is then timed on the same
 data as the baseline); kgen's own DeviceBuffers otherwise.
 """
@@ -18,16 +17,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import ir
-from ..errors import ArgumentError
 from ..plan import KernelPlan
-from ..reference import (CompareResult, checking_dtype, compare, evaluate, host_dtype,
-                         needs_all_rows)
-from .bench import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
-from .device import check as check_cuda
-from .device import device_info, require_gpu
-from .launch import MAX_SIZE
+from ..reference import CompareResult, checking_dtype, compare, evaluate, needs_all_rows
+from ..runtime.device import device_info, require_gpu
+from .arrays import BufferArrays, TorchArrays, sync, torch_usable
+from .inputs import make_inputs, pick_scalars, resolve_sizes, shape_of
+from .timing import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
 
-DEFAULT_SIZE = 1024  # for a symbolic size the caller does not give
 CHECK_ROWS = 256  # rows the reference computes when M is large
 
 # Dense f16/bf16 tensor-core peak (FLOP/s) and memory bandwidth (B/s), by device name.
@@ -151,216 +147,6 @@ class RunReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# Sizes, shapes, inputs
-
-
-def symbolic_dims(kernel: ir.Kernel) -> list[str]:
-    dims: list[str] = []
-    for param in kernel.params:
-        for dim in param.shape:
-            if isinstance(dim, str) and dim not in dims:
-                dims.append(dim)
-    return dims
-
-
-def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """Every symbolic size: the given ones, DEFAULT_SIZE for the others."""
-    sizes = dict(sizes or {})
-    dims = symbolic_dims(kernel)
-    for name, value in sizes.items():
-        if name not in dims:
-            known = ", ".join(dims) if dims else "none"
-            raise ArgumentError(f"unknown size {name!r}; {kernel.name}'s sizes are {known}")
-        if not isinstance(value, int) or value <= 0:
-            raise ArgumentError(f"size {name} must be a positive integer, got {value!r}")
-        if value > MAX_SIZE:
-            raise ArgumentError(
-                f"{name} = {value} is above 2**30-1, the largest size kgen takes (the kernel's "
-                "index math is 32-bit)"
-            )
-    return {dim: sizes.get(dim, DEFAULT_SIZE) for dim in dims}
-
-
-def shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    if param.kind is ir.ParamKind.SCALAR:
-        return (1,)
-    return tuple(d if isinstance(d, int) else sizes[d] for d in param.shape)
-
-
-def _gemm_k(kernel: ir.Kernel, gemm: ir.Gemm, sizes: Mapping[str, int]) -> int:
-    b = kernel.param(gemm.b.name)
-    dim = b.shape[0]
-    return dim if isinstance(dim, int) else sizes[dim]
-
-
-def input_scales(kernel: ir.Kernel, sizes: Mapping[str, int]) -> dict[str, float]:
-    """Standard deviations that keep each gemm's accumulator O(1): the tensor on the A side
-    (or B of a chained gemm, whose A is already O(1)) gets 1/sqrt(K)."""
-    scales: dict[str, float] = {}
-    gemm_names = {g.name for g in kernel.gemms}
-    for gemm in kernel.gemms:
-        k = max(_gemm_k(kernel, gemm, sizes), 1)
-        if gemm.a.name in gemm_names:
-            scales[gemm.b.name] = 1.0 / math.sqrt(k)
-        else:
-            scales.setdefault(gemm.a.name, 1.0 / math.sqrt(k))
-            scales.setdefault(gemm.b.name, 1.0)
-    return scales
-
-
-def make_inputs(kernel: ir.Kernel, sizes: Mapping[str, int],
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random logical host arrays for every input tensor and vector, in their dtypes."""
-    scales = input_scales(kernel, sizes)
-    inputs: dict[str, np.ndarray] = {}
-    for param in kernel.params:
-        if param.role is not ir.Role.IN or param.kind is ir.ParamKind.SCALAR:
-            continue
-        shape = shape_of(param, sizes)
-        if param.kind is ir.ParamKind.VECTOR:
-            # Magnitudes in [0.25, 1] with random signs: biases and scales, never zero.
-            values = rng.uniform(0.25, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
-        else:
-            values = rng.standard_normal(shape, dtype=np.float32) * scales.get(param.name, 1.0)
-        inputs[param.name] = np.asarray(values, dtype=np.float32).astype(host_dtype(param.dtype))
-    return inputs
-
-
-def scalar_names(kernel: ir.Kernel) -> list[str]:
-    return [p.name for p in kernel.params
-            if p.kind is ir.ParamKind.SCALAR and p.role is ir.Role.IN]
-
-
-def check_scalar_names(kernel: ir.Kernel, given: Mapping[str, float] | None) -> None:
-    names = scalar_names(kernel)
-    for name in given or {}:
-        if name not in names:
-            raise ArgumentError(f"unknown scalar {name!r}; {kernel.name}'s scalars are "
-                                + (", ".join(names) or "none"))
-
-
-def pick_scalars(kernel: ir.Kernel, given: Mapping[str, float] | None,
-                 rng: np.random.Generator) -> dict[str, float]:
-    """The given scalars, and random values in [0.5, 1.5] for the others."""
-    given = dict(given or {})
-    check_scalar_names(kernel, given)
-    scalars: dict[str, float] = {}
-    for name in scalar_names(kernel):
-        scalars[name] = float(given[name]) if name in given else round(rng.uniform(0.5, 1.5), 3)
-    return scalars
-
-
-# ---------------------------------------------------------------------------------------------
-# Device arrays: PyTorch's, or kgen's DeviceBuffers
-
-
-def torch_usable() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return False
-
-
-class _TorchArrays:
-    name = "torch"
-
-    def __init__(self, device_id: int):
-        import torch
-
-        self.torch = torch
-        self.device = torch.device("cuda", device_id)
-
-    def _dtype(self, dtype: ir.DType):
-        from .torch_eval import torch_dtype
-
-        return torch_dtype(dtype)
-
-    def upload(self, host: np.ndarray, param: ir.Param):
-        torch = self.torch
-        if param.dtype is ir.DType.BF16:
-            cpu = torch.from_numpy(np.ascontiguousarray(host).view(np.uint16)).view(torch.bfloat16)
-        else:
-            cpu = torch.from_numpy(np.ascontiguousarray(host))
-        if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
-            return cpu.t().contiguous().to(self.device).t()
-        return cpu.to(self.device)
-
-    def empty(self, shape: tuple[int, ...], param: ir.Param):
-        torch = self.torch
-        dtype = self._dtype(param.dtype)
-        if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
-            out = torch.empty(shape[::-1], dtype=dtype, device=self.device).t()
-        else:
-            out = torch.empty(shape, dtype=dtype, device=self.device)
-        out.fill_(float("nan"))
-        return out
-
-    def poison(self, array) -> None:
-        array.fill_(float("nan"))
-
-    def download(self, array, param: ir.Param) -> np.ndarray:
-        host = array.float().cpu().numpy()
-        return host.astype(host_dtype(param.dtype))
-
-    def copy(self, array):
-        return array.clone()
-
-    def stream(self) -> int:
-        return int(self.torch.cuda.current_stream(self.device).cuda_stream)
-
-
-class _BufferArrays:
-    name = "kgen"
-
-    def __init__(self, device_id: int):
-        self.device_id = device_id
-
-    def upload(self, host: np.ndarray, param: ir.Param):
-        from .buffers import DeviceBuffer
-
-        return DeviceBuffer.from_host(host, layout=param.layout, device_id=self.device_id)
-
-    def empty(self, shape: tuple[int, ...], param: ir.Param):
-        from .buffers import DeviceBuffer
-
-        strides = None
-        if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
-            strides = (1, shape[0])
-        out = DeviceBuffer(shape, param.dtype, strides=strides, device_id=self.device_id)
-        self.poison(out)
-        return out
-
-    def poison(self, array) -> None:
-        array.fill_bytes(0xFF)  # all-ones bytes are a NaN in f16, bf16 and f32
-
-    def download(self, array, param: ir.Param) -> np.ndarray:
-        return array.to_host()
-
-    def copy(self, array):
-        from .buffers import DeviceBuffer
-
-        copy = DeviceBuffer(array.shape, array.dtype, strides=array.strides,
-                            device_id=array.device_id)
-        from cuda.bindings import driver
-
-        check_cuda(driver.cuMemcpyDtoD(copy.ptr, array.ptr, array.nbytes), "cuMemcpyDtoD")
-        return copy
-
-    def stream(self) -> int:
-        return 0
-
-
-def _sync(stream: int, what: str) -> None:
-    from cuda.bindings import driver
-
-    check_cuda(driver.cuStreamSynchronize(driver.CUstream(stream)), what)
-
-
-# ---------------------------------------------------------------------------------------------
 # The run
 
 
@@ -422,9 +208,9 @@ def run(
 ) -> RunReport:
     """Compile `source` (emitted from `plan`), run it once on random data, compare with the
     reference when `check`, time it (and PyTorch doing the same) when `bench`."""
-    from .device import activate, current_device_id
-    from .launch import CompiledKernel
-    from .nvrtc import compile_cubin
+    from ..runtime.device import activate, current_device_id
+    from ..runtime.launch import CompiledKernel
+    from ..runtime.nvrtc import compile_cubin, warn_resources
 
     say = progress or (lambda message: None)
     require_gpu("kgen run")
@@ -436,6 +222,7 @@ def run(
     if compiled is None:
         say(f"compiling {plan.name} for {info.arch} with NVRTC")
         result = compile_cubin(source, plan.name, info.arch)
+        warn_resources(result)
         compiled = CompiledKernel(plan, result.cubin, source=source, compiled=result,
                                   device_id=device_id)
     result = compiled.compiled
@@ -448,7 +235,7 @@ def run(
     flops, nbytes = _work(kernel, dims)
     peak_flops, peak_bandwidth = device_peaks(info.name)
     use_torch = torch_usable() if use_torch is None else use_torch
-    arrays_api = _TorchArrays(device_id) if use_torch else _BufferArrays(device_id)
+    arrays_api = TorchArrays(device_id) if use_torch else BufferArrays(device_id)
     report = RunReport(
         kernel=plan.name, plan_arch=plan.arch.value, compile_arch=info.arch, device=info.name,
         sizes=dims, scalars=values, seed=seed, backend=arrays_api.name, compile=compile_info,
@@ -468,7 +255,7 @@ def run(
     say(f"launching {plan.name}")
     bound = compiled.bind(**device_args, **values)
     compiled.launch(bound, stream)
-    _sync(stream, f"running {plan.name}")
+    sync(stream, f"running {plan.name}")
 
     if check:
         say("checking against the NumPy reference")
@@ -542,4 +329,4 @@ def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, di
                                               hold=hold)
         except Exception as err:  # the baseline is informative; its failure is not kgen's
             report.notes.append(f"PyTorch baseline failed: {type(err).__name__}: {err}")
-    _sync(stream, "benchmark")
+    sync(stream, "benchmark")

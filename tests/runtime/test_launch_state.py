@@ -1,0 +1,87 @@
+"""The Python launcher's state: what it caches is per device (device properties, the loaded
+kernel) or per stream (the deterministic reductions' workspace), and safe to use from several
+threads. CPU only: the GPU-facing pieces are replaced by stand-ins."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import kgen.runtime.buffers as buffers
+import kgen.runtime.device as device
+from kgen.runtime.launch import CompiledKernel
+
+
+def test_device_info_follows_the_current_device(monkeypatch):
+    asked = []
+    current = iter([0, 1, 1])
+    monkeypatch.setattr(device, "current_device_id", lambda: next(current))
+    monkeypatch.setattr(device, "_device_info",
+                        lambda device_id: asked.append(device_id) or device_id)
+    infos = [device.device_info(), device.device_info(), device.device_info(),
+             device.device_info(0)]
+    assert infos == [0, 1, 1, 0]  # a switch to device 1 is seen, not the first answer cached
+    assert asked == [0, 1, 1, 0]
+
+
+class FakeBuffer:
+    made: list["FakeBuffer"] = []
+
+    def __init__(self, shape, dtype, device_id=None):
+        self.shape = shape
+        self.device_id = device_id
+        self.ptr = 0x1000 * (len(FakeBuffer.made) + 1)
+        FakeBuffer.made.append(self)
+
+    @classmethod
+    def empty(cls, shape, dtype, **kwargs):
+        return cls(tuple(shape), dtype, **kwargs)
+
+
+class FakePlan:
+    def workspace_floats(self, sizes):
+        return sizes["floats"]
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    FakeBuffer.made = []
+    monkeypatch.setattr(buffers, "DeviceBuffer", FakeBuffer)
+    k = object.__new__(CompiledKernel)
+    k.plan = FakePlan()
+    k.device_id = 3
+    k._workspaces = {}
+    k._retired = []
+    k._lock = threading.Lock()
+    return k
+
+
+def test_workspace_per_stream_on_the_kernels_device(kernel):
+    a = kernel._workspace_pointer({"floats": 100}, stream=11)
+    b = kernel._workspace_pointer({"floats": 100}, stream=22)
+    assert a != b  # concurrent launches on two streams never share partials
+    assert kernel._workspace_pointer({"floats": 50}, stream=11) == a
+    assert all(buffer.device_id == 3 for buffer in FakeBuffer.made)
+
+
+def test_a_grown_workspace_keeps_the_old_one_alive(kernel):
+    first = kernel._workspace_pointer({"floats": 100}, stream=0)
+    second = kernel._workspace_pointer({"floats": 101}, stream=0)
+    assert second != first
+    old, new = FakeBuffer.made
+    assert kernel._retired == [old]  # an enqueued launch may still read it
+    assert new.shape == (200,)  # doubled: what is kept stays below what is live
+
+
+def test_workspace_from_many_threads(kernel):
+    pointers = []
+
+    def launch(i):
+        pointers.append(kernel._workspace_pointer({"floats": 64}, stream=i % 4))
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(pointers)) == 4 and len(FakeBuffer.made) == 4
