@@ -28,24 +28,21 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from . import ir
 from .errors import KgenError, SourceLoc
 from .ir import Arch, Axis, DType, Op, ParamKind, Residency
-from .verify import (
-    F32_MAX,
-    MAX_DIM,
-    MAX_EXPR_DEPTH,
-    MAX_SETTING,
-    REDUCTIONS,
+from .diagnostics import (
+    ARCH_NAMES,
+    DTYPE_NAMES,
     arity_message,
     at_line,
     check_identifier,
+    checked_int,
     did_you_mean,
     number_text,
     or_list,
     quote,
 )
+from .language import F32_MAX, MAX_ALIGN, MAX_DIM, MAX_EXPR_DEPTH, MAX_SETTING, REDUCTIONS
 
 __all__ = ["parse", "parse_file"]
-
-MAX_ALIGN = 1024  # a buffer's `align(N)`; kgen/lower/storage.py checks the rest
 
 # ---------------------------------------------------------------------------------------------
 # The Lark parser, built once
@@ -207,8 +204,6 @@ _DECLARATIONS = ("target", "compute", "reductions", "schedule", "tensor", "vecto
 _SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")  # `keep B resident` starts as keep
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
-_DTYPE_LIST = or_list([d.dsl_name for d in DType])
-_ARCH_LIST = or_list([a.value for a in Arch])
 
 
 def _syntax_error(e: UnexpectedInput, text: str, file: str) -> KgenError:
@@ -344,9 +339,9 @@ def _name_phrase(prev: Token | None) -> str:
     if after in ("tensor", "vector", "scalar"):
         return f"a {after} name"
     if after in (":", "accumulate", "compute", "<"):
-        return f"a dtype ({_DTYPE_LIST})"
+        return f"a dtype ({DTYPE_NAMES})"
     if after == "target":
-        return f"a target ({_ARCH_LIST})"
+        return f"a target ({ARCH_NAMES})"
     if after in ("=", "@"):
         return "an operand (a tensor or an earlier gemm)"
     if after == "keep":
@@ -492,17 +487,6 @@ _SETTING_EXAMPLES = {
 }
 
 
-def _checked_int(text: str, what: str, limit: int, loc: SourceLoc) -> int:
-    """A tile size, warp count, stage count or fixed dimension as written: 1..limit."""
-    digits = text.removeprefix("+")
-    if not re.fullmatch(r"[0-9]+", digits) or not digits.strip("0"):
-        raise KgenError(loc, f"{what} must be a positive integer, got {number_text(text)}")
-    # Compare lengths first: Python refuses to convert strings of thousands of digits.
-    if len(digits.lstrip("0")) > len(str(limit)) or int(digits) > limit:
-        raise KgenError(loc, f"{what} must be at most {limit}, got {number_text(text)}")
-    return int(digits)
-
-
 def _binary(op: Op):
     def rule(self, meta, children):
         left, right = children
@@ -533,7 +517,7 @@ class _ToIR(Transformer):
         dtype = DType.from_name(str(token))
         if dtype is None:
             raise KgenError(
-                self._loc(token), f"unknown dtype {quote(token)}; expected {_DTYPE_LIST}"
+                self._loc(token), f"unknown dtype {quote(token)}; expected {DTYPE_NAMES}"
             )
         return dtype
 
@@ -552,7 +536,7 @@ class _ToIR(Transformer):
         arch = Arch.from_name(str(token))
         if arch is None:
             raise KgenError(
-                self._loc(token), f"unknown target {quote(token)}; expected {_ARCH_LIST}"
+                self._loc(token), f"unknown target {quote(token)}; expected {ARCH_NAMES}"
             )
         return _Setting("target", arch, self._loc(meta))
 
@@ -639,7 +623,7 @@ class _ToIR(Transformer):
         if isinstance(value, Token):
             check_identifier(str(value), self._loc(value), "dimension")
             return str(value)
-        return _checked_int(value.text, "dimension", MAX_DIM, value.loc)
+        return checked_int(value.text, "dimension", MAX_DIM, value.loc)
 
     def signed_number(self, meta, children):
         return _Number("".join(str(t) for t in children), self._loc(meta))
@@ -734,12 +718,12 @@ class _ToIR(Transformer):
         for axis, (text, offset) in zip(axes, parts):
             col = token.column + offset
             loc = SourceLoc(self.file, token.line, col, token.line, col + len(text))
-            values.append(_checked_int(text, f"{what} {axis}", MAX_SETTING, loc))
+            values.append(checked_int(text, f"{what} {axis}", MAX_SETTING, loc))
         return values
 
     def stages(self, meta, children):
         (number,) = children
-        count = _checked_int(number.text, "stages", MAX_SETTING, number.loc)
+        count = checked_int(number.text, "stages", MAX_SETTING, number.loc)
         return _Setting("stages", ir.StageCount(count, self._loc(meta)), self._loc(meta))
 
     def residency(self, meta, children):
@@ -859,7 +843,7 @@ class _ToIR(Transformer):
 
     def align(self, meta, children):
         (number,) = children
-        value = _checked_int(number.text, "align", MAX_ALIGN, number.loc)
+        value = checked_int(number.text, "align", MAX_ALIGN, number.loc)
         return _Setting("align", value, self._loc(meta))
 
     def buffer(self, meta, children):
