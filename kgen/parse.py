@@ -23,6 +23,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput, VisitError
 
 from . import ir
+from .cachedir import is_private, private_dir
 from .errors import KgenError, SourceLoc
 from .language import MAX_EXPR_DEPTH
 from .parse_tree import ToIR
@@ -85,24 +86,36 @@ class _Separators:
             yield tok
 
 
-def _parser_cache_file() -> str | None:
-    """Where the built LALR tables are kept between runs (building them costs ~0.2 s). The
-    name hashes everything that shapes the parser: the grammar, this file (the post-lexer and
-    the options) and lark's version, so a stale table is never loaded."""
+def parser_cache_name() -> str:
+    """The file name of the built LALR tables, kept between runs in the cache folder (building
+    them costs ~50 ms, loading them ~6). The name hashes everything that shapes the parser: the
+    grammar, this file (the post-lexer and the options) and lark's version, so a stale table is
+    never loaded."""
     import hashlib
-    import os
 
     import lark
 
     key = hashlib.sha256(
         _grammar_text().encode() + Path(__file__).read_bytes() + lark.__version__.encode()
     ).hexdigest()[:24]
-    root = os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
-    return os.path.join(root, f"parser-{key}.lark")
+    return f"parser-{key}.lark"
 
 
-@functools.lru_cache(maxsize=1)
-def _parser() -> Lark:
+def _safe_cache_file() -> str | None:
+    """The cache file, or None where loading it could run someone else's code: Lark's cache is
+    a pickle, so it is used only in a directory that is ours and writable by no one else, and
+    only if an existing file is ours and writable by no one else too (kgen/cachedir.py)."""
+    folder = private_dir()
+    if folder is None:
+        return None
+    path = os.path.join(folder, parser_cache_name())
+    if os.path.lexists(path) and not is_private(path, directory=False):
+        return None
+    return path
+
+
+def build_parser() -> Lark:
+    """A new Lark parser, its tables loaded from or saved to a private cache when there is one."""
     options = dict(
         parser="lalr",
         lexer="contextual",
@@ -110,12 +123,18 @@ def _parser() -> Lark:
         propagate_positions=True,
         maybe_placeholders=False,
     )
-    try:
-        cache = _parser_cache_file()
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        return Lark(_grammar_text(), cache=cache, **options)
-    except Exception:  # an unwritable or damaged cache: build the tables in memory
-        return Lark(_grammar_text(), **options)
+    cache = _safe_cache_file()
+    if cache is not None:
+        try:
+            return Lark(_grammar_text(), cache=cache, **options)
+        except Exception:  # a damaged cache or a failed write: build the tables in memory
+            pass
+    return Lark(_grammar_text(), **options)
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return build_parser()
 
 
 # ---------------------------------------------------------------------------------------------
