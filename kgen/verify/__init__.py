@@ -6,10 +6,14 @@ shapes that do not agree, stores to the wrong kind of parameter, outputs written
 times, misplaced reductions. It assumes nothing that the parser checks, because Python code may
 build the IR directly. Tile, warp and shared-memory feasibility belong to kgen/lower.
 
+An accepted module may still hold something its author probably did not mean (today: an
+epilogue local that no store uses). `verify` returns those as `KgenWarning`s, located, in source
+order; they are collected, never raised, and the caller decides how to show them.
+
 This module owns the order of the checks (the kernel, then its parameters, its gemms with their
-epilogues, its storage, then its outputs); each topic has its module:
-params.py, gemms.py (operands and chains), epilogue.py (statements, expressions, reductions),
-storage.py, with the per-kernel state in state.py. Identifier safety and message phrasing are
+epilogues, its storage, then its outputs). Each topic has its module: params.py, gemms.py
+(operands and chains), epilogue.py (statements, expressions, reductions, unused locals),
+storage.py, and the per-kernel state in state.py. Identifier safety and message phrasing are
 kgen/diagnostics.py's.
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ..diagnostics import (
     quote,
     shown,
 )
-from ..errors import NOWHERE, KgenError, SourceLoc
+from ..errors import NOWHERE, KgenError, KgenWarning, SourceLoc
 from ..ir import Arch, DType, Role
 from ..language import REDUCTIONS
 from ..targets import TARGETS
@@ -40,6 +44,7 @@ from .storage import check_storage
 __all__ = [
     "verify",
     "verify_kernel",
+    "KgenWarning",
     "expression_extent",
     "check_identifier",
     "RESERVED_IDENTIFIERS",
@@ -50,13 +55,15 @@ __all__ = [
 ]
 
 
-def verify(module: ir.Module) -> None:
-    """Check every kernel of a module; raise KgenError at the first problem."""
+def verify(module: ir.Module) -> list[KgenWarning]:
+    """Check every kernel of a module; raise KgenError at the first problem. Returns the
+    warnings of an accepted module, in source order (see KgenWarning)."""
     if not isinstance(module, ir.Module):
         raise KgenError(NOWHERE, f"verify() takes a kgen.ir.Module, got {type(module).__name__}")
     if not module.kernels:
         raise KgenError(NOWHERE, f"{module.file} holds no kernel")
     seen: dict[str, SourceLoc] = {}
+    found: list[KgenWarning] = []
     for kernel in module.kernels:
         if not isinstance(kernel, ir.Kernel):
             raise KgenError(NOWHERE, f"a module holds kernels, got {type(kernel).__name__}")
@@ -67,18 +74,21 @@ def verify(module: ir.Module) -> None:
                 f"duplicate kernel name {quote(kernel.name)} "
                 f"(first defined{at_line(seen[kernel.name])})",
             )
-        verify_kernel(kernel)
+        found.extend(verify_kernel(kernel))
         seen[kernel.name] = kernel.loc
+    return found
 
 
-def verify_kernel(kernel: ir.Kernel) -> None:
-    """Check one kernel; raise KgenError at the first problem."""
+def verify_kernel(kernel: ir.Kernel) -> list[KgenWarning]:
+    """Check one kernel; raise KgenError at the first problem, else return its warnings."""
     if not isinstance(kernel, ir.Kernel):
         raise KgenError(NOWHERE, f"verify_kernel() takes a kgen.ir.Kernel, got {shown(kernel)}")
+    state = KernelState(kernel)
     try:
-        _check_kernel(KernelState(kernel))
+        _check_kernel(state)
     except RecursionError:
         raise KgenError(kernel.loc, "expression nested too deeply") from None
+    return state.warnings
 
 
 def _check_kernel(state: KernelState) -> None:

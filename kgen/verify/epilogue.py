@@ -24,12 +24,12 @@ from ..diagnostics import (
     shape_text,
     shown,
 )
-from ..errors import KgenError, SourceLoc
+from ..errors import KgenError, KgenWarning, SourceLoc
 from ..ir import Axis, DType, ParamKind, ReduceOp, Role
 from ..language import MAX_EXPR_DEPTH, MAX_EXPR_NODES, reduction_name
 from .state import KernelState, require_str
 
-__all__ = ["check_epilogue", "expression_extent", "REDUCTIONS_SUPPORTED"]
+__all__ = ["check_epilogue", "expression_extent", "unused_local_warnings", "REDUCTIONS_SUPPORTED"]
 
 # Reductions are checked in full below. This switch is the one place that refuses them, for a
 # kgen whose lowering and emitters do not handle ir.Reduce.
@@ -109,6 +109,49 @@ def check_epilogue(state: KernelState, g: ir.Gemm, shape: tuple) -> None:
             f"gemm '{g.name}' feeds gemm '{feeds.name}' but its epilogue never sets "
             f"'{g.name}' (add e.g. '{g.name} = acc')",
         )
+    state.warnings.extend(unused_local_warnings(stmts))
+
+
+def unused_local_warnings(stmts: tuple) -> list[KgenWarning]:
+    """A warning at each local whose value reaches no store, directly or through other locals:
+    the lowering inlines locals into the stores' trees, so such a local is never computed, which
+    is rarely what its author meant. Takes a verified epilogue (each local is bound once, before
+    its uses)."""
+    live: set[str] = set()
+    users: dict[str, list[str]] = {}  # local -> the locals whose values read it, last first
+    for stmt in reversed(stmts):  # a use comes after its local, so one backward pass suffices
+        refs = _local_refs(stmt.value)
+        if isinstance(stmt, ir.Let):
+            for name in refs:
+                users.setdefault(name, []).append(stmt.name)
+            if stmt.name not in live:
+                continue
+        live |= refs
+    found = []
+    for stmt in stmts:
+        if not isinstance(stmt, ir.Let) or stmt.name in live:
+            continue
+        readers = users.get(stmt.name)  # all unused too, else this local would be live
+        if readers:
+            named = ", ".join(f"'{name}'" for name in reversed(readers))  # in source order
+            message = f"local '{stmt.name}' is used only by {named}, which no store uses"
+        else:
+            message = f"local '{stmt.name}' is never used"
+        found.append(KgenWarning(loc_of(stmt), message + "; it is not computed"))
+    return found
+
+
+def _local_refs(expr: object) -> set[str]:
+    """The names of the locals `expr` reads."""
+    names: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ir.LocalRef):
+            names.add(node.name)
+        else:
+            stack.extend(_operands(node))
+    return names
 
 
 def check_extent(state: KernelState, stmt: ir.Let | ir.Store, extents: dict[str, tuple[int, int]]):
