@@ -17,7 +17,8 @@ __all__ = ["cache_root", "is_private", "private_dir"]
 
 def cache_root() -> str:
     """`$KGEN_CACHE_DIR`, default `~/.cache/kgen`."""
-    return os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
+    default = os.path.join(os.path.expanduser("~"), ".cache", "kgen")
+    return os.environ.get("KGEN_CACHE_DIR") or default
 
 
 def _enabled() -> bool:

@@ -214,7 +214,8 @@ _KGEN_KEYWORDS = (
     frozenset(
         """
         acc row col kernel tensor vector scalar gemm epilogue tile warps stages keep target
-        compute reductions atomic deterministic accumulate in out cast where registers smem f16 bf16 f32 neg
+        compute reductions atomic deterministic accumulate in out cast where registers smem
+        f16 bf16 f32 neg
         """.split()
     )
     | frozenset(FUNCTIONS)

@@ -22,7 +22,10 @@ __all__ = ["syntax_error"]
 
 Literal = Callable[[str], "str | None"]
 
-_DECLARATIONS = ("target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases", "storage")
+_DECLARATIONS = (
+    "target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases",
+    "storage",
+)
 _SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")  # `keep B resident` starts as keep
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())

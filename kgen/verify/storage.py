@@ -29,16 +29,19 @@ def check_storage(state: KernelState, k: ir.Kernel) -> None:
                                f"{shown(k.storage)}")
     decl = k.storage
     if not isinstance(decl.persistent, tuple) or not isinstance(decl.packed, tuple):
-        raise KgenError(first_located(decl.loc, k.loc), "storage persistent and packed members must "
-                                                "be tuples")
+        raise KgenError(
+            first_located(decl.loc, k.loc), "storage persistent and packed members must be tuples"
+        )
     for m in decl.packed:
         if not isinstance(m, ir.SmemBuffer):
             raise KgenError(first_located(loc_of(m), decl.loc, k.loc),
                             f"packed storage members must be kgen.ir.SmemBuffer, got "
                             f"{shown(m)}")
     if decl.root is not None and not isinstance(decl.root, (ir.Union, ir.Struct)):
-        raise KgenError(first_located(decl.loc, k.loc), f"storage root must be a kgen.ir.Union or "
-                                                f"Struct, got {shown(decl.root)}")
+        raise KgenError(
+            first_located(decl.loc, k.loc),
+            f"storage root must be a kgen.ir.Union or Struct, got {shown(decl.root)}",
+        )
     stack = list(decl.persistent) + ([decl.root] if decl.root is not None else [])
     stack += list(decl.packed)
     while stack:
