@@ -1,4 +1,5 @@
-"""User-facing errors: one exception type with a source location, rendered in one place."""
+"""User-facing errors and warnings: one exception type and one warning record, each with a source
+location, rendered in one place (`render`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,24 @@ class SourceLoc:
 NOWHERE = SourceLoc("<python>", 0, 0, 0, 0)
 
 
+def render(loc: SourceLoc, severity: str, message: str, source: str | None = None) -> str:
+    """`file:line:col: severity: message`, then the source line and a caret span under it."""
+    head = f"{loc}: {severity}: {message}" if loc.line else f"{severity}: {message}"
+    if source is None or loc.line <= 0:
+        return head
+    lines = source.splitlines()
+    if loc.line > len(lines):
+        return head
+    text = lines[loc.line - 1].expandtabs(1)
+    start = max(loc.col - 1, 0)
+    if loc.end_line == loc.line and loc.end_col > loc.col:
+        width = loc.end_col - loc.col
+    else:
+        width = max(len(text.rstrip()) - start, 1)
+    caret = " " * start + "^" + "~" * (width - 1)
+    return f"{head}\n  {text}\n  {caret}"
+
+
 class KgenError(Exception):
     """A mistake in the user's kernel description. The CLI prints it and exits with code 2."""
 
@@ -32,20 +51,24 @@ class KgenError(Exception):
 
     def render(self, source: str | None = None) -> str:
         """`file:line:col: error: message`, then the source line and a caret span under it."""
-        head = f"{self.loc}: error: {self.message}" if self.loc.line else f"error: {self.message}"
-        if source is None or self.loc.line <= 0:
-            return head
-        lines = source.splitlines()
-        if self.loc.line > len(lines):
-            return head
-        text = lines[self.loc.line - 1].expandtabs(1)
-        start = max(self.loc.col - 1, 0)
-        if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
-            width = self.loc.end_col - self.loc.col
-        else:
-            width = max(len(text.rstrip()) - start, 1)
-        caret = " " * start + "^" + "~" * (width - 1)
-        return f"{head}\n  {text}\n  {caret}"
+        return render(self.loc, "error", self.message, source)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+@dataclass(frozen=True, slots=True)
+class KgenWarning:
+    """Something accepted that is probably not what the user meant (a local no store uses).
+
+    Collected, never raised: `kgen.verify.verify` returns them. The CLI prints each as
+    `file:line:col: warning: message` with the source line and a caret, like an error."""
+
+    loc: SourceLoc
+    message: str
+
+    def render(self, source: str | None = None) -> str:
+        return render(self.loc, "warning", self.message, source)
 
     def __str__(self) -> str:
         return self.render()

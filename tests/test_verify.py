@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from kgen import ir, verify as verify_module
-from kgen.errors import NOWHERE, KgenError, SourceLoc
+from kgen.errors import NOWHERE, KgenError, KgenWarning, SourceLoc
 from kgen.ir import (
     Acc,
     Arch,
@@ -530,3 +531,95 @@ def test_damaged_python_ir_gives_messages_only():
             verify(Module((damaged,)))
         except KgenError as error:
             assert error.render("")
+
+
+# ---------------------------------------------------------------------------------------------
+# Warnings: accepted, located, collected (never raised)
+
+
+def test_a_valid_kernel_has_no_warnings():
+    assert verify(Module((kernel(),))) == []
+    assert verify_kernel(kernel()) == []
+
+
+def test_every_example_has_no_warnings():
+    from kgen.parse import parse_file
+
+    examples = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
+    assert examples
+    for path in examples:
+        assert verify(parse_file(path)) == [], path.name
+
+
+def test_an_unused_local_is_a_located_warning():
+    loc = SourceLoc("k.kg", 9, 7, 9, 18)
+    stmts = (*STMTS, Let("spare", Call(Op.EXP, (Acc(),)), loc))
+    (warning,) = verify(Module((kernel(gemms=(gemm(stmts),)),)))
+    assert isinstance(warning, KgenWarning)
+    assert warning.loc == loc
+    assert warning.message == "local 'spare' is never used; it is not computed"
+    assert str(warning) == "k.kg:9:7: warning: local 'spare' is never used; it is not computed"
+
+
+def test_a_local_used_only_by_unused_locals_is_warned_too():
+    stmts = (
+        Let("t", Call(Op.MUL, (Acc(), Acc()))),
+        Let("u", Call(Op.ADD, (LocalRef("t"), LocalRef("t")))),
+        Let("v", Call(Op.EXP, (LocalRef("t"),))),
+        Store("D", Acc()),
+    )
+    warnings = verify_kernel(kernel(gemms=(gemm(stmts),)))
+    assert [w.message for w in warnings] == [
+        "local 't' is used only by 'u', 'v', which no store uses; it is not computed",
+        "local 'u' is never used; it is not computed",
+        "local 'v' is never used; it is not computed",
+    ]
+
+
+def test_locals_a_store_reads_through_other_locals_are_not_warned():
+    stmts = (
+        Let("t", Call(Op.MUL, (Acc(), Acc()))),
+        Let("u", Call(Op.ADD, (LocalRef("t"), Const(1.0)))),
+        Store("D", LocalRef("u")),
+    )
+    assert verify_kernel(kernel(gemms=(gemm(stmts),))) == []
+
+
+DSL = """kernel k {
+  target sm_80
+  tensor A : f16[M, K] row
+  tensor B0 : f16[K, 64] col
+  tensor B1 : f16[64, N] col
+  tensor D : f16[M, N] row out
+  vector stats : f32[M] out
+  gemm g0 = A @ B0 {
+    tile 128x64x32 warps 4x1 stages 3
+    epilogue {
+      s = acc * 2
+      g0 = s
+      unused = s + 1
+    }
+  }
+  gemm g1 = g0 @ B1 {
+    tile 128x64x32 warps 4x1 stages 3
+    epilogue {
+      e = exp(acc)
+      stats = rowsum(e)
+      D = acc
+    }
+  }
+}
+"""
+
+
+def test_warnings_from_the_dsl_render_like_errors():
+    """Locals read by a chained gemm's own store and by a reduction are used; the CLI shows a
+    warning as `file:line:col: warning: message`, the line and a caret, as it shows errors."""
+    from kgen.parse import parse
+
+    (warning,) = verify(parse(DSL, "k.kg"))
+    assert warning.render(DSL) == (
+        "k.kg:13:7: warning: local 'unused' is never used; it is not computed\n"
+        "        unused = s + 1\n"
+        "        ^~~~~~~~~~~~~~"
+    )

@@ -26,7 +26,7 @@ from .. import ir
 from ..errors import NOWHERE, KgenError, SourceLoc
 from ..plan import Buffer, GemmPlan, StoragePlan, Swizzle
 from ..targets import Target
-from ..verify import at_line, check_identifier, did_you_mean, quote
+from ..diagnostics import at_line, check_identifier, did_you_mean, quote
 from . import unions
 
 TILE_ALIGN = 128  # swizzled tiles: a whole 128-byte bank line

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import KgenError, SourceLoc
-from ..verify import at_line, did_you_mean, quote
+from ..diagnostics import at_line, did_you_mean, quote
 
 MAX_BYTES = 2**31 - 1  # offsets are emitted as C++ int
 

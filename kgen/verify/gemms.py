@@ -1,0 +1,150 @@
+"""Verify the gemm stages and their chains.
+
+A gemm's settings are positive and in range; its operands are input tensors (or, for A, the
+output of an earlier gemm, which then feeds only this one) with agreeing inner dimensions and
+a dtype the target's MMA takes; its accumulate type is one the target supports; `keep` and
+`resident` apply where they can. Its epilogue is checked by kgen/verify/epilogue.py against the
+(M, N) shape it produces. Whether a tile fits, divides or can chain is kgen/lower's to decide.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import (
+    at_line,
+    did_you_mean,
+    first_located,
+    or_list,
+    quote,
+    setting_problem,
+    shape_text,
+    shown,
+)
+from ..errors import KgenError
+from ..ir import DType, ParamKind, Role
+from .epilogue import check_epilogue
+from .state import KernelState, require_str
+
+__all__ = ["check_gemm"]
+
+
+def check_gemm(state: KernelState, g: ir.Gemm) -> None:
+    loc = g.loc
+    state.define(g.name, "gemm", loc)
+    for attr, cls in (
+        ("a", ir.OperandRef),
+        ("b", ir.OperandRef),
+        ("tile", ir.TileShape),
+        ("warps", ir.WarpGrid),
+        ("stages", ir.StageCount),
+        ("epilogue", ir.Epilogue),
+    ):
+        if not isinstance(getattr(g, attr), cls):
+            raise KgenError(
+                loc, f"gemm '{g.name}': {attr} must be a kgen.ir.{cls.__name__}"
+            )
+    check_settings(state, g)
+
+    a_loc = first_located(g.a.loc, loc)
+    b_loc = first_located(g.b.loc, loc)
+    for ref in (g.a, g.b):
+        require_str(ref.name, first_located(ref.loc, loc), "an operand name")
+    a_shape = state.gemm_shapes.get(g.a.name)
+    if a_shape is not None:
+        if g.a.name in state.consumer:
+            first = state.consumer[g.a.name]
+            raise KgenError(
+                a_loc,
+                f"gemm '{g.a.name}' already feeds gemm '{first.name}'{at_line(first.loc)}; "
+                "a gemm can feed only one later gemm",
+            )
+        state.consumer[g.a.name] = g
+    else:
+        a_param = operand_param(state, g, g.a, "A", a_loc)
+        a_shape = a_param.shape
+    b_param = operand_param(state, g, g.b, "B", b_loc)
+
+    # A chained stage hands its output to this gemm in this gemm's operand dtype.
+    chained = g.a.name in state.gemm_shapes
+    a_dtype = b_param.dtype if chained else a_param.dtype
+    if a_dtype is not b_param.dtype:
+        raise KgenError(
+            b_loc,
+            f"operand dtypes differ: A is {a_dtype.dsl_name} but B is "
+            f"{b_param.dtype.dsl_name}",
+        )
+    arch = state.target.arch.value
+    if a_dtype not in state.target.operand_dtypes:
+        usable = or_list([d.dsl_name for d in DType if d in state.target.operand_dtypes])
+        raise KgenError(
+            b_loc if chained else a_loc,  # a chained A takes B's dtype
+            f"dtype {a_dtype.dsl_name} is not supported as an MMA operand on {arch} "
+            f"(use {usable})",
+        )
+    if not isinstance(g.acc_dtype, DType) or g.acc_dtype not in state.target.acc_dtypes:
+        usable = or_list([d.dsl_name for d in DType if d in state.target.acc_dtypes])
+        name = getattr(g.acc_dtype, "dsl_name", None) or shown(g.acc_dtype)
+        raise KgenError(
+            loc, f"accumulate type {name} is not supported on {arch} (use {usable})"
+        )
+    if a_shape[1] != b_param.shape[0]:
+        raise KgenError(
+            b_loc,
+            f"inner dimensions differ: A is {shape_text(a_shape)} but B is "
+            f"{shape_text(b_param.shape)}",
+        )
+    if not isinstance(g.resident, bool):
+        raise KgenError(loc, f"resident must be True or False, got {shown(g.resident)}")
+    if g.keep is not None:
+        if not isinstance(g.keep, ir.Residency):
+            raise KgenError(loc, f"keep must be a kgen.ir.Residency, got {shown(g.keep)}")
+        if not chained:
+            raise KgenError(
+                loc, "keep applies only to a gemm whose A operand is an earlier gemm"
+            )
+
+    shape = (a_shape[0], b_param.shape[1])
+    check_epilogue(state, g, shape)
+    state.gemm_shapes[g.name] = shape
+
+
+def check_settings(state: KernelState, g: ir.Gemm) -> None:
+    checks = (
+        (g.tile, (("m", "tile M"), ("n", "tile N"), ("k", "tile K"))),
+        (g.warps, (("m", "warps M"), ("n", "warps N"))),
+        (g.stages, (("count", "stages"),)),
+    )
+    for node, fields in checks:
+        for attr, what in fields:
+            if problem := setting_problem(getattr(node, attr), what):
+                raise KgenError(first_located(node.loc, g.loc), problem)
+
+
+def operand_param(state: KernelState, g: ir.Gemm, ref: ir.OperandRef, which: str, loc) -> ir.Param:
+    name = ref.name
+    param = state.params.get(name)
+    if param is None:
+        later = next((h for h in state.kernel.gemms if h.name == name), None)
+        if later is not None and which == "B":
+            raise KgenError(
+                loc,
+                f"B operand '{name}' is a gemm; only the A operand can be an earlier gemm",
+            )
+        if later is not None:
+            raise KgenError(
+                loc,
+                f"A operand '{name}' is not an earlier gemm; a gemm can only use "
+                "the output of a gemm defined before it",
+            )
+        candidates = [*state.params, *state.gemm_shapes]
+        raise KgenError(
+            loc, f"unknown operand {quote(name)}{did_you_mean(str(name), candidates)}"
+        )
+    if param.kind is not ParamKind.TENSOR:
+        raise KgenError(
+            loc, f"{which} operand '{name}' must be a tensor, not a {param.kind.value}"
+        )
+    if param.role is not Role.IN:
+        raise KgenError(
+            loc, f"{which} operand '{name}' is an output tensor; operands must be inputs"
+        )
+    return param

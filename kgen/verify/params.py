@@ -1,0 +1,80 @@
+"""Verify a kernel's parameters: tensors, vectors and scalars.
+
+Each parameter's name (unique, safe as a C++ identifier), kind, rank, dimensions (a named one
+is defined where first used), dtype (scalars are f32; outputs in a dtype the target can store),
+layout (tensors only) and default (input scalars only, a finite f32).
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import (
+    DTYPE_NAMES,
+    dim_problem,
+    f32_problem,
+    loc_of,
+    or_list,
+    quote,
+    shape_text,
+    shown,
+)
+from ..errors import KgenError
+from ..ir import DType, ParamKind, Role
+from .state import KernelState
+
+__all__ = ["check_param"]
+
+
+def check_param(state: KernelState, p: ir.Param) -> None:
+    loc = loc_of(p, state.kernel.loc)
+    if not isinstance(p, ir.Param):
+        raise KgenError(loc, f"kernel params must be kgen.ir.Param, got {shown(p)}")
+    if not isinstance(p.kind, ParamKind):
+        raise KgenError(loc, f"param kind must be a kgen.ir.ParamKind, got {shown(p.kind)}")
+    kind = p.kind.value
+    state.define(p.name, kind, loc)
+    if not isinstance(p.dtype, DType):
+        raise KgenError(loc, f"unknown dtype {quote(p.dtype)}; expected {DTYPE_NAMES}")
+    if not isinstance(p.layout, ir.Layout):
+        raise KgenError(loc, f"layout must be a kgen.ir.Layout, got {shown(p.layout)}")
+    if not isinstance(p.role, Role):
+        raise KgenError(loc, f"role must be a kgen.ir.Role, got {shown(p.role)}")
+    if not isinstance(p.shape, tuple):
+        raise KgenError(
+            loc, f"shape of {kind} '{p.name}' must be a tuple, got {shown(p.shape)}"
+        )
+
+    rank = {ParamKind.TENSOR: 2, ParamKind.VECTOR: 1, ParamKind.SCALAR: 0}[p.kind]
+    if len(p.shape) != rank:
+        what = {2: "2 dimensions [rows, cols]", 1: "1 dimension [length]", 0: "no shape"}
+        raise KgenError(
+            loc,
+            f"{kind} '{p.name}' must have {what[rank]}, got {shape_text(p.shape)}",
+        )
+    for dim in p.shape:
+        if isinstance(dim, str):
+            # A dimension is defined where it is first used; later uses share it.
+            if state.names.get(dim, ("",))[0] != "dimension":
+                state.define(dim, "dimension", loc)
+        elif problem := dim_problem(dim):
+            raise KgenError(loc, problem)
+
+    allowed = {DType.F32} if p.kind is ParamKind.SCALAR else {DType.F16, DType.BF16, DType.F32}
+    if p.dtype not in allowed:
+        names = or_list([d.dsl_name for d in DType if d in allowed])
+        raise KgenError(loc, f"{kind} '{p.name}' must be {names}, got {p.dtype.dsl_name}")
+    if p.kind is not ParamKind.TENSOR and p.layout is not ir.Layout.ROW:
+        raise KgenError(loc, f"only tensors have a layout; '{p.name}' is a {kind}")
+    if p.default is not None:
+        if p.kind is not ParamKind.SCALAR or p.role is Role.OUT:
+            what = "an output scalar" if p.kind is ParamKind.SCALAR else f"a {kind}"
+            raise KgenError(
+                loc, f"only input scalars can have a default; '{p.name}' is {what}"
+            )
+        if problem := f32_problem(p.default, f"default of scalar '{p.name}'"):
+            raise KgenError(loc, problem)
+    if p.role is Role.OUT and p.dtype not in state.target.output_dtypes:
+        raise KgenError(
+            loc,
+            f"output dtype {p.dtype.dsl_name} is not supported on {state.target.arch.value}",
+        )
+    state.params[p.name] = p
