@@ -288,7 +288,8 @@ class KernelKind(enum.Enum):
 
     TILED = "tiled"  # one CTA per tile
     PERSISTENT = "persistent"  # min(tiles, SMs x CTAs per SM) CTAs loop over the tiles
-    PINGPONG = "pingpong"  # persistent; producer warps fill a ring, two consumer warpgroups alternate
+    PINGPONG = "pingpong"  # persistent: producer warps fill a ring, two consumer warpgroups
+    # take alternate tiles
 
 
 class Mma(enum.Enum):
@@ -357,6 +358,7 @@ class Raster:
 class OperandSchedule:
     load: LoadPath
     cache: CachePolicy = CachePolicy.NORMAL
+    why: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +440,7 @@ class Schedule:
         """(label, value, why) rows for `kgen inspect`."""
         rows = [("kind", self.kind.value, self.why_kind)]
         for kind, reason in self.rejected:
-            rows.append((f"not {kind.value}", "", reason))
+            rows.append((f"not {kind.value}", "refused", reason))
         rows.append(("threads", str(self.threads), " + ".join(
             f"{r.name} {r.groups}x{r.warps} warps" if r.groups > 1 else f"{r.name} {r.warps} warps"
             for r in self.warp_roles)))
@@ -452,11 +454,12 @@ class Schedule:
             rows.append((f"{g.name} mma", g.mma.value, g.why_mma))
             for which, op in (("A", g.a), ("B", g.b)):
                 cache = "" if op.cache is CachePolicy.NORMAL else f", L2 {op.cache.value}"
-                rows.append((f"{g.name} {which}", op.load.value + cache, ""))
+                rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
         if self.tma_output is not None:
-            rows.append(("tensor map", f"{self.tma_output.param} ({self.tma_output.dtype.value})",
+            out = self.tma_output
+            rows.append(("tensor map", f"{out.param} ({out.dtype.dsl_name})",
                          "the kernel's second parameter, encoded by the launcher"))
         return rows
 

@@ -20,7 +20,7 @@ import dataclasses
 from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan, KernelPlan
-from ..targets import producer_threads, target
+from ..targets import Candidate, Target, producer_threads, target
 from . import abi, chain, epilogue, mainloop, schedule, select
 
 GROUP_M = select.GROUP_M
@@ -37,23 +37,12 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
     chain.check(kernel)
     select.check_request(kernel, tgt)
-    # with schedule pingpong the producer warps alone copy the first gemm's A
-    a_threads = producer_threads(tgt, schedule.requested(kernel))
-    gemms: list[GemmPlan] = []
-    chained = len(kernel.gemms) > 1
-    for g in kernel.gemms:
-        if kernel.param(g.a.name) is None:
-            fields = chain.run(kernel, g, tgt)
-        else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
-            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "",
-                                  a_threads if g is kernel.gemms[0] else None)
-        gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))
+    gemms = gemm_plans(kernel, tgt)
     fields = abi.fields(kernel)
     operands = [op.param for g in gemms for op in (g.a, g.b)
                 if op is not None and kernel.param(op.param) is not None]
     alignments, dim_rules = abi.requirements(kernel, operands)
-    budget_loc = kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
-    chosen = select.select(kernel, tgt, gemms, budget_loc, persistent=persistent)
+    chosen = select.select(kernel, tgt, gemms, persistent=persistent)
     sched = chosen.schedule
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows
         out = chosen.gemms[-1].epilogue.packed_store[0]
@@ -74,3 +63,28 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         compute_dtype=kernel.compute_dtype,
         deterministic_reductions=kernel.deterministic,
     )
+
+
+def gemm_plans(kernel: ir.Kernel, tgt: Target) -> list[GemmPlan]:
+    """The mainloop, chain and epilogue passes of every gemm."""
+    # with schedule pingpong the producer warps alone copy the first gemm's A
+    a_threads = producer_threads(tgt, schedule.requested(kernel))
+    gemms: list[GemmPlan] = []
+    chained = len(kernel.gemms) > 1
+    for g in kernel.gemms:
+        if kernel.param(g.a.name) is None:
+            fields = chain.run(kernel, g, tgt)
+        else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
+            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "",
+                                  a_threads if g is kernel.gemms[0] else None)
+        gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))
+    return gemms
+
+
+def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
+               persistent: bool | None = None) -> list[Candidate]:
+    """Every schedule the target lists for a kernel, legal or refused with its reason, in the
+    target's order of preference (for `kgen inspect`; lower() takes the selected one)."""
+    tgt = target(arch or kernel.target)
+    chain.check(kernel)
+    return select.listed(kernel, tgt, gemm_plans(kernel, tgt), persistent=persistent)

@@ -45,14 +45,30 @@ def check_request(kernel: ir.Kernel, tgt: Target) -> None:
         raise KgenError(locate(kernel, refusal.site), refusal.reason)
 
 
-def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], budget_loc: SourceLoc, *,
+def listed(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
+           persistent: bool | None = None) -> list[Candidate]:
+    """The target's candidates for the kernel, each placed in shared memory."""
+    budget_loc = _budget_loc(kernel)
+
+    def place(plans, **options):
+        return storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
+
+    return candidates(draft(kernel, tgt, gemms, persistent=persistent, place=place))
+
+
+def _budget_loc(kernel: ir.Kernel) -> SourceLoc:
+    return kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
+
+
+def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
            persistent: bool | None = None) -> Candidate:
     """The selected candidate, legal, its schedule noting the candidates before it."""
-    placed: dict[int, dict] = {}
+    placed: dict[int, tuple] = {}
+    budget_loc = _budget_loc(kernel)
 
     def place(plans, **options):
         plan = storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
-        placed[id(plan)] = dict(plans=list(plans), options=options)
+        placed[id(plan)] = (list(plans), options)
         return plan
 
     listed = candidates(draft(kernel, tgt, gemms, persistent=persistent, place=place))
@@ -64,8 +80,8 @@ def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], budget_loc: So
     if not chosen.legal:
         if chosen.site == Site("budget"):
             # the storage pass's own message: the largest buffers and what to change
-            again = placed[id(chosen.storage)]
-            storage.run(kernel, again["plans"], tgt, budget_loc, **again["options"])
+            plans, options = placed[id(chosen.storage)]
+            storage.run(kernel, plans, tgt, budget_loc, **options)
             raise AssertionError("a candidate over budget fits on the second try")
         raise KgenError(locate(kernel, chosen.site), chosen.reason)
     before = listed[:listed.index(chosen)]

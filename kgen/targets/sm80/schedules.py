@@ -26,7 +26,19 @@ WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop o
 WHY_RESIDENT = ("every gemm keeps B resident: B loaded once per CTA, the first gemm's A "
                 "streams through a ring across tiles")
 WHY_MMA_SYNC = "the target's warp MMA"
-WHY_EVICT_FIRST = "a resident chain reads each A tile once"
+WHY_LOAD = {
+    LoadPath.CP_ASYNC: "every thread copies the next k tiles while the MMAs run",
+    LoadPath.CP_ASYNC_PREFETCH: "the next tile's first stages load during this tile's last",
+    LoadPath.CP_ASYNC_RING: "the ring runs on across tiles, never drained between them",
+    LoadPath.RESIDENT: "keep resident: the whole operand, loaded once per CTA",
+    LoadPath.CHAINED_REGISTERS: "the previous gemm's output, repacked in registers",
+    LoadPath.CHAINED_SMEM: "the previous gemm's output, written to shared memory by its epilogue",
+}
+WHY_PRODUCER = ("the producer warps alone fill the ring across tiles, each slot guarded by a "
+                "full and an empty mbarrier")
+WHY_EVICT_FIRST = "; L2 evicts it first: a resident chain reads each A tile once"
+WHY_NOT_EVICT_FIRST = ("; no L2 hint: with TMA stores (which carry it) the hint on A measured 2% "
+                       "slower on an H200")
 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
@@ -203,6 +215,9 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
         # first; not when the output leaves through the copy engine (whose stores carry that
         # hint): there A's hint measured 2% slower on an H200 (bench/RESULTS.md)
         evict = first and resident and store is not StorePath.TMA
+        why_a = (WHY_PRODUCER if a is LoadPath.CP_ASYNC_RING and roles and roles[0].name ==
+                 "producer" else WHY_LOAD[a]) + (WHY_EVICT_FIRST if evict else WHY_NOT_EVICT_FIRST
+                               if first and resident else "")
         if resident:
             b = LoadPath.RESIDENT
         elif first and kind is KernelKind.PERSISTENT:
@@ -212,8 +227,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
         mma, why_mma = mmas[i] if mmas else (Mma.MMA_SYNC, WHY_MMA_SYNC)
         out.append(GemmSchedule(
             name=g.name, mma=mma,
-            a=OperandSchedule(a, CachePolicy.EVICT_FIRST if evict else CachePolicy.NORMAL),
-            b=OperandSchedule(b), stages=g.stages,
+            a=OperandSchedule(a, CachePolicy.EVICT_FIRST if evict else CachePolicy.NORMAL, why_a),
+            b=OperandSchedule(b, why=WHY_LOAD[b]), stages=g.stages,
             store=store if last else StorePath.FEED,
             why_mma=why_mma,
             why_store=why_store if last else f"the A operand of {gemms[i + 1].name}"))
