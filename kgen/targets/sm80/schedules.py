@@ -19,13 +19,14 @@ import dataclasses
 from ...enums import Residency
 from ...plan import (CachePolicy, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
                      OperandSchedule, Raster, Schedule, StorePath, TmaOutput, WarpRole)
-from .. import Candidate, ScheduleDraft, Site
+from .. import Candidate, Instruction, ScheduleDraft, Site
 
 WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop over the tiles "
                   "and prefetch the next tile's first stages")
 WHY_RESIDENT = ("every gemm keeps B resident: B loaded once per CTA, the first gemm's A "
                 "streams through a ring across tiles")
 WHY_MMA_SYNC = "the target's warp MMA"
+WHY_NOT_WGMMA = "wgmma is planned for resident chains only ('keep B resident')"
 WHY_LOAD = {
     LoadPath.CP_ASYNC: "every thread copies the next k tiles while the MMAs run",
     LoadPath.CP_ASYNC_PREFETCH: "the next tile's first stages load during this tile's last",
@@ -224,7 +225,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
             b = LoadPath.CP_ASYNC_PREFETCH
         else:
             b = LoadPath.CP_ASYNC
-        mma, why_mma = mmas[i] if mmas else (Mma.MMA_SYNC, WHY_MMA_SYNC)
+        mma, why_mma = mmas[i] if mmas else (Mma.MMA_SYNC, WHY_NOT_WGMMA if draft.target.has(
+            Instruction.WGMMA) else WHY_MMA_SYNC)
         out.append(GemmSchedule(
             name=g.name, mma=mma,
             a=OperandSchedule(a, CachePolicy.EVICT_FIRST if evict else CachePolicy.NORMAL, why_a),
