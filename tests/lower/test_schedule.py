@@ -5,16 +5,21 @@ kind (plan.schedule), the targets' candidates with their reasons, and the select
 (kgen/lower/select.py)."""
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
 from kgen import ir
 from kgen.api import build
 from kgen.errors import KgenError
-from kgen.lower import lower, schedule
+from kgen.lower import candidates, lower, schedule
+from kgen.parse import parse_file
+from kgen.plan import CachePolicy, KernelKind, LoadPath, Mma, StorePath, TmaOutput
+from kgen.targets import Instruction, target
 
-from tests.kernels import from_template
+from tests.kernels import EXAMPLES, from_template
 
 TEXT = """\
 kernel pp {
@@ -243,18 +248,6 @@ def test_pingpong_source_is_deterministic_and_compiles_without_spills():
 
 
 # -- the typed schedule (plan.schedule), its candidates and its selection -----------------------
-
-import ast  # noqa: E402
-import dataclasses  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from kgen.parse import parse_file  # noqa: E402
-from kgen.plan import (CachePolicy, KernelKind, LoadPath, Mma, StorePath,  # noqa: E402
-                       TmaOutput)
-from kgen.targets import Instruction, target  # noqa: E402
-from kgen.lower import candidates  # noqa: E402
-
-from tests.kernels import EXAMPLES  # noqa: E402
 
 KGEN = Path(__file__).resolve().parents[2] / "kgen"
 
