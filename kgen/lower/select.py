@@ -78,7 +78,7 @@ def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
     else:
         chosen = next((c for c in listed if c.legal), listed[-1])
     if not chosen.legal:
-        if chosen.site == Site("budget"):
+        if chosen.over_budget:
             # the storage pass's own message: the largest buffers and what to change
             plans, options = placed[id(chosen.storage)]
             storage.run(kernel, plans, tgt, budget_loc, **options)
