@@ -699,6 +699,7 @@ def main() -> None:
     from b2b_bench import copy_bandwidth, copy_ms, time_ms, torch_chain_ms
     from kgen.api import build_file, compile_source
     from kgen.runtime.launch import CompiledKernel
+    from kgen.plan import WarpRole
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--m", type=int, default=81920)
@@ -751,7 +752,10 @@ def main() -> None:
             plan_class.smem_bytes = property(lambda self: EXTRA_SMEM)
         parts = name.split("+")
         threads = 448 if "wg3" in parts else 512 if "wg3p" in parts else b.plan.threads
-        plan = dataclasses.replace(b.plan, threads=threads)
+        extra = (threads - b.plan.threads) // 32  # plan.threads: the schedule's warp roles
+        roles = b.plan.schedule.warp_roles + ((WarpRole("variant", extra),) if extra else ())
+        plan = dataclasses.replace(b.plan, schedule=dataclasses.replace(b.plan.schedule,
+                                                                        warp_roles=roles))
         k = CompiledKernel(plan, res.cubin, source=src, compiled=res)
         grids = [part for part in name.split("+") if part.startswith("grid=")]
         if grids:  # the persistent grid's CTA count (the runtime's choice: SMs x CTAs per SM)

@@ -369,12 +369,14 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
         budget_loc: SourceLoc, *, persistent: bool = False,
         resident: bool = False, ring_barriers: int = 0,
-        staging: tuple[int, int] = (0, 0)) -> StoragePlan:
+        staging: tuple[int, int] = (0, 0), check_budget: bool = True) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
     pingpong), live through every phase. `staging`: (bytes, alignment) of the last gemm's
     output staging for the copy engine's stores (schedule pingpong), also live through every
-    phase: the copy engine reads it after the epilogue that wrote it has moved on."""
+    phase: the copy engine reads it after the epilogue that wrote it has moved on.
+    `check_budget`: False returns a plan over the target's limit (a schedule candidate that is
+    then refused for it) instead of raising."""
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for i, g in enumerate(gemms)
@@ -427,7 +429,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
     total = _total(buffers)
     if declared_bytes is not None:
         total = max(total, _up(declared_bytes, _arena_align(buffers)))
-    if total > tgt.smem_limit:
+    if total > tgt.smem_limit and check_budget:
         largest = sorted(buffers, key=lambda b: (-b.bytes, b.name))[:4]
         listing = ", ".join(f"{b.name} {b.bytes} B ({b.role})" for b in largest)
         advice = "use fewer stages or a smaller tile" if gemms else "make buffers smaller"

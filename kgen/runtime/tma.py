@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 
 from ..enums import DType
-from ..lower import schedule
+from ..targets.sm90 import tensor_map as schedule  # STAGING_BOX, TMA_DTYPE
 from ..plan import KernelPlan
 
 MAP_BYTES = 128  # sizeof(CUtensorMap)

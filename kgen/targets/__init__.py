@@ -1,9 +1,26 @@
-"""What each compilation target offers: shared-memory budget, MMA shapes and dtypes."""
+"""What each compilation target offers: shared-memory budget, MMA shapes and dtypes, the
+instructions it has, and (kgen/targets/<arch>/schedules.py) the schedules it can run a kernel
+with, each refused one with its reason."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
-from ..enums import Arch, DType
+from ..enums import Arch, DType, Residency
+from ..plan import GemmPlan, KernelKind, Schedule, StoragePlan
+
+
+class Instruction(enum.Enum):
+    """The instructions a schedule may rely on."""
+
+    MMA_SYNC = "mma.sync"  # warp-level MMA (sm_80)
+    CP_ASYNC = "cp.async"  # asynchronous global-to-shared copies (sm_80)
+    WGMMA = "wgmma"  # warpgroup MMA from shared-memory descriptors or registers (sm_90a)
+    MBARRIER = "mbarrier"  # transaction barriers in shared memory, with try_wait (sm_90)
+    TMA = "cp.async.bulk.tensor"  # the copy engine, through tensor maps (sm_90)
+    SETMAXNREG = "setmaxnreg"  # per-warpgroup register budgets (sm_90a)
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,8 +34,18 @@ class Target:
     acc_dtypes: frozenset[DType]
     output_dtypes: frozenset[DType]
     emitter: str  # key of the emitter table in kgen.emit
+    instructions: frozenset[Instruction] = frozenset()
+    schedules: str = "sm80"  # the package whose schedules.py lists the legal schedules
+
+    def has(self, instruction: Instruction) -> bool:
+        return instruction in self.instructions
+
+    @property
+    def tma(self) -> bool:
+        return Instruction.TMA in self.instructions
 
 
+_SM80_INSTRUCTIONS = frozenset({Instruction.MMA_SYNC, Instruction.CP_ASYNC})
 _SM80_FAMILY = dict(
     max_threads=1024,
     registers_per_sm=65536,
@@ -30,13 +57,104 @@ _SM80_FAMILY = dict(
 )
 
 TARGETS: dict[Arch, Target] = {
-    Arch.SM80: Target(Arch.SM80, smem_limit=163 * 1024, **_SM80_FAMILY),
-    Arch.SM86: Target(Arch.SM86, smem_limit=99 * 1024, **_SM80_FAMILY),
-    Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024, **_SM80_FAMILY),
-    # sm_90a runs the sm_80 mainloop until the TMA/wgmma path lands; the budget is Hopper's.
-    Arch.SM90A: Target(Arch.SM90A, smem_limit=227 * 1024, **_SM80_FAMILY),
+    Arch.SM80: Target(Arch.SM80, smem_limit=163 * 1024, instructions=_SM80_INSTRUCTIONS,
+                      **_SM80_FAMILY),
+    Arch.SM86: Target(Arch.SM86, smem_limit=99 * 1024, instructions=_SM80_INSTRUCTIONS,
+                      **_SM80_FAMILY),
+    Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024, instructions=_SM80_INSTRUCTIONS,
+                      **_SM80_FAMILY),
+    # sm_90a: the sm_80 mainloop everywhere, plus the Hopper schedules (wgmma, the ping-pong
+    # ring on mbarriers, TMA stores) where a kernel meets their rules; the budget is Hopper's.
+    Arch.SM90A: Target(Arch.SM90A, smem_limit=227 * 1024, schedules="sm90",
+                       instructions=_SM80_INSTRUCTIONS | {
+                           Instruction.WGMMA, Instruction.MBARRIER, Instruction.TMA,
+                           Instruction.SETMAXNREG},
+                       **_SM80_FAMILY),
 }
 
 
 def target(arch: Arch) -> Target:
     return TARGETS[arch]
+
+
+# ---------------------------------------------------------------------------------------------
+# What a target weighs when it lists its legal schedules: plan-level data only, so that the
+# targets need no IR. The lowering (kgen/lower/select.py) builds the draft and picks.
+
+
+@dataclass(frozen=True, slots=True)
+class GemmDraft:
+    """A gemm as the mainloop pass planned it (`plan`: None before that pass, when only the
+    request is checked), and what its source asked for."""
+
+    name: str
+    warps: tuple[int, int]
+    resident: bool  # `keep B resident`
+    keep: Residency | None  # the user's `keep registers|smem` (None: kgen chose)
+    plan: GemmPlan | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a refusal points in the source: the kernel's `schedule` line, or gemm number
+    `gemm`'s own line ("gemm") or one of its clauses ("tile", "warps", "stages", "resident")."""
+
+    what: str
+    gemm: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDraft:
+    target: Target
+    requested: KernelKind | None  # `schedule pingpong`; `keep ... resident` asks PERSISTENT
+    gemms: tuple[GemmDraft, ...]
+    declared_storage: bool  # a storage or phases declaration: their lifetimes assume one tile
+    allow_persistent: bool = True  # False: the caller forbids it (lower(persistent=False))
+    group_m: int = 8
+    dtypes: Mapping[str, DType] = field(default_factory=dict)  # each parameter's element type
+    # The storage plan of a candidate, computed without raising on the budget:
+    # place(gemm plans, persistent=, resident=, ring_barriers=, staging=(bytes, align))
+    place: Callable[..., StoragePlan] | None = None
+
+    @property
+    def resident(self) -> bool:
+        return any(g.resident for g in self.gemms)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One schedule a target lists for a draft: legal, or refused with its reason and where in
+    the source that points; a legal one (and one refused only for its shared memory) carries
+    its schedule, gemm plans and storage plan."""
+
+    kind: KernelKind
+    legal: bool
+    reason: str
+    site: Site | None = None
+    schedule: Schedule | None = None
+    gemms: tuple[GemmPlan, ...] = ()
+    storage: StoragePlan | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        return self.storage is not None and self.storage.total_bytes > self.storage.limit_bytes
+
+
+def _schedules(tgt: Target):
+    return importlib.import_module(f"{__name__}.{tgt.schedules}.schedules")
+
+
+def candidates(draft: ScheduleDraft) -> list[Candidate]:
+    """The target's schedules for the draft, in its order of preference."""
+    return _schedules(draft.target).candidates(draft)
+
+
+def refuse_request(draft: ScheduleDraft) -> Candidate | None:
+    """The requested schedule refused on what the source alone shows (no gemm plans yet), or
+    None: checked before the mainloop pass, so that its message comes first."""
+    return _schedules(draft.target).refuse_request(draft)
+
+
+def producer_threads(tgt: Target, kind: KernelKind | None) -> int | None:
+    """Threads that alone copy the first gemm's A under `kind` (None: every thread)."""
+    return _schedules(tgt).producer_threads(kind)

@@ -1,18 +1,25 @@
-"""`schedule pingpong` (kgen/lower/schedule.py): the parse, each rule's located message, the
-plan (threads, the producer's copies, the ring's mbarriers in the storage map) and the shape of
-the emitted producer and consumers."""
+"""`schedule pingpong` (its rules in kgen/targets/sm90/schedules.py): the parse, each rule's
+located message, the plan (threads, the producer's copies, the ring's mbarriers in the storage
+map) and the shape of the emitted producer and consumers. Then the typed schedule of every
+kind (plan.schedule), the targets' candidates with their reasons, and the selection
+(kgen/lower/select.py)."""
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
 from kgen import ir
 from kgen.api import build
 from kgen.errors import KgenError
-from kgen.lower import lower, schedule
+from kgen.lower import candidates, lower, schedule
+from kgen.parse import parse_file
+from kgen.plan import CachePolicy, KernelKind, LoadPath, Mma, StorePath, TmaOutput
+from kgen.targets import Instruction, target
 
-from tests.kernels import from_template
+from tests.kernels import EXAMPLES, from_template
 
 TEXT = """\
 kernel pp {
@@ -238,3 +245,147 @@ def test_pingpong_source_is_deterministic_and_compiles_without_spills():
     assert build(k, source_name="t.kg").source == first
     result = nvrtc.compile_cubin(first, "pp", "sm_90a")
     assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
+
+
+# -- the typed schedule (plan.schedule), its candidates and its selection -----------------------
+
+KGEN = Path(__file__).resolve().parents[2] / "kgen"
+
+
+def example(name: str, arch: ir.Arch | None = None):
+    return lower(parse_file(next(e for e in EXAMPLES if e.stem == name)).kernels[0], arch)
+
+
+def gemm_row(g) -> tuple:
+    return (g.name, g.mma, g.a.load, g.a.cache, g.b.load, g.store)
+
+
+@pytest.mark.parametrize("name", ["b2b_gemm_rf_pingpong_sm90a",
+                                  "b2b_gemm_rf_pingpong_bf16_sm90a"])
+def test_pingpong_examples_schedule(name):
+    plan = example(name)
+    s = plan.schedule
+    assert s.kind is KernelKind.PINGPONG
+    assert [(r.name, r.warps, r.groups, r.registers) for r in s.warp_roles] == [
+        ("producer", 2, 1, None), ("consumer", 4, 2, None)]
+    assert s.threads == plan.threads == 320
+    assert [gemm_row(g) for g in s.gemms] == [
+        ("g0", Mma.WGMMA_SS, LoadPath.CP_ASYNC_RING, CachePolicy.NORMAL, LoadPath.RESIDENT,
+         StorePath.FEED),
+        ("g1", Mma.WGMMA_RS, LoadPath.CHAINED_REGISTERS, CachePolicy.NORMAL, LoadPath.RESIDENT,
+         StorePath.TMA)]
+    dtype = ir.DType.BF16 if "bf16" in name else ir.DType.F16
+    assert s.tma_output == TmaOutput("D1", dtype)
+    assert not s.quad_stores and not s.mma_sync
+
+
+def test_tiled_example_schedule():
+    s = example("gemm").schedule
+    assert s.kind is KernelKind.TILED and s.raster.group_m == 8 and s.min_blocks_per_sm == 1
+    assert [gemm_row(g) for g in s.gemms] == [
+        ("mma0", Mma.MMA_SYNC, LoadPath.CP_ASYNC, CachePolicy.NORMAL, LoadPath.CP_ASYNC,
+         StorePath.PAIRS)]
+    assert s.tma_output is None and s.mma_sync and not s.quad_stores
+    assert [k for k, _ in s.rejected] == [KernelKind.PINGPONG, KernelKind.PERSISTENT]
+
+
+def test_resident_chain_schedules_per_target():
+    """sm_80 runs the resident chain on mma.sync; sm_90a moves g0 to wgmma, and g1 only where
+    its own rules hold (b2b_gemm_rf's g1 reads 64-byte k tiles of B1: mma.sync, and why)."""
+    s80 = example("b2b_gemm_rf").schedule
+    assert s80.kind is KernelKind.PERSISTENT
+    assert [gemm_row(g) for g in s80.gemms] == [
+        ("g0", Mma.MMA_SYNC, LoadPath.CP_ASYNC_RING, CachePolicy.EVICT_FIRST, LoadPath.RESIDENT,
+         StorePath.FEED),
+        ("g1", Mma.MMA_SYNC, LoadPath.CHAINED_REGISTERS, CachePolicy.NORMAL, LoadPath.RESIDENT,
+         StorePath.WIDE)]
+    assert s80.quad_stores and s80.mma_sync
+    s90 = example("b2b_gemm_rf", ir.Arch.SM90A).schedule
+    assert [g.mma for g in s90.gemms] == [Mma.WGMMA_SS, Mma.MMA_SYNC]
+    assert s90.gemms[1].why_mma == "not wgmma: B1 needs 128-byte k tiles, not 64"
+    rf90 = example("b2b_gemm_rf_sm90a").schedule
+    assert [g.mma for g in rf90.gemms] == [Mma.WGMMA_SS, Mma.WGMMA_RS]
+    smem = example("b2b_gemm_smem").schedule
+    assert smem.kind is KernelKind.TILED
+    assert [g.a.load for g in smem.gemms] == [LoadPath.CP_ASYNC, LoadPath.CHAINED_SMEM]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_compat_flags_follow_the_schedule(path):
+    for k in parse_file(path).kernels:
+        plan = lower(k)
+        s = plan.schedule
+        assert plan.persistent is (s.kind is not KernelKind.TILED)
+        assert plan.pingpong is (s.kind is KernelKind.PINGPONG)
+        assert plan.tma_store is (s.tma_output is not None)
+        assert plan.wgmma_chain == tuple(g.name for g in s.gemms if g.mma is Mma.WGMMA_RS)
+        assert (plan.threads, plan.group_m) == (s.threads, s.raster.group_m)
+        for flag in ("threads", "group_m", "min_blocks_per_sm", "persistent", "resident",
+                     "wide_stores", "wgmma", "wgmma_chain", "pingpong", "tma_store"):
+            assert getattr(type(plan), flag).fset is None  # read-only, derived
+        for row in s.describe():
+            assert len(row) == 3 and all(isinstance(x, str) for x in row)
+
+
+def test_candidates_list_every_schedule_with_its_reason():
+    from tests.lower.test_chain import kernel as chain_kernel
+    listed = candidates(chain_kernel(), ir.Arch.SM86)
+    assert [(c.kind, c.legal) for c in listed] == [
+        (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, True), (KernelKind.TILED, True)]
+    assert listed[0].reason == "needs target sm_90a (wgmma, mbarrier waits)"
+    single = candidates(example("gemm").kernel, ir.Arch.SM90A)
+    assert [(c.kind, c.legal) for c in single] == [
+        (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, False), (KernelKind.TILED, True)]
+    assert single[0].reason == "taken only on request ('schedule pingpong')"
+    assert "two chained gemms" in single[1].reason
+
+
+def test_persistent_over_budget_is_refused_not_caught():
+    """Stages that fit one CTA per tile but not beside the prefetched next tile: the persistent
+    candidate is refused for its shared memory and the tiled one taken."""
+    from tests.lower.test_chain import kernel as chain_kernel
+    assert lower(chain_kernel(S0x="6"), ir.Arch.SM86).schedule.kind is KernelKind.PERSISTENT
+    s = lower(chain_kernel(S0x="7"), ir.Arch.SM86).schedule
+    assert s.kind is KernelKind.TILED
+    assert dict(s.rejected)[KernelKind.PERSISTENT] == (
+        "shared memory over budget: 102400 bytes needed, 101376 allowed")
+
+
+def test_targets_state_their_instructions():
+    assert not target(ir.Arch.SM80).has(Instruction.WGMMA) and not target(ir.Arch.SM80).tma
+    sm90 = target(ir.Arch.SM90A)
+    assert sm90.tma and all(sm90.has(i) for i in Instruction)
+
+
+def _python_files(*parts: str):
+    for part in parts:
+        path = KGEN / part
+        yield from ([path] if path.suffix == ".py" else sorted(path.rglob("*.py")))
+
+
+def test_selection_never_catches_kgen_errors():
+    """No pass of kgen/lower and no schedule list decides by catching a KgenError."""
+    for path in _python_files("lower", "targets/sm80/schedules.py", "targets/sm90/schedules.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ExceptHandler):
+                names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")
+                         for n in ast.walk(node.type)} if node.type else {"<bare>"}
+                assert not names & {"KgenError", "Exception", "BaseException", "<bare>"}, (
+                    f"{path.relative_to(KGEN)}:{node.lineno} catches {names}")
+
+
+def test_targets_and_lowering_keep_their_layers():
+    """The schedule lists read plan-level data only; lowering holds no C++ names of the
+    copy engine (kgen/targets/sm90/tensor_map.py has them)."""
+    for path in _python_files("targets/__init__.py", "targets/sm80/schedules.py",
+                              "targets/sm90/schedules.py", "targets/sm90/tensor_map.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                names = {a.name for a in node.names}
+                layers = module.split(".")
+                assert not any(m in layers for m in ("ir", "lower", "parse", "verify")), (
+                    f"{path.name} imports {module}")
+                assert not (module.strip(".") == "" and names & {"ir", "lower"}), path.name
+    for path in _python_files("lower"):
+        assert "CU_TENSOR_MAP" not in path.read_text(), path.name

@@ -1,0 +1,99 @@
+"""Selection: the one schedule a kernel runs with, among those its target lists
+(kgen/targets/<arch>/schedules.py), each with its storage plan.
+
+The source's request wins or is refused with its located reason: `schedule pingpong` asks for
+PINGPONG and `keep ... resident` for PERSISTENT (B resident). Without one, the first legal
+candidate in the target's order of preference is taken. A candidate whose buffers do not fit
+the shared memory is only refused; the storage pass raises its budget message (the largest
+buffers, what to change) only when the selected candidate, or the last one, does not fit.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import ir
+from ..errors import KgenError, SourceLoc
+from ..plan import GemmPlan
+from ..targets import (Candidate, GemmDraft, ScheduleDraft, Site, Target, candidates,
+                       refuse_request)
+from . import schedule, storage
+
+GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream through L2
+
+
+def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *,
+          persistent: bool | None = None, place=None) -> ScheduleDraft:
+    """`gemms`: the mainloop's plans (None: only the request can be checked yet)."""
+    plans = gemms or [None] * len(kernel.gemms)
+    return ScheduleDraft(
+        target=tgt,
+        requested=schedule.requested(kernel),
+        gemms=tuple(GemmDraft(g.name, (g.warps.m, g.warps.n), g.resident, g.keep, plan)
+                    for g, plan in zip(kernel.gemms, plans)),
+        declared_storage=kernel.storage is not None or bool(kernel.phases),
+        allow_persistent=persistent is not False,
+        group_m=GROUP_M,
+        dtypes={p.name: p.dtype for p in kernel.params},
+        place=place,
+    )
+
+
+def check_request(kernel: ir.Kernel, tgt: Target) -> None:
+    """Refuse a request on what the source alone shows, before the mainloop pass."""
+    refusal = refuse_request(draft(kernel, tgt))
+    if refusal is not None:
+        raise KgenError(locate(kernel, refusal.site), refusal.reason)
+
+
+def listed(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
+           persistent: bool | None = None) -> list[Candidate]:
+    """The target's candidates for the kernel, each placed in shared memory."""
+    budget_loc = _budget_loc(kernel)
+
+    def place(plans, **options):
+        return storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
+
+    return candidates(draft(kernel, tgt, gemms, persistent=persistent, place=place))
+
+
+def _budget_loc(kernel: ir.Kernel) -> SourceLoc:
+    return kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
+
+
+def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
+           persistent: bool | None = None) -> Candidate:
+    """The selected candidate, legal, its schedule noting the candidates before it."""
+    placed: dict[int, tuple] = {}
+    budget_loc = _budget_loc(kernel)
+
+    def place(plans, **options):
+        plan = storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
+        placed[id(plan)] = (list(plans), options)
+        return plan
+
+    listed = candidates(draft(kernel, tgt, gemms, persistent=persistent, place=place))
+    wanted = schedule.requested(kernel)
+    if wanted is not None:
+        chosen = next(c for c in listed if c.kind is wanted)
+    else:
+        chosen = next((c for c in listed if c.legal), listed[-1])
+    if not chosen.legal:
+        if chosen.over_budget:
+            # the storage pass's own message: the largest buffers and what to change
+            plans, options = placed[id(chosen.storage)]
+            storage.run(kernel, plans, tgt, budget_loc, **options)
+            raise AssertionError("a candidate over budget fits on the second try")
+        raise KgenError(locate(kernel, chosen.site), chosen.reason)
+    before = listed[:listed.index(chosen)]
+    rejected = tuple((c.kind, c.reason) for c in before)
+    return dataclasses.replace(
+        chosen, schedule=dataclasses.replace(chosen.schedule, rejected=rejected))
+
+
+def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:
+    """The source location a refusal points at."""
+    if site is None or site.what == "schedule":
+        return kernel.schedule_loc if site is not None else kernel.loc
+    g = kernel.gemms[site.gemm]
+    return {"gemm": g.loc, "resident": g.resident_loc or g.loc, "warps": g.warps.loc,
+            "tile": g.tile.loc, "stages": g.stages.loc}[site.what]

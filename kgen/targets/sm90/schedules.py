@@ -1,0 +1,205 @@
+"""The schedules sm_90a can run a kernel with, in its order of preference: sm_80's (see
+kgen/targets/sm80/schedules.py), where a resident chain's gemms also move to wgmma where its
+rules hold, and before them the ping-pong schedule, taken only when `schedule pingpong` asks:
+
+    producer   two warps stream the first gemm's A tiles into a ring of `stages` slots, each
+               guarded by a full and an empty mbarrier (cp.async, signalled through
+               cp.async.mbarrier.arrive), over every tile of the CTA in order
+    consumers  two warpgroups take the CTA's tiles in turn; each runs the whole chain on a
+               64-row tile of its own: g0 on wgmma from the ring, g1 from registers, then the
+               epilogue and its stores.
+
+The last gemm's output leaves through the copy engine where it can (tma_refusal): each consumer
+warpgroup writes its tile into a staging buffer of its own (64x64 boxes, 128-byte swizzle) and
+one thread issues cp.async.bulk.tensor stores of it. On an H200 this beat 16-byte stores from
+registers (bench/RESULTS.md); it takes 2 x 64 x tile N x 2 bytes of shared memory that the ring
+then cannot have.
+
+The ping-pong rules, each refusal pointing at its source: a persistent chain that keeps every B
+resident (the consumers never wait for B); the first gemm's warps 4x1 (one warpgroup per tile);
+the buffers within the budget; the first gemm on wgmma; more ring slots than the first gemm's k
+tiles (a consumer's next wait may be that far past the slot it last released, and an mbarrier
+phase parity tells only two rounds apart).
+"""
+from __future__ import annotations
+
+from ...enums import Residency
+from ...plan import GemmPlan, KernelKind, Mma, OperandPlan, StorePath, TmaOutput, WarpRole
+from .. import Candidate, Instruction, ScheduleDraft, Site
+from ..sm80 import schedules as sm80
+from .tensor_map import STAGING_BOX
+
+STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
+PRODUCER_THREADS = 64  # two warps issue the ring's copies (one warp could not keep up on an H200)
+CONSUMERS = 2  # warpgroups, each with a tile of its own
+WARPGROUP_WARPS = 4
+WGMMA_SS = ("wgmma: warpgroups of 4 warps along M, 16 rows per warp, A and B K-major with "
+            "128-byte swizzled k tiles")
+WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already in its "
+            "register layout, B K-major with 128-byte swizzled k tiles")
+
+
+def candidates(draft: ScheduleDraft) -> list[Candidate]:
+    return [pingpong(draft), sm80.persistent(draft, mmas), sm80.tiled(draft)]
+
+
+def producer_threads(kind: KernelKind | None) -> int | None:
+    return PRODUCER_THREADS if kind is KernelKind.PINGPONG else None
+
+
+def threads() -> int:
+    return CONSUMERS * WARPGROUP_WARPS * 32 + PRODUCER_THREADS
+
+
+ROLES = (WarpRole("producer", PRODUCER_THREADS // 32),
+         WarpRole("consumer", WARPGROUP_WARPS, groups=CONSUMERS))
+
+
+def refuse_request(draft: ScheduleDraft) -> Candidate | None:
+    """The ping-pong rules that need only the source: the chain's residency and the warps."""
+    if draft.requested is not KernelKind.PINGPONG:
+        return None
+    gemms = draft.gemms
+    if (len(gemms) != 2 or not all(g.resident for g in gemms)
+            or gemms[1].keep is Residency.SMEM):
+        return _refused(
+            "schedule pingpong needs two chained gemms, the second keeping the first in "
+            "registers, and every B resident ('keep B0 resident' in each gemm)", Site("schedule"))
+    first = gemms[0]
+    if tuple(first.warps) != (WARPGROUP_WARPS, 1):
+        return _refused(
+            f"schedule pingpong gives each consumer warpgroup a tile of its own: gemm "
+            f"'{first.name}' needs warps 4x1, not {first.warps[0]}x{first.warps[1]}",
+            Site("warps", 0))
+    return None
+
+
+def _refused(reason: str, site: Site | None = None) -> Candidate:
+    return Candidate(KernelKind.PINGPONG, False, reason, site)
+
+
+def pingpong(draft: ScheduleDraft) -> Candidate:
+    if draft.requested is not KernelKind.PINGPONG:
+        return _refused("taken only on request ('schedule pingpong')")
+    refusal = refuse_request(draft)
+    if refusal is not None:
+        return refusal
+    refusal = sm80.resident_refusal(draft, sm80.persist_refusal(draft) is None)
+    if refusal is not None:
+        return _refused(refusal.reason, refusal.site)
+    gemms = sm80.resident_plans([g.plan for g in draft.gemms])
+    first, last = gemms[0], gemms[-1]
+    wide = sm80.wide_refusal(last)
+    tma = wide or tma_refusal(last)
+    staging = (0, 0) if tma else (staging_bytes(last), STAGING_ALIGN)
+    storage = draft.place(gemms, persistent=True, resident=True,
+                          ring_barriers=ring_barriers(first), staging=staging)
+    if storage.total_bytes > storage.limit_bytes:
+        return Candidate(KernelKind.PINGPONG, False, sm80.over_budget(storage), Site("budget"),
+                         gemms=tuple(gemms), storage=storage)
+    offsets = {b.name: b.offset for b in storage.buffers}
+    if not draft.target.has(Instruction.WGMMA) or wgmma_refusal(first, first.a, offsets):
+        return _refused(
+            f"schedule pingpong runs gemm '{first.name}' on wgmma: it needs a 64-row tile, "
+            "A and B K-major with 128-byte k tiles (64 f16/bf16), and N a multiple of 8 up "
+            "to 256", Site("tile", 0))
+    k_tiles = -(-first.k_dim // first.tile[2])
+    if first.stages <= k_tiles:
+        return _refused(
+            f"schedule pingpong needs more ring slots than gemm '{first.name}' has k tiles "
+            f"({k_tiles}): stages {first.stages} must be at least {k_tiles + 1}, since a "
+            f"warpgroup's next tile starts up to {k_tiles + 1} slots past the last one it freed",
+            Site("stages", 0))
+    if wide:
+        last_store = StorePath.PAIRS, wide
+    elif tma:
+        last_store = StorePath.WIDE, f"{sm80.WHY_WIDE}; not TMA: {tma}"
+    else:
+        last_store = StorePath.TMA, ("the copy engine stores each consumer's staged tile (beat "
+                                     "16-byte stores from registers on an H200)")
+    out = last.epilogue.packed_store.param if not tma else None
+    schedule = sm80.build(
+        draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
+        roles=ROLES, why_kind="schedule pingpong: producer warps fill the ring, two consumer "
+        "warpgroups take alternate tiles",
+        tma_output=TmaOutput(out, draft.dtypes[out]) if out else None)
+    return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules of wgmma and of the copy engine's stores
+
+
+def mmas(gemms: list[GemmPlan], storage) -> list[tuple[Mma, str]]:
+    """Each gemm of a resident chain: the first on wgmma (A and B from shared memory) where its
+    rules hold, and the later ones follow it with A from registers where theirs hold."""
+    offsets = {b.name: b.offset for b in storage.buffers}
+    first = gemms[0]
+    refusal = wgmma_refusal(first, first.a, offsets)
+    if refusal:
+        return [(Mma.MMA_SYNC, f"not wgmma: {refusal}")] * len(gemms)
+    out = [(Mma.WGMMA_SS, WGMMA_SS)]
+    for g in gemms[1:]:
+        refusal = ("its A is not kept in registers" if g.chain is None or g.a is not None
+                   else shape_refusal(g, offsets))
+        out.append((Mma.MMA_SYNC, f"not wgmma: {refusal}") if refusal else (Mma.WGMMA_RS, WGMMA_RS))
+    return out
+
+
+def wgmma_refusal(g: GemmPlan, a: OperandPlan | None, offsets: dict[str, int]) -> str | None:
+    """A gemm with A and B in shared memory on wgmma: the shared rules, and A as wgmma reads it."""
+    if a is None:
+        return "its A is not in shared memory"
+    return shape_refusal(g, offsets) or tile_refusal(g, a, offsets)
+
+
+def shape_refusal(g: GemmPlan, offsets: dict[str, int]) -> str | None:
+    """The rules every wgmma gemm shares: warpgroups of 4 warps along M, 16 rows per warp (the
+    accumulators then sit where mma.sync would put them), N a multiple of 8 up to 256, and B as
+    wgmma reads it."""
+    if g.warps[1] != 1 or g.warps[0] % 4:
+        return f"warpgroups of 4 warps along M need warps 4kx1, not {g.warps[0]}x{g.warps[1]}"
+    if g.warp_tile[0] != 16:
+        return f"16 rows per warp, not {g.warp_tile[0]}"
+    if g.tile[1] % 8 or not 8 <= g.tile[1] <= 256:
+        return f"tile N a multiple of 8 up to 256, not {g.tile[1]}"
+    return tile_refusal(g, g.b, offsets)
+
+
+def tile_refusal(g: GemmPlan, op: OperandPlan, offsets: dict[str, int]) -> str | None:
+    """An operand wgmma reads through a descriptor: K-major, one 128-byte swizzled row per k
+    tile, its buffer 1024-byte aligned."""
+    nbytes = op.dtype.nbytes
+    if not op.k_major:
+        return f"{op.param} must be K-major"
+    if g.tile[2] * nbytes != 128 or op.smem.atom_inner * nbytes != 128:
+        return f"{op.param} needs 128-byte k tiles, not {g.tile[2] * nbytes}"
+    if offsets[op.smem.name] % 1024:
+        return f"{op.smem.name} must start on a 1024-byte boundary"
+    return None
+
+
+def tma_refusal(last: GemmPlan) -> str | None:
+    """Why the last gemm's output cannot go out through the copy engine (None: it can; it
+    already qualifies for 16-byte stores): its tile must be 64 rows (one consumer warpgroup),
+    its tile N a multiple of the 64-column box, and the tiles cover N exactly (the box never
+    overhangs a column the output does not have; rows past M are clipped by the tensor map)."""
+    n = last.tile[1]
+    if last.tile[0] != STAGING_BOX:
+        return f"the tile has {last.tile[0]} rows, not one {STAGING_BOX}-row box"
+    if n % STAGING_BOX:
+        return f"tile N {n} is not a multiple of the {STAGING_BOX}-column box"
+    if not (isinstance(last.n_dim, int) and last.n_dim % n == 0):
+        return f"N {last.n_dim} is not a fixed multiple of tile N {n}"
+    return None
+
+
+def ring_barriers(first: GemmPlan) -> int:
+    """mbarriers of the ring: a full and an empty one per slot."""
+    return 2 * first.stages
+
+
+def staging_bytes(last: GemmPlan) -> int:
+    """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup."""
+    return CONSUMERS * last.tile[0] * last.tile[1] * 2
+
