@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from . import ir
-from .errors import NOWHERE, KgenError
+from .errors import NOWHERE, KgenError, KgenSourceWarning
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,8 @@ def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:
 
     module = parse_file(str(path))  # first: a file that is not UTF-8 gets a located message
     text = Path(path).read_text(encoding="utf-8")
-    verify(module)
+    for warning in verify(module):  # accepted, but probably not meant (an unused local)
+        warnings.warn(warning.render(text), KgenSourceWarning, stacklevel=2)
     return module, text
 
 

@@ -24,7 +24,7 @@ import click
 
 from . import __version__
 from .enums import Arch
-from .errors import ArgumentError, KgenError, KgenRuntimeError
+from .errors import ArgumentError, KgenError, KgenRuntimeError, KgenSourceWarning
 from .report import plan_summary, print_plan, print_run_report
 
 EXIT_FAILED = 1
@@ -73,11 +73,14 @@ def _fail(code: int, message: str, *, file: str | None = None):
     sys.exit(code)
 
 
-def _warn(message: str) -> None:
-    """Show a warning on stderr; under --werror it ends the command instead (exit 2)."""
+def _warn(message: str, located: bool = False) -> None:
+    """Show a warning on stderr; under --werror it ends the command instead (exit 2). A located
+    warning arrives rendered (`file:line:col: warning: ...`, source line, caret)."""
     if _WERROR.get():
+        if located:
+            _fail(EXIT_BAD_INPUT, message.replace(": warning: ", ": error: (--werror) ", 1))
         _fail(EXIT_BAD_INPUT, f"error: {message} (--werror)")
-    click.echo(f"warning: {message}", err=True)
+    click.echo(message if located else f"warning: {message}", err=True)
     shown = _SHOWN.get()
     if shown is not None:
         shown.append(message)
@@ -103,7 +106,7 @@ def _watching_warnings():
             warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                    warning.lineno)
         elif _counts(warning):
-            _warn(str(warning.message))
+            _warn(str(warning.message), located=issubclass(warning.category, KgenSourceWarning))
         else:
             click.echo(f"warning: {warning.message}", err=True)
 

@@ -74,6 +74,12 @@ class KgenWarning:
         return self.render()
 
 
+class KgenSourceWarning(UserWarning):
+    """A KgenWarning raised as a Python warning by `kgen.api.read_module`, its message already
+    rendered (`file:line:col: warning: ...`, the source line, a caret): the CLI prints it as is,
+    or fails under --werror."""
+
+
 class KgenRuntimeError(Exception):
     """A failure after the input was accepted: NVRTC, the driver, or a launch. Exit code 1."""
 

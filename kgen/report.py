@@ -89,6 +89,10 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
              "reason": a.reason}
             for a in plan.alignments
         ],
+        # every choice of the plan's Schedule, with why (kgen/lower/select.py chose it among
+        # the target's legal schedules; `not <kind>` rows are the ones it refused)
+        "schedule": [{"setting": label, "value": value, "why": why}
+                     for label, value, why in (plan.schedule.describe() if plan.gemms else [])],
     }
     occupancy = {"blocks_per_sm_by_smem": storage.limit_bytes // max(plan.smem_bytes, 1)}
     if resources is not None:
@@ -180,6 +184,13 @@ def print_plan(console, s: dict) -> None:
         console.print(gemms)
         console.print(f"output: {s['gemms'][-1]['store']}")
         console.print(tiles)
+    if s.get("schedule"):
+        schedule = Table(title="schedule", title_justify="left")
+        for column in ("setting", "value", "why"):
+            schedule.add_column(column)
+        for row in s["schedule"]:
+            schedule.add_row(row["setting"], row["value"], row["why"])
+        console.print(schedule)
     storage = Table(title="storage", title_justify="left")
     for column in ("buffer", "offset", "bytes", "align", "live", "placed", "swizzle", "role"):
         storage.add_column(column, justify="right" if column in ("offset", "bytes", "align")

@@ -290,3 +290,39 @@ def test_help_documents_every_environment_variable():
     for path in kgen_root.rglob("*.py"):
         read |= set(re.findall(r"environ(?:\.get)?[\[(]\"([A-Z_]+)\"", path.read_text()))
     assert read and all(variable in text for variable in read), read
+
+
+UNUSED_LOCAL = """kernel unused_local {
+  target sm_80
+  tensor A : f16[M, K] row
+  tensor B : f16[K, N] col
+  tensor D : f16[M, N] row out
+
+  gemm mma0 = A @ B accumulate f32 {
+    tile 128x128x64  warps 2x2  stages 3
+    epilogue {
+      u = 2.0 * acc
+      D = acc
+    }
+  }
+}
+"""
+
+
+def test_unused_local_is_a_located_warning(tmp_path):
+    source = tmp_path / "unused.kg"
+    source.write_text(UNUSED_LOCAL)
+    result = invoke("compile", source, "-o", tmp_path / "out.cu")
+    assert result.exit_code == 0
+    assert f"{source}:10:7: warning: local 'u' is never used" in result.stderr
+    assert "^~~" in result.stderr
+    assert (tmp_path / "out.cu").exists()
+
+
+def test_unused_local_under_werror_exits_2(tmp_path):
+    source = tmp_path / "unused.kg"
+    source.write_text(UNUSED_LOCAL)
+    result = invoke("compile", source, "-o", tmp_path / "out.cu", "--werror")
+    assert result.exit_code == 2
+    assert f"{source}:10:7: error: (--werror) local 'u' is never used" in result.stderr
+    assert not (tmp_path / "out.cu").exists()
