@@ -16,21 +16,16 @@ testable without PyTorch or a GPU.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
-from .enums import DType, Layout, ParamKind
+from .enums import DType, ParamKind
 from .errors import KgenRuntimeError
-from .plan import KernelPlan, Param
+from .plan import KernelPlan
+from .runtime.outputs import infer_sizes, inputs_of, output_shapes, outputs_of
+
+__all__ = ["infer_sizes", "op_schema", "output_shapes", "torch_op"]
 
 _TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
-
-
-def inputs_of(plan: KernelPlan) -> tuple[Param, ...]:
-    return tuple(p for p in plan.params if not p.is_output)
-
-
-def outputs_of(plan: KernelPlan) -> tuple[Param, ...]:
-    return tuple(p for p in plan.params if p.is_output)
 
 
 def op_schema(plan: KernelPlan) -> str:
@@ -47,46 +42,6 @@ def op_schema(plan: KernelPlan) -> str:
         raise KgenRuntimeError(f"{plan.name} has no output: a torch op must return something")
     result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return f"({', '.join(args)}) -> {result}"
-
-
-def infer_sizes(plan: KernelPlan, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
-    """Runtime sizes (M, N, K, ...) from the inputs' logical shapes. Any int-like extents
-    work, torch.compile's symbolic ones included; the kernel's own argument check compares
-    them again at launch."""
-    sizes: dict[str, Any] = {}
-    for p in inputs_of(plan):
-        if p.kind is ParamKind.SCALAR or p.name not in shapes:
-            continue
-        for dim, extent in zip(p.shape, shapes[p.name]):
-            if isinstance(dim, str) and dim not in sizes:
-                sizes[dim] = extent
-    return sizes
-
-
-def output_shapes(plan: KernelPlan, sizes: Mapping[str, Any]
-                  ) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]]:
-    """name -> (shape, strides) of each output: row-major, or column-major for a `col`
-    tensor; a scalar output (a reduction to one value) is a 0-d tensor."""
-    out = {}
-    for p in outputs_of(plan):
-        shape = []
-        for dim in p.shape:
-            if isinstance(dim, int):
-                shape.append(dim)
-            elif dim in sizes:
-                shape.append(sizes[dim])
-            else:
-                raise KgenRuntimeError(
-                    f"{plan.name}: output {p.name}'s size {dim} appears in no input, so the "
-                    "torch op cannot tell it")
-        if len(shape) == 2 and p.layout is Layout.COL:
-            strides = (1, shape[0])
-        elif len(shape) == 2:
-            strides = (shape[1], 1)
-        else:
-            strides = (1,) * len(shape)
-        out[p.name] = (tuple(shape), strides)
-    return out
 
 
 def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):

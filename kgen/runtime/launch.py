@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from ..enums import DType, Layout, ParamKind, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan import FieldKind, KernelPlan, Param
+from .outputs import infer_sizes, output_shapes, outputs_of
 from .tensors import DeviceArray, as_device_array
 
 # Sizes are int in the params struct and the kernel's index math adds a tile to them and turns
@@ -494,9 +495,41 @@ class CompiledKernel:
         return bind_arguments(self.plan, args, sizes=sizes, device_id=self.device_id,
                               persistent_ctas=self.persistent_ctas)
 
-    def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args) -> None:
+    def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
+        """Check the arguments and launch (asynchronously). Outputs not given are allocated,
+        like the inputs (torch tensors on their device when an input is a torch tensor, else
+        DeviceBuffers); returns the outputs in declaration order, one alone as itself."""
+        args = dict(args)
+        missing = [p.name for p in outputs_of(self.plan) if args.get(p.name) is None]
+        if missing:
+            args.update(self._allocate(missing, args, sizes))
         bound = self.bind(sizes, **args)
         self.launch(bound, resolve_stream(stream, bound.arrays))
+        results = [args[p.name] for p in outputs_of(self.plan)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _allocate(self, names: list[str], args: Mapping[str, Any],
+                  sizes: Mapping[str, int] | None) -> dict[str, Any]:
+        from .buffers import DeviceBuffer
+
+        given = {name: tuple(value.shape) for name, value in args.items()
+                 if value is not None and hasattr(value, "shape")}
+        found = {**infer_sizes(self.plan, given), **dict(sizes or {})}
+        layout = output_shapes(self.plan, found, names)
+        torch = sys.modules.get("torch")
+        like = next((v for v in args.values()
+                     if torch is not None and isinstance(v, torch.Tensor)), None)
+        out = {}
+        for name, (shape, strides) in layout.items():
+            dtype = self.plan.param(name).dtype
+            if like is not None:
+                torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16,
+                               "f32": torch.float32}[dtype.dsl_name]
+                out[name] = torch.empty_strided(shape, strides, dtype=torch_dtype,
+                                                device=like.device)
+            else:
+                out[name] = DeviceBuffer(shape, dtype, strides=strides, device_id=self.device_id)
+        return out
 
     def launch(self, bound: BoundArguments, stream: int = 0) -> None:
         """Launch already-checked arguments on a raw stream handle (asynchronous)."""
