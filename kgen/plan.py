@@ -256,6 +256,12 @@ class GemmPlan:
     k_dim: ir.Dim
     epilogue: EpilogueCode
     chain: ChainPlan | None = None  # set when A is an earlier gemm's output
+    # The source's names of A and B (a parameter, or an earlier gemm for a chained A), for the
+    # emitted file's comments
+    a_name: str = ""
+    b_name: str = ""
+    # Threads that copy A when not the gemm's own (schedule pingpong: the producer warps); 0
+    producer_threads: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ macro `KGEN_<NAME>_PARAMS_DEFINED`, so a translation unit may include the header
 """
 from __future__ import annotations
 
-from ... import __version__, ir
+from ... import __version__
+from ...enums import Axis, ParamKind
 from ...plan import FieldKind, KernelPlan
 from .render import render
 
@@ -17,7 +18,7 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
         p = plan.kernel.param(param or "")
         assert p is not None
         shape = ", ".join(str(d) for d in p.shape)
-        layout = f" {p.layout.value}" if p.kind is ir.ParamKind.TENSOR else ""
+        layout = f" {p.layout.value}" if p.kind is ParamKind.TENSOR else ""
         return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
     if kind is FieldKind.SIZE:
         return f"runtime size {dim}"
@@ -59,8 +60,8 @@ def workspace_body(plan: KernelPlan) -> list[str]:
     m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
     n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
     ns = f"{plan.name}_kgen"
-    slots = {ir.Axis.ROW: ("tiles_n", "M"), ir.Axis.COL: ("tiles_m", "N"),
-             ir.Axis.ALL: ("tiles_m * tiles_n", "1")}
+    slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
+             Axis.ALL: ("tiles_m * tiles_n", "1")}
     terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
     return [
         f"const size_t M = static_cast<size_t>({m});",

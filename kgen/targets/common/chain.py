@@ -1,0 +1,361 @@
+"""Chained gemms (back-to-back) on any target: every stage in one CTA, the intermediate on chip.
+
+The kernel runs the stages in order, each in its own block scope that opens the stage's
+configuration namespace (`using namespace g0_cfg;`), so a stage's code reads like the single
+gemm kernel's: the first stage is that target's mainloop, a chained stage reads A from registers
+or from the shared tile its source's epilogue wrote, and streams B through its own cp.async
+pipeline over a k-tile count known at compile time (its K is the source's whole N), unrolled
+(kgen.targets.common.chain_mainloop). Every string is prepared here; the templates lay it out.
+
+A persistent plan (plan.persistent) wraps the stages in a loop over tiles (tile += gridDim.x)
+and issues the next tile's first stages of the first gemm (`load_first_stages`) behind the last
+gemm's last B load; the last gemm's waits then count its cp.async groups exactly.
+
+What differs by target (the first gemm's mainloop, a resident chained stage, the last epilogue,
+the persistent loop, the template and its extra values) is a ChainTarget, subclassed by
+kgen.targets.sm80.chain and kgen.targets.sm90.chain; this module imports neither.
+"""
+from __future__ import annotations
+
+from ...lower.epilogue import PAIR
+from ...plan import GemmPlan, KernelPlan
+from . import host_api
+from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
+                             first_stages_function, resident_loads, resident_mainloop)
+from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
+from .render import render
+
+BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: barriers (sm_90a)
+
+
+class ChainTarget:
+    """The parts of a chain kernel that a target decides; the defaults are mma.sync's."""
+
+    template = ""
+
+    def warp_var(self, plan: KernelPlan) -> str:
+        """The warp's index among the warps that run a stage."""
+        return "warp_id"
+
+    def threads_assert(self, plan: KernelPlan) -> str:
+        return ('static_assert(kWarpsM * kWarpsN * 32 == kThreads, "every stage runs on all the '
+                'warps");')
+
+    def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        raise NotImplementedError
+
+    def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        return resident_mainloop(g)
+
+    def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        """The last gemm's epilogue: wide_store_lines, or the target's register stores."""
+        raise NotImplementedError
+
+    def persistent_body(self, plan: KernelPlan, stages: list[str]) -> list[str]:
+        if plan.resident:
+            return resident_body(plan, stages)
+        return persistent_body(plan, stages)
+
+    def evict_first(self, plan: KernelPlan) -> bool:
+        """A resident chain reads each A tile once: its ring's copies ask L2 to evict them first."""
+        return plan.resident
+
+    def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        """Device functions in the first gemm's namespace."""
+        return first_stages_function(plan) if plan.persistent else []
+
+    def template_values(self, plan: KernelPlan) -> dict:
+        """Values only this target's template reads, or overrides of the common ones."""
+        return {}
+
+
+def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
+    g = plan.gemms[i]
+    last = i == len(plan.gemms) - 1
+    nxt = None if last else plan.gemms[i + 1]
+    lines: list[str] = []
+    if nxt is not None and nxt.a is None:
+        lines += [
+            f"// {g.name}'s output, rounded to {nxt.chain.dtype.dsl_name}, as {nxt.name}'s A "
+            "fragments: [k step][m16 tile][4 registers]",
+            f"unsigned {nxt.name}_a_frag[{cfg(nxt)}::kKSteps][{cfg(nxt)}::kFragM][4];",
+            "",
+        ]
+    where = "all of its N in every CTA" if not last else "this CTA's columns"
+    lines += [
+        f"// ---- {g.name} = {g.a_name} @ {g.b_name}: CTA tile "
+        f"{g.tile[0]}x{g.tile[1]}x{g.tile[2]}, {where} ----",
+        "{",
+    ]
+    # A resident first gemm loads no B in its mainloop (no n0, N); a resident chained one
+    # loads nothing (no K).
+    b_in_loop = not (plan.resident and g.chain is None)
+    k_in_loop = not (plan.resident and g.chain is not None)
+    # 16-byte stores over tiles that divide N check no column against N
+    n_used = b_in_loop and not (plan.wide_stores and last and g.n_dim % g.tile[1] == 0)
+    warp = arch.warp_var(plan)
+    body = [
+        f"using namespace {cfg(g)};",
+        f"const int warp_m = {warp} / kWarpsN;",
+        f"const int warp_n = {warp} % kWarpsN;",
+        *(["const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;"]
+          if b_in_loop else []),
+        *([f"const int N = {dim_expr(g.n_dim)};"] if n_used else []),
+        *([f"const int K = {dim_expr(g.k_dim)};"] if k_in_loop else []),
+        "",
+    ]
+    if g.chain is None:
+        body += arch.first_mainloop(plan, g)
+    elif plan.resident:
+        body += arch.resident_mainloop(plan, g)
+    elif plan.persistent and last:
+        first = plan.gemms[0]
+        why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
+               f"({first.a.param}, {first.b.param}) start now,",
+               f"// behind {g.name}'s last {g.b.param} load, so the memory system streams "
+               f"{first.a.param} while this tile finishes."]
+        body += chained_mainloop(g, first_stage_loads(plan, "next_tile", why), first.stages - 1)
+    else:
+        body += chained_mainloop(g)
+    body.append("")
+    if nxt is not None:
+        if not plan.resident:  # a resident plan's buffers are never reused within a tile
+            body += [f"// Every warp is done with {g.name}'s stages: later stages may reuse "
+                     "their bytes.", "__syncthreads();", ""]
+        body += feed_lines(g, nxt)
+    else:
+        body.append("// Epilogue")
+        body += arch.last_epilogue(plan, g)
+    lines += block(body)
+    lines += ["}"]
+    return lines
+
+
+def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> list[str]:
+    lines = [
+        f"constexpr int kTileM = {g.tile[0]};",
+        f"constexpr int kTileN = {g.tile[1]};",
+        f"constexpr int kTileK = {g.tile[2]};",
+        f"constexpr int kWarpsM = {g.warps[0]};",
+        f"constexpr int kWarpsN = {g.warps[1]};",
+        arch.threads_assert(plan),
+        f"constexpr int kWarpTileM = {g.warp_tile[0]};",
+        f"constexpr int kWarpTileN = {g.warp_tile[1]};",
+        f"constexpr int kFragM = {g.frags[0]};  // m16n8k16 MMAs per warp along M",
+        f"constexpr int kFragN = {g.frags[1]};  // ... along N",
+    ]
+    if plan.resident and g.chain is not None:
+        lines.append(f"// kStages: none; {g.b.param} is resident and A is {g.chain.source}'s "
+                     "output in registers")
+    else:
+        lines.append(f"constexpr int kStages = {g.stages};")
+    if g.chain is not None:
+        if g.a is None:  # the register-resident A fragments are indexed by k step
+            lines.append(f"constexpr int kKSteps = {g.chain.k_steps};  // k16 steps over all of "
+                         f"K ({g.chain.source}'s N = {g.chain.k})")
+        lines += [
+            f"constexpr int kKTiles = {g.chain.k // g.tile[2]};  // K is {g.chain.source}'s N, "
+            f"{g.chain.k}",
+            *(["static_assert(kKTiles * kTileK == " + str(g.chain.k) + ", \"the resident B holds "
+               "all of K\");"] if plan.resident else []),
+            f"static_assert(kTileM == {g.chain.source}_cfg::kTileM, \"a CTA keeps its rows "
+            "through the chain\");",
+        ]
+    if g is not plan.gemms[-1]:
+        lines.append(f"static_assert(kTileN == {g.n_dim}, \"a stage that feeds the next one "
+                     "computes its whole N\");")
+    keep = "" if g.chain is None else f"; A = {g.chain.source} kept in {g.chain.residency.value}"
+    return [f"// {g.name} = {g.a_name} @ {g.b_name}{keep}"] + lines
+
+
+def chain_asserts(plan: KernelPlan) -> list[str]:
+    out = []
+    ns = f"{plan.name}_kgen"
+    for src, g in zip(plan.gemms, plan.gemms[1:]):
+        if g.a is None:
+            a, b = f"{ns}::{cfg(src)}", f"{ns}::{cfg(g)}"
+            out.append(
+                f"static_assert({a}::kFragN == 2 * {b}::kKSteps && {a}::kFragM == {b}::kFragM,")
+            out.append(f"              \"{src.name}'s accumulators are {g.name}'s A fragments\");")
+    return out
+
+
+def kernel_body(arch: ChainTarget, plan: KernelPlan) -> list[str]:
+    """The stages for one tile, or (persistent) for every tile of this CTA's loop."""
+    first = cfg(plan.gemms[0])
+    stages: list[str] = []
+    for i in range(len(plan.gemms)):
+        stages += stage_lines(arch, plan, i) + [""]
+    stages = stages[:-1]
+    if not plan.persistent:
+        return block([
+            "int tile_m, tile_n;",
+            "tile_coords(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "",
+            *stages,
+        ])
+    return arch.persistent_body(plan, stages)
+
+
+def persistent_body(plan: KernelPlan, stages: list[str]) -> list[str]:
+    """Persistent, B streamed: each tile prefetches the next tile's first stages."""
+    g0 = plan.gemms[0]
+    first = cfg(g0)
+    why = [f"// The first tile's first kStages - 1 stages of {g0.name}; later tiles' are "
+           "prefetched by the tile before."]
+    return block([
+        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
+        "over the tiles.",
+        f"// While a tile runs {plan.gemms[-1].name} and stores, its CTA streams the next tile's "
+        f"first {g0.name} stages:",
+        f"// {g0.name}'s stage buffers live through the whole tile (the storage plan says so).",
+        "const int tiles = tiles_m * tiles_n;",
+        *first_stage_loads(plan, "blockIdx.x", why),
+        "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+        *block([
+            "int tile_m, tile_n;",
+            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "const int next_tile = tile + gridDim.x;",
+            "",
+            *stages,
+        ]),
+        "}",
+        "cp_async_wait<0>();  // the last prefetch committed empty groups only",
+    ])
+
+
+def resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
+    """Persistent with resident B: the B operands once, then one ring of A stages that the
+    first gemm's mainloop keeps loading across this CTA's tiles."""
+    g0 = plan.gemms[0]
+    first = cfg(g0)
+    why = [f"// The first tile's first kStages - 1 k tiles of {g0.a.param}; later tiles' are "
+           f"loaded by the tile before, in its {g0.name} mainloop."]
+    return block([
+        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
+        "over the tiles.",
+        "const int tiles = tiles_m * tiles_n;",
+        *resident_loads(plan),
+        *first_stage_loads(plan, "blockIdx.x", why),
+        f"int ring = 0;  // the ring slot of this tile's first k tile of {g0.a.param}",
+        "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
+        *block([
+            "int tile_m, tile_n;",
+            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
+            f"const int m0 = tile_m * {first}::kTileM;",
+            "const int next_tile = tile + gridDim.x;",
+            "int next_m = 0, next_n = 0;",
+            "if (next_tile < tiles) tile_coords(next_tile, tiles_m, tiles_n, next_m, next_n);",
+            f"const int next_m0 = next_m * {first}::kTileM;",
+            "",
+            *stages,
+        ]),
+        "}",
+        "cp_async_wait<0>();  // the last tile's ring refills past the end were empty groups",
+    ])
+
+
+def grid_lines(plan: KernelPlan) -> list[str]:
+    """The host launcher's grid: one CTA per tile, or (persistent) one per resident slot."""
+    if not plan.persistent:
+        return ["const int grid = tiles_m * tiles_n;"]
+    return [
+        "// Persistent: one CTA per resident slot (SM count x CTAs per SM), at most one per tile.",
+        "int device = 0, sm_count = 0, per_sm = 0;",
+        "cudaError_t err = cudaGetDevice(&device);",
+        "if (err == cudaSuccess)",
+        "  err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);",
+        "if (err == cudaSuccess)",
+        f"  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {plan.name}, "
+        f"{plan.name}_kgen::kThreads, {plan.name}_kgen::kSmemBytes);",
+        "if (err != cudaSuccess) return err;",
+        "const int slots = sm_count * (per_sm > 0 ? per_sm : 1);",
+        "const int grid = tiles_m * tiles_n < slots ? tiles_m * tiles_n : slots;",
+    ]
+
+
+def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
+    """One stage's configuration, shared-memory tiles, functions and epilogue function."""
+    first, last = plan.gemms[0], plan.gemms[-1]
+    ring = g is first and arch.evict_first(plan)
+    operands = [operand(op, w, "cp_async_16_evict_first" if ring and w == "a" else "cp_async_16")
+                for op, w in ((g.a, "a"), (g.b, "b")) if op is not None and op.copies_per_thread]
+    layouts = []
+    if g.a is not None and not g.a.copies_per_thread:  # the chained intermediate
+        t = g.a.smem
+        sw = t.swizzle
+        layouts.append(dict(
+            param=g.a.param, dtype=t.dtype.dsl_name, outer=t.outer, inner=t.inner,
+            layout="ALayout", major="K contiguous",
+            atom_inner=t.atom_inner, swizzle=str(sw), sw_shift=sw.shift,
+            sw_mask=((1 << sw.bits) - 1) << sw.base))
+    epi = g.epilogue
+    extra = ", float& inter_0, float& inter_1" if g is not last else ""
+    wide = plan.wide_stores and g is last
+    body = list(epi.loads) + list(epi.compute) + list(epi.stores)
+    if wide:
+        _, pair, packed = epi.packed_store
+        body = list(epi.loads) + list(epi.compute) + [
+            f"const {pair} packed = {packed};",
+            "return *reinterpret_cast<const unsigned*>(&packed);",
+        ]
+    return dict(
+        cfg=cfg(g), name=g.name, config=config_lines(arch, g, plan), operands=operands,
+        functions=arch.first_gemm_functions(plan, g) if g is first else [],
+        layouts=layouts, epilogue=body, epilogue_params=extra,
+        epilogue_type="unsigned" if wide else "void",
+        epilogue_note=(", packed (the caller stores four pairs as one 16-byte chunk)"
+                       if wide else ""),
+    )
+
+
+def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: str,
+         command: str) -> str:
+    first, last = plan.gemms[0], plan.gemms[-1]
+    buffers = [
+        dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
+             bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else BARRIER_CTYPE)
+        for b in plan.storage.buffers
+    ]
+    stages = [_stage_values(arch, plan, g) for g in plan.gemms]
+    dtype = plan.gemms[1].chain.dtype
+    pair, _, _, to_pair, _ = PAIR[dtype]
+    summary = ", then ".join(f"{g.name} = {g.a_name} @ {g.b_name}" for g in plan.gemms)
+    values = dict(
+        header=header(plan, source_name, source_hash, command),
+        name=plan.name,
+        ns=f"{plan.name}_kgen",
+        threads=plan.threads,
+        group_m=plan.group_m,
+        smem_bytes=plan.smem_bytes,
+        stages=stages,
+        chain_asserts=chain_asserts(plan),
+        **host_api.template_values(plan),
+        buffers=buffers,
+        storage_asserts=storage_asserts(plan),
+        mma_types=f"{dtype.dsl_name} x {dtype.dsl_name} -> f32",
+        mma_ab=MMA_TYPE[dtype],
+        operand_pair=pair,
+        pack_expr=to_pair.format("lo", "hi"),
+        operand_dtype=dtype.dsl_name,
+        summary=summary,
+        min_blocks=plan.min_blocks_per_sm,
+        evict_first=arch.evict_first(plan),
+        # helpers only where the kernel calls them: the quad transpose of 16-byte stores from
+        # registers, and mma_step wherever a gemm still multiplies with mma.sync
+        quad_stores=plan.wide_stores,
+        mma_sync=True,
+        m_expr=dim_expr(first.m_dim),
+        first_cfg=cfg(first),
+        last_cfg=cfg(last),
+        last_n_expr=dim_expr(last.n_dim),
+        host_m_expr=dim_expr(first.m_dim),
+        host_n_expr=dim_expr(last.n_dim),
+        body=kernel_body(arch, plan),
+        host_checks=host_checks(plan),
+        grid_lines=grid_lines(plan),
+    )
+    values.update(arch.template_values(plan))
+    return render(arch.template, **values)
