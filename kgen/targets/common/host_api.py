@@ -15,7 +15,7 @@ from .render import render
 
 def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: str | None) -> str:
     if kind is FieldKind.POINTER:
-        p = plan.kernel.param(param or "")
+        p = plan.param(param or "")
         assert p is not None
         shape = ", ".join(str(d) for d in p.shape)
         layout = f" {p.layout.value}" if p.kind is ParamKind.TENSOR else ""
@@ -26,7 +26,7 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
         return "device scratch for the CTAs' partial reductions (deterministic mode)"
     if kind is FieldKind.LEADING_DIM:
         return f"elements between consecutive rows/columns of {param}"
-    p = plan.kernel.param(param or "")
+    p = plan.param(param or "")
     default = "" if p is None or p.default is None else f", default {p.default}"
     return f"scalar{default}"
 
