@@ -5,12 +5,27 @@ kernel's resident B loads and first-stage prefetch. kgen.targets.common.chain la
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...lower.epilogue import PAIR
 from ...plan import GemmPlan, KernelPlan
 from .operands import LDMATRIX_ROW_COL, dim_expr, operand, shifted
-from .render import render
+from .render import render_lines
 
 INDENT = "  "
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentLoad:
+    """One gemm's whole B, loaded once per CTA into its stages (templates/common/resident_loads)."""
+
+    name: str
+    cfg: str
+    buffer: str
+    tiles: int
+    elem_bytes: int
+    param: str
+    args: str  # row0, rows, col0, cols of k tile kt
 
 
 def cfg(g: GemmPlan) -> str:
@@ -219,59 +234,25 @@ def wide_store_lines(g: GemmPlan) -> list[str]:
     """The last gemm's epilogue as 16-byte stores (plan.wide_stores): per m16 row and run of four
     n8 tiles, each thread computes its four pairs, the quad transposes them, and thread q stores
     the 8 columns of n8 tile 4 jj + q. Pairs outside the output are zeros and never stored."""
-    out = g.epilogue.packed_store[0]
     # columns past N exist only when the tiles overhang N; rows past M only in the last tile
     overhang = g.n_dim % g.tile[1] != 0
-    col_ok = " && col < N" if overhang else ""
-    return [
-        "// Thread q = lane % 4 holds columns 2q, 2q + 1 of each n8 tile; after quad_transpose it "
-        "holds 8 whole",
-        f"// columns of {out}, stored as one 16-byte chunk (rows g and g + 8 of each m16 tile).",
-        "#pragma unroll",
-        "for (int i = 0; i < kFragM; ++i) {",
-        "#pragma unroll",
-        "  for (int h = 0; h < 2; ++h) {",
-        "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4 + 8 * h;",
-        "    const bool live = row < M;  // the epilogue may read row-indexed inputs",
-        "#pragma unroll",
-        "    for (int jj = 0; jj < kFragN / 4; ++jj) {",
-        "      unsigned pairs[4] = {0u, 0u, 0u, 0u};",
-        "      if (live) {",
-        "#pragma unroll",
-        "        for (int j = 0; j < 4; ++j) {",
-        "          const int col = n0 + warp_n * kWarpTileN + (4 * jj + j) * 8 + (lane % 4) * 2;",
-        *(["          if (col < N)"] if overhang else []),
-        f"          pairs[j] = {g.name}_epilogue(p, row, col, acc[i][4 * jj + j][2 * h], "
-        "acc[i][4 * jj + j][2 * h + 1]);",
-        "        }",
-        "      }",
-        "      const uint4 chunk = quad_transpose(pairs, lane);  // every lane takes part",
-        "      const int col = n0 + warp_n * kWarpTileN + jj * 32 + (lane % 4) * 8;",
-        f"      if (live{col_ok}) *reinterpret_cast<uint4*>(p.{out} + row * p.ld_{out} + "
-        "col) = chunk;",
-        "    }",
-        "  }",
-        "}",
-    ]
+    return render_lines("common/wide_store_epilogue.inc.j2", out=g.epilogue.packed_store[0],
+                        name=g.name, overhang=overhang,
+                        col_check=" && col < N" if overhang else "")
 
 
 def resident_loads(plan: KernelPlan) -> list[str]:
     """Every gemm's whole B, once per CTA, as one cp.async group older than the ring's first
     stages: the first gemm's first wait (and its barrier) covers it."""
-    lines = [f"// Resident: all of {', '.join(g.b.param for g in plan.gemms)}, loaded once; "
-             "one cp.async group.", "{"]
+    loads = []
     for g in plan.gemms:
         b = operand(g.b, "b")
-        cfg_name = cfg(g)
         k = dim_expr(g.k_dim) if g.chain is None else str(g.chain.k)
-        lines += block([
-            f"const unsigned {g.name}_b = smem_address(smem.{b['buffer']}());",
-            f"for (int kt = 0; kt < {g.b.smem.stages}; ++kt)",
-            f"  {cfg_name}::load_b_stage({g.name}_b + kt * ({cfg_name}::BLayout::kStageElems * "
-            f"{b['elem_bytes']}), p.{g.b.param}, p.ld_{g.b.param},",
-            f"                      {_resident_b_args(g, k)}, tid);",
-        ])
-    return lines + ["  cp_async_commit();", "}"]
+        loads.append(ResidentLoad(name=g.name, cfg=cfg(g), buffer=b["buffer"],
+                                  tiles=g.b.smem.stages, elem_bytes=b["elem_bytes"],
+                                  param=g.b.param, args=_resident_b_args(g, k)))
+    return render_lines("common/resident_loads.inc.j2", loads=loads,
+                        params=", ".join(g.b.param for g in plan.gemms))
 
 
 def _resident_b_args(g: GemmPlan, k: str) -> str:
@@ -280,122 +261,32 @@ def _resident_b_args(g: GemmPlan, k: str) -> str:
     return f"0, {n}, {tile_k}, {k}" if g.b.k_major else f"{tile_k}, {k}, 0, {n}"
 
 
-def _prologue_lines(g: GemmPlan) -> list[str]:
-    """The first gemm's prologue (kStages - 1 cp.async groups), at function level."""
-    a, b = operand(g.a, "a"), operand(g.b, "b")
-    text = render("common/prologue.inc.j2", a=a, b=b)
-    return function_level(text)
-
-
 def first_stages_function(plan: KernelPlan) -> list[str]:
     """`load_first_stages` in the first gemm's namespace (persistent kernels): its prologue for
-    the CTA tile at row m0, from before the tile loop and from inside the last gemm's scope."""
+    the CTA tile at row m0, from before the tile loop and from inside the last gemm's scope.
+    A resident plan loads A only (B is resident): no n0, N or B buffer."""
     g = plan.gemms[0]
-    a, b = operand(g.a, "a"), operand(g.b, "b")
-    return [
-        f"// The first kStages - 1 stages of {g.name} for the CTA tile at row m0, one cp.async "
-        "group each; the groups",
-        "// are committed empty when `valid` is false, so that every thread counts the same groups.",
-        f"__device__ __forceinline__ void load_first_stages(const {plan.name}_params& p, "
-        "SharedStorage& smem, int m0, int M,",
-        "                                                  bool valid, int tid) {",
-        *block(_first_stages_body(plan, a, b)),
-        "}",
-    ]
-
-
-def _first_stages_body(plan: KernelPlan, a: dict, b: dict) -> list[str]:
-    """A resident plan loads A only (B is resident): no n0, N or B buffer."""
-    g = plan.gemms[0]
-    with_b = not plan.resident
-    return [
-        *(["const int n0 = 0;", f"const int N = {dim_expr(g.n_dim)};"] if with_b else []),
-        f"const int K = {dim_expr(g.k_dim)};",
-        f"const unsigned a_smem = smem_address(smem.{a['buffer']}());",
-        *([f"const unsigned b_smem = smem_address(smem.{b['buffer']}());"] if with_b else []),
-        f"constexpr unsigned kAStageBytes = {a['layout']}::kStageElems * {a['elem_bytes']};",
-        *([f"constexpr unsigned kBStageBytes = {b['layout']}::kStageElems * {b['elem_bytes']};"]
-          if with_b else []),
-        "const int k_tiles = valid ? (K + kTileK - 1) / kTileK : 0;",
-        *(_prologue_lines(g) if with_b else _ring_prologue_lines(a)),
-    ]
-
-
-def _ring_prologue_lines(a: dict) -> list[str]:
-    """The first tile's first kStages - 1 k tiles of A into ring slots 0.. (B is resident)."""
-    return [
-        "// Prologue: fill kStages - 1 ring slots with A; one cp.async group each, even when empty.",
-        "#pragma unroll",
-        "for (int s = 0; s < kStages - 1; ++s) {",
-        "  if (s < k_tiles) {",
-        f"    {a['load_fn']}(a_smem + s * kAStageBytes, p.{a['param']}, p.ld_{a['param']}, "
-        f"{a['load_args']}, tid);",
-        "  }",
-        "  cp_async_commit();",
-        "}",
-    ]
+    return render_lines("common/load_first_stages.inc.j2", gemm=g.name, name=plan.name,
+                        a=operand(g.a, "a"), b=operand(g.b, "b"), with_b=not plan.resident,
+                        n_expr=dim_expr(g.n_dim), k_expr=dim_expr(g.k_dim))
 
 
 def first_stage_loads(plan: KernelPlan, tile: str, why: list[str]) -> list[str]:
     """A block that issues the first gemm's prologue for linear tile `tile` (empty groups past
     the last tile)."""
-    first = cfg(plan.gemms[0])
-    return [
-        *why,
-        "{",
-        *block([
-            "int load_m = 0, load_n = 0;",
-            f"if ({tile} < tiles) tile_coords({tile}, tiles_m, tiles_n, load_m, load_n);",
-            f"{first}::load_first_stages(p, smem, load_m * {first}::kTileM, M, {tile} < tiles, tid);",
-        ]),
-        "}",
-    ]
+    return render_lines("common/first_stage_loads.inc.j2", why=why, tile=tile,
+                        cfg=cfg(plan.gemms[0]))
 
 
 def feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
     """The epilogue of a stage that feeds the next one: into registers or the shared tile."""
     dtype = nxt.chain.dtype
-    pair, _, _, to_pair, _ = PAIR[dtype]
-    head = [
-        "#pragma unroll",
-        "for (int i = 0; i < kFragM; ++i) {",
-        "#pragma unroll",
-        "  for (int j = 0; j < kFragN; ++j) {",
-        "    const int r = warp_m * kWarpTileM + i * 16 + lane / 4;  // row in the CTA tile",
-        "    const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
-        "    float x0 = 0.0f, x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;",
-        f"    if (m0 + r < M) {g.name}_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);",
-        f"    if (m0 + r + 8 < M) {g.name}_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], "
-        "x2, x3);",
-    ]
     if nxt.a is None:
-        comment = [
-            f"// Epilogue of {g.name} into registers: each pair goes through the epilogue, is "
-            f"rounded once to {dtype.dsl_name}",
-            f"// and packed as {nxt.name}'s A fragments. The m16n8 accumulators of n8 tiles 2kk "
-            "and 2kk + 1 are",
-            "// the m16n8k16 A fragment of k step kk: a0 = (2kk: c0 c1), a1 = (2kk: c2 c3), "
-            "a2 = (2kk + 1: c0 c1),",
-            "// a3 = (2kk + 1: c2 c3). Rows past M feed zeros (their results are never stored).",
-        ]
-        body = [
-            f"    {nxt.name}_a_frag[j / 2][i][(j % 2) * 2] = pack_operands(x0, x1);",
-            f"    {nxt.name}_a_frag[j / 2][i][(j % 2) * 2 + 1] = pack_operands(x2, x3);",
-        ]
-        return comment + head + body + ["  }", "}"]
+        return render_lines("common/feed_registers.inc.j2", name=g.name, next=nxt.name,
+                            dtype=dtype.dsl_name)
+    pair, _, _, to_pair, _ = PAIR[dtype]
     tile = nxt.a.smem
-    layout = f"{cfg(nxt)}::ALayout"
-    comment = [
-        f"// Epilogue of {g.name} into shared memory: its output tile, rounded once to "
-        f"{dtype.dsl_name}, K-major and",
-        f"// {tile.swizzle} for {nxt.name}'s ldmatrix (conflict-free 4-byte stores too). Rows "
-        "past M hold zeros.",
-        f"{dtype.cpp}* out_tile = smem.{tile.name}();",
-    ]
-    body = [
-        f"    *reinterpret_cast<{pair}*>(out_tile + {layout}::offset(r, c)) = "
-        f"{to_pair.format('x0', 'x1')};",
-        f"    *reinterpret_cast<{pair}*>(out_tile + {layout}::offset(r + 8, c)) = "
-        f"{to_pair.format('x2', 'x3')};",
-    ]
-    return comment + head + body + ["  }", "}"]
+    return render_lines("common/feed_smem.inc.j2", name=g.name, next=nxt.name,
+                        dtype=dtype.dsl_name, swizzle=str(tile.swizzle), ctype=dtype.cpp,
+                        tile=tile.name, pair=pair, layout=f"{cfg(nxt)}::ALayout",
+                        pack_lo=to_pair.format("x0", "x1"), pack_hi=to_pair.format("x2", "x3"))
