@@ -16,6 +16,32 @@ INDENT = "  "
 
 
 @dataclass(frozen=True, slots=True)
+class KStep:
+    """One k16 step of a chained stage: the next step's fragments (fetch "step"), or the next
+    k tile's first after its wait (fetch "tile"), or none; then this step's MMAs."""
+
+    kk: int
+    next_kk: int
+    fetch: str
+    wait: str
+    loads: tuple[str, ...]
+    a: str  # the A fragments this step multiplies
+    buf: int  # the B fragment buffer this step multiplies
+
+
+@dataclass(frozen=True, slots=True)
+class KTile:
+    """One k tile of a chained stage: its B refill and commit, a prefetch, its k steps."""
+
+    index: int
+    count: int
+    refill: str
+    commit: bool
+    prefetch: tuple[str, ...]
+    steps: tuple[KStep, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ResidentLoad:
     """One gemm's whole B, loaded once per CTA into its stages (templates/common/resident_loads)."""
 
@@ -41,18 +67,6 @@ def function_level(text: str) -> list[str]:
 def block(lines: list[str]) -> list[str]:
     """Indent a stage's lines one level; preprocessor lines stay where they are."""
     return [line if not line or line.startswith("#") else INDENT + line for line in lines]
-
-
-def zero_acc() -> list[str]:
-    return [
-        "float acc[kFragM][kFragN][4];",
-        "#pragma unroll",
-        "for (int i = 0; i < kFragM; ++i)",
-        "#pragma unroll",
-        "  for (int j = 0; j < kFragN; ++j)",
-        "#pragma unroll",
-        "    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;",
-    ]
 
 
 def b_frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
@@ -84,23 +98,12 @@ def _b_load(g: GemmPlan, tile: int, slot: int) -> str:
             f"{args}, tid);")
 
 
-FRAG_ROWS = ("// This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, "
-             "proved by kgen.")
-
-
-def b_base_lines(b: dict) -> list[str]:
-    """Inside a block: this thread's B fragment row offset at k step 0 (`b_base`)."""
-    return ["  int warp_off = warp_n * kWarpTileN;", "  const int f = 0, kk = 0;",
-            f"  b_base = BLayout::offset({b['frag_row']}, {b['frag_col']}) * {b['elem_bytes']};"]
-
-
 def chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
-                      prefetch_groups: int = 0) -> list[str]:
+                     prefetch_groups: int = 0) -> list[str]:
     """A chained stage: A already on chip, B through kStages shared-memory stages. `prefetch`
     (a persistent kernel): the next tile's first-stage loads, issued once this stage's last B
     load is committed; the waits then count exactly the groups committed after each k tile's."""
     chain = g.chain
-    b = operand(g.b, "b")
     stages, steps = g.stages, g.tile[2] // 16
     tiles = chain.k // g.tile[2]
     in_smem = g.a is not None
@@ -114,120 +117,76 @@ def chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
             return "cp_async_wait<kStages - 2>();"
         return f"cp_async_wait<{committed - 1 - group_of[tile]}>();  // k tile {tile}'s group has landed"
 
-    def prefetch_lines() -> list[str]:
-        nonlocal committed
-        committed += prefetch_groups
-        return [""] + prefetch
-
-    lines = zero_acc() + [""]
-    lines.append(f"const unsigned b_smem = smem_address(smem.{b['buffer']}());")
-    if in_smem:
-        lines.append(f"const unsigned a_tile = smem_address(smem.{g.a.smem.name}());")
-    lines += [
-        f"constexpr unsigned kBStageBytes = BLayout::kStageElems * {b['elem_bytes']};",
-        "",
-        f"// Prologue: fill kStages - 1 stages of {g.b.param}; A is already on chip. K is all of "
-        f"{chain.source}'s N,",
-        "// so the k tiles are a compile-time count and the loop below is unrolled.",
-        "#pragma unroll",
-        "for (int s = 0; s < kStages - 1; ++s) {",
-        "  if (s < kKTiles) {",
-        f"    {_b_load(g, 's', 's')}",
-        "  }",
-        "  cp_async_commit();",
-        "}",
-    ]
+    prologue_prefetch: list[str] = []
     if prefetch is not None and last_refill is None:
-        lines += prefetch_lines()
-    lines += [
-        "",
-        FRAG_ROWS,
-    ]
-    lines.append("unsigned b_base;" if not in_smem else "unsigned a_base, b_base;")
-    lines += ["{", *b_base_lines(b)]
-    if in_smem:
-        row, col = LDMATRIX_ROW_COL[("a", True)]
-        lines += ["  warp_off = warp_m * kWarpTileM;",
-                  f"  a_base = ALayout::offset({row}, {col}) * "
-                  f"{g.a.dtype.nbytes};"]
-    lines += ["}", "", "unsigned b_frag[2][kFragN][2];"]
-    if in_smem:
-        lines.append("unsigned a_frag[2][kFragM][4];")
+        prologue_prefetch = prefetch
+        committed += prefetch_groups
     why = (f" and every warp's rows of {chain.source}'s output tile are written" if in_smem else "")
-    first_wait = ("  // Stage 0 has landed once at most kStages - 2 newer groups are in flight"
-                  f"{why}." if prefetch is None else
-                  f"  // Stage 0 has landed (the newer groups may still be in flight){why}.")
-    lines += [
-        "{",
-        first_wait,
-        "  " + wait(0),
-        "  __syncthreads();",
-        *[INDENT + x for x in a_frag_loads(g, 0, 0) + b_frag_loads(g, 0, 0, "b_smem")],
-        "}",
-    ]
+    first_wait_comment = ("// Stage 0 has landed once at most kStages - 2 newer groups are in flight"
+                          f"{why}." if prefetch is None else
+                          f"// Stage 0 has landed (the newer groups may still be in flight){why}.")
+    first_wait = wait(0)
+    first_loads = a_frag_loads(g, 0, 0) + b_frag_loads(g, 0, 0, "b_smem")
+    k_tiles = []
     for kt in range(tiles):
-        lines += ["", f"// k tile {kt} of {tiles}"]
         refill = kt + stages - 1
-        if refill < tiles:
-            lines.append(_b_load(g, refill, refill % stages))
-        if prefetch is None or refill < tiles:  # a persistent kernel commits no empty group
-            lines.append("cp_async_commit();")
+        commit = prefetch is None or refill < tiles  # a persistent kernel commits no empty group
+        if commit:
             group_of[refill] = committed
             committed += 1
+        tile_prefetch: tuple[str, ...] = ()
         if prefetch is not None and kt == last_refill:
-            lines += prefetch_lines()
+            tile_prefetch = tuple(prefetch)
+            committed += prefetch_groups
         here = f"b_smem + {kt % stages} * kBStageBytes" if kt % stages else "b_smem"
         there = (f"b_smem + {(kt + 1) % stages} * kBStageBytes" if (kt + 1) % stages
                  else "b_smem")
+        k_steps = []
         for kk in range(steps):
             step = kt * steps + kk
+            fetch, next_wait, loads = "", "", []
             if kk + 1 < steps:
-                lines.append(f"// k step {kk + 1}: fragments")
-                lines += a_frag_loads(g, step + 1, (kk + 1) % 2)
-                lines += b_frag_loads(g, kk + 1, (kk + 1) % 2, here)
+                fetch = "step"
+                loads = (a_frag_loads(g, step + 1, (kk + 1) % 2)
+                         + b_frag_loads(g, kk + 1, (kk + 1) % 2, here))
             elif kt + 1 < tiles:
-                lines += ["// next k tile, step 0: wait until it has landed, then read its fragments",
-                          wait(kt + 1), "__syncthreads();"]
-                lines += a_frag_loads(g, step + 1, 0)
-                lines += b_frag_loads(g, 0, 0, there)
+                fetch, next_wait = "tile", wait(kt + 1)
+                loads = a_frag_loads(g, step + 1, 0) + b_frag_loads(g, 0, 0, there)
             a = f"a_frag[{kk % 2}]" if in_smem else f"{g.name}_a_frag[{step}]"
-            lines += [f"// k step {kk}: MMAs", f"mma_step(acc, {a}, b_frag[{kk % 2}]);"]
-    if prefetch is None:
-        lines += ["cp_async_wait<0>();"]
-    else:
-        lines += [f"// Every {g.b.param} group has landed; only the next tile's prefetch is in flight."]
-    return lines
+            k_steps.append(KStep(kk=kk, next_kk=kk + 1, fetch=fetch, wait=next_wait,
+                                 loads=tuple(loads), a=a, buf=kk % 2))
+        k_tiles.append(KTile(index=kt, count=tiles,
+                             refill=_b_load(g, refill, refill % stages) if refill < tiles else "",
+                             commit=commit, prefetch=tile_prefetch, steps=tuple(k_steps)))
+    a_base = None
+    if in_smem:
+        row, col = LDMATRIX_ROW_COL[("a", True)]
+        a_base = dict(frag_row=row, frag_col=col, elem_bytes=g.a.dtype.nbytes)
+    return render_lines(
+        "common/chained_mainloop.inc.j2", b=operand(g.b, "b"), source=chain.source,
+        a_tile=g.a.smem.name if in_smem else "", prologue_load=_b_load(g, "s", "s"),
+        prologue_prefetch=prologue_prefetch, a_base=a_base,
+        first_wait_comment=first_wait_comment, first_wait=first_wait, first_loads=first_loads,
+        tiles=k_tiles, prefetching=prefetch is not None)
 
 
 def resident_mainloop(g: GemmPlan) -> list[str]:
     """A chained stage whose B is resident: A on chip, B in shared memory since the first tile
-    (the first gemm's first wait and barrier saw it land), so no copy, wait or barrier here."""
-    b = operand(g.b, "b")
+    (the first gemm's first wait and barrier saw it land), so no copy, wait or barrier here.
+    One buffer of fragments (KStep.buf 0)."""
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
-    lines = zero_acc() + [
-        "",
-        f"const unsigned b_smem = smem_address(smem.{b['buffer']}());  // all of "
-        f"{g.b.param}, resident",
-        f"constexpr unsigned kBStageBytes = BLayout::kStageElems * {b['elem_bytes']};",
-        "",
-        FRAG_ROWS,
-        "unsigned b_base;",
-        "{",
-        *b_base_lines(b),
-        "}",
-        "",
-        "// One buffer of fragments: the accumulators and A fragments hold most registers here,",
-        "// and the few ldmatrix per tile wait on shared memory only.",
-        "unsigned b_frag[1][kFragN][2];",
-    ]
+    k_tiles = []
     for kt in range(tiles):
         here = f"b_smem + {kt} * kBStageBytes" if kt else "b_smem"
-        lines += ["", f"// k tile {kt} of {tiles}"]
-        for kk in range(steps):
-            step = kt * steps + kk
-            lines += [f"// k step {kk}", *b_frag_loads(g, kk, 0, here),
-                      f"mma_step(acc, {g.name}_a_frag[{step}], b_frag[0]);"]
-    return lines
+        k_steps = tuple(
+            KStep(kk=kk, next_kk=kk + 1, fetch="", wait="",
+                  loads=tuple(b_frag_loads(g, kk, 0, here)),
+                  a=f"{g.name}_a_frag[{kt * steps + kk}]", buf=0)
+            for kk in range(steps))
+        k_tiles.append(KTile(index=kt, count=tiles, refill="", commit=False, prefetch=(),
+                             steps=k_steps))
+    return render_lines("common/resident_mainloop.inc.j2", b=operand(g.b, "b"), a_base=None,
+                        tiles=k_tiles)
 
 
 def wide_store_lines(g: GemmPlan) -> list[str]:
