@@ -23,7 +23,7 @@ from . import host_api
 from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
                              first_stages_function, resident_loads, resident_mainloop)
 from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
-from .render import render
+from .render import render, render_lines
 
 BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: barriers (sm_90a)
 
@@ -182,98 +182,36 @@ def chain_asserts(plan: KernelPlan) -> list[str]:
 
 def kernel_body(arch: ChainTarget, plan: KernelPlan) -> list[str]:
     """The stages for one tile, or (persistent) for every tile of this CTA's loop."""
-    first = cfg(plan.gemms[0])
     stages: list[str] = []
     for i in range(len(plan.gemms)):
         stages += stage_lines(arch, plan, i) + [""]
     stages = stages[:-1]
     if not plan.persistent:
-        return block([
-            "int tile_m, tile_n;",
-            "tile_coords(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);",
-            f"const int m0 = tile_m * {first}::kTileM;",
-            "",
-            *stages,
-        ])
+        return block(render_lines("common/tile_body.inc.j2", cfg=cfg(plan.gemms[0]),
+                                  stages=stages))
     return arch.persistent_body(plan, stages)
 
 
 def persistent_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     """Persistent, B streamed: each tile prefetches the next tile's first stages."""
     g0 = plan.gemms[0]
-    first = cfg(g0)
     why = [f"// The first tile's first kStages - 1 stages of {g0.name}; later tiles' are "
            "prefetched by the tile before."]
-    return block([
-        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
-        "over the tiles.",
-        f"// While a tile runs {plan.gemms[-1].name} and stores, its CTA streams the next tile's "
-        f"first {g0.name} stages:",
-        f"// {g0.name}'s stage buffers live through the whole tile (the storage plan says so).",
-        "const int tiles = tiles_m * tiles_n;",
-        *first_stage_loads(plan, "blockIdx.x", why),
-        "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
-        *block([
-            "int tile_m, tile_n;",
-            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
-            f"const int m0 = tile_m * {first}::kTileM;",
-            "const int next_tile = tile + gridDim.x;",
-            "",
-            *stages,
-        ]),
-        "}",
-        "cp_async_wait<0>();  // the last prefetch committed empty groups only",
-    ])
+    return block(render_lines(
+        "common/persistent_body.inc.j2", cfg=cfg(g0), first=g0.name, last=plan.gemms[-1].name,
+        first_loads=first_stage_loads(plan, "blockIdx.x", why), stages=block(stages)))
 
 
 def resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     """Persistent with resident B: the B operands once, then one ring of A stages that the
     first gemm's mainloop keeps loading across this CTA's tiles."""
     g0 = plan.gemms[0]
-    first = cfg(g0)
     why = [f"// The first tile's first kStages - 1 k tiles of {g0.a.param}; later tiles' are "
            f"loaded by the tile before, in its {g0.name} mainloop."]
-    return block([
-        "// Persistent: gridDim.x CTAs (SM count x resident CTAs per SM, from the launcher) loop "
-        "over the tiles.",
-        "const int tiles = tiles_m * tiles_n;",
-        *resident_loads(plan),
-        *first_stage_loads(plan, "blockIdx.x", why),
-        f"int ring = 0;  // the ring slot of this tile's first k tile of {g0.a.param}",
-        "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {",
-        *block([
-            "int tile_m, tile_n;",
-            "tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);",
-            f"const int m0 = tile_m * {first}::kTileM;",
-            "const int next_tile = tile + gridDim.x;",
-            "int next_m = 0, next_n = 0;",
-            "if (next_tile < tiles) tile_coords(next_tile, tiles_m, tiles_n, next_m, next_n);",
-            f"const int next_m0 = next_m * {first}::kTileM;",
-            "",
-            *stages,
-        ]),
-        "}",
-        "cp_async_wait<0>();  // the last tile's ring refills past the end were empty groups",
-    ])
-
-
-def grid_lines(plan: KernelPlan) -> list[str]:
-    """The host launcher's grid: one CTA per tile, or (persistent) one per resident slot."""
-    if not plan.persistent:
-        return ["const int grid = tiles_m * tiles_n;"]
-    return [
-        "// Persistent: one CTA per resident slot (SM count x CTAs per SM), at most one per tile.",
-        "int device = 0, sm_count = 0, per_sm = 0;",
-        "cudaError_t err = cudaGetDevice(&device);",
-        "if (err == cudaSuccess)",
-        "  err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);",
-        "if (err == cudaSuccess)",
-        f"  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, {plan.name}, "
-        f"{plan.name}_kgen::kThreads, {plan.name}_kgen::kSmemBytes);",
-        "if (err != cudaSuccess) return err;",
-        "const int slots = sm_count * (per_sm > 0 ? per_sm : 1);",
-        "const int grid = tiles_m * tiles_n < slots ? tiles_m * tiles_n : slots;",
-    ]
+    return block(render_lines(
+        "common/resident_body.inc.j2", cfg=cfg(g0), a_param=g0.a.param,
+        resident_loads=resident_loads(plan), first_loads=first_stage_loads(plan, "blockIdx.x", why),
+        stages=block(stages)))
 
 
 def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
@@ -355,7 +293,7 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         host_n_expr=dim_expr(last.n_dim),
         body=kernel_body(arch, plan),
         host_checks=host_checks(plan),
-        grid_lines=grid_lines(plan),
+        persistent=plan.persistent,
     )
     values.update(arch.template_values(plan))
     return render(arch.template, **values)
