@@ -17,6 +17,8 @@ kgen.targets.sm80.chain and kgen.targets.sm90.chain; this module imports neither
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...lower.epilogue import PAIR
 from ...plan import GemmPlan, KernelPlan
 from . import host_api
@@ -26,6 +28,34 @@ from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_
 from .render import render, render_lines
 
 BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: barriers (sm_90a)
+
+
+@dataclass(frozen=True, slots=True)
+class StageConfig:
+    """A stage's compile-time configuration; 0 or "" where a line does not apply."""
+
+    name: str
+    a_name: str
+    b_name: str
+    keep: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    warps_m: int
+    warps_n: int
+    threads_assert: str
+    warp_tile_m: int
+    warp_tile_n: int
+    frag_m: int
+    frag_n: int
+    stages: int
+    b_param: str
+    source: str
+    chain_k: int
+    k_steps: int
+    k_tiles: int
+    resident_k: bool
+    whole_n: str
 
 
 class ChainTarget:
@@ -131,41 +161,26 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
     return lines
 
 
-def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> list[str]:
-    lines = [
-        f"constexpr int kTileM = {g.tile[0]};",
-        f"constexpr int kTileN = {g.tile[1]};",
-        f"constexpr int kTileK = {g.tile[2]};",
-        f"constexpr int kWarpsM = {g.warps[0]};",
-        f"constexpr int kWarpsN = {g.warps[1]};",
-        arch.threads_assert(plan),
-        f"constexpr int kWarpTileM = {g.warp_tile[0]};",
-        f"constexpr int kWarpTileN = {g.warp_tile[1]};",
-        f"constexpr int kFragM = {g.frags[0]};  // m16n8k16 MMAs per warp along M",
-        f"constexpr int kFragN = {g.frags[1]};  // ... along N",
-    ]
-    if plan.resident and g.chain is not None:
-        lines.append(f"// kStages: none; {g.b.param} is resident and A is {g.chain.source}'s "
-                     "output in registers")
-    else:
-        lines.append(f"constexpr int kStages = {g.stages};")
-    if g.chain is not None:
-        if g.a is None:  # the register-resident A fragments are indexed by k step
-            lines.append(f"constexpr int kKSteps = {g.chain.k_steps};  // k16 steps over all of "
-                         f"K ({g.chain.source}'s N = {g.chain.k})")
-        lines += [
-            f"constexpr int kKTiles = {g.chain.k // g.tile[2]};  // K is {g.chain.source}'s N, "
-            f"{g.chain.k}",
-            *(["static_assert(kKTiles * kTileK == " + str(g.chain.k) + ", \"the resident B holds "
-               "all of K\");"] if plan.resident else []),
-            f"static_assert(kTileM == {g.chain.source}_cfg::kTileM, \"a CTA keeps its rows "
-            "through the chain\");",
-        ]
-    if g is not plan.gemms[-1]:
-        lines.append(f"static_assert(kTileN == {g.n_dim}, \"a stage that feeds the next one "
-                     "computes its whole N\");")
-    keep = "" if g.chain is None else f"; A = {g.chain.source} kept in {g.chain.residency.value}"
-    return [f"// {g.name} = {g.a_name} @ {g.b_name}{keep}"] + lines
+def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> StageConfig:
+    """The stage's configuration namespace (templates/common/stage_config.inc.j2)."""
+    chain = g.chain
+    return StageConfig(
+        name=g.name, a_name=g.a_name, b_name=g.b_name,
+        keep="" if chain is None else f"; A = {chain.source} kept in {chain.residency.value}",
+        tile_m=g.tile[0], tile_n=g.tile[1], tile_k=g.tile[2], warps_m=g.warps[0],
+        warps_n=g.warps[1], threads_assert=arch.threads_assert(plan),
+        warp_tile_m=g.warp_tile[0], warp_tile_n=g.warp_tile[1], frag_m=g.frags[0],
+        frag_n=g.frags[1],
+        # a resident chained stage streams no B: no stages
+        stages=0 if plan.resident and chain is not None else g.stages,
+        b_param=g.b.param, source="" if chain is None else chain.source,
+        chain_k=0 if chain is None else chain.k,
+        # the register-resident A fragments are indexed by k step
+        k_steps=chain.k_steps if chain is not None and g.a is None else 0,
+        k_tiles=0 if chain is None else chain.k // g.tile[2],
+        resident_k=chain is not None and plan.resident,
+        whole_n="" if g is plan.gemms[-1] else str(g.n_dim),
+    )
 
 
 def chain_asserts(plan: KernelPlan) -> list[str]:
