@@ -100,65 +100,49 @@ class ChainTarget:
 
 
 def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
+    """Stage i in its block scope: its mainloop, then its epilogue (feeding the next stage, or
+    the output)."""
     g = plan.gemms[i]
     last = i == len(plan.gemms) - 1
     nxt = None if last else plan.gemms[i + 1]
-    lines: list[str] = []
-    if nxt is not None and nxt.a is None:
-        lines += [
-            f"// {g.name}'s output, rounded to {nxt.chain.dtype.dsl_name}, as {nxt.name}'s A "
-            "fragments: [k step][m16 tile][4 registers]",
-            f"unsigned {nxt.name}_a_frag[{cfg(nxt)}::kKSteps][{cfg(nxt)}::kFragM][4];",
-            "",
-        ]
-    where = "all of its N in every CTA" if not last else "this CTA's columns"
-    lines += [
-        f"// ---- {g.name} = {g.a_name} @ {g.b_name}: CTA tile "
-        f"{g.tile[0]}x{g.tile[1]}x{g.tile[2]}, {where} ----",
-        "{",
-    ]
     # A resident first gemm loads no B in its mainloop (no n0, N); a resident chained one
     # loads nothing (no K).
     b_in_loop = not (plan.resident and g.chain is None)
     k_in_loop = not (plan.resident and g.chain is not None)
     # 16-byte stores over tiles that divide N check no column against N
     n_used = b_in_loop and not (plan.wide_stores and last and g.n_dim % g.tile[1] == 0)
-    warp = arch.warp_var(plan)
-    body = [
-        f"using namespace {cfg(g)};",
-        f"const int warp_m = {warp} / kWarpsN;",
-        f"const int warp_n = {warp} % kWarpsN;",
-        *(["const int n0 = tile_n * kTileN;" if last else "const int n0 = 0;"]
-          if b_in_loop else []),
-        *([f"const int N = {dim_expr(g.n_dim)};"] if n_used else []),
-        *([f"const int K = {dim_expr(g.k_dim)};"] if k_in_loop else []),
-        "",
-    ]
     if g.chain is None:
-        body += arch.first_mainloop(plan, g)
+        mainloop = arch.first_mainloop(plan, g)
     elif plan.resident:
-        body += arch.resident_mainloop(plan, g)
+        mainloop = arch.resident_mainloop(plan, g)
     elif plan.persistent and last:
         first = plan.gemms[0]
         why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
                f"({first.a.param}, {first.b.param}) start now,",
                f"// behind {g.name}'s last {g.b.param} load, so the memory system streams "
                f"{first.a.param} while this tile finishes."]
-        body += chained_mainloop(g, first_stage_loads(plan, "next_tile", why), first.stages - 1)
+        mainloop = chained_mainloop(g, first_stage_loads(plan, "next_tile", why),
+                                    first.stages - 1)
     else:
-        body += chained_mainloop(g)
-    body.append("")
-    if nxt is not None:
-        if not plan.resident:  # a resident plan's buffers are never reused within a tile
-            body += [f"// Every warp is done with {g.name}'s stages: later stages may reuse "
-                     "their bytes.", "__syncthreads();", ""]
-        body += feed_lines(g, nxt)
-    else:
-        body.append("// Epilogue")
-        body += arch.last_epilogue(plan, g)
-    lines += block(body)
-    lines += ["}"]
-    return lines
+        mainloop = chained_mainloop(g)
+    epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt)
+    return render_lines(
+        "common/stage.inc.j2", name=g.name, a_name=g.a_name, b_name=g.b_name, cfg=cfg(g),
+        a_frags=nxt is not None and nxt.a is None,
+        next="" if nxt is None else nxt.name, next_cfg="" if nxt is None else cfg(nxt),
+        next_dtype="" if nxt is None else nxt.chain.dtype.dsl_name,
+        tile=f"{g.tile[0]}x{g.tile[1]}x{g.tile[2]}",
+        where="this CTA's columns" if last else "all of its N in every CTA",
+        warp=arch.warp_var(plan),
+        n0=("tile_n * kTileN" if last else "0") if b_in_loop else "",
+        n_expr=dim_expr(g.n_dim) if n_used else "",
+        k_expr=dim_expr(g.k_dim) if k_in_loop else "",
+        mainloop=block(mainloop),
+        # a resident plan's buffers are never reused within a tile
+        sync=nxt is not None and not plan.resident,
+        last=last,
+        epilogue=block(epilogue),
+    )
 
 
 def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> StageConfig:
