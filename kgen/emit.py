@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .errors import KgenError, SourceLoc
+from .errors import KgenError
 from .plan import KernelPlan
 from .targets import target
 from .targets.common.host_api import emit_header
@@ -37,10 +37,9 @@ def kind(plan: KernelPlan) -> str:
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
     if not plan.gemms:
-        # the plan holds no source location; the kernel's name says which one
+        # TODO(merge): kgen.lower fills plan.loc (loc=kernel.loc); until then the kernel's own
+        loc = plan.loc if plan.loc is not None else plan.kernel.loc
         raise KgenError(
-            SourceLoc(plan.name, 0, 0, 0, 0),
-            f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan",
-        )
+            loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
     emitter = EMITTERS[(family(plan), kind(plan))]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .enums import Dim, DType, Layout, ParamKind, Role
+from .errors import SourceLoc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +326,9 @@ class KernelPlan:
     params: tuple[Param, ...] = ()
     compute_dtype: DType = DType.F32
     deterministic_reductions: bool = False
+    # The kernel's declaration, for an error found past the lowering (e.g. nothing to emit);
+    # kgen.lower fills it
+    loc: SourceLoc | None = None
 
     @property
     def name(self) -> str:

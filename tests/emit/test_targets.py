@@ -26,6 +26,8 @@ PENDING = {
     ("kgen/targets/common/chain_mainloop.py", "kgen.lower.epilogue"),
     ("kgen/targets/sm80/epilogue.py", "kgen.ir"),
 }
+# plan.kernel reads left until kgen.lower fills plan.loc: (file, count)
+PENDING_KERNEL = {"kgen/emit.py": 1}
 
 
 def _sm80_files():
@@ -62,7 +64,8 @@ def test_emitters_read_the_plan_not_the_ir(path):
            if re.match(r"kgen\.(ir|lower|parse|verify)(\.|$)", m)}
     bad = {m for m in bad if not any(rel == f and m.startswith(p) for f, p in PENDING)}
     assert not bad, f"{rel} imports {sorted(bad)}"
-    assert "plan.kernel" not in path.read_text(), f"{rel} reads the IR through plan.kernel"
+    reads = path.read_text().count("plan.kernel")
+    assert reads <= PENDING_KERNEL.get(rel, 0), f"{rel} reads the IR through plan.kernel"
 
 
 def test_targets_do_not_import_each_other():
