@@ -105,3 +105,21 @@ def test_dispatch_is_a_table_chosen_by_the_plan():
     assert not smem.wgmma and emit.family(smem) == "sm80" and emit.kind(smem) == "chain"
     gemm = lower(parse_file(ROOT / "examples" / "gemm.kg").kernels[0])
     assert (emit.family(gemm), emit.kind(gemm)) == ("sm80", "gemm")
+
+
+def test_ldmatrix_rows_in_cpp_match_the_proved_maps():
+    """The C++ row and column of each thread's ldmatrix address equal the Python maps that the
+    lowering proves its offset tables with, for every lane, warp offset, fragment and k step."""
+    from kgen.lower.fragments import LDMATRIX
+    from kgen.targets.common.operands import LDMATRIX_ROW_COL
+
+    assert set(LDMATRIX_ROW_COL) == set(LDMATRIX)
+    for key, (row, col) in LDMATRIX_ROW_COL.items():
+        as_python = [compile(e.replace("/", "//"), "<cpp>", "eval") for e in (row, col)]
+        for lane in range(32):
+            for warp_off in (0, 16, 32, 64):
+                for f in range(4):
+                    for kk in range(4):
+                        env = dict(lane=lane, warp_off=warp_off, f=f, kk=kk)
+                        got = tuple(eval(c, {}, env) for c in as_python)
+                        assert got == LDMATRIX[key].coord(lane, warp_off, f, kk), (key, env)
