@@ -167,16 +167,12 @@ def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> StageConfi
     )
 
 
-def chain_asserts(plan: KernelPlan) -> list[str]:
-    out = []
+def chain_asserts(plan: KernelPlan) -> list[dict]:
+    """Where a stage's A fragments are its source's accumulators, their shapes must agree."""
     ns = f"{plan.name}_kgen"
-    for src, g in zip(plan.gemms, plan.gemms[1:]):
-        if g.a is None:
-            a, b = f"{ns}::{cfg(src)}", f"{ns}::{cfg(g)}"
-            out.append(
-                f"static_assert({a}::kFragN == 2 * {b}::kKSteps && {a}::kFragM == {b}::kFragM,")
-            out.append(f"              \"{src.name}'s accumulators are {g.name}'s A fragments\");")
-    return out
+    return [dict(source=f"{ns}::{cfg(src)}", cfg=f"{ns}::{cfg(g)}", source_name=src.name,
+                 name=g.name)
+            for src, g in zip(plan.gemms, plan.gemms[1:]) if g.a is None]
 
 
 def kernel_body(arch: ChainTarget, plan: KernelPlan) -> list[str]:
