@@ -49,7 +49,8 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            parts = package.split(".")
+            base = parts[: len(parts) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             out.add(module)
             out |= {f"{module}.{a.name}" for a in node.names}

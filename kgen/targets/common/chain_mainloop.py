@@ -115,15 +115,16 @@ def chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
     def wait(tile: int) -> str:
         if prefetch is None:
             return "cp_async_wait<kStages - 2>();"
-        return f"cp_async_wait<{committed - 1 - group_of[tile]}>();  // k tile {tile}'s group has landed"
+        return (f"cp_async_wait<{committed - 1 - group_of[tile]}>();  // k tile {tile}'s group "
+                "has landed")
 
     prologue_prefetch: list[str] = []
     if prefetch is not None and last_refill is None:
         prologue_prefetch = prefetch
         committed += prefetch_groups
     why = (f" and every warp's rows of {chain.source}'s output tile are written" if in_smem else "")
-    first_wait_comment = ("// Stage 0 has landed once at most kStages - 2 newer groups are in flight"
-                          f"{why}." if prefetch is None else
+    first_wait_comment = ("// Stage 0 has landed once at most kStages - 2 newer groups are in "
+                          f"flight{why}." if prefetch is None else
                           f"// Stage 0 has landed (the newer groups may still be in flight){why}.")
     first_wait = wait(0)
     first_loads = a_frag_loads(g, 0, 0) + b_frag_loads(g, 0, 0, "b_smem")

@@ -99,7 +99,8 @@ def mainloop_steps(g: GemmPlan) -> list[str]:
     lines = []
     for kk in range(steps):
         if kk + 1 < steps:
-            lines += [f"// k step {kk + 1}: fragments", *frag_loads(g, kk + 1, (kk + 1) % 2, "_stage")]
+            lines += [f"// k step {kk + 1}: fragments",
+                      *frag_loads(g, kk + 1, (kk + 1) % 2, "_stage")]
         else:
             lines += [
                 "// next k tile, step 0: wait until it has landed, then read its fragments",

@@ -17,6 +17,7 @@ from ..common.operands import dim_expr, load_args, operand
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as epilogue_emit
 
+
 @dataclass(frozen=True, slots=True)
 class WgmmaStep:
     """One wgmma of a resident chained stage: A fragments of k step `step`, B at address `at`."""
