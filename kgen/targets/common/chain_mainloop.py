@@ -9,24 +9,10 @@ from dataclasses import dataclass
 
 from ...lower.epilogue import PAIR
 from ...plan import GemmPlan, KernelPlan
-from .operands import LDMATRIX_ROW_COL, dim_expr, operand, shifted
+from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
 from .render import render_lines
 
 INDENT = "  "
-
-
-@dataclass(frozen=True, slots=True)
-class KStep:
-    """One k16 step of a chained stage: the next step's fragments (fetch "step"), or the next
-    k tile's first after its wait (fetch "tile"), or none; then this step's MMAs."""
-
-    kk: int
-    next_kk: int
-    fetch: str
-    wait: str
-    loads: tuple[str, ...]
-    a: str  # the A fragments this step multiplies
-    buf: int  # the B fragment buffer this step multiplies
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,20 @@ LDMATRIX_ROW_COL: dict[tuple[str, bool], tuple[str, str]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class KStep:
+    """One k16 step of a chained stage: the next step's fragments (fetch "step"), or the next
+    k tile's first after its wait (fetch "tile"), or none; then this step's MMAs."""
+
+    kk: int
+    next_kk: int
+    fetch: str
+    wait: str
+    loads: tuple[str, ...]
+    a: str  # the A fragments this step multiplies
+    buf: int  # the B fragment buffer this step multiplies
+
+
+@dataclass(frozen=True, slots=True)
 class Check:
     cond: str
     message: str
@@ -91,25 +105,21 @@ def frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
     return lines
 
 
-def mainloop_steps(g: GemmPlan) -> list[str]:
+def mainloop_steps(g: GemmPlan) -> list[KStep]:
     """One k tile: step kk multiplies buffer kk % 2 while step kk + 1 (or, at the last step,
     step 0 of the next tile, after the barrier that says it has landed) fills the other."""
     steps = len(g.a.frag_steps)
     assert steps % 2 == 0, "the next tile's step 0 must land in buffer 0"
-    lines = []
+    out = []
     for kk in range(steps):
         if kk + 1 < steps:
-            lines += [f"// k step {kk + 1}: fragments",
-                      *frag_loads(g, kk + 1, (kk + 1) % 2, "_stage")]
+            fetch, wait, loads = "step", "", frag_loads(g, kk + 1, (kk + 1) % 2, "_stage")
         else:
-            lines += [
-                "// next k tile, step 0: wait until it has landed, then read its fragments",
-                "cp_async_wait<kStages - 2>();",
-                "__syncthreads();",
-                *frag_loads(g, 0, 0, "_next"),
-            ]
-        lines += [f"// k step {kk}: MMAs", f"mma_step(acc, a_frag[{kk % 2}], b_frag[{kk % 2}]);"]
-    return lines
+            fetch, wait = "tile", "cp_async_wait<kStages - 2>();"
+            loads = frag_loads(g, 0, 0, "_next")
+        out.append(KStep(kk=kk, next_kk=kk + 1, fetch=fetch, wait=wait, loads=tuple(loads),
+                         a=f"a_frag[{kk % 2}]", buf=kk % 2))
+    return out
 
 
 def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16") -> dict:
