@@ -1,31 +1,45 @@
-"""Emission: a KernelPlan to standalone CUDA C++, through one emitter per target family, and
-the header that declares its host API (the same for every target)."""
+"""Emission: a KernelPlan to standalone CUDA C++, through one emitter per (target family,
+kernel kind), and the header that declares its host API (the same for every target)."""
 from __future__ import annotations
+
+from typing import Callable
 
 from .errors import KgenError
 from .plan import KernelPlan
 from .targets import target
 from .targets.common.host_api import emit_header
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
+from .targets.sm90 import chain as sm90_chain
 
-__all__ = ["EMITTERS", "emit", "emit_header"]
+__all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
-EMITTERS = {
-    "sm80": sm80_gemm.emit,
+Emitter = Callable[..., str]
+
+# (target family, kernel kind) -> emitter. A kind is "gemm" (one gemm) or "chain" (chained
+# gemms, back to back, in one CTA).
+EMITTERS: dict[tuple[str, str], Emitter] = {
+    ("sm80", "gemm"): sm80_gemm.emit,
+    ("sm80", "chain"): sm80_chain.emit,
+    ("sm90", "chain"): sm90_chain.emit,
 }
-# Kernels of chained gemms (back-to-back), per target family.
-CHAIN_EMITTERS = {
-    "sm80": sm80_chain.emit,
-}
+
+
+def family(plan: KernelPlan) -> str:
+    """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
+    wgmma) is sm_90a code; otherwise its target's family (sm_90a runs the sm_80 mainloop)."""
+    return "sm90" if plan.wgmma else target(plan.arch).emitter
+
+
+def kind(plan: KernelPlan) -> str:
+    return "chain" if len(plan.gemms) > 1 else "gemm"
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
     if not plan.gemms:
+        # TODO(merge): kgen.lower fills plan.loc (loc=kernel.loc); until then the kernel's own
+        loc = plan.loc if plan.loc is not None else plan.kernel.loc
         raise KgenError(
-            plan.kernel.loc,
-            f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan",
-        )
-    table = CHAIN_EMITTERS if len(plan.gemms) > 1 else EMITTERS
-    emitter = table[target(plan.arch).emitter]
+            loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
+    emitter = EMITTERS[(family(plan), kind(plan))]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .enums import Axis, Dim, DType, Layout, Op, ParamKind, ReduceOp, Role
+from .errors import SourceLoc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +373,12 @@ class GemmPlan:
     k_dim: ir.Dim
     epilogue: EpilogueDag
     chain: ChainPlan | None = None  # set when A is an earlier gemm's output
+    # The source's names of A and B (a parameter, or an earlier gemm for a chained A), for the
+    # emitted file's comments
+    a_name: str = ""
+    b_name: str = ""
+    # Threads that copy A when not the gemm's own (schedule pingpong: the producer warps); 0
+    producer_threads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,6 +603,9 @@ class KernelPlan:
     params: tuple[Param, ...] = ()
     compute_dtype: DType = DType.F32
     deterministic_reductions: bool = False
+    # The kernel's declaration, for an error found past the lowering (e.g. nothing to emit);
+    # kgen.lower fills it
+    loc: SourceLoc | None = None
 
     # -- compat, removed once emitters read plan.schedule: the old flags, read-only ----------
 

@@ -1,7 +1,8 @@
 """Which shared-memory row each lane hands to ldmatrix, and which chunk each thread copies.
 
-One table, read twice: the emitter prints the C++ expressions into the kernel, and the bank
-check (tests, `kgen inspect`) evaluates the Python twins over the 32 lanes. A fragment row is a
+The lowering proves its offset tables with these maps, and the bank check (tests, `kgen
+inspect`) evaluates them over the 32 lanes; the emitters print the same maps in C++
+(kgen.targets.common.operands.LDMATRIX_ROW_COL; tests/emit/test_targets.py checks they agree). A fragment row is a
 (outer, inner) coordinate of the operand's SmemTile, the start of a 16-byte row of 8 elements.
 
 ldmatrix.x4 fills four 8x8 matrices; lanes 8j..8j+7 address the rows of matrix j:
@@ -22,9 +23,8 @@ CoordFn = Callable[[int, int, int, int], tuple[int, int]]
 
 @dataclass(frozen=True, slots=True)
 class FragmentMap:
-    outer_cpp: str  # C++ expression of the tile row, in lane, warp_off, f, kk
-    inner_cpp: str  # C++ expression of the tile column
-    coord: CoordFn  # the same map, in Python
+    coord: CoordFn  # (lane, warp_off, f, kk) -> tile (row, column); the emitters print the
+    # same map in C++ (kgen.targets.common.operands.LDMATRIX_ROW_COL, checked against this one)
     trans: bool
 
 
@@ -47,27 +47,10 @@ def _b_n_major(lane: int, off: int, f: int, kk: int) -> tuple[int, int]:
 
 # (operand, k_major) -> map
 LDMATRIX: dict[tuple[str, bool], FragmentMap] = {
-    ("a", True): FragmentMap(
-        "warp_off + f * 16 + lane % 16", "kk * 16 + (lane / 16) * 8", _a_k_major, False
-    ),
-    ("a", False): FragmentMap(
-        "kk * 16 + (lane / 16) * 8 + lane % 8",
-        "warp_off + f * 16 + ((lane / 8) % 2) * 8",
-        _a_m_major,
-        True,
-    ),
-    ("b", True): FragmentMap(
-        "warp_off + f * 16 + lane % 8 + (lane / 16) * 8",
-        "kk * 16 + ((lane / 8) % 2) * 8",
-        _b_k_major,
-        False,
-    ),
-    ("b", False): FragmentMap(
-        "kk * 16 + ((lane / 8) % 2) * 8 + lane % 8",
-        "warp_off + f * 16 + (lane / 16) * 8",
-        _b_n_major,
-        True,
-    ),
+    ("a", True): FragmentMap(_a_k_major, False),
+    ("a", False): FragmentMap(_a_m_major, True),
+    ("b", True): FragmentMap(_b_k_major, False),
+    ("b", False): FragmentMap(_b_n_major, True),
 }
 
 

@@ -163,7 +163,9 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
         gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads, prefix
     )
     # logical shapes: A is [M, K] and B is [K, N] in either layout
-    return gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
+    fields = gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
+    fields["producer_threads"] = a_threads or 0
+    return fields
 
 
 def gemm_fields(gemm: ir.Gemm, tgt: Target, a_plan, b_plan, m_dim, n_dim, k_dim) -> dict:
@@ -184,4 +186,6 @@ def gemm_fields(gemm: ir.Gemm, tgt: Target, a_plan, b_plan, m_dim, n_dim, k_dim)
         m_dim=m_dim,
         n_dim=n_dim,
         k_dim=k_dim,
+        a_name=gemm.a.name,
+        b_name=gemm.b.name,
     )

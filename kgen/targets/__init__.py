@@ -4,7 +4,6 @@ with, each refused one with its reason."""
 from __future__ import annotations
 
 import enum
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -141,7 +140,11 @@ class Candidate:
 
 
 def _schedules(tgt: Target):
-    return importlib.import_module(f"{__name__}.{tgt.schedules}.schedules")
+    """The target's schedule list (imported here: each list imports this module's types)."""
+    from .sm80 import schedules as sm80
+    from .sm90 import schedules as sm90
+
+    return {"sm80": sm80, "sm90": sm90}[tgt.schedules]
 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:

@@ -365,7 +365,8 @@ def _python_files(*parts: str):
 
 def test_selection_never_catches_kgen_errors():
     """No pass of kgen/lower and no schedule list decides by catching a KgenError."""
-    for path in _python_files("lower", "targets/sm80/schedules.py", "targets/sm90/schedules.py"):
+    for path in _python_files("lower", "targets/common/schedules.py", "targets/sm80/schedules.py",
+                              "targets/sm90/schedules.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ExceptHandler):
                 names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")
@@ -377,8 +378,9 @@ def test_selection_never_catches_kgen_errors():
 def test_targets_and_lowering_keep_their_layers():
     """The schedule lists read plan-level data only; lowering holds no C++ names of the
     copy engine (kgen/targets/sm90/tensor_map.py has them)."""
-    for path in _python_files("targets/__init__.py", "targets/sm80/schedules.py",
-                              "targets/sm90/schedules.py", "targets/sm90/tensor_map.py"):
+    for path in _python_files("targets/__init__.py", "targets/common/schedules.py",
+                              "targets/sm80/schedules.py", "targets/sm90/schedules.py",
+                              "targets/sm90/tensor_map.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 module = "." * node.level + (node.module or "")

@@ -7,17 +7,18 @@ macro `KGEN_<NAME>_PARAMS_DEFINED`, so a translation unit may include the header
 """
 from __future__ import annotations
 
-from ... import __version__, ir
+from ... import __version__
+from ...enums import Axis, ParamKind
 from ...plan import FieldKind, KernelPlan
 from .render import render
 
 
 def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: str | None) -> str:
     if kind is FieldKind.POINTER:
-        p = plan.kernel.param(param or "")
+        p = plan.param(param or "")
         assert p is not None
         shape = ", ".join(str(d) for d in p.shape)
-        layout = f" {p.layout.value}" if p.kind is ir.ParamKind.TENSOR else ""
+        layout = f" {p.layout.value}" if p.kind is ParamKind.TENSOR else ""
         return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
     if kind is FieldKind.SIZE:
         return f"runtime size {dim}"
@@ -25,7 +26,7 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
         return "device scratch for the CTAs' partial reductions (deterministic mode)"
     if kind is FieldKind.LEADING_DIM:
         return f"elements between consecutive rows/columns of {param}"
-    p = plan.kernel.param(param or "")
+    p = plan.param(param or "")
     default = "" if p is None or p.default is None else f", default {p.default}"
     return f"scalar{default}"
 
@@ -59,8 +60,8 @@ def workspace_body(plan: KernelPlan) -> list[str]:
     m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
     n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
     ns = f"{plan.name}_kgen"
-    slots = {ir.Axis.ROW: ("tiles_n", "M"), ir.Axis.COL: ("tiles_m", "N"),
-             ir.Axis.ALL: ("tiles_m * tiles_n", "1")}
+    slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
+             Axis.ALL: ("tiles_m * tiles_n", "1")}
     terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
     return [
         f"const size_t M = static_cast<size_t>({m});",

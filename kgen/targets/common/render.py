@@ -49,3 +49,10 @@ def environment() -> jinja2.Environment:
 
 def render(template: str, **values) -> str:
     return environment().get_template(template).render(**values)
+
+
+def render_lines(template: str, **values) -> list[str]:
+    """A template that lays out lines of a function body (no indent of its own): its lines,
+    for a caller that indents them where they go."""
+    text = render(template, **values)
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")

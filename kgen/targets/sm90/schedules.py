@@ -1,5 +1,5 @@
-"""The schedules sm_90a can run a kernel with, in its order of preference: sm_80's (see
-kgen/targets/sm80/schedules.py), where a resident chain's gemms also move to wgmma where its
+"""The schedules sm_90a can run a kernel with, in its order of preference: the shared ones (see
+kgen/targets/common/schedules.py), where a resident chain's gemms also move to wgmma where its
 rules hold, and before them the ping-pong schedule, taken only when `schedule pingpong` asks:
 
     producer   two warps stream the first gemm's A tiles into a ring of `stages` slots, each
@@ -26,7 +26,7 @@ from __future__ import annotations
 from ...enums import Residency
 from ...plan import GemmPlan, KernelKind, Mma, OperandPlan, StorePath, TmaOutput, WarpRole
 from .. import Candidate, Instruction, ScheduleDraft, Site
-from ..sm80 import schedules as sm80
+from ..common import schedules as common
 from .tensor_map import STAGING_BOX
 
 STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
@@ -40,7 +40,7 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    return [pingpong(draft), sm80.persistent(draft, mmas), sm80.tiled(draft)]
+    return [pingpong(draft), common.persistent(draft, mmas), common.tiled(draft)]
 
 
 def producer_threads(kind: KernelKind | None) -> int | None:
@@ -84,18 +84,18 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     refusal = refuse_request(draft)
     if refusal is not None:
         return refusal
-    refusal = sm80.resident_refusal(draft, sm80.persist_refusal(draft) is None)
+    refusal = common.resident_refusal(draft, common.persist_refusal(draft) is None)
     if refusal is not None:
         return _refused(refusal.reason, refusal.site)
-    gemms = sm80.resident_plans([g.plan for g in draft.gemms])
+    gemms = common.resident_plans([g.plan for g in draft.gemms])
     first, last = gemms[0], gemms[-1]
-    wide = sm80.wide_refusal(last)
+    wide = common.wide_refusal(last)
     tma = wide or tma_refusal(last)
     staging = (0, 0) if tma else (staging_bytes(last), STAGING_ALIGN)
     storage = draft.place(gemms, persistent=True, resident=True,
                           ring_barriers=ring_barriers(first), staging=staging)
     if storage.total_bytes > storage.limit_bytes:
-        return Candidate(KernelKind.PINGPONG, False, sm80.over_budget(storage), Site("budget"),
+        return Candidate(KernelKind.PINGPONG, False, common.over_budget(storage), Site("budget"),
                          gemms=tuple(gemms), storage=storage)
     offsets = {b.name: b.offset for b in storage.buffers}
     if not draft.target.has(Instruction.WGMMA) or wgmma_refusal(first, first.a, offsets):
@@ -113,12 +113,12 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     if wide:
         last_store = StorePath.PAIRS, wide
     elif tma:
-        last_store = StorePath.WIDE, f"{sm80.WHY_WIDE}; not TMA: {tma}"
+        last_store = StorePath.WIDE, f"{common.WHY_WIDE}; not TMA: {tma}"
     else:
         last_store = StorePath.TMA, ("the copy engine stores each consumer's staged tile (beat "
                                      "16-byte stores from registers on an H200)")
     out = last.epilogue.packed_store.param if not tma else None
-    schedule = sm80.build(
+    schedule = common.build(
         draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
         roles=ROLES, why_kind="schedule pingpong: producer warps fill the ring, two consumer "
         "warpgroups take alternate tiles",

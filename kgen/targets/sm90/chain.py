@@ -1,0 +1,147 @@
+"""sm_90a emitter of chained gemms (back-to-back): the first gemm on wgmma (both operands from
+shared memory through descriptors) over a resident ring of A, later gemms on wgmma with A from
+registers where the plan says so (plan.wgmma_chain), and `schedule pingpong`: producer warps
+fill the ring through full and empty mbarriers while two consumer warpgroups take alternate
+tiles, the output leaving through the copy engine (plan.tma_store: cp.async.bulk.tensor
+through a CUtensorMap). The stage scaffolding is kgen.targets.common.chain's; the template is
+templates/sm90/chain.cu.j2."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...plan import GemmPlan, KernelPlan
+from ..common import chain
+from ..common.chain_mainloop import block, cfg, function_level, resident_loads, wide_store_lines
+from ..common.operands import dim_expr, load_args, operand
+from ..common.render import render, render_lines
+from ..sm80 import epilogue as epilogue_emit
+from .tensor_map import TMA_DTYPE
+
+
+@dataclass(frozen=True, slots=True)
+class WgmmaStep:
+    """One wgmma of a resident chained stage: A fragments of k step `step`, B at address `at`."""
+
+    step: int
+    at: str
+
+
+
+class Sm90Chain(chain.ChainTarget):
+    template = "sm90/chain.cu.j2"
+
+    def warp_var(self, plan: KernelPlan) -> str:
+        return "math_warp" if plan.pingpong else "warp_id"  # ping-pong: the warp in its warpgroup
+
+    def threads_assert(self, plan: KernelPlan) -> str:
+        if not plan.pingpong:
+            return super().threads_assert(plan)
+        return ('static_assert(kWarpsM * kWarpsN * 32 == kWarpgroupThreads, "every stage runs '
+                'on a whole consumer warpgroup");')
+
+    def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        a, b = operand(g.a, "a"), operand(g.b, "b")
+        if plan.pingpong:  # the producer warps load the ring (produce_ring)
+            text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b)
+        else:
+            text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
+                          ring_load_args=load_args(g.a, "a", "load_m0", "load_k"))
+        return function_level(text)
+
+    def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        if g.name in plan.wgmma_chain:
+            return resident_wgmma(g)
+        return super().resident_mainloop(plan, g)
+
+    def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        if plan.tma_store:
+            return tma_store_lines(g)
+        if plan.wide_stores:
+            return wide_store_lines(g)
+        return epilogue_emit.loop_lines(plan, g)
+
+    def persistent_body(self, plan: KernelPlan, stages: list[str]) -> list[str]:
+        if plan.pingpong:
+            return pingpong_body(plan, stages)
+        return super().persistent_body(plan, stages)
+
+    def evict_first(self, plan: KernelPlan) -> bool:
+        # Not when the output leaves through the copy engine (tma_store, whose stores carry that
+        # hint): there A's hint measured 2% slower on an H200 (bench/RESULTS.md).
+        return plan.resident and not plan.tma_store
+
+    def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
+        if not plan.pingpong:
+            return super().first_gemm_functions(plan, g)
+        return render(
+            "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
+            m_expr=dim_expr(g.m_dim), k_expr=dim_expr(g.k_dim),
+            load_args=load_args(g.a, "a", "m0", "kt")).rstrip("\n").split("\n")
+
+    def template_values(self, plan: KernelPlan) -> dict:
+        first, last = plan.gemms[0], plan.gemms[-1]
+        out = last.epilogue.packed_store.param if plan.tma_store else ""
+        return dict(
+            quad_stores=plan.wide_stores and not plan.tma_store,
+            mma_sync=any(g.name not in plan.wgmma_chain for g in plan.gemms[1:]),
+            pingpong=plan.pingpong,
+            tma_store=plan.tma_store,
+            tma_output=out,
+            tma_dtype=TMA_DTYPE[plan.param(out).dtype] if plan.tma_store else "",
+            producer_threads=first.producer_threads,
+            wgmma_n=first.tile[1],
+            wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
+            wgmma_outs=wgmma_outs(first.tile[1]),
+            wgmma_rs=[dict(n=n, regs=", ".join(f"%{i}" for i in range(n // 2)),
+                           outs=wgmma_outs(n))
+                      for n in sorted({g.tile[1] for g in plan.gemms
+                                       if g.name in plan.wgmma_chain})],
+        )
+
+
+SM90 = Sm90Chain()
+
+
+def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    return chain.emit(SM90, plan, source_name=source_name, source_hash=source_hash,
+                      command=command)
+
+
+def resident_wgmma(g: GemmPlan) -> list[str]:
+    """The resident chained stage on wgmma (plan.wgmma_chain): the warpgroup's rows times all
+    of B, one k16 step per instruction, A from this thread's fragments, B through descriptors;
+    one commit group, waited on before the epilogue reads the accumulators."""
+    tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
+    wgmma_steps = []
+    for kt in range(tiles):
+        here = f"b_smem + {kt} * kBStageBytes" if kt else "b_smem"
+        for kk in range(steps):
+            # B's k16 step kk starts 32 bytes (16 elements) further along its 128-byte rows
+            wgmma_steps.append(WgmmaStep(step=kt * steps + kk,
+                                         at=f"{here} + {kk * 32}" if kk else here))
+    return render_lines("sm90/resident_wgmma.inc.j2", b=operand(g.b, "b"), name=g.name,
+                        source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps)
+
+
+def tma_store_lines(g: GemmPlan) -> list[str]:
+    """The last gemm's epilogue through the copy engine (plan.tma_store): the warpgroup writes
+    its tile into its staging as 64x64 swizzled boxes, then one thread stores the boxes with
+    cp.async.bulk.tensor. The staging is rewritten only once the copy engine has read the last
+    tile's boxes. Rows past M hold zeros and are clipped by the tensor map."""
+    return render_lines("sm90/tma_store_epilogue.inc.j2", out=g.epilogue.packed_store.param,
+                        name=g.name)
+
+
+def wgmma_outs(n: int) -> str:
+    """The asm outputs of a warp's m64nNk16 accumulators, in the m16n8 layout acc[0][j][e]."""
+    return ", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(n // 8) for e in range(4))
+
+
+def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
+    """schedule pingpong: the barriers and the resident B operands, then the producer warps fill
+    the ring while the two consumer warpgroups run every other tile of this CTA."""
+    g0 = plan.gemms[0]
+    return block(render_lines(
+        "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
+        resident_loads=block(resident_loads(plan)), stages=block(stages),
+        tma_store=plan.tma_store))
