@@ -37,9 +37,7 @@ def kind(plan: KernelPlan) -> str:
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
     if not plan.gemms:
-        # TODO(merge): kgen.lower fills plan.loc (loc=kernel.loc); until then the kernel's own
-        loc = plan.loc if plan.loc is not None else plan.kernel.loc
         raise KgenError(
-            loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
+            plan.loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
     emitter = EMITTERS[(family(plan), kind(plan))]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

@@ -121,11 +121,11 @@ def _expr(node, kernel: ir.Kernel) -> str:
     raise NotImplementedError(f"the naive kernel does not do {node!r}")
 
 
-def naive_source(plan: KernelPlan, *, skip_last_row: bool = False,
+def naive_source(plan: KernelPlan, kernel: ir.Kernel, *, skip_last_row: bool = False,
                  smem_bytes: int | None = None) -> str:
     """A correct (slow) CUDA implementation of a one-gemm plan, with the plan's params struct,
-    grid and block. `skip_last_row` plants a bug: the last output row is never written."""
-    kernel = plan.kernel
+    grid and block (`kernel` is the IR it was lowered from). `skip_last_row` plants a bug: the
+    last output row is never written."""
     g = kernel.gemms[0]
     gp = plan.gemms[0]
     tile_m, tile_n = gp.tile[0], gp.tile[1]

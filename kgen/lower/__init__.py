@@ -51,7 +51,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
                                 reason="the epilogue writes it in 16-byte chunks of 8 columns")
             if a.param == out else a for a in alignments)
     return KernelPlan(
-        kernel=kernel,
+        name=kernel.name,
         arch=arch,
         fields=fields,
         gemms=chosen.gemms,
@@ -62,6 +62,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         params=abi.params(kernel),
         compute_dtype=kernel.compute_dtype,
         deterministic_reductions=kernel.deterministic,
+        loc=kernel.loc,
     )
 
 

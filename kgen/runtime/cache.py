@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import cachedir
+
 FORMAT = "v1"
 
 
@@ -115,6 +117,10 @@ class CompileCache:
         if not self.enabled:
             return None
         cubin_path, meta_path = self._paths(key)
+        # a cubin is code the driver loads: only from a folder and file no one else can write
+        if not (cachedir.is_private(str(cubin_path.parent), directory=True)
+                and cachedir.is_private(str(cubin_path), directory=False)):
+            return None
         try:
             meta = json.loads(meta_path.read_text())
             cubin = cubin_path.read_bytes()
@@ -135,7 +141,7 @@ class CompileCache:
         cubin_path, meta_path = self._paths(key)
         record = dict(meta, key=key, cubin_sha256=hashlib.sha256(cubin).hexdigest())
         try:
-            cubin_path.parent.mkdir(parents=True, exist_ok=True)
+            cubin_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _atomic_write(cubin_path, cubin)
             _atomic_write(meta_path, json.dumps(record, indent=1, sort_keys=True).encode())
         except OSError as err:

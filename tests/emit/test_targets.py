@@ -19,15 +19,6 @@ HOPPER = re.compile(r"wgmma|cp\.async\.bulk|bulk_|mbarrier|setmaxnreg|CUtensorMa
                     r"cuTensorMapEncode|TensorMap|fence\.proxy|fence_proxy|elect\.sync|"
                     r"warpgroup|pingpong|tma_", re.IGNORECASE)
 
-# Imports of the IR or the passes that other work removes (the epilogue's C++ tables move to
-# kgen/targets/common/epilogue_cpp.py); nothing may be added to this list.
-PENDING = {
-    ("kgen/targets/common/chain.py", "kgen.lower.epilogue"),
-    ("kgen/targets/common/chain_mainloop.py", "kgen.lower.epilogue"),
-    ("kgen/targets/sm80/epilogue.py", "kgen.ir"),
-}
-# plan.kernel reads left until kgen.lower fills plan.loc: (file, count)
-PENDING_KERNEL = {"kgen/emit.py": 1}
 
 
 def _sm80_files():
@@ -63,10 +54,9 @@ def test_emitters_read_the_plan_not_the_ir(path):
     rel = str(path.relative_to(ROOT))
     bad = {m for m in _imports(path)
            if re.match(r"kgen\.(ir|lower|parse|verify)(\.|$)", m)}
-    bad = {m for m in bad if not any(rel == f and m.startswith(p) for f, p in PENDING)}
     assert not bad, f"{rel} imports {sorted(bad)}"
     reads = path.read_text().count("plan.kernel")
-    assert reads <= PENDING_KERNEL.get(rel, 0), f"{rel} reads the IR through plan.kernel"
+    assert not reads, f"{rel} reads the IR through plan.kernel"
 
 
 def test_targets_do_not_import_each_other():

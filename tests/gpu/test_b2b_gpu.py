@@ -105,7 +105,7 @@ def test_b2b_rf_with_b_streamed_matches_reference(m, persistent):
     plan = lower(kernel, persistent=persistent)
     assert plan.persistent == persistent and not plan.resident
     kw = dict(source_name="b2b_gemm_rf.kg", source_hash="", command="test")
-    _run(Built(plan.kernel, plan, emit(plan, **kw), emit_header(plan, **kw)), m)
+    _run(Built(kernel, plan, emit(plan, **kw), emit_header(plan, **kw)), m)
 
 
 @pytest.mark.parametrize("ctas", [1, 5])

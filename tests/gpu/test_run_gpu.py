@@ -28,7 +28,7 @@ def handmade(kernel, **naive):
     from tests.handmade import naive_source, plan_of
 
     plan = plan_of(kernel)
-    source = naive_source(plan, **naive)
+    source = naive_source(plan, kernel, **naive)
     result = compile_cubin(source, plan.name, default_arch())
     return plan, source, CompiledKernel(plan, result.cubin, source=source, compiled=result)
 
@@ -68,8 +68,9 @@ def test_naive_kernel_passes_the_check(mnk, use_torch):
 
     if use_torch and not torch_usable():
         pytest.skip("no torch")
-    plan, source, compiled = handmade(bias_relu_kernel())
-    report = run(plan.kernel, plan, source, sizes_of(mnk), compiled=compiled,
+    kernel = bias_relu_kernel()
+    plan, source, compiled = handmade(kernel)
+    report = run(kernel, plan, source, sizes_of(mnk), compiled=compiled,
                  use_torch=use_torch)
     assert report.backend == ("torch" if use_torch else "kgen")
     assert [c.name for c in report.checks] == ["D", "Pre"]
@@ -81,9 +82,10 @@ def test_large_shared_memory_needs_the_attribute():
     from kgen.harness.run import run
     from tests.handmade import bias_relu_kernel
 
-    plan, source, compiled = handmade(bias_relu_kernel(tile=(128, 256, 64), warps=(2, 4)))
+    kernel = bias_relu_kernel(tile=(128, 256, 64), warps=(2, 4))
+    plan, source, compiled = handmade(kernel)
     assert plan.smem_bytes > 48 * 1024
-    report = run(plan.kernel, plan, source, sizes_of((300, 512, 64)), compiled=compiled)
+    report = run(kernel, plan, source, sizes_of((300, 512, 64)), compiled=compiled)
     assert report.ok, failure_text(report)
 
 
@@ -91,9 +93,10 @@ def test_check_catches_an_unwritten_row():
     from kgen.harness.run import run
     from tests.handmade import rowscale_gelu_kernel
 
-    plan, source, compiled = handmade(rowscale_gelu_kernel(), skip_last_row=True)
+    kernel = rowscale_gelu_kernel()
+    plan, source, compiled = handmade(kernel, skip_last_row=True)
     for mnk in [(200, 256, 64), (2000, 256, 64)]:  # all rows checked; a subset of rows
-        report = run(plan.kernel, plan, source, sizes_of(mnk), compiled=compiled)
+        report = run(kernel, plan, source, sizes_of(mnk), compiled=compiled)
         (check,) = report.checks
         assert not report.ok and check.result.unwritten == mnk[1]
 
@@ -102,14 +105,15 @@ def test_check_catches_a_wrong_value():
     from kgen.harness.run import run
     from tests.handmade import rowscale_gelu_kernel
 
-    plan, source, _ = handmade(rowscale_gelu_kernel())
+    kernel = rowscale_gelu_kernel()
+    plan, source, _ = handmade(kernel)
     wrong = source.replace("0.70710678118654752f", "0.6f")  # a wrong erf argument
     from kgen.runtime.launch import CompiledKernel
     from kgen.runtime.nvrtc import compile_cubin, default_arch
 
     result = compile_cubin(wrong, plan.name, default_arch())
     compiled = CompiledKernel(plan, result.cubin, compiled=result)
-    report = run(plan.kernel, plan, wrong, sizes_of((256, 256, 64)), compiled=compiled)
+    report = run(kernel, plan, wrong, sizes_of((256, 256, 64)), compiled=compiled)
     assert not report.ok and report.checks[0].result.bad > 0
     assert report.checks[0].result.unwritten == 0
 
@@ -119,8 +123,9 @@ def test_bench_reports_time_and_torch():
     from kgen.harness.run import run
     from tests.handmade import bias_relu_kernel
 
-    plan, source, compiled = handmade(bias_relu_kernel())
-    report = run(plan.kernel, plan, source, sizes_of((512, 512, 128)), compiled=compiled,
+    kernel = bias_relu_kernel()
+    plan, source, compiled = handmade(kernel)
+    report = run(kernel, plan, source, sizes_of((512, 512, 128)), compiled=compiled,
                  check=False, bench=True, iters=20)
     assert report.timing.median_ms > 0 and report.timing.iters == 20
     assert report.timing.rotate >= 2  # a few MB per set: rotated past L2
@@ -287,7 +292,8 @@ def test_params_struct_mismatch_is_caught_at_load():
     from kgen.runtime.launch import CompiledKernel
     from tests.handmade import bias_relu_kernel
 
-    plan, _, compiled = handmade(bias_relu_kernel())
+    kernel = bias_relu_kernel()
+    plan, _, compiled = handmade(kernel)
     short = dataclasses.replace(plan, fields=plan.fields[1:])
     with pytest.raises(KgenRuntimeError, match="the emitter and plan.fields disagree"):
         CompiledKernel(short, compiled.cubin)

@@ -333,7 +333,8 @@ def test_candidates_list_every_schedule_with_its_reason():
     assert [(c.kind, c.legal) for c in listed] == [
         (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, True), (KernelKind.TILED, True)]
     assert listed[0].reason == "needs target sm_90a (wgmma, mbarrier waits)"
-    single = candidates(example("gemm").kernel, ir.Arch.SM90A)
+    gemm = parse_file(next(e for e in EXAMPLES if e.stem == "gemm")).kernels[0]
+    single = candidates(gemm, ir.Arch.SM90A)
     assert [(c.kind, c.legal) for c in single] == [
         (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, False), (KernelKind.TILED, True)]
     assert single[0].reason == "taken only on request ('schedule pingpong')"

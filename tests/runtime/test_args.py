@@ -245,11 +245,11 @@ def test_struct_layout_matches_the_c_compiler(plan, cache_dir):
     """ctypes' layout of the params struct is what NVRTC lays out (offsets and size)."""
     if not offsetof_compiles():
         pytest.skip("this NVRTC has no __builtin_offsetof")
-    source = naive_source(plan) + layout_asserts(plan)
+    source = naive_source(plan, bias_relu_kernel()) + layout_asserts(plan)
     assert compile_cubin(source, plan.name, "sm_80").cubin[:4] == b"\x7fELF"
     wrong = layout_asserts(plan).replace("== 8,", "== 12,", 1)
     with pytest.raises(KgenRuntimeError, match="static assertion failed"):
-        compile_cubin(naive_source(plan) + wrong, plan.name, "sm_80")
+        compile_cubin(naive_source(plan, bias_relu_kernel()) + wrong, plan.name, "sm_80")
 
 
 def test_sizes_that_would_overflow_32_bit_index_math(plan):

@@ -153,3 +153,20 @@ def test_concurrent_store_and_load_never_tear(tmp_path):
     results = _run_processes(store_load_worker, [(root, "cd" * 32, payload, 40)] * 6)
     assert all(status == "ok" for status, _ in results), results
     assert sum(seen for _, seen in results) > 0
+
+
+def test_no_cubin_is_loaded_from_a_folder_others_can_write(tmp_path):
+    """A cubin is code the driver runs: a planted entry in a shared folder is a miss."""
+    import os
+
+    if not hasattr(os, "getuid"):
+        return
+    cache = CompileCache(tmp_path / "c", enabled=True)
+    key = "ab" + "0" * 62
+    assert cache.store(key, b"\x7fELF-cubin", {"log": ""})
+    assert cache.load(key) is not None
+    folder = tmp_path / "c"
+    for path in [p for p in folder.rglob("*")] + [folder]:
+        if path.is_dir():
+            os.chmod(path, 0o777)
+    assert cache.load(key) is None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import GemmPlan, KernelPlan
+from ...plan import CachePolicy, GemmPlan, KernelPlan
 from . import epilogue_cpp, host_api
 from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
                              first_stages_function, resident_loads, resident_mainloop)
@@ -87,8 +87,8 @@ class ChainTarget:
         return persistent_body(plan, stages)
 
     def evict_first(self, plan: KernelPlan) -> bool:
-        """A resident chain reads each A tile once: its ring's copies ask L2 to evict them first."""
-        return plan.resident
+        """Whether the first gemm's A copies carry L2's evict-first hint: the schedule says."""
+        return plan.schedule.gemms[0].a.cache is CachePolicy.EVICT_FIRST
 
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         """Device functions in the first gemm's namespace."""

@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 import jinja2
+import jinja2.bccache
+
+from ... import cachedir
 
 
 def template_dir() -> Path:
@@ -18,17 +21,22 @@ def template_dir() -> Path:
                             f"nor {package.parent / 'templates'} exists")
 
 
+class _PrivateBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Jinja's bytecode cache is marshalled code: a file is loaded only if this user owns it and
+    no one else can write it (the folder is private too: kgen.cachedir)."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        path = self._get_cache_filename(bucket)
+        if os.path.exists(path) and not cachedir.is_private(path, directory=False):
+            return
+        super().load_bytecode(bucket)
+
+
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates kept next to the cubin cache (compiling them costs ~45 ms a run)."""
-    root = os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
-    folder = os.path.join(root, "templates")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        if not os.access(folder, os.W_OK):
-            return None
-    except OSError:
-        return None
-    return jinja2.FileSystemBytecodeCache(folder)
+    """Compiled templates kept next to the cubin cache (compiling them costs ~45 ms a run), in
+    a folder only this user can write, else none (KGEN_CACHE=0 turns it off too)."""
+    folder = cachedir.private_dir("templates")
+    return _PrivateBytecodeCache(folder) if folder is not None else None
 
 
 @functools.cache

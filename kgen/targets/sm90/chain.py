@@ -65,11 +65,6 @@ class Sm90Chain(chain.ChainTarget):
             return pingpong_body(plan, stages)
         return super().persistent_body(plan, stages)
 
-    def evict_first(self, plan: KernelPlan) -> bool:
-        # Not when the output leaves through the copy engine (tma_store, whose stores carry that
-        # hint): there A's hint measured 2% slower on an H200 (bench/RESULTS.md).
-        return plan.resident and not plan.tma_store
-
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if not plan.pingpong:
             return super().first_gemm_functions(plan, g)

@@ -8,9 +8,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from . import ir
-from .enums import Axis, Dim, DType, Layout, Op, ParamKind, ReduceOp, Role
-from .errors import SourceLoc
+from ..enums import Arch, Axis, Dim, DType, Layout, ParamKind, Residency, Role
+from ..errors import SourceLoc
+# The epilogue DAG and the Schedule live in modules of their own; kgen.plan names them all.
+from .epilogue import (  # noqa: F401
+    Accumulator, Apply, Cast, Constant, Effect, EpilogueDag, EpilogueNode, FeedEffect,
+    NodeKind, PackedStore, ReduceEffect, ReductionPlan, Round, ScalarArg, StoreEffect,
+    TensorLoad, VectorLoad)
+from .schedule import (  # noqa: F401
+    CachePolicy, GemmSchedule, KernelKind, LoadPath, Mma, OperandSchedule, Raster, Schedule,
+    StorePath, TmaOutput, WarpRole)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,7 +52,7 @@ class SmemTile:
     """
 
     name: str  # C++ name, e.g. "a_smem"
-    dtype: ir.DType
+    dtype: DType
     outer: int
     inner: int
     atom_inner: int
@@ -82,7 +89,7 @@ class Buffer:
     live: tuple[int, int]
     role: str  # human-readable, e.g. "A stages (mainloop of mma0)"
     swizzle: Swizzle | None = None
-    dtype: ir.DType | None = None  # element type of its typed accessor
+    dtype: DType | None = None  # element type of its typed accessor
     ranges: tuple[tuple[int, int], ...] = ()  # () means (live,)
     declared: bool = False  # placed by the kernel's storage declaration, not by the packer
 
@@ -184,7 +191,7 @@ class OperandPlan:
     """How one gemm operand travels from global memory to MMA fragments."""
 
     param: str
-    dtype: ir.DType
+    dtype: DType
     k_major: bool  # True when K is the contiguous dimension (A row, B col)
     smem: SmemTile
     copies_per_thread: int  # 16-byte cp.async per thread per stage
@@ -194,151 +201,6 @@ class OperandPlan:
     copy_steps: tuple[tuple[int, int], ...]
     copy_row_step: int  # tile rows between a thread's consecutive copies
     frag_steps: tuple[tuple[tuple[int, int], ...], ...]  # [kk][f]
-
-
-# ---------------------------------------------------------------------------------------------
-# The epilogue: a DAG of typed nodes, evaluated for two adjacent columns of one row (what one
-# mma.m16n8k16 accumulator register pair holds). No target language here: each target renders
-# the nodes (kgen/targets/common/epilogue_cpp.py for C++).
-
-
-@dataclass(frozen=True, slots=True)
-class Accumulator:
-    """The gemm's f32 accumulator value."""
-
-
-@dataclass(frozen=True, slots=True)
-class Constant:
-    value: float  # already rounded to the compute type (and finite as a float32)
-
-
-@dataclass(frozen=True, slots=True)
-class ScalarArg:
-    param: str  # an f32 scalar kernel argument
-
-
-@dataclass(frozen=True, slots=True)
-class VectorLoad:
-    """`param[row]` (axis ROW, the same for both columns) or `param[col]` (axis COL)."""
-
-    param: str
-    axis: Axis
-    dtype: DType
-
-
-@dataclass(frozen=True, slots=True)
-class TensorLoad:
-    """`param[row, col]` of a tensor shaped like the output."""
-
-    param: str
-    dtype: DType
-    layout: Layout
-
-
-@dataclass(frozen=True, slots=True)
-class Apply:
-    op: Op
-    args: tuple[int, ...]  # node ids
-
-
-@dataclass(frozen=True, slots=True)
-class Cast:
-    """A cast written in the epilogue: `arg` rounded to `dtype` (then computed on as f32)."""
-
-    dtype: DType  # never F32: a cast to f32 is the value itself
-    arg: int
-
-
-@dataclass(frozen=True, slots=True)
-class Round:
-    """A narrower compute type: every loaded and computed value is rounded to it (the
-    arithmetic itself runs in f32, which rounds each +,-,*,/ as f16/bf16 would)."""
-
-    dtype: DType
-    arg: int
-
-
-NodeKind = Accumulator | Constant | ScalarArg | VectorLoad | TensorLoad | Apply | Cast | Round
-
-
-@dataclass(frozen=True, slots=True)
-class EpilogueNode:
-    id: int  # its index in EpilogueDag.nodes; arguments always come earlier
-    kind: NodeKind
-    uniform: bool  # the same value for both columns of the pair (computed once per pair)
-
-    @property
-    def holds_value(self) -> bool:
-        """Whether the node is a value loaded or computed per pair (the accumulator and
-        constants are there already)."""
-        return not isinstance(self.kind, (Accumulator, Constant))
-
-
-@dataclass(frozen=True, slots=True)
-class ReductionPlan:
-    """A reduction stored to a vector or scalar output: combined inside the CTA through warp
-    shuffles and a shared-memory scratch buffer, then across CTAs with float atomics on the
-    output, which the init kernel first sets to the identity."""
-
-    index: int  # red<index> in the generated code
-    target: str
-    op: ReduceOp
-    axis: Axis  # ROW: one value per output row; COL: per column; ALL: one value
-    length: Dim | None  # the output vector's length (None for a scalar)
-    scratch: str  # shared-memory buffer name
-    scratch_floats: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoreEffect:
-    """`node` converted to `dtype` and stored to the output tensor `param`."""
-
-    param: str
-    node: int
-    dtype: DType
-    layout: Layout
-
-
-@dataclass(frozen=True, slots=True)
-class FeedEffect:
-    """`node` handed to the gemm this one feeds (a chain's intermediate)."""
-
-    node: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReduceEffect:
-    """`node` handed to reductions[index], which the kernel combines across the CTA."""
-
-    index: int
-    node: int
-
-
-Effect = StoreEffect | FeedEffect | ReduceEffect
-
-
-@dataclass(frozen=True, slots=True)
-class PackedStore:
-    """The epilogue's only effect is one row-major 16-bit store: a kernel can then gather four
-    pairs per thread into one 16-byte store (wide stores, TMA stores)."""
-
-    param: str
-    dtype: DType
-
-
-@dataclass(frozen=True, slots=True)
-class EpilogueDag:
-    """The epilogue of one gemm, after sharing: a node used twice appears once."""
-
-    nodes: tuple[EpilogueNode, ...]  # in topological order
-    effects: tuple[Effect, ...]  # in the order the epilogue states them
-    reductions: tuple[ReductionPlan, ...] = ()
-    packed_store: PackedStore | None = None
-
-    @property
-    def value_count(self) -> int:
-        """Distinct values loaded or computed per element (after sharing)."""
-        return sum(n.holds_value for n in self.nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,8 +213,8 @@ class ChainPlan:
     operand's `smem`, K-major, swizzled) and this gemm reads it back with ldmatrix."""
 
     source: str  # the gemm whose epilogue output is A
-    residency: ir.Residency
-    dtype: ir.DType  # the operand dtype the intermediate is rounded to, once
+    residency: Residency
+    dtype: DType  # the operand dtype the intermediate is rounded to, once
     k: int  # this gemm's whole K: the source's N
     k_steps: int  # k16 steps over it
 
@@ -368,9 +230,9 @@ class GemmPlan:
     stages: int
     a: OperandPlan | None  # None: a chained A kept in registers (see `chain`)
     b: OperandPlan
-    m_dim: ir.Dim
-    n_dim: ir.Dim
-    k_dim: ir.Dim
+    m_dim: Dim
+    n_dim: Dim
+    k_dim: Dim
     epilogue: EpilogueDag
     chain: ChainPlan | None = None  # set when A is an earlier gemm's output
     # The source's names of A and B (a parameter, or an earlier gemm for a chained A), for the
@@ -401,196 +263,10 @@ class DimRule:
     reason: str
 
 
-# ---------------------------------------------------------------------------------------------
-# The schedule: how the kernel runs, decided once by kgen/lower/select.py among the schedules
-# its target lists as legal (kgen/targets/<arch>/schedules.py); the emitters only read it
-
-
-class KernelKind(enum.Enum):
-    """How CTAs map to output tiles."""
-
-    TILED = "tiled"  # one CTA per tile
-    PERSISTENT = "persistent"  # min(tiles, SMs x CTAs per SM) CTAs loop over the tiles
-    PINGPONG = "pingpong"  # persistent: producer warps fill a ring, two consumer warpgroups
-    # take alternate tiles
-
-
-class Mma(enum.Enum):
-    """The MMA instruction a gemm's mainloop issues."""
-
-    MMA_SYNC = "mma.sync m16n8k16"  # per warp, A and B fragments through ldmatrix
-    WGMMA_SS = "wgmma, A and B from shared memory"  # per warpgroup, through descriptors
-    WGMMA_RS = "wgmma, A from registers"  # A: the previous gemm's output, in registers
-
-
-class LoadPath(enum.Enum):
-    """How an operand reaches the MMA."""
-
-    CP_ASYNC = "cp.async stages"  # every thread copies `stages` k tiles per tile, drained per tile
-    CP_ASYNC_PREFETCH = "cp.async stages, next tile's prefetched"  # persistent, during the last
-    CP_ASYNC_RING = "cp.async ring across tiles"  # never drained between tiles; with a producer
-    # warp role, the producers alone fill it, each slot guarded by a full and an empty mbarrier
-    RESIDENT = "resident"  # the whole operand, loaded once per CTA
-    CHAINED_REGISTERS = "previous gemm, registers"  # the source's accumulators, repacked
-    CHAINED_SMEM = "previous gemm, shared memory"  # written by the source's epilogue
-    TMA = "TMA"  # room for the copy engine's loads; no target plans them yet
-    TMA_MULTICAST = "TMA multicast"  # the same, shared across a cluster
-
-
-class CachePolicy(enum.Enum):
-    """The L2 hint on an operand's copies."""
-
-    NORMAL = "normal"
-    EVICT_FIRST = "evict first"  # read once: let L2 drop it before data that is reused
-
-
-class StorePath(enum.Enum):
-    """How a gemm's epilogue output leaves."""
-
-    PAIRS = "pair stores"  # each thread stores its column pairs
-    WIDE = "16-byte stores"  # a quad's four pairs transposed by shuffles, one 16-byte chunk each
-    TMA = "TMA, staged in smem"  # a staging buffer per warpgroup, cp.async.bulk.tensor stores
-    FEED = "feeds the next gemm"  # a chain's intermediate, kept on chip
-
-
-@dataclass(frozen=True, slots=True)
-class WarpRole:
-    """`groups` groups of `warps` warps that run the same code; `registers` is the per-thread
-    register budget set with setmaxnreg (None: the compiler's, for the whole CTA)."""
-
-    name: str
-    warps: int
-    groups: int = 1
-    registers: int | None = None
-
-    @property
-    def threads(self) -> int:
-        return self.warps * self.groups * 32
-
-
-@dataclass(frozen=True, slots=True)
-class Raster:
-    """CTA rasterization: consecutive CTAs walk `group_m` tile rows before moving along N, so
-    that the B tiles they stream stay in L2."""
-
-    group_m: int
-    along: str = "M"
-
-
-@dataclass(frozen=True, slots=True)
-class OperandSchedule:
-    load: LoadPath
-    cache: CachePolicy = CachePolicy.NORMAL
-    why: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GemmSchedule:
-    name: str
-    mma: Mma
-    a: OperandSchedule
-    b: OperandSchedule
-    stages: int  # pipeline depth of the streamed operand (the ring's slots for CP_ASYNC_RING)
-    store: StorePath
-    why_mma: str = ""  # the rule that chose the MMA (why wgmma, or which wgmma rule failed)
-    why_store: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TmaOutput:
-    """The output the copy engine stores: the kernel's second parameter is its tensor map."""
-
-    param: str
-    dtype: DType
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    kind: KernelKind
-    warp_roles: tuple[WarpRole, ...]
-    raster: Raster
-    min_blocks_per_sm: int
-    gemms: tuple[GemmSchedule, ...]
-    tma_output: TmaOutput | None = None
-    why_kind: str = ""
-    # the schedules the target also listed, each with why it was not taken: (kind, reason)
-    rejected: tuple[tuple[KernelKind, str], ...] = ()
-
-    @property
-    def threads(self) -> int:
-        return sum(r.threads for r in self.warp_roles)
-
-    def role(self, name: str) -> WarpRole | None:
-        return next((r for r in self.warp_roles if r.name == name), None)
-
-    def gemm(self, name: str) -> GemmSchedule:
-        return next(g for g in self.gemms if g.name == name)
-
-    @property
-    def persistent(self) -> bool:
-        return self.kind is not KernelKind.TILED
-
-    @property
-    def resident(self) -> bool:
-        return any(g.b.load is LoadPath.RESIDENT for g in self.gemms)
-
-    @property
-    def wide_stores(self) -> bool:
-        """The output leaves in 16-byte chunks, from registers (WIDE) or through the copy
-        engine (TMA, which needs what WIDE needs): either way its rows are 16-byte aligned."""
-        return bool(self.gemms) and self.gemms[-1].store in (StorePath.WIDE, StorePath.TMA)
-
-    @property
-    def wgmma(self) -> bool:
-        return bool(self.gemms) and self.gemms[0].mma is Mma.WGMMA_SS
-
-    @property
-    def wgmma_chain(self) -> tuple[str, ...]:
-        return tuple(g.name for g in self.gemms if g.mma is Mma.WGMMA_RS)
-
-    # Which helpers the .cu carries: only those the kernel calls
-    @property
-    def quad_stores(self) -> bool:
-        """The quad transpose of 16-byte stores from registers."""
-        return bool(self.gemms) and self.gemms[-1].store is StorePath.WIDE
-
-    @property
-    def mma_sync(self) -> bool:
-        """mma_step: some gemm still multiplies with mma.sync."""
-        return any(g.mma is Mma.MMA_SYNC for g in self.gemms)
-
-    def describe(self) -> list[tuple[str, str, str]]:
-        """(label, value, why) rows for `kgen inspect`."""
-        rows = [("kind", self.kind.value, self.why_kind)]
-        for kind, reason in self.rejected:
-            rows.append((f"not {kind.value}", "refused", reason))
-        rows.append(("threads", str(self.threads), " + ".join(
-            f"{r.name} {r.groups}x{r.warps} warps" if r.groups > 1 else f"{r.name} {r.warps} warps"
-            for r in self.warp_roles)))
-        for r in self.warp_roles:
-            if r.registers is not None:
-                rows.append((f"{r.name} registers", str(r.registers), "setmaxnreg"))
-        rows.append(("raster", f"group_m {self.raster.group_m} along {self.raster.along}",
-                     "consecutive CTAs share the B tiles they stream through L2"))
-        rows.append(("min blocks per SM", str(self.min_blocks_per_sm), "__launch_bounds__"))
-        for g in self.gemms:
-            rows.append((f"{g.name} mma", g.mma.value, g.why_mma))
-            for which, op in (("A", g.a), ("B", g.b)):
-                cache = "" if op.cache is CachePolicy.NORMAL else f", L2 {op.cache.value}"
-                rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
-            rows.append((f"{g.name} stages", str(g.stages), ""))
-            rows.append((f"{g.name} store", g.store.value, g.why_store))
-        if self.tma_output is not None:
-            out = self.tma_output
-            rows.append(("tensor map", f"{out.param} ({out.dtype.dsl_name})",
-                         "the kernel's second parameter, encoded by the launcher"))
-        return rows
-
-
 @dataclass(frozen=True, slots=True)
 class KernelPlan:
-    kernel: ir.Kernel
-    arch: ir.Arch
+    name: str  # the kernel's: its C++ entry point and every file's prefix
+    arch: Arch
     fields: tuple[ParamField, ...]
     gemms: tuple[GemmPlan, ...]
     storage: StoragePlan
@@ -603,8 +279,7 @@ class KernelPlan:
     params: tuple[Param, ...] = ()
     compute_dtype: DType = DType.F32
     deterministic_reductions: bool = False
-    # The kernel's declaration, for an error found past the lowering (e.g. nothing to emit);
-    # kgen.lower fills it
+    # The kernel's declaration, for an error found past the lowering (e.g. nothing to emit)
     loc: SourceLoc | None = None
 
     # -- compat, removed once emitters read plan.schedule: the old flags, read-only ----------
@@ -651,10 +326,6 @@ class KernelPlan:
 
     # -- end of compat -------------------------------------------------------------------------
 
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
@@ -685,7 +356,7 @@ class KernelPlan:
         g = self.gemms[-1]
         tiles_m = -(-self.resolve(self.gemms[0].m_dim, sizes) // g.tile[0])
         tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
-        return {ir.Axis.ROW: tiles_n, ir.Axis.COL: tiles_m, ir.Axis.ALL: tiles_m * tiles_n}[r.axis]
+        return {Axis.ROW: tiles_n, Axis.COL: tiles_m, Axis.ALL: tiles_m * tiles_n}[r.axis]
 
     def workspace_floats(self, sizes: dict[str, int]) -> int:
         """Floats of workspace the deterministic mode needs: slots x length per reduction."""
@@ -705,7 +376,7 @@ class KernelPlan:
         )
         return (max(1, -(-longest // self.INIT_THREADS)), 1, 1)
 
-    def resolve(self, dim: ir.Dim, sizes: dict[str, int]) -> int:
+    def resolve(self, dim: Dim, sizes: dict[str, int]) -> int:
         return dim if isinstance(dim, int) else sizes[dim]
 
     def grid(self, sizes: dict[str, int],

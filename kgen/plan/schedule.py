@@ -1,0 +1,195 @@
+"""The plan's Schedule: how the kernel runs (its kind, warp roles, rasterization, and per gemm
+the MMA atom, each operand's load path and L2 policy, the pipeline depth, the store path),
+chosen once by kgen/lower/select.py among the target's legal schedules. Re-exported by
+kgen.plan."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..enums import DType
+
+# ---------------------------------------------------------------------------------------------
+# The schedule: how the kernel runs, decided once by kgen/lower/select.py among the schedules
+# its target lists as legal (kgen/targets/<arch>/schedules.py); the emitters only read it
+
+
+class KernelKind(enum.Enum):
+    """How CTAs map to output tiles."""
+
+    TILED = "tiled"  # one CTA per tile
+    PERSISTENT = "persistent"  # min(tiles, SMs x CTAs per SM) CTAs loop over the tiles
+    PINGPONG = "pingpong"  # persistent: producer warps fill a ring, two consumer warpgroups
+    # take alternate tiles
+
+
+class Mma(enum.Enum):
+    """The MMA instruction a gemm's mainloop issues."""
+
+    MMA_SYNC = "mma.sync m16n8k16"  # per warp, A and B fragments through ldmatrix
+    WGMMA_SS = "wgmma, A and B from shared memory"  # per warpgroup, through descriptors
+    WGMMA_RS = "wgmma, A from registers"  # A: the previous gemm's output, in registers
+
+
+class LoadPath(enum.Enum):
+    """How an operand reaches the MMA."""
+
+    CP_ASYNC = "cp.async stages"  # every thread copies `stages` k tiles per tile, drained per tile
+    CP_ASYNC_PREFETCH = "cp.async stages, next tile's prefetched"  # persistent, during the last
+    CP_ASYNC_RING = "cp.async ring across tiles"  # never drained between tiles; with a producer
+    # warp role, the producers alone fill it, each slot guarded by a full and an empty mbarrier
+    RESIDENT = "resident"  # the whole operand, loaded once per CTA
+    CHAINED_REGISTERS = "previous gemm, registers"  # the source's accumulators, repacked
+    CHAINED_SMEM = "previous gemm, shared memory"  # written by the source's epilogue
+    TMA = "TMA"  # room for the copy engine's loads; no target plans them yet
+    TMA_MULTICAST = "TMA multicast"  # the same, shared across a cluster
+
+
+class CachePolicy(enum.Enum):
+    """The L2 hint on an operand's copies."""
+
+    NORMAL = "normal"
+    EVICT_FIRST = "evict first"  # read once: let L2 drop it before data that is reused
+
+
+class StorePath(enum.Enum):
+    """How a gemm's epilogue output leaves."""
+
+    PAIRS = "pair stores"  # each thread stores its column pairs
+    WIDE = "16-byte stores"  # a quad's four pairs transposed by shuffles, one 16-byte chunk each
+    TMA = "TMA, staged in smem"  # a staging buffer per warpgroup, cp.async.bulk.tensor stores
+    FEED = "feeds the next gemm"  # a chain's intermediate, kept on chip
+
+
+@dataclass(frozen=True, slots=True)
+class WarpRole:
+    """`groups` groups of `warps` warps that run the same code; `registers` is the per-thread
+    register budget set with setmaxnreg (None: the compiler's, for the whole CTA)."""
+
+    name: str
+    warps: int
+    groups: int = 1
+    registers: int | None = None
+
+    @property
+    def threads(self) -> int:
+        return self.warps * self.groups * 32
+
+
+@dataclass(frozen=True, slots=True)
+class Raster:
+    """CTA rasterization: consecutive CTAs walk `group_m` tile rows before moving along N, so
+    that the B tiles they stream stay in L2."""
+
+    group_m: int
+    along: str = "M"
+
+
+@dataclass(frozen=True, slots=True)
+class OperandSchedule:
+    load: LoadPath
+    cache: CachePolicy = CachePolicy.NORMAL
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GemmSchedule:
+    name: str
+    mma: Mma
+    a: OperandSchedule
+    b: OperandSchedule
+    stages: int  # pipeline depth of the streamed operand (the ring's slots for CP_ASYNC_RING)
+    store: StorePath
+    why_mma: str = ""  # the rule that chose the MMA (why wgmma, or which wgmma rule failed)
+    why_store: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TmaOutput:
+    """The output the copy engine stores: the kernel's second parameter is its tensor map."""
+
+    param: str
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    kind: KernelKind
+    warp_roles: tuple[WarpRole, ...]
+    raster: Raster
+    min_blocks_per_sm: int
+    gemms: tuple[GemmSchedule, ...]
+    tma_output: TmaOutput | None = None
+    why_kind: str = ""
+    # the schedules the target also listed, each with why it was not taken: (kind, reason)
+    rejected: tuple[tuple[KernelKind, str], ...] = ()
+
+    @property
+    def threads(self) -> int:
+        return sum(r.threads for r in self.warp_roles)
+
+    def role(self, name: str) -> WarpRole | None:
+        return next((r for r in self.warp_roles if r.name == name), None)
+
+    def gemm(self, name: str) -> GemmSchedule:
+        return next(g for g in self.gemms if g.name == name)
+
+    @property
+    def persistent(self) -> bool:
+        return self.kind is not KernelKind.TILED
+
+    @property
+    def resident(self) -> bool:
+        return any(g.b.load is LoadPath.RESIDENT for g in self.gemms)
+
+    @property
+    def wide_stores(self) -> bool:
+        """The output leaves in 16-byte chunks, from registers (WIDE) or through the copy
+        engine (TMA, which needs what WIDE needs): either way its rows are 16-byte aligned."""
+        return bool(self.gemms) and self.gemms[-1].store in (StorePath.WIDE, StorePath.TMA)
+
+    @property
+    def wgmma(self) -> bool:
+        return bool(self.gemms) and self.gemms[0].mma is Mma.WGMMA_SS
+
+    @property
+    def wgmma_chain(self) -> tuple[str, ...]:
+        return tuple(g.name for g in self.gemms if g.mma is Mma.WGMMA_RS)
+
+    # Which helpers the .cu carries: only those the kernel calls
+    @property
+    def quad_stores(self) -> bool:
+        """The quad transpose of 16-byte stores from registers."""
+        return bool(self.gemms) and self.gemms[-1].store is StorePath.WIDE
+
+    @property
+    def mma_sync(self) -> bool:
+        """mma_step: some gemm still multiplies with mma.sync."""
+        return any(g.mma is Mma.MMA_SYNC for g in self.gemms)
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(label, value, why) rows for `kgen inspect`."""
+        rows = [("kind", self.kind.value, self.why_kind)]
+        for kind, reason in self.rejected:
+            rows.append((f"not {kind.value}", "refused", reason))
+        rows.append(("threads", str(self.threads), " + ".join(
+            f"{r.name} {r.groups}x{r.warps} warps" if r.groups > 1 else f"{r.name} {r.warps} warps"
+            for r in self.warp_roles)))
+        for r in self.warp_roles:
+            if r.registers is not None:
+                rows.append((f"{r.name} registers", str(r.registers), "setmaxnreg"))
+        rows.append(("raster", f"group_m {self.raster.group_m} along {self.raster.along}",
+                     "consecutive CTAs share the B tiles they stream through L2"))
+        rows.append(("min blocks per SM", str(self.min_blocks_per_sm), "__launch_bounds__"))
+        for g in self.gemms:
+            rows.append((f"{g.name} mma", g.mma.value, g.why_mma))
+            for which, op in (("A", g.a), ("B", g.b)):
+                cache = "" if op.cache is CachePolicy.NORMAL else f", L2 {op.cache.value}"
+                rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
+            rows.append((f"{g.name} stages", str(g.stages), ""))
+            rows.append((f"{g.name} store", g.store.value, g.why_store))
+        if self.tma_output is not None:
+            out = self.tma_output
+            rows.append(("tensor map", f"{out.param} ({out.dtype.dsl_name})",
+                         "the kernel's second parameter, encoded by the launcher"))
+        return rows
