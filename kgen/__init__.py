@@ -7,7 +7,7 @@ _EXPORTS = {
     "build": ("kgen.api", "build"),
     "build_file": ("kgen.api", "build_file"),
     "compile_source": ("kgen.api", "compile_source"),
-    "torch_op": ("kgen.torch_op", "torch_op"),
+    "torch_op": ("kgen.torch_library", "torch_op"),
     "CompiledKernel": ("kgen.runtime.launch", "CompiledKernel"),
     "DeviceBuffer": ("kgen.runtime.buffers", "DeviceBuffer"),
     "evaluate": ("kgen.reference", "evaluate"),

@@ -7,7 +7,7 @@ import pytest
 
 from kgen.api import build_file
 from kgen.errors import ArgumentError
-from kgen.torch_op import infer_sizes, op_schema, output_shapes
+from kgen.torch_library import infer_sizes, op_schema, output_shapes
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
