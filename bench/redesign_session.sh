@@ -9,7 +9,6 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KGEN_CACHE_DIR=/tmp/kgen-cache
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-git log --oneline -1 2>/dev/null || true
 
 if [ -z "${SKIP_PYTEST:-}" ]; then
   echo "== pytest ${PYTEST:--m gpu}"
