@@ -157,3 +157,21 @@ def can_run(plan_arch: str, cc: tuple[int, int]) -> str | None:
         return f"the kernel is planned for {plan_arch} and needs compute capability {want[0]}." \
                f"{want[1]} or newer"
     return None
+
+
+def driver_version() -> tuple[int, int]:
+    """The CUDA version the installed driver supports, e.g. (13, 0)."""
+    version = check(_driver().cuDriverGetVersion(), "cuDriverGetVersion")
+    return int(version) // 1000, int(version) % 1000 // 10
+
+
+def driver_refusal(driver: tuple[int, int], nvrtc: tuple[int, int]) -> str | None:
+    """None when a driver supporting CUDA `driver` loads cubins from NVRTC `nvrtc`, else why
+    not: a cubin needs a driver of at least NVRTC's major version (CUDA's minor-version
+    compatibility covers the minors)."""
+    if driver[0] >= nvrtc[0]:
+        return None
+    return (f"the NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, but NVRTC "
+            f"{nvrtc[0]}.{nvrtc[1]} compiles the kernels: install a driver for CUDA {nvrtc[0]} "
+            f"(R580 or later for CUDA 13), or an older nvidia-cuda-nvrtc (pip install "
+            f"'nvidia-cuda-nvrtc<{nvrtc[0]}')")

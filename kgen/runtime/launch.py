@@ -338,7 +338,8 @@ class CompiledKernel:
 
     def __init__(self, plan: KernelPlan, cubin: bytes, *, source: str | None = None,
                  compiled=None, device_id: int | None = None):
-        from .device import activate, can_run, check, current_device_id, device_info
+        from .device import (activate, can_run, check, current_device_id, device_info,
+                             driver_refusal, driver_version)
 
         self.plan = plan
         self.cubin = cubin
@@ -347,7 +348,11 @@ class CompiledKernel:
         self.device_id = current_device_id() if device_id is None else device_id
         activate(self.device_id)
         info = device_info(self.device_id)
-        why = can_run(plan.arch.value, info.compute_capability)
+        from .nvrtc import nvrtc_version
+
+        nvrtc = tuple(int(x) for x in nvrtc_version().split(".")[:2])
+        why = (driver_refusal(driver_version(), nvrtc)
+               or can_run(plan.arch.value, info.compute_capability))
         if why:
             raise KgenRuntimeError(f"{plan.name} cannot run on {info.name}: {why}")
         if plan.smem_bytes > info.smem_optin_bytes:

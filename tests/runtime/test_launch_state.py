@@ -85,3 +85,12 @@ def test_workspace_from_many_threads(kernel):
     for thread in threads:
         thread.join()
     assert len(set(pointers)) == 4 and len(FakeBuffer.made) == 4
+
+
+def test_a_driver_older_than_nvrtc_is_refused_with_the_fix():
+    from kgen.runtime.device import driver_refusal
+
+    assert driver_refusal((13, 0), (13, 5)) is None
+    assert driver_refusal((12, 8), (12, 6)) is None
+    why = driver_refusal((12, 4), (13, 0))
+    assert "supports CUDA 12.4" in why and "NVRTC 13.0" in why and "nvidia-cuda-nvrtc<13" in why
