@@ -7,6 +7,16 @@
 #include <cuda_runtime.h>
 #endif
 
+// A device pass for an arch this kernel cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+#error "b2b_gemm_rf_bf16.cu needs sm_90a (wgmma): build it with nvcc -arch=sm_90a"
+#endif
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// nvcc -arch=sm_90a also builds PTX for plain sm_90, which has no wgmma: that pass compiles the
+// kernel to a trap, and the constants only its body reads go unused.
+#pragma nv_diag_suppress 177
+#endif
+
 // ============================================================================================
 // Configuration: one namespace per stage of the chain
 // ============================================================================================
@@ -416,6 +426,7 @@ __device__ __forceinline__ void load_b_stage(unsigned stage, const __nv_bfloat16
 // ============================================================================================
 extern "C" __global__ void __launch_bounds__(256, 1)
 b2b_gemm_rf_bf16(const __grid_constant__ b2b_gemm_rf_bf16_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace b2b_gemm_rf_bf16_kgen;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -647,6 +658,9 @@ b2b_gemm_rf_bf16(const __grid_constant__ b2b_gemm_rf_bf16_params p) {
     }
   }
   cp_async_wait<0>();  // the last tile's ring refills past the end were empty groups
+#else
+  __trap();  // the compute_90 pass: no wgmma (see the top of this file)
+#endif
 }
 
 // ============================================================================================

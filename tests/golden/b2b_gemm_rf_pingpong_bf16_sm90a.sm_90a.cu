@@ -9,6 +9,16 @@
 #include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #endif
 
+// A device pass for an arch this kernel cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+#error "b2b_gemm_rf_pingpong_bf16_sm90a.cu needs sm_90a (wgmma): build it with nvcc -arch=sm_90a"
+#endif
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// nvcc -arch=sm_90a also builds PTX for plain sm_90, which has no wgmma: that pass compiles the
+// kernel to a trap, and the constants only its body reads go unused.
+#pragma nv_diag_suppress 177
+#endif
+
 // ============================================================================================
 // Configuration: one namespace per stage of the chain
 // ============================================================================================
@@ -533,6 +543,7 @@ __device__ __forceinline__ void load_b_stage(unsigned stage, const __nv_bfloat16
 // ============================================================================================
 extern "C" __global__ void __launch_bounds__(320, 1)
 b2b_gemm_rf_pingpong_bf16_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_bf16_sm90a_params p, const __grid_constant__ b2b_gemm_rf_pingpong_bf16_sm90a_kgen::TensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace b2b_gemm_rf_pingpong_bf16_sm90a_kgen;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -713,6 +724,9 @@ b2b_gemm_rf_pingpong_bf16_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_bf1
     }
   }
   if (tid % kWarpgroupThreads == 0) bulk_wait();  // this warpgroup's last stores are complete
+#else
+  __trap();  // the compute_90 pass: no wgmma (see the top of this file)
+#endif
 }
 
 // ============================================================================================

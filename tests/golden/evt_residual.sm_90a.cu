@@ -7,6 +7,11 @@
 #include <cuda_runtime.h>
 #endif
 
+// A device pass for an arch this kernel cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "evt_residual.cu was planned for sm_90a: build it with nvcc -arch=sm_90a"
+#endif
+
 // ============================================================================================
 // Configuration
 // ============================================================================================

@@ -7,6 +7,11 @@
 #include <cuda_runtime.h>
 #endif
 
+// A device pass for an arch this kernel cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "evt_softmax_stats.cu needs sm_80 or later (mma.sync, cp.async): build it with nvcc -arch=sm_80 or newer"
+#endif
+
 // ============================================================================================
 // Configuration
 // ============================================================================================
