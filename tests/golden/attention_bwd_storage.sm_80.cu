@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
+#include <mutex>  // std::call_once: the launcher's per-device setup
 #endif
 
 // A device pass for an arch this kernel cannot run on stops here.
@@ -567,11 +568,20 @@ attention_bwd_storage(const __grid_constant__ attention_bwd_storage_params p) {
 // Host launcher
 // ============================================================================================
 #ifndef __CUDACC_RTC__
-// Plain functions with external linkage: attention_bwd_storage.h (kgen compile --header) declares them
-// for other translation units.
+namespace attention_bwd_storage_kgen {
 
-// Returns nullptr when the kernel can run these arguments, else the reason it cannot.
-const char* attention_bwd_storage_can_implement(const attention_bwd_storage_params& p) {
+// Why `device` cannot run attention_bwd_storage, or nullptr.
+static const char* device_reason(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "the current device's compute capability is unknown (no CUDA device?)";
+  if (major < 8) return "attention_bwd_storage needs a device of compute capability 8.0 or later";
+  return nullptr;
+}
+
+// Why attention_bwd_storage cannot run these arguments, or nullptr.
+static const char* params_reason(const attention_bwd_storage_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (p.K < 0) return "K must not be negative";
   if (p.N < 0) return "N must not be negative";
@@ -586,20 +596,60 @@ const char* attention_bwd_storage_can_implement(const attention_bwd_storage_para
   return nullptr;
 }
 
+// What launches on one device share, settled by the first launch there (std::call_once: any
+// thread may be first). The dynamic shared-memory limit is a per-device function attribute.
+struct DeviceState {
+  std::once_flag once;
+  cudaError_t error = cudaSuccess;  // cudaErrorInvalidDevice: the device cannot run attention_bwd_storage
+};
+constexpr int kMaxDevices = 64;  // a device index past this is cudaErrorInvalidDevice
+
+static void prepare_device(int device, DeviceState& state) {
+  if (device_reason(device) != nullptr) {
+    state.error = cudaErrorInvalidDevice;
+    return;
+  }
+  state.error = cudaFuncSetAttribute(attention_bwd_storage, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes);
+}
+
+// The current device's state, prepared once per device.
+static cudaError_t current_device(const DeviceState*& out) {
+  static DeviceState states[kMaxDevices];
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceState& state = states[device];
+  std::call_once(state.once, [&] { prepare_device(device, state); });
+  out = &state;
+  return state.error;
+}
+
+}  // namespace attention_bwd_storage_kgen
+
+// Plain functions with external linkage: attention_bwd_storage.h (kgen compile --header) declares them
+// for other translation units.
+
+// Returns nullptr when the current device can run the kernel on these arguments, else the
+// reason it cannot.
+const char* attention_bwd_storage_can_implement(const attention_bwd_storage_params& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return "no CUDA device is current";
+  if (const char* reason = attention_bwd_storage_kgen::device_reason(device)) return reason;
+  return attention_bwd_storage_kgen::params_reason(p);
+}
+
 size_t attention_bwd_storage_workspace_bytes(const attention_bwd_storage_params& p) {
   (void)p;
   return 0;
 }
 
 cudaError_t attention_bwd_storage_launch(const attention_bwd_storage_params& p, cudaStream_t stream) {
-  if (attention_bwd_storage_can_implement(p) != nullptr) return cudaErrorInvalidValue;
-  static bool attribute_set = false;  // the dynamic shared-memory limit, raised once
-  if (!attribute_set) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        attention_bwd_storage, cudaFuncAttributeMaxDynamicSharedMemorySize, attention_bwd_storage_kgen::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    attribute_set = true;
-  }
+  const attention_bwd_storage_kgen::DeviceState* state = nullptr;
+  const cudaError_t ready = attention_bwd_storage_kgen::current_device(state);
+  if (ready != cudaSuccess) return ready;
+  if (attention_bwd_storage_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + attention_bwd_storage_kgen::kTileM - 1) / attention_bwd_storage_kgen::kTileM;
   const int tiles_n = (p.N + attention_bwd_storage_kgen::kTileN - 1) / attention_bwd_storage_kgen::kTileN;
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;

@@ -27,11 +27,14 @@ struct attention_bwd_storage_params {
 };
 #endif  // KGEN_ATTENTION_BWD_STORAGE_PARAMS_DEFINED
 
-// nullptr when attention_bwd_storage can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run attention_bwd_storage on these arguments, else the reason it
+// cannot (a static string).
 const char* attention_bwd_storage_can_implement(const attention_bwd_storage_params& p);
 
-// Launches attention_bwd_storage on `stream`: cudaErrorInvalidValue when attention_bwd_storage_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches attention_bwd_storage on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (attention_bwd_storage_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t attention_bwd_storage_launch(const attention_bwd_storage_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
+#include <mutex>  // std::call_once: the launcher's per-device setup
 #endif
 
 // A device pass for an arch this kernel cannot run on stops here.
@@ -667,11 +668,20 @@ b2b_gemm_rf_bf16(const __grid_constant__ b2b_gemm_rf_bf16_params p) {
 // Host launcher
 // ============================================================================================
 #ifndef __CUDACC_RTC__
-// Plain functions with external linkage: b2b_gemm_rf_bf16.h (kgen compile --header) declares them
-// for other translation units.
+namespace b2b_gemm_rf_bf16_kgen {
 
-// Returns nullptr when the kernel can run these arguments, else the reason it cannot.
-const char* b2b_gemm_rf_bf16_can_implement(const b2b_gemm_rf_bf16_params& p) {
+// Why `device` cannot run b2b_gemm_rf_bf16, or nullptr.
+static const char* device_reason(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "the current device's compute capability is unknown (no CUDA device?)";
+  if (major != 9 || minor != 0) return "b2b_gemm_rf_bf16 is sm_90a code: it runs on compute capability 9.0 only";
+  return nullptr;
+}
+
+// Why b2b_gemm_rf_bf16 cannot run these arguments, or nullptr.
+static const char* params_reason(const b2b_gemm_rf_bf16_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
@@ -686,33 +696,73 @@ const char* b2b_gemm_rf_bf16_can_implement(const b2b_gemm_rf_bf16_params& p) {
   return nullptr;
 }
 
+// What launches on one device share, settled by the first launch there (std::call_once: any
+// thread may be first). The dynamic shared-memory limit is a per-device function attribute.
+struct DeviceState {
+  std::once_flag once;
+  cudaError_t error = cudaSuccess;  // cudaErrorInvalidDevice: the device cannot run b2b_gemm_rf_bf16
+  int slots = 0;  // CTAs resident at once: SMs x CTAs per SM (the persistent grid's bound)
+};
+constexpr int kMaxDevices = 64;  // a device index past this is cudaErrorInvalidDevice
+
+static void prepare_device(int device, DeviceState& state) {
+  if (device_reason(device) != nullptr) {
+    state.error = cudaErrorInvalidDevice;
+    return;
+  }
+  state.error = cudaFuncSetAttribute(b2b_gemm_rf_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes);
+  int sm_count = 0, per_sm = 0;
+  if (state.error == cudaSuccess)
+    state.error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (state.error == cudaSuccess)
+    state.error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b2b_gemm_rf_bf16, kThreads,
+                                                                kSmemBytes);
+  state.slots = sm_count * (per_sm > 0 ? per_sm : 1);
+}
+
+// The current device's state, prepared once per device.
+static cudaError_t current_device(const DeviceState*& out) {
+  static DeviceState states[kMaxDevices];
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceState& state = states[device];
+  std::call_once(state.once, [&] { prepare_device(device, state); });
+  out = &state;
+  return state.error;
+}
+
+}  // namespace b2b_gemm_rf_bf16_kgen
+
+// Plain functions with external linkage: b2b_gemm_rf_bf16.h (kgen compile --header) declares them
+// for other translation units.
+
+// Returns nullptr when the current device can run the kernel on these arguments, else the
+// reason it cannot.
+const char* b2b_gemm_rf_bf16_can_implement(const b2b_gemm_rf_bf16_params& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return "no CUDA device is current";
+  if (const char* reason = b2b_gemm_rf_bf16_kgen::device_reason(device)) return reason;
+  return b2b_gemm_rf_bf16_kgen::params_reason(p);
+}
+
 size_t b2b_gemm_rf_bf16_workspace_bytes(const b2b_gemm_rf_bf16_params& p) {
   (void)p;
   return 0;
 }
 
 cudaError_t b2b_gemm_rf_bf16_launch(const b2b_gemm_rf_bf16_params& p, cudaStream_t stream) {
-  if (b2b_gemm_rf_bf16_can_implement(p) != nullptr) return cudaErrorInvalidValue;
-  static bool attribute_set = false;  // the dynamic shared-memory limit, raised once
-  if (!attribute_set) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        b2b_gemm_rf_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, b2b_gemm_rf_bf16_kgen::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    attribute_set = true;
-  }
+  const b2b_gemm_rf_bf16_kgen::DeviceState* state = nullptr;
+  const cudaError_t ready = b2b_gemm_rf_bf16_kgen::current_device(state);
+  if (ready != cudaSuccess) return ready;
+  if (b2b_gemm_rf_bf16_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + b2b_gemm_rf_bf16_kgen::g0_cfg::kTileM - 1) / b2b_gemm_rf_bf16_kgen::g0_cfg::kTileM;
   const int tiles_n = (128 + b2b_gemm_rf_bf16_kgen::g1_cfg::kTileN - 1) / b2b_gemm_rf_bf16_kgen::g1_cfg::kTileN;
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;
-  // Persistent: one CTA per resident slot (SM count x CTAs per SM), at most one per tile.
-  int device = 0, sm_count = 0, per_sm = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b2b_gemm_rf_bf16, b2b_gemm_rf_bf16_kgen::kThreads, b2b_gemm_rf_bf16_kgen::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const int slots = sm_count * (per_sm > 0 ? per_sm : 1);
-  const int grid = tiles_m * tiles_n < slots ? tiles_m * tiles_n : slots;
+  // Persistent: one CTA per resident slot, at most one per tile.
+  const int grid = tiles_m * tiles_n < state->slots ? tiles_m * tiles_n : state->slots;
   b2b_gemm_rf_bf16<<<grid, b2b_gemm_rf_bf16_kgen::kThreads, b2b_gemm_rf_bf16_kgen::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }

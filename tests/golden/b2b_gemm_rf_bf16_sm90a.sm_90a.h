@@ -27,11 +27,14 @@ struct b2b_gemm_rf_bf16_sm90a_params {
 };
 #endif  // KGEN_B2B_GEMM_RF_BF16_SM90A_PARAMS_DEFINED
 
-// nullptr when b2b_gemm_rf_bf16_sm90a can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run b2b_gemm_rf_bf16_sm90a on these arguments, else the reason it
+// cannot (a static string).
 const char* b2b_gemm_rf_bf16_sm90a_can_implement(const b2b_gemm_rf_bf16_sm90a_params& p);
 
-// Launches b2b_gemm_rf_bf16_sm90a on `stream`: cudaErrorInvalidValue when b2b_gemm_rf_bf16_sm90a_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches b2b_gemm_rf_bf16_sm90a on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (b2b_gemm_rf_bf16_sm90a_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t b2b_gemm_rf_bf16_sm90a_launch(const b2b_gemm_rf_bf16_sm90a_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

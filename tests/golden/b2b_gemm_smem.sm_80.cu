@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
+#include <mutex>  // std::call_once: the launcher's per-device setup
 #endif
 
 // A device pass for an arch this kernel cannot run on stops here.
@@ -629,11 +630,20 @@ b2b_gemm_smem(const __grid_constant__ b2b_gemm_smem_params p) {
 // Host launcher
 // ============================================================================================
 #ifndef __CUDACC_RTC__
-// Plain functions with external linkage: b2b_gemm_smem.h (kgen compile --header) declares them
-// for other translation units.
+namespace b2b_gemm_smem_kgen {
 
-// Returns nullptr when the kernel can run these arguments, else the reason it cannot.
-const char* b2b_gemm_smem_can_implement(const b2b_gemm_smem_params& p) {
+// Why `device` cannot run b2b_gemm_smem, or nullptr.
+static const char* device_reason(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "the current device's compute capability is unknown (no CUDA device?)";
+  if (major < 8) return "b2b_gemm_smem needs a device of compute capability 8.0 or later";
+  return nullptr;
+}
+
+// Why b2b_gemm_smem cannot run these arguments, or nullptr.
+static const char* params_reason(const b2b_gemm_smem_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
@@ -650,20 +660,60 @@ const char* b2b_gemm_smem_can_implement(const b2b_gemm_smem_params& p) {
   return nullptr;
 }
 
+// What launches on one device share, settled by the first launch there (std::call_once: any
+// thread may be first). The dynamic shared-memory limit is a per-device function attribute.
+struct DeviceState {
+  std::once_flag once;
+  cudaError_t error = cudaSuccess;  // cudaErrorInvalidDevice: the device cannot run b2b_gemm_smem
+};
+constexpr int kMaxDevices = 64;  // a device index past this is cudaErrorInvalidDevice
+
+static void prepare_device(int device, DeviceState& state) {
+  if (device_reason(device) != nullptr) {
+    state.error = cudaErrorInvalidDevice;
+    return;
+  }
+  state.error = cudaFuncSetAttribute(b2b_gemm_smem, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes);
+}
+
+// The current device's state, prepared once per device.
+static cudaError_t current_device(const DeviceState*& out) {
+  static DeviceState states[kMaxDevices];
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceState& state = states[device];
+  std::call_once(state.once, [&] { prepare_device(device, state); });
+  out = &state;
+  return state.error;
+}
+
+}  // namespace b2b_gemm_smem_kgen
+
+// Plain functions with external linkage: b2b_gemm_smem.h (kgen compile --header) declares them
+// for other translation units.
+
+// Returns nullptr when the current device can run the kernel on these arguments, else the
+// reason it cannot.
+const char* b2b_gemm_smem_can_implement(const b2b_gemm_smem_params& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return "no CUDA device is current";
+  if (const char* reason = b2b_gemm_smem_kgen::device_reason(device)) return reason;
+  return b2b_gemm_smem_kgen::params_reason(p);
+}
+
 size_t b2b_gemm_smem_workspace_bytes(const b2b_gemm_smem_params& p) {
   (void)p;
   return 0;
 }
 
 cudaError_t b2b_gemm_smem_launch(const b2b_gemm_smem_params& p, cudaStream_t stream) {
-  if (b2b_gemm_smem_can_implement(p) != nullptr) return cudaErrorInvalidValue;
-  static bool attribute_set = false;  // the dynamic shared-memory limit, raised once
-  if (!attribute_set) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        b2b_gemm_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, b2b_gemm_smem_kgen::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    attribute_set = true;
-  }
+  const b2b_gemm_smem_kgen::DeviceState* state = nullptr;
+  const cudaError_t ready = b2b_gemm_smem_kgen::current_device(state);
+  if (ready != cudaSuccess) return ready;
+  if (b2b_gemm_smem_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + b2b_gemm_smem_kgen::g0_cfg::kTileM - 1) / b2b_gemm_smem_kgen::g0_cfg::kTileM;
   const int tiles_n = (256 + b2b_gemm_smem_kgen::g1_cfg::kTileN - 1) / b2b_gemm_smem_kgen::g1_cfg::kTileN;
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;

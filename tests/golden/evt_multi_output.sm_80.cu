@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
+#include <mutex>  // std::call_once: the launcher's per-device setup
 #endif
 
 // A device pass for an arch this kernel cannot run on stops here.
@@ -411,11 +412,20 @@ evt_multi_output(const __grid_constant__ evt_multi_output_params p) {
 // Host launcher
 // ============================================================================================
 #ifndef __CUDACC_RTC__
-// Plain functions with external linkage: evt_multi_output.h (kgen compile --header) declares them
-// for other translation units.
+namespace evt_multi_output_kgen {
 
-// Returns nullptr when the kernel can run these arguments, else the reason it cannot.
-const char* evt_multi_output_can_implement(const evt_multi_output_params& p) {
+// Why `device` cannot run evt_multi_output, or nullptr.
+static const char* device_reason(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "the current device's compute capability is unknown (no CUDA device?)";
+  if (major < 8) return "evt_multi_output needs a device of compute capability 8.0 or later";
+  return nullptr;
+}
+
+// Why evt_multi_output cannot run these arguments, or nullptr.
+static const char* params_reason(const evt_multi_output_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (p.K < 0) return "K must not be negative";
   if (p.N < 0) return "N must not be negative";
@@ -433,20 +443,60 @@ const char* evt_multi_output_can_implement(const evt_multi_output_params& p) {
   return nullptr;
 }
 
+// What launches on one device share, settled by the first launch there (std::call_once: any
+// thread may be first). The dynamic shared-memory limit is a per-device function attribute.
+struct DeviceState {
+  std::once_flag once;
+  cudaError_t error = cudaSuccess;  // cudaErrorInvalidDevice: the device cannot run evt_multi_output
+};
+constexpr int kMaxDevices = 64;  // a device index past this is cudaErrorInvalidDevice
+
+static void prepare_device(int device, DeviceState& state) {
+  if (device_reason(device) != nullptr) {
+    state.error = cudaErrorInvalidDevice;
+    return;
+  }
+  state.error = cudaFuncSetAttribute(evt_multi_output, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes);
+}
+
+// The current device's state, prepared once per device.
+static cudaError_t current_device(const DeviceState*& out) {
+  static DeviceState states[kMaxDevices];
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceState& state = states[device];
+  std::call_once(state.once, [&] { prepare_device(device, state); });
+  out = &state;
+  return state.error;
+}
+
+}  // namespace evt_multi_output_kgen
+
+// Plain functions with external linkage: evt_multi_output.h (kgen compile --header) declares them
+// for other translation units.
+
+// Returns nullptr when the current device can run the kernel on these arguments, else the
+// reason it cannot.
+const char* evt_multi_output_can_implement(const evt_multi_output_params& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return "no CUDA device is current";
+  if (const char* reason = evt_multi_output_kgen::device_reason(device)) return reason;
+  return evt_multi_output_kgen::params_reason(p);
+}
+
 size_t evt_multi_output_workspace_bytes(const evt_multi_output_params& p) {
   (void)p;
   return 0;
 }
 
 cudaError_t evt_multi_output_launch(const evt_multi_output_params& p, cudaStream_t stream) {
-  if (evt_multi_output_can_implement(p) != nullptr) return cudaErrorInvalidValue;
-  static bool attribute_set = false;  // the dynamic shared-memory limit, raised once
-  if (!attribute_set) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        evt_multi_output, cudaFuncAttributeMaxDynamicSharedMemorySize, evt_multi_output_kgen::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    attribute_set = true;
-  }
+  const evt_multi_output_kgen::DeviceState* state = nullptr;
+  const cudaError_t ready = evt_multi_output_kgen::current_device(state);
+  if (ready != cudaSuccess) return ready;
+  if (evt_multi_output_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + evt_multi_output_kgen::kTileM - 1) / evt_multi_output_kgen::kTileM;
   const int tiles_n = (p.N + evt_multi_output_kgen::kTileN - 1) / evt_multi_output_kgen::kTileN;
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;

@@ -26,11 +26,14 @@ struct evt_select_params {
 };
 #endif  // KGEN_EVT_SELECT_PARAMS_DEFINED
 
-// nullptr when evt_select can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run evt_select on these arguments, else the reason it
+// cannot (a static string).
 const char* evt_select_can_implement(const evt_select_params& p);
 
-// Launches evt_select on `stream`: cudaErrorInvalidValue when evt_select_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches evt_select on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (evt_select_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t evt_select_launch(const evt_select_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
+#include <mutex>  // std::call_once: the launcher's per-device setup
 #endif
 
 // A device pass for an arch this kernel cannot run on stops here.
@@ -563,11 +564,20 @@ evt_softmax_stats_init(const __grid_constant__ evt_softmax_stats_params p) {
 // Host launcher
 // ============================================================================================
 #ifndef __CUDACC_RTC__
-// Plain functions with external linkage: evt_softmax_stats.h (kgen compile --header) declares them
-// for other translation units.
+namespace evt_softmax_stats_kgen {
 
-// Returns nullptr when the kernel can run these arguments, else the reason it cannot.
-const char* evt_softmax_stats_can_implement(const evt_softmax_stats_params& p) {
+// Why `device` cannot run evt_softmax_stats, or nullptr.
+static const char* device_reason(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "the current device's compute capability is unknown (no CUDA device?)";
+  if (major != 9 || minor != 0) return "evt_softmax_stats was planned for sm_90a: it runs on compute capability 9.0 only";
+  return nullptr;
+}
+
+// Why evt_softmax_stats cannot run these arguments, or nullptr.
+static const char* params_reason(const evt_softmax_stats_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (p.K < 0) return "K must not be negative";
   if (p.N < 0) return "N must not be negative";
@@ -579,20 +589,60 @@ const char* evt_softmax_stats_can_implement(const evt_softmax_stats_params& p) {
   return nullptr;
 }
 
+// What launches on one device share, settled by the first launch there (std::call_once: any
+// thread may be first). The dynamic shared-memory limit is a per-device function attribute.
+struct DeviceState {
+  std::once_flag once;
+  cudaError_t error = cudaSuccess;  // cudaErrorInvalidDevice: the device cannot run evt_softmax_stats
+};
+constexpr int kMaxDevices = 64;  // a device index past this is cudaErrorInvalidDevice
+
+static void prepare_device(int device, DeviceState& state) {
+  if (device_reason(device) != nullptr) {
+    state.error = cudaErrorInvalidDevice;
+    return;
+  }
+  state.error = cudaFuncSetAttribute(evt_softmax_stats, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kSmemBytes);
+}
+
+// The current device's state, prepared once per device.
+static cudaError_t current_device(const DeviceState*& out) {
+  static DeviceState states[kMaxDevices];
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceState& state = states[device];
+  std::call_once(state.once, [&] { prepare_device(device, state); });
+  out = &state;
+  return state.error;
+}
+
+}  // namespace evt_softmax_stats_kgen
+
+// Plain functions with external linkage: evt_softmax_stats.h (kgen compile --header) declares them
+// for other translation units.
+
+// Returns nullptr when the current device can run the kernel on these arguments, else the
+// reason it cannot.
+const char* evt_softmax_stats_can_implement(const evt_softmax_stats_params& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return "no CUDA device is current";
+  if (const char* reason = evt_softmax_stats_kgen::device_reason(device)) return reason;
+  return evt_softmax_stats_kgen::params_reason(p);
+}
+
 size_t evt_softmax_stats_workspace_bytes(const evt_softmax_stats_params& p) {
   (void)p;
   return 0;
 }
 
 cudaError_t evt_softmax_stats_launch(const evt_softmax_stats_params& p, cudaStream_t stream) {
-  if (evt_softmax_stats_can_implement(p) != nullptr) return cudaErrorInvalidValue;
-  static bool attribute_set = false;  // the dynamic shared-memory limit, raised once
-  if (!attribute_set) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        evt_softmax_stats, cudaFuncAttributeMaxDynamicSharedMemorySize, evt_softmax_stats_kgen::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    attribute_set = true;
-  }
+  const evt_softmax_stats_kgen::DeviceState* state = nullptr;
+  const cudaError_t ready = evt_softmax_stats_kgen::current_device(state);
+  if (ready != cudaSuccess) return ready;
+  if (evt_softmax_stats_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + evt_softmax_stats_kgen::kTileM - 1) / evt_softmax_stats_kgen::kTileM;
   const int tiles_n = (p.N + evt_softmax_stats_kgen::kTileN - 1) / evt_softmax_stats_kgen::kTileN;
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;

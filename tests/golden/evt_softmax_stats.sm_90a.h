@@ -26,11 +26,14 @@ struct evt_softmax_stats_params {
 };
 #endif  // KGEN_EVT_SOFTMAX_STATS_PARAMS_DEFINED
 
-// nullptr when evt_softmax_stats can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run evt_softmax_stats on these arguments, else the reason it
+// cannot (a static string).
 const char* evt_softmax_stats_can_implement(const evt_softmax_stats_params& p);
 
-// Launches evt_softmax_stats on `stream`: cudaErrorInvalidValue when evt_softmax_stats_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches evt_softmax_stats on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (evt_softmax_stats_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t evt_softmax_stats_launch(const evt_softmax_stats_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

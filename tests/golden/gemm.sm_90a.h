@@ -25,11 +25,14 @@ struct gemm_bf16_params {
 };
 #endif  // KGEN_GEMM_BF16_PARAMS_DEFINED
 
-// nullptr when gemm_bf16 can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run gemm_bf16 on these arguments, else the reason it
+// cannot (a static string).
 const char* gemm_bf16_can_implement(const gemm_bf16_params& p);
 
-// Launches gemm_bf16 on `stream`: cudaErrorInvalidValue when gemm_bf16_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches gemm_bf16 on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (gemm_bf16_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t gemm_bf16_launch(const gemm_bf16_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

@@ -30,11 +30,14 @@ struct gemm_bias_relu_params {
 };
 #endif  // KGEN_GEMM_BIAS_RELU_PARAMS_DEFINED
 
-// nullptr when gemm_bias_relu can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run gemm_bias_relu on these arguments, else the reason it
+// cannot (a static string).
 const char* gemm_bias_relu_can_implement(const gemm_bias_relu_params& p);
 
-// Launches gemm_bias_relu on `stream`: cudaErrorInvalidValue when gemm_bias_relu_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches gemm_bias_relu on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (gemm_bias_relu_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t gemm_bias_relu_launch(const gemm_bias_relu_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

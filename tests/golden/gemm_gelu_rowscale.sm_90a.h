@@ -26,11 +26,14 @@ struct gemm_gelu_rowscale_params {
 };
 #endif  // KGEN_GEMM_GELU_ROWSCALE_PARAMS_DEFINED
 
-// nullptr when gemm_gelu_rowscale can run these arguments, else the reason it cannot (a static string).
+// nullptr when the current device can run gemm_gelu_rowscale on these arguments, else the reason it
+// cannot (a static string).
 const char* gemm_gelu_rowscale_can_implement(const gemm_gelu_rowscale_params& p);
 
-// Launches gemm_gelu_rowscale on `stream`: cudaErrorInvalidValue when gemm_gelu_rowscale_can_implement gives a
-// reason, else the error of the launch (cudaSuccess when it was queued).
+// Launches gemm_gelu_rowscale on `stream` on the current device: cudaErrorInvalidDevice when that device
+// cannot run it, cudaErrorInvalidValue when the arguments cannot (gemm_gelu_rowscale_can_implement says
+// why), else the error of the launch (cudaSuccess when it was queued). Thread-safe; the first
+// launch on each device sets the kernel's shared-memory limit there.
 cudaError_t gemm_gelu_rowscale_launch(const gemm_gelu_rowscale_params& p, cudaStream_t stream);
 
 // Bytes of device memory p.workspace must point to (0 unless reductions are deterministic).

@@ -61,6 +61,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         smem_bytes=plan.smem_bytes,
         **host_api.template_values(plan),
         arch_guard=arch_guard.guard(plan),
+        persistent=False,  # one CTA per tile
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
