@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,41 +77,64 @@ def file_hash(data: bytes) -> str:
 def safe_file_name(path: str | os.PathLike) -> str:
     """The file's base name as the generated comments show it: printable ASCII and no
     backslash (a backslash that ends a // comment line continues the comment onto the next)."""
-    name = os.path.basename(str(path))
-    return "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in name)
+    return _printable(os.path.basename(str(path)))
 
 
-def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None) -> str:
-    """The command recorded in the emitted header: deterministic, no paths, no dates."""
+def _printable(text: str) -> str:
+    return "".join(c if " " <= c <= "~" and c != "\\" else "?" for c in text)
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """A path as the recorded command shows it: as the user wrote it when relative, else its
+    base name (an absolute path would tie the output to one machine); printable ASCII, no
+    backslash, quoted for a shell where it needs to be."""
+    text = os.fspath(path)
+    if os.path.isabs(text):
+        text = os.path.basename(text)
+    return shlex.quote(_printable(text))
+
+
+def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None,
+                    output: str | os.PathLike | None = None) -> str:
+    """The command recorded in the emitted header, as the user ran it: the source path and the
+    -o path as written (relative; see shown_path). Deterministic: no absolute paths, no dates."""
     parts = ["kgen", "compile", file_name]
     if kernel:
         parts += ["--kernel", kernel]
     if arch is not None:
         parts += ["--arch", arch.value]
+    if output is not None:
+        parts += ["-o", shown_path(output)]
     return " ".join(parts)
 
 
 def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: str = "<python>",
-          source_hash: str = "", command: str = "kgen.build") -> Built:
-    """Lower and emit a verified kernel: its plan, its CUDA source and its header."""
+          source_hash: str = "", command: str = "kgen.build",
+          header_name: str | None = None) -> Built:
+    """Lower and emit a verified kernel: its plan, its CUDA source and its header (whose
+    "Regenerate with" line adds `--header header_name`, default <kernel>.h)."""
     from .emit import emit, emit_header
     from .lower import lower
 
     plan = lower(kernel, arch_of(arch))
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
-    header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command)
+    header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
+                         header_name=header_name)
     return Built(kernel, plan, source, header)
 
 
 def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
-               kernel: str | None = None) -> Built:
-    """Parse, verify, lower and emit one kernel of a .kg file, exactly as `kgen compile`."""
+               kernel: str | None = None, output: str | os.PathLike | None = None,
+               header: str | os.PathLike | None = None) -> Built:
+    """Parse, verify, lower and emit one kernel of a .kg file, exactly as `kgen compile PATH
+    [-o OUTPUT] [--header HEADER]` (the paths as written go into the recorded command)."""
     module, text = read_module(path)
     chosen = pick_kernel(module, kernel)
-    name = safe_file_name(path)
     target = arch_of(arch)
-    return build(chosen, target, source_name=name, source_hash=file_hash(text.encode()),
-                 command=compile_command(name, target, kernel))
+    return build(chosen, target, source_name=safe_file_name(path),
+                 source_hash=file_hash(text.encode()),
+                 command=compile_command(shown_path(path), target, kernel, output),
+                 header_name=None if header is None else shown_path(header))
 
 
 def compile_source(source: str, name: str, arch: str | None = None, **options):

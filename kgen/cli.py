@@ -290,7 +290,7 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
 
     result = ptx_text = None
     with _watching_warnings():
-        built = build_file(file, arch, kernel=kernel_name)
+        built = build_file(file, arch, kernel=kernel_name, output=output, header=header)
         if cubin or ptx:
             result, ptx_text = _nvrtc_outputs(built, cubin is not None, ptx is not None)
     texts = [(output, built.source)] + ([(header, built.header)] if header is not None else [])

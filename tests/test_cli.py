@@ -74,7 +74,7 @@ class FakeBuilt:
 def fake_build(monkeypatch, source="// generated\nint x;\n", error=None):
     import kgen.api
 
-    def build_file(path, arch=None, *, kernel=None):
+    def build_file(path, arch=None, *, kernel=None, **paths):
         if error is not None:
             raise error
         return FakeBuilt(source + f"// arch {arch}\n")
@@ -202,7 +202,9 @@ def test_compile_examples_deterministic(example, tmp_path):
     assert "kgen compile " + example.name in first.output
     out = tmp_path / (example.stem + ".cu")
     assert invoke("compile", str(example), "-o", str(out)).exit_code == 0
-    assert out.read_text() == first.output
+    # the same text, its "Regenerate with" line naming -o (an absolute path: by its base name)
+    recorded = f"kgen compile {example.name}\n"
+    assert out.read_text() == first.output.replace(recorded, f"{recorded[:-1]} -o {out.name}\n")
     assert invoke("compile", str(example), "-o", str(out), "--check").exit_code == 0
     header = tmp_path / (example.stem + ".h")
     assert invoke("compile", str(example), "-o", str(out), "--header", str(header)).exit_code == 0
@@ -327,3 +329,25 @@ def test_python_m_kgen(tmp_path):
                                                                 .parent.parent)})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"error: {tmp_path / 'x.kg'}: no such file"
+
+
+def test_regenerate_line_is_the_command_as_written(tmp_path, monkeypatch):
+    """Relative paths as the user wrote them, -o and --header included; an absolute path by its
+    base name only, so the output is the same on every machine."""
+    gemm = next(p for p in EXAMPLES if p.name == "gemm.kg")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "src" / "gemm.kg").write_text(gemm.read_text())
+    monkeypatch.chdir(tmp_path)
+    result = invoke("compile", "src/gemm.kg", "-o", "out/gemm.cu", "--header", "out/gemm.h")
+    assert result.exit_code == 0, result.output
+    cu = (tmp_path / "out" / "gemm.cu").read_text().split("\n")
+    h = (tmp_path / "out" / "gemm.h").read_text().split("\n")
+    assert cu[1] == "// Regenerate with: kgen compile src/gemm.kg -o out/gemm.cu"
+    assert h[1] == "// Regenerate with: kgen compile src/gemm.kg -o out/gemm.cu --header out/gemm.h"
+    absolute = invoke("compile", str(tmp_path / "src" / "gemm.kg"), "--arch", "sm_90a",
+                      "-o", str(tmp_path / "out" / "g.cu"))
+    assert absolute.exit_code == 0, absolute.output
+    text = (tmp_path / "out" / "g.cu").read_text()
+    assert text.split("\n")[1] == "// Regenerate with: kgen compile gemm.kg --arch sm_90a -o g.cu"
+    assert str(tmp_path) not in text

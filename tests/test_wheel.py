@@ -48,12 +48,15 @@ def test_installed_wheel_compiles_an_example_elsewhere(installed, tmp_path):
         [sys.executable, "-c", "import kgen; print(kgen.__file__)"], cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(installed)), capture_output=True, text=True)
     assert Path(probe.stdout.strip()).is_relative_to(installed), probe.stdout + probe.stderr
-    example = tmp_path / "gemm_bias_relu.kg"
+    example = tmp_path / "examples" / "gemm_bias_relu.kg"
+    example.parent.mkdir()
     example.write_text((ROOT / "examples" / "gemm_bias_relu.kg").read_text())
-    out = _kgen(installed, tmp_path, "compile", example.name, "-o", "out.cu")
+    # the golden snapshot's own command (its "Regenerate with" line)
+    out = _kgen(installed, tmp_path, "compile", "examples/gemm_bias_relu.kg",
+                "-o", "gemm_bias_relu.sm_80.cu")
     assert out.returncode == 0, out.stdout + out.stderr
     golden = ROOT / "tests" / "golden" / "gemm_bias_relu.sm_80.cu"
-    assert (tmp_path / "out.cu").read_text() == golden.read_text()
+    assert (tmp_path / "gemm_bias_relu.sm_80.cu").read_text() == golden.read_text()
 
 
 def test_installed_wheel_compiles_with_nvrtc(installed, tmp_path):

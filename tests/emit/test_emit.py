@@ -77,8 +77,22 @@ def test_header_and_section_order():
 def test_only_cuda_toolkit_headers():
     src = _emit(gemm_kernel())
     includes = re.findall(r"#include <([^>]+)>", src)
-    assert includes == ["cuda_fp16.h", "cuda_bf16.h", "cuda_runtime.h"]
+    # <mutex>: the C++ standard library's, for the launcher's per-device std::call_once
+    assert includes == ["cuda_fp16.h", "cuda_bf16.h", "cuda_runtime.h", "mutex"]
     assert '#include "' not in src
+
+
+def test_launcher_prepares_each_device_once_and_refuses_a_wrong_one():
+    """No process-wide `static bool`: the shared-memory limit is set per device under
+    std::call_once; the device's compute capability is checked by can_implement and launch."""
+    src = _emit(gemm_kernel())
+    host = src[src.rindex("#ifndef __CUDACC_RTC__"):]
+    assert "static bool" not in host
+    assert "std::call_once(state.once" in host and "static DeviceState states[kMaxDevices];" in host
+    assert "if (major < 8) return " in host
+    assert "state.error = cudaErrorInvalidDevice;" in host
+    can_implement = host[host.index("const char* k_can_implement("):]
+    assert "device_reason(device)" in can_implement.split("}")[0]
 
 
 def test_user_text_appears_only_as_identifiers():

@@ -33,12 +33,15 @@ def snapshots():
             continue
         own = module.kernels[0].target
         for arch in archs_of(path):
+            stem = f"{path.stem}.{(arch or own).value}"
             try:
-                built = build_file(_relative(path), arch)
+                # recorded as `kgen compile examples/NAME.kg [--arch ARCH] -o STEM.cu
+                # --header STEM.h`: relative paths, the same on every machine
+                built = build_file(_relative(path), arch, output=f"{stem}.cu",
+                                   header=f"{stem}.h")
             except KgenError:
                 if arch is None:
                     raise
                 continue  # does not plan for sm_90a
-            stem = f"{path.stem}.{(arch or own).value}"
             yield f"{stem}.cu", built.source
             yield f"{stem}.h", built.header

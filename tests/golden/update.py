@@ -1,8 +1,9 @@
 """Rewrite the golden snapshots: `python3 tests/golden/update.py` from the repository root.
 
-Each example is emitted, exactly as `kgen compile examples/NAME.kg --arch ARCH` writes it, for
-its own target and for sm_90a where the example plans for it, into
-`tests/golden/NAME.ARCH.cu` (and the header into `NAME.ARCH.h`). `tests/test_golden.py` compares
+Each example is emitted, exactly as `kgen compile examples/NAME.kg [--arch sm_90a]
+-o NAME.ARCH.cu --header NAME.ARCH.h` writes it (that command is each file's "Regenerate with"
+line), for its own target and for sm_90a where the example plans for it, into
+`tests/golden/NAME.ARCH.cu` and `tests/golden/NAME.ARCH.h`. `tests/test_golden.py` compares
 every snapshot byte for byte; a commit that changes one names the change and why.
 """
 from __future__ import annotations

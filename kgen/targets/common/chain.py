@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...plan import CachePolicy, GemmPlan, KernelPlan
-from . import epilogue_cpp, host_api
+from . import arch_guard, epilogue_cpp, host_api
 from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
                              first_stages_function, resident_loads, resident_mainloop)
 from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
@@ -266,6 +266,7 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         stages=stages,
         chain_asserts=chain_asserts(plan),
         **host_api.template_values(plan),
+        arch_guard=arch_guard.guard(plan),
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
         mma_types=f"{dtype.dsl_name} x {dtype.dsl_name} -> f32",

@@ -5,7 +5,7 @@ Everything the template prints is prepared here as strings and numbers from the 
 from __future__ import annotations
 
 from ...plan import GemmPlan, KernelPlan
-from ..common import epilogue_cpp, host_api
+from ..common import arch_guard, epilogue_cpp, host_api
 from ..common.operands import (MMA_TYPE, dim_expr, frag_loads, header, host_checks,
                                mainloop_steps, operand, storage_asserts)
 from ..common.render import render
@@ -60,6 +60,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         group_m=plan.group_m,
         smem_bytes=plan.smem_bytes,
         **host_api.template_values(plan),
+        arch_guard=arch_guard.guard(plan),
+        persistent=False,  # one CTA per tile
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
