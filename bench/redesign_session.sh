@@ -30,6 +30,17 @@ if [ -z "${SKIP_SAN:-}" ]; then
   rm -f "$OUT/san.log.tmp"
 fi
 
+if [ -z "${SKIP_LAUNCHER:-}" ]; then
+  echo "== the .cu's own C++ launchers, built with nvcc (ping-pong: tensor map from the driver)"
+  timeout 200 bash bench/smoke/pingpong_launcher.sh 2>&1 | tail -6 | tee "$OUT/launcher.log"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/pingpong_launcher 1000 2>&1 | tail -3 | tee -a "$OUT/launcher.log"
+  if command -v cmake >/dev/null; then
+    timeout 300 bash examples/cpp_consumer/run_on_gpu.sh 2>&1 | tail -8 | tee -a "$OUT/launcher.log"
+  else
+    echo "no cmake here: examples/cpp_consumer not built" | tee -a "$OUT/launcher.log"
+  fi
+fi
+
 if [ -z "${NO_BENCH:-}" ]; then
   echo "== GEMM examples (kgen run --bench: kgen and PyTorch in one process)"
   for run in "gemm M=4096,N=4096,K=4096" "gemm M=8192,N=8192,K=8192" \
