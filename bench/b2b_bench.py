@@ -98,14 +98,15 @@ def kgen_ms(kernel, label, m=M, min_blocks=None, persistent=None, arch=None):
     source = emit(plan, source_name=f"{label}.kg", source_hash="", command="bench")
     built = Built(kernel, plan, source)
     if min_blocks is not None:
-        threads = built.plan.threads
+        threads = built.plan.schedule.threads
         source = built.source.replace(f"__launch_bounds__({threads}, 1)",
                                       f"__launch_bounds__({threads}, {min_blocks})")
         built = dc.replace(built, source=source)
     report = run(built.kernel, built.plan, built.source, {"M": m}, check=True, bench=True,
                  compare_torch=False, iters=50, hold=HOLD)
     res = report.compile or {}
-    return dict(label=label, ok=report.ok, ms=report.timing.median_ms, persistent=plan.persistent,
+    return dict(label=label, ok=report.ok, ms=report.timing.median_ms,
+                persistent=plan.schedule.persistent,
                 registers=res.get("registers"), spills=res.get("spill_stores"),
                 smem=built.plan.smem_bytes, bytes=report.bytes)
 

@@ -56,7 +56,7 @@ Edits (combine with "+"; each asserts that its anchor text matches once):
   nog0mma    no wgmma in g0 (timing only)
 
 Since 2026-11-22 kgen emits this example with a ring of 12 slots and D1 through the copy engine
-(schedule.tma_store), which is what `ring=12+tmastore+tmaef` prototyped: the edits that rewrite
+(schedule.tma_output), which is what `ring=12+tmastore+tmaef` prototyped: the edits that rewrite
 the 16-byte register stores (nostore, storezero/half/small/coal/cs, stcs, coalesce, bulkstore,
 tmastore, tmaef) and the ones sized for 16 slots (ring=N above 12, wg3p's count, split) apply to
 the emitted source of before (git 7aec506) and now stop at their anchors, as designed. Since
@@ -751,8 +751,8 @@ def main() -> None:
         if "hoist" in name or "coalesce" in name or "wg3p" in name:
             plan_class.smem_bytes = property(lambda self: EXTRA_SMEM)
         parts = name.split("+")
-        threads = 448 if "wg3" in parts else 512 if "wg3p" in parts else b.plan.threads
-        extra = (threads - b.plan.threads) // 32  # plan.threads: the schedule's warp roles
+        threads = 448 if "wg3" in parts else 512 if "wg3p" in parts else b.plan.schedule.threads
+        extra = (threads - b.plan.schedule.threads) // 32  # the schedule's warp roles
         roles = b.plan.schedule.warp_roles + ((WarpRole("variant", extra),) if extra else ())
         plan = dataclasses.replace(b.plan, schedule=dataclasses.replace(b.plan.schedule,
                                                                         warp_roles=roles))

@@ -340,7 +340,7 @@ def _compile_summary(file, built, result, output, header, cubin, ptx) -> dict[st
         "file": file,
         "kernel": plan.name,
         "arch": plan.arch.value,
-        "threads": plan.threads,
+        "threads": plan.schedule.threads,
         "smem_bytes": plan.smem_bytes,
         "smem_limit": plan.storage.limit_bytes,
         "outputs": {"cu": output, "header": header, "cubin": cubin, "ptx": ptx},

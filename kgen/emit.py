@@ -27,7 +27,7 @@ EMITTERS: dict[tuple[str, str], Emitter] = {
 def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
     wgmma) is sm_90a code; otherwise its target's family (sm_90a runs the sm_80 mainloop)."""
-    return "sm90" if plan.wgmma else target(plan.arch).emitter
+    return "sm90" if plan.schedule.wgmma else target(plan.arch).emitter
 
 
 def kind(plan: KernelPlan) -> str:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .plan import Mma
+
 
 def instruction(plan, g) -> str:
     """The MMA instruction a gemm's mainloop issues, and where its A comes from."""
-    if g is plan.gemms[0] and plan.wgmma:
+    mma = plan.schedule.gemm(g.name).mma
+    if mma is Mma.WGMMA_SS:
         return f"wgmma m64n{g.tile[1]}k16, A from shared memory"
-    if g.name in plan.wgmma_chain:
+    if mma is Mma.WGMMA_RS:
         return f"wgmma m64n{g.tile[1]}k16, A from registers"
     return "mma.sync m16n8k16"
 
@@ -19,11 +22,7 @@ def store_path(plan, g) -> str:
     """How a gemm's epilogue writes its output (a chained gemm's feeds the next gemm)."""
     if g is not plan.gemms[-1]:
         return f"feeds {plan.gemms[plan.gemms.index(g) + 1].name}"
-    if plan.tma_store:
-        return "TMA, staged in smem"
-    if plan.wide_stores:
-        return "16-byte stores"
-    return "pair stores"
+    return plan.schedule.gemm(g.name).store.value
 
 
 def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
@@ -45,9 +44,9 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
     summary = {
         "name": plan.name,
         "arch": plan.arch.value,
-        "threads": plan.threads,
-        "min_blocks_per_sm": plan.min_blocks_per_sm,
-        "group_m": plan.group_m,
+        "threads": plan.schedule.threads,
+        "min_blocks_per_sm": plan.schedule.min_blocks_per_sm,
+        "group_m": plan.schedule.raster.group_m,
         "smem_bytes": plan.smem_bytes,
         "smem_limit": storage.limit_bytes,
         "smem_peak": storage.peak_bytes,  # most bytes live in one phase: no layout does better
@@ -101,7 +100,7 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
         if registers:
             # Registers are handed out per warp in units of 256.
             per_warp = -(-registers * 32 // 256) * 256
-            warps = -(-plan.threads // 32)
+            warps = -(-plan.schedule.threads // 32)
             per_sm = target(plan.arch).registers_per_sm
             occupancy["blocks_per_sm_by_registers"] = per_sm // (per_warp * warps)
     summary["occupancy"] = occupancy

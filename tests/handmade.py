@@ -153,8 +153,8 @@ def naive_source(plan: KernelPlan, kernel: ir.Kernel, *, skip_last_row: bool = F
         f"struct {plan.name}_params {{",
         *members,
         "};",
-        f"extern \"C\" __global__ void __launch_bounds__({plan.threads}, "
-        f"{plan.min_blocks_per_sm})",
+        f"extern \"C\" __global__ void __launch_bounds__({plan.schedule.threads}, "
+        f"{plan.schedule.min_blocks_per_sm})",
         f"{plan.name}(const __grid_constant__ {plan.name}_params p) {{",
         "  extern __shared__ unsigned char smem[];",
         # Touch the last byte of the dynamic shared memory the launch must have granted.

@@ -282,50 +282,6 @@ class KernelPlan:
     # The kernel's declaration, for an error found past the lowering (e.g. nothing to emit)
     loc: SourceLoc | None = None
 
-    # -- compat, removed once emitters read plan.schedule: the old flags, read-only ----------
-
-    @property
-    def threads(self) -> int:
-        return self.schedule.threads
-
-    @property
-    def group_m(self) -> int:
-        return self.schedule.raster.group_m
-
-    @property
-    def min_blocks_per_sm(self) -> int:
-        return self.schedule.min_blocks_per_sm
-
-    @property
-    def persistent(self) -> bool:
-        return self.schedule.persistent
-
-    @property
-    def resident(self) -> bool:
-        return self.schedule.resident
-
-    @property
-    def wide_stores(self) -> bool:
-        return self.schedule.wide_stores
-
-    @property
-    def wgmma(self) -> bool:
-        return self.schedule.wgmma
-
-    @property
-    def wgmma_chain(self) -> tuple[str, ...]:
-        return self.schedule.wgmma_chain
-
-    @property
-    def pingpong(self) -> bool:
-        return self.schedule.kind is KernelKind.PINGPONG
-
-    @property
-    def tma_store(self) -> bool:
-        return self.schedule.tma_output is not None
-
-    # -- end of compat -------------------------------------------------------------------------
-
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
@@ -390,6 +346,6 @@ class KernelPlan:
         tiles_m = -(-m // g.tile[0])
         tiles_n = -(-n // g.tile[1])
         tiles = tiles_m * tiles_n
-        if self.persistent and persistent_ctas:
+        if self.schedule.persistent and persistent_ctas:
             tiles = min(tiles, persistent_ctas)
         return (tiles, 1, 1)

@@ -139,6 +139,11 @@ class Schedule:
         return self.kind is not KernelKind.TILED
 
     @property
+    def pingpong(self) -> bool:
+        """Producer warps fill the ring while two consumer warpgroups take alternate tiles."""
+        return self.kind is KernelKind.PINGPONG
+
+    @property
     def resident(self) -> bool:
         return any(g.b.load is LoadPath.RESIDENT for g in self.gemms)
 

@@ -395,14 +395,14 @@ class CompiledKernel:
                 ),
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
             )
-        self._maps: dict[tuple, ctypes.Array] = {}  # tma_store: the output's tensor maps
+        self._maps: dict[tuple, ctypes.Array] = {}  # TMA stores: the output's tensor maps
         self._check_abi()
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
         self.persistent_ctas = None
-        if plan.persistent:
+        if plan.schedule.persistent:
             per_sm = check(
                 driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    self._function, plan.threads, plan.smem_bytes),
+                    self._function, plan.schedule.threads, plan.smem_bytes),
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             )
             self.persistent_ctas = info.sm_count * max(int(per_sm), 1)
@@ -445,7 +445,7 @@ class CompiledKernel:
             raise KgenRuntimeError(f"launching {name} failed: {error_text(err)}")
 
     def _check_abi(self) -> None:
-        """The kernel's first parameter must be exactly the params struct, and a `tma_store`
+        """The kernel's first parameter must be exactly the params struct, and a TMA-store
         plan's second one a tensor map. Only those indices are asked for: probing past the last
         parameter is an API error that compute-sanitizer reports (cuda.core's `arguments_info`
         does that)."""
@@ -455,9 +455,9 @@ class CompiledKernel:
 
         expected = [("first", ctypes.sizeof(self._struct), "the runtime's params struct",
                      "the emitter and plan.fields disagree")]
-        if self.plan.tma_store:
+        if self.plan.schedule.tma_output is not None:
             expected.append(("second", MAP_BYTES, "a tensor map",
-                             "the emitter and plan.tma_store disagree"))
+                             "the emitter and plan.schedule.tma_output disagree"))
         for index, (which, nbytes, what, why) in enumerate(expected):
             try:
                 err, _offset, size = driver.cuKernelGetParamInfo(self._kernel.handle, index)
@@ -472,7 +472,7 @@ class CompiledKernel:
                 )
 
     def _tensor_maps(self, bound: BoundArguments) -> ctypes.Array:
-        """The output's tensor map for these arguments (tma_store), encoded once per address,
+        """The output's tensor map for these arguments (TMA stores), encoded once per address,
         rows and leading dimension."""
         from . import tma
 
@@ -549,7 +549,8 @@ class CompiledKernel:
         if self._finalize_function is not None:
             values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
-        if self.plan.tma_store:  # the kernel's second parameter: the output's tensor map
+        # the kernel's second parameter: the output's tensor map
+        if self.plan.schedule.tma_output is not None:
             maps = self._tensor_maps(bound)
             pointers = (ctypes.c_void_p * 2)(ctypes.addressof(struct), ctypes.addressof(maps))
         else:
@@ -559,13 +560,14 @@ class CompiledKernel:
                                 pointers, stream)
         gx, gy, gz = bound.grid
         (err,) = driver.cuLaunchKernel(
-            self._function, gx, gy, gz, self.plan.threads, 1, 1, self.plan.smem_bytes,
+            self._function, gx, gy, gz, self.plan.schedule.threads, 1, 1, self.plan.smem_bytes,
             driver.CUstream(stream), ctypes.addressof(pointers), 0,
         )
         if err != driver.CUresult.CUDA_SUCCESS:
             raise KgenRuntimeError(
-                f"launching {self.plan.name} (grid {bound.grid}, block {self.plan.threads}, "
-                f"{self.plan.smem_bytes} B shared) failed: {error_text(err)}"
+                f"launching {self.plan.name} (grid {bound.grid}, block "
+                f"{self.plan.schedule.threads}, {self.plan.smem_bytes} B shared) failed: "
+                f"{error_text(err)}"
             )
         if self._finalize_function is not None:
             self._launch_helper(self._finalize_function, self.plan.finalize_kernel, bound.sizes,
@@ -574,4 +576,4 @@ class CompiledKernel:
     def __repr__(self) -> str:
         plan = self.plan
         return (f"CompiledKernel({plan.name}, {plan.arch.value}, cuda:{self.device_id}, "
-                f"{plan.threads} threads, {plan.smem_bytes} B smem)")
+                f"{plan.schedule.threads} threads, {plan.smem_bytes} B smem)")

@@ -1,9 +1,9 @@
 """Tensor maps for the copy engine (sm_90a), encoded with the driver's cuTensorMapEncodeTiled.
 
-A plan with `tma_store` stores its output with cp.async.bulk.tensor: the kernel's second
-parameter is the output's CUtensorMap (128 opaque bytes), which the launcher encodes from the
-output's address, its rows and its leading dimension. The generated .cu's own launcher does the
-same in C++ (<name>_tensor_maps).
+A plan whose schedule has a `tma_output` stores its output with cp.async.bulk.tensor: the
+kernel's second parameter is the output's CUtensorMap (128 opaque bytes), which the launcher
+encodes from the output's address, its rows and its leading dimension. The generated .cu's own
+launcher does the same in C++ (<name>_tensor_maps).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def encode_2d(dtype: DType, address: int, rows: int, cols: int, ld: int) -> byte
 
 
 def output_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
-    """What a `tma_store` plan's output map is encoded from, for one launch's arguments
+    """What a TMA-store plan's output map is encoded from, for one launch's arguments
     (`values`: params-struct members, `sizes`: the symbolic dimensions): the arguments of
     encode_2d."""
     last = plan.gemms[-1]
@@ -48,5 +48,5 @@ def output_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
 
 
 def output_map(plan: KernelPlan, values: dict, sizes: dict) -> bytes:
-    """The tensor map of a `tma_store` plan's output for one launch's arguments."""
+    """The tensor map of a TMA-store plan's output for one launch's arguments."""
     return encode_2d(*output_args(plan, values, sizes))

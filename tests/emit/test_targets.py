@@ -91,9 +91,9 @@ def test_dispatch_is_a_table_chosen_by_the_plan():
 
     assert set(emit.EMITTERS) == {("sm80", "gemm"), ("sm80", "chain"), ("sm90", "chain")}
     rf = lower(parse_file(ROOT / "examples" / "b2b_gemm_rf_pingpong_sm90a.kg").kernels[0])
-    assert rf.wgmma and emit.family(rf) == "sm90" and emit.kind(rf) == "chain"
+    assert rf.schedule.wgmma and emit.family(rf) == "sm90" and emit.kind(rf) == "chain"
     smem = lower(parse_file(ROOT / "examples" / "b2b_gemm_smem.kg").kernels[0])
-    assert not smem.wgmma and emit.family(smem) == "sm80" and emit.kind(smem) == "chain"
+    assert not smem.schedule.wgmma and emit.family(smem) == "sm80" and emit.kind(smem) == "chain"
     gemm = lower(parse_file(ROOT / "examples" / "gemm.kg").kernels[0])
     assert (emit.family(gemm), emit.kind(gemm)) == ("sm80", "gemm")
 

@@ -103,7 +103,7 @@ def test_b2b_rf_with_b_streamed_matches_reference(m, persistent):
     kernel = dataclasses.replace(kernel, gemms=tuple(
         dataclasses.replace(g, resident=False, resident_loc=None) for g in kernel.gemms))
     plan = lower(kernel, persistent=persistent)
-    assert plan.persistent == persistent and not plan.resident
+    assert plan.schedule.persistent == persistent and not plan.schedule.resident
     kw = dict(source_name="b2b_gemm_rf.kg", source_hash="", command="test")
     _run(Built(kernel, plan, emit(plan, **kw), emit_header(plan, **kw)), m)
 
@@ -117,7 +117,7 @@ def test_persistent_loop_over_many_tiles_along_m_and_n(ctas):
     from tests.lower.test_chain import kernel
 
     built = build(kernel(G1TILE="128x64x32"), source_name="t.kg")
-    assert built.plan.persistent
+    assert built.plan.schedule.persistent
     k = load_built(built)
     k.persistent_ctas = ctas
     m = 1000
@@ -172,5 +172,5 @@ def test_resident_chain_with_tiles_overhanging_n(m):
     module = parse(RESIDENT_OVERHANG, "b2b_res160.kg")
     verify(module)
     kernel = module.kernels[0]
-    assert lower(kernel).wide_stores
+    assert lower(kernel).schedule.wide_stores
     _run(build(kernel, source_name="b2b_res160.kg"), m)

@@ -127,7 +127,7 @@ def _live(plan, b):
 
 def test_storage_map_registers():
     plan = lower(kernel(), persistent=False)
-    assert not plan.persistent
+    assert not plan.schedule.persistent
     bufs = _buffers(plan)
     assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]  # no intermediate buffer
     assert plan.storage.phases == ("g0.mainloop", "g0.epilogue", "g1.mainloop", "g1.epilogue")
@@ -142,7 +142,7 @@ def test_storage_map_registers_persistent():
     """The persistent kernel prefetches the next tile's g0 stages during g1: they live to the
     end and no longer share bytes with g1's stages."""
     plan = lower(kernel())
-    assert plan.persistent
+    assert plan.schedule.persistent
     bufs = _buffers(plan)
     assert _live(plan, bufs["g0_a_smem"]) == _live(plan, bufs["g0_b_smem"]) \
         == "g0.mainloop..g1.epilogue"
@@ -162,7 +162,7 @@ def test_persistent_grid_is_capped_by_the_resident_slots():
 
 
 def test_only_register_chains_persist():
-    assert not lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2")).persistent
+    assert not lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2")).schedule.persistent
 
 
 def test_persistent_source_loops_and_waits_exactly():
@@ -276,7 +276,7 @@ def test_intermediate_fragment_offsets_are_proved(label, plan):
     g1 = plan.gemms[1]
     tile = g1.a.smem
     fmap = LDMATRIX[("a", True)]
-    threads = plan.threads
+    threads = plan.schedule.threads
     for t in range(threads):
         off = (t // 32) // g1.warps[1] * g1.warp_tile[0]
         base = tile.offset(*fmap.coord(t % 32, off, 0, 0))
@@ -332,7 +332,7 @@ RESIDENT = dict(S0x="4 keep B0 resident", KEEP="keep registers keep B1 resident"
 
 def test_resident_plan_holds_all_of_each_b_and_a_ring_of_a():
     plan = lower(kernel(**RESIDENT))
-    assert plan.persistent and plan.resident
+    assert plan.schedule.persistent and plan.schedule.resident
     bufs = _buffers(plan)
     assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]
     assert bufs["g0_b_smem"].bytes == 576 * 64 * 2  # all 9 k tiles of B0
@@ -397,18 +397,18 @@ def test_resident_examples_compile_without_spills_or_warnings():
         k = read_module(path)[0].kernels[0]
         assert all(g.resident for g in k.gemms)
         plan = lower(k)
-        assert plan.resident and plan.smem_bytes <= plan.storage.limit_bytes
+        assert plan.schedule.resident and plan.smem_bytes <= plan.storage.limit_bytes
         src = build(k, source_name=f"{name}.kg").source
         result = nvrtc.compile_cubin(src, name, k.target.value)  # sm_80, or sm_90a (wgmma)
         assert result.spill_stores == 0 and "warning" not in result.log.lower(), result.log
-        assert plan.wgmma == (k.target is ir.Arch.SM90A)
+        assert plan.schedule.wgmma == (k.target is ir.Arch.SM90A)
 
 
 def test_resident_chain_stores_16_byte_chunks_and_streams_a_with_evict_first():
     from kgen.api import build
 
     plan = lower(kernel(**RESIDENT))
-    assert plan.wide_stores
+    assert plan.schedule.wide_stores
     (d1,) = [a for a in plan.alignments if a.param == "D1"]
     assert (d1.ptr_bytes, d1.ld_multiple) == (16, 8)  # the chunks need 16-byte rows
     src = build(kernel(**RESIDENT), source_name="t.kg").source
@@ -421,7 +421,7 @@ def test_resident_chain_stores_16_byte_chunks_and_streams_a_with_evict_first():
     b_loader = b_loader[:b_loader.index("\n}\n")]
     assert "evict_first" not in b_loader  # B stays for the kernel's life
     # without keep B resident, the pairs are stored as before
-    assert not lower(kernel()).wide_stores
+    assert not lower(kernel()).schedule.wide_stores
     assert "quad_transpose" not in build(kernel(), source_name="t.kg").source
 
 
@@ -434,7 +434,7 @@ def test_resident_chain_stores_16_byte_chunks_and_streams_a_with_evict_first():
 ], ids=["two outputs", "f32 output"])
 def test_wide_stores_need_one_row_major_16_bit_output(changes):
     plan = lower(kernel(**RESIDENT, **changes))
-    assert plan.resident and not plan.wide_stores
+    assert plan.schedule.resident and not plan.schedule.wide_stores
 
 
 def test_wide_stores_check_columns_only_where_tiles_overhang_n():
@@ -448,7 +448,7 @@ def test_wide_stores_check_columns_only_where_tiles_overhang_n():
                   **{"[64, 128] col": "[64, 160] col",  # 160 columns in a tile of 256
                      "f16[M, 128] row out": "f16[M, 160] row out"})
     plan = lower(over)
-    assert plan.wide_stores and plan.gemms[1].n_dim % plan.gemms[1].tile[1]
+    assert plan.schedule.wide_stores and plan.gemms[1].n_dim % plan.gemms[1].tile[1]
     src = build(over, source_name="t.kg").source
     assert "if (live && col < N) *reinterpret_cast<uint4*>" in src and "if (col < N)\n" in src
     result = nvrtc.compile_cubin(src, "b2b", "sm_80")
@@ -461,9 +461,9 @@ def test_sm90a_resident_chain_multiplies_g0_with_wgmma():
     from kgen.api import build
 
     k = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"))
-    assert not lower(k).wgmma  # sm_80: mma.sync
+    assert not lower(k).schedule.wgmma  # sm_80: mma.sync
     plan = lower(k, ir.Arch.SM90A)
-    assert plan.wgmma
+    assert plan.schedule.wgmma
     src = build(k, ir.Arch.SM90A, source_name="t.kg").source
     g0 = src[src.index("// ---- g0 = A @ B0"):src.index("// ---- g1 = g0 @ B1")]
     assert "ldmatrix" not in g0 and not re.search(r"\bmma_step\(", g0)
@@ -476,7 +476,7 @@ def test_sm90a_resident_chain_multiplies_g0_with_wgmma():
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in src
     assert "(1ull << 62)" in src  # the 128-byte swizzle in the descriptor
     # 4 warps in M make one warpgroup of 32 rows per warp: mma.sync stays
-    assert not lower(kernel(**RESIDENT), ir.Arch.SM90A).wgmma
+    assert not lower(kernel(**RESIDENT), ir.Arch.SM90A).schedule.wgmma
 
 
 def test_sm90a_resident_chain_multiplies_g1_with_wgmma_from_registers():
@@ -488,10 +488,10 @@ def test_sm90a_resident_chain_multiplies_g1_with_wgmma_from_registers():
 
     k = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1", G1TILE="128x128x64"))
     plan = lower(k, ir.Arch.SM90A)
-    assert plan.wgmma and plan.wgmma_chain == ("g1",)
-    assert lower(k).wgmma_chain == ()  # sm_80
+    assert plan.schedule.wgmma and plan.schedule.wgmma_chain == ("g1",)
+    assert lower(k).schedule.wgmma_chain == ()  # sm_80
     narrow = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"))  # tile K 32
-    assert lower(narrow, ir.Arch.SM90A).wgmma_chain == ()
+    assert lower(narrow, ir.Arch.SM90A).schedule.wgmma_chain == ()
     src = build(k, ir.Arch.SM90A, source_name="t.kg").source
     g1 = src[src.index("// ---- g1 = g0 @ B1"):src.index("// Epilogue", src.index("// ---- g1 = g0 @ B1"))]
     assert "ldmatrix_x4" not in g1 and not re.search(r"\bmma_step\(", g1)

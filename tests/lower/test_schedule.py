@@ -82,8 +82,9 @@ def test_schedule_syntax_errors_are_located(text, message):
 
 def test_pingpong_plan():
     plan = lower(kernel())
-    assert plan.pingpong and plan.wgmma and plan.resident and plan.persistent
-    assert plan.threads == schedule.threads() == 2 * 128 + 64
+    s = plan.schedule
+    assert s.pingpong and s.wgmma and s.resident and s.persistent
+    assert s.threads == schedule.threads() == 2 * 128 + 64
     g0 = plan.gemms[0]
     # two producer warps copy every 64x64 A slot: 512 chunks of 16 bytes, 8 per thread
     assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 64 == 8
@@ -95,7 +96,7 @@ def test_pingpong_plan():
     assert bufs["g0_a_smem"].bytes == 12 * 64 * 64 * 2 and bufs["g0_a_smem"].offset % 1024 == 0
     # D1 leaves through the copy engine: a 64x128 staging per consumer warpgroup, placed on a
     # 1024-byte boundary (the 128-byte swizzle's period), live through the kernel
-    assert plan.tma_store
+    assert plan.schedule.tma_output is not None
     staging = bufs["g1_d_staging"]
     assert (staging.bytes, staging.align) == (2 * 64 * 128 * 2, 1024)
     assert staging.offset % 1024 == 0 and staging.live == bars.live
@@ -124,9 +125,9 @@ def test_the_copy_engine_stores_only_what_its_boxes_fit(changes):
             "  vector bias0", "  tensor C : f16[M, 128] row\n  vector bias0")
     rest = {k: v for k, v in changes.items() if k in DEFAULTS}
     plan = lower(from_template(text, DEFAULTS, **rest))
-    assert plan.pingpong
+    assert plan.schedule.pingpong
     fits = "EPI1" in changes
-    assert plan.tma_store is fits
+    assert (plan.schedule.tma_output is not None) is fits
     assert any(b.name == "g1_d_staging" for b in plan.storage.buffers) is fits
 
 
@@ -157,7 +158,7 @@ def test_pingpong_rules_have_located_messages(changes, line, message):
 
 
 def test_the_default_residency_is_registers():
-    assert lower(kernel(KEEP="")).pingpong
+    assert lower(kernel(KEEP="")).schedule.pingpong
 
 
 def test_without_a_producer_stages_stay_at_most_8():
@@ -268,7 +269,7 @@ def test_pingpong_examples_schedule(name):
     assert s.kind is KernelKind.PINGPONG
     assert [(r.name, r.warps, r.groups, r.registers) for r in s.warp_roles] == [
         ("producer", 2, 1, None), ("consumer", 4, 2, None)]
-    assert s.threads == plan.threads == 320
+    assert s.threads == 320
     assert [gemm_row(g) for g in s.gemms] == [
         ("g0", Mma.WGMMA_SS, LoadPath.CP_ASYNC_RING, CachePolicy.NORMAL, LoadPath.RESIDENT,
          StorePath.FEED),
@@ -311,18 +312,28 @@ def test_resident_chain_schedules_per_target():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_compat_flags_follow_the_schedule(path):
+def test_the_schedules_derived_flags(path):
+    """The flags the emitters read are derived from the schedule alone; the plan keeps no
+    copies of them."""
     for k in parse_file(path).kernels:
         plan = lower(k)
         s = plan.schedule
-        assert plan.persistent is (s.kind is not KernelKind.TILED)
-        assert plan.pingpong is (s.kind is KernelKind.PINGPONG)
-        assert plan.tma_store is (s.tma_output is not None)
-        assert plan.wgmma_chain == tuple(g.name for g in s.gemms if g.mma is Mma.WGMMA_RS)
-        assert (plan.threads, plan.group_m) == (s.threads, s.raster.group_m)
+        last = s.gemms[-1].store
+        assert s.persistent is (s.kind is not KernelKind.TILED)
+        assert s.pingpong is (s.kind is KernelKind.PINGPONG)
+        assert s.resident is any(g.b.load is LoadPath.RESIDENT for g in s.gemms)
+        assert s.wide_stores is (last in (StorePath.WIDE, StorePath.TMA))
+        assert s.quad_stores is (last is StorePath.WIDE)
+        assert (s.tma_output is not None) is (last is StorePath.TMA)  # only the last gemm's
+        assert s.wgmma is (s.gemms[0].mma is Mma.WGMMA_SS)
+        assert all(g.mma is not Mma.WGMMA_SS for g in s.gemms[1:])  # later gemms: A in registers
+        assert s.wgmma_chain == tuple(g.name for g in s.gemms if g.mma is Mma.WGMMA_RS)
+        assert s.mma_sync is any(g.mma is Mma.MMA_SYNC for g in s.gemms)
+        assert s.threads == sum(r.warps * r.groups * 32 for r in s.warp_roles)
+        assert [g.name for g in s.gemms] == [g.name for g in plan.gemms]
         for flag in ("threads", "group_m", "min_blocks_per_sm", "persistent", "resident",
                      "wide_stores", "wgmma", "wgmma_chain", "pingpong", "tma_store"):
-            assert getattr(type(plan), flag).fset is None  # read-only, derived
+            assert not hasattr(plan, flag)  # read from plan.schedule, not copied onto the plan
         for row in s.describe():
             assert len(row) == 3 and all(isinstance(x, str) for x in row)
 

@@ -1,4 +1,4 @@
-"""kgen/runtime/tma.py: which numbers a `tma_store` plan's tensor map is encoded from. The
+"""kgen/runtime/tma.py: which numbers a TMA-store plan's tensor map is encoded from. The
 encoding itself needs the driver: the GPU tests run the ping-pong examples through it."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from kgen import ir
 from kgen.api import build_file
+from kgen.plan import TmaOutput
 from kgen.runtime import tma
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
@@ -18,7 +19,7 @@ EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
         monkeypatch, example, dtype):
     plan = build_file(EXAMPLES / f"{example}.kg", "sm_90a").plan
-    assert plan.tma_store
+    assert plan.schedule.tma_output == TmaOutput("D1", dtype)
     calls = []
     monkeypatch.setattr(tma, "encode_2d", lambda *args: calls.append(args) or b"m" * 128)
     values = {"A": 0x1000, "D1": 0x7f0000200000, "M": 81921, "ld_D1": 136}
@@ -31,4 +32,4 @@ def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
 
 def test_only_a_tma_store_plan_has_a_map():
     plan = build_file(EXAMPLES / "b2b_gemm_rf_sm90a.kg", "sm_90a").plan
-    assert not plan.tma_store and not plan.pingpong
+    assert plan.schedule.tma_output is None and not plan.schedule.pingpong

@@ -24,7 +24,7 @@ class ArchGuard:
 
 def guard(plan: KernelPlan) -> ArchGuard:
     name = plan.name
-    if plan.arch is Arch.SM90A and plan.wgmma:
+    if plan.arch is Arch.SM90A and plan.schedule.wgmma:
         return ArchGuard(
             build_cond="defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900",
             build_error=f"{name}.cu needs sm_90a (wgmma): build it with nvcc -arch=sm_90a",

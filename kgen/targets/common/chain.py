@@ -7,9 +7,10 @@ or from the shared tile its source's epilogue wrote, and streams B through its o
 pipeline over a k-tile count known at compile time (its K is the source's whole N), unrolled
 (kgen.targets.common.chain_mainloop). Every string is prepared here; the templates lay it out.
 
-A persistent plan (plan.persistent) wraps the stages in a loop over tiles (tile += gridDim.x)
-and issues the next tile's first stages of the first gemm (`load_first_stages`) behind the last
-gemm's last B load; the last gemm's waits then count its cp.async groups exactly.
+A persistent plan (plan.schedule.persistent) wraps the stages in a loop over tiles (tile +=
+gridDim.x) and issues the next tile's first stages of the first gemm (`load_first_stages`)
+behind the last gemm's last B load; the last gemm's waits then count its cp.async groups
+exactly.
 
 What differs by target (the first gemm's mainloop, a resident chained stage, the last epilogue,
 the persistent loop, the template and its extra values) is a ChainTarget, subclassed by
@@ -82,7 +83,7 @@ class ChainTarget:
         raise NotImplementedError
 
     def persistent_body(self, plan: KernelPlan, stages: list[str]) -> list[str]:
-        if plan.resident:
+        if plan.schedule.resident:
             return resident_body(plan, stages)
         return persistent_body(plan, stages)
 
@@ -92,7 +93,7 @@ class ChainTarget:
 
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         """Device functions in the first gemm's namespace."""
-        return first_stages_function(plan) if plan.persistent else []
+        return first_stages_function(plan) if plan.schedule.persistent else []
 
     def template_values(self, plan: KernelPlan) -> dict:
         """Values only this target's template reads, or overrides of the common ones."""
@@ -107,15 +108,15 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
     nxt = None if last else plan.gemms[i + 1]
     # A resident first gemm loads no B in its mainloop (no n0, N); a resident chained one
     # loads nothing (no K).
-    b_in_loop = not (plan.resident and g.chain is None)
-    k_in_loop = not (plan.resident and g.chain is not None)
+    b_in_loop = not (plan.schedule.resident and g.chain is None)
+    k_in_loop = not (plan.schedule.resident and g.chain is not None)
     # 16-byte stores over tiles that divide N check no column against N
-    n_used = b_in_loop and not (plan.wide_stores and last and g.n_dim % g.tile[1] == 0)
+    n_used = b_in_loop and not (plan.schedule.wide_stores and last and g.n_dim % g.tile[1] == 0)
     if g.chain is None:
         mainloop = arch.first_mainloop(plan, g)
-    elif plan.resident:
+    elif plan.schedule.resident:
         mainloop = arch.resident_mainloop(plan, g)
-    elif plan.persistent and last:
+    elif plan.schedule.persistent and last:
         first = plan.gemms[0]
         why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
                f"({first.a.param}, {first.b.param}) start now,",
@@ -139,7 +140,7 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
         k_expr=dim_expr(g.k_dim) if k_in_loop else "",
         mainloop=block(mainloop),
         # a resident plan's buffers are never reused within a tile
-        sync=nxt is not None and not plan.resident,
+        sync=nxt is not None and not plan.schedule.resident,
         last=last,
         epilogue=block(epilogue),
     )
@@ -156,13 +157,13 @@ def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> StageConfi
         warp_tile_m=g.warp_tile[0], warp_tile_n=g.warp_tile[1], frag_m=g.frags[0],
         frag_n=g.frags[1],
         # a resident chained stage streams no B: no stages
-        stages=0 if plan.resident and chain is not None else g.stages,
+        stages=0 if plan.schedule.resident and chain is not None else g.stages,
         b_param=g.b.param, source="" if chain is None else chain.source,
         chain_k=0 if chain is None else chain.k,
         # the register-resident A fragments are indexed by k step
         k_steps=chain.k_steps if chain is not None and g.a is None else 0,
         k_tiles=0 if chain is None else chain.k // g.tile[2],
-        resident_k=chain is not None and plan.resident,
+        resident_k=chain is not None and plan.schedule.resident,
         whole_n="" if g is plan.gemms[-1] else str(g.n_dim),
     )
 
@@ -181,7 +182,7 @@ def kernel_body(arch: ChainTarget, plan: KernelPlan) -> list[str]:
     for i in range(len(plan.gemms)):
         stages += stage_lines(arch, plan, i) + [""]
     stages = stages[:-1]
-    if not plan.persistent:
+    if not plan.schedule.persistent:
         return block(render_lines("common/tile_body.inc.j2", cfg=cfg(plan.gemms[0]),
                                   stages=stages))
     return arch.persistent_body(plan, stages)
@@ -226,7 +227,7 @@ def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
             sw_mask=((1 << sw.bits) - 1) << sw.base))
     epi = epilogue_cpp.render(g.epilogue)
     extra = ", float& inter_0, float& inter_1" if g is not last else ""
-    wide = plan.wide_stores and g is last
+    wide = plan.schedule.wide_stores and g is last
     body = list(epi.loads) + list(epi.compute) + list(epi.stores)
     if wide:
         pair, packed = epi.packed
@@ -260,8 +261,8 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         header=header(plan, source_name, source_hash, command),
         name=plan.name,
         ns=f"{plan.name}_kgen",
-        threads=plan.threads,
-        group_m=plan.group_m,
+        threads=plan.schedule.threads,
+        group_m=plan.schedule.raster.group_m,
         smem_bytes=plan.smem_bytes,
         stages=stages,
         chain_asserts=chain_asserts(plan),
@@ -275,11 +276,11 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         pack_expr=to_pair.format("lo", "hi"),
         operand_dtype=dtype.dsl_name,
         summary=summary,
-        min_blocks=plan.min_blocks_per_sm,
+        min_blocks=plan.schedule.min_blocks_per_sm,
         evict_first=arch.evict_first(plan),
         # helpers only where the kernel calls them: the quad transpose of 16-byte stores from
         # registers, and mma_step wherever a gemm still multiplies with mma.sync
-        quad_stores=plan.wide_stores,
+        quad_stores=plan.schedule.wide_stores,
         mma_sync=True,
         m_expr=dim_expr(first.m_dim),
         first_cfg=cfg(first),
@@ -289,7 +290,7 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         host_n_expr=dim_expr(last.n_dim),
         body=kernel_body(arch, plan),
         host_checks=host_checks(plan),
-        persistent=plan.persistent,
+        persistent=plan.schedule.persistent,
     )
     values.update(arch.template_values(plan))
     return render(arch.template, **values)

@@ -177,7 +177,7 @@ def resident_mainloop(g: GemmPlan) -> list[str]:
 
 
 def wide_store_lines(g: GemmPlan) -> list[str]:
-    """The last gemm's epilogue as 16-byte stores (plan.wide_stores): per m16 row and run of four
+    """The last gemm's epilogue as 16-byte stores (StorePath.WIDE): per m16 row and run of four
     n8 tiles, each thread computes its four pairs, the quad transposes them, and thread q stores
     the 8 columns of n8 tile 4 jj + q. Pairs outside the output are zeros and never stored."""
     # columns past N exist only when the tiles overhang N; rows past M only in the last tile
@@ -213,7 +213,7 @@ def first_stages_function(plan: KernelPlan) -> list[str]:
     A resident plan loads A only (B is resident): no n0, N or B buffer."""
     g = plan.gemms[0]
     return render_lines("common/load_first_stages.inc.j2", gemm=g.name, name=plan.name,
-                        a=operand(g.a, "a"), b=operand(g.b, "b"), with_b=not plan.resident,
+                        a=operand(g.a, "a"), b=operand(g.b, "b"), with_b=not plan.schedule.resident,
                         n_expr=dim_expr(g.n_dim), k_expr=dim_expr(g.k_dim))
 
 

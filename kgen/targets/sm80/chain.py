@@ -17,13 +17,13 @@ class Sm80Chain(chain.ChainTarget):
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         text = render("sm80/mainloop.inc.j2", a=operand(g.a, "a"), b=operand(g.b, "b"),
                       first_fragments=frag_loads(g, 0, 0, "_next"),
-                      mainloop_steps=mainloop_steps(g), prologue=not plan.persistent,
-                      resident=plan.resident,
+                      mainloop_steps=mainloop_steps(g), prologue=not plan.schedule.persistent,
+                      resident=plan.schedule.resident,
                       ring_load_args=load_args(g.a, "a", "load_m0", "load_k"))
         return function_level(text)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
-        if plan.wide_stores:
+        if plan.schedule.wide_stores:
             return wide_store_lines(g)
         return epilogue_emit.loop_lines(plan, g)
 

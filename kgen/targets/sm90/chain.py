@@ -1,10 +1,10 @@
 """sm_90a emitter of chained gemms (back-to-back): the first gemm on wgmma (both operands from
 shared memory through descriptors) over a resident ring of A, later gemms on wgmma with A from
-registers where the plan says so (plan.wgmma_chain), and `schedule pingpong`: producer warps
+registers where the schedule says so (Mma.WGMMA_RS), and `schedule pingpong`: producer warps
 fill the ring through full and empty mbarriers while two consumer warpgroups take alternate
-tiles, the output leaving through the copy engine (plan.tma_store: cp.async.bulk.tensor
-through a CUtensorMap). The stage scaffolding is kgen.targets.common.chain's; the template is
-templates/sm90/chain.cu.j2."""
+tiles, the output leaving through the copy engine (the schedule's tma_output:
+cp.async.bulk.tensor through a CUtensorMap). The stage scaffolding is
+kgen.targets.common.chain's; the template is templates/sm90/chain.cu.j2."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,17 +31,18 @@ class Sm90Chain(chain.ChainTarget):
     template = "sm90/chain.cu.j2"
 
     def warp_var(self, plan: KernelPlan) -> str:
-        return "math_warp" if plan.pingpong else "warp_id"  # ping-pong: the warp in its warpgroup
+        # ping-pong: the warp in its warpgroup
+        return "math_warp" if plan.schedule.pingpong else "warp_id"
 
     def threads_assert(self, plan: KernelPlan) -> str:
-        if not plan.pingpong:
+        if not plan.schedule.pingpong:
             return super().threads_assert(plan)
         return ('static_assert(kWarpsM * kWarpsN * 32 == kWarpgroupThreads, "every stage runs '
                 'on a whole consumer warpgroup");')
 
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         a, b = operand(g.a, "a"), operand(g.b, "b")
-        if plan.pingpong:  # the producer warps load the ring (produce_ring)
+        if plan.schedule.pingpong:  # the producer warps load the ring (produce_ring)
             text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b)
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
@@ -49,24 +50,24 @@ class Sm90Chain(chain.ChainTarget):
         return function_level(text)
 
     def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
-        if g.name in plan.wgmma_chain:
+        if g.name in plan.schedule.wgmma_chain:
             return resident_wgmma(g)
         return super().resident_mainloop(plan, g)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
-        if plan.tma_store:
+        if plan.schedule.tma_output is not None:
             return tma_store_lines(g)
-        if plan.wide_stores:
+        if plan.schedule.wide_stores:
             return wide_store_lines(g)
         return epilogue_emit.loop_lines(plan, g)
 
     def persistent_body(self, plan: KernelPlan, stages: list[str]) -> list[str]:
-        if plan.pingpong:
+        if plan.schedule.pingpong:
             return pingpong_body(plan, stages)
         return super().persistent_body(plan, stages)
 
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
-        if not plan.pingpong:
+        if not plan.schedule.pingpong:
             return super().first_gemm_functions(plan, g)
         return render(
             "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
@@ -74,15 +75,15 @@ class Sm90Chain(chain.ChainTarget):
             load_args=load_args(g.a, "a", "m0", "kt")).rstrip("\n").split("\n")
 
     def template_values(self, plan: KernelPlan) -> dict:
-        first, last = plan.gemms[0], plan.gemms[-1]
-        out = last.epilogue.packed_store.param if plan.tma_store else ""
+        first, schedule = plan.gemms[0], plan.schedule
+        tma = schedule.tma_output
         return dict(
-            quad_stores=plan.wide_stores and not plan.tma_store,
-            mma_sync=any(g.name not in plan.wgmma_chain for g in plan.gemms[1:]),
-            pingpong=plan.pingpong,
-            tma_store=plan.tma_store,
-            tma_output=out,
-            tma_dtype=TMA_DTYPE[plan.param(out).dtype] if plan.tma_store else "",
+            quad_stores=schedule.quad_stores,
+            mma_sync=schedule.mma_sync,
+            pingpong=schedule.pingpong,
+            tma_store=tma is not None,
+            tma_output=tma.param if tma else "",
+            tma_dtype=TMA_DTYPE[tma.dtype] if tma else "",
             producer_threads=first.producer_threads,
             wgmma_n=first.tile[1],
             wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
@@ -90,7 +91,7 @@ class Sm90Chain(chain.ChainTarget):
             wgmma_rs=[dict(n=n, regs=", ".join(f"%{i}" for i in range(n // 2)),
                            outs=wgmma_outs(n))
                       for n in sorted({g.tile[1] for g in plan.gemms
-                                       if g.name in plan.wgmma_chain})],
+                                       if g.name in schedule.wgmma_chain})],
         )
 
 
@@ -103,7 +104,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
 
 
 def resident_wgmma(g: GemmPlan) -> list[str]:
-    """The resident chained stage on wgmma (plan.wgmma_chain): the warpgroup's rows times all
+    """The resident chained stage on wgmma (Mma.WGMMA_RS): the warpgroup's rows times all
     of B, one k16 step per instruction, A from this thread's fragments, B through descriptors;
     one commit group, waited on before the epilogue reads the accumulators."""
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
@@ -119,7 +120,7 @@ def resident_wgmma(g: GemmPlan) -> list[str]:
 
 
 def tma_store_lines(g: GemmPlan) -> list[str]:
-    """The last gemm's epilogue through the copy engine (plan.tma_store): the warpgroup writes
+    """The last gemm's epilogue through the copy engine (tma_output): the warpgroup writes
     its tile into its staging as 64x64 swizzled boxes, then one thread stores the boxes with
     cp.async.bulk.tensor. The staging is rewritten only once the copy engine has read the last
     tile's boxes. Rows past M hold zeros and are clipped by the tensor map."""
@@ -139,4 +140,4 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
         resident_loads=block(resident_loads(plan)), stages=block(stages),
-        tma_store=plan.tma_store))
+        tma_store=plan.schedule.tma_output is not None))
