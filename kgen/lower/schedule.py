@@ -6,11 +6,6 @@ from __future__ import annotations
 
 from .. import ir
 from ..plan import KernelKind
-# compat, removed once emitters and the runtime read plan.schedule and kgen/targets/sm90:
-from ..targets.sm90.schedules import (  # noqa: F401
-    CONSUMERS, PRODUCER_THREADS, STAGING_ALIGN, STAGING_BOX, WARPGROUP_WARPS, ring_barriers,
-    staging_bytes, threads)
-from ..targets.sm90.tensor_map import TMA_DTYPE  # noqa: F401
 
 
 def wanted(kernel: ir.Kernel) -> bool:

@@ -14,7 +14,8 @@ import pytest
 from kgen import ir
 from kgen.api import build
 from kgen.errors import KgenError
-from kgen.lower import candidates, lower, schedule
+from kgen.lower import candidates, lower
+from kgen.targets.sm90 import schedules as sm90_schedules
 from kgen.parse import parse_file
 from kgen.plan import CachePolicy, KernelKind, LoadPath, Mma, StorePath, TmaOutput
 from kgen.targets import Instruction, target
@@ -84,7 +85,7 @@ def test_pingpong_plan():
     plan = lower(kernel())
     s = plan.schedule
     assert s.pingpong and s.wgmma and s.resident and s.persistent
-    assert s.threads == schedule.threads() == 2 * 128 + 64
+    assert s.threads == sm90_schedules.threads() == 2 * 128 + 64
     g0 = plan.gemms[0]
     # two producer warps copy every 64x64 A slot: 512 chunks of 16 bytes, 8 per thread
     assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 64 == 8
