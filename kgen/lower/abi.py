@@ -63,6 +63,24 @@ def _has_reduction(kernel: ir.Kernel) -> bool:
     )
 
 
+def _check_fixed_rows(p: ir.Param, elems: int) -> None:
+    """An operand whose contiguous rows (columns, for `col`) have a fixed length that is not a
+    whole number of 16-byte chunks: its leading dimension could never pass the launch's check,
+    so no contiguous tensor could run; refused here, at the declaration."""
+    if p.kind is not ir.ParamKind.TENSOR:
+        return
+    row = p.layout is ir.Layout.ROW
+    extent = p.shape[1] if row else p.shape[0]
+    if isinstance(extent, int) and extent % elems:
+        dims = ", ".join(str(d) for d in p.shape)
+        raise KgenError(
+            p.loc,
+            f"{p.name} : {p.dtype.dsl_name}[{dims}] {p.layout.value}: stored contiguously, its "
+            f"{'rows' if row else 'columns'} are {extent} elements apart, but the mainloop copies "
+            f"16-byte chunks ({elems} elements) with cp.async, so no contiguous {p.name} could "
+            f"run; make that extent a multiple of {elems} (pad it with zeros)")
+
+
 def requirements(
     kernel: ir.Kernel, operands: list[str]
 ) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
@@ -74,6 +92,7 @@ def requirements(
             continue
         if p.name in operands:
             elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
+            _check_fixed_rows(p, elems)
             aligns.append(
                 Alignment(p.name, swizzle.CHUNK_BYTES, elems,
                           "the mainloop copies 16-byte chunks with cp.async")
