@@ -8,10 +8,6 @@ from .. import ir
 from ..plan import KernelKind
 
 
-def wanted(kernel: ir.Kernel) -> bool:
-    return kernel.schedule is ir.Schedule.PINGPONG
-
-
 def requested(kernel: ir.Kernel) -> KernelKind | None:
     """The kind of schedule the source asks for: `schedule pingpong`, or `keep B resident`
     (which only a persistent kernel has); None lets the target's preference decide."""

@@ -285,7 +285,3 @@ def compile_ptx(source: str, name: str, arch: str) -> str:
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     return _clean(ptx.decode()) + "\n"
-
-
-def save_cubin(result: CompileResult, path: str | Path) -> None:
-    Path(path).write_bytes(result.cubin)
