@@ -12,7 +12,6 @@ import re
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import KgenRuntimeError
