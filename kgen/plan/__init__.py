@@ -17,7 +17,7 @@ from .epilogue import (  # noqa: F401
     TensorLoad, VectorLoad)
 from .schedule import (  # noqa: F401
     CachePolicy, GemmSchedule, KernelKind, LoadPath, Mma, OperandSchedule, Raster, Schedule,
-    StorePath, TmaOutput, WarpRole)
+    StorePath, TensorMap, WarpRole)
 
 
 # ---------------------------------------------------------------------------------------------

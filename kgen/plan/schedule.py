@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..enums import DType
+from ..enums import DType, Dim
 
 # ---------------------------------------------------------------------------------------------
 # The schedule: how the kernel runs, decided once by kgen/lower/select.py among the schedules
@@ -21,6 +21,8 @@ class KernelKind(enum.Enum):
     PERSISTENT = "persistent"  # min(tiles, SMs x CTAs per SM) CTAs loop over the tiles
     PINGPONG = "pingpong"  # persistent: producer warps fill a ring, two consumer warpgroups
     # take alternate tiles
+    COOPERATIVE = "cooperative"  # persistent: a producer warpgroup fills a ring by TMA, two
+    # consumer warpgroups share each tile (64 rows each)
 
 
 class Mma(enum.Enum):
@@ -41,8 +43,9 @@ class LoadPath(enum.Enum):
     RESIDENT = "resident"  # the whole operand, loaded once per CTA
     CHAINED_REGISTERS = "previous gemm, registers"  # the source's accumulators, repacked
     CHAINED_SMEM = "previous gemm, shared memory"  # written by the source's epilogue
-    TMA = "TMA"  # room for the copy engine's loads; no target plans them yet
-    TMA_MULTICAST = "TMA multicast"  # the same, shared across a cluster
+    TMA = "TMA ring"  # the copy engine fills a ring of stages, each slot guarded by a full and
+    # an empty mbarrier (the kernel's tensor maps)
+    TMA_MULTICAST = "TMA multicast"  # the same, shared across a cluster (not planned yet)
 
 
 class CachePolicy(enum.Enum):
@@ -105,11 +108,25 @@ class GemmSchedule:
 
 
 @dataclass(frozen=True, slots=True)
-class TmaOutput:
-    """The output the copy engine stores: the kernel's second parameter is its tensor map."""
+class TensorMap:
+    """A matrix the copy engine reads or writes. The kernel's second parameter holds one
+    CUtensorMap per map of the schedule, in order, each encoded by the launcher from the
+    parameter's address and leading dimension: `rows` x `cols` (contiguous) elements, copied in
+    boxes of `box` = (cols, rows) with the 128-byte swizzle. Elements past the matrix are
+    zeros on loads and clipped on stores."""
 
     param: str
     dtype: DType
+    rows: Dim
+    cols: Dim
+    box: tuple[int, int]
+    store: bool = False
+    why: str = ""
+
+    @property
+    def l2_promotion(self) -> str:
+        """Loads pull 256-byte L2 lines (the operand tiles are reread by other CTAs)."""
+        return "NONE" if self.store else "L2_256B"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +136,7 @@ class Schedule:
     raster: Raster
     min_blocks_per_sm: int
     gemms: tuple[GemmSchedule, ...]
-    tma_output: TmaOutput | None = None
+    tensor_maps: tuple[TensorMap, ...] = ()
     why_kind: str = ""
     # the schedules the target also listed, each with why it was not taken: (kind, reason)
     rejected: tuple[tuple[KernelKind, str], ...] = ()
@@ -133,6 +150,16 @@ class Schedule:
 
     def gemm(self, name: str) -> GemmSchedule:
         return next(g for g in self.gemms if g.name == name)
+
+    @property
+    def tma_output(self) -> TensorMap | None:
+        """The output the copy engine stores (its tensor map is among tensor_maps)."""
+        return next((m for m in self.tensor_maps if m.store), None)
+
+    @property
+    def tma_loads(self) -> bool:
+        """The copy engine fills the first gemm's ring (A and B by tensor maps)."""
+        return bool(self.gemms) and self.gemms[0].a.load is LoadPath.TMA
 
     @property
     def persistent(self) -> bool:
@@ -193,8 +220,11 @@ class Schedule:
                 rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
-        if self.tma_output is not None:
-            out = self.tma_output
-            rows.append(("tensor map", f"{out.param} ({out.dtype.dsl_name})",
-                         "the kernel's second parameter, encoded by the launcher"))
+        for m in self.tensor_maps:
+            what = "store" if m.store else "load"
+            rows.append((f"tensor map {m.param}",
+                         f"{what}, {m.dtype.dsl_name} {m.rows}x{m.cols}, box "
+                         f"{m.box[1]}x{m.box[0]}, 128-byte swizzle",
+                         m.why or "encoded by the launcher, passed in the kernel's second "
+                         "parameter"))
         return rows

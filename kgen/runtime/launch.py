@@ -455,9 +455,10 @@ class CompiledKernel:
 
         expected = [("first", ctypes.sizeof(self._struct), "the runtime's params struct",
                      "the emitter and plan.fields disagree")]
-        if self.plan.schedule.tma_output is not None:
-            expected.append(("second", MAP_BYTES, "a tensor map",
-                             "the emitter and plan.schedule.tma_output disagree"))
+        maps = len(self.plan.schedule.tensor_maps)
+        if maps:
+            expected.append(("second", maps * MAP_BYTES, f"{maps} tensor map(s)",
+                             "the emitter and plan.schedule.tensor_maps disagree"))
         for index, (which, nbytes, what, why) in enumerate(expected):
             try:
                 err, _offset, size = driver.cuKernelGetParamInfo(self._kernel.handle, index)
@@ -472,16 +473,16 @@ class CompiledKernel:
                 )
 
     def _tensor_maps(self, bound: BoundArguments) -> ctypes.Array:
-        """The output's tensor map for these arguments (TMA stores), encoded once per address,
-        rows and leading dimension."""
+        """The kernel's tensor maps for these arguments, encoded once per address, extents and
+        leading dimension of every mapped parameter."""
         from . import tma
 
-        key = tma.output_args(self.plan, bound.values, bound.sizes)
+        key = tma.maps_args(self.plan, bound.values, bound.sizes)
         with self._lock:
             maps = self._maps.get(key)
         if maps is None:
-            data = tma.encode_2d(*key)  # outside the lock: two threads may both encode it
-            maps = (ctypes.c_ubyte * tma.MAP_BYTES).from_buffer_copy(data)
+            data = tma.encode(key)  # outside the lock: two threads may both encode it
+            maps = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
             with self._lock:
                 if len(self._maps) >= 64:
                     self._maps.clear()
@@ -549,8 +550,8 @@ class CompiledKernel:
         if self._finalize_function is not None:
             values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
-        # the kernel's second parameter: the output's tensor map
-        if self.plan.schedule.tma_output is not None:
+        # the kernel's second parameter: the tensor maps
+        if self.plan.schedule.tensor_maps:
             maps = self._tensor_maps(bound)
             pointers = (ctypes.c_void_p * 2)(ctypes.addressof(struct), ctypes.addressof(maps))
         else:

@@ -8,7 +8,6 @@ import pytest
 
 from kgen import ir
 from kgen.api import build_file
-from kgen.plan import TmaOutput
 from kgen.runtime import tma
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
@@ -19,15 +18,19 @@ EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
         monkeypatch, example, dtype):
     plan = build_file(EXAMPLES / f"{example}.kg", "sm_90a").plan
-    assert plan.schedule.tma_output == TmaOutput("D1", dtype)
+    out = plan.schedule.tma_output
+    assert (out.param, out.dtype, out.store) == ("D1", dtype, True)
+    assert [m.param for m in plan.schedule.tensor_maps] == ["D1"]
     calls = []
     monkeypatch.setattr(tma, "encode_2d", lambda *args: calls.append(args) or b"m" * 128)
     values = {"A": 0x1000, "D1": 0x7f0000200000, "M": 81921, "ld_D1": 136}
-    assert tma.output_map(plan, values, {"M": 81921}) == b"m" * 128
-    # D1 is f16/bf16[M, 128] row: 81921 rows of 128 columns, rows 136 elements apart
-    assert calls == [(dtype, 0x7f0000200000, 81921, 128, 136)]
+    keys = tma.maps_args(plan, values, {"M": 81921})
+    assert tma.encode(keys) == b"m" * 128
+    # D1 is f16/bf16[M, 128] row: 81921 rows of 128 columns, rows 136 elements apart, in
+    # 64x64 boxes, without L2 promotion (a store)
+    assert calls == [(dtype, 0x7f0000200000, 81921, 128, 136, (64, 64), "NONE")]
     # the runtime keys its cache of encoded maps on the same numbers
-    assert tma.output_args(plan, values, {"M": 81921}) == calls[0]
+    assert keys == (calls[0],)
 
 
 def test_only_a_tma_store_plan_has_a_map():

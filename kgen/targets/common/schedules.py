@@ -17,7 +17,7 @@ import dataclasses
 
 from ...enums import Residency
 from ...plan import (CachePolicy, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
-                     OperandSchedule, Raster, Schedule, StorePath, TmaOutput, WarpRole)
+                     OperandSchedule, Raster, Schedule, StorePath, TensorMap, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 
 WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop over the tiles "
@@ -191,7 +191,7 @@ def _candidate(kind, schedule, gemms, storage) -> Candidate:
 def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
           last_store: tuple[StorePath, str], *, mmas=None, why_kind: str = "",
           roles: tuple[WarpRole, ...] | None = None,
-          tma_output: TmaOutput | None = None) -> Schedule:
+          tensor_maps: tuple[TensorMap, ...] = ()) -> Schedule:
     """The schedule of a candidate: per gemm its MMA, each operand's load path and L2 policy,
     and its output's store path."""
     resident = draft.resident and kind is not KernelKind.TILED
@@ -234,5 +234,5 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
         warps = gemms[0].warps if gemms else (0, 0)
         roles = (WarpRole("math", warps[0] * warps[1]),)
     return Schedule(kind=kind, warp_roles=roles, raster=Raster(draft.group_m),
-                    min_blocks_per_sm=1, gemms=tuple(out), tma_output=tma_output,
+                    min_blocks_per_sm=1, gemms=tuple(out), tensor_maps=tensor_maps,
                     why_kind=why_kind)

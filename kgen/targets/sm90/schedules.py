@@ -24,7 +24,7 @@ phase parity tells only two rounds apart).
 from __future__ import annotations
 
 from ...enums import Residency
-from ...plan import GemmPlan, KernelKind, Mma, OperandPlan, StorePath, TmaOutput, WarpRole
+from ...plan import GemmPlan, KernelKind, Mma, OperandPlan, StorePath, TensorMap, WarpRole
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from .tensor_map import STAGING_BOX
@@ -122,7 +122,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
         roles=ROLES, why_kind="schedule pingpong: producer warps fill the ring, two consumer "
         "warpgroups take alternate tiles",
-        tma_output=TmaOutput(out, draft.dtypes[out]) if out else None)
+        tensor_maps=(output_map(last, draft.dtypes[out]),) if out else ())
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
 
@@ -203,3 +203,10 @@ def staging_bytes(last: GemmPlan) -> int:
     """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup."""
     return CONSUMERS * last.tile[0] * last.tile[1] * 2
 
+
+
+def output_map(last: GemmPlan, dtype) -> TensorMap:
+    """The tensor map of the last gemm's output, stored from 64x64 staged boxes."""
+    out = last.epilogue.packed_store.param
+    return TensorMap(out, dtype, last.m_dim, last.n_dim, (STAGING_BOX, STAGING_BOX), store=True,
+                     why="the output staging's 64x64 boxes, stored by the copy engine")

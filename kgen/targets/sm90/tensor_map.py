@@ -1,5 +1,5 @@
 """The copy engine's tensor maps (sm_90a): the CUtensorMap element type of each output dtype
-the copy engine stores. The schedule names the output and its kgen dtype (plan.TmaOutput); the
+the copy engine stores. The schedule names the output and its kgen dtype (plan.TensorMap); the
 emitter's C++ launcher and the runtime's encoder (kgen/runtime/tma.py) both spell it with this."""
 from __future__ import annotations
 
