@@ -9,7 +9,7 @@ from .plan import KernelPlan
 from .targets import target
 from .targets.common.host_api import emit_header
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
-from .targets.sm90 import chain as sm90_chain
+from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
 
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
@@ -21,6 +21,7 @@ EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm80", "gemm"): sm80_gemm.emit,
     ("sm80", "chain"): sm80_chain.emit,
     ("sm90", "chain"): sm90_chain.emit,
+    ("sm90", "gemm"): sm90_gemm.emit,
 }
 
 

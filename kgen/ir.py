@@ -30,6 +30,9 @@ class Schedule(enum.Enum):
     # sm_90a, a resident register chain: producer warps stream the first gemm's A into a ring
     # guarded by mbarriers; two consumer warpgroups take turns, each with a tile of its own
     PINGPONG = "pingpong"
+    # sm_90a, one gemm: a producer warpgroup fills a TMA ring; two consumer warpgroups share
+    # each tile (the default there; the line only asks for it, or for its refusal's reason)
+    COOPERATIVE = "cooperative"
 
     @classmethod
     def from_name(cls, name: str) -> "Schedule | None":

@@ -56,7 +56,8 @@ def test_every_example_builds_with_plain_nvcc_without_warnings(tmp_path):
 
 @pytest.mark.parametrize("stem, message", [
     ("b2b_gemm_rf_sm90a.sm_90a", "b2b_gemm_rf_sm90a.cu needs sm_90a (wgmma)"),  # wgmma
-    ("gemm.sm_90a", "gemm_bf16.cu was planned for sm_90a"),  # the sm_80 mainloop, Hopper's budget
+    ("gemm.sm_90a", "gemm_bf16.cu needs sm_90a (wgmma)"),  # the warp-specialized gemm
+    ("b2b_gemm_smem.sm_90a", "b2b_gemm_smem.cu was planned for sm_90a"),  # the sm_80 mainloop
 ])
 def test_an_sm90a_file_built_for_sm80_stops_at_its_error(stem, message, tmp_path):
     source = tmp_path / f"{stem}.cu"

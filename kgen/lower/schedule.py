@@ -13,6 +13,8 @@ def requested(kernel: ir.Kernel) -> KernelKind | None:
     (which only a persistent kernel has); None lets the target's preference decide."""
     if kernel.schedule is ir.Schedule.PINGPONG:
         return KernelKind.PINGPONG
+    if kernel.schedule is ir.Schedule.COOPERATIVE:
+        return KernelKind.COOPERATIVE
     if any(g.resident for g in kernel.gemms):
         return KernelKind.PERSISTENT
     return None

@@ -280,6 +280,8 @@ def _stage_requests(g: GemmPlan, index: dict[str, int], prefetched: bool = False
                            dtype=t.dtype))
     # Reduction scratch is used after the mainloop: it may reuse the operand stages' bytes.
     for r in g.epilogue.reductions:
+        if not r.scratch_floats:  # each row's partials meet in one warp (sm_90a)
+            continue
         out.append(
             Request(
                 r.scratch,

@@ -54,5 +54,6 @@ def maps_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
 
 
 def encode(keys: tuple) -> bytes:
-    """The kernel's tensor-map parameter for maps_args' result."""
-    return b"".join(encode_2d(*key) for key in keys)
+    """The kernel's tensor-map parameter for maps_args' result. A map of an empty matrix (K = 0)
+    is never read: it stays zeros (the driver refuses a zero extent)."""
+    return b"".join(bytes(MAP_BYTES) if 0 in key[2:4] else encode_2d(*key) for key in keys)

@@ -819,7 +819,7 @@ size_t b2b_gemm_rf_pingpong_sm90a_workspace_bytes(const b2b_gemm_rf_pingpong_sm9
   return 0;
 }
 
-// The tensor map of D1 for the copy engine's stores, through the driver's
+// The tensor maps of D1 for the copy engine, through the driver's
 // cuTensorMapEncodeTiled (looked up at run time: nothing links against libcuda).
 static cudaError_t b2b_gemm_rf_pingpong_sm90a_tensor_maps(const b2b_gemm_rf_pingpong_sm90a_params& p, b2b_gemm_rf_pingpong_sm90a_kgen::TensorMaps& maps) {
   // Looked up once (a function-local static: thread-safe); nullptr when the driver lacks it.
@@ -837,17 +837,20 @@ static cudaError_t b2b_gemm_rf_pingpong_sm90a_tensor_maps(const b2b_gemm_rf_ping
     return ok ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(128), static_cast<cuuint64_t>(p.M)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_D1) * sizeof(p.D1[0])};
-  const cuuint32_t box[2] = {64, 64};
   const cuuint32_t steps[2] = {1, 1};
-  const CUresult encoded = encode(
-      reinterpret_cast<CUtensorMap*>(&maps.D1), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-      static_cast<void*>(p.D1), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return encoded == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  {  // D1: p.M rows of 128, boxes of 64x64; an empty one is never read
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(128), static_cast<cuuint64_t>(p.M)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_D1) * sizeof(p.D1[0])};
+    const cuuint32_t box[2] = {64, 64};
+    const CUresult encoded = dims[0] == 0 || dims[1] == 0 ? CUDA_SUCCESS : encode(
+        reinterpret_cast<CUtensorMap*>(&maps.D1), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+        const_cast<void*>(static_cast<const void*>(p.D1)), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
 }
-
 cudaError_t b2b_gemm_rf_pingpong_sm90a_launch(const b2b_gemm_rf_pingpong_sm90a_params& p, cudaStream_t stream) {
   const b2b_gemm_rf_pingpong_sm90a_kgen::DeviceState* state = nullptr;
   const cudaError_t ready = b2b_gemm_rf_pingpong_sm90a_kgen::current_device(state);

@@ -344,7 +344,7 @@ def test_candidates_list_every_schedule_with_its_reason():
     listed = candidates(chain_kernel(), ir.Arch.SM86)
     assert [(c.kind, c.legal) for c in listed] == [
         (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, True), (KernelKind.TILED, True)]
-    assert listed[0].reason == "needs target sm_90a (wgmma, mbarrier waits)"
+    assert listed[0].reason == "needs target sm_90a (wgmma, mbarrier waits, TMA)"
     gemm = parse_file(next(e for e in EXAMPLES if e.stem == "gemm")).kernels[0]
     single = candidates(gemm, ir.Arch.SM90A)
     assert [(c.kind, c.legal) for c in single] == [

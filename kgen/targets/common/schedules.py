@@ -41,20 +41,24 @@ WHY_NOT_EVICT_FIRST = ("; no L2 hint: with TMA stores (which carry it) the hint 
                        "slower on an H200")
 
 
-def sm90_only(draft: ScheduleDraft) -> Candidate:
+SM90_KINDS = (KernelKind.PINGPONG, KernelKind.COOPERATIVE)
+
+
+def sm90_only(draft: ScheduleDraft) -> list[Candidate]:
     """The kinds only sm_90a has, refused on an earlier target (located when a line asked)."""
-    return refuse_request(draft) or Candidate(
-        KernelKind.PINGPONG, False, "needs target sm_90a (wgmma, mbarrier waits)")
+    return [refuse_request(draft) if draft.requested is kind else Candidate(
+        kind, False, "needs target sm_90a (wgmma, mbarrier waits, TMA)") for kind in SM90_KINDS]
 
 
 def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     """A `schedule` line that asks for a kind this target does not have: refused, located."""
-    if draft.requested is not KernelKind.PINGPONG:
+    if draft.requested not in SM90_KINDS:
         return None
+    kind = draft.requested
     return Candidate(
-        KernelKind.PINGPONG, False,
-        f"schedule pingpong needs target sm_90a (wgmma, mbarrier waits); this kernel compiles "
-        f"for {draft.target.arch.value}", Site("schedule"))
+        kind, False,
+        f"schedule {kind.value} needs target sm_90a (wgmma, mbarrier waits, TMA); this kernel "
+        f"compiles for {draft.target.arch.value}", Site("schedule"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,11 +50,10 @@ def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str) -> list[str]:
     return body
 
 
-def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The kernel's epilogue: one call per accumulator pair, then the reductions."""
-    reds = g.epilogue.reductions
+def partial_lines(g: GemmPlan) -> list[str]:
+    """Each reduction's per-thread partials, at the op's identity."""
     lines: list[str] = []
-    for r in reds:
+    for r in g.epilogue.reductions:
         op = OP_STRUCT[r.op]
         what = f"{r.op.value} over {'columns' if r.axis is Axis.ROW else 'rows' if r.axis is Axis.COL else 'the tile'} into {r.target}"
         lines.append(f"// red{r.index}: {what}")
@@ -65,15 +64,22 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
         outer = "kFragM" if r.axis is Axis.ROW else "kFragN"
         lines.append(f"for (int f = 0; f < {outer}; ++f) red{r.index}_part[f][0] = "
                      f"red{r.index}_part[f][1] = {op}::identity();")
-    lines += [
+    return lines
+
+
+def pair_loop(g: GemmPlan, row: str, col: str) -> list[str]:
+    """One epilogue call per accumulator pair acc[i][j] (kFragM x kFragN m16n8 tiles) whose
+    row (`row`: its expression for lane / 4 of tile i) and column (`col`, of tile j) are in
+    the output, combining the reductions' partials."""
+    return [
         "// Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns",
         "// 2 * (lane % 4) and the next one.",
         "#pragma unroll",
         "for (int i = 0; i < kFragM; ++i) {",
         "#pragma unroll",
         "  for (int j = 0; j < kFragN; ++j) {",
-        "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4;",
-        "    const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
+        f"    const int row = {row};",
+        f"    const int col = {col};",
         "    if (col < N) {",
         "      if (row < M) {",
         *[f"        {x}" for x in _call(g, "row", (0, 1), "0")],
@@ -85,6 +91,14 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
         "  }",
         "}",
     ]
+
+
+def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """The kernel's epilogue: one call per accumulator pair, then the reductions."""
+    reds = g.epilogue.reductions
+    lines = partial_lines(g) + pair_loop(
+        g, "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",
+        "n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2")
     if not reds:
         return lines
     lines += ["// The reduction scratch reuses the mainloop's shared memory: wait for every warp.",

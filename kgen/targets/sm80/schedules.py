@@ -9,7 +9,7 @@ from ..common import schedules as common
 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    return [common.sm90_only(draft), common.persistent(draft), common.tiled(draft)]
+    return [*common.sm90_only(draft), common.persistent(draft), common.tiled(draft)]
 
 
 def producer_threads(kind: KernelKind | None) -> int | None:

@@ -15,7 +15,7 @@ from ..common.chain_mainloop import block, cfg, function_level, resident_loads, 
 from ..common.operands import dim_expr, load_args, operand
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as epilogue_emit
-from .tensor_map import TMA_DTYPE
+from . import tensor_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +83,11 @@ class Sm90Chain(chain.ChainTarget):
             pingpong=schedule.pingpong,
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
-            tma_dtype=TMA_DTYPE[tma.dtype] if tma else "",
+            maps=tensor_map.template_maps(schedule.tensor_maps, dim_expr),
+            map_names=tensor_map.names(schedule.tensor_maps) if tma else "",
             producer_threads=first.producer_threads,
             wgmma_n=first.tile[1],
+            wgmma_acc=f"float (&acc)[1][{first.tile[1] // 8}][4]",
             wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
             wgmma_outs=wgmma_outs(first.tile[1]),
             wgmma_rs=[dict(n=n, regs=", ".join(f"%{i}" for i in range(n // 2)),

@@ -27,6 +27,7 @@ from ...enums import Residency
 from ...plan import GemmPlan, KernelKind, Mma, OperandPlan, StorePath, TensorMap, WarpRole
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
+from . import warp_specialized
 from .tensor_map import STAGING_BOX
 
 STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
@@ -40,7 +41,8 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    return [pingpong(draft), common.persistent(draft, mmas), common.tiled(draft)]
+    return [pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE),
+            common.persistent(draft, mmas), common.tiled(draft)]
 
 
 def producer_threads(kind: KernelKind | None) -> int | None:
@@ -57,8 +59,8 @@ ROLES = (WarpRole("producer", PRODUCER_THREADS // 32),
 
 def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     """The ping-pong rules that need only the source: the chain's residency and the warps."""
-    if draft.requested is not KernelKind.PINGPONG:
-        return None
+    if draft.requested is not KernelKind.PINGPONG or len(draft.gemms) == 1:
+        return None  # one gemm: the warp-specialized rules, once its plan is made
     gemms = draft.gemms
     if (len(gemms) != 2 or not all(g.resident for g in gemms)
             or gemms[1].keep is Residency.SMEM):
@@ -81,6 +83,8 @@ def _refused(reason: str, site: Site | None = None) -> Candidate:
 def pingpong(draft: ScheduleDraft) -> Candidate:
     if draft.requested is not KernelKind.PINGPONG:
         return _refused("taken only on request ('schedule pingpong')")
+    if len(draft.gemms) == 1:
+        return warp_specialized.candidate(draft, KernelKind.PINGPONG)
     refusal = refuse_request(draft)
     if refusal is not None:
         return refusal

@@ -1,0 +1,125 @@
+"""sm_90a emitter of one gemm on the warp-specialized schedules (COOPERATIVE, PINGPONG; see
+kgen/targets/sm90/warp_specialized.py): a producer warpgroup fills the ring by TMA, two consumer
+warpgroups run wgmma and the epilogue DAG in registers, the output leaving through the copy
+engine or as pair stores. Everything the template prints is prepared here from the plan; the
+template is templates/sm90/gemm.cu.j2."""
+from __future__ import annotations
+
+from ...enums import Axis
+from ...plan import GemmPlan, KernelPlan, StorePath
+from ..common import arch_guard, epilogue_cpp, host_api
+from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
+from ..common.render import render, render_lines
+from ..sm80 import epilogue as sm80_epilogue
+from ..sm80.epilogue import OP_STRUCT
+from . import tensor_map
+from .chain import wgmma_outs
+
+# Per axis: the reduction helper of templates/sm90/reduce.inc.j2, its arguments past the
+# partials and the output, and (deterministic mode) the CTA's workspace slot and its length
+_REDUCE = {
+    Axis.ROW: ("reduce_rows", "m0 + row0 + warp * 16 + lane / 4, M, lane", "tile_n", "M"),
+    Axis.COL: ("reduce_cols", "{scratch}, n0, N, lane, consumer_warp, consumer_tid", "tile_m", "N"),
+    Axis.ALL: ("reduce_all", "{scratch}, lane, consumer_warp, consumer_tid",
+               "tile_m * tiles_n + tile_n", "1"),
+}
+_SLOTS = {Axis.ROW: "tiles_n", Axis.COL: "tiles_m", Axis.ALL: "tiles_m * tiles_n"}
+
+
+def reduction_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """Each reduction's tile partial to the output (atomic) or to the CTA's workspace slot."""
+    reds = g.epilogue.reductions
+    if not reds:
+        return []
+    atomic = "false" if plan.deterministic else "true"
+    lines = ["long long ws_offset = 0;"] if plan.deterministic and len(reds) > 1 else []
+    for r in reds:
+        helper, args, slot, length = _REDUCE[r.axis]
+        args = args.format(scratch=f"smem.{r.scratch}()")
+        out = f"p.{r.target}"
+        if plan.deterministic:
+            offset = " + ws_offset" if len(reds) > 1 else ""
+            out = f"p.workspace{offset} + (long long)({slot}) * {length}"
+        lines.append(f"{helper}<{OP_STRUCT[r.op]}, {atomic}>(red{r.index}_part, {out}, {args});")
+        if plan.deterministic and len(reds) > 1 and r is not reds[-1]:
+            lines.append(f"ws_offset += (long long)({_SLOTS[r.axis]}) * {length};")
+    return lines
+
+
+def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    if plan.schedule.gemm(g.name).store is StorePath.TMA:
+        return render_lines("sm90/gemm_tma_store.inc.j2", out=g.epilogue.packed_store.param,
+                            staging=f"{g.name}_d_staging", name=g.name)
+    return (sm80_epilogue.partial_lines(g)
+            + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
+                                      "n0 + j * 8 + (lane % 4) * 2")
+            + reduction_lines(plan, g))
+
+
+def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    g = plan.gemms[0]
+    schedule = plan.schedule
+    staged = schedule.gemm(g.name).store is StorePath.TMA
+    epi = epilogue_cpp.render(g.epilogue)
+    body = list(epi.loads) + list(epi.compute) + list(epi.stores)
+    if staged:
+        pair, packed = epi.packed
+        body = list(epi.loads) + list(epi.compute) + [
+            f"const {pair} packed = {packed};",
+            "return *reinterpret_cast<const unsigned*>(&packed);",
+        ]
+    buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
+                    bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
+               for b in plan.storage.buffers]
+    consumer, producer = schedule.role("consumer"), schedule.role("producer")
+    n = g.tile[1]
+    return render(
+        "sm90/gemm.cu.j2",
+        header=header(plan, source_name, source_hash, command),
+        name=plan.name,
+        ns=f"{plan.name}_kgen",
+        kind_note=f"{schedule.kind.value} ({schedule.why_kind})",
+        tile_m=g.tile[0], tile_n=n, tile_k=g.tile[2],
+        stages=g.stages,
+        group_m=schedule.raster.group_m,
+        smem_bytes=plan.smem_bytes,
+        threads=schedule.threads,
+        producer_registers=producer.registers,
+        consumer_registers=consumer.registers,
+        pingpong=schedule.pingpong,
+        a_bytes=g.a.dtype.nbytes, b_bytes=g.b.dtype.nbytes,
+        a_smem=g.a.smem.name, b_smem=g.b.smem.name, a_param=g.a.param, b_param=g.b.param,
+        barriers=f"{g.name}_ring_barriers",
+        maps=tensor_map.template_maps(schedule.tensor_maps, dim_expr),
+        map_names=tensor_map.names(schedule.tensor_maps),
+        tma_store=staged,
+        reductions=bool(g.epilogue.reductions),
+        buffers=buffers,
+        storage_asserts=storage_asserts(plan),
+        mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
+        mma_ab=MMA_TYPE[g.a.dtype],
+        wgmma_n=n,
+        wgmma_acc=f"float (&acc)[{n // 8}][4]",
+        wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),
+        wgmma_outs=wgmma_outs(n).replace("acc[0]", "acc"),
+        wgmma_rs=[],
+        gemm_name=g.name,
+        epilogue=body,
+        epilogue_type="unsigned" if staged else "void",
+        epilogue_note=", packed for the staging" if staged else "",
+        epilogue_params=sm80_epilogue.epilogue_params(g),
+        epilogue_loop=epilogue_loop(plan, g),
+        init_kernel=sm80_epilogue.init_kernel(plan)
+        + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
+        host_init=sm80_epilogue.host_init_lines(plan),
+        host_finalize=sm80_epilogue.host_finalize_lines(plan),
+        **host_api.template_values(plan),
+        persistent=True,
+        arch_guard=arch_guard.guard(plan),
+        summary=(f"{g.name} = {g.a_name} @ {g.b_name}, CTA tile {g.tile[0]}x{n}x{g.tile[2]}, "
+                 f"{schedule.kind.value}"),
+        min_blocks=schedule.min_blocks_per_sm,
+        m_expr=dim_expr(g.m_dim), n_expr=dim_expr(g.n_dim), k_expr=dim_expr(g.k_dim),
+        host_m_expr=dim_expr(g.m_dim), host_n_expr=dim_expr(g.n_dim),
+        host_checks=host_checks(plan),
+    )

@@ -1,0 +1,178 @@
+"""The warp-specialized schedules of one gemm on sm_90a (the Hopper GEMM):
+
+    producer   one warpgroup (its registers lowered with setmaxnreg) of which one thread issues
+               the copy engine's loads of A and B tiles into a ring of `stages` slots, each slot
+               guarded by a full mbarrier (the loads' bytes) and an empty one (the consumers'
+               release), over every tile of the CTA in order
+    consumers  two warpgroups (registers raised) multiply with wgmma from shared-memory
+               descriptors (128-byte swizzle, the TMA box's), one group kept in flight while
+               the next k tile's group is issued; then the epilogue DAG in registers, and the
+               output leaves through the copy engine (a swizzled staging buffer per consumer,
+               bulk tensor stores) or as pair stores.
+
+    COOPERATIVE  both consumers on each 128-row tile, 64 rows each (the default)
+    PINGPONG     each consumer a 128-row tile of its own (`schedule pingpong`): one's epilogue
+                 runs while the other multiplies, their mainloops ordered by two turn mbarriers
+
+CTAs are persistent (min(tiles, SMs) of them) and walk the tiles in groups of 8 tile rows (L2
+reuse of the B tiles). The rules, each refusal with its reason and where it points: one gemm,
+A row-major and B column-major (both K-major), 128-byte k tiles, a 128-row tile, 8 math warps
+(the two consumer warpgroups), tile N a multiple of 8 up to 256 (128 for ping-pong: a consumer
+holds 128 x N accumulators), no reductions with ping-pong, and the buffers within the budget.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandSchedule, Raster,
+                     Schedule, StorePath, TensorMap, WarpRole)
+from .. import Candidate, Instruction, ScheduleDraft, Site
+from ..common import schedules as common
+from .tensor_map import STAGING_BOX
+
+WARPGROUP = 128
+CONSUMERS = 2
+PRODUCER_REGISTERS = 40  # one thread issues every copy
+CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
+TILE_M = 128
+STAGE_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary
+ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
+         WarpRole("consumer", 4, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
+WHY_KIND = {
+    KernelKind.COOPERATIVE: ("a producer warpgroup fills the ring by TMA; two consumer "
+                             "warpgroups share each 128-row tile, 64 rows each; persistent CTAs"),
+    KernelKind.PINGPONG: ("schedule pingpong: a producer warpgroup fills the ring by TMA; two "
+                          "consumer warpgroups take alternate 128-row tiles, one's epilogue "
+                          "overlapping the other's mainloop"),
+}
+WHY_MMA = ("wgmma m64nNk16 from shared-memory descriptors (128-byte swizzle, the TMA box's), "
+           "one group in flight while the next is issued")
+WHY_TMA = ("the copy engine: one thread issues each k tile's box, the full mbarrier counts its "
+           "bytes; the consumers free the slot through the empty one")
+WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
+              "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
+              "tile's mainloop")
+
+
+def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
+    refusal = refuse(draft, kind)
+    if refusal is not None:
+        reason, site = refusal
+        return Candidate(kind, False, reason, site)
+    g = consumer_plan(draft.gemms[0].plan, kind)
+    rings = 2 * g.stages + (2 if kind is KernelKind.PINGPONG else 0)
+    staging = staging_refusal(g)
+    tries = [(0, StorePath.PAIRS, staging)] if staging else [
+        (staging_bytes(g, kind), StorePath.TMA, WHY_STAGED),
+        (0, StorePath.PAIRS, "the output staging does not fit beside the ring")]
+    for nbytes, store, why_store in tries:
+        storage = draft.place([g], persistent=True, ring_barriers=rings,
+                              staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0))
+        if storage.total_bytes <= storage.limit_bytes:
+            break
+    else:
+        return Candidate(kind, False, common.over_budget(storage), Site("budget"), gemms=(g,),
+                         storage=storage)
+    offsets = {b.name: b.offset for b in storage.buffers}
+    for op in (g.a, g.b):
+        if offsets[op.smem.name] % STAGE_ALIGN:
+            return Candidate(kind, False, f"{op.smem.name} must start on a 1024-byte boundary "
+                             "(the 128-byte swizzle's)", Site("tile", 0))
+    schedule = build(draft, kind, g, store, why_store)
+    return Candidate(kind, True, "", None, schedule, (g,), storage)
+
+
+def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | None:
+    """Why `kind` cannot run the draft's gemm, and where that points (None: it can)."""
+    tgt = draft.target
+    if not (tgt.has(Instruction.WGMMA) and tgt.tma):
+        return "needs target sm_90a (wgmma, TMA)", None
+    if len(draft.gemms) != 1:
+        return "the warp-specialized kernel runs one gemm; chains have their own schedules", None
+    if draft.declared_storage:
+        return ("a storage or phases declaration gives lifetimes for one tile, not a loop of "
+                "them", None)
+    if not draft.allow_persistent:
+        return "the caller asked for one CTA per tile", None
+    g = draft.gemms[0].plan
+    if g.chain is not None or g.a is None:
+        return "its A is not a tensor parameter", None
+    if not (g.a.k_major and g.b.k_major):
+        return (f"TMA with wgmma is planned for K-major operands (A row-major, B column-major); "
+                f"{g.a.param if not g.a.k_major else g.b.param} is not", Site("gemm", 0))
+    if g.a.dtype is not g.b.dtype or g.a.dtype.nbytes != 2:
+        return "wgmma here takes f16 or bf16 A and B of one type", Site("gemm", 0)
+    if g.tile[2] * g.a.dtype.nbytes != 128:
+        return (f"128-byte k tiles (tile K 64 for 16-bit operands), not {g.tile[2]}",
+                Site("tile", 0))
+    if g.tile[0] != TILE_M:
+        return (f"a {TILE_M}-row tile (two consumer warpgroups of 64 rows, or a ping-pong "
+                f"consumer's two m64 halves), not {g.tile[0]}", Site("tile", 0))
+    if g.warps[0] * g.warps[1] != CONSUMERS * 4:
+        return (f"8 math warps (two consumer warpgroups), not {g.warps[0]}x{g.warps[1]}",
+                Site("warps", 0))
+    widest = 128 if kind is KernelKind.PINGPONG else 256
+    if g.tile[1] % 8 or not 8 <= g.tile[1] <= widest:
+        return (f"tile N a multiple of 8 up to {widest}, not {g.tile[1]}"
+                + (" (a ping-pong consumer holds 128 x N accumulators)" if widest == 128 else ""),
+                Site("tile", 0))
+    if kind is KernelKind.PINGPONG and g.epilogue.reductions:
+        return ("reductions run on the cooperative schedule (a tile's rows shared by both "
+                "consumers' warps)", Site("schedule"))
+    if g.stages < 2:
+        return "a ring of at least 2 stages", Site("stages", 0)
+    return None
+
+
+def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
+    """The gemm as the consumers run it: cooperative, 8 warps along M of 16 rows each (two
+    warpgroups); ping-pong, 4 warps of 16 rows in each of the tile's two m64 halves. Each warp
+    holds whole rows of the tile, so the column and tile reductions meet in scratch from 8 warps
+    and the row ones need none."""
+    n = g.tile[1]
+    warps = (8, 1) if kind is KernelKind.COOPERATIVE else (4, 1)
+    frags = (1, n // 8) if kind is KernelKind.COOPERATIVE else (2, n // 8)
+    floats = {"row": 0, "col": warps[0] * n, "all": warps[0]}
+    reductions = tuple(dataclasses.replace(r, scratch_floats=floats[r.axis.value])
+                       for r in g.epilogue.reductions)
+    return dataclasses.replace(
+        g, warps=warps, warp_tile=(16, n), frags=frags,
+        epilogue=dataclasses.replace(g.epilogue, reductions=reductions))
+
+
+def staging_refusal(g: GemmPlan) -> str | None:
+    """Why the output cannot leave through the copy engine (None: it can): one row-major 16-bit
+    output and nothing else, in whole 64-column boxes."""
+    if g.epilogue.packed_store is None:
+        return "TMA stores need an epilogue that only stores one row-major 16-bit tensor"
+    if g.tile[1] % STAGING_BOX:
+        return f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box"
+    return None
+
+
+def staging_bytes(g: GemmPlan, kind: KernelKind) -> int:
+    """A staging buffer per consumer: its rows of the tile, 16-bit."""
+    rows = TILE_M if kind is KernelKind.PINGPONG else TILE_M // CONSUMERS
+    return CONSUMERS * rows * g.tile[1] * 2
+
+
+def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
+          why_store: str) -> Schedule:
+    dtype = g.a.dtype
+    k = g.tile[2]
+    maps = [TensorMap(g.a.param, dtype, g.m_dim, g.k_dim, (k, TILE_M),
+                      why=f"A tiles of {TILE_M}x{k}, loaded by the producer"),
+            TensorMap(g.b.param, dtype, g.n_dim, g.k_dim, (k, g.tile[1]),
+                      why=f"B tiles of {g.tile[1]}x{k} (K-major), loaded by the producer")]
+    if store is StorePath.TMA:
+        out = g.epilogue.packed_store.param
+        maps.append(TensorMap(out, draft.dtypes[out], g.m_dim, g.n_dim,
+                              (STAGING_BOX, STAGING_BOX), store=True,
+                              why="the consumers' staging, stored as 64x64 boxes"))
+    gemm = GemmSchedule(
+        name=g.name, mma=Mma.WGMMA_SS,
+        a=OperandSchedule(LoadPath.TMA, why=WHY_TMA), b=OperandSchedule(LoadPath.TMA, why=WHY_TMA),
+        stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store)
+    return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
+                    min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
+                    why_kind=WHY_KIND[kind])
