@@ -17,7 +17,7 @@ from kgen.errors import KgenError
 from kgen.lower import candidates, lower
 from kgen.targets.sm90 import schedules as sm90_schedules
 from kgen.parse import parse_file
-from kgen.plan import CachePolicy, KernelKind, LoadPath, Mma, StorePath, TmaOutput
+from kgen.plan import CachePolicy, KernelKind, LoadPath, Mma, StorePath
 from kgen.targets import Instruction, target
 
 from tests.kernels import EXAMPLES, from_template
@@ -277,7 +277,7 @@ def test_pingpong_examples_schedule(name):
         ("g1", Mma.WGMMA_RS, LoadPath.CHAINED_REGISTERS, CachePolicy.NORMAL, LoadPath.RESIDENT,
          StorePath.TMA)]
     dtype = ir.DType.BF16 if "bf16" in name else ir.DType.F16
-    assert s.tma_output == TmaOutput("D1", dtype)
+    assert (s.tma_output.param, s.tma_output.dtype) == ("D1", dtype)
     assert not s.quad_stores and not s.mma_sync
 
 

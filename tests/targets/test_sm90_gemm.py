@@ -1,0 +1,91 @@
+"""kgen/targets/sm90/warp_specialized.py and gemm.py, on the CPU: every gemm/evt example on
+sm_90a plans the warp-specialized kernel, and its PTX holds wgmma, the copy engine's bulk tensor
+copies and mbarriers; the rules refuse what the kernel cannot run, with their reasons, and kgen
+falls back to the sm_80 mainloop."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from kgen import ir
+from kgen.api import build, build_file
+from kgen.errors import KgenError
+from kgen.plan import KernelKind, LoadPath, Mma, StorePath
+
+from tests.kernels import gemm_kernel
+
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+SINGLE = sorted(p for p in EXAMPLES.glob("*.kg") if p.stem.startswith(("gemm", "evt")))
+
+
+@pytest.mark.parametrize("example", SINGLE, ids=lambda p: p.stem)
+def test_every_gemm_example_runs_the_warp_specialized_kernel_on_sm90a(example):
+    from kgen.runtime.nvrtc import compile_cubin, compile_ptx
+
+    built = build_file(example, "sm_90a")
+    s = built.plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE
+    assert s.gemms[0].mma is Mma.WGMMA_SS
+    assert s.gemms[0].a.load is s.gemms[0].b.load is LoadPath.TMA
+    assert [r.registers for r in s.warp_roles] == [40, 232]
+    ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier", "setmaxnreg"):
+        assert instruction in ptx, instruction
+    result = compile_cubin(built.source, built.plan.name, "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_a_lone_16_bit_output_leaves_through_the_copy_engine():
+    s = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a").plan.schedule
+    assert s.gemms[0].store is StorePath.TMA
+    assert [(m.param, m.store, m.box) for m in s.tensor_maps] == [
+        ("A", False, (64, 128)), ("B", False, (64, 256)), ("D", True, (64, 64))]
+
+
+def test_reductions_and_several_outputs_store_pairs_from_registers():
+    for name in ("evt_colsum", "evt_multi_output", "evt_softmax_stats"):
+        s = build_file(EXAMPLES / f"{name}.kg", "sm_90a").plan.schedule
+        assert s.gemms[0].store is StorePath.PAIRS, name
+        assert [m.store for m in s.tensor_maps] == [False, False], name
+
+
+def test_pingpong_on_request():
+    k = dataclasses.replace(gemm_kernel(tile=(128, 128, 64), warps=(2, 4), stages=5,
+                                        arch=ir.Arch.SM90A), schedule=ir.Schedule.PINGPONG)
+    plan = build(k).plan
+    assert plan.schedule.kind is KernelKind.PINGPONG
+    assert "kPingpong = true" in build(k).source
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(a_layout=ir.Layout.COL), "K-major operands"),
+    (dict(tile=(64, 128, 64), warps=(2, 2)), "128-row tile"),
+    (dict(tile=(128, 128, 32)), "128-byte k tiles"),
+    (dict(warps=(2, 2), tile=(128, 128, 64)), "8 math warps"),
+])
+def test_what_the_copy_engine_cannot_serve_falls_back_with_its_reason(change, reason):
+    """Where TMA with wgmma cannot serve, kgen plans the sm_80 mainloop and says why."""
+    options = dict(tile=(128, 128, 64), warps=(2, 4), arch=ir.Arch.SM90A) | change
+    s = build(gemm_kernel(**options)).plan.schedule
+    assert s.kind is KernelKind.TILED and s.gemms[0].mma is Mma.MMA_SYNC
+    why = dict((kind, text) for kind, text in s.rejected)[KernelKind.COOPERATIVE]
+    assert reason in why, why
+
+
+def test_a_schedule_line_that_cannot_be_served_is_refused_where_it_stands():
+    k = dataclasses.replace(gemm_kernel(tile=(128, 256, 64), warps=(2, 4), arch=ir.Arch.SM90A),
+                            schedule=ir.Schedule.PINGPONG)
+    with pytest.raises(KgenError, match="up to 128"):
+        build(k)
+    k = dataclasses.replace(gemm_kernel(arch=ir.Arch.SM80), schedule=ir.Schedule.COOPERATIVE)
+    with pytest.raises(KgenError, match="schedule cooperative needs target sm_90a"):
+        build(k)
+
+
+def test_the_cu_launcher_encodes_every_map():
+    source = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a").source
+    assert "unsigned long long A[16];" in source and "unsigned long long D[16];" in source
+    assert source.count("reinterpret_cast<CUtensorMap*>(&maps.") == 3
+    assert "CU_TENSOR_MAP_L2_PROMOTION_L2_256B" in source
