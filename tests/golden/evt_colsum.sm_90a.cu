@@ -350,7 +350,7 @@ __device__ __forceinline__ void reduce_rows(float (&part)[kFragM][2], float* out
 // A column reduction: the 8 lanes of a warp that share columns meet by shuffles, the consumer
 // warps in `scratch` (a row of kTileN per consumer warp, in warp order), then out[n0 + c] for c < N - n0.
 template <typename R, bool kAtomic>
-__device__ __forceinline__ void reduce_cols(float (&part)[kFragN][2], float* scratch, float* out,
+__device__ __forceinline__ void reduce_cols(float (&part)[kFragN][2], float* out, float* scratch,
                                             int n0, int N, int lane, int consumer_warp,
                                             int consumer_tid) {
   consumer_barrier();  // the last tile's scratch has been read
@@ -375,7 +375,7 @@ __device__ __forceinline__ void reduce_cols(float (&part)[kFragN][2], float* scr
 
 // A whole-tile reduction: each warp's partial in `scratch`, combined in warp order into *out.
 template <typename R, bool kAtomic>
-__device__ __forceinline__ void reduce_all(float part, float* scratch, float* out, int lane,
+__device__ __forceinline__ void reduce_all(float part, float* out, float* scratch, int lane,
                                            int consumer_warp, int consumer_tid) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {

@@ -438,33 +438,53 @@ gemm_bias_relu(const __grid_constant__ gemm_bias_relu_params p, const __grid_con
 
     // Epilogue
     // D through the copy engine: this consumer's staging takes its rows as 64x64 boxes (128-byte
-    // swizzle), then one thread stores each box with cp.async.bulk.tensor.
-    const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
-    if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this consumer's last tile
-    warpgroup_barrier(consumer);
+    // swizzle), then one thread stores each box with cp.async.bulk.tensor. The copy engine writes
+    // whole 16-byte chunks: a tile whose last columns end inside one (N not a multiple of 8) stores
+    // its pairs from registers instead.
+    if (n0 + kTileN <= N || N % 8 == 0) {
+      const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
+      if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this consumer's last tile
+      warpgroup_barrier(consumer);
     #pragma unroll
-    for (int i = 0; i < kFragM; ++i) {
+      for (int i = 0; i < kFragM; ++i) {
     #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = i * 64 + warp * 16 + lane / 4 + 8 * h;  // row in this consumer's rows
-        const bool live = m0 + row0 + r < M;  // the epilogue may read row-indexed inputs
+        for (int h = 0; h < 2; ++h) {
+          const int r = i * 64 + warp * 16 + lane / 4 + 8 * h;  // row in this consumer's rows
+          const bool live = m0 + row0 + r < M;  // the epilogue may read row-indexed inputs
     #pragma unroll
-        for (int j = 0; j < kFragN; ++j) {
-          const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-          const unsigned pair = live && n0 + c < N ? mma0_epilogue(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
-          st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pair);
+          for (int j = 0; j < kFragN; ++j) {
+            const int c = j * 8 + (lane % 4) * 2;  // column in the tile
+            const unsigned pair = live && n0 + c < N ? mma0_epilogue(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
+            st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pair);
+          }
         }
       }
-    }
-    fence_proxy_async();  // written through the generic proxy, read by the copy engine
-    warpgroup_barrier(consumer);
-    if (tid % kWarpgroupThreads == 0) {
+      fence_proxy_async();  // written through the generic proxy, read by the copy engine
+      warpgroup_barrier(consumer);
+      if (tid % kWarpgroupThreads == 0) {
     #pragma unroll
-      for (int i = 0; i < kFragM; ++i)
+        for (int i = 0; i < kFragM; ++i)
     #pragma unroll
-        for (int box = 0; box < kTileN / 64; ++box)
-          tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
-      bulk_commit();
+          for (int box = 0; box < kTileN / 64; ++box)
+            tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
+        bulk_commit();
+      }
+    } else {
+    #pragma unroll
+      for (int i = 0; i < kFragM; ++i) {
+    #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4 + 8 * h;
+    #pragma unroll
+          for (int j = 0; j < kFragN; ++j) {
+            const int col = n0 + j * 8 + (lane % 4) * 2;
+            if (row < M && col < N) {
+              const unsigned pair = mma0_epilogue(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+              *reinterpret_cast<unsigned*>(p.D + static_cast<long long>(row) * p.ld_D + col) = pair;
+            }
+          }
+        }
+      }
     }
   }
   if (tid % kWarpgroupThreads == 0) bulk_wait();  // the last boxes are written before the CTA ends
