@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kgen import emit
+from kgen import emit, ir
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ROOT / "kgen" / "targets"
@@ -89,13 +89,16 @@ def test_dispatch_is_a_table_chosen_by_the_plan():
     from kgen.lower import lower
     from kgen.parse import parse_file
 
-    assert set(emit.EMITTERS) == {("sm80", "gemm"), ("sm80", "chain"), ("sm90", "chain")}
+    assert set(emit.EMITTERS) == {("sm80", "gemm"), ("sm80", "chain"), ("sm90", "chain"),
+                                  ("sm90", "gemm")}
     rf = lower(parse_file(ROOT / "examples" / "b2b_gemm_rf_pingpong_sm90a.kg").kernels[0])
     assert rf.schedule.wgmma and emit.family(rf) == "sm90" and emit.kind(rf) == "chain"
     smem = lower(parse_file(ROOT / "examples" / "b2b_gemm_smem.kg").kernels[0])
     assert not smem.schedule.wgmma and emit.family(smem) == "sm80" and emit.kind(smem) == "chain"
     gemm = lower(parse_file(ROOT / "examples" / "gemm.kg").kernels[0])
     assert (emit.family(gemm), emit.kind(gemm)) == ("sm80", "gemm")
+    hopper = lower(parse_file(ROOT / "examples" / "gemm.kg").kernels[0], ir.Arch.SM90A)
+    assert (emit.family(hopper), emit.kind(hopper)) == ("sm90", "gemm")
 
 
 def test_ldmatrix_rows_in_cpp_match_the_proved_maps():

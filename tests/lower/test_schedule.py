@@ -288,7 +288,8 @@ def test_tiled_example_schedule():
         ("mma0", Mma.MMA_SYNC, LoadPath.CP_ASYNC, CachePolicy.NORMAL, LoadPath.CP_ASYNC,
          StorePath.PAIRS)]
     assert s.tma_output is None and s.mma_sync and not s.quad_stores
-    assert [k for k, _ in s.rejected] == [KernelKind.PINGPONG, KernelKind.PERSISTENT]
+    assert [k for k, _ in s.rejected] == [
+        KernelKind.PINGPONG, KernelKind.COOPERATIVE, KernelKind.PERSISTENT]
 
 
 def test_resident_chain_schedules_per_target():
@@ -343,14 +344,16 @@ def test_candidates_list_every_schedule_with_its_reason():
     from tests.lower.test_chain import kernel as chain_kernel
     listed = candidates(chain_kernel(), ir.Arch.SM86)
     assert [(c.kind, c.legal) for c in listed] == [
-        (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, True), (KernelKind.TILED, True)]
+        (KernelKind.PINGPONG, False), (KernelKind.COOPERATIVE, False),
+        (KernelKind.PERSISTENT, True), (KernelKind.TILED, True)]
     assert listed[0].reason == "needs target sm_90a (wgmma, mbarrier waits, TMA)"
     gemm = parse_file(next(e for e in EXAMPLES if e.stem == "gemm")).kernels[0]
     single = candidates(gemm, ir.Arch.SM90A)
     assert [(c.kind, c.legal) for c in single] == [
-        (KernelKind.PINGPONG, False), (KernelKind.PERSISTENT, False), (KernelKind.TILED, True)]
+        (KernelKind.PINGPONG, False), (KernelKind.COOPERATIVE, True),
+        (KernelKind.PERSISTENT, False), (KernelKind.TILED, True)]
     assert single[0].reason == "taken only on request ('schedule pingpong')"
-    assert "two chained gemms" in single[1].reason
+    assert "two chained gemms" in single[2].reason
 
 
 def test_persistent_over_budget_is_refused_not_caught():

@@ -11,7 +11,6 @@ from ..common import arch_guard, epilogue_cpp, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as sm80_epilogue
-from ..sm80.epilogue import OP_STRUCT
 from . import tensor_map
 from .chain import wgmma_outs
 
@@ -40,7 +39,7 @@ def reduction_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
         if plan.deterministic:
             offset = " + ws_offset" if len(reds) > 1 else ""
             out = f"p.workspace{offset} + (long long)({slot}) * {length}"
-        lines.append(f"{helper}<{OP_STRUCT[r.op]}, {atomic}>(red{r.index}_part, {out}, {args});")
+        lines.append(f"{helper}<{sm80_epilogue.OP_STRUCT[r.op]}, {atomic}>(red{r.index}_part, {out}, {args});")
         if plan.deterministic and len(reds) > 1 and r is not reds[-1]:
             lines.append(f"ws_offset += (long long)({_SLOTS[r.axis]}) * {length};")
     return lines
