@@ -442,11 +442,18 @@ evt_select(const __grid_constant__ evt_select_params p, const __grid_constant__ 
         for (int h = 0; h < 2; ++h) {
           const int r = i * 64 + warp * 16 + lane / 4 + 8 * h;  // row in this consumer's rows
           const bool live = m0 + row0 + r < M;  // the epilogue may read row-indexed inputs
+          // the row's pairs first, then their stores: the epilogue's global loads all issue before
+          // the first shared store (a compiler barrier) instead of one round trip per pair
+          unsigned pairs[kFragN];
     #pragma unroll
           for (int j = 0; j < kFragN; ++j) {
             const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-            const unsigned pair = live && n0 + c < N ? mma0_epilogue(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
-            st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pair);
+            pairs[j] = live && n0 + c < N ? mma0_epilogue(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
+          }
+    #pragma unroll
+          for (int j = 0; j < kFragN; ++j) {
+            const int c = j * 8 + (lane % 4) * 2;
+            st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pairs[j]);
           }
         }
       }
