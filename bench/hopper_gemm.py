@@ -209,7 +209,7 @@ def check(torch, compiled, kernel, args, reference) -> float:
     poisoned with NaN first; inf when an output holds a NaN."""
     from kgen import ir
 
-    outs = {p.name: alloc(torch, p, {**_sizes(args)}) for p in kernel.params
+    outs = {p.name: alloc(torch, p, _sizes(args)) for p in kernel.params
             if p.role is ir.Role.OUT}
     for o in outs.values():
         o.fill_(float("nan"))

@@ -228,13 +228,7 @@ def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
     epi = epilogue_cpp.render(g.epilogue)
     extra = ", float& inter_0, float& inter_1" if g is not last else ""
     wide = plan.schedule.wide_stores and g is last
-    body = list(epi.loads) + list(epi.compute) + list(epi.stores)
-    if wide:
-        pair, packed = epi.packed
-        body = list(epi.loads) + list(epi.compute) + [
-            f"const {pair} packed = {packed};",
-            "return *reinterpret_cast<const unsigned*>(&packed);",
-        ]
+    body = epilogue_cpp.function_body(epi, wide)
     return dict(
         cfg=cfg(g), name=g.name, config=config_lines(arch, g, plan), operands=operands,
         functions=arch.first_gemm_functions(plan, g) if g is first else [],

@@ -192,6 +192,18 @@ class _Renderer:
                 for j, v in zip(ELEMS, (v0, v1))]
 
 
+def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
+    """The epilogue function's statements: loads, compute and the stores, or (`packed`) the
+    lone output's pair returned as an unsigned for the caller to store."""
+    if not packed:
+        return list(epi.loads) + list(epi.compute) + list(epi.stores)
+    pair, value = epi.packed
+    return list(epi.loads) + list(epi.compute) + [
+        f"const {pair} packed = {value};",
+        "return *reinterpret_cast<const unsigned*>(&packed);",
+    ]
+
+
 def render(dag: EpilogueDag) -> EpilogueLines:
     """The C++ lines of `dag`: loads, then compute, then the effects in their order."""
     r = _Renderer()

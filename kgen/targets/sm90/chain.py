@@ -130,9 +130,9 @@ def tma_store_lines(g: GemmPlan) -> list[str]:
                         name=g.name)
 
 
-def wgmma_outs(n: int) -> str:
-    """The asm outputs of a warp's m64nNk16 accumulators, in the m16n8 layout acc[0][j][e]."""
-    return ", ".join(f'"+f"(acc[0][{j}][{e}])' for j in range(n // 8) for e in range(4))
+def wgmma_outs(n: int, acc: str = "acc[0]") -> str:
+    """The asm outputs of a warp's m64nNk16 accumulators, in the m16n8 layout `acc`[j][e]."""
+    return ", ".join(f'"+f"({acc}[{j}][{e}])' for j in range(n // 8) for e in range(4))
 
 
 def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:

@@ -60,13 +60,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     schedule = plan.schedule
     staged = schedule.gemm(g.name).store is StorePath.TMA
     epi = epilogue_cpp.render(g.epilogue)
-    body = list(epi.loads) + list(epi.compute) + list(epi.stores)
-    if staged:
-        pair, packed = epi.packed
-        body = list(epi.loads) + list(epi.compute) + [
-            f"const {pair} packed = {packed};",
-            "return *reinterpret_cast<const unsigned*>(&packed);",
-        ]
+    body = epilogue_cpp.function_body(epi, staged)
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
@@ -100,7 +94,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wgmma_n=n,
         wgmma_acc=f"float (&acc)[{n // 8}][4]",
         wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),
-        wgmma_outs=wgmma_outs(n).replace("acc[0]", "acc"),
+        wgmma_outs=wgmma_outs(n, "acc"),
         wgmma_rs=[],
         gemm_name=g.name,
         epilogue=body,
