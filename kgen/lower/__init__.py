@@ -41,9 +41,9 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     fields = abi.fields(kernel)
     operands = [op.param for g in gemms for op in (g.a, g.b)
                 if op is not None and kernel.param(op.param) is not None]
-    alignments, dim_rules = abi.requirements(kernel, operands)
     chosen = select.select(kernel, tgt, gemms, persistent=persistent)
     sched = chosen.schedule
+    alignments, dim_rules = abi.requirements(kernel, operands, sched.narrow)
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows
         out = chosen.gemms[-1].epilogue.packed_store.param
         alignments = tuple(

@@ -82,9 +82,11 @@ def _check_fixed_rows(p: ir.Param, elems: int) -> None:
 
 
 def requirements(
-    kernel: ir.Kernel, operands: list[str]
+    kernel: ir.Kernel, operands: list[str], narrow: bool = False
 ) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
-    """cp.async operands need 16-byte rows; the epilogue's paired accesses need even columns."""
+    """cp.async operands need 16-byte rows; the epilogue's paired accesses need even columns.
+    With a narrow variant (Schedule.narrow) these are the fast entry point's rules only: any
+    argument that misses them runs the narrow one, so no fixed size is refused for them."""
     aligns: list[Alignment] = []
     needs_even_n: list[ir.Dim] = []
     for p in kernel.params:
@@ -92,7 +94,8 @@ def requirements(
             continue
         if p.name in operands:
             elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
-            _check_fixed_rows(p, elems)
+            if not narrow:
+                _check_fixed_rows(p, elems)
             aligns.append(
                 Alignment(p.name, swizzle.CHUNK_BYTES, elems,
                           "the mainloop copies 16-byte chunks with cp.async")
@@ -108,12 +111,13 @@ def requirements(
                 Alignment(p.name, 2 * p.dtype.nbytes, 1,
                           "the epilogue reads two adjacent elements at once")
             )
+    # a fixed odd N (narrow variant only) keeps its rule: the fast entry point never runs
     rules = tuple(
         DimRule(d, 2, "the epilogue handles output columns in pairs")
         for d in dict.fromkeys(needs_even_n)
-        if isinstance(d, str)
+        if isinstance(d, str) or narrow and d % 2
     )
     for d in needs_even_n:
-        if isinstance(d, int) and d % 2:
+        if isinstance(d, int) and d % 2 and not narrow:
             raise KgenError(kernel.loc, f"the output has {d} columns; kgen needs an even count")
     return tuple(aligns), rules

@@ -256,9 +256,10 @@ class Alignment:
 
 @dataclass(frozen=True, slots=True)
 class DimRule:
-    """A runtime size must be a multiple of `multiple`."""
+    """A size must be a multiple of `multiple` (a fixed one only in a fast entry point's rules,
+    which then never runs)."""
 
-    dim: str
+    dim: Dim
     multiple: int
     reason: str
 
@@ -301,6 +302,11 @@ class KernelPlan:
     def init_kernel(self) -> str | None:
         """The kernel that sets reduction outputs to their identity before the main launch."""
         return f"{self.name}_init" if self.reductions and not self.deterministic else None
+
+    @property
+    def narrow_kernel(self) -> str | None:
+        """The entry point for arguments the fast path's alignment and size rules refuse."""
+        return f"{self.name}_narrow" if self.schedule.narrow else None
 
     @property
     def finalize_kernel(self) -> str | None:

@@ -138,6 +138,10 @@ class Schedule:
     gemms: tuple[GemmSchedule, ...]
     tensor_maps: tuple[TensorMap, ...] = ()
     why_kind: str = ""
+    # A second entry point, `<kernel>_narrow`, for the arguments the alignment and size rules
+    # of the fast one refuse (any size, any leading dimension): element copies into the same
+    # shared-memory stages, element accesses in the epilogue. Each launcher picks it at launch.
+    narrow: bool = False
     # the schedules the target also listed, each with why it was not taken: (kind, reason)
     rejected: tuple[tuple[KernelKind, str], ...] = ()
 
@@ -220,6 +224,11 @@ class Schedule:
                 rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
+        if self.narrow:
+            rows.append(("narrow variant", "element copies and accesses",
+                         "arguments that miss the fast path's alignment rules (odd sizes, "
+                         "leading dimensions not 16-byte multiples) run the second entry "
+                         "point <kernel>_narrow, chosen at launch"))
         for m in self.tensor_maps:
             what = "store" if m.store else "load"
             rows.append((f"tensor map {m.param}",

@@ -65,6 +65,9 @@ class BoundArguments:
     arrays: dict[str, DeviceArray]
     scalars: dict[str, float]
     grid: tuple[int, int, int]
+    # Why these arguments run the plan's narrow entry point (they miss the fast one's alignment
+    # or size rules), or "" for the fast one
+    narrow: str = ""
     owners: tuple[Any, ...] = field(default=(), repr=False)  # keeps the tensors alive
 
 
@@ -106,7 +109,8 @@ def bind_arguments(
     dtype, rank or fixed dimension, symbolic sizes that disagree between arguments, a 2-D
     tensor not stored in its declared layout with a unit stride, a misaligned pointer or
     leading dimension, a tensor on another device than `device_id`, a size above 2**30-1 or
-    not a multiple the plan's `dim_rules` ask for. `persistent_ctas` caps the grid of a
+    not a multiple the plan's `dim_rules` ask for; the alignment and size rules only where the
+    plan has no narrow entry point (`narrow` then says why it runs). `persistent_ctas` caps the grid of a
     persistent plan (the device's SM count x resident CTAs per SM; see plan.grid).
     """
     params = {p.name: p for p in plan.params}
@@ -168,15 +172,11 @@ def bind_arguments(
                 f"{dim} = {extent} is above 2**30-1, the largest size kgen takes (the kernel's "
                 "index math is 32-bit)"
             )
-    for rule in getattr(plan, "dim_rules", ()):
-        extent = resolved.get(rule.dim)
-        if extent is not None and extent % rule.multiple:
-            raise ArgumentError(
-                f"{rule.dim} = {extent} is not a multiple of {rule.multiple}: {rule.reason}"
-            )
-
     leading = {name: _leading_dim(params[name], array) for name, array in arrays.items()}
-    _check_alignment(plan, arrays, leading)
+    _check_element_alignment(arrays)
+    narrow = _fast_path_refusal(plan, arrays, leading, resolved)
+    if narrow and plan.narrow_kernel is None:
+        raise ArgumentError(narrow)
 
     values: dict[str, int | float] = {}
     for member in plan.fields:
@@ -198,7 +198,7 @@ def bind_arguments(
         raise ArgumentError(f"sizes {shown} make {grid[0]} CTAs; a launch takes at most 2**31-1")
     return BoundArguments(
         values=values, sizes=resolved, arrays=arrays, scalars=scalars, grid=grid,
-        owners=tuple(a.owner for a in arrays.values()),
+        narrow=narrow, owners=tuple(a.owner for a in arrays.values()),
     )
 
 
@@ -281,27 +281,33 @@ def _leading_dim(param: Param, array: DeviceArray) -> int:
     return ld
 
 
-def _check_alignment(plan: KernelPlan, arrays: Mapping[str, DeviceArray],
-                     leading: Mapping[str, int]) -> None:
+def _check_element_alignment(arrays: Mapping[str, DeviceArray]) -> None:
     for name, array in arrays.items():
         size = array.dtype.nbytes if array.dtype else 1
         if array.ptr % size:
             raise ArgumentError(f"{name}'s address {array.ptr:#x} is not {size}-byte aligned")
+
+
+def _fast_path_refusal(plan: KernelPlan, arrays: Mapping[str, DeviceArray],
+                       leading: Mapping[str, int], sizes: Mapping[str, int]) -> str:
+    """The first alignment or size rule of the fast entry point these arguments miss (the
+    order of the .cu's checks), or ""."""
     for need in plan.alignments:
         array = arrays.get(need.param)
         if array is None:
             continue
         if need.ptr_bytes > 1 and array.ptr % need.ptr_bytes:
-            raise ArgumentError(
-                f"{need.param}'s address {array.ptr:#x} is not {need.ptr_bytes}-byte aligned: "
-                f"{need.reason}"
-            )
+            return (f"{need.param}'s address {array.ptr:#x} is not {need.ptr_bytes}-byte "
+                    f"aligned: {need.reason}")
         ld = leading.get(need.param, 0)
         if need.ld_multiple > 1 and ld and ld % need.ld_multiple:
-            raise ArgumentError(
-                f"{need.param}'s leading dimension {ld} is not a multiple of {need.ld_multiple}: "
-                f"{need.reason}"
-            )
+            return (f"{need.param}'s leading dimension {ld} is not a multiple of "
+                    f"{need.ld_multiple}: {need.reason}")
+    for rule in getattr(plan, "dim_rules", ()):
+        extent = rule.dim if isinstance(rule.dim, int) else sizes.get(rule.dim)
+        if extent is not None and extent % rule.multiple:
+            return f"{rule.dim} = {extent} is not a multiple of {rule.multiple}: {rule.reason}"
+    return ""
 
 
 def resolve_stream(stream: Any, arrays: Mapping[str, DeviceArray] | None = None) -> int:
@@ -376,6 +382,8 @@ class CompiledKernel:
         )
         # Reductions: a small kernel sets their outputs to the identity before each launch
         # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
+        # The narrow entry point: the arguments that miss the fast one's alignment rules
+        self._narrow_function = self._helper_function(plan.narrow_kernel)
         self._init_function = self._helper_function(plan.init_kernel)
         self._finalize_function = self._helper_function(plan.finalize_kernel)
         # Deterministic reductions: a workspace per stream (launches on two streams may run at
@@ -386,15 +394,16 @@ class CompiledKernel:
         self._retired: list[Any] = []
         # Launches may come from several threads: the caches below change under this lock.
         self._lock = threading.Lock()
-        if plan.smem_bytes > DEFAULT_SMEM_LIMIT:
-            check(
-                driver.cuFuncSetAttribute(
-                    self._function,
-                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    plan.smem_bytes,
-                ),
-                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-            )
+        for function in (self._function, self._narrow_function):
+            if plan.smem_bytes > DEFAULT_SMEM_LIMIT and function is not None:
+                check(
+                    driver.cuFuncSetAttribute(
+                        function,
+                        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        plan.smem_bytes,
+                    ),
+                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                )
         self._maps: dict[tuple, ctypes.Array] = {}  # TMA stores: the output's tensor maps
         self._check_abi()
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
@@ -489,6 +498,11 @@ class CompiledKernel:
                 maps = self._maps.setdefault(key, maps)
         return maps
 
+    def _zero_maps(self) -> ctypes.Array:
+        from .tma import MAP_BYTES
+
+        return (ctypes.c_ubyte * (MAP_BYTES * len(self.plan.schedule.tensor_maps)))()
+
     @property
     def name(self) -> str:
         return self.plan.name
@@ -550,9 +564,10 @@ class CompiledKernel:
         if self._finalize_function is not None:
             values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
-        # the kernel's second parameter: the tensor maps
+        # the kernel's second parameter: the tensor maps (zeros for the narrow entry point,
+        # which does not read them: the copy engine cannot take its arguments)
         if self.plan.schedule.tensor_maps:
-            maps = self._tensor_maps(bound)
+            maps = self._zero_maps() if bound.narrow else self._tensor_maps(bound)
             pointers = (ctypes.c_void_p * 2)(ctypes.addressof(struct), ctypes.addressof(maps))
         else:
             pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
@@ -560,13 +575,14 @@ class CompiledKernel:
             self._launch_helper(self._init_function, self.plan.init_kernel, bound.sizes,
                                 pointers, stream)
         gx, gy, gz = bound.grid
+        function = self._narrow_function if bound.narrow else self._function
         (err,) = driver.cuLaunchKernel(
-            self._function, gx, gy, gz, self.plan.schedule.threads, 1, 1, self.plan.smem_bytes,
+            function, gx, gy, gz, self.plan.schedule.threads, 1, 1, self.plan.smem_bytes,
             driver.CUstream(stream), ctypes.addressof(pointers), 0,
         )
         if err != driver.CUresult.CUDA_SUCCESS:
             raise KgenRuntimeError(
-                f"launching {self.plan.name} (grid {bound.grid}, block "
+                f"launching {self.plan.narrow_kernel if bound.narrow else self.plan.name} (grid {bound.grid}, block "
                 f"{self.plan.schedule.threads}, {self.plan.smem_bytes} B shared) failed: "
                 f"{error_text(err)}"
             )

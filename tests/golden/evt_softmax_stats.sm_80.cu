@@ -150,6 +150,94 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// ---- Any alignment: the narrow entry point's copies and pair accesses ----
+// The kernel body is a template on kNarrow. The fast entry point (kNarrow false) copies 16-byte
+// chunks and accesses column pairs as one 4- or 8-byte word, which needs the alignment rules of
+// the host checks; the narrow one reads and writes element by element, so any size and leading
+// dimension runs, and a last odd column is not touched past N.
+
+// The widest copy (16, 8, 4 or 2 bytes) that every row of a 16-bit matrix at `base`, with
+// rows `ld` elements apart, allows: the lowest set bit of the address and the row pitch.
+__device__ __forceinline__ int copy_granule(const void* base, long long ld) {
+  const unsigned long long bits =
+      reinterpret_cast<unsigned long long>(base) | static_cast<unsigned long long>(ld) * 2 | 16;
+  return static_cast<int>(bits & (~bits + 1));
+}
+
+// `kBytes` at `dst` from `src` by cp.async, bytes past `src_bytes` (0..kBytes) zero-filled.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, const void* fallback,
+                                                int src_bytes) {
+  const void* from = src_bytes > 0 ? src : fallback;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(from), "n"(kBytes),
+               "r"(src_bytes));
+}
+
+// The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
+// in copies of `granule` bytes (see copy_granule): cp.async of 8 or 4 bytes, or, with rows of
+// an odd element count apart, element by element (a shared store that the barrier before the
+// stage's first read orders; one element in flight keeps the registers of the fast path's
+// tile).
+__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
+                                                  int src_bytes, int granule) {
+  const char* from = static_cast<const char*>(src);
+  if (granule >= 8) {
+#pragma unroll
+    for (int o = 0; o < 16; o += 8)
+      cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
+  } else if (granule == 4) {
+#pragma unroll
+    for (int o = 0; o < 16; o += 4)
+      cp_async_narrow<4>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 4));
+  } else {
+#pragma unroll 1
+    for (int o = 0; o < 16; o += 2) {
+      const unsigned short v = o < src_bytes ? __ldg(reinterpret_cast<const unsigned short*>(from + o)) : 0;
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + o), "h"(v) : "memory");
+    }
+  }
+}
+
+template <class T> struct PairOf;
+template <> struct PairOf<__half> { using type = __half2; };
+template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <> struct PairOf<float> { using type = float2; };
+
+// Columns col and col + 1 at `at`: one aligned word, or (kNarrow) two elements, the second
+// read only when `both` (it is in the output).
+template <bool kNarrow, class T>
+__device__ __forceinline__ typename PairOf<T>::type load_pair(const T* at, bool both) {
+  if constexpr (kNarrow) {
+    typename PairOf<T>::type pair;
+    pair.x = at[0];
+    pair.y = both ? at[1] : T(0.0f);
+    return pair;
+  } else {
+    return *reinterpret_cast<const typename PairOf<T>::type*>(at);
+  }
+}
+
+// The same for a store: the second element is written only when `both`.
+template <bool kNarrow, class T>
+__device__ __forceinline__ void store_pair(T* at, typename PairOf<T>::type pair, bool both) {
+  if constexpr (kNarrow) {
+    at[0] = pair.x;
+    if (both) at[1] = pair.y;
+  } else {
+    *reinterpret_cast<typename PairOf<T>::type*>(at) = pair;
+  }
+}
+
+// A stage's 16-byte chunk: one 16-byte cp.async (the fast entry point), or in copies of
+// `granule` bytes.
+template <bool kNarrow>
+__device__ __forceinline__ void copy_chunk(unsigned dst, const void* src, const void* fallback,
+                                           int src_bytes, int granule) {
+  if constexpr (kNarrow)
+    copy_chunk_narrow(dst, src, fallback, src_bytes, granule);
+  else
+    cp_async_16(dst, src, fallback, src_bytes);
+}
 
 // One k16 step of the warp tile: kFragM x kFragN MMAs.
 __device__ __forceinline__ void mma_step(float (&acc)[kFragM][kFragN][4],
@@ -179,17 +267,18 @@ struct ALayout {
 // columns from `col0`, zero-filling rows at or past `rows` and columns at or past `cols`.
 // Each thread copies 4 x 16 bytes, 32 tile rows apart, to offsets kgen proved as
 // (base ^ X) + Y for every thread.
+template <bool kNarrow>
 __device__ __forceinline__ void load_a_stage(unsigned stage, const __half* src, long long ld,
-                                             int row0, int rows, int col0, int cols, int tid) {
+                                             int row0, int rows, int col0, int cols, int granule, int tid) {
   const int row = tid / (ALayout::kInner / 8);
   const int col = tid % (ALayout::kInner / 8) * 8;
   const unsigned base = ALayout::offset(row, col) * 2;
   const int col_bytes = min(16, max((cols - col0 - col) * 2, 0));
   const __half* from = src + (row0 + row) * ld + (col0 + col);
-  cp_async_16(stage + base, from, src, row0 + row < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 4096), from + 32 * ld, src, row0 + row + 32 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 8192), from + 64 * ld, src, row0 + row + 64 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 12288), from + 96 * ld, src, row0 + row + 96 < rows ? col_bytes : 0);
+  copy_chunk<kNarrow>(stage + base, from, src, row0 + row < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 4096), from + 32 * ld, src, row0 + row + 32 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 8192), from + 64 * ld, src, row0 + row + 64 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 12288), from + 96 * ld, src, row0 + row + 96 < rows ? col_bytes : 0, granule);
 }
 // One stage of B in shared memory: 256 rows of 64 contiguous
 // f16 (K contiguous), cut into 64-element atoms, Swizzle<3,3,3>.
@@ -209,21 +298,22 @@ struct BLayout {
 // columns from `col0`, zero-filling rows at or past `rows` and columns at or past `cols`.
 // Each thread copies 8 x 16 bytes, 32 tile rows apart, to offsets kgen proved as
 // (base ^ X) + Y for every thread.
+template <bool kNarrow>
 __device__ __forceinline__ void load_b_stage(unsigned stage, const __half* src, long long ld,
-                                             int row0, int rows, int col0, int cols, int tid) {
+                                             int row0, int rows, int col0, int cols, int granule, int tid) {
   const int row = tid / (BLayout::kInner / 8);
   const int col = tid % (BLayout::kInner / 8) * 8;
   const unsigned base = BLayout::offset(row, col) * 2;
   const int col_bytes = min(16, max((cols - col0 - col) * 2, 0));
   const __half* from = src + (row0 + row) * ld + (col0 + col);
-  cp_async_16(stage + base, from, src, row0 + row < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 4096), from + 32 * ld, src, row0 + row + 32 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 8192), from + 64 * ld, src, row0 + row + 64 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 12288), from + 96 * ld, src, row0 + row + 96 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 16384), from + 128 * ld, src, row0 + row + 128 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 20480), from + 160 * ld, src, row0 + row + 160 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 24576), from + 192 * ld, src, row0 + row + 192 < rows ? col_bytes : 0);
-  cp_async_16(stage + (base + 28672), from + 224 * ld, src, row0 + row + 224 < rows ? col_bytes : 0);
+  copy_chunk<kNarrow>(stage + base, from, src, row0 + row < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 4096), from + 32 * ld, src, row0 + row + 32 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 8192), from + 64 * ld, src, row0 + row + 64 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 12288), from + 96 * ld, src, row0 + row + 96 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 16384), from + 128 * ld, src, row0 + row + 128 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 20480), from + 160 * ld, src, row0 + row + 160 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 24576), from + 192 * ld, src, row0 + row + 192 < rows ? col_bytes : 0, granule);
+  copy_chunk<kNarrow>(stage + (base + 28672), from + 224 * ld, src, row0 + row + 224 < rows ? col_bytes : 0, granule);
 }
 
 // Reductions. Each op: the identity, the map applied to every element, and the combine; CTAs
@@ -348,9 +438,10 @@ __device__ __forceinline__ void store_scratch(const float* scratch, int count, i
   }
 }
 
-// Epilogue of mma0 for output (row, col) and (row, col + 1).
+// Epilogue of mma0 for output (row, col) and, when `both`, (row, col + 1).
+template <bool kNarrow>
 __device__ __forceinline__ void mma0_epilogue(const evt_softmax_stats_params& p, long long row,
-                                                    long long col, float acc_0, float acc_1, float& red0_0, float& red0_1, float& red1_0, float& red1_1) {
+                                                    long long col, bool both, float acc_0, float acc_1, float& red0_0, float& red0_1, float& red1_0, float& red1_1) {
   const float v1 = p.m_prev[row];
   const float v2_0 = acc_0 - v1;
   const float v2_1 = acc_1 - v1;
@@ -362,14 +453,12 @@ __device__ __forceinline__ void mma0_epilogue(const evt_softmax_stats_params& p,
   red1_1 = v3_1;
 }
 
-}  // namespace evt_softmax_stats_kgen
-
 // ============================================================================================
 // Kernel: mma0 = A @ B, CTA tile 128x256x64
 // ============================================================================================
-extern "C" __global__ void __launch_bounds__(256, 1)
-evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
-  using namespace evt_softmax_stats_kgen;
+// The body of both entry points below; kNarrow: the narrow one's (any alignment).
+template <bool kNarrow>
+__device__ __forceinline__ void kernel_body(const evt_softmax_stats_params& p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int tid = threadIdx.x;
@@ -393,6 +482,9 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
   const int m0 = tile_m * kTileM;
   const int n0 = tile_n * kTileN;
 
+  // The widest copies A's and B's rows allow (16 bytes in the fast entry point).
+  const int a_granule = kNarrow ? copy_granule(p.A, p.ld_A) : 16;
+  const int b_granule = kNarrow ? copy_granule(p.B, p.ld_B) : 16;
   float acc[kFragM][kFragN][4];
 #pragma unroll
   for (int i = 0; i < kFragM; ++i)
@@ -411,8 +503,8 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) {
-      load_a_stage(a_smem + s * kAStageBytes, p.A, p.ld_A, m0, M, s * kTileK, K, tid);
-      load_b_stage(b_smem + s * kBStageBytes, p.B, p.ld_B, n0, N, s * kTileK, K, tid);
+      load_a_stage<kNarrow>(a_smem + s * kAStageBytes, p.A, p.ld_A, m0, M, s * kTileK, K, a_granule, tid);
+      load_b_stage<kNarrow>(b_smem + s * kBStageBytes, p.B, p.ld_B, n0, N, s * kTileK, K, b_granule, tid);
     }
     cp_async_commit();
   }
@@ -452,8 +544,8 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
     const int s = kt + kStages - 1;
     if (s < k_tiles) {
       const int slot = s % kStages;
-      load_a_stage(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, s * kTileK, K, tid);
-      load_b_stage(b_smem + slot * kBStageBytes, p.B, p.ld_B, n0, N, s * kTileK, K, tid);
+      load_a_stage<kNarrow>(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, s * kTileK, K, a_granule, tid);
+      load_b_stage<kNarrow>(b_smem + slot * kBStageBytes, p.B, p.ld_B, n0, N, s * kTileK, K, b_granule, tid);
     }
     cp_async_commit();
 
@@ -525,18 +617,23 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
     for (int j = 0; j < kFragN; ++j) {
       const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4;
       const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;
+      const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
       if (col < N) {
         if (row < M) {
           float red0_0, red0_1;
           float red1_0, red1_1;
-          mma0_epilogue(p, row, col, acc[i][j][0], acc[i][j][1], red0_0, red0_1, red1_0, red1_1);
+          mma0_epilogue<kNarrow>(p, row, col, both, acc[i][j][0], acc[i][j][1], red0_0, red0_1, red1_0, red1_1);
+          if (!both) red0_1 = ReduceMax::identity();
+          if (!both) red1_1 = ReduceSum::identity();
           red0_part[i][0] = ReduceMax::combine(red0_part[i][0], ReduceMax::combine(ReduceMax::element(red0_0), ReduceMax::element(red0_1)));
           red1_part[i][0] = ReduceSum::combine(red1_part[i][0], ReduceSum::combine(ReduceSum::element(red1_0), ReduceSum::element(red1_1)));
         }
         if (row + 8 < M) {
           float red0_0, red0_1;
           float red1_0, red1_1;
-          mma0_epilogue(p, row + 8, col, acc[i][j][2], acc[i][j][3], red0_0, red0_1, red1_0, red1_1);
+          mma0_epilogue<kNarrow>(p, row + 8, col, both, acc[i][j][2], acc[i][j][3], red0_0, red0_1, red1_0, red1_1);
+          if (!both) red0_1 = ReduceMax::identity();
+          if (!both) red1_1 = ReduceSum::identity();
           red0_part[i][1] = ReduceMax::combine(red0_part[i][1], ReduceMax::combine(ReduceMax::element(red0_0), ReduceMax::element(red0_1)));
           red1_part[i][1] = ReduceSum::combine(red1_part[i][1], ReduceSum::combine(ReduceSum::element(red1_0), ReduceSum::element(red1_1)));
         }
@@ -550,6 +647,21 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
   __syncthreads();
   merge_scratch<ReduceMax>(smem.red0_smem(), kWarpsN, kTileM, p.row_max + m0, M - m0, tid);
   merge_scratch<ReduceSum>(smem.red1_smem(), kWarpsN, kTileM, p.row_sum + m0, M - m0, tid);
+}
+
+}  // namespace evt_softmax_stats_kgen
+
+// The fast entry point: 16-byte copies and pair accesses, for arguments that meet the
+// alignment rules of evt_softmax_stats_kgen::narrow_reason.
+extern "C" __global__ void __launch_bounds__(256, 1)
+evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
+  evt_softmax_stats_kgen::kernel_body<false>(p);
+}
+
+// The narrow entry point: any size and leading dimension (element copies and accesses).
+extern "C" __global__ void __launch_bounds__(256, 1)
+evt_softmax_stats_narrow(const __grid_constant__ evt_softmax_stats_params p) {
+  evt_softmax_stats_kgen::kernel_body<true>(p);
 }
 
 // Sets every reduction output to its identity; launched before the kernel above.
@@ -581,6 +693,12 @@ static const char* params_reason(const evt_softmax_stats_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (p.K < 0) return "K must not be negative";
   if (p.N < 0) return "N must not be negative";
+  return nullptr;
+}
+
+// Why these arguments miss the fast entry point's rules, or nullptr. They then run
+// evt_softmax_stats_narrow: element copies and element accesses, for any size and leading dimension.
+static const char* narrow_reason(const evt_softmax_stats_params& p) {
   if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
@@ -604,6 +722,9 @@ static void prepare_device(int device, DeviceState& state) {
   }
   state.error = cudaFuncSetAttribute(evt_softmax_stats, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes);
+  if (state.error == cudaSuccess)
+    state.error = cudaFuncSetAttribute(evt_softmax_stats_narrow, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kSmemBytes);
 }
 
 // The current device's state, prepared once per device.
@@ -649,7 +770,8 @@ cudaError_t evt_softmax_stats_launch(const evt_softmax_stats_params& p, cudaStre
   // reduction outputs start at their identity; CTAs then merge into them atomically
   const int init_blocks = (p.M + 255) / 256;
   evt_softmax_stats_init<<<init_blocks > 0 ? init_blocks : 1, 256, 0, stream>>>(p);
-  evt_softmax_stats<<<tiles_m * tiles_n, evt_softmax_stats_kgen::kThreads, evt_softmax_stats_kgen::kSmemBytes, stream>>>(p);
+  const bool narrow = evt_softmax_stats_kgen::narrow_reason(p) != nullptr;  // then the narrow entry point
+  (narrow ? evt_softmax_stats_narrow : evt_softmax_stats)<<<tiles_m * tiles_n, evt_softmax_stats_kgen::kThreads, evt_softmax_stats_kgen::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

@@ -188,6 +188,100 @@ template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
+// 16-byte global -> shared copy; bytes past `src_bytes` (0..16) are zero-filled, and with
+// src_bytes == 0 nothing is read (the fallback pointer only keeps the address valid).
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, const void* fallback,
+                                            int src_bytes) {
+  const void* from = src_bytes > 0 ? src : fallback;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+// ---- Any alignment: the narrow entry point's copies and pair accesses ----
+// The kernel body is a template on kNarrow. The fast entry point (kNarrow false) copies 16-byte
+// chunks and accesses column pairs as one 4- or 8-byte word, which needs the alignment rules of
+// the host checks; the narrow one reads and writes element by element, so any size and leading
+// dimension runs, and a last odd column is not touched past N.
+
+// The widest copy (16, 8, 4 or 2 bytes) that every row of a 16-bit matrix at `base`, with
+// rows `ld` elements apart, allows: the lowest set bit of the address and the row pitch.
+__device__ __forceinline__ int copy_granule(const void* base, long long ld) {
+  const unsigned long long bits =
+      reinterpret_cast<unsigned long long>(base) | static_cast<unsigned long long>(ld) * 2 | 16;
+  return static_cast<int>(bits & (~bits + 1));
+}
+
+// `kBytes` at `dst` from `src` by cp.async, bytes past `src_bytes` (0..kBytes) zero-filled.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, const void* fallback,
+                                                int src_bytes) {
+  const void* from = src_bytes > 0 ? src : fallback;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(from), "n"(kBytes),
+               "r"(src_bytes));
+}
+
+// The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
+// in copies of `granule` bytes (see copy_granule): cp.async of 8 or 4 bytes, or, with rows of
+// an odd element count apart, element by element (a shared store that the barrier before the
+// stage's first read orders; one element in flight keeps the registers of the fast path's
+// tile).
+__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
+                                                  int src_bytes, int granule) {
+  const char* from = static_cast<const char*>(src);
+  if (granule >= 8) {
+#pragma unroll
+    for (int o = 0; o < 16; o += 8)
+      cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
+  } else if (granule == 4) {
+#pragma unroll
+    for (int o = 0; o < 16; o += 4)
+      cp_async_narrow<4>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 4));
+  } else {
+#pragma unroll 1
+    for (int o = 0; o < 16; o += 2) {
+      const unsigned short v = o < src_bytes ? __ldg(reinterpret_cast<const unsigned short*>(from + o)) : 0;
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + o), "h"(v) : "memory");
+    }
+  }
+}
+
+template <class T> struct PairOf;
+template <> struct PairOf<__half> { using type = __half2; };
+template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <> struct PairOf<float> { using type = float2; };
+
+// Columns col and col + 1 at `at`: one aligned word, or (kNarrow) two elements, the second
+// read only when `both` (it is in the output).
+template <bool kNarrow, class T>
+__device__ __forceinline__ typename PairOf<T>::type load_pair(const T* at, bool both) {
+  if constexpr (kNarrow) {
+    typename PairOf<T>::type pair;
+    pair.x = at[0];
+    pair.y = both ? at[1] : T(0.0f);
+    return pair;
+  } else {
+    return *reinterpret_cast<const typename PairOf<T>::type*>(at);
+  }
+}
+
+// The same for a store: the second element is written only when `both`.
+template <bool kNarrow, class T>
+__device__ __forceinline__ void store_pair(T* at, typename PairOf<T>::type pair, bool both) {
+  if constexpr (kNarrow) {
+    at[0] = pair.x;
+    if (both) at[1] = pair.y;
+  } else {
+    *reinterpret_cast<typename PairOf<T>::type*>(at) = pair;
+  }
+}
 
 // ---- sm_90a: the MMAs as wgmma: the first gemm's operands both from shared memory, a later
 // gemm's A from registers ----
@@ -362,9 +456,65 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
   tile_n = tile % per_group / rows;
 }
 
-// Epilogue of mma0 for output (row, col) and (row, col + 1).
+// ---- The narrow entry point's producer: no copy engine ----
+
+// Rows [row0, row0 + kRows) and the kTileK (64) columns from col0 of a K-major 16-bit operand
+// into the stage at `stage`, laid out as the copy engine's box would be (128-byte rows in the
+// 128-byte swizzle: chunk c of row r at chunk c ^ r % 8), zeros past `rows` and `cols`. Each
+// of the producer warpgroup's threads copies every 128th 16-byte chunk.
+template <int kRows>
+__device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src, long long ld, int row0,
+                                                int rows, int col0, int cols, int granule, int ptid) {
+  const unsigned short* base = static_cast<const unsigned short*>(src);
+#pragma unroll 1
+  for (int q = ptid; q < kRows * 8; q += kWarpgroupThreads) {
+    const int r = q / 8, c = q % 8;
+    const int col = col0 + c * 8;
+    const int bytes = row0 + r < rows ? min(max((cols - col) * 2, 0), 16) : 0;
+    copy_chunk_narrow(stage + r * 128 + (c ^ r % 8) * 16, base + (row0 + r) * ld + col, src, bytes,
+                      granule);
+  }
+}
+
+// The producer warpgroup's walk, as the TMA producer's, every thread copying its chunks of each
+// k tile. A slot is marked full one k tile late: once this thread's copies of it have landed
+// (cp.async groups) and been ordered before the consumers' wgmma reads (a proxy fence); the
+// full barrier counts the warpgroup's 128 arrivals.
+__device__ __forceinline__ void produce_narrow(const evt_softmax_stats_params& p, unsigned a_ring, unsigned b_ring,
+                                               unsigned full, unsigned empty, int M, int N, int K,
+                                               int tiles, int tiles_m, int tiles_n, int k_tiles, int ptid) {
+  const int a_granule = copy_granule(p.A, p.ld_A);
+  const int b_granule = copy_granule(p.B, p.ld_B);
+  int it = 0;  // the ring position over every tile of this CTA
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tile_m, tile_n;
+    tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = it % kStages, round = it / kStages;
+      if (round > 0) mbarrier_wait(empty + 8 * s, (round - 1) & 1);
+      copy_box_narrow<kTileM>(a_ring + s * kAStageBytes, p.A, p.ld_A, tile_m * kTileM, M,
+                              kt * kTileK, K, a_granule, ptid);
+      copy_box_narrow<kTileN>(b_ring + s * kBStageBytes, p.B, p.ld_B, tile_n * kTileN, N,
+                              kt * kTileK, K, b_granule, ptid);
+      cp_async_commit();
+      if (it > 0) {
+        cp_async_wait<1>();
+        fence_proxy_async();
+        mbarrier_arrive(full + 8 * ((it - 1) % kStages));
+      }
+    }
+  }
+  if (it > 0) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbarrier_arrive(full + 8 * ((it - 1) % kStages));
+  }
+}
+
+// Epilogue of mma0 for output (row, col) and, when `both`, (row, col + 1).
+template <bool kNarrow>
 __device__ __forceinline__ void mma0_epilogue(const evt_softmax_stats_params& p, long long row,
-                                                    long long col, float acc_0, float acc_1, float& red0_0, float& red0_1, float& red1_0, float& red1_1) {
+                                                    long long col, bool both, float acc_0, float acc_1, float& red0_0, float& red0_1, float& red1_0, float& red1_1) {
   const float v1 = p.m_prev[row];
   const float v2_0 = acc_0 - v1;
   const float v2_1 = acc_1 - v1;
@@ -376,15 +526,13 @@ __device__ __forceinline__ void mma0_epilogue(const evt_softmax_stats_params& p,
   red1_1 = v3_1;
 }
 
-}  // namespace evt_softmax_stats_kgen
-
 // ============================================================================================
 // Kernel: mma0 = A @ B, CTA tile 128x256x64, cooperative
 // ============================================================================================
-extern "C" __global__ void __launch_bounds__(384, 1)
-evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p, const __grid_constant__ evt_softmax_stats_kgen::TensorMaps maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using namespace evt_softmax_stats_kgen;
+// The body of both entry points below; kNarrow: the narrow one's (any alignment: every producer
+// thread copies by cp.async or element by element, and the output leaves as pairs).
+template <bool kNarrow>
+__device__ __forceinline__ void kernel_body(const evt_softmax_stats_params& p, const TensorMaps& maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int tid = threadIdx.x;
@@ -405,7 +553,7 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p, const __gr
   const unsigned turn = empty + 8 * kStages;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full + 8 * s, 1);
+      mbarrier_init(full + 8 * s, kNarrow ? kWarpgroupThreads : 1);
       mbarrier_init(empty + 8 * s, kPingpong ? 1 : 2);
     }
     if (kPingpong) {
@@ -418,7 +566,9 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p, const __gr
 
   if (tid < kWarpgroupThreads) {  // the producer: one thread walks the CTA's tiles and k tiles
     setmaxnreg_dec<kProducerRegisters>();
-    if (tid == 0) {
+    if constexpr (kNarrow) {
+      produce_narrow(p, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n, k_tiles, tid);
+    } else if (tid == 0) {
       int it = 0;  // the ring position over every tile of this CTA
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tile_m, tile_n;
@@ -499,18 +649,23 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p, const __gr
       for (int j = 0; j < kFragN; ++j) {
         const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4;
         const int col = n0 + j * 8 + (lane % 4) * 2;
+        const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
         if (col < N) {
           if (row < M) {
             float red0_0, red0_1;
             float red1_0, red1_1;
-            mma0_epilogue(p, row, col, acc[i][j][0], acc[i][j][1], red0_0, red0_1, red1_0, red1_1);
+            mma0_epilogue<kNarrow>(p, row, col, both, acc[i][j][0], acc[i][j][1], red0_0, red0_1, red1_0, red1_1);
+            if (!both) red0_1 = ReduceMax::identity();
+            if (!both) red1_1 = ReduceSum::identity();
             red0_part[i][0] = ReduceMax::combine(red0_part[i][0], ReduceMax::combine(ReduceMax::element(red0_0), ReduceMax::element(red0_1)));
             red1_part[i][0] = ReduceSum::combine(red1_part[i][0], ReduceSum::combine(ReduceSum::element(red1_0), ReduceSum::element(red1_1)));
           }
           if (row + 8 < M) {
             float red0_0, red0_1;
             float red1_0, red1_1;
-            mma0_epilogue(p, row + 8, col, acc[i][j][2], acc[i][j][3], red0_0, red0_1, red1_0, red1_1);
+            mma0_epilogue<kNarrow>(p, row + 8, col, both, acc[i][j][2], acc[i][j][3], red0_0, red0_1, red1_0, red1_1);
+            if (!both) red0_1 = ReduceMax::identity();
+            if (!both) red1_1 = ReduceSum::identity();
             red0_part[i][1] = ReduceMax::combine(red0_part[i][1], ReduceMax::combine(ReduceMax::element(red0_0), ReduceMax::element(red0_1)));
             red1_part[i][1] = ReduceSum::combine(red1_part[i][1], ReduceSum::combine(ReduceSum::element(red1_0), ReduceSum::element(red1_1)));
           }
@@ -520,8 +675,28 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p, const __gr
     reduce_rows<ReduceMax, true>(red0_part, p.row_max, m0 + row0 + warp * 16 + lane / 4, M, lane);
     reduce_rows<ReduceSum, true>(red1_part, p.row_sum, m0 + row0 + warp * 16 + lane / 4, M, lane);
   }
+}
+
+}  // namespace evt_softmax_stats_kgen
+
+// The fast entry point: the copy engine's loads (and stores), for arguments that meet the
+// alignment rules of evt_softmax_stats_kgen::narrow_reason.
+extern "C" __global__ void __launch_bounds__(384, 1)
+evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p, const __grid_constant__ evt_softmax_stats_kgen::TensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  evt_softmax_stats_kgen::kernel_body<false>(p, maps);
 #else
   __trap();  // the compute_90 pass: no wgmma (see the top of this file)
+#endif
+}
+
+// The narrow entry point: any size and leading dimension (the maps are not read).
+extern "C" __global__ void __launch_bounds__(384, 1)
+evt_softmax_stats_narrow(const __grid_constant__ evt_softmax_stats_params p, const __grid_constant__ evt_softmax_stats_kgen::TensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  evt_softmax_stats_kgen::kernel_body<true>(p, maps);
+#else
+  __trap();
 #endif
 }
 
@@ -554,6 +729,12 @@ static const char* params_reason(const evt_softmax_stats_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (p.K < 0) return "K must not be negative";
   if (p.N < 0) return "N must not be negative";
+  return nullptr;
+}
+
+// Why these arguments miss the fast entry point's rules, or nullptr. They then run
+// evt_softmax_stats_narrow: element copies and element accesses, for any size and leading dimension.
+static const char* narrow_reason(const evt_softmax_stats_params& p) {
   if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
@@ -578,6 +759,9 @@ static void prepare_device(int device, DeviceState& state) {
   }
   state.error = cudaFuncSetAttribute(evt_softmax_stats, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes);
+  if (state.error == cudaSuccess)
+    state.error = cudaFuncSetAttribute(evt_softmax_stats_narrow, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kSmemBytes);
   int sm_count = 0, per_sm = 0;
   if (state.error == cudaSuccess)
     state.error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
@@ -675,10 +859,14 @@ cudaError_t evt_softmax_stats_launch(const evt_softmax_stats_params& p, cudaStre
   evt_softmax_stats_init<<<init_blocks > 0 ? init_blocks : 1, 256, 0, stream>>>(p);
   // Persistent: one CTA per resident slot, at most one per tile.
   const int grid = tiles_m * tiles_n < state->slots ? tiles_m * tiles_n : state->slots;
-  evt_softmax_stats_kgen::TensorMaps maps;
-  const cudaError_t encoded = evt_softmax_stats_tensor_maps(p, maps);
-  if (encoded != cudaSuccess) return encoded;
-  evt_softmax_stats<<<grid, evt_softmax_stats_kgen::kThreads, evt_softmax_stats_kgen::kSmemBytes, stream>>>(p, maps);
+  evt_softmax_stats_kgen::TensorMaps maps{};
+  if (evt_softmax_stats_kgen::narrow_reason(p) != nullptr) {  // the copy engine cannot serve these arguments
+    evt_softmax_stats_narrow<<<grid, evt_softmax_stats_kgen::kThreads, evt_softmax_stats_kgen::kSmemBytes, stream>>>(p, maps);
+  } else {
+    const cudaError_t encoded = evt_softmax_stats_tensor_maps(p, maps);
+    if (encoded != cudaSuccess) return encoded;
+    evt_softmax_stats<<<grid, evt_softmax_stats_kgen::kThreads, evt_softmax_stats_kgen::kSmemBytes, stream>>>(p, maps);
+  }
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

@@ -202,6 +202,100 @@ template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
+// 16-byte global -> shared copy; bytes past `src_bytes` (0..16) are zero-filled, and with
+// src_bytes == 0 nothing is read (the fallback pointer only keeps the address valid).
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, const void* fallback,
+                                            int src_bytes) {
+  const void* from = src_bytes > 0 ? src : fallback;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(from),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+// ---- Any alignment: the narrow entry point's copies and pair accesses ----
+// The kernel body is a template on kNarrow. The fast entry point (kNarrow false) copies 16-byte
+// chunks and accesses column pairs as one 4- or 8-byte word, which needs the alignment rules of
+// the host checks; the narrow one reads and writes element by element, so any size and leading
+// dimension runs, and a last odd column is not touched past N.
+
+// The widest copy (16, 8, 4 or 2 bytes) that every row of a 16-bit matrix at `base`, with
+// rows `ld` elements apart, allows: the lowest set bit of the address and the row pitch.
+__device__ __forceinline__ int copy_granule(const void* base, long long ld) {
+  const unsigned long long bits =
+      reinterpret_cast<unsigned long long>(base) | static_cast<unsigned long long>(ld) * 2 | 16;
+  return static_cast<int>(bits & (~bits + 1));
+}
+
+// `kBytes` at `dst` from `src` by cp.async, bytes past `src_bytes` (0..kBytes) zero-filled.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, const void* fallback,
+                                                int src_bytes) {
+  const void* from = src_bytes > 0 ? src : fallback;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(from), "n"(kBytes),
+               "r"(src_bytes));
+}
+
+// The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
+// in copies of `granule` bytes (see copy_granule): cp.async of 8 or 4 bytes, or, with rows of
+// an odd element count apart, element by element (a shared store that the barrier before the
+// stage's first read orders; one element in flight keeps the registers of the fast path's
+// tile).
+__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
+                                                  int src_bytes, int granule) {
+  const char* from = static_cast<const char*>(src);
+  if (granule >= 8) {
+#pragma unroll
+    for (int o = 0; o < 16; o += 8)
+      cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
+  } else if (granule == 4) {
+#pragma unroll
+    for (int o = 0; o < 16; o += 4)
+      cp_async_narrow<4>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 4));
+  } else {
+#pragma unroll 1
+    for (int o = 0; o < 16; o += 2) {
+      const unsigned short v = o < src_bytes ? __ldg(reinterpret_cast<const unsigned short*>(from + o)) : 0;
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + o), "h"(v) : "memory");
+    }
+  }
+}
+
+template <class T> struct PairOf;
+template <> struct PairOf<__half> { using type = __half2; };
+template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <> struct PairOf<float> { using type = float2; };
+
+// Columns col and col + 1 at `at`: one aligned word, or (kNarrow) two elements, the second
+// read only when `both` (it is in the output).
+template <bool kNarrow, class T>
+__device__ __forceinline__ typename PairOf<T>::type load_pair(const T* at, bool both) {
+  if constexpr (kNarrow) {
+    typename PairOf<T>::type pair;
+    pair.x = at[0];
+    pair.y = both ? at[1] : T(0.0f);
+    return pair;
+  } else {
+    return *reinterpret_cast<const typename PairOf<T>::type*>(at);
+  }
+}
+
+// The same for a store: the second element is written only when `both`.
+template <bool kNarrow, class T>
+__device__ __forceinline__ void store_pair(T* at, typename PairOf<T>::type pair, bool both) {
+  if constexpr (kNarrow) {
+    at[0] = pair.x;
+    if (both) at[1] = pair.y;
+  } else {
+    *reinterpret_cast<typename PairOf<T>::type*>(at) = pair;
+  }
+}
 
 // ---- sm_90a: the MMAs as wgmma: the first gemm's operands both from shared memory, a later
 // gemm's A from registers ----
@@ -299,9 +393,77 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
   tile_n = tile % per_group / rows;
 }
 
-// Epilogue of mma0 for output (row, col) and (row, col + 1), packed for the staging.
-__device__ __forceinline__ unsigned mma0_epilogue(const gemm_gelu_rowscale_params& p, long long row,
-                                                    long long col, float acc_0, float acc_1) {
+// ---- The narrow entry point's producer: no copy engine ----
+
+// Rows [row0, row0 + kRows) and the kTileK (64) columns from col0 of a K-major 16-bit operand
+// into the stage at `stage`, laid out as the copy engine's box would be (128-byte rows in the
+// 128-byte swizzle: chunk c of row r at chunk c ^ r % 8), zeros past `rows` and `cols`. Each
+// of the producer warpgroup's threads copies every 128th 16-byte chunk.
+template <int kRows>
+__device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src, long long ld, int row0,
+                                                int rows, int col0, int cols, int granule, int ptid) {
+  const unsigned short* base = static_cast<const unsigned short*>(src);
+#pragma unroll 1
+  for (int q = ptid; q < kRows * 8; q += kWarpgroupThreads) {
+    const int r = q / 8, c = q % 8;
+    const int col = col0 + c * 8;
+    const int bytes = row0 + r < rows ? min(max((cols - col) * 2, 0), 16) : 0;
+    copy_chunk_narrow(stage + r * 128 + (c ^ r % 8) * 16, base + (row0 + r) * ld + col, src, bytes,
+                      granule);
+  }
+}
+
+// The producer warpgroup's walk, as the TMA producer's, every thread copying its chunks of each
+// k tile. A slot is marked full one k tile late: once this thread's copies of it have landed
+// (cp.async groups) and been ordered before the consumers' wgmma reads (a proxy fence); the
+// full barrier counts the warpgroup's 128 arrivals.
+__device__ __forceinline__ void produce_narrow(const gemm_gelu_rowscale_params& p, unsigned a_ring, unsigned b_ring,
+                                               unsigned full, unsigned empty, int M, int N, int K,
+                                               int tiles, int tiles_m, int tiles_n, int k_tiles, int ptid) {
+  const int a_granule = copy_granule(p.A, p.ld_A);
+  const int b_granule = copy_granule(p.B, p.ld_B);
+  int it = 0;  // the ring position over every tile of this CTA
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tile_m, tile_n;
+    tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = it % kStages, round = it / kStages;
+      if (round > 0) mbarrier_wait(empty + 8 * s, (round - 1) & 1);
+      copy_box_narrow<kTileM>(a_ring + s * kAStageBytes, p.A, p.ld_A, tile_m * kTileM, M,
+                              kt * kTileK, K, a_granule, ptid);
+      copy_box_narrow<kTileN>(b_ring + s * kBStageBytes, p.B, p.ld_B, tile_n * kTileN, N,
+                              kt * kTileK, K, b_granule, ptid);
+      cp_async_commit();
+      if (it > 0) {
+        cp_async_wait<1>();
+        fence_proxy_async();
+        mbarrier_arrive(full + 8 * ((it - 1) % kStages));
+      }
+    }
+  }
+  if (it > 0) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbarrier_arrive(full + 8 * ((it - 1) % kStages));
+  }
+}
+
+// Epilogue of mma0 for output (row, col) and, when `both`, (row, col + 1).
+template <bool kNarrow>
+__device__ __forceinline__ void mma0_epilogue(const gemm_gelu_rowscale_params& p, long long row,
+                                                    long long col, bool both, float acc_0, float acc_1) {
+  const float v1 = p.scale[row];
+  const float v2_0 = acc_0 * v1;
+  const float v2_1 = acc_1 * v1;
+  const float v3_0 = 0.5f * v2_0 * (1.0f + erff(v2_0 * 0.70710678118654752f));
+  const float v3_1 = 0.5f * v2_1 * (1.0f + erff(v2_1 * 0.70710678118654752f));
+  store_pair<kNarrow>(p.D + row * p.ld_D + col, __floats2bfloat162_rn(v3_0, v3_1), both);
+}
+
+// The same for the fast entry point's staging: the pair, packed, for the caller to store.
+__device__ __forceinline__ unsigned mma0_epilogue_packed(const gemm_gelu_rowscale_params& p, long long row,
+                                                           long long col, float acc_0, float acc_1) {
+  [[maybe_unused]] const bool both = true;  // the fast entry point: N is even
   const float v1 = p.scale[row];
   const float v2_0 = acc_0 * v1;
   const float v2_1 = acc_1 * v1;
@@ -311,15 +473,13 @@ __device__ __forceinline__ unsigned mma0_epilogue(const gemm_gelu_rowscale_param
   return *reinterpret_cast<const unsigned*>(&packed);
 }
 
-}  // namespace gemm_gelu_rowscale_kgen
-
 // ============================================================================================
 // Kernel: mma0 = A @ B, CTA tile 128x256x64, cooperative
 // ============================================================================================
-extern "C" __global__ void __launch_bounds__(384, 1)
-gemm_gelu_rowscale(const __grid_constant__ gemm_gelu_rowscale_params p, const __grid_constant__ gemm_gelu_rowscale_kgen::TensorMaps maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using namespace gemm_gelu_rowscale_kgen;
+// The body of both entry points below; kNarrow: the narrow one's (any alignment: every producer
+// thread copies by cp.async or element by element, and the output leaves as pairs).
+template <bool kNarrow>
+__device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, const TensorMaps& maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int tid = threadIdx.x;
@@ -340,7 +500,7 @@ gemm_gelu_rowscale(const __grid_constant__ gemm_gelu_rowscale_params p, const __
   const unsigned turn = empty + 8 * kStages;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full + 8 * s, 1);
+      mbarrier_init(full + 8 * s, kNarrow ? kWarpgroupThreads : 1);
       mbarrier_init(empty + 8 * s, kPingpong ? 1 : 2);
     }
     if (kPingpong) {
@@ -353,7 +513,9 @@ gemm_gelu_rowscale(const __grid_constant__ gemm_gelu_rowscale_params p, const __
 
   if (tid < kWarpgroupThreads) {  // the producer: one thread walks the CTA's tiles and k tiles
     setmaxnreg_dec<kProducerRegisters>();
-    if (tid == 0) {
+    if constexpr (kNarrow) {
+      produce_narrow(p, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n, k_tiles, tid);
+    } else if (tid == 0) {
       int it = 0;  // the ring position over every tile of this CTA
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tile_m, tile_n;
@@ -420,66 +582,108 @@ gemm_gelu_rowscale(const __grid_constant__ gemm_gelu_rowscale_params p, const __
     if (kPingpong) it += k_tiles;  // the other consumer's tile
 
     // Epilogue
-    // D through the copy engine: this consumer's staging takes its rows as 64x64 boxes (128-byte
-    // swizzle), then one thread stores each box with cp.async.bulk.tensor. The copy engine writes
-    // whole 16-byte chunks: a tile whose last columns end inside one (N not a multiple of 8) stores
-    // its pairs from registers instead.
-    if (n0 + kTileN <= N || N % 8 == 0) {
-      const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
-      if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this consumer's last tile
-      warpgroup_barrier(consumer);
-    #pragma unroll
+    if constexpr (kNarrow) {  // no copy engine: pair stores
+      // Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns
+      // 2 * (lane % 4) and the next one.
+      #pragma unroll
       for (int i = 0; i < kFragM; ++i) {
-    #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = i * 64 + warp * 16 + lane / 4 + 8 * h;  // row in this consumer's rows
-          const bool live = m0 + row0 + r < M;  // the epilogue may read row-indexed inputs
-          // the row's pairs first, then their stores: the epilogue's global loads all issue before
-          // the first shared store (a compiler barrier) instead of one round trip per pair
-          unsigned pairs[kFragN];
-    #pragma unroll
-          for (int j = 0; j < kFragN; ++j) {
-            const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-            pairs[j] = live && n0 + c < N ? mma0_epilogue(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
-          }
-    #pragma unroll
-          for (int j = 0; j < kFragN; ++j) {
-            const int c = j * 8 + (lane % 4) * 2;
-            st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pairs[j]);
+      #pragma unroll
+        for (int j = 0; j < kFragN; ++j) {
+          const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4;
+          const int col = n0 + j * 8 + (lane % 4) * 2;
+          const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
+          if (col < N) {
+            if (row < M) {
+              mma0_epilogue<kNarrow>(p, row, col, both, acc[i][j][0], acc[i][j][1]);
+            }
+            if (row + 8 < M) {
+              mma0_epilogue<kNarrow>(p, row + 8, col, both, acc[i][j][2], acc[i][j][3]);
+            }
           }
         }
       }
-      fence_proxy_async();  // written through the generic proxy, read by the copy engine
-      warpgroup_barrier(consumer);
-      if (tid % kWarpgroupThreads == 0) {
-    #pragma unroll
-        for (int i = 0; i < kFragM; ++i)
-    #pragma unroll
-          for (int box = 0; box < kTileN / 64; ++box)
-            tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
-        bulk_commit();
-      }
     } else {
-    #pragma unroll
-      for (int i = 0; i < kFragM; ++i) {
-    #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4 + 8 * h;
-    #pragma unroll
-          for (int j = 0; j < kFragN; ++j) {
-            const int col = n0 + j * 8 + (lane % 4) * 2;
-            if (row < M && col < N) {
-              const unsigned pair = mma0_epilogue(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-              *reinterpret_cast<unsigned*>(p.D + static_cast<long long>(row) * p.ld_D + col) = pair;
+      // D through the copy engine: this consumer's staging takes its rows as 64x64 boxes (128-byte
+      // swizzle), then one thread stores each box with cp.async.bulk.tensor. The copy engine writes
+      // whole 16-byte chunks: a tile whose last columns end inside one (N not a multiple of 8) stores
+      // its pairs from registers instead.
+      if (n0 + kTileN <= N || N % 8 == 0) {
+        const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
+        if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this consumer's last tile
+        warpgroup_barrier(consumer);
+      #pragma unroll
+        for (int i = 0; i < kFragM; ++i) {
+      #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = i * 64 + warp * 16 + lane / 4 + 8 * h;  // row in this consumer's rows
+            const bool live = m0 + row0 + r < M;  // the epilogue may read row-indexed inputs
+            // the row's pairs first, then their stores: the epilogue's global loads all issue before
+            // the first shared store (a compiler barrier) instead of one round trip per pair
+            unsigned pairs[kFragN];
+      #pragma unroll
+            for (int j = 0; j < kFragN; ++j) {
+              const int c = j * 8 + (lane % 4) * 2;  // column in the tile
+              pairs[j] = live && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
+            }
+      #pragma unroll
+            for (int j = 0; j < kFragN; ++j) {
+              const int c = j * 8 + (lane % 4) * 2;
+              st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pairs[j]);
+            }
+          }
+        }
+        fence_proxy_async();  // written through the generic proxy, read by the copy engine
+        warpgroup_barrier(consumer);
+        if (tid % kWarpgroupThreads == 0) {
+      #pragma unroll
+          for (int i = 0; i < kFragM; ++i)
+      #pragma unroll
+            for (int box = 0; box < kTileN / 64; ++box)
+              tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
+          bulk_commit();
+        }
+      } else {
+      #pragma unroll
+        for (int i = 0; i < kFragM; ++i) {
+      #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4 + 8 * h;
+      #pragma unroll
+            for (int j = 0; j < kFragN; ++j) {
+              const int col = n0 + j * 8 + (lane % 4) * 2;
+              if (row < M && col < N) {
+                const unsigned pair = mma0_epilogue_packed(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                *reinterpret_cast<unsigned*>(p.D + static_cast<long long>(row) * p.ld_D + col) = pair;
+              }
             }
           }
         }
       }
     }
   }
-  if (tid % kWarpgroupThreads == 0) bulk_wait();  // the last boxes are written before the CTA ends
+  if (!kNarrow && tid % kWarpgroupThreads == 0) bulk_wait();  // the last boxes are written before the CTA ends
+}
+
+}  // namespace gemm_gelu_rowscale_kgen
+
+// The fast entry point: the copy engine's loads (and stores), for arguments that meet the
+// alignment rules of gemm_gelu_rowscale_kgen::narrow_reason.
+extern "C" __global__ void __launch_bounds__(384, 1)
+gemm_gelu_rowscale(const __grid_constant__ gemm_gelu_rowscale_params p, const __grid_constant__ gemm_gelu_rowscale_kgen::TensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  gemm_gelu_rowscale_kgen::kernel_body<false>(p, maps);
 #else
   __trap();  // the compute_90 pass: no wgmma (see the top of this file)
+#endif
+}
+
+// The narrow entry point: any size and leading dimension (the maps are not read).
+extern "C" __global__ void __launch_bounds__(384, 1)
+gemm_gelu_rowscale_narrow(const __grid_constant__ gemm_gelu_rowscale_params p, const __grid_constant__ gemm_gelu_rowscale_kgen::TensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  gemm_gelu_rowscale_kgen::kernel_body<true>(p, maps);
+#else
+  __trap();
 #endif
 }
 
@@ -505,6 +709,12 @@ static const char* params_reason(const gemm_gelu_rowscale_params& p) {
   if (p.M < 0) return "M must not be negative";
   if (p.K < 0) return "K must not be negative";
   if (p.N < 0) return "N must not be negative";
+  return nullptr;
+}
+
+// Why these arguments miss the fast entry point's rules, or nullptr. They then run
+// gemm_gelu_rowscale_narrow: element copies and element accesses, for any size and leading dimension.
+static const char* narrow_reason(const gemm_gelu_rowscale_params& p) {
   if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
@@ -532,6 +742,9 @@ static void prepare_device(int device, DeviceState& state) {
   }
   state.error = cudaFuncSetAttribute(gemm_gelu_rowscale, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kSmemBytes);
+  if (state.error == cudaSuccess)
+    state.error = cudaFuncSetAttribute(gemm_gelu_rowscale_narrow, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kSmemBytes);
   int sm_count = 0, per_sm = 0;
   if (state.error == cudaSuccess)
     state.error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
@@ -637,10 +850,14 @@ cudaError_t gemm_gelu_rowscale_launch(const gemm_gelu_rowscale_params& p, cudaSt
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;
   // Persistent: one CTA per resident slot, at most one per tile.
   const int grid = tiles_m * tiles_n < state->slots ? tiles_m * tiles_n : state->slots;
-  gemm_gelu_rowscale_kgen::TensorMaps maps;
-  const cudaError_t encoded = gemm_gelu_rowscale_tensor_maps(p, maps);
-  if (encoded != cudaSuccess) return encoded;
-  gemm_gelu_rowscale<<<grid, gemm_gelu_rowscale_kgen::kThreads, gemm_gelu_rowscale_kgen::kSmemBytes, stream>>>(p, maps);
+  gemm_gelu_rowscale_kgen::TensorMaps maps{};
+  if (gemm_gelu_rowscale_kgen::narrow_reason(p) != nullptr) {  // the copy engine cannot serve these arguments
+    gemm_gelu_rowscale_narrow<<<grid, gemm_gelu_rowscale_kgen::kThreads, gemm_gelu_rowscale_kgen::kSmemBytes, stream>>>(p, maps);
+  } else {
+    const cudaError_t encoded = gemm_gelu_rowscale_tensor_maps(p, maps);
+    if (encoded != cudaSuccess) return encoded;
+    gemm_gelu_rowscale<<<grid, gemm_gelu_rowscale_kgen::kThreads, gemm_gelu_rowscale_kgen::kSmemBytes, stream>>>(p, maps);
+  }
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

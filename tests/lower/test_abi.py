@@ -1,5 +1,7 @@
 """The ABI pass: a fixed size that no contiguous tensor could run with is refused at its
-declaration (issue 16: `K = 100` was accepted, then every contiguous A refused at launch)."""
+declaration where the kernel has no narrow entry point (a chain); a one-gemm kernel takes it,
+its narrow entry point running such tensors (issue 16: `K = 100` was accepted, then every
+contiguous A refused at launch)."""
 from __future__ import annotations
 
 import pytest
@@ -29,18 +31,43 @@ def plan(a: str, b: str, d: str = "f16[M, N]"):
     return lower(module.kernels[0])
 
 
-def test_fixed_k_that_no_contiguous_operand_can_have_is_refused_where_declared():
+CHAIN = """kernel chain {{
+  target sm_80
+  tensor A : f16[M, {k}] row
+  tensor B0 : f16[{k}, 64] col
+  tensor B1 : f16[64, 128] col
+  tensor D1 : f16[M, 128] row out
+  gemm g0 = A @ B0 accumulate f32 {{
+    tile 128x64x64  warps 8x1  stages 4
+    epilogue {{ g0 = relu(acc) }}
+  }}
+  gemm g1 = g0 @ B1 accumulate f32 {{
+    tile 128x128x32  warps 8x1  stages 3
+    keep g0 in registers
+    epilogue {{ D1 = relu(acc) }}
+  }}
+}}
+"""
+
+
+def test_a_chain_with_a_fixed_k_no_contiguous_operand_can_have_is_refused_where_declared():
+    module = parse(CHAIN.format(k=100), "k.kg")
+    verify(module)
     with pytest.raises(KgenError) as err:
-        plan("f16[M, 100] row", "f16[100, N] col")
+        lower(module.kernels[0])
     assert (err.value.loc.line, err.value.loc.col) == (3, 3)
     assert "rows are 100 elements apart" in err.value.message
     assert "multiple of 8" in err.value.message
 
 
-def test_a_col_operand_is_judged_by_its_columns():
-    """A `col` [M, K] tensor keeps each column's M elements together: a fixed M of 100."""
-    with pytest.raises(KgenError, match="columns are 100 elements apart"):
-        plan("f16[100, K] col", "f16[K, N] col", "f16[100, N]")
+def test_a_one_gemm_kernel_takes_any_fixed_size_through_its_narrow_entry_point():
+    for a, b, d in (("f16[M, 100] row", "f16[100, N] col", "f16[M, N]"),
+                    ("f16[100, K] col", "f16[K, N] col", "f16[100, N]"),
+                    ("f16[M, K] row", "f16[K, 129] col", "f16[M, 129]")):
+        p = plan(a, b, d)
+        assert p.narrow_kernel == "fixed_k_narrow"
+    # an odd fixed N keeps its rule: the fast entry point never runs
+    assert [(r.dim, r.multiple) for r in p.dim_rules] == [(129, 2)]
 
 
 def test_fixed_sizes_in_whole_chunks_plan():

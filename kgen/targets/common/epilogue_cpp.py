@@ -111,6 +111,11 @@ class EpilogueLines:
 
 @dataclass
 class _Renderer:
+    # None: pair accesses as 4- or 8-byte loads and stores (a chain's rules make them aligned);
+    # else the template argument of load_pair/store_pair ("kNarrow", "false"): a one-gemm
+    # kernel's epilogue also runs in its narrow entry point, where the pair may be unaligned
+    # and its second column (`both` false) past the output
+    narrow: str | None = None
     loads: list[str] = field(default_factory=list)
     compute: list[str] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
@@ -146,8 +151,10 @@ class _Renderer:
                 return self._pair_load(name, kind.dtype, f"p.{p} + row * p.ld_{p} + col")
             to_float = TO_FLOAT[kind.dtype]
             for j in ELEMS:
-                elem = f"p.{p}[(col + {j}) * p.ld_{p} + row]"
-                self.loads.append(f"const float {name}_{j} = {to_float.format(elem)};")
+                elem = to_float.format(f"p.{p}[(col + {j}) * p.ld_{p} + row]")
+                if j and self.narrow is not None:
+                    elem = f"both ? {elem} : 0.0f"
+                self.loads.append(f"const float {name}_{j} = {elem};")
             return f"{name}_0", f"{name}_1"
         if isinstance(kind, Apply):
             args = [self.names[a] for a in kind.args]
@@ -171,7 +178,10 @@ class _Renderer:
 
     def _pair_load(self, name: str, dtype: DType, address: str) -> tuple[str, str]:
         pair, low, high, _, _ = PAIR[dtype]
-        self.loads.append(f"const {pair} {name} = *reinterpret_cast<const {pair}*>({address});")
+        if self.narrow is None:
+            self.loads.append(f"const {pair} {name} = *reinterpret_cast<const {pair}*>({address});")
+        else:
+            self.loads.append(f"const {pair} {name} = load_pair<{self.narrow}>({address}, both);")
         self.loads.append(f"const float {name}_0 = {low.format(name)};")
         self.loads.append(f"const float {name}_1 = {high.format(name)};")
         return f"{name}_0", f"{name}_1"
@@ -187,9 +197,14 @@ class _Renderer:
         p = effect.param
         if effect.layout is Layout.ROW:
             address = f"p.{p} + row * p.ld_{p} + col"
+            if self.narrow is not None:
+                return [f"store_pair<{self.narrow}>({address}, {to_pair.format(v0, v1)}, both);"]
             return [f"*reinterpret_cast<{pair}*>({address}) = {to_pair.format(v0, v1)};"]
-        return [f"p.{p}[(col + {j}) * p.ld_{p} + row] = {to_elem.format(v)};"
-                for j, v in zip(ELEMS, (v0, v1))]
+        lines = [f"p.{p}[(col + {j}) * p.ld_{p} + row] = {to_elem.format(v)};"
+                 for j, v in zip(ELEMS, (v0, v1))]
+        if self.narrow is not None:
+            lines[1] = f"if (both) {lines[1]}"
+        return lines
 
 
 def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
@@ -204,9 +219,10 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
     ]
 
 
-def render(dag: EpilogueDag) -> EpilogueLines:
-    """The C++ lines of `dag`: loads, then compute, then the effects in their order."""
-    r = _Renderer()
+def render(dag: EpilogueDag, narrow: str | None = None) -> EpilogueLines:
+    """The C++ lines of `dag`: loads, then compute, then the effects in their order. `narrow`:
+    see _Renderer (the function then takes `bool both`: the pair's second column is in N)."""
+    r = _Renderer(narrow)
     for node in dag.nodes:
         assert node.id == len(r.names), "epilogue nodes out of order"
         r.names.append(r.node(node))

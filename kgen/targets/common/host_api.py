@@ -10,6 +10,7 @@ from __future__ import annotations
 from ... import __version__
 from ...enums import Axis, ParamKind
 from ...plan import FieldKind, KernelPlan
+from .operands import narrow_checks
 from .render import render
 
 
@@ -48,6 +49,8 @@ def template_values(plan: KernelPlan) -> dict:
         launch_signature=f"cudaError_t {name}_launch(const {name}_params& p, cudaStream_t stream)",
         workspace_signature=f"size_t {name}_workspace_bytes(const {name}_params& p)",
         workspace_body=workspace_body(plan),
+        narrow_checks=narrow_checks(plan),
+        narrow_kernel=plan.narrow_kernel,
     )
 
 

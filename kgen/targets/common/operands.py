@@ -76,7 +76,7 @@ def shifted(base: str, xor: int, add: int) -> str:
     return f"({text} + {add})" if add else text
 
 
-def copy_lines(op: OperandPlan, copy_fn: str = "cp_async_16") -> list[str]:
+def copy_lines(op: OperandPlan, copy_fn: str = "cp_async_16", extra: str = "") -> list[str]:
     eb = op.dtype.nbytes
     lines = []
     for i, (xor, add) in enumerate(op.copy_steps):
@@ -84,7 +84,7 @@ def copy_lines(op: OperandPlan, copy_fn: str = "cp_async_16") -> list[str]:
         src = f"from + {rows} * ld" if rows else "from"
         bound = f"row0 + row + {rows} < rows" if rows else "row0 + row < rows"
         dst = shifted("base", xor * eb, add * eb)
-        lines.append(f"{copy_fn}(stage + {dst}, {src}, src, {bound} ? col_bytes : 0);")
+        lines.append(f"{copy_fn}(stage + {dst}, {src}, src, {bound} ? col_bytes : 0{extra});")
     return lines
 
 
@@ -122,8 +122,14 @@ def mainloop_steps(g: GemmPlan) -> list[KStep]:
     return out
 
 
-def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16") -> dict:
-    """The values of templates/common/operand.inc.j2 for operand `which` ("a" or "b")."""
+def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16",
+            narrow: bool = False) -> dict:
+    """The values of templates/common/operand.inc.j2 for operand `which` ("a" or "b").
+    `narrow`: the stage copy is a template on kNarrow (the kernel body's), its chunks copied
+    by copy_chunk<kNarrow> (cp.async, or element by element at any alignment)."""
+    if narrow:
+        assert op.dtype.nbytes == 2, "the narrow copies move 16-bit elements"
+        copy_fn = "copy_chunk<kNarrow>"
     t = op.smem
     frag_row, frag_col = LDMATRIX_ROW_COL[(which, op.k_major)]
     sw = t.swizzle
@@ -137,7 +143,9 @@ def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16") -> dict:
         major=major,
         layout=f"{which.upper()}Layout",
         buffer=t.name,
-        load_fn=f"load_{which}_stage",
+        load_fn=f"load_{which}_stage<kNarrow>" if narrow else f"load_{which}_stage",
+        load_name=f"load_{which}_stage",
+        load_template="template <bool kNarrow>" if narrow else "",
         outer=t.outer,
         inner=t.inner,
         atom_inner=t.atom_inner,
@@ -146,8 +154,9 @@ def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16") -> dict:
         sw_mask=mask,
         copies=op.copies_per_thread,
         copy_row_step=op.copy_row_step,
-        copy_lines=copy_lines(op, copy_fn),
-        load_args=load_args(op, which),
+        copy_lines=copy_lines(op, copy_fn, ", granule" if narrow else ""),
+        load_args=load_args(op, which) + (f", {which}_granule" if narrow else ""),
+        granule_param="int granule, " if narrow else "",
         frag_row=frag_row,
         frag_col=frag_col,
     )
@@ -174,11 +183,9 @@ def storage_asserts(plan: KernelPlan) -> list[Check]:
     return out
 
 
-def host_checks(plan: KernelPlan) -> list[Check]:
+def fast_checks(plan: KernelPlan) -> list[Check]:
+    """The alignment and size rules of the fast entry point (16-byte copies, pair accesses)."""
     checks = []
-    for f in plan.fields:
-        if f.kind is FieldKind.SIZE:
-            checks.append(Check(f"p.{f.name} < 0", f"{f.name} must not be negative"))
     for a in plan.alignments:
         checks.append(Check(
             f"reinterpret_cast<unsigned long long>(p.{a.param}) % {a.ptr_bytes} != 0",
@@ -189,10 +196,34 @@ def host_checks(plan: KernelPlan) -> list[Check]:
                 f"p.ld_{a.param} % {a.ld_multiple} != 0",
                 f"the leading dimension of {a.param} must be a multiple of {a.ld_multiple} "
                 f"elements: {a.reason}"))
+    return checks
+
+
+def dim_checks(plan: KernelPlan) -> list[Check]:
+    return [Check(f"{dim_expr(r.dim)} % {r.multiple} != 0",
+                  f"{r.dim} must be a multiple of {r.multiple}: {r.reason}")
+            for r in plan.dim_rules]
+
+
+def host_checks(plan: KernelPlan) -> list[Check]:
+    """What every entry point needs of the arguments; with a narrow variant, the fast one's
+    rules are `narrow_checks` instead (missing them picks the narrow entry point)."""
+    checks = []
+    for f in plan.fields:
+        if f.kind is FieldKind.SIZE:
+            checks.append(Check(f"p.{f.name} < 0", f"{f.name} must not be negative"))
+    if plan.narrow_kernel is None:
+        checks += fast_checks(plan)
     if plan.deterministic:
         checks.append(Check("p.workspace == nullptr",
                             "deterministic reductions need p.workspace (see the kgen docs)"))
-    for r in plan.dim_rules:
-        checks.append(Check(f"p.{r.dim} % {r.multiple} != 0",
-                            f"{r.dim} must be a multiple of {r.multiple}: {r.reason}"))
+    if plan.narrow_kernel is None:
+        checks += dim_checks(plan)
     return checks
+
+
+def narrow_checks(plan: KernelPlan) -> list[Check]:
+    """Why the arguments run the narrow entry point (none without one)."""
+    if plan.narrow_kernel is None:
+        return []
+    return fast_checks(plan) + dim_checks(plan)

@@ -239,4 +239,10 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
         roles = (WarpRole("math", warps[0] * warps[1]),)
     return Schedule(kind=kind, warp_roles=roles, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=tuple(out), tensor_maps=tensor_maps,
-                    why_kind=why_kind)
+                    why_kind=why_kind, narrow=narrow_variant(gemms))
+
+
+def narrow_variant(gemms) -> bool:
+    """A one-gemm kernel also gets an entry point for any alignment (Schedule.narrow); a chain
+    keeps its 16-byte rules (its fixed sizes and resident tiles assume them)."""
+    return len(gemms) == 1

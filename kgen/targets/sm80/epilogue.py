@@ -39,14 +39,18 @@ def _combine(r: ReductionPlan, half: str) -> list[str]:
             f"{op}::combine({op}::element(red{k}_0), {op}::element(red{k}_1)));"]
 
 
-def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str) -> list[str]:
+def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str, narrow: bool) -> list[str]:
     reds = g.epilogue.reductions
     args = "".join(f", red{r.index}_0, red{r.index}_1" for r in reds)
-    call = f"{g.name}_epilogue(p, {row}, col, acc[i][j][{regs[0]}], acc[i][j][{regs[1]}]{args});"
+    fn, both = (f"{g.name}_epilogue<kNarrow>", ", both") if narrow else (f"{g.name}_epilogue", "")
+    call = f"{fn}(p, {row}, col{both}, acc[i][j][{regs[0]}], acc[i][j][{regs[1]}]{args});"
     if not reds:
         return [call]
     decls = [f"float red{r.index}_0, red{r.index}_1;" for r in reds]
-    body = decls + [call] + [line for r in reds for line in _combine(r, half)]
+    # a last odd column's second element is not in the output: it reduces as the identity
+    past = [f"if (!both) red{r.index}_1 = {OP_STRUCT[r.op]}::identity();" for r in reds
+            ] if narrow else []
+    body = decls + [call] + past + [line for r in reds for line in _combine(r, half)]
     return body
 
 
@@ -67,10 +71,14 @@ def partial_lines(g: GemmPlan) -> list[str]:
     return lines
 
 
-def pair_loop(g: GemmPlan, row: str, col: str) -> list[str]:
+def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False) -> list[str]:
     """One epilogue call per accumulator pair acc[i][j] (kFragM x kFragN m16n8 tiles) whose
     row (`row`: its expression for lane / 4 of tile i) and column (`col`, of tile j) are in
-    the output, combining the reductions' partials."""
+    the output, combining the reductions' partials. `narrow`: the kernel body's kNarrow
+    instantiation may see an odd N, so each call is told whether the pair's second column is
+    in the output (always, in the fast instantiation)."""
+    both = ["    const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N"
+            ] if narrow else []
     return [
         "// Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns",
         "// 2 * (lane % 4) and the next one.",
@@ -80,12 +88,13 @@ def pair_loop(g: GemmPlan, row: str, col: str) -> list[str]:
         "  for (int j = 0; j < kFragN; ++j) {",
         f"    const int row = {row};",
         f"    const int col = {col};",
+        *both,
         "    if (col < N) {",
         "      if (row < M) {",
-        *[f"        {x}" for x in _call(g, "row", (0, 1), "0")],
+        *[f"        {x}" for x in _call(g, "row", (0, 1), "0", narrow)],
         "      }",
         "      if (row + 8 < M) {",
-        *[f"        {x}" for x in _call(g, "row + 8", (2, 3), "1")],
+        *[f"        {x}" for x in _call(g, "row + 8", (2, 3), "1", narrow)],
         "      }",
         "    }",
         "  }",
@@ -98,7 +107,7 @@ def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     reds = g.epilogue.reductions
     lines = partial_lines(g) + pair_loop(
         g, "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",
-        "n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2")
+        "n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2", plan.schedule.narrow)
     if not reds:
         return lines
     lines += ["// The reduction scratch reuses the mainloop's shared memory: wait for every warp.",

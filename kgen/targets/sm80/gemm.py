@@ -26,7 +26,8 @@ def _summary(plan: KernelPlan) -> str:
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     ns = f"{plan.name}_kgen"
-    epi = epilogue_cpp.render(g.epilogue)
+    assert plan.schedule.narrow, "a one-gemm kernel has a narrow entry point"
+    epi = epilogue_cpp.render(g.epilogue, narrow="kNarrow")
     epilogue_lines = list(epi.loads) + list(epi.compute) + list(epi.stores)
     buffers = [
         dict(
@@ -39,8 +40,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         )
         for b in plan.storage.buffers
     ]
-    a = operand(g.a, "a")
-    b = operand(g.b, "b")
+    a = operand(g.a, "a", narrow=True)
+    b = operand(g.b, "b", narrow=True)
     return render(
         "sm80/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),

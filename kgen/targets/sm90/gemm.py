@@ -46,21 +46,29 @@ def reduction_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
 
 
 def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    if plan.schedule.gemm(g.name).store is StorePath.TMA:
-        return render_lines("sm90/gemm_tma_store.inc.j2", out=g.epilogue.packed_store.param,
-                            staging=f"{g.name}_d_staging", name=g.name)
-    return (sm80_epilogue.partial_lines(g)
-            + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
-                                      "n0 + j * 8 + (lane % 4) * 2")
-            + reduction_lines(plan, g))
+    """The consumers' epilogue: pair stores (and the reductions); with a TMA store, the staging
+    in the fast entry point and pair stores in the narrow one."""
+    pairs = (sm80_epilogue.partial_lines(g)
+             + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
+                                       "n0 + j * 8 + (lane % 4) * 2", narrow=True)
+             + reduction_lines(plan, g))
+    if plan.schedule.gemm(g.name).store is not StorePath.TMA:
+        return pairs
+    staged = render_lines("sm90/gemm_tma_store.inc.j2", out=g.epilogue.packed_store.param,
+                          staging=f"{g.name}_d_staging", name=g.name)
+    return (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
+            + [f"  {line}" for line in pairs] + ["} else {"]
+            + [f"  {line}" if line else line for line in staged] + ["}"])
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     schedule = plan.schedule
     staged = schedule.gemm(g.name).store is StorePath.TMA
-    epi = epilogue_cpp.render(g.epilogue)
-    body = epilogue_cpp.function_body(epi, staged)
+    assert schedule.narrow, "a one-gemm kernel has a narrow entry point"
+    body = epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="kNarrow"), False)
+    packed = (epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="false"), True)
+              if staged else [])
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
@@ -98,8 +106,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wgmma_rs=[],
         gemm_name=g.name,
         epilogue=body,
-        epilogue_type="unsigned" if staged else "void",
-        epilogue_note=", packed for the staging" if staged else "",
+        packed_epilogue=packed,
         epilogue_params=sm80_epilogue.epilogue_params(g),
         epilogue_loop=epilogue_loop(plan, g),
         init_kernel=sm80_epilogue.init_kernel(plan)

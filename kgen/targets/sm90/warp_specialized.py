@@ -175,4 +175,4 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind])
+                    why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)))
