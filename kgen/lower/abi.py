@@ -111,6 +111,12 @@ def requirements(
                 Alignment(p.name, 2 * p.dtype.nbytes, 1,
                           "the epilogue reads two adjacent elements at once")
             )
+    if narrow:
+        # the fast entry point computes every epilogue value in column pairs: an odd N would
+        # reduce (or store, column-major) one column past the output, tensor outputs or not
+        b = kernel.param(kernel.gemms[-1].b.name)
+        if b is not None:
+            needs_even_n.append(b.shape[1])
     # a fixed odd N (narrow variant only) keeps its rule: the fast entry point never runs
     rules = tuple(
         DimRule(d, 2, "the epilogue handles output columns in pairs")

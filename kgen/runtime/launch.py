@@ -498,11 +498,6 @@ class CompiledKernel:
                 maps = self._maps.setdefault(key, maps)
         return maps
 
-    def _zero_maps(self) -> ctypes.Array:
-        from .tma import MAP_BYTES
-
-        return (ctypes.c_ubyte * (MAP_BYTES * len(self.plan.schedule.tensor_maps)))()
-
     @property
     def name(self) -> str:
         return self.plan.name
@@ -564,10 +559,10 @@ class CompiledKernel:
         if self._finalize_function is not None:
             values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
-        # the kernel's second parameter: the tensor maps (zeros for the narrow entry point,
-        # which does not read them: the copy engine cannot take its arguments)
+        # the kernel's second parameter: the tensor maps (those the copy engine cannot take
+        # left zero: the narrow entry point copies those operands itself)
         if self.plan.schedule.tensor_maps:
-            maps = self._zero_maps() if bound.narrow else self._tensor_maps(bound)
+            maps = self._tensor_maps(bound)
             pointers = (ctypes.c_void_p * 2)(ctypes.addressof(struct), ctypes.addressof(maps))
         else:
             pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))

@@ -53,7 +53,16 @@ def maps_args(plan: KernelPlan, values: dict, sizes: dict) -> tuple:
     return tuple(map_args(m, values, sizes) for m in plan.schedule.tensor_maps)
 
 
+def usable(key: tuple) -> bool:
+    """Whether the copy engine can take the matrix of encode_2d arguments `key`: not empty (the
+    driver refuses a zero extent) and its address and row pitch 16-byte multiples."""
+    dtype, address, rows, cols, ld = key[:5]
+    return rows > 0 and cols > 0 and address % 16 == 0 and ld * dtype.nbytes % 16 == 0
+
+
 def encode(keys: tuple) -> bytes:
-    """The kernel's tensor-map parameter for maps_args' result. A map of an empty matrix (K = 0)
-    is never read: it stays zeros (the driver refuses a zero extent)."""
-    return b"".join(bytes(MAP_BYTES) if 0 in key[2:4] else encode_2d(*key) for key in keys)
+    """The kernel's tensor-map parameter for maps_args' result. A map the copy engine cannot
+    take stays zeros and is never read: an empty matrix (K = 0), or, in the narrow entry point,
+    one whose rows miss the 16-byte rules (the kernel then copies it without the copy engine,
+    by the same test of its address and leading dimension)."""
+    return b"".join(encode_2d(*key) if usable(key) else bytes(MAP_BYTES) for key in keys)

@@ -367,14 +367,16 @@ __device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, c
 }
 
 // The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
-// in copies of `granule` bytes (see copy_granule): cp.async of 8 or 4 bytes, or, with rows of
+// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes, or, with rows of
 // an odd element count apart, element by element (a shared store that the barrier before the
 // stage's first read orders; one element in flight keeps the registers of the fast path's
 // tile).
 __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
                                                   int src_bytes, int granule) {
   const char* from = static_cast<const char*>(src);
-  if (granule >= 8) {
+  if (granule == 16) {
+    cp_async_16(dst, src, fallback, src_bytes);
+  } else if (granule == 8) {
 #pragma unroll
     for (int o = 0; o < 16; o += 8)
       cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));

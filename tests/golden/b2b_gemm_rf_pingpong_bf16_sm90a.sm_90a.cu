@@ -838,11 +838,14 @@ static cudaError_t b2b_gemm_rf_pingpong_bf16_sm90a_tensor_maps(const b2b_gemm_rf
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint32_t steps[2] = {1, 1};
-  {  // D1: p.M rows of 128, boxes of 64x64; an empty one is never read
+  {  // D1: p.M rows of 128, boxes of 64x64; an empty one is never
+     // read, nor one that misses the copy engine's 16-byte rules (the narrow entry point's)
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(128), static_cast<cuuint64_t>(p.M)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_D1) * sizeof(p.D1[0])};
     const cuuint32_t box[2] = {64, 64};
-    const CUresult encoded = dims[0] == 0 || dims[1] == 0 ? CUDA_SUCCESS : encode(
+    const bool unused = dims[0] == 0 || dims[1] == 0 || strides[0] % 16 != 0 ||
+                        reinterpret_cast<unsigned long long>(p.D1) % 16 != 0;
+    const CUresult encoded = unused ? CUDA_SUCCESS : encode(
         reinterpret_cast<CUtensorMap*>(&maps.D1), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
         const_cast<void*>(static_cast<const void*>(p.D1)), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,

@@ -231,14 +231,16 @@ __device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, c
 }
 
 // The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
-// in copies of `granule` bytes (see copy_granule): cp.async of 8 or 4 bytes, or, with rows of
+// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes, or, with rows of
 // an odd element count apart, element by element (a shared store that the barrier before the
 // stage's first read orders; one element in flight keeps the registers of the fast path's
 // tile).
 __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
                                                   int src_bytes, int granule) {
   const char* from = static_cast<const char*>(src);
-  if (granule >= 8) {
+  if (granule == 16) {
+    cp_async_16(dst, src, fallback, src_bytes);
+  } else if (granule == 8) {
 #pragma unroll
     for (int o = 0; o < 16; o += 8)
       cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
@@ -359,9 +361,13 @@ __device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src,
 }
 
 // The producer warpgroup's walk, as the TMA producer's, every thread copying its chunks of each
-// k tile. A slot is marked full one k tile late: once this thread's copies of it have landed
-// (cp.async groups) and been ordered before the consumers' wgmma reads (a proxy fence); the
-// full barrier counts the warpgroup's 128 arrivals.
+// k tile, one cp.async group per slot. A slot is marked full kLag slots late: once this thread's
+// copies of it have landed and been ordered before the consumers' wgmma reads (a proxy fence);
+// the full barrier counts the warpgroup's 128 arrivals. kLag = kStages - 2 keeps every slot
+// but two in flight: the consumers release a slot one k tile after reading it, so the producer,
+// waiting for slot it - kStages to be released, must already have marked slot
+// it - kStages + 1 full.
+constexpr int kLag = kStages > 2 ? kStages - 2 : 0;
 __device__ __forceinline__ void produce_narrow(const evt_residual_params& p, unsigned a_ring, unsigned b_ring,
                                                unsigned full, unsigned empty, int M, int N, int K,
                                                int tiles, int tiles_m, int tiles_n, int k_tiles, int ptid) {
@@ -379,18 +385,17 @@ __device__ __forceinline__ void produce_narrow(const evt_residual_params& p, uns
       copy_box_narrow<kTileN>(b_ring + s * kBStageBytes, p.B, p.ld_B, tile_n * kTileN, N,
                               kt * kTileK, K, b_granule, ptid);
       cp_async_commit();
-      if (it > 0) {
-        cp_async_wait<1>();
+      if (it >= kLag) {
+        cp_async_wait<kLag>();
         fence_proxy_async();
-        mbarrier_arrive(full + 8 * ((it - 1) % kStages));
+        mbarrier_arrive(full + 8 * ((it - kLag) % kStages));
       }
     }
   }
-  if (it > 0) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    mbarrier_arrive(full + 8 * ((it - 1) % kStages));
-  }
+  cp_async_wait<0>();
+  fence_proxy_async();
+  for (int late = it > kLag ? it - kLag : 0; late < it; ++late)  // the last kLag slots
+    mbarrier_arrive(full + 8 * (late % kStages));
 }
 
 // Epilogue of mma0 for output (row, col) and, when `both`, (row, col + 1).
@@ -437,9 +442,13 @@ __device__ __forceinline__ void kernel_body(const evt_residual_params& p, const 
   const unsigned full = smem_address(smem.mma0_ring_barriers());
   const unsigned empty = full + 8 * kStages;
   const unsigned turn = empty + 8 * kStages;
+  // The copy engine loads A and B unless their rows miss its 16-byte rules (the narrow entry
+  // point only; the launchers then leave their maps zero): every producer thread copies then.
+  const bool tma_loads = !kNarrow || (copy_granule(p.A, p.ld_A) == 16 &&
+                                      copy_granule(p.B, p.ld_B) == 16);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full + 8 * s, kNarrow ? kWarpgroupThreads : 1);
+      mbarrier_init(full + 8 * s, tma_loads ? 1 : kWarpgroupThreads);
       mbarrier_init(empty + 8 * s, kPingpong ? 1 : 2);
     }
     if (kPingpong) {
@@ -452,7 +461,7 @@ __device__ __forceinline__ void kernel_body(const evt_residual_params& p, const 
 
   if (tid < kWarpgroupThreads) {  // the producer: one thread walks the CTA's tiles and k tiles
     setmaxnreg_dec<kProducerRegisters>();
-    if constexpr (kNarrow) {
+    if (!tma_loads) {
       produce_narrow(p, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n, k_tiles, tid);
     } else if (tid == 0) {
       int it = 0;  // the ring position over every tile of this CTA
@@ -556,7 +565,8 @@ evt_residual(const __grid_constant__ evt_residual_params p, const __grid_constan
 #endif
 }
 
-// The narrow entry point: any size and leading dimension (the maps are not read).
+// The narrow entry point: any size and leading dimension (the copy engine loads only operands
+// that meet its rules; the output leaves as pairs).
 extern "C" __global__ void __launch_bounds__(384, 1)
 evt_residual_narrow(const __grid_constant__ evt_residual_params p, const __grid_constant__ evt_residual_kgen::TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -686,22 +696,28 @@ static cudaError_t evt_residual_tensor_maps(const evt_residual_params& p, evt_re
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint32_t steps[2] = {1, 1};
-  {  // A: p.M rows of p.K, boxes of 128x64; an empty one is never read
+  {  // A: p.M rows of p.K, boxes of 128x64; an empty one is never
+     // read, nor one that misses the copy engine's 16-byte rules (the narrow entry point's)
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.K), static_cast<cuuint64_t>(p.M)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_A) * sizeof(p.A[0])};
     const cuuint32_t box[2] = {64, 128};
-    const CUresult encoded = dims[0] == 0 || dims[1] == 0 ? CUDA_SUCCESS : encode(
+    const bool unused = dims[0] == 0 || dims[1] == 0 || strides[0] % 16 != 0 ||
+                        reinterpret_cast<unsigned long long>(p.A) % 16 != 0;
+    const CUresult encoded = unused ? CUDA_SUCCESS : encode(
         reinterpret_cast<CUtensorMap*>(&maps.A), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
         const_cast<void*>(static_cast<const void*>(p.A)), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
   }
-  {  // B: p.N rows of p.K, boxes of 256x64; an empty one is never read
+  {  // B: p.N rows of p.K, boxes of 256x64; an empty one is never
+     // read, nor one that misses the copy engine's 16-byte rules (the narrow entry point's)
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.K), static_cast<cuuint64_t>(p.N)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_B) * sizeof(p.B[0])};
     const cuuint32_t box[2] = {64, 256};
-    const CUresult encoded = dims[0] == 0 || dims[1] == 0 ? CUDA_SUCCESS : encode(
+    const bool unused = dims[0] == 0 || dims[1] == 0 || strides[0] % 16 != 0 ||
+                        reinterpret_cast<unsigned long long>(p.B) % 16 != 0;
+    const CUresult encoded = unused ? CUDA_SUCCESS : encode(
         reinterpret_cast<CUtensorMap*>(&maps.B), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
         const_cast<void*>(static_cast<const void*>(p.B)), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -721,13 +737,10 @@ cudaError_t evt_residual_launch(const evt_residual_params& p, cudaStream_t strea
   // Persistent: one CTA per resident slot, at most one per tile.
   const int grid = tiles_m * tiles_n < state->slots ? tiles_m * tiles_n : state->slots;
   evt_residual_kgen::TensorMaps maps{};
-  if (evt_residual_kgen::narrow_reason(p) != nullptr) {  // the copy engine cannot serve these arguments
-    evt_residual_narrow<<<grid, evt_residual_kgen::kThreads, evt_residual_kgen::kSmemBytes, stream>>>(p, maps);
-  } else {
-    const cudaError_t encoded = evt_residual_tensor_maps(p, maps);
-    if (encoded != cudaSuccess) return encoded;
-    evt_residual<<<grid, evt_residual_kgen::kThreads, evt_residual_kgen::kSmemBytes, stream>>>(p, maps);
-  }
+  const cudaError_t encoded = evt_residual_tensor_maps(p, maps);
+  if (encoded != cudaSuccess) return encoded;
+  const bool narrow = evt_residual_kgen::narrow_reason(p) != nullptr;  // then the narrow entry point
+  (narrow ? evt_residual_narrow : evt_residual)<<<grid, evt_residual_kgen::kThreads, evt_residual_kgen::kSmemBytes, stream>>>(p, maps);
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

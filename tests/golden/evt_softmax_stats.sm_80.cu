@@ -174,14 +174,16 @@ __device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, c
 }
 
 // The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
-// in copies of `granule` bytes (see copy_granule): cp.async of 8 or 4 bytes, or, with rows of
+// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes, or, with rows of
 // an odd element count apart, element by element (a shared store that the barrier before the
 // stage's first read orders; one element in flight keeps the registers of the fast path's
 // tile).
 __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
                                                   int src_bytes, int granule) {
   const char* from = static_cast<const char*>(src);
-  if (granule >= 8) {
+  if (granule == 16) {
+    cp_async_16(dst, src, fallback, src_bytes);
+  } else if (granule == 8) {
 #pragma unroll
     for (int o = 0; o < 16; o += 8)
       cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
@@ -704,6 +706,7 @@ static const char* narrow_reason(const evt_softmax_stats_params& p) {
   if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_B % 8 != 0) return "the leading dimension of B must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.m_prev) % 8 != 0) return "m_prev must be 8-byte aligned: the epilogue reads two adjacent elements at once";
+  if (p.N % 2 != 0) return "N must be a multiple of 2: the epilogue handles output columns in pairs";
   return nullptr;
 }
 
