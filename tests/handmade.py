@@ -147,34 +147,41 @@ def naive_source(plan: KernelPlan, kernel: ir.Kernel, *, skip_last_row: bool = F
             at = _index(out, "row", "col")
             body.append(f"      p.{stmt.target}[{at}] = {_STORE[out.dtype].format(value)};")
     last = f"{m} - 1" if skip_last_row else f"{m}"
+    # every entry point of the plan (the narrow one too: this kernel takes any alignment)
+    entries = [plan.name] + ([plan.narrow_kernel] if plan.narrow_kernel else [])
+    kernels = []
+    for entry in entries:
+        kernels += [
+            f"extern \"C\" __global__ void __launch_bounds__({plan.schedule.threads}, "
+            f"{plan.schedule.min_blocks_per_sm})",
+            f"{entry}(const __grid_constant__ {plan.name}_params p) {{",
+            "  extern __shared__ unsigned char smem[];",
+            # Touch the last byte of the dynamic shared memory the launch must have granted.
+            f"  if ({smem} > 0 && threadIdx.x == 0) smem[{max(smem - 1, 0)}] = 1;",
+            f"  const int tiles_n = ({n} + {tile_n - 1}) / {tile_n};",
+            "  const int tile_m = blockIdx.x / tiles_n;",
+            "  const int tile_n = blockIdx.x % tiles_n;",
+            f"  for (int e = threadIdx.x; e < {tile_m * tile_n}; e += blockDim.x) {{",
+            f"    const int row = tile_m * {tile_m} + e / {tile_n};",
+            f"    const int col = tile_n * {tile_n} + e % {tile_n};",
+            f"    if (row < {last} && col < {n}) {{",
+            "      float acc = 0.0f;",
+            f"      for (int kk = 0; kk < {k}; ++kk) {{",
+            "        acc += " + _LOAD[a.dtype].format(f"p.{a.name}[{_index(a, 'row', 'kk')}]")
+            + " * " + _LOAD[b.dtype].format(f"p.{b.name}[{_index(b, 'kk', 'col')}]") + ";",
+            "      }",
+            *body,
+            "    }",
+            "  }",
+            "}",
+        ]
     return "\n".join([
         "#include <cuda_fp16.h>",
         "#include <cuda_bf16.h>",
         f"struct {plan.name}_params {{",
         *members,
         "};",
-        f"extern \"C\" __global__ void __launch_bounds__({plan.schedule.threads}, "
-        f"{plan.schedule.min_blocks_per_sm})",
-        f"{plan.name}(const __grid_constant__ {plan.name}_params p) {{",
-        "  extern __shared__ unsigned char smem[];",
-        # Touch the last byte of the dynamic shared memory the launch must have granted.
-        f"  if ({smem} > 0 && threadIdx.x == 0) smem[{max(smem - 1, 0)}] = 1;",
-        f"  const int tiles_n = ({n} + {tile_n - 1}) / {tile_n};",
-        "  const int tile_m = blockIdx.x / tiles_n;",
-        "  const int tile_n = blockIdx.x % tiles_n;",
-        f"  for (int e = threadIdx.x; e < {tile_m * tile_n}; e += blockDim.x) {{",
-        f"    const int row = tile_m * {tile_m} + e / {tile_n};",
-        f"    const int col = tile_n * {tile_n} + e % {tile_n};",
-        f"    if (row < {last} && col < {n}) {{",
-        "      float acc = 0.0f;",
-        f"      for (int kk = 0; kk < {k}; ++kk) {{",
-        "        acc += " + _LOAD[a.dtype].format(f"p.{a.name}[{_index(a, 'row', 'kk')}]")
-        + " * " + _LOAD[b.dtype].format(f"p.{b.name}[{_index(b, 'kk', 'col')}]") + ";",
-        "      }",
-        *body,
-        "    }",
-        "  }",
-        "}",
+        *kernels,
         "",
     ])
 
