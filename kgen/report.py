@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import Mma
+from .enums import Layout
+from .plan import Mma, StoreEffect, StorePath
 
 
 def instruction(plan, g) -> str:
@@ -23,6 +24,41 @@ def store_path(plan, g) -> str:
     if g is not plan.gemms[-1]:
         return f"feeds {plan.gemms[plan.gemms.index(g) + 1].name}"
     return plan.schedule.gemm(g.name).store.value
+
+
+def output_paths(plan) -> list[dict[str, str]]:
+    """How each output of the last gemm leaves the kernel, in each entry point."""
+    if not plan.gemms:
+        return []
+    g = plan.gemms[-1]
+    store = plan.schedule.gemm(g.name).store
+    packed = g.epilogue.packed_store
+    out = []
+    for e in g.epilogue.effects:
+        if not isinstance(e, StoreEffect):
+            continue
+        width = 2 * e.dtype.nbytes
+        if e.layout is Layout.COL:
+            how = ("column-major: each element of a thread's column pair stored on its own "
+                   f"({e.dtype.nbytes}-byte stores, one column apart, M-contiguous)")
+        elif store is StorePath.TMA and packed is not None and packed.param == e.param:
+            how = ("staged in shared memory (128-byte swizzle), stored by the copy engine in "
+                   "64x64 boxes")
+        elif store is StorePath.WIDE and packed is not None and packed.param == e.param:
+            how = "16-byte chunks: a quad's four column pairs, gathered by shuffles"
+        else:
+            how = f"row-major column pairs, one {width}-byte store each"
+        narrow = ("element stores, the second of a pair only inside N" if plan.narrow_kernel
+                  else "none (no narrow entry point)")
+        out.append({"param": e.param, "layout": e.layout.value, "fast": how,
+                    "narrow": narrow})
+    for r in g.epilogue.reductions:
+        mode = ("per-CTA partials to a workspace, combined in a fixed order by a second kernel"
+                if plan.deterministic else "per-CTA partials merged with atomics")
+        out.append({"param": r.target, "layout": f"{r.op.value} over "
+                    f"{'columns' if r.axis.value == 'row' else 'rows' if r.axis.value == 'col' else 'the tile'}",
+                    "fast": mode, "narrow": mode if plan.narrow_kernel else ""})
+    return out
 
 
 def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
@@ -92,6 +128,8 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
         # the target's legal schedules; `not <kind>` rows are the ones it refused)
         "schedule": [{"setting": label, "value": value, "why": why}
                      for label, value, why in (plan.schedule.describe() if plan.gemms else [])],
+        # how each output leaves, in the fast entry point and in the narrow one
+        "output_paths": output_paths(plan),
     }
     occupancy = {"blocks_per_sm_by_smem": storage.limit_bytes // max(plan.smem_bytes, 1)}
     if resources is not None:
@@ -190,6 +228,13 @@ def print_plan(console, s: dict) -> None:
         for row in s["schedule"]:
             schedule.add_row(row["setting"], row["value"], row["why"])
         console.print(schedule)
+    if s.get("output_paths"):
+        outputs = Table(title="outputs", title_justify="left")
+        for column in ("output", "layout", "fast entry point", "narrow entry point"):
+            outputs.add_column(column)
+        for o in s["output_paths"]:
+            outputs.add_row(o["param"], o["layout"], o["fast"], o["narrow"])
+        console.print(outputs)
     storage = Table(title="storage", title_justify="left")
     for column in ("buffer", "offset", "bytes", "align", "live", "placed", "swizzle", "role"):
         storage.add_column(column, justify="right" if column in ("offset", "bytes", "align")

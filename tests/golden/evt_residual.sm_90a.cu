@@ -231,13 +231,16 @@ __device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, c
 }
 
 // The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
-// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes, or, with rows of
-// an odd element count apart, element by element (a shared store that the barrier before the
-// stage's first read orders; one element in flight keeps the registers of the fast path's
-// tile).
+// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes. With rows an
+// odd element count apart (granule 2), a chunk that starts on a 4-byte word still goes by 4-byte
+// cp.async; one that starts 2 bytes into a word is read as its first and last elements and the
+// three words between (independent loads, shifted into place), or, for the partial chunk at a
+// row's end, element by element. Those are plain shared stores, which the barrier (or the proxy
+// fence and full barrier) before the stage's first read orders.
 __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
                                                   int src_bytes, int granule) {
   const char* from = static_cast<const char*>(src);
+  if (granule == 2 && (reinterpret_cast<unsigned long long>(src) & 2) == 0) granule = 4;
   if (granule == 16) {
     cp_async_16(dst, src, fallback, src_bytes);
   } else if (granule == 8) {
@@ -248,6 +251,15 @@ __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src,
 #pragma unroll
     for (int o = 0; o < 16; o += 4)
       cp_async_narrow<4>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 4));
+  } else if (src_bytes == 16) {
+    const unsigned short* elems = reinterpret_cast<const unsigned short*>(from);
+    const unsigned* words = reinterpret_cast<const unsigned*>(from + 2);  // elements 1 to 6
+    const unsigned first = __ldg(elems), last = __ldg(elems + 7);
+    const unsigned w1 = __ldg(words), w2 = __ldg(words + 1), w3 = __ldg(words + 2);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(first | w1 << 16),
+                 "r"(__funnelshift_r(w1, w2, 16)), "r"(__funnelshift_r(w2, w3, 16)),
+                 "r"(w3 >> 16 | last << 16)
+                 : "memory");
   } else {
 #pragma unroll 1
     for (int o = 0; o < 16; o += 2) {
