@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from hopper_gemm import PEAK_TFLOPS, alloc, check  # noqa: E402
+from hopper_gemm import PEAK_TFLOPS, alloc, check, make_inputs  # noqa: E402
 
 # (M, N, K, what the shape exercises)
 SHAPES = [
@@ -70,7 +70,7 @@ def main() -> int:
         for m, n, k, what in SHAPES:
             sizes = dict(M=m, N=n, K=k)
             set_bytes = 2 * (m * k + n * k + 2 * m * n)
-            sets = [_inputs(torch, kernel, sizes, ir)
+            sets = [make_inputs(torch, kernel, sizes)
                     for _ in range(2 if set_bytes > l2 else rotation_count(set_bytes, l2))]
             base = {name: timed(lambda i, fn=fn: fn(**sets[i % len(sets)]), set_bytes)
                     for name, fn in torch_fns.items()}
@@ -112,23 +112,6 @@ def _plain(kernel, ir):
     gemm = dataclasses.replace(g, epilogue=ir.Epilogue((ir.Store("D", ir.Acc()),)))
     params = tuple(p for p in kernel.params if p.name in ("A", "B", "D"))
     return dataclasses.replace(kernel, name="gemm_f16", params=params, gemms=(gemm,))
-
-
-def _inputs(torch, kernel, sizes, ir) -> dict:
-    args = {}
-    for p in kernel.params:
-        if p.role is ir.Role.OUT or p.kind is ir.ParamKind.SCALAR:
-            continue
-        dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[p.dtype.dsl_name]
-        shape = [sizes[d] if isinstance(d, str) else d for d in p.shape]
-        if p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.COL:
-            t = torch.randn(shape[::-1], device="cuda").to(dt).t()
-        else:
-            t = torch.randn(shape, device="cuda").to(dt)
-        if p.name == "A":
-            t = t / sizes["K"] ** 0.5
-        args[p.name] = t
-    return args
 
 
 if __name__ == "__main__":

@@ -61,35 +61,13 @@ def main() -> int:
         return time_kernel(fn, iters=30, warmup=5, rotate=rotation_count(nsets_bytes, l2),
                            stream=stream).median_ms
 
-    def inputs(kernel, sizes, sets):
-        """`sets` input sets as torch tensors (outputs left to the kernel)."""
-        out = []
-        for _ in range(sets):
-            args = {}
-            for p in kernel.params:
-                if p.role is ir.Role.OUT:
-                    continue
-                dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[
-                    p.dtype.dsl_name]
-                if p.kind is ir.ParamKind.SCALAR:
-                    continue
-                shape = [sizes[d] if isinstance(d, str) else d for d in p.shape]
-                if p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.COL:
-                    t = torch.randn(shape[::-1], device="cuda").to(dt).t()
-                else:
-                    t = torch.randn(shape, device="cuda").to(dt)
-                if p.name == "A":
-                    t = t / sizes["K"] ** 0.5
-                args[p.name] = t
-            out.append(args)
-        return out
-
     def measure(tag, kernel, sizes, torch_fns, reference, own=False):
         """Time each schedule variant of `kernel` and the PyTorch functions on the same sets."""
         m, n, k = sizes["M"], sizes["N"], sizes["K"]
         flops = 2 * m * n * k
         set_bytes = 2 * (m * k + n * k + m * n)
-        sets = inputs(kernel, sizes, 2 if set_bytes > l2 else rotation_count(set_bytes, l2))
+        sets = [make_inputs(torch, kernel, sizes)
+                for _ in range(2 if set_bytes > l2 else rotation_count(set_bytes, l2))]
         base = {}
         for name, fn in torch_fns.items():
             base[name] = timed(lambda i, fn=fn: fn(**sets[i % len(sets)]), set_bytes)
@@ -186,6 +164,26 @@ kernel leaky_scale_bias {
   }
 }
 """
+
+
+def make_inputs(torch, kernel, sizes) -> dict:
+    """One input set as torch tensors (outputs left to the kernel); A scaled by 1/sqrt(K)."""
+    from kgen import ir
+
+    args = {}
+    for p in kernel.params:
+        if p.role is ir.Role.OUT or p.kind is ir.ParamKind.SCALAR:
+            continue
+        dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[p.dtype.dsl_name]
+        shape = [sizes[d] if isinstance(d, str) else d for d in p.shape]
+        if p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.COL:
+            t = torch.randn(shape[::-1], device="cuda").to(dt).t()
+        else:
+            t = torch.randn(shape, device="cuda").to(dt)
+        if p.name == "A":
+            t = t / sizes["K"] ** 0.5
+        args[p.name] = t
+    return args
 
 
 def retyped(kernel, dtype, ir):

@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# Visit 3 of issue 16: test_run_gpu.py and test_hopper_gpu.py after the handmade kernel got its
+# narrow entry point, and compute-sanitizer on the narrow entry points (sm_90a with and without
+# the copy engine's loads, sm_80 code, reductions, ping-pong). Logs go to $OUT. Run
+#   OUT=$OUT bash .gpu/device-run.sh bash bench/shapes_recheck.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 KGEN_CACHE_DIR=/tmp/kgen-cache
 timeout 300 python3 -m pytest tests/gpu/test_run_gpu.py tests/gpu/test_hopper_gpu.py -m gpu -q -p no:cacheprovider 2>&1 | tail -6 | tee $OUT/pytest_run.log
