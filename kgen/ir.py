@@ -197,6 +197,15 @@ class StageCount:
 
 
 @dataclass(frozen=True, slots=True)
+class SplitK:
+    """`split S`: the gemm's k tiles split over S CTAs per output tile; their f32 partials meet
+    in the workspace, and a second kernel sums them in order and runs the epilogue."""
+
+    count: int
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
 class OperandRef:
     """A gemm operand: a tensor parameter, or an earlier gemm stage (chaining)."""
 
@@ -222,6 +231,7 @@ class Gemm:
     resident: bool = False
     resident_loc: SourceLoc | None = None
     loc: SourceLoc = _loc()
+    split: SplitK | None = None  # `split S` (None: the whole K in one CTA)
 
 
 # ---------------------------------------------------------------------------------------------

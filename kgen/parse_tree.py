@@ -305,6 +305,11 @@ class ToIR(ExpressionRules):
         count = checked_int(number.text, "stages", MAX_SETTING, number.loc)
         return _Setting("stages", ir.StageCount(count, self._loc(meta)), self._loc(meta))
 
+    def split(self, meta, children):
+        (number,) = children
+        count = checked_int(number.text, "split", MAX_SETTING, number.loc)
+        return _Setting("split", ir.SplitK(count, self._loc(meta)), self._loc(meta))
+
     def residency(self, meta, children):
         return Residency(str(children[0]))
 
@@ -400,6 +405,7 @@ class ToIR(ExpressionRules):
             resident=resident is not None,
             resident_loc=resident.loc if resident is not None else None,
             loc=decl.loc,
+            split=decl.settings["split"].value if "split" in decl.settings else None,
         )
 
     # -- phases and storage ----------------------------------------------------------------------

@@ -48,6 +48,9 @@ def output_paths(plan) -> list[dict[str, str]]:
             how = "16-byte chunks: a quad's four column pairs, gathered by shuffles"
         else:
             how = f"row-major column pairs, one {width}-byte store each"
+        if plan.split_kernel is not None:
+            how = (f"from {plan.split_kernel}, once it has summed the split-K parts: element "
+                   "stores, one thread per column pair")
         narrow = ("element stores, the second of a pair only inside N" if plan.narrow_kernel
                   else "none (no narrow entry point)")
         out.append({"param": e.param, "layout": e.layout.value, "fast": how,

@@ -26,7 +26,7 @@ _DECLARATIONS = (
     "target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases",
     "storage",
 )
-_SETTINGS = ("tile", "warps", "stages", "keep", "epilogue")  # `keep B resident` starts as keep
+_SETTINGS = ("tile", "warps", "stages", "split", "keep", "epilogue")  # `keep B resident` starts as keep
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
 

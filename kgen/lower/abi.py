@@ -26,7 +26,7 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
     # scalar outputs (reductions to one value) are written through a pointer
     arrays = [p for p in kernel.params if p.kind is not ir.ParamKind.SCALAR or p.role is ir.Role.OUT]
     out = [ParamField(p.name, FieldKind.POINTER, _pointer_type(p), param=p.name) for p in arrays]
-    if kernel.deterministic and _has_reduction(kernel):
+    if kernel.deterministic and _has_reduction(kernel) or _split(kernel):
         out.append(ParamField("workspace", FieldKind.WORKSPACE, "float*"))
     dims: list[str] = []
     for p in arrays:
@@ -53,6 +53,11 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
             )
         seen[f.name] = f
     return tuple(out)
+
+
+def _split(kernel: ir.Kernel) -> bool:
+    """`split S` with S > 1: the partial sums go through the workspace."""
+    return any(g.split is not None and g.split.count > 1 for g in kernel.gemms)
 
 
 def _has_reduction(kernel: ir.Kernel) -> bool:

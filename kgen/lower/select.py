@@ -35,6 +35,7 @@ def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *
         group_m=GROUP_M,
         dtypes={p.name: p.dtype for p in kernel.params},
         place=place,
+        split_k=kernel.gemms[0].split.count if kernel.gemms and kernel.gemms[0].split else 1,
     )
 
 
@@ -96,4 +97,5 @@ def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:
         return kernel.schedule_loc if site is not None else kernel.loc
     g = kernel.gemms[site.gemm]
     return {"gemm": g.loc, "resident": g.resident_loc or g.loc, "warps": g.warps.loc,
-            "tile": g.tile.loc, "stages": g.stages.loc}[site.what]
+            "tile": g.tile.loc, "stages": g.stages.loc,
+            "split": g.split.loc if g.split is not None else g.loc}[site.what]

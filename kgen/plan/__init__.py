@@ -304,6 +304,26 @@ class KernelPlan:
         return f"{self.name}_init" if self.reductions and not self.deterministic else None
 
     @property
+    def split_kernel(self) -> str | None:
+        """The kernel that sums the split-K partials and runs the epilogue (Schedule.split_k)."""
+        return f"{self.name}_splitk" if self.schedule.split_k > 1 else None
+
+    def split_floats(self, sizes: dict[str, int]) -> int:
+        """Floats of split-K partials: split_k x M x the tiles' columns (rows tiles_n x tile N
+        floats apart, so every column pair is 8-byte aligned)."""
+        if self.split_kernel is None:
+            return 0
+        g = self.gemms[-1]
+        tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
+        return self.schedule.split_k * self.resolve(self.gemms[0].m_dim, sizes) * tiles_n * g.tile[1]
+
+    def split_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
+        """One thread per output column pair."""
+        g = self.gemms[-1]
+        pairs = self.resolve(g.m_dim, sizes) * -(-self.resolve(g.n_dim, sizes) // 2)
+        return (max(1, -(-pairs // self.INIT_THREADS)), 1, 1)
+
+    @property
     def narrow_kernel(self) -> str | None:
         """The entry point for arguments the fast path's alignment and size rules refuse."""
         return f"{self.name}_narrow" if self.schedule.narrow else None
@@ -321,9 +341,10 @@ class KernelPlan:
         return {Axis.ROW: tiles_n, Axis.COL: tiles_m, Axis.ALL: tiles_m * tiles_n}[r.axis]
 
     def workspace_floats(self, sizes: dict[str, int]) -> int:
-        """Floats of workspace the deterministic mode needs: slots x length per reduction."""
+        """Floats of workspace: the deterministic mode's slots x length per reduction, or the
+        split-K partials (the two never meet: split refuses reductions)."""
         if not self.deterministic:
-            return 0
+            return self.split_floats(sizes)
         return sum(
             self.partial_slots(r, sizes) * (1 if r.length is None else self.resolve(r.length, sizes))
             for r in self.reductions
@@ -354,4 +375,4 @@ class KernelPlan:
         tiles = tiles_m * tiles_n
         if self.schedule.persistent and persistent_ctas:
             tiles = min(tiles, persistent_ctas)
-        return (tiles, 1, 1)
+        return (tiles * self.schedule.split_k, 1, 1)

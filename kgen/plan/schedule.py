@@ -142,6 +142,10 @@ class Schedule:
     # of the fast one refuse (any size, any leading dimension): element copies into the same
     # shared-memory stages, element accesses in the epilogue. Each launcher picks it at launch.
     narrow: bool = False
+    # `split S` (one-gemm tiled kernels): S CTAs per output tile, each over a contiguous part of
+    # the k tiles, writing f32 partials to the workspace; a second kernel sums them in order
+    # (bit-identical from run to run) and runs the epilogue once
+    split_k: int = 1
     # the schedules the target also listed, each with why it was not taken: (kind, reason)
     rejected: tuple[tuple[KernelKind, str], ...] = ()
 
@@ -224,6 +228,10 @@ class Schedule:
                 rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
+        if self.split_k > 1:
+            rows.append(("split-K", f"{self.split_k} CTAs per output tile",
+                         "each sums a contiguous part of the k tiles into the workspace (f32); "
+                         "<kernel>_splitk adds the parts in order and runs the epilogue"))
         if self.narrow:
             rows.append(("narrow variant", "element copies and accesses",
                          "arguments that miss the fast path's alignment rules (odd sizes, "

@@ -28,6 +28,9 @@ class DeviceBuffer:
         self.device_id = current_device_id() if device_id is None else device_id
         activate(self.device_id)
         device = Device(self.device_id)
+        # cuda.core allocates only on a Device it has made current itself: activate() returns
+        # early when another library (torch) made the same primary context current
+        device.set_current()
         self._stream = device.default_stream
         # At least one byte: a zero-size allocation has no address to hand out.
         self._buffer = device.allocate(max(self.nbytes, 1), stream=self._stream)

@@ -386,6 +386,8 @@ class CompiledKernel:
         self._narrow_function = self._helper_function(plan.narrow_kernel)
         self._init_function = self._helper_function(plan.init_kernel)
         self._finalize_function = self._helper_function(plan.finalize_kernel)
+        # Split-K: a kernel sums the CTAs' partials from the workspace and runs the epilogue
+        self._split_function = self._helper_function(plan.split_kernel)
         # Deterministic reductions: a workspace per stream (launches on two streams may run at
         # once and must not share partials), grown on demand. A replaced one is kept, not freed:
         # a launch already enqueued may still use it, and waiting for it would break graph
@@ -440,12 +442,13 @@ class CompiledKernel:
                 self._workspaces[stream] = workspace
             return workspace.ptr
 
-    def _launch_helper(self, function, name: str, sizes, pointers, stream: int) -> None:
+    def _launch_helper(self, function, name: str, sizes, pointers, stream: int,
+                       grid: tuple[int, int, int] | None = None) -> None:
         from cuda.bindings import driver
 
         from .device import error_text
 
-        gx, gy, gz = self.plan.init_grid(sizes)
+        gx, gy, gz = grid or self.plan.init_grid(sizes)
         (err,) = driver.cuLaunchKernel(
             function, gx, gy, gz, self.plan.INIT_THREADS, 1, 1, 0,
             driver.CUstream(stream), ctypes.addressof(pointers), 0,
@@ -556,7 +559,7 @@ class CompiledKernel:
             return  # an empty output: nothing to compute
         activate(self.device_id)
         values = dict(bound.values)
-        if self._finalize_function is not None:
+        if self._finalize_function is not None or self._split_function is not None:
             values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
         # the kernel's second parameter: the tensor maps (those the copy engine cannot take
@@ -581,6 +584,9 @@ class CompiledKernel:
                 f"{self.plan.schedule.threads}, {self.plan.smem_bytes} B shared) failed: "
                 f"{error_text(err)}"
             )
+        if self._split_function is not None:
+            self._launch_helper(self._split_function, self.plan.split_kernel, bound.sizes,
+                                pointers, stream, self.plan.split_grid(bound.sizes))
         if self._finalize_function is not None:
             self._launch_helper(self._finalize_function, self.plan.finalize_kernel, bound.sizes,
                                 pointers, stream)

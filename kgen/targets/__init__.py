@@ -114,6 +114,7 @@ class ScheduleDraft:
     # The storage plan of a candidate, computed without raising on the budget:
     # place(gemm plans, persistent=, resident=, ring_barriers=, staging=(bytes, align))
     place: Callable[..., StoragePlan] | None = None
+    split_k: int = 1  # `split S` on the (one) gemm: S CTAs per output tile along K
 
     @property
     def resident(self) -> bool:

@@ -43,6 +43,7 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
                 loc, f"gemm '{g.name}': {attr} must be a kgen.ir.{cls.__name__}"
             )
     check_settings(state, g)
+    check_split(state, g)
 
     a_loc = first_located(g.a.loc, loc)
     b_loc = first_located(g.b.loc, loc)
@@ -117,6 +118,31 @@ def check_settings(state: KernelState, g: ir.Gemm) -> None:
         for attr, what in fields:
             if problem := setting_problem(getattr(node, attr), what):
                 raise KgenError(first_located(node.loc, g.loc), problem)
+
+
+MAX_SPLIT = 64  # CTAs per output tile along K
+
+
+def check_split(state: KernelState, g: ir.Gemm) -> None:
+    """`split S`: a kernel of one gemm, at most MAX_SPLIT, and no epilogue reductions yet."""
+    if g.split is None:
+        return
+    if not isinstance(g.split, ir.SplitK):
+        raise KgenError(g.loc, f"gemm '{g.name}': split must be a kgen.ir.SplitK or None")
+    loc = first_located(g.split.loc, g.loc)
+    if problem := setting_problem(g.split.count, "split"):
+        raise KgenError(loc, problem)
+    if g.split.count > MAX_SPLIT:
+        raise KgenError(loc, f"split must be at most {MAX_SPLIT} CTAs per output tile, got "
+                             f"{g.split.count}")
+    if len(state.kernel.gemms) > 1:
+        raise KgenError(loc, "split applies to a kernel of one gemm: a chain keeps each "
+                             "intermediate on chip, whole in K")
+    if any(isinstance(s, ir.Store) and isinstance(s.value, ir.Reduce)
+           for s in g.epilogue.stmts):
+        raise KgenError(loc, "split with epilogue reductions is not supported by this kgen "
+                             "version yet: the partial sums meet in a second kernel, which has "
+                             "no reductions")
 
 
 def operand_param(state: KernelState, g: ir.Gemm, ref: ir.OperandRef, which: str, loc) -> ir.Param:

@@ -123,7 +123,7 @@ def mainloop_steps(g: GemmPlan) -> list[KStep]:
 
 
 def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16",
-            narrow: bool = False) -> dict:
+            narrow: bool = False, k_tile: str = "s") -> dict:
     """The values of templates/common/operand.inc.j2 for operand `which` ("a" or "b").
     `narrow`: the stage copy is a template on kNarrow (the kernel body's), its chunks copied
     by copy_chunk<kNarrow> (cp.async, or element by element at any alignment)."""
@@ -155,7 +155,7 @@ def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16",
         copies=op.copies_per_thread,
         copy_row_step=op.copy_row_step,
         copy_lines=copy_lines(op, copy_fn, ", granule" if narrow else ""),
-        load_args=load_args(op, which) + (f", {which}_granule" if narrow else ""),
+        load_args=load_args(op, which, k_tile=k_tile) + (f", {which}_granule" if narrow else ""),
         granule_param="int granule, " if narrow else "",
         frag_row=frag_row,
         frag_col=frag_col,
@@ -217,6 +217,9 @@ def host_checks(plan: KernelPlan) -> list[Check]:
     if plan.deterministic:
         checks.append(Check("p.workspace == nullptr",
                             "deterministic reductions need p.workspace (see the kgen docs)"))
+    if plan.split_kernel is not None:
+        checks.append(Check("p.workspace == nullptr",
+                            "split-K needs p.workspace for its partial sums (see the kgen docs)"))
     if plan.narrow_kernel is None:
         checks += dim_checks(plan)
     return checks

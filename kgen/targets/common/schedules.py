@@ -239,7 +239,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
         roles = (WarpRole("math", warps[0] * warps[1]),)
     return Schedule(kind=kind, warp_roles=roles, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=tuple(out), tensor_maps=tensor_maps,
-                    why_kind=why_kind, narrow=narrow_variant(gemms))
+                    why_kind=why_kind, narrow=narrow_variant(gemms),
+                    split_k=draft.split_k if kind is KernelKind.TILED else 1)
 
 
 def narrow_variant(gemms) -> bool:

@@ -102,8 +102,82 @@ def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False) -> list[str
     ]
 
 
+def split_partial_lines() -> list[str]:
+    """Split-K: the CTA's partial sums, as f32 pairs, to its part of the workspace (the epilogue
+    runs in <kernel>_splitk once the parts are summed)."""
+    return [
+        "// Split-K: this CTA's partial sums to part `split` of the workspace: M rows of",
+        "// tiles_n * kTileN floats (every column pair 8-byte aligned); <kernel>_splitk sums them.",
+        "const long long ld_part = static_cast<long long>(tiles_n) * kTileN;",
+        "float* part = p.workspace + static_cast<long long>(split) * M * ld_part;",
+        "#pragma unroll",
+        "for (int i = 0; i < kFragM; ++i) {",
+        "#pragma unroll",
+        "  for (int j = 0; j < kFragN; ++j) {",
+        "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4;",
+        "    const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
+        "    if (col < N) {",
+        "      if (row < M)",
+        "        *reinterpret_cast<float2*>(part + row * ld_part + col) = make_float2(acc[i][j][0], acc[i][j][1]);",
+        "      if (row + 8 < M)",
+        "        *reinterpret_cast<float2*>(part + (row + 8) * ld_part + col) = make_float2(acc[i][j][2], acc[i][j][3]);",
+        "    }",
+        "  }",
+        "}",
+    ]
+
+
+def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> list[str]:
+    """Split-K: the kernel that sums each output column pair's kSplitK partials in order
+    (bit-identical from run to run) and runs the epilogue on the sum, once."""
+    if plan.split_kernel is None:
+        return []
+    ns = f"{plan.name}_kgen"
+    threads = plan.INIT_THREADS
+    return [
+        "// Split-K: sums the kSplitK partials of each output column pair in a fixed order",
+        "// (bit-identical from run to run) and runs the epilogue once, element by element (any",
+        "// alignment); launched after the kernel above.",
+        f'extern "C" __global__ void __launch_bounds__({threads})',
+        f"{plan.split_kernel}(const __grid_constant__ {plan.name}_params p) {{",
+        f"  using namespace {ns};",
+        f"  const int M = {m_expr};",
+        f"  const int N = {n_expr};",
+        "  const long long pairs = (N + 1) / 2;",
+        f"  const long long i = blockIdx.x * {threads}ll + threadIdx.x;",
+        "  if (i >= M * pairs) return;",
+        "  const int row = static_cast<int>(i / pairs);",
+        "  const int col = static_cast<int>(i % pairs) * 2;",
+        "  const long long ld_part = static_cast<long long>((N + kTileN - 1) / kTileN) * kTileN;",
+        "  float acc_0 = 0.0f, acc_1 = 0.0f;",
+        "  for (int s = 0; s < kSplitK; ++s) {",
+        "    const float2 part = *reinterpret_cast<const float2*>(",
+        "        p.workspace + (static_cast<long long>(s) * M + row) * ld_part + col);",
+        "    acc_0 += part.x;",
+        "    acc_1 += part.y;",
+        "  }",
+        f"  {g.name}_epilogue<true>(p, row, col, col + 1 < N, acc_0, acc_1);",
+        "}",
+    ]
+
+
+def host_split_lines(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
+    if plan.split_kernel is None:
+        return []
+    threads = plan.INIT_THREADS
+    return [
+        "// split-K: sum the CTAs' partials and run the epilogue",
+        f"const long long split_pairs = static_cast<long long>({m_expr}) * (({n_expr} + 1) / 2);",
+        f"const int split_blocks = static_cast<int>((split_pairs + {threads - 1}) / {threads});",
+        f"{plan.split_kernel}<<<split_blocks, {threads}, 0, stream>>>(p);",
+    ]
+
+
 def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The kernel's epilogue: one call per accumulator pair, then the reductions."""
+    """The kernel's epilogue: one call per accumulator pair, then the reductions (with
+    split-K, the partial sums to the workspace instead)."""
+    if plan.schedule.split_k > 1:
+        return split_partial_lines()
     reds = g.epilogue.reductions
     lines = partial_lines(g) + pair_loop(
         g, "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",

@@ -40,8 +40,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         )
         for b in plan.storage.buffers
     ]
-    a = operand(g.a, "a", narrow=True)
-    b = operand(g.b, "b", narrow=True)
+    split = plan.schedule.split_k
+    k_tile = "(k_first + s)" if split > 1 else "s"
+    a = operand(g.a, "a", narrow=True, k_tile=k_tile)
+    b = operand(g.b, "b", narrow=True, k_tile=k_tile)
     return render(
         "sm80/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
@@ -76,9 +78,13 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         epilogue_loop=epilogue_emit.loop_lines(plan, g),
         reduce_helpers=epilogue_emit.helpers(plan),
         init_kernel=epilogue_emit.init_kernel(plan)
-        + epilogue_emit.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
+        + epilogue_emit.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
+        + epilogue_emit.split_kernel(plan, g, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=epilogue_emit.host_init_lines(plan),
-        host_finalize=epilogue_emit.host_finalize_lines(plan),
+        host_finalize=epilogue_emit.host_finalize_lines(plan)
+        + epilogue_emit.host_split_lines(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
+        split_k=split,
+        cta="cta_tile" if split > 1 else "blockIdx.x",
         mainloop_steps=mainloop_steps(g),
         first_fragments=frag_loads(g, 0, 0, "_next"),
         prologue=True,

@@ -94,6 +94,10 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                 "them", None)
     if not draft.allow_persistent:
         return "the caller asked for one CTA per tile", None
+    if draft.split_k > 1:
+        return (f"split {draft.split_k} runs on the tiled kernel: each CTA writes its part of K "
+                "to the workspace, and a second kernel sums the parts and runs the epilogue",
+                Site("split", 0))
     g = draft.gemms[0].plan
     if g.chain is not None or g.a is None:
         return "its A is not a tensor parameter", None
