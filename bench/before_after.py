@@ -1,0 +1,90 @@
+"""Issue 16's "aligned shapes no slower than before": the fast entry point of today's .cu against
+the .cu kgen wrote before the narrow entry point existed (bench/baseline/: the golden files of
+commit 6200d71), same plan, same inputs, timed in alternation in one process (CUDA events, the
+median, inputs rotated past L2), both first checked against a float32 reference.
+
+    bash .gpu/device-run.sh python3 bench/before_after.py [--json OUT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from hopper_gemm import alloc, check, make_inputs  # noqa: E402
+
+CASES = [("gemm", "sm_80"), ("gemm_bias_relu", "sm_80"), ("gemm", "sm_90a"),
+         ("gemm_bias_relu", "sm_90a")]
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
+ROUNDS = 3
+
+
+def main() -> int:
+    import torch
+
+    from kgen import api
+    from kgen.harness.timing import rotation_count, time_kernel
+    from kgen.runtime.device import device_info
+    from kgen.runtime.launch import CompiledKernel
+    from kgen.runtime.nvrtc import compile_cubin
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    opts = parser.parse_args()
+    torch.manual_seed(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream = torch.cuda.current_stream().cuda_stream
+    info = device_info(0)
+    references = {
+        "gemm": lambda A, B: A.float() @ B.float(),
+        "gemm_bias_relu": lambda A, B, C, bias: torch.relu(
+            1.5 * (A.float() @ B.float()) + 0.5 * C.float() + bias),
+    }
+    rows = []
+    for name, arch in CASES:
+        built = api.build_file(ROOT / "examples" / f"{name}.kg", arch)
+        new = api.load_built(built)
+        source = (ROOT / "bench/baseline" / f"{name}.{arch}.cu").read_text()
+        # the plan of that file: the same fields and maps, no narrow entry point
+        plan = dataclasses.replace(
+            built.plan, schedule=dataclasses.replace(built.plan.schedule, narrow=False))
+        old = CompiledKernel(plan, compile_cubin(source, plan.name, info.arch).cubin,
+                             source=source)
+        kernel = built.kernel
+        for m, n, k in SHAPES:
+            sizes = dict(M=m, N=n, K=k)
+            set_bytes = 2 * (m * k + n * k + 2 * m * n)
+            sets = [make_inputs(torch, kernel, sizes)
+                    for _ in range(2 if set_bytes > l2 else rotation_count(set_bytes, l2))]
+            errs = {label: check(torch, c, kernel, sets[0], references[name])
+                    for label, c in (("before", old), ("now", new))}
+            times = {"before": [], "now": []}
+            for _ in range(ROUNDS):
+                for label, c in (("before", old), ("now", new)):
+                    outs = [{p.name: alloc(torch, p, sizes) for p in kernel.params
+                             if p.role.value == "out"} for _ in sets]
+                    bound = [c.bind(**s, **o) for s, o in zip(sets, outs)]
+                    assert not bound[0].narrow
+                    times[label].append(time_kernel(
+                        lambda i: c.launch(bound[i % len(bound)], stream), iters=20, warmup=3,
+                        rotate=rotation_count(set_bytes, l2), stream=stream).median_ms)
+            before, now = statistics.median(times["before"]), statistics.median(times["now"])
+            print(f"{name} {arch} {m}x{n}x{k}: before {before:.4f} ms, now {now:.4f} ms, "
+                  f"now/before {now / before:.3f} (errors {errs['before']:.1e} / "
+                  f"{errs['now']:.1e}; rounds {times})")
+            rows.append(dict(kernel=name, arch=arch, shape=[m, n, k], before_ms=before,
+                             now_ms=now, ratio=now / before, rounds=times, errors=errs))
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
