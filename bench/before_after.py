@@ -3,7 +3,7 @@ the .cu kgen wrote before the narrow entry point existed (bench/baseline/: the g
 commit 6200d71), same plan, same inputs, timed in alternation in one process (CUDA events, the
 median, inputs rotated past L2), both first checked against a float32 reference.
 
-    bash .gpu/device-run.sh python3 bench/before_after.py [--json OUT.json]
+    bash .gpu/device-run.sh python3 bench/before_after.py [--json OUT.json] [--rounds N]
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     opts = parser.parse_args()
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -66,7 +67,7 @@ def main() -> int:
             errs = {label: check(torch, c, kernel, sets[0], references[name])
                     for label, c in (("before", old), ("now", new))}
             times = {"before": [], "now": []}
-            for _ in range(ROUNDS):
+            for _ in range(opts.rounds):
                 for label, c in (("before", old), ("now", new)):
                     outs = [{p.name: alloc(torch, p, sizes) for p in kernel.params
                              if p.role.value == "out"} for _ in sets]
