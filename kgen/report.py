@@ -58,8 +58,8 @@ def output_paths(plan) -> list[dict[str, str]]:
     for r in g.epilogue.reductions:
         mode = ("per-CTA partials to a workspace, combined in a fixed order by a second kernel"
                 if plan.deterministic else "per-CTA partials merged with atomics")
-        out.append({"param": r.target, "layout": f"{r.op.value} over "
-                    f"{'columns' if r.axis.value == 'row' else 'rows' if r.axis.value == 'col' else 'the tile'}",
+        over = {"row": "columns", "col": "rows"}.get(r.axis.value, "the tile")
+        out.append({"param": r.target, "layout": f"{r.op.value} over {over}",
                     "fast": mode, "narrow": mode if plan.narrow_kernel else ""})
     return out
 

@@ -26,7 +26,8 @@ _DECLARATIONS = (
     "target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases",
     "storage",
 )
-_SETTINGS = ("tile", "warps", "stages", "split", "keep", "epilogue")  # `keep B resident` starts as keep
+# `keep B resident` starts as keep
+_SETTINGS = ("tile", "warps", "stages", "split", "keep", "epilogue")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
 

@@ -315,7 +315,8 @@ class KernelPlan:
             return 0
         g = self.gemms[-1]
         tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
-        return self.schedule.split_k * self.resolve(self.gemms[0].m_dim, sizes) * tiles_n * g.tile[1]
+        m = self.resolve(self.gemms[0].m_dim, sizes)
+        return self.schedule.split_k * m * tiles_n * g.tile[1]
 
     def split_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
         """One thread per output column pair."""

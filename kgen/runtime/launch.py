@@ -579,8 +579,9 @@ class CompiledKernel:
             driver.CUstream(stream), ctypes.addressof(pointers), 0,
         )
         if err != driver.CUresult.CUDA_SUCCESS:
+            entry = self.plan.narrow_kernel if bound.narrow else self.plan.name
             raise KgenRuntimeError(
-                f"launching {self.plan.narrow_kernel if bound.narrow else self.plan.name} (grid {bound.grid}, block "
+                f"launching {entry} (grid {bound.grid}, block "
                 f"{self.plan.schedule.threads}, {self.plan.smem_bytes} B shared) failed: "
                 f"{error_text(err)}"
             )

@@ -437,9 +437,8 @@ __device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src,
 constexpr int kLag = kStages > 2 ? kStages - 2 : 0;
 __device__ __forceinline__ void produce_narrow(const gemm_gelu_rowscale_params& p, unsigned a_ring, unsigned b_ring,
                                                unsigned full, unsigned empty, int M, int N, int K,
-                                               int tiles, int tiles_m, int tiles_n, int k_tiles, int ptid) {
-  const int a_granule = copy_granule(p.A, p.ld_A);
-  const int b_granule = copy_granule(p.B, p.ld_B);
+                                               int tiles, int tiles_m, int tiles_n, int k_tiles,
+                                               int a_granule, int b_granule, int ptid) {
   int it = 0;  // the ring position over every tile of this CTA
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tile_m, tile_n;
@@ -517,8 +516,9 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
   const unsigned turn = empty + 8 * kStages;
   // The copy engine loads A and B unless their rows miss its 16-byte rules (the narrow entry
   // point only; the launchers then leave their maps zero): every producer thread copies then.
-  const bool tma_loads = !kNarrow || (copy_granule(p.A, p.ld_A) == 16 &&
-                                      copy_granule(p.B, p.ld_B) == 16);
+  const int a_granule = kNarrow ? copy_granule(p.A, p.ld_A) : 16;
+  const int b_granule = kNarrow ? copy_granule(p.B, p.ld_B) : 16;
+  const bool tma_loads = a_granule == 16 && b_granule == 16;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full + 8 * s, tma_loads ? 1 : kWarpgroupThreads);
@@ -535,7 +535,8 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
   if (tid < kWarpgroupThreads) {  // the producer: one thread walks the CTA's tiles and k tiles
     setmaxnreg_dec<kProducerRegisters>();
     if (!tma_loads) {
-      produce_narrow(p, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n, k_tiles, tid);
+      produce_narrow(p, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n, k_tiles,
+                     a_granule, b_granule, tid);
     } else if (tid == 0) {
       int it = 0;  // the ring position over every tile of this CTA
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {

@@ -490,9 +490,11 @@ __device__ __forceinline__ void kernel_body(const splitk_gelu_params& p) {
       const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;
       if (col < N) {
         if (row < M)
-          *reinterpret_cast<float2*>(part + row * ld_part + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(part + row * ld_part + col) =
+              make_float2(acc[i][j][0], acc[i][j][1]);
         if (row + 8 < M)
-          *reinterpret_cast<float2*>(part + (row + 8) * ld_part + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+          *reinterpret_cast<float2*>(part + (row + 8) * ld_part + col) =
+              make_float2(acc[i][j][2], acc[i][j][3]);
       }
     }
   }
@@ -638,10 +640,10 @@ cudaError_t splitk_gelu_launch(const splitk_gelu_params& p, cudaStream_t stream)
   if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;
   const bool narrow = splitk_gelu_kgen::narrow_reason(p) != nullptr;  // then the narrow entry point
   (narrow ? splitk_gelu_narrow : splitk_gelu)<<<tiles_m * tiles_n * splitk_gelu_kgen::kSplitK, splitk_gelu_kgen::kThreads, splitk_gelu_kgen::kSmemBytes, stream>>>(p);
-  // split-K: sum the CTAs' partials and run the epilogue
-  const long long split_pairs = static_cast<long long>(p.M) * ((p.N + 1) / 2);
-  const int split_blocks = static_cast<int>((split_pairs + 255) / 256);
-  splitk_gelu_splitk<<<split_blocks, 256, 0, stream>>>(p);
+  // split-K: sum the CTAs' partials (one thread per column pair) and run the epilogue
+  const long long split_threads = static_cast<long long>(p.M) * ((p.N + 1) / 2);
+  const int split_blocks = static_cast<int>((split_threads + 255) / 256);
+  splitk_gelu_splitk<<<split_blocks > 0 ? split_blocks : 1, 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

@@ -1,9 +1,10 @@
 """`split S`: the split-K schedule of a one-gemm kernel, and its refusals, located."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from kgen import ir
 from kgen.errors import KgenError
 from kgen.lower import lower
 from kgen.parse import parse
@@ -107,8 +108,7 @@ def test_a_chain_takes_no_split():
 def test_the_ir_field_is_checked():
     module = parse(source("", "D = acc", "sm_80"), "s.kg")
     k = module.kernels[0]
-    bad = type(module)(kernels=(k.__class__(**{**{f: getattr(k, f) for f in k.__slots__},
-                                                "gemms": (ir.Gemm(**{**{f: getattr(k.gemms[0], f)
-                                                for f in k.gemms[0].__slots__}, "split": 4}),)}),))
+    gemm = dataclasses.replace(k.gemms[0], split=4)  # an int, not an ir.SplitK
+    bad = dataclasses.replace(module, kernels=(dataclasses.replace(k, gemms=(gemm,)),))
     with pytest.raises(KgenError, match="split must be a kgen.ir.SplitK or None"):
         verify(bad)

@@ -56,12 +56,12 @@ def template_values(plan: KernelPlan) -> dict:
 
 def workspace_body(plan: KernelPlan) -> list[str]:
     """C++ statements of <name>_workspace_bytes: the float partials deterministic reductions
-    keep per CTA (none in the atomic mode)."""
+    keep per CTA (none in the atomic mode), or the split-K parts."""
+    g = plan.gemms[-1]
+    m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
+    n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
+    ns = f"{plan.name}_kgen"
     if plan.split_kernel is not None:
-        g = plan.gemms[-1]
-        m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
-        n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
-        ns = f"{plan.name}_kgen"
         return [
             f"const size_t tiles_n = (static_cast<size_t>({n}) + {ns}::kTileN - 1) / {ns}::kTileN;",
             f"return sizeof(float) * {ns}::kSplitK * static_cast<size_t>({m}) * tiles_n * "
@@ -69,10 +69,6 @@ def workspace_body(plan: KernelPlan) -> list[str]:
         ]
     if not plan.deterministic:
         return ["(void)p;", "return 0;"]
-    g = plan.gemms[-1]
-    m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
-    n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
-    ns = f"{plan.name}_kgen"
     slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
              Axis.ALL: ("tiles_m * tiles_n", "1")}
     terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)

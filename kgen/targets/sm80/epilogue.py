@@ -118,9 +118,11 @@ def split_partial_lines() -> list[str]:
         "    const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
         "    if (col < N) {",
         "      if (row < M)",
-        "        *reinterpret_cast<float2*>(part + row * ld_part + col) = make_float2(acc[i][j][0], acc[i][j][1]);",
+        "        *reinterpret_cast<float2*>(part + row * ld_part + col) =",
+        "            make_float2(acc[i][j][0], acc[i][j][1]);",
         "      if (row + 8 < M)",
-        "        *reinterpret_cast<float2*>(part + (row + 8) * ld_part + col) = make_float2(acc[i][j][2], acc[i][j][3]);",
+        "        *reinterpret_cast<float2*>(part + (row + 8) * ld_part + col) =",
+        "            make_float2(acc[i][j][2], acc[i][j][3]);",
         "    }",
         "  }",
         "}",
@@ -164,13 +166,10 @@ def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> lis
 def host_split_lines(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
     if plan.split_kernel is None:
         return []
-    threads = plan.INIT_THREADS
-    return [
-        "// split-K: sum the CTAs' partials and run the epilogue",
-        f"const long long split_pairs = static_cast<long long>({m_expr}) * (({n_expr} + 1) / 2);",
-        f"const int split_blocks = static_cast<int>((split_pairs + {threads - 1}) / {threads});",
-        f"{plan.split_kernel}<<<split_blocks, {threads}, 0, stream>>>(p);",
-    ]
+    return _host_helper_launch(
+        plan, plan.split_kernel, "split",
+        "split-K: sum the CTAs' partials (one thread per column pair) and run the epilogue",
+        f"static_cast<long long>({m_expr}) * (({n_expr} + 1) / 2)")
 
 
 def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -300,16 +299,24 @@ def init_kernel(plan: KernelPlan) -> list[str]:
     return lines
 
 
-def _host_helper_launch(plan: KernelPlan, kernel: str, label: str, why: str) -> list[str]:
-    """Host lines launching a reduction helper kernel: one thread per output element."""
-    lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
-    longest = lengths[0]
-    for other in lengths[1:]:
-        longest = f"max({longest}, {other})"
+def _host_helper_launch(plan: KernelPlan, kernel: str, label: str, why: str,
+                        count: str | None = None) -> list[str]:
+    """Host lines launching a helper kernel of INIT_THREADS-thread blocks: one thread per
+    element of the longest reduction output, or per `count` (a 64-bit C++ expression)."""
     threads = plan.INIT_THREADS
+    if count is None:
+        lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
+        longest = lengths[0]
+        for other in lengths[1:]:
+            longest = f"max({longest}, {other})"
+        blocks = [f"const int {label}_blocks = ({longest} + {threads - 1}) / {threads};"]
+    else:
+        blocks = [f"const long long {label}_threads = {count};",
+                  f"const int {label}_blocks = static_cast<int>(({label}_threads + {threads - 1}) "
+                  f"/ {threads});"]
     return [
         f"// {why}",
-        f"const int {label}_blocks = ({longest} + {threads - 1}) / {threads};",
+        *blocks,
         f"{kernel}<<<{label}_blocks > 0 ? {label}_blocks : 1, {threads}, 0, stream>>>(p);",
     ]
 
