@@ -215,15 +215,17 @@ class OperandRef:
 
 @dataclass(frozen=True, slots=True)
 class Gemm:
-    """`gemm name = a @ b accumulate acc_dtype { tile ... warps ... stages ... epilogue {...} }`."""
+    """`gemm name = a @ b accumulate acc_dtype { tile ... warps ... stages ... epilogue {...} }`.
+    Every schedule line is optional: None (and `resident` False, `split` None) leaves it to
+    kgen's builder (kgen/lower/builder.py), which fills it for the target."""
 
     name: str
     a: OperandRef
     b: OperandRef
     acc_dtype: DType
-    tile: TileShape
-    warps: WarpGrid
-    stages: StageCount
+    tile: TileShape | None
+    warps: WarpGrid | None
+    stages: StageCount | None
     epilogue: Epilogue
     keep: Residency | None = None
     # `keep B0 resident`: all of B is loaded into shared memory once per CTA and stays there

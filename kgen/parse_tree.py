@@ -52,6 +52,11 @@ class _Setting:
     loc: SourceLoc
 
 
+def _value(setting: _Setting | None):
+    """A setting's value; None where the gemm leaves the line out (kgen fills it)."""
+    return None if setting is None else setting.value
+
+
 @dataclass(frozen=True)
 class _Persistent:
     members: tuple
@@ -84,10 +89,7 @@ class _GemmDecl:
     loc: SourceLoc
 
 
-_SETTING_EXAMPLES = {
-    "tile": "tile 128x128x32",
-    "warps": "warps 2x2",
-    "stages": "stages 3",
+_SETTING_EXAMPLES = {  # the settings a gemm must write (kgen fills its schedule lines)
     "epilogue": "epilogue { D = acc }",
 }
 
@@ -397,15 +399,15 @@ class ToIR(ExpressionRules):
             a=decl.a,
             b=decl.b,
             acc_dtype=decl.acc_dtype,
-            tile=decl.settings["tile"].value,
-            warps=decl.settings["warps"].value,
-            stages=decl.settings["stages"].value,
+            tile=_value(decl.settings.get("tile")),
+            warps=_value(decl.settings.get("warps")),
+            stages=_value(decl.settings.get("stages")),
             epilogue=ir.Epilogue(tuple(stmts), epilogue.loc),
             keep=keep.value.residency if keep is not None else None,
             resident=resident is not None,
             resident_loc=resident.loc if resident is not None else None,
             loc=decl.loc,
-            split=decl.settings["split"].value if "split" in decl.settings else None,
+            split=_value(decl.settings.get("split")),
         )
 
     # -- phases and storage ----------------------------------------------------------------------

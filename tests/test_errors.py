@@ -412,8 +412,8 @@ CASES: list[tuple[str, str]] = [
     ),
     (src() + src(), "t.kg:16:1: error: duplicate kernel name 'k' (first defined at line 1)"),
     (
-        src(settings="tile 128x128x32 warps 2x2"),
-        "t.kg:9:8: error: gemm 'g' has no stages setting; add e.g. 'stages 3'",
+        src(settings="tile 128x128x32 warps 0x2"),
+        "t.kg:10:27: error: warps M must be a positive integer, got 0",
     ),
     (
         src(target="compute f32"),

@@ -20,21 +20,29 @@ import dataclasses
 from .. import ir
 from ..errors import KgenError
 from ..plan import GemmPlan, KernelPlan
-from ..targets import Candidate, Target, producer_threads, target
-from . import abi, chain, epilogue, mainloop, schedule, select
+from ..targets import Candidate, Config, Target, producer_threads, target
+from . import abi, builder, chain, epilogue, mainloop, schedule, select
 
 GROUP_M = select.GROUP_M
 
 
 def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
-          persistent: bool | None = None) -> KernelPlan:
+          persistent: bool | None = None, config: Config | None = None) -> KernelPlan:
     """`persistent`: None lets the target's preference decide, False forbids a persistent
     kernel (a `keep ... resident` or `schedule pingpong` request is then refused), True is
-    the same as None."""
+    the same as None. Schedule lines the source leaves out are filled by the builder
+    (kgen/lower/builder.py); `config`, a tuned configuration, is the builder's first try."""
     arch = arch or kernel.target
     tgt = target(arch)
     if not kernel.gemms and kernel.storage is None:
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
+    if kernel.gemms and (config is not None or not builder.complete(kernel)):
+        return builder.build(kernel, tgt, lambda k: _lower(k, arch, tgt, persistent),
+                             config=config)[1]
+    return _lower(kernel, arch, tgt, persistent)
+
+
+def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | None) -> KernelPlan:
     chain.check(kernel)
     select.check_request(kernel, tgt)
     gemms = gemm_plans(kernel, tgt)
@@ -85,7 +93,10 @@ def gemm_plans(kernel: ir.Kernel, tgt: Target) -> list[GemmPlan]:
 def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
                persistent: bool | None = None) -> list[Candidate]:
     """Every schedule the target lists for a kernel, legal or refused with its reason, in the
-    target's order of preference (for `kgen inspect`; lower() takes the selected one)."""
+    target's order of preference (lower() takes the selected one). Lines the source leaves out
+    are filled as lower() fills them."""
     tgt = target(arch or kernel.target)
+    if not builder.complete(kernel):
+        kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent))
     chain.check(kernel)
     return select.listed(kernel, tgt, gemm_plans(kernel, tgt), persistent=persistent)

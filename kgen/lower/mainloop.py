@@ -8,13 +8,12 @@ from __future__ import annotations
 from .. import ir
 from ..errors import KgenError
 from ..plan import OperandPlan
-from ..targets import Target
+from ..targets import RING_MAX_STAGES, Target
 from . import fragments, swizzle
 
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
 MAX_TILE = 512
 MAX_STAGES = 8
-RING_MAX_STAGES = 32  # the producer warps' ring (schedule pingpong): slots of one small tile each
 
 
 def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> None:

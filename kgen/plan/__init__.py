@@ -16,8 +16,8 @@ from .epilogue import (  # noqa: F401
     NodeKind, PackedStore, ReduceEffect, ReductionPlan, Round, ScalarArg, StoreEffect,
     TensorLoad, VectorLoad)
 from .schedule import (  # noqa: F401
-    CachePolicy, GemmSchedule, KernelKind, LoadPath, Mma, OperandSchedule, Raster, Schedule,
-    StorePath, TensorMap, WarpRole)
+    CachePolicy, GemmSchedule, KernelKind, LineChoice, LoadPath, Mma, OperandSchedule, Raster,
+    Schedule, StorePath, TensorMap, WarpRole)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,6 +130,16 @@ class TensorMap:
 
 
 @dataclass(frozen=True, slots=True)
+class LineChoice:
+    """A schedule line the source left out and kgen filled (kgen/lower/builder.py): `line` as
+    `<gemm> tile` or `schedule`, its value as DSL text, and why."""
+
+    line: str
+    value: str
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     kind: KernelKind
     warp_roles: tuple[WarpRole, ...]
@@ -148,6 +158,10 @@ class Schedule:
     split_k: int = 1
     # the schedules the target also listed, each with why it was not taken: (kind, reason)
     rejected: tuple[tuple[KernelKind, str], ...] = ()
+    # the schedule lines the source left out, as kgen filled them, and the configurations the
+    # builder tried before the one it took, each with its refusal: (label, reason)
+    chosen: tuple[LineChoice, ...] = ()
+    untaken: tuple[tuple[str, str], ...] = ()
 
     @property
     def threads(self) -> int:
@@ -209,7 +223,10 @@ class Schedule:
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(label, value, why) rows for `kgen inspect`."""
-        rows = [("kind", self.kind.value, self.why_kind)]
+        rows = [(f"line {c.line}", c.value, f"chosen by kgen: {c.why}") for c in self.chosen]
+        for label, reason in self.untaken:
+            rows.append(("not chosen", label, reason))
+        rows.append(("kind", self.kind.value, self.why_kind))
         for kind, reason in self.rejected:
             rows.append((f"not {kind.value}", "refused", reason))
         rows.append(("threads", str(self.threads), " + ".join(

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from ..enums import Arch, DType, Residency
+from ..enums import Arch, Dim, DType, Residency
 from ..plan import GemmPlan, KernelKind, Schedule, StoragePlan
 
 
@@ -140,6 +140,76 @@ class Candidate:
         return self.storage is not None and self.storage.total_bytes > self.storage.limit_bytes
 
 
+# ---------------------------------------------------------------------------------------------
+# What the builder (kgen/lower/builder.py) weighs when it fills the schedule lines a source
+# leaves out, and the configurations each target lists for it (kgen/targets/<arch>/configs.py)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """One gemm as the builder sees it: its sizes (a number where the source fixes one), the
+    operand dtype, whether A and B are K-major, whether A is the gemm before it, and whether
+    its epilogue reduces."""
+
+    name: str
+    m: Dim
+    n: Dim
+    k: Dim
+    dtype: DType
+    k_major: tuple[bool, bool]
+    chained: bool = False
+    reductions: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GemmConfig:
+    """The schedule lines of one gemm: `tile`, `warps`, `stages`, `keep registers|smem` (None
+    on an unchained gemm), `keep B resident`, `split`."""
+
+    tile: tuple[int, int, int]
+    warps: tuple[int, int]
+    stages: int
+    keep: Residency | None = None
+    resident: bool = False
+    split: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One way to fill a kernel's schedule lines: per gemm its lines, and the kernel's
+    `schedule` request (None: the target's preference among the legal kinds); `why` says what
+    the target meant by it, for `kgen inspect`."""
+
+    gemms: tuple[GemmConfig, ...]
+    schedule: KernelKind | None = None
+    why: str = ""
+
+    @property
+    def label(self) -> str:
+        """A short name for tables: `pingpong: 64x64x64 w4x1 s12 resident | 64x128x64 ...`."""
+        parts = []
+        for g in self.gemms:
+            text = f"{'x'.join(map(str, g.tile))} w{g.warps[0]}x{g.warps[1]} s{g.stages}"
+            text += f" split {g.split}" if g.split > 1 else ""
+            text += f" {g.keep.value}" if g.keep is not None else ""
+            text += " resident" if g.resident else ""
+            parts.append(text)
+        head = f"{self.schedule.value}: " if self.schedule is not None else ""
+        return head + " | ".join(parts)
+
+
+def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int] | None = None,
+            wide: bool = False) -> list[Config]:
+    """The configurations the target lists for a kernel's gemms, best first. `sizes`: the
+    runtime sizes a tuner times (they may add split-K configurations); `wide`: the tuner's
+    longer list, not only the builder's few."""
+    from .common import configs as common_configs
+    from .sm90 import configs as sm90_configs
+
+    module = sm90_configs if tgt.has(Instruction.WGMMA) else common_configs
+    return module.configs(tgt, shapes, sizes=sizes or {}, wide=wide)
+
+
 def _schedules(tgt: Target):
     """The target's schedule list (imported here: each list imports this module's types)."""
     from .sm80 import schedules as sm80
@@ -157,6 +227,9 @@ def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     """The requested schedule refused on what the source alone shows (no gemm plans yet), or
     None: checked before the mainloop pass, so that its message comes first."""
     return _schedules(draft.target).refuse_request(draft)
+
+
+RING_MAX_STAGES = 32  # the producer warps' ring (schedule pingpong): slots of one small tile each
 
 
 def producer_threads(tgt: Target, kind: KernelKind | None) -> int | None:

@@ -38,7 +38,8 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
         ("stages", ir.StageCount),
         ("epilogue", ir.Epilogue),
     ):
-        if not isinstance(getattr(g, attr), cls):
+        optional = attr in ("tile", "warps", "stages")  # None: kgen fills the line
+        if not isinstance(getattr(g, attr), cls) and not (optional and getattr(g, attr) is None):
             raise KgenError(
                 loc, f"gemm '{g.name}': {attr} must be a kgen.ir.{cls.__name__}"
             )
@@ -115,6 +116,8 @@ def check_settings(state: KernelState, g: ir.Gemm) -> None:
         (g.stages, (("count", "stages"),)),
     )
     for node, fields in checks:
+        if node is None:
+            continue
         for attr, what in fields:
             if problem := setting_problem(getattr(node, attr), what):
                 raise KgenError(first_located(node.loc, g.loc), problem)

@@ -1,0 +1,129 @@
+"""The builder: kgen fills the schedule lines a source leaves out, as CUTLASS's CollectiveBuilder
+does from dtypes, layouts and the target's limits.
+
+Every schedule line is optional: `tile`, `warps`, `stages`, `keep registers|smem`, `keep B
+resident`, `split` in a gemm, `schedule` in the kernel. The target lists configurations for the
+kernel's gemms, best first (kgen/targets/<arch>/configs.py, from the gemms' dtypes, layouts and
+fixed sizes); the builder fills each one into the lines the source left out, never into a line it
+wrote, lowers the result, and takes the first that plans. A line the source writes therefore
+always wins; if no configuration plans around it, the first configuration's refusal is raised,
+located at the line that stops it. The plan's Schedule keeps each filled line and why
+(`Schedule.chosen`), which `kgen inspect` shows.
+
+A tuner (`kgen tune`) takes the same list, longer (`wide`), and times what plans; its winner
+comes back as `config=` and is tried first.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+from .. import ir
+from ..errors import KgenError
+from ..plan import KernelKind, KernelPlan, LineChoice
+from ..targets import Config, GemmConfig, GemmShape, Target, configs
+
+_SCHEDULES = {KernelKind.PINGPONG: ir.Schedule.PINGPONG,
+              KernelKind.COOPERATIVE: ir.Schedule.COOPERATIVE}
+
+
+def complete(kernel: ir.Kernel) -> bool:
+    """True if the source writes every line the mainloop needs (tile, warps, stages)."""
+    return all(g.tile is not None and g.warps is not None and g.stages is not None
+               for g in kernel.gemms)
+
+
+def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
+    """The gemms as the targets' configuration lists see them."""
+    out = []
+    first_a = kernel.param(kernel.gemms[0].a.name) if kernel.gemms else None
+    for g in kernel.gemms:
+        a, b = kernel.param(g.a.name), kernel.param(g.b.name)
+        out.append(GemmShape(
+            name=g.name, m=first_a.shape[0], n=b.shape[1], k=b.shape[0], dtype=b.dtype,
+            k_major=(a is None or a.layout is ir.Layout.ROW, b.layout is ir.Layout.COL),
+            chained=a is None,
+            reductions=any(isinstance(s, ir.Store) and isinstance(s.value, ir.Reduce)
+                           for s in g.epilogue.stmts)))
+    return tuple(out)
+
+
+def fill(kernel: ir.Kernel, config: Config) -> tuple[ir.Kernel, tuple[LineChoice, ...]]:
+    """The kernel with `config` in every schedule line it leaves out, and those lines."""
+    chosen: list[LineChoice] = []
+    gemms = []
+    for g, c in zip(kernel.gemms, config.gemms):
+        gemms.append(_fill_gemm(g, c, config.why, chosen))
+    kernel = dataclasses.replace(kernel, gemms=tuple(gemms))
+    if kernel.schedule is None and config.schedule is not None:
+        kernel = dataclasses.replace(kernel, schedule=_SCHEDULES[config.schedule],
+                                     schedule_loc=kernel.loc)
+        chosen.insert(0, LineChoice("schedule", config.schedule.value, config.why))
+    return kernel, tuple(chosen)
+
+
+def _fill_gemm(g: ir.Gemm, c: GemmConfig, why: str, chosen: list[LineChoice]) -> ir.Gemm:
+    changes: dict = {}
+
+    def take(line: str, value, text: str) -> None:
+        changes[line] = value
+        chosen.append(LineChoice(f"{g.name} {line}", text, why))
+
+    if g.tile is None:
+        take("tile", ir.TileShape(*c.tile, loc=g.loc), "x".join(map(str, c.tile)))
+    if g.warps is None:
+        take("warps", ir.WarpGrid(*c.warps, loc=g.loc), f"{c.warps[0]}x{c.warps[1]}")
+    if g.stages is None:
+        take("stages", ir.StageCount(c.stages, loc=g.loc), str(c.stages))
+    if g.keep is None and c.keep is not None:
+        take("keep", c.keep, f"keep {g.a.name} in {c.keep.value}")
+    if not g.resident and c.resident:
+        take("resident", True, f"keep {g.b.name} resident")
+        changes["resident_loc"] = g.loc
+    if g.split is None and c.split > 1:
+        take("split", ir.SplitK(c.split, loc=g.loc), f"split {c.split}")
+    return dataclasses.replace(g, **changes)
+
+
+def listed(kernel: ir.Kernel, tgt: Target, *, sizes: Mapping[str, int] | None = None,
+           wide: bool = False) -> list[tuple[Config, ir.Kernel, tuple[LineChoice, ...]]]:
+    """The target's configurations filled into the kernel, without repeats (two configurations
+    may fill the same kernel where the source writes the lines they differ in)."""
+    seen = set()
+    out = []
+    for config in configs(tgt, shapes(kernel), sizes=sizes, wide=wide):
+        filled, chosen = fill(kernel, config)
+        key = (filled.gemms, filled.schedule)
+        if key not in seen:
+            seen.add(key)
+            out.append((config, filled, chosen))
+    return out
+
+
+def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
+          config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
+    """The first configuration that plans (`config`, a tuned one, tried first): the kernel with
+    it filled in, and its plan, whose schedule keeps the filled lines. Raises the first
+    configuration's refusal when none plans."""
+    tries = listed(kernel, tgt)
+    if config is not None:
+        tries.insert(0, (config, *fill(kernel, config)))
+    first_error: KgenError | None = None
+    refused: list[tuple[str, str]] = []
+    for cfg, filled, chosen in tries:
+        try:
+            plan = lower_one(filled)
+        except KgenError as err:
+            first_error = first_error or err
+            refused.append((cfg.label, err.message))
+            continue
+        why_tuned = "tuned: the fastest `kgen tune` timed" if cfg is config else None
+        chosen = tuple(dataclasses.replace(c, why=why_tuned) for c in chosen) if why_tuned \
+            else chosen
+        schedule = dataclasses.replace(plan.schedule, chosen=chosen, untaken=tuple(refused))
+        return filled, dataclasses.replace(plan, schedule=schedule)
+    assert first_error is not None, "every target lists at least one configuration"
+    if len({reason for _, reason in refused}) == 1:  # kgen's choices do not matter to it
+        raise first_error
+    raise KgenError(first_error.loc, f"{first_error.message} (kgen tried {len(tries)} "
+                    "configurations for the schedule lines this kernel leaves out; none plans)")

@@ -1,0 +1,156 @@
+"""The configurations an sm_80-class target lists for the builder (kgen/lower/builder.py), best
+first. sm_90a's list (kgen/targets/sm90/configs.py) puts its own before these.
+
+    one gemm  CTA tiles from 128x256x64 on 8 warps down to 64x64x32, each with its deepest
+              pipeline first. A tile much larger than a fixed M or N goes after those that fit
+              it: most of its rows or columns would be padding.
+    chains    every gemm on the same tile M and warps, each tile N its gemm's N, tile K 64 (or
+              the source's N when smaller): first `keep B resident` on every gemm (B loaded
+              once per persistent CTA: needs fixed sizes), then the persistent register chain
+              (warps Nx1), then `keep smem` on a 2x2 warp grid.
+
+The builder lowers them in order and takes the first that plans; a tuner (`kgen tune`) times the
+`wide` list, where split-K joins when the runtime sizes leave most SMs idle.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ...enums import Residency
+from ...plan import KernelKind
+from .. import Config, GemmConfig, GemmShape, Target
+
+# (tile, warps, stages, deepest first): 128x256x64 on 2x4 warps was the fastest sm_80 tile on
+# an H100 and an H200 (bench/RESULTS.md, "Tile sweep"); the rest fit smaller budgets and sizes
+ONE_GEMM = (
+    ((128, 256, 64), (2, 4), (3,)),
+    ((128, 128, 64), (2, 2), (4, 3)),
+    ((128, 128, 32), (2, 2), (4, 3)),
+    ((64, 128, 64), (2, 2), (4, 3)),
+    ((64, 64, 64), (2, 2), (4, 3)),
+    ((64, 64, 32), (2, 2), (4, 3, 2)),
+)
+# the tuner's longer list
+ONE_GEMM_WIDE = ONE_GEMM + (
+    ((128, 256, 32), (2, 4), (4, 3)),
+    ((256, 128, 64), (4, 2), (3,)),
+    ((256, 128, 32), (4, 2), (4, 3)),
+    ((128, 128, 64), (2, 2), (5, 2)),
+    ((64, 256, 64), (1, 4), (3,)),
+    ((64, 128, 64), (1, 4), (4, 3)),
+    ((32, 128, 64), (1, 4), (4, 3)),
+    ((32, 64, 64), (1, 2), (4, 3)),
+)
+# split-K, timed only where the runtime sizes leave most SMs idle: (tile, warps, stages, splits)
+SPLIT_TILES = (
+    ((64, 128, 64), (2, 2), 4, (2, 4, 8)),
+    ((32, 128, 64), (1, 4), 4, (2, 4, 8)),
+    ((64, 64, 64), (2, 2), 4, (16, 32, 64)),
+)
+SMS = 132  # an H100's or H200's SMs: split-K is worth timing below a fraction of this many tiles
+WHY_ONE = "the sm_80 mainloop (cp.async, ldmatrix, mma.sync): the largest tile that plans"
+WHY_SPLIT = "split-K: the runtime sizes give fewer output tiles than SMs"
+WHY_RESIDENT = "every B resident in a persistent CTA: B read once per CTA, A streamed"
+WHY_PERSISTENT = "a persistent register chain: the intermediate stays in registers"
+WHY_SMEM = "the intermediate through shared memory (keep smem), on a 2x2 warp grid"
+
+
+def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int],
+            wide: bool) -> list[Config]:
+    if len(shapes) > 1:
+        return chain(shapes)
+    return one_gemm(shapes[0], sizes, wide)
+
+
+def one_gemm(shape: GemmShape, sizes: Mapping[str, int], wide: bool) -> list[Config]:
+    table = ONE_GEMM_WIDE if wide else ONE_GEMM
+    out = [Config((GemmConfig(tile, warps, s),), why=WHY_ONE)
+           for tile, warps, stages in table for s in stages]
+    out = fitting_first(out, shape, sizes)
+    if wide:
+        out += split_configs(shape, sizes)
+    return out
+
+
+def fitting_first(configs: list[Config], shape: GemmShape,
+                  sizes: Mapping[str, int]) -> list[Config]:
+    """Configurations whose tile is at most twice a known M or N (rounded up to 16) first, in
+    their order; the others after them."""
+    m, n = known(shape.m, sizes), known(shape.n, sizes)
+
+    def padded(c: Config) -> bool:
+        tile = c.gemms[0].tile
+        return any(size is not None and extent > 2 * max(16, -(-size // 16) * 16)
+                   for extent, size in ((tile[0], m), (tile[1], n)))
+
+    return [c for c in configs if not padded(c)] + [c for c in configs if padded(c)]
+
+
+def known(dim, sizes: Mapping[str, int]) -> int | None:
+    """The dim's value: fixed in the source, or given as a runtime size (None: unknown)."""
+    return dim if isinstance(dim, int) else sizes.get(dim)
+
+
+def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
+    """Split-K over the k tiles, where the output tiles would leave over half the SMs idle and K
+    gives each part at least two k tiles. Not with epilogue reductions (refused there)."""
+    m, n, k = (known(d, sizes) for d in (shape.m, shape.n, shape.k))
+    if shape.reductions or None in (m, n, k):
+        return []
+    out = []
+    for tile, warps, stages, splits in SPLIT_TILES:
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        if tiles * 2 > SMS:
+            continue
+        for split in splits:
+            if k >= 2 * split * tile[2]:
+                out.append(Config((GemmConfig(tile, warps, stages, split=split),), why=WHY_SPLIT))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains
+
+
+def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int) -> list[tuple[int, int, int]]:
+    """Each gemm's CTA tile: tile M, its N (a gemm that feeds another covers all of it; the last
+    one's N rounded up to a power of two, at most 256), tile K 64 or the source's N."""
+    tiles = []
+    for i, s in enumerate(shapes):
+        if i < len(shapes) - 1:
+            n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
+        else:
+            n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
+        k = 64 if i == 0 else min(64, tiles[-1][1])
+        tiles.append((tile_m, n, k))
+    return tiles
+
+
+def power_of_two(n: int) -> int:
+    p = 16
+    while p < n:
+        p *= 2
+    return p
+
+
+def chain_config(shapes, tile_m: int, warps: tuple[int, int], stages: tuple[int, ...],
+                 keep: Residency, resident: bool, why: str,
+                 schedule: KernelKind | None = None) -> Config:
+    tiles = chain_tiles(shapes, tile_m)
+    return Config(tuple(
+        GemmConfig(tile, warps, s, keep=keep if i else None, resident=resident)
+        for i, (tile, s) in enumerate(zip(tiles, stages))), schedule, why)
+
+
+def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
+    n = len(shapes)
+    rest = (3,) * (n - 1)
+    regs, smem = Residency.REGISTERS, Residency.SMEM
+    return [
+        chain_config(shapes, 64, (4, 1), (4, *rest), regs, True, WHY_RESIDENT),
+        chain_config(shapes, 64, (4, 1), (4, *rest), regs, False, WHY_PERSISTENT),
+        chain_config(shapes, 64, (4, 1), (3, *rest), regs, False, WHY_PERSISTENT),
+        chain_config(shapes, 128, (8, 1), (3, *rest), regs, False, WHY_PERSISTENT),
+        chain_config(shapes, 64, (2, 2), (4, *rest), smem, False, WHY_SMEM),
+        chain_config(shapes, 64, (2, 2), (3, *rest), smem, False, WHY_SMEM),
+    ]

@@ -1,0 +1,67 @@
+"""The configurations sm_90a lists for the builder (kgen/lower/builder.py), best first: its own
+warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
+
+    one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
+              tiles, then 128x128x64. A fixed K of at most 1024 puts ping-pong 128x128x64 first:
+              with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
+              (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md).
+    chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps
+              streaming A through a ring of at least k tiles + 1 slots), then the resident
+              wgmma chain on 128-row tiles, then the sm_80 chains.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ...enums import Residency
+from ...plan import KernelKind
+from .. import RING_MAX_STAGES, Config, GemmConfig, GemmShape, Target
+from ..common import configs as common
+
+WS_TILES = (  # (tile, stages deepest first); 8 math warps: the two consumer warpgroups
+    ((128, 256, 64), (4, 3)),
+    ((128, 128, 64), (6, 5, 4)),
+    ((128, 64, 64), (8, 6)),
+)
+PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
+SMALL_K = 1024
+WHY_COOPERATIVE = ("the cooperative warp-specialized kernel: TMA ring, two consumer warpgroups "
+                   "on wgmma share each tile")
+WHY_PINGPONG = ("ping-pong: two consumer warpgroups on alternate tiles, one's epilogue under "
+                "the other's mainloop (a fixed K of at most 1024: few k tiles per tile)")
+WHY_CHAIN_PINGPONG = ("ping-pong over resident B: producer warps stream A through a ring, two "
+                      "consumer warpgroups run the whole chain on 64-row tiles of their own")
+WHY_CHAIN_WGMMA = "the resident chain on wgmma, 128-row tiles on two warpgroups"
+
+
+def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int],
+            wide: bool) -> list[Config]:
+    if len(shapes) > 1:
+        return chain(shapes) + common.chain(shapes)
+    shape = shapes[0]
+    cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
+                   for tile, stages in WS_TILES for s in stages]
+    pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG, WHY_PINGPONG)
+                for tile, stages in PINGPONG_TILES for s in stages]
+    k = common.known(shape.k, sizes)
+    own = pingpong + cooperative if k is not None and k <= SMALL_K else cooperative + pingpong
+    if not wide:
+        own = [c for c in own if c.schedule is None or c is own[0]]
+    own = common.fitting_first(own, shape, sizes)
+    return own + common.one_gemm(shape, sizes, wide)
+
+
+def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
+    """Ping-pong needs more ring slots than the first gemm's k tiles: a K fixed in the source
+    gives the ring's depth (12 slots where that is more)."""
+    k = shapes[0].k
+    k_tiles = -(-k // 64) if isinstance(k, int) else 9
+    rings = sorted({min(RING_MAX_STAGES, max(12, k_tiles + 3)), min(RING_MAX_STAGES, k_tiles + 1)},
+                   reverse=True)
+    rest = (3,) * (len(shapes) - 1)
+    regs = Residency.REGISTERS
+    out = [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True, WHY_CHAIN_PINGPONG,
+                               KernelKind.PINGPONG) for ring in rings]
+    out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
+            for s in (6, 4)]
+    return out
