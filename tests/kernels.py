@@ -65,3 +65,27 @@ LAYOUTS = [
     (ir.Layout.ROW, ir.Layout.ROW),
     (ir.Layout.COL, ir.Layout.COL),
 ]
+
+
+_SCHEDULE_LINES = (
+    r"\b(tile|warps)\s+[0-9]+(\s*x\s*[0-9]+)+",
+    r"\b(stages|split)\s+[0-9]+",
+    r"\bkeep\s+(\w+\s+in\s+)?(registers|smem)\b",
+    r"\bkeep\s+\w+\s+resident\b",
+    r"^\s*schedule\s+\w+",
+)
+
+
+def without_schedule_lines(text: str) -> str:
+    """A .kg text with every schedule line (tile, warps, stages, keep, split, schedule) deleted;
+    comments stay as they are."""
+    import re
+
+    out = []
+    for line in text.splitlines(keepends=True):
+        code, hash_, comment = line.partition("#")
+        for pattern in _SCHEDULE_LINES:
+            code = re.sub(pattern, "", code)
+        if hash_ or code.strip() or not line.strip():
+            out.append(code + hash_ + comment if hash_ else code.rstrip() + "\n")
+    return "".join(out)

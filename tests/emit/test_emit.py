@@ -14,7 +14,7 @@ from kgen import __version__, ir
 from kgen.emit import emit
 from kgen.lower import lower
 
-from tests.kernels import EXAMPLES, gemm_kernel
+from tests.kernels import EXAMPLES, gemm_kernel, without_schedule_lines
 
 SECTIONS = ["// Configuration", "// Parameters", "// Shared storage", "// Device helpers",
             "// Kernel:", "// Host launcher"]
@@ -121,6 +121,31 @@ def test_every_example_compiles_with_nvrtc_without_spills(arch, tmp_path, monkey
         assert result.spill_stores == 0 and result.spill_loads == 0, (name, result.log)
         assert result.stack_bytes == 0, (name, result.log)
         assert "warning" not in result.log.lower(), result.log
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own target", "sm_90a"])
+def test_every_example_compiles_without_its_schedule_lines(own, tmp_path, monkeypatch):
+    """Issue 17: the builder's choice compiles with NVRTC, without spills, for the example's
+    own target and for sm_90a."""
+    pytest.importorskip("cuda.core")
+    from kgen.api import build
+    from kgen.parse import parse
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.verify import verify
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    for path in EXAMPLES:
+        module = parse(without_schedule_lines(path.read_text()), path.name)
+        verify(module)
+        kernel = module.kernels[0]
+        if not kernel.gemms:
+            continue
+        arch = kernel.target if own else ir.Arch.SM90A
+        built = build(kernel, arch, source_name=path.name)
+        assert built.plan.schedule.chosen, path.name
+        result = compile_cubin(built.source, built.plan.name, arch.value)
+        assert result.spill_stores == 0 and result.spill_loads == 0, (path.name, result.log)
+        assert result.stack_bytes == 0, (path.name, result.log)
 
 
 def test_sweep_of_tiles_and_layouts_compiles_without_spills(tmp_path, monkeypatch):

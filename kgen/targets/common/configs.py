@@ -2,8 +2,7 @@
 first. sm_90a's list (kgen/targets/sm90/configs.py) puts its own before these.
 
     one gemm  CTA tiles from 128x256x64 on 8 warps down to 64x64x32, each with its deepest
-              pipeline first. A tile much larger than a fixed M or N goes after those that fit
-              it: most of its rows or columns would be padding.
+              pipeline first; with a fixed M or N, in order of the padding their tiles add.
     chains    every gemm on the same tile M and warps, each tile N its gemm's N, tile K 64 (or
               the source's N when smaller): first `keep B resident` on every gemm (B loaded
               once per persistent CTA: needs fixed sizes), then the persistent register chain
@@ -14,6 +13,7 @@ The builder lowers them in order and takes the first that plans; a tuner (`kgen 
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 from ...enums import Residency
@@ -74,16 +74,19 @@ def one_gemm(shape: GemmShape, sizes: Mapping[str, int], wide: bool) -> list[Con
 
 def fitting_first(configs: list[Config], shape: GemmShape,
                   sizes: Mapping[str, int]) -> list[Config]:
-    """Configurations whose tile is at most twice a known M or N (rounded up to 16) first, in
-    their order; the others after them."""
+    """The configurations in order of the padding their tile adds to a known M and N (the
+    tiles' rows and columns over the size's, in powers of two), in their order otherwise."""
     m, n = known(shape.m, sizes), known(shape.n, sizes)
 
-    def padded(c: Config) -> bool:
+    def padding(c: Config) -> int:
         tile = c.gemms[0].tile
-        return any(size is not None and extent > 2 * max(16, -(-size // 16) * 16)
-                   for extent, size in ((tile[0], m), (tile[1], n)))
+        ratio = 1.0
+        for extent, size in ((tile[0], m), (tile[1], n)):
+            if size:
+                ratio *= -(-size // extent) * extent / size
+        return round(math.log2(ratio))
 
-    return [c for c in configs if not padded(c)] + [c for c in configs if padded(c)]
+    return sorted(configs, key=padding)
 
 
 def known(dim, sizes: Mapping[str, int]) -> int | None:

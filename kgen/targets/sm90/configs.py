@@ -7,7 +7,8 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md).
     chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps
               streaming A through a ring of at least k tiles + 1 slots), then the resident
-              wgmma chain on 128-row tiles, then the sm_80 chains.
+              wgmma chain on 128-row tiles, then the sm_80 chains; a last gemm wider than 128
+              columns only the sm_80 chains without resident B.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ WHY_CHAIN_WGMMA = "the resident chain on wgmma, 128-row tiles on two warpgroups"
 def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int],
             wide: bool) -> list[Config]:
     if len(shapes) > 1:
-        return chain(shapes) + common.chain(shapes)
+        return chain(shapes)
     shape = shapes[0]
     cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
                    for tile, stages in WS_TILES for s in stages]
@@ -51,9 +52,17 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     return own + common.one_gemm(shape, sizes, wide)
 
 
+WGMMA_MAX_LAST_N = 128  # a consumer warpgroup's 64 x 256 accumulators of the last gemm, beside
+# the first gemm's, spill (NVRTC 13, b2b_gemm_smem's shapes): wider chains stay on mma.sync
+
+
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     """Ping-pong needs more ring slots than the first gemm's k tiles: a K fixed in the source
-    gives the ring's depth (12 slots where that is more)."""
+    gives the ring's depth (12 slots where that is more). A resident chain on sm_90a runs on
+    wgmma, so a last gemm wider than WGMMA_MAX_LAST_N takes the sm_80 chains without resident
+    B (on mma.sync)."""
+    if common.chain_tiles(shapes, 64)[-1][1] > WGMMA_MAX_LAST_N:
+        return [c for c in common.chain(shapes) if not c.gemms[0].resident]
     k = shapes[0].k
     k_tiles = -(-k // 64) if isinstance(k, int) else 9
     rings = sorted({min(RING_MAX_STAGES, max(12, k_tiles + 3)), min(RING_MAX_STAGES, k_tiles + 1)},
@@ -64,4 +73,4 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
                                KernelKind.PINGPONG) for ring in rings]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in (6, 4)]
-    return out
+    return out + common.chain(shapes)

@@ -1,0 +1,174 @@
+"""The builder: schedule lines left out are filled per target, written ones always win."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kgen import ir
+from kgen.errors import KgenError
+from kgen.lower import builder, lower
+from kgen.parse import parse
+from kgen.plan import KernelKind, Mma
+from kgen.targets import Config, GemmConfig, configs, target
+from kgen.verify import verify
+
+from tests.kernels import EXAMPLES, gemm_kernel, without_schedule_lines
+
+GEMM = """\
+kernel k {
+  target TARGET
+  tensor A : f16[M, K] row
+  tensor B : f16[K, N] col
+  tensor D : f16[M, N] row out
+  gemm g = A @ B {
+    LINES
+    epilogue { D = acc }
+  }
+}
+"""
+
+
+def gemm(lines: str = "", arch: str = "sm_80") -> ir.Kernel:
+    module = parse(GEMM.replace("TARGET", arch).replace("LINES", lines), "t.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def bare(path) -> ir.Kernel:
+    module = parse(without_schedule_lines(path.read_text()), path.name)
+    verify(module)
+    return module.kernels[0]
+
+
+def test_the_stripped_examples_have_no_schedule_line():
+    for path in EXAMPLES:
+        for g in bare(path).gemms:
+            assert (g.tile, g.warps, g.stages, g.keep, g.split) == (None,) * 5 and not g.resident
+
+
+@pytest.mark.parametrize("arch", [ir.Arch.SM80, ir.Arch.SM86, ir.Arch.SM90A])
+def test_every_example_plans_without_its_schedule_lines(arch):
+    for path in EXAMPLES:
+        kernel = bare(path)
+        if not kernel.gemms:
+            continue
+        plan = lower(kernel, arch)
+        chosen = {c.line for c in plan.schedule.chosen}
+        for g in kernel.gemms:
+            assert {f"{g.name} tile", f"{g.name} warps", f"{g.name} stages"} <= chosen, path
+        assert plan.storage.total_bytes <= plan.storage.limit_bytes
+
+
+def test_sm90a_plans_every_chain_without_schedule_lines_on_wgmma():
+    """Up to 128 columns in the last gemm: ping-pong over resident B, both gemms on wgmma."""
+    chains = [p for p in EXAMPLES if len(bare(p).gemms) == 2]
+    assert len(chains) >= 8
+    for path in chains:
+        kernel = bare(path)
+        plan = lower(kernel, ir.Arch.SM90A)
+        if plan.gemms[-1].n_dim > 128:
+            assert plan.schedule.kind is KernelKind.PERSISTENT and not plan.schedule.resident
+            continue
+        assert plan.schedule.wgmma, path
+        assert plan.schedule.gemms[1].mma is Mma.WGMMA_RS, path
+        assert plan.schedule.kind is KernelKind.PINGPONG, path
+
+
+def test_one_gemm_defaults_per_target():
+    kernel = gemm()
+    hopper = lower(kernel, ir.Arch.SM90A)
+    assert hopper.schedule.kind is KernelKind.COOPERATIVE and hopper.gemms[0].tile == (128, 256, 64)
+    ampere = lower(kernel, ir.Arch.SM80)
+    assert ampere.schedule.kind is KernelKind.TILED
+    assert (ampere.gemms[0].tile, ampere.gemms[0].warps) == ((128, 256, 64), (2, 4))
+    # sm_86's 99 KB take a smaller tile, deepest pipeline first
+    small = lower(kernel, ir.Arch.SM86)
+    assert small.storage.total_bytes <= 99 * 1024
+    assert small.gemms[0].tile == (128, 128, 64) and small.gemms[0].stages == 3
+    assert [u[0] for u in small.schedule.untaken] == ["128x256x64 w2x4 s3", "128x128x64 w2x2 s4"]
+
+
+def test_a_written_line_always_wins():
+    plan = lower(gemm("tile 64x64x32"), ir.Arch.SM90A)
+    assert plan.gemms[0].tile == (64, 64, 32)
+    assert [c.line for c in plan.schedule.chosen] == ["g warps", "g stages"]
+    assert plan.schedule.kind is KernelKind.TILED  # 64 rows: not the warp-specialized kernel
+    plan = lower(gemm("stages 2"), ir.Arch.SM80)
+    assert plan.gemms[0].stages == 2 and plan.gemms[0].tile == (128, 256, 64)
+
+
+def test_a_written_line_that_cannot_plan_is_refused_at_its_line():
+    with pytest.raises(KgenError) as info:
+        lower(gemm("tile 128x128x24"))
+    assert info.value.loc.line == 7
+    assert info.value.message == "tile K must be a power of two between 16 and 512, got 24"
+    # refused for every configuration kgen tried around it: the message says so
+    with pytest.raises(KgenError) as info:
+        lower(gemm("tile 256x256x64"), ir.Arch.SM80)
+    assert info.value.loc.line == 7 and "configurations for the schedule lines" in info.value.message
+
+
+def test_a_fixed_small_size_takes_a_tile_that_fits_it():
+    text = GEMM.replace("TARGET", "sm_80").replace("LINES", "").replace("[K, N]", "[K, 64]")
+    kernel = parse(text.replace("[M, N]", "[M, 64]"), "t.kg").kernels[0]
+    assert lower(kernel).gemms[0].tile[1] == 64
+
+
+def test_split_and_small_k_configs_need_their_sizes():
+    shape = builder.shapes(gemm())
+    sm90 = target(ir.Arch.SM90A)
+    assert not any(c.gemms[0].split > 1 for c in configs(sm90, shape, wide=True))
+    few_tiles = configs(sm90, shape, sizes=dict(M=64, N=64, K=65536), wide=True)
+    assert {c.gemms[0].split for c in few_tiles} >= {16, 32, 64}
+    many_tiles = configs(sm90, shape, sizes=dict(M=4096, N=4096, K=4096), wide=True)
+    assert all(c.gemms[0].split == 1 for c in many_tiles)
+    small_k = configs(sm90, shape, sizes=dict(M=8192, N=8192, K=512))
+    assert small_k[0].schedule is KernelKind.PINGPONG
+    assert configs(sm90, shape)[0].schedule is None
+
+
+def test_listed_fills_only_free_lines_and_never_repeats():
+    kernel = gemm("tile 128x128x64 warps 2x2")
+    listed = builder.listed(kernel, target(ir.Arch.SM80), wide=True)
+    filled = [k for _, k, _ in listed]
+    assert len({(k.gemms, k.schedule) for k in filled}) == len(filled) > 1
+    for k in filled:
+        assert (k.gemms[0].tile.m, k.gemms[0].tile.n, k.gemms[0].tile.k) == (128, 128, 64)
+        assert (k.gemms[0].warps.m, k.gemms[0].warps.n) == (2, 2)
+
+
+def test_a_tuned_config_is_tried_first():
+    tuned = Config((GemmConfig((64, 128, 64), (2, 2), 4),), why="test")
+    plan = lower(gemm(), ir.Arch.SM80, config=tuned)
+    assert (plan.gemms[0].tile, plan.gemms[0].stages) == ((64, 128, 64), 4)
+    assert all(c.why.startswith("tuned") for c in plan.schedule.chosen)
+    # the source's lines still win over it
+    plan = lower(gemm("stages 3"), ir.Arch.SM80, config=tuned)
+    assert (plan.gemms[0].tile, plan.gemms[0].stages) == ((64, 128, 64), 3)
+
+
+def test_python_ir_may_leave_the_lines_out():
+    kernel = gemm_kernel()
+    g = dataclasses.replace(kernel.gemms[0], tile=None, warps=None, stages=None)
+    kernel = dataclasses.replace(kernel, gemms=(g,))
+    verify(ir.Module((kernel,)))
+    assert lower(kernel).gemms[0].tile == (128, 256, 64)
+
+
+def test_the_filled_lines_show_in_inspect():
+    rows = lower(gemm(), ir.Arch.SM86).schedule.describe()
+    labels = [r[0] for r in rows]
+    assert labels[:3] == ["line g tile", "line g warps", "line g stages"]
+    assert rows[0][1] == "128x128x64" and rows[0][2].startswith("chosen by kgen: ")
+    assert "not chosen" in labels
+
+
+def test_a_chain_takes_pingpong_over_resident_b_on_sm90a():
+    text = next(p for p in EXAMPLES if p.name == "b2b_gemm_smem.kg").read_text()
+    narrow = parse(without_schedule_lines(text).replace("256", "128"), "t.kg").kernels[0]
+    plan = lower(narrow, ir.Arch.SM90A)
+    assert plan.schedule.pingpong and plan.schedule.resident
+    lines = {c.line: c.value for c in plan.schedule.chosen}
+    assert lines["schedule"] == "pingpong" and lines["g1 keep"] == "keep g0 in registers"
+    assert lines["g0 resident"] == "keep B0 resident"
