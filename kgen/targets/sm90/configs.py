@@ -56,6 +56,19 @@ WGMMA_MAX_LAST_N = 128  # a consumer warpgroup's 64 x 256 accumulators of the la
 # the first gemm's, spill (NVRTC 13, b2b_gemm_smem's shapes): wider chains stay on mma.sync
 
 
+# A ping-pong chain's consumer thread holds g0's 64 x N0 accumulators (N0 / 2 floats), their
+# repacked A fragments for g1 (N0 / 4) and g1's accumulators (N1 / 2). 320 threads get 168
+# registers each; NVRTC 13 fitted 112 such values beside the rest (N0 64, N1 128: 165 registers)
+# and spilled at 128 (N0 128 with N1 64 or 128), so wider chains take the 128-row wgmma chain.
+PINGPONG_REGISTERS = 112
+
+
+def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:
+    tiles = common.chain_tiles(shapes, 64)
+    n0, n1 = tiles[0][1], tiles[-1][1]
+    return n0 // 2 + n0 // 4 + n1 // 2
+
+
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     """Ping-pong needs more ring slots than the first gemm's k tiles: a K fixed in the source
     gives the ring's depth (12 slots where that is more). A resident chain on sm_90a runs on
@@ -70,7 +83,8 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     rest = (3,) * (len(shapes) - 1)
     regs = Residency.REGISTERS
     out = [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True, WHY_CHAIN_PINGPONG,
-                               KernelKind.PINGPONG) for ring in rings]
+                               KernelKind.PINGPONG) for ring in rings
+           if pingpong_registers(shapes) <= PINGPONG_REGISTERS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in (6, 4)]
     return out + common.chain(shapes)

@@ -1,0 +1,240 @@
+"""Issue 17 on an H100/H200, in one process: kgen's own choices (every schedule line deleted, the
+builder fills them) against the hand-scheduled examples, PyTorch and the bytes floor.
+
+    1. every GEMM and EVT example, its schedule lines deleted, against the example as written,
+       for the example's own target (sm_80 code) and for sm_90a (the time ratio, >= 0.9)
+    2. B2B chains written the obvious way, with no schedule line: N0 in {64, 128}, N1 in
+       {64, 128, 256}, K0 in {256, 576}, f16 and bf16, M = 81920, on sm_90a, against the
+       PyTorch chain (>= 2x) and a device copy of the same bytes (A read, D1 written; <= 1.2x)
+    3. the bare GEMM with no schedule line on sm_90a over a sweep of shapes, against
+       torch.matmul (geometric mean >= 1.0)
+
+Every kgen kernel is first checked against the reference on random inputs with its outputs
+poisoned (kgen.harness.run); times are CUDA-event medians with inputs rotated past L2.
+
+    bash .gpu/device-run.sh python3 bench/defaults.py [--json OUT.json] [--part 1 2 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from b2b_bench import copy_ms, time_ms  # noqa: E402
+
+ONE_GEMM = ["gemm", "gemm_bias_relu", "gemm_gelu_rowscale", "evt_colsum", "evt_multi_output",
+            "evt_residual", "evt_select", "evt_softmax_stats", "splitk_gelu"]
+SIZES = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=512)]
+B2B_M = 81920
+CHAIN = """\
+kernel chain {{
+  target sm_90a
+  tensor A : {t}[M, {k0}] row
+  tensor B0 : {t}[{k0}, {n0}] col
+  tensor B1 : {t}[{n0}, {n1}] col
+  tensor D1 : {t}[M, {n1}] row out
+  vector scale0 : f32[{n0}]
+  vector bias0 : f32[{n0}]
+  gemm g0 = A @ B0 accumulate f32 {{
+    epilogue {{ g0 = relu(acc * scale0[col] + bias0[col]) }}
+  }}
+  gemm g1 = g0 @ B1 accumulate f32 {{
+    epilogue {{ D1 = relu(acc) }}
+  }}
+}}
+"""
+BARE = """\
+kernel bare {{
+  target sm_90a
+  tensor A : {t}[M, K] row
+  tensor B : {t}[K, N] col
+  tensor D : {t}[M, N] row out
+  gemm g = A @ B accumulate f32 {{
+    epilogue {{ D = acc }}
+  }}
+}}
+"""
+SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 512), (6144, 5120, 3072),
+         (4096, 11008, 4096), (4096, 4096, 11008), (2048, 2048, 2048), (1024, 1024, 1024),
+         (16384, 1024, 1024), (3000, 5000, 2000), (512, 8192, 8192), (128, 4096, 4096)]
+
+
+def kgen_run(kernel, sizes, arch, torch_baseline=True):
+    """(checked report, plan): kgen's time, and PyTorch doing the same where asked."""
+    from kgen.api import build
+    from kgen.harness.run import run
+
+    built = build(kernel, arch, source_name="bench.kg")
+    report = run(built.kernel, built.plan, built.source, sizes, check=True, bench=True,
+                 compare_torch=torch_baseline, iters=30)
+    return report, built.plan
+
+
+def label(plan) -> str:
+    s = plan.schedule
+    gemms = " | ".join(f"{'x'.join(map(str, g.tile))} s{g.stages}" for g in plan.gemms)
+    return f"{s.kind.value} {gemms}" + (" resident" if s.resident else "")
+
+
+def part_examples(out):
+    from kgen import ir
+    from kgen.parse import parse
+    from kgen.verify import verify
+    from kernels import without_schedule_lines
+
+    print("\n1. examples without schedule lines against the examples as written")
+    print(f"{'example':<20} {'arch':<7} {'size':<16} {'written':<26} {'ms':>8} "
+          f"{'default':<26} {'ms':>8} {'written/default':>15}")
+    rows = []
+    for name in ONE_GEMM:
+        text = (ROOT / "examples" / f"{name}.kg").read_text()
+        kernels = {}
+        for which, source in (("written", text), ("default", without_schedule_lines(text))):
+            module = parse(source, f"{name}.kg")
+            verify(module)
+            kernels[which] = module.kernels[0]
+        for arch in sorted({kernels["written"].target, ir.Arch.SM90A}, key=lambda a: a.value):
+            for sizes in SIZES:
+                row = dict(example=name, arch=arch.value, sizes=sizes)
+                for which, kernel in kernels.items():
+                    report, plan = kgen_run(kernel, sizes, arch, torch_baseline=False)
+                    row[which] = dict(ok=report.ok, ms=report.timing.median_ms,
+                                      schedule=label(plan))
+                row["ratio"] = row["written"]["ms"] / row["default"]["ms"]
+                rows.append(row)
+                size = "x".join(str(v) for v in sizes.values())
+                print(f"{name:<20} {arch.value:<7} {size:<16} {row['written']['schedule']:<26} "
+                      f"{row['written']['ms']:8.4f} {row['default']['schedule']:<26} "
+                      f"{row['default']['ms']:8.4f} {row['ratio']:15.3f}"
+                      + ("" if row["written"]["ok"] and row["default"]["ok"] else "  CHECK FAILED"))
+    worst = min(r["ratio"] for r in rows)
+    print(f"lowest written/default time ratio: {worst:.3f} (target >= 0.9)")
+    out["examples"] = rows
+
+
+def torch_chain(dtype, k0, n0, n1):
+    """The PyTorch chain in the operand dtype throughout, inputs rotated past L2."""
+    import torch
+
+    sets = []
+    for _ in range(4):
+        a = torch.randn(B2B_M, k0, device="cuda").to(dtype)
+        b0 = torch.randn(n0, k0, device="cuda").to(dtype).t()
+        b1 = torch.randn(n1, n0, device="cuda").to(dtype).t()
+        s0 = torch.rand(n0, device="cuda").to(dtype)
+        c0 = torch.rand(n0, device="cuda").to(dtype)
+        sets.append((a, b0, b1, s0, c0))
+    i = [0]
+
+    def chain():
+        a, b0, b1, s0, c0 = sets[i[0] % len(sets)]
+        i[0] += 1
+        return torch.relu(torch.relu(a @ b0 * s0 + c0) @ b1)
+
+    return time_ms(chain)
+
+
+def part_b2b(out):
+    import torch
+
+    from kgen import ir
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    print("\n2. B2B chains with no schedule line, sm_90a, M = 81920")
+    print(f"{'dtype':<5} {'K0':>4} {'N0':>4} {'N1':>4} {'kgen schedule':<44} {'ms':>8} "
+          f"{'torch ms':>9} {'x torch':>8} {'copy ms':>8} {'/copy':>6}")
+    rows = []
+    for t in ("f16", "bf16"):
+        dtype = torch.float16 if t == "f16" else torch.bfloat16
+        for k0 in (256, 576):
+            for n0 in (64, 128):
+                for n1 in (64, 128, 256):
+                    module = parse(CHAIN.format(t=t, k0=k0, n0=n0, n1=n1), "chain.kg")
+                    verify(module)
+                    try:
+                        report, plan = kgen_run(module.kernels[0], {"M": B2B_M}, ir.Arch.SM90A,
+                                                torch_baseline=False)
+                    except Exception as err:  # reported, not fatal: the row says why
+                        rows.append(dict(dtype=t, k0=k0, n0=n0, n1=n1, error=str(err)))
+                        print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} ERROR {err}")
+                        continue
+                    chain_ms = torch_chain(dtype, k0, n0, n1)
+                    nbytes = (B2B_M * k0 + B2B_M * n1) * 2
+                    copy = copy_ms(nbytes)
+                    ms = report.timing.median_ms
+                    row = dict(dtype=t, k0=k0, n0=n0, n1=n1, ok=report.ok, ms=ms,
+                               schedule=label(plan), torch_ms=chain_ms, copy_ms=copy,
+                               speedup=chain_ms / ms, copy_ratio=ms / copy,
+                               registers=report.compile.get("registers"),
+                               spills=report.compile.get("spill_stores"))
+                    rows.append(row)
+                    print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} {row['schedule']:<44} {ms:8.4f} "
+                          f"{chain_ms:9.4f} {row['speedup']:7.2f}x {copy:8.4f} "
+                          f"{row['copy_ratio']:6.2f}" + ("" if report.ok else "  CHECK FAILED"))
+    good = [r for r in rows if "ms" in r]
+    if good:
+        print(f"lowest x torch: {min(r['speedup'] for r in good):.2f} (target >= 2); "
+              f"highest /copy: {max(r['copy_ratio'] for r in good):.2f} (target <= 1.2 where "
+              "memory-bound)")
+    out["b2b"] = rows
+
+
+def part_sweep(out):
+    from kgen import ir
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    print("\n3. bare GEMM with no schedule line on sm_90a against torch.matmul")
+    print(f"{'dtype':<5} {'M x N x K':<18} {'kgen schedule':<30} {'ms':>8} {'matmul ms':>10} "
+          f"{'x matmul':>9}")
+    rows = []
+    for t in ("f16", "bf16"):
+        module = parse(BARE.format(t=t), "bare.kg")
+        verify(module)
+        for m, n, k in SWEEP:
+            report, plan = kgen_run(module.kernels[0], dict(M=m, N=n, K=k), ir.Arch.SM90A)
+            ms, tms = report.timing.median_ms, report.torch_timing.median_ms
+            row = dict(dtype=t, m=m, n=n, k=k, ok=report.ok, ms=ms, torch_ms=tms,
+                       ratio=tms / ms, schedule=label(plan))
+            rows.append(row)
+            print(f"{t:<5} {f'{m}x{n}x{k}':<18} {row['schedule']:<30} {ms:8.4f} {tms:10.4f} "
+                  f"{row['ratio']:8.3f}x" + ("" if report.ok else "  CHECK FAILED"))
+    geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+    print(f"geometric mean x matmul: {geo:.3f} (target >= 1.0); lowest "
+          f"{min(r['ratio'] for r in rows):.3f}")
+    out["sweep"] = rows
+    out["sweep_geomean"] = geo
+
+
+def main() -> int:
+    import torch
+
+    import kgen
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--part", nargs="*", type=int, default=[1, 2, 3])
+    opts = parser.parse_args()
+    torch.manual_seed(0)
+    out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+               kgen=kgen.__version__, date=time.strftime("%Y-%m-%d"))
+    print("device", out["device"], "torch", out["torch"], "kgen", out["kgen"])
+    parts = {1: part_examples, 2: part_b2b, 3: part_sweep}
+    for p in opts.part:
+        parts[p](out)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""On a GPU: kgen's own choices (every schedule line deleted, the builder fills them) checked
+against the reference, for each example's own target and for sm_90a, at ragged sizes; and the
+B2B chains written with no schedule line (the issue's shapes, M small enough for a test)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kgen import ir
+from kgen.parse import parse
+from kgen.verify import verify
+
+from tests.kernels import EXAMPLES, without_schedule_lines
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [dict(M=1000, N=1000, K=1000), dict(M=17, N=4104, K=72), dict(M=4097, N=129, K=1000)]
+CHAIN = """\
+kernel chain {{
+  target sm_90a
+  tensor A : {t}[M, {k0}] row
+  tensor B0 : {t}[{k0}, {n0}] col
+  tensor B1 : {t}[{n0}, {n1}] col
+  tensor D1 : {t}[M, {n1}] row out
+  vector scale0 : f32[{n0}]
+  vector bias0 : f32[{n0}]
+  gemm g0 = A @ B0 accumulate f32 {{
+    epilogue {{ g0 = relu(acc * scale0[col] + bias0[col]) }}
+  }}
+  gemm g1 = g0 @ B1 accumulate f32 {{
+    epilogue {{ D1 = relu(acc) }}
+  }}
+}}
+"""
+
+
+def check(kernel, arch, sizes):
+    from kgen.api import build
+    from kgen.harness.run import run
+
+    built = build(kernel, arch, source_name="t.kg")
+    assert built.plan.schedule.chosen
+    report = run(built.kernel, built.plan, built.source, sizes, check=True)
+    assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
+    assert report.compile.get("spill_stores", 0) == 0
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own target", "sm_90a"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_example_without_schedule_lines_matches_reference(example, own):
+    from kgen.harness.inputs import symbolic_dims
+
+    module = parse(without_schedule_lines(example.read_text()), example.name)
+    verify(module)
+    kernel = module.kernels[0]
+    if not kernel.gemms:
+        pytest.skip("a storage-only kernel")
+    arch = kernel.target if own else ir.Arch.SM90A
+    names = symbolic_dims(kernel)
+    for sizes in SIZES:
+        check(kernel, arch, {k: v for k, v in sizes.items() if k in names})
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("k0, n0, n1", [(256, 64, 64), (576, 64, 128), (256, 128, 64),
+                                        (576, 128, 128), (256, 64, 256), (576, 128, 256)])
+def test_chain_without_schedule_lines_matches_reference(dtype, k0, n0, n1):
+    module = parse(CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
+    verify(module)
+    for m in (1, 1000, 8193):
+        check(module.kernels[0], ir.Arch.SM90A, dict(M=m))
