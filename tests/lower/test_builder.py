@@ -61,18 +61,26 @@ def test_every_example_plans_without_its_schedule_lines(arch):
 
 
 def test_sm90a_plans_every_chain_without_schedule_lines_on_wgmma():
-    """Up to 128 columns in the last gemm: ping-pong over resident B, both gemms on wgmma."""
+    """Ping-pong over resident B where a consumer's accumulators fit its registers, else the
+    resident chain on 128-row tiles; both gemms on wgmma either way."""
     chains = [p for p in EXAMPLES if len(bare(p).gemms) == 2]
     assert len(chains) >= 8
     for path in chains:
-        kernel = bare(path)
-        plan = lower(kernel, ir.Arch.SM90A)
-        if plan.gemms[-1].n_dim > 128:
-            assert plan.schedule.kind is KernelKind.PERSISTENT and not plan.schedule.resident
-            continue
-        assert plan.schedule.wgmma, path
+        plan = lower(bare(path), ir.Arch.SM90A)
+        assert plan.schedule.wgmma and plan.schedule.resident, path
         assert plan.schedule.gemms[1].mma is Mma.WGMMA_RS, path
-        assert plan.schedule.kind is KernelKind.PINGPONG, path
+        fits = plan.gemms[0].n_dim * 3 // 4 + plan.gemms[1].n_dim // 2 <= 112
+        kind = KernelKind.PINGPONG if fits else KernelKind.PERSISTENT
+        assert plan.schedule.kind is kind, path
+
+
+def test_a_resident_ring_runs_at_most_one_tile_ahead():
+    text = next(p for p in EXAMPLES if p.name == "b2b_gemm_rf_sm90a.kg").read_text()
+    with pytest.raises(KgenError) as info:  # K0 = 256: 4 k tiles, at most 5 stages
+        lower(parse(text.replace("576", "256"), "t.kg").kernels[0])
+    assert "stages 6 must be at most 5" in info.value.message
+    assert info.value.loc.line == text.splitlines().index(
+        next(line for line in text.splitlines() if "stages 6" in line)) + 1
 
 
 def test_one_gemm_defaults_per_target():

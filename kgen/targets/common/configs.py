@@ -149,8 +149,10 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     n = len(shapes)
     rest = (3,) * (n - 1)
     regs, smem = Residency.REGISTERS, Residency.SMEM
+    k = shapes[0].k
+    ring = min(4, -(-k // 64) + 1) if isinstance(k, int) else 4  # at most one tile ahead
     return [
-        chain_config(shapes, 64, (4, 1), (4, *rest), regs, True, WHY_RESIDENT),
+        chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True, WHY_RESIDENT),
         chain_config(shapes, 64, (4, 1), (4, *rest), regs, False, WHY_PERSISTENT),
         chain_config(shapes, 64, (4, 1), (3, *rest), regs, False, WHY_PERSISTENT),
         chain_config(shapes, 128, (8, 1), (3, *rest), regs, False, WHY_PERSISTENT),

@@ -125,6 +125,18 @@ def resident_plans(gemms: list[GemmPlan]) -> list[GemmPlan]:
     return out
 
 
+def ring_refusal(first: GemmPlan) -> str | None:
+    """A ring of A tiles refills `stages - 1` k tiles ahead, at most into the next tile's: so
+    stages - 1 may not exceed the first gemm's k tiles (the GPU run at K0 = 256, stages 6 and
+    M = 81920 computed wrong rows before this rule)."""
+    k_tiles = -(-first.k_dim // first.tile[2])
+    if first.stages - 1 > k_tiles:
+        return (f"the ring of {first.a.param} tiles runs at most one tile ahead: gemm "
+                f"'{first.name}' has {k_tiles} k tiles, so stages {first.stages} must be at "
+                f"most {k_tiles + 1}")
+    return None
+
+
 def wide_refusal(last: GemmPlan) -> str | None:
     """Why a resident chain's last gemm cannot store 16-byte chunks (None: it can): its
     epilogue must only store one row-major 16-bit tensor, N be a fixed multiple of 8 (no
@@ -174,6 +186,9 @@ def persistent(draft: ScheduleDraft, mmas=None) -> Candidate:
     resident = draft.resident
     if resident:
         gemms = resident_plans(gemms)
+        deep = ring_refusal(gemms[0])
+        if deep is not None:
+            return Candidate(KernelKind.PERSISTENT, False, deep, Site("stages", 0))
     storage = draft.place(gemms, persistent=True, resident=resident)
     last_store = StorePath.PAIRS, "16-byte stores are planned for resident chains only"
     if resident:

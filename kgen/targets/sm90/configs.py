@@ -7,8 +7,7 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md).
     chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps
               streaming A through a ring of at least k tiles + 1 slots), then the resident
-              wgmma chain on 128-row tiles, then the sm_80 chains; a last gemm wider than 128
-              columns only the sm_80 chains without resident B.
+              wgmma chain on 128-row tiles, then the sm_80 chains.
 """
 from __future__ import annotations
 
@@ -52,10 +51,6 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     return own + common.one_gemm(shape, sizes, wide)
 
 
-WGMMA_MAX_LAST_N = 128  # a consumer warpgroup's 64 x 256 accumulators of the last gemm, beside
-# the first gemm's, spill (NVRTC 13, b2b_gemm_smem's shapes): wider chains stay on mma.sync
-
-
 # A ping-pong chain's consumer thread holds g0's 64 x N0 accumulators (N0 / 2 floats), their
 # repacked A fragments for g1 (N0 / 4) and g1's accumulators (N1 / 2). 320 threads get 168
 # registers each; NVRTC 13 fitted 112 such values beside the rest (N0 64, N1 128: 165 registers)
@@ -71,11 +66,8 @@ def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:
 
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     """Ping-pong needs more ring slots than the first gemm's k tiles: a K fixed in the source
-    gives the ring's depth (12 slots where that is more). A resident chain on sm_90a runs on
-    wgmma, so a last gemm wider than WGMMA_MAX_LAST_N takes the sm_80 chains without resident
-    B (on mma.sync)."""
-    if common.chain_tiles(shapes, 64)[-1][1] > WGMMA_MAX_LAST_N:
-        return [c for c in common.chain(shapes) if not c.gemms[0].resident]
+    gives the ring's depth (12 slots where that is more). The 128-row chain's ring runs at most
+    one tile ahead (stages at most k tiles + 1)."""
     k = shapes[0].k
     k_tiles = -(-k // 64) if isinstance(k, int) else 9
     rings = sorted({min(RING_MAX_STAGES, max(12, k_tiles + 3)), min(RING_MAX_STAGES, k_tiles + 1)},
@@ -86,5 +78,5 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
                                KernelKind.PINGPONG) for ring in rings
            if pingpong_registers(shapes) <= PINGPONG_REGISTERS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
-            for s in (6, 4)]
+            for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1)}, reverse=True)]
     return out + common.chain(shapes)
