@@ -6,7 +6,8 @@ first. sm_90a's list (kgen/targets/sm90/configs.py) puts its own before these.
     chains    every gemm on the same tile M and warps, each tile N its gemm's N, tile K 64 (or
               the source's N when smaller): first `keep B resident` on every gemm (B loaded
               once per persistent CTA: needs fixed sizes), then the persistent register chain
-              (warps Nx1), then `keep smem` on a 2x2 warp grid.
+              (warps Nx1), then `keep smem` on a 2x2 warp grid; `keep smem` first where the
+              register chain's accumulators would spill.
 
 The builder lowers them in order and takes the first that plans; a tuner (`kgen tune`) times the
 `wide` list, where split-K joins when the runtime sizes leave most SMs idle.
@@ -145,17 +146,35 @@ def chain_config(shapes, tile_m: int, warps: tuple[int, int], stages: tuple[int,
         for i, (tile, s) in enumerate(zip(tiles, stages))), schedule, why)
 
 
+# A register chain's thread holds, per 16-row warp tile, g0's accumulators (N0 / 2 floats),
+# their repacked A fragments (N0 / 4) and g1's accumulators (N1 / 2). NVRTC 13.0 spilled at 176
+# such values (N0 64, N1 256: 8 bytes) and 224 (N0 128, N1 256: 208 bytes) on an H200: wider
+# chains keep the intermediate in shared memory.
+REGISTER_CHAIN_VALUES = 160
+
+
+def register_values(shapes: tuple[GemmShape, ...]) -> int:
+    tiles = chain_tiles(shapes, 64)
+    n0, n1 = tiles[0][1], tiles[-1][1]
+    return n0 // 2 + n0 // 4 + n1 // 2
+
+
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     n = len(shapes)
     rest = (3,) * (n - 1)
     regs, smem = Residency.REGISTERS, Residency.SMEM
     k = shapes[0].k
     ring = min(4, -(-k // 64) + 1) if isinstance(k, int) else 4  # at most one tile ahead
-    return [
+    in_registers = [
         chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True, WHY_RESIDENT),
         chain_config(shapes, 64, (4, 1), (4, *rest), regs, False, WHY_PERSISTENT),
         chain_config(shapes, 64, (4, 1), (3, *rest), regs, False, WHY_PERSISTENT),
         chain_config(shapes, 128, (8, 1), (3, *rest), regs, False, WHY_PERSISTENT),
+    ]
+    in_smem = [
         chain_config(shapes, 64, (2, 2), (4, *rest), smem, False, WHY_SMEM),
         chain_config(shapes, 64, (2, 2), (3, *rest), smem, False, WHY_SMEM),
     ]
+    if register_values(shapes) > REGISTER_CHAIN_VALUES:
+        return in_smem + in_registers
+    return in_registers + in_smem

@@ -18,8 +18,10 @@ from ...plan import KernelKind
 from .. import RING_MAX_STAGES, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
 
-WS_TILES = (  # (tile, stages deepest first); 8 math warps: the two consumer warpgroups
-    ((128, 256, 64), (4, 3)),
+WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 3
+    # stages first: with 4 the output staging no longer fits and D = acc ran 0.62x as fast at
+    # 8192x8192x512 on an H200 (bench/defaults.py); `kgen tune` times 4 where it helps
+    ((128, 256, 64), (3, 4)),
     ((128, 128, 64), (6, 5, 4)),
     ((128, 64, 64), (8, 6)),
 )
