@@ -80,5 +80,5 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
                                KernelKind.PINGPONG) for ring in rings
            if pingpong_registers(shapes) <= PINGPONG_REGISTERS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
-            for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1)}, reverse=True)]
+            for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
