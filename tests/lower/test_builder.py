@@ -69,7 +69,7 @@ def test_sm90a_plans_every_chain_without_schedule_lines_on_wgmma():
         plan = lower(bare(path), ir.Arch.SM90A)
         assert plan.schedule.wgmma and plan.schedule.resident, path
         assert plan.schedule.gemms[1].mma is Mma.WGMMA_RS, path
-        fits = plan.gemms[0].n_dim * 3 // 4 + plan.gemms[1].n_dim // 2 <= 112
+        fits = plan.gemms[0].n_dim * 3 // 4 + plan.gemms[1].n_dim // 2 <= 224
         kind = KernelKind.PINGPONG if fits else KernelKind.PERSISTENT
         assert plan.schedule.kind is kind, path
 

@@ -85,10 +85,10 @@ def test_pingpong_plan():
     plan = lower(kernel())
     s = plan.schedule
     assert s.pingpong and s.wgmma and s.resident and s.persistent
-    assert s.threads == sm90_schedules.threads() == 2 * 128 + 64
+    assert s.threads == sm90_schedules.threads() == 2 * 128 + 128
     g0 = plan.gemms[0]
-    # two producer warps copy every 64x64 A slot: 512 chunks of 16 bytes, 8 per thread
-    assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 64 == 8
+    # a producer warpgroup copies every 64x64 A slot: 512 chunks of 16 bytes, 4 per thread
+    assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 128 == 4
     assert plan.gemms[0].b.copies_per_thread == 64 * 64 * 2 // 16 // 128  # B: a warpgroup's
     bufs = {b.name: b for b in plan.storage.buffers}
     bars = bufs["g0_ring_barriers"]
@@ -179,7 +179,9 @@ def test_the_sm80_override_is_refused_at_the_schedule():
 
 def test_pingpong_source_producer_and_consumers():
     src = build(kernel(), source_name="t.kg").source
-    assert "__launch_bounds__(320, 1)" in src
+    assert "__launch_bounds__(384, 1)" in src
+    assert "setmaxnreg_dec<kProducerRegisters>();" in src
+    assert "setmaxnreg_inc<kConsumerRegisters>();" in src
     producer = src[src.index("void produce_ring("):]
     producer = producer[:producer.index("\n}\n")]
     order = ["for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)",
@@ -240,7 +242,7 @@ def test_pingpong_source_producer_and_consumers():
     assert re.search(r"bar\.sync 1, %0;.*\"n\"\(2 \* kWarpgroupThreads\)", src)
     assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in src
     assert "static_assert(kThreads == 2 * kWarpgroupThreads + kProducerThreads" in src
-    assert "constexpr int kProducerThreads = 64;" in src
+    assert "constexpr int kProducerThreads = 128;" in src
 
 
 def test_pingpong_source_is_deterministic_and_compiles_without_spills():
@@ -273,8 +275,8 @@ def test_pingpong_examples_schedule(name):
     s = plan.schedule
     assert s.kind is KernelKind.PINGPONG
     assert [(r.name, r.warps, r.groups, r.registers) for r in s.warp_roles] == [
-        ("producer", 2, 1, None), ("consumer", 4, 2, None)]
-    assert s.threads == 320
+        ("producer", 4, 1, 40), ("consumer", 4, 2, 232)]
+    assert s.threads == 384
     assert [gemm_row(g) for g in s.gemms] == [
         ("g0", Mma.WGMMA_SS, LoadPath.CP_ASYNC_RING, CachePolicy.NORMAL, LoadPath.RESIDENT,
          StorePath.FEED),

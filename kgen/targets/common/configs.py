@@ -116,16 +116,17 @@ def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
 # Chains
 
 
-def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int) -> list[tuple[int, int, int]]:
+def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int,
+                tile_k: int = 64) -> list[tuple[int, int, int]]:
     """Each gemm's CTA tile: tile M, its N (a gemm that feeds another covers all of it; the last
-    one's N rounded up to a power of two, at most 256), tile K 64 or the source's N."""
+    one's N rounded up to a power of two, at most 256), tile K `tile_k` or the source's N."""
     tiles = []
     for i, s in enumerate(shapes):
         if i < len(shapes) - 1:
             n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
         else:
             n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
-        k = 64 if i == 0 else min(64, tiles[-1][1])
+        k = tile_k if i == 0 else min(tile_k, tiles[-1][1])
         tiles.append((tile_m, n, k))
     return tiles
 
@@ -139,8 +140,8 @@ def power_of_two(n: int) -> int:
 
 def chain_config(shapes, tile_m: int, warps: tuple[int, int], stages: tuple[int, ...],
                  keep: Residency, resident: bool, why: str,
-                 schedule: KernelKind | None = None) -> Config:
-    tiles = chain_tiles(shapes, tile_m)
+                 schedule: KernelKind | None = None, tile_k: int = 64) -> Config:
+    tiles = chain_tiles(shapes, tile_m, tile_k)
     return Config(tuple(
         GemmConfig(tile, warps, s, keep=keep if i else None, resident=resident)
         for i, (tile, s) in enumerate(zip(tiles, stages))), schedule, why)
@@ -171,9 +172,9 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
         chain_config(shapes, 64, (4, 1), (3, *rest), regs, False, WHY_PERSISTENT),
         chain_config(shapes, 128, (8, 1), (3, *rest), regs, False, WHY_PERSISTENT),
     ]
-    in_smem = [
-        chain_config(shapes, 64, (2, 2), (4, *rest), smem, False, WHY_SMEM),
-        chain_config(shapes, 64, (2, 2), (3, *rest), smem, False, WHY_SMEM),
+    in_smem = [  # tile K 32: a 2x2 warp grid's 32 x N1/2 warp tiles leave fewer registers
+        chain_config(shapes, 64, (2, 2), (4, *rest), smem, False, WHY_SMEM, tile_k=32),
+        chain_config(shapes, 64, (2, 2), (3, *rest), smem, False, WHY_SMEM, tile_k=32),
     ]
     if register_values(shapes) > REGISTER_CHAIN_VALUES:
         return in_smem + in_registers

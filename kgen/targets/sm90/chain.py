@@ -86,6 +86,10 @@ class Sm90Chain(chain.ChainTarget):
             maps=tensor_map.template_maps(schedule.tensor_maps, dim_expr),
             map_names=tensor_map.names(schedule.tensor_maps) if tma else "",
             producer_threads=first.producer_threads,
+            producer_registers=(schedule.role("producer").registers
+                                if schedule.pingpong else 0),
+            consumer_registers=(schedule.role("consumer").registers
+                                if schedule.pingpong else 0),
             wgmma_n=first.tile[1],
             wgmma_acc=f"float (&acc)[1][{first.tile[1] // 8}][4]",
             wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),

@@ -54,10 +54,10 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
 
 
 # A ping-pong chain's consumer thread holds g0's 64 x N0 accumulators (N0 / 2 floats), their
-# repacked A fragments for g1 (N0 / 4) and g1's accumulators (N1 / 2). 320 threads get 168
-# registers each; NVRTC 13 fitted 112 such values beside the rest (N0 64, N1 128: 165 registers)
-# and spilled at 128 (N0 128 with N1 64 or 128), so wider chains take the 128-row wgmma chain.
-PINGPONG_REGISTERS = 112
+# repacked A fragments for g1 (N0 / 4) and g1's accumulators (N1 / 2). With 232 registers each
+# (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224 such values (N0
+# 128, N1 256) without a spill.
+PINGPONG_REGISTERS = 224
 
 
 def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:

@@ -2,7 +2,8 @@
 kgen/targets/common/schedules.py), where a resident chain's gemms also move to wgmma where its
 rules hold, and before them the ping-pong schedule, taken only when `schedule pingpong` asks:
 
-    producer   two warps stream the first gemm's A tiles into a ring of `stages` slots, each
+    producer   a warpgroup (its registers lowered with setmaxnreg, the consumers' raised) streams
+               the first gemm's A tiles into a ring of `stages` slots, each
                guarded by a full and an empty mbarrier (cp.async, signalled through
                cp.async.mbarrier.arrive), over every tile of the CTA in order
     consumers  two warpgroups take the CTA's tiles in turn; each runs the whole chain on a
@@ -31,7 +32,10 @@ from . import warp_specialized
 from .tensor_map import STAGING_BOX
 
 STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
-PRODUCER_THREADS = 64  # two warps issue the ring's copies (one warp could not keep up on an H200)
+PRODUCER_THREADS = 128  # a warpgroup issues the ring's copies (setmaxnreg works per warpgroup;
+# one warp could not keep up on an H200)
+PRODUCER_REGISTERS = 40  # setmaxnreg: the producers only compute addresses
+CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536: the consumers' accumulators
 CONSUMERS = 2  # warpgroups, each with a tile of its own
 WARPGROUP_WARPS = 4
 WGMMA_SS = ("wgmma: warpgroups of 4 warps along M, 16 rows per warp, A and B K-major with "
@@ -53,8 +57,8 @@ def threads() -> int:
     return CONSUMERS * WARPGROUP_WARPS * 32 + PRODUCER_THREADS
 
 
-ROLES = (WarpRole("producer", PRODUCER_THREADS // 32),
-         WarpRole("consumer", WARPGROUP_WARPS, groups=CONSUMERS))
+ROLES = (WarpRole("producer", PRODUCER_THREADS // 32, registers=PRODUCER_REGISTERS),
+         WarpRole("consumer", WARPGROUP_WARPS, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 
 
 def refuse_request(draft: ScheduleDraft) -> Candidate | None:
