@@ -62,16 +62,19 @@ def copy_ms(total_bytes: int, sets: int = 4) -> float:
     return time_ms(copy)
 
 
-def torch_chain_ms() -> float:
+def torch_chain_ms(dtype=None, m=M, k0=K0, n0=N0, n1=N1) -> float:
+    """The PyTorch chain in the operand dtype throughout (f16 by default), inputs rotated past
+    L2 (each set of the example's shapes is ~115 MB)."""
     import torch
 
+    dtype = dtype or torch.float16
     sets = []
-    for _ in range(4):  # rotate past L2 (each set is ~115 MB)
-        a = torch.randn(M, K0, device="cuda").half()
-        b0 = torch.randn(N0, K0, device="cuda").half().t()
-        b1 = torch.randn(N1, N0, device="cuda").half().t()
-        s0 = torch.rand(N0, device="cuda").half()
-        c0 = torch.rand(N0, device="cuda").half()
+    for _ in range(4):
+        a = torch.randn(m, k0, device="cuda").to(dtype)
+        b0 = torch.randn(n0, k0, device="cuda").to(dtype).t()
+        b1 = torch.randn(n1, n0, device="cuda").to(dtype).t()
+        s0 = torch.rand(n0, device="cuda").to(dtype)
+        c0 = torch.rand(n0, device="cuda").to(dtype)
         sets.append((a, b0, b1, s0, c0))
     i = [0]
 

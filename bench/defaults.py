@@ -28,29 +28,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from b2b_bench import copy_ms, time_ms  # noqa: E402
+from b2b_bench import copy_ms, torch_chain_ms  # noqa: E402
+from kernels import B2B_CHAIN  # noqa: E402
 
 ONE_GEMM = ["gemm", "gemm_bias_relu", "gemm_gelu_rowscale", "evt_colsum", "evt_multi_output",
             "evt_residual", "evt_select", "evt_softmax_stats", "splitk_gelu"]
 SIZES = [dict(M=4096, N=4096, K=4096), dict(M=8192, N=8192, K=512)]
 B2B_M = 81920
-CHAIN = """\
-kernel chain {{
-  target sm_90a
-  tensor A : {t}[M, {k0}] row
-  tensor B0 : {t}[{k0}, {n0}] col
-  tensor B1 : {t}[{n0}, {n1}] col
-  tensor D1 : {t}[M, {n1}] row out
-  vector scale0 : f32[{n0}]
-  vector bias0 : f32[{n0}]
-  gemm g0 = A @ B0 accumulate f32 {{
-    epilogue {{ g0 = relu(acc * scale0[col] + bias0[col]) }}
-  }}
-  gemm g1 = g0 @ B1 accumulate f32 {{
-    epilogue {{ D1 = relu(acc) }}
-  }}
-}}
-"""
 BARE = """\
 kernel bare {{
   target sm_90a
@@ -120,28 +104,6 @@ def part_examples(out):
     out["examples"] = rows
 
 
-def torch_chain(dtype, k0, n0, n1):
-    """The PyTorch chain in the operand dtype throughout, inputs rotated past L2."""
-    import torch
-
-    sets = []
-    for _ in range(4):
-        a = torch.randn(B2B_M, k0, device="cuda").to(dtype)
-        b0 = torch.randn(n0, k0, device="cuda").to(dtype).t()
-        b1 = torch.randn(n1, n0, device="cuda").to(dtype).t()
-        s0 = torch.rand(n0, device="cuda").to(dtype)
-        c0 = torch.rand(n0, device="cuda").to(dtype)
-        sets.append((a, b0, b1, s0, c0))
-    i = [0]
-
-    def chain():
-        a, b0, b1, s0, c0 = sets[i[0] % len(sets)]
-        i[0] += 1
-        return torch.relu(torch.relu(a @ b0 * s0 + c0) @ b1)
-
-    return time_ms(chain)
-
-
 def part_b2b(out):
     import torch
 
@@ -158,7 +120,7 @@ def part_b2b(out):
         for k0 in (256, 576):
             for n0 in (64, 128):
                 for n1 in (64, 128, 256):
-                    module = parse(CHAIN.format(t=t, k0=k0, n0=n0, n1=n1), "chain.kg")
+                    module = parse(B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1), "chain.kg")
                     verify(module)
                     try:
                         report, plan = kgen_run(module.kernels[0], {"M": B2B_M}, ir.Arch.SM90A,
@@ -167,7 +129,7 @@ def part_b2b(out):
                         rows.append(dict(dtype=t, k0=k0, n0=n0, n1=n1, error=str(err)))
                         print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} ERROR {err}")
                         continue
-                    chain_ms = torch_chain(dtype, k0, n0, n1)
+                    chain_ms = torch_chain_ms(dtype, B2B_M, k0, n0, n1)
                     nbytes = (B2B_M * k0 + B2B_M * n1) * 2
                     copy = copy_ms(nbytes)
                     ms = report.timing.median_ms

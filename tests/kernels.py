@@ -10,6 +10,27 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 P, T, V, S = ir.Param, ir.ParamKind.TENSOR, ir.ParamKind.VECTOR, ir.ParamKind.SCALAR
 
 
+# A B2B chain written the obvious way, with no schedule line (issue 17's sweep): format with t
+# (the operand dtype), k0, n0, n1
+B2B_CHAIN = """\
+kernel chain {{
+  target sm_90a
+  tensor A : {t}[M, {k0}] row
+  tensor B0 : {t}[{k0}, {n0}] col
+  tensor B1 : {t}[{n0}, {n1}] col
+  tensor D1 : {t}[M, {n1}] row out
+  vector scale0 : f32[{n0}]
+  vector bias0 : f32[{n0}]
+  gemm g0 = A @ B0 accumulate f32 {{
+    epilogue {{ g0 = relu(acc * scale0[col] + bias0[col]) }}
+  }}
+  gemm g1 = g0 @ B1 accumulate f32 {{
+    epilogue {{ D1 = relu(acc) }}
+  }}
+}}
+"""
+
+
 def from_template(text: str, defaults: dict[str, str], **changes: str) -> ir.Kernel:
     """The one kernel of `text` after replacing each placeholder (the keys of `defaults`,
     overridden by `changes`) with its value: parsed as t.kg and verified."""

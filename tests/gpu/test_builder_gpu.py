@@ -11,28 +11,11 @@ from kgen import ir
 from kgen.parse import parse
 from kgen.verify import verify
 
-from tests.kernels import EXAMPLES, without_schedule_lines
+from tests.kernels import B2B_CHAIN, EXAMPLES, without_schedule_lines
 
 pytestmark = pytest.mark.gpu
 
 SIZES = [dict(M=1000, N=1000, K=1000), dict(M=17, N=4104, K=72), dict(M=4097, N=129, K=1000)]
-CHAIN = """\
-kernel chain {{
-  target sm_90a
-  tensor A : {t}[M, {k0}] row
-  tensor B0 : {t}[{k0}, {n0}] col
-  tensor B1 : {t}[{n0}, {n1}] col
-  tensor D1 : {t}[M, {n1}] row out
-  vector scale0 : f32[{n0}]
-  vector bias0 : f32[{n0}]
-  gemm g0 = A @ B0 accumulate f32 {{
-    epilogue {{ g0 = relu(acc * scale0[col] + bias0[col]) }}
-  }}
-  gemm g1 = g0 @ B1 accumulate f32 {{
-    epilogue {{ D1 = relu(acc) }}
-  }}
-}}
-"""
 
 
 def check(kernel, arch, sizes):
@@ -66,7 +49,7 @@ def test_example_without_schedule_lines_matches_reference(example, own):
 @pytest.mark.parametrize("k0, n0, n1", [(256, 64, 64), (576, 64, 128), (256, 128, 64),
                                         (576, 128, 128), (256, 64, 256), (576, 128, 256)])
 def test_chain_without_schedule_lines_matches_reference(dtype, k0, n0, n1):
-    module = parse(CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
+    module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
     verify(module)
     for m in (1, 1000, 8193, 81920):  # 81920: persistent CTAs loop over ~5 tiles each
         check(module.kernels[0], ir.Arch.SM90A, dict(M=m))
