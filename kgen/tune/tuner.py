@@ -19,6 +19,7 @@ from .. import ir
 from ..errors import ArgumentError, KgenRuntimeError
 from ..harness.timing import DEFAULT_ITERS, Timing
 from . import cache
+from .codec import config_to_json
 from .compile import Compiled, Job, compile_all, default_workers
 from .space import DEFAULT_LIMIT, Candidate, Skipped, Space, search_space
 
@@ -115,6 +116,7 @@ class TuneReport:
             c, compiled = row.candidate, row.compiled
             return {
                 "index": c.index, "label": c.label, "default": c.default,
+                "config": config_to_json(c.config),
                 "lines": [list(line) for line in c.line_values],
                 "threads": c.plan.schedule.threads, "smem_bytes": c.plan.smem_bytes,
                 "kind": c.plan.schedule.kind.value,

@@ -11,6 +11,7 @@ from kgen.enums import Arch
 from kgen.errors import ArgumentError, KgenRuntimeError
 from kgen.harness.timing import Timing
 from kgen.tune import cache, tuner
+from kgen.tune.codec import config_from_json
 from kgen.tune.compile import Compiled
 
 from .helpers import SIZES, example_text, kernel_of
@@ -98,6 +99,7 @@ def test_the_fastest_checked_candidate_wins_and_is_cached(fake_compile, tune_cac
     assert entry.candidates == 8 and entry.time_ms == 1.0
     document = json.loads(json.dumps(report.as_dict()))
     assert document["winner"]["label"] == "64x128x64 w2x2 s4"
+    assert config_from_json(document["winner"]["config"]) == report.winner.candidate.config
     assert document["cache"]["key"]["gpu"] == "Fake GPU 80GB"
     assert document["timing"]["timed"] == 8
 
