@@ -414,15 +414,24 @@ def _write_atomic(path: Path, data: str | bytes) -> None:
               help="Compile with NVRTC and show registers and spills (spills are warnings).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernels' own.")
 @click.option("--kernel", "kernel_name", default=None, help="Only this kernel.")
+@click.option("--size", "size_text", default=None,
+              help="Plan with kgen tune's schedule for these sizes (e.g. M=4096,N=4096,K=4096) "
+                   "on this GPU (or --gpu), when it has one.")
+@click.option("--gpu", "gpu_name", default=None,
+              help="With --size: the GPU of the tune entry, by name (default: the present one).")
 @werror_option
 @guarded
 def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
-                    kernel_name: str | None, werror: bool) -> None:
+                    kernel_name: str | None, size_text: str | None, gpu_name: str | None,
+                    werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
     from .api import read_module, safe_file_name
     from .lower import lower
 
+    sizes = parse_assignments(size_text, "--size", _positive_int)
+    if gpu_name is not None and size_text is None:
+        _fail(EXIT_BAD_INPUT, "error: --gpu names the GPU of a tune entry: add --size")
     text = _read_text(file)
     summaries = []
     with _watching_warnings():
@@ -430,14 +439,24 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
         target = arch_of(arch)
         for kernel in kernels:
+            entry, tuning = _tune_entry(kernel, target, sizes, gpu_name) if size_text else \
+                (None, None)
+            config = entry.config if entry is not None else None
             if resources:
                 name = safe_file_name(file)
                 built = build(kernel, target, source_name=name,
                               source_hash=file_hash(text.encode()),
-                              command=header_command(name, target, kernel_name))
-                summaries.append(plan_summary(built.plan, _resources(built)))
+                              command=header_command(name, target, kernel_name), config=config)
+                plan = built.plan
+                summary = plan_summary(plan, _resources(built))
             else:
-                summaries.append(plan_summary(lower(kernel, target)))
+                plan = lower(kernel, target, config=config)
+                summary = plan_summary(plan)
+            if tuning is not None:
+                from .tune.select import describe
+
+                summary["tuning"] = tuning or describe(plan, entry)
+            summaries.append(summary)
     if as_json:
         document: dict[str, Any] = {"kernels": summaries}
         if _warnings_shown():
@@ -449,6 +468,22 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         if i:
             console.print()
         print_plan(console, summary)
+        if summary.get("tuning"):
+            console.print(summary["tuning"])
+
+
+def _tune_entry(kernel, target, sizes, gpu_name):
+    """kgen tune's entry for `kgen inspect --size` and a line about it: (entry or None, "" to
+    describe the plan, or why no entry was looked up)."""
+    from .harness.inputs import resolve_sizes
+    from .runtime.device import device_info, gpu_available
+    from .tune.select import lookup
+
+    dims = resolve_sizes(kernel, sizes)
+    if gpu_name is None and not gpu_available():
+        return None, "schedule: no GPU here to look up kgen tune's entry for (name one: --gpu)"
+    gpu = gpu_name or device_info().name
+    return lookup(kernel, target or kernel.target, gpu, dims), ""
 
 
 def _resources(built) -> dict:

@@ -105,3 +105,35 @@ def test_run_plot_needs_bench(free_gemm, tmp_path):
     result = invoke("run", str(free_gemm), "--plot", str(tmp_path / "r.png"))
     assert result.exit_code == 2
     assert "error: --plot draws the timing: add --bench" in result.output
+
+
+def test_inspect_plans_with_the_tuned_schedule_of_a_named_gpu(free_gemm, tmp_path,
+                                                              monkeypatch):
+    from kgen.enums import Arch
+    from kgen.targets import Config, GemmConfig
+    from kgen.tune import cache
+
+    from .tune.helpers import kernel_of
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KGEN_CACHE", raising=False)
+    config = Config((GemmConfig((64, 64, 64), (2, 2), 4),), why="test")
+    sizes = {"M": 2048, "N": 2048, "K": 2048}
+    key = cache.tune_key(kernel_of(free_gemm.read_text()), Arch.SM80, "NVIDIA H200", sizes)
+    assert cache.store(cache.TuneEntry(key, config, config.label, (), 0.1, None,
+                                       tuple(sorted(sizes.items())), 3, "2026-11-30T00:00:00"))
+    result = invoke("inspect", str(free_gemm), "--size", "M=2000,N=2048,K=2048", "--gpu",
+                    "NVIDIA H200", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)["kernels"][0]
+    assert summary["tuning"].startswith("schedule: tuned by kgen tune on 2026-11-30 "
+                                        "(64x64x64 w2x2 s4")
+    text = invoke("inspect", str(free_gemm), "--size", "M=2000,N=2048,K=2048", "--gpu",
+                  "NVIDIA H200").stdout
+    assert "tuned: the fastest `kgen tune` timed" in text
+    other = json.loads(invoke("inspect", str(free_gemm), "--size", "M=64", "--gpu",
+                              "NVIDIA H200", "--json").stdout)["kernels"][0]
+    assert other["tuning"].startswith("schedule: kgen's builder filled")
+    plain = json.loads(invoke("inspect", str(free_gemm), "--json").stdout)["kernels"][0]
+    assert "tuning" not in plain
+    assert invoke("inspect", str(free_gemm), "--gpu", "X").exit_code == 2
