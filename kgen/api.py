@@ -186,9 +186,10 @@ def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | No
     compiled = load_built(built, device=device, extra_options=extra_options)
     if not tuned:
         return compiled
+    from .runtime.device import device_info
     from .tune.select import follow_cache
 
     def make(config):
         return load_built(rebuild(config), device=device, extra_options=extra_options)
 
-    return follow_cache(built.kernel, built.plan.arch, compiled, make)
+    return follow_cache(built.kernel, built.plan.arch, device_info(device).name, compiled, make)

@@ -129,12 +129,10 @@ class TunedKernel:
         return f"TunedKernel({self.default!r}, {len(self._variants)} size buckets seen)"
 
 
-def follow_cache(kernel: ir.Kernel, arch: ir.Arch, default, make: Callable[[Config], Any]):
+def follow_cache(kernel: ir.Kernel, arch: ir.Arch, gpu: str, default,
+                 make: Callable[[Config], Any]):
     """`default` (a CompiledKernel) itself when the tune cache has no entry for the kernel, its
-    arch and the present GPU; else a TunedKernel around it."""
-    from ..runtime.device import device_info
-
-    gpu = device_info(default.device_id).name
+    arch and `gpu` (the device's name); else a TunedKernel around it."""
     if not cache.any_entries(kernel, arch, gpu):
         return default
     return TunedKernel(kernel, arch, gpu, default, make)

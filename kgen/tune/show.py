@@ -96,6 +96,9 @@ def _summary(console, report: TuneReport, verbose: bool) -> None:
     space = report.space
     console.print(f"search space: {space.listed} configurations listed, "
                   f"{len(space.candidates)} candidates")
+    if len(space.candidates) == 1:
+        console.print("[yellow]one candidate: the source writes the schedule lines the target "
+                      "varies; --all-lines searches them too[/yellow]")
     console.print(f"compile: {len(report.rows)} candidates in {report.compile_wall_s:.1f} s on "
                   f"{report.workers} processes (NVRTC {report.compile_cpu_s:.1f} s in all), "
                   f"{len(report.compiled_rows)} without spills")
@@ -115,7 +118,9 @@ def _summary(console, report: TuneReport, verbose: bool) -> None:
         console.print(f"[bold red]CHECK FAILED[/bold red] {label}: {why} (not taken)")
     winner = report.winner
     if winner is None:
-        console.print("[bold red]no candidate passed the check: nothing is cached[/bold red]")
+        why = "no candidate passed the check" if report.timed_rows else \
+            "no candidate ran on this GPU (-v says why)"
+        console.print(f"[bold red]{why}: nothing is cached[/bold red]")
         return
     lines = "  ".join(f"{line} {value}" for line, value in winner.candidate.line_values)
     speedup = report.speedup

@@ -14,12 +14,12 @@ from kgen.tune.codec import config_from_json, config_to_json
 from .helpers import SIZES, example_text, kernel_of
 
 
-@pytest.mark.parametrize("name", ["gemm", "b2b_gemm_rf_pingpong_sm90a", "b2b_gemm_smem"])
-@pytest.mark.parametrize("arch", [Arch.SM80, Arch.SM90A])
+@pytest.mark.parametrize("name, arch", [
+    ("gemm", Arch.SM80), ("gemm", Arch.SM90A), ("splitk_gelu", Arch.SM80),
+    ("b2b_gemm_smem", Arch.SM80), ("b2b_gemm_smem", Arch.SM90A),
+    ("b2b_gemm_rf_pingpong_sm90a", Arch.SM90A)])
 def test_every_listed_config_round_trips(name, arch):
     kernel = kernel_of(example_text(name))
-    if arch is Arch.SM80 and kernel.target is Arch.SM90A:
-        pytest.skip("an sm_90a example")
     configs = [c for c, _, _ in builder.listed(kernel, target(arch), sizes=SIZES, wide=True)]
     assert configs
     for config in configs:

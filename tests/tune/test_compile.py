@@ -37,3 +37,28 @@ def test_local_memory_reasons():
         "spills 8 B stores, 4 B loads"
     assert Compiled(0, stack_bytes=16).local_memory == "a 16 B stack frame"
     assert Compiled(0).local_memory == ""
+
+
+def test_dead_workers_fall_back_to_this_process(monkeypatch, cache_dir):
+    import concurrent.futures
+
+    import pytest
+
+    from kgen.tune import compile as tune_compile
+
+    class Dying:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise concurrent.futures.process.BrokenProcessPool("a worker died")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(tune_compile.concurrent.futures, "ProcessPoolExecutor", Dying)
+    source = 'extern "C" __global__ void k(int* p) { p[threadIdx.x] = 1; }'
+    jobs = [Job(i, source.replace("1;", f"{i};"), "k", "sm_80") for i in range(2)]
+    with pytest.warns(tune_compile.KgenTuneWarning, match="needs an `if __name__"):
+        results = tune_compile.compile_all(jobs, workers=2)
+    assert sorted(results) == [0, 1] and all(r.ok for r in results.values())

@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
 from kgen.api import build
 from kgen.enums import Arch
@@ -18,12 +17,6 @@ from .helpers import example_text, kernel_of
 GPU = "NVIDIA H200"
 SIZES = {"M": 4096, "N": 4096, "K": 4096}
 TUNED = Config((GemmConfig((64, 128, 64), (2, 2), 3),), why="tuned by a test")
-
-
-@pytest.fixture
-def tune_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("KGEN_CACHE", raising=False)
 
 
 def store(kernel, sizes, config=TUNED, arch=Arch.SM80):
@@ -126,14 +119,38 @@ def test_a_tuned_kernel_runs_each_buckets_variant(tune_cache):
     assert "1 size buckets" in repr(k) or "2 size buckets" in repr(k)
 
 
-def test_load_returns_the_plain_kernel_without_entries(tune_cache, monkeypatch):
-    import kgen.runtime.device as device
-
-    monkeypatch.setattr(device, "device_info", lambda device_id=None: SimpleNamespace(name=GPU))
+def test_load_returns_the_plain_kernel_without_entries(tune_cache):
     kernel = kernel_of(example_text("gemm"))
     default = FakeCompiled(build(kernel, None).plan, "default")
-    assert select.follow_cache(kernel, Arch.SM80, default, make=None) is default
+    assert select.follow_cache(kernel, Arch.SM80, GPU, default, make=None) is default
     store(kernel, SIZES)
-    followed = select.follow_cache(kernel, Arch.SM80, default, make=None)
+    followed = select.follow_cache(kernel, Arch.SM80, GPU, default, make=None)
     assert isinstance(followed, select.TunedKernel) and followed.default is default
-    assert select.follow_cache(kernel, Arch.SM90A, default, make=None) is default
+    assert select.follow_cache(kernel, Arch.SM90A, GPU, default, make=None) is default
+    assert select.follow_cache(kernel, Arch.SM80, "NVIDIA A100", default, make=None) is default
+
+
+def test_kgen_load_follows_the_cache(tune_cache, monkeypatch):
+    """kgen.load with stand-ins for the GPU: the plain kernel without an entry, a TunedKernel
+    with one, whose variant for the bucket is built with the tuned configuration."""
+    import kgen
+    import kgen.runtime.device as device
+    import kgen.runtime.launch as launch
+    import kgen.runtime.nvrtc as nvrtc
+
+    info = device.DeviceInfo(0, GPU, (9, 0), 132, 60 << 20, 232448, 1980000)
+    result = nvrtc.CompileResult(b"\x7fELF", "", 128, 0, 0, 0, False, 0.1, "sm_90a", "gemm")
+    monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
+    monkeypatch.setattr(nvrtc, "compile_cubin", lambda *args, **kwargs: result)
+    monkeypatch.setattr(launch, "CompiledKernel",
+                        lambda plan, cubin, **kwargs: SimpleNamespace(plan=plan, device_id=0))
+    kernel = kernel_of(example_text("gemm"))
+    plain = kgen.load(kernel)
+    assert not isinstance(plain, select.TunedKernel) and not select.tuned(plain.plan)
+    store(kernel, SIZES)
+    followed = kgen.load(kernel)
+    assert isinstance(followed, select.TunedKernel)
+    assert select.tuned(followed.variant(SIZES).plan)
+    assert followed.variant(SIZES).plan.gemms[0].tile == (64, 128, 64)
+    assert followed.variant({"M": 64, "N": 64, "K": 64}) is followed.default
+    assert not isinstance(kgen.load(kernel, tuned=False), select.TunedKernel)

@@ -8,70 +8,12 @@ import json
 import pytest
 
 from kgen.enums import Arch
-from kgen.errors import ArgumentError, KgenRuntimeError
-from kgen.harness.timing import Timing
+from kgen.errors import KgenRuntimeError
 from kgen.tune import cache, tuner
 from kgen.tune.codec import config_from_json
 from kgen.tune.compile import Compiled
 
-from .helpers import SIZES, example_text, kernel_of
-
-
-class FakeBench:
-    device_name = "Fake GPU 80GB"
-    compile_arch = "sm_90a"
-
-    def __init__(self, times=None, failing=(), unrunnable=()):
-        self.times = times or {}
-        self.failing = set(failing)
-        self.unrunnable = set(unrunnable)
-        self.dims = dict(SIZES)
-        self.flops = 2 * 4096 ** 3
-        self.timed: list[str] = []
-        self.checked: list[str] = []
-
-    def load(self, candidate, compiled):
-        assert compiled.cubin == f"cubin {candidate.index}".encode()
-        if candidate.label in self.unrunnable:
-            raise ArgumentError(f"{candidate.label} cannot run these sizes")
-        return candidate
-
-    def time(self, loaded, iters):
-        self.timed.append(loaded.label)
-        ms = self.times.get(loaded.label, 2.0 + loaded.index / 100)
-        return Timing(ms, ms, ms, iters, 1, (ms,) * iters)
-
-    def check(self, candidate, loaded):
-        self.checked.append(candidate.label)
-        bad = candidate.label in self.failing
-        return not bad, "D: 12 bad, 0 unwritten" if bad else ""
-
-
-@pytest.fixture
-def fake_compile(monkeypatch):
-    """NVRTC stood in: every job compiles to `cubin <index>`, with `spill` spilling."""
-    spill: set[int] = set()
-    jobs_seen = []
-
-    def compile_all(jobs, *, workers=None, done=None):
-        jobs_seen.extend(jobs)
-        out = {}
-        for job in jobs:
-            out[job.index] = Compiled(job.index, cubin=f"cubin {job.index}".encode(),
-                                      registers=128, seconds=0.5,
-                                      spill_stores=64 if job.index in spill else 0)
-            if done:
-                done(out[job.index])
-        return out
-
-    monkeypatch.setattr(tuner, "compile_all", compile_all)
-    return spill, jobs_seen
-
-
-@pytest.fixture
-def tune_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("KGEN_CACHE", raising=False)
+from .helpers import SIZES, FakeBench, example_text, kernel_of
 
 
 def kernel():
