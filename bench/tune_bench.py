@@ -11,7 +11,11 @@ CUDA events, the median, inputs rotated past L2), in alternation over --rounds r
 each was checked against the reference with poisoned outputs. `tuned / hand` at most 1.00 is
 the issue's "at least as fast"; the tune's wall time is bounded by 60 s.
 
-    bash .gpu/device-run.sh python3 bench/tune_bench.py [--arch sm_90a] [--json OUT.json]
+    python3 bench/tune_bench.py [--arch sm_90a] [--example gemm] [--size M=..,N=..,K=..]
+                                [--warm] [--json OUT.json]
+
+Each case runs one `kgen tune` (up to a minute from a cold cubin cache): pick examples and
+sizes with --example and --size to stay within a time limit.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ def sizes_of(text: str) -> dict[str, int]:
 def tune_command(path: Path, arch: str, sizes: str, limit: int, cold: bool) -> tuple[dict, float]:
     """`kgen tune` in its own process; its JSON and wall time."""
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as cache:
         if cold:
             env["KGEN_CACHE_DIR"] = cache  # compile every candidate: the honest wall time
@@ -81,7 +86,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         for name in opts.example or EXAMPLES:
             text = (ROOT / "examples" / f"{name}.kg").read_text()
-            hand_kernel = parse(text, f"{name}.kg").kernels[0]
+            hand_module = parse(text, f"{name}.kg")
+            verify(hand_module)
+            hand_kernel = hand_module.kernels[0]
             free_path = Path(folder) / f"{name}.kg"
             free_path.write_text(_LINES.sub("", text))
             free_module = parse(free_path.read_text(), str(free_path))
