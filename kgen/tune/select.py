@@ -43,7 +43,8 @@ def describe(plan: KernelPlan, entry: cache.TuneEntry | None) -> str:
         return (f"schedule: tuned by kgen tune on {entry.date[:10]} ({entry.label}; "
                 f"{entry.time_ms:.4g} ms at {sizes} on {entry.key.gpu})")
     if entry is not None:
-        reason = next((why for label, why in plan.schedule.untaken if label == entry.label),
+        reason = next((why for label, why in plan.schedule.untaken
+                       if label == entry.config.label),
                       "the lines the source writes take precedence")
         return (f"schedule: the kgen tune entry ({entry.label}) was not used: {reason}; "
                 "kgen's builder chose")

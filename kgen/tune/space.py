@@ -19,8 +19,8 @@ from .. import ir
 from ..emit import emit
 from ..errors import KgenError
 from ..lower import builder, lower
-from ..plan import KernelPlan, LineChoice
-from ..targets import Config, target
+from ..plan import KernelKind, KernelPlan, LineChoice
+from ..targets import Config, GemmConfig, target
 
 DEFAULT_LIMIT = 50
 
@@ -39,7 +39,9 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return self.config.label
+        """Every schedule line the kernel runs with, written or filled (`config.label` names
+        only what the configuration would fill)."""
+        return applied(self.kernel).label
 
     @property
     def line_values(self) -> tuple[tuple[str, str], ...]:
@@ -62,6 +64,16 @@ class Space:
     listed: int  # configurations the target listed (distinct filled kernels)
     candidates: tuple[Candidate, ...]
     skipped: tuple[Skipped, ...]
+
+
+def applied(kernel: ir.Kernel) -> Config:
+    """The schedule lines of a kernel that writes tile, warps and stages, as a Config."""
+    gemms = tuple(GemmConfig((g.tile.m, g.tile.n, g.tile.k), (g.warps.m, g.warps.n),
+                             g.stages.count, keep=g.keep, resident=g.resident,
+                             split=g.split.count if g.split is not None else 1)
+                  for g in kernel.gemms)
+    schedule = KernelKind(kernel.schedule.value) if kernel.schedule is not None else None
+    return Config(gemms, schedule)
 
 
 def free_lines(kernel: ir.Kernel) -> ir.Kernel:
@@ -94,15 +106,17 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
         try:
             plan = lower(filled, arch)
         except KgenError as err:
-            skipped.append(Skipped(config.label, "plan", err.message))
+            skipped.append(Skipped(applied(filled).label, "plan", err.message))
             continue
         source = emit_source(plan, source_name, source_hash)
+        candidate = Candidate(index, config, lines, filled, plan, source,
+                              default=source == default_source)
         if source in seen:
-            skipped.append(Skipped(config.label, "duplicate", f"the same kernel as {seen[source]}"))
+            skipped.append(Skipped(candidate.label, "duplicate",
+                                   f"the same kernel as {seen[source]}"))
             continue
-        seen[source] = config.label
-        candidates.append(Candidate(index, config, lines, filled, plan, source,
-                                    default=source == default_source))
+        seen[source] = candidate.label
+        candidates.append(candidate)
     if not any(c.default for c in candidates):  # the builder's short list differs: add it
         config = _default_config(default_plan, free)
         candidates.insert(0, Candidate(-1, config, default_plan.schedule.chosen,

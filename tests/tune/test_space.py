@@ -41,6 +41,7 @@ def test_the_lines_a_source_writes_are_kept():
     assert len(space.candidates) >= 2
     for c in space.candidates:
         assert tuple(c.plan.gemms[0].tile) == (128, 128, 32)
+        assert c.label.startswith("128x128x32 ")  # the label shows the written line too
         assert "mma0 tile" not in dict(c.line_values)
     assert len({c.source for c in space.candidates}) == len(space.candidates)
 
