@@ -116,7 +116,8 @@ class TuneEntry:
             raise ValueError("time_ms must be a positive number")
         return TuneEntry(
             key=TuneKey(str(key["kernel"]), str(key["kernel_hash"]), str(key["arch"]),
-                        str(key["gpu"]), tuple((str(n), int(v)) for n, v in sorted(bucket.items()))),
+                        str(key["gpu"]),
+                        tuple((str(n), int(v)) for n, v in sorted(bucket.items()))),
             config=config_from_json(data["config"]),
             label=str(data["label"]),
             lines=tuple((str(line), str(value)) for line, value in data["lines"]),

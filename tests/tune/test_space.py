@@ -35,8 +35,8 @@ def test_sm90a_lists_its_warp_specialized_kernels():
 
 
 def test_the_lines_a_source_writes_are_kept():
-    text = example_text("gemm").replace("  gemm mma0 = A @ B accumulate f32 {\n",
-                                        "  gemm mma0 = A @ B accumulate f32 {\n    tile 128x128x32\n")
+    head = "  gemm mma0 = A @ B accumulate f32 {\n"
+    text = example_text("gemm").replace(head, head + "    tile 128x128x32\n")
     space = search_space(kernel_of(text), Arch.SM80, SIZES)
     assert len(space.candidates) >= 2
     for c in space.candidates:
