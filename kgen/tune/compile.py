@@ -71,6 +71,10 @@ def compile_job(job: Job) -> Compiled:
 
 
 def default_workers() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one: a
+    container's share, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
     return os.cpu_count() or 1
 
 

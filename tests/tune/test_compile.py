@@ -62,3 +62,13 @@ def test_dead_workers_fall_back_to_this_process(monkeypatch, cache_dir):
     with pytest.warns(tune_compile.KgenTuneWarning, match="needs an `if __name__"):
         results = tune_compile.compile_all(jobs, workers=2)
     assert sorted(results) == [0, 1] and all(r.ok for r in results.values())
+
+
+def test_default_workers_are_the_cores_this_process_may_use():
+    import os
+
+    from kgen.tune.compile import default_workers
+
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count()
+    assert default_workers() == expected >= 1
