@@ -110,13 +110,15 @@ def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None,
 
 def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: str = "<python>",
           source_hash: str = "", command: str = "kgen.build",
-          header_name: str | None = None) -> Built:
+          header_name: str | None = None, config: Any = None) -> Built:
     """Lower and emit a verified kernel: its plan, its CUDA source and its header (whose
-    "Regenerate with" line adds `--header header_name`, default <kernel>.h)."""
+    "Regenerate with" line adds `--header header_name`, default <kernel>.h). `config`: a
+    kgen.targets.Config (a tuned one) that fills the schedule lines the kernel leaves out,
+    tried before the builder's own."""
     from .emit import emit, emit_header
     from .lower import lower
 
-    plan = lower(kernel, arch_of(arch))
+    plan = lower(kernel, arch_of(arch), config=config)
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
     header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
                          header_name=header_name)
@@ -125,7 +127,7 @@ def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: 
 
 def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
                kernel: str | None = None, output: str | os.PathLike | None = None,
-               header: str | os.PathLike | None = None) -> Built:
+               header: str | os.PathLike | None = None, config: Any = None) -> Built:
     """Parse, verify, lower and emit one kernel of a .kg file, exactly as `kgen compile PATH
     [-o OUTPUT] [--header HEADER]` (the paths as written go into the recorded command)."""
     module, text = read_module(path)
@@ -134,7 +136,7 @@ def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
     return build(chosen, target, source_name=safe_file_name(path),
                  source_hash=file_hash(text.encode()),
                  command=compile_command(shown_path(path), target, kernel, output),
-                 header_name=None if header is None else shown_path(header))
+                 header_name=None if header is None else shown_path(header), config=config)
 
 
 def compile_source(source: str, name: str, arch: str | None = None, **options):
@@ -162,15 +164,32 @@ def load_built(built: Built, *, device: int | None = None,
 
 def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | None = None, *,
          kernel: str | None = None, device: int | None = None,
-         extra_options: Mapping[str, Any] | None = None):
+         extra_options: Mapping[str, Any] | None = None, tuned: bool = True):
     """A callable kernel from a .kg file (one kernel, or the one named `kernel`) or from an
     `ir.Kernel`. `arch` overrides the kernel's `target` for planning; the code is compiled for
-    the present GPU (`device`, default the current one)."""
+    the present GPU (`device`, default the current one). With `tuned` (the default), a kernel
+    that `kgen tune` has tuned on this GPU runs, per call, the tuned schedule of the call's size
+    bucket (kgen/tune/select.py: a TunedKernel); otherwise the CompiledKernel itself."""
     if isinstance(path_or_kernel, ir.Kernel):
         from .verify import verify
 
         verify(ir.Module((path_or_kernel,)))
         built = build(path_or_kernel, arch)
+
+        def rebuild(config) -> Built:
+            return build(path_or_kernel, arch, config=config)
     else:
         built = build_file(path_or_kernel, arch, kernel=kernel)
-    return load_built(built, device=device, extra_options=extra_options)
+
+        def rebuild(config) -> Built:
+            return build_file(path_or_kernel, arch, kernel=kernel, config=config)
+    compiled = load_built(built, device=device, extra_options=extra_options)
+    if not tuned:
+        return compiled
+    from .runtime.device import device_info
+    from .tune.select import follow_cache
+
+    def make(config):
+        return load_built(rebuild(config), device=device, extra_options=extra_options)
+
+    return follow_cache(built.kernel, built.plan.arch, device_info(device).name, compiled, make)

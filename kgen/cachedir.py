@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["cache_root", "is_private", "private_dir"]
+__all__ = ["cache_root", "enabled", "is_private", "private_dir"]
 
 
 def cache_root() -> str:
@@ -21,7 +21,8 @@ def cache_root() -> str:
     return os.environ.get("KGEN_CACHE_DIR") or default
 
 
-def _enabled() -> bool:
+def enabled() -> bool:
+    """False when `KGEN_CACHE` turns caches off (0, false, no, off)."""
     return os.environ.get("KGEN_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -42,7 +43,7 @@ def is_private(path: str, directory: bool) -> bool:
 def private_dir(*parts: str) -> str | None:
     """The cache folder `cache_root()/parts...`, made (mode 0700) if missing, or None when caches
     are off, it cannot be made, or it is not private (see is_private)."""
-    if not _enabled():
+    if not enabled():
         return None
     folder = os.path.join(cache_root(), *parts)
     try:

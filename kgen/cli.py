@@ -1,4 +1,4 @@
-"""The `kgen` command: compile, inspect, run.
+"""The `kgen` command: compile, inspect, run, tune.
 
 Exit codes: 0 success; 1 a check failed, or NVRTC, the driver or the GPU failed (or there is
 no GPU for `run`); 2 bad input: a located message for mistakes in the kernel description, one
@@ -190,7 +190,8 @@ Environment:
   KGEN_CACHE=0          compile with NVRTC every time: no cubin is read from or
                         written to the cache (also false, no, off; default on)
   KGEN_CACHE_DIR        the folder of kgen's caches: cubins (v1/), sources NVRTC
-                        rejected (failed/), parser tables, compiled templates
+                        rejected (failed/), kgen tune's winners (tune/), parser
+                        tables, compiled templates
   XDG_CACHE_HOME        without KGEN_CACHE_DIR, cubins go to $XDG_CACHE_HOME/kgen
                         (default ~/.cache/kgen, where the other caches always go)
   CUDA_HOME, CUDA_PATH  where to look for the CUDA headers (include/cuda_fp16.h)
@@ -413,15 +414,24 @@ def _write_atomic(path: Path, data: str | bytes) -> None:
               help="Compile with NVRTC and show registers and spills (spills are warnings).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernels' own.")
 @click.option("--kernel", "kernel_name", default=None, help="Only this kernel.")
+@click.option("--size", "size_text", default=None,
+              help="Plan with kgen tune's schedule for these sizes (e.g. M=4096,N=4096,K=4096) "
+                   "on this GPU (or --gpu), when it has one.")
+@click.option("--gpu", "gpu_name", default=None,
+              help="With --size: the GPU of the tune entry, by name (default: the present one).")
 @werror_option
 @guarded
 def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
-                    kernel_name: str | None, werror: bool) -> None:
+                    kernel_name: str | None, size_text: str | None, gpu_name: str | None,
+                    werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
     from .api import read_module, safe_file_name
     from .lower import lower
 
+    sizes = parse_assignments(size_text, "--size", _positive_int)
+    if gpu_name is not None and size_text is None:
+        _fail(EXIT_BAD_INPUT, "error: --gpu names the GPU of a tune entry: add --size")
     text = _read_text(file)
     summaries = []
     with _watching_warnings():
@@ -429,14 +439,24 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
         target = arch_of(arch)
         for kernel in kernels:
+            entry, tuning = _tune_entry(kernel, target, sizes, gpu_name) if size_text else \
+                (None, None)
+            config = entry.config if entry is not None else None
             if resources:
                 name = safe_file_name(file)
                 built = build(kernel, target, source_name=name,
                               source_hash=file_hash(text.encode()),
-                              command=header_command(name, target, kernel_name))
-                summaries.append(plan_summary(built.plan, _resources(built)))
+                              command=header_command(name, target, kernel_name), config=config)
+                plan = built.plan
+                summary = plan_summary(plan, _resources(built))
             else:
-                summaries.append(plan_summary(lower(kernel, target)))
+                plan = lower(kernel, target, config=config)
+                summary = plan_summary(plan)
+            if tuning is not None:
+                from .tune.select import describe
+
+                summary["tuning"] = tuning or describe(plan, entry)
+            summaries.append(summary)
     if as_json:
         document: dict[str, Any] = {"kernels": summaries}
         if _warnings_shown():
@@ -448,6 +468,22 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         if i:
             console.print()
         print_plan(console, summary)
+        if summary.get("tuning"):
+            console.print(summary["tuning"])
+
+
+def _tune_entry(kernel, target, sizes, gpu_name):
+    """kgen tune's entry for `kgen inspect --size` and a line about it: (entry or None, "" to
+    describe the plan, or why no entry was looked up)."""
+    from .harness.inputs import resolve_sizes
+    from .runtime.device import device_info, gpu_available
+    from .tune.select import lookup
+
+    dims = resolve_sizes(kernel, sizes)
+    if gpu_name is None and not gpu_available():
+        return None, "schedule: no GPU here to look up kgen tune's entry for (name one: --gpu)"
+    gpu = gpu_name or device_info().name
+    return lookup(kernel, target or kernel.target, gpu, dims), ""
 
 
 def _resources(built) -> dict:
@@ -502,28 +538,50 @@ def _positive_int(value: str) -> int:
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--scalar", "scalar_text", default=None, help="Scalar values, e.g. alpha=1.5.")
 @click.option("--iters", default=30, show_default=True, help="Timed runs (median taken).")
+@click.option("--tuned/--no-tuned", default=True, show_default=True,
+              help="Use kgen tune's schedule for these sizes on this GPU, when it has one.")
+@click.option("--plot", "plot", default=None, metavar="FILE.png",
+              help="With --bench, draw a roofline with the kernel and PyTorch on it "
+                   "(needs matplotlib: kgen[plot]).")
 @werror_option
 @guarded
 def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_json: bool,
                 arch: str | None, kernel_name: str | None, seed: int, scalar_text: str | None,
-                iters: int, werror: bool) -> None:
+                iters: int, tuned: bool, plot: str | None, werror: bool) -> None:
     """Compile, run on random data, check against the reference, and benchmark."""
-    from .api import build_file
+    from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
+    from .api import read_module, safe_file_name, shown_path
     from .harness.inputs import check_scalar_names, resolve_sizes
-    from .runtime.device import gpu_available
+    from .runtime.device import device_info, gpu_available
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
     scalars = parse_assignments(scalar_text, "--scalar", float)
     if iters < 1:
         _fail(EXIT_BAD_INPUT, "error: --iters must be at least 1")
+    if plot is not None:
+        if not bench:
+            _fail(EXIT_BAD_INPUT, "error: --plot draws the timing: add --bench")
+        _check_writable("--plot", plot)
+        _require_matplotlib()
     _read_text(file)
     with _watching_warnings():
-        built = build_file(file, arch, kernel=kernel_name)
-        resolve_sizes(built.kernel, sizes)  # a wrong size or scalar name is bad input, GPU or not
-        check_scalar_names(built.kernel, scalars)
+        module, text = read_module(file)
+        kernel = pick_kernel(module, kernel_name)
+        target = arch_of(arch)
+        dims = resolve_sizes(kernel, sizes)  # a wrong size or scalar name is bad input
+        check_scalar_names(kernel, scalars)
         if not gpu_available():
             _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
                                "(kgen compile and kgen inspect do not)")
+        entry = None
+        if tuned:
+            from .tune.select import lookup
+
+            entry = lookup(kernel, target or kernel.target, device_info().name, dims)
+        name = safe_file_name(file)
+        built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
+                      command=header_command(shown_path(file), target, kernel_name),
+                      config=entry.config if entry is not None else None)
         result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
     from .harness.run import run
     from .runtime.launch import CompiledKernel
@@ -535,13 +593,27 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
         report = run(built.kernel, built.plan, built.source, sizes, check=check, bench=bench,
                      seed=seed, progress=status.update, scalars=scalars, iters=iters,
                      compiled=compiled)
+    from .tune.select import describe, tuned as took_tuned
+
+    report.notes.insert(0, describe(built.plan, entry))
+    if plot is not None:
+        from .plot import roofline
+
+        roofline(report, plot)
     if as_json:
         document = report.as_dict()
+        document["schedule"] = {"tuned": took_tuned(built.plan),
+                                "entry": entry.as_dict() if entry is not None else None,
+                                "lines": [[c.line, c.value] for c in built.plan.schedule.chosen]}
+        if plot is not None:
+            document["plot"] = plot
         if _warnings_shown():
             document["warnings"] = _warnings_shown()
         click.echo(json.dumps(document, indent=2))
     else:
         print_run_report(_stdout(), report)
+        if plot is not None:
+            _stderr().print(f"roofline written to {plot}")
     if report.checked and not report.ok:
         sys.exit(EXIT_FAILED)
 
@@ -557,6 +629,19 @@ def _compile_for_device(built):
         result = compile_cubin(built.source, built.plan.name, info.arch)
     warn_resources(result)
     return result, info.device_id
+
+
+def _require_matplotlib() -> None:
+    from .plot import require_matplotlib
+
+    require_matplotlib()  # KgenRuntimeError: exit 1, an environment problem
+
+
+
+# `kgen tune` lives in its own module (it imports this one's helpers, so it comes last)
+from .cli_tune import tune_command  # noqa: E402
+
+cli.add_command(tune_command)
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kgen"
 
 FRONTEND = ("kgen.parse", "kgen.verify", "kgen.syntax", "kgen.diagnostics", "kgen.frontend")
 PASSES = ("kgen.lower",)
-AFTER_PLAN = ("kgen.emit", "kgen.targets", "kgen.runtime", "kgen.harness", "kgen.report",
-              "kgen.api", "kgen.cli")
+AFTER_PLAN = ("kgen.emit", "kgen.targets", "kgen.runtime", "kgen.harness", "kgen.tune",
+              "kgen.report", "kgen.plot", "kgen.api", "kgen.cli")
 # module prefix -> the kgen modules it must not import (a prefix matches itself and below it)
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "kgen.enums": ("kgen.",),
@@ -35,6 +35,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                                                     "kgen.report", "kgen.api", "kgen.cli"),
     "kgen.runtime": ("kgen.ir",) + FRONTEND + PASSES + ("kgen.emit", "kgen.harness",
                                                        "kgen.report", "kgen.api", "kgen.cli"),
+    # the harness runs and times a kernel; the tuner above it uses it, never the reverse
+    "kgen.harness": ("kgen.tune", "kgen.report", "kgen.plot", "kgen.api", "kgen.cli"),
+    # the tuner sits under the API and the command line (kgen.load and kgen run use it)
+    "kgen.tune": ("kgen.report", "kgen.api", "kgen.cli"),
+    "kgen.plot": ("kgen.ir",) + FRONTEND + PASSES + ("kgen.emit", "kgen.runtime", "kgen.tune",
+                                                     "kgen.api", "kgen.cli"),
 }
 
 

@@ -169,7 +169,7 @@ def _row_indexed_outputs(kernel: ir.Kernel) -> set[str]:
     return names
 
 
-def _work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
+def work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
     """FLOPs (2*M*N*K per gemm) and bytes (inputs read once, outputs written once)."""
     flops = 0
     m = None
@@ -232,7 +232,7 @@ def run(
     dims = resolve_sizes(kernel, sizes)
     rng = np.random.default_rng(seed)
     values = pick_scalars(kernel, scalars, rng)
-    flops, nbytes = _work(kernel, dims)
+    flops, nbytes = work(kernel, dims)
     peak_flops, peak_bandwidth = device_peaks(info.name)
     use_torch = torch_usable() if use_torch is None else use_torch
     arrays_api = TorchArrays(device_id) if use_torch else BufferArrays(device_id)
@@ -306,18 +306,32 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
     return checks
 
 
+def rotated_sets(arrays_api, first_set: dict[str, Any], set_bytes: int,
+                 l2_bytes: int) -> list[dict[str, Any]]:
+    """`first_set` and copies of it, enough that together they exceed twice the L2 (see
+    timing.rotation_count): a timed run does not find the previous run's operands in L2."""
+    sets = [first_set]
+    for _ in range(rotation_count(set_bytes, l2_bytes) - 1):
+        sets.append({name: arrays_api.copy(array) for name, array in first_set.items()})
+    return sets
+
+
+def time_compiled(compiled, sets: list[dict[str, Any]], scalars: Mapping[str, float],
+                  stream: int, *, iters: int = DEFAULT_ITERS, warmup: int = DEFAULT_WARMUP,
+                  hold: bool = True) -> Timing:
+    """CUDA-event times of `compiled` launched on the argument `sets` in turn (the median is
+    Timing.median_ms). Used by `kgen run --bench` and `kgen tune`."""
+    bound = [compiled.bind(**args, **scalars) for args in sets]
+    return time_kernel(lambda i: compiled.launch(bound[i], stream), warmup=warmup,
+                       iters=iters, rotate=len(sets), stream=stream, hold=hold)
+
+
 def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, dims, stream,
            iters, warmup, l2_bytes, with_torch, say, hold=True) -> None:
-    rotate = rotation_count(report.bytes, l2_bytes)
-    sets = [first_set]
-    for _ in range(rotate - 1):
-        copy = {}
-        for name, array in first_set.items():
-            copy[name] = arrays_api.copy(array)
-        sets.append(copy)
-    bound = [compiled.bind(**args, **scalars) for args in sets]
-    report.timing = time_kernel(lambda i: compiled.launch(bound[i], stream), warmup=warmup,
-                                iters=iters, rotate=rotate, stream=stream, hold=hold)
+    sets = rotated_sets(arrays_api, first_set, report.bytes, l2_bytes)
+    rotate = len(sets)
+    report.timing = time_compiled(compiled, sets, scalars, stream, iters=iters, warmup=warmup,
+                                  hold=hold)
     if with_torch:
         from .torch_eval import TorchEvaluator
 

@@ -1,0 +1,139 @@
+"""Using what `kgen tune` found: the tuned configuration of a kernel at given sizes on the
+present GPU (`kgen run`), and a loaded kernel that follows the tune cache per call
+(`kgen.load`).
+
+`kgen.load` does not know the sizes until it is called. When the tune cache holds an entry for
+the kernel, its arch and the present GPU (any size bucket), `load` returns a `TunedKernel`: each
+call takes its sizes from the arguments' shapes, and the first call of each size bucket looks
+the bucket up and, when it has an entry, plans, compiles and loads that variant (once; later
+calls of the bucket reuse it). Buckets without an entry run the kernel `load` built as usual.
+Without any entry `load` returns the plain CompiledKernel, so an untuned kernel pays nothing.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any, Callable, Mapping
+
+from .. import ir
+from ..errors import KgenRuntimeError
+from ..plan import KernelPlan
+from ..runtime.outputs import infer_sizes
+from ..targets import Config
+from . import cache
+
+WHY_TUNED = "tuned:"  # how kgen/lower/builder.py starts the why of a tuned configuration's lines
+
+
+def lookup(kernel: ir.Kernel, arch: ir.Arch, gpu: str,
+           sizes: Mapping[str, int]) -> cache.TuneEntry | None:
+    """The tune cache's entry for `kernel` planned for `arch` on `gpu` at `sizes`."""
+    return cache.lookup(cache.tune_key(kernel, arch, gpu, sizes))
+
+
+def tuned(plan: KernelPlan) -> bool:
+    """True if the plan took a tuned configuration (its filled lines say so)."""
+    return any(c.why.startswith(WHY_TUNED) for c in plan.schedule.chosen)
+
+
+def describe(plan: KernelPlan, entry: cache.TuneEntry | None) -> str:
+    """One line: which schedule the plan runs, and whether `kgen tune`'s entry was used."""
+    if entry is not None and tuned(plan):
+        sizes = ",".join(f"{n}={v}" for n, v in entry.sizes)
+        return (f"schedule: tuned by kgen tune on {entry.date[:10]} ({entry.label}; "
+                f"{entry.time_ms:.4g} ms at {sizes} on {entry.key.gpu})")
+    if entry is not None:
+        reason = next((why for label, why in plan.schedule.untaken
+                       if label == entry.config.label),
+                      "the lines the source writes take precedence")
+        return (f"schedule: the kgen tune entry ({entry.label}) was not used: {reason}; "
+                "kgen's builder chose")
+    filled = ", ".join(f"{c.line} {c.value}" for c in plan.schedule.chosen)
+    if filled:
+        return f"schedule: kgen's builder filled {filled} (no kgen tune entry for these sizes)"
+    return "schedule: as the source writes it"
+
+
+def sizes_of(plan: KernelPlan, args: Mapping[str, Any],
+             sizes: Mapping[str, int] | None) -> dict[str, int] | None:
+    """Every runtime size of a call, from its arguments' shapes (None: some size unknown,
+    which the argument check reports)."""
+    shapes = {name: tuple(value.shape) for name, value in args.items()
+              if value is not None and hasattr(value, "shape")}
+    found = {**infer_sizes(plan, shapes), **dict(sizes or {})}
+    dims = {d for p in plan.params if p.kind is not ir.ParamKind.SCALAR
+            for d in p.shape if isinstance(d, str)}
+    if not dims <= set(found):
+        return None
+    try:
+        return {d: int(found[d]) for d in dims}
+    except (TypeError, ValueError):
+        return None
+
+
+class TunedKernel:
+    """A loaded kernel that runs, per call, the tuned variant of the call's size bucket (see
+    the module's note); everything else is the default CompiledKernel's."""
+
+    def __init__(self, kernel: ir.Kernel, arch: ir.Arch, gpu: str, default,
+                 make: Callable[[Config], Any]):
+        self.kernel_ir = kernel
+        self.arch = arch
+        self.gpu = gpu
+        self.default = default
+        self._make = make
+        self._variants: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def plan(self) -> KernelPlan:
+        return self.default.plan
+
+    def variant(self, sizes: Mapping[str, int]):
+        """The CompiledKernel that runs calls of these sizes (compiled on first use)."""
+        bucket = cache.size_bucket(sizes)
+        with self._lock:
+            found = self._variants.get(bucket)
+            if found is not None:
+                return found
+            entry = lookup(self.kernel_ir, self.arch, self.gpu, sizes)
+            chosen = self.default
+            if entry is not None:
+                try:
+                    chosen = self._make(entry.config)
+                except KgenRuntimeError as err:
+                    warnings.warn(f"the tuned variant of {self.plan.name} for "
+                                  f"{cache.bucket_text(bucket)} failed to build ({err}); "
+                                  "running the default", RuntimeWarning, stacklevel=3)
+            self._variants[bucket] = chosen
+            return chosen
+
+    def _for(self, args: Mapping[str, Any], sizes: Mapping[str, int] | None):
+        found = sizes_of(self.plan, args, sizes)
+        return self.default if found is None else self.variant(found)
+
+    def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
+        return self._for(args, sizes)(stream=stream, sizes=sizes, **args)
+
+    def bind(self, sizes: Mapping[str, int] | None = None, **args):
+        return self._for(args, sizes).bind(sizes, **args)
+
+    def launch(self, bound, stream: int = 0) -> None:
+        self.variant(bound.sizes).launch(bound, stream)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("default", "_make", "_variants", "_lock"):
+            raise AttributeError(name)
+        return getattr(self.default, name)
+
+    def __repr__(self) -> str:
+        return f"TunedKernel({self.default!r}, {len(self._variants)} size buckets seen)"
+
+
+def follow_cache(kernel: ir.Kernel, arch: ir.Arch, gpu: str, default,
+                 make: Callable[[Config], Any]):
+    """`default` (a CompiledKernel) itself when the tune cache has no entry for the kernel, its
+    arch and `gpu` (the device's name); else a TunedKernel around it."""
+    if not cache.any_entries(kernel, arch, gpu):
+        return default
+    return TunedKernel(kernel, arch, gpu, default, make)

@@ -1,0 +1,254 @@
+"""`kgen tune`: the search space, the parallel compile, the timing, the winner's check and the
+cache entry, in that order. The GPU part goes through a bench object (measure.GpuBench on a GPU;
+None compiles only), so that every step but the launches runs, and is tested, without a GPU.
+
+Timing: the builder's own choice first (a tune cut short by its budget still has it), then the
+others in the target's order, each the median of `iters` CUDA-event runs on inputs rotated past
+L2. The `final` fastest are then timed again, in turn, `rounds` times; the winner has the lowest
+median of those samples. It is checked against the reference; one that fails is reported and
+the next fastest is checked.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from .. import ir
+from ..errors import ArgumentError, KgenRuntimeError
+from ..harness.timing import DEFAULT_ITERS, Timing
+from . import cache
+from .codec import config_to_json
+from .compile import Compiled, Job, compile_all, default_workers
+from .space import DEFAULT_LIMIT, Candidate, Skipped, Space, search_space
+
+FINAL = 3  # candidates timed again at the end
+ROUNDS = 2  # times each of them is timed again
+
+
+class Progress(Protocol):
+    def phase(self, name: str, total: int) -> None: ...
+
+    def step(self, name: str, text: str = "") -> None: ...
+
+
+class NoProgress:
+    def phase(self, name: str, total: int) -> None:
+        pass
+
+    def step(self, name: str, text: str = "") -> None:
+        pass
+
+
+@dataclass
+class Row:
+    """One candidate through the tune: compiled, timed, re-timed."""
+
+    candidate: Candidate
+    compiled: Compiled | None = None
+    timing: Timing | None = None
+    final_samples: list[float] = field(default_factory=list)
+    loaded: Any = None
+
+    @property
+    def ms(self) -> float | None:
+        """The final round's median where it was re-timed, else the first timing's."""
+        if self.final_samples:
+            return statistics.median(self.final_samples)
+        return self.timing.median_ms if self.timing is not None else None
+
+
+@dataclass
+class TuneReport:
+    kernel: str
+    arch: str  # the plan's
+    compile_arch: str  # NVRTC's
+    device: str | None  # None: compiled only
+    sizes: dict[str, int]
+    space: Space
+    rows: list[Row]
+    skipped: list[Skipped]
+    workers: int
+    compile_wall_s: float = 0.0
+    timing_wall_s: float = 0.0
+    total_s: float = 0.0
+    budget_s: float | None = None
+    untimed: int = 0  # compiled candidates the budget left untimed
+    flops: int = 0
+    winner: Row | None = None
+    failed_checks: list[tuple[str, str]] = field(default_factory=list)
+    key: cache.TuneKey | None = None
+    cache_path: str | None = None
+
+    @property
+    def compiled_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.compiled is not None and r.compiled.ok
+                and not r.compiled.local_memory]
+
+    @property
+    def timed_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.ms is not None]
+
+    @property
+    def default_row(self) -> Row | None:
+        return next((r for r in self.rows if r.candidate.default), None)
+
+    @property
+    def compile_cpu_s(self) -> float:
+        """NVRTC's time summed over the candidates (the wall time divided by it: parallelism)."""
+        return sum(r.compiled.seconds for r in self.rows if r.compiled is not None)
+
+    def tflops(self, row: Row) -> float | None:
+        ms = row.ms
+        return self.flops / (ms * 1e-3) / 1e12 if ms and self.flops else None
+
+    @property
+    def speedup(self) -> float | None:
+        """The builder's choice's time over the winner's."""
+        default = self.default_row
+        if self.winner is None or default is None or default.ms is None:
+            return None
+        return default.ms / self.winner.ms
+
+    def as_dict(self) -> dict[str, Any]:
+        def row_dict(row: Row) -> dict[str, Any]:
+            c, compiled = row.candidate, row.compiled
+            return {
+                "index": c.index, "label": c.label, "default": c.default,
+                "config": config_to_json(c.config),
+                "lines": [list(line) for line in c.line_values],
+                "threads": c.plan.schedule.threads, "smem_bytes": c.plan.smem_bytes,
+                "kind": c.plan.schedule.kind.value,
+                "registers": compiled.registers if compiled else None,
+                "compile_s": compiled.seconds if compiled else None,
+                "cached": compiled.cached if compiled else None,
+                "time_ms": row.timing.median_ms if row.timing else None,
+                "final_ms": statistics.median(row.final_samples) if row.final_samples else None,
+                "tflops": self.tflops(row),
+            }
+
+        return {
+            "kernel": self.kernel, "arch": self.arch, "compile_arch": self.compile_arch,
+            "device": self.device, "sizes": self.sizes, "listed": self.space.listed,
+            "candidates": [row_dict(r) for r in self.rows],
+            "skipped": [{"label": s.label, "step": s.step, "reason": s.reason}
+                        for s in self.skipped],
+            "compile": {"workers": self.workers, "wall_s": self.compile_wall_s,
+                        "nvrtc_s": self.compile_cpu_s, "compiled": len(self.compiled_rows)},
+            "timing": {"wall_s": self.timing_wall_s, "timed": len(self.timed_rows),
+                       "untimed": self.untimed, "budget_s": self.budget_s},
+            "total_s": self.total_s,
+            "winner": row_dict(self.winner) if self.winner else None,
+            "speedup_vs_default": self.speedup,
+            "failed_checks": [{"label": label, "reason": why}
+                              for label, why in self.failed_checks],
+            "cache": {"key": self.key.as_dict() if self.key else None, "path": self.cache_path},
+        }
+
+
+def tune(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, int], *, bench=None,
+         compile_arch: str | None = None, all_lines: bool = False, limit: int = DEFAULT_LIMIT,
+         budget: float | None = None, workers: int | None = None, iters: int = DEFAULT_ITERS,
+         final: int = FINAL, rounds: int = ROUNDS, store: bool = True,
+         progress: Progress | None = None, source_name: str = "<tune>",
+         source_hash: str = "") -> TuneReport:
+    """Tune `kernel` for `arch` at `sizes` (every runtime size resolved). `bench`: a
+    measure.GpuBench (None: enumerate and compile only, for `compile_arch`, default the plan's
+    arch). Raises KgenError when no configuration plans."""
+    started = time.perf_counter()
+    progress = progress or NoProgress()
+    space = search_space(kernel, arch, sizes, all_lines=all_lines, limit=limit,
+                         source_name=source_name, source_hash=source_hash)
+    target_arch = compile_arch or (bench.compile_arch if bench is not None
+                                   else space.arch.value)
+    workers = min(workers or default_workers(), max(len(space.candidates), 1))
+    report = TuneReport(kernel=kernel.name, arch=space.arch.value, compile_arch=target_arch,
+                        device=bench.device_name if bench is not None else None,
+                        sizes=dict(sizes), space=space,
+                        rows=[Row(c) for c in space.candidates], skipped=list(space.skipped),
+                        workers=workers, budget_s=budget,
+                        flops=bench.flops if bench is not None else 0)
+    _compile(report, target_arch, workers, progress)
+    if bench is not None:
+        _time(report, bench, iters, final, rounds, budget, started, progress)
+        _pick(report, bench)
+        if report.winner is not None:
+            report.key = cache.tune_key(space.kernel, space.arch, bench.device_name,
+                                        bench.dims)
+            if store:
+                report.cache_path = cache.store(entry_of(report))
+    report.total_s = time.perf_counter() - started
+    return report
+
+
+def _compile(report: TuneReport, arch: str, workers: int, progress: Progress) -> None:
+    by_index = {r.candidate.index: r for r in report.rows}
+    jobs = [Job(r.candidate.index, r.candidate.source, r.candidate.plan.name, arch)
+            for r in report.rows]
+    progress.phase("compile", len(jobs))
+    started = time.perf_counter()
+
+    def done(result: Compiled) -> None:
+        progress.step("compile", by_index[result.index].candidate.label)
+
+    results = compile_all(jobs, workers=workers, done=done)
+    report.compile_wall_s = time.perf_counter() - started
+    for row in report.rows:
+        row.compiled = results[row.candidate.index]
+        if not row.compiled.ok:
+            report.skipped.append(Skipped(row.candidate.label, "compile", row.compiled.error))
+        elif row.compiled.local_memory:
+            report.skipped.append(Skipped(row.candidate.label, "resources",
+                                          f"ptxas reports {row.compiled.local_memory} "
+                                          f"({row.compiled.registers} registers)"))
+
+
+def _time(report: TuneReport, bench, iters: int, final: int, rounds: int,
+          budget: float | None, started: float, progress: Progress) -> None:
+    rows = sorted(report.compiled_rows, key=lambda r: (not r.candidate.default,
+                                                       r.candidate.index))
+    progress.phase("time", len(rows))
+    timing_started = time.perf_counter()
+    timed = 0
+    for position, row in enumerate(rows):
+        if budget is not None and timed and time.perf_counter() - started > budget:
+            report.untimed = len(rows) - position
+            for rest in rows[position:]:
+                report.skipped.append(Skipped(rest.candidate.label, "budget",
+                                              f"--budget {budget:g} s spent"))
+            break
+        try:
+            row.loaded = bench.load(row.candidate, row.compiled)
+            row.timing = bench.time(row.loaded, iters)
+            timed += 1
+        except (KgenRuntimeError, ArgumentError) as err:
+            row.loaded = None
+            report.skipped.append(Skipped(row.candidate.label, "run", str(err)))
+        progress.step("time", row.candidate.label)
+    best = sorted((r for r in rows if r.timing is not None), key=lambda r: r.timing.median_ms)
+    if len(best) > 1:
+        for _ in range(rounds):
+            for row in best[:final]:
+                row.final_samples.extend(bench.time(row.loaded, iters).samples_ms)
+    report.timing_wall_s = time.perf_counter() - timing_started
+
+
+def _pick(report: TuneReport, bench) -> None:
+    for row in sorted(report.timed_rows, key=lambda r: r.ms):
+        passed, why = bench.check(row.candidate, row.loaded)
+        if passed:
+            report.winner = row
+            return
+        report.failed_checks.append((row.candidate.label, why))
+        report.skipped.append(Skipped(row.candidate.label, "check", why))
+
+
+def entry_of(report: TuneReport) -> cache.TuneEntry:
+    winner = report.winner
+    assert winner is not None and report.key is not None
+    return cache.TuneEntry(
+        key=report.key, config=winner.candidate.config, label=winner.candidate.label,
+        lines=winner.candidate.line_values, time_ms=winner.ms, tflops=report.tflops(winner),
+        sizes=tuple(sorted(report.sizes.items())), candidates=len(report.timed_rows),
+        date=cache.now())
