@@ -77,13 +77,15 @@ class Sm90Chain(chain.ChainTarget):
     def template_values(self, plan: KernelPlan) -> dict:
         first, schedule = plan.gemms[0], plan.schedule
         tma = schedule.tma_output
+        maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr)
         return dict(
             quad_stores=schedule.quad_stores,
             mma_sync=schedule.mma_sync,
             pingpong=schedule.pingpong,
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
-            maps=tensor_map.template_maps(schedule.tensor_maps, dim_expr),
+            maps=maps,
+            map_steps=tensor_map.steps_lines(maps),
             map_names=tensor_map.names(schedule.tensor_maps) if tma else "",
             producer_threads=first.producer_threads,
             wgmma_n=first.tile[1],

@@ -1,0 +1,126 @@
+"""Batches in the emitted code (every target): where batch b of the arguments lives.
+
+A batched kernel's grid covers L x the tiles of one batch on one axis (tile t of the walk is
+tile t % tiles of batch t / tiles); each CTA or tile then works on `at_batch(p, b)`: the
+arguments with every batched pointer advanced by b x its batch stride, and the workspace by one
+batch's floats. That device function is the one home of the batch offsets: the mainloop, the
+epilogue, the reductions and the helper kernels read the shifted arguments as they read an
+unbatched kernel's. Everything here is a string or a list of lines for the templates.
+"""
+from __future__ import annotations
+
+from ...enums import Axis
+from ...plan import FieldKind, KernelPlan
+from .operands import dim_expr
+
+
+def batched(plan: KernelPlan) -> bool:
+    return plan.batch is not None
+
+
+def batch_count(plan: KernelPlan, prefix: str = "p.") -> str:
+    """The batch count L as C++ (`p.L` or a fixed number); "1" without a batch dimension."""
+    return "1" if plan.batch is None else dim_expr(plan.batch, prefix)
+
+
+def workspace_lines(plan: KernelPlan, ctype: str, ns: str) -> tuple[list[str], str]:
+    """Statements and an expression of C++ type `ctype`: the floats of workspace one batch
+    uses (split-K partials, or the deterministic reductions' slots), or ([], "") for none."""
+    g = plan.gemms[-1]
+    m, n = dim_expr(g.m_dim), dim_expr(g.n_dim)
+    prefix = f"{ns}::" if ns else ""
+    if plan.split_kernel is not None:
+        return ([f"const {ctype} tiles_n = (static_cast<{ctype}>({n}) + {prefix}kTileN - 1) / "
+                 f"{prefix}kTileN;"],
+                f"{prefix}kSplitK * static_cast<{ctype}>({m}) * tiles_n * {prefix}kTileN")
+    if not plan.deterministic:
+        return [], ""
+    slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
+             Axis.ALL: ("tiles_m * tiles_n", "1")}
+    terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
+    return ([f"const {ctype} M = static_cast<{ctype}>({m});",
+             f"const {ctype} N = static_cast<{ctype}>({n});",
+             f"const {ctype} tiles_m = (M + {prefix}kTileM - 1) / {prefix}kTileM;",
+             f"const {ctype} tiles_n = (N + {prefix}kTileN - 1) / {prefix}kTileN;"],
+            f"({terms})")
+
+
+def at_batch_lines(plan: KernelPlan) -> list[str]:
+    """The device function `at_batch(p, batch)` (in the kernel's namespace), or none."""
+    if not batched(plan):
+        return []
+    name = plan.name
+    lines = [
+        "// Batch `batch` of the arguments: every batched pointer advanced by batch x its batch",
+        "// stride (0 broadcasts one matrix to every batch), the workspace by one batch's floats.",
+        f"__device__ __forceinline__ {name}_params at_batch(const {name}_params& p, "
+        "long long batch) {",
+        f"  {name}_params q = p;",
+    ]
+    for f in plan.fields:
+        if f.kind is FieldKind.BATCH_STRIDE:
+            lines.append(f"  q.{f.param} += batch * p.{f.name};")
+    setup, floats = workspace_lines(plan, "long long", "")
+    if floats:
+        lines += [f"  {line}" for line in setup]
+        lines.append(f"  q.workspace += batch * {floats};")
+    lines += ["  return q;", "}"]
+    return lines
+
+
+ALL_BATCHES = "all_batches"  # a batched helper kernel's parameter (`p` is its thread's batch)
+
+
+def longest(exprs: list[str]) -> str:
+    """max(...) of C++ expressions, nested, without repeats."""
+    exprs = list(dict.fromkeys(exprs))
+    out = exprs[0]
+    for other in exprs[1:]:
+        out = f"max({out}, {other})"
+    return out
+
+
+def helper_head(plan: KernelPlan, per_batch: str) -> list[str]:
+    """The first lines of a batched helper kernel (reduction init and finalize, split-K) whose
+    parameter is ALL_BATCHES: thread `i` of `per_batch` (a 64-bit C++ expression over
+    ALL_BATCHES, the same in every batch) in every batch, with `p` that thread's batch."""
+    ns = f"{plan.name}_kgen"
+    threads = plan.INIT_THREADS
+    return [
+        f"  const long long per_batch = {per_batch};",
+        f"  const long long thread = blockIdx.x * {threads}ll + threadIdx.x;",
+        f"  if (per_batch == 0 || thread >= {batch_count(plan, ALL_BATCHES + '.')} * per_batch) "
+        "return;",
+        f"  const {plan.name}_params p = {ns}::at_batch({ALL_BATCHES}, thread / per_batch);",
+        "  const long long i = thread % per_batch;",
+    ]
+
+
+def host_lines(plan: KernelPlan) -> list[str]:
+    """The host launcher's batch count (after tiles_m and tiles_n): nothing to run for none."""
+    if not batched(plan):
+        return []
+    return [f"const int batches = {batch_count(plan)};",
+            "if (batches == 0) return cudaSuccess;"]
+
+
+def grid_count(plan: KernelPlan, tiles: str) -> str:
+    """The host launcher's CTA count for `tiles` CTAs of one batch (params_reason has checked
+    that every batch's together fit an int)."""
+    return f"{tiles} * batches" if batched(plan) else tiles
+
+
+def body_call(plan: KernelPlan, narrow: bool, ns: str) -> list[str]:
+    """A tiled kernel's entry point: its body on the CTA's batch, the CTA's index in it."""
+    kind = "true" if narrow else "false"
+    if not batched(plan):
+        return [f"{ns}::kernel_body<{kind}>(p);"]
+    g = plan.gemms[-1]
+    m, n = dim_expr(g.m_dim), dim_expr(g.n_dim)
+    split = " * kSplitK" if plan.schedule.split_k > 1 else ""
+    return [
+        f"using namespace {ns};",
+        "// the CTAs of batch b follow those of batch b - 1",
+        f"const int ctas = (({m} + kTileM - 1) / kTileM) * (({n} + kTileN - 1) / kTileN){split};",
+        f"kernel_body<{kind}>(at_batch(p, blockIdx.x / ctas), blockIdx.x % ctas);",
+    ]
