@@ -17,6 +17,7 @@ from ..reference import host_dtype
 from ..runtime.launch import MAX_SIZE
 
 DEFAULT_SIZE = 1024  # for a symbolic size the caller does not give
+DEFAULT_BATCHES = 4  # for a symbolic batch dimension the caller does not give
 
 
 def symbolic_dims(kernel: ir.Kernel) -> list[str]:
@@ -29,7 +30,8 @@ def symbolic_dims(kernel: ir.Kernel) -> list[str]:
 
 
 def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """Every symbolic size: the given ones, DEFAULT_SIZE for the others."""
+    """Every symbolic size: the given ones, DEFAULT_SIZE (DEFAULT_BATCHES for a batch
+    dimension) for the others."""
     sizes = dict(sizes or {})
     dims = symbolic_dims(kernel)
     for name, value in sizes.items():
@@ -43,7 +45,8 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
                 f"{name} = {value} is above 2**30-1, the largest size kgen takes (the kernel's "
                 "index math is 32-bit)"
             )
-    return {dim: sizes.get(dim, DEFAULT_SIZE) for dim in dims}
+    batch = {p.batch for p in kernel.params if p.batch is not None}
+    return {dim: sizes.get(dim, DEFAULT_BATCHES if dim in batch else DEFAULT_SIZE) for dim in dims}
 
 
 def shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
