@@ -159,6 +159,9 @@ def test_fields_sizes_and_alignments():
     assert [f.dim for f in plan.fields if f.kind is FieldKind.SIZE] == ["L", "M", "K", "N"]
     multiples = {a.param: a.batch_multiple for a in plan.alignments}
     assert multiples == {"A": 8, "B": 8, "D": 2, "bias": 2}
+    # sm_90a stores D by the copy engine: every batch's rows 16-byte aligned
+    stored = built("batched_gemm_bias", "sm_90a").plan
+    assert {a.param: a.batch_multiple for a in stored.alignments}["D"] == 8
     assert plan.batch == "L"
     shared = built("batched_reductions", "sm_80").plan
     assert [f.param for f in shared.fields if f.kind is FieldKind.BATCH_STRIDE] == [
@@ -317,6 +320,8 @@ def test_batch_strides_reach_the_params(arch):
                           "16-byte chunks with cp.async")
     # a broadcast A (stride 0) with a column-major batch view of B whose batch stride is
     # smaller than a matrix (interleaved batches) still runs the fast entry point
+    d_pairs = bind(plan, batched_args(d_batch=100 * 64 + 2))  # even: pairs, not 16-byte rows
+    assert bool(d_pairs.narrow) is (arch == "sm_90a"), d_pairs.narrow
     interleaved = bind(plan, batched_args(a_batch=0, b_batch=8))
     assert interleaved.narrow == "" and interleaved.values["batch_B"] == 8
 
@@ -395,6 +400,7 @@ CASES = {  # name -> (L, batch strides of A, B, D in elements; None: one matrix 
     "broadcast_a": (3, 0, None, None),
     "odd_a": (3, 100 * 128 + 4, None, None),
     "odd_d": (3, None, None, 100 * 64 + 1),
+    "even_d": (3, None, None, 100 * 64 + 2),
     "shared_d": (3, None, None, 0),
     "one_shared_d": (1, None, None, 0),
 }

@@ -812,7 +812,7 @@ static const char* narrow_reason(const batched_gemm_bias_params& p) {
   if (p.batch_B % 8 != 0) return "the batch stride of B must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.D) % 16 != 0) return "D must be 16-byte aligned: the epilogue writes it in 16-byte chunks of 8 columns";
   if (p.ld_D % 8 != 0) return "the leading dimension of D must be a multiple of 8 elements: the epilogue writes it in 16-byte chunks of 8 columns";
-  if (p.batch_D % 2 != 0) return "the batch stride of D must be a multiple of 2 elements: the epilogue writes it in 16-byte chunks of 8 columns";
+  if (p.batch_D % 8 != 0) return "the batch stride of D must be a multiple of 8 elements: the epilogue writes it in 16-byte chunks of 8 columns";
   if (reinterpret_cast<unsigned long long>(p.bias) % 8 != 0) return "bias must be 8-byte aligned: the epilogue reads two adjacent elements at once";
   if (p.batch_bias % 2 != 0) return "the batch stride of bias must be a multiple of 2 elements: the epilogue reads two adjacent elements at once";
   if (p.N % 2 != 0) return "N must be a multiple of 2: the epilogue handles output columns in pairs";

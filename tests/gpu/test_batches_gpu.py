@@ -298,3 +298,21 @@ def test_pingpong_with_batches(batches, mnk):
                             warps=ir.WarpGrid(2, 4), stages=ir.StageCount(5))
     _check(dataclasses.replace(kernel, gemms=(g,)), ir.Arch.SM90A,
            {"L": batches, "M": m, "N": n, "K": k}, broadcast=("B",) if batches > 1 else ())
+
+
+def test_torch_operator_allocates_batched_outputs():
+    """kgen.torch_op: the batched outputs' shapes and strides from the inputs', per batch."""
+    torch = _needs(ir.Arch.SM80)
+    import kgen
+
+    op = kgen.torch_op(kgen.load(_example("batched_reductions.kg", ir.Arch.SM80), "sm_80"))
+    L, M, N, K = 3, 130, 258, 72
+    a = torch.randn(L, M, K, device="cuda", dtype=torch.float16) / K ** 0.5
+    b = torch.randn(N, K, device="cuda", dtype=torch.float16).t()
+    d, row_max, col_sum = op(a, b)
+    torch.cuda.synchronize()
+    assert d.shape == (L, M, N) and row_max.shape == (L, M) and col_sum.shape == (L, N)
+    acc = a.double() @ b.double()
+    torch.testing.assert_close(d.double(), acc, atol=2e-3, rtol=4e-3)
+    torch.testing.assert_close(row_max.double(), acc.amax(dim=2), atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(col_sum.double(), acc.sum(dim=1), atol=1e-2, rtol=1e-3)
