@@ -627,7 +627,6 @@ __device__ __forceinline__ void kernel_body(const batched_gemm_bias_params& p, c
     int tile_m, tile_n;
     const int batch = tile / (tiles_m * tiles_n);
     tile_coords(tile % (tiles_m * tiles_n), tiles_m, tiles_n, tile_m, tile_n);
-    const batched_gemm_bias_params pb = at_batch(p, batch);  // this tile's batch of the arguments
     const int m0 = tile_m * kTileM;
     const int n0 = tile_n * kTileN;
     float acc[kFragM][kFragN][4];
@@ -663,6 +662,7 @@ __device__ __forceinline__ void kernel_body(const batched_gemm_bias_params& p, c
     if (kPingpong) it += k_tiles;  // the other consumer's tile
 
     // Epilogue
+    const batched_gemm_bias_params pb = at_batch(p, batch);  // this tile's batch of the arguments
     if constexpr (kNarrow) {  // no copy engine: pair stores
       // Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns
       // 2 * (lane % 4) and the next one.

@@ -675,7 +675,6 @@ __device__ __forceinline__ void kernel_body(const batched_reductions_params& p, 
     int tile_m, tile_n;
     const int batch = tile / (tiles_m * tiles_n);
     tile_coords(tile % (tiles_m * tiles_n), tiles_m, tiles_n, tile_m, tile_n);
-    const batched_reductions_params pb = at_batch(p, batch);  // this tile's batch of the arguments
     const int m0 = tile_m * kTileM;
     const int n0 = tile_n * kTileN;
     float acc[kFragM][kFragN][4];
@@ -711,6 +710,7 @@ __device__ __forceinline__ void kernel_body(const batched_reductions_params& p, 
     if (kPingpong) it += k_tiles;  // the other consumer's tile
 
     // Epilogue
+    const batched_reductions_params pb = at_batch(p, batch);  // this tile's batch of the arguments
     // red0: max over columns into row_max
     float red0_part[kFragM][2];
     for (int f = 0; f < kFragM; ++f) red0_part[f][0] = red0_part[f][1] = ReduceMax::identity();

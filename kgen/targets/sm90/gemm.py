@@ -50,19 +50,22 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The consumers' epilogue: pair stores (and the reductions); with a TMA store, the staging
     in the fast entry point and pair stores in the narrow one."""
     params = "pb" if batch.batched(plan) else "p"  # the tile's batch of the arguments
+    # made here, not before the mainloop: its pointers hold no registers through the wgmma
+    head = ([f"const {plan.name}_params pb = at_batch(p, batch);  // this tile's batch of the "
+             "arguments"] if batch.batched(plan) else [])
     pairs = (sm80_epilogue.partial_lines(g)
              + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
                                        "n0 + j * 8 + (lane % 4) * 2", narrow=True, params=params)
              + reduction_lines(plan, g, params))
     if plan.schedule.gemm(g.name).store is not StorePath.TMA:
-        return pairs
+        return head + pairs
     out = g.epilogue.packed_store.param
     batched_out = plan.param(out).batch is not None
     staged = render_lines("sm90/gemm_tma_store.inc.j2", out=out,
                           staging=f"{g.name}_d_staging", name=g.name, params=params,
                           store_box="tma_store_box_3d" if batched_out else "tma_store_box",
                           store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "")
-    return (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
+    return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
             + [f"  {line}" if line else line for line in staged] + ["}"])
 
