@@ -229,8 +229,9 @@ class ToIR(ExpressionRules):
         if rest and isinstance(rest[0], tuple):
             shape, rest = rest[0], rest[1:]
         batch = None
-        batched_rank = {ParamKind.TENSOR: 3, ParamKind.VECTOR: 2}.get(kind)
-        if len(shape) == batched_rank:  # a leading batch dimension: f16[L, M, K], f32[L, N]
+        batched_rank = {ParamKind.TENSOR: 3, ParamKind.VECTOR: 2, ParamKind.SCALAR: 1}[kind]
+        # a leading batch dimension: f16[L, M, K], f32[L, N], and f32[L] (one scalar per batch)
+        if len(shape) == batched_rank:
             batch, shape = shape[0], shape[1:]
         layout = role = default = None
         for option in rest:

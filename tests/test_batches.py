@@ -66,6 +66,11 @@ def test_a_leading_dimension_is_the_batch():
     assert (b.batch, b.shape, b.layout) == ("L", ("K", "N"), ir.Layout.COL)
     assert (bias.batch, bias.shape) == ("L", ("N",))
     assert (v.batch, v.shape) == (None, ("N",))  # shared by every batch
+    total = parse(kernel_text([*BATCHED, "scalar total : f32[L] out"],
+                              "D = acc; total = reduce_sum(acc)"), "t.kg")
+    verify(total)
+    t = total.kernels[0].param("total")
+    assert (t.kind, t.batch, t.shape) == (ir.ParamKind.SCALAR, "L", ())
 
 
 def test_a_fixed_batch_count():
@@ -95,8 +100,14 @@ def test_a_fixed_batch_count():
      "t.kg:6:3: error: output 's' has no batch dimension, so every batch would write it; "
      "declare it f32[L, M]"),
     ([*BATCHED, "scalar total : f32 out"], "D = acc; total = reduce_sum(acc)",
-     "t.kg:6:3: error: scalar output 'total' in a batched kernel: kgen has no per-batch scalar "
-     "output; reduce to a batched vector instead (e.g. rowsum to f32[L, M])"),
+     "t.kg:6:3: error: scalar output 'total' has no batch dimension, so every batch would write "
+     "it; declare it 'scalar total : f32[L] out' (one value per batch)"),
+    ([*BATCHED, "scalar alpha : f32[L]"], "D = alpha * acc",
+     "t.kg:6:3: error: input scalar 'alpha' cannot have a batch dimension: every batch reads "
+     "the same value (a per-batch input is a batched vector)"),
+    ([*BATCHED, "scalar total : f32[L, M] out"], "D = acc; total = reduce_sum(acc)",
+     "t.kg:6:3: error: scalar 'total' must have no shape, or one batch dimension [L] (an output, "
+     "one value per batch), got [L, M]"),
     (["tensor A : f16[L, M, K, K] row", "tensor B : f16[K, N] col",
       "tensor D : f16[M, N] row out"], "D = acc",
      "t.kg:3:3: error: tensor 'A' must have 2 dimensions [rows, cols], or 3 with a leading "
@@ -129,7 +140,7 @@ def test_the_python_ir_checks_batches_too():
     k = module.kernels[0]
     alpha = ir.Param("alpha", ir.ParamKind.SCALAR, ir.DType.F32, batch="L")
     bad = dataclasses.replace(k, params=(*k.params, alpha))
-    with pytest.raises(KgenError, match="scalar 'alpha' cannot have a batch dimension"):
+    with pytest.raises(KgenError, match="input scalar 'alpha' cannot have a batch dimension"):
         verify(ir.Module((bad,)))
     weird = dataclasses.replace(k.params[0], batch=1.5)
     with pytest.raises(KgenError, match="batch dimension of 'A' must be a name or a number"):
@@ -165,7 +176,7 @@ def test_fields_sizes_and_alignments():
     assert plan.batch == "L"
     shared = built("batched_reductions", "sm_80").plan
     assert [f.param for f in shared.fields if f.kind is FieldKind.BATCH_STRIDE] == [
-        "A", "D", "row_max", "col_sum"]  # B is shared by every batch: no batch stride
+        "A", "D", "row_max", "col_sum", "peak"]  # B is shared by every batch: no batch stride
 
 
 def test_an_unbatched_plan_has_no_batch():
@@ -189,7 +200,8 @@ def test_the_workspace_holds_every_batch():
     plan = built("batched_reductions", "sm_80").plan
     sizes = {"L": 3, "M": 300, "N": 520, "K": 64}
     tiles_m, tiles_n = -(-300 // 128), -(-520 // 256)
-    one = tiles_n * 300 + tiles_m * 520  # row_max's slots x M, col_sum's x N
+    # row_max's slots x M, col_sum's x N, peak's one slot per tile
+    one = tiles_n * 300 + tiles_m * 520 + tiles_m * tiles_n
     assert plan.batch_workspace_floats(sizes) == one
     assert plan.workspace_floats(sizes) == 3 * one
     assert plan.init_grid(sizes) == (-(-3 * 520 // plan.INIT_THREADS), 1, 1)
@@ -222,13 +234,14 @@ def test_at_batch_advances_every_batched_pointer():
     assert "q.row_max += batch * p.batch_row_max;" in source
     assert "q.B +=" not in source  # shared
     # deterministic reductions: one batch's slots of workspace
-    assert "q.workspace += batch * (tiles_n * M + tiles_m * N);" in source
+    assert "q.workspace += batch * (tiles_n * M + tiles_m * N + tiles_m * tiles_n * 1);" in source
+    assert "q.peak += batch * p.batch_peak;" in source  # one scalar per batch
     # the finalize kernel: one thread per element of the longest output, in every batch
     assert "batched_reductions_finalize(const __grid_constant__ batched_reductions_params " \
            "all_batches)" in source
     assert "thread >= all_batches.L * per_batch" in source
-    assert "return sizeof(float) * static_cast<size_t>(p.L) * (tiles_n * M + tiles_m * N);" \
-        in source
+    assert "return sizeof(float) * static_cast<size_t>(p.L) * (tiles_n * M + tiles_m * N + " \
+           "tiles_m * tiles_n * 1);" in source
 
 
 def test_the_tiled_entry_points_take_their_batch():
@@ -359,7 +372,23 @@ def test_outputs_are_allocated_per_batch():
     plan = built("batched_reductions", "sm_80").plan
     shapes = output_shapes(plan, {"L": 3, "M": 5, "N": 7})
     assert shapes == {"D": ((3, 5, 7), (35, 7, 1)), "row_max": ((3, 5), (5, 1)),
-                      "col_sum": ((3, 7), (7, 1))}
+                      "col_sum": ((3, 7), (7, 1)), "peak": ((3,), (1,))}
+
+
+def test_a_per_batch_scalar_binds_as_one_value_per_batch():
+    plan = built("batched_reductions", "sm_80").plan
+    L, M, N, K = 3, 100, 64, 128
+    args = dict(A=Fake((L, M, K), (M * K, K, 1), "<f2", BASE + 2**20),
+                B=Fake((K, N), (1, K), "<f2", BASE + 2 * 2**20),
+                D=Fake((L, M, N), (M * N, N, 1), "<f2", BASE + 3 * 2**20),
+                row_max=Fake((L, M), (M, 1), "<f4", BASE + 4 * 2**20),
+                col_sum=Fake((L, N), (N, 1), "<f4", BASE + 5 * 2**20),
+                peak=Fake((L,), (1,), "<f4", BASE + 6 * 2**20))
+    bound = bind(plan, args)
+    assert bound.values["batch_peak"] == 1 and bound.values["batch_row_max"] == M
+    args["peak"] = Fake((L + 1,), (1,), "<f4", BASE + 6 * 2**20)
+    with pytest.raises(ArgumentError, match="L differs"):
+        bind(plan, args)
 
 
 # ---- the NumPy reference --------------------------------------------------------------------
@@ -379,6 +408,12 @@ def test_the_reference_runs_each_batch_with_broadcast():
     c = rng.standard_normal((M, N)).astype(np.float16)
     bias = rng.standard_normal((L, N)).astype(np.float32)
     out = evaluate(k, {"A": a, "B": b, "C": c, "bias": bias}, {"alpha": 0.5})
+    summed = parse(kernel_text([*BATCHED, "scalar total : f32[L] out"],
+                               "D = acc; total = reduce_sum(acc)"), "t.kg").kernels[0]
+    per_batch = evaluate(summed, {"A": a, "B": b})["total"]
+    np.testing.assert_allclose(per_batch, np.einsum("lmk,kn->l", a.astype(np.float64),
+                                                    b_one.astype(np.float64)), rtol=1e-6)
+    assert per_batch.shape == (L,)
     acc = np.einsum("lmk,kn->lmn", a.astype(np.float64), b_one.astype(np.float64))
     want = (0.5 * acc + c.astype(np.float64) + bias[:, None, :]).astype(np.float16)
     assert out["D"].shape == (L, M, N)

@@ -51,7 +51,7 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
 
 def shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """The argument's shape (the batch dimension first, when it has one)."""
-    if param.kind is ir.ParamKind.SCALAR:
+    if param.kind is ir.ParamKind.SCALAR and param.batch is None:
         return (1,)
     return tuple(d if isinstance(d, int) else sizes[d] for d in param.full_shape)
 

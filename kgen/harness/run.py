@@ -287,7 +287,7 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
             notes.append(f"{param.name} is not written by any epilogue; not checked")
             continue
         full = arrays_api.download(device_args[param.name], param)
-        if param.kind is ir.ParamKind.SCALAR:
+        if param.kind is ir.ParamKind.SCALAR and param.batch is None:
             full = full.reshape(())
         subset = rows is not None and param.name in row_indexed
         got = (full[:, rows] if param.batch is not None else full[rows]) if subset else full

@@ -222,7 +222,7 @@ def _infer_sizes(params: tuple[Param, ...], arrays: Mapping[str, DeviceArray],
         if array is None:
             continue
         declared = param.full_shape
-        if param.kind is ParamKind.SCALAR:  # a scalar output: one element
+        if param.kind is ParamKind.SCALAR and param.batch is None:  # a scalar output: one element
             if array.ndim > 1 or (array.ndim == 1 and array.shape[0] != 1):
                 raise ArgumentError(
                     f"{param.name} is a scalar output: pass a tensor of one element, got "
@@ -259,6 +259,8 @@ def _leading_dim(param: Param, array: DeviceArray) -> int:
     name = param.name
     if any(s < 0 for s in array.strides):
         raise ArgumentError(f"{name} has negative strides {array.strides}; pass a copy")
+    if param.kind is ParamKind.SCALAR:  # an output, one element (per batch)
+        return 0
     inner = len(param.shape)  # the matrix's or vector's dimensions, past the batch
     shape, strides = array.shape[-inner:], array.strides[-inner:]
     if param.kind is ParamKind.VECTOR:

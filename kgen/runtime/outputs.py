@@ -28,7 +28,7 @@ def infer_sizes(plan: KernelPlan, shapes: Mapping[str, tuple]) -> dict[str, Any]
     them again before a launch."""
     sizes: dict[str, Any] = {}
     for p in plan.params:
-        if p.kind is ParamKind.SCALAR or p.name not in shapes:
+        if p.kind is ParamKind.SCALAR and p.batch is None or p.name not in shapes:
             continue
         for dim, extent in zip(p.full_shape, shapes[p.name]):
             if isinstance(dim, str) and dim not in sizes:

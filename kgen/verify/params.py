@@ -48,7 +48,7 @@ def check_param(state: KernelState, p: ir.Param) -> None:
     if len(p.shape) != rank:
         what = {2: "2 dimensions [rows, cols], or 3 with a leading batch dimension [L, rows, cols]",
                 1: "1 dimension [length], or 2 with a leading batch dimension [L, length]",
-                0: "no shape"}
+                0: "no shape, or one batch dimension [L] (an output, one value per batch)"}
         raise KgenError(
             loc,
             f"{kind} '{p.name}' must have {what[rank]}, got {shape_text(p.full_shape)}",
@@ -86,9 +86,11 @@ def check_param(state: KernelState, p: ir.Param) -> None:
 
 
 def _check_batch(state: KernelState, p: ir.Param, loc) -> None:
-    """A batched parameter: a tensor or vector, with the kernel's one batch dimension."""
-    if p.kind is ParamKind.SCALAR:
-        raise KgenError(loc, f"scalar '{p.name}' cannot have a batch dimension")
+    """A batched parameter: a tensor, a vector or an output scalar (one value per batch), with
+    the kernel's one batch dimension."""
+    if p.kind is ParamKind.SCALAR and p.role is not Role.OUT:
+        raise KgenError(loc, f"input scalar '{p.name}' cannot have a batch dimension: every "
+                        "batch reads the same value (a per-batch input is a batched vector)")
     if not isinstance(p.batch, (int, str)) or isinstance(p.batch, bool):
         raise KgenError(loc, f"batch dimension of '{p.name}' must be a name or a number, "
                         f"got {shown(p.batch)}")
@@ -108,8 +110,8 @@ def _check_batch(state: KernelState, p: ir.Param, loc) -> None:
 def check_batched_kernel(state: KernelState) -> None:
     """What a kernel with a batch dimension must hold, once every parameter is checked: the
     batch dimension is no matrix or vector dimension, every output has it (a shared output
-    would be written by every batch at once), there is no scalar output (no per-batch scalar
-    yet), and one gemm (chains take no batches yet)."""
+    would be written by every batch at once: a scalar output too, one value per batch), and
+    one gemm (chains take no batches yet)."""
     if state.batch is None:
         return
     batch, owner, owner_loc = state.batch
@@ -124,11 +126,11 @@ def check_batched_kernel(state: KernelState) -> None:
             )
         if p.role is not Role.OUT:
             continue
-        if p.kind is ParamKind.SCALAR:
+        if p.batch is None and p.kind is ParamKind.SCALAR:
             raise KgenError(
                 loc_of(p, kernel.loc),
-                f"scalar output '{p.name}' in a batched kernel: kgen has no per-batch scalar "
-                f"output; reduce to a batched vector instead (e.g. rowsum to f32[{batch}, M])",
+                f"scalar output '{p.name}' has no batch dimension, so every batch would write "
+                f"it; declare it 'scalar {p.name} : f32[{batch}] out' (one value per batch)",
             )
         if p.batch is None:
             shape = shape_text((batch, *p.shape))

@@ -171,7 +171,8 @@ def test_column_major_operands(arch, batches, mnk):
 @pytest.mark.parametrize("batches", BATCHES)
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
 def test_batched_reductions(arch, batches, mnk, deterministic):
-    """Per-batch row maxima and column sums, B shared by every batch."""
+    """Per-batch row maxima, column sums and largest magnitude (a scalar per batch), B shared by
+    every batch."""
     m, n, k = mnk
     kernel = _example("batched_reductions.kg", arch, deterministic=deterministic)
     _check(kernel, arch, {"L": batches, "M": m, "N": n, "K": k})
@@ -190,13 +191,15 @@ def test_deterministic_reductions_are_bit_identical(arch):
     b = torch.randn(N, K, device="cuda", dtype=torch.float16).t()
     results = []
     for _ in range(3):
-        d, row_max, col_sum = k(A=a, B=b)
+        d, row_max, col_sum, peak = k(A=a, B=b)
         torch.cuda.synchronize()
-        results.append((row_max.clone(), col_sum.clone()))
+        results.append((row_max.clone(), col_sum.clone(), peak.clone()))
     for other in results[1:]:
         assert all(torch.equal(x, y) for x, y in zip(results[0], other))
     want = torch.einsum("lmk,kn->ln", a.double(), b.double())
     assert ((results[0][1].double() - want).abs() / (want.abs() + 1)).max().item() < 1e-3
+    peak = (a.double() @ b.double()).abs().amax(dim=(1, 2))
+    torch.testing.assert_close(results[0][2].double(), peak, atol=1e-3, rtol=1e-3)
 
 
 def _splitk(arch, split):
@@ -268,7 +271,7 @@ def test_kgen_run_with_a_batch_size():
     report = run(built.kernel, built.plan, built.source,
                  {"L": 3, "M": 1030, "N": 260, "K": 72}, check=True)
     assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
-    assert [c.shape for c in report.checks] == [(3, 1030, 260), (3, 1030), (3, 260)]
+    assert [c.shape for c in report.checks] == [(3, 1030, 260), (3, 1030), (3, 260), (3,)]
     assert np.isclose(report.flops, 2 * 3 * 1030 * 260 * 72)
 
 
@@ -309,10 +312,12 @@ def test_torch_operator_allocates_batched_outputs():
     L, M, N, K = 3, 130, 258, 72
     a = torch.randn(L, M, K, device="cuda", dtype=torch.float16) / K ** 0.5
     b = torch.randn(N, K, device="cuda", dtype=torch.float16).t()
-    d, row_max, col_sum = op(a, b)
+    d, row_max, col_sum, peak = op(a, b)
     torch.cuda.synchronize()
     assert d.shape == (L, M, N) and row_max.shape == (L, M) and col_sum.shape == (L, N)
+    assert peak.shape == (L,)
     acc = a.double() @ b.double()
     torch.testing.assert_close(d.double(), acc, atol=2e-3, rtol=4e-3)
     torch.testing.assert_close(row_max.double(), acc.amax(dim=2), atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(col_sum.double(), acc.sum(dim=1), atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(peak.double(), acc.abs().amax(dim=(1, 2)), atol=1e-3, rtol=1e-3)

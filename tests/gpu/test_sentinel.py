@@ -68,6 +68,8 @@ class Guarded:
         flat = buffer[MARGIN:MARGIN + self.nbytes].view(_torch_dtype(torch, self.param.dtype))
         if self.batches is not None:
             batched = flat.view(self.batches, self.pitch)[:, :self.elements]
+            if self.param.kind is ir.ParamKind.SCALAR:  # one value per batch
+                return batched[:, 0]
             if self.param.kind is ir.ParamKind.VECTOR:
                 return batched
             view = batched.view(self.batches, self.outer, self.ld)[:, :, :self.inner]
@@ -103,7 +105,8 @@ class Guarded:
 
     def host(self) -> np.ndarray:
         values = self.view.float().cpu().numpy()
-        return values.reshape(()) if self.param.kind is ir.ParamKind.SCALAR else values
+        single = self.param.kind is ir.ParamKind.SCALAR and self.batches is None
+        return values.reshape(()) if single else values
 
 
 def guarded_arguments(torch, kernel: ir.Kernel, sizes: dict, device, seed: int = 0):
