@@ -496,3 +496,12 @@ def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):
     assert printed["shared_d"].split("|")[0] == ("the batch stride of output D must not be 0: "
                                                  "every batch writes its own")
     assert printed["odd_a"].split("|")[1].startswith("the batch stride of A must be a multiple")
+
+
+def test_a_parameter_named_like_a_batch_stride_is_refused():
+    source = kernel_text([*BATCHED, "vector batch_A : f32[N]"], "D = acc + batch_A[col]")
+    with pytest.raises(KgenError) as info:
+        built_source(source, "sm_80")
+    assert info.value.render(source).split("\n")[0] == (
+        "t.kg:3:3: error: the name 'batch_A' is used both for a parameter and a dimension, a "
+        "leading dimension or a batch stride; rename one")

@@ -54,8 +54,8 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
             other = kernel.param(f.param or seen[f.name].param or "")
             loc = other.loc if other else kernel.loc
             raise KgenError(
-                loc, f"the name '{f.name}' is used both for a parameter and a dimension or a "
-                "leading dimension; rename one"
+                loc, f"the name '{f.name}' is used both for a parameter and a dimension, a "
+                "leading dimension or a batch stride; rename one"
             )
         seen[f.name] = f
     return tuple(out)
