@@ -505,3 +505,53 @@ def test_a_parameter_named_like_a_batch_stride_is_refused():
     assert info.value.render(source).split("\n")[0] == (
         "t.kg:3:3: error: the name 'batch_A' is used both for a parameter and a dimension, a "
         "leading dimension or a batch stride; rename one")
+
+
+def _variant(name: str) -> tuple[ir.Kernel, str]:
+    """Batched kernels the GPU tests run beside the examples: column-major operands and
+    output (the tiled kernel on both targets), and `schedule pingpong` on sm_90a."""
+    from kgen.parse import parse_file
+
+    kernel = parse_file(EXAMPLES / "batched_gemm_bias.kg").kernels[0]
+    if name.startswith("colmajor"):
+        layouts = {"A": ir.Layout.COL, "B": ir.Layout.ROW, "D": ir.Layout.COL}
+        params = tuple(dataclasses.replace(p, layout=layouts.get(p.name, p.layout))
+                       for p in kernel.params)
+        return dataclasses.replace(kernel, params=params), name.split("-")[1]
+    g = dataclasses.replace(kernel.gemms[0], tile=ir.TileShape(128, 128, 64),
+                            warps=ir.WarpGrid(2, 4), stages=ir.StageCount(5))
+    return dataclasses.replace(kernel, gemms=(g,), schedule=ir.Schedule.PINGPONG), "sm_90a"
+
+
+@pytest.mark.parametrize("name", ["colmajor-sm_80", "colmajor-sm_90a", "pingpong"])
+def test_batched_variants_compile_without_spills(name):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    kernel, arch = _variant(name)
+    result = api.build(kernel, arch)
+    if name == "pingpong":
+        assert result.plan.schedule.pingpong
+    resources = compile_cubin(result.source, result.plan.name, arch).resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
+
+
+def test_the_cli_says_where_and_exits_2(tmp_path):
+    from click.testing import CliRunner
+
+    from kgen.cli import cli
+
+    bad = tmp_path / "bad.kg"
+    bad.write_text(kernel_text(["tensor A : f16[L, M, K] row", "tensor B : f16[K, N] col",
+                                "tensor D : f16[M, N] row out"]))
+    result = CliRunner().invoke(cli, ["compile", str(bad)], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert "bad.kg:5:3: error: output 'D' has no batch dimension" in result.output
+    assert "Traceback" not in result.output
+    good = CliRunner().invoke(cli, ["inspect", str(EXAMPLES / "batched_gemm_bias.kg"), "--json"],
+                              catch_exceptions=False)
+    assert good.exit_code == 0
+    import json
+
+    batch = json.loads(good.output)["kernels"][0]["batch"]
+    assert batch["dim"] == "L" and batch["batched"] == ["A", "B", "D", "bias"]
+    assert batch["grid"].startswith("L x the tiles of one batch")
