@@ -106,8 +106,8 @@ def test_a_fixed_batch_count():
      "t.kg:6:3: error: input scalar 'alpha' cannot have a batch dimension: every batch reads "
      "the same value (a per-batch input is a batched vector)"),
     ([*BATCHED, "scalar total : f32[L, M] out"], "D = acc; total = reduce_sum(acc)",
-     "t.kg:6:3: error: scalar 'total' must have no shape, or one batch dimension [L] (an output, "
-     "one value per batch), got [L, M]"),
+     "t.kg:6:3: error: scalar 'total' must have no shape, or one batch dimension [L] (one value "
+     "per batch), got [L, M]"),
     (["tensor A : f16[L, M, K, K] row", "tensor B : f16[K, N] col",
       "tensor D : f16[M, N] row out"], "D = acc",
      "t.kg:3:3: error: tensor 'A' must have 2 dimensions [rows, cols], or 3 with a leading "
@@ -117,22 +117,64 @@ def test_located_refusals(params, body, expected):
     assert error_of(kernel_text(params, body)) == expected
 
 
-def test_a_batched_chain_is_refused_at_its_second_gemm():
-    gemms = """\
+CHAIN_GEMMS = """\
   gemm g0 = A @ B0 accumulate f32 {
-    tile 128x64x32 warps 4x1 stages 3
-    epilogue { t = acc }
+    tile 128x64x64 warps 8x1 stages 4
+    keep B0 resident
+    epilogue { g0 = relu(acc) }
   }
   gemm g1 = g0 @ B1 accumulate f32 {
-    tile 128x128x32 warps 4x1 stages 3
-    epilogue { D = acc }
+    tile 128x128x32 warps 8x1 stages 3
+    keep g0 in registers
+    keep B1 resident
+    epilogue { D1 = acc }
   }"""
-    source = kernel_text(["tensor A : f16[L, M, K0] row", "tensor B0 : f16[K0, N0] col",
-                          "tensor B1 : f16[N0, N1] col", "tensor D : f16[L, M, N1] row out"],
+
+
+def chain_source(a="f16[L, M, 576]", b0="f16[576, 64]", d1="f16[L, M, 128]") -> str:
+    return kernel_text([f"tensor A : {a} row", f"tensor B0 : {b0} col",
+                        "tensor B1 : f16[64, 128] col", f"tensor D1 : {d1} row out"],
+                       gemms=CHAIN_GEMMS)
+
+
+def test_a_resident_b_must_be_shared_by_every_batch():
+    assert error_of(chain_source(b0="f16[L, 576, 64]")) == (
+        "t.kg:9:5: error: keep B0 resident loads B0 once per CTA, for the tiles of every batch, "
+        "but B0 has the batch dimension L; keep a B0 shared by every batch resident "
+        "(f16[576, 64]), or drop 'keep B0 resident'")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_batched_chain_walks_every_batch(arch):
+    """A resident chain (persistent): each tile's scope names its batch's arguments `p`, the
+    ring refills of the next tile read that tile's batch of A, and the grid covers L x tiles."""
+    result = built_source(chain_source(), arch)
+    source, plan = result.source, result.plan
+    assert plan.schedule.persistent and plan.schedule.resident
+    assert "k(const __grid_constant__ k_params all_batches)" in source
+    assert "const k_params& p = all_batches;" in source
+    assert "const int tiles = tiles_m * tiles_n * p.L;" in source
+    assert "const k_params p = at_batch(all_batches, batch);" in source
+    assert "tile %= tiles_m * tiles_n;" in source  # tile_coords: the tile in its batch
+    assert "(this_tile ? p.A : next_A)" in source
+    assert "load_first_stages(at_batch(all_batches, blockIdx.x < tiles ? blockIdx.x / " \
+           "(tiles_m * tiles_n) : 0)" in source
+    assert "const int grid = tiles_m * tiles_n * batches < state->slots" in source
+    assert plan.grid({"L": 3, "M": 1000}) == (3 * 8, 1, 1)
+
+
+def test_a_batched_tiled_chain_reads_its_sizes_from_every_batch():
+    gemms = CHAIN_GEMMS.replace("    keep B0 resident\n", "").replace(
+        "    keep B1 resident\n", "").replace("keep g0 in registers", "keep g0 in smem").replace(
+        "tile 128x64x64 warps 8x1 stages 4", "tile 64x64x32 warps 2x2 stages 4").replace(
+        "tile 128x128x32 warps 8x1 stages 3", "tile 64x128x32 warps 2x2 stages 3")
+    source = kernel_text(["tensor A : f16[L, M, 576] row", "tensor B0 : f16[L, 576, 64] col",
+                          "tensor B1 : f16[64, 128] col", "tensor D1 : f16[L, M, 128] row out"],
                          gemms=gemms)
-    assert error_of(source) == (
-        "t.kg:11:3: error: gemm 'g1' chains gemms in a batched kernel ('A' has the batch "
-        "dimension L); chained gemms take no batch dimension yet")
+    result = built_source(source, "sm_80")
+    assert not result.plan.schedule.persistent
+    assert "const int M = all_batches.M;" in result.source
+    assert "const int batch = blockIdx.x / (tiles_m * tiles_n);" in result.source
 
 
 def test_the_python_ir_checks_batches_too():
@@ -555,3 +597,44 @@ def test_the_cli_says_where_and_exits_2(tmp_path):
     batch = json.loads(good.output)["kernels"][0]["batch"]
     assert batch["dim"] == "L" and batch["batched"] == ["A", "B", "D", "bias"]
     assert batch["grid"].startswith("L x the tiles of one batch")
+
+
+B2B = sorted(p.stem for p in EXAMPLES.glob("b2b*.kg"))
+
+
+def _batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
+    from kgen.parse import parse_file
+
+    kernel = parse_file(EXAMPLES / f"{name}.kg").kernels[0]
+    params = tuple(dataclasses.replace(p, batch="L") if p.name in batched else p
+                   for p in kernel.params)
+    gemms = kernel.gemms
+    if drop_resident:
+        gemms = tuple(dataclasses.replace(g, resident=False, resident_loc=None) for g in gemms)
+    return dataclasses.replace(kernel, params=params, gemms=gemms)
+
+
+@pytest.mark.parametrize("name", B2B)
+def test_batched_chains_compile_without_spills(name):
+    """The b2b examples with A and the output batched, as the GPU tests run them."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    kernel = _batched_chain(name)
+    verify(ir.Module((kernel,)))
+    result = api.build(kernel)
+    assert "at_batch" in result.source
+    resources = compile_cubin(result.source, result.plan.name, kernel.target.value).resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
+
+
+def test_a_chain_with_batched_weights_compiles():
+    """Every operand batched, B streamed (the GPU tests run it; registers run short on sm_80:
+    every batched pointer of the tile stays live through it)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    kernel = _batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
+                            drop_resident=True)
+    result = api.build(kernel)
+    assert result.plan.schedule.persistent and not result.plan.schedule.resident
+    assert "q.B0 += batch * p.batch_B0;" in result.source
+    compile_cubin(result.source, result.plan.name, "sm_80")

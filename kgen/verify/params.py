@@ -48,7 +48,8 @@ def check_param(state: KernelState, p: ir.Param) -> None:
     if len(p.shape) != rank:
         what = {2: "2 dimensions [rows, cols], or 3 with a leading batch dimension [L, rows, cols]",
                 1: "1 dimension [length], or 2 with a leading batch dimension [L, length]",
-                0: "no shape, or one batch dimension [L] (an output, one value per batch)"}
+                0: "no shape, or one batch dimension [L] (one value per batch)"
+                if p.role is Role.OUT else "no shape"}
         raise KgenError(
             loc,
             f"{kind} '{p.name}' must have {what[rank]}, got {shape_text(p.full_shape)}",
@@ -110,8 +111,8 @@ def _check_batch(state: KernelState, p: ir.Param, loc) -> None:
 def check_batched_kernel(state: KernelState) -> None:
     """What a kernel with a batch dimension must hold, once every parameter is checked: the
     batch dimension is no matrix or vector dimension, every output has it (a shared output
-    would be written by every batch at once: a scalar output too, one value per batch), and
-    one gemm (chains take no batches yet)."""
+    would be written by every batch at once: a scalar output too, one value per batch), and a
+    B kept resident (loaded once per CTA, for every batch) has none."""
     if state.batch is None:
         return
     batch, owner, owner_loc = state.batch
@@ -139,10 +140,14 @@ def check_batched_kernel(state: KernelState) -> None:
                 f"output '{p.name}' has no batch dimension, so every batch would write it; "
                 f"declare it {p.dtype.dsl_name}{shape}",
             )
-    if len(kernel.gemms) > 1:
-        g = kernel.gemms[1]
-        raise KgenError(
-            loc_of(g, kernel.loc),
-            f"gemm '{getattr(g, 'name', '?')}' chains gemms in a batched kernel ('{owner}' has "
-            f"the batch dimension {batch}); chained gemms take no batch dimension yet",
-        )
+    for g in kernel.gemms:
+        b = kernel.param(getattr(getattr(g, "b", None), "name", None) or "")
+        if getattr(g, "resident", False) and b is not None and b.batch is not None:
+            where = g.resident_loc or loc_of(g, kernel.loc)
+            raise KgenError(
+                where,
+                f"keep {b.name} resident loads {b.name} once per CTA, for the tiles of every "
+                f"batch, but {b.name} has the batch dimension {batch}; keep a {b.name} shared "
+                f"by every batch resident ({b.dtype.dsl_name}{shape_text(b.shape)}), or drop "
+                f"'keep {b.name} resident'",
+            )

@@ -321,3 +321,78 @@ def test_torch_operator_allocates_batched_outputs():
     torch.testing.assert_close(row_max.double(), acc.amax(dim=2), atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(col_sum.double(), acc.sum(dim=1), atol=1e-2, rtol=1e-3)
     torch.testing.assert_close(peak.double(), acc.abs().amax(dim=(1, 2)), atol=1e-3, rtol=1e-3)
+
+
+# ---- chained gemms (back to back) -----------------------------------------------------------
+
+CHAINS = sorted(p.stem for p in EXAMPLES.glob("b2b*.kg"))
+
+
+def _batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
+    """A b2b example with a batch dimension on `batched` (those it has)."""
+    from kgen.parse import parse_file
+
+    kernel = parse_file(EXAMPLES / f"{name}.kg").kernels[0]
+    params = tuple(dataclasses.replace(p, batch="L") if p.name in batched else p
+                   for p in kernel.params)
+    gemms = kernel.gemms
+    if drop_resident:
+        gemms = tuple(dataclasses.replace(g, resident=False, resident_loc=None) for g in gemms)
+    return dataclasses.replace(kernel, params=params, gemms=gemms)
+
+
+def _run_chain(kernel, sizes):
+    torch = pytest.importorskip("torch")
+    if kernel.target is ir.Arch.SM90A and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90a code runs on compute capability 9.0 only")
+    from kgen.api import build
+    from kgen.harness.run import run
+
+    built = build(kernel)
+    report = run(built.kernel, built.plan, built.source, sizes, check=True)
+    assert report.checks and report.ok, json.dumps(report.as_dict()["checks"], indent=1)
+    return built
+
+
+@pytest.mark.parametrize("m", [1000, 130, 8])
+@pytest.mark.parametrize("batches", BATCHES)
+@pytest.mark.parametrize("name", CHAINS)
+def test_batched_chains(name, batches, m):
+    """Every b2b example with A and its output batched (B shared: resident chains keep it),
+    persistent chains walking the tiles of every batch."""
+    _run_chain(_batched_chain(name), {"L": batches, "M": m})
+
+
+@pytest.mark.parametrize("batches", [3, 17])
+def test_batched_chain_with_batched_weights(batches):
+    """B0, B1 and the vectors batched too (B streamed, not resident): each tile's batch of
+    every operand, the next tile's first stages prefetched from its own batch."""
+    kernel = _batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
+                            drop_resident=True)
+    built = _run_chain(kernel, {"L": batches, "M": 1000})
+    assert built.plan.schedule.persistent and not built.plan.schedule.resident
+
+
+@pytest.mark.parametrize("name", ["b2b_gemm_rf", "b2b_gemm_rf_sm90a",
+                                  "b2b_gemm_rf_pingpong_sm90a"])
+def test_batched_chain_with_a_broadcast_a(name):
+    """A expanded to every batch (batch stride 0): every batch's D1 is the same chain."""
+    kernel = _batched_chain(name)
+    torch = _needs(kernel.target)
+    import kgen
+
+    k = kgen.load(kernel)
+    L, M = 5, 1000
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    a = (torch.randn(M, 576, device="cuda", generator=gen) / 24).half().expand(L, M, 576)
+    b0 = torch.randn(64, 576, device="cuda", generator=gen).half().t()
+    b1 = (torch.randn(128, 64, device="cuda", generator=gen) / 8).half().t()
+    scale0 = torch.rand(64, device="cuda", generator=gen) + 0.5
+    bias0 = torch.randn(64, device="cuda", generator=gen) * 0.1
+    d1 = torch.full((L, M, 128), float("nan"), device="cuda", dtype=torch.half)
+    k(A=a, B0=b0, B1=b1, D1=d1, scale0=scale0, bias0=bias0)
+    torch.cuda.synchronize()
+    inter = torch.relu((a[0].float() @ b0.float()) * scale0 + bias0).half()
+    want = torch.relu(inter.float() @ b1.float())
+    for b in range(L):
+        torch.testing.assert_close(d1[b].float(), want, atol=2e-3, rtol=4e-3)

@@ -124,3 +124,57 @@ def body_call(plan: KernelPlan, narrow: bool, ns: str) -> list[str]:
         f"const int ctas = (({m} + kTileM - 1) / kTileM) * (({n} + kTileN - 1) / kTileN){split};",
         f"kernel_body<{kind}>(at_batch(p, blockIdx.x / ctas), blockIdx.x % ctas);",
     ]
+
+
+# ---- chained gemms: the kernel's parameter is every batch's arguments; `p`, at the kernel's top
+# a reference to them (sizes, and the shared operands a resident chain loads once), is in each
+# tile's scope that tile's batch (a declaration in the tile loop's block hides the outer one).
+
+
+def chain_values(plan: KernelPlan) -> dict:
+    """What the chain templates print about batches (nothing for a kernel without them)."""
+    on = batched(plan)
+    name = plan.name
+    return dict(
+        batched=on,
+        kernel_param=ALL_BATCHES if on else "p",
+        # a tiled chain's kernel is one tile: its `p` is that tile's batch, from the top
+        kernel_head=[f"const {name}_params& p = {ALL_BATCHES};  // sizes and shared operands: "
+                     "each tile's scope has its batch's p"] if on and plan.schedule.persistent
+        else [],
+        times_batches=f" * {batch_count(plan)}" if on else "",
+        at_batch=at_batch_lines(plan),
+        host_batches=host_lines(plan),
+        host_tiles=grid_count(plan, "tiles_m * tiles_n"),
+    )
+
+
+def size_prefix(plan: KernelPlan) -> str:
+    """How a chain kernel's top reads its sizes: from `p`, or, in a batched tiled chain (whose
+    `p` is declared with the tile's batch), from ALL_BATCHES."""
+    return f"{ALL_BATCHES}." if batched(plan) and not plan.schedule.persistent else "p."
+
+
+def tile_batch(plan: KernelPlan, tile: str) -> list[str]:
+    """In a chain's tile scope: the batch of linear tile `tile` and its arguments, as `p`."""
+    if not batched(plan):
+        return []
+    return [f"const int batch = {tile} / (tiles_m * tiles_n);",
+            f"const {plan.name}_params p = at_batch({ALL_BATCHES}, batch);  // this tile's "
+            "batch of the arguments"]
+
+
+def tile_params(plan: KernelPlan, tile: str) -> str:
+    """The arguments of linear tile `tile` (any tile of the walk, or one past it), as C++."""
+    if not batched(plan):
+        return "p"
+    return f"at_batch({ALL_BATCHES}, {tile} < tiles ? {tile} / (tiles_m * tiles_n) : 0)"
+
+
+def next_operand(plan: KernelPlan, param: str) -> tuple[list[str], str]:
+    """A resident chain's ring refills past this tile load the next tile's rows of `param`:
+    lines (in the tile scope) naming that batch's pointer, and the pointer a refill reads."""
+    if not batched(plan) or plan.param(param).batch is None:
+        return [], f"p.{param}"
+    return ([f"const auto next_{param} = {tile_params(plan, 'next_tile')}.{param};  // the "
+             "next tile's batch"], f"(this_tile ? p.{param} : next_{param})")

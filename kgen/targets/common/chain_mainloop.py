@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ...plan import GemmPlan, KernelPlan
 from .epilogue_cpp import PAIR
+from . import batch
 from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
 from .render import render_lines
 
@@ -221,7 +222,7 @@ def first_stage_loads(plan: KernelPlan, tile: str, why: list[str]) -> list[str]:
     """A block that issues the first gemm's prologue for linear tile `tile` (empty groups past
     the last tile)."""
     return render_lines("common/first_stage_loads.inc.j2", why=why, tile=tile,
-                        cfg=cfg(plan.gemms[0]))
+                        cfg=cfg(plan.gemms[0]), params=batch.tile_params(plan, tile))
 
 
 def feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:

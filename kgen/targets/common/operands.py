@@ -220,9 +220,12 @@ def batch_checks(plan: KernelPlan) -> list[Check]:
             checks.append(Check(f"{batches} > 1 && p.{f.name} == 0",
                                 f"the batch stride of output {f.param} must not be 0: every "
                                 "batch writes its own"))
-    g = plan.gemms[-1]
-    ctas = (f"static_cast<long long>(({dim_expr(g.m_dim)} + kTileM - 1) / kTileM) * "
-            f"(({dim_expr(g.n_dim)} + kTileN - 1) / kTileN)"
+    first, last = plan.gemms[0], plan.gemms[-1]
+    # a chain's tiles: the first stage's rows, the last stage's columns (each in its namespace)
+    tile_m = "kTileM" if first is last else f"{first.name}_cfg::kTileM"
+    tile_n = "kTileN" if first is last else f"{last.name}_cfg::kTileN"
+    ctas = (f"static_cast<long long>(({dim_expr(first.m_dim)} + {tile_m} - 1) / {tile_m}) * "
+            f"(({dim_expr(last.n_dim)} + {tile_n} - 1) / {tile_n})"
             + (" * kSplitK" if plan.schedule.split_k > 1 else "") + f" * {batches}")
     checks.append(Check(f"{ctas} > 2147483647",
                         "the tiles of every batch must number at most 2**31-1"))
