@@ -334,7 +334,8 @@ def _host_helper_launch(plan: KernelPlan, kernel: str, label: str, why: str,
     every batch."""
     threads = plan.INIT_THREADS
     if count is None and batch.batched(plan):
-        count = f"static_cast<long long>({batch.longest([_dim(r.length) for r in plan.reductions])})"
+        lengths = [_dim(r.length) for r in plan.reductions]
+        count = f"static_cast<long long>({batch.longest(lengths)})"
     if count is not None and batch.batched(plan):
         count = f"{batch.batch_count(plan)} * {count}"
     if count is None:

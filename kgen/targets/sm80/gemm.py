@@ -93,7 +93,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         body_call_fast=batch.body_call(plan, False, ns),
         body_call_narrow=batch.body_call(plan, True, ns),
         host_batches=batch.host_lines(plan),
-        grid=batch.grid_count(plan, "tiles_m * tiles_n" + (f" * {ns}::kSplitK" if split > 1 else "")),
+        grid=batch.grid_count(
+            plan, "tiles_m * tiles_n" + (f" * {ns}::kSplitK" if split > 1 else "")),
         mainloop_steps=mainloop_steps(g),
         first_fragments=frag_loads(g, 0, 0, "_next"),
         prologue=True,

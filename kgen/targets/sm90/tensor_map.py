@@ -28,8 +28,8 @@ def template_maps(maps, dim_expr, plan=None) -> list[dict]:
             batch = f"p.batch_{m.param}"
             broadcast = [f"const bool broadcast = {batch} == 0;  // one {m.param} for every batch"]
             dims.append(f"broadcast ? 1 : static_cast<cuuint64_t>({dim_expr(param.batch)})")
-            strides.append(f"static_cast<cuuint64_t>(broadcast ? p.ld_{m.param} * {rows} : {batch}) "
-                           f"* sizeof(p.{m.param}[0])")
+            pitch_elems = f"broadcast ? p.ld_{m.param} * {rows} : {batch}"
+            strides.append(f"static_cast<cuuint64_t>({pitch_elems}) * sizeof(p.{m.param}[0])")
             box.append("1")
         out.append(dict(
             param=m.param, rows=rows, cols=cols, box_cols=m.box[0], box_rows=m.box[1],
