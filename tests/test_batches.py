@@ -627,14 +627,19 @@ def test_batched_chains_compile_without_spills(name):
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
 
 
-def test_a_chain_with_batched_weights_compiles():
-    """Every operand batched, B streamed (the GPU tests run it; registers run short on sm_80:
-    every batched pointer of the tile stays live through it)."""
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_chain_with_batched_weights_compiles_without_spills(arch):
+    """Every operand batched, B streamed (persistent, not resident): the prefetch of the next
+    tile's first stages takes the coordinates and arguments the tile's top computed (a
+    division amid the last gemm's registers made ptxas spill on sm_80)."""
     from kgen.runtime.nvrtc import compile_cubin
 
     kernel = _batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
                             drop_resident=True)
-    result = api.build(kernel)
+    result = api.build(kernel, arch)
     assert result.plan.schedule.persistent and not result.plan.schedule.resident
     assert "q.B0 += batch * p.batch_B0;" in result.source
-    compile_cubin(result.source, result.plan.name, "sm_80")
+    assert "g0_cfg::load_first_stages(next_p, smem, next_m * g0_cfg::kTileM, M, " \
+           "next_tile < tiles, tid);" in result.source
+    resources = compile_cubin(result.source, result.plan.name, arch).resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0

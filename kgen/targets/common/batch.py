@@ -171,6 +171,17 @@ def tile_params(plan: KernelPlan, tile: str) -> str:
     return f"at_batch({ALL_BATCHES}, {tile} < tiles ? {tile} / (tiles_m * tiles_n) : 0)"
 
 
+def next_tile_lines(plan: KernelPlan) -> list[str]:
+    """A persistent chain's tile top (batched): the next tile's coordinates and arguments, for
+    the prefetch of its first stages at the end of this tile (computed here, away from the last
+    gemm's live registers: a division there made ptxas spill)."""
+    if not batched(plan):
+        return []
+    return ["int next_m = 0, next_n = 0;",
+            "if (next_tile < tiles) tile_coords(next_tile, tiles_m, tiles_n, next_m, next_n);",
+            f"const {plan.name}_params next_p = {tile_params(plan, 'next_tile')};  // its batch"]
+
+
 def next_operand(plan: KernelPlan, param: str) -> tuple[list[str], str]:
     """A resident chain's ring refills past this tile load the next tile's rows of `param`:
     lines (in the tile scope) naming that batch's pointer, and the pointer a refill reads."""

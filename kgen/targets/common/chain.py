@@ -197,7 +197,7 @@ def persistent_body(plan: KernelPlan, stages: list[str]) -> list[str]:
         "common/persistent_body.inc.j2", cfg=cfg(g0), first=g0.name, last=plan.gemms[-1].name,
         first_loads=first_stage_loads(plan, "blockIdx.x", why), stages=block(stages),
         times_batches=batch.chain_values(plan)["times_batches"],
-        tile_batch=batch.tile_batch(plan, "tile")))
+        tile_batch=batch.tile_batch(plan, "tile"), next_batch=batch.next_tile_lines(plan)))
 
 
 def resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
