@@ -529,7 +529,8 @@ def _positive_int(value: str) -> int:
 
 @cli.command("run")
 @click.argument("file")
-@click.option("--size", "size_text", default=None, help="Sizes, e.g. M=4096,N=4096,K=4096.")
+@click.option("--size", "size_text", default=None,
+              help="Sizes, e.g. M=4096,N=4096,K=4096 (L=8: a batch dimension L).")
 @click.option("--check/--no-check", default=True, help="Compare with the NumPy reference.")
 @click.option("--bench", is_flag=True, help="Time it (and PyTorch doing the same).")
 @_json_option("the report")

@@ -45,7 +45,12 @@ class Schedule(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """A tensor, vector or scalar the kernel reads or writes."""
+    """A tensor, vector or scalar the kernel reads or writes.
+
+    `shape` is one matrix ([rows, cols]) or vector ([length]). `batch`, when set, is the
+    leading batch dimension of a batched tensor or vector (the DSL's `f16[L, M, K]`): one
+    matrix or vector per batch, at any batch stride. Every batched parameter of a kernel has the
+    same batch dimension; a parameter without one is shared by every batch."""
 
     name: str
     kind: ParamKind
@@ -55,6 +60,12 @@ class Param:
     role: Role = Role.IN
     default: float | None = None  # scalars only
     loc: SourceLoc = _loc()
+    batch: Dim | None = None
+
+    @property
+    def full_shape(self) -> tuple[Dim, ...]:
+        """The shape as written: the batch dimension first, when there is one."""
+        return self.shape if self.batch is None else (self.batch, *self.shape)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ class ToIR(ExpressionRules):
         by_name: dict[str, ir.Param] = {}
         for param in params:
             by_name.setdefault(param.name, param)
-        dims = {d for p in params for d in p.shape if isinstance(d, str)}
+        dims = {d for p in params for d in p.full_shape if isinstance(d, str)}
         gemm_names = {d.name for d in decls}
         other_locals: dict[str, str] = {}
         gemms = []
@@ -230,6 +230,11 @@ class ToIR(ExpressionRules):
         shape: tuple = ()
         if rest and isinstance(rest[0], tuple):
             shape, rest = rest[0], rest[1:]
+        batch = None
+        batched_rank = {ParamKind.TENSOR: 3, ParamKind.VECTOR: 2, ParamKind.SCALAR: 1}[kind]
+        # a leading batch dimension: f16[L, M, K], f32[L, N], and f32[L] (one scalar per batch)
+        if len(shape) == batched_rank:
+            batch, shape = shape[0], shape[1:]
         layout = role = default = None
         for option in rest:
             if option.kind == "default":
@@ -267,6 +272,7 @@ class ToIR(ExpressionRules):
             role=role or ir.Role.IN,
             default=default,
             loc=loc,
+            batch=batch,
         )
 
     # -- gemm stages ---------------------------------------------------------------------------

@@ -81,9 +81,13 @@ class EpilogueEvaluator:
             else:
                 a = self.operand(gemm.a.name)
             acc = self.matmul(a, self.operand(gemm.b.name), gemm)
-            shape = (self._rows_of(acc), self._cols_of(acc))
+            shape = self._shape_of(acc)
             results[gemm.name] = self._epilogue(gemm, acc, shape, outputs)
         return outputs
+
+    def _shape_of(self, acc: Any) -> tuple[int, ...]:
+        """The shape the epilogue works on: (rows, cols) of the accumulator."""
+        return (self._rows_of(acc), self._cols_of(acc))
 
     def _rows_of(self, acc: Any) -> int:
         return int(acc.shape[0])
@@ -333,16 +337,58 @@ class NumpyEvaluator(EpilogueEvaluator):
 
 def evaluate(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
              scalars: Mapping[str, float] | None = None, *,
-             rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+             rows: np.ndarray | None = None, batches: int | None = None
+             ) -> dict[str, np.ndarray]:
     """Every output of `kernel`, in its dtype, from logical host `inputs`.
 
     `rows` (indices into M) restricts the evaluation to those output rows: tensor outputs come
     back as [len(rows), N] and row-vector reductions as [len(rows)]. Reductions over rows or
     over everything need rows=None. Scalars missing from `scalars` take their declared default.
+
+    A batched kernel (parameters with a batch dimension) is, per batch b, the unbatched kernel
+    on batch b of each batched input ([L, ...] arrays; a broadcast one may be a NumPy view with
+    batch stride 0) and on the whole of each unbatched input (shared by every batch); each
+    output comes back as [L, ...]. `batches` gives L when no batched input tells it.
     """
-    evaluator = NumpyEvaluator(kernel, inputs, scalars or {}, rows)
-    with np.errstate(all="ignore"):
-        return evaluator.run()
+    batched = [p for p in kernel.params if p.batch is not None]
+    if not batched:
+        evaluator = NumpyEvaluator(kernel, inputs, scalars or {}, rows)
+        with np.errstate(all="ignore"):
+            return evaluator.run()
+    count = batch_count(kernel, inputs, batches)
+    names = {p.name for p in batched}
+    per_batch = []
+    for b in range(count):
+        view = {name: (np.asarray(array)[b] if name in names else array)
+                for name, array in inputs.items()}
+        evaluator = NumpyEvaluator(kernel, view, scalars or {}, rows)
+        with np.errstate(all="ignore"):
+            per_batch.append(evaluator.run())
+    outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
+    if count == 0:
+        return {p.name: np.zeros((0,), host_dtype(p.dtype)) for p in outputs}
+    return {p.name: np.stack([one[p.name] for one in per_batch]) for p in outputs}
+
+
+def batch_count(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
+                batches: int | None = None) -> int:
+    """L: `batches`, else the batch dimension when fixed, else the first dimension of the first
+    batched input; the batched inputs must agree with it."""
+    batched = [p for p in kernel.params if p.batch is not None]
+    count = batches
+    if count is None and batched and isinstance(batched[0].batch, int):
+        count = batched[0].batch
+    for p in batched:
+        if p.name not in inputs:
+            continue
+        extent = int(np.shape(inputs[p.name])[0])
+        if count is None:
+            count = extent
+        elif extent != count:
+            raise ValueError(f"{p.name} has {extent} batches, not {count}")
+    if count is None:
+        raise ValueError("no batched input tells the batch count; pass batches=")
+    return count
 
 
 def needs_all_rows(kernel: ir.Kernel) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .enums import Layout
+from .enums import Layout, ParamKind
 from .plan import Mma, StoreEffect, StorePath
 
 
@@ -62,6 +62,20 @@ def output_paths(plan) -> list[dict[str, str]]:
         out.append({"param": r.target, "layout": f"{r.op.value} over {over}",
                     "fast": mode, "narrow": mode if plan.narrow_kernel else ""})
     return out
+
+
+def batch_summary(plan) -> dict[str, Any] | None:
+    """The batch dimension, which arguments have it, and how the grid covers the batches."""
+    if plan.batch is None:
+        return None
+    persistent = plan.schedule.persistent
+    walk = ("each CTA walks tiles t of L x tiles, batch t / tiles" if persistent
+            else "CTA c runs tile c % tiles of batch c / tiles")
+    return {"dim": plan.batch,
+            "batched": [p.name for p in plan.params if p.batch is not None],
+            "shared": [p.name for p in plan.params
+                       if p.batch is None and p.kind is not ParamKind.SCALAR],
+            "grid": f"{plan.batch} x the tiles of one batch on one axis: {walk}"}
 
 
 def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
@@ -133,6 +147,7 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
                      for label, value, why in (plan.schedule.describe() if plan.gemms else [])],
         # how each output leaves, in the fast entry point and in the narrow one
         "output_paths": output_paths(plan),
+        "batch": batch_summary(plan),
     }
     occupancy = {"blocks_per_sm_by_smem": storage.limit_bytes // max(plan.smem_bytes, 1)}
     if resources is not None:
@@ -223,6 +238,12 @@ def print_plan(console, s: dict) -> None:
     if s["gemms"]:
         console.print(gemms)
         console.print(f"output: {s['gemms'][-1]['store']}")
+        if s.get("batch"):
+            b = s["batch"]
+            shared = f"; shared by every batch: {', '.join(b['shared'])}" if b["shared"] else ""
+            console.print(f"batches: {b['dim']} (batched: {', '.join(b['batched'])}{shared}; "
+                          f"any batch stride, 0 broadcasts an input)")
+            console.print(f"grid: {b['grid']}")
         console.print(tiles)
     if s.get("schedule"):
         schedule = Table(title="schedule", title_justify="left")

@@ -365,8 +365,9 @@ CASES: list[tuple[str, str]] = [
         "t.kg:13:17: error: vector 'v' has length M but v[col] needs length N",
     ),
     (
-        src(extra=("tensor E : f16[M, N, K]",)),
-        "t.kg:9:3: error: tensor 'E' must have 2 dimensions [rows, cols], got [M, N, K]",
+        src(extra=("tensor E : f16[M, N, K, K]",)),
+        "t.kg:9:3: error: tensor 'E' must have 2 dimensions [rows, cols], or 3 with a leading "
+        "batch dimension [L, rows, cols], got [M, N, K, K]",
     ),
     # -- stores and outputs ---------------------------------------------------------------------
     (src("C = acc"), "t.kg:12:7: error: cannot store to input tensor 'C'"),

@@ -250,9 +250,11 @@ def test_unknown_target_and_compute():
 @pytest.mark.parametrize(
     "name, changes, expected",
     [
-        ("A", dict(shape=("M",)), "tensor 'A' must have 2 dimensions [rows, cols], got [M]"),
+        ("A", dict(shape=("M",)), "tensor 'A' must have 2 dimensions [rows, cols], or 3 with a "
+         "leading batch dimension [L, rows, cols], got [M]"),
         ("bias", dict(shape=("M", "N")),
-         "vector 'bias' must have 1 dimension [length], got [M, N]"),
+         "vector 'bias' must have 1 dimension [length], or 2 with a leading batch dimension "
+         "[L, length], got [M, N]"),
         ("alpha", dict(shape=("N",)), "scalar 'alpha' must have no shape, got [N]"),
         ("alpha", dict(dtype=DType.F16), "scalar 'alpha' must be f32, got f16"),
         ("A", dict(dtype="f64"), "unknown dtype 'f64'; expected f16, bf16 or f32"),

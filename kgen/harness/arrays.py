@@ -43,14 +43,15 @@ class TorchArrays:
         else:
             cpu = torch.from_numpy(np.ascontiguousarray(host))
         if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
-            return cpu.t().contiguous().to(self.device).t()
+            return cpu.transpose(-1, -2).contiguous().to(self.device).transpose(-1, -2)
         return cpu.to(self.device)
 
     def empty(self, shape: tuple[int, ...], param: ir.Param):
         torch = self.torch
         dtype = self._dtype(param.dtype)
         if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
-            out = torch.empty(shape[::-1], dtype=dtype, device=self.device).t()
+            swapped = (*shape[:-2], shape[-1], shape[-2])  # each matrix column-major
+            out = torch.empty(swapped, dtype=dtype, device=self.device).transpose(-1, -2)
         else:
             out = torch.empty(shape, dtype=dtype, device=self.device)
         out.fill_(float("nan"))
@@ -86,7 +87,8 @@ class BufferArrays:
 
         strides = None
         if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:
-            strides = (1, shape[0])
+            rows, cols = shape[-2:]
+            strides = (1, rows) if len(shape) == 2 else (rows * cols, 1, rows)
         out = DeviceBuffer(shape, param.dtype, strides=strides, device_id=self.device_id)
         self.poison(out)
         return out

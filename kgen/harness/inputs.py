@@ -17,19 +17,21 @@ from ..reference import host_dtype
 from ..runtime.launch import MAX_SIZE
 
 DEFAULT_SIZE = 1024  # for a symbolic size the caller does not give
+DEFAULT_BATCHES = 4  # for a symbolic batch dimension the caller does not give
 
 
 def symbolic_dims(kernel: ir.Kernel) -> list[str]:
     dims: list[str] = []
     for param in kernel.params:
-        for dim in param.shape:
+        for dim in param.full_shape:
             if isinstance(dim, str) and dim not in dims:
                 dims.append(dim)
     return dims
 
 
 def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """Every symbolic size: the given ones, DEFAULT_SIZE for the others."""
+    """Every symbolic size: the given ones, DEFAULT_SIZE (DEFAULT_BATCHES for a batch
+    dimension) for the others."""
     sizes = dict(sizes or {})
     dims = symbolic_dims(kernel)
     for name, value in sizes.items():
@@ -43,13 +45,28 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
                 f"{name} = {value} is above 2**30-1, the largest size kgen takes (the kernel's "
                 "index math is 32-bit)"
             )
-    return {dim: sizes.get(dim, DEFAULT_SIZE) for dim in dims}
+    batch = {p.batch for p in kernel.params if p.batch is not None}
+    return {dim: sizes.get(dim, DEFAULT_BATCHES if dim in batch else DEFAULT_SIZE) for dim in dims}
 
 
 def shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    if param.kind is ir.ParamKind.SCALAR:
+    """The argument's shape (the batch dimension first, when it has one)."""
+    if param.kind is ir.ParamKind.SCALAR and param.batch is None:
         return (1,)
+    return tuple(d if isinstance(d, int) else sizes[d] for d in param.full_shape)
+
+
+def matrix_shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The shape of one batch's matrix or vector (the whole argument when not batched)."""
     return tuple(d if isinstance(d, int) else sizes[d] for d in param.shape)
+
+
+def batches_of(kernel: ir.Kernel, sizes: Mapping[str, int]) -> int:
+    """L, the batch count (1 for a kernel without a batch dimension)."""
+    batch = next((p.batch for p in kernel.params if p.batch is not None), None)
+    if batch is None:
+        return 1
+    return batch if isinstance(batch, int) else sizes[batch]
 
 
 def _gemm_k(kernel: ir.Kernel, gemm: ir.Gemm, sizes: Mapping[str, int]) -> int:

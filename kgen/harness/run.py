@@ -21,7 +21,8 @@ from ..plan import KernelPlan
 from ..reference import CompareResult, checking_dtype, compare, evaluate, needs_all_rows
 from ..runtime.device import device_info, require_gpu
 from .arrays import BufferArrays, TorchArrays, sync, torch_usable
-from .inputs import make_inputs, pick_scalars, resolve_sizes, shape_of
+from .inputs import (batches_of, make_inputs, matrix_shape_of, pick_scalars, resolve_sizes,
+                     shape_of)
 from .timing import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
 
 CHECK_ROWS = 256  # rows the reference computes when M is large
@@ -175,11 +176,11 @@ def work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
     m = None
     for param in kernel.params:
         if kernel.gemms and param.name == kernel.gemms[0].a.name:
-            m = shape_of(param, sizes)[0]
+            m = matrix_shape_of(param, sizes)[0]
     for gemm in kernel.gemms:
         b = kernel.param(gemm.b.name)
-        k, n = shape_of(b, sizes)
-        flops += 2 * (m or 0) * n * k
+        k, n = matrix_shape_of(b, sizes)
+        flops += 2 * (m or 0) * n * k * batches_of(kernel, sizes)
     total = 0
     for param in kernel.params:
         if param.kind is ir.ParamKind.SCALAR and param.role is ir.Role.IN:
@@ -273,12 +274,12 @@ def run(
 def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims, rng,
                    notes) -> list[OutputCheck]:
     first_a = kernel.param(kernel.gemms[0].a.name)
-    m = shape_of(first_a, dims)[0]
+    m = matrix_shape_of(first_a, dims)[0]
     rows = _rows_for_check(kernel, m, rng)
     if rows is not None:
         notes.append(f"reference computed on {len(rows)} of {m} rows; every element checked "
                      f"for being written")
-    reference = evaluate(kernel, host, scalars, rows=rows)
+    reference = evaluate(kernel, host, scalars, rows=rows, batches=batches_of(kernel, dims))
     row_indexed = _row_indexed_outputs(kernel)
     checks = []
     for param in outputs:
@@ -286,10 +287,10 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
             notes.append(f"{param.name} is not written by any epilogue; not checked")
             continue
         full = arrays_api.download(device_args[param.name], param)
-        if param.kind is ir.ParamKind.SCALAR:
+        if param.kind is ir.ParamKind.SCALAR and param.batch is None:
             full = full.reshape(())
         subset = rows is not None and param.name in row_indexed
-        got = full[rows] if subset else full
+        got = (full[:, rows] if param.batch is not None else full[rows]) if subset else full
         ref = reference[param.name]
         result = compare(got.reshape(np.shape(ref)), ref, checking_dtype(kernel, param.name))
         if subset and not np.isnan(np.asarray(ref, dtype=np.float64)).any():

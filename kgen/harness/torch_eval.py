@@ -2,6 +2,8 @@
 
 `torch.matmul` in the inputs' dtype (cuBLAS), then the epilogue evaluated op by op on torch
 tensors, unfused, mirroring the NumPy reference's traversal. Only used for timing comparisons.
+A batched kernel runs batched: torch.matmul over [L, M, K] and [L, K, N] (a 2-D operand
+broadcast to every batch), each epilogue op on [L, M, N], reductions per batch.
 """
 from __future__ import annotations
 
@@ -94,6 +96,9 @@ class TorchEvaluator(EpilogueEvaluator):
             ir.Op.WHERE: where,
         }
 
+    def _shape_of(self, acc):
+        return tuple(acc.shape)  # [M, N], or [L, M, N] in a batched kernel
+
     def operand(self, name):
         return self.tensors[name]
 
@@ -116,7 +121,8 @@ class TorchEvaluator(EpilogueEvaluator):
 
     def vector(self, name, axis):
         vector = self.tensors[name]
-        return vector[:, None] if axis is ir.Axis.ROW else vector[None, :]
+        # [.., M, 1] or [.., 1, N]: a batched vector's batch meets the accumulator's
+        return vector[..., :, None] if axis is ir.Axis.ROW else vector[..., None, :]
 
     def call(self, op, args):
         if not any(isinstance(a, self.torch.Tensor) for a in args):
@@ -136,7 +142,7 @@ class TorchEvaluator(EpilogueEvaluator):
             torch.full(shape, value, device="cuda")
         if op is ir.ReduceOp.ABSMAX:
             value = value.abs()
-        dims = {ir.Axis.ROW: (1,), ir.Axis.COL: (0,), ir.Axis.ALL: (0, 1)}[axis]
+        dims = {ir.Axis.ROW: (-1,), ir.Axis.COL: (-2,), ir.Axis.ALL: (-2, -1)}[axis]
         if op is ir.ReduceOp.SUM:
             return value.sum(dim=dims)
         if op is ir.ReduceOp.MIN:

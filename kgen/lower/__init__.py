@@ -56,6 +56,7 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
         out = chosen.gemms[-1].epilogue.packed_store.param
         alignments = tuple(
             dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
+                                batch_multiple=8 if a.batch_multiple > 1 else 1,
                                 reason="the epilogue writes it in 16-byte chunks of 8 columns")
             if a.param == out else a for a in alignments)
     return KernelPlan(

@@ -18,7 +18,8 @@ def _pointer_type(p: ir.Param) -> str:
 
 def params(kernel: ir.Kernel) -> tuple[Param, ...]:
     """The kernel's parameters as the plan carries them (no source locations)."""
-    return tuple(Param(p.name, p.kind, p.dtype, p.shape, p.layout, p.role, p.default)
+    return tuple(Param(p.name, p.kind, p.dtype, p.shape, p.layout, p.role, p.default,
+                       batch=p.batch)
                  for p in kernel.params)
 
 
@@ -30,12 +31,17 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
         out.append(ParamField("workspace", FieldKind.WORKSPACE, "float*"))
     dims: list[str] = []
     for p in arrays:
-        dims += [d for d in p.shape if isinstance(d, str) and d not in dims]
+        dims += [d for d in p.full_shape if isinstance(d, str) and d not in dims]
     out += [ParamField(d, FieldKind.SIZE, "int", dim=d) for d in dims]
     out += [
         ParamField(f"ld_{p.name}", FieldKind.LEADING_DIM, "long long", param=p.name)
         for p in arrays
         if p.kind is ir.ParamKind.TENSOR
+    ]
+    out += [
+        ParamField(f"batch_{p.name}", FieldKind.BATCH_STRIDE, "long long", param=p.name)
+        for p in arrays
+        if p.batch is not None
     ]
     out += [
         ParamField(p.name, FieldKind.SCALAR, "float", param=p.name, default=p.default)
@@ -48,8 +54,8 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
             other = kernel.param(f.param or seen[f.name].param or "")
             loc = other.loc if other else kernel.loc
             raise KgenError(
-                loc, f"the name '{f.name}' is used both for a parameter and a dimension or a "
-                "leading dimension; rename one"
+                loc, f"the name '{f.name}' is used both for a parameter and a dimension, a "
+                "leading dimension or a batch stride; rename one"
             )
         seen[f.name] = f
     return tuple(out)
@@ -86,6 +92,12 @@ def _check_fixed_rows(p: ir.Param, elems: int) -> None:
             f"run; make that extent a multiple of {elems} (pad it with zeros)")
 
 
+def _batch_multiple(p: ir.Param, elems: int) -> int:
+    """A batched argument's batch stride keeps every batch's matrix as aligned as the first:
+    a multiple of the elements its pointer's alignment spans (1: no rule)."""
+    return elems if p.batch is not None else 1
+
+
 def requirements(
     kernel: ir.Kernel, operands: list[str], narrow: bool = False
 ) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
@@ -103,18 +115,21 @@ def requirements(
                 _check_fixed_rows(p, elems)
             aligns.append(
                 Alignment(p.name, swizzle.CHUNK_BYTES, elems,
-                          "the mainloop copies 16-byte chunks with cp.async")
+                          "the mainloop copies 16-byte chunks with cp.async",
+                          _batch_multiple(p, elems))
             )
         elif p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.ROW:
             aligns.append(
                 Alignment(p.name, 2 * p.dtype.nbytes, 2,
-                          "the epilogue reads and writes two adjacent columns at once")
+                          "the epilogue reads and writes two adjacent columns at once",
+                          _batch_multiple(p, 2))
             )
             needs_even_n.append(p.shape[1])
         elif p.kind is ir.ParamKind.VECTOR or p.kind is ir.ParamKind.TENSOR:
             aligns.append(
                 Alignment(p.name, 2 * p.dtype.nbytes, 1,
-                          "the epilogue reads two adjacent elements at once")
+                          "the epilogue reads two adjacent elements at once",
+                          _batch_multiple(p, 2))
             )
     if narrow:
         # the fast entry point computes every epilogue value in column pairs: an odd N would

@@ -152,10 +152,16 @@ class Param:
     layout: Layout = Layout.ROW
     role: Role = Role.IN
     default: float | None = None  # scalars only
+    batch: Dim | None = None  # the batch dimension of a batched tensor or vector
 
     @property
     def is_output(self) -> bool:
         return self.role is Role.OUT
+
+    @property
+    def full_shape(self) -> tuple[Dim, ...]:
+        """The argument's shape: the batch dimension first, when there is one."""
+        return self.shape if self.batch is None else (self.batch, *self.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +174,7 @@ class FieldKind(enum.Enum):
     LEADING_DIM = "ld"  # elements between consecutive rows (row) or columns (col), int64
     SCALAR = "scalar"  # a scalar parameter, in the compute type
     WORKSPACE = "workspace"  # device scratch the caller provides (deterministic reductions)
+    BATCH_STRIDE = "batch"  # elements between consecutive batches of a batched argument, int64
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,13 +252,16 @@ class GemmPlan:
 
 @dataclass(frozen=True, slots=True)
 class Alignment:
-    """What a tensor or vector argument needs: its base pointer aligned to `ptr_bytes` and,
-    for 2-D tensors, its leading dimension a multiple of `ld_multiple` elements."""
+    """What a tensor or vector argument needs: its base pointer aligned to `ptr_bytes`, for
+    2-D tensors its leading dimension a multiple of `ld_multiple` elements, and, batched, its
+    batch stride a multiple of `batch_multiple` elements."""
 
     param: str
     ptr_bytes: int
     ld_multiple: int
     reason: str
+    # a batched argument's batch stride, in elements (every batch's pointer as aligned); 1: none
+    batch_multiple: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,8 +319,8 @@ class KernelPlan:
         return f"{self.name}_splitk" if self.schedule.split_k > 1 else None
 
     def split_floats(self, sizes: dict[str, int]) -> int:
-        """Floats of split-K partials: split_k x M x the tiles' columns (rows tiles_n x tile N
-        floats apart, so every column pair is 8-byte aligned)."""
+        """Floats of split-K partials of one batch: split_k x M x the tiles' columns (rows
+        tiles_n x tile N floats apart, so every column pair is 8-byte aligned)."""
         if self.split_kernel is None:
             return 0
         g = self.gemms[-1]
@@ -319,10 +329,20 @@ class KernelPlan:
         return self.schedule.split_k * m * tiles_n * g.tile[1]
 
     def split_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
-        """One thread per output column pair."""
+        """One thread per output column pair of every batch."""
         g = self.gemms[-1]
         pairs = self.resolve(g.m_dim, sizes) * -(-self.resolve(g.n_dim, sizes) // 2)
+        pairs *= self.batches(sizes)
         return (max(1, -(-pairs // self.INIT_THREADS)), 1, 1)
+
+    @property
+    def batch(self) -> Dim | None:
+        """The batch dimension (a kernel's batched parameters share it), or None."""
+        return next((p.batch for p in self.params if p.batch is not None), None)
+
+    def batches(self, sizes: dict[str, int]) -> int:
+        """The batch count L (1 for a kernel without a batch dimension)."""
+        return 1 if self.batch is None else self.resolve(self.batch, sizes)
 
     @property
     def narrow_kernel(self) -> str | None:
@@ -341,9 +361,9 @@ class KernelPlan:
         tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
         return {Axis.ROW: tiles_n, Axis.COL: tiles_m, Axis.ALL: tiles_m * tiles_n}[r.axis]
 
-    def workspace_floats(self, sizes: dict[str, int]) -> int:
-        """Floats of workspace: the deterministic mode's slots x length per reduction, or the
-        split-K partials (the two never meet: split refuses reductions)."""
+    def batch_workspace_floats(self, sizes: dict[str, int]) -> int:
+        """Floats of workspace one batch uses: the deterministic mode's slots x length per
+        reduction, or the split-K partials (the two never meet: split refuses reductions)."""
         if not self.deterministic:
             return self.split_floats(sizes)
         return sum(
@@ -351,13 +371,19 @@ class KernelPlan:
             for r in self.reductions
         )
 
+    def workspace_floats(self, sizes: dict[str, int]) -> int:
+        """Floats of workspace: every batch's, one after the other."""
+        return self.batches(sizes) * self.batch_workspace_floats(sizes)
+
     INIT_THREADS = 256
 
     def init_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
+        """One thread per element of the longest reduction output, in every batch."""
         longest = max(
             (1 if r.length is None else self.resolve(r.length, sizes) for r in self.reductions),
             default=1,
         )
+        longest *= self.batches(sizes)
         return (max(1, -(-longest // self.INIT_THREADS)), 1, 1)
 
     def resolve(self, dim: Dim, sizes: dict[str, int]) -> int:
@@ -367,13 +393,15 @@ class KernelPlan:
              persistent_ctas: int | None = None) -> tuple[int, int, int]:
         """One CTA per output tile, on a 1-D grid (the kernel rasterizes it in groups); a
         persistent kernel runs min(tiles, persistent_ctas) CTAs (the runtime fills it: SM count
-        x resident CTAs per SM), each looping over tiles, or one CTA per tile when not given."""
+        x resident CTAs per SM), each looping over tiles, or one CTA per tile when not given.
+        With a batch dimension the tiles of batch b follow those of batch b - 1 on the same
+        axis: L x the tiles of one batch."""
         g = self.gemms[-1]
         m = self.resolve(self.gemms[0].m_dim, sizes)
         n = self.resolve(g.n_dim, sizes)
         tiles_m = -(-m // g.tile[0])
         tiles_n = -(-n // g.tile[1])
-        tiles = tiles_m * tiles_n
+        tiles = tiles_m * tiles_n * self.batches(sizes)
         if self.schedule.persistent and persistent_ctas:
             tiles = min(tiles, persistent_ctas)
         return (tiles * self.schedule.split_k, 1, 1)

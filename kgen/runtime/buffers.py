@@ -47,14 +47,16 @@ class DeviceBuffer:
     def from_host(cls, array: np.ndarray, *, layout: Layout = Layout.ROW,
                   device_id: int | None = None) -> "DeviceBuffer":
         """Copy a host array (float16, ml_dtypes.bfloat16 or float32) to the GPU. A 2-D array
-        with layout COL is stored column-major: element (r, c) at r + c * rows."""
+        with layout COL is stored column-major: element (r, c) at r + c * rows; a 3-D one (a
+        batch of matrices) as one column-major matrix per batch."""
         dtype = dtype_of_numpy(array.dtype)
         if dtype is None:
             raise KgenRuntimeError(f"no kgen dtype for host arrays of {array.dtype}")
-        if array.ndim == 2 and layout is Layout.COL:
-            rows, cols = array.shape
-            block = np.ascontiguousarray(array.T)
-            buffer = cls(array.shape, dtype, strides=(1, rows), device_id=device_id)
+        if array.ndim in (2, 3) and layout is Layout.COL:
+            rows, cols = array.shape[-2:]
+            block = np.ascontiguousarray(np.swapaxes(array, -1, -2))
+            strides = (1, rows) if array.ndim == 2 else (rows * cols, 1, rows)
+            buffer = cls(array.shape, dtype, strides=strides, device_id=device_id)
         else:
             block = np.ascontiguousarray(array)
             buffer = cls(array.shape, dtype, device_id=device_id)

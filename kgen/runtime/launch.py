@@ -76,7 +76,7 @@ def _shape_text(shape) -> str:
 
 
 def _decl_text(param: Param) -> str:
-    return f"{param.dtype.dsl_name}{_shape_text(param.shape)}"
+    return f"{param.dtype.dsl_name}{_shape_text(param.full_shape)}"
 
 
 def _is_number(value: Any) -> bool:
@@ -173,8 +173,10 @@ def bind_arguments(
                 "index math is 32-bit)"
             )
     leading = {name: _leading_dim(params[name], array) for name, array in arrays.items()}
+    batch_strides = {name: _batch_stride(params[name], array, plan.batches(resolved))
+                     for name, array in arrays.items() if params[name].batch is not None}
     _check_element_alignment(arrays)
-    narrow = _fast_path_refusal(plan, arrays, leading, resolved)
+    narrow = _fast_path_refusal(plan, arrays, leading, resolved, batch_strides)
     if narrow and plan.narrow_kernel is None:
         raise ArgumentError(narrow)
 
@@ -184,6 +186,8 @@ def bind_arguments(
             values[member.name] = arrays[member.param].ptr
         elif member.kind is FieldKind.LEADING_DIM:
             values[member.name] = leading[member.param]
+        elif member.kind is FieldKind.BATCH_STRIDE:
+            values[member.name] = batch_strides[member.param]
         elif member.kind is FieldKind.SIZE:
             values[member.name] = resolved[member.dim]
         elif member.kind is FieldKind.SCALAR:
@@ -193,9 +197,10 @@ def bind_arguments(
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved, persistent_ctas)
-    if grid[0] > MAX_GRID:
+    tiles = plan.grid(resolved)[0]  # every tile of every batch: the kernel's int tile index
+    if tiles > MAX_GRID:
         shown = ", ".join(f"{dim}={extent}" for dim, extent in resolved.items())
-        raise ArgumentError(f"sizes {shown} make {grid[0]} CTAs; a launch takes at most 2**31-1")
+        raise ArgumentError(f"sizes {shown} make {tiles} CTAs; a launch takes at most 2**31-1")
     return BoundArguments(
         values=values, sizes=resolved, arrays=arrays, scalars=scalars, grid=grid,
         narrow=narrow, owners=tuple(a.owner for a in arrays.values()),
@@ -216,8 +221,8 @@ def _infer_sizes(params: tuple[Param, ...], arrays: Mapping[str, DeviceArray],
         array = arrays.get(param.name)
         if array is None:
             continue
-        declared = param.shape
-        if param.kind is ParamKind.SCALAR:  # a scalar output: one element
+        declared = param.full_shape
+        if param.kind is ParamKind.SCALAR and param.batch is None:  # a scalar output: one element
             if array.ndim > 1 or (array.ndim == 1 and array.shape[0] != 1):
                 raise ArgumentError(
                     f"{param.name} is a scalar output: pass a tensor of one element, got "
@@ -249,36 +254,56 @@ def _infer_sizes(params: tuple[Param, ...], arrays: Mapping[str, DeviceArray],
 
 
 def _leading_dim(param: Param, array: DeviceArray) -> int:
-    """The leading dimension of a tensor stored in its declared layout, possibly padded."""
+    """The leading dimension of a tensor stored in its declared layout, possibly padded (of
+    each batch's matrix, for a batched tensor: the rules of its two inner dimensions)."""
     name = param.name
     if any(s < 0 for s in array.strides):
         raise ArgumentError(f"{name} has negative strides {array.strides}; pass a copy")
+    if param.kind is ParamKind.SCALAR:  # an output, one element (per batch)
+        return 0
+    inner = len(param.shape)  # the matrix's or vector's dimensions, past the batch
+    shape, strides = array.shape[-inner:], array.strides[-inner:]
     if param.kind is ParamKind.VECTOR:
-        (length,) = array.shape
-        if length > 1 and array.strides[0] != 1:
+        (length,) = shape
+        if length > 1 and strides[0] != 1:
             raise ArgumentError(
-                f"{name} must be contiguous but has stride {array.strides[0]}; pass a copy"
+                f"{name} must be contiguous but has stride {strides[0]}; pass a copy"
             )
         return 0
     if param.kind is not ParamKind.TENSOR:
         return 0
-    rows, cols = array.shape
-    row_stride, col_stride = array.strides
+    rows, cols = shape
+    row_stride, col_stride = strides
     if param.layout is Layout.ROW:
         unit_ok = col_stride == 1 or cols <= 1
         ld = row_stride if rows > 1 else max(row_stride, cols)
-        inner, order, fix = cols, "row-major", ".contiguous()"
+        extent, order, fix = cols, "row-major", ".contiguous()"
     else:
         unit_ok = row_stride == 1 or rows <= 1
         ld = col_stride if cols > 1 else max(col_stride, rows)
-        inner, order, fix = rows, "column-major", ".t().contiguous().t()"
-    if not unit_ok or ld < inner:
+        extent, order = rows, "column-major"
+        fix = (".t().contiguous().t()" if param.batch is None
+               else ".transpose(-1, -2).contiguous().transpose(-1, -2)")
+    if not unit_ok or ld < extent:
         raise ArgumentError(
             f"{name} must be {order} (declared {param.layout.value}), with a unit stride and a "
-            f"leading dimension of at least {inner}; it has shape {_shape_text(array.shape)} and "
+            f"leading dimension of at least {extent}; it has shape {_shape_text(array.shape)} and "
             f"strides {tuple(array.strides)}. Pass {name}{fix}"
         )
     return ld
+
+
+def _batch_stride(param: Param, array: DeviceArray, batches: int) -> int:
+    """Elements between consecutive batches of a batched argument: any (0 broadcasts an input
+    to every batch; _leading_dim has refused negative ones), but an output's batches must not
+    share their elements."""
+    stride = array.strides[0]
+    if param.is_output and batches > 1 and stride == 0:
+        raise ArgumentError(
+            f"{param.name} is an output with batch stride 0: its {batches} batches would write the "
+            "same elements; pass a tensor with one matrix per batch"
+        )
+    return stride
 
 
 def _check_element_alignment(arrays: Mapping[str, DeviceArray]) -> None:
@@ -289,7 +314,8 @@ def _check_element_alignment(arrays: Mapping[str, DeviceArray]) -> None:
 
 
 def _fast_path_refusal(plan: KernelPlan, arrays: Mapping[str, DeviceArray],
-                       leading: Mapping[str, int], sizes: Mapping[str, int]) -> str:
+                       leading: Mapping[str, int], sizes: Mapping[str, int],
+                       batch_strides: Mapping[str, int] | None = None) -> str:
     """The first alignment or size rule of the fast entry point these arguments miss (the
     order of the .cu's checks), or ""."""
     for need in plan.alignments:
@@ -303,6 +329,10 @@ def _fast_path_refusal(plan: KernelPlan, arrays: Mapping[str, DeviceArray],
         if need.ld_multiple > 1 and ld and ld % need.ld_multiple:
             return (f"{need.param}'s leading dimension {ld} is not a multiple of "
                     f"{need.ld_multiple}: {need.reason}")
+        stride = (batch_strides or {}).get(need.param, 0)
+        if need.batch_multiple > 1 and stride % need.batch_multiple:
+            return (f"{need.param}'s batch stride {stride} is not a multiple of "
+                    f"{need.batch_multiple}: {need.reason}")
     for rule in getattr(plan, "dim_rules", ()):
         extent = rule.dim if isinstance(rule.dim, int) else sizes.get(rule.dim)
         if extent is not None and extent % rule.multiple:

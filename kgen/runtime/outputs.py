@@ -1,5 +1,6 @@
 """The outputs a caller did not pass: their sizes from the inputs' shapes, their shapes and
-strides from the plan (row-major, or column-major for a `col` tensor; a scalar output is 0-d).
+strides from the plan (row-major, or column-major for a `col` tensor; a scalar output is 0-d;
+a batched output holds its batches one after the other).
 
 Pure functions of the plan and the shapes, so `kgen.load` kernels and the torch operator
 (`kgen.torch_op`) allocate alike, and both are testable without a GPU.
@@ -27,9 +28,9 @@ def infer_sizes(plan: KernelPlan, shapes: Mapping[str, tuple]) -> dict[str, Any]
     them again before a launch."""
     sizes: dict[str, Any] = {}
     for p in plan.params:
-        if p.kind is ParamKind.SCALAR or p.name not in shapes:
+        if p.kind is ParamKind.SCALAR and p.batch is None or p.name not in shapes:
             continue
-        for dim, extent in zip(p.shape, shapes[p.name]):
+        for dim, extent in zip(p.full_shape, shapes[p.name]):
             if isinstance(dim, str) and dim not in sizes:
                 sizes[dim] = extent
     return sizes
@@ -43,7 +44,7 @@ def output_shapes(plan: KernelPlan, sizes: Mapping[str, Any], names=None
         if names is not None and p.name not in names:
             continue
         shape = []
-        for dim in p.shape:
+        for dim in p.full_shape:
             if isinstance(dim, int):
                 shape.append(dim)
             elif dim in sizes:
@@ -52,11 +53,17 @@ def output_shapes(plan: KernelPlan, sizes: Mapping[str, Any], names=None
                 raise ArgumentError(
                     f"cannot allocate output {p.name}: its size {dim} appears in no argument; "
                     f"pass {p.name}, or sizes={{{dim!r}: ...}}")
-        if len(shape) == 2 and p.layout is Layout.COL:
-            strides = (1, shape[0])
-        elif len(shape) == 2:
-            strides = (shape[1], 1)
+        matrix = shape[-len(p.shape):] if p.shape else []
+        if len(matrix) == 2 and p.layout is Layout.COL:
+            strides = (1, matrix[0])
+        elif len(matrix) == 2:
+            strides = (matrix[1], 1)
         else:
-            strides = (1,) * len(shape)
+            strides = (1,) * len(matrix)
+        if p.batch is not None:  # the batches one after the other
+            size = 1
+            for extent in matrix:
+                size = size * extent
+            strides = (size, *strides)
         out[p.name] = (tuple(shape), strides)
     return out

@@ -35,7 +35,7 @@ from ..language import REDUCTIONS
 from ..targets import TARGETS
 from .epilogue import expression_extent
 from .gemms import check_gemm
-from .params import check_param
+from .params import check_batched_kernel, check_param
 from .state import KernelState
 from .storage import check_storage
 
@@ -110,6 +110,7 @@ def _check_kernel(state: KernelState) -> None:
             raise KgenError(k.loc, f"kernel {attr} must be a tuple, got {got}")
     for param in k.params:
         check_param(state, param)
+    check_batched_kernel(state)
     for gemm in k.gemms:
         if not isinstance(gemm, ir.Gemm):
             raise KgenError(k.loc, f"kernel gemms must be kgen.ir.Gemm, got {shown(gemm)}")

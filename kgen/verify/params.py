@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import (
     DTYPE_NAMES,
+    at_line,
     dim_problem,
     f32_problem,
     loc_of,
@@ -21,7 +22,7 @@ from ..errors import KgenError
 from ..ir import DType, ParamKind, Role
 from .state import KernelState
 
-__all__ = ["check_param"]
+__all__ = ["check_param", "check_batched_kernel"]
 
 
 def check_param(state: KernelState, p: ir.Param) -> None:
@@ -45,12 +46,17 @@ def check_param(state: KernelState, p: ir.Param) -> None:
 
     rank = {ParamKind.TENSOR: 2, ParamKind.VECTOR: 1, ParamKind.SCALAR: 0}[p.kind]
     if len(p.shape) != rank:
-        what = {2: "2 dimensions [rows, cols]", 1: "1 dimension [length]", 0: "no shape"}
+        what = {2: "2 dimensions [rows, cols], or 3 with a leading batch dimension [L, rows, cols]",
+                1: "1 dimension [length], or 2 with a leading batch dimension [L, length]",
+                0: "no shape, or one batch dimension [L] (one value per batch)"
+                if p.role is Role.OUT else "no shape"}
         raise KgenError(
             loc,
-            f"{kind} '{p.name}' must have {what[rank]}, got {shape_text(p.shape)}",
+            f"{kind} '{p.name}' must have {what[rank]}, got {shape_text(p.full_shape)}",
         )
-    for dim in p.shape:
+    if p.batch is not None:
+        _check_batch(state, p, loc)
+    for dim in p.full_shape:
         if isinstance(dim, str):
             # A dimension is defined where it is first used; later uses share it.
             if state.names.get(dim, ("",))[0] != "dimension":
@@ -78,3 +84,70 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             f"output dtype {p.dtype.dsl_name} is not supported on {state.target.arch.value}",
         )
     state.params[p.name] = p
+
+
+def _check_batch(state: KernelState, p: ir.Param, loc) -> None:
+    """A batched parameter: a tensor, a vector or an output scalar (one value per batch), with
+    the kernel's one batch dimension."""
+    if p.kind is ParamKind.SCALAR and p.role is not Role.OUT:
+        raise KgenError(loc, f"input scalar '{p.name}' cannot have a batch dimension: every "
+                        "batch reads the same value (a per-batch input is a batched vector)")
+    if not isinstance(p.batch, (int, str)) or isinstance(p.batch, bool):
+        raise KgenError(loc, f"batch dimension of '{p.name}' must be a name or a number, "
+                        f"got {shown(p.batch)}")
+    if state.batch is None:
+        state.batch = (p.batch, p.name, loc)
+        return
+    first, owner, owner_loc = state.batch
+    if p.batch != first:
+        raise KgenError(
+            loc,
+            f"{p.kind.value} '{p.name}' has the batch dimension {p.batch} but '{owner}'"
+            f"{at_line(owner_loc)} has {first}: every batched parameter of a kernel has the "
+            "same batch dimension",
+        )
+
+
+def check_batched_kernel(state: KernelState) -> None:
+    """What a kernel with a batch dimension must hold, once every parameter is checked: the
+    batch dimension is no matrix or vector dimension, every output has it (a shared output
+    would be written by every batch at once: a scalar output too, one value per batch), and a
+    B kept resident (loaded once per CTA, for every batch) has none."""
+    if state.batch is None:
+        return
+    batch, owner, owner_loc = state.batch
+    kernel = state.kernel
+    for p in kernel.params:
+        if isinstance(batch, str) and batch in p.shape:
+            raise KgenError(
+                owner_loc,
+                f"'{batch}' is the batch dimension of '{owner}' but also a dimension of "
+                f"'{p.name}'{at_line(loc_of(p, kernel.loc))}; a batch dimension needs a name of "
+                "its own",
+            )
+        if p.role is not Role.OUT:
+            continue
+        if p.batch is None and p.kind is ParamKind.SCALAR:
+            raise KgenError(
+                loc_of(p, kernel.loc),
+                f"scalar output '{p.name}' has no batch dimension, so every batch would write "
+                f"it; declare it 'scalar {p.name} : f32[{batch}] out' (one value per batch)",
+            )
+        if p.batch is None:
+            shape = shape_text((batch, *p.shape))
+            raise KgenError(
+                loc_of(p, kernel.loc),
+                f"output '{p.name}' has no batch dimension, so every batch would write it; "
+                f"declare it {p.dtype.dsl_name}{shape}",
+            )
+    for g in kernel.gemms:
+        b = kernel.param(getattr(getattr(g, "b", None), "name", None) or "")
+        if getattr(g, "resident", False) and b is not None and b.batch is not None:
+            where = g.resident_loc or loc_of(g, kernel.loc)
+            raise KgenError(
+                where,
+                f"keep {b.name} resident loads {b.name} once per CTA, for the tiles of every "
+                f"batch, but {b.name} has the batch dimension {batch}; keep a {b.name} shared "
+                f"by every batch resident ({b.dtype.dsl_name}{shape_text(b.shape)}), or drop "
+                f"'keep {b.name} resident'",
+            )

@@ -25,6 +25,8 @@ class KernelState:
         self.local_owner: dict[str, str] = {}  # local name -> its gemm
         self.written: dict[str, SourceLoc] = {}  # output param -> its store
         self.warnings: list[KgenWarning] = []  # collected, in source order; never raised
+        # the kernel's batch dimension: (dim, the first batched parameter, its location)
+        self.batch: tuple[object, str, SourceLoc] | None = None
 
     def define(self, name: str, kind: str, loc: SourceLoc) -> None:
         check_identifier(name, loc, kind)

@@ -5,7 +5,7 @@ Every argument lives in the middle of a larger byte buffer filled with a sentine
 past the row length, so the gap between rows is sentinel too). Each example runs at ragged
 sizes; then its outputs must match the NumPy reference, the input buffers must be unchanged
 to the bit, and in the output buffers only the output elements may differ from what was
-there before the launch.
+there before the launch. A batched argument's batches are a sentinel gap apart too.
 
 tests/runtime/test_sentinel_checker.py runs the same checker on the CPU (with torch) against
 simulated kernels that write one byte too far, so this test is known to be able to fail.
@@ -24,6 +24,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent.parent / "examples").g
 SIZES = [(1000, 1000, 40), (130, 258, 72)]
 MARGIN = 4096  # sentinel bytes before and after each argument (keeps 16-byte alignment)
 ROW_PAD = 8  # elements past the row length, rounded up to a multiple of 8 (cp.async's 16 B)
+BATCH_PAD = 8  # elements past each batch of a batched argument (keeps 16-byte alignment)
 SENTINEL = 0x5A  # 0x5A5A is a normal f16/bf16 number, 0x5A5A5A5A a normal f32: not NaN, not 0
 POISON = 0xFF  # all-ones bytes are NaN in f16, bf16 and f32: an output element never written
 
@@ -40,14 +41,22 @@ class Guarded:
         self.param = param
         self.shape = shape
         item = param.dtype.nbytes
+        # a batched argument: `batches` copies of one batch's elements, `pitch` elements apart
+        self.batches = shape[0] if param.batch is not None else None
+        one = shape[1:] if param.batch is not None else shape
         if param.kind is ir.ParamKind.TENSOR:
-            rows, cols = shape
+            rows, cols = one
             outer, inner = (rows, cols) if param.layout is ir.Layout.ROW else (cols, rows)
             self.ld = -(-inner // 8) * 8 + ROW_PAD
             self.outer, self.inner = outer, inner
-            nbytes = outer * self.ld * item
+            elements = outer * self.ld
         else:  # a vector, or a scalar output (one element)
-            nbytes = max(int(np.prod(shape)), 1) * item
+            elements = max(int(np.prod(one)), 1)
+        self.elements = elements
+        if self.batches is not None:
+            self.pitch = -(-elements // 8) * 8 + BATCH_PAD
+            elements = self.batches * self.pitch
+        nbytes = elements * item
         self.nbytes = nbytes
         self.buffer = torch.full((MARGIN + nbytes + MARGIN,), SENTINEL, dtype=torch.uint8,
                                  device=device)
@@ -57,6 +66,14 @@ class Guarded:
     def view_of(self, torch, buffer):
         """The argument's elements inside `buffer` (this one or a copy of it)."""
         flat = buffer[MARGIN:MARGIN + self.nbytes].view(_torch_dtype(torch, self.param.dtype))
+        if self.batches is not None:
+            batched = flat.view(self.batches, self.pitch)[:, :self.elements]
+            if self.param.kind is ir.ParamKind.SCALAR:  # one value per batch
+                return batched[:, 0]
+            if self.param.kind is ir.ParamKind.VECTOR:
+                return batched
+            view = batched.view(self.batches, self.outer, self.ld)[:, :, :self.inner]
+            return view if self.param.layout is ir.Layout.ROW else view.transpose(-1, -2)
         if self.param.kind is ir.ParamKind.TENSOR:
             view = flat.view(self.outer, self.ld)[:, :self.inner]
             return view if self.param.layout is ir.Layout.ROW else view.t()
@@ -88,7 +105,8 @@ class Guarded:
 
     def host(self) -> np.ndarray:
         values = self.view.float().cpu().numpy()
-        return values.reshape(()) if self.param.kind is ir.ParamKind.SCALAR else values
+        single = self.param.kind is ir.ParamKind.SCALAR and self.batches is None
+        return values.reshape(()) if single else values
 
 
 def guarded_arguments(torch, kernel: ir.Kernel, sizes: dict, device, seed: int = 0):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...plan import CachePolicy, GemmPlan, KernelPlan
-from . import arch_guard, epilogue_cpp, host_api
+from . import arch_guard, batch, epilogue_cpp, host_api
 from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
                              first_stages_function, resident_loads, resident_mainloop)
 from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
@@ -184,7 +184,7 @@ def kernel_body(arch: ChainTarget, plan: KernelPlan) -> list[str]:
     stages = stages[:-1]
     if not plan.schedule.persistent:
         return block(render_lines("common/tile_body.inc.j2", cfg=cfg(plan.gemms[0]),
-                                  stages=stages))
+                                  stages=stages, tile_batch=batch.tile_batch(plan, "blockIdx.x")))
     return arch.persistent_body(plan, stages)
 
 
@@ -195,7 +195,9 @@ def persistent_body(plan: KernelPlan, stages: list[str]) -> list[str]:
            "prefetched by the tile before."]
     return block(render_lines(
         "common/persistent_body.inc.j2", cfg=cfg(g0), first=g0.name, last=plan.gemms[-1].name,
-        first_loads=first_stage_loads(plan, "blockIdx.x", why), stages=block(stages)))
+        first_loads=first_stage_loads(plan, "blockIdx.x", why), stages=block(stages),
+        times_batches=batch.chain_values(plan)["times_batches"],
+        tile_batch=batch.tile_batch(plan, "tile"), next_batch=batch.next_tile_lines(plan)))
 
 
 def resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
@@ -207,7 +209,9 @@ def resident_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     return block(render_lines(
         "common/resident_body.inc.j2", cfg=cfg(g0), a_param=g0.a.param,
         resident_loads=resident_loads(plan), first_loads=first_stage_loads(plan, "blockIdx.x", why),
-        stages=block(stages)))
+        stages=block(stages), times_batches=batch.chain_values(plan)["times_batches"],
+        tile_batch=batch.tile_batch(plan, "tile"),
+        next_batch=batch.next_operand(plan, g0.a.param)[0]))
 
 
 def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
@@ -276,15 +280,16 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         # registers, and mma_step wherever a gemm still multiplies with mma.sync
         quad_stores=plan.schedule.wide_stores,
         mma_sync=True,
-        m_expr=dim_expr(first.m_dim),
+        m_expr=dim_expr(first.m_dim, batch.size_prefix(plan)),
         first_cfg=cfg(first),
         last_cfg=cfg(last),
-        last_n_expr=dim_expr(last.n_dim),
+        last_n_expr=dim_expr(last.n_dim, batch.size_prefix(plan)),
         host_m_expr=dim_expr(first.m_dim),
         host_n_expr=dim_expr(last.n_dim),
         body=kernel_body(arch, plan),
         host_checks=host_checks(plan),
         persistent=plan.schedule.persistent,
+        **batch.chain_values(plan),
     )
     values.update(arch.template_values(plan))
     return render(arch.template, **values)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ...plan import GemmPlan, KernelPlan
 from .epilogue_cpp import PAIR
+from . import batch
 from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
 from .render import render_lines
 
@@ -220,8 +221,12 @@ def first_stages_function(plan: KernelPlan) -> list[str]:
 def first_stage_loads(plan: KernelPlan, tile: str, why: list[str]) -> list[str]:
     """A block that issues the first gemm's prologue for linear tile `tile` (empty groups past
     the last tile)."""
+    # a batched kernel's prefetch of the next tile takes what the tile's top computed: its
+    # coordinates and arguments (no division amid the last gemm's registers)
+    precomputed = batch.batched(plan) and tile == "next_tile"
     return render_lines("common/first_stage_loads.inc.j2", why=why, tile=tile,
-                        cfg=cfg(plan.gemms[0]))
+                        cfg=cfg(plan.gemms[0]), precomputed=precomputed,
+                        params="next_p" if precomputed else batch.tile_params(plan, tile))
 
 
 def feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:

@@ -8,8 +8,9 @@ macro `KGEN_<NAME>_PARAMS_DEFINED`, so a translation unit may include the header
 from __future__ import annotations
 
 from ... import __version__
-from ...enums import Axis, ParamKind
+from ...enums import ParamKind
 from ...plan import FieldKind, KernelPlan
+from . import batch
 from .operands import narrow_checks
 from .render import render
 
@@ -18,13 +19,15 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
     if kind is FieldKind.POINTER:
         p = plan.param(param or "")
         assert p is not None
-        shape = ", ".join(str(d) for d in p.shape)
+        shape = ", ".join(str(d) for d in p.full_shape)
         layout = f" {p.layout.value}" if p.kind is ParamKind.TENSOR else ""
         return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
     if kind is FieldKind.SIZE:
         return f"runtime size {dim}"
     if kind is FieldKind.WORKSPACE:
         return "device scratch for the CTAs' partial reductions (deterministic mode)"
+    if kind is FieldKind.BATCH_STRIDE:
+        return f"elements between consecutive batches of {param} (0: one for every batch)"
     if kind is FieldKind.LEADING_DIM:
         return f"elements between consecutive rows/columns of {param}"
     p = plan.param(param or "")
@@ -56,29 +59,14 @@ def template_values(plan: KernelPlan) -> dict:
 
 def workspace_body(plan: KernelPlan) -> list[str]:
     """C++ statements of <name>_workspace_bytes: the float partials deterministic reductions
-    keep per CTA (none in the atomic mode), or the split-K parts."""
-    g = plan.gemms[-1]
-    m = g.m_dim if isinstance(g.m_dim, int) else f"p.{g.m_dim}"
-    n = g.n_dim if isinstance(g.n_dim, int) else f"p.{g.n_dim}"
-    ns = f"{plan.name}_kgen"
-    if plan.split_kernel is not None:
-        return [
-            f"const size_t tiles_n = (static_cast<size_t>({n}) + {ns}::kTileN - 1) / {ns}::kTileN;",
-            f"return sizeof(float) * {ns}::kSplitK * static_cast<size_t>({m}) * tiles_n * "
-            f"{ns}::kTileN;  // split-K partials",
-        ]
-    if not plan.deterministic:
+    keep per CTA (none in the atomic mode), or the split-K parts; every batch's."""
+    setup, floats = batch.workspace_lines(plan, "size_t", f"{plan.name}_kgen")
+    if not floats:
         return ["(void)p;", "return 0;"]
-    slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
-             Axis.ALL: ("tiles_m * tiles_n", "1")}
-    terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
-    return [
-        f"const size_t M = static_cast<size_t>({m});",
-        f"const size_t N = static_cast<size_t>({n});",
-        f"const size_t tiles_m = (M + {ns}::kTileM - 1) / {ns}::kTileM;",
-        f"const size_t tiles_n = (N + {ns}::kTileN - 1) / {ns}::kTileN;",
-        f"return sizeof(float) * ({terms});",
-    ]
+    batches = (f"static_cast<size_t>({batch.batch_count(plan)}) * "
+               if batch.batched(plan) else "")
+    note = "  // split-K partials" if plan.split_kernel is not None else ""
+    return setup + [f"return sizeof(float) * {batches}{floats};{note}"]
 
 
 def header_file_lines(plan: KernelPlan, source_name: str, source_hash: str,

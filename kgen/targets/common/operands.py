@@ -196,6 +196,39 @@ def fast_checks(plan: KernelPlan) -> list[Check]:
                 f"p.ld_{a.param} % {a.ld_multiple} != 0",
                 f"the leading dimension of {a.param} must be a multiple of {a.ld_multiple} "
                 f"elements: {a.reason}"))
+        if a.batch_multiple > 1:
+            checks.append(Check(
+                f"p.batch_{a.param} % {a.batch_multiple} != 0",
+                f"the batch stride of {a.param} must be a multiple of {a.batch_multiple} "
+                f"elements: {a.reason}"))
+    return checks
+
+
+def batch_checks(plan: KernelPlan) -> list[Check]:
+    """A batched kernel's rules on its batch strides and on the grid its batches make."""
+    if plan.batch is None:
+        return []
+    checks = []
+    batches = dim_expr(plan.batch)
+    for f in plan.fields:
+        if f.kind is not FieldKind.BATCH_STRIDE:
+            continue
+        checks.append(Check(f"p.{f.name} < 0", f"the batch stride of {f.param} must not be "
+                            "negative"))
+        param = plan.param(f.param or "")
+        if param is not None and param.is_output:
+            checks.append(Check(f"{batches} > 1 && p.{f.name} == 0",
+                                f"the batch stride of output {f.param} must not be 0: every "
+                                "batch writes its own"))
+    first, last = plan.gemms[0], plan.gemms[-1]
+    # a chain's tiles: the first stage's rows, the last stage's columns (each in its namespace)
+    tile_m = "kTileM" if first is last else f"{first.name}_cfg::kTileM"
+    tile_n = "kTileN" if first is last else f"{last.name}_cfg::kTileN"
+    ctas = (f"static_cast<long long>(({dim_expr(first.m_dim)} + {tile_m} - 1) / {tile_m}) * "
+            f"(({dim_expr(last.n_dim)} + {tile_n} - 1) / {tile_n})"
+            + (" * kSplitK" if plan.schedule.split_k > 1 else "") + f" * {batches}")
+    checks.append(Check(f"{ctas} > 2147483647",
+                        "the tiles of every batch must number at most 2**31-1"))
     return checks
 
 
@@ -212,6 +245,7 @@ def host_checks(plan: KernelPlan) -> list[Check]:
     for f in plan.fields:
         if f.kind is FieldKind.SIZE:
             checks.append(Check(f"p.{f.name} < 0", f"{f.name} must not be negative"))
+    checks += batch_checks(plan)
     if plan.narrow_kernel is None:
         checks += fast_checks(plan)
     if plan.deterministic:

@@ -4,7 +4,7 @@ kgen.targets.common.chain lays it out, into templates/sm80/chain.cu.j2."""
 from __future__ import annotations
 
 from ...plan import GemmPlan, KernelPlan
-from ..common import chain
+from ..common import batch, chain
 from ..common.chain_mainloop import function_level, wide_store_lines
 from ..common.operands import frag_loads, load_args, mainloop_steps, operand
 from ..common.render import render
@@ -19,7 +19,8 @@ class Sm80Chain(chain.ChainTarget):
                       first_fragments=frag_loads(g, 0, 0, "_next"),
                       mainloop_steps=mainloop_steps(g), prologue=not plan.schedule.persistent,
                       resident=plan.schedule.resident,
-                      ring_load_args=load_args(g.a, "a", "load_m0", "load_k"))
+                      ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
+                      ring_a=batch.next_operand(plan, g.a.param)[1])
         return function_level(text)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:

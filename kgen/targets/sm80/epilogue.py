@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...enums import Axis, Dim, ReduceOp
 from ...plan import GemmPlan, KernelPlan, ReductionPlan
+from ..common import batch
 from ..common.render import render
 
 OP_STRUCT = {
@@ -39,11 +40,12 @@ def _combine(r: ReductionPlan, half: str) -> list[str]:
             f"{op}::combine({op}::element(red{k}_0), {op}::element(red{k}_1)));"]
 
 
-def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str, narrow: bool) -> list[str]:
+def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str, narrow: bool,
+          params: str = "p") -> list[str]:
     reds = g.epilogue.reductions
     args = "".join(f", red{r.index}_0, red{r.index}_1" for r in reds)
     fn, both = (f"{g.name}_epilogue<kNarrow>", ", both") if narrow else (f"{g.name}_epilogue", "")
-    call = f"{fn}(p, {row}, col{both}, acc[i][j][{regs[0]}], acc[i][j][{regs[1]}]{args});"
+    call = f"{fn}({params}, {row}, col{both}, acc[i][j][{regs[0]}], acc[i][j][{regs[1]}]{args});"
     if not reds:
         return [call]
     decls = [f"float red{r.index}_0, red{r.index}_1;" for r in reds]
@@ -71,12 +73,14 @@ def partial_lines(g: GemmPlan) -> list[str]:
     return lines
 
 
-def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False) -> list[str]:
+def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False,
+              params: str = "p") -> list[str]:
     """One epilogue call per accumulator pair acc[i][j] (kFragM x kFragN m16n8 tiles) whose
     row (`row`: its expression for lane / 4 of tile i) and column (`col`, of tile j) are in
     the output, combining the reductions' partials. `narrow`: the kernel body's kNarrow
     instantiation may see an odd N, so each call is told whether the pair's second column is
-    in the output (always, in the fast instantiation)."""
+    in the output (always, in the fast instantiation). `params`: the arguments the epilogue
+    reads (a persistent kernel's: its tile's batch of them)."""
     both = ["    const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N"
             ] if narrow else []
     return [
@@ -91,10 +95,10 @@ def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False) -> list[str
         *both,
         "    if (col < N) {",
         "      if (row < M) {",
-        *[f"        {x}" for x in _call(g, "row", (0, 1), "0", narrow)],
+        *[f"        {x}" for x in _call(g, "row", (0, 1), "0", narrow, params)],
         "      }",
         "      if (row + 8 < M) {",
-        *[f"        {x}" for x in _call(g, "row + 8", (2, 3), "1", narrow)],
+        *[f"        {x}" for x in _call(g, "row + 8", (2, 3), "1", narrow, params)],
         "      }",
         "    }",
         "  }",
@@ -136,18 +140,22 @@ def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> lis
         return []
     ns = f"{plan.name}_kgen"
     threads = plan.INIT_THREADS
+    if batch.batched(plan):  # one thread per column pair of every batch
+        index = batch.helper_head(plan, "M * pairs")
+    else:
+        index = [f"  const long long i = blockIdx.x * {threads}ll + threadIdx.x;",
+                 "  if (i >= M * pairs) return;"]
     return [
         "// Split-K: sums the kSplitK partials of each output column pair in a fixed order",
         "// (bit-identical from run to run) and runs the epilogue once, element by element (any",
         "// alignment); launched after the kernel above.",
         f'extern "C" __global__ void __launch_bounds__({threads})',
-        f"{plan.split_kernel}(const __grid_constant__ {plan.name}_params p) {{",
+        f"{plan.split_kernel}({_helper_param(plan)}) {{",
         f"  using namespace {ns};",
-        f"  const int M = {m_expr};",
-        f"  const int N = {n_expr};",
+        f"  const int M = {_helper_dims(plan, m_expr)};",
+        f"  const int N = {_helper_dims(plan, n_expr)};",
         "  const long long pairs = (N + 1) / 2;",
-        f"  const long long i = blockIdx.x * {threads}ll + threadIdx.x;",
-        "  if (i >= M * pairs) return;",
+        *index,
         "  const int row = static_cast<int>(i / pairs);",
         "  const int col = static_cast<int>(i % pairs) * 2;",
         "  const long long ld_part = static_cast<long long>((N + kTileN - 1) / kTileN) * kTileN;",
@@ -161,6 +169,17 @@ def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> lis
         f"  {g.name}_epilogue<true>(p, row, col, col + 1 < N, acc_0, acc_1);",
         "}",
     ]
+
+
+def _helper_param(plan: KernelPlan) -> str:
+    """A helper kernel's parameter: the arguments (of every batch, in a batched kernel)."""
+    name = batch.ALL_BATCHES if batch.batched(plan) else "p"
+    return f"const __grid_constant__ {plan.name}_params {name}"
+
+
+def _helper_dims(plan: KernelPlan, expr: str) -> str:
+    """A size expression over `p` at a helper kernel's top, before a batched one has `p`."""
+    return expr.replace("p.", f"{batch.ALL_BATCHES}.") if batch.batched(plan) else expr
 
 
 def host_split_lines(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
@@ -246,9 +265,9 @@ def finalize_kernel(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
         "// Combines the CTAs' partial reductions in a fixed order (bit-identical run to run);",
         "// launched after the kernel above.",
         f'extern "C" __global__ void __launch_bounds__({plan.INIT_THREADS})',
-        f"{plan.finalize_kernel}(const __grid_constant__ {plan.name}_params p) {{",
+        f"{plan.finalize_kernel}({_helper_param(plan)}) {{",
         f"  using namespace {ns};",
-        f"  const long long i = blockIdx.x * {plan.INIT_THREADS}ll + threadIdx.x;",
+        *_helper_index(plan),
     ]
     need_tiles_m = bool(axes & {Axis.COL, Axis.ALL})
     need_tiles_n = bool(axes & {Axis.ROW, Axis.ALL})
@@ -290,8 +309,8 @@ def init_kernel(plan: KernelPlan) -> list[str]:
     lines = [
         "// Sets every reduction output to its identity; launched before the kernel above.",
         f'extern "C" __global__ void __launch_bounds__({plan.INIT_THREADS})',
-        f"{plan.init_kernel}(const __grid_constant__ {plan.name}_params p) {{",
-        f"  const long long i = blockIdx.x * {plan.INIT_THREADS}ll + threadIdx.x;",
+        f"{plan.init_kernel}({_helper_param(plan)}) {{",
+        *_helper_index(plan),
     ]
     for r in plan.reductions:
         lines.append(f"  if (i < {_dim(r.length)}) p.{r.target}[i] = {ns}::{OP_STRUCT[r.op]}::identity();")
@@ -299,11 +318,26 @@ def init_kernel(plan: KernelPlan) -> list[str]:
     return lines
 
 
+def _helper_index(plan: KernelPlan) -> list[str]:
+    """The init and finalize kernels' thread index `i`: an element of the longest reduction
+    output (of its batch: `p` is then that batch's arguments)."""
+    if batch.batched(plan):
+        lengths = [_dim(r.length).replace("p.", f"{batch.ALL_BATCHES}.") for r in plan.reductions]
+        return batch.helper_head(plan, f"static_cast<long long>({batch.longest(lengths)})")
+    return [f"  const long long i = blockIdx.x * {plan.INIT_THREADS}ll + threadIdx.x;"]
+
+
 def _host_helper_launch(plan: KernelPlan, kernel: str, label: str, why: str,
                         count: str | None = None) -> list[str]:
     """Host lines launching a helper kernel of INIT_THREADS-thread blocks: one thread per
-    element of the longest reduction output, or per `count` (a 64-bit C++ expression)."""
+    element of the longest reduction output, or per `count` (a 64-bit C++ expression), in
+    every batch."""
     threads = plan.INIT_THREADS
+    if count is None and batch.batched(plan):
+        lengths = [_dim(r.length) for r in plan.reductions]
+        count = f"static_cast<long long>({batch.longest(lengths)})"
+    if count is not None and batch.batched(plan):
+        count = f"{batch.batch_count(plan)} * {count}"
     if count is None:
         lengths = list(dict.fromkeys(_dim(r.length) for r in plan.reductions))
         longest = lengths[0]

@@ -5,7 +5,7 @@ Everything the template prints is prepared here as strings and numbers from the 
 from __future__ import annotations
 
 from ...plan import GemmPlan, KernelPlan
-from ..common import arch_guard, epilogue_cpp, host_api
+from ..common import arch_guard, batch, epilogue_cpp, host_api
 from ..common.operands import (MMA_TYPE, dim_expr, frag_loads, header, host_checks,
                                mainloop_steps, operand, storage_asserts)
 from ..common.render import render
@@ -42,6 +42,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     ]
     split = plan.schedule.split_k
     k_tile = "(k_first + s)" if split > 1 else "s"
+    # the CTA's index among its batch's (the grid's, without a batch dimension)
+    block = "block" if batch.batched(plan) else "blockIdx.x"
     a = operand(g.a, "a", narrow=True, k_tile=k_tile)
     b = operand(g.b, "b", narrow=True, k_tile=k_tile)
     return render(
@@ -84,7 +86,15 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         host_finalize=epilogue_emit.host_finalize_lines(plan)
         + epilogue_emit.host_split_lines(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         split_k=split,
-        cta="cta_tile" if split > 1 else "blockIdx.x",
+        cta="cta_tile" if split > 1 else block,
+        block=block,
+        block_param=", int block" if batch.batched(plan) else "",
+        at_batch=batch.at_batch_lines(plan),
+        body_call_fast=batch.body_call(plan, False, ns),
+        body_call_narrow=batch.body_call(plan, True, ns),
+        host_batches=batch.host_lines(plan),
+        grid=batch.grid_count(
+            plan, "tiles_m * tiles_n" + (f" * {ns}::kSplitK" if split > 1 else "")),
         mainloop_steps=mainloop_steps(g),
         first_fragments=frag_loads(g, 0, 0, "_next"),
         prologue=True,

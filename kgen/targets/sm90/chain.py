@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...plan import GemmPlan, KernelPlan
-from ..common import chain
+from ..common import batch, chain
 from ..common.chain_mainloop import block, cfg, function_level, resident_loads, wide_store_lines
 from ..common.operands import dim_expr, load_args, operand
 from ..common.render import render, render_lines
@@ -46,7 +46,8 @@ class Sm90Chain(chain.ChainTarget):
             text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b)
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
-                          ring_load_args=load_args(g.a, "a", "load_m0", "load_k"))
+                          ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
+                          ring_a=batch.next_operand(plan, g.a.param)[1])
         return function_level(text)
 
     def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -56,7 +57,7 @@ class Sm90Chain(chain.ChainTarget):
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if plan.schedule.tma_output is not None:
-            return tma_store_lines(g)
+            return tma_store_lines(plan, g)
         if plan.schedule.wide_stores:
             return wide_store_lines(g)
         return epilogue_emit.loop_lines(plan, g)
@@ -69,21 +70,27 @@ class Sm90Chain(chain.ChainTarget):
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if not plan.schedule.pingpong:
             return super().first_gemm_functions(plan, g)
+        a = g.a.param
+        producer_a = (f"at_batch(p, tile / (tiles_m * tiles_n)).{a}"
+                      if plan.param(a).batch is not None else f"p.{a}")  # the tile's batch
         return render(
             "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
             m_expr=dim_expr(g.m_dim), k_expr=dim_expr(g.k_dim),
-            load_args=load_args(g.a, "a", "m0", "kt")).rstrip("\n").split("\n")
+            load_args=load_args(g.a, "a", "m0", "kt"), producer_a=producer_a,
+            times_batches=batch.chain_values(plan)["times_batches"]).rstrip("\n").split("\n")
 
     def template_values(self, plan: KernelPlan) -> dict:
         first, schedule = plan.gemms[0], plan.schedule
         tma = schedule.tma_output
+        maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
         return dict(
             quad_stores=schedule.quad_stores,
             mma_sync=schedule.mma_sync,
             pingpong=schedule.pingpong,
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
-            maps=tensor_map.template_maps(schedule.tensor_maps, dim_expr),
+            maps=maps,
+            map_steps=tensor_map.steps_lines(maps),
             map_names=tensor_map.names(schedule.tensor_maps) if tma else "",
             producer_threads=first.producer_threads,
             producer_registers=(schedule.role("producer").registers
@@ -125,13 +132,16 @@ def resident_wgmma(g: GemmPlan) -> list[str]:
                         source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps)
 
 
-def tma_store_lines(g: GemmPlan) -> list[str]:
+def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The last gemm's epilogue through the copy engine (tma_output): the warpgroup writes
     its tile into its staging as 64x64 swizzled boxes, then one thread stores the boxes with
     cp.async.bulk.tensor. The staging is rewritten only once the copy engine has read the last
     tile's boxes. Rows past M hold zeros and are clipped by the tensor map."""
-    return render_lines("sm90/tma_store_epilogue.inc.j2", out=g.epilogue.packed_store.param,
-                        name=g.name)
+    out = g.epilogue.packed_store.param
+    batched = plan.param(out).batch is not None  # a rank-3 map: (columns, rows, batches)
+    return render_lines("sm90/tma_store_epilogue.inc.j2", out=out, name=g.name,
+                        store_box="tma_store_box_3d" if batched else "tma_store_box",
+                        store_batch=f", map_batch(p.batch_{out}, batch)" if batched else "")
 
 
 def wgmma_outs(n: int, acc: str = "acc[0]") -> str:
@@ -146,4 +156,6 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
         resident_loads=block(resident_loads(plan)), stages=block(stages),
-        tma_store=plan.schedule.tma_output is not None))
+        tma_store=plan.schedule.tma_output is not None,
+        times_batches=batch.chain_values(plan)["times_batches"],
+        tile_batch=batch.tile_batch(plan, "tile")))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ...enums import Axis
 from ...plan import GemmPlan, KernelPlan, StorePath
-from ..common import arch_guard, epilogue_cpp, host_api
+from ..common import arch_guard, batch, epilogue_cpp, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as sm80_epilogue
@@ -25,8 +25,9 @@ _REDUCE = {
 _SLOTS = {Axis.ROW: "tiles_n", Axis.COL: "tiles_m", Axis.ALL: "tiles_m * tiles_n"}
 
 
-def reduction_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """Each reduction's tile partial to the output (atomic) or to the CTA's workspace slot."""
+def reduction_lines(plan: KernelPlan, g: GemmPlan, params: str = "p") -> list[str]:
+    """Each reduction's tile partial to the output (atomic) or to the CTA's workspace slot
+    (of `params`: the tile's batch of the arguments)."""
     reds = g.epilogue.reductions
     if not reds:
         return []
@@ -35,10 +36,10 @@ def reduction_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     for r in reds:
         helper, args, slot, length = _REDUCE[r.axis]
         args = args.format(scratch=f"smem.{r.scratch}()")
-        out = f"p.{r.target}"
+        out = f"{params}.{r.target}"
         if plan.deterministic:
             offset = " + ws_offset" if len(reds) > 1 else ""
-            out = f"p.workspace{offset} + (long long)({slot}) * {length}"
+            out = f"{params}.workspace{offset} + (long long)({slot}) * {length}"
         lines.append(f"{helper}<{sm80_epilogue.OP_STRUCT[r.op]}, {atomic}>(red{r.index}_part, {out}, {args});")
         if plan.deterministic and len(reds) > 1 and r is not reds[-1]:
             lines.append(f"ws_offset += (long long)({_SLOTS[r.axis]}) * {length};")
@@ -48,17 +49,41 @@ def reduction_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
 def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The consumers' epilogue: pair stores (and the reductions); with a TMA store, the staging
     in the fast entry point and pair stores in the narrow one."""
+    params = "pb" if batch.batched(plan) else "p"  # the tile's batch of the arguments
+    # made here, not before the mainloop: its pointers hold no registers through the wgmma
+    head = ([f"const {plan.name}_params pb = at_batch(p, batch);  // this tile's batch of the "
+             "arguments"] if batch.batched(plan) else [])
     pairs = (sm80_epilogue.partial_lines(g)
              + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
-                                       "n0 + j * 8 + (lane % 4) * 2", narrow=True)
-             + reduction_lines(plan, g))
+                                       "n0 + j * 8 + (lane % 4) * 2", narrow=True, params=params)
+             + reduction_lines(plan, g, params))
     if plan.schedule.gemm(g.name).store is not StorePath.TMA:
-        return pairs
-    staged = render_lines("sm90/gemm_tma_store.inc.j2", out=g.epilogue.packed_store.param,
-                          staging=f"{g.name}_d_staging", name=g.name)
-    return (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
+        return head + pairs
+    out = g.epilogue.packed_store.param
+    batched_out = plan.param(out).batch is not None
+    staged = render_lines("sm90/gemm_tma_store.inc.j2", out=out,
+                          staging=f"{g.name}_d_staging", name=g.name, params=params,
+                          store_box="tma_store_box_3d" if batched_out else "tma_store_box",
+                          store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "")
+    return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
             + [f"  {line}" if line else line for line in staged] + ["}"])
+
+
+def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str) -> str:
+    """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one)."""
+    head = (f"{ring} + s * {stage_bytes}, &maps.{operand}, full + 8 * s, kt * kTileK, {row}")
+    if plan.param(operand).batch is None:
+        return f"tma_load_box({head});"
+    return f"tma_load_box_3d({head}, map_batch(p.batch_{operand}, batch));"
+
+
+def _pitch(plan: KernelPlan, operand: str) -> str:
+    """What copy_granule takes of an operand's rows besides its address: the leading dimension,
+    and, batched, the batch stride too (every batch's rows as aligned as the first's)."""
+    if plan.param(operand).batch is None:
+        return f"p.ld_{operand}"
+    return f"p.ld_{operand} | p.batch_{operand}"
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
@@ -73,6 +98,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
     consumer, producer = schedule.role("consumer"), schedule.role("producer")
+    batched = batch.batched(plan)
+    maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
     n = g.tile[1]
     return render(
         "sm90/gemm.cu.j2",
@@ -91,7 +118,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         a_bytes=g.a.dtype.nbytes, b_bytes=g.b.dtype.nbytes,
         a_smem=g.a.smem.name, b_smem=g.b.smem.name, a_param=g.a.param, b_param=g.b.param,
         barriers=f"{g.name}_ring_barriers",
-        maps=tensor_map.template_maps(schedule.tensor_maps, dim_expr),
+        maps=maps,
+        map_steps=tensor_map.steps_lines(maps),
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
         reductions=bool(g.epilogue.reductions),
@@ -122,4 +150,16 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         m_expr=dim_expr(g.m_dim), n_expr=dim_expr(g.n_dim), k_expr=dim_expr(g.k_dim),
         host_m_expr=dim_expr(g.m_dim), host_n_expr=dim_expr(g.n_dim),
         host_checks=host_checks(plan),
+        batched=batched,
+        batches=batch.batch_count(plan),
+        walk="walk" if batched else "tiles",
+        tile_batch=["const int batch = tile / (tiles_m * tiles_n);"] if batched else [],
+        tile_in_batch="tile % (tiles_m * tiles_n)" if batched else "tile",
+        tile_params="pb" if batched else "p",
+        at_batch=batch.at_batch_lines(plan),
+        a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
+        a_load=_tma_load(plan, g.a.param, "a_ring", "kAStageBytes", "tile_m * kTileM"),
+        b_load=_tma_load(plan, g.b.param, "b_ring", "kBStageBytes", "tile_n * kTileN"),
+        host_batches=batch.host_lines(plan),
+        host_tiles=batch.grid_count(plan, "tiles_m * tiles_n"),
     )

@@ -10,13 +10,48 @@ TMA_DTYPE = {DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
              DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
 
 
-def template_maps(maps, dim_expr) -> list[dict]:
+def template_maps(maps, dim_expr, plan=None) -> list[dict]:
     """The values templates/sm90/tensor_maps.inc.j2 prints for each of the schedule's maps
-    (`dim_expr`: a dimension as the host launcher spells it)."""
-    return [dict(param=m.param, rows=dim_expr(m.rows), cols=dim_expr(m.cols), box_cols=m.box[0],
-                 box_rows=m.box[1], dtype=TMA_DTYPE[m.dtype], promotion=m.l2_promotion,
-                 what=("stored" if m.store else "loaded") + f" in {m.box[1]}x{m.box[0]} boxes")
-            for m in maps]
+    (`dim_expr`: a dimension as the host launcher spells it). A batched parameter's map has
+    rank 3 (columns, rows, batches); a broadcast one (batch stride 0) is mapped with one batch,
+    its batch pitch that of a whole matrix (never read: every batch reads batch 0)."""
+    out = []
+    for m in maps:
+        param = plan.param(m.param) if plan is not None else None
+        rows, cols = dim_expr(m.rows), dim_expr(m.cols)
+        pitch = f"static_cast<cuuint64_t>(p.ld_{m.param}) * sizeof(p.{m.param}[0])"
+        dims = [f"static_cast<cuuint64_t>({cols})", f"static_cast<cuuint64_t>({rows})"]
+        strides = [pitch]
+        box = [str(m.box[0]), str(m.box[1])]
+        broadcast = []
+        if param is not None and param.batch is not None:
+            batch = f"p.batch_{m.param}"
+            broadcast = [f"const bool broadcast = {batch} == 0;  // one {m.param} for every batch"]
+            dims.append(f"broadcast ? 1 : static_cast<cuuint64_t>({dim_expr(param.batch)})")
+            pitch_elems = f"broadcast ? p.ld_{m.param} * {rows} : {batch}"
+            strides.append(f"static_cast<cuuint64_t>({pitch_elems}) * sizeof(p.{m.param}[0])")
+            box.append("1")
+        out.append(dict(
+            param=m.param, rows=rows, cols=cols, box_cols=m.box[0], box_rows=m.box[1],
+            dtype=TMA_DTYPE[m.dtype], promotion=m.l2_promotion, rank=len(dims),
+            dims=", ".join(dims), strides=", ".join(strides), box=", ".join(box),
+            stride_count=len(strides), broadcast=broadcast,
+            unused=" || ".join([f"dims[{i}] == 0" for i in range(len(dims))]
+                               + [f"strides[{i}] % 16 != 0" for i in range(len(strides))]),
+            steps="steps" if len(dims) == 2 else "steps_3d",
+            what=("stored" if m.store else "loaded") + f" in {m.box[1]}x{m.box[0]} boxes"
+            + (" per batch" if broadcast else "")))
+    return out
+
+
+def steps_lines(template_maps: list[dict]) -> list[str]:
+    """The element steps of the ranks template_maps' maps use (each map copies every element)."""
+    ranks = {m["rank"] for m in template_maps}
+    lines = ["const cuuint32_t steps[2] = {1, 1};"] if 2 in ranks else []
+    if 3 in ranks:
+        lines.append("const cuuint32_t steps_3d[3] = {1, 1, 1};  // a batched argument's map: "
+                     "(columns, rows, batches)")
+    return lines
 
 
 def names(maps) -> str:
