@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The closing visits of this session (issues 16 and 17 merged): one of
+#   STEP=tests  the new GPU tests: kgen tune, batches, the builder's choices, kgen run
+#   STEP=tune   bench/tune_bench.py (hand, builder and tuned schedules; the tune's wall time)
+#   STEP=rest   the rest of pytest -m gpu, bench/batched.py, compute-sanitizer on batched kernels
+# Run: STEP=tests bash .gpu/device-run.sh bash bench/final_session.sh. Logs go to $OUT.
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KGEN_CACHE_DIR=/tmp/kgen-cache
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+case "${STEP:-tests}" in
+tests)
+  for f in test_tune_gpu test_batches_gpu test_builder_gpu test_run_gpu; do
+    echo "== pytest tests/gpu/$f.py"
+    timeout 280 python3 -m pytest tests/gpu/$f.py -m gpu -q -p no:cacheprovider -x 2>&1 \
+      | tail -12 | tee "$OUT/pytest_$f.log"
+  done ;;
+tune)
+  timeout 280 python3 bench/tune_bench.py --example gemm --example gemm_bias_relu \
+    --size M=4096,N=4096,K=4096 --json "$OUT/tune_4096.json" 2>&1 | tee "$OUT/tune_4096.log"
+  timeout 280 python3 bench/tune_bench.py --example gemm --size M=8192,N=8192,K=512 \
+    --size M=512,N=512,K=8192 --json "$OUT/tune_small.json" 2>&1 | tee "$OUT/tune_small.log" ;;
+rest)
+  echo "== pytest -m gpu (the rest)"
+  timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
+    --deselect tests/gpu/test_tune_gpu.py --deselect tests/gpu/test_batches_gpu.py \
+    --deselect tests/gpu/test_builder_gpu.py --deselect tests/gpu/test_run_gpu.py \
+    2>&1 | tail -8 | tee "$OUT/pytest_rest.log"
+  echo "== bench/batched.py"
+  timeout 120 python3 bench/batched.py --json "$OUT/batched.json" 2>&1 | tee "$OUT/batched.log" ;;
+esac
