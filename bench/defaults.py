@@ -13,6 +13,7 @@ Every kgen kernel is first checked against the reference on random inputs with i
 poisoned (kgen.harness.run); times are CUDA-event medians with inputs rotated past L2.
 
     bash .gpu/device-run.sh python3 bench/defaults.py [--json OUT.json] [--part 1 2 3]
+        [--tuned] [--dtype f16 bf16]      (--tuned: part 3 after `kgen tune` at each shape)
 """
 from __future__ import annotations
 
@@ -51,12 +52,13 @@ SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 512), (6144, 5120,
          (16384, 1024, 1024), (3000, 5000, 2000), (512, 8192, 8192), (128, 4096, 4096)]
 
 
-def kgen_run(kernel, sizes, arch, torch_baseline=True):
-    """(checked report, plan): kgen's time, and PyTorch doing the same where asked."""
+def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None):
+    """(checked report, plan): kgen's time, and PyTorch doing the same where asked; `config`: a
+    tuned configuration, tried first."""
     from kgen.api import build
     from kgen.harness.run import run
 
-    built = build(kernel, arch, source_name="bench.kg")
+    built = build(kernel, arch, source_name="bench.kg", config=config)
     report = run(built.kernel, built.plan, built.source, sizes, check=True, bench=True,
                  compare_torch=torch_baseline, iters=30)
     return report, built.plan
@@ -150,20 +152,46 @@ def part_b2b(out):
     out["b2b"] = rows
 
 
-def part_sweep(out):
+def tune(text, sizes, budget):
+    """`kgen tune` of a kernel text at `sizes` (its cache entry is then found by lookup)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bare.kg"
+        path.write_text(text)
+        size = ",".join(f"{k}={v}" for k, v in sizes.items())
+        done = subprocess.run([sys.executable, "-m", "kgen", "tune", str(path), "--size", size,
+                               "--arch", "sm_90a", "--budget", str(budget)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            print(done.stdout[-2000:], done.stderr[-2000:])
+
+
+def part_sweep(out, tuned=False, budget=15, dtypes=("f16", "bf16")):
+    import torch
+
     from kgen import ir
     from kgen.parse import parse
+    from kgen.tune.select import lookup
     from kgen.verify import verify
 
-    print("\n3. bare GEMM with no schedule line on sm_90a against torch.matmul")
+    how = "after kgen tune at each shape" if tuned else "with no schedule line"
+    print(f"\n3. bare GEMM {how} on sm_90a against torch.matmul")
     print(f"{'dtype':<5} {'M x N x K':<18} {'kgen schedule':<30} {'ms':>8} {'matmul ms':>10} "
           f"{'x matmul':>9}")
     rows = []
-    for t in ("f16", "bf16"):
+    for t in dtypes:
         module = parse(BARE.format(t=t), "bare.kg")
         verify(module)
         for m, n, k in SWEEP:
-            report, plan = kgen_run(module.kernels[0], dict(M=m, N=n, K=k), ir.Arch.SM90A)
+            sizes, config = dict(M=m, N=n, K=k), None
+            if tuned:
+                tune(BARE.format(t=t), sizes, budget)
+                entry = lookup(module.kernels[0], ir.Arch.SM90A, torch.cuda.get_device_name(),
+                               sizes)
+                config = entry.config if entry else None
+            report, plan = kgen_run(module.kernels[0], sizes, ir.Arch.SM90A, config=config)
             ms, tms = report.timing.median_ms, report.torch_timing.median_ms
             row = dict(dtype=t, m=m, n=n, k=k, ok=report.ok, ms=ms, torch_ms=tms,
                        ratio=tms / ms, schedule=label(plan))
@@ -173,8 +201,8 @@ def part_sweep(out):
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
     print(f"geometric mean x matmul: {geo:.3f} (target >= 1.0); lowest "
           f"{min(r['ratio'] for r in rows):.3f}")
-    out["sweep"] = rows
-    out["sweep_geomean"] = geo
+    out["sweep_tuned" if tuned else "sweep"] = rows
+    out["sweep_tuned_geomean" if tuned else "sweep_geomean"] = geo
 
 
 def main() -> int:
@@ -185,12 +213,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     parser.add_argument("--part", nargs="*", type=int, default=[1, 2, 3])
+    parser.add_argument("--tuned", action="store_true", help="part 3 after kgen tune per shape")
+    parser.add_argument("--dtype", nargs="*", default=["f16", "bf16"], help="part 3's dtypes")
     opts = parser.parse_args()
     torch.manual_seed(0)
     out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                kgen=kgen.__version__, date=time.strftime("%Y-%m-%d"))
     print("device", out["device"], "torch", out["torch"], "kgen", out["kgen"])
-    parts = {1: part_examples, 2: part_b2b, 3: part_sweep}
+    parts = {1: part_examples, 2: part_b2b,
+             3: lambda o: part_sweep(o, tuned=opts.tuned, dtypes=opts.dtype)}
     for p in opts.part:
         parts[p](out)
         if opts.json:

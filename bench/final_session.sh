@@ -30,3 +30,8 @@ rest)
   echo "== bench/batched.py"
   timeout 120 python3 bench/batched.py --json "$OUT/batched.json" 2>&1 | tee "$OUT/batched.log" ;;
 esac
+# STEP=sweep: the bare GEMM sweep after kgen tune at each shape (f16)
+if [ "${STEP:-}" = sweep ]; then
+  timeout 560 python3 bench/defaults.py --part 3 --tuned --dtype f16 --json "$OUT/sweep_tuned.json" \
+    2>&1 | tee "$OUT/sweep_tuned.log"
+fi
