@@ -191,6 +191,8 @@ def part_sweep(out, tuned=False, budget=15, dtypes=("f16", "bf16")):
                 entry = lookup(module.kernels[0], ir.Arch.SM90A, torch.cuda.get_device_name(),
                                sizes)
                 config = entry.config if entry else None
+                if entry is None:
+                    print(f"  no tune entry for {sizes}: the default schedule runs")
             report, plan = kgen_run(module.kernels[0], sizes, ir.Arch.SM90A, config=config)
             ms, tms = report.timing.median_ms, report.torch_timing.median_ms
             row = dict(dtype=t, m=m, n=n, k=k, ok=report.ok, ms=ms, torch_ms=tms,
