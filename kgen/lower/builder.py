@@ -23,6 +23,7 @@ from ..errors import KgenError
 from ..plan import KernelKind, KernelPlan, LineChoice
 from ..targets import Config, GemmConfig, GemmShape, Target, configs
 
+WHY_TUNED = "tuned:"  # how the why of each line of a tuned configuration starts
 _SCHEDULES = {KernelKind.PINGPONG: ir.Schedule.PINGPONG,
               KernelKind.COOPERATIVE: ir.Schedule.COOPERATIVE}
 
@@ -117,7 +118,8 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
             first_error = first_error or err
             refused.append((cfg.label, err.message))
             continue
-        why_tuned = "tuned: the fastest `kgen tune` timed" if cfg is config else None
+        why_tuned = WHY_TUNED + " the fastest configuration `kgen tune` timed" \
+            if cfg is config else None
         chosen = tuple(dataclasses.replace(c, why=why_tuned) for c in chosen) if why_tuned \
             else chosen
         schedule = dataclasses.replace(plan.schedule, chosen=chosen, untaken=tuple(refused))

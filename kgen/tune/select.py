@@ -17,12 +17,12 @@ from typing import Any, Callable, Mapping
 
 from .. import ir
 from ..errors import KgenRuntimeError
+from ..lower.builder import WHY_TUNED
 from ..plan import KernelPlan
 from ..runtime.outputs import infer_sizes
 from ..targets import Config
 from . import cache
 
-WHY_TUNED = "tuned:"  # how kgen/lower/builder.py starts the why of a tuned configuration's lines
 
 
 def lookup(kernel: ir.Kernel, arch: ir.Arch, gpu: str,
