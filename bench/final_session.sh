@@ -35,3 +35,21 @@ if [ "${STEP:-}" = sweep ]; then
   timeout 560 python3 bench/defaults.py --part 3 --tuned --dtype f16 --json "$OUT/sweep_tuned.json" \
     2>&1 | tee "$OUT/sweep_tuned.log"
 fi
+# STEP=batches: the batched GPU tests, compute-sanitizer on the batched examples, bench/batched.py
+if [ "${STEP:-}" = batches ]; then
+  timeout 330 python3 -m pytest tests/gpu/test_batches_gpu.py -m gpu -q -p no:cacheprovider 2>&1 \
+    | tail -15 | tee "$OUT/pytest_batches.log"
+  for run in "examples/batched_gemm_bias.kg L=3,M=300,N=264,K=72" "examples/batched_reductions.kg L=3,M=200,N=130,K=40"; do
+    set -- $run
+    for arch in sm_90a sm_80; do
+      for tool in memcheck racecheck synccheck; do
+        log="$OUT/san.log.tmp"
+        timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 \
+          python3 -m kgen run "$1" --arch $arch --size "$2" --iters 1 >"$log" 2>&1
+        echo "$(basename "$1") $arch $2 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+      done
+    done
+  done | tee "$OUT/sanitizers_batches.log"
+  rm -f "$OUT/san.log.tmp"
+  timeout 150 python3 bench/batched.py --json "$OUT/batched.json" 2>&1 | tee "$OUT/batched.log"
+fi
