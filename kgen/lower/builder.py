@@ -118,7 +118,7 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
             first_error = first_error or err
             refused.append((cfg.label, err.message))
             continue
-        why_tuned = WHY_TUNED + " the fastest configuration `kgen tune` timed" \
+        why_tuned = WHY_TUNED + " the fastest `kgen tune` timed" \
             if cfg is config else None
         chosen = tuple(dataclasses.replace(c, why=why_tuned) for c in chosen) if why_tuned \
             else chosen
