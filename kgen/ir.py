@@ -175,6 +175,12 @@ class Epilogue:
     stmts: tuple[Stmt, ...]
     loc: SourceLoc = _loc()
 
+    @property
+    def reductions(self) -> tuple[Store, ...]:
+        """The stores of a reduction (`v = rowsum(...)`), in order."""
+        return tuple(s for s in self.stmts
+                     if isinstance(s, Store) and isinstance(s.value, Reduce))
+
 
 # ---------------------------------------------------------------------------------------------
 # Mainloop stages

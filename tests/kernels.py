@@ -31,6 +31,41 @@ kernel chain {{
 """
 
 
+def batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
+    """The b2b example `name` with a batch dimension `L` on the parameters in `batched` (those
+    it has); `drop_resident` streams every B (a batched B cannot stay resident)."""
+    import dataclasses
+
+    from kgen.parse import parse_file
+
+    kernel = parse_file(str(EXAMPLES[0].parent / f"{name}.kg")).kernels[0]
+    params = tuple(dataclasses.replace(p, batch="L") if p.name in batched else p
+                   for p in kernel.params)
+    gemms = kernel.gemms
+    if drop_resident:
+        gemms = tuple(dataclasses.replace(g, resident=False, resident_loc=None) for g in gemms)
+    return dataclasses.replace(kernel, params=params, gemms=gemms)
+
+
+def run_host_probe(folder: Path, includes: list[str], body: list[str], arch: str) -> dict:
+    """Build `int main() { body }` after `includes` with nvcc (the .cu files' host code only;
+    their device code is compiled for `arch`, never run), run it, and return its printed
+    `key|value` lines as a dict."""
+    import shutil
+    import subprocess
+
+    main = folder / "probe.cu"
+    main.write_text("\n".join(["#include <cstdio>", *includes, "int main() {", *body,
+                               "  return 0;", "}", ""]))
+    exe = folder / "probe"
+    build = subprocess.run([shutil.which("nvcc"), "-std=c++17", f"-arch={arch}", str(main),
+                            "-o", str(exe)], capture_output=True, text=True, cwd=folder)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("|", 1) for line in run.stdout.splitlines())
+
+
 def from_template(text: str, defaults: dict[str, str], **changes: str) -> ir.Kernel:
     """The one kernel of `text` after replacing each placeholder (the keys of `defaults`,
     overridden by `changes`) with its value: parsed as t.kg and verified."""

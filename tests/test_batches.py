@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,8 @@ from kgen.runtime import tma
 from kgen.runtime.launch import bind_arguments
 from kgen.runtime.outputs import output_shapes
 from kgen.verify import verify
+
+from tests.kernels import batched_chain, run_host_probe
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 BASE = 0x7F00_0000_0000  # each argument at its own 1 MiB-aligned fake address
@@ -512,16 +513,7 @@ def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):
     result = built("batched_gemm_bias", arch)
     plan = result.plan
     (tmp_path / "k.cu").write_text(result.source)
-    main = tmp_path / "probe.cu"
-    main.write_text("\n".join(["#include <cstdio>", '#include "k.cu"', "int main() {",
-                               *_probe(plan), "  return 0;", "}", ""]))
-    exe = tmp_path / "probe"
-    build = subprocess.run([NVCC, "-std=c++17", f"-arch={arch}", str(main), "-o", str(exe)],
-                           capture_output=True, text=True, cwd=tmp_path)
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    printed = dict(line.split("|", 1) for line in run.stdout.splitlines())
+    printed = run_host_probe(tmp_path, ['#include "k.cu"'], _probe(plan), arch)
     for name, (L, a, b, d) in CASES.items():
         hard, narrow = printed[name].split("|")
         try:
@@ -602,24 +594,12 @@ def test_the_cli_says_where_and_exits_2(tmp_path):
 B2B = sorted(p.stem for p in EXAMPLES.glob("b2b*.kg"))
 
 
-def _batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
-    from kgen.parse import parse_file
-
-    kernel = parse_file(EXAMPLES / f"{name}.kg").kernels[0]
-    params = tuple(dataclasses.replace(p, batch="L") if p.name in batched else p
-                   for p in kernel.params)
-    gemms = kernel.gemms
-    if drop_resident:
-        gemms = tuple(dataclasses.replace(g, resident=False, resident_loc=None) for g in gemms)
-    return dataclasses.replace(kernel, params=params, gemms=gemms)
-
-
 @pytest.mark.parametrize("name", B2B)
 def test_batched_chains_compile_without_spills(name):
     """The b2b examples with A and the output batched, as the GPU tests run them."""
     from kgen.runtime.nvrtc import compile_cubin
 
-    kernel = _batched_chain(name)
+    kernel = batched_chain(name)
     verify(ir.Module((kernel,)))
     result = api.build(kernel)
     assert "at_batch" in result.source
@@ -634,7 +614,7 @@ def test_a_chain_with_batched_weights_compiles_without_spills(arch):
     division amid the last gemm's registers made ptxas spill on sm_80)."""
     from kgen.runtime.nvrtc import compile_cubin
 
-    kernel = _batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
+    kernel = batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
                             drop_resident=True)
     result = api.build(kernel, arch)
     assert result.plan.schedule.persistent and not result.plan.schedule.resident

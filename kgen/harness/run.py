@@ -163,9 +163,8 @@ def _row_indexed_outputs(kernel: ir.Kernel) -> set[str]:
     names = {p.name for p in kernel.params
              if p.role is ir.Role.OUT and p.kind is ir.ParamKind.TENSOR}
     for gemm in kernel.gemms:
-        for stmt in gemm.epilogue.stmts:
-            if isinstance(stmt, ir.Store) and isinstance(stmt.value, ir.Reduce) \
-                    and stmt.value.axis is ir.Axis.ROW:
+        for stmt in gemm.epilogue.reductions:
+            if stmt.value.axis is ir.Axis.ROW:
                 names.add(stmt.target)
     return names
 

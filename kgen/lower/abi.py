@@ -67,11 +67,7 @@ def _split(kernel: ir.Kernel) -> bool:
 
 
 def _has_reduction(kernel: ir.Kernel) -> bool:
-    return any(
-        isinstance(s, ir.Store) and isinstance(s.value, ir.Reduce)
-        for g in kernel.gemms
-        for s in g.epilogue.stmts
-    )
+    return any(g.epilogue.reductions for g in kernel.gemms)
 
 
 def _check_fixed_rows(p: ir.Param, elems: int) -> None:

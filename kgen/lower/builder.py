@@ -44,8 +44,7 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
             name=g.name, m=first_a.shape[0], n=b.shape[1], k=b.shape[0], dtype=b.dtype,
             k_major=(a is None or a.layout is ir.Layout.ROW, b.layout is ir.Layout.COL),
             chained=a is None,
-            reductions=any(isinstance(s, ir.Store) and isinstance(s.value, ir.Reduce)
-                           for s in g.epilogue.stmts)))
+            reductions=bool(g.epilogue.reductions)))
     return tuple(out)
 
 
@@ -118,10 +117,9 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
             first_error = first_error or err
             refused.append((cfg.label, err.message))
             continue
-        why_tuned = WHY_TUNED + " the fastest `kgen tune` timed" \
-            if cfg is config else None
-        chosen = tuple(dataclasses.replace(c, why=why_tuned) for c in chosen) if why_tuned \
-            else chosen
+        if cfg is config:
+            why = WHY_TUNED + " the fastest `kgen tune` timed"
+            chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
         schedule = dataclasses.replace(plan.schedule, chosen=chosen, untaken=tuple(refused))
         return filled, dataclasses.replace(plan, schedule=schedule)
     assert first_error is not None, "every target lists at least one configuration"

@@ -54,13 +54,12 @@ def check(kernel: ir.Kernel) -> None:
     if len(gemms) < 2:
         return
     for g in gemms:
-        for stmt in g.epilogue.stmts:
-            if isinstance(stmt, ir.Store) and isinstance(stmt.value, ir.Reduce):
-                raise KgenError(
-                    _first(stmt.value.loc, stmt.loc, g.loc),
-                    "reductions in a kernel of chained gemms are not supported by this kgen "
-                    "version yet",
-                )
+        for stmt in g.epilogue.reductions:
+            raise KgenError(
+                _first(stmt.value.loc, stmt.loc, g.loc),
+                "reductions in a kernel of chained gemms are not supported by this kgen "
+                "version yet",
+            )
     first = gemms[0]
     for g in gemms[1:]:
         source = kernel.gemm(g.a.name)

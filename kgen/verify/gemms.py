@@ -141,8 +141,7 @@ def check_split(state: KernelState, g: ir.Gemm) -> None:
     if len(state.kernel.gemms) > 1:
         raise KgenError(loc, "split applies to a kernel of one gemm: a chain keeps each "
                              "intermediate on chip, whole in K")
-    if any(isinstance(s, ir.Store) and isinstance(s.value, ir.Reduce)
-           for s in g.epilogue.stmts):
+    if g.epilogue.reductions:
         raise KgenError(loc, "split with epilogue reductions is not supported by this kgen "
                              "version yet: the partial sums meet in a second kernel, which has "
                              "no reductions")

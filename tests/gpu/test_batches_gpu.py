@@ -17,6 +17,8 @@ import pytest
 
 from kgen import ir
 
+from tests.kernels import batched_chain
+
 pytestmark = pytest.mark.gpu
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
@@ -329,19 +331,6 @@ def test_torch_operator_allocates_batched_outputs():
 CHAINS = sorted(p.stem for p in EXAMPLES.glob("b2b*.kg"))
 
 
-def _batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
-    """A b2b example with a batch dimension on `batched` (those it has)."""
-    from kgen.parse import parse_file
-
-    kernel = parse_file(EXAMPLES / f"{name}.kg").kernels[0]
-    params = tuple(dataclasses.replace(p, batch="L") if p.name in batched else p
-                   for p in kernel.params)
-    gemms = kernel.gemms
-    if drop_resident:
-        gemms = tuple(dataclasses.replace(g, resident=False, resident_loc=None) for g in gemms)
-    return dataclasses.replace(kernel, params=params, gemms=gemms)
-
-
 def _run_chain(kernel, sizes):
     torch = pytest.importorskip("torch")
     if kernel.target is ir.Arch.SM90A and torch.cuda.get_device_capability() != (9, 0):
@@ -361,14 +350,14 @@ def _run_chain(kernel, sizes):
 def test_batched_chains(name, batches, m):
     """Every b2b example with A and its output batched (B shared: resident chains keep it),
     persistent chains walking the tiles of every batch."""
-    _run_chain(_batched_chain(name), {"L": batches, "M": m})
+    _run_chain(batched_chain(name), {"L": batches, "M": m})
 
 
 @pytest.mark.parametrize("batches", [3, 17])
 def test_batched_chain_with_batched_weights(batches):
     """B0, B1 and the vectors batched too (B streamed, not resident): each tile's batch of
     every operand, the next tile's first stages prefetched from its own batch."""
-    kernel = _batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
+    kernel = batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
                             drop_resident=True)
     built = _run_chain(kernel, {"L": batches, "M": 1000})
     assert built.plan.schedule.persistent and not built.plan.schedule.resident
@@ -378,7 +367,7 @@ def test_batched_chain_with_batched_weights(batches):
                                   "b2b_gemm_rf_pingpong_sm90a"])
 def test_batched_chain_with_a_broadcast_a(name):
     """A expanded to every batch (batch stride 0): every batch's D1 is the same chain."""
-    kernel = _batched_chain(name)
+    kernel = batched_chain(name)
     torch = _needs(kernel.target)
     import kgen
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,8 @@ from kgen.enums import Layout, ParamKind
 from kgen.plan import FieldKind
 from kgen.runtime.launch import bind_arguments
 from kgen.runtime.tensors import numpy_dtype
+
+from tests.kernels import run_host_probe
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KERNELS = ("gemm", "gemm_bias_relu", "evt_multi_output")
@@ -140,17 +141,7 @@ def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):
         includes.append(f'#include "{kernel}.cu"')
         body += _probe(built.plan, i)
         plans.append(built.plan)
-    main = tmp_path / "probe.cu"
-    main.write_text("\n".join(["#include <cstdio>", *includes, "int main() {", *body,
-                               "  return 0;", "}", ""]))
-    exe = tmp_path / "probe"
-    # the host launcher only: the device code of the .cu is compiled for its arch, never run
-    build = subprocess.run([NVCC, "-std=c++17", f"-arch={arch}", str(main), "-o", str(exe)],
-                           capture_output=True, text=True, cwd=tmp_path)
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    printed = dict(line.split("|", 1) for line in run.stdout.splitlines())
+    printed = run_host_probe(tmp_path, includes, body, arch)
     for plan in plans:
         for m, n, k in SIZES:
             hard, narrow = printed[f"{plan.name} {m}x{n}x{k}"].split("|")
