@@ -142,6 +142,13 @@ def main() -> int:
                 lambda A, B, scale, bias: (lambda t: torch.where(t > 0, t, 0.01 * t)
                                            * scale[:, None] + bias)(A.float() @ B.float()),
                 own=True)
+    residual = parse(RESIDUAL, "residual.kg").kernels[0]
+    gelu = torch.nn.functional.gelu
+    for m, n, k in [(4096, 11008, 4096), (6144, 5120, 3072)]:
+        measure("own: C + 0.5*gelu(acc) bf16", residual, dict(M=m, N=n, K=k),
+                {"matmul": lambda A, B, C: torch.matmul(A, B),
+                 "unfused": lambda A, B, C: C + 0.5 * gelu(torch.matmul(A, B))},
+                lambda A, B, C: C.float() + 0.5 * gelu(A.float() @ B.float()), own=True)
     measure("own: gemm bf16", retyped(gemm, ir.DType.BF16, ir), dict(M=6144, N=5120, K=3072),
             {"matmul": lambda A, B: torch.matmul(A, B)}, lambda A, B: A.float() @ B.float(),
             own=True)
@@ -161,6 +168,21 @@ kernel leaky_scale_bias {
   gemm g = A @ B accumulate f32 {
     tile 128x256x64  warps 2x4  stages 3
     epilogue { D = where(acc > 0, acc, 0.01 * acc) * scale[row] + bias[col] }
+  }
+}
+"""
+
+
+RESIDUAL = """
+kernel residual_gelu {
+  target sm_90a
+  tensor A : bf16[M, K] row
+  tensor B : bf16[K, N] col
+  tensor C : bf16[M, N] row
+  tensor D : bf16[M, N] row out
+  gemm g = A @ B accumulate f32 {
+    tile 128x256x64  warps 2x4  stages 3
+    epilogue { D = C + 0.5 * gelu(acc) }
   }
 }
 """

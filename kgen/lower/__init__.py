@@ -52,13 +52,16 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
     chosen = select.select(kernel, tgt, gemms, persistent=persistent)
     sched = chosen.schedule
     alignments, dim_rules = abi.requirements(kernel, operands, sched.narrow)
+    rows16 = {s: "the copy engine loads it into the output's staging"
+              for s in sched.staged_inputs}
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows
-        out = chosen.gemms[-1].epilogue.packed_store.param
-        alignments = tuple(
-            dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
-                                batch_multiple=8 if a.batch_multiple > 1 else 1,
-                                reason="the epilogue writes it in 16-byte chunks of 8 columns")
-            if a.param == out else a for a in alignments)
+        rows16[chosen.gemms[-1].epilogue.packed_store.param] = (
+            "the epilogue writes it in 16-byte chunks of 8 columns")
+    alignments = tuple(
+        dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
+                            batch_multiple=8 if a.batch_multiple > 1 else 1,
+                            reason=rows16[a.param])
+        if a.param in rows16 else a for a in alignments)
     return KernelPlan(
         name=kernel.name,
         arch=arch,

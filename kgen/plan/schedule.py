@@ -105,6 +105,11 @@ class GemmSchedule:
     store: StorePath
     why_mma: str = ""  # the rule that chose the MMA (why wgmma, or which wgmma rule failed)
     why_store: str = ""
+    # An epilogue input shaped like the output (C) that the copy engine loads into the
+    # output's staging at each tile's start, where the epilogue reads it and writes the output
+    # over it (the seed's ReuseSmemC); None: the epilogue reads every input from global memory
+    staged_input: str | None = None
+    why_staged_input: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +189,11 @@ class Schedule:
         return bool(self.gemms) and self.gemms[0].a.load is LoadPath.TMA
 
     @property
+    def staged_inputs(self) -> tuple[str, ...]:
+        """The epilogue inputs the copy engine loads into the output's staging."""
+        return tuple(g.staged_input for g in self.gemms if g.staged_input is not None)
+
+    @property
     def persistent(self) -> bool:
         return self.kind is not KernelKind.TILED
 
@@ -245,6 +255,9 @@ class Schedule:
                 rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
+            if g.why_staged_input:
+                rows.append((f"{g.name} epilogue input", g.staged_input or "from global memory",
+                             g.why_staged_input))
         if self.split_k > 1:
             rows.append(("split-K", f"{self.split_k} CTAs per output tile",
                          "each sums a contiguous part of the k tiles into the workspace (f32); "

@@ -44,12 +44,13 @@ constexpr int kFragN = kTileN / 8;  // n8 column groups of its accumulators
 constexpr unsigned kAStageBytes = kTileM * kTileK * 2;
 constexpr unsigned kBStageBytes = kTileN * kTileK * 2;
 
-// The copy engine's views of A, B and D: CUtensorMaps (128 opaque bytes each) that the launcher
+// The copy engine's views of A, B, D and C: CUtensorMaps (128 opaque bytes each) that the launcher
 // encodes for each launch and passes as the kernel's second parameter.
 struct alignas(64) TensorMaps {
   unsigned long long A[16];  // loaded in 128x64 boxes
   unsigned long long B[16];  // loaded in 256x64 boxes
   unsigned long long D[16];  // stored in 64x64 boxes
+  unsigned long long C[16];  // loaded in 64x64 boxes
 };
 constexpr unsigned kStagingBoxBytes = 64 * 64 * 2;  // one box of a consumer's staging
 constexpr unsigned kStagingBytes = kConsumerRows * kTileN * 2;  // a consumer's staging
@@ -91,9 +92,9 @@ struct SharedStorage {
   // b_smem: B stages of mma0: 3 x 256x64 f16, the next tile's first stages loaded during the later gemms; live mma0.mainloop..mma0.epilogue
   static constexpr int b_smem_offset = 0;
   static constexpr int b_smem_bytes = 98304;
-  // mma0_ring_barriers: mbarriers of A's ring in mma0: a full and an empty one per slot, 6 x 8 bytes; live mma0.mainloop..mma0.epilogue
+  // mma0_ring_barriers: mbarriers of A's ring in mma0: a full and an empty one per slot, 8 x 8 bytes; live mma0.mainloop..mma0.epilogue
   static constexpr int mma0_ring_barriers_offset = 212992;
-  static constexpr int mma0_ring_barriers_bytes = 48;
+  static constexpr int mma0_ring_barriers_bytes = 64;
   // mma0_d_staging: D staged for the copy engine's stores: a 128x256 tile per consumer warpgroup, as 64x64 boxes with a 128-byte swizzle; live mma0.mainloop..mma0.epilogue
   static constexpr int mma0_d_staging_offset = 98304;
   static constexpr int mma0_d_staging_bytes = 65536;
@@ -388,6 +389,14 @@ __device__ __forceinline__ void tma_store_box(const void* map, unsigned box, int
       "}\n" ::"l"(map), "r"(box), "r"(col), "r"(row) : "memory");
 }
 
+// The 32-bit word at shared address `address`; volatile, so it stays after the mbarrier wait
+// that makes it visible, but with no memory clobber, so global loads may pass it.
+__device__ __forceinline__ unsigned ld_shared_b32(unsigned address) {
+  unsigned value;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(address));
+  return value;
+}
+
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
@@ -495,11 +504,11 @@ __device__ __forceinline__ void mma0_epilogue(const gemm_bias_relu_params& p, lo
 
 // The same for the fast entry point's staging: the pair, packed, for the caller to store.
 __device__ __forceinline__ unsigned mma0_epilogue_packed(const gemm_bias_relu_params& p, long long row,
-                                                           long long col, float acc_0, float acc_1) {
+                                                           long long col, float acc_0, float acc_1, unsigned staged_C) {
   [[maybe_unused]] const bool both = true;  // the fast entry point: N is even
   const float v1 = p.alpha;
   const float v3 = p.beta;
-  const __half2 v4 = load_pair<false>(p.C + row * p.ld_C + col, both);
+  const __half2 v4 = *reinterpret_cast<const __half2*>(&staged_C);
   const float v4_0 = __low2float(v4);
   const float v4_1 = __high2float(v4);
   const float2 v7 = load_pair<false>(p.bias + col, both);
@@ -544,6 +553,8 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
   const unsigned full = smem_address(smem.mma0_ring_barriers());
   const unsigned empty = full + 8 * kStages;
   const unsigned turn = empty + 8 * kStages;
+  // C's tile has landed in consumer c's output staging once input_full + 8 c completes
+  const unsigned input_full = turn + (kPingpong ? 16 : 0);
   // The copy engine loads A and B unless their rows miss its 16-byte rules (the narrow entry
   // point only; the launchers then leave their maps zero): every producer thread copies then.
   const int a_granule = kNarrow ? copy_granule(p.A, p.ld_A) : 16;
@@ -558,6 +569,8 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       mbarrier_init(turn, 1);
       mbarrier_init(turn + 8, 1);
     }
+    mbarrier_init(input_full, 1);
+    mbarrier_init(input_full + 8, 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -596,11 +609,27 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
   const int tile_step = kPingpong ? 2 * gridDim.x : gridDim.x;
   int it = kPingpong ? consumer * k_tiles : 0;
   int turns = 0;
+  int input_phase = 0;  // the parity input_full + 8 consumer waits for next
   for (int tile = blockIdx.x + (kPingpong ? consumer * gridDim.x : 0); tile < tiles; tile += tile_step) {
     int tile_m, tile_n;
     tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
     const int m0 = tile_m * kTileM;
     const int n0 = tile_n * kTileN;
+    // C's tile into this consumer's output staging by the copy engine, during the mainloop
+    // (the epilogue reads it there, then writes the output over it). Only tiles that leave through
+    // the staging: a tile whose last columns end inside a 16-byte chunk reads C from global memory.
+    if constexpr (!kNarrow) {
+      if (tid % kWarpgroupThreads == 0 && (n0 + kTileN <= N || N % 8 == 0)) {
+        const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
+        bulk_wait_read();  // the copy engine has read this consumer's last tile out of the staging
+        mbarrier_expect_tx(input_full + 8 * consumer, kStagingBytes);
+    #pragma unroll
+        for (int i = 0; i < kFragM; ++i)
+    #pragma unroll
+          for (int box = 0; box < kTileN / 64; ++box)
+            tma_load_box(staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, &maps.C, input_full + 8 * consumer, n0 + box * 64, m0 + row0 + i * 64);
+      }
+    }
     float acc[kFragM][kFragN][4];
 #pragma unroll
     for (int i = 0; i < kFragM; ++i)
@@ -661,8 +690,9 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       // its pairs from registers instead.
       if (n0 + kTileN <= N || N % 8 == 0) {
         const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
-        if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this consumer's last tile
-        warpgroup_barrier(consumer);
+        // C's tile has landed in the staging (loaded once the copy engine had read the last tile out)
+        mbarrier_wait(input_full + 8 * consumer, input_phase);
+        input_phase ^= 1;
       #pragma unroll
         for (int i = 0; i < kFragM; ++i) {
       #pragma unroll
@@ -675,7 +705,9 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       #pragma unroll
             for (int j = 0; j < kFragN; ++j) {
               const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-              pairs[j] = live && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
+              // C's pair from the staging, where this thread then writes the output's
+              const unsigned staged = ld_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64));
+              pairs[j] = live && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1], staged) : 0u;
             }
       #pragma unroll
             for (int j = 0; j < kFragN; ++j) {
@@ -704,7 +736,7 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
             for (int j = 0; j < kFragN; ++j) {
               const int col = n0 + j * 8 + (lane % 4) * 2;
               if (row < M && col < N) {
-                const unsigned pair = mma0_epilogue_packed(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                const unsigned pair = mma0_epilogue_packed(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1], *reinterpret_cast<const unsigned*>(p.C + static_cast<long long>(row) * p.ld_C + col));
                 *reinterpret_cast<unsigned*>(p.D + static_cast<long long>(row) * p.ld_D + col) = pair;
               }
             }
@@ -772,8 +804,8 @@ static const char* narrow_reason(const gemm_bias_relu_params& p) {
   if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_B % 8 != 0) return "the leading dimension of B must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
-  if (reinterpret_cast<unsigned long long>(p.C) % 4 != 0) return "C must be 4-byte aligned: the epilogue reads and writes two adjacent columns at once";
-  if (p.ld_C % 2 != 0) return "the leading dimension of C must be a multiple of 2 elements: the epilogue reads and writes two adjacent columns at once";
+  if (reinterpret_cast<unsigned long long>(p.C) % 16 != 0) return "C must be 16-byte aligned: the copy engine loads it into the output's staging";
+  if (p.ld_C % 8 != 0) return "the leading dimension of C must be a multiple of 8 elements: the copy engine loads it into the output's staging";
   if (reinterpret_cast<unsigned long long>(p.D) % 16 != 0) return "D must be 16-byte aligned: the epilogue writes it in 16-byte chunks of 8 columns";
   if (p.ld_D % 8 != 0) return "the leading dimension of D must be a multiple of 8 elements: the epilogue writes it in 16-byte chunks of 8 columns";
   if (reinterpret_cast<unsigned long long>(p.bias) % 8 != 0) return "bias must be 8-byte aligned: the epilogue reads two adjacent elements at once";
@@ -841,7 +873,7 @@ size_t gemm_bias_relu_workspace_bytes(const gemm_bias_relu_params& p) {
   return 0;
 }
 
-// The tensor maps of A, B and D for the copy engine, through the driver's
+// The tensor maps of A, B, D and C for the copy engine, through the driver's
 // cuTensorMapEncodeTiled (looked up at run time: nothing links against libcuda).
 static cudaError_t gemm_bias_relu_tensor_maps(const gemm_bias_relu_params& p, gemm_bias_relu_kgen::TensorMaps& maps) {
   // Looked up once (a function-local static: thread-safe); nullptr when the driver lacks it.
@@ -899,6 +931,20 @@ static cudaError_t gemm_bias_relu_tensor_maps(const gemm_bias_relu_params& p, ge
         reinterpret_cast<CUtensorMap*>(&maps.D), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
         const_cast<void*>(static_cast<const void*>(p.D)), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  }
+  {  // C: p.M rows of p.N, boxes of 64x64; an empty one is never
+     // read, nor one that misses the copy engine's 16-byte rules (the narrow entry point's)
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.M)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_C) * sizeof(p.C[0])};
+    const cuuint32_t box[2] = {64, 64};
+    const bool unused = dims[0] == 0 || dims[1] == 0 || strides[0] % 16 != 0 ||
+                        reinterpret_cast<unsigned long long>(p.C) % 16 != 0;
+    const CUresult encoded = unused ? CUDA_SUCCESS : encode(
+        reinterpret_cast<CUtensorMap*>(&maps.C), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+        const_cast<void*>(static_cast<const void*>(p.C)), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
   }

@@ -41,7 +41,93 @@ def test_a_lone_16_bit_output_leaves_through_the_copy_engine():
     s = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a").plan.schedule
     assert s.gemms[0].store is StorePath.TMA
     assert [(m.param, m.store, m.box) for m in s.tensor_maps] == [
-        ("A", False, (64, 128)), ("B", False, (64, 256)), ("D", True, (64, 64))]
+        ("A", False, (64, 128)), ("B", False, (64, 256)), ("D", True, (64, 64)),
+        ("C", False, (64, 64))]
+
+
+def _c_kernel(c="f16 row", extra="", epilogue="relu(alpha * acc + beta * C + bias[col])",
+              schedule="", lines="tile 128x256x64  warps 2x4  stages 3", batch=""):
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    dtype, layout = c.split()
+    module = parse(f"""
+kernel k {{
+  target sm_90a
+  {schedule}
+  tensor A : f16[{batch}M, K] row
+  tensor B : f16[{batch}K, N] col
+  tensor C : {dtype}[{batch}M, N] {layout}
+  tensor D : f16[{batch}M, N] row out
+  {extra}
+  vector bias : f32[N]
+  scalar alpha : f32 = 1.5
+  scalar beta : f32 = 0.5
+  gemm g = A @ B accumulate f32 {{
+    {lines}
+    epilogue {{ D = {epilogue} }}
+  }}
+}}""", "k.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def test_c_arrives_by_the_copy_engine_in_the_output_staging():
+    """ReuseSmemC: C's tile lands in D's staging during the mainloop; the epilogue reads it
+    there. Its rows must then be 16-byte aligned for the fast entry point."""
+    built = build(_c_kernel())
+    g = built.plan.schedule.gemms[0]
+    assert g.staged_input == "C" and "staging" in g.why_staged_input
+    (align,) = [a for a in built.plan.alignments if a.param == "C"]
+    assert (align.ptr_bytes, align.ld_multiple) == (16, 8)
+    assert "staging" in align.reason
+    rows = {label: (value, why) for label, value, why in built.plan.schedule.describe()}
+    assert rows["g epilogue input"][0] == "C"
+    src = built.source
+    assert "unsigned staged_C" in src and "&maps.C, input_full + 8 * consumer" in src
+    assert "p.ld_C % 8 != 0" in src  # narrow_reason: an unaligned C runs the narrow entry point
+
+
+@pytest.mark.parametrize("c, why", [
+    ("f32 row", "row-major 16-bit"),
+    ("f16 col", "row-major 16-bit"),
+])
+def test_a_c_the_staging_cannot_take_is_read_from_global_memory(c, why):
+    built = build(_c_kernel(c))
+    g = built.plan.schedule.gemms[0]
+    assert g.staged_input is None and why in g.why_staged_input
+    assert "staged_C" not in built.source
+    assert [m.param for m in built.plan.schedule.tensor_maps] == ["A", "B", "D"]
+
+
+def test_one_input_in_the_staging_the_other_from_global_memory():
+    g = build(_c_kernel(extra="tensor E : bf16[M, N] row",
+                        epilogue="acc + C + E")).plan.schedule.gemms[0]
+    assert g.staged_input == "C" and "E from global memory" in g.why_staged_input
+
+
+def test_no_staged_input_without_the_copy_engine_store():
+    """Two outputs leave as pairs from registers: no staging, so C is read where it lies."""
+    built = build(_c_kernel(extra="tensor E : f16[M, N] row out",
+                            epilogue="acc + C\n E = acc"))
+    g = built.plan.schedule.gemms[0]
+    assert g.store is StorePath.PAIRS and g.staged_input is None
+
+
+@pytest.mark.parametrize("variant", ["pingpong", "batched"])
+def test_staged_c_compiles_without_spills(variant, tmp_path, monkeypatch):
+    from kgen.runtime.nvrtc import compile_cubin, compile_ptx
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    kernel = (_c_kernel(schedule="schedule pingpong", lines="tile 128x128x64  warps 2x4  stages 5")
+              if variant == "pingpong" else _c_kernel(batch="L, "))
+    built = build(kernel)
+    assert built.plan.schedule.gemms[0].staged_input == "C"
+    ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
+    rank = "3d" if variant == "batched" else "2d"
+    assert ptx.count(f"cp.async.bulk.tensor.{rank}.shared::cluster.global") >= 3  # A, B and C
+    result = compile_cubin(built.source, built.plan.name, "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
 
 
 def test_reductions_and_several_outputs_store_pairs_from_registers():
@@ -87,5 +173,5 @@ def test_a_schedule_line_that_cannot_be_served_is_refused_where_it_stands():
 def test_the_cu_launcher_encodes_every_map():
     source = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a").source
     assert "unsigned long long A[16];" in source and "unsigned long long D[16];" in source
-    assert source.count("reinterpret_cast<CUtensorMap*>(&maps.") == 3
+    assert source.count("reinterpret_cast<CUtensorMap*>(&maps.") == 4  # A, B, D and C
     assert "CU_TENSOR_MAP_L2_PROMOTION_L2_256B" in source

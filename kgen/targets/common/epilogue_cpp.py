@@ -116,6 +116,9 @@ class _Renderer:
     # kernel's epilogue also runs in its narrow entry point, where the pair may be unaligned
     # and its second column (`both` false) past the output
     narrow: str | None = None
+    # an input the caller passes in as the function's `unsigned staged_<param>` (its pair, read
+    # from the output's staging in shared memory) instead of a global load
+    staged: str | None = None
     loads: list[str] = field(default_factory=list)
     compute: list[str] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
@@ -147,6 +150,10 @@ class _Renderer:
             return self._pair_load(name, kind.dtype, f"p.{kind.param} + col")
         if isinstance(kind, TensorLoad):
             name, p = self.fresh(), kind.param
+            if p == self.staged:
+                pair = PAIR[kind.dtype][0]
+                return self._pair_load(name, kind.dtype, None,
+                                       f"*reinterpret_cast<const {pair}*>(&staged_{p})")
             if kind.layout is Layout.ROW:
                 return self._pair_load(name, kind.dtype, f"p.{p} + row * p.ld_{p} + col")
             to_float = TO_FLOAT[kind.dtype]
@@ -176,9 +183,13 @@ class _Renderer:
             self.compute.append(f"const float {name}_{j} = {expr_of(j)};")
         return f"{name}_0", f"{name}_1"
 
-    def _pair_load(self, name: str, dtype: DType, address: str) -> tuple[str, str]:
+    def _pair_load(self, name: str, dtype: DType, address: str | None,
+                   value: str | None = None) -> tuple[str, str]:
+        """The pair at `address` in global memory (or the pair `value` already loaded)."""
         pair, low, high, _, _ = PAIR[dtype]
-        if self.narrow is None:
+        if value is not None:
+            self.loads.append(f"const {pair} {name} = {value};")
+        elif self.narrow is None:
             self.loads.append(f"const {pair} {name} = *reinterpret_cast<const {pair}*>({address});")
         else:
             self.loads.append(f"const {pair} {name} = load_pair<{self.narrow}>({address}, both);")
@@ -219,10 +230,12 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
     ]
 
 
-def render(dag: EpilogueDag, narrow: str | None = None) -> EpilogueLines:
+def render(dag: EpilogueDag, narrow: str | None = None,
+           staged: str | None = None) -> EpilogueLines:
     """The C++ lines of `dag`: loads, then compute, then the effects in their order. `narrow`:
-    see _Renderer (the function then takes `bool both`: the pair's second column is in N)."""
-    r = _Renderer(narrow)
+    see _Renderer (the function then takes `bool both`: the pair's second column is in N);
+    `staged`: the input the function takes as `unsigned staged_<param>`."""
+    r = _Renderer(narrow, staged)
     for node in dag.nodes:
         assert node.id == len(r.names), "epilogue nodes out of order"
         r.names.append(r.node(node))

@@ -89,6 +89,7 @@ class Sm90Chain(chain.ChainTarget):
             pingpong=schedule.pingpong,
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
+            staged="",  # a chain's epilogue reads its inputs from global memory
             maps=maps,
             map_steps=tensor_map.steps_lines(maps),
             map_names=tensor_map.names(schedule.tensor_maps) if tma else "",

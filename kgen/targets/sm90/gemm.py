@@ -61,13 +61,31 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
         return head + pairs
     out = g.epilogue.packed_store.param
     batched_out = plan.param(out).batch is not None
+    c = plan.schedule.gemm(g.name).staged_input
+    # the staged input's pair where a tile does not leave through the staging: from global
+    # memory (its rows are 16-byte aligned in the fast entry point)
+    global_staged = (f", *reinterpret_cast<const unsigned*>({params}.{c} + "
+                     f"static_cast<long long>(row) * {params}.ld_{c} + col)" if c else "")
     staged = render_lines("sm90/gemm_tma_store.inc.j2", out=out,
                           staging=f"{g.name}_d_staging", name=g.name, params=params,
                           store_box="tma_store_box_3d" if batched_out else "tma_store_box",
-                          store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "")
+                          store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "",
+                          staged=c or "", global_staged=global_staged)
     return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
             + [f"  {line}" if line else line for line in staged] + ["}"])
+
+
+def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """At each tile's start, before the mainloop: the staged input's load into the output's
+    staging (Schedule: GemmSchedule.staged_input), if any."""
+    c = plan.schedule.gemm(g.name).staged_input
+    if c is None:
+        return []
+    batched = plan.param(c).batch is not None
+    return render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
+                        load_box="tma_load_box_3d" if batched else "tma_load_box",
+                        load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "")
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str) -> str:
@@ -92,8 +110,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     staged = schedule.gemm(g.name).store is StorePath.TMA
     assert schedule.narrow, "a one-gemm kernel has a narrow entry point"
     body = epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="kNarrow"), False)
-    packed = (epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="false"), True)
-              if staged else [])
+    c = schedule.gemm(g.name).staged_input
+    packed = (epilogue_cpp.function_body(
+        epilogue_cpp.render(g.epilogue, narrow="false", staged=c), True) if staged else [])
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
@@ -122,6 +141,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_steps=tensor_map.steps_lines(maps),
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
+        staged=c or "",
+        packed_params=f", unsigned staged_{c}" if c else "",
+        tile_start=tile_start(plan, g),
         reductions=bool(g.epilogue.reductions),
         buffers=buffers,
         storage_asserts=storage_asserts(plan),

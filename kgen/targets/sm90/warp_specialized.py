@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...enums import Layout
 from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandSchedule, Raster,
-                     Schedule, StorePath, TensorMap, WarpRole)
+                     Schedule, StorePath, TensorLoad, TensorMap, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from .tensor_map import STAGING_BOX
@@ -65,8 +66,11 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
     tries = [(0, StorePath.PAIRS, staging)] if staging else [
         (staging_bytes(g, kind), StorePath.TMA, WHY_STAGED),
         (0, StorePath.PAIRS, "the output staging does not fit beside the ring")]
+    staged = staged_input(g)[0] is not None
     for nbytes, store, why_store in tries:
-        storage = draft.place([g], persistent=True, ring_barriers=rings,
+        # a staged input's load completes on one mbarrier per consumer
+        barriers = rings + (CONSUMERS if staged and store is StorePath.TMA else 0)
+        storage = draft.place([g], persistent=True, ring_barriers=barriers,
                               staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0))
         if storage.total_bytes <= storage.limit_bytes:
             break
@@ -154,6 +158,29 @@ def staging_refusal(g: GemmPlan) -> str | None:
     return None
 
 
+def staged_input(g: GemmPlan) -> tuple[str | None, str]:
+    """The epilogue input shaped like the output that the copy engine loads into the output's
+    staging (the seed's ReuseSmemC) with a TMA store, and why; (None, why not) when the
+    epilogue reads its inputs from global memory; (None, "") when it reads none."""
+    loads = list(dict.fromkeys(n.kind.param for n in g.epilogue.nodes
+                               if isinstance(n.kind, TensorLoad)))
+    if not loads:
+        return None, ""
+    kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, TensorLoad)}
+    fits = [p for p in loads if kinds[p].layout is Layout.ROW and kinds[p].dtype.nbytes == 2]
+    if not fits:
+        return None, ("read from global memory: the output's staging takes a row-major 16-bit "
+                      f"input, and {', '.join(loads)} is not")
+    param = fits[0]
+    why = (f"the copy engine loads the tile of {param} into the output's staging (64x64 boxes, "
+           "128-byte swizzle) as the tile's mainloop starts; the epilogue reads it there and "
+           "writes the output over it")
+    rest = [p for p in loads if p != param]
+    if rest:
+        why += f"; {', '.join(rest)} from global memory (the staging holds one input)"
+    return param, why
+
+
 def staging_bytes(g: GemmPlan, kind: KernelKind) -> int:
     """A staging buffer per consumer: its rows of the tile, 16-bit."""
     rows = TILE_M if kind is KernelKind.PINGPONG else TILE_M // CONSUMERS
@@ -168,15 +195,21 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                       why=f"A tiles of {TILE_M}x{k}, loaded by the producer"),
             TensorMap(g.b.param, dtype, g.n_dim, g.k_dim, (k, g.tile[1]),
                       why=f"B tiles of {g.tile[1]}x{k} (K-major), loaded by the producer")]
+    staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if store is StorePath.TMA:
         out = g.epilogue.packed_store.param
         maps.append(TensorMap(out, draft.dtypes[out], g.m_dim, g.n_dim,
                               (STAGING_BOX, STAGING_BOX), store=True,
                               why="the consumers' staging, stored as 64x64 boxes"))
+    if staged is not None:
+        maps.append(TensorMap(staged, draft.dtypes[staged], g.m_dim, g.n_dim,
+                              (STAGING_BOX, STAGING_BOX),
+                              why="loaded into the consumers' staging as 64x64 boxes"))
     gemm = GemmSchedule(
         name=g.name, mma=Mma.WGMMA_SS,
         a=OperandSchedule(LoadPath.TMA, why=WHY_TMA), b=OperandSchedule(LoadPath.TMA, why=WHY_TMA),
-        stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store)
+        stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store,
+        staged_input=staged, why_staged_input=why_staged)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
                     why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)))
