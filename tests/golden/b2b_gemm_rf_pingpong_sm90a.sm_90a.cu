@@ -38,11 +38,12 @@ constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 static_assert(kProducerThreads * kProducerRegisters + 2 * kWarpgroupThreads * kConsumerRegisters <= 65536,
               "the register file of one SM");
-// The copy engine's view of D1: a CUtensorMap (128 opaque bytes) that the launcher
-// encodes for each launch and passes as the kernel's second parameter: 64x64 boxes of 16-bit
-// values, 128-byte swizzle, rows past M clipped.
+// The copy engine's views of A and D1: CUtensorMaps (128 opaque bytes each) that the launcher
+// encodes for each launch and passes as the kernel's second parameter (128-byte swizzle; elements
+// past the matrix load as zeros, rows past M are clipped on stores).
 struct alignas(64) TensorMaps {
-  unsigned long long D1[16];
+  unsigned long long A[16];  // loaded in 64x64 boxes
+  unsigned long long D1[16];  // stored in 64x64 boxes
 };
 constexpr unsigned kStagingBoxBytes = 64 * 64 * 2;  // one box of a warpgroup's staging
 }  // namespace b2b_gemm_rf_pingpong_sm90a_kgen
@@ -314,6 +315,29 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
 __device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// ---- the copy engine's loads into the ring ----
+
+// Makes the mbarrier initializations visible to the copy engine (and the other threads).
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Arrives on `bar` and adds `bytes` to the transactions its current phase waits for.
+__device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// The box of `map` at (col, row) into shared memory at `dst`; its bytes count on `bar`.
+// Elements past the tensor arrive as zeros.
+__device__ __forceinline__ void tma_load_box(unsigned dst, const void* map, unsigned bar, int col,
+                                             int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst), "l"(map), "r"(bar), "r"(col), "r"(row)
+      : "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -478,15 +502,14 @@ __device__ __forceinline__ void load_b_stage(unsigned stage, const __half* src, 
   cp_async_16(stage + (base + 6144), from + 48 * ld, src, row0 + row + 48 < rows ? col_bytes : 0);
 }
 
-// The producer warps (schedule pingpong): every k tile of A for every tile of this CTA, in
-// order, into the ring. Fill f goes to slot f % kStages; from the second round on it waits until
-// the warpgroup that read the slot's last fill has released it. Each producer thread `t` copies
-// its share of the slot and signals the slot's full barrier when its own copies have landed
-// (cp.async.mbarrier.arrive.noinc: the barrier counts the kProducerThreads threads).
-__device__ __forceinline__ void produce_ring(const b2b_gemm_rf_pingpong_sm90a_params& p, SharedStorage& smem, int tiles_m,
-                                             int tiles_n, unsigned full_bar, unsigned empty_bar,
-                                             int t) {
-  const int M = p.M;
+// The producer warpgroup (schedule pingpong): every k tile of A for every tile of this CTA, in
+// order, into the ring, by the copy engine: one thread issues each fill's box. Fill f goes to slot
+// f % kStages; from the second round on it waits until the warpgroup that read the slot's last
+// fill has released it. The slot's full barrier completes when the box's bytes have landed.
+__device__ __forceinline__ void produce_ring(const b2b_gemm_rf_pingpong_sm90a_params& p, const TensorMaps& maps, SharedStorage& smem,
+                                             int tiles_m, int tiles_n, unsigned full_bar,
+                                             unsigned empty_bar, int t) {
+  if (t != 0) return;
   const int K = 576;
   const int k_tiles = (K + kTileK - 1) / kTileK;
   const unsigned a_smem = smem_address(smem.g0_a_smem());
@@ -499,13 +522,10 @@ __device__ __forceinline__ void produce_ring(const b2b_gemm_rf_pingpong_sm90a_pa
     for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
       const int slot = fill % kStages;
       if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);
-      __syncwarp();  // lanes leave the wait apart; cp.async with an L2 policy needs the warp whole
-      load_a_stage(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, kt * kTileK, K, t);
-      cp_async_mbarrier_arrive(full_bar + 8 * slot);
+      mbarrier_expect_tx(full_bar + 8 * slot, kAStageBytes);
+      tma_load_box(a_smem + slot * kAStageBytes, &maps.A, full_bar + 8 * slot, kt * kTileK, m0);
     }
   }
-  cp_async_commit();  // the warps leave only when their last copies have landed
-  cp_async_wait<0>();
 }
 }  // namespace b2b_gemm_rf_pingpong_sm90a_kgen::g0_cfg
 
@@ -573,15 +593,16 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
   const unsigned empty_bar = full_bar + 8 * g0_cfg::kStages;  // then kStages empty ones
   if (tid == 0) {
     for (int s = 0; s < g0_cfg::kStages; ++s) {
-      mbarrier_init(full_bar + 8 * s, kProducerThreads);  // as each one's copies land
+      mbarrier_init(full_bar + 8 * s, 1);  // the box's bytes, announced by the producer's thread
       mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup
     }
+    fence_barrier_init();  // visible to the copy engine
   }
   __syncthreads();  // the barriers are initialized
 
   if (tid >= 2 * kWarpgroupThreads) {  // the producers: A streams in while the consumers wait for B
     setmaxnreg_dec<kProducerRegisters>();
-    g0_cfg::produce_ring(p, smem, tiles_m, tiles_n, full_bar, empty_bar, tid - 2 * kWarpgroupThreads);
+    g0_cfg::produce_ring(p, maps, smem, tiles_m, tiles_n, full_bar, empty_bar, tid - 2 * kWarpgroupThreads);
     return;
   }
   setmaxnreg_inc<kConsumerRegisters>();
@@ -643,7 +664,6 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
       for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
         const int slot = fill % kStages;
         mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);  // the producer's copies landed
-        fence_proxy_async();  // cp.async wrote the slot through the generic proxy; wgmma reads the async one
         const unsigned a_stage = a_smem + slot * kAStageBytes;
         const unsigned b_stage = b_smem + kt * kBStageBytes;
         wgmma_fence();
@@ -830,7 +850,7 @@ size_t b2b_gemm_rf_pingpong_sm90a_workspace_bytes(const b2b_gemm_rf_pingpong_sm9
   return 0;
 }
 
-// The tensor maps of D1 for the copy engine, through the driver's
+// The tensor maps of A and D1 for the copy engine, through the driver's
 // cuTensorMapEncodeTiled (looked up at run time: nothing links against libcuda).
 static cudaError_t b2b_gemm_rf_pingpong_sm90a_tensor_maps(const b2b_gemm_rf_pingpong_sm90a_params& p, b2b_gemm_rf_pingpong_sm90a_kgen::TensorMaps& maps) {
   // Looked up once (a function-local static: thread-safe); nullptr when the driver lacks it.
@@ -849,6 +869,20 @@ static cudaError_t b2b_gemm_rf_pingpong_sm90a_tensor_maps(const b2b_gemm_rf_ping
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint32_t steps[2] = {1, 1};
+  {  // A: p.M rows of 576, boxes of 64x64; an empty one is never
+     // read, nor one that misses the copy engine's 16-byte rules (the narrow entry point's)
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(576), static_cast<cuuint64_t>(p.M)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_A) * sizeof(p.A[0])};
+    const cuuint32_t box[2] = {64, 64};
+    const bool unused = dims[0] == 0 || dims[1] == 0 || strides[0] % 16 != 0 ||
+                        reinterpret_cast<unsigned long long>(p.A) % 16 != 0;
+    const CUresult encoded = unused ? CUDA_SUCCESS : encode(
+        reinterpret_cast<CUtensorMap*>(&maps.A), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+        const_cast<void*>(static_cast<const void*>(p.A)), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  }
   {  // D1: p.M rows of 128, boxes of 64x64; an empty one is never
      // read, nor one that misses the copy engine's 16-byte rules (the narrow entry point's)
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(128), static_cast<cuuint64_t>(p.M)};

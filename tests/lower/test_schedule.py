@@ -184,22 +184,26 @@ def test_pingpong_source_producer_and_consumers():
     assert "setmaxnreg_inc<kConsumerRegisters>();" in src
     producer = src[src.index("void produce_ring("):]
     producer = producer[:producer.index("\n}\n")]
-    order = ["for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)",
+    # one producer thread issues each fill's box of A by the copy engine
+    order = ["if (t != 0) return;",
+             "for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x)",
              "if (fill >= kStages) mbarrier_wait(empty_bar + 8 * slot, (fill / kStages - 1) & 1);",
-             "__syncwarp();", "load_a_stage(a_smem + slot * kAStageBytes, p.A, p.ld_A, m0, M, "
-             "kt * kTileK, K, t);", "cp_async_mbarrier_arrive(full_bar + 8 * slot);",
-             "cp_async_wait<0>();"]
+             "mbarrier_expect_tx(full_bar + 8 * slot, kAStageBytes);",
+             "tma_load_box(a_smem + slot * kAStageBytes, &maps.A, full_bar + 8 * slot, "
+             "kt * kTileK, m0);"]
     assert in_order(producer, order)
+    assert "cp_async" not in producer
     kernel_body = src[src.index("extern \"C\" __global__"):src.index("// Host launcher")]
-    order = ["mbarrier_init(full_bar + 8 * s, kProducerThreads);",
-             "mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);", "__syncthreads();",
-             "if (tid >= 2 * kWarpgroupThreads) {", "produce_ring(", "tid - 2 * kWarpgroupThreads);",
-             "return;",
+    order = ["mbarrier_init(full_bar + 8 * s, 1);",
+             "mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);", "fence_barrier_init();",
+             "__syncthreads();",
+             "if (tid >= 2 * kWarpgroupThreads) {", "produce_ring(p, maps, smem,",
+             "tid - 2 * kWarpgroupThreads);", "return;",
              "g0_cfg::load_b_stage(", "consumer_barrier();",
              "for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; "
              "tile += 2 * gridDim.x, local += 2) {",
              "int fill = local * k_tiles;", "mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);",
-             "fence_proxy_async();", "wgmma_commit();", "wgmma_wait<0>();",
+             "wgmma_commit();", "wgmma_wait<0>();",
              "mbarrier_arrive(empty_bar + 8 * slot);",
              "// ---- g1 = g0 @ B1",
              # D1 through the copy engine: wait until the last tile's boxes were read, stage,
@@ -220,13 +224,15 @@ def test_pingpong_source_producer_and_consumers():
     assert "cp_async_16_evict_first" not in src and "cp_async_16(stage + base, from" in src
     assert ("pp(const __grid_constant__ pp_params p, const __grid_constant__ "
             "pp_kgen::TensorMaps maps)") in src
-    assert "struct alignas(64) TensorMaps {\n  unsigned long long D1[16];\n};" in src
+    assert ("struct alignas(64) TensorMaps {\n  unsigned long long A[16];  // loaded in 64x64 "
+            "boxes\n  unsigned long long D1[16];  // stored in 64x64 boxes\n};") in src
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint" in src
     # the launcher encodes D1's map (rows M, 128 columns, 64x64 boxes, 128-byte swizzle) and
     # passes it after the params
     host = src[src.index("// Host launcher"):]
     order = ["#include <cudaTypedefs.h>", "static cudaError_t pp_tensor_maps(const pp_params& p, "
              "pp_kgen::TensorMaps& maps) {", "cuTensorMapEncodeTiled",
+             "reinterpret_cast<CUtensorMap*>(&maps.A)",
              "const cuuint64_t dims[2] = {static_cast<cuuint64_t>(128), "
              "static_cast<cuuint64_t>(p.M)};",
              "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "CU_TENSOR_MAP_SWIZZLE_128B",
@@ -240,7 +246,7 @@ def test_pingpong_source_producer_and_consumers():
     assert "__syncthreads" not in loop and "cp_async" not in loop  # consumers wait on mbarriers
     assert "const int warp_m = math_warp / kWarpsN;" in loop
     assert re.search(r"bar\.sync 1, %0;.*\"n\"\(2 \* kWarpgroupThreads\)", src)
-    assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in src
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in src
     assert "static_assert(kThreads == 2 * kWarpgroupThreads + kProducerThreads" in src
     assert "constexpr int kProducerThreads = 128;" in src
 
@@ -278,12 +284,15 @@ def test_pingpong_examples_schedule(name):
         ("producer", 4, 1, 40), ("consumer", 4, 2, 232)]
     assert s.threads == 384
     assert [gemm_row(g) for g in s.gemms] == [
-        ("g0", Mma.WGMMA_SS, LoadPath.CP_ASYNC_RING, CachePolicy.NORMAL, LoadPath.RESIDENT,
+        ("g0", Mma.WGMMA_SS, LoadPath.TMA, CachePolicy.NORMAL, LoadPath.RESIDENT,
          StorePath.FEED),
         ("g1", Mma.WGMMA_RS, LoadPath.CHAINED_REGISTERS, CachePolicy.NORMAL, LoadPath.RESIDENT,
          StorePath.TMA)]
     dtype = ir.DType.BF16 if "bf16" in name else ir.DType.F16
     assert (s.tma_output.param, s.tma_output.dtype) == ("D1", dtype)
+    # the producer's ring of A by the copy engine: 64x64 boxes (tile K x tile M)
+    assert [(m.param, m.store, m.box) for m in s.tensor_maps] == [
+        ("A", False, (64, 64)), ("D1", True, (64, 64))]
     assert not s.quad_stores and not s.mma_sync
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import GemmPlan, KernelPlan
+from ...plan import GemmPlan, KernelPlan, LoadPath
 from ..common import batch, chain
 from ..common.chain_mainloop import block, cfg, function_level, resident_loads, wide_store_lines
 from ..common.operands import dim_expr, load_args, operand
@@ -43,7 +43,7 @@ class Sm90Chain(chain.ChainTarget):
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         a, b = operand(g.a, "a"), operand(g.b, "b")
         if plan.schedule.pingpong:  # the producer warps load the ring (produce_ring)
-            text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b)
+            text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b, tma_a=tma_ring(plan))
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
                           ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
@@ -71,12 +71,18 @@ class Sm90Chain(chain.ChainTarget):
         if not plan.schedule.pingpong:
             return super().first_gemm_functions(plan, g)
         a = g.a.param
+        batched = plan.param(a).batch is not None
         producer_a = (f"at_batch(p, tile / (tiles_m * tiles_n)).{a}"
-                      if plan.param(a).batch is not None else f"p.{a}")  # the tile's batch
+                      if batched else f"p.{a}")  # the tile's batch
+        ring_box = "a_smem + slot * kAStageBytes, &maps.{a}, full_bar + 8 * slot, kt * kTileK, m0"
+        tma_load = (f"tma_load_box_3d({ring_box.format(a=a)}, "
+                    f"map_batch(p.batch_{a}, tile / (tiles_m * tiles_n)));" if batched
+                    else f"tma_load_box({ring_box.format(a=a)});")
         return render(
             "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
             m_expr=dim_expr(g.m_dim), k_expr=dim_expr(g.k_dim),
             load_args=load_args(g.a, "a", "m0", "kt"), producer_a=producer_a,
+            tma_a=tma_ring(plan), tma_load=tma_load,
             times_batches=batch.chain_values(plan)["times_batches"]).rstrip("\n").split("\n")
 
     def template_values(self, plan: KernelPlan) -> dict:
@@ -92,7 +98,8 @@ class Sm90Chain(chain.ChainTarget):
             staged="",  # a chain's epilogue reads its inputs from global memory
             maps=maps,
             map_steps=tensor_map.steps_lines(maps),
-            map_names=tensor_map.names(schedule.tensor_maps) if tma else "",
+            map_names=tensor_map.names(schedule.tensor_maps) if maps else "",
+            tma_a=tma_ring(plan),
             producer_threads=first.producer_threads,
             producer_registers=(schedule.role("producer").registers
                                 if schedule.pingpong else 0),
@@ -145,6 +152,11 @@ def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
                         store_batch=f", map_batch(p.batch_{out}, batch)" if batched else "")
 
 
+def tma_ring(plan: KernelPlan) -> bool:
+    """The copy engine fills the first gemm's ring of A (the ping-pong chain's producer)."""
+    return plan.schedule.pingpong and plan.schedule.gemms[0].a.load is LoadPath.TMA
+
+
 def wgmma_outs(n: int, acc: str = "acc[0]") -> str:
     """The asm outputs of a warp's m64nNk16 accumulators, in the m16n8 layout `acc`[j][e]."""
     return ", ".join(f'"+f"({acc}[{j}][{e}])' for j in range(n // 8) for e in range(4))
@@ -157,6 +169,6 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
         resident_loads=block(resident_loads(plan)), stages=block(stages),
-        tma_store=plan.schedule.tma_output is not None,
+        tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         times_batches=batch.chain_values(plan)["times_batches"],
         tile_batch=batch.tile_batch(plan, "tile")))

@@ -24,8 +24,11 @@ phase parity tells only two rounds apart).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ...enums import Residency
-from ...plan import GemmPlan, KernelKind, Mma, OperandPlan, StorePath, TensorMap, WarpRole
+from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
+                     StorePath, TensorMap, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from . import warp_specialized
@@ -80,6 +83,11 @@ def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     return None
 
 
+WHY_TMA_A = ("the copy engine: one producer thread issues each k tile's box into the ring (the "
+             "128-byte swizzle wgmma reads), the slot's full mbarrier counts its bytes; the "
+             "consumer warpgroup frees the slot through its empty one")
+
+
 def _refused(reason: str, site: Site | None = None) -> Candidate:
     return Candidate(KernelKind.PINGPONG, False, reason, site)
 
@@ -131,11 +139,18 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         last_store = StorePath.TMA, ("the copy engine stores each consumer's staged tile (beat "
                                      "16-byte stores from registers on an H200)")
     out = last.epilogue.packed_store.param if not tma else None
+    a_map = TensorMap(first.a.param, first.a.dtype, first.m_dim, first.k_dim,
+                      (first.tile[2], first.tile[0]),
+                      why=f"{first.a.param} tiles of {first.tile[0]}x{first.tile[2]}, loaded by "
+                      "the producer into the ring")
     schedule = common.build(
         draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
         roles=ROLES, why_kind="schedule pingpong: producer warps fill the ring, two consumer "
         "warpgroups take alternate tiles",
-        tensor_maps=(output_map(last, draft.dtypes[out]),) if out else ())
+        tensor_maps=(a_map,) + ((output_map(last, draft.dtypes[out]),) if out else ()))
+    # the ring of A by the copy engine: one producer thread issues each k tile's box
+    ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
+    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:])
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
 
