@@ -14,16 +14,18 @@ for step in $steps; do
       timeout 200 python3 -m pytest tests/gpu/test_mn_major_gpu.py -q -p no:cacheprovider -m gpu \
         -x 2>&1 | tee "$OUT/pytest_mn_major.log" | tail -25 ;;
     sanitize)
-      for ex in "examples/gemm_b_row.kg --arch sm_90a" "bench/kernels/gemm_a_col_b_row_sm90a.kg"; do
-        for sizes in M=1000,N=1000,K=1000 M=17,N=999,K=33; do
-          for tool in memcheck racecheck synccheck; do
-            timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -m kgen run \
-              $ex --size "$sizes" >/tmp/san.log 2>&1
-            rc=$?
-            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/san.log | tail -1)
-            verdict=$(grep -E "^(PASS|FAIL)" /tmp/san.log | tail -1)
-            echo "$ex $sizes $tool exit=$rc $verdict $summary" | tee -a "$OUT/sanitize_mn_major.log"
-          done
+      # (kernel, sizes): both operands MN-major through the copy engine; B MN-major through
+      # the narrow entry point (odd N and K)
+      for case in "bench/kernels/gemm_a_col_b_row_sm90a.kg M=1000,N=1000,K=200" \
+                  "examples/gemm_b_row.kg --arch sm_90a M=17,N=999,K=33"; do
+        ex=${case% *}; sizes=${case##* }
+        for tool in memcheck racecheck synccheck; do
+          timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 -m kgen run \
+            $ex --size "$sizes" >/tmp/san.log 2>&1
+          rc=$?
+          summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/san.log | tail -1)
+          verdict=$(grep -E "^(PASS|FAIL)" /tmp/san.log | tail -1)
+          echo "$ex $sizes $tool exit=$rc $verdict $summary" | tee -a "$OUT/sanitize_mn_major.log"
         done
       done ;;
     bench)
