@@ -93,6 +93,10 @@ class OperandSchedule:
     load: LoadPath
     cache: CachePolicy = CachePolicy.NORMAL
     why: str = ""
+    # TMA loads for wgmma: the operand's stage is MN-major (M or N contiguous: a column-major A,
+    # a row-major B), boxes of 64 M (or N) elements by the k tile, which wgmma reads transposed
+    # (imm-trans-a / imm-trans-b); False: K-major, 128-byte rows along K
+    mn_major: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +256,9 @@ class Schedule:
             rows.append((f"{g.name} mma", g.mma.value, g.why_mma))
             for which, op in (("A", g.a), ("B", g.b)):
                 cache = "" if op.cache is CachePolicy.NORMAL else f", L2 {op.cache.value}"
-                rows.append((f"{g.name} {which}", op.load.value + cache, op.why))
+                major = ("" if op.load is not LoadPath.TMA
+                         else ", MN-major" if op.mn_major else ", K-major")
+                rows.append((f"{g.name} {which}", op.load.value + major + cache, op.why))
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
             if g.why_staged_input:

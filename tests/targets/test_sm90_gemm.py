@@ -146,7 +146,7 @@ def test_pingpong_on_request():
 
 
 @pytest.mark.parametrize("change, reason", [
-    (dict(a_layout=ir.Layout.COL), "K-major operands"),
+    (dict(b_layout=ir.Layout.ROW, tile=(128, 32, 64), warps=(4, 2)), "multiple of 64"),
     (dict(tile=(64, 128, 64), warps=(2, 2)), "128-row tile"),
     (dict(tile=(128, 128, 32)), "128-byte k tiles"),
     (dict(warps=(2, 2), tile=(128, 128, 64)), "8 math warps"),

@@ -2,7 +2,9 @@
 warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
 
     one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
-              tiles, then 128x128x64. A fixed K of at most 1024 puts ping-pong 128x128x64 first:
+              tiles, then 128x128x64, for every operand layout (an MN-major A or B, i.e. a
+              column-major A or a row-major B, loads by 64-column boxes: each tile N here is a
+              multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md).
     chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps

@@ -88,12 +88,30 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
                         load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "")
 
 
-def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str) -> str:
-    """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one)."""
-    head = (f"{ring} + s * {stage_bytes}, &maps.{operand}, full + 8 * s, kt * kTileK, {row}")
+def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
+              mn_major: bool = False, extent: str = "") -> str:
+    """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one): one
+    box K-major; MN-major, `extent` / 64 boxes of 64 M (or N) columns by the k tile's rows."""
+    dst, coords = f"{ring} + s * {stage_bytes}", f"kt * kTileK, {row}"
+    if mn_major:
+        dst, coords = f"{dst} + j * kMnBoxBytes", f"{row} + 64 * j, kt * kTileK"
+    head = f"{dst}, &maps.{operand}, full + 8 * s, {coords}"
     if plan.param(operand).batch is None:
-        return f"tma_load_box({head});"
-    return f"tma_load_box_3d({head}, map_batch(p.batch_{operand}, batch));"
+        load = f"tma_load_box({head});"
+    else:
+        load = f"tma_load_box_3d({head}, map_batch(p.batch_{operand}, batch));"
+    if not mn_major:
+        return load
+    return f"for (int j = 0; j < {extent} / 64; ++j) {load}"
+
+
+def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
+    """The wgmma descriptor of k16 step kk of an operand's stage (`rows`: the offset of its m64
+    half). K-major: 16 elements (32 bytes) along the 128-byte rows; MN-major: 16 rows of 128
+    bytes (two 8-row swizzle atoms)."""
+    if mn_major:
+        return f"smem_descriptor_mn({stage}{rows} + 16 * 128 * kk)"
+    return f"smem_descriptor({stage}{rows} + 32 * kk)"
 
 
 def _pitch(plan: KernelPlan, operand: str) -> str:
@@ -120,6 +138,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     batched = batch.batched(plan)
     maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
     n = g.tile[1]
+    a_mn, b_mn = schedule.gemm(g.name).a.mn_major, schedule.gemm(g.name).b.mn_major
+    majors = {(False, False): "A and B K-major", (True, True): "A and B MN-major (transposed)",
+              (True, False): "A MN-major (transposed), B K-major",
+              (False, True): "A K-major, B MN-major (transposed)"}[(a_mn, b_mn)]
     return render(
         "sm90/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
@@ -180,8 +202,20 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
-        a_load=_tma_load(plan, g.a.param, "a_ring", "kAStageBytes", "tile_m * kTileM"),
-        b_load=_tma_load(plan, g.b.param, "b_ring", "kBStageBytes", "tile_n * kTileN"),
+        a_load=_tma_load(plan, g.a.param, "a_ring", "kAStageBytes", "tile_m * kTileM", a_mn,
+                         "kTileM"),
+        b_load=_tma_load(plan, g.b.param, "b_ring", "kBStageBytes", "tile_n * kTileN", b_mn,
+                         "kTileN"),
+        a_mn=a_mn, b_mn=b_mn,
+        mn_descriptor=a_mn or b_mn,
+        wgmma_trans=f"{int(a_mn)}, {int(b_mn)}",
+        wgmma_majors=majors,
+        a_descriptor=_descriptor(a_mn, "a_stage", " + i * 64 * 128"),
+        b_descriptor=_descriptor(b_mn, "b_stage"),
+        k_step_note=("k16 step kk is 32 bytes along the 128-byte rows" if not (a_mn or b_mn)
+                     else "k16 step kk: " + "; ".join(
+                         f"{w} {'2048 bytes on (16 rows)' if mn else '32 bytes on'}"
+                         for w, mn in (("A", a_mn), ("B", b_mn)))),
         host_batches=batch.host_lines(plan),
         host_tiles=batch.grid_count(plan, "tiles_m * tiles_n"),
     )

@@ -15,18 +15,21 @@
                  runs while the other multiplies, their mainloops ordered by two turn mbarriers
 
 CTAs are persistent (min(tiles, SMs) of them) and walk the tiles in groups of 8 tile rows (L2
-reuse of the B tiles). The rules, each refusal with its reason and where it points: one gemm,
-A row-major and B column-major (both K-major), 128-byte k tiles, a 128-row tile, 8 math warps
-(the two consumer warpgroups), tile N a multiple of 8 up to 256 (128 for ping-pong: a consumer
-holds 128 x N accumulators), no reductions with ping-pong, and the buffers within the budget.
+reuse of the B tiles). Each operand is K-major (A row-major, B column-major: 128-byte rows along
+K) or MN-major (A column-major, B row-major: 128-byte rows along M or N, boxes of 64 of them per
+k tile, read by wgmma transposed). The rules, each refusal with its reason and where it points:
+one gemm, 128-byte k tiles, a 128-row tile, 8 math warps (the two consumer warpgroups), tile N a
+multiple of 8 up to 256 (128 for ping-pong: a consumer holds 128 x N accumulators) and of 64
+for an MN-major B, no reductions with ping-pong, and the buffers within the budget.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from ...enums import Layout
-from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandSchedule, Raster,
-                     Schedule, StorePath, TensorLoad, TensorMap, WarpRole)
+from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandPlan,
+                     OperandSchedule, Raster, Schedule, StorePath, TensorLoad, TensorMap,
+                     WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from .tensor_map import STAGING_BOX
@@ -37,6 +40,7 @@ PRODUCER_REGISTERS = 40  # one thread issues every copy
 CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
 TILE_M = 128
 STAGE_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary
+MN_BOX = 64  # an MN-major operand's box: 64 M (or N) elements (128 bytes) by the k tile
 ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
          WarpRole("consumer", 4, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 WHY_KIND = {
@@ -105,9 +109,6 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     g = draft.gemms[0].plan
     if g.chain is not None or g.a is None:
         return "its A is not a tensor parameter", None
-    if not (g.a.k_major and g.b.k_major):
-        return (f"TMA with wgmma is planned for K-major operands (A row-major, B column-major); "
-                f"{g.a.param if not g.a.k_major else g.b.param} is not", Site("gemm", 0))
     if g.a.dtype is not g.b.dtype or g.a.dtype.nbytes != 2:
         return "wgmma here takes f16 or bf16 A and B of one type", Site("gemm", 0)
     if g.tile[2] * g.a.dtype.nbytes != 128:
@@ -124,6 +125,10 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
         return (f"tile N a multiple of 8 up to {widest}, not {g.tile[1]}"
                 + (" (a ping-pong consumer holds 128 x N accumulators)" if widest == 128 else ""),
                 Site("tile", 0))
+    if not g.b.k_major and g.tile[1] % MN_BOX:
+        return (f"{g.b.param} is MN-major (row-major): its k tile arrives as boxes of {MN_BOX} "
+                f"columns (128 bytes, the swizzle's width), so tile N must be a multiple of "
+                f"{MN_BOX}, not {g.tile[1]}", Site("tile", 0))
     if kind is KernelKind.PINGPONG and g.epilogue.reductions:
         return ("reductions run on the cooperative schedule (a tile's rows shared by both "
                 "consumers' warps)", Site("schedule"))
@@ -187,14 +192,39 @@ def staging_bytes(g: GemmPlan, kind: KernelKind) -> int:
     return CONSUMERS * rows * g.tile[1] * 2
 
 
+def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int) -> TensorMap:
+    """The producer's map of one operand's k tiles (`extent` rows or columns of M or N). K-major:
+    rows along M (or N), K contiguous, one box of extent x k. MN-major: rows along K, M (or N)
+    contiguous, boxes of 64 x k: a 128-byte row is the widest the 128-byte swizzle takes, so a
+    k tile arrives as extent / 64 boxes."""
+    if op.k_major:
+        return TensorMap(op.param, op.dtype, mn_dim, k_dim, (k, extent),
+                         why=f"{which} tiles of {extent}x{k} (K-major), loaded by the producer")
+    axis = "M" if which == "A" else "N"
+    return TensorMap(op.param, op.dtype, k_dim, mn_dim, (MN_BOX, k),
+                     why=f"{which} tiles of {extent}x{k} (MN-major), loaded by the producer as "
+                     f"{extent // MN_BOX} boxes of {MN_BOX} {axis} x {k} k")
+
+
+def operand_schedule(op: OperandPlan, which: str, extent: int) -> OperandSchedule:
+    """The TMA ring's load of one operand, K-major or MN-major (as the parameter is stored)."""
+    if op.k_major:
+        storage = "row-major" if which == "A" else "column-major"
+        why = (f"K-major ({op.param} is {storage}): 128-byte rows along K, one {extent}x64 box "
+               "per k tile, wgmma reads it as is; ")
+        return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA)
+    storage, axis = ("column-major", "M") if which == "A" else ("row-major", "N")
+    why = (f"MN-major ({op.param} is {storage}): 128-byte rows along {axis}, {extent // MN_BOX} "
+           f"boxes of {MN_BOX} {axis} x 64 k per k tile, wgmma reads it transposed "
+           f"(imm-trans-{which.lower()}); ")
+    return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA, mn_major=True)
+
+
 def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
           why_store: str) -> Schedule:
-    dtype = g.a.dtype
     k = g.tile[2]
-    maps = [TensorMap(g.a.param, dtype, g.m_dim, g.k_dim, (k, TILE_M),
-                      why=f"A tiles of {TILE_M}x{k}, loaded by the producer"),
-            TensorMap(g.b.param, dtype, g.n_dim, g.k_dim, (k, g.tile[1]),
-                      why=f"B tiles of {g.tile[1]}x{k} (K-major), loaded by the producer")]
+    maps = [operand_map(g.a, "A", TILE_M, g.m_dim, g.k_dim, k),
+            operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k)]
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if store is StorePath.TMA:
         out = g.epilogue.packed_store.param
@@ -207,7 +237,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                               why="loaded into the consumers' staging as 64x64 boxes"))
     gemm = GemmSchedule(
         name=g.name, mma=Mma.WGMMA_SS,
-        a=OperandSchedule(LoadPath.TMA, why=WHY_TMA), b=OperandSchedule(LoadPath.TMA, why=WHY_TMA),
+        a=operand_schedule(g.a, "A", TILE_M), b=operand_schedule(g.b, "B", g.tile[1]),
         stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store,
         staged_input=staged, why_staged_input=why_staged)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
