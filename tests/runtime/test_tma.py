@@ -1,4 +1,4 @@
-"""kgen/runtime/tma.py: which numbers a TMA-store plan's tensor map is encoded from. The
+"""kgen/runtime/tma.py: which numbers a TMA plan's tensor maps are encoded from. The
 encoding itself needs the driver: the GPU tests run the ping-pong examples through it."""
 from __future__ import annotations
 
@@ -20,17 +20,19 @@ def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
     plan = build_file(EXAMPLES / f"{example}.kg", "sm_90a").plan
     out = plan.schedule.tma_output
     assert (out.param, out.dtype, out.store) == ("D1", dtype, True)
-    assert [m.param for m in plan.schedule.tensor_maps] == ["D1"]
+    assert [m.param for m in plan.schedule.tensor_maps] == ["A", "D1"]
     calls = []
     monkeypatch.setattr(tma, "encode_2d", lambda *args: calls.append(args) or b"m" * 128)
-    values = {"A": 0x1000, "D1": 0x7f0000200000, "M": 81921, "ld_D1": 136}
+    values = {"A": 0x1000, "D1": 0x7f0000200000, "M": 81921, "ld_A": 584, "ld_D1": 136}
     keys = tma.maps_args(plan, values, {"M": 81921})
-    assert tma.encode(keys) == b"m" * 128
+    assert tma.encode(keys) == b"m" * 256
+    # A is f16/bf16[M, 576] row, loaded by the producer in 64x64 boxes with L2 promotion;
     # D1 is f16/bf16[M, 128] row: 81921 rows of 128 columns, rows 136 elements apart, in
     # 64x64 boxes, without L2 promotion (a store)
-    assert calls == [(dtype, 0x7f0000200000, 81921, 128, 136, (64, 64), "NONE")]
+    assert calls == [(dtype, 0x1000, 81921, 576, 584, (64, 64), "L2_256B"),
+                     (dtype, 0x7f0000200000, 81921, 128, 136, (64, 64), "NONE")]
     # the runtime keys its cache of encoded maps on the same numbers
-    assert keys == (calls[0],)
+    assert keys == tuple(calls)
 
 
 def test_only_a_tma_store_plan_has_a_map():
