@@ -362,10 +362,6 @@ __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(2 + warpgroup), "n"(kWarpgroupThreads) : "memory");
 }
 
-__device__ __forceinline__ void st_shared_b32(unsigned address, unsigned value) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-
 // Byte offset of (row, col) in a 64x64 box of 16-bit values with the 128-byte swizzle (the box
 // starts on a 1024-byte boundary): row r is the 128 bytes at 128 r, its 16-byte chunk c sits at
 // chunk c ^ (r % 8).
@@ -382,6 +378,15 @@ __device__ __forceinline__ void tma_store_box(const void* map, unsigned box, int
       "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
       "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], policy;\n"
       "}\n" ::"l"(map), "r"(box), "r"(col), "r"(row) : "memory");
+}
+
+// Four 8x8 pieces of 16-bit values to shared memory: lane l gives the address of row l % 8 of
+// piece l / 8, and holds pieces[q] = (row l / 4, columns 2 (l % 4), + 1) of piece q. Volatile, so
+// it stays between the barriers that order the staging, but with no memory clobber, so the
+// epilogue's global loads may move ahead of it.
+__device__ __forceinline__ void stmatrix_x4(unsigned address, const unsigned (&pieces)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(pieces[0]), "r"(pieces[1]), "r"(pieces[2]), "r"(pieces[3]));
 }
 
 __device__ __forceinline__ void bulk_commit() {
@@ -633,25 +638,26 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
         const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
         if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this consumer's last tile
         warpgroup_barrier(consumer);
+        // Per 16 columns, this warp's four 8x8 pieces (its rows 0-7 and 8-15 of two n8 column groups)
+        // as one stmatrix: piece q is rows 8 (q % 2) on of column group 2 jj + q / 2, and lane l gives
+        // the address of row l % 8 of piece l / 8. The registers hold the pairs mma's layout puts there.
       #pragma unroll
         for (int i = 0; i < kFragM; ++i) {
+          const int r = i * 64 + warp * 16 + lane / 4;  // this thread's first row in this consumer's rows
+          const bool live[2] = {m0 + row0 + r < M, m0 + row0 + r + 8 < M};  // the epilogue may read row-indexed inputs
+          const int piece_row = i * 64 + warp * 16 + 8 * (lane / 8 % 2) + lane % 8;
       #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = i * 64 + warp * 16 + lane / 4 + 8 * h;  // row in this consumer's rows
-            const bool live = m0 + row0 + r < M;  // the epilogue may read row-indexed inputs
-            // the row's pairs first, then their stores: the epilogue's global loads all issue before
-            // the first shared store (a compiler barrier) instead of one round trip per pair
-            unsigned pairs[kFragN];
+          for (int jj = 0; jj < kFragN / 2; ++jj) {
+            const int piece_col = (2 * jj + lane / 16) * 8;
+            const unsigned at = staging + (i * (kTileN / 64) + piece_col / 64) * kStagingBoxBytes + staging_offset(piece_row % 64, piece_col % 64);
+            unsigned pairs[4];
       #pragma unroll
-            for (int j = 0; j < kFragN; ++j) {
+            for (int q = 0; q < 4; ++q) {
+              const int j = 2 * jj + q / 2, h = q % 2;
               const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-              pairs[j] = live && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
+              pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
             }
-      #pragma unroll
-            for (int j = 0; j < kFragN; ++j) {
-              const int c = j * 8 + (lane % 4) * 2;
-              st_shared_b32(staging + (i * (kTileN / 64) + c / 64) * kStagingBoxBytes + staging_offset(r % 64, c % 64), pairs[j]);
-            }
+            stmatrix_x4(at, pairs);
           }
         }
         fence_proxy_async();  // written through the generic proxy, read by the copy engine

@@ -163,6 +163,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_steps=tensor_map.steps_lines(maps),
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
+        stmatrix=staged,  # the staging written by stmatrix
         staged=c or "",
         packed_params=f", unsigned staged_{c}" if c else "",
         tile_start=tile_start(plan, g),
