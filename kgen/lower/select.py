@@ -36,7 +36,15 @@ def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *
         dtypes={p.name: p.dtype for p in kernel.params},
         place=place,
         split_k=kernel.gemms[0].split.count if kernel.gemms and kernel.gemms[0].split else 1,
+        cluster=_cluster(kernel),
+        cluster_written=bool(kernel.gemms) and kernel.gemms[0].cluster is not None,
     )
+
+
+def _cluster(kernel: ir.Kernel) -> tuple[int, int]:
+    """The first gemm's `cluster MxN` (1x1 where the source leaves it out)."""
+    c = kernel.gemms[0].cluster if kernel.gemms else None
+    return (c.m, c.n) if c is not None else (1, 1)
 
 
 def check_request(kernel: ir.Kernel, tgt: Target) -> None:
@@ -98,4 +106,5 @@ def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:
     g = kernel.gemms[site.gemm]
     return {"gemm": g.loc, "resident": g.resident_loc or g.loc, "warps": g.warps.loc,
             "tile": g.tile.loc, "stages": g.stages.loc,
-            "split": g.split.loc if g.split is not None else g.loc}[site.what]
+            "split": g.split.loc if g.split is not None else g.loc,
+            "cluster": g.cluster.loc if g.cluster is not None else g.loc}[site.what]

@@ -70,12 +70,72 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
             + [f"  {line}" if line else line for line in staged] + ["}"])
 
 
-def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str) -> str:
-    """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one)."""
+def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
+              multicast: str = "") -> str:
+    """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one);
+    `multicast`: the CTA mask it is written to (every CTA of the cluster)."""
     head = (f"{ring} + s * {stage_bytes}, &maps.{operand}, full + 8 * s, kt * kTileK, {row}")
-    if plan.param(operand).batch is None:
-        return f"tma_load_box({head});"
-    return f"tma_load_box_3d({head}, map_batch(p.batch_{operand}, batch));"
+    rank3 = plan.param(operand).batch is not None
+    suffix = "_multicast" if multicast else ""
+    tail = f", {multicast}" if multicast else ""
+    if not rank3:
+        return f"tma_load_box{suffix}({head}{tail});"
+    return f"tma_load_box_3d{suffix}({head}, map_batch(p.batch_{operand}, batch){tail});"
+
+
+def _loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: str, first: str,
+           shared: bool) -> list[str]:
+    """The producer's loads of one operand's k tile: one box, or for the operand a cluster
+    shares, this CTA's half multicast to every CTA (the narrow entry point, without a cluster,
+    loads both halves itself)."""
+    if not shared:
+        return [_tma_load(plan, operand, ring, stage_bytes, first)]
+    half_bytes, half_rows = f"{stage_bytes} / 2", f"{rows} / 2"
+    mask = f"0x{(1 << plan.schedule.cluster_size) - 1:x}"
+    return ["if constexpr (kNarrow) {  // no cluster: both halves of the tile",
+            "  " + _tma_load(plan, operand, ring, stage_bytes, first),
+            "  " + _tma_load(plan, operand, f"{ring} + {half_bytes}", stage_bytes,
+                             f"{first} + {half_rows}"),
+            "} else {  // this CTA's half, into every CTA of the cluster",
+            "  " + _tma_load(plan, operand, f"{ring} + rank * ({half_bytes})", stage_bytes,
+                             f"{first} + rank * ({half_rows})", mask),
+            "}"]
+
+
+def cluster_values(plan: KernelPlan) -> dict:
+    """What the template prints about clusters: the walk over cluster tiles (the plain walk
+    over tiles without one) and the slots' release."""
+    schedule = plan.schedule
+    batched = batch.batched(plan)
+    tile_batch = ["const int batch = tile / (tiles_m * tiles_n);"] if batched else []
+    tile_in_batch = "tile % (tiles_m * tiles_n)" if batched else "tile"
+    if schedule.cluster_size == 1:
+        return dict(walk_tiles="tiles", walk="walk" if batched else "tiles",
+                    walk_first="blockIdx.x", walk_step="gridDim.x", walk_batch=tile_batch,
+                    walk_in_batch=tile_in_batch, walk_dims="tiles_m, tiles_n", cluster_tile=[],
+                    release="mbarrier_arrive", tile_batch=tile_batch,
+                    tile_in_batch=tile_in_batch)
+    cm, cn = schedule.cluster
+    along, count = ("m", "kCtasM") if cm > 1 else ("n", "kCtasN")
+    shared = {"a": "A (the same tile rows)", "b": "B (the same tile columns)"}[schedule.multicast]
+    return dict(
+        cluster_m=cm, cluster_n=cn,
+        cluster_note=f"they share {shared}, each CTA loading half of it for both",
+        walk_tiles="cluster_tiles", walk="walk" if batched else "cluster_tiles",
+        walk_first="cluster_id", walk_step="clusters",
+        walk_batch=["const int batch = tile / cluster_tiles;"] if batched else [],
+        walk_in_batch="tile % cluster_tiles" if batched else "tile",
+        walk_dims="cluster_tiles_m, cluster_tiles_n",
+        cluster_tile=[f"tile_{along} = tile_{along} * {count} + rank;  // this CTA's tile of "
+                      "the cluster's (past M or N: its loads read zeros, it stores nothing)"],
+        release="release_slot<kNarrow>", tile_batch=tile_batch, tile_in_batch=tile_in_batch)
+
+
+def _in_range(lines: list[str]) -> list[str]:
+    """The epilogue of a tile that lies past M or N is skipped: a cluster's other CTA reaches
+    it when the tiles do not divide into whole cluster tiles."""
+    return (["if (tile_m < tiles_m && tile_n < tiles_n) {  // past M or N: nothing to store"]
+            + [f"  {line}" if line else line for line in lines] + ["}"])
 
 
 def _pitch(plan: KernelPlan, operand: str) -> str:
@@ -101,6 +161,12 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     batched = batch.batched(plan)
     maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
     n = g.tile[1]
+    clusters = cluster_values(plan)
+    multicast = schedule.multicast
+    loop = epilogue_loop(plan, g)
+    host_cluster_tiles = batch.grid_count(
+        plan, f"((tiles_m + {plan.name}_kgen::kClusterM - 1) / {plan.name}_kgen::kClusterM) * "
+        f"((tiles_n + {plan.name}_kgen::kClusterN - 1) / {plan.name}_kgen::kClusterN)")
     return render(
         "sm90/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
@@ -136,7 +202,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         epilogue=body,
         packed_epilogue=packed,
         epilogue_params=sm80_epilogue.epilogue_params(g),
-        epilogue_loop=epilogue_loop(plan, g),
+        epilogue_loop=_in_range(loop) if schedule.cluster_size > 1 else loop,
         init_kernel=sm80_epilogue.init_kernel(plan)
         + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=sm80_epilogue.host_init_lines(plan),
@@ -152,14 +218,15 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         host_checks=host_checks(plan),
         batched=batched,
         batches=batch.batch_count(plan),
-        walk="walk" if batched else "tiles",
-        tile_batch=["const int batch = tile / (tiles_m * tiles_n);"] if batched else [],
-        tile_in_batch="tile % (tiles_m * tiles_n)" if batched else "tile",
+        **clusters,
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
-        a_load=_tma_load(plan, g.a.param, "a_ring", "kAStageBytes", "tile_m * kTileM"),
-        b_load=_tma_load(plan, g.b.param, "b_ring", "kBStageBytes", "tile_n * kTileN"),
+        a_load=_loads(plan, g.a.param, "a_ring", "kAStageBytes", "kTileM", "tile_m * kTileM",
+                      multicast == "a"),
+        b_load=_loads(plan, g.b.param, "b_ring", "kBStageBytes", "kTileN", "tile_n * kTileN",
+                      multicast == "b"),
+        host_cluster_tiles=host_cluster_tiles,
         host_batches=batch.host_lines(plan),
         host_tiles=batch.grid_count(plan, "tiles_m * tiles_n"),
     )

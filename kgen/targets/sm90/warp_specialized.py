@@ -15,7 +15,10 @@
                  runs while the other multiplies, their mainloops ordered by two turn mbarriers
 
 CTAs are persistent (min(tiles, SMs) of them) and walk the tiles in groups of 8 tile rows (L2
-reuse of the B tiles). The rules, each refusal with its reason and where it points: one gemm,
+reuse of the B tiles). `cluster 2x1` (or 1x2) launches them in thread-block clusters of two
+that walk cluster tiles of 2x1 (1x2) output tiles, the operand both tiles read (B, or A) loaded
+half by each CTA and multicast to both (LoadPath.TMA_MULTICAST); the narrow entry point runs
+without clusters. The rules, each refusal with its reason and where it points: one gemm,
 A row-major and B column-major (both K-major), 128-byte k tiles, a 128-row tile, 8 math warps
 (the two consumer warpgroups), tile N a multiple of 8 up to 256 (128 for ping-pong: a consumer
 holds 128 x N accumulators), no reductions with ping-pong, and the buffers within the budget.
@@ -49,6 +52,16 @@ WHY_MMA = ("wgmma m64nNk16 from shared-memory descriptors (128-byte swizzle, the
            "one group in flight while the next is issued")
 WHY_TMA = ("the copy engine: one thread issues each k tile's box, the full mbarrier counts its "
            "bytes; the consumers free the slot through the empty one")
+WHY_MULTICAST = ("the copy engine, shared by the cluster's two CTAs: each loads half of the tile's "
+                 "rows and multicasts it to both; a CTA's full mbarrier counts the whole stage, "
+                 "and a slot is refilled once the consumers of both CTAs released it")
+WHY_CLUSTER = {
+    (2, 1): ("two CTAs on vertically adjacent tiles (the same tile columns) share B: each loads "
+             "its own A and half of B, multicast to both, halving B's L2 reads"),
+    (1, 2): ("two CTAs on horizontally adjacent tiles (the same tile rows) share A: each loads "
+             "its own B and half of A, multicast to both, halving A's L2 reads"),
+    (1, 1): "one CTA per cluster (the line's own choice): every CTA loads its own A and B",
+}
 WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
               "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
               "tile's mainloop")
@@ -125,6 +138,10 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                 "consumers' warps)", Site("schedule"))
     if g.stages < 2:
         return "a ring of at least 2 stages", Site("stages", 0)
+    if draft.cluster == (2, 1) and g.tile[1] % 16:
+        return (f"cluster 2x1 multicasts B in two halves of tile N / 2 rows, each a whole "
+                f"number of the 128-byte swizzle's 8-row atoms: tile N a multiple of 16, not "
+                f"{g.tile[1]}", Site("cluster", 0))
     return None
 
 
@@ -164,19 +181,31 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
           why_store: str) -> Schedule:
     dtype = g.a.dtype
     k = g.tile[2]
-    maps = [TensorMap(g.a.param, dtype, g.m_dim, g.k_dim, (k, TILE_M),
-                      why=f"A tiles of {TILE_M}x{k}, loaded by the producer"),
-            TensorMap(g.b.param, dtype, g.n_dim, g.k_dim, (k, g.tile[1]),
-                      why=f"B tiles of {g.tile[1]}x{k} (K-major), loaded by the producer")]
+    cluster = draft.cluster
+    # the shared operand's box is half its tile's rows: each CTA of the cluster loads one half
+    a_rows = TILE_M // cluster[1]
+    b_rows = g.tile[1] // cluster[0]
+    maps = [TensorMap(g.a.param, dtype, g.m_dim, g.k_dim, (k, a_rows),
+                      why=f"A tiles of {TILE_M}x{k}, loaded by the producer" + (
+                          f" in two boxes of {a_rows} rows, one per CTA of the cluster, "
+                          "multicast" if a_rows != TILE_M else "")),
+            TensorMap(g.b.param, dtype, g.n_dim, g.k_dim, (k, b_rows),
+                      why=f"B tiles of {g.tile[1]}x{k} (K-major), loaded by the producer" + (
+                          f" in two boxes of {b_rows} rows, one per CTA of the cluster, "
+                          "multicast" if b_rows != g.tile[1] else ""))]
     if store is StorePath.TMA:
         out = g.epilogue.packed_store.param
         maps.append(TensorMap(out, draft.dtypes[out], g.m_dim, g.n_dim,
                               (STAGING_BOX, STAGING_BOX), store=True,
                               why="the consumers' staging, stored as 64x64 boxes"))
+    shared = {"a": cluster[1] > 1, "b": cluster[0] > 1}
+    a, b = (OperandSchedule(LoadPath.TMA_MULTICAST, why=WHY_MULTICAST) if shared[which]
+            else OperandSchedule(LoadPath.TMA, why=WHY_TMA) for which in ("a", "b"))
     gemm = GemmSchedule(
-        name=g.name, mma=Mma.WGMMA_SS,
-        a=OperandSchedule(LoadPath.TMA, why=WHY_TMA), b=OperandSchedule(LoadPath.TMA, why=WHY_TMA),
+        name=g.name, mma=Mma.WGMMA_SS, a=a, b=b,
         stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)))
+                    why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
+                    cluster=cluster,
+                    why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "")
