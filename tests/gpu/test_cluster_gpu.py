@@ -179,7 +179,7 @@ def test_the_cu_launcher_runs_clusters(tmp_path):
         main.write_text(_LAUNCH_MAIN.replace("NAME", name))
         exe = tmp_path / f"main_{name}"
         r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "-o", str(exe), str(main),
-                            str(tmp_path / f"{name}.cu"), "-lcuda"],
+                            "-lcuda"],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
