@@ -52,6 +52,10 @@ def check_request(kernel: ir.Kernel, tgt: Target) -> None:
     refusal = refuse_request(draft(kernel, tgt))
     if refusal is not None:
         raise KgenError(locate(kernel, refusal.site), refusal.reason)
+    cluster = kernel.gemms[0].cluster if kernel.gemms else None
+    if cluster is not None and not tgt.tma:  # verified for the kernel's target, lowered for this
+        raise KgenError(cluster.loc, "cluster needs target sm_90a (thread-block clusters and the "
+                        f"copy engine's multicast); this kernel is lowered for {tgt.arch.value}")
 
 
 def listed(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
