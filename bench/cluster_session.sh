@@ -42,7 +42,7 @@ for step in $steps; do
           --size M=300,N=520,K=136 > /tmp/san.log 2>&1
         rc=$?
         echo "cluster $c $tool exit=$rc $(grep -E '^(PASS|FAIL)' /tmp/san.log | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
-        [ $rc -ne 0 ] && tail -30 /tmp/san.log
+        if [ $rc -ne 0 ]; then tail -30 /tmp/san.log; fi
       done
     done 2>&1 | tee "$LOGS/sanitize.log" ;;
   bench)
