@@ -223,6 +223,21 @@ class SplitK:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterShape:
+    """`cluster MxN` (sm_90a, the warp-specialized kernel): M x N CTAs of a thread-block
+    cluster take adjacent output tiles (M along M, N along N) and share the operand those tiles
+    have in common through the copy engine's multicast: 2x1 shares B, 1x2 shares A."""
+
+    m: int
+    n: int
+    loc: SourceLoc = _loc()
+
+    @property
+    def size(self) -> int:
+        return self.m * self.n
+
+
+@dataclass(frozen=True, slots=True)
 class OperandRef:
     """A gemm operand: a tensor parameter, or an earlier gemm stage (chaining)."""
 
@@ -233,7 +248,7 @@ class OperandRef:
 @dataclass(frozen=True, slots=True)
 class Gemm:
     """`gemm name = a @ b accumulate acc_dtype { tile ... warps ... stages ... epilogue {...} }`.
-    Every schedule line is optional: None (and `resident` False, `split` None) leaves it to
+    Every schedule line is optional: None (and `resident` False, `split` and `cluster` None) leaves it to
     kgen's builder (kgen/lower/builder.py), which fills it for the target."""
 
     name: str
@@ -251,6 +266,7 @@ class Gemm:
     resident_loc: SourceLoc | None = None
     loc: SourceLoc = _loc()
     split: SplitK | None = None  # `split S` (None: the whole K in one CTA)
+    cluster: ClusterShape | None = None  # `cluster MxN` (None: the builder's choice, 1x1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -318,6 +318,10 @@ class ToIR(ExpressionRules):
         count = checked_int(number.text, "split", MAX_SETTING, number.loc)
         return _Setting("split", ir.SplitK(count, self._loc(meta)), self._loc(meta))
 
+    def cluster(self, meta, children):
+        m, n = self._sizes(children[0], "cluster", ("M", "N"), "two counts MxN")
+        return _Setting("cluster", ir.ClusterShape(m, n, self._loc(meta)), self._loc(meta))
+
     def residency(self, meta, children):
         return Residency(str(children[0]))
 
@@ -414,6 +418,7 @@ class ToIR(ExpressionRules):
             resident_loc=resident.loc if resident is not None else None,
             loc=decl.loc,
             split=_value(decl.settings.get("split")),
+            cluster=_value(decl.settings.get("cluster")),
         )
 
     # -- phases and storage ----------------------------------------------------------------------

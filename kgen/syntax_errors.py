@@ -27,7 +27,7 @@ _DECLARATIONS = (
     "storage",
 )
 # `keep B resident` starts as keep
-_SETTINGS = ("tile", "warps", "stages", "split", "keep", "epilogue")
+_SETTINGS = ("tile", "warps", "stages", "split", "cluster", "keep", "epilogue")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
 

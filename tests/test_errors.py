@@ -104,7 +104,8 @@ CASES: list[tuple[str, str]] = [
     ),
     (
         src(settings="tile 128x128x32 warps 2x2 stages 3 D = acc"),
-        "t.kg:10:40: error: expected a setting (tile, warps, stages, split, keep or epilogue) or "
+        "t.kg:10:40: error: expected a setting (tile, warps, stages, split, cluster, keep or "
+        "epilogue) or "
         "'}', "
         "found 'D'",
     ),
@@ -427,6 +428,26 @@ CASES: list[tuple[str, str]] = [
     (
         src(extra=("vector v : f32[N] col",)),
         "t.kg:9:21: error: only tensors have a layout; 'v' is a vector",
+    ),
+    # -- clusters -------------------------------------------------------------------------------
+    (
+        src(settings="tile 128x128x32 warps 2x2 stages 3 cluster 2x1"),
+        "t.kg:10:40: error: cluster needs target sm_90a (thread-block clusters and the copy "
+        "engine's multicast); this kernel targets sm_80",
+    ),
+    (
+        src(target="target sm_90a", settings="cluster 3x1"),
+        "t.kg:10:5: error: cluster 3x1 is not a cluster kgen runs; write 1x1, 2x1 (two CTAs on "
+        "adjacent tile rows share B) or 1x2 (two CTAs on adjacent tile columns share A)",
+    ),
+    (
+        src(target="target sm_90a", settings="cluster 2x2x1"),
+        "t.kg:10:13: error: cluster needs two counts MxN, got 2x2x1",
+    ),
+    (
+        src(target="target sm_90a", settings="split 2 cluster 1x2"),
+        "t.kg:10:13: error: cluster with split 2: split-K runs on the tiled kernel, clusters on "
+        "the warp-specialized one",
     ),
 ]
 

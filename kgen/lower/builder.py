@@ -2,7 +2,7 @@
 does from dtypes, layouts and the target's limits.
 
 Every schedule line is optional: `tile`, `warps`, `stages`, `keep registers|smem`, `keep B
-resident`, `split` in a gemm, `schedule` in the kernel. The target lists configurations for the
+resident`, `split`, `cluster` in a gemm, `schedule` in the kernel. The target lists configurations for the
 kernel's gemms, best first (kgen/targets/<arch>/configs.py, from the gemms' dtypes, layouts and
 fixed sizes); the builder fills each one into the lines the source left out, never into a line it
 wrote, lowers the result, and takes the first that plans. A line the source writes therefore
@@ -82,6 +82,8 @@ def _fill_gemm(g: ir.Gemm, c: GemmConfig, why: str, chosen: list[LineChoice]) ->
         changes["resident_loc"] = g.loc
     if g.split is None and c.split > 1:
         take("split", ir.SplitK(c.split, loc=g.loc), f"split {c.split}")
+    if g.cluster is None and c.cluster != (1, 1):
+        take("cluster", ir.ClusterShape(*c.cluster, loc=g.loc), f"{c.cluster[0]}x{c.cluster[1]}")
     return dataclasses.replace(g, **changes)
 
 

@@ -36,7 +36,15 @@ def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *
         dtypes={p.name: p.dtype for p in kernel.params},
         place=place,
         split_k=kernel.gemms[0].split.count if kernel.gemms and kernel.gemms[0].split else 1,
+        cluster=_cluster(kernel),
+        cluster_written=bool(kernel.gemms) and kernel.gemms[0].cluster is not None,
     )
+
+
+def _cluster(kernel: ir.Kernel) -> tuple[int, int]:
+    """The first gemm's `cluster MxN` (1x1 where the source leaves it out)."""
+    c = kernel.gemms[0].cluster if kernel.gemms else None
+    return (c.m, c.n) if c is not None else (1, 1)
 
 
 def check_request(kernel: ir.Kernel, tgt: Target) -> None:
@@ -44,6 +52,10 @@ def check_request(kernel: ir.Kernel, tgt: Target) -> None:
     refusal = refuse_request(draft(kernel, tgt))
     if refusal is not None:
         raise KgenError(locate(kernel, refusal.site), refusal.reason)
+    cluster = kernel.gemms[0].cluster if kernel.gemms else None
+    if cluster is not None and not tgt.tma:  # verified for the kernel's target, lowered for this
+        raise KgenError(cluster.loc, "cluster needs target sm_90a (thread-block clusters and the "
+                        f"copy engine's multicast); this kernel is lowered for {tgt.arch.value}")
 
 
 def listed(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
@@ -98,4 +110,5 @@ def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:
     g = kernel.gemms[site.gemm]
     return {"gemm": g.loc, "resident": g.resident_loc or g.loc, "warps": g.warps.loc,
             "tile": g.tile.loc, "stages": g.stages.loc,
-            "split": g.split.loc if g.split is not None else g.loc}[site.what]
+            "split": g.split.loc if g.split is not None else g.loc,
+            "cluster": g.cluster.loc if g.cluster is not None else g.loc}[site.what]

@@ -45,7 +45,8 @@ class LoadPath(enum.Enum):
     CHAINED_SMEM = "previous gemm, shared memory"  # written by the source's epilogue
     TMA = "TMA ring"  # the copy engine fills a ring of stages, each slot guarded by a full and
     # an empty mbarrier (the kernel's tensor maps)
-    TMA_MULTICAST = "TMA multicast"  # the same, shared across a cluster (not planned yet)
+    TMA_MULTICAST = "TMA multicast"  # the same, shared across a cluster: each CTA loads a
+    # part of the tile and the copy engine writes it into every CTA of the cluster
 
 
 class CachePolicy(enum.Enum):
@@ -171,6 +172,23 @@ class Schedule:
     # builder tried before the one it took, each with its refusal: (label, reason)
     chosen: tuple[LineChoice, ...] = ()
     untaken: tuple[tuple[str, str], ...] = ()
+    # `cluster MxN` (the warp-specialized kernel): M x N CTAs of a thread-block cluster on
+    # adjacent output tiles, the operand they share multicast (Schedule.multicast)
+    cluster: tuple[int, int] = (1, 1)
+    why_cluster: str = ""
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster[0] * self.cluster[1]
+
+    @property
+    def multicast(self) -> str | None:
+        """The first gemm's operand the cluster's CTAs share ("a" or "b"), or None."""
+        if not self.gemms:
+            return None
+        g = self.gemms[0]
+        return next((which for which, op in (("a", g.a), ("b", g.b))
+                     if op.load is LoadPath.TMA_MULTICAST), None)
 
     @property
     def threads(self) -> int:
@@ -190,7 +208,8 @@ class Schedule:
     @property
     def tma_loads(self) -> bool:
         """The copy engine fills the first gemm's ring (A and B by tensor maps)."""
-        return bool(self.gemms) and self.gemms[0].a.load is LoadPath.TMA
+        return bool(self.gemms) and self.gemms[0].a.load in (LoadPath.TMA,
+                                                              LoadPath.TMA_MULTICAST)
 
     @property
     def staged_inputs(self) -> tuple[str, ...]:
@@ -252,6 +271,8 @@ class Schedule:
         rows.append(("raster", f"group_m {self.raster.group_m} along {self.raster.along}",
                      "consecutive CTAs share the B tiles they stream through L2"))
         rows.append(("min blocks per SM", str(self.min_blocks_per_sm), "__launch_bounds__"))
+        if self.cluster_size > 1 or self.why_cluster:
+            rows.append(("cluster", f"{self.cluster[0]}x{self.cluster[1]}", self.why_cluster))
         for g in self.gemms:
             rows.append((f"{g.name} mma", g.mma.value, g.why_mma))
             for which, op in (("A", g.a), ("B", g.b)):

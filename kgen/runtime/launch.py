@@ -102,6 +102,7 @@ def bind_arguments(
     device_id: int | None = None,
     device_of=None,
     persistent_ctas: int | None = None,
+    persistent_clusters: int | None = None,
 ) -> BoundArguments:
     """Check `args` against the kernel's parameters and compute the params-struct values.
 
@@ -111,7 +112,8 @@ def bind_arguments(
     leading dimension, a tensor on another device than `device_id`, a size above 2**30-1 or
     not a multiple the plan's `dim_rules` ask for; the alignment and size rules only where the
     plan has no narrow entry point (`narrow` then says why it runs). `persistent_ctas` caps the grid of a
-    persistent plan (the device's SM count x resident CTAs per SM; see plan.grid).
+    persistent plan (the device's SM count x resident CTAs per SM; see plan.grid), and
+    `persistent_clusters` that of a plan on clusters (its fast entry point; plan.cluster_grid).
     """
     params = {p.name: p for p in plan.params}
     unknown = [name for name in args if name not in params]
@@ -197,6 +199,8 @@ def bind_arguments(
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved, persistent_ctas)
+    if plan.schedule.cluster_size > 1 and not narrow:
+        grid = plan.cluster_grid(resolved, persistent_clusters)
     tiles = plan.grid(resolved)[0]  # every tile of every batch: the kernel's int tile index
     if tiles > MAX_GRID:
         shown = ", ".join(f"{dim}={extent}" for dim, extent in resolved.items())
@@ -447,6 +451,35 @@ class CompiledKernel:
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             )
             self.persistent_ctas = info.sm_count * max(int(per_sm), 1)
+        # On clusters (the fast entry point only): as many clusters as fit at once.
+        self.persistent_clusters = None
+        if plan.schedule.cluster_size > 1:
+            self.persistent_clusters = int(check(
+                driver.cuOccupancyMaxActiveClusters(self._function, self._cluster_config(
+                    plan.schedule.cluster_size, 0)),
+                "cuOccupancyMaxActiveClusters"))
+            if self.persistent_clusters < 1:
+                raise KgenRuntimeError(
+                    f"{plan.name}: no cluster of {plan.schedule.cluster_size} CTAs with "
+                    f"{plan.smem_bytes} B of shared memory each fits on {info.name}")
+
+    def _cluster_config(self, ctas: int, stream: int):
+        """A launch of `ctas` CTAs of the fast entry point, in clusters of the plan's size."""
+        from cuda.bindings import driver
+
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x = self.plan.schedule.cluster_size  # consecutive CTAs
+        attribute.value.clusterDim.y = 1
+        attribute.value.clusterDim.z = 1
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = ctas, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.plan.schedule.threads, 1, 1
+        config.sharedMemBytes = self.plan.smem_bytes
+        config.hStream = driver.CUstream(stream)
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        return config
 
     def _helper_function(self, name: str | None):
         if name is None:
@@ -541,7 +574,8 @@ class CompiledKernel:
 
     def bind(self, sizes: Mapping[str, int] | None = None, **args) -> BoundArguments:
         return bind_arguments(self.plan, args, sizes=sizes, device_id=self.device_id,
-                              persistent_ctas=self.persistent_ctas)
+                              persistent_ctas=self.persistent_ctas,
+                              persistent_clusters=self.persistent_clusters)
 
     def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
         """Check the arguments and launch (asynchronously). Outputs not given are allocated,
@@ -604,10 +638,14 @@ class CompiledKernel:
                                 pointers, stream)
         gx, gy, gz = bound.grid
         function = self._narrow_function if bound.narrow else self._function
-        (err,) = driver.cuLaunchKernel(
-            function, gx, gy, gz, self.plan.schedule.threads, 1, 1, self.plan.smem_bytes,
-            driver.CUstream(stream), ctypes.addressof(pointers), 0,
-        )
+        if self.plan.schedule.cluster_size > 1 and not bound.narrow:
+            (err,) = driver.cuLaunchKernelEx(self._cluster_config(gx, stream), function,
+                                             ctypes.addressof(pointers), 0)
+        else:
+            (err,) = driver.cuLaunchKernel(
+                function, gx, gy, gz, self.plan.schedule.threads, 1, 1, self.plan.smem_bytes,
+                driver.CUstream(stream), ctypes.addressof(pointers), 0,
+            )
         if err != driver.CUresult.CUDA_SUCCESS:
             entry = self.plan.narrow_kernel if bound.narrow else self.plan.name
             raise KgenRuntimeError(

@@ -96,7 +96,8 @@ class GemmDraft:
 @dataclass(frozen=True, slots=True)
 class Site:
     """Where a refusal points in the source: the kernel's `schedule` line, or gemm number
-    `gemm`'s own line ("gemm") or one of its clauses ("tile", "warps", "stages", "resident")."""
+    `gemm`'s own line ("gemm") or one of its clauses ("tile", "warps", "stages", "resident",
+    "split", "cluster")."""
 
     what: str
     gemm: int | None = None
@@ -115,6 +116,8 @@ class ScheduleDraft:
     # place(gemm plans, persistent=, resident=, ring_barriers=, staging=(bytes, align))
     place: Callable[..., StoragePlan] | None = None
     split_k: int = 1  # `split S` on the (one) gemm: S CTAs per output tile along K
+    cluster: tuple[int, int] = (1, 1)  # `cluster MxN` on the (one) gemm
+    cluster_written: bool = False  # the source writes the line (1x1 included)
 
     @property
     def resident(self) -> bool:
@@ -172,6 +175,7 @@ class GemmConfig:
     keep: Residency | None = None
     resident: bool = False
     split: int = 1
+    cluster: tuple[int, int] = (1, 1)  # `cluster MxN` (1x1: the line is left to the builder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +195,7 @@ class Config:
         for g in self.gemms:
             text = f"{'x'.join(map(str, g.tile))} w{g.warps[0]}x{g.warps[1]} s{g.stages}"
             text += f" split {g.split}" if g.split > 1 else ""
+            text += f" cluster {g.cluster[0]}x{g.cluster[1]}" if g.cluster != (1, 1) else ""
             text += f" {g.keep.value}" if g.keep is not None else ""
             text += " resident" if g.resident else ""
             parts.append(text)

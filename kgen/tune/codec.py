@@ -2,7 +2,8 @@
 
     {"schedule": "pingpong" | null, "why": "...",
      "gemms": [{"tile": [128, 256, 64], "warps": [2, 4], "stages": 4,
-                "keep": "registers" | "smem" | null, "resident": false, "split": 1}]}
+                "keep": "registers" | "smem" | null, "resident": false, "split": 1,
+                "cluster": [1, 1]}]}
 
 `config_from_json` refuses anything else with ValueError (a cache file from another kgen, or
 edited by hand, is then ignored by the reader rather than half-used).
@@ -14,6 +15,7 @@ from typing import Any
 from ..enums import Residency
 from ..plan import KernelKind
 from ..targets import Config, GemmConfig
+from ..verify.gemms import CLUSTERS
 
 
 def config_to_json(config: Config) -> dict[str, Any]:
@@ -27,6 +29,7 @@ def config_to_json(config: Config) -> dict[str, Any]:
             "keep": g.keep.value if g.keep is not None else None,
             "resident": g.resident,
             "split": g.split,
+            "cluster": list(g.cluster),
         } for g in config.gemms],
     }
 
@@ -58,7 +61,15 @@ def _gemm_from_json(data: Any) -> GemmConfig:
         keep=Residency(keep) if keep is not None else None,
         resident=resident,
         split=_positive(data.get("split", 1), "split"),
+        cluster=_cluster(data.get("cluster", [1, 1])),
     )
+
+
+def _cluster(value: Any) -> tuple[int, int]:
+    shape = _ints(value, 2, "cluster")
+    if shape not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {[list(c) for c in CLUSTERS]}, got {value!r}")
+    return shape
 
 
 def config_from_json(data: Any) -> Config:

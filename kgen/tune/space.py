@@ -1,6 +1,7 @@
 """The search space of `kgen tune`: the target's configurations filled into the schedule lines a
 kernel leaves out (kgen/lower/builder.py's `listed`, the tuner's wide list, with the runtime sizes
-so that split-K joins where the output tiles leave SMs idle), each lowered and emitted.
+so that split-K joins where the output tiles leave SMs idle; on sm_90a the warp-specialized
+configurations also with clusters 2x1 and 1x2), each lowered and emitted.
 
 A configuration that does not plan is skipped with the lowering's reason; one whose emitted
 source equals an earlier one's (two configurations that differ only in lines the source writes,
@@ -70,7 +71,9 @@ def applied(kernel: ir.Kernel) -> Config:
     """The schedule lines of a kernel that writes tile, warps and stages, as a Config."""
     gemms = tuple(GemmConfig((g.tile.m, g.tile.n, g.tile.k), (g.warps.m, g.warps.n),
                              g.stages.count, keep=g.keep, resident=g.resident,
-                             split=g.split.count if g.split is not None else 1)
+                             split=g.split.count if g.split is not None else 1,
+                             cluster=(g.cluster.m, g.cluster.n) if g.cluster is not None
+                             else (1, 1))
                   for g in kernel.gemms)
     schedule = KernelKind(kernel.schedule.value) if kernel.schedule is not None else None
     return Config(gemms, schedule)
@@ -78,9 +81,10 @@ def applied(kernel: ir.Kernel) -> Config:
 
 def free_lines(kernel: ir.Kernel) -> ir.Kernel:
     """The kernel with every schedule line left out: tile, warps, stages, keep, resident,
-    split in each gemm, and the kernel's schedule."""
+    split, cluster in each gemm, and the kernel's schedule."""
     gemms = tuple(dataclasses.replace(g, tile=None, warps=None, stages=None, keep=None,
-                                      resident=False, resident_loc=None, split=None)
+                                      resident=False, resident_loc=None, split=None,
+                                      cluster=None)
                   for g in kernel.gemms)
     return dataclasses.replace(kernel, gemms=gemms, schedule=None)
 

@@ -21,8 +21,9 @@ from .. import ir
 from ..errors import KgenRuntimeError, SourceLoc
 from ..plan import LineChoice
 
-# the order of a gemm's lines: one line of tile, warps, stages and split, then keep, resident
-_FIRST_LINE = ("tile", "warps", "stages", "split")
+# the order of a gemm's lines: one line of tile, warps, stages, split and cluster, then keep,
+# resident
+_FIRST_LINE = ("tile", "warps", "stages", "split", "cluster")
 _OWN_LINES = ("keep", "resident")
 _KEEP = re.compile(r"\bkeep\s+(?:\w+\s+in\s+)?(?:registers|smem)\b")
 
@@ -122,7 +123,7 @@ def _keep_span(t: _Text, gemm: ir.Gemm) -> tuple[int, int] | None:
 def _written(t: _Text, kernel: ir.Kernel, gemm: ir.Gemm) -> dict[str, tuple[int, int]]:
     """The schedule settings the source writes in `gemm`: kind -> span."""
     spans: dict[str, tuple[int, int]] = {}
-    for what in ("tile", "warps", "stages", "split"):
+    for what in _FIRST_LINE:
         setting = getattr(gemm, what)
         if setting is not None:
             spans[what] = t.span(setting.loc)

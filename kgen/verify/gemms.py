@@ -45,6 +45,7 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
             )
     check_settings(state, g)
     check_split(state, g)
+    check_cluster(state, g)
 
     a_loc = first_located(g.a.loc, loc)
     b_loc = first_located(g.b.loc, loc)
@@ -145,6 +146,34 @@ def check_split(state: KernelState, g: ir.Gemm) -> None:
         raise KgenError(loc, "split with epilogue reductions is not supported by this kgen "
                              "version yet: the partial sums meet in a second kernel, which has "
                              "no reductions")
+
+
+CLUSTERS = ((1, 1), (2, 1), (1, 2))  # `cluster MxN`: the shapes the warp-specialized kernel runs
+
+
+def check_cluster(state: KernelState, g: ir.Gemm) -> None:
+    """`cluster MxN`: 1x1, 2x1 or 1x2, on sm_90a, in a kernel of one gemm that is not split
+    along K. Whether the kernel it runs on is the warp-specialized one is the lowering's to
+    say (kgen/targets/sm90/warp_specialized.py)."""
+    if g.cluster is None:
+        return
+    if not isinstance(g.cluster, ir.ClusterShape):
+        raise KgenError(g.loc, f"gemm '{g.name}': cluster must be a kgen.ir.ClusterShape or None")
+    loc = first_located(g.cluster.loc, g.loc)
+    shape = (g.cluster.m, g.cluster.n)
+    if shape not in CLUSTERS:
+        raise KgenError(loc, f"cluster {shown(g.cluster.m)}x{shown(g.cluster.n)} is not a "
+                             "cluster kgen runs; write 1x1, 2x1 (two CTAs on adjacent tile rows "
+                             "share B) or 1x2 (two CTAs on adjacent tile columns share A)")
+    if not state.target.tma:
+        raise KgenError(loc, "cluster needs target sm_90a (thread-block clusters and the copy "
+                             f"engine's multicast); this kernel targets {state.target.arch.value}")
+    if len(state.kernel.gemms) > 1:
+        raise KgenError(loc, "cluster applies to a kernel of one gemm (the warp-specialized "
+                             "kernel); a chain runs one CTA per tile group")
+    if g.split is not None and g.split.count > 1:
+        raise KgenError(loc, f"cluster with split {g.split.count}: split-K runs on the tiled "
+                             "kernel, clusters on the warp-specialized one")
 
 
 def operand_param(state: KernelState, g: ir.Gemm, ref: ir.OperandRef, which: str, loc) -> ir.Param:

@@ -54,6 +54,7 @@ def template_values(plan: KernelPlan) -> dict:
         workspace_body=workspace_body(plan),
         narrow_checks=narrow_checks(plan),
         narrow_kernel=plan.narrow_kernel,
+        cluster=plan.schedule.cluster_size > 1,  # the fast entry point runs in clusters
     )
 
 

@@ -6,13 +6,16 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
               column-major A or a row-major B, loads by 64-column boxes: each tile N here is a
               multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
-              (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md).
+              (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md). The
+              tuner's wide list adds each of them on clusters of 2x1 and 1x2 CTAs (the builder
+              keeps 1x1).
     chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps
               streaming A through a ring of at least k tiles + 1 slots), then the resident
               wgmma chain on 128-row tiles, then the sm_80 chains.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from ...enums import Residency
@@ -29,6 +32,9 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
 SMALL_K = 1024
+CLUSTERS = ((2, 1), (1, 2))  # the tuner's clusters beside 1x1 (the builder keeps 1x1)
+WHY_CLUSTER = {(2, 1): "cluster 2x1: two CTAs on adjacent tile rows share B by multicast",
+               (1, 2): "cluster 1x2: two CTAs on adjacent tile columns share A by multicast"}
 WHY_COOPERATIVE = ("the cooperative warp-specialized kernel: TMA ring, two consumer warpgroups "
                    "on wgmma share each tile")
 WHY_PINGPONG = ("ping-pong: two consumer warpgroups on alternate tiles, one's epilogue under "
@@ -52,7 +58,16 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     if not wide:
         own = [c for c in own if c.schedule is None or c is own[0]]
     own = common.fitting_first(own, shape, sizes)
+    if wide:  # the tuner also times each with a cluster of two CTAs sharing an operand
+        own += [clustered(c, cluster) for cluster in CLUSTERS for c in own]
     return own + common.one_gemm(shape, sizes, wide)
+
+
+def clustered(config: Config, cluster: tuple[int, int]) -> Config:
+    """`config` on a cluster of CTAs (2x1: B multicast, 1x2: A multicast)."""
+    gemms = tuple(dataclasses.replace(g, cluster=cluster) for g in config.gemms)
+    return dataclasses.replace(config, gemms=gemms,
+                               why=f"{config.why}; {WHY_CLUSTER[cluster]}")
 
 
 # A ping-pong chain's consumer thread holds g0's 64 x N0 accumulators (N0 / 2 floats), their

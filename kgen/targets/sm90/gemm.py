@@ -78,28 +78,32 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
 
 def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """At each tile's start, before the mainloop: the staged input's load into the output's
-    staging (Schedule: GemmSchedule.staged_input), if any."""
+    staging (Schedule: GemmSchedule.staged_input), if any; under a cluster, only for a tile in
+    range (a tile past M or N runs no epilogue, so nothing would wait for the load)."""
     c = plan.schedule.gemm(g.name).staged_input
     if c is None:
         return []
     batched = plan.param(c).batch is not None
     return render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
                         load_box="tma_load_box_3d" if batched else "tma_load_box",
-                        load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "")
+                        load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
+                        cluster=plan.schedule.cluster_size > 1)
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
-              mn_major: bool = False, extent: str = "") -> str:
+              mn_major: bool = False, extent: str = "", multicast: str = "") -> str:
     """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one): one
-    box K-major; MN-major, `extent` / 64 boxes of 64 M (or N) columns by the k tile's rows."""
+    box K-major; MN-major, `extent` / 64 boxes of 64 M (or N) columns by the k tile's rows.
+    `multicast`: the CTA mask a K-major box is written to (every CTA of the cluster)."""
     dst, coords = f"{ring} + s * {stage_bytes}", f"kt * kTileK, {row}"
     if mn_major:
         dst, coords = f"{dst} + j * kMnBoxBytes", f"{row} + 64 * j, kt * kTileK"
     head = f"{dst}, &maps.{operand}, full + 8 * s, {coords}"
+    suffix, tail = ("_multicast", f", {multicast}") if multicast else ("", "")
     if plan.param(operand).batch is None:
-        load = f"tma_load_box({head});"
+        load = f"tma_load_box{suffix}({head}{tail});"
     else:
-        load = f"tma_load_box_3d({head}, map_batch(p.batch_{operand}, batch));"
+        load = f"tma_load_box_3d{suffix}({head}, map_batch(p.batch_{operand}, batch){tail});"
     if not mn_major:
         return load
     return f"for (int j = 0; j < {extent} / 64; ++j) {load}"
@@ -112,6 +116,60 @@ def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
     if mn_major:
         return f"smem_descriptor_mn({stage}{rows} + 16 * 128 * kk)"
     return f"smem_descriptor({stage}{rows} + 32 * kk)"
+def _loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: str, first: str,
+           shared: bool, mn_major: bool) -> list[str]:
+    """The producer's loads of one operand's k tile: its boxes, or for the (K-major) operand a
+    cluster shares, this CTA's half multicast to every CTA (the narrow entry point, without a
+    cluster, loads both halves itself)."""
+    if not shared:
+        return [_tma_load(plan, operand, ring, stage_bytes, first, mn_major, rows)]
+    assert not mn_major, "a cluster shares K-major operands only (warp_specialized.refuse)"
+    half_bytes, half_rows = f"{stage_bytes} / 2", f"{rows} / 2"
+    mask = f"0x{(1 << plan.schedule.cluster_size) - 1:x}"
+    return ["if constexpr (kNarrow) {  // no cluster: both halves of the tile",
+            "  " + _tma_load(plan, operand, ring, stage_bytes, first),
+            "  " + _tma_load(plan, operand, f"{ring} + {half_bytes}", stage_bytes,
+                             f"{first} + {half_rows}"),
+            "} else {  // this CTA's half, into every CTA of the cluster",
+            "  " + _tma_load(plan, operand, f"{ring} + rank * ({half_bytes})", stage_bytes,
+                             f"{first} + rank * ({half_rows})", multicast=mask),
+            "}"]
+
+
+def cluster_values(plan: KernelPlan) -> dict:
+    """What the template prints about clusters: the walk over cluster tiles (the plain walk
+    over tiles without one) and the slots' release."""
+    schedule = plan.schedule
+    batched = batch.batched(plan)
+    tile_batch = ["const int batch = tile / (tiles_m * tiles_n);"] if batched else []
+    tile_in_batch = "tile % (tiles_m * tiles_n)" if batched else "tile"
+    if schedule.cluster_size == 1:
+        return dict(walk_tiles="tiles", walk="walk" if batched else "tiles",
+                    walk_first="blockIdx.x", walk_step="gridDim.x", walk_batch=tile_batch,
+                    walk_in_batch=tile_in_batch, walk_dims="tiles_m, tiles_n", cluster_tile=[],
+                    release="mbarrier_arrive", tile_batch=tile_batch,
+                    tile_in_batch=tile_in_batch)
+    cm, cn = schedule.cluster
+    along, count = ("m", "kCtasM") if cm > 1 else ("n", "kCtasN")
+    shared = {"a": "A (the same tile rows)", "b": "B (the same tile columns)"}[schedule.multicast]
+    return dict(
+        cluster_m=cm, cluster_n=cn,
+        cluster_note=f"they share {shared}, each CTA loading half of it for both",
+        walk_tiles="cluster_tiles", walk="walk" if batched else "cluster_tiles",
+        walk_first="cluster_id", walk_step="clusters",
+        walk_batch=["const int batch = tile / cluster_tiles;"] if batched else [],
+        walk_in_batch="tile % cluster_tiles" if batched else "tile",
+        walk_dims="cluster_tiles_m, cluster_tiles_n",
+        cluster_tile=[f"tile_{along} = tile_{along} * {count} + rank;  // this CTA's tile of "
+                      "the cluster's (past M or N: its loads read zeros, it stores nothing)"],
+        release="release_slot<kNarrow>", tile_batch=tile_batch, tile_in_batch=tile_in_batch)
+
+
+def _in_range(lines: list[str]) -> list[str]:
+    """The epilogue of a tile that lies past M or N is skipped: a cluster's other CTA reaches
+    it when the tiles do not divide into whole cluster tiles."""
+    return (["if (tile_m < tiles_m && tile_n < tiles_n) {  // past M or N: nothing to store"]
+            + [f"  {line}" if line else line for line in lines] + ["}"])
 
 
 def _pitch(plan: KernelPlan, operand: str) -> str:
@@ -142,6 +200,12 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     majors = {(False, False): "A and B K-major", (True, True): "A and B MN-major (transposed)",
               (True, False): "A MN-major (transposed), B K-major",
               (False, True): "A K-major, B MN-major (transposed)"}[(a_mn, b_mn)]
+    clusters = cluster_values(plan)
+    multicast = schedule.multicast
+    loop = epilogue_loop(plan, g)
+    host_cluster_tiles = batch.grid_count(
+        plan, f"((tiles_m + {plan.name}_kgen::kClusterM - 1) / {plan.name}_kgen::kClusterM) * "
+        f"((tiles_n + {plan.name}_kgen::kClusterN - 1) / {plan.name}_kgen::kClusterN)")
     return render(
         "sm90/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
@@ -181,7 +245,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         epilogue=body,
         packed_epilogue=packed,
         epilogue_params=sm80_epilogue.epilogue_params(g),
-        epilogue_loop=epilogue_loop(plan, g),
+        epilogue_loop=_in_range(loop) if schedule.cluster_size > 1 else loop,
         init_kernel=sm80_epilogue.init_kernel(plan)
         + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=sm80_epilogue.host_init_lines(plan),
@@ -197,16 +261,14 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         host_checks=host_checks(plan),
         batched=batched,
         batches=batch.batch_count(plan),
-        walk="walk" if batched else "tiles",
-        tile_batch=["const int batch = tile / (tiles_m * tiles_n);"] if batched else [],
-        tile_in_batch="tile % (tiles_m * tiles_n)" if batched else "tile",
+        **clusters,
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
-        a_load=_tma_load(plan, g.a.param, "a_ring", "kAStageBytes", "tile_m * kTileM", a_mn,
-                         "kTileM"),
-        b_load=_tma_load(plan, g.b.param, "b_ring", "kBStageBytes", "tile_n * kTileN", b_mn,
-                         "kTileN"),
+        a_load=_loads(plan, g.a.param, "a_ring", "kAStageBytes", "kTileM", "tile_m * kTileM",
+                      multicast == "a", a_mn),
+        b_load=_loads(plan, g.b.param, "b_ring", "kBStageBytes", "kTileN", "tile_n * kTileN",
+                      multicast == "b", b_mn),
         a_mn=a_mn, b_mn=b_mn,
         mn_descriptor=a_mn or b_mn,
         wgmma_trans=f"{int(a_mn)}, {int(b_mn)}",
@@ -217,6 +279,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                      else "k16 step kk: " + "; ".join(
                          f"{w} {'2048 bytes on (16 rows)' if mn else '32 bytes on'}"
                          for w, mn in (("A", a_mn), ("B", b_mn)))),
+        host_cluster_tiles=host_cluster_tiles,
         host_batches=batch.host_lines(plan),
         host_tiles=batch.grid_count(plan, "tiles_m * tiles_n"),
     )

@@ -48,8 +48,14 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    return [pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE),
-            common.persistent(draft, mmas), common.tiled(draft)]
+    ping, cooperative = pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE)
+    rest = [common.persistent(draft, mmas), common.tiled(draft)]
+    if draft.cluster != (1, 1):  # clusters run on the warp-specialized kernel alone
+        ws = ping if draft.requested is KernelKind.PINGPONG else cooperative
+        reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
+                  f"kernel only, which refuses this gemm: {ws.reason}")
+        rest = [Candidate(c.kind, False, reason, ws.site or Site("cluster", 0)) for c in rest]
+    return [ping, cooperative, *rest]
 
 
 def producer_threads(kind: KernelKind | None) -> int | None:

@@ -17,10 +17,14 @@
 CTAs are persistent (min(tiles, SMs) of them) and walk the tiles in groups of 8 tile rows (L2
 reuse of the B tiles). Each operand is K-major (A row-major, B column-major: 128-byte rows along
 K) or MN-major (A column-major, B row-major: 128-byte rows along M or N, boxes of 64 of them per
-k tile, read by wgmma transposed). The rules, each refusal with its reason and where it points:
+k tile, read by wgmma transposed). `cluster 2x1` (or 1x2) launches the CTAs in thread-block
+clusters of two that walk cluster tiles of 2x1 (1x2) output tiles, the operand both tiles read
+(B, or A) loaded half by each CTA and multicast to both (LoadPath.TMA_MULTICAST); the narrow
+entry point runs without clusters. The rules, each refusal with its reason and where it points:
 one gemm, 128-byte k tiles, a 128-row tile, 8 math warps (the two consumer warpgroups), tile N a
 multiple of 8 up to 256 (128 for ping-pong: a consumer holds 128 x N accumulators) and of 64
-for an MN-major B, no reductions with ping-pong, and the buffers within the budget.
+for an MN-major B, a K-major shared operand under a cluster, no reductions with ping-pong, and
+the buffers within the budget.
 """
 from __future__ import annotations
 
@@ -54,6 +58,16 @@ WHY_MMA = ("wgmma m64nNk16 from shared-memory descriptors (128-byte swizzle, the
            "one group in flight while the next is issued")
 WHY_TMA = ("the copy engine: one thread issues each k tile's box, the full mbarrier counts its "
            "bytes; the consumers free the slot through the empty one")
+WHY_MULTICAST = ("the copy engine, shared by the cluster's two CTAs: each loads half of the tile's "
+                 "rows and multicasts it to both; a CTA's full mbarrier counts the whole stage, "
+                 "and a slot is refilled once the consumers of both CTAs released it")
+WHY_CLUSTER = {
+    (2, 1): ("two CTAs on vertically adjacent tiles (the same tile columns) share B: each loads "
+             "its own A and half of B, multicast to both, halving B's L2 reads"),
+    (1, 2): ("two CTAs on horizontally adjacent tiles (the same tile rows) share A: each loads "
+             "its own B and half of A, multicast to both, halving A's L2 reads"),
+    (1, 1): "one CTA per cluster (the line's own choice): every CTA loads its own A and B",
+}
 WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
               "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
               "tile's mainloop")
@@ -129,11 +143,19 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
         return (f"{g.b.param} is MN-major (row-major): its k tile arrives as boxes of {MN_BOX} "
                 f"columns (128 bytes, the swizzle's width), so tile N must be a multiple of "
                 f"{MN_BOX}, not {g.tile[1]}", Site("tile", 0))
+    shared = {"A": (g.a, draft.cluster[1]), "B": (g.b, draft.cluster[0])}
+    for which, (op, ctas) in shared.items():
+        if ctas > 1 and not op.k_major:
+            return (f"cluster {draft.cluster[0]}x{draft.cluster[1]} shares {which}, which is "
+                    f"MN-major ({op.param} is {'column' if which == 'A' else 'row'}-major): "
+                    "the cluster's halves of a tile are K-major boxes", Site("cluster", 0))
     if kind is KernelKind.PINGPONG and g.epilogue.reductions:
         return ("reductions run on the cooperative schedule (a tile's rows shared by both "
                 "consumers' warps)", Site("schedule"))
     if g.stages < 2:
         return "a ring of at least 2 stages", Site("stages", 0)
+    # cluster 2x1 loads B in halves of tile N / 2 rows: tile N, a power of two of at least 16
+    # (kgen/lower/mainloop.py), halves into whole 8-row atoms of the 128-byte swizzle
     return None
 
 
@@ -192,26 +214,35 @@ def staging_bytes(g: GemmPlan, kind: KernelKind) -> int:
     return CONSUMERS * rows * g.tile[1] * 2
 
 
-def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int) -> TensorMap:
+def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int,
+                shared_by: int = 1) -> TensorMap:
     """The producer's map of one operand's k tiles (`extent` rows or columns of M or N). K-major:
-    rows along M (or N), K contiguous, one box of extent x k. MN-major: rows along K, M (or N)
-    contiguous, boxes of 64 x k: a 128-byte row is the widest the 128-byte swizzle takes, so a
-    k tile arrives as extent / 64 boxes."""
+    rows along M (or N), K contiguous, one box of extent x k, or of extent / 2 rows when the two
+    CTAs of a cluster share the operand (`shared_by` 2: each loads one half and multicasts it).
+    MN-major: rows along K, M (or N) contiguous, boxes of 64 x k: a 128-byte row is the widest
+    the 128-byte swizzle takes, so a k tile arrives as extent / 64 boxes."""
     if op.k_major:
-        return TensorMap(op.param, op.dtype, mn_dim, k_dim, (k, extent),
-                         why=f"{which} tiles of {extent}x{k} (K-major), loaded by the producer")
+        rows = extent // shared_by
+        return TensorMap(op.param, op.dtype, mn_dim, k_dim, (k, rows),
+                         why=f"{which} tiles of {extent}x{k} (K-major), loaded by the producer"
+                         + (f" in two boxes of {rows} rows, one per CTA of the cluster, multicast"
+                            if shared_by > 1 else ""))
     axis = "M" if which == "A" else "N"
     return TensorMap(op.param, op.dtype, k_dim, mn_dim, (MN_BOX, k),
                      why=f"{which} tiles of {extent}x{k} (MN-major), loaded by the producer as "
                      f"{extent // MN_BOX} boxes of {MN_BOX} {axis} x {k} k")
 
 
-def operand_schedule(op: OperandPlan, which: str, extent: int) -> OperandSchedule:
-    """The TMA ring's load of one operand, K-major or MN-major (as the parameter is stored)."""
+def operand_schedule(op: OperandPlan, which: str, extent: int,
+                     shared_by: int = 1) -> OperandSchedule:
+    """The TMA ring's load of one operand, K-major or MN-major (as the parameter is stored),
+    multicast when the CTAs of a cluster share it."""
     if op.k_major:
         storage = "row-major" if which == "A" else "column-major"
         why = (f"K-major ({op.param} is {storage}): 128-byte rows along K, one {extent}x64 box "
                "per k tile, wgmma reads it as is; ")
+        if shared_by > 1:
+            return OperandSchedule(LoadPath.TMA_MULTICAST, why=why + WHY_MULTICAST)
         return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA)
     storage, axis = ("column-major", "M") if which == "A" else ("row-major", "N")
     why = (f"MN-major ({op.param} is {storage}): 128-byte rows along {axis}, {extent // MN_BOX} "
@@ -223,8 +254,10 @@ def operand_schedule(op: OperandPlan, which: str, extent: int) -> OperandSchedul
 def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
           why_store: str) -> Schedule:
     k = g.tile[2]
-    maps = [operand_map(g.a, "A", TILE_M, g.m_dim, g.k_dim, k),
-            operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k)]
+    cluster = draft.cluster
+    # the shared operand's box is half its tile's rows: each CTA of the cluster loads one half
+    maps = [operand_map(g.a, "A", TILE_M, g.m_dim, g.k_dim, k, shared_by=cluster[1]),
+            operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k, shared_by=cluster[0])]
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if store is StorePath.TMA:
         out = g.epilogue.packed_store.param
@@ -237,9 +270,12 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                               why="loaded into the consumers' staging as 64x64 boxes"))
     gemm = GemmSchedule(
         name=g.name, mma=Mma.WGMMA_SS,
-        a=operand_schedule(g.a, "A", TILE_M), b=operand_schedule(g.b, "B", g.tile[1]),
+        a=operand_schedule(g.a, "A", TILE_M, shared_by=cluster[1]),
+        b=operand_schedule(g.b, "B", g.tile[1], shared_by=cluster[0]),
         stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store,
         staged_input=staged, why_staged_input=why_staged)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)))
+                    why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
+                    cluster=cluster,
+                    why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "")
