@@ -78,6 +78,21 @@ def test_gemm_at_ragged_sizes(dtype, cluster, kind, mnk):
     _run(_kernel(kind, cluster, dtype=dtype), dict(zip("MNK", mnk)), kind)
 
 
+@pytest.mark.parametrize("mnk", [(1000, 1000, 4104), (4097, 4104, 1000), (17, 264, 72)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("cluster, layouts", [
+    ("2x1", {"a_layout": ir.Layout.COL}),  # B shared, A MN-major (its own boxes)
+    ("1x2", {"b_layout": ir.Layout.ROW}),  # A shared, B MN-major
+], ids=["2x1-A-col", "1x2-B-row"])
+def test_an_mn_major_operand_of_its_own(cluster, layouts, kind, mnk):
+    schedule, tile, warps, stages = KINDS[kind]
+    k = gemm_kernel(dtype=ir.DType.BF16, tile=tile, warps=warps, stages=stages, arch=SM90A,
+                    **layouts)
+    _run(_with_cluster(dataclasses.replace(k, schedule=schedule), cluster), dict(zip("MNK", mnk)),
+         kind)
+
+
 EXTRA = (P("C", T, ir.DType.F16, ("M", "N")), P("bias", V, ir.DType.F32, ("N",)),
          P("alpha", S, ir.DType.F32, default=0.75))
 
