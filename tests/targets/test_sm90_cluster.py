@@ -289,3 +289,11 @@ def test_tune_write_puts_the_cluster_on_the_first_line():
     from kgen.tune.write import setting_text
 
     assert setting_text("cluster", "2x1") == "cluster 2x1"
+
+
+def test_an_mn_major_shared_operand_is_refused_at_the_cluster_line():
+    text = _source("tile 128x256x64  cluster 2x1").replace("bf16[K, N] col", "bf16[K, N] row")
+    with pytest.raises(KgenError, match="shares B, which is MN-major") as info:
+        build(parse(text, "c.kg").kernels[0])
+    line = text.splitlines()[info.value.loc.line - 1]
+    assert line[info.value.loc.col - 1:].startswith("cluster 2x1")
