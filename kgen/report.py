@@ -38,7 +38,10 @@ def output_paths(plan) -> list[dict[str, str]]:
         if not isinstance(e, StoreEffect):
             continue
         width = 2 * e.dtype.nbytes
-        if e.layout is Layout.COL:
+        if e.layout is Layout.COL and store is StorePath.TMA and packed is not None:
+            how = ("column-major: staged in shared memory transposed (stmatrix .trans, 128-byte "
+                   "swizzle), stored by the copy engine in 64x64 boxes")
+        elif e.layout is Layout.COL:
             how = ("column-major: each element of a thread's column pair stored on its own "
                    f"({e.dtype.nbytes}-byte stores, one column apart, M-contiguous)")
         elif store is StorePath.TMA and packed is not None and packed.param == e.param:

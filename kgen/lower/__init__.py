@@ -54,9 +54,10 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
     alignments, dim_rules = abi.requirements(kernel, operands, sched.narrow)
     rows16 = {s: "the copy engine loads it into the output's staging"
               for s in sched.staged_inputs}
-    if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows
-        rows16[chosen.gemms[-1].epilogue.packed_store.param] = (
-            "the epilogue writes it in 16-byte chunks of 8 columns")
+    if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)
+        packed = chosen.gemms[-1].epilogue.packed_store
+        rows16[packed.param] = ("the epilogue writes it in 16-byte chunks of 8 "
+                                + ("rows" if packed.layout is ir.Layout.COL else "columns"))
     alignments = tuple(
         dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
                             batch_multiple=8 if a.batch_multiple > 1 else 1,

@@ -132,14 +132,14 @@ class _Builder:
         self.effects.append(plan.StoreEffect(p.name, self.value(expr), p.dtype, p.layout))
 
     def packed_store(self) -> plan.PackedStore | None:
-        """One row-major 16-bit output and nothing else: a kernel may gather four pairs per
-        thread into one 16-byte store."""
+        """One 16-bit output and nothing else: a kernel may gather four pairs per thread into
+        one 16-byte store (row-major), or stage the tile for the copy engine (either layout)."""
         if len(self.effects) != 1 or not isinstance(self.effects[0], plan.StoreEffect):
             return None
         (store,) = self.effects
-        if store.layout is not ir.Layout.ROW or store.dtype.nbytes != 2:
+        if store.dtype.nbytes != 2:
             return None
-        return plan.PackedStore(store.param, store.dtype)
+        return plan.PackedStore(store.param, store.dtype, store.layout)
 
 
 def inline_lets(epilogue: ir.Epilogue) -> list[tuple[ir.Store, ir.Expr]]:

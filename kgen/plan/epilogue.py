@@ -130,11 +130,13 @@ Effect = StoreEffect | FeedEffect | ReduceEffect
 
 @dataclass(frozen=True, slots=True)
 class PackedStore:
-    """The epilogue's only effect is one row-major 16-bit store: a kernel can then gather four
-    pairs per thread into one 16-byte store (wide stores, TMA stores)."""
+    """The epilogue's only effect is one 16-bit store: a kernel can then gather four pairs per
+    thread into one 16-byte store (wide stores, row-major only) or stage the tile for the copy
+    engine (TMA stores; a column-major one staged transposed)."""
 
     param: str
     dtype: DType
+    layout: Layout = Layout.ROW
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import Residency
+from ...enums import Layout, Residency
 from ...plan import (CachePolicy, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
                      OperandSchedule, Raster, Schedule, StorePath, TensorMap, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
@@ -141,7 +141,8 @@ def wide_refusal(last: GemmPlan) -> str | None:
     """Why a resident chain's last gemm cannot store 16-byte chunks (None: it can): its
     epilogue must only store one row-major 16-bit tensor, N be a fixed multiple of 8 (no
     partial chunk) and each warp's columns come in whole chunks of four n8 tiles."""
-    if last.epilogue.packed_store is None:
+    packed = last.epilogue.packed_store
+    if packed is None or packed.layout is not Layout.ROW:
         return "16-byte stores need an epilogue that only stores one row-major 16-bit tensor"
     if not (isinstance(last.n_dim, int) and last.n_dim % 8 == 0):
         return f"16-byte stores need a fixed N that is a multiple of 8, not {last.n_dim}"

@@ -97,6 +97,7 @@ class Sm90Chain(chain.ChainTarget):
             tma_output=tma.param if tma else "",
             staged="",  # a chain's epilogue reads its inputs from global memory
             stmatrix=False,  # and writes its staging pair by pair
+            stmatrix_trans=False,
             maps=maps,
             map_steps=tensor_map.steps_lines(maps),
             map_names=tensor_map.names(schedule.tensor_maps) if maps else "",

@@ -5,7 +5,7 @@ engine or as pair stores. Everything the template prints is prepared here from t
 template is templates/sm90/gemm.cu.j2."""
 from __future__ import annotations
 
-from ...enums import Axis
+from ...enums import Axis, Layout
 from ...plan import GemmPlan, KernelPlan, StorePath
 from ..common import arch_guard, batch, epilogue_cpp, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
@@ -59,21 +59,36 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
              + reduction_lines(plan, g, params))
     if plan.schedule.gemm(g.name).store is not StorePath.TMA:
         return head + pairs
-    out = g.epilogue.packed_store.param
+    packed = g.epilogue.packed_store
+    out, col = packed.param, packed.layout is Layout.COL
     batched_out = plan.param(out).batch is not None
     c = plan.schedule.gemm(g.name).staged_input
     # the staged input's pair where a tile does not leave through the staging: from global
-    # memory (its rows are 16-byte aligned in the fast entry point)
-    global_staged = (f", *reinterpret_cast<const unsigned*>({params}.{c} + "
-                     f"static_cast<long long>(row) * {params}.ld_{c} + col)" if c else "")
+    # memory (its rows, or columns, are 16-byte aligned in the fast entry point)
+    global_staged = ""
+    if c and col:
+        global_staged = f", load_pair_col({params}.{c}, {params}.ld_{c}, row, col)"
+    elif c:
+        global_staged = (f", *reinterpret_cast<const unsigned*>({params}.{c} + "
+                         f"static_cast<long long>(row) * {params}.ld_{c} + col)")
     staged = render_lines("sm90/gemm_tma_store.inc.j2", out=out,
                           staging=f"{g.name}_d_staging", name=g.name, params=params,
                           store_box="tma_store_box_3d" if batched_out else "tma_store_box",
                           store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "",
-                          staged=c or "", global_staged=global_staged)
+                          staged=c or "", global_staged=global_staged, col=col,
+                          whole_chunks=whole_chunks(col))
     return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
             + [f"  {line}" if line else line for line in staged] + ["}"])
+
+
+def whole_chunks(col: bool) -> str:
+    """When a tile leaves through the staging: the copy engine writes whole 16-byte chunks of
+    the contiguous dimension, so a tile whose last columns (rows, column-major) end inside one
+    stores its pairs from registers instead."""
+    if col:
+        return "m0 + kTileM <= M || M % 8 == 0"
+    return "n0 + kTileN <= N || N % 8 == 0"
 
 
 def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -84,10 +99,12 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     if c is None:
         return []
     batched = plan.param(c).batch is not None
+    col = g.epilogue.packed_store.layout is Layout.COL
     return render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
                         load_box="tma_load_box_3d" if batched else "tma_load_box",
                         load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
-                        cluster=plan.schedule.cluster_size > 1)
+                        cluster=plan.schedule.cluster_size > 1, col=col,
+                        whole_chunks=whole_chunks(col))
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
@@ -228,6 +245,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
         stmatrix=staged,  # the staging written by stmatrix
+        stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",
         packed_params=f", unsigned staged_{c}" if c else "",
         tile_start=tile_start(plan, g),

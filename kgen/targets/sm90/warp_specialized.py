@@ -176,13 +176,25 @@ def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
 
 
 def staging_refusal(g: GemmPlan) -> str | None:
-    """Why the output cannot leave through the copy engine (None: it can): one row-major 16-bit
-    output and nothing else, in whole 64-column boxes."""
+    """Why the output cannot leave through the copy engine (None: it can): one 16-bit output
+    (row- or column-major) and nothing else, in whole 64-column boxes."""
     if g.epilogue.packed_store is None:
-        return "TMA stores need an epilogue that only stores one row-major 16-bit tensor"
+        return "TMA stores need an epilogue that only stores one 16-bit tensor"
     if g.tile[1] % STAGING_BOX:
         return f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box"
     return None
+
+
+def staging_map(param: str, dtype, layout: Layout, g: GemmPlan, *, store: bool,
+                why: str) -> TensorMap:
+    """The map of a tensor shaped like the output that moves through the staging in 64x64
+    boxes: rows along M (row-major), or along N with M contiguous (column-major: the staging
+    holds the tile transposed)."""
+    if layout is Layout.COL:
+        return TensorMap(param, dtype, g.n_dim, g.m_dim, (STAGING_BOX, STAGING_BOX), store=store,
+                         why=why + ", transposed (column-major: M contiguous)")
+    return TensorMap(param, dtype, g.m_dim, g.n_dim, (STAGING_BOX, STAGING_BOX), store=store,
+                     why=why)
 
 
 def staged_input(g: GemmPlan) -> tuple[str | None, str]:
@@ -194,10 +206,11 @@ def staged_input(g: GemmPlan) -> tuple[str | None, str]:
     if not loads:
         return None, ""
     kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, TensorLoad)}
-    fits = [p for p in loads if kinds[p].layout is Layout.ROW and kinds[p].dtype.nbytes == 2]
+    layout = g.epilogue.packed_store.layout if g.epilogue.packed_store else Layout.ROW
+    fits = [p for p in loads if kinds[p].layout is layout and kinds[p].dtype.nbytes == 2]
     if not fits:
-        return None, ("read from global memory: the output's staging takes a row-major 16-bit "
-                      f"input, and {', '.join(loads)} is not")
+        return None, (f"read from global memory: the output's staging takes a {layout.value}-major "
+                      f"16-bit input (the output's layout), and {', '.join(loads)} is not")
     param = fits[0]
     why = (f"the copy engine loads the tile of {param} into the output's staging (64x64 boxes, "
            "128-byte swizzle) as the tile's mainloop starts; the epilogue reads it there and "
@@ -260,14 +273,12 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
             operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k, shared_by=cluster[0])]
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if store is StorePath.TMA:
-        out = g.epilogue.packed_store.param
-        maps.append(TensorMap(out, draft.dtypes[out], g.m_dim, g.n_dim,
-                              (STAGING_BOX, STAGING_BOX), store=True,
-                              why="the consumers' staging, stored as 64x64 boxes"))
-    if staged is not None:
-        maps.append(TensorMap(staged, draft.dtypes[staged], g.m_dim, g.n_dim,
-                              (STAGING_BOX, STAGING_BOX),
-                              why="loaded into the consumers' staging as 64x64 boxes"))
+        out = g.epilogue.packed_store
+        maps.append(staging_map(out.param, out.dtype, out.layout, g, store=True,
+                                why="the consumers' staging, stored as 64x64 boxes"))
+        if staged is not None:
+            maps.append(staging_map(staged, draft.dtypes[staged], out.layout, g, store=False,
+                                    why="loaded into the consumers' staging as 64x64 boxes"))
     gemm = GemmSchedule(
         name=g.name, mma=Mma.WGMMA_SS,
         a=operand_schedule(g.a, "A", TILE_M, shared_by=cluster[1]),
