@@ -371,3 +371,19 @@ def host_finalize_lines(plan: KernelPlan) -> list[str]:
         plan, plan.finalize_kernel, "finalize",
         "deterministic reductions: combine the CTAs' partials in a fixed order",
     )
+
+
+def host_empty_lines(plan: KernelPlan) -> list[str]:
+    """The host launcher's answer to M or N = 0 (no tile): nothing to launch, but reduction
+    outputs over the empty axis (an [N] vector when M = 0, a scalar) still get their op's
+    identity, from the init kernel (atomic mode) or the finalize kernel over no partials."""
+    if not plan.reductions:
+        return ["if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;"]
+    helper = host_init_lines(plan) if plan.init_kernel is not None else host_finalize_lines(plan)
+    return [
+        "if (tiles_m == 0 || tiles_n == 0) {",
+        "  // no tile to compute; the reductions over an empty axis still hold their identity",
+        *[f"  {line}" for line in helper],
+        "  return cudaGetLastError();",
+        "}",
+    ]
