@@ -210,3 +210,22 @@ def test_split_with_reductions_launches_in_order(deterministic):
     split = split[:split.index("\n}\n")]
     assert ("atomic(" in split) is not deterministic
     assert ("p.workspace[ws_offset" in split) is deterministic
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_inspect_says_where_the_reductions_run(deterministic):
+    from kgen.api import build
+    from kgen.report import output_paths
+
+    from tests.kernels import split_reductions_kernel
+
+    plan = build(split_reductions_kernel(deterministic=deterministic)).plan
+    rows = {row["param"]: row for row in output_paths(plan)}
+    assert rows["G"]["fast"].startswith("from splitk_red_splitk, once it has summed the split-K "
+                                        "parts: element stores, one block per output tile")
+    for name in ("rsum", "cmax", "amax"):
+        fast = rows[name]["fast"]
+        assert fast.startswith("in splitk_red_splitk, after the split-K parts are summed: one "
+                               "block per output tile reduces it in a fixed order"), fast
+        assert ("combined in a fixed order by splitk_red_finalize" in fast) is deterministic
+        assert ("merges into the output with atomics" in fast) is not deterministic
