@@ -555,7 +555,8 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
     from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import device_info, gpu_available
 
-    sizes = parse_assignments(size_text, "--size", _positive_int)
+    # any size >= 0 (an empty M, N, K or L runs too); resolve_sizes refuses a negative one
+    sizes = parse_assignments(size_text, "--size", int)
     scalars = parse_assignments(scalar_text, "--scalar", float)
     if iters < 1:
         _fail(EXIT_BAD_INPUT, "error: --iters must be at least 1")

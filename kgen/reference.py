@@ -241,11 +241,13 @@ _NUMPY_OPS = {
 }
 assert set(_NUMPY_OPS) == set(ir.Op), "every ir.Op needs a NumPy meaning"
 
+# Each op from its identity, as the kernels start: a reduction over no elements (M or N = 0)
+# is the identity (0 for sum and absmax, -inf for max, +inf for min).
 _NUMPY_REDUCE = {
     ir.ReduceOp.SUM: np.sum,
-    ir.ReduceOp.MAX: np.max,
-    ir.ReduceOp.MIN: np.min,
-    ir.ReduceOp.ABSMAX: lambda x, axis: np.max(np.abs(x), axis=axis),
+    ir.ReduceOp.MAX: lambda x, axis: np.max(x, axis=axis, initial=-np.inf),
+    ir.ReduceOp.MIN: lambda x, axis: np.min(x, axis=axis, initial=np.inf),
+    ir.ReduceOp.ABSMAX: lambda x, axis: np.max(np.abs(x), axis=axis, initial=0.0),
 }
 
 

@@ -53,7 +53,8 @@ def output_paths(plan) -> list[dict[str, str]]:
             how = f"row-major column pairs, one {width}-byte store each"
         if plan.split_kernel is not None:
             how = (f"from {plan.split_kernel}, once it has summed the split-K parts: element "
-                   "stores, one thread per column pair")
+                   + ("stores, one block per output tile (a thread per column pair of its rows)"
+                      if g.epilogue.reductions else "stores, one thread per column pair"))
         narrow = ("element stores, the second of a pair only inside N" if plan.narrow_kernel
                   else "none (no narrow entry point)")
         out.append({"param": e.param, "layout": e.layout.value, "fast": how,
@@ -61,6 +62,12 @@ def output_paths(plan) -> list[dict[str, str]]:
     for r in g.epilogue.reductions:
         mode = ("per-CTA partials to a workspace, combined in a fixed order by a second kernel"
                 if plan.deterministic else "per-CTA partials merged with atomics")
+        if plan.split_kernel is not None:
+            mode = (f"in {plan.split_kernel}, after the split-K parts are summed: one block per "
+                    "output tile reduces it in a fixed order, then "
+                    + (f"its partials to a workspace slot, combined in a fixed order by "
+                       f"{plan.finalize_kernel} (bit-identical run to run)" if plan.deterministic
+                       else "merges into the output with atomics"))
         over = {"row": "columns", "col": "rows"}.get(r.axis.value, "the tile")
         out.append({"param": r.target, "layout": f"{r.op.value} over {over}",
                     "fast": mode, "narrow": mode if plan.narrow_kernel else ""})

@@ -145,3 +145,60 @@ def without_schedule_lines(text: str) -> str:
         if hash_ or code.strip() or not line.strip():
             out.append(code + hash_ + comment if hash_ else code.rstrip() + "\n")
     return "".join(out)
+
+
+# Split-K with epilogue reductions (issue 16): format with name, arch, mode ("" or "reductions
+# deterministic"), L ("L, " for a batch dimension, else ""), tile, warps, split, and the
+# reductions' declarations and epilogue lines (split_reductions_text fills those)
+_SPLIT_REDUCTIONS = """\
+kernel {name} {{
+  target {arch}
+  {mode}
+  tensor A : bf16[{L}M, K] row
+  tensor B : bf16[K, N] col
+  tensor G : bf16[{L}M, N] row out
+{declarations}
+  gemm mma0 = A @ B accumulate f32 {{
+    tile {tile}  warps {warps}  stages 3  split {split}
+    epilogue {{
+      G = acc
+{lines}
+    }}
+  }}
+}}
+"""
+# every axis with a sum and a max: output name -> (length, reduction)
+SPLIT_REDUCTIONS = {"rsum": ("M", "rowsum"), "rmax": ("M", "rowmax"), "csum": ("N", "colsum"),
+                    "cmax": ("N", "colmax"), "asum": (None, "reduce_sum"),
+                    "amax": (None, "reduce_max")}
+
+
+def split_reductions_text(arch: str = "sm_80", deterministic: bool = False, split: int = 4,
+                          reductions: dict | None = None, batched: bool = False,
+                          tile: str = "64x128x64", warps: str = "2x2",
+                          name: str = "splitk_red") -> str:
+    """A split-K kernel G = A @ B (bf16, A row-major, B column-major) with epilogue reductions
+    of acc (`reductions`: name -> (length or None for a scalar, reduction); every axis with a
+    sum and a max by default), in the atomic or the deterministic mode, optionally batched."""
+    L = "L, " if batched else ""
+    reductions = reductions or SPLIT_REDUCTIONS
+    declarations = []
+    for out, (length, _) in reductions.items():
+        if length is None:
+            declarations.append(f"  scalar {out} : f32{'[L]' if batched else ''} out")
+        else:
+            declarations.append(f"  vector {out} : f32[{L}{length}] out")
+    lines = [f"      {out} = {op}(acc)" for out, (_, op) in reductions.items()]
+    return _SPLIT_REDUCTIONS.format(
+        name=name, arch=arch, mode="reductions deterministic" if deterministic else "", L=L, tile=tile,
+        warps=warps, split=split, declarations="\n".join(declarations), lines="\n".join(lines))
+
+
+def split_reductions_kernel(**options) -> ir.Kernel:
+    """split_reductions_text's kernel, parsed and verified."""
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    module = parse(split_reductions_text(**options), "splitk_red.kg")
+    verify(module)
+    return module.kernels[0]

@@ -38,8 +38,8 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
         if name not in dims:
             known = ", ".join(dims) if dims else "none"
             raise ArgumentError(f"unknown size {name!r}; {kernel.name}'s sizes are {known}")
-        if not isinstance(value, int) or value <= 0:
-            raise ArgumentError(f"size {name} must be a positive integer, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ArgumentError(f"size {name} must be a non-negative integer, got {value!r}")
         if value > MAX_SIZE:
             raise ArgumentError(
                 f"{name} = {value} is above 2**30-1, the largest size kgen takes (the kernel's "

@@ -280,12 +280,19 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
                      f"for being written")
     reference = evaluate(kernel, host, scalars, rows=rows, batches=batches_of(kernel, dims))
     row_indexed = _row_indexed_outputs(kernel)
+    empty = [name for name, size in dims.items() if size == 0]
+    if empty:
+        notes.append(_empty_note(kernel, dims, empty))
     checks = []
     for param in outputs:
         if param.name not in reference:
             notes.append(f"{param.name} is not written by any epilogue; not checked")
             continue
         full = arrays_api.download(device_args[param.name], param)
+        if full.size == 0:
+            notes.append(f"{param.name} ({'x'.join(map(str, full.shape))}) has no elements: "
+                         "nothing to compare")
+            continue
         if param.kind is ir.ParamKind.SCALAR and param.batch is None:
             full = full.reshape(())
         subset = rows is not None and param.name in row_indexed
@@ -304,6 +311,25 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
             rows_checked=None if not subset else len(rows), result=result,
         ))
     return checks
+
+
+def _empty_note(kernel: ir.Kernel, dims: Mapping[str, int], empty: list[str]) -> str:
+    """What a run with a zero size checks: a zero K still gives every output element (the
+    accumulator is 0 and goes through the epilogue); a zero M or N leaves tensor outputs empty,
+    and reductions over the empty axis hold their op's identity."""
+    ks = {_gemm_k_dim(kernel, g) for g in kernel.gemms}
+    said = ", ".join(f"{name} = 0" for name in empty)
+    if batches_of(kernel, dims) == 0:
+        return f"{said}: no batches, so nothing to compute or compare"
+    if all(name in ks for name in empty):
+        return (f"{said}: the accumulator is 0; every output element checked (the epilogue "
+                "of a zero acc)")
+    return (f"{said}: empty outputs have nothing to compare; reduction outputs over an empty "
+            "axis are checked to hold the op's identity")
+
+
+def _gemm_k_dim(kernel: ir.Kernel, gemm: ir.Gemm):
+    return kernel.param(gemm.b.name).shape[0]
 
 
 def rotated_sets(arrays_api, first_set: dict[str, Any], set_bytes: int,

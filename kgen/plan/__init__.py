@@ -329,8 +329,13 @@ class KernelPlan:
         return self.schedule.split_k * m * tiles_n * g.tile[1]
 
     def split_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
-        """One thread per output column pair of every batch."""
+        """One thread per output column pair of every batch; with epilogue reductions, one
+        INIT_THREADS block per output tile of every batch (the tile's reductions meet in it)."""
         g = self.gemms[-1]
+        if self.reductions:
+            tiles_m = -(-self.resolve(g.m_dim, sizes) // g.tile[0])
+            tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
+            return (max(1, tiles_m * tiles_n * self.batches(sizes)), 1, 1)
         pairs = self.resolve(g.m_dim, sizes) * -(-self.resolve(g.n_dim, sizes) // 2)
         pairs *= self.batches(sizes)
         return (max(1, -(-pairs // self.INIT_THREADS)), 1, 1)
@@ -362,14 +367,18 @@ class KernelPlan:
         return {Axis.ROW: tiles_n, Axis.COL: tiles_m, Axis.ALL: tiles_m * tiles_n}[r.axis]
 
     def batch_workspace_floats(self, sizes: dict[str, int]) -> int:
-        """Floats of workspace one batch uses: the deterministic mode's slots x length per
-        reduction, or the split-K partials (the two never meet: split refuses reductions)."""
+        """Floats of workspace one batch uses: the split-K partials, then the deterministic
+        mode's slots x length per reduction (with split-K rounded up to an even count, so the
+        next batch's partials keep their 8-byte column pairs)."""
         if not self.deterministic:
             return self.split_floats(sizes)
-        return sum(
+        slots = sum(
             self.partial_slots(r, sizes) * (1 if r.length is None else self.resolve(r.length, sizes))
             for r in self.reductions
         )
+        if self.split_kernel is not None:
+            slots += slots % 2
+        return self.split_floats(sizes) + slots
 
     def workspace_floats(self, sizes: dict[str, int]) -> int:
         """Floats of workspace: every batch's, one after the other."""

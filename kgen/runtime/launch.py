@@ -619,8 +619,12 @@ class CompiledKernel:
 
         from .device import activate, error_text
 
-        if 0 in bound.grid:
-            return  # an empty output: nothing to compute
+        # An empty grid (M, N or L = 0) is never launched; the reduction outputs over an empty
+        # axis (an [N] vector when M = 0, a scalar) still get their op's identity, from the
+        # init kernel (atomic mode) or the finalize kernel over no partials (deterministic mode).
+        empty = 0 in bound.grid
+        if empty and (not self.plan.reductions or self.plan.batches(bound.sizes) == 0):
+            return  # nothing to compute
         activate(self.device_id)
         values = dict(bound.values)
         if self._finalize_function is not None or self._split_function is not None:
@@ -636,6 +640,11 @@ class CompiledKernel:
         if self._init_function is not None:
             self._launch_helper(self._init_function, self.plan.init_kernel, bound.sizes,
                                 pointers, stream)
+        if empty:
+            if self._finalize_function is not None:
+                self._launch_helper(self._finalize_function, self.plan.finalize_kernel,
+                                    bound.sizes, pointers, stream)
+            return
         gx, gy, gz = bound.grid
         function = self._narrow_function if bound.narrow else self._function
         if self.plan.schedule.cluster_size > 1 and not bound.narrow:

@@ -128,7 +128,8 @@ MAX_SPLIT = 64  # CTAs per output tile along K
 
 
 def check_split(state: KernelState, g: ir.Gemm) -> None:
-    """`split S`: a kernel of one gemm, at most MAX_SPLIT, and no epilogue reductions yet."""
+    """`split S`: a kernel of one gemm, at most MAX_SPLIT (epilogue reductions run in the
+    kernel that sums the parts)."""
     if g.split is None:
         return
     if not isinstance(g.split, ir.SplitK):
@@ -142,10 +143,6 @@ def check_split(state: KernelState, g: ir.Gemm) -> None:
     if len(state.kernel.gemms) > 1:
         raise KgenError(loc, "split applies to a kernel of one gemm: a chain keeps each "
                              "intermediate on chip, whole in K")
-    if g.epilogue.reductions:
-        raise KgenError(loc, "split with epilogue reductions is not supported by this kgen "
-                             "version yet: the partial sums meet in a second kernel, which has "
-                             "no reductions")
 
 
 CLUSTERS = ((1, 1), (2, 1), (1, 2))  # `cluster MxN`: the shapes the warp-specialized kernel runs

@@ -163,6 +163,41 @@ def test_sweep_of_tiles_and_layouts_compiles_without_spills(tmp_path, monkeypatc
             assert result.spill_stores == 0, (tile, warps, result.log)
 
 
+# Split-K with epilogue reductions (issue 16): both modes, batches, both targets, and tiles whose
+# rows take two warps (64x128), one (128x64) or a half (128x32, 16x16) in <kernel>_splitk
+SPLIT_REDUCTIONS = [
+    dict(arch="sm_80"), dict(arch="sm_80", deterministic=True, batched=True, split=7),
+    dict(arch="sm_90a", deterministic=True, split=2), dict(arch="sm_90a", batched=True),
+    dict(arch="sm_80", tile="128x64x32", warps="2x2", deterministic=True),
+    dict(arch="sm_80", tile="128x32x32", warps="4x1", split=7),
+    dict(arch="sm_80", tile="16x16x32", warps="1x1", deterministic=True, split=3),
+]
+
+
+@pytest.mark.parametrize("options", SPLIT_REDUCTIONS,
+                         ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_split_with_reductions_compiles_without_spills(options, tmp_path, monkeypatch):
+    pytest.importorskip("cuda.core")
+    from kgen.api import build
+    from kgen.runtime.nvrtc import compile_cubin, parse_ptxas_report
+
+    from tests.kernels import split_reductions_kernel
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    built = build(split_reductions_kernel(**options))
+    plan = built.plan
+    assert plan.split_kernel is not None and len(plan.reductions) == 6
+    result = compile_cubin(built.source, plan.name, options["arch"])
+    assert "warning" not in result.log.lower(), result.log
+    entries = [plan.name, plan.narrow_kernel, plan.split_kernel,
+               plan.init_kernel or plan.finalize_kernel]
+    for entry in entries:  # every entry point, <kernel>_splitk (the reductions') included
+        usage = parse_ptxas_report(result.log, entry)
+        assert f"'{entry}'" in result.log and usage["registers"] > 0, (entry, result.log)
+        assert usage["spill_stores"] == usage["spill_loads"] == usage["stack_bytes"] == 0, (
+            entry, result.log)
+
+
 NVCC = shutil.which("nvcc")
 
 

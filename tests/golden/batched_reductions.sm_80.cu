@@ -880,7 +880,14 @@ cudaError_t batched_reductions_launch(const batched_reductions_params& p, cudaSt
   if (batched_reductions_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + batched_reductions_kgen::kTileM - 1) / batched_reductions_kgen::kTileM;
   const int tiles_n = (p.N + batched_reductions_kgen::kTileN - 1) / batched_reductions_kgen::kTileN;
-  if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;
+  if (tiles_m == 0 || tiles_n == 0) {
+    // no tile to compute; the reductions over an empty axis still hold their identity
+    // deterministic reductions: combine the CTAs' partials in a fixed order
+    const long long finalize_threads = p.L * static_cast<long long>(max(max(p.M, p.N), 1));
+    const int finalize_blocks = static_cast<int>((finalize_threads + 255) / 256);
+    batched_reductions_finalize<<<finalize_blocks > 0 ? finalize_blocks : 1, 256, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   const int batches = p.L;
   if (batches == 0) return cudaSuccess;
   const bool narrow = batched_reductions_kgen::narrow_reason(p) != nullptr;  // then the narrow entry point

@@ -781,7 +781,13 @@ cudaError_t evt_softmax_stats_launch(const evt_softmax_stats_params& p, cudaStre
   if (evt_softmax_stats_kgen::params_reason(p) != nullptr) return cudaErrorInvalidValue;
   const int tiles_m = (p.M + evt_softmax_stats_kgen::kTileM - 1) / evt_softmax_stats_kgen::kTileM;
   const int tiles_n = (p.N + evt_softmax_stats_kgen::kTileN - 1) / evt_softmax_stats_kgen::kTileN;
-  if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;
+  if (tiles_m == 0 || tiles_n == 0) {
+    // no tile to compute; the reductions over an empty axis still hold their identity
+    // reduction outputs start at their identity; CTAs then merge into them atomically
+    const int init_blocks = (p.M + 255) / 256;
+    evt_softmax_stats_init<<<init_blocks > 0 ? init_blocks : 1, 256, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   // reduction outputs start at their identity; CTAs then merge into them atomically
   const int init_blocks = (p.M + 255) / 256;
   evt_softmax_stats_init<<<init_blocks > 0 ? init_blocks : 1, 256, 0, stream>>>(p);

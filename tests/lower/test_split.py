@@ -53,6 +53,28 @@ def test_split_plans_the_tiled_kernel_with_a_workspace(arch):
         assert rows["not cooperative"][1].startswith("split 4 runs on the tiled kernel")
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_split_with_reductions_plans_a_block_per_tile(arch, deterministic):
+    """Epilogue reductions run in <kernel>_splitk, one block per output tile; the deterministic
+    mode's slots follow the split-K partials in the workspace."""
+    text = source("split 2", "D = acc\n r = rowsum(acc)", arch)
+    if deterministic:
+        text = text.replace("  target", "  reductions deterministic\n  target")
+    module = parse(text, "s.kg")
+    verify(module)
+    p = lower(module.kernels[0])
+    assert p.split_kernel == "s_splitk" and p.schedule.split_k == 2
+    assert p.deterministic is deterministic
+    assert (p.init_kernel is None) is deterministic
+    assert (p.finalize_kernel is not None) is deterministic
+    sizes = {"M": 300, "N": 257, "K": 4104}
+    assert p.split_grid(sizes) == (3 * 3, 1, 1)  # 128x128 tiles
+    partials = 2 * 300 * 384
+    slots = 3 * 300 if deterministic else 0  # a row reduction: tiles_n slots of M
+    assert p.workspace_floats(sizes) == partials + slots
+
+
 def test_split_1_is_the_plain_kernel():
     p = plan("split 1")
     assert p.schedule.split_k == 1 and p.split_kernel is None
@@ -62,7 +84,6 @@ def test_split_1_is_the_plain_kernel():
 @pytest.mark.parametrize("split, epilogue, message", [
     ("split 0", "D = acc", "split must be a positive integer, got 0"),
     ("split 65", "D = acc", "split must be at most 64 CTAs per output tile, got 65"),
-    ("split 2", "D = acc\n r = rowsum(acc)", "split with epilogue reductions is not supported"),
 ])
 def test_refusals_point_at_the_split_line(split, epilogue, message):
     with pytest.raises(KgenError) as err:
@@ -112,3 +133,99 @@ def test_the_ir_field_is_checked():
     bad = dataclasses.replace(module, kernels=(dataclasses.replace(k, gemms=(gemm,)),))
     with pytest.raises(KgenError, match="split must be a kgen.ir.SplitK or None"):
         verify(bad)
+
+
+# rowmax, colsum and a scalar absmax: an odd count of deterministic slots for the sizes below
+ODD_SLOTS = {"rmax": ("M", "rowmax"), "csum": ("N", "colsum"), "gmax": (None, "reduce_absmax")}
+ODD_SIZES = {"M": 150, "N": 129, "K": 1000, "L": 3}  # 64x128 tiles: 3 x 2 of them
+
+
+def test_deterministic_slots_keep_the_next_batch_partials_aligned():
+    """The slots follow the split-K partials; a batch's floats are rounded up to an even count,
+    so the next batch's partials keep their 8-byte column pairs (float2 loads and stores)."""
+    from kgen.api import build
+
+    from tests.kernels import split_reductions_kernel
+
+    p = build(split_reductions_kernel(deterministic=True, batched=True,
+                                      reductions=ODD_SLOTS)).plan
+    partials = 4 * 150 * 256
+    slots = 2 * 150 + 3 * 129 + 3 * 2  # tiles_n x M, tiles_m x N, tiles_m x tiles_n: 693
+    assert p.batch_workspace_floats(ODD_SIZES) == partials + slots + 1
+    assert p.workspace_floats(ODD_SIZES) == 3 * (partials + slots + 1)
+    assert p.split_grid(ODD_SIZES) == (3 * 3 * 2, 1, 1)  # a block per tile of every batch
+
+
+def test_the_cu_sizes_the_workspace_as_kgen_run_does(tmp_path):
+    """<kernel>_workspace_bytes of the .cu (built with nvcc for the host) and the Python
+    runtime's workspace_floats agree in both modes, with and without batches."""
+    import shutil
+
+    from kgen.api import build
+
+    from tests.kernels import run_host_probe, split_reductions_kernel
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc on PATH")
+    includes, body, expected = [], [], {}
+    for i, (deterministic, batched) in enumerate([(False, False), (True, False), (False, True),
+                                                  (True, True)]):
+        built = build(split_reductions_kernel(name=f"k{i}", deterministic=deterministic,
+                                              batched=batched, reductions=ODD_SLOTS))
+        (tmp_path / f"k{i}.cu").write_text(built.source)
+        includes.append(f'#include "k{i}.cu"')
+        body += ["{", f"  k{i}_params p{{}};", "  p.M = 150; p.N = 129; p.K = 1000;",
+                 *(["  p.L = 3;"] if batched else []),
+                 f'  std::printf("k{i}|%zu\\n", k{i}_workspace_bytes(p));', "}"]
+        expected[f"k{i}"] = str(4 * built.plan.workspace_floats(ODD_SIZES))
+    assert run_host_probe(tmp_path, includes, body, "sm_80") == expected
+    assert expected["k3"] == str(4 * 3 * (4 * 150 * 256 + 694))
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_split_with_reductions_launches_in_order(deterministic):
+    """The .cu's launcher: the identity first (atomic mode), then the split CTAs, then
+    <kernel>_splitk with a block per output tile, then <kernel>_finalize (deterministic mode),
+    which reads the slots <kernel>_splitk writes; the main kernel only writes partials."""
+    from kgen.api import build
+
+    from tests.kernels import split_reductions_kernel
+
+    built = build(split_reductions_kernel(deterministic=deterministic, batched=True))
+    src = built.source
+    launcher = src[src.index("cudaError_t splitk_red_launch("):]
+    empty = launcher.index("if (tiles_m == 0 || tiles_n == 0) {")
+    launcher = launcher[launcher.index("\n  }\n", empty):]  # past the empty-grid answer
+    order = [launcher.find(f"{kernel}<<<") for kernel in
+             ("splitk_red_init", "splitk_red_narrow : splitk_red)", "splitk_red_splitk",
+              "splitk_red_finalize")]
+    if deterministic:
+        assert order[0] == -1 and -1 < order[1] < order[2] < order[3]
+    else:
+        assert order[3] == -1 and -1 < order[0] < order[1] < order[2]
+    assert "split_threads = p.L * static_cast<long long>(tiles_m) * tiles_n * 256;" in launcher
+    body = src[src.index("void kernel_body("):src.index("splitk_red(const __grid_constant__")]
+    assert "atomic(" not in body and "red0_part" not in body  # the reductions run later
+    split = src[src.index("splitk_red_splitk(const"):]
+    split = split[:split.index("\n}\n")]
+    assert ("atomic(" in split) is not deterministic
+    assert ("p.workspace[ws_offset" in split) is deterministic
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_inspect_says_where_the_reductions_run(deterministic):
+    from kgen.api import build
+    from kgen.report import output_paths
+
+    from tests.kernels import split_reductions_kernel
+
+    plan = build(split_reductions_kernel(deterministic=deterministic)).plan
+    rows = {row["param"]: row for row in output_paths(plan)}
+    assert rows["G"]["fast"].startswith("from splitk_red_splitk, once it has summed the split-K "
+                                        "parts: element stores, one block per output tile")
+    for name in ("rsum", "cmax", "amax"):
+        fast = rows[name]["fast"]
+        assert fast.startswith("in splitk_red_splitk, after the split-K parts are summed: one "
+                               "block per output tile reduces it in a fixed order"), fast
+        assert ("combined in a fixed order by splitk_red_finalize" in fast) is deterministic
+        assert ("merges into the output with atomics" in fast) is not deterministic

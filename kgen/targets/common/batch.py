@@ -25,11 +25,12 @@ def batch_count(plan: KernelPlan, prefix: str = "p.") -> str:
 
 def workspace_lines(plan: KernelPlan, ctype: str, ns: str) -> tuple[list[str], str]:
     """Statements and an expression of C++ type `ctype`: the floats of workspace one batch
-    uses (split-K partials, or the deterministic reductions' slots), or ([], "") for none."""
+    uses (split-K partials, the deterministic reductions' slots, or both), or ([], "") for
+    none."""
     g = plan.gemms[-1]
     m, n = dim_expr(g.m_dim), dim_expr(g.n_dim)
     prefix = f"{ns}::" if ns else ""
-    if plan.split_kernel is not None:
+    if plan.split_kernel is not None and not plan.deterministic:
         return ([f"const {ctype} tiles_n = (static_cast<{ctype}>({n}) + {prefix}kTileN - 1) / "
                  f"{prefix}kTileN;"],
                 f"{prefix}kSplitK * static_cast<{ctype}>({m}) * tiles_n * {prefix}kTileN")
@@ -38,11 +39,15 @@ def workspace_lines(plan: KernelPlan, ctype: str, ns: str) -> tuple[list[str], s
     slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
              Axis.ALL: ("tiles_m * tiles_n", "1")}
     terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
-    return ([f"const {ctype} M = static_cast<{ctype}>({m});",
+    setup = [f"const {ctype} M = static_cast<{ctype}>({m});",
              f"const {ctype} N = static_cast<{ctype}>({n});",
              f"const {ctype} tiles_m = (M + {prefix}kTileM - 1) / {prefix}kTileM;",
-             f"const {ctype} tiles_n = (N + {prefix}kTileN - 1) / {prefix}kTileN;"],
-            f"({terms})")
+             f"const {ctype} tiles_n = (N + {prefix}kTileN - 1) / {prefix}kTileN;"]
+    if plan.split_kernel is not None:
+        # the split-K partials, then the reductions' slots, rounded up to an even count (the
+        # next batch's partials keep their 8-byte column pairs)
+        return setup, f"({prefix}kSplitK * M * tiles_n * {prefix}kTileN + ({terms} + 1) / 2 * 2)"
+    return setup, f"({terms})"
 
 
 def at_batch_lines(plan: KernelPlan) -> list[str]:

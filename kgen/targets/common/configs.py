@@ -97,7 +97,9 @@ def known(dim, sizes: Mapping[str, int]) -> int | None:
 
 def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
     """Split-K over the k tiles, where the output tiles would leave over half the SMs idle and K
-    gives each part at least two k tiles. Not with epilogue reductions (refused there)."""
+    gives each part at least two k tiles. Not offered with epilogue reductions: their split
+    kernel reduces each output tile in one block, correct but not measured against the plain
+    kernel."""
     m, n, k = (known(d, sizes) for d in (shape.m, shape.n, shape.k))
     if shape.reductions or None in (m, n, k):
         return []

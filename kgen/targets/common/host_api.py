@@ -66,7 +66,10 @@ def workspace_body(plan: KernelPlan) -> list[str]:
         return ["(void)p;", "return 0;"]
     batches = (f"static_cast<size_t>({batch.batch_count(plan)}) * "
                if batch.batched(plan) else "")
-    note = "  // split-K partials" if plan.split_kernel is not None else ""
+    note = ""
+    if plan.split_kernel is not None:
+        note = "  // split-K partials" + (", then the reductions' slots" if plan.deterministic
+                                          else "")
     return setup + [f"return sizeof(float) * {batches}{floats};{note}"]
 
 

@@ -138,6 +138,8 @@ def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> lis
     (bit-identical from run to run) and runs the epilogue on the sum, once."""
     if plan.split_kernel is None:
         return []
+    if g.epilogue.reductions:
+        return _split_reduce_kernel(plan, g, m_expr, n_expr)
     ns = f"{plan.name}_kgen"
     threads = plan.INIT_THREADS
     if batch.batched(plan):  # one thread per column pair of every batch
@@ -171,6 +173,173 @@ def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> lis
     ]
 
 
+def _split_reduce_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> list[str]:
+    """Split-K with epilogue reductions: one block per output tile (of every batch). Thread t
+    sums the kSplitK parts of column pair t % kPairs on rows t / kPairs, t / kPairs +
+    kRowsPerPass, ... in order and runs the epilogue on them; the reductions' values meet in
+    the block in a fixed order (shuffle trees across a row's lanes, shared memory across
+    warps and passes), then go to the output by the op's atomic, or, in the deterministic
+    mode, to the tile's workspace slot after the split-K partials (<kernel>_finalize then
+    combines the slots in order). Every step's order is fixed: the deterministic mode is
+    bit-identical from run to run."""
+    ns = f"{plan.name}_kgen"
+    threads = plan.INIT_THREADS
+    reds = g.epilogue.reductions
+    if batch.batched(plan):
+        param = f"const __grid_constant__ {plan.name}_params {batch.ALL_BATCHES}"
+        head = [
+            f"  const int M = {_helper_dims(plan, m_expr)};",
+            f"  const int N = {_helper_dims(plan, n_expr)};",
+            "  const int tiles_m = (M + kTileM - 1) / kTileM;",
+            "  const int tiles_n = (N + kTileN - 1) / kTileN;",
+            "  // the blocks of batch b follow those of batch b - 1",
+            f"  const {plan.name}_params p = at_batch({batch.ALL_BATCHES}, "
+            "blockIdx.x / (tiles_m * tiles_n));",
+            "  const int tile = blockIdx.x % (tiles_m * tiles_n);",
+        ]
+    else:
+        param = f"const __grid_constant__ {plan.name}_params p"
+        head = [
+            f"  const int M = {m_expr};",
+            f"  const int N = {n_expr};",
+            "  const int tiles_m = (M + kTileM - 1) / kTileM;",
+            "  const int tiles_n = (N + kTileN - 1) / kTileN;",
+            "  const int tile = blockIdx.x;",
+        ]
+    lines = [
+        "// Split-K with epilogue reductions: one block per output tile. Each thread sums the",
+        "// kSplitK partials of its column pair on its rows in a fixed order and runs the epilogue",
+        "// once; the reductions meet in the block in a fixed order, then leave as the kernel's",
+        "// own epilogue's do. Launched after the kernel above.",
+        f'extern "C" __global__ void __launch_bounds__({threads})',
+        f"{plan.split_kernel}({param}) {{",
+        f"  using namespace {ns};",
+        f"  constexpr int kSplitThreads = {threads};",
+        "  constexpr int kPairs = kTileN / 2;  // column pairs of a tile row",
+        "  static_assert(kSplitThreads % kPairs == 0, \"a pass covers whole tile rows\");",
+        "  constexpr int kRowsPerPass = kSplitThreads / kPairs;",
+        "  constexpr int kPasses = (kTileM + kRowsPerPass - 1) / kRowsPerPass;",
+        "  constexpr int kRowLanes = kPairs < 32 ? kPairs : 32;  // a row's lanes in one warp",
+        "  constexpr int kRowWarps = kPairs / kRowLanes;  // warps sharing a tile row",
+        *head,
+        "  if (tile >= tiles_m * tiles_n) return;",
+        "  const int tile_m = tile / tiles_n;",
+        "  const int tile_n = tile % tiles_n;",
+        "  const int m0 = tile_m * kTileM;",
+        "  const int n0 = tile_n * kTileN;",
+        "  const int tid = threadIdx.x;",
+        "  const int lane = tid % 32;",
+        "  const int col = n0 + (tid % kPairs) * 2;",
+        "  const long long ld_part = static_cast<long long>(tiles_n) * kTileN;",
+    ]
+    for r in reds:
+        op, k = OP_STRUCT[r.op], r.index
+        if r.axis is Axis.ROW:
+            lines.append(f"  __shared__ float red{k}_scratch[kTileM * kRowWarps];  "
+                         f"// {r.target}: per tile row, per warp")
+        elif r.axis is Axis.COL:
+            lines += [f"  __shared__ float red{k}_scratch[kRowsPerPass * kTileN];  "
+                      f"// {r.target}: per row of a pass, per column",
+                      f"  float red{k}_part[2] = {{{op}::identity(), {op}::identity()}};"]
+        else:
+            lines += [f"  __shared__ float red{k}_scratch[kSplitThreads / 32];  "
+                      f"// {r.target}: per warp",
+                      f"  float red{k}_part = {op}::identity();"]
+    lines += [
+        "  // every thread makes every pass (the shuffles need whole warps); rows past the tile",
+        "  // or M reduce as the identity",
+        "  for (int pass = 0; pass < kPasses; ++pass) {",
+        "    const int r = tid / kPairs + pass * kRowsPerPass;",
+        "    const int row = m0 + r;",
+        "    const bool in = r < kTileM && row < M && col < N;",
+        *[f"    float red{r.index}_0 = {OP_STRUCT[r.op]}::identity(), "
+          f"red{r.index}_1 = {OP_STRUCT[r.op]}::identity();" for r in reds],
+        "    if (in) {",
+        "      float acc_0 = 0.0f, acc_1 = 0.0f;",
+        "      for (int s = 0; s < kSplitK; ++s) {",
+        "        const float2 part = *reinterpret_cast<const float2*>(",
+        "            p.workspace + (static_cast<long long>(s) * M + row) * ld_part + col);",
+        "        acc_0 += part.x;",
+        "        acc_1 += part.y;",
+        "      }",
+        "      const bool both = col + 1 < N;",
+        f"      {g.name}_epilogue<true>(p, row, col, both, acc_0, acc_1"
+        + "".join(f", red{r.index}_0, red{r.index}_1" for r in reds) + ");",
+        *[f"      red{r.index}_0 = {OP_STRUCT[r.op]}::element(red{r.index}_0);" for r in reds],
+        *[f"      red{r.index}_1 = both ? {OP_STRUCT[r.op]}::element(red{r.index}_1) : "
+          f"{OP_STRUCT[r.op]}::identity();" for r in reds],
+        "    }",
+    ]
+    for r in reds:
+        op, k = OP_STRUCT[r.op], r.index
+        if r.axis is Axis.ROW:
+            lines += [
+                f"    {{  // red{k}: the row's lanes, then one value per warp of the row",
+                f"      float v = {op}::combine(red{k}_0, red{k}_1);",
+                "#pragma unroll",
+                "      for (int offset = kRowLanes / 2; offset > 0; offset /= 2)",
+                f"        v = {op}::combine(v, __shfl_xor_sync(0xffffffffu, v, offset));",
+                "      if (lane % kRowLanes == 0 && r < kTileM)",
+                f"        red{k}_scratch[r * kRowWarps + (tid % kPairs) / 32] = v;",
+                "    }",
+            ]
+        elif r.axis is Axis.COL:
+            lines += [f"    red{k}_part[0] = {op}::combine(red{k}_part[0], red{k}_0);",
+                      f"    red{k}_part[1] = {op}::combine(red{k}_part[1], red{k}_1);"]
+        else:
+            lines.append(f"    red{k}_part = {op}::combine(red{k}_part, "
+                         f"{op}::combine(red{k}_0, red{k}_1));")
+    lines.append("  }")
+    for r in reds:
+        op, k = OP_STRUCT[r.op], r.index
+        if r.axis is Axis.COL:
+            lines += [f"  red{k}_scratch[(tid / kPairs) * kTileN + (tid % kPairs) * 2] = red{k}_part[0];",
+                      f"  red{k}_scratch[(tid / kPairs) * kTileN + (tid % kPairs) * 2 + 1] = "
+                      f"red{k}_part[1];"]
+        elif r.axis is Axis.ALL:
+            lines += ["#pragma unroll",
+                      "  for (int offset = 16; offset > 0; offset /= 2)",
+                      f"    red{k}_part = {op}::combine(red{k}_part, "
+                      f"__shfl_xor_sync(0xffffffffu, red{k}_part, offset));",
+                      f"  if (lane == 0) red{k}_scratch[tid / 32] = red{k}_part;"]
+    lines.append("  __syncthreads();")
+    # Per axis: the loop over the tile's values (i: an element of the tile's row, column or
+    # scalar), the scratch value of slice w, the slices, and the element's place in the output
+    # (its first element: m0 or n0) and in the workspace slot (its index, then its length)
+    shape = {
+        Axis.ROW: ("for (int i = tid; i < kTileM && i < M - m0; i += kSplitThreads)",
+                   "i * kRowWarps + w", "kRowWarps", "m0 + i", "tile_n", "M", "tiles_n"),
+        Axis.COL: ("for (int i = tid; i < kTileN && i < N - n0; i += kSplitThreads)",
+                   "w * kTileN + i", "kRowsPerPass", "n0 + i", "tile_m", "N", "tiles_m"),
+        Axis.ALL: ("if (tid == 0)", "w", "kSplitThreads / 32", "0",
+                   "tile_m * tiles_n + tile_n", "1", "tiles_m * tiles_n"),
+    }
+    if plan.deterministic:
+        lines += ["  // Deterministic reductions: the tile's values go to its workspace slot, after",
+                  "  // the split-K partials; <kernel>_finalize combines the slots in order.",
+                  "  long long ws_offset = static_cast<long long>(kSplitK) * M * ld_part;"]
+    for r in reds:
+        op, k = OP_STRUCT[r.op], r.index
+        loop, at, count, element, slot, length, slots = shape[r.axis]
+        if plan.deterministic:
+            dest = (f"p.workspace[ws_offset + static_cast<long long>({slot}) * {length} + "
+                    f"{element}] = v;")
+        else:
+            out = f"p.{r.target}" if element == "0" else f"p.{r.target} + {element}"
+            dest = f"{op}::atomic({out}, v);"
+        lines += [
+            f"  {loop} {{  // red{k}: {r.target}",
+            f"    float v = {op}::identity();",
+            f"    for (int w = 0; w < {count}; ++w) v = {op}::combine(v, red{k}_scratch[{at}]);",
+            f"    {dest}",
+            "  }",
+        ]
+        if plan.deterministic and r is not reds[-1]:
+            lines.append(f"  ws_offset += static_cast<long long>({slots}) * {length};")
+    lines.append("}")
+    return lines
+
+
 def _helper_param(plan: KernelPlan) -> str:
     """A helper kernel's parameter: the arguments (of every batch, in a batched kernel)."""
     name = batch.ALL_BATCHES if batch.batched(plan) else "p"
@@ -185,6 +354,12 @@ def _helper_dims(plan: KernelPlan, expr: str) -> str:
 def host_split_lines(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
     if plan.split_kernel is None:
         return []
+    if plan.reductions:
+        return _host_helper_launch(
+            plan, plan.split_kernel, "split",
+            "split-K: sum the CTAs' partials and run the epilogue and its reductions (one "
+            f"block of {plan.INIT_THREADS} threads per output tile)",
+            f"static_cast<long long>(tiles_m) * tiles_n * {plan.INIT_THREADS}")
     return _host_helper_launch(
         plan, plan.split_kernel, "split",
         "split-K: sum the CTAs' partials (one thread per column pair) and run the epilogue",
@@ -269,9 +444,10 @@ def finalize_kernel(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
         f"  using namespace {ns};",
         *_helper_index(plan),
     ]
+    split = plan.split_kernel is not None
     need_tiles_m = bool(axes & {Axis.COL, Axis.ALL})
-    need_tiles_n = bool(axes & {Axis.ROW, Axis.ALL})
-    if need_tiles_m or Axis.ROW in axes:
+    need_tiles_n = bool(axes & {Axis.ROW, Axis.ALL}) or split
+    if need_tiles_m or Axis.ROW in axes or split:
         lines.append(f"  const long long M = {m_expr};")
     if need_tiles_n or Axis.COL in axes:
         lines.append(f"  const long long N = {n_expr};")
@@ -279,7 +455,10 @@ def finalize_kernel(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
         lines.append("  const long long tiles_m = (M + kTileM - 1) / kTileM;")
     if need_tiles_n:
         lines.append("  const long long tiles_n = (N + kTileN - 1) / kTileN;")
-    lines.append("  long long ws_offset = 0;")
+    if split:  # the slots follow the split-K partials
+        lines.append("  long long ws_offset = kSplitK * M * tiles_n * kTileN;")
+    else:
+        lines.append("  long long ws_offset = 0;")
     for r in reds:
         slots, length, _, _, _ = _SLOTS[r.axis]
         op = OP_STRUCT[r.op]
@@ -371,3 +550,19 @@ def host_finalize_lines(plan: KernelPlan) -> list[str]:
         plan, plan.finalize_kernel, "finalize",
         "deterministic reductions: combine the CTAs' partials in a fixed order",
     )
+
+
+def host_empty_lines(plan: KernelPlan) -> list[str]:
+    """The host launcher's answer to M or N = 0 (no tile): nothing to launch, but reduction
+    outputs over the empty axis (an [N] vector when M = 0, a scalar) still get their op's
+    identity, from the init kernel (atomic mode) or the finalize kernel over no partials."""
+    if not plan.reductions:
+        return ["if (tiles_m == 0 || tiles_n == 0) return cudaSuccess;"]
+    helper = host_init_lines(plan) if plan.init_kernel is not None else host_finalize_lines(plan)
+    return [
+        "if (tiles_m == 0 || tiles_n == 0) {",
+        "  // no tile to compute; the reductions over an empty axis still hold their identity",
+        *[f"  {line}" for line in helper],
+        "  return cudaGetLastError();",
+        "}",
+    ]

@@ -83,8 +83,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         + epilogue_emit.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
         + epilogue_emit.split_kernel(plan, g, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=epilogue_emit.host_init_lines(plan),
-        host_finalize=epilogue_emit.host_finalize_lines(plan)
-        + epilogue_emit.host_split_lines(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
+        host_empty=epilogue_emit.host_empty_lines(plan),
+        # split-K's kernel first: the finalize kernel combines the slots it writes
+        host_finalize=epilogue_emit.host_split_lines(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
+        + epilogue_emit.host_finalize_lines(plan),
         split_k=split,
         cta="cta_tile" if split > 1 else block,
         block=block,

@@ -267,6 +267,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         init_kernel=sm80_epilogue.init_kernel(plan)
         + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=sm80_epilogue.host_init_lines(plan),
+        host_empty=sm80_epilogue.host_empty_lines(plan),
         host_finalize=sm80_epilogue.host_finalize_lines(plan),
         **host_api.template_values(plan),
         persistent=True,
