@@ -278,6 +278,9 @@ def _leading_dim(param: Param, array: DeviceArray) -> int:
         return 0
     rows, cols = shape
     row_stride, col_stride = strides
+    if rows == 0 or cols == 0:  # no elements: any strides (an empty array may report zeros);
+        # the leading dimension a contiguous one would have
+        return cols if param.layout is Layout.ROW else rows
     if param.layout is Layout.ROW:
         unit_ok = col_stride == 1 or cols <= 1
         ld = row_stride if rows > 1 else max(row_stride, cols)

@@ -92,7 +92,16 @@ def test_row_major_c_from_global_memory(kind):
 
 @pytest.mark.parametrize("cluster", ["cluster 2x1", "cluster 1x2"])
 def test_under_a_cluster(cluster):
-    _run(_kernel("cooperative", cluster=cluster), (296, 520, 136), "cooperative")
+    import json
+
+    from kgen.api import build
+    from kgen.harness.run import run
+
+    built = build(_kernel("cooperative", cluster=cluster))
+    assert built.plan.schedule.cluster_size == 2
+    report = run(built.kernel, built.plan, built.source, {"M": 296, "N": 520, "K": 136},
+                 check=True)
+    assert report.checks and report.ok, json.dumps(report.as_dict()["checks"], indent=1)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

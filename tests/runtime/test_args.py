@@ -228,6 +228,20 @@ def test_empty_output_binds_with_an_empty_grid(plan):
     assert bound.grid == (0, 1, 1)
 
 
+def test_an_empty_array_binds_whatever_strides_it_reports(plan):
+    """An array with no elements may report zero strides (the GPU harness's M = 0 inputs did):
+    nothing is read through them, so they take the leading dimension a contiguous one has."""
+    zero = dict(A=Fake((0, K), strides=(0, 0)), C=Fake((0, N), strides=(0, 0)),
+                D=Fake((0, N), strides=(0, 0)), Pre=Fake((0, N), "<f4", strides=(0, 0)))
+    bound = bind(plan, **zero)
+    assert bound.grid == (0, 1, 1)
+    b = bind(plan, B=Fake((K, 0), strides=(0, 0)), C=Fake((M, 0)), D=Fake((M, 0)),
+             Pre=Fake((M, 0), "<f4"), bias=Fake((0,), "<f4"))
+    assert b.grid == (0, 1, 1)
+    with pytest.raises(ArgumentError, match="must be row-major"):  # one element is not empty
+        bind(plan, A=Fake((M, K), strides=(0, 0)))
+
+
 class DLPackOnly:
     """Exposes numpy's DLPack capsule, claiming a device type (to test the capsule reader)."""
 
