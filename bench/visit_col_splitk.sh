@@ -34,6 +34,24 @@ PY
   echo "== split-K with reductions"
   OUT=$OUT bash bench/splitk_red_session.sh ;;
 bench)
-  timeout 400 python3 bench/col_output.py --json "$OUT/col_output.json" 2>&1 | grep -v Warning \
+  echo "== the cluster cases of the column-major tests, after the fix"
+  timeout 100 python3 -m pytest tests/gpu/test_col_output_gpu.py -m gpu -q -p no:cacheprovider \
+    -k "cluster or bare_column_major_output and cooperative" 2>&1 | tail -4 | tee "$OUT/pytest_col_rerun.log"
+  echo "== zero sizes through kgen run, after the fix"
+  for run in "examples/gemm_bias_relu.kg sm_90a M=0,N=1000,K=100" "examples/evt_colsum.kg sm_90a M=0,N=264,K=72" \
+             "examples/evt_colsum.kg sm_80 M=0,N=264,K=72" "examples/evt_softmax_stats.kg sm_90a M=300,N=0,K=72" \
+             "examples/batched_reductions.kg sm_90a M=64,N=64,K=64,L=0" "examples/b2b_gemm_rf_sm90a.kg sm_90a M=0"; do
+    set -- $run
+    timeout 60 python3 -m kgen run "$1" --arch "$2" --size "$3" --iters 1 >/tmp/zero.log 2>&1
+    rc=$?
+    echo "$(basename "$1") $2 $3 exit $rc : $(tail -3 /tmp/zero.log | tr '\n' ' ' | cut -c1-300)"
+  done 2>&1 | tee "$OUT/zero_sizes_rerun.log"
+  echo "== pictures: kgen tune --plot, kgen run --bench --plot"
+  timeout 120 python3 -m kgen tune examples/gemm.kg --arch sm_90a --size M=4096,N=4096,K=4096 \
+    --limit 12 --no-cache --plot "$OUT/tune_gemm.png" 2>&1 | tail -18 | tee "$OUT/tune_plot.log"
+  timeout 90 python3 -m kgen run examples/gemm_bias_relu.kg --arch sm_90a --size M=8192,N=8192,K=8192 \
+    --bench --plot "$OUT/roofline_gemm_bias_relu.png" 2>&1 | tail -12 | tee "$OUT/run_plot.log"
+  echo "== bench/col_output.py"
+  timeout 300 python3 bench/col_output.py --json "$OUT/col_output.json" 2>&1 | grep -v Warning \
     | tee "$OUT/col_output.log" ;;
 esac
