@@ -267,6 +267,11 @@ def _leading_dim(param: Param, array: DeviceArray) -> int:
         return 0
     inner = len(param.shape)  # the matrix's or vector's dimensions, past the batch
     shape, strides = array.shape[-inner:], array.strides[-inner:]
+    if 0 in array.shape:  # no elements (L, M, N or K = 0): any strides, as an empty array may
+        # report zeros; the leading dimension a contiguous one would have
+        if param.kind is not ParamKind.TENSOR:
+            return 0
+        return shape[1] if param.layout is Layout.ROW else shape[0]
     if param.kind is ParamKind.VECTOR:
         (length,) = shape
         if length > 1 and strides[0] != 1:
@@ -278,9 +283,6 @@ def _leading_dim(param: Param, array: DeviceArray) -> int:
         return 0
     rows, cols = shape
     row_stride, col_stride = strides
-    if rows == 0 or cols == 0:  # no elements: any strides (an empty array may report zeros);
-        # the leading dimension a contiguous one would have
-        return cols if param.layout is Layout.ROW else rows
     if param.layout is Layout.ROW:
         unit_ok = col_stride == 1 or cols <= 1
         ld = row_stride if rows > 1 else max(row_stride, cols)
