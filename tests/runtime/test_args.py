@@ -336,3 +336,18 @@ def test_cli_run_refuses_a_size_past_the_limit():
     assert result.exit_code == 2
     assert result.output.strip() == ("error: M = 1073741824 is above 2**30-1, the largest size "
                                      "kgen takes (the kernel's index math is 32-bit)")
+
+
+def test_a_batched_kernel_binds_zero_batches_whatever_strides_they_report():
+    """L = 0: every batched array is empty (the GPU run's inputs reported zero strides)."""
+    from kgen.api import build_file
+
+    p = build_file(Path(__file__).parents[2] / "examples" / "batched_reductions.kg").plan
+    arrays = {"A": Fake((0, 64, 72), strides=(0, 0, 0)), "B": Fake((72, 64), strides=(1, 72))}
+    for out in p.params:
+        if out.role is ir.Role.OUT:
+            shape = [0] + [64 for _ in out.shape]
+            arrays[out.name] = Fake(shape, "<f2" if out.dtype.nbytes == 2 else "<f4",
+                                    strides=tuple(0 for _ in shape))
+    bound = bind_arguments(p, arrays, device_of=lambda ptr: None)
+    assert bound.grid[0] == 0
