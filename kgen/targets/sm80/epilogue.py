@@ -161,16 +161,22 @@ def split_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> lis
         "  const int row = static_cast<int>(i / pairs);",
         "  const int col = static_cast<int>(i % pairs) * 2;",
         "  const long long ld_part = static_cast<long long>((N + kTileN - 1) / kTileN) * kTileN;",
-        "  float acc_0 = 0.0f, acc_1 = 0.0f;",
-        "  for (int s = 0; s < kSplitK; ++s) {",
-        "    const float2 part = *reinterpret_cast<const float2*>(",
-        "        p.workspace + (static_cast<long long>(s) * M + row) * ld_part + col);",
-        "    acc_0 += part.x;",
-        "    acc_1 += part.y;",
-        "  }",
+        *_sum_parts("  "),
         f"  {g.name}_epilogue<true>(p, row, col, col + 1 < N, acc_0, acc_1);",
         "}",
     ]
+
+
+def _sum_parts(indent: str) -> list[str]:
+    """acc_0, acc_1: the kSplitK partial sums of the pair (row, col), added in a fixed order."""
+    return [indent + line for line in (
+        "float acc_0 = 0.0f, acc_1 = 0.0f;",
+        "for (int s = 0; s < kSplitK; ++s) {",
+        "  const float2 part = *reinterpret_cast<const float2*>(",
+        "      p.workspace + (static_cast<long long>(s) * M + row) * ld_part + col);",
+        "  acc_0 += part.x;",
+        "  acc_1 += part.y;",
+        "}")]
 
 
 def _split_reduce_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str) -> list[str]:
@@ -255,13 +261,7 @@ def _split_reduce_kernel(plan: KernelPlan, g: GemmPlan, m_expr: str, n_expr: str
         *[f"    float red{r.index}_0 = {OP_STRUCT[r.op]}::identity(), "
           f"red{r.index}_1 = {OP_STRUCT[r.op]}::identity();" for r in reds],
         "    if (in) {",
-        "      float acc_0 = 0.0f, acc_1 = 0.0f;",
-        "      for (int s = 0; s < kSplitK; ++s) {",
-        "        const float2 part = *reinterpret_cast<const float2*>(",
-        "            p.workspace + (static_cast<long long>(s) * M + row) * ld_part + col);",
-        "        acc_0 += part.x;",
-        "        acc_1 += part.y;",
-        "      }",
+        *_sum_parts("      "),
         "      const bool both = col + 1 < N;",
         f"      {g.name}_epilogue<true>(p, row, col, both, acc_0, acc_1"
         + "".join(f", red{r.index}_0, red{r.index}_1" for r in reds) + ");",

@@ -154,8 +154,6 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                 "consumers' warps)", Site("schedule"))
     if g.stages < 2:
         return "a ring of at least 2 stages", Site("stages", 0)
-    # cluster 2x1 loads B in halves of tile N / 2 rows: tile N, a power of two of at least 16
-    # (kgen/lower/mainloop.py), halves into whole 8-row atoms of the 128-byte swizzle
     return None
 
 
