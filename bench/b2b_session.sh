@@ -18,14 +18,16 @@ for ex in examples/b2b_gemm_rf.kg examples/b2b_gemm_rf_bf16.kg examples/b2b_gemm
       log="$OUT/san_$(basename "$ex" .kg)_${tool}_$m.log"
       compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m kgen run "$ex" --size M=$m --iters 1 >"$log" 2>&1
-      echo "$(basename "$ex") $tool M=$m exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+      rc=$?  # before any command substitution in the echo resets $?
+      echo "$(basename "$ex") $tool M=$m exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
     done
   done
 done | tee "$OUT/sanitizers.log"
 # the resident chain whose tiles overhang N (column checks in the 16-byte stores)
 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
   tests/gpu/test_b2b_gpu.py -k overhanging >"$OUT/san_overhang.log" 2>&1
-echo "overhang memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/san_overhang.log" | tail -1)" | tee -a "$OUT/sanitizers.log"
+rc=$?  # before any command substitution in the echo resets $?
+echo "overhang memcheck exit $rc : $(grep -E 'ERROR SUMMARY' "$OUT/san_overhang.log" | tail -1)" | tee -a "$OUT/sanitizers.log"
 
 echo "== b2b benchmark (stream held while enqueuing)"
 python3 bench/b2b_bench.py --json "$OUT/b2b_bench_hold.json" 2>&1 | grep -v Warning | tee "$OUT/b2b_bench_hold.log"

@@ -46,7 +46,8 @@ if [ "${STEP:-}" = batches ]; then
         log="$OUT/san.log.tmp"
         timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 \
           python3 -m kgen run "$1" --arch $arch --size "$2" --iters 1 >"$log" 2>&1
-        echo "$(basename "$1") $arch $2 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+        rc=$?  # before any command substitution in the echo resets $?
+        echo "$(basename "$1") $arch $2 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
       done
     done
   done | tee "$OUT/sanitizers_batches.log"

@@ -18,13 +18,15 @@ for ex in examples/*.kg; do
   case "$ex" in *b2b*) size=M=1000 ;; esac  # the b2b examples fix every size but M
   compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 -m kgen run "$ex" --size "$size" >"$OUT/sanitizer_$(basename "$ex" .kg).log" 2>&1
-  echo "$ex memcheck exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_$(basename "$ex" .kg).log")"
+  rc=$?  # before any command substitution in the echo resets $?
+  echo "$ex memcheck exit $rc : $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_$(basename "$ex" .kg).log")"
 done | tee "$OUT/sanitizer.log"
 
 echo "== benchmarks"
 bench() {
   python3 -m kgen run "$1" --size "$2" --bench --json >"$OUT/bench_$3.json" 2>"$OUT/bench_$3.err"
-  echo "$3 exit $?"
+  rc=$?  # before any command substitution in the echo resets $?
+  echo "$3 exit $rc"
   python3 - "$OUT/bench_$3.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -23,7 +23,8 @@ for ex in ${SAN_EXAMPLES:-examples/b2b_gemm_rf_pingpong_sm90a.kg examples/b2b_ge
       log="$OUT/san_$(basename "$ex" .kg)_${tool}_$m.log"
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m kgen run "$ex" --size M=$m --iters 1 >"$log" 2>&1
-      echo "$(basename "$ex") $tool M=$m exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+      rc=$?  # before any command substitution in the echo resets $?
+      echo "$(basename "$ex") $tool M=$m exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
       rm -f "$log"
     done
   done

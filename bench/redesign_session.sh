@@ -24,7 +24,8 @@ if [ -z "${SKIP_SAN:-}" ]; then
       log="$OUT/san.log.tmp"
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m kgen run "$1" --size "$2" --iters 1 >"$log" 2>&1
-      echo "$(basename "$1") $2 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+      rc=$?  # before any command substitution in the echo resets $?
+      echo "$(basename "$1") $2 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
     done
   done | tee "$OUT/sanitizers.log"
   rm -f "$OUT/san.log.tmp"

@@ -32,7 +32,8 @@ if [ -z "${SKIP_SAN:-}" ]; then
       log="$OUT/san.log.tmp"
       timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m kgen run "$1" --arch "$2" --size "$3" --iters 1 >"$log" 2>&1
-      echo "$(basename "$1") $2 $3 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|ok|FAIL' "$log" | tail -2 | tr '\n' ' ')"
+      rc=$?  # before any command substitution in the echo resets $?
+      echo "$(basename "$1") $2 $3 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|ok|FAIL' "$log" | tail -2 | tr '\n' ' ')"
     done
   done | tee "$OUT/sanitizers.log"
   rm -f "$OUT/san.log.tmp"

@@ -39,7 +39,8 @@ for run in "examples/splitk_reductions.kg M=300,N=257,K=4104" "$det M=150,N=129,
     log="$OUT/san.log.tmp"
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 \
       python3 -m kgen run "$1" --arch sm_80 --size "$2" --iters 1 >"$log" 2>&1
-    echo "$(basename "$1") $2 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|ok|FAIL' "$log" | tail -2 | tr '\n' ' ')"
+    rc=$?  # before any command substitution in the echo resets $?
+    echo "$(basename "$1") $2 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|ok|FAIL' "$log" | tail -2 | tr '\n' ' ')"
   done
 done | tee "$OUT/sanitizers.log"
 rm -f "$OUT/san.log.tmp"

@@ -11,7 +11,8 @@ for run in "examples/splitk_gelu.kg sm_80 M=100,N=301,K=1001" "examples/splitk_g
   set -- $run
   for tool in memcheck racecheck synccheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run "$1" --arch "$2" --size "$3" --iters 1 > /tmp/san.log 2>&1
-    echo "$(basename "$1") $2 $3 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1) $(grep -cE '│ ok' /tmp/san.log) ok rows"
+    rc=$?  # before any command substitution in the echo resets $?
+    echo "$(basename "$1") $2 $3 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1) $(grep -cE '│ ok' /tmp/san.log) ok rows"
   done
 done | tee "$OUT/sanitizers_splitk.log"
 echo "== bench/splitk_gelu.py"

@@ -19,7 +19,8 @@ for run in "examples/gemm_bias_relu.kg M=1000,N=1000,K=136" \
     log="$OUT/san.log.tmp"
     timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 \
       python3 -m kgen run "$1" --arch sm_90a --size "$2" --iters 1 >"$log" 2>&1
-    echo "$(basename "$1") $2 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|ok|FAIL' "$log" | tail -2 | tr '\n' ' ')"
+    rc=$?  # before any command substitution in the echo resets $?
+    echo "$(basename "$1") $2 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|ok|FAIL' "$log" | tail -2 | tr '\n' ' ')"
   done
 done | tee "$OUT/sanitizers.log"
 rm -f "$OUT/san.log.tmp"

@@ -21,7 +21,8 @@ tests)
     for tool in memcheck racecheck synccheck; do
       timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m kgen run "$1" --arch sm_90a --size "$2" --iters 1 >/tmp/san.log 2>&1
-      echo "$(basename "$1") $2 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' /tmp/san.log | tail -2 | tr '\n' ' ')"
+      rc=$?  # before any command substitution in the echo resets $?
+      echo "$(basename "$1") $2 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' /tmp/san.log | tail -2 | tr '\n' ' ')"
     done
   done 2>&1 | tee "$LOGS/sanitizers.log"
   echo "== the .cu's own launcher"

@@ -20,7 +20,8 @@ PY
   for tool in memcheck racecheck synccheck; do
     timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 \
       python3 -m kgen run /tmp/col_c.kg --size M=296,N=520,K=136 --iters 1 >/tmp/san.log 2>&1
-    echo "col_c 296x520x136 $tool exit $? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' /tmp/san.log | tail -2 | tr '\n' ' ')"
+    rc=$?  # before any command substitution in the echo resets $?
+    echo "col_c 296x520x136 $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' /tmp/san.log | tail -2 | tr '\n' ' ')"
   done 2>&1 | tee "$OUT/sanitizers_col.log"
   echo "== zero sizes through kgen run"
   for run in "examples/gemm_bias_relu.kg sm_90a M=0,N=1000,K=100" "examples/gemm_bias_relu.kg sm_90a M=1000,N=1000,K=0" \
@@ -29,7 +30,8 @@ PY
              "examples/batched_reductions.kg sm_90a M=64,N=64,K=64,L=0" "examples/b2b_gemm_rf_sm90a.kg sm_90a M=0"; do
     set -- $run
     timeout 60 python3 -m kgen run "$1" --arch "$2" --size "$3" --iters 1 >/tmp/zero.log 2>&1
-    echo "$(basename "$1") $2 $3 exit $? : $(tail -3 /tmp/zero.log | tr '\n' ' ' | cut -c1-300)"
+    rc=$?  # before any command substitution in the echo resets $?
+    echo "$(basename "$1") $2 $3 exit $rc : $(tail -3 /tmp/zero.log | tr '\n' ' ' | cut -c1-300)"
   done 2>&1 | tee "$OUT/zero_sizes.log"
   echo "== split-K with reductions"
   OUT=$OUT bash bench/splitk_red_session.sh ;;
