@@ -13,7 +13,8 @@ Every kgen kernel is first checked against the reference on random inputs with i
 poisoned (kgen.harness.run); times are CUDA-event medians with inputs rotated past L2.
 
     bash .gpu/device-run.sh python3 bench/defaults.py [--json OUT.json] [--part 1 2 3]
-        [--tuned] [--dtype f16 bf16]      (--tuned: part 3 after `kgen tune` at each shape)
+        [--tuned] [--dtype f16 bf16] [--shapes sweep|own]
+                                          (--tuned: part 3 after `kgen tune` at each shape)
 """
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ kernel bare {{
 SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 512), (6144, 5120, 3072),
          (4096, 11008, 4096), (4096, 4096, 11008), (2048, 2048, 2048), (1024, 1024, 1024),
          (16384, 1024, 1024), (3000, 5000, 2000), (512, 8192, 8192), (128, 4096, 4096)]
+# shapes no schedule was tuned for (issue 17's "measure what you did not tune"): part 3 --shapes own
+OWN = [(2560, 7168, 4096), (96, 12288, 4096), (5120, 3584, 2048), (1536, 1536, 6144),
+       (256, 2048, 16384)]
 
 
 def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None):
@@ -67,7 +71,9 @@ def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None):
 def label(plan) -> str:
     s = plan.schedule
     gemms = " | ".join(f"{'x'.join(map(str, g.tile))} s{g.stages}" for g in plan.gemms)
-    return f"{s.kind.value} {gemms}" + (" resident" if s.resident else "")
+    return (f"{s.kind.value} {gemms}" + (" resident" if s.resident else "")
+            + (f" split {s.split_k}" if s.split_k > 1 else "")
+            + (f" cluster {s.cluster[0]}x{s.cluster[1]}" if s.cluster_size > 1 else ""))
 
 
 def part_examples(out):
@@ -168,7 +174,7 @@ def tune(text, sizes, budget):
             print(done.stdout[-2000:], done.stderr[-2000:])
 
 
-def part_sweep(out, tuned=False, budget=15, dtypes=("f16", "bf16")):
+def part_sweep(out, tuned=False, budget=15, dtypes=("f16", "bf16"), shapes="sweep"):
     import torch
 
     from kgen import ir
@@ -184,7 +190,7 @@ def part_sweep(out, tuned=False, budget=15, dtypes=("f16", "bf16")):
     for t in dtypes:
         module = parse(BARE.format(t=t), "bare.kg")
         verify(module)
-        for m, n, k in SWEEP:
+        for m, n, k in SWEEP if shapes == "sweep" else OWN:
             sizes, config = dict(M=m, N=n, K=k), None
             if tuned:
                 tune(BARE.format(t=t), sizes, budget)
@@ -203,8 +209,9 @@ def part_sweep(out, tuned=False, budget=15, dtypes=("f16", "bf16")):
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
     print(f"geometric mean x matmul: {geo:.3f} (target >= 1.0); lowest "
           f"{min(r['ratio'] for r in rows):.3f}")
-    out["sweep_tuned" if tuned else "sweep"] = rows
-    out["sweep_tuned_geomean" if tuned else "sweep_geomean"] = geo
+    key = ("sweep" if shapes == "sweep" else "own") + ("_tuned" if tuned else "")
+    out[key] = rows
+    out[f"{key}_geomean"] = geo
 
 
 def main() -> int:
@@ -217,13 +224,15 @@ def main() -> int:
     parser.add_argument("--part", nargs="*", type=int, default=[1, 2, 3])
     parser.add_argument("--tuned", action="store_true", help="part 3 after kgen tune per shape")
     parser.add_argument("--dtype", nargs="*", default=["f16", "bf16"], help="part 3's dtypes")
+    parser.add_argument("--shapes", choices=["sweep", "own"], default="sweep",
+                        help="part 3's shapes: the sweep, or OWN (never tuned for)")
     opts = parser.parse_args()
     torch.manual_seed(0)
     out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                kgen=kgen.__version__, date=time.strftime("%Y-%m-%d"))
     print("device", out["device"], "torch", out["torch"], "kgen", out["kgen"])
     parts = {1: part_examples, 2: part_b2b,
-             3: lambda o: part_sweep(o, tuned=opts.tuned, dtypes=opts.dtype)}
+             3: lambda o: part_sweep(o, tuned=opts.tuned, dtypes=opts.dtype, shapes=opts.shapes)}
     for p in opts.part:
         parts[p](out)
         if opts.json:

@@ -446,8 +446,8 @@ CASES: list[tuple[str, str]] = [
     ),
     (
         src(target="target sm_90a", settings="split 2 cluster 1x2"),
-        "t.kg:10:13: error: cluster with split 2: split-K runs on the tiled kernel, clusters on "
-        "the warp-specialized one",
+        "t.kg:10:13: error: cluster with split 2: a split tile's units are walked one CTA at a "
+        "time; a cluster's CTAs walk adjacent whole tiles",
     ),
 ]
 

@@ -19,11 +19,16 @@ MAX_STAGES = 8
 def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> None:
     t, w = gemm.tile, gemm.warps
     mma_m, mma_n, mma_k = tgt.mma_shape
-    for label, value in (("M", t.m), ("N", t.n), ("K", t.k)):
+    for label, value in (("M", t.m), ("K", t.k)):
         if value < 16 or value > MAX_TILE or value & (value - 1):
             raise KgenError(
                 t.loc, f"tile {label} must be a power of two between 16 and {MAX_TILE}, got {value}"
             )
+    # N need not be a power of two: a tile N of 192 (three 64-column boxes) fills the waves of
+    # shapes whose 256-column tiles leave the last wave part empty (6144x5120 on 132 SMs)
+    if t.n < 16 or t.n > MAX_TILE or t.n % 16:
+        raise KgenError(t.loc, f"tile N must be a multiple of 16 between 16 and {MAX_TILE}, "
+                        f"got {t.n}")
     if w.m <= 0 or w.n <= 0:
         raise KgenError(w.loc, f"warps must be positive, got {w.m}x{w.n}")
     threads = w.m * w.n * 32

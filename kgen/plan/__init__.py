@@ -411,9 +411,10 @@ class KernelPlan:
         tiles_m = -(-m // g.tile[0])
         tiles_n = -(-n // g.tile[1])
         tiles = tiles_m * tiles_n * self.batches(sizes)
+        tiles *= self.schedule.split_k  # split-K: a CTA (or a unit of the walk) per part
         if self.schedule.persistent and persistent_ctas:
             tiles = min(tiles, persistent_ctas)
-        return (tiles * self.schedule.split_k, 1, 1)
+        return (tiles, 1, 1)
 
     def cluster_grid(self, sizes: dict[str, int],
                      clusters: int | None = None) -> tuple[int, int, int]:

@@ -162,9 +162,10 @@ class Schedule:
     # of the fast one refuse (any size, any leading dimension): element copies into the same
     # shared-memory stages, element accesses in the epilogue. Each launcher picks it at launch.
     narrow: bool = False
-    # `split S` (one-gemm tiled kernels): S CTAs per output tile, each over a contiguous part of
-    # the k tiles, writing f32 partials to the workspace; a second kernel sums them in order
-    # (bit-identical from run to run) and runs the epilogue once
+    # `split S` (one-gemm tiled and cooperative kernels): S CTAs (cooperative: S units of the
+    # persistent walk) per output tile, each over a contiguous part of the k tiles, writing f32
+    # partials to the workspace; a second kernel sums them in order (bit-identical from run to
+    # run) and runs the epilogue once
     split_k: int = 1
     # the schedules the target also listed, each with why it was not taken: (kind, reason)
     rejected: tuple[tuple[KernelKind, str], ...] = ()
@@ -286,7 +287,9 @@ class Schedule:
                 rows.append((f"{g.name} epilogue input", g.staged_input or "from global memory",
                              g.why_staged_input))
         if self.split_k > 1:
-            rows.append(("split-K", f"{self.split_k} CTAs per output tile",
+            who = ("units of the persistent walk per output tile" if self.persistent
+                   else "CTAs per output tile")
+            rows.append(("split-K", f"{self.split_k} {who}",
                          "each sums a contiguous part of the k tiles into the workspace (f32); "
                          "<kernel>_splitk adds the parts in order and runs the epilogue"))
         if self.narrow:

@@ -169,8 +169,9 @@ def check_cluster(state: KernelState, g: ir.Gemm) -> None:
         raise KgenError(loc, "cluster applies to a kernel of one gemm (the warp-specialized "
                              "kernel); a chain runs one CTA per tile group")
     if g.split is not None and g.split.count > 1:
-        raise KgenError(loc, f"cluster with split {g.split.count}: split-K runs on the tiled "
-                             "kernel, clusters on the warp-specialized one")
+        raise KgenError(loc, f"cluster with split {g.split.count}: a split tile's units are "
+                             "walked one CTA at a time; a cluster's CTAs walk adjacent whole "
+                             "tiles")
 
 
 def operand_param(state: KernelState, g: ir.Gemm, ref: ir.OperandRef, which: str, loc) -> ir.Param:

@@ -188,3 +188,61 @@ def test_split_k_is_bit_identical_run_to_run():
     empty = k(A=a[:, :0], B=b[:0, :], bias=bias)
     torch.testing.assert_close(empty.float(), torch.nn.functional.gelu(bias).expand(M, N),
                                atol=2e-3, rtol=2e-3)
+
+
+def _cooperative_split(split: int, **changes) -> ir.Kernel:
+    """splitk_gelu on sm_90a with a 128-row tile: the cooperative kernel's split-K."""
+    kernel = _example("splitk_gelu.kg", ir.Arch.SM90A, **changes)
+    g = dataclasses.replace(kernel.gemms[0], tile=ir.TileShape(128, 128, 64),
+                            warps=ir.WarpGrid(2, 4), stages=ir.StageCount(5),
+                            split=ir.SplitK(split))
+    return dataclasses.replace(kernel, gemms=(g,))
+
+
+@pytest.mark.parametrize("mnk", [(64, 64, 65536), (1, 4096, 4096), (17, 129, 1000), (7, 13, 9),
+                                 (128, 1000, 4104), (300, 257, 63), (1000, 1000, 100),
+                                 (4097, 129, 72), (256, 512, 8192)], ids=_ids)
+@pytest.mark.parametrize("split", [2, 4, 7, 16])
+def test_split_k_on_the_cooperative_kernel(split, mnk):
+    """`split S` on the warp-specialized kernel: units of the persistent walk, each a part of a
+    tile's k tiles by TMA (or the narrow producer) and wgmma; parts with no k tile (K shorter
+    than S k tiles) write zeros."""
+    from kgen.plan import KernelKind, Mma
+
+    _needs_hopper(ir.Arch.SM90A)
+    built = _run(_cooperative_split(split), mnk)
+    s = built.plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].mma is Mma.WGMMA_SS
+    assert s.split_k == split
+
+
+def test_split_k_on_the_cooperative_kernel_is_bit_identical_run_to_run():
+    import torch
+
+    import kgen
+
+    _needs_hopper(ir.Arch.SM90A)
+    k = kgen.load(_cooperative_split(8), "sm_90a")
+    torch.manual_seed(12)
+    M, N, K = 96, 1000, 30000
+    a = torch.randn(M, K, device="cuda").half() / K ** 0.5
+    b = torch.randn(N, K, device="cuda").half().t()
+    bias = torch.randn(N, device="cuda")
+    first = k(A=a, B=b, bias=bias).clone()
+    for _ in range(3):
+        assert torch.equal(k(A=a, B=b, bias=bias), first)
+    want = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
+    assert ((first.double() - want).abs() / (want.abs() + 1e-2)).max().item() < 0.02
+
+
+@pytest.mark.parametrize("mnk", [(1, 1, 1), (4097, 129, 72), (7, 13, 9), (1000, 1000, 1000),
+                                 (6144, 5120, 320)], ids=_ids)
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+def test_a_192_column_tile(arch, mnk):
+    """Tile N 192 (not a power of two): three 64-column staging boxes on sm_90a, a 64x48 warp
+    tile on the sm_80 mainloop."""
+    _needs_hopper(arch)
+    kernel = gemm_kernel(tile=(128, 192, 64), warps=(2, 4), stages=4 if arch is ir.Arch.SM90A
+                         else 3, arch=arch)
+    built = _run(kernel, mnk)
+    assert built.plan.gemms[0].tile == (128, 192, 64)

@@ -205,7 +205,7 @@ def test_deterministic_reductions_are_bit_identical(arch):
     torch.testing.assert_close(results[0][2].double(), peak, atol=1e-3, rtol=1e-3)
 
 
-def _splitk(arch, split):
+def _splitk(arch, split, tile="tile 64x128x64  warps 2x2  stages 4"):
     from kgen.parse import parse
 
     source = f"""kernel splitk_batched {{
@@ -215,7 +215,7 @@ def _splitk(arch, split):
   tensor D : f16[L, M, N] row out
   vector bias : f32[N]
   gemm g = A @ B accumulate f32 {{
-    tile 64x128x64  warps 2x2  stages 4  split {split}
+    {tile}  split {split}
     epilogue {{ D = gelu(acc + bias[col]) }}
   }}
 }}
@@ -231,6 +231,21 @@ def test_split_k_with_batches(arch, batches, split, mnk):
     m, n, k = mnk
     _check(_splitk(arch, split), arch, {"L": batches, "M": m, "N": n, "K": k},
            broadcast=("B",) if batches == 3 else ())
+
+
+@pytest.mark.parametrize("mnk", [(64, 64, 8192), (17, 129, 1000), (7, 13, 9)], ids=_ids)
+@pytest.mark.parametrize("split", [2, 5])
+@pytest.mark.parametrize("batches", [1, 3, 17])
+def test_split_k_with_batches_on_the_cooperative_kernel(batches, split, mnk):
+    """A 128-row tile on sm_90a: the batches' units walked by the persistent CTAs."""
+    from kgen.plan import KernelKind
+
+    m, n, k = mnk
+    kernel = _splitk(ir.Arch.SM90A, split, tile="tile 128x128x64  warps 2x4  stages 5")
+    loaded, _ = _check(kernel, ir.Arch.SM90A, {"L": batches, "M": m, "N": n, "K": k},
+                       broadcast=("B",) if batches == 3 else ())
+    assert loaded.plan.schedule.kind is KernelKind.COOPERATIVE
+    assert loaded.plan.schedule.split_k == split
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)

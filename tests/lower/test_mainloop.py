@@ -16,6 +16,8 @@ from tests.kernels import gemm_kernel
         (dict(tile=(100, 128, 64)), "tile M must be a power of two between 16 and 512, got 100"),
         (dict(tile=(128, 128, 8)), "tile K must be a power of two between 16 and 512, got 8"),
         (dict(tile=(1024, 128, 64)), "tile M must be a power of two between 16 and 512, got 1024"),
+        (dict(tile=(128, 100, 64)), "tile N must be a multiple of 16 between 16 and 512, got 100"),
+        (dict(tile=(128, 768, 64)), "tile N must be a multiple of 16 between 16 and 512, got 768"),
         (dict(tile=(32, 128, 64), warps=(4, 1)), "tile M 32 does not split over 4 warps in M"),
         (dict(tile=(128, 32, 64), warps=(1, 4)), "tile N 32 does not split over 4 warps in N"),
         (dict(warps=(8, 8)), "warps 8x8 make 2048 threads; a CTA has at most 1024"),

@@ -175,3 +175,65 @@ def test_the_cu_launcher_encodes_every_map():
     assert "unsigned long long A[16];" in source and "unsigned long long D[16];" in source
     assert source.count("reinterpret_cast<CUtensorMap*>(&maps.") == 4  # A, B, D and C
     assert "CU_TENSOR_MAP_L2_PROMOTION_L2_256B" in source
+
+
+def _split(kernel: ir.Kernel, count: int) -> ir.Kernel:
+    g = dataclasses.replace(kernel.gemms[0], split=ir.SplitK(count))
+    return dataclasses.replace(kernel, gemms=(g,))
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["plain", "batched"])
+def test_split_k_runs_on_the_cooperative_kernel(batch):
+    """`split S` with a 128-row tile on sm_90a: S units of the persistent walk per output tile,
+    each over its part of the k tiles by TMA and wgmma, its f32 partials to the workspace (no
+    staging, no output tensor map), and <kernel>_splitk after it; compiled without spills."""
+    from kgen.runtime.nvrtc import compile_cubin, compile_ptx
+
+    kernel = _split(_c_kernel(c="f16 row", epilogue="gelu(acc + bias[col])",
+                              lines="tile 128x128x64  warps 2x4  stages 5",
+                              batch="L, " if batch else ""), 4)
+    built = build(kernel)
+    s = built.plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE and s.split_k == 4
+    assert s.gemms[0].mma is Mma.WGMMA_SS and s.gemms[0].store is StorePath.PAIRS
+    assert "split-K" in s.gemms[0].why_store
+    assert [m.param for m in s.tensor_maps] == ["A", "B"]
+    assert built.plan.split_kernel == "k_splitk"
+    sizes = dict(M=1000, N=300, K=5000, L=3)
+    assert built.plan.grid(sizes) == (8 * 3 * 4 * (3 if batch else 1), 1, 1)
+    assert built.plan.grid(sizes, persistent_ctas=132) == (min(132, 96 * (3 if batch else 1)), 1, 1)
+    src = built.source
+    assert "constexpr int kSplitK = 4;" in src
+    assert "(k_first + kt) * kTileK" in src and "k_splitk<<<" in src
+    ptx = compile_ptx(src, "k", "sm_90a")
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    result = compile_cubin(src, "k", "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+    rows = dict((label, value) for label, value, _ in s.describe())
+    assert rows["split-K"] == "4 units of the persistent walk per output tile"
+
+
+def test_split_k_with_pingpong_or_reductions_is_not_the_cooperative_kernels():
+    k = _split(dataclasses.replace(gemm_kernel(tile=(128, 128, 64), warps=(2, 4), stages=5,
+                                               arch=ir.Arch.SM90A),
+                                   schedule=ir.Schedule.PINGPONG), 2)
+    with pytest.raises(KgenError, match="split 2 runs on the cooperative schedule"):
+        build(k)
+    reducing = _split(build_file(EXAMPLES / "evt_colsum.kg", "sm_90a").kernel, 2)
+    s = build(dataclasses.replace(reducing, target=ir.Arch.SM90A)).plan.schedule
+    assert s.kind is KernelKind.TILED and s.split_k == 2
+    why = dict(s.rejected)[KernelKind.COOPERATIVE]
+    assert "epilogue reductions runs on the tiled kernel" in why, why
+
+
+def test_a_192_column_tile_runs_three_staging_boxes():
+    """Tile N need not be a power of two: 128x192 (three 64-column boxes) on the cooperative
+    kernel, without spills."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build(gemm_kernel(tile=(128, 192, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
+    s = built.plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.TMA
+    assert [m.box for m in s.tensor_maps] == [(64, 128), (64, 192), (64, 64)]
+    result = compile_cubin(built.source, "k", "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log

@@ -106,20 +106,23 @@ def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False,
     ]
 
 
-def split_partial_lines() -> list[str]:
+def split_partial_lines(row: str = "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",
+                        col: str = "n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2",
+                        params: str = "p") -> list[str]:
     """Split-K: the CTA's partial sums, as f32 pairs, to its part of the workspace (the epilogue
-    runs in <kernel>_splitk once the parts are summed)."""
+    runs in <kernel>_splitk once the parts are summed); `row` and `col`: accumulator pair
+    (i, j)'s first element (the other row is 8 below)."""
     return [
         "// Split-K: this CTA's partial sums to part `split` of the workspace: M rows of",
         "// tiles_n * kTileN floats (every column pair 8-byte aligned); <kernel>_splitk sums them.",
         "const long long ld_part = static_cast<long long>(tiles_n) * kTileN;",
-        "float* part = p.workspace + static_cast<long long>(split) * M * ld_part;",
+        f"float* part = {params}.workspace + static_cast<long long>(split) * M * ld_part;",
         "#pragma unroll",
         "for (int i = 0; i < kFragM; ++i) {",
         "#pragma unroll",
         "  for (int j = 0; j < kFragN; ++j) {",
-        "    const int row = m0 + warp_m * kWarpTileM + i * 16 + lane / 4;",
-        "    const int col = n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;",
+        f"    const int row = {row};",
+        f"    const int col = {col};",
         "    if (col < N) {",
         "      if (row < M)",
         "        *reinterpret_cast<float2*>(part + row * ld_part + col) =",

@@ -2,13 +2,14 @@
 warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
 
     one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
-              tiles, then 128x128x64, for every operand layout (an MN-major A or B, i.e. a
+              tiles, then 128x192x64 and 128x128x64, for every operand layout (an MN-major A or B, i.e. a
               column-major A or a row-major B, loads by 64-column boxes: each tile N here is a
               multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md). The
-              tuner's wide list adds each of them on clusters of 2x1 and 1x2 CTAs (the builder
-              keeps 1x1).
+              tuner's wide list adds the cooperative ones of tile N 192 and 256 on clusters of
+              2x1 and 1x2 CTAs (the builder keeps 1x1), and, where the runtime sizes give fewer
+              output tiles than SMs, split-K on the cooperative kernel.
     chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps
               streaming A through a ring of at least k tiles + 1 slots), then the resident
               wgmma chain on 128-row tiles, then the sm_80 chains.
@@ -27,16 +28,26 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     # stages first: with 4 the output staging no longer fits and D = acc ran 0.62x as fast at
     # 8192x8192x512 on an H200 (bench/defaults.py); `kgen tune` times 4 where it helps
     ((128, 256, 64), (3, 4)),
+    # three 64-column boxes: fewer idle SMs in the last wave where 256-column tiles leave it
+    # part empty (6144x5120: 960 tiles of 128x256 are 7.3 waves of 132, 1296 of 128x192 9.8)
+    ((128, 192, 64), (4, 3)),
     ((128, 128, 64), (6, 5, 4)),
     ((128, 64, 64), (8, 6)),
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
+WS_SPLIT_TILES = (((128, 128, 64), 5, (2, 4, 8)), ((128, 64, 64), 6, (2, 4, 8, 16, 32, 64)))
 SMALL_K = 1024
 CLUSTERS = ((2, 1), (1, 2))  # the tuner's clusters beside 1x1 (the builder keeps 1x1)
+# Clusters only on cooperative tiles this wide, and not where known sizes give fewer tiles than
+# SMs: they ran no faster than 1x1 (0.95-0.98x torch.matmul, bench/RESULTS.md), and the whole
+# list of them pushed the split-K candidates that small outputs need past the tuner's 50
+CLUSTER_MIN_N = 192
 WHY_CLUSTER = {(2, 1): "cluster 2x1: two CTAs on adjacent tile rows share B by multicast",
                (1, 2): "cluster 1x2: two CTAs on adjacent tile columns share A by multicast"}
 WHY_COOPERATIVE = ("the cooperative warp-specialized kernel: TMA ring, two consumer warpgroups "
                    "on wgmma share each tile")
+WHY_WS_SPLIT = ("split-K on the cooperative kernel: the runtime sizes give fewer output tiles "
+                "than SMs")
 WHY_PINGPONG = ("ping-pong: two consumer warpgroups on alternate tiles, one's epilogue under "
                 "the other's mainloop (a fixed K of at most 1024: few k tiles per tile)")
 WHY_CHAIN_PINGPONG = ("ping-pong over resident B: producer warps stream A through a ring, two "
@@ -58,9 +69,35 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     if not wide:
         own = [c for c in own if c.schedule is None or c is own[0]]
     own = common.fitting_first(own, shape, sizes)
-    if wide:  # the tuner also times each with a cluster of two CTAs sharing an operand
-        own += [clustered(c, cluster) for cluster in CLUSTERS for c in own]
+    if wide:  # the tuner also times the widest with a cluster of two CTAs sharing an operand
+        own += [clustered(c, cluster) for cluster in CLUSTERS for c in own
+                if c.schedule is None and c.gemms[0].tile[1] >= CLUSTER_MIN_N
+                and not few_tiles(c.gemms[0].tile, shape, sizes)]
+        own += split_configs(shape, sizes)
     return own + common.one_gemm(shape, sizes, wide)
+
+
+def few_tiles(tile: tuple[int, int, int], shape: GemmShape, sizes: Mapping[str, int]) -> bool:
+    """Known sizes give fewer output tiles than SMs: no L2 traffic for a cluster to share."""
+    m, n = common.known(shape.m, sizes), common.known(shape.n, sizes)
+    return None not in (m, n) and -(-m // tile[0]) * -(-n // tile[1]) < common.SMS
+
+
+def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
+    """Split-K on the cooperative kernel, where the runtime sizes give fewer output tiles than
+    SMs: each split leaves each part at least two k tiles and at most two waves of units. Not
+    with epilogue reductions (their split-K runs on the tiled kernel)."""
+    m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
+    if shape.reductions or None in (m, n, k):
+        return []
+    out = []
+    for tile, stages, splits in WS_SPLIT_TILES:
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        out += [Config((GemmConfig(tile, (2, 4), stages, split=split),), why=WHY_WS_SPLIT)
+                for split in splits
+                if tiles < common.SMS and k >= 2 * split * tile[2]
+                and tiles * split <= 2 * common.SMS]
+    return out
 
 
 def clustered(config: Config, cluster: tuple[int, int]) -> Config:

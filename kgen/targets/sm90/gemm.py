@@ -53,6 +53,9 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     # made here, not before the mainloop: its pointers hold no registers through the wgmma
     head = ([f"const {plan.name}_params pb = at_batch(p, batch);  // this tile's batch of the "
              "arguments"] if batch.batched(plan) else [])
+    if plan.schedule.split_k > 1:  # the unit's partial sums; <kernel>_splitk runs the epilogue
+        return head + sm80_epilogue.split_partial_lines(
+            "m0 + row0 + i * 64 + warp * 16 + lane / 4", "n0 + j * 8 + (lane % 4) * 2", params)
     pairs = (sm80_epilogue.partial_lines(g)
              + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
                                        "n0 + j * 8 + (lane % 4) * 2", narrow=True, params=params)
@@ -112,9 +115,10 @@ def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: 
     """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one): one
     box K-major; MN-major, `extent` / 64 boxes of 64 M (or N) columns by the k tile's rows.
     `multicast`: the CTA mask a K-major box is written to (every CTA of the cluster)."""
-    dst, coords = f"{ring} + s * {stage_bytes}", f"kt * kTileK, {row}"
+    k = f"{k_tile(plan)} * kTileK"
+    dst, coords = f"{ring} + s * {stage_bytes}", f"{k}, {row}"
     if mn_major:
-        dst, coords = f"{dst} + j * kMnBoxBytes", f"{row} + 64 * j, kt * kTileK"
+        dst, coords = f"{dst} + j * kMnBoxBytes", f"{row} + 64 * j, {k}"
     head = f"{dst}, &maps.{operand}, full + 8 * s, {coords}"
     suffix, tail = ("_multicast", f", {multicast}") if multicast else ("", "")
     if plan.param(operand).batch is None:
@@ -124,6 +128,32 @@ def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: 
     if not mn_major:
         return load
     return f"for (int j = 0; j < {extent} / 64; ++j) {load}"
+
+
+def k_tile(plan: KernelPlan) -> str:
+    """The producer's k tile at step kt of a tile's (split-K: of its unit's part)."""
+    return "(k_first + kt)" if plan.schedule.split_k > 1 else "kt"
+
+
+def split_values(plan: KernelPlan) -> dict:
+    """What the template prints about split-K: the walk over units (part u % kSplitK of tile
+    u / kSplitK's k tiles) and each unit's k tiles."""
+    split = plan.schedule.split_k
+    if split == 1:
+        return dict(split_k=1, unit_k=[], k_tile="kt")
+    batched = batch.batched(plan)
+    per_batch = "tiles_m * tiles_n * kSplitK"
+    tile_batch = [f"const int batch = tile / ({per_batch});"] if batched else []
+    in_batch = f"tile % ({per_batch}) / kSplitK" if batched else "tile / kSplitK"
+    return dict(
+        split_k=split, k_tile=k_tile(plan),
+        walk_tiles="units", walk="walk" if batched else "units", walk_batch=tile_batch,
+        walk_in_batch=in_batch, tile_batch=tile_batch, tile_in_batch=in_batch,
+        unit_k=["const int split = tile % kSplitK;  // this unit's part of its tile's k tiles",
+                "const int k_per_split = (k_tiles_all + kSplitK - 1) / kSplitK;",
+                "const int k_first = min(split * k_per_split, k_tiles_all);",
+                "const int k_tiles = min(k_per_split, k_tiles_all - k_first);  // the last "
+                "parts shorter, or none"])
 
 
 def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
@@ -217,7 +247,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     majors = {(False, False): "A and B K-major", (True, True): "A and B MN-major (transposed)",
               (True, False): "A MN-major (transposed), B K-major",
               (False, True): "A K-major, B MN-major (transposed)"}[(a_mn, b_mn)]
-    clusters = cluster_values(plan)
+    clusters = cluster_values(plan) | split_values(plan)
     multicast = schedule.multicast
     loop = epilogue_loop(plan, g)
     host_cluster_tiles = batch.grid_count(
@@ -265,10 +295,13 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         epilogue_params=sm80_epilogue.epilogue_params(g),
         epilogue_loop=_in_range(loop) if schedule.cluster_size > 1 else loop,
         init_kernel=sm80_epilogue.init_kernel(plan)
-        + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim)),
+        + sm80_epilogue.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
+        + sm80_epilogue.split_kernel(plan, g, dim_expr(g.m_dim), dim_expr(g.n_dim)),
         host_init=sm80_epilogue.host_init_lines(plan),
         host_empty=sm80_epilogue.host_empty_lines(plan),
-        host_finalize=sm80_epilogue.host_finalize_lines(plan),
+        # split-K's kernel first: the finalize kernel combines the slots it writes
+        host_finalize=sm80_epilogue.host_split_lines(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
+        + sm80_epilogue.host_finalize_lines(plan),
         **host_api.template_values(plan),
         persistent=True,
         arch_guard=arch_guard.guard(plan),
@@ -300,5 +333,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                          for w, mn in (("A", a_mn), ("B", b_mn)))),
         host_cluster_tiles=host_cluster_tiles,
         host_batches=batch.host_lines(plan),
-        host_tiles=batch.grid_count(plan, "tiles_m * tiles_n"),
+        host_tiles=batch.grid_count(plan, "tiles_m * tiles_n" + (
+            f" * {plan.name}_kgen::kSplitK" if schedule.split_k > 1 else "")),
     )

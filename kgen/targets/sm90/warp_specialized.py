@@ -14,6 +14,11 @@
     PINGPONG     each consumer a 128-row tile of its own (`schedule pingpong`): one's epilogue
                  runs while the other multiplies, their mainloops ordered by two turn mbarriers
 
+`split S` (cooperative only, no epilogue reductions) makes each output tile S units of the
+persistent walk, unit u part u % S of tile u / S's k tiles; the consumers write its f32 partial
+sums to the workspace and <kernel>_splitk (the tiled kernel's) adds them in order and runs the
+epilogue.
+
 CTAs are persistent (min(tiles, SMs) of them) and walk the tiles in groups of 8 tile rows (L2
 reuse of the B tiles). Each operand is K-major (A row-major, B column-major: 128-byte rows along
 K) or MN-major (A column-major, B row-major: 128-byte rows along M or N, boxes of 64 of them per
@@ -68,6 +73,9 @@ WHY_CLUSTER = {
              "its own B and half of A, multicast to both, halving A's L2 reads"),
     (1, 1): "one CTA per cluster (the line's own choice): every CTA loads its own A and B",
 }
+WHY_SPLIT_STORE = ("split-K: each unit's f32 partial sums leave as pairs into the workspace; "
+                   "<kernel>_splitk adds the parts in order, runs the epilogue and stores the "
+                   "output")
 WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
               "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
               "tile's mainloop")
@@ -80,7 +88,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
         return Candidate(kind, False, reason, site)
     g = consumer_plan(draft.gemms[0].plan, kind)
     rings = 2 * g.stages + (2 if kind is KernelKind.PINGPONG else 0)
-    staging = staging_refusal(g)
+    staging = WHY_SPLIT_STORE if draft.split_k > 1 else staging_refusal(g)
     tries = [(0, StorePath.PAIRS, staging)] if staging else [
         (staging_bytes(g, kind), StorePath.TMA, WHY_STAGED),
         (0, StorePath.PAIRS, "the output staging does not fit beside the ring")]
@@ -116,10 +124,9 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                 "them", None)
     if not draft.allow_persistent:
         return "the caller asked for one CTA per tile", None
-    if draft.split_k > 1:
-        return (f"split {draft.split_k} runs on the tiled kernel: each CTA writes its part of K "
-                "to the workspace, and a second kernel sums the parts and runs the epilogue",
-                Site("split", 0))
+    if draft.split_k > 1 and kind is KernelKind.PINGPONG:
+        return (f"split {draft.split_k} runs on the cooperative schedule (both consumers on "
+                "each part of a tile's k tiles)", Site("split", 0))
     g = draft.gemms[0].plan
     if g.chain is not None or g.a is None:
         return "its A is not a tensor parameter", None
@@ -149,6 +156,9 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
             return (f"cluster {draft.cluster[0]}x{draft.cluster[1]} shares {which}, which is "
                     f"MN-major ({op.param} is {'column' if which == 'A' else 'row'}-major): "
                     "the cluster's halves of a tile are K-major boxes", Site("cluster", 0))
+    if draft.split_k > 1 and g.epilogue.reductions:
+        return (f"split {draft.split_k} with epilogue reductions runs on the tiled kernel (its "
+                "<kernel>_splitk reduces each output tile in one block)", Site("split", 0))
     if kind is KernelKind.PINGPONG and g.epilogue.reductions:
         return ("reductions run on the cooperative schedule (a tile's rows shared by both "
                 "consumers' warps)", Site("schedule"))
@@ -287,4 +297,5 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
                     why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
                     cluster=cluster,
-                    why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "")
+                    why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "",
+                    split_k=draft.split_k)

@@ -1,0 +1,150 @@
+"""The 128x192 tile and split-K on the cooperative kernel (issues 16 and 17), on an H100/H200:
+each variant a Schedule value (a Config the builder fills in), against the default schedule and
+torch.matmul, on the sweep shapes they were made for and on shapes of my own.
+
+    bare GEMM  f16, every shape: the default (128x256 s3), 128x192 s4 and s3, and where the
+               output has fewer 128x128 tiles than SMs, split-K on the cooperative kernel
+               (128x128 s5, 128x64 s6) beside the tiled kernel's split-K
+    gelu       D = gelu(acc + bias[col]) (examples/splitk_gelu.kg) at M = 1, 16, 128 against
+               PyTorch unfused, the cooperative split-K beside the tiled one
+
+Every variant is checked against the reference with its output poisoned (kgen.harness.run)
+before it is timed: CUDA events, the median of 30, inputs rotated past L2.
+
+    bash .gpu/device-run.sh python3 bench/wave_split.py [--json OUT.json] [--part bare gelu]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from defaults import BARE, OWN, SWEEP, kgen_run, label  # noqa: E402
+
+SMS = 132
+
+
+def variants(m, n, k):
+    """(name, Config or None) for one shape: None is the builder's default."""
+    from kgen.targets import Config, GemmConfig
+
+    out = [("default", None),
+           ("128x192 s4", Config((GemmConfig((128, 192, 64), (2, 4), 4),))),
+           ("128x192 s3", Config((GemmConfig((128, 192, 64), (2, 4), 3),)))]
+    for tile, stages, warps, splits in (((128, 128, 64), 5, (2, 4), (2, 4, 8)),
+                                        ((128, 64, 64), 6, (2, 4), (2, 4, 8, 16)),
+                                        ((64, 128, 64), 4, (2, 2), (2, 4, 8))):
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        if tiles >= SMS:
+            continue
+        kind = "tiled" if tile[0] == 64 else "coop"
+        for split in splits:
+            if k >= 2 * split * tile[2] and tiles * split <= 2 * SMS:
+                out.append((f"{kind} {tile[0]}x{tile[1]} split {split}",
+                            Config((GemmConfig(tile, warps, stages, split=split),))))
+    return out
+
+
+def part_bare(out):
+    from kgen import ir
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    module = parse(BARE.format(t="f16"), "bare.kg")
+    verify(module)
+    kernel = module.kernels[0]
+    print("\nbare GEMM, f16, sm_90a: each variant's time as x torch.matmul (higher is faster)")
+    rows = []
+    for shapes, own in ((SWEEP, False), (OWN, True)):
+        for m, n, k in shapes:
+            sizes = dict(M=m, N=n, K=k)
+            row = dict(m=m, n=n, k=k, own=own, variants={})
+            for name, config in variants(m, n, k):
+                report, plan = kgen_run(kernel, sizes, ir.Arch.SM90A,
+                                        torch_baseline=name == "default", config=config)
+                if name == "default":
+                    row["torch_ms"] = report.torch_timing.median_ms
+                row["variants"][name] = dict(ms=report.timing.median_ms, ok=report.ok,
+                                             schedule=label(plan))
+            tms = row["torch_ms"]
+            for v in row["variants"].values():
+                v["x_matmul"] = tms / v["ms"]
+            best = max(row["variants"], key=lambda v: row["variants"][v]["x_matmul"])
+            row["best"] = best
+            rows.append(row)
+            shown = "  ".join(f"{name} {v['x_matmul']:.3f}" + ("" if v["ok"] else " CHECK FAILED")
+                              for name, v in row["variants"].items())
+            print(f"{'own ' if own else ''}{m}x{n}x{k}: matmul {tms:.4f} ms | {shown} | best {best}")
+    for own in (False, True):
+        picked = [r for r in rows if r["own"] is own]
+        for key in ("default", "best"):
+            ratios = [r["variants"]["default" if key == "default" else r["best"]]["x_matmul"]
+                      for r in picked]
+            geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            print(f"{'own shapes' if own else 'sweep'}: geometric mean x matmul, {key}: {geo:.3f}")
+    out["bare"] = rows
+
+
+def part_gelu(out):
+    from kgen import ir
+    from kgen.parse import parse_file
+    from kgen.targets import Config, GemmConfig
+
+    from kgen.tune.space import free_lines
+
+    # the example's schedule lines freed: each variant fills them
+    free = free_lines(parse_file(ROOT / "examples" / "splitk_gelu.kg").kernels[0])
+    print("\ngelu(acc + bias[col]), f16, sm_90a: x PyTorch unfused (higher is faster)")
+    rows = []
+    for m in (1, 16, 128):
+        for n, k in ((4096, 4096), (11008, 4096), (4096, 11008)):
+            sizes = dict(M=m, N=n, K=k)
+            row = dict(m=m, n=n, k=k, variants={})
+            for name, config in [
+                    ("coop 128x128 split 2", Config((GemmConfig((128, 128, 64), (2, 4), 5, split=2),))),
+                    ("coop 128x128 split 4", Config((GemmConfig((128, 128, 64), (2, 4), 5, split=4),))),
+                    ("coop 128x64 split 2", Config((GemmConfig((128, 64, 64), (2, 4), 6, split=2),))),
+                    ("coop 128x64 split 4", Config((GemmConfig((128, 64, 64), (2, 4), 6, split=4),))),
+                    ("tiled 32x128 split 4", Config((GemmConfig((32, 128, 64), (1, 4), 4, split=4),))),
+                    ("tiled 64x128 split 2", Config((GemmConfig((64, 128, 64), (2, 2), 4, split=2),)))]:
+                report, plan = kgen_run(free, sizes, ir.Arch.SM90A,
+                                        torch_baseline="torch_ms" not in row, config=config)
+                if "torch_ms" not in row:
+                    row["torch_ms"] = report.torch_timing.median_ms
+                row["variants"][name] = dict(ms=report.timing.median_ms, ok=report.ok,
+                                             schedule=label(plan),
+                                             x_unfused=row["torch_ms"] / report.timing.median_ms)
+            rows.append(row)
+            shown = "  ".join(f"{name} {v['x_unfused']:.2f}" + ("" if v["ok"] else " CHECK FAILED")
+                              for name, v in row["variants"].items())
+            print(f"{m}x{n}x{k}: unfused {row['torch_ms']:.4f} ms | {shown}")
+    out["gelu"] = rows
+
+
+def main() -> int:
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--part", nargs="*", default=["bare", "gelu"])
+    opts = parser.parse_args()
+    torch.manual_seed(0)
+    out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+               date=time.strftime("%Y-%m-%d"))
+    print("device", out["device"], "torch", out["torch"])
+    for part in opts.part:
+        {"bare": part_bare, "gelu": part_gelu}[part](out)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
