@@ -56,12 +56,17 @@ OWN = [(2560, 7168, 4096), (96, 12288, 4096), (5120, 3584, 2048), (1536, 1536, 6
        (256, 2048, 16384)]
 
 
-def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None):
+def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None, sized=True):
     """(checked report, plan): kgen's time, and PyTorch doing the same where asked; `config`: a
-    tuned configuration, tried first."""
+    tuned configuration, tried first; without one, the configuration the runtime sizes call
+    for, as `kgen run` takes it (kgen/lower/builder.py's `sized`)."""
     from kgen.api import build
     from kgen.harness.run import run
+    from kgen.lower import builder
+    from kgen.targets import target
 
+    if config is None and sized:
+        config = builder.sized(kernel, target(arch), sizes)
     built = build(kernel, arch, source_name="bench.kg", config=config)
     report = run(built.kernel, built.plan, built.source, sizes, check=True, bench=True,
                  compare_torch=torch_baseline, iters=30)

@@ -2,7 +2,8 @@
 each variant a Schedule value (a Config the builder fills in), against the default schedule and
 torch.matmul, on the sweep shapes they were made for and on shapes of my own.
 
-    bare GEMM  f16, every shape: the default (128x256 s3), 128x192 s4 and s3, and where the
+    bare GEMM  f16, every shape: the default (128x256 s3), the runtime sizes' choice (`sized`:
+               what kgen run and kgen.load take untuned), 128x192 s4 and s3, and where the
                output has fewer 128x128 tiles than SMs, split-K on the cooperative kernel
                (128x128 s5, 128x64 s6) beside the tiled kernel's split-K
     gelu       D = gelu(acc + bias[col]) (examples/splitk_gelu.kg) at M = 1, 16, 128 against
@@ -35,7 +36,7 @@ def variants(m, n, k):
     """(name, Config or None) for one shape: None is the builder's default."""
     from kgen.targets import Config, GemmConfig
 
-    out = [("default", None),
+    out = [("default", None), ("sized", "sized"),
            ("128x192 s4", Config((GemmConfig((128, 192, 64), (2, 4), 4),))),
            ("128x192 s3", Config((GemmConfig((128, 192, 64), (2, 4), 3),)))]
     for tile, stages, warps, splits in (((128, 128, 64), 5, (2, 4), (2, 4, 8)),
@@ -68,7 +69,9 @@ def part_bare(out):
             row = dict(m=m, n=n, k=k, own=own, variants={})
             for name, config in variants(m, n, k):
                 report, plan = kgen_run(kernel, sizes, ir.Arch.SM90A,
-                                        torch_baseline=name == "default", config=config)
+                                        torch_baseline=name == "default",
+                                        config=None if config == "sized" else config,
+                                        sized=config == "sized")
                 if name == "default":
                     row["torch_ms"] = report.torch_timing.median_ms
                 row["variants"][name] = dict(ms=report.timing.median_ms, ok=report.ok,
@@ -84,8 +87,8 @@ def part_bare(out):
             print(f"{'own ' if own else ''}{m}x{n}x{k}: matmul {tms:.4f} ms | {shown} | best {best}")
     for own in (False, True):
         picked = [r for r in rows if r["own"] is own]
-        for key in ("default", "best"):
-            ratios = [r["variants"]["default" if key == "default" else r["best"]]["x_matmul"]
+        for key in ("default", "sized", "best"):
+            ratios = [r["variants"][r["best"] if key == "best" else key]["x_matmul"]
                       for r in picked]
             geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
             print(f"{'own shapes' if own else 'sweep'}: geometric mean x matmul, {key}: {geo:.3f}")
@@ -96,35 +99,48 @@ def part_gelu(out):
     from kgen import ir
     from kgen.parse import parse_file
     from kgen.targets import Config, GemmConfig
-
     from kgen.tune.space import free_lines
 
     # the example's schedule lines freed: each variant fills them
     free = free_lines(parse_file(ROOT / "examples" / "splitk_gelu.kg").kernels[0])
-    print("\ngelu(acc + bias[col]), f16, sm_90a: x PyTorch unfused (higher is faster)")
+
+    def split(tile, warps, stages, count):
+        return Config((GemmConfig(tile, warps, stages, split=count),))
+
+    searched = [("coop 128x128 split 2", split((128, 128, 64), (2, 4), 5, 2)),
+                ("coop 128x128 split 4", split((128, 128, 64), (2, 4), 5, 4)),
+                ("coop 128x64 split 2", split((128, 64, 64), (2, 4), 6, 2)),
+                ("coop 128x64 split 4", split((128, 64, 64), (2, 4), 6, 4)),
+                ("tiled 32x128 split 4", split((32, 128, 64), (1, 4), 4, 4)),
+                ("tiled 64x128 split 2", split((64, 128, 64), (2, 2), 4, 2))]
+    print("\ngelu(acc + bias[col]), f16, sm_90a: x PyTorch unfused (higher is faster); sized: "
+          "what kgen run takes untuned, default: the size-blind builder's")
     rows = []
-    for m in (1, 16, 128):
-        for n, k in ((4096, 4096), (11008, 4096), (4096, 11008)):
-            sizes = dict(M=m, N=n, K=k)
-            row = dict(m=m, n=n, k=k, variants={})
-            for name, config in [
-                    ("coop 128x128 split 2", Config((GemmConfig((128, 128, 64), (2, 4), 5, split=2),))),
-                    ("coop 128x128 split 4", Config((GemmConfig((128, 128, 64), (2, 4), 5, split=4),))),
-                    ("coop 128x64 split 2", Config((GemmConfig((128, 64, 64), (2, 4), 6, split=2),))),
-                    ("coop 128x64 split 4", Config((GemmConfig((128, 64, 64), (2, 4), 6, split=4),))),
-                    ("tiled 32x128 split 4", Config((GemmConfig((32, 128, 64), (1, 4), 4, split=4),))),
-                    ("tiled 64x128 split 2", Config((GemmConfig((64, 128, 64), (2, 2), 4, split=2),)))]:
-                report, plan = kgen_run(free, sizes, ir.Arch.SM90A,
-                                        torch_baseline="torch_ms" not in row, config=config)
-                if "torch_ms" not in row:
-                    row["torch_ms"] = report.torch_timing.median_ms
-                row["variants"][name] = dict(ms=report.timing.median_ms, ok=report.ok,
-                                             schedule=label(plan),
-                                             x_unfused=row["torch_ms"] / report.timing.median_ms)
-            rows.append(row)
-            shown = "  ".join(f"{name} {v['x_unfused']:.2f}" + ("" if v["ok"] else " CHECK FAILED")
-                              for name, v in row["variants"].items())
-            print(f"{m}x{n}x{k}: unfused {row['torch_ms']:.4f} ms | {shown}")
+    shapes = [(m, n, k) for m in (1, 16, 128, 4096)
+              for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))] + [(64, 64, 65536)]
+    for m, n, k in shapes:
+        sizes = dict(M=m, N=n, K=k)
+        row = dict(m=m, n=n, k=k, variants={})
+        tried = [("sized", "sized"), ("default", None)] + (searched if m in (1, 16, 128) else [])
+        for name, config in tried:
+            report, plan = kgen_run(free, sizes, ir.Arch.SM90A,
+                                    torch_baseline="torch_ms" not in row,
+                                    config=None if config == "sized" else config,
+                                    sized=config == "sized")
+            if "torch_ms" not in row:
+                row["torch_ms"] = report.torch_timing.median_ms
+            row["variants"][name] = dict(ms=report.timing.median_ms, ok=report.ok,
+                                         schedule=label(plan),
+                                         x_unfused=row["torch_ms"] / report.timing.median_ms)
+        rows.append(row)
+        shown = "  ".join(f"{name} {v['x_unfused']:.2f}" + ("" if v["ok"] else " CHECK FAILED")
+                          for name, v in row["variants"].items())
+        print(f"{m}x{n}x{k}: unfused {row['torch_ms']:.4f} ms | sized runs "
+              f"{row['variants']['sized']['schedule']} | {shown}")
+    for key in ("sized", "default"):
+        ratios = [r["variants"][key]["x_unfused"] for r in rows]
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"{key}: geometric mean x unfused {geo:.3f}, lowest {min(ratios):.2f}")
     out["gelu"] = rows
 
 

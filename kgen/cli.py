@@ -441,7 +441,8 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         for kernel in kernels:
             entry, tuning = _tune_entry(kernel, target, sizes, gpu_name) if size_text else \
                 (None, None)
-            config = entry.config if entry is not None else None
+            config = entry.config if entry is not None else (
+                _sized_config(kernel, target, sizes) if size_text else None)
             if resources:
                 name = safe_file_name(file)
                 built = build(kernel, target, source_name=name,
@@ -470,6 +471,16 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         print_plan(console, summary)
         if summary.get("tuning"):
             console.print(summary["tuning"])
+
+
+def _sized_config(kernel, target, sizes):
+    """Without a tune entry: the configuration the runtime sizes call for (the builder's
+    `sized`), or None where its size-blind default serves them."""
+    from .harness.inputs import resolve_sizes
+    from .lower import builder
+    from .targets import target as target_of
+
+    return builder.sized(kernel, target_of(target or kernel.target), resolve_sizes(kernel, sizes))
 
 
 def _tune_entry(kernel, target, sizes, gpu_name):
@@ -583,7 +594,8 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
         name = safe_file_name(file)
         built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
                       command=header_command(shown_path(file), target, kernel_name),
-                      config=entry.config if entry is not None else None)
+                      config=entry.config if entry is not None else
+                      _sized_config(kernel, target, sizes))
         result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
     from .harness.run import run
     from .runtime.launch import CompiledKernel

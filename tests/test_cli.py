@@ -369,3 +369,18 @@ def test_regenerate_line_is_the_command_as_written(tmp_path, monkeypatch):
     text = (tmp_path / "out" / "g.cu").read_text()
     assert text.split("\n")[1] == "// Regenerate with: kgen compile gemm.kg --arch sm_90a -o g.cu"
     assert str(tmp_path) not in text
+
+
+def test_inspect_with_sizes_shows_the_choice_the_sizes_call_for(tmp_path):
+    """Without a GPU or a tune entry, `kgen inspect --size` plans what `kgen run` would: on
+    sm_90a, 128x192 tiles where 128x256 ones leave the last wave part empty."""
+    from tests.kernels import without_schedule_lines
+
+    path = tmp_path / "bare.kg"
+    gemm = Path(__file__).resolve().parent.parent / "examples" / "gemm.kg"
+    path.write_text(without_schedule_lines(gemm.read_text()))
+    result = CliRunner().invoke(cli, ["inspect", str(path), "--arch", "sm_90a", "--json",
+                                      "--size", "M=6144,N=5120,K=3072", "--gpu", "NVIDIA H200"])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "128x192x64" in text and "the runtime sizes: 128x192 tiles fill the waves" in text

@@ -18,10 +18,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping
 
-from .. import ir
+from .. import ir, targets
 from ..errors import KgenError
 from ..plan import KernelKind, KernelPlan, LineChoice
-from ..targets import Config, GemmConfig, GemmShape, Target, configs
+from ..targets import Config, GemmConfig, GemmShape, Instruction, Target, configs
 
 WHY_TUNED = "tuned:"  # how the why of each line of a tuned configuration starts
 _SCHEDULES = {KernelKind.PINGPONG: ir.Schedule.PINGPONG,
@@ -102,6 +102,31 @@ def listed(kernel: ir.Kernel, tgt: Target, *, sizes: Mapping[str, int] | None = 
     return out
 
 
+def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | None:
+    """The target's configuration for these runtime sizes (kgen/targets/sm90/configs.py's
+    `sized`), where the kernel leaves its schedule lines to kgen; None where the default
+    serves them, or the source writes a line."""
+    if not kernel.gemms or not all(_free(g) for g in kernel.gemms) or kernel.schedule is not None:
+        return None
+    batch = next((p.batch for p in kernel.params if p.batch is not None), None)
+    batches = 1 if batch is None else batch if isinstance(batch, int) else sizes.get(batch)
+    if batches is None:
+        return None
+    return targets.sized(tgt, shapes(kernel), sizes, batches)
+
+
+def sizable(kernel: ir.Kernel, tgt: Target) -> bool:
+    """Whether runtime sizes may change the kernel's schedule (`sized` may return one)."""
+    return (len(kernel.gemms) == 1 and _free(kernel.gemms[0]) and kernel.schedule is None
+            and not kernel.gemms[0].epilogue.reductions and tgt.has(Instruction.WGMMA))
+
+
+def _free(g: ir.Gemm) -> bool:
+    """No schedule line written: tile, warps, stages, keep, resident, split, cluster."""
+    return (g.tile is None and g.warps is None and g.stages is None and g.keep is None
+            and not g.resident and g.split is None and g.cluster is None)
+
+
 def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
           config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
     """The first configuration that plans (`config`, a tuned one, tried first): the kernel with
@@ -119,8 +144,9 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
             first_error = first_error or err
             refused.append((cfg.label, err.message))
             continue
-        if cfg is config:
-            why = WHY_TUNED + " the fastest `kgen tune` timed"
+        if cfg is config:  # a tuned configuration, or the one the runtime sizes call for
+            why = (config.why if config.why.startswith(targets.WHY_SIZED)
+                   else WHY_TUNED + " the fastest `kgen tune` timed")
             chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
         schedule = dataclasses.replace(plan.schedule, chosen=chosen, untaken=tuple(refused))
         return filled, dataclasses.replace(plan, schedule=schedule)

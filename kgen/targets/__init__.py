@@ -215,6 +215,20 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     return module.configs(tgt, shapes, sizes=sizes or {}, wide=wide)
 
 
+WHY_SIZED = "the runtime sizes:"  # how the why of a configuration `sized` chose starts
+
+
+def sized(tgt: Target, shapes: tuple[GemmShape, ...], sizes: Mapping[str, int],
+          batches: int = 1) -> Config | None:
+    """The configuration the runtime sizes call for where the builder's size-blind default
+    would leave SMs idle (one gemm on sm_90a), or None."""
+    from .sm90 import configs as sm90_configs
+
+    if len(shapes) != 1 or not tgt.has(Instruction.WGMMA):
+        return None
+    return sm90_configs.sized(shapes[0], sizes, batches)
+
+
 def _schedules(tgt: Target):
     """The target's schedule list (imported here: each list imports this module's types)."""
     from .sm80 import schedules as sm80

@@ -6,8 +6,11 @@ present GPU (`kgen run`), and a loaded kernel that follows the tune cache per ca
 the kernel, its arch and the present GPU (any size bucket), `load` returns a `TunedKernel`: each
 call takes its sizes from the arguments' shapes, and the first call of each size bucket looks
 the bucket up and, when it has an entry, plans, compiles and loads that variant (once; later
-calls of the bucket reuse it). Buckets without an entry run the kernel `load` built as usual.
-Without any entry `load` returns the plain CompiledKernel, so an untuned kernel pays nothing.
+calls of the bucket reuse it). Buckets without an entry run the configuration the runtime
+sizes call for (kgen/lower/builder.py's `sized`: on sm_90a, a 128x192 tile or split-K where the
+default 128x256 tiles leave SMs idle), or else the kernel `load` built. Without any entry, and
+for a kernel whose schedule the sizes cannot change (lines written, or not sm_90a), `load`
+returns the plain CompiledKernel, so such a kernel pays nothing.
 """
 from __future__ import annotations
 
@@ -17,10 +20,11 @@ from typing import Any, Callable, Mapping
 
 from .. import ir
 from ..errors import KgenRuntimeError
+from ..lower import builder
 from ..lower.builder import WHY_TUNED
 from ..plan import KernelPlan
 from ..runtime.outputs import infer_sizes
-from ..targets import Config
+from ..targets import Config, target
 from . import cache
 
 
@@ -97,12 +101,15 @@ class TunedKernel:
             if found is not None:
                 return found
             entry = lookup(self.kernel_ir, self.arch, self.gpu, sizes)
+            config = entry.config if entry is not None else builder.sized(
+                self.kernel_ir, target(self.arch), sizes)
             chosen = self.default
-            if entry is not None:
+            if config is not None:
                 try:
-                    chosen = self._make(entry.config)
+                    chosen = self._make(config)
                 except KgenRuntimeError as err:
-                    warnings.warn(f"the tuned variant of {self.plan.name} for "
+                    what = "tuned" if entry is not None else "sized"
+                    warnings.warn(f"the {what} variant of {self.plan.name} for "
                                   f"{cache.bucket_text(bucket)} failed to build ({err}); "
                                   "running the default", RuntimeWarning, stacklevel=3)
             self._variants[bucket] = chosen
@@ -133,7 +140,8 @@ class TunedKernel:
 def follow_cache(kernel: ir.Kernel, arch: ir.Arch, gpu: str, default,
                  make: Callable[[Config], Any]):
     """`default` (a CompiledKernel) itself when the tune cache has no entry for the kernel, its
-    arch and `gpu` (the device's name); else a TunedKernel around it."""
-    if not cache.any_entries(kernel, arch, gpu):
+    arch and `gpu` (the device's name) and the runtime sizes cannot change its schedule; else a
+    TunedKernel around it."""
+    if not cache.any_entries(kernel, arch, gpu) and not builder.sizable(kernel, target(arch)):
         return default
     return TunedKernel(kernel, arch, gpu, default, make)

@@ -180,3 +180,39 @@ def test_a_chain_takes_pingpong_over_resident_b_on_sm90a():
     lines = {c.line: c.value for c in plan.schedule.chosen}
     assert lines["schedule"] == "pingpong" and lines["g1 keep"] == "keep g0 in registers"
     assert lines["g0 resident"] == "keep B0 resident"
+
+
+@pytest.mark.parametrize("sizes, label", [
+    (dict(M=4096, N=4096, K=4096), None),  # 512 tiles of 128x256: 3.9 waves, the default's
+    (dict(M=6144, N=5120, K=3072), "128x192x64 w2x4 s4"),  # 960 tiles: 7.3 waves; 1296: 9.8
+    (dict(M=128, N=4096, K=4096), "128x128x64 w2x4 s5 split 4"),  # 16 tiles: 128 units
+    (dict(M=1024, N=1024, K=1024), "128x192x64 w2x4 s4"),  # 16 k tiles: too few to split
+    (dict(M=64, N=64, K=65536), "128x128x64 w2x4 s5 split 64"),  # 16 k tiles per part
+    (dict(M=1, N=4096, K=11008), "32x128x64 w1x4 s4 split 4"),
+])
+def test_the_runtime_sizes_pick_a_tile_or_split_k_on_sm90a(sizes, label):
+    """builder.sized: the wave model's choice where the size-blind 128x256 default leaves SMs
+    idle, labelled with its reason; the plan it fills runs it."""
+    sm90 = target(ir.Arch.SM90A)
+    config = builder.sized(gemm(arch="sm_90a"), sm90, sizes)
+    assert (config.label if config else None) == label
+    if config is not None:
+        assert config.why.startswith("the runtime sizes:")
+        plan = lower(gemm(arch="sm_90a"), config=config)
+        assert plan.schedule.split_k == config.gemms[0].split
+        assert all(c.why.startswith("the runtime sizes:") for c in plan.schedule.chosen)
+
+
+def test_the_runtime_sizes_leave_written_lines_and_other_targets_alone():
+    sizes = dict(M=128, N=4096, K=4096)
+    sm90 = target(ir.Arch.SM90A)
+    assert builder.sized(gemm("stages 3", arch="sm_90a"), sm90, sizes) is None
+    assert not builder.sizable(gemm("stages 3", arch="sm_90a"), sm90)
+    assert builder.sized(gemm(), target(ir.Arch.SM80), sizes) is None
+    assert not builder.sizable(gemm(), target(ir.Arch.SM80))
+    assert builder.sizable(gemm(arch="sm_90a"), sm90)
+    reducing = bare(next(p for p in EXAMPLES if p.stem == "evt_colsum"))
+    assert builder.sized(reducing, sm90, dict(M=128, N=4096, K=4096)) is None
+    assert not builder.sizable(reducing, sm90)
+    # a size left unknown, or a batch count unknown: nothing to choose from
+    assert builder.sized(gemm(arch="sm_90a"), sm90, dict(M=128, N=4096)) is None

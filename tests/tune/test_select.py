@@ -126,8 +126,32 @@ def test_load_returns_the_plain_kernel_without_entries(tune_cache):
     store(kernel, SIZES)
     followed = select.follow_cache(kernel, Arch.SM80, GPU, default, make=None)
     assert isinstance(followed, select.TunedKernel) and followed.default is default
-    assert select.follow_cache(kernel, Arch.SM90A, GPU, default, make=None) is default
     assert select.follow_cache(kernel, Arch.SM80, "NVIDIA A100", default, make=None) is default
+    # on sm_90a the runtime sizes may change a kernel's schedule: it follows them, entry or not
+    followed = select.follow_cache(kernel, Arch.SM90A, "NVIDIA A100", default, make=None)
+    assert isinstance(followed, select.TunedKernel)
+    written = kernel_of(example_text("gemm", stripped=False))
+    assert select.follow_cache(written, Arch.SM90A, GPU, default, make=None) is default
+
+
+def test_without_an_entry_each_bucket_runs_what_its_sizes_call_for(tune_cache):
+    """sm_90a, no tune entry: a bucket whose sizes the 128x256 default serves runs the default;
+    one it leaves SMs idle in runs builder.sized's configuration, built once."""
+    kernel = kernel_of(example_text("gemm"))
+    default = FakeCompiled(build(kernel, "sm_90a").plan, "default")
+    made = []
+
+    def make(config):
+        made.append(config)
+        return FakeCompiled(build(kernel, "sm_90a", config=config).plan, f"sized {len(made)}")
+
+    k = select.follow_cache(kernel, Arch.SM90A, GPU, default, make)
+    square = {"A": np.zeros((4096, 4096)), "B": np.zeros((4096, 4096))}
+    skinny = {"A": np.zeros((128, 4096)), "B": np.zeros((4096, 4096))}
+    assert k(**square) == "default"
+    assert k(**skinny) == "sized 1" and k(**skinny) == "sized 1"
+    assert [c.label for c in made] == ["128x128x64 w2x4 s5 split 4"]
+    assert k.variant({"M": 128, "N": 4096, "K": 4096}).plan.schedule.split_k == 4
 
 
 def test_kgen_load_follows_the_cache(tune_cache, monkeypatch):

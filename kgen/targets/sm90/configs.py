@@ -21,7 +21,7 @@ from typing import Mapping
 
 from ...enums import Residency
 from ...plan import KernelKind
-from .. import RING_MAX_STAGES, Config, GemmConfig, GemmShape, Target
+from .. import RING_MAX_STAGES, WHY_SIZED, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
 
 WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 3
@@ -136,3 +136,59 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The runtime sizes' choice (kgen run, kgen.load and the .cu's sizes are the same kernel): the
+# builder's size-blind default is 128x256x64 cooperative; with the sizes known, a wave model of
+# the cooperative kernel picks the tile that leaves fewer SMs idle, and split-K where even the
+# smallest tiles are too few. Each rule below is one that bench/wave_split.py measured on an
+# H200 (bench/RESULTS.md); `kgen tune` times the whole list instead.
+
+SIZED_192_COST = 1.03  # a 128x192 tile's time per output element over a 128x256 one's
+SIZED_FEW = common.SMS // 2  # fewer tiles than this: split-K, where K is long enough
+SIZED_PART_K_TILES = 16  # split-K: at least this many k tiles per part
+SIZED_SKINNY_M = 32  # at most this many rows: the tiled kernel's 32-row tiles, split 4
+
+
+def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Config | None:
+    """The configuration the runtime sizes call for (None: the builder's default serves them):
+
+        M <= 32           tiled 32x128x64 split 4 (a 128-row tile would compute 4x the rows)
+        fewer than 66     the cooperative 128x128x64 s5 split S, the widest power of two S that
+        128x256 tiles     keeps S x tiles within the SMs and 16 k tiles per part
+        otherwise         128x256 s3 or 128x192 s4, whichever takes fewer waves x tile area
+                          (x 1.03 for 192)
+    """
+    m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
+    if shape.chained or None in (m, n, k) or min(m, n, k, batches) <= 0:
+        return None
+    if shape.reductions:  # their split-K and tiles were not measured against the default
+        return None
+    k_tiles = -(-k // 64)
+    if m <= SIZED_SKINNY_M and k_tiles >= 4 * SIZED_PART_K_TILES:
+        return Config((GemmConfig((32, 128, 64), (1, 4), 4, split=4),),
+                      why=f"{WHY_SIZED} M = {m}: 32-row tiles of the tiled kernel, split-K 4")
+
+    def tiles(tile_n: int, tile_m: int = 128) -> int:
+        return batches * -(-m // tile_m) * -(-n // tile_n)
+
+    def cost(tile_n: int) -> float:
+        waves = -(-tiles(tile_n) // common.SMS)
+        return waves * 128 * tile_n * (SIZED_192_COST if tile_n == 192 else 1.0)
+
+    if tiles(256) < SIZED_FEW:
+        split = 1
+        while (tiles(128) * split * 2 <= common.SMS
+               and k_tiles // (split * 2) >= SIZED_PART_K_TILES):
+            split *= 2
+        if split > 1:
+            return Config((GemmConfig((128, 128, 64), (2, 4), 5, split=split),),
+                          why=f"{WHY_SIZED} {tiles(256)} tile{'s' * (tiles(256) > 1)} of "
+                          "128x256 leave SMs idle: "
+                          f"128x128 tiles, split-K {split} ({tiles(128) * split} units)")
+    if cost(192) < cost(256):
+        return Config((GemmConfig((128, 192, 64), (2, 4), 4),),
+                      why=f"{WHY_SIZED} 128x192 tiles fill the waves better ({tiles(192)} "
+                      f"tiles against {tiles(256)} of 128x256, on {common.SMS} SMs)")
+    return None
