@@ -1,7 +1,8 @@
 """Batches on a GPU: examples/batched_gemm_bias.kg (D[b] = alpha * A[b] @ B[b] + bias[b]) for
 the sm_80 and the sm_90a code, beside torch.bmm (the bare batched product), torch.matmul with a
-broadcast B, and the unfused PyTorch epilogue, at batch counts and shapes where a batched GEMM
-is what a user runs (many small matrices, a few large ones, a broadcast weight, odd sizes).
+broadcast B, and the unfused PyTorch epilogue, and the example with its schedule lines left to
+kgen (`sized`: kgen.load's per-call choice for the sizes), at batch counts and shapes where a
+batched GEMM is what a user runs (many small matrices, a few large ones, a broadcast weight, odd sizes).
 Timing as bench/hopper_gemm.py (CUDA events, the median, inputs rotated past L2); every kernel
 first checked against a float32 reference with its outputs poisoned.
 
@@ -52,6 +53,7 @@ def main() -> int:
     from kgen.api import build
     from kgen.harness.timing import rotation_count, time_kernel
     from kgen.parse import parse_file
+    from kgen.tune.space import free_lines
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
@@ -68,7 +70,12 @@ def main() -> int:
     for arch in (ir.Arch.SM80, ir.Arch.SM90A):
         built = build(dataclasses.replace(kernel, target=arch))
         started = time.perf_counter()
-        compiled[arch] = (built, kgen.api.load_built(built), time.perf_counter() - started)
+        compiled[arch.value] = (arch, built, kgen.api.load_built(built),
+                                time.perf_counter() - started)
+    # the example with its schedule lines left to kgen: kgen.load picks, per call, what the
+    # sizes call for (kgen/lower/builder.py's `sized`)
+    free = free_lines(dataclasses.replace(kernel, target=ir.Arch.SM90A))
+    compiled["sized"] = (ir.Arch.SM90A, build(free), kgen.load(free, "sm_90a"), 0.0)
 
     def timed(fn, set_bytes):
         return time_kernel(fn, iters=20, warmup=3, rotate=rotation_count(set_bytes, l2),
@@ -95,7 +102,7 @@ def main() -> int:
               + "".join(f" | {name} {t:.4f} ms" for name, t in base.items()))
         first = sets[0]
         want = alpha * (first["A"].float() @ first["B"].float()) + first["bias"][:, None, :]
-        for arch, (built, k, compile_s) in compiled.items():
+        for label, (arch, built, k, compile_s) in compiled.items():
             if arch is ir.Arch.SM90A and torch.cuda.get_device_capability() != (9, 0):
                 continue
             d = torch.full((L, M, N), float("nan"), device="cuda", dtype=torch.float16)
@@ -107,15 +114,18 @@ def main() -> int:
             bound = [k.bind(**s, D=o, alpha=alpha) for s, o in zip(sets, outs)]
             t = timed(lambda i: k.launch(bound[i % len(bound)], stream), set_bytes)
             entry = "narrow" if bound[0].narrow else "fast"
-            row = dict(shape=[L, M, N, K], broadcast_b=broadcast_b, what=what, arch=arch.value,
+            plan = k.variant(bound[0].sizes).plan if label == "sized" else built.plan
+            kind = plan.schedule.kind.value + " " + "x".join(map(str, plan.gemms[0].tile)) + (
+                f" split {plan.schedule.split_k}" if plan.schedule.split_k > 1 else "")
+            row = dict(shape=[L, M, N, K], broadcast_b=broadcast_b, what=what, arch=label,
                        entry=entry, why_narrow=bound[0].narrow,
-                       kind=built.plan.schedule.kind.value, ms=t, tflops=flops / t / 1e9,
+                       kind=kind, ms=t, tflops=flops / t / 1e9,
                        peak_fraction=flops / t / 1e9 / PEAK_TFLOPS, rel_err=err,
                        compile_s=compile_s, vs_bmm=base["bmm"] / t,
                        vs_matmul=base["matmul"] / t, vs_unfused=base["unfused"] / t,
                        **{f"torch_{name}_ms": v for name, v in base.items()})
             rows.append(row)
-            print(f"  {arch.value:6s} {entry:6s} {t:.4f} ms {row['tflops']:5.0f} TFLOP/s "
+            print(f"  {label:6s} {entry:6s} {t:.4f} ms {row['tflops']:5.0f} TFLOP/s "
                   f"{row['vs_bmm']:.3f}x bmm, {row['vs_unfused']:.2f}x unfused; err {err:.1e}; "
                   f"{row['kind']}")
     if opts.json:

@@ -17,3 +17,13 @@ bench)
   timeout 560 python3 bench/wave_split.py --json "$OUT/wave_split.json" 2>&1 | grep -v Warning \
     | tee "$OUT/wave_split.log" ;;
 esac
+# PART=final: the sized choice's GPU test after the wave model's refinement, bench/wave_split.py
+# and bench/batched.py (with the `sized` rows)
+if [ "${PART:-}" = final ]; then
+  timeout 120 python3 -m pytest tests/gpu/test_any_shape_gpu.py -m gpu -q -p no:cacheprovider \
+    -k "sizes_call_for" 2>&1 | tail -5 | tee "$OUT/pytest_sized_final.log"
+  timeout 330 python3 bench/wave_split.py --json "$OUT/wave_split_final.json" 2>&1 | grep -v Warning \
+    | tee "$OUT/wave_split_final.log"
+  timeout 120 python3 bench/batched.py --json "$OUT/batched_sized.json" 2>&1 | grep -v Warning \
+    | tee "$OUT/batched_sized.log"
+fi

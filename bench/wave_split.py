@@ -38,7 +38,9 @@ def variants(m, n, k):
 
     out = [("default", None), ("sized", "sized"),
            ("128x192 s4", Config((GemmConfig((128, 192, 64), (2, 4), 4),))),
-           ("128x192 s3", Config((GemmConfig((128, 192, 64), (2, 4), 3),)))]
+           ("128x192 s3", Config((GemmConfig((128, 192, 64), (2, 4), 3),))),
+           ("128x128 s6", Config((GemmConfig((128, 128, 64), (2, 4), 6),))),
+           ("128x64 s8", Config((GemmConfig((128, 64, 64), (2, 4), 8),)))]
     for tile, stages, warps, splits in (((128, 128, 64), 5, (2, 4), (2, 4, 8)),
                                         ((128, 64, 64), 6, (2, 4), (2, 4, 8, 16)),
                                         ((64, 128, 64), 4, (2, 2), (2, 4, 8))):

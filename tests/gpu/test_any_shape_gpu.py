@@ -260,9 +260,11 @@ def test_kgen_load_runs_what_the_sizes_call_for():
     g = dataclasses.replace(kernel.gemms[0], tile=None, warps=None, stages=None)
     k = kgen.load(dataclasses.replace(kernel, gemms=(g,)), "sm_90a")
     torch.manual_seed(13)
-    for (m, n, kk), tile, split in [((128, 4096, 4096), (128, 128, 64), 4),
+    for (m, n, kk), tile, split in [((128, 4096, 4096), (128, 64, 64), 2),
+                                    ((256, 2048, 16384), (128, 128, 64), 4),
                                     ((1, 4096, 4096), (32, 128, 64), 4),
-                                    ((1000, 1000, 1000), (128, 192, 64), 1),
+                                    ((1000, 1000, 1000), (128, 64, 64), 1),
+                                    ((3000, 5000, 2000), (128, 192, 64), 1),
                                     ((4096, 4096, 4096), (128, 256, 64), 1)]:
         a = torch.randn(m, kk, device="cuda").half()
         b = torch.randn(n, kk, device="cuda").half().t()

@@ -185,9 +185,11 @@ def test_a_chain_takes_pingpong_over_resident_b_on_sm90a():
 @pytest.mark.parametrize("sizes, label", [
     (dict(M=4096, N=4096, K=4096), None),  # 512 tiles of 128x256: 3.9 waves, the default's
     (dict(M=6144, N=5120, K=3072), "128x192x64 w2x4 s4"),  # 960 tiles: 7.3 waves; 1296: 9.8
-    (dict(M=128, N=4096, K=4096), "128x128x64 w2x4 s5 split 4"),  # 16 tiles: 128 units
-    (dict(M=1024, N=1024, K=1024), "128x192x64 w2x4 s4"),  # 16 k tiles: too few to split
-    (dict(M=64, N=64, K=65536), "128x128x64 w2x4 s5 split 64"),  # 16 k tiles per part
+    (dict(M=128, N=4096, K=4096), "128x64x64 w2x4 s6 split 2"),  # 16 tiles; parts of 32 k
+    (dict(M=256, N=2048, K=16384), "128x128x64 w2x4 s5 split 4"),  # parts of 64 k tiles
+    (dict(M=1024, N=1024, K=1024), "128x64x64 w2x4 s8"),  # 16 k tiles: too few to split
+    (dict(M=96, N=12288, K=4096), "128x128x64 w2x4 s6"),  # 96 tiles: one wave
+    (dict(M=64, N=64, K=65536), "128x64x64 w2x4 s6 split 64"),  # 16 k tiles per part
     (dict(M=1, N=4096, K=11008), "32x128x64 w1x4 s4 split 4"),
 ])
 def test_the_runtime_sizes_pick_a_tile_or_split_k_on_sm90a(sizes, label):

@@ -145,9 +145,14 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
 # smallest tiles are too few. Each rule below is one that bench/wave_split.py measured on an
 # H200 (bench/RESULTS.md); `kgen tune` times the whole list instead.
 
-SIZED_192_COST = 1.03  # a 128x192 tile's time per output element over a 128x256 one's
-SIZED_FEW = common.SMS // 2  # fewer tiles than this: split-K, where K is long enough
+# (tile N, stages, time per output element over a 128x256 tile's): the cooperative tiles the
+# wave model weighs, from the H200 runs of bench/wave_split.py and bench/defaults.py --tuned
+# (a 128x128 tile lost to 128x256 at 4096x11008x4096 and to 128x192 at 5120x3584x2048, won at
+# 96x12288x4096; 128x64 won at 1024^3)
+SIZED_TILES = ((256, 3, 1.0), (192, 4, 1.03), (128, 6, 1.06), (64, 8, 1.3))
+SIZED_FEW = common.SMS // 2  # fewer 128x256 tiles than this: split-K, where K is long enough
 SIZED_PART_K_TILES = 16  # split-K: at least this many k tiles per part
+SIZED_LONG_PART = 32  # 128x128 parts this long; shorter ones split 128x64 tiles instead
 SIZED_SKINNY_M = 32  # at most this many rows: the tiled kernel's 32-row tiles, split 4
 
 
@@ -155,10 +160,11 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
     """The configuration the runtime sizes call for (None: the builder's default serves them):
 
         M <= 32           tiled 32x128x64 split 4 (a 128-row tile would compute 4x the rows)
-        fewer than 66     the cooperative 128x128x64 s5 split S, the widest power of two S that
-        128x256 tiles     keeps S x tiles within the SMs and 16 k tiles per part
-        otherwise         128x256 s3 or 128x192 s4, whichever takes fewer waves x tile area
-                          (x 1.03 for 192)
+        fewer than 66     split-K on the cooperative kernel: S the widest power of two that
+        128x256 tiles     keeps S x tiles within the SMs and 16 k tiles per part, on 128x128
+                          tiles where each part keeps 32 k tiles, else on 128x64 tiles
+        otherwise         the cooperative tile of SIZED_TILES with the least waves x tile area
+                          x its cost per element (128x256 where it ties)
     """
     m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
     if shape.chained or None in (m, n, k) or min(m, n, k, batches) <= 0:
@@ -170,25 +176,33 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         return Config((GemmConfig((32, 128, 64), (1, 4), 4, split=4),),
                       why=f"{WHY_SIZED} M = {m}: 32-row tiles of the tiled kernel, split-K 4")
 
-    def tiles(tile_n: int, tile_m: int = 128) -> int:
-        return batches * -(-m // tile_m) * -(-n // tile_n)
+    def tiles(tile_n: int) -> int:
+        return batches * -(-m // 128) * -(-n // tile_n)
 
-    def cost(tile_n: int) -> float:
-        waves = -(-tiles(tile_n) // common.SMS)
-        return waves * 128 * tile_n * (SIZED_192_COST if tile_n == 192 else 1.0)
-
-    if tiles(256) < SIZED_FEW:
+    def widest_split(tile_n: int) -> int:
         split = 1
-        while (tiles(128) * split * 2 <= common.SMS
+        while (tiles(tile_n) * split * 2 <= common.SMS
                and k_tiles // (split * 2) >= SIZED_PART_K_TILES):
             split *= 2
+        return split
+
+    few = tiles(256)
+    if few < SIZED_FEW:
+        wide, narrow = widest_split(128), widest_split(64)
+        tile_n, split, stages = ((128, wide, 5) if wide > 1 and k_tiles // wide >= SIZED_LONG_PART
+                                 else (64, narrow, 6) if narrow > 1 else (128, wide, 5))
         if split > 1:
-            return Config((GemmConfig((128, 128, 64), (2, 4), 5, split=split),),
-                          why=f"{WHY_SIZED} {tiles(256)} tile{'s' * (tiles(256) > 1)} of "
-                          "128x256 leave SMs idle: "
-                          f"128x128 tiles, split-K {split} ({tiles(128) * split} units)")
-    if cost(192) < cost(256):
-        return Config((GemmConfig((128, 192, 64), (2, 4), 4),),
-                      why=f"{WHY_SIZED} 128x192 tiles fill the waves better ({tiles(192)} "
-                      f"tiles against {tiles(256)} of 128x256, on {common.SMS} SMs)")
-    return None
+            return Config((GemmConfig((128, tile_n, 64), (2, 4), stages, split=split),),
+                          why=f"{WHY_SIZED} {few} tile{'s' * (few > 1)} of 128x256 leave SMs "
+                          f"idle: 128x{tile_n} tiles, split-K {split} ({tiles(tile_n) * split} "
+                          "units)")
+
+    def cost(tile_n: int, per_element: float) -> float:
+        return -(-tiles(tile_n) // common.SMS) * 128 * tile_n * per_element
+
+    tile_n, stages, _ = min(SIZED_TILES, key=lambda t: cost(t[0], t[2]))
+    if tile_n == 256:
+        return None
+    return Config((GemmConfig((128, tile_n, 64), (2, 4), stages),),
+                  why=f"{WHY_SIZED} 128x{tile_n} tiles fill the waves better ({tiles(tile_n)} "
+                  f"tiles against {few} of 128x256, on {common.SMS} SMs)")
