@@ -5,12 +5,13 @@ present GPU (`kgen run`), and a loaded kernel that follows the tune cache per ca
 `kgen.load` does not know the sizes until it is called. When the tune cache holds an entry for
 the kernel, its arch and the present GPU (any size bucket), `load` returns a `TunedKernel`: each
 call takes its sizes from the arguments' shapes, and the first call of each size bucket looks
-the bucket up and, when it has an entry, plans, compiles and loads that variant (once; later
-calls of the bucket reuse it). Buckets without an entry run the configuration the runtime
-sizes call for (kgen/lower/builder.py's `sized`: on sm_90a, a 128x192 tile or split-K where the
-default 128x256 tiles leave SMs idle), or else the kernel `load` built. Without any entry, and
-for a kernel whose schedule the sizes cannot change (lines written, or not sm_90a), `load`
-returns the plain CompiledKernel, so such a kernel pays nothing.
+the bucket up; with an entry, the call runs its configuration. Buckets without one run the
+configuration the call's exact sizes call for (kgen/lower/builder.py's `sized`: on sm_90a,
+another tile or split-K where the default 128x256 tiles leave SMs idle), or else the kernel
+`load` built. Each configuration is planned, compiled and loaded once, on first use, and shared
+by every call that comes to it. Without any entry, and for a kernel whose schedule the sizes
+cannot change (lines written, reductions, or not sm_90a), `load` returns the plain
+CompiledKernel, so such a kernel pays nothing.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ..lower import builder
 from ..lower.builder import WHY_TUNED
 from ..plan import KernelPlan
 from ..runtime.outputs import infer_sizes
-from ..targets import Config, target
+from ..targets import WHY_SIZED, Config, target
 from . import cache
 
 
@@ -86,33 +87,42 @@ class TunedKernel:
         self.gpu = gpu
         self.default = default
         self._make = make
-        self._variants: dict[tuple, Any] = {}
+        self._entries: dict[tuple, cache.TuneEntry | None] = {}  # per size bucket
+        self._variants: dict[str | None, Any] = {None: default}  # per configuration label
         self._lock = threading.Lock()
 
     @property
     def plan(self) -> KernelPlan:
         return self.default.plan
 
+    def config(self, sizes: Mapping[str, int]) -> Config | None:
+        """The configuration for these sizes: the tune entry of their bucket, else the one the
+        exact sizes call for (builder.sized; None: the default)."""
+        bucket = cache.size_bucket(sizes)
+        if bucket not in self._entries:
+            self._entries[bucket] = lookup(self.kernel_ir, self.arch, self.gpu, sizes)
+        entry = self._entries[bucket]
+        if entry is not None:
+            return entry.config
+        return builder.sized(self.kernel_ir, target(self.arch), sizes)
+
     def variant(self, sizes: Mapping[str, int]):
         """The CompiledKernel that runs calls of these sizes (compiled on first use)."""
-        bucket = cache.size_bucket(sizes)
         with self._lock:
-            found = self._variants.get(bucket)
+            config = self.config(sizes)
+            label = None if config is None else f"{config.label} ({config.why})"
+            found = self._variants.get(label)
             if found is not None:
                 return found
-            entry = lookup(self.kernel_ir, self.arch, self.gpu, sizes)
-            config = entry.config if entry is not None else builder.sized(
-                self.kernel_ir, target(self.arch), sizes)
             chosen = self.default
-            if config is not None:
-                try:
-                    chosen = self._make(config)
-                except KgenRuntimeError as err:
-                    what = "tuned" if entry is not None else "sized"
-                    warnings.warn(f"the {what} variant of {self.plan.name} for "
-                                  f"{cache.bucket_text(bucket)} failed to build ({err}); "
-                                  "running the default", RuntimeWarning, stacklevel=3)
-            self._variants[bucket] = chosen
+            try:
+                chosen = self._make(config)
+            except KgenRuntimeError as err:
+                what = "sized" if config.why.startswith(WHY_SIZED) else "tuned"
+                warnings.warn(f"the {what} variant of {self.plan.name} for "
+                              f"{cache.bucket_text(cache.size_bucket(sizes))} failed to build "
+                              f"({err}); running the default", RuntimeWarning, stacklevel=3)
+            self._variants[label] = chosen
             return chosen
 
     def _for(self, args: Mapping[str, Any], sizes: Mapping[str, int] | None):
@@ -129,12 +139,14 @@ class TunedKernel:
         self.variant(bound.sizes).launch(bound, stream)
 
     def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("default", "_make", "_variants", "_lock"):
+        if name.startswith("__") or name in ("default", "_make", "_entries", "_variants",
+                                               "_lock"):
             raise AttributeError(name)
         return getattr(self.default, name)
 
     def __repr__(self) -> str:
-        return f"TunedKernel({self.default!r}, {len(self._variants)} size buckets seen)"
+        return (f"TunedKernel({self.default!r}, {len(self._entries)} size buckets seen, "
+                f"{len(self._variants) - 1} variants built)")
 
 
 def follow_cache(kernel: ir.Kernel, arch: ir.Arch, gpu: str, default,
