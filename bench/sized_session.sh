@@ -2,10 +2,7 @@
 # One visit for the runtime sizes' choice (kgen/lower/builder.py's `sized`): its GPU tests, the
 # builder's and the tuner's, then bench/wave_split.py (bare GEMM and the gelu table).
 # PART=tests | bench. Run: bash .gpu/device-run.sh bash bench/sized_session.sh. Logs in $OUT.
-set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KGEN_CACHE_DIR=/tmp/kgen-cache
+. "$(dirname "$0")/session_head.sh"
 case ${PART:-tests} in
 tests)
   echo "== pytest: kgen.load follows the sizes; the builder's and the tuner's GPU tests"

@@ -2,10 +2,7 @@
 # One visit for the 128x192 tile and split-K on the cooperative kernel (issues 16, 17).
 # PART=tests | bench | tuned. Run: bash .gpu/device-run.sh bash bench/wave_split_session.sh.
 # Logs in $OUT.
-set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KGEN_CACHE_DIR=/tmp/kgen-cache
+. "$(dirname "$0")/session_head.sh"
 case ${PART:-tests} in
 tests)
   echo "== pytest: split-K on the cooperative kernel, the 192-column tile, batched split-K"
