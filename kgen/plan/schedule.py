@@ -115,6 +115,10 @@ class GemmSchedule:
     # over it (the seed's ReuseSmemC); None: the epilogue reads every input from global memory
     staged_input: str | None = None
     why_staged_input: str = ""
+    # When the copy engine's load of the staged input issues: at the tile's start (False), or
+    # halfway through its mainloop (True), by when the previous tile's output has left the
+    # staging; the load first waits for that (cp.async.bulk.wait_group.read)
+    staged_input_late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +288,10 @@ class Schedule:
             rows.append((f"{g.name} stages", str(g.stages), ""))
             rows.append((f"{g.name} store", g.store.value, g.why_store))
             if g.why_staged_input:
+                when = (", issued halfway through the tile's mainloop" if g.staged_input_late
+                        else "")
                 rows.append((f"{g.name} epilogue input", g.staged_input or "from global memory",
-                             g.why_staged_input))
+                             g.why_staged_input + when))
         if self.split_k > 1:
             who = ("units of the persistent walk per output tile" if self.persistent
                    else "CTAs per output tile")

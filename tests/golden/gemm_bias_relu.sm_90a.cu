@@ -618,21 +618,25 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
     tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
     const int m0 = tile_m * kTileM;
     const int n0 = tile_n * kTileN;
-    // C's tile into this consumer's output staging by the copy engine, during the mainloop
-    // (the epilogue reads it there, then writes the output over it). Only tiles that leave through
-    // the staging: a tile whose last columns end inside a 16-byte chunk reads C from global memory.
-    if constexpr (!kNarrow) {
-      if (tid % kWarpgroupThreads == 0 && (n0 + kTileN <= N || N % 8 == 0)) {
-        const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
-        bulk_wait_read();  // the copy engine has read this consumer's last tile out of the staging
-        mbarrier_expect_tx(input_full + 8 * consumer, kStagingBytes);
-    #pragma unroll
-        for (int i = 0; i < kFragM; ++i)
-    #pragma unroll
-          for (int box = 0; box < kTileN / 64; ++box)
-            tma_load_box(staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, &maps.C, input_full + 8 * consumer, n0 + box * 64, m0 + row0 + i * 64);
+    // issued halfway through the mainloop (mainloop_staged), or here when K has no k tile
+    const auto load_staged = [&]() {
+      // C's tile into this consumer's output staging by the copy engine, during the mainloop
+      // (the epilogue reads it there, then writes the output over it). Only tiles that leave through
+      // the staging: a tile whose last columns end inside a 16-byte chunk reads C from global memory.
+      if constexpr (!kNarrow) {
+        if (tid % kWarpgroupThreads == 0 && (n0 + kTileN <= N || N % 8 == 0)) {
+          const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
+          bulk_wait_read();  // the copy engine has read this consumer's last tile out of the staging
+          mbarrier_expect_tx(input_full + 8 * consumer, kStagingBytes);
+      #pragma unroll
+          for (int i = 0; i < kFragM; ++i)
+      #pragma unroll
+            for (int box = 0; box < kTileN / 64; ++box)
+              tma_load_box(staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, &maps.C, input_full + 8 * consumer, n0 + box * 64, m0 + row0 + i * 64);
+        }
       }
-    }
+    };
+    if (k_tiles == 0) load_staged();
     float acc[kFragM][kFragN][4];
 #pragma unroll
     for (int i = 0; i < kFragM; ++i)
@@ -657,6 +661,7 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
           wgmma_step(acc[i], smem_descriptor(a_stage + i * 64 * 128 + 32 * kk),
                      smem_descriptor(b_stage + 32 * kk));
       wgmma_commit();
+      if (kt == k_tiles / 2) load_staged();  // the staged input, halfway
       wgmma_wait<1>();  // the group before this one is done: its slot may be refilled
       if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
     }

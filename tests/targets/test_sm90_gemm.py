@@ -237,3 +237,20 @@ def test_a_192_column_tile_runs_three_staging_boxes():
     assert [m.box for m in s.tensor_maps] == [(64, 128), (64, 192), (64, 64)]
     result = compile_cubin(built.source, "k", "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_the_staged_c_is_loaded_halfway_through_the_mainloop():
+    """GemmSchedule.staged_input_late: the load waits for the previous tile's output to leave
+    the staging, so it issues once half the tile's k tiles are issued (or at the tile's start
+    when K has none), not as the mainloop starts."""
+    built = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a")
+    g = built.plan.schedule.gemms[0]
+    assert g.staged_input == "C" and g.staged_input_late
+    src = built.source
+    assert "const auto load_staged = [&]() {" in src
+    assert "if (k_tiles == 0) load_staged();" in src
+    assert "if (kt == k_tiles / 2) load_staged();" in src
+    rows = {label: why for label, _, why in built.plan.schedule.describe()}
+    assert rows["mma0 epilogue input"].endswith("issued halfway through the tile's mainloop")
+    plain = build_file(EXAMPLES / "gemm.kg", "sm_90a").source
+    assert "load_staged" not in plain

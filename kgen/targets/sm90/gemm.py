@@ -98,16 +98,33 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """At each tile's start, before the mainloop: the staged input's load into the output's
     staging (Schedule: GemmSchedule.staged_input), if any; under a cluster, only for a tile in
     range (a tile past M or N runs no epilogue, so nothing would wait for the load)."""
-    c = plan.schedule.gemm(g.name).staged_input
+    gs = plan.schedule.gemm(g.name)
+    c = gs.staged_input
     if c is None:
         return []
     batched = plan.param(c).batch is not None
     col = g.epilogue.packed_store.layout is Layout.COL
-    return render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
-                        load_box="tma_load_box_3d" if batched else "tma_load_box",
-                        load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
-                        cluster=plan.schedule.cluster_size > 1, col=col,
-                        whole_chunks=whole_chunks(col))
+    lines = render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
+                         load_box="tma_load_box_3d" if batched else "tma_load_box",
+                         load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
+                         cluster=plan.schedule.cluster_size > 1, col=col,
+                         whole_chunks=whole_chunks(col))
+    if not gs.staged_input_late:
+        return lines
+    return ([f"// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
+             "tile", "const auto load_staged = [&]() {"]
+            + [f"  {line}" if line else line for line in lines]
+            + ["};", "if (k_tiles == 0) load_staged();"])
+
+
+def mainloop_staged(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """In the consumers' mainloop, after a k tile's wgmma group is issued: the staged input's
+    load, halfway through (GemmSchedule.staged_input_late), once the previous tile's output
+    has had time to leave the staging."""
+    gs = plan.schedule.gemm(g.name)
+    if gs.staged_input is None or not gs.staged_input_late:
+        return []
+    return ["if (kt == k_tiles / 2) load_staged();  // the staged input, halfway"]
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
@@ -279,6 +296,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         staged=c or "",
         packed_params=f", unsigned staged_{c}" if c else "",
         tile_start=tile_start(plan, g),
+        mainloop_staged=mainloop_staged(plan, g),
         reductions=bool(g.epilogue.reductions),
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
