@@ -38,19 +38,23 @@ def plan(split="split 4", epilogue="D = acc", arch="sm_80"):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_split_plans_the_tiled_kernel_with_a_workspace(arch):
+def test_split_plans_a_workspace_and_the_split_kernel(arch):
+    """sm_80: the tiled kernel, a CTA per part; sm_90a (a 128-row tile on 8 warps): the
+    cooperative kernel, a unit of the persistent walk per part."""
     p = plan(arch=arch)
-    assert p.schedule.kind is KernelKind.TILED and p.schedule.split_k == 4
+    kind = KernelKind.TILED if arch == "sm_80" else KernelKind.COOPERATIVE
+    assert p.schedule.kind is kind and p.schedule.split_k == 4
     assert p.split_kernel == "s_splitk"
     assert any(f.kind is FieldKind.WORKSPACE for f in p.fields)
     sizes = {"M": 100, "N": 300, "K": 1000}
     assert p.grid(sizes) == (1 * 3 * 4, 1, 1)
     assert p.workspace_floats(sizes) == 4 * 100 * 384
     assert p.split_grid(sizes) == (-(-100 * 150 // 256), 1, 1)
+    assert p.grid(sizes, persistent_ctas=8) == ((1 * 3 * 4, 1, 1) if arch == "sm_80"
+                                                 else (8, 1, 1))
     rows = {label: (value, why) for label, value, why in p.schedule.describe()}
-    assert rows["split-K"][0] == "4 CTAs per output tile"
-    if arch == "sm_90a":
-        assert rows["not cooperative"][1].startswith("split 4 runs on the tiled kernel")
+    assert rows["split-K"][0] == ("4 CTAs per output tile" if arch == "sm_80"
+                                  else "4 units of the persistent walk per output tile")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
@@ -92,14 +96,18 @@ def test_refusals_point_at_the_split_line(split, epilogue, message):
     assert err.value.loc.line == 8
 
 
-def test_schedule_cooperative_with_split_is_refused_at_the_split():
+def test_schedule_pingpong_with_split_is_refused_at_the_split():
     text = source("split 2", "D = acc", "sm_90a").replace(
-        "  target sm_90a\n", "  target sm_90a\n  schedule cooperative\n")
+        "  target sm_90a\n", "  target sm_90a\n  schedule pingpong\n")
     module = parse(text, "s.kg")
     verify(module)
     with pytest.raises(KgenError) as err:
         lower(module.kernels[0])
-    assert err.value.loc.line == 9 and "split 2 runs on the tiled kernel" in err.value.message
+    assert err.value.loc.line == 9
+    assert "split 2 runs on the cooperative schedule" in err.value.message
+    cooperative = parse(text.replace("schedule pingpong", "schedule cooperative"), "s.kg")
+    verify(cooperative)
+    assert lower(cooperative.kernels[0]).schedule.kind is KernelKind.COOPERATIVE
 
 
 def test_a_chain_takes_no_split():
