@@ -44,7 +44,9 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
             name=g.name, m=first_a.shape[0], n=b.shape[1], k=b.shape[0], dtype=b.dtype,
             k_major=(a is None or a.layout is ir.Layout.ROW, b.layout is ir.Layout.COL),
             chained=a is None,
-            reductions=bool(g.epilogue.reductions)))
+            reductions=bool(g.epilogue.reductions),
+            fused=not all(isinstance(s, ir.Store) and isinstance(s.value, ir.Acc)
+                          for s in g.epilogue.stmts)))
     return tuple(out)
 
 

@@ -162,6 +162,7 @@ class GemmShape:
     k_major: tuple[bool, bool]
     chained: bool = False
     reductions: bool = False
+    fused: bool = False  # the epilogue does more than store the accumulator (ops, inputs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,3 +218,19 @@ def test_the_runtime_sizes_leave_written_lines_and_other_targets_alone():
     assert not builder.sizable(reducing, sm90)
     # a size left unknown, or a batch count unknown: nothing to choose from
     assert builder.sized(gemm(arch="sm_90a"), sm90, dict(M=128, N=4096)) is None
+
+
+def test_a_fused_epilogue_at_a_short_k_takes_pingpong():
+    """K at most 1024 with an epilogue beyond D = acc: ping-pong 128x128 (its epilogues run
+    under the other consumer's mainloop); the bare GEMM stays cooperative."""
+    sm90 = target(ir.Arch.SM90A)
+    fused = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "").replace(
+        "tensor D : f16[M, N] row out", "tensor C : f16[M, N] row\n  tensor D : f16[M, N] row out")
+        .replace("D = acc", "D = C + 0.5 * gelu(acc)"), "t.kg")
+    verify(fused)
+    sizes = dict(M=8192, N=8192, K=1024)
+    config = builder.sized(fused.kernels[0], sm90, sizes)
+    assert config.label == "pingpong: 128x128x64 w2x4 s4"
+    assert lower(fused.kernels[0], config=config).schedule.kind is KernelKind.PINGPONG
+    assert builder.sized(fused.kernels[0], sm90, dict(sizes, K=2048)) is None
+    assert builder.sized(gemm(arch="sm_90a"), sm90, sizes) is None

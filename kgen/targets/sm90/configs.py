@@ -164,7 +164,12 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         128x256 tiles     keeps S x tiles within the SMs and 16 k tiles per part, on 128x128
                           tiles where each part keeps 32 k tiles, else on 128x64 tiles
         otherwise         the cooperative tile of SIZED_TILES with the least waves x tile area
-                          x its cost per element (128x256 where it ties)
+                          x its cost per element (128x256 where it ties); where that is
+                          128x256, K at most 1024 and the epilogue fused (more than D = acc),
+                          ping-pong 128x128x64 s4 instead (bench/pingpong_small_k.py: 1.50x
+                          against 1.40x the unfused PyTorch at 8192x8192x1024 with
+                          C + 0.5 * gelu(acc); the bare GEMM stays cooperative, 0.99x
+                          against 0.98x torch.matmul)
     """
     m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
     if shape.chained or None in (m, n, k) or min(m, n, k, batches) <= 0:
@@ -201,6 +206,10 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         return -(-tiles(tile_n) // common.SMS) * 128 * tile_n * per_element
 
     tile_n, stages, _ = min(SIZED_TILES, key=lambda t: cost(t[0], t[2]))
+    if tile_n == 256 and shape.fused and k <= SMALL_K:
+        return Config((GemmConfig((128, 128, 64), (2, 4), 4),), KernelKind.PINGPONG,
+                      why=f"{WHY_SIZED} K = {k}: few k tiles per tile, and a fused epilogue "
+                      "weighs more; ping-pong runs one consumer's under the other's mainloop")
     if tile_n == 256:
         return None
     return Config((GemmConfig((128, tile_n, 64), (2, 4), stages),),
