@@ -101,7 +101,9 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
     arch = arch or kernel.target
     free = free_lines(kernel) if all_lines else kernel
     listed = builder.listed(free, target(arch), sizes=dict(sizes), wide=True)
-    default_plan = lower(free, arch)  # the builder's choice; raises when nothing plans
+    # the builder's choice for these sizes (what kgen run takes untuned); raises when nothing
+    # plans
+    default_plan = lower(free, arch, config=builder.sized(free, target(arch), sizes))
     default_source = emit_source(default_plan, source_name, source_hash)
     candidates: list[Candidate] = []
     skipped: list[Skipped] = []
