@@ -88,7 +88,7 @@ class TunedKernel:
         self.default = default
         self._make = make
         self._entries: dict[tuple, cache.TuneEntry | None] = {}  # per size bucket
-        self._variants: dict[str | None, Any] = {None: default}  # per configuration label
+        self._variants: dict[str, Any] = {}  # per configuration ("tuned"/"sized" and label)
         self._lock = threading.Lock()
 
     @property
@@ -110,7 +110,10 @@ class TunedKernel:
         """The CompiledKernel that runs calls of these sizes (compiled on first use)."""
         with self._lock:
             config = self.config(sizes)
-            label = None if config is None else f"{config.label} ({config.why})"
+            if config is None:
+                return self.default
+            what = "sized" if config.why.startswith(WHY_SIZED) else "tuned"
+            label = f"{what} {config.label}"  # the sized why names the sizes: not in the key
             found = self._variants.get(label)
             if found is not None:
                 return found
@@ -118,7 +121,6 @@ class TunedKernel:
             try:
                 chosen = self._make(config)
             except KgenRuntimeError as err:
-                what = "sized" if config.why.startswith(WHY_SIZED) else "tuned"
                 warnings.warn(f"the {what} variant of {self.plan.name} for "
                               f"{cache.bucket_text(cache.size_bucket(sizes))} failed to build "
                               f"({err}); running the default", RuntimeWarning, stacklevel=3)
@@ -146,7 +148,7 @@ class TunedKernel:
 
     def __repr__(self) -> str:
         return (f"TunedKernel({self.default!r}, {len(self._entries)} size buckets seen, "
-                f"{len(self._variants) - 1} variants built)")
+                f"{len(self._variants)} variants built)")
 
 
 def follow_cache(kernel: ir.Kernel, arch: ir.Arch, gpu: str, default,
