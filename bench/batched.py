@@ -2,7 +2,8 @@
 the sm_80 and the sm_90a code, beside torch.bmm (the bare batched product), torch.matmul with a
 broadcast B, and the unfused PyTorch epilogue, and the example with its schedule lines left to
 kgen (`sized`: kgen.load's per-call choice for the sizes), at batch counts and shapes where a
-batched GEMM is what a user runs (many small matrices, a few large ones, a broadcast weight, odd sizes).
+batched GEMM is what a user runs (many small matrices, a few large ones, a broadcast weight,
+odd sizes).
 Timing as bench/hopper_gemm.py (CUDA events, the median, inputs rotated past L2); every kernel
 first checked against a float32 reference with its outputs poisoned.
 

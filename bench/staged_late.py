@@ -1,7 +1,7 @@
 """When the staged C's load issues (issue 15's C epilogue), on an H100/H200: the cooperative
 kernel with C loaded into the output staging at the tile's start (the default until this
-bench), or halfway through the tile's mainloop (GemmSchedule.staged_input_late), beside the bare torch.matmul and
-the unfused PyTorch. The two are Schedule values of one plan; they are timed in turn, twice
+bench), or halfway through the tile's mainloop (GemmSchedule.staged_input_late), beside the
+bare torch.matmul and the unfused PyTorch. The two are Schedule values of one plan; they are timed in turn, twice
 each, on the same inputs (CUDA events, median of 30, rotated past L2), after a check against
 a float32 reference with the outputs poisoned.
 
@@ -105,8 +105,8 @@ def main() -> int:
         times = {label: [] for label in variants}
         base = {"matmul": [], "unfused": []}
         for _ in range(2):  # in turn, twice: drift hits both alike
-            base["matmul"].append(timed(lambda i: torch.matmul(sets[i % len(sets)]["A"],
-                                                               sets[i % len(sets)]["B"]), set_bytes))
+            base["matmul"].append(timed(lambda i: torch.matmul(
+                sets[i % len(sets)]["A"], sets[i % len(sets)]["B"]), set_bytes))
             base["unfused"].append(timed(lambda i: unfused(**sets[i % len(sets)]), set_bytes))
             for label, (compiled, bound, _) in variants.items():
                 times[label].append(timed(lambda i: compiled.launch(bound[i % len(bound)], stream),

@@ -86,7 +86,8 @@ def part_bare(out):
             rows.append(row)
             shown = "  ".join(f"{name} {v['x_matmul']:.3f}" + ("" if v["ok"] else " CHECK FAILED")
                               for name, v in row["variants"].items())
-            print(f"{'own ' if own else ''}{m}x{n}x{k}: matmul {tms:.4f} ms | {shown} | best {best}")
+            print(f"{'own ' if own else ''}{m}x{n}x{k}: matmul {tms:.4f} ms | {shown} | "
+                  f"best {best}")
     for own in (False, True):
         picked = [r for r in rows if r["own"] is own]
         for key in ("default", "sized", "best"):

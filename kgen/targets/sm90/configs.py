@@ -2,9 +2,9 @@
 warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
 
     one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
-              tiles, then 128x192x64 and 128x128x64, for every operand layout (an MN-major A or B, i.e. a
-              column-major A or a row-major B, loads by 64-column boxes: each tile N here is a
-              multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
+              tiles, then 128x192x64 and 128x128x64, for every operand layout (an MN-major A
+              or B, i.e. a column-major A or a row-major B, loads by 64-column boxes: each tile
+              N here is a multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md). The
               tuner's wide list adds the cooperative ones of tile N 192 and 256 on clusters of
@@ -139,9 +139,9 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The runtime sizes' choice (kgen run, kgen.load and the .cu's sizes are the same kernel): the
-# builder's size-blind default is 128x256x64 cooperative; with the sizes known, a wave model of
-# the cooperative kernel picks the tile that leaves fewer SMs idle, and split-K where even the
+# The runtime sizes' choice (kgen run, kgen inspect --size, kgen.load per call): the builder's
+# size-blind default is 128x256x64 cooperative; with the sizes known, a wave model of the
+# cooperative kernel picks the tile that leaves fewer SMs idle, and split-K where even the
 # smallest tiles are too few. Each rule below is one that bench/wave_split.py measured on an
 # H200 (bench/RESULTS.md); `kgen tune` times the whole list instead.
 
@@ -168,8 +168,8 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           128x256, K at most 1024 and the epilogue fused (more than D = acc),
                           ping-pong 128x128x64 s4 instead (bench/pingpong_small_k.py: 1.50x
                           against 1.40x the unfused PyTorch at 8192x8192x1024 with
-                          C + 0.5 * gelu(acc); the bare GEMM stays cooperative, 0.99x
-                          against 0.98x torch.matmul)
+                          C + 0.5 * gelu(acc); the bare GEMM stays cooperative, 0.997x
+                          against 0.959x torch.matmul at 8192x8192x1024)
     """
     m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
     if shape.chained or None in (m, n, k) or min(m, n, k, batches) <= 0:
