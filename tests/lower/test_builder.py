@@ -234,3 +234,20 @@ def test_a_fused_epilogue_at_a_short_k_takes_pingpong():
     assert lower(fused.kernels[0], config=config).schedule.kind is KernelKind.PINGPONG
     assert builder.sized(fused.kernels[0], sm90, dict(sizes, K=2048)) is None
     assert builder.sized(gemm(arch="sm_90a"), sm90, sizes) is None
+
+
+def test_the_runtime_sizes_count_every_batch():
+    """A batched kernel's tiles are L x one batch's: 4096 batches of 64x128 fill 31 waves of
+    128x256 tiles (each mostly empty) or of 128x128 ones, which the wave model prefers; one
+    batch of 128x4096x4096 splits K."""
+    batched = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
+                    .replace("f16[M, K]", "f16[L, M, K]").replace("f16[K, N]", "f16[L, K, N]")
+                    .replace("f16[M, N]", "f16[L, M, N]"), "t.kg")
+    verify(batched)
+    sm90 = target(ir.Arch.SM90A)
+    kernel = batched.kernels[0]
+    assert builder.sized(kernel, sm90, dict(L=4096, M=64, N=128, K=64)).label == \
+        "128x128x64 w2x4 s6"
+    assert builder.sized(kernel, sm90, dict(L=1, M=128, N=4096, K=4096)).label == \
+        "128x64x64 w2x4 s6 split 2"
+    assert builder.sized(kernel, sm90, dict(M=128, N=4096, K=4096)) is None  # L unknown
