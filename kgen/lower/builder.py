@@ -106,9 +106,9 @@ def listed(kernel: ir.Kernel, tgt: Target, *, sizes: Mapping[str, int] | None = 
 
 def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | None:
     """The target's configuration for these runtime sizes (kgen/targets/sm90/configs.py's
-    `sized`), where the kernel leaves its schedule lines to kgen; None where the default
-    serves them, or the source writes a line."""
-    if not kernel.gemms or not all(_free(g) for g in kernel.gemms) or kernel.schedule is not None:
+    `sized`), where the kernel leaves its schedule lines to kgen (`sizable`); None where the
+    default serves them."""
+    if not sizable(kernel, tgt):
         return None
     batch = next((p.batch for p in kernel.params if p.batch is not None), None)
     batches = 1 if batch is None else batch if isinstance(batch, int) else sizes.get(batch)

@@ -89,6 +89,8 @@ class TunedKernel:
         self._make = make
         self._entries: dict[tuple, cache.TuneEntry | None] = {}  # per size bucket
         self._variants: dict[str, Any] = {}  # per configuration ("tuned"/"sized" and label)
+        # per exact sizes seen: what variant() chose, so that a repeated call only looks it up
+        self._by_sizes: dict[tuple, Any] = {}
         self._lock = threading.Lock()
 
     @property
@@ -108,24 +110,33 @@ class TunedKernel:
 
     def variant(self, sizes: Mapping[str, int]):
         """The CompiledKernel that runs calls of these sizes (compiled on first use)."""
+        key = tuple(sorted(sizes.items()))
+        found = self._by_sizes.get(key)
+        if found is not None:
+            return found
         with self._lock:
-            config = self.config(sizes)
-            if config is None:
-                return self.default
-            what = "sized" if config.why.startswith(WHY_SIZED) else "tuned"
-            label = f"{what} {config.label}"  # the sized why names the sizes: not in the key
-            found = self._variants.get(label)
-            if found is not None:
-                return found
-            chosen = self.default
-            try:
-                chosen = self._make(config)
-            except KgenRuntimeError as err:
-                warnings.warn(f"the {what} variant of {self.plan.name} for "
-                              f"{cache.bucket_text(cache.size_bucket(sizes))} failed to build "
-                              f"({err}); running the default", RuntimeWarning, stacklevel=3)
-            self._variants[label] = chosen
+            self._by_sizes[key] = chosen = self._choose(sizes)
             return chosen
+
+    def _choose(self, sizes: Mapping[str, int]):
+        """variant()'s choice for sizes not seen before (under the lock)."""
+        config = self.config(sizes)
+        if config is None:
+            return self.default
+        what = "sized" if config.why.startswith(WHY_SIZED) else "tuned"
+        label = f"{what} {config.label}"  # the sized why names the sizes: not in the key
+        found = self._variants.get(label)
+        if found is not None:
+            return found
+        chosen = self.default
+        try:
+            chosen = self._make(config)
+        except KgenRuntimeError as err:
+            warnings.warn(f"the {what} variant of {self.plan.name} for "
+                          f"{cache.bucket_text(cache.size_bucket(sizes))} failed to build "
+                          f"({err}); running the default", RuntimeWarning, stacklevel=4)
+        self._variants[label] = chosen
+        return chosen
 
     def _for(self, args: Mapping[str, Any], sizes: Mapping[str, int] | None):
         found = sizes_of(self.plan, args, sizes)
@@ -142,7 +153,7 @@ class TunedKernel:
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("default", "_make", "_entries", "_variants",
-                                               "_lock"):
+                                               "_by_sizes", "_lock"):
             raise AttributeError(name)
         return getattr(self.default, name)
 

@@ -111,7 +111,7 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
                          whole_chunks=whole_chunks(col))
     if not gs.staged_input_late:
         return lines
-    return ([f"// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
+    return (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
              "tile", "const auto load_staged = [&]() {"]
             + [f"  {line}" if line else line for line in lines]
             + ["};", "if (k_tiles == 0) load_staged();"])
@@ -154,16 +154,16 @@ def k_tile(plan: KernelPlan) -> str:
 
 def split_values(plan: KernelPlan) -> dict:
     """What the template prints about split-K: the walk over units (part u % kSplitK of tile
-    u / kSplitK's k tiles) and each unit's k tiles."""
+    u / kSplitK's k tiles), each unit's k tiles, and the name of the kernel's k tile count."""
     split = plan.schedule.split_k
     if split == 1:
-        return dict(split_k=1, unit_k=[], k_tile="kt")
+        return dict(split_k=1, unit_k=[], k_tile="kt", k_tiles_total="k_tiles")
     batched = batch.batched(plan)
     per_batch = "tiles_m * tiles_n * kSplitK"
     tile_batch = [f"const int batch = tile / ({per_batch});"] if batched else []
     in_batch = f"tile % ({per_batch}) / kSplitK" if batched else "tile / kSplitK"
     return dict(
-        split_k=split, k_tile=k_tile(plan),
+        split_k=split, k_tile=k_tile(plan), k_tiles_total="k_tiles_all",
         walk_tiles="units", walk="walk" if batched else "units", walk_batch=tile_batch,
         walk_in_batch=in_batch, tile_batch=tile_batch, tile_in_batch=in_batch,
         unit_k=["const int split = tile % kSplitK;  // this unit's part of its tile's k tiles",
