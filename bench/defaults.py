@@ -78,6 +78,7 @@ def label(plan) -> str:
     gemms = " | ".join(f"{'x'.join(map(str, g.tile))} s{g.stages}" for g in plan.gemms)
     return (f"{s.kind.value} {gemms}" + (" resident" if s.resident else "")
             + (f" split {s.split_k}" if s.split_k > 1 else "")
+            + (" split stream" if s.stream_k else "")
             + (f" cluster {s.cluster[0]}x{s.cluster[1]}" if s.cluster_size > 1 else ""))
 
 

@@ -216,10 +216,13 @@ class StageCount:
 @dataclass(frozen=True, slots=True)
 class SplitK:
     """`split S`: the gemm's k tiles split over S CTAs per output tile; their f32 partials meet
-    in the workspace, and a second kernel sums them in order and runs the epilogue."""
+    in the workspace, and a second kernel sums them in order and runs the epilogue.
+    `split stream` (stream = True, count 1): stream-K, each persistent CTA an equal share of
+    every tile's k tiles together, the CTA that began a tile adding the others' parts."""
 
     count: int
     loc: SourceLoc = _loc()
+    stream: bool = False
 
 
 @dataclass(frozen=True, slots=True)

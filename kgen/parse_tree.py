@@ -315,6 +315,11 @@ class ToIR(ExpressionRules):
 
     def split(self, meta, children):
         (number,) = children
+        if isinstance(number, Token):  # a name: only `split stream`
+            if str(number) != "stream":
+                raise KgenError(self._loc(number), "split takes a count of parts or 'stream' "
+                                f"(stream-K), not '{number}'")
+            return _Setting("split", ir.SplitK(1, self._loc(meta), stream=True), self._loc(meta))
         count = checked_int(number.text, "split", MAX_SETTING, number.loc)
         return _Setting("split", ir.SplitK(count, self._loc(meta)), self._loc(meta))
 

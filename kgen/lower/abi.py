@@ -62,8 +62,9 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
 
 
 def _split(kernel: ir.Kernel) -> bool:
-    """`split S` with S > 1: the partial sums go through the workspace."""
-    return any(g.split is not None and g.split.count > 1 for g in kernel.gemms)
+    """`split S` with S > 1 or `split stream`: the partial sums go through the workspace."""
+    return any(g.split is not None and (g.split.count > 1 or g.split.stream)
+               for g in kernel.gemms)
 
 
 def _has_reduction(kernel: ir.Kernel) -> bool:

@@ -84,6 +84,8 @@ def _fill_gemm(g: ir.Gemm, c: GemmConfig, why: str, chosen: list[LineChoice]) ->
         changes["resident_loc"] = g.loc
     if g.split is None and c.split > 1:
         take("split", ir.SplitK(c.split, loc=g.loc), f"split {c.split}")
+    if g.split is None and c.stream:
+        take("split", ir.SplitK(1, loc=g.loc, stream=True), "split stream")
     if g.cluster is None and c.cluster != (1, 1):
         take("cluster", ir.ClusterShape(*c.cluster, loc=g.loc), f"{c.cluster[0]}x{c.cluster[1]}")
     return dataclasses.replace(g, **changes)

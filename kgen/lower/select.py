@@ -36,6 +36,8 @@ def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *
         dtypes={p.name: p.dtype for p in kernel.params},
         place=place,
         split_k=kernel.gemms[0].split.count if kernel.gemms and kernel.gemms[0].split else 1,
+        stream_k=bool(kernel.gemms) and kernel.gemms[0].split is not None
+        and kernel.gemms[0].split.stream,
         cluster=_cluster(kernel),
         cluster_written=bool(kernel.gemms) and kernel.gemms[0].cluster is not None,
     )
@@ -52,6 +54,11 @@ def check_request(kernel: ir.Kernel, tgt: Target) -> None:
     refusal = refuse_request(draft(kernel, tgt))
     if refusal is not None:
         raise KgenError(locate(kernel, refusal.site), refusal.reason)
+    split = kernel.gemms[0].split if kernel.gemms else None
+    if split is not None and split.stream and not tgt.tma:
+        raise KgenError(split.loc, "split stream needs target sm_90a (stream-K runs on the "
+                        "cooperative wgmma kernel); this kernel is lowered for "
+                        f"{tgt.arch.value}")
     cluster = kernel.gemms[0].cluster if kernel.gemms else None
     if cluster is not None and not tgt.tma:  # verified for the kernel's target, lowered for this
         raise KgenError(cluster.loc, "cluster needs target sm_90a (thread-block clusters and the "

@@ -380,8 +380,16 @@ class KernelPlan:
             slots += slots % 2
         return self.split_floats(sizes) + slots
 
-    def workspace_floats(self, sizes: dict[str, int]) -> int:
-        """Floats of workspace: every batch's, one after the other."""
+    STREAM_FLAGS = 8  # stream-K: a flag (int) per consumer warp of each CTA's slot
+
+    def workspace_floats(self, sizes: dict[str, int], persistent_ctas: int | None = None) -> int:
+        """Floats of workspace: every batch's, one after the other; stream-K's, a slot of a
+        tile's f32 sums per CTA of the grid, then STREAM_FLAGS flags per CTA (they start zero,
+        and the kernel leaves them zero)."""
+        if self.schedule.stream_k:
+            g = self.gemms[-1]
+            ctas = self.grid(sizes, persistent_ctas)[0]
+            return ctas * (g.tile[0] * g.tile[1] + self.STREAM_FLAGS)
         return self.batches(sizes) * self.batch_workspace_floats(sizes)
 
     INIT_THREADS = 256
@@ -412,6 +420,8 @@ class KernelPlan:
         tiles_n = -(-n // g.tile[1])
         tiles = tiles_m * tiles_n * self.batches(sizes)
         tiles *= self.schedule.split_k  # split-K: a CTA (or a unit of the walk) per part
+        if self.schedule.stream_k:  # at most one CTA per k tile of the walk (one per tile, K = 0)
+            tiles *= max(1, -(-self.resolve(self.gemms[0].k_dim, sizes) // g.tile[2]))
         if self.schedule.persistent and persistent_ctas:
             tiles = min(tiles, persistent_ctas)
         return (tiles, 1, 1)

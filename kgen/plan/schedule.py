@@ -171,6 +171,12 @@ class Schedule:
     # partials to the workspace; a second kernel sums them in order (bit-identical from run to
     # run) and runs the epilogue once
     split_k: int = 1
+    # `split stream` (the cooperative kernel): stream-K. The persistent CTAs share the walk over
+    # every tile's k tiles equally, so a tile may be begun by one CTA and ended by others; each
+    # later part leaves its f32 sums in the CTA's workspace slot and sets a flag, and the CTA
+    # that began the tile waits for the flags, adds the parts in order (bit-identical from run
+    # to run) and runs the epilogue once
+    stream_k: bool = False
     # the schedules the target also listed, each with why it was not taken: (kind, reason)
     rejected: tuple[tuple[KernelKind, str], ...] = ()
     # the schedule lines the source left out, as kgen filled them, and the configurations the
@@ -298,6 +304,11 @@ class Schedule:
             rows.append(("split-K", f"{self.split_k} {who}",
                          "each sums a contiguous part of the k tiles into the workspace (f32); "
                          "<kernel>_splitk adds the parts in order and runs the epilogue"))
+        if self.stream_k:
+            rows.append(("stream-K", "every persistent CTA an equal share of the k tiles of "
+                         "all tiles",
+                         "a tile's later parts leave f32 sums in their CTA's workspace slot; "
+                         "the CTA that began the tile adds them in order and runs the epilogue"))
         if self.narrow:
             rows.append(("narrow variant", "element copies and accesses",
                          "arguments that miss the fast path's alignment rules (odd sizes, "

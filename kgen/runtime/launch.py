@@ -499,7 +499,7 @@ class CompiledKernel:
     def _workspace_pointer(self, sizes: Mapping[str, int], stream: int) -> int:
         from .buffers import DeviceBuffer
 
-        floats = max(self.plan.workspace_floats(dict(sizes)), 1)
+        floats = max(self.plan.workspace_floats(dict(sizes), self.persistent_ctas), 1)
         with self._lock:
             workspace = self._workspaces.get(stream)
             if workspace is None or workspace.shape[0] < floats:
@@ -507,6 +507,8 @@ class CompiledKernel:
                     self._retired.append(workspace)
                     floats = max(floats, 2 * workspace.shape[0])
                 workspace = DeviceBuffer.empty((floats,), DType.F32, device_id=self.device_id)
+                if self.plan.schedule.stream_k:  # its flags start zero (the kernel leaves them so)
+                    workspace.fill_bytes(0, stream)
                 self._workspaces[stream] = workspace
             return workspace.ptr
 
@@ -632,7 +634,8 @@ class CompiledKernel:
             return  # nothing to compute
         activate(self.device_id)
         values = dict(bound.values)
-        if self._finalize_function is not None or self._split_function is not None:
+        if (self._finalize_function is not None or self._split_function is not None
+                or self.plan.schedule.stream_k):
             values["workspace"] = self._workspace_pointer(bound.sizes, stream)
         struct = self._struct(**values)
         # the kernel's second parameter: the tensor maps (those the copy engine cannot take

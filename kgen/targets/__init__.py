@@ -116,6 +116,7 @@ class ScheduleDraft:
     # place(gemm plans, persistent=, resident=, ring_barriers=, staging=(bytes, align))
     place: Callable[..., StoragePlan] | None = None
     split_k: int = 1  # `split S` on the (one) gemm: S CTAs per output tile along K
+    stream_k: bool = False  # `split stream` on the (one) gemm: stream-K
     cluster: tuple[int, int] = (1, 1)  # `cluster MxN` on the (one) gemm
     cluster_written: bool = False  # the source writes the line (1x1 included)
 
@@ -177,6 +178,7 @@ class GemmConfig:
     resident: bool = False
     split: int = 1
     cluster: tuple[int, int] = (1, 1)  # `cluster MxN` (1x1: the line is left to the builder)
+    stream: bool = False  # `split stream`: stream-K (split stays 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,7 @@ class Config:
         for g in self.gemms:
             text = f"{'x'.join(map(str, g.tile))} w{g.warps[0]}x{g.warps[1]} s{g.stages}"
             text += f" split {g.split}" if g.split > 1 else ""
+            text += " split stream" if g.stream else ""
             text += f" cluster {g.cluster[0]}x{g.cluster[1]}" if g.cluster != (1, 1) else ""
             text += f" {g.keep.value}" if g.keep is not None else ""
             text += " resident" if g.resident else ""

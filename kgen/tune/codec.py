@@ -2,7 +2,7 @@
 
     {"schedule": "pingpong" | null, "why": "...",
      "gemms": [{"tile": [128, 256, 64], "warps": [2, 4], "stages": 4,
-                "keep": "registers" | "smem" | null, "resident": false, "split": 1,
+                "keep": "registers" | "smem" | null, "resident": false, "split": 1 | "stream",
                 "cluster": [1, 1]}]}
 
 `config_from_json` refuses anything else with ValueError (a cache file from another kgen, or
@@ -28,7 +28,7 @@ def config_to_json(config: Config) -> dict[str, Any]:
             "stages": g.stages,
             "keep": g.keep.value if g.keep is not None else None,
             "resident": g.resident,
-            "split": g.split,
+            "split": "stream" if g.stream else g.split,
             "cluster": list(g.cluster),
         } for g in config.gemms],
     }
@@ -60,7 +60,8 @@ def _gemm_from_json(data: Any) -> GemmConfig:
         stages=_positive(data.get("stages"), "stages"),
         keep=Residency(keep) if keep is not None else None,
         resident=resident,
-        split=_positive(data.get("split", 1), "split"),
+        split=1 if data.get("split") == "stream" else _positive(data.get("split", 1), "split"),
+        stream=data.get("split") == "stream",
         cluster=_cluster(data.get("cluster", [1, 1])),
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .tuner import Row, TuneReport
+from .write import setting_text
 
 _PHASES = {"compile": "compiling with NVRTC", "time": "timing on the GPU"}
 
@@ -122,7 +123,7 @@ def _summary(console, report: TuneReport, verbose: bool) -> None:
             "no candidate ran on this GPU (-v says why)"
         console.print(f"[bold red]{why}: nothing is cached[/bold red]")
         return
-    lines = "  ".join(f"{line} {value}" for line, value in winner.candidate.line_values)
+    lines = "  ".join(_shown(line, value) for line, value in winner.candidate.line_values)
     speedup = report.speedup
     console.print(f"[bold green]winner[/bold green] {winner.candidate.label}: {winner.ms:.4f} ms"
                   + (f", {report.tflops(winner):.1f} TFLOP/s" if report.tflops(winner) else "")
@@ -134,3 +135,10 @@ def _summary(console, report: TuneReport, verbose: bool) -> None:
         console.print(f"cached: {report.cache_path} (kgen run and kgen.load use it)")
     else:
         console.print("not cached (KGEN_CACHE=0, --no-cache, or the cache folder is not private)")
+
+
+def _shown(line: str, value: str) -> str:
+    """A filled line as the source would read: ("g0 split", "split 4") -> "g0 split 4"."""
+    gemm, _, what = line.rpartition(" ")
+    text = setting_text(what, value)
+    return f"{gemm} {text}" if gemm else text

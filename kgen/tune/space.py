@@ -72,6 +72,7 @@ def applied(kernel: ir.Kernel) -> Config:
     gemms = tuple(GemmConfig((g.tile.m, g.tile.n, g.tile.k), (g.warps.m, g.warps.n),
                              g.stages.count, keep=g.keep, resident=g.resident,
                              split=g.split.count if g.split is not None else 1,
+                             stream=g.split is not None and g.split.stream,
                              cluster=(g.cluster.m, g.cluster.n) if g.cluster is not None
                              else (1, 1))
                   for g in kernel.gemms)

@@ -30,6 +30,7 @@ class FakeBuffer:
     def __init__(self, shape, dtype, device_id=None):
         self.shape = shape
         self.device_id = device_id
+        self.filled = []  # (byte, stream) of each fill_bytes
         self.ptr = 0x1000 * (len(FakeBuffer.made) + 1)
         FakeBuffer.made.append(self)
 
@@ -37,10 +38,19 @@ class FakeBuffer:
     def empty(cls, shape, dtype, **kwargs):
         return cls(tuple(shape), dtype, **kwargs)
 
+    def fill_bytes(self, value, stream=0):
+        self.filled.append((value, stream))
+
+
+class FakeSchedule:
+    stream_k = False
+
 
 class FakePlan:
-    def workspace_floats(self, sizes):
-        return sizes["floats"]
+    schedule = FakeSchedule()
+
+    def workspace_floats(self, sizes, persistent_ctas=None):
+        return sizes["floats"] + (persistent_ctas or 0)
 
 
 @pytest.fixture
@@ -53,6 +63,7 @@ def kernel(monkeypatch):
     k._workspaces = {}
     k._retired = []
     k._lock = threading.Lock()
+    k.persistent_ctas = None
     return k
 
 
@@ -94,3 +105,15 @@ def test_a_driver_older_than_nvrtc_is_refused_with_the_fix():
     assert driver_refusal((12, 8), (12, 6)) is None
     why = driver_refusal((12, 4), (13, 0))
     assert "supports CUDA 12.4" in why and "NVRTC 13.0" in why and "nvidia-cuda-nvrtc<13" in why
+
+
+def test_a_stream_k_workspace_starts_zero_on_its_stream(kernel):
+    """Stream-K's flags must read zero at the first launch (each launch leaves them so): a
+    new or grown workspace is cleared on the launch's stream, sized for the persistent grid."""
+    kernel.plan.schedule = type("S", (), {"stream_k": True})()
+    kernel.persistent_ctas = 132
+    kernel._workspace_pointer({"floats": 100}, stream=7)
+    kernel._workspace_pointer({"floats": 300}, stream=7)
+    first, grown = FakeBuffer.made
+    assert first.shape == (232,) and first.filled == [(0, 7)]
+    assert grown.shape == (464,) and grown.filled == [(0, 7)]

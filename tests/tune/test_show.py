@@ -63,3 +63,14 @@ def test_one_candidate_says_how_to_search_more(fake_compile, tune_cache):
                         bench=FakeBench())
     assert len(report.rows) == 1
     assert "one candidate: the source writes the schedule lines" in shown(report)
+
+
+def test_the_winners_lines_read_as_the_source_would():
+    """A line that holds its whole setting (split, keep, resident) is not named twice."""
+    from kgen.tune.show import _shown
+
+    assert _shown("g split", "split stream") == "g split stream"
+    assert _shown("g0 split", "split 4") == "g0 split 4"
+    assert _shown("g0 keep", "keep A in registers") == "g0 keep A in registers"
+    assert _shown("mma0 tile", "64x128x64") == "mma0 tile 64x128x64"
+    assert _shown("schedule", "pingpong") == "schedule pingpong"

@@ -11,7 +11,7 @@ from ... import __version__
 from ...enums import ParamKind
 from ...plan import FieldKind, KernelPlan
 from . import batch
-from .operands import narrow_checks
+from .operands import dim_expr, narrow_checks
 from .render import render
 
 
@@ -61,6 +61,8 @@ def template_values(plan: KernelPlan) -> dict:
 def workspace_body(plan: KernelPlan) -> list[str]:
     """C++ statements of <name>_workspace_bytes: the float partials deterministic reductions
     keep per CTA (none in the atomic mode), or the split-K parts; every batch's."""
+    if plan.schedule.stream_k:
+        return stream_workspace_body(plan)
     setup, floats = batch.workspace_lines(plan, "size_t", f"{plan.name}_kgen")
     if not floats:
         return ["(void)p;", "return 0;"]
@@ -71,6 +73,33 @@ def workspace_body(plan: KernelPlan) -> list[str]:
         note = "  // split-K partials" + (", then the reductions' slots" if plan.deterministic
                                           else "")
     return setup + [f"return sizeof(float) * {batches}{floats};{note}"]
+
+
+def stream_units(plan: KernelPlan) -> str:
+    """Stream-K: the host's count of the walk's steps (each tile's k tiles, one when K = 0, in
+    every batch), over tiles_m and tiles_n (and batches) in scope."""
+    ns, k = f"{plan.name}_kgen", dim_expr(plan.gemms[0].k_dim)
+    tiles = batch.grid_count(plan, "static_cast<long long>(tiles_m) * tiles_n")
+    return f"({tiles} * ({k} > 0 ? ({k} + {ns}::kTileK - 1) / {ns}::kTileK : 1))"
+
+
+def stream_workspace_body(plan: KernelPlan) -> list[str]:
+    """Stream-K: a slot of a tile's f32 sums and the flags per CTA of the launch's grid (the
+    current device's resident CTAs, at most one per step of the walk). The flags must be zero
+    before the first launch (cudaMemset once); each launch leaves them zero."""
+    ns = f"{plan.name}_kgen"
+    g = plan.gemms[0]
+    lines = [f"const {ns}::DeviceState* state = nullptr;",
+             f"if ({ns}::current_device(state) != cudaSuccess) return 0;",
+             f"const long long tiles_m = ({dim_expr(g.m_dim)} + {ns}::kTileM - 1) / {ns}::kTileM;",
+             f"const long long tiles_n = ({dim_expr(g.n_dim)} + {ns}::kTileN - 1) / {ns}::kTileN;"]
+    if batch.batched(plan):
+        lines.append(f"const long long batches = {batch.batch_count(plan)};")
+    return lines + [
+        f"const long long units = {stream_units(plan)};",
+        "const long long ctas = units < state->slots ? units : state->slots;",
+        f"return sizeof(float) * static_cast<size_t>(ctas) * ({ns}::kTileM * {ns}::kTileN + "
+        f"{plan.STREAM_FLAGS});  // stream-K: each CTA's slot, then its flags (zeroed once)"]
 
 
 def header_file_lines(plan: KernelPlan, source_name: str, source_hash: str,

@@ -251,6 +251,10 @@ def host_checks(plan: KernelPlan) -> list[Check]:
     if plan.deterministic:
         checks.append(Check("p.workspace == nullptr",
                             "deterministic reductions need p.workspace (see the kgen docs)"))
+    if plan.schedule.stream_k:
+        checks.append(Check("p.workspace == nullptr",
+                            "stream-K needs p.workspace, zeroed once before the first launch "
+                            "(see the kgen docs)"))
     if plan.split_kernel is not None:
         checks.append(Check("p.workspace == nullptr",
                             "split-K needs p.workspace for its partial sums (see the kgen docs)"))

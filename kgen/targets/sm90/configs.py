@@ -73,7 +73,7 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
         own += [clustered(c, cluster) for cluster in CLUSTERS for c in own
                 if c.schedule is None and c.gemms[0].tile[1] >= CLUSTER_MIN_N
                 and not few_tiles(c.gemms[0].tile, shape, sizes)]
-        own += split_configs(shape, sizes)
+        own += split_configs(shape, sizes) + stream_configs(shape, sizes)
     return own + common.one_gemm(shape, sizes, wide)
 
 
@@ -98,6 +98,29 @@ def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
                 if tiles < common.SMS and k >= 2 * split * tile[2]
                 and tiles * split <= 2 * common.SMS]
     return out
+
+
+# Stream-K (`split stream`) on the tuner's list: the tiles it ran best on, timed where known
+# sizes give at most two waves of 128x256 tiles, the last one part empty, and each tile at
+# least STREAM_MIN_K_TILES k tiles. On an H200 (bench/stream_k.py) it won only where every
+# data-parallel tile left SMs idle or ran slowly (3000x1000x8000: 0.839x torch.matmul against
+# 0.653x for the sized choice); its walk is slower than the data-parallel one (4096^3: 0.199
+# against 0.185 ms even with the fixup cut out), so the builder never takes it unasked.
+STREAM_TILES = (((128, 256, 64), 3), ((128, 192, 64), 4))
+STREAM_MIN_K_TILES = 32
+WHY_STREAM = ("stream-K on the cooperative kernel: the runtime sizes leave the last wave of "
+              "tiles part empty")
+
+
+def stream_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
+    m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
+    if shape.reductions or None in (m, n, k) or -(-k // 64) < STREAM_MIN_K_TILES:
+        return []
+    tiles = -(-m // 128) * -(-n // 256)
+    if tiles >= 2 * common.SMS or tiles % common.SMS == 0:
+        return []
+    return [Config((GemmConfig(tile, (2, 4), stages, stream=True),), why=WHY_STREAM)
+            for tile, stages in STREAM_TILES]
 
 
 def clustered(config: Config, cluster: tuple[int, int]) -> Config:

@@ -53,6 +53,7 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     # made here, not before the mainloop: its pointers hold no registers through the wgmma
     head = ([f"const {plan.name}_params pb = at_batch(p, batch);  // this tile's batch of the "
              "arguments"] if batch.batched(plan) else [])
+    head = stream_fixup(plan) + head
     if plan.schedule.split_k > 1:  # the unit's partial sums; <kernel>_splitk runs the epilogue
         return head + sm80_epilogue.split_partial_lines(
             "m0 + row0 + i * 64 + warp * 16 + lane / 4", "n0 + j * 8 + (lane % 4) * 2", params)
@@ -109,12 +110,17 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
                          load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
                          cluster=plan.schedule.cluster_size > 1, col=col,
                          whole_chunks=whole_chunks(col))
+    # stream-K: only the share that begins a tile runs its epilogue
+    first = " && k_first == 0" if plan.schedule.stream_k else ""
     if not gs.staged_input_late:
-        return lines
+        if not first:
+            return lines
+        return (["if (k_first == 0) {  // stream-K: the share that runs the tile's epilogue"]
+                + [f"  {line}" if line else line for line in lines] + ["}"])
     return (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
              "tile", "const auto load_staged = [&]() {"]
             + [f"  {line}" if line else line for line in lines]
-            + ["};", "if (k_tiles == 0) load_staged();"])
+            + ["};", f"if (k_tiles == 0{first}) load_staged();"])
 
 
 def mainloop_staged(plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -124,7 +130,8 @@ def mainloop_staged(plan: KernelPlan, g: GemmPlan) -> list[str]:
     gs = plan.schedule.gemm(g.name)
     if gs.staged_input is None or not gs.staged_input_late:
         return []
-    return ["if (kt == k_tiles / 2) load_staged();  // the staged input, halfway"]
+    first = " && k_first == 0" if plan.schedule.stream_k else ""  # stream-K: see tile_start
+    return [f"if (kt == k_tiles / 2{first}) load_staged();  // the staged input, halfway"]
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
@@ -148,29 +155,87 @@ def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: 
 
 
 def k_tile(plan: KernelPlan) -> str:
-    """The producer's k tile at step kt of a tile's (split-K: of its unit's part)."""
-    return "(k_first + kt)" if plan.schedule.split_k > 1 else "kt"
+    """The producer's k tile at step kt of a tile's (split-K, stream-K: of its unit's part)."""
+    return "(k_first + kt)" if plan.schedule.split_k > 1 or plan.schedule.stream_k else "kt"
+
+
+def stream_values(plan: KernelPlan) -> dict:
+    """What the template prints about stream-K (templates/sm90/stream_k.inc.j2): the CTA's
+    share of the walk's steps and, per tile, the part of its k tiles the share holds."""
+    if not plan.schedule.stream_k:
+        return dict(stream_k=False, stream_head=[])
+    tiles = "walk" if batch.batched(plan) else "tiles"  # every batch's
+    return dict(
+        split_k=1, stream_k=True, stream_flags=plan.STREAM_FLAGS, k_tile=k_tile(plan),
+        k_tiles_total="k_tiles_all",
+        stream_head=[
+            "// Stream-K (stream_walk): this CTA's share [sk_begin, sk_end) of the first sk_tiles "
+            "tiles' steps,",
+            "// then its data-parallel tiles up to sk_stop",
+            "const int k_walk = max(k_tiles_all, 1);  // a tile's steps",
+            f"const int sk_tiles = stream_tiles({tiles});",
+            "const long long steps = static_cast<long long>(sk_tiles) * k_walk;",
+            "long long sk_begin, sk_end, sk_stop;",
+            f"stream_walk({tiles}, k_walk, sk_tiles, sk_begin, sk_end, sk_stop);"],
+        unit_k=["const int k_tiles = min(part, k_tiles_all - k_first);  // none when K = 0"])
+
+
+def stream_fixup(plan: KernelPlan) -> list[str]:
+    """Stream-K, before the epilogue: a later part of a tile leaves its sums for the share
+    that began it; that share waits for every later part, adds them in order, then runs the
+    epilogue."""
+    if not plan.schedule.stream_k:
+        return []
+    return [
+        "// Stream-K: the shares' slots of kTileM x kTileN floats, then their flags",
+        "int* const flags = reinterpret_cast<int*>(p.workspace + static_cast<long long>(gridDim.x) "
+        "* kTileM * kTileN);",
+        "const int share = gridDim.x - 1 - blockIdx.x;",
+        "if (k_first > 0) {  // a later part: to this share's slot, for the share that began the tile",
+        "  stream_store(acc, p.workspace + static_cast<long long>(share) * kTileM * kTileN,",
+        "               flags + share * kStreamFlags + consumer_warp, consumer_tid, lane);",
+        "  continue;",
+        "}",
+        "if (part < k_walk) {  // begun here, ended by the shares after this one: add their parts in order",
+        "  const int last = stream_owner(static_cast<long long>(tile + 1) * k_walk - 1, steps);",
+        "  stream_wait(flags, share + 1, last, consumer_warp, lane);",
+        "  stream_add(acc, p.workspace, share + 1, last, consumer_tid);",
+        "}",
+    ]
 
 
 def split_values(plan: KernelPlan) -> dict:
     """What the template prints about split-K: the walk over units (part u % kSplitK of tile
     u / kSplitK's k tiles), each unit's k tiles, and the name of the kernel's k tile count."""
     split = plan.schedule.split_k
+    if plan.schedule.stream_k:
+        return stream_values(plan)
     if split == 1:
-        return dict(split_k=1, unit_k=[], k_tile="kt", k_tiles_total="k_tiles")
+        return dict(split_k=1, unit_k=[], k_tile="kt", k_tiles_total="k_tiles", stream_k=False,
+                    stream_head=[])
     batched = batch.batched(plan)
     per_batch = "tiles_m * tiles_n * kSplitK"
     tile_batch = [f"const int batch = tile / ({per_batch});"] if batched else []
     in_batch = f"tile % ({per_batch}) / kSplitK" if batched else "tile / kSplitK"
     return dict(
-        split_k=split, k_tile=k_tile(plan), k_tiles_total="k_tiles_all",
-        walk_tiles="units", walk="walk" if batched else "units", walk_batch=tile_batch,
+        split_k=split, k_tile=k_tile(plan), k_tiles_total="k_tiles_all", stream_k=False,
+        stream_head=[], walk_tiles="units", walk="walk" if batched else "units", walk_batch=tile_batch,
         walk_in_batch=in_batch, tile_batch=tile_batch, tile_in_batch=in_batch,
         unit_k=["const int split = tile % kSplitK;  // this unit's part of its tile's k tiles",
                 "const int k_per_split = (k_tiles_all + kSplitK - 1) / kSplitK;",
                 "const int k_first = min(split * k_per_split, k_tiles_all);",
                 "const int k_tiles = min(k_per_split, k_tiles_all - k_first);  // the last "
                 "parts shorter, or none"])
+
+
+def host_tiles(plan: KernelPlan) -> str:
+    """The launcher's count of the walk's units (the persistent grid takes at most this many
+    CTAs): tiles, split-K parts, or stream-K steps (each tile's k tiles, at least one)."""
+    schedule, ns = plan.schedule, f"{plan.name}_kgen"
+    if schedule.stream_k:
+        return host_api.stream_units(plan)
+    return batch.grid_count(plan, "tiles_m * tiles_n" + (
+        f" * {ns}::kSplitK" if schedule.split_k > 1 else ""))
 
 
 def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
@@ -351,6 +416,5 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                          for w, mn in (("A", a_mn), ("B", b_mn)))),
         host_cluster_tiles=host_cluster_tiles,
         host_batches=batch.host_lines(plan),
-        host_tiles=batch.grid_count(plan, "tiles_m * tiles_n" + (
-            f" * {plan.name}_kgen::kSplitK" if schedule.split_k > 1 else "")),
+        host_tiles=host_tiles(plan),
     )

@@ -55,6 +55,11 @@ def candidates(draft: ScheduleDraft) -> list[Candidate]:
         reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
                   f"kernel only, which refuses this gemm: {ws.reason}")
         rest = [Candidate(c.kind, False, reason, ws.site or Site("cluster", 0)) for c in rest]
+    if draft.stream_k:  # stream-K runs on the cooperative kernel alone
+        reason = ("split stream runs on the cooperative warp-specialized kernel only, which "
+                  f"refuses this gemm: {cooperative.reason}")
+        rest = [Candidate(c.kind, False, reason, cooperative.site or Site("split", 0))
+                for c in rest]
     return [ping, cooperative, *rest]
 
 

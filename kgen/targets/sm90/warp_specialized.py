@@ -124,6 +124,12 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                 "them", None)
     if not draft.allow_persistent:
         return "the caller asked for one CTA per tile", None
+    if draft.stream_k and kind is KernelKind.PINGPONG:
+        return ("split stream runs on the cooperative schedule (both consumers on each part "
+                "of a tile's k tiles)", Site("split", 0))
+    if draft.stream_k and draft.cluster != (1, 1):
+        return (f"split stream runs without a cluster (cluster {draft.cluster[0]}x"
+                f"{draft.cluster[1]} walks whole tiles)", Site("split", 0))
     if draft.split_k > 1 and kind is KernelKind.PINGPONG:
         return (f"split {draft.split_k} runs on the cooperative schedule (both consumers on "
                 "each part of a tile's k tiles)", Site("split", 0))
@@ -156,6 +162,9 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
             return (f"cluster {draft.cluster[0]}x{draft.cluster[1]} shares {which}, which is "
                     f"MN-major ({op.param} is {'column' if which == 'A' else 'row'}-major): "
                     "the cluster's halves of a tile are K-major boxes", Site("cluster", 0))
+    if draft.stream_k and g.epilogue.reductions:
+        return ("split stream with epilogue reductions is not built; 'split S' runs them on "
+                "the tiled kernel", Site("split", 0))
     if draft.split_k > 1 and g.epilogue.reductions:
         return (f"split {draft.split_k} with epilogue reductions runs on the tiled kernel (its "
                 "<kernel>_splitk reduces each output tile in one block)", Site("split", 0))
@@ -302,4 +311,4 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                     why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
                     cluster=cluster,
                     why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "",
-                    split_k=draft.split_k)
+                    split_k=draft.split_k, stream_k=draft.stream_k)
