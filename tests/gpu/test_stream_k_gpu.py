@@ -103,3 +103,48 @@ def test_stream_k_batched(batches, mnk):
     want = 0.5 * (a.double() @ b.double()) + bias.double()[:, None, :]
     scale = want.abs().max().item() + 1.0
     assert (got.double() - want).abs().max().item() < 2e-3 * scale + 0.05
+
+
+def test_the_cu_launcher_runs_stream_k(tmp_path):
+    """The .cu's own launcher, built with nvcc: the grid bounded by the device's resident CTAs,
+    the workspace sized by <kernel>_workspace_bytes and zeroed once by the caller. Two launches
+    on one workspace both match the reference (the first leaves the flags zero for the second).
+    4097x4104x200 on 128x128 tiles: 1089 tiles, 33 past whole waves, so 165 shared by steps
+    and the rest data-parallel."""
+    import shutil
+    import subprocess
+
+    from kgen.api import build
+
+    from tests.gpu.test_cluster_gpu import _LAUNCH_MAIN
+    from tests.kernels import gemm_kernel
+
+    _needs_hopper(ir.Arch.SM90A)
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    kernel = gemm_kernel(tile=(128, 128, 64), warps=(2, 4), stages=5, arch=ir.Arch.SM90A,
+                         name="k_stream_cu")
+    g = dataclasses.replace(kernel.gemms[0], split=ir.SplitK(1, stream=True))
+    built = build(dataclasses.replace(kernel, gemms=(g,)))
+    assert built.plan.schedule.stream_k
+    (tmp_path / "k_stream_cu.cu").write_text(built.source)
+    launch = "  cudaError_t err = NAME_launch(p, nullptr);\n"
+    assert launch in _LAUNCH_MAIN
+    main_text = _LAUNCH_MAIN.replace(launch, (
+        "  void* ws = nullptr;\n"
+        "  const size_t ws_bytes = NAME_workspace_bytes(p);\n"
+        "  if (ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) != cudaSuccess) { printf(\"no ws\\n\"); return 1; }\n"
+        "  cudaMemset(ws, 0, ws_bytes);  // once: the flags start zero\n"
+        "  p.workspace = static_cast<float*>(ws);\n"
+        "  cudaError_t err = NAME_launch(p, nullptr);\n"
+        "  if (err == cudaSuccess) err = cudaMemset(dd, 0xff, size_t(M) * N * 2);\n"
+        "  if (err == cudaSuccess) err = NAME_launch(p, nullptr);  // the flags the first left\n"
+    )).replace("NAME", "k_stream_cu")
+    main = tmp_path / "main.cu"
+    main.write_text(main_text)
+    exe = tmp_path / "main"
+    r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "-o", str(exe), str(main), "-lcuda"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr

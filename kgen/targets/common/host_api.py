@@ -24,6 +24,9 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
         return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
     if kind is FieldKind.SIZE:
         return f"runtime size {dim}"
+    if kind is FieldKind.WORKSPACE and plan.schedule.stream_k:
+        return ("device scratch for stream-K's partial sums and flags (zeroed once before the "
+                "first launch; each launch leaves it so)")
     if kind is FieldKind.WORKSPACE:
         return "device scratch for the CTAs' partial reductions (deterministic mode)"
     if kind is FieldKind.BATCH_STRIDE:
