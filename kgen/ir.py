@@ -217,8 +217,9 @@ class StageCount:
 class SplitK:
     """`split S`: the gemm's k tiles split over S CTAs per output tile; their f32 partials meet
     in the workspace, and a second kernel sums them in order and runs the epilogue.
-    `split stream` (stream = True, count 1): stream-K, each persistent CTA an equal share of
-    every tile's k tiles together, the CTA that began a tile adding the others' parts."""
+    `split stream` (stream = True, count 1): stream-K, the persistent CTAs sharing the k tiles
+    of the tiles past whole waves (and one wave more) equally, the CTA that began a tile adding
+    the others' parts; the other tiles run whole."""
 
     count: int
     loc: SourceLoc = _loc()

@@ -171,8 +171,9 @@ class Schedule:
     # partials to the workspace; a second kernel sums them in order (bit-identical from run to
     # run) and runs the epilogue once
     split_k: int = 1
-    # `split stream` (the cooperative kernel): stream-K. The persistent CTAs share the walk over
-    # every tile's k tiles equally, so a tile may be begun by one CTA and ended by others; each
+    # `split stream` (the cooperative kernel): stream-K. The persistent CTAs share the k tiles of
+    # the tiles past whole waves (and one wave more) equally, the others running whole, so such
+    # a tile may be begun by one CTA and ended by others; each
     # later part leaves its f32 sums in the CTA's workspace slot and sets a flag, and the CTA
     # that began the tile waits for the flags, adds the parts in order (bit-identical from run
     # to run) and runs the epilogue once
@@ -306,7 +307,7 @@ class Schedule:
                          "<kernel>_splitk adds the parts in order and runs the epilogue"))
         if self.stream_k:
             rows.append(("stream-K", "every persistent CTA an equal share of the k tiles of "
-                         "all tiles",
+                         "the tiles past whole waves (and one wave more); the others whole",
                          "a tile's later parts leave f32 sums in their CTA's workspace slot; "
                          "the CTA that began the tile adds them in order and runs the epilogue"))
         if self.narrow:

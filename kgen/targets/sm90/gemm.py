@@ -110,8 +110,7 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
                          load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
                          cluster=plan.schedule.cluster_size > 1, col=col,
                          whole_chunks=whole_chunks(col))
-    # stream-K: only the share that begins a tile runs its epilogue
-    first = " && k_first == 0" if plan.schedule.stream_k else ""
+    first = _epilogue_share(plan)
     if not gs.staged_input_late:
         if not first:
             return lines
@@ -130,8 +129,14 @@ def mainloop_staged(plan: KernelPlan, g: GemmPlan) -> list[str]:
     gs = plan.schedule.gemm(g.name)
     if gs.staged_input is None or not gs.staged_input_late:
         return []
-    first = " && k_first == 0" if plan.schedule.stream_k else ""  # stream-K: see tile_start
-    return [f"if (kt == k_tiles / 2{first}) load_staged();  // the staged input, halfway"]
+    return [f"if (kt == k_tiles / 2{_epilogue_share(plan)}) load_staged();  // the staged "
+            "input, halfway"]
+
+
+def _epilogue_share(plan: KernelPlan) -> str:
+    """A condition to add to the staged input's load: under stream-K only the share that holds
+    a tile's first k tile runs its epilogue (and so waits for the load)."""
+    return " && k_first == 0" if plan.schedule.stream_k else ""
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
