@@ -371,12 +371,16 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
         budget_loc: SourceLoc, *, persistent: bool = False,
         resident: bool = False, ring_barriers: int = 0,
-        staging: tuple[int, int] = (0, 0), check_budget: bool = True) -> StoragePlan:
+        staging: tuple[int, int] = (0, 0),
+        vectors: tuple[tuple[str, int, ir.DType, str], ...] = (),
+        check_budget: bool = True) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
     pingpong), live through every phase. `staging`: (bytes, alignment) of the last gemm's
     output staging for the copy engine's stores (schedule pingpong), also live through every
     phase: the copy engine reads it after the epilogue that wrote it has moved on.
+    `vectors`: (name, bytes, element type, role) of the epilogue vectors staged per tile (the
+    last gemm's), live through every phase like the staging.
     `check_budget`: False returns a plan over the target's limit (a schedule candidate that is
     then refused for it) instead of raising."""
     phases = phase_order(kernel, gemms)
@@ -400,6 +404,9 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
             f"{out} staged for the copy engine's stores: a {last.tile[0]}x{last.tile[1]} tile per "
             "consumer warpgroup, as 64x64 boxes with a 128-byte swizzle",
             stage=(ir.StageKind.EPILOGUE, last.name)))
+    for name, nbytes, dtype, role in vectors:
+        requests.append(Request(name, nbytes, 16, (0, len(phases) - 1), role,
+                                stage=(ir.StageKind.EPILOGUE, gemms[-1].name), dtype=dtype))
     requests += _user_requests(kernel, phases, requests)
 
     declared_bytes = None

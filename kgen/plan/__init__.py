@@ -17,7 +17,7 @@ from .epilogue import (  # noqa: F401
     TensorLoad, VectorLoad)
 from .schedule import (  # noqa: F401
     CachePolicy, GemmSchedule, KernelKind, LineChoice, LoadPath, Mma, OperandSchedule, Raster,
-    Schedule, StorePath, TensorMap, WarpRole)
+    Schedule, StorePath, TensorMap, WarpRole, staged_vector_buffer)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -119,6 +119,19 @@ class GemmSchedule:
     # halfway through its mainloop (True), by when the previous tile's output has left the
     # staging; the load first waits for that (cp.async.bulk.wait_group.read)
     staged_input_late: bool = False
+    # The epilogue's row and column vectors (bias[col], scale[row]) that the consumers stage
+    # in shared memory per tile, in buffer staged_vector_buffer(name, param): each thread
+    # loads its elements of the tile's slice at the tile's start, holds them in registers
+    # through the mainloop and writes them to its consumer's buffer before the epilogue, which
+    # reads them there. (): the epilogue reads every vector from global memory, each read
+    # waiting for its round trip
+    staged_vectors: tuple[str, ...] = ()
+    why_staged_vectors: str = ""
+
+
+def staged_vector_buffer(gemm: str, param: str) -> str:
+    """The shared-memory buffer of a staged epilogue vector (GemmSchedule.staged_vectors)."""
+    return f"{gemm}_vec_{param}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +312,10 @@ class Schedule:
                         else "")
                 rows.append((f"{g.name} epilogue input", g.staged_input or "from global memory",
                              g.why_staged_input + when))
+            if g.why_staged_vectors:
+                rows.append((f"{g.name} epilogue vectors",
+                             ", ".join(g.staged_vectors) or "from global memory",
+                             g.why_staged_vectors))
         if self.split_k > 1:
             who = ("units of the persistent walk per output tile" if self.persistent
                    else "CTAs per output tile")

@@ -88,11 +88,14 @@ struct SharedStorage {
   static constexpr int b_smem_offset = 0;
   static constexpr int b_smem_bytes = 98304;
   // mma0_ring_barriers: mbarriers of A's ring in mma0: a full and an empty one per slot, 6 x 8 bytes; live mma0.mainloop..mma0.epilogue
-  static constexpr int mma0_ring_barriers_offset = 212992;
+  static constexpr int mma0_ring_barriers_offset = 213504;
   static constexpr int mma0_ring_barriers_bytes = 48;
   // mma0_d_staging: D staged for the copy engine's stores: a 128x256 tile per consumer warpgroup, as 64x64 boxes with a 128-byte swizzle; live mma0.mainloop..mma0.epilogue
   static constexpr int mma0_d_staging_offset = 98304;
   static constexpr int mma0_d_staging_bytes = 65536;
+  // mma0_vec_scale: scale[row] staged for the epilogue: the tile's slice per consumer warpgroup; live mma0.mainloop..mma0.epilogue
+  static constexpr int mma0_vec_scale_offset = 212992;
+  static constexpr int mma0_vec_scale_bytes = 512;
   static constexpr int total_bytes = 214016;
   unsigned char bytes[total_bytes];
   __device__ __nv_bfloat16* a_smem() {
@@ -107,6 +110,9 @@ struct SharedStorage {
   __device__ unsigned char* mma0_d_staging() {
     return reinterpret_cast<unsigned char*>(bytes + mma0_d_staging_offset);
   }
+  __device__ float* mma0_vec_scale() {
+    return reinterpret_cast<float*>(bytes + mma0_vec_scale_offset);
+  }
 };
 static_assert(SharedStorage::a_smem_offset % 128 == 0, "a_smem must be 128-byte aligned");
 static_assert(SharedStorage::a_smem_offset + SharedStorage::a_smem_bytes <= SharedStorage::total_bytes, "a_smem must fit the storage");
@@ -116,12 +122,18 @@ static_assert(SharedStorage::mma0_ring_barriers_offset % 8 == 0, "mma0_ring_barr
 static_assert(SharedStorage::mma0_ring_barriers_offset + SharedStorage::mma0_ring_barriers_bytes <= SharedStorage::total_bytes, "mma0_ring_barriers must fit the storage");
 static_assert(SharedStorage::mma0_d_staging_offset % 1024 == 0, "mma0_d_staging must be 1024-byte aligned");
 static_assert(SharedStorage::mma0_d_staging_offset + SharedStorage::mma0_d_staging_bytes <= SharedStorage::total_bytes, "mma0_d_staging must fit the storage");
+static_assert(SharedStorage::mma0_vec_scale_offset % 16 == 0, "mma0_vec_scale must be 16-byte aligned");
+static_assert(SharedStorage::mma0_vec_scale_offset + SharedStorage::mma0_vec_scale_bytes <= SharedStorage::total_bytes, "mma0_vec_scale must fit the storage");
 static_assert(SharedStorage::a_smem_offset + SharedStorage::a_smem_bytes <= SharedStorage::b_smem_offset || SharedStorage::b_smem_offset + SharedStorage::b_smem_bytes <= SharedStorage::a_smem_offset, "a_smem and b_smem are live together and must not overlap");
 static_assert(SharedStorage::a_smem_offset + SharedStorage::a_smem_bytes <= SharedStorage::mma0_ring_barriers_offset || SharedStorage::mma0_ring_barriers_offset + SharedStorage::mma0_ring_barriers_bytes <= SharedStorage::a_smem_offset, "a_smem and mma0_ring_barriers are live together and must not overlap");
 static_assert(SharedStorage::a_smem_offset + SharedStorage::a_smem_bytes <= SharedStorage::mma0_d_staging_offset || SharedStorage::mma0_d_staging_offset + SharedStorage::mma0_d_staging_bytes <= SharedStorage::a_smem_offset, "a_smem and mma0_d_staging are live together and must not overlap");
+static_assert(SharedStorage::a_smem_offset + SharedStorage::a_smem_bytes <= SharedStorage::mma0_vec_scale_offset || SharedStorage::mma0_vec_scale_offset + SharedStorage::mma0_vec_scale_bytes <= SharedStorage::a_smem_offset, "a_smem and mma0_vec_scale are live together and must not overlap");
 static_assert(SharedStorage::b_smem_offset + SharedStorage::b_smem_bytes <= SharedStorage::mma0_ring_barriers_offset || SharedStorage::mma0_ring_barriers_offset + SharedStorage::mma0_ring_barriers_bytes <= SharedStorage::b_smem_offset, "b_smem and mma0_ring_barriers are live together and must not overlap");
 static_assert(SharedStorage::b_smem_offset + SharedStorage::b_smem_bytes <= SharedStorage::mma0_d_staging_offset || SharedStorage::mma0_d_staging_offset + SharedStorage::mma0_d_staging_bytes <= SharedStorage::b_smem_offset, "b_smem and mma0_d_staging are live together and must not overlap");
+static_assert(SharedStorage::b_smem_offset + SharedStorage::b_smem_bytes <= SharedStorage::mma0_vec_scale_offset || SharedStorage::mma0_vec_scale_offset + SharedStorage::mma0_vec_scale_bytes <= SharedStorage::b_smem_offset, "b_smem and mma0_vec_scale are live together and must not overlap");
 static_assert(SharedStorage::mma0_ring_barriers_offset + SharedStorage::mma0_ring_barriers_bytes <= SharedStorage::mma0_d_staging_offset || SharedStorage::mma0_d_staging_offset + SharedStorage::mma0_d_staging_bytes <= SharedStorage::mma0_ring_barriers_offset, "mma0_ring_barriers and mma0_d_staging are live together and must not overlap");
+static_assert(SharedStorage::mma0_ring_barriers_offset + SharedStorage::mma0_ring_barriers_bytes <= SharedStorage::mma0_vec_scale_offset || SharedStorage::mma0_vec_scale_offset + SharedStorage::mma0_vec_scale_bytes <= SharedStorage::mma0_ring_barriers_offset, "mma0_ring_barriers and mma0_vec_scale are live together and must not overlap");
+static_assert(SharedStorage::mma0_d_staging_offset + SharedStorage::mma0_d_staging_bytes <= SharedStorage::mma0_vec_scale_offset || SharedStorage::mma0_vec_scale_offset + SharedStorage::mma0_vec_scale_bytes <= SharedStorage::mma0_d_staging_offset, "mma0_d_staging and mma0_vec_scale are live together and must not overlap");
 static_assert(sizeof(SharedStorage) == kSmemBytes, "the shared storage size must match the plan");
 }  // namespace gemm_gelu_rowscale_kgen
 
@@ -483,9 +495,9 @@ __device__ __forceinline__ void mma0_epilogue(const gemm_gelu_rowscale_params& p
 
 // The same for the fast entry point's staging: the pair, packed, for the caller to store.
 __device__ __forceinline__ unsigned mma0_epilogue_packed(const gemm_gelu_rowscale_params& p, long long row,
-                                                           long long col, float acc_0, float acc_1) {
+                                                           long long col, float acc_0, float acc_1, const float* sv_scale, int tile_row0) {
   [[maybe_unused]] const bool both = true;  // the fast entry point: N is even
-  const float v1 = p.scale[row];
+  const float v1 = sv_scale[row - tile_row0];
   const float v2_0 = acc_0 * v1;
   const float v2_1 = acc_1 * v1;
   const float v3_0 = 0.5f * v2_0 * (1.0f + erff(v2_0 * 0.70710678118654752f));
@@ -576,6 +588,13 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
     tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
     const int m0 = tile_m * kTileM;
     const int n0 = tile_n * kTileN;
+    // scale[row]: this thread's elements of the slice, held through the mainloop (written to shared memory before the epilogue)
+    float held_scale[1] = {};
+    #pragma unroll
+    for (int e = 0; e < 1; ++e) {
+      const int at = tid % kWarpgroupThreads + e * kWarpgroupThreads;
+      if (at < 64) if (m0 + row0 + at < M) held_scale[e] = p.scale[m0 + row0 + at];
+    }
     float acc[kFragM][kFragN][4];
 #pragma unroll
     for (int i = 0; i < kFragM; ++i)
@@ -630,6 +649,15 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
         }
       }
     } else {
+      // The staged vectors: every thread of this consumer is past the last tile's reads; each writes its elements
+      warpgroup_barrier(consumer);
+      float* const sv_scale = smem.mma0_vec_scale() + consumer * 64;
+      #pragma unroll
+      for (int e = 0; e < 1; ++e) {
+        const int at = tid % kWarpgroupThreads + e * kWarpgroupThreads;
+        if (at < 64) sv_scale[at] = held_scale[e];
+      }
+      warpgroup_barrier(consumer);  // the epilogue reads them
       // D through the copy engine: this consumer's staging takes its rows as 64x64 boxes (128-byte
       // swizzle), then one thread stores each box with cp.async.bulk.tensor. The copy engine writes
       // whole 16-byte chunks: a tile whose last columns end inside one (N not a multiple of 8) stores
@@ -655,7 +683,7 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
             for (int q = 0; q < 4; ++q) {
               const int j = 2 * jj + q / 2, h = q % 2;
               const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-              pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
+              pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1], sv_scale, m0 + row0) : 0u;
             }
             stmatrix_x4(at, pairs);
           }
@@ -680,7 +708,7 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
             for (int j = 0; j < kFragN; ++j) {
               const int col = n0 + j * 8 + (lane % 4) * 2;
               if (row < M && col < N) {
-                const unsigned pair = mma0_epilogue_packed(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                const unsigned pair = mma0_epilogue_packed(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1], sv_scale, m0 + row0);
                 *reinterpret_cast<unsigned*>(p.D + static_cast<long long>(row) * p.ld_D + col) = pair;
               }
             }

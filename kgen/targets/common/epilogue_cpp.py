@@ -119,6 +119,10 @@ class _Renderer:
     # an input the caller passes in as the function's `unsigned staged_<param>` (its pair, read
     # from the output's staging in shared memory) instead of a global load
     staged: str | None = None
+    # vectors the function reads from shared memory (Schedule: GemmSchedule.staged_vectors):
+    # `sv_<param>`, the tile's slice, from its first column `tile_col0` (a column vector) or the
+    # consumer's first row `tile_row0` (a row vector)
+    vectors: tuple[str, ...] = ()
     loads: list[str] = field(default_factory=list)
     compute: list[str] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
@@ -142,12 +146,13 @@ class _Renderer:
             return name, name
         if isinstance(kind, VectorLoad):
             name = self.fresh()
+            staged = kind.param in self.vectors
             if kind.axis is Axis.ROW:
-                self.loads.append(
-                    f"const float {name} = {TO_FLOAT[kind.dtype].format(f'p.{kind.param}[row]')};"
-                )
+                at = f"sv_{kind.param}[row - tile_row0]" if staged else f"p.{kind.param}[row]"
+                self.loads.append(f"const float {name} = {TO_FLOAT[kind.dtype].format(at)};")
                 return name, name
-            return self._pair_load(name, kind.dtype, f"p.{kind.param} + col")
+            at = f"sv_{kind.param} + (col - tile_col0)" if staged else f"p.{kind.param} + col"
+            return self._pair_load(name, kind.dtype, at)
         if isinstance(kind, TensorLoad):
             name, p = self.fresh(), kind.param
             if p == self.staged:
@@ -231,11 +236,12 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
 
 
 def render(dag: EpilogueDag, narrow: str | None = None,
-           staged: str | None = None) -> EpilogueLines:
+           staged: str | None = None, vectors: tuple[str, ...] = ()) -> EpilogueLines:
     """The C++ lines of `dag`: loads, then compute, then the effects in their order. `narrow`:
     see _Renderer (the function then takes `bool both`: the pair's second column is in N);
-    `staged`: the input the function takes as `unsigned staged_<param>`."""
-    r = _Renderer(narrow, staged)
+    `staged`: the input the function takes as `unsigned staged_<param>`; `vectors`: the
+    vectors it reads from shared memory (see _Renderer)."""
+    r = _Renderer(narrow, staged, vectors)
     for node in dag.nodes:
         assert node.id == len(r.names), "epilogue nodes out of order"
         r.names.append(r.node(node))

@@ -6,13 +6,14 @@ template is templates/sm90/gemm.cu.j2."""
 from __future__ import annotations
 
 from ...enums import Axis, Layout
-from ...plan import GemmPlan, KernelPlan, StorePath
+from ...plan import GemmPlan, KernelPlan, StorePath, VectorLoad, staged_vector_buffer
 from ..common import arch_guard, batch, epilogue_cpp, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as sm80_epilogue
 from . import tensor_map
 from .chain import wgmma_outs
+from .warp_specialized import WARPGROUP, vector_extent
 
 # Per axis: the reduction helper of templates/sm90/reduce.inc.j2, its arguments past the
 # partials and the output, and (deterministic mode) the CTA's workspace slot and its length
@@ -80,10 +81,85 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
                           store_box="tma_store_box_3d" if batched_out else "tma_store_box",
                           store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "",
                           staged=c or "", global_staged=global_staged, col=col,
-                          whole_chunks=whole_chunks(col))
+                          whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g))
+    staged = vector_writes(plan, g) + staged
     return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
             + [f"  {line}" if line else line for line in staged] + ["}"])
+
+
+def _staged_vectors(plan: KernelPlan, g: GemmPlan) -> list[tuple[str, Axis, str, int]]:
+    """(param, axis, element C++ type, elements per consumer) of each staged epilogue vector
+    (Schedule: GemmSchedule.staged_vectors), in the schedule's order."""
+    staged = plan.schedule.gemm(g.name).staged_vectors
+    kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, VectorLoad)}
+    return [(v, kinds[v].axis, kinds[v].dtype.cpp, vector_extent(kinds[v].axis,
+                                                                 plan.schedule.kind, g.tile[1]))
+            for v in staged]
+
+
+def _vector_loop(extent: int, body: str) -> list[str]:
+    """`body` for each of this thread's elements `at` of a consumer's slice of `extent`
+    elements (`e`: which of the thread's), where `at` lies in the slice."""
+    count = -(-extent // WARPGROUP)
+    if extent % WARPGROUP:
+        body = f"if (at < {extent}) {body}"
+    return ["#pragma unroll",
+            f"for (int e = 0; e < {count}; ++e) {{",
+            "  const int at = tid % kWarpgroupThreads + e * kWarpgroupThreads;",
+            f"  {body}", "}"]
+
+
+def vector_loads(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """At each tile's start, before the mainloop: each consumer thread's elements of the staged
+    vectors' slices (the tile's columns, or the consumer's rows), loaded into registers that
+    the loads fill while the mainloop runs."""
+    lines = []
+    for v, axis, ctype, extent in _staged_vectors(plan, g):
+        first, size = ("n0", "N") if axis is Axis.COL else ("m0 + row0", "M")
+        base = (f"static_cast<long long>(batch) * p.batch_{v} + "
+                if plan.param(v).batch is not None else "")
+        lines += [f"// {v}[{axis.value}]: this thread's elements of the slice, held through the "
+                  "mainloop (written to shared memory before the epilogue)",
+                  f"{ctype} held_{v}[{-(-extent // WARPGROUP)}] = {{}};"]
+        lines += _vector_loop(extent, f"if ({first} + at < {size}) held_{v}[e] = "
+                              f"p.{v}[{base}{first} + at];")
+    return lines
+
+
+def vector_writes(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """Before the fast entry point's epilogue: the held elements to the consumer's buffers,
+    once every thread of the consumer is past the last tile's reads, and a barrier before the
+    epilogue reads them."""
+    vectors = _staged_vectors(plan, g)
+    if not vectors:
+        return []
+    lines = ["// The staged vectors: every thread of this consumer is past the last tile's "
+             "reads; each writes its elements", "warpgroup_barrier(consumer);"]
+    for v, axis, ctype, extent in vectors:
+        lines.append(f"{ctype}* const sv_{v} = smem.{staged_vector_buffer(g.name, v)}() + "
+                     f"consumer * {extent};")
+        lines += _vector_loop(extent, f"sv_{v}[at] = held_{v}[e];")
+    return lines + ["warpgroup_barrier(consumer);  // the epilogue reads them"]
+
+
+def vector_params(plan: KernelPlan, g: GemmPlan) -> str:
+    """The packed epilogue function's parameters for the staged vectors: each one's slice and
+    the origins it is indexed from."""
+    vectors = _staged_vectors(plan, g)
+    params = "".join(f", const {ctype}* sv_{v}" for v, _, ctype, _ in vectors)
+    axes = {axis for _, axis, _, _ in vectors}
+    return (params + (", int tile_col0" if Axis.COL in axes else "")
+            + (", int tile_row0" if Axis.ROW in axes else ""))
+
+
+def vector_args(plan: KernelPlan, g: GemmPlan) -> str:
+    """The arguments to vector_params at the call sites: the buffers and the tile's first
+    column, the consumer's first row."""
+    vectors = _staged_vectors(plan, g)
+    axes = {axis for _, axis, _, _ in vectors}
+    return ("".join(f", sv_{v}" for v, _, _, _ in vectors)
+            + (", n0" if Axis.COL in axes else "") + (", m0 + row0" if Axis.ROW in axes else ""))
 
 
 def whole_chunks(col: bool) -> str:
@@ -96,13 +172,15 @@ def whole_chunks(col: bool) -> str:
 
 
 def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """At each tile's start, before the mainloop: the staged input's load into the output's
-    staging (Schedule: GemmSchedule.staged_input), if any; under a cluster, only for a tile in
-    range (a tile past M or N runs no epilogue, so nothing would wait for the load)."""
+    """At each tile's start, before the mainloop: the staged vectors' loads into registers
+    (GemmSchedule.staged_vectors), then the staged input's load into the output's staging
+    (GemmSchedule.staged_input), if any; under a cluster, only for a tile in range (a tile
+    past M or N runs no epilogue, so nothing would wait for the load)."""
+    vectors = vector_loads(plan, g)
     gs = plan.schedule.gemm(g.name)
     c = gs.staged_input
     if c is None:
-        return []
+        return vectors
     batched = plan.param(c).batch is not None
     col = g.epilogue.packed_store.layout is Layout.COL
     lines = render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
@@ -113,10 +191,10 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     first = _epilogue_share(plan)
     if not gs.staged_input_late:
         if not first:
-            return lines
-        return (["if (k_first == 0) {  // stream-K: the share that runs the tile's epilogue"]
-                + [f"  {line}" if line else line for line in lines] + ["}"])
-    return (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
+            return vectors + lines
+        return vectors + (["if (k_first == 0) {  // stream-K: the share that runs the tile's "
+                           "epilogue"] + [f"  {line}" if line else line for line in lines] + ["}"])
+    return vectors + (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
              "tile", "const auto load_staged = [&]() {"]
             + [f"  {line}" if line else line for line in lines]
             + ["};", f"if (k_tiles == 0{first}) load_staged();"])
@@ -322,7 +400,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     body = epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="kNarrow"), False)
     c = schedule.gemm(g.name).staged_input
     packed = (epilogue_cpp.function_body(
-        epilogue_cpp.render(g.epilogue, narrow="false", staged=c), True) if staged else [])
+        epilogue_cpp.render(g.epilogue, narrow="false", staged=c,
+                            vectors=schedule.gemm(g.name).staged_vectors), True)
+              if staged else [])
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
@@ -364,7 +444,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         stmatrix=staged,  # the staging written by stmatrix
         stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",
-        packed_params=f", unsigned staged_{c}" if c else "",
+        packed_params=(f", unsigned staged_{c}" if c else "") + vector_params(plan, g),
         tile_start=tile_start(plan, g),
         mainloop_staged=mainloop_staged(plan, g),
         reductions=bool(g.epilogue.reductions),
