@@ -247,6 +247,9 @@ def test_the_runtime_sizes_count_every_batch():
     sm90 = target(ir.Arch.SM90A)
     kernel = batched.kernels[0]
     assert builder.sized(kernel, sm90, dict(L=4096, M=64, N=128, K=64)).label == \
+        "pingpong: 128x128x64 w2x4 s4"
+    # the same tiles at K = 2048: cooperative
+    assert builder.sized(kernel, sm90, dict(L=4096, M=64, N=128, K=2048)).label == \
         "128x128x64 w2x4 s6"
     assert builder.sized(kernel, sm90, dict(L=1, M=128, N=4096, K=4096)).label == \
         "128x64x64 w2x4 s6 split 2"
