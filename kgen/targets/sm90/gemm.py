@@ -143,7 +143,7 @@ def vector_writes(plan: KernelPlan, g: GemmPlan) -> list[str]:
     return lines + ["warpgroup_barrier(consumer);  // the epilogue reads them"]
 
 
-def vector_params(plan: KernelPlan, g: GemmPlan) -> str:
+def packed_vector_params(plan: KernelPlan, g: GemmPlan) -> str:
     """The packed epilogue function's parameters for the staged vectors: each one's slice and
     the origins it is indexed from."""
     vectors = _staged_vectors(plan, g)
@@ -154,7 +154,7 @@ def vector_params(plan: KernelPlan, g: GemmPlan) -> str:
 
 
 def vector_args(plan: KernelPlan, g: GemmPlan) -> str:
-    """The arguments to vector_params at the call sites: the buffers and the tile's first
+    """The arguments to packed_vector_params at the call sites: the buffers and the tile's first
     column, the consumer's first row."""
     vectors = _staged_vectors(plan, g)
     axes = {axis for _, axis, _, _ in vectors}
@@ -173,14 +173,18 @@ def whole_chunks(col: bool) -> str:
 
 def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """At each tile's start, before the mainloop: the staged vectors' loads into registers
-    (GemmSchedule.staged_vectors), then the staged input's load into the output's staging
-    (GemmSchedule.staged_input), if any; under a cluster, only for a tile in range (a tile
-    past M or N runs no epilogue, so nothing would wait for the load)."""
-    vectors = vector_loads(plan, g)
+    (GemmSchedule.staged_vectors), then the staged input's load (_staged_input_start)."""
+    return vector_loads(plan, g) + _staged_input_start(plan, g)
+
+
+def _staged_input_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
+    """The staged input's load into the output's staging (Schedule: GemmSchedule.staged_input),
+    if any; under a cluster, only for a tile in range (a tile past M or N runs no epilogue, so
+    nothing would wait for the load)."""
     gs = plan.schedule.gemm(g.name)
     c = gs.staged_input
     if c is None:
-        return vectors
+        return []
     batched = plan.param(c).batch is not None
     col = g.epilogue.packed_store.layout is Layout.COL
     lines = render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
@@ -191,10 +195,10 @@ def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     first = _epilogue_share(plan)
     if not gs.staged_input_late:
         if not first:
-            return vectors + lines
-        return vectors + (["if (k_first == 0) {  // stream-K: the share that runs the tile's "
-                           "epilogue"] + [f"  {line}" if line else line for line in lines] + ["}"])
-    return vectors + (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
+            return lines
+        return (["if (k_first == 0) {  // stream-K: the share that runs the tile's epilogue"]
+                + [f"  {line}" if line else line for line in lines] + ["}"])
+    return (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
              "tile", "const auto load_staged = [&]() {"]
             + [f"  {line}" if line else line for line in lines]
             + ["};", f"if (k_tiles == 0{first}) load_staged();"])
@@ -444,7 +448,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         stmatrix=staged,  # the staging written by stmatrix
         stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",
-        packed_params=(f", unsigned staged_{c}" if c else "") + vector_params(plan, g),
+        packed_params=(f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g),
         tile_start=tile_start(plan, g),
         mainloop_staged=mainloop_staged(plan, g),
         reductions=bool(g.epilogue.reductions),

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import Axis, Layout
+from ...enums import Axis, DType, Layout
 from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandPlan,
                      OperandSchedule, Raster, Schedule, StorePath, TensorLoad, TensorMap,
                      VectorLoad, WarpRole, staged_vector_buffer)
@@ -124,17 +124,17 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
             return Candidate(kind, False, f"{op.smem.name} must start on a 1024-byte boundary "
                              "(the 128-byte swizzle's)", Site("tile", 0))
     why_vectors = WHY_VECTORS if vectors else ""
-    if not vectors and vector_params(g):
+    if not vectors and epilogue_vectors(g):
         why_vectors = WHY_VECTORS_OFF["split" if draft.split_k > 1 else
                                       "stream" if draft.stream_k else
                                       "budget" if store is StorePath.TMA else "pairs"]
     schedule = build(draft, kind, g, store, why_store,
-                     tuple(param for param, *_ in vector_params(g)) if vectors else (),
+                     tuple(param for param, *_ in epilogue_vectors(g)) if vectors else (),
                      why_vectors)
     return Candidate(kind, True, "", None, schedule, (g,), storage)
 
 
-def vector_params(g: GemmPlan) -> tuple[tuple[str, Axis, object], ...]:
+def epilogue_vectors(g: GemmPlan) -> tuple[tuple[str, Axis, DType], ...]:
     """(param, axis, element type) of each vector the epilogue reads, once; a vector read
     along both axes is left in global memory."""
     loads = [n.kind for n in g.epilogue.nodes if isinstance(n.kind, VectorLoad)]
@@ -160,7 +160,7 @@ def vector_requests(g: GemmPlan, kind: KernelKind) -> tuple:
          CONSUMERS * vector_extent(axis, kind, g.tile[1]) * dtype.nbytes, dtype,
          f"{param}[{axis.value}] staged for the epilogue: the tile's slice per consumer "
          "warpgroup")
-        for param, axis, dtype in vector_params(g))
+        for param, axis, dtype in epilogue_vectors(g))
 
 
 def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | None:
