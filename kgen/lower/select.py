@@ -34,6 +34,7 @@ def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *
         allow_persistent=persistent is not False,
         group_m=GROUP_M,
         dtypes={p.name: p.dtype for p in kernel.params},
+        batched=frozenset(p.name for p in kernel.params if p.batch is not None),
         place=place,
         split_k=kernel.gemms[0].split.count if kernel.gemms and kernel.gemms[0].split else 1,
         stream_k=bool(kernel.gemms) and kernel.gemms[0].split is not None

@@ -248,10 +248,12 @@ def _live(ranges: tuple[ir.LiveRange, ...], phases: list[str], what: str,
 
 
 def _stage_requests(g: GemmPlan, index: dict[str, int], prefetched: bool = False,
-                    resident: bool = False) -> list[Request]:
+                    resident: bool = False, ring_b: bool = False) -> list[Request]:
     """`prefetched`: a persistent kernel loads the next tile's first stages of this (first) gemm
     while the later gemms run, so its operand stages live to the last phase. `resident`: B is
-    loaded once, before the tile loop, and lives through every phase."""
+    loaded once, before the tile loop, and lives through every phase; with `ring_b`, this
+    (first) gemm's B instead streams through the ring beside A, which runs on across the
+    tiles (every phase)."""
     mainloop = index[f"{g.name}.mainloop"]
     epilogue = index[f"{g.name}.epilogue"]
     pipeline = (ir.StageKind.PIPELINE, g.name)
@@ -264,7 +266,12 @@ def _stage_requests(g: GemmPlan, index: dict[str, int], prefetched: bool = False
         role = f"{op.param} stages of {g.name}: {t.stages} x {t.outer}x{t.inner} {t.dtype.dsl_name}"
         if prefetched:
             role += ", the next tile's first stages loaded during the later gemms"
-        if resident and op is g.b:
+        if resident and ring_b and op is g.b:
+            live = (0, len(index) - 1)
+            role = (f"{op.param} stages of {g.name}: a ring of {t.stages} x {t.outer}x{t.inner} "
+                    f"{t.dtype.dsl_name}, beside {g.a.param}'s, that runs on across the CTA's "
+                    "tiles")
+        elif resident and op is g.b:
             live = (0, len(index) - 1)
             role = (f"{op.param} of {g.name}, resident: {t.stages} k tiles x {t.outer}x{t.inner} "
                     f"{t.dtype.dsl_name}, loaded once per CTA")
@@ -373,6 +380,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
         resident: bool = False, ring_barriers: int = 0,
         staging: tuple[int, int] = (0, 0),
         vectors: tuple[tuple[str, int, ir.DType, str], ...] = (),
+        ring_b: bool = False, turn_barriers: int = 0,
         check_budget: bool = True) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
@@ -381,20 +389,24 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
     phase: the copy engine reads it after the epilogue that wrote it has moved on.
     `vectors`: (name, bytes, element type, role) of the epilogue vectors staged per tile (the
     last gemm's), live through every phase like the staging.
+    `ring_b`: with `resident`, the first gemm's B streams through the ring beside A instead.
+    `turn_barriers`: mbarriers after the ring's, by which the consumers take turns at it.
     `check_budget`: False returns a plan over the target's limit (a schedule candidate that is
     then refused for it) instead of raising."""
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for i, g in enumerate(gemms)
                                for r in _stage_requests(g, index, persistent and i == 0,
-                                                        resident)]
+                                                        resident, ring_b and i == 0)]
     if ring_barriers:
         first = gemms[0]
+        extra = ", then one per consumer warpgroup for their turns" if turn_barriers else ""
+        ring_barriers += turn_barriers
         requests.append(Request(
             f"{first.name}_ring_barriers", ring_barriers * BARRIER_BYTES, BARRIER_BYTES,
             (0, len(phases) - 1),
             f"mbarriers of {first.a.param}'s ring in {first.name}: a full and an empty one per "
-            f"slot, {ring_barriers} x {BARRIER_BYTES} bytes",
+            f"slot{extra}, {ring_barriers} x {BARRIER_BYTES} bytes",
             stage=(ir.StageKind.PIPELINE, first.name)))
     if staging[0]:
         last = gemms[-1]

@@ -201,6 +201,14 @@ class Schedule:
     # adjacent output tiles, the operand they share multicast (Schedule.multicast)
     cluster: tuple[int, int] = (1, 1)
     why_cluster: str = ""
+    # schedule pingpong (a chain): the consumer warpgroups take turns at the first gemm's
+    # mainloop, each waiting until the other has issued its last (two mbarriers, after the
+    # ring's). A consumer then never waits on a slot whose previous fill may not have landed
+    # (an mbarrier's phase parity tells only two rounds apart), for any ring depth. Without
+    # turns (False, the chain's schedule before this field) the two mainloops overlapped and
+    # the ring's safety rested on timing: at K0 = 256 a ring of k tiles + 1 slots crashed on
+    # an H200 (bench/RESULTS.md)
+    consumer_order: bool = False
 
     @property
     def cluster_size(self) -> int:
@@ -235,6 +243,13 @@ class Schedule:
         """The copy engine fills the first gemm's ring (A and B by tensor maps)."""
         return bool(self.gemms) and self.gemms[0].a.load in (LoadPath.TMA,
                                                               LoadPath.TMA_MULTICAST)
+
+    @property
+    def chain_ring_b(self) -> bool:
+        """A ping-pong chain whose first gemm's B streams through the ring beside A (the
+        producer's copy engine loads both), the later gemms' B resident."""
+        return (self.pingpong and len(self.gemms) > 1
+                and self.gemms[0].b.load is LoadPath.TMA)
 
     @property
     def staged_inputs(self) -> tuple[str, ...]:
@@ -316,6 +331,11 @@ class Schedule:
                 rows.append((f"{g.name} epilogue vectors",
                              ", ".join(g.staged_vectors) or "from global memory",
                              g.why_staged_vectors))
+        if self.consumer_order:
+            rows.append(("consumer order", "turns at the first gemm's mainloop",
+                         "each consumer warpgroup starts its mainloop once the other has issued "
+                         "its last (two mbarriers): no slot is awaited before its previous fill "
+                         "has landed, whatever the ring's depth"))
         if self.split_k > 1:
             who = ("units of the persistent walk per output tile" if self.persistent
                    else "CTAs per output tile")

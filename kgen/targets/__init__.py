@@ -119,6 +119,7 @@ class ScheduleDraft:
     stream_k: bool = False  # `split stream` on the (one) gemm: stream-K
     cluster: tuple[int, int] = (1, 1)  # `cluster MxN` on the (one) gemm
     cluster_written: bool = False  # the source writes the line (1x1 included)
+    batched: frozenset[str] = frozenset()  # the parameters with a batch dimension
 
     @property
     def resident(self) -> bool:

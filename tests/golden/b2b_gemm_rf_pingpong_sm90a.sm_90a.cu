@@ -121,9 +121,9 @@ struct SharedStorage {
   // g1_b_smem: B1 of g1, resident: 1 k tiles x 128x64 f16, loaded once per CTA; live g0.mainloop..g1.epilogue
   static constexpr int g1_b_smem_offset = 204800;
   static constexpr int g1_b_smem_bytes = 16384;
-  // g0_ring_barriers: mbarriers of A's ring in g0: a full and an empty one per slot, 24 x 8 bytes; live g0.mainloop..g1.epilogue
+  // g0_ring_barriers: mbarriers of A's ring in g0: a full and an empty one per slot, then one per consumer warpgroup for their turns, 26 x 8 bytes; live g0.mainloop..g1.epilogue
   static constexpr int g0_ring_barriers_offset = 221184;
-  static constexpr int g0_ring_barriers_bytes = 192;
+  static constexpr int g0_ring_barriers_bytes = 208;
   // g1_d_staging: D1 staged for the copy engine's stores: a 64x128 tile per consumer warpgroup, as 64x64 boxes with a 128-byte swizzle; live g0.mainloop..g1.epilogue
   static constexpr int g1_d_staging_offset = 172032;
   static constexpr int g1_d_staging_bytes = 32768;
@@ -591,11 +591,13 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
   const int tiles = tiles_m * tiles_n;
   const unsigned full_bar = smem_address(smem.g0_ring_barriers());  // kStages full barriers,
   const unsigned empty_bar = full_bar + 8 * g0_cfg::kStages;  // then kStages empty ones
+  const unsigned order_bar = empty_bar + 8 * g0_cfg::kStages;  // then a turn barrier per consumer warpgroup
   if (tid == 0) {
     for (int s = 0; s < g0_cfg::kStages; ++s) {
       mbarrier_init(full_bar + 8 * s, 1);  // the box's bytes, announced by the producer's thread
       mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup
     }
+    for (int w = 0; w < 2; ++w) mbarrier_init(order_bar + 8 * w, kWarpgroupThreads);  // the other warpgroup
     fence_barrier_init();  // visible to the copy engine
   }
   __syncthreads();  // the barriers are initialized
@@ -660,6 +662,10 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
       // warps copy them, B0 is resident. wgmma: the warpgroup multiplies its 64 rows, both operands
       // read from shared memory through descriptors; warp w of it holds rows 16 w .. 16 w + 15 in
       // the m16n8 accumulator layout, as mma.sync would.
+      // Turns: local tile `local` starts once the other warpgroup has issued the mainloop of local
+      // tile local - 1 (its turn barrier's phase (local - 1) / 2), so no slot is awaited before
+      // its previous fill has landed, whatever the ring's depth.
+      if (local > 0) mbarrier_wait(order_bar + 8 * warpgroup, ((local - 1) / 2) & 1);
       int fill = local * k_tiles;
       for (int kt = 0; kt < k_tiles; ++kt, ++fill) {
         const int slot = fill % kStages;
@@ -678,6 +684,7 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
         wgmma_wait<0>();
         mbarrier_arrive(empty_bar + 8 * slot);
       }
+      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn
 
       // Epilogue of g0 into registers: each pair goes through the epilogue, is rounded once to f16
       // and packed as g1's A fragments. The m16n8 accumulators of n8 tiles 2kk and 2kk + 1 are

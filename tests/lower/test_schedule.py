@@ -92,7 +92,8 @@ def test_pingpong_plan():
     assert plan.gemms[0].b.copies_per_thread == 64 * 64 * 2 // 16 // 128  # B: a warpgroup's
     bufs = {b.name: b for b in plan.storage.buffers}
     bars = bufs["g0_ring_barriers"]
-    assert (bars.bytes, bars.align, bars.dtype) == (2 * 12 * 8, 8, None)
+    # a full and an empty barrier per slot, then the consumers' turn barriers
+    assert (bars.bytes, bars.align, bars.dtype) == ((2 * 12 + 2) * 8, 8, None)
     assert bars.live == (0, len(plan.storage.phases) - 1) and "mbarriers" in bars.role
     assert bufs["g0_a_smem"].bytes == 12 * 64 * 64 * 2 and bufs["g0_a_smem"].offset % 1024 == 0
     # D1 leaves through the copy engine: a 64x128 staging per consumer warpgroup, placed on a
@@ -146,12 +147,13 @@ def test_a_ring_that_leaves_no_room_for_the_staging_stores_from_registers():
 
 @pytest.mark.parametrize("changes, line, message", [
     (dict(TARGET="sm_80"), 3, "schedule pingpong needs target sm_90a"),
-    (dict(RESIDENT0="", RESIDENT1=""), 3, "and every B resident"),
+    (dict(RESIDENT0="", RESIDENT1=""), 3, "its B resident ('keep B1 resident')"),
+    (dict(RESIDENT1=""), 3, "its B resident ('keep B1 resident')"),
     (dict(KEEP="keep g0 in smem"), 3, "the second keeping the first in "
      "registers"),
     (dict(G0TILE="128x64x64", G0WARPS="8x1", G1TILE="128x128x32", G1WARPS="8x1"), 10,
      "gemm 'g0' needs warps 4x1, not 8x1"),
-    (dict(STAGES="9"), 10, "stages 9 must be at least 10"),
+    (dict(STAGES="1"), 10, "stages must be between 2 and 32"),
     (dict(G0TILE="64x64x32", STAGES="24"), 10, "runs gemm 'g0' on wgmma"),
     (dict(STAGES="20"), 10, "shared memory over budget"),
     (dict(STAGES="40"), 10, "stages must be between 2 and 32"),

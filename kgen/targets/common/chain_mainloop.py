@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import GemmPlan, KernelPlan
+from ...plan import GemmPlan, KernelPlan, LoadPath
 from .epilogue_cpp import PAIR
 from . import batch
 from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
@@ -189,17 +189,19 @@ def wide_store_lines(g: GemmPlan) -> list[str]:
 
 
 def resident_loads(plan: KernelPlan) -> list[str]:
-    """Every gemm's whole B, once per CTA, as one cp.async group older than the ring's first
+    """Every resident B, once per CTA, as one cp.async group older than the ring's first
     stages: the first gemm's first wait (and its barrier) covers it."""
     loads = []
-    for g in plan.gemms:
+    resident = [g for g in plan.gemms
+                if plan.schedule.gemm(g.name).b.load is LoadPath.RESIDENT]
+    for g in resident:
         b = operand(g.b, "b")
         k = dim_expr(g.k_dim) if g.chain is None else str(g.chain.k)
         loads.append(ResidentLoad(name=g.name, cfg=cfg(g), buffer=b["buffer"],
                                   tiles=g.b.smem.stages, elem_bytes=b["elem_bytes"],
                                   param=g.b.param, args=_resident_b_args(g, k)))
     return render_lines("common/resident_loads.inc.j2", loads=loads,
-                        params=", ".join(g.b.param for g in plan.gemms))
+                        params=", ".join(g.b.param for g in resident))
 
 
 def _resident_b_args(g: GemmPlan, k: str) -> str:

@@ -121,14 +121,17 @@ def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
 def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int,
                 tile_k: int = 64) -> list[tuple[int, int, int]]:
     """Each gemm's CTA tile: tile M, its N (a gemm that feeds another covers all of it; the last
-    one's N rounded up to a power of two, at most 256), tile K `tile_k` or the source's N."""
+    one's N rounded up to a power of two, at most 256), tile K `tile_k`, or for a chained gemm
+    the widest of `tile_k`, 32 and 16 that divides the source's N (its K)."""
     tiles = []
     for i, s in enumerate(shapes):
         if i < len(shapes) - 1:
             n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
         else:
             n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
-        k = tile_k if i == 0 else min(tile_k, tiles[-1][1])
+        source_n = tiles[-1][1] if i else 0
+        k = tile_k if i == 0 else next((t for t in (tile_k, 32, 16) if source_n % t == 0),
+                                       min(tile_k, source_n))
         tiles.append((tile_m, n, k))
     return tiles
 

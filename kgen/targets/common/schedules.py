@@ -78,9 +78,11 @@ def persist_refusal(draft: ScheduleDraft) -> str | None:
     return None
 
 
-def resident_refusal(draft: ScheduleDraft, persist: bool) -> Candidate | None:
+def resident_refusal(draft: ScheduleDraft, persist: bool,
+                     first_streams: bool = False) -> Candidate | None:
     """`keep B0 resident` on every gemm of a persistent chain, with fixed K and N and a tile N
-    that covers N: each B operand's shared tile then holds all of its k tiles."""
+    that covers N: each B operand's shared tile then holds all of its k tiles. `first_streams`:
+    the first gemm's B may stream instead (sm_90a's ping-pong chain, through its ring)."""
     asked = [i for i, g in enumerate(draft.gemms) if g.resident]
     if not asked:
         return None
@@ -91,13 +93,15 @@ def resident_refusal(draft: ScheduleDraft, persist: bool) -> Candidate | None:
             "the second keeping the first in registers, and no storage or phases declaration",
             Site("resident", asked[0]))
     for i, g in enumerate(draft.gemms):
-        if not g.resident:
+        if not g.resident and not (first_streams and i == 0):
             return _refused(
                 f"gemm '{g.name}' must keep {g.plan.b.param} resident too: {first.name} keeps "
                 f"{first.b.param} resident, and a chain keeps every B resident or none "
                 f"(add 'keep {g.plan.b.param} resident')", Site("gemm", i))
     for i, g in enumerate(draft.gemms):
         plan = g.plan
+        if not g.resident:
+            continue
         for what, dim in (("K", plan.k_dim), ("N", plan.n_dim)):
             if not isinstance(dim, int):
                 return _refused(
@@ -115,10 +119,14 @@ def _refused(reason: str, site: Site) -> Candidate:
     return Candidate(KernelKind.PERSISTENT, False, reason, site)
 
 
-def resident_plans(gemms: list[GemmPlan]) -> list[GemmPlan]:
-    """Each B's shared tile holds all of its k tiles (the first gemm's stages hold A only)."""
+def resident_plans(gemms: list[GemmPlan], first_streams: bool = False) -> list[GemmPlan]:
+    """Each B's shared tile holds all of its k tiles (the first gemm's stages hold A only);
+    `first_streams`: the first gemm's B keeps its stages, a ring beside A's."""
     out = []
-    for plan in gemms:
+    for i, plan in enumerate(gemms):
+        if first_streams and i == 0:
+            out.append(plan)
+            continue
         k_tiles = -(-plan.k_dim // plan.tile[2])
         smem = dataclasses.replace(plan.b.smem, stages=k_tiles)
         out.append(dataclasses.replace(plan, b=dataclasses.replace(plan.b, smem=smem)))

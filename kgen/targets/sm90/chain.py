@@ -43,7 +43,9 @@ class Sm90Chain(chain.ChainTarget):
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         a, b = operand(g.a, "a"), operand(g.b, "b")
         if plan.schedule.pingpong:  # the producer warps load the ring (produce_ring)
-            text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b, tma_a=tma_ring(plan))
+            text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b, tma_a=tma_ring(plan),
+                          ring_b=plan.schedule.chain_ring_b,
+                          order=plan.schedule.consumer_order)
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
                           ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
@@ -80,6 +82,7 @@ class Sm90Chain(chain.ChainTarget):
                     else f"tma_load_box({ring_box.format(a=a)});")
         return render(
             "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
+            b=operand(g.b, "b"), ring_b=plan.schedule.chain_ring_b,
             m_expr=dim_expr(g.m_dim), k_expr=dim_expr(g.k_dim),
             load_args=load_args(g.a, "a", "m0", "kt"), producer_a=producer_a,
             tma_a=tma_ring(plan), tma_load=tma_load,
@@ -170,6 +173,7 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     g0 = plan.gemms[0]
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
+        order=plan.schedule.consumer_order,
         resident_loads=block(resident_loads(plan)), stages=block(stages),
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         times_batches=batch.chain_values(plan)["times_batches"],

@@ -10,9 +10,10 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
               tuner's wide list adds the cooperative ones of tile N 192 and 256 on clusters of
               2x1 and 1x2 CTAs (the builder keeps 1x1), and, where the runtime sizes give fewer
               output tiles than SMs, split-K on the cooperative kernel.
-    chains    ping-pong over resident B (two consumer warpgroups on 64-row tiles, producer warps
-              streaming A through a ring of at least k tiles + 1 slots), then the resident
-              wgmma chain on 128-row tiles, then the sm_80 chains.
+    chains    ping-pong (two consumer warpgroups on 64-row tiles, taking turns at the first
+              gemm's mainloop) with a producer warpgroup streaming A and B0 through a ring, then
+              with B0 resident and A alone in the ring, then the resident wgmma chain on
+              128-row tiles, then the sm_80 chains.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from typing import Mapping
 
 from ...enums import Residency
 from ...plan import KernelKind
-from .. import RING_MAX_STAGES, WHY_SIZED, Config, GemmConfig, GemmShape, Target
+from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
+from . import schedules
 
 WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 3
     # stages first: with 4 the output staging no longer fits and D = acc ran 0.62x as fast at
@@ -53,6 +55,14 @@ WHY_PINGPONG = ("ping-pong: two consumer warpgroups on alternate tiles, one's ep
 WHY_CHAIN_PINGPONG = ("ping-pong over resident B: producer warps stream A through a ring, two "
                       "consumer warpgroups run the whole chain on 64-row tiles of their own")
 WHY_CHAIN_WGMMA = "the resident chain on wgmma, 128-row tiles on two warpgroups"
+WHY_CHAIN_RING_B = ("ping-pong with the first gemm's B streamed through the ring beside A (L2 "
+                    "serves its rereads), which leaves room for the output staging")
+# The ping-pong chain's rings. bench/chain_ring.py timed every configuration on 16 chains at
+# M = 81920 (H200, bench/RESULTS.md): B0 streamed through a 6-slot ring was the fastest or
+# within 5% of it at every one. A deeper ring, or B0 resident, fits the output staging less
+# often, and without it the chain ran up to 1.3x slower.
+RING_B_RINGS = (6, 4)
+RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
 
 
 def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int],
@@ -130,35 +140,41 @@ def clustered(config: Config, cluster: tuple[int, int]) -> Config:
                                why=f"{config.why}; {WHY_CLUSTER[cluster]}")
 
 
-# A ping-pong chain's consumer thread holds g0's 64 x N0 accumulators (N0 / 2 floats), their
-# repacked A fragments for g1 (N0 / 4) and g1's accumulators (N1 / 2). With 232 registers each
-# (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224 such values (N0
-# 128, N1 256) without a spill.
+# A ping-pong chain's consumer thread holds schedules.consumer_values of its tiles. With 232
+# registers each (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224
+# such values (N0 128, N1 256) without a spill.
 PINGPONG_REGISTERS = 224
 
 
 def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:
     tiles = common.chain_tiles(shapes, 64)
-    n0, n1 = tiles[0][1], tiles[-1][1]
-    return n0 // 2 + n0 // 4 + n1 // 2
+    return schedules.consumer_values(tiles[0][1], tiles[-1][1])
 
 
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
-    """Ping-pong needs more ring slots than the first gemm's k tiles: a K fixed in the source
-    gives the ring's depth (12 slots where that is more). The 128-row chain's ring runs at most
-    one tile ahead (stages at most k tiles + 1)."""
+    """Ping-pong with B0 streamed through the ring beside A; then over resident B, deepest ring
+    first; then the resident 128-row chain, whose ring runs at most one tile ahead (stages at
+    most k tiles + 1); then the sm_80 chains."""
     k = shapes[0].k
     k_tiles = -(-k // 64) if isinstance(k, int) else 9
-    rings = sorted({min(RING_MAX_STAGES, max(12, k_tiles + 3)), min(RING_MAX_STAGES, k_tiles + 1)},
-                   reverse=True)
     rest = (3,) * (len(shapes) - 1)
     regs = Residency.REGISTERS
-    out = [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True, WHY_CHAIN_PINGPONG,
-                               KernelKind.PINGPONG) for ring in rings
-           if pingpong_registers(shapes) <= PINGPONG_REGISTERS]
+    out = []
+    if pingpong_registers(shapes) <= PINGPONG_REGISTERS:
+        out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
+                                           WHY_CHAIN_RING_B, KernelKind.PINGPONG))
+                for ring in RING_B_RINGS]
+        out += [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
+                                    WHY_CHAIN_PINGPONG, KernelKind.PINGPONG) for ring in RINGS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
+
+
+def ring_b(config: Config) -> Config:
+    """`config` with the first gemm's B streamed (not `keep B0 resident`)."""
+    first = dataclasses.replace(config.gemms[0], resident=False)
+    return dataclasses.replace(config, gemms=(first,) + config.gemms[1:])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,11 +16,12 @@ one thread issues cp.async.bulk.tensor stores of it. On an H200 this beat 16-byt
 registers (bench/RESULTS.md); it takes 2 x 64 x tile N x 2 bytes of shared memory that the ring
 then cannot have.
 
-The ping-pong rules, each refusal pointing at its source: a persistent chain that keeps every B
-resident (the consumers never wait for B); the first gemm's warps 4x1 (one warpgroup per tile);
-the buffers within the budget; the first gemm on wgmma; more ring slots than the first gemm's k
-tiles (a consumer's next wait may be that far past the slot it last released, and an mbarrier
-phase parity tells only two rounds apart).
+The ping-pong rules, each refusal pointing at its source: a persistent chain whose second gemm
+keeps its B resident (the first gemm's B is resident too, or streams through the ring beside A:
+`chain_ring_b`, which needs a K-major B0 of at most 256 rows, not batched); the first gemm's
+warps 4x1 (one warpgroup per tile); the buffers within the budget; the first gemm on wgmma. The
+consumers take turns at the first gemm's mainloop (consumer_order), so any ring depth from 2 is
+safe: a consumer never waits on a slot whose previous fill may not have landed.
 """
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     if draft.requested is not KernelKind.PINGPONG or len(draft.gemms) == 1:
         return None  # one gemm: the warp-specialized rules, once its plan is made
     gemms = draft.gemms
-    if (len(gemms) != 2 or not all(g.resident for g in gemms)
-            or gemms[1].keep is Residency.SMEM):
+    if len(gemms) != 2 or not gemms[1].resident or gemms[1].keep is Residency.SMEM:
         return _refused(
             "schedule pingpong needs two chained gemms, the second keeping the first in "
-            "registers, and every B resident ('keep B0 resident' in each gemm)", Site("schedule"))
+            "registers and its B resident ('keep B1 resident'); the first gemm's B is resident "
+            "too ('keep B0 resident') or streams through the ring beside A", Site("schedule"))
     first = gemms[0]
     if tuple(first.warps) != (WARPGROUP_WARPS, 1):
         return _refused(
@@ -99,6 +100,25 @@ WHY_TMA_A = ("the copy engine: one producer thread issues each k tile's box into
              "consumer warpgroup frees the slot through its empty one")
 
 
+WHY_TMA_B = ("streamed, not resident: each ring slot holds the k tile of B beside A's, both "
+             "boxes issued by one producer thread and counted by the slot's full mbarrier "
+             "(every 64-row tile rereads B, from L2)")
+TURN_BARRIERS = 2  # consumer_order: an mbarrier per consumer warpgroup, "your turn"
+
+
+def ring_b_refusal(first: GemmPlan, draft: ScheduleDraft) -> str | None:
+    """Why the first gemm's B cannot stream through the ping-pong ring (None: it can): the
+    copy engine loads its k tiles as one box each, N rows of 128 bytes (K-major), which needs
+    a fixed N of at most 256 rows and one B for every batch."""
+    if not first.b.k_major:
+        return f"{first.b.param} must be K-major (a column-major [K, N] tensor)"
+    if not isinstance(first.n_dim, int) or first.n_dim > 256:
+        return f"its box takes at most 256 rows of N, not {first.n_dim}"
+    if first.b.param in draft.batched:
+        return f"a batched {first.b.param} is not streamed by this kgen version"
+    return None
+
+
 def _refused(reason: str, site: Site | None = None) -> Candidate:
     return Candidate(KernelKind.PINGPONG, False, reason, site)
 
@@ -111,21 +131,30 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     refusal = refuse_request(draft)
     if refusal is not None:
         return refusal
-    refusal = common.resident_refusal(draft, common.persist_refusal(draft) is None)
+    ring_b = not draft.gemms[0].resident  # B0 streams through the ring beside A
+    refusal = common.resident_refusal(draft, common.persist_refusal(draft) is None,
+                                      first_streams=True)
     if refusal is not None:
         return _refused(refusal.reason, refusal.site)
-    gemms = common.resident_plans([g.plan for g in draft.gemms])
+    gemms = common.resident_plans([g.plan for g in draft.gemms], first_streams=ring_b)
     first, last = gemms[0], gemms[-1]
+    if ring_b:
+        refusal = ring_b_refusal(first, draft)
+        if refusal:
+            return _refused(f"schedule pingpong streams {first.b.param} through the ring "
+                            f"beside {first.a.param} (it is not kept resident), but {refusal}",
+                            Site("resident", 0))
+    barriers = dict(ring_barriers=ring_barriers(first), turn_barriers=TURN_BARRIERS)
     wide = common.wide_refusal(last)
-    tma = wide or tma_refusal(last)
+    tma = wide or tma_refusal(last) or staging_refusal(first, last)
     staging = (0, 0) if tma else (staging_bytes(last), STAGING_ALIGN)
-    storage = draft.place(gemms, persistent=True, resident=True,
-                          ring_barriers=ring_barriers(first), staging=staging)
+    storage = draft.place(gemms, persistent=True, resident=True, staging=staging,
+                          ring_b=ring_b, **barriers)
     if storage.total_bytes > storage.limit_bytes and not tma:
         # without the staging, 16-byte stores from registers
         tma = "the output staging does not fit beside the ring and the resident B tiles"
-        storage = draft.place(gemms, persistent=True, resident=True,
-                              ring_barriers=ring_barriers(first), staging=(0, 0))
+        storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
+                              ring_b=ring_b, **barriers)
     if storage.total_bytes > storage.limit_bytes:
         return Candidate(KernelKind.PINGPONG, False, common.over_budget(storage), Site("budget"),
                          gemms=tuple(gemms), storage=storage)
@@ -135,13 +164,6 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
             f"schedule pingpong runs gemm '{first.name}' on wgmma: it needs a 64-row tile, "
             "A and B K-major with 128-byte k tiles (64 f16/bf16), and N a multiple of 8 up "
             "to 256", Site("tile", 0))
-    k_tiles = -(-first.k_dim // first.tile[2])
-    if first.stages <= k_tiles:
-        return _refused(
-            f"schedule pingpong needs more ring slots than gemm '{first.name}' has k tiles "
-            f"({k_tiles}): stages {first.stages} must be at least {k_tiles + 1}, since a "
-            f"warpgroup's next tile starts up to {k_tiles + 1} slots past the last one it freed",
-            Site("stages", 0))
     if wide:
         last_store = StorePath.PAIRS, wide
     elif tma:
@@ -154,14 +176,22 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                       (first.tile[2], first.tile[0]),
                       why=f"{first.a.param} tiles of {first.tile[0]}x{first.tile[2]}, loaded by "
                       "the producer into the ring")
+    b_map = (TensorMap(first.b.param, first.b.dtype, first.n_dim, first.k_dim,
+                       (first.tile[2], first.tile[1]),
+                       why=f"{first.b.param} tiles of {first.tile[1]}x{first.tile[2]}, loaded by "
+                       f"the producer into the ring beside {first.a.param}'s"),) if ring_b else ()
     schedule = common.build(
         draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
         roles=ROLES, why_kind="schedule pingpong: producer warps fill the ring, two consumer "
         "warpgroups take alternate tiles",
-        tensor_maps=(a_map,) + ((output_map(last, draft.dtypes[out]),) if out else ()))
-    # the ring of A by the copy engine: one producer thread issues each k tile's box
+        tensor_maps=(a_map,) + b_map + ((output_map(last, draft.dtypes[out]),) if out else ()))
+    # the ring of A (and of B0 where it streams) by the copy engine: one producer thread
+    # issues each k tile's boxes
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
-    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:])
+    if ring_b:
+        ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
+    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:],
+                                   consumer_order=True)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
 
@@ -230,6 +260,26 @@ def tma_refusal(last: GemmPlan) -> str | None:
         return f"tile N {n} is not a multiple of the {STAGING_BOX}-column box"
     if not (isinstance(last.n_dim, int) and last.n_dim % n == 0):
         return f"N {last.n_dim} is not a fixed multiple of tile N {n}"
+    return None
+
+
+# The values a ping-pong chain's consumer thread holds (consumer_values) above which its output
+# staging spilled: NVRTC 13 compiled N0 128 with N1 256 (224 values) to 84 bytes of spills
+# when staged, none when stored from registers; N0 64 with N1 256 (176) staged without one.
+STAGING_MAX_VALUES = 192
+
+
+def consumer_values(n0: int, n1: int) -> int:
+    """Per consumer thread of a ping-pong chain: g0's 64 x n0 accumulators (n0 / 2 floats),
+    their repacked A fragments for g1 (n0 / 4) and g1's accumulators (n1 / 2)."""
+    return n0 // 2 + n0 // 4 + n1 // 2
+
+
+def staging_refusal(first: GemmPlan, last: GemmPlan) -> str | None:
+    values = consumer_values(first.tile[1], last.tile[1])
+    if values > STAGING_MAX_VALUES:
+        return (f"each consumer thread holds {values} accumulator values (over "
+                f"{STAGING_MAX_VALUES}): the staging's stores would spill")
     return None
 
 
