@@ -201,14 +201,6 @@ class Schedule:
     # adjacent output tiles, the operand they share multicast (Schedule.multicast)
     cluster: tuple[int, int] = (1, 1)
     why_cluster: str = ""
-    # schedule pingpong (a chain): the consumer warpgroups take turns at the first gemm's
-    # mainloop, each waiting until the other has issued its last (two mbarriers, after the
-    # ring's). A consumer then never waits on a slot whose previous fill may not have landed
-    # (an mbarrier's phase parity tells only two rounds apart), for any ring depth. Without
-    # turns (False, the chain's schedule before this field) the two mainloops overlapped and
-    # the ring's safety rested on timing: at K0 = 256 a ring of k tiles + 1 slots crashed on
-    # an H200 (bench/RESULTS.md)
-    consumer_order: bool = False
 
     @property
     def cluster_size(self) -> int:
@@ -243,6 +235,16 @@ class Schedule:
         """The copy engine fills the first gemm's ring (A and B by tensor maps)."""
         return bool(self.gemms) and self.gemms[0].a.load in (LoadPath.TMA,
                                                               LoadPath.TMA_MULTICAST)
+
+    @property
+    def consumer_order(self) -> bool:
+        """schedule pingpong on a chain: the consumer warpgroups take turns at the first gemm's
+        mainloop, each waiting until the other has issued its last (two mbarriers, after the
+        ring's). A consumer then never waits on a slot whose previous fill may not have landed
+        (an mbarrier's phase parity tells only two rounds apart), for any ring depth. Without
+        turns (the chain before) the ring's safety rested on timing: at K0 = 256 a ring of
+        k tiles + 1 slots crashed on an H200 (bench/RESULTS.md)."""
+        return self.pingpong and len(self.gemms) > 1
 
     @property
     def chain_ring_b(self) -> bool:

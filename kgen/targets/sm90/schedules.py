@@ -190,8 +190,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
     if ring_b:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
-    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:],
-                                   consumer_order=True)
+    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:])
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
 
