@@ -4,6 +4,10 @@ commit 6200d71), same plan, same inputs, timed in alternation in one process (CU
 median, inputs rotated past L2), both first checked against a float32 reference.
 
     bash .gpu/device-run.sh python3 bench/before_after.py [--json OUT.json] [--rounds N]
+
+`--narrow`: the narrow entry point instead, on sm_90a, at sizes whose K misses the copy engine's
+16-byte rows (8-, 4- and 2-byte copies), against bench/baseline/narrow/ (the golden files of
+the commit before the producer's copies were strength-reduced).
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ CASES = [("gemm", "sm_80"), ("gemm_bias_relu", "sm_80"), ("gemm", "sm_90a"),
          ("gemm_bias_relu", "sm_90a")]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 ROUNDS = 3
+NARROW_CASES = [("gemm", "sm_90a"), ("gemm_bias_relu", "sm_90a")]
+NARROW_SHAPES = [(4096, 4096, 4092), (4096, 4096, 4094), (4096, 4096, 4095), (1000, 1000, 100),
+                 (2048, 8192, 1020)]
 
 
 def main() -> int:
@@ -38,7 +45,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--narrow", action="store_true")
     opts = parser.parse_args()
+    cases, shapes = (NARROW_CASES, NARROW_SHAPES) if opts.narrow else (CASES, SHAPES)
+    baseline = ROOT / "bench/baseline" / ("narrow" if opts.narrow else "")
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = torch.cuda.current_stream().cuda_stream
@@ -49,17 +59,17 @@ def main() -> int:
             1.5 * (A.float() @ B.float()) + 0.5 * C.float() + bias),
     }
     rows = []
-    for name, arch in CASES:
+    for name, arch in cases:
         built = api.build_file(ROOT / "examples" / f"{name}.kg", arch)
         new = api.load_built(built)
-        source = (ROOT / "bench/baseline" / f"{name}.{arch}.cu").read_text()
-        # the plan of that file: the same fields and maps, no narrow entry point
-        plan = dataclasses.replace(
+        source = (baseline / f"{name}.{arch}.cu").read_text()
+        # the plan of that file: the same fields and maps (no narrow entry point before it)
+        plan = built.plan if opts.narrow else dataclasses.replace(
             built.plan, schedule=dataclasses.replace(built.plan.schedule, narrow=False))
         old = CompiledKernel(plan, compile_cubin(source, plan.name, info.arch).cubin,
                              source=source)
         kernel = built.kernel
-        for m, n, k in SHAPES:
+        for m, n, k in shapes:
             sizes = dict(M=m, N=n, K=k)
             set_bytes = 2 * (m * k + n * k + 2 * m * n)
             sets = [make_inputs(torch, kernel, sizes)
@@ -72,7 +82,7 @@ def main() -> int:
                     outs = [{p.name: alloc(torch, p, sizes) for p in kernel.params
                              if p.role.value == "out"} for _ in sets]
                     bound = [c.bind(**s, **o) for s, o in zip(sets, outs)]
-                    assert not bound[0].narrow
+                    assert bool(bound[0].narrow) is opts.narrow
                     times[label].append(time_kernel(
                         lambda i: c.launch(bound[i % len(bound)], stream), iters=20, warmup=3,
                         rotate=rotation_count(set_bytes, l2), stream=stream).median_ms)

@@ -168,7 +168,7 @@ def _a_from_smem(gemm: ir.Gemm, tile, threads: int) -> OperandPlan:
 def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
     """The mainloop fields of plan.GemmPlan for a chained `gemm` (its A is an earlier gemm)."""
     source = kernel.gemm(gemm.a.name)
-    mainloop._check_tile(gemm, tgt)
+    mainloop._check_tile(gemm, tgt, chained=True)
     t, w = gemm.tile, gemm.warps
     threads = w.m * w.n * 32
     b = kernel.param(gemm.b.name)

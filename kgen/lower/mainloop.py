@@ -16,7 +16,10 @@ MAX_TILE = 512
 MAX_STAGES = 8
 
 
-def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> None:
+def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
+                chained: bool = False) -> None:
+    """`chained`: the gemm's A is an earlier gemm's output, whose fragments alternate by the
+    chain's step (kgen.targets.common.chain_mainloop), so a k tile may be one k step."""
     t, w = gemm.tile, gemm.warps
     mma_m, mma_n, mma_k = tgt.mma_shape
     for label, value in (("M", t.m), ("K", t.k)):
@@ -49,7 +52,7 @@ def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> Non
             f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
             f"(needs a multiple of {w.n * 2 * mma_n})",
         )
-    if t.k % (2 * mma_k):
+    if t.k % (2 * mma_k) and not (chained and t.k == mma_k):
         # fragments of consecutive k steps alternate between two register buffers
         raise KgenError(t.loc, f"tile K must be a multiple of {2 * mma_k}, got {t.k}")
     acc_regs = (t.m // w.m) * (t.n // w.n) // 32
@@ -64,21 +67,23 @@ def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES) -> Non
         raise KgenError(s.loc, f"stages must be between 2 and {max_stages}, got {s.count}")
 
 
-def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int]):
-    """Prove the per-thread offset tables of copies and fragment loads (see plan.OperandPlan)."""
+def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int],
+           copy_threads: int):
+    """Prove the per-thread offset tables of copies (by the `copy_threads` first threads) and
+    fragment loads (by all `threads`; see plan.OperandPlan)."""
     warps_n = gemm.warps.n
     elems = swizzle.CHUNK_BYTES // tile.dtype.nbytes
     per_row = tile.inner // elems
-    copies = tile.stage_elems // elems // threads
-    if threads % per_row:
+    copies = tile.stage_elems // elems // copy_threads
+    if copy_threads % per_row:
         return None
-    row_step = threads // per_row
+    row_step = copy_threads // per_row
 
     def copy_at(t: int, i: int) -> int:
-        return tile.offset(*fragments.copy_coord(t + i * threads, tile.inner, elems))
+        return tile.offset(*fragments.copy_coord(t + i * copy_threads, tile.inner, elems))
 
     copy_steps = fragments.split_offsets(
-        lambda t: copy_at(t, 0), copy_at, range(threads), list(range(copies))
+        lambda t: copy_at(t, 0), copy_at, range(copy_threads), list(range(copies))
     )
     fmap = fragments.LDMATRIX[(which, k_major)]
     if which == "a":
@@ -116,14 +121,16 @@ def _operand(
             f"{inner * dtype.nbytes} bytes) must be 32, 64 or a multiple of 128 bytes",
         )
     chunks = outer * inner * dtype.nbytes // swizzle.CHUNK_BYTES
-    if chunks % threads:
+    # a stage of fewer chunks than threads (a narrow B tile): the first `chunks` threads copy
+    copy_threads = min(chunks, threads)
+    if chunks % copy_threads or threads % copy_threads:
         raise KgenError(
             gemm.tile.loc,
             f"one stage of the {which.upper()} tile is {chunks} 16-byte copies, which do not "
             f"divide over {threads} threads; use a larger tile or fewer warps",
         )
     warp_tile = (gemm.tile.m // gemm.warps.m, gemm.tile.n // gemm.warps.n)
-    steps = _steps(gemm, which, tile, k_major, threads, warp_tile)
+    steps = _steps(gemm, which, tile, k_major, threads, warp_tile, copy_threads)
     if steps is None:
         raise KgenError(
             gemm.tile.loc,
@@ -136,11 +143,12 @@ def _operand(
         dtype=dtype,
         k_major=k_major,
         smem=tile,
-        copies_per_thread=chunks // threads,
+        copies_per_thread=chunks // copy_threads,
         ldmatrix_trans=not k_major,
         copy_steps=copy_steps,
         copy_row_step=copy_row_step,
         frag_steps=frag_steps,
+        copy_threads=copy_threads if copy_threads < threads else None,
     )
 
 

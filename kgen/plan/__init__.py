@@ -208,6 +208,9 @@ class OperandPlan:
     copy_steps: tuple[tuple[int, int], ...]
     copy_row_step: int  # tile rows between a thread's consecutive copies
     frag_steps: tuple[tuple[tuple[int, int], ...], ...]  # [kk][f]
+    # None: every thread copies; else a stage has fewer 16-byte chunks than the CTA has
+    # threads (a narrow B tile), and threads t < copy_threads copy one chunk each
+    copy_threads: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,16 +133,19 @@ def chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
         for kk in range(steps):
             step = kt * steps + kk
             fetch, next_wait, loads = "", "", []
+            # fragments alternate between two buffers by the chain's step, not the tile's:
+            # a k tile of one step (16 wide, a source N of 16 mod 32) still alternates
+            this, other = step % 2, (step + 1) % 2
             if kk + 1 < steps:
                 fetch = "step"
-                loads = (a_frag_loads(g, step + 1, (kk + 1) % 2)
-                         + b_frag_loads(g, kk + 1, (kk + 1) % 2, here))
+                loads = (a_frag_loads(g, step + 1, other)
+                         + b_frag_loads(g, kk + 1, other, here))
             elif kt + 1 < tiles:
                 fetch, next_wait = "tile", wait(kt + 1)
-                loads = a_frag_loads(g, step + 1, 0) + b_frag_loads(g, 0, 0, there)
-            a = f"a_frag[{kk % 2}]" if in_smem else f"{g.name}_a_frag[{step}]"
+                loads = a_frag_loads(g, step + 1, other) + b_frag_loads(g, 0, other, there)
+            a = f"a_frag[{this}]" if in_smem else f"{g.name}_a_frag[{step}]"
             k_steps.append(KStep(kk=kk, next_kk=kk + 1, fetch=fetch, wait=next_wait,
-                                 loads=tuple(loads), a=a, buf=kk % 2))
+                                 loads=tuple(loads), a=a, buf=this))
         k_tiles.append(KTile(index=kt, count=tiles,
                              refill=_b_load(g, refill, refill % stages) if refill < tiles else "",
                              commit=commit, prefetch=tile_prefetch, steps=tuple(k_steps)))

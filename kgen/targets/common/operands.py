@@ -85,6 +85,9 @@ def copy_lines(op: OperandPlan, copy_fn: str = "cp_async_16", extra: str = "") -
         bound = f"row0 + row + {rows} < rows" if rows else "row0 + row < rows"
         dst = shifted("base", xor * eb, add * eb)
         lines.append(f"{copy_fn}(stage + {dst}, {src}, src, {bound} ? col_bytes : 0{extra});")
+    if op.copy_threads is not None:  # a stage of fewer chunks than threads
+        lines = [f"if (tid < {op.copy_threads}) {{  // one chunk each: the stage has "
+                 f"{op.copy_threads}"] + [f"  {line}" for line in lines] + ["}"]
     return lines
 
 
@@ -153,6 +156,7 @@ def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16",
         sw_shift=sw.shift,
         sw_mask=mask,
         copies=op.copies_per_thread,
+        copy_threads=op.copy_threads,
         copy_row_step=op.copy_row_step,
         copy_lines=copy_lines(op, copy_fn, ", granule" if narrow else ""),
         load_args=load_args(op, which, k_tile=k_tile) + (f", {which}_granule" if narrow else ""),

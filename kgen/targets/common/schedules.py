@@ -160,6 +160,23 @@ def wide_refusal(last: GemmPlan) -> str | None:
 
 
 WHY_WIDE = "one row-major 16-bit output: a quad's four pairs go out as one 16-byte chunk"
+WHY_WIDE_COL = ("one column-major 16-bit output: movmatrix transposes each 8x8 block in "
+                "registers, then a quad's four blocks go out as 16-byte chunks of 8 rows")
+WHY_PAIRS = "16-byte stores are planned for resident chains only"
+
+
+def col_wide_refusal(g: GemmPlan, split_k: int) -> str | None:
+    """Why a one-gemm kernel's column-major output cannot leave as 16-byte chunks of 8 rows
+    (None: it can). A row-major output leaves as pairs (None is not returned for it)."""
+    packed = g.epilogue.packed_store
+    if packed is None or packed.layout is not Layout.COL:
+        return WHY_PAIRS
+    if split_k > 1:
+        return "split-K: <kernel>_splitk writes the output after the parts are summed"
+    if g.warp_tile[0] % 32:
+        return (f"16-byte stores of a column-major output need warp tiles of whole 32 rows, "
+                f"not {g.warp_tile[0]}: a column-major output leaves as element stores")
+    return None
 
 
 def over_budget(storage) -> str:
@@ -177,7 +194,10 @@ def tiled(draft: ScheduleDraft) -> Candidate:
         return dataclasses.replace(refusal, kind=KernelKind.TILED)
     gemms = [g.plan for g in draft.gemms]
     storage = draft.place(gemms)
-    last_store = StorePath.PAIRS, "16-byte stores are planned for resident chains only"
+    last_store = StorePath.PAIRS, WHY_PAIRS
+    if len(gemms) == 1:  # a column-major output: 16-byte chunks along M in the fast entry point
+        col = col_wide_refusal(gemms[0], draft.split_k)
+        last_store = (StorePath.PAIRS, col) if col else (StorePath.WIDE, WHY_WIDE_COL)
     schedule = build(draft, KernelKind.TILED, gemms, last_store, why_kind="one CTA per tile")
     return _candidate(KernelKind.TILED, schedule, gemms, storage)
 
@@ -199,7 +219,7 @@ def persistent(draft: ScheduleDraft, mmas=None) -> Candidate:
         if deep is not None:
             return Candidate(KernelKind.PERSISTENT, False, deep, Site("stages", 0))
     storage = draft.place(gemms, persistent=True, resident=resident)
-    last_store = StorePath.PAIRS, "16-byte stores are planned for resident chains only"
+    last_store = StorePath.PAIRS, WHY_PAIRS
     if resident:
         wide = wide_refusal(gemms[-1])
         last_store = (StorePath.PAIRS, wide) if wide else (StorePath.WIDE, WHY_WIDE)

@@ -1,0 +1,67 @@
+"""On a GPU: chains of shapes that did not plan before (issue 17), with no schedule lines, on
+both targets' code, against the reference: a source N of 16 mod 32 (the chained gemm's k
+tiles are one k16 step), outputs narrower than 16 columns (B1 stages copied by the first
+threads), and ragged M. One streamed-B1 chain with single-step k tiles is written out, since
+the builder keeps such a B1 resident."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kgen import ir
+from kgen.parse import parse
+from kgen.verify import verify
+
+from tests.kernels import B2B_CHAIN
+
+pytestmark = pytest.mark.gpu
+
+
+def check(kernel: ir.Kernel, arch: ir.Arch, m: int):
+    from kgen.api import build
+    from kgen.harness.run import run
+
+    built = build(kernel, arch, source_name="chain.kg")
+    report = run(built.kernel, built.plan, built.source, {"M": m}, check=True)
+    assert report.checks, "no output was checked"
+    assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
+    return built.plan
+
+
+def chain(k0, n0, n1, dtype):
+    module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+@pytest.mark.parametrize("arch", [ir.Arch.SM80, ir.Arch.SM90A], ids=lambda a: a.value)
+@pytest.mark.parametrize("k0, n0, n1, dtype", [
+    (576, 48, 128, "f16"),
+    (576, 80, 8, "bf16"),
+    (32, 48, 8, "f16"),
+    (1000, 48, 64, "bf16"),  # K0 not a multiple of the 64-wide k tile
+    (576, 16, 8, "f16"),
+    (256, 112, 40, "bf16"),
+    (576, 144, 100, "f16"),
+])
+def test_chain_shape_matches_reference(k0, n0, n1, dtype, arch):
+    for m in (1, 77, 1000, 4097):
+        check(chain(k0, n0, n1, dtype), arch, m)
+
+
+@pytest.mark.parametrize("n0", [48, 80])
+def test_streamed_b1_with_single_step_k_tiles_matches_reference(n0):
+    text = B2B_CHAIN.format(t="f16", k0=576, n0=n0, n1=128).replace("target sm_90a",
+                                                                    "target sm_80")
+    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
+                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x{0}x64 warps 4x1 stages 3"
+                        .replace("{0}", str(n0)))
+    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
+                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x128x16 warps 4x1 stages 2"
+                        "\n    keep g0 in registers")
+    module = parse(text, "chain.kg")
+    verify(module)
+    for m in (1, 1000, 4097):
+        plan = check(module.kernels[0], ir.Arch.SM80, m)
+        assert plan.gemms[1].tile[2] == 16
