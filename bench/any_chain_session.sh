@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# A visit for chains of any shape and sm_80's column-major output (issues 16, 17): PART=tests:
-# their GPU tests beside the any-shape and b2b ones, then compute-sanitizer on the new kernels;
-# PART=bench: sm_80 column-major outputs (bench/sm80_col_output.py) and the new chain shapes
-# against the PyTorch chain (bench/chain_ring.py --table --shapes new); PART=all: both.
+# A visit for chains of any shape (issue 17): PART=tests: their GPU tests beside the any-shape
+# and b2b ones, then compute-sanitizer on a new chain and an sm_80 column-major output;
+# PART=bench: the new chain shapes against the PyTorch chain (bench/chain_ring.py --table
+# --shapes new); PART=all: both. At commit 58d29bc it also ran the sm_80 column-major 16-byte
+# chunks (tests/gpu/test_sm80_col_output_gpu.py, bench/sm80_col_output.py), since removed.
 # Run: bash .gpu/device-run.sh bash bench/any_chain_session.sh. Logs in $OUT.
 . "$(dirname "$0")/session_head.sh"
 PART=${PART:-all}
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
-  echo "== pytest: chain shapes, sm_80 column-major outputs, any shape, b2b"
+  echo "== pytest: chain shapes, any shape, b2b"
   timeout ${TEST_TIMEOUT:-420} python3 -m pytest tests/gpu/test_chain_shapes_gpu.py \
-    tests/gpu/test_sm80_col_output_gpu.py tests/gpu/test_any_shape_gpu.py tests/gpu/test_b2b_gpu.py \
+    tests/gpu/test_any_shape_gpu.py tests/gpu/test_b2b_gpu.py \
     -m gpu -q -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/pytest_shapes.log"
   for run in "bench/kernels/gemm_col_out_sm80.kg M=1000,N=264,K=136" \
              "bench/kernels/gemm_col_out_sm80.kg M=1001,N=264,K=136" \
@@ -25,9 +26,6 @@ if [ "$PART" = tests ] || [ "$PART" = all ]; then
   done 2>&1 | tee "$OUT/sanitizers_shapes.log"
 fi
 if [ "$PART" = bench ] || [ "$PART" = all ]; then
-  echo "== sm_80 code: column-major outputs, chunks against element stores"
-  timeout 300 python3 bench/sm80_col_output.py --json "$OUT/sm80_col_output.json" 2>&1 \
-    | grep -v -i warn | tee "$OUT/sm80_col_output.log"
   echo "== chains that did not plan before, against the PyTorch chain"
   timeout 200 python3 bench/chain_ring.py --table --shapes new --json "$OUT/chain_new.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/chain_new.log"

@@ -41,10 +41,6 @@ def output_paths(plan) -> list[dict[str, str]]:
         if e.layout is Layout.COL and store is StorePath.TMA and packed is not None:
             how = ("column-major: staged in shared memory transposed (stmatrix .trans, 128-byte "
                    "swizzle), stored by the copy engine in 64x64 boxes")
-        elif (e.layout is Layout.COL and store is StorePath.WIDE and packed is not None
-              and packed.param == e.param):
-            how = ("column-major: each 8x8 block transposed in registers (movmatrix), a quad's "
-                   "four blocks stored as 16-byte chunks of 8 rows")
         elif e.layout is Layout.COL:
             how = ("column-major: each element of a thread's column pair stored on its own "
                    f"({e.dtype.nbytes}-byte stores, one column apart, M-contiguous)")

@@ -160,23 +160,7 @@ def wide_refusal(last: GemmPlan) -> str | None:
 
 
 WHY_WIDE = "one row-major 16-bit output: a quad's four pairs go out as one 16-byte chunk"
-WHY_WIDE_COL = ("one column-major 16-bit output: movmatrix transposes each 8x8 block in "
-                "registers, then a quad's four blocks go out as 16-byte chunks of 8 rows")
 WHY_PAIRS = "16-byte stores are planned for resident chains only"
-
-
-def col_wide_refusal(g: GemmPlan, split_k: int) -> str | None:
-    """Why a one-gemm kernel's column-major output cannot leave as 16-byte chunks of 8 rows
-    (None: it can). A row-major output leaves as pairs (None is not returned for it)."""
-    packed = g.epilogue.packed_store
-    if packed is None or packed.layout is not Layout.COL:
-        return WHY_PAIRS
-    if split_k > 1:
-        return "split-K: <kernel>_splitk writes the output after the parts are summed"
-    if g.warp_tile[0] % 32:
-        return (f"16-byte stores of a column-major output need warp tiles of whole 32 rows, "
-                f"not {g.warp_tile[0]}: a column-major output leaves as element stores")
-    return None
 
 
 def over_budget(storage) -> str:
@@ -194,10 +178,10 @@ def tiled(draft: ScheduleDraft) -> Candidate:
         return dataclasses.replace(refusal, kind=KernelKind.TILED)
     gemms = [g.plan for g in draft.gemms]
     storage = draft.place(gemms)
+    # a one-gemm kernel's outputs leave as pairs; a column-major one as element stores, which
+    # ran at the row-major pairs' speed, and faster than 16-byte chunks transposed in registers
+    # (bench/logs/any_chain/sm80_col_output.log)
     last_store = StorePath.PAIRS, WHY_PAIRS
-    if len(gemms) == 1:  # a column-major output: 16-byte chunks along M in the fast entry point
-        col = col_wide_refusal(gemms[0], draft.split_k)
-        last_store = (StorePath.PAIRS, col) if col else (StorePath.WIDE, WHY_WIDE_COL)
     schedule = build(draft, KernelKind.TILED, gemms, last_store, why_kind="one CTA per tile")
     return _candidate(KernelKind.TILED, schedule, gemms, storage)
 

@@ -4,9 +4,9 @@ Every line is prepared here; the template prints them."""
 from __future__ import annotations
 
 from ...enums import Axis, Dim, ReduceOp
-from ...plan import GemmPlan, KernelPlan, ReductionPlan, StorePath
+from ...plan import GemmPlan, KernelPlan, ReductionPlan
 from ..common import batch
-from ..common.render import render, render_lines
+from ..common.render import render
 
 OP_STRUCT = {
     ReduceOp.SUM: "ReduceSum",
@@ -371,21 +371,13 @@ def host_split_lines(plan: KernelPlan, m_expr: str, n_expr: str) -> list[str]:
 
 def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The kernel's epilogue: one call per accumulator pair, then the reductions (with
-    split-K, the partial sums to the workspace instead). A column-major output with 16-byte
-    stores (StorePath.WIDE) leaves so in the fast entry point, by pairs in the narrow one."""
+    split-K, the partial sums to the workspace instead)."""
     if plan.schedule.split_k > 1:
         return split_partial_lines()
     reds = g.epilogue.reductions
     lines = partial_lines(g) + pair_loop(
         g, "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",
         "n0 + warp_n * kWarpTileN + j * 8 + (lane % 4) * 2", plan.schedule.narrow)
-    if plan.schedule.gemm(g.name).store is StorePath.WIDE:
-        out = g.epilogue.packed_store
-        wide = render_lines("common/wide_col_store.inc.j2", out=out.param, name=g.name,
-                            ctype=out.dtype.cpp)
-        return (["if constexpr (kNarrow) {  // any alignment: element stores"]
-                + [f"  {line}" for line in lines] + ["} else {"]
-                + [f"  {line}" if line else line for line in wide] + ["}"])
     if not reds:
         return lines
     lines += ["// The reduction scratch reuses the mainloop's shared memory: wait for every warp.",

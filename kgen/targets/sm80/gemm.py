@@ -29,10 +29,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     assert plan.schedule.narrow, "a one-gemm kernel has a narrow entry point"
     epi = epilogue_cpp.render(g.epilogue, narrow="kNarrow")
     epilogue_lines = list(epi.loads) + list(epi.compute) + list(epi.stores)
-    # a column-major output's 16-byte chunks: the fast entry point's pairs, packed
-    wide_col = plan.schedule.quad_stores
-    packed = (epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="false"), True)
-              if wide_col else [])
     buffers = [
         dict(
             name=b.name,
@@ -80,8 +76,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         b=b,
         gemm_name=g.name,
         epilogue=epilogue_lines,
-        packed_epilogue=packed,
-        wide_col=wide_col,
         epilogue_params=epilogue_emit.epilogue_params(g),
         epilogue_loop=epilogue_emit.loop_lines(plan, g),
         reduce_helpers=epilogue_emit.helpers(plan),
