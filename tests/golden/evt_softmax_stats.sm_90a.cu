@@ -229,26 +229,24 @@ __device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, c
 }
 
 // The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
-// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes. With rows an
+// in copies of `kGranule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes. With rows an
 // odd element count apart (granule 2), a chunk that starts on a 4-byte word still goes by 4-byte
 // cp.async; one that starts 2 bytes into a word is read as its first and last elements and the
 // three words between (independent loads, shifted into place), or, for the partial chunk at a
 // row's end, element by element. Those are plain shared stores, which the barrier (or the proxy
 // fence and full barrier) before the stage's first read orders.
-__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
-                                                  int src_bytes, int granule) {
+template <int kGranule>
+__device__ __forceinline__ void copy_chunk_granule(unsigned dst, const void* src, const void* fallback,
+                                                   int src_bytes) {
   const char* from = static_cast<const char*>(src);
-  if (granule == 2 && (reinterpret_cast<unsigned long long>(src) & 2) == 0) granule = 4;
-  if (granule == 16) {
+  if constexpr (kGranule == 16) {
     cp_async_16(dst, src, fallback, src_bytes);
-  } else if (granule == 8) {
+  } else if constexpr (kGranule == 8 || kGranule == 4) {
 #pragma unroll
-    for (int o = 0; o < 16; o += 8)
-      cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
-  } else if (granule == 4) {
-#pragma unroll
-    for (int o = 0; o < 16; o += 4)
-      cp_async_narrow<4>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 4));
+    for (int o = 0; o < 16; o += kGranule)
+      cp_async_narrow<kGranule>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), kGranule));
+  } else if ((reinterpret_cast<unsigned long long>(src) & 2) == 0) {
+    copy_chunk_granule<4>(dst, src, fallback, src_bytes);
   } else if (src_bytes == 16) {
     const unsigned short* elems = reinterpret_cast<const unsigned short*>(from);
     const unsigned* words = reinterpret_cast<const unsigned*>(from + 2);  // elements 1 to 6
@@ -265,6 +263,15 @@ __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src,
       asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + o), "h"(v) : "memory");
     }
   }
+}
+
+// The same with the granule known only at run time.
+__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
+                                                  int src_bytes, int granule) {
+  if (granule == 16) copy_chunk_granule<16>(dst, src, fallback, src_bytes);
+  else if (granule == 8) copy_chunk_granule<8>(dst, src, fallback, src_bytes);
+  else if (granule == 4) copy_chunk_granule<4>(dst, src, fallback, src_bytes);
+  else copy_chunk_granule<2>(dst, src, fallback, src_bytes);
 }
 
 template <class T> struct PairOf;
@@ -474,20 +481,32 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 
 // Rows [row0, row0 + kRows) and the kTileK (64) columns from col0 of a K-major 16-bit operand
 // into the stage at `stage`, laid out as the copy engine's box would be (128-byte rows in the
-// 128-byte swizzle: chunk c of row r at chunk c ^ r % 8), zeros past `rows` and `cols`. Each
-// of the producer warpgroup's threads copies every 128th 16-byte chunk.
+// 128-byte swizzle: chunk c of row r at chunk c ^ r % 8), zeros past `rows` and `cols`, in
+// copies of kGranule bytes. Producer thread t copies chunk t % 8 of rows t / 8, t / 8 + 16, ...:
+// its column, its bytes within the row and its swizzled chunk are the same in every row.
+template <int kRows, int kGranule>
+__device__ __forceinline__ void copy_box_granule(unsigned stage, const void* src, long long ld, int row0,
+                                                 int rows, int col0, int cols, int ptid) {
+  static_assert(kWarpgroupThreads == 128 && kRows % 16 == 0, "16 rows of 8 chunks per pass");
+  const int c = ptid % 8, r = ptid / 8;
+  const int col = col0 + c * 8;
+  const int col_bytes = min(max((cols - col) * 2, 0), 16);
+  const unsigned short* from = static_cast<const unsigned short*>(src) + (row0 + r) * ld + col;
+  const unsigned to = stage + r * 128 + (c ^ r % 8) * 16;  // (r + 16 i) % 8 == r % 8
+#pragma unroll 1  // unrolled, the box's copies spill the producer's registers
+  for (int i = 0; i < kRows / 16; ++i)
+    copy_chunk_granule<kGranule>(to + i * 16 * 128, from + i * 16 * ld, src,
+                                 row0 + r + 16 * i < rows ? col_bytes : 0);
+}
+
+// The same, the granule chosen once per box (it is the same for every box of a launch).
 template <int kRows>
 __device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src, long long ld, int row0,
                                                 int rows, int col0, int cols, int granule, int ptid) {
-  const unsigned short* base = static_cast<const unsigned short*>(src);
-#pragma unroll 1
-  for (int q = ptid; q < kRows * 8; q += kWarpgroupThreads) {
-    const int r = q / 8, c = q % 8;
-    const int col = col0 + c * 8;
-    const int bytes = row0 + r < rows ? min(max((cols - col) * 2, 0), 16) : 0;
-    copy_chunk_narrow(stage + r * 128 + (c ^ r % 8) * 16, base + (row0 + r) * ld + col, src, bytes,
-                      granule);
-  }
+  if (granule == 16) copy_box_granule<kRows, 16>(stage, src, ld, row0, rows, col0, cols, ptid);
+  else if (granule == 8) copy_box_granule<kRows, 8>(stage, src, ld, row0, rows, col0, cols, ptid);
+  else if (granule == 4) copy_box_granule<kRows, 4>(stage, src, ld, row0, rows, col0, cols, ptid);
+  else copy_box_granule<kRows, 2>(stage, src, ld, row0, rows, col0, cols, ptid);
 }
 
 // The producer warpgroup's walk, as the TMA producer's, every thread copying its chunks of each

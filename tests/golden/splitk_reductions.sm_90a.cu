@@ -188,26 +188,24 @@ __device__ __forceinline__ void cp_async_narrow(unsigned dst, const void* src, c
 }
 
 // The 16 bytes at `dst` of a stage, `src_bytes` (0..16) of them from `src` and the rest zeros,
-// in copies of `granule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes. With rows an
+// in copies of `kGranule` bytes (see copy_granule): cp.async of 16, 8 or 4 bytes. With rows an
 // odd element count apart (granule 2), a chunk that starts on a 4-byte word still goes by 4-byte
 // cp.async; one that starts 2 bytes into a word is read as its first and last elements and the
 // three words between (independent loads, shifted into place), or, for the partial chunk at a
 // row's end, element by element. Those are plain shared stores, which the barrier (or the proxy
 // fence and full barrier) before the stage's first read orders.
-__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
-                                                  int src_bytes, int granule) {
+template <int kGranule>
+__device__ __forceinline__ void copy_chunk_granule(unsigned dst, const void* src, const void* fallback,
+                                                   int src_bytes) {
   const char* from = static_cast<const char*>(src);
-  if (granule == 2 && (reinterpret_cast<unsigned long long>(src) & 2) == 0) granule = 4;
-  if (granule == 16) {
+  if constexpr (kGranule == 16) {
     cp_async_16(dst, src, fallback, src_bytes);
-  } else if (granule == 8) {
+  } else if constexpr (kGranule == 8 || kGranule == 4) {
 #pragma unroll
-    for (int o = 0; o < 16; o += 8)
-      cp_async_narrow<8>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 8));
-  } else if (granule == 4) {
-#pragma unroll
-    for (int o = 0; o < 16; o += 4)
-      cp_async_narrow<4>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), 4));
+    for (int o = 0; o < 16; o += kGranule)
+      cp_async_narrow<kGranule>(dst + o, from + o, fallback, min(max(src_bytes - o, 0), kGranule));
+  } else if ((reinterpret_cast<unsigned long long>(src) & 2) == 0) {
+    copy_chunk_granule<4>(dst, src, fallback, src_bytes);
   } else if (src_bytes == 16) {
     const unsigned short* elems = reinterpret_cast<const unsigned short*>(from);
     const unsigned* words = reinterpret_cast<const unsigned*>(from + 2);  // elements 1 to 6
@@ -224,6 +222,15 @@ __device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src,
       asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + o), "h"(v) : "memory");
     }
   }
+}
+
+// The same with the granule known only at run time.
+__device__ __forceinline__ void copy_chunk_narrow(unsigned dst, const void* src, const void* fallback,
+                                                  int src_bytes, int granule) {
+  if (granule == 16) copy_chunk_granule<16>(dst, src, fallback, src_bytes);
+  else if (granule == 8) copy_chunk_granule<8>(dst, src, fallback, src_bytes);
+  else if (granule == 4) copy_chunk_granule<4>(dst, src, fallback, src_bytes);
+  else copy_chunk_granule<2>(dst, src, fallback, src_bytes);
 }
 
 template <class T> struct PairOf;
