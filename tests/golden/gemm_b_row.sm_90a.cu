@@ -724,7 +724,6 @@ __device__ __forceinline__ void kernel_body(const gemm_b_row_params& p, const Te
       #pragma unroll
         for (int i = 0; i < kFragM; ++i) {
           const int r = i * 64 + warp * 16 + lane / 4;  // this thread's first row in this consumer's rows
-          const bool live[2] = {m0 + row0 + r < M, m0 + row0 + r + 8 < M};  // the epilogue may read row-indexed inputs
           const int piece_row = i * 64 + warp * 16 + 8 * (lane / 8 % 2) + lane % 8;
       #pragma unroll
           for (int jj = 0; jj < kFragN / 2; ++jj) {
@@ -735,7 +734,8 @@ __device__ __forceinline__ void kernel_body(const gemm_b_row_params& p, const Te
             for (int q = 0; q < 4; ++q) {
               const int j = 2 * jj + q / 2, h = q % 2;
               const int c = j * 8 + (lane % 4) * 2;  // column in the tile
-              pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1], sv_bias, n0) : 0u;
+              // every pair, those past M or N too (the store leaves them out): no branch between them
+              pairs[q] = mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1], sv_bias, n0);
             }
             stmatrix_x4(at, pairs);
           }

@@ -254,3 +254,26 @@ def test_the_staged_c_is_loaded_halfway_through_the_mainloop():
     assert rows["mma0 epilogue input"].endswith("issued halfway through the tile's mainloop")
     plain = build_file(EXAMPLES / "gemm.kg", "sm_90a").source
     assert "load_staged" not in plain
+
+
+def test_the_staging_epilogue_is_branch_free_where_it_reads_no_memory():
+    """Every input of gemm_bias_relu's staging epilogue is staged (C in the staging, bias in
+    its buffer): it computes every pair, those past M or N too, with no predicate, since the
+    copy engine's store leaves them out. With the vectors back in global memory
+    (staged_vectors = ()), the pairs past M or N are skipped, so that no read leaves the vector."""
+    import dataclasses
+
+    from kgen.emit import emit
+    from kgen.targets.sm90.gemm import staging_reads_memory
+
+    built = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a")
+    plan, g = built.plan, built.plan.gemms[0]
+    assert not staging_reads_memory(plan, g)
+    assert "const bool live[2]" not in built.source
+    assert "pairs[q] = mma0_epilogue_packed(p, " in built.source
+    off = dataclasses.replace(plan.schedule.gemms[0], staged_vectors=())
+    plan_off = dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(off,)))
+    assert staging_reads_memory(plan_off, g)
+    src = emit(plan_off, source_name="x.kg", source_hash="", command="x")
+    assert "const bool live[2] = {m0 + row0 + r < M, m0 + row0 + r + 8 < M};" in src
+    assert "pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(" in src
