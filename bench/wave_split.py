@@ -2,8 +2,9 @@
 each variant a Schedule value (a Config the builder fills in), against the default schedule and
 torch.matmul, on the sweep shapes they were made for and on shapes of my own.
 
-    bare GEMM  f16, every shape: the default (128x256 s3), the runtime sizes' choice (`sized`:
-               what kgen run and kgen.load take untuned), 128x192 s4 and s3, and where the
+    bare GEMM  f16, every shape: the default (128x256 s4 with the epilogue tile), the runtime
+               sizes' choice (`sized`: what kgen run and kgen.load take untuned), 128x256 s3
+               (the whole tile's staging), 128x192 s4 and s3, and where the
                output has fewer 128x128 tiles than SMs, split-K on the cooperative kernel
                (128x128 s5, 128x64 s6) beside the tiled kernel's split-K
     gelu       D = gelu(acc + bias[col]) (examples/splitk_gelu.kg) at M = 1, 16, 128 against
@@ -12,7 +13,7 @@ torch.matmul, on the sweep shapes they were made for and on shapes of my own.
 Every variant is checked against the reference with its output poisoned (kgen.harness.run)
 before it is timed: CUDA events, the median of 30, inputs rotated past L2.
 
-    bash .gpu/device-run.sh python3 bench/wave_split.py [--json OUT.json] [--part bare gelu]
+    bash .gpu/device-run.sh python3 bench/wave_split.py [--json OUT.json] [--part bare gelu] [--quick]
 """
 from __future__ import annotations
 
@@ -32,12 +33,19 @@ from defaults import BARE, OWN, SWEEP, kgen_run, label  # noqa: E402
 SMS = 132
 
 
-def variants(m, n, k):
-    """(name, Config or None) for one shape: None is the builder's default."""
+def variants(m, n, k, quick=False):
+    """(name, Config or None) for one shape: None is the builder's default. quick: the default,
+    the sized choice, 128x256 on 3 stages (the whole tile's staging: the default before the
+    epilogue tile) and 128x192 s4."""
     from kgen.targets import Config, GemmConfig
 
     out = [("default", None), ("sized", "sized"),
-           ("128x192 s4", Config((GemmConfig((128, 192, 64), (2, 4), 4),))),
+           ("128x256 s3", Config((GemmConfig((128, 256, 64), (2, 4), 3),))),
+           ("128x192 s4", Config((GemmConfig((128, 192, 64), (2, 4), 4),)))]
+    if quick:
+        return out
+    out += [
+           ("128x192 s3", Config((GemmConfig((128, 192, 64), (2, 4), 3),))),
            ("128x192 s3", Config((GemmConfig((128, 192, 64), (2, 4), 3),))),
            ("128x128 s6", Config((GemmConfig((128, 128, 64), (2, 4), 6),))),
            ("128x64 s8", Config((GemmConfig((128, 64, 64), (2, 4), 8),)))]
@@ -55,7 +63,7 @@ def variants(m, n, k):
     return out
 
 
-def part_bare(out):
+def part_bare(out, quick=False):
     from kgen import ir
     from kgen.parse import parse
     from kgen.verify import verify
@@ -69,7 +77,7 @@ def part_bare(out):
         for m, n, k in shapes:
             sizes = dict(M=m, N=n, K=k)
             row = dict(m=m, n=n, k=k, own=own, variants={})
-            for name, config in variants(m, n, k):
+            for name, config in variants(m, n, k, quick):
                 report, plan = kgen_run(kernel, sizes, ir.Arch.SM90A,
                                         torch_baseline=name == "default",
                                         config=None if config == "sized" else config,
@@ -153,13 +161,17 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     parser.add_argument("--part", nargs="*", default=["bare", "gelu"])
+    parser.add_argument("--quick", action="store_true", help="the bare part's four variants")
     opts = parser.parse_args()
     torch.manual_seed(0)
     out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                date=time.strftime("%Y-%m-%d"))
     print("device", out["device"], "torch", out["torch"])
     for part in opts.part:
-        {"bare": part_bare, "gelu": part_gelu}[part](out)
+        if part == "bare":
+            part_bare(out, opts.quick)
+        else:
+            part_gelu(out)
         if opts.json:
             Path(opts.json).write_text(json.dumps(out, indent=1))
     return 0

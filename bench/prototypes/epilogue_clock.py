@@ -43,7 +43,10 @@ def instrument(source: str, address: int) -> str:
     if "input_phase ^= 1;\n" in source:
         source = once(source, "        input_phase ^= 1;\n",
                       "        input_phase ^= 1;\n        clock_waited = clock64() - clock_epilogue;\n")
-    source = once(source, "  }\n  if (!kNarrow && tid % kWarpgroupThreads == 0) bulk_wait();",
+    # the tile loop's end: before the last boxes' wait (staged stores) or the body's end (pairs)
+    end = ("  }\n  if (!kNarrow && tid % kWarpgroupThreads == 0) bulk_wait();"
+           if "bulk_wait();  // the last boxes" in source else "  }\n}\n\n}  // namespace")
+    source = once(source, end,
                   "    if (!kNarrow && tid % kWarpgroupThreads == 0) {\n"
                   "      const long long clock_end = clock64();\n"
                   "      atomicAdd(kgen_clock + 0, static_cast<unsigned long long>(clock_epilogue - clock_tile));\n"
@@ -51,7 +54,7 @@ def instrument(source: str, address: int) -> str:
                   "      atomicAdd(kgen_clock + 2, static_cast<unsigned long long>(clock_waited));\n"
                   "      atomicAdd(kgen_clock + 3, 1ull);\n"
                   "    }\n"
-                  "  }\n  if (!kNarrow && tid % kWarpgroupThreads == 0) bulk_wait();")
+                  + end)
     return source
 
 

@@ -127,6 +127,13 @@ class GemmSchedule:
     # waiting for its round trip
     staged_vectors: tuple[str, ...] = ()
     why_staged_vectors: str = ""
+    # The output staging of a TMA store, per consumer (the seed's EpilogueTile and StagesD):
+    # 0 holds the consumer's whole tile, every 64x64 box at once (a staged input needs that);
+    # n > 0 holds n boxes, and the epilogue runs box by box, an EpilogueTile of 64x64, each box
+    # written into buffer b % n once the copy engine has read the box stored from it before,
+    # and stored as soon as it is written. Smaller staging leaves room for a deeper ring.
+    stages_d: int = 0
+    why_stages_d: str = ""
 
 
 def staged_vector_buffer(gemm: str, param: str) -> str:
@@ -329,6 +336,10 @@ class Schedule:
                         else "")
                 rows.append((f"{g.name} epilogue input", g.staged_input or "from global memory",
                              g.why_staged_input + when))
+            if g.why_stages_d:
+                rows.append((f"{g.name} epilogue tile",
+                             f"64x64, {g.stages_d} staging boxes per consumer" if g.stages_d
+                             else "the consumer's whole tile", g.why_stages_d))
             if g.why_staged_vectors:
                 rows.append((f"{g.name} epilogue vectors",
                              ", ".join(g.staged_vectors) or "from global memory",

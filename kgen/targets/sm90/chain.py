@@ -101,6 +101,7 @@ class Sm90Chain(chain.ChainTarget):
             staged="",  # a chain's epilogue reads its inputs from global memory
             stmatrix=False,  # and writes its staging pair by pair
             stmatrix_trans=False,
+            stages_d=0,  # its staging holds the whole tile
             maps=maps,
             map_steps=tensor_map.steps_lines(maps),
             map_names=tensor_map.names(schedule.tensor_maps) if maps else "",

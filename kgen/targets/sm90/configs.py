@@ -26,10 +26,11 @@ from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
 from . import schedules
 
-WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 3
-    # stages first: with 4 the output staging no longer fits and D = acc ran 0.62x as fast at
-    # 8192x8192x512 on an H200 (bench/defaults.py); `kgen tune` times 4 where it helps
-    ((128, 256, 64), (3, 4)),
+WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 4
+    # stages first, with the epilogue tile's staging (two boxes per consumer; 3 stages hold the
+    # whole tile's): the mainloop waited on a ring of 3 (1093 against 1037 cycles per k tile at
+    # 4096^3 on an H100, bench/RESULTS.md); 3 first where the epilogue reads C (ws_tiles)
+    ((128, 256, 64), (4, 3)),
     # three 64-column boxes: fewer idle SMs in the last wave where 256-column tiles leave it
     # part empty (6144x5120: 960 tiles of 128x256 are 7.3 waves of 132, 1296 of 128x192 9.8)
     ((128, 192, 64), (4, 3)),
@@ -71,7 +72,7 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
         return chain(shapes)
     shape = shapes[0]
     cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
-                   for tile, stages in WS_TILES for s in stages]
+                   for tile, stages in ws_tiles(shape) for s in stages]
     pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG, WHY_PINGPONG)
                 for tile, stages in PINGPONG_TILES for s in stages]
     k = common.known(shape.k, sizes)
@@ -85,6 +86,17 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
                 and not few_tiles(c.gemms[0].tile, shape, sizes)]
         own += split_configs(shape, sizes) + stream_configs(shape, sizes)
     return own + common.one_gemm(shape, sizes, wide)
+
+
+def ws_tiles(shape: GemmShape) -> tuple:
+    """WS_TILES, where the epilogue reads C with 128x256 on 3 stages first: their whole-tile
+    staging takes C by the copy engine, while the epilogue tile's reads it from global memory
+    (relu(alpha*acc + beta*C + bias[col]) at 4096^3 on an H100: 1.095x the matmul's time on 3
+    stages, 1.126x on 4, bench/RESULTS.md)."""
+    if not shape.reads_c:
+        return WS_TILES
+    return tuple((tile, tuple(sorted(stages)) if tile[1] == 256 else stages)
+                 for tile, stages in WS_TILES)
 
 
 def few_tiles(tile: tuple[int, int, int], shape: GemmShape, sizes: Mapping[str, int]) -> bool:
@@ -188,7 +200,7 @@ def ring_b(config: Config) -> Config:
 # wave model weighs, from the H200 runs of bench/wave_split.py and bench/defaults.py --tuned
 # (a 128x128 tile lost to 128x256 at 4096x11008x4096 and to 128x192 at 5120x3584x2048, won at
 # 96x12288x4096; 128x64 won at 1024^3)
-SIZED_TILES = ((256, 3, 1.0), (192, 4, 1.03), (128, 6, 1.06), (64, 8, 1.3))
+SIZED_TILES = ((256, 4, 1.0), (192, 4, 1.03), (128, 6, 1.06), (64, 8, 1.3))
 SIZED_FEW = common.SMS // 2  # fewer 128x256 tiles than this: split-K, where K is long enough
 SIZED_PART_K_TILES = 16  # split-K: at least this many k tiles per part
 SIZED_LONG_PART = 32  # 128x128 parts this long; shorter ones split 128x64 tiles instead

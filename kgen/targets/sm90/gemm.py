@@ -82,7 +82,8 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
                           store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "",
                           staged=c or "", global_staged=global_staged, col=col,
                           whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
-                          reads_memory=staging_reads_memory(plan, g))
+                          reads_memory=staging_reads_memory(plan, g),
+                          stages_d=plan.schedule.gemm(g.name).stages_d)
     staged = vector_writes(plan, g) + staged
     return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
@@ -462,6 +463,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_steps=tensor_map.steps_lines(maps),
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
+        stages_d=schedule.gemm(g.name).stages_d,
         stmatrix=staged,  # the staging written by stmatrix
         stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",

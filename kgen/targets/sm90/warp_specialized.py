@@ -8,7 +8,9 @@
                descriptors (128-byte swizzle, the TMA box's), one group kept in flight while
                the next k tile's group is issued; then the epilogue DAG in registers, and the
                output leaves through the copy engine (a swizzled staging buffer per consumer,
-               bulk tensor stores) or as pair stores.
+               bulk tensor stores) or as pair stores. The staging holds the consumer's whole
+               tile, or, where that does not fit beside the ring, two 64x64 boxes that the
+               epilogue fills and stores in turn (the epilogue tile, GemmSchedule.stages_d).
 
     COOPERATIVE  both consumers on each 128-row tile, 64 rows each (the default)
     PINGPONG     each consumer a 128-row tile of its own (`schedule pingpong`): one's epilogue
@@ -90,6 +92,15 @@ WHY_VECTORS_OFF = {
 WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
               "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
               "tile's mainloop")
+STAGES_D = 2  # the epilogue tile's staging boxes per consumer, where the whole tile's do not fit
+WHY_WHOLE_TILE = ("the staging holds the consumer's whole tile: every box is written, then all "
+                  "are stored")
+WHY_EPILOGUE_TILE = (f"the consumer's whole tile does not fit beside the ring: its staging "
+                     f"holds {STAGES_D} 64x64 boxes, and the epilogue runs box by box, each "
+                     "stored as soon as it is written, into the buffer the copy engine has read "
+                     "the box before it out of (the seed's EpilogueTile and StagesD)")
+WHY_NO_STAGED_INPUT = ("read from global memory: the epilogue tile's staging holds "
+                       f"{STAGES_D} boxes per consumer, not the tile of the input")
 
 
 def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
@@ -101,15 +112,19 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
     rings = 2 * g.stages + (2 if kind is KernelKind.PINGPONG else 0)
     staging = WHY_SPLIT_STORE if draft.split_k > 1 else staging_refusal(g)
     wanted = vector_requests(g, kind) if not (draft.split_k > 1 or draft.stream_k) else ()
-    tries = [(0, StorePath.PAIRS, staging, ())] if staging else [
-        (staging_bytes(g, kind), StorePath.TMA, WHY_STAGED, wanted),
-        (staging_bytes(g, kind), StorePath.TMA, WHY_STAGED, ()),
-        (0, StorePath.PAIRS, "the output staging does not fit beside the ring", ())]
+    # the whole tile's staging, then the epilogue tile's where it holds fewer boxes (each with
+    # the staged vectors, then without), then pairs from registers
+    stagings = [0] + ([STAGES_D] if staging_boxes(g, kind) > STAGES_D else [])
+    tries = [(0, StorePath.PAIRS, staging, (), 0)] if staging else [
+        (staging_bytes(g, kind, d), StorePath.TMA, WHY_STAGED, v, d)
+        for d in stagings for v in (wanted, ())] + [
+        (0, StorePath.PAIRS, "the output staging does not fit beside the ring", (), 0)]
     tries = list(dict.fromkeys(tries))  # without vectors to stage, the second is the first
     staged = staged_input(g)[0] is not None
-    for nbytes, store, why_store, vectors in tries:
-        # a staged input's load completes on one mbarrier per consumer
-        barriers = rings + (CONSUMERS if staged and store is StorePath.TMA else 0)
+    for nbytes, store, why_store, vectors, stages_d in tries:
+        # a staged input's load completes on one mbarrier per consumer (whole-tile staging)
+        barriers = rings + (CONSUMERS if staged and store is StorePath.TMA and not stages_d
+                            else 0)
         storage = draft.place([g], persistent=True, ring_barriers=barriers,
                               staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0),
                               vectors=vectors)
@@ -130,7 +145,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
                                       "budget" if store is StorePath.TMA else "pairs"]
     schedule = build(draft, kind, g, store, why_store,
                      tuple(param for param, *_ in epilogue_vectors(g)) if vectors else (),
-                     why_vectors)
+                     why_vectors, stages_d)
     return Candidate(kind, True, "", None, schedule, (g,), storage)
 
 
@@ -289,10 +304,16 @@ def staged_input(g: GemmPlan) -> tuple[str | None, str]:
     return param, why
 
 
-def staging_bytes(g: GemmPlan, kind: KernelKind) -> int:
-    """A staging buffer per consumer: its rows of the tile, 16-bit."""
+def staging_boxes(g: GemmPlan, kind: KernelKind) -> int:
+    """The 64x64 boxes of one consumer's rows of the tile."""
     rows = TILE_M if kind is KernelKind.PINGPONG else TILE_M // CONSUMERS
-    return CONSUMERS * rows * g.tile[1] * 2
+    return rows // STAGING_BOX * (g.tile[1] // STAGING_BOX)
+
+
+def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
+    """A staging buffer per consumer of 16-bit 64x64 boxes: its rows of the tile (stages_d 0),
+    or `stages_d` boxes (GemmSchedule.stages_d)."""
+    return CONSUMERS * (stages_d or staging_boxes(g, kind)) * STAGING_BOX * STAGING_BOX * 2
 
 
 def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int,
@@ -333,13 +354,16 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
 
 
 def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
-          why_store: str, vectors: tuple[str, ...] = (), why_vectors: str = "") -> Schedule:
+          why_store: str, vectors: tuple[str, ...] = (), why_vectors: str = "",
+          stages_d: int = 0) -> Schedule:
     k = g.tile[2]
     cluster = draft.cluster
     # the shared operand's box is half its tile's rows: each CTA of the cluster loads one half
     maps = [operand_map(g.a, "A", TILE_M, g.m_dim, g.k_dim, k, shared_by=cluster[1]),
             operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k, shared_by=cluster[0])]
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
+    if stages_d and staged is not None:
+        staged, why_staged = None, WHY_NO_STAGED_INPUT
     if store is StorePath.TMA:
         out = g.epilogue.packed_store
         maps.append(staging_map(out.param, out.dtype, out.layout, g, store=True,
@@ -357,7 +381,9 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         # load's wait for that no longer holds the consumers at the tile's start (1.085x to
         # 1.069x the bare matmul's time at 8192^3, bench/RESULTS.md)
         staged_input_late=staged is not None,
-        staged_vectors=vectors, why_staged_vectors=why_vectors)
+        staged_vectors=vectors, why_staged_vectors=why_vectors, stages_d=stages_d,
+        why_stages_d=("" if store is not StorePath.TMA else
+                      WHY_EPILOGUE_TILE if stages_d else WHY_WHOLE_TILE))
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
                     why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
