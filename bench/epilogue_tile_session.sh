@@ -13,7 +13,8 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
 from kgen.api import build
 from kgen.harness.run import run
 from tests.gpu.test_epilogue_tile_gpu import kernel_of
-for label, mnk in [("full", (300, 520, 136)), ("col_out", (129, 260, 200)), ("pingpong", (300, 264, 136))]:
+for label, mnk in [("full", (300, 520, 136)), ("col_out", (129, 260, 200)), ("pingpong", (300, 264, 136)),
+                   ("col_c", (300, 520, 200)), ("cluster_c", (300, 520, 136)), ("pingpong_c", (300, 264, 136))]:
     built = build(kernel_of(label))
     report = run(built.kernel, built.plan, built.source, dict(zip("MNK", mnk)), check=True)
     print(label, mnk, "PASS" if report.ok else "FAIL")
@@ -24,6 +25,11 @@ PY
     rc=$?
     echo "$tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASS|FAIL' /tmp/san.log | tail -5 | tr '\n' ' ')"
   done 2>&1 | tee "$OUT/sanitizers.log"
+fi
+if [ "$PART" = c ]; then  # C's boxes staged in the epilogue tile, against the whole tile's C
+  timeout 200 python3 bench/epilogue_tile.py --kernels "C epilogue" --rounds 3 \
+    --sizes 4096,4096,4096 8192,8192,8192 6144,5120,3072 --json "$OUT/epilogue_tile_c.json" 2>&1 \
+    | grep -v Warning | tee "$OUT/epilogue_tile_c.log"
 fi
 if [ "$PART" = all ] || [ "$PART" = bench ]; then
   echo "== clock reads per ring depth"

@@ -2,8 +2,9 @@
 stages, whose whole-tile staging does not fit beside the ring, stages two 64x64 boxes per
 consumer and stores them box by box. Against the reference with every output poisoned, at
 ragged sizes (tiles past M and N, N not a multiple of 8 so the last column tile stores pairs,
-K not a multiple of the k tile), for row- and column-major outputs, MN-major operands, a C read
-from global memory, staged vectors, ping-pong, a cluster, bf16 and batches."""
+K not a multiple of the k tile), for row- and column-major outputs, MN-major operands,
+C's boxes staged in the epilogue tile's buffers (row- and column-major, under a cluster, on
+ping-pong), staged vectors, ping-pong, a cluster, bf16 and batches."""
 from __future__ import annotations
 
 import pytest
@@ -34,6 +35,13 @@ VARIANTS = {
                 "col", "row"),
     "pingpong": ("schedule pingpong", "tile 128x128x64  warps 2x4  stages 6",
                  "relu(acc + bias[col])", "f16", "row", "col", "row"),
+    # C's boxes loaded into the epilogue tile's buffers
+    "col_c": ("", "tile 128x256x64  warps 2x4  stages 4", "acc + beta * C", "bf16", "row", "col",
+              "col"),
+    "cluster_c": ("", "tile 128x256x64  warps 2x4  stages 4  cluster 2x1",
+                  "relu(alpha * acc + beta * C + bias[col])", "f16", "row", "col", "row"),
+    "pingpong_c": ("schedule pingpong", "tile 128x128x64  warps 2x4  stages 6",
+                   "C - 2.0 * acc", "f16", "row", "col", "row"),
 }
 
 
@@ -77,9 +85,12 @@ kernel tile_{label} {{
 
 
 def _stages_d(kernel) -> int:
+    """The plan's epilogue tile; where the epilogue reads C, C's boxes are staged in it."""
     from kgen.lower import lower
 
-    return lower(kernel).schedule.gemms[0].stages_d
+    g = lower(kernel).schedule.gemms[0]
+    assert g.staged_input == ("C" if any(p.name == "C" for p in kernel.params) else None)
+    return g.stages_d
 
 
 @pytest.mark.parametrize("mnk", SIZES, ids=lambda s: "x".join(map(str, s)))
@@ -87,7 +98,7 @@ def _stages_d(kernel) -> int:
 def test_the_epilogue_tile(label, mnk):
     kernel = kernel_of(label)
     assert _stages_d(kernel) == 2
-    _run(kernel, mnk, "pingpong" if label == "pingpong" else "cooperative")
+    _run(kernel, mnk, "pingpong" if label.startswith("pingpong") else "cooperative")
 
 
 @pytest.mark.parametrize("sizes", [dict(L=3, M=300, N=520, K=136), dict(L=2, M=129, N=264, K=72)],

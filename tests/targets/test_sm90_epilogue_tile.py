@@ -1,8 +1,7 @@
 """The epilogue tile on the sm_90a warp-specialized GEMM (GemmSchedule.stages_d, no GPU): where a
 consumer's whole tile of staging does not fit beside the ring, the staging holds two 64x64
 boxes per consumer and the epilogue writes and stores them one by one. When the plan takes it
-(and when the whole tile's staging instead), what it refuses (a staged C: read from global
-memory), the storage, the emitted loop, `kgen inspect`, the builder's stage order, and NVRTC
+(and when the whole tile's staging instead), C's boxes staged in its buffers, the storage, the emitted loop, `kgen inspect`, the builder's stage order, and NVRTC
 compiles without spills. The GPU tests: tests/gpu/test_epilogue_tile_gpu.py."""
 from __future__ import annotations
 
@@ -91,13 +90,23 @@ def test_pingpong_takes_it_on_six_stages():
     assert s.gemms[0].stages_d == 2
 
 
-def test_a_staged_c_keeps_the_whole_tile_and_the_epilogue_tile_reads_it_from_memory():
+def test_c_is_staged_box_by_box_in_the_epilogue_tile():
     full = "relu(alpha * acc + C + bias[col])"
     whole = _built(lines=S3, epilogue=full).plan.schedule.gemms[0]
     assert whole.staged_input == "C" and whole.stages_d == 0
-    tiled = _built(lines=S4, epilogue=full).plan.schedule.gemms[0]
-    assert tiled.staged_input is None and tiled.stages_d == 2
-    assert "epilogue tile's staging holds 2 boxes" in tiled.why_staged_input
+    built = _built(lines=S4, epilogue=full)
+    tiled = built.plan.schedule.gemms[0]
+    assert tiled.staged_input == "C" and tiled.stages_d == 2
+    assert "C's 64x64 boxes into the epilogue tile's buffers" in tiled.why_staged_input
+    src = built.source
+    # the first two boxes during the mainloop, each later one once its buffer's box has left
+    assert "for (int b = 0; b < kStagesD; ++b) load_staged_box(b);" in src
+    assert "bulk_wait_read();\n                load_staged_box(b + kStagesD);" in src
+    assert ("mbarrier_wait(input_full + 8 * (kStagesD * consumer + b % kStagesD), "
+            "input_phase >> (b % kStagesD) & 1);") in src
+    assert "mbarrier_wait(input_full + 8 * consumer, input_phase);" not in src
+    assert "for (int d = 0; d < 2 * kStagesD; ++d) mbarrier_init(input_full + 8 * d, 1);" in src
+    assert "bulk_wait_read_pending" not in src  # C's landing frees the buffer
 
 
 def test_inspect_shows_the_epilogue_tile():

@@ -28,8 +28,8 @@ from . import schedules
 
 WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 4
     # stages first, with the epilogue tile's staging (two boxes per consumer; 3 stages hold the
-    # whole tile's): the mainloop waited on a ring of 3 (1093 against 1037 cycles per k tile at
-    # 4096^3 on an H100, bench/RESULTS.md); 3 first where the epilogue reads C (ws_tiles)
+    # whole tile's): the mainloop waited on a ring of 3 (1093.5 against 1036.5 cycles per k
+    # tile at 4096^3 on an H100, bench/RESULTS.md); 3 first where the epilogue reads C (ws_tiles)
     ((128, 256, 64), (4, 3)),
     # three 64-column boxes: fewer idle SMs in the last wave where 256-column tiles leave it
     # part empty (6144x5120: 960 tiles of 128x256 are 7.3 waves of 132, 1296 of 128x192 9.8)
@@ -89,10 +89,12 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
 
 
 def ws_tiles(shape: GemmShape) -> tuple:
-    """WS_TILES, where the epilogue reads C with 128x256 on 3 stages first: their whole-tile
-    staging takes C by the copy engine, while the epilogue tile's reads it from global memory
-    (relu(alpha*acc + beta*C + bias[col]) at 4096^3 on an H100: 1.095x the matmul's time on 3
-    stages, 1.126x on 4, bench/RESULTS.md)."""
+    """WS_TILES, where the epilogue reads C with 128x256 on 3 stages first (C whole in the
+    tile's staging) and then 4 (C's boxes in the epilogue tile's buffers, each later one
+    loaded once the box before it has left). On an H100, relu(alpha*acc + beta*C + bias[col])
+    ran 1.098x the matmul's time on 3 stages and 1.057x on 4 at 4096^3, 1.168x and 1.106x at
+    6144x5120x3072, but 1.039x and 1.098x at 8192^3, the size issue 15 measures
+    (bench/RESULTS.md); `kgen tune` times both."""
     if not shape.reads_c:
         return WS_TILES
     return tuple((tile, tuple(sorted(stages)) if tile[1] == 256 else stages)

@@ -205,18 +205,21 @@ def _staged_input_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
         return []
     batched = plan.param(c).batch is not None
     col = g.epilogue.packed_store.layout is Layout.COL
-    lines = render_lines("sm90/staged_input.inc.j2", param=c, staging=f"{g.name}_d_staging",
-                         load_box="tma_load_box_3d" if batched else "tma_load_box",
-                         load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
-                         cluster=plan.schedule.cluster_size > 1, col=col,
-                         whole_chunks=whole_chunks(col))
+    values = dict(param=c, staging=f"{g.name}_d_staging",
+                  load_box="tma_load_box_3d" if batched else "tma_load_box",
+                  load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
+                  cluster=plan.schedule.cluster_size > 1, col=col,
+                  whole_chunks=whole_chunks(col), stages_d=gs.stages_d)
+    lines = render_lines("sm90/staged_input.inc.j2", **values)
+    # the epilogue tile's loads of one box each, here and in the epilogue
+    boxes = render_lines("sm90/staged_input_box.inc.j2", **values) if gs.stages_d else []
     first = _epilogue_share(plan)
     if not gs.staged_input_late:
         if not first:
-            return lines
-        return (["if (k_first == 0) {  // stream-K: the share that runs the tile's epilogue"]
-                + [f"  {line}" if line else line for line in lines] + ["}"])
-    return (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
+            return boxes + lines
+        return boxes + (["if (k_first == 0) {  // stream-K: the share that runs the tile's epilogue"]
+                        + [f"  {line}" if line else line for line in lines] + ["}"])
+    return boxes + (["// issued halfway through the mainloop (mainloop_staged), or here when K has no k "
              "tile", "const auto load_staged = [&]() {"]
             + [f"  {line}" if line else line for line in lines]
             + ["};", f"if (k_tiles == 0{first}) load_staged();"])

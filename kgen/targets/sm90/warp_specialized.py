@@ -99,8 +99,10 @@ WHY_EPILOGUE_TILE = (f"the consumer's whole tile does not fit beside the ring: i
                      f"holds {STAGES_D} 64x64 boxes, and the epilogue runs box by box, each "
                      "stored as soon as it is written, into the buffer the copy engine has read "
                      "the box before it out of (the seed's EpilogueTile and StagesD)")
-WHY_NO_STAGED_INPUT = ("read from global memory: the epilogue tile's staging holds "
-                       f"{STAGES_D} boxes per consumer, not the tile of the input")
+WHY_STAGED_BOXES = ("the copy engine loads {param}'s 64x64 boxes into the epilogue tile's "
+                    "buffers, where the epilogue reads each and writes the output's box over "
+                    f"it: the first {STAGES_D} during the tile's mainloop, each later one once "
+                    "the output's box before it has left its buffer{rest}")
 
 
 def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
@@ -122,8 +124,9 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
     tries = list(dict.fromkeys(tries))  # without vectors to stage, the second is the first
     staged = staged_input(g)[0] is not None
     for nbytes, store, why_store, vectors, stages_d in tries:
-        # a staged input's load completes on one mbarrier per consumer (whole-tile staging)
-        barriers = rings + (CONSUMERS if staged and store is StorePath.TMA and not stages_d
+        # a staged input's load completes on one mbarrier per consumer (the epilogue tile's: per
+        # buffer of each consumer)
+        barriers = rings + (CONSUMERS * (stages_d or 1) if staged and store is StorePath.TMA
                             else 0)
         storage = draft.place([g], persistent=True, ring_barriers=barriers,
                               staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0),
@@ -363,7 +366,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
             operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k, shared_by=cluster[0])]
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if stages_d and staged is not None:
-        staged, why_staged = None, WHY_NO_STAGED_INPUT
+        rest = why_staged.partition(";")
+        why_staged = WHY_STAGED_BOXES.format(param=staged, rest=rest[1] + rest[2])
     if store is StorePath.TMA:
         out = g.epilogue.packed_store
         maps.append(staging_map(out.param, out.dtype, out.layout, g, store=True,
