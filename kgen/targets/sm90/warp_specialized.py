@@ -92,6 +92,9 @@ WHY_VECTORS_OFF = {
 WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
               "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
               "tile's mainloop")
+WHY_STAGED_BOX = ("each consumer writes its rows into swizzled staging buffers of its own and one "
+                  "thread stores each 64x64 box with cp.async.bulk.tensor as soon as it is "
+                  "written")
 STAGES_D = 2  # the epilogue tile's staging boxes per consumer, where the whole tile's do not fit
 WHY_WHOLE_TILE = ("the staging holds the consumer's whole tile: every box is written, then all "
                   "are stored")
@@ -118,7 +121,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
     # the staged vectors, then without), then pairs from registers
     stagings = [0] + ([STAGES_D] if staging_boxes(g, kind) > STAGES_D else [])
     tries = [(0, StorePath.PAIRS, staging, (), 0)] if staging else [
-        (staging_bytes(g, kind, d), StorePath.TMA, WHY_STAGED, v, d)
+        (staging_bytes(g, kind, d), StorePath.TMA, WHY_STAGED_BOX if d else WHY_STAGED, v, d)
         for d in stagings for v in (wanted, ())] + [
         (0, StorePath.PAIRS, "the output staging does not fit beside the ring", (), 0)]
     tries = list(dict.fromkeys(tries))  # without vectors to stage, the second is the first
