@@ -7,7 +7,13 @@ median, inputs rotated past L2), both first checked against a float32 reference.
 
 `--narrow`: the narrow entry point instead, on sm_90a, at sizes whose K misses the copy engine's
 16-byte rows (8-, 4- and 2-byte copies), against bench/baseline/narrow/ (the golden files of
-the commit before the producer's copies were strength-reduced).
+the commit before the producer's copies were strength-reduced), with torch.matmul on the same
+operands beside them.
+
+`--baseline narrow_mixed --kernels gemm,gemm_bias_relu,gemm_b_row`: against the golden files of
+the commit before the narrow producer's copies read whole rows per warp and an aligned operand
+went by the copy engine (bench/baseline/narrow_mixed/). `--shapes 1000x1000x100,...` replaces
+the sizes.
 """
 from __future__ import annotations
 
@@ -46,9 +52,16 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--narrow", action="store_true")
+    parser.add_argument("--baseline", default=None, help="a folder of bench/baseline/")
+    parser.add_argument("--kernels", default=None, help="examples, comma-separated")
+    parser.add_argument("--shapes", default=None, help="MxNxK, comma-separated")
     opts = parser.parse_args()
     cases, shapes = (NARROW_CASES, NARROW_SHAPES) if opts.narrow else (CASES, SHAPES)
-    baseline = ROOT / "bench/baseline" / ("narrow" if opts.narrow else "")
+    if opts.kernels:
+        cases = [(name, cases[0][1]) for name in opts.kernels.split(",")]
+    if opts.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in opts.shapes.split(",")]
+    baseline = ROOT / "bench/baseline" / (opts.baseline or ("narrow" if opts.narrow else ""))
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = torch.cuda.current_stream().cuda_stream
@@ -57,6 +70,7 @@ def main() -> int:
         "gemm": lambda A, B: A.float() @ B.float(),
         "gemm_bias_relu": lambda A, B, C, bias: torch.relu(
             1.5 * (A.float() @ B.float()) + 0.5 * C.float() + bias),
+        "gemm_b_row": lambda A, B, bias: A.float() @ B.float() + bias,
     }
     rows = []
     for name, arch in cases:
@@ -76,8 +90,13 @@ def main() -> int:
                     for _ in range(2 if set_bytes > l2 else rotation_count(set_bytes, l2))]
             errs = {label: check(torch, c, kernel, sets[0], references[name])
                     for label, c in (("before", old), ("now", new))}
-            times = {"before": [], "now": []}
+            times = {"before": [], "now": [], "torch": []}
             for _ in range(opts.rounds):
+                if opts.narrow:  # the bare product on the same operands
+                    times["torch"].append(time_kernel(
+                        lambda i: torch.matmul(sets[i % len(sets)]["A"], sets[i % len(sets)]["B"]),
+                        iters=20, warmup=3, rotate=rotation_count(set_bytes, l2),
+                        stream=stream).median_ms)
                 for label, c in (("before", old), ("now", new)):
                     outs = [{p.name: alloc(torch, p, sizes) for p in kernel.params
                              if p.role.value == "out"} for _ in sets]
@@ -87,11 +106,14 @@ def main() -> int:
                         lambda i: c.launch(bound[i % len(bound)], stream), iters=20, warmup=3,
                         rotate=rotation_count(set_bytes, l2), stream=stream).median_ms)
             before, now = statistics.median(times["before"]), statistics.median(times["now"])
+            torch_ms = statistics.median(times["torch"]) if times["torch"] else None
+            vs_torch = f", x torch.matmul {torch_ms / now:.3f}" if torch_ms else ""
             print(f"{name} {arch} {m}x{n}x{k}: before {before:.4f} ms, now {now:.4f} ms, "
-                  f"now/before {now / before:.3f} (errors {errs['before']:.1e} / "
+                  f"now/before {now / before:.3f}{vs_torch} (errors {errs['before']:.1e} / "
                   f"{errs['now']:.1e}; rounds {times})")
             rows.append(dict(kernel=name, arch=arch, shape=[m, n, k], before_ms=before,
-                             now_ms=now, ratio=now / before, rounds=times, errors=errs))
+                             now_ms=now, torch_ms=torch_ms, ratio=now / before, rounds=times,
+                             errors=errs))
     if opts.json:
         Path(opts.json).write_text(json.dumps(rows, indent=1))
     return 0

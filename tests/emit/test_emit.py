@@ -112,7 +112,7 @@ def test_example_sources_are_deterministic_and_standalone():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_every_example_compiles_with_nvrtc_without_spills(arch, tmp_path, monkeypatch):
     pytest.importorskip("cuda.core")
-    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.runtime.nvrtc import compile_cubin, parse_ptxas_report
 
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
     for name, plan, src in _example_sources(arch):
@@ -121,6 +121,12 @@ def test_every_example_compiles_with_nvrtc_without_spills(arch, tmp_path, monkey
         assert result.spill_stores == 0 and result.spill_loads == 0, (name, result.log)
         assert result.stack_bytes == 0, (name, result.log)
         assert "warning" not in result.log.lower(), result.log
+        if plan.narrow_kernel is not None:  # the narrow entry point, in the same module
+            narrow = parse_ptxas_report(result.log, plan.narrow_kernel)
+            assert narrow.get("registers"), (name, plan.narrow_kernel, result.log)
+            assert narrow.get("spill_stores", 0) == 0 and narrow.get("spill_loads", 0) == 0, (
+                name, result.log)
+            assert narrow.get("stack_bytes", 0) == 0, (name, result.log)
 
 
 @pytest.mark.parametrize("own", [True, False], ids=["own target", "sm_90a"])

@@ -447,7 +447,7 @@ __device__ __forceinline__ void copy_box_granule(unsigned stage, const void* src
   const int col_bytes = min(max((cols - col) * 2, 0), 16);
   const unsigned short* from = static_cast<const unsigned short*>(src) + (row0 + r) * ld + col;
   const unsigned to = stage + r * 128 + (c ^ r % 8) * 16;  // (r + 16 i) % 8 == r % 8
-#pragma unroll 1  // unrolled, the box's copies spill the producer's registers
+#pragma unroll 4  // four rows' copies in flight (each pass's own registers); fully unrolled, they spill
   for (int i = 0; i < kRows / 16; ++i)
     copy_chunk_granule<kGranule>(to + i * 16 * 128, from + i * 16 * ld, src,
                                  row0 + r + 16 * i < rows ? col_bytes : 0);
@@ -466,15 +466,20 @@ __device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src,
 // The producer warpgroup's walk, as the TMA producer's, every thread copying its chunks of each
 // k tile, one cp.async group per slot. A slot is marked full kLag slots late: once this thread's
 // copies of it have landed and been ordered before the consumers' wgmma reads (a proxy fence);
-// the full barrier counts the warpgroup's 128 arrivals. kLag = kStages - 2 keeps every slot
-// but two in flight: the consumers release a slot one k tile after reading it, so the producer,
-// waiting for slot it - kStages to be released, must already have marked slot
-// it - kStages + 1 full.
+// the full barrier counts the warpgroup's 128 arrivals. An operand whose rows meet the copy
+// engine's rules (granule 16: the launchers encoded its map) still goes by the copy engine:
+// thread 0 then also arrives at once with that operand's bytes to expect (129 arrivals).
+// kLag = kStages - 2 keeps every slot but two in flight: the consumers release a slot one k
+// tile after reading it, so the producer, waiting for slot it - kStages to be released, must
+// already have marked slot it - kStages + 1 full.
 constexpr int kLag = kStages > 2 ? kStages - 2 : 0;
-__device__ __forceinline__ void produce_narrow(const gemm_gelu_rowscale_params& p, unsigned a_ring, unsigned b_ring,
+__device__ __forceinline__ void produce_narrow(const gemm_gelu_rowscale_params& p, const TensorMaps& maps,
+                                               unsigned a_ring, unsigned b_ring,
                                                unsigned full, unsigned empty, int M, int N, int K,
                                                int tiles, int tiles_m, int tiles_n, int k_tiles,
                                                int a_granule, int b_granule, int ptid) {
+  const bool a_tma = a_granule == 16, b_tma = b_granule == 16;
+  const unsigned tma_bytes = (a_tma ? kAStageBytes : 0) + (b_tma ? kBStageBytes : 0);
   int it = 0;  // the ring position over every tile of this CTA
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int tile_m, tile_n;
@@ -482,10 +487,20 @@ __device__ __forceinline__ void produce_narrow(const gemm_gelu_rowscale_params& 
     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
       const int s = it % kStages, round = it / kStages;
       if (round > 0) mbarrier_wait(empty + 8 * s, (round - 1) & 1);
-      copy_box_narrow<kTileM>(a_ring + s * kAStageBytes, p.A, p.ld_A, tile_m * kTileM, M,
-                              kt * kTileK, K, a_granule, ptid);
-      copy_box_narrow<kTileN>(b_ring + s * kBStageBytes, p.B, p.ld_B, tile_n * kTileN, N,
-                              kt * kTileK, K, b_granule, ptid);
+      if (ptid == 0 && tma_bytes != 0) {  // the one operand the copy engine takes (both: not here)
+        mbarrier_expect_tx(full + 8 * s, tma_bytes);
+        if (a_tma) {
+          tma_load_box(a_ring + s * kAStageBytes, &maps.A, full + 8 * s, kt * kTileK, tile_m * kTileM);
+        } else {
+          tma_load_box(b_ring + s * kBStageBytes, &maps.B, full + 8 * s, kt * kTileK, tile_n * kTileN);
+        }
+      }
+      if (!a_tma)
+        copy_box_narrow<kTileM>(a_ring + s * kAStageBytes, p.A, p.ld_A, tile_m * kTileM, M,
+                                kt * kTileK, K, a_granule, ptid);
+      if (!b_tma)
+        copy_box_narrow<kTileN>(b_ring + s * kBStageBytes, p.B, p.ld_B, tile_n * kTileN, N,
+                                kt * kTileK, K, b_granule, ptid);
       cp_async_commit();
       if (it >= kLag) {
         cp_async_wait<kLag>();
@@ -550,14 +565,17 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
   const unsigned full = smem_address(smem.mma0_ring_barriers());
   const unsigned empty = full + 8 * kStages;
   const unsigned turn = empty + 8 * kStages;
-  // The copy engine loads A and B unless their rows miss its 16-byte rules (the narrow entry
-  // point only; the launchers then leave their maps zero): every producer thread copies then.
+  // The copy engine loads A and B unless the rows of one miss its 16-byte rules (the narrow entry
+  // point only; the launchers then leave its map zero): every producer thread copies that one.
   const int a_granule = kNarrow ? copy_granule(p.A, p.ld_A) : 16;
   const int b_granule = kNarrow ? copy_granule(p.B, p.ld_B) : 16;
   const bool tma_loads = a_granule == 16 && b_granule == 16;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full + 8 * s, tma_loads ? 1 : kWarpgroupThreads);
+      // the copy engine's arrival, or the producer warpgroup's (with the copy engine's for one
+      // operand that meets its rules: see produce_narrow)
+      const bool one_tma = a_granule == 16 || b_granule == 16;
+      mbarrier_init(full + 8 * s, tma_loads ? 1 : kWarpgroupThreads + (one_tma ? 1 : 0));
       mbarrier_init(empty + 8 * s, kPingpong ? 1 : 2);
     }
     if (kPingpong) {
@@ -571,8 +589,8 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
   if (tid < kWarpgroupThreads) {  // the producer: one thread walks the CTA's tiles and k tiles
     setmaxnreg_dec<kProducerRegisters>();
     if (!tma_loads) {
-      produce_narrow(p, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n, k_tiles,
-                     a_granule, b_granule, tid);
+      produce_narrow(p, maps, a_ring, b_ring, full, empty, M, N, K, tiles, tiles_m, tiles_n,
+                     k_tiles, a_granule, b_granule, tid);
     } else if (tid == 0) {
       int it = 0;  // the ring position over every tile of this CTA
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {

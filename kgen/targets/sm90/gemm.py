@@ -353,20 +353,30 @@ def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
     if mn_major:
         return f"smem_descriptor_mn({stage}{rows} + 16 * 128 * kk)"
     return f"smem_descriptor({stage}{rows} + 32 * kk)"
+def _whole_loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: str,
+                 first: str, shared: bool, mn_major: bool) -> list[str]:
+    """The loads of one operand's k tile by a CTA without a cluster (the narrow entry point's):
+    its boxes; for the operand a cluster shares (its box half the tile's rows), both halves."""
+    if not shared:
+        return [_tma_load(plan, operand, ring, stage_bytes, first, mn_major, rows)]
+    assert not mn_major, "a cluster shares K-major operands only (warp_specialized.refuse)"
+    return [_tma_load(plan, operand, ring, stage_bytes, first),
+            _tma_load(plan, operand, f"{ring} + {stage_bytes} / 2", stage_bytes,
+                      f"{first} + {rows} / 2")]
+
+
 def _loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: str, first: str,
            shared: bool, mn_major: bool) -> list[str]:
     """The producer's loads of one operand's k tile: its boxes, or for the (K-major) operand a
     cluster shares, this CTA's half multicast to every CTA (the narrow entry point, without a
     cluster, loads both halves itself)."""
+    whole = _whole_loads(plan, operand, ring, stage_bytes, rows, first, shared, mn_major)
     if not shared:
-        return [_tma_load(plan, operand, ring, stage_bytes, first, mn_major, rows)]
-    assert not mn_major, "a cluster shares K-major operands only (warp_specialized.refuse)"
+        return whole
     half_bytes, half_rows = f"{stage_bytes} / 2", f"{rows} / 2"
     mask = f"0x{(1 << plan.schedule.cluster_size) - 1:x}"
     return ["if constexpr (kNarrow) {  // no cluster: both halves of the tile",
-            "  " + _tma_load(plan, operand, ring, stage_bytes, first),
-            "  " + _tma_load(plan, operand, f"{ring} + {half_bytes}", stage_bytes,
-                             f"{first} + {half_rows}"),
+            *("  " + line for line in whole),
             "} else {  // this CTA's half, into every CTA of the cluster",
             "  " + _tma_load(plan, operand, f"{ring} + rank * ({half_bytes})", stage_bytes,
                              f"{first} + rank * ({half_rows})", multicast=mask),
@@ -511,10 +521,11 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
-        a_load=_loads(plan, g.a.param, "a_ring", "kAStageBytes", "kTileM", "tile_m * kTileM",
-                      multicast == "a", a_mn),
-        b_load=_loads(plan, g.b.param, "b_ring", "kBStageBytes", "kTileN", "tile_n * kTileN",
-                      multicast == "b", b_mn),
+        **{f"{w}_load{suffix}": loads(plan, param, f"{w}_ring", f"k{W}StageBytes", f"kTile{mn}",
+                                      f"tile_{mn.lower()} * kTile{mn}", multicast == w, major)
+           for loads, suffix in ((_loads, ""), (_whole_loads, "_whole"))
+           for w, W, mn, param, major in (("a", "A", "M", g.a.param, a_mn),
+                                          ("b", "B", "N", g.b.param, b_mn))},
         a_mn=a_mn, b_mn=b_mn,
         mn_descriptor=a_mn or b_mn,
         wgmma_trans=f"{int(a_mn)}, {int(b_mn)}",
