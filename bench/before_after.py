@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -37,6 +38,15 @@ ROUNDS = 3
 NARROW_CASES = [("gemm", "sm_90a"), ("gemm_bias_relu", "sm_90a")]
 NARROW_SHAPES = [(4096, 4096, 4092), (4096, 4096, 4094), (4096, 4096, 4095), (1000, 1000, 100),
                  (2048, 8192, 1020)]
+
+
+def _mapped(source: str) -> set[str]:
+    """The parameters a .cu's TensorMaps struct holds a map of (none on sm_80)."""
+    start = source.find("struct alignas(64) TensorMaps {")
+    if start < 0:
+        return set()
+    body = source[start:source.index("};", start)]
+    return set(re.findall(r"unsigned long long (\w+)\[16\];", body))
 
 
 def main() -> int:
@@ -80,6 +90,11 @@ def main() -> int:
         # the plan of that file: the same fields and maps (no narrow entry point before it)
         plan = built.plan if opts.narrow else dataclasses.replace(
             built.plan, schedule=dataclasses.replace(built.plan.schedule, narrow=False))
+        # and its tensor maps: a later plan may map more (C, staged since: ReuseSmemC)
+        mapped = _mapped(source)
+        plan = dataclasses.replace(plan, schedule=dataclasses.replace(
+            plan.schedule, tensor_maps=tuple(m for m in plan.schedule.tensor_maps
+                                             if m.param in mapped)))
         old = CompiledKernel(plan, compile_cubin(source, plan.name, info.arch).cubin,
                              source=source)
         kernel = built.kernel

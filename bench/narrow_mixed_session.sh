@@ -80,3 +80,17 @@ PY
     --print-limit 6 python3 /tmp/old_check.py >"$OUT/memcheck_before.log" 2>&1
   echo "the commit before's gemm_b_row exit $? : $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_before.log")"
 fi
+if [ "$PART" = final ]; then  # issue 16's figures from one visit: the gelu table, aligned shapes
+  echo "== the gelu table (bench/splitk_gelu.py)"
+  timeout 330 python3 bench/splitk_gelu.py --json "$OUT/gelu.json" 2>&1 | grep -v Warning | tee "$OUT/gelu.log"
+  echo "== aligned shapes against the .cu before issue 16 (bench/before_after.py)"
+  timeout 200 python3 bench/before_after.py --rounds 3 --json "$OUT/before_after.json" 2>&1 \
+    | grep -v Warning | sed 's/ (errors.*//' | tee "$OUT/before_after.log"
+fi
+if [ "$PART" = narrow ]; then  # the final narrow producer against the commit before
+  timeout 300 python3 bench/before_after.py --narrow --baseline narrow_mixed --rounds 3 \
+    --kernels gemm,gemm_bias_relu,gemm_b_row \
+    --shapes 4096x4096x4092,4096x4096x4094,4096x4096x4095,1000x1000x100,2048x8192x1020,3000x5000x1002,512x11008x4100 \
+    --json "$OUT/before_after_narrow.json" 2>&1 | grep -v Warning | sed 's/ (errors.*//' \
+    | tee "$OUT/before_after_narrow.log"
+fi

@@ -3,7 +3,8 @@
 The one-gemm examples, compiled for sm_80 and for sm_90a, take every size of the shapes issue.
 Arguments that miss the fast entry point's alignment or size rules run the narrow one, and the
 Python launcher (bind_arguments) and the .cu's own launcher (params_reason / narrow_reason,
-built with nvcc on the host) make the same choice, for the same reason."""
+built with nvcc on the host) make the same choice, for the same reason. Without nvcc (CI), the
+same two functions, cut out of the .cu, are built with the host's C++ compiler."""
 from __future__ import annotations
 
 import functools
@@ -152,3 +153,51 @@ def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):
             assert bool(narrow) == bool(python), (plan.name, m, n, k, narrow, python)
             if narrow:
                 assert narrow.split(": ", 1)[1] == python.split(": ", 1)[1], (narrow, python)
+
+
+# ---- the same checks built with the host's C++ compiler (CI has no nvcc) ----
+GXX = shutil.which("g++") or shutil.which("c++")
+
+
+def _host_checks_text(source: str, plan) -> str:
+    """The .cu's params struct and its {ns}::params_reason / narrow_reason, cut out as plain C++
+    (the 16-bit element types are stubbed once for every kernel): the text can_implement and
+    the launcher run."""
+    start = source.index(f"struct {plan.name}_params {{")
+    struct = source[start:source.index("};", start) + 2]
+    functions = []
+    for name in ("params_reason", "narrow_reason"):
+        head = source.index(f"static const char* {name}(const {plan.name}_params& p) {{")
+        functions.append(source[head:source.index("\n}\n", head) + 3])
+    return "\n".join([struct, f"namespace {plan.name}_kgen {{", *functions, "}"])
+
+
+@pytest.mark.skipif(GXX is None, reason="needs a C++ compiler on PATH")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_emitted_checks_accept_every_size(arch, tmp_path):
+    """The emitted can_implement's argument checks (params_reason) accept every size of the
+    shapes issue, and narrow_reason picks the entry point Python picks: the .cu's own text,
+    compiled by the host compiler, without nvcc or a GPU."""
+    import subprocess
+
+    parts = ["#include <cstdio>", "struct __half { unsigned short x; };",
+             "struct __nv_bfloat16 { unsigned short x; };"]
+    body, plans = [], []
+    for i, kernel in enumerate(KERNELS):
+        built = _built(kernel, arch)
+        parts.append(_host_checks_text(built.source, built.plan))
+        body += _probe(built.plan, i)
+        plans.append(built.plan)
+    (tmp_path / "probe.cpp").write_text("\n".join(
+        [*parts, "int main() {", *body, "  return 0;", "}", ""]))
+    build = subprocess.run([GXX, "-std=c++17", "-Wall", "-Werror", "probe.cpp", "-o", "probe"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, timeout=60)
+    printed = dict(line.split("|", 1) for line in run.stdout.splitlines())
+    assert len(printed) == len(KERNELS) * len(SIZES)
+    for plan in plans:
+        for m, n, k in SIZES:
+            hard, narrow = printed[f"{plan.name} {m}x{n}x{k}"].split("|")
+            assert hard == "", (plan.name, m, n, k, hard)
+            assert bool(narrow) == _expected_narrow(plan, m, n, k), (plan.name, m, n, k, narrow)
