@@ -1,8 +1,11 @@
 """Diagnostic: the sm_90a narrow producer's K-major box loop (copy_box_granule) as emitted
-(`#pragma unroll 1`) against the same text with the loop unrolled 4 times, which NVRTC compiles
-without spills. Same plan, same inputs, timed in alternation (CUDA events, the median, inputs
-rotated past L2) beside torch.matmul, both checked against a float32 reference first. A text
-edit, for a decision only: the .cu kgen writes is not changed by it.
+against the same text with the loop unrolled further and, for a full unroll, the narrow entry
+point's producer given 56 registers (its consumers 224), which NVRTC compiles without spills.
+Same plan, same inputs, timed in alternation (CUDA events, the median, inputs rotated past L2)
+beside torch.matmul, each checked against a float32 reference first. A text edit, for a
+decision only: the .cu kgen writes is not changed by it. (Its first run compared the emitted
+`unroll 1` with unroll 4 (bench/logs/narrow_mixed/narrow_unroll.log); its second, the emitted
+unroll 4 with 8 and 16 (narrow_unroll_2.log). kgen now emits unroll 8.)
 
     bash .gpu/device-run.sh python3 bench/prototypes/narrow_unroll.py
 """
@@ -18,8 +21,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from hopper_gemm import alloc, check, make_inputs  # noqa: E402
 
-LOOP = ("#pragma unroll 1  // unrolled, the box's copies spill the producer's registers\n"
-        "  for (int i = 0; i < kRows / 16; ++i)")
+LOOP = ("#pragma unroll 8  // these passes' copies in flight at once, each with its own "
+        "registers\n  for (int i = 0; i < kRows / 16; ++i)")
+# (label, unroll, producer registers, consumer registers) of the narrow entry point
+VARIANTS = [("unroll 8", 8, None, None), ("unroll 4", 4, None, None),
+            ("unroll 16, 56/224 regs", 16, 56, 224)]
 SHAPES = [(4096, 4096, 4092), (4096, 4096, 4094), (1000, 1000, 100), (3000, 5000, 1002)]
 REFERENCES = {
     "gemm": lambda torch: (lambda A, B: A.float() @ B.float()),
@@ -44,9 +50,15 @@ def main() -> int:
         built = api.build_file(ROOT / "examples" / f"{name}.kg", "sm_90a")
         plan, kernel = built.plan, built.kernel
         variants = {}
-        for label, unroll in (("unroll 1", 1), ("unroll 4", 4)):
-            source = built.source.replace(LOOP, LOOP.replace("unroll 1", f"unroll {unroll}"))
+        for label, unroll, producer, consumer in VARIANTS:
             assert LOOP in built.source
+            source = built.source.replace(LOOP, LOOP.replace("unroll 8", f"unroll {unroll}"))
+            if producer:
+                source = source.replace(
+                    "setmaxnreg_dec<kProducerRegisters>();",
+                    f"setmaxnreg_dec<kNarrow ? {producer} : kProducerRegisters>();").replace(
+                    "setmaxnreg_inc<kConsumerRegisters>();",
+                    f"setmaxnreg_inc<kNarrow ? {consumer} : kConsumerRegisters>();")
             result = compile_cubin(source, plan.name, info.arch)
             print(name, label, parse_ptxas_report(result.log, plan.narrow_kernel))
             variants[label] = CompiledKernel(plan, result.cubin, source=source)

@@ -493,7 +493,7 @@ __device__ __forceinline__ void copy_box_granule(unsigned stage, const void* src
   const int col_bytes = min(max((cols - col) * 2, 0), 16);
   const unsigned short* from = static_cast<const unsigned short*>(src) + (row0 + r) * ld + col;
   const unsigned to = stage + r * 128 + (c ^ r % 8) * 16;  // (r + 16 i) % 8 == r % 8
-#pragma unroll 4  // four rows' copies in flight (each pass's own registers); fully unrolled, they spill
+#pragma unroll 8  // these passes' copies in flight at once, each with its own registers
   for (int i = 0; i < kRows / 16; ++i)
     copy_chunk_granule<kGranule>(to + i * 16 * 128, from + i * 16 * ld, src,
                                  row0 + r + 16 * i < rows ? col_bytes : 0);
