@@ -36,7 +36,7 @@ kernel {name} {{
   scalar alpha : f32 = 1.5
   scalar beta : f32 = 0.5
   gemm g = A @ B accumulate f32 {{
-    tile {tile}  warps 2x4  stages {stages}
+    tile {tile}  warps 2x4  stages {stages}{cluster}
     epilogue {{ D = {expr} }}
   }}
 }}
@@ -58,6 +58,13 @@ KERNELS = [
      lambda t, a: t.nn.functional.gelu(t.matmul(a["A"], a["B"]) + a["bias"])),
 ]
 VARIANTS = {"s3 whole tile": ("128x256x64", 3), "s4 epilogue tile": ("128x256x64", 4)}
+# more Schedule values, for --variants: clusters sharing B (2x1) on either ring
+MORE = {"s4 cluster 2x1": ("128x256x64", 4, "2x1"), "s3 cluster 2x1": ("128x256x64", 3, "2x1"),
+        "s4 no C prefetch": ("128x256x64", 4)}
+# a diagnostic text edit, for a decision only: the epilogue tile's staged C without its boxes'
+# L2 prefetch during the mainloop (the emitted line cut)
+PREFETCH_LINE = ("    for (int b = kStagesD; b < kFragM * (kTileN / 64); ++b) "
+                 "prefetch_staged_box(b);\n")
 
 
 def _gelu(x):
@@ -66,9 +73,11 @@ def _gelu(x):
 
 
 def kernel_of(label, dt, expr, stages_tile, ir, parse):
-    tile, stages = stages_tile
-    name = "et_" + "".join(ch for ch in label if ch.isalnum()) + f"_s{stages}"
-    kernel = parse(HEAD.format(name=name, dt=dt, expr=expr, tile=tile, stages=stages),
+    tile, stages, cluster = (*stages_tile, None)[:3]
+    name = ("et_" + "".join(ch for ch in label if ch.isalnum()) + f"_s{stages}"
+            + (f"_c{cluster.replace('x', '')}" if cluster else ""))
+    kernel = parse(HEAD.format(name=name, dt=dt, expr=expr, tile=tile, stages=stages,
+                               cluster=f"  cluster {cluster}" if cluster else ""),
                    f"{name}.kg").kernels[0]
     used = {"A", "B", "D"} | {p for p in ("C", "bias", "scale", "alpha", "beta") if p in expr}
     return dataclasses.replace(kernel, params=tuple(p for p in kernel.params if p.name in used))
@@ -90,7 +99,13 @@ def main() -> int:
     parser.add_argument("--kernels", nargs="*", default=None, help="labels to run (default all)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--variants", nargs="*", default=None,
+                        help=f"labels of {[*VARIANTS, *MORE]} (default: the first two)")
     opts = parser.parse_args()
+    if opts.variants:
+        every = {**VARIANTS, **MORE}
+        VARIANTS.clear()
+        VARIANTS.update({v: every[v] for v in opts.variants})
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     stream = torch.cuda.current_stream().cuda_stream
@@ -103,7 +118,11 @@ def main() -> int:
             plan = lower(kernel)
             g = plan.schedule.gemms[0]
             made = dict(source_name="bench.kg", source_hash="", command="bench/epilogue_tile.py")
-            built = Built(kernel, plan, emit(plan, **made), emit_header(plan, **made))
+            source = emit(plan, **made)
+            if variant.endswith("no C prefetch"):
+                assert PREFETCH_LINE in source or g.staged_input is None, variant
+                source = source.replace(PREFETCH_LINE, "")
+            built = Built(kernel, plan, source, emit_header(plan, **made))
             compiled[label, variant] = (kernel, kgen.api.load_built(built))
             print(f"{label:26s} {variant:17s} stages {g.stages} store {g.store.name} stages_d "
                   f"{g.stages_d} staged input {g.staged_input} vectors {g.staged_vectors} "

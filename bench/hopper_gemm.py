@@ -27,13 +27,21 @@ def variants(kernel, ir):
     """The schedules measured, as Schedule values of the same kernel: (label, kernel)."""
     g = kernel.gemms[0]
 
-    def with_(schedule, tile, stages):
+    def with_(schedule, tile, stages, cluster=None):
         gemm = dataclasses.replace(g, tile=ir.TileShape(*tile, loc=g.tile.loc),
-                                   stages=ir.StageCount(stages, loc=g.stages.loc))
+                                   stages=ir.StageCount(stages, loc=g.stages.loc),
+                                   cluster=cluster and ir.ClusterShape(*cluster, loc=g.tile.loc))
         return dataclasses.replace(kernel, gemms=(gemm,), schedule=schedule, target=ir.Arch.SM90A)
 
-    return [("cooperative 128x256 s3", with_(None, (128, 256, 64), 3)),
-            ("cooperative 128x128 s5", with_(None, (128, 128, 64), 5)),
+    # the builder's default first (128x256 on 4 stages, the epilogue tile where the staging does
+    # not fit whole; 3 stages where the epilogue reads C), then clusters on it
+    c_first = any(p.name == "C" for p in kernel.params)
+    return [("cooperative 128x256 s4", with_(None, (128, 256, 64), 4)),
+            ("cooperative 128x256 s3", with_(None, (128, 256, 64), 3)),
+            ("128x256 s%d cluster 2x1" % (3 if c_first else 4),
+             with_(None, (128, 256, 64), 3 if c_first else 4, (2, 1))),
+            ("128x256 s%d cluster 1x2" % (3 if c_first else 4),
+             with_(None, (128, 256, 64), 3 if c_first else 4, (1, 2))),
             ("pingpong 128x128 s5", with_(ir.Schedule.PINGPONG, (128, 128, 64), 5))]
 
 

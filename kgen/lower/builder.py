@@ -46,20 +46,8 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
             chained=a is None,
             reductions=bool(g.epilogue.reductions),
             fused=not all(isinstance(s, ir.Store) and isinstance(s.value, ir.Acc)
-                          for s in g.epilogue.stmts),
-            reads_c=_reads_tensor(g.epilogue.stmts)))
+                          for s in g.epilogue.stmts)))
     return tuple(out)
-
-
-def _reads_tensor(node) -> bool:
-    """Whether epilogue statements or expressions read an input of the output's shape."""
-    if isinstance(node, ir.TensorLoad):
-        return True
-    if isinstance(node, tuple):
-        return any(_reads_tensor(x) for x in node)
-    if dataclasses.is_dataclass(node) and not isinstance(node, ir.SourceLoc):
-        return any(_reads_tensor(getattr(node, f.name)) for f in dataclasses.fields(node))
-    return False
 
 
 def fill(kernel: ir.Kernel, config: Config) -> tuple[ir.Kernel, tuple[LineChoice, ...]]:

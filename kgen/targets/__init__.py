@@ -165,7 +165,6 @@ class GemmShape:
     chained: bool = False
     reductions: bool = False
     fused: bool = False  # the epilogue does more than store the accumulator (ops, inputs)
-    reads_c: bool = False  # the epilogue reads an input shaped like the output (C)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from kgen.api import build
-from kgen.lower import builder
 from kgen.parse import parse
 from kgen.plan import KernelKind, StorePath
 
@@ -117,13 +116,20 @@ def test_inspect_shows_the_epilogue_tile():
     assert rows["g epilogue tile"] == "the consumer's whole tile"
 
 
-def test_the_builder_takes_four_stages_unless_the_epilogue_reads_c():
+def test_the_builder_takes_four_stages_with_or_without_c():
     bare = _built(lines="").plan.schedule.gemms[0]
     assert (bare.stages, bare.stages_d) == (4, 2)
     with_c = _built(lines="", epilogue="alpha * acc + C").plan.schedule.gemms[0]
-    assert (with_c.stages, with_c.stages_d, with_c.staged_input) == (3, 0, "C")
-    kernel = parse(_source(lines="", epilogue="alpha * acc + C"), "k.kg").kernels[0]
-    assert builder.shapes(kernel)[0].reads_c
+    assert (with_c.stages, with_c.stages_d, with_c.staged_input) == (4, 2, "C")
+
+
+def test_c_boxes_past_the_buffers_are_prefetched_into_l2_when_c_is_larger_than_l2():
+    source = _built(lines="", epilogue="alpha * acc + C").source
+    line = next(x for x in source.splitlines() if "// its other boxes into L2" in x)
+    assert "static_cast<long long>(p.M) * p.N * sizeof(*p.C) >= (64ll << 20)" in line
+    assert "prefetch_staged_box(b);" in source
+    assert "cp.async.bulk.prefetch.tensor.2d.L2.global.tile" in source
+    assert "prefetch_staged_box" not in _built(lines="").source
 
 
 @pytest.mark.parametrize("variant", ["row", "col", "pingpong", "global_c"])

@@ -29,7 +29,10 @@ from . import schedules
 WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 4
     # stages first, with the epilogue tile's staging (two boxes per consumer; 3 stages hold the
     # whole tile's): the mainloop waited on a ring of 3 (1093.5 against 1036.5 cycles per k
-    # tile at 4096^3 on an H100, bench/RESULTS.md); 3 first where the epilogue reads C (ws_tiles)
+    # tile at 4096^3 on an H100, bench/RESULTS.md). Also where the epilogue reads C: with C's
+    # later boxes prefetched into L2, 4 stages ran relu(alpha*acc + beta*C + bias[col]) 1.044x
+    # the matmul's time at 8192x8192x4096 against 1.064x on 3, and 1.048x against 1.038x at
+    # 8192^3 (H100, bench/logs/issue15_h100/c_prefetch.log)
     ((128, 256, 64), (4, 3)),
     # three 64-column boxes: fewer idle SMs in the last wave where 256-column tiles leave it
     # part empty (6144x5120: 960 tiles of 128x256 are 7.3 waves of 132, 1296 of 128x192 9.8)
@@ -72,7 +75,7 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
         return chain(shapes)
     shape = shapes[0]
     cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
-                   for tile, stages in ws_tiles(shape) for s in stages]
+                   for tile, stages in WS_TILES for s in stages]
     pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG, WHY_PINGPONG)
                 for tile, stages in PINGPONG_TILES for s in stages]
     k = common.known(shape.k, sizes)
@@ -86,19 +89,6 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
                 and not few_tiles(c.gemms[0].tile, shape, sizes)]
         own += split_configs(shape, sizes) + stream_configs(shape, sizes)
     return own + common.one_gemm(shape, sizes, wide)
-
-
-def ws_tiles(shape: GemmShape) -> tuple:
-    """WS_TILES, where the epilogue reads C with 128x256 on 3 stages first (C whole in the
-    tile's staging) and then 4 (C's boxes in the epilogue tile's buffers, each later one
-    loaded once the box before it has left). On an H100, relu(alpha*acc + beta*C + bias[col])
-    ran 1.098x the matmul's time on 3 stages and 1.057x on 4 at 4096^3, 1.168x and 1.106x at
-    6144x5120x3072, but 1.039x and 1.098x at 8192^3, the size issue 15 measures
-    (bench/RESULTS.md); `kgen tune` times both."""
-    if not shape.reads_c:
-        return WS_TILES
-    return tuple((tile, tuple(sorted(stages)) if tile[1] == 256 else stages)
-                 for tile, stages in WS_TILES)
 
 
 def few_tiles(tile: tuple[int, int, int], shape: GemmShape, sizes: Mapping[str, int]) -> bool:
