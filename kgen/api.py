@@ -148,18 +148,20 @@ def compile_source(source: str, name: str, arch: str | None = None, **options):
 
 def load_built(built: Built, *, device: int | None = None,
                extra_options: Mapping[str, Any] | None = None):
-    """Compile a built kernel for the present GPU and load it. Spills or local memory in
-    ptxas' report are a KgenResourceWarning."""
+    """Compile a built kernel for the present GPU and load it: its fast entry point now, a
+    narrow one on the first launch that needs it (nvrtc.FAST_ENTRY_ONLY). Spills or local
+    memory in ptxas' report are a KgenResourceWarning."""
     from .runtime.device import device_info
     from .runtime.launch import CompiledKernel
-    from .runtime.nvrtc import compile_cubin, warn_resources
+    from .runtime.nvrtc import compile_cubin, fast_entry_options, warn_resources
 
     info = device_info(device)
+    extra = dict(extra_options or {})
     result = compile_cubin(built.source, built.plan.name, info.arch,
-                           extra_options=extra_options or {})
+                           extra_options={**extra, **fast_entry_options(built.plan.narrow_kernel)})
     warn_resources(result, stacklevel=3)  # spills and local memory: kgen.runtime.nvrtc
     return CompiledKernel(built.plan, result.cubin, source=built.source, compiled=result,
-                          device_id=info.device_id)
+                          device_id=info.device_id, narrow_compiled=False, extra_options=extra)
 
 
 def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | None = None, *,

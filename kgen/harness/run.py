@@ -210,7 +210,7 @@ def run(
     reference when `check`, time it (and PyTorch doing the same) when `bench`."""
     from ..runtime.device import activate, current_device_id
     from ..runtime.launch import CompiledKernel
-    from ..runtime.nvrtc import compile_cubin, warn_resources
+    from ..runtime.nvrtc import compile_cubin, fast_entry_options, warn_resources
 
     say = progress or (lambda message: None)
     require_gpu("kgen run")
@@ -221,10 +221,12 @@ def run(
 
     if compiled is None:
         say(f"compiling {plan.name} for {info.arch} with NVRTC")
-        result = compile_cubin(source, plan.name, info.arch)
+        # the fast entry point; a narrow one compiles on the launch that needs it
+        result = compile_cubin(source, plan.name, info.arch,
+                               extra_options=fast_entry_options(plan.narrow_kernel))
         warn_resources(result)
         compiled = CompiledKernel(plan, result.cubin, source=source, compiled=result,
-                                  device_id=device_id)
+                                  device_id=device_id, narrow_compiled=False)
     result = compiled.compiled
     compile_info = {"seconds": result.seconds, "cached": result.cached,
                     **result.resources()} if result is not None else {}

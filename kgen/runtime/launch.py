@@ -382,7 +382,8 @@ class CompiledKernel:
     """
 
     def __init__(self, plan: KernelPlan, cubin: bytes, *, source: str | None = None,
-                 compiled=None, device_id: int | None = None):
+                 compiled=None, device_id: int | None = None, narrow_compiled: bool = True,
+                 extra_options: Mapping[str, Any] | None = None):
         from .device import (activate, can_run, check, current_device_id, device_info,
                              driver_refusal, driver_version)
 
@@ -421,8 +422,13 @@ class CompiledKernel:
         )
         # Reductions: a small kernel sets their outputs to the identity before each launch
         # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
-        # The narrow entry point: the arguments that miss the fast one's alignment rules
-        self._narrow_function = self._helper_function(plan.narrow_kernel)
+        # The narrow entry point: the arguments that miss the fast one's alignment rules. A
+        # module of the fast entry point alone (narrow_compiled False: nvrtc.FAST_ENTRY_ONLY)
+        # compiles it from `source`, with `extra_options`, on the first launch that needs it.
+        self._extra_options = dict(extra_options or {})
+        self._narrow_function = (self._helper_function(plan.narrow_kernel) if narrow_compiled
+                                 else None)
+        self._narrow_object = None
         self._init_function = self._helper_function(plan.init_kernel)
         self._finalize_function = self._helper_function(plan.finalize_kernel)
         # Split-K: a kernel sums the CTAs' partials from the workspace and runs the epilogue
@@ -436,15 +442,7 @@ class CompiledKernel:
         # Launches may come from several threads: the caches below change under this lock.
         self._lock = threading.Lock()
         for function in (self._function, self._narrow_function):
-            if plan.smem_bytes > DEFAULT_SMEM_LIMIT and function is not None:
-                check(
-                    driver.cuFuncSetAttribute(
-                        function,
-                        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        plan.smem_bytes,
-                    ),
-                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-                )
+            self._allow_smem(function)
         self._maps: dict[tuple, ctypes.Array] = {}  # TMA stores: the output's tensor maps
         self._check_abi()
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
@@ -485,6 +483,53 @@ class CompiledKernel:
         config.attrs = [attribute]
         config.numAttrs = 1
         return config
+
+    def _allow_smem(self, function) -> None:
+        """Lets `function` (an entry point of the plan's) launch with the plan's shared memory."""
+        if self.plan.smem_bytes <= DEFAULT_SMEM_LIMIT or function is None:
+            return
+        from cuda.bindings import driver
+
+        from .device import check
+
+        check(
+            driver.cuFuncSetAttribute(
+                function,
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.plan.smem_bytes,
+            ),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+        )
+
+    def _narrow_entry(self):
+        """The narrow entry point's function; where the module holds the fast entry point
+        alone, compiled (the whole source) and loaded by the first launch that needs it."""
+        if self._narrow_function is None:
+            with self._lock:
+                if self._narrow_function is None:
+                    self._narrow_function = self._compile_narrow()
+        return self._narrow_function
+
+    def _compile_narrow(self):
+        from cuda.bindings import driver
+        from cuda.core import ObjectCode
+
+        from .device import check, device_info
+        from .nvrtc import compile_cubin, warn_resources
+
+        name = self.plan.narrow_kernel
+        if self.source is None:
+            raise KgenRuntimeError(
+                f"{self.plan.name}: these arguments need {name}, which its module lacks, and "
+                "no source was given to compile it from")
+        result = compile_cubin(self.source, name, device_info(self.device_id).arch,
+                               extra_options=self._extra_options)
+        warn_resources(result, stacklevel=5)
+        self._narrow_object = ObjectCode.from_cubin(result.cubin, name=name)
+        kernel = self._narrow_object.get_kernel(name)
+        function = check(driver.cuKernelGetFunction(kernel.handle), f"cuKernelGetFunction({name})")
+        self._allow_smem(function)
+        return function
 
     def _helper_function(self, name: str | None):
         if name is None:
@@ -654,7 +699,7 @@ class CompiledKernel:
                                     bound.sizes, pointers, stream)
             return
         gx, gy, gz = bound.grid
-        function = self._narrow_function if bound.narrow else self._function
+        function = self._narrow_entry() if bound.narrow else self._function
         if self.plan.schedule.cluster_size > 1 and not bound.narrow:
             (err,) = driver.cuLaunchKernelEx(self._cluster_config(gx, stream), function,
                                              ctypes.addressof(pointers), 0)

@@ -23,6 +23,9 @@ class Job:
     source: str
     name: str  # the kernel's name in the source
     arch: str  # NVRTC's arch: sm_80, sm_90a
+    # the fast entry point alone (nvrtc.FAST_ENTRY_ONLY: a narrow one compiles when a timed
+    # launch needs it, CompiledKernel)
+    fast_entry_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +60,12 @@ class Compiled:
 
 def compile_job(job: Job) -> Compiled:
     """Compile one job (in a worker process, or inline)."""
-    from ..runtime.nvrtc import compile_cubin
+    from ..runtime.nvrtc import FAST_ENTRY_ONLY, compile_cubin
 
     started = time.perf_counter()
+    options = {"define_macro": FAST_ENTRY_ONLY} if job.fast_entry_only else {}
     try:
-        result = compile_cubin(job.source, job.name, job.arch)
+        result = compile_cubin(job.source, job.name, job.arch, extra_options=options)
     except KgenRuntimeError as err:
         return Compiled(job.index, seconds=time.perf_counter() - started, error=str(err))
     return Compiled(job.index, cubin=result.cubin, registers=result.registers,

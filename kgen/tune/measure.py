@@ -59,8 +59,10 @@ class GpuBench:
     def load(self, candidate: Candidate, compiled: Compiled):
         from ..runtime.launch import CompiledKernel
 
+        # the tuner compiles the fast entry point alone (compile.Job.fast_entry_only)
         return CompiledKernel(candidate.plan, compiled.cubin, source=candidate.source,
-                              device_id=self.device_id)
+                              device_id=self.device_id,
+                              narrow_compiled=candidate.plan.narrow_kernel is None)
 
     def time(self, loaded, iters: int) -> Timing:
         timing = time_compiled(loaded, self.sets, self.scalars, self.stream, iters=iters,

@@ -687,10 +687,14 @@ attention_bwd_storage(const __grid_constant__ attention_bwd_storage_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(128, 1)
 attention_bwd_storage_narrow(const __grid_constant__ attention_bwd_storage_params p) {
   attention_bwd_storage_kgen::kernel_body<true>(p);
 }
+#endif
 
 
 // ============================================================================================

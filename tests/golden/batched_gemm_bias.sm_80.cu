@@ -536,6 +536,9 @@ batched_gemm_bias(const __grid_constant__ batched_gemm_bias_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(256, 1)
 batched_gemm_bias_narrow(const __grid_constant__ batched_gemm_bias_params p) {
   using namespace batched_gemm_bias_kgen;
@@ -543,6 +546,7 @@ batched_gemm_bias_narrow(const __grid_constant__ batched_gemm_bias_params p) {
   const int ctas = ((p.M + kTileM - 1) / kTileM) * ((p.N + kTileN - 1) / kTileN);
   kernel_body<true>(at_batch(p, blockIdx.x / ctas), blockIdx.x % ctas);
 }
+#endif
 
 
 // ============================================================================================

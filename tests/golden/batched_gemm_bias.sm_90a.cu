@@ -830,7 +830,9 @@ batched_gemm_bias(const __grid_constant__ batched_gemm_bias_params p, const __gr
 }
 
 // The narrow entry point: any size and leading dimension (the copy engine loads only operands
-// that meet its rules; the output leaves as pairs).
+// that meet its rules; the output leaves as pairs). KGEN_FAST_ENTRY_ONLY (an NVRTC compile of
+// the device code only) leaves it out: kgen's runtime compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(384, 1)
 batched_gemm_bias_narrow(const __grid_constant__ batched_gemm_bias_params p, const __grid_constant__ batched_gemm_bias_kgen::TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -839,6 +841,7 @@ batched_gemm_bias_narrow(const __grid_constant__ batched_gemm_bias_params p, con
   __trap();
 #endif
 }
+#endif
 
 
 // ============================================================================================

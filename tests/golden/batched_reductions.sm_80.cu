@@ -732,6 +732,9 @@ batched_reductions(const __grid_constant__ batched_reductions_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(256, 1)
 batched_reductions_narrow(const __grid_constant__ batched_reductions_params p) {
   using namespace batched_reductions_kgen;
@@ -739,6 +742,7 @@ batched_reductions_narrow(const __grid_constant__ batched_reductions_params p) {
   const int ctas = ((p.M + kTileM - 1) / kTileM) * ((p.N + kTileN - 1) / kTileN);
   kernel_body<true>(at_batch(p, blockIdx.x / ctas), blockIdx.x % ctas);
 }
+#endif
 
 // Combines the CTAs' partial reductions in a fixed order (bit-identical run to run);
 // launched after the kernel above.

@@ -835,7 +835,9 @@ batched_reductions(const __grid_constant__ batched_reductions_params p, const __
 }
 
 // The narrow entry point: any size and leading dimension (the copy engine loads only operands
-// that meet its rules; the output leaves as pairs).
+// that meet its rules; the output leaves as pairs). KGEN_FAST_ENTRY_ONLY (an NVRTC compile of
+// the device code only) leaves it out: kgen's runtime compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(384, 1)
 batched_reductions_narrow(const __grid_constant__ batched_reductions_params p, const __grid_constant__ batched_reductions_kgen::TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -844,6 +846,7 @@ batched_reductions_narrow(const __grid_constant__ batched_reductions_params p, c
   __trap();
 #endif
 }
+#endif
 
 // Combines the CTAs' partial reductions in a fixed order (bit-identical run to run);
 // launched after the kernel above.

@@ -704,10 +704,14 @@ evt_colsum(const __grid_constant__ evt_colsum_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(256, 1)
 evt_colsum_narrow(const __grid_constant__ evt_colsum_params p) {
   evt_colsum_kgen::kernel_body<true>(p);
 }
+#endif
 
 // Sets every reduction output to its identity; launched before the kernel above.
 extern "C" __global__ void __launch_bounds__(256)

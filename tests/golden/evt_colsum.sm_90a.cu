@@ -799,7 +799,9 @@ evt_colsum(const __grid_constant__ evt_colsum_params p, const __grid_constant__ 
 }
 
 // The narrow entry point: any size and leading dimension (the copy engine loads only operands
-// that meet its rules; the output leaves as pairs).
+// that meet its rules; the output leaves as pairs). KGEN_FAST_ENTRY_ONLY (an NVRTC compile of
+// the device code only) leaves it out: kgen's runtime compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(384, 1)
 evt_colsum_narrow(const __grid_constant__ evt_colsum_params p, const __grid_constant__ evt_colsum_kgen::TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -808,6 +810,7 @@ evt_colsum_narrow(const __grid_constant__ evt_colsum_params p, const __grid_cons
   __trap();
 #endif
 }
+#endif
 
 // Sets every reduction output to its identity; launched before the kernel above.
 extern "C" __global__ void __launch_bounds__(256)

@@ -680,10 +680,14 @@ evt_softmax_stats(const __grid_constant__ evt_softmax_stats_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(256, 1)
 evt_softmax_stats_narrow(const __grid_constant__ evt_softmax_stats_params p) {
   evt_softmax_stats_kgen::kernel_body<true>(p);
 }
+#endif
 
 // Sets every reduction output to its identity; launched before the kernel above.
 extern "C" __global__ void __launch_bounds__(256)

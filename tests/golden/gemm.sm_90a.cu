@@ -732,7 +732,9 @@ gemm_bf16(const __grid_constant__ gemm_bf16_params p, const __grid_constant__ ge
 }
 
 // The narrow entry point: any size and leading dimension (the copy engine loads only operands
-// that meet its rules; the output leaves as pairs).
+// that meet its rules; the output leaves as pairs). KGEN_FAST_ENTRY_ONLY (an NVRTC compile of
+// the device code only) leaves it out: kgen's runtime compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(384, 1)
 gemm_bf16_narrow(const __grid_constant__ gemm_bf16_params p, const __grid_constant__ gemm_bf16_kgen::TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -741,6 +743,7 @@ gemm_bf16_narrow(const __grid_constant__ gemm_bf16_params p, const __grid_consta
   __trap();
 #endif
 }
+#endif
 
 
 // ============================================================================================

@@ -531,10 +531,14 @@ gemm_bias_relu(const __grid_constant__ gemm_bias_relu_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(256, 1)
 gemm_bias_relu_narrow(const __grid_constant__ gemm_bias_relu_params p) {
   gemm_bias_relu_kgen::kernel_body<true>(p);
 }
+#endif
 
 
 // ============================================================================================

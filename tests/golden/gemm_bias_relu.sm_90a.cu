@@ -836,7 +836,9 @@ gemm_bias_relu(const __grid_constant__ gemm_bias_relu_params p, const __grid_con
 }
 
 // The narrow entry point: any size and leading dimension (the copy engine loads only operands
-// that meet its rules; the output leaves as pairs).
+// that meet its rules; the output leaves as pairs). KGEN_FAST_ENTRY_ONLY (an NVRTC compile of
+// the device code only) leaves it out: kgen's runtime compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(384, 1)
 gemm_bias_relu_narrow(const __grid_constant__ gemm_bias_relu_params p, const __grid_constant__ gemm_bias_relu_kgen::TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -845,6 +847,7 @@ gemm_bias_relu_narrow(const __grid_constant__ gemm_bias_relu_params p, const __g
   __trap();
 #endif
 }
+#endif
 
 
 // ============================================================================================

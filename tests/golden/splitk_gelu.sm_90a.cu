@@ -517,10 +517,14 @@ splitk_gelu(const __grid_constant__ splitk_gelu_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(128, 1)
 splitk_gelu_narrow(const __grid_constant__ splitk_gelu_params p) {
   splitk_gelu_kgen::kernel_body<true>(p);
 }
+#endif
 
 // Split-K: sums the kSplitK partials of each output column pair in a fixed order
 // (bit-identical from run to run) and runs the epilogue once, element by element (any

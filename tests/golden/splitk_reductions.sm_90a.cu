@@ -666,10 +666,14 @@ splitk_reductions(const __grid_constant__ splitk_reductions_params p) {
 }
 
 // The narrow entry point: any size and leading dimension (element copies and accesses).
+// KGEN_FAST_ENTRY_ONLY (an NVRTC compile of the device code only) leaves it out: kgen's runtime
+// compiles it once a launch needs it.
+#if !(defined(__CUDACC_RTC__) && defined(KGEN_FAST_ENTRY_ONLY))
 extern "C" __global__ void __launch_bounds__(128, 1)
 splitk_reductions_narrow(const __grid_constant__ splitk_reductions_params p) {
   splitk_reductions_kgen::kernel_body<true>(p);
 }
+#endif
 
 // Sets every reduction output to its identity; launched before the kernel above.
 extern "C" __global__ void __launch_bounds__(256)

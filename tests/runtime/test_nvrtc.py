@@ -93,3 +93,24 @@ def test_resources_reported_on_every_real_compile(cache_dir, monkeypatch):
     reports = [compile_cubin(SCALE, "scale", "sm_80") for _ in range(3)]
     assert all(not r.cached and r.registers for r in reports)
     assert len({r.registers for r in reports}) == 1
+
+
+@pytest.mark.parametrize("example, arch", [("gemm_bias_relu", "sm_90a"), ("gemm", "sm_80")])
+def test_the_fast_entry_point_compiles_alone(cache_dir, example, arch):
+    """FAST_ENTRY_ONLY leaves the narrow entry point out of an NVRTC compile (the runtime
+    compiles it on the first launch that needs it); without it the module holds both."""
+    from pathlib import Path
+
+    from kgen.api import build_file
+    from kgen.runtime.nvrtc import fast_entry_options
+
+    built = build_file(Path(__file__).resolve().parents[2] / "examples" / f"{example}.kg", arch)
+    plan = built.plan
+    fast = compile_cubin(built.source, plan.name, arch,
+                         extra_options=fast_entry_options(plan.narrow_kernel))
+    assert parse_ptxas_report(fast.log, plan.name).get("registers")
+    assert f"'{plan.narrow_kernel}'" not in fast.log
+    whole = compile_cubin(built.source, plan.name, arch)
+    assert parse_ptxas_report(whole.log, plan.narrow_kernel).get("registers")
+    assert fast.cubin != whole.cubin
+    assert fast_entry_options(None) == {}
