@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from ..enums import DType, Layout, ParamKind, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan import FieldKind, KernelPlan, Param
+from .entries import allow_smem, compile_narrow, function_of
 from .outputs import infer_sizes, output_shapes, outputs_of
 from .tensors import DeviceArray, as_device_array
 
@@ -26,7 +27,6 @@ from .tensors import DeviceArray, as_device_array
 # a column count into bytes (x2), so every size stays below 2**30; offsets are 64-bit.
 MAX_SIZE = 2**30 - 1
 MAX_GRID = 2**31 - 1  # CTAs in gridDim.x
-DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel gets without opting in
 
 _SCALAR_CTYPES = {
     "int": ctypes.c_int32,
@@ -420,19 +420,19 @@ class CompiledKernel:
         self._function = check(
             driver.cuKernelGetFunction(self._kernel.handle), "cuKernelGetFunction"
         )
-        # Reductions: a small kernel sets their outputs to the identity before each launch
-        # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
         # The narrow entry point: the arguments that miss the fast one's alignment rules. A
         # module of the fast entry point alone (narrow_compiled False: nvrtc.FAST_ENTRY_ONLY)
         # compiles it from `source`, with `extra_options`, on the first launch that needs it.
         self._extra_options = dict(extra_options or {})
-        self._narrow_function = (self._helper_function(plan.narrow_kernel) if narrow_compiled
-                                 else None)
+        self._narrow_function = (function_of(self._object, plan.narrow_kernel)
+                                 if narrow_compiled else None)
         self._narrow_object = None
-        self._init_function = self._helper_function(plan.init_kernel)
-        self._finalize_function = self._helper_function(plan.finalize_kernel)
+        # Reductions: a small kernel sets their outputs to the identity before each launch
+        # (atomic mode), or combines the CTAs' partials after it (deterministic mode).
+        self._init_function = function_of(self._object, plan.init_kernel)
+        self._finalize_function = function_of(self._object, plan.finalize_kernel)
         # Split-K: a kernel sums the CTAs' partials from the workspace and runs the epilogue
-        self._split_function = self._helper_function(plan.split_kernel)
+        self._split_function = function_of(self._object, plan.split_kernel)
         # Deterministic reductions: a workspace per stream (launches on two streams may run at
         # once and must not share partials), grown on demand. A replaced one is kept, not freed:
         # a launch already enqueued may still use it, and waiting for it would break graph
@@ -442,7 +442,7 @@ class CompiledKernel:
         # Launches may come from several threads: the caches below change under this lock.
         self._lock = threading.Lock()
         for function in (self._function, self._narrow_function):
-            self._allow_smem(function)
+            allow_smem(function, plan.smem_bytes)
         self._maps: dict[tuple, ctypes.Array] = {}  # TMA stores: the output's tensor maps
         self._check_abi()
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
@@ -484,62 +484,15 @@ class CompiledKernel:
         config.numAttrs = 1
         return config
 
-    def _allow_smem(self, function) -> None:
-        """Lets `function` (an entry point of the plan's) launch with the plan's shared memory."""
-        if self.plan.smem_bytes <= DEFAULT_SMEM_LIMIT or function is None:
-            return
-        from cuda.bindings import driver
-
-        from .device import check
-
-        check(
-            driver.cuFuncSetAttribute(
-                function,
-                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                self.plan.smem_bytes,
-            ),
-            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-        )
-
     def _narrow_entry(self):
         """The narrow entry point's function; where the module holds the fast entry point
         alone, compiled (the whole source) and loaded by the first launch that needs it."""
         if self._narrow_function is None:
             with self._lock:
                 if self._narrow_function is None:
-                    self._narrow_function = self._compile_narrow()
+                    self._narrow_object, self._narrow_function = compile_narrow(
+                        self.plan, self.source, self.device_id, self._extra_options)
         return self._narrow_function
-
-    def _compile_narrow(self):
-        from cuda.bindings import driver
-        from cuda.core import ObjectCode
-
-        from .device import check, device_info
-        from .nvrtc import compile_cubin, warn_resources
-
-        name = self.plan.narrow_kernel
-        if self.source is None:
-            raise KgenRuntimeError(
-                f"{self.plan.name}: these arguments need {name}, which its module lacks, and "
-                "no source was given to compile it from")
-        result = compile_cubin(self.source, name, device_info(self.device_id).arch,
-                               extra_options=self._extra_options)
-        warn_resources(result, stacklevel=5)
-        self._narrow_object = ObjectCode.from_cubin(result.cubin, name=name)
-        kernel = self._narrow_object.get_kernel(name)
-        function = check(driver.cuKernelGetFunction(kernel.handle), f"cuKernelGetFunction({name})")
-        self._allow_smem(function)
-        return function
-
-    def _helper_function(self, name: str | None):
-        if name is None:
-            return None
-        from cuda.bindings import driver
-
-        from .device import check
-
-        kernel = self._object.get_kernel(name)
-        return check(driver.cuKernelGetFunction(kernel.handle), f"cuKernelGetFunction({name})")
 
     def _workspace_pointer(self, sizes: Mapping[str, int], stream: int) -> int:
         from .buffers import DeviceBuffer
