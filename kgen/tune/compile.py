@@ -23,9 +23,9 @@ class Job:
     source: str
     name: str  # the kernel's name in the source
     arch: str  # NVRTC's arch: sm_80, sm_90a
-    # the fast entry point alone (nvrtc.FAST_ENTRY_ONLY: a narrow one compiles when a timed
-    # launch needs it, CompiledKernel)
-    fast_entry_only: bool = False
+    # the kernel's narrow entry point, left out of the compile (nvrtc.fast_entry_options): it
+    # compiles when a timed launch needs it (CompiledKernel)
+    narrow_kernel: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +60,12 @@ class Compiled:
 
 def compile_job(job: Job) -> Compiled:
     """Compile one job (in a worker process, or inline)."""
-    from ..runtime.nvrtc import FAST_ENTRY_ONLY, compile_cubin
+    from ..runtime.nvrtc import compile_cubin, fast_entry_options
 
     started = time.perf_counter()
-    options = {"define_macro": FAST_ENTRY_ONLY} if job.fast_entry_only else {}
     try:
-        result = compile_cubin(job.source, job.name, job.arch, extra_options=options)
+        result = compile_cubin(job.source, job.name, job.arch,
+                               extra_options=fast_entry_options(job.narrow_kernel))
     except KgenRuntimeError as err:
         return Compiled(job.index, seconds=time.perf_counter() - started, error=str(err))
     return Compiled(job.index, cubin=result.cubin, registers=result.registers,

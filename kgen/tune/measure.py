@@ -59,7 +59,7 @@ class GpuBench:
     def load(self, candidate: Candidate, compiled: Compiled):
         from ..runtime.launch import CompiledKernel
 
-        # the tuner compiles the fast entry point alone (compile.Job.fast_entry_only)
+        # the tuner compiles the fast entry point alone (compile.Job.narrow_kernel)
         return CompiledKernel(candidate.plan, compiled.cubin, source=candidate.source,
                               device_id=self.device_id,
                               narrow_compiled=candidate.plan.narrow_kernel is None)

@@ -185,7 +185,7 @@ def tune(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, int], *, b
 def _compile(report: TuneReport, arch: str, workers: int, progress: Progress) -> None:
     by_index = {r.candidate.index: r for r in report.rows}
     jobs = [Job(r.candidate.index, r.candidate.source, r.candidate.plan.name, arch,
-                fast_entry_only=r.candidate.plan.narrow_kernel is not None)
+                narrow_kernel=r.candidate.plan.narrow_kernel)
             for r in report.rows]
     progress.phase("compile", len(jobs))
     started = time.perf_counter()

@@ -72,3 +72,16 @@ def test_default_workers_are_the_cores_this_process_may_use():
     expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else os.cpu_count()
     assert default_workers() == expected >= 1
+
+
+def test_a_candidate_compiles_its_fast_entry_point_alone(cache_dir):
+    """Job.narrow_kernel: the narrow entry point stays out of the tuner's compile (a timed
+    launch that needs it compiles it then); without it the module holds both."""
+    candidate = search_space(kernel_of(example_text("gemm_bias_relu")), Arch.SM90A, SIZES,
+                             limit=1).candidates[0]
+    narrow = candidate.plan.narrow_kernel
+    fast = compile_job(Job(0, candidate.source, candidate.plan.name, "sm_90a",
+                           narrow_kernel=narrow))
+    whole = compile_job(Job(1, candidate.source, candidate.plan.name, "sm_90a"))
+    assert fast.ok and whole.ok
+    assert f"'{narrow}'" not in fast.log and f"'{narrow}'" in whole.log
