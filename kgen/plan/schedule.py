@@ -134,6 +134,13 @@ class GemmSchedule:
     # and stored as soon as it is written. Smaller staging leaves room for a deeper ring.
     stages_d: int = 0
     why_stages_d: str = ""
+    # The fast entry point's epilogue walks each row of accumulator fragments in this many
+    # groups of 64 columns (8 fragments, one staging box), in a rolled loop: each group's
+    # fragments are copied out of acc by constant indices, so the EVT's code is emitted once
+    # per group's width, not once per fragment of the tile. 1: one unrolled walk. For an EVT
+    # whose inlined code is long (erff, tanhf): NVRTC's time grows with the code it inlines.
+    epilogue_groups: int = 1
+    why_epilogue_groups: str = ""
 
 
 def staged_vector_buffer(gemm: str, param: str) -> str:
@@ -340,6 +347,10 @@ class Schedule:
                 rows.append((f"{g.name} epilogue tile",
                              f"64x64, {g.stages_d} staging boxes per consumer" if g.stages_d
                              else "the consumer's whole tile", g.why_stages_d))
+            if g.why_epilogue_groups:
+                rows.append((f"{g.name} epilogue groups",
+                             f"{g.epilogue_groups} of 64 columns, rolled" if g.epilogue_groups > 1
+                             else "one unrolled walk", g.why_epilogue_groups))
             if g.why_staged_vectors:
                 rows.append((f"{g.name} epilogue vectors",
                              ", ".join(g.staged_vectors) or "from global memory",

@@ -352,6 +352,22 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[32][4], unsigned long lo
       : "l"(a), "l"(b), "r"(1));
 }
 
+// Group `grp` of a row of accumulator fragments (kGroup of them, from kGroup * grp on) into
+// `frag`, for the epilogue's rolled loop over groups (GemmSchedule.epilogue_groups): grp is
+// that loop's counter, and each case copies by constant indices, so acc stays in registers.
+template <int kGroup, int kFrags>
+__device__ __forceinline__ void select_group(const float (&acc)[kFrags][4], int grp, float (&frag)[kGroup][4]) {
+#pragma unroll
+  for (int c = 0; c < kFrags / kGroup; ++c) {
+    if (grp == c) {
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) frag[j][e] = acc[c * kGroup + j][e];
+    }
+  }
+}
+
 // Tile `tile` of the CTA's walk: consecutive tiles sweep kGroupM tile rows before moving along N.
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
   const int per_group = kGroupM * tiles_n;
@@ -592,17 +608,23 @@ __device__ __forceinline__ void kernel_body(const evt_multi_output_params& p, co
     // 2 * (lane % 4) and the next one.
     #pragma unroll
     for (int i = 0; i < kFragM; ++i) {
+    #pragma unroll 1  // 4 groups of fragments: the EVT's code once per group's width
+      for (int grp = 0; grp < 4; ++grp) {
+        float frag[kFragN / 4][4];
+        select_group(acc[i], grp, frag);
     #pragma unroll
-      for (int j = 0; j < kFragN; ++j) {
-        const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4;
-        const int col = n0 + j * 8 + (lane % 4) * 2;
-        const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
-        if (col < N) {
-          if (row < M) {
-            mma0_epilogue<kNarrow>(p, row, col, both, acc[i][j][0], acc[i][j][1]);
-          }
-          if (row + 8 < M) {
-            mma0_epilogue<kNarrow>(p, row + 8, col, both, acc[i][j][2], acc[i][j][3]);
+        for (int jl = 0; jl < kFragN / 4; ++jl) {
+          const int j = grp * (kFragN / 4) + jl;
+          const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4;
+          const int col = n0 + j * 8 + (lane % 4) * 2;
+          const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
+          if (col < N) {
+            if (row < M) {
+              mma0_epilogue<kNarrow>(p, row, col, both, frag[jl][0], frag[jl][1]);
+            }
+            if (row + 8 < M) {
+              mma0_epilogue<kNarrow>(p, row + 8, col, both, frag[jl][2], frag[jl][3]);
+            }
           }
         }
       }

@@ -413,6 +413,24 @@ __device__ __forceinline__ void stmatrix_x4(unsigned address, const unsigned (&p
                "r"(pieces[0]), "r"(pieces[1]), "r"(pieces[2]), "r"(pieces[3]));
 }
 
+// A box of the staging to the output by this warpgroup's threads, 16-bit element by element:
+// for a tile whose last columns end inside a 16-byte chunk, which the copy engine cannot write
+// without writing past them. Box row r, column c goes to base[(row0 + r) * ld + col0 + c] where
+// it lies inside rows x cols (a column-major output's boxes are transposed: it passes its
+// columns as rows). Rolled: the epilogue above it is the kernel's only copy of the EVT.
+__device__ __forceinline__ void copy_box_out(void* base, long long ld, unsigned box, int row0, int col0,
+                                             int rows, int cols) {
+#pragma unroll 1
+  for (int e = threadIdx.x % kWarpgroupThreads; e < 64 * 64; e += kWarpgroupThreads) {
+    const int r = e / 64, c = e % 64;
+    if (row0 + r < rows && col0 + c < cols) {
+      unsigned short value;
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(value) : "r"(box + staging_offset(r, c)));
+      static_cast<unsigned short*>(base)[static_cast<long long>(row0 + r) * ld + col0 + c] = value;
+    }
+  }
+}
+
 // The inverse: four 8x8 pieces from shared memory, each lane's pairs where stmatrix_x4 takes them.
 __device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned (&pieces)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -677,10 +695,9 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
     // issued halfway through the mainloop (mainloop_staged), or here when K has no k tile
     const auto load_staged = [&]() {
       // C's tile into this consumer's output staging by the copy engine, during the mainloop
-      // (the epilogue reads it there, then writes the output over it). Only tiles that leave through
-      // the staging: a tile whose last columns end inside a 16-byte chunk reads C from global memory.
+      // (the epilogue reads it there, then writes the output over it).
       if constexpr (!kNarrow) {
-        if (tid % kWarpgroupThreads == 0 && (n0 + kTileN <= N || N % 8 == 0)) {
+        if (tid % kWarpgroupThreads == 0) {
           const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
           bulk_wait_read();  // the copy engine has read this consumer's last tile out of the staging
           mbarrier_expect_tx(input_full + 8 * consumer, kStagingBytes);
@@ -759,10 +776,11 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       warpgroup_barrier(consumer);  // the epilogue reads them
       // D through the copy engine: this consumer's staging takes its rows as 64x64 boxes (128-byte
       // swizzle), then one thread stores each box with cp.async.bulk.tensor. The copy engine writes
-      // whole 16-byte chunks: a tile whose last columns end inside one (N not a multiple of 8) stores
-      // its pairs from registers instead.
-      if (n0 + kTileN <= N || N % 8 == 0) {
+      // whole 16-byte chunks: a tile whose last columns end inside one (N not a multiple of 8) is copied
+      // out of the staging by the warpgroup's threads instead.
+      {
         const unsigned staging = smem_address(smem.mma0_d_staging()) + consumer * kStagingBytes;
+        const bool whole_chunks = n0 + kTileN <= N || N % 8 == 0;  // the copy engine may store this tile
         // C's tile has landed in the staging (loaded once the copy engine had read the last tile out)
         mbarrier_wait(input_full + 8 * consumer, input_phase);
         input_phase ^= 1;
@@ -792,29 +810,22 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
         }
         fence_proxy_async();  // written through the generic proxy, read by the copy engine
         warpgroup_barrier(consumer);
-        if (tid % kWarpgroupThreads == 0) {
+        if (whole_chunks) {
+          if (tid % kWarpgroupThreads == 0) {
       #pragma unroll
-          for (int i = 0; i < kFragM; ++i)
+            for (int i = 0; i < kFragM; ++i)
       #pragma unroll
-            for (int box = 0; box < kTileN / 64; ++box)
-              tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
-          bulk_commit();
-        }
-      } else {
-      #pragma unroll
-        for (int i = 0; i < kFragM; ++i) {
-      #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4 + 8 * h;
-      #pragma unroll
-            for (int j = 0; j < kFragN; ++j) {
-              const int col = n0 + j * 8 + (lane % 4) * 2;
-              if (row < M && col < N) {
-                const unsigned pair = mma0_epilogue_packed(p, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1], *reinterpret_cast<const unsigned*>(p.C + static_cast<long long>(row) * p.ld_C + col), sv_bias, n0);
-                *reinterpret_cast<unsigned*>(p.D + static_cast<long long>(row) * p.ld_D + col) = pair;
-              }
-            }
+              for (int box = 0; box < kTileN / 64; ++box)
+                tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
+            bulk_commit();
           }
+        } else {
+      #pragma unroll 1
+          for (int b = 0; b < kFragM * (kTileN / 64); ++b) {
+            const int i = b / (kTileN / 64), box = b % (kTileN / 64);
+            copy_box_out(p.D, p.ld_D, staging + b * kStagingBoxBytes, m0 + row0 + i * 64, n0 + box * 64, M, N);
+          }
+          warpgroup_barrier(consumer);  // the tile is read out of the staging
         }
       }
     }

@@ -46,7 +46,10 @@ def test_a_column_major_output_leaves_through_the_copy_engine_transposed():
     assert "transposed" in d.why
     src = built.source
     assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src
-    assert "if (m0 + kTileM <= M || M % 8 == 0) {" in src  # whole 16-byte chunks of rows
+    # whole 16-byte chunks of rows, else the tile is copied out of the staging, transposed
+    assert "const bool whole_chunks = m0 + kTileM <= M || M % 8 == 0;" in src
+    assert "copy_box_out(p.D, p.ld_D, staging + b * kStagingBoxBytes, n0 + box * 64, " \
+           "m0 + row0 + i * 64, N, M);  // transposed" in src
     assert "tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, " \
            "m0 + row0 + i * 64, n0 + box * 64);" in src
     (align,) = [a for a in built.plan.alignments if a.param == "D"]
@@ -77,7 +80,8 @@ def test_a_c_of_the_other_layout_is_read_from_global_memory(d, c):
 
 def test_a_row_major_output_is_staged_as_before():
     src = _built(d="row", c="row").source
-    assert ".trans" not in src and "if (n0 + kTileN <= N || N % 8 == 0) {" in src
+    assert ".trans" not in src
+    assert "const bool whole_chunks = n0 + kTileN <= N || N % 8 == 0;" in src
 
 
 @pytest.mark.parametrize("variant", ["bare", "cooperative", "pingpong", "batched", "c_row",

@@ -59,7 +59,8 @@ def test_cooperative_stages_every_vector_a_slice_per_consumer():
     assert "__bfloat162float(sv_scale[row - tile_row0])" in src
     assert "const float* sv_bias, const __half* sv_hb, const __nv_bfloat16* sv_scale, " \
            "int tile_col0, int tile_row0)" in src
-    assert src.count(", sv_bias, sv_hb, sv_scale, n0, m0 + row0)") == 2  # both call sites
+    # one call site: the staging's walk (a tile the copy engine cannot store is copied out)
+    assert src.count(", sv_bias, sv_hb, sv_scale, n0, m0 + row0)") == 1
     # the narrow entry point's epilogue still reads global memory
     assert "load_pair<kNarrow>(p.bias + col, both)" in src
     assert "held_scale[e] = p.scale[m0 + row0 + at];" in src

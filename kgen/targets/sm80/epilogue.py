@@ -41,11 +41,11 @@ def _combine(r: ReductionPlan, half: str) -> list[str]:
 
 
 def _call(g: GemmPlan, row: str, regs: tuple[int, int], half: str, narrow: bool,
-          params: str = "p") -> list[str]:
+          params: str = "p", frag: str = "acc[i][j]") -> list[str]:
     reds = g.epilogue.reductions
     args = "".join(f", red{r.index}_0, red{r.index}_1" for r in reds)
     fn, both = (f"{g.name}_epilogue<kNarrow>", ", both") if narrow else (f"{g.name}_epilogue", "")
-    call = f"{fn}({params}, {row}, col{both}, acc[i][j][{regs[0]}], acc[i][j][{regs[1]}]{args});"
+    call = f"{fn}({params}, {row}, col{both}, {frag}[{regs[0]}], {frag}[{regs[1]}]{args});"
     if not reds:
         return [call]
     decls = [f"float red{r.index}_0, red{r.index}_1;" for r in reds]
@@ -74,36 +74,47 @@ def partial_lines(g: GemmPlan) -> list[str]:
 
 
 def pair_loop(g: GemmPlan, row: str, col: str, narrow: bool = False,
-              params: str = "p") -> list[str]:
+              params: str = "p", groups: int = 1) -> list[str]:
     """One epilogue call per accumulator pair acc[i][j] (kFragM x kFragN m16n8 tiles) whose
     row (`row`: its expression for lane / 4 of tile i) and column (`col`, of tile j) are in
     the output, combining the reductions' partials. `narrow`: the kernel body's kNarrow
     instantiation may see an odd N, so each call is told whether the pair's second column is
     in the output (always, in the fast instantiation). `params`: the arguments the epilogue
-    reads (a persistent kernel's: its tile's batch of them)."""
-    both = ["    const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N"
+    reads (a persistent kernel's: its tile's batch of them). `groups` > 1: each row of
+    fragments in that many groups, a rolled loop (GemmSchedule.epilogue_groups)."""
+    both = ["const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N"
             ] if narrow else []
-    return [
-        "// Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns",
-        "// 2 * (lane % 4) and the next one.",
-        "#pragma unroll",
-        "for (int i = 0; i < kFragM; ++i) {",
-        "#pragma unroll",
-        "  for (int j = 0; j < kFragN; ++j) {",
-        f"    const int row = {row};",
-        f"    const int col = {col};",
+    frag = "frag[jl]" if groups > 1 else "acc[i][j]"
+    body = [
+        f"const int row = {row};",
+        f"const int col = {col};",
         *both,
-        "    if (col < N) {",
-        "      if (row < M) {",
-        *[f"        {x}" for x in _call(g, "row", (0, 1), "0", narrow, params)],
-        "      }",
-        "      if (row + 8 < M) {",
-        *[f"        {x}" for x in _call(g, "row + 8", (2, 3), "1", narrow, params)],
-        "      }",
-        "    }",
+        "if (col < N) {",
+        "  if (row < M) {",
+        *[f"    {x}" for x in _call(g, "row", (0, 1), "0", narrow, params, frag)],
+        "  }",
+        "  if (row + 8 < M) {",
+        *[f"    {x}" for x in _call(g, "row + 8", (2, 3), "1", narrow, params, frag)],
         "  }",
         "}",
     ]
+    lines = ["// Thread (lane / 4, lane % 4) of each m16n8 tile holds rows g and g + 8, columns",
+             "// 2 * (lane % 4) and the next one.",
+             "#pragma unroll",
+             "for (int i = 0; i < kFragM; ++i) {"]
+    if groups == 1:
+        return lines + ["#pragma unroll", "  for (int j = 0; j < kFragN; ++j) {",
+                        *[f"    {x}" for x in body], "  }", "}"]
+    width = f"kFragN / {groups}"
+    return lines + [
+        f"#pragma unroll 1  // {groups} groups of fragments: the EVT's code once per group's width",
+        f"  for (int grp = 0; grp < {groups}; ++grp) {{",
+        f"    float frag[{width}][4];",
+        "    select_group(acc[i], grp, frag);",
+        "#pragma unroll",
+        f"    for (int jl = 0; jl < {width}; ++jl) {{",
+        f"      const int j = grp * ({width}) + jl;",
+        *[f"      {x}" for x in body], "    }", "  }", "}"]
 
 
 def split_partial_lines(row: str = "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",

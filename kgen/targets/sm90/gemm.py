@@ -58,9 +58,14 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     if plan.schedule.split_k > 1:  # the unit's partial sums; <kernel>_splitk runs the epilogue
         return head + sm80_epilogue.split_partial_lines(
             "m0 + row0 + i * 64 + warp * 16 + lane / 4", "n0 + j * 8 + (lane % 4) * 2", params)
+    groups = plan.schedule.gemm(g.name).epilogue_groups
+    if plan.schedule.gemm(g.name).stages_d and groups > 1 and groups != g.tile[1] // 64:
+        raise ValueError(f"{g.name}: the epilogue tile's groups are its {g.tile[1] // 64} boxes, "
+                         f"not {groups}")
     pairs = (sm80_epilogue.partial_lines(g)
              + sm80_epilogue.pair_loop(g, "m0 + row0 + i * 64 + warp * 16 + lane / 4",
-                                       "n0 + j * 8 + (lane % 4) * 2", narrow=True, params=params)
+                                       "n0 + j * 8 + (lane % 4) * 2", narrow=True, params=params,
+                                       groups=groups)
              + reduction_lines(plan, g, params))
     if plan.schedule.gemm(g.name).store is not StorePath.TMA:
         return head + pairs
@@ -68,22 +73,14 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     out, col = packed.param, packed.layout is Layout.COL
     batched_out = plan.param(out).batch is not None
     c = plan.schedule.gemm(g.name).staged_input
-    # the staged input's pair where a tile does not leave through the staging: from global
-    # memory (its rows, or columns, are 16-byte aligned in the fast entry point)
-    global_staged = ""
-    if c and col:
-        global_staged = f", load_pair_col({params}.{c}, {params}.ld_{c}, row, col)"
-    elif c:
-        global_staged = (f", *reinterpret_cast<const unsigned*>({params}.{c} + "
-                         f"static_cast<long long>(row) * {params}.ld_{c} + col)")
     staged = render_lines("sm90/gemm_tma_store.inc.j2", out=out,
                           staging=f"{g.name}_d_staging", name=g.name, params=params,
                           store_box="tma_store_box_3d" if batched_out else "tma_store_box",
                           store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "",
-                          staged=c or "", global_staged=global_staged, col=col,
+                          staged=c or "", col=col,
                           whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
                           reads_memory=staging_reads_memory(plan, g),
-                          stages_d=plan.schedule.gemm(g.name).stages_d)
+                          stages_d=plan.schedule.gemm(g.name).stages_d, groups=groups)
     staged = vector_writes(plan, g) + staged
     return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
@@ -181,9 +178,9 @@ def vector_args(plan: KernelPlan, g: GemmPlan) -> str:
 
 
 def whole_chunks(col: bool) -> str:
-    """When a tile leaves through the staging: the copy engine writes whole 16-byte chunks of
-    the contiguous dimension, so a tile whose last columns (rows, column-major) end inside one
-    stores its pairs from registers instead."""
+    """When the copy engine may store a tile from the staging: it writes whole 16-byte chunks
+    of the contiguous dimension, so a tile whose last columns (rows, column-major) end inside
+    one is copied out of the staging by the consumer's threads instead (copy_box_out)."""
     if col:
         return "m0 + kTileM <= M || M % 8 == 0"
     return "n0 + kTileN <= N || N % 8 == 0"
@@ -210,8 +207,7 @@ def _staged_input_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
                   prefetch_box="tma_prefetch_box_3d" if batched else "tma_prefetch_box",
                   prefetch_when=_prefetch_when(plan, c),
                   load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
-                  cluster=plan.schedule.cluster_size > 1, col=col,
-                  whole_chunks=whole_chunks(col), stages_d=gs.stages_d)
+                  cluster=plan.schedule.cluster_size > 1, col=col, stages_d=gs.stages_d)
     lines = render_lines("sm90/staged_input.inc.j2", **values)
     # the epilogue tile's loads of one box each, here and in the epilogue
     boxes = render_lines("sm90/staged_input_box.inc.j2", **values) if gs.stages_d else []
@@ -508,6 +504,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
         stages_d=schedule.gemm(g.name).stages_d,
+        epilogue_groups=schedule.gemm(g.name).epilogue_groups,
         stmatrix=staged,  # the staging written by stmatrix
         stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",

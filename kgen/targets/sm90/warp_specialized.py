@@ -43,6 +43,7 @@ from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandP
                      VectorLoad, WarpRole, staged_vector_buffer)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
+from .epilogue_groups import epilogue_groups
 from .tensor_map import STAGING_BOX
 
 WARPGROUP = 128
@@ -378,6 +379,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         if staged is not None:
             maps.append(staging_map(staged, draft.dtypes[staged], out.layout, g, store=False,
                                     why="loaded into the consumers' staging as 64x64 boxes"))
+    groups, why_groups = epilogue_groups(g, draft.split_k, store)
     gemm = GemmSchedule(
         name=g.name, mma=Mma.WGMMA_SS,
         a=operand_schedule(g.a, "A", TILE_M, shared_by=cluster[1]),
@@ -390,7 +392,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         staged_input_late=staged is not None,
         staged_vectors=vectors, why_staged_vectors=why_vectors, stages_d=stages_d,
         why_stages_d=("" if store is not StorePath.TMA else
-                      WHY_EPILOGUE_TILE if stages_d else WHY_WHOLE_TILE))
+                      WHY_EPILOGUE_TILE if stages_d else WHY_WHOLE_TILE),
+        epilogue_groups=groups, why_epilogue_groups=why_groups)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
                     why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
