@@ -22,6 +22,7 @@ from .. import ir, targets
 from ..errors import KgenError
 from ..plan import KernelKind, KernelPlan, LineChoice
 from ..targets import Config, GemmConfig, GemmShape, Instruction, Target, configs
+from .epilogue import stores_one_16bit_tensor
 
 WHY_TUNED = "tuned:"  # how the why of each line of a tuned configuration starts
 _SCHEDULES = {KernelKind.PINGPONG: ir.Schedule.PINGPONG,
@@ -46,7 +47,8 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
             chained=a is None,
             reductions=bool(g.epilogue.reductions),
             fused=not all(isinstance(s, ir.Store) and isinstance(s.value, ir.Acc)
-                          for s in g.epilogue.stmts)))
+                          for s in g.epilogue.stmts),
+            pairs=not stores_one_16bit_tensor(kernel, g.epilogue)))
     return tuple(out)
 
 

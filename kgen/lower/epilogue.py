@@ -142,6 +142,18 @@ class _Builder:
         return plan.PackedStore(store.param, store.dtype, store.layout)
 
 
+def stores_one_16bit_tensor(kernel: ir.Kernel, epilogue: ir.Epilogue) -> bool:
+    """The source's view of EpilogueBuilder.packed_store, for the builder before any plan: the
+    epilogue stores one 16-bit tensor and nothing else (no second output, no reduction, no
+    feed of a chain's next gemm, whose target is a gemm)."""
+    stores = [s for s in epilogue.stmts if isinstance(s, ir.Store)]
+    if len(stores) != 1 or epilogue.reductions:
+        return False
+    param = kernel.param(stores[0].target)
+    return (param is not None and param.kind is ir.ParamKind.TENSOR
+            and param.dtype.nbytes == 2)
+
+
 def inline_lets(epilogue: ir.Epilogue) -> list[tuple[ir.Store, ir.Expr]]:
     """The stores of `epilogue`, each with its value as one tree (no LocalRef left)."""
     env: dict[str, ir.Expr] = {}

@@ -165,6 +165,8 @@ class GemmShape:
     chained: bool = False
     reductions: bool = False
     fused: bool = False  # the epilogue does more than store the accumulator (ops, inputs)
+    # its output leaves as pairs from registers: it stores more or other than one 16-bit tensor
+    pairs: bool = False
 
 
 @dataclass(frozen=True, slots=True)

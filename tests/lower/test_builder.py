@@ -256,3 +256,40 @@ def test_the_runtime_sizes_count_every_batch():
     assert builder.sized(kernel, sm90, dict(L=1, M=128, N=4096, K=4096)).label == \
         "128x64x64 w2x4 s6 split 2"
     assert builder.sized(kernel, sm90, dict(M=128, N=4096, K=4096)) is None  # L unknown
+
+
+def _example(name: str) -> ir.Kernel:
+    (path,) = [p for p in EXAMPLES if p.name == name]
+    return bare(path)
+
+
+def test_sm90a_takes_pingpong_first_where_the_output_leaves_as_pairs():
+    """Two outputs (or an f32 one) leave as pairs from registers, the longest epilogue: ping-pong
+    128x128 on 4 stages hides it (kgen/targets/sm90/configs.py, PINGPONG_PAIRS_STAGES)."""
+    plan = lower(_example("evt_multi_output.kg"), ir.Arch.SM90A)
+    assert plan.schedule.kind is KernelKind.PINGPONG
+    assert plan.gemms[0].tile == (128, 128, 64) and plan.gemms[0].stages == 4
+    chosen = {c.line: c.why for c in plan.schedule.chosen}
+    assert "the output leaves as pairs from registers" in chosen["schedule"]
+    sm90 = target(ir.Arch.SM90A)
+    # the runtime sizes keep it: no 128x192 cooperative tile at 6144x5120x3072
+    assert builder.sized(_example("evt_multi_output.kg"), sm90,
+                         dict(M=6144, N=5120, K=3072)) is None
+
+
+@pytest.mark.parametrize("name", ["evt_softmax_stats.kg", "gemm_bias_relu.kg",
+                                  "gemm_gelu_rowscale.kg", "gemm.kg"])
+def test_sm90a_keeps_the_cooperative_tile_for_one_16bit_output_or_reductions(name):
+    plan = lower(_example(name), ir.Arch.SM90A)
+    assert plan.schedule.kind is KernelKind.COOPERATIVE
+    assert plan.gemms[0].tile == (128, 256, 64)
+
+
+def test_an_f32_output_leaves_as_pairs_under_pingpong():
+    f32 = gemm(arch="sm_90a")
+    f32 = dataclasses.replace(f32, params=tuple(
+        dataclasses.replace(p, dtype=ir.DType.F32) if p.name == "D" else p for p in f32.params))
+    shape = builder.shapes(f32)[0]
+    assert shape.pairs and not builder.shapes(gemm(arch="sm_90a"))[0].pairs
+    plan = lower(f32, ir.Arch.SM90A)
+    assert plan.schedule.kind is KernelKind.PINGPONG and plan.gemms[0].stages == 4

@@ -6,7 +6,8 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
               or B, i.e. a column-major A or a row-major B, loads by 64-column boxes: each tile
               N here is a multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
-              (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md). The
+              (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md); so
+              does an output that leaves as pairs from registers, on 4 stages first. The
               tuner's wide list adds the cooperative ones of tile N 192 and 256 on clusters of
               2x1 and 1x2 CTAs (the builder keeps 1x1), and, where the runtime sizes give fewer
               output tiles than SMs, split-K on the cooperative kernel.
@@ -41,6 +42,15 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     ((128, 64, 64), (8, 6)),
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
+# Ping-pong first, on 4 stages first, where the output leaves as pairs from registers (two
+# outputs, an f32 one) and nothing reduces: that epilogue is the longest, and one consumer's
+# runs under the other's mainloop. On an H100 (bench/logs/heavy_epilogues/pairs_pingpong.log,
+# 4096^3, 8192x8192x4096, 2048^3, 6144x5120x3072) ping-pong 128x128 s4 ran Z, D = gelu(-z) * z
+# 7-16% faster than the cooperative 128x256 s4, Z = acc, D = relu(acc + bias[col]) 4-11%, and
+# an f32 D = acc + bias[col] 2-12% faster at three sizes, 1.4% slower at 4096^3; geometric mean
+# 0.920x the time (5 stages: 0.941x; 6: slower at 8 of 12). Where the output goes through the
+# staging, ping-pong lost at all ten heavy-EVT runs (heavy_epilogues.log).
+PINGPONG_PAIRS_STAGES = (4, 5, 6)
 WS_SPLIT_TILES = (((128, 128, 64), 5, (2, 4, 8)), ((128, 64, 64), 6, (2, 4, 8, 16, 32, 64)))
 SMALL_K = 1024
 CLUSTERS = ((2, 1), (1, 2))  # the tuner's clusters beside 1x1 (the builder keeps 1x1)
@@ -56,6 +66,9 @@ WHY_WS_SPLIT = ("split-K on the cooperative kernel: the runtime sizes give fewer
                 "than SMs")
 WHY_PINGPONG = ("ping-pong: two consumer warpgroups on alternate tiles, one's epilogue under "
                 "the other's mainloop (a fixed K of at most 1024: few k tiles per tile)")
+WHY_PINGPONG_PAIRS = ("ping-pong: two consumer warpgroups on alternate tiles, one's epilogue "
+                      "under the other's mainloop (the output leaves as pairs from registers: "
+                      "the longest epilogue)")
 WHY_CHAIN_PINGPONG = ("ping-pong over resident B: producer warps stream A through a ring, two "
                       "consumer warpgroups run the whole chain on 64-row tiles of their own")
 WHY_CHAIN_WGMMA = "the resident chain on wgmma, 128-row tiles on two warpgroups"
@@ -76,10 +89,14 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     shape = shapes[0]
     cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
                    for tile, stages in WS_TILES for s in stages]
-    pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG, WHY_PINGPONG)
-                for tile, stages in PINGPONG_TILES for s in stages]
+    pairs = shape.pairs and not shape.reductions
+    pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG,
+                       WHY_PINGPONG_PAIRS if pairs else WHY_PINGPONG)
+                for tile, stages in PINGPONG_TILES
+                for s in (PINGPONG_PAIRS_STAGES if pairs else stages)]
     k = common.known(shape.k, sizes)
-    own = pingpong + cooperative if k is not None and k <= SMALL_K else cooperative + pingpong
+    first = pairs or k is not None and k <= SMALL_K
+    own = pingpong + cooperative if first else cooperative + pingpong
     if not wide:
         own = [c for c in own if c.schedule is None or c is own[0]]
     own = common.fitting_first(own, shape, sizes)
@@ -206,6 +223,7 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         fewer than 66     split-K on the cooperative kernel: S the widest power of two that
         128x256 tiles     keeps S x tiles within the SMs and 16 k tiles per part, on 128x128
                           tiles where each part keeps 32 k tiles, else on 128x64 tiles
+        pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
         otherwise         the cooperative tile of SIZED_TILES with the least waves x tile area
                           x its cost per element (128x256 where it ties); where that is
                           128x256, K at most 1024 and the epilogue fused (more than D = acc),
@@ -248,6 +266,9 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           why=f"{WHY_SIZED} {few} tile{'s' * (few > 1)} of 128x256 leave SMs "
                           f"idle: 128x{tile_n} tiles, split-K {split} ({tiles(tile_n) * split} "
                           "units)")
+
+    if shape.pairs and not shape.reductions:
+        return None  # the builder's ping-pong (PINGPONG_PAIRS_STAGES)
 
     def cost(tile_n: int, per_element: float) -> float:
         return -(-tiles(tile_n) // common.SMS) * 128 * tile_n * per_element
