@@ -37,22 +37,5 @@ if [ "$PART" = all ] || [ "$PART" = bench ]; then
   echo "== the B2B example"
   timeout 120 python3 bench/b2b_bench.py 2>&1 | grep -v -i warn | tail -20 | tee "$OUT/b2b_example.log"
   echo "== NVRTC, the fast entry point alone, each example for sm_90a (fastest of 3, empty caches)"
-  python3 - <<'PY' 2>&1 | tee "$OUT/compile_times.log"
-import tempfile, time
-from pathlib import Path
-from kgen.api import build_file
-from kgen.runtime.cache import CompileCache
-from kgen.runtime.nvrtc import compile_cubin, fast_entry_options
-for example in ("gemm", "gemm_bias_relu", "evt_multi_output", "evt_softmax_stats", "gemm_gelu_rowscale"):
-    built = build_file(Path("examples") / f"{example}.kg", "sm_90a")
-    runs = []
-    for _ in range(3):
-        cache = CompileCache(Path(tempfile.mkdtemp()))
-        started = time.perf_counter()
-        compile_cubin(built.source, built.plan.name, "sm_90a", cache=cache,
-                      extra_options=fast_entry_options(built.plan.narrow_kernel))
-        runs.append(time.perf_counter() - started)
-    groups = built.plan.schedule.gemms[0].epilogue_groups
-    print(f"{example} sm_90a NVRTC, fast entry alone: {min(runs):.2f} s (epilogue groups {groups})")
-PY
+  python3 bench/compile_times.py 2>&1 | tee "$OUT/compile_times.log"
 fi
