@@ -187,7 +187,9 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
 @pytest.mark.parametrize("sizes, label", [
     (dict(M=4096, N=4096, K=4096), None),  # 512 tiles of 128x256: 3.9 waves, the default's
     (dict(M=6144, N=5120, K=3072), "128x192x64 w2x4 s4"),  # 960 tiles: 7.3 waves; 1296: 9.8
-    (dict(M=128, N=4096, K=4096), "128x64x64 w2x4 s6 split 2"),  # 16 tiles; parts of 32 k
+    (dict(M=128, N=4096, K=4096), "128x64x64 w2x4 s8"),  # 16 tiles, but 64 k tiles: no split
+    (dict(M=64, N=8192, K=4096), "128x64x64 w2x4 s8"),  # 128 tiles of 128x64: one wave
+    (dict(M=128, N=4096, K=8192), "128x128x64 w2x4 s5 split 4"),  # 128 k tiles: parts of 32
     (dict(M=256, N=2048, K=16384), "128x128x64 w2x4 s5 split 4"),  # parts of 64 k tiles
     (dict(M=1024, N=1024, K=1024), "128x64x64 w2x4 s8"),  # 16 k tiles: too few to split
     (dict(M=96, N=12288, K=4096), "128x128x64 w2x4 s6"),  # 96 tiles: one wave
@@ -241,7 +243,7 @@ def test_a_fused_epilogue_at_a_short_k_takes_pingpong():
 def test_the_runtime_sizes_count_every_batch():
     """A batched kernel's tiles are L x one batch's: 4096 batches of 64x128 fill 31 waves of
     128x256 tiles (each mostly empty) or of 128x128 ones, which the wave model prefers; one
-    batch of 128x4096x4096 splits K."""
+    batch of 128x4096x16384 splits K."""
     batched = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
                     .replace("f16[M, K]", "f16[L, M, K]").replace("f16[K, N]", "f16[L, K, N]")
                     .replace("f16[M, N]", "f16[L, M, N]"), "t.kg")
@@ -253,8 +255,8 @@ def test_the_runtime_sizes_count_every_batch():
     # the same tiles at K = 2048: cooperative
     assert builder.sized(kernel, sm90, dict(L=4096, M=64, N=128, K=2048)).label == \
         "128x128x64 w2x4 s6"
-    assert builder.sized(kernel, sm90, dict(L=1, M=128, N=4096, K=4096)).label == \
-        "128x64x64 w2x4 s6 split 2"
+    assert builder.sized(kernel, sm90, dict(L=1, M=128, N=4096, K=16384)).label == \
+        "128x128x64 w2x4 s5 split 4"
     assert builder.sized(kernel, sm90, dict(M=128, N=4096, K=4096)) is None  # L unknown
 
 

@@ -211,6 +211,13 @@ def ring_b(config: Config) -> Config:
 # 96x12288x4096; 128x64 won at 1024^3)
 SIZED_TILES = ((256, 4, 1.0), (192, 4, 1.03), (128, 6, 1.06), (64, 8, 1.3))
 SIZED_FEW = common.SMS // 2  # fewer 128x256 tiles than this: split-K, where K is long enough
+# Split-K only from this many k tiles (K = 8192): its parts' sum runs as a second kernel, a
+# fixed cost that a short k loop does not repay. On an H100 (bench/logs/small_shapes/) the
+# unsplit 128x64 s8 ran 128x4096x4096 at 0.865x torch.matmul against 0.732x split 2, and
+# 64x8192x4096 at 0.864x against 0.785x split 2 on 128x128; 256x2048x16384 (256 k tiles) kept
+# split 4 at 0.932x against 0.659x unsplit. (On an H200, 128x4096x4096 had run split 2 at
+# 0.856x and 128x64 s8 at 0.825x.)
+SIZED_SPLIT_K_TILES = 128
 SIZED_PART_K_TILES = 16  # split-K: at least this many k tiles per part
 SIZED_LONG_PART = 32  # 128x128 parts this long; shorter ones split 128x64 tiles instead
 SIZED_SKINNY_M = 32  # at most this many rows: the tiled kernel's 32-row tiles, split 4
@@ -220,9 +227,10 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
     """The configuration the runtime sizes call for (None: the builder's default serves them):
 
         M <= 32           tiled 32x128x64 split 4 (a 128-row tile would compute 4x the rows)
-        fewer than 66     split-K on the cooperative kernel: S the widest power of two that
-        128x256 tiles     keeps S x tiles within the SMs and 16 k tiles per part, on 128x128
-                          tiles where each part keeps 32 k tiles, else on 128x64 tiles
+        fewer than 66     split-K on the cooperative kernel where K has at least 128 k
+        128x256 tiles     tiles: S the widest power of two that keeps S x tiles within the
+                          SMs and 16 k tiles per part, on 128x128 tiles where each part keeps
+                          32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
         otherwise         the cooperative tile of SIZED_TILES with the least waves x tile area
                           x its cost per element (128x256 where it ties); where that is
@@ -257,7 +265,7 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         return split
 
     few = tiles(256)
-    if few < SIZED_FEW:
+    if few < SIZED_FEW and k_tiles >= SIZED_SPLIT_K_TILES:
         wide, narrow = widest_split(128), widest_split(64)
         tile_n, split, stages = ((128, wide, 5) if wide > 1 and k_tiles // wide >= SIZED_LONG_PART
                                  else (64, narrow, 6) if narrow > 1 else (128, wide, 5))
