@@ -374,6 +374,22 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[32][4], unsigned long lo
       : "l"(a), "l"(b), "r"(1));
 }
 
+// Group `grp` of a row of accumulator fragments (kGroup of them, from kGroup * grp on) into
+// `frag`, for the epilogue's rolled loop over groups (GemmSchedule.epilogue_groups): grp is
+// that loop's counter, and each case copies by constant indices, so acc stays in registers.
+template <int kGroup, int kFrags>
+__device__ __forceinline__ void select_group(const float (&acc)[kFrags][4], int grp, float (&frag)[kGroup][4]) {
+#pragma unroll
+  for (int c = 0; c < kFrags / kGroup; ++c) {
+    if (grp == c) {
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) frag[j][e] = acc[c * kGroup + j][e];
+    }
+  }
+}
+
 // ---- schedule pingpong: the output through the copy engine ----
 
 // Barrier 2 + w over consumer warpgroup w alone.
@@ -688,17 +704,23 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
       // 2 * (lane % 4) and the next one.
       #pragma unroll
       for (int i = 0; i < kFragM; ++i) {
+      #pragma unroll 1  // 4 groups of fragments: the EVT's code once per group's width
+        for (int grp = 0; grp < 4; ++grp) {
+          float frag[kFragN / 4][4];
+          select_group(acc[i], grp, frag);
       #pragma unroll
-        for (int j = 0; j < kFragN; ++j) {
-          const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4;
-          const int col = n0 + j * 8 + (lane % 4) * 2;
-          const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
-          if (col < N) {
-            if (row < M) {
-              mma0_epilogue<kNarrow>(p, row, col, both, acc[i][j][0], acc[i][j][1]);
-            }
-            if (row + 8 < M) {
-              mma0_epilogue<kNarrow>(p, row + 8, col, both, acc[i][j][2], acc[i][j][3]);
+          for (int jl = 0; jl < kFragN / 4; ++jl) {
+            const int j = grp * (kFragN / 4) + jl;
+            const int row = m0 + row0 + i * 64 + warp * 16 + lane / 4;
+            const int col = n0 + j * 8 + (lane % 4) * 2;
+            const bool both = !kNarrow || col + 1 < N;  // the pair's second column is in N
+            if (col < N) {
+              if (row < M) {
+                mma0_epilogue<kNarrow>(p, row, col, both, frag[jl][0], frag[jl][1]);
+              }
+              if (row + 8 < M) {
+                mma0_epilogue<kNarrow>(p, row + 8, col, both, frag[jl][2], frag[jl][3]);
+              }
             }
           }
         }
@@ -729,8 +751,13 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
         for (int i = 0; i < kFragM; ++i) {
           const int r = i * 64 + warp * 16 + lane / 4;  // this thread's first row in this consumer's rows
           const int piece_row = i * 64 + warp * 16 + 8 * (lane / 8 % 2) + lane % 8;
+      #pragma unroll 1  // 4 groups of fragments, one box's columns each: the EVT's code once per box
+          for (int grp = 0; grp < 4; ++grp) {
+            float frag[kFragN / 4][4];
+            select_group(acc[i], grp, frag);
       #pragma unroll
-          for (int jj = 0; jj < kFragN / 2; ++jj) {
+          for (int jl = 0; jl < kFragN / 8; ++jl) {
+            const int jj = grp * (kFragN / 8) + jl;
             const int piece_col = (2 * jj + lane / 16) * 8;
             const unsigned at = staging + (i * (kTileN / 64) + piece_col / 64) * kStagingBoxBytes + staging_offset(piece_row % 64, piece_col % 64);
             unsigned pairs[4];
@@ -739,9 +766,10 @@ __device__ __forceinline__ void kernel_body(const gemm_gelu_rowscale_params& p, 
               const int j = 2 * jj + q / 2, h = q % 2;
               const int c = j * 8 + (lane % 4) * 2;  // column in the tile
               // every pair, those past M or N too (the store leaves them out): no branch between them
-              pairs[q] = mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1], sv_scale, m0 + row0);
+              pairs[q] = mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, frag[2 * jl + q / 2][2 * h], frag[2 * jl + q / 2][2 * h + 1], sv_scale, m0 + row0);
             }
             stmatrix_x4(at, pairs);
+          }
           }
         }
         fence_proxy_async();  // written through the generic proxy, read by the copy engine

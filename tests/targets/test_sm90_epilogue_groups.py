@@ -63,10 +63,16 @@ def test_two_outputs_of_gelu_as_pairs_walk_in_groups():
     assert "4 groups" in g.why_epilogue_groups
 
 
-def test_cheap_or_staged_evts_stay_unrolled():
-    staged = _gemm(_example("gemm_gelu_rowscale.kg"))  # gelu through the staging: 35 < 70
-    assert (staged.store, staged.epilogue_groups) == (StorePath.TMA, 1)
-    assert f"under the {GROUP_FROM[StorePath.TMA]}" in staged.why_epilogue_groups
+def test_gelu_through_the_staging_walks_in_groups():
+    staged = _gemm(_example("gemm_gelu_rowscale.kg"))
+    assert (staged.store, staged.epilogue_groups) == (StorePath.TMA, 4)
+    assert "the output leaves through the staging" in staged.why_epilogue_groups
+
+
+def test_cheap_evts_stay_unrolled():
+    tanh = _gemm(_kernel("tanh(acc)"))  # 20 < 35: the groups cost 3-4% there
+    assert (tanh.store, tanh.epilogue_groups) == (StorePath.TMA, 1)
+    assert f"under the {GROUP_FROM} from which the walk rolls" in tanh.why_epilogue_groups
     stats = _gemm(_example("evt_softmax_stats.kg"))  # one exp per element: 12 < 35
     assert (stats.store, stats.epilogue_groups) == (StorePath.PAIRS, 1)
     bare = _gemm(_example("gemm.kg"))
@@ -76,7 +82,7 @@ def test_cheap_or_staged_evts_stay_unrolled():
 
 
 def test_a_heavy_staged_evt_walks_the_epilogue_tiles_boxes():
-    g = _gemm(_kernel("gelu(acc + bias[col]) * log(abs(acc) + 1.0)"))  # 35 + 38
+    g = _gemm(_kernel("gelu(acc + bias[col])"))
     assert g.store is StorePath.TMA and g.stages_d == 2
     assert g.epilogue_groups == 4  # one per box of the 256-column tile
 

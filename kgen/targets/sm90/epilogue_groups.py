@@ -13,9 +13,11 @@ fast entry point alone on its CPU; time against the same plan unrolled, 4096^3 a
 - the staging (stmatrix and TMA stores): gelu(acc) * scale[row] 0.69 against 0.41 s, 1.2-1.5%
   slower; gelu(acc + bias[col]) 0.77 against 0.50 s, 1%; silu 0.75 against 0.47 s, 1.5%;
   tanh 0.52 against 0.37 s, 3-4%.
-So the groups are taken where the unrolled walk's code nears NVRTC's second and costs least:
-from one erff-sized function per element where the output leaves as pairs, from two where it
-leaves through the staging."""
+The groups are taken from one erff-sized function per element on, on either path: through the
+staging they cost 1-1.5% of the run time for gelu, but unrolled, `C + 0.5 * gelu(acc)` took
+1.21-1.30 s to compile and load (kgen.load) on one H100 instance (bench/logs/issue15_final/
+hopper_gemm.log; the bare gemm 0.42-0.61 s there), over issue 15's second. Lighter EVTs (tanh, silu, exp) stay unrolled, where the
+groups cost most (3-4% for tanh)."""
 from __future__ import annotations
 
 from ...enums import Axis, Op
@@ -36,8 +38,8 @@ INLINED = {
     Op.SIGMOID: 14,
     Op.EXP: 12,
 }
-# The weight per element from which the walk is rolled, by the output's path
-GROUP_FROM = {StorePath.PAIRS: 35, StorePath.TMA: 70}
+# The weight per element from which the walk is rolled: one erff
+GROUP_FROM = 35
 
 
 def epilogue_groups(g: GemmPlan, split_k: int, store: StorePath) -> tuple[int, str]:
@@ -50,14 +52,14 @@ def epilogue_groups(g: GemmPlan, split_k: int, store: StorePath) -> tuple[int, s
     if weight == 0:
         return 1, ""
     path = "pairs from registers" if store is StorePath.PAIRS else "the staging"
-    if weight < GROUP_FROM[store]:
+    if weight < GROUP_FROM:
         return 1, (f"the EVT inlines about {weight} instructions per element, under the "
-                   f"{GROUP_FROM[store]} from which an output through {path} rolls its walk: "
-                   "unrolled, the compiler interleaves every fragment's work")
+                   f"{GROUP_FROM} from which the walk rolls: unrolled, the compiler interleaves "
+                   "every fragment's work")
     if any(r.axis is Axis.COL for r in g.epilogue.reductions):
         return 1, ("a column reduction's partials are indexed by the fragment: the walk stays "
                    "unrolled")
-    return groups, (f"the EVT inlines about {weight} instructions per element (an output "
-                    f"through {path} rolls from {GROUP_FROM[store]}): one copy of them per 64 "
+    return groups, (f"the EVT inlines about {weight} instructions per element (rolled from "
+                    f"{GROUP_FROM}; the output leaves through {path}): one copy of them per 64 "
                     f"columns, in a rolled loop over the tile's {groups} groups, keeps NVRTC's "
                     "time down")
