@@ -94,9 +94,8 @@ def main() -> int:
     compiled = {}
     for label, expr, _, fields in EPILOGUES:
         kernel = kernel_of(label, expr, ir, parse)
-        plan = lower(kernel)
-        g = dataclasses.replace(plan.schedule.gemms[0], **fields)
-        plan = dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+        plan = lower(kernel).with_gemm_schedule(**fields)
+        g = plan.schedule.gemms[0]
         made = dict(source_name="bench.kg", source_hash="", command="bench/epilogue_cost.py")
         built = Built(kernel, plan, emit(plan, **made), emit_header(plan, **made))
         compiled[label] = (kernel, kgen.api.load_built(built))

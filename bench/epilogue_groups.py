@@ -64,9 +64,8 @@ def kernel_of(label, what):
 
 def with_groups(plan, groups):
     """The same plan with its epilogue in `groups` groups (1: one unrolled walk)."""
-    g = dataclasses.replace(plan.schedule.gemms[0], epilogue_groups=groups,
-                            why_epilogue_groups=f"bench: {groups} groups")
-    return dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+    return plan.with_gemm_schedule(epilogue_groups=groups,
+                                   why_epilogue_groups=f"bench: {groups} groups")
 
 
 def compile_seconds(source, plan) -> float:

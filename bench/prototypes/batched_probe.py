@@ -96,10 +96,7 @@ def main() -> int:
         if (epi, vname, edit) not in loaded:
             built = build(kernels[epi], "sm_90a", config=table[vname])
             if edit in ("vectors off", "no bias load"):  # the Schedule value off
-                plan = built.plan
-                g = dataclasses.replace(plan.schedule.gemms[0], staged_vectors=())
-                plan = dataclasses.replace(
-                    plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+                plan = built.plan.with_gemm_schedule(staged_vectors=())
                 built = dataclasses.replace(built, plan=plan, source=emit(
                     plan, source_name="probe.kg", source_hash="", command="probe"))
             for old, new in EDITS.get(edit) or []:

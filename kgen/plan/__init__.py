@@ -5,6 +5,7 @@ and the runtime launches from it. Nothing here refers to Jinja or to the GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -298,6 +299,13 @@ class KernelPlan:
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def with_gemm_schedule(self, **changes) -> KernelPlan:
+        """This one-gemm plan with `changes` to its GemmSchedule: another Schedule value of
+        the same plan, for a test or a measurement (emit it to run it)."""
+        (g,) = self.schedule.gemms
+        gemms = (dataclasses.replace(g, **changes),)
+        return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, gemms=gemms))
 
     @property
     def smem_bytes(self) -> int:

@@ -83,10 +83,8 @@ def built_in(kernel: ir.Kernel, groups: int):
     from kgen.emit import emit, emit_header
     from kgen.lower import lower
 
-    plan = lower(kernel)
-    g = dataclasses.replace(plan.schedule.gemms[0], epilogue_groups=groups,
-                            why_epilogue_groups=f"set by the test: {groups}")
-    plan = dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+    plan = lower(kernel).with_gemm_schedule(epilogue_groups=groups,
+                                            why_epilogue_groups=f"set by the test: {groups}")
     made = dict(source_name=f"{kernel.name}.kg", source_hash="", command="test")
     return Built(kernel, plan, emit(plan, **made), emit_header(plan, **made))
 

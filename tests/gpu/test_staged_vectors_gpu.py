@@ -6,7 +6,6 @@ column-major output, a cluster, rows padded so that the last column tile leaves 
 batches (vectors per batch and broadcast), and the same plan with the Schedule value off."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -158,8 +157,7 @@ def test_the_schedule_value_off_gives_the_same_output():
     from kgen.harness.run import run
 
     plan = build(_kernel("cooperative")).plan
-    g = dataclasses.replace(plan.schedule.gemms[0], staged_vectors=())
-    off = dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+    off = plan.with_gemm_schedule(staged_vectors=())
     source = emit(off, source_name="off.kg", source_hash="", command="test")
     assert "sv_bias" not in source
     report = run(_kernel("cooperative"), off, source, dict(M=1000, N=1000, K=1000), check=True)

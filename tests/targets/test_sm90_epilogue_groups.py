@@ -105,8 +105,7 @@ def test_no_groups_where_no_epilogue_runs_or_one_group_spans_the_tile():
 
 
 def _with_groups(plan, groups: int):
-    g = dataclasses.replace(plan.schedule.gemms[0], epilogue_groups=groups)
-    return dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+    return plan.with_gemm_schedule(epilogue_groups=groups)
 
 
 def _emit(plan) -> str:

@@ -6,7 +6,6 @@ why; the storage plan and `kgen inspect`; NVRTC compiles every variant without s
 tests: tests/gpu/test_staged_vectors_gpu.py."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -125,8 +124,7 @@ def test_inspect_says_where_the_vectors_are_read():
 def test_the_schedule_value_off_reads_global_memory():
     """The variant bench/prototypes/batched_probe.py times: the same plan, staged_vectors ()."""
     plan = _built().plan
-    g = dataclasses.replace(plan.schedule.gemms[0], staged_vectors=())
-    off = dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule, gemms=(g,)))
+    off = plan.with_gemm_schedule(staged_vectors=())
     src = emit(off, source_name="k.kg", source_hash="", command="test")
     assert "sv_bias" not in src and "held_bias" not in src
     assert "load_pair<false>(p.bias + col, both)" in src

@@ -44,13 +44,20 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
 # Ping-pong first, on 4 stages first, where the output leaves as pairs from registers (two
 # outputs, an f32 one) and nothing reduces: that epilogue is the longest, and one consumer's
-# runs under the other's mainloop. On an H100 (bench/logs/heavy_epilogues/pairs_pingpong.log,
+# runs under the other's mainloop. On an H100 (bench/logs/pairs_pingpong/pairs_pingpong.log,
 # 4096^3, 8192x8192x4096, 2048^3, 6144x5120x3072) ping-pong 128x128 s4 ran Z, D = gelu(-z) * z
 # 7-16% faster than the cooperative 128x256 s4, Z = acc, D = relu(acc + bias[col]) 4-11%, and
 # an f32 D = acc + bias[col] 2-12% faster at three sizes, 1.4% slower at 4096^3; geometric mean
 # 0.920x the time (5 stages: 0.941x; 6: slower at 8 of 12). Where the output goes through the
 # staging, ping-pong lost at all ten heavy-EVT runs (heavy_epilogues.log).
 PINGPONG_PAIRS_STAGES = (4, 5, 6)
+
+
+def pingpong_for_pairs(shape: GemmShape) -> bool:
+    """The output leaves as pairs from registers and nothing reduces: ping-pong first."""
+    return shape.pairs and not shape.reductions
+
+
 WS_SPLIT_TILES = (((128, 128, 64), 5, (2, 4, 8)), ((128, 64, 64), 6, (2, 4, 8, 16, 32, 64)))
 SMALL_K = 1024
 CLUSTERS = ((2, 1), (1, 2))  # the tuner's clusters beside 1x1 (the builder keeps 1x1)
@@ -89,7 +96,7 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     shape = shapes[0]
     cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
                    for tile, stages in WS_TILES for s in stages]
-    pairs = shape.pairs and not shape.reductions
+    pairs = pingpong_for_pairs(shape)
     pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG,
                        WHY_PINGPONG_PAIRS if pairs else WHY_PINGPONG)
                 for tile, stages in PINGPONG_TILES
@@ -275,7 +282,7 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           f"idle: 128x{tile_n} tiles, split-K {split} ({tiles(tile_n) * split} "
                           "units)")
 
-    if shape.pairs and not shape.reductions:
+    if pingpong_for_pairs(shape):
         return None  # the builder's ping-pong (PINGPONG_PAIRS_STAGES)
 
     def cost(tile_n: int, per_element: float) -> float:
