@@ -27,6 +27,7 @@ SM90A = ir.Arch.SM90A
 KINDS = {  # (schedule, tile, warps, stages): the defaults of each
     "cooperative": (None, (128, 256, 64), (2, 4), 3),
     "pingpong": (ir.Schedule.PINGPONG, (128, 128, 64), (2, 4), 5),
+    "pingpong64": (ir.Schedule.PINGPONG, (64, 256, 64), (2, 4), 4),  # 64-row tiles
 }
 CLUSTERS = {"2x1": (2, 1), "1x2": (1, 2)}
 SIZES = [(1, 8, 8), (17, 24, 1000), (1000, 1000, 4104), (4097, 4104, 1000), (4097, 1000, 8),
@@ -63,7 +64,7 @@ def _run(kernel, sizes, kind=None):
     assert s.multicast == shared
     assert getattr(s.gemms[0], shared).load is LoadPath.TMA_MULTICAST
     if kind is not None:
-        assert s.kind is KernelKind(kind)
+        assert s.kind is KernelKind(kind.removesuffix("64"))
     report = run(built.kernel, built.plan, built.source, sizes, check=True)
     assert report.checks
     assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)

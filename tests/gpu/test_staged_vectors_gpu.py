@@ -21,6 +21,7 @@ KINDS = {
     "cooperative": ("", "tile 128x256x64  warps 2x4  stages 3"),
     # 4 stages: with 5, the four vectors' buffers do not fit beside the ring and staging
     "pingpong": ("schedule pingpong", "tile 128x128x64  warps 2x4  stages 4"),
+    "pingpong64": ("schedule pingpong", "tile 64x128x64  warps 2x4  stages 6"),
     "n64": ("", "tile 128x64x64  warps 2x4  stages 8"),
     "n192": ("", "tile 128x192x64  warps 2x4  stages 4"),
     "cluster": ("", "tile 128x256x64  warps 2x4  stages 3  cluster 2x1"),

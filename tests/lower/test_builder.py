@@ -187,12 +187,16 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
 @pytest.mark.parametrize("sizes, label", [
     (dict(M=4096, N=4096, K=4096), None),  # 512 tiles of 128x256: 3.9 waves, the default's
     (dict(M=6144, N=5120, K=3072), "128x192x64 w2x4 s4"),  # 960 tiles: 7.3 waves; 1296: 9.8
-    (dict(M=128, N=4096, K=4096), "128x64x64 w2x4 s8"),  # 16 tiles, but 64 k tiles: no split
-    (dict(M=64, N=8192, K=4096), "128x64x64 w2x4 s8"),  # 128 tiles of 128x64: one wave
+    (dict(M=128, N=4096, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 64 k tiles: no split;
+    # 128 tiles of 64x64, one wave
+    (dict(M=64, N=8192, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 128 tiles of 64x64
+    (dict(M=64, N=4096, K=8192), "pingpong: 64x64x64 w2x4 s12"),  # 64 tiles of one row: no split
+    (dict(M=320, N=2048, K=4096), "pingpong: 64x128x64 w2x4 s8"),  # 80 tiles of 64x128
     (dict(M=128, N=4096, K=8192), "128x128x64 w2x4 s5 split 4"),  # 128 k tiles: parts of 32
     (dict(M=256, N=2048, K=16384), "128x128x64 w2x4 s5 split 4"),  # parts of 64 k tiles
-    (dict(M=1024, N=1024, K=1024), "128x64x64 w2x4 s8"),  # 16 k tiles: too few to split
-    (dict(M=96, N=12288, K=4096), "128x128x64 w2x4 s6"),  # 96 tiles: one wave
+    (dict(M=1024, N=1024, K=1024), "pingpong: 64x128x64 w2x4 s8"),  # 16 k tiles: no split
+    (dict(M=96, N=12288, K=4096), "pingpong: 64x192x64 w2x4 s7"),  # 128 tiles: one wave
+    (dict(M=512, N=4096, K=4096), "128x128x64 w2x4 s6"),  # 128 tiles: one wave
     (dict(M=64, N=64, K=65536), "128x64x64 w2x4 s6 split 64"),  # 16 k tiles per part
     (dict(M=1, N=4096, K=11008), "32x128x64 w1x4 s4 split 4"),
 ])
@@ -240,10 +244,28 @@ def test_a_fused_epilogue_at_a_short_k_takes_pingpong():
     assert builder.sized(gemm(arch="sm_90a"), sm90, sizes) is None
 
 
+def test_a_fused_epilogue_leaves_out_the_64x192_tile():
+    """64x192's ring leaves no room for the staging: the bare GEMM takes it at 192x6144x4096,
+    a fused epilogue that reads C the cooperative 128x128 (configs.SIZED_BARE_ONLY)."""
+    sm90 = target(ir.Arch.SM90A)
+    fused = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "").replace(
+        "tensor D : f16[M, N] row out", "tensor C : f16[M, N] row\n  tensor D : f16[M, N] row out")
+        .replace("D = acc", "D = relu(acc + C)"), "t.kg")
+    verify(fused)
+    sizes = dict(M=192, N=6144, K=4096)
+    assert builder.sized(gemm(arch="sm_90a"), sm90, sizes).label == "pingpong: 64x192x64 w2x4 s7"
+    assert builder.sized(fused.kernels[0], sm90, sizes).label == "128x128x64 w2x4 s6"
+    # a 64-row tile that keeps its staging serves both
+    sizes = dict(M=128, N=4096, K=4096)
+    assert builder.sized(fused.kernels[0], sm90, sizes).label == "pingpong: 64x64x64 w2x4 s12"
+    plan = lower(fused.kernels[0], config=builder.sized(fused.kernels[0], sm90, sizes))
+    assert plan.gemms[0].tile == (64, 64, 64) and plan.schedule.gemms[0].staged_input == "C"
+
+
 def test_the_runtime_sizes_count_every_batch():
     """A batched kernel's tiles are L x one batch's: 4096 batches of 64x128 fill 31 waves of
-    128x256 tiles (each mostly empty) or of 128x128 ones, which the wave model prefers; one
-    batch of 128x4096x16384 splits K."""
+    128x256 tiles (each mostly empty), of 128x128 ones or of 64x128 ones, which the wave model
+    prefers; one batch of 128x4096x16384 splits K."""
     batched = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
                     .replace("f16[M, K]", "f16[L, M, K]").replace("f16[K, N]", "f16[L, K, N]")
                     .replace("f16[M, N]", "f16[L, M, N]"), "t.kg")
@@ -251,10 +273,10 @@ def test_the_runtime_sizes_count_every_batch():
     sm90 = target(ir.Arch.SM90A)
     kernel = batched.kernels[0]
     assert builder.sized(kernel, sm90, dict(L=4096, M=64, N=128, K=64)).label == \
-        "pingpong: 128x128x64 w2x4 s4"
-    # the same tiles at K = 2048: cooperative
+        "pingpong: 64x128x64 w2x4 s8"  # 64-row tiles: no rows computed past M
+    # the same tiles at K = 2048 (a 128-row tile there: the cooperative 128x128)
     assert builder.sized(kernel, sm90, dict(L=4096, M=64, N=128, K=2048)).label == \
-        "128x128x64 w2x4 s6"
+        "pingpong: 64x128x64 w2x4 s8"
     assert builder.sized(kernel, sm90, dict(L=1, M=128, N=4096, K=16384)).label == \
         "128x128x64 w2x4 s5 split 4"
     assert builder.sized(kernel, sm90, dict(M=128, N=4096, K=4096)) is None  # L unknown

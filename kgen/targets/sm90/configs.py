@@ -111,8 +111,22 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
         own += [clustered(c, cluster) for cluster in CLUSTERS for c in own
                 if c.schedule is None and c.gemms[0].tile[1] >= CLUSTER_MIN_N
                 and not few_tiles(c.gemms[0].tile, shape, sizes)]
-        own += split_configs(shape, sizes) + stream_configs(shape, sizes)
+        own += split_configs(shape, sizes) + stream_configs(shape, sizes) + small_configs(
+            shape, sizes)
     return own + common.one_gemm(shape, sizes, wide)
+
+
+WHY_SMALL = ("ping-pong on 64-row tiles, each consumer warpgroup a tile of its own: the runtime "
+             "sizes give fewer 128x128 tiles than SMs")
+
+
+def small_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
+    """The 64-row ping-pong tiles of SIZED_TILES, where known sizes give fewer 128x128 tiles
+    than SMs and nothing reduces (ping-pong runs no reductions)."""
+    if shape.reductions or not few_tiles((128, 128, 64), shape, sizes):
+        return []
+    return [Config((GemmConfig((64, n, 64), (2, 4), stages),), KernelKind.PINGPONG, WHY_SMALL)
+            for tile_m, n, stages, _ in SIZED_TILES if tile_m == 64]
 
 
 def few_tiles(tile: tuple[int, int, int], shape: GemmShape, sizes: Mapping[str, int]) -> bool:
@@ -212,11 +226,22 @@ def ring_b(config: Config) -> Config:
 # smallest tiles are too few. Each rule below is one that bench/wave_split.py measured on an
 # H200 (bench/RESULTS.md); `kgen tune` times the whole list instead.
 
-# (tile N, stages, time per output element over a 128x256 tile's): the cooperative tiles the
-# wave model weighs, from the H200 runs of bench/wave_split.py and bench/defaults.py --tuned
-# (a 128x128 tile lost to 128x256 at 4096x11008x4096 and to 128x192 at 5120x3584x2048, won at
-# 96x12288x4096; 128x64 won at 1024^3)
-SIZED_TILES = ((256, 4, 1.0), (192, 4, 1.03), (128, 6, 1.06), (64, 8, 1.3))
+# (tile M, tile N, stages, time per output element over a 128x256 tile's): the tiles the wave
+# model weighs. The cooperative ones from the H200 runs of bench/wave_split.py and
+# bench/defaults.py --tuned (a 128x128 tile lost to 128x256 at 4096x11008x4096 and to 128x192
+# at 5120x3584x2048, won at 96x12288x4096; 128x64 won at 1024^3). The 64-row ones run
+# ping-pong, each consumer a tile of its own, from the H100 runs of bench/small_tiles.py
+# (bench/logs/small_tiles/): 64x64 s12 ran 128x4096x4096 at 0.959x torch.matmul against 0.865x
+# on 128x64, 64x192 (s7: its output then leaves as pairs) 192x6144x4096 at 0.917x against
+# 0.750x on 128x128, 64x128 s6 320x2048x4096 at 0.946x against 0.852x on 128x64; they lost
+# wherever 128-row tiles fill the waves (512x4096x4096: 0.903x on 64x256 against 0.962x).
+SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (128, 128, 6, 1.06), (128, 64, 8, 1.3),
+               (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25), (64, 64, 12, 1.6))
+# For D = acc alone: 64x192's ring of 7 leaves no room for the output's staging, so its output
+# leaves as pairs; a fused epilogue then reads C from global memory (192x6144x4096 with
+# relu(alpha*acc + beta*C + bias[col]) ran 1.529x the unfused PyTorch against 1.825x on the
+# cooperative 128x128, bench/logs/small_tiles/small_tiles_f16_rule.log)
+SIZED_BARE_ONLY = ((64, 192),)
 SIZED_FEW = common.SMS // 2  # fewer 128x256 tiles than this: split-K, where K is long enough
 # Split-K only from this many k tiles (K = 8192): its parts' sum runs as a second kernel, a
 # fixed cost that a short k loop does not repay. On an H100 (bench/logs/small_shapes/) the
@@ -228,6 +253,12 @@ SIZED_SPLIT_K_TILES = 128
 SIZED_PART_K_TILES = 16  # split-K: at least this many k tiles per part
 SIZED_LONG_PART = 32  # 128x128 parts this long; shorter ones split 128x64 tiles instead
 SIZED_SKINNY_M = 32  # at most this many rows: the tiled kernel's 32-row tiles, split 4
+# At most this many rows, in at least SIZED_ONE_ROW_TILES tiles of 64x64: no split-K, the wave
+# model's 64-row tiles. One tile row streams B once with no second kernel: 64x4096x8192 ran
+# 1.091x torch.matmul on 64x64 s12 against 0.946x on 128x128 split 4 (H100,
+# bench/logs/small_tiles/)
+SIZED_ONE_ROW = 64
+SIZED_ONE_ROW_TILES = 64
 
 
 def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Config | None:
@@ -235,12 +266,14 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
 
         M <= 32           tiled 32x128x64 split 4 (a 128-row tile would compute 4x the rows)
         fewer than 66     split-K on the cooperative kernel where K has at least 128 k
-        128x256 tiles     tiles: S the widest power of two that keeps S x tiles within the
+        128x256 tiles     tiles (not where M <= 64 gives 64 tiles of 64x64): S the widest
+                          power of two that keeps S x tiles within the
                           SMs and 16 k tiles per part, on 128x128 tiles where each part keeps
                           32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
-        otherwise         the cooperative tile of SIZED_TILES with the least waves x tile area
-                          x its cost per element (128x256 where it ties); where that is
+        otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
+                          per element (128x256 where it ties): a 128-row one cooperative, a
+                          64-row one ping-pong (each consumer a tile of its own); where that is
                           128x256, K at most 1024 and the epilogue fused (more than D = acc),
                           ping-pong 128x128x64 s4 instead (bench/pingpong_small_k.py: 1.50x
                           against 1.40x the unfused PyTorch at 8192x8192x1024 with
@@ -261,8 +294,8 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         return Config((GemmConfig((32, 128, 64), (1, 4), 4, split=4),),
                       why=f"{WHY_SIZED} M = {m}: 32-row tiles of the tiled kernel, split-K 4")
 
-    def tiles(tile_n: int) -> int:
-        return batches * -(-m // 128) * -(-n // tile_n)
+    def tiles(tile_n: int, tile_m: int = 128) -> int:
+        return batches * -(-m // tile_m) * -(-n // tile_n)
 
     def widest_split(tile_n: int) -> int:
         split = 1
@@ -272,7 +305,8 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         return split
 
     few = tiles(256)
-    if few < SIZED_FEW and k_tiles >= SIZED_SPLIT_K_TILES:
+    one_row = m <= SIZED_ONE_ROW and tiles(64, 64) >= SIZED_ONE_ROW_TILES
+    if few < SIZED_FEW and k_tiles >= SIZED_SPLIT_K_TILES and not one_row:
         wide, narrow = widest_split(128), widest_split(64)
         tile_n, split, stages = ((128, wide, 5) if wide > 1 and k_tiles // wide >= SIZED_LONG_PART
                                  else (64, narrow, 6) if narrow > 1 else (128, wide, 5))
@@ -285,10 +319,16 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
     if pingpong_for_pairs(shape):
         return None  # the builder's ping-pong (PINGPONG_PAIRS_STAGES)
 
-    def cost(tile_n: int, per_element: float) -> float:
-        return -(-tiles(tile_n) // common.SMS) * 128 * tile_n * per_element
+    def cost(tile_m: int, tile_n: int, per_element: float) -> float:
+        return -(-tiles(tile_n, tile_m) // common.SMS) * tile_m * tile_n * per_element
 
-    tile_n, stages, _ = min(SIZED_TILES, key=lambda t: cost(t[0], t[2]))
+    weighed = [t for t in SIZED_TILES if not (shape.fused and t[:2] in SIZED_BARE_ONLY)]
+    tile_m, tile_n, stages, _ = min(weighed, key=lambda t: cost(t[0], t[1], t[3]))
+    if tile_m == 64:
+        return Config((GemmConfig((64, tile_n, 64), (2, 4), stages),), KernelKind.PINGPONG,
+                      why=f"{WHY_SIZED} 64x{tile_n} tiles fill the waves better "
+                      f"({tiles(tile_n, 64)} tiles against {few} of 128x256, on {common.SMS} "
+                      "SMs); ping-pong, each consumer warpgroup a 64-row tile of its own")
     if (tile_n == 256 and shape.fused or tile_n == 128) and k <= SMALL_K:
         return Config((GemmConfig((128, 128, 64), (2, 4), 4),), KernelKind.PINGPONG,
                       why=f"{WHY_SIZED} K = {k}: few k tiles per tile, and the epilogue weighs "

@@ -109,7 +109,7 @@ def _staged_vectors(plan: KernelPlan, g: GemmPlan) -> list[tuple[str, Axis, str,
     staged = plan.schedule.gemm(g.name).staged_vectors
     kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, VectorLoad)}
     return [(v, kinds[v].axis, kinds[v].dtype.cpp, vector_extent(kinds[v].axis,
-                                                                 plan.schedule.kind, g.tile[1]))
+                                                                 plan.schedule.kind, g.tile))
             for v in staged]
 
 

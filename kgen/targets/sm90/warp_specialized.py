@@ -13,8 +13,9 @@
                epilogue fills and stores in turn (the epilogue tile, GemmSchedule.stages_d).
 
     COOPERATIVE  both consumers on each 128-row tile, 64 rows each (the default)
-    PINGPONG     each consumer a 128-row tile of its own (`schedule pingpong`): one's epilogue
-                 runs while the other multiplies, their mainloops ordered by two turn mbarriers
+    PINGPONG     each consumer a tile of its own (`schedule pingpong`; 128 or 64 rows): one's
+                 epilogue runs while the other multiplies, their mainloops ordered by two turn
+                 mbarriers
 
 `split S` (cooperative only, no epilogue reductions) makes each output tile S units of the
 persistent walk, unit u part u % S of tile u / S's k tiles; the consumers write its f32 partial
@@ -28,8 +29,9 @@ k tile, read by wgmma transposed). `cluster 2x1` (or 1x2) launches the CTAs in t
 clusters of two that walk cluster tiles of 2x1 (1x2) output tiles, the operand both tiles read
 (B, or A) loaded half by each CTA and multicast to both (LoadPath.TMA_MULTICAST); the narrow
 entry point runs without clusters. The rules, each refusal with its reason and where it points:
-one gemm, 128-byte k tiles, a 128-row tile, 8 math warps (the two consumer warpgroups), tile N a
-multiple of 8 up to 256 (128 for ping-pong: a consumer holds 128 x N accumulators) and of 64
+one gemm, 128-byte k tiles, a 128-row tile (64 or 128 for ping-pong), 8 math warps (the two
+consumer warpgroups), tile N a multiple of 8 up to 256 (128 for a 128-row ping-pong tile: a
+consumer holds 128 x N accumulators) and of 64
 for an MN-major B, a K-major shared operand under a cluster, no reductions with ping-pong, and
 the buffers within the budget.
 """
@@ -50,7 +52,11 @@ WARPGROUP = 128
 CONSUMERS = 2
 PRODUCER_REGISTERS = 40  # one thread issues every copy
 CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
-TILE_M = 128
+TILE_M = 128  # the cooperative tile: two consumer warpgroups of 64 rows
+# A ping-pong consumer's tile: one m64 half (up to 256 columns), or two (up to 128: it holds
+# 128 x N accumulators). The 64-row tile serves small outputs, where 128-row tiles leave SMs
+# idle (cuBLAS runs 64-row tiles at 128x4096x4096 and 1024^3, bench/RESULTS.md).
+PINGPONG_TILE_M = (64, 128)
 STAGE_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary
 MN_BOX = 64  # an MN-major operand's box: 64 M (or N) elements (128 bytes) by the k tile
 ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
@@ -59,7 +65,7 @@ WHY_KIND = {
     KernelKind.COOPERATIVE: ("a producer warpgroup fills the ring by TMA; two consumer "
                              "warpgroups share each 128-row tile, 64 rows each; persistent CTAs"),
     KernelKind.PINGPONG: ("schedule pingpong: a producer warpgroup fills the ring by TMA; two "
-                          "consumer warpgroups take alternate 128-row tiles, one's epilogue "
+                          "consumer warpgroups take alternate {rows}-row tiles, one's epilogue "
                           "overlapping the other's mainloop"),
 }
 WHY_MMA = ("wgmma m64nNk16 from shared-memory descriptors (128-byte swizzle, the TMA box's), "
@@ -167,19 +173,23 @@ def epilogue_vectors(g: GemmPlan) -> tuple[tuple[str, Axis, DType], ...]:
                                if len(axes[v.param]) == 1))
 
 
-def vector_extent(axis: Axis, kind: KernelKind, tile_n: int) -> int:
+def consumer_rows(tile_m: int, kind: KernelKind) -> int:
+    """The rows of a tile one consumer multiplies: ping-pong, the whole tile's; cooperative, its
+    half."""
+    return tile_m if kind is KernelKind.PINGPONG else tile_m // CONSUMERS
+
+
+def vector_extent(axis: Axis, kind: KernelKind, tile: tuple[int, int, int]) -> int:
     """The elements of a staged vector one consumer holds per tile: the tile's columns, or the
-    consumer's rows (ping-pong: the whole tile's; cooperative: its half)."""
-    if axis is Axis.COL:
-        return tile_n
-    return TILE_M if kind is KernelKind.PINGPONG else TILE_M // CONSUMERS
+    consumer's rows."""
+    return tile[1] if axis is Axis.COL else consumer_rows(tile[0], kind)
 
 
 def vector_requests(g: GemmPlan, kind: KernelKind) -> tuple:
     """The storage requests of the staged vectors: a buffer per vector, a slice per consumer."""
     return tuple(
         (staged_vector_buffer(g.name, param),
-         CONSUMERS * vector_extent(axis, kind, g.tile[1]) * dtype.nbytes, dtype,
+         CONSUMERS * vector_extent(axis, kind, g.tile) * dtype.nbytes, dtype,
          f"{param}[{axis.value}] staged for the epilogue: the tile's slice per consumer "
          "warpgroup")
         for param, axis, dtype in epilogue_vectors(g))
@@ -214,17 +224,20 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if g.tile[2] * g.a.dtype.nbytes != 128:
         return (f"128-byte k tiles (tile K 64 for 16-bit operands), not {g.tile[2]}",
                 Site("tile", 0))
-    if g.tile[0] != TILE_M:
-        return (f"a {TILE_M}-row tile (two consumer warpgroups of 64 rows, or a ping-pong "
-                f"consumer's two m64 halves), not {g.tile[0]}", Site("tile", 0))
+    if kind is KernelKind.PINGPONG and g.tile[0] not in PINGPONG_TILE_M:
+        return (f"a 64- or 128-row tile (a ping-pong consumer's one or two m64 halves), not "
+                f"{g.tile[0]}", Site("tile", 0))
+    if kind is KernelKind.COOPERATIVE and g.tile[0] != TILE_M:
+        return (f"a {TILE_M}-row tile (two consumer warpgroups of 64 rows; 64-row tiles run "
+                f"with `schedule pingpong`), not {g.tile[0]}", Site("tile", 0))
     if g.warps[0] * g.warps[1] != CONSUMERS * 4:
         return (f"8 math warps (two consumer warpgroups), not {g.warps[0]}x{g.warps[1]}",
                 Site("warps", 0))
-    widest = 128 if kind is KernelKind.PINGPONG else 256
+    widest = 128 if consumer_rows(g.tile[0], kind) == 128 else 256
     if g.tile[1] % 8 or not 8 <= g.tile[1] <= widest:
         return (f"tile N a multiple of 8 up to {widest}, not {g.tile[1]}"
-                + (" (a ping-pong consumer holds 128 x N accumulators)" if widest == 128 else ""),
-                Site("tile", 0))
+                + (" (a ping-pong consumer of 128 rows holds 128 x N accumulators)"
+                   if widest == 128 else ""), Site("tile", 0))
     if not g.b.k_major and g.tile[1] % MN_BOX:
         return (f"{g.b.param} is MN-major (row-major): its k tile arrives as boxes of {MN_BOX} "
                 f"columns (128 bytes, the swizzle's width), so tile N must be a multiple of "
@@ -251,12 +264,12 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
 
 def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
     """The gemm as the consumers run it: cooperative, 8 warps along M of 16 rows each (two
-    warpgroups); ping-pong, 4 warps of 16 rows in each of the tile's two m64 halves. Each warp
+    warpgroups); ping-pong, 4 warps of 16 rows in each of the tile's m64 halves. Each warp
     holds whole rows of the tile, so the column and tile reductions meet in scratch from 8 warps
     and the row ones need none."""
     n = g.tile[1]
     warps = (8, 1) if kind is KernelKind.COOPERATIVE else (4, 1)
-    frags = (1, n // 8) if kind is KernelKind.COOPERATIVE else (2, n // 8)
+    frags = (consumer_rows(g.tile[0], kind) // 64, n // 8)
     floats = {"row": 0, "col": warps[0] * n, "all": warps[0]}
     reductions = tuple(dataclasses.replace(r, scratch_floats=floats[r.axis.value])
                        for r in g.epilogue.reductions)
@@ -313,8 +326,7 @@ def staged_input(g: GemmPlan) -> tuple[str | None, str]:
 
 def staging_boxes(g: GemmPlan, kind: KernelKind) -> int:
     """The 64x64 boxes of one consumer's rows of the tile."""
-    rows = TILE_M if kind is KernelKind.PINGPONG else TILE_M // CONSUMERS
-    return rows // STAGING_BOX * (g.tile[1] // STAGING_BOX)
+    return consumer_rows(g.tile[0], kind) // STAGING_BOX * (g.tile[1] // STAGING_BOX)
 
 
 def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
@@ -366,7 +378,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
     k = g.tile[2]
     cluster = draft.cluster
     # the shared operand's box is half its tile's rows: each CTA of the cluster loads one half
-    maps = [operand_map(g.a, "A", TILE_M, g.m_dim, g.k_dim, k, shared_by=cluster[1]),
+    maps = [operand_map(g.a, "A", g.tile[0], g.m_dim, g.k_dim, k, shared_by=cluster[1]),
             operand_map(g.b, "B", g.tile[1], g.n_dim, g.k_dim, k, shared_by=cluster[0])]
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if stages_d and staged is not None:
@@ -382,7 +394,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
     groups, why_groups = epilogue_groups(g, draft.split_k, store)
     gemm = GemmSchedule(
         name=g.name, mma=Mma.WGMMA_SS,
-        a=operand_schedule(g.a, "A", TILE_M, shared_by=cluster[1]),
+        a=operand_schedule(g.a, "A", g.tile[0], shared_by=cluster[1]),
         b=operand_schedule(g.b, "B", g.tile[1], shared_by=cluster[0]),
         stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store,
         staged_input=staged, why_staged_input=why_staged,
@@ -396,7 +408,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         epilogue_groups=groups, why_epilogue_groups=why_groups)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind], narrow=common.narrow_variant((g,)),
+                    why_kind=WHY_KIND[kind].format(rows=g.tile[0]), narrow=common.narrow_variant((g,)),
                     cluster=cluster,
                     why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "",
                     split_k=draft.split_k, stream_k=draft.stream_k)
