@@ -486,9 +486,11 @@ b2b_gemm_smem_bf16(const __grid_constant__ b2b_gemm_smem_bf16_params p) {
       for (int j = 0; j < kFragN; ++j) {
         const int r = warp_m * kWarpTileM + i * 16 + lane / 4;  // row in the CTA tile
         const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;
-        float x0 = 0.0f, x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;
-        if (m0 + r < M) g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);
-        if (m0 + r + 8 < M) g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3);
+        float x0, x1, x2, x3;  // every row, branch-free: the epilogue reads nothing at a row
+        g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);
+        g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3);
+        if (m0 + r >= M) x0 = x1 = 0.0f;
+        if (m0 + r + 8 >= M) x2 = x3 = 0.0f;
         *reinterpret_cast<__nv_bfloat162*>(out_tile + g1_cfg::ALayout::offset(r, c)) = __floats2bfloat162_rn(x0, x1);
         *reinterpret_cast<__nv_bfloat162*>(out_tile + g1_cfg::ALayout::offset(r + 8, c)) = __floats2bfloat162_rn(x2, x3);
       }

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import GemmPlan, KernelPlan, LoadPath
+from ...enums import Axis
+from ...plan import GemmPlan, KernelPlan, LoadPath, TensorLoad, VectorLoad
 from .epilogue_cpp import PAIR
 from . import batch
 from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
@@ -234,15 +235,31 @@ def first_stage_loads(plan: KernelPlan, tile: str, why: list[str]) -> list[str]:
                         params="next_p" if precomputed else batch.tile_params(plan, tile))
 
 
+def feed_reads_rows(g: GemmPlan) -> bool:
+    """Whether the epilogue that feeds the next stage reads memory at a pair's row (a row
+    vector, or an input shaped like the output) or reduces. Only then does it skip the rows
+    past M. Otherwise it runs on every row, branch-free (its column reads stay inside the
+    stage's N, which one tile covers), and those rows take zeros after. The skipped rows' branches
+    kept each call's loads apart: g0's epilogue of relu(acc * scale0[col] + bias0[col]) took
+    1620-1975 cycles per 64-row tile at N0 = 128 on an H200 (bench/prototypes/chain_clock.py)."""
+    if g.epilogue.reductions:
+        return True
+    return any(isinstance(n.kind, TensorLoad)
+               or isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.ROW
+               for n in g.epilogue.nodes)
+
+
 def feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
     """The epilogue of a stage that feeds the next one: into registers or the shared tile."""
     dtype = nxt.chain.dtype
+    predicated = feed_reads_rows(g)
     if nxt.a is None:
         return render_lines("common/feed_registers.inc.j2", name=g.name, next=nxt.name,
-                            dtype=dtype.dsl_name)
+                            dtype=dtype.dsl_name, predicated=predicated)
     pair, _, _, to_pair, _ = PAIR[dtype]
     tile = nxt.a.smem
     return render_lines("common/feed_smem.inc.j2", name=g.name, next=nxt.name,
+                        predicated=predicated,
                         dtype=dtype.dsl_name, swizzle=str(tile.swizzle), ctype=dtype.cpp,
                         tile=tile.name, pair=pair, layout=f"{cfg(nxt)}::ALayout",
                         pack_lo=to_pair.format("x0", "x1"), pack_hi=to_pair.format("x2", "x3"))
