@@ -408,7 +408,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         epilogue_groups=groups, why_epilogue_groups=why_groups)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind].format(rows=g.tile[0]), narrow=common.narrow_variant((g,)),
-                    cluster=cluster,
+                    why_kind=WHY_KIND[kind].format(rows=g.tile[0]),
+                    narrow=common.narrow_variant((g,)), cluster=cluster,
                     why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "",
                     split_k=draft.split_k, stream_k=draft.stream_k)
