@@ -228,19 +228,25 @@ def test_the_runtime_sizes_leave_written_lines_and_other_targets_alone():
     assert builder.sized(gemm(arch="sm_90a"), sm90, dict(M=128, N=4096)) is None
 
 
+def _with_c(epilogue: str) -> ir.Kernel:
+    """The sm_90a GEMM with no schedule lines, an input C shaped like D, and `epilogue`."""
+    module = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "").replace(
+        "tensor D : f16[M, N] row out", "tensor C : f16[M, N] row\n  tensor D : f16[M, N] row out")
+        .replace("D = acc", epilogue), "t.kg")
+    verify(module)
+    return module.kernels[0]
+
+
 def test_a_fused_epilogue_at_a_short_k_takes_pingpong():
     """K at most 1024 with an epilogue beyond D = acc: ping-pong 128x128 (its epilogues run
     under the other consumer's mainloop); the bare GEMM stays cooperative."""
     sm90 = target(ir.Arch.SM90A)
-    fused = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "").replace(
-        "tensor D : f16[M, N] row out", "tensor C : f16[M, N] row\n  tensor D : f16[M, N] row out")
-        .replace("D = acc", "D = C + 0.5 * gelu(acc)"), "t.kg")
-    verify(fused)
+    fused = _with_c("D = C + 0.5 * gelu(acc)")
     sizes = dict(M=8192, N=8192, K=1024)
-    config = builder.sized(fused.kernels[0], sm90, sizes)
+    config = builder.sized(fused, sm90, sizes)
     assert config.label == "pingpong: 128x128x64 w2x4 s4"
-    assert lower(fused.kernels[0], config=config).schedule.kind is KernelKind.PINGPONG
-    assert builder.sized(fused.kernels[0], sm90, dict(sizes, K=2048)) is None
+    assert lower(fused, config=config).schedule.kind is KernelKind.PINGPONG
+    assert builder.sized(fused, sm90, dict(sizes, K=2048)) is None
     assert builder.sized(gemm(arch="sm_90a"), sm90, sizes) is None
 
 
@@ -248,17 +254,14 @@ def test_a_fused_epilogue_leaves_out_the_64x192_tile():
     """64x192's ring leaves no room for the staging: the bare GEMM takes it at 192x6144x4096,
     a fused epilogue that reads C the cooperative 128x128 (configs.SIZED_BARE_ONLY)."""
     sm90 = target(ir.Arch.SM90A)
-    fused = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "").replace(
-        "tensor D : f16[M, N] row out", "tensor C : f16[M, N] row\n  tensor D : f16[M, N] row out")
-        .replace("D = acc", "D = relu(acc + C)"), "t.kg")
-    verify(fused)
+    fused = _with_c("D = relu(acc + C)")
     sizes = dict(M=192, N=6144, K=4096)
     assert builder.sized(gemm(arch="sm_90a"), sm90, sizes).label == "pingpong: 64x192x64 w2x4 s7"
-    assert builder.sized(fused.kernels[0], sm90, sizes).label == "128x128x64 w2x4 s6"
+    assert builder.sized(fused, sm90, sizes).label == "128x128x64 w2x4 s6"
     # a 64-row tile that keeps its staging serves both
     sizes = dict(M=128, N=4096, K=4096)
-    assert builder.sized(fused.kernels[0], sm90, sizes).label == "pingpong: 64x64x64 w2x4 s12"
-    plan = lower(fused.kernels[0], config=builder.sized(fused.kernels[0], sm90, sizes))
+    assert builder.sized(fused, sm90, sizes).label == "pingpong: 64x64x64 w2x4 s12"
+    plan = lower(fused, config=builder.sized(fused, sm90, sizes))
     assert plan.gemms[0].tile == (64, 64, 64) and plan.schedule.gemms[0].staged_input == "C"
 
 
