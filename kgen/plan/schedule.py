@@ -215,10 +215,6 @@ class Schedule:
     # adjacent output tiles, the operand they share multicast (Schedule.multicast)
     cluster: tuple[int, int] = (1, 1)
     why_cluster: str = ""
-    # schedule pingpong on a chain: the later gemms' resident B are copied while the first gemm
-    # runs, and each consumer warpgroup waits for them before its first tile's second gemm,
-    # not before its first tile (the first gemm's resident B, if any, is still waited for first)
-    resident_late: bool = False
 
     @property
     def cluster_size(self) -> int:
@@ -364,12 +360,6 @@ class Schedule:
                          "each consumer warpgroup starts its mainloop once the other has issued "
                          "its last (two mbarriers): no slot is awaited before its previous fill "
                          "has landed, whatever the ring's depth"))
-        if self.resident_late:
-            later = ", ".join(g.name for g in self.gemms[1:] if g.b.load is LoadPath.RESIDENT)
-            rows.append(("resident B of later gemms", f"{later}: waited for at each consumer's "
-                         f"first {self.gemms[1].name}",
-                         "their copies land while the first gemm runs, instead of holding both "
-                         "consumers before their first tile (1.3-2.6 us a launch on an H200)"))
         if self.split_k > 1:
             who = ("units of the persistent walk per output tile" if self.persistent
                    else "CTAs per output tile")

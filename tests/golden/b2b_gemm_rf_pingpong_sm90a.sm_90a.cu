@@ -390,22 +390,6 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
-// ---- schedule pingpong: the later gemms' resident B, waited for at their first use ----
-
-// The first consumer warpgroup issued the copies: its threads wait for their own, make them
-// visible to wgmma (the async proxy), meet at barrier 2 (the warpgroup) and arrive on barrier
-// 4 without waiting; the second warpgroup waits on barrier 4 for them.
-__device__ __forceinline__ void resident_ready(int warpgroup) {
-  if (warpgroup == 0) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    asm volatile("bar.sync 2, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
-    asm volatile("bar.arrive 4, %0;\n" ::"n"(2 * kWarpgroupThreads) : "memory");
-  } else {
-    asm volatile("bar.sync 4, %0;\n" ::"n"(2 * kWarpgroupThreads) : "memory");
-  }
-}
-
 // Grouped rasterization: linear tile `tile` is (tile_m, tile_n); kGroupM tile rows share the
 // B tiles they stream through L2.
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tile_m,
@@ -624,33 +608,26 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
     return;
   }
   setmaxnreg_inc<kConsumerRegisters>();
-  // The first warpgroup copies the resident B; both wait for the first gemm's here.
-  // The later gemms' land while the first gemm runs: each warpgroup waits for them before its
-  // first g1 (resident_ready).
+  // The first warpgroup loads the resident operands; both wait for them.
   if (warp_id < 4) {
-    // Resident: all of B0, loaded once; one cp.async group.
+    // Resident: all of B0, B1, loaded once; one cp.async group.
     {
       const unsigned g0_b = smem_address(smem.g0_b_smem());
       for (int kt = 0; kt < 9; ++kt)
         g0_cfg::load_b_stage(g0_b + kt * (g0_cfg::BLayout::kStageElems * 2), p.B0, p.ld_B0,
                             0, 64, kt * 64, 576, tid);
-      cp_async_commit();
-    }
-    // Resident: all of B1, loaded once; one cp.async group.
-    {
       const unsigned g1_b = smem_address(smem.g1_b_smem());
       for (int kt = 0; kt < 1; ++kt)
         g1_cfg::load_b_stage(g1_b + kt * (g1_cfg::BLayout::kStageElems * 2), p.B1, p.ld_B1,
                             0, 128, kt * 64, 64, tid);
       cp_async_commit();
     }
-    cp_async_wait<1>();
+    cp_async_wait<0>();
     fence_proxy_async();  // read by wgmma, through the async proxy
   }
   consumer_barrier();  // B is in shared memory
   const int warpgroup = warp_id / 4;
   const int math_warp = warp_id % 4;
-  bool resident_waited = false;  // this warpgroup has passed resident_ready
   int local = warpgroup;  // this warpgroup's tiles are the CTA's local tiles local, local + 2, ...
   for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; tile += 2 * gridDim.x, local += 2) {
     int tile_m, tile_n;
@@ -737,12 +714,6 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
       const int warp_n = math_warp % kWarpsN;
       const int n0 = tile_n * kTileN;
 
-      // This warpgroup's first g1: the later gemms' resident B have landed (copied while the
-      // first gemm ran).
-      if (!resident_waited) {
-        resident_ready(warpgroup);
-        resident_waited = true;
-      }
       float acc[kFragM][kFragN][4];
 #pragma unroll
       for (int i = 0; i < kFragM; ++i)
@@ -793,9 +764,6 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
       }
     }
   }
-  // A warpgroup without tiles: its copies still complete before it exits, and barrier 4 is
-  // matched (the first warpgroup arrives on it exactly once, the second waits on it once).
-  if (!resident_waited) resident_ready(warpgroup);
   if (tid % kWarpgroupThreads == 0) bulk_wait();  // this warpgroup's last stores are complete
 #else
   __trap();  // the compute_90 pass: no wgmma (see the top of this file)

@@ -192,16 +192,12 @@ def wide_store_lines(g: GemmPlan) -> list[str]:
                         col_check=" && col < N" if overhang else "")
 
 
-def resident_loads(plan: KernelPlan, gemms: tuple[str, ...] | None = None) -> list[str]:
-    """Every resident B (of `gemms`, by name, if given), once per CTA, as one cp.async group
-    older than the ring's first stages: the first gemm's first wait (and its barrier) covers it.
-    An empty list where none is resident."""
+def resident_loads(plan: KernelPlan) -> list[str]:
+    """Every resident B, once per CTA, as one cp.async group older than the ring's first
+    stages: the first gemm's first wait (and its barrier) covers it."""
     loads = []
     resident = [g for g in plan.gemms
-                if plan.schedule.gemm(g.name).b.load is LoadPath.RESIDENT
-                and (gemms is None or g.name in gemms)]
-    if not resident:
-        return []
+                if plan.schedule.gemm(g.name).b.load is LoadPath.RESIDENT]
     for g in resident:
         b = operand(g.b, "b")
         k = dim_expr(g.k_dim) if g.chain is None else str(g.chain.k)

@@ -53,12 +53,9 @@ class Sm90Chain(chain.ChainTarget):
         return function_level(text)
 
     def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
-        lines = (resident_wgmma(g) if g.name in plan.schedule.wgmma_chain
-                 else super().resident_mainloop(plan, g))
-        if plan.schedule.resident_late and g is plan.gemms[1]:
-            # the later gemms' resident B, copied while the first gemm ran (pingpong_body)
-            lines = render_lines("sm90/resident_wait.inc.j2", name=g.name) + lines
-        return lines
+        if g.name in plan.schedule.wgmma_chain:
+            return resident_wgmma(g)
+        return super().resident_mainloop(plan, g)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if plan.schedule.tma_output is not None:
@@ -114,7 +111,6 @@ class Sm90Chain(chain.ChainTarget):
                                 if schedule.pingpong else 0),
             consumer_registers=(schedule.role("consumer").registers
                                 if schedule.pingpong else 0),
-            resident_late=schedule.resident_late,
             wgmma_n=first.tile[1],
             wgmma_acc=f"float (&acc)[1][{first.tile[1] // 8}][4]",
             wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
@@ -175,15 +171,11 @@ def wgmma_outs(n: int, acc: str = "acc[0]") -> str:
 def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     """schedule pingpong: the barriers and the resident B operands, then the producer warps fill
     the ring while the two consumer warpgroups run every other tile of this CTA."""
-    g0, late = plan.gemms[0], plan.schedule.resident_late
-    first = (g0.name,) if late else None  # with resident_late, the later gemms' B load apart
-    later = tuple(g.name for g in plan.gemms[1:])
+    g0 = plan.gemms[0]
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
         order=plan.schedule.consumer_order,
-        resident_loads=block(resident_loads(plan, first)),
-        late_loads=block(resident_loads(plan, later)) if late else [],
-        later=plan.gemms[1].name, stages=block(stages),
+        resident_loads=block(resident_loads(plan)), stages=block(stages),
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         times_batches=batch.chain_values(plan)["times_batches"],
         tile_batch=batch.tile_batch(plan, "tile")))

@@ -190,10 +190,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
     if ring_b:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
-    # the later gemms' resident B are waited for at their first use (Schedule.resident_late)
-    late = any(g.b.load is LoadPath.RESIDENT for g in schedule.gemms[1:])
-    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:],
-                                   resident_late=late)
+    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:])
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
 
