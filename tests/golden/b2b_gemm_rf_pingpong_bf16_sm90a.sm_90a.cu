@@ -354,10 +354,6 @@ __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(2 + warpgroup), "n"(kWarpgroupThreads) : "memory");
 }
 
-__device__ __forceinline__ void st_shared_b32(unsigned address, unsigned value) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-
 // Byte offset of (row, col) in a 64x64 box of 16-bit values with the 128-byte swizzle (the box
 // starts on a 1024-byte boundary): row r is the 128 bytes at 128 r, its 16-byte chunk c sits at
 // chunk c ^ (r % 8).
@@ -374,6 +370,33 @@ __device__ __forceinline__ void tma_store_box(const void* map, unsigned box, int
       "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
       "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], policy;\n"
       "}\n" ::"l"(map), "r"(box), "r"(col), "r"(row) : "memory");
+}
+
+// Four 8x8 pieces of 16-bit values to shared memory: lane l gives the address of row l % 8 of
+// piece l / 8, and holds pieces[q] = (row l / 4, columns 2 (l % 4), + 1) of piece q. Volatile, so
+// it stays between the barriers that order the staging, but with no memory clobber, so the
+// epilogue's global loads may move ahead of it.
+__device__ __forceinline__ void stmatrix_x4(unsigned address, const unsigned (&pieces)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(pieces[0]), "r"(pieces[1]), "r"(pieces[2]), "r"(pieces[3]));
+}
+
+// A box of the staging to the output by this warpgroup's threads, 16-bit element by element:
+// for a tile whose last columns end inside a 16-byte chunk, which the copy engine cannot write
+// without writing past them. Box row r, column c goes to base[(row0 + r) * ld + col0 + c] where
+// it lies inside rows x cols (a column-major output's boxes are transposed: it passes its
+// columns as rows). Rolled: the epilogue above it is the kernel's only copy of the EVT.
+__device__ __forceinline__ void copy_box_out(void* base, long long ld, unsigned box, int row0, int col0,
+                                             int rows, int cols) {
+#pragma unroll 1
+  for (int e = threadIdx.x % kWarpgroupThreads; e < 64 * 64; e += kWarpgroupThreads) {
+    const int r = e / 64, c = e % 64;
+    if (row0 + r < rows && col0 + c < cols) {
+      unsigned short value;
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(value) : "r"(box + staging_offset(r, c)));
+      static_cast<unsigned short*>(base)[static_cast<long long>(row0 + r) * ld + col0 + c] = value;
+    }
+  }
 }
 
 __device__ __forceinline__ void bulk_commit() {
@@ -740,18 +763,26 @@ b2b_gemm_rf_pingpong_bf16_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_bf1
       const unsigned staging = smem_address(smem.g1_d_staging()) + warpgroup * (kTileN / 64) * kStagingBoxBytes;
       if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this warpgroup's last tile
       warpgroup_barrier(warpgroup);
+      // Per 16 columns, this warp's four 8x8 pieces (its rows 0-7 and 8-15 of two n8 column groups)
+      // as one stmatrix: piece q is rows 8 (q % 2) on of column group 2 jj + q / 2, and lane l gives
+      // the address of row l % 8 of piece l / 8. The registers hold the pairs mma's layout puts there.
+      static_assert(kFragN % 2 == 0, "the staging takes column groups in pairs");
 #pragma unroll
       for (int i = 0; i < kFragM; ++i) {
+        const int r = warp_m * kWarpTileM + i * 16 + lane / 4;  // this thread's first row in the tile
+        const bool live[2] = {m0 + r < M, m0 + r + 8 < M};  // the epilogue may read row-indexed inputs
+        const int piece_row = warp_m * kWarpTileM + i * 16 + 8 * (lane / 8 % 2) + lane % 8;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = warp_m * kWarpTileM + i * 16 + lane / 4 + 8 * h;  // row in the tile
-          const bool live = m0 + r < M;  // the epilogue may read row-indexed inputs
+        for (int jj = 0; jj < kFragN / 2; ++jj) {
+          const int piece_col = warp_n * kWarpTileN + (2 * jj + lane / 16) * 8;
+          unsigned pairs[4];
 #pragma unroll
-          for (int j = 0; j < kFragN; ++j) {
+          for (int q = 0; q < 4; ++q) {
+            const int j = 2 * jj + q / 2, h = q % 2;
             const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;  // column in the tile
-            const unsigned pair = live ? g1_epilogue(p, m0 + r, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
-            st_shared_b32(staging + (c / 64) * kStagingBoxBytes + staging_offset(r, c % 64), pair);
+            pairs[q] = live[h] ? g1_epilogue(p, m0 + r + 8 * h, n0 + c, acc[i][j][2 * h], acc[i][j][2 * h + 1]) : 0u;
           }
+          stmatrix_x4(staging + (piece_col / 64) * kStagingBoxBytes + staging_offset(piece_row, piece_col % 64), pairs);
         }
       }
       fence_proxy_async();  // written through the generic proxy, read by the copy engine

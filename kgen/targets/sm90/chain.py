@@ -99,7 +99,7 @@ class Sm90Chain(chain.ChainTarget):
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
             staged="",  # a chain's epilogue reads its inputs from global memory
-            stmatrix=False,  # and writes its staging pair by pair
+            stmatrix=tma is not None,  # and writes its staging by stmatrix
             stmatrix_trans=False,
             stages_d=0,  # its staging holds the whole tile
             maps=maps,
