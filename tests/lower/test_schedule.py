@@ -213,8 +213,10 @@ def test_pingpong_source_producer_and_consumers():
              "const unsigned staging = smem_address(smem.g1_d_staging()) + warpgroup * "
              "(kTileN / 64) * kStagingBoxBytes;",
              "if (tid % kWarpgroupThreads == 0) bulk_wait_read();", "warpgroup_barrier(warpgroup);",
-             "g1_epilogue(p, m0 + r, n0 + c,",
-             "st_shared_b32(staging + (c / 64) * kStagingBoxBytes + staging_offset(r, c % 64), pair);",
+             "g1_epilogue(p, m0 + r + 8 * h, n0 + c,",
+             # four 8x8 pieces of the warp's rows per stmatrix
+             "stmatrix_x4(staging + (piece_col / 64) * kStagingBoxBytes + "
+             "staging_offset(piece_row, piece_col % 64), pairs);",
              "fence_proxy_async();", "warpgroup_barrier(warpgroup);",
              "if (tid % kWarpgroupThreads == 0) {",
              "tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, n0 + box * 64, m0);",
