@@ -50,6 +50,8 @@ def label(plan) -> str:
     extra = (" B0 ring" if s.chain_ring_b else " resident" if s.resident else "")
     extra += " turns" if s.consumer_order else ""
     extra += " tma-out" if s.tma_output is not None else ""
+    passes = s.gemms[-1].column_passes
+    extra += f" {passes} passes" if passes > 1 else ""
     return f"{s.kind.value} {text}{extra}"
 
 

@@ -141,6 +141,12 @@ class GemmSchedule:
     # whose inlined code is long (erff, tanhf): NVRTC's time grows with the code it inlines.
     epilogue_groups: int = 1
     why_epilogue_groups: str = ""
+    # The last gemm of a ping-pong chain in this many passes over its tile's columns: each
+    # pass multiplies the columns' share of B (resident) by the same A fragments, runs the
+    # epilogue and stages that share for the copy engine. Each consumer thread then holds one
+    # pass's accumulators, and the staging one pass's columns. 1: the whole tile at once.
+    column_passes: int = 1
+    why_column_passes: str = ""
 
 
 def staged_vector_buffer(gemm: str, param: str) -> str:
@@ -347,6 +353,9 @@ class Schedule:
                 rows.append((f"{g.name} epilogue tile",
                              f"64x64, {g.stages_d} staging boxes per consumer" if g.stages_d
                              else "the consumer's whole tile", g.why_stages_d))
+            if g.column_passes > 1:
+                rows.append((f"{g.name} column passes", str(g.column_passes),
+                             g.why_column_passes))
             if g.why_epilogue_groups:
                 rows.append((f"{g.name} epilogue groups",
                              f"{g.epilogue_groups} of 64 columns, rolled" if g.epilogue_groups > 1

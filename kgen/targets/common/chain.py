@@ -127,6 +127,9 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
     else:
         mainloop = chained_mainloop(g)
     epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt)
+    passes = plan.schedule.gemm(g.name).column_passes  # the pass loop declares its own n0
+    if passes > 1:  # the mainloop and epilogue sit inside the pass loop
+        mainloop, epilogue = block(mainloop), block(epilogue)
     return render_lines(
         "common/stage.inc.j2", name=g.name, a_name=g.a_name, b_name=g.b_name, cfg=cfg(g),
         a_frags=nxt is not None and nxt.a is None,
@@ -135,7 +138,8 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
         tile=f"{g.tile[0]}x{g.tile[1]}x{g.tile[2]}",
         where="this CTA's columns" if last else "all of its N in every CTA",
         warp=arch.warp_var(plan),
-        n0=("tile_n * kTileN" if last else "0") if b_in_loop else "",
+        n0=("tile_n * kTileN" if last else "0") if b_in_loop and passes == 1 else "",
+        passes=passes,
         n_expr=dim_expr(g.n_dim) if n_used else "",
         k_expr=dim_expr(g.k_dim) if k_in_loop else "",
         mainloop=block(mainloop),

@@ -54,7 +54,7 @@ class Sm90Chain(chain.ChainTarget):
 
     def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if g.name in plan.schedule.wgmma_chain:
-            return resident_wgmma(g)
+            return resident_wgmma(g, plan.schedule.gemm(g.name).column_passes)
         return super().resident_mainloop(plan, g)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -117,8 +117,8 @@ class Sm90Chain(chain.ChainTarget):
             wgmma_outs=wgmma_outs(first.tile[1]),
             wgmma_rs=[dict(n=n, regs=", ".join(f"%{i}" for i in range(n // 2)),
                            outs=wgmma_outs(n))
-                      for n in sorted({g.tile[1] for g in plan.gemms
-                                       if g.name in schedule.wgmma_chain})],
+                      for n in sorted({g.tile[1] // schedule.gemm(g.name).column_passes
+                                       for g in plan.gemms if g.name in schedule.wgmma_chain})],
         )
 
 
@@ -130,10 +130,11 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                       command=command)
 
 
-def resident_wgmma(g: GemmPlan) -> list[str]:
+def resident_wgmma(g: GemmPlan, passes: int = 1) -> list[str]:
     """The resident chained stage on wgmma (Mma.WGMMA_RS): the warpgroup's rows times all
-    of B, one k16 step per instruction, A from this thread's fragments, B through descriptors;
-    one commit group, waited on before the epilogue reads the accumulators."""
+    of B (in column passes: the pass's rows of B, K-major), one k16 step per instruction, A
+    from this thread's fragments, B through descriptors; one commit group, waited on before the
+    epilogue reads the accumulators."""
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
     wgmma_steps = []
     for kt in range(tiles):
@@ -143,7 +144,8 @@ def resident_wgmma(g: GemmPlan) -> list[str]:
             wgmma_steps.append(WgmmaStep(step=kt * steps + kk,
                                          at=f"{here} + {kk * 32}" if kk else here))
     return render_lines("sm90/resident_wgmma.inc.j2", b=operand(g.b, "b"), name=g.name,
-                        source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps)
+                        source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps,
+                        passes=passes)
 
 
 def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:

@@ -86,6 +86,10 @@ WHY_CHAIN_RING_B = ("ping-pong with the first gemm's B streamed through the ring
 # within 5% of it at every one. A deeper ring, or B0 resident, fits the output staging less
 # often, and without it the chain ran up to 1.3x slower.
 RING_B_RINGS = (6, 4)
+# Where the last gemm takes column passes (schedules.column_passes: N1 = 256 beside N0 = 128),
+# its staging (one pass's columns) fits beside 5 or 4 slots, not 6, and the staged chain ran
+# faster than 6 slots storing from registers (bench/RESULTS.md, "column passes").
+RING_B_PASS_RINGS = (5, 4, 6)
 RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
 
 
@@ -203,9 +207,12 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     regs = Residency.REGISTERS
     out = []
     if pingpong_registers(shapes) <= PINGPONG_REGISTERS:
+        tiles = common.chain_tiles(shapes, 64)
+        passes = tiles[-1][1] % 128 == 0 and (schedules.consumer_values(tiles[0][1], tiles[-1][1])
+                                              > schedules.STAGING_MAX_VALUES)
         out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
                                            WHY_CHAIN_RING_B, KernelKind.PINGPONG))
-                for ring in RING_B_RINGS]
+                for ring in (RING_B_PASS_RINGS if passes else RING_B_RINGS)]
         out += [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
                                     WHY_CHAIN_PINGPONG, KernelKind.PINGPONG) for ring in RINGS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)

@@ -146,13 +146,19 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                             Site("resident", 0))
     barriers = dict(ring_barriers=ring_barriers(first), turn_barriers=TURN_BARRIERS)
     wide = common.wide_refusal(last)
-    tma = wide or tma_refusal(last) or staging_refusal(first, last)
-    staging = (0, 0) if tma else (staging_bytes(last), STAGING_ALIGN)
+    tma = wide or tma_refusal(last)
+    passes = 1 if tma else column_passes(first, last)
+    tma = tma or staging_refusal(first, last, passes)
+    staging = (0, 0) if tma else (staging_bytes(last, passes), STAGING_ALIGN)
     storage = draft.place(gemms, persistent=True, resident=True, staging=staging,
                           ring_b=ring_b, **barriers)
     if storage.total_bytes > storage.limit_bytes and not tma:
         # without the staging, 16-byte stores from registers
         tma = "the output staging does not fit beside the ring and the resident B tiles"
+    if passes > 1 and not tma and mmas(gemms, storage)[-1][0] is not Mma.WGMMA_RS:
+        tma = f"the column passes of gemm '{last.name}' need it on wgmma"
+    if tma and staging != (0, 0):
+        passes = 1
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
                               ring_b=ring_b, **barriers)
     if storage.total_bytes > storage.limit_bytes:
@@ -190,7 +196,15 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
     if ring_b:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
-    schedule = dataclasses.replace(schedule, gemms=(ring,) + schedule.gemms[1:])
+    later = schedule.gemms[1:]
+    if passes > 1:  # the last gemm a share of its columns at a time
+        why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread would "
+               f"hold {consumer_values(first.tile[1], last.tile[1])} accumulator values with "
+               f"the whole tile (over {STAGING_MAX_VALUES}, the staging's stores would spill), "
+               f"{consumer_values(first.tile[1], last.tile[1] // passes)} with one pass")
+        later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
+                                                  why_column_passes=why),)
+    schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
 
@@ -274,12 +288,23 @@ def consumer_values(n0: int, n1: int) -> int:
     return n0 // 2 + n0 // 4 + n1 // 2
 
 
-def staging_refusal(first: GemmPlan, last: GemmPlan) -> str | None:
-    values = consumer_values(first.tile[1], last.tile[1])
+def staging_refusal(first: GemmPlan, last: GemmPlan, passes: int = 1) -> str | None:
+    values = consumer_values(first.tile[1], last.tile[1] // passes)
     if values > STAGING_MAX_VALUES:
         return (f"each consumer thread holds {values} accumulator values (over "
                 f"{STAGING_MAX_VALUES}): the staging's stores would spill")
     return None
+
+
+def column_passes(first: GemmPlan, last: GemmPlan) -> int:
+    """How many passes over its tile's columns the last gemm of a ping-pong chain takes
+    (GemmSchedule.column_passes): 1 where a consumer thread's values fit under
+    STAGING_MAX_VALUES with the whole tile, else 2 where each half is whole 64-column boxes
+    and fits (N1 = 256 beside N0 = 128: 224 values, 160 in halves)."""
+    n = last.tile[1]
+    if consumer_values(first.tile[1], n) <= STAGING_MAX_VALUES or n % 128:
+        return 1
+    return 2 if consumer_values(first.tile[1], n // 2) <= STAGING_MAX_VALUES else 1
 
 
 def ring_barriers(first: GemmPlan) -> int:
@@ -287,9 +312,10 @@ def ring_barriers(first: GemmPlan) -> int:
     return 2 * first.stages
 
 
-def staging_bytes(last: GemmPlan) -> int:
-    """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup."""
-    return CONSUMERS * last.tile[0] * last.tile[1] * 2
+def staging_bytes(last: GemmPlan, passes: int = 1) -> int:
+    """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup
+    (one pass's columns of it)."""
+    return CONSUMERS * last.tile[0] * (last.tile[1] // passes) * 2
 
 
 

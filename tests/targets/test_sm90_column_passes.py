@@ -1,0 +1,103 @@
+"""sm_90a's ping-pong chain with its last gemm in column passes (GemmSchedule.column_passes):
+where N1 = 256 beside N0 = 128 a consumer thread would hold 224 values, the last gemm runs two
+passes of 128 columns from the same A fragments, and the output staging holds one pass. The
+rule, the builder's rings, the plan and inspect, the emitted pass loop, and NVRTC with no
+spill."""
+from __future__ import annotations
+
+import pytest
+
+from kgen import ir
+from kgen.api import build
+from kgen.parse import parse
+from kgen.plan import StorePath
+from kgen.targets.sm90 import schedules
+from kgen.verify import verify
+
+from tests.kernels import B2B_CHAIN
+
+
+def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
+    module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def test_consumer_values_over_the_limit_take_two_passes():
+    assert schedules.consumer_values(128, 256) > schedules.STAGING_MAX_VALUES
+    assert schedules.consumer_values(128, 128) <= schedules.STAGING_MAX_VALUES
+    assert schedules.consumer_values(64, 256) <= schedules.STAGING_MAX_VALUES
+
+
+@pytest.mark.parametrize("k0, dtype", [(256, "f16"), (576, "bf16"), (1024, "f16")])
+def test_the_builder_stages_n1_256_in_two_passes_beside_five_slots(k0, dtype):
+    plan = build(chain(k0, 128, 256, dtype), ir.Arch.SM90A, source_name="chain.kg").plan
+    last = plan.schedule.gemms[-1]
+    assert plan.schedule.pingpong and plan.schedule.chain_ring_b
+    assert last.column_passes == 2 and last.store is StorePath.TMA
+    assert plan.schedule.gemms[0].column_passes == 1
+    assert plan.gemms[0].stages == 5
+    # the staging holds one pass: 128 columns of 64 rows, 16-bit, per consumer warpgroup
+    staging = next(b for b in plan.storage.buffers if b.name.endswith("_d_staging"))
+    assert staging.bytes == 2 * 64 * 128 * 2
+    assert plan.smem_bytes <= 232448
+    rows = {label: (value, why) for label, value, why in plan.schedule.describe()}
+    value, why = rows["g1 column passes"]
+    assert value == "2" and "128 columns" in why and "224" in why and "160" in why
+
+
+@pytest.mark.parametrize("n0, n1", [(128, 128), (64, 256), (128, 64)])
+def test_chains_under_the_limit_take_one_pass(n0, n1):
+    result = build(chain(256, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
+    assert all(g.column_passes == 1 for g in result.plan.schedule.gemms)
+    assert "for (int pass = 0;" not in result.source
+
+
+def test_six_slots_leave_no_room_for_the_staging_so_no_passes():
+    """The builder's third configuration for N1 = 256 (6 slots): one pass's staging does not
+    fit beside that ring, so the output leaves from registers, in one pass."""
+    from kgen.lower import builder
+    from kgen.targets import target
+
+    kern = chain(256, 128, 256)
+    configs = [c for c, _, _ in builder.listed(kern, target(ir.Arch.SM90A))]
+    assert [c.gemms[0].stages for c in configs[:3]] == [5, 4, 6]
+    plan = build(kern, ir.Arch.SM90A, source_name="chain.kg", config=configs[2]).plan
+    assert plan.gemms[0].stages == 6
+    assert plan.schedule.gemms[-1].store is StorePath.WIDE
+    assert plan.schedule.gemms[-1].column_passes == 1
+
+
+def test_the_pass_loop_multiplies_each_pass_by_its_rows_of_b1_and_stores_its_columns():
+    source = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").source
+    body = source[source.index("// ---- g1 = g0 @ B1"):]
+    order = ["for (int pass = 0; pass < 2; ++pass) {",
+             "constexpr int kTileN = g1_cfg::kTileN / 2;  // this pass's columns",
+             "constexpr int kFragN = g1_cfg::kFragN / 2;",
+             "const int n0 = tile_n * g1_cfg::kTileN + pass * kTileN;",
+             "float acc[kFragM][kFragN][4];",
+             "const unsigned b_smem = smem_address(smem.g1_b_smem()) + pass * (kTileN * kTileK * 2);",
+             "wgmma_step_rs(acc, g1_a_frag[0][0], smem_descriptor(b_smem));",
+             "wgmma_wait<0>();",
+             "bulk_wait_read();",
+             "stmatrix_x4(",
+             "tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, n0 + box * 64, m0);"]
+    at = 0
+    for text in order:
+        at = body.index(text, at)
+    # the outer n0 is not declared: the pass loop declares its own
+    assert "const int n0 = tile_n * kTileN;" not in body
+    # the m64n128k16 wgmma the passes issue
+    assert "wgmma.mma_async.sync.aligned.m64n128k16" in source
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" not in source
+
+
+@pytest.mark.parametrize("k0, dtype", [(256, "f16"), (576, "bf16")])
+def test_column_passes_compile_without_spills(k0, dtype):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = build(chain(k0, 128, 256, dtype), ir.Arch.SM90A, source_name="chain.kg")
+    assert result.plan.schedule.gemms[-1].column_passes == 2
+    resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
+    assert resources.get("stack_bytes", 0) == 0
