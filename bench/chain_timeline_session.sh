@@ -14,6 +14,8 @@
 #             at M = 17 and 1000; the chain GPU suites
 #   passes    the last gemm in column passes: bench/column_passes.py, the issue's 24 chains,
 #             compute-sanitizer at M = 17 and 1000, the chain GPU suites
+#   passes64  two passes beside N0 = 64 too: the issue's and my own chains (--shapes all),
+#             compute-sanitizer at M = 17 and 1000, the chain GPU suites
 # Logs land in $OUT (bench/logs/chain_timeline/, chain_stmatrix/, column_passes/ once fetched).
 . "$(dirname "$0")/session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
@@ -77,4 +79,9 @@ passes)
   table table_passes
   sanitize passes "17 1000" 256,128,256 576,128,256
   suites passes ;;
+passes64)
+  (timeout 300 python3 bench/chain_ring.py --table --shapes all --json "$OUT/table_passes64.json" \
+    2>&1 | grep -v -i warn | tee "$OUT/table_passes64.log")
+  sanitize passes64 "17 1000" 256,64,256
+  suites passes64 ;;
 esac

@@ -1,8 +1,8 @@
 """sm_90a's ping-pong chain with its last gemm in column passes (GemmSchedule.column_passes):
-where N1 = 256 beside N0 = 128 a consumer thread would hold 224 values, the last gemm runs two
-passes of 128 columns from the same A fragments, and the output staging holds one pass. The
-rule, the builder's rings, the plan and inspect, the emitted pass loop, and NVRTC with no
-spill."""
+a last tile of 256 columns runs two passes of 128 from the same A fragments, and the output
+staging holds one pass (beside N0 = 128 a consumer thread would hold 224 values with the whole
+tile, 160 in halves). The rule, the builder's rings, the plan and inspect, the emitted pass
+loop, and NVRTC with no spill."""
 from __future__ import annotations
 
 import pytest
@@ -43,14 +43,24 @@ def test_the_builder_stages_n1_256_in_two_passes_beside_five_slots(k0, dtype):
     assert plan.smem_bytes <= 232448
     rows = {label: (value, why) for label, value, why in plan.schedule.describe()}
     value, why = rows["g1 column passes"]
-    assert value == "2" and "128 columns" in why and "224" in why and "160" in why
+    assert value == "2" and "128 columns" in why and "160" in why and "224" in why
 
 
-@pytest.mark.parametrize("n0, n1", [(128, 128), (64, 256), (128, 64)])
-def test_chains_under_the_limit_take_one_pass(n0, n1):
+@pytest.mark.parametrize("n0, n1", [(128, 128), (64, 128), (128, 64)])
+def test_tiles_of_at_most_128_columns_take_one_pass(n0, n1):
     result = build(chain(256, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
     assert all(g.column_passes == 1 for g in result.plan.schedule.gemms)
     assert "for (int pass = 0;" not in result.source
+
+
+@pytest.mark.parametrize("k0", [256, 576])
+def test_n1_256_beside_n0_64_takes_two_passes_on_six_slots(k0):
+    """The whole tile's staging fits there too (176 values), but halves ran faster on the same
+    ring; its staging fits beside 6 slots, so the ring list is the usual one."""
+    plan = build(chain(k0, 64, 256), ir.Arch.SM90A, source_name="chain.kg").plan
+    assert plan.schedule.gemms[-1].column_passes == 2
+    assert plan.schedule.gemms[-1].store is StorePath.TMA
+    assert plan.gemms[0].stages == 6
 
 
 def test_six_slots_leave_no_room_for_the_staging_so_no_passes():
@@ -101,3 +111,11 @@ def test_column_passes_compile_without_spills(k0, dtype):
     resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
     assert resources.get("stack_bytes", 0) == 0
+
+
+def test_n0_96_keeps_one_pass_and_six_slots():
+    """N0 = 96: g1's k tiles are 32 wide, so g1 runs on mma.sync and cannot take passes; the
+    builder keeps the usual ring list (6 slots first) rather than the passes' (5 first)."""
+    plan = build(chain(768, 96, 256), ir.Arch.SM90A, source_name="chain.kg").plan
+    assert plan.schedule.gemms[-1].column_passes == 1
+    assert plan.gemms[0].stages == 6

@@ -86,9 +86,10 @@ WHY_CHAIN_RING_B = ("ping-pong with the first gemm's B streamed through the ring
 # within 5% of it at every one. A deeper ring, or B0 resident, fits the output staging less
 # often, and without it the chain ran up to 1.3x slower.
 RING_B_RINGS = (6, 4)
-# Where the last gemm takes column passes (schedules.column_passes: N1 = 256 beside N0 = 128),
-# its staging (one pass's columns) fits beside 5 or 4 slots, not 6, and the staged chain ran
-# faster than 6 slots storing from registers (bench/RESULTS.md, "column passes").
+# Where the last gemm needs column passes for its staging (schedules.column_passes: N1 = 256
+# beside N0 = 128), one pass's staging fits beside 5 or 4 slots, not 6, and the staged chain
+# ran faster than 6 slots storing from registers (bench/RESULTS.md, "column passes"). Beside
+# N0 = 64 the staging fits 6 slots, and 5 ran slower at K0 = 576: the usual list.
 RING_B_PASS_RINGS = (5, 4, 6)
 RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
 
@@ -207,9 +208,11 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     regs = Residency.REGISTERS
     out = []
     if pingpong_registers(shapes) <= PINGPONG_REGISTERS:
+        # the passes run on wgmma, which needs g1's k tiles of 64 (N0 a multiple of 64)
         tiles = common.chain_tiles(shapes, 64)
-        passes = tiles[-1][1] % 128 == 0 and (schedules.consumer_values(tiles[0][1], tiles[-1][1])
-                                              > schedules.STAGING_MAX_VALUES)
+        passes = (tiles[-1][1] % 128 == 0 and tiles[0][1] % 64 == 0
+                  and schedules.consumer_values(tiles[0][1], tiles[-1][1])
+                  > schedules.STAGING_MAX_VALUES)
         out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
                                            WHY_CHAIN_RING_B, KernelKind.PINGPONG))
                 for ring in (RING_B_PASS_RINGS if passes else RING_B_RINGS)]

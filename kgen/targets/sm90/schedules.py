@@ -198,10 +198,11 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
     later = schedule.gemms[1:]
     if passes > 1:  # the last gemm a share of its columns at a time
-        why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread would "
-               f"hold {consumer_values(first.tile[1], last.tile[1])} accumulator values with "
-               f"the whole tile (over {STAGING_MAX_VALUES}, the staging's stores would spill), "
-               f"{consumer_values(first.tile[1], last.tile[1] // passes)} with one pass")
+        why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
+               f"{consumer_values(first.tile[1], last.tile[1] // passes)} accumulator values "
+               f"with one pass against {consumer_values(first.tile[1], last.tile[1])} with the "
+               f"whole tile (the staging's stores spill over {STAGING_MAX_VALUES}), and the "
+               "staging one pass's columns")
         later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
                                                   why_column_passes=why),)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
@@ -298,11 +299,13 @@ def staging_refusal(first: GemmPlan, last: GemmPlan, passes: int = 1) -> str | N
 
 def column_passes(first: GemmPlan, last: GemmPlan) -> int:
     """How many passes over its tile's columns the last gemm of a ping-pong chain takes
-    (GemmSchedule.column_passes): 1 where a consumer thread's values fit under
-    STAGING_MAX_VALUES with the whole tile, else 2 where each half is whole 64-column boxes
-    and fits (N1 = 256 beside N0 = 128: 224 values, 160 in halves)."""
+    (GemmSchedule.column_passes): 2 where the tile is 256 columns and a pass's values fit under
+    STAGING_MAX_VALUES, else 1. N1 = 256 beside N0 = 128 holds 224 values with the whole tile,
+    160 in halves, and only the halves' staging fits beside the ring: 20-30% faster on an H200;
+    beside N0 = 64 (176 values, 112) halves ran 1-3% faster on the same ring (bench/RESULTS.md,
+    "column passes")."""
     n = last.tile[1]
-    if consumer_values(first.tile[1], n) <= STAGING_MAX_VALUES or n % 128:
+    if n <= 128 or n % 128:
         return 1
     return 2 if consumer_values(first.tile[1], n // 2) <= STAGING_MAX_VALUES else 1
 
