@@ -119,3 +119,18 @@ def test_n0_96_keeps_one_pass_and_six_slots():
     plan = build(chain(768, 96, 256), ir.Arch.SM90A, source_name="chain.kg").plan
     assert plan.schedule.gemms[-1].column_passes == 1
     assert plan.gemms[0].stages == 6
+
+
+@pytest.mark.parametrize("n0, n1, needs", [(128, 256, True), (64, 256, False), (96, 256, False),
+                                           (128, 128, False)])
+def test_staging_needs_passes(n0, n1, needs):
+    """The builder's 5-slot-first ring list: only where the staging fits in passes alone."""
+    assert schedules.staging_needs_passes(n0, n1) is needs
+
+
+def test_a_g1_on_mma_sync_stages_its_whole_tile():
+    """N0 = 48: g1's k tiles are 16 wide, so g1 runs on mma.sync and cannot take passes; its
+    176 values fit the staging of the whole tile, which it keeps (not stores from registers)."""
+    plan = build(chain(768, 48, 256), ir.Arch.SM90A, source_name="chain.kg").plan
+    last = plan.schedule.gemms[-1]
+    assert last.column_passes == 1 and last.store is StorePath.TMA

@@ -208,11 +208,10 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     regs = Residency.REGISTERS
     out = []
     if pingpong_registers(shapes) <= PINGPONG_REGISTERS:
-        # the passes run on wgmma, which needs g1's k tiles of 64 (N0 a multiple of 64)
-        tiles = common.chain_tiles(shapes, 64)
-        passes = (tiles[-1][1] % 128 == 0 and tiles[0][1] % 64 == 0
-                  and schedules.consumer_values(tiles[0][1], tiles[-1][1])
-                  > schedules.STAGING_MAX_VALUES)
+        # the copy engine's stores need tiles that cover N exactly (schedules.tma_refusal)
+        tiles, n = common.chain_tiles(shapes, 64), shapes[-1].n
+        passes = (isinstance(n, int) and n % tiles[-1][1] == 0
+                  and schedules.staging_needs_passes(tiles[0][1], tiles[-1][1]))
         out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
                                            WHY_CHAIN_RING_B, KernelKind.PINGPONG))
                 for ring in (RING_B_PASS_RINGS if passes else RING_B_RINGS)]

@@ -147,17 +147,23 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     barriers = dict(ring_barriers=ring_barriers(first), turn_barriers=TURN_BARRIERS)
     wide = common.wide_refusal(last)
     tma = wide or tma_refusal(last)
-    passes = 1 if tma else column_passes(first, last)
-    tma = tma or staging_refusal(first, last, passes)
-    staging = (0, 0) if tma else (staging_bytes(last, passes), STAGING_ALIGN)
-    storage = draft.place(gemms, persistent=True, resident=True, staging=staging,
-                          ring_b=ring_b, **barriers)
-    if storage.total_bytes > storage.limit_bytes and not tma:
-        # without the staging, 16-byte stores from registers
-        tma = "the output staging does not fit beside the ring and the resident B tiles"
-    if passes > 1 and not tma and mmas(gemms, storage)[-1][0] is not Mma.WGMMA_RS:
-        tma = f"the column passes of gemm '{last.name}' need it on wgmma"
-    if tma and staging != (0, 0):
+    # the output staged for the copy engine, in column passes where they apply, else whole;
+    # where neither serves (tma says why), 16-byte stores from registers
+    passes, storage = 1, None
+    for passes in () if tma else sorted({column_passes(first, last), 1}, reverse=True):
+        tma = staging_refusal(first, last, passes)
+        if tma:
+            continue
+        storage = draft.place(gemms, persistent=True, resident=True,
+                              staging=(staging_bytes(last, passes), STAGING_ALIGN),
+                              ring_b=ring_b, **barriers)
+        if storage.total_bytes > storage.limit_bytes:
+            tma = "the output staging does not fit beside the ring and the resident B tiles"
+        elif passes > 1 and mmas(gemms, storage)[-1][0] is not Mma.WGMMA_RS:
+            tma = f"the column passes of gemm '{last.name}' need it on wgmma"
+        else:
+            break
+    if tma:
         passes = 1
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
                               ring_b=ring_b, **barriers)
@@ -308,6 +314,16 @@ def column_passes(first: GemmPlan, last: GemmPlan) -> int:
     if n <= 128 or n % 128:
         return 1
     return 2 if consumer_values(first.tile[1], n // 2) <= STAGING_MAX_VALUES else 1
+
+
+def staging_needs_passes(n0: int, n1: int) -> bool:
+    """Whether a ping-pong chain's output staging fits a consumer thread's registers only in
+    column passes (N1 = 256 beside N0 = 128): the whole tile's values are over
+    STAGING_MAX_VALUES, a pass's are not, and g1 can take passes (on wgmma: its k tiles of 64
+    need N0 a multiple of 64)."""
+    return (n1 > 128 and n1 % 128 == 0 and n0 % 64 == 0
+            and consumer_values(n0, n1) > STAGING_MAX_VALUES
+            and consumer_values(n0, n1 // 2) <= STAGING_MAX_VALUES)
 
 
 def ring_barriers(first: GemmPlan) -> int:
