@@ -381,24 +381,6 @@ __device__ __forceinline__ void stmatrix_x4(unsigned address, const unsigned (&p
                "r"(pieces[0]), "r"(pieces[1]), "r"(pieces[2]), "r"(pieces[3]));
 }
 
-// A box of the staging to the output by this warpgroup's threads, 16-bit element by element:
-// for a tile whose last columns end inside a 16-byte chunk, which the copy engine cannot write
-// without writing past them. Box row r, column c goes to base[(row0 + r) * ld + col0 + c] where
-// it lies inside rows x cols (a column-major output's boxes are transposed: it passes its
-// columns as rows). Rolled: the epilogue above it is the kernel's only copy of the EVT.
-__device__ __forceinline__ void copy_box_out(void* base, long long ld, unsigned box, int row0, int col0,
-                                             int rows, int cols) {
-#pragma unroll 1
-  for (int e = threadIdx.x % kWarpgroupThreads; e < 64 * 64; e += kWarpgroupThreads) {
-    const int r = e / 64, c = e % 64;
-    if (row0 + r < rows && col0 + c < cols) {
-      unsigned short value;
-      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(value) : "r"(box + staging_offset(r, c)));
-      static_cast<unsigned short*>(base)[static_cast<long long>(row0 + r) * ld + col0 + c] = value;
-    }
-  }
-}
-
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

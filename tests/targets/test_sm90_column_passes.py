@@ -97,6 +97,8 @@ def test_the_pass_loop_multiplies_each_pass_by_its_rows_of_b1_and_stores_its_col
         at = body.index(text, at)
     # the outer n0 is not declared: the pass loop declares its own
     assert "const int n0 = tile_n * kTileN;" not in body
+    # the tiles cover N1 exactly: no element copy-out helper (the one-gemm kernel's)
+    assert "copy_box_out" not in source
     # the m64n128k16 wgmma the passes issue
     assert "wgmma.mma_async.sync.aligned.m64n128k16" in source
     assert "wgmma.mma_async.sync.aligned.m64n256k16" not in source

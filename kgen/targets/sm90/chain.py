@@ -100,6 +100,7 @@ class Sm90Chain(chain.ChainTarget):
             tma_output=tma.param if tma else "",
             staged="",  # a chain's epilogue reads its inputs from global memory
             stmatrix=tma is not None,  # and writes its staging by stmatrix
+            copy_out=False,  # its tiles cover N exactly (tma_refusal): the copy engine stores each
             stmatrix_trans=False,
             stages_d=0,  # its staging holds the whole tile
             maps=maps,

@@ -506,6 +506,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         stages_d=schedule.gemm(g.name).stages_d,
         epilogue_groups=schedule.gemm(g.name).epilogue_groups,
         stmatrix=staged,  # the staging written by stmatrix
+        copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
         stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",
         packed_params=(f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g),

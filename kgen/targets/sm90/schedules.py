@@ -150,7 +150,8 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     # the output staged for the copy engine, in column passes where they apply, else whole;
     # where neither serves (tma says why), 16-byte stores from registers
     passes, storage = 1, None
-    for passes in () if tma else sorted({column_passes(first, last), 1}, reverse=True):
+    for passes in () if tma else sorted({column_passes(first.tile[1], last.tile[1]), 1},
+                                        reverse=True):
         tma = staging_refusal(first, last, passes)
         if tma:
             continue
@@ -303,27 +304,25 @@ def staging_refusal(first: GemmPlan, last: GemmPlan, passes: int = 1) -> str | N
     return None
 
 
-def column_passes(first: GemmPlan, last: GemmPlan) -> int:
-    """How many passes over its tile's columns the last gemm of a ping-pong chain takes
-    (GemmSchedule.column_passes): 2 where the tile is 256 columns and a pass's values fit under
-    STAGING_MAX_VALUES, else 1. N1 = 256 beside N0 = 128 holds 224 values with the whole tile,
-    160 in halves, and only the halves' staging fits beside the ring: 20-30% faster on an H200;
-    beside N0 = 64 (176 values, 112) halves ran 1-3% faster on the same ring (bench/RESULTS.md,
-    "column passes")."""
-    n = last.tile[1]
-    if n <= 128 or n % 128:
+def column_passes(n0: int, n1: int) -> int:
+    """How many passes over its tile's columns the last gemm of a ping-pong chain takes, for
+    tiles N0 wide (the first gemm) and N1 wide (the last; GemmSchedule.column_passes): 2 where
+    the tile is 256 columns and a pass's values fit under STAGING_MAX_VALUES, else 1. N1 = 256
+    beside N0 = 128 holds 224 values with the whole tile, 160 in halves, and only the halves'
+    staging fits beside the ring: 20-30% faster on an H200; beside N0 = 64 (176 values, 112)
+    halves ran 1-3% faster on the same ring (bench/RESULTS.md, "column passes")."""
+    if n1 <= 128 or n1 % 128:
         return 1
-    return 2 if consumer_values(first.tile[1], n // 2) <= STAGING_MAX_VALUES else 1
+    return 2 if consumer_values(n0, n1 // 2) <= STAGING_MAX_VALUES else 1
 
 
 def staging_needs_passes(n0: int, n1: int) -> bool:
     """Whether a ping-pong chain's output staging fits a consumer thread's registers only in
     column passes (N1 = 256 beside N0 = 128): the whole tile's values are over
-    STAGING_MAX_VALUES, a pass's are not, and g1 can take passes (on wgmma: its k tiles of 64
-    need N0 a multiple of 64)."""
-    return (n1 > 128 and n1 % 128 == 0 and n0 % 64 == 0
-            and consumer_values(n0, n1) > STAGING_MAX_VALUES
-            and consumer_values(n0, n1 // 2) <= STAGING_MAX_VALUES)
+    STAGING_MAX_VALUES and the passes' are not, and g1 can take passes (on wgmma: its k tiles
+    of 64 need N0 a multiple of 64)."""
+    return (column_passes(n0, n1) > 1 and n0 % 64 == 0
+            and consumer_values(n0, n1) > STAGING_MAX_VALUES)
 
 
 def ring_barriers(first: GemmPlan) -> int:
