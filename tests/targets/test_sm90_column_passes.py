@@ -23,7 +23,7 @@ def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
     return module.kernels[0]
 
 
-def test_consumer_values_over_the_limit_take_two_passes():
+def test_consumer_values_against_the_staging_limit():
     assert schedules.consumer_values(128, 256) > schedules.STAGING_MAX_VALUES
     assert schedules.consumer_values(128, 128) <= schedules.STAGING_MAX_VALUES
     assert schedules.consumer_values(64, 256) <= schedules.STAGING_MAX_VALUES
