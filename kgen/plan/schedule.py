@@ -147,6 +147,12 @@ class GemmSchedule:
     # pass's accumulators, and the staging one pass's columns. 1: the whole tile at once.
     column_passes: int = 1
     why_column_passes: str = ""
+    # The first gemm of a ping-pong chain: wgmma groups in flight in its mainloop. 1: each k
+    # tile's group completes before the next is issued, and its slot goes back to the producer
+    # at once; 2: the next k tile's group is issued first, each slot going back one k tile
+    # later, and the other consumer's turn comes once the last group is issued
+    wgmma_in_flight: int = 1
+    why_wgmma_in_flight: str = ""
 
 
 def staged_vector_buffer(gemm: str, param: str) -> str:
@@ -356,6 +362,9 @@ class Schedule:
             if g.column_passes > 1:
                 rows.append((f"{g.name} column passes", str(g.column_passes),
                              g.why_column_passes))
+            if g.why_wgmma_in_flight:
+                rows.append((f"{g.name} wgmma groups in flight", str(g.wgmma_in_flight),
+                             g.why_wgmma_in_flight))
             if g.why_epilogue_groups:
                 rows.append((f"{g.name} epilogue groups",
                              f"{g.epilogue_groups} of 64 columns, rolled" if g.epilogue_groups > 1

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import Residency
+from ...enums import Axis, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
-                     StorePath, TensorMap, WarpRole)
+                     StorePath, TensorMap, WarpRole, staged_vector_buffer)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from . import warp_specialized
@@ -145,19 +145,30 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                             f"beside {first.a.param} (it is not kept resident), but {refusal}",
                             Site("resident", 0))
     barriers = dict(ring_barriers=ring_barriers(first), turn_barriers=TURN_BARRIERS)
+    vectors = feed_vectors(first, draft)
+
+    def place(staging: tuple[int, int]):
+        """The chain's buffers with `staging`: with the feed's vectors where they fit."""
+        storage = None
+        for staged in dict.fromkeys((vectors, ())):
+            storage = draft.place(gemms, persistent=True, resident=True, staging=staging,
+                                  ring_b=ring_b, vectors=vector_requests(first, staged),
+                                  vector_gemm=first.name, **barriers)
+            if storage.total_bytes <= storage.limit_bytes:
+                return storage, staged
+        return storage, ()
+
     wide = common.wide_refusal(last)
     tma = wide or tma_refusal(last)
     # the output staged for the copy engine, in column passes where they apply, else whole;
     # where neither serves (tma says why), 16-byte stores from registers
-    passes, storage = 1, None
+    passes, storage, staged = 1, None, ()
     for passes in () if tma else sorted({column_passes(first.tile[1], last.tile[1]), 1},
                                         reverse=True):
         tma = staging_refusal(first, last, passes)
         if tma:
             continue
-        storage = draft.place(gemms, persistent=True, resident=True,
-                              staging=(staging_bytes(last, passes), STAGING_ALIGN),
-                              ring_b=ring_b, **barriers)
+        storage, staged = place((staging_bytes(last, passes), STAGING_ALIGN))
         if storage.total_bytes > storage.limit_bytes:
             tma = "the output staging does not fit beside the ring and the resident B tiles"
         elif passes > 1 and mmas(gemms, storage)[-1][0] is not Mma.WGMMA_RS:
@@ -166,8 +177,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
             break
     if tma:
         passes = 1
-        storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
-                              ring_b=ring_b, **barriers)
+        storage, staged = place((0, 0))
     if storage.total_bytes > storage.limit_bytes:
         return Candidate(KernelKind.PINGPONG, False, common.over_budget(storage), Site("budget"),
                          gemms=tuple(gemms), storage=storage)
@@ -212,8 +222,36 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                "staging one pass's columns")
         later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
                                                   why_column_passes=why),)
+    if vectors:
+        ring = dataclasses.replace(
+            ring, staged_vectors=tuple(v for v, _ in staged),
+            why_staged_vectors=WHY_FEED_VECTORS if staged else WHY_FEED_VECTORS_OFF)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
+
+
+WHY_FEED_VECTORS = ("the same for every tile (one tile covers the gemm's N): the first consumer "
+                    "warpgroup copies them into shared memory once, with the resident B, and "
+                    "every tile's epilogue reads them there")
+WHY_FEED_VECTORS_OFF = ("read from global memory: their buffers do not fit beside the ring and "
+                        "the staging")
+
+
+def feed_vectors(first: GemmPlan, draft: ScheduleDraft) -> tuple[tuple[str, object], ...]:
+    """(param, element type) of the column vectors the first gemm's epilogue reads, which a
+    ping-pong chain stages in shared memory once per CTA (one tile covers the first gemm's N,
+    so every tile reads the same elements); a batched vector, one also read along rows, stays
+    in global memory."""
+    return tuple((param, dtype) for param, axis, dtype in warp_specialized.epilogue_vectors(first)
+                 if axis is Axis.COL and param not in draft.batched)
+
+
+def vector_requests(first: GemmPlan, vectors) -> tuple:
+    """The storage requests of the staged feed vectors: the whole of N per vector."""
+    return tuple((staged_vector_buffer(first.name, param), first.n_dim * dtype.nbytes, dtype,
+                  f"{param}[col] staged once for the epilogue of {first.name}: all {first.n_dim} "
+                  "columns, read by every tile")
+                 for param, dtype in vectors)
 
 
 # ---------------------------------------------------------------------------------------------
