@@ -1,18 +1,20 @@
-"""Ping-pong chains under Schedule variants of the builder's plan, in one run: the first gemm's
-column vectors staged in shared memory once per CTA (GemmSchedule.staged_vectors) or read from
-global memory by every tile, and its mainloop with one or two wgmma groups in flight
-(GemmSchedule.wgmma_in_flight).
+"""Ping-pong chains with one or two wgmma groups in flight in the first gemm's mainloop
+(GemmSchedule.wgmma_in_flight), in one run.
 
-For each chain (M = 81920, `relu(relu(A @ B0 * scale0 + bias0) @ B1)`, no schedule line), every
-variant is emitted from the builder's plan with only those Schedule values changed, checked
-against the float64 reference with its outputs poisoned, then timed in turn over `--rounds`
+For each chain (M = 81920, `relu(relu(A @ B0 * scale0 + bias0) @ B1)`, no schedule line), both
+variants are emitted from the builder's plan with only that Schedule value changed, checked
+against the float64 reference with their outputs poisoned, then timed in turn over `--rounds`
 rounds (kgen's timer: CUDA events, median of 30, inputs rotated past L2); the faster round of
 each is kept. Beside them: a device copy of the same bytes and the PyTorch chain.
 
+The log in bench/logs/chain_variants/variants.log also has the first gemm's column vectors
+staged in shared memory once per CTA (columns staged/1, staged/2): that ran at commit 7197e36,
+whose next commit removed the staging (no gain).
+
     python3 bench/chain_variants.py [--rounds 2] [--shapes issue|own|all] [--dtypes f16,bf16]
                                     [--json OUT]
-    python3 bench/chain_variants.py --once K0,N0,N1 --m 17 --variant staged/2  (one checked
-        launch of one variant, f16: for compute-sanitizer)
+    python3 bench/chain_variants.py --once K0,N0,N1 --m 17 --variant 2  (one checked launch of
+        one variant, f16: for compute-sanitizer)
 """
 from __future__ import annotations
 
@@ -29,26 +31,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 from b2b_bench import copy_ms, torch_chain_ms  # noqa: E402
 from chain_ring import ISSUE, M, OWN, kernel, label  # noqa: E402
 
-# (name, staged vectors as built, wgmma groups in flight)
-VARIANTS = (("global/1", False, 1), ("staged/1", True, 1), ("global/2", False, 2),
-            ("staged/2", True, 2))
+VARIANTS = ("1", "2")  # wgmma groups in flight
 
 
 def variants(kern):
-    """(name, plan, source) of the builder's plan under each of VARIANTS that differs."""
+    """(name, plan, source) of the builder's plan with each number of groups in flight."""
     from kgen import ir
     from kgen.api import build
     from kgen.targets.sm90 import chain as sm90_chain
 
     plan = build(kern, ir.Arch.SM90A, source_name="chain.kg").plan
     first = plan.schedule.gemms[0]
-    out, seen = [], set()
-    for name, staged, in_flight in VARIANTS:
-        g0 = dataclasses.replace(first, staged_vectors=first.staged_vectors if staged else (),
-                                 wgmma_in_flight=in_flight)
-        if (g0.staged_vectors, g0.wgmma_in_flight) in seen:
-            continue
-        seen.add((g0.staged_vectors, g0.wgmma_in_flight))
+    out = []
+    for name in VARIANTS:
+        g0 = dataclasses.replace(first, wgmma_in_flight=int(name))
         schedule = dataclasses.replace(plan.schedule, gemms=(g0,) + plan.schedule.gemms[1:])
         var = dataclasses.replace(plan, schedule=schedule)
         out.append((name, var, sm90_chain.emit(var, source_name="chain.kg", source_hash="",
@@ -68,7 +64,7 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--once")
     parser.add_argument("--m", type=int, default=17)
-    parser.add_argument("--variant", default="staged/2")
+    parser.add_argument("--variant", default="2")
     args = parser.parse_args()
     if args.once:
         k0, n0, n1 = map(int, args.once.split(","))
@@ -80,7 +76,7 @@ def main() -> int:
               f"{'checked' if report.ok else 'CHECK FAILED'}")
         return 0 if report.ok else 1
     shapes = {"issue": ISSUE, "own": OWN, "all": ISSUE + OWN}[args.shapes]
-    names = [v[0] for v in VARIANTS]
+    names = list(VARIANTS)
     rows = []
     print(f"{'dtype':<5} {'K0':>5} {'N0':>4} {'N1':>4} {'schedule':<56} "
           + " ".join(f"{n:>9}" for n in names) + f" {'copy':>7} "

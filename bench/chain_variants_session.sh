@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The chain variants' visit of 2026-11-27 (on the GPU machine, through .gpu/device-run.sh):
-# bench/chain_variants.py over the issue's 24 chains and my own (the first gemm's column
-# vectors staged once per CTA or read by every tile; one or two wgmma groups in flight), then
-# compute-sanitizer on the staged, two-in-flight variant at M = 17 and 1000, then the chain
-# GPU suites. Logs land in $OUT (bench/logs/chain_variants/ once fetched).
+# The chain variants' visits of 2026-11-27 (on the GPU machine, through .gpu/device-run.sh), one
+# of PART=
+#   variants  bench/chain_variants.py over the issue's 24 chains and my own (the log's staged
+#             columns ran at commit 7197e36), then compute-sanitizer on the two-in-flight
+#             variant at M = 17 and 1000
+#   final     the builder's choice (two groups in flight by its rule): the issue's and my own
+#             chains (bench/chain_ring.py --table), the B2B example, compute-sanitizer through
+#             kgen run at M = 17 and 1000, the chain GPU suites
+# Logs land in $OUT (bench/logs/chain_variants/ once fetched).
 . "$(dirname "$0")/session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
 
@@ -26,8 +30,23 @@ case ${PART:-variants} in
 variants)
   timeout 420 python3 bench/chain_variants.py --rounds 2 --shapes all --json "$OUT/variants.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/variants.log"
-  sanitize staged/2 "17 1000" 256,128,128 576,64,256 ;;
-suites)
+  sanitize 2 "17 1000" 256,128,128 576,64,256 ;;
+final)
+  (timeout 300 python3 bench/chain_ring.py --table --shapes all --json "$OUT/table_in_flight.json" \
+    2>&1 | grep -v -i warn | tee "$OUT/table_in_flight.log")
+  timeout 90 python3 bench/b2b_bench.py 2>&1 | grep -v -i warn | tail -14 | tee "$OUT/b2b_example.log"
+  for shape in 256,128,64 576,128,128; do
+    IFS=, read k0 n0 n1 <<<"$shape"
+    python3 -c "import sys; sys.path.insert(0, '.'); from tests.kernels import B2B_CHAIN; print(B2B_CHAIN.format(t='f16', k0=$k0, n0=$n0, n1=$n1))" >/tmp/san_$k0.kg
+    for m in 17 1000; do
+      for tool in memcheck racecheck synccheck; do
+        timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 \
+          python3 -m kgen run /tmp/san_$k0.kg --arch sm_90a --size M=$m --iters 1 >/tmp/san.log 2>&1
+        rc=$?
+        echo "K0=$k0 N0=$n0 N1=$n1 M=$m $tool exit $rc : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' /tmp/san.log | tail -2 | tr '\n' ' ')"
+      done
+    done
+  done 2>&1 | tee "$OUT/sanitizers_final.log"
   timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_b2b_gpu.py \
     tests/gpu/test_chain_shapes_gpu.py tests/gpu/test_chain_ring_gpu.py tests/gpu/test_builder_gpu.py \
     2>&1 | tail -4 | tee "$OUT/tests_chain_variants.log" ;;

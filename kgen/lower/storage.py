@@ -380,7 +380,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
         resident: bool = False, ring_barriers: int = 0,
         staging: tuple[int, int] = (0, 0),
         vectors: tuple[tuple[str, int, ir.DType, str], ...] = (),
-        vector_gemm: str | None = None, ring_b: bool = False, turn_barriers: int = 0,
+        ring_b: bool = False, turn_barriers: int = 0,
         check_budget: bool = True) -> StoragePlan:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
@@ -388,7 +388,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
     output staging for the copy engine's stores (schedule pingpong), also live through every
     phase: the copy engine reads it after the epilogue that wrote it has moved on.
     `vectors`: (name, bytes, element type, role) of the epilogue vectors staged per tile (the
-    last gemm's, or `vector_gemm`'s), live through every phase like the staging.
+    last gemm's), live through every phase like the staging.
     `ring_b`: with `resident`, the first gemm's B streams through the ring beside A instead.
     `turn_barriers`: mbarriers after the ring's, by which the consumers take turns at it.
     `check_budget`: False returns a plan over the target's limit (a schedule candidate that is
@@ -418,8 +418,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
             stage=(ir.StageKind.EPILOGUE, last.name)))
     for name, nbytes, dtype, role in vectors:
         requests.append(Request(name, nbytes, 16, (0, len(phases) - 1), role,
-                                stage=(ir.StageKind.EPILOGUE, vector_gemm or gemms[-1].name),
-                                dtype=dtype))
+                                stage=(ir.StageKind.EPILOGUE, gemms[-1].name), dtype=dtype))
     requests += _user_requests(kernel, phases, requests)
 
     declared_bytes = None

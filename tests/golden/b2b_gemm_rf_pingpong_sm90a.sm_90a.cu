@@ -122,17 +122,11 @@ struct SharedStorage {
   static constexpr int g1_b_smem_offset = 204800;
   static constexpr int g1_b_smem_bytes = 16384;
   // g0_ring_barriers: mbarriers of A's ring in g0: a full and an empty one per slot, then one per consumer warpgroup for their turns, 26 x 8 bytes; live g0.mainloop..g1.epilogue
-  static constexpr int g0_ring_barriers_offset = 221696;
+  static constexpr int g0_ring_barriers_offset = 221184;
   static constexpr int g0_ring_barriers_bytes = 208;
   // g1_d_staging: D1 staged for the copy engine's stores: a 64x128 tile per consumer warpgroup, as 64x64 boxes with a 128-byte swizzle; live g0.mainloop..g1.epilogue
   static constexpr int g1_d_staging_offset = 172032;
   static constexpr int g1_d_staging_bytes = 32768;
-  // g0_vec_scale0: scale0[col] staged once for the epilogue of g0: all 64 columns, read by every tile; live g0.mainloop..g1.epilogue
-  static constexpr int g0_vec_scale0_offset = 221184;
-  static constexpr int g0_vec_scale0_bytes = 256;
-  // g0_vec_bias0: bias0[col] staged once for the epilogue of g0: all 64 columns, read by every tile; live g0.mainloop..g1.epilogue
-  static constexpr int g0_vec_bias0_offset = 221440;
-  static constexpr int g0_vec_bias0_bytes = 256;
   static constexpr int total_bytes = 222208;
   unsigned char bytes[total_bytes];
   __device__ __half* g0_a_smem() {
@@ -150,12 +144,6 @@ struct SharedStorage {
   __device__ unsigned long long* g1_d_staging() {
     return reinterpret_cast<unsigned long long*>(bytes + g1_d_staging_offset);
   }
-  __device__ float* g0_vec_scale0() {
-    return reinterpret_cast<float*>(bytes + g0_vec_scale0_offset);
-  }
-  __device__ float* g0_vec_bias0() {
-    return reinterpret_cast<float*>(bytes + g0_vec_bias0_offset);
-  }
 };
 static_assert(SharedStorage::g0_a_smem_offset % 128 == 0, "g0_a_smem must be 128-byte aligned");
 static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::total_bytes, "g0_a_smem must fit the storage");
@@ -167,31 +155,16 @@ static_assert(SharedStorage::g0_ring_barriers_offset % 8 == 0, "g0_ring_barriers
 static_assert(SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::total_bytes, "g0_ring_barriers must fit the storage");
 static_assert(SharedStorage::g1_d_staging_offset % 1024 == 0, "g1_d_staging must be 1024-byte aligned");
 static_assert(SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::total_bytes, "g1_d_staging must fit the storage");
-static_assert(SharedStorage::g0_vec_scale0_offset % 16 == 0, "g0_vec_scale0 must be 16-byte aligned");
-static_assert(SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::total_bytes, "g0_vec_scale0 must fit the storage");
-static_assert(SharedStorage::g0_vec_bias0_offset % 16 == 0, "g0_vec_bias0 must be 16-byte aligned");
-static_assert(SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::total_bytes, "g0_vec_bias0 must fit the storage");
 static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::g0_b_smem_offset || SharedStorage::g0_b_smem_offset + SharedStorage::g0_b_smem_bytes <= SharedStorage::g0_a_smem_offset, "g0_a_smem and g0_b_smem are live together and must not overlap");
 static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::g1_b_smem_offset || SharedStorage::g1_b_smem_offset + SharedStorage::g1_b_smem_bytes <= SharedStorage::g0_a_smem_offset, "g0_a_smem and g1_b_smem are live together and must not overlap");
 static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::g0_ring_barriers_offset || SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::g0_a_smem_offset, "g0_a_smem and g0_ring_barriers are live together and must not overlap");
 static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::g1_d_staging_offset || SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::g0_a_smem_offset, "g0_a_smem and g1_d_staging are live together and must not overlap");
-static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::g0_vec_scale0_offset || SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::g0_a_smem_offset, "g0_a_smem and g0_vec_scale0 are live together and must not overlap");
-static_assert(SharedStorage::g0_a_smem_offset + SharedStorage::g0_a_smem_bytes <= SharedStorage::g0_vec_bias0_offset || SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::g0_a_smem_offset, "g0_a_smem and g0_vec_bias0 are live together and must not overlap");
 static_assert(SharedStorage::g0_b_smem_offset + SharedStorage::g0_b_smem_bytes <= SharedStorage::g1_b_smem_offset || SharedStorage::g1_b_smem_offset + SharedStorage::g1_b_smem_bytes <= SharedStorage::g0_b_smem_offset, "g0_b_smem and g1_b_smem are live together and must not overlap");
 static_assert(SharedStorage::g0_b_smem_offset + SharedStorage::g0_b_smem_bytes <= SharedStorage::g0_ring_barriers_offset || SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::g0_b_smem_offset, "g0_b_smem and g0_ring_barriers are live together and must not overlap");
 static_assert(SharedStorage::g0_b_smem_offset + SharedStorage::g0_b_smem_bytes <= SharedStorage::g1_d_staging_offset || SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::g0_b_smem_offset, "g0_b_smem and g1_d_staging are live together and must not overlap");
-static_assert(SharedStorage::g0_b_smem_offset + SharedStorage::g0_b_smem_bytes <= SharedStorage::g0_vec_scale0_offset || SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::g0_b_smem_offset, "g0_b_smem and g0_vec_scale0 are live together and must not overlap");
-static_assert(SharedStorage::g0_b_smem_offset + SharedStorage::g0_b_smem_bytes <= SharedStorage::g0_vec_bias0_offset || SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::g0_b_smem_offset, "g0_b_smem and g0_vec_bias0 are live together and must not overlap");
 static_assert(SharedStorage::g1_b_smem_offset + SharedStorage::g1_b_smem_bytes <= SharedStorage::g0_ring_barriers_offset || SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::g1_b_smem_offset, "g1_b_smem and g0_ring_barriers are live together and must not overlap");
 static_assert(SharedStorage::g1_b_smem_offset + SharedStorage::g1_b_smem_bytes <= SharedStorage::g1_d_staging_offset || SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::g1_b_smem_offset, "g1_b_smem and g1_d_staging are live together and must not overlap");
-static_assert(SharedStorage::g1_b_smem_offset + SharedStorage::g1_b_smem_bytes <= SharedStorage::g0_vec_scale0_offset || SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::g1_b_smem_offset, "g1_b_smem and g0_vec_scale0 are live together and must not overlap");
-static_assert(SharedStorage::g1_b_smem_offset + SharedStorage::g1_b_smem_bytes <= SharedStorage::g0_vec_bias0_offset || SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::g1_b_smem_offset, "g1_b_smem and g0_vec_bias0 are live together and must not overlap");
 static_assert(SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::g1_d_staging_offset || SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::g0_ring_barriers_offset, "g0_ring_barriers and g1_d_staging are live together and must not overlap");
-static_assert(SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::g0_vec_scale0_offset || SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::g0_ring_barriers_offset, "g0_ring_barriers and g0_vec_scale0 are live together and must not overlap");
-static_assert(SharedStorage::g0_ring_barriers_offset + SharedStorage::g0_ring_barriers_bytes <= SharedStorage::g0_vec_bias0_offset || SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::g0_ring_barriers_offset, "g0_ring_barriers and g0_vec_bias0 are live together and must not overlap");
-static_assert(SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::g0_vec_scale0_offset || SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::g1_d_staging_offset, "g1_d_staging and g0_vec_scale0 are live together and must not overlap");
-static_assert(SharedStorage::g1_d_staging_offset + SharedStorage::g1_d_staging_bytes <= SharedStorage::g0_vec_bias0_offset || SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::g1_d_staging_offset, "g1_d_staging and g0_vec_bias0 are live together and must not overlap");
-static_assert(SharedStorage::g0_vec_scale0_offset + SharedStorage::g0_vec_scale0_bytes <= SharedStorage::g0_vec_bias0_offset || SharedStorage::g0_vec_bias0_offset + SharedStorage::g0_vec_bias0_bytes <= SharedStorage::g0_vec_scale0_offset, "g0_vec_scale0 and g0_vec_bias0 are live together and must not overlap");
 static_assert(sizeof(SharedStorage) == kSmemBytes, "the shared storage size must match the plan");
 }  // namespace b2b_gemm_rf_pingpong_sm90a_kgen
 
@@ -441,11 +414,11 @@ __device__ __forceinline__ unsigned pack_operands(float lo, float hi) {
 
 // Epilogue of g0 for output (row, col) and (row, col + 1).
 __device__ __forceinline__ void g0_epilogue(const b2b_gemm_rf_pingpong_sm90a_params& p, long long row,
-                                                    long long col, float acc_0, float acc_1, float& inter_0, float& inter_1, const float* sv_scale0, const float* sv_bias0, int tile_col0) {
-  const float2 v1 = *reinterpret_cast<const float2*>(sv_scale0 + (col - tile_col0));
+                                                    long long col, float acc_0, float acc_1, float& inter_0, float& inter_1) {
+  const float2 v1 = *reinterpret_cast<const float2*>(p.scale0 + col);
   const float v1_0 = v1.x;
   const float v1_1 = v1.y;
-  const float2 v3 = *reinterpret_cast<const float2*>(sv_bias0 + (col - tile_col0));
+  const float2 v3 = *reinterpret_cast<const float2*>(p.bias0 + col);
   const float v3_0 = v3.x;
   const float v3_1 = v3.y;
   const float v2_0 = acc_0 * v1_0;
@@ -654,10 +627,6 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
                             0, 128, kt * 64, 64, tid);
       cp_async_commit();
     }
-    // scale0[col], all 64 columns: every tile's epilogue of g0 reads them here
-    for (int at = tid; at < 64; at += kWarpgroupThreads) smem.g0_vec_scale0()[at] = p.scale0[at];
-    // bias0[col], all 64 columns: every tile's epilogue of g0 reads them here
-    for (int at = tid; at < 64; at += kWarpgroupThreads) smem.g0_vec_bias0()[at] = p.bias0[at];
     cp_async_wait<0>();
     fence_proxy_async();  // read by wgmma, through the async proxy
   }
@@ -722,8 +691,6 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
       }
       mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn
 
-      const float* const sv_scale0 = smem.g0_vec_scale0();  // staged once per CTA
-      const float* const sv_bias0 = smem.g0_vec_bias0();  // staged once per CTA
       // Epilogue of g0 into registers: each pair goes through the epilogue, is rounded once to f16
       // and packed as g1's A fragments. The m16n8 accumulators of n8 tiles 2kk and 2kk + 1 are
       // the m16n8k16 A fragment of k step kk: a0 = (2kk: c0 c1), a1 = (2kk: c2 c3), a2 = (2kk + 1: c0 c1),
@@ -735,8 +702,8 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
           const int r = warp_m * kWarpTileM + i * 16 + lane / 4;  // row in the CTA tile
           const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;
           float x0, x1, x2, x3;  // every row, branch-free: the epilogue reads nothing at a row
-          g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1, sv_scale0, sv_bias0, 0);
-          g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3, sv_scale0, sv_bias0, 0);
+          g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);
+          g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3);
           if (m0 + r >= M) x0 = x1 = 0.0f;
           if (m0 + r + 8 >= M) x2 = x3 = 0.0f;
           g1_a_frag[j / 2][i][(j % 2) * 2] = pack_operands(x0, x1);

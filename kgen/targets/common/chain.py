@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 from ...plan import CachePolicy, GemmPlan, KernelPlan
 from . import arch_guard, batch, epilogue_cpp, host_api
-from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, feed_vector_params,
-                             first_stage_loads, first_stages_function, resident_loads,
-                             resident_mainloop)
+from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
+                             first_stages_function, resident_loads, resident_mainloop)
 from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
 from .epilogue_cpp import PAIR
 from .render import render, render_lines
@@ -127,7 +126,7 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
                                     first.stages - 1)
     else:
         mainloop = chained_mainloop(g)
-    epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(plan, g, nxt)
+    epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt)
     passes = plan.schedule.gemm(g.name).column_passes  # the pass loop declares its own n0
     if passes > 1:  # the mainloop and epilogue sit inside the pass loop
         mainloop, epilogue = block(mainloop), block(epilogue)
@@ -234,9 +233,8 @@ def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
             layout="ALayout", major="K contiguous",
             atom_inner=t.atom_inner, swizzle=str(sw), sw_shift=sw.shift,
             sw_mask=((1 << sw.bits) - 1) << sw.base))
-    epi = epilogue_cpp.render(g.epilogue, vectors=plan.schedule.gemm(g.name).staged_vectors)
-    extra = (", float& inter_0, float& inter_1" + feed_vector_params(plan, g)
-             if g is not last else "")
+    epi = epilogue_cpp.render(g.epilogue)
+    extra = ", float& inter_0, float& inter_1" if g is not last else ""
     wide = plan.schedule.wide_stores and g is last
     body = epilogue_cpp.function_body(epi, wide)
     return dict(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Axis
-from ...plan import GemmPlan, KernelPlan, LoadPath, TensorLoad, VectorLoad, staged_vector_buffer
+from ...plan import GemmPlan, KernelPlan, LoadPath, TensorLoad, VectorLoad
 from .epilogue_cpp import PAIR
 from . import batch
 from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
@@ -249,37 +249,17 @@ def feed_reads_rows(g: GemmPlan) -> bool:
                for n in g.epilogue.nodes)
 
 
-def feed_vectors(plan: KernelPlan, g: GemmPlan) -> list[tuple[str, str]]:
-    """(param, element C++ type) of the column vectors the stage's feed epilogue reads from
-    shared memory (GemmSchedule.staged_vectors: all of the stage's N, staged once per CTA)."""
-    kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, VectorLoad)}
-    return [(v, kinds[v].dtype.cpp) for v in plan.schedule.gemm(g.name).staged_vectors]
-
-
-def feed_vector_params(plan: KernelPlan, g: GemmPlan) -> str:
-    """The feed epilogue function's parameters for its staged vectors: each buffer, and the
-    column it starts at (0: the buffer holds all of N)."""
-    vectors = feed_vectors(plan, g)
-    return ("".join(f", const {ctype}* sv_{v}" for v, ctype in vectors)
-            + (", int tile_col0" if vectors else ""))
-
-
-def feed_lines(plan: KernelPlan, g: GemmPlan, nxt: GemmPlan) -> list[str]:
+def feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
     """The epilogue of a stage that feeds the next one: into registers or the shared tile."""
     dtype = nxt.chain.dtype
     predicated = feed_reads_rows(g)
-    vectors = feed_vectors(plan, g)
-    head = [f"const {ctype}* const sv_{v} = smem.{staged_vector_buffer(g.name, v)}();  "
-            "// staged once per CTA" for v, ctype in vectors]
-    args = "".join(f", sv_{v}" for v, _ in vectors) + (", 0" if vectors else "")
     if nxt.a is None:
-        return head + render_lines("common/feed_registers.inc.j2", name=g.name, next=nxt.name,
-                                   dtype=dtype.dsl_name, predicated=predicated,
-                                   vector_args=args)
+        return render_lines("common/feed_registers.inc.j2", name=g.name, next=nxt.name,
+                            dtype=dtype.dsl_name, predicated=predicated)
     pair, _, _, to_pair, _ = PAIR[dtype]
     tile = nxt.a.smem
-    return head + render_lines("common/feed_smem.inc.j2", name=g.name, next=nxt.name,
-                        predicated=predicated, vector_args=args,
+    return render_lines("common/feed_smem.inc.j2", name=g.name, next=nxt.name,
+                        predicated=predicated,
                         dtype=dtype.dsl_name, swizzle=str(tile.swizzle), ctype=dtype.cpp,
                         tile=tile.name, pair=pair, layout=f"{cfg(nxt)}::ALayout",
                         pack_lo=to_pair.format("x0", "x1"), pack_hi=to_pair.format("x2", "x3"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import GemmPlan, KernelPlan, LoadPath, staged_vector_buffer
+from ...plan import GemmPlan, KernelPlan, LoadPath
 from ..common import batch, chain
 from ..common.chain_mainloop import block, cfg, function_level, resident_loads, wide_store_lines
 from ..common.operands import dim_expr, load_args, operand
@@ -162,19 +162,6 @@ def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
                         store_batch=f", map_batch(p.batch_{out}, batch)" if batched else "")
 
 
-def vector_loads(plan: KernelPlan) -> list[str]:
-    """The first consumer warpgroup's copies of the first gemm's staged column vectors
-    (GemmSchedule.staged_vectors): all of its N, once per CTA, beside the resident B."""
-    g0 = plan.gemms[0]
-    out = []
-    for v in plan.schedule.gemm(g0.name).staged_vectors:
-        out += [f"// {v}[col], all {g0.n_dim} columns: every tile's epilogue of {g0.name} "
-                "reads them here",
-                f"for (int at = tid; at < {g0.n_dim}; at += kWarpgroupThreads) "
-                f"smem.{staged_vector_buffer(g0.name, v)}()[at] = p.{v}[at];"]
-    return out
-
-
 def tma_ring(plan: KernelPlan) -> bool:
     """The copy engine fills the first gemm's ring of A (the ping-pong chain's producer)."""
     return plan.schedule.pingpong and plan.schedule.gemms[0].a.load is LoadPath.TMA
@@ -192,8 +179,7 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
         order=plan.schedule.consumer_order,
-        resident_loads=block(resident_loads(plan)), vector_loads=block(vector_loads(plan)),
-        stages=block(stages),
+        resident_loads=block(resident_loads(plan)), stages=block(stages),
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         times_batches=batch.chain_values(plan)["times_batches"],
         tile_batch=batch.tile_batch(plan, "tile")))

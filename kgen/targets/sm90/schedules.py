@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import Axis, Residency
+from ...enums import Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
-                     StorePath, TensorMap, WarpRole, staged_vector_buffer)
+                     StorePath, TensorMap, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from . import warp_specialized
@@ -104,6 +104,16 @@ WHY_TMA_B = ("streamed, not resident: each ring slot holds the k tile of B besid
              "boxes issued by one producer thread and counted by the slot's full mbarrier "
              "(every 64-row tile rereads B, from L2)")
 TURN_BARRIERS = 2  # consumer_order: an mbarrier per consumer warpgroup, "your turn"
+# GemmSchedule.wgmma_in_flight = 2 from a first-gemm tile this wide on a ring this deep. On an
+# H100 (bench/logs/chain_variants/variants.log) two groups in flight ran 0.976-0.995 of one
+# group's time at N0 = 128, N1 <= 128 on 6 slots (K0 = 256 and 576), and up to 2.2% slower on
+# 5 slots (N1 = 256) and at N0 = 64, whose k tiles are short and whose chains are memory-bound
+IN_FLIGHT_MIN_N = 128
+IN_FLIGHT_MIN_SLOTS = 6
+WHY_IN_FLIGHT = (f"the next k tile's wgmma group is issued before the one before completes: from "
+                 f"{IN_FLIGHT_MIN_N} columns a k tile's group is long enough that waiting for it "
+                 f"idles the tensor cores, and a ring of {IN_FLIGHT_MIN_SLOTS} slots or more "
+                 "misses nothing when each slot goes back one k tile later")
 
 
 def ring_b_refusal(first: GemmPlan, draft: ScheduleDraft) -> str | None:
@@ -145,30 +155,19 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                             f"beside {first.a.param} (it is not kept resident), but {refusal}",
                             Site("resident", 0))
     barriers = dict(ring_barriers=ring_barriers(first), turn_barriers=TURN_BARRIERS)
-    vectors = feed_vectors(first, draft)
-
-    def place(staging: tuple[int, int]):
-        """The chain's buffers with `staging`: with the feed's vectors where they fit."""
-        storage = None
-        for staged in dict.fromkeys((vectors, ())):
-            storage = draft.place(gemms, persistent=True, resident=True, staging=staging,
-                                  ring_b=ring_b, vectors=vector_requests(first, staged),
-                                  vector_gemm=first.name, **barriers)
-            if storage.total_bytes <= storage.limit_bytes:
-                return storage, staged
-        return storage, ()
-
     wide = common.wide_refusal(last)
     tma = wide or tma_refusal(last)
     # the output staged for the copy engine, in column passes where they apply, else whole;
     # where neither serves (tma says why), 16-byte stores from registers
-    passes, storage, staged = 1, None, ()
+    passes, storage = 1, None
     for passes in () if tma else sorted({column_passes(first.tile[1], last.tile[1]), 1},
                                         reverse=True):
         tma = staging_refusal(first, last, passes)
         if tma:
             continue
-        storage, staged = place((staging_bytes(last, passes), STAGING_ALIGN))
+        storage = draft.place(gemms, persistent=True, resident=True,
+                              staging=(staging_bytes(last, passes), STAGING_ALIGN),
+                              ring_b=ring_b, **barriers)
         if storage.total_bytes > storage.limit_bytes:
             tma = "the output staging does not fit beside the ring and the resident B tiles"
         elif passes > 1 and mmas(gemms, storage)[-1][0] is not Mma.WGMMA_RS:
@@ -177,7 +176,8 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
             break
     if tma:
         passes = 1
-        storage, staged = place((0, 0))
+        storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
+                              ring_b=ring_b, **barriers)
     if storage.total_bytes > storage.limit_bytes:
         return Candidate(KernelKind.PINGPONG, False, common.over_budget(storage), Site("budget"),
                          gemms=tuple(gemms), storage=storage)
@@ -213,6 +213,8 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
     if ring_b:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
+    if first.tile[1] >= IN_FLIGHT_MIN_N and first.stages >= IN_FLIGHT_MIN_SLOTS:
+        ring = dataclasses.replace(ring, wgmma_in_flight=2, why_wgmma_in_flight=WHY_IN_FLIGHT)
     later = schedule.gemms[1:]
     if passes > 1:  # the last gemm a share of its columns at a time
         why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
@@ -222,36 +224,8 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                "staging one pass's columns")
         later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
                                                   why_column_passes=why),)
-    if vectors:
-        ring = dataclasses.replace(
-            ring, staged_vectors=tuple(v for v, _ in staged),
-            why_staged_vectors=WHY_FEED_VECTORS if staged else WHY_FEED_VECTORS_OFF)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
-
-
-WHY_FEED_VECTORS = ("the same for every tile (one tile covers the gemm's N): the first consumer "
-                    "warpgroup copies them into shared memory once, with the resident B, and "
-                    "every tile's epilogue reads them there")
-WHY_FEED_VECTORS_OFF = ("read from global memory: their buffers do not fit beside the ring and "
-                        "the staging")
-
-
-def feed_vectors(first: GemmPlan, draft: ScheduleDraft) -> tuple[tuple[str, object], ...]:
-    """(param, element type) of the column vectors the first gemm's epilogue reads, which a
-    ping-pong chain stages in shared memory once per CTA (one tile covers the first gemm's N,
-    so every tile reads the same elements); a batched vector, one also read along rows, stays
-    in global memory."""
-    return tuple((param, dtype) for param, axis, dtype in warp_specialized.epilogue_vectors(first)
-                 if axis is Axis.COL and param not in draft.batched)
-
-
-def vector_requests(first: GemmPlan, vectors) -> tuple:
-    """The storage requests of the staged feed vectors: the whole of N per vector."""
-    return tuple((staged_vector_buffer(first.name, param), first.n_dim * dtype.nbytes, dtype,
-                  f"{param}[col] staged once for the epilogue of {first.name}: all {first.n_dim} "
-                  "columns, read by every tile")
-                 for param, dtype in vectors)
 
 
 # ---------------------------------------------------------------------------------------------

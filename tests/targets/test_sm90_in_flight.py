@@ -1,0 +1,96 @@
+"""sm_90a's ping-pong chain with two wgmma groups in flight in the first gemm's mainloop
+(GemmSchedule.wgmma_in_flight): the builder's rule (a first-gemm tile of at least 128 columns
+on a ring of at least 6 slots), inspect, the emitted mainloop (each slot handed back after the
+next k tile's group is issued, the other consumer's turn given before the last wait), and
+NVRTC with no spill."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from kgen import ir
+from kgen.api import build
+from kgen.parse import parse
+from kgen.targets.sm90 import chain as sm90_chain
+from kgen.targets.sm90 import schedules
+from kgen.verify import verify
+
+from tests.kernels import B2B_CHAIN
+
+
+def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
+    module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def mainloop(source: str) -> str:
+    """The emitted first-gemm mainloop of a ping-pong chain: from the turn wait to g0's
+    epilogue."""
+    start = source.index("int fill = local * k_tiles;")
+    return source[start:source.index("// Epilogue of g0 into registers", start)]
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 128, 64, "f16"), (256, 128, 128, "bf16"),
+                                               (576, 128, 128, "f16"), (1024, 128, 128, "f16")])
+def test_the_builder_keeps_two_groups_in_flight_at_128_columns_on_six_slots(k0, n0, n1, dtype):
+    plan = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg").plan
+    first = plan.schedule.gemms[0]
+    assert plan.gemms[0].tile[1] == 128 and plan.gemms[0].stages >= schedules.IN_FLIGHT_MIN_SLOTS
+    assert first.wgmma_in_flight == 2
+    assert all(g.wgmma_in_flight == 1 for g in plan.schedule.gemms[1:])
+    rows = {label: (value, why) for label, value, why in plan.schedule.describe()}
+    value, why = rows["g0 wgmma groups in flight"]
+    assert value == "2" and "one k tile later" in why
+
+
+@pytest.mark.parametrize("k0, n0, n1", [(256, 64, 64), (576, 64, 256), (576, 128, 256),
+                                        (256, 128, 256), (768, 96, 128)])
+def test_narrow_tiles_and_five_slot_rings_keep_one_group(k0, n0, n1):
+    """N0 = 64 (short k tiles, memory-bound chains) and the 5-slot rings beside N1 = 256 ran
+    slower with two groups; N0 = 96 is under the rule's 128 columns."""
+    result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
+    assert result.plan.schedule.gemms[0].wgmma_in_flight == 1
+    assert "g0 wgmma groups in flight" not in {r[0] for r in result.plan.schedule.describe()}
+    loop = mainloop(result.source)
+    assert "wgmma_wait<1>()" not in loop
+    assert loop.index("wgmma_wait<0>();") < loop.index("mbarrier_arrive(empty_bar + 8 * slot);")
+
+
+def test_two_groups_hand_each_slot_back_after_the_next_group_is_issued():
+    source = build(chain(256, 128, 128), ir.Arch.SM90A, source_name="chain.kg").source
+    loop = mainloop(source)
+    body = loop[:loop.index("mbarrier_arrive(order_bar")]
+    # in the loop: issue, then wait for all but the newest group, then free the older slot
+    commit, wait = body.index("wgmma_commit();"), body.index("wgmma_wait<1>();")
+    free = body.index("if (kt > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));")
+    assert commit < wait < free
+    assert "wgmma_wait<0>" not in body
+    # after the loop: the turn once the last group is issued, then its wait and its slot
+    tail = loop[loop.index("mbarrier_arrive(order_bar"):]
+    assert tail.index("mbarrier_arrive(order_bar") < tail.index("wgmma_wait<0>();") < tail.index(
+        "if (k_tiles > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));")
+    assert len(re.findall(r"mbarrier_arrive\(empty_bar", loop)) == 2
+
+
+def test_the_schedule_value_alone_switches_the_mainloop():
+    """One home: the emitter reads GemmSchedule.wgmma_in_flight, nothing else."""
+    plan = build(chain(256, 128, 128), ir.Arch.SM90A, source_name="chain.kg").plan
+    first = dataclasses.replace(plan.schedule.gemms[0], wgmma_in_flight=1)
+    one = dataclasses.replace(plan, schedule=dataclasses.replace(
+        plan.schedule, gemms=(first,) + plan.schedule.gemms[1:]))
+    source = sm90_chain.emit(one, source_name="chain.kg", source_hash="", command="test")
+    assert "wgmma_wait<1>()" not in mainloop(source)
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 128, 128, "f16"), (576, 128, 64, "bf16")])
+def test_two_groups_compile_without_spills(k0, n0, n1, dtype):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
+    assert result.plan.schedule.gemms[0].wgmma_in_flight == 2
+    resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
+    assert resources.get("stack_bytes", 0) == 0
