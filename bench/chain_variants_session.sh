@@ -4,6 +4,7 @@
 #   variants  bench/chain_variants.py over the issue's 24 chains and my own (the log's staged
 #             columns ran at commit 7197e36), then compute-sanitizer on the two-in-flight
 #             variant at M = 17 and 1000
+#   h200      bench/chain_variants.py over the issue's 24 chains alone
 #   final     the builder's choice (two groups in flight by its rule): the issue's and my own
 #             chains (bench/chain_ring.py --table), the B2B example, compute-sanitizer through
 #             kgen run at M = 17 and 1000, the chain GPU suites
@@ -31,6 +32,9 @@ variants)
   timeout 420 python3 bench/chain_variants.py --rounds 2 --shapes all --json "$OUT/variants.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/variants.log"
   sanitize 2 "17 1000" 256,128,128 576,64,256 ;;
+h200)  # one group against two on the issue's chains (a visit that got an H200)
+  timeout 400 python3 bench/chain_variants.py --rounds 2 --shapes issue --json "$OUT/variants_h200.json" 2>&1 \
+    | grep -v -i warn | tee "$OUT/variants_h200.log" ;;
 final)
   (timeout 300 python3 bench/chain_ring.py --table --shapes all --json "$OUT/table_in_flight.json" \
     2>&1 | grep -v -i warn | tee "$OUT/table_in_flight.log")
