@@ -65,7 +65,11 @@ def main() -> int:
     parser.add_argument("--once")
     parser.add_argument("--m", type=int, default=17)
     parser.add_argument("--variant", default="2")
+    parser.add_argument("--example", action="append", default=[],
+                        help="a .kg file instead of the shapes (its own schedule lines)")
     args = parser.parse_args()
+    if args.example:
+        return examples(args.example, args.rounds)
     if args.once:
         k0, n0, n1 = map(int, args.once.split(","))
         kern = kernel("f16", k0, n0, n1)
@@ -116,6 +120,31 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def examples(paths: list[str], rounds: int) -> int:
+    """Each example at M = 81920 with one and two groups in flight, in turn."""
+    from kgen.harness.run import run
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    ok = True
+    for path in paths:
+        module = parse(Path(path).read_text(), Path(path).name)
+        verify(module)
+        kern = module.kernels[0]
+        best = {}
+        for round_ in range(rounds):
+            for name, plan, source in variants(kern):
+                report = run(kern, plan, source, {"M": M}, check=round_ == 0, bench=True,
+                             compare_torch=False, iters=30)
+                ok = ok and report.ok
+                best[name] = min(best.get(name, 1e9), report.timing.median_ms)
+        print(f"{Path(path).stem}: " + "  ".join(f"{n} in flight {best[n]:.4f} ms"
+                                                 for n in VARIANTS)
+              + f"  2/1 {best['2'] / best['1']:.3f}" + ("" if ok else "  CHECK FAILED"),
+              flush=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -683,13 +683,14 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
           wgmma_step(acc, smem_descriptor(a_stage + kk * 16 * 2),
                      smem_descriptor(b_stage + kk * 16 * 2));
         wgmma_commit();
-        // The slot goes back to the producer as soon as its own group has completed: waiting for this
-        // group rather than the one before hands each slot back one k tile earlier, which measured
-        // faster on an H200 (bench/RESULTS.md) than keeping two groups in flight.
-        wgmma_wait<0>();
-        mbarrier_arrive(empty_bar + 8 * slot);
+        // Two groups in flight: this k tile's wgmma runs while the one before completes, whose slot
+        // then goes back to the producer (the tensor cores wait for no drain between k tiles).
+        wgmma_wait<1>();
+        if (kt > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));
       }
-      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn
+      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn: this one's last group is issued
+      wgmma_wait<0>();
+      if (k_tiles > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));  // the last k tile's slot
 
       // Epilogue of g0 into registers: each pair goes through the epilogue, is rounded once to f16
       // and packed as g1's A fragments. The m16n8 accumulators of n8 tiles 2kk and 2kk + 1 are

@@ -104,16 +104,26 @@ WHY_TMA_B = ("streamed, not resident: each ring slot holds the k tile of B besid
              "boxes issued by one producer thread and counted by the slot's full mbarrier "
              "(every 64-row tile rereads B, from L2)")
 TURN_BARRIERS = 2  # consumer_order: an mbarrier per consumer warpgroup, "your turn"
-# GemmSchedule.wgmma_in_flight = 2 from a first-gemm tile this wide on a ring this deep. On an
-# H100 (bench/logs/chain_variants/variants.log) two groups in flight ran 0.976-0.995 of one
-# group's time at N0 = 128, N1 <= 128 on 6 slots (K0 = 256 and 576), and up to 2.2% slower on
-# 5 slots (N1 = 256) and at N0 = 64, whose k tiles are short and whose chains are memory-bound
-IN_FLIGHT_MIN_N = 128
-IN_FLIGHT_MIN_SLOTS = 6
-WHY_IN_FLIGHT = (f"the next k tile's wgmma group is issued before the one before completes: from "
-                 f"{IN_FLIGHT_MIN_N} columns a k tile's group is long enough that waiting for it "
-                 f"idles the tensor cores, and a ring of {IN_FLIGHT_MIN_SLOTS} slots or more "
-                 "misses nothing when each slot goes back one k tile later")
+# GemmSchedule.wgmma_in_flight: two groups where the ring holds a tile's k tiles and two slots
+# more (IN_FLIGHT_SPARE). A consumer then holds two slots at once, and the ring still holds the
+# other consumer's whole next tile. H200 (bench/logs/chain_in_flight/variants_h200.log): 0.963-
+# 0.972 of one group's time at K0 = 256, N0 = 128, N1 <= 128 (4 k tiles, 6 slots), 0.97-0.99 at
+# N0 = 64; 1.00-1.03 at K0 = 576 (9 k tiles, 6 slots) and 1.00-1.02 at K0 = 256, N1 = 256
+# (5 slots). The H100 run (bench/logs/chain_variants/variants.log) agrees within 1%.
+IN_FLIGHT_SPARE = 2
+WHY_IN_FLIGHT = ("the next k tile's wgmma group is issued before the one before completes (no "
+                 "drain between k tiles), each slot going back one k tile later: the ring holds "
+                 f"a tile's k tiles and {IN_FLIGHT_SPARE} slots more, so the other consumer's "
+                 "next tile still fills ahead")
+
+
+def in_flight(first: GemmPlan) -> int:
+    """wgmma groups in flight in a ping-pong chain's first mainloop (GemmSchedule.wgmma_in_flight):
+    2 where the ring has IN_FLIGHT_SPARE slots more than a tile's k tiles, else 1."""
+    k = first.k_dim
+    if not isinstance(k, int):
+        return 1
+    return 2 if first.stages >= -(-k // first.tile[2]) + IN_FLIGHT_SPARE else 1
 
 
 def ring_b_refusal(first: GemmPlan, draft: ScheduleDraft) -> str | None:
@@ -213,8 +223,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
     if ring_b:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
-    if first.tile[1] >= IN_FLIGHT_MIN_N and first.stages >= IN_FLIGHT_MIN_SLOTS:
-        ring = dataclasses.replace(ring, wgmma_in_flight=2, why_wgmma_in_flight=WHY_IN_FLIGHT)
+    if in_flight(first) > 1:
+        ring = dataclasses.replace(ring, wgmma_in_flight=in_flight(first),
+                                   why_wgmma_in_flight=WHY_IN_FLIGHT)
     later = schedule.gemms[1:]
     if passes > 1:  # the last gemm a share of its columns at a time
         why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
