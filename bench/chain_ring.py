@@ -52,6 +52,7 @@ def label(plan) -> str:
     extra += " tma-out" if s.tma_output is not None else ""
     passes = s.gemms[-1].column_passes
     extra += f" {passes} passes" if passes > 1 else ""
+    extra += " 2 in flight" if s.gemms[0].wgmma_in_flight > 1 else ""
     return f"{s.kind.value} {text}{extra}"
 
 
