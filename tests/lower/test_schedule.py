@@ -180,7 +180,11 @@ def test_the_sm80_override_is_refused_at_the_schedule():
 
 
 def test_pingpong_source_producer_and_consumers():
-    src = build(kernel(), source_name="t.kg").source
+    result = build(kernel(), source_name="t.kg")
+    src = result.source
+    # its ring holds a tile's k tiles and two slots more: two wgmma groups in flight, each slot
+    # freed once the next k tile's group is issued (tests/targets/test_sm90_in_flight.py)
+    assert result.plan.schedule.gemms[0].wgmma_in_flight == 2
     assert "__launch_bounds__(384, 1)" in src
     assert "setmaxnreg_dec<kProducerRegisters>();" in src
     assert "setmaxnreg_inc<kConsumerRegisters>();" in src
@@ -205,8 +209,10 @@ def test_pingpong_source_producer_and_consumers():
              "for (int tile = blockIdx.x + warpgroup * gridDim.x; tile < tiles; "
              "tile += 2 * gridDim.x, local += 2) {",
              "int fill = local * k_tiles;", "mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);",
-             "wgmma_commit();", "wgmma_wait<0>();",
-             "mbarrier_arrive(empty_bar + 8 * slot);",
+             "wgmma_commit();", "wgmma_wait<1>();",
+             "if (kt > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));",
+             "wgmma_wait<0>();",
+             "if (k_tiles > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));",
              "// ---- g1 = g0 @ B1",
              # D1 through the copy engine: wait until the last tile's boxes were read, stage,
              # make the writes visible to the async proxy, then one thread stores the boxes
@@ -245,8 +251,9 @@ def test_pingpong_source_producer_and_consumers():
              "pp<<<grid, pp_kgen::kThreads, pp_kgen::kSmemBytes, stream>>>(p, maps);"]
     assert in_order(src[:src.index("namespace")] + host, order)
     loop = kernel_body[kernel_body.index("int fill = local * k_tiles;"):]
-    # each slot goes back right after its own group: no group is left in flight across a release
-    assert "wgmma_wait<1>" not in loop and "(fill - 1) % kStages" not in loop
+    # two groups in flight: a slot goes back only once the group after its own is issued
+    assert "mbarrier_arrive(empty_bar + 8 * slot);" not in loop
+    assert loop.count("mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));") == 2
     assert "__syncthreads" not in loop and "cp_async" not in loop  # consumers wait on mbarriers
     assert "const int warp_m = math_warp / kWarpsN;" in loop
     assert re.search(r"bar\.sync 1, %0;.*\"n\"\(2 \* kWarpgroupThreads\)", src)
