@@ -47,9 +47,14 @@ def instrument(source: str, address: int) -> str:
                   "        { const long long w = clock64();\n"
                   "        mbarrier_wait(full_bar + 8 * slot, (fill / kStages) & 1);  // the producer's copies landed\n"
                   "        cfull += clock64() - w; }\n")
-    source = once(source, "      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn\n",
-                  "      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn\n"
-                  "      c2 = clock64();\n")
+    # the mainloop ends once its last wgmma group has completed: after the turn (one group in
+    # flight) or after the last slot's release (two groups, GemmSchedule.wgmma_in_flight)
+    last = ("      if (k_tiles > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));  "
+            "// the last k tile's slot\n")
+    if last not in source:
+        last = ("      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other "
+                "warpgroup's turn\n")
+    source = once(source, last, last + "      c2 = clock64();\n")
     source = once(source, "    // ---- g1 = g0 @ B1", "    c3 = clock64();\n    // ---- g1 = g0 @ B1")
     source = once(source, "      wgmma_wait<0>();\n\n      // Epilogue\n",
                   "      wgmma_wait<0>();\n      c4 = clock64();\n\n      // Epilogue\n")
@@ -102,7 +107,7 @@ def main() -> int:
     limit = schedules.STAGING_MAX_VALUES
     runs = [("f16", 256, 128, 256, None, limit), ("f16", 256, 128, 256, 4, 256),
             ("f16", 576, 128, 256, None, limit), ("f16", 256, 64, 256, None, limit),
-            ("f16", 256, 128, 128, None, limit)]
+            ("f16", 256, 128, 128, None, limit), ("f16", 256, 128, 64, None, limit)]
     for dtype, k0, n0, n1, stages, values in runs:
         kern = kernel(dtype, k0, n0, n1)
         config = builder.listed(kern, target(ir.Arch.SM90A))[0][0]
