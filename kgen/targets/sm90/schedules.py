@@ -223,9 +223,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
     if ring_b:
         ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
-    if in_flight(first) > 1:
-        ring = dataclasses.replace(ring, wgmma_in_flight=in_flight(first),
-                                   why_wgmma_in_flight=WHY_IN_FLIGHT)
+    groups = in_flight(first)
+    if groups > 1:
+        ring = dataclasses.replace(ring, wgmma_in_flight=groups, why_wgmma_in_flight=WHY_IN_FLIGHT)
     later = schedule.gemms[1:]
     if passes > 1:  # the last gemm a share of its columns at a time
         why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
