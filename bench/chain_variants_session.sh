@@ -4,6 +4,7 @@
 #   variants  bench/chain_variants.py over the 24 chains and my own (the log's staged
 #             columns ran at commit 7197e36), then compute-sanitizer on the two-in-flight
 #             variant at M = 17 and 1000
+#   clock     bench/prototypes/chain_clock.py on the final code (cycles per tile and phase)
 #   probe     bench/chain_ring.py --one at 256/128/128 and 256/128/64 (every configuration)
 #   example   the ping-pong B2B examples with one and two groups in flight
 #   h200      bench/chain_variants.py over the 24 chains alone
@@ -34,6 +35,8 @@ variants)
   timeout 420 python3 bench/chain_variants.py --rounds 2 --shapes all --json "$OUT/variants.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/variants.log"
   sanitize 2 "17 1000" 256,128,128 576,64,256 ;;
+clock)  # clock reads of the final code (bench/prototypes/chain_clock.py; not run this stop)
+  timeout 200 python3 bench/prototypes/chain_clock.py 2>&1 | grep -v -i warn | tee "$OUT/chain_clock_final.log" ;;
 probe)  # every configuration of the builder's list at two K0 = 256, N0 = 128 chains
   for shape in 256,128,128 256,128,64; do
     timeout 100 python3 bench/chain_ring.py --one $shape 2>&1 | grep -v -i warn
