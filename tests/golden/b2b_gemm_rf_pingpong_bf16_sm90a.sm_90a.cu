@@ -688,7 +688,8 @@ b2b_gemm_rf_pingpong_bf16_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_bf1
         wgmma_wait<1>();
         if (kt > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));
       }
-      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));  // the other warpgroup's turn: this one's last group is issued
+      // the other warpgroup's turn, once this one's last group is issued
+      mbarrier_arrive(order_bar + 8 * (1 - warpgroup));
       wgmma_wait<0>();
       if (k_tiles > 0) mbarrier_arrive(empty_bar + 8 * ((fill - 1) % kStages));  // the last k tile's slot
 
