@@ -52,6 +52,21 @@ def variants(kern):
     return out
 
 
+def timed(kern, rounds: int) -> tuple[dict[str, float], bool, str]:
+    """Each variant's fastest median over `rounds` rounds in turn (checked in the first), whether
+    every check passed, and the plan's label."""
+    from kgen.harness.run import run
+
+    runs, best, ok = variants(kern), {}, True
+    for round_ in range(rounds):
+        for name, plan, source in runs:
+            report = run(kern, plan, source, {"M": M}, check=round_ == 0, bench=True,
+                         compare_torch=False, iters=30)
+            ok = ok and report.ok
+            best[name] = min(best.get(name, 1e9), report.timing.median_ms)
+    return best, ok, label(runs[0][1])
+
+
 def main() -> int:
     import torch
 
@@ -89,14 +104,7 @@ def main() -> int:
         tdtype = torch.float16 if dtype == "f16" else torch.bfloat16
         for k0, n0, n1 in shapes:
             kern = kernel(dtype, k0, n0, n1)
-            best, ok = {}, True
-            for round_ in range(args.rounds):
-                for name, plan, source in variants(kern):
-                    report = run(kern, plan, source, {"M": M}, check=round_ == 0, bench=True,
-                                 compare_torch=False, iters=30)
-                    ok = ok and report.ok
-                    best[name] = min(best.get(name, 1e9), report.timing.median_ms)
-                    schedule = label(plan)
+            best, ok, schedule = timed(kern, args.rounds)
             copy = copy_ms((M * k0 + M * n1) * 2)
             chain_ms = torch_chain_ms(tdtype, M, k0, n0, n1)
             row = dict(dtype=dtype, k0=k0, n0=n0, n1=n1, schedule=schedule, copy_ms=copy,
@@ -124,7 +132,6 @@ def main() -> int:
 
 def examples(paths: list[str], rounds: int) -> int:
     """Each example at M = 81920 with one and two groups in flight, in turn."""
-    from kgen.harness.run import run
     from kgen.parse import parse
     from kgen.verify import verify
 
@@ -133,13 +140,8 @@ def examples(paths: list[str], rounds: int) -> int:
         module = parse(Path(path).read_text(), Path(path).name)
         verify(module)
         kern = module.kernels[0]
-        best = {}
-        for round_ in range(rounds):
-            for name, plan, source in variants(kern):
-                report = run(kern, plan, source, {"M": M}, check=round_ == 0, bench=True,
-                             compare_torch=False, iters=30)
-                ok = ok and report.ok
-                best[name] = min(best.get(name, 1e9), report.timing.median_ms)
+        best, checked, _ = timed(kern, rounds)
+        ok = ok and checked
         print(f"{Path(path).stem}: " + "  ".join(f"{n} in flight {best[n]:.4f} ms"
                                                  for n in VARIANTS)
               + f"  2/1 {best['2'] / best['1']:.3f}" + ("" if ok else "  CHECK FAILED"),
