@@ -115,6 +115,8 @@ def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:
     """The source location a refusal points at."""
     if site is None or site.what == "schedule":
         return kernel.schedule_loc if site is not None else kernel.loc
+    if site.what == "budget":  # a refusal that quotes another kernel kind's shared memory
+        return _budget_loc(kernel)
     g = kernel.gemms[site.gemm]
     return {"gemm": g.loc, "resident": g.resident_loc or g.loc, "warps": g.warps.loc,
             "tile": g.tile.loc, "stages": g.stages.loc,

@@ -78,6 +78,20 @@ def test_what_stream_k_cannot_run_is_refused_at_the_split(change, reason):
     assert err.value.loc.line == 10 and err.value.loc.col == 43
 
 
+@pytest.mark.parametrize("split, quoted", [
+    ("split stream", "split stream runs on the cooperative warp-specialized kernel only"),
+    ("cluster 2x1", "cluster 2x1 runs on the warp-specialized kernel only"),
+])
+def test_a_ring_over_budget_is_refused_at_the_stages_line(split, quoted):
+    # 128x256 on 5 stages needs more than sm_90a's shared memory; the other kernels' refusal
+    # quotes the cooperative kernel's, and points where a budget refusal points
+    with pytest.raises(KgenError) as err:
+        plan(split=split, tile="128x256x64", epilogue="D = acc")
+    assert quoted in str(err.value) and "shared memory over budget" in str(err.value)
+    line = source(split=split, tile="128x256x64").splitlines()[9]
+    assert (err.value.loc.line, err.value.loc.col) == (10, line.index("stages") + 1)
+
+
 def test_the_plan_is_the_cooperative_kernel_with_a_workspace():
     p = plan()
     s = p.schedule
