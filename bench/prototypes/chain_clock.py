@@ -25,7 +25,11 @@ from chain_ring import M, kernel, label  # noqa: E402
 from hopper_gemm import alloc, make_inputs  # noqa: E402
 
 SLOTS = ("turn wait", "full waits", "g0 mainloop", "g0 epilogue", "g1 wgmma", "g1 epilogue",
-         "tiles", "producer empty waits", "producer total", "producers")
+         "tiles", "producer empty waits", "producer total", "producers",
+         # the span: first entry and last exit (globaltimer ns), then per consumer warpgroup its
+         # ns from entry to exit, ns from entry to its first tile, its loop's cycles and ns
+         "first entry", "last exit", "consumer ns", "before the loop ns", "loop cycles",
+         "loop ns", "consumers")
 
 
 def once(text: str, old: str, new: str) -> str:
@@ -86,7 +90,43 @@ def instrument(source: str, address: int) -> str:
                   f"  atomicAdd({clock} + 8, (unsigned long long)(clock64() - p0));\n"
                   f"  atomicAdd({clock} + 9, 1ull);\n"
                   "}\n}  // namespace chain_kgen::g0_cfg")
+    # the span of the CTAs and each consumer's loop, against the SM clock
+    timer = ("[] { unsigned long long t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); "
+             "return t; }()")
+    source = once(source, "  const int M = p.M;\n",
+                  f"  const int M = p.M;\n  const unsigned long long t_entry = {timer};\n")
+    source = once(source, "  int local = warpgroup;",
+                  f"  const unsigned long long t_loop = {timer};\n"
+                  "  const long long c_loop = clock64();\n  int local = warpgroup;")
+    source = once(source, "#else\n  __trap();",
+                  f"  if (tid % kWarpgroupThreads == 0) {{\n"
+                  f"    const unsigned long long t_exit = {timer};\n"
+                  "    const long long c_exit = clock64();\n"
+                  f"    unsigned long long* k = {clock};\n"
+                  "    atomicMin(k + 10, t_entry);\n    atomicMax(k + 11, t_exit);\n"
+                  "    atomicAdd(k + 12, t_exit - t_entry);\n    atomicAdd(k + 13, t_loop - t_entry);\n"
+                  "    atomicAdd(k + 14, (unsigned long long)(c_exit - c_loop));\n"
+                  "    atomicAdd(k + 15, t_exit - t_loop);\n    atomicAdd(k + 16, 1ull);\n"
+                  "  }\n#else\n  __trap();")
     return source
+
+
+def span(compiled, bound, stream, clock, torch) -> str:
+    """One launch's span (first CTA entry to last exit) against its CUDA-event time, and each
+    consumer warpgroup's mean time before its first tile, and its loop's SM clock."""
+    clock.zero_()
+    clock[10] = 2 ** 63 - 1  # (the launch before used another input set: A is past L2)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    compiled.launch(bound, stream)
+    stop.record()
+    torch.cuda.synchronize()
+    c = [int(x) for x in clock.tolist()]
+    n = max(c[16], 1)
+    return (f"  one launch: event {start.elapsed_time(stop) * 1e3:.1f} us, CTAs' span "
+            f"{(c[11] - c[10]) / 1e3:.1f} us (first entry to last exit); a consumer warpgroup: "
+            f"{c[12] / n / 1e3:.1f} us entry to exit, {c[13] / n / 1e3:.2f} us before its first "
+            f"tile, its loop at {c[14] / max(c[15], 1):.2f} GHz")
 
 
 def main() -> int:
@@ -122,27 +162,33 @@ def main() -> int:
         compiled = kgen.api.load_built(Built(kern, built.plan, source,
                                              emit_header(built.plan, **made)))
         sizes = dict(M=M, K=k0)
-        args = make_inputs(torch, kern, sizes)
         outs = {q.name: alloc(torch, q, sizes) for q in kern.params if q.role is ir.Role.OUT}
-        bound = compiled.bind(**args, **outs)
-        for _ in range(3):
-            compiled.launch(bound, stream)
+        # three input sets, launched in turn: each launch finds its A past L2, as the tables do
+        bounds = [compiled.bind(**make_inputs(torch, kern, sizes), **outs) for _ in range(3)]
+        for b in bounds:
+            compiled.launch(b, stream)
         torch.cuda.synchronize()
         clock.zero_()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(10):
-            compiled.launch(bound, stream)
+        for i in range(10):
+            compiled.launch(bounds[i % 3], stream)
         stop.record()
         torch.cuda.synchronize()
         c = [int(x) for x in clock.tolist()]
         tiles, producers = c[6], c[9]
+        consumers = max(c[16], 1)
+        loop = (f"  a consumer's loop: {c[14] / consumers:8.0f} cycles for {tiles / consumers:.2f} "
+                f"tiles ({c[14] / max(tiles, 1):6.0f} a tile against the phases' "
+                f"{sum(c[:6]) / tiles:6.0f}); {c[13] / consumers / 1e3:.2f} us before its first tile")
+        spanned = span(compiled, bounds[1], stream, clock, torch)
         per = "  ".join(f"{name} {c[i] / tiles:6.0f}" for i, name in enumerate(SLOTS[:6]))
         print(f"\n{dtype} K0={k0} N0={n0} N1={n1} [{label(built.plan)}]: "
               f"{start.elapsed_time(stop) / 10:.4f} ms a launch (instrumented)\n"
               f"  cycles per tile and consumer: {per}  sum {sum(c[:6]) / tiles:6.0f}\n"
               f"  producer: empty waits {c[7] / producers:8.0f}  total {c[8] / producers:8.0f} "
-              f"cycles a CTA ({100 * c[7] / max(c[8], 1):.0f}% waiting for slots)", flush=True)
+              f"cycles a CTA ({100 * c[7] / max(c[8], 1):.0f}% waiting for slots)\n{loop}\n{spanned}",
+              flush=True)
     return 0
 
 
