@@ -20,7 +20,7 @@ from kgen.verify import verify
 from tests.kernels import B2B_CHAIN
 
 
-def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
+def chain(k0: int | str, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
     module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
     verify(module)
     return module.kernels[0]
@@ -66,6 +66,16 @@ def test_the_rule(stages, k0, groups):
     plan = build(chain(k0, 64, 64), ir.Arch.SM90A, source_name="chain.kg").plan
     first = dataclasses.replace(plan.gemms[0], stages=stages)
     assert schedules.in_flight(first) == groups
+
+
+def test_one_group_where_k0_is_known_only_at_run_time():
+    """A runtime K0 may hold more k tiles than the ring: the rule takes one group."""
+    result = build(chain("K", 128, 128), ir.Arch.SM90A, source_name="chain.kg")
+    first = result.plan.gemms[0]
+    assert result.plan.schedule.kind.value == "pingpong" and first.k_dim == "K"
+    assert schedules.in_flight(first) == 1
+    assert result.plan.schedule.gemms[0].wgmma_in_flight == 1
+    assert "wgmma_wait<1>()" not in mainloop(result.source)
 
 
 def test_the_pingpong_example_keeps_two_groups():
