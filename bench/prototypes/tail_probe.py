@@ -14,8 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
 
-from defaults import BARE, kgen_run  # noqa: E402
+from defaults import BARE  # noqa: E402
+from tail_probe2 import table  # noqa: E402
 
 # the sweep's shapes whose last wave of 128x256 tiles is part empty, then my own
 TAIL = [(3000, 5000, 2000), (4096, 4096, 4096), (6144, 5120, 3072), (4096, 4096, 11008),
@@ -40,29 +42,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", choices=("tail", "ragged", "all"), default="all")
     args = parser.parse_args()
-    from kgen import ir
     from kgen.parse import parse
     from kgen.verify import verify
 
     module = parse(BARE.format(t="f16"), "bare.kg")
     verify(module)
-    kernel = module.kernels[0]
     shapes = {"tail": TAIL, "ragged": RAGGED, "all": TAIL + RAGGED}[args.shapes]
-    names = list(variants())
-    print(f"{'M x N x K':<18} {'matmul ms':>9} " + " ".join(f"{n:>18}" for n in names))
-    for m, n, k in shapes:
-        sizes, torch_ms, cells = dict(M=m, N=n, K=k), None, []
-        for name, config in variants().items():
-            if name.endswith("192 s4") and (m, n, k) in RAGGED and "stream" in name:
-                cells.append(f"{'-':>18}")
-                continue
-            report, _ = kgen_run(kernel, sizes, ir.Arch.SM90A, torch_baseline=torch_ms is None,
-                                 config=config, sized=False)
-            torch_ms = torch_ms or report.torch_timing.median_ms
-            cells.append(f"{torch_ms / report.timing.median_ms:>18.3f}"
-                         if report.ok else f"{'CHECK FAILED':>18}")
-        print(f"{f'{m}x{n}x{k}':<18} {torch_ms:>9.4f} " + " ".join(cells), flush=True)
-    print("(x torch.matmul, f16, sm_90a cooperative kernel)")
+    table(module.kernels[0], shapes, variants(), width=18,
+          skip=lambda shape, name: shape in RAGGED and name == "stream 128x192 s4")
     return 0
 
 

@@ -43,18 +43,23 @@ def small_variants():
     return out
 
 
-def table(kernel, shapes, variants) -> None:
+def table(kernel, shapes, variants, width=15, skip=lambda shape, name: False) -> None:
+    """Each variant at each shape, x torch.matmul (checked first); `skip(shape, name)`: a cell
+    left out."""
     from kgen import ir
     names = list(variants)
-    print(f"{'M x N x K':<18} {'matmul ms':>9} " + " ".join(f"{n:>15}" for n in names))
+    print(f"{'M x N x K':<18} {'matmul ms':>9} " + " ".join(f"{n:>{width}}" for n in names))
     for m, n, k in shapes:
         sizes, torch_ms, cells = dict(M=m, N=n, K=k), None, []
-        for config in variants.values():
+        for name, config in variants.items():
+            if skip((m, n, k), name):
+                cells.append(f"{'-':>{width}}")
+                continue
             report, _ = kgen_run(kernel, sizes, ir.Arch.SM90A, torch_baseline=torch_ms is None,
                                  config=config, sized=False)
             torch_ms = torch_ms or report.torch_timing.median_ms
-            cells.append(f"{torch_ms / report.timing.median_ms:>15.3f}"
-                         if report.ok else f"{'CHECK FAILED':>15}")
+            cells.append(f"{torch_ms / report.timing.median_ms:>{width}.3f}"
+                         if report.ok else f"{'CHECK FAILED':>{width}}")
         print(f"{f'{m}x{n}x{k}':<18} {torch_ms:>9.4f} " + " ".join(cells), flush=True)
     print("(x torch.matmul, f16, sm_90a)")
 
