@@ -21,6 +21,11 @@ from defaults import BARE, kgen_run  # noqa: E402
 
 RAGGED = [(3000, 5000, 2000), (3000, 4200, 2000), (3000, 5080, 2000), (3000, 6000, 2000),
           (6144, 5000, 3072), (6144, 5120, 3072)]
+# Shapes not probed before, to test the reading of the ragged table (128x192 pays where A's and
+# B's rows, K x 2 bytes, are not 128-byte aligned and D's, N x 2 bytes, not 32-byte aligned):
+# three with both misaligned, then one with K aligned and one with N aligned
+VALIDATE = [(5000, 3000, 1000), (2000, 7000, 3000), (4000, 6600, 1500), (5000, 3000, 1024),
+            (5000, 3008, 1000)]
 SMALL = [(128, 4096, 4096), (1024, 1024, 1024), (96, 12288, 4096), (64, 8192, 4096),
          (256, 4096, 4096)]
 
@@ -66,7 +71,8 @@ def table(kernel, shapes, variants, width=15, skip=lambda shape, name: False) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", nargs="+", choices=("ragged", "small"), default=["ragged", "small"])
+    parser.add_argument("--part", nargs="+", choices=("ragged", "small", "validate"),
+                        default=["ragged", "small"])
     args = parser.parse_args()
     from kgen.parse import parse
     from kgen.verify import verify
@@ -78,6 +84,8 @@ def main() -> int:
         table(kernel, RAGGED, ragged_variants())
     if "small" in args.part:
         table(kernel, SMALL, small_variants())
+    if "validate" in args.part:
+        table(kernel, VALIDATE, ragged_variants())
     return 0
 
 
