@@ -1,8 +1,9 @@
 """A diagnostic, not a product path: the copy engine with rows 16 bytes but not 32 bytes apart.
 bench/prototypes/tail_probe2.py --part validate (H100) ran the bare GEMM at 5000x3000x1000 at
-0.64x torch.matmul, 2000x7000x3000 at 0.55x, where K = 1024 ran 0.95-0.98x and K = 1500 (rows
-not 16-byte multiples: the narrow entry point, cp.async) 0.98x. K = 1000 and 3000 give A and B
-rows of 2000 and 6000 bytes: 16-byte multiples, not 32.
+0.64x torch.matmul, 2000x7000x3000 at 0.55x, where K = 1024 ran 0.95-0.98x (K = 1500, rows not
+16-byte multiples, ran the narrow entry point's cp.async at 0.98x of a torch.matmul that is
+slow there too). K = 1000 and 3000 give A and B rows of 2000 and 6000 bytes: 16-byte
+multiples, not 32.
 
 Variants of the configuration kgen run takes for the sizes, each checked against the reference
 and timed in turn (CUDA events, median of 30, inputs rotated past L2):
