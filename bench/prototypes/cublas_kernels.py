@@ -3,8 +3,13 @@ names (tile shape, cluster, split-K or stream-K as cuBLAS encodes them) and time
 torch.profiler. A diagnostic for the wave model: what the library picks where kgen's choice
 trails it.
 
-    bash .gpu/device-run.sh python3 bench/prototypes/cublas_kernels.py
+    bash .gpu/device-run.sh python3 bench/prototypes/cublas_kernels.py [--misaligned]
+
+--misaligned: shapes whose K is 8 more than a multiple of 16 (rows 16- but not 32-byte
+multiples), where kgen's copy engine path runs at 0.44-0.64x, and their aligned neighbours.
 """
+import sys
+
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -12,6 +17,9 @@ SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 512), (6144, 5120
           (4096, 11008, 4096), (4096, 4096, 11008), (2048, 2048, 2048), (1024, 1024, 1024),
           (16384, 1024, 1024), (3000, 5000, 2000), (512, 8192, 8192), (128, 4096, 4096),
           (2560, 7168, 4096), (96, 12288, 4096), (1536, 1536, 6144), (256, 2048, 16384)]
+if "--misaligned" in sys.argv:
+    SHAPES = [(5000, 3000, 1000), (5000, 3000, 1024), (2000, 7000, 3000), (2000, 7000, 3008),
+              (4000, 6600, 1500)]
 print("device", torch.cuda.get_device_name(0), "torch", torch.__version__)
 for m, n, k in SHAPES:
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -30,4 +38,4 @@ for m, n, k in SHAPES:
     print(f"{m}x{n}x{k}:")
     for name, ts in kernels.items():
         ts = sorted(ts)
-        print(f"    {len(ts)}x {ts[len(ts) // 2]:8.1f} us  {name[:150]}")
+        print(f"    {len(ts)}x {ts[len(ts) // 2]:8.1f} us  {name[:200]}")
