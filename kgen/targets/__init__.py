@@ -97,7 +97,8 @@ class GemmDraft:
 class Site:
     """Where a refusal points in the source: the kernel's `schedule` line, or gemm number
     `gemm`'s own line ("gemm") or one of its clauses ("tile", "warps", "stages", "resident",
-    "split", "cluster")."""
+    "split", "cluster"), or the shared-memory budget ("budget": where the storage pass's own
+    refusal points, the first gemm's stages line)."""
 
     what: str
     gemm: int | None = None
