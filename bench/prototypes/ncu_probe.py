@@ -4,7 +4,7 @@ one launch (bench/RESULTS.md: 128x192 at 3000x5000x2000, and stream-K's walk).
 
     ncu --clock-control none --kernel-name regex:bare --launch-skip 3 --launch-count 1 \
         --metrics ... python3 bench/prototypes/ncu_probe.py --tile 128x192 --stages 4 \
-        --size 3000,5000,2000 [--stream]
+        --size 3000,5000,2000 [--stream] [--cluster 2x1]
 """
 import argparse
 import sys
@@ -23,6 +23,7 @@ def main() -> int:
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--size", required=True)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--cluster", default="1x1")
     args = parser.parse_args()
     from kgen import ir
     from kgen.api import build
@@ -36,7 +37,8 @@ def main() -> int:
     tm, tn = (int(x) for x in args.tile.split("x"))
     m, n, k = (int(x) for x in args.size.split(","))
     built = build(module.kernels[0], ir.Arch.SM90A, source_name="bare.kg", config=Config(
-        (GemmConfig((tm, tn, 64), (2, 4), args.stages, stream=args.stream),)))
+        (GemmConfig((tm, tn, 64), (2, 4), args.stages, stream=args.stream,
+                    cluster=tuple(int(x) for x in args.cluster.split("x"))),)))
     report = run(built.kernel, built.plan, built.source, dict(M=m, N=n, K=k), check=True,
                  bench=True, compare_torch=False, iters=3, warmup=2, hold=False)
     print(f"{args.tile} s{args.stages}{' stream' if args.stream else ''} {m}x{n}x{k}: "

@@ -175,11 +175,13 @@ class TensorMap:
     box: tuple[int, int]
     store: bool = False
     why: str = ""
+    # How much an L2 miss of this map's loads pulls in from memory: CUtensorMapL2promotion's
+    # suffix. The map's builder sets it (kgen/targets/sm90); stores promote nothing.
+    load_promotion: str = "L2_256B"
 
     @property
     def l2_promotion(self) -> str:
-        """Loads pull 256-byte L2 lines (the operand tiles are reread by other CTAs)."""
-        return "NONE" if self.store else "L2_256B"
+        return "NONE" if self.store else self.load_promotion
 
 
 @dataclass(frozen=True, slots=True)

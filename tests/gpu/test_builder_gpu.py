@@ -3,6 +3,7 @@ against the reference, for each example's own target and for sm_90a, at ragged s
 B2B chains written with no schedule line (the issue's shapes, M small enough for a test)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from kgen import ir
 from kgen.parse import parse
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN, EXAMPLES, without_schedule_lines
+from tests.kernels import B2B_CHAIN, EXAMPLES, gemm_kernel, without_schedule_lines
 
 pytestmark = pytest.mark.gpu
 
@@ -53,3 +54,27 @@ def test_chain_without_schedule_lines_matches_reference(dtype, k0, n0, n1):
     verify(module)
     for m in (1, 1000, 8193, 81920):  # 81920: persistent CTAs loop over ~5 tiles each
         check(module.kernels[0], ir.Arch.SM90A, dict(M=m))
+
+
+@pytest.mark.parametrize("b_layout, sizes, cluster", [
+    ("col", dict(M=4999, N=3000, K=1000), (2, 1)),  # K-major B, rows of 2000 bytes; M ragged
+    ("col", dict(M=2000, N=7000, K=3000), (2, 1)),
+    ("row", dict(M=4100, N=4104, K=4096), (1, 2)),  # row-major B, rows of 8208 bytes
+])
+def test_rows_that_split_sectors_run_their_cluster(b_layout, sizes, cluster):
+    """The runtime sizes' cluster where B's rows are 16-byte but not 32-byte multiples
+    (kgen/targets/sm90/configs.py, sector_split_rows), checked against the reference."""
+    from kgen.api import build
+    from kgen.harness.run import run
+    from kgen.lower import builder
+    from kgen.targets import target
+
+    kernel = gemm_kernel(b_layout=ir.Layout(b_layout), arch=ir.Arch.SM90A)
+    free = dataclasses.replace(kernel.gemms[0], tile=None, warps=None, stages=None)
+    kernel = dataclasses.replace(kernel, gemms=(free,))
+    config = builder.sized(kernel, target(ir.Arch.SM90A), sizes)
+    built = build(kernel, ir.Arch.SM90A, source_name="t.kg", config=config)
+    assert built.plan.schedule.cluster == cluster
+    report = run(built.kernel, built.plan, built.source, sizes, check=True)
+    assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
+

@@ -174,7 +174,10 @@ def test_the_cu_launcher_encodes_every_map():
     source = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a").source
     assert "unsigned long long A[16];" in source and "unsigned long long D[16];" in source
     assert source.count("reinterpret_cast<CUtensorMap*>(&maps.") == 4  # A, B, D and C
-    assert "CU_TENSOR_MAP_L2_PROMOTION_L2_256B" in source
+    # A's and B's loads pull 128-byte lines, the staged C's 256-byte ones, D's stores none
+    promotions = [line.split("CU_TENSOR_MAP_L2_PROMOTION_")[1].split(",")[0]
+                  for line in source.splitlines() if "CU_TENSOR_MAP_L2_PROMOTION_" in line]
+    assert promotions == ["L2_128B", "L2_128B", "NONE", "L2_256B"]
 
 
 def _split(kernel: ir.Kernel, count: int) -> ir.Kernel:

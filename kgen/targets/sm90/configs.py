@@ -270,6 +270,33 @@ SIZED_ONE_ROW = 64
 SIZED_ONE_ROW_TILES = 64
 
 
+# Rows of B 16-byte but not 32-byte multiples (K = 8 mod 16 in f16 for a K-major B, N for a
+# row-major one): each 128-byte row of a box starts mid-sector, and the copy engine reads them
+# slowly. K-major A and B (K = 1000): 0.55-0.65x torch.matmul on 128x256 tiles, at 2.5x the L2
+# load (Nsight Compute, 5000x3000x1000 against K = 1024). A cluster that multicasts one operand
+# to two CTAs halves its reads. Each rule below ran faster than the sized choice at every shape
+# measured (H100, the operands' 128-byte promotion, bench/logs/misaligned/):
+#   A and B K-major  2x1 (B shared): 0.86-1.10x against 0.43-0.72x, nine shapes (four not
+#                    probed before), and relu(alpha*acc + beta*C + bias[col]) 1.57-3.98x the
+#                    unfused PyTorch against 0.94-2.71x; 128x192 on the same cluster ran
+#                    0.81-0.94x, 128x256 alone 0.64-0.75x
+#   B row-major      1x2 (A shared, K-major): 0.68-0.86x against 0.61-0.80x, three shapes
+# Where B's rows are 32-byte multiples (K = 1008, 2000) the cluster gained little or lost, and
+# where only A's split (a row-major B, K = 4104) the sized choice ran 1.00x.
+SECTOR = 32
+
+
+def sector_split_rows(shape: GemmShape, sizes: Mapping[str, int]) -> tuple[int, int] | None:
+    """The cluster that shares an operand where B's rows (K values if B is K-major, N if not)
+    are 16-byte but not 32-byte multiples and A is K-major: 2x1 (B shared) for a K-major B, 1x2
+    (A shared) for a row-major one. None elsewhere."""
+    k_major_a, k_major_b = shape.k_major
+    row = common.known(shape.k if k_major_b else shape.n, sizes) * shape.dtype.nbytes
+    if not k_major_a or row % 16 or row % SECTOR == 0:
+        return None
+    return (2, 1) if k_major_b else (1, 2)
+
+
 def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Config | None:
     """The configuration the runtime sizes call for (None: the builder's default serves them):
 
@@ -280,6 +307,9 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           SMs and 16 k tiles per part, on 128x128 tiles where each part keeps
                           32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
+        B's rows split    128x256 s4 on a cluster of two (sector_split_rows), where A is
+        sectors           K-major, B's rows are 16-byte but not 32-byte multiples, and the
+                          128x256 tiles fill at least a wave
         otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
                           per element (128x256 where it ties): a 128-row one cooperative, a
                           64-row one ping-pong (each consumer a tile of its own); where that is
@@ -338,6 +368,12 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                       why=f"{WHY_SIZED} 64x{tile_n} tiles fill the waves better "
                       f"({tiles(tile_n, 64)} tiles against {few} of 128x256, on {common.SMS} "
                       "SMs); ping-pong, each consumer warpgroup a 64-row tile of its own")
+    cluster = sector_split_rows(shape, sizes)
+    if cluster is not None and few >= common.SMS:
+        return Config((GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),),
+                      why=f"{WHY_SIZED} {'K' if shape.k_major[1] else 'N'} = "
+                      f"{k if shape.k_major[1] else n}: B's rows are 16-byte but not 32-byte "
+                      f"multiples, slow for the copy engine to read; {WHY_CLUSTER[cluster]}")
     if (tile_n == 256 and shape.fused or tile_n == 128) and k <= SMALL_K:
         return Config((GemmConfig((128, 128, 64), (2, 4), 4),), KernelKind.PINGPONG,
                       why=f"{WHY_SIZED} K = {k}: few k tiles per tile, and the epilogue weighs "

@@ -335,6 +335,15 @@ def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
     return CONSUMERS * (stages_d or staging_boxes(g, kind)) * STAGING_BOX * STAGING_BOX * 2
 
 
+# The operands' L2 promotion. Where A's and B's rows are 16-byte but not 32-byte multiples
+# (K = 1000 in f16), 128-byte promotion ran the bare GEMM 1.13-1.21x as fast as 256-byte, on a
+# cluster 2x1 as on none (H100: 5000x3000x1000, 2000x7000x3000, 4096x4096x4104, 3072x6144x1800,
+# 8000x2000x2504); over the bare sweep and five shapes more, all with 128-byte aligned rows, the
+# two ran within the runs' noise of each other (bench/logs/misaligned/)
+OPERAND_PROMOTION = "L2_128B"
+WHY_PROMOTION = "; L2 misses pull 128-byte lines"
+
+
 def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int,
                 shared_by: int = 1) -> TensorMap:
     """The producer's map of one operand's k tiles (`extent` rows or columns of M or N). K-major:
@@ -347,11 +356,13 @@ def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int,
         return TensorMap(op.param, op.dtype, mn_dim, k_dim, (k, rows),
                          why=f"{which} tiles of {extent}x{k} (K-major), loaded by the producer"
                          + (f" in two boxes of {rows} rows, one per CTA of the cluster, multicast"
-                            if shared_by > 1 else ""))
+                            if shared_by > 1 else "") + WHY_PROMOTION,
+                         load_promotion=OPERAND_PROMOTION)
     axis = "M" if which == "A" else "N"
     return TensorMap(op.param, op.dtype, k_dim, mn_dim, (MN_BOX, k),
                      why=f"{which} tiles of {extent}x{k} (MN-major), loaded by the producer as "
-                     f"{extent // MN_BOX} boxes of {MN_BOX} {axis} x {k} k")
+                     f"{extent // MN_BOX} boxes of {MN_BOX} {axis} x {k} k" + WHY_PROMOTION,
+                     load_promotion=OPERAND_PROMOTION)
 
 
 def operand_schedule(op: OperandPlan, which: str, extent: int,
