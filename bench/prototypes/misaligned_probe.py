@@ -20,6 +20,9 @@ beside torch.matmul (CUDA-event medians, inputs rotated past L2).
               probed before among them
     rule2     the same for a row-major B (cluster 1x2) at B rows of 16-byte alignment (N = 5000,
               3000, 6600, 4104, 8200), and the bare bf16 GEMM at three of RULE's shapes
+    rule32    B's rows 32-byte but not 128-byte multiples (K = 16 mod 64): the product path
+              (the wave model's tile) against 128x256 s4 on a cluster 2x1 there, two rounds,
+              shapes never probed before among them
     nn        a row-major B (MN-major: rows along N), where the rule does not apply: the sized
               choice, 128x256 s4 and on a cluster 1x2 (A multicast)
 
@@ -162,6 +165,42 @@ def rule_table(kernels, shapes=RULE):
           "operands' L2_256B; two rounds)")
 
 
+RULE32 = [(3000, 5000, 2000), (5000, 3000, 1008), (6144, 2048, 1520), (4096, 4096, 4112),
+          (8192, 4096, 3056), (2560, 7168, 2448), (3500, 6000, 5136), (2000, 7000, 1040),
+          (4096, 4096, 4096)]
+
+
+def rule32_table(kernels):
+    """rule_table's two rounds, `before` the product path, `after` a cluster 2x1 on 128x256
+    also where B's K-major rows are 32-byte but not 128-byte multiples."""
+    from kgen.targets.sm90 import configs
+    rule = configs.sector_split_rows
+
+    def line_split(shape, sizes):
+        row = configs.common.known(shape.k, sizes) * shape.dtype.nbytes
+        if all(shape.k_major) and row % 32 == 0 and row % 128:
+            return (2, 1)
+        return rule(shape, sizes)
+
+    print("before: the product path; after: a cluster 2x1 on 128x256 where rows are 32-byte "
+          "but not 128-byte multiples")
+    from kgen import ir
+    for name, kernel in kernels.items():
+        for m, n, k in RULE32:
+            sizes, torch_ms, row = dict(M=m, N=n, K=k), None, []
+            for after in (False, True) * 2:
+                configs.sector_split_rows = line_split if after else rule
+                report, plan = kgen_run(kernel, sizes, ir.Arch.SM90A,
+                                        torch_baseline=torch_ms is None)
+                torch_ms = torch_ms or report.torch_timing.median_ms
+                row.append(f"{torch_ms / report.timing.median_ms:>7.3f}" if report.ok
+                           else f"{'FAILED':>7}")
+                shown = label(plan) if after else ""
+            print(f"{name:<6} {f'{m}x{n}x{k}':<18} {torch_ms:>8.4f} " + " ".join(row)
+                  + f"  {shown}", flush=True)
+    configs.sector_split_rows = rule
+
+
 def nn_table(kernel):
     from kgen.targets import Config, GemmConfig
     cells = {"sized": None}
@@ -185,7 +224,8 @@ def nn_table(kernel):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", nargs="+", choices=("k", "variants", "promotion", "combo", "sweep", "rule", "rule2", "nn"),
+    parser.add_argument("--part", nargs="+", choices=("k", "variants", "promotion", "combo", "sweep", "rule", "rule2", "rule32",
+                                 "nn"),
                         default=["k", "variants", "promotion"])
     args = parser.parse_args()
     from kgen import ir
@@ -226,6 +266,10 @@ def main() -> int:
                                     (4096, 4104, 4096), (5000, 3000, 1000), (8192, 8200, 4096),
                                     (4096, 4096, 4096)],
                              "bf16": [(5000, 3000, 1000), (6000, 4000, 1320), (3500, 9000, 2200)]})
+    if "rule32" in args.part:
+        fused = parse(FUSED, "fused.kg")
+        verify(fused)
+        rule32_table({"bare": kernel, "fused": fused.kernels[0]})
     if "nn" in args.part:
         nn = parse(BARE.format(t="f16").replace("[K, N] col", "[K, N] row"), "nn.kg")
         verify(nn)

@@ -8,6 +8,8 @@
 #   rule   misaligned_probe.py --part rule nn: the sized rule before and after
 #   check  misaligned_probe.py --part rule2; the rule's GPU tests and the cluster, builder and
 #          tune suites; compute-sanitizer on the rule's two clusters at ragged sizes
+#   tests  the rule's GPU tests and the tune suite (check's pytest ran out of time before them);
+#          bench/defaults.py part 1 (the examples without schedule lines against as written)
 # Run: STEP=... bash .gpu/device-run.sh bash bench/prototypes/misaligned_session.sh
 . "$(dirname "$0")/../session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
@@ -43,4 +45,10 @@ check)
       echo "B $1 $2 $tool exit=$? $(grep -E '^(PASS|FAIL)|cluster' /tmp/san.log | head -2 | tr '\n' ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
     done
   done | tee "$OUT/sanitizer.log" ;;
+tests)
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_tune_gpu.py \
+    tests/gpu/test_builder_gpu.py -k "sectors or tune or load or write or fifty" 2>&1 | tail -8 \
+    | tee "$OUT/pytest_gpu_tests.log"
+  timeout 200 python3 bench/defaults.py --part 1 --json "$OUT/defaults.json" 2>&1 \
+    | grep -v -i warn | tee "$OUT/defaults.log" ;;
 esac

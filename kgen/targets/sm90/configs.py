@@ -272,17 +272,18 @@ SIZED_ONE_ROW_TILES = 64
 
 # Rows of B 16-byte but not 32-byte multiples (K = 8 mod 16 in f16 for a K-major B, N for a
 # row-major one): each 128-byte row of a box starts mid-sector, and the copy engine reads them
-# slowly. K-major A and B (K = 1000): 0.55-0.65x torch.matmul on 128x256 tiles, at 2.5x the L2
-# load (Nsight Compute, 5000x3000x1000 against K = 1024). A cluster that multicasts one operand
-# to two CTAs halves its reads. Each rule below ran faster than the sized choice at every shape
-# measured (H100, the operands' 128-byte promotion, bench/logs/misaligned/):
-#   A and B K-major  2x1 (B shared): 0.86-1.10x against 0.43-0.72x, nine shapes (four not
-#                    probed before), and relu(alpha*acc + beta*C + bias[col]) 1.57-3.98x the
-#                    unfused PyTorch against 0.94-2.71x; 128x192 on the same cluster ran
-#                    0.81-0.94x, 128x256 alone 0.64-0.75x
-#   B row-major      1x2 (A shared, K-major): 0.68-0.86x against 0.61-0.80x, three shapes
-# Where B's rows are 32-byte multiples (K = 1008, 2000) the cluster gained little or lost, and
-# where only A's split (a row-major B, K = 4104) the sized choice ran 1.00x.
+# slowly. K-major A and B (K = 1000): 0.55-0.65x torch.matmul on 128x256 tiles, the L2's
+# throughput x duration 2.5x that of K = 1024 (Nsight Compute, 5000x3000). A cluster that
+# multicasts one operand to two CTAs halves its reads. Before (the sized choice, 256-byte
+# lines) and after (the rule, the operands' 128-byte lines), H100, bench/logs/misaligned/:
+#   A and B K-major  2x1 (B shared): 0.43-0.72x -> 0.86-1.10x at nine shapes (four not probed
+#                    before); bf16 0.52-0.70x -> 0.92-1.11x at three; relu(alpha*acc + beta*C
+#                    + bias[col]) 0.94-2.71x -> 1.57-3.99x the unfused PyTorch. On 128-byte
+#                    lines 128x192 on the same cluster ran 0.81-0.94x, 128x256 alone 0.64-0.73x
+#   B row-major      1x2 (A shared, K-major): 0.58-0.69x -> 0.69-0.86x at six shapes
+# Rows of 32-byte but not 128-byte multiples (K = 1008, 2000, 1520) are left to the wave model:
+# a cluster 2x1 there was measured at three shapes only (docs/tuning.md). Where only A's rows
+# split (a row-major B, K = 4104) the sized choice ran 1.00x.
 SECTOR = 32
 
 

@@ -336,10 +336,11 @@ def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
 
 
 # The operands' L2 promotion. Where A's and B's rows are 16-byte but not 32-byte multiples
-# (K = 1000 in f16), 128-byte promotion ran the bare GEMM 1.13-1.21x as fast as 256-byte, on a
-# cluster 2x1 as on none (H100: 5000x3000x1000, 2000x7000x3000, 4096x4096x4104, 3072x6144x1800,
-# 8000x2000x2504); over the bare sweep and five shapes more, all with 128-byte aligned rows, the
-# two ran within the runs' noise of each other (bench/logs/misaligned/)
+# (K = 1000 in f16), 128-byte promotion ran the bare GEMM 1.13-1.21x as fast as 256-byte on
+# 128x256, 1.09-1.14x on a cluster 2x1 (H100: 5000x3000x1000, 2000x7000x3000, 4096x4096x4104,
+# 3072x6144x1800, 8000x2000x2504); over the bare sweep and five shapes more (all but one with
+# 128-byte aligned rows) the geometric means were 0.976x torch.matmul on 256-byte lines and
+# 0.979x on 128-byte ones (bench/logs/misaligned/)
 OPERAND_PROMOTION = "L2_128B"
 WHY_PROMOTION = "; L2 misses pull 128-byte lines"
 
