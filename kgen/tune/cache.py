@@ -8,6 +8,12 @@ bucket, as small JSON files under `cache_root()/tune/<kernel hash>/`.
 - The size bucket rounds each runtime size up to a power of two: M=3000 and M=4096 share an
   entry, M=4097 does not. A schedule that wins at one size is near the best across its bucket;
   across a factor of two the best tile and split-K depth change.
+- The rows part: each runtime size that is a tensor's row length (its contiguous extent: K for
+  a row-major [M, K]) and not a multiple of ROW_ALIGN values, with the largest power of two
+  that divides it. Rows that split 32-byte sectors or 128-byte lines change the best schedule
+  (at 5000x3000x1000 the tiles that serve K = 1024 ran 0.61-0.73x torch.matmul, a cluster 2x1
+  0.97-0.98x; docs/tuning.md), so K=1000 and K=1024 do not share an entry. Sizes whose rows
+  are whole lines have no rows part: their file names are as before it.
 - Files are read and written only in a folder private to this user (kgen.cachedir's rules) and
   never when `KGEN_CACHE=0`; writes are atomic. An entry that does not decode, or whose key is not
   the one asked for, is ignored.
@@ -56,6 +62,35 @@ def bucket_text(bucket: tuple[tuple[str, int], ...]) -> str:
     return "-".join(f"{name}{value}" for name, value in bucket) or "fixed"
 
 
+ROW_ALIGN = 64  # values: 64 16-bit values are one 128-byte L2 line
+
+
+def row_dims(kernel: ir.Kernel) -> frozenset[str]:
+    """The runtime sizes that are some tensor's row length: its contiguous extent (the
+    columns of a row-major matrix, the rows of a column-major one)."""
+    dims = (p.shape[1] if p.layout is ir.Layout.ROW else p.shape[0]
+            for p in kernel.params if p.kind is ir.ParamKind.TENSOR)
+    return frozenset(d for d in dims if isinstance(d, str))
+
+
+def row_alignment(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """Each of `sizes` that is a row length (row_dims) and not a multiple of ROW_ALIGN, with
+    the largest power of two that divides it, by name."""
+    values = ((name, int(sizes[name])) for name in sorted(row_dims(kernel) & set(sizes)))
+    return tuple((name, value & -value) for name, value in values if value % ROW_ALIGN)
+
+
+def rows_text(rows: tuple[tuple[str, int], ...]) -> str:
+    """'.rows-K8': K a multiple of 8 values and no more (empty where every row is whole
+    lines)."""
+    return ".rows" + "".join(f"-{name}{value}" for name, value in rows) if rows else ""
+
+
+def sizes_text(kernel: ir.Kernel, sizes: Mapping[str, int]) -> str:
+    """The bucket and rows part of the key of `sizes`, as in the entry's file name."""
+    return bucket_text(size_bucket(sizes)) + rows_text(row_alignment(kernel, sizes))
+
+
 def gpu_slug(name: str) -> str:
     """A GPU name as a file-name part: `NVIDIA H100 80GB HBM3` -> `NVIDIA-H100-80GB-HBM3`."""
     return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") or "gpu"
@@ -68,19 +103,22 @@ class TuneKey:
     arch: str  # the plan's arch: sm_80, sm_90a
     gpu: str  # the device's name, as the driver gives it
     bucket: tuple[tuple[str, int], ...]
+    rows: tuple[tuple[str, int], ...] = ()  # row_alignment: row lengths that are not whole lines
 
     @property
     def file_name(self) -> str:
-        return f"{self.arch}.{gpu_slug(self.gpu)}.{bucket_text(self.bucket)}.json"
+        return (f"{self.arch}.{gpu_slug(self.gpu)}.{bucket_text(self.bucket)}"
+                f"{rows_text(self.rows)}.json")
 
     def as_dict(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "kernel_hash": self.kernel_hash, "arch": self.arch,
-                "gpu": self.gpu, "bucket": dict(self.bucket)}
+                "gpu": self.gpu, "bucket": dict(self.bucket), "rows": dict(self.rows)}
 
 
 def tune_key(kernel: ir.Kernel, arch: ir.Arch, gpu: str, sizes: Mapping[str, int]) -> TuneKey:
     """The key of `kernel` planned for `arch`, timed on `gpu` at `sizes` (its runtime sizes)."""
-    return TuneKey(kernel.name, kernel_hash(kernel), arch.value, gpu, size_bucket(sizes))
+    return TuneKey(kernel.name, kernel_hash(kernel), arch.value, gpu, size_bucket(sizes),
+                   row_alignment(kernel, sizes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,16 +146,17 @@ class TuneEntry:
     def from_dict(data: Any) -> "TuneEntry":
         """Raises ValueError (or KeyError, TypeError) on anything malformed."""
         key = data["key"]
-        bucket = key["bucket"]
-        if not isinstance(bucket, dict):
-            raise ValueError("bucket must be an object")
+        bucket, rows = key["bucket"], key.get("rows", {})
+        if not isinstance(bucket, dict) or not isinstance(rows, dict):
+            raise ValueError("bucket and rows must be objects")
         time_ms = data["time_ms"]
         if not isinstance(time_ms, (int, float)) or time_ms <= 0:
             raise ValueError("time_ms must be a positive number")
         return TuneEntry(
             key=TuneKey(str(key["kernel"]), str(key["kernel_hash"]), str(key["arch"]),
                         str(key["gpu"]),
-                        tuple((str(n), int(v)) for n, v in sorted(bucket.items()))),
+                        tuple((str(n), int(v)) for n, v in sorted(bucket.items())),
+                        tuple((str(n), int(v)) for n, v in sorted(rows.items()))),
             config=config_from_json(data["config"]),
             label=str(data["label"]),
             lines=tuple((str(line), str(value)) for line, value in data["lines"]),

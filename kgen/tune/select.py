@@ -87,7 +87,7 @@ class TunedKernel:
         self.gpu = gpu
         self.default = default
         self._make = make
-        self._entries: dict[tuple, cache.TuneEntry | None] = {}  # per size bucket
+        self._entries: dict[tuple, cache.TuneEntry | None] = {}  # per size bucket and rows
         self._variants: dict[str, Any] = {}  # per configuration ("tuned"/"sized" and label)
         # per exact sizes seen: what variant() chose, so that a repeated call only looks it up
         self._by_sizes: dict[tuple, Any] = {}
@@ -100,7 +100,7 @@ class TunedKernel:
     def config(self, sizes: Mapping[str, int]) -> Config | None:
         """The configuration for these sizes: the tune entry of their bucket, else the one the
         exact sizes call for (builder.sized; None: the default)."""
-        bucket = cache.size_bucket(sizes)
+        bucket = cache.size_bucket(sizes), cache.row_alignment(self.kernel_ir, sizes)
         if bucket not in self._entries:
             self._entries[bucket] = lookup(self.kernel_ir, self.arch, self.gpu, sizes)
         entry = self._entries[bucket]
@@ -133,7 +133,7 @@ class TunedKernel:
             chosen = self._make(config)
         except KgenRuntimeError as err:
             warnings.warn(f"the {what} variant of {self.plan.name} for "
-                          f"{cache.bucket_text(cache.size_bucket(sizes))} failed to build "
+                          f"{cache.sizes_text(self.kernel_ir, sizes)} failed to build "
                           f"({err}); running the default", RuntimeWarning, stacklevel=4)
         self._variants[label] = chosen
         return chosen

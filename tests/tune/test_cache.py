@@ -38,6 +38,35 @@ def test_bucket_rounds_each_size_up_to_a_power_of_two():
     assert cache.bucket_text(()) == "fixed"
 
 
+def test_row_lengths_that_are_not_whole_lines_are_part_of_the_key():
+    """K = 1000 and K = 1024 share a bucket but not an entry: the rows of a row-major [M, K]
+    and a column-major [K, N] are K long, and a row of 1000 values splits sectors. M is no
+    tensor's row length here; N is D's (row-major [M, N])."""
+    kernel = kernel_of(example_text("gemm"))
+    assert cache.row_dims(kernel) == {"K", "N"}
+    assert cache.row_alignment(kernel, {"M": 4999, "N": 3000, "K": 1000}) == (("K", 8), ("N", 8))
+    assert cache.row_alignment(kernel, {"M": 4999, "N": 4096, "K": 1024}) == ()
+    assert cache.row_alignment(kernel, {"M": 5000, "N": 4096, "K": 2000}) == (("K", 16),)
+    aligned = cache.tune_key(kernel, Arch.SM90A, "NVIDIA H100", {"M": 4096, "N": 4096, "K": 1024})
+    split = cache.tune_key(kernel, Arch.SM90A, "NVIDIA H100", {"M": 4096, "N": 4096, "K": 1000})
+    assert aligned.bucket == split.bucket and aligned != split
+    assert aligned.file_name == "sm_90a.NVIDIA-H100.K1024-M4096-N4096.json"
+    assert split.file_name == "sm_90a.NVIDIA-H100.K1024-M4096-N4096.rows-K8.json"
+    assert cache.sizes_text(kernel, {"M": 4096, "N": 4104, "K": 1000}) == \
+        "K1024-M4096-N8192.rows-K8-N8"
+
+
+def test_an_entry_keeps_its_rows_and_one_without_them_still_loads(tune_dir):
+    kernel = kernel_of(example_text("gemm"))
+    entry = entry_for(kernel, {"M": 4096, "N": 4096, "K": 1000})
+    assert entry.key.rows == (("K", 8),)
+    assert cache.TuneEntry.from_dict(entry.as_dict()) == entry
+    # a file from before the rows part: no "rows" in its key, read as whole lines
+    before = entry_for(kernel, {"M": 4096, "N": 4096, "K": 1024}).as_dict()
+    del before["key"]["rows"]
+    assert cache.TuneEntry.from_dict(before).key.rows == ()
+
+
 def test_kernel_hash_ignores_comments_and_layout_not_the_kernel():
     text = example_text("gemm")
     base = cache.kernel_hash(kernel_of(text))
@@ -66,8 +95,8 @@ def test_store_then_lookup_in_the_same_bucket(tune_dir):
     assert path is not None and os.path.dirname(path) == str(tune_dir / entry.key.kernel_hash)
     assert os.path.basename(path) == "sm_80.NVIDIA-H200.K4096-M4096-N4096.json"
     assert oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700"
-    same_bucket = cache.tune_key(kernel, Arch.SM80, "NVIDIA H200", {"M": 3000, "N": 4000,
-                                                                    "K": 2049})
+    same_bucket = cache.tune_key(kernel, Arch.SM80, "NVIDIA H200", {"M": 3000, "N": 3840,
+                                                                    "K": 2112})
     assert cache.lookup(same_bucket) == entry
     for other in (cache.tune_key(kernel, Arch.SM80, "NVIDIA H200", {"M": 4097, "N": 4096,
                                                                      "K": 4096}),

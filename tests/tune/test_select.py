@@ -32,7 +32,8 @@ def store(kernel, sizes, config=TUNED, arch=Arch.SM80):
 def test_run_builds_the_tuned_configuration(tune_cache):
     kernel = kernel_of(example_text("gemm"))
     stored = store(kernel, SIZES)
-    entry = select.lookup(kernel, Arch.SM80, GPU, {"M": 3000, "N": 4000, "K": 4096})
+    # the same bucket, with rows of whole lines (N = 62 x 64)
+    entry = select.lookup(kernel, Arch.SM80, GPU, {"M": 3000, "N": 3968, "K": 4096})
     assert entry == stored
     built = build(kernel, None, config=entry.config)  # what kgen run does with the entry
     assert built.plan.gemms[0].tile == (64, 128, 64)
@@ -48,6 +49,8 @@ def test_other_buckets_and_gpus_build_the_builders_choice(tune_cache):
     store(kernel, SIZES)
     assert select.lookup(kernel, Arch.SM80, GPU, {"M": 8192, "N": 4096, "K": 4096}) is None
     assert select.lookup(kernel, Arch.SM80, "NVIDIA A100", SIZES) is None
+    # the same bucket, but D's rows (N = 4000 values) are not whole 128-byte lines
+    assert select.lookup(kernel, Arch.SM80, GPU, {"M": 4096, "N": 4000, "K": 4096}) is None
     assert select.lookup(kernel, Arch.SM90A, GPU, SIZES) is None
     plain = build(kernel, None)
     assert not select.tuned(plain.plan)
@@ -103,7 +106,7 @@ def test_a_tuned_kernel_runs_each_buckets_variant(tune_cache):
         return FakeCompiled(build(kernel, None, config=config).plan, f"tuned {len(made)}")
 
     k = select.TunedKernel(kernel, Arch.SM80, GPU, default, make)
-    big = {"A": np.zeros((4000, 4096)), "B": np.zeros((4096, 3000))}
+    big = {"A": np.zeros((4000, 4096)), "B": np.zeros((4096, 3008))}  # rows of whole lines
     small = {"A": np.zeros((64, 64)), "B": np.zeros((64, 64))}
     assert k(**big) == "tuned 1"
     assert k(**big) == "tuned 1"  # built once per bucket
