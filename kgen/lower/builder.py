@@ -111,7 +111,8 @@ def listed(kernel: ir.Kernel, tgt: Target, *, sizes: Mapping[str, int] | None = 
 def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | None:
     """The target's configuration for these runtime sizes (kgen/targets/sm90/configs.py's
     `sized`), where the kernel leaves its schedule lines to kgen (`sizable`); None where the
-    default serves them."""
+    default serves them. With no runtime sizes, that of a kernel whose source fixes every size
+    (kgen.lower plans it so), else None."""
     if not sizable(kernel, tgt):
         return None
     batch = next((p.batch for p in kernel.params if p.batch is not None), None)

@@ -294,6 +294,22 @@ def test_rows_that_split_sectors_take_a_cluster(layouts, sizes, label):
         assert plan.schedule.cluster == config.gemms[0].cluster
 
 
+@pytest.mark.parametrize("m, n, k, tile, cluster", [
+    (5000, 3000, 1000, (128, 256, 64), (2, 1)),  # rows that split sectors
+    (6144, 5120, 3072, (128, 192, 64), (1, 1)),  # the wave model's tile
+    (4096, 4096, 4096, (128, 256, 64), (1, 1)),  # the size-blind default serves it
+])
+def test_sizes_the_source_fixes_plan_as_the_runtime_sizes_would(m, n, k, tile, cluster):
+    """A kernel whose every size is a number plans, and so compiles, the configuration that
+    the runtime sizes would call for (builder.sized with no runtime sizes)."""
+    module = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
+                   .replace("f16[M, K]", f"f16[{m}, {k}]").replace("f16[K, N]", f"f16[{k}, {n}]")
+                   .replace("f16[M, N]", f"f16[{m}, {n}]"), "t.kg")
+    verify(module)
+    plan = lower(module.kernels[0])
+    assert plan.gemms[0].tile == tile and plan.schedule.cluster == cluster
+
+
 def test_the_runtime_sizes_count_every_batch():
     """A batched kernel's tiles are L x one batch's: 4096 batches of 64x128 fill 31 waves of
     128x256 tiles (each mostly empty), of 128x128 ones or of 64x128 ones, which the wave model
