@@ -104,6 +104,7 @@ def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     are filled as lower() fills them."""
     tgt = target(arch or kernel.target)
     if not builder.complete(kernel):
-        kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent))
+        kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent),
+                                  config=builder.sized(kernel, tgt, {}))
     chain.check(kernel)
     return select.listed(kernel, tgt, gemm_plans(kernel, tgt), persistent=persistent)

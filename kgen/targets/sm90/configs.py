@@ -308,9 +308,9 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           SMs and 16 k tiles per part, on 128x128 tiles where each part keeps
                           32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
-        B's rows split    128x256 s4 on a cluster of two (sector_split_rows), where A is
-        sectors           K-major, B's rows are 16-byte but not 32-byte multiples, and the
-                          128x256 tiles fill at least a wave
+        B's rows split    128x256 s4 on a cluster of two (sector_split_rows), where the tile
+        sectors           below is a 128-row one, A is K-major, B's rows are 16-byte but not
+                          32-byte multiples, and the 128x256 tiles fill at least a wave
         otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
                           per element (128x256 where it ties): a 128-row one cooperative, a
                           64-row one ping-pong (each consumer a tile of its own); where that is
