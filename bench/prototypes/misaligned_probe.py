@@ -138,31 +138,39 @@ RULE = [(5000, 3000, 1000), (2000, 7000, 3000), (4096, 4096, 4104), (3072, 6144,
         (4608, 2304, 3080), (128, 4096, 4104), (3000, 5000, 2000), (4096, 4096, 4096)]
 
 
-def rule_table(kernels, shapes=RULE):
+def rounds_table(kernels, shapes, patch, what):
+    """Each kernel at each of its `shapes` (kernel name -> list) before and after, two rounds
+    in turn; `patch(after)` sets kgen up for either (the caller puts kgen back)."""
     from kgen import ir
-    from kgen.targets.sm90 import configs, warp_specialized
-    rule = configs.sector_split_rows
     print(f"{'kernel':<6} {'M x N x K':<18} {'torch ms':>8} {'before':>7} {'after':>7} "
           f"{'before':>7} {'after':>7}  after's schedule")
     for name, kernel in kernels.items():
-        for m, n, k in shapes.get(name, RULE) if isinstance(shapes, dict) else shapes:
+        for m, n, k in shapes[name]:
             sizes, torch_ms, row = dict(M=m, N=n, K=k), None, []
             for after in (False, True) * 2:
-                configs.sector_split_rows = rule if after else (lambda shape, sizes: None)
-                warp_specialized.OPERAND_PROMOTION = "L2_128B" if after else "L2_256B"
+                patch(after)
                 report, plan = kgen_run(kernel, sizes, ir.Arch.SM90A,
                                         torch_baseline=torch_ms is None)
                 torch_ms = torch_ms or report.torch_timing.median_ms
                 row.append(f"{torch_ms / report.timing.median_ms:>7.3f}" if report.ok
                            else f"{'FAILED':>7}")
-                if after:
-                    shown = label(plan)
+                shown = label(plan) if after else ""
             print(f"{name:<6} {f'{m}x{n}x{k}':<18} {torch_ms:>8.4f} " + " ".join(row)
                   + f"  {shown}", flush=True)
-    configs.sector_split_rows = rule
-    warp_specialized.OPERAND_PROMOTION = "L2_128B"
-    print("(x PyTorch: torch.matmul, or the unfused epilogue; before: the rule off and the "
-          "operands' L2_256B; two rounds)")
+    print(f"(x PyTorch: torch.matmul, or the unfused epilogue; {what}; two rounds)")
+
+
+def rule_table(kernels, shapes):
+    """Before: the sector rule off and the operands' L2_256B; after: the product path."""
+    from kgen.targets.sm90 import configs, warp_specialized
+    rule = configs.sector_split_rows
+
+    def patch(after):
+        configs.sector_split_rows = rule if after else (lambda shape, sizes: None)
+        warp_specialized.OPERAND_PROMOTION = "L2_128B" if after else "L2_256B"
+
+    rounds_table(kernels, shapes, patch, "before: the rule off and the operands' L2_256B")
+    patch(True)
 
 
 RULE32 = [(3000, 5000, 2000), (5000, 3000, 1008), (6144, 2048, 1520), (4096, 4096, 4112),
@@ -171,8 +179,8 @@ RULE32 = [(3000, 5000, 2000), (5000, 3000, 1008), (6144, 2048, 1520), (4096, 409
 
 
 def rule32_table(kernels):
-    """rule_table's two rounds, `before` the product path, `after` a cluster 2x1 on 128x256
-    also where B's K-major rows are 32-byte but not 128-byte multiples."""
+    """Before: the product path; after: a cluster 2x1 on 128x256 also where B's K-major rows
+    are 32-byte but not 128-byte multiples."""
     from kgen.targets.sm90 import configs
     rule = configs.sector_split_rows
 
@@ -182,23 +190,12 @@ def rule32_table(kernels):
             return (2, 1)
         return rule(shape, sizes)
 
-    print("before: the product path; after: a cluster 2x1 on 128x256 where rows are 32-byte "
-          "but not 128-byte multiples")
-    from kgen import ir
-    for name, kernel in kernels.items():
-        for m, n, k in RULE32:
-            sizes, torch_ms, row = dict(M=m, N=n, K=k), None, []
-            for after in (False, True) * 2:
-                configs.sector_split_rows = line_split if after else rule
-                report, plan = kgen_run(kernel, sizes, ir.Arch.SM90A,
-                                        torch_baseline=torch_ms is None)
-                torch_ms = torch_ms or report.torch_timing.median_ms
-                row.append(f"{torch_ms / report.timing.median_ms:>7.3f}" if report.ok
-                           else f"{'FAILED':>7}")
-                shown = label(plan) if after else ""
-            print(f"{name:<6} {f'{m}x{n}x{k}':<18} {torch_ms:>8.4f} " + " ".join(row)
-                  + f"  {shown}", flush=True)
-    configs.sector_split_rows = rule
+    def patch(after):
+        configs.sector_split_rows = line_split if after else rule
+
+    rounds_table(kernels, {name: RULE32 for name in kernels}, patch,
+                 "after: a cluster 2x1 also on rows of 32-byte but not 128-byte multiples")
+    patch(False)
 
 
 def nn_table(kernel):
@@ -254,7 +251,7 @@ def main() -> int:
     if "rule" in args.part:
         fused = parse(FUSED, "fused.kg")
         verify(fused)
-        rule_table({"bare": kernel, "fused": fused.kernels[0]})
+        rule_table({"bare": kernel, "fused": fused.kernels[0]}, {"bare": RULE, "fused": RULE})
     if "rule2" in args.part:
         kernels = {}
         for name, text in (("nn", BARE.format(t="f16").replace("[K, N] col", "[K, N] row")),

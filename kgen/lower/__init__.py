@@ -36,8 +36,6 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     tgt = target(arch)
     if not kernel.gemms and kernel.storage is None:
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
-    if config is None and kernel.gemms and not builder.complete(kernel):
-        config = builder.sized(kernel, tgt, {})  # where the source fixes every size
     if kernel.gemms and (config is not None or not builder.complete(kernel)):
         return builder.build(kernel, tgt, lambda k: _lower(k, arch, tgt, persistent),
                              config=config)[1]
@@ -104,7 +102,6 @@ def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     are filled as lower() fills them."""
     tgt = target(arch or kernel.target)
     if not builder.complete(kernel):
-        kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent),
-                                  config=builder.sized(kernel, tgt, {}))
+        kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent))
     chain.check(kernel)
     return select.listed(kernel, tgt, gemm_plans(kernel, tgt), persistent=persistent)

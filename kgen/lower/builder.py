@@ -112,7 +112,7 @@ def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | 
     """The target's configuration for these runtime sizes (kgen/targets/sm90/configs.py's
     `sized`), where the kernel leaves its schedule lines to kgen (`sizable`); None where the
     default serves them. With no runtime sizes, that of a kernel whose source fixes every size
-    (kgen.lower plans it so), else None."""
+    (`build` plans it so), else None."""
     if not sizable(kernel, tgt):
         return None
     batch = next((p.batch for p in kernel.params if p.batch is not None), None)
@@ -136,10 +136,12 @@ def _free(g: ir.Gemm) -> bool:
 
 def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
           config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
-    """The first configuration that plans (`config`, a tuned one, tried first): the kernel with
-    it filled in, and its plan, whose schedule keeps the filled lines. Raises the first
-    configuration's refusal when none plans."""
+    """The first configuration that plans (`config`, a tuned one, tried first; without one,
+    the sized one of a kernel whose source fixes every size): the kernel with it filled in, and
+    its plan, whose schedule keeps the filled lines. Raises the first configuration's refusal
+    when none plans."""
     tries = listed(kernel, tgt)
+    config = config or sized(kernel, tgt, {})
     if config is not None:
         tries.insert(0, (config, *fill(kernel, config)))
     first_error: KgenError | None = None

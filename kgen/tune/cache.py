@@ -86,9 +86,18 @@ def rows_text(rows: tuple[tuple[str, int], ...]) -> str:
     return ".rows" + "".join(f"-{name}{value}" for name, value in rows) if rows else ""
 
 
+Bucket = tuple[tuple[str, int], ...]
+
+
+def size_key(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[Bucket, Bucket]:
+    """The part of the key that `sizes` give: their bucket and their rows."""
+    return size_bucket(sizes), row_alignment(kernel, sizes)
+
+
 def sizes_text(kernel: ir.Kernel, sizes: Mapping[str, int]) -> str:
     """The bucket and rows part of the key of `sizes`, as in the entry's file name."""
-    return bucket_text(size_bucket(sizes)) + rows_text(row_alignment(kernel, sizes))
+    bucket, rows = size_key(kernel, sizes)
+    return bucket_text(bucket) + rows_text(rows)
 
 
 def gpu_slug(name: str) -> str:
@@ -117,8 +126,7 @@ class TuneKey:
 
 def tune_key(kernel: ir.Kernel, arch: ir.Arch, gpu: str, sizes: Mapping[str, int]) -> TuneKey:
     """The key of `kernel` planned for `arch`, timed on `gpu` at `sizes` (its runtime sizes)."""
-    return TuneKey(kernel.name, kernel_hash(kernel), arch.value, gpu, size_bucket(sizes),
-                   row_alignment(kernel, sizes))
+    return TuneKey(kernel.name, kernel_hash(kernel), arch.value, gpu, *size_key(kernel, sizes))
 
 
 @dataclass(frozen=True, slots=True)

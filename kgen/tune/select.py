@@ -100,7 +100,7 @@ class TunedKernel:
     def config(self, sizes: Mapping[str, int]) -> Config | None:
         """The configuration for these sizes: the tune entry of their bucket, else the one the
         exact sizes call for (builder.sized; None: the default)."""
-        bucket = cache.size_bucket(sizes), cache.row_alignment(self.kernel_ir, sizes)
+        bucket = cache.size_key(self.kernel_ir, sizes)
         if bucket not in self._entries:
             self._entries[bucket] = lookup(self.kernel_ir, self.arch, self.gpu, sizes)
         entry = self._entries[bucket]
