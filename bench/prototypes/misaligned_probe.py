@@ -20,11 +20,16 @@ beside torch.matmul (CUDA-event medians, inputs rotated past L2).
               probed before among them
     rule2     the same for a row-major B (cluster 1x2) at B rows of 16-byte alignment (N = 5000,
               3000, 6600, 4104, 8200), and the bare bf16 GEMM at three of RULE's shapes
-    rule32    B's rows 32-byte but not 128-byte multiples (K = 16 mod 64): the product path
-              (the wave model's tile) against 128x256 s4 on a cluster 2x1 there, two rounds,
-              shapes never probed before among them
+    rule32    B's rows 32-byte but not 128-byte multiples (K = 16 mod 64): the wave model's
+              tile (the rule before 2026-11-28's second stop) against the product path (128x256
+              s4 on a cluster 2x1 there), two rounds, shapes never probed before among them
     nn        a row-major B (MN-major: rows along N), where the rule does not apply: the sized
               choice, 128x256 s4 and on a cluster 1x2 (A multicast)
+    check     the product path against the rule of the stop before, at shapes never probed
+              before (CHECK), two rounds
+    mn        a row-major B at rows of 16-, 32- and 128-byte alignment: 128x256 s4 alone, on a
+              cluster 1x2 (A multicast) and 2x1 (B multicast: each CTA loads half of the
+              MN-major tile's 64-column boxes), two rounds, shapes never probed before among them
 
     bash .gpu/device-run.sh python3 bench/prototypes/misaligned_probe.py [--part k variants promotion]
 """
@@ -163,10 +168,10 @@ def rounds_table(kernels, shapes, patch, what):
 def rule_table(kernels, shapes):
     """Before: the sector rule off and the operands' L2_256B; after: the product path."""
     from kgen.targets.sm90 import configs, warp_specialized
-    rule = configs.sector_split_rows
+    rule = configs.line_split_rows
 
     def patch(after):
-        configs.sector_split_rows = rule if after else (lambda shape, sizes: None)
+        configs.line_split_rows = rule if after else (lambda shape, sizes: None)
         warp_specialized.OPERAND_PROMOTION = "L2_128B" if after else "L2_256B"
 
     rounds_table(kernels, shapes, patch, "before: the rule off and the operands' L2_256B")
@@ -178,24 +183,36 @@ RULE32 = [(3000, 5000, 2000), (5000, 3000, 1008), (6144, 2048, 1520), (4096, 409
           (4096, 4096, 4096)]
 
 
-def rule32_table(kernels):
-    """Before: the product path; after: a cluster 2x1 on 128x256 also where B's K-major rows
-    are 32-byte but not 128-byte multiples."""
+def rule32_table(kernels, shapes=None):
+    """Before: the rule as it was (a cluster only where B's rows are 16-byte but not 32-byte
+    multiples: 2x1 for a K-major B, 1x2 sharing A for a row-major one); after: the product
+    path (2x1 wherever B's rows are not whole 128-byte lines, a row-major B's boxes shared)."""
     from kgen.targets.sm90 import configs
-    rule = configs.sector_split_rows
+    rule = configs.line_split_rows
 
-    def line_split(shape, sizes):
-        row = configs.common.known(shape.k, sizes) * shape.dtype.nbytes
-        if all(shape.k_major) and row % 32 == 0 and row % 128:
-            return (2, 1)
-        return rule(shape, sizes)
+    def sector_split(shape, sizes):
+        row = configs.common.known(shape.k if shape.k_major[1] else shape.n, sizes) * \
+            shape.dtype.nbytes
+        if row % 32 == 0 or rule(shape, sizes) is None:
+            return None
+        return (2, 1) if shape.k_major[1] else (1, 2)
 
     def patch(after):
-        configs.sector_split_rows = line_split if after else rule
+        configs.line_split_rows = rule if after else sector_split
 
-    rounds_table(kernels, {name: RULE32 for name in kernels}, patch,
-                 "after: a cluster 2x1 also on rows of 32-byte but not 128-byte multiples")
-    patch(False)
+    rounds_table(kernels, shapes or {name: RULE32 for name in kernels}, patch,
+                 "before: the rule of the stop before (16-byte rows only; a row-major B's "
+                 "cluster 1x2)")
+    patch(True)
+
+
+# never probed before the rule was written: B's rows of 64-byte (K or N = 32 mod 64), 32-byte
+# and 16-byte multiples, K-major and row-major B, f16 and bf16; an aligned control each
+CHECK = {"bare": [(3000, 5000, 1056), (4096, 4096, 4128), (6000, 3000, 3024), (2560, 7168, 1776),
+                  (5120, 5120, 5120)],
+         "nn": [(3000, 5024, 2048), (4096, 3104, 4096), (2560, 6160, 3072), (5000, 6024, 1024),
+                (6000, 3016, 4096), (5120, 5120, 5120)],
+         "nn_bf16": [(4096, 6024, 2048), (3000, 5024, 3072)]}
 
 
 def nn_table(kernel):
@@ -219,10 +236,27 @@ def nn_table(kernel):
     print("(x torch.matmul, f16, B row-major)")
 
 
+# row-major B: N = 8 mod 16 (rows 16-byte), 16 mod 64 (32-byte), then aligned controls
+MN = [(3000, 5000, 2000), (4096, 4104, 4096), (8192, 8200, 4096), (3500, 7000, 2048),
+      (2560, 9000, 3072), (4096, 4112, 4096), (3000, 5008, 2000), (4096, 4096, 4096),
+      (6144, 6144, 2048)]
+
+
+def mn_table(kernel):
+    from kgen.targets import Config, GemmConfig
+    cells = {}
+    for round_ in "ab":
+        for cluster in ((1, 1), (1, 2), (2, 1)):
+            cells[f"c{cluster[0]}x{cluster[1]} {round_}"] = Config(
+                (GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),))
+    table(kernel, MN, cells, width=9)
+    print("(128x256 s4, B row-major: c1x2 shares A, c2x1 shares B's boxes; two rounds a, b)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--part", nargs="+", choices=("k", "variants", "promotion", "combo", "sweep", "rule", "rule2", "rule32",
-                                 "nn"),
+                                 "nn", "mn", "check"),
                         default=["k", "variants", "promotion"])
     args = parser.parse_args()
     from kgen import ir
@@ -271,6 +305,19 @@ def main() -> int:
         nn = parse(BARE.format(t="f16").replace("[K, N] col", "[K, N] row"), "nn.kg")
         verify(nn)
         nn_table(nn.kernels[0])
+    if "check" in args.part:
+        kernels = {}
+        for name, text in (("bare", BARE.format(t="f16")),
+                           ("nn", BARE.format(t="f16").replace("[K, N] col", "[K, N] row")),
+                           ("nn_bf16", BARE.format(t="bf16").replace("[K, N] col", "[K, N] row"))):
+            module = parse(text, f"{name}.kg")
+            verify(module)
+            kernels[name] = module.kernels[0]
+        rule32_table(kernels, CHECK)
+    if "mn" in args.part:
+        nn = parse(BARE.format(t="f16").replace("[K, N] col", "[K, N] row"), "nn.kg")
+        verify(nn)
+        mn_table(nn.kernels[0])
     return 0
 
 

@@ -10,6 +10,12 @@
 #          tune suites; compute-sanitizer on the rule's two clusters at ragged sizes
 #   tests  the rule's GPU tests and the tune suite (check's pytest ran out of time before them);
 #          bench/defaults.py part 1 (the examples without schedule lines against as written)
+#   mn     misaligned_probe.py --part mn rule32: a row-major B on each cluster (B's MN-major
+#          boxes multicast, new), and a cluster 2x1 where B's rows are 32- but not 128-byte
+#          multiples; the shared MN-major operand's GPU tests
+#   lines  misaligned_probe.py --part check (the product path against the rule before, at shapes
+#          never probed); the cluster suite and the builder's line-rule GPU tests;
+#          compute-sanitizer on a row-major B's cluster 2x1 (its MN-major boxes shared)
 # Run: STEP=... bash .gpu/device-run.sh bash bench/prototypes/misaligned_session.sh
 . "$(dirname "$0")/../session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
@@ -51,4 +57,20 @@ tests)
     | tee "$OUT/pytest_gpu_tests.log"
   timeout 200 python3 bench/defaults.py --part 1 --json "$OUT/defaults.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/defaults.log" ;;
+mn)
+  timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_cluster_gpu.py \
+    -k "shared_mn_major" 2>&1 | tail -6 | tee "$OUT/pytest_mn.log"
+  probe 440 mn_rule32 mn rule32 ;;
+lines)
+  probe 200 check check
+  timeout 230 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_cluster_gpu.py \
+    tests/gpu/test_builder_gpu.py -k "cluster_gpu or split_lines" 2>&1 | tail -6 \
+    | tee "$OUT/pytest_lines.log"
+  python3 -c 'import sys; sys.path.insert(0, "bench"); from defaults import BARE; print(BARE.format(t="f16"))' \
+    | sed "s/\[K, N\] col/[K, N] row/" > /tmp/lines_row.kg
+  for tool in memcheck racecheck synccheck; do
+    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run /tmp/lines_row.kg \
+      --size M=2199,N=4008,K=1000 > /tmp/san.log 2>&1
+    echo "row 2199,4008,1000 $tool exit=$? $(grep -E '^(PASS|FAIL)|cluster' /tmp/san.log | head -2 | tr '\n' ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
+  done | tee "$OUT/sanitizer.log" ;;
 esac

@@ -59,11 +59,13 @@ def test_chain_without_schedule_lines_matches_reference(dtype, k0, n0, n1):
 @pytest.mark.parametrize("b_layout, sizes, cluster", [
     ("col", dict(M=4999, N=3000, K=1000), (2, 1)),  # K-major B, rows of 2000 bytes; M ragged
     ("col", dict(M=2000, N=7000, K=3000), (2, 1)),
-    ("row", dict(M=4100, N=4104, K=4096), (1, 2)),  # row-major B, rows of 8208 bytes
+    ("col", dict(M=3000, N=5000, K=2000), (2, 1)),  # rows of 4000 bytes (32-byte multiples)
+    ("row", dict(M=4100, N=4104, K=4096), (2, 1)),  # row-major B, rows of 8208 bytes
+    ("row", dict(M=3001, N=5008, K=2000), (2, 1)),  # row-major B, rows of 10016 bytes
 ])
-def test_rows_that_split_sectors_run_their_cluster(b_layout, sizes, cluster):
-    """The runtime sizes' cluster where B's rows are 16-byte but not 32-byte multiples
-    (kgen/targets/sm90/configs.py, sector_split_rows), checked against the reference."""
+def test_rows_that_split_lines_run_their_cluster(b_layout, sizes, cluster):
+    """The runtime sizes' cluster where B's rows are 16-byte multiples but not whole 128-byte
+    lines (kgen/targets/sm90/configs.py, line_split_rows), checked against the reference."""
     from kgen.api import build
     from kgen.harness.run import run
     from kgen.lower import builder

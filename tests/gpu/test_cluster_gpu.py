@@ -7,7 +7,8 @@ Sizes put an odd number of tile rows (M 17, 4097: 1 and 33 tiles of 128) and til
 N; N or K that miss the copy engine's 16-byte rules (N 17, 4097) run the narrow entry point,
 launched without clusters (its producer loads both halves of the shared operand itself). Also:
 an epilogue with C and bias, reductions (cooperative, both modes), a batched GEMM (rank-3 boxes
-multicast), and kgen's .cu launcher (cudaLaunchKernelEx) on the same kernels."""
+multicast), a shared MN-major operand (each CTA multicasts half of its 64-column boxes), and
+kgen's .cu launcher (cudaLaunchKernelEx) on the same kernels."""
 from __future__ import annotations
 
 import dataclasses
@@ -92,6 +93,27 @@ def test_an_mn_major_operand_of_its_own(cluster, layouts, kind, mnk):
                     **layouts)
     _run(_with_cluster(dataclasses.replace(k, schedule=schedule), cluster), dict(zip("MNK", mnk)),
          kind)
+
+
+@pytest.mark.parametrize("mnk", [(1000, 1000, 4104), (4097, 4104, 1000), (2199, 4008, 1000),
+                                 (17, 264, 72), (4097, 1000, 17)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("cluster, layouts", [
+    ("2x1", {"b_layout": ir.Layout.ROW}),  # B shared, MN-major: half its 64-column boxes each
+    ("1x2", {"a_layout": ir.Layout.COL}),  # A shared, MN-major
+    ("2x1", {"a_layout": ir.Layout.COL, "b_layout": ir.Layout.ROW}),
+], ids=["2x1-B-row", "1x2-A-col", "2x1-both-mn"])
+def test_a_shared_mn_major_operand(cluster, layouts, kind, mnk):
+    schedule, tile, warps, stages = KINDS[kind]
+    if cluster == "1x2" and tile[0] % 128:
+        pytest.skip("a shared MN-major A needs tile M a multiple of 128 (refused at plan time)")
+    k = gemm_kernel(dtype=ir.DType.F16, tile=tile, warps=warps, stages=stages, arch=SM90A,
+                    **layouts)
+    built = _run(_with_cluster(dataclasses.replace(k, schedule=schedule), cluster),
+                 dict(zip("MNK", mnk)), kind)
+    shared = built.plan.schedule.gemms[0].b if cluster == "2x1" else built.plan.schedule.gemms[0].a
+    assert shared.mn_major
 
 
 EXTRA = (P("C", T, ir.DType.F16, ("M", "N")), P("bias", V, ir.DType.F32, ("N",)),

@@ -268,19 +268,23 @@ def test_a_fused_epilogue_leaves_out_the_64x192_tile():
 @pytest.mark.parametrize("layouts, sizes, label", [
     (("row", "col"), dict(M=5000, N=3000, K=1000), "128x256x64 w2x4 s4 cluster 2x1"),
     (("row", "col"), dict(M=4096, N=4096, K=8200), "128x256x64 w2x4 s4 cluster 2x1"),
-    # rows of 32-byte multiples, or not of 16 bytes (the narrow entry point): the wave model's
-    (("row", "col"), dict(M=5000, N=3000, K=1008), "128x192x64 w2x4 s4"),
+    # rows of 32- and 64-byte multiples split lines too
+    (("row", "col"), dict(M=5000, N=3000, K=1008), "128x256x64 w2x4 s4 cluster 2x1"),
+    (("row", "col"), dict(M=5000, N=3000, K=1056), "128x256x64 w2x4 s4 cluster 2x1"),
+    # whole lines, or rows not of 16 bytes (the narrow entry point): the wave model's
+    (("row", "col"), dict(M=5000, N=3000, K=1024), "128x192x64 w2x4 s4"),
     (("row", "col"), dict(M=5000, N=3000, K=1004), "128x192x64 w2x4 s4"),
-    # a row-major B: its rows are N long; A shared instead
-    (("row", "row"), dict(M=4096, N=4104, K=4096), "128x256x64 w2x4 s4 cluster 1x2"),
+    # a row-major B: its rows are N long; its MN-major boxes shared all the same
+    (("row", "row"), dict(M=4096, N=4104, K=4096), "128x256x64 w2x4 s4 cluster 2x1"),
+    (("row", "row"), dict(M=4096, N=4112, K=4096), "128x256x64 w2x4 s4 cluster 2x1"),
     (("row", "row"), dict(M=4096, N=4096, K=4104), None),  # only A's rows split
     (("col", "col"), dict(M=5000, N=3000, K=1000), "128x192x64 w2x4 s4"),  # A not K-major
     # fewer 128x256 tiles than SMs: the wave model's 64-row tiles
     (("row", "col"), dict(M=128, N=4096, K=4104), "pingpong: 64x64x64 w2x4 s12"),
 ])
-def test_rows_that_split_sectors_take_a_cluster(layouts, sizes, label):
-    """B's rows 16-byte but not 32-byte multiples (configs.sector_split_rows): 128x256 on a
-    cluster of two that multicasts an operand (B where it is K-major, else A), labelled why."""
+def test_rows_that_split_lines_take_a_cluster(layouts, sizes, label):
+    """B's rows 16-byte multiples but not whole 128-byte lines (configs.line_split_rows):
+    128x256 on a cluster 2x1 that multicasts B, K-major or not, labelled why."""
     module = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
                    .replace("f16[M, K] row", f"f16[M, K] {layouts[0]}")
                    .replace("f16[K, N] col", f"f16[K, N] {layouts[1]}"), "t.kg")
@@ -289,7 +293,7 @@ def test_rows_that_split_sectors_take_a_cluster(layouts, sizes, label):
     config = builder.sized(kernel, target(ir.Arch.SM90A), sizes)
     assert (config.label if config else None) == label
     if config is not None and config.gemms[0].cluster != (1, 1):
-        assert "16-byte but not 32-byte multiples" in config.why
+        assert "B's rows are not whole 128-byte L2 lines" in config.why
         plan = lower(kernel, config=config)
         assert plan.schedule.cluster == config.gemms[0].cluster
 

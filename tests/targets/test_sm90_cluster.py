@@ -112,24 +112,47 @@ def test_a_cluster_the_warp_specialized_kernel_cannot_run_is_refused(tile, warps
     assert plain.cluster == (1, 1)
 
 
-@pytest.mark.parametrize("cluster, layouts, refused", [
-    ((2, 1), {"b_layout": ir.Layout.ROW}, "cluster 2x1 shares B, which is MN-major"),
-    ((1, 2), {"a_layout": ir.Layout.COL}, "cluster 1x2 shares A, which is MN-major"),
-    ((2, 1), {"a_layout": ir.Layout.COL}, None),  # A is not shared: its boxes stay its own
-    ((1, 2), {"b_layout": ir.Layout.ROW}, None),
+@pytest.mark.parametrize("cluster, layouts", [
+    ((2, 1), {"b_layout": ir.Layout.ROW}),
+    ((1, 2), {"a_layout": ir.Layout.COL}),
+    ((2, 1), {"a_layout": ir.Layout.COL}),  # A is not shared: its boxes stay its own
+    ((1, 2), {"b_layout": ir.Layout.ROW}),
 ])
-def test_a_cluster_shares_k_major_operands_only(cluster, layouts, refused):
-    k = _ir(cluster, **layouts)
-    if refused is not None:
-        with pytest.raises(KgenError, match=refused):
-            build(k)
-        return
-    built = build(k)
+def test_a_cluster_shares_an_mn_major_operand_half_its_boxes_each(cluster, layouts):
+    built = build(_ir(cluster, **layouts))
     g = built.plan.schedule.gemms[0]
     shared, own = (g.b, g.a) if cluster == (2, 1) else (g.a, g.b)
-    assert shared.load is LoadPath.TMA_MULTICAST and not shared.mn_major
-    assert own.load is LoadPath.TMA and own.mn_major
-    assert "for (int j = 0; j < kTile" in built.source and "_multicast(" in built.source
+    assert shared.load is LoadPath.TMA_MULTICAST and own.load is LoadPath.TMA
+    mn = "M" if g.a.mn_major else "N"
+    assert shared.mn_major == (shared is (g.a if mn == "M" else g.b))
+    assert own.mn_major == (own is (g.a if mn == "M" else g.b))
+    whole = f"for (int j = 0; j < kTile{mn} / 64; ++j)"
+    assert whole in built.source  # the narrow entry point's, or the CTA's own operand
+    if shared.mn_major:  # this CTA's half of the 64-column boxes, into both CTAs
+        half = (f"for (int j = rank * (kTile{mn} / 128); j < (rank + 1) * (kTile{mn} / 128); ++j)"
+                " tma_load_box_multicast(")
+        assert half in built.source
+        shared_map = next(m for m in built.plan.schedule.tensor_maps
+                          if m.param == ("B" if mn == "N" else "A"))
+        assert "half of them by each CTA of the cluster, multicast" in shared_map.why
+    else:  # the K-major shared operand: half its rows
+        assert "+ rank * (kTile" in built.source
+    assert "_multicast(" in built.source
+    # the map of an MN-major operand keeps its 64-column box, shared or not
+    boxes = {m.param: m.box for m in built.plan.schedule.tensor_maps}
+    assert boxes["B" if mn == "N" else "A"][0] == 64
+
+
+@pytest.mark.parametrize("cluster, layouts, tile, kind, refused", [
+    ((2, 1), {"b_layout": ir.Layout.ROW}, (128, 64, 64), "cooperative",
+     "cluster 2x1 shares B, which is MN-major .*tile N must be a multiple of 128, not 64"),
+    ((1, 2), {"a_layout": ir.Layout.COL}, (64, 128, 64), "pingpong",
+     "cluster 1x2 shares A, which is MN-major .*tile M must be a multiple of 128, not 64"),
+])
+def test_a_shared_mn_major_tile_of_an_odd_number_of_boxes_is_refused(cluster, layouts, tile,
+                                                                   kind, refused):
+    with pytest.raises(KgenError, match=refused):
+        build(_ir(cluster, kind=kind, tile=tile, **layouts))
 
 
 def test_a_staged_c_loads_only_for_a_tile_in_range():
@@ -291,9 +314,9 @@ def test_tune_write_puts_the_cluster_on_the_first_line():
     assert setting_text("cluster", "2x1") == "cluster 2x1"
 
 
-def test_an_mn_major_shared_operand_is_refused_at_the_cluster_line():
-    text = _source("tile 128x256x64  cluster 2x1").replace("bf16[K, N] col", "bf16[K, N] row")
-    with pytest.raises(KgenError, match="shares B, which is MN-major") as info:
+def test_a_shared_mn_major_tile_of_one_box_is_refused_at_the_cluster_line():
+    text = _source("tile 128x64x64  cluster 2x1").replace("bf16[K, N] col", "bf16[K, N] row")
+    with pytest.raises(KgenError, match="shares B, which is MN-major.*not 64") as info:
         build(parse(text, "c.kg").kernels[0])
     line = text.splitlines()[info.value.loc.line - 1]
     assert line[info.value.loc.col - 1:].startswith("cluster 2x1")

@@ -270,32 +270,38 @@ SIZED_ONE_ROW = 64
 SIZED_ONE_ROW_TILES = 64
 
 
-# Rows of B 16-byte but not 32-byte multiples (K = 8 mod 16 in f16 for a K-major B, N for a
-# row-major one): each 128-byte row of a box starts mid-sector, and the copy engine reads them
-# slowly. K-major A and B (K = 1000): 0.55-0.65x torch.matmul on 128x256 tiles, the L2's
-# throughput x duration 2.5x that of K = 1024 (Nsight Compute, 5000x3000). A cluster that
-# multicasts one operand to two CTAs halves its reads. Before (the sized choice, 256-byte
-# lines) and after (the rule, the operands' 128-byte lines), H100, bench/logs/misaligned/:
-#   A and B K-major  2x1 (B shared): 0.43-0.72x -> 0.86-1.10x at nine shapes (four not probed
+# Rows of B that are not whole 128-byte L2 lines (K not a multiple of 64 in f16 for a K-major
+# B, N for a row-major one): each 128-byte row of a box straddles two lines, and the copy
+# engine reads them slowly. K-major A and B, rows 16-byte but not 32-byte multiples (K = 1000):
+# 0.55-0.65x torch.matmul on 128x256 tiles, the L2's throughput x duration 2.5x that of K = 1024
+# (Nsight Compute, 5000x3000). A cluster that multicasts B to two CTAs halves its reads. Before
+# (the sized choice, 256-byte lines) and after (the rule, the operands' 128-byte lines), H100,
+# bench/logs/misaligned/:
+#   rows 16-byte     K-major B: 0.43-0.72x -> 0.86-1.10x at nine shapes (four not probed
 #                    before); bf16 0.52-0.70x -> 0.92-1.11x at three; relu(alpha*acc + beta*C
 #                    + bias[col]) 0.94-2.71x -> 1.57-3.99x the unfused PyTorch. On 128-byte
 #                    lines 128x192 on the same cluster ran 0.81-0.94x, 128x256 alone 0.64-0.73x
-#   B row-major      1x2 (A shared, K-major): 0.58-0.69x -> 0.69-0.86x at six shapes
-# Rows of 32-byte but not 128-byte multiples (K = 1008, 2000, 1520) are left to the wave model:
-# a cluster 2x1 there was measured at three shapes only (docs/tuning.md). Where only A's rows
-# split (a row-major B, K = 4104) the sized choice ran 1.00x.
-SECTOR = 32
+#   rows 32-byte     K-major B (K = 1008, 1040, 1520, 2000, 2448, 3056, 4112, 5136): the wave
+#                    model's choice 0.64-1.03x -> 0.85-1.01x (geometric mean 0.877 -> 0.937;
+#                    slower at 6144x2048x1520, 1.03 -> 1.00, and 2560x7168x2448, 0.93 -> 0.92;
+#                    bench/logs/misaligned/mn/); the fused epilogue above 1.26-3.99x ->
+#                    1.63-4.04x (geometric mean +4.9%; 2560x7168x2448 2.65 -> 2.56)
+#   B row-major      its MN-major boxes shared, half by each CTA (mn/mn_rule32.log), at N = 4104,
+#                    5000, 7000, 8200, 9000 (16-byte rows): 0.66-0.80x alone, 0.68-0.86x
+#                    on a cluster 1x2 (A shared), 0.84-1.02x on 2x1; at N = 4112 and 5008
+#                    (32-byte rows): 0.78-0.86x, 0.69-0.85x, 0.84-0.94x
+# Where only A's rows split (a row-major B, K = 4104) the sized choice ran 1.00x.
+LINE = 128
 
 
-def sector_split_rows(shape: GemmShape, sizes: Mapping[str, int]) -> tuple[int, int] | None:
-    """The cluster that shares an operand where B's rows (K values if B is K-major, N if not)
-    are 16-byte but not 32-byte multiples and A is K-major: 2x1 (B shared) for a K-major B, 1x2
-    (A shared) for a row-major one. None elsewhere."""
+def line_split_rows(shape: GemmShape, sizes: Mapping[str, int]) -> tuple[int, int] | None:
+    """The cluster 2x1 (B shared by multicast) where B's rows (K values if B is K-major, N if
+    not) are 16-byte multiples but not whole 128-byte lines, and A is K-major. None elsewhere."""
     k_major_a, k_major_b = shape.k_major
     row = common.known(shape.k if k_major_b else shape.n, sizes) * shape.dtype.nbytes
-    if not k_major_a or row % 16 or row % SECTOR == 0:
+    if not k_major_a or row % 16 or row % LINE == 0:
         return None
-    return (2, 1) if k_major_b else (1, 2)
+    return (2, 1)
 
 
 def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Config | None:
@@ -308,9 +314,10 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           SMs and 16 k tiles per part, on 128x128 tiles where each part keeps
                           32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
-        B's rows split    128x256 s4 on a cluster of two (sector_split_rows), where the tile
-        sectors           below is a 128-row one, A is K-major, B's rows are 16-byte but not
-                          32-byte multiples, and the 128x256 tiles fill at least a wave
+        B's rows split    128x256 s4 on a cluster 2x1 sharing B (line_split_rows), where the
+        L2 lines          tile below is a 128-row one, A is K-major, B's rows are 16-byte
+                          multiples but not whole 128-byte lines, and the 128x256 tiles fill
+                          at least a wave
         otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
                           per element (128x256 where it ties): a 128-row one cooperative, a
                           64-row one ping-pong (each consumer a tile of its own); where that is
@@ -369,12 +376,12 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                       why=f"{WHY_SIZED} 64x{tile_n} tiles fill the waves better "
                       f"({tiles(tile_n, 64)} tiles against {few} of 128x256, on {common.SMS} "
                       "SMs); ping-pong, each consumer warpgroup a 64-row tile of its own")
-    cluster = sector_split_rows(shape, sizes)
+    cluster = line_split_rows(shape, sizes)
     if cluster is not None and few >= common.SMS:
         return Config((GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),),
                       why=f"{WHY_SIZED} {'K' if shape.k_major[1] else 'N'} = "
-                      f"{k if shape.k_major[1] else n}: B's rows are 16-byte but not 32-byte "
-                      f"multiples, slow for the copy engine to read; {WHY_CLUSTER[cluster]}")
+                      f"{k if shape.k_major[1] else n}: B's rows are not whole 128-byte L2 "
+                      f"lines, slow for the copy engine to read; {WHY_CLUSTER[cluster]}")
     if (tile_n == 256 and shape.fused or tile_n == 128) and k <= SMALL_K:
         return Config((GemmConfig((128, 128, 64), (2, 4), 4),), KernelKind.PINGPONG,
                       why=f"{WHY_SIZED} K = {k}: few k tiles per tile, and the epilogue weighs "

@@ -261,10 +261,12 @@ def _epilogue_share(plan: KernelPlan) -> str:
 
 
 def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: str,
-              mn_major: bool = False, extent: str = "", multicast: str = "") -> str:
+              mn_major: bool = False, extent: str = "", multicast: str = "",
+              boxes: tuple[str, str] | None = None) -> str:
     """The producer's copy-engine load of one operand's k tile (rank 3 for a batched one): one
-    box K-major; MN-major, `extent` / 64 boxes of 64 M (or N) columns by the k tile's rows.
-    `multicast`: the CTA mask a K-major box is written to (every CTA of the cluster)."""
+    box K-major; MN-major, `extent` / 64 boxes of 64 M (or N) columns by the k tile's rows (or
+    the range `boxes` of them). `multicast`: the CTA mask the boxes are written to (every CTA
+    of the cluster)."""
     k = f"{k_tile(plan)} * kTileK"
     dst, coords = f"{ring} + s * {stage_bytes}", f"{k}, {row}"
     if mn_major:
@@ -277,7 +279,8 @@ def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: 
         load = f"tma_load_box_3d{suffix}({head}, map_batch(p.batch_{operand}, batch){tail});"
     if not mn_major:
         return load
-    return f"for (int j = 0; j < {extent} / 64; ++j) {load}"
+    first, last = boxes or ("0", f"{extent} / 64")
+    return f"for (int j = {first}; j < {last}; ++j) {load}"
 
 
 def k_tile(plan: KernelPlan) -> str:
@@ -375,9 +378,8 @@ def _whole_loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, ro
                  first: str, shared: bool, mn_major: bool) -> list[str]:
     """The loads of one operand's k tile by a CTA without a cluster (the narrow entry point's):
     its boxes; for the operand a cluster shares (its box half the tile's rows), both halves."""
-    if not shared:
+    if not shared or mn_major:  # an MN-major operand's boxes are 64 columns, shared or not
         return [_tma_load(plan, operand, ring, stage_bytes, first, mn_major, rows)]
-    assert not mn_major, "a cluster shares K-major operands only (warp_specialized.refuse)"
     return [_tma_load(plan, operand, ring, stage_bytes, first),
             _tma_load(plan, operand, f"{ring} + {stage_bytes} / 2", stage_bytes,
                       f"{first} + {rows} / 2")]
@@ -385,19 +387,25 @@ def _whole_loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, ro
 
 def _loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: str, first: str,
            shared: bool, mn_major: bool) -> list[str]:
-    """The producer's loads of one operand's k tile: its boxes, or for the (K-major) operand a
-    cluster shares, this CTA's half multicast to every CTA (the narrow entry point, without a
-    cluster, loads both halves itself)."""
+    """The producer's loads of one operand's k tile: its boxes, or for the operand a cluster
+    shares, this CTA's half multicast to every CTA: half the rows of a K-major tile, half the
+    64-column boxes of an MN-major one (the narrow entry point, without a cluster, loads the
+    whole tile itself)."""
     whole = _whole_loads(plan, operand, ring, stage_bytes, rows, first, shared, mn_major)
     if not shared:
         return whole
-    half_bytes, half_rows = f"{stage_bytes} / 2", f"{rows} / 2"
     mask = f"0x{(1 << plan.schedule.cluster_size) - 1:x}"
-    return ["if constexpr (kNarrow) {  // no cluster: both halves of the tile",
+    if mn_major:
+        half = f"{rows} / 128"  # boxes per CTA
+        half_load = _tma_load(plan, operand, ring, stage_bytes, first, True, rows, multicast=mask,
+                              boxes=(f"rank * ({half})", f"(rank + 1) * ({half})"))
+    else:
+        half_load = _tma_load(plan, operand, f"{ring} + rank * ({stage_bytes} / 2)", stage_bytes,
+                              f"{first} + rank * ({rows} / 2)", multicast=mask)
+    return ["if constexpr (kNarrow) {  // no cluster: the whole tile",
             *("  " + line for line in whole),
             "} else {  // this CTA's half, into every CTA of the cluster",
-            "  " + _tma_load(plan, operand, f"{ring} + rank * ({half_bytes})", stage_bytes,
-                             f"{first} + rank * ({half_rows})", multicast=mask),
+            "  " + half_load,
             "}"]
 
 

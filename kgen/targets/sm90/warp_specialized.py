@@ -27,12 +27,14 @@ reuse of the B tiles). Each operand is K-major (A row-major, B column-major: 128
 K) or MN-major (A column-major, B row-major: 128-byte rows along M or N, boxes of 64 of them per
 k tile, read by wgmma transposed). `cluster 2x1` (or 1x2) launches the CTAs in thread-block
 clusters of two that walk cluster tiles of 2x1 (1x2) output tiles, the operand both tiles read
-(B, or A) loaded half by each CTA and multicast to both (LoadPath.TMA_MULTICAST); the narrow
+(B, or A) loaded half by each CTA and multicast to both (LoadPath.TMA_MULTICAST): half the
+rows of a K-major tile, half the 64-column boxes of an MN-major one; the narrow
 entry point runs without clusters. The rules, each refusal with its reason and where it points:
 one gemm, 128-byte k tiles, a 128-row tile (64 or 128 for ping-pong), 8 math warps (the two
 consumer warpgroups), tile N a multiple of 8 up to 256 (128 for a 128-row ping-pong tile: a
 consumer holds 128 x N accumulators) and of 64
-for an MN-major B, a K-major shared operand under a cluster, no reductions with ping-pong, and
+for an MN-major B, a shared MN-major operand's tile a multiple of 128 (two CTAs' boxes), no
+reductions with ping-pong, and
 the buffers within the budget.
 """
 from __future__ import annotations
@@ -73,8 +75,8 @@ WHY_MMA = ("wgmma m64nNk16 from shared-memory descriptors (128-byte swizzle, the
 WHY_TMA = ("the copy engine: one thread issues each k tile's box, the full mbarrier counts its "
            "bytes; the consumers free the slot through the empty one")
 WHY_MULTICAST = ("the copy engine, shared by the cluster's two CTAs: each loads half of the tile's "
-                 "rows and multicasts it to both; a CTA's full mbarrier counts the whole stage, "
-                 "and a slot is refilled once the consumers of both CTAs released it")
+                 "{half} and multicasts it to both; a CTA's full mbarrier counts the whole "
+                 "stage, and a slot is refilled once the consumers of both CTAs released it")
 WHY_CLUSTER = {
     (2, 1): ("two CTAs on vertically adjacent tiles (the same tile columns) share B: each loads "
              "its own A and half of B, multicast to both, halving B's L2 reads"),
@@ -244,10 +246,13 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                 f"{MN_BOX}, not {g.tile[1]}", Site("tile", 0))
     shared = {"A": (g.a, draft.cluster[1]), "B": (g.b, draft.cluster[0])}
     for which, (op, ctas) in shared.items():
-        if ctas > 1 and not op.k_major:
+        extent = g.tile[0] if which == "A" else g.tile[1]
+        if ctas > 1 and not op.k_major and extent % (ctas * MN_BOX):
             return (f"cluster {draft.cluster[0]}x{draft.cluster[1]} shares {which}, which is "
-                    f"MN-major ({op.param} is {'column' if which == 'A' else 'row'}-major): "
-                    "the cluster's halves of a tile are K-major boxes", Site("cluster", 0))
+                    f"MN-major ({op.param} is {'column' if which == 'A' else 'row'}-major): each "
+                    f"CTA loads half of its {MN_BOX}-column boxes, so tile "
+                    f"{'M' if which == 'A' else 'N'} must be a multiple of {ctas * MN_BOX}, not "
+                    f"{extent}", Site("cluster", 0))
     if draft.stream_k and g.epilogue.reductions:
         return ("split stream with epilogue reductions is not built; 'split S' runs them on "
                 "the tiled kernel", Site("split", 0))
@@ -351,7 +356,8 @@ def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int,
     rows along M (or N), K contiguous, one box of extent x k, or of extent / 2 rows when the two
     CTAs of a cluster share the operand (`shared_by` 2: each loads one half and multicasts it).
     MN-major: rows along K, M (or N) contiguous, boxes of 64 x k: a 128-byte row is the widest
-    the 128-byte swizzle takes, so a k tile arrives as extent / 64 boxes."""
+    the 128-byte swizzle takes, so a k tile arrives as extent / 64 boxes (shared: each CTA of
+    the cluster loads half of them)."""
     if op.k_major:
         rows = extent // shared_by
         return TensorMap(op.param, op.dtype, mn_dim, k_dim, (k, rows),
@@ -362,7 +368,9 @@ def operand_map(op: OperandPlan, which: str, extent: int, mn_dim, k_dim, k: int,
     axis = "M" if which == "A" else "N"
     return TensorMap(op.param, op.dtype, k_dim, mn_dim, (MN_BOX, k),
                      why=f"{which} tiles of {extent}x{k} (MN-major), loaded by the producer as "
-                     f"{extent // MN_BOX} boxes of {MN_BOX} {axis} x {k} k" + WHY_PROMOTION,
+                     f"{extent // MN_BOX} boxes of {MN_BOX} {axis} x {k} k"
+                     + (", half of them by each CTA of the cluster, multicast" if shared_by > 1
+                        else "") + WHY_PROMOTION,
                      load_promotion=OPERAND_PROMOTION)
 
 
@@ -375,12 +383,16 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
         why = (f"K-major ({op.param} is {storage}): 128-byte rows along K, one {extent}x64 box "
                "per k tile, wgmma reads it as is; ")
         if shared_by > 1:
-            return OperandSchedule(LoadPath.TMA_MULTICAST, why=why + WHY_MULTICAST)
+            return OperandSchedule(LoadPath.TMA_MULTICAST,
+                                   why=why + WHY_MULTICAST.format(half="rows"))
         return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA)
     storage, axis = ("column-major", "M") if which == "A" else ("row-major", "N")
     why = (f"MN-major ({op.param} is {storage}): 128-byte rows along {axis}, {extent // MN_BOX} "
            f"boxes of {MN_BOX} {axis} x 64 k per k tile, wgmma reads it transposed "
            f"(imm-trans-{which.lower()}); ")
+    if shared_by > 1:
+        return OperandSchedule(LoadPath.TMA_MULTICAST, mn_major=True,
+                               why=why + WHY_MULTICAST.format(half=f"{MN_BOX}-column boxes"))
     return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA, mn_major=True)
 
 
