@@ -253,15 +253,17 @@ def test_kgen_load_runs_what_the_sizes_call_for():
     g = dataclasses.replace(kernel.gemms[0], tile=None, warps=None, stages=None)
     k = kgen.load(dataclasses.replace(kernel, gemms=(g,)), "sm_90a")
     torch.manual_seed(13)
-    for (m, n, kk), tile, split in [((128, 4096, 4096), (64, 64, 64), 1),
-                                    ((128, 4096, 8192), (128, 128, 64), 4),
-                                    ((256, 2048, 16384), (128, 128, 64), 4),
-                                    ((1, 4096, 4096), (32, 128, 64), 4),
-                                    ((1000, 1000, 1000), (64, 128, 64), 1),
-                                    ((64, 4096, 8192), (64, 64, 64), 1),
-                                    ((330, 2000, 4000), (64, 128, 64), 1),
-                                    ((3000, 5000, 2000), (128, 192, 64), 1),
-                                    ((4096, 4096, 4096), (128, 256, 64), 1)]:
+    for (m, n, kk), tile, split, cluster in [
+            ((128, 4096, 4096), (64, 64, 64), 1, (1, 1)),
+            ((128, 4096, 8192), (128, 128, 64), 4, (1, 1)),
+            ((256, 2048, 16384), (128, 128, 64), 4, (1, 1)),
+            ((1, 4096, 4096), (32, 128, 64), 4, (1, 1)),
+            ((1000, 1000, 1000), (64, 128, 64), 1, (1, 1)),
+            ((64, 4096, 8192), (64, 64, 64), 1, (1, 1)),
+            ((330, 2000, 4000), (64, 128, 64), 1, (1, 1)),
+            ((6144, 5120, 3072), (128, 192, 64), 1, (1, 1)),
+            ((3000, 5000, 2000), (128, 256, 64), 1, (2, 1)),  # B's rows split 128-byte lines
+            ((4096, 4096, 4096), (128, 256, 64), 1, (1, 1))]:
         a = torch.randn(m, kk, device="cuda").half()
         b = torch.randn(n, kk, device="cuda").half().t()
         d = k(A=a, B=b)
@@ -270,4 +272,5 @@ def test_kgen_load_runs_what_the_sizes_call_for():
         err = ((d.double() - want).abs() / (want.abs() + kk ** 0.5)).max().item()
         assert err < 1e-2, ((m, n, kk), err)
         plan = k.variant({"M": m, "N": n, "K": kk}).plan
-        assert (plan.gemms[0].tile, plan.schedule.split_k) == (tile, split), (m, n, kk)
+        assert (plan.gemms[0].tile, plan.schedule.split_k, plan.schedule.cluster) == \
+            (tile, split, cluster), (m, n, kk)
