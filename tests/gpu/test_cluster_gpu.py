@@ -172,6 +172,19 @@ def test_batched(cluster, kind, batches, mnk):
     _run(kernel, {"L": batches, "M": m, "N": n, "K": k}, kind)
 
 
+@pytest.mark.parametrize("mnk", [(1000, 4104, 1000), (257, 520, 72)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_batched_with_a_row_major_b_shared(mnk):
+    """Rank-3 boxes of an MN-major B, half of each k tile's by each CTA, multicast."""
+    m, n, k = mnk
+    kernel = _example("batched_gemm_bias.kg", "2x1")
+    b = next(p for p in kernel.params if p.name == "B")
+    kernel = dataclasses.replace(kernel, params=tuple(
+        dataclasses.replace(p, layout=ir.Layout.ROW) if p is b else p for p in kernel.params))
+    built = _run(kernel, {"L": 3, "M": m, "N": n, "K": k}, "cooperative")
+    assert built.plan.schedule.gemms[0].b.mn_major
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("cluster", list(CLUSTERS))
 def test_the_python_runtime_launches_clusters(cluster, kind):
