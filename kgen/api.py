@@ -95,7 +95,8 @@ def shown_path(path: str | os.PathLike) -> str:
 
 
 def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None,
-                    output: str | os.PathLike | None = None) -> str:
+                    output: str | os.PathLike | None = None,
+                    sizes: Mapping[str, int] | None = None) -> str:
     """The command recorded in the emitted header, as the user ran it: the source path and the
     -o path as written (relative; see shown_path). Deterministic: no absolute paths, no dates."""
     parts = ["kgen", "compile", file_name]
@@ -103,6 +104,8 @@ def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None,
         parts += ["--kernel", kernel]
     if arch is not None:
         parts += ["--arch", arch.value]
+    if sizes:
+        parts += ["--size", ",".join(f"{name}={value}" for name, value in sizes.items())]
     if output is not None:
         parts += ["-o", shown_path(output)]
     return " ".join(parts)
@@ -127,16 +130,38 @@ def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: 
 
 def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
                kernel: str | None = None, output: str | os.PathLike | None = None,
-               header: str | os.PathLike | None = None, config: Any = None) -> Built:
+               header: str | os.PathLike | None = None, config: Any = None,
+               sizes: Mapping[str, int] | None = None) -> Built:
     """Parse, verify, lower and emit one kernel of a .kg file, exactly as `kgen compile PATH
-    [-o OUTPUT] [--header HEADER]` (the paths as written go into the recorded command)."""
+    [-o OUTPUT] [--header HEADER] [--size ...]` (the paths as written go into the recorded
+    command). `sizes`: every runtime size, planned for as `kgen run --size` plans without a
+    tune entry (`sized_config`); the .cu still takes any size."""
     module, text = read_module(path)
     chosen = pick_kernel(module, kernel)
     target = arch_of(arch)
+    if sizes is not None and config is None:
+        config = sized_config(chosen, target, sizes)
     return build(chosen, target, source_name=safe_file_name(path),
                  source_hash=file_hash(text.encode()),
-                 command=compile_command(shown_path(path), target, kernel, output),
+                 command=compile_command(shown_path(path), target, kernel, output, sizes),
                  header_name=None if header is None else shown_path(header), config=config)
+
+
+def sized_config(kernel: ir.Kernel, arch: str | ir.Arch | None, sizes: Mapping[str, int]):
+    """The configuration these runtime sizes call for (kgen/lower/builder.py's `sized`; None
+    where the builder's size-blind default serves them). Every runtime size must be given: the
+    choice depends on each one."""
+    from .errors import ArgumentError
+    from .harness.inputs import resolve_sizes, symbolic_dims
+    from .lower import builder
+    from .targets import target
+
+    dims = resolve_sizes(kernel, sizes)  # first: an unknown name or a bad value
+    missing = [dim for dim in symbolic_dims(kernel) if dim not in sizes]
+    if missing:
+        raise ArgumentError(f"no size given for {', '.join(missing)}: the schedule the sizes "
+                            f"call for depends on every runtime size of {kernel.name}")
+    return builder.sized(kernel, target(arch_of(arch) or kernel.target), dims)
 
 
 def compile_source(source: str, name: str, arch: str | None = None, **options):

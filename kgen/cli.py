@@ -258,6 +258,10 @@ werror_option = click.option(
               help="Also write NVRTC's PTX for the plan's arch here (no GPU needed).")
 @click.option("--arch", type=ARCH_CHOICE, default=None, help="Target instead of the kernel's own.")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
+@click.option("--size", "size_text", default=None,
+              help="Plan for these runtime sizes (every one, e.g. M=3000,N=5000,K=1000), as "
+                   "kgen run --size does without a tune entry: the schedule lines the kernel "
+                   "leaves out are filled for them. The .cu still takes any size.")
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 if OUTPUT (and the --header file) differ from what kgen would write "
                    "(for CI).")
@@ -266,12 +270,14 @@ werror_option = click.option(
 @guarded
 def compile_command(file: str, output: str | None, header: str | None, cubin: str | None,
                     ptx: str | None, arch: str | None, kernel_name: str | None,
-                    check_only: bool, as_json: bool, werror: bool) -> None:
+                    size_text: str | None, check_only: bool, as_json: bool,
+                    werror: bool) -> None:
     """Emit standalone CUDA C++ for the kernel in FILE (and, with --header, the .h that lets
     other C++ files call it; with --cubin or --ptx, NVRTC's output). Needs no GPU."""
     from .api import build_file
 
     _read_text(file)
+    sizes = parse_assignments(size_text, "--size", _positive_int) if size_text else None
     if check_only and output is None:
         _fail(EXIT_BAD_INPUT, "error: --check needs -o OUTPUT, the file to compare")
     if check_only and (cubin or ptx):
@@ -291,7 +297,10 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
 
     result = ptx_text = None
     with _watching_warnings():
-        built = build_file(file, arch, kernel=kernel_name, output=output, header=header)
+        built = build_file(file, arch, kernel=kernel_name, output=output, header=header,
+                           sizes=sizes)
+        if sizes:
+            _sizes_unused(built.kernel, built.plan.arch)
         if cubin or ptx:
             result, ptx_text = _nvrtc_outputs(built, cubin is not None, ptx is not None)
     texts = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
@@ -317,6 +326,16 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
     if as_json:
         click.echo(json.dumps(_compile_summary(file, built, result, output, header, cubin, ptx),
                               indent=2))
+
+
+def _sizes_unused(kernel, arch) -> None:
+    """Warn where --size can change nothing (every line written, a chain, not sm_90a, ...)."""
+    from .lower import builder
+    from .targets import target
+
+    reason = builder.unsized_reason(kernel, target(arch))
+    if reason is not None:
+        _warn(f"--size changes nothing here: {reason}")
 
 
 def _nvrtc_outputs(built, want_cubin: bool, want_ptx: bool):

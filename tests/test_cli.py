@@ -384,3 +384,91 @@ def test_inspect_with_sizes_shows_the_choice_the_sizes_call_for(tmp_path):
     assert result.exit_code == 0, result.output
     text = result.output
     assert "128x192x64" in text and "the runtime sizes: 128x192 tiles fill the waves" in text
+
+
+# -- kgen compile --size: the configuration the runtime sizes call for ----------------------
+
+BARE_ROW_B = """\
+kernel bare {
+  target sm_90a
+  tensor A : f16[M, K] row
+  tensor B : f16[K, N] row
+  tensor D : f16[M, N] row out
+  gemm g = A @ B {
+    epilogue { D = acc }
+  }
+}
+"""
+
+
+def test_compile_size_plans_what_the_sizes_call_for(tmp_path):
+    """B's rows of 10000 bytes split 128-byte lines: the sizes take 128x256 s4 on a cluster 2x1
+    (kgen/targets/sm90/configs.py, line_split_rows); the recorded command regenerates it."""
+    needs_pipeline()
+    from kgen.api import build_file
+
+    path = tmp_path / "bare.kg"
+    path.write_text(BARE_ROW_B)
+    out, plain = tmp_path / "bare.cu", tmp_path / "plain.cu"
+    sized = invoke("compile", str(path), "--size", "M=3000,N=5000,K=2000", "-o", str(out))
+    assert sized.exit_code == 0 and sized.output == ""
+    text = out.read_text()
+    assert "--size M=3000,N=5000,K=2000 -o" in text.splitlines()[1]
+    assert "constexpr int kClusterM = 2;" in text and "kTileN = 256;" in text
+    assert invoke("compile", str(path), "--size", "M=3000,N=5000,K=2000", "-o", str(out),
+                  "--check").exit_code == 0
+    assert invoke("compile", str(path), "-o", str(out), "--check").exit_code == 1
+    assert invoke("compile", str(path), "-o", str(plain)).exit_code == 0
+    assert "kClusterM" not in plain.read_text()  # no cluster
+    # the Python API writes the same text
+    built = build_file(path, output=out, sizes={"M": 3000, "N": 5000, "K": 2000})
+    assert built.source == text
+
+
+def test_compile_size_where_the_default_serves_changes_only_the_command(tmp_path):
+    needs_pipeline()
+    path = tmp_path / "bare.kg"
+    path.write_text(BARE_ROW_B)
+    sized = invoke("compile", str(path), "--size", "M=4096,N=4096,K=4096")
+    plain = invoke("compile", str(path))
+    assert sized.exit_code == plain.exit_code == 0
+    differ = [(a, b) for a, b in zip(sized.output.splitlines(), plain.output.splitlines())
+              if a != b]
+    assert len(differ) == 1 and "--size M=4096,N=4096,K=4096" in differ[0][0]
+
+
+@pytest.mark.parametrize("size, message", [
+    ("M=3000,N=5000", "error: no size given for K: the schedule the sizes call for depends on "
+                      "every runtime size of bare"),
+    ("M=3000,N=5000,K=2000,Q=3", "error: unknown size 'Q'; bare's sizes are M, K, N"),
+    ("M=3000,N=0,K=2000", "error: --size expects NAME=VALUE[,NAME=VALUE...], got "
+                          "'M=3000,N=0,K=2000'"),
+])
+def test_compile_size_refusals_are_one_line_exit_2(size, message, tmp_path):
+    needs_pipeline()
+    path = tmp_path / "bare.kg"
+    path.write_text(BARE_ROW_B)
+    result = invoke("compile", str(path), "--size", size, "-o", str(tmp_path / "x.cu"))
+    assert result.exit_code == 2 and one_line(result) == [message]
+    assert not (tmp_path / "x.cu").exists()
+
+
+def test_compile_size_on_a_kernel_that_writes_its_lines_warns(tmp_path):
+    """A line the user writes wins: --size changes nothing, and says so (an error under
+    --werror)."""
+    needs_pipeline()
+    path = tmp_path / "bare.kg"
+    path.write_text(BARE_ROW_B.replace("epilogue", "tile 128x128x64 warps 2x4 stages 4\n    "
+                                                   "epilogue"))
+    warned = invoke("compile", str(path), "--size", "M=3000,N=5000,K=2000", "-o",
+                    str(tmp_path / "x.cu"))
+    assert warned.exit_code == 0
+    assert one_line(warned) == ["warning: --size changes nothing here: the kernel writes its "
+                                "schedule lines, and a line the user writes wins"]
+    failed = invoke("compile", str(path), "--size", "M=3000,N=5000,K=2000", "--werror", "-o",
+                    str(tmp_path / "y.cu"))
+    assert failed.exit_code == 2 and "(--werror)" in failed.output
+    assert not (tmp_path / "y.cu").exists()
+    sm80 = invoke("compile", str(path), "--arch", "sm_80", "--size", "M=3000,N=5000,K=2000",
+                  "-o", str(tmp_path / "z.cu"))
+    assert "choose schedules on sm_90a only, not sm_80" in sm80.output

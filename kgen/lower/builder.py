@@ -124,8 +124,21 @@ def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | 
 
 def sizable(kernel: ir.Kernel, tgt: Target) -> bool:
     """Whether runtime sizes may change the kernel's schedule (`sized` may return one)."""
-    return (len(kernel.gemms) == 1 and _free(kernel.gemms[0]) and kernel.schedule is None
-            and not kernel.gemms[0].epilogue.reductions and tgt.has(Instruction.WGMMA))
+    return unsized_reason(kernel, tgt) is None
+
+
+def unsized_reason(kernel: ir.Kernel, tgt: Target) -> str | None:
+    """Why runtime sizes cannot change the kernel's schedule, or None where they may."""
+    if not tgt.has(Instruction.WGMMA):
+        return f"the runtime sizes choose schedules on sm_90a only, not {tgt.arch.value}"
+    if len(kernel.gemms) != 1:
+        return "the runtime sizes choose the schedule of a kernel of one gemm, not of a chain"
+    if kernel.schedule is not None or not _free(kernel.gemms[0]):
+        return "the kernel writes its schedule lines, and a line the user writes wins"
+    if kernel.gemms[0].epilogue.reductions:
+        return ("the runtime sizes choose no schedule for epilogue reductions (their split-K "
+                "and tiles were not measured against the default)")
+    return None
 
 
 def _free(g: ir.Gemm) -> bool:

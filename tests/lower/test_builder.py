@@ -369,3 +369,18 @@ def test_an_f32_output_leaves_as_pairs_under_pingpong():
     assert shape.pairs and not builder.shapes(gemm(arch="sm_90a"))[0].pairs
     plan = lower(f32, ir.Arch.SM90A)
     assert plan.schedule.kind is KernelKind.PINGPONG and plan.gemms[0].stages == 4
+
+
+def test_why_runtime_sizes_cannot_change_a_schedule():
+    """builder.unsized_reason: None where `sized` may fill the lines, else the reason (what
+    `kgen compile --size` warns with)."""
+    sm90, sm80 = target(ir.Arch.SM90A), target(ir.Arch.SM80)
+    free = gemm(arch="sm_90a")
+    assert builder.unsized_reason(free, sm90) is None and builder.sizable(free, sm90)
+    assert "sm_90a only, not sm_80" in builder.unsized_reason(free, sm80)
+    written = gemm("tile 128x128x64 warps 2x4 stages 4", arch="sm_90a")
+    assert "writes its schedule lines" in builder.unsized_reason(written, sm90)
+    chain = bare(next(p for p in EXAMPLES if p.name == "b2b_gemm_rf_sm90a.kg"))
+    assert "not of a chain" in builder.unsized_reason(chain, sm90)
+    colsum = bare(next(p for p in EXAMPLES if p.name == "evt_colsum.kg"))
+    assert "epilogue reductions" in builder.unsized_reason(colsum, sm90)
