@@ -265,7 +265,8 @@ werror_option = click.option(
 @click.option("--check", "check_only", is_flag=True,
               help="Exit 1 if OUTPUT (and the --header file) differ from what kgen would write "
                    "(for CI).")
-@_json_option("what was written (paths, kernel, arch, shared memory, NVRTC's report)")
+@_json_option("what was written (paths, kernel, arch, shared memory, the lines kgen filled, "
+              "the sizes, NVRTC's report)")
 @werror_option
 @guarded
 def compile_command(file: str, output: str | None, header: str | None, cubin: str | None,
@@ -324,8 +325,9 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
     if ptx:
         _write_atomic(Path(ptx), ptx_text)
     if as_json:
-        click.echo(json.dumps(_compile_summary(file, built, result, output, header, cubin, ptx),
-                              indent=2))
+        summary = _compile_summary(file, built, result, output, header, cubin, ptx)
+        summary["sizes"] = sizes
+        click.echo(json.dumps(summary, indent=2))
 
 
 def _sizes_unused(kernel, arch) -> None:
@@ -364,6 +366,8 @@ def _compile_summary(file, built, result, output, header, cubin, ptx) -> dict[st
         "smem_bytes": plan.smem_bytes,
         "smem_limit": plan.storage.limit_bytes,
         "outputs": {"cu": output, "header": header, "cubin": cubin, "ptx": ptx},
+        # the lines kgen filled (the sizes', with --size), as kgen run --json shows them
+        "schedule": {"lines": [[c.line, c.value] for c in plan.schedule.chosen]},
         "nvrtc": None,
         "warnings": _warnings_shown(),
     }

@@ -423,6 +423,10 @@ def test_compile_size_plans_what_the_sizes_call_for(tmp_path):
     # the Python API writes the same text
     built = build_file(path, output=out, sizes={"M": 3000, "N": 5000, "K": 2000})
     assert built.source == text
+    summary = json.loads(invoke("compile", str(path), "--size", "M=3000,N=5000,K=2000",
+                                "-o", str(out), "--json").stdout)
+    assert summary["sizes"] == {"M": 3000, "N": 5000, "K": 2000}
+    assert ["g cluster", "2x1"] in summary["schedule"]["lines"]
 
 
 def test_compile_size_where_the_default_serves_changes_only_the_command(tmp_path):

@@ -57,6 +57,7 @@ def test_compile_json_describes_what_was_written(tmp_path):
     assert summary["outputs"] == {"cu": str(out), "header": None, "cubin": None, "ptx": None}
     assert summary["smem_bytes"] > 0 and summary["threads"] > 0
     assert summary["nvrtc"] is None and summary["warnings"] == []
+    assert summary["sizes"] is None and summary["schedule"] == {"lines": []}  # every line written
     assert "source" not in summary and out.read_text().startswith("//")
 
 
