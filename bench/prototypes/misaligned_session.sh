@@ -16,6 +16,8 @@
 #   lines  misaligned_probe.py --part check (the product path against the rule before, at shapes
 #          never probed); the cluster suite and the builder's line-rule GPU tests;
 #          compute-sanitizer on a row-major B's cluster 2x1 (its MN-major boxes shared)
+#   gap    misaligned_probe.py --part gap: where the line rule lost (2560x7168) and the sweep's
+#          3000x5000x2000, on each tile and cluster (not run yet)
 # Run: STEP=... bash .gpu/device-run.sh bash bench/prototypes/misaligned_session.sh
 . "$(dirname "$0")/../session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
@@ -61,6 +63,7 @@ mn)
   timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_cluster_gpu.py \
     -k "shared_mn_major" 2>&1 | tail -6 | tee "$OUT/pytest_mn.log"
   probe 440 mn_rule32 mn rule32 ;;
+gap) probe 400 gap gap ;;
 lines)
   probe 200 check check
   timeout 230 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_cluster_gpu.py \
