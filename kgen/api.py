@@ -147,10 +147,12 @@ def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
                  header_name=None if header is None else shown_path(header), config=config)
 
 
-def sized_config(kernel: ir.Kernel, arch: str | ir.Arch | None, sizes: Mapping[str, int]):
+def sized_config(kernel: ir.Kernel, arch: str | ir.Arch | None, sizes: Mapping[str, int], *,
+                 every: bool = True):
     """The configuration these runtime sizes call for (kgen/lower/builder.py's `sized`; None
-    where the builder's size-blind default serves them). Every runtime size must be given: the
-    choice depends on each one."""
+    where the builder's size-blind default serves them). `every`: each runtime size must be
+    given (the choice depends on each one), else the missing ones take the harness's defaults
+    (`kgen run` and `kgen inspect --size`)."""
     from .errors import ArgumentError
     from .harness.inputs import resolve_sizes, symbolic_dims
     from .lower import builder
@@ -158,7 +160,7 @@ def sized_config(kernel: ir.Kernel, arch: str | ir.Arch | None, sizes: Mapping[s
 
     dims = resolve_sizes(kernel, sizes)  # first: an unknown name or a bad value
     missing = [dim for dim in symbolic_dims(kernel) if dim not in sizes]
-    if missing:
+    if every and missing:
         raise ArgumentError(f"no size given for {', '.join(missing)}: the schedule the sizes "
                             f"call for depends on every runtime size of {kernel.name}")
     return builder.sized(kernel, target(arch_of(arch) or kernel.target), dims)

@@ -449,7 +449,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module, safe_file_name
+    from .api import read_module, safe_file_name, sized_config
     from .lower import lower
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
@@ -465,7 +465,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
             entry, tuning = _tune_entry(kernel, target, sizes, gpu_name) if size_text else \
                 (None, None)
             config = entry.config if entry is not None else (
-                _sized_config(kernel, target, sizes) if size_text else None)
+                sized_config(kernel, target, sizes, every=False) if size_text else None)
             if resources:
                 name = safe_file_name(file)
                 built = build(kernel, target, source_name=name,
@@ -494,16 +494,6 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         print_plan(console, summary)
         if summary.get("tuning"):
             console.print(summary["tuning"])
-
-
-def _sized_config(kernel, target, sizes):
-    """Without a tune entry: the configuration the runtime sizes call for (the builder's
-    `sized`), or None where its size-blind default serves them."""
-    from .harness.inputs import resolve_sizes
-    from .lower import builder
-    from .targets import target as target_of
-
-    return builder.sized(kernel, target_of(target or kernel.target), resolve_sizes(kernel, sizes))
 
 
 def _tune_entry(kernel, target, sizes, gpu_name):
@@ -585,7 +575,7 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                 iters: int, tuned: bool, plot: str | None, werror: bool) -> None:
     """Compile, run on random data, check against the reference, and benchmark."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module, safe_file_name, shown_path
+    from .api import read_module, safe_file_name, shown_path, sized_config
     from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import device_info, gpu_available
 
@@ -618,7 +608,7 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
         built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
                       command=header_command(shown_path(file), target, kernel_name),
                       config=entry.config if entry is not None else
-                      _sized_config(kernel, target, sizes))
+                      sized_config(kernel, target, sizes, every=False))
         result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
     from .harness.run import run
     from .runtime.launch import CompiledKernel

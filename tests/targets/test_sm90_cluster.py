@@ -112,35 +112,30 @@ def test_a_cluster_the_warp_specialized_kernel_cannot_run_is_refused(tile, warps
     assert plain.cluster == (1, 1)
 
 
-@pytest.mark.parametrize("cluster, layouts", [
-    ((2, 1), {"b_layout": ir.Layout.ROW}),
-    ((1, 2), {"a_layout": ir.Layout.COL}),
-    ((2, 1), {"a_layout": ir.Layout.COL}),  # A is not shared: its boxes stay its own
-    ((1, 2), {"b_layout": ir.Layout.ROW}),
+@pytest.mark.parametrize("cluster, layouts, mn", [
+    ((2, 1), {"b_layout": ir.Layout.ROW}, "B"),  # B shared, MN-major
+    ((1, 2), {"a_layout": ir.Layout.COL}, "A"),  # A shared, MN-major
+    ((2, 1), {"a_layout": ir.Layout.COL}, "A"),  # B shared, K-major; A's boxes stay its own
+    ((1, 2), {"b_layout": ir.Layout.ROW}, "B"),  # A shared, K-major; B's boxes stay its own
 ])
-def test_a_cluster_shares_an_mn_major_operand_half_its_boxes_each(cluster, layouts):
+def test_a_cluster_shares_an_mn_major_operand_half_its_boxes_each(cluster, layouts, mn):
     built = build(_ir(cluster, **layouts))
     g = built.plan.schedule.gemms[0]
-    shared, own = (g.b, g.a) if cluster == (2, 1) else (g.a, g.b)
+    shared_name = "B" if cluster == (2, 1) else "A"
+    shared, own = (g.b, g.a) if shared_name == "B" else (g.a, g.b)
     assert shared.load is LoadPath.TMA_MULTICAST and own.load is LoadPath.TMA
-    mn = "M" if g.a.mn_major else "N"
-    assert shared.mn_major == (shared is (g.a if mn == "M" else g.b))
-    assert own.mn_major == (own is (g.a if mn == "M" else g.b))
-    whole = f"for (int j = 0; j < kTile{mn} / 64; ++j)"
-    assert whole in built.source  # the narrow entry point's, or the CTA's own operand
-    if shared.mn_major:  # this CTA's half of the 64-column boxes, into both CTAs
-        half = (f"for (int j = rank * (kTile{mn} / 128); j < (rank + 1) * (kTile{mn} / 128); ++j)"
-                " tma_load_box_multicast(")
-        assert half in built.source
-        shared_map = next(m for m in built.plan.schedule.tensor_maps
-                          if m.param == ("B" if mn == "N" else "A"))
-        assert "half of them by each CTA of the cluster, multicast" in shared_map.why
+    assert shared.mn_major == (shared_name == mn) and own.mn_major == (shared_name != mn)
+    extent = "kTileN" if mn == "B" else "kTileM"
+    # the narrow entry point's loads of the MN-major operand, or the CTA's own
+    assert f"for (int j = 0; j < {extent} / 64; ++j)" in built.source
+    mn_map = next(m for m in built.plan.schedule.tensor_maps if m.param == mn and not m.store)
+    assert mn_map.box[0] == 64  # 64-column boxes, shared or not
+    if shared_name == mn:  # this CTA's half of the 64-column boxes, into both CTAs
+        assert (f"for (int j = rank * ({extent} / 128); j < (rank + 1) * ({extent} / 128); ++j)"
+                " tma_load_box_multicast(") in built.source
+        assert "half of them by each CTA of the cluster, multicast" in mn_map.why
     else:  # the K-major shared operand: half its rows
-        assert "+ rank * (kTile" in built.source
-    assert "_multicast(" in built.source
-    # the map of an MN-major operand keeps its 64-column box, shared or not
-    boxes = {m.param: m.box for m in built.plan.schedule.tensor_maps}
-    assert boxes["B" if mn == "N" else "A"][0] == 64
+        assert "+ rank * (kTile" in built.source and "_multicast(" in built.source
 
 
 @pytest.mark.parametrize("cluster, layouts, tile, kind, refused", [

@@ -377,7 +377,8 @@ def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
 def _whole_loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: str,
                  first: str, shared: bool, mn_major: bool) -> list[str]:
     """The loads of one operand's k tile by a CTA without a cluster (the narrow entry point's):
-    its boxes; for the operand a cluster shares (its box half the tile's rows), both halves."""
+    its boxes; for a K-major operand a cluster shares (its box half the tile's rows), both
+    halves."""
     if not shared or mn_major:  # an MN-major operand's boxes are 64 columns, shared or not
         return [_tma_load(plan, operand, ring, stage_bytes, first, mn_major, rows)]
     return [_tma_load(plan, operand, ring, stage_bytes, first),
