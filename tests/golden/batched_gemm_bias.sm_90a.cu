@@ -688,8 +688,9 @@ __device__ __forceinline__ void kernel_body(const batched_gemm_bias_params& p, c
   const int consumer_warp = consumer_tid / 32;
   const int warp = consumer_warp % 4;  // in its warpgroup
   const int lane = tid % 32;
-  // The consumer's first row in the tile: cooperative, consumer c has rows [64 c, 64 c + 64).
-  const int row0 = kPingpong ? 0 : consumer * 64;
+  // The consumer's first row in the tile: cooperative, consumer c has rows
+  // [c kConsumerRows, (c + 1) kConsumerRows) (one or two m64 halves).
+  const int row0 = kPingpong ? 0 : consumer * kConsumerRows;
   // Ping-pong: consumer c takes the CTA's tiles c, c + 2, ... whole, skipping the other's ring
   // positions; cooperative: both take every tile.
   const int tile_step = kPingpong ? 2 * gridDim.x : gridDim.x;

@@ -24,10 +24,12 @@ pytestmark = pytest.mark.gpu
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 SM90A = ir.Arch.SM90A
-# (schedule, tile, warps, stages): the cooperative default and the ping-pong requests, on
-# 128-row tiles and on 64-row ones (one m64 row per consumer)
+# (schedule, tile, warps, stages): the cooperative default, on 256-row tiles too (two m64
+# halves per consumer), and the ping-pong requests, on 128-row tiles and on 64-row ones (one
+# m64 row per consumer)
 KINDS = {
     "cooperative": (None, (128, 256, 64), (2, 4), 3),
+    "cooperative256": (None, (256, 128, 64), (2, 4), 4),
     "pingpong": (ir.Schedule.PINGPONG, (128, 128, 64), (2, 4), 5),
     "pingpong64": (ir.Schedule.PINGPONG, (64, 256, 64), (2, 4), 4),
 }
@@ -40,6 +42,11 @@ def _hopper():
     torch = pytest.importorskip("torch")
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90a code runs on compute capability 9.0 only")
+
+
+def _kind(name: str) -> str:
+    """The kernel kind a KINDS entry runs on."""
+    return "pingpong" if name.startswith("pingpong") else "cooperative"
 
 
 def _kernel(kind: str, stmts=None, *, dtype=ir.DType.F16, extra=(), name="k"):
@@ -69,7 +76,7 @@ def _run(kernel, mnk, kind=None):
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("dtype", [ir.DType.F16, ir.DType.BF16], ids=["f16", "bf16"])
 def test_gemm_at_ragged_sizes(kind, mnk, dtype):
-    _run(_kernel(kind, dtype=dtype), mnk, kind.removesuffix("64"))
+    _run(_kernel(kind, dtype=dtype), mnk, _kind(kind))
 
 
 @pytest.mark.parametrize("mnk", [(1000, 1000, 40), (17, 4104, 136)],
@@ -93,23 +100,31 @@ def test_register_stores_of_two_outputs(kind):
     t = call(ir.Op.EXP, call(ir.Op.NEG, call(ir.Op.ABS, acc)))
     stmts = (ir.Let("t", t), ir.Store("D", call(ir.Op.MUL, ir.LocalRef("t"), ir.LocalRef("t"))),
              ir.Store("E", call(ir.Op.NEG, ir.LocalRef("t"))))
-    built = _run(_kernel(kind, stmts, extra=extra), (1000, 1000, 72), kind.removesuffix("64"))
+    built = _run(_kernel(kind, stmts, extra=extra), (1000, 1000, 72), _kind(kind))
     assert built.plan.schedule.gemms[0].store is StorePath.PAIRS
 
 
-def _example(name, deterministic):
+def _example(name, deterministic, kind=None):
+    """The example on sm_90a; `kind`: its gemm on that KINDS entry's tile, warps and stages."""
     from kgen.parse import parse_file
 
     kernel = parse_file(EXAMPLES / name).kernels[0]
+    if kind is not None:
+        _, tile, warps, stages = KINDS[kind]
+        g = kernel.gemms[0]
+        g = dataclasses.replace(g, tile=ir.TileShape(*tile), warps=ir.WarpGrid(*warps),
+                                stages=ir.StageCount(stages))
+        kernel = dataclasses.replace(kernel, gemms=(g,))
     return dataclasses.replace(kernel, deterministic=deterministic, target=SM90A)
 
 
+@pytest.mark.parametrize("kind", [None, "cooperative256"], ids=["written", "256x128"])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("mnk", [(17, 24, 8), (1000, 1000, 40), (4097, 1030, 264)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", ["evt_softmax_stats.kg", "evt_colsum.kg"])
-def test_reductions(name, mnk, deterministic):
-    _run(_example(name, deterministic), mnk, "cooperative")
+def test_reductions(name, mnk, deterministic, kind):
+    _run(_example(name, deterministic, kind), mnk, "cooperative")
 
 
 def test_deterministic_reductions_are_bit_identical():

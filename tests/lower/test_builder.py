@@ -197,6 +197,10 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
     (dict(M=1024, N=1024, K=1024), "pingpong: 64x128x64 w2x4 s8"),  # 16 k tiles: no split
     (dict(M=96, N=12288, K=4096), "pingpong: 64x192x64 w2x4 s7"),  # 128 tiles: one wave
     (dict(M=512, N=4096, K=4096), "128x128x64 w2x4 s6"),  # 128 tiles: one wave
+    # 656 tiles of 256x128: 4.97 waves; 672 of 128x256 5.09, 896 of 128x192 6.8
+    (dict(M=4000, N=5200, K=2048), "256x128x64 w2x4 s4"),
+    (dict(M=4000, N=5200, K=1024), "256x128x64 w2x4 s4"),  # K <= 1024: still cooperative
+    (dict(M=3072, N=5280, K=2048), None),  # 504 tiles either way: 128x256 on the tie
     (dict(M=64, N=64, K=65536), "128x64x64 w2x4 s6 split 64"),  # 16 k tiles per part
     (dict(M=1, N=4096, K=11008), "32x128x64 w1x4 s4 split 4"),
 ])

@@ -99,7 +99,7 @@ def test_a_chain_is_refused_at_the_line():
 
 
 @pytest.mark.parametrize("tile, warps, reason", [
-    ((64, 128, 64), (2, 2), "128-row tile"),  # no warp-specialized kernel: the sm_80 one would run
+    ((64, 128, 64), (2, 2), "256-row tile"),  # no warp-specialized kernel: the sm_80 one would run
     ((128, 128, 32), (2, 4), "128-byte k tiles"),
 ])
 def test_a_cluster_the_warp_specialized_kernel_cannot_run_is_refused(tile, warps, reason):

@@ -145,9 +145,40 @@ def test_pingpong_on_request():
     assert "kPingpong = true" in build(k).source
 
 
+@pytest.mark.parametrize("cluster", [None, (2, 1), (1, 2)], ids=["1x1", "2x1", "1x2"])
+@pytest.mark.parametrize("a_layout", [ir.Layout.ROW, ir.Layout.COL], ids=["a_k", "a_mn"])
+def test_a_256_row_tile_runs_cooperative_with_two_m64_halves_per_consumer(a_layout, cluster):
+    """256x128: each consumer multiplies 128 rows (two m64 halves), starting at row
+    consumer x 128; it compiles without a spill."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    k = gemm_kernel(tile=(256, 128, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A,
+                    a_layout=a_layout)
+    if cluster is not None:
+        g = dataclasses.replace(k.gemms[0], cluster=ir.ClusterShape(*cluster))
+        k = dataclasses.replace(k, gemms=(g,))
+    built = build(k)
+    s = built.plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].mma is Mma.WGMMA_SS
+    assert built.plan.gemms[0].frags == (2, 16)
+    assert "share each 256-row tile, 128 rows each" in s.why_kind
+    assert "kConsumerRows = kPingpong ? kTileM : kTileM / 2;" in built.source
+    assert "const int row0 = kPingpong ? 0 : consumer * kConsumerRows;" in built.source
+    result = compile_cubin(built.source, built.plan.name, "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_a_256_row_tile_wider_than_128_is_refused():
+    """A consumer of 128 rows holds 128 x N accumulators: N at most 128 (with 8 warps the
+    mainloop's accumulator rule says so first)."""
+    k = gemm_kernel(tile=(256, 192, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM90A)
+    with pytest.raises(KgenError, match="192 f32 accumulator registers"):
+        build(k)
+
+
 @pytest.mark.parametrize("change, reason", [
     (dict(b_layout=ir.Layout.ROW, tile=(128, 32, 64), warps=(4, 2)), "multiple of 64"),
-    (dict(tile=(64, 128, 64), warps=(2, 2)), "128-row tile"),
+    (dict(tile=(64, 128, 64), warps=(2, 2)), "a 128- or 256-row tile"),
     (dict(tile=(128, 128, 32)), "128-byte k tiles"),
     (dict(warps=(2, 2), tile=(128, 128, 64)), "8 math warps"),
 ])
@@ -183,6 +214,22 @@ def test_the_cu_launcher_encodes_every_map():
 def _split(kernel: ir.Kernel, count: int) -> ir.Kernel:
     g = dataclasses.replace(kernel.gemms[0], split=ir.SplitK(count))
     return dataclasses.replace(kernel, gemms=(g,))
+
+
+@pytest.mark.parametrize("kind", [None, ir.Schedule.PINGPONG], ids=["cooperative", "pingpong"])
+def test_a_configuration_with_split_and_a_cluster_is_refused(kind):
+    """The lines' verify refuses `split S` beside `cluster`; a configuration that fills both
+    (the API's, the tuner's) is refused by the plan, not left to NVRTC (which found `units`
+    undefined): the builder goes on to its own list and says why."""
+    from kgen.targets import Config, GemmConfig
+
+    k = dataclasses.replace(gemm_kernel(arch=ir.Arch.SM90A), gemms=(dataclasses.replace(
+        gemm_kernel(arch=ir.Arch.SM90A).gemms[0], tile=None, warps=None, stages=None),),
+        schedule=kind)
+    config = Config((GemmConfig((128, 128, 64), (2, 4), 5, split=4, cluster=(2, 1)),))
+    schedule = build(k, config=config).plan.schedule
+    assert schedule.split_k == 1 and schedule.cluster == (1, 1)
+    assert any("split 4 runs without a cluster" in why for _, why in schedule.untaken)
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["plain", "batched"])

@@ -2,9 +2,9 @@
 warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
 
     one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
-              tiles, then 128x192x64 and 128x128x64, for every operand layout (an MN-major A
-              or B, i.e. a column-major A or a row-major B, loads by 64-column boxes: each tile
-              N here is a multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
+              tiles, then 128x192x64, 128x128x64, 128x64x64 and 256x128x64, for every operand
+              layout (an MN-major A or B, i.e. a column-major A or a row-major B, loads by
+              64-column boxes: each tile N here is a multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md); so
               does an output that leaves as pairs from registers, on 4 stages first. The
@@ -40,6 +40,9 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     ((128, 192, 64), (4, 3)),
     ((128, 128, 64), (6, 5, 4)),
     ((128, 64, 64), (8, 6)),
+    # two m64 halves per consumer: the waves' other shape where 128x256 leaves the last one part
+    # empty (see SIZED_TILES)
+    ((256, 128, 64), (4, 3)),
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
 # Ping-pong first, on 4 stages first, where the output leaves as pairs from registers (two
@@ -244,8 +247,12 @@ def ring_b(config: Config) -> Config:
 # on 128x64, 64x192 (s7: its output then leaves as pairs) 192x6144x4096 at 0.917x against
 # 0.750x on 128x128, 64x128 s6 320x2048x4096 at 0.946x against 0.852x on 128x64; they lost
 # wherever 128-row tiles fill the waves (512x4096x4096: 0.903x on 64x256 against 0.962x).
-SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (128, 128, 6, 1.06), (128, 64, 8, 1.3),
-               (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25), (64, 64, 12, 1.6))
+# 256x128 (each consumer two m64 halves) ran 0.976-0.991x 128x256's speed where both fill the
+# same waves (seven shapes, H200, bench/logs/wide/wide_probe.log), and 0.998x torch.matmul
+# against 0.932x for 128x192 at 4000x5200x2048, where it fills 5 waves and they need 6 and 7.
+SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (128, 128, 6, 1.06),
+               (128, 64, 8, 1.3), (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25),
+               (64, 64, 12, 1.6))
 # For D = acc alone: 64x192's ring of 7 leaves no room for the output's staging, so its output
 # leaves as pairs; a fused epilogue then reads C from global memory (192x6144x4096 with
 # relu(alpha*acc + beta*C + bias[col]) ran 1.529x the unfused PyTorch against 1.825x on the
@@ -315,12 +322,13 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
         B's rows split    128x256 s4 on a cluster 2x1 sharing B (line_split_rows), where the
-        L2 lines          tile below is a 128-row one, A is K-major, B's rows are 16-byte
+        L2 lines          tile below is a 128- or 256-row one, A is K-major, B's rows are 16-byte
                           multiples but not whole 128-byte lines, and the 128x256 tiles fill
                           at least a wave
         otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
-                          per element (128x256 where it ties): a 128-row one cooperative, a
-                          64-row one ping-pong (each consumer a tile of its own); where that is
+                          per element (128x256 where it ties): a 128- or 256-row one
+                          cooperative, a 64-row one ping-pong (each consumer a tile of its
+                          own); where that is
                           128x256, K at most 1024 and the epilogue fused (more than D = acc),
                           ping-pong 128x128x64 s4 instead (bench/pingpong_small_k.py: 1.50x
                           against 1.40x the unfused PyTorch at 8192x8192x1024 with
@@ -382,12 +390,13 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                       why=f"{WHY_SIZED} {'K' if shape.k_major[1] else 'N'} = "
                       f"{k if shape.k_major[1] else n}: B's rows are not whole 128-byte L2 "
                       f"lines, slow for the copy engine to read; {WHY_CLUSTER[cluster]}")
-    if (tile_n == 256 and shape.fused or tile_n == 128) and k <= SMALL_K:
+    if tile_m == 128 and (tile_n == 256 and shape.fused or tile_n == 128) and k <= SMALL_K:
         return Config((GemmConfig((128, 128, 64), (2, 4), 4),), KernelKind.PINGPONG,
                       why=f"{WHY_SIZED} K = {k}: few k tiles per tile, and the epilogue weighs "
                       "more; ping-pong runs one consumer's under the other's mainloop")
-    if tile_n == 256:
+    if (tile_m, tile_n) == (128, 256):
         return None
-    return Config((GemmConfig((128, tile_n, 64), (2, 4), stages),),
-                  why=f"{WHY_SIZED} 128x{tile_n} tiles fill the waves better ({tiles(tile_n)} "
-                  f"tiles against {few} of 128x256, on {common.SMS} SMs)")
+    return Config((GemmConfig((tile_m, tile_n, 64), (2, 4), stages),),
+                  why=f"{WHY_SIZED} {tile_m}x{tile_n} tiles fill the waves better "
+                  f"({tiles(tile_n, tile_m)} tiles against {few} of 128x256, on {common.SMS} "
+                  "SMs)")

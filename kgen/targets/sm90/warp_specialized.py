@@ -12,7 +12,8 @@
                tile, or, where that does not fit beside the ring, two 64x64 boxes that the
                epilogue fills and stores in turn (the epilogue tile, GemmSchedule.stages_d).
 
-    COOPERATIVE  both consumers on each 128-row tile, 64 rows each (the default)
+    COOPERATIVE  both consumers on each 128-row tile, 64 rows each (the default), or on each
+                 256-row tile, 128 rows (two m64 halves) each
     PINGPONG     each consumer a tile of its own (`schedule pingpong`; 128 or 64 rows): one's
                  epilogue runs while the other multiplies, their mainloops ordered by two turn
                  mbarriers
@@ -30,9 +31,9 @@ clusters of two that walk cluster tiles of 2x1 (1x2) output tiles, the operand b
 (B, or A) loaded half by each CTA and multicast to both (LoadPath.TMA_MULTICAST): half the
 rows of a K-major tile, half the 64-column boxes of an MN-major one; the narrow
 entry point runs without clusters. The rules, each refusal with its reason and where it points:
-one gemm, 128-byte k tiles, a 128-row tile (64 or 128 for ping-pong), 8 math warps (the two
-consumer warpgroups), tile N a multiple of 8 up to 256 (128 for a 128-row ping-pong tile: a
-consumer holds 128 x N accumulators) and of 64
+one gemm, 128-byte k tiles, a 128- or 256-row tile (64 or 128 for ping-pong), 8 math warps (the two
+consumer warpgroups), tile N a multiple of 8 up to 256 (128 where a consumer has 128 rows: a
+256-row cooperative tile or a 128-row ping-pong one; it holds 128 x N accumulators) and of 64
 for an MN-major B, a shared MN-major operand's tile a multiple of 128 (two CTAs' boxes), no
 reductions with ping-pong, and
 the buffers within the budget.
@@ -54,7 +55,14 @@ WARPGROUP = 128
 CONSUMERS = 2
 PRODUCER_REGISTERS = 40  # one thread issues every copy
 CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
-TILE_M = 128  # the cooperative tile: two consumer warpgroups of 64 rows
+# The cooperative tile: two consumer warpgroups of one m64 half each (128 rows), or two each
+# (256 rows, up to 128 columns: a consumer then holds 128 x N accumulators, as a 128-row
+# ping-pong one does). 256x128 fills the waves where 128x256 leaves the last one part empty
+# (4000x5200x2048 on an H200: 656 tiles, 4.97 waves of 132 SMs, against 672 of 128x256, 5.09;
+# 0.998x torch.matmul against 0.932x for the wave model's 128x192); where both fill the same
+# waves it ran 0.98-0.99x 128x256's speed (bench/logs/wide/wide_probe.log). 256x160 (160
+# accumulators per consumer thread, its output as pairs) ran 0.58-0.95x torch.matmul there.
+COOPERATIVE_TILE_M = (128, 256)
 # A ping-pong consumer's tile: one m64 half (up to 256 columns), or two (up to 128: it holds
 # 128 x N accumulators). The 64-row tile serves small outputs, where 128-row tiles leave SMs
 # idle (cuBLAS runs 64-row tiles at 128x4096x4096 and 1024^3, bench/RESULTS.md).
@@ -65,7 +73,7 @@ ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
          WarpRole("consumer", 4, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 WHY_KIND = {
     KernelKind.COOPERATIVE: ("a producer warpgroup fills the ring by TMA; two consumer "
-                             "warpgroups share each 128-row tile, 64 rows each; persistent CTAs"),
+                             "warpgroups share each {rows}-row tile, {half} rows each; persistent CTAs"),
     KernelKind.PINGPONG: ("schedule pingpong: a producer warpgroup fills the ring by TMA; two "
                           "consumer warpgroups take alternate {rows}-row tiles, one's epilogue "
                           "overlapping the other's mainloop"),
@@ -215,6 +223,10 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if draft.stream_k and draft.cluster != (1, 1):
         return (f"split stream runs without a cluster (cluster {draft.cluster[0]}x"
                 f"{draft.cluster[1]} walks whole tiles)", Site("split", 0))
+    if draft.split_k > 1 and draft.cluster != (1, 1):  # verify says so of written lines
+        return (f"split {draft.split_k} runs without a cluster (a split tile's units are walked "
+                f"one CTA at a time; cluster {draft.cluster[0]}x{draft.cluster[1]} walks whole "
+                "tiles)", Site("cluster", 0))
     if draft.split_k > 1 and kind is KernelKind.PINGPONG:
         return (f"split {draft.split_k} runs on the cooperative schedule (both consumers on "
                 "each part of a tile's k tiles)", Site("split", 0))
@@ -229,16 +241,16 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if kind is KernelKind.PINGPONG and g.tile[0] not in PINGPONG_TILE_M:
         return (f"a 64- or 128-row tile (a ping-pong consumer's one or two m64 halves), not "
                 f"{g.tile[0]}", Site("tile", 0))
-    if kind is KernelKind.COOPERATIVE and g.tile[0] != TILE_M:
-        return (f"a {TILE_M}-row tile (two consumer warpgroups of 64 rows; 64-row tiles run "
-                f"with `schedule pingpong`), not {g.tile[0]}", Site("tile", 0))
+    if kind is KernelKind.COOPERATIVE and g.tile[0] not in COOPERATIVE_TILE_M:
+        return (f"a 128- or 256-row tile (two consumer warpgroups of one or two m64 halves; "
+                f"64-row tiles run with `schedule pingpong`), not {g.tile[0]}", Site("tile", 0))
     if g.warps[0] * g.warps[1] != CONSUMERS * 4:
         return (f"8 math warps (two consumer warpgroups), not {g.warps[0]}x{g.warps[1]}",
                 Site("warps", 0))
     widest = 128 if consumer_rows(g.tile[0], kind) == 128 else 256
     if g.tile[1] % 8 or not 8 <= g.tile[1] <= widest:
         return (f"tile N a multiple of 8 up to {widest}, not {g.tile[1]}"
-                + (" (a ping-pong consumer of 128 rows holds 128 x N accumulators)"
+                + (" (a consumer of 128 rows holds 128 x N accumulators)"
                    if widest == 128 else ""), Site("tile", 0))
     if not g.b.k_major and g.tile[1] % MN_BOX:
         return (f"{g.b.param} is MN-major (row-major): its k tile arrives as boxes of {MN_BOX} "
@@ -432,7 +444,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         epilogue_groups=groups, why_epilogue_groups=why_groups)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind].format(rows=g.tile[0]),
+                    why_kind=WHY_KIND[kind].format(rows=g.tile[0], half=g.tile[0] // CONSUMERS),
                     narrow=common.narrow_variant((g,)), cluster=cluster,
                     why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "",
                     split_k=draft.split_k, stream_k=draft.stream_k)
