@@ -16,6 +16,11 @@ random inputs with its outputs poisoned, then timed beside torch.matmul (CUDA-ev
            (three from a grid, four drawn at random among the 3.5% of 3000 random shapes
            whose choice changes)
 
+    cola   a column-major A (MN-major: its rows are M long), where the line rule does not apply
+           (it asks for a K-major A): the sized choice against 128x256 s4 on each cluster, two
+           rounds, at B rows that split 128-byte lines (K = 1000, 3000, 4104, 2000, 1320), A rows
+           that do (M = 5000, 4104) and an aligned control
+
 256x160 ran in `tiles` on one visit with the rules relaxed for it (bench/logs/wide/); kgen
 refuses it (a consumer of 128 rows holds at most 128 columns), so `tiles` times 256x128 alone.
 
@@ -118,9 +123,29 @@ def rule_table():
         configs.SIZED_TILES = tiles
 
 
+COLA = [(5000, 3000, 1000), (2000, 7000, 3000), (4096, 4096, 4104), (3000, 5000, 2000),
+        (6000, 4000, 1320), (5000, 3000, 1024), (4104, 4096, 4096), (4096, 4096, 4096)]
+
+
+def cola_table():
+    from kgen.parse import parse
+    from kgen.targets import Config, GemmConfig
+    from kgen.verify import verify
+    module = parse(BARE.format(t="f16").replace("[M, K] row", "[M, K] col"), "cola.kg")
+    verify(module)
+    cells = {}
+    for round_ in "ab":
+        cells[f"sized {round_}"] = None
+        for cluster in ((1, 1), (2, 1), (1, 2)):
+            cells[f"c{cluster[0]}x{cluster[1]} {round_}"] = Config(
+                (GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),))
+    grid(module.kernels[0], COLA, cells, width=9)
+    print("(A column-major; c: 128x256 s4 on that cluster; two rounds a, b)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", nargs="+", choices=("tiles", "small", "rule"),
+    parser.add_argument("--part", nargs="+", choices=("tiles", "small", "rule", "cola"),
                         default=["tiles", "small"])
     args = parser.parse_args()
     from kgen.parse import parse
@@ -136,6 +161,8 @@ def main() -> int:
         grid(kernel, SMALL, small_variants(kernel))
     if "rule" in args.part:
         rule_table()
+    if "cola" in args.part:
+        cola_table()
     return 0
 
 

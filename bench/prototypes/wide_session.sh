@@ -7,6 +7,9 @@
 #   rule   wide_probe.py --part rule (the wave model with 256x128 against without);
 #          compute-sanitizer as in probe; the whole `pytest -m gpu` but the tune suite, as in
 #          tests (up to 300 s)
+#   cola   wide_probe.py --part cola (a column-major A on each cluster)
+#   colarule  the line rule's GPU test, its column-major A cases new; compute-sanitizer on a
+#          column-major A at 2199x4008x1000 (the rule's cluster 2x1)
 #   tuned  the tune suite; bench/defaults.py --part 3 --tuned (the sweep after kgen tune, f16)
 #   tests  the whole `pytest -m gpu` in one visit: pytest-xdist over 14 workers (carried in
 #          .whl by ../shared/gpu/prepare.sh pytest-xdist execnet), then the tune suite alone
@@ -18,7 +21,8 @@ sanitize() {  # compute-sanitizer on `kgen run` of /tmp/wide.kg at ragged sizes
   for tool in memcheck racecheck synccheck; do
     timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run /tmp/wide.kg \
       --size M=2199,N=4008,K=1000 > /tmp/san.log 2>&1
-    echo "$(grep -m1 tile /tmp/wide.kg) 2199,4008,1000 $tool exit=$? $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
+    rc=$?  # (the visits before this fix printed grep's status here, not the sanitizer's)
+    echo "$(grep -m1 -E 'tile|tensor A' /tmp/wide.kg) 2199,4008,1000 $tool exit=$rc $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
   done | tee "$OUT/sanitizer.log"
 }
 case ${STEP:-probe} in
@@ -41,6 +45,15 @@ rule)
     --ignore=tests/gpu/test_tune_gpu.py > "$OUT/pytest_gpu_xdist.log" 2>&1
   echo "pytest exit $?"; grep -E "FAILED|ERROR" "$OUT/pytest_gpu_xdist.log" | head -20
   grep -c PASSED "$OUT/pytest_gpu_xdist.log"; tail -3 "$OUT/pytest_gpu_xdist.log" ;;
+cola)
+  timeout 330 python3 bench/prototypes/wide_probe.py --part cola 2>&1 | grep -v -i warn \
+    | tee "$OUT/wide_cola.log" ;;
+colarule)  # the line rule's GPU test (a column-major A among its cases); sanitizer on one
+  timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_builder_gpu.py \
+    -k split_lines 2>&1 | tail -6 | tee "$OUT/pytest_cola.log"
+  python3 -c 'import sys; sys.path.insert(0, "bench"); from defaults import BARE; print(BARE.format(t="f16"))' \
+    | sed "s/\[M, K\] row/[M, K] col/" > /tmp/wide.kg
+  sanitize ;;
 tuned)  # the tune suite, then issue 17's sweep after kgen tune at each shape (f16)
   timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_tune_gpu.py 2>&1 \
     | tail -8 | tee "$OUT/pytest_gpu_tune.log"

@@ -62,6 +62,8 @@ def test_chain_without_schedule_lines_matches_reference(dtype, k0, n0, n1):
     ("col", dict(M=3000, N=5000, K=2000), (2, 1)),  # rows of 4000 bytes (32-byte multiples)
     ("row", dict(M=4100, N=4104, K=4096), (2, 1)),  # row-major B, rows of 8208 bytes
     ("row", dict(M=3001, N=5008, K=2000), (2, 1)),  # row-major B, rows of 10016 bytes
+    ("col-a", dict(M=4999, N=3000, K=1000), (2, 1)),  # a column-major A (rows of M), B K-major
+    ("col-a", dict(M=6000, N=4000, K=1320), (2, 1)),
 ])
 def test_rows_that_split_lines_run_their_cluster(b_layout, sizes, cluster):
     """The runtime sizes' cluster where B's rows are 16-byte multiples but not whole 128-byte
@@ -71,7 +73,9 @@ def test_rows_that_split_lines_run_their_cluster(b_layout, sizes, cluster):
     from kgen.lower import builder
     from kgen.targets import target
 
-    kernel = gemm_kernel(b_layout=ir.Layout(b_layout), arch=ir.Arch.SM90A)
+    layouts = (dict(a_layout=ir.Layout.COL) if b_layout == "col-a"
+               else dict(b_layout=ir.Layout(b_layout)))
+    kernel = gemm_kernel(arch=ir.Arch.SM90A, **layouts)
     free = dataclasses.replace(kernel.gemms[0], tile=None, warps=None, stages=None)
     kernel = dataclasses.replace(kernel, gemms=(free,))
     config = builder.sized(kernel, target(ir.Arch.SM90A), sizes)

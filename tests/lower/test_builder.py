@@ -282,7 +282,11 @@ def test_a_fused_epilogue_leaves_out_the_64x192_tile():
     (("row", "row"), dict(M=4096, N=4104, K=4096), "128x256x64 w2x4 s4 cluster 2x1"),
     (("row", "row"), dict(M=4096, N=4112, K=4096), "128x256x64 w2x4 s4 cluster 2x1"),
     (("row", "row"), dict(M=4096, N=4096, K=4104), None),  # only A's rows split
-    (("col", "col"), dict(M=5000, N=3000, K=1000), "128x192x64 w2x4 s4"),  # A not K-major
+    # a column-major A beside a K-major B: B's rows decide
+    (("col", "col"), dict(M=5000, N=3000, K=1000), "128x256x64 w2x4 s4 cluster 2x1"),
+    (("col", "col"), dict(M=5000, N=3000, K=1024), "128x192x64 w2x4 s4"),  # only A's split
+    # both MN-major: not measured, the wave model's (528 tiles of 256x128: 4 waves)
+    (("col", "row"), dict(M=4096, N=4104, K=4096), "256x128x64 w2x4 s4"),
     # fewer 128x256 tiles than SMs: the wave model's 64-row tiles
     (("row", "col"), dict(M=128, N=4096, K=4104), "pingpong: 64x64x64 w2x4 s12"),
 ])

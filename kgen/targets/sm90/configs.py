@@ -297,16 +297,22 @@ SIZED_ONE_ROW_TILES = 64
 #                    5000, 7000, 8200, 9000 (16-byte rows): 0.66-0.80x alone, 0.68-0.86x
 #                    on a cluster 1x2 (A shared), 0.84-1.02x on 2x1; at N = 4112 and 5008
 #                    (32-byte rows): 0.78-0.86x, 0.69-0.85x, 0.84-0.94x
-# Where only A's rows split (a row-major B, K = 4104) the sized choice ran 1.00x.
+#   A column-major   K-major B (H200, bench/logs/wide/wide_cola.log, two rounds): the wave
+#                    model's choice 0.685-0.947x -> 0.869-1.010x at K = 1000, 3000, 4104, 2000
+#                    and 1320 (128x256 alone 0.793-0.951x, on 1x2 0.783-0.923x)
+# Where only A's rows split (a row-major B, K = 4104; a column-major A, M = 5000 or 4104) the
+# sized choice ran 0.98-1.00x, and the cluster 2x1 0.82-0.96x: the rule looks at B's rows. A
+# column-major A beside a row-major B (both MN-major) was not measured: the rule leaves it.
 LINE = 128
 
 
 def line_split_rows(shape: GemmShape, sizes: Mapping[str, int]) -> tuple[int, int] | None:
     """The cluster 2x1 (B shared by multicast) where B's rows (K values if B is K-major, N if
-    not) are 16-byte multiples but not whole 128-byte lines, and A is K-major. None elsewhere."""
+    not) are 16-byte multiples but not whole 128-byte lines, and A or B is K-major. None
+    elsewhere."""
     k_major_a, k_major_b = shape.k_major
     row = common.known(shape.k if k_major_b else shape.n, sizes) * shape.dtype.nbytes
-    if not k_major_a or row % 16 or row % LINE == 0:
+    if not (k_major_a or k_major_b) or row % 16 or row % LINE == 0:
         return None
     return (2, 1)
 
@@ -322,9 +328,9 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           32 k tiles, else on 128x64 tiles
         pairs out         the builder's default: ping-pong 128x128 (PINGPONG_PAIRS_STAGES)
         B's rows split    128x256 s4 on a cluster 2x1 sharing B (line_split_rows), where the
-        L2 lines          tile below is a 128- or 256-row one, A is K-major, B's rows are 16-byte
-                          multiples but not whole 128-byte lines, and the 128x256 tiles fill
-                          at least a wave
+        L2 lines          tile below is a 128- or 256-row one, A or B is K-major, B's rows
+                          are 16-byte multiples but not whole 128-byte lines, and the 128x256
+                          tiles fill at least a wave
         otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
                           per element (128x256 where it ties): a 128- or 256-row one
                           cooperative, a 64-row one ping-pong (each consumer a tile of its
