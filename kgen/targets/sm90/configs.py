@@ -4,7 +4,8 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
     one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
               tiles, then 128x192x64, 128x128x64, 128x64x64 and 256x128x64, for every operand
               layout (an MN-major A or B, i.e. a column-major A or a row-major B, loads by
-              64-column boxes: each tile N here is a multiple of 64). A fixed K of at most 1024 puts ping-pong 128x128x64 first:
+              64-column boxes: each tile N here is a multiple of 64). A fixed K of at most
+              1024 puts ping-pong 128x128x64 first:
               with few k tiles per output tile the epilogue weighs more, and ping-pong hides it
               (8192x8192x512 ran 1.13-1.32x torch.matmul that way, bench/RESULTS.md); so
               does an output that leaves as pairs from registers, on 4 stages first. The
@@ -248,7 +249,7 @@ def ring_b(config: Config) -> Config:
 # 0.750x on 128x128, 64x128 s6 320x2048x4096 at 0.946x against 0.852x on 128x64; they lost
 # wherever 128-row tiles fill the waves (512x4096x4096: 0.903x on 64x256 against 0.962x).
 # 256x128 (each consumer two m64 halves) ran 0.976-0.991x 128x256's speed where both fill the
-# same waves (seven shapes, H200, bench/logs/wide/wide_probe.log), and 0.998x torch.matmul
+# same waves (seven shapes, H200, bench/logs/wide/wide_probe_tiles.log), and 0.998x torch.matmul
 # against 0.932x for 128x192 at 4000x5200x2048, where it fills 5 waves and they need 6 and 7.
 SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (128, 128, 6, 1.06),
                (128, 64, 8, 1.3), (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25),

@@ -60,7 +60,7 @@ CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
 # ping-pong one does). 256x128 fills the waves where 128x256 leaves the last one part empty
 # (4000x5200x2048 on an H200: 656 tiles, 4.97 waves of 132 SMs, against 672 of 128x256, 5.09;
 # 0.998x torch.matmul against 0.932x for the wave model's 128x192); where both fill the same
-# waves it ran 0.98-0.99x 128x256's speed (bench/logs/wide/wide_probe.log). 256x160 (160
+# waves it ran 0.98-0.99x 128x256's speed (bench/logs/wide/wide_probe_tiles.log). 256x160 (160
 # accumulators per consumer thread, its output as pairs) ran 0.58-0.95x torch.matmul there.
 COOPERATIVE_TILE_M = (128, 256)
 # A ping-pong consumer's tile: one m64 half (up to 256 columns), or two (up to 128: it holds
@@ -73,7 +73,8 @@ ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
          WarpRole("consumer", 4, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 WHY_KIND = {
     KernelKind.COOPERATIVE: ("a producer warpgroup fills the ring by TMA; two consumer "
-                             "warpgroups share each {rows}-row tile, {half} rows each; persistent CTAs"),
+                             "warpgroups share each {rows}-row tile, {half} rows each; "
+                             "persistent CTAs"),
     KernelKind.PINGPONG: ("schedule pingpong: a producer warpgroup fills the ring by TMA; two "
                           "consumer warpgroups take alternate {rows}-row tiles, one's epilogue "
                           "overlapping the other's mainloop"),
