@@ -47,7 +47,10 @@ def test_compile_only_compiles_the_candidates_in_parallel(free_gemm, cache_dir):
     assert sum(c["default"] for c in document["candidates"]) == 1
     assert all(c["registers"] for c in document["candidates"])
     assert document["sizes"] == {"M": 512, "K": 512, "N": 512}
-    assert {s["step"] for s in document["skipped"]} == {"limit"}
+    # past the limit; and sm_80's 256x128x64 w4x2, which on sm_90a plans the cooperative
+    # kernel its 256x128x64 w2x4 does: the same source, skipped as a duplicate
+    steps = {s["step"] for s in document["skipped"]}
+    assert "limit" in steps and steps <= {"limit", "duplicate"}
 
 
 def test_compile_only_prints_a_table(free_gemm, cache_dir):

@@ -32,6 +32,10 @@ def test_sm90a_lists_its_warp_specialized_kernels():
     space = search_space(kernel_of(example_text("gemm")), Arch.SM90A, SIZES)
     kinds = {c.plan.schedule.kind.value for c in space.candidates}
     assert {"cooperative", "pingpong", "tiled"} <= kinds
+    # the cooperative kernel's 256-row tiles (two m64 halves per consumer) among them
+    wide = [c for c in space.candidates if c.plan.gemms[0].tile == (256, 128, 64)
+            and c.plan.schedule.kind.value == "cooperative"]
+    assert {c.plan.gemms[0].stages for c in wide} == {4, 3}
 
 
 def test_the_lines_a_source_writes_are_kept():
