@@ -10,6 +10,22 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 P, T, V, S = ir.Param, ir.ParamKind.TENSOR, ir.ParamKind.VECTOR, ir.ParamKind.SCALAR
 
 
+# One f16 GEMM, D = A @ B with A row-major and B column-major: replace TARGET with the arch and
+# LINES with its schedule lines ("" for none)
+GEMM_TEXT = """\
+kernel k {
+  target TARGET
+  tensor A : f16[M, K] row
+  tensor B : f16[K, N] col
+  tensor D : f16[M, N] row out
+  gemm g = A @ B {
+    LINES
+    epilogue { D = acc }
+  }
+}
+"""
+
+
 # A B2B chain written the obvious way, with no schedule line (issue 17's sweep): format with t
 # (the operand dtype), k0, n0, n1
 B2B_CHAIN = """\

@@ -12,6 +12,8 @@ from kgen import cli as cli_module
 from kgen.cli import cli
 from kgen.errors import KgenError, SourceLoc
 
+from tests.kernels import GEMM_TEXT
+
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
 
 
@@ -388,17 +390,8 @@ def test_inspect_with_sizes_shows_the_choice_the_sizes_call_for(tmp_path):
 
 # -- kgen compile --size: the configuration the runtime sizes call for ----------------------
 
-BARE_ROW_B = """\
-kernel bare {
-  target sm_90a
-  tensor A : f16[M, K] row
-  tensor B : f16[K, N] row
-  tensor D : f16[M, N] row out
-  gemm g = A @ B {
-    epilogue { D = acc }
-  }
-}
-"""
+BARE_ROW_B = (GEMM_TEXT.replace("kernel k", "kernel bare").replace("TARGET", "sm_90a")
+              .replace("    LINES\n", "").replace("f16[K, N] col", "f16[K, N] row"))
 
 
 def test_compile_size_plans_what_the_sizes_call_for(tmp_path):

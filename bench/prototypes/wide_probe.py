@@ -103,15 +103,9 @@ RULE = [(4000, 5200, 2048), (3000, 7000, 4096), (4000, 5200, 4096), (8000, 5200,
 def rule_table():
     sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
     from misaligned_probe import FUSED, rounds_table
-    from kgen.parse import parse
     from kgen.targets.sm90 import configs
-    from kgen.verify import verify
-    kernels = {}
-    for name, text in (("bare", BARE.format(t="f16")), ("bf16", BARE.format(t="bf16")),
-                       ("fused", FUSED)):
-        module = parse(text, f"{name}.kg")
-        verify(module)
-        kernels[name] = module.kernels[0]
+    kernels = {name: parsed(text, name) for name, text in (
+        ("bare", BARE.format(t="f16")), ("bf16", BARE.format(t="bf16")), ("fused", FUSED))}
     tiles = configs.SIZED_TILES
 
     def patch(after):
@@ -127,19 +121,25 @@ COLA = [(5000, 3000, 1000), (2000, 7000, 3000), (4096, 4096, 4104), (3000, 5000,
         (6000, 4000, 1320), (5000, 3000, 1024), (4104, 4096, 4096), (4096, 4096, 4096)]
 
 
-def cola_table():
+def parsed(text: str, name: str):
+    """The kernel of `text`, parsed and verified."""
     from kgen.parse import parse
-    from kgen.targets import Config, GemmConfig
     from kgen.verify import verify
-    module = parse(BARE.format(t="f16").replace("[M, K] row", "[M, K] col"), "cola.kg")
+    module = parse(text, f"{name}.kg")
     verify(module)
+    return module.kernels[0]
+
+
+def cola_table():
+    from kgen.targets import Config, GemmConfig
+    cola = parsed(BARE.format(t="f16").replace("[M, K] row", "[M, K] col"), "cola")
     cells = {}
     for round_ in "ab":
         cells[f"sized {round_}"] = None
         for cluster in ((1, 1), (2, 1), (1, 2)):
             cells[f"c{cluster[0]}x{cluster[1]} {round_}"] = Config(
                 (GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),))
-    grid(module.kernels[0], COLA, cells, width=9)
+    grid(cola, COLA, cells, width=9)
     print("(A column-major; c: 128x256 s4 on that cluster; two rounds a, b)")
 
 
@@ -148,12 +148,7 @@ def main() -> int:
     parser.add_argument("--part", nargs="+", choices=("tiles", "small", "rule", "cola"),
                         default=["tiles", "small"])
     args = parser.parse_args()
-    from kgen.parse import parse
-    from kgen.verify import verify
-
-    module = parse(BARE.format(t="f16"), "bare.kg")
-    verify(module)
-    kernel = module.kernels[0]
+    kernel = parsed(BARE.format(t="f16"), "bare")
     if "tiles" in args.part:
         big = [s for s in SWEEP + OWN if s[0] * s[1] >= 2048 * 4096] + NEW
         grid(kernel, big, wide_variants())

@@ -13,20 +13,7 @@ from kgen.plan import KernelKind, Mma
 from kgen.targets import Config, GemmConfig, configs, target
 from kgen.verify import verify
 
-from tests.kernels import EXAMPLES, gemm_kernel, without_schedule_lines
-
-GEMM = """\
-kernel k {
-  target TARGET
-  tensor A : f16[M, K] row
-  tensor B : f16[K, N] col
-  tensor D : f16[M, N] row out
-  gemm g = A @ B {
-    LINES
-    epilogue { D = acc }
-  }
-}
-"""
+from tests.kernels import EXAMPLES, GEMM_TEXT as GEMM, gemm_kernel, without_schedule_lines
 
 
 def gemm(lines: str = "", arch: str = "sm_80") -> ir.Kernel:

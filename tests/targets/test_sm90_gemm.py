@@ -160,7 +160,7 @@ def test_a_256_row_tile_runs_cooperative_with_two_m64_halves_per_consumer(a_layo
     built = build(k)
     s = built.plan.schedule
     assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].mma is Mma.WGMMA_SS
-    assert built.plan.gemms[0].frags == (2, 16)
+    assert built.plan.gemms[0].frags == (2, 16) and "constexpr int kTileM = 256;" in built.source
     assert "share each 256-row tile, 128 rows each" in s.why_kind
     assert "kConsumerRows = kPingpong ? kTileM : kTileM / 2;" in built.source
     assert "const int row0 = kPingpong ? 0 : consumer * kConsumerRows;" in built.source
@@ -223,9 +223,9 @@ def test_a_configuration_with_split_and_a_cluster_is_refused(kind):
     undefined): the builder goes on to its own list and says why."""
     from kgen.targets import Config, GemmConfig
 
-    k = dataclasses.replace(gemm_kernel(arch=ir.Arch.SM90A), gemms=(dataclasses.replace(
-        gemm_kernel(arch=ir.Arch.SM90A).gemms[0], tile=None, warps=None, stages=None),),
-        schedule=kind)
+    base = gemm_kernel(arch=ir.Arch.SM90A)
+    free = dataclasses.replace(base.gemms[0], tile=None, warps=None, stages=None)
+    k = dataclasses.replace(base, gemms=(free,), schedule=kind)
     config = Config((GemmConfig((128, 128, 64), (2, 4), 5, split=4, cluster=(2, 1)),))
     schedule = build(k, config=config).plan.schedule
     assert schedule.split_k == 1 and schedule.cluster == (1, 1)
