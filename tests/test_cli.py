@@ -375,7 +375,7 @@ def test_regenerate_line_is_the_command_as_written(tmp_path, monkeypatch):
 
 def test_inspect_with_sizes_shows_the_choice_the_sizes_call_for(tmp_path):
     """Without a GPU or a tune entry, `kgen inspect --size` plans what `kgen run` would: on
-    sm_90a, 128x192 tiles where 128x256 ones leave the last wave part empty."""
+    sm_90a, 256x192 tiles where 128x256 and 128x192 ones leave the last wave part empty."""
     from tests.kernels import without_schedule_lines
 
     path = tmp_path / "bare.kg"
@@ -385,7 +385,7 @@ def test_inspect_with_sizes_shows_the_choice_the_sizes_call_for(tmp_path):
                                       "--size", "M=6144,N=5120,K=3072", "--gpu", "NVIDIA H200"])
     assert result.exit_code == 0, result.output
     text = result.output
-    assert "128x192x64" in text and "the runtime sizes: 128x192 tiles fill the waves" in text
+    assert "256x192x64" in text and "the runtime sizes: 256x192 tiles fill the waves" in text
 
 
 # -- kgen compile --size: the configuration the runtime sizes call for ----------------------

@@ -17,14 +17,6 @@
 # Run: STEP=... bash .gpu/device-run.sh bash bench/prototypes/wide_session.sh
 . "$(dirname "$0")/../session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
-sanitize() {  # compute-sanitizer on `kgen run` of /tmp/wide.kg at ragged sizes
-  for tool in memcheck racecheck synccheck; do
-    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run /tmp/wide.kg \
-      --size M=2199,N=4008,K=1000 > /tmp/san.log 2>&1
-    rc=$?  # (the visits before this fix printed grep's status here, not the sanitizer's)
-    echo "$(grep -m1 -E 'tile|tensor A' /tmp/wide.kg) 2199,4008,1000 $tool exit=$rc $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
-  done | tee "$OUT/sanitizer.log"
-}
 case ${STEP:-probe} in
 probe)
   timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_hopper_gpu.py \
@@ -33,13 +25,13 @@ probe)
     | tee "$OUT/wide_probe.log"
   python3 -c 'import sys; sys.path.insert(0, "bench"); from defaults import BARE; print(BARE.format(t="f16"))' \
     | sed "s/accumulate f32 {/accumulate f32 {\n    tile 256x128x64\n    warps 2x4\n    stages 4\n    cluster 2x1/" > /tmp/wide.kg
-  sanitize ;;
+  sanitize /tmp/wide.kg "$(grep -m1 -E 'tile|tensor A' /tmp/wide.kg)" ;;
 rule)
   timeout 200 python3 bench/prototypes/wide_probe.py --part rule 2>&1 | grep -v -i warn \
     | tee "$OUT/wide_rule.log"
   python3 -c 'import sys; sys.path.insert(0, "bench"); from defaults import BARE; print(BARE.format(t="f16"))' \
     | sed "s/accumulate f32 {/accumulate f32 {\n    tile 256x128x64\n    warps 2x4\n    stages 4\n    cluster 2x1/" > /tmp/wide.kg
-  sanitize
+  sanitize /tmp/wide.kg "$(grep -m1 -E 'tile|tensor A' /tmp/wide.kg)"
   # -v: each result as it lands, kept whole in the log even if the time runs out
   timeout 300 python3 -m pytest -v -m gpu -p no:cacheprovider -n 14 tests/gpu \
     --ignore=tests/gpu/test_tune_gpu.py > "$OUT/pytest_gpu_xdist.log" 2>&1
@@ -53,7 +45,7 @@ colarule)  # the line rule's GPU test (a column-major A among its cases); saniti
     -k split_lines 2>&1 | tail -6 | tee "$OUT/pytest_cola.log"
   python3 -c 'import sys; sys.path.insert(0, "bench"); from defaults import BARE; print(BARE.format(t="f16"))' \
     | sed "s/\[M, K\] row/[M, K] col/" > /tmp/wide.kg
-  sanitize ;;
+  sanitize /tmp/wide.kg "$(grep -m1 -E 'tile|tensor A' /tmp/wide.kg)" ;;
 tuned)  # the tune suite, then issue 17's sweep after kgen tune at each shape (f16)
   timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_tune_gpu.py 2>&1 \
     | tail -8 | tee "$OUT/pytest_gpu_tune.log"

@@ -169,11 +169,12 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
     """The mainloop fields of plan.GemmPlan for a chained `gemm` (its A is an earlier gemm)."""
     source = kernel.gemm(gemm.a.name)
     mainloop._check_tile(gemm, tgt, chained=True)
+    mainloop.check_warps(gemm, tgt)
     t, w = gemm.tile, gemm.warps
     threads = w.m * w.n * 32
     b = kernel.param(gemm.b.name)
     b_k_major = b.layout is ir.Layout.COL
-    b_plan = mainloop._operand(
+    b_plan = mainloop.operand(
         gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads,
         f"{gemm.name}_",
     )

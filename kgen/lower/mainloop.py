@@ -2,13 +2,17 @@
 
 Raises a located KgenError for any tile the sm_80 mainloop cannot run; otherwise returns the
 numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, copies per thread).
+On a target with wgmma and TMA, a one-gemm kernel's tile that only the sm_80 mainloop's warp
+split, accumulators or copies refuse is planned without them: the warp-specialized kernels load
+it by TMA and hold their own accumulators (256x160 on two consumers of 128 rows each), and the
+plan keeps the refusal (GemmPlan.tiled_refusal) for the mma.sync kernels, which then refuse it.
 """
 from __future__ import annotations
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import OperandPlan
-from ..targets import RING_MAX_STAGES, Target
+from ..plan import OperandPlan, SmemTile
+from ..targets import RING_MAX_STAGES, Instruction, Target
 from . import fragments, swizzle
 
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
@@ -39,32 +43,39 @@ def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
         raise KgenError(
             w.loc, f"warps {w.m}x{w.n} make {threads} threads; a CTA has at most {tgt.max_threads}"
         )
-    if t.m % (w.m * mma_m):
-        raise KgenError(
-            t.loc,
-            f"tile M {t.m} does not split over {w.m} warps in M into multiples of the "
-            f"{mma_m}-row MMA (needs a multiple of {w.m * mma_m})",
-        )
-    # Each warp loads B fragments for two n8 MMAs at once (ldmatrix.x4), so 16 columns.
-    if t.n % (w.n * 2 * mma_n):
-        raise KgenError(
-            t.loc,
-            f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
-            f"(needs a multiple of {w.n * 2 * mma_n})",
-        )
     if t.k % (2 * mma_k) and not (chained and t.k == mma_k):
         # fragments of consecutive k steps alternate between two register buffers
         raise KgenError(t.loc, f"tile K must be a multiple of {2 * mma_k}, got {t.k}")
-    acc_regs = (t.m // w.m) * (t.n // w.n) // 32
-    if acc_regs > MAX_ACC_REGISTERS:
-        raise KgenError(
-            t.loc,
-            f"warp tile {t.m // w.m}x{t.n // w.n} needs {acc_regs} f32 accumulator registers "
-            f"per thread (at most {MAX_ACC_REGISTERS}); use more warps or a smaller tile",
-        )
     s = gemm.stages
     if s.count < 2 or s.count > max_stages:
         raise KgenError(s.loc, f"stages must be between 2 and {max_stages}, got {s.count}")
+
+
+def _warps_refusal(gemm: ir.Gemm, tgt: Target) -> str | None:
+    """Why the sm_80 mainloop cannot split the tile over the warps (whole MMAs per warp, the
+    warp tile's accumulators within the registers), or None; it points at the tile line."""
+    t, w = gemm.tile, gemm.warps
+    mma_m, mma_n, _ = tgt.mma_shape
+    if t.m % (w.m * mma_m):
+        return (f"tile M {t.m} does not split over {w.m} warps in M into multiples of the "
+                f"{mma_m}-row MMA (needs a multiple of {w.m * mma_m})")
+    # Each warp loads B fragments for two n8 MMAs at once (ldmatrix.x4), so 16 columns.
+    if t.n % (w.n * 2 * mma_n):
+        return (f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
+                f"(needs a multiple of {w.n * 2 * mma_n})")
+    acc_regs = (t.m // w.m) * (t.n // w.n) // 32
+    if acc_regs > MAX_ACC_REGISTERS:
+        return (f"warp tile {t.m // w.m}x{t.n // w.n} needs {acc_regs} f32 accumulator "
+                f"registers per thread (at most {MAX_ACC_REGISTERS}); use more warps or a "
+                "smaller tile")
+    return None
+
+
+def check_warps(gemm: ir.Gemm, tgt: Target) -> None:
+    """_warps_refusal, raised."""
+    refusal = _warps_refusal(gemm, tgt)
+    if refusal is not None:
+        raise KgenError(gemm.tile.loc, refusal)
 
 
 def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int],
@@ -107,36 +118,48 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
     return tuple(copy_steps), row_step, frag_steps
 
 
-def _operand(
-    gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int, threads: int,
-    prefix: str = "",
-) -> OperandPlan:
-    dtype = param.dtype
+def _smem_tile(gemm: ir.Gemm, which: str, dtype: ir.DType, k_major: bool, outer: int,
+               inner: int, prefix: str) -> SmemTile:
     tile = swizzle.make_tile(f"{prefix}{which}_smem", dtype, outer, inner, gemm.stages.count)
-    extent = "K" if k_major else ("M" if which == "a" else "N")
     if tile is None:
+        extent = "K" if k_major else ("M" if which == "a" else "N")
         raise KgenError(
             gemm.tile.loc,
             f"the {which.upper()} tile's contiguous extent ({extent} = {inner} elements, "
             f"{inner * dtype.nbytes} bytes) must be 32, 64 or a multiple of 128 bytes",
         )
+    return tile
+
+
+def operand(gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int,
+            threads: int, prefix: str = "") -> OperandPlan:
+    """_operand, its refusal raised."""
+    plan = _operand(gemm, which, param, k_major, outer, inner, threads, prefix)
+    if isinstance(plan, str):
+        raise KgenError(gemm.tile.loc, plan)
+    return plan
+
+
+def _operand(
+    gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int, threads: int,
+    prefix: str = "",
+) -> OperandPlan | str:
+    """The operand's tile as the sm_80 mainloop copies and reads it, or why it cannot (its shared
+    tile's own refusal is raised)."""
+    dtype = param.dtype
+    tile = _smem_tile(gemm, which, dtype, k_major, outer, inner, prefix)
     chunks = outer * inner * dtype.nbytes // swizzle.CHUNK_BYTES
     # a stage of fewer chunks than threads (a narrow B tile): the first `chunks` threads copy
     copy_threads = min(chunks, threads)
     if chunks % copy_threads or threads % copy_threads:
-        raise KgenError(
-            gemm.tile.loc,
-            f"one stage of the {which.upper()} tile is {chunks} 16-byte copies, which do not "
-            f"divide over {threads} threads; use a larger tile or fewer warps",
-        )
+        return (f"one stage of the {which.upper()} tile is {chunks} 16-byte copies, which do not "
+                f"divide over {threads} threads; use a larger tile or fewer warps")
     warp_tile = (gemm.tile.m // gemm.warps.m, gemm.tile.n // gemm.warps.n)
     steps = _steps(gemm, which, tile, k_major, threads, warp_tile, copy_threads)
     if steps is None:
-        raise KgenError(
-            gemm.tile.loc,
-            f"kgen cannot lay out the {which.upper()} tile ({outer}x{inner}) for "
-            f"{threads} threads with per-thread constant offsets; try another tile or warp grid",
-        )
+        return (f"kgen cannot lay out the {which.upper()} tile ({outer}x{inner}) for "
+                f"{threads} threads with per-thread constant offsets; try another tile or warp "
+                "grid")
     copy_steps, copy_row_step, frag_steps = steps
     return OperandPlan(
         param=param.name,
@@ -167,17 +190,33 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
     threads = w.m * w.n * 32
     a_k_major = a.layout is ir.Layout.ROW
     b_k_major = b.layout is ir.Layout.COL
-    a_plan = _operand(
-        gemm, "a", a, a_k_major, *((t.m, t.k) if a_k_major else (t.k, t.m)),
-        a_threads or threads, prefix
-    )
-    b_plan = _operand(
-        gemm, "b", b, b_k_major, *((t.n, t.k) if b_k_major else (t.k, t.n)), threads, prefix
-    )
+    a_shape = (t.m, t.k) if a_k_major else (t.k, t.m)
+    b_shape = (t.n, t.k) if b_k_major else (t.k, t.n)
+    refusal = _warps_refusal(gemm, tgt)
+    if refusal is None:
+        a_plan = _operand(gemm, "a", a, a_k_major, *a_shape, a_threads or threads, prefix)
+        b_plan = _operand(gemm, "b", b, b_k_major, *b_shape, threads, prefix)
+        refusal = next((p for p in (a_plan, b_plan) if isinstance(p, str)), None)
+    if refusal is not None:  # every such refusal points at the tile line
+        if not (len(kernel.gemms) == 1 and tgt.has(Instruction.WGMMA) and tgt.tma):
+            raise KgenError(gemm.tile.loc, refusal)
+        a_plan = _tma_operand(gemm, "a", a, a_k_major, *a_shape, prefix)
+        b_plan = _tma_operand(gemm, "b", b, b_k_major, *b_shape, prefix)
     # logical shapes: A is [M, K] and B is [K, N] in either layout
     fields = gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
     fields["producer_threads"] = a_threads or 0
+    fields["tiled_refusal"] = refusal or ""
     return fields
+
+
+def _tma_operand(gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int,
+                 inner: int, prefix: str) -> OperandPlan:
+    """An operand tile that only the copy engine loads and wgmma reads: its shared-memory tile,
+    without the sm_80 mainloop's copies and fragment loads."""
+    tile = _smem_tile(gemm, which, param.dtype, k_major, outer, inner, prefix)
+    return OperandPlan(param=param.name, dtype=param.dtype, k_major=k_major, smem=tile,
+                       copies_per_thread=0, ldmatrix_trans=not k_major, copy_steps=(),
+                       copy_row_step=0, frag_steps=())
 
 
 def gemm_fields(gemm: ir.Gemm, tgt: Target, a_plan, b_plan, m_dim, n_dim, k_dim) -> dict:

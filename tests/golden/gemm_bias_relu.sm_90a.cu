@@ -53,7 +53,8 @@ struct alignas(64) TensorMaps {
   unsigned long long C[16];  // loaded in 64x64 boxes
 };
 constexpr unsigned kStagingBoxBytes = 64 * 64 * 2;  // one box of a consumer's staging
-constexpr unsigned kStagingBytes = kConsumerRows * kTileN * 2;  // a consumer's staging
+constexpr int kBoxesN = kTileN / 64;  // 64-column boxes per 64 rows of a consumer's tile
+constexpr unsigned kStagingBytes = kFragM * kBoxesN * kStagingBoxBytes;  // a consumer's staging
 }  // namespace gemm_bias_relu_kgen
 
 // ============================================================================================
@@ -705,8 +706,8 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       #pragma unroll
           for (int i = 0; i < kFragM; ++i)
       #pragma unroll
-            for (int box = 0; box < kTileN / 64; ++box)
-              tma_load_box(staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, &maps.C, input_full + 8 * consumer, n0 + box * 64, m0 + row0 + i * 64);
+            for (int box = 0; box < kBoxesN; ++box)
+              tma_load_box(staging + (i * kBoxesN + box) * kStagingBoxBytes, &maps.C, input_full + 8 * consumer, n0 + box * 64, m0 + row0 + i * 64);
         }
       }
     };
@@ -795,7 +796,7 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       #pragma unroll
           for (int jj = 0; jj < kFragN / 2; ++jj) {
             const int piece_col = (2 * jj + lane / 16) * 8;
-            const unsigned at = staging + (i * (kTileN / 64) + piece_col / 64) * kStagingBoxBytes + staging_offset(piece_row % 64, piece_col % 64);
+            const unsigned at = staging + (i * kBoxesN + piece_col / 64) * kStagingBoxBytes + staging_offset(piece_row % 64, piece_col % 64);
             unsigned staged[4];  // C's pairs, where this thread then writes the output's
             ldmatrix_x4(at, staged);
             unsigned pairs[4];
@@ -816,14 +817,14 @@ __device__ __forceinline__ void kernel_body(const gemm_bias_relu_params& p, cons
       #pragma unroll
             for (int i = 0; i < kFragM; ++i)
       #pragma unroll
-              for (int box = 0; box < kTileN / 64; ++box)
-                tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
+              for (int box = 0; box < kBoxesN; ++box)
+                tma_store_box(&maps.D, staging + (i * kBoxesN + box) * kStagingBoxBytes, n0 + box * 64, m0 + row0 + i * 64);
             bulk_commit();
           }
         } else {
       #pragma unroll 1
-          for (int b = 0; b < kFragM * (kTileN / 64); ++b) {
-            const int i = b / (kTileN / 64), box = b % (kTileN / 64);
+          for (int b = 0; b < kFragM * kBoxesN; ++b) {
+            const int i = b / kBoxesN, box = b % kBoxesN;
             copy_box_out(p.D, p.ld_D, staging + b * kStagingBoxBytes, m0 + row0 + i * 64, n0 + box * 64, M, N);
           }
           warpgroup_barrier(consumer);  // the tile is read out of the staging

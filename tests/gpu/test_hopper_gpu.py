@@ -25,11 +25,15 @@ pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 SM90A = ir.Arch.SM90A
 # (schedule, tile, warps, stages): the cooperative default, on 256-row tiles too (two m64
-# halves per consumer), and the ping-pong requests, on 128-row tiles and on 64-row ones (one
-# m64 row per consumer)
+# halves per consumer), and on tiles whose N is not a multiple of 64 (the last staging box part
+# full, copied out by the threads: in the epilogue tile at 256x160, in the whole tile's staging at
+# 128x96), and the ping-pong requests, on 128-row tiles and on 64-row ones (one m64 row per
+# consumer)
 KINDS = {
     "cooperative": (None, (128, 256, 64), (2, 4), 3),
     "cooperative256": (None, (256, 128, 64), (2, 4), 4),
+    "cooperative256x160": (None, (256, 160, 64), (2, 4), 3),
+    "cooperative128x96": (None, (128, 96, 64), (2, 4), 4),
     "pingpong": (ir.Schedule.PINGPONG, (128, 128, 64), (2, 4), 5),
     "pingpong64": (ir.Schedule.PINGPONG, (64, 256, 64), (2, 4), 4),
 }
@@ -118,7 +122,8 @@ def _example(name, deterministic, kind=None):
     return dataclasses.replace(kernel, deterministic=deterministic, target=SM90A)
 
 
-@pytest.mark.parametrize("kind", [None, "cooperative256"], ids=["written", "256x128"])
+@pytest.mark.parametrize("kind", [None, "cooperative256", "cooperative256x160"],
+                         ids=["written", "256x128", "256x160"])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("mnk", [(17, 24, 8), (1000, 1000, 40), (4097, 1030, 264)],
                          ids=lambda s: "x".join(map(str, s)))

@@ -173,7 +173,11 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
 
 @pytest.mark.parametrize("sizes, label", [
     (dict(M=4096, N=4096, K=4096), None),  # 512 tiles of 128x256: 3.9 waves, the default's
-    (dict(M=6144, N=5120, K=3072), "128x192x64 w2x4 s4"),  # 960 tiles: 7.3 waves; 1296: 9.8
+    # 960 tiles of 128x256: 7.3 waves; 1296 of 128x192: 9.8; 648 of 256x192: 4.9
+    (dict(M=6144, N=5120, K=3072), "256x192x64 w2x4 s3"),
+    # 132 tiles of 256x176: one wave; 264 of 128x192 two, 132 of 256x192 one but wider
+    (dict(M=3000, N=1936, K=4096), "256x176x64 w2x4 s3"),
+    (dict(M=8192, N=8192, K=8192), None),  # 256x192 fills its waves no better: the default
     (dict(M=128, N=4096, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 64 k tiles: no split;
     # 128 tiles of 64x64, one wave
     (dict(M=64, N=8192, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 128 tiles of 64x64
@@ -295,7 +299,7 @@ def test_rows_that_split_lines_take_a_cluster(layouts, sizes, label):
 
 @pytest.mark.parametrize("m, n, k, tile, cluster", [
     (5000, 3000, 1000, (128, 256, 64), (2, 1)),  # rows that split sectors
-    (6144, 5120, 3072, (128, 192, 64), (1, 1)),  # the wave model's tile
+    (6144, 5120, 3072, (256, 192, 64), (1, 1)),  # the wave model's tile
     (4096, 4096, 4096, (128, 256, 64), (1, 1)),  # the size-blind default serves it
 ])
 def test_sizes_the_source_fixes_plan_as_the_runtime_sizes_would(m, n, k, tile, cluster):

@@ -50,7 +50,7 @@ def test_a_column_major_output_leaves_through_the_copy_engine_transposed():
     assert "const bool whole_chunks = m0 + kTileM <= M || M % 8 == 0;" in src
     assert "copy_box_out(p.D, p.ld_D, staging + b * kStagingBoxBytes, n0 + box * 64, " \
            "m0 + row0 + i * 64, N, M);  // transposed" in src
-    assert "tma_store_box(&maps.D, staging + (i * (kTileN / 64) + box) * kStagingBoxBytes, " \
+    assert "tma_store_box(&maps.D, staging + (i * kBoxesN + box) * kStagingBoxBytes, " \
            "m0 + row0 + i * 64, n0 + box * 64);" in src
     (align,) = [a for a in built.plan.alignments if a.param == "D"]
     assert (align.ptr_bytes, align.ld_multiple) == (16, 8) and "8 rows" in align.reason

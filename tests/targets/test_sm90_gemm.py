@@ -14,7 +14,7 @@ from kgen.api import build, build_file
 from kgen.errors import KgenError
 from kgen.plan import KernelKind, LoadPath, Mma, StorePath
 
-from tests.kernels import gemm_kernel
+from tests.kernels import GEMM_TEXT, gemm_kernel
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 SINGLE = sorted(p for p in EXAMPLES.glob("*.kg") if p.stem.startswith(("gemm", "evt")))
@@ -168,11 +168,75 @@ def test_a_256_row_tile_runs_cooperative_with_two_m64_halves_per_consumer(a_layo
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
 
 
-def test_a_256_row_tile_wider_than_128_is_refused():
-    """A consumer of 128 rows holds 128 x N accumulators: N at most 128 (with 8 warps the
-    mainloop's accumulator rule says so first)."""
-    k = gemm_kernel(tile=(256, 192, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM90A)
-    with pytest.raises(KgenError, match="192 f32 accumulator registers"):
+@pytest.mark.parametrize("n", [144, 160, 176, 192])
+def test_a_256_row_tile_up_to_192_columns_plans_what_only_wgmma_runs(n):
+    """256xN beyond 128 columns: the sm_80 mainloop's warp split (2x4 warps: N a multiple of 64)
+    or accumulators (192 a thread) refuse it, so only the cooperative kernel plans it; its last
+    staging box holds N % 64 columns where N is not a multiple of 64, copied out by the threads
+    in 16-byte chunks. It compiles without a spill."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build(gemm_kernel(tile=(256, n, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM90A))
+    g, s = built.plan.gemms[0], built.plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.TMA
+    assert s.gemms[0].stages_d == 2  # the whole tile's staging does not fit beside the ring
+    assert g.tiled_refusal and g.a.copies_per_thread == 0 and g.b.frag_steps == ()
+    rejected = dict(s.rejected)
+    assert KernelKind.TILED not in rejected  # the cooperative kernel came first
+    part = n % 64
+    assert ("constexpr int kPartCols = kTileN % 64;" in built.source) == bool(part)
+    assert ("copy_part_box_out(p.D, p.ld_D, buffer" in built.source) == bool(part)
+    if part:
+        assert "constexpr int kBoxesN = (kTileN + 63) / 64;" in built.source
+        assert "if (box == 0) bulk_wait_read(); else bulk_wait_read_pending<kStagesD - 1>();" \
+            in built.source
+    result = compile_cubin(built.source, built.plan.name, "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_the_whole_tiles_staging_copies_its_part_boxes_out_by_the_threads():
+    """128x96: a consumer's whole tile fits its staging (two boxes per 64 rows, the second part
+    full); the copy engine stores the first, the threads the part box, then all wait."""
+    built = build(gemm_kernel(tile=(128, 96, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
+    assert built.plan.schedule.gemms[0].stages_d == 0
+    src = built.source
+    assert "copy_part_box_out(p.D, p.ld_D, staging + (i * kBoxesN + kBoxesN - 1) * " in src
+    assert "for (int box = 0; box < kBoxesN - 1; ++box)" in src
+    assert "warpgroup_barrier(consumer);  // the part boxes are read out of the staging" in src
+    # a tile that ends inside a 16-byte chunk copies every box element by element, up to the
+    # tile's last column
+    assert "M, min(N, n0 + kTileN));" in src
+
+
+def test_a_column_major_output_with_a_part_box_leaves_as_pairs():
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    text = (GEMM_TEXT.replace("TARGET", "sm_90a").replace("N] row out", "N] col out")
+            .replace("LINES", "tile 256x160x64  warps 2x4  stages 3"))
+    module = parse(text, "col.kg")
+    verify(module)
+    s = build(module.kernels[0]).plan.schedule
+    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.PAIRS
+    assert "part box is not built" in s.gemms[0].why_store
+
+
+@pytest.mark.parametrize("tile, schedule, reason", [
+    ((256, 208, 64), None, "does not split over 4 warps"),  # wider than the cooperative's 192
+    ((128, 160, 64), ir.Schedule.PINGPONG, "up to 128"),  # a ping-pong consumer of 128 rows
+])
+def test_a_consumer_of_128_rows_wider_than_it_holds_is_refused(tile, schedule, reason):
+    """Wider than the consumers hold: every kernel refuses it, the mma.sync one last (its
+    refusal is the one raised without a schedule line)."""
+    k = dataclasses.replace(gemm_kernel(tile=tile, warps=(2, 4), stages=3, arch=ir.Arch.SM90A),
+                            schedule=schedule)
+    with pytest.raises(KgenError, match=reason):
+        build(k)
+
+
+def test_the_mma_sync_mainloops_refusal_stays_on_sm_80():
+    k = gemm_kernel(tile=(256, 160, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM80)
+    with pytest.raises(KgenError, match="does not split over 4 warps"):
         build(k)
 
 

@@ -173,6 +173,9 @@ def over_budget(storage) -> str:
 
 
 def tiled(draft: ScheduleDraft) -> Candidate:
+    for i, g in enumerate(draft.gemms):  # a tile only the warp-specialized kernels plan
+        if g.plan.tiled_refusal:
+            return Candidate(KernelKind.TILED, False, g.plan.tiled_refusal, Site("tile", i))
     refusal = resident_refusal(draft, persist=False)
     if refusal is not None:
         return dataclasses.replace(refusal, kind=KernelKind.TILED)

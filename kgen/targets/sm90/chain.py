@@ -103,6 +103,7 @@ class Sm90Chain(chain.ChainTarget):
             stmatrix=tma is not None,  # and writes its staging by stmatrix
             copy_out=False,  # its tiles cover N exactly (tma_refusal): the copy engine stores each
             stmatrix_trans=False,
+            part_box=False,
             stages_d=0,  # its staging holds the whole tile
             maps=maps,
             map_steps=tensor_map.steps_lines(maps),

@@ -42,8 +42,11 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     ((128, 128, 64), (6, 5, 4)),
     ((128, 64, 64), (8, 6)),
     # two m64 halves per consumer: the waves' other shape where 128x256 leaves the last one part
-    # empty (see SIZED_TILES)
+    # empty (see SIZED_TILES); wider ones on 3 stages (4 leave no room for the epilogue tile's
+    # staging), 176 columns with its last staging box part full
     ((256, 128, 64), (4, 3)),
+    ((256, 192, 64), (3,)),
+    ((256, 176, 64), (3,)),
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
 # Ping-pong first, on 4 stages first, where the output leaves as pairs from registers (two
@@ -251,7 +254,16 @@ def ring_b(config: Config) -> Config:
 # 256x128 (each consumer two m64 halves) ran 0.976-0.991x 128x256's speed where both fill the
 # same waves (seven shapes, H200, bench/logs/wide/wide_probe_tiles.log), and 0.998x torch.matmul
 # against 0.932x for 128x192 at 4000x5200x2048, where it fills 5 waves and they need 6 and 7.
-SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (128, 128, 6, 1.06),
+# 256x192 and 256x176 on 3 stages (the latter's last staging box part full), H200,
+# bench/logs/part_box/part_box_rule.log, two rounds where the choice changes (2.2% of 3000
+# random shapes): 256x192 against 128x192 s4 0.967-1.014x -> 0.980-1.038x torch.matmul at
+# eight shapes (5120x3584x2048 1.007 -> 1.004), 256x176 against 128x192 or 128x256
+# 0.605-0.985x -> 0.839-1.020x at five; relu(alpha*acc + beta*C + bias[col]) 1.317-2.834x ->
+# 1.481-2.773x the unfused PyTorch (5120x3584x2048 the one slower). Where the waves tie they
+# lost (256x192: 8192^3 1.007 against 1.023x; 256x144 and 256x160 won nowhere,
+# part_box_probe.log).
+SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (256, 192, 3, 1.0),
+               (256, 176, 3, 1.08), (128, 128, 6, 1.06),
                (128, 64, 8, 1.3), (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25),
                (64, 64, 12, 1.6))
 # For D = acc alone: 64x192's ring of 7 leaves no room for the output's staging, so its output

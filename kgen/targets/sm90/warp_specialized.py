@@ -32,9 +32,9 @@ clusters of two that walk cluster tiles of 2x1 (1x2) output tiles, the operand b
 rows of a K-major tile, half the 64-column boxes of an MN-major one; the narrow
 entry point runs without clusters. The rules, each refusal with its reason and where it points:
 one gemm, 128-byte k tiles, a 128- or 256-row tile (64 or 128 for ping-pong), 8 math warps (the two
-consumer warpgroups), tile N a multiple of 8 up to 256 (128 where a consumer has 128 rows: a
-256-row cooperative tile or a 128-row ping-pong one; it holds 128 x N accumulators) and of 64
-for an MN-major B, a shared MN-major operand's tile a multiple of 128 (two CTAs' boxes), no
+consumer warpgroups), tile N a multiple of 8 up to 256 (where a consumer has 128 rows, it holds
+128 x N accumulators: up to 192 on a 256-row cooperative tile, 128 on a 128-row ping-pong one)
+and of 64 for an MN-major B, a shared MN-major operand's tile a multiple of 128 (two CTAs' boxes), no
 reductions with ping-pong, and
 the buffers within the budget.
 """
@@ -60,9 +60,11 @@ CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
 # ping-pong one does). 256x128 fills the waves where 128x256 leaves the last one part empty
 # (4000x5200x2048 on an H200: 656 tiles, 4.97 waves of 132 SMs, against 672 of 128x256, 5.09;
 # 0.998x torch.matmul against 0.932x for the wave model's 128x192); where both fill the same
-# waves it ran 0.98-0.99x 128x256's speed (bench/logs/wide/wide_probe_tiles.log). 256x160 (160
-# accumulators per consumer thread, its output as pairs) ran 0.58-0.95x torch.matmul there.
+# waves it ran 0.98-0.99x 128x256's speed (bench/logs/wide/wide_probe_tiles.log). Up to 192
+# columns (192 accumulators per consumer thread, no spill on 3 stages; NVRTC 13.0): 256x192 and
+# 256x176 fill waves that no other tile does (bench/logs/part_box/).
 COOPERATIVE_TILE_M = (128, 256)
+WIDEST_TWO_HALVES = 192
 # A ping-pong consumer's tile: one m64 half (up to 256 columns), or two (up to 128: it holds
 # 128 x N accumulators). The 64-row tile serves small outputs, where 128-row tiles leave SMs
 # idle (cuBLAS runs 64-row tiles at 128x4096x4096 and 1024^3, bench/RESULTS.md).
@@ -248,11 +250,11 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if g.warps[0] * g.warps[1] != CONSUMERS * 4:
         return (f"8 math warps (two consumer warpgroups), not {g.warps[0]}x{g.warps[1]}",
                 Site("warps", 0))
-    widest = 128 if consumer_rows(g.tile[0], kind) == 128 else 256
+    widest = widest_n(g.tile[0], kind)
     if g.tile[1] % 8 or not 8 <= g.tile[1] <= widest:
         return (f"tile N a multiple of 8 up to {widest}, not {g.tile[1]}"
                 + (" (a consumer of 128 rows holds 128 x N accumulators)"
-                   if widest == 128 else ""), Site("tile", 0))
+                   if consumer_rows(g.tile[0], kind) == 128 else ""), Site("tile", 0))
     if not g.b.k_major and g.tile[1] % MN_BOX:
         return (f"{g.b.param} is MN-major (row-major): its k tile arrives as boxes of {MN_BOX} "
                 f"columns (128 bytes, the swizzle's width), so tile N must be a multiple of "
@@ -280,6 +282,15 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     return None
 
 
+def widest_n(tile_m: int, kind: KernelKind) -> int:
+    """The widest tile a consumer's accumulators hold: 256 columns of one m64 half; of two (128
+    x N accumulators), 128 with ping-pong (its setmaxnreg budget also holds the other consumer's
+    turn) and WIDEST_TWO_HALVES cooperative."""
+    if consumer_rows(tile_m, kind) != 128:
+        return 256
+    return WIDEST_TWO_HALVES if kind is KernelKind.COOPERATIVE else 128
+
+
 def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
     """The gemm as the consumers run it: cooperative, 8 warps along M of 16 rows each (two
     warpgroups); ping-pong, 4 warps of 16 rows in each of the tile's m64 halves. Each warp
@@ -298,12 +309,21 @@ def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
 
 def staging_refusal(g: GemmPlan) -> str | None:
     """Why the output cannot leave through the copy engine (None: it can): one 16-bit output
-    (row- or column-major) and nothing else, in whole 64-column boxes."""
+    (row- or column-major) and nothing else; a row-major one's tile N need not be a multiple
+    of 64 (part_box)."""
     if g.epilogue.packed_store is None:
         return "TMA stores need an epilogue that only stores one 16-bit tensor"
-    if g.tile[1] % STAGING_BOX:
-        return f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box"
+    if g.tile[1] % STAGING_BOX and g.epilogue.packed_store.layout is Layout.COL:
+        return (f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box (a "
+                "column-major output's part box is not built)")
     return None
+
+
+def part_box(g: GemmPlan) -> int:
+    """The columns of the last staging box where tile N is not a multiple of 64 (its consumers
+    copy it out of the staging in 16-byte chunks, since the copy engine's 64-column box would
+    write past the tile), else 0."""
+    return g.tile[1] % STAGING_BOX
 
 
 def staging_map(param: str, dtype, layout: Layout, g: GemmPlan, *, store: bool,
@@ -343,8 +363,9 @@ def staged_input(g: GemmPlan) -> tuple[str | None, str]:
 
 
 def staging_boxes(g: GemmPlan, kind: KernelKind) -> int:
-    """The 64x64 boxes of one consumer's rows of the tile."""
-    return consumer_rows(g.tile[0], kind) // STAGING_BOX * (g.tile[1] // STAGING_BOX)
+    """The 64x64 boxes of one consumer's rows of the tile (the last of a row part full where
+    tile N is not a multiple of 64)."""
+    return consumer_rows(g.tile[0], kind) // STAGING_BOX * -(-g.tile[1] // STAGING_BOX)
 
 
 def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
