@@ -12,6 +12,10 @@ L2).
            new widths fills its waves
     fused  relu(alpha*acc + beta*C + bias[col]) (C through the staging, its last box loaded
            whole) on the sized choice against 256x160 s3, x unfused PyTorch
+    narrow 256x152 (an odd number of n8 column groups: cuBLAS's tile at 3000x5000x2000) on 3
+           and 4 stages, 256x160 and 256x144 on 4 (one staging box per consumer)
+    rule152  the wave model without 256x152 s4 and with it, two rounds, where it changes the
+           choice (shapes drawn at random, seed 7, by what they ran before and by B's rows)
     rule   the wave model without 256x192 s3 and 256x176 s3 (before) and with them (after, the
            product path), two rounds, where it changes the choice: the sweep's and my own
            shapes seen in `tiles`, then shapes never probed, drawn at random (seed 11) among
@@ -74,9 +78,50 @@ def rule_table():
         configs.SIZED_TILES = tiles
 
 
+# 256x152 (cuBLAS's tile at 3000x5000x2000): 12 x 33 = 396 tiles, 3.0 waves; then shapes where
+# it fills 1 and 2 waves (12 x 11, 12 x 22 tiles) and two it does not fill
+NARROW = [(3000, 5000, 2000), (3000, 1672, 4096), (3072, 3344, 2048), (2900, 4980, 3000),
+          (4096, 4096, 4096), (6144, 5120, 3072)]
+
+
+def narrow_variants():
+    """256x152 (odd n8 groups) and the 4-stage rings that one staging box per consumer
+    leaves room for."""
+    from kgen.targets import Config, GemmConfig
+    out = {"sized": None}
+    for n, stages in ((152, 3), (152, 4), (160, 3), (160, 4), (144, 4)):
+        out[f"256x{n} s{stages}"] = Config((GemmConfig((256, n, 64), (2, 4), stages),))
+    out["256x160 s4 c2x1"] = Config((GemmConfig((256, 160, 64), (2, 4), 4, cluster=(2, 1)),))
+    return out
+
+
+# where 256x152 s4 changes the choice (4% of 3000 random shapes): in place of the line rule's
+# 128x256 on 2x1 (B's rows 32-byte, then 16-byte multiples), of 64x192 s7 (rows 16-byte, 32-byte,
+# whole lines), of 128x128 s6 and of 256x176 s3
+RULE152 = [(3000, 5000, 2000), (3936, 1080, 2480), (7392, 1272, 2720), (5152, 1744, 4904),
+           (5312, 848, 3736), (1408, 3296, 5432), (2400, 1744, 1184), (2440, 1768, 2816),
+           (3192, 2984, 3200), (5208, 912, 3776)]
+
+
+def rule152_table():
+    from misaligned_probe import FUSED, rounds_table
+    from kgen.targets.sm90 import configs
+    kernels = {name: parsed(text, name) for name, text in (
+        ("bare", BARE.format(t="f16")), ("fused", FUSED))}
+    tiles = configs.SIZED_TILES
+
+    def patch(after):
+        configs.SIZED_TILES = tiles if after else tuple(t for t in tiles if t[:2] != (256, 152))
+    try:
+        rounds_table(kernels, {"bare": RULE152, "fused": [RULE152[i] for i in (0, 3, 7)]},
+                     patch, "before: the wave model without 256x152")
+    finally:
+        configs.SIZED_TILES = tiles
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", nargs="+", choices=("tiles", "fused", "rule"),
+    parser.add_argument("--part", nargs="+", choices=("tiles", "fused", "rule", "narrow", "rule152"),
                         default=["tiles", "fused"])
     args = parser.parse_args()
     if "tiles" in args.part:
@@ -95,6 +140,10 @@ def main() -> int:
         print("(the fused kernel: x unfused PyTorch)")
     if "rule" in args.part:
         rule_table()
+    if "rule152" in args.part:
+        rule152_table()
+    if "narrow" in args.part:
+        grid(parsed(BARE.format(t="f16"), "bare"), NARROW, narrow_variants(), width=15)
     return 0
 
 

@@ -6,6 +6,10 @@
 #   rule   part_box_probe.py --part rule (the wave model with 256x192 and 256x176 against
 #          without); the whole `pytest -m gpu` under pytest-xdist but the tune suite, then that
 #          alone; bench/defaults.py --part 3 (the sweep, no schedule line)
+#   narrow their GPU tests (-k x152); part_box_probe.py --part narrow; compute-sanitizer on
+#          256x152 s4, bare and fused
+#   final  part_box_probe.py --part rule152; bench/defaults.py --part 3 (the sweep, no schedule
+#          line); the whole `pytest -m gpu` under pytest-xdist but the tune suite
 # Run: STEP=... bash .gpu/device-run.sh bash bench/prototypes/part_box_session.sh
 . "$(dirname "$0")/../session_head.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
@@ -21,6 +25,24 @@ probe)
     | grep -v -i warn | tee "$OUT/part_box_probe.log"
   kg bare 256x160x64 3; sanitize /tmp/part.kg "bare 256x160 s3"
   kg fused 256x160x64 3; sanitize /tmp/part.kg "fused 256x160 s3" ;;
+narrow)
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_hopper_gpu.py \
+    tests/gpu/test_staged_input_gpu.py tests/gpu/test_any_shape_gpu.py -k "x152 or kgen_load" 2>&1 \
+    | tail -8 | tee "$OUT/pytest_narrow.log"
+  timeout 300 python3 bench/prototypes/part_box_probe.py --part narrow 2>&1 | grep -v -i warn \
+    | tee "$OUT/part_box_narrow.log"
+  kg bare 256x152x64 4; sanitize /tmp/part.kg "bare 256x152 s4"
+  kg fused 256x152x64 4; sanitize /tmp/part.kg "fused 256x152 s4" ;;
+final)
+  timeout 170 python3 bench/prototypes/part_box_probe.py --part rule152 2>&1 | grep -v -i warn \
+    | tee "$OUT/part_box_rule152.log"
+  timeout 150 python3 bench/defaults.py --part 3 --json "$OUT/sweep.json" 2>&1 \
+    | grep -v -i warn | tee "$OUT/sweep.log"
+  timeout 230 python3 -m pytest -v -m gpu -p no:cacheprovider -n 14 tests/gpu \
+    --ignore=tests/gpu/test_tune_gpu.py > "$OUT/pytest_gpu_xdist.log" 2>&1
+  echo "pytest exit $?"; grep -E "FAILED|ERROR" "$OUT/pytest_gpu_xdist.log" | head -20
+  grep -c PASSED "$OUT/pytest_gpu_xdist.log"; tail -3 "$OUT/pytest_gpu_xdist.log"
+  gzip -f "$OUT/pytest_gpu_xdist.log" ;;
 rule)
   timeout 260 python3 bench/prototypes/part_box_probe.py --part rule 2>&1 | grep -v -i warn \
     | tee "$OUT/part_box_rule.log"

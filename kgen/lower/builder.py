@@ -41,6 +41,7 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
     first_a = kernel.param(kernel.gemms[0].a.name) if kernel.gemms else None
     for g in kernel.gemms:
         a, b = kernel.param(g.a.name), kernel.param(g.b.name)
+        stored = [kernel.param(s.target) for s in g.epilogue.stmts if isinstance(s, ir.Store)]
         out.append(GemmShape(
             name=g.name, m=first_a.shape[0], n=b.shape[1], k=b.shape[0], dtype=b.dtype,
             k_major=(a is None or a.layout is ir.Layout.ROW, b.layout is ir.Layout.COL),
@@ -48,7 +49,8 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
             reductions=bool(g.epilogue.reductions),
             fused=not all(isinstance(s, ir.Store) and isinstance(s.value, ir.Acc)
                           for s in g.epilogue.stmts),
-            pairs=not stores_one_16bit_tensor(kernel, g.epilogue)))
+            pairs=not stores_one_16bit_tensor(kernel, g.epilogue),
+            row_out=all(p is not None and p.layout is ir.Layout.ROW for p in stored)))
     return tuple(out)
 
 

@@ -33,8 +33,10 @@ def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
             )
     # N need not be a power of two: a tile N of 192 (three 64-column boxes) fills the waves of
     # shapes whose 256-column tiles leave the last wave part empty (6144x5120 on 132 SMs)
-    if t.n < 16 or t.n > MAX_TILE or t.n % 16:
-        raise KgenError(t.loc, f"tile N must be a multiple of 16 between 16 and {MAX_TILE}, "
+    # (wgmma takes any multiple of 8; the mma.sync mainloop refuses one of 16 in _warps_refusal)
+    step = 8 if tgt.has(Instruction.WGMMA) else 16
+    if t.n < 16 or t.n > MAX_TILE or t.n % step:
+        raise KgenError(t.loc, f"tile N must be a multiple of {step} between 16 and {MAX_TILE}, "
                         f"got {t.n}")
     if w.m <= 0 or w.n <= 0:
         raise KgenError(w.loc, f"warps must be positive, got {w.m}x{w.n}")
@@ -56,6 +58,8 @@ def _warps_refusal(gemm: ir.Gemm, tgt: Target) -> str | None:
     warp tile's accumulators within the registers), or None; it points at the tile line."""
     t, w = gemm.tile, gemm.warps
     mma_m, mma_n, _ = tgt.mma_shape
+    if t.n % 16:  # (256x152 fills 3 waves at 3000x5000 on the warp-specialized kernel)
+        return f"tile N must be a multiple of 16 between 16 and {MAX_TILE}, got {t.n}"
     if t.m % (w.m * mma_m):
         return (f"tile M {t.m} does not split over {w.m} warps in M into multiples of the "
                 f"{mma_m}-row MMA (needs a multiple of {w.m * mma_m})")

@@ -168,6 +168,7 @@ class GemmShape:
     fused: bool = False  # the epilogue does more than store the accumulator (ops, inputs)
     # its output leaves as pairs from registers: it stores more or other than one 16-bit tensor
     pairs: bool = False
+    row_out: bool = False  # the tensor it stores is row-major (a staging part box may serve it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,7 +262,8 @@ def test_kgen_load_runs_what_the_sizes_call_for():
             ((64, 4096, 8192), (64, 64, 64), 1, (1, 1)),
             ((330, 2000, 4000), (64, 128, 64), 1, (1, 1)),
             ((6144, 5120, 3072), (256, 192, 64), 1, (1, 1)),
-            ((3000, 5000, 2000), (128, 256, 64), 1, (2, 1)),  # B's rows split 128-byte lines
+            ((3000, 4600, 2000), (128, 256, 64), 1, (2, 1)),  # B's rows split 128-byte lines
+            ((3000, 5000, 2000), (256, 152, 64), 1, (1, 1)),  # 396 tiles: 3 waves, no cluster
             ((4096, 4096, 4096), (128, 256, 64), 1, (1, 1))]:
         a = torch.randn(m, kk, device="cuda").half()
         b = torch.randn(n, kk, device="cuda").half().t()

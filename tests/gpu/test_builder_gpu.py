@@ -59,7 +59,9 @@ def test_chain_without_schedule_lines_matches_reference(dtype, k0, n0, n1):
 @pytest.mark.parametrize("b_layout, sizes, cluster", [
     ("col", dict(M=4999, N=3000, K=1000), (2, 1)),  # K-major B, rows of 2000 bytes; M ragged
     ("col", dict(M=2000, N=7000, K=3000), (2, 1)),
-    ("col", dict(M=3000, N=5000, K=2000), (2, 1)),  # rows of 4000 bytes (32-byte multiples)
+    ("col", dict(M=3000, N=4600, K=2000), (2, 1)),  # rows of 4000 bytes (32-byte multiples)
+    # the wave model's 256x152 fills 3 waves (396 tiles): the rule yields, no cluster
+    ("col", dict(M=3000, N=5000, K=2000), (1, 1)),
     ("row", dict(M=4100, N=4104, K=4096), (2, 1)),  # row-major B, rows of 8208 bytes
     ("row", dict(M=3001, N=5008, K=2000), (2, 1)),  # row-major B, rows of 10016 bytes
     ("col-a", dict(M=4999, N=3000, K=1000), (2, 1)),  # a column-major A (rows of M), B K-major

@@ -20,6 +20,7 @@ KINDS = {
     # tile N not a multiple of 64: C's last box loaded whole, the output's copied out by threads
     "cooperative_256x160": ("", "tile 256x160x64  warps 2x4  stages 3"),
     "cooperative_128x96": ("", "tile 128x96x64  warps 2x4  stages 4"),
+    "cooperative_256x152": ("", "tile 256x152x64  warps 2x4  stages 4"),  # one box per consumer
     "pingpong": ("schedule pingpong", "tile 128x128x64  warps 2x4  stages 5"),
     "pingpong64": ("schedule pingpong", "tile 64x256x64  warps 2x4  stages 4"),
 }

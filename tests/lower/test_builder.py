@@ -178,6 +178,8 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
     # 132 tiles of 256x176: one wave; 264 of 128x192 two, 132 of 256x192 one but wider
     (dict(M=3000, N=1936, K=4096), "256x176x64 w2x4 s3"),
     (dict(M=8192, N=8192, K=8192), None),  # 256x192 fills its waves no better: the default
+    # 132 tiles of 256x152, one wave, on a ring of 4 (one staging box per consumer)
+    (dict(M=3000, N=1672, K=4096), "256x152x64 w2x4 s4"),
     (dict(M=128, N=4096, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 64 k tiles: no split;
     # 128 tiles of 64x64, one wave
     (dict(M=64, N=8192, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 128 tiles of 64x64
@@ -280,6 +282,12 @@ def test_a_fused_epilogue_leaves_out_the_64x192_tile():
     (("col", "row"), dict(M=4096, N=4104, K=4096), "256x128x64 w2x4 s4"),
     # fewer 128x256 tiles than SMs: the wave model's 64-row tiles
     (("row", "col"), dict(M=128, N=4096, K=4104), "pingpong: 64x64x64 w2x4 s12"),
+    # the wave model's 256x152 (396 tiles: 3.0 waves) keeps its tile: no cluster shares its
+    # halves of B (76 rows); beside N = 4600 (31 tiles of 152 wide) the rule's cluster
+    (("row", "col"), dict(M=3000, N=5000, K=2000), "256x152x64 w2x4 s4"),
+    (("row", "col"), dict(M=3000, N=4600, K=2000), "128x256x64 w2x4 s4 cluster 2x1"),
+    # a row-major B takes no tile N that is not a multiple of 64 (its boxes are 64 columns)
+    (("row", "row"), dict(M=3000, N=5000, K=2000), "128x256x64 w2x4 s4 cluster 2x1"),
 ])
 def test_rows_that_split_lines_take_a_cluster(layouts, sizes, label):
     """B's rows 16-byte multiples but not whole 128-byte lines (configs.line_split_rows):
@@ -311,6 +319,18 @@ def test_sizes_the_source_fixes_plan_as_the_runtime_sizes_would(m, n, k, tile, c
     verify(module)
     plan = lower(module.kernels[0])
     assert plan.gemms[0].tile == tile and plan.schedule.cluster == cluster
+
+
+def test_a_column_major_output_takes_no_part_box_tile():
+    """256x176 and 256x152 leave a column-major output as pairs: the wave model weighs them
+    only for a row-major one (3000x1936x4096: 132 tiles of 256x176, one wave)."""
+    sm90 = target(ir.Arch.SM90A)
+    sizes = dict(M=3000, N=1936, K=4096)
+    for layout, label in (("row", "256x176x64 w2x4 s3"), ("col", "256x192x64 w2x4 s3")):
+        module = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
+                       .replace("f16[M, N] row out", f"f16[M, N] {layout} out"), "t.kg")
+        verify(module)
+        assert builder.sized(module.kernels[0], sm90, sizes).label == label
 
 
 def test_the_runtime_sizes_count_every_batch():

@@ -194,6 +194,31 @@ def test_a_256_row_tile_up_to_192_columns_plans_what_only_wgmma_runs(n):
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
 
 
+def test_an_odd_number_of_n8_groups_on_a_ring_of_4_beside_one_staging_box():
+    """256x152 (cuBLAS's tile at 3000x5000x2000): 19 n8 column groups, the last written by
+    stmatrix.x2; the narrow producer's last pass copies B's last 8 rows; its ring of 4 leaves
+    room for one staging box per consumer. It compiles without a spill."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build(gemm_kernel(tile=(256, 152, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
+    gs = built.plan.schedule.gemms[0]
+    assert gs.store is StorePath.TMA and gs.stages == 4 and gs.stages_d == 1
+    assert "holds 1 64x64 box, and" in gs.why_stages_d
+    src = built.source
+    assert "constexpr int kStagesD = 1;" in src and "constexpr int kFragN = kTileN / 8;" in src
+    assert "stmatrix_x2(at, pairs);" in src and "if (box == kBoxesN - 1) {" in src
+    assert "if (16 * i + r < kRows)" in src
+    result = compile_cubin(src, built.plan.name, "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_a_cluster_shares_no_half_of_b_short_of_whole_swizzle_groups():
+    k = gemm_kernel(tile=(256, 152, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A)
+    g = dataclasses.replace(k.gemms[0], cluster=ir.ClusterShape(2, 1))
+    with pytest.raises(KgenError, match="whole 8-row groups of the 128-byte swizzle"):
+        build(dataclasses.replace(k, gemms=(g,)))
+
+
 def test_the_whole_tiles_staging_copies_its_part_boxes_out_by_the_threads():
     """128x96: a consumer's whole tile fits its staging (two boxes per 64 rows, the second part
     full); the copy engine stores the first, the threads the part box, then all wait."""
@@ -234,9 +259,13 @@ def test_a_consumer_of_128_rows_wider_than_it_holds_is_refused(tile, schedule, r
         build(k)
 
 
-def test_the_mma_sync_mainloops_refusal_stays_on_sm_80():
-    k = gemm_kernel(tile=(256, 160, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM80)
-    with pytest.raises(KgenError, match="does not split over 4 warps"):
+@pytest.mark.parametrize("tile, reason", [
+    ((256, 160, 64), "does not split over 4 warps"),
+    ((256, 152, 64), "tile N must be a multiple of 16"),
+])
+def test_the_mma_sync_mainloops_refusal_stays_on_sm_80(tile, reason):
+    k = gemm_kernel(tile=tile, warps=(2, 4), stages=3, arch=ir.Arch.SM80)
+    with pytest.raises(KgenError, match=reason):
         build(k)
 
 

@@ -104,6 +104,7 @@ class Sm90Chain(chain.ChainTarget):
             copy_out=False,  # its tiles cover N exactly (tma_refusal): the copy engine stores each
             stmatrix_trans=False,
             part_box=False,
+            odd_n8=False,
             stages_d=0,  # its staging holds the whole tile
             maps=maps,
             map_steps=tensor_map.steps_lines(maps),

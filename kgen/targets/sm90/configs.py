@@ -47,6 +47,7 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     ((256, 128, 64), (4, 3)),
     ((256, 192, 64), (3,)),
     ((256, 176, 64), (3,)),
+    ((256, 152, 64), (4,)),  # one staging box per consumer beside the ring of 4
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
 # Ping-pong first, on 4 stages first, where the output leaves as pairs from registers (two
@@ -261,9 +262,12 @@ def ring_b(config: Config) -> Config:
 # 0.605-0.985x -> 0.839-1.020x at five; relu(alpha*acc + beta*C + bias[col]) 1.317-2.834x ->
 # 1.481-2.773x the unfused PyTorch (5120x3584x2048 the one slower). Where the waves tie they
 # lost (256x192: 8192^3 1.007 against 1.023x; 256x144 and 256x160 won nowhere,
-# part_box_probe.log).
+# part_box_probe.log). 256x152 on a ring of 4 (one staging box per consumer), cuBLAS's tile at
+# 3000x5000x2000 (396 tiles, 3.0 waves): 0.913 -> 0.977-0.980x there, and 0.479-0.896 ->
+# 0.757-0.978x at nine shapes where the choice changes (4% of 3000 random shapes), slower at one
+# (5152x1744x4904, 0.771 -> 0.750-0.769x; part_box_rule152.log).
 SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (256, 192, 3, 1.0),
-               (256, 176, 3, 1.08), (128, 128, 6, 1.06),
+               (256, 176, 3, 1.08), (256, 152, 4, 1.08), (128, 128, 6, 1.06),
                (128, 64, 8, 1.3), (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25),
                (64, 64, 12, 1.6))
 # For D = acc alone: 64x192's ring of 7 leaves no room for the output's staging, so its output
@@ -317,6 +321,12 @@ SIZED_ONE_ROW_TILES = 64
 # sized choice ran 0.98-1.00x, and the cluster 2x1 0.82-0.96x: the rule looks at B's rows. A
 # column-major A beside a row-major B (both MN-major) was not measured: the rule leaves it.
 LINE = 128
+# The wave model's tiles the line rule leaves alone: 256x152 fills 3 waves at 3000x5000x2000
+# (396 tiles), where it ran 0.979x torch.matmul against 0.917x for the rule's 128x256 on 2x1, and
+# 11% faster than the rule's choice at 2900x4980x3000 (H200, bench/logs/part_box/
+# part_box_narrow.log); its halves of B (76 rows) are no whole 8-row swizzle groups, so no
+# cluster can share them
+LINE_RULE_YIELDS = ((256, 152),)
 
 
 def line_split_rows(shape: GemmShape, sizes: Mapping[str, int]) -> tuple[int, int] | None:
@@ -396,7 +406,11 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
     def cost(tile_m: int, tile_n: int, per_element: float) -> float:
         return -(-tiles(tile_n, tile_m) // common.SMS) * tile_m * tile_n * per_element
 
-    weighed = [t for t in SIZED_TILES if not (shape.fused and t[:2] in SIZED_BARE_ONLY)]
+    # a tile N not a multiple of 64 needs a K-major B (an MN-major one's boxes are 64 columns)
+    # and a row-major output (a column-major one's part box is not built: pairs)
+    part_boxes = shape.k_major[1] and shape.row_out
+    weighed = [t for t in SIZED_TILES if not (shape.fused and t[:2] in SIZED_BARE_ONLY)
+               and (part_boxes or t[1] % 64 == 0)]
     tile_m, tile_n, stages, _ = min(weighed, key=lambda t: cost(t[0], t[1], t[3]))
     if tile_m == 64:
         return Config((GemmConfig((64, tile_n, 64), (2, 4), stages),), KernelKind.PINGPONG,
@@ -404,7 +418,7 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                       f"({tiles(tile_n, 64)} tiles against {few} of 128x256, on {common.SMS} "
                       "SMs); ping-pong, each consumer warpgroup a 64-row tile of its own")
     cluster = line_split_rows(shape, sizes)
-    if cluster is not None and few >= common.SMS:
+    if cluster is not None and few >= common.SMS and (tile_m, tile_n) not in LINE_RULE_YIELDS:
         return Config((GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),),
                       why=f"{WHY_SIZED} {'K' if shape.k_major[1] else 'N'} = "
                       f"{k if shape.k_major[1] else n}: B's rows are not whole 128-byte L2 "

@@ -61,8 +61,8 @@ CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536 registers of the SM
 # (4000x5200x2048 on an H200: 656 tiles, 4.97 waves of 132 SMs, against 672 of 128x256, 5.09;
 # 0.998x torch.matmul against 0.932x for the wave model's 128x192); where both fill the same
 # waves it ran 0.98-0.99x 128x256's speed (bench/logs/wide/wide_probe_tiles.log). Up to 192
-# columns (192 accumulators per consumer thread, no spill on 3 stages; NVRTC 13.0): 256x192 and
-# 256x176 fill waves that no other tile does (bench/logs/part_box/).
+# columns (192 accumulators per consumer thread, no spill on 3 stages; NVRTC 13.0): 256x192,
+# 256x176 and 256x152 fill waves that no other tile does (bench/logs/part_box/).
 COOPERATIVE_TILE_M = (128, 256)
 WIDEST_TWO_HALVES = 192
 # A ping-pong consumer's tile: one m64 half (up to 256 columns), or two (up to 128: it holds
@@ -115,16 +115,18 @@ WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of i
 WHY_STAGED_BOX = ("each consumer writes its rows into swizzled staging buffers of its own and one "
                   "thread stores each 64x64 box with cp.async.bulk.tensor as soon as it is "
                   "written")
-STAGES_D = 2  # the epilogue tile's staging boxes per consumer, where the whole tile's do not fit
+# the epilogue tile's staging boxes per consumer, where the whole tile's do not fit; one where
+# two do not either (256x160 on a ring of 4)
+STAGES_D = (2, 1)
 WHY_WHOLE_TILE = ("the staging holds the consumer's whole tile: every box is written, then all "
                   "are stored")
-WHY_EPILOGUE_TILE = (f"the consumer's whole tile does not fit beside the ring: its staging "
-                     f"holds {STAGES_D} 64x64 boxes, and the epilogue runs box by box, each "
+WHY_EPILOGUE_TILE = ("the consumer's whole tile does not fit beside the ring: its staging "
+                     "holds {boxes} 64x64 box{es}, and the epilogue runs box by box, each "
                      "stored as soon as it is written, into the buffer the copy engine has read "
                      "the box before it out of (the seed's EpilogueTile and StagesD)")
 WHY_STAGED_BOXES = ("the copy engine loads {param}'s 64x64 boxes into the epilogue tile's "
                     "buffers, where the epilogue reads each and writes the output's box over "
-                    f"it: the first {STAGES_D} during the tile's mainloop, each later one once "
+                    "it: the first {boxes} during the tile's mainloop, each later one once "
                     "the output's box before it has left its buffer{rest}")
 
 
@@ -139,7 +141,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
     wanted = vector_requests(g, kind) if not (draft.split_k > 1 or draft.stream_k) else ()
     # the whole tile's staging, then the epilogue tile's where it holds fewer boxes (each with
     # the staged vectors, then without), then pairs from registers
-    stagings = [0] + ([STAGES_D] if staging_boxes(g, kind) > STAGES_D else [])
+    stagings = [0] + [d for d in STAGES_D if staging_boxes(g, kind) > d]
     tries = [(0, StorePath.PAIRS, staging, (), 0)] if staging else [
         (staging_bytes(g, kind, d), StorePath.TMA, WHY_STAGED_BOX if d else WHY_STAGED, v, d)
         for d in stagings for v in (wanted, ())] + [
@@ -262,6 +264,11 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     shared = {"A": (g.a, draft.cluster[1]), "B": (g.b, draft.cluster[0])}
     for which, (op, ctas) in shared.items():
         extent = g.tile[0] if which == "A" else g.tile[1]
+        if ctas > 1 and op.k_major and extent % (ctas * 8):
+            return (f"cluster {draft.cluster[0]}x{draft.cluster[1]} shares {which}: each CTA "
+                    f"loads half of its {extent} rows, which must be whole 8-row groups of the "
+                    f"128-byte swizzle (tile {'M' if which == 'A' else 'N'} a multiple of "
+                    f"{ctas * 8}, not {extent})", Site("cluster", 0))
         if ctas > 1 and not op.k_major and extent % (ctas * MN_BOX):
             return (f"cluster {draft.cluster[0]}x{draft.cluster[1]} shares {which}, which is "
                     f"MN-major ({op.param} is {'column' if which == 'A' else 'row'}-major): each "
@@ -441,7 +448,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
     staged, why_staged = staged_input(g) if store is StorePath.TMA else (None, "")
     if stages_d and staged is not None:
         rest = why_staged.partition(";")
-        why_staged = WHY_STAGED_BOXES.format(param=staged, rest=rest[1] + rest[2])
+        why_staged = WHY_STAGED_BOXES.format(param=staged, rest=rest[1] + rest[2],
+                                             boxes=stages_d)
     if store is StorePath.TMA:
         out = g.epilogue.packed_store
         maps.append(staging_map(out.param, out.dtype, out.layout, g, store=True,
@@ -462,7 +470,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         staged_input_late=staged is not None,
         staged_vectors=vectors, why_staged_vectors=why_vectors, stages_d=stages_d,
         why_stages_d=("" if store is not StorePath.TMA else
-                      WHY_EPILOGUE_TILE if stages_d else WHY_WHOLE_TILE),
+                      WHY_EPILOGUE_TILE.format(boxes=stages_d, es="es" * (stages_d > 1))
+                      if stages_d else WHY_WHOLE_TILE),
         epilogue_groups=groups, why_epilogue_groups=why_groups)
     return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
                     min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
