@@ -325,8 +325,7 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
     if ptx:
         _write_atomic(Path(ptx), ptx_text)
     if as_json:
-        summary = _compile_summary(file, built, result, output, header, cubin, ptx)
-        summary["sizes"] = sizes
+        summary = _compile_summary(file, built, result, output, header, cubin, ptx, sizes)
         click.echo(json.dumps(summary, indent=2))
 
 
@@ -356,7 +355,8 @@ def _nvrtc_outputs(built, want_cubin: bool, want_ptx: bool):
     return result, ptx_text
 
 
-def _compile_summary(file, built, result, output, header, cubin, ptx) -> dict[str, Any]:
+def _compile_summary(file, built, result, output, header, cubin, ptx,
+                     sizes) -> dict[str, Any]:
     plan = built.plan
     summary: dict[str, Any] = {
         "file": file,
@@ -370,6 +370,7 @@ def _compile_summary(file, built, result, output, header, cubin, ptx) -> dict[st
         "schedule": {"lines": [[c.line, c.value] for c in plan.schedule.chosen]},
         "nvrtc": None,
         "warnings": _warnings_shown(),
+        "sizes": sizes,  # --size's, the sizes the schedule was planned for
     }
     if result is not None:
         from .runtime.nvrtc import nvrtc_version

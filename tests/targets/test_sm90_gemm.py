@@ -417,3 +417,12 @@ def test_the_staging_epilogue_is_branch_free_where_it_reads_no_memory():
     src = emit(plan_off, source_name="x.kg", source_hash="", command="x")
     assert "const bool live[2] = {m0 + row0 + r < M, m0 + row0 + r + 8 < M};" in src
     assert "pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(" in src
+
+
+def test_a_part_box_on_pingpong_leaves_as_pairs():
+    """The part box runs on the cooperative kernel only: a ping-pong tile N that is not a
+    multiple of 64 stores pairs, and says why."""
+    k = dataclasses.replace(gemm_kernel(tile=(128, 96, 64), warps=(2, 4), stages=5,
+                                        arch=ir.Arch.SM90A), schedule=ir.Schedule.PINGPONG)
+    gs = build(k).plan.schedule.gemms[0]
+    assert gs.store is StorePath.PAIRS and "part box runs on the cooperative kernel" in gs.why_store
