@@ -13,7 +13,7 @@ from ..common.render import render, render_lines
 from ..sm80 import epilogue as sm80_epilogue
 from . import tensor_map
 from .chain import wgmma_outs
-from .warp_specialized import WARPGROUP, part_box, vector_extent
+from .warp_specialized import WARPGROUP, odd_n8, part_box, vector_extent
 
 # Per axis: the reduction helper of templates/sm90/reduce.inc.j2, its arguments past the
 # partials and the output, and (deterministic mode) the CTA's workspace slot and its length
@@ -81,7 +81,7 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
                           whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
                           reads_memory=staging_reads_memory(plan, g),
                           stages_d=plan.schedule.gemm(g.name).stages_d, groups=groups,
-                          part_box=bool(part_box(g)), odd_n8=g.tile[1] % 16 == 8)
+                          part_box=bool(part_box(g)), odd_n8=odd_n8(g))
     staged = vector_writes(plan, g) + staged
     return head + (["if constexpr (kNarrow) {  // no copy engine: pair stores"]
             + [f"  {line}" for line in pairs] + ["} else {"]
@@ -518,7 +518,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         stmatrix=staged,  # the staging written by stmatrix
         copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
         part_box=bool(staged and part_box(g)),  # copied out by the threads
-        odd_n8=g.tile[1] % 16 == 8,  # the last n8 group by stmatrix.x2, B's last 8 rows
+        odd_n8=odd_n8(g),
         stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
         staged=c or "",
         packed_params=(f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g),

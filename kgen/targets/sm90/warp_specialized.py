@@ -329,6 +329,13 @@ def staging_refusal(g: GemmPlan, kind: KernelKind) -> str | None:
     return None
 
 
+def odd_n8(g: GemmPlan) -> bool:
+    """The tile has an odd number of n8 column groups (tile N an odd multiple of 8, 256x152):
+    the staging takes the last by stmatrix.x2, and the narrow producer copies B's last 8 rows
+    in a half pass."""
+    return g.tile[1] % 16 == 8
+
+
 def part_box(g: GemmPlan) -> int:
     """The columns of the last staging box where tile N is not a multiple of 64 (its consumers
     copy it out of the staging in 16-byte chunks, since the copy engine's 64-column box would
