@@ -260,14 +260,22 @@ def gap_table(kernel):
     print("(128xN, K-major B; two rounds a, b)")
 
 
-def mn_table(kernel):
+def cluster_rounds(clusters, sized=False):
+    """Cells of 128x256 s4 on each cluster, two rounds a and b (`sized`: the sized choice first
+    in each round)."""
     from kgen.targets import Config, GemmConfig
     cells = {}
     for round_ in "ab":
-        for cluster in ((1, 1), (1, 2), (2, 1)):
+        if sized:
+            cells[f"sized {round_}"] = None
+        for cluster in clusters:
             cells[f"c{cluster[0]}x{cluster[1]} {round_}"] = Config(
                 (GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),))
-    table(kernel, MN, cells, width=9)
+    return cells
+
+
+def mn_table(kernel):
+    table(kernel, MN, cluster_rounds(((1, 1), (1, 2), (2, 1))), width=9)
     print("(128x256 s4, B row-major: c1x2 shares A, c2x1 shares B's boxes; two rounds a, b)")
 
 

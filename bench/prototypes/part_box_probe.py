@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
 
 from defaults import BARE, OWN, SWEEP  # noqa: E402
-from wide_probe import grid, parsed  # noqa: E402
+from wide_probe import grid, parsed, tiles_table  # noqa: E402
 
 # never probed: 256x160 fills 3 waves of 132 SMs at the first two (12 x 33 tiles), 2 at the
 # third; 256x176 fills 1 at the fourth (12 x 11), 256x192 at the fifth; a shape near cuBLAS's
@@ -61,21 +61,8 @@ RULE = [(6144, 5120, 3072), (2560, 7168, 4096), (5120, 3584, 2048),
 
 
 def rule_table():
-    from misaligned_probe import FUSED, rounds_table
-    from kgen.targets.sm90 import configs
-    kernels = {name: parsed(text, name) for name, text in (
-        ("bare", BARE.format(t="f16")), ("bf16", BARE.format(t="bf16")), ("fused", FUSED))}
-    tiles = configs.SIZED_TILES
-
-    def patch(after):
-        configs.SIZED_TILES = tiles if after else tuple(
-            t for t in tiles if t[:2] not in ((256, 192), (256, 176)))
-    try:
-        rounds_table(kernels, {"bare": RULE, "bf16": RULE[:3] + RULE[8:10],
-                               "fused": RULE[:3] + RULE[8:10]}, patch,
-                     "before: the wave model without 256x192 and 256x176")
-    finally:
-        configs.SIZED_TILES = tiles
+    some = RULE[:3] + RULE[8:10]
+    tiles_table({"bare": RULE, "bf16": some, "fused": some}, ((256, 192), (256, 176)))
 
 
 # 256x152 (cuBLAS's tile at 3000x5000x2000): 12 x 33 = 396 tiles, 3.0 waves; then shapes where
@@ -104,19 +91,7 @@ RULE152 = [(3000, 5000, 2000), (3936, 1080, 2480), (7392, 1272, 2720), (5152, 17
 
 
 def rule152_table():
-    from misaligned_probe import FUSED, rounds_table
-    from kgen.targets.sm90 import configs
-    kernels = {name: parsed(text, name) for name, text in (
-        ("bare", BARE.format(t="f16")), ("fused", FUSED))}
-    tiles = configs.SIZED_TILES
-
-    def patch(after):
-        configs.SIZED_TILES = tiles if after else tuple(t for t in tiles if t[:2] != (256, 152))
-    try:
-        rounds_table(kernels, {"bare": RULE152, "fused": [RULE152[i] for i in (0, 3, 7)]},
-                     patch, "before: the wave model without 256x152")
-    finally:
-        configs.SIZED_TILES = tiles
+    tiles_table({"bare": RULE152, "fused": [RULE152[i] for i in (0, 3, 7)]}, ((256, 152),))
 
 
 def main() -> int:

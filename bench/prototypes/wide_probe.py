@@ -101,18 +101,25 @@ RULE = [(4000, 5200, 2048), (3000, 7000, 4096), (4000, 5200, 4096), (8000, 5200,
 
 
 def rule_table():
+    tiles_table({"bare": RULE, "bf16": RULE[:4], "fused": RULE[:5]}, ((256, 128),))
+
+
+def tiles_table(shapes, dropped):
+    """The wave model without the tiles `dropped` ((M, N) pairs of configs.SIZED_TILES; before)
+    and with them (after, the product path), two rounds: each kernel named in `shapes` (bare,
+    bf16, fused) at its shapes."""
     sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
     from misaligned_probe import FUSED, rounds_table
     from kgen.targets.sm90 import configs
-    kernels = {name: parsed(text, name) for name, text in (
-        ("bare", BARE.format(t="f16")), ("bf16", BARE.format(t="bf16")), ("fused", FUSED))}
+    texts = {"bare": BARE.format(t="f16"), "bf16": BARE.format(t="bf16"), "fused": FUSED}
+    kernels = {name: parsed(texts[name], name) for name in shapes}
     tiles = configs.SIZED_TILES
 
     def patch(after):
-        configs.SIZED_TILES = tiles if after else tuple(t for t in tiles if t[0] != 256)
+        configs.SIZED_TILES = tiles if after else tuple(t for t in tiles if t[:2] not in dropped)
     try:
-        rounds_table(kernels, {"bare": RULE, "bf16": RULE[:4], "fused": RULE[:5]}, patch,
-                     "before: the wave model without 256x128")
+        rounds_table(kernels, shapes, patch, "before: the wave model without "
+                     + " and ".join(f"{m}x{n}" for m, n in dropped))
     finally:
         configs.SIZED_TILES = tiles
 
@@ -131,15 +138,10 @@ def parsed(text: str, name: str):
 
 
 def cola_table():
-    from kgen.targets import Config, GemmConfig
+    sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
+    from misaligned_probe import cluster_rounds
     cola = parsed(BARE.format(t="f16").replace("[M, K] row", "[M, K] col"), "cola")
-    cells = {}
-    for round_ in "ab":
-        cells[f"sized {round_}"] = None
-        for cluster in ((1, 1), (2, 1), (1, 2)):
-            cells[f"c{cluster[0]}x{cluster[1]} {round_}"] = Config(
-                (GemmConfig((128, 256, 64), (2, 4), 4, cluster=cluster),))
-    grid(cola, COLA, cells, width=9)
+    grid(cola, COLA, cluster_rounds(((1, 1), (2, 1), (1, 2)), sized=True), width=9)
     print("(A column-major; c: 128x256 s4 on that cluster; two rounds a, b)")
 
 
