@@ -444,11 +444,6 @@ CASES: list[tuple[str, str]] = [
         src(target="target sm_90a", settings="cluster 2x2x1"),
         "t.kg:10:13: error: cluster needs two counts MxN, got 2x2x1",
     ),
-    (
-        src(target="target sm_90a", settings="split 2 cluster 1x2"),
-        "t.kg:10:13: error: cluster with split 2: a split tile's units are walked one CTA at a "
-        "time; a cluster's CTAs walk adjacent whole tiles",
-    ),
 ]
 
 

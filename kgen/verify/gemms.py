@@ -149,9 +149,9 @@ CLUSTERS = ((1, 1), (2, 1), (1, 2))  # `cluster MxN`: the shapes the warp-specia
 
 
 def check_cluster(state: KernelState, g: ir.Gemm) -> None:
-    """`cluster MxN`: 1x1, 2x1 or 1x2, on sm_90a, in a kernel of one gemm that is not split
-    along K. Whether the kernel it runs on is the warp-specialized one is the lowering's to
-    say (kgen/targets/sm90/warp_specialized.py)."""
+    """`cluster MxN`: 1x1, 2x1 or 1x2, on sm_90a, in a kernel of one gemm. Whether the kernel
+    it runs on is the warp-specialized one, and with which split, is the lowering's to say
+    (kgen/targets/sm90/warp_specialized.py)."""
     if g.cluster is None:
         return
     if not isinstance(g.cluster, ir.ClusterShape):
@@ -168,10 +168,6 @@ def check_cluster(state: KernelState, g: ir.Gemm) -> None:
     if len(state.kernel.gemms) > 1:
         raise KgenError(loc, "cluster applies to a kernel of one gemm (the warp-specialized "
                              "kernel); a chain runs one CTA per tile group")
-    if g.split is not None and g.split.count > 1:
-        raise KgenError(loc, f"cluster with split {g.split.count}: a split tile's units are "
-                             "walked one CTA at a time; a cluster's CTAs walk adjacent whole "
-                             "tiles")
 
 
 def operand_param(state: KernelState, g: ir.Gemm, ref: ir.OperandRef, which: str, loc) -> ir.Param:

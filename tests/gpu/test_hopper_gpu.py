@@ -28,7 +28,7 @@ SM90A = ir.Arch.SM90A
 # halves per consumer), and on tiles whose N is not a multiple of 64 (the last staging box part
 # full, copied out by the threads: in the epilogue tile at 256x160, in the whole tile's staging at
 # 128x96), and the ping-pong requests, on 128-row tiles and on 64-row ones (one m64 row per
-# consumer)
+# consumer), with part boxes too
 KINDS = {
     "cooperative": (None, (128, 256, 64), (2, 4), 3),
     "cooperative256": (None, (256, 128, 64), (2, 4), 4),
@@ -39,6 +39,9 @@ KINDS = {
     "cooperative128x96": (None, (128, 96, 64), (2, 4), 4),
     "pingpong": (ir.Schedule.PINGPONG, (128, 128, 64), (2, 4), 5),
     "pingpong64": (ir.Schedule.PINGPONG, (64, 256, 64), (2, 4), 4),
+    # each consumer's own tile with its last staging box part full
+    "pingpong128x96": (ir.Schedule.PINGPONG, (128, 96, 64), (2, 4), 5),
+    "pingpong64x160": (ir.Schedule.PINGPONG, (64, 160, 64), (2, 4), 6),
 }
 SIZES = [(1, 8, 8), (17, 24, 24), (1000, 1000, 1000), (4097, 4104, 72), (17, 4104, 1000),
          (4097, 24, 4104), (1000, 8, 4104), (1, 1000, 24)]

@@ -23,6 +23,7 @@ KINDS = {
     "cooperative_256x152": ("", "tile 256x152x64  warps 2x4  stages 4"),  # one box per consumer
     "pingpong": ("schedule pingpong", "tile 128x128x64  warps 2x4  stages 5"),
     "pingpong64": ("schedule pingpong", "tile 64x256x64  warps 2x4  stages 4"),
+    "pingpong_128x96": ("schedule pingpong", "tile 128x96x64  warps 2x4  stages 5"),
 }
 SIZES = [(1, 8, 8), (17, 24, 24), (1000, 1000, 1000), (4097, 4104, 72), (300, 520, 136),
          (129, 264, 4104)]

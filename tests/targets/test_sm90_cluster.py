@@ -72,13 +72,22 @@ def test_the_line_is_given_once():
     ("cluster 2x1", "sm_80", "cluster needs target sm_90a", 5),
     ("cluster 3x1", "sm_90a", "cluster 3x1 is not a cluster kgen runs", 5),
     ("cluster 2x2", "sm_90a", "cluster 2x2 is not a cluster kgen runs", 5),
-    ("split 2 cluster 2x1", "sm_90a", "cluster with split 2", 13),
 ])
 def test_refusals_point_at_the_line(settings, target, message, col):
     module = parse(_source(settings, target), "c.kg")
     with pytest.raises(KgenError, match=message) as info:
         verify(module)
     assert (info.value.loc.line, info.value.loc.col) == (8, col)
+
+
+def test_a_cluster_with_split_is_refused_by_the_plan_at_the_line():
+    """The warp-specialized kernel's rule (one home: its refusal) covers written lines too."""
+    module = parse(_source("split 2 cluster 2x1"), "c.kg")
+    verify(module)
+    with pytest.raises(KgenError, match=r"split 2 runs without a cluster \(a split tile's "
+                       "units are walked one CTA at a time; cluster 2x1") as info:
+        build(module.kernels[0])
+    assert (info.value.loc.line, info.value.loc.col) == (8, 13)
 
 
 def test_a_cluster_lowered_for_sm80_is_refused_at_the_line():

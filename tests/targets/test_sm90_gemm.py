@@ -424,10 +424,17 @@ def test_the_staging_epilogue_is_branch_free_where_it_reads_no_memory():
     assert "pairs[q] = live[h] && n0 + c < N ? mma0_epilogue_packed(" in src
 
 
-def test_a_part_box_on_pingpong_leaves_as_pairs():
-    """The part box runs on the cooperative kernel only: a ping-pong tile N that is not a
-    multiple of 64 stores pairs, and says why."""
-    k = dataclasses.replace(gemm_kernel(tile=(128, 96, 64), warps=(2, 4), stages=5,
-                                        arch=ir.Arch.SM90A), schedule=ir.Schedule.PINGPONG)
-    gs = build(k).plan.schedule.gemms[0]
-    assert gs.store is StorePath.PAIRS and "part box runs on the cooperative kernel" in gs.why_store
+def test_a_part_box_on_pingpong_leaves_through_the_copy_engine():
+    """A ping-pong tile N that is not a multiple of 64 stages its last box part full, as the
+    cooperative kernel does: each consumer copies its own tile's part box out (0 spills)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    for tile, stages in (((128, 96, 64), 5), ((64, 160, 64), 6)):
+        k = dataclasses.replace(gemm_kernel(tile=tile, warps=(2, 4), stages=stages,
+                                            arch=ir.Arch.SM90A), schedule=ir.Schedule.PINGPONG)
+        built = build(k)
+        s = built.plan.schedule
+        assert s.kind is KernelKind.PINGPONG and s.gemms[0].store is StorePath.TMA
+        assert "copy_part_box_out(" in built.source
+        result = compile_cubin(built.source, "k", "sm_90a")
+        assert result.spill_stores == 0 and result.spill_loads == 0, result.log

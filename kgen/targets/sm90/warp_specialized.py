@@ -137,7 +137,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
         return Candidate(kind, False, reason, site)
     g = consumer_plan(draft.gemms[0].plan, kind)
     rings = 2 * g.stages + (2 if kind is KernelKind.PINGPONG else 0)
-    staging = WHY_SPLIT_STORE if draft.split_k > 1 else staging_refusal(g, kind)
+    staging = WHY_SPLIT_STORE if draft.split_k > 1 else staging_refusal(g)
     wanted = vector_requests(g, kind) if not (draft.split_k > 1 or draft.stream_k) else ()
     # the whole tile's staging, then the epilogue tile's where it holds fewer boxes (each with
     # the staged vectors, then without), then pairs from registers
@@ -228,7 +228,7 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if draft.stream_k and draft.cluster != (1, 1):
         return (f"split stream runs without a cluster (cluster {draft.cluster[0]}x"
                 f"{draft.cluster[1]} walks whole tiles)", Site("split", 0))
-    if draft.split_k > 1 and draft.cluster != (1, 1):  # verify says so of written lines
+    if draft.split_k > 1 and draft.cluster != (1, 1):  # written lines too: verify leaves it here
         return (f"split {draft.split_k} runs without a cluster (a split tile's units are walked "
                 f"one CTA at a time; cluster {draft.cluster[0]}x{draft.cluster[1]} walks whole "
                 "tiles)", Site("cluster", 0))
@@ -314,18 +314,15 @@ def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
         epilogue=dataclasses.replace(g.epilogue, reductions=reductions))
 
 
-def staging_refusal(g: GemmPlan, kind: KernelKind) -> str | None:
+def staging_refusal(g: GemmPlan) -> str | None:
     """Why the output cannot leave through the copy engine (None: it can): one 16-bit output
-    (row- or column-major) and nothing else; on the cooperative kernel a row-major one's tile
-    N need not be a multiple of 64 (part_box)."""
+    (row- or column-major) and nothing else; a row-major one's tile N need not be a multiple of
+    64 (part_box)."""
     if g.epilogue.packed_store is None:
         return "TMA stores need an epilogue that only stores one 16-bit tensor"
     if g.tile[1] % STAGING_BOX and g.epilogue.packed_store.layout is Layout.COL:
         return (f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box (a "
                 "column-major output's part box is not built)")
-    if g.tile[1] % STAGING_BOX and kind is KernelKind.PINGPONG:
-        return (f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box (the part "
-                "box runs on the cooperative kernel; on ping-pong it was not checked on a GPU)")
     return None
 
 
