@@ -8,8 +8,9 @@ L2. The builder's choice is run for WARM_S before its timing counts: the compile
 idle, and its clocks take a while to rise, which would slow the first timing alone. The `final`
 fastest, and the builder's choice beside them, are then timed again, in turn, `rounds` times;
 the winner has the lowest median of those samples, so a candidate wins over the builder's
-choice only where it was faster timed beside it. It is checked against the reference; one
-that fails is reported and the next fastest is checked.
+choice only where it was faster timed beside it, and by more than the noise: MIN_GAIN, or the
+spread of the builder's choice's own round medians where that is larger (Row.spread). It is
+checked against the reference; one that fails is reported and the next fastest is checked.
 """
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ ROUNDS = 2  # times each of them is timed again
 # 1.012x, and 128x256 s3 over s4 at 4096x4096x11008 (0.977x against 0.997x), the builder's
 # choice timed first and never again (bench/RESULTS.md, 2026-11-27)
 WARM_S = 0.3
+# A candidate replaces the builder's choice only where its final median is this much faster (or
+# by the builder's choice's own round-to-round spread, where larger). The minimum of several
+# noisy medians favours whichever drew the fastest samples: on an H100 (bench/logs/
+# small_launch/h100/sweep_tuned_nomargin.log), kgen tune took 128x192 on a cluster 2x1 at 8192^3 and
+# 256x128 at 4096x4096x11008, which then ran 0.983x and 0.979x torch.matmul against 1.003x and
+# 0.992x for the builder's choices timed in the same run (defaults.log)
+MIN_GAIN = 0.01
 
 
 class Progress(Protocol):
@@ -57,7 +65,19 @@ class Row:
     compiled: Compiled | None = None
     timing: Timing | None = None
     final_samples: list[float] = field(default_factory=list)
+    iters: int = 0  # samples per final round
     loaded: Any = None
+
+    @property
+    def spread(self) -> float:
+        """How far apart the medians of the final rounds' timings lie, over the lowest (0 with
+        fewer than two rounds)."""
+        rounds = len(self.final_samples) // self.iters if self.iters else 0
+        if rounds < 2:
+            return 0.0
+        medians = [statistics.median(self.final_samples[i * self.iters:(i + 1) * self.iters])
+                   for i in range(rounds)]
+        return (max(medians) - min(medians)) / min(medians)
 
     @property
     def ms(self) -> float | None:
@@ -242,7 +262,9 @@ def _time(report: TuneReport, bench, iters: int, final: int, rounds: int,
     if len(best) > 1:
         for _ in range(rounds):
             for row in finalists:
-                row.final_samples.extend(bench.time(row.loaded, iters).samples_ms)
+                samples = bench.time(row.loaded, iters).samples_ms
+                row.final_samples.extend(samples)
+                row.iters = len(samples)
     report.timing_wall_s = time.perf_counter() - timing_started
 
 
@@ -257,8 +279,15 @@ def _warm(bench, loaded, iters: int) -> None:
 
 
 def _pick(report: TuneReport, bench) -> None:
-    # the candidates timed again in the final rounds first, by those rounds' medians
-    for row in sorted(report.timed_rows, key=lambda r: (not r.final_samples, r.ms)):
+    # the candidates timed again in the final rounds first, by those rounds' medians; the
+    # builder's choice first among them unless the fastest beats it by more than the noise
+    order = sorted(report.timed_rows, key=lambda r: (not r.final_samples, r.ms))
+    default = report.default_row
+    if default is not None and default.final_samples and order[0] is not default:
+        if order[0].ms > default.ms * (1 - max(MIN_GAIN, default.spread)):
+            order.remove(default)
+            order.insert(0, default)
+    for row in order:
         passed, why = bench.check(row.candidate, row.loaded)
         if passed:
             report.winner = row

@@ -70,6 +70,32 @@ def test_the_builders_choice_is_timed_again_beside_the_fastest(fake_compile, tun
     assert report.winner is default
 
 
+@pytest.mark.parametrize("gain, wins", [(0.005, False), (0.02, True)])
+def test_a_candidate_must_beat_the_builders_choice_by_more_than_the_noise(
+        fake_compile, tune_cache, gain, wins):
+    k = kernel()
+    default = tuner.search_space(k, Arch.SM80, SIZES, limit=8).candidates[0].label
+    bench = FakeBench(times={default: 2.0, "64x128x64 w2x2 s4": 2.0 * (1 - gain)})
+    report = tuner.tune(k, Arch.SM80, SIZES, bench=bench, limit=8)
+    assert report.winner.candidate.label == ("64x128x64 w2x2 s4" if wins else default)
+
+
+def test_the_builders_choice_keeps_its_place_within_its_own_spread(fake_compile, tune_cache):
+    # the builder's choice's two final rounds lie 4% apart: a candidate 2% faster is noise
+    class Spread(FakeBench):
+        def time(self, loaded, iters):
+            timing = super().time(loaded, iters)
+            if not loaded.default or len(set(self.timed)) < 8:  # the final rounds only
+                return timing
+            ms = 2.0 if self.timed.count(loaded.label) % 2 else 2.08
+            return timing.__class__(ms, ms, ms, iters, 1, (ms,) * iters)
+
+    bench = Spread(times={"64x128x64 w2x2 s4": 1.99})
+    report = tuner.tune(kernel(), Arch.SM80, SIZES, bench=bench, limit=8)
+    assert report.default_row.spread == pytest.approx(0.04)
+    assert report.winner is report.default_row
+
+
 def test_a_winner_that_fails_its_check_gives_way(fake_compile, tune_cache):
     bench = FakeBench(times={"64x128x64 w2x2 s4": 1.0, "64x64x64 w2x2 s4": 1.1},
                       failing={"64x128x64 w2x2 s4"})
