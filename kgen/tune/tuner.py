@@ -36,10 +36,10 @@ ROUNDS = 2  # times each of them is timed again
 WARM_S = 0.3
 # A candidate replaces the builder's choice only where its final median is this much faster (or
 # by the builder's choice's own round-to-round spread, where larger). The minimum of several
-# noisy medians favours whichever drew the fastest samples: on an H100 (bench/logs/
-# small_launch/h100/sweep_tuned_nomargin.log), kgen tune took 128x192 on a cluster 2x1 at 8192^3 and
-# 256x128 at 4096x4096x11008, which then ran 0.983x and 0.979x torch.matmul against 1.003x and
-# 0.992x for the builder's choices timed in the same run (defaults.log)
+# noisy medians favours whichever drew the fastest samples: on an H100
+# (bench/logs/small_launch/h100/sweep_tuned_nomargin.log), kgen tune took 128x192 on a cluster
+# 2x1 at 8192^3 and 256x128 at 4096x4096x11008, which then ran 0.983x and 0.979x torch.matmul
+# against 1.003x and 0.992x for the builder's choices timed in the same run (defaults.log)
 MIN_GAIN = 0.01
 
 
