@@ -123,6 +123,10 @@ def _summary(console, report: TuneReport, verbose: bool) -> None:
             "no candidate ran on this GPU (-v says why)"
         console.print(f"[bold red]{why}: nothing is cached[/bold red]")
         return
+    if report.within_noise and winner is report.default_row:
+        label, gain, margin = report.within_noise
+        console.print(f"kept the builder's choice: {label} ran {100 * gain:.1f}% faster, within "
+                      f"the noise ({100 * margin:.1f}%)")
     lines = "  ".join(_shown(line, value) for line, value in winner.candidate.line_values)
     speedup = report.speedup
     console.print(f"[bold green]winner[/bold green] {winner.candidate.label}: {winner.ms:.4f} ms"

@@ -106,6 +106,8 @@ class TuneReport:
     flops: int = 0
     winner: Row | None = None
     failed_checks: list[tuple[str, str]] = field(default_factory=list)
+    # (label, its gain over the builder's choice, the margin): the fastest, within the noise
+    within_noise: tuple[str, float, float] | None = None
     key: cache.TuneKey | None = None
     cache_path: str | None = None
 
@@ -171,6 +173,8 @@ class TuneReport:
             "speedup_vs_default": self.speedup,
             "failed_checks": [{"label": label, "reason": why}
                               for label, why in self.failed_checks],
+            "within_noise": (dict(zip(("label", "gain", "margin"), self.within_noise))
+                             if self.within_noise else None),
             "cache": {"key": self.key.as_dict() if self.key else None, "path": self.cache_path},
         }
 
@@ -284,7 +288,9 @@ def _pick(report: TuneReport, bench) -> None:
     order = sorted(report.timed_rows, key=lambda r: (not r.final_samples, r.ms))
     default = report.default_row
     if default is not None and default.final_samples and order[0] is not default:
-        if order[0].ms > default.ms * (1 - max(MIN_GAIN, default.spread)):
+        gain, margin = 1 - order[0].ms / default.ms, max(MIN_GAIN, default.spread)
+        if gain < margin:
+            report.within_noise = (order[0].candidate.label, gain, margin)
             order.remove(default)
             order.insert(0, default)
     for row in order:

@@ -40,6 +40,16 @@ def test_the_table_and_summary(fake_compile, tune_cache):
     assert "past --limit 6" in shown(report, verbose=True)
 
 
+def test_a_choice_kept_within_the_noise_says_so(fake_compile, tune_cache):
+    k = kernel_of(example_text("gemm"))
+    default = tuner.search_space(k, Arch.SM80, SIZES, limit=6).candidates[0].label
+    bench = FakeBench(times={default: 2.0, "64x128x64 w2x2 s4": 1.99})
+    text = shown(tuner.tune(k, Arch.SM80, SIZES, bench=bench, limit=6))
+    assert (f"kept the builder's choice: 64x128x64 w2x2 s4 ran 0.5% faster, within the noise "
+            "(1.0%)") in text
+    assert f"winner {default}: 2.0000 ms" in text
+
+
 def test_nothing_ran(fake_compile, tune_cache):
     labels = [c.label for c in tuner.search_space(kernel_of(example_text("gemm")), Arch.SM80,
                                                   SIZES, limit=2).candidates]

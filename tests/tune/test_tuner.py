@@ -78,6 +78,12 @@ def test_a_candidate_must_beat_the_builders_choice_by_more_than_the_noise(
     bench = FakeBench(times={default: 2.0, "64x128x64 w2x2 s4": 2.0 * (1 - gain)})
     report = tuner.tune(k, Arch.SM80, SIZES, bench=bench, limit=8)
     assert report.winner.candidate.label == ("64x128x64 w2x2 s4" if wins else default)
+    noise = report.as_dict()["within_noise"]
+    if wins:
+        assert report.within_noise is None and noise is None
+    else:
+        assert noise["label"] == "64x128x64 w2x2 s4"
+        assert noise["gain"] == pytest.approx(gain) and noise["margin"] == tuner.MIN_GAIN
 
 
 def test_the_builders_choice_keeps_its_place_within_its_own_spread(fake_compile, tune_cache):
