@@ -55,11 +55,17 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
 
 
 def fill(kernel: ir.Kernel, config: Config) -> tuple[ir.Kernel, tuple[LineChoice, ...]]:
-    """The kernel with `config` in every schedule line it leaves out, and those lines."""
+    """The kernel with `config` in every schedule line it leaves out, and those lines. Where
+    the source writes a `schedule` other than the configuration's, the configuration's why
+    (which describes its own kernel) gives way to one that says so."""
     chosen: list[LineChoice] = []
     gemms = []
+    why = config.why
+    if kernel.schedule is not None and _SCHEDULES.get(config.schedule) is not kernel.schedule:
+        why = ("the first of the target's configurations that plans beside the written lines "
+               f"(`schedule {kernel.schedule.value}`)")
     for g, c in zip(kernel.gemms, config.gemms):
-        gemms.append(_fill_gemm(g, c, config.why, chosen))
+        gemms.append(_fill_gemm(g, c, why, chosen))
     kernel = dataclasses.replace(kernel, gemms=tuple(gemms))
     if kernel.schedule is None and config.schedule is not None:
         kernel = dataclasses.replace(kernel, schedule=_SCHEDULES[config.schedule],

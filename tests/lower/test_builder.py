@@ -84,6 +84,20 @@ def test_one_gemm_defaults_per_target():
     assert [u[0] for u in small.schedule.untaken] == ["128x256x64 w2x4 s3", "128x128x64 w2x2 s4"]
 
 
+def test_a_written_schedule_is_not_explained_as_another_kind():
+    """Lines filled beside a written `schedule pingpong` from a configuration listed for the
+    cooperative kernel do not say the cooperative kernel runs."""
+    kernel = dataclasses.replace(gemm("tile 64x128x64\n    stages 8"),
+                                 schedule=ir.Schedule.PINGPONG)
+    plan = lower(kernel, ir.Arch.SM90A)
+    assert plan.schedule.kind is KernelKind.PINGPONG
+    (warps,) = plan.schedule.chosen
+    assert warps.line == "g warps" and "cooperative" not in warps.why
+    assert warps.why.endswith("beside the written lines (`schedule pingpong`)")
+    free = lower(gemm(""), ir.Arch.SM90A)  # no line written: the configuration's own why
+    assert any("cooperative" in c.why for c in free.schedule.chosen)
+
+
 def test_a_written_line_always_wins():
     plan = lower(gemm("tile 64x64x32"), ir.Arch.SM90A)
     assert plan.gemms[0].tile == (64, 64, 32)
