@@ -359,7 +359,8 @@ class Schedule:
                              g.why_staged_input + when))
             if g.why_stages_d:
                 rows.append((f"{g.name} epilogue tile",
-                             f"64x64, {g.stages_d} staging boxes per consumer" if g.stages_d
+                             f"64x64, {g.stages_d} staging box{'es' * (g.stages_d > 1)} per "
+                             "consumer" if g.stages_d
                              else "the consumer's whole tile", g.why_stages_d))
             if g.column_passes > 1:
                 rows.append((f"{g.name} column passes", str(g.column_passes),

@@ -436,5 +436,7 @@ def test_a_part_box_on_pingpong_leaves_through_the_copy_engine():
         s = built.plan.schedule
         assert s.kind is KernelKind.PINGPONG and s.gemms[0].store is StorePath.TMA
         assert "copy_part_box_out(" in built.source
+        assert "the last box of each 64 rows holds 32 columns, copied out by the consumer's " \
+            "threads" in s.gemms[0].why_store
         result = compile_cubin(built.source, "k", "sm_90a")
         assert result.spill_stores == 0 and result.spill_loads == 0, result.log

@@ -115,6 +115,9 @@ WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of i
 WHY_STAGED_BOX = ("each consumer writes its rows into swizzled staging buffers of its own and one "
                   "thread stores each 64x64 box with cp.async.bulk.tensor as soon as it is "
                   "written")
+WHY_PART_BOX = ("; the last box of each 64 rows holds {cols} columns, copied out by the "
+                "consumer's threads in 16-byte chunks, since the copy engine's 64-column box "
+                "would write past the tile")
 # the epilogue tile's staging boxes per consumer, where the whole tile's do not fit; one where
 # two do not either (256x160 on a ring of 4)
 STAGES_D = (2, 1)
@@ -171,6 +174,8 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
         why_vectors = WHY_VECTORS_OFF["split" if draft.split_k > 1 else
                                       "stream" if draft.stream_k else
                                       "budget" if store is StorePath.TMA else "pairs"]
+    if store is StorePath.TMA and part_box(g):
+        why_store += WHY_PART_BOX.format(cols=part_box(g))
     schedule = build(draft, kind, g, store, why_store,
                      tuple(param for param, *_ in epilogue_vectors(g)) if vectors else (),
                      why_vectors, stages_d)
