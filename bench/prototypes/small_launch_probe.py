@@ -1,6 +1,7 @@
 """The sweep's small launches (issue 17): 1024^3 and 128x4096x4096 trail torch.matmul by 3-5%,
-and cuBLAS runs our tiles there on clusters (64x128 s8 on 2x1, 64x64 s13 on 1x2), where ours on
-clusters lost 12-20% (bench/logs/tail_probe/tail_probe2.log). Where does the time go?
+and cuBLAS runs our tiles there on clusters (on an H100: 64x128 s8 on 2x1, 64x64 s13 on 1x2),
+where ours on clusters lost 12-20% (bench/logs/tail_probe/tail_probe2.log). Where does the time
+go? (bench/logs/small_launch/, bench/RESULTS.md)
 
     events   each variant, x torch.matmul (CUDA events around each launch, checked first)
     profile  the kernels alone (torch.profiler's device times: no launch gaps), kgen's and
