@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
 
-from chain_clock import once  # noqa: E402
+from epilogue_clock import once, with_clock_buffer  # noqa: E402
 from defaults import BARE  # noqa: E402
 from wide_probe import parsed  # noqa: E402
 
@@ -40,9 +40,7 @@ CASES = [((128, 4096, 4096), 64, 12, (1, 1)), ((128, 4096, 4096), 64, 12, (2, 1)
 def instrument(source: str, address: int) -> str:
     """The source with the clock reads of consumer 0's first thread (tid 128) added."""
     clustered = "  if constexpr (!kNarrow) cluster_sync();\n}\n" in source
-    source = once(source, "template <bool kNarrow>\n__device__ __forceinline__ void kernel_body(",
-                  f"#define kgen_clock reinterpret_cast<unsigned long long*>({address:#x}ULL)\n"
-                  "template <bool kNarrow>\n__device__ __forceinline__ void kernel_body(")
+    source = with_clock_buffer(source, address)
     source = once(source, "  const int tid = threadIdx.x;\n",
                   "  const long long c_entry = clock64();\n  const int tid = threadIdx.x;\n")
     source = once(source, "\n  if (tid < kWarpgroupThreads) {  // the producer",

@@ -26,15 +26,22 @@ from hopper_gemm import alloc, make_inputs  # noqa: E402
 KEEP = ("bare", "relu", "bias staged", "C", "full")
 
 
+def once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def with_clock_buffer(source: str, address: int) -> str:
+    """The source with `kgen_clock`, the device buffer at `address` that the clock reads add
+    into, defined before the kernel body."""
+    body = "template <bool kNarrow>\n__device__ __forceinline__ void kernel_body("
+    return once(source, body, f"#define kgen_clock reinterpret_cast<unsigned long long*>("
+                f"{address:#x}ULL)\n{body}")
+
+
 def instrument(source: str, address: int) -> str:
     """The source with the clock reads added (see the module's docstring)."""
-    def once(text, old, new):
-        assert text.count(old) == 1, old
-        return text.replace(old, new)
-
-    source = once(source, "template <bool kNarrow>\n__device__ __forceinline__ void kernel_body(",
-                  f"#define kgen_clock reinterpret_cast<unsigned long long*>({address:#x}ULL)\n"
-                  "template <bool kNarrow>\n__device__ __forceinline__ void kernel_body(")
+    source = with_clock_buffer(source, address)
     source = once(source, "    float acc[kFragM][kFragN][4];\n",
                   "    const long long clock_tile = clock64();\n    float acc[kFragM][kFragN][4];\n")
     source = once(source, "    // Epilogue\n",

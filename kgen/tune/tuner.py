@@ -65,19 +65,16 @@ class Row:
     compiled: Compiled | None = None
     timing: Timing | None = None
     final_samples: list[float] = field(default_factory=list)
-    iters: int = 0  # samples per final round
+    round_medians: list[float] = field(default_factory=list)  # one per final round
     loaded: Any = None
 
     @property
     def spread(self) -> float:
-        """How far apart the medians of the final rounds' timings lie, over the lowest (0 with
-        fewer than two rounds)."""
-        rounds = len(self.final_samples) // self.iters if self.iters else 0
-        if rounds < 2:
+        """How far apart the final rounds' medians lie, over the lowest (0 with fewer than two
+        rounds)."""
+        if len(self.round_medians) < 2:
             return 0.0
-        medians = [statistics.median(self.final_samples[i * self.iters:(i + 1) * self.iters])
-                   for i in range(rounds)]
-        return (max(medians) - min(medians)) / min(medians)
+        return (max(self.round_medians) - min(self.round_medians)) / min(self.round_medians)
 
     @property
     def ms(self) -> float | None:
@@ -266,9 +263,9 @@ def _time(report: TuneReport, bench, iters: int, final: int, rounds: int,
     if len(best) > 1:
         for _ in range(rounds):
             for row in finalists:
-                samples = bench.time(row.loaded, iters).samples_ms
-                row.final_samples.extend(samples)
-                row.iters = len(samples)
+                timing = bench.time(row.loaded, iters)
+                row.final_samples.extend(timing.samples_ms)
+                row.round_medians.append(timing.median_ms)
     report.timing_wall_s = time.perf_counter() - timing_started
 
 

@@ -27,6 +27,7 @@ from ...plan import KernelKind
 from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
 from . import schedules
+from .tensor_map import STAGING_BOX
 
 WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 4
     # stages first, with the epilogue tile's staging (two boxes per consumer; 3 stages hold the
@@ -410,7 +411,7 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
     # and a row-major output (a column-major one's part box is not built: pairs)
     part_boxes = shape.k_major[1] and shape.row_out
     weighed = [t for t in SIZED_TILES if not (shape.fused and t[:2] in SIZED_BARE_ONLY)
-               and (part_boxes or t[1] % 64 == 0)]
+               and (part_boxes or t[1] % STAGING_BOX == 0)]
     tile_m, tile_n, stages, _ = min(weighed, key=lambda t: cost(t[0], t[1], t[3]))
     if tile_m == 64:
         return Config((GemmConfig((64, tile_n, 64), (2, 4), stages),), KernelKind.PINGPONG,

@@ -325,7 +325,7 @@ def staging_refusal(g: GemmPlan) -> str | None:
     64 (part_box)."""
     if g.epilogue.packed_store is None:
         return "TMA stores need an epilogue that only stores one 16-bit tensor"
-    if g.tile[1] % STAGING_BOX and g.epilogue.packed_store.layout is Layout.COL:
+    if part_box(g) and g.epilogue.packed_store.layout is Layout.COL:
         return (f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box (a "
                 "column-major output's part box is not built)")
     return None
