@@ -322,6 +322,12 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// Fetches the tensor map at `map` (a kernel parameter) ahead of its first copy: a CTA's first
+// load otherwise waits for it on top of its own latency.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
 // Arrives on `bar` and adds `bytes` to the transactions its current phase waits for.
 __device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
@@ -388,11 +394,6 @@ __device__ __forceinline__ void bulk_commit() {
 // Waits until the copy engine has read every box this thread committed: the staging is free.
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
-// Waits until every store this thread committed is complete.
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // Grouped rasterization: linear tile `tile` is (tile_m, tile_n); kGroupM tile rows share the
@@ -598,6 +599,8 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
   const unsigned empty_bar = full_bar + 8 * g0_cfg::kStages;  // then kStages empty ones
   const unsigned order_bar = empty_bar + 8 * g0_cfg::kStages;  // then a turn barrier per consumer warpgroup
   if (tid == 0) {
+    prefetch_tensor_map(&maps.A);  // the copy engine's view of A, fetched while the barriers are set up
+    prefetch_tensor_map(&maps.D1);  // the copy engine's view of D1, fetched while the barriers are set up
     for (int s = 0; s < g0_cfg::kStages; ++s) {
       mbarrier_init(full_bar + 8 * s, 1);  // the box's bytes, announced by the producer's thread
       mbarrier_init(empty_bar + 8 * s, kWarpgroupThreads);  // the consuming warpgroup
@@ -779,7 +782,7 @@ b2b_gemm_rf_pingpong_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_sm90a_pa
       }
     }
   }
-  if (tid % kWarpgroupThreads == 0) bulk_wait();  // this warpgroup's last stores are complete
+  if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this warpgroup's last staging; its writes complete by the kernel's end
 #else
   __trap();  // the compute_90 pass: no wgmma (see the top of this file)
 #endif

@@ -197,6 +197,12 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// Fetches the tensor map at `map` (a kernel parameter) ahead of its first copy: a CTA's first
+// load otherwise waits for it on top of its own latency.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
 // Arrives on `bar` and adds `bytes` to the transactions its current phase waits for.
 __device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
@@ -441,11 +447,6 @@ __device__ __forceinline__ void bulk_commit() {
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
-
-// Waits until every store this thread committed is complete.
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
 // ---- batches: the copy engine's rank-3 boxes (column, row, batch) ----
 
 // The box of the rank-3 `map` at (col, row, batch) into shared memory at `dst`; its bytes count
@@ -646,6 +647,11 @@ __device__ __forceinline__ void kernel_body(const batched_gemm_bias_params& p, c
   const int b_granule = kNarrow ? copy_granule(p.B, p.ld_B | p.batch_B) : 16;
   const bool tma_loads = a_granule == 16 && b_granule == 16;
   if (tid == 0) {
+    if (!kNarrow) {  // the copy engine's views, fetched while the barriers are set up
+      prefetch_tensor_map(&maps.A);
+      prefetch_tensor_map(&maps.B);
+      prefetch_tensor_map(&maps.D);
+    }
     for (int s = 0; s < kStages; ++s) {
       // the copy engine's arrival, or the producer warpgroup's (with the copy engine's for one
       // operand that meets its rules: see produce_narrow)
@@ -827,7 +833,9 @@ __device__ __forceinline__ void kernel_body(const batched_gemm_bias_params& p, c
       }
     }
   }
-  if (!kNarrow && tid % kWarpgroupThreads == 0) bulk_wait();  // the last boxes are written before the CTA ends
+  // The staging stays until the copy engine has read the last boxes; their writes complete by
+  // the kernel's end.
+  if (!kNarrow && tid % kWarpgroupThreads == 0) bulk_wait_read();
 }
 
 }  // namespace batched_gemm_bias_kgen

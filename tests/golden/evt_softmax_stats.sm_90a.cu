@@ -164,6 +164,12 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// Fetches the tensor map at `map` (a kernel parameter) ahead of its first copy: a CTA's first
+// load otherwise waits for it on top of its own latency.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
 // Arrives on `bar` and adds `bytes` to the transactions its current phase waits for.
 __device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
@@ -607,6 +613,10 @@ __device__ __forceinline__ void kernel_body(const evt_softmax_stats_params& p, c
   const int b_granule = kNarrow ? copy_granule(p.B, p.ld_B) : 16;
   const bool tma_loads = a_granule == 16 && b_granule == 16;
   if (tid == 0) {
+    if (!kNarrow) {  // the copy engine's views, fetched while the barriers are set up
+      prefetch_tensor_map(&maps.A);
+      prefetch_tensor_map(&maps.B);
+    }
     for (int s = 0; s < kStages; ++s) {
       // the copy engine's arrival, or the producer warpgroup's (with the copy engine's for one
       // operand that meets its rules: see produce_narrow)

@@ -227,7 +227,8 @@ def test_pingpong_source_producer_and_consumers():
              "if (tid % kWarpgroupThreads == 0) {",
              "tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, n0 + box * 64, m0);",
              "bulk_commit();",
-             "if (tid % kWarpgroupThreads == 0) bulk_wait();"]
+             "if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read "
+             "this warpgroup's last staging"]
     assert in_order(kernel_body, order)
     assert "quad_transpose(pairs, lane)" not in kernel_body and "p.D1 +" not in kernel_body
     # with the output's stores hinted evict-first, A's ring copies carry no L2 policy

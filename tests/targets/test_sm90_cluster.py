@@ -237,7 +237,20 @@ def test_the_kernel_multicasts_and_releases_slots_across_the_cluster(cluster):
     assert f"tma_load_box_multicast({shared.lower()}_ring + rank * (k{shared}StageBytes / 2)" in source
     assert "mbarrier_init(empty + 8 * s, (kPingpong ? 1 : 2) * kCtasM * kCtasN);" in source
     assert "release_slot<kNarrow>(empty" in source and "mapa.shared::cluster" in source
-    assert source.count("cluster_sync();") >= 3  # after init, producer exit, consumer exit
+    # lane 0 of warp r of each consumer warpgroup releases the slot in CTA r
+    assert ("const bool releaser = kNarrow ? tid % kWarpgroupThreads == 0 : lane == 0 && "
+            "warp < kClusterM * kClusterN;") in source
+    assert "if (kt > 0 && releaser) release_slot<kNarrow>(empty" in source
+    assert "mbarrier_arrive_cluster(cluster_address(bar, threadIdx.x / 32 % 4));" in source
+    # the cluster waits once, for the barriers' init; at the end, the producer waits for every
+    # slot's last release (the peers' arrivals on this CTA's barriers) instead
+    start = source.index("void kernel_body(")
+    body = source[start:source.index("}  // namespace", start)]
+    assert body.count("cluster_sync();") == 1
+    tail = ("for (int i = 0; i < kStages; ++i, ++it) {\n"
+            "        const int s = it % kStages, round = it / kStages;\n"
+            "        if (round > 0) mbarrier_wait(empty + 8 * s, (round - 1) & 1);\n      }\n")
+    assert tail in body and body.index(tail) < body.index("setmaxnreg_inc")
     assert "fence.mbarrier_init.release.cluster" in source
     assert "if (tile_m < tiles_m && tile_n < tiles_n) {" in source
     assert "cudaLaunchAttributeClusterDimension" in source

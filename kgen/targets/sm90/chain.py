@@ -183,5 +183,6 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
         order=plan.schedule.consumer_order,
         resident_loads=block(resident_loads(plan)), stages=block(stages),
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
+        map_params=[m.param for m in plan.schedule.tensor_maps] if tma_ring(plan) else [],
         times_batches=batch.chain_values(plan)["times_batches"],
         tile_batch=batch.tile_batch(plan, "tile")))

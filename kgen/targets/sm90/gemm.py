@@ -422,7 +422,8 @@ def cluster_values(plan: KernelPlan) -> dict:
         return dict(walk_tiles="tiles", walk="walk" if batched else "tiles",
                     walk_first="blockIdx.x", walk_step="gridDim.x", walk_batch=tile_batch,
                     walk_in_batch=tile_in_batch, walk_dims="tiles_m, tiles_n", cluster_tile=[],
-                    release="mbarrier_arrive", tile_batch=tile_batch,
+                    release="mbarrier_arrive", releaser="tid % kWarpgroupThreads == 0",
+                    tile_batch=tile_batch,
                     tile_in_batch=tile_in_batch)
     cm, cn = schedule.cluster
     along, count = ("m", "kCtasM") if cm > 1 else ("n", "kCtasN")
@@ -437,7 +438,8 @@ def cluster_values(plan: KernelPlan) -> dict:
         walk_dims="cluster_tiles_m, cluster_tiles_n",
         cluster_tile=[f"tile_{along} = tile_{along} * {count} + rank;  // this CTA's tile of "
                       "the cluster's (past M or N: its loads read zeros, it stores nothing)"],
-        release="release_slot<kNarrow>", tile_batch=tile_batch, tile_in_batch=tile_in_batch)
+        release="release_slot<kNarrow>", releaser="releaser", tile_batch=tile_batch,
+        tile_in_batch=tile_in_batch)
 
 
 def _in_range(lines: list[str]) -> list[str]:
