@@ -31,6 +31,7 @@ KG
 }
 kg "cluster 2x1" "" "D = acc"; sanitize /tmp/ee.kg "cooperative cluster 2x1"
 kg "cluster 1x2" "schedule pingpong" "D = relu(acc + bias[col])"; sanitize /tmp/ee.kg "pingpong cluster 1x2 fused"
+kg "cluster 2x1" "schedule pingpong" "D = acc"; sanitize /tmp/ee.kg "pingpong cluster 2x1"
 kg "" "" "D = acc"; sanitize /tmp/ee.kg "cooperative no cluster"
 for tool in memcheck racecheck synccheck; do
   timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run \
