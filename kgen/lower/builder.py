@@ -57,11 +57,15 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
 def fill(kernel: ir.Kernel, config: Config) -> tuple[ir.Kernel, tuple[LineChoice, ...]]:
     """The kernel with `config` in every schedule line it leaves out, and those lines. Where
     the source writes a `schedule` other than the configuration's, the configuration's why
-    (which describes its own kernel) gives way to one that says so."""
+    (which describes its own kernel) gives way to one that says so. A configuration without a
+    `schedule` describes the target's preference: on sm_90a, the cooperative kernel, the one
+    kind a written `schedule cooperative` plans."""
     chosen: list[LineChoice] = []
     gemms = []
     why = config.why
-    if kernel.schedule is not None and _SCHEDULES.get(config.schedule) is not kernel.schedule:
+    described = (ir.Schedule.COOPERATIVE if config.schedule is None
+                 else _SCHEDULES.get(config.schedule))
+    if kernel.schedule is not None and described is not kernel.schedule:
         why = ("the first of the target's configurations that plans beside the written lines "
                f"(`schedule {kernel.schedule.value}`)")
     for g, c in zip(kernel.gemms, config.gemms):

@@ -96,6 +96,13 @@ def test_a_written_schedule_is_not_explained_as_another_kind():
     assert warps.why.endswith("beside the written lines (`schedule pingpong`)")
     free = lower(gemm(""), ir.Arch.SM90A)  # no line written: the configuration's own why
     assert any("cooperative" in c.why for c in free.schedule.chosen)
+    # a written `schedule cooperative` is the kind the configuration describes: its own why
+    written = lower(dataclasses.replace(gemm(""), schedule=ir.Schedule.COOPERATIVE),
+                    ir.Arch.SM90A)
+    assert written.schedule.kind is KernelKind.COOPERATIVE
+    assert [(c.line, c.why) for c in written.schedule.chosen] == [
+        (c.line, c.why) for c in free.schedule.chosen if c.line != "schedule"]
+    assert not any("beside the written lines" in c.why for c in written.schedule.chosen)
 
 
 def test_a_written_line_always_wins():
