@@ -12,7 +12,8 @@ edited, as bench/prototypes/epilogue_clock.py does; a measurement, not a variant
     full_waits        of first -> last and tile -> first: consumer 0 waiting for full slots
     wgmma_waits       of first -> last: consumer 0 in wgmma_wait<1>
     releases          of first -> last: consumer 0's first thread releasing slots (rank 0)
-    releases_w1       the same in its warp 1's first thread (rank 1 on clusters; nothing alone)
+    releases_w1       the same in its warp 1's first thread (rank 1 on clusters; alone it
+                      releases nothing: the clock reads' own cost)
     empty_waits       the producer's thread waiting for empty slots
     prod_tail         clusters: the producer's wait for every slot's last release
 
@@ -24,7 +25,6 @@ checked against torch.matmul in float32.
 from __future__ import annotations
 
 import re
-
 import sys
 from pathlib import Path
 
@@ -93,11 +93,10 @@ def instrument(source: str, address: int) -> str:
         "    atomicAdd(kgen_clock + 6, static_cast<unsigned long long>(c_full));\n"
         "    atomicAdd(kgen_clock + 10, static_cast<unsigned long long>(c_wg));\n"
         "    atomicAdd(kgen_clock + 11, static_cast<unsigned long long>(c_rel));\n"
-        "  }\n"
-        "  if (tid == kWarpgroupThreads + 32 && c_tile != 0) {\n"
-        "    atomicAdd(kgen_clock + 12, static_cast<unsigned long long>(c_rel));\n"
         "    atomicAdd(kgen_clock + 7, 1ull);\n"
-        "  }\n")
+        "  }\n"
+        "  if (tid == kWarpgroupThreads + 32 && c_tile != 0)\n"
+        "    atomicAdd(kgen_clock + 12, static_cast<unsigned long long>(c_rel));\n")
     return once(source, wait, "  const long long c_stored = clock64();\n" + wait[:-2] + record + "}\n")
 
 
