@@ -53,7 +53,9 @@ SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 512), (6144, 5120,
          (16384, 1024, 1024), (3000, 5000, 2000), (512, 8192, 8192), (128, 4096, 4096)]
 # shapes no schedule was tuned for (issue 17's "measure what you did not tune"): part 3 --shapes own
 OWN = [(2560, 7168, 4096), (96, 12288, 4096), (5120, 3584, 2048), (1536, 1536, 6144),
-       (256, 2048, 16384)]
+       (256, 2048, 16384),
+       # added at the seventh stop of issue 17, never probed or ruled on before
+       (3328, 1408, 4736), (896, 5120, 6144), (6400, 2944, 2560)]
 
 
 def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None, sized=True):

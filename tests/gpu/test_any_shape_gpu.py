@@ -264,6 +264,8 @@ def test_kgen_load_runs_what_the_sizes_call_for():
             ((6144, 5120, 3072), (256, 192, 64), 1, (1, 1)),
             ((3000, 4600, 2000), (128, 256, 64), 1, (2, 1)),  # B's rows split 128-byte lines
             ((3000, 5000, 2000), (256, 152, 64), 1, (1, 1)),  # 396 tiles: 3 waves, no cluster
+            ((1536, 1536, 6144), (128, 144, 64), 1, (1, 1)),  # 132 tiles: one wave
+            ((2800, 976, 5184), (128, 176, 64), 1, (1, 1)),
             ((4096, 4096, 4096), (128, 256, 64), 1, (1, 1))]:
         a = torch.randn(m, kk, device="cuda").half()
         b = torch.randn(n, kk, device="cuda").half().t()

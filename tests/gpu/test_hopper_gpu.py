@@ -37,6 +37,9 @@ KINDS = {
     # staging box per consumer
     "cooperative256x152": (None, (256, 152, 64), (2, 4), 4),
     "cooperative128x96": (None, (128, 96, 64), (2, 4), 4),
+    # the wave model's narrower 128-row widths: the last staging box 16 and 48 columns wide
+    "cooperative128x144": (None, (128, 144, 64), (2, 4), 4),
+    "cooperative128x176": (None, (128, 176, 64), (2, 4), 4),
     "pingpong": (ir.Schedule.PINGPONG, (128, 128, 64), (2, 4), 5),
     "pingpong64": (ir.Schedule.PINGPONG, (64, 256, 64), (2, 4), 4),
     # each consumer's own tile with its last staging box part full

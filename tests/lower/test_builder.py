@@ -196,11 +196,21 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
     (dict(M=4096, N=4096, K=4096), None),  # 512 tiles of 128x256: 3.9 waves, the default's
     # 960 tiles of 128x256: 7.3 waves; 1296 of 128x192: 9.8; 648 of 256x192: 4.9
     (dict(M=6144, N=5120, K=3072), "256x192x64 w2x4 s3"),
-    # 132 tiles of 256x176: one wave; 264 of 128x192 two, 132 of 256x192 one but wider
-    (dict(M=3000, N=1936, K=4096), "256x176x64 w2x4 s3"),
+    # 264 tiles of 128x176: two waves, each tile half of 256x176's (132: one), and cheaper per
+    # element; 264 of 128x192 two, 132 of 256x192 one but wider
+    (dict(M=3000, N=1936, K=4096), "128x176x64 w2x4 s4"),
     (dict(M=8192, N=8192, K=8192), None),  # 256x192 fills its waves no better: the default
     # 132 tiles of 256x152, one wave, on a ring of 4 (one staging box per consumer)
     (dict(M=3000, N=1672, K=4096), "256x152x64 w2x4 s4"),
+    # 132 tiles of 128x144, one wave (cuBLAS's width there); 96 of 128x192
+    (dict(M=1536, N=1536, K=6144), "128x144x64 w2x4 s4"),
+    # 132 tiles of 128x176 or of 128x192: the narrower computes fewer columns past N
+    (dict(M=2800, N=976, K=5184), "128x176x64 w2x4 s4"),
+    # 128x144 would make 252 tiles, two waves: it is weighed for one at most
+    (dict(M=1792, N=2464, K=8064), "256x152x64 w2x4 s4"),
+    # 340 tiles of 128x160 (2.6 waves) gain under the narrow widths' margin over 221 of
+    # 128x256 (1.7): the default
+    (dict(M=2064, N=3176, K=5376), None),
     (dict(M=128, N=4096, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 64 k tiles: no split;
     # 128 tiles of 64x64, one wave
     (dict(M=64, N=8192, K=4096), "pingpong: 64x64x64 w2x4 s12"),  # 128 tiles of 64x64
@@ -343,11 +353,12 @@ def test_sizes_the_source_fixes_plan_as_the_runtime_sizes_would(m, n, k, tile, c
 
 
 def test_a_column_major_output_takes_no_part_box_tile():
-    """256x176 and 256x152 leave a column-major output as pairs: the wave model weighs them
-    only for a row-major one (3000x1936x4096: 132 tiles of 256x176, one wave)."""
+    """Tiles whose N is not a multiple of 64 leave a column-major output as pairs: the wave
+    model weighs them only for a row-major one (3000x1936x4096: 264 tiles of 128x176, two
+    waves)."""
     sm90 = target(ir.Arch.SM90A)
     sizes = dict(M=3000, N=1936, K=4096)
-    for layout, label in (("row", "256x176x64 w2x4 s3"), ("col", "256x192x64 w2x4 s3")):
+    for layout, label in (("row", "128x176x64 w2x4 s4"), ("col", "256x192x64 w2x4 s3")):
         module = parse(GEMM.replace("TARGET", "sm_90a").replace("LINES", "")
                        .replace("f16[M, N] row out", f"f16[M, N] {layout} out"), "t.kg")
         verify(module)

@@ -2,7 +2,8 @@
 warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
 
     one gemm  the cooperative kernel (TMA ring, two consumer warpgroups on wgmma) on 128x256x64
-              tiles, then 128x192x64, 128x128x64, 128x64x64 and 256x128x64, for every operand
+              tiles, then 128x192x64, 128x128x64, 128x64x64, 256x128x64, the other 256-row
+              ones and 128 x 176, 160 and 144 (the waves' widths, SIZED_TILES), for every operand
               layout (an MN-major A or B, i.e. a column-major A or a row-major B, loads by
               64-column boxes: each tile N here is a multiple of 64). A fixed K of at most
               1024 puts ping-pong 128x128x64 first:
@@ -49,6 +50,10 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     ((256, 192, 64), (3,)),
     ((256, 176, 64), (3,)),
     ((256, 152, 64), (4,)),  # one staging box per consumer beside the ring of 4
+    # the waves' narrower widths (SIZED_TILES), last: the size-blind list never reaches them
+    ((128, 176, 64), (4,)),
+    ((128, 160, 64), (4,)),
+    ((128, 144, 64), (4,)),
 )
 PINGPONG_TILES = (((128, 128, 64), (5, 6, 4)),)
 # Ping-pong first, on 4 stages first, where the output leaves as pairs from registers (two
@@ -266,9 +271,22 @@ def ring_b(config: Config) -> Config:
 # part_box_probe.log). 256x152 on a ring of 4 (one staging box per consumer), cuBLAS's tile at
 # 3000x5000x2000 (396 tiles, 3.0 waves): 0.913 -> 0.977-0.980x there, and 0.479-0.896 ->
 # 0.757-0.978x at nine shapes where the choice changes (4% of 3000 random shapes), slower at one
-# (5152x1744x4904, 0.771 -> 0.750-0.769x; part_box_rule152.log).
+# (5152x1744x4904, 0.771 -> 0.750-0.769x; part_box_rule152.log). 128x176, 128x160 and 128x144
+# on 4 stages (their last staging box part full), each timed where it fills exactly four waves
+# (4224 x 16 tile columns, K = 2048 and 6144; H200, bench/logs/tile_n/probe.log): 1.041-1.045,
+# 1.057-1.058 and 1.077-1.081x 128x256's time per element (128x192 1.029-1.032; on 5 stages all
+# three were slower). cuBLAS's width at 1536x1536x6144 (132 tiles of 128x144, one wave): 0.976x
+# torch.matmul there against 0.855x for 128x192's 96 tiles. With them (SIZED_NARROW_MARGIN),
+# two rounds at 16 shapes where the choice changes (6% of 3000 random shapes), the bare GEMM ran
+# 0.525-0.998x -> 0.774-0.996x torch.matmul (f16; bf16 0.540-0.977 -> 0.852-0.995 at six),
+# relu(alpha*acc + beta*C + bias[col]) 1.061-1.882x -> 1.463-1.902x the unfused PyTorch at six
+# (bench/logs/tile_n/rule.log). 256x176 left the list: 128x176 at twice its tiles weighs less
+# (1.043 x the margin against 1.08), so it won at none of 20,000 random shapes; where it had
+# been the choice 128x176 ran -1.2% (3000x1936x4096, 264 tiles in two waves against 132 in one)
+# to +0.5% bare, +1.1% fused. The tuner still times it.
 SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (256, 192, 3, 1.0),
-               (256, 176, 3, 1.08), (256, 152, 4, 1.08), (128, 128, 6, 1.06),
+               (256, 152, 4, 1.08), (128, 176, 4, 1.043),
+               (128, 160, 4, 1.058), (128, 144, 4, 1.08), (128, 128, 6, 1.06),
                (128, 64, 8, 1.3), (64, 256, 4, 1.15), (64, 192, 7, 1.25), (64, 128, 8, 1.25),
                (64, 64, 12, 1.6))
 # For D = acc alone: 64x192's ring of 7 leaves no room for the output's staging, so its output
@@ -276,6 +294,17 @@ SIZED_TILES = ((128, 256, 4, 1.0), (128, 192, 4, 1.03), (256, 128, 4, 1.02), (25
 # relu(alpha*acc + beta*C + bias[col]) ran 1.529x the unfused PyTorch against 1.825x on the
 # cooperative 128x128, bench/logs/small_tiles/small_tiles_f16_rule.log)
 SIZED_BARE_ONLY = ((64, 192),)
+# Weighed only where they make at most one wave: 128x144 in more ran slower than the model said
+# at both shapes where it would have been taken (1792x2464x8064, 252 tiles: 0.912x torch.matmul
+# against 0.947x for 256x152; 2064x3176x5376, 391 tiles: 0.829x against 0.874x for 128x256;
+# bench/logs/tile_n/probe.log), and faster at both in one (1536x1536x6144, 2408x792x4056)
+SIZED_ONE_WAVE = ((128, 144),)
+# The narrower 128-row widths win only by this factor on the model's cost: it overstated their
+# gains over the widths before them by 3-11% (1536x1536x6144: 1.27x the model, 1.14x measured),
+# and at model gains under 3% they lost (2064x3176x5376: 128x160 1.008x the model, 0.966x
+# measured; bench/logs/tile_n/probe.log)
+SIZED_NARROW = ((128, 176), (128, 160), (128, 144))
+SIZED_NARROW_MARGIN = 1.03
 SIZED_FEW = common.SMS // 2  # fewer 128x256 tiles than this: split-K, where K is long enough
 # Split-K only from this many k tiles (K = 8192): its parts' sum runs as a second kernel, a
 # fixed cost that a short k loop does not repay. On an H100 (bench/logs/small_shapes/) the
@@ -405,13 +434,15 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
         return None  # the builder's ping-pong (PINGPONG_PAIRS_STAGES)
 
     def cost(tile_m: int, tile_n: int, per_element: float) -> float:
-        return -(-tiles(tile_n, tile_m) // common.SMS) * tile_m * tile_n * per_element
+        margin = SIZED_NARROW_MARGIN if (tile_m, tile_n) in SIZED_NARROW else 1.0
+        return -(-tiles(tile_n, tile_m) // common.SMS) * tile_m * tile_n * per_element * margin
 
     # a tile N not a multiple of 64 needs a K-major B (an MN-major one's boxes are 64 columns)
     # and a row-major output (a column-major one's part box is not built: pairs)
     part_boxes = shape.k_major[1] and shape.row_out
     weighed = [t for t in SIZED_TILES if not (shape.fused and t[:2] in SIZED_BARE_ONLY)
-               and (part_boxes or t[1] % STAGING_BOX == 0)]
+               and (part_boxes or t[1] % STAGING_BOX == 0)
+               and not (t[:2] in SIZED_ONE_WAVE and tiles(t[1], t[0]) > common.SMS)]
     tile_m, tile_n, stages, _ = min(weighed, key=lambda t: cost(t[0], t[1], t[3]))
     if tile_m == 64:
         return Config((GemmConfig((64, tile_n, 64), (2, 4), stages),), KernelKind.PINGPONG,

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# 128-row tiles of 144, 160 and 176 columns (bench/prototypes/tile_n_probe.py), one GPU visit:
+#   PART=probe  the per-element costs and the grid against the sized choice
+#   PART=rule   the wave model without and with the new widths, two rounds; 1608x1504 at K =
+#               6992 and 7040 again (two rounds)
+#   PART=check  the whole GPU suite (bench/gpu_tests.sh), then compute-sanitizer on 128x144 and
+#               128x176 written, at ragged sizes
+#   PART=list   my own shapes with no schedule line, and after tune (f16)
+# Logs land in $OUT (bench/logs/tile_n/ once fetched).
+. "$(dirname "$0")/session_head.sh"
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/device.log"
+case ${PART:-probe} in
+probe)
+  timeout 560 python3 bench/prototypes/tile_n_probe.py --part cost grid 2>&1 | grep -v -i warn \
+    | tee "$OUT/probe.log" ;;
+rule)
+  timeout 120 python3 bench/prototypes/tile_n_probe.py --part recheck 2>&1 | grep -v -i warn \
+    | tee "$OUT/recheck.log"
+  timeout 420 python3 bench/prototypes/tile_n_probe.py --part rule 2>&1 | grep -v -i warn \
+    | tee "$OUT/rule.log" ;;
+check)
+  bash bench/gpu_tests.sh
+  for n in 144 176; do
+    sed -e "s/128x256x64  warps 2x4  stages 3/128x${n}x64  warps 2x4  stages 4/" \
+      -e "s/target sm_80/target sm_90a/" examples/gemm_bias_relu.kg > /tmp/tile_$n.kg
+    grep -q "128x${n}x64" /tmp/tile_$n.kg || echo "tile line not replaced in /tmp/tile_$n.kg"
+    sanitize /tmp/tile_$n.kg "gemm_bias_relu 128x$n"
+  done ;;
+list)
+  timeout 160 python3 bench/defaults.py --part 3 --shapes own --json "$OUT/own.json" 2>&1 \
+    | grep -v -i warn | tee "$OUT/own.log"
+  timeout 300 python3 bench/defaults.py --part 3 --tuned --shapes own --dtype f16 \
+    --json "$OUT/own_tuned.json" 2>&1 | grep -v -i warn | tee "$OUT/own_tuned.log" ;;
+esac
