@@ -155,6 +155,37 @@ def test_reductions(cluster, name, mnk, deterministic):
          "cooperative")
 
 
+def _split(kernel: ir.Kernel, split: int, tile=(128, 128, 64), stages=5) -> ir.Kernel:
+    g = dataclasses.replace(kernel.gemms[0], split=ir.SplitK(split), tile=ir.TileShape(*tile),
+                            warps=ir.WarpGrid(2, 4), stages=ir.StageCount(stages))
+    return dataclasses.replace(kernel, gemms=(g,))
+
+
+@pytest.mark.parametrize("mnk", [(256, 2048, 16384), (4097, 1000, 4104), (17, 264, 1000),
+                                 (1000, 4104, 8), (1000, 1000, 4097)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("cluster", list(CLUSTERS))
+def test_split_k_walks_each_cluster_tiles_parts(cluster, split, mnk):
+    """`split S` on a cluster: the cluster's CTAs take the same part of their own tiles (a tile
+    past M or N loads zeros for its peer and stores no partial); K 4097 runs the narrow entry
+    point without clusters; then the parts' sum and the epilogue."""
+    value = _call(ir.Op.ADD, _call(ir.Op.ADD, _call(ir.Op.MUL, ir.ScalarLoad("alpha"), ir.Acc()),
+                                   ir.TensorLoad("C")), ir.VectorLoad("bias", ir.Axis.COL))
+    kernel = _kernel("cooperative", cluster, (ir.Store("D", value),), extra=EXTRA,
+                     name="k_split")
+    _run(_split(kernel, split), dict(zip("MNK", mnk)), "cooperative")
+
+
+@pytest.mark.parametrize("mnk", [(1000, 1000, 4104), (17, 4104, 1000)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("batches", [1, 3])
+def test_split_k_on_a_batched_cluster(batches, mnk):
+    m, n, k = mnk
+    kernel = _split(_example("batched_gemm_bias.kg", "2x1"), 2)
+    _run(kernel, {"L": batches, "M": m, "N": n, "K": k}, "cooperative")
+
+
 @pytest.mark.parametrize("mnk", [(1000, 1000, 1000), (4097, 4104, 72), (17, 4104, 8)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("batches", [1, 3])

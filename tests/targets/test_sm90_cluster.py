@@ -80,14 +80,39 @@ def test_refusals_point_at_the_line(settings, target, message, col):
     assert (info.value.loc.line, info.value.loc.col) == (8, col)
 
 
-def test_a_cluster_with_split_is_refused_by_the_plan_at_the_line():
-    """The warp-specialized kernel's rule (one home: its refusal) covers written lines too."""
-    module = parse(_source("split 2 cluster 2x1"), "c.kg")
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)])
+def test_split_k_on_a_cluster_walks_each_cluster_tiles_parts(cluster):
+    """`split S` beside `cluster`: the walk's units are each cluster tile's S parts, so the
+    cluster's CTAs take the same part of their own tiles and share one operand's k tiles; both
+    launchers count S units per cluster tile."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    module = parse(_source(f"split 2 cluster {cluster[0]}x{cluster[1]}"), "c.kg")
     verify(module)
-    with pytest.raises(KgenError, match=r"split 2 runs without a cluster \(a split tile's "
-                       "units are walked one CTA at a time; cluster 2x1") as info:
-        build(module.kernels[0])
-    assert (info.value.loc.line, info.value.loc.col) == (8, 13)
+    built = build(module.kernels[0])
+    schedule = built.plan.schedule
+    assert (schedule.split_k, schedule.cluster) == (2, cluster)
+    source = built.source
+    assert "const int cluster_units = cluster_tiles * kSplitK;" in source
+    assert source.count("tile < cluster_units; tile += ") == 2  # the producer and the consumers
+    assert source.count("tile_coords(tile / kSplitK, cluster_tiles_m, cluster_tiles_n, ") == 2
+    assert "const int split = tile % kSplitK;" in source
+    assert "k_kgen::kClusterN) * k_kgen::kSplitK;" in source
+    # 4097 rows: 33 tile rows (17 cluster rows of 2); 4104 columns: 17 tile columns (9 of 2)
+    tiles = 17 * 17 if cluster == (2, 1) else 33 * 9
+    assert built.plan.cluster_grid({"M": 4097, "N": 4104, "K": 4096}) == (tiles * 2 * 2, 1, 1)
+    result = compile_cubin(source, built.plan.name, "sm_90a")
+    assert result.spill_stores == 0 and result.spill_loads == 0, result.log
+
+
+def test_split_k_on_a_batched_cluster_walks_each_batchs_units():
+    from kgen.parse import parse_file
+
+    kernel = parse_file(EXAMPLES / "batched_gemm_bias.kg").kernels[0]
+    g = dataclasses.replace(kernel.gemms[0], cluster=ir.ClusterShape(2, 1), split=ir.SplitK(2))
+    source = build(dataclasses.replace(kernel, gemms=(g,), target=ir.Arch.SM90A)).source
+    assert "const int batch = tile / cluster_units;" in source
+    assert "tile_coords(tile % cluster_units / kSplitK, cluster_tiles_m, " in source
 
 
 def test_a_cluster_lowered_for_sm80_is_refused_at_the_line():

@@ -315,10 +315,10 @@ def _split(kernel: ir.Kernel, count: int) -> ir.Kernel:
 
 
 @pytest.mark.parametrize("kind", [None, ir.Schedule.PINGPONG], ids=["cooperative", "pingpong"])
-def test_a_configuration_with_split_and_a_cluster_is_refused(kind):
-    """The lines' verify refuses `split S` beside `cluster`; a configuration that fills both
-    (the API's, the tuner's) is refused by the plan, not left to NVRTC (which found `units`
-    undefined): the builder goes on to its own list and says why."""
+def test_a_configuration_with_split_and_a_cluster(kind):
+    """A configuration that fills `split S` and a cluster (the API's, the tuner's) runs on the
+    cooperative kernel; ping-pong refuses the split in the plan, not in NVRTC, and the builder
+    goes on to its own list and says why."""
     from kgen.targets import Config, GemmConfig
 
     base = gemm_kernel(arch=ir.Arch.SM90A)
@@ -326,8 +326,12 @@ def test_a_configuration_with_split_and_a_cluster_is_refused(kind):
     k = dataclasses.replace(base, gemms=(free,), schedule=kind)
     config = Config((GemmConfig((128, 128, 64), (2, 4), 5, split=4, cluster=(2, 1)),))
     schedule = build(k, config=config).plan.schedule
-    assert schedule.split_k == 1 and schedule.cluster == (1, 1)
-    assert any("split 4 runs without a cluster" in why for _, why in schedule.untaken)
+    if kind is None:
+        assert schedule.split_k == 4 and schedule.cluster == (2, 1)
+    else:
+        assert schedule.split_k == 1 and schedule.cluster == (1, 1)
+        assert any("split 4 runs on the cooperative schedule" in why
+                   for _, why in schedule.untaken)
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["plain", "batched"])

@@ -347,10 +347,18 @@ def split_values(plan: KernelPlan) -> dict:
     per_batch = "tiles_m * tiles_n * kSplitK"
     tile_batch = [f"const int batch = tile / ({per_batch});"] if batched else []
     in_batch = f"tile % ({per_batch}) / kSplitK" if batched else "tile / kSplitK"
+    # on clusters the walk's units are each cluster tile's parts: the cluster's CTAs take the
+    # same part of their own tiles, so the operand they share covers the same k tiles
+    units = "cluster_units" if plan.schedule.cluster_size > 1 else "units"
+    walk_batch = ([f"const int batch = tile / {units};"] if units == "cluster_units"
+                  else tile_batch) if batched else []
+    walk_in_batch = (f"tile % {units} / kSplitK" if units == "cluster_units" else in_batch
+                     ) if batched else "tile / kSplitK"
     return dict(
         split_k=split, k_tile=k_tile(plan), k_tiles_total="k_tiles_all", stream_k=False,
-        stream_head=[], walk_tiles="units", walk="walk" if batched else "units", walk_batch=tile_batch,
-        walk_in_batch=in_batch, tile_batch=tile_batch, tile_in_batch=in_batch,
+        stream_head=[], walk_tiles=units, walk="walk" if batched else units,
+        walk_batch=walk_batch, walk_in_batch=walk_in_batch, tile_batch=tile_batch,
+        tile_in_batch=in_batch,
         unit_k=["const int split = tile % kSplitK;  // this unit's part of its tile's k tiles",
                 "const int k_per_split = (k_tiles_all + kSplitK - 1) / kSplitK;",
                 "const int k_first = min(split * k_per_split, k_tiles_all);",
@@ -493,7 +501,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     loop = epilogue_loop(plan, g)
     host_cluster_tiles = batch.grid_count(
         plan, f"((tiles_m + {plan.name}_kgen::kClusterM - 1) / {plan.name}_kgen::kClusterM) * "
-        f"((tiles_n + {plan.name}_kgen::kClusterN - 1) / {plan.name}_kgen::kClusterN)")
+        f"((tiles_n + {plan.name}_kgen::kClusterN - 1) / {plan.name}_kgen::kClusterN)"
+        + (f" * {plan.name}_kgen::kSplitK" if schedule.split_k > 1 else ""))
     return render(
         "sm90/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),

@@ -233,10 +233,6 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if draft.stream_k and draft.cluster != (1, 1):
         return (f"split stream runs without a cluster (cluster {draft.cluster[0]}x"
                 f"{draft.cluster[1]} walks whole tiles)", Site("split", 0))
-    if draft.split_k > 1 and draft.cluster != (1, 1):  # the rule's one home, written lines too
-        return (f"split {draft.split_k} runs without a cluster (a split tile's units are walked "
-                f"one CTA at a time; cluster {draft.cluster[0]}x{draft.cluster[1]} walks whole "
-                "tiles)", Site("cluster", 0))
     if draft.split_k > 1 and kind is KernelKind.PINGPONG:
         return (f"split {draft.split_k} runs on the cooperative schedule (both consumers on "
                 "each part of a tile's k tiles)", Site("split", 0))
