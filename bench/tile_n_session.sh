@@ -9,6 +9,9 @@
 #   PART=wide   the 256-row tiles' costs per element on the same basis as PART=probe's
 #   PART=splitc  split-K on clusters: the GPU tests, compute-sanitizer, and the sized split
 #               against the same on a cluster 2x1 and 1x2 (two rounds)
+#   PART=tail   the cluster GPU tests, and compute-sanitizer on a cluster 2x1 kernel's fast entry
+#               and its narrow one with both operands by TMA (N 4001: the output's rows miss
+#               16 bytes), which no longer runs the producer's tail
 #   PART=list   my own shapes with no schedule line, and after tune (f16)
 # Logs land in $OUT (bench/logs/tile_n/ once fetched).
 . "$(dirname "$0")/session_head.sh"
@@ -45,6 +48,14 @@ splitc)
   sanitize /tmp/split_c.kg "gemm_bias_relu 128x128 split 2 cluster 2x1"
   timeout 200 python3 bench/prototypes/tile_n_probe.py --part splitc 2>&1 | grep -v -i warn \
     | tee "$OUT/splitc.log" ;;
+tail)
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -n 14 tests/gpu/test_cluster_gpu.py \
+    2>&1 | tail -5 | tee "$OUT/pytest_tail.log"
+  sed -e "s/128x256x64  warps 2x4  stages 3/128x256x64  warps 2x4  stages 4 cluster 2x1/" \
+    -e "s/target sm_80/target sm_90a/" examples/gemm_bias_relu.kg > /tmp/cluster.kg
+  grep -q "cluster 2x1" /tmp/cluster.kg || echo "tile line not replaced in /tmp/cluster.kg"
+  sanitize /tmp/cluster.kg "gemm_bias_relu 128x256 cluster 2x1"
+  sanitize /tmp/cluster.kg "gemm_bias_relu 128x256 cluster 2x1 narrow" 2199,4001,1000 ;;
 list)
   timeout 160 python3 bench/defaults.py --part 3 --shapes own --json "$OUT/own.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/own.log"
