@@ -385,9 +385,10 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
                           are 16-byte multiples but not whole 128-byte lines, and the 128x256
                           tiles fill at least a wave
         otherwise         the tile of SIZED_TILES with the least waves x tile area x its cost
-                          per element (128x256 where it ties): a 128- or 256-row one
-                          cooperative, a 64-row one ping-pong (each consumer a tile of its
-                          own); where that is
+                          per element (128x256 where it ties; 128 x 176, 160 and 144 weighed
+                          SIZED_NARROW_MARGIN heavier, 128x144 in one wave at most): a 128- or
+                          256-row one cooperative, a 64-row one ping-pong (each consumer a
+                          tile of its own); where that is
                           128x256, K at most 1024 and the epilogue fused (more than D = acc),
                           ping-pong 128x128x64 s4 instead (bench/pingpong_small_k.py: 1.50x
                           against 1.40x the unfused PyTorch at 8192x8192x1024 with
