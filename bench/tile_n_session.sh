@@ -12,6 +12,7 @@
 #   PART=tail   the cluster GPU tests, and compute-sanitizer on a cluster 2x1 kernel's fast entry
 #               and its narrow one with both operands by TMA (N 4001: the output's rows miss
 #               16 bytes), which no longer runs the producer's tail
+#   PART=profile  kernel device times of the sized split-K (main kernel and sum) and torch.matmul
 #   PART=list   my own shapes with no schedule line, and after tune (f16)
 # Logs land in $OUT (bench/logs/tile_n/ once fetched).
 . "$(dirname "$0")/session_head.sh"
@@ -56,6 +57,9 @@ tail)
   grep -q "cluster 2x1" /tmp/cluster.kg || echo "tile line not replaced in /tmp/cluster.kg"
   sanitize /tmp/cluster.kg "gemm_bias_relu 128x256 cluster 2x1"
   sanitize /tmp/cluster.kg "gemm_bias_relu 128x256 cluster 2x1 narrow" 2199,4001,1000 ;;
+profile)
+  timeout 200 python3 bench/prototypes/tile_n_probe.py --part profile 2>&1 | grep -v -i warn \
+    | tee "$OUT/profile.log" ;;
 list)
   timeout 160 python3 bench/defaults.py --part 3 --shapes own --json "$OUT/own.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/own.log"

@@ -213,6 +213,37 @@ def split_cluster_table():
         print(f"{m}x{n}x{k}: sized {config.label if config else 'default'}")
 
 
+def profile_split():
+    """Kernel device times (torch.profiler, warm) of kgen.load's choice and of torch.matmul at
+    the split-K shapes: the main kernel and <kernel>_splitk apart."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import kgen
+    kernel = parsed(BARE.format(t="f16"), "bare")
+    k = kgen.load(kernel, "sm_90a")
+    for m, n, kk in [(256, 2048, 16384), (256, 1024, 32768), (640, 1280, 12288)]:
+        a = torch.randn(m, kk, device="cuda").half()
+        b = torch.randn(n, kk, device="cuda").half().t()
+        chosen = k.variant(dict(M=m, N=n, K=kk)).plan.schedule.chosen
+        print(f"{m}x{n}x{kk}: kgen runs " + ", ".join(f"{c.line} {c.value}" for c in chosen))
+        for name, call in (("kgen", lambda: k(A=a, B=b)), ("torch", lambda: torch.matmul(a, b))):
+            for _ in range(5):
+                call()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    call()
+                torch.cuda.synchronize()
+            times = {}
+            for e in prof.events():
+                if e.device_type.name == "CUDA":
+                    times.setdefault(e.name, []).append(e.device_time)
+            for kname, ts in times.items():
+                ts = sorted(ts)
+                print(f"  {name}: {len(ts)}x {ts[len(ts) // 2]:7.1f} us  {kname[:90]}", flush=True)
+
+
 def rule_table():
     from kgen.targets.sm90 import configs
     warm_rule()
@@ -221,7 +252,8 @@ def rule_table():
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", nargs="+", choices=("cost", "grid", "rule", "recheck", "cost128", "wide", "splitc"),
+    parser.add_argument("--part", nargs="+", choices=("cost", "grid", "rule", "recheck", "cost128", "wide", "splitc",
+                                 "profile"),
                         default=["cost", "grid"])
     args = parser.parse_args()
     kernel = parsed(BARE.format(t="f16"), "bare")
@@ -250,6 +282,8 @@ def main() -> int:
         cost128_table()
     if "splitc" in args.part:
         split_cluster_table()
+    if "profile" in args.part:
+        profile_split()
     return 0
 
 
