@@ -241,6 +241,19 @@ def test_the_runtime_sizes_pick_a_tile_or_split_k_on_sm90a(sizes, label):
         assert all(c.why.startswith("the runtime sizes:") for c in plan.schedule.chosen)
 
 
+def test_the_narrow_widths_are_timed_by_the_tuner_and_last_in_the_builders_list():
+    """128 x 176, 160 and 144 (the wave model's) come after every other cooperative tile: the
+    size-blind builder takes them only where nothing before them fits; the tuner times them."""
+    sm90 = target(ir.Arch.SM90A)
+    kernel = gemm(arch="sm_90a")
+    narrow = {(128, 176, 64), (128, 160, 64), (128, 144, 64)}
+    wide = builder.listed(kernel, sm90, sizes=dict(M=4096, N=4096, K=4096), wide=True)
+    assert narrow <= {c.gemms[0].tile for c, _, _ in wide}
+    short = [c.gemms[0] for c, _, _ in builder.listed(kernel, sm90)]
+    cooperative = [g.tile for g in short if g.warps == (2, 4)]  # the sm_80 tiles follow
+    assert set(cooperative[-3:]) == narrow and cooperative[0] == (128, 256, 64)
+
+
 def test_the_runtime_sizes_leave_written_lines_and_other_targets_alone():
     sizes = dict(M=128, N=4096, K=4096)
     sm90 = target(ir.Arch.SM90A)
