@@ -13,11 +13,17 @@ then timed beside torch.matmul (CUDA-event medians of 30, inputs rotated past L2
     rule   the wave model without the new widths (before) and with them (after, the product
            path), two rounds, where the choice changes: the bare GEMM (f16, bf16) and
            relu(alpha*acc + beta*C + bias[col])
+    recheck  1608x1504 at K = 6992 and 7040, sized against 128x160 and 128x176, two rounds
+    cost128  the wave model with 128x128 weighed at its measured 1.11 against 1.06 (not kept)
+    wide   the 256-row tiles' costs per element on the same basis as `cost`
+    splitc the sized split-K against the same on a cluster 2x1 and 1x2, two rounds
+    profile  kernel device times (torch.profiler) of the sized split-K, its main kernel and
+           its sum apart, and of torch.matmul
 
 Every distinct source is compiled first, in parallel processes (kgen.tune.compile), into the
 visit's cubin cache.
 
-    bash .gpu/device-run.sh python3 bench/prototypes/tile_n_probe.py [--part cost grid rule]
+    bash .gpu/device-run.sh python3 bench/prototypes/tile_n_probe.py [--part cost grid ...]
 """
 import argparse
 import sys
@@ -252,9 +258,9 @@ def rule_table():
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", nargs="+", choices=("cost", "grid", "rule", "recheck", "cost128", "wide", "splitc",
-                                 "profile"),
-                        default=["cost", "grid"])
+    parser.add_argument("--part", nargs="+", default=["cost", "grid"],
+                        choices=("cost", "grid", "rule", "recheck", "cost128", "wide", "splitc",
+                                 "profile"))
     args = parser.parse_args()
     kernel = parsed(BARE.format(t="f16"), "bare")
     if {"cost", "grid"} & set(args.part):

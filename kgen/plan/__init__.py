@@ -445,13 +445,15 @@ class KernelPlan:
                      clusters: int | None = None) -> tuple[int, int, int]:
         """The fast entry point's grid under `cluster MxN` (the narrow one takes `grid`): the
         CTAs of min(cluster tiles, `clusters`) clusters, where a cluster tile is M x N output
-        tiles (of every batch; under split-K, each of its parts) and `clusters` the clusters resident at once (the runtime's
-        occupancy query), or one cluster per cluster tile when not given."""
+        tiles (of every batch; under split-K, each of its parts) and `clusters` the clusters
+        resident at once (the runtime's occupancy query), or one cluster per cluster tile when
+        not given."""
         cm, cn = self.schedule.cluster
         g = self.gemms[-1]
         tiles_m = -(-self.resolve(self.gemms[0].m_dim, sizes) // g.tile[0])
         tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
-        count = -(-tiles_m // cm) * -(-tiles_n // cn) * self.batches(sizes) * self.schedule.split_k
+        count = (-(-tiles_m // cm) * -(-tiles_n // cn) * self.batches(sizes)
+                 * self.schedule.split_k)
         if clusters:
             count = min(count, clusters)
         return (count * cm * cn, 1, 1)
