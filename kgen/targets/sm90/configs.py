@@ -50,7 +50,8 @@ WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x2
     ((256, 192, 64), (3,)),
     ((256, 176, 64), (3,)),
     ((256, 152, 64), (4,)),  # one staging box per consumer beside the ring of 4
-    # the waves' narrower widths (SIZED_TILES), last: the size-blind list never reaches them
+    # the waves' narrower widths (SIZED_TILES), last: the size-blind list reaches them only
+    # where nothing before them fits
     ((128, 176, 64), (4,)),
     ((128, 160, 64), (4,)),
     ((128, 144, 64), (4,)),

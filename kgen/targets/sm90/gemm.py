@@ -347,13 +347,12 @@ def split_values(plan: KernelPlan) -> dict:
     per_batch = "tiles_m * tiles_n * kSplitK"
     tile_batch = [f"const int batch = tile / ({per_batch});"] if batched else []
     in_batch = f"tile % ({per_batch}) / kSplitK" if batched else "tile / kSplitK"
-    # on clusters the walk's units are each cluster tile's parts: the cluster's CTAs take the
-    # same part of their own tiles, so the operand they share covers the same k tiles
+    # the walk's units (each batch's): tiles x kSplitK, or on clusters each cluster tile's parts
+    # (the cluster's CTAs take the same part of their own tiles, so the operand they share
+    # covers the same k tiles); the narrow producer walks tiles without clusters (tile_batch)
     units = "cluster_units" if plan.schedule.cluster_size > 1 else "units"
-    walk_batch = ([f"const int batch = tile / {units};"] if units == "cluster_units"
-                  else tile_batch) if batched else []
-    walk_in_batch = (f"tile % {units} / kSplitK" if units == "cluster_units" else in_batch
-                     ) if batched else "tile / kSplitK"
+    walk_batch = [f"const int batch = tile / {units};"] if batched else []
+    walk_in_batch = f"tile % {units} / kSplitK" if batched else "tile / kSplitK"
     return dict(
         split_k=split, k_tile=k_tile(plan), k_tiles_total="k_tiles_all", stream_k=False,
         stream_head=[], walk_tiles=units, walk="walk" if batched else units,
