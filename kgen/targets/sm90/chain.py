@@ -46,7 +46,8 @@ class Sm90Chain(chain.ChainTarget):
             text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b, tma_a=tma_ring(plan),
                           ring_b=plan.schedule.chain_ring_b,
                           order=plan.schedule.consumer_order,
-                          in_flight=plan.schedule.gemms[0].wgmma_in_flight)
+                          in_flight=plan.schedule.gemms[0].wgmma_in_flight,
+                          **consumer_values(plan))
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
                           ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
@@ -94,6 +95,7 @@ class Sm90Chain(chain.ChainTarget):
         tma = schedule.tma_output
         maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
         return dict(
+            **consumer_values(plan),
             quad_stores=schedule.quad_stores,
             mma_sync=schedule.mma_sync,
             pingpong=schedule.pingpong,
@@ -185,4 +187,16 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         map_params=[m.param for m in plan.schedule.tensor_maps] if tma_ring(plan) else [],
         times_batches=batch.chain_values(plan)["times_batches"],
-        tile_batch=batch.tile_batch(plan, "tile")))
+        tile_batch=batch.tile_batch(plan, "tile"), **consumer_values(plan)))
+
+
+WORDS = {2: "two", 3: "three"}
+
+
+def consumer_values(plan: KernelPlan) -> dict:
+    """The ping-pong consumer warpgroups' count for the templates: as a number, as a word, and
+    the C++ expression of the warpgroup whose turn comes after `warpgroup`'s."""
+    role = plan.schedule.role("consumer")
+    n = role.groups if role is not None else 2
+    return dict(consumers=n, consumers_word=WORDS[n],
+                next_warpgroup="(1 - warpgroup)" if n == 2 else f"((warpgroup + 1) % {n})")

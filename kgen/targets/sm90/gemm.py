@@ -515,6 +515,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         threads=schedule.threads,
         producer_registers=producer.registers,
         consumer_registers=consumer.registers,
+        consumers=consumer.groups, consumers_word="two",  # the consumer barrier's warpgroups
         pingpong=schedule.pingpong,
         a_bytes=g.a.dtype.nbytes, b_bytes=g.b.dtype.nbytes,
         a_smem=g.a.smem.name, b_smem=g.b.smem.name, a_param=g.a.param, b_param=g.b.param,

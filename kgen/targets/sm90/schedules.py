@@ -40,7 +40,7 @@ PRODUCER_THREADS = 128  # a warpgroup issues the ring's copies (setmaxnreg works
 # one warp could not keep up on an H200)
 PRODUCER_REGISTERS = 40  # setmaxnreg: the producers only compute addresses
 CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536: the consumers' accumulators
-CONSUMERS = 2  # warpgroups, each with a tile of its own
+CONSUMERS = 2  # warpgroups, each with a tile of its own (a chain may ask for 3: roles)
 WARPGROUP_WARPS = 4
 WGMMA_SS = ("wgmma: warpgroups of 4 warps along M, 16 rows per warp, A and B K-major with "
             "128-byte swizzled k tiles")
@@ -76,6 +76,18 @@ ROLES = (WarpRole("producer", PRODUCER_THREADS // 32, registers=PRODUCER_REGISTE
          WarpRole("consumer", WARPGROUP_WARPS, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 
 
+def roles(consumers: int) -> tuple[WarpRole, ...]:
+    """The producer warpgroup and `consumers` consumer warpgroups, the register file shared out
+    by setmaxnreg: the producer keeps PRODUCER_REGISTERS, each consumer thread the rest, in
+    steps of 8 (232 for two warpgroups, 152 for three)."""
+    if consumers == CONSUMERS:
+        return ROLES
+    threads = consumers * WARPGROUP_WARPS * 32
+    registers = (65536 - PRODUCER_THREADS * PRODUCER_REGISTERS) // threads // 8 * 8
+    return (ROLES[0], WarpRole("consumer", WARPGROUP_WARPS, groups=consumers,
+                               registers=registers))
+
+
 def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     """The ping-pong rules that need only the source: the chain's residency and the warps."""
     if draft.requested is not KernelKind.PINGPONG or len(draft.gemms) == 1:
@@ -103,7 +115,6 @@ WHY_TMA_A = ("the copy engine: one producer thread issues each k tile's box into
 WHY_TMA_B = ("streamed, not resident: each ring slot holds the k tile of B beside A's, both "
              "boxes issued by one producer thread and counted by the slot's full mbarrier "
              "(every 64-row tile rereads B, from L2)")
-TURN_BARRIERS = 2  # consumer_order: an mbarrier per consumer warpgroup, "your turn"
 # GemmSchedule.wgmma_in_flight: two groups where the ring holds a tile's k tiles and two slots
 # more (IN_FLIGHT_SPARE). A consumer then holds two slots at once, and the ring still holds the
 # other consumer's whole next tile. H200 (bench/logs/chain_in_flight/variants_h200.log): 0.963-
@@ -164,20 +175,21 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
             return _refused(f"schedule pingpong streams {first.b.param} through the ring "
                             f"beside {first.a.param} (it is not kept resident), but {refusal}",
                             Site("resident", 0))
-    barriers = dict(ring_barriers=ring_barriers(first), turn_barriers=TURN_BARRIERS)
     wide = common.wide_refusal(last)
     tma = wide or tma_refusal(last)
     # the output staged for the copy engine, in column passes where they apply, else whole;
-    # where neither serves (tma says why), 16-byte stores from registers
-    passes, storage = 1, None
-    for passes in () if tma else sorted({column_passes(first.tile[1], last.tile[1]), 1},
-                                        reverse=True):
+    # where neither serves (tma says why), 16-byte stores from registers. Three consumer
+    # warpgroups where consumer_count says so and their staging fits, else two.
+    passes, consumers, storage = 1, CONSUMERS, None
+    for passes, consumers in [] if tma else [
+            (n, c) for n in sorted({column_passes(first.tile[1], last.tile[1]), 1}, reverse=True)
+            for c in sorted({consumer_count(first, last, n), CONSUMERS}, reverse=True)]:
         tma = staging_refusal(first, last, passes)
         if tma:
             continue
         storage = draft.place(gemms, persistent=True, resident=True,
-                              staging=(staging_bytes(last, passes), STAGING_ALIGN),
-                              ring_b=ring_b, **barriers)
+                              staging=(staging_bytes(last, passes, consumers), STAGING_ALIGN),
+                              ring_b=ring_b, **turns(first, consumers))
         if storage.total_bytes > storage.limit_bytes:
             tma = "the output staging does not fit beside the ring and the resident B tiles"
         elif passes > 1 and mmas(gemms, storage)[-1][0] is not Mma.WGMMA_RS:
@@ -185,9 +197,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         else:
             break
     if tma:
-        passes = 1
+        passes, consumers = 1, CONSUMERS
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
-                              ring_b=ring_b, **barriers)
+                              ring_b=ring_b, **turns(first, consumers))
     if storage.total_bytes > storage.limit_bytes:
         return Candidate(KernelKind.PINGPONG, False, common.over_budget(storage), Site("budget"),
                          gemms=tuple(gemms), storage=storage)
@@ -215,8 +227,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                        f"the producer into the ring beside {first.a.param}'s"),) if ring_b else ()
     schedule = common.build(
         draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
-        roles=ROLES, why_kind="schedule pingpong: producer warps fill the ring, two consumer "
-        "warpgroups take alternate tiles",
+        roles=roles(consumers), why_kind="schedule pingpong: producer warps fill the ring, "
+        + ("two consumer warpgroups take alternate tiles" if consumers == 2 else
+           f"{consumers} consumer warpgroups take the tiles in turn: {WHY_THREE}"),
         tensor_maps=(a_map,) + b_map + ((output_map(last, draft.dtypes[out]),) if out else ()))
     # the ring of A (and of B0 where it streams) by the copy engine: one producer thread
     # issues each k tile's boxes
@@ -348,15 +361,48 @@ def staging_needs_passes(n0: int, n1: int) -> bool:
             and consumer_values(n0, n1) > STAGING_MAX_VALUES)
 
 
+# Three consumer warpgroups (setmaxnreg 40 / 152) take a ping-pong chain's tiles in turn where
+# a consumer thread's values (consumer_values, one column pass) fit 152 registers without a
+# spill, the last gemm's pass is at least 128 columns wide (the longer epilogue that a third
+# warpgroup hides) and the first gemm has at most 4 k tiles (the consumers' path, not the
+# ring's bytes, bounds it). H200, two rounds, both dtypes (bench/logs/consumers/):
+#   K0 = 256, N0 = 64, N1 = 128 and 256: 1.4-2.5% faster (N1 = 64: 0-1%);
+#   K0 = 576, 1024, 2048 at N0 = 64: -1.2% to +0.9%;
+#   N0 = 96 with N1 = 64 (104 values, no spill): 8-9% slower;
+#   N0 = 128 (128 values and more): 56-204 bytes of spills at 152 or 160 registers, and
+#   4-26% slower. Three such consumers need more than the 64K registers of an SM.
+THREE_CONSUMERS_MAX_VALUES = 112
+THREE_CONSUMERS_MIN_PASS_N = 128
+THREE_CONSUMERS_MAX_K_TILES = 4
+WHY_THREE = ("each consumer thread's values fit 152 registers, the last gemm's epilogue is at "
+             f"least {THREE_CONSUMERS_MIN_PASS_N} columns wide and the first gemm has at most "
+             f"{THREE_CONSUMERS_MAX_K_TILES} k tiles, where a third warpgroup shortens the "
+             "consumers' path (H200: 1.4-2.5% faster at K0 = 256, N0 = 64, N1 >= 128)")
+
+
+def consumer_count(first: GemmPlan, last: GemmPlan, passes: int) -> int:
+    """A ping-pong chain's consumer warpgroups (see THREE_CONSUMERS_MAX_VALUES): 3 or 2."""
+    k, width = first.k_dim, last.tile[1] // passes
+    few_k_tiles = isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
+    fits = consumer_values(first.tile[1], width) <= THREE_CONSUMERS_MAX_VALUES
+    return 3 if few_k_tiles and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
+
+
+def turns(first: GemmPlan, consumers: int) -> dict[str, int]:
+    """The ring's barriers for the storage plan: a full and an empty mbarrier per slot, then
+    one per consumer warpgroup for the turns (consumer_order)."""
+    return dict(ring_barriers=ring_barriers(first), turn_barriers=consumers)
+
+
 def ring_barriers(first: GemmPlan) -> int:
     """mbarriers of the ring: a full and an empty one per slot."""
     return 2 * first.stages
 
 
-def staging_bytes(last: GemmPlan, passes: int = 1) -> int:
+def staging_bytes(last: GemmPlan, passes: int = 1, consumers: int = CONSUMERS) -> int:
     """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup
     (one pass's columns of it)."""
-    return CONSUMERS * last.tile[0] * (last.tile[1] // passes) * 2
+    return consumers * last.tile[0] * (last.tile[1] // passes) * 2
 
 
 
