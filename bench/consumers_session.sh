@@ -4,10 +4,20 @@
 # (bench/prototypes/consumers_probe.py), the chain GPU suites, compute-sanitizer on three-consumer
 # chains, then issue 17's done list (bench/defaults.py parts 1-2: the examples without their
 # schedule lines and the 24 chains). Logs land in $OUT (bench/logs/consumers/ once fetched).
-# STEP=a: the probe, the suites and the sanitizers; STEP=b: the done list.
+# STEP=a: the probe, the suites and the sanitizers; STEP=b: N1 = 192's tiles and the done list;
+# STEP=c: N1 = 192 again after the shorter rings, and the chain shapes' GPU suite.
 . "$(dirname "$0")/session_head.sh"
+if [ "${STEP:-a}" = c ]; then  # N1 = 192 after configs.short_rings, and its GPU test
+  timeout 150 python3 bench/prototypes/consumers_probe.py --tiles 2>&1 | grep -v -i warn \
+    | tee "$OUT/tiles_192_short.log"
+  timeout 200 python3 -m pytest -q -m gpu -n 8 tests/gpu/test_chain_shapes_gpu.py \
+    tests/gpu/test_consumers_gpu.py 2>&1 | tail -3 | tee "$OUT/tests_192.log"
+  exit
+fi
 if [ "${STEP:-a}" = b ]; then
-  timeout 500 python3 bench/defaults.py --part 1 2 --json "$OUT/defaults.json" 2>&1 \
+  timeout 150 python3 bench/prototypes/consumers_probe.py --tiles 2>&1 | grep -v -i warn \
+    | tee "$OUT/tiles_192.log"
+  timeout 400 python3 bench/defaults.py --part 1 2 --json "$OUT/defaults.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/defaults.log"
   exit
 fi

@@ -30,6 +30,7 @@ from chain_ring import M, kernel  # noqa: E402
 CHAINS = [(128, 64, 128), (256, 32, 128), (256, 48, 128), (192, 64, 256), (320, 64, 128),
           (256, 64, 192), (256, 64, 128)]
 SPLITS = {"3 wg 40/152": (40, 152)}
+TILE_CHAINS = [(256, 64, 192), (256, 128, 192), (576, 64, 192), (576, 128, 192)]
 
 
 def plan_for(kern, consumers: int, split: tuple[int, int] | None):
@@ -49,6 +50,28 @@ def plan_for(kern, consumers: int, split: tuple[int, int] | None):
         schedules.consumer_count, schedules.roles = count, roles
 
 
+def tile_variants(kern):
+    """The builder's plan with the last tile's N a power of two (the code before) and kept at
+    a multiple of the 64-column box (configs.pingpong_registers' comment)."""
+    from kgen import ir
+    from kgen.api import build
+    from kgen.targets.common import configs
+    from kgen.targets.sm90 import chain as sm90_chain
+
+    tiles = configs.chain_tiles
+    out = {}
+    for name, boxes in (("power of two", False), ("boxes", True)):
+        configs.chain_tiles = (lambda shapes, tile_m, tile_k=64, boxes=False, keep=boxes:
+                               tiles(shapes, tile_m, tile_k, keep))
+        try:
+            plan = build(kern, ir.Arch.SM90A, source_name="chain.kg").plan
+        finally:
+            configs.chain_tiles = tiles
+        out[name] = plan, sm90_chain.emit(plan, source_name="chain.kg", source_hash="",
+                                          command="consumers_probe.py --tiles")
+    return out
+
+
 def variants(kern):
     from kgen.targets.sm90 import chain as sm90_chain
 
@@ -64,7 +87,12 @@ def main() -> int:
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dtypes", default="f16,bf16")
+    parser.add_argument("--tiles", action="store_true",
+                        help="N1 = 192: the last tile a power of two against the box multiple")
     args = parser.parse_args()
+    chains, make = CHAINS, variants
+    if args.tiles:
+        chains, make = TILE_CHAINS, tile_variants
     from kgen.runtime import compile_cubin
 
     if not args.compile_only:
@@ -72,9 +100,9 @@ def main() -> int:
         from kgen.harness.run import run
     ok = True
     for dtype in args.dtypes.split(","):
-        for k0, n0, n1 in CHAINS:
+        for k0, n0, n1 in chains:
             kern = kernel(dtype, k0, n0, n1)
-            texts = variants(kern)
+            texts = make(kern)
             spills = {}
             for name, (plan, text) in texts.items():
                 result = compile_cubin(text, plan.name, "sm_90a")

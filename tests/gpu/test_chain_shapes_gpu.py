@@ -65,3 +65,11 @@ def test_streamed_b1_with_single_step_k_tiles_matches_reference(n0):
     for m in (1, 1000, 4097):
         plan = check(module.kernels[0], ir.Arch.SM80, m)
         assert plan.gemms[1].tile[2] == 16
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 192, "f16"), (576, 128, 192, "bf16")])
+def test_chain_with_a_192_column_last_tile_matches_reference(k0, n0, n1, dtype):
+    """N1 = 192 keeps its tile N (the copy engine's three boxes) instead of a 256-column tile."""
+    for m in (1, 1000, 4097):
+        plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.gemms[-1].tile[1] == 192 and plan.schedule.tma_output is not None

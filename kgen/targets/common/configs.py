@@ -118,15 +118,18 @@ def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
 # Chains
 
 
-def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int,
-                tile_k: int = 64) -> list[tuple[int, int, int]]:
+def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int, tile_k: int = 64,
+                boxes: bool = False) -> list[tuple[int, int, int]]:
     """Each gemm's CTA tile: tile M, its N (a gemm that feeds another covers all of it; the last
-    one's N rounded up to a power of two, at most 256), tile K `tile_k`, or for a chained gemm
-    the widest of `tile_k`, 32 and 16 that divides the source's N (its K)."""
+    one's N rounded up to a power of two, at most 256, or with `boxes` kept where it is a
+    multiple of the copy engine's 64-column box up to 256), tile K `tile_k`, or for a chained
+    gemm the widest of `tile_k`, 32 and 16 that divides the source's N (its K)."""
     tiles = []
     for i, s in enumerate(shapes):
         if i < len(shapes) - 1:
             n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
+        elif boxes and isinstance(s.n, int) and s.n % 64 == 0 and s.n <= 256:
+            n = s.n
         else:
             n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
         source_n = tiles[-1][1] if i else 0
@@ -145,8 +148,9 @@ def power_of_two(n: int) -> int:
 
 def chain_config(shapes, tile_m: int, warps: tuple[int, int], stages: tuple[int, ...],
                  keep: Residency, resident: bool, why: str,
-                 schedule: KernelKind | None = None, tile_k: int = 64) -> Config:
-    tiles = chain_tiles(shapes, tile_m, tile_k)
+                 schedule: KernelKind | None = None, tile_k: int = 64,
+                 boxes: bool = False) -> Config:
+    tiles = chain_tiles(shapes, tile_m, tile_k, boxes)
     return Config(tuple(
         GemmConfig(tile, warps, s, keep=keep if i else None, resident=resident)
         for i, (tile, s) in enumerate(zip(tiles, stages))), schedule, why)

@@ -106,6 +106,10 @@ RING_B_RINGS = (6, 4)
 # ran faster than 6 slots storing from registers (bench/RESULTS.md, "column passes"). Beside
 # N0 = 64 the staging fits 6 slots, and 5 ran slower at K0 = 576: the usual list.
 RING_B_PASS_RINGS = (5, 4, 6)
+# The same shorter rings wherever the staging would not fit beside 6 slots (short_rings): N1 = 192
+# beside N0 = 128 (48 KB of B1, 48 KB of staging).
+RING_B_SLOTS = 6
+SM90A_SMEM = 227 * 1024
 RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
 
 
@@ -208,8 +212,12 @@ def clustered(config: Config, cluster: tuple[int, int]) -> Config:
 PINGPONG_REGISTERS = 224
 
 
+# A ping-pong chain's last tile keeps an N that is a multiple of the copy engine's 64-column box
+# (192: common.chain_tiles' `boxes`) instead of rounding it up to a power of two: N1 = 192 ran on
+# 64x256 tiles, a quarter of g1's columns past N and stored from registers, at 1.91x a copy of
+# its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
 def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:
-    tiles = common.chain_tiles(shapes, 64)
+    tiles = common.chain_tiles(shapes, 64, boxes=True)
     return schedules.consumer_values(tiles[0][1], tiles[-1][1])
 
 
@@ -224,17 +232,33 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     out = []
     if pingpong_registers(shapes) <= PINGPONG_REGISTERS:
         # the copy engine's stores need tiles that cover N exactly (schedules.tma_refusal)
-        tiles, n = common.chain_tiles(shapes, 64), shapes[-1].n
-        passes = (isinstance(n, int) and n % tiles[-1][1] == 0
-                  and schedules.staging_needs_passes(tiles[0][1], tiles[-1][1]))
+        tiles, n = common.chain_tiles(shapes, 64, boxes=True), shapes[-1].n
+        short = isinstance(n, int) and n % tiles[-1][1] == 0 and short_rings(tiles)
         out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                           WHY_CHAIN_RING_B, KernelKind.PINGPONG))
-                for ring in (RING_B_PASS_RINGS if passes else RING_B_RINGS)]
+                                           WHY_CHAIN_RING_B, KernelKind.PINGPONG, boxes=True))
+                for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
         out += [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                    WHY_CHAIN_PINGPONG, KernelKind.PINGPONG) for ring in RINGS]
+                                    WHY_CHAIN_PINGPONG, KernelKind.PINGPONG, boxes=True)
+                for ring in RINGS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
+
+
+def short_rings(tiles: list[tuple[int, int, int]]) -> bool:
+    """Whether a ping-pong chain's output staging (two consumers', in column passes where
+    they apply) does not fit beside a ring of RING_B_SLOTS slots of A's and B0's k tiles and
+    the resident later B tiles (16-bit elements). False where the chain has no staging (a
+    consumer thread's values are over schedules.STAGING_MAX_VALUES)."""
+    (tm, n0, tk), last = tiles[0], tiles[-1]
+    passes = schedules.column_passes(n0, last[1]) if schedules.staging_needs_passes(
+        n0, last[1]) else 1
+    if schedules.consumer_values(n0, last[1] // passes) > schedules.STAGING_MAX_VALUES:
+        return False
+    ring = RING_B_SLOTS * (tm + n0) * tk * 2
+    resident = sum(k_n * n * 2 for (_, n, _), (_, k_n, _) in zip(tiles[1:], tiles[:-1]))
+    staging = schedules.staging_bytes_for(tm, last[1] // passes)
+    return ring + resident + staging > SM90A_SMEM
 
 
 def ring_b(config: Config) -> Config:

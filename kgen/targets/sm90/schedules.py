@@ -402,7 +402,13 @@ def ring_barriers(first: GemmPlan) -> int:
 def staging_bytes(last: GemmPlan, passes: int = 1, consumers: int = CONSUMERS) -> int:
     """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup
     (one pass's columns of it)."""
-    return consumers * last.tile[0] * (last.tile[1] // passes) * 2
+    return staging_bytes_for(last.tile[0], last.tile[1] // passes, consumers)
+
+
+def staging_bytes_for(rows: int, columns: int, consumers: int = CONSUMERS) -> int:
+    """The output staging of `consumers` warpgroups, each a rows x columns tile of 16-bit
+    values."""
+    return consumers * rows * columns * 2
 
 
 
