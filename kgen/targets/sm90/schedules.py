@@ -367,7 +367,7 @@ def staging_needs_passes(n0: int, n1: int) -> bool:
 # warpgroup hides) and the first gemm has at most 4 k tiles (the consumers' path, not the
 # ring's bytes, bounds it). H200, two rounds, both dtypes (bench/logs/consumers/):
 #   K0 = 256, N0 = 64, N1 = 128 and 256: 1.4-2.5% faster (N1 = 64: 0-1%);
-#   K0 = 576, 1024, 2048 at N0 = 64: -1.2% to +0.9%;
+#   K0 = 320, 576, 1024, 2048 at N0 = 64: -1.3% to +0.9%;
 #   N0 = 96 with N1 = 64 (104 values, no spill): 8-9% slower;
 #   N0 = 128 (128 values and more): 56-204 bytes of spills at 152 or 160 registers, and
 #   4-26% slower. Three such consumers need more than the 64K registers of an SM.
