@@ -5,8 +5,18 @@
 # chains, then issue 17's done list (bench/defaults.py parts 1-2: the examples without their
 # schedule lines and the 24 chains). Logs land in $OUT (bench/logs/consumers/ once fetched).
 # STEP=a: the probe, the suites and the sanitizers; STEP=b: N1 = 192's tiles and the done list;
-# STEP=c: N1 = 192 again after the shorter rings, and the chain shapes' GPU suite.
+# STEP=c: N1 = 192 again after the shorter rings, and the chain shapes' GPU suite; STEP=d: N1 of
+# 384 and 512 in column passes.
 . "$(dirname "$0")/session_head.sh"
+if [ "${STEP:-a}" = d ]; then  # N1 of 384 and 512: column passes of 128 against the tiled chain
+  timeout 250 python3 bench/prototypes/consumers_probe.py --tiles \
+    --chains 256/64/384,256/128/384,576/64/512,256/64/512 2>&1 | grep -v -i warn \
+    | tee "$OUT/tiles_wide.log"
+  timeout 200 python3 -m pytest -q -m gpu -n 8 tests/gpu/test_chain_shapes_gpu.py \
+    tests/gpu/test_consumers_gpu.py tests/gpu/test_chain_ring_gpu.py 2>&1 | tail -3 \
+    | tee "$OUT/tests_wide.log"
+  exit
+fi
 if [ "${STEP:-a}" = c ]; then  # N1 = 192 after configs.short_rings, and its GPU test
   timeout 150 python3 bench/prototypes/consumers_probe.py --tiles 2>&1 | grep -v -i warn \
     | tee "$OUT/tiles_192_short.log"

@@ -51,24 +51,23 @@ def plan_for(kern, consumers: int, split: tuple[int, int] | None):
 
 
 def tile_variants(kern):
-    """The builder's plan with the last tile's N a power of two (the code before) and kept at
-    a multiple of the 64-column box (configs.pingpong_registers' comment)."""
+    """The builder's plan with the last tile's N a power of two up to 256 (the code before) and
+    kept at a multiple of the 64-column box (configs.pingpong_registers' comment), or over 256
+    at a multiple of 128 in column passes."""
     from kgen import ir
     from kgen.api import build
     from kgen.targets.common import configs
-    from kgen.targets.sm90 import chain as sm90_chain
 
     tiles = configs.chain_tiles
     out = {}
     for name, boxes in (("power of two", False), ("boxes", True)):
         configs.chain_tiles = (lambda shapes, tile_m, tile_k=64, boxes=False, keep=boxes:
                                tiles(shapes, tile_m, tile_k, keep))
-        try:
-            plan = build(kern, ir.Arch.SM90A, source_name="chain.kg").plan
+        try:  # the build's own emitter: the code before ran N1 > 256 on the sm_80 chain
+            built = build(kern, ir.Arch.SM90A, source_name="chain.kg")
         finally:
             configs.chain_tiles = tiles
-        out[name] = plan, sm90_chain.emit(plan, source_name="chain.kg", source_hash="",
-                                          command="consumers_probe.py --tiles")
+        out[name] = built.plan, built.source
     return out
 
 
@@ -89,10 +88,14 @@ def main() -> int:
     parser.add_argument("--dtypes", default="f16,bf16")
     parser.add_argument("--tiles", action="store_true",
                         help="N1 = 192: the last tile a power of two against the box multiple")
+    parser.add_argument("--chains", help="K0/N0/N1,... instead of the list (with --tiles: N1 "
+                        "of 384 and 512 ran the sm_80 tiled chain before column passes of 128)")
     args = parser.parse_args()
     chains, make = CHAINS, variants
     if args.tiles:
         chains, make = TILE_CHAINS, tile_variants
+    if args.chains:
+        chains = [tuple(map(int, c.split("/"))) for c in args.chains.split(",")]
     from kgen.runtime import compile_cubin
 
     if not args.compile_only:

@@ -169,7 +169,7 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
     """The mainloop fields of plan.GemmPlan for a chained `gemm` (its A is an earlier gemm)."""
     source = kernel.gemm(gemm.a.name)
     mainloop._check_tile(gemm, tgt, chained=True)
-    mainloop.check_warps(gemm, tgt)
+    tiled_refusal = mainloop.chained_refusal(gemm, tgt)
     t, w = gemm.tile, gemm.warps
     threads = w.m * w.n * 32
     b = kernel.param(gemm.b.name)
@@ -188,4 +188,5 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
                                   b.shape[0])
     fields["chain"] = ChainPlan(source=source.name, residency=keep, dtype=b.dtype, k=k,
                                 k_steps=k // 16)
+    fields["tiled_refusal"] = tiled_refusal
     return fields

@@ -53,9 +53,10 @@ def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
         raise KgenError(s.loc, f"stages must be between 2 and {max_stages}, got {s.count}")
 
 
-def _warps_refusal(gemm: ir.Gemm, tgt: Target) -> str | None:
+def _warps_refusal(gemm: ir.Gemm, tgt: Target, columns: int | None = None) -> str | None:
     """Why the sm_80 mainloop cannot split the tile over the warps (whole MMAs per warp, the
-    warp tile's accumulators within the registers), or None; it points at the tile line."""
+    warp tile's accumulators within the registers: of `columns` of the tile at a time where
+    given), or None; it points at the tile line."""
     t, w = gemm.tile, gemm.warps
     mma_m, mma_n, _ = tgt.mma_shape
     if t.n % 16:  # (256x152 fills 3 waves at 3000x5000 on the warp-specialized kernel)
@@ -67,7 +68,7 @@ def _warps_refusal(gemm: ir.Gemm, tgt: Target) -> str | None:
     if t.n % (w.n * 2 * mma_n):
         return (f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
                 f"(needs a multiple of {w.n * 2 * mma_n})")
-    acc_regs = (t.m // w.m) * (t.n // w.n) // 32
+    acc_regs = (t.m // w.m) * ((columns or t.n) // w.n) // 32
     if acc_regs > MAX_ACC_REGISTERS:
         return (f"warp tile {t.m // w.m}x{t.n // w.n} needs {acc_regs} f32 accumulator "
                 f"registers per thread (at most {MAX_ACC_REGISTERS}); use more warps or a "
@@ -80,6 +81,24 @@ def check_warps(gemm: ir.Gemm, tgt: Target) -> None:
     refusal = _warps_refusal(gemm, tgt)
     if refusal is not None:
         raise KgenError(gemm.tile.loc, refusal)
+
+
+PASS_COLUMNS = 128  # a chained tile wider than wgmma's 256 columns runs in passes of these
+
+
+def chained_refusal(gemm: ir.Gemm, tgt: Target) -> str:
+    """A chained gemm's _warps_refusal, raised unless only the ping-pong chain's column passes
+    serve the tile: on a target with wgmma, a tile N over 256 that is a multiple of
+    PASS_COLUMNS, whose accumulators fit one pass at a time. That refusal is returned, for the
+    plan's tiled_refusal (the other chain schedules refuse it)."""
+    refusal = _warps_refusal(gemm, tgt)
+    if refusal is None:
+        return ""
+    n = gemm.tile.n
+    if (tgt.has(Instruction.WGMMA) and n > 256 and n % PASS_COLUMNS == 0
+            and _warps_refusal(gemm, tgt, PASS_COLUMNS) is None):
+        return refusal
+    raise KgenError(gemm.tile.loc, refusal)
 
 
 def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int],

@@ -73,3 +73,13 @@ def test_chain_with_a_192_column_last_tile_matches_reference(k0, n0, n1, dtype):
     for m in (1, 1000, 4097):
         plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
         assert plan.gemms[-1].tile[1] == 192 and plan.schedule.tma_output is not None
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 384, "f16"), (256, 128, 384, "bf16"),
+                                               (576, 64, 512, "f16"), (256, 64, 512, "bf16")])
+def test_chain_wider_than_256_in_column_passes_matches_reference(k0, n0, n1, dtype):
+    """N1 of 384 and 512 on the ping-pong chain: passes of 128 columns, each staged and stored."""
+    for m in (1, 1000, 4097):
+        plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.schedule.pingpong
+        assert plan.schedule.gemms[-1].column_passes == n1 // 128

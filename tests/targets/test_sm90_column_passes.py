@@ -9,6 +9,7 @@ import pytest
 
 from kgen import ir
 from kgen.api import build
+from kgen.errors import KgenError
 from kgen.parse import parse
 from kgen.plan import StorePath
 from kgen.targets.sm90 import schedules
@@ -136,3 +137,54 @@ def test_a_g1_on_mma_sync_stages_its_whole_tile():
     plan = build(chain(768, 48, 256), ir.Arch.SM90A, source_name="chain.kg").plan
     last = plan.schedule.gemms[-1]
     assert last.column_passes == 1 and last.store is StorePath.TMA
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 384, "f16"), (256, 128, 384, "bf16"),
+                                               (576, 64, 512, "f16"), (1024, 64, 384, "bf16")])
+def test_a_last_tile_wider_than_256_runs_passes_of_128(k0, n0, n1, dtype):
+    """N1 of 384 and 512 keep one tile over all of N1 (B1 resident) in passes of 128 columns,
+    each staged and stored; they ran the sm_80 tiled chain before (3.0-4.2x a copy of their
+    bytes on an H200, 1.15-1.30x now)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
+    plan = result.plan
+    last = plan.schedule.gemms[-1]
+    assert plan.schedule.pingpong and plan.gemms[-1].tile[1] == n1
+    assert last.column_passes == n1 // 128 and last.store is StorePath.TMA
+    assert f"for (int pass = 0; pass < {n1 // 128}; ++pass) {{" in result.source
+    assert "wgmma_step_rs(float (&acc)[1][16][4]" in result.source  # m64n128 per pass
+    resources = compile_cubin(result.source, plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
+
+
+def test_a_wider_tile_is_refused_off_the_ping_pong_chain():
+    """Only the ping-pong chain runs column passes: written on the sm_80 chain, a 384-column
+    tile is refused at its tile line with the accumulators it would need."""
+    text = B2B_CHAIN.format(t="f16", k0=256, n0=64, n1=384).replace(
+        "target sm_90a", "target sm_80")
+    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
+                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x64x64 warps 4x1 stages 4")
+    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
+                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x384x64 warps 4x1 stages 3"
+                        "\n    keep g0 in registers")
+    module = parse(text, "chain.kg")
+    verify(module)
+    with pytest.raises(KgenError, match=r"chain.kg:\d+:\d+: .*warp tile 16x384 needs 192 f32 "
+                       r"accumulator registers per thread"):
+        build(module.kernels[0], ir.Arch.SM80, source_name="chain.kg")
+
+
+def test_a_wider_tile_written_on_sm90a_without_pingpong_is_refused():
+    """On sm_90a without `schedule pingpong` (here: B1 not resident), the persistent and tiled
+    chains refuse the tile the passes alone would serve, at its tile line."""
+    text = B2B_CHAIN.format(t="f16", k0=256, n0=64, n1=384)
+    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
+                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x384x64 warps 4x1 stages 3"
+                        "\n    keep g0 in registers")
+    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
+                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x64x64 warps 4x1 stages 4")
+    module = parse(text, "chain.kg")
+    verify(module)
+    with pytest.raises(KgenError, match=r"warp tile 16x384 needs 192 f32 accumulator"):
+        build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")

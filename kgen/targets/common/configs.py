@@ -128,7 +128,8 @@ def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int, tile_k: int = 64,
     for i, s in enumerate(shapes):
         if i < len(shapes) - 1:
             n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
-        elif boxes and isinstance(s.n, int) and s.n % 64 == 0 and s.n <= 256:
+        elif boxes and isinstance(s.n, int) and s.n % 64 == 0 and (
+                s.n <= 256 or s.n % 128 == 0 and s.n <= MAX_PASSES * 128):
             n = s.n
         else:
             n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
@@ -137,6 +138,9 @@ def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int, tile_k: int = 64,
                                        min(tile_k, source_n))
         tiles.append((tile_m, n, k))
     return tiles
+
+
+MAX_PASSES = 4  # a ping-pong chain's last tile, in column passes of 128, up to 512 columns
 
 
 def power_of_two(n: int) -> int:

@@ -192,6 +192,9 @@ def tiled(draft: ScheduleDraft) -> Candidate:
 def persistent(draft: ScheduleDraft, mmas=None) -> Candidate:
     """`mmas(gemm plans, storage)`: each gemm's (Mma, why) on a resident chain (sm_90a's
     wgmma); by default mma.sync."""
+    for i, g in enumerate(draft.gemms):  # a tile only the ping-pong chain's passes plan
+        if g.plan.tiled_refusal and len(draft.gemms) > 1:
+            return Candidate(KernelKind.PERSISTENT, False, g.plan.tiled_refusal, Site("tile", i))
     persist = persist_refusal(draft)
     refusal = resident_refusal(draft, persist is None)
     if refusal is not None:

@@ -218,7 +218,7 @@ PINGPONG_REGISTERS = 224
 # its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
 def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:
     tiles = common.chain_tiles(shapes, 64, boxes=True)
-    return schedules.consumer_values(tiles[0][1], tiles[-1][1])
+    return schedules.consumer_values(tiles[0][1], schedules.pass_n(tiles[0][1], tiles[-1][1]))
 
 
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:

@@ -181,8 +181,10 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     # where neither serves (tma says why), 16-byte stores from registers. Three consumer
     # warpgroups where consumer_count says so and their staging fits, else two.
     passes, consumers, storage = 1, CONSUMERS, None
+    wider = last.tile[1] > 256  # wider than wgmma's N: only in column passes, each staged
     for passes, consumers in [] if tma else [
             (n, c) for n in sorted({column_passes(first.tile[1], last.tile[1]), 1}, reverse=True)
+            if not (wider and n == 1)
             for c in sorted({consumer_count(first, last, n), CONSUMERS}, reverse=True)]:
         tma = staging_refusal(first, last, passes)
         if tma:
@@ -196,6 +198,10 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
             tma = f"the column passes of gemm '{last.name}' need it on wgmma"
         else:
             break
+    if tma and wider:
+        return _refused(f"gemm '{last.name}' runs its tile of {last.tile[1]} columns in passes "
+                        f"of {last.tile[1] // column_passes(first.tile[1], last.tile[1])}, each "
+                        f"staged for the copy engine, but {tma}", Site("tile", len(gemms) - 1))
     if tma:
         passes, consumers = 1, CONSUMERS
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
@@ -246,6 +252,12 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                f"with one pass against {consumer_values(first.tile[1], last.tile[1])} with the "
                f"whole tile (the staging's stores spill over {STAGING_MAX_VALUES}), and the "
                "staging one pass's columns")
+        if wider:
+            why = (f"{passes} passes of {last.tile[1] // passes} columns: one tile covers all "
+                   f"{last.tile[1]} columns (B resident), wgmma multiplies at most 256 at once, "
+                   f"and a consumer thread holds "
+                   f"{consumer_values(first.tile[1], last.tile[1] // passes)} accumulator values "
+                   "a pass, the staging one pass's columns")
         later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
                                                   why_column_passes=why),)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
@@ -267,7 +279,7 @@ def mmas(gemms: list[GemmPlan], storage) -> list[tuple[Mma, str]]:
     out = [(Mma.WGMMA_SS, WGMMA_SS)]
     for g in gemms[1:]:
         refusal = ("its A is not kept in registers" if g.chain is None or g.a is not None
-                   else shape_refusal(g, offsets))
+                   else shape_refusal(g, offsets, pass_n(first.tile[1], g.tile[1])))
         out.append((Mma.MMA_SYNC, f"not wgmma: {refusal}") if refusal else (Mma.WGMMA_RS, WGMMA_RS))
     return out
 
@@ -279,16 +291,17 @@ def wgmma_refusal(g: GemmPlan, a: OperandPlan | None, offsets: dict[str, int]) -
     return shape_refusal(g, offsets) or tile_refusal(g, a, offsets)
 
 
-def shape_refusal(g: GemmPlan, offsets: dict[str, int]) -> str | None:
+def shape_refusal(g: GemmPlan, offsets: dict[str, int], n: int | None = None) -> str | None:
     """The rules every wgmma gemm shares: warpgroups of 4 warps along M, 16 rows per warp (the
-    accumulators then sit where mma.sync would put them), N a multiple of 8 up to 256, and B as
-    wgmma reads it."""
+    accumulators then sit where mma.sync would put them), N a multiple of 8 up to 256 (`n`:
+    one column pass's, where the tile is wider), and B as wgmma reads it."""
     if g.warps[1] != 1 or g.warps[0] % 4:
         return f"warpgroups of 4 warps along M need warps 4kx1, not {g.warps[0]}x{g.warps[1]}"
     if g.warp_tile[0] != 16:
         return f"16 rows per warp, not {g.warp_tile[0]}"
-    if g.tile[1] % 8 or not 8 <= g.tile[1] <= 256:
-        return f"tile N a multiple of 8 up to 256, not {g.tile[1]}"
+    n = g.tile[1] if n is None else n
+    if n % 8 or not 8 <= n <= 256:
+        return f"tile N a multiple of 8 up to 256, not {n}"
     return tile_refusal(g, g.b, offsets)
 
 
@@ -349,7 +362,15 @@ def column_passes(n0: int, n1: int) -> int:
     halves ran 1-3% faster on the same ring (bench/RESULTS.md, "column passes")."""
     if n1 <= 128 or n1 % 128:
         return 1
+    if n1 > 256:  # wgmma's N is at most 256: passes of 128 columns
+        return n1 // 128
     return 2 if consumer_values(n0, n1 // 2) <= STAGING_MAX_VALUES else 1
+
+
+def pass_n(n0: int, n1: int) -> int:
+    """The columns of one pass of a chained tile N1 wide beside N0 where the tile is wider than
+    wgmma's 256 (column_passes); else all of N1."""
+    return n1 // column_passes(n0, n1) if n1 > 256 else n1
 
 
 def staging_needs_passes(n0: int, n1: int) -> bool:
