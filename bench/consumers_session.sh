@@ -6,8 +6,16 @@
 # schedule lines and the 24 chains). Logs land in $OUT (bench/logs/consumers/ once fetched).
 # STEP=a: the probe, the suites and the sanitizers; STEP=b: N1 = 192's tiles and the done list;
 # STEP=c: N1 = 192 again after the shorter rings, and the chain shapes' GPU suite; STEP=d: N1 of
-# 384 and 512 in column passes.
+# 384 and 512 in column passes; STEP=e: N1 of 96, 160, 224 on whole boxes clipped at N.
 . "$(dirname "$0")/session_head.sh"
+if [ "${STEP:-a}" = e ]; then  # N1 not a multiple of 64: whole boxes clipped at N, by TMA
+  timeout 200 python3 bench/prototypes/consumers_probe.py --tiles \
+    --chains 256/64/96,256/64/160,256/128/160,256/64/224,576/128/96 2>&1 | grep -v -i warn \
+    | tee "$OUT/tiles_overhang.log"
+  timeout 200 python3 -m pytest -q -m gpu -n 8 tests/gpu/test_chain_shapes_gpu.py \
+    tests/gpu/test_consumers_gpu.py 2>&1 | tail -3 | tee "$OUT/tests_overhang.log"
+  exit
+fi
 if [ "${STEP:-a}" = d ]; then  # N1 of 384 and 512: column passes of 128 against the tiled chain
   timeout 250 python3 bench/prototypes/consumers_probe.py --tiles \
     --chains 256/64/384,256/128/384,576/64/512,256/64/512 2>&1 | grep -v -i warn \

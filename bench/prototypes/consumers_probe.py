@@ -50,7 +50,7 @@ def plan_for(kern, consumers: int, split: tuple[int, int] | None):
         schedules.consumer_count, schedules.roles = count, roles
 
 
-def tile_variants(kern):
+def tile_variants(kern, overhang: bool = False):
     """The builder's plan with the last tile's N a power of two up to 256 (the code before) and
     kept at a multiple of the 64-column box (configs.pingpong_registers' comment), or over 256
     at a multiple of 128 in column passes."""
@@ -58,15 +58,27 @@ def tile_variants(kern):
     from kgen.api import build
     from kgen.targets.common import configs
 
-    tiles = configs.chain_tiles
+    from kgen.targets.sm90 import schedules
+
+    tiles, refusal = configs.chain_tiles, schedules.tma_refusal
+
+    def covering(last):  # the rule before: the copy engine only where the tiles cover N
+        if isinstance(last.n_dim, int) and last.n_dim % last.tile[1]:
+            return f"N {last.n_dim} is not a multiple of tile N {last.tile[1]}"
+        return refusal(last)
+
     out = {}
-    for name, boxes in (("power of two", False), ("boxes", True)):
+    variants = [("power of two", False, refusal), ("boxes", True, refusal)]
+    if overhang:
+        variants.insert(0, ("pow2, no TMA", False, covering))
+    for name, boxes, rule in variants:
         configs.chain_tiles = (lambda shapes, tile_m, tile_k=64, boxes=False, keep=boxes:
                                tiles(shapes, tile_m, tile_k, keep))
+        schedules.tma_refusal = rule
         try:  # the build's own emitter: the code before ran N1 > 256 on the sm_80 chain
             built = build(kern, ir.Arch.SM90A, source_name="chain.kg")
         finally:
-            configs.chain_tiles = tiles
+            configs.chain_tiles, schedules.tma_refusal = tiles, refusal
         out[name] = built.plan, built.source
     return out
 
@@ -88,12 +100,15 @@ def main() -> int:
     parser.add_argument("--dtypes", default="f16,bf16")
     parser.add_argument("--tiles", action="store_true",
                         help="N1 = 192: the last tile a power of two against the box multiple")
+    parser.add_argument("--overhang", action="store_true")
     parser.add_argument("--chains", help="K0/N0/N1,... instead of the list (with --tiles: N1 "
                         "of 384 and 512 ran the sm_80 tiled chain before column passes of 128)")
     args = parser.parse_args()
     chains, make = CHAINS, variants
     if args.tiles:
         chains, make = TILE_CHAINS, tile_variants
+    if args.overhang:  # also the code before the tensor map clipped columns past N
+        chains, make = TILE_CHAINS, lambda kern: tile_variants(kern, overhang=True)
     if args.chains:
         chains = [tuple(map(int, c.split("/"))) for c in args.chains.split(",")]
     from kgen.runtime import compile_cubin

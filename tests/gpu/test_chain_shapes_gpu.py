@@ -83,3 +83,24 @@ def test_chain_wider_than_256_in_column_passes_matches_reference(k0, n0, n1, dty
         plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
         assert plan.schedule.pingpong
         assert plan.schedule.gemms[-1].column_passes == n1 // 128
+
+
+def biased_chain(k0, n0, n1, dtype):
+    """B2B_CHAIN whose last epilogue reads a column vector, bias1[col]."""
+    text = B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1).replace(
+        "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
+        "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
+    module = parse(text, "chain.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 96, "f16"), (256, 128, 160, "bf16"),
+                                               (256, 64, 224, "bf16"), (576, 32, 96, "f16")])
+def test_chain_whose_tiles_overhang_n_stores_by_tma_and_matches_reference(k0, n0, n1, dtype):
+    """N1 not a multiple of 64: whole 64-column boxes, the tensor map clipping the columns past
+    N, the epilogue skipping them (bias1 has only N1 elements)."""
+    for m in (1, 1000, 4097):
+        plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.schedule.tma_output is not None and plan.gemms[-1].tile[1] % 64 == 0
+        assert plan.gemms[-1].tile[1] > n1

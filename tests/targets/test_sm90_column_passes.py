@@ -188,3 +188,16 @@ def test_a_wider_tile_written_on_sm90a_without_pingpong_is_refused():
     verify(module)
     with pytest.raises(KgenError, match=r"warp tile 16x384 needs 192 f32 accumulator"):
         build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")
+
+
+@pytest.mark.parametrize("n1, tile_n", [(96, 128), (160, 192), (224, 256)])
+def test_tiles_over_n_store_by_tma_and_skip_the_columns_past_it(n1, tile_n):
+    """A last N over 64 that is not a multiple of the 64-column box: whole boxes, stored by the
+    copy engine (the tensor map clips at N), the epilogue guarded at N; a tile that covers N
+    exactly has no guard."""
+    result = build(chain(256, 64, n1), ir.Arch.SM90A, source_name="chain.kg")
+    assert result.plan.gemms[-1].tile[1] == tile_n
+    assert result.plan.schedule.tma_output is not None
+    assert f"live[h] && n0 + c < {n1} ? g1_epilogue(" in result.source
+    exact = build(chain(256, 64, 192), ir.Arch.SM90A, source_name="chain.kg").source
+    assert "live[h] ? g1_epilogue(" in exact and "n0 + c <" not in exact

@@ -15,7 +15,7 @@ from ..common.chain_mainloop import block, cfg, function_level, resident_loads, 
 from ..common.operands import dim_expr, load_args, operand
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as epilogue_emit
-from . import tensor_map
+from . import schedules, tensor_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ class Sm90Chain(chain.ChainTarget):
             tma_output=tma.param if tma else "",
             staged="",  # a chain's epilogue reads its inputs from global memory
             stmatrix=tma is not None,  # and writes its staging by stmatrix
-            copy_out=False,  # its tiles cover N exactly (tma_refusal): the copy engine stores each
+            copy_out=False,  # the tensor map clips columns past N (tma_refusal): the copy engine stores each
             stmatrix_trans=False,
             part_box=False,
             odd_n8=False,
@@ -158,10 +158,12 @@ def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The last gemm's epilogue through the copy engine (tma_output): the warpgroup writes
     its tile into its staging as 64x64 swizzled boxes, then one thread stores the boxes with
     cp.async.bulk.tensor. The staging is rewritten only once the copy engine has read the last
-    tile's boxes. Rows past M hold zeros and are clipped by the tensor map."""
+    tile's boxes. Rows past M hold zeros and are clipped by the tensor map, as are columns past
+    N where the tiles overhang it, which the epilogue then skips (it may read column inputs)."""
     out = g.epilogue.packed_store.param
     batched = plan.param(out).batch is not None  # a rank-3 map: (columns, rows, batches)
-    return render_lines("sm90/tma_store_epilogue.inc.j2", out=out, name=g.name,
+    guard = f" && n0 + c < {dim_expr(g.n_dim)}" if schedules.overhangs(g) else ""
+    return render_lines("sm90/tma_store_epilogue.inc.j2", out=out, name=g.name, guard=guard,
                         store_box="tma_store_box_3d" if batched else "tma_store_box",
                         store_batch=f", map_batch(p.batch_{out}, batch)" if batched else "")
 

@@ -321,16 +321,22 @@ def tile_refusal(g: GemmPlan, op: OperandPlan, offsets: dict[str, int]) -> str |
 def tma_refusal(last: GemmPlan) -> str | None:
     """Why the last gemm's output cannot go out through the copy engine (None: it can; it
     already qualifies for 16-byte stores): its tile must be 64 rows (one consumer warpgroup),
-    its tile N a multiple of the 64-column box, and the tiles cover N exactly (the box never
-    overhangs a column the output does not have; rows past M are clipped by the tensor map)."""
+    its tile N a multiple of the 64-column box, and N fixed. Rows past M and columns past N
+    are clipped by the tensor map; where the tiles overhang N, the epilogue skips the columns
+    past it (overhangs)."""
     n = last.tile[1]
     if last.tile[0] != STAGING_BOX:
         return f"the tile has {last.tile[0]} rows, not one {STAGING_BOX}-row box"
     if n % STAGING_BOX:
         return f"tile N {n} is not a multiple of the {STAGING_BOX}-column box"
-    if not (isinstance(last.n_dim, int) and last.n_dim % n == 0):
-        return f"N {last.n_dim} is not a fixed multiple of tile N {n}"
+    if not isinstance(last.n_dim, int):
+        return f"N {last.n_dim} is not fixed"
     return None
+
+
+def overhangs(last: GemmPlan) -> bool:
+    """The last gemm's tiles reach past its N (N1 = 96 on 128-column tiles)."""
+    return not (isinstance(last.n_dim, int) and last.n_dim % last.tile[1] == 0)
 
 
 # The values a ping-pong chain's consumer thread holds (consumer_values) above which its output
