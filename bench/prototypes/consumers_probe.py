@@ -68,10 +68,10 @@ def tile_variants(kern, overhang: bool = False):
         return refusal(last)
 
     out = {}
-    variants = [("power of two", False, refusal), ("boxes", True, refusal)]
+    rules = [("power of two", False, refusal), ("boxes", True, refusal)]
     if overhang:
-        variants.insert(0, ("pow2, no TMA", False, covering))
-    for name, boxes, rule in variants:
+        rules.insert(0, ("pow2, no TMA", False, covering))
+    for name, boxes, rule in rules:
         configs.chain_tiles = (lambda shapes, tile_m, tile_k=64, boxes=False, keep=boxes:
                                tiles(shapes, tile_m, tile_k, keep))
         schedules.tma_refusal = rule
