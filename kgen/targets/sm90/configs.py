@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ...enums import Residency
+from ...enums import Arch, Residency
 from ...plan import KernelKind
-from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target
+from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target, target
 from ..common import configs as common
 from . import schedules
 from .tensor_map import STAGING_BOX
@@ -109,7 +109,6 @@ RING_B_PASS_RINGS = (5, 4, 6)
 # The same shorter rings wherever the staging would not fit beside 6 slots (short_rings): N1 = 192
 # beside N0 = 128 (48 KB of B1, 48 KB of staging).
 RING_B_SLOTS = 6
-SM90A_SMEM = 227 * 1024
 RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
 
 
@@ -258,7 +257,7 @@ def short_rings(tiles: list[tuple[int, int, int]]) -> bool:
     ring = RING_B_SLOTS * (tm + n0) * tk * 2
     resident = sum(k_n * n * 2 for (_, n, _), (_, k_n, _) in zip(tiles[1:], tiles[:-1]))
     staging = schedules.staging_bytes_for(tm, last[1] // passes)
-    return ring + resident + staging > SM90A_SMEM
+    return ring + resident + staging > target(Arch.SM90A).smem_limit
 
 
 def ring_b(config: Config) -> Config:

@@ -40,7 +40,7 @@ PRODUCER_THREADS = 128  # a warpgroup issues the ring's copies (setmaxnreg works
 # one warp could not keep up on an H200)
 PRODUCER_REGISTERS = 40  # setmaxnreg: the producers only compute addresses
 CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536: the consumers' accumulators
-CONSUMERS = 2  # warpgroups, each with a tile of its own (a chain may ask for 3: roles)
+CONSUMERS = 2  # warpgroups, each with a tile of its own (a chain may take 3: consumer_count)
 WARPGROUP_WARPS = 4
 WGMMA_SS = ("wgmma: warpgroups of 4 warps along M, 16 rows per warp, A and B K-major with "
             "128-byte swizzled k tiles")
