@@ -47,6 +47,21 @@ kernel chain {{
 """
 
 
+def b2b_chain_text(t: str, k0: int, n0: int, n1: int, *, target: str = "sm_90a",
+                   schedule: str | None = None, g0: tuple[str, ...] = (),
+                   g1: tuple[str, ...] = ()) -> str:
+    """B2B_CHAIN's text for `target`, with a kernel `schedule` line and the schedule lines
+    `g0` and `g1` (each line as written, e.g. "tile 64x64x64 warps 4x1 stages 4") at the top of
+    each gemm."""
+    text = B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace(
+        "  target sm_90a\n",
+        f"  target {target}\n" + (f"  schedule {schedule}\n" if schedule else ""))
+    for head, lines in (("gemm g0 = A @ B0 accumulate f32 {", g0),
+                        ("gemm g1 = g0 @ B1 accumulate f32 {", g1)):
+        text = text.replace(head, "\n    ".join((head, *lines)))
+    return text
+
+
 def batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
     """The b2b example `name` with a batch dimension `L` on the parameters in `batched` (those
     it has); `drop_resident` streams every B (a batched B cannot stay resident)."""

@@ -13,7 +13,7 @@ from kgen import ir
 from kgen.parse import parse
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN
+from tests.kernels import B2B_CHAIN, b2b_chain_text
 
 pytestmark = pytest.mark.gpu
 
@@ -52,14 +52,9 @@ def test_chain_shape_matches_reference(k0, n0, n1, dtype, arch):
 
 @pytest.mark.parametrize("n0", [48, 80])
 def test_streamed_b1_with_single_step_k_tiles_matches_reference(n0):
-    text = B2B_CHAIN.format(t="f16", k0=576, n0=n0, n1=128).replace("target sm_90a",
-                                                                    "target sm_80")
-    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
-                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x{0}x64 warps 4x1 stages 3"
-                        .replace("{0}", str(n0)))
-    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
-                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x128x16 warps 4x1 stages 2"
-                        "\n    keep g0 in registers")
+    text = b2b_chain_text("f16", 576, n0, 128, target="sm_80",
+                          g0=(f"tile 64x{n0}x64 warps 4x1 stages 3",),
+                          g1=("tile 64x128x16 warps 4x1 stages 2", "keep g0 in registers"))
     module = parse(text, "chain.kg")
     verify(module)
     for m in (1, 1000, 4097):

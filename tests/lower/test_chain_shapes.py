@@ -14,7 +14,7 @@ from kgen.lower import lower
 from kgen.parse import parse
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN, gemm_kernel
+from tests.kernels import B2B_CHAIN, b2b_chain_text, gemm_kernel
 
 ARCHS = (ir.Arch.SM80, ir.Arch.SM90A)
 
@@ -45,13 +45,9 @@ def test_a_source_n_of_16_mod_32_chains_by_single_step_k_tiles(arch):
 def test_single_step_k_tiles_alternate_fragment_buffers_by_the_chain_step():
     from kgen.emit import emit
 
-    text = B2B_CHAIN.format(t="f16", k0=576, n0=48, n1=128).replace("target sm_90a",
-                                                                    "target sm_80")
-    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
-                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x48x64 warps 4x1 stages 3")
-    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
-                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x128x16 warps 4x1 stages 2"
-                        "\n    keep g0 in registers")
+    text = b2b_chain_text("f16", 576, 48, 128, target="sm_80",
+                          g0=("tile 64x48x64 warps 4x1 stages 3",),
+                          g1=("tile 64x128x16 warps 4x1 stages 2", "keep g0 in registers"))
     module = parse(text, "chain.kg")
     verify(module)
     plan = lower(module.kernels[0])

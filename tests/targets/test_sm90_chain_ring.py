@@ -15,7 +15,7 @@ from kgen.parse import parse
 from kgen.plan import LoadPath
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN, from_template
+from tests.kernels import B2B_CHAIN, b2b_chain_text, from_template
 
 TEXT = """\
 kernel pp {
@@ -173,14 +173,10 @@ def test_a_chained_k_tile_divides_the_source_n():
 def test_short_rings_compile_without_spills(k0, n0, n1, dtype, resident):
     from kgen.runtime.nvrtc import compile_cubin
 
-    text = B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1)
-    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
-                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x%dx64 warps 4x1 stages 6"
-                        % n0 + ("\n    keep B0 resident" if resident else ""))
-    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
-                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x%dx64 warps 4x1 "
-                        "stages 2\n    keep B1 resident" % n1)
-    text = text.replace("  target sm_90a\n", "  target sm_90a\n  schedule pingpong\n")
+    text = b2b_chain_text(
+        dtype, k0, n0, n1, schedule="pingpong",
+        g0=(f"tile 64x{n0}x64 warps 4x1 stages 6",) + (("keep B0 resident",) if resident else ()),
+        g1=(f"tile 64x{n1}x64 warps 4x1 stages 2", "keep B1 resident"))
     module = parse(text, "chain.kg")
     verify(module)
     result = build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")

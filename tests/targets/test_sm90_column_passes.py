@@ -15,7 +15,7 @@ from kgen.plan import StorePath
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN
+from tests.kernels import B2B_CHAIN, b2b_chain_text
 
 
 def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
@@ -161,13 +161,9 @@ def test_a_last_tile_wider_than_256_runs_passes_of_128(k0, n0, n1, dtype):
 def test_a_wider_tile_is_refused_off_the_ping_pong_chain():
     """Only the ping-pong chain runs column passes: written on the sm_80 chain, a 384-column
     tile is refused at its tile line with the accumulators it would need."""
-    text = B2B_CHAIN.format(t="f16", k0=256, n0=64, n1=384).replace(
-        "target sm_90a", "target sm_80")
-    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
-                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x64x64 warps 4x1 stages 4")
-    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
-                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x384x64 warps 4x1 stages 3"
-                        "\n    keep g0 in registers")
+    text = b2b_chain_text("f16", 256, 64, 384, target="sm_80",
+                          g0=("tile 64x64x64 warps 4x1 stages 4",),
+                          g1=("tile 64x384x64 warps 4x1 stages 3", "keep g0 in registers"))
     module = parse(text, "chain.kg")
     verify(module)
     with pytest.raises(KgenError, match=r"chain.kg:\d+:\d+: .*warp tile 16x384 needs 192 f32 "
@@ -178,12 +174,8 @@ def test_a_wider_tile_is_refused_off_the_ping_pong_chain():
 def test_a_wider_tile_written_on_sm90a_without_pingpong_is_refused():
     """On sm_90a without `schedule pingpong` (here: B1 not resident), the persistent and tiled
     chains refuse the tile the passes alone would serve, at its tile line."""
-    text = B2B_CHAIN.format(t="f16", k0=256, n0=64, n1=384)
-    text = text.replace("gemm g1 = g0 @ B1 accumulate f32 {",
-                        "gemm g1 = g0 @ B1 accumulate f32 {\n    tile 64x384x64 warps 4x1 stages 3"
-                        "\n    keep g0 in registers")
-    text = text.replace("gemm g0 = A @ B0 accumulate f32 {",
-                        "gemm g0 = A @ B0 accumulate f32 {\n    tile 64x64x64 warps 4x1 stages 4")
+    text = b2b_chain_text("f16", 256, 64, 384, g0=("tile 64x64x64 warps 4x1 stages 4",),
+                          g1=("tile 64x384x64 warps 4x1 stages 3", "keep g0 in registers"))
     module = parse(text, "chain.kg")
     verify(module)
     with pytest.raises(KgenError, match=r"warp tile 16x384 needs 192 f32 accumulator"):

@@ -1,9 +1,9 @@
 """sm_90a emitter of chained gemms (back-to-back): the first gemm on wgmma (both operands from
 shared memory through descriptors) over a resident ring of A, later gemms on wgmma with A from
 registers where the schedule says so (Mma.WGMMA_RS), and `schedule pingpong`: producer warps
-fill the ring through full and empty mbarriers while two consumer warpgroups take alternate
-tiles, the output leaving through the copy engine (the schedule's tma_output:
-cp.async.bulk.tensor through a CUtensorMap). The stage scaffolding is
+fill the ring through full and empty mbarriers while two (or three: schedules.consumer_count)
+consumer warpgroups take the tiles in turn, the output leaving through the copy engine (the
+schedule's tma_output: cp.async.bulk.tensor through a CUtensorMap). The stage scaffolding is
 kgen.targets.common.chain's; the template is templates/sm90/chain.cu.j2."""
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Sm90Chain(chain.ChainTarget):
                           ring_b=plan.schedule.chain_ring_b,
                           order=plan.schedule.consumer_order,
                           in_flight=plan.schedule.gemms[0].wgmma_in_flight,
-                          **consumer_values(plan))
+                          **consumer_template_values(plan))
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
                           ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
@@ -95,7 +95,7 @@ class Sm90Chain(chain.ChainTarget):
         tma = schedule.tma_output
         maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
         return dict(
-            **consumer_values(plan),
+            **consumer_template_values(plan),
             quad_stores=schedule.quad_stores,
             mma_sync=schedule.mma_sync,
             pingpong=schedule.pingpong,
@@ -189,16 +189,13 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         map_params=[m.param for m in plan.schedule.tensor_maps] if tma_ring(plan) else [],
         times_batches=batch.chain_values(plan)["times_batches"],
-        tile_batch=batch.tile_batch(plan, "tile"), **consumer_values(plan)))
+        tile_batch=batch.tile_batch(plan, "tile"), **consumer_template_values(plan)))
 
 
-WORDS = {2: "two", 3: "three"}
-
-
-def consumer_values(plan: KernelPlan) -> dict:
+def consumer_template_values(plan: KernelPlan) -> dict:
     """The ping-pong consumer warpgroups' count for the templates: as a number, as a word, and
     the C++ expression of the warpgroup whose turn comes after `warpgroup`'s."""
     role = plan.schedule.role("consumer")
-    n = role.groups if role is not None else 2
-    return dict(consumers=n, consumers_word=WORDS[n],
+    n = role.groups if role is not None else schedules.CONSUMERS
+    return dict(consumers=n, consumers_word=schedules.CONSUMER_WORDS[n],
                 next_warpgroup="(1 - warpgroup)" if n == 2 else f"((warpgroup + 1) % {n})")

@@ -11,7 +11,7 @@ from ..common import arch_guard, batch, epilogue_cpp, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import render, render_lines
 from ..sm80 import epilogue as sm80_epilogue
-from . import tensor_map
+from . import schedules, tensor_map
 from .chain import wgmma_outs
 from .warp_specialized import WARPGROUP, odd_n8, part_box, vector_extent
 
@@ -515,7 +515,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         threads=schedule.threads,
         producer_registers=producer.registers,
         consumer_registers=consumer.registers,
-        consumers=consumer.groups, consumers_word="two",  # the consumer barrier's warpgroups
+        consumers=consumer.groups,  # the consumer barrier's warpgroups
+        consumers_word=schedules.CONSUMER_WORDS[consumer.groups],
         pingpong=schedule.pingpong,
         a_bytes=g.a.dtype.nbytes, b_bytes=g.b.dtype.nbytes,
         a_smem=g.a.smem.name, b_smem=g.b.smem.name, a_param=g.a.param, b_param=g.b.param,

@@ -6,9 +6,9 @@ rules hold, and before them the ping-pong schedule, taken only when `schedule pi
                the first gemm's A tiles into a ring of `stages` slots, each
                guarded by a full and an empty mbarrier (cp.async, signalled through
                cp.async.mbarrier.arrive), over every tile of the CTA in order
-    consumers  two warpgroups take the CTA's tiles in turn; each runs the whole chain on a
-               64-row tile of its own: g0 on wgmma from the ring, g1 from registers, then the
-               epilogue and its stores.
+    consumers  two warpgroups (three where consumer_count says so) take the CTA's tiles in
+               turn; each runs the whole chain on a 64-row tile of its own: g0 on wgmma from
+               the ring, g1 from registers, then the epilogue and its stores.
 
 The last gemm's output leaves through the copy engine where it can (tma_refusal): each consumer
 warpgroup writes its tile into a staging buffer of its own (64x64 boxes, 128-byte swizzle) and
@@ -39,8 +39,8 @@ STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (
 PRODUCER_THREADS = 128  # a warpgroup issues the ring's copies (setmaxnreg works per warpgroup;
 # one warp could not keep up on an H200)
 PRODUCER_REGISTERS = 40  # setmaxnreg: the producers only compute addresses
-CONSUMER_REGISTERS = 232  # 40 x 128 + 232 x 256 <= 65536: the consumers' accumulators
 CONSUMERS = 2  # warpgroups, each with a tile of its own (a chain may take 3: consumer_count)
+CONSUMER_WORDS = {2: "two", 3: "three"}  # for the templates' comments
 WARPGROUP_WARPS = 4
 WGMMA_SS = ("wgmma: warpgroups of 4 warps along M, 16 rows per warp, A and B K-major with "
             "128-byte swizzled k tiles")
@@ -72,20 +72,14 @@ def threads() -> int:
     return CONSUMERS * WARPGROUP_WARPS * 32 + PRODUCER_THREADS
 
 
-ROLES = (WarpRole("producer", PRODUCER_THREADS // 32, registers=PRODUCER_REGISTERS),
-         WarpRole("consumer", WARPGROUP_WARPS, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
-
-
-def roles(consumers: int) -> tuple[WarpRole, ...]:
+def roles(consumers: int = CONSUMERS) -> tuple[WarpRole, ...]:
     """The producer warpgroup and `consumers` consumer warpgroups, the register file shared out
     by setmaxnreg: the producer keeps PRODUCER_REGISTERS, each consumer thread the rest, in
-    steps of 8 (232 for two warpgroups, 152 for three)."""
-    if consumers == CONSUMERS:
-        return ROLES
+    steps of 8 (232 for two warpgroups: their accumulators; 152 for three)."""
     threads = consumers * WARPGROUP_WARPS * 32
     registers = (65536 - PRODUCER_THREADS * PRODUCER_REGISTERS) // threads // 8 * 8
-    return (ROLES[0], WarpRole("consumer", WARPGROUP_WARPS, groups=consumers,
-                               registers=registers))
+    return (WarpRole("producer", PRODUCER_THREADS // 32, registers=PRODUCER_REGISTERS),
+            WarpRole("consumer", WARPGROUP_WARPS, groups=consumers, registers=registers))
 
 
 def refuse_request(draft: ScheduleDraft) -> Candidate | None:
@@ -247,17 +241,16 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         ring = dataclasses.replace(ring, wgmma_in_flight=groups, why_wgmma_in_flight=WHY_IN_FLIGHT)
     later = schedule.gemms[1:]
     if passes > 1:  # the last gemm a share of its columns at a time
-        why = (f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
-               f"{consumer_values(first.tile[1], last.tile[1] // passes)} accumulator values "
-               f"with one pass against {consumer_values(first.tile[1], last.tile[1])} with the "
-               f"whole tile (the staging's stores spill over {STAGING_MAX_VALUES}), and the "
-               "staging one pass's columns")
-        if wider:
-            why = (f"{passes} passes of {last.tile[1] // passes} columns: one tile covers all "
-                   f"{last.tile[1]} columns (B resident), wgmma multiplies at most 256 at once, "
-                   f"and a consumer thread holds "
-                   f"{consumer_values(first.tile[1], last.tile[1] // passes)} accumulator values "
-                   "a pass, the staging one pass's columns")
+        values = consumer_values(first.tile[1], last.tile[1] // passes)
+        why = (f"{passes} passes of {last.tile[1] // passes} columns: one tile covers all "
+               f"{last.tile[1]} columns (B resident), wgmma multiplies at most 256 at once, and "
+               f"a consumer thread holds {values} accumulator values a pass, the staging one "
+               "pass's columns" if wider else
+               f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
+               f"{values} accumulator values with one pass against "
+               f"{consumer_values(first.tile[1], last.tile[1])} with the whole tile (the "
+               f"staging's stores spill over {STAGING_MAX_VALUES}), and the staging one pass's "
+               "columns")
         later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
                                                   why_column_passes=why),)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
