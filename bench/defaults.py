@@ -120,50 +120,53 @@ def part_examples(out):
     out["examples"] = rows
 
 
-def part_b2b(out):
+ISSUE_CHAINS = [(k0, n0, n1) for k0 in (256, 576) for n0 in (64, 128) for n1 in (64, 128, 256)]
+
+
+def part_b2b(out, chains=None, dtypes=("f16", "bf16")):
+    """The issue's 24 chains, or `chains` (K0, N0, N1) of my own (part 2 --chains)."""
     import torch
 
     from kgen import ir
     from kgen.parse import parse
     from kgen.verify import verify
 
-    print("\n2. B2B chains with no schedule line, sm_90a, M = 81920")
+    print(f"\n2. B2B chains with no schedule line, sm_90a, M = {B2B_M}"
+          + ("" if chains is None else " (chains of my own)"))
     print(f"{'dtype':<5} {'K0':>4} {'N0':>4} {'N1':>4} {'kgen schedule':<44} {'ms':>8} "
           f"{'torch ms':>9} {'x torch':>8} {'copy ms':>8} {'/copy':>6}")
     rows = []
-    for t in ("f16", "bf16"):
+    for t in dtypes:
         dtype = torch.float16 if t == "f16" else torch.bfloat16
-        for k0 in (256, 576):
-            for n0 in (64, 128):
-                for n1 in (64, 128, 256):
-                    module = parse(B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1), "chain.kg")
-                    verify(module)
-                    try:
-                        report, plan = kgen_run(module.kernels[0], {"M": B2B_M}, ir.Arch.SM90A,
-                                                torch_baseline=False)
-                    except Exception as err:  # reported, not fatal: the row says why
-                        rows.append(dict(dtype=t, k0=k0, n0=n0, n1=n1, error=str(err)))
-                        print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} ERROR {err}")
-                        continue
-                    chain_ms = torch_chain_ms(dtype, B2B_M, k0, n0, n1)
-                    nbytes = (B2B_M * k0 + B2B_M * n1) * 2
-                    copy = copy_ms(nbytes)
-                    ms = report.timing.median_ms
-                    row = dict(dtype=t, k0=k0, n0=n0, n1=n1, ok=report.ok, ms=ms,
-                               schedule=label(plan), torch_ms=chain_ms, copy_ms=copy,
-                               speedup=chain_ms / ms, copy_ratio=ms / copy,
-                               registers=report.compile.get("registers"),
-                               spills=report.compile.get("spill_stores"))
-                    rows.append(row)
-                    print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} {row['schedule']:<44} {ms:8.4f} "
-                          f"{chain_ms:9.4f} {row['speedup']:7.2f}x {copy:8.4f} "
-                          f"{row['copy_ratio']:6.2f}" + ("" if report.ok else "  CHECK FAILED"))
+        for k0, n0, n1 in chains or ISSUE_CHAINS:
+            module = parse(B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1), "chain.kg")
+            verify(module)
+            try:
+                report, plan = kgen_run(module.kernels[0], {"M": B2B_M}, ir.Arch.SM90A,
+                                        torch_baseline=False)
+            except Exception as err:  # reported, not fatal: the row says why
+                rows.append(dict(dtype=t, k0=k0, n0=n0, n1=n1, error=str(err)))
+                print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} ERROR {err}")
+                continue
+            chain_ms = torch_chain_ms(dtype, B2B_M, k0, n0, n1)
+            nbytes = (B2B_M * k0 + B2B_M * n1) * 2
+            copy = copy_ms(nbytes)
+            ms = report.timing.median_ms
+            row = dict(dtype=t, k0=k0, n0=n0, n1=n1, ok=report.ok, ms=ms,
+                       schedule=label(plan), torch_ms=chain_ms, copy_ms=copy,
+                       speedup=chain_ms / ms, copy_ratio=ms / copy,
+                       registers=report.compile.get("registers"),
+                       spills=report.compile.get("spill_stores"))
+            rows.append(row)
+            print(f"{t:<5} {k0:>4} {n0:>4} {n1:>4} {row['schedule']:<44} {ms:8.4f} "
+                  f"{chain_ms:9.4f} {row['speedup']:7.2f}x {copy:8.4f} "
+                  f"{row['copy_ratio']:6.2f}" + ("" if report.ok else "  CHECK FAILED"))
     good = [r for r in rows if "ms" in r]
     if good:
         print(f"lowest x torch: {min(r['speedup'] for r in good):.2f} (target >= 2); "
               f"highest /copy: {max(r['copy_ratio'] for r in good):.2f} (target <= 1.2 where "
               "memory-bound)")
-    out["b2b"] = rows
+    out["b2b" if chains is None else "b2b_own"] = rows
 
 
 def tune(text, sizes, budget):
@@ -234,12 +237,18 @@ def main() -> int:
     parser.add_argument("--dtype", nargs="*", default=["f16", "bf16"], help="part 3's dtypes")
     parser.add_argument("--shapes", choices=["sweep", "own"], default="sweep",
                         help="part 3's shapes: the sweep, or OWN (never tuned for)")
+    parser.add_argument("--chains", default=None,
+                        help="part 2's chains as K0/N0/N1,... instead of the issue's 24 "
+                        "(in the dtypes of --dtype)")
     opts = parser.parse_args()
     torch.manual_seed(0)
     out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                kgen=kgen.__version__, date=time.strftime("%Y-%m-%d"))
     print("device", out["device"], "torch", out["torch"], "kgen", out["kgen"])
-    parts = {1: part_examples, 2: part_b2b,
+    chains = (None if opts.chains is None else
+              [tuple(map(int, c.split("/"))) for c in opts.chains.split(",")])
+    parts = {1: part_examples,
+             2: lambda o: part_b2b(o, chains, opts.dtype if chains else ("f16", "bf16")),
              3: lambda o: part_sweep(o, tuned=opts.tuned, dtypes=opts.dtype, shapes=opts.shapes)}
     for p in opts.part:
         parts[p](out)

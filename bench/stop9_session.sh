@@ -3,25 +3,48 @@
 # (carry .whl and .gpu). Logs land in $OUT (bench/logs/stop9/ once fetched). STEP=
 #   a  the whole `pytest -m gpu` (bench/gpu_tests.sh), then compute-sanitizer on chains whose
 #      last N overhangs the tile (N1 = 96, 160, 224, with a bias1[col] epilogue) at M = 17, 1000
+#   b  N1 over 256 and not a multiple of 128 (320, 448) on whole passes of 128 against the sm_80
+#      tiled chain they ran before (consumers_probe.py --tiles), their GPU tests, the sanitizers
+#      on two of them, then chains of my own never tuned for (bench/defaults.py --part 2
+#      --chains), the kinds off the ping-pong chain among them
 . "$(dirname "$0")/session_head.sh"
+
+# compute-sanitizer (memcheck, racecheck, synccheck) at M = 17 and 1000 on B2B_CHAIN whose last
+# epilogue reads bias1[col], for each dtype/K0/N0/N1 argument; one line each to $OUT/$1
+sanitize_biased_chains() {
+  local log=$1; shift
+  for chain in "$@"; do
+    python3 - "$chain" <<'PY'
+import sys
+from tests.kernels import B2B_CHAIN
+t, k0, n0, n1 = sys.argv[1].split("/")
+text = B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace(
+    "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
+    "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
+open("/tmp/biased.kg", "w").write(text)
+PY
+    for m in 17 1000; do
+      for tool in memcheck racecheck synccheck; do
+        timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run \
+          /tmp/biased.kg --size M=$m > /tmp/san.log 2>&1
+        echo "$chain M=$m $tool exit=$? $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
+      done
+    done
+  done | tee "$OUT/$log"
+}
+
 case ${STEP:-a} in
 a)
   bash bench/gpu_tests.sh
-  python3 - <<'PY'
-from tests.kernels import B2B_CHAIN
-for t, k0, n0, n1 in (("f16", 256, 64, 96), ("bf16", 256, 128, 160), ("bf16", 256, 64, 224)):
-    text = B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace(
-        "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
-        "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
-    open(f"/tmp/over_{t}_{k0}_{n0}_{n1}.kg", "w").write(text)
-PY
-  for kg in /tmp/over_*.kg; do
-    for m in 17 1000; do
-      for tool in memcheck racecheck synccheck; do
-        timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run $kg \
-          --size M=$m > /tmp/san.log 2>&1
-        echo "$(basename $kg .kg) M=$m $tool exit=$? $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
-      done
-    done
-  done | tee "$OUT/sanitizer_overhang.log" ;;
+  sanitize_biased_chains sanitizer_overhang.log f16/256/64/96 bf16/256/128/160 bf16/256/64/224 ;;
+b)
+  timeout 200 python3 bench/prototypes/consumers_probe.py --tiles --dtypes f16 \
+    --chains 256/64/320,256/128/320,576/64/448,1000/64/320 2>&1 | grep -v -i warn \
+    | tee "$OUT/tiles_320.log"
+  timeout 200 python3 -m pytest -q -m gpu -n 8 tests/gpu/test_chain_shapes_gpu.py \
+    tests/gpu/test_consumers_gpu.py 2>&1 | tail -3 | tee "$OUT/tests_320.log"
+  sanitize_biased_chains sanitizer_320.log f16/256/64/320 bf16/256/128/320
+  timeout 200 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains.json" \
+    --chains ${OWN_CHAINS:-256/96/256,256/96/384,256/32/384,512/96/128,384/32/512,256/64/640,256/128/448,768/64/320} \
+    2>&1 | grep -v -i warn | tee "$OUT/own_chains.log" ;;
 esac

@@ -91,10 +91,13 @@ def biased_chain(k0, n0, n1, dtype):
 
 
 @pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 96, "f16"), (256, 128, 160, "bf16"),
-                                               (256, 64, 224, "bf16"), (576, 32, 96, "f16")])
+                                               (256, 64, 224, "bf16"), (576, 32, 96, "f16"),
+                                               (256, 64, 320, "f16"), (256, 128, 320, "bf16"),
+                                               (576, 64, 448, "bf16")])
 def test_chain_whose_tiles_overhang_n_stores_by_tma_and_matches_reference(k0, n0, n1, dtype):
-    """N1 not a multiple of 64: whole 64-column boxes, the tensor map clipping the columns past
-    N, the epilogue skipping them (bias1 has only N1 elements)."""
+    """N1 not a multiple of 64 (or over 256 and not of 128): whole 64-column boxes (passes of
+    128), the tensor map clipping the columns past N, the epilogue skipping them (bias1 has only
+    N1 elements)."""
     for m in (1, 1000, 4097):
         plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
         assert plan.schedule.tma_output is not None and plan.gemms[-1].tile[1] % 64 == 0

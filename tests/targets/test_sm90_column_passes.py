@@ -158,6 +158,24 @@ def test_a_last_tile_wider_than_256_runs_passes_of_128(k0, n0, n1, dtype):
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
 
 
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 320, "f16"), (256, 128, 320, "bf16"),
+                                               (576, 64, 448, "f16"), (256, 64, 280, "bf16")])
+def test_a_last_n_over_256_not_a_multiple_of_128_rounds_up_to_whole_passes(k0, n0, n1, dtype):
+    """N1 over 256 and not a multiple of 128 (320, 448, 280) takes the next multiple of 128 as
+    its tile, in passes of 128, the last one clipped at N by the tensor map and the epilogue's
+    column guard; it ran the sm_80 tiled chain, 64x256 tiles recomputing g0 for each."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
+    plan = result.plan
+    last = plan.schedule.gemms[-1]
+    tile_n = -(-n1 // 128) * 128
+    assert plan.schedule.pingpong and plan.gemms[-1].tile[1] == tile_n
+    assert last.column_passes == tile_n // 128 and last.store is StorePath.TMA
+    resources = compile_cubin(result.source, plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
+
+
 def test_a_wider_tile_is_refused_off_the_ping_pong_chain():
     """Only the ping-pong chain runs column passes: written on the sm_80 chain, a 384-column
     tile is refused at its tile line with the accumulators it would need."""

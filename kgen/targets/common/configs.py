@@ -122,17 +122,17 @@ def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int, tile_k: int = 64,
                 boxes: bool = False) -> list[tuple[int, int, int]]:
     """Each gemm's CTA tile: tile M, its N (a gemm that feeds another covers all of it; the last
     one's N rounded up to a power of two, at most 256, or with `boxes` over 64 rounded up to
-    whole 64-column boxes of the copy engine up to 256, and kept where it is a multiple of 128
-    up to MAX_PASSES x 128), tile K `tile_k`, or for a chained
-    gemm the widest of `tile_k`, 32 and 16 that divides the source's N (its K)."""
+    whole 64-column boxes of the copy engine up to 256, and over 256 to whole column passes of
+    128 up to MAX_PASSES x 128, the last box or pass clipped at N), tile K `tile_k`, or for a
+    chained gemm the widest of `tile_k`, 32 and 16 that divides the source's N (its K)."""
     tiles = []
     for i, s in enumerate(shapes):
         if i < len(shapes) - 1:
             n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
         elif boxes and isinstance(s.n, int) and 64 < s.n <= 256:
             n = -(-s.n // 64) * 64  # whole boxes, the last one clipped at N
-        elif boxes and isinstance(s.n, int) and s.n % 128 == 0 and s.n <= MAX_PASSES * 128:
-            n = s.n
+        elif boxes and isinstance(s.n, int) and 256 < s.n <= MAX_PASSES * 128:
+            n = -(-s.n // 128) * 128  # column passes of 128, the last one clipped at N
         else:
             n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
         source_n = tiles[-1][1] if i else 0
