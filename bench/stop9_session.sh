@@ -7,6 +7,9 @@
 #      tiled chain they ran before (consumers_probe.py --tiles), their GPU tests, the sanitizers
 #      on two of them, then chains of my own never tuned for (bench/defaults.py --part 2
 #      --chains), the kinds off the ping-pong chain among them
+#   c  after g1's resident B in 64-byte swizzled k tiles (N0 = 96, 32, 160 on wgmma): the chain
+#      GPU suites, b2b_gemm_rf(_bf16) on sm_90a (its g1 moved to wgmma) and the sanitizers on it
+#      and on two such chains, then the chains of my own again
 . "$(dirname "$0")/session_head.sh"
 
 # compute-sanitizer (memcheck, racecheck, synccheck) at M = 17 and 1000 on B2B_CHAIN whose last
@@ -47,4 +50,20 @@ b)
   timeout 200 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains.json" \
     --chains ${OWN_CHAINS:-256/96/256,256/96/384,256/32/384,512/96/128,384/32/512,256/64/640,256/128/448,768/64/320} \
     2>&1 | grep -v -i warn | tee "$OUT/own_chains.log" ;;
+c)
+  timeout 240 python3 -m pytest -q -m gpu -n 12 tests/gpu/test_chain_shapes_gpu.py \
+    tests/gpu/test_consumers_gpu.py tests/gpu/test_b2b_gpu.py tests/gpu/test_chain_ring_gpu.py \
+    2>&1 | tail -4 | tee "$OUT/tests_rs64.log"
+  for ex in b2b_gemm_rf b2b_gemm_rf_bf16; do
+    python3 -m kgen run examples/$ex.kg --arch sm_90a --size M=4097 2>&1 | grep -E "PASS|FAIL|ms"
+    for tool in memcheck racecheck synccheck; do
+      timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run \
+        examples/$ex.kg --arch sm_90a --size M=1000 > /tmp/san.log 2>&1
+      echo "$ex sm_90a M=1000 $tool exit=$? $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
+    done
+  done 2>&1 | tee "$OUT/examples_rs64.log"
+  sanitize_biased_chains sanitizer_rs64.log f16/256/96/256 bf16/256/32/384
+  timeout 200 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains_rs64.json" \
+    --chains ${OWN_CHAINS:-256/96/256,256/96/384,256/32/384,512/96/128,384/32/512,256/64/640,256/128/448,768/64/320,256/160/128,256/32/128} \
+    2>&1 | grep -v -i warn | tee "$OUT/own_chains_rs64.log" ;;
 esac

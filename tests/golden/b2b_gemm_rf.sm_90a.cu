@@ -206,6 +206,14 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The same for rows of 64 bytes in the 64-byte swizzle (a k tile of 32 16-bit elements: a chained
+// gemm's resident B where its K is a multiple of 32, not of 64): 8-row groups 512 bytes apart,
+// swizzle mode 2 (64 bytes) in bits 62-63.
+__device__ __forceinline__ unsigned long long smem_descriptor_64(unsigned address) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) |
+         (static_cast<unsigned long long>(512 >> 4) << 32) | (2ull << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -232,6 +240,21 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[1][8][4], unsigned long 
       : "l"(a), "l"(b), "r"(1));
 }
 
+// acc (this warp's 16 rows of the warpgroup's 64 x 128, f32) += A (64 x 16) * B (16 x 128),
+// f16 x f16 -> f32; A from registers (this warp's m16n8k16 A fragment), B K-major in shared memory.
+__device__ __forceinline__ void wgmma_step_rs(float (&acc)[1][16][4], const unsigned (&a)[4],
+                                              unsigned long long b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, accumulate, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(acc[0][0][0]), "+f"(acc[0][0][1]), "+f"(acc[0][0][2]), "+f"(acc[0][0][3]), "+f"(acc[0][1][0]), "+f"(acc[0][1][1]), "+f"(acc[0][1][2]), "+f"(acc[0][1][3]), "+f"(acc[0][2][0]), "+f"(acc[0][2][1]), "+f"(acc[0][2][2]), "+f"(acc[0][2][3]), "+f"(acc[0][3][0]), "+f"(acc[0][3][1]), "+f"(acc[0][3][2]), "+f"(acc[0][3][3]), "+f"(acc[0][4][0]), "+f"(acc[0][4][1]), "+f"(acc[0][4][2]), "+f"(acc[0][4][3]), "+f"(acc[0][5][0]), "+f"(acc[0][5][1]), "+f"(acc[0][5][2]), "+f"(acc[0][5][3]), "+f"(acc[0][6][0]), "+f"(acc[0][6][1]), "+f"(acc[0][6][2]), "+f"(acc[0][6][3]), "+f"(acc[0][7][0]), "+f"(acc[0][7][1]), "+f"(acc[0][7][2]), "+f"(acc[0][7][3]), "+f"(acc[0][8][0]), "+f"(acc[0][8][1]), "+f"(acc[0][8][2]), "+f"(acc[0][8][3]), "+f"(acc[0][9][0]), "+f"(acc[0][9][1]), "+f"(acc[0][9][2]), "+f"(acc[0][9][3]), "+f"(acc[0][10][0]), "+f"(acc[0][10][1]), "+f"(acc[0][10][2]), "+f"(acc[0][10][3]), "+f"(acc[0][11][0]), "+f"(acc[0][11][1]), "+f"(acc[0][11][2]), "+f"(acc[0][11][3]), "+f"(acc[0][12][0]), "+f"(acc[0][12][1]), "+f"(acc[0][12][2]), "+f"(acc[0][12][3]), "+f"(acc[0][13][0]), "+f"(acc[0][13][1]), "+f"(acc[0][13][2]), "+f"(acc[0][13][3]), "+f"(acc[0][14][0]), "+f"(acc[0][14][1]), "+f"(acc[0][14][2]), "+f"(acc[0][14][3]), "+f"(acc[0][15][0]), "+f"(acc[0][15][1]), "+f"(acc[0][15][2]), "+f"(acc[0][15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
 // a[i] for a run-time i, without indexing a register array at run time.
 __device__ __forceinline__ unsigned pick4(const unsigned (&a)[4], int i) {
   return i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3];
@@ -248,16 +271,6 @@ __device__ __forceinline__ uint4 quad_transpose(const unsigned (&v)[4], int lane
     got[k] = __shfl_sync(0xffffffffu, pick4(v, (q + k) & 3), (lane & ~3) | ((q - k) & 3));
   return make_uint4(pick4(got, q & 3), pick4(got, (q - 1) & 3), pick4(got, (q - 2) & 3),
                     pick4(got, (q - 3) & 3));
-}
-
-// One k16 step of a warp tile: FM x FN MMAs (each stage has its own warp tile).
-template <int FM, int FN>
-__device__ __forceinline__ void mma_step(float (&acc)[FM][FN][4], const unsigned (&a)[FM][4],
-                                         const unsigned (&b)[FN][2]) {
-#pragma unroll
-  for (int i = 0; i < FM; ++i)
-#pragma unroll
-    for (int j = 0; j < FN; ++j) mma_16816(acc[i][j], a[i], b[j][0], b[j][1]);
 }
 
 // Grouped rasterization: linear tile `tile` is (tile_m, tile_n); kGroupM tile rows share the
@@ -577,61 +590,15 @@ b2b_gemm_rf(const __grid_constant__ b2b_gemm_rf_params p) {
       const unsigned b_smem = smem_address(smem.g1_b_smem());  // all of B1, resident
       constexpr unsigned kBStageBytes = BLayout::kStageElems * 2;
 
-      // This thread's fragment rows at k step 0; step (kk, f) is at (base ^ X) + Y, proved by kgen.
-      unsigned b_base;
-      {
-        int warp_off = warp_n * kWarpTileN;
-        const int f = 0, kk = 0;
-        b_base = BLayout::offset(warp_off + f * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8) * 2;
-      }
-
-      // One buffer of fragments: the accumulators and A fragments hold most registers here,
-      // and the few ldmatrix per tile wait on shared memory only.
-      unsigned b_frag[1][kFragN][2];
-
-      // k tile 0 of 2
-      // k step 0
-      ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_smem + b_base);
-      ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_smem + (b_base + 1024));
-      ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_smem + (b_base + 2048));
-      ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_smem + (b_base + 3072));
-      ldmatrix_x4(b_frag[0][8][0], b_frag[0][8][1], b_frag[0][9][0], b_frag[0][9][1], b_smem + (b_base + 4096));
-      ldmatrix_x4(b_frag[0][10][0], b_frag[0][10][1], b_frag[0][11][0], b_frag[0][11][1], b_smem + (b_base + 5120));
-      ldmatrix_x4(b_frag[0][12][0], b_frag[0][12][1], b_frag[0][13][0], b_frag[0][13][1], b_smem + (b_base + 6144));
-      ldmatrix_x4(b_frag[0][14][0], b_frag[0][14][1], b_frag[0][15][0], b_frag[0][15][1], b_smem + (b_base + 7168));
-      mma_step(acc, g1_a_frag[0], b_frag[0]);
-      // k step 1
-      ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_smem + (b_base ^ 32));
-      ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_smem + ((b_base ^ 32) + 1024));
-      ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_smem + ((b_base ^ 32) + 2048));
-      ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_smem + ((b_base ^ 32) + 3072));
-      ldmatrix_x4(b_frag[0][8][0], b_frag[0][8][1], b_frag[0][9][0], b_frag[0][9][1], b_smem + ((b_base ^ 32) + 4096));
-      ldmatrix_x4(b_frag[0][10][0], b_frag[0][10][1], b_frag[0][11][0], b_frag[0][11][1], b_smem + ((b_base ^ 32) + 5120));
-      ldmatrix_x4(b_frag[0][12][0], b_frag[0][12][1], b_frag[0][13][0], b_frag[0][13][1], b_smem + ((b_base ^ 32) + 6144));
-      ldmatrix_x4(b_frag[0][14][0], b_frag[0][14][1], b_frag[0][15][0], b_frag[0][15][1], b_smem + ((b_base ^ 32) + 7168));
-      mma_step(acc, g1_a_frag[1], b_frag[0]);
-
-      // k tile 1 of 2
-      // k step 0
-      ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_smem + 1 * kBStageBytes + b_base);
-      ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_smem + 1 * kBStageBytes + (b_base + 1024));
-      ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_smem + 1 * kBStageBytes + (b_base + 2048));
-      ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_smem + 1 * kBStageBytes + (b_base + 3072));
-      ldmatrix_x4(b_frag[0][8][0], b_frag[0][8][1], b_frag[0][9][0], b_frag[0][9][1], b_smem + 1 * kBStageBytes + (b_base + 4096));
-      ldmatrix_x4(b_frag[0][10][0], b_frag[0][10][1], b_frag[0][11][0], b_frag[0][11][1], b_smem + 1 * kBStageBytes + (b_base + 5120));
-      ldmatrix_x4(b_frag[0][12][0], b_frag[0][12][1], b_frag[0][13][0], b_frag[0][13][1], b_smem + 1 * kBStageBytes + (b_base + 6144));
-      ldmatrix_x4(b_frag[0][14][0], b_frag[0][14][1], b_frag[0][15][0], b_frag[0][15][1], b_smem + 1 * kBStageBytes + (b_base + 7168));
-      mma_step(acc, g1_a_frag[2], b_frag[0]);
-      // k step 1
-      ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_smem + 1 * kBStageBytes + (b_base ^ 32));
-      ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 1024));
-      ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 2048));
-      ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 3072));
-      ldmatrix_x4(b_frag[0][8][0], b_frag[0][8][1], b_frag[0][9][0], b_frag[0][9][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 4096));
-      ldmatrix_x4(b_frag[0][10][0], b_frag[0][10][1], b_frag[0][11][0], b_frag[0][11][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 5120));
-      ldmatrix_x4(b_frag[0][12][0], b_frag[0][12][1], b_frag[0][13][0], b_frag[0][13][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 6144));
-      ldmatrix_x4(b_frag[0][14][0], b_frag[0][14][1], b_frag[0][15][0], b_frag[0][15][1], b_smem + 1 * kBStageBytes + ((b_base ^ 32) + 7168));
-      mma_step(acc, g1_a_frag[3], b_frag[0]);
+      // wgmma: A is g0's output in registers (the m16n8k16 A fragments are wgmma's register layout
+      // for a warp's 16 rows), B is read from shared memory; no ldmatrix.
+      wgmma_fence();  // the A fragments and accumulators were written by ordinary instructions
+      wgmma_step_rs(acc, g1_a_frag[0][0], smem_descriptor_64(b_smem));
+      wgmma_step_rs(acc, g1_a_frag[1][0], smem_descriptor_64(b_smem + 32));
+      wgmma_step_rs(acc, g1_a_frag[2][0], smem_descriptor_64(b_smem + 1 * kBStageBytes));
+      wgmma_step_rs(acc, g1_a_frag[3][0], smem_descriptor_64(b_smem + 1 * kBStageBytes + 32));
+      wgmma_commit();
+      wgmma_wait<0>();
 
       // Epilogue
       // Thread q = lane % 4 holds columns 2q, 2q + 1 of each n8 tile; after quad_transpose it holds 8 whole

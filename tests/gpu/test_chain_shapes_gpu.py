@@ -80,6 +80,22 @@ def test_chain_wider_than_256_in_column_passes_matches_reference(k0, n0, n1, dty
         assert plan.schedule.gemms[-1].column_passes == n1 // 128
 
 
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 96, 256, "f16"), (256, 96, 384, "bf16"),
+                                               (256, 32, 384, "f16"), (384, 32, 512, "bf16"),
+                                               (512, 96, 128, "f16"), (256, 160, 128, "bf16"),
+                                               (256, 32, 64, "f16")])
+def test_chain_whose_n0_is_a_multiple_of_32_runs_g1_on_wgmma_and_matches_reference(
+        k0, n0, n1, dtype):
+    """N0 a multiple of 32 and not of 64: g1's resident B1 in k tiles of 32 (the 64-byte
+    swizzle), read by wgmma with A from registers, in column passes where N1 is wide."""
+    from kgen.plan import Mma
+
+    for m in (1, 1000, 4097):
+        plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.schedule.pingpong and plan.gemms[1].tile[2] == 32
+        assert plan.schedule.gemms[1].mma is Mma.WGMMA_RS
+
+
 def biased_chain(k0, n0, n1, dtype):
     """B2B_CHAIN whose last epilogue reads a column vector, bias1[col]."""
     text = B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1).replace(

@@ -482,7 +482,8 @@ def test_sm90a_resident_chain_multiplies_g0_with_wgmma():
 def test_sm90a_resident_chain_multiplies_g1_with_wgmma_from_registers():
     """With g1's tile K 64 (B1 as 128-byte rows), g1 follows g0 onto wgmma: A from g0's
     register fragments, B1 through descriptors, one commit group waited on before the epilogue.
-    With 32-element k tiles (64-byte rows) or on sm_80 it stays on ldmatrix + mma.sync."""
+    With 32-element k tiles (64-byte rows) too, through 64-byte swizzle descriptors; on sm_80 it
+    stays on ldmatrix + mma.sync."""
     from kgen.api import build
     from kgen.runtime import nvrtc
 
@@ -491,7 +492,11 @@ def test_sm90a_resident_chain_multiplies_g1_with_wgmma_from_registers():
     assert plan.schedule.wgmma and plan.schedule.wgmma_chain == ("g1",)
     assert lower(k).schedule.wgmma_chain == ()  # sm_80
     narrow = kernel(**dict(RESIDENT, G0WARPS="8x1", G1WARPS="8x1"))  # tile K 32
-    assert lower(narrow, ir.Arch.SM90A).schedule.wgmma_chain == ()
+    assert lower(narrow, ir.Arch.SM90A).schedule.wgmma_chain == ("g1",)
+    narrow_src = build(narrow, ir.Arch.SM90A, source_name="t.kg").source
+    assert "wgmma_step_rs(acc, g1_a_frag[1][0], smem_descriptor_64(b_smem + 32));" in narrow_src
+    assert "wgmma_step_rs(acc, g1_a_frag[2][0], smem_descriptor_64(b_smem + 1 * kBStageBytes));" \
+        in narrow_src
     src = build(k, ir.Arch.SM90A, source_name="t.kg").source
     g1 = src[src.index("// ---- g1 = g0 @ B1"):src.index("// Epilogue", src.index("// ---- g1 = g0 @ B1"))]
     assert "ldmatrix_x4" not in g1 and not re.search(r"\bmma_step\(", g1)

@@ -116,16 +116,26 @@ def test_column_passes_compile_without_spills(k0, dtype):
     assert resources.get("stack_bytes", 0) == 0
 
 
-def test_n0_96_keeps_one_pass_and_six_slots():
-    """N0 = 96: g1's k tiles are 32 wide, so g1 runs on mma.sync and cannot take passes; the
-    builder keeps the usual ring list (6 slots first) rather than the passes' (5 first)."""
-    plan = build(chain(768, 96, 256), ir.Arch.SM90A, source_name="chain.kg").plan
-    assert plan.schedule.gemms[-1].column_passes == 1
-    assert plan.gemms[0].stages == 6
+@pytest.mark.parametrize("k0, n0, n1", [(768, 96, 256), (256, 96, 384), (256, 32, 384)])
+def test_n0_a_multiple_of_32_runs_g1_on_wgmma_in_passes(k0, n0, n1):
+    """N0 = 96 or 32: g1's k tiles are 32 wide, its resident B1 in the 64-byte swizzle, read by
+    wgmma (smem_descriptor_64) with A from registers, so g1 takes column passes and stages
+    each. It ran on mma.sync: N1 = 256 spilled and N1 = 384 ran the persistent chain."""
+    from kgen.plan import Mma
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
+    plan, last = result.plan, result.plan.schedule.gemms[-1]
+    assert plan.schedule.pingpong and plan.gemms[-1].tile[2] == 32
+    assert last.mma is Mma.WGMMA_RS and last.column_passes == n1 // 128
+    assert last.store is StorePath.TMA
+    assert "smem_descriptor_64(b_smem + 32)" in result.source
+    resources = compile_cubin(result.source, plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
 
 
-@pytest.mark.parametrize("n0, n1, needs", [(128, 256, True), (64, 256, False), (96, 256, False),
-                                           (128, 128, False)])
+@pytest.mark.parametrize("n0, n1, needs", [(128, 256, True), (64, 256, False), (96, 256, True),
+                                           (128, 128, False), (48, 256, False)])
 def test_staging_needs_passes(n0, n1, needs):
     """The builder's 5-slot-first ring list: only where the staging fits in passes alone."""
     assert schedules.staging_needs_passes(n0, n1) is needs

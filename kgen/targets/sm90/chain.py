@@ -125,6 +125,8 @@ class Sm90Chain(chain.ChainTarget):
                            outs=wgmma_outs(n))
                       for n in sorted({g.tile[1] // schedule.gemm(g.name).column_passes
                                        for g in plan.gemms if g.name in schedule.wgmma_chain})],
+            descriptor_64=any(b_row_bytes(g) == 64 for g in plan.gemms
+                              if g.name in schedule.wgmma_chain),
         )
 
 
@@ -146,12 +148,22 @@ def resident_wgmma(g: GemmPlan, passes: int = 1) -> list[str]:
     for kt in range(tiles):
         here = f"b_smem + {kt} * kBStageBytes" if kt else "b_smem"
         for kk in range(steps):
-            # B's k16 step kk starts 32 bytes (16 elements) further along its 128-byte rows
+            # B's k16 step kk starts 32 bytes (16 elements) further along its 128- or 64-byte rows
             wgmma_steps.append(WgmmaStep(step=kt * steps + kk,
                                          at=f"{here} + {kk * 32}" if kk else here))
     return render_lines("sm90/resident_wgmma.inc.j2", b=operand(g.b, "b"), name=g.name,
                         source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps,
-                        passes=passes)
+                        passes=passes, descriptor=DESCRIPTORS[b_row_bytes(g)])
+
+
+# The wgmma descriptor function (templates/sm90/wgmma.inc.j2) of B's swizzled k-tile rows, by
+# their bytes (schedules.RS_B_ROW_BYTES)
+DESCRIPTORS = {128: "smem_descriptor", 64: "smem_descriptor_64"}
+
+
+def b_row_bytes(g: GemmPlan) -> int:
+    """The bytes of one row of B's k tile, as its descriptor's swizzle reads it."""
+    return g.tile[2] * g.b.dtype.nbytes
 
 
 def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:

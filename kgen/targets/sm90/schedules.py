@@ -272,7 +272,8 @@ def mmas(gemms: list[GemmPlan], storage) -> list[tuple[Mma, str]]:
     out = [(Mma.WGMMA_SS, WGMMA_SS)]
     for g in gemms[1:]:
         refusal = ("its A is not kept in registers" if g.chain is None or g.a is not None
-                   else shape_refusal(g, offsets, pass_n(first.tile[1], g.tile[1])))
+                   else shape_refusal(g, offsets, pass_n(first.tile[1], g.tile[1]),
+                                      RS_B_ROW_BYTES))
         out.append((Mma.MMA_SYNC, f"not wgmma: {refusal}") if refusal else (Mma.WGMMA_RS, WGMMA_RS))
     return out
 
@@ -284,10 +285,12 @@ def wgmma_refusal(g: GemmPlan, a: OperandPlan | None, offsets: dict[str, int]) -
     return shape_refusal(g, offsets) or tile_refusal(g, a, offsets)
 
 
-def shape_refusal(g: GemmPlan, offsets: dict[str, int], n: int | None = None) -> str | None:
+def shape_refusal(g: GemmPlan, offsets: dict[str, int], n: int | None = None,
+                  row_bytes: tuple[int, ...] = (128,)) -> str | None:
     """The rules every wgmma gemm shares: warpgroups of 4 warps along M, 16 rows per warp (the
     accumulators then sit where mma.sync would put them), N a multiple of 8 up to 256 (`n`:
-    one column pass's, where the tile is wider), and B as wgmma reads it."""
+    one column pass's, where the tile is wider), and B as wgmma reads it (k tiles of
+    `row_bytes`)."""
     if g.warps[1] != 1 or g.warps[0] % 4:
         return f"warpgroups of 4 warps along M need warps 4kx1, not {g.warps[0]}x{g.warps[1]}"
     if g.warp_tile[0] != 16:
@@ -295,17 +298,29 @@ def shape_refusal(g: GemmPlan, offsets: dict[str, int], n: int | None = None) ->
     n = g.tile[1] if n is None else n
     if n % 8 or not 8 <= n <= 256:
         return f"tile N a multiple of 8 up to 256, not {n}"
-    return tile_refusal(g, g.b, offsets)
+    return tile_refusal(g, g.b, offsets, row_bytes)
 
 
-def tile_refusal(g: GemmPlan, op: OperandPlan, offsets: dict[str, int]) -> str | None:
-    """An operand wgmma reads through a descriptor: K-major, one 128-byte swizzled row per k
-    tile, its buffer 1024-byte aligned."""
+# A chained gemm's resident B on wgmma (A from registers) takes k tiles of 64 bytes too, in the
+# 64-byte swizzle (descriptor_row_bytes): g1's K, the N of g0, is then a multiple of 32 rather
+# than 64 (N0 = 96, 32, 160). Those chains ran g1 on mma.sync: at N1 = 256 its values spilled,
+# and wider N1 could not take column passes (the persistent chain, 2.5-4.1x a copy of the
+# bytes on an H200, bench/RESULTS.md).
+RS_B_ROW_BYTES = (128, 64)
+
+
+def tile_refusal(g: GemmPlan, op: OperandPlan, offsets: dict[str, int],
+                 row_bytes: tuple[int, ...] = (128,)) -> str | None:
+    """An operand wgmma reads through a descriptor: K-major, one swizzled row of one of
+    `row_bytes` per k tile (128 bytes; a chained gemm's resident B 64 too), its buffer
+    1024-byte aligned."""
     nbytes = op.dtype.nbytes
     if not op.k_major:
         return f"{op.param} must be K-major"
-    if g.tile[2] * nbytes != 128 or op.smem.atom_inner * nbytes != 128:
-        return f"{op.param} needs 128-byte k tiles, not {g.tile[2] * nbytes}"
+    width = g.tile[2] * nbytes
+    if width not in row_bytes or op.smem.atom_inner * nbytes != width:
+        return (f"{op.param} needs {' or '.join(map(str, row_bytes))}-byte k tiles, not "
+                f"{width}")
     if offsets[op.smem.name] % 1024:
         return f"{op.smem.name} must start on a 1024-byte boundary"
     return None
@@ -376,8 +391,8 @@ def staging_needs_passes(n0: int, n1: int) -> bool:
     """Whether a ping-pong chain's output staging fits a consumer thread's registers only in
     column passes (N1 = 256 beside N0 = 128): the whole tile's values are over
     STAGING_MAX_VALUES and the passes' are not, and g1 can take passes (on wgmma: its k tiles
-    of 64 need N0 a multiple of 64)."""
-    return (column_passes(n0, n1) > 1 and n0 % 64 == 0
+    of 64 or 32, RS_B_ROW_BYTES, need N0 a multiple of 32)."""
+    return (column_passes(n0, n1) > 1 and n0 % 32 == 0
             and consumer_values(n0, n1) > STAGING_MAX_VALUES)
 
 
