@@ -11,11 +11,12 @@ from .plan import Mma, StoreEffect, StorePath
 
 def instruction(plan, g) -> str:
     """The MMA instruction a gemm's mainloop issues, and where its A comes from."""
-    mma = plan.schedule.gemm(g.name).mma
-    if mma is Mma.WGMMA_SS:
-        return f"wgmma m64n{g.tile[1]}k16, A from shared memory"
-    if mma is Mma.WGMMA_RS:
-        return f"wgmma m64n{g.tile[1]}k16, A from registers"
+    schedule = plan.schedule.gemm(g.name)
+    n = g.tile[1] // schedule.column_passes  # one column pass's (`<gemm> column passes`)
+    if schedule.mma is Mma.WGMMA_SS:
+        return f"wgmma m64n{n}k16, A from shared memory"
+    if schedule.mma is Mma.WGMMA_RS:
+        return f"wgmma m64n{n}k16, A from registers"
     return "mma.sync m16n8k16"
 
 

@@ -174,6 +174,7 @@ def test_a_last_n_over_256_not_a_multiple_of_128_rounds_up_to_whole_passes(k0, n
     """N1 over 256 and not a multiple of 128 (320, 448, 280) takes the next multiple of 128 as
     its tile, in passes of 128, the last one clipped at N by the tensor map and the epilogue's
     column guard; it ran the sm_80 tiled chain, 64x256 tiles recomputing g0 for each."""
+    from kgen.report import instruction
     from kgen.runtime.nvrtc import compile_cubin
 
     result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
@@ -182,6 +183,8 @@ def test_a_last_n_over_256_not_a_multiple_of_128_rounds_up_to_whole_passes(k0, n
     tile_n = -(-n1 // 128) * 128
     assert plan.schedule.pingpong and plan.gemms[-1].tile[1] == tile_n
     assert last.column_passes == tile_n // 128 and last.store is StorePath.TMA
+    # kgen inspect names the instruction each pass issues
+    assert instruction(plan, plan.gemms[-1]) == "wgmma m64n128k16, A from registers"
     resources = compile_cubin(result.source, plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
 
