@@ -44,6 +44,25 @@ def kernel(dtype: str, k0: int, n0: int, n1: int):
     return module.kernels[0]
 
 
+def time_in_turn(kern, variants: dict, rounds: int, tag: str) -> tuple[dict, bool]:
+    """Each variant {name: (plan, source)} checked against the reference (outputs poisoned) in
+    the first round, then all timed in turn for `rounds` rounds at M rows (kgen's timer: CUDA
+    events, median of 30, inputs rotated past L2): {name: the fastest round's ms}, and whether
+    every check passed. A failed check prints `tag` and the variant's name."""
+    from kgen.harness.run import run
+
+    best, ok = {}, True
+    for round_ in range(rounds):
+        for name, (plan, text) in variants.items():
+            report = run(kern, plan, text, {"M": M}, check=round_ == 0, bench=True,
+                         compare_torch=False, iters=30)
+            if round_ == 0 and not report.ok:
+                print(f"  {tag} {name}: CHECK FAILED", flush=True)
+                ok = False
+            best[name] = min(best.get(name, 1e9), report.timing.median_ms)
+    return best, ok
+
+
 def label(plan) -> str:
     s = plan.schedule
     text = " | ".join(f"{'x'.join(map(str, g.tile))} s{g.stages}" for g in plan.gemms)

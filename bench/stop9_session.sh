@@ -10,6 +10,9 @@
 #   c  after g1's resident B in 64-byte swizzled k tiles (N0 = 96, 32, 160 on wgmma): the chain
 #      GPU suites, b2b_gemm_rf(_bf16) on sm_90a (its g1 moved to wgmma) and the sanitizers on it
 #      and on two such chains, then the chains of my own again
+#   d  column blocks (N1 over 512; N0 = 128 with N1 of 448, 512): the chain GPU suites with the
+#      batched ones, the sanitizers on two such chains, their times against the kernels they
+#      ran before (column_blocks_probe.py), and x the PyTorch chain (f16)
 . "$(dirname "$0")/session_head.sh"
 
 # compute-sanitizer (memcheck, racecheck, synccheck) at M = 17 and 1000 on B2B_CHAIN whose last
@@ -66,4 +69,14 @@ c)
   timeout 200 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains_rs64.json" \
     --chains ${OWN_CHAINS:-256/96/256,256/96/384,256/32/384,512/96/128,384/32/512,256/64/640,256/128/448,768/64/320,256/160/128,256/32/128} \
     2>&1 | grep -v -i warn | tee "$OUT/own_chains_rs64.log" ;;
+d)
+  timeout 240 python3 -m pytest -q -m gpu -n 12 tests/gpu/test_chain_shapes_gpu.py \
+    tests/gpu/test_consumers_gpu.py tests/gpu/test_b2b_gpu.py tests/gpu/test_chain_ring_gpu.py \
+    tests/gpu/test_batches_gpu.py 2>&1 | tail -4 | tee "$OUT/tests_blocks.log"
+  sanitize_biased_chains sanitizer_blocks.log f16/256/64/640 bf16/256/128/448
+  timeout 200 python3 bench/prototypes/column_blocks_probe.py 2>&1 | grep -v -i warn \
+    | tee "$OUT/column_blocks_probe.log"
+  timeout 150 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains_blocks.json" \
+    --chains 256/64/640,256/128/448,576/48/320,256/160/320,576/64/1024 \
+    2>&1 | grep -v -i warn | tee "$OUT/own_chains_blocks.log" ;;
 esac

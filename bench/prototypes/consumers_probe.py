@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from chain_ring import M, kernel  # noqa: E402
+from chain_ring import M, kernel, time_in_turn  # noqa: E402
 
 # The first run (bench/logs/consumers/consumers.log) had N0 = 128 (spills) and a 24/160 split too
 # The second (consumers_n0_64.log) these nine:
@@ -115,7 +115,6 @@ def main() -> int:
 
     if not args.compile_only:
         from b2b_bench import copy_ms
-        from kgen.harness.run import run
     ok = True
     for dtype in args.dtypes.split(","):
         for k0, n0, n1 in chains:
@@ -128,15 +127,8 @@ def main() -> int:
             if args.compile_only:
                 print(dtype, k0, n0, n1, spills, flush=True)
                 continue
-            best = {}
-            for round_ in range(args.rounds):
-                for name, (plan, text) in texts.items():
-                    report = run(kern, plan, text, {"M": M}, check=round_ == 0, bench=True,
-                                 compare_torch=False, iters=30)
-                    if round_ == 0 and not report.ok:
-                        print(f"  {dtype} {k0}/{n0}/{n1} {name}: CHECK FAILED", flush=True)
-                        ok = False
-                    best[name] = min(best.get(name, 1e9), report.timing.median_ms)
+            best, checked = time_in_turn(kern, texts, args.rounds, f"{dtype} {k0}/{n0}/{n1}")
+            ok = ok and checked
             copy = copy_ms((M * k0 + M * n1) * 2)
             print(f"{dtype:<5} {k0:>4} {n0:>4} {n1:>4} copy {copy:.4f}  " + "  ".join(
                 f"{name}: {best[name]:.4f} ({best[name] / copy:.3f}, spills {spills[name]})"

@@ -421,6 +421,18 @@ class KernelPlan:
     def resolve(self, dim: Dim, sizes: dict[str, int]) -> int:
         return dim if isinstance(dim, int) else sizes[dim]
 
+    @property
+    def column_blocks(self) -> int:
+        """A ping-pong chain whose last tile covers only part of its N (N1 = 640 on 384-column
+        tiles): its tiles_n column blocks, each CTA keeping one block of the last B resident
+        (blockIdx.x % tiles_n). The tiles are walked column block fastest and the persistent
+        grid is a multiple of tiles_n, so every tile a CTA takes is in its block. 1 otherwise."""
+        g = self.gemms[-1] if self.gemms else None
+        if (g is None or len(self.gemms) < 2 or not self.schedule.pingpong
+                or not isinstance(g.n_dim, int)):
+            return 1
+        return -(-g.n_dim // g.tile[1])
+
     def grid(self, sizes: dict[str, int],
              persistent_ctas: int | None = None) -> tuple[int, int, int]:
         """One CTA per output tile, on a 1-D grid (the kernel rasterizes it in groups); a
@@ -438,7 +450,8 @@ class KernelPlan:
         if self.schedule.stream_k:  # at most one CTA per k tile of the walk (one per tile, K = 0)
             tiles *= max(1, -(-self.resolve(self.gemms[0].k_dim, sizes) // g.tile[2]))
         if self.schedule.persistent and persistent_ctas:
-            tiles = min(tiles, persistent_ctas)
+            blocks = self.column_blocks  # whole column blocks: a multiple of tiles_n
+            tiles = min(tiles, max(persistent_ctas // blocks, 1) * blocks)
         return (tiles, 1, 1)
 
     def cluster_grid(self, sizes: dict[str, int],

@@ -118,3 +118,14 @@ def test_chain_whose_tiles_overhang_n_stores_by_tma_and_matches_reference(k0, n0
         plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
         assert plan.schedule.tma_output is not None and plan.gemms[-1].tile[1] % 64 == 0
         assert plan.gemms[-1].tile[1] > n1
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 640, "f16"), (256, 128, 448, "bf16"),
+                                               (576, 64, 1024, "bf16"), (256, 128, 520, "f16")])
+def test_chain_in_column_blocks_matches_reference(k0, n0, n1, dtype):
+    """The last B too wide to stay resident as one tile: each CTA keeps one column block of it
+    and walks that block's tiles (KernelPlan.column_blocks), the epilogue reading bias1[col] at
+    the block's columns; M = 1 launches one CTA per block."""
+    for m in (1, 1000, 4097):
+        plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.schedule.pingpong and plan.column_blocks > 1

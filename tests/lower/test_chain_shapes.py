@@ -34,7 +34,10 @@ def test_every_source_n_plans_without_schedule_lines(k0, n0, arch):
         g0, g1 = plan.gemms
         assert g0.tile[1] == n0  # g0 covers its whole N: the intermediate stays on chip
         assert g1.tile[2] in (16, 32, 64) and n0 % g1.tile[2] == 0
-        assert g1.tile[1] >= min(n1, 256)
+        # the tile covers N1, or 256 of it; or on sm_90a's ping-pong chain a column block of it
+        # (KernelPlan.column_blocks: a B1 too large to stay resident as one tile)
+        blocks = plan.column_blocks
+        assert g1.tile[1] >= min(n1, 256) or blocks > 1 and g1.tile[1] * blocks >= n1
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)

@@ -293,6 +293,7 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         body=kernel_body(arch, plan),
         host_checks=host_checks(plan),
         persistent=plan.schedule.persistent,
+        column_blocks=plan.column_blocks > 1,
         **batch.chain_values(plan),
     )
     values.update(arch.template_values(plan))

@@ -201,17 +201,20 @@ def resident_loads(plan: KernelPlan) -> list[str]:
     for g in resident:
         b = operand(g.b, "b")
         k = dim_expr(g.k_dim) if g.chain is None else str(g.chain.k)
+        # the last B of a chain in column blocks: this CTA's block of it (KernelPlan.column_blocks)
+        n0 = (f"(blockIdx.x % tiles_n) * {cfg(g)}::kTileN"
+              if plan.column_blocks > 1 and g is plan.gemms[-1] else "0")
         loads.append(ResidentLoad(name=g.name, cfg=cfg(g), buffer=b["buffer"],
                                   tiles=g.b.smem.stages, elem_bytes=b["elem_bytes"],
-                                  param=g.b.param, args=_resident_b_args(g, k)))
+                                  param=g.b.param, args=_resident_b_args(g, k, n0)))
     return render_lines("common/resident_loads.inc.j2", loads=loads,
                         params=", ".join(g.b.param for g in resident))
 
 
-def _resident_b_args(g: GemmPlan, k: str) -> str:
+def _resident_b_args(g: GemmPlan, k: str, n0: str = "0") -> str:
     n = dim_expr(g.n_dim)
     tile_k = f"kt * {g.tile[2]}"
-    return f"0, {n}, {tile_k}, {k}" if g.b.k_major else f"{tile_k}, {k}, 0, {n}"
+    return f"{n0}, {n}, {tile_k}, {k}" if g.b.k_major else f"{tile_k}, {k}, {n0}, {n}"
 
 
 def first_stages_function(plan: KernelPlan) -> list[str]:

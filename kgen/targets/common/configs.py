@@ -119,22 +119,25 @@ def split_configs(shape: GemmShape, sizes: Mapping[str, int]) -> list[Config]:
 
 
 def chain_tiles(shapes: tuple[GemmShape, ...], tile_m: int, tile_k: int = 64,
-                boxes: bool = False) -> list[tuple[int, int, int]]:
+                boxes: bool = False, blocks: int = 1) -> list[tuple[int, int, int]]:
     """Each gemm's CTA tile: tile M, its N (a gemm that feeds another covers all of it; the last
     one's N rounded up to a power of two, at most 256, or with `boxes` over 64 rounded up to
     whole 64-column boxes of the copy engine up to 256, and over 256 to whole column passes of
     128 up to MAX_PASSES x 128, the last box or pass clipped at N), tile K `tile_k`, or for a
-    chained gemm the widest of `tile_k`, 32 and 16 that divides the source's N (its K)."""
+    chained gemm the widest of `tile_k`, 32 and 16 that divides the source's N (its K).
+    `blocks`: the last tile covers 1 / blocks of its N, rounded as above (the ping-pong chain's
+    column blocks, KernelPlan.column_blocks)."""
     tiles = []
     for i, s in enumerate(shapes):
+        last_n = -(-s.n // blocks) if isinstance(s.n, int) else s.n
         if i < len(shapes) - 1:
             n = s.n if isinstance(s.n, int) else 64  # refused by the chain rule, located
-        elif boxes and isinstance(s.n, int) and 64 < s.n <= 256:
-            n = -(-s.n // 64) * 64  # whole boxes, the last one clipped at N
-        elif boxes and isinstance(s.n, int) and 256 < s.n <= MAX_PASSES * 128:
-            n = -(-s.n // 128) * 128  # column passes of 128, the last one clipped at N
+        elif boxes and isinstance(s.n, int) and 64 < last_n <= 256:
+            n = -(-last_n // 64) * 64  # whole boxes, the last one clipped at N
+        elif boxes and isinstance(s.n, int) and 256 < last_n <= MAX_PASSES * 128:
+            n = -(-last_n // 128) * 128  # column passes of 128, the last one clipped at N
         else:
-            n = min(256, power_of_two(s.n)) if isinstance(s.n, int) else 128
+            n = min(256, power_of_two(last_n)) if isinstance(s.n, int) else 128
         source_n = tiles[-1][1] if i else 0
         k = tile_k if i == 0 else next((t for t in (tile_k, 32, 16) if source_n % t == 0),
                                        min(tile_k, source_n))
@@ -155,8 +158,8 @@ def power_of_two(n: int) -> int:
 def chain_config(shapes, tile_m: int, warps: tuple[int, int], stages: tuple[int, ...],
                  keep: Residency, resident: bool, why: str,
                  schedule: KernelKind | None = None, tile_k: int = 64,
-                 boxes: bool = False) -> Config:
-    tiles = chain_tiles(shapes, tile_m, tile_k, boxes)
+                 boxes: bool = False, blocks: int = 1) -> Config:
+    tiles = chain_tiles(shapes, tile_m, tile_k, boxes, blocks)
     return Config(tuple(
         GemmConfig(tile, warps, s, keep=keep if i else None, resident=resident)
         for i, (tile, s) in enumerate(zip(tiles, stages))), schedule, why)

@@ -215,9 +215,26 @@ PINGPONG_REGISTERS = 224
 # (192: common.chain_tiles' `boxes`) instead of rounding it up to a power of two: N1 = 192 ran on
 # 64x256 tiles, a quarter of g1's columns past N and stored from registers, at 1.91x a copy of
 # its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
-def pingpong_registers(shapes: tuple[GemmShape, ...]) -> int:
-    tiles = common.chain_tiles(shapes, 64, boxes=True)
+def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> int:
+    tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
     return schedules.consumer_values(tiles[0][1], schedules.pass_n(tiles[0][1], tiles[-1][1]))
+
+
+# A ping-pong chain whose last N is over 256 tries the fewest column blocks whose tile fits
+# MAX_PASSES passes of 128 (one for N1 up to 512), then one more: each CTA keeps its block of
+# B1 resident and recomputes g0 for it (KernelPlan.column_blocks). N1 = 640 and N0 = 128 with
+# N1 = 448 ran the sm_80 tiled chain, 64x256 tiles at 3.75-4.18x a copy of the bytes on an
+# H200 (bench/RESULTS.md).
+WHY_COLUMN_BLOCKS = ("; each CTA keeps one of {blocks} column blocks of the last B resident "
+                     "and recomputes the first gemm for it")
+
+
+def column_block_counts(n) -> tuple[int, ...]:
+    """The column blocks a ping-pong chain with a last N of `n` tries, in order."""
+    if not isinstance(n, int) or n <= 256:
+        return (1,)
+    fewest = -(-n // (common.MAX_PASSES * 128))
+    return (fewest, fewest + 1)
 
 
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
@@ -229,15 +246,21 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     rest = (3,) * (len(shapes) - 1)
     regs = Residency.REGISTERS
     out = []
-    if pingpong_registers(shapes) <= PINGPONG_REGISTERS:
+    n = shapes[-1].n
+    for blocks in column_block_counts(n):
+        if pingpong_registers(shapes, blocks) > PINGPONG_REGISTERS:
+            continue
         # the copy engine's stores need a fixed N (schedules.tma_refusal)
-        tiles, n = common.chain_tiles(shapes, 64, boxes=True), shapes[-1].n
+        tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
         short = isinstance(n, int) and short_rings(tiles)
+        more = WHY_COLUMN_BLOCKS.format(blocks=blocks) if blocks > 1 else ""
         out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                           WHY_CHAIN_RING_B, KernelKind.PINGPONG, boxes=True))
+                                           WHY_CHAIN_RING_B + more, KernelKind.PINGPONG,
+                                           boxes=True, blocks=blocks))
                 for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
         out += [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                    WHY_CHAIN_PINGPONG, KernelKind.PINGPONG, boxes=True)
+                                    WHY_CHAIN_PINGPONG + more, KernelKind.PINGPONG, boxes=True,
+                                    blocks=blocks)
                 for ring in RINGS]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
