@@ -50,7 +50,7 @@ def test_the_builder_splits_a_wide_last_n_into_column_blocks(k0, n0, n1, dtype, 
     # each CTA loads its block of B1, walks its block's tiles, and the launcher keeps whole blocks
     assert "(blockIdx.x % tiles_n) * g1_cfg::kTileN, " in source
     assert "  tile_m = tile / tiles_n;\n  tile_n = tile % tiles_n;" in source
-    assert "blocks * tiles_n" in source
+    assert "per_block * tiles_n" in source
     resources = compile_cubin(source, plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
 

@@ -224,3 +224,10 @@ def test_tiles_over_n_store_by_tma_and_skip_the_columns_past_it(n1, tile_n):
     assert f"live[h] && n0 + c < {n1} ? g1_epilogue(" in result.source
     exact = build(chain(256, 64, 192), ir.Arch.SM90A, source_name="chain.kg").source
     assert "live[h] ? g1_epilogue(" in exact and "n0 + c <" not in exact
+
+
+def test_every_row_width_wgmma_takes_for_a_resident_b_has_its_descriptor():
+    """schedules.RS_B_ROW_BYTES (the rule) and the emitter's descriptor functions agree."""
+    from kgen.targets.sm90 import chain as sm90_chain
+
+    assert set(sm90_chain.DESCRIPTORS) == set(schedules.RS_B_ROW_BYTES)
