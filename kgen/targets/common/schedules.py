@@ -78,13 +78,13 @@ def persist_refusal(draft: ScheduleDraft) -> str | None:
     return None
 
 
-def resident_refusal(draft: ScheduleDraft, persist: bool,
-                     first_streams: bool = False) -> Candidate | None:
+def resident_refusal(draft: ScheduleDraft, persist: bool, first_streams: bool = False,
+                     column_blocks: bool = False) -> Candidate | None:
     """`keep B0 resident` on every gemm of a persistent chain, with fixed K and N and a tile N
     that covers N: each B operand's shared tile then holds all of its k tiles. `first_streams`:
-    the first gemm's B may stream instead, and the last gemm's tile may cover part of its N
-    (sm_90a's ping-pong chain: B0 through its ring, each CTA one column block of the last B,
-    KernelPlan.column_blocks)."""
+    the first gemm's B may stream instead (sm_90a's ping-pong chain, through its ring).
+    `column_blocks`: the last gemm's tile may cover part of its N, each CTA keeping one column
+    block of its B (the ping-pong chain's walk, KernelPlan.column_blocks)."""
     asked = [i for i, g in enumerate(draft.gemms) if g.resident]
     if not asked:
         return None
@@ -109,7 +109,7 @@ def resident_refusal(draft: ScheduleDraft, persist: bool,
                 return _refused(
                     f"keep {plan.b.param} resident needs a fixed {what}, not {dim}: the whole "
                     f"{plan.b.param} must have a known size", Site("resident", i))
-        if plan.n_dim > plan.tile[1] and not (first_streams and i == len(draft.gemms) - 1):
+        if plan.n_dim > plan.tile[1] and not (column_blocks and i == len(draft.gemms) - 1):
             return _refused(
                 f"keep {plan.b.param} resident needs the CTA tile N of gemm '{plan.name}' "
                 f"({plan.tile[1]}) to cover all of its N ({plan.n_dim}): each CTA keeps one "

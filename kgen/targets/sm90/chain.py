@@ -125,7 +125,7 @@ class Sm90Chain(chain.ChainTarget):
                            outs=wgmma_outs(n))
                       for n in sorted({g.tile[1] // schedule.gemm(g.name).column_passes
                                        for g in plan.gemms if g.name in schedule.wgmma_chain})],
-            descriptor_64=any(b_row_bytes(g) == 64 for g in plan.gemms
+            descriptor_64=any(schedules.k_tile_row_bytes(g, g.b) == 64 for g in plan.gemms
                               if g.name in schedule.wgmma_chain),
         )
 
@@ -153,17 +153,13 @@ def resident_wgmma(g: GemmPlan, passes: int = 1) -> list[str]:
                                          at=f"{here} + {kk * 32}" if kk else here))
     return render_lines("sm90/resident_wgmma.inc.j2", b=operand(g.b, "b"), name=g.name,
                         source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps,
-                        passes=passes, descriptor=DESCRIPTORS[b_row_bytes(g)])
+                        passes=passes, descriptor=DESCRIPTORS[schedules.k_tile_row_bytes(g, g.b)])
 
 
 # The wgmma descriptor function (templates/sm90/wgmma.inc.j2) of B's swizzled k-tile rows, by
 # their bytes (schedules.RS_B_ROW_BYTES)
 DESCRIPTORS = {128: "smem_descriptor", 64: "smem_descriptor_64"}
 
-
-def b_row_bytes(g: GemmPlan) -> int:
-    """The bytes of one row of B's k tile, as its descriptor's swizzle reads it."""
-    return g.tile[2] * g.b.dtype.nbytes
 
 
 def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:

@@ -240,8 +240,8 @@ def column_block_counts(n) -> tuple[int, ...]:
 def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     """Ping-pong with B0 streamed through the ring beside A; then over resident B, deepest ring
     first (for a last N over 256, in the fewest column blocks that fit, then one more:
-    column_block_counts); then the resident 128-row chain, whose ring runs at most one tile ahead (stages at
-    most k tiles + 1); then the sm_80 chains."""
+    column_block_counts); then the resident 128-row chain, whose ring runs at most one tile
+    ahead (stages at most k tiles + 1); then the sm_80 chains."""
     k = shapes[0].k
     k_tiles = -(-k // 64) if isinstance(k, int) else 9
     rest = (3,) * (len(shapes) - 1)

@@ -158,7 +158,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         return refusal
     ring_b = not draft.gemms[0].resident  # B0 streams through the ring beside A
     refusal = common.resident_refusal(draft, common.persist_refusal(draft) is None,
-                                      first_streams=True)
+                                      first_streams=True, column_blocks=True)
     if refusal is not None:
         return _refused(refusal.reason, refusal.site)
     gemms = common.resident_plans([g.plan for g in draft.gemms], first_streams=ring_b)
@@ -302,7 +302,7 @@ def shape_refusal(g: GemmPlan, offsets: dict[str, int], n: int | None = None,
 
 
 # A chained gemm's resident B on wgmma (A from registers) takes k tiles of 64 bytes too, in the
-# 64-byte swizzle (descriptor_row_bytes): g1's K, the N of g0, is then a multiple of 32 rather
+# 64-byte swizzle (sm90/chain.py's DESCRIPTORS): g1's K, the N of g0, is then a multiple of 32 rather
 # than 64 (N0 = 96, 32, 160). Those chains ran g1 on mma.sync: at N1 = 256 its values spilled,
 # and wider N1 could not take column passes (the persistent chain, 2.5-4.1x a copy of the
 # bytes on an H200, bench/RESULTS.md).
@@ -314,16 +314,21 @@ def tile_refusal(g: GemmPlan, op: OperandPlan, offsets: dict[str, int],
     """An operand wgmma reads through a descriptor: K-major, one swizzled row of one of
     `row_bytes` per k tile (128 bytes; a chained gemm's resident B 64 too), its buffer
     1024-byte aligned."""
-    nbytes = op.dtype.nbytes
     if not op.k_major:
         return f"{op.param} must be K-major"
-    width = g.tile[2] * nbytes
-    if width not in row_bytes or op.smem.atom_inner * nbytes != width:
+    width = k_tile_row_bytes(g, op)
+    if width not in row_bytes or op.smem.atom_inner * op.dtype.nbytes != width:
         return (f"{op.param} needs {' or '.join(map(str, row_bytes))}-byte k tiles, not "
                 f"{width}")
     if offsets[op.smem.name] % 1024:
         return f"{op.smem.name} must start on a 1024-byte boundary"
     return None
+
+
+def k_tile_row_bytes(g: GemmPlan, op: OperandPlan) -> int:
+    """The bytes of one row of a K-major operand's k tile: the width its swizzle and its wgmma
+    descriptor read."""
+    return g.tile[2] * op.dtype.nbytes
 
 
 def tma_refusal(last: GemmPlan) -> str | None:
