@@ -17,3 +17,27 @@ sanitize() {
     echo "$2 $mnk $tool exit=$rc $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
   done | tee -a "$OUT/sanitizer.log"
 }
+
+# compute-sanitizer (memcheck, racecheck, synccheck) at M = 17 and 1000 on B2B_CHAIN whose last
+# epilogue reads bias1[col], for each dtype/K0/N0/N1 argument; one line each to $OUT/$1
+sanitize_biased_chains() {
+  local log=$1; shift
+  for chain in "$@"; do
+    python3 - "$chain" <<'PY'
+import sys
+from tests.kernels import B2B_CHAIN
+t, k0, n0, n1 = sys.argv[1].split("/")
+text = B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace(
+    "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
+    "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
+open("/tmp/biased.kg", "w").write(text)
+PY
+    for m in 17 1000; do
+      for tool in memcheck racecheck synccheck; do
+        timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m kgen run \
+          /tmp/biased.kg --size M=$m > /tmp/san.log 2>&1
+        echo "$chain M=$m $tool exit=$? $(grep -E '^(PASS|FAIL)' /tmp/san.log | head -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | tail -1)"
+      done
+    done
+  done | tee "$OUT/$log"
+}

@@ -62,6 +62,17 @@ def b2b_chain_text(t: str, k0: int, n0: int, n1: int, *, target: str = "sm_90a",
     return text
 
 
+def chain_vectors_text(t: str, k0: int, n0: int, n1: int, vectors: str = "f32",
+                       g0_epilogue: str | None = None) -> str:
+    """B2B_CHAIN's text with scale0 and bias0 of dtype `vectors` and, where given, g0's
+    epilogue `g0_epilogue`, which may also read the row vector `rowb : f32[M]`."""
+    text = B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace("f32[", f"{vectors}[")
+    if g0_epilogue is not None:
+        text = text.replace("g0 = relu(acc * scale0[col] + bias0[col])", g0_epilogue).replace(
+            "  vector bias0", "  vector rowb : f32[M]\n  vector bias0")
+    return text
+
+
 def batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
     """The b2b example `name` with a batch dimension `L` on the parameters in `batched` (those
     it has); `drop_resident` streams every B (a batched B cannot stay resident)."""

@@ -153,6 +153,14 @@ class GemmSchedule:
     # later, and the other consumer's turn comes once the last group is issued
     wgmma_in_flight: int = 1
     why_wgmma_in_flight: str = ""
+    # A chain's gemm that feeds the next one, its tile covering all of its N in every tile: the
+    # column vectors of its epilogue (bias[col]) that each consumer thread loads into registers
+    # at the top of every tile, before the mainloop, and passes to the epilogue. The columns a
+    # thread reads are the same in every tile, and the loads land while the mainloop runs.
+    # (): the epilogue reads them from global memory after the last wgmma group has drained,
+    # each read waiting for its round trip.
+    early_vectors: tuple[str, ...] = ()
+    why_early_vectors: str = ""
 
 
 def staged_vector_buffer(gemm: str, param: str) -> str:
@@ -368,6 +376,11 @@ class Schedule:
             if g.why_wgmma_in_flight:
                 rows.append((f"{g.name} wgmma groups in flight", str(g.wgmma_in_flight),
                              g.why_wgmma_in_flight))
+            if g.why_early_vectors:
+                rows.append((f"{g.name} epilogue vectors",
+                             ", ".join(g.early_vectors) + " in registers, loaded before the "
+                             "mainloop" if g.early_vectors else "from global memory",
+                             g.why_early_vectors))
             if g.why_epilogue_groups:
                 rows.append((f"{g.name} epilogue groups",
                              f"{g.epilogue_groups} of 64 columns, rolled" if g.epilogue_groups > 1

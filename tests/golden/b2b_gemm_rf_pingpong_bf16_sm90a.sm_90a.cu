@@ -415,11 +415,11 @@ __device__ __forceinline__ unsigned pack_operands(float lo, float hi) {
 
 // Epilogue of g0 for output (row, col) and (row, col + 1).
 __device__ __forceinline__ void g0_epilogue(const b2b_gemm_rf_pingpong_bf16_sm90a_params& p, long long row,
-                                                    long long col, float acc_0, float acc_1, float& inter_0, float& inter_1) {
-  const float2 v1 = *reinterpret_cast<const float2*>(p.scale0 + col);
+                                                    long long col, float acc_0, float acc_1, float& inter_0, float& inter_1, float2 early_scale0, float2 early_bias0) {
+  const float2 v1 = early_scale0;
   const float v1_0 = v1.x;
   const float v1_1 = v1.y;
-  const float2 v3 = *reinterpret_cast<const float2*>(p.bias0 + col);
+  const float2 v3 = early_bias0;
   const float v3_0 = v3.x;
   const float v3_1 = v3.y;
   const float v2_0 = acc_0 * v1_0;
@@ -652,6 +652,18 @@ b2b_gemm_rf_pingpong_bf16_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_bf1
       const int warp_n = math_warp % kWarpsN;
       const int K = 576;
 
+      // g0's column vectors: this thread's pairs, at the columns its epilogue reads, the same in
+      // every tile (the tile covers all of N). Loaded before the mainloop, they land while it runs,
+      // and the epilogue waits for no load (GemmSchedule.early_vectors).
+      float2 early_scale0[kFragN];
+      float2 early_bias0[kFragN];
+#pragma unroll
+      for (int j = 0; j < kFragN; ++j) {
+        const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;
+        early_scale0[j] = *reinterpret_cast<const float2*>(p.scale0 + c);
+        early_bias0[j] = *reinterpret_cast<const float2*>(p.bias0 + c);
+      }
+
       float acc[kFragM][kFragN][4];
 #pragma unroll
       for (int i = 0; i < kFragM; ++i)
@@ -707,8 +719,8 @@ b2b_gemm_rf_pingpong_bf16_sm90a(const __grid_constant__ b2b_gemm_rf_pingpong_bf1
           const int r = warp_m * kWarpTileM + i * 16 + lane / 4;  // row in the CTA tile
           const int c = warp_n * kWarpTileN + j * 8 + (lane % 4) * 2;
           float x0, x1, x2, x3;  // every row, branch-free: the epilogue reads nothing at a row
-          g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1);
-          g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3);
+          g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1, early_scale0[j], early_bias0[j]);
+          g0_epilogue(p, m0 + r + 8, c, acc[i][j][2], acc[i][j][3], x2, x3, early_scale0[j], early_bias0[j]);
           if (m0 + r >= M) x0 = x1 = 0.0f;
           if (m0 + r + 8 >= M) x2 = x3 = 0.0f;
           g1_a_frag[j / 2][i][(j % 2) * 2] = pack_operands(x0, x1);

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from ...plan import CachePolicy, GemmPlan, KernelPlan
 from . import arch_guard, batch, epilogue_cpp, host_api
-from .chain_mainloop import (block, cfg, chained_mainloop, feed_lines, first_stage_loads,
-                             first_stages_function, resident_loads, resident_mainloop)
+from .chain_mainloop import (block, cfg, chained_mainloop, early_lines, early_vectors, feed_lines,
+                             first_stage_loads, first_stages_function, resident_loads,
+                             resident_mainloop)
 from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
 from .epilogue_cpp import PAIR
 from .render import render, render_lines
@@ -126,7 +127,8 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
                                     first.stages - 1)
     else:
         mainloop = chained_mainloop(g)
-    epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt)
+    early = plan.schedule.gemm(g.name).early_vectors
+    epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt, early)
     passes = plan.schedule.gemm(g.name).column_passes  # the pass loop declares its own n0
     if passes > 1:  # the mainloop and epilogue sit inside the pass loop
         mainloop, epilogue = block(mainloop), block(epilogue)
@@ -142,6 +144,7 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
         passes=passes,
         n_expr=dim_expr(g.n_dim) if n_used else "",
         k_expr=dim_expr(g.k_dim) if k_in_loop else "",
+        early=block(early_lines(g, early)),
         mainloop=block(mainloop),
         # a resident plan's buffers are never reused within a tile
         sync=nxt is not None and not plan.schedule.resident,
@@ -233,8 +236,10 @@ def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
             layout="ALayout", major="K contiguous",
             atom_inner=t.atom_inner, swizzle=str(sw), sw_shift=sw.shift,
             sw_mask=((1 << sw.bits) - 1) << sw.base))
-    epi = epilogue_cpp.render(g.epilogue)
+    early = plan.schedule.gemm(g.name).early_vectors
+    epi = epilogue_cpp.render(g.epilogue, early=early)
     extra = ", float& inter_0, float& inter_1" if g is not last else ""
+    extra += "".join(f", {pair} early_{param}" for param, pair in early_vectors(g, early))
     wide = plan.schedule.wide_stores and g is last
     body = epilogue_cpp.function_body(epi, wide)
     return dict(

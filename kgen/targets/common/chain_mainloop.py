@@ -252,17 +252,36 @@ def feed_reads_rows(g: GemmPlan) -> bool:
                for n in g.epilogue.nodes)
 
 
-def feed_lines(g: GemmPlan, nxt: GemmPlan) -> list[str]:
-    """The epilogue of a stage that feeds the next one: into registers or the shared tile."""
+def early_vectors(g: GemmPlan, params: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(param, pair type) of each of `params`, g's epilogue column vectors loaded before its
+    mainloop (GemmSchedule.early_vectors), in the schedule's order."""
+    dtypes = {n.kind.param: n.kind.dtype for n in g.epilogue.nodes
+              if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL}
+    return [(param, PAIR[dtypes[param]][0]) for param in params]
+
+
+def early_lines(g: GemmPlan, params: tuple[str, ...]) -> list[str]:
+    """Each thread's pairs of g's early column vectors, loaded at the top of the stage (before
+    its mainloop) at the columns its epilogue reads."""
+    if not params:
+        return []
+    return render_lines("common/early_vectors.inc.j2", name=g.name,
+                        vectors=early_vectors(g, params))
+
+
+def feed_lines(g: GemmPlan, nxt: GemmPlan, early: tuple[str, ...] = ()) -> list[str]:
+    """The epilogue of a stage that feeds the next one: into registers or the shared tile.
+    `early`: the column vectors its epilogue takes as arguments (early_lines loaded them)."""
     dtype = nxt.chain.dtype
     predicated = feed_reads_rows(g)
+    early_args = "".join(f", early_{param}[j]" for param in early)
     if nxt.a is None:
         return render_lines("common/feed_registers.inc.j2", name=g.name, next=nxt.name,
-                            dtype=dtype.dsl_name, predicated=predicated)
+                            dtype=dtype.dsl_name, predicated=predicated, early_args=early_args)
     pair, _, _, to_pair, _ = PAIR[dtype]
     tile = nxt.a.smem
     return render_lines("common/feed_smem.inc.j2", name=g.name, next=nxt.name,
-                        predicated=predicated,
+                        predicated=predicated, early_args=early_args,
                         dtype=dtype.dsl_name, swizzle=str(tile.swizzle), ctype=dtype.cpp,
                         tile=tile.name, pair=pair, layout=f"{cfg(nxt)}::ALayout",
                         pack_lo=to_pair.format("x0", "x1"), pack_hi=to_pair.format("x2", "x3"))

@@ -123,6 +123,9 @@ class _Renderer:
     # `sv_<param>`, the tile's slice, from its first column `tile_col0` (a column vector) or the
     # consumer's first row `tile_row0` (a row vector)
     vectors: tuple[str, ...] = ()
+    # column vectors the function takes as arguments `<pair> early_<param>`, the pair at `col`
+    # (Schedule: GemmSchedule.early_vectors), instead of loading them
+    early: tuple[str, ...] = ()
     loads: list[str] = field(default_factory=list)
     compute: list[str] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
@@ -151,6 +154,8 @@ class _Renderer:
                 at = f"sv_{kind.param}[row - tile_row0]" if staged else f"p.{kind.param}[row]"
                 self.loads.append(f"const float {name} = {TO_FLOAT[kind.dtype].format(at)};")
                 return name, name
+            if kind.param in self.early:
+                return self._pair_load(name, kind.dtype, None, f"early_{kind.param}")
             at = f"sv_{kind.param} + (col - tile_col0)" if staged else f"p.{kind.param} + col"
             return self._pair_load(name, kind.dtype, at)
         if isinstance(kind, TensorLoad):
@@ -236,12 +241,14 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
 
 
 def render(dag: EpilogueDag, narrow: str | None = None,
-           staged: str | None = None, vectors: tuple[str, ...] = ()) -> EpilogueLines:
+           staged: str | None = None, vectors: tuple[str, ...] = (),
+           early: tuple[str, ...] = ()) -> EpilogueLines:
     """The C++ lines of `dag`: loads, then compute, then the effects in their order. `narrow`:
     see _Renderer (the function then takes `bool both`: the pair's second column is in N);
     `staged`: the input the function takes as `unsigned staged_<param>`; `vectors`: the
-    vectors it reads from shared memory (see _Renderer)."""
-    r = _Renderer(narrow, staged, vectors)
+    vectors it reads from shared memory; `early`: the column vectors it takes as arguments
+    (see _Renderer)."""
+    r = _Renderer(narrow, staged, vectors, early)
     for node in dag.nodes:
         assert node.id == len(r.names), "epilogue nodes out of order"
         r.names.append(r.node(node))

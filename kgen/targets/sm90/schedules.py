@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import Residency
+from ...enums import Axis, DType, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
-                     StorePath, TensorMap, WarpRole)
+                     StorePath, TensorMap, VectorLoad, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from . import warp_specialized
@@ -129,6 +129,38 @@ def in_flight(first: GemmPlan) -> int:
     if not isinstance(k, int):
         return 1
     return 2 if first.stages >= -(-k // first.tile[2]) + IN_FLIGHT_SPARE else 1
+
+
+# GemmSchedule.early_vectors: a ping-pong chain's gemm that feeds the next one loads its
+# epilogue's column vectors at each tile's top, where a consumer thread's registers hold them
+# beside the mainloop's accumulators with EARLY_RESERVE to spare (addresses, descriptors, the
+# loop). H200, f16 and bf16, both rounds in turn (bench/logs/stop10/held_vectors.log): 0.94-0.97
+# of the time at K0 = 256 with N0 = 128 (N1 of 64, 128, 256, 320), 0.97-0.98 at K0 = 256,
+# N0 = 64, 0.99-1.01 at K0 = 576 and 1024, 0.92 at 256/160/320 (160 values beside 80
+# accumulators). Held across all of a consumer's tiles instead, they spilled there.
+EARLY_RESERVE = 64
+WHY_EARLY = ("the tile covers all of N, so a thread's columns are the same in every tile: "
+             "loaded before the mainloop, they land while it runs, and the epilogue (which "
+             "waited for each read from global memory after the last wgmma group) reads none")
+
+
+def early_registers(g: GemmPlan, params: tuple[str, ...]) -> int:
+    """A consumer thread's registers for g's column vectors `params` held through its
+    mainloop: a pair per n8 fragment, 2 registers for f32, 1 for a 16-bit pair."""
+    dtypes = {n.kind.param: n.kind.dtype for n in g.epilogue.nodes
+              if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL}
+    return sum(g.frags[1] * (2 if dtypes[p] is DType.F32 else 1) for p in params)
+
+
+def early_vectors(g: GemmPlan, consumers: int) -> tuple[str, ...]:
+    """The column vectors of g's feeding epilogue that its consumers load before the mainloop
+    (GemmSchedule.early_vectors): all of them where they fit beside the accumulators, else
+    none."""
+    params = tuple(dict.fromkeys(n.kind.param for n in g.epilogue.nodes
+                                 if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL))
+    accumulators = g.frags[0] * g.frags[1] * 4
+    budget = roles(consumers)[1].registers - EARLY_RESERVE
+    return params if accumulators + early_registers(g, params) <= budget else ()
 
 
 def ring_b_refusal(first: GemmPlan, draft: ScheduleDraft) -> str | None:
@@ -239,7 +271,10 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     groups = in_flight(first)
     if groups > 1:
         ring = dataclasses.replace(ring, wgmma_in_flight=groups, why_wgmma_in_flight=WHY_IN_FLIGHT)
-    later = schedule.gemms[1:]
+    feeding = [dataclasses.replace(gs, early_vectors=early, why_early_vectors=WHY_EARLY)
+               if (early := early_vectors(g, consumers)) else gs
+               for g, gs in zip(gemms[:-1], (ring,) + schedule.gemms[1:-1])]
+    ring, later = feeding[0], tuple(feeding[1:]) + schedule.gemms[-1:]
     if passes > 1:  # the last gemm a share of its columns at a time
         values = consumer_values(first.tile[1], last.tile[1] // passes)
         why = (f"{passes} passes of {last.tile[1] // passes} columns: one tile covers all "

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The tenth stop's GPU visits for issue 17, on the GPU machine through .gpu/device-run.sh
+# (carry .whl and .gpu). Logs land in $OUT (bench/logs/stop10/ once fetched). STEP=
+#   a  after g0's column vectors are loaded before its mainloop (GemmSchedule.early_vectors):
+#      the chain GPU suites with the new test_early_vectors_gpu.py and the batched ones,
+#      compute-sanitizer on two such chains, the issue's 24 chains (bench/defaults.py --part 2),
+#      chains of my own, and every builder configuration at 256/128/256 (chain_ring.py --one)
+#   b  the whole `pytest -m gpu` (bench/gpu_tests.sh)
+. "$(dirname "$0")/session_head.sh"
+
+OWN=256/96/256,256/96/384,256/32/384,384/32/512,256/64/320,576/64/448,256/128/320,1000/64/320,256/64/640,256/128/448,576/48/320,256/160/320,256/112/320,576/64/1024
+
+case ${STEP:-a} in
+a)
+  timeout 200 python3 -m pytest -q -m gpu -n 14 tests/gpu/test_early_vectors_gpu.py \
+    tests/gpu/test_chain_shapes_gpu.py tests/gpu/test_consumers_gpu.py tests/gpu/test_b2b_gpu.py \
+    tests/gpu/test_chain_ring_gpu.py tests/gpu/test_batches_gpu.py 2>&1 | tail -4 \
+    | tee "$OUT/tests_early.log"
+  sanitize_biased_chains sanitizer_early.log f16/256/128/64 bf16/256/160/320
+  timeout 150 python3 bench/defaults.py --part 2 --json "$OUT/defaults_chains.json" 2>&1 \
+    | grep -v -i warn | tee "$OUT/defaults_chains.log"
+  timeout 100 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains.json" \
+    --chains $OWN 2>&1 | grep -v -i warn | tee "$OUT/own_chains.log"
+  timeout 100 python3 bench/chain_ring.py --one 256,128,256 2>&1 | grep -v -i warn \
+    | tee "$OUT/configs_256_128_256.log" ;;
+b)
+  bash bench/gpu_tests.sh ;;
+esac
