@@ -147,6 +147,12 @@ class GemmSchedule:
     # pass's accumulators, and the staging one pass's columns. 1: the whole tile at once.
     column_passes: int = 1
     why_column_passes: str = ""
+    # Column passes in flight: 2 issues each pass's wgmma group, into the other of two sets of
+    # accumulators, before the pass before it runs its epilogue, so the tensor cores multiply
+    # one pass while the warpgroup stores the last; 1: each pass's group completes before its
+    # epilogue, one set of accumulators
+    passes_in_flight: int = 1
+    why_passes_in_flight: str = ""
     # The first gemm of a ping-pong chain: wgmma groups in flight in its mainloop. 1: each k
     # tile's group completes before the next is issued, and its slot goes back to the producer
     # at once; 2: the next k tile's group is issued first, each slot going back one k tile
@@ -373,6 +379,9 @@ class Schedule:
             if g.column_passes > 1:
                 rows.append((f"{g.name} column passes", str(g.column_passes),
                              g.why_column_passes))
+            if g.why_passes_in_flight:
+                rows.append((f"{g.name} column passes in flight", str(g.passes_in_flight),
+                             g.why_passes_in_flight))
             if g.why_wgmma_in_flight:
                 rows.append((f"{g.name} wgmma groups in flight", str(g.wgmma_in_flight),
                              g.why_wgmma_in_flight))

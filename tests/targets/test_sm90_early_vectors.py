@@ -125,3 +125,11 @@ def test_early_vectors_compile_without_spills(k0, n0, n1, dtype):
     resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
     assert resources.get("stack_bytes", 0) == 0
+
+
+def test_none_beside_a_later_gemm_on_mma_sync():
+    """N0 = 112: g1's k tile is 16 and g1 runs on mma.sync, where NVRTC spilled with them."""
+    plan = build(chain(256, 112, 320), ir.Arch.SM90A, source_name="chain.kg").plan
+    assert plan.schedule.kind.value == "pingpong"
+    assert plan.schedule.gemms[-1].mma.name != "WGMMA_RS"
+    assert plan.schedule.gemms[0].early_vectors == ()

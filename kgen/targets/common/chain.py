@@ -130,6 +130,7 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
     early = plan.schedule.gemm(g.name).early_vectors
     epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt, early)
     passes = plan.schedule.gemm(g.name).column_passes  # the pass loop declares its own n0
+    in_flight = plan.schedule.gemm(g.name).passes_in_flight
     if passes > 1:  # the mainloop and epilogue sit inside the pass loop
         mainloop, epilogue = block(mainloop), block(epilogue)
     return render_lines(
@@ -141,7 +142,7 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
         where="this CTA's columns" if last else "all of its N in every CTA",
         warp=arch.warp_var(plan),
         n0=("tile_n * kTileN" if last else "0") if b_in_loop and passes == 1 else "",
-        passes=passes,
+        passes=passes, in_flight=in_flight,
         n_expr=dim_expr(g.n_dim) if n_used else "",
         k_expr=dim_expr(g.k_dim) if k_in_loop else "",
         early=block(early_lines(g, early)),

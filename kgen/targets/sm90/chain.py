@@ -56,7 +56,8 @@ class Sm90Chain(chain.ChainTarget):
 
     def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if g.name in plan.schedule.wgmma_chain:
-            return resident_wgmma(g, plan.schedule.gemm(g.name).column_passes)
+            gs = plan.schedule.gemm(g.name)
+            return resident_wgmma(g, gs.column_passes, gs.passes_in_flight)
         return super().resident_mainloop(plan, g)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -138,11 +139,12 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
                       command=command)
 
 
-def resident_wgmma(g: GemmPlan, passes: int = 1) -> list[str]:
+def resident_wgmma(g: GemmPlan, passes: int = 1, in_flight: int = 1) -> list[str]:
     """The resident chained stage on wgmma (Mma.WGMMA_RS): the warpgroup's rows times all
     of B (in column passes: the pass's rows of B, K-major), one k16 step per instruction, A
     from this thread's fragments, B through descriptors; one commit group, waited on before the
-    epilogue reads the accumulators."""
+    epilogue reads the accumulators. `in_flight` 2 (GemmSchedule.passes_in_flight): the next
+    pass's group is issued first, into the other set of the stage's `pass_acc`."""
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
     wgmma_steps = []
     for kt in range(tiles):
@@ -153,7 +155,8 @@ def resident_wgmma(g: GemmPlan, passes: int = 1) -> list[str]:
                                          at=f"{here} + {kk * 32}" if kk else here))
     return render_lines("sm90/resident_wgmma.inc.j2", b=operand(g.b, "b"), name=g.name,
                         source=g.chain.source, several_tiles=tiles > 1, steps=wgmma_steps,
-                        passes=passes, descriptor=DESCRIPTORS[schedules.k_tile_row_bytes(g, g.b)])
+                        passes=passes, in_flight=in_flight,
+                        descriptor=DESCRIPTORS[schedules.k_tile_row_bytes(g, g.b)])
 
 
 # The wgmma descriptor function (templates/sm90/wgmma.inc.j2) of B's swizzled k-tile rows, by

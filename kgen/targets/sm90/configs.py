@@ -205,19 +205,19 @@ def clustered(config: Config, cluster: tuple[int, int]) -> Config:
                                why=f"{config.why}; {WHY_CLUSTER[cluster]}")
 
 
-# A ping-pong chain's consumer thread holds schedules.consumer_values of its tiles. With 232
-# registers each (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224
-# such values (N0 128, N1 256) without a spill.
-PINGPONG_REGISTERS = 224
-
-
 # A ping-pong chain's last tile keeps an N that is a multiple of the copy engine's 64-column box
 # (192: common.chain_tiles' `boxes`) instead of rounding it up to a power of two: N1 = 192 ran on
 # 64x256 tiles, a quarter of g1's columns past N and stored from registers, at 1.91x a copy of
 # its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
 def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> int:
+    """A consumer thread's values (schedules.consumer_values) in the chain's tiles, with one
+    column pass's accumulators where the last gemm takes passes: over 256 columns, or where
+    only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or 160)."""
     tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
-    return schedules.consumer_values(tiles[0][1], schedules.pass_n(tiles[0][1], tiles[-1][1]))
+    n0, n1 = tiles[0][1], tiles[-1][1]
+    passes = (schedules.column_passes(n0, n1)
+              if n1 > 256 or schedules.staging_needs_passes(n0, n1) else 1)
+    return schedules.consumer_values(n0, n1 // passes)
 
 
 # A ping-pong chain whose last N is over 256 tries the fewest column blocks whose tile fits
@@ -249,7 +249,7 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     out = []
     n = shapes[-1].n
     for blocks in column_block_counts(n):
-        if pingpong_registers(shapes, blocks) > PINGPONG_REGISTERS:
+        if pingpong_registers(shapes, blocks) > schedules.PINGPONG_MAX_VALUES:
             continue
         # the copy engine's stores need a fixed N (schedules.tma_refusal)
         tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)

@@ -137,7 +137,9 @@ def in_flight(first: GemmPlan) -> int:
 # loop). H200, f16 and bf16, both rounds in turn (bench/logs/stop10/held_vectors.log): 0.94-0.97
 # of the time at K0 = 256 with N0 = 128 (N1 of 64, 128, 256, 320), 0.97-0.98 at K0 = 256,
 # N0 = 64, 0.99-1.01 at K0 = 576 and 1024, 0.92 at 256/160/320 (160 values beside 80
-# accumulators). Held across all of a consumer's tiles instead, they spilled there.
+# accumulators). Held across all of a consumer's tiles instead, they spilled there. Only where
+# every later gemm runs on wgmma: beside g1 on mma.sync (N0 = 112, g1's k tile 16) NVRTC 13
+# spilled 8 bytes at N1 = 320 with them and none without.
 EARLY_RESERVE = 64
 WHY_EARLY = ("the tile covers all of N, so a thread's columns are the same in every tile: "
              "loaded before the mainloop, they land while it runs, and the epilogue (which "
@@ -230,6 +232,12 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                         f"staged for the copy engine, but {tma}", Site("tile", len(gemms) - 1))
     if tma:
         passes, consumers = 1, CONSUMERS
+        values = consumer_values(first.tile[1], last.tile[1])
+        if values > PINGPONG_MAX_VALUES:
+            return _refused(f"a consumer thread would hold {values} accumulator values (over "
+                            f"{PINGPONG_MAX_VALUES}: they spill) storing gemm '{last.name}' "
+                            f"from registers, and its staging cannot serve: {tma}",
+                            Site("tile", len(gemms) - 1))
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
                               ring_b=ring_b, **turns(first, consumers))
     if storage.total_bytes > storage.limit_bytes:
@@ -271,8 +279,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     groups = in_flight(first)
     if groups > 1:
         ring = dataclasses.replace(ring, wgmma_in_flight=groups, why_wgmma_in_flight=WHY_IN_FLIGHT)
+    on_wgmma = all(m is Mma.WGMMA_RS for m, _ in mmas(gemms, storage)[1:])
     feeding = [dataclasses.replace(gs, early_vectors=early, why_early_vectors=WHY_EARLY)
-               if (early := early_vectors(g, consumers)) else gs
+               if on_wgmma and (early := early_vectors(g, consumers)) else gs
                for g, gs in zip(gemms[:-1], (ring,) + schedule.gemms[1:-1])]
     ring, later = feeding[0], tuple(feeding[1:]) + schedule.gemms[-1:]
     if passes > 1:  # the last gemm a share of its columns at a time
@@ -286,8 +295,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                f"{consumer_values(first.tile[1], last.tile[1])} with the whole tile (the "
                f"staging's stores spill over {STAGING_MAX_VALUES}), and the staging one pass's "
                "columns")
-        later = later[:-1] + (dataclasses.replace(later[-1], column_passes=passes,
-                                                  why_column_passes=why),)
+        later = later[:-1] + (dataclasses.replace(
+            later[-1], column_passes=passes, why_column_passes=why,
+            **passes_in_flight(first, last, passes, consumers)),)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
@@ -387,6 +397,10 @@ def overhangs(last: GemmPlan) -> bool:
     return not (isinstance(last.n_dim, int) and last.n_dim % last.tile[1] == 0)
 
 
+# A ping-pong chain's consumer thread holds consumer_values of its tiles. With 232 registers
+# each (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224 such values
+# (N0 128, N1 256) without a spill; N0 = 160 with N1 = 256 (248) spilled.
+PINGPONG_MAX_VALUES = 224
 # The values a ping-pong chain's consumer thread holds (consumer_values) above which its output
 # staging spilled: NVRTC 13 compiled N0 128 with N1 256 (224 values) to 84 bytes of spills
 # when staged, none when stored from registers; N0 64 with N1 256 (176) staged without one.
@@ -461,6 +475,36 @@ def consumer_count(first: GemmPlan, last: GemmPlan, passes: int) -> int:
     few_k_tiles = isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
     fits = consumer_values(first.tile[1], width) <= THREE_CONSUMERS_MAX_VALUES
     return 3 if few_k_tiles and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
+
+
+# GemmSchedule.passes_in_flight: two where the last gemm runs in 2 or 3 column passes on two
+# consumer warpgroups, the first gemm has at most THREE_CONSUMERS_MAX_K_TILES k tiles (the
+# consumers' path, not the ring, bounds the chain) and a thread's A fragments and two passes'
+# accumulators fit PASSES_IN_FLIGHT_MAX_VALUES (g0's accumulators are dead by then). H200, both
+# dtypes, in turn (bench/logs/stop10/b/passes_in_flight.log), time with two over one: 0.90-0.91
+# at 256/128/448 (column blocks), 0.97-0.98 at 256/128/320, 0.99 at 256/128/256, 1.00 at
+# 256/128/384, 1.00-1.01 at 256/96/256; at K0 = 576 (9 k tiles) 1.03-1.04, at 1000/64/320
+# 1.00-1.01. The pass loop is unrolled: with 4 passes (N1 = 448 and 512 beside N0 = 64, 144
+# values) NVRTC 13 spilled 16 bytes and serialized the wgmma for want of registers; 3 passes at
+# 160 values (N0 = 128) compiled clean.
+PASSES_IN_FLIGHT_MAX_VALUES = 160
+PASSES_IN_FLIGHT_MAX_PASSES = 3
+WHY_PASSES_IN_FLIGHT = ("each pass's wgmma group is issued before the pass before it runs its "
+                        "epilogue, into a second set of accumulators: the tensor cores multiply "
+                        "one pass while the warpgroup stages the last")
+
+
+def passes_in_flight(first: GemmPlan, last: GemmPlan, passes: int,
+                     consumers: int) -> dict[str, object]:
+    """The last gemm's GemmSchedule.passes_in_flight and its reason, as replace() arguments
+    ({}: one pass at a time)."""
+    values = first.tile[1] // 4 + last.tile[1] // passes
+    k = first.k_dim
+    few_k_tiles = isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
+    if (not 2 <= passes <= PASSES_IN_FLIGHT_MAX_PASSES or consumers != CONSUMERS
+            or values > PASSES_IN_FLIGHT_MAX_VALUES or not few_k_tiles):
+        return {}
+    return dict(passes_in_flight=2, why_passes_in_flight=WHY_PASSES_IN_FLIGHT)
 
 
 def turns(first: GemmPlan, consumers: int) -> dict[str, int]:
