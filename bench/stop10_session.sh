@@ -11,7 +11,10 @@
 #      two such chains, the issue's 24 chains and chains of my own
 #   c  K0 = 1000 (rows of 2000 bytes, 16-byte but not 32-byte multiples): the L2 promotion of
 #      the A and the B0 tensor maps, each in turn (schedule_value_probe.py --map)
-#   d  the whole `pytest -m gpu` (bench/gpu_tests.sh), then the issue's 24 chains
+#   d  after 128-byte promotion on the ring's maps: every builder configuration at 1000/64/64 and
+#      1000/64/128 (B0 resident against streamed where its rows split 32-byte sectors), then the
+#      issue's 24 chains
+#   e  the whole `pytest -m gpu` (bench/gpu_tests.sh), then chains of my own
 . "$(dirname "$0")/session_head.sh"
 
 OWN=256/96/256,256/96/384,256/32/384,384/32/512,256/64/320,576/64/448,256/128/320,1000/64/320,256/64/640,256/128/448,576/48/320,256/160/320,256/112/320,576/64/1024
@@ -50,7 +53,14 @@ c)
       | grep -v -i warn | tee "$OUT/promotion_$param.log"
   done ;;
 d)
-  bash bench/gpu_tests.sh
+  for chain in 1000,64,64 1000,64,128; do
+    timeout 100 python3 bench/chain_ring.py --one $chain 2>&1 | grep -v -i warn \
+      | tee -a "$OUT/configs_k1000.log"
+  done
   timeout 150 python3 bench/defaults.py --part 2 --json "$OUT/defaults_chains.json" 2>&1 \
     | grep -v -i warn | tee "$OUT/defaults_chains.log" ;;
+e)
+  bash bench/gpu_tests.sh
+  timeout 100 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains.json" \
+    --chains $OWN,256/160/256,1000/160/256 2>&1 | grep -v -i warn | tee "$OUT/own_chains.log" ;;
 esac

@@ -918,7 +918,7 @@ static cudaError_t b2b_gemm_rf_pingpong_bf16_sm90a_tensor_maps(const b2b_gemm_rf
     const CUresult encoded = unused ? CUDA_SUCCESS : encode(
         reinterpret_cast<CUtensorMap*>(&maps.A), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
         const_cast<void*>(static_cast<const void*>(p.A)), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
   }

@@ -178,6 +178,15 @@ def ring_b_refusal(first: GemmPlan, draft: ScheduleDraft) -> str | None:
     return None
 
 
+# The ring's tensor maps pull 128-byte lines on an L2 miss, as the one-gemm kernel's operands do
+# (warp_specialized.OPERAND_PROMOTION). Where A's and B0's rows are 16-byte but not 32-byte
+# multiples (K0 = 1000 in f16), H200, f16, in turn (bench/logs/stop10/c/): A's map alone 0.93-0.95
+# of the time on 256-byte lines, B0's alone 0.89-0.93 (64-byte lines and none about the same);
+# at K0 = 1024 0.99-1.00.
+RING_PROMOTION = warp_specialized.OPERAND_PROMOTION
+WHY_RING_PROMOTION = warp_specialized.WHY_PROMOTION
+
+
 def _refused(reason: str, site: Site | None = None) -> Candidate:
     return Candidate(KernelKind.PINGPONG, False, reason, site)
 
@@ -260,11 +269,13 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     a_map = TensorMap(first.a.param, first.a.dtype, first.m_dim, first.k_dim,
                       (first.tile[2], first.tile[0]),
                       why=f"{first.a.param} tiles of {first.tile[0]}x{first.tile[2]}, loaded by "
-                      "the producer into the ring")
+                      "the producer into the ring" + WHY_RING_PROMOTION,
+                      load_promotion=RING_PROMOTION)
     b_map = (TensorMap(first.b.param, first.b.dtype, first.n_dim, first.k_dim,
                        (first.tile[2], first.tile[1]),
                        why=f"{first.b.param} tiles of {first.tile[1]}x{first.tile[2]}, loaded by "
-                       f"the producer into the ring beside {first.a.param}'s"),) if ring_b else ()
+                       f"the producer into the ring beside {first.a.param}'s"
+                       + WHY_RING_PROMOTION, load_promotion=RING_PROMOTION),) if ring_b else ()
     schedule = common.build(
         draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
         roles=roles(consumers), why_kind="schedule pingpong: producer warps fill the ring, "
