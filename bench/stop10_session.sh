@@ -14,7 +14,8 @@
 #   d  after 128-byte promotion on the ring's maps: every builder configuration at 1000/64/64 and
 #      1000/64/128 (B0 resident against streamed where its rows split 32-byte sectors), then the
 #      issue's 24 chains
-#   e  the whole `pytest -m gpu` (bench/gpu_tests.sh), then chains of my own
+#   e  the whole `pytest -m gpu` (bench/gpu_tests.sh), compute-sanitizer on a chain that keeps
+#      B0 resident for its split rows, then chains of my own
 . "$(dirname "$0")/session_head.sh"
 
 OWN=256/96/256,256/96/384,256/32/384,384/32/512,256/64/320,576/64/448,256/128/320,1000/64/320,256/64/640,256/128/448,576/48/320,256/160/320,256/112/320,576/64/1024
@@ -61,6 +62,8 @@ d)
     | grep -v -i warn | tee "$OUT/defaults_chains.log" ;;
 e)
   bash bench/gpu_tests.sh
-  timeout 100 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains.json" \
-    --chains $OWN,256/160/256,1000/160/256 2>&1 | grep -v -i warn | tee "$OUT/own_chains.log" ;;
+  sanitize_biased_chains sanitizer_split_rows.log f16/1000/64/64
+  timeout 120 python3 bench/defaults.py --part 2 --dtype f16 --json "$OUT/own_chains.json" \
+    --chains $OWN,256/160/256,1000/160/256,1000/64/64,1000/64/128,1000/64/256,1000/32/128,200/64/64,1000/128/128 \
+    2>&1 | grep -v -i warn | tee "$OUT/own_chains.log" ;;
 esac

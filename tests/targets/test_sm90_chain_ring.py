@@ -187,12 +187,38 @@ def test_short_rings_compile_without_spills(k0, n0, n1, dtype, resident):
     assert resources.get("stack_bytes", 0) == 0
 
 
-@pytest.mark.parametrize("k0", [1000, 256])
-def test_the_ring_maps_pull_128_byte_lines(k0):
+@pytest.mark.parametrize("k0, n0", [(1000, 128), (256, 64)])
+def test_the_ring_maps_pull_128_byte_lines(k0, n0):
     """A's and B0's tensor maps pull 128-byte lines on an L2 miss (schedules.RING_PROMOTION:
     rows of 2000 bytes at K0 = 1000 ran 5-11% faster than on 256-byte lines); the output's map
     pulls none."""
-    result = build(chain(k0, 64, 64), ir.Arch.SM90A, source_name="chain.kg")
+    result = build(chain(k0, n0, 64), ir.Arch.SM90A, source_name="chain.kg")
     promotion = {m.param: m.l2_promotion for m in result.plan.schedule.tensor_maps}
     assert promotion == {"A": "L2_128B", "B0": "L2_128B", "D1": "NONE"}
     assert result.source.count("CU_TENSOR_MAP_L2_PROMOTION_L2_128B") == 2
+
+
+@pytest.mark.parametrize("k0, n0, n1", [(1000, 64, 64), (1000, 32, 128), (200, 64, 64)])
+def test_b0_resident_where_its_rows_split_sectors(k0, n0, n1):
+    """K0 = 8 (mod 16): B0's rows are 16-byte but not 32-byte multiples; every tile's rereads
+    of a streamed B0 from L2 ran 1.7x a copy's time at K0 = 1000, resident 1.15x
+    (configs.split_rows). A multiple of 16 keeps B0 streamed."""
+    from kgen.targets.sm90 import configs
+
+    result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
+    schedule = result.plan.schedule
+    assert schedule.kind.value == "pingpong" and not schedule.chain_ring_b
+    assert schedule.gemms[0].b.load is LoadPath.RESIDENT
+    rows = {label: why for label, _, why in schedule.describe()}
+    assert "rows split 32-byte sectors" in rows["line schedule"]
+    aligned = build(chain(k0 + 8, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
+    assert aligned.plan.schedule.chain_ring_b
+    shapes = [g for g in result.plan.gemms]
+    assert configs.split_rows(configs.GemmShape("g0", "M", n0, k0, shapes[0].a.dtype,
+                                                (True, True)))
+
+
+def test_streamed_where_b0_does_not_fit_resident():
+    """K0 = 1000 with N0 = 128: B0 (250 KB) does not fit resident; it streams."""
+    result = build(chain(1000, 128, 128), ir.Arch.SM90A, source_name="chain.kg")
+    assert result.plan.schedule.kind.value == "pingpong" and result.plan.schedule.chain_ring_b

@@ -255,17 +255,34 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
         tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
         short = isinstance(n, int) and short_rings(tiles)
         more = WHY_COLUMN_BLOCKS.format(blocks=blocks) if blocks > 1 else ""
-        out += [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                           WHY_CHAIN_RING_B + more, KernelKind.PINGPONG,
-                                           boxes=True, blocks=blocks))
-                for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
-        out += [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                    WHY_CHAIN_PINGPONG + more, KernelKind.PINGPONG, boxes=True,
-                                    blocks=blocks)
-                for ring in RINGS]
+        streamed = [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
+                                               WHY_CHAIN_RING_B + more, KernelKind.PINGPONG,
+                                               boxes=True, blocks=blocks))
+                    for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
+        resident = [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
+                                        (WHY_CHAIN_SPLIT_ROWS if split_rows(shapes[0]) else
+                                         WHY_CHAIN_PINGPONG) + more, KernelKind.PINGPONG,
+                                        boxes=True, blocks=blocks)
+                    for ring in RINGS]
+        out += resident + streamed if split_rows(shapes[0]) else streamed + resident
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
+
+
+# Where B0's rows split 32-byte sectors (K0 = 8 mod 16 in f16 and bf16: rows of 2000 bytes at
+# K0 = 1000), every 64-row tile's rereads of B0 from L2 cost far more than at K0 = 1024: B0
+# streamed through the ring ran 1.71-1.76x a copy of the chain's bytes at K0 = 1000 (f16,
+# N0 = 64, N1 = 64 and 128), kept resident 1.15-1.19x (8 and 6 slots; H200,
+# bench/logs/stop10/d/configs_k1000.log). There the resident rings come first; where B0 does
+# not fit resident beside the rest, the streamed ring still serves.
+WHY_CHAIN_SPLIT_ROWS = ("ping-pong with B resident: the first gemm's B rows split 32-byte "
+                        "sectors, which every tile's rereads from L2 would pay again")
+
+
+def split_rows(first: GemmShape) -> bool:
+    """Whether the first gemm's rows (K0 elements of 16 bits) are not whole 32-byte sectors."""
+    return isinstance(first.k, int) and first.k * first.dtype.nbytes % 32 != 0
 
 
 def short_rings(tiles: list[tuple[int, int, int]]) -> bool:
