@@ -222,3 +222,13 @@ def test_streamed_where_b0_does_not_fit_resident():
     """K0 = 1000 with N0 = 128: B0 (250 KB) does not fit resident; it streams."""
     result = build(chain(1000, 128, 128), ir.Arch.SM90A, source_name="chain.kg")
     assert result.plan.schedule.kind.value == "pingpong" and result.plan.schedule.chain_ring_b
+
+
+def test_split_rows_keep_the_output_staged_where_registers_would_not_serve():
+    """K0 = 200 with N0 = 128, N1 = 256: stored from registers (224 values a thread) ran 1.75x
+    the copy at K0 = 256, so only the resident rings whose staging fits come first
+    (configs.resident_first): B0 resident on 8 slots, the output staged in column passes."""
+    result = build(chain(200, 128, 256), ir.Arch.SM90A, source_name="chain.kg")
+    schedule = result.plan.schedule
+    assert not schedule.chain_ring_b and schedule.tma_output is not None
+    assert result.plan.gemms[0].stages == 8 and schedule.gemms[-1].column_passes == 2

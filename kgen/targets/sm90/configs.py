@@ -260,11 +260,12 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
                                                boxes=True, blocks=blocks))
                     for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
         resident = [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                        (WHY_CHAIN_SPLIT_ROWS if split_rows(shapes[0]) else
-                                         WHY_CHAIN_PINGPONG) + more, KernelKind.PINGPONG,
+                                        WHY_CHAIN_PINGPONG + more, KernelKind.PINGPONG,
                                         boxes=True, blocks=blocks)
                     for ring in RINGS]
-        out += resident + streamed if split_rows(shapes[0]) else streamed + resident
+        first = resident_first(shapes, tiles, resident) if split_rows(shapes[0]) else []
+        out += [dataclasses.replace(c, why=WHY_CHAIN_SPLIT_ROWS + more) for c in first]
+        out += streamed + [c for c in resident if c not in first]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
@@ -274,8 +275,8 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
 # K0 = 1000), every 64-row tile's rereads of B0 from L2 cost far more than at K0 = 1024: B0
 # streamed through the ring ran 1.71-1.76x a copy of the chain's bytes at K0 = 1000 (f16,
 # N0 = 64, N1 = 64 and 128), kept resident 1.15-1.19x (8 and 6 slots; H200,
-# bench/logs/stop10/d/configs_k1000.log). There the resident rings come first; where B0 does
-# not fit resident beside the rest, the streamed ring still serves.
+# bench/logs/stop10/d/configs_k1000.log). There the resident rings come first (resident_first);
+# where B0 does not fit resident beside the rest, the streamed ring still serves.
 WHY_CHAIN_SPLIT_ROWS = ("ping-pong with B resident: the first gemm's B rows split 32-byte "
                         "sectors, which every tile's rereads from L2 would pay again")
 
@@ -290,15 +291,40 @@ def short_rings(tiles: list[tuple[int, int, int]]) -> bool:
     they apply) does not fit beside a ring of RING_B_SLOTS slots of A's and B0's k tiles and
     the resident later B tiles (16-bit elements). False where the chain has no staging (a
     consumer thread's values are over schedules.STAGING_MAX_VALUES)."""
+    return staging_fits(tiles, RING_B_SLOTS, b0_resident=False) is False
+
+
+def staging_fits(tiles: list[tuple[int, int, int]], slots: int, b0_resident: bool,
+                 k0: int = 0) -> bool | None:
+    """Whether a ping-pong chain's output staging (two consumers', in column passes where they
+    apply) fits beside a ring of `slots` slots (A's k tiles, and B0's where it streams), the
+    resident later B tiles and, where `b0_resident`, all of B0 (`k0` rows; 16-bit elements).
+    None where the chain has no staging (a consumer thread's values are over
+    schedules.STAGING_MAX_VALUES)."""
     (tm, n0, tk), last = tiles[0], tiles[-1]
     passes = schedules.column_passes(n0, last[1]) if schedules.staging_needs_passes(
         n0, last[1]) else 1
     if schedules.consumer_values(n0, last[1] // passes) > schedules.STAGING_MAX_VALUES:
-        return False
-    ring = RING_B_SLOTS * (tm + n0) * tk * 2
+        return None
+    ring = slots * (tm + (0 if b0_resident else n0)) * tk * 2
     resident = sum(k_n * n * 2 for (_, n, _), (_, k_n, _) in zip(tiles[1:], tiles[:-1]))
+    resident += n0 * k0 * 2 if b0_resident else 0
     staging = schedules.staging_bytes_for(tm, last[1] // passes)
-    return ring + resident + staging > target(Arch.SM90A).smem_limit
+    return ring + resident + staging <= target(Arch.SM90A).smem_limit
+
+
+def resident_first(shapes: tuple[GemmShape, ...], tiles: list[tuple[int, int, int]],
+                   resident: list[Config]) -> list[Config]:
+    """Where B0's rows split sectors (split_rows), the resident rings the chain's list takes
+    before the streamed one: all of them where a consumer thread's values with the whole last
+    tile fit schedules.STAGING_MAX_VALUES (its stores from registers ran 1.17-1.23x the copy at
+    K0 = 1000), else those whose output staging still fits (N0 = 128 with N1 = 256 stored from
+    registers ran 1.75x the copy at K0 = 256, bench/logs/stop10/a/configs_256_128_256.log)."""
+    (_, n0, _), last = tiles[0], tiles[-1]
+    if schedules.consumer_values(n0, last[1]) <= schedules.STAGING_MAX_VALUES:
+        return resident
+    return [c for c in resident
+            if staging_fits(tiles, c.gemms[0].stages, b0_resident=True, k0=shapes[0].k)]
 
 
 def ring_b(config: Config) -> Config:
