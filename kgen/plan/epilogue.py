@@ -152,3 +152,10 @@ class EpilogueDag:
     def value_count(self) -> int:
         """Distinct values loaded or computed per element (after sharing)."""
         return sum(n.holds_value for n in self.nodes)
+
+    @property
+    def column_vectors(self) -> dict[str, DType]:
+        """The vectors it reads at a column (bias[col]), each once, in node order: their
+        dtypes."""
+        return {n.kind.param: n.kind.dtype for n in self.nodes
+                if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL}

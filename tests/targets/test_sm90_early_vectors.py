@@ -76,6 +76,7 @@ def test_a_row_vector_stays_in_the_epilogue():
     result = build(chain(256, 128, 64, epilogue="g0 = relu(acc * scale0[col] + rowb[row])"),
                    ir.Arch.SM90A, source_name="chain.kg")
     assert result.plan.schedule.gemms[0].early_vectors == ("scale0",)
+    assert list(result.plan.gemms[0].epilogue.column_vectors) == ["scale0"]  # not rowb
     function = g0_epilogue(result.source)
     assert "p.rowb[row]" in function and "p.scale0" not in function
     assert "if (m0 + r < M) g0_epilogue(p, m0 + r, c, acc[i][j][0], acc[i][j][1], x0, x1, " \

@@ -255,8 +255,7 @@ def feed_reads_rows(g: GemmPlan) -> bool:
 def early_vectors(g: GemmPlan, params: tuple[str, ...]) -> list[tuple[str, str]]:
     """(param, pair type) of each of `params`, g's epilogue column vectors loaded before its
     mainloop (GemmSchedule.early_vectors), in the schedule's order."""
-    dtypes = {n.kind.param: n.kind.dtype for n in g.epilogue.nodes
-              if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL}
+    dtypes = g.epilogue.column_vectors
     return [(param, PAIR[dtypes[param]][0]) for param in params]
 
 

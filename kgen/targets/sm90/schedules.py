@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import Axis, DType, Residency
+from ...enums import DType, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
-                     StorePath, TensorMap, VectorLoad, WarpRole)
+                     StorePath, TensorMap, WarpRole)
 from .. import Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from . import warp_specialized
@@ -149,8 +149,7 @@ WHY_EARLY = ("the tile covers all of N, so a thread's columns are the same in ev
 def early_registers(g: GemmPlan, params: tuple[str, ...]) -> int:
     """A consumer thread's registers for g's column vectors `params` held through its
     mainloop: a pair per n8 fragment, 2 registers for f32, 1 for a 16-bit pair."""
-    dtypes = {n.kind.param: n.kind.dtype for n in g.epilogue.nodes
-              if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL}
+    dtypes = g.epilogue.column_vectors
     return sum(g.frags[1] * (2 if dtypes[p] is DType.F32 else 1) for p in params)
 
 
@@ -158,8 +157,7 @@ def early_vectors(g: GemmPlan, consumers: int) -> tuple[str, ...]:
     """The column vectors of g's feeding epilogue that its consumers load before the mainloop
     (GemmSchedule.early_vectors): all of them where they fit beside the accumulators, else
     none."""
-    params = tuple(dict.fromkeys(n.kind.param for n in g.epilogue.nodes
-                                 if isinstance(n.kind, VectorLoad) and n.kind.axis is Axis.COL))
+    params = tuple(g.epilogue.column_vectors)
     accumulators = g.frags[0] * g.frags[1] * 4
     budget = roles(consumers)[1].registers - EARLY_RESERVE
     return params if accumulators + early_registers(g, params) <= budget else ()
