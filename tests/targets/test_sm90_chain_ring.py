@@ -232,3 +232,20 @@ def test_split_rows_keep_the_output_staged_where_registers_would_not_serve():
     schedule = result.plan.schedule
     assert not schedule.chain_ring_b and schedule.tma_output is not None
     assert result.plan.gemms[0].stages == 8 and schedule.gemms[-1].column_passes == 2
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 160, 256, "f16"), (1000, 64, 256, "bf16"),
+                                               (200, 128, 256, "bf16"), (1000, 32, 128, "f16")])
+def test_the_builders_new_choices_compile_without_spills(k0, n0, n1, dtype):
+    """N0 = 160 with N1 = 256 on the ping-pong chain, and B0 resident for rows that split
+    sectors, with and without the output staged: NVRTC allocates them with no local memory and
+    no serialized wgmma."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
+    assert result.plan.schedule.kind.value == "pingpong"
+    compiled = compile_cubin(result.source, result.plan.name, "sm_90a")
+    resources = compiled.resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
+    assert resources.get("stack_bytes", 0) == 0
+    assert "serialized" not in compiled.log
