@@ -317,9 +317,10 @@ def resident_first(shapes: tuple[GemmShape, ...], tiles: list[tuple[int, int, in
                    resident: list[Config]) -> list[Config]:
     """Where B0's rows split sectors (split_rows), the resident rings the chain's list takes
     before the streamed one: all of them where a consumer thread's values with the whole last
-    tile fit schedules.STAGING_MAX_VALUES (stored from registers where the staging did not fit,
-    1000/64/128 and 1000/64/256 ran 1.19 and 1.23x the copy), else those whose output staging still fits (N0 = 128 with N1 = 256 stored from
-    registers ran 1.75x the copy at K0 = 256, bench/logs/stop10/a/configs_256_128_256.log)."""
+    tile fit schedules.STAGING_MAX_VALUES (stored from registers where the staging did not
+    fit, 1000/64/128 and 1000/64/256 ran 1.19 and 1.23x the copy), else those whose output
+    staging still fits (N0 = 128 with N1 = 256 stored from registers ran 1.75x the copy at
+    K0 = 256, bench/logs/stop10/a/configs_256_128_256.log)."""
     (_, n0, _), last = tiles[0], tiles[-1]
     if schedules.consumer_values(n0, last[1]) <= schedules.STAGING_MAX_VALUES:
         return resident
