@@ -26,10 +26,10 @@ def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
     values = {"A": 0x1000, "D1": 0x7f0000200000, "M": 81921, "ld_A": 584, "ld_D1": 136}
     keys = tma.maps_args(plan, values, {"M": 81921})
     assert tma.encode(keys) == b"m" * 256
-    # A is f16/bf16[M, 576] row, loaded by the producer in 64x64 boxes with L2 promotion;
-    # D1 is f16/bf16[M, 128] row: 81921 rows of 128 columns, rows 136 elements apart, in
-    # 64x64 boxes, without L2 promotion (a store)
-    assert calls == [(dtype, 0x1000, 81921, 576, 584, (64, 64), "L2_256B"),
+    # A is f16/bf16[M, 576] row, loaded by the producer in 64x64 boxes, its L2 misses pulling
+    # 128-byte lines (schedules.RING_PROMOTION); D1 is f16/bf16[M, 128] row: 81921 rows of 128
+    # columns, rows 136 elements apart, in 64x64 boxes, without L2 promotion (a store)
+    assert calls == [(dtype, 0x1000, 81921, 576, 584, (64, 64), "L2_128B"),
                      (dtype, 0x7f0000200000, 81921, 128, 136, (64, 64), "NONE")]
     # the runtime keys its cache of encoded maps on the same numbers
     assert keys == tuple(calls)
