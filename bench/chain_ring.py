@@ -63,6 +63,27 @@ def time_in_turn(kern, variants: dict, rounds: int, tag: str) -> tuple[dict, boo
     return best, ok
 
 
+def _compile(job):
+    """One (source, kernel name, narrow entry) into the cubin cache (a worker of warm)."""
+    from kgen.runtime.nvrtc import compile_cubin, fast_entry_options
+
+    text, name, narrow = job
+    result = compile_cubin(text, name, "sm_90a", extra_options=fast_entry_options(narrow))
+    return result.spill_stores
+
+
+def warm(jobs) -> None:
+    """Compile every (source, kernel name, narrow entry) into the cubin cache, one process a
+    core, so the timed runs find them there."""
+    import concurrent.futures
+    import multiprocessing
+    import os
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
+        list(pool.map(_compile, jobs))
+
+
 def label(plan) -> str:
     s = plan.schedule
     text = " | ".join(f"{'x'.join(map(str, g.tile))} s{g.stages}" for g in plan.gemms)

@@ -25,12 +25,9 @@ sanitize_biased_chains() {
   for chain in "$@"; do
     python3 - "$chain" <<'PY'
 import sys
-from tests.kernels import B2B_CHAIN
+from tests.kernels import biased_chain_text
 t, k0, n0, n1 = sys.argv[1].split("/")
-text = B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace(
-    "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
-    "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
-open("/tmp/biased.kg", "w").write(text)
+open("/tmp/biased.kg", "w").write(biased_chain_text(t, k0, n0, n1))
 PY
     for m in 17 1000; do
       for tool in memcheck racecheck synccheck; do

@@ -73,6 +73,38 @@ def chain_vectors_text(t: str, k0: int, n0: int, n1: int, vectors: str = "f32",
     return text
 
 
+def biased_chain_text(t: str, k0: int, n0: int, n1: int) -> str:
+    """B2B_CHAIN's text whose last epilogue reads a column vector, bias1[col] (N1 elements:
+    a column past N read there would be out of bounds)."""
+    return B2B_CHAIN.format(t=t, k0=k0, n0=n0, n1=n1).replace(
+        "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
+        "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
+
+
+def with_gemm_schedule(plan, index: int, **changes):
+    """`plan` with the GemmSchedule of gemm `index` (negative from the last) changed: one
+    Schedule value switched, as the emitter then reads it."""
+    import dataclasses
+
+    gemms = list(plan.schedule.gemms)
+    gemms[index] = dataclasses.replace(gemms[index], **changes)
+    return dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule,
+                                                                  gemms=tuple(gemms)))
+
+
+def assert_matches_reference(built, ms) -> None:
+    """Run `built` (kgen.api.build's result) at each M of `ms` on the GPU, its outputs poisoned
+    and checked against the float64 reference: every run checks an output and passes."""
+    import json
+
+    from kgen.harness.run import run
+
+    for m in ms:
+        report = run(built.kernel, built.plan, built.source, {"M": m}, check=True)
+        assert report.checks, "no output was checked"
+        assert report.ok, (m, json.dumps(report.as_dict()["checks"], indent=1))
+
+
 def batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
     """The b2b example `name` with a batch dimension `L` on the parameters in `batched` (those
     it has); `drop_resident` streams every B (a batched B cannot stay resident)."""

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
 
-from chain_ring import M, kernel, label, time_in_turn  # noqa: E402
+from chain_ring import M, kernel, label, time_in_turn, warm  # noqa: E402
 from epilogue_clock import once  # noqa: E402
 
 CHAINS = [(256, 128, 64), (256, 128, 128), (256, 128, 256), (576, 128, 256), (256, 64, 256),
@@ -85,26 +85,6 @@ def variants(kern):
     source = sm90_chain.emit(plan, source_name="chain.kg", source_hash="",
                              command="held_vectors_probe.py")
     return plan, {"base": source, "held": held(source, "loop"), "early": held(source, "tile")}
-
-
-def _compile(job):
-    from kgen.runtime.nvrtc import compile_cubin, fast_entry_options
-
-    text, name, narrow = job
-    result = compile_cubin(text, name, "sm_90a", extra_options=fast_entry_options(narrow))
-    return result.spill_stores
-
-
-def warm(jobs) -> None:
-    """Compile every (source, kernel name, narrow entry) into the cubin cache, one process a
-    core, so the timed runs find them there."""
-    import concurrent.futures
-    import multiprocessing
-    import os
-
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
-        list(pool.map(_compile, jobs))
 
 
 def main() -> int:

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
 
-from chain_ring import M, kernel, label, time_in_turn  # noqa: E402
-from held_vectors_probe import warm  # noqa: E402
+from chain_ring import M, kernel, label, time_in_turn, warm  # noqa: E402
+from tests.kernels import with_gemm_schedule  # noqa: E402
 
 CHAINS = "256/128/256,576/128/256,256/128/320,1000/64/320,256/96/256,256/128/448,256/128/384"
 
@@ -41,14 +41,12 @@ def variants(kern, gemm: int, field: str, values: list, tensor_map: str | None =
     out = {}
     for value in values:
         if tensor_map is None:
-            gemms = list(plan.schedule.gemms)
-            gemms[gemm] = dataclasses.replace(gemms[gemm], **{field: value})
-            schedule = dataclasses.replace(plan.schedule, gemms=tuple(gemms))
+            var = with_gemm_schedule(plan, gemm, **{field: value})
         else:
             maps = tuple(dataclasses.replace(m, **{field: value}) if m.param == tensor_map
                          else m for m in plan.schedule.tensor_maps)
-            schedule = dataclasses.replace(plan.schedule, tensor_maps=maps)
-        var = dataclasses.replace(plan, schedule=schedule)
+            var = dataclasses.replace(plan, schedule=dataclasses.replace(plan.schedule,
+                                                                         tensor_maps=maps))
         out[str(value)] = (var, sm90_chain.emit(var, source_name="chain.kg", source_hash="",
                                                 command="schedule_value_probe.py"))
     return plan, out

@@ -13,7 +13,7 @@ from kgen import ir
 from kgen.parse import parse
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN, b2b_chain_text
+from tests.kernels import B2B_CHAIN, b2b_chain_text, biased_chain_text
 
 pytestmark = pytest.mark.gpu
 
@@ -98,10 +98,7 @@ def test_chain_whose_n0_is_a_multiple_of_32_runs_g1_on_wgmma_and_matches_referen
 
 def biased_chain(k0, n0, n1, dtype):
     """B2B_CHAIN whose last epilogue reads a column vector, bias1[col]."""
-    text = B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1).replace(
-        "  vector bias0", f"  vector bias1 : f32[{n1}]\n  vector bias0").replace(
-        "D1 = relu(acc)", "D1 = relu(acc + bias1[col])")
-    module = parse(text, "chain.kg")
+    module = parse(biased_chain_text(dtype, k0, n0, n1), "chain.kg")
     verify(module)
     return module.kernels[0]
 

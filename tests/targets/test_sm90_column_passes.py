@@ -5,8 +5,6 @@ tile, 160 in halves). The rule, the builder's rings, the plan and inspect, the e
 loop, and NVRTC with no spill."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from kgen import ir
@@ -18,7 +16,7 @@ from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN, b2b_chain_text
+from tests.kernels import B2B_CHAIN, b2b_chain_text, with_gemm_schedule
 
 
 def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
@@ -85,9 +83,7 @@ def test_six_slots_leave_no_room_for_the_staging_so_no_passes():
 def test_the_pass_loop_multiplies_each_pass_by_its_rows_of_b1_and_stores_its_columns():
     """One pass at a time (the builder keeps two in flight here: test_sm90_passes_in_flight)."""
     plan = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").plan
-    last = dataclasses.replace(plan.schedule.gemms[-1], passes_in_flight=1)
-    plan = dataclasses.replace(plan, schedule=dataclasses.replace(
-        plan.schedule, gemms=plan.schedule.gemms[:-1] + (last,)))
+    plan = with_gemm_schedule(plan, -1, passes_in_flight=1)
     source = sm90_chain.emit(plan, source_name="chain.kg", source_hash="", command="test")
     body = source[source.index("// ---- g1 = g0 @ B1"):]
     order = ["for (int pass = 0; pass < 2; ++pass) {",

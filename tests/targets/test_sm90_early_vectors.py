@@ -4,7 +4,6 @@ consumer thread's registers beside the accumulators), inspect, the emitted loads
 function, one home for the choice, and NVRTC with no spill."""
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -16,7 +15,7 @@ from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
 
-from tests.kernels import chain_vectors_text
+from tests.kernels import chain_vectors_text, with_gemm_schedule
 
 
 def chain(k0: int, n0: int, n1: int, dtype: str = "f16", epilogue: str | None = None,
@@ -108,9 +107,7 @@ def test_three_consumers_take_them_within_their_registers():
 def test_the_schedule_value_alone_switches_the_loads():
     """One home: the emitter reads GemmSchedule.early_vectors, nothing else."""
     plan = build(chain(256, 128, 128), ir.Arch.SM90A, source_name="chain.kg").plan
-    first = dataclasses.replace(plan.schedule.gemms[0], early_vectors=())
-    off = dataclasses.replace(plan, schedule=dataclasses.replace(
-        plan.schedule, gemms=(first,) + plan.schedule.gemms[1:]))
+    off = with_gemm_schedule(plan, 0, early_vectors=())
     source = sm90_chain.emit(off, source_name="chain.kg", source_hash="", command="test")
     assert "early_" not in source
     assert "*reinterpret_cast<const float2*>(p.scale0 + col)" in g0_epilogue(source)

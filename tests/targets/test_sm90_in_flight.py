@@ -17,7 +17,7 @@ from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN
+from tests.kernels import B2B_CHAIN, with_gemm_schedule
 
 
 def chain(k0: int | str, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
@@ -109,9 +109,7 @@ def test_two_groups_hand_each_slot_back_after_the_next_group_is_issued():
 def test_the_schedule_value_alone_switches_the_mainloop():
     """One home: the emitter reads GemmSchedule.wgmma_in_flight, nothing else."""
     plan = build(chain(256, 128, 128), ir.Arch.SM90A, source_name="chain.kg").plan
-    first = dataclasses.replace(plan.schedule.gemms[0], wgmma_in_flight=1)
-    one = dataclasses.replace(plan, schedule=dataclasses.replace(
-        plan.schedule, gemms=(first,) + plan.schedule.gemms[1:]))
+    one = with_gemm_schedule(plan, 0, wgmma_in_flight=1)
     source = sm90_chain.emit(one, source_name="chain.kg", source_hash="", command="test")
     assert "wgmma_wait<1>()" not in mainloop(source)
 

@@ -15,7 +15,7 @@ from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
 
-from tests.kernels import B2B_CHAIN
+from tests.kernels import B2B_CHAIN, with_gemm_schedule
 
 
 def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
@@ -84,9 +84,7 @@ def test_the_rule():
 def test_the_schedule_value_alone_switches_the_passes():
     """One home: the emitter reads GemmSchedule.passes_in_flight, nothing else."""
     plan = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").plan
-    last = dataclasses.replace(plan.schedule.gemms[-1], passes_in_flight=1)
-    one = dataclasses.replace(plan, schedule=dataclasses.replace(
-        plan.schedule, gemms=plan.schedule.gemms[:-1] + (last,)))
+    one = with_gemm_schedule(plan, -1, passes_in_flight=1)
     source = sm90_chain.emit(one, source_name="chain.kg", source_hash="", command="test")
     assert "pass_acc" not in source and "#pragma unroll 1" in last_stage(source)
 

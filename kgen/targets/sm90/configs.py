@@ -215,9 +215,7 @@ def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> int:
     only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or 160)."""
     tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
     n0, n1 = tiles[0][1], tiles[-1][1]
-    passes = (schedules.column_passes(n0, n1)
-              if n1 > 256 or schedules.staging_needs_passes(n0, n1) else 1)
-    return schedules.consumer_values(n0, n1 // passes)
+    return schedules.consumer_values(n0, n1 // schedules.staged_passes(n0, n1))
 
 
 # A ping-pong chain whose last N is over 256 tries the fewest column blocks whose tile fits
@@ -302,8 +300,7 @@ def staging_fits(tiles: list[tuple[int, int, int]], slots: int, b0_resident: boo
     None where the chain has no staging (a consumer thread's values are over
     schedules.STAGING_MAX_VALUES)."""
     (tm, n0, tk), last = tiles[0], tiles[-1]
-    passes = schedules.column_passes(n0, last[1]) if schedules.staging_needs_passes(
-        n0, last[1]) else 1
+    passes = schedules.staged_passes(n0, last[1])
     if schedules.consumer_values(n0, last[1] // passes) > schedules.STAGING_MAX_VALUES:
         return None
     ring = slots * (tm + (0 if b0_resident else n0)) * tk * 2

@@ -274,8 +274,9 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                        why=f"{first.b.param} tiles of {first.tile[1]}x{first.tile[2]}, loaded by "
                        f"the producer into the ring beside {first.a.param}'s"
                        + WHY_RING_PROMOTION, load_promotion=RING_PROMOTION),) if ring_b else ()
+    gemm_mmas = mmas(gemms, storage)
     schedule = common.build(
-        draft, KernelKind.PINGPONG, gemms, last_store, mmas=mmas(gemms, storage),
+        draft, KernelKind.PINGPONG, gemms, last_store, mmas=gemm_mmas,
         roles=roles(consumers), why_kind="schedule pingpong: producer warps fill the ring, "
         + ("two consumer warpgroups take alternate tiles" if consumers == 2 else
            f"{consumers} consumer warpgroups take the tiles in turn: {WHY_THREE}"),
@@ -288,7 +289,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     groups = in_flight(first)
     if groups > 1:
         ring = dataclasses.replace(ring, wgmma_in_flight=groups, why_wgmma_in_flight=WHY_IN_FLIGHT)
-    on_wgmma = all(m is Mma.WGMMA_RS for m, _ in mmas(gemms, storage)[1:])
+    on_wgmma = all(m is Mma.WGMMA_RS for m, _ in gemm_mmas[1:])
     feeding = [dataclasses.replace(gs, early_vectors=early, why_early_vectors=WHY_EARLY)
                if on_wgmma and (early := early_vectors(g, consumers)) else gs
                for g, gs in zip(gemms[:-1], (ring,) + schedule.gemms[1:-1])]
@@ -459,6 +460,13 @@ def staging_needs_passes(n0: int, n1: int) -> bool:
             and consumer_values(n0, n1) > STAGING_MAX_VALUES)
 
 
+def staged_passes(n0: int, n1: int) -> int:
+    """The column passes a ping-pong chain's last tile, `n1` wide beside a first tile `n0`
+    wide, takes for its staging: always over 256 columns (wgmma's widest), and up to 256 where
+    only the passes' staging fits a consumer thread's registers (staging_needs_passes)."""
+    return column_passes(n0, n1) if n1 > 256 or staging_needs_passes(n0, n1) else 1
+
+
 # Three consumer warpgroups (setmaxnreg 40 / 152) take a ping-pong chain's tiles in turn where
 # a consumer thread's values (consumer_values, one column pass) fit 152 registers without a
 # spill, the last gemm's pass is at least 128 columns wide (the longer epilogue that a third
@@ -478,12 +486,18 @@ WHY_THREE = ("each consumer thread's values fit 152 registers, the last gemm's e
              "consumers' path (H200: 1.4-2.5% faster at K0 = 256, N0 = 64, N1 >= 128)")
 
 
+def few_k_tiles(first: GemmPlan) -> bool:
+    """Whether a ping-pong chain's first gemm has a fixed K of at most
+    THREE_CONSUMERS_MAX_K_TILES k tiles: the consumers' path, not the ring's bytes, bounds it."""
+    k = first.k_dim
+    return isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
+
+
 def consumer_count(first: GemmPlan, last: GemmPlan, passes: int) -> int:
     """A ping-pong chain's consumer warpgroups (see THREE_CONSUMERS_MAX_VALUES): 3 or 2."""
-    k, width = first.k_dim, last.tile[1] // passes
-    few_k_tiles = isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
+    width = last.tile[1] // passes
     fits = consumer_values(first.tile[1], width) <= THREE_CONSUMERS_MAX_VALUES
-    return 3 if few_k_tiles and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
+    return 3 if few_k_tiles(first) and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
 
 
 # GemmSchedule.passes_in_flight: two where the last gemm runs in 2 or 3 column passes on two
@@ -508,10 +522,8 @@ def passes_in_flight(first: GemmPlan, last: GemmPlan, passes: int,
     """The last gemm's GemmSchedule.passes_in_flight and its reason, as replace() arguments
     ({}: one pass at a time)."""
     values = first.tile[1] // 4 + last.tile[1] // passes
-    k = first.k_dim
-    few_k_tiles = isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
     if (not 2 <= passes <= PASSES_IN_FLIGHT_MAX_PASSES or consumers != CONSUMERS
-            or values > PASSES_IN_FLIGHT_MAX_VALUES or not few_k_tiles):
+            or values > PASSES_IN_FLIGHT_MAX_VALUES or not few_k_tiles(first)):
         return {}
     return dict(passes_in_flight=2, why_passes_in_flight=WHY_PASSES_IN_FLIGHT)
 
