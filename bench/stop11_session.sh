@@ -14,6 +14,8 @@
 #   f  the bare GEMM sweep after `kgen tune` at each shape (f16; bench/issue17_session.sh STEP=b)
 #   g  how much of the chains' time over the copy is fixed per launch: M from 40960 to 327680
 #      (bench/prototypes/fixed_cost_probe.py)
+#   h  three consumer warpgroups at N0 = 128 with 160 registers each and early vectors, against
+#      the builder's plan (bench/prototypes/three_at_160_probe.py)
 . "$(dirname "$0")/session_head.sh"
 
 case ${STEP:-a} in
@@ -46,4 +48,7 @@ f)
 g)
   timeout 300 python3 bench/prototypes/fixed_cost_probe.py 2>&1 | grep -v -i warn \
     | tee "$OUT/fixed_cost.log" ;;
+h)
+  timeout 300 python3 bench/prototypes/three_at_160_probe.py 2>&1 | grep -v -i warn \
+    | tee "$OUT/three_at_160.log" ;;
 esac
