@@ -44,19 +44,33 @@ def kernel(dtype: str, k0: int, n0: int, n1: int):
     return module.kernels[0]
 
 
-def time_in_turn(kern, variants: dict, rounds: int, tag: str) -> tuple[dict, bool]:
+def chain_spec(spec: str) -> tuple[str, int, int, int]:
+    """A probe's chain argument "dtype/K0/N0/N1" as (dtype, K0, N0, N1)."""
+    dtype, k0, n0, n1 = spec.split("/")
+    return dtype, int(k0), int(n0), int(n1)
+
+
+def chain_copy_ms(k0: int, n1: int, m: int = M) -> float:
+    """A device copy of a chain's bytes at m rows: reading A, writing D1 (16-bit elements)."""
+    return copy_ms((m * k0 + m * n1) * 2)
+
+
+def time_in_turn(kern, variants: dict, rounds: int, tag: str,
+                 unchecked: frozenset = frozenset()) -> tuple[dict, bool]:
     """Each variant {name: (plan, source)} checked against the reference (outputs poisoned) in
     the first round, then all timed in turn for `rounds` rounds at M rows (kgen's timer: CUDA
     events, median of 30, inputs rotated past L2): {name: the fastest round's ms}, and whether
-    every check passed. A failed check prints `tag` and the variant's name."""
+    every check passed. A failed check prints `tag` and the variant's name. The variants named
+    in `unchecked` (diagnostics, wrong by design) are timed only."""
     from kgen.harness.run import run
 
     best, ok = {}, True
     for round_ in range(rounds):
         for name, (plan, text) in variants.items():
-            report = run(kern, plan, text, {"M": M}, check=round_ == 0, bench=True,
+            checked = round_ == 0 and name not in unchecked
+            report = run(kern, plan, text, {"M": M}, check=checked, bench=True,
                          compare_torch=False, iters=30)
-            if round_ == 0 and not report.ok:
+            if checked and not report.ok:
                 print(f"  {tag} {name}: CHECK FAILED", flush=True)
                 ok = False
             best[name] = min(best.get(name, 1e9), report.timing.median_ms)

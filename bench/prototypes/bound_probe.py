@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "prototypes"))
 
-from chain_ring import M, kernel, label, warm  # noqa: E402
+from chain_ring import (chain_copy_ms, chain_spec, kernel, label, time_in_turn,  # noqa: E402
+                        warm)
 from epilogue_clock import once  # noqa: E402
 from feed_overlap_probe import without_a, without_store  # noqa: E402
 
@@ -56,12 +57,14 @@ def without_epilogue0(source: str) -> str:
 
 
 SYNC_HEAD = (PASS_WAIT + "\n{pad}warpgroup_barrier(warpgroup);\n")
-SYNC_TAIL = ("fence_proxy_async();  // written through the generic proxy, read by the copy engine\n"
-             "{pad}warpgroup_barrier(warpgroup);\n"
+FENCE = "fence_proxy_async();  // written through the generic proxy, read by the copy engine\n"
+SYNC_TAIL = (FENCE
+             + "{pad}warpgroup_barrier(warpgroup);\n"
              "{pad}if (tid % kWarpgroupThreads == 0) {{\n"
              "#pragma unroll\n"
              "{pad}  for (int box = 0; box < kTileN / 64; ++box)\n"
-             "{pad}    tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, n0 + box * 64, m0);\n"
+             "{pad}    tma_store_box(&maps.D1, staging + box * kStagingBoxBytes, n0 + box * 64, "
+             "m0);\n"
              "{pad}  bulk_commit();\n"
              "{pad}}}\n")
 END_WAIT = ("if (tid % kWarpgroupThreads == 0) bulk_wait_read();  // the copy engine has read this "
@@ -76,28 +79,28 @@ def pad(source: str) -> str:
 def without_sync(source: str) -> str:
     """The staging written with no wait for the copy engine and no warpgroup barrier, never
     stored (with -A: the consumers' math alone, no store path)."""
-    p = pad(source)
-    source = once(source, SYNC_HEAD.format(pad=p), "")
-    return once(source, SYNC_TAIL.format(pad=p), "")
+    indent = pad(source)
+    source = once(source, SYNC_HEAD.format(pad=indent), "")
+    return once(source, SYNC_TAIL.format(pad=indent), "")
 
 
 def warp_stores(source: str) -> str:
     """A prototype, checked: each warp stores its own 16 rows of the staging (boxes of 64 x 16,
     the map's box below), its lane 0 waiting for its own stores' reads; no warpgroup barrier."""
-    PAD = pad(source)
-    source = once(source, SYNC_HEAD.format(pad=PAD),
-                  f"if (lane == 0) bulk_wait_read();  // this warp's last stores have read its rows\n"
-                  f"{PAD}__syncwarp();\n")
-    source = once(source, SYNC_TAIL.format(pad=PAD),
-                  "fence_proxy_async();  // written through the generic proxy, read by the copy engine\n"
-                  f"{PAD}__syncwarp();\n"
-                  f"{PAD}if (lane == 0) {{\n"
+    indent = pad(source)
+    source = once(source, SYNC_HEAD.format(pad=indent),
+                  "if (lane == 0) bulk_wait_read();  // this warp's last stores have read its "
+                  f"rows\n{indent}__syncwarp();\n")
+    source = once(source, SYNC_TAIL.format(pad=indent),
+                  FENCE
+                  + f"{indent}__syncwarp();\n"
+                  f"{indent}if (lane == 0) {{\n"
                   "#pragma unroll\n"
-                  f"{PAD}  for (int box = 0; box < kTileN / 64; ++box)\n"
-                  f"{PAD}    tma_store_box(&maps.D1, staging + box * kStagingBoxBytes + math_warp * 16 * 128, "
-                  "n0 + box * 64, m0 + 16 * math_warp);\n"
-                  f"{PAD}  bulk_commit();\n"
-                  f"{PAD}}}\n")
+                  f"{indent}  for (int box = 0; box < kTileN / 64; ++box)\n"
+                  f"{indent}    tma_store_box(&maps.D1, staging + box * kStagingBoxBytes"
+                  " + math_warp * 16 * 128, n0 + box * 64, m0 + 16 * math_warp);\n"
+                  f"{indent}  bulk_commit();\n"
+                  f"{indent}}}\n")
     return once(source, END_WAIT, "if (lane == 0) bulk_wait_read();  // each warp's last stores")
 
 
@@ -121,16 +124,13 @@ def main() -> int:
                         "f16/576/128/256,f16/256/64/256")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    from b2b_bench import copy_ms
     from kgen import ir
     from kgen.api import build
-    from kgen.harness.run import run
     from kgen.targets.sm90 import chain as sm90_chain
 
     todo = []
     for spec in args.chains.split(","):
-        dtype, k0, n0, n1 = spec.split("/")
-        kern = kernel(dtype, int(k0), int(n0), int(n1))
+        kern = kernel(*chain_spec(spec))
         plan = build(kern, ir.Arch.SM90A, source_name="chain.kg").plan
         base = sm90_chain.emit(plan, source_name="chain.kg", source_hash="",
                                command="bound_probe.py")
@@ -151,17 +151,9 @@ def main() -> int:
     names = ["base", *DIAGNOSTICS, *CHECKED]
     print(f"{'chain':<16} {'copy':>7} " + " ".join(f"{n:>15}" for n in names))
     for spec, kern, plan, texts in todo:
-        best = {}
-        for round_ in range(args.rounds):
-            for name, (var, text) in texts.items():
-                checked = round_ == 0 and name not in DIAGNOSTICS
-                report = run(kern, var, text, {"M": M}, check=checked,
-                             bench=True, compare_torch=False, iters=30)
-                if checked and not report.ok:
-                    print(f"  {spec} {name}: CHECK FAILED", flush=True)
-                best[name] = min(best.get(name, 1e9), report.timing.median_ms)
-        _, k0, _, n1 = map(lambda x: int(x) if x.isdigit() else x, spec.split("/"))
-        copy = copy_ms((M * k0 + M * n1) * 2)
+        best, _ = time_in_turn(kern, texts, args.rounds, spec, frozenset(DIAGNOSTICS))
+        _, k0, _, n1 = chain_spec(spec)
+        copy = chain_copy_ms(k0, n1)
         print(f"{spec:<16} {copy:7.4f} " + " ".join(
             f"{best[n]:7.4f} ({best[n] / copy:.3f})" if n in best else f"{'-':>15}"
             for n in names) + f"  [{label(plan)}]", flush=True)

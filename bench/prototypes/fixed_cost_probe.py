@@ -9,7 +9,8 @@ timed: CUDA events, median of 30, inputs rotated past L2) beside a device copy o
 (chain(2M) - chain(M)) / (copy(2M) - copy(M)): the steady rate against the copy's, with the
 fixed costs of both subtracted out.
 
-    bash .gpu/device-run.sh python3 bench/prototypes/fixed_cost_probe.py [--chains f16/256/128/256,...]
+    bash .gpu/device-run.sh python3 bench/prototypes/fixed_cost_probe.py \\
+        [--chains f16/256/128/256,...] [--ms 40960,81920]
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from chain_ring import kernel  # noqa: E402
+from chain_ring import chain_copy_ms, chain_spec, kernel  # noqa: E402
 from defaults import kgen_run, label  # noqa: E402
 
 
@@ -31,20 +32,19 @@ def main() -> int:
                         "f16/576/128/256,f16/256/64/256,f16/256/64/64")
     parser.add_argument("--ms", default="40960,81920,163840,327680")
     args = parser.parse_args()
-    from b2b_bench import copy_ms
     from kgen import ir
 
     sizes = [int(m) for m in args.ms.split(",")]
     print(f"{'chain':<17} {'M':>7} {'ms':>8} {'copy ms':>8} {'/copy':>6} {'marginal /copy':>15}  "
           "schedule")
     for spec in args.chains.split(","):
-        dtype, k0, n0, n1 = spec.split("/")
-        kern = kernel(dtype, int(k0), int(n0), int(n1))
+        dtype, k0, n0, n1 = chain_spec(spec)
+        kern = kernel(dtype, k0, n0, n1)
         last = None
         for m in sizes:
             report, plan = kgen_run(kern, {"M": m}, ir.Arch.SM90A, torch_baseline=False)
             ms = report.timing.median_ms
-            copy = copy_ms((m * int(k0) + m * int(n1)) * 2)
+            copy = chain_copy_ms(k0, n1, m)
             marginal = ((ms - last[0]) / (copy - last[1])) if last else None
             last = (ms, copy)
             print(f"{spec:<17} {m:>7} {ms:8.4f} {copy:8.4f} {ms / copy:6.3f} "

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from chain_ring import M, label, time_in_turn, warm  # noqa: E402
+from chain_ring import chain_copy_ms, chain_spec, label, time_in_turn, warm  # noqa: E402
 
 
 def plan_source(text: str, three: bool):
@@ -53,20 +53,19 @@ def main() -> int:
                         "bf16/256/128/128,f16/256/128/256@4,f16/576/128/128")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    from b2b_bench import copy_ms
     from kgen.runtime.nvrtc import compile_cubin
     from tests.kernels import b2b_chain_text
 
     todo = []
     for spec in args.chains.split(","):
         spec, _, slots = spec.partition("@")
-        dtype, k0, n0, n1 = spec.split("/")
+        dtype, k0, n0, n1 = chain_spec(spec)
         lines = {}
         if slots:  # the ring's slots written, so that three stagings fit beside it
             lines = dict(schedule="pingpong", g0=(f"tile 64x{n0}x64 warps 4x1 stages {slots}",),
                          g1=(f"tile 64x{n1}x64 warps 4x1 stages 3", "keep B1 resident"))
-        text = b2b_chain_text(dtype, int(k0), int(n0), int(n1), **lines)
-        base = plan_source(b2b_chain_text(dtype, int(k0), int(n0), int(n1)), False)
+        text = b2b_chain_text(dtype, k0, n0, n1, **lines)
+        base = plan_source(b2b_chain_text(dtype, k0, n0, n1), False)
         three = plan_source(text, True)
         todo.append((spec + (f"@{slots}" if slots else ""), base, three))
     warm([(src, plan.name, plan.narrow_kernel) for _, *pairs in todo for _, plan, src in pairs])
@@ -78,8 +77,8 @@ def main() -> int:
         consumers = sum(r.groups for r in three[1].schedule.warp_roles if r.name == "consumer")
         best, ok = time_in_turn(base[0], {"builder": base[1:], "three": three[1:]},
                                 args.rounds, spec)
-        _, k0, _, n1 = spec.split("@")[0].split("/")
-        copy = copy_ms((M * int(k0) + M * int(n1)) * 2)
+        _, k0, _, n1 = chain_spec(spec.split("@")[0])
+        copy = chain_copy_ms(k0, n1)
         print(f"{spec:<18} {copy:7.4f} {best['builder']:8.4f} ({best['builder'] / copy:.3f}) "
               f"{best['three']:8.4f} ({best['three'] / copy:.3f}) "
               f"{best['three'] / best['builder']:14.3f}  {spills}  [{label(base[1])}] "
