@@ -16,11 +16,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..enums import DType, Layout, ParamKind, Role
+from ..enums import Layout, ParamKind, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan import FieldKind, KernelPlan, Param
+from .calls import CallPath
 from .entries import allow_smem, compile_narrow, function_of
-from .outputs import infer_sizes, output_shapes, outputs_of
+from .outputs import infer_sizes, output_shapes
 from .tensors import DeviceArray, as_device_array
 
 # Sizes are int in the params struct and the kernel's index math adds a tile to them and turns
@@ -433,18 +434,12 @@ class CompiledKernel:
         self._finalize_function = function_of(self._object, plan.finalize_kernel)
         # Split-K: a kernel sums the CTAs' partials from the workspace and runs the epilogue
         self._split_function = function_of(self._object, plan.split_kernel)
-        # Deterministic reductions: a workspace per stream (launches on two streams may run at
-        # once and must not share partials), grown on demand. A replaced one is kept, not freed:
-        # a launch already enqueued may still use it, and waiting for it would break graph
-        # capture. Growth doubles, so the kept ones add up to less than the live one.
-        self._workspaces: dict[int, Any] = {}  # stream -> DeviceBuffer
-        self._retired: list[Any] = []
-        # Launches may come from several threads: the caches below change under this lock.
+        # Launches may come from several threads: the narrow entry point loads under this lock.
         self._lock = threading.Lock()
         for function in (self._function, self._narrow_function):
             allow_smem(function, plan.smem_bytes)
-        self._maps: dict[tuple, ctypes.Array] = {}  # TMA stores: the output's tensor maps
         self._check_abi()
+        self._calls = CallPath(plan, lambda args, sizes: self)
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
         self.persistent_ctas = None
         if plan.schedule.persistent:
@@ -494,36 +489,6 @@ class CompiledKernel:
                         self.plan, self.source, self.device_id, self._extra_options)
         return self._narrow_function
 
-    def _workspace_pointer(self, sizes: Mapping[str, int], stream: int) -> int:
-        from .buffers import DeviceBuffer
-
-        floats = max(self.plan.workspace_floats(dict(sizes), self.persistent_ctas), 1)
-        with self._lock:
-            workspace = self._workspaces.get(stream)
-            if workspace is None or workspace.shape[0] < floats:
-                if workspace is not None:
-                    self._retired.append(workspace)
-                    floats = max(floats, 2 * workspace.shape[0])
-                workspace = DeviceBuffer.empty((floats,), DType.F32, device_id=self.device_id)
-                if self.plan.schedule.stream_k:  # its flags start zero (the kernel leaves them so)
-                    workspace.fill_bytes(0, stream)
-                self._workspaces[stream] = workspace
-            return workspace.ptr
-
-    def _launch_helper(self, function, name: str, sizes, pointers, stream: int,
-                       grid: tuple[int, int, int] | None = None) -> None:
-        from cuda.bindings import driver
-
-        from .device import error_text
-
-        gx, gy, gz = grid or self.plan.init_grid(sizes)
-        (err,) = driver.cuLaunchKernel(
-            function, gx, gy, gz, self.plan.INIT_THREADS, 1, 1, 0,
-            driver.CUstream(stream), ctypes.addressof(pointers), 0,
-        )
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise KgenRuntimeError(f"launching {name} failed: {error_text(err)}")
-
     def _check_abi(self) -> None:
         """The kernel's first parameter must be exactly the params struct, and a TMA-store
         plan's second one a tensor map. Only those indices are asked for: probing past the last
@@ -552,23 +517,6 @@ class CompiledKernel:
                     f"{what} is {nbytes}: {why}"
                 )
 
-    def _tensor_maps(self, bound: BoundArguments) -> ctypes.Array:
-        """The kernel's tensor maps for these arguments, encoded once per address, extents and
-        leading dimension of every mapped parameter."""
-        from . import tma
-
-        key = tma.maps_args(self.plan, bound.values, bound.sizes)
-        with self._lock:
-            maps = self._maps.get(key)
-        if maps is None:
-            data = tma.encode(key)  # outside the lock: two threads may both encode it
-            maps = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-            with self._lock:
-                if len(self._maps) >= 64:
-                    self._maps.clear()
-                maps = self._maps.setdefault(key, maps)
-        return maps
-
     @property
     def name(self) -> str:
         return self.plan.name
@@ -585,15 +533,9 @@ class CompiledKernel:
     def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
         """Check the arguments and launch (asynchronously). Outputs not given are allocated,
         like the inputs (torch tensors on their device when an input is a torch tensor, else
-        DeviceBuffers); returns the outputs in declaration order, one alone as itself."""
-        args = dict(args)
-        missing = [p.name for p in outputs_of(self.plan) if args.get(p.name) is None]
-        if missing:
-            args.update(self._allocate(missing, args, sizes))
-        bound = self.bind(sizes, **args)
-        self.launch(bound, resolve_stream(stream, bound.arrays))
-        results = [args[p.name] for p in outputs_of(self.plan)]
-        return results[0] if len(results) == 1 else tuple(results)
+        DeviceBuffers); returns the outputs in declaration order, one alone as itself. The
+        checks run once per argument signature (kgen.runtime.calls)."""
+        return self._calls(stream, sizes, args)
 
     def _allocate(self, names: list[str], args: Mapping[str, Any],
                   sizes: Mapping[str, int] | None) -> dict[str, Any]:
@@ -620,60 +562,7 @@ class CompiledKernel:
 
     def launch(self, bound: BoundArguments, stream: int = 0) -> None:
         """Launch already-checked arguments on a raw stream handle (asynchronous)."""
-        from cuda.bindings import driver
-
-        from .device import activate, error_text
-
-        # An empty grid (M, N or L = 0) is never launched; the reduction outputs over an empty
-        # axis (an [N] vector when M = 0, a scalar) still get their op's identity, from the
-        # init kernel (atomic mode) or the finalize kernel over no partials (deterministic mode).
-        empty = 0 in bound.grid
-        if empty and (not self.plan.reductions or self.plan.batches(bound.sizes) == 0):
-            return  # nothing to compute
-        activate(self.device_id)
-        values = dict(bound.values)
-        if (self._finalize_function is not None or self._split_function is not None
-                or self.plan.schedule.stream_k):
-            values["workspace"] = self._workspace_pointer(bound.sizes, stream)
-        struct = self._struct(**values)
-        # the kernel's second parameter: the tensor maps (those the copy engine cannot take
-        # left zero: the narrow entry point copies those operands itself)
-        if self.plan.schedule.tensor_maps:
-            maps = self._tensor_maps(bound)
-            pointers = (ctypes.c_void_p * 2)(ctypes.addressof(struct), ctypes.addressof(maps))
-        else:
-            pointers = (ctypes.c_void_p * 1)(ctypes.addressof(struct))
-        if self._init_function is not None:
-            self._launch_helper(self._init_function, self.plan.init_kernel, bound.sizes,
-                                pointers, stream)
-        if empty:
-            if self._finalize_function is not None:
-                self._launch_helper(self._finalize_function, self.plan.finalize_kernel,
-                                    bound.sizes, pointers, stream)
-            return
-        gx, gy, gz = bound.grid
-        function = self._narrow_entry() if bound.narrow else self._function
-        if self.plan.schedule.cluster_size > 1 and not bound.narrow:
-            (err,) = driver.cuLaunchKernelEx(self._cluster_config(gx, stream), function,
-                                             ctypes.addressof(pointers), 0)
-        else:
-            (err,) = driver.cuLaunchKernel(
-                function, gx, gy, gz, self.plan.schedule.threads, 1, 1, self.plan.smem_bytes,
-                driver.CUstream(stream), ctypes.addressof(pointers), 0,
-            )
-        if err != driver.CUresult.CUDA_SUCCESS:
-            entry = self.plan.narrow_kernel if bound.narrow else self.plan.name
-            raise KgenRuntimeError(
-                f"launching {entry} (grid {bound.grid}, block "
-                f"{self.plan.schedule.threads}, {self.plan.smem_bytes} B shared) failed: "
-                f"{error_text(err)}"
-            )
-        if self._split_function is not None:
-            self._launch_helper(self._split_function, self.plan.split_kernel, bound.sizes,
-                                pointers, stream, self.plan.split_grid(bound.sizes))
-        if self._finalize_function is not None:
-            self._launch_helper(self._finalize_function, self.plan.finalize_kernel, bound.sizes,
-                                pointers, stream)
+        self._calls.launch_bound(self, bound, stream)
 
     def __repr__(self) -> str:
         plan = self.plan

@@ -24,6 +24,7 @@ from ..errors import KgenRuntimeError
 from ..lower import builder
 from ..lower.builder import WHY_TUNED
 from ..plan import KernelPlan
+from ..runtime.calls import CallPath
 from ..runtime.outputs import infer_sizes
 from ..targets import WHY_SIZED, Config, target
 from . import cache
@@ -92,6 +93,8 @@ class TunedKernel:
         # per exact sizes seen: what variant() chose, so that a repeated call only looks it up
         self._by_sizes: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+        # Calls: checked once per argument signature, which also fixes the variant
+        self._calls = CallPath(default.plan, self._for)
 
     @property
     def plan(self) -> KernelPlan:
@@ -143,7 +146,7 @@ class TunedKernel:
         return self.default if found is None else self.variant(found)
 
     def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
-        return self._for(args, sizes)(stream=stream, sizes=sizes, **args)
+        return self._calls(stream, sizes, args)
 
     def bind(self, sizes: Mapping[str, int] | None = None, **args):
         return self._for(args, sizes).bind(sizes, **args)
@@ -153,7 +156,7 @@ class TunedKernel:
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("default", "_make", "_entries", "_variants",
-                                               "_by_sizes", "_lock"):
+                                               "_by_sizes", "_lock", "_calls"):
             raise AttributeError(name)
         return getattr(self.default, name)
 

@@ -1,0 +1,437 @@
+"""The call path: a loaded kernel called from Python at the host cost of a torch op.
+
+Every check `bind_arguments` makes depends on the arguments' signature alone: each array's
+dtype, shape, strides, device and the low bits of its address (the alignments the plan can ask
+for), the scalars given, and the sizes passed. The first call of a signature runs the whole
+check and keeps a `Binding`: the entry point and grid, the params struct's layout with every
+member but the addresses and scalars already packed, the outputs to allocate, the tensor maps
+per address and the workspace. A later call of the signature reads the addresses, packs the
+struct and launches. A bad argument still gets the same message: a signature not seen before
+goes through `bind_arguments`.
+
+Torch tensors are read directly (data_ptr, shape, stride, dtype, device; no DLPack), outputs
+not given are allocated by torch's caching allocator, and the stream is torch's current one.
+Workspaces (split-K, stream-K, deterministic reductions) are stream-ordered, so every call can
+be captured into a CUDA graph on any stream: torch's allocator when a torch tensor is among the
+arguments, else cuMemAllocAsync and cuMemFreeAsync on the launch's stream.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import threading
+from operator import itemgetter
+from typing import Any, Callable, Mapping
+
+from ..enums import DType
+from ..errors import KgenRuntimeError
+from ..plan import FieldKind, KernelPlan
+from .outputs import outputs_of
+from .tensors import as_device_array
+
+# The lowest address bits any check can read: element sizes (2, 4), the fast entry point's
+# pointer alignments and the copy engine's 16 bytes. Addresses equal below them bind alike.
+ADDRESS_BITS = 127
+MAX_BINDINGS = 256  # signatures kept per kernel; past it the cache starts over
+MAX_MAPS = 64  # tensor-map sets kept per binding (one per set of mapped addresses)
+
+_FORMATS = {  # struct module codes of the params members' ctypes (native alignment, as C)
+    ctypes.c_void_p: "P", ctypes.c_int32: "i", ctypes.c_uint32: "I", ctypes.c_int64: "q",
+    ctypes.c_float: "f", ctypes.c_double: "d",
+}
+_TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
+_MISSING = object()
+
+
+def struct_format(plan: KernelPlan) -> struct.Struct:
+    """The params struct as a `struct.Struct` in native alignment: the layout of
+    launch.params_struct (ctypes), which the kernel's `<name>_params` has (checked at load)."""
+    from .launch import ctype_of
+
+    return struct.Struct("@" + "".join(_FORMATS[ctype_of(f.ctype)] for f in plan.fields))
+
+
+def _picker(indices: list[int]) -> Callable[[list], tuple]:
+    if len(indices) == 1:
+        (index,) = indices
+        return lambda values: (values[index],)
+    return itemgetter(*indices)
+
+
+def _stream_of_torch(torch, device: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device)
+
+
+_context_getter = None
+
+
+def primary_context(device_id: int) -> int:
+    """The handle of the device's primary context, made current on this thread."""
+    from .device import activate
+
+    activate(device_id)
+    return _current_context()
+
+
+def _current_context() -> int:
+    """The handle of this thread's current CUDA context (0: none)."""
+    global _context_getter
+    if _context_getter is None:
+        from cuda.bindings import driver
+
+        _context_getter = driver.cuCtxGetCurrent
+    return int(_context_getter()[1])
+
+
+class Binding:
+    """One argument signature of one CompiledKernel, ready to launch (see the module's note).
+    `launch` takes the arrays' addresses in the kernel's array order (0 for an output to
+    allocate), the scalars in declaration order, and a raw stream."""
+
+    def __init__(self, kernel, bound, array_names: tuple[str, ...],
+                 scalar_names: tuple[str, ...], allocate: tuple[str, ...] = ()):
+        from cuda.bindings import driver
+
+        plan: KernelPlan = kernel.plan
+        self.kernel = kernel
+        self.plan = plan
+        self.sizes = dict(bound.sizes)
+        self.narrow = bound.narrow
+        fmt = struct_format(plan)
+        # The launch's parameter block, packed in one go: the kernel's parameters' addresses
+        # [&struct, &tensor maps], then the struct (16 bytes in: its alignment holds)
+        self._pack_into = struct.Struct("@PP" + fmt.format[1:]).pack_into
+        self._buffer = ctypes.create_string_buffer(16 + max(fmt.size, 8))
+        self.params = ctypes.addressof(self._buffer)
+        self._struct_at = self.params + 16
+        self._lock = threading.Lock()
+        # What each member takes: an address, a scalar, a packed constant or the workspace
+        arrays = {name: i for i, name in enumerate(array_names)}
+        scalars = {name: len(array_names) + i for i, name in enumerate(scalar_names)}
+        constants: list[Any] = []
+        indices = []
+        first_constant = len(array_names) + len(scalar_names)
+        self._workspace_index = None
+        for member in plan.fields:
+            if member.kind is FieldKind.POINTER:
+                indices.append(arrays[member.param])
+            elif member.kind is FieldKind.SCALAR:
+                indices.append(scalars[member.param])
+            elif member.kind is FieldKind.WORKSPACE:
+                self._workspace_index = first_constant + len(constants)
+                indices.append(self._workspace_index)
+                constants.append(0)
+            else:
+                indices.append(first_constant + len(constants))
+                constants.append(bound.values[member.name])
+        self._constants = constants
+        self._pick = _picker(indices)
+        self._values = dict(bound.values)  # the members, for the tensor maps' encoding
+        self._pointer_members = [(f.name, arrays[f.param]) for f in plan.fields
+                                 if f.kind is FieldKind.POINTER]
+        # Outputs to allocate: their position among the arrays, shape, strides and dtype; by
+        # torch on the device of the torch tensors among the arguments, if any
+        self.allocate = [(arrays[name], name, (bound.arrays[name].shape,
+                                               bound.arrays[name].strides,
+                                               plan.param(name).dtype)) for name in allocate]
+        self.torch_device = next((array.owner.device for array in bound.arrays.values()
+                                  if array.kind == "torch"), None)
+        self.torch_dtypes = {}
+        if self.torch_device is not None:
+            torch = sys.modules["torch"]
+            self.torch_dtypes = {name: getattr(torch, _TORCH_DTYPES[plan.param(name).dtype])
+                                 for name in allocate}
+        self.device_index = next((array.device_id for array in bound.arrays.values()
+                                  if array.kind == "torch"), -1)
+        # Tensor maps: encoded once per set of the mapped parameters' addresses
+        self._mapped = [arrays[m.param] for m in plan.schedule.tensor_maps]
+        self._map_key = _picker(self._mapped) if self._mapped else None
+        self._maps: dict[tuple, ctypes.Array] = {}  # key -> the maps (kept alive)
+        self._map_at: dict[tuple, int] = {}  # key -> their address
+        # Workspace: floats per launch; stream-K's flags, past the slots, start zero
+        self.workspace_bytes = 0
+        self._flag_offset = self._flag_words = 0
+        if self._workspace_index is not None:
+            floats = max(plan.workspace_floats(self.sizes, kernel.persistent_ctas), 1)
+            self.workspace_bytes = 4 * floats
+            if plan.schedule.stream_k:
+                ctas = plan.grid(self.sizes, kernel.persistent_ctas)[0]
+                self._flag_words = ctas * plan.STREAM_FLAGS
+                self._flag_offset = 4 * (floats - self._flag_words)
+        # The launches, in order: (function, grid, threads, shared bytes, name)
+        self.launches = self._launches(kernel, bound)
+        self._cluster = None
+        if plan.schedule.cluster_size > 1 and not bound.narrow and bound.grid[0]:
+            self._cluster = kernel._cluster_config(bound.grid[0], 0)
+        self._driver = driver
+        self._success = driver.CUresult.CUDA_SUCCESS
+        self.context = primary_context(kernel.device_id)  # current at every launch
+
+    def _launches(self, kernel, bound) -> list[tuple]:
+        plan = self.plan
+        sizes = self.sizes
+        helpers = []
+        if kernel._init_function is not None:
+            helpers.append((kernel._init_function, plan.init_grid(sizes), plan.INIT_THREADS, 0,
+                            plan.init_kernel))
+        empty = 0 in bound.grid
+        if empty and (not plan.reductions or plan.batches(sizes) == 0):
+            return []  # nothing to compute (reduction outputs over an empty axis still get
+            # their identity from the init or finalize kernel below)
+        if not empty:
+            function = kernel._narrow_entry() if bound.narrow else kernel._function
+            helpers.append((function, bound.grid, plan.schedule.threads, plan.smem_bytes,
+                            plan.narrow_kernel if bound.narrow else plan.name))
+            if kernel._split_function is not None:
+                helpers.append((kernel._split_function, plan.split_grid(sizes),
+                                plan.INIT_THREADS, 0, plan.split_kernel))
+        if kernel._finalize_function is not None:
+            helpers.append((kernel._finalize_function, plan.init_grid(sizes), plan.INIT_THREADS,
+                            0, plan.finalize_kernel))
+        return helpers
+
+    def _tensor_maps(self, key) -> int:
+        """The address of the kernel's tensor maps for the mapped parameters' addresses `key`,
+        encoded on first use."""
+        from . import tma
+
+        pointers = [0] * (max(self._mapped) + 1)
+        for index, address in zip(self._mapped, key):
+            pointers[index] = address
+        values = dict(self._values)
+        values.update((name, pointers[i]) for name, i in self._pointer_members
+                      if i in self._mapped)
+        data = tma.encode(tma.maps_args(self.plan, values, self.sizes))
+        maps = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
+        if len(self._maps) >= MAX_MAPS:
+            self._maps.clear()
+            self._map_at.clear()
+        self._maps[key] = maps
+        self._map_at[key] = address = ctypes.addressof(maps)
+        return address
+
+    def launch(self, pointers: list[int], scalars: list, stream: int, workspace: int = 0) -> None:
+        """Pack and launch (asynchronously) on raw stream `stream`."""
+        launches = self.launches
+        if not launches:
+            return
+        values = pointers + scalars + self._constants
+        if self._workspace_index is not None:
+            values[self._workspace_index] = workspace
+        driver = self._driver
+        handle = driver.CUstream(stream)
+        with self._lock:  # the parameter block is the binding's; each launch copies it
+            maps = 0
+            if self._map_key is not None:
+                key = self._map_key(pointers)
+                maps = self._map_at.get(key) or self._tensor_maps(key)
+            self._pack_into(self._buffer, 0, self._struct_at, maps, *self._pick(values))
+            for function, grid, threads, smem, name in launches:
+                if self._cluster is not None and function is self.kernel._function:
+                    self._cluster.hStream = handle
+                    (err,) = driver.cuLaunchKernelEx(self._cluster, function, self.params, 0)
+                else:
+                    (err,) = driver.cuLaunchKernel(function, grid[0], grid[1], grid[2], threads,
+                                                   1, 1, smem, handle, self.params, 0)
+                if err != self._success:
+                    from .device import error_text
+
+                    raise KgenRuntimeError(
+                        f"launching {name} (grid {grid}, block {threads}, {smem} B shared) "
+                        f"failed: {error_text(err)}")
+
+    def zero_flags(self, workspace: int, stream: int) -> None:
+        """Stream-K's flags start zero: set them on the stream before the launch."""
+        if self._flag_words:
+            from .device import check
+
+            driver = self._driver
+            check(driver.cuMemsetD32Async(workspace + self._flag_offset, 0, self._flag_words,
+                                          driver.CUstream(stream)), "cuMemsetD32Async")
+
+
+class CallPath:
+    """The signature cache in front of a kernel's launches. `choose(args, sizes)` names the
+    CompiledKernel that runs a signature not seen before (the kernel itself, or a tuned
+    kernel's variant for the call's sizes)."""
+
+    def __init__(self, plan: KernelPlan, choose: Callable[[dict, Any], Any]):
+        from .launch import _takes_array
+
+        self.plan = plan
+        self._choose = choose
+        self._names = frozenset(p.name for p in plan.params)
+        self._arrays = tuple(p.name for p in plan.params if _takes_array(p))
+        scalars = [p for p in plan.params if not _takes_array(p)]
+        self._scalars = tuple(p.name for p in scalars)
+        self._defaults = tuple((p.name, _MISSING if p.default is None else float(p.default))
+                               for p in scalars)
+        self._outputs = tuple(p.name for p in outputs_of(plan))
+        self._bindings: dict[tuple, Binding] = {}
+        self._lock = threading.Lock()
+
+    # -- the hot path --------------------------------------------------------------------
+
+    def __call__(self, stream: Any, sizes: Mapping[str, int] | None, args: dict):
+        """Check (once per signature), allocate the missing outputs, launch; the outputs in
+        declaration order, one alone as itself."""
+        torch = sys.modules.get("torch")
+        tensor = torch.Tensor if torch is not None else None
+        if not self._names.issuperset(args):
+            return self._first_call(stream, sizes, args)  # an unknown name: its message
+        key = []
+        pointers = []
+        for name in self._arrays:
+            value = args.get(name)
+            if tensor is not None and isinstance(value, tensor):
+                ptr = value.data_ptr()
+                key.append((value.dtype, value.shape, value.stride(), value.get_device(),
+                            ptr & ADDRESS_BITS))
+                pointers.append(ptr)
+            elif value is None:
+                key.append(None)
+                pointers.append(0)
+            else:
+                array = as_device_array(value, name)
+                key.append((array.dtype, array.shape, array.strides, array.device_id,
+                            array.ptr & ADDRESS_BITS, array.kind))
+                pointers.append(array.ptr)
+        scalars = []
+        for name, default in self._defaults:
+            value = args.get(name, default)
+            kind = type(value)
+            if kind is not float and kind is not int:
+                return self._first_call(stream, sizes, args)  # not a number, or missing
+            scalars.append(value)
+        if sizes:
+            key.append(tuple(sorted(sizes.items())))
+        binding = self._bindings.get(tuple(key))
+        if binding is None:
+            return self._first_call(stream, sizes, args, tuple(key))
+        torch_device = binding.torch_device
+        if stream is None:
+            stream = (torch._C._cuda_getCurrentRawStream(binding.device_index)
+                      if torch_device is not None else 0)
+        elif type(stream) is not int:
+            from .launch import resolve_stream
+
+            stream = resolve_stream(stream)
+        made = None
+        if binding.allocate:
+            made = self._allocate(binding, pointers, torch if torch_device is not None else None)
+        if _current_context() != binding.context:
+            self._activate(binding)
+        if binding.workspace_bytes:
+            self._with_workspace(binding, pointers, scalars, stream,
+                                 torch if torch_device is not None else None)
+        else:
+            binding.launch(pointers, scalars, stream)
+        if made is None:
+            outputs = [args[name] for name in self._outputs]
+        else:
+            outputs = [made[name] if name in made else args[name] for name in self._outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def _allocate(binding: Binding, pointers: list[int], torch) -> dict[str, Any]:
+        """The outputs the call leaves out, allocated; their addresses put in `pointers`."""
+        made = {}
+        for position, name, (shape, strides, dtype) in binding.allocate:
+            if torch is not None:
+                out = torch.empty_strided(shape, strides, dtype=binding.torch_dtypes[name],
+                                          device=binding.torch_device)
+                pointers[position] = out.data_ptr()
+            else:
+                from .buffers import DeviceBuffer
+
+                out = DeviceBuffer(shape, dtype, strides=strides,
+                                   device_id=binding.kernel.device_id)
+                pointers[position] = out.ptr
+            made[name] = out
+        return made
+
+    @staticmethod
+    def _activate(binding: Binding) -> None:
+        """Make the binding's device's primary context current on this thread."""
+        from .device import activate
+
+        activate(binding.kernel.device_id)
+
+    def _with_workspace(self, binding: Binding, pointers: list[int], scalars: list, stream: int,
+                        torch) -> None:
+        """Launch with a stream-ordered workspace, freed once the launches are enqueued."""
+        from cuda.bindings import driver
+
+        from .device import check
+
+        if torch is not None:  # torch's caching allocator, ordered on the launch's stream
+            address = torch.cuda.caching_allocator_alloc(binding.workspace_bytes,
+                                                         binding.device_index, stream)
+            try:
+                binding.zero_flags(address, stream)
+                binding.launch(pointers, scalars, stream, address)
+            finally:
+                torch.cuda.caching_allocator_delete(address)
+            return
+        handle = driver.CUstream(stream)
+        address = int(check(driver.cuMemAllocAsync(binding.workspace_bytes, handle),
+                            "cuMemAllocAsync"))
+        try:
+            binding.zero_flags(address, stream)
+            binding.launch(pointers, scalars, stream, address)
+        finally:
+            check(driver.cuMemFreeAsync(address, handle), "cuMemFreeAsync")
+
+    # -- a signature not seen before -----------------------------------------------------
+
+    def _first_call(self, stream: Any, sizes: Mapping[str, int] | None, args: dict,
+                    key: tuple | None = None):
+        """The whole check (its message for a bad argument), then the binding kept under `key`
+        (None: a call the fast path does not key, e.g. a scalar passed as a numpy number)."""
+        kernel = self._choose(args, sizes)
+        if not self._names.issuperset(args):
+            kernel.bind(sizes, **args)  # raises: the unknown argument's message
+        missing = tuple(name for name in self._outputs if args.get(name) is None)
+        call_args = dict(args)
+        if missing:
+            call_args.update(kernel._allocate(list(missing), args, sizes))
+        bound = kernel.bind(sizes, **call_args)
+        binding = Binding(kernel, bound, self._arrays, self._scalars, missing)
+        if key is not None:
+            self._keep(key, binding)
+        from .launch import resolve_stream
+
+        pointers = [bound.arrays[name].ptr for name in self._arrays]
+        self._enqueue(binding, pointers, [bound.scalars[n] for n in self._scalars],
+                      resolve_stream(stream, bound.arrays))
+        outputs = [call_args[name] for name in self._outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _keep(self, key: tuple, binding: Binding) -> None:
+        with self._lock:
+            if len(self._bindings) >= MAX_BINDINGS:
+                self._bindings.clear()
+            self._bindings[key] = binding
+
+    def launch_bound(self, kernel, bound, stream: int) -> None:
+        """Launch arguments `bind` checked (kgen's harness times this way)."""
+        key = ("bound", tuple((name, a.dtype, a.shape, a.strides, a.device_id,
+                               a.ptr & ADDRESS_BITS) for name, a in bound.arrays.items()),
+               tuple(sorted(bound.sizes.items())))
+        binding = self._bindings.get(key)
+        if binding is None:
+            binding = Binding(kernel, bound, self._arrays, self._scalars)
+            self._keep(key, binding)
+        self._enqueue(binding, [bound.arrays[name].ptr for name in self._arrays],
+                      [bound.scalars[name] for name in self._scalars], stream)
+
+    def _enqueue(self, binding: Binding, pointers: list[int], scalars: list,
+                 stream: int) -> None:
+        if _current_context() != binding.context:
+            self._activate(binding)
+        if binding.workspace_bytes:
+            torch = sys.modules.get("torch") if binding.torch_device is not None else None
+            self._with_workspace(binding, pointers, scalars, stream, torch)
+        else:
+            binding.launch(pointers, scalars, stream)
