@@ -104,7 +104,8 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
     listed = builder.listed(free, target(arch), sizes=dict(sizes), wide=True)
     # the builder's choice for these sizes (what kgen run takes untuned); raises when nothing
     # plans
-    default_plan = lower(free, arch, config=builder.sized(free, target(arch), sizes))
+    sized = builder.sized(free, target(arch), sizes)
+    default_plan = lower(free, arch, config=sized)
     default_source = emit_source(default_plan, source_name, source_hash)
     candidates: list[Candidate] = []
     skipped: list[Skipped] = []
@@ -125,7 +126,8 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
         seen[source] = candidate.label
         candidates.append(candidate)
     if not any(c.default for c in candidates):  # the builder's short list differs: add it
-        config = _default_config(default_plan, free)
+        # the sizes' own configuration, or the size-blind one the listed lines rebuild
+        config = sized if sized is not None else _default_config(default_plan, free)
         candidates.insert(0, Candidate(-1, config, default_plan.schedule.chosen,
                                        builder.fill(free, config)[0], default_plan,
                                        default_source, default=True))

@@ -91,3 +91,13 @@ def test_a_kernel_that_cannot_plan_raises_the_lowering_error():
     text = example_text("gemm", stripped=False).replace("stages 3", "stages 30")
     with pytest.raises(KgenError):
         search_space(kernel_of(text), Arch.SM80, SIZES)
+
+
+def test_the_sizes_own_configuration_is_a_candidate_where_no_listed_one_is_it():
+    """sm_90a at decode sizes: the builder's sized choice (32-row tiles of the tiled kernel,
+    split-K 4) is not among the listed configurations at M = 16, N = 14336; it is added as the
+    default candidate (this raised AssertionError from kgen tune)."""
+    sizes = {"M": 16, "N": 14336, "K": 4096}
+    space = search_space(kernel_of(example_text("gemm")), Arch.SM90A, sizes, limit=5)
+    (default,) = [c for c in space.candidates if c.default]
+    assert default.plan.gemms[0].tile == (32, 128, 64) and default.plan.schedule.split_k == 4
