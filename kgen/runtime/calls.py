@@ -243,7 +243,7 @@ class Binding:
 
     def zero_flags(self, workspace: int, stream: int) -> None:
         """Stream-K's flags start zero: set them on the stream before the launch."""
-        if self._flag_words:
+        if self._flag_words:  # stream-K only
             from .device import check
 
             driver = self._driver
@@ -361,19 +361,27 @@ class CallPath:
     def _with_workspace(self, binding: Binding, pointers: list[int], scalars: list, stream: int,
                         torch) -> None:
         """Launch with a stream-ordered workspace, freed once the launches are enqueued."""
-        from cuda.bindings import driver
-
-        from .device import check
-
-        if torch is not None:  # torch's caching allocator, ordered on the launch's stream
-            address = torch.cuda.caching_allocator_alloc(binding.workspace_bytes,
-                                                         binding.device_index, stream)
+        if torch is not None:
+            # torch's caching allocator on the launch's stream: the raw calls behind
+            # torch.cuda.caching_allocator_alloc/_delete, whose device switch is not needed
+            # where the binding's device is torch's current one
+            native = torch._C
+            if native._cuda_getDevice() == binding.device_index:
+                address = native._cuda_cudaCachingAllocator_raw_alloc(binding.workspace_bytes,
+                                                                       stream)
+            else:
+                address = torch.cuda.caching_allocator_alloc(binding.workspace_bytes,
+                                                             binding.device_index, stream)
             try:
                 binding.zero_flags(address, stream)
                 binding.launch(pointers, scalars, stream, address)
             finally:
-                torch.cuda.caching_allocator_delete(address)
+                native._cuda_cudaCachingAllocator_raw_delete(address)
             return
+        from cuda.bindings import driver
+
+        from .device import check
+
         handle = driver.CUstream(stream)
         address = int(check(driver.cuMemAllocAsync(binding.workspace_bytes, handle),
                             "cuMemAllocAsync"))
