@@ -12,7 +12,6 @@ source writes too.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -81,13 +80,8 @@ def applied(kernel: ir.Kernel) -> Config:
 
 
 def free_lines(kernel: ir.Kernel) -> ir.Kernel:
-    """The kernel with every schedule line left out: tile, warps, stages, keep, resident,
-    split, cluster in each gemm, and the kernel's schedule."""
-    gemms = tuple(dataclasses.replace(g, tile=None, warps=None, stages=None, keep=None,
-                                      resident=False, resident_loc=None, split=None,
-                                      cluster=None)
-                  for g in kernel.gemms)
-    return dataclasses.replace(kernel, gemms=gemms, schedule=None)
+    """The kernel with every schedule line left out (kgen/lower/builder.py's `free`)."""
+    return builder.free(kernel)
 
 
 def emit_source(plan: KernelPlan, source_name: str = "<tune>", source_hash: str = "") -> str:
