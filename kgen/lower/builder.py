@@ -247,6 +247,15 @@ def _free(g: ir.Gemm) -> bool:
             and not g.resident and g.split is None and g.cluster is None)
 
 
+def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice, ...]:
+    """The filled lines as the plan runs them: a `warps` line names the warps of the plan's
+    gemm (the warp-specialized kernels take the 8 math warps of a configuration's `warps 2x4`
+    as 8x1, or a ping-pong consumer's 4x1), so `kgen inspect`'s line and its gemms table agree,
+    and the line, written back, plans the same kernel."""
+    warps = {f"{g.name} warps": f"{g.warps[0]}x{g.warps[1]}" for g in plan.gemms}
+    return tuple(dataclasses.replace(c, value=warps.get(c.line, c.value)) for c in chosen)
+
+
 def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
           config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
     """The first configuration that plans (`config`, a tuned one, tried first; without one,
@@ -272,7 +281,8 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
             why = (config.why if config.why.startswith(targets.WHY_SIZED)
                    else WHY_TUNED + " the fastest `kgen tune` timed")
             chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
-        schedule = dataclasses.replace(plan.schedule, chosen=chosen, untaken=tuple(refused))
+        schedule = dataclasses.replace(plan.schedule, chosen=as_run(chosen, plan),
+                                       untaken=tuple(refused))
         return filled, dataclasses.replace(plan, schedule=schedule)
     assert first_error is not None, "every target lists at least one configuration"
     if len({reason for _, reason in refused}) == 1:  # kgen's choices do not matter to it

@@ -110,7 +110,7 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
             skipped.append(Skipped(applied(filled).label, "plan", err.message))
             continue
         source = emit_source(plan, source_name, source_hash)
-        candidate = Candidate(index, config, lines, filled, plan, source,
+        candidate = Candidate(index, config, builder.as_run(lines, plan), filled, plan, source,
                               default=source == default_source)
         if source in seen:
             skipped.append(Skipped(candidate.label, "duplicate",
@@ -136,6 +136,6 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
 def _default_config(plan: KernelPlan, kernel: ir.Kernel) -> Config:
     """The configuration the builder filled into `kernel` for `plan`, rebuilt from its lines."""
     for config, _filled, lines in builder.listed(kernel, target(plan.arch)):
-        if lines == plan.schedule.chosen:
+        if builder.as_run(lines, plan) == plan.schedule.chosen:
             return config
     raise AssertionError("the builder's choice is one of the configurations it lists")

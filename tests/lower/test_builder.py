@@ -468,3 +468,22 @@ def test_a_configuration_refused_beside_written_lines_says_which_it_ran_with():
     plan = lower(gemm("tile 128x256x64", "sm_90a"), ir.Arch.SM90A)
     assert all("beside" not in c.why for c in plan.schedule.chosen)
 
+
+@pytest.mark.parametrize("schedule, warps", [(None, (8, 1)), (ir.Schedule.PINGPONG, (4, 1))])
+def test_a_filled_warps_line_is_the_warps_the_kernel_runs(schedule, warps):
+    """The warp-specialized kernels run a configuration's `warps 2x4` (8 math warps) as 8x1, or
+    a ping-pong consumer's 4x1: the filled line says so, and written back plans the same."""
+    from kgen.api import build
+
+    kernel = dataclasses.replace(gemm("", "sm_90a"), schedule=schedule)
+    built = build(kernel, "sm_90a")
+    lines = {c.line: c.value for c in built.plan.schedule.chosen}
+    assert built.plan.gemms[0].warps == warps
+    assert lines["g warps"] == f"{warps[0]}x{warps[1]}"
+    written = gemm(f"tile {lines['g tile']}\n    warps {lines['g warps']}\n    "
+                   f"stages {lines['g stages']}", "sm_90a")
+    assert build(dataclasses.replace(written, schedule=schedule), "sm_90a").source == \
+        built.source
+    # the mma.sync kernel runs the filled warps as they are (sm_80)
+    plan = lower(gemm(""), ir.Arch.SM80)
+    assert {c.line: c.value for c in plan.schedule.chosen}["g warps"] == "2x4"

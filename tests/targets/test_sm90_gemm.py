@@ -327,6 +327,21 @@ def test_a_tile_no_kernel_takes_gets_the_advice_that_keeps_it_on_wgmma():
         build(gemm_kernel(tile=(256, 256, 64), warps=(2, 4), arch=ir.Arch.SM80))
 
 
+def test_a_ping_pong_consumers_grid_is_a_warps_line_of_its_own():
+    """`warps 4x1` under `schedule pingpong` names one consumer warpgroup's grid (the ping-pong
+    chain's rule): the same kernel as 8 math warps. The cooperative kernel refuses it."""
+    def pingpong(warps):
+        return dataclasses.replace(gemm_kernel(warps=warps, stages=4, arch=ir.Arch.SM90A),
+                                   schedule=ir.Schedule.PINGPONG)
+
+    own, eight = build(pingpong((4, 1))), build(pingpong((2, 4)))
+    assert own.plan.schedule.kind is KernelKind.PINGPONG and own.source == eight.source
+    assert own.plan.gemms[0].warps == eight.plan.gemms[0].warps == (4, 1)
+    s = build(gemm_kernel(warps=(4, 1), arch=ir.Arch.SM90A)).plan.schedule
+    assert s.kind is KernelKind.TILED
+    assert "8 math warps (two consumer warpgroups), not 4x1" in s.gemms[0].why_mma
+
+
 def test_a_schedule_line_that_cannot_be_served_is_refused_where_it_stands():
     k = dataclasses.replace(gemm_kernel(tile=(128, 256, 64), warps=(2, 4), arch=ir.Arch.SM90A),
                             schedule=ir.Schedule.PINGPONG)
