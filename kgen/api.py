@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import ir
-from .errors import NOWHERE, KgenError, KgenSourceWarning
+from .errors import NOWHERE, KgenError, KgenSlowPathWarning, KgenSourceWarning, SourceLoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +119,40 @@ def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: 
     kgen.targets.Config (a tuned one) that fills the schedule lines the kernel leaves out,
     tried before the builder's own."""
     from .emit import emit, emit_header
-    from .lower import lower
 
-    plan = lower(kernel, arch_of(arch), config=config)
+    plan = plan_kernel(kernel, arch_of(arch), config=config)
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
     header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
                          header_name=header_name)
     return Built(kernel, plan, source, header)
+
+
+def plan_kernel(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, config: Any = None,
+                source: str | None = None):
+    """Lower a verified kernel to its plan (kgen.lower.lower), warning (KgenSlowPathWarning)
+    where written schedule lines make the target plan a slower path than it plans without them
+    (kgen.lower.slow_path): `source`, the file's text for the warning's source line (default:
+    read from the kernel's file, where it has one)."""
+    from .lower import lower, slow_path
+
+    arch = arch_of(arch)
+    plan = lower(kernel, arch, config=config)
+    # the warning is about the written lines and the builder's default plan, not a tuned one
+    warning = slow_path(kernel, arch, plan if config is None else None)
+    if warning is not None:
+        text = source if source is not None else _file_text(warning.loc)
+        warnings.warn(warning.render(text), KgenSlowPathWarning, stacklevel=3)
+    return plan
+
+
+def _file_text(loc: SourceLoc) -> str | None:
+    """The text of the file a location points into, or None (IR built in Python)."""
+    if loc.line <= 0:
+        return None
+    try:
+        return Path(loc.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,

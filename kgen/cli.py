@@ -238,7 +238,8 @@ def _json_option(what: str):
 
 werror_option = click.option(
     "--werror", is_flag=True,
-    help="Make warnings (NVRTC's spills and local memory, the front end's) errors: exit 2.")
+    help="Make warnings errors, exit 2: a schedule line that forces a slower path than the "
+         "target has, the front end's, NVRTC's spills and local memory.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,8 +451,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module, safe_file_name, sized_config
-    from .lower import lower
+    from .api import plan_kernel, read_module, safe_file_name, sized_config
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
     if gpu_name is not None and size_text is None:
@@ -475,7 +475,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                 plan = built.plan
                 summary = plan_summary(plan, _resources(built))
             else:
-                plan = lower(kernel, target, config=config)
+                plan = plan_kernel(kernel, target, config=config, source=text)
                 summary = plan_summary(plan)
             if tuning is not None:
                 from .tune.select import describe

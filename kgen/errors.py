@@ -80,6 +80,14 @@ class KgenSourceWarning(UserWarning):
     or fails under --werror."""
 
 
+class KgenSlowPathWarning(KgenSourceWarning):
+    """A written schedule line that makes the target plan a slower path than it plans without
+    the line (the mma.sync kernel on sm_90a, where the warp-specialized wgmma kernel plans):
+    `kgen.lower.slow_path` finds it, `kgen.api` warns with it, rendered like its base class.
+    `warnings.simplefilter("error", KgenSlowPathWarning)` makes it an exception; --werror makes
+    it exit 2."""
+
+
 class KgenRuntimeError(Exception):
     """A failure after the input was accepted: NVRTC, the driver, or a launch. Exit code 1."""
 

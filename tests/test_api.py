@@ -1,13 +1,14 @@
 """The Python API without a GPU: build, build_file, and load's message when no GPU is there."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
 import kgen
 from kgen import ir
-from kgen.errors import KgenError, KgenRuntimeError
+from kgen.errors import KgenError, KgenRuntimeError, KgenSlowPathWarning, KgenSourceWarning
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
 
@@ -45,8 +46,8 @@ def test_build_file_matches_the_cli(example):
 
     from kgen.cli import cli
 
-    built = kgen.build_file(example)
-    assert CliRunner().invoke(cli, ["compile", str(example)]).output == built.source
+    built = kgen.build_file(example)  # the .cu on stdout (warnings go to stderr)
+    assert CliRunner().invoke(cli, ["compile", str(example)]).stdout == built.source
 
 
 def test_several_kernels_need_a_name(tmp_path):
@@ -100,3 +101,25 @@ def test_load_warns_about_spills_and_local_memory(monkeypatch):
     with pytest.warns(nvrtc.KgenResourceWarning, match="8 B spill stores and 8 B spill loads "
                                                        "and a 16 B stack frame"):
         assert kgen.load(bias_relu_kernel()) == "loaded"
+
+
+GEMM_FILE = Path(__file__).resolve().parent.parent / "examples" / "gemm_bias_relu.kg"
+
+
+def test_the_slow_path_warning_is_a_python_warning(tmp_path):
+    """kgen.build_file warns where written lines force the slower path; the warning is its own
+    class (a KgenSourceWarning), so a filter can make it an error."""
+    pipeline()
+    path = tmp_path / "sm80.kg"
+    path.write_text(GEMM_FILE.read_text().replace("tile 128x256x64  warps 2x4  stages 3",
+                                                  "tile 128x128x32  warps 2x2  stages 4"))
+    with pytest.warns(KgenSlowPathWarning, match="force the mma.sync kernel") as caught:
+        kgen.build_file(path, "sm_90a")
+    assert len(caught) == 1 and str(caught[0].message).startswith(f"{path}:16:5: warning: ")
+    assert issubclass(KgenSlowPathWarning, KgenSourceWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KgenSlowPathWarning)
+        with pytest.raises(KgenSlowPathWarning):
+            kgen.build_file(path, "sm_90a")
+        kgen.build_file(path)  # its own target, sm_80: no faster path, no warning
+

@@ -327,3 +327,42 @@ def test_unused_local_under_werror_exits_2(tmp_path):
     assert result.exit_code == 2
     assert f"{source}:10:7: error: (--werror) local 'u' is never used" in result.stderr
     assert not (tmp_path / "out.cu").exists()
+
+
+# -- no silent slow path: a schedule line that forces a slower path than the target has --------
+
+SM80_LINES = "tile 128x128x32  warps 2x2  stages 4"  # issue 49: written for sm_80
+
+
+def sm80_lines(tmp_path) -> Path:
+    path = tmp_path / "sm80.kg"
+    path.write_text(GEMM.read_text().replace("tile 128x256x64  warps 2x4  stages 3", SM80_LINES))
+    return path
+
+
+def test_a_line_forcing_the_slow_path_warns_located(tmp_path):
+    path = sm80_lines(tmp_path)
+    result = invoke("compile", path, "--arch", "sm_90a", "-o", tmp_path / "k.cu")
+    assert result.exit_code == 0 and (tmp_path / "k.cu").exists()
+    head, line, caret = result.stderr.splitlines()
+    assert head.startswith(f"{path}:16:5: warning: `tile 128x128x32` and `warps 2x2` force the "
+                           "mma.sync kernel (the sm_80 path")
+    assert "without them, kgen plans the warp-specialized wgmma kernel (cooperative)" in head
+    assert line.strip() == SM80_LINES and caret.strip() == "^~~~~~~~~~~~~~~"
+    # the file's own target has no faster path: no warning
+    assert invoke("compile", path, "-o", tmp_path / "k80.cu").stderr == ""
+    shown = invoke("inspect", path, "--arch", "sm_90a", "--json")
+    assert shown.exit_code == 0 and shown.stderr.startswith(head)
+    assert json.loads(shown.stdout)["warnings"] == [result.stderr.rstrip("\n")]
+
+
+def test_werror_makes_the_slow_path_an_error(tmp_path):
+    path = sm80_lines(tmp_path)
+    for command in (("compile", path, "-o", tmp_path / "k.cu"), ("inspect", path)):
+        result = invoke(*command, "--arch", "sm_90a", "--werror")
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"{path}:16:5: error: (--werror) `tile 128x128x32` and "
+                                        "`warps 2x2` force the mma.sync kernel")
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "k.cu").exists()
+

@@ -256,6 +256,16 @@ def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice
     return tuple(dataclasses.replace(c, value=warps.get(c.line, c.value)) for c in chosen)
 
 
+def tried(kernel: ir.Kernel, lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
+    """`kernel`'s plan, or None where the lowering refuses it: for the slow-path check
+    (kgen/lower/slow_path.py), which plans the kernel with written lines left out, as the
+    builder tries configurations."""
+    try:
+        return lower_one(kernel)
+    except KgenError:
+        return None
+
+
 def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
           config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
     """The first configuration that plans (`config`, a tuned one, tried first; without one,
