@@ -88,6 +88,12 @@ class KgenSlowPathWarning(KgenSourceWarning):
     it exit 2."""
 
 
+class KgenTargetWarning(RuntimeWarning):
+    """A kernel planned for its own target runs on a newer GPU whose own target has a faster
+    path (an sm_80 file on an H100): `kgen.load` and `kgen run` warn once, with how to plan for
+    the GPU's target (`kgen.runtime.device.newer_target`)."""
+
+
 class KgenRuntimeError(Exception):
     """A failure after the input was accepted: NVRTC, the driver, or a launch. Exit code 1."""
 

@@ -366,3 +366,45 @@ def test_werror_makes_the_slow_path_an_error(tmp_path):
         assert "Traceback" not in result.output
     assert not (tmp_path / "k.cu").exists()
 
+
+def fake_gpu(monkeypatch, cc):
+    """A GPU of compute capability `cc` for kgen run, which must not get as far as a launch."""
+    import kgen.runtime.device as device
+    import kgen.runtime.launch as launch
+
+    info = device.DeviceInfo(0, "Fake GPU", cc, 132, 50 << 20, 232448, 1980000)
+    monkeypatch.setattr(device, "gpu_available", lambda: True)
+    monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("the kernel was loaded despite --werror")
+
+    monkeypatch.setattr(launch, "CompiledKernel", no_launch)
+
+
+def test_run_warns_of_the_slow_path_and_of_a_newer_gpu(tmp_path, cache_dir, monkeypatch):
+    fake_gpu(monkeypatch, (9, 0))
+    path = sm80_lines(tmp_path)
+    slow = invoke("run", path, "--arch", "sm_90a", "--werror", "--size", "M=256,N=256,K=64")
+    assert slow.exit_code == 2
+    assert slow.stderr.startswith(f"{path}:16:5: error: (--werror) `tile 128x128x32`")
+    # the file's own target, sm_80, on a 9.0 GPU: how to plan for the GPU's own
+    newer = invoke("run", GEMM, "--werror", "--size", "M=256,N=256,K=64")
+    assert newer.exit_code == 2
+    assert newer.stderr.startswith("error: gemm_bias_relu is planned for sm_80, the "
+                                   "kernel's target, and runs as sm_80 code on Fake GPU (compute "
+                                   "capability 9.0), whose own target sm_90a has a faster path")
+    assert ("--arch sm_90a or --arch native on the command line, arch=\"sm_90a\" or "
+            "arch=\"native\" in Python") in newer.stderr
+
+
+def test_run_arch_native_needs_a_gpu(monkeypatch):
+    import kgen.runtime.device as device
+
+    monkeypatch.setattr(device, "gpu_available", lambda: False)
+    result = invoke("run", GEMM, "--arch", "native")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: arch 'native' is the present GPU's target, and no "
+                                    "CUDA GPU is available")
+    # compile and inspect plan without a GPU: they name targets only
+    assert invoke("compile", GEMM, "--arch", "native").exit_code == 2
