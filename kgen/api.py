@@ -95,7 +95,7 @@ def native_arch(device: int | None = None) -> ir.Arch:
     return found
 
 
-def warn_newer_gpu(plan, info, stacklevel: int = 2) -> None:
+def warn_newer_gpu(plan, info) -> None:
     """Warn (KgenTargetWarning) where a kernel planned for its own target runs on a GPU
     whose own target has a faster path (kgen.runtime.device.newer_target), saying how to plan
     for it. `info`: the GPU's DeviceInfo. kgen.load and kgen run call it once per kernel."""
@@ -113,7 +113,7 @@ def warn_newer_gpu(plan, info, stacklevel: int = 2) -> None:
         f"{plan.arch.value} code on {info.name} (compute capability {major}.{minor}), whose own "
         f"target {own} has a faster path ({', '.join(sorted(gained))}); plan for it with "
         f"--arch {own} or --arch {NATIVE} on the command line, arch=\"{own}\" or "
-        f"arch=\"{NATIVE}\" in Python", KgenTargetWarning, stacklevel=stacklevel + 1)
+        f"arch=\"{NATIVE}\" in Python", KgenTargetWarning, stacklevel=3)
 
 
 def file_hash(data: bytes) -> str:
@@ -177,14 +177,14 @@ def plan_kernel(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, config:
                 source: str | None = None):
     """Lower a verified kernel to its plan (kgen.lower.lower), warning (KgenSlowPathWarning)
     where written schedule lines make the target plan a slower path than it plans without them
-    (kgen.lower.slow_path): `source`, the file's text for the warning's source line (default:
+    (kgen/lower/slow_path.py): `source`, the file's text for the warning's source line (default:
     read from the kernel's file, where it has one)."""
-    from .lower import lower, slow_path
+    from .lower import lower, slow_path_warning
 
     arch = arch_of(arch)
     plan = lower(kernel, arch, config=config)
     # the warning is about the written lines and the builder's default plan, not a tuned one
-    warning = slow_path(kernel, arch, plan if config is None else None)
+    warning = slow_path_warning(kernel, arch, plan if config is None else None)
     if warning is not None:
         text = source if source is not None else _file_text(warning.loc)
         warnings.warn(warning.render(text), KgenSlowPathWarning, stacklevel=3)

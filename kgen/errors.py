@@ -83,7 +83,7 @@ class KgenSourceWarning(UserWarning):
 class KgenSlowPathWarning(KgenSourceWarning):
     """A written schedule line that makes the target plan a slower path than it plans without
     the line (the mma.sync kernel on sm_90a, where the warp-specialized wgmma kernel plans):
-    `kgen.lower.slow_path` finds it, `kgen.api` warns with it, rendered like its base class.
+    `kgen.lower.slow_path_warning` finds it, `kgen.api` warns with it, rendered like its base class.
     `warnings.simplefilter("error", KgenSlowPathWarning)` makes it an exception; --werror makes
     it exit 2."""
 

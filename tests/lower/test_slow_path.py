@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kgen import ir
-from kgen.lower import builder, lower, slow_path
+from kgen.lower import builder, lower, slow_path_warning as slow_path
 from kgen.lower.slow_path import check, rank
 from kgen.parse import parse
 from kgen.plan import KernelKind
