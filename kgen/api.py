@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import ir
-from .errors import NOWHERE, KgenError, KgenSourceWarning
+from .errors import (NOWHERE, KgenError, KgenRuntimeError, KgenSlowPathWarning,
+                     KgenSourceWarning, KgenTargetWarning, SourceLoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +61,59 @@ def pick_kernel(module: ir.Module, name: str | None) -> ir.Kernel:
     return module.kernels[0]
 
 
+NATIVE = "native"  # arch="native", --arch native: the present GPU's own target
+
+
 def arch_of(arch: str | ir.Arch | None) -> ir.Arch | None:
+    """The target an `arch` argument names: an Arch, its name, "native" (the current GPU's
+    target), or None (the kernel's own)."""
     if arch is None or isinstance(arch, ir.Arch):
         return arch
+    if arch == NATIVE:
+        return native_arch()
     found = ir.Arch.from_name(arch)
     if found is None:
         known = ", ".join(a.value for a in ir.Arch)
-        raise KgenError(NOWHERE, f"unknown arch {arch!r}; kgen targets {known}")
+        raise KgenError(NOWHERE, f"unknown arch {arch!r}; kgen targets {known} (or "
+                        f"{NATIVE}: the present GPU's)")
     return found
+
+
+def native_arch(device: int | None = None) -> ir.Arch:
+    """The target of the GPU `device` (default the current one): `arch="native"`."""
+    from .runtime.device import device_info, gpu_available
+
+    if not gpu_available():
+        raise KgenRuntimeError(f"arch {NATIVE!r} is the present GPU's target, and no CUDA GPU "
+                               "is available; name a target (e.g. sm_90a)")
+    info = device_info(device)
+    found = ir.Arch.from_name(info.arch)
+    if found is None:
+        known = ", ".join(a.value for a in ir.Arch)
+        raise KgenRuntimeError(f"arch {NATIVE!r}: {info.name} is {info.arch}, which kgen does "
+                               f"not target (it targets {known}); name one that runs there")
+    return found
+
+
+def warn_newer_gpu(plan, info) -> None:
+    """Warn (KgenTargetWarning) where a kernel planned for its own target runs on a GPU
+    whose own target has a faster path (kgen.runtime.device.newer_target), saying how to plan
+    for it. `info`: the GPU's DeviceInfo. kgen.load and kgen run call it once per kernel."""
+    from .runtime.device import newer_target
+    from .targets import target
+
+    own = newer_target(plan.arch.value, info.compute_capability)
+    if own is None:
+        return
+    major, minor = info.compute_capability
+    gained = [i.value for i in target(ir.Arch(own)).instructions
+              - target(plan.arch).instructions]
+    warnings.warn(
+        f"{plan.name} is planned for {plan.arch.value}, the kernel's target, and runs as "
+        f"{plan.arch.value} code on {info.name} (compute capability {major}.{minor}), whose own "
+        f"target {own} has a faster path ({', '.join(sorted(gained))}); plan for it with "
+        f"--arch {own} or --arch {NATIVE} on the command line, arch=\"{own}\" or "
+        f"arch=\"{NATIVE}\" in Python", KgenTargetWarning, stacklevel=3)
 
 
 def file_hash(data: bytes) -> str:
@@ -119,13 +165,40 @@ def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: 
     kgen.targets.Config (a tuned one) that fills the schedule lines the kernel leaves out,
     tried before the builder's own."""
     from .emit import emit, emit_header
-    from .lower import lower
 
-    plan = lower(kernel, arch_of(arch), config=config)
+    plan = plan_kernel(kernel, arch_of(arch), config=config)
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
     header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
                          header_name=header_name)
     return Built(kernel, plan, source, header)
+
+
+def plan_kernel(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, config: Any = None,
+                source: str | None = None):
+    """Lower a verified kernel to its plan (kgen.lower.lower), warning (KgenSlowPathWarning)
+    where written schedule lines make the target plan a slower path than it plans without them
+    (kgen/lower/slow_path.py): `source`, the file's text for the warning's source line (default:
+    read from the kernel's file, where it has one)."""
+    from .lower import lower, slow_path_warning
+
+    arch = arch_of(arch)
+    plan = lower(kernel, arch, config=config)
+    # the warning is about the written lines and the builder's default plan, not a tuned one
+    warning = slow_path_warning(kernel, arch, plan if config is None else None)
+    if warning is not None:
+        text = source if source is not None else _file_text(warning.loc)
+        warnings.warn(warning.render(text), KgenSlowPathWarning, stacklevel=3)
+    return plan
+
+
+def _file_text(loc: SourceLoc) -> str | None:
+    """The text of the file a location points into, or None (IR built in Python)."""
+    if loc.line <= 0:
+        return None
+    try:
+        return Path(loc.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
@@ -198,7 +271,12 @@ def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | No
     `ir.Kernel`. `arch` overrides the kernel's `target` for planning; the code is compiled for
     the present GPU (`device`, default the current one). With `tuned` (the default), a kernel
     that `kgen tune` has tuned on this GPU runs, per call, the tuned schedule of the call's size
-    bucket (kgen/tune/select.py: a TunedKernel); otherwise the CompiledKernel itself."""
+    bucket (kgen/tune/select.py: a TunedKernel); otherwise the CompiledKernel itself.
+    `arch="native"` plans for the GPU `device`'s own target. Without `arch`, a kernel whose
+    target is older than the GPU's own, where that has a faster path (an sm_80 file on an
+    H100), warns once (KgenTargetWarning) and runs as its target's code."""
+    if isinstance(arch, str) and arch == NATIVE:
+        arch = native_arch(device)
     if isinstance(path_or_kernel, ir.Kernel):
         from .verify import verify
 
@@ -213,9 +291,12 @@ def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | No
         def rebuild(config) -> Built:
             return build_file(path_or_kernel, arch, kernel=kernel, config=config)
     compiled = load_built(built, device=device, extra_options=extra_options)
+    from .runtime.device import device_info
+
+    if arch is None:  # the file's own target: is the GPU's faster?
+        warn_newer_gpu(built.plan, device_info(device))
     if not tuned:
         return compiled
-    from .runtime.device import device_info
     from .tune.select import follow_cache
 
     def make(config):

@@ -32,6 +32,7 @@ EXIT_BAD_INPUT = 2
 DIFF_LINES = 20
 
 ARCH_CHOICE = click.Choice([a.value for a in Arch])
+RUN_ARCH_CHOICE = click.Choice([a.value for a in Arch] + ["native"])  # native: the GPU's own
 
 
 PIPE_WIDTH = 120  # rich's width when writing to a pipe or a file (80 cuts the tables)
@@ -238,7 +239,9 @@ def _json_option(what: str):
 
 werror_option = click.option(
     "--werror", is_flag=True,
-    help="Make warnings (NVRTC's spills and local memory, the front end's) errors: exit 2.")
+    help="Make warnings errors, exit 2: a schedule line that forces a slower path than the "
+         "target has, the front end's, NVRTC's spills and local memory (and, for kgen run, a "
+         "GPU newer than the file's target).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,8 +453,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module, safe_file_name, sized_config
-    from .lower import lower
+    from .api import plan_kernel, read_module, safe_file_name, sized_config
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
     if gpu_name is not None and size_text is None:
@@ -475,7 +477,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                 plan = built.plan
                 summary = plan_summary(plan, _resources(built))
             else:
-                plan = lower(kernel, target, config=config)
+                plan = plan_kernel(kernel, target, config=config, source=text)
                 summary = plan_summary(plan)
             if tuning is not None:
                 from .tune.select import describe
@@ -559,7 +561,8 @@ def _positive_int(value: str) -> int:
 @click.option("--check/--no-check", default=True, help="Compare with the NumPy reference.")
 @click.option("--bench", is_flag=True, help="Time it (and PyTorch doing the same).")
 @_json_option("the report")
-@click.option("--arch", type=ARCH_CHOICE, default=None, help="Plan for this target instead.")
+@click.option("--arch", type=RUN_ARCH_CHOICE, default=None,
+              help="Plan for this target instead (native: the GPU's own).")
 @click.option("--kernel", "kernel_name", default=None, help="Which kernel, when FILE has several.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--scalar", "scalar_text", default=None, help="Scalar values, e.g. alpha=1.5.")
@@ -576,7 +579,7 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                 iters: int, tuned: bool, plot: str | None, werror: bool) -> None:
     """Compile, run on random data, check against the reference, and benchmark."""
     from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module, safe_file_name, shown_path, sized_config
+    from .api import read_module, safe_file_name, shown_path, sized_config, warn_newer_gpu
     from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import device_info, gpu_available
 
@@ -611,6 +614,8 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                       config=entry.config if entry is not None else
                       sized_config(kernel, target, sizes, every=False))
         result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
+        if arch is None:  # the file's own target: is the GPU's faster?
+            warn_newer_gpu(built.plan, device_info())
     from .harness.run import run
     from .runtime.launch import CompiledKernel
 

@@ -80,6 +80,20 @@ class KgenSourceWarning(UserWarning):
     or fails under --werror."""
 
 
+class KgenSlowPathWarning(KgenSourceWarning):
+    """A written schedule line that makes the target plan a slower path than it plans without
+    the line (the mma.sync kernel on sm_90a, where the warp-specialized wgmma kernel plans):
+    `kgen.lower.slow_path_warning` finds it, `kgen.api` warns with it, rendered like its base class.
+    `warnings.simplefilter("error", KgenSlowPathWarning)` makes it an exception; --werror makes
+    it exit 2."""
+
+
+class KgenTargetWarning(RuntimeWarning):
+    """A kernel planned for its own target runs on a newer GPU whose own target has a faster
+    path (an sm_80 file on an H100): `kgen.load` and `kgen run` warn once, with how to plan for
+    the GPU's target (`kgen.runtime.device.newer_target`)."""
+
+
 class KgenRuntimeError(Exception):
     """A failure after the input was accepted: NVRTC, the driver, or a launch. Exit code 1."""
 

@@ -1,13 +1,15 @@
 """The Python API without a GPU: build, build_file, and load's message when no GPU is there."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
 import kgen
 from kgen import ir
-from kgen.errors import KgenError, KgenRuntimeError
+from kgen.errors import (KgenError, KgenRuntimeError, KgenSlowPathWarning, KgenSourceWarning,
+                         KgenTargetWarning)
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
 
@@ -45,8 +47,8 @@ def test_build_file_matches_the_cli(example):
 
     from kgen.cli import cli
 
-    built = kgen.build_file(example)
-    assert CliRunner().invoke(cli, ["compile", str(example)]).output == built.source
+    built = kgen.build_file(example)  # the .cu on stdout (warnings go to stderr)
+    assert CliRunner().invoke(cli, ["compile", str(example)]).stdout == built.source
 
 
 def test_several_kernels_need_a_name(tmp_path):
@@ -100,3 +102,75 @@ def test_load_warns_about_spills_and_local_memory(monkeypatch):
     with pytest.warns(nvrtc.KgenResourceWarning, match="8 B spill stores and 8 B spill loads "
                                                        "and a 16 B stack frame"):
         assert kgen.load(bias_relu_kernel()) == "loaded"
+
+
+GEMM_FILE = Path(__file__).resolve().parent.parent / "examples" / "gemm_bias_relu.kg"
+
+
+def test_the_slow_path_warning_is_a_python_warning(tmp_path):
+    """kgen.build_file warns where written lines force the slower path; the warning is its own
+    class (a KgenSourceWarning), so a filter can make it an error."""
+    pipeline()
+    path = tmp_path / "sm80.kg"
+    path.write_text(GEMM_FILE.read_text().replace("tile 128x256x64  warps 2x4  stages 3",
+                                                  "tile 128x128x32  warps 2x2  stages 4"))
+    with pytest.warns(KgenSlowPathWarning, match="force the mma.sync kernel") as caught:
+        kgen.build_file(path, "sm_90a")
+    assert len(caught) == 1 and str(caught[0].message).startswith(f"{path}:16:5: warning: ")
+    assert issubclass(KgenSlowPathWarning, KgenSourceWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KgenSlowPathWarning)
+        with pytest.raises(KgenSlowPathWarning):
+            kgen.build_file(path, "sm_90a")
+        kgen.build_file(path)  # its own target, sm_80: no faster path, no warning
+
+
+def fake_load(monkeypatch, cc=(9, 0)):
+    """A GPU of compute capability `cc`; load_built returns the arch it would compile for."""
+    import kgen.api as api
+    import kgen.runtime.device as device
+
+    info = device.DeviceInfo(0, "NVIDIA H200", cc, 132, 60 << 20, 232448, 1980000)
+    monkeypatch.setattr(device, "gpu_available", lambda: True)
+    monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
+    monkeypatch.setattr(api, "load_built", lambda built, **options: built.plan.arch)
+
+
+def test_load_warns_once_where_the_gpu_has_a_faster_target(monkeypatch):
+    pipeline()
+    fake_load(monkeypatch)
+    with pytest.warns(KgenTargetWarning) as caught:
+        assert kgen.load(GEMM_FILE, tuned=False) is ir.Arch.SM80
+    (warning,) = caught
+    assert issubclass(KgenTargetWarning, RuntimeWarning)
+    assert str(warning.message).startswith(
+        "gemm_bias_relu is planned for sm_80, the kernel's target, and runs as sm_80 code on "
+        "NVIDIA H200 (compute capability 9.0), whose own target sm_90a has a faster path")
+    assert 'arch="sm_90a" or arch="native" in Python' in str(warning.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kgen.load(GEMM_FILE, "sm_80", tuned=False) is ir.Arch.SM80  # asked for
+        assert kgen.load(GEMM_FILE, "native", tuned=False) is ir.Arch.SM90A  # the GPU's own
+
+
+def test_no_target_warning_on_the_files_own_gpu(monkeypatch):
+    pipeline()
+    fake_load(monkeypatch, cc=(8, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kgen.load(GEMM_FILE, tuned=False) is ir.Arch.SM80
+        assert kgen.load(GEMM_FILE, "native", tuned=False) is ir.Arch.SM80
+
+
+def test_arch_native_names_the_gpus_target(monkeypatch):
+    import kgen.api as api
+    import kgen.runtime.device as device
+
+    monkeypatch.setattr(device, "gpu_available", lambda: False)
+    with pytest.raises(KgenRuntimeError, match="no CUDA GPU is available"):
+        api.arch_of("native")
+    monkeypatch.setattr(device, "gpu_available", lambda: True)
+    info = device.DeviceInfo(0, "Some GPU", (10, 0), 148, 0, 0, 0)
+    monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
+    with pytest.raises(KgenRuntimeError, match="Some GPU is sm_100, which kgen does not target"):
+        api.arch_of("native")

@@ -327,3 +327,84 @@ def test_unused_local_under_werror_exits_2(tmp_path):
     assert result.exit_code == 2
     assert f"{source}:10:7: error: (--werror) local 'u' is never used" in result.stderr
     assert not (tmp_path / "out.cu").exists()
+
+
+# -- no silent slow path: a schedule line that forces a slower path than the target has --------
+
+SM80_LINES = "tile 128x128x32  warps 2x2  stages 4"  # issue 49: written for sm_80
+
+
+def sm80_lines(tmp_path) -> Path:
+    path = tmp_path / "sm80.kg"
+    path.write_text(GEMM.read_text().replace("tile 128x256x64  warps 2x4  stages 3", SM80_LINES))
+    return path
+
+
+def test_a_line_forcing_the_slow_path_warns_located(tmp_path):
+    path = sm80_lines(tmp_path)
+    result = invoke("compile", path, "--arch", "sm_90a", "-o", tmp_path / "k.cu")
+    assert result.exit_code == 0 and (tmp_path / "k.cu").exists()
+    head, line, caret = result.stderr.splitlines()
+    assert head.startswith(f"{path}:16:5: warning: `tile 128x128x32` and `warps 2x2` force the "
+                           "mma.sync kernel (the sm_80 path")
+    assert "without them, kgen plans the warp-specialized wgmma kernel (cooperative)" in head
+    assert line.strip() == SM80_LINES and caret.strip() == "^~~~~~~~~~~~~~~"
+    # the file's own target has no faster path: no warning
+    assert invoke("compile", path, "-o", tmp_path / "k80.cu").stderr == ""
+    shown = invoke("inspect", path, "--arch", "sm_90a", "--json")
+    assert shown.exit_code == 0 and shown.stderr.startswith(head)
+    assert json.loads(shown.stdout)["warnings"] == [result.stderr.rstrip("\n")]
+
+
+def test_werror_makes_the_slow_path_an_error(tmp_path):
+    path = sm80_lines(tmp_path)
+    for command in (("compile", path, "-o", tmp_path / "k.cu"), ("inspect", path)):
+        result = invoke(*command, "--arch", "sm_90a", "--werror")
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"{path}:16:5: error: (--werror) `tile 128x128x32` and "
+                                        "`warps 2x2` force the mma.sync kernel")
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "k.cu").exists()
+
+
+def fake_gpu(monkeypatch, cc):
+    """A GPU of compute capability `cc` for kgen run, which must not get as far as a launch."""
+    import kgen.runtime.device as device
+    import kgen.runtime.launch as launch
+
+    info = device.DeviceInfo(0, "Fake GPU", cc, 132, 50 << 20, 232448, 1980000)
+    monkeypatch.setattr(device, "gpu_available", lambda: True)
+    monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("the kernel was loaded despite --werror")
+
+    monkeypatch.setattr(launch, "CompiledKernel", no_launch)
+
+
+def test_run_warns_of_the_slow_path_and_of_a_newer_gpu(tmp_path, cache_dir, monkeypatch):
+    fake_gpu(monkeypatch, (9, 0))
+    path = sm80_lines(tmp_path)
+    slow = invoke("run", path, "--arch", "sm_90a", "--werror", "--size", "M=256,N=256,K=64")
+    assert slow.exit_code == 2
+    assert slow.stderr.startswith(f"{path}:16:5: error: (--werror) `tile 128x128x32`")
+    # the file's own target, sm_80, on a 9.0 GPU: how to plan for the GPU's own
+    newer = invoke("run", GEMM, "--werror", "--size", "M=256,N=256,K=64")
+    assert newer.exit_code == 2
+    assert newer.stderr.startswith("error: gemm_bias_relu is planned for sm_80, the "
+                                   "kernel's target, and runs as sm_80 code on Fake GPU (compute "
+                                   "capability 9.0), whose own target sm_90a has a faster path")
+    assert ("--arch sm_90a or --arch native on the command line, arch=\"sm_90a\" or "
+            "arch=\"native\" in Python") in newer.stderr
+
+
+def test_run_arch_native_needs_a_gpu(monkeypatch):
+    import kgen.runtime.device as device
+
+    monkeypatch.setattr(device, "gpu_available", lambda: False)
+    result = invoke("run", GEMM, "--arch", "native")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: arch 'native' is the present GPU's target, and no "
+                                    "CUDA GPU is available")
+    # compile and inspect plan without a GPU: they name targets only
+    assert invoke("compile", GEMM, "--arch", "native").exit_code == 2

@@ -36,3 +36,18 @@ def test_a_chain_has_no_narrow_path():
     (d1,) = output_paths(plan)
     assert d1["narrow"] == "none (no narrow entry point)"
     assert d1["fast"].startswith("16-byte chunks")
+
+
+def test_the_gemms_table_and_the_filled_warps_line_say_the_same_warps():
+    """Issue 49: on sm_90a the gemms table said 8x1 and the filled line `warps 2x4`. Both are
+    now the warps the kernel runs (the plan's), in the table and in --json alike."""
+    from kgen.lower.builder import free
+    from kgen.parse import parse
+
+    for name, warps in (("gemm_bias_relu.kg", [8, 1]), ("evt_multi_output.kg", [4, 1])):
+        (kernel,) = parse((EXAMPLES / name).read_text(), name).kernels
+        summary = plan_summary(api.build(free(kernel), "sm_90a").plan)
+        (gemm,) = summary["gemms"]
+        (line,) = [row for row in summary["schedule"] if row["setting"].endswith(" warps")]
+        assert gemm["warps"] == warps, name  # cooperative: 8x1; ping-pong: a consumer's 4x1
+        assert line["value"] == "x".join(map(str, warps)), name

@@ -10,6 +10,9 @@
                           and their lifetimes, the declared layout checked by unions, the
                           packer, the budget); the source's request or the first legal one
 
+After lowering, `slow_path_warning` says which written schedule lines put the plan on a slower path
+than the target plans without them (kgen/lower/slow_path.py); the API warns with it.
+
 A kernel without a gemm but with a storage declaration lowers to a plan with no gemm: its
 storage can be planned and inspected, not emitted.
 """
@@ -18,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 
 from .. import ir
-from ..errors import KgenError
+from ..errors import KgenError, KgenWarning
 from ..plan import GemmPlan, KernelPlan
 from ..targets import Candidate, Config, Target, producer_threads, target
-from . import abi, builder, chain, epilogue, mainloop, schedule, select
+from . import abi, builder, chain, epilogue, mainloop, schedule, select, slow_path
 
 GROUP_M = select.GROUP_M
 
@@ -40,6 +43,18 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         return builder.build(kernel, tgt, lambda k: _lower(k, arch, tgt, persistent),
                              config=config)[1]
     return _lower(kernel, arch, tgt, persistent)
+
+
+def slow_path_warning(kernel: ir.Kernel, arch: ir.Arch | None = None,
+                      plan: KernelPlan | None = None) -> KgenWarning | None:
+    """The warning for the written schedule lines that put the kernel's plan on a slower path
+    than the target plans without them (kgen/lower/slow_path.py), or None. `plan`: lower()'s
+    plan of the kernel without a tuned configuration, where the caller has it."""
+    arch = arch or kernel.target
+    if not kernel.gemms:
+        return None
+    return slow_path.check(kernel, target(arch), plan or lower(kernel, arch),
+                      lambda k: lower(k, arch))
 
 
 def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | None) -> KernelPlan:

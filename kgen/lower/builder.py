@@ -19,7 +19,7 @@ import dataclasses
 from typing import Callable, Mapping
 
 from .. import ir, targets
-from ..errors import KgenError
+from ..errors import KgenError, SourceLoc
 from ..plan import KernelKind, KernelPlan, LineChoice
 from ..targets import Config, GemmConfig, GemmShape, Instruction, Target, configs
 from .epilogue import stores_one_16bit_tensor
@@ -54,20 +54,108 @@ def shapes(kernel: ir.Kernel) -> tuple[GemmShape, ...]:
     return tuple(out)
 
 
-def fill(kernel: ir.Kernel, config: Config) -> tuple[ir.Kernel, tuple[LineChoice, ...]]:
-    """The kernel with `config` in every schedule line it leaves out, and those lines. Where
-    the source writes a `schedule` other than the configuration's, the configuration's why
-    (which describes its own kernel) gives way to one that says so. A configuration without a
+@dataclasses.dataclass(frozen=True, slots=True)
+class WrittenLine:
+    """A schedule line the source writes: in gemm number `gemm` (None: the kernel's
+    `schedule`), which one (`what`: tile, warps, stages, keep, resident, split, cluster,
+    schedule), as DSL text, and where (`keep` has no location of its own: its gemm's)."""
+
+    gemm: int | None
+    what: str
+    text: str
+    loc: SourceLoc
+
+
+def written(kernel: ir.Kernel) -> tuple[WrittenLine, ...]:
+    """The schedule lines the source writes, in source order."""
+    out = []
+    if kernel.schedule is not None:
+        out.append(WrittenLine(None, "schedule", f"schedule {kernel.schedule.value}",
+                               kernel.schedule_loc))
+    for i, g in enumerate(kernel.gemms):
+        texts = _gemm_lines(g.a.name, g.b.name, g.tile and (g.tile.m, g.tile.n, g.tile.k),
+                            g.warps and (g.warps.m, g.warps.n), g.stages and g.stages.count,
+                            g.keep, g.resident, g.split and g.split.count,
+                            g.split is not None and g.split.stream,
+                            g.cluster and (g.cluster.m, g.cluster.n))
+        locs = {"tile": g.tile, "warps": g.warps, "stages": g.stages, "split": g.split,
+                "cluster": g.cluster}
+        for what, text in texts.items():
+            loc = g.resident_loc if what == "resident" else getattr(locs.get(what), "loc", None)
+            out.append(WrittenLine(i, what, text, loc or g.loc))
+    return tuple(sorted(out, key=lambda line: (line.loc.line, line.loc.col)))
+
+
+def without(kernel: ir.Kernel, lines) -> ir.Kernel:
+    """The kernel with these written lines left out (to the builder)."""
+    cleared = {"tile": None, "warps": None, "stages": None, "keep": None, "split": None,
+               "cluster": None}
+    gemms = list(kernel.gemms)
+    schedule = kernel.schedule
+    for line in lines:
+        if line.gemm is None:
+            schedule = None
+        elif line.what == "resident":
+            gemms[line.gemm] = dataclasses.replace(gemms[line.gemm], resident=False,
+                                                   resident_loc=None)
+        else:
+            gemms[line.gemm] = dataclasses.replace(gemms[line.gemm],
+                                                   **{line.what: cleared[line.what]})
+    return dataclasses.replace(kernel, gemms=tuple(gemms), schedule=schedule)
+
+
+def free(kernel: ir.Kernel) -> ir.Kernel:
+    """The kernel with every schedule line left out: tile, warps, stages, keep, resident,
+    split, cluster in each gemm, and the kernel's schedule."""
+    gemms = tuple(dataclasses.replace(g, tile=None, warps=None, stages=None, keep=None,
+                                      resident=False, resident_loc=None, split=None,
+                                      cluster=None)
+                  for g in kernel.gemms)
+    return dataclasses.replace(kernel, gemms=gemms, schedule=None)
+
+
+def _gemm_lines(a: str, b: str, tile, warps, stages, keep, resident: bool, split, stream: bool,
+                cluster) -> dict[str, str]:
+    """A gemm's schedule lines as DSL text, those it has (None, False, a split of 1 and a
+    cluster of 1x1 are lines left out)."""
+    texts = {"tile": tile and f"tile {'x'.join(map(str, tile))}",
+             "warps": warps and f"warps {warps[0]}x{warps[1]}",
+             "stages": stages and f"stages {stages}",
+             "keep": keep and f"keep {a} in {keep.value}",
+             "resident": resident and f"keep {b} resident",
+             "split": "split stream" if stream else split and split > 1 and f"split {split}",
+             "cluster": cluster and cluster != (1, 1) and f"cluster {cluster[0]}x{cluster[1]}"}
+    return {what: text for what, text in texts.items() if text}
+
+
+def overridden(kernel: ir.Kernel, config: Config) -> tuple[WrittenLine, ...]:
+    """The written lines where `config` would write another value, or none: the kernel the
+    configuration fills is then not the one its why describes. A configuration without a
     `schedule` describes the target's preference: on sm_90a, the cooperative kernel, the one
     kind a written `schedule cooperative` plans."""
+    described = (ir.Schedule.COOPERATIVE if config.schedule is None
+                 else _SCHEDULES.get(config.schedule))
+    own = {None: {"schedule": f"schedule {described.value}" if described else ""}}
+    for i, (g, c) in enumerate(zip(kernel.gemms, config.gemms)):
+        own[i] = _gemm_lines(g.a.name, g.b.name, c.tile, c.warps, c.stages, c.keep, c.resident,
+                             c.split, c.stream, c.cluster)
+    return tuple(line for line in written(kernel) if own[line.gemm].get(line.what) != line.text)
+
+
+def _beside(lines: tuple[WrittenLine, ...]) -> str:
+    return ", ".join(f"`{line.text}`" for line in lines)
+
+
+def fill(kernel: ir.Kernel, config: Config) -> tuple[ir.Kernel, tuple[LineChoice, ...]]:
+    """The kernel with `config` in every schedule line it leaves out, and those lines. Where
+    the source writes a line other than the configuration's (`overridden`), the
+    configuration's why (which describes its own kernel) gives way to one that says so."""
     chosen: list[LineChoice] = []
     gemms = []
     why = config.why
-    described = (ir.Schedule.COOPERATIVE if config.schedule is None
-                 else _SCHEDULES.get(config.schedule))
-    if kernel.schedule is not None and described is not kernel.schedule:
+    if differing := overridden(kernel, config):
         why = ("the first of the target's configurations that plans beside the written lines "
-               f"(`schedule {kernel.schedule.value}`)")
+               f"({_beside(differing)})")
     for g, c in zip(kernel.gemms, config.gemms):
         gemms.append(_fill_gemm(g, c, why, chosen))
     kernel = dataclasses.replace(kernel, gemms=tuple(gemms))
@@ -159,6 +247,25 @@ def _free(g: ir.Gemm) -> bool:
             and not g.resident and g.split is None and g.cluster is None)
 
 
+def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice, ...]:
+    """The filled lines as the plan runs them: a `warps` line names the warps of the plan's
+    gemm (the warp-specialized kernels take the 8 math warps of a configuration's `warps 2x4`
+    as 8x1, or a ping-pong consumer's 4x1), so `kgen inspect`'s line and its gemms table agree,
+    and the line, written back, plans the same kernel."""
+    warps = {f"{g.name} warps": f"{g.warps[0]}x{g.warps[1]}" for g in plan.gemms}
+    return tuple(dataclasses.replace(c, value=warps.get(c.line, c.value)) for c in chosen)
+
+
+def tried(kernel: ir.Kernel, lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
+    """`kernel`'s plan, or None where the lowering refuses it: for the slow-path check
+    (kgen/lower/slow_path.py), which plans the kernel with written lines left out, as the
+    builder tries configurations."""
+    try:
+        return lower_one(kernel)
+    except KgenError:
+        return None
+
+
 def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
           config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
     """The first configuration that plans (`config`, a tuned one, tried first; without one,
@@ -176,13 +283,16 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
             plan = lower_one(filled)
         except KgenError as err:
             first_error = first_error or err
-            refused.append((cfg.label, err.message))
+            differing = overridden(kernel, cfg)  # the label names the configuration's lines
+            refused.append((cfg.label, f"beside the written {_beside(differing)}: {err.message}"
+                            if differing else err.message))
             continue
         if cfg is config:  # a tuned configuration, or the one the runtime sizes call for
             why = (config.why if config.why.startswith(targets.WHY_SIZED)
                    else WHY_TUNED + " the fastest `kgen tune` timed")
             chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
-        schedule = dataclasses.replace(plan.schedule, chosen=chosen, untaken=tuple(refused))
+        schedule = dataclasses.replace(plan.schedule, chosen=as_run(chosen, plan),
+                                       untaken=tuple(refused))
         return filled, dataclasses.replace(plan, schedule=schedule)
     assert first_error is not None, "every target lists at least one configuration"
     if len({reason for _, reason in refused}) == 1:  # kgen's choices do not matter to it

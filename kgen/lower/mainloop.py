@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import ir
 from ..errors import KgenError
 from ..plan import OperandPlan, SmemTile
-from ..targets import RING_MAX_STAGES, Instruction, Target
+from ..targets import MORE_WARPS, RING_MAX_STAGES, Instruction, Target
 from . import fragments, swizzle
 
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
@@ -71,8 +71,7 @@ def _warps_refusal(gemm: ir.Gemm, tgt: Target, columns: int | None = None) -> st
     acc_regs = (t.m // w.m) * ((columns or t.n) // w.n) // 32
     if acc_regs > MAX_ACC_REGISTERS:
         return (f"warp tile {t.m // w.m}x{t.n // w.n} needs {acc_regs} f32 accumulator "
-                f"registers per thread (at most {MAX_ACC_REGISTERS}); use more warps or a "
-                "smaller tile")
+                f"registers per thread (at most {MAX_ACC_REGISTERS}){MORE_WARPS}")
     return None
 
 

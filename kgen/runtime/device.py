@@ -143,11 +143,30 @@ def _device_info(device_id: int) -> DeviceInfo:
     )
 
 
+def capability(arch: str) -> tuple[int, int]:
+    """The compute capability an arch name is for: sm_90a -> (9, 0)."""
+    digits = arch.removeprefix("sm_").rstrip("a")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def newer_target(plan_arch: str, cc: tuple[int, int]) -> str | None:
+    """The device's own kgen target where a kernel planned for `plan_arch` runs on a newer
+    device (compute capability `cc`) whose target has instructions `plan_arch`'s lacks (an
+    sm_80 plan on 9.0: sm_90a, with wgmma and TMA, the faster path); else None. Pure: no GPU
+    is asked."""
+    from ..enums import Arch
+    from ..targets import target
+
+    own, planned = Arch.from_name(arch_for(cc)), Arch.from_name(plan_arch)
+    if own is None or planned is None or cc <= capability(plan_arch):
+        return None
+    return own.value if target(own).instructions > target(planned).instructions else None
+
+
 def can_run(plan_arch: str, cc: tuple[int, int]) -> str | None:
     """None when code planned for `plan_arch` can run on a device of compute capability `cc`
     (compiled for the device's own arch), else the reason it cannot."""
-    digits = plan_arch.removeprefix("sm_").rstrip("a")
-    want = (int(digits[:-1]), int(digits[-1]))
+    want = capability(plan_arch)
     if plan_arch.endswith("a"):
         # Arch-specific features (wgmma, setmaxnreg) exist on that exact arch only.
         if cc != want:

@@ -257,6 +257,9 @@ def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     return _schedules(draft.target).refuse_request(draft)
 
 
+# The mma.sync mainloop's advice for a warp tile whose accumulators pass the registers
+# (kgen/lower/mainloop.py); sm_90a words its own where a warp-specialized kernel takes tiles
+MORE_WARPS = "; use more warps or a smaller tile"
 RING_MAX_STAGES = 32  # the producer warps' ring (schedule pingpong): slots of one small tile each
 
 

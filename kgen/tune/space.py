@@ -12,7 +12,6 @@ source writes too.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -81,13 +80,8 @@ def applied(kernel: ir.Kernel) -> Config:
 
 
 def free_lines(kernel: ir.Kernel) -> ir.Kernel:
-    """The kernel with every schedule line left out: tile, warps, stages, keep, resident,
-    split, cluster in each gemm, and the kernel's schedule."""
-    gemms = tuple(dataclasses.replace(g, tile=None, warps=None, stages=None, keep=None,
-                                      resident=False, resident_loc=None, split=None,
-                                      cluster=None)
-                  for g in kernel.gemms)
-    return dataclasses.replace(kernel, gemms=gemms, schedule=None)
+    """The kernel with every schedule line left out (kgen/lower/builder.py's `free`)."""
+    return builder.free(kernel)
 
 
 def emit_source(plan: KernelPlan, source_name: str = "<tune>", source_hash: str = "") -> str:
@@ -117,7 +111,7 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
             skipped.append(Skipped(applied(filled).label, "plan", err.message))
             continue
         source = emit_source(plan, source_name, source_hash)
-        candidate = Candidate(index, config, lines, filled, plan, source,
+        candidate = Candidate(index, config, builder.as_run(lines, plan), filled, plan, source,
                               default=source == default_source)
         if source in seen:
             skipped.append(Skipped(candidate.label, "duplicate",
@@ -144,6 +138,6 @@ def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, in
 def _default_config(plan: KernelPlan, kernel: ir.Kernel) -> Config:
     """The configuration the builder filled into `kernel` for `plan`, rebuilt from its lines."""
     for config, _filled, lines in builder.listed(kernel, target(plan.arch)):
-        if lines == plan.schedule.chosen:
+        if builder.as_run(lines, plan) == plan.schedule.chosen:
             return config
     raise AssertionError("the builder's choice is one of the configurations it lists")

@@ -93,7 +93,9 @@ def test_a_written_schedule_is_not_explained_as_another_kind():
     assert plan.schedule.kind is KernelKind.PINGPONG
     (warps,) = plan.schedule.chosen
     assert warps.line == "g warps" and "cooperative" not in warps.why
-    assert warps.why.endswith("beside the written lines (`schedule pingpong`)")
+    # every written line the configuration would write otherwise, the schedule first
+    assert warps.why.endswith("beside the written lines (`schedule pingpong`, `tile 64x128x64`, "
+                              "`stages 8`)")
     free = lower(gemm(""), ir.Arch.SM90A)  # no line written: the configuration's own why
     assert any("cooperative" in c.why for c in free.schedule.chosen)
     # a written `schedule cooperative` is the kind the configuration describes: its own why
@@ -448,3 +450,40 @@ def test_why_runtime_sizes_cannot_change_a_schedule():
     assert "not of a chain" in builder.unsized_reason(chain, sm90)
     colsum = bare(next(p for p in EXAMPLES if p.name == "evt_colsum.kg"))
     assert "epilogue reductions" in builder.unsized_reason(colsum, sm90)
+
+
+def test_a_configuration_refused_beside_written_lines_says_which_it_ran_with():
+    """A configuration's label names its own lines; where the source writes some of them, its
+    refusal (`not chosen` in kgen inspect) says which written lines it ran with, and a line it
+    fills says it was the first that planned beside them."""
+    plan = lower(gemm("tile 256x256x64\n    warps 4x4", "sm_90a"), ir.Arch.SM90A)
+    label, reason = plan.schedule.untaken[0]
+    assert label == "128x256x64 w2x4 s4"  # as kgen tune's entries name a configuration
+    assert reason.startswith("beside the written `tile 256x256x64`, `warps 4x4`: shared memory "
+                             "over budget")
+    (stages,) = plan.schedule.chosen
+    assert stages.line == "g stages"
+    assert stages.why.endswith("beside the written lines (`tile 256x256x64`, `warps 4x4`)")
+    # a written line equal to the configuration's leaves its why alone
+    plan = lower(gemm("tile 128x256x64", "sm_90a"), ir.Arch.SM90A)
+    assert all("beside" not in c.why for c in plan.schedule.chosen)
+
+
+@pytest.mark.parametrize("schedule, warps", [(None, (8, 1)), (ir.Schedule.PINGPONG, (4, 1))])
+def test_a_filled_warps_line_is_the_warps_the_kernel_runs(schedule, warps):
+    """The warp-specialized kernels run a configuration's `warps 2x4` (8 math warps) as 8x1, or
+    a ping-pong consumer's 4x1: the filled line says so, and written back plans the same."""
+    from kgen.api import build
+
+    kernel = dataclasses.replace(gemm("", "sm_90a"), schedule=schedule)
+    built = build(kernel, "sm_90a")
+    lines = {c.line: c.value for c in built.plan.schedule.chosen}
+    assert built.plan.gemms[0].warps == warps
+    assert lines["g warps"] == f"{warps[0]}x{warps[1]}"
+    written = gemm(f"tile {lines['g tile']}\n    warps {lines['g warps']}\n    "
+                   f"stages {lines['g stages']}", "sm_90a")
+    assert build(dataclasses.replace(written, schedule=schedule), "sm_90a").source == \
+        built.source
+    # the mma.sync kernel runs the filled warps as they are (sm_80)
+    plan = lower(gemm(""), ir.Arch.SM80)
+    assert {c.line: c.value for c in plan.schedule.chosen}["g warps"] == "2x4"

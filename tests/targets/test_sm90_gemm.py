@@ -287,6 +287,59 @@ def test_what_the_copy_engine_cannot_serve_falls_back_with_its_reason(change, re
     assert s.kind is KernelKind.TILED and s.gemms[0].mma is Mma.MMA_SYNC
     why = dict((kind, text) for kind, text in s.rejected)[KernelKind.COOPERATIVE]
     assert reason in why, why
+    # the gemm's mma row gives the same reason (a one-gemm kernel has no `keep B resident`)
+    assert s.gemms[0].why_mma == ("not wgmma: the cooperative warp-specialized kernel refuses "
+                                  f"this gemm: {why}")
+
+
+def test_a_chain_on_mma_sync_says_wgmma_needs_resident_b():
+    """A chain's wgmma is the resident chain's: its mma row says so, not the one-gemm reason."""
+    s = build_file(EXAMPLES / "b2b_gemm_smem.kg", "sm_90a").plan.schedule
+    assert s.kind is KernelKind.TILED
+    assert [g.why_mma for g in s.gemms] == ["wgmma is planned for resident chains only "
+                                            "('keep B resident')"] * 2
+
+
+def test_a_tile_no_kernel_takes_gets_the_advice_that_keeps_it_on_wgmma():
+    """Issue 49: `tile 256x256x64` was refused with "use more warps or a smaller tile", and more
+    warps planned the mma.sync kernel. The refusal names both kernels' rules and advises a
+    tile the warp-specialized kernel takes."""
+    with pytest.raises(KgenError) as err:
+        build(gemm_kernel(tile=(256, 256, 64), warps=(2, 4), arch=ir.Arch.SM90A))
+    message = err.value.message
+    assert message.startswith("tile 256x256x64 runs on neither of sm_90a's kernels for one gemm: "
+                              "the cooperative warp-specialized kernel refuses it: tile N a "
+                              "multiple of 8 up to 192, not 256")
+    assert "warp tile 128x64 needs 256 f32 accumulator registers per thread" in message
+    assert "use more warps" not in message
+    assert message.endswith("use a tile the warp-specialized kernel takes (more warps would run "
+                            "this one on the mma.sync kernel, the slower path on sm_90a)")
+    # where the warp-specialized kernel refuses the warps, not the tile, both reasons stand
+    with pytest.raises(KgenError) as err:
+        build(gemm_kernel(tile=(128, 256, 64), warps=(2, 2), arch=ir.Arch.SM90A))
+    assert err.value.message == (
+        "warp tile 64x128 needs 256 f32 accumulator registers per thread (at most 128); use "
+        "more warps or a smaller tile (on the mma.sync kernel; the cooperative "
+        "warp-specialized kernel refuses this gemm: 8 math warps (two consumer warpgroups), "
+        "not 2x2)")
+    # on sm_80 the mma.sync kernel's own words
+    with pytest.raises(KgenError, match="at most 128[)]; use more warps or a smaller tile$"):
+        build(gemm_kernel(tile=(256, 256, 64), warps=(2, 4), arch=ir.Arch.SM80))
+
+
+def test_a_ping_pong_consumers_grid_is_a_warps_line_of_its_own():
+    """`warps 4x1` under `schedule pingpong` names one consumer warpgroup's grid (the ping-pong
+    chain's rule): the same kernel as 8 math warps. The cooperative kernel refuses it."""
+    def pingpong(warps):
+        return dataclasses.replace(gemm_kernel(warps=warps, stages=4, arch=ir.Arch.SM90A),
+                                   schedule=ir.Schedule.PINGPONG)
+
+    own, eight = build(pingpong((4, 1))), build(pingpong((2, 4)))
+    assert own.plan.schedule.kind is KernelKind.PINGPONG and own.source == eight.source
+    assert own.plan.gemms[0].warps == eight.plan.gemms[0].warps == (4, 1)
+    s = build(gemm_kernel(warps=(4, 1), arch=ir.Arch.SM90A)).plan.schedule
+    assert s.kind is KernelKind.TILED
+    assert "8 math warps (two consumer warpgroups), not 4x1" in s.gemms[0].why_mma
 
 
 def test_a_schedule_line_that_cannot_be_served_is_refused_where_it_stands():

@@ -174,7 +174,9 @@ def over_budget(storage) -> str:
 # The candidates
 
 
-def tiled(draft: ScheduleDraft) -> Candidate:
+def tiled(draft: ScheduleDraft, why_mma: str = "") -> Candidate:
+    """`why_mma`: why its gemms run on mma.sync, where the target says (sm_90a: which rule of
+    its warp-specialized kernel the gemm misses); by default the target's own words."""
     for i, g in enumerate(draft.gemms):  # a tile only the warp-specialized kernels plan
         if g.plan.tiled_refusal:
             return Candidate(KernelKind.TILED, False, g.plan.tiled_refusal, Site("tile", i))
@@ -187,7 +189,8 @@ def tiled(draft: ScheduleDraft) -> Candidate:
     # ran at the row-major pairs' speed, and faster than 16-byte chunks transposed in registers
     # (bench/logs/any_chain/sm80_col_output.log)
     last_store = StorePath.PAIRS, WHY_PAIRS
-    schedule = build(draft, KernelKind.TILED, gemms, last_store, why_kind="one CTA per tile")
+    schedule = build(draft, KernelKind.TILED, gemms, last_store, why_kind="one CTA per tile",
+                     why_mma=why_mma)
     return _candidate(KernelKind.TILED, schedule, gemms, storage)
 
 
@@ -231,9 +234,10 @@ def _candidate(kind, schedule, gemms, storage) -> Candidate:
 def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
           last_store: tuple[StorePath, str], *, mmas=None, why_kind: str = "",
           roles: tuple[WarpRole, ...] | None = None,
-          tensor_maps: tuple[TensorMap, ...] = ()) -> Schedule:
+          tensor_maps: tuple[TensorMap, ...] = (), why_mma: str = "") -> Schedule:
     """The schedule of a candidate: per gemm its MMA, each operand's load path and L2 policy,
-    and its output's store path."""
+    and its output's store path. Without `mmas`, every gemm on mma.sync, for `why_mma` (by
+    default WHY_MMA_SYNC, or on a target with wgmma WHY_NOT_WGMMA)."""
     resident = draft.resident and kind is not KernelKind.TILED
     store, why_store = last_store
     out = []
@@ -261,14 +265,14 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
             b = LoadPath.CP_ASYNC_PREFETCH
         else:
             b = LoadPath.CP_ASYNC
-        mma, why_mma = mmas[i] if mmas else (Mma.MMA_SYNC, WHY_NOT_WGMMA if draft.target.has(
-            Instruction.WGMMA) else WHY_MMA_SYNC)
+        mma, why = mmas[i] if mmas else (Mma.MMA_SYNC, why_mma or (
+            WHY_NOT_WGMMA if draft.target.has(Instruction.WGMMA) else WHY_MMA_SYNC))
         out.append(GemmSchedule(
             name=g.name, mma=mma,
             a=OperandSchedule(a, CachePolicy.EVICT_FIRST if evict else CachePolicy.NORMAL, why_a),
             b=OperandSchedule(b, why=WHY_LOAD[b]), stages=g.stages,
             store=store if last else StorePath.FEED,
-            why_mma=why_mma,
+            why_mma=why,
             why_store=why_store if last else f"the A operand of {gemms[i + 1].name}"))
     if roles is None:
         warps = gemms[0].warps if gemms else (0, 0)

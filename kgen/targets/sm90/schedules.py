@@ -30,7 +30,7 @@ import dataclasses
 from ...enums import DType, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
                      StorePath, TensorMap, WarpRole)
-from .. import Candidate, Instruction, ScheduleDraft, Site
+from .. import MORE_WARPS, Candidate, Instruction, ScheduleDraft, Site
 from ..common import schedules as common
 from . import warp_specialized
 from .tensor_map import STAGING_BOX
@@ -50,9 +50,9 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
     ping, cooperative = pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE)
-    rest = [common.persistent(draft, mmas), common.tiled(draft)]
+    ws = ping if draft.requested is KernelKind.PINGPONG else cooperative
+    rest = [common.persistent(draft, mmas), one_gemm_tiled(draft, ws)]
     if draft.cluster != (1, 1):  # clusters run on the warp-specialized kernel alone
-        ws = ping if draft.requested is KernelKind.PINGPONG else cooperative
         reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
                   f"kernel only, which refuses this gemm: {ws.reason}")
         rest = [Candidate(c.kind, False, reason, ws.site or Site("cluster", 0)) for c in rest]
@@ -62,6 +62,34 @@ def candidates(draft: ScheduleDraft) -> list[Candidate]:
         rest = [Candidate(c.kind, False, reason, cooperative.site or Site("split", 0))
                 for c in rest]
     return [ping, cooperative, *rest]
+
+
+WHY_NOT_WS = "not wgmma: the {kind} warp-specialized kernel refuses this gemm: {reason}"
+WS_TILE_ADVICE = ("; use a tile the warp-specialized kernel takes (more warps would run this "
+                  "one on the mma.sync kernel, the slower path on sm_90a)")
+
+
+def one_gemm_tiled(draft: ScheduleDraft, ws: Candidate) -> Candidate:
+    """The tiled kernel (mma.sync) with sm_90a's reasons: a gemm of its own runs on mma.sync
+    because the warp-specialized kernel `ws` refuses it, and a tile the mma.sync kernel refuses
+    too gets both reasons; where `ws` refuses the tile itself, with the advice that keeps it on
+    wgmma instead of the mma.sync kernel's (MORE_WARPS). A chain keeps the shared words (its
+    wgmma needs `keep B resident`)."""
+    if len(draft.gemms) != 1:
+        return common.tiled(draft)
+    tiled = common.tiled(draft, WHY_NOT_WS.format(kind=ws.kind.value, reason=ws.reason))
+    refusal = draft.gemms[0].plan.tiled_refusal
+    if tiled.legal or ws.legal or tiled.reason != refusal:
+        return tiled
+    if ws.site != Site("tile", 0):
+        return dataclasses.replace(tiled, reason=(
+            f"{refusal} (on the mma.sync kernel; the {ws.kind.value} warp-specialized kernel "
+            f"refuses this gemm: {ws.reason})"))
+    tile = "x".join(map(str, draft.gemms[0].plan.tile))
+    return dataclasses.replace(tiled, reason=(
+        f"tile {tile} runs on neither of sm_90a's kernels for one gemm: the {ws.kind.value} "
+        f"warp-specialized kernel refuses it: {ws.reason}; on the mma.sync kernel "
+        f"{refusal.removesuffix(MORE_WARPS)}{WS_TILE_ADVICE}"))
 
 
 def producer_threads(kind: KernelKind | None) -> int | None:

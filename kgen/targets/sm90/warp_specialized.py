@@ -32,7 +32,7 @@ clusters of two that walk cluster tiles of 2x1 (1x2) output tiles, the operand b
 rows of a K-major tile, half the 64-column boxes of an MN-major one; the narrow
 entry point runs without clusters. The rules, each refusal with its reason and where it points:
 one gemm, 128-byte k tiles, a 128- or 256-row tile (64 or 128 for ping-pong), 8 math warps (the two
-consumer warpgroups), tile N a multiple of 8 up to 256 (where a consumer has 128 rows, it holds
+consumer warpgroups; or the grid of one tile's, CONSUMER_WARPS), tile N a multiple of 8 up to 256 (where a consumer has 128 rows, it holds
 128 x N accumulators: up to 192 on a 256-row cooperative tile, 128 on a 128-row ping-pong one)
 and of 64 for an MN-major B, a shared MN-major operand's tile a multiple of 128 (two CTAs' boxes), no
 reductions with ping-pong, and
@@ -71,6 +71,10 @@ WIDEST_TWO_HALVES = 192
 PINGPONG_TILE_M = (64, 128)
 STAGE_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary
 MN_BOX = 64  # an MN-major operand's box: 64 M (or N) elements (128 bytes) by the k tile
+# The warps that multiply one tile, as the plan and `kgen inspect` show them: cooperative, both
+# consumer warpgroups along M; ping-pong, one warpgroup (the other has a tile of its own). The
+# kernel takes any `warps` line of 8 math warps (2x4, 4x2, 8x1), or this grid.
+CONSUMER_WARPS = {KernelKind.COOPERATIVE: (8, 1), KernelKind.PINGPONG: (4, 1)}
 ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
          WarpRole("consumer", 4, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 WHY_KIND = {
@@ -250,8 +254,10 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     if kind is KernelKind.COOPERATIVE and g.tile[0] not in COOPERATIVE_TILE_M:
         return (f"a 128- or 256-row tile (two consumer warpgroups of one or two m64 halves; "
                 f"64-row tiles run with `schedule pingpong`), not {g.tile[0]}", Site("tile", 0))
-    if g.warps[0] * g.warps[1] != CONSUMERS * 4:
-        return (f"8 math warps (two consumer warpgroups), not {g.warps[0]}x{g.warps[1]}",
+    if g.warps[0] * g.warps[1] != CONSUMERS * 4 and tuple(g.warps) != CONSUMER_WARPS[kind]:
+        own = ("" if kind is KernelKind.COOPERATIVE else
+               "; 4x1 names one consumer's, each on a tile of its own")
+        return (f"8 math warps (two consumer warpgroups{own}), not {g.warps[0]}x{g.warps[1]}",
                 Site("warps", 0))
     widest = widest_n(g.tile[0], kind)
     if g.tile[1] % 8 or not 8 <= g.tile[1] <= widest:
@@ -305,7 +311,7 @@ def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
     holds whole rows of the tile, so the column and tile reductions meet in scratch from 8 warps
     and the row ones need none."""
     n = g.tile[1]
-    warps = (8, 1) if kind is KernelKind.COOPERATIVE else (4, 1)
+    warps = CONSUMER_WARPS[kind]
     frags = (consumer_rows(g.tile[0], kind) // 64, n // 8)
     floats = {"row": 0, "col": warps[0] * n, "all": warps[0]}
     reductions = tuple(dataclasses.replace(r, scratch_floats=floats[r.axis.value])
