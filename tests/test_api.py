@@ -100,3 +100,32 @@ def test_load_warns_about_spills_and_local_memory(monkeypatch):
     with pytest.warns(nvrtc.KgenResourceWarning, match="8 B spill stores and 8 B spill loads "
                                                        "and a 16 B stack frame"):
         assert kgen.load(bias_relu_kernel()) == "loaded"
+
+
+def test_help_lists_the_public_api():
+    """help(kgen) shows every public name with its description, though they load lazily."""
+    import pydoc
+
+    text = pydoc.render_doc(kgen, renderer=pydoc.plaintext)
+    for name in ("load", "build", "build_file", "torch_op", "CompiledKernel", "DeviceBuffer",
+                 "evaluate", "ir", "errors"):
+        assert f"\n        {name}" in text, name  # the docstring's table, one line each
+    for name in ("load", "build", "build_file", "evaluate", "torch_op"):
+        assert f"\n    {name}(" in text, name  # FUNCTIONS: signature and docstring
+    for name in ("CompiledKernel", "DeviceBuffer", "KgenError"):
+        assert f"\n    class {name}(" in text, name
+    assert {"load", "build", "ir", "errors"} <= set(dir(kgen))
+
+
+def test_import_stays_lazy():
+    """`import kgen` and dir(kgen) import no other kgen module (no NVRTC, no CUDA)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kgen; dir(kgen); "
+            "print(sorted(m for m in sys.modules if m.startswith('kgen')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "['kgen']"
+    assert kgen.ir.Kernel is ir.Kernel and kgen.errors.KgenError is KgenError
+
