@@ -154,6 +154,31 @@ def test_every_example_compiles_without_its_schedule_lines(own, tmp_path, monkey
         assert result.stack_bytes == 0, (path.name, result.log)
 
 
+@pytest.mark.parametrize("example", ["gemm.kg", "gemm_bias_relu.kg", "evt_softmax_stats.kg"])
+def test_the_192_wide_sm80_tile_compiles_without_spills(example, tmp_path, monkeypatch):
+    """N = 192 and no schedule line: the builder's 128x192x64 tile (kgen/targets/common/
+    configs.py, `narrowed`) compiles for sm_80 with no spill in either entry point."""
+    pytest.importorskip("cuda.core")
+    from kgen.api import build
+    from kgen.parse import parse
+    from kgen.runtime.nvrtc import compile_cubin, parse_ptxas_report
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    text = without_schedule_lines(next(p for p in EXAMPLES if p.name == example).read_text())
+    lines = [re.sub(r"\bN\b", "192", line) if line.lstrip().startswith(("tensor", "vector"))
+             else line for line in text.splitlines(keepends=True)]
+    built = build(parse("".join(lines), example).kernels[0], "sm_80")
+    plan = built.plan
+    assert plan.gemms[0].tile == (128, 192, 64)
+    result = compile_cubin(built.source, plan.name, "sm_80")
+    assert "warning" not in result.log.lower(), result.log
+    for entry in (plan.name, plan.narrow_kernel):
+        usage = parse_ptxas_report(result.log, entry)
+        assert usage["registers"] > 0, (entry, result.log)
+        assert usage["spill_stores"] == usage["spill_loads"] == usage["stack_bytes"] == 0, (
+            entry, result.log)
+
+
 def test_sweep_of_tiles_and_layouts_compiles_without_spills(tmp_path, monkeypatch):
     pytest.importorskip("cuda.core")
     from kgen.runtime.nvrtc import compile_cubin
