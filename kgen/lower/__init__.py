@@ -51,7 +51,10 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
                 if op is not None and kernel.param(op.param) is not None]
     chosen = select.select(kernel, tgt, gemms, persistent=persistent)
     sched = chosen.schedule
-    alignments, dim_rules = abi.requirements(kernel, operands, sched.narrow)
+    alignments, dim_rules = abi.requirements(
+        kernel, operands, sched.narrow,
+        copy_engine={m.param for m in sched.tensor_maps if not m.store},
+        column_vectors={v for g in gemms for v in g.epilogue.column_vectors})
     rows16 = {s: "the copy engine loads it into the output's staging"
               for s in sched.staged_inputs}
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)

@@ -92,8 +92,8 @@ def test_aligned_sizes_keep_the_fast_entry_point():
     plan = _built("gemm_bias_relu", "sm_90a").plan
     assert _python_choice(plan, {"M": 4096, "N": 4096, "K": 4096}) == ""
     why = _python_choice(plan, {"M": 4096, "N": 4096, "K": 100})
-    assert why == ("A's leading dimension 100 is not a multiple of 8: the mainloop copies "
-                   "16-byte chunks with cp.async")
+    assert why == ("A's leading dimension 100 is not a multiple of 8: the copy engine (TMA) "
+                   "loads it, in rows of 16-byte multiples")
 
 
 # ---- the .cu's launcher: params_reason and narrow_reason, built with nvcc for the host ----
