@@ -194,3 +194,15 @@ def test_python_kernel_header_hash():
     assert f"(sha256 {digest})" not in other.source
     explicit = kgen.build(bias_relu_kernel(), source_hash="0123")
     assert "(sha256 0123)" in explicit.source
+    # the same in another process, whatever its string hashing
+    import os
+    import subprocess
+    import sys
+
+    code = ("import kgen; from tests.handmade import bias_relu_kernel; "
+            "print(kgen.build(bias_relu_kernel()).source.splitlines()[0])")
+    root = Path(__file__).resolve().parent.parent
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, cwd=root, env=dict(os.environ, PYTHONHASHSEED="12345",
+                                                          PYTHONPATH=str(root))).stdout
+    assert other.strip() == built.source.splitlines()[0]
