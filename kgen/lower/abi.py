@@ -5,7 +5,7 @@ leading dimensions (one per tensor), scalars. The runtime packs the same fields 
 """
 from __future__ import annotations
 
-from typing import Collection
+from typing import Collection, Mapping
 
 from .. import ir
 from ..errors import KgenError
@@ -109,14 +109,17 @@ COPY_ENGINE = "the copy engine (TMA) loads it, in rows of 16-byte multiples"
 def requirements(
     kernel: ir.Kernel, operands: list[str], narrow: bool = False, *,
     copy_engine: Collection[str] = (), column_vectors: Collection[str] = (),
+    rows16: Mapping[str, str] | None = None,
 ) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
     """Operands need 16-byte rows (cp.async chunks, or the copy engine's rules for those in
-    `copy_engine`, the schedule's TMA loads); the epilogue's paired accesses need even columns:
-    row-major tensors, and the vectors it reads at a column (`column_vectors`, bias[col]). A
-    `v[row]` vector and a `col` epilogue tensor are read (and written) one element at a time:
-    element alignment alone, which every argument needs. With a narrow variant
+    `copy_engine`, the schedule's TMA loads), and so do the epilogue tensors in `rows16` (moved
+    in 16-byte chunks or by the copy engine: why); the epilogue's paired accesses need even
+    columns: other row-major tensors, and the vectors it reads at a column (`column_vectors`,
+    bias[col]). A `v[row]` vector and a `col` epilogue tensor are read (and written) one element
+    at a time: element alignment alone, which every argument needs. With a narrow variant
     (Schedule.narrow) these are the fast entry point's rules only: any argument that misses
     them runs the narrow one, so no fixed size is refused for them."""
+    rows16 = rows16 or {}
     aligns: list[Alignment] = []
     needs_even_n: list[ir.Dim] = []
     for p in kernel.params:
@@ -131,6 +134,12 @@ def requirements(
                           COPY_ENGINE if p.name in copy_engine else CP_ASYNC,
                           _batch_multiple(p, elems))
             )
+        elif p.kind is ir.ParamKind.TENSOR and p.name in rows16:
+            elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
+            aligns.append(Alignment(p.name, swizzle.CHUNK_BYTES, elems, rows16[p.name],
+                                    _batch_multiple(p, elems)))
+            if p.layout is ir.Layout.ROW:
+                needs_even_n.append(p.shape[1])
         elif p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.ROW:
             aligns.append(
                 Alignment(p.name, 2 * p.dtype.nbytes, 2,
