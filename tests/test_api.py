@@ -62,6 +62,7 @@ def test_several_kernels_need_a_name(tmp_path):
         pick_kernel(module, "x")
 
 
+@pytest.mark.slow
 def test_compile_source_without_gpu(cache_dir):
     pipeline()
     from tests.handmade import bias_relu_kernel

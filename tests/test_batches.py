@@ -508,6 +508,7 @@ def _probe(plan) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):

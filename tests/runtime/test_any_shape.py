@@ -131,6 +131,7 @@ def _probe(plan, index: int) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH")
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):

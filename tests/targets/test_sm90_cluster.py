@@ -296,6 +296,7 @@ def test_a_batched_kernel_multicasts_rank_3_boxes():
     assert "const int batch = tile / cluster_tiles;" in built.source
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster", [(2, 1), (1, 2)])
 @pytest.mark.parametrize("kind", ["cooperative", "pingpong"])
 def test_nvrtc_compiles_without_spills(cluster, kind):
