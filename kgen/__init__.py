@@ -1,7 +1,28 @@
-"""kgen: fused GPU kernels from a short description, emitted as standalone CUDA C++."""
+"""kgen: fused GPU kernels from a short description, emitted as standalone CUDA C++.
+
+A kernel is written in the .kg language (docs/language.md) or built in Python from `kgen.ir`
+(docs/python.md). The public API:
+
+    load(path_or_kernel, arch=None)  a callable kernel compiled for the present GPU (NVRTC)
+    build(kernel, arch=None)         an ir.Kernel verified, planned and emitted: a Built
+                                     (.kernel, .plan, .source the .cu text, .header the .h)
+    build_file(path, arch=None)      the same for one kernel of a .kg file (`kgen compile`)
+    compile_source(source, name)     NVRTC-compile CUDA source to a cubin, through the cache
+    torch_op(compiled)               a loaded kernel as a torch.library operator
+    CompiledKernel                   what load returns: call it with the arguments as keywords
+    DeviceBuffer                     GPU memory kgen allocates (outputs not passed in)
+    evaluate(kernel, inputs)         the NumPy reference: every output of an ir.Kernel
+    ir                               the IR: frozen dataclasses (Kernel, Param, Gemm, ...)
+    errors                           KgenError (a located user mistake), KgenRuntimeError
+                                     (NVRTC, the driver, a launch), ArgumentError (a bad
+                                     runtime argument)
+
+The names are imported on first use, so `import kgen` is fast and needs no GPU.
+"""
 __version__ = "0.1.0"
 
 # Public names, imported on first use so that `import kgen` stays fast and GPU-free.
+# (module, attribute); attribute None: the module itself.
 _EXPORTS = {
     "load": ("kgen.api", "load"),
     "build": ("kgen.api", "build"),
@@ -11,6 +32,8 @@ _EXPORTS = {
     "CompiledKernel": ("kgen.runtime.launch", "CompiledKernel"),
     "DeviceBuffer": ("kgen.runtime.buffers", "DeviceBuffer"),
     "evaluate": ("kgen.reference", "evaluate"),
+    "ir": ("kgen.ir", None),
+    "errors": ("kgen.errors", None),
     "KgenError": ("kgen.errors", "KgenError"),
     "KgenRuntimeError": ("kgen.errors", "KgenRuntimeError"),
     "ArgumentError": ("kgen.errors", "ArgumentError"),
@@ -24,7 +47,14 @@ def __getattr__(name: str):
         import importlib
 
         module, attribute = _EXPORTS[name]
-        value = getattr(importlib.import_module(module), attribute)
+        value = importlib.import_module(module)
+        if attribute is not None:
+            value = getattr(value, attribute)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'kgen' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # dir(kgen), and so help(kgen), lists the public names before their first use
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -158,14 +158,37 @@ def compile_command(file_name: str, arch: ir.Arch | None, kernel: str | None,
 
 
 def build(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *, source_name: str = "<python>",
-          source_hash: str = "", command: str = "kgen.build",
+          source_hash: str | None = None, command: str = "kgen.build",
           header_name: str | None = None, config: Any = None) -> Built:
-    """Lower and emit a verified kernel: its plan, its CUDA source and its header (whose
-    "Regenerate with" line adds `--header header_name`, default <kernel>.h). `config`: a
-    kgen.targets.Config (a tuned one) that fills the schedule lines the kernel leaves out,
-    tried before the builder's own."""
+    """Verify, lower and emit a kernel built in Python: its plan, its CUDA source and its
+    header. A mistake in the IR is a KgenError, located where the IR has locations; what
+    verify warns about (an unused local) is a KgenSourceWarning. The arguments are
+    build_verified's."""
+    from .verify import verify
+
+    if not isinstance(kernel, ir.Kernel):
+        raise KgenError(NOWHERE, f"build() takes a kgen.ir.Kernel (build_file takes a .kg "
+                                 f"file), got {type(kernel).__name__}")
+    for warning in verify(ir.Module((kernel,))):
+        warnings.warn(warning.render(), KgenSourceWarning, stacklevel=2)
+    return build_verified(kernel, arch, source_name=source_name, source_hash=source_hash,
+                          command=command, header_name=header_name, config=config)
+
+
+def build_verified(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *,
+                   source_name: str = "<python>", source_hash: str | None = None,
+                   command: str = "kgen.build", header_name: str | None = None,
+                   config: Any = None) -> Built:
+    """Lower and emit a kernel that verify has accepted (`build` and `read_module` verify):
+    its plan, its CUDA source and its header (whose "Regenerate with" line adds `--header
+    header_name`, default <kernel>.h). `source_hash`, the sha256 the headers show, defaults to
+    that of the IR without its source locations (ir.canonical_text), so the same IR gives the
+    same .cu. `config`: a kgen.targets.Config (a tuned one) that fills the schedule lines the
+    kernel leaves out, tried before the builder's own."""
     from .emit import emit, emit_header
 
+    if source_hash is None:
+        source_hash = file_hash(ir.canonical_text(kernel).encode())
     plan = plan_kernel(kernel, arch_of(arch), config=config)
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
     header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
@@ -214,10 +237,11 @@ def build_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
     target = arch_of(arch)
     if sizes is not None and config is None:
         config = sized_config(chosen, target, sizes)
-    return build(chosen, target, source_name=safe_file_name(path),
-                 source_hash=file_hash(text.encode()),
-                 command=compile_command(shown_path(path), target, kernel, output, sizes),
-                 header_name=None if header is None else shown_path(header), config=config)
+    return build_verified(chosen, target, source_name=safe_file_name(path),
+                          source_hash=file_hash(text.encode()),
+                          command=compile_command(shown_path(path), target, kernel, output, sizes),
+                          header_name=None if header is None else shown_path(header),
+                          config=config)
 
 
 def sized_config(kernel: ir.Kernel, arch: str | ir.Arch | None, sizes: Mapping[str, int], *,
@@ -278,13 +302,10 @@ def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | No
     if isinstance(arch, str) and arch == NATIVE:
         arch = native_arch(device)
     if isinstance(path_or_kernel, ir.Kernel):
-        from .verify import verify
-
-        verify(ir.Module((path_or_kernel,)))
-        built = build(path_or_kernel, arch)
+        built = build(path_or_kernel, arch)  # verifies the IR
 
         def rebuild(config) -> Built:
-            return build(path_or_kernel, arch, config=config)
+            return build_verified(path_or_kernel, arch, config=config)
     else:
         built = build_file(path_or_kernel, arch, kernel=kernel)
 

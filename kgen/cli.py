@@ -452,8 +452,8 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     kernel_name: str | None, size_text: str | None, gpu_name: str | None,
                     werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
-    from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import plan_kernel, read_module, safe_file_name, sized_config
+    from .api import arch_of, build_verified, compile_command as header_command, file_hash
+    from .api import pick_kernel, plan_kernel, read_module, safe_file_name, sized_config
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
     if gpu_name is not None and size_text is None:
@@ -471,9 +471,10 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                 sized_config(kernel, target, sizes, every=False) if size_text else None)
             if resources:
                 name = safe_file_name(file)
-                built = build(kernel, target, source_name=name,
-                              source_hash=file_hash(text.encode()),
-                              command=header_command(name, target, kernel_name), config=config)
+                built = build_verified(kernel, target, source_name=name,
+                                       source_hash=file_hash(text.encode()),
+                                       command=header_command(name, target, kernel_name),
+                                       config=config)
                 plan = built.plan
                 summary = plan_summary(plan, _resources(built))
             else:
@@ -578,8 +579,9 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                 arch: str | None, kernel_name: str | None, seed: int, scalar_text: str | None,
                 iters: int, tuned: bool, plot: str | None, werror: bool) -> None:
     """Compile, run on random data, check against the reference, and benchmark."""
-    from .api import arch_of, build, compile_command as header_command, file_hash, pick_kernel
-    from .api import read_module, safe_file_name, shown_path, sized_config, warn_newer_gpu
+    from .api import arch_of, build_verified, compile_command as header_command, file_hash
+    from .api import pick_kernel, read_module, safe_file_name, shown_path, sized_config
+    from .api import warn_newer_gpu
     from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import device_info, gpu_available
 
@@ -609,10 +611,11 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
 
             entry = lookup(kernel, target or kernel.target, device_info().name, dims)
         name = safe_file_name(file)
-        built = build(kernel, target, source_name=name, source_hash=file_hash(text.encode()),
-                      command=header_command(shown_path(file), target, kernel_name),
-                      config=entry.config if entry is not None else
-                      sized_config(kernel, target, sizes, every=False))
+        built = build_verified(kernel, target, source_name=name,
+                               source_hash=file_hash(text.encode()),
+                               command=header_command(shown_path(file), target, kernel_name),
+                               config=entry.config if entry is not None else
+                               sized_config(kernel, target, sizes, every=False))
         result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
         if arch is None:  # the file's own target: is the GPU's faster?
             warn_newer_gpu(built.plan, device_info())

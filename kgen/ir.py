@@ -7,6 +7,7 @@ it directly and hand it to `kgen.verify`, `kgen.lower` and `kgen.emit`. Every no
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 import typing
@@ -401,3 +402,12 @@ class Module:
 
     kernels: tuple[Kernel, ...]
     file: str = "<python>"
+
+
+def canonical_text(kernel: Kernel) -> str:
+    """The kernel as text without source locations: the same for kernels that differ only in
+    where they were written (the `loc` fields take no part in repr; `resident_loc` is cleared),
+    different for any other change. Hashed for the header of a kernel built from Python
+    (kgen.api.build) and for the tune cache's key (kgen.tune.cache.kernel_hash)."""
+    gemms = tuple(dataclasses.replace(g, resident_loc=None) for g in kernel.gemms)
+    return repr(dataclasses.replace(kernel, gemms=gemms))

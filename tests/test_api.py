@@ -64,6 +64,7 @@ def test_several_kernels_need_a_name(tmp_path):
         pick_kernel(module, "x")
 
 
+@pytest.mark.slow
 def test_compile_source_without_gpu(cache_dir):
     pipeline()
     from tests.handmade import bias_relu_kernel
@@ -174,3 +175,109 @@ def test_arch_native_names_the_gpus_target(monkeypatch):
     monkeypatch.setattr(device, "device_info", lambda device_id=None: info)
     with pytest.raises(KgenRuntimeError, match="Some GPU is sm_100, which kgen does not target"):
         api.arch_of("native")
+
+
+def test_help_lists_the_public_api():
+    """help(kgen) shows every public name with its description, though they load lazily."""
+    import pydoc
+
+    text = pydoc.render_doc(kgen, renderer=pydoc.plaintext)
+    for name in ("load", "build", "build_file", "torch_op", "CompiledKernel", "DeviceBuffer",
+                 "evaluate", "ir", "errors"):
+        assert f"\n        {name}" in text, name  # the docstring's table, one line each
+    for name in ("load", "build", "build_file", "evaluate", "torch_op"):
+        assert f"\n    {name}(" in text, name  # FUNCTIONS: signature and docstring
+    for name in ("CompiledKernel", "DeviceBuffer", "KgenError"):
+        assert f"\n    class {name}(" in text, name
+    assert {"load", "build", "ir", "errors"} <= set(dir(kgen))
+
+
+def test_import_stays_lazy():
+    """`import kgen` and dir(kgen) import no other kgen module (no NVRTC, no CUDA)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kgen; dir(kgen); "
+            "print(sorted(m for m in sys.modules if m.startswith('kgen')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "['kgen']"
+    assert kgen.ir.Kernel is ir.Kernel and kgen.errors.KgenError is KgenError
+
+
+def _with_epilogue(kernel: ir.Kernel, *stmts) -> ir.Kernel:
+    import dataclasses
+
+    gemm = dataclasses.replace(kernel.gemms[0], epilogue=ir.Epilogue(tuple(stmts)))
+    return dataclasses.replace(kernel, gemms=(gemm,))
+
+
+def test_build_verifies_its_input():
+    """An IR that names an unknown tensor is a KgenError from build as from load, not the
+    lowering's AssertionError; what is not a kernel is refused by name."""
+    pipeline()
+    from tests.handmade import bias_relu_kernel
+
+    bad = _with_epilogue(bias_relu_kernel(), ir.Store("D", ir.TensorLoad("Z")),
+                         ir.Store("Pre", ir.Acc()))
+    with pytest.raises(KgenError, match="'Z'"):
+        kgen.build(bad)
+    with pytest.raises(KgenError, match="'Z'"):
+        kgen.load(bad)  # the same message, before any GPU is looked for
+    with pytest.raises(KgenError, match=r"build\(\) takes a kgen.ir.Kernel .*got str"):
+        kgen.build("examples/gemm.kg")
+
+
+def test_build_warns_once_as_a_file_does(tmp_path):
+    """verify's warnings (an unused local) come from build, and once from build_file."""
+    pipeline()
+    import warnings
+
+    from kgen.errors import KgenSourceWarning
+    from tests.handmade import bias_relu_kernel
+
+    unused = _with_epilogue(bias_relu_kernel(), ir.Let("t", ir.Acc()),
+                            ir.Store("D", ir.Acc()), ir.Store("Pre", ir.Acc()))
+    with pytest.warns(KgenSourceWarning, match="'t'"):
+        kgen.build(unused)
+    source = (Path(__file__).resolve().parent.parent / "examples" / "gemm.kg").read_text()
+    path = tmp_path / "unused.kg"
+    path.write_text(source.replace("epilogue {", "epilogue { t = acc;"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kgen.build_file(path)
+    assert [str(w.message).count("'t'") for w in caught] == [1]
+
+
+def test_python_kernel_header_hash():
+    """A kernel built from Python names the sha256 of its IR (without source locations) in
+    both headers: the same IR gives byte-identical files, another IR another hash."""
+    pipeline()
+    import dataclasses
+    import re
+
+    from kgen.errors import SourceLoc
+    from tests.handmade import bias_relu_kernel
+
+    built = kgen.build(bias_relu_kernel())
+    digest = re.search(r"from <python> \(sha256 ([0-9a-f]{16})\)", built.source).group(1)
+    assert f"(sha256 {digest})" in built.header
+    assert kgen.build(bias_relu_kernel()).source == built.source
+    located = dataclasses.replace(bias_relu_kernel(), loc=SourceLoc("k.py", 3, 1, 9, 2))
+    assert kgen.build(located).source == built.source
+    other = kgen.build(bias_relu_kernel(name="bias_relu", stages=4))
+    assert f"(sha256 {digest})" not in other.source
+    explicit = kgen.build(bias_relu_kernel(), source_hash="0123")
+    assert "(sha256 0123)" in explicit.source
+    # the same in another process, whatever its string hashing
+    import os
+    import subprocess
+    import sys
+
+    code = ("import kgen; from tests.handmade import bias_relu_kernel; "
+            "print(kgen.build(bias_relu_kernel()).source.splitlines()[0])")
+    root = Path(__file__).resolve().parent.parent
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, cwd=root, env=dict(os.environ, PYTHONHASHSEED="12345",
+                                                          PYTHONPATH=str(root))).stdout
+    assert other.strip() == built.source.splitlines()[0]

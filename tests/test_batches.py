@@ -372,8 +372,9 @@ def test_batch_strides_reach_the_params(arch):
     assert bound.sizes["L"] == 3 and bound.narrow == ""
     # a batch stride that breaks the 16-byte rows of a later batch: the narrow entry point
     odd = bind(plan, batched_args(a_batch=100 * 128 + 4))
-    assert odd.narrow == ("A's batch stride 12804 is not a multiple of 8: the mainloop copies "
-                          "16-byte chunks with cp.async")
+    how = ("the mainloop copies 16-byte chunks with cp.async" if arch == "sm_80" else
+           "the copy engine (TMA) loads it, in rows of 16-byte multiples")
+    assert odd.narrow == f"A's batch stride 12804 is not a multiple of 8: {how}"
     # a broadcast A (stride 0) with a column-major batch view of B whose batch stride is
     # smaller than a matrix (interleaved batches) still runs the fast entry point
     d_pairs = bind(plan, batched_args(d_batch=100 * 64 + 2))  # even: pairs, not 16-byte rows
@@ -507,6 +508,7 @@ def _probe(plan) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):

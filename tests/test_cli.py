@@ -303,6 +303,7 @@ def test_inspect_resources(cache_dir):
     assert resources["arch"] == "sm_80"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_emitted_params_struct_matches_the_runtime(example, cache_dir):
     """The emitted `<kernel>_params` has the ctypes layout the runtime launches with."""

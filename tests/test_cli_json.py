@@ -67,6 +67,7 @@ def test_compile_json_without_output_carries_the_source():
     assert result.exit_code == 0 and summary["source"] == kgen.api.build_file(GEMM).source
 
 
+@pytest.mark.slow
 def test_compile_cubin_and_ptx_without_a_gpu(tmp_path, cache_dir):
     cubin, ptx = tmp_path / "k.cubin", tmp_path / "k.ptx"
     result = invoke("compile", HOPPER, "--cubin", cubin, "--ptx", ptx, "--json")
@@ -202,6 +203,7 @@ def test_compile_result_names_spills_and_local_memory():
         nvrtc.warn_resources(spilled)
 
 
+@pytest.mark.slow
 def test_compile_cubin_warns_about_spills(tmp_path, cache_dir, monkeypatch):
     spilling(monkeypatch)
     cubin = tmp_path / "k.cubin"
@@ -212,6 +214,7 @@ def test_compile_cubin_warns_about_spills(tmp_path, cache_dir, monkeypatch):
     assert cubin.exists()
 
 
+@pytest.mark.slow
 def test_werror_makes_spills_exit_2(tmp_path, cache_dir, monkeypatch):
     spilling(monkeypatch)
     cubin = tmp_path / "k.cubin"
@@ -226,6 +229,7 @@ def test_werror_makes_spills_exit_2(tmp_path, cache_dir, monkeypatch):
     assert json.loads(shown.stdout)["warnings"][0].startswith("gemm_bias_relu")
 
 
+@pytest.mark.slow
 def test_run_werror_stops_before_the_gpu(cache_dir, monkeypatch):
     import kgen.runtime.device as device
     import kgen.runtime.launch as launch

@@ -35,6 +35,7 @@ def test_help_lists_the_options():
     assert "tune" in invoke("--help").output
 
 
+@pytest.mark.slow
 def test_compile_only_compiles_the_candidates_in_parallel(free_gemm, cache_dir):
     result = invoke("tune", str(free_gemm), "--size", "M=512,N=512,K=512", "--arch", "sm_90a",
                     "--compile-only", "--limit", "3", "--workers", "2", "--json")
@@ -53,6 +54,7 @@ def test_compile_only_compiles_the_candidates_in_parallel(free_gemm, cache_dir):
     assert "limit" in steps and steps <= {"limit", "duplicate"}
 
 
+@pytest.mark.slow
 def test_compile_only_prints_a_table(free_gemm, cache_dir):
     result = invoke("tune", str(free_gemm), "--arch", "sm_90a", "--compile-only", "--limit",
                     "2", "-v")

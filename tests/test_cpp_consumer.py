@@ -26,6 +26,7 @@ def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_cpp_consumer_builds_without_warnings(tmp_path):
     build = tmp_path / "build"
     # One architecture keeps CI short; the default is 80;90a.

@@ -577,6 +577,7 @@ def chained_kernels(draw) -> str:
     return text
 
 
+@pytest.mark.slow
 @settings(FUZZ_SETTINGS, max_examples=GENERATED)
 @given(text=st.one_of(kernels(), kernels(), kernels(), chained_kernels()))
 def test_generated_kernels(fuzzing, text):
@@ -661,6 +662,7 @@ def mutants(draw, original: str) -> bytes:
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_mutated_examples(fuzzing, example):
     original = example.read_text()
@@ -723,6 +725,7 @@ def emitted_words() -> list[str]:
     return sorted(words)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", ["kernel", "gemm"])
 def test_words_of_the_emitted_code_as_names(fuzzing, emitted_words, role):
     """Every identifier of the examples' emitted code (a sample of them in CI) as the kernel's

@@ -36,6 +36,7 @@ def _nvcc(source: Path, arch: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_every_example_builds_with_plain_nvcc_without_warnings(tmp_path):
     sources = _sources()
     assert any(_arch(n) == "sm_80" for n in sources) and any(

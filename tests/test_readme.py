@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -24,3 +26,51 @@ def test_readme_commands_start_from_a_venv():
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = next(c for c in commands if "pytest" in c)
     assert test_command in ci
+
+
+# docs/python.md: its code blocks run in order in one namespace, the one that starts with
+# GPU_BLOCK only where there is a GPU (and PyTorch)
+PYTHON_DOC = ROOT / "docs" / "python.md"
+GPU_BLOCK = "# On a machine with an NVIDIA GPU"
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """(line of the block's first line, code) of each ```python block."""
+    text = path.read_text()
+    return [(text.count("\n", 0, m.start(1)), m.group(1))
+            for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)]
+
+
+def run_blocks(blocks: list[tuple[int, str]], folder: Path, monkeypatch) -> dict:
+    monkeypatch.chdir(folder)  # the blocks write files
+    namespace: dict = {"__name__": "python_md"}
+    for line, code in blocks:  # padded so that a traceback names the doc's own line
+        exec(compile("\n" * line + code, str(PYTHON_DOC), "exec"), namespace)
+    return namespace
+
+
+def test_python_doc_runs_without_a_gpu(tmp_path, monkeypatch):
+    from kgen.parse import parse
+
+    from tests.kernels import without_schedule_lines
+
+    blocks = python_blocks(PYTHON_DOC)
+    cpu = [b for b in blocks if not b[1].startswith(GPU_BLOCK)]
+    assert len(blocks) == 4 and len(cpu) == 3
+    namespace = run_blocks(cpu, tmp_path, monkeypatch)
+    built = namespace["built"]
+    assert (tmp_path / "gemm_bias_relu.cu").read_text() == built.source
+    assert (tmp_path / "gemm_bias_relu.h").read_text() == built.header
+    # the page's kernel is the README's example without its schedule lines
+    example = (ROOT / "examples" / "gemm_bias_relu.kg").read_text()
+    assert namespace["kernel"] == parse(without_schedule_lines(example), "x.kg").kernels[0]
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/python.md)" in readme
+
+
+@pytest.mark.gpu
+def test_python_doc_runs_on_a_gpu(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    blocks = python_blocks(PYTHON_DOC)
+    assert blocks[-1][1].startswith(GPU_BLOCK)
+    run_blocks(blocks, tmp_path, monkeypatch)

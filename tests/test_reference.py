@@ -348,3 +348,28 @@ def test_checking_dtype_follows_casts():
                        extra=extra)
     assert checking_dtype(cast, "E") is ir.DType.BF16
     assert checking_dtype(cast, "D") is ir.DType.BF16  # conservative: any cast in the epilogue
+
+
+def test_a_reduction_sees_the_value_before_the_stores_rounding():
+    """`t = relu(1.001 * acc); D = t; s = rowsum(t)` with an f16 D: s sums t's values as
+    computed, not D's f16 ones (docs/language.md, section 7); rowsum(cast<f16>(t)) sums those."""
+    t = call(ir.Op.RELU, call(ir.Op.MUL, const(1.001), ACC))
+    extra = (P("s", V, F32, ("M",), role=OUT),)
+
+    def kernel(reduced):
+        return one_gemm([ir.Let("t", t), ir.Store("D", ir.LocalRef("t")),
+                         ir.Store("s", ir.Reduce(ir.ReduceOp.SUM, ir.Axis.ROW, reduced))],
+                        extra=extra, out_dtype=F16)
+
+    rng = np.random.default_rng(7)
+    data = {"A": rng.standard_normal((4, 16)).astype(np.float16),
+            "B": rng.standard_normal((16, 64)).astype(np.float16)}
+    out = evaluate(kernel(ir.LocalRef("t")), data)
+    product = data["A"].astype(np.float64) @ data["B"].astype(np.float64)
+    exact = np.maximum(float(np.float32(1.001)) * product, 0)  # constants are f32 values
+    stored = out["D"].astype(np.float64)
+    np.testing.assert_array_equal(stored, exact.astype(np.float16))
+    np.testing.assert_array_equal(out["s"], exact.sum(axis=1).astype(np.float32))
+    assert np.all(out["s"] != stored.sum(axis=1).astype(np.float32))  # the rounding shows
+    rounded = evaluate(kernel(ir.Cast(F16, ir.LocalRef("t"))), data)
+    np.testing.assert_array_equal(rounded["s"], stored.sum(axis=1).astype(np.float32))

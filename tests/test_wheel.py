@@ -59,6 +59,7 @@ def test_installed_wheel_compiles_an_example_elsewhere(installed, tmp_path):
     assert (tmp_path / "gemm_bias_relu.sm_80.cu").read_text() == golden.read_text()
 
 
+@pytest.mark.slow
 def test_installed_wheel_compiles_with_nvrtc(installed, tmp_path):
     """NVRTC (no GPU needed) compiles the wheel's output: the CUDA headers are found too."""
     example = tmp_path / "gemm.kg"

@@ -18,8 +18,6 @@ storage can be planned and inspected, not emitted.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from .. import ir
 from ..errors import KgenError, KgenWarning
 from ..plan import GemmPlan, KernelPlan
@@ -66,18 +64,16 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
                 if op is not None and kernel.param(op.param) is not None]
     chosen = select.select(kernel, tgt, gemms, persistent=persistent)
     sched = chosen.schedule
-    alignments, dim_rules = abi.requirements(kernel, operands, sched.narrow)
     rows16 = {s: "the copy engine loads it into the output's staging"
               for s in sched.staged_inputs}
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)
         packed = chosen.gemms[-1].epilogue.packed_store
         rows16[packed.param] = ("the epilogue writes it in 16-byte chunks of 8 "
                                 + ("rows" if packed.layout is ir.Layout.COL else "columns"))
-    alignments = tuple(
-        dataclasses.replace(a, ptr_bytes=16, ld_multiple=8,
-                            batch_multiple=8 if a.batch_multiple > 1 else 1,
-                            reason=rows16[a.param])
-        if a.param in rows16 else a for a in alignments)
+    alignments, dim_rules = abi.requirements(
+        kernel, operands, sched.narrow,
+        copy_engine={m.param for m in sched.tensor_maps if not m.store},
+        column_vectors={v for g in gemms for v in g.epilogue.column_vectors}, rows16=rows16)
     return KernelPlan(
         name=kernel.name,
         arch=arch,

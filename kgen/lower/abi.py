@@ -5,6 +5,8 @@ leading dimensions (one per tensor), scalars. The runtime packs the same fields 
 """
 from __future__ import annotations
 
+from typing import Collection, Mapping
+
 from .. import ir
 from ..errors import KgenError
 from ..plan import Alignment, DimRule, FieldKind, Param, ParamField
@@ -71,10 +73,11 @@ def _has_reduction(kernel: ir.Kernel) -> bool:
     return any(g.epilogue.reductions for g in kernel.gemms)
 
 
-def _check_fixed_rows(p: ir.Param, elems: int) -> None:
+def _check_fixed_rows(p: ir.Param, elems: int, copy_engine: bool) -> None:
     """An operand whose contiguous rows (columns, for `col`) have a fixed length that is not a
     whole number of 16-byte chunks: its leading dimension could never pass the launch's check,
-    so no contiguous tensor could run; refused here, at the declaration."""
+    so no contiguous tensor could run; refused here, at the declaration. `copy_engine`: the
+    copy engine (TMA) loads it, else cp.async."""
     if p.kind is not ir.ParamKind.TENSOR:
         return
     row = p.layout is ir.Layout.ROW
@@ -84,9 +87,12 @@ def _check_fixed_rows(p: ir.Param, elems: int) -> None:
         raise KgenError(
             p.loc,
             f"{p.name} : {p.dtype.dsl_name}[{dims}] {p.layout.value}: stored contiguously, its "
-            f"{'rows' if row else 'columns'} are {extent} elements apart, but the mainloop copies "
-            f"16-byte chunks ({elems} elements) with cp.async, so no contiguous {p.name} could "
-            f"run; make that extent a multiple of {elems} (pad it with zeros)")
+            f"{'rows' if row else 'columns'} are {extent} elements apart, but "
+            + (f"the copy engine (TMA) loads it in rows of 16-byte multiples ({elems} elements)"
+               if copy_engine else
+               f"the mainloop copies 16-byte chunks ({elems} elements) with cp.async")
+            + f", so no contiguous {p.name} could run; make that extent a multiple of {elems} "
+            "(pad it with zeros)")
 
 
 def _batch_multiple(p: ir.Param, elems: int) -> int:
@@ -95,12 +101,25 @@ def _batch_multiple(p: ir.Param, elems: int) -> int:
     return elems if p.batch is not None else 1
 
 
+# Why a gemm operand needs 16-byte aligned rows: how the fast entry point's mainloop loads it
+CP_ASYNC = "the mainloop copies 16-byte chunks with cp.async"
+COPY_ENGINE = "the copy engine (TMA) loads it, in rows of 16-byte multiples"
+
+
 def requirements(
-    kernel: ir.Kernel, operands: list[str], narrow: bool = False
+    kernel: ir.Kernel, operands: list[str], narrow: bool = False, *,
+    copy_engine: Collection[str] = (), column_vectors: Collection[str] = (),
+    rows16: Mapping[str, str] | None = None,
 ) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
-    """cp.async operands need 16-byte rows; the epilogue's paired accesses need even columns.
-    With a narrow variant (Schedule.narrow) these are the fast entry point's rules only: any
-    argument that misses them runs the narrow one, so no fixed size is refused for them."""
+    """Operands need 16-byte rows (cp.async chunks, or the copy engine's rules for those in
+    `copy_engine`, the schedule's TMA loads), and so do the epilogue tensors in `rows16` (moved
+    in 16-byte chunks or by the copy engine: why); the epilogue's paired accesses need even
+    columns: other row-major tensors, and the vectors it reads at a column (`column_vectors`,
+    bias[col]). A `v[row]` vector and a `col` epilogue tensor are read (and written) one element
+    at a time: element alignment alone, which every argument needs. With a narrow variant
+    (Schedule.narrow) these are the fast entry point's rules only: any argument that misses
+    them runs the narrow one, so no fixed size is refused for them."""
+    rows16 = rows16 or {}
     aligns: list[Alignment] = []
     needs_even_n: list[ir.Dim] = []
     for p in kernel.params:
@@ -109,12 +128,18 @@ def requirements(
         if p.name in operands:
             elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
             if not narrow:
-                _check_fixed_rows(p, elems)
+                _check_fixed_rows(p, elems, p.name in copy_engine)
             aligns.append(
                 Alignment(p.name, swizzle.CHUNK_BYTES, elems,
-                          "the mainloop copies 16-byte chunks with cp.async",
+                          COPY_ENGINE if p.name in copy_engine else CP_ASYNC,
                           _batch_multiple(p, elems))
             )
+        elif p.kind is ir.ParamKind.TENSOR and p.name in rows16:
+            elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
+            aligns.append(Alignment(p.name, swizzle.CHUNK_BYTES, elems, rows16[p.name],
+                                    _batch_multiple(p, elems)))
+            if p.layout is ir.Layout.ROW:
+                needs_even_n.append(p.shape[1])
         elif p.kind is ir.ParamKind.TENSOR and p.layout is ir.Layout.ROW:
             aligns.append(
                 Alignment(p.name, 2 * p.dtype.nbytes, 2,
@@ -122,7 +147,7 @@ def requirements(
                           _batch_multiple(p, 2))
             )
             needs_even_n.append(p.shape[1])
-        elif p.kind is ir.ParamKind.VECTOR or p.kind is ir.ParamKind.TENSOR:
+        elif p.kind is ir.ParamKind.VECTOR and p.name in column_vectors:
             aligns.append(
                 Alignment(p.name, 2 * p.dtype.nbytes, 1,
                           "the epilogue reads two adjacent elements at once",

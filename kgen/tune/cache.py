@@ -20,7 +20,6 @@ bucket, as small JSON files under `cache_root()/tune/<kernel hash>/`.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import hashlib
 import json
@@ -40,9 +39,7 @@ FOLDER = "tune"
 def kernel_hash(kernel: ir.Kernel) -> str:
     """16 hex digits naming the kernel as planned: its IR without locations, and kgen's
     version (a newer kgen may plan the same configuration differently)."""
-    # resident_loc is a plain field (the other locations take no part in repr)
-    gemms = tuple(dataclasses.replace(g, resident_loc=None) for g in kernel.gemms)
-    text = f"kgen {__version__}\n{dataclasses.replace(kernel, gemms=gemms)!r}"
+    text = f"kgen {__version__}\n{ir.canonical_text(kernel)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

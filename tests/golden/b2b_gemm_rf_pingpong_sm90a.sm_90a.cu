@@ -819,8 +819,8 @@ static const char* device_reason(int device) {
 // Why b2b_gemm_rf_pingpong_sm90a cannot run these arguments, or nullptr.
 static const char* params_reason(const b2b_gemm_rf_pingpong_sm90a_params& p) {
   if (p.M < 0) return "M must not be negative";
-  if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
-  if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
+  if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the copy engine (TMA) loads it, in rows of 16-byte multiples";
   if (reinterpret_cast<unsigned long long>(p.B0) % 16 != 0) return "B0 must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
   if (p.ld_B0 % 8 != 0) return "the leading dimension of B0 must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
   if (reinterpret_cast<unsigned long long>(p.B1) % 16 != 0) return "B1 must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";

@@ -577,7 +577,6 @@ static const char* narrow_reason(const evt_multi_output_params& p) {
   if (reinterpret_cast<unsigned long long>(p.D) % 4 != 0) return "D must be 4-byte aligned: the epilogue reads and writes two adjacent columns at once";
   if (p.ld_D % 2 != 0) return "the leading dimension of D must be a multiple of 2 elements: the epilogue reads and writes two adjacent columns at once";
   if (reinterpret_cast<unsigned long long>(p.bias) % 8 != 0) return "bias must be 8-byte aligned: the epilogue reads two adjacent elements at once";
-  if (reinterpret_cast<unsigned long long>(p.shift) % 8 != 0) return "shift must be 8-byte aligned: the epilogue reads two adjacent elements at once";
   if (p.N % 2 != 0) return "N must be a multiple of 2: the epilogue handles output columns in pairs";
   return nullptr;
 }

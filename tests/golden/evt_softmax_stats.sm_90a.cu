@@ -809,11 +809,10 @@ static const char* params_reason(const evt_softmax_stats_params& p) {
 // Why these arguments miss the fast entry point's rules, or nullptr. They then run
 // evt_softmax_stats_narrow: element copies and element accesses, for any size and leading dimension.
 static const char* narrow_reason(const evt_softmax_stats_params& p) {
-  if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
-  if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
-  if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
-  if (p.ld_B % 8 != 0) return "the leading dimension of B must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
-  if (reinterpret_cast<unsigned long long>(p.m_prev) % 8 != 0) return "m_prev must be 8-byte aligned: the epilogue reads two adjacent elements at once";
+  if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (p.ld_B % 8 != 0) return "the leading dimension of B must be a multiple of 8 elements: the copy engine (TMA) loads it, in rows of 16-byte multiples";
   if (p.N % 2 != 0) return "N must be a multiple of 2: the epilogue handles output columns in pairs";
   return nullptr;
 }

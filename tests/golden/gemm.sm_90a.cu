@@ -795,10 +795,10 @@ static const char* params_reason(const gemm_bf16_params& p) {
 // Why these arguments miss the fast entry point's rules, or nullptr. They then run
 // gemm_bf16_narrow: element copies and element accesses, for any size and leading dimension.
 static const char* narrow_reason(const gemm_bf16_params& p) {
-  if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
-  if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
-  if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the mainloop copies 16-byte chunks with cp.async";
-  if (p.ld_B % 8 != 0) return "the leading dimension of B must be a multiple of 8 elements: the mainloop copies 16-byte chunks with cp.async";
+  if (reinterpret_cast<unsigned long long>(p.A) % 16 != 0) return "A must be 16-byte aligned: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (p.ld_A % 8 != 0) return "the leading dimension of A must be a multiple of 8 elements: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (reinterpret_cast<unsigned long long>(p.B) % 16 != 0) return "B must be 16-byte aligned: the copy engine (TMA) loads it, in rows of 16-byte multiples";
+  if (p.ld_B % 8 != 0) return "the leading dimension of B must be a multiple of 8 elements: the copy engine (TMA) loads it, in rows of 16-byte multiples";
   if (reinterpret_cast<unsigned long long>(p.D) % 16 != 0) return "D must be 16-byte aligned: the epilogue writes it in 16-byte chunks of 8 columns";
   if (p.ld_D % 8 != 0) return "the leading dimension of D must be a multiple of 8 elements: the epilogue writes it in 16-byte chunks of 8 columns";
   if (p.N % 2 != 0) return "N must be a multiple of 2: the epilogue handles output columns in pairs";

@@ -133,6 +133,48 @@ def test_a_fixed_small_size_takes_a_tile_that_fits_it():
     assert lower(kernel).gemms[0].tile[1] == 64
 
 
+def fixed_n(n: int, lines: str = "", b_layout: str = "col") -> ir.Kernel:
+    text = GEMM.replace("TARGET", "sm_80").replace("LINES", lines)
+    text = text.replace("[K, N] col", f"[K, {n}] {b_layout}").replace("[M, N]", f"[M, {n}]")
+    return parse(text, "t.kg").kernels[0]
+
+
+@pytest.mark.parametrize("n, width", [(192, 192), (160, 192), (384, 192), (576, 192),
+                                      (256, 256), (448, 256), (512, 256), (100, 128)])
+def test_sm80_takes_the_tile_width_that_pads_n_least(n, width):
+    """N = 192 on 128x256 tiles leaves a quarter of the mma.sync columns idle: where whole
+    192-column tiles pad N less than 256-column ones, the 192-wide twin (same rows, K, warps
+    and stages) is tried first, and says why."""
+    plan = lower(fixed_n(n), ir.Arch.SM80)
+    g = plan.gemms[0]
+    assert g.tile[1] == width
+    if width == 192:
+        assert (g.tile, g.warps, g.stages) == ((128, 192, 64), (2, 4), 3)
+        assert "192-column tiles" in plan.schedule.chosen[0].why
+        assert not plan.schedule.untaken
+
+
+def test_the_192_wide_twins_need_a_known_n_and_a_k_major_b():
+    sm80 = target(ir.Arch.SM80)
+    tiles = [c.gemms[0].tile for c in configs(sm80, builder.shapes(gemm()), wide=False)]
+    assert all(t[1] != 192 for t in tiles) and tiles[0] == (128, 256, 64)  # a runtime N
+    # a runtime N given as a size (the tuner's wide list): every 256-wide tile's twin
+    wide = [c.gemms[0] for c in configs(sm80, builder.shapes(gemm()), wide=True,
+                                        sizes=dict(M=4096, N=192, K=4096))]
+    twins = [(g.tile[0], 256, g.tile[2], g.warps, g.stages) for g in wide if g.tile[1] == 192]
+    assert twins and twins == [(g.tile + (g.warps, g.stages)) for g in wide if g.tile[1] == 256]
+    # an N-major B: a 192-wide B tile has no constant-offset layout for 256 threads
+    row_b = fixed_n(192, b_layout="row")
+    assert all(c.gemms[0].tile[1] != 192
+               for c in configs(sm80, builder.shapes(row_b), wide=True))
+    assert lower(row_b, ir.Arch.SM80).gemms[0].tile == (128, 256, 64)
+
+
+def test_a_written_64x192_tile_plans_on_sm80():
+    plan = lower(fixed_n(192, "tile 64x192x32"), ir.Arch.SM80)
+    assert (plan.gemms[0].tile, plan.gemms[0].warps) == ((64, 192, 32), (2, 4))
+
+
 def test_split_and_small_k_configs_need_their_sizes():
     shape = builder.shapes(gemm())
     sm90 = target(ir.Arch.SM90A)

@@ -164,6 +164,7 @@ def test_deterministic_slots_keep_the_next_batch_partials_aligned():
     assert p.split_grid(ODD_SIZES) == (3 * 3 * 2, 1, 1)  # a block per tile of every batch
 
 
+@pytest.mark.slow
 def test_the_cu_sizes_the_workspace_as_kgen_run_does(tmp_path):
     """<kernel>_workspace_bytes of the .cu (built with nvcc for the host) and the Python
     runtime's workspace_floats agree in both modes, with and without batches."""

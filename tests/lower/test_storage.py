@@ -395,6 +395,7 @@ def test_static_asserts_cover_every_buffer_and_co_live_pair():
         assert f"static constexpr int total_bytes = {s.total_bytes};" in src
 
 
+@pytest.mark.slow
 def test_static_asserts_hold_under_nvrtc_and_fail_on_a_bad_offset(tmp_path, monkeypatch):
     pytest.importorskip("cuda.core")
     from kgen.errors import KgenRuntimeError
@@ -413,6 +414,7 @@ def test_static_asserts_hold_under_nvrtc_and_fail_on_a_bad_offset(tmp_path, monk
         compile_cubin(bad, built.plan.name, "sm_80")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_static_asserts_hold_under_nvcc(tmp_path):
     for name, built in _storage_sources():

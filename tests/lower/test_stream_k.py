@@ -122,6 +122,7 @@ def test_inspect_shows_stream_k(tmp_path):
     assert "stream-K" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["staged C", "batched", "MN-major B", "128x256"])
 def test_stream_k_compiles_without_spills(variant, tmp_path, monkeypatch):
     from kgen.runtime.nvrtc import compile_cubin, compile_ptx

@@ -92,8 +92,8 @@ def test_aligned_sizes_keep_the_fast_entry_point():
     plan = _built("gemm_bias_relu", "sm_90a").plan
     assert _python_choice(plan, {"M": 4096, "N": 4096, "K": 4096}) == ""
     why = _python_choice(plan, {"M": 4096, "N": 4096, "K": 100})
-    assert why == ("A's leading dimension 100 is not a multiple of 8: the mainloop copies "
-                   "16-byte chunks with cp.async")
+    assert why == ("A's leading dimension 100 is not a multiple of 8: the copy engine (TMA) "
+                   "loads it, in rows of 16-byte multiples")
 
 
 # ---- the .cu's launcher: params_reason and narrow_reason, built with nvcc for the host ----
@@ -131,6 +131,7 @@ def _probe(plan, index: int) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH")
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_cu_launcher_makes_the_same_choice(arch, tmp_path):

@@ -138,6 +138,7 @@ def _run_processes(target, args_list):
     return results
 
 
+@pytest.mark.slow
 def test_concurrent_compiles_share_one_entry(tmp_path):
     root = str(tmp_path / "shared")
     results = _run_processes(compile_worker, [(root,)] * 6)
@@ -147,6 +148,7 @@ def test_concurrent_compiles_share_one_entry(tmp_path):
     assert hashlib.sha256(entry.cubin).hexdigest() == results[0][1]
 
 
+@pytest.mark.slow
 def test_concurrent_store_and_load_never_tear(tmp_path):
     root = str(tmp_path / "race")
     payload = os.urandom(256 * 1024)

@@ -95,6 +95,7 @@ def test_resources_reported_on_every_real_compile(cache_dir, monkeypatch):
     assert len({r.registers for r in reports}) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example, arch", [("gemm_bias_relu", "sm_90a"), ("gemm", "sm_80")])
 def test_the_fast_entry_point_compiles_alone(cache_dir, example, arch):
     """FAST_ENTRY_ONLY leaves the narrow entry point out of an NVRTC compile (the runtime

@@ -131,3 +131,17 @@ def test_float_literals_round_trip(value, literal):
 def test_non_finite_constant_is_refused(value):
     with pytest.raises(ValueError):
         float_literal(value)
+
+
+@pytest.mark.parametrize("arch", [ir.Arch.SM80, ir.Arch.SM90A])
+def test_a_reduction_takes_the_value_before_the_stores_conversion(arch):
+    """`t = relu(acc); D = t; s = rowsum(t)`: the store converts t to f16, the reduction gets
+    t itself, in f32 (docs/language.md, section 7)."""
+    t = call(Op.RELU, acc)
+    kernel = gemm_kernel((ir.Let("t", t), ir.Store("D", ir.LocalRef("t")),
+                          ir.Store("s", ir.Reduce(ir.ReduceOp.SUM, Axis.ROW, ir.LocalRef("t")))),
+                         extra=(P("s", V, DType.F32, ("M",), role=ir.Role.OUT),), arch=arch)
+    code = render(lower(kernel, arch).gemms[0].epilogue)
+    store, *reductions = code.stores
+    assert "__floats2half2_rn(v1_0, v1_1)" in store
+    assert reductions == ["red0_0 = v1_0;", "red0_1 = v1_1;"]

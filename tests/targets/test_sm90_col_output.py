@@ -84,6 +84,7 @@ def test_a_row_major_output_is_staged_as_before():
     assert "const bool whole_chunks = n0 + kTileN <= N || N % 8 == 0;" in src
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["bare", "cooperative", "pingpong", "batched", "c_row",
                                      "cluster"])
 def test_nvrtc_compiles_without_spills(variant):

@@ -132,6 +132,7 @@ def test_c_boxes_past_the_buffers_are_prefetched_into_l2_when_c_is_larger_than_l
     assert "prefetch_staged_box" not in _built(lines="").source
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["row", "col", "pingpong", "global_c"])
 def test_nvrtc_compiles_without_spills(variant):
     pytest.importorskip("cuda.bindings")

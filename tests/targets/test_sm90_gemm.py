@@ -20,6 +20,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 SINGLE = sorted(p for p in EXAMPLES.glob("*.kg") if p.stem.startswith(("gemm", "evt")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", SINGLE, ids=lambda p: p.stem)
 def test_every_gemm_example_runs_the_warp_specialized_kernel_on_sm90a(example):
     from kgen.runtime.nvrtc import compile_cubin, compile_ptx
@@ -114,6 +115,7 @@ def test_no_staged_input_without_the_copy_engine_store():
     assert g.store is StorePath.PAIRS and g.staged_input is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["pingpong", "batched"])
 def test_staged_c_compiles_without_spills(variant, tmp_path, monkeypatch):
     from kgen.runtime.nvrtc import compile_cubin, compile_ptx

@@ -135,6 +135,7 @@ def test_an_epilogue_without_vectors_is_unchanged():
     assert g.staged_vectors == () and g.why_staged_vectors == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["cooperative", "pingpong", "batched", "col", "n64",
                                      "n192", "cluster"])
 def test_nvrtc_compiles_without_spills(variant):

@@ -2,6 +2,8 @@
 candidates of an example; NVRTC's errors come back as results."""
 from __future__ import annotations
 
+import pytest
+
 from kgen.enums import Arch
 from kgen.tune.compile import Job, compile_all, compile_job
 from kgen.tune.space import search_space
@@ -9,6 +11,7 @@ from kgen.tune.space import search_space
 from .helpers import SIZES, example_text, kernel_of
 
 
+@pytest.mark.slow
 def test_candidates_compile_in_parallel_without_spills(cache_dir):
     space = search_space(kernel_of(example_text("gemm_bias_relu")), Arch.SM90A, SIZES, limit=3)
     jobs = [Job(c.index, c.source, c.plan.name, "sm_90a") for c in space.candidates]
@@ -74,6 +77,7 @@ def test_default_workers_are_the_cores_this_process_may_use():
     assert default_workers() == expected >= 1
 
 
+@pytest.mark.slow
 def test_a_candidate_compiles_its_fast_entry_point_alone(cache_dir):
     """Job.narrow_kernel: the narrow entry point stays out of the tuner's compile (a timed
     launch that needs it compiles it then); without it the module holds both."""

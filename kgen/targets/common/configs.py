@@ -2,7 +2,10 @@
 first. sm_90a's list (kgen/targets/sm90/configs.py) puts its own before these.
 
     one gemm  CTA tiles from 128x256x64 on 8 warps down to 64x64x32, each with its deepest
-              pipeline first; with a fixed M or N, in order of the padding their tiles add.
+              pipeline first; with a fixed M or N, in order of the padding their tiles add, and
+              where a known N pads less to whole 192-column tiles than to 256-column ones
+              (N = 192, 320-384, 576, ...) and B is K-major, each 256-wide tile's 192-wide
+              twin before it.
     chains    every gemm on the same tile M and warps, each tile N its gemm's N, tile K 64 (or
               the source's N when smaller): first `keep B resident` on every gemm (B loaded
               once per persistent CTA: needs fixed sizes), then the persistent register chain
@@ -50,6 +53,12 @@ SPLIT_TILES = (
 )
 SMS = 132  # an H100's or H200's SMs: split-K is worth timing below a fraction of this many tiles
 WHY_ONE = "the sm_80 mainloop (cp.async, ldmatrix, mma.sync): the largest tile that plans"
+# N = 192 on 128x256 tiles leaves a quarter of the mma.sync columns idle. The twin keeps the
+# 256-wide tile's rows, K, warps and stages (on 2x4 warps, warp tiles 64x48): NVRTC 13.5 for
+# sm_80, bf16 128x192x64 s3: 206 registers, no spill (128x256x64: 248)
+NARROW_N = 192
+WHY_192 = ("the sm_80 mainloop (cp.async, ldmatrix, mma.sync): the largest tile that plans, "
+           "192 wide: N pads less to whole 192-column tiles than to 256-column ones")
 WHY_SPLIT = "split-K: the runtime sizes give fewer output tiles than SMs"
 WHY_RESIDENT = "every B resident in a persistent CTA: B read once per CTA, A streamed"
 WHY_PERSISTENT = "a persistent register chain: the intermediate stays in registers"
@@ -65,12 +74,35 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
 
 def one_gemm(shape: GemmShape, sizes: Mapping[str, int], wide: bool) -> list[Config]:
     table = ONE_GEMM_WIDE if wide else ONE_GEMM
-    out = [Config((GemmConfig(tile, warps, s),), why=WHY_ONE)
+    if shape.k_major[1]:
+        table = narrowed(table, known(shape.n, sizes))
+    out = [Config((GemmConfig(tile, warps, s),), why=WHY_192 if tile[1] == NARROW_N else WHY_ONE)
            for tile, warps, stages in table for s in stages]
     out = fitting_first(out, shape, sizes)
     if wide:
         out += split_configs(shape, sizes)
     return out
+
+
+def narrowed(table, n: int | None):
+    """The table with each 256-wide tile's 192-wide twin (same rows, K, warps and stages) before
+    it, where a known N pads less to whole 192-column tiles than to 256-column ones; else the
+    table itself. (A narrower tile that pads no less than 256 would only add CTAs.) For a
+    K-major B only: an N-major B tile 192 wide has no layout with per-thread constant offsets
+    for 256 threads (kgen/lower/mainloop.py refuses it)."""
+    if n is None or padded(n, NARROW_N) >= padded(n, 256):
+        return table
+    out = []
+    for tile, warps, stages in table:
+        if tile[1] == 256:
+            out.append(((tile[0], NARROW_N, tile[2]), warps, stages))
+        out.append((tile, warps, stages))
+    return tuple(out)
+
+
+def padded(n: int, width: int) -> int:
+    """N rounded up to whole tiles `width` columns wide."""
+    return -(-n // width) * width
 
 
 def fitting_first(configs: list[Config], shape: GemmShape,
