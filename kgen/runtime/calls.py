@@ -320,13 +320,7 @@ class CallPath:
         made = None
         if binding.allocate:
             made = self._allocate(binding, pointers, torch if torch_device is not None else None)
-        if _current_context() != binding.context:
-            self._activate(binding)
-        if binding.workspace_bytes:
-            self._with_workspace(binding, pointers, scalars, stream,
-                                 torch if torch_device is not None else None)
-        else:
-            binding.launch(pointers, scalars, stream)
+        self._enqueue(binding, pointers, scalars, stream)
         if made is None:
             outputs = [args[name] for name in self._outputs]
         else:
