@@ -10,9 +10,14 @@ order, a single output as a tensor. The fake implementation gives torch.compile 
 shapes, dtypes and strides without running anything, so the op traces without a graph break.
 The real one is the kernel's own call (kgen.runtime.calls): the outputs allocated by PyTorch's
 caching allocator, the launch on the current stream, no synchronization, so it can be captured
-in a CUDA graph. The op is defined with `torch.library.Library` and a CUDA implementation: the
-dispatcher adds about a microsecond to the kernel's call, where `torch.library.custom_op`'s
-Python wrapper adds about ten (H200, bench/call_path.py).
+in a CUDA graph. The op is defined with `torch.library.Library` and a CUDA implementation
+(`torch.library.custom_op`'s Python wrapper cost about 10 us more per call on an H200).
+
+`torch_op` returns a `KernelOp`: called eagerly on plain tensors, it calls the kernel itself,
+since the dispatcher's boxing of a Python-implemented op costs 3-10 us a call; under
+torch.compile, a dispatch mode, fake or subclassed tensors, or with autograd recording, it calls
+the registered op (`KernelOp.op`, also `torch.ops.<namespace>.<name>`), so tracing, modes and
+autograd's errors see the op itself.
 
 The schema and the output shapes are pure functions of the plan (`op_schema`, `output_shapes`),
 testable without PyTorch or a GPU.
@@ -26,7 +31,7 @@ from .errors import KgenRuntimeError
 from .plan import KernelPlan
 from .runtime.outputs import infer_sizes, inputs_of, output_shapes, outputs_of
 
-__all__ = ["infer_sizes", "op_schema", "output_shapes", "torch_op"]
+__all__ = ["KernelOp", "infer_sizes", "op_schema", "output_shapes", "torch_op"]
 
 _TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
 
@@ -48,19 +53,73 @@ def op_schema(plan: KernelPlan) -> str:
 
 
 _LIBRARIES: dict[str, Any] = {}  # namespace -> its torch.library.Library, kept alive
+_OPS: dict[str, "KernelOp"] = {}  # qualified name -> the KernelOp registered under it
+
+
+class KernelOp:
+    """A kernel as a torch op: `op(A, B, ..., alpha=...)` (see the module's note). `op.op` is
+    the registered `torch.ops.<namespace>.<name>`."""
+
+    def __init__(self, kernel, op, names: tuple[str, ...]):
+        import torch
+
+        self.kernel = kernel
+        self.op = op
+        self._names = names
+        self._torch = torch
+        self._tensor = torch.Tensor
+        try:  # how many dispatch modes are active (FakeTensorMode, FlopCounterMode, ...)
+            from torch.utils._python_dispatch import _len_torch_dispatch_stack as modes
+        except ImportError:  # a torch without it: every call through the op
+            modes = None
+        self._modes = modes
+
+    def _eager(self, values) -> bool:
+        """Whether the kernel itself may run this call: no tracing, no dispatch mode, plain
+        tensors, nothing for autograd to record."""
+        torch = self._torch
+        # is_compiling first: torch.compile reads it as True and traces no further
+        if torch.compiler.is_compiling() or self._modes is None or self._modes():
+            return False
+        grad = torch.is_grad_enabled()
+        for value in values:
+            if isinstance(value, self._tensor):
+                if type(value) is not self._tensor or (grad and value.requires_grad):
+                    return False
+        return True
+
+    def __call__(self, *args, **kwargs):
+        names = self._names
+        if len(args) <= len(names) and all(k in names for k in kwargs) and self._eager(
+                args) and self._eager(kwargs.values()):
+            named = dict(zip(names, args))
+            if not kwargs.keys() & named.keys():  # an argument given twice: the op's message
+                named.update(kwargs)
+                return self.kernel(**named)
+        return self.op(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.op, name)  # default, overloads, ...
+
+    def __repr__(self) -> str:
+        return f"KernelOp({self.op!r}, {self.kernel!r})"
 
 
 def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
     """Register `kernel` (a loaded kernel: kgen.load's result) as
-    `torch.ops.<namespace>.<name>` and return it. Registering the same name twice in one
-    process returns the first registration."""
+    `torch.ops.<namespace>.<name>` and return its KernelOp. Registering the same name twice in
+    one process returns the first registration."""
     import torch
 
     plan: KernelPlan = kernel.plan
     op_name = name or plan.name
     qualified = f"{namespace}::{op_name}"
+    if qualified in _OPS:
+        return _OPS[qualified]
     existing = getattr(getattr(torch.ops, namespace, None), op_name, None)
-    if existing is not None:
+    if existing is not None:  # registered by other code: the op itself
         return existing
     inputs = inputs_of(plan)
     names = tuple(p.name for p in inputs)
@@ -87,4 +146,6 @@ def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
     library.define(op_name + op_schema(plan))
     library.impl(op_name, run, "CUDA")
     torch.library.register_fake(qualified, fake, lib=library)
-    return getattr(getattr(torch.ops, namespace), op_name)
+    _OPS[qualified] = wrapped = KernelOp(kernel, getattr(getattr(torch.ops, namespace), op_name),
+                                         names)
+    return wrapped

@@ -50,3 +50,51 @@ def test_fixed_sizes_need_no_input():
 def test_an_output_size_no_input_has_is_refused():
     with pytest.raises(ArgumentError, match="appears in no argument"):
         output_shapes(plan_of("gemm_bias_relu"), {"M": 4})
+
+
+class Recorder:
+    """A loaded kernel's stand-in: its plan, and the calls it gets."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.calls = []
+
+    def __call__(self, **args):
+        self.calls.append(args)
+        return "ran"
+
+
+def _op(name):
+    torch = pytest.importorskip("torch")
+    from kgen.torch_library import torch_op
+
+    kernel = Recorder(plan_of("gemm_bias_relu"))
+    return torch, kernel, torch_op(kernel, name=name, namespace="kgen_cpu_test")
+
+
+def test_an_eager_call_on_plain_tensors_runs_the_kernel_itself():
+    torch, kernel, op = _op("eager")
+    a, b, c, v = (torch.ones(4, 8), torch.ones(8, 6), torch.ones(4, 6), torch.ones(6))
+    assert op(a, b, c, v, beta=0.25) == "ran"
+    (args,) = kernel.calls
+    assert list(args) == ["A", "B", "C", "bias", "beta"] and args["beta"] == 0.25
+    assert op.op is torch.ops.kgen_cpu_test.eager
+
+
+def test_tracing_and_autograd_see_the_registered_op():
+    """Fake tensors (torch.compile's tracing), and tensors autograd records, go through the
+    op: its fake implementation gives the outputs' shapes; the kernel is not called."""
+    torch, kernel, op = _op("traced")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b, c, v = (torch.empty(4, 8), torch.empty(6, 8).t(), torch.empty(4, 6),
+                      torch.empty(6))
+        out = op(a, b, c, v)
+    assert tuple(out.shape) == (4, 6) and out.dtype == torch.float16
+    grad = torch.ones(4, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError):  # the op has no CPU kernel: it was dispatched
+        op(grad, torch.ones(8, 6), torch.ones(4, 6), torch.ones(6))
+    with pytest.raises(RuntimeError, match="at most 6"):  # too many: the op's own message
+        op(*([torch.ones(1)] * 7))
+    assert kernel.calls == []

@@ -1,5 +1,6 @@
 """On a GPU: every kernel captures into `torch.cuda.graph` (which captures on a stream of its
-own), through `kgen.load` and through the torch op, and a replay with new inputs matches the
+own), through `kgen.load` and through the torch op (its KernelOp, and for the schedules with
+workspaces the registered torch.ops op too), and a replay with new inputs matches the
 float64 reference with the outputs poisoned first. Covers every example on each target it
 plans for, split-K (the builder's at M = 1, and written), stream-K, both reduction modes,
 clusters, chains and batches: the workspaces are stream-ordered, so nothing a call does breaks
@@ -52,8 +53,9 @@ def capture_and_replay(kernel: ir.Kernel, arch: str | None, sizes: dict, via: st
     scalars = pick_scalars(kernel, None, rng)
     inputs = {name: arrays.upload(value, kernel.param(name)) for name, value in host.items()}
     outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
-    if via == "op":
+    if via in ("op", "torch.ops"):  # the KernelOp (eager: the kernel itself), the registered op
         op = kgen.torch_op(loaded, name=f"capture_{kernel.name}_{next(_names)}")
+        op = op if via == "op" else op.op
         order = [p.name for p in kernel.params if p.role is ir.Role.IN]
         args = [inputs[name] if name in inputs else scalars[name] for name in order]
 
@@ -124,7 +126,7 @@ def _gemm(text_arch="sm_90a", lines="") -> ir.Kernel:
     return module.kernels[0]
 
 
-@pytest.mark.parametrize("via", ["load", "op"])
+@pytest.mark.parametrize("via", ["load", "op", "torch.ops"])
 def test_the_builders_split_k_at_decode_sizes_captures(via):
     """The case that failed: a .kg with no schedule lines at M = 1, where the builder takes
     split-K (a workspace per call)."""
@@ -143,7 +145,7 @@ def _sized(kernel, sizes):
     return sized_config(kernel, "sm_90a", sizes)
 
 
-@pytest.mark.parametrize("via", ["load", "op"])
+@pytest.mark.parametrize("via", ["load", "op", "torch.ops"])
 @pytest.mark.parametrize("case", ["stream-K", "cluster 2x1", "deterministic", "atomic",
                                   "batched deterministic"])
 def test_schedules_with_workspaces_and_clusters_capture(case, via):
