@@ -81,21 +81,28 @@ class KernelOp:
         # is_compiling first: torch.compile reads it as True and traces no further
         if torch.compiler.is_compiling() or self._modes is None or self._modes():
             return False
+        tensor = self._tensor
         grad = torch.is_grad_enabled()
         for value in values:
-            if isinstance(value, self._tensor):
-                if type(value) is not self._tensor or (grad and value.requires_grad):
+            if type(value) is tensor:
+                if grad and value.requires_grad:
                     return False
+            elif isinstance(value, tensor):  # a subclass (fake, functional, ...)
+                return False
         return True
 
     def __call__(self, *args, **kwargs):
         names = self._names
-        if len(args) <= len(names) and all(k in names for k in kwargs) and self._eager(
-                args) and self._eager(kwargs.values()):
-            named = dict(zip(names, args))
-            if not kwargs.keys() & named.keys():  # an argument given twice: the op's message
-                named.update(kwargs)
-                return self.kernel(**named)
+        if len(args) <= len(names):
+            if not kwargs:
+                if self._eager(args):
+                    return self.kernel(**dict(zip(names, args)))
+            elif (all(k in names for k in kwargs) and self._eager(args)
+                  and self._eager(kwargs.values())):
+                named = dict(zip(names, args))
+                if not kwargs.keys() & named.keys():  # given twice: the op's message
+                    named.update(kwargs)
+                    return self.kernel(**named)
         return self.op(*args, **kwargs)
 
     def __getattr__(self, name: str):
