@@ -59,10 +59,6 @@ def _picker(indices: list[int]) -> Callable[[list], tuple]:
     return itemgetter(*indices)
 
 
-def _stream_of_torch(torch, device: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(device)
-
-
 _context_getter = None
 
 
@@ -97,7 +93,6 @@ class Binding:
         self.kernel = kernel
         self.plan = plan
         self.sizes = dict(bound.sizes)
-        self.narrow = bound.narrow
         fmt = struct_format(plan)
         # The launch's parameter block, packed in one go: the kernel's parameters' addresses
         # [&struct, &tensor maps], then the struct (16 bytes in: its alignment holds)

@@ -83,10 +83,6 @@ class FakeCompiled:
         self.plan, self.name, self.device_id = plan, name, 0
         self.calls = []
 
-    def __call__(self, stream=None, sizes=None, **args):
-        self.calls.append(sorted(args))
-        return self.name
-
     def bind(self, sizes=None, **args):
         return SimpleNamespace(sizes=select.sizes_of(self.plan, args, sizes), by=self.name)
 
