@@ -62,11 +62,17 @@ class Param:
     default: float | None = None  # scalars only
     loc: SourceLoc = _loc()
     batch: Dim | None = None
+    # A second batch dimension, after `batch` (loop and row kernels only: `Q : bf16[B, H, S, D]`
+    # has batch B, heads H, shape (S, D)). Parameters whose heads differ share: with Q's heads H
+    # and K's heads HKV, query head h reads KV head h / (H / HKV) (GQA; MQA when HKV is 1), and
+    # H must be a multiple of HKV.
+    heads: Dim | None = None
 
     @property
     def full_shape(self) -> tuple[Dim, ...]:
-        """The shape as written: the batch dimension first, when there is one."""
-        return self.shape if self.batch is None else (self.batch, *self.shape)
+        """The shape as written: the batch dimensions first, when there are any."""
+        lead = tuple(d for d in (self.batch, self.heads) if d is not None)
+        return (*lead, *self.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +118,16 @@ class VectorLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class Position:
+    """`row` or `col` as a value: the element's global index along the rows (M) or the columns
+    (N) of the tile being computed, in the compute type. In a loop's first gemm, `col` runs
+    along the loop's dimension (the key position in attention)."""
+
+    axis: Axis  # ROW or COL
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
 class LocalRef:
     """A value bound earlier in the same epilogue by `Let`."""
 
@@ -139,7 +155,10 @@ class Cast:
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
-    """A reduction of `arg` along `axis`; only valid as the whole right side of a `Store`."""
+    """A reduction of `arg` along `axis`. Outside loop and row kernels, only valid as the whole
+    right side of a `Store` (to a vector). In a loop's epilogue or a row kernel's, a row
+    reduction (axis ROW: rowsum, rowmax, ...) is also a value: one per row, usable in any
+    expression (`m_new = max(m, rowmax(x))`)."""
 
     op: ReduceOp
     axis: Axis
@@ -147,7 +166,8 @@ class Reduce:
     loc: SourceLoc = _loc()
 
 
-Expr = typing.Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, LocalRef, Call, Cast, Reduce]
+Expr = typing.Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, Position, LocalRef, Call, Cast,
+                    Reduce]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +188,20 @@ class Store:
     loc: SourceLoc = _loc()
 
 
-Stmt = typing.Union[Let, Store]
+@dataclass(frozen=True, slots=True)
+class Update:
+    """`name = expr` (or `name *= expr`, written as `name = name * expr`) where name is carried
+    by the enclosing loop: a row carry (`carry m : f32[row]`) takes a new value per row; the
+    accumulator of an accumulating gemm (`gemm o += ...`) may only be rescaled by a value per
+    row (`o = o * r`). Statements run in order: later statements, and the next iteration, read
+    the new value."""
+
+    name: str
+    value: Expr
+    loc: SourceLoc = _loc()
+
+
+Stmt = typing.Union[Let, Store, Update]
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,10 +277,12 @@ class ClusterShape:
 
 @dataclass(frozen=True, slots=True)
 class OperandRef:
-    """A gemm operand: a tensor parameter, or an earlier gemm stage (chaining)."""
+    """A gemm operand: a tensor parameter, or an earlier gemm stage (chaining). `transposed`
+    (`K^T`): the tensor's transpose, a [cols, rows] operand read from the same memory."""
 
     name: str
     loc: SourceLoc = _loc()
+    transposed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +307,52 @@ class Gemm:
     loc: SourceLoc = _loc()
     split: SplitK | None = None  # `split S` (None: the whole K in one CTA)
     cluster: ClusterShape | None = None  # `cluster MxN` (None: the builder's choice, 1x1)
+    # `gemm o += p @ V` (in a loop only): `o` is an accumulator carried across the loop's
+    # iterations, zero before the first; each iteration adds a @ b to it. Its value after the
+    # loop is read by the kernel's epilogue (`O = o / l`).
+    accumulate: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Loops: a CTA keeps a tile of rows and streams blocks of a dimension, carrying state
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """`carry m : f32[row] = -inf`: one value per row of the CTA's rows, `init` before the
+    first iteration, carried from one iteration to the next (a running row max or sum)."""
+
+    name: str
+    dtype: DType
+    init: float  # may be -inf or inf
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class BlockShape:
+    """`tile 128x64` on a loop: rows per CTA (M) x the loop's block (the columns of its first
+    gemm, the k of its accumulating gemm)."""
+
+    m: int
+    n: int
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """`loop kv over T { carry ...; gemm s = Q @ K^T {...}; gemm o += s @ V }`: each CTA keeps
+    a tile of rows and runs the body once per block of `dim`, in order. The first gemm's
+    columns and the accumulating gemm's k run along `dim`; every `carry` and every accumulating
+    gemm is carried across iterations. Each schedule line is optional (None: the builder's)."""
+
+    name: str
+    dim: str  # the size name the loop runs over (T)
+    carries: tuple[Carry, ...]
+    gemms: tuple[Gemm, ...]
+    tile: BlockShape | None = None
+    warps: WarpGrid | None = None  # warps along M x 1
+    stages: StageCount | None = None  # slots of the ring that streams the loop's operands
+    loc: SourceLoc = _loc()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,6 +469,12 @@ class Kernel:
     # `schedule pingpong` (None: every warp runs every stage of every tile)
     schedule: Schedule | None = None
     schedule_loc: SourceLoc = _loc()
+    # A loop kernel: `gemms` is empty and the loop holds them (None: a gemm or chain kernel)
+    loop: Loop | None = None
+    # The kernel's own epilogue: after the loop in a loop kernel (its accumulators and carries
+    # as values), or the whole body of a row kernel (no gemm, no loop: element-wise over the
+    # [rows, cols] of its same-shape input tensors, row reductions as values and stores)
+    epilogue: Epilogue | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
