@@ -209,13 +209,14 @@ def clustered(config: Config, cluster: tuple[int, int]) -> Config:
 # (192: common.chain_tiles' `boxes`) instead of rounding it up to a power of two: N1 = 192 ran on
 # 64x256 tiles, a quarter of g1's columns past N and stored from registers, at 1.91x a copy of
 # its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
-def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> int:
-    """The most values a consumer thread holds (schedules.tile_values) in the chain's tiles,
-    with one column pass's accumulators where the last gemm takes passes: over 256 columns, or
-    where only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or 160)."""
+def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> bool:
+    """Whether a consumer thread's values (schedules.values_over) in the chain's tiles fit its
+    registers, with one column pass's accumulators where the last gemm takes passes: over 256
+    columns, or where only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or
+    160)."""
     widths = [t[1] for t in common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)]
     passes = schedules.staged_passes(widths[-2], widths[-1])
-    return max(schedules.tile_values(widths, passes))
+    return not schedules.values_over(widths, passes)
 
 
 # A ping-pong chain whose last N is over 256 tries the fewest column blocks whose tile fits
@@ -247,7 +248,7 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     out = []
     n = shapes[-1].n
     for blocks in column_block_counts(n):
-        if pingpong_registers(shapes, blocks) > schedules.PINGPONG_MAX_VALUES:
+        if not pingpong_registers(shapes, blocks):
             continue
         # the copy engine's stores need a fixed N (schedules.tma_refusal)
         tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)

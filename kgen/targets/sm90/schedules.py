@@ -52,7 +52,7 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
     ping, cooperative = pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE)
     ws = ping if draft.requested is KernelKind.PINGPONG else cooperative
-    rest = [common.persistent(draft, mmas), one_gemm_tiled(draft, ws)]
+    rest = [persistent(draft), one_gemm_tiled(draft, ws)]
     if draft.cluster != (1, 1):  # clusters run on the warp-specialized kernel alone
         reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
                   f"kernel only, which refuses this gemm: {ws.reason}")
@@ -63,6 +63,17 @@ def candidates(draft: ScheduleDraft) -> list[Candidate]:
         rest = [Candidate(c.kind, False, reason, cooperative.site or Site("split", 0))
                 for c in rest]
     return [ping, cooperative, *rest]
+
+
+def persistent(draft: ScheduleDraft) -> Candidate:
+    """The shared persistent chain, its gemms on wgmma where mmas says; a chain of more than two
+    gemms it refuses with the advice that the ping-pong chain takes it."""
+    candidate = common.persistent(draft, mmas)
+    if candidate.legal or len(draft.gemms) < 3:
+        return candidate
+    return dataclasses.replace(candidate, reason=(
+        f"{candidate.reason}; on sm_90a a chain of {len(draft.gemms)} gemms keeps its B "
+        "operands resident in the ping-pong chain ('schedule pingpong')"))
 
 
 WHY_NOT_WS = "not wgmma: the {kind} warp-specialized kernel refuses this gemm: {reason}"
@@ -277,15 +288,14 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                         f"staged for the copy engine, but {tma}", Site("tile", len(gemms) - 1))
     if tma:
         passes, consumers = 1, CONSUMERS
-        values = gemm_values(gemms)
-        peak = values.index(max(values)) + 1  # the gemm where a consumer thread holds most
-        if values[-1] > PINGPONG_MAX_VALUES:
-            return _refused(f"a consumer thread would hold {values[-1]} accumulator values "
-                            f"(over {PINGPONG_MAX_VALUES}: they spill) storing gemm "
-                            f"'{last.name}' from registers, and its staging cannot serve: {tma}",
-                            Site("tile", len(gemms) - 1))
-        if values[peak - 1] > PINGPONG_MAX_VALUES:
-            return _refused(register_refusal(gemms, peak), Site("tile", peak))
+        over = values_over([g.tile[1] for g in gemms])
+        if over and over[0] == len(gemms) - 1:  # the last gemm alone, stored from registers
+            return _refused(f"a consumer thread would hold {chain_values(gemms[-2:])} "
+                            f"accumulator values (over {max_values(len(gemms) - 1)}: they "
+                            f"spill) storing gemm '{last.name}' from registers, and its "
+                            f"staging cannot serve: {tma}", Site("tile", len(gemms) - 1))
+        if over:
+            return _refused(register_refusal(gemms, over[0]), Site("tile", over[0]))
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
                               ring_b=ring_b, **turns(first, consumers))
     if storage.total_bytes > storage.limit_bytes:
@@ -452,6 +462,12 @@ def overhangs(last: GemmPlan) -> bool:
 # each (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224 such values
 # (N0 128, N1 256) without a spill; N0 = 160 with N1 = 256 (248) spilled.
 PINGPONG_MAX_VALUES = 224
+# A later gemm of a longer chain, whose A comes from a gemm that took its own A from registers
+# (gemm 2 on): NVRTC 13 spilled at 224 values there (bf16 and f16, N 64/256/64 at K0 = 256 and
+# 576: 44-48 bytes; 64/256/64/64: 60) and at 208 (64/256/32: 4 bytes), though 128/256/64 (224)
+# and 64/192/128 (208) compiled clean. Under this rule, 37 three- and four-gemm chains that plan
+# (bf16, K0 = 256, N of 64 to 256 each) compiled without a spill.
+CHAINED_MAX_VALUES = 192
 # The values a ping-pong chain's consumer thread holds (consumer_values) above which its output
 # staging spilled: NVRTC 13 compiled N0 128 with N1 256 (224 values) to 84 bytes of spills
 # when staged, none when stored from registers; N0 64 with N1 256 (176) staged without one.
@@ -485,11 +501,22 @@ def chain_values(gemms: Sequence[GemmPlan], passes: int = 1) -> int:
     return max(gemm_values(gemms, passes))
 
 
+def max_values(i: int) -> int:
+    """The values a consumer thread may hold at gemm `i` of a ping-pong chain (tile_values)."""
+    return PINGPONG_MAX_VALUES if i == 1 else CHAINED_MAX_VALUES
+
+
+def values_over(widths: Sequence[int], passes: int = 1) -> list[int]:
+    """The gemms (their indices) of a ping-pong chain with tiles `widths` columns wide where a
+    consumer thread would hold more values than max_values allows: they would spill."""
+    return [i for i, v in enumerate(tile_values(widths, passes), 1) if v > max_values(i)]
+
+
 def register_refusal(gemms: Sequence[GemmPlan], i: int) -> str:
     """The located words for a chain whose gemm `i` holds too many values per consumer thread."""
     src, g = gemms[i - 1], gemms[i]
     return (f"a consumer thread would hold {gemm_values(gemms)[i - 1]} values at gemm "
-            f"'{g.name}' (over {PINGPONG_MAX_VALUES}: they spill): {src.name}'s accumulators "
+            f"'{g.name}' (over {max_values(i)}: they spill): {src.name}'s accumulators "
             f"({src.tile[1] // 2}), their A fragments ({src.tile[1] // 4}) and {g.name}'s "
             f"accumulators ({g.tile[1] // 2}); narrow tile N of '{src.name}' or '{g.name}'")
 
