@@ -228,8 +228,9 @@ def test_chain_of_three_against_a_copy_of_its_bytes_and_the_pytorch_chain():
     """At M = 81920: the example checked (output poisoned, float64 reference), then timed by
     kgen's timer (CUDA events, median of 30, inputs rotated past L2) beside the PyTorch chain
     (torch.matmul in bf16, the epilogues op by op) and a device copy of the chain's bytes (A
-    and the B operands and vectors read, D2 written). Faster than the PyTorch chain; the
-    figures are printed (and written to $KGEN_CHAIN3_JSON where set)."""
+    and the B operands and vectors read, D2 written). Within 1.3x the copy (issue 50's mark on
+    an H100/H200) and faster than the PyTorch chain; the figures are printed (and written to
+    $KGEN_CHAIN3_JSON where set)."""
     pytest.importorskip("torch")
     import os
 
@@ -249,4 +250,4 @@ def test_chain_of_three_against_a_copy_of_its_bytes_and_the_pytorch_chain():
     print(json.dumps(figures))
     if os.environ.get("KGEN_CHAIN3_JSON"):
         Path(os.environ["KGEN_CHAIN3_JSON"]).write_text(json.dumps(figures, indent=1))
-    assert ms < torch_ms, figures
+    assert ms <= 1.3 * copy and ms < torch_ms, figures

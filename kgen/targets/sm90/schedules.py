@@ -8,7 +8,8 @@ rules hold, and before them the ping-pong schedule, taken only when `schedule pi
                cp.async.mbarrier.arrive), over every tile of the CTA in order
     consumers  two warpgroups (three where consumer_count says so) take the CTA's tiles in
                turn; each runs the whole chain on a 64-row tile of its own: g0 on wgmma from
-               the ring, g1 from registers, then the epilogue and its stores.
+               the ring, every later gemm on wgmma with A from registers (the gemm before's
+               accumulators, repacked), then the last epilogue and its stores.
 
 The last gemm's output leaves through the copy engine where it can (tma_refusal): each consumer
 warpgroup writes its tile into a staging buffer of its own (64x64 boxes, 128-byte swizzle) and
@@ -16,10 +17,12 @@ one thread issues cp.async.bulk.tensor stores of it. On an H200 this beat 16-byt
 registers (bench/RESULTS.md); it takes 2 x 64 x tile N x 2 bytes of shared memory that the ring
 then cannot have.
 
-The ping-pong rules, each refusal pointing at its source: a persistent chain whose second gemm
-keeps its B resident (the first gemm's B is resident too, or streams through the ring beside A:
-`chain_ring_b`, which needs a K-major B0 of at most 256 rows, not batched); the first gemm's
-warps 4x1 (one warpgroup per tile); the buffers within the budget; the first gemm on wgmma. The
+The ping-pong rules, each refusal pointing at its source: a chain of two or more gemms, each
+after the first keeping the one before in registers and its B resident (the first gemm's B is
+resident too, or streams through the ring beside A: `chain_ring_b`, which needs a K-major B0 of
+at most 256 rows, not batched); a consumer thread's values at each chained gemm within its
+registers (tile_values, max_values); the first gemm's warps 4x1 (one warpgroup per tile); the
+buffers within the budget; the first gemm on wgmma. The
 consumers take turns at the first gemm's mainloop (consumer_order), so any ring depth from 2 is
 safe: a consumer never waits on a slot whose previous fill may not have landed.
 """
