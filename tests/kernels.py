@@ -105,7 +105,7 @@ def assert_matches_reference(built, ms) -> None:
         assert report.ok, (m, json.dumps(report.as_dict()["checks"], indent=1))
 
 
-def batched_chain(name: str, batched=("A", "D1", "C1"), drop_resident=False) -> ir.Kernel:
+def batched_chain(name: str, batched=("A", "D1", "D2", "C1"), drop_resident=False) -> ir.Kernel:
     """The b2b example `name` with a batch dimension `L` on the parameters in `batched` (those
     it has); `drop_resident` streams every B (a batched B cannot stay resident)."""
     import dataclasses

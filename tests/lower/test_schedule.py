@@ -149,7 +149,7 @@ def test_a_ring_that_leaves_no_room_for_the_staging_stores_from_registers():
     (dict(TARGET="sm_80"), 3, "schedule pingpong needs target sm_90a"),
     (dict(RESIDENT0="", RESIDENT1=""), 3, "its B resident ('keep B1 resident')"),
     (dict(RESIDENT1=""), 3, "its B resident ('keep B1 resident')"),
-    (dict(KEEP="keep g0 in smem"), 3, "the second keeping the first in "
+    (dict(KEEP="keep g0 in smem"), 3, "each after the first keeping the one before in "
      "registers"),
     (dict(G0TILE="128x64x64", G0WARPS="8x1", G1TILE="128x128x32", G1WARPS="8x1"), 10,
      "gemm 'g0' needs warps 4x1, not 8x1"),

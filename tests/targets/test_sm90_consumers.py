@@ -83,7 +83,7 @@ def test_the_consumers_fall_back_to_two_where_three_stagings_do_not_fit():
     last = plan.gemms[-1]
     third = schedules.staging_bytes(last, 1, 3) - schedules.staging_bytes(last, 1, 2)
     assert plan.smem_bytes + third > plan.storage.limit_bytes
-    assert schedules.consumer_count(plan.gemms[0], last, 1) == 3  # the rule alone would take 3
+    assert schedules.consumer_count(plan.gemms, 1) == 3  # the rule alone would take 3
 
 
 def test_the_register_split():

@@ -71,14 +71,14 @@ def test_one_pass_at_a_time(k0, n0, n1, why):
 def test_the_rule():
     plan = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").plan
     first, last = plan.gemms
-    assert schedules.passes_in_flight(first, last, 2, 2)["passes_in_flight"] == 2
-    assert schedules.passes_in_flight(first, last, 1, 2) == {}
-    assert schedules.passes_in_flight(first, last, 2, 3) == {}
-    assert schedules.passes_in_flight(first, last, 4, 2) == {}  # four passes spilled
+    assert schedules.passes_in_flight([first, last], 2, 2)["passes_in_flight"] == 2
+    assert schedules.passes_in_flight([first, last], 1, 2) == {}
+    assert schedules.passes_in_flight([first, last], 2, 3) == {}
+    assert schedules.passes_in_flight([first, last], 4, 2) == {}  # four passes spilled
     long_k = dataclasses.replace(first, k_dim=576)  # nine k tiles: the ring bounds it
-    assert schedules.passes_in_flight(long_k, last, 2, 2) == {}
+    assert schedules.passes_in_flight([long_k, last], 2, 2) == {}
     wide = dataclasses.replace(last, tile=(64, 512, 64))  # 32 + 256 values a thread
-    assert schedules.passes_in_flight(first, wide, 2, 2) == {}
+    assert schedules.passes_in_flight([first, wide], 2, 2) == {}
 
 
 def test_the_schedule_value_alone_switches_the_passes():

@@ -108,8 +108,8 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
     last = i == len(plan.gemms) - 1
     nxt = None if last else plan.gemms[i + 1]
     # A resident first gemm loads no B in its mainloop (no n0, N); a resident chained one
-    # loads nothing (no K).
-    b_in_loop = not (plan.schedule.resident and g.chain is None)
+    # loads nothing (no K), and where it feeds a later gemm stores nothing either (no n0, N).
+    b_in_loop = not (plan.schedule.resident and (g.chain is None or not last))
     k_in_loop = not (plan.schedule.resident and g.chain is not None)
     # 16-byte stores over tiles that divide N check no column against N
     n_used = b_in_loop and not (plan.schedule.wide_stores and last and g.n_dim % g.tile[1] == 0)

@@ -65,10 +65,11 @@ def refuse_request(draft: ScheduleDraft) -> Candidate | None:
 # The rules
 
 
-def persist_refusal(draft: ScheduleDraft) -> str | None:
+def persist_refusal(draft: ScheduleDraft, longer: bool = False) -> str | None:
     """Why the draft cannot run persistent (None: it can)."""
     gemms = [g.plan for g in draft.gemms]
-    if not (len(gemms) == 2 and gemms[1].chain is not None and gemms[1].a is None):
+    if not ((len(gemms) == 2 or longer and len(gemms) > 2)
+            and all(g.chain is not None and g.a is None for g in gemms[1:])):
         return ("a persistent kernel needs two chained gemms, the second keeping the first in "
                 "registers")
     if draft.declared_storage:

@@ -209,13 +209,14 @@ def clustered(config: Config, cluster: tuple[int, int]) -> Config:
 # (192: common.chain_tiles' `boxes`) instead of rounding it up to a power of two: N1 = 192 ran on
 # 64x256 tiles, a quarter of g1's columns past N and stored from registers, at 1.91x a copy of
 # its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
-def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> int:
-    """A consumer thread's values (schedules.consumer_values) in the chain's tiles, with one
-    column pass's accumulators where the last gemm takes passes: over 256 columns, or where
-    only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or 160)."""
-    tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
-    n0, n1 = tiles[0][1], tiles[-1][1]
-    return schedules.consumer_values(n0, n1 // schedules.staged_passes(n0, n1))
+def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> bool:
+    """Whether a consumer thread's values (schedules.values_over) in the chain's tiles fit its
+    registers, with one column pass's accumulators where the last gemm takes passes: over 256
+    columns, or where only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or
+    160)."""
+    widths = [t[1] for t in common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)]
+    passes = schedules.staged_passes(widths[-2], widths[-1])
+    return not schedules.values_over(widths, passes)
 
 
 # A ping-pong chain whose last N is over 256 tries the fewest column blocks whose tile fits
@@ -247,7 +248,7 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
     out = []
     n = shapes[-1].n
     for blocks in column_block_counts(n):
-        if pingpong_registers(shapes, blocks) > schedules.PINGPONG_MAX_VALUES:
+        if not pingpong_registers(shapes, blocks):
             continue
         # the copy engine's stores need a fixed N (schedules.tma_refusal)
         tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
@@ -300,8 +301,9 @@ def staging_fits(tiles: list[tuple[int, int, int]], slots: int, b0_resident: boo
     None where the chain has no staging (a consumer thread's values are over
     schedules.STAGING_MAX_VALUES)."""
     (tm, n0, tk), last = tiles[0], tiles[-1]
-    passes = schedules.staged_passes(n0, last[1])
-    if schedules.consumer_values(n0, last[1] // passes) > schedules.STAGING_MAX_VALUES:
+    widths = [t[1] for t in tiles]
+    passes = schedules.staged_passes(widths[-2], last[1])
+    if max(schedules.tile_values(widths, passes)) > schedules.STAGING_MAX_VALUES:
         return None
     ring = slots * (tm + (0 if b0_resident else n0)) * tk * 2
     resident = sum(k_n * n * 2 for (_, n, _), (_, k_n, _) in zip(tiles[1:], tiles[:-1]))
@@ -318,8 +320,7 @@ def resident_first(shapes: tuple[GemmShape, ...], tiles: list[tuple[int, int, in
     fit, 1000/64/128 and 1000/64/256 ran 1.19 and 1.23x the copy), else those whose output
     staging still fits (N0 = 128 with N1 = 256 stored from registers ran 1.75x the copy at
     K0 = 256, bench/logs/stop10/a/configs_256_128_256.log)."""
-    (_, n0, _), last = tiles[0], tiles[-1]
-    if schedules.consumer_values(n0, last[1]) <= schedules.STAGING_MAX_VALUES:
+    if max(schedules.tile_values([t[1] for t in tiles])) <= schedules.STAGING_MAX_VALUES:
         return resident
     return [c for c in resident
             if staging_fits(tiles, c.gemms[0].stages, b0_resident=True, k0=shapes[0].k)]

@@ -8,7 +8,8 @@ rules hold, and before them the ping-pong schedule, taken only when `schedule pi
                cp.async.mbarrier.arrive), over every tile of the CTA in order
     consumers  two warpgroups (three where consumer_count says so) take the CTA's tiles in
                turn; each runs the whole chain on a 64-row tile of its own: g0 on wgmma from
-               the ring, g1 from registers, then the epilogue and its stores.
+               the ring, every later gemm on wgmma with A from registers (the gemm before's
+               accumulators, repacked), then the last epilogue and its stores.
 
 The last gemm's output leaves through the copy engine where it can (tma_refusal): each consumer
 warpgroup writes its tile into a staging buffer of its own (64x64 boxes, 128-byte swizzle) and
@@ -16,16 +17,19 @@ one thread issues cp.async.bulk.tensor stores of it. On an H200 this beat 16-byt
 registers (bench/RESULTS.md); it takes 2 x 64 x tile N x 2 bytes of shared memory that the ring
 then cannot have.
 
-The ping-pong rules, each refusal pointing at its source: a persistent chain whose second gemm
-keeps its B resident (the first gemm's B is resident too, or streams through the ring beside A:
-`chain_ring_b`, which needs a K-major B0 of at most 256 rows, not batched); the first gemm's
-warps 4x1 (one warpgroup per tile); the buffers within the budget; the first gemm on wgmma. The
+The ping-pong rules, each refusal pointing at its source: a chain of two or more gemms, each
+after the first keeping the one before in registers and its B resident (the first gemm's B is
+resident too, or streams through the ring beside A: `chain_ring_b`, which needs a K-major B0 of
+at most 256 rows, not batched); a consumer thread's values at each chained gemm within its
+registers (tile_values, max_values); the first gemm's warps 4x1 (one warpgroup per tile); the
+buffers within the budget; the first gemm on wgmma. The
 consumers take turns at the first gemm's mainloop (consumer_order), so any ring depth from 2 is
 safe: a consumer never waits on a slot whose previous fill may not have landed.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 from ...enums import DType, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
@@ -51,7 +55,7 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
 def candidates(draft: ScheduleDraft) -> list[Candidate]:
     ping, cooperative = pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE)
     ws = ping if draft.requested is KernelKind.PINGPONG else cooperative
-    rest = [common.persistent(draft, mmas), one_gemm_tiled(draft, ws)]
+    rest = [persistent(draft), one_gemm_tiled(draft, ws)]
     if draft.cluster != (1, 1):  # clusters run on the warp-specialized kernel alone
         reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
                   f"kernel only, which refuses this gemm: {ws.reason}")
@@ -62,6 +66,17 @@ def candidates(draft: ScheduleDraft) -> list[Candidate]:
         rest = [Candidate(c.kind, False, reason, cooperative.site or Site("split", 0))
                 for c in rest]
     return [ping, cooperative, *rest]
+
+
+def persistent(draft: ScheduleDraft) -> Candidate:
+    """The shared persistent chain, its gemms on wgmma where mmas says; a chain of more than two
+    gemms it refuses with the advice that the ping-pong chain takes it."""
+    candidate = common.persistent(draft, mmas)
+    if candidate.legal or len(draft.gemms) < 3:
+        return candidate
+    return dataclasses.replace(candidate, reason=(
+        f"{candidate.reason}; on sm_90a a chain of {len(draft.gemms)} gemms keeps its B "
+        "operands resident in the ping-pong chain ('schedule pingpong')"))
 
 
 WHY_NOT_WS = "not wgmma: the {kind} warp-specialized kernel refuses this gemm: {reason}"
@@ -115,11 +130,12 @@ def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     if draft.requested is not KernelKind.PINGPONG or len(draft.gemms) == 1:
         return None  # one gemm: the warp-specialized rules, once its plan is made
     gemms = draft.gemms
-    if len(gemms) != 2 or not gemms[1].resident or gemms[1].keep is Residency.SMEM:
+    if any(not g.resident or g.keep is Residency.SMEM for g in gemms[1:]):
         return _refused(
-            "schedule pingpong needs two chained gemms, the second keeping the first in "
-            "registers and its B resident ('keep B1 resident'); the first gemm's B is resident "
-            "too ('keep B0 resident') or streams through the ring beside A", Site("schedule"))
+            "schedule pingpong needs chained gemms, each after the first keeping the one before "
+            "in registers and its B resident ('keep B1 resident'); the first gemm's B is "
+            "resident too ('keep B0 resident') or streams through the ring beside A",
+            Site("schedule"))
     first = gemms[0]
     if tuple(first.warps) != (WARPGROUP_WARPS, 1):
         return _refused(
@@ -183,12 +199,20 @@ def early_registers(g: GemmPlan, params: tuple[str, ...]) -> int:
 
 def early_vectors(g: GemmPlan, consumers: int) -> tuple[str, ...]:
     """The column vectors of g's feeding epilogue that its consumers load before the mainloop
-    (GemmSchedule.early_vectors): all of them where they fit beside the accumulators, else
-    none."""
+    (GemmSchedule.early_vectors): all of them where they fit beside the accumulators (and, in
+    a chained gemm that feeds another, its A fragments from the gemm before), else none."""
     params = tuple(g.epilogue.column_vectors)
-    accumulators = g.frags[0] * g.frags[1] * 4
+    accumulators = g.frags[0] * g.frags[1] * 4 + a_fragment_registers(g)
     budget = roles(consumers)[1].registers - EARLY_RESERVE
     return params if accumulators + early_registers(g, params) <= budget else ()
+
+
+def a_fragment_registers(g: GemmPlan) -> int:
+    """A consumer thread's registers for g's A fragments where they come from the gemm before
+    in registers: 4 per m16 tile and k step; 0 where A is read from shared memory."""
+    if g.chain is None or g.a is not None:
+        return 0
+    return g.chain.k_steps * g.frags[0] * 4
 
 
 def ring_b_refusal(first: GemmPlan, draft: ScheduleDraft) -> str | None:
@@ -226,12 +250,12 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     if refusal is not None:
         return refusal
     ring_b = not draft.gemms[0].resident  # B0 streams through the ring beside A
-    refusal = common.resident_refusal(draft, common.persist_refusal(draft) is None,
+    refusal = common.resident_refusal(draft, common.persist_refusal(draft, longer=True) is None,
                                       first_streams=True, column_blocks=True)
     if refusal is not None:
         return _refused(refusal.reason, refusal.site)
     gemms = common.resident_plans([g.plan for g in draft.gemms], first_streams=ring_b)
-    first, last = gemms[0], gemms[-1]
+    first, source, last = gemms[0], gemms[-2], gemms[-1]  # source: the last gemm's A
     if ring_b:
         refusal = ring_b_refusal(first, draft)
         if refusal:
@@ -246,10 +270,10 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
     passes, consumers, storage = 1, CONSUMERS, None
     wider = last.tile[1] > 256  # wider than wgmma's N: only in column passes, each staged
     for passes, consumers in [] if tma else [
-            (n, c) for n in sorted({column_passes(first.tile[1], last.tile[1]), 1}, reverse=True)
+            (n, c) for n in sorted({column_passes(source.tile[1], last.tile[1]), 1}, reverse=True)
             if not (wider and n == 1)
-            for c in sorted({consumer_count(first, last, n), CONSUMERS}, reverse=True)]:
-        tma = staging_refusal(first, last, passes)
+            for c in sorted({consumer_count(gemms, n), CONSUMERS}, reverse=True)]:
+        tma = staging_refusal(gemms, passes)
         if tma:
             continue
         storage = draft.place(gemms, persistent=True, resident=True,
@@ -263,16 +287,18 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
             break
     if tma and wider:
         return _refused(f"gemm '{last.name}' runs its tile of {last.tile[1]} columns in passes "
-                        f"of {last.tile[1] // column_passes(first.tile[1], last.tile[1])}, each "
+                        f"of {last.tile[1] // column_passes(source.tile[1], last.tile[1])}, each "
                         f"staged for the copy engine, but {tma}", Site("tile", len(gemms) - 1))
     if tma:
         passes, consumers = 1, CONSUMERS
-        values = consumer_values(first.tile[1], last.tile[1])
-        if values > PINGPONG_MAX_VALUES:
-            return _refused(f"a consumer thread would hold {values} accumulator values (over "
-                            f"{PINGPONG_MAX_VALUES}: they spill) storing gemm '{last.name}' "
-                            f"from registers, and its staging cannot serve: {tma}",
-                            Site("tile", len(gemms) - 1))
+        over = values_over([g.tile[1] for g in gemms])
+        if over and over[0] == len(gemms) - 1:  # the last gemm alone, stored from registers
+            return _refused(f"a consumer thread would hold {chain_values(gemms[-2:])} "
+                            f"accumulator values (over {max_values(len(gemms) - 1)}: they "
+                            f"spill) storing gemm '{last.name}' from registers, and its "
+                            f"staging cannot serve: {tma}", Site("tile", len(gemms) - 1))
+        if over:
+            return _refused(register_refusal(gemms, over[0]), Site("tile", over[0]))
         storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
                               ring_b=ring_b, **turns(first, consumers))
     if storage.total_bytes > storage.limit_bytes:
@@ -323,19 +349,19 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                for g, gs in zip(gemms[:-1], (ring,) + schedule.gemms[1:-1])]
     ring, later = feeding[0], tuple(feeding[1:]) + schedule.gemms[-1:]
     if passes > 1:  # the last gemm a share of its columns at a time
-        values = consumer_values(first.tile[1], last.tile[1] // passes)
+        values = chain_values(gemms, passes)
         why = (f"{passes} passes of {last.tile[1] // passes} columns: one tile covers all "
                f"{last.tile[1]} columns (B resident), wgmma multiplies at most 256 at once, and "
                f"a consumer thread holds {values} accumulator values a pass, the staging one "
                "pass's columns" if wider else
                f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
                f"{values} accumulator values with one pass against "
-               f"{consumer_values(first.tile[1], last.tile[1])} with the whole tile (the "
+               f"{chain_values(gemms)} with the whole tile (the "
                f"staging's stores spill over {STAGING_MAX_VALUES}), and the staging one pass's "
                "columns")
         later = later[:-1] + (dataclasses.replace(
             later[-1], column_passes=passes, why_column_passes=why,
-            **passes_in_flight(first, last, passes, consumers)),)
+            **passes_in_flight(gemms, passes, consumers)),)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
@@ -353,9 +379,9 @@ def mmas(gemms: list[GemmPlan], storage) -> list[tuple[Mma, str]]:
     if refusal:
         return [(Mma.MMA_SYNC, f"not wgmma: {refusal}")] * len(gemms)
     out = [(Mma.WGMMA_SS, WGMMA_SS)]
-    for g in gemms[1:]:
+    for source, g in zip(gemms, gemms[1:]):
         refusal = ("its A is not kept in registers" if g.chain is None or g.a is not None
-                   else shape_refusal(g, offsets, pass_n(first.tile[1], g.tile[1]),
+                   else shape_refusal(g, offsets, pass_n(source.tile[1], g.tile[1]),
                                       RS_B_ROW_BYTES))
         out.append((Mma.MMA_SYNC, f"not wgmma: {refusal}") if refusal else (Mma.WGMMA_RS, WGMMA_RS))
     return out
@@ -439,6 +465,12 @@ def overhangs(last: GemmPlan) -> bool:
 # each (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224 such values
 # (N0 128, N1 256) without a spill; N0 = 160 with N1 = 256 (248) spilled.
 PINGPONG_MAX_VALUES = 224
+# A later gemm of a longer chain, whose A comes from a gemm that took its own A from registers
+# (gemm 2 on): NVRTC 13 spilled at 224 values there (bf16 and f16, N 64/256/64 at K0 = 256 and
+# 576: 44-48 bytes; 64/256/64/64: 60) and at 208 (64/256/32: 4 bytes), though 128/256/64 (224)
+# and 64/192/128 (208) compiled clean. Under this rule, 37 three- and four-gemm chains that plan
+# (bf16, K0 = 256, N of 64 to 256 each) compiled without a spill.
+CHAINED_MAX_VALUES = 192
 # The values a ping-pong chain's consumer thread holds (consumer_values) above which its output
 # staging spilled: NVRTC 13 compiled N0 128 with N1 256 (224 values) to 84 bytes of spills
 # when staged, none when stored from registers; N0 64 with N1 256 (176) staged without one.
@@ -451,8 +483,49 @@ def consumer_values(n0: int, n1: int) -> int:
     return n0 // 2 + n0 // 4 + n1 // 2
 
 
-def staging_refusal(first: GemmPlan, last: GemmPlan, passes: int = 1) -> str | None:
-    values = consumer_values(first.tile[1], last.tile[1] // passes)
+def tile_values(widths: Sequence[int], passes: int = 1) -> list[int]:
+    """consumer_values at each chained gemm of a ping-pong chain whose tiles are `widths`
+    columns wide (the first gemm's first): the gemm before's accumulators, their A fragments
+    and this gemm's accumulators, one column pass's of them in the last gemm (`passes`). The
+    stages run one after the other: only one gemm's values are live at a time."""
+    last = len(widths) - 1
+    return [consumer_values(n0, n1 // (passes if i + 1 == last else 1))
+            for i, (n0, n1) in enumerate(zip(widths, widths[1:]))]
+
+
+def gemm_values(gemms: Sequence[GemmPlan], passes: int = 1) -> list[int]:
+    """tile_values of a chain's gemm plans: one figure per gemm after the first."""
+    return tile_values([g.tile[1] for g in gemms], passes)
+
+
+def chain_values(gemms: Sequence[GemmPlan], passes: int = 1) -> int:
+    """The most values a consumer thread of a ping-pong chain holds at once (gemm_values); for
+    two gemms consumer_values(N0, N1 / passes)."""
+    return max(gemm_values(gemms, passes))
+
+
+def max_values(i: int) -> int:
+    """The values a consumer thread may hold at gemm `i` of a ping-pong chain (tile_values)."""
+    return PINGPONG_MAX_VALUES if i == 1 else CHAINED_MAX_VALUES
+
+
+def values_over(widths: Sequence[int], passes: int = 1) -> list[int]:
+    """The gemms (their indices) of a ping-pong chain with tiles `widths` columns wide where a
+    consumer thread would hold more values than max_values allows: they would spill."""
+    return [i for i, v in enumerate(tile_values(widths, passes), 1) if v > max_values(i)]
+
+
+def register_refusal(gemms: Sequence[GemmPlan], i: int) -> str:
+    """The located words for a chain whose gemm `i` holds too many values per consumer thread."""
+    src, g = gemms[i - 1], gemms[i]
+    return (f"a consumer thread would hold {gemm_values(gemms)[i - 1]} values at gemm "
+            f"'{g.name}' (over {max_values(i)}: they spill): {src.name}'s accumulators "
+            f"({src.tile[1] // 2}), their A fragments ({src.tile[1] // 4}) and {g.name}'s "
+            f"accumulators ({g.tile[1] // 2}); narrow tile N of '{src.name}' or '{g.name}'")
+
+
+def staging_refusal(gemms: Sequence[GemmPlan], passes: int = 1) -> str | None:
+    values = chain_values(gemms, passes)
     if values > STAGING_MAX_VALUES:
         return (f"each consumer thread holds {values} accumulator values (over "
                 f"{STAGING_MAX_VALUES}): the staging's stores would spill")
@@ -521,10 +594,11 @@ def few_k_tiles(first: GemmPlan) -> bool:
     return isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
 
 
-def consumer_count(first: GemmPlan, last: GemmPlan, passes: int) -> int:
+def consumer_count(gemms: Sequence[GemmPlan], passes: int) -> int:
     """A ping-pong chain's consumer warpgroups (see THREE_CONSUMERS_MAX_VALUES): 3 or 2."""
+    first, last = gemms[0], gemms[-1]
     width = last.tile[1] // passes
-    fits = consumer_values(first.tile[1], width) <= THREE_CONSUMERS_MAX_VALUES
+    fits = chain_values(gemms, passes) <= THREE_CONSUMERS_MAX_VALUES
     return 3 if few_k_tiles(first) and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
 
 
@@ -545,11 +619,12 @@ WHY_PASSES_IN_FLIGHT = ("each pass's wgmma group is issued before the pass befor
                         "one pass while the warpgroup stages the last")
 
 
-def passes_in_flight(first: GemmPlan, last: GemmPlan, passes: int,
+def passes_in_flight(gemms: Sequence[GemmPlan], passes: int,
                      consumers: int) -> dict[str, object]:
     """The last gemm's GemmSchedule.passes_in_flight and its reason, as replace() arguments
     ({}: one pass at a time)."""
-    values = first.tile[1] // 4 + last.tile[1] // passes
+    first, source, last = gemms[0], gemms[-2], gemms[-1]
+    values = source.tile[1] // 4 + last.tile[1] // passes
     if (not 2 <= passes <= PASSES_IN_FLIGHT_MAX_PASSES or consumers != CONSUMERS
             or values > PASSES_IN_FLIGHT_MAX_VALUES or not few_k_tiles(first)):
         return {}
