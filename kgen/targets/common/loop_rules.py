@@ -1,0 +1,94 @@
+"""The rulebook of loop kernels (tile programs with a loop): which (tile_m, block, warps, stages)
+a target allows for given K0 (the loop-invariant operand's columns), N1 (the accumulator's
+columns) and operand dtype, each refusal with its reason, and the configurations the builder
+tries, best first. One home: the lowering (kgen/lower/program.py) asks `refusal` for a written
+schedule and `default` for a missing one; nothing else decides it. Both targets run the same
+mma.sync skeleton for now (sm_90a's wgmma skeleton is the next issue's), so the rules are one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...enums import DType
+from .. import Target
+
+TILE_M = (64, 128)
+BLOCKS = (32, 64, 128)
+STAGES = (1, 2, 3)
+ROWS_PER_WARP = 16  # each warp owns 16 whole rows: its row reductions stay inside the warp
+
+# Registers: ptxas keeps 255 per thread at most. A thread holds block/2 f32 of the first gemm's
+# accumulator, N1/2 of the carried one, and the epilogue's tile values (two block/2 arrays live at
+# once: the masked scores and their exponentials); about 48 more for addresses, row state and
+# fragments in flight. Checked against NVRTC's report (tests/targets/test_loop_compile.py: 0
+# spills at every default).
+REGISTER_LIMIT = 255
+REGISTER_OVERHEAD = 48
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    tile_m: int
+    block: int
+    stages: int
+
+    @property
+    def warps(self) -> int:
+        return self.tile_m // ROWS_PER_WARP
+
+
+def smem_bytes(config: LoopConfig, k0: int, n1: int, dtype: DType) -> int:
+    """The A tile once, and per ring slot a block of B ([block, K0]) and of C ([block, N1])."""
+    return dtype.nbytes * (config.tile_m * k0 + config.stages * config.block * (k0 + n1))
+
+
+def registers(config: LoopConfig, n1: int) -> int:
+    """The estimate of registers per thread (see REGISTER_OVERHEAD)."""
+    return n1 // 2 + config.block + REGISTER_OVERHEAD
+
+
+def refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target) -> str | None:
+    """Why `target` cannot run this configuration, or None."""
+    if config.tile_m not in TILE_M:
+        return f"tile {config.tile_m}x{config.block}: rows per CTA must be one of {TILE_M}"
+    if config.block not in BLOCKS:
+        return f"tile {config.tile_m}x{config.block}: the block must be one of {BLOCKS}"
+    if config.stages not in STAGES:
+        return f"stages {config.stages}: a loop's ring has 1 to 3 slots"
+    need = smem_bytes(config, k0, n1, dtype)
+    if need > tgt.smem_limit:
+        return (f"tile {config.tile_m}x{config.block} stages {config.stages} needs {need} B of "
+                f"shared memory ({config.tile_m}x{k0} A tile + {config.stages} x ({config.block}"
+                f"x{k0} + {config.block}x{n1}) streamed); {tgt.arch.value} allows "
+                f"{tgt.smem_limit} B")
+    regs = registers(config, n1)
+    if regs > REGISTER_LIMIT:
+        return (f"block {config.block} with N1 {n1} needs about {regs} registers per thread "
+                f"(more than {REGISTER_LIMIT}: it would spill)")
+    return None
+
+
+# Best first: 128 rows per CTA (8 warps) halves the streamed bytes per row against 64; a block of
+# 64 keeps the scores' registers small; two slots overlap the next block's copy with this one's math.
+PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
+    (128, 64, 2), (128, 64, 1), (64, 64, 2), (64, 64, 1), (128, 32, 2), (64, 32, 2),
+    (64, 32, 1)))
+
+
+def default(k0: int, n1: int, dtype: DType, tgt: Target,
+            tile_m: int | None = None, block: int | None = None,
+            stages: int | None = None) -> tuple[LoopConfig, str]:
+    """The first configuration of PREFERENCE that keeps the written values and is legal, with
+    why; raises ValueError (the lowering locates it) when none is."""
+    for config in PREFERENCE:
+        if ((tile_m is not None and config.tile_m != tile_m)
+                or (block is not None and config.block != block)
+                or (stages is not None and config.stages != stages)):
+            continue
+        if refusal(config, k0, n1, dtype, tgt) is None:
+            return config, ("the rulebook's first legal configuration for K0 "
+                            f"{k0}, N1 {n1}, {dtype.dsl_name} on {tgt.arch.value} "
+                            "(kgen/targets/common/loop_rules.py)")
+    written = LoopConfig(tile_m or 128, block or 64, stages or 2)
+    raise ValueError(refusal(written, k0, n1, dtype, tgt)
+                     or "no legal loop configuration keeps the written lines")
