@@ -6,14 +6,17 @@ from typing import Callable
 
 from .errors import KgenError
 from .plan import KernelPlan
+from .plan.program import LoopPlan, RowsPlan
 from .targets import target
 from .targets.common.host_api import emit_header
+from .targets.common.loop import emit as program_emit
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
 
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
 Emitter = Callable[..., str]
+PROGRAM_PLANS = (LoopPlan, RowsPlan)  # tile programs: kgen/targets/common/loop.py
 
 # (target family, kernel kind) -> emitter. A kind is "gemm" (one gemm) or "chain" (chained
 # gemms, back to back, in one CTA).
@@ -37,6 +40,9 @@ def kind(plan: KernelPlan) -> str:
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
+    if isinstance(plan, PROGRAM_PLANS):  # a loop or row kernel: one skeleton per kind
+        return program_emit(plan, source_name=source_name, source_hash=source_hash,
+                            command=command)
     if not plan.gemms:
         raise KgenError(
             plan.loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")

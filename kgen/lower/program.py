@@ -169,7 +169,8 @@ def _params(kernel: ir.Kernel, query_heads) -> tuple[tuple[pp.ProgramParam, ...]
         kv = p.heads is not None and p.heads != query_heads
         params.append(pp.ProgramParam(
             name=p.name, kind=p.kind.value, dtype=p.dtype, role=p.role, shape=tuple(p.shape),
-            layout=p.layout, batched=p.batch is not None, headed=p.heads is not None, kv=kv))
+            layout=p.layout, batched=p.batch is not None, headed=p.heads is not None, kv=kv,
+            default=p.default))
         if p.kind is ir.ParamKind.SCALAR:
             fields.append(pp.ProgramField(p.name, "f32", p.name))
             continue

@@ -154,6 +154,7 @@ class ProgramParam:
     batched: bool
     headed: bool
     kv: bool
+    default: float | None = None  # scalars: the declared value
 
 
 @dataclass(frozen=True, slots=True)
