@@ -233,11 +233,11 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     if any(written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
-    a_tile = _smem("a_smem", a.name, config.tile_m, k0, 1, dtype, 0, False)
+    a_tile = smem_tile("a_smem", a.name, config.tile_m, k0, 1, dtype, 0, False)
     b_rows, b_cols = (config.block, k0) if b_along else (k0, config.block)
-    b_tile = _smem("b_smem", b.name, b_rows, b_cols, config.stages, dtype, a_tile.bytes, b_along)
+    b_tile = smem_tile("b_smem", b.name, b_rows, b_cols, config.stages, dtype, a_tile.bytes, b_along)
     c_rows, c_cols = (config.block, n1) if c_along else (n1, config.block)
-    c_tile = _smem("c_smem", c.name, c_rows, c_cols, config.stages, dtype,
+    c_tile = smem_tile("c_smem", c.name, c_rows, c_cols, config.stages, dtype,
                    a_tile.bytes + b_tile.bytes, c_along)
     gemm0 = pp.LoopGemm(g0.name, a_tile.name, b_tile.name,
                         pp.FragmentLoad.N_MAJOR if b_along else pp.FragmentLoad.K_MAJOR,
@@ -251,9 +251,9 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         body.env[carry.name] = body.add(pp.CarryValue(carry.name), Rank.ROW)
     for stmt in g0.epilogue.stmts:
         _loop_statement(body, kernel, g0, g1, stmt, dtype)
-    if not any(isinstance(s, pp.HandOn) for s in body.statements):
-        raise KgenError(g0.loc, f"gemm '{g0.name}' must store its own name: the value handed to "
-                        f"'{g1.name}'")
+    if sum(isinstance(s, pp.HandOn) for s in body.statements) != 1:
+        raise KgenError(g0.loc, f"gemm '{g0.name}' must store its own name once: the value "
+                        f"handed to '{g1.name}'")
 
     tail = _Section(kernel)
     for carry in loop.carries:
@@ -298,7 +298,7 @@ def _memory_rows(param: ir.Param) -> int:
     return 0 if param.layout is ir.Layout.ROW else 1
 
 
-def _smem(name: str, param: str, rows: int, cols: int, slots: int, dtype: ir.DType,
+def smem_tile(name: str, param: str, rows: int, cols: int, slots: int, dtype: ir.DType,
           offset: int, along: bool) -> pp.SmemTile:
     chunks = cols * dtype.nbytes // 16
     assert chunks >= 2 and chunks & (chunks - 1) == 0, f"{name}: {cols} columns"

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from ...enums import Axis, DType, ReduceOp
+from ...enums import Axis, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
@@ -70,9 +70,8 @@ class CStatement:
     #            "store_tile", "store_row"
     values: tuple = ()  # CValue or CReduce, for the compute kinds
     target: str = ""  # the carry, accumulator or parameter
-    value: str = ""  # the element reference read (update, rescale, hand_on, stores)
-    convert: str = ""  # stores and the hand-on: the float (pair) -> element (pair) function
-    pair: str = ""  # the element pair type
+    value: str = ""  # the element reference read (update, rescale, hand_on, stores): the
+    # skeleton's overloads (pack2, store_pair, store_one) convert by the element type
 
 
 @dataclass
@@ -135,22 +134,13 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0") -> list[CSt
         elif isinstance(stmt, pp.Rescale):
             out.append(CStatement("rescale", target=stmt.gemm, value=names.ref(stmt.value)))
         elif isinstance(stmt, pp.HandOn):
-            out.append(CStatement("hand_on", value=names.ref(stmt.value).replace("[j][e]", ""),
-                                  convert=PAIR[stmt.dtype][3].split("(")[0],
-                                  pair=PAIR[stmt.dtype][0]))
+            out.append(CStatement("hand_on", value=names.ref(stmt.value)))
         elif isinstance(stmt, pp.StoreTile):
-            out.append(CStatement("store_tile", target=stmt.param, value=names.ref(stmt.value),
-                                  convert=_element_convert(stmt.dtype), pair=stmt.dtype.cpp))
+            out.append(CStatement("store_tile", target=stmt.param, value=names.ref(stmt.value)))
         else:
             assert isinstance(stmt, pp.StoreRow), stmt
-            out.append(CStatement("store_row", target=stmt.param, value=names.ref(stmt.value),
-                                  convert=_element_convert(stmt.dtype), pair=stmt.dtype.cpp))
+            out.append(CStatement("store_row", target=stmt.param, value=names.ref(stmt.value)))
     return out
-
-
-def _element_convert(dtype: DType) -> str:
-    """The float -> element function (empty for f32: the value itself)."""
-    return "" if dtype is DType.F32 else PAIR[dtype][4].split("(")[0]
 
 
 def _runs(section: pp.Section, ids: tuple[int, ...], names: _Names) -> list[CStatement]:
@@ -208,7 +198,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
         fields=_fields(plan), body=body, tail=tail, element=plan.dtype.cpp,
-        mma_ab=plan.dtype.dsl_name, pair=PAIR[plan.dtype][0],
+        mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
         pointers=[p for p in plan.params if p.kind != "scalar"])
 

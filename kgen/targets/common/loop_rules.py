@@ -75,12 +75,18 @@ PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
     (64, 32, 1)))
 
 
+# Every configuration the rules name, PREFERENCE first: a written line may ask for any of them.
+EVERY = PREFERENCE + tuple(
+    c for c in (LoopConfig(m, b, s) for m in TILE_M[::-1] for b in BLOCKS for s in STAGES)
+    if c not in PREFERENCE)
+
+
 def default(k0: int, n1: int, dtype: DType, tgt: Target,
             tile_m: int | None = None, block: int | None = None,
             stages: int | None = None) -> tuple[LoopConfig, str]:
-    """The first configuration of PREFERENCE that keeps the written values and is legal, with
-    why; raises ValueError (the lowering locates it) when none is."""
-    for config in PREFERENCE:
+    """The first configuration (PREFERENCE, then the rest of EVERY) that keeps the written
+    values and is legal, with why; raises ValueError (the lowering locates it) when none is."""
+    for config in EVERY:
         if ((tile_m is not None and config.tile_m != tile_m)
                 or (block is not None and config.block != block)
                 or (stages is not None and config.stages != stages)):

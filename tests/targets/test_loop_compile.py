@@ -1,0 +1,78 @@
+"""Tile programs compiled by NVRTC on the CPU for sm_80 and sm_90a with 0 spills and no stack:
+flash attention forward (causal or not, ALiBi, softcap, head dims 64 and 128, LSE output, GQA,
+f16), the looped MLP (N0 a runtime size; both operand layouts), the row kernel; the rulebook's
+default and written configurations. Also the skeleton's fixed order and deterministic output."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kgen import ir
+from kgen.api import build_verified
+
+from tests import loop_kernels as lk
+
+ARCHS = [ir.Arch.SM80, ir.Arch.SM90A]
+
+KERNELS = {
+    "attention_d64": lambda a: lk.attention(64, arch=a),
+    "attention_d128_causal": lambda a: lk.attention(128, causal=True, arch=a),
+    "attention_d64_causal_no_lse": lambda a: lk.attention(64, causal=True, lse=False, arch=a),
+    "attention_d128_alibi": lambda a: lk.attention(128, alibi=True, arch=a),
+    "attention_d64_softcap": lambda a: lk.attention(64, softcap=30.0, arch=a),
+    "attention_d128_gqa_softcap_alibi": lambda a: lk.attention(
+        128, gqa=True, softcap=50.0, alibi=True, causal=True, arch=a),
+    "attention_d128_f16_shift": lambda a: lk.attention(128, shift=True, dtype=ir.DType.F16,
+                                                       arch=a),
+    "attention_d128_64x32_s3": lambda a: lk.attention(128, tile=(64, 32), stages=3, arch=a),
+    "attention_d64_128x128_s1": lambda a: lk.attention(64, tile=(128, 128), stages=1, arch=a),
+    "mlp_col": lambda a: lk.mlp(arch=a),
+    "mlp_row": lambda a: lk.mlp(w_layout=ir.Layout.ROW, arch=a),
+    "mlp_k64_n256": lambda a: lk.mlp(64, 256, arch=a),
+    "rowdot_128": lambda a: lk.rowdot(128, arch=a),
+    "rowdot_72_f16": lambda a: lk.rowdot(72, dtype=ir.DType.F16, arch=a),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+@pytest.mark.parametrize("which", list(KERNELS))
+def test_compiles_without_spills(which, arch):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build_verified(KERNELS[which](arch), arch)
+    resources = compile_cubin(built.source, built.plan.name, arch.value).resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
+        resources
+    assert resources.get("stack_bytes", 0) == 0, resources
+    assert resources["registers"] <= 255
+
+
+@pytest.mark.parametrize("which", ["attention_d128_gqa_softcap_alibi", "mlp_row", "rowdot_128"])
+def test_emission_is_deterministic_and_in_the_fixed_order(which):
+    first = build_verified(KERNELS[which](ir.Arch.SM80), ir.Arch.SM80).source
+    again = build_verified(KERNELS[which](ir.Arch.SM80), ir.Arch.SM80).source
+    assert first == again
+    order = ["// Configuration", "// Parameters", "__launch_bounds__", "// Host launcher"]
+    if which != "rowdot_128":
+        order.insert(2, "// Shared storage")
+    positions = [first.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "#ifndef __CUDACC_RTC__" in first  # the launcher is for nvcc builds only
+
+
+def test_sm90a_plan_says_why_it_is_mma_sync():
+    built = build_verified(KERNELS["attention_d64"](ir.Arch.SM90A), ir.Arch.SM90A)
+    assert built.plan.mma.value == "mma.sync.m16n8k16"
+    assert "wgmma" in built.plan.mma.why
+    assert "__CUDA_ARCH__ < 900" in built.source  # the sm_90a gate of the arch guard
+    assert "MMA: mma.sync.m16n8k16 (sm_90a runs" in built.source
+
+
+def test_masks_and_infinities_render_as_expressions():
+    source = build_verified(KERNELS["attention_d128_gqa_softcap_alibi"](ir.Arch.SM80),
+                            ir.Arch.SM80).source
+    assert "static_cast<float>(col) <= static_cast<float>(row)" in source
+    assert "tanhf(" in source and "(-kInf)" in source
+    assert re.search(r"kv_head \* p\.K_hs", source) and re.search(r"head \* p\.Q_hs", source)
