@@ -2,7 +2,7 @@
 `Kernel.epilogue`) to its plan (kgen/plan/program.py).
 
 The loop's configuration (tile_m, block, warps, stages) comes from the source or, where a line
-is left out, from the rulebook (kgen/targets/common/loop_rules.py): asked once, never learned by
+is left out, from the rulebook (kgen/targets/loop_rules.py): asked once, never learned by
 catching errors. The statements are lowered in order into sections of typed values: a carry's
 reads after an `Update` are the updated value itself, so sharing (structural, as the epilogue
 pass does it) never merges a carry before and after an update.
@@ -19,7 +19,7 @@ from ..plan import epilogue as dag
 from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import target
-from ..targets.common import loop_rules
+from ..targets import loop_rules
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
 
@@ -235,7 +235,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
 
     a_tile = smem_tile("a_smem", a.name, config.tile_m, k0, 1, dtype, 0, False)
     b_rows, b_cols = (config.block, k0) if b_along else (k0, config.block)
-    b_tile = smem_tile("b_smem", b.name, b_rows, b_cols, config.stages, dtype, a_tile.bytes, b_along)
+    b_tile = smem_tile("b_smem", b.name, b_rows, b_cols, config.stages, dtype, a_tile.bytes,
+                       b_along)
     c_rows, c_cols = (config.block, n1) if c_along else (n1, config.block)
     c_tile = smem_tile("c_smem", c.name, c_rows, c_cols, config.stages, dtype,
                    a_tile.bytes + b_tile.bytes, c_along)

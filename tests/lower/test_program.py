@@ -16,7 +16,7 @@ from kgen.lower.program import smem_tile
 from kgen.plan import program as pp
 from kgen.plan.program import Rank
 from kgen.targets import target
-from kgen.targets.common import loop_rules
+from kgen.targets import loop_rules
 
 from tests import loop_kernels as lk
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...enums import DType
-from .. import Target
+from ..enums import DType
+from . import Target
 
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
@@ -69,7 +69,8 @@ def refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target) -> 
 
 
 # Best first: 128 rows per CTA (8 warps) halves the streamed bytes per row against 64; a block of
-# 64 keeps the scores' registers small; two slots overlap the next block's copy with this one's math.
+# 64 keeps the scores' registers small; two slots overlap the next block's copy with this
+# one's math.
 PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
     (128, 64, 2), (128, 64, 1), (64, 64, 2), (64, 64, 1), (128, 32, 2), (64, 32, 2),
     (64, 32, 1)))
@@ -94,7 +95,7 @@ def default(k0: int, n1: int, dtype: DType, tgt: Target,
         if refusal(config, k0, n1, dtype, tgt) is None:
             return config, ("the rulebook's first legal configuration for K0 "
                             f"{k0}, N1 {n1}, {dtype.dsl_name} on {tgt.arch.value} "
-                            "(kgen/targets/common/loop_rules.py)")
+                            "(kgen/targets/loop_rules.py)")
     written = LoopConfig(tile_m or 128, block or 64, stages or 2)
     raise ValueError(refusal(written, k0, n1, dtype, tgt)
                      or "no legal loop configuration keeps the written lines")
