@@ -76,3 +76,24 @@ def test_masks_and_infinities_render_as_expressions():
     assert "static_cast<float>(col) <= static_cast<float>(row)" in source
     assert "tanhf(" in source and "(-kInf)" in source
     assert re.search(r"kv_head \* p\.K_hs", source) and re.search(r"head \* p\.Q_hs", source)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["attention_d128_gqa_softcap_alibi", "mlp_row", "rowdot_128"])
+def test_the_cu_builds_with_plain_nvcc_without_warnings(which, tmp_path):
+    """The artifact, host launcher included, builds with nvcc alone."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc on PATH")
+    for arch in ARCHS:
+        built = build_verified(KERNELS[which](arch), arch)
+        source = tmp_path / f"{built.plan.name}.{arch.value}.cu"
+        source.write_text(built.source)
+        done = subprocess.run([nvcc, "-std=c++17", f"-arch={arch.value}", "-Xcompiler",
+                               "-Wall,-Wextra", "-c", str(source), "-o",
+                               str(source.with_suffix(".o"))], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "warning" not in done.stderr, done.stderr
