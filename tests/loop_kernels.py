@@ -134,3 +134,26 @@ def rowdot(cols: int = 128, *, dtype: DType = BF16, arch: ir.Arch = ir.Arch.SM80
                       call(Op.MUL, ir.Cast(DType.F32, ir.TensorLoad("dO")), ir.TensorLoad("O")))
     return ir.Kernel("attention_bwd_dot", arch, params, (),
                      epilogue=ir.Epilogue((ir.Store("D", value),)))
+
+
+def rmsnorm(cols: int = 128, *, dtype: DType = BF16, arch: ir.Arch = ir.Arch.SM80,
+            heads: bool = True) -> ir.Kernel:
+    """Y = X * rsqrt(rowsum(X * X) / cols + eps) * w[col], and the row's factor r: a row
+    kernel with a tensor output, a row value broadcast over the row, a column vector."""
+    lead = {} if heads else {"batch": None, "heads": None}
+    params = (
+        tensor("X", dtype, ("S", cols), **lead),
+        vector("w", DType.F32, cols, batch=None, heads=None),
+        tensor("Y", dtype, ("S", cols), role=Role.OUT, **lead),
+        vector("r", DType.F32, "S", role=Role.OUT, **lead),
+        scalar("eps", 1e-5),
+    )
+    x = ir.TensorLoad("X")
+    stmts = (
+        ir.Let("ms", call(Op.DIV, ir.Reduce(ReduceOp.SUM, Axis.ROW, call(Op.MUL, x, x)),
+                          float(cols))),
+        ir.Let("f", call(Op.RSQRT, call(Op.ADD, ref("ms"), ir.ScalarLoad("eps")))),
+        ir.Store("Y", call(Op.MUL, call(Op.MUL, x, ref("f")), ir.VectorLoad("w", Axis.COL))),
+        ir.Store("r", ref("f")),
+    )
+    return ir.Kernel("rmsnorm", arch, params, (), epilogue=ir.Epilogue(stmts))

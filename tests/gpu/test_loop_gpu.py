@@ -82,6 +82,7 @@ CASES = [
     (64, 17, 1000, {"softcap": 30.0}),
     (128, 1000, 1000, {"gqa": True, "causal": True}),
     (64, 1000, 17, {"shift": True}),  # rows below the shift see no column: O = 0, lse = -inf
+    (128, 17, 4097, {"causal": True, "dtype": ir.DType.F16}),
 ]
 
 
@@ -100,10 +101,11 @@ def test_attention_matches_float64(arch, case):
     gen = torch.Generator(device="cuda").manual_seed(s * 7 + t)
     b, h = 2, 8 if variant.get("gqa") else 3
     hkv = 1 if variant.get("gqa") else h
-    q = torch.randn(b, h, s, d, device="cuda", generator=gen).bfloat16()
-    k = torch.randn(b, hkv, t, d, device="cuda", generator=gen).bfloat16()
-    v = torch.randn(b, hkv, t, d, device="cuda", generator=gen).bfloat16()
-    o = torch.full((b, h, s, d), math.nan, device="cuda", dtype=torch.bfloat16)
+    dtype = torch.float16 if variant.get("dtype") is ir.DType.F16 else torch.bfloat16
+    q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(dtype)
+    k = torch.randn(b, hkv, t, d, device="cuda", generator=gen).to(dtype)
+    v = torch.randn(b, hkv, t, d, device="cuda", generator=gen).to(dtype)
+    o = torch.full((b, h, s, d), math.nan, device="cuda", dtype=dtype)
     lse = torch.full((b, h, s), math.nan, device="cuda", dtype=torch.float32)
     scale = 1.0 / math.sqrt(d)
     extra = {}
@@ -124,6 +126,27 @@ def test_attention_matches_float64(arch, case):
         masked = int(extra["shift"])
         assert torch.equal(o[:, :, :masked].float(), torch.zeros_like(o[:, :, :masked].float()))
         assert torch.isneginf(lse[:, :, :masked]).all()
+
+
+def test_outputs_left_out_are_allocated_and_a_signature_is_checked_once():
+    """The outputs come back (allocated when left out); a second call of the same signature
+    at other addresses (the fast path) computes on the new inputs."""
+    torch = _needs(ir.Arch.SM80)
+    run = _load(lk.attention(64, gqa=True, causal=True), ir.Arch.SM80)
+    results = []
+    for seed in (1, 2):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        q = torch.randn(1, 4, 300, 64, device="cuda", generator=gen).bfloat16()
+        k = torch.randn(1, 2, 257, 64, device="cuda", generator=gen).bfloat16()
+        v = torch.randn(1, 2, 257, 64, device="cuda", generator=gen).bfloat16()
+        o, lse = run(Q=q, K=k, V=v)
+        torch.cuda.synchronize()
+        ref_o, ref_lse = attention_reference(q, k, v, 0.125, causal=True)
+        _close(o, ref_o, 2e-2, "O")
+        _close(lse, ref_lse, 1e-4, "lse")
+        results.append(o)
+    assert len(run._signatures) == 1
+    assert not torch.equal(results[0], results[1])
 
 
 def test_gqa_heads_must_divide():
@@ -172,6 +195,24 @@ def test_row_kernel_matches_float64(arch, cols, s):
     run(dO=do, O=o, D=d)
     torch.cuda.synchronize()
     _close(d, (do.double() * o.double()).sum(-1), 1e-5, "D")
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+@pytest.mark.parametrize("cols, s, heads", [(128, 4097, True), (72, 17, False), (256, 1, True)])
+def test_row_kernel_with_a_tensor_output(arch, cols, s, heads):
+    """RMSNorm: a row value broadcast over its row, a column vector, a tensor output."""
+    torch = _needs(arch)
+    run = _load(lk.rmsnorm(cols, arch=arch, heads=heads), arch)
+    lead = (2, 3) if heads else ()
+    x = torch.randn(*lead, s, cols, device="cuda").bfloat16()
+    w = torch.randn(cols, device="cuda")
+    y = torch.full((*lead, s, cols), math.nan, device="cuda", dtype=torch.bfloat16)
+    r = torch.full((*lead, s), math.nan, device="cuda")
+    run(X=x, w=w, Y=y, r=r)
+    torch.cuda.synchronize()
+    ref_r = torch.rsqrt((x.double() ** 2).sum(-1) / cols + 1e-5)
+    _close(r, ref_r, 1e-5, "r")
+    _close(y, x.double() * ref_r[..., None] * w.double(), 2e-2, "Y")
 
 
 def test_load_takes_the_ir_kernel():

@@ -97,3 +97,14 @@ def test_the_cu_builds_with_plain_nvcc_without_warnings(which, tmp_path):
                                str(source.with_suffix(".o"))], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert "warning" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+@pytest.mark.parametrize("cols, heads", [(128, True), (72, False), (512, True)])
+def test_row_kernel_with_tensor_output_compiles_without_spills(arch, cols, heads):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build_verified(lk.rmsnorm(cols, arch=arch, heads=heads), arch)
+    resources = compile_cubin(built.source, built.plan.name, arch.value).resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
