@@ -19,31 +19,37 @@ Emitter = Callable[..., str]
 PROGRAM_PLANS = (LoopPlan, RowsPlan)  # tile programs: kgen/targets/common/loop.py
 
 # (target family, kernel kind) -> emitter. A kind is "gemm" (one gemm) or "chain" (chained
-# gemms, back to back, in one CTA).
+# gemms, back to back, in one CTA), or a tile program's: "loop" (a loop kernel), "rows" (a row
+# kernel), whose skeletons are the same mma.sync code on both families for now.
 EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm80", "gemm"): sm80_gemm.emit,
     ("sm80", "chain"): sm80_chain.emit,
     ("sm90", "chain"): sm90_chain.emit,
     ("sm90", "gemm"): sm90_gemm.emit,
+    ("sm80", "loop"): program_emit,
+    ("sm90", "loop"): program_emit,
+    ("sm80", "rows"): program_emit,
+    ("sm90", "rows"): program_emit,
 }
 
 
 def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
     wgmma) is sm_90a code; otherwise its target's family (sm_90a runs the sm_80 mainloop)."""
+    if isinstance(plan, PROGRAM_PLANS):
+        return target(plan.arch).emitter
     return "sm90" if plan.schedule.wgmma else target(plan.arch).emitter
 
 
 def kind(plan: KernelPlan) -> str:
+    if isinstance(plan, PROGRAM_PLANS):
+        return plan.kind
     return "chain" if len(plan.gemms) > 1 else "gemm"
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
-    if isinstance(plan, PROGRAM_PLANS):  # a loop or row kernel: one skeleton per kind
-        return program_emit(plan, source_name=source_name, source_hash=source_hash,
-                            command=command)
-    if not plan.gemms:
+    if not isinstance(plan, PROGRAM_PLANS) and not plan.gemms:
         raise KgenError(
             plan.loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
     emitter = EMITTERS[(family(plan), kind(plan))]

@@ -74,27 +74,18 @@ class CStatement:
     # skeleton's overloads (pack2, store_pair, store_one) convert by the element type
 
 
-@dataclass
-class _Names:
-    """Element references of a section's values."""
-
-    section: pp.Section
-    col_end: str  # the bound of `col` in this section (columns past it do not exist)
-    acc: str  # the array of `acc` (the first gemm's accumulator), if any
-    refs: list[str]
-
-    def ref(self, index: int) -> str:
-        return self.refs[index]
-
-
-def _reference(value: pp.Value, names: _Names) -> str:
+def _reference(value: pp.Value, col_end: str, acc: str) -> str:
+    """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
+    element, guarded vector load, loaded input) as itself, a computed value by its name.
+    `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`: the
+    array of the first gemm's accumulator."""
     kind = value.kind
     if isinstance(kind, dag.Constant):
         return literal(kind.value)
     if isinstance(kind, dag.ScalarArg):
         return f"p.{kind.param}"
     if isinstance(kind, dag.Accumulator):
-        return f"{names.acc}[j][e]"
+        return f"{acc}[j][e]"
     if isinstance(kind, pp.PositionValue):
         return "static_cast<float>(row)" if kind.axis is Axis.ROW else "static_cast<float>(col)"
     if isinstance(kind, pp.CarryValue):
@@ -103,7 +94,7 @@ def _reference(value: pp.Value, names: _Names) -> str:
         return "acc1[j][e]"
     if isinstance(kind, dag.VectorLoad):
         load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{kind.axis.value}]")
-        bound = "p.rows" if kind.axis is Axis.ROW else names.col_end
+        bound = "p.rows" if kind.axis is Axis.ROW else col_end
         return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
     if isinstance(kind, dag.TensorLoad):
         return f"in_{kind.param}[j][e]"
@@ -111,50 +102,48 @@ def _reference(value: pp.Value, names: _Names) -> str:
     return f"v{value.id}{suffix}"
 
 
-def _expression(value: pp.Value, names: _Names) -> str:
+def _expression(value: pp.Value, refs: list[str]) -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
-        return OP_CPP[kind.op].format(*(names.ref(a) for a in kind.args))
+        return OP_CPP[kind.op].format(*(refs[a] for a in kind.args))
     assert isinstance(kind, dag.Cast), kind
-    arg = names.ref(kind.arg)
+    arg = refs[kind.arg]
     return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
 
 
 def statements(section: pp.Section, col_end: str, acc: str = "acc0") -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order)."""
-    names = _Names(section, col_end, acc, [])
-    for value in section.values:
-        names.refs.append(_reference(value, names))
+    refs = [_reference(value, col_end, acc) for value in section.values]
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
-            out += _runs(section, stmt.values, names)
+            out += _runs(section, stmt.values, refs)
         elif isinstance(stmt, pp.UpdateCarry):
-            out.append(CStatement("update", target=stmt.carry, value=names.ref(stmt.value)))
+            out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
-            out.append(CStatement("rescale", target=stmt.gemm, value=names.ref(stmt.value)))
+            out.append(CStatement("rescale", target=stmt.gemm, value=refs[stmt.value]))
         elif isinstance(stmt, pp.HandOn):
-            out.append(CStatement("hand_on", value=names.ref(stmt.value)))
+            out.append(CStatement("hand_on", value=refs[stmt.value]))
         elif isinstance(stmt, pp.StoreTile):
-            out.append(CStatement("store_tile", target=stmt.param, value=names.ref(stmt.value)))
+            out.append(CStatement("store_tile", target=stmt.param, value=refs[stmt.value]))
         else:
             assert isinstance(stmt, pp.StoreRow), stmt
-            out.append(CStatement("store_row", target=stmt.param, value=names.ref(stmt.value)))
+            out.append(CStatement("store_row", target=stmt.param, value=refs[stmt.value]))
     return out
 
 
-def _runs(section: pp.Section, ids: tuple[int, ...], names: _Names) -> list[CStatement]:
+def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str]) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
         if isinstance(value.kind, pp.RowReduction):
             combine, merge, identity = REDUCE[value.kind.op]
-            item = CReduce(f"v{index}", names.ref(value.kind.arg), literal(identity), combine,
+            item = CReduce(f"v{index}", refs[value.kind.arg], literal(identity), combine,
                            merge)
             runs.append(CStatement("reduce", values=(item,)))
             continue
         kind = value.rank.value
-        item = CValue(f"v{index}", _expression(value, names))
+        item = CValue(f"v{index}", _expression(value, refs))
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
