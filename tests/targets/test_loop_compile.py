@@ -30,6 +30,10 @@ KERNELS = {
     "mlp_col": lambda a: lk.mlp(arch=a),
     "mlp_row": lambda a: lk.mlp(w_layout=ir.Layout.ROW, arch=a),
     "mlp_k64_n256": lambda a: lk.mlp(64, 256, arch=a),
+    "mlp_k128_n256": lambda a: lk.mlp(128, 256, arch=a),
+    "mlp_k256_n256_row": lambda a: lk.mlp(256, 256, w_layout=ir.Layout.ROW, arch=a),
+    "attention_d256_causal": lambda a: lk.attention(256, causal=True, arch=a),
+    "attention_d64_64x128_s2": lambda a: lk.attention(64, tile=(64, 128), stages=2, arch=a),
     "rowdot_128": lambda a: lk.rowdot(128, arch=a),
     "rowdot_72_f16": lambda a: lk.rowdot(72, dtype=ir.DType.F16, arch=a),
 }
