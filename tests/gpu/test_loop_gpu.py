@@ -234,3 +234,60 @@ def test_load_takes_the_ir_kernel():
     run(dO=do, O=do, D=d)
     torch.cuda.synchronize()
     _close(d, (do.double() ** 2).sum(-1), 1e-5, "D")
+
+
+# The front end's NumPy reference of tile programs (kgen/reference_tiles.py, another branch)
+# evaluates block by block with the plan's block size: the kernels match it too.
+REFERENCE_CASES = {
+    "attention_gqa_alibi_softcap_causal": (
+        lambda: lk.attention(64, gqa=True, alibi=True, softcap=30.0, causal=True),
+        lambda torch: dict(Q=torch.randn(1, 4, 130, 64), K=torch.randn(1, 2, 257, 64),
+                           V=torch.randn(1, 2, 257, 64))),
+    "attention_shift": (
+        lambda: lk.attention(128, shift=True),
+        lambda torch: dict(Q=torch.randn(2, 1, 77, 128), K=torch.randn(2, 1, 33, 128),
+                           V=torch.randn(2, 1, 33, 128))),
+    "mlp_row": (
+        lambda: lk.mlp(w_layout=ir.Layout.ROW),
+        lambda torch: dict(X=torch.randn(100, 256), W0=torch.randn(256, 1000) / 16,
+                           W1=torch.randn(1000, 128) / 32, b0=torch.randn(1000))),
+    "rmsnorm": (
+        lambda: lk.rmsnorm(72),
+        lambda torch: dict(X=torch.randn(2, 3, 33, 72), w=torch.randn(72))),
+}
+
+
+@pytest.mark.parametrize("which", list(REFERENCE_CASES))
+def test_matches_the_block_by_block_reference(which):
+    torch = _needs(ir.Arch.SM80)
+    pytest.importorskip("kgen.reference_tiles", reason="the front end's reference of loops")
+    import numpy as np
+
+    from kgen.reference import compare, evaluate, host_dtype
+
+    make_kernel, make_inputs = REFERENCE_CASES[which]
+    kernel = make_kernel()
+    built = build_verified(kernel, ir.Arch.SM80)
+    run = load_built(built)
+    torch.manual_seed(3)
+    inputs = {}
+    for name, value in make_inputs(torch).items():
+        p = kernel.param(name)
+        dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[
+            p.dtype.dsl_name]
+        inputs[name] = value.to(dtype).cuda()
+        if p.layout is ir.Layout.COL:
+            inputs[name] = inputs[name].t().contiguous().t()
+    scalars = {"shift": 44.0} if which == "attention_shift" else {}
+    outputs = run(**inputs, **scalars)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    torch.cuda.synchronize()
+    host = {name: value.float().cpu().numpy().astype(host_dtype(kernel.param(name).dtype))
+            for name, value in inputs.items()}
+    block = getattr(built.plan, "block", None)
+    reference = evaluate(kernel, host, scalars, block=block)
+    names = [p.name for p in kernel.params if p.role is ir.Role.OUT]
+    for name, out in zip(names, outputs):
+        result = compare(out.float().cpu().numpy(), np.asarray(reference[name]),
+                         kernel.param(name).dtype)
+        assert result.ok, (name, result)
