@@ -19,13 +19,16 @@ Emitter = Callable[..., str]
 PROGRAM_PLANS = (LoopPlan, RowsPlan)  # tile programs: kgen/targets/common/loop.py
 
 # (target family, kernel kind) -> emitter. A kind is "gemm" (one gemm) or "chain" (chained
-# gemms, back to back, in one CTA), or a tile program's: "loop" (a loop kernel), "rows" (a row
-# kernel), whose skeletons are the same mma.sync code on both families for now.
+# gemms, back to back, in one CTA).
 EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm80", "gemm"): sm80_gemm.emit,
     ("sm80", "chain"): sm80_chain.emit,
     ("sm90", "chain"): sm90_chain.emit,
     ("sm90", "gemm"): sm90_gemm.emit,
+}
+# The same for tile programs (plan.program): "loop" (a loop kernel), "rows" (a row kernel),
+# whose skeletons are the same mma.sync code on both families for now.
+PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm80", "loop"): program_emit,
     ("sm90", "loop"): program_emit,
     ("sm80", "rows"): program_emit,
@@ -52,5 +55,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     if not isinstance(plan, PROGRAM_PLANS) and not plan.gemms:
         raise KgenError(
             plan.loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
-    emitter = EMITTERS[(family(plan), kind(plan))]
+    table = PROGRAM_EMITTERS if isinstance(plan, PROGRAM_PLANS) else EMITTERS
+    emitter = table[(family(plan), kind(plan))]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)
