@@ -47,6 +47,12 @@ def _statements(section: pp.Section) -> list[str]:
     for s in section.statements:
         if isinstance(s, pp.Compute):
             lines += [f"compute {_value(section, i)}" for i in s.values]
+        elif isinstance(s, pp.GemmStep):
+            g = s.gemm
+            a = "registers (the value handed on)" if g.accumulate else f"{g.a} (ldmatrix)"
+            lines.append(f"gemm {g.name} {'+=' if g.accumulate else '='} A from {a}, B from "
+                         f"{g.b} ({g.b_load.value}): {g.k_steps} k16 steps x {g.n8_tiles} n8 "
+                         "tiles per warp")
         elif isinstance(s, pp.UpdateCarry):
             lines.append(f"update carry {s.carry} = {_arg(section, s.value)}")
         elif isinstance(s, pp.Rescale):

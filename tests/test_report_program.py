@@ -27,7 +27,10 @@ def test_loop_summary_says_what_and_why():
     assert summary["mma"]["value"] == "mma.sync.m16n8k16" and "wgmma" in summary["mma"]["why"]
     assert [t["offset"] for t in summary["tiles"]] == [0, 32768, 65536]
     assert "compute v4 = le(col, row) (tile)" in summary["body"]
-    assert summary["body"][-1] == "update carry m = v11"
+    assert summary["body"][-2] == "update carry m = v11"
+    assert summary["body"][0] == ("gemm s = A from a_smem (ldmatrix), B from b_smem (ldsm_b_nk): "
+                                  "8 k16 steps x 8 n8 tiles per warp")
+    assert summary["body"][-1].startswith("gemm o += A from registers (the value handed on)")
     assert "store lse = v10 (one per row)" in summary["epilogue"]
     text = _text(summary)
     assert "tile 128x64 warps 8 stages 2" in text and "rescale o *= v18 (per row)" in text

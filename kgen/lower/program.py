@@ -248,6 +248,7 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
                         k=config.block, n=n1, accumulate=True)
 
     body = _Section(kernel, acc=g0.name)
+    body.statement(pp.GemmStep(gemm0))
     for carry in loop.carries:
         body.env[carry.name] = body.add(pp.CarryValue(carry.name), Rank.ROW)
     for stmt in g0.epilogue.stmts:
@@ -255,6 +256,7 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     if sum(isinstance(s, pp.HandOn) for s in body.statements) != 1:
         raise KgenError(g0.loc, f"gemm '{g0.name}' must store its own name once: the value "
                         f"handed to '{g1.name}'")
+    body.statement(pp.GemmStep(gemm1))
 
     tail = _Section(kernel)
     for carry in loop.carries:

@@ -124,7 +124,16 @@ class StoreRow:
     dtype: DType
 
 
-Statement = Compute | UpdateCarry | Rescale | HandOn | StoreTile | StoreRow
+@dataclass(frozen=True, slots=True)
+class GemmStep:
+    """A loop gemm's MMAs on this block: A from its shared tile (ldmatrix) or, for the
+    accumulating gemm, from the value handed on (registers); B from its tile's ring slot; a
+    first gemm's accumulator starts at zero, an accumulating one adds to the carried one."""
+
+    gemm: "LoopGemm"
+
+
+Statement = Compute | UpdateCarry | Rescale | HandOn | StoreTile | StoreRow | GemmStep
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +271,7 @@ class LoopPlan:
     c_tile: SmemTile  # the accumulating gemm's B, streamed
     gemm0: LoopGemm
     gemm1: LoopGemm
-    body: Section  # once per block, after the first gemm
+    body: Section  # once per block: the first gemm, its epilogue, the accumulating gemm
     epilogue: Section  # once, after the loop, over [rows, N1]
     smem_bytes: int
     mma: Choice  # the MMA instruction and why

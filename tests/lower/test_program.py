@@ -50,8 +50,10 @@ def test_attention_plan_numbers():
 
 def test_attention_body_is_the_statements_in_order():
     plan = lower(lk.attention(64, causal=True))
-    assert kinds(plan.body) == ["Compute", "HandOn", "Compute", "UpdateCarry", "Rescale",
-                                "UpdateCarry"]
+    assert kinds(plan.body) == ["GemmStep", "Compute", "HandOn", "Compute", "UpdateCarry",
+                                "Rescale", "UpdateCarry", "GemmStep"]
+    assert [s.gemm.name for s in plan.body.statements if isinstance(s, pp.GemmStep)] == [
+        "s", "o"]
     updates = [s for s in plan.body.statements if isinstance(s, pp.UpdateCarry)]
     assert [u.carry for u in updates] == ["l", "m"]
     values = plan.body.values
@@ -94,7 +96,7 @@ def test_mlp_operand_layouts(layout, b_load, c_load, b_along, c_along):
     tile = plan.b_tile if not b_along else plan.c_tile
     assert tile.cols == plan.block
     assert plan.heads_param is None and plan.batch_param is None
-    assert kinds(plan.body) == ["Compute", "HandOn"]
+    assert kinds(plan.body) == ["GemmStep", "Compute", "HandOn", "GemmStep"]
     assert plan.smem_bytes == loop_rules.smem_bytes(
         loop_rules.LoopConfig(plan.tile_m, plan.block, plan.stages), 256, 128, ir.DType.BF16)
 

@@ -67,11 +67,12 @@ class CStatement:
     rescale of the accumulator, the hand-on, tile and row stores."""
 
     kind: str  # "uniform", "row", "tile", "reduce", "update", "rescale", "hand_on",
-    #            "store_tile", "store_row"
+    #            "store_tile", "store_row", "mma"
     values: tuple = ()  # CValue or CReduce, for the compute kinds
     target: str = ""  # the carry, accumulator or parameter
     value: str = ""  # the element reference read (update, rescale, hand_on, stores): the
     # skeleton's overloads (pack2, store_pair, store_one) convert by the element type
+    gemm: pp.LoopGemm | None = None  # "mma": the gemm whose MMAs run
 
 
 def _reference(value: pp.Value, col_end: str, acc: str) -> str:
@@ -122,6 +123,8 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0") -> list[CSt
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
             out.append(CStatement("rescale", target=stmt.gemm, value=refs[stmt.value]))
+        elif isinstance(stmt, pp.GemmStep):
+            out.append(CStatement("mma", gemm=stmt.gemm))
         elif isinstance(stmt, pp.HandOn):
             out.append(CStatement("hand_on", value=refs[stmt.value]))
         elif isinstance(stmt, pp.StoreTile):
