@@ -218,6 +218,10 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     b_loop_index = 0 if g0.b.transposed else 1  # where the loop dim is in B's shape
     c_loop_index = 1 if g1.b.transposed else 0
     n1 = int(c.shape[1 - c_loop_index])
+    # what verify enforces (the contract's limits), relied on here
+    assert all(g.acc_dtype is ir.DType.F32 for g in loop.gemms), "unverified IR: accumulate"
+    assert k0 % 16 == 0 and n1 % 16 == 0 and k0 <= 256 and n1 <= 256, "unverified IR: K0, N1"
+    assert b.dtype is dtype and c.dtype is dtype, "unverified IR: operand dtypes differ"
     b_along = _memory_rows(b) == b_loop_index
     c_along = _memory_rows(c) == c_loop_index
     tgt = target(arch)
