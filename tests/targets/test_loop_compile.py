@@ -112,3 +112,33 @@ def test_row_kernel_with_tensor_output_compiles_without_spills(arch, cols, heads
     built = build_verified(lk.rmsnorm(cols, arch=arch, heads=heads), arch)
     resources = compile_cubin(built.source, built.plan.name, arch.value).resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
+
+
+@pytest.mark.slow
+def test_a_cpp_consumer_links_against_the_header_and_launcher(tmp_path):
+    """The .h declares the params struct and the launcher the .cu defines: a consumer that
+    includes it builds and links with nvcc alone."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc on PATH")
+    built = build_verified(KERNELS["attention_d128_gqa_softcap_alibi"](ir.Arch.SM80),
+                           ir.Arch.SM80)
+    (tmp_path / "attention_fwd.cu").write_text(built.source)
+    (tmp_path / "attention_fwd.h").write_text(built.header)
+    (tmp_path / "main.cu").write_text(
+        '#include "attention_fwd.h"\n'
+        "int main() {\n"
+        "  attention_fwd_params p{};\n"
+        "  p.rows = 0;  // nothing to run: the launcher returns before any launch\n"
+        "  p.heads = 1;\n"
+        "  p.group = 1;\n"
+        "  return attention_fwd_launch(p, 1, nullptr) == cudaSuccess ? 0 : 1;\n"
+        "}\n")
+    done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_80", str(tmp_path / "main.cu"),
+                           str(tmp_path / "attention_fwd.cu"), "-o", str(tmp_path / "main")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "main").exists()

@@ -205,6 +205,15 @@ def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command:
         pointers=[p for p in plan.params if p.kind != "scalar"])
 
 
+def emit_header(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, command: str,
+                header_name: str | None = None) -> str:
+    """The .h of a program: include guard, the params struct, the launcher's declaration."""
+    del header_name  # the guard is the kernel's name, as for gemms
+    return render("common/program_header.h.j2", name=plan.name, fields=_fields(plan),
+                  header=_header(plan, source_name, source_hash, command),
+                  include_guard=f"KGEN_{plan.name.upper()}_H")
+
+
 def emit(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu of a program plan: its skeleton by kind (one per kind, the same for sm_80 and
     sm_90a: mma.sync)."""
