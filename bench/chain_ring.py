@@ -1,6 +1,6 @@
 """B2B chains with no schedule line on sm_90a: the ping-pong chain with a ring shorter than the
 first gemm's k tiles (the consumers take turns) and with B0 streamed through the ring, against
-the configurations the builder took before (bench/RESULTS.md, "kgen chooses").
+the configurations the builder took before (bench/RESULTS.md, section 4).
 
 For each chain (M = 81920, `relu(relu(A @ B0 * scale0 + bias0) @ B1)`), every configuration of
 the builder's sm_90a list that plans is run in turn: checked against the float64 reference with
