@@ -32,6 +32,13 @@ class Built:
     header: str = ""  # the emitted .h: params struct and host API declarations
 
 
+def is_program_plan(plan: Any) -> bool:
+    """A loop or row kernel's plan (kgen/plan/program.py), not a KernelPlan."""
+    from .plan.program import LoopPlan, RowsPlan
+
+    return isinstance(plan, (LoopPlan, RowsPlan))
+
+
 def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:
     """Parse and verify a .kg file; returns the module and the file's text."""
     from .parse import parse_file
@@ -191,6 +198,11 @@ def build_verified(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *,
         source_hash = file_hash(ir.canonical_text(kernel).encode())
     plan = plan_kernel(kernel, arch_of(arch), config=config)
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
+    if is_program_plan(plan):  # a tile program: kgen/targets/common/loop.py
+        from .targets.common.loop import emit_header as program_header
+
+        return Built(kernel, plan, source, program_header(
+            plan, source_name=source_name, source_hash=source_hash, command=command))
     header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
                          header_name=header_name)
     return Built(kernel, plan, source, header)
@@ -281,6 +293,13 @@ def load_built(built: Built, *, device: int | None = None,
 
     info = device_info(device)
     extra = dict(extra_options or {})
+    if is_program_plan(built.plan):  # a tile program: kgen/runtime/program.py
+        from .runtime.program import CompiledProgram
+
+        result = compile_cubin(built.source, built.plan.name, info.arch, extra_options=extra)
+        warn_resources(result, stacklevel=3)
+        return CompiledProgram(built.plan, result.cubin, source=built.source, compiled=result,
+                               device_id=info.device_id)
     result = compile_cubin(built.source, built.plan.name, info.arch,
                            extra_options={**extra, **fast_entry_options(built.plan.narrow_kernel)})
     warn_resources(result, stacklevel=3)  # spills and local memory: kgen.runtime.nvrtc
@@ -316,7 +335,7 @@ def load(path_or_kernel: str | os.PathLike | ir.Kernel, arch: str | ir.Arch | No
 
     if arch is None:  # the file's own target: is the GPU's faster?
         warn_newer_gpu(built.plan, device_info(device))
-    if not tuned:
+    if not tuned or is_program_plan(built.plan):  # tile programs are not tuned yet
         return compiled
     from .tune.select import follow_cache
 

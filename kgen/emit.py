@@ -6,14 +6,17 @@ from typing import Callable
 
 from .errors import KgenError
 from .plan import KernelPlan
+from .plan.program import LoopPlan, RowsPlan
 from .targets import target
 from .targets.common.host_api import emit_header
+from .targets.common.loop import emit as program_emit
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
 
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
 Emitter = Callable[..., str]
+PROGRAM_PLANS = (LoopPlan, RowsPlan)  # tile programs: kgen/targets/common/loop.py
 
 # (target family, kernel kind) -> emitter. A kind is "gemm" (one gemm) or "chain" (chained
 # gemms, back to back, in one CTA).
@@ -23,22 +26,35 @@ EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm90", "chain"): sm90_chain.emit,
     ("sm90", "gemm"): sm90_gemm.emit,
 }
+# The same for tile programs (plan.program): "loop" (a loop kernel), "rows" (a row kernel),
+# whose skeletons are the same mma.sync code on both families for now.
+PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
+    ("sm80", "loop"): program_emit,
+    ("sm90", "loop"): program_emit,
+    ("sm80", "rows"): program_emit,
+    ("sm90", "rows"): program_emit,
+}
 
 
 def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
     wgmma) is sm_90a code; otherwise its target's family (sm_90a runs the sm_80 mainloop)."""
+    if isinstance(plan, PROGRAM_PLANS):
+        return target(plan.arch).emitter
     return "sm90" if plan.schedule.wgmma else target(plan.arch).emitter
 
 
 def kind(plan: KernelPlan) -> str:
+    if isinstance(plan, PROGRAM_PLANS):
+        return plan.kind
     return "chain" if len(plan.gemms) > 1 else "gemm"
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
-    if not plan.gemms:
+    if not isinstance(plan, PROGRAM_PLANS) and not plan.gemms:
         raise KgenError(
             plan.loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
-    emitter = EMITTERS[(family(plan), kind(plan))]
+    table = PROGRAM_EMITTERS if isinstance(plan, PROGRAM_PLANS) else EMITTERS
+    emitter = table[(family(plan), kind(plan))]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

@@ -93,6 +93,11 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
     """The plan as plain data (the schema of `kgen inspect --json`)."""
     from .targets import target
 
+    if getattr(plan, "kind", None) in ("loop", "rows"):  # a tile program
+        from .report_program import program_summary
+
+        return program_summary(plan, resources)
+
     storage = plan.storage
 
     def tile(t) -> dict:
@@ -219,6 +224,11 @@ def storage_chart(s: dict) -> list[str]:
 def print_plan(console, s: dict) -> None:
     """Render a plan_summary on a rich console: tables, the storage chart, occupancy."""
     from rich.table import Table
+
+    if s.get("kind") in ("loop", "rows"):  # a tile program
+        from .report_program import print_program
+
+        return print_program(console, s)
 
     used = s["smem_bytes"]
     limit = s["smem_limit"]

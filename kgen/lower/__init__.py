@@ -22,7 +22,7 @@ from .. import ir
 from ..errors import KgenError, KgenWarning
 from ..plan import GemmPlan, KernelPlan
 from ..targets import Candidate, Config, Target, producer_threads, target
-from . import abi, builder, chain, epilogue, mainloop, schedule, select, slow_path
+from . import abi, builder, chain, epilogue, mainloop, program, schedule, select, slow_path
 
 GROUP_M = select.GROUP_M
 
@@ -34,6 +34,8 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     the same as None. Schedule lines the source leaves out are filled by the builder
     (kgen/lower/builder.py); `config`, a tuned configuration, is the builder's first try."""
     arch = arch or kernel.target
+    if program.is_program(kernel):  # a loop or row kernel: kgen/lower/program.py
+        return program.run(kernel, arch)
     tgt = target(arch)
     if not kernel.gemms and kernel.storage is None:
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")

@@ -1,0 +1,116 @@
+"""Flash attention forward: kgen's loop kernel (written as a tile program, both targets' code)
+beside torch SDPA's flash, cuDNN and memory-efficient backends. bf16, 16k tokens in all
+(batch = 16384 / S), head dims 64 and 128, S = T in {1024, 4096}, causal and not.
+TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
+
+    python3 bench/attention.py            # prints a table (and --json FILE writes it)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from kgen import ir  # noqa: E402
+from kgen.api import build_verified, load_built  # noqa: E402
+from tests import loop_kernels as lk  # noqa: E402
+
+HEADS = 16
+TOKENS = 16384
+
+
+def timed(fn, reps: int = 30) -> float:
+    """Median milliseconds of `fn` over `reps` runs, after 3 warm-ups."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def sdpa(backend, q, k, v, causal):
+    from torch.nn.attention import sdpa_kernel
+
+    def run():
+        with sdpa_kernel(backend):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def once() -> None:
+    for arch in (ir.Arch.SM80, ir.Arch.SM90A):
+        run = load_built(build_verified(lk.attention(128, causal=True, gqa=True, arch=arch),
+                                        arch))
+        q = torch.randn(2, 8, 1000, 128, device="cuda").bfloat16()
+        k, v = (torch.randn(2, 1, 4097, 128, device="cuda").bfloat16() for _ in range(2))
+        o = torch.empty_like(q)
+        lse = torch.empty(2, 8, 1000, device="cuda")
+        run(Q=q, K=k, V=v, O=o, lse=lse)
+        torch.cuda.synchronize()
+        print(arch.value, "ran; O finite:", bool(torch.isfinite(o).all()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--once", action="store_true",
+                        help="one ragged causal GQA call of each target's kernel, no timing "
+                             "(for compute-sanitizer)")
+    args = parser.parse_args()
+    if args.once:
+        return once()
+    from torch.nn.attention import SDPBackend
+
+    backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
+                "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+                "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
+    rows = []
+    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} heads; TFLOP/s")
+    print(f"{'D':>4} {'S':>5} {'causal':>6} " + " ".join(f"{n:>18}" for n in
+          ["kgen_sm80", "kgen_sm90a", *backends]))
+    for d in (64, 128):
+        for s in (1024, 4096):
+            for causal in (False, True):
+                batch = TOKENS // s
+                q, k, v = (torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
+                           for _ in range(3))
+                o = torch.empty_like(q)
+                lse = torch.empty(batch, HEADS, s, device="cuda")
+                flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
+                row = {"d": d, "s": s, "causal": causal}
+                for arch in (ir.Arch.SM80, ir.Arch.SM90A):
+                    run = load_built(build_verified(lk.attention(d, causal=causal, arch=arch),
+                                                    arch))
+                    scale = 1.0 / math.sqrt(d)
+                    ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=scale))
+                    row[f"kgen_{arch.value.replace('_', '')}"] = flops / ms / 1e9
+                for name, backend in backends.items():
+                    try:
+                        ms = timed(sdpa(backend, q, k, v, causal))
+                        row[name] = flops / ms / 1e9
+                    except RuntimeError as err:  # a backend this build or GPU lacks
+                        row[name] = None
+                        print(f"  {name}: {str(err).splitlines()[0]}")
+                rows.append(row)
+                cells = " ".join(f"{row[n]:18.1f}" if row[n] is not None else f"{'-':>18}"
+                                 for n in ["kgen_sm80", "kgen_sm90a", *backends])
+                print(f"{d:>4} {s:>5} {str(causal):>6} {cells}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+"""Tile programs: a verified loop kernel (`Kernel.loop`) or row kernel (no gemm, only
+`Kernel.epilogue`) to its plan (kgen/plan/program.py).
+
+The loop's configuration (tile_m, block, warps, stages) comes from the source or, where a line
+is left out, from the rulebook (kgen/targets/loop_rules.py): asked once, never learned by
+catching errors. The statements are lowered in order into sections of typed values: a carry's
+reads after an `Update` are the updated value itself, so sharing (structural, as the epilogue
+pass does it) never merges a carry before and after an update.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..errors import NOWHERE, KgenError
+from ..plan import epilogue as dag
+from ..plan import program as pp
+from ..plan.program import Rank
+from ..targets import target
+from ..targets import loop_rules
+
+_ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
+
+
+def is_program(kernel: ir.Kernel) -> bool:
+    """A loop kernel, or a row kernel (no gemm, an epilogue): the tile-program path."""
+    return kernel.loop is not None or (not kernel.gemms and kernel.epilogue is not None)
+
+
+def run(kernel: ir.Kernel, arch: ir.Arch | None = None) -> pp.ProgramPlan:
+    arch = arch or kernel.target
+    if kernel.compute_dtype is not ir.DType.F32:
+        raise KgenError(kernel.loc, "a loop or row kernel computes in f32 (compute "
+                        f"{kernel.compute_dtype.dsl_name} is not supported there)")
+    if kernel.loop is not None:
+        return _loop(kernel, arch)
+    return _rows(kernel, arch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values and statements
+
+
+@dataclass
+class _Section:
+    kernel: ir.Kernel
+    # what a name reads: Let locals, carries (their current value), accumulators
+    env: dict[str, int] = field(default_factory=dict)
+    values: list[pp.Value] = field(default_factory=list)
+    memo: dict[tuple, int] = field(default_factory=dict)
+    statements: list[pp.Statement] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    acc: str | None = None  # what `acc` reads: the first gemm's accumulator in the loop body
+
+    def add(self, kind: pp.NodeKind, rank: Rank) -> int:
+        key = (kind, rank)
+        if key in self.memo:
+            return self.memo[key]
+        self.values.append(pp.Value(len(self.values), kind, rank))
+        index = len(self.values) - 1
+        self.memo[key] = index
+        if isinstance(kind, (dag.Apply, dag.Cast, pp.RowReduction)):
+            self.pending.append(index)  # computed where first needed
+        return index
+
+    def rank(self, index: int) -> Rank:
+        return self.values[index].rank
+
+    def statement(self, stmt: pp.Statement) -> None:
+        self.flush()
+        self.statements.append(stmt)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.statements.append(pp.Compute(tuple(self.pending)))
+            self.pending = []
+
+    def value(self, node: ir.Expr) -> int:
+        if isinstance(node, ir.LocalRef):
+            assert node.name in self.env, f"unverified IR: {node.name} read before it is bound"
+            return self.env[node.name]
+        if isinstance(node, ir.Acc):
+            assert self.acc is not None, "unverified IR: acc outside a gemm's epilogue"
+            return self.add(dag.Accumulator(), Rank.TILE)
+        if isinstance(node, ir.Const):
+            return self.add(dag.Constant(_single(node.value)), Rank.UNIFORM)
+        if isinstance(node, ir.ScalarLoad):
+            return self.add(dag.ScalarArg(node.name), Rank.UNIFORM)
+        if isinstance(node, ir.Position):
+            return self.add(pp.PositionValue(node.axis),
+                            Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+        if isinstance(node, ir.VectorLoad):
+            p = self.kernel.param(node.name)
+            return self.add(dag.VectorLoad(p.name, node.axis, p.dtype),
+                            Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+        if isinstance(node, ir.TensorLoad):
+            p = self.kernel.param(node.name)
+            return self.add(dag.TensorLoad(p.name, p.dtype, p.layout), Rank.TILE)
+        if isinstance(node, ir.Call):
+            args = tuple(self.value(a) for a in node.args)
+            rank = max((self.rank(a) for a in args), key=_ORDER.__getitem__)
+            return self.add(dag.Apply(node.op, args), rank)
+        if isinstance(node, ir.Cast):
+            arg = self.value(node.arg)
+            if node.dtype is ir.DType.F32:
+                return arg
+            return self.add(dag.Cast(node.dtype, arg), self.rank(arg))
+        if isinstance(node, ir.Reduce):
+            if node.axis is not ir.Axis.ROW:
+                raise KgenError(node.loc, "only row reductions (rowsum, rowmax, rowmin, "
+                                "rowabsmax) are values in a loop or row kernel")
+            arg = self.value(node.arg)
+            if self.rank(arg) is not Rank.TILE:
+                raise KgenError(node.loc, "a row reduction needs a tile value (one per "
+                                "element); this one is already one per row")
+            return self.add(pp.RowReduction(node.op, arg), Rank.ROW)
+        raise KgenError(getattr(node, "loc", NOWHERE),
+                        f"cannot lower {type(node).__name__} in a tile program")
+
+    def row_value(self, expr: ir.Expr, what: str, loc) -> int:
+        index = self.value(expr)
+        if self.rank(index) is Rank.TILE:
+            raise KgenError(loc, f"{what} needs a value per row; this one is per element")
+        return index
+
+    def section(self) -> pp.Section:
+        self.flush()
+        return pp.Section(tuple(self.values), tuple(self.statements))
+
+
+def _single(value: float) -> float:
+    """A constant as the float32 the kernel computes with (inf stays inf)."""
+    if not math.isfinite(value):
+        return value
+    try:
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def _store(section: _Section, kernel: ir.Kernel, stmt: ir.Store, rows_dim, cols) -> None:
+    """A store of the kernel epilogue (loop) or of a row kernel."""
+    p = kernel.param(stmt.target)
+    assert p is not None and p.role is ir.Role.OUT, f"unverified IR: store to {stmt.target}"
+    if p.kind is ir.ParamKind.VECTOR:
+        index = section.row_value(stmt.value, f"the store to vector '{p.name}'", stmt.loc)
+        section.statement(pp.StoreRow(p.name, index, p.dtype))
+        return
+    if p.kind is not ir.ParamKind.TENSOR or p.layout is not ir.Layout.ROW:
+        raise KgenError(stmt.loc, f"'{p.name}': a tile program stores row-major tensors and "
+                        "vectors (not yet column-major tensors or scalars)")
+    if tuple(p.shape) != (rows_dim, cols):
+        raise KgenError(stmt.loc, f"'{p.name}' must be [{rows_dim}, {cols}] per (batch, head): "
+                        "the tile the statements run over")
+    index = section.value(stmt.value)
+    section.statement(pp.StoreTile(p.name, index, p.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters and the params struct
+
+
+def _params(kernel: ir.Kernel, query_heads) -> tuple[tuple[pp.ProgramParam, ...],
+                                                     tuple[pp.ProgramField, ...]]:
+    params, fields = [], []
+    for p in kernel.params:
+        kv = p.heads is not None and p.heads != query_heads
+        params.append(pp.ProgramParam(
+            name=p.name, kind=p.kind.value, dtype=p.dtype, role=p.role, shape=tuple(p.shape),
+            layout=p.layout, batched=p.batch is not None, headed=p.heads is not None, kv=kv,
+            default=p.default))
+        if p.kind is ir.ParamKind.SCALAR:
+            fields.append(pp.ProgramField(p.name, "f32", p.name))
+            continue
+        fields.append(pp.ProgramField(p.name, "ptr", p.name))
+        if p.kind is ir.ParamKind.TENSOR:
+            fields.append(pp.ProgramField(f"{p.name}_ld", "i64", p.name))
+        fields.append(pp.ProgramField(f"{p.name}_bs", "i64", p.name))
+        fields.append(pp.ProgramField(f"{p.name}_hs", "i64", p.name))
+    fields += [pp.ProgramField(name, "i32") for name in ("rows", "loop_len", "heads", "group")]
+    names = [f.name for f in fields]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        raise KgenError(kernel.loc, f"the parameter name '{duplicate}' collides with a member "
+                        "kgen adds to the params struct; rename it")
+    return tuple(params), tuple(fields)
+
+
+def _roles(kernel: ir.Kernel, query_heads) -> tuple[str | None, str | None, str | None]:
+    """Parameters that carry the runtime batch count, query heads and KV heads."""
+    batch = next((p.name for p in kernel.params if p.batch is not None), None)
+    heads = next((p.name for p in kernel.params
+                  if p.heads is not None and p.heads == query_heads), None)
+    kv = next((p.name for p in kernel.params
+               if p.heads is not None and p.heads != query_heads), None)
+    return batch, heads, kv
+
+
+# ---------------------------------------------------------------------------------------------
+# Loop kernels
+
+
+def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
+    loop = kernel.loop
+    assert len(loop.gemms) == 2 and loop.gemms[1].accumulate, "unverified IR: the loop's gemms"
+    g0, g1 = loop.gemms
+    a = kernel.param(g0.a.name)
+    b = kernel.param(g0.b.name)
+    c = kernel.param(g1.b.name)
+    if a.layout is not ir.Layout.ROW or g0.a.transposed:
+        raise KgenError(g0.a.loc, f"'{a.name}': a loop's first operand must be a row-major "
+                        "tensor, not transposed (not yet otherwise)")
+    dtype = a.dtype
+    k0 = int(a.shape[1])
+    rows_dim = a.shape[0]
+    b_loop_index = 0 if g0.b.transposed else 1  # where the loop dim is in B's shape
+    c_loop_index = 1 if g1.b.transposed else 0
+    n1 = int(c.shape[1 - c_loop_index])
+    # what verify enforces (the contract's limits), relied on here
+    assert all(g.acc_dtype is ir.DType.F32 for g in loop.gemms), "unverified IR: accumulate"
+    assert k0 % 16 == 0 and n1 % 16 == 0 and k0 <= 256 and n1 <= 256, "unverified IR: K0, N1"
+    assert b.dtype is dtype and c.dtype is dtype, "unverified IR: operand dtypes differ"
+    b_along = _memory_rows(b) == b_loop_index
+    c_along = _memory_rows(c) == c_loop_index
+    tgt = target(arch)
+    written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
+               loop.stages.count if loop.stages else None)
+    try:
+        config, why = loop_rules.default(k0, n1, dtype, tgt, *written)
+    except ValueError as err:
+        raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
+    if loop.warps is not None and loop.warps.m != config.warps:
+        raise KgenError(loop.warps.loc, f"loop '{loop.name}': {config.tile_m} rows take "
+                        f"{config.warps} warps (16 rows each)")
+    if any(written):
+        why = "the source's lines, " + ("completed by " + why if None in written else "legal")
+
+    a_tile = smem_tile("a_smem", a.name, config.tile_m, k0, 1, dtype, 0, False)
+    b_rows, b_cols = (config.block, k0) if b_along else (k0, config.block)
+    b_tile = smem_tile("b_smem", b.name, b_rows, b_cols, config.stages, dtype, a_tile.bytes,
+                       b_along)
+    c_rows, c_cols = (config.block, n1) if c_along else (n1, config.block)
+    c_tile = smem_tile("c_smem", c.name, c_rows, c_cols, config.stages, dtype,
+                   a_tile.bytes + b_tile.bytes, c_along)
+    gemm0 = pp.LoopGemm(g0.name, a_tile.name, b_tile.name,
+                        pp.FragmentLoad.N_MAJOR if b_along else pp.FragmentLoad.K_MAJOR,
+                        k=k0, n=config.block, accumulate=False)
+    gemm1 = pp.LoopGemm(g1.name, g0.name, c_tile.name,
+                        pp.FragmentLoad.K_MAJOR if c_along else pp.FragmentLoad.N_MAJOR,
+                        k=config.block, n=n1, accumulate=True)
+
+    body = _Section(kernel, acc=g0.name)
+    body.statement(pp.GemmStep(gemm0))
+    for carry in loop.carries:
+        body.env[carry.name] = body.add(pp.CarryValue(carry.name), Rank.ROW)
+    for stmt in g0.epilogue.stmts:
+        _loop_statement(body, kernel, g0, g1, stmt, dtype)
+    if sum(isinstance(s, pp.HandOn) for s in body.statements) != 1:
+        raise KgenError(g0.loc, f"gemm '{g0.name}' must store its own name once: the value "
+                        f"handed to '{g1.name}'")
+    body.statement(pp.GemmStep(gemm1))
+
+    tail = _Section(kernel)
+    for carry in loop.carries:
+        tail.env[carry.name] = tail.add(pp.CarryValue(carry.name), Rank.ROW)
+    tail.env[g1.name] = tail.add(pp.AccumulatorValue(g1.name), Rank.TILE)
+    for stmt in (kernel.epilogue.stmts if kernel.epilogue else ()):
+        if isinstance(stmt, ir.Let):
+            tail.env[stmt.name] = tail.value(stmt.value)
+        elif isinstance(stmt, ir.Store):
+            _store(tail, kernel, stmt, rows_dim, n1)
+        else:
+            raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it may not "
+                            f"update '{stmt.name}'")
+
+    query_heads = a.heads
+    params, fields = _params(kernel, query_heads)
+    batch, heads, kv = _roles(kernel, query_heads)
+    smem = c_tile.offset + c_tile.bytes
+    assert smem == loop_rules.smem_bytes(config, k0, n1, dtype)
+    return pp.LoopPlan(
+        name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,
+        rows_dim=rows_dim, loop_dim=loop.dim, tile_m=config.tile_m, block=config.block,
+        warps=config.warps, stages=config.stages,
+        carries=tuple((c.name, c.init) for c in loop.carries),
+        a_tile=a_tile, b_tile=b_tile, c_tile=c_tile, gemm0=gemm0, gemm1=gemm1,
+        body=body.section(), epilogue=tail.section(), smem_bytes=smem,
+        mma=pp.Choice("mma.sync.m16n8k16", _mma_why(arch)),
+        config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
+                         f"{config.stages}", why),
+        heads_param=heads, kv_param=kv, batch_param=batch)
+
+
+def _mma_why(arch: ir.Arch) -> str:
+    if arch is ir.Arch.SM90A:
+        return ("sm_90a runs the loop's mma.sync skeleton for now: the warp-specialized wgmma "
+                "skeleton for loops is not written yet (the next issue)")
+    return f"{arch.value} has mma.sync (m16n8k16, f32 accumulate)"
+
+
+def _memory_rows(param: ir.Param) -> int:
+    """The index in param.shape whose consecutive elements are a row apart in memory."""
+    return 0 if param.layout is ir.Layout.ROW else 1
+
+
+def smem_tile(name: str, param: str, rows: int, cols: int, slots: int, dtype: ir.DType,
+          offset: int, along: bool) -> pp.SmemTile:
+    chunks = cols * dtype.nbytes // 16
+    assert chunks >= 2 and chunks & (chunks - 1) == 0, f"{name}: {cols} columns"
+    mask = min(chunks, 8) - 1
+    shift = (8 // min(chunks, 8)).bit_length() - 1  # rows that share a 128-byte line
+    return pp.SmemTile(name=name, param=param, rows=rows, cols=cols, slots=slots, dtype=dtype,
+                       offset=offset, swizzle_mask=mask, swizzle_shift=shift,
+                       rows_along_loop=along)
+
+
+def _loop_statement(body: _Section, kernel: ir.Kernel, g0: ir.Gemm, g1: ir.Gemm,
+                    stmt: ir.Stmt, dtype: ir.DType) -> None:
+    if isinstance(stmt, ir.Let):
+        body.env[stmt.name] = body.value(stmt.value)
+        return
+    if isinstance(stmt, ir.Update) and stmt.name == g1.name:
+        factor = _rescale_factor(stmt.value, g1.name)
+        if factor is None:
+            raise KgenError(stmt.loc, f"'{g1.name}' is an accumulator: it may only be rescaled "
+                            f"by a value per row ({g1.name} = {g1.name} * r)")
+        index = body.row_value(factor, f"the rescale of '{g1.name}'", stmt.loc)
+        body.statement(pp.Rescale(g1.name, index))
+        return
+    if isinstance(stmt, ir.Update):
+        index = body.row_value(stmt.value, f"the carry '{stmt.name}'", stmt.loc)
+        body.statement(pp.UpdateCarry(stmt.name, index))
+        body.env[stmt.name] = index
+        return
+    if stmt.target == g0.name and kernel.param(stmt.target) is None:
+        index = body.value(stmt.value)
+        if body.rank(index) is not Rank.TILE:
+            raise KgenError(stmt.loc, f"the value handed to '{g1.name}' must be per element")
+        body.statement(pp.HandOn(index, dtype))
+        body.env[stmt.target] = index  # later statements read the value handed on
+        return
+    raise KgenError(stmt.loc, f"a store to '{stmt.target}' inside the loop is not supported "
+                    "yet; store in the kernel's epilogue, after the loop")
+
+
+def _rescale_factor(value: ir.Expr, name: str) -> ir.Expr | None:
+    if not (isinstance(value, ir.Call) and value.op is ir.Op.MUL):
+        return None
+    left, right = value.args
+    if isinstance(left, ir.LocalRef) and left.name == name:
+        return right
+    if isinstance(right, ir.LocalRef) and right.name == name:
+        return left
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Row kernels
+
+ROW_WARPS = 4  # rows per CTA: one warp each
+
+
+def _rows(kernel: ir.Kernel, arch: ir.Arch) -> pp.RowsPlan:
+    tensors = [p for p in kernel.params if p.kind is ir.ParamKind.TENSOR]
+    assert tensors, "unverified IR: a row kernel without tensors"
+    shape = tuple(tensors[0].shape)
+    rows_dim, cols = shape[0], shape[1]
+    for p in tensors:
+        if tuple(p.shape) != shape or p.layout is not ir.Layout.ROW:
+            raise KgenError(p.loc, f"'{p.name}': a row kernel's tensors are all row-major "
+                            f"[{rows_dim}, {cols}] per (batch, head)")
+    if not isinstance(cols, int) or cols % 8:
+        raise KgenError(tensors[0].loc, f"a row kernel's columns must be a compile-time "
+                        f"multiple of 8 (it reads 8-element chunks), not {cols}")
+    section = _Section(kernel)
+    for stmt in kernel.epilogue.stmts:
+        if isinstance(stmt, ir.Let):
+            section.env[stmt.name] = section.value(stmt.value)
+        elif isinstance(stmt, ir.Store):
+            _store(section, kernel, stmt, rows_dim, cols)
+        else:
+            raise KgenError(stmt.loc, "a row kernel has no carries to update")
+    outputs = [p for p in kernel.params if p.role is ir.Role.OUT and p.heads is not None]
+    query_heads = (outputs[0].heads if outputs else
+                   next((p.heads for p in kernel.params if p.heads is not None), None))
+    params, fields = _params(kernel, query_heads)
+    batch, heads, kv = _roles(kernel, query_heads)
+    return pp.RowsPlan(name=kernel.name, arch=arch, params=params, fields=fields,
+                       rows_dim=rows_dim, cols=cols, warps=ROW_WARPS, body=section.section(),
+                       heads_param=heads, kv_param=kv, batch_param=batch)

@@ -1,0 +1,340 @@
+"""The plan of a tile program: a loop kernel (a CTA keeps a tile of rows and streams blocks of a
+dimension, carrying row state and an accumulator) or a row kernel (gemm-less, element-wise over
+rows with row reductions as values). Built by kgen/lower/program.py; every number is concrete.
+The emitter (kgen/targets/common/loop.py, rows.py) reads only this.
+
+The body is a list of typed statements over values. A value has a rank: UNIFORM (one per
+thread: constants, scalars), ROW (one per row the thread holds) or TILE (one per element of the
+tile the statement list runs over: the first gemm's [rows, block] in the loop, [rows, N1] in the
+kernel epilogue, [rows, cols] in a row kernel). Expression nodes reuse the epilogue DAG's kinds
+(kgen/plan/epilogue.py) and add the ones only a program has (positions, carries, reductions).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..enums import Arch, Axis, Dim, DType, Layout, ReduceOp, Role
+from .epilogue import Accumulator, Apply, Cast, Constant, ScalarArg, TensorLoad, VectorLoad
+
+
+class Rank(enum.Enum):
+    UNIFORM = "uniform"
+    ROW = "row"
+    TILE = "tile"
+
+
+# ---------------------------------------------------------------------------------------------
+# Expression nodes a program adds to the epilogue DAG's
+
+
+@dataclass(frozen=True, slots=True)
+class PositionValue:
+    """`row` (the global row within the (batch, head)) or `col` (the tile's global column)."""
+
+    axis: Axis
+
+
+@dataclass(frozen=True, slots=True)
+class CarryValue:
+    """A row carry's value at the start of the iteration (or after the loop)."""
+
+    carry: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccumulatorValue:
+    """The carried accumulator of an accumulating gemm, after the loop (kernel epilogue)."""
+
+    gemm: str
+
+
+@dataclass(frozen=True, slots=True)
+class RowReduction:
+    """A row reduction of a TILE value over the columns that exist (those past the end are
+    skipped): within a thread, then across the threads that share the row."""
+
+    op: ReduceOp
+    arg: int
+
+
+NodeKind = (Accumulator | Constant | ScalarArg | VectorLoad | TensorLoad | Apply | Cast
+            | PositionValue | CarryValue | AccumulatorValue | RowReduction)
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    id: int  # index in the section's value list; arguments come earlier
+    kind: NodeKind
+    rank: Rank
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Compute values (element-wise, in order); a RowReduction value reduces its argument."""
+
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateCarry:
+    """A row carry takes a ROW value (later statements already read the value itself)."""
+
+    carry: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rescale:
+    """The accumulator of `gemm` times a ROW value, row by row."""
+
+    gemm: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandOn:
+    """The first gemm's stored TILE value, zero past the loop's end, rounded to `dtype` in
+    registers: for mma.sync m16n8k16 the accumulator fragments of two adjacent n8 tiles are
+    the A fragment of one k16 step of the next gemm."""
+
+    value: int
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTile:
+    """A TILE value converted to `dtype`, stored to a [rows, cols] output (rows in bounds)."""
+
+    param: str
+    value: int
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRow:
+    """A ROW value stored to a vector output of length rows (rows in bounds), once per row."""
+
+    param: str
+    value: int
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class GemmStep:
+    """A loop gemm's MMAs on this block: A from its shared tile (ldmatrix) or, for the
+    accumulating gemm, from the value handed on (registers); B from its tile's ring slot; a
+    first gemm's accumulator starts at zero, an accumulating one adds to the carried one."""
+
+    gemm: "LoopGemm"
+
+
+Statement = Compute | UpdateCarry | Rescale | HandOn | StoreTile | StoreRow | GemmStep
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A statement list over one tile shape, with the values it computes."""
+
+    values: tuple[Value, ...]
+    statements: tuple[Statement, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters, shared memory and gemms
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramParam:
+    """A kernel parameter as the program addresses it: per (batch, head) a matrix (rows, cols
+    in memory order: `layout`), a vector, or a scalar. `kv`: its heads are the KV heads (GQA:
+    query head h reads h / group)."""
+
+    name: str
+    kind: str  # "tensor", "vector", "scalar"
+    dtype: DType
+    role: Role
+    shape: tuple[Dim, ...]
+    layout: Layout
+    batched: bool
+    headed: bool
+    kv: bool
+    default: float | None = None  # scalars: the declared value
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramField:
+    """A member of the params struct: `ctype` one of "ptr", "i64", "i32", "f32"."""
+
+    name: str
+    ctype: str
+    param: str | None = None  # the parameter it belongs to
+
+
+@dataclass(frozen=True, slots=True)
+class SmemTile:
+    """A tile in shared memory, `slots` copies (a ring): rows x cols elements, row-major, each
+    row's 16-byte chunks XOR-swizzled: chunk c of row r lands at c ^ ((r >> shift) & mask),
+    which makes 8 rows read at one chunk (ldmatrix) and a warp's 16-byte writes (cp.async)
+    conflict-free."""
+
+    name: str  # its member of the shared storage struct (q_smem, b_smem, c_smem)
+    param: str
+    rows: int
+    cols: int
+    slots: int
+    dtype: DType
+    offset: int  # bytes from the start of the storage
+    swizzle_mask: int
+    swizzle_shift: int
+    # the tile's rows run along the loop's dimension (zero-filled past its end) or along a
+    # fixed one (its columns are then the loop's, 16-byte chunks zero-filled past the end)
+    rows_along_loop: bool
+
+    @property
+    def chunks(self) -> int:  # 16-byte chunks per row
+        return self.cols * self.dtype.nbytes // 16
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.rows * self.cols * self.dtype.nbytes
+
+    @property
+    def bytes(self) -> int:
+        return self.slot_bytes * self.slots
+
+
+class FragmentLoad(enum.Enum):
+    """How an mma.sync B fragment comes from a shared tile. Value: the device helper."""
+
+    N_MAJOR = "ldsm_b_nk"  # the tile is [n][k]: ldmatrix
+    K_MAJOR = "ldsm_b_kn"  # the tile is [k][n]: ldmatrix.trans
+
+
+@dataclass(frozen=True, slots=True)
+class LoopGemm:
+    """One gemm of the loop: [tile_m, k] x [k, n] per CTA, 16 rows per warp, mma.sync
+    m16n8k16 (k16 steps x n8 tiles per warp)."""
+
+    name: str
+    a: str  # the A tile in shared memory, or the handed-on value of the first gemm
+    b: str  # the B tile in shared memory
+    b_load: FragmentLoad
+    k: int
+    n: int
+    accumulate: bool
+
+    @property
+    def k_steps(self) -> int:
+        return self.k // 16
+
+    @property
+    def n8_tiles(self) -> int:
+        return self.n // 8
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A configuration value and why it was chosen."""
+
+    value: str
+    why: str
+
+
+# ---------------------------------------------------------------------------------------------
+# The plans
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """A loop kernel: the CTA's tile_m rows of one (batch, head), the loop over `loop_dim` in
+    blocks of `block`, `stages` ring slots of the streamed operands."""
+
+    name: str
+    arch: Arch
+    params: tuple[ProgramParam, ...]
+    fields: tuple[ProgramField, ...]
+    dtype: DType  # the operands'
+    rows_dim: Dim  # the kernel's rows (S, M)
+    loop_dim: Dim  # the loop's dimension (T, N0)
+    tile_m: int
+    block: int
+    warps: int
+    stages: int
+    carries: tuple[tuple[str, float], ...]  # row carries and their initial values
+    a_tile: SmemTile  # the loop-invariant operand, loaded once
+    b_tile: SmemTile  # the first gemm's B, streamed
+    c_tile: SmemTile  # the accumulating gemm's B, streamed
+    gemm0: LoopGemm
+    gemm1: LoopGemm
+    body: Section  # once per block: the first gemm, its epilogue, the accumulating gemm
+    epilogue: Section  # once, after the loop, over [rows, N1]
+    smem_bytes: int
+    mma: Choice  # the MMA instruction and why
+    config: Choice  # tile, warps, stages and why
+    heads_param: str | None  # a parameter with the query heads (grid.y), if any
+    kv_param: str | None  # a parameter with the KV heads (GQA), if any
+    batch_param: str | None
+
+    @property
+    def threads(self) -> int:
+        return self.warps * 32
+
+    @property
+    def kind(self) -> str:
+        return "loop"
+
+    def param(self, name: str) -> ProgramParam | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPlan:
+    """A row kernel: one warp per row, `rows_per_cta` rows per CTA, each lane reading 16-byte
+    chunks of the row (chunk lane, lane + 32, ...)."""
+
+    name: str
+    arch: Arch
+    params: tuple[ProgramParam, ...]
+    fields: tuple[ProgramField, ...]
+    rows_dim: Dim
+    cols: int
+    warps: int
+    body: Section
+    heads_param: str | None
+    kv_param: str | None
+    batch_param: str | None
+
+    @property
+    def threads(self) -> int:
+        return self.warps * 32
+
+    @property
+    def rows_per_cta(self) -> int:
+        return self.warps
+
+    @property
+    def chunks(self) -> int:  # 8-element chunks per row
+        return self.cols // 8
+
+    @property
+    def lane_chunks(self) -> int:  # chunks per lane (the last round partly past the row)
+        return -(-self.chunks // 32)
+
+    @property
+    def smem_bytes(self) -> int:
+        return 0
+
+    @property
+    def kind(self) -> str:
+        return "rows"
+
+    def param(self, name: str) -> ProgramParam | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+ProgramPlan = LoopPlan | RowsPlan

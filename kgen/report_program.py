@@ -1,0 +1,153 @@
+"""`kgen inspect` for tile programs (a loop kernel or a row kernel): the plan as plain data
+(`program_summary`, the --json schema) and as tables (`print_program`). kgen/report.py hands
+program plans here."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .plan import program as pp
+
+
+_COMPUTED = ("Apply", "Cast", "RowReduction")
+
+
+def _arg(section: pp.Section, index: int) -> str:
+    """A computed value by its name, anything else (acc, row, a carry, a load) as itself."""
+    if type(section.values[index].kind).__name__ in _COMPUTED:
+        return f"v{index}"
+    return _detail(section, index)
+
+
+def _value(section: pp.Section, index: int) -> str:
+    return f"v{index} = {_detail(section, index)} ({section.values[index].rank.value})"
+
+
+def _detail(section: pp.Section, index: int) -> str:
+    kind = section.values[index].kind
+    name = type(kind).__name__
+    return {
+        "Apply": lambda: (f"{kind.op.name.lower()}("
+                          f"{', '.join(_arg(section, a) for a in kind.args)})"),
+        "Cast": lambda: f"cast<{kind.dtype.dsl_name}>({_arg(section, kind.arg)})",
+        "Constant": lambda: f"{kind.value:g}",
+        "ScalarArg": lambda: kind.param,
+        "VectorLoad": lambda: f"{kind.param}[{kind.axis.value}]",
+        "TensorLoad": lambda: kind.param,
+        "PositionValue": lambda: kind.axis.value,
+        "CarryValue": lambda: f"carry {kind.carry}",
+        "AccumulatorValue": lambda: f"accumulator {kind.gemm}",
+        "RowReduction": lambda: f"row{kind.op.value}({_arg(section, kind.arg)})",
+        "Accumulator": lambda: "acc",
+    }[name]()
+
+
+def _statements(section: pp.Section) -> list[str]:
+    lines = []
+    for s in section.statements:
+        if isinstance(s, pp.Compute):
+            lines += [f"compute {_value(section, i)}" for i in s.values]
+        elif isinstance(s, pp.GemmStep):
+            g = s.gemm
+            a = "registers (the value handed on)" if g.accumulate else f"{g.a} (ldmatrix)"
+            lines.append(f"gemm {g.name} {'+=' if g.accumulate else '='} A from {a}, B from "
+                         f"{g.b} ({g.b_load.value}): {g.k_steps} k16 steps x {g.n8_tiles} n8 "
+                         "tiles per warp")
+        elif isinstance(s, pp.UpdateCarry):
+            lines.append(f"update carry {s.carry} = {_arg(section, s.value)}")
+        elif isinstance(s, pp.Rescale):
+            lines.append(f"rescale {s.gemm} *= {_arg(section, s.value)} (per row)")
+        elif isinstance(s, pp.HandOn):
+            lines.append(f"hand on {_arg(section, s.value)} as {s.dtype.dsl_name} (A fragments "
+                         "of the next gemm, in registers)")
+        elif isinstance(s, pp.StoreTile):
+            lines.append(f"store {s.param} = {_arg(section, s.value)} ({s.dtype.dsl_name}, rows "
+                         "in bounds)")
+        else:
+            lines.append(f"store {s.param} = {_arg(section, s.value)} (one per row)")
+    return lines
+
+
+def _tile(t: pp.SmemTile) -> dict[str, Any]:
+    return {"name": t.name, "param": t.param, "rows": t.rows, "cols": t.cols, "slots": t.slots,
+            "dtype": t.dtype.dsl_name, "offset": t.offset, "bytes": t.bytes,
+            "swizzle": f"chunk ^ ((row >> {t.swizzle_shift}) & {t.swizzle_mask})",
+            "rows_along_loop": t.rows_along_loop}
+
+
+def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:
+    from .targets import target
+
+    summary: dict[str, Any] = {
+        "name": plan.name, "arch": plan.arch.value, "kind": plan.kind,
+        "threads": plan.threads, "smem_bytes": plan.smem_bytes,
+        "smem_limit": target(plan.arch).smem_limit,
+        "params": [{"name": f.name, "ctype": f.ctype} for f in plan.fields],
+        "body": _statements(plan.body),
+        "resources": resources,
+    }
+    if isinstance(plan, pp.LoopPlan):
+        summary.update({
+            "config": {"value": plan.config.value, "why": plan.config.why},
+            "mma": {"value": plan.mma.value, "why": plan.mma.why},
+            "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
+            "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
+            "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
+                                             "inf" if init == math.inf else init)}
+                        for n, init in plan.carries],
+            "gemms": [{"name": g.name, "a": g.a, "b": g.b, "k": g.k, "n": g.n,
+                       "k16_steps": g.k_steps, "n8_tiles_per_warp": g.n8_tiles,
+                       "b_fragments": g.b_load.value, "accumulate": g.accumulate}
+                      for g in (plan.gemm0, plan.gemm1)],
+            "tiles": [_tile(t) for t in (plan.a_tile, plan.b_tile, plan.c_tile)],
+            "epilogue": _statements(plan.epilogue),
+        })
+    else:
+        summary.update({
+            "grid": f"(ceil({plan.rows_dim} / {plan.rows_per_cta}), heads, batch)",
+            "rows": {"per_cta": plan.rows_per_cta, "cols": plan.cols,
+                     "chunks_per_lane": plan.lane_chunks},
+        })
+    return summary
+
+
+def print_program(console, s: dict) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]{s['name']}[/bold]  {s['arch']}  a {s['kind']} kernel  "
+                  f"{s['threads']} threads  grid {s['grid']}  shared memory "
+                  f"{s['smem_bytes']:,} of {s['smem_limit']:,} B")
+    if s["kind"] == "loop":
+        console.print(f"configuration: {s['config']['value']} ({s['config']['why']})")
+        console.print(f"mma: {s['mma']['value']} ({s['mma']['why']})")
+        console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
+                      f"{s['loop']['stages']} ring slot(s); carries "
+                      + (", ".join(f"{c['name']} = {c['init']}" for c in s["carries"]) or "none"))
+        gemms = Table(title="gemms", title_justify="left")
+        for column in ("gemm", "A", "B", "k", "n", "k16 steps", "n8 tiles/warp", "B fragments"):
+            gemms.add_column(column)
+        for g in s["gemms"]:
+            gemms.add_row(g["name"] + (" +=" if g["accumulate"] else ""), g["a"], g["b"],
+                          str(g["k"]), str(g["n"]), str(g["k16_steps"]),
+                          str(g["n8_tiles_per_warp"]), g["b_fragments"])
+        console.print(gemms)
+        tiles = Table(title="shared-memory tiles", title_justify="left")
+        for column in ("tile", "param", "slots x rows x cols", "offset", "bytes", "swizzle"):
+            tiles.add_column(column)
+        for t in s["tiles"]:
+            tiles.add_row(t["name"], t["param"], f"{t['slots']} x {t['rows']} x {t['cols']}",
+                          str(t["offset"]), f"{t['bytes']:,}", t["swizzle"])
+        console.print(tiles)
+    else:
+        r = s["rows"]
+        console.print(f"one warp per row, {r['per_cta']} rows per CTA, {r['cols']} columns, "
+                      f"{r['chunks_per_lane']} 8-element chunk(s) per lane")
+    console.print("body" + (" (per block)" if s["kind"] == "loop" else "") + ":")
+    for line in s["body"]:
+        console.print(f"  {line}")
+    if s["kind"] == "loop":
+        console.print("after the loop:")
+        for line in s["epilogue"]:
+            console.print(f"  {line}")
+    if s.get("resources"):
+        console.print(f"resources: {s['resources']}")

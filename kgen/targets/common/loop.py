@@ -1,0 +1,221 @@
+"""Tile programs to C++: the loop kernel's skeleton (templates/common/loop.cu.j2) and the row
+kernel's (templates/common/rows.cu.j2), filled from a plan.program.LoopPlan or RowsPlan.
+
+A section's values become C++ expressions the way the epilogue's do (OP_CPP, the dtype tables
+and literals of kgen/targets/common/epilogue_cpp.py), extended here with what only a program
+has: positions, carries, the carried accumulator, row reductions and infinities. The template
+declares every value and writes every statement; Python hands it runs of values of one rank, in
+order, each with its expression over the names of earlier values. Element references follow the
+skeletons' one convention: a TILE value is `v<id>[j][e]` (fragment j, element e of the thread's
+share of the tile), a ROW value `v<id>[i]` (the thread's row i), a UNIFORM value `v<id>`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from ...enums import Axis, ReduceOp
+from ...plan import epilogue as dag
+from ...plan import program as pp
+from ...plan.program import Rank
+from .arch_guard import guard
+from .epilogue_cpp import OP_CPP, PAIR, TO_FLOAT, float_literal
+from .render import render
+
+# the device helpers that reduce: (combine an element into the running value, merge two
+# running values across threads), and the identity
+REDUCE: dict[ReduceOp, tuple[str, str, float]] = {
+    ReduceOp.SUM: ("red_add", "red_add", 0.0),
+    ReduceOp.MAX: ("red_max", "red_max", -math.inf),
+    ReduceOp.MIN: ("red_min", "red_min", math.inf),
+    ReduceOp.ABSMAX: ("red_absmax", "red_max", 0.0),
+}
+
+
+def literal(value: float) -> str:
+    """A float32 literal; infinities through the skeleton's kInf."""
+    if math.isinf(value):
+        return "kInf" if value > 0 else "(-kInf)"
+    text = float_literal(value)
+    return f"({text})" if text.startswith("-") else text
+
+
+@dataclass(frozen=True, slots=True)
+class CValue:
+    """One value of a run: `const float name = expr` (or `name[...] = expr` for arrays)."""
+
+    name: str
+    expr: str
+
+
+@dataclass(frozen=True, slots=True)
+class CReduce:
+    """A row reduction: `name[i]` starts at `identity`, takes `combine(name[i], arg)` for each
+    element of the row that exists, then `merge`s across the threads of the row."""
+
+    name: str
+    arg: str
+    identity: str
+    combine: str
+    merge: str
+
+
+@dataclass(frozen=True, slots=True)
+class CStatement:
+    """What the skeleton renders through its macro `kind`: compute runs, carry updates, the
+    rescale of the accumulator, the hand-on, tile and row stores."""
+
+    kind: str  # "uniform", "row", "tile", "reduce", "update", "rescale", "hand_on",
+    #            "store_tile", "store_row", "mma"
+    values: tuple = ()  # CValue or CReduce, for the compute kinds
+    target: str = ""  # the carry, accumulator or parameter
+    value: str = ""  # the element reference read (update, rescale, hand_on, stores): the
+    # skeleton's overloads (pack2, store_pair, store_one) convert by the element type
+    gemm: pp.LoopGemm | None = None  # "mma": the gemm whose MMAs run
+
+
+def _reference(value: pp.Value, col_end: str, acc: str) -> str:
+    """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
+    element, guarded vector load, loaded input) as itself, a computed value by its name.
+    `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`: the
+    array of the first gemm's accumulator."""
+    kind = value.kind
+    if isinstance(kind, dag.Constant):
+        return literal(kind.value)
+    if isinstance(kind, dag.ScalarArg):
+        return f"p.{kind.param}"
+    if isinstance(kind, dag.Accumulator):
+        return f"{acc}[j][e]"
+    if isinstance(kind, pp.PositionValue):
+        return "static_cast<float>(row)" if kind.axis is Axis.ROW else "static_cast<float>(col)"
+    if isinstance(kind, pp.CarryValue):
+        return f"carry_{kind.carry}[i]"
+    if isinstance(kind, pp.AccumulatorValue):
+        return "acc1[j][e]"
+    if isinstance(kind, dag.VectorLoad):
+        load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{kind.axis.value}]")
+        bound = "p.rows" if kind.axis is Axis.ROW else col_end
+        return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
+    if isinstance(kind, dag.TensorLoad):
+        return f"in_{kind.param}[j][e]"
+    suffix = {Rank.UNIFORM: "", Rank.ROW: "[i]", Rank.TILE: "[j][e]"}[value.rank]
+    return f"v{value.id}{suffix}"
+
+
+def _expression(value: pp.Value, refs: list[str]) -> str:
+    kind = value.kind
+    if isinstance(kind, dag.Apply):
+        return OP_CPP[kind.op].format(*(refs[a] for a in kind.args))
+    assert isinstance(kind, dag.Cast), kind
+    arg = refs[kind.arg]
+    return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
+
+
+def statements(section: pp.Section, col_end: str, acc: str = "acc0") -> list[CStatement]:
+    """The section's statements for the skeleton, compute runs split by rank (in order)."""
+    refs = [_reference(value, col_end, acc) for value in section.values]
+    out: list[CStatement] = []
+    for stmt in section.statements:
+        if isinstance(stmt, pp.Compute):
+            out += _runs(section, stmt.values, refs)
+        elif isinstance(stmt, pp.UpdateCarry):
+            out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
+        elif isinstance(stmt, pp.Rescale):
+            out.append(CStatement("rescale", target=stmt.gemm, value=refs[stmt.value]))
+        elif isinstance(stmt, pp.GemmStep):
+            out.append(CStatement("mma", gemm=stmt.gemm))
+        elif isinstance(stmt, pp.HandOn):
+            out.append(CStatement("hand_on", value=refs[stmt.value]))
+        elif isinstance(stmt, pp.StoreTile):
+            out.append(CStatement("store_tile", target=stmt.param, value=refs[stmt.value]))
+        else:
+            assert isinstance(stmt, pp.StoreRow), stmt
+            out.append(CStatement("store_row", target=stmt.param, value=refs[stmt.value]))
+    return out
+
+
+def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str]) -> list[CStatement]:
+    runs: list[CStatement] = []
+    for index in ids:
+        value = section.values[index]
+        if isinstance(value.kind, pp.RowReduction):
+            combine, merge, identity = REDUCE[value.kind.op]
+            item = CReduce(f"v{index}", refs[value.kind.arg], literal(identity), combine,
+                           merge)
+            runs.append(CStatement("reduce", values=(item,)))
+            continue
+        kind = value.rank.value
+        item = CValue(f"v{index}", _expression(value, refs))
+        if runs and runs[-1].kind == kind:
+            runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
+        else:
+            runs.append(CStatement(kind, values=(item,)))
+    return runs
+
+
+def _arch_guard(plan: pp.ProgramPlan):
+    """The project's arch gates (kgen/targets/common/arch_guard.py) for a program: mma.sync code
+    (no wgmma), so sm_90a's is the 'planned for sm_90a' gate."""
+    return guard(SimpleNamespace(name=plan.name, arch=plan.arch,
+                                 schedule=SimpleNamespace(wgmma=False)))
+
+
+def _header(plan: pp.ProgramPlan, source_name: str, source_hash: str, command: str) -> list[str]:
+    return [f"{plan.name}: generated by kgen from {source_name} (sha256 {source_hash})",
+            f"Regenerate with: {command}",
+            f"A {plan.kind} kernel for {plan.arch.value}; the plan: kgen inspect"]
+
+
+CTYPES = {"ptr": "const void*", "i64": "long long", "i32": "int", "f32": "float"}
+
+
+def _fields(plan: pp.ProgramPlan) -> list[tuple[str, str]]:
+    """(C++ type, name) of the params struct's members."""
+    out = []
+    for f in plan.fields:
+        if f.ctype == "ptr":
+            p = plan.param(f.param)
+            const = "" if p.role.value == "out" else "const "
+            out.append((f"{const}{p.dtype.cpp}*", f.name))
+        else:
+            out.append((CTYPES[f.ctype], f.name))
+    return out
+
+
+def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    body = statements(plan.body, "p.loop_len")
+    tail = statements(plan.epilogue, "kN1", acc="acc1")
+    return render(
+        "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
+        header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
+        fields=_fields(plan), body=body, tail=tail, element=plan.dtype.cpp,
+        mma_ab=plan.dtype.dsl_name,
+        carries=[(name, literal(init)) for name, init in plan.carries],
+        pointers=[p for p in plan.params if p.kind != "scalar"])
+
+
+def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    body = statements(plan.body, "kCols")
+    inputs = [p for p in plan.params if p.kind == "tensor" and p.role.value == "in"]
+    return render(
+        "common/rows.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
+        header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
+        fields=_fields(plan), body=body, inputs=inputs,
+        pointers=[p for p in plan.params if p.kind != "scalar"])
+
+
+def emit_header(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, command: str,
+                header_name: str | None = None) -> str:
+    """The .h of a program: include guard, the params struct, the launcher's declaration."""
+    del header_name  # the guard is the kernel's name, as for gemms
+    return render("common/program_header.h.j2", name=plan.name, fields=_fields(plan),
+                  header=_header(plan, source_name, source_hash, command),
+                  include_guard=f"KGEN_{plan.name.upper()}_H")
+
+
+def emit(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    """The .cu of a program plan: its skeleton by kind (one per kind, the same for sm_80 and
+    sm_90a: mma.sync)."""
+    emitter = emit_loop if isinstance(plan, pp.LoopPlan) else emit_rows
+    return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)

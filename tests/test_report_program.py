@@ -1,0 +1,45 @@
+"""`kgen inspect` for tile programs (kgen/report_program.py, through kgen/report.py): the plan
+as data (JSON-ready) and as text, with the configuration, the MMA and why."""
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+
+from kgen import ir
+from kgen.lower import lower
+from kgen.report import plan_summary, print_plan
+
+from tests import loop_kernels as lk
+
+
+def _text(summary) -> str:
+    out = io.StringIO()
+    print_plan(Console(file=out, width=200), summary)
+    return out.getvalue()
+
+
+def test_loop_summary_says_what_and_why():
+    summary = plan_summary(lower(lk.attention(128, causal=True), ir.Arch.SM90A))
+    json.dumps(summary)
+    assert summary["kind"] == "loop" and summary["threads"] == 256
+    assert summary["mma"]["value"] == "mma.sync.m16n8k16" and "wgmma" in summary["mma"]["why"]
+    assert [t["offset"] for t in summary["tiles"]] == [0, 32768, 65536]
+    assert "compute v4 = le(col, row) (tile)" in summary["body"]
+    assert summary["body"][-2] == "update carry m = v11"
+    assert summary["body"][0] == ("gemm s = A from a_smem (ldmatrix), B from b_smem (ldsm_b_nk): "
+                                  "8 k16 steps x 8 n8 tiles per warp")
+    assert summary["body"][-1].startswith("gemm o += A from registers (the value handed on)")
+    assert "store lse = v10 (one per row)" in summary["epilogue"]
+    text = _text(summary)
+    assert "tile 128x64 warps 8 stages 2" in text and "rescale o *= v18 (per row)" in text
+
+
+def test_row_kernel_summary():
+    summary = plan_summary(lower(lk.rowdot(128)))
+    json.dumps(summary)
+    assert summary["kind"] == "rows" and summary["smem_bytes"] == 0
+    assert summary["body"] == ["compute v2 = mul(dO, O) (tile)", "compute v3 = rowsum(v2) (row)",
+                               "store D = v3 (one per row)"]
+    assert "one warp per row, 4 rows per CTA" in _text(summary)
