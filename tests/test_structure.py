@@ -156,7 +156,7 @@ def test_targets_share_code_through_common_only(arch):
 def _template_names(path: Path) -> list[tuple[int, str]]:
     """The template names a module mentions ("sm90/gemm.cu.j2"): what it renders."""
     return [(line, text) for line, text in _strings(ast.parse(path.read_text(), str(path)))
-            if re.fullmatch(r"[\w/]+\.j2", text)]
+            if re.fullmatch(r"[\w/.]+\.j2", text)]
 
 
 @pytest.mark.parametrize("arch", ARCHES + ("common",))
