@@ -53,8 +53,8 @@ CPP_LINE = [re.compile(p) for p in (
     r"\)\s*(const\s*)?\{\s*(//.*)?$",
     r"^\s*return\b[^.]*" + _END,
     r"^\s*[A-Za-z_][\w:.]*(<[^;()]*>)?\s*\(.*\)" + _END,
-    r"^\s*(const\s+|static\s+|constexpr\s+|__shared__\s+|unsigned\s+|long\s+)*[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*"
-    r"(\[[^\]]*\])*(\s*,\s*[A-Za-z_]\w*)*\s*(=[^=].*)?" + _END,
+    r"^\s*(const\s+|static\s+|constexpr\s+|__shared__\s+|unsigned\s+|long\s+)*"
+    r"[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*(\[[^\]]*\])*(\s*,\s*[A-Za-z_]\w*)*\s*(=[^=].*)?" + _END,
     r"^\s*[*A-Za-z_][\w.:\[\]()<>*+ -]*[\w\])]\s*[-+*/|&^]?=\s*[^=].*" + _END,
 )]
 
@@ -125,7 +125,7 @@ def test_the_cpp_check_finds_statements(code):
 
 @pytest.mark.parametrize("prose", [
     "Each B's shared tile holds all of its k tiles (the first gemm's stages hold A only);",
-    "MN-major (A is column-major): 128-byte rows along M, wgmma reads it transposed (imm-trans-a); ",
+    "MN-major (A is column-major): 128-byte rows along M, read transposed (imm-trans-a); ",
     "the copy engine's box: 64 rows x 64 columns; each thread loads its elements",
     "m0 + warp_m * kWarpTileM + i * 16 + lane / 4",
     "static_cast<long long>(tiles_m) * tiles_n",

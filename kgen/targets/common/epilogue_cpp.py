@@ -234,7 +234,8 @@ class _Renderer:
     def effect(self, effect) -> list[Statement]:
         v0, v1 = self.names[effect.node]
         if isinstance(effect, ReduceEffect):
-            return [Statement("assign", f"red{effect.index}_{j}", v) for j, v in zip(ELEMS, (v0, v1))]
+            return [Statement("assign", f"red{effect.index}_{j}", v)
+                    for j, v in zip(ELEMS, (v0, v1))]
         if isinstance(effect, FeedEffect):
             return [Statement("assign", f"inter_{j}", v) for j, v in zip(ELEMS, (v0, v1))]
         assert isinstance(effect, StoreEffect), effect
