@@ -140,12 +140,8 @@ def _staged_input_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
         return []
     batched = plan.param(c).batch is not None
     col = g.epilogue.packed_store.layout is Layout.COL
-    values = dict(param=c, staging=f"{g.name}_d_staging",
-                  load_box="tma_load_box_3d" if batched else "tma_load_box",
-                  prefetch_box="tma_prefetch_box_3d" if batched else "tma_prefetch_box",
-                  prefetch_when=_prefetch_when(plan, c),
-                  load_batch=f", map_batch(p.batch_{c}, batch)" if batched else "",
-                  cluster=plan.schedule.cluster_size > 1, col=col, stages_d=gs.stages_d)
+    values = dict(param=c, staging=f"{g.name}_d_staging", batched=batched,
+                  prefetch_when=_prefetch_when(plan, c), cluster=plan.schedule.cluster_size > 1, col=col, stages_d=gs.stages_d)
     lines = render_lines("sm90/staged_input.inc.j2", **values)
     # the epilogue tile's loads of one box each, here and in the epilogue
     boxes = render_lines("sm90/staged_input_box.inc.j2", **values) if gs.stages_d else []
@@ -201,8 +197,7 @@ def staging_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     batched_out = plan.param(out).batch is not None
     return render_lines("sm90/gemm_tma_store.inc.j2", out=out,
                         staging=f"{g.name}_d_staging", name=g.name, params=params,
-                        store_box="tma_store_box_3d" if batched_out else "tma_store_box",
-                        store_batch=f", map_batch(p.batch_{out}, batch)" if batched_out else "",
+                        batched_out=batched_out,
                         staged=gs.staged_input or "", col=col,
                         whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
                         reads_memory=staging_reads_memory(plan, g),
