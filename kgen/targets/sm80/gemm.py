@@ -1,6 +1,7 @@
 """sm_80 emitter: cp.async multistage mainloop, ldmatrix, mma.sync m16n8k16, register epilogue.
 
-Everything the template prints is prepared here as strings and numbers from the plan.
+The values templates/sm80/gemm.cu.j2 prints are prepared here from the plan; the epilogue loop
+and the helper kernels are kgen/targets/common's (epilogue_loop, helper_kernels).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """sm_90a emitter of one gemm on the warp-specialized schedules (COOPERATIVE, PINGPONG; see
 kgen/targets/sm90/warp_specialized.py): a producer warpgroup fills the ring by TMA, two consumer
 warpgroups run wgmma and the epilogue DAG in registers, the output leaving through the copy
-engine or as pair stores. Everything the template prints is prepared here from the plan; the
-template is templates/sm90/gemm.cu.j2."""
+engine or as pair stores. The values the templates print are prepared here from the plan (the
+consumers' side around the mainloop in sm90/consumer_epilogue.py); the templates are
+templates/sm90/gemm.cu.j2 and the macros of templates/sm90/walk.inc.j2."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,10 +16,12 @@ from ..common.render import macro_lines, render
 from . import schedules, tensor_map
 from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
-                                packed_vector_params, staging_reads_memory, tile_start)
+                                packed_vector_params, tile_start)
+from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read it from here)
 from .warp_specialized import odd_n8, part_box
 
 WALK = "sm90/walk.inc.j2"
+
 
 @dataclass(frozen=True, slots=True)
 class TmaLoad:
