@@ -76,40 +76,8 @@ def helper_kernels(plan: KernelPlan, g: GemmPlan) -> HelperKernels:
         finalize_tiles_m=tiles_m, finalize_tiles_n=tiles_n)
 
 
-def kernels(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The helper kernels' definitions, in launch order of the ones that run after the main
-    kernel: init, finalize, split-K."""
-    k = helper_kernels(plan, g)
-    reds = [reduction(r) for r in plan.reductions]
-    lines = []
-    if k.init is not None:
-        lines += macro_lines(TEMPLATE, "init_kernel", k=k, reds=reds)
-    if k.finalize is not None:
-        lines += macro_lines(TEMPLATE, "finalize_kernel", k=k, reds=reds)
-    if k.split is not None and g.epilogue.reductions:
-        lines += macro_lines(TEMPLATE, "split_reduce_kernel", k=k,
-                             reds=[reduction(r) for r in g.epilogue.reductions])
-    elif k.split is not None:
-        lines += macro_lines(TEMPLATE, "split_kernel", k=k)
-    return lines
-
-
-def host_init_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    if plan.init_kernel is None:
-        return []
-    return macro_lines(TEMPLATE, "launch", k=helper_kernels(plan, g), kind="init")
-
-
-def host_finalize_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """After the main kernel: split-K's kernel first (the finalize kernel combines the slots it
-    writes), then the finalize kernel."""
-    k = helper_kernels(plan, g)
-    lines = macro_lines(TEMPLATE, "launch", k=k, kind="split") if k.split is not None else []
-    if k.finalize is not None:
-        lines += macro_lines(TEMPLATE, "launch", k=k, kind="finalize")
-    return lines
-
-
-def host_empty_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The host launcher's answer to M or N = 0 (no tile)."""
-    return macro_lines(TEMPLATE, "host_empty", k=helper_kernels(plan, g))
+def template_values(plan: KernelPlan, g: GemmPlan) -> dict:
+    """What the kernel templates hand templates/common/helper_kernels.inc.j2's macros: the
+    helper kernels, every reduction, and those of the split-K epilogue."""
+    return dict(helpers=helper_kernels(plan, g), reds=[reduction(r) for r in plan.reductions],
+                split_reds=[reduction(r) for r in g.epilogue.reductions])
