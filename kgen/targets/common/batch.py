@@ -5,13 +5,43 @@ tile t % tiles of batch t / tiles); each CTA or tile then works on `at_batch(p, 
 arguments with every batched pointer advanced by b x its batch stride, and the workspace by one
 batch's floats. That device function is the one home of the batch offsets: the mainloop, the
 epilogue, the reductions and the helper kernels read the shifted arguments as they read an
-unbatched kernel's. Everything here is a string or a list of lines for the templates.
+unbatched kernel's. The C++ is templates/common/batch.inc.j2; this module hands it values.
 """
 from __future__ import annotations
 
-from ...enums import Axis
+from dataclasses import dataclass
+
 from ...plan import FieldKind, KernelPlan
 from .operands import dim_expr
+from .render import macro_lines
+
+TEMPLATE = "common/batch.inc.j2"
+ALL_BATCHES = "all_batches"  # a batched helper kernel's parameter (`p` is its thread's batch)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What the batch macros print: the kernel's name, its batch count (as the launcher spells
+    it), the last gemm's M and N, and each batched pointer with its batch stride's field."""
+
+    name: str
+    batched: bool
+    count: str
+    m: str
+    n: str
+    split_k: bool
+    strides: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The workspace one batch uses: kind "split" (split-K partials), "deterministic" (the
+    deterministic reductions' slots, one per reduction axis in `axes`), "both", or "none"."""
+
+    kind: str
+    m: str
+    n: str
+    axes: tuple[str, ...]
 
 
 def batched(plan: KernelPlan) -> bool:
@@ -23,90 +53,44 @@ def batch_count(plan: KernelPlan, prefix: str = "p.") -> str:
     return "1" if plan.batch is None else dim_expr(plan.batch, prefix)
 
 
+def _batch(plan: KernelPlan) -> Batch:
+    g = plan.gemms[-1]
+    return Batch(name=plan.name, batched=batched(plan), count=batch_count(plan),
+                 m=dim_expr(g.m_dim), n=dim_expr(g.n_dim), split_k=plan.schedule.split_k > 1,
+                 strides=tuple((f.param, f.name) for f in plan.fields
+                               if f.kind is FieldKind.BATCH_STRIDE))
+
+
+def workspace(plan: KernelPlan) -> Workspace:
+    g = plan.gemms[-1]
+    split = plan.split_kernel is not None
+    kind = ("both" if split else "deterministic") if plan.deterministic else (
+        "split" if split else "none")
+    return Workspace(kind=kind, m=dim_expr(g.m_dim), n=dim_expr(g.n_dim),
+                     axes=tuple(r.axis.value for r in plan.reductions))
+
+
 def workspace_lines(plan: KernelPlan, ctype: str, ns: str) -> tuple[list[str], str]:
     """Statements and an expression of C++ type `ctype`: the floats of workspace one batch
     uses (split-K partials, the deterministic reductions' slots, or both), or ([], "") for
-    none."""
-    g = plan.gemms[-1]
-    m, n = dim_expr(g.m_dim), dim_expr(g.n_dim)
-    prefix = f"{ns}::" if ns else ""
-    if plan.split_kernel is not None and not plan.deterministic:
-        return ([f"const {ctype} tiles_n = (static_cast<{ctype}>({n}) + {prefix}kTileN - 1) / "
-                 f"{prefix}kTileN;"],
-                f"{prefix}kSplitK * static_cast<{ctype}>({m}) * tiles_n * {prefix}kTileN")
-    if not plan.deterministic:
-        return [], ""
-    slots = {Axis.ROW: ("tiles_n", "M"), Axis.COL: ("tiles_m", "N"),
-             Axis.ALL: ("tiles_m * tiles_n", "1")}
-    terms = " + ".join(f"{slots[r.axis][0]} * {slots[r.axis][1]}" for r in plan.reductions)
-    setup = [f"const {ctype} M = static_cast<{ctype}>({m});",
-             f"const {ctype} N = static_cast<{ctype}>({n});",
-             f"const {ctype} tiles_m = (M + {prefix}kTileM - 1) / {prefix}kTileM;",
-             f"const {ctype} tiles_n = (N + {prefix}kTileN - 1) / {prefix}kTileN;"]
-    if plan.split_kernel is not None:
-        # the split-K partials, then the reductions' slots, rounded up to an even count (the
-        # next batch's partials keep their 8-byte column pairs)
-        return setup, f"({prefix}kSplitK * M * tiles_n * {prefix}kTileN + ({terms} + 1) / 2 * 2)"
-    return setup, f"({terms})"
+    none; the kernel's constants in namespace `ns` ("": in scope)."""
+    w, prefix = workspace(plan), f"{ns}::" if ns else ""
+    return (macro_lines(TEMPLATE, "workspace_setup", w=w, ctype=ctype, prefix=prefix),
+            "".join(macro_lines(TEMPLATE, "workspace_floats", w=w, ctype=ctype, prefix=prefix)))
 
 
 def at_batch_lines(plan: KernelPlan) -> list[str]:
     """The device function `at_batch(p, batch)` (in the kernel's namespace), or none."""
     if not batched(plan):
         return []
-    name = plan.name
-    lines = [
-        "// Batch `batch` of the arguments: every batched pointer advanced by batch x its batch",
-        "// stride (0 broadcasts one matrix to every batch), the workspace by one batch's floats.",
-        f"__device__ __forceinline__ {name}_params at_batch(const {name}_params& p, "
-        "long long batch) {",
-        f"  {name}_params q = p;",
-    ]
-    for f in plan.fields:
-        if f.kind is FieldKind.BATCH_STRIDE:
-            lines.append(f"  q.{f.param} += batch * p.{f.name};")
-    setup, floats = workspace_lines(plan, "long long", "")
-    if floats:
-        lines += [f"  {line}" for line in setup]
-        lines.append(f"  q.workspace += batch * {floats};")
-    lines += ["  return q;", "}"]
-    return lines
-
-
-ALL_BATCHES = "all_batches"  # a batched helper kernel's parameter (`p` is its thread's batch)
-
-
-def longest(exprs: list[str]) -> str:
-    """max(...) of C++ expressions, nested, without repeats."""
-    exprs = list(dict.fromkeys(exprs))
-    out = exprs[0]
-    for other in exprs[1:]:
-        out = f"max({out}, {other})"
-    return out
-
-
-def helper_head(plan: KernelPlan, per_batch: str) -> list[str]:
-    """The first lines of a batched helper kernel (reduction init and finalize, split-K) whose
-    parameter is ALL_BATCHES: thread `i` of `per_batch` (a 64-bit C++ expression over
-    ALL_BATCHES, the same in every batch) in every batch, with `p` that thread's batch."""
-    ns = f"{plan.name}_kgen"
-    threads = plan.INIT_THREADS
-    return [
-        f"  const long long per_batch = {per_batch};",
-        f"  const long long thread = blockIdx.x * {threads}ll + threadIdx.x;",
-        f"  if (per_batch == 0 || thread >= {batch_count(plan, ALL_BATCHES + '.')} * per_batch) "
-        "return;",
-        f"  const {plan.name}_params p = {ns}::at_batch({ALL_BATCHES}, thread / per_batch);",
-        "  const long long i = thread % per_batch;",
-    ]
+    return macro_lines(TEMPLATE, "at_batch", b=_batch(plan), w=workspace(plan))
 
 
 def host_lines(plan: KernelPlan) -> list[str]:
     """The host launcher's batch count (after tiles_m and tiles_n): nothing to run for none."""
     if not batched(plan):
         return []
-    return [f"const int batches = {batch_count(plan)};",
-            "if (batches == 0) return cudaSuccess;"]
+    return macro_lines(TEMPLATE, "host_batches", b=_batch(plan))
 
 
 def grid_count(plan: KernelPlan, tiles: str) -> str:
@@ -116,19 +100,10 @@ def grid_count(plan: KernelPlan, tiles: str) -> str:
 
 
 def body_call(plan: KernelPlan, narrow: bool, ns: str) -> list[str]:
-    """A tiled kernel's entry point: its body on the CTA's batch, the CTA's index in it."""
-    kind = "true" if narrow else "false"
-    if not batched(plan):
-        return [f"{ns}::kernel_body<{kind}>(p);"]
-    g = plan.gemms[-1]
-    m, n = dim_expr(g.m_dim), dim_expr(g.n_dim)
-    split = " * kSplitK" if plan.schedule.split_k > 1 else ""
-    return [
-        f"using namespace {ns};",
-        "// the CTAs of batch b follow those of batch b - 1",
-        f"const int ctas = (({m} + kTileM - 1) / kTileM) * (({n} + kTileN - 1) / kTileN){split};",
-        f"kernel_body<{kind}>(at_batch(p, blockIdx.x / ctas), blockIdx.x % ctas);",
-    ]
+    """A tiled kernel's entry point (in namespace `ns`, the kernel's): its body on the CTA's
+    batch, the CTA's index in it."""
+    assert ns == f"{plan.name}_kgen", ns
+    return macro_lines(TEMPLATE, "body_call", b=_batch(plan), narrow="true" if narrow else "false")
 
 
 # ---- chained gemms: the kernel's parameter is every batch's arguments; `p`, at the kernel's top
@@ -139,14 +114,12 @@ def body_call(plan: KernelPlan, narrow: bool, ns: str) -> list[str]:
 def chain_values(plan: KernelPlan) -> dict:
     """What the chain templates print about batches (nothing for a kernel without them)."""
     on = batched(plan)
-    name = plan.name
     return dict(
         batched=on,
         kernel_param=ALL_BATCHES if on else "p",
         # a tiled chain's kernel is one tile: its `p` is that tile's batch, from the top
-        kernel_head=[f"const {name}_params& p = {ALL_BATCHES};  // sizes and shared operands: "
-                     "each tile's scope has its batch's p"] if on and plan.schedule.persistent
-        else [],
+        kernel_head=macro_lines(TEMPLATE, "chain_head", b=_batch(plan))
+        if on and plan.schedule.persistent else [],
         times_batches=f" * {batch_count(plan)}" if on else "",
         at_batch=at_batch_lines(plan),
         host_batches=host_lines(plan),
@@ -164,16 +137,14 @@ def tile_batch(plan: KernelPlan, tile: str) -> list[str]:
     """In a chain's tile scope: the batch of linear tile `tile` and its arguments, as `p`."""
     if not batched(plan):
         return []
-    return [f"const int batch = {tile} / (tiles_m * tiles_n);",
-            f"const {plan.name}_params p = at_batch({ALL_BATCHES}, batch);  // this tile's "
-            "batch of the arguments"]
+    return macro_lines(TEMPLATE, "tile_batch", b=_batch(plan), tile=tile)
 
 
 def tile_params(plan: KernelPlan, tile: str) -> str:
     """The arguments of linear tile `tile` (any tile of the walk, or one past it), as C++."""
     if not batched(plan):
         return "p"
-    return f"at_batch({ALL_BATCHES}, {tile} < tiles ? {tile} / (tiles_m * tiles_n) : 0)"
+    return "".join(macro_lines(TEMPLATE, "tile_params", tile=tile))
 
 
 def next_tile_lines(plan: KernelPlan) -> list[str]:
@@ -182,9 +153,7 @@ def next_tile_lines(plan: KernelPlan) -> list[str]:
     gemm's live registers: a division there made ptxas spill)."""
     if not batched(plan):
         return []
-    return ["int next_m = 0, next_n = 0;",
-            "if (next_tile < tiles) tile_coords(next_tile, tiles_m, tiles_n, next_m, next_n);",
-            f"const {plan.name}_params next_p = {tile_params(plan, 'next_tile')};  // its batch"]
+    return macro_lines(TEMPLATE, "next_tile", b=_batch(plan))
 
 
 def next_operand(plan: KernelPlan, param: str) -> tuple[list[str], str]:
@@ -192,5 +161,5 @@ def next_operand(plan: KernelPlan, param: str) -> tuple[list[str], str]:
     lines (in the tile scope) naming that batch's pointer, and the pointer a refill reads."""
     if not batched(plan) or plan.param(param).batch is None:
         return [], f"p.{param}"
-    return ([f"const auto next_{param} = {tile_params(plan, 'next_tile')}.{param};  // the "
-             "next tile's batch"], f"(this_tile ? p.{param} : next_{param})")
+    return (macro_lines(TEMPLATE, "next_operand", param=param),
+            "".join(macro_lines(TEMPLATE, "refill_operand", param=param)))

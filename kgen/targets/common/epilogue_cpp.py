@@ -4,7 +4,8 @@ The kernel calls the epilogue once per (row, col..col+1) pair of accumulator val
 that holds a value gets one C++ name, numbered v1, v2, ... in node order: a uniform node (the
 same for both columns) one `float` per pair, the others one per element (suffixes _0 and _1).
 The accumulator is `acc_0`/`acc_1` and constants are literals. Loads come first, vectorized as
-pairs; each store converts once to its output type.
+pairs; each store converts once to its output type. This module renders the expressions; the
+statements that hold them are templates/common/epilogue_statements.inc.j2's.
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from ...plan import (
     Accumulator, Apply, Cast, Constant, EpilogueDag, EpilogueNode, FeedEffect, ReduceEffect,
     Round, ScalarArg, StoreEffect, TensorLoad, VectorLoad,
 )
+from .render import macro_lines
+
+TEMPLATE = "common/epilogue_statements.inc.j2"
 
 ELEMS = (0, 1)
 
@@ -98,6 +102,27 @@ def float_literal(value: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Statement:
+    """One statement of the epilogue function: `form` "decl" (const ctype target = value),
+    "assign" (target = value; `guard`: only when the pair's second column is in N), or
+    "store_pair" (store_pair<ctype>(target, value, both), ctype the narrow argument)."""
+
+    form: str
+    target: str
+    value: str
+    ctype: str = ""
+    guard: bool = False
+
+
+def _decl(ctype: str, name: str, value: str) -> Statement:
+    return Statement("decl", name, value, ctype)
+
+
+def lines(stmts: list[Statement]) -> tuple[str, ...]:
+    return tuple(macro_lines(TEMPLATE, "statements", stmts=stmts))
+
+
+@dataclass(frozen=True, slots=True)
 class EpilogueLines:
     """The rendered epilogue function body, evaluated for two adjacent columns."""
 
@@ -126,8 +151,8 @@ class _Renderer:
     # column vectors the function takes as arguments `<pair> early_<param>`, the pair at `col`
     # (Schedule: GemmSchedule.early_vectors), instead of loading them
     early: tuple[str, ...] = ()
-    loads: list[str] = field(default_factory=list)
-    compute: list[str] = field(default_factory=list)
+    loads: list[Statement] = field(default_factory=list)
+    compute: list[Statement] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
     count: int = 0
 
@@ -145,14 +170,14 @@ class _Renderer:
             return lit, lit
         if isinstance(kind, ScalarArg):
             name = self.fresh()
-            self.loads.append(f"const float {name} = p.{kind.param};")
+            self.loads.append(_decl("float", name, f"p.{kind.param}"))
             return name, name
         if isinstance(kind, VectorLoad):
             name = self.fresh()
             staged = kind.param in self.vectors
             if kind.axis is Axis.ROW:
                 at = f"sv_{kind.param}[row - tile_row0]" if staged else f"p.{kind.param}[row]"
-                self.loads.append(f"const float {name} = {TO_FLOAT[kind.dtype].format(at)};")
+                self.loads.append(_decl("float", name, TO_FLOAT[kind.dtype].format(at)))
                 return name, name
             if kind.param in self.early:
                 return self._pair_load(name, kind.dtype, None, f"early_{kind.param}")
@@ -171,7 +196,7 @@ class _Renderer:
                 elem = to_float.format(f"p.{p}[(col + {j}) * p.ld_{p} + row]")
                 if j and self.narrow is not None:
                     elem = f"both ? {elem} : 0.0f"
-                self.loads.append(f"const float {name}_{j} = {elem};")
+                self.loads.append(_decl("float", f"{name}_{j}", elem))
             return f"{name}_0", f"{name}_1"
         if isinstance(kind, Apply):
             args = [self.names[a] for a in kind.args]
@@ -187,45 +212,45 @@ class _Renderer:
     def _define(self, expr_of, uniform: bool) -> tuple[str, str]:
         name = self.fresh()
         if uniform:
-            self.compute.append(f"const float {name} = {expr_of(0)};")
+            self.compute.append(_decl("float", name, expr_of(0)))
             return name, name
         for j in ELEMS:
-            self.compute.append(f"const float {name}_{j} = {expr_of(j)};")
+            self.compute.append(_decl("float", f"{name}_{j}", expr_of(j)))
         return f"{name}_0", f"{name}_1"
 
     def _pair_load(self, name: str, dtype: DType, address: str | None,
                    value: str | None = None) -> tuple[str, str]:
         """The pair at `address` in global memory (or the pair `value` already loaded)."""
         pair, low, high, _, _ = PAIR[dtype]
-        if value is not None:
-            self.loads.append(f"const {pair} {name} = {value};")
-        elif self.narrow is None:
-            self.loads.append(f"const {pair} {name} = *reinterpret_cast<const {pair}*>({address});")
-        else:
-            self.loads.append(f"const {pair} {name} = load_pair<{self.narrow}>({address}, both);")
-        self.loads.append(f"const float {name}_0 = {low.format(name)};")
-        self.loads.append(f"const float {name}_1 = {high.format(name)};")
+        if value is None and self.narrow is None:
+            value = f"*reinterpret_cast<const {pair}*>({address})"
+        elif value is None:
+            value = f"load_pair<{self.narrow}>({address}, both)"
+        self.loads.append(_decl(pair, name, value))
+        self.loads.append(_decl("float", f"{name}_0", low.format(name)))
+        self.loads.append(_decl("float", f"{name}_1", high.format(name)))
         return f"{name}_0", f"{name}_1"
 
-    def effect(self, effect) -> list[str]:
+    def effect(self, effect) -> list[Statement]:
         v0, v1 = self.names[effect.node]
         if isinstance(effect, ReduceEffect):
-            return [f"red{effect.index}_0 = {v0};", f"red{effect.index}_1 = {v1};"]
+            return [Statement("assign", f"red{effect.index}_{j}", v)
+                    for j, v in zip(ELEMS, (v0, v1))]
         if isinstance(effect, FeedEffect):
-            return [f"inter_0 = {v0};", f"inter_1 = {v1};"]
+            return [Statement("assign", f"inter_{j}", v) for j, v in zip(ELEMS, (v0, v1))]
         assert isinstance(effect, StoreEffect), effect
         pair, _, _, to_pair, to_elem = PAIR[effect.dtype]
         p = effect.param
         if effect.layout is Layout.ROW:
             address = f"p.{p} + row * p.ld_{p} + col"
             if self.narrow is not None:
-                return [f"store_pair<{self.narrow}>({address}, {to_pair.format(v0, v1)}, both);"]
-            return [f"*reinterpret_cast<{pair}*>({address}) = {to_pair.format(v0, v1)};"]
-        lines = [f"p.{p}[(col + {j}) * p.ld_{p} + row] = {to_elem.format(v)};"
-                 for j, v in zip(ELEMS, (v0, v1))]
-        if self.narrow is not None:
-            lines[1] = f"if (both) {lines[1]}"
-        return lines
+                return [Statement("store_pair", address, to_pair.format(v0, v1), self.narrow)]
+            return [Statement("assign", f"*reinterpret_cast<{pair}*>({address})",
+                              to_pair.format(v0, v1))]
+        # the second element only when it is in N (the narrow entry point's odd last column)
+        return [Statement("assign", f"p.{p}[(col + {j}) * p.ld_{p} + row]", to_elem.format(v),
+                          guard=bool(j) and self.narrow is not None)
+                for j, v in zip(ELEMS, (v0, v1))]
 
 
 def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
@@ -234,10 +259,8 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
     if not packed:
         return list(epi.loads) + list(epi.compute) + list(epi.stores)
     pair, value = epi.packed
-    return list(epi.loads) + list(epi.compute) + [
-        f"const {pair} packed = {value};",
-        "return *reinterpret_cast<const unsigned*>(&packed);",
-    ]
+    return (list(epi.loads) + list(epi.compute)
+            + macro_lines(TEMPLATE, "packed_return", pair=pair, value=value))
 
 
 def render(dag: EpilogueDag, narrow: str | None = None,
@@ -258,4 +281,4 @@ def render(dag: EpilogueDag, narrow: str | None = None,
         (store,) = dag.effects
         pair, _, _, to_pair, _ = PAIR[store.dtype]
         packed = (pair, to_pair.format(*r.names[store.node]))
-    return EpilogueLines(tuple(r.loads), tuple(r.compute), tuple(stores), packed)
+    return EpilogueLines(lines(r.loads), lines(r.compute), lines(stores), packed)

@@ -7,12 +7,16 @@ macro `KGEN_<NAME>_PARAMS_DEFINED`, so a translation unit may include the header
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ... import __version__
 from ...enums import ParamKind
 from ...plan import FieldKind, KernelPlan
 from . import batch
 from .operands import dim_expr, narrow_checks
-from .render import render
+from .render import macro_lines, render
+
+TEMPLATE = "common/workspace_bytes.inc.j2"
 
 
 def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: str | None) -> str:
@@ -40,7 +44,7 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
 
 def fields(plan: KernelPlan) -> list[dict]:
     return [
-        dict(decl=f"{f.ctype} {f.name};", comment=_field_comment(plan, f.kind, f.param, f.dim))
+        dict(ctype=f.ctype, name=f.name, comment=_field_comment(plan, f.kind, f.param, f.dim))
         for f in plan.fields
     ]
 
@@ -61,48 +65,41 @@ def template_values(plan: KernelPlan) -> dict:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class WorkspaceBytes:
+    """What <name>_workspace_bytes prints: the kernel's namespace, its first gemm's sizes, the
+    batch count, and stream-K's flags per CTA."""
+
+    ns: str
+    m: str
+    n: str
+    k: str
+    batched: bool
+    batches: str
+    flags: int
+
+
+def _workspace_bytes(plan: KernelPlan) -> WorkspaceBytes:
+    g = plan.gemms[0]
+    return WorkspaceBytes(ns=f"{plan.name}_kgen", m=dim_expr(g.m_dim), n=dim_expr(g.n_dim),
+                          k=dim_expr(g.k_dim), batched=batch.batched(plan),
+                          batches=batch.batch_count(plan), flags=plan.STREAM_FLAGS)
+
+
 def workspace_body(plan: KernelPlan) -> list[str]:
     """C++ statements of <name>_workspace_bytes: the float partials deterministic reductions
-    keep per CTA (none in the atomic mode), or the split-K parts; every batch's."""
+    keep per CTA (none in the atomic mode), or the split-K parts, or stream-K's slots and
+    flags; every batch's."""
     if plan.schedule.stream_k:
-        return stream_workspace_body(plan)
-    setup, floats = batch.workspace_lines(plan, "size_t", f"{plan.name}_kgen")
-    if not floats:
-        return ["(void)p;", "return 0;"]
-    batches = (f"static_cast<size_t>({batch.batch_count(plan)}) * "
-               if batch.batched(plan) else "")
-    note = ""
-    if plan.split_kernel is not None:
-        note = "  // split-K partials" + (", then the reductions' slots" if plan.deterministic
-                                          else "")
-    return setup + [f"return sizeof(float) * {batches}{floats};{note}"]
+        return macro_lines(TEMPLATE, "stream_workspace_bytes", s=_workspace_bytes(plan))
+    return macro_lines(TEMPLATE, "workspace_bytes", s=_workspace_bytes(plan),
+                       w=batch.workspace(plan))
 
 
 def stream_units(plan: KernelPlan) -> str:
     """Stream-K: the host's count of the walk's steps (each tile's k tiles, one when K = 0, in
     every batch), over tiles_m and tiles_n (and batches) in scope."""
-    ns, k = f"{plan.name}_kgen", dim_expr(plan.gemms[0].k_dim)
-    tiles = batch.grid_count(plan, "static_cast<long long>(tiles_m) * tiles_n")
-    return f"({tiles} * ({k} > 0 ? ({k} + {ns}::kTileK - 1) / {ns}::kTileK : 1))"
-
-
-def stream_workspace_body(plan: KernelPlan) -> list[str]:
-    """Stream-K: a slot of a tile's f32 sums and the flags per CTA of the launch's grid (the
-    current device's resident CTAs, at most one per step of the walk). The flags must be zero
-    before the first launch (cudaMemset once); each launch leaves them zero."""
-    ns = f"{plan.name}_kgen"
-    g = plan.gemms[0]
-    lines = [f"const {ns}::DeviceState* state = nullptr;",
-             f"if ({ns}::current_device(state) != cudaSuccess) return 0;",
-             f"const long long tiles_m = ({dim_expr(g.m_dim)} + {ns}::kTileM - 1) / {ns}::kTileM;",
-             f"const long long tiles_n = ({dim_expr(g.n_dim)} + {ns}::kTileN - 1) / {ns}::kTileN;"]
-    if batch.batched(plan):
-        lines.append(f"const long long batches = {batch.batch_count(plan)};")
-    return lines + [
-        f"const long long units = {stream_units(plan)};",
-        "const long long ctas = units < state->slots ? units : state->slots;",
-        f"return sizeof(float) * static_cast<size_t>(ctas) * ({ns}::kTileM * {ns}::kTileN + "
-        f"{plan.STREAM_FLAGS});  // stream-K: each CTA's slot, then its flags (zeroed once)"]
+    return "".join(macro_lines(TEMPLATE, "stream_units", s=_workspace_bytes(plan)))
 
 
 def header_file_lines(plan: KernelPlan, source_name: str, source_hash: str,

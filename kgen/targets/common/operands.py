@@ -1,6 +1,7 @@
 """What every target's emitter prints about a gemm's operands and checks: the file header,
-dimension expressions, cp.async copy lines, ldmatrix fragment loads, the mma.sync mainloop
-steps, the operand dicts of templates/common/operand.inc.j2, and the static and host checks.
+dimension expressions, cp.async copy lines and ldmatrix fragment loads (their C++ in
+templates/common/operand_lines.inc.j2), the mma.sync mainloop steps, the operand dicts of
+templates/common/operand.inc.j2, and the static and host checks.
 
 mma.sync, ldmatrix and cp.async run on sm_80 and later, so the sm_80 and sm_90a emitters
 share them from here (neither imports the other)."""
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from ... import __version__
 from ...enums import DType, ParamKind
 from ...plan import FieldKind, GemmPlan, KernelPlan, OperandPlan
+from .render import macro_lines
+
+LINES = "common/operand_lines.inc.j2"
 
 MMA_TYPE = {DType.F16: "f16", DType.BF16: "bf16"}
 
@@ -76,36 +80,51 @@ def shifted(base: str, xor: int, add: int) -> str:
     return f"({text} + {add})" if add else text
 
 
+@dataclass(frozen=True, slots=True)
+class CopyStep:
+    """One 16-byte chunk of a thread's stage copy: its shared offset `dst` (bytes from `base`,
+    the offset kgen proved) and how many tile rows below the thread's first it reads."""
+
+    dst: str
+    rows: int
+
+
 def copy_lines(op: OperandPlan, copy_fn: str = "cp_async_16", extra: str = "") -> list[str]:
+    """One stage's copies of the operand (`copy_fn`: the copy's device function; `extra`: its
+    arguments past the zero fill)."""
     eb = op.dtype.nbytes
-    lines = []
-    for i, (xor, add) in enumerate(op.copy_steps):
-        rows = i * op.copy_row_step
-        src = f"from + {rows} * ld" if rows else "from"
-        bound = f"row0 + row + {rows} < rows" if rows else "row0 + row < rows"
-        dst = shifted("base", xor * eb, add * eb)
-        lines.append(f"{copy_fn}(stage + {dst}, {src}, src, {bound} ? col_bytes : 0{extra});")
-    if op.copy_threads is not None:  # a stage of fewer chunks than threads
-        lines = [f"if (tid < {op.copy_threads}) {{  // one chunk each: the stage has "
-                 f"{op.copy_threads}"] + [f"  {line}" for line in lines] + ["}"]
-    return lines
+    steps = [CopyStep(dst=shifted("base", xor * eb, add * eb), rows=i * op.copy_row_step)
+             for i, (xor, add) in enumerate(op.copy_steps)]
+    return macro_lines(LINES, "copies", steps=steps, copy_fn=copy_fn, extra=extra,
+                       copy_threads=op.copy_threads)
+
+
+@dataclass(frozen=True, slots=True)
+class FragLoad:
+    """One ldmatrix of four 8x8 matrices: into registers `regs` ((fragment, register) of
+    <operand>_frag[buf]) from <operand><stage> + addr (bytes)."""
+
+    operand: str
+    trans: bool
+    buf: int
+    regs: tuple[tuple[int, int], ...]
+    stage: str
+    addr: str
 
 
 def frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
     """ldmatrix lines for k step `kk` of the tile at `stage` ("_stage" or "_next") into `buf`."""
     a, b = g.a, g.b
-    a_ld = "ldmatrix_x4_trans" if a.ldmatrix_trans else "ldmatrix_x4"
-    b_ld = "ldmatrix_x4_trans" if b.ldmatrix_trans else "ldmatrix_x4"
-    lines = []
-    for f, (xor, add) in enumerate(a.frag_steps[kk]):
-        regs = ", ".join(f"a_frag[{buf}][{f}][{r}]" for r in range(4))
-        addr = shifted("a_base", xor * a.dtype.nbytes, add * a.dtype.nbytes)
-        lines.append(f"{a_ld}({regs}, a{stage} + {addr});")
-    for f, (xor, add) in enumerate(b.frag_steps[kk]):
-        regs = ", ".join(f"b_frag[{buf}][{2 * f + n}][{r}]" for n in range(2) for r in range(2))
-        addr = shifted("b_base", xor * b.dtype.nbytes, add * b.dtype.nbytes)
-        lines.append(f"{b_ld}({regs}, b{stage} + {addr});")
-    return lines
+    loads = [FragLoad(operand="a", trans=a.ldmatrix_trans, buf=buf,
+                      regs=tuple((f, r) for r in range(4)), stage=stage,
+                      addr=shifted("a_base", xor * a.dtype.nbytes, add * a.dtype.nbytes))
+             for f, (xor, add) in enumerate(a.frag_steps[kk])]
+    loads += [FragLoad(operand="b", trans=b.ldmatrix_trans, buf=buf,
+                       regs=tuple((2 * f + n, r) for n in range(2) for r in range(2)),
+                       stage=stage,
+                       addr=shifted("b_base", xor * b.dtype.nbytes, add * b.dtype.nbytes))
+              for f, (xor, add) in enumerate(b.frag_steps[kk])]
+    return macro_lines(LINES, "frag_loads", loads=loads)
 
 
 def mainloop_steps(g: GemmPlan) -> list[KStep]:
@@ -118,7 +137,7 @@ def mainloop_steps(g: GemmPlan) -> list[KStep]:
         if kk + 1 < steps:
             fetch, wait, loads = "step", "", frag_loads(g, kk + 1, (kk + 1) % 2, "_stage")
         else:
-            fetch, wait = "tile", "cp_async_wait<kStages - 2>();"
+            fetch, wait = "tile", "".join(macro_lines(LINES, "ring_wait"))
             loads = frag_loads(g, 0, 0, "_next")
         out.append(KStep(kk=kk, next_kk=kk + 1, fetch=fetch, wait=wait, loads=tuple(loads),
                          a=f"a_frag[{kk % 2}]", buf=kk % 2))

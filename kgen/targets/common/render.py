@@ -1,4 +1,5 @@
-"""The Jinja2 environment: templates only substitute; every string is prepared in Python."""
+"""The Jinja2 environment: templates hold the C++ and only substitute the typed values Python
+prepares (numbers, validated names, lists of small dataclasses)."""
 from __future__ import annotations
 
 import functools
@@ -63,4 +64,13 @@ def render_lines(template: str, **values) -> list[str]:
     """A template that lays out lines of a function body (no indent of its own): its lines,
     for a caller that indents them where they go."""
     text = render(template, **values)
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+
+
+def macro_lines(template: str, macro: str, **values) -> list[str]:
+    """The lines macro `macro` of `template` lays out (no indent of its own), for a caller that
+    hands them to another template."""
+    text = str(getattr(environment().get_template(template).module, macro)(**values))
+    if not text:
+        return []
     return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")

@@ -4,11 +4,10 @@ kgen.targets.common.chain lays it out, into templates/sm80/chain.cu.j2."""
 from __future__ import annotations
 
 from ...plan import GemmPlan, KernelPlan
-from ..common import batch, chain
+from ..common import batch, chain, epilogue_loop
 from ..common.chain_mainloop import function_level, wide_store_lines
 from ..common.operands import frag_loads, load_args, mainloop_steps, operand
 from ..common.render import render
-from . import epilogue as epilogue_emit
 
 
 class Sm80Chain(chain.ChainTarget):
@@ -26,7 +25,7 @@ class Sm80Chain(chain.ChainTarget):
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if plan.schedule.wide_stores:
             return wide_store_lines(g)
-        return epilogue_emit.loop_lines(plan, g)
+        return epilogue_loop.loop_lines(plan, g)
 
 
 SM80 = Sm80Chain()

@@ -1,11 +1,12 @@
 """sm_80 emitter: cp.async multistage mainloop, ldmatrix, mma.sync m16n8k16, register epilogue.
 
-Everything the template prints is prepared here as strings and numbers from the plan.
+The values templates/sm80/gemm.cu.j2 prints are prepared here from the plan; the epilogue loop
+and the helper kernels are kgen/targets/common's (epilogue_loop, helper_kernels).
 """
 from __future__ import annotations
 
 from ...plan import GemmPlan, KernelPlan
-from ..common import arch_guard, batch, epilogue_cpp, host_api
+from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import (MMA_TYPE, dim_expr, frag_loads, header, host_checks,
                                mainloop_steps, operand, storage_asserts)
 from ..common.render import render
@@ -76,17 +77,10 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         b=b,
         gemm_name=g.name,
         epilogue=epilogue_lines,
-        epilogue_params=epilogue_emit.epilogue_params(g),
-        epilogue_loop=epilogue_emit.loop_lines(plan, g),
+        epilogue_params=epilogue_loop.epilogue_params(g),
+        epilogue_loop=epilogue_loop.loop_lines(plan, g),
         reduce_helpers=epilogue_emit.helpers(plan),
-        init_kernel=epilogue_emit.init_kernel(plan)
-        + epilogue_emit.finalize_kernel(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
-        + epilogue_emit.split_kernel(plan, g, dim_expr(g.m_dim), dim_expr(g.n_dim)),
-        host_init=epilogue_emit.host_init_lines(plan),
-        host_empty=epilogue_emit.host_empty_lines(plan),
-        # split-K's kernel first: the finalize kernel combines the slots it writes
-        host_finalize=epilogue_emit.host_split_lines(plan, dim_expr(g.m_dim), dim_expr(g.n_dim))
-        + epilogue_emit.host_finalize_lines(plan),
+        **helper_kernels.template_values(plan, g),
         split_k=split,
         cta="cta_tile" if split > 1 else block,
         block=block,

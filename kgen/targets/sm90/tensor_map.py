@@ -23,10 +23,10 @@ def template_maps(maps, dim_expr, plan=None) -> list[dict]:
         dims = [f"static_cast<cuuint64_t>({cols})", f"static_cast<cuuint64_t>({rows})"]
         strides = [pitch]
         box = [str(m.box[0]), str(m.box[1])]
-        broadcast = []
+        broadcast = False
         if param is not None and param.batch is not None:
             batch = f"p.batch_{m.param}"
-            broadcast = [f"const bool broadcast = {batch} == 0;  // one {m.param} for every batch"]
+            broadcast = True  # the template declares `broadcast`: batch stride 0
             dims.append(f"broadcast ? 1 : static_cast<cuuint64_t>({dim_expr(param.batch)})")
             pitch_elems = f"broadcast ? p.ld_{m.param} * {rows} : {batch}"
             strides.append(f"static_cast<cuuint64_t>({pitch_elems}) * sizeof(p.{m.param}[0])")
@@ -35,7 +35,7 @@ def template_maps(maps, dim_expr, plan=None) -> list[dict]:
             param=m.param, rows=rows, cols=cols, box_cols=m.box[0], box_rows=m.box[1],
             dtype=TMA_DTYPE[m.dtype], promotion=m.l2_promotion, rank=len(dims),
             dims=", ".join(dims), strides=", ".join(strides), box=", ".join(box),
-            stride_count=len(strides), broadcast=broadcast,
+            stride_count=len(strides), broadcast=broadcast, batch_stride=f"batch_{m.param}",
             unused=" || ".join([f"dims[{i}] == 0" for i in range(len(dims))]
                                + [f"strides[{i}] % 16 != 0" for i in range(len(strides))]),
             steps="steps" if len(dims) == 2 else "steps_3d",
@@ -46,12 +46,10 @@ def template_maps(maps, dim_expr, plan=None) -> list[dict]:
 
 def steps_lines(template_maps: list[dict]) -> list[str]:
     """The element steps of the ranks template_maps' maps use (each map copies every element)."""
+    from ..common.render import macro_lines  # here: kgen.runtime.tma reads TMA_DTYPE, not Jinja
+
     ranks = {m["rank"] for m in template_maps}
-    lines = ["const cuuint32_t steps[2] = {1, 1};"] if 2 in ranks else []
-    if 3 in ranks:
-        lines.append("const cuuint32_t steps_3d[3] = {1, 1, 1};  // a batched argument's map: "
-                     "(columns, rows, batches)")
-    return lines
+    return macro_lines("sm90/tensor_map_steps.inc.j2", "steps", two=2 in ranks, three=3 in ranks)
 
 
 def names(maps) -> str:
