@@ -368,7 +368,8 @@ CASES: list[tuple[str, str]] = [
     (
         src(extra=("tensor E : f16[M, N, K, K]",)),
         "t.kg:9:3: error: tensor 'E' must have 2 dimensions [rows, cols], or 3 with a leading "
-        "batch dimension [L, rows, cols], got [M, N, K, K]",
+        "batch dimension [L, rows, cols] (two batch dimensions, [B, H, rows, cols], are for loop "
+        "kernels and row kernels only), got [M, N, K, K]",
     ),
     # -- stores and outputs ---------------------------------------------------------------------
     (src("C = acc"), "t.kg:12:7: error: cannot store to input tensor 'C'"),
