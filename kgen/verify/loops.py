@@ -47,12 +47,14 @@ def is_tile_program(kernel: ir.Kernel) -> bool:
 
 def check_tile_program(state: KernelState) -> None:
     k = state.kernel
-    for present, what in ((k.storage is not None, "a storage declaration"),
-                          (bool(k.phases), "a phases declaration"),
-                          (k.schedule is not None, "a schedule line"),
-                          (k.deterministic, "'reductions deterministic'")):
+    for present, what, at in ((k.storage is not None, "a storage declaration",
+                               loc_of(k.storage, k.loc)),
+                              (bool(k.phases), "a phases declaration", k.loc),
+                              (k.schedule is not None, "a schedule line",
+                               first_located(k.schedule_loc, k.loc)),
+                              (k.deterministic, "'reductions deterministic'", k.loc)):
         if present:
-            raise KgenError(k.loc, f"{what} applies to gemm kernels; kernel '{k.name}' is a "
+            raise KgenError(at, f"{what} applies to gemm kernels; kernel '{k.name}' is a "
                                    f"{'loop' if k.loop is not None else 'row'} kernel")
     if k.compute_dtype is not DType.F32:
         raise KgenError(k.loc, f"loop and row kernels compute in f32; kernel '{k.name}' asks "
@@ -246,7 +248,7 @@ def _check_first_gemm(state: KernelState, loop: ir.Loop, g: ir.Gemm):
         raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
                                f"gemm '{g.name}' needs {loop.dim} columns; {b_text} is "
                                f"{shape_text(b_shape)}")
-    _compile_time_cols(a.shape[1], f"K0, the columns of '{a.name}' (gemm '{g.name}''s k)", a_loc)
+    _compile_time_cols(a.shape[1], f"K0, the columns of '{a.name}' (the k of gemm '{g.name}')", a_loc)
     return a, b, a.shape[1]
 
 
@@ -269,7 +271,7 @@ def _check_second_gemm(state: KernelState, loop: ir.Loop, first: ir.Gemm, g: ir.
         raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
                                f"gemm '{g.name}' needs {loop.dim} rows; {c_text} is "
                                f"{shape_text(c_shape)}")
-    _compile_time_cols(c_shape[1], f"N1, the columns of '{c_text}' (gemm '{g.name}''s n)", b_loc)
+    _compile_time_cols(c_shape[1], f"N1, the columns of '{c_text}' (the n of gemm '{g.name}')", b_loc)
     if g.epilogue.stmts:
         raise KgenError(first_located(g.epilogue.loc, loc),
                         f"an accumulating gemm has no epilogue of its own; read '{g.name}' in "
@@ -318,10 +320,13 @@ def _check_heads(state: KernelState, rows_of: ir.Param) -> None:
             raise KgenError(at, f"{p.kind.value} '{p.name}' has a heads dimension but "
                                 f"'{rows_of.name}', whose rows the kernel computes, has none")
         if heads is not None and p.heads is None:
-            shape = shape_text((p.batch, 1, *p.shape))
+            if p.role is Role.OUT:
+                hint = f"declare it {p.dtype.dsl_name}{shape_text((p.batch, heads, *p.shape))}"
+            else:
+                shape = shape_text((p.batch, 1, *p.shape))
+                hint = f"give it one ({p.dtype.dsl_name}{shape} shares it across heads)"
             raise KgenError(at, f"{p.kind.value} '{p.name}' has a batch dimension but no heads "
-                                f"dimension, and '{rows_of.name}' has heads {heads}; give it "
-                                f"one ({p.dtype.dsl_name}{shape} shares it across heads)")
+                                f"dimension, and '{rows_of.name}' has heads {heads}; {hint}")
         if p.heads is None or p.heads == heads:
             continue
         if p.role is Role.OUT:
