@@ -74,7 +74,9 @@ class LoopRules(ExpressionRules):
                 f"a carry starts at a number, inf or -inf, not {quote(word)}",
             )
         value = float(text)
-        if math.isnan(value) or (math.isfinite(value) and abs(value) > F32_MAX):
+        named = children[-1].type == "NAME"  # inf, -inf: the only infinities
+        if math.isnan(value) or (not named and not math.isfinite(value)) or (
+                math.isfinite(value) and abs(value) > F32_MAX):
             raise KgenError(loc, f"initial value {number_text(text)} does not fit in f32")
         return value, loc
 
