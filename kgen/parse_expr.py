@@ -51,6 +51,11 @@ class Scope:
                 f"'{name}' is a local of gemm '{self.other_locals[name]}'; a local is visible "
                 "only in its own epilogue",
             )
+        if name in self.gemms and self.stores_readable:
+            return KgenError(
+                loc, f"'{name}' is read before gemm '{name}' sets it in its epilogue "
+                     f"('{name} = ...')"
+            )
         if name in self.gemms:
             return KgenError(
                 loc, f"'{name}' is a gemm; its output can only be the A operand of a later gemm"
