@@ -1,6 +1,6 @@
 """Fuzzing `kgen compile` and `kgen inspect`, in process, through the CLI's own code path.
 
-Two sources of inputs:
+Three sources of inputs:
   * grammar-aware generation (hypothesis): mostly valid kernels built from strategies, with
     hostile names (C++ keywords, CUDA and C library names, macros, the generated code's own
     identifiers, unicode, `D; system(x)`, `x/*`), dtypes, tiles (0, negative, 2**63, huge),

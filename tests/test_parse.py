@@ -595,3 +595,18 @@ def test_loop_parse_errors(text, message):
     with pytest.raises(KgenError) as info:
         parse(text)
     assert str(info.value) == message
+
+
+def test_language_doc_shows_the_tile_programs():
+    """docs/language.md, section 15, shows the three programs of tests/programs (without their
+    comments), and each parses and verifies."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
+    section = doc[doc.index("## 15. Tile programs"):]
+    blocks = section.split("```")[1::2]
+    shown = {parse(block).kernels[0].name: block for block in blocks if block.strip()}
+    for path in sorted(PROGRAMS.glob("*.kg")):
+        code = "\n".join(line for line in path.read_text().splitlines()
+                         if not line.startswith("#"))
+        name = parse(code).kernels[0].name
+        assert shown[name].strip() == code.strip(), name
+        assert verify(parse(shown[name])) == []
