@@ -209,6 +209,9 @@ def _check_carry(state: KernelState, carry: object, loc) -> None:
 
 def _no_schedule_lines(loop: ir.Loop, g: ir.Gemm, loc) -> None:
     """A gemm in a loop takes no schedule line: the loop's tile, warps and stages are its."""
+    for attr, cls in (("a", ir.OperandRef), ("b", ir.OperandRef), ("epilogue", ir.Epilogue)):
+        if not isinstance(getattr(g, attr), cls):
+            raise KgenError(loc, f"gemm '{g.name}': {attr} must be a kgen.ir.{cls.__name__}")
     lines = (("tile", g.tile), ("warps", g.warps), ("stages", g.stages), ("split", g.split),
              ("cluster", g.cluster))
     for what, node in lines:
