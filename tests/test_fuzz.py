@@ -688,13 +688,15 @@ def tile_programs(draw) -> str:
                          f"{row_expr()}".replace("= o *", f"= {names['o']} *"))
         else:
             lines.append(f"        {target_name} = {row_expr()}")
+    after_tile = [names["o"], names["l"], "row", "col", "1"]
+    after_row = [names["m"], names["l"], "row", "-inf"]
     lines += [
         "      }", "    }",
         f"    gemm {names['o']} += {names['s']} @ {names['V']} accumulate f32",
         "  }",
         "  epilogue {",
-        f"    {names['O']} = {draw(expressions([names['o'], names['l'], 'row', 'col', '1'], depth, odd))}",
-        f"    {names['lse']} = {draw(expressions([names['m'], names['l'], 'row', '-inf'], depth, odd))}",
+        f"    {names['O']} = {draw(expressions(after_tile, depth, odd))}",
+        f"    {names['lse']} = {draw(expressions(after_row, depth, odd))}",
         "  }", "}",
     ]
     return "\n".join(lines) + "\n"

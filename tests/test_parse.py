@@ -587,7 +587,8 @@ def test_gemm_kernels_parse_as_before():
     (LOOP.format(body="g = acc", loop_lines="", extra="").replace(
         "  epilogue { D = o }", "  loop j over T { }"),
      "<string>:15:3: error: a kernel holds one loop (the first is 'i' at line 8)"),
-    (LOOP.format(body="g = acc", loop_lines="", extra="").replace("gemm g = A @ B {", "gemm g = A @ B"),
+    (LOOP.format(body="g = acc", loop_lines="", extra="").replace(
+        "gemm g = A @ B {", "gemm g = A @ B"),
      "<string>:10:20: error: expected a loop item (tile, warps, stages, carry or gemm) or '}', "
      "found 'epilogue'"),
 ])

@@ -251,7 +251,8 @@ def _check_first_gemm(state: KernelState, loop: ir.Loop, g: ir.Gemm):
         raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
                                f"gemm '{g.name}' needs {loop.dim} columns; {b_text} is "
                                f"{shape_text(b_shape)}")
-    _compile_time_cols(a.shape[1], f"K0, the columns of '{a.name}' (the k of gemm '{g.name}')", a_loc)
+    what = f"K0, the columns of '{a.name}' (the k of gemm '{g.name}')"
+    _compile_time_cols(a.shape[1], what, a_loc)
     return a, b, a.shape[1]
 
 
@@ -274,7 +275,8 @@ def _check_second_gemm(state: KernelState, loop: ir.Loop, first: ir.Gemm, g: ir.
         raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
                                f"gemm '{g.name}' needs {loop.dim} rows; {c_text} is "
                                f"{shape_text(c_shape)}")
-    _compile_time_cols(c_shape[1], f"N1, the columns of '{c_text}' (the n of gemm '{g.name}')", b_loc)
+    what = f"N1, the columns of '{c_text}' (the n of gemm '{g.name}')"
+    _compile_time_cols(c_shape[1], what, b_loc)
     if g.epilogue.stmts:
         raise KgenError(first_located(g.epilogue.loc, loc),
                         f"an accumulating gemm has no epilogue of its own; read '{g.name}' in "
