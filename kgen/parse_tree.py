@@ -1,7 +1,8 @@
 """The Lark transformer: a .kg file's parse tree to kgen IR, every node carrying its location.
 
 `ToIR(file).transform(tree)` returns the kernels. Declarations (kernel settings, parameters,
-gemms and their settings, phases, storage) are checked here for what the parser alone can know:
+gemms and their settings, phases, storage; a loop's own parts are kgen/parse_loop.py's, its gemms
+and the kernel's epilogue are resolved here) are checked for what the parser alone can know:
 names given twice, missing settings, options that do not apply, sizes out of range, unsafe
 identifiers. Epilogue expressions come from kgen/parse_expr.py as resolvers, called once the
 kernel's names are all known; kgen.verify checks the rest.
