@@ -645,6 +645,11 @@ def test_tile_programs_verify_without_warnings():
 
 TILE_CASES = [
     ('attention_fwd',
+     'gemm o += s @ V accumulate f32',
+     'gemm o += s @ V^T accumulate f32',
+     "p.kg:29:19: error: only the first gemm's B operand can be transposed for now; declare 'V' "
+     "with T rows (the other layout, row or col, if its memory is the transpose)"),
+    ('attention_fwd',
      'm = m_new',
      'm = acc * 2',
      "p.kg:26:9: error: m is one value per row; `acc * 2` is one value per element of s's tile"),

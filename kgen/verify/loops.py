@@ -269,8 +269,11 @@ def _check_second_gemm(state: KernelState, loop: ir.Loop, first: ir.Gemm, g: ir.
         raise KgenError(a_loc, f"the second gemm of loop '{loop.name}' multiplies the first "
                                f"gemm's value: write 'gemm {g.name} += {first.name} @ ...'")
     c = operand_param(state, g, g.b, "B", b_loc)
-    c_shape = _operand_shape(c, g.b)
-    c_text = f"{c.name}^T" if g.b.transposed else c.name
+    if g.b.transposed:
+        raise KgenError(b_loc, f"only the first gemm's B operand can be transposed for now; "
+                               f"declare '{c.name}' with {loop.dim} rows (the other layout, "
+                               "row or col, if its memory is the transpose)")
+    c_shape, c_text = c.shape, c.name
     if c_shape[0] != loop.dim:
         raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
                                f"gemm '{g.name}' needs {loop.dim} rows; {c_text} is "
