@@ -43,7 +43,7 @@ def _grammar_text() -> str:
 
 
 # Tokens after which a new line cannot end a statement: the expression goes on.
-_CONTINUES = frozenset("+ - * / < <= > >= == != = , ( [ {".split())
+_CONTINUES = frozenset("+ - * / < <= > >= == != = *= , ( [ {".split())
 _OPEN = frozenset("([")
 _CLOSE = frozenset(")]")
 
@@ -183,7 +183,7 @@ def parse_file(path: str | Path) -> ir.Module:
 def _check_depth(tree: Tree, file: str) -> None:
     """Refuse an epilogue expression nested deeper than MAX_EXPR_DEPTH, at its statement,
     before the (recursive) transformer walks it."""
-    for stmt in tree.find_data("stmt"):
+    for stmt in tree.find_pred(lambda t: t.data in ("stmt", "scale_stmt")):
         stack = [(stmt.children[-1], 1)]
         while stack:
             node, depth = stack.pop()

@@ -35,6 +35,10 @@ class Scope:
     other_locals: dict[str, str]  # local -> its gemm, from earlier epilogues
     bound: dict[str, SourceLoc] = field(default_factory=dict)  # locals bound so far
     later: dict[str, SourceLoc] = field(default_factory=dict)  # locals bound further down
+    # a loop's carries and accumulators (also in `bound`): `name = expr` updates them
+    carried: set[str] = field(default_factory=set)
+    # in a loop: after `s = expr` in gemm s's epilogue, `s` reads that value (rowsum(s))
+    stores_readable: bool = False
 
     def unknown(self, name: str, loc: SourceLoc) -> KgenError:
         """The error for a name that is not a value here, saying what it is if anything."""
@@ -46,6 +50,11 @@ class Scope:
                 loc,
                 f"'{name}' is a local of gemm '{self.other_locals[name]}'; a local is visible "
                 "only in its own epilogue",
+            )
+        if name in self.gemms and self.stores_readable:
+            return KgenError(
+                loc, f"'{name}' is read before gemm '{name}' sets it in its epilogue "
+                     f"('{name} = ...')"
             )
         if name in self.gemms:
             return KgenError(
@@ -76,6 +85,44 @@ class _Literal:
         if not math.isfinite(self.value) or abs(self.value) > F32_MAX:
             raise KgenError(self.loc, f"number {number_text(self.text)} does not fit in f32")
         return ir.Const(self.value, self.loc)
+
+
+# `row` and `col` as values (when no parameter or local has the name): the global indices.
+_POSITIONS = {"row": Axis.ROW, "col": Axis.COL}
+
+
+@dataclass(frozen=True)
+class _Infinity:
+    """`inf` as a value, which unary minus folds into: `-inf` is the one constant Const(-inf),
+    not neg(inf). A parameter or local named `inf` wins, as names did before `inf` was a
+    value; then `-inf` is neg of it, at `inner`'s place."""
+
+    loc: SourceLoc
+    negative: bool = False
+    inner: "_Infinity | None" = None
+
+    def __call__(self, scope: Scope) -> ir.Expr:
+        if "inf" in scope.bound or "inf" in scope.params:
+            if self.inner is None:
+                return _name_value("inf", self.loc, scope)
+            return ir.Call(Op.NEG, (self.inner(scope),), self.loc)
+        return ir.Const(-math.inf if self.negative else math.inf, self.loc)
+
+
+def _name_value(name: str, loc: SourceLoc, scope: Scope) -> ir.Expr:
+    """A name as a value: a local (or a carry), a parameter, `row`/`col`, or an error."""
+    if name in scope.bound:
+        return ir.LocalRef(name, loc)
+    param = scope.params.get(name)
+    if param is None and name in _POSITIONS:
+        return ir.Position(_POSITIONS[name], loc)
+    if param is None:
+        raise scope.unknown(name, loc)
+    if param.kind is ParamKind.SCALAR:
+        return ir.ScalarLoad(name, loc)
+    if param.kind is ParamKind.TENSOR:
+        return ir.TensorLoad(name, loc)
+    raise KgenError(loc, f"vector '{name}' needs an index: {name}[row] or {name}[col]")
 
 
 def _binary(op: Op):
@@ -132,6 +179,8 @@ class ExpressionRules(Transformer):
         loc = self._loc(meta)
         if isinstance(arg, _Literal):  # -2 is the constant -2, not neg(2)
             return _Literal(-arg.value, "-" + arg.text, loc)
+        if isinstance(arg, _Infinity):  # -inf is the constant -inf too
+            return _Infinity(loc, negative=not arg.negative, inner=arg)
         return lambda scope: ir.Call(Op.NEG, (arg(scope),), loc)
 
     def number(self, meta, children):
@@ -145,22 +194,9 @@ class ExpressionRules(Transformer):
     def name(self, meta, children):
         (token,) = children
         name, loc = str(token), self._loc(meta)
-
-        def resolve(scope: Scope) -> ir.Expr:
-            if name in scope.bound:
-                return ir.LocalRef(name, loc)
-            param = scope.params.get(name)
-            if param is None:
-                raise scope.unknown(name, loc)
-            if param.kind is ParamKind.SCALAR:
-                return ir.ScalarLoad(name, loc)
-            if param.kind is ParamKind.TENSOR:
-                return ir.TensorLoad(name, loc)
-            raise KgenError(
-                loc, f"vector '{name}' needs an index: {name}[row] or {name}[col]"
-            )
-
-        return resolve
+        if name == "inf":
+            return _Infinity(loc)
+        return lambda scope: _name_value(name, loc, scope)
 
     def axis(self, meta, children):
         return Axis(str(children[0]))

@@ -1,7 +1,8 @@
 """The Lark transformer: a .kg file's parse tree to kgen IR, every node carrying its location.
 
 `ToIR(file).transform(tree)` returns the kernels. Declarations (kernel settings, parameters,
-gemms and their settings, phases, storage) are checked here for what the parser alone can know:
+gemms and their settings, phases, storage; a loop's own parts are kgen/parse_loop.py's, its gemms
+and the kernel's epilogue are resolved here) are checked for what the parser alone can know:
 names given twice, missing settings, options that do not apply, sizes out of range, unsafe
 identifiers. Epilogue expressions come from kgen/parse_expr.py as resolvers, called once the
 kernel's names are all known; kgen.verify checks the rest.
@@ -27,7 +28,9 @@ from .diagnostics import (
 from .errors import KgenError, SourceLoc
 from .ir import Arch, DType, ParamKind, Residency
 from .language import F32_MAX, MAX_ALIGN, MAX_DIM, MAX_SETTING
-from .parse_expr import ExpressionRules, Resolver, Scope
+from .parse_expr import Resolver, Scope
+from .parse_loop import LoopDecl, LoopRules
+from .parse_loop import Setting as _Setting
 
 __all__ = ["ToIR"]
 
@@ -40,15 +43,6 @@ class _Number:
     """A signed number as written, for settings, dimensions and defaults."""
 
     text: str
-    loc: SourceLoc
-
-
-@dataclass(frozen=True)
-class _Setting:
-    """One line of a kernel or gemm body: target, compute, tile, warps, stages, keep, epilogue."""
-
-    kind: str
-    value: object
     loc: SourceLoc
 
 
@@ -76,6 +70,7 @@ class _Stmt:
     target_loc: SourceLoc
     value: Resolver
     loc: SourceLoc
+    scale: bool = False  # `o *= r`
 
 
 @dataclass(frozen=True)
@@ -87,6 +82,7 @@ class _GemmDecl:
     acc_dtype: DType
     settings: dict[str, _Setting]
     loc: SourceLoc
+    accumulate: bool = False  # `gemm o += s @ V`
 
 
 _SETTING_EXAMPLES = {  # the settings a gemm must write (kgen fills its schedule lines)
@@ -99,8 +95,9 @@ _SETTING_EXAMPLES = {  # the settings a gemm must write (kgen fills its schedule
 
 
 @v_args(meta=True)
-class ToIR(ExpressionRules):
-    """Kernels, parameters, gemms, phases and storage; expressions are ExpressionRules'."""
+class ToIR(LoopRules):
+    """Kernels, parameters, gemms, phases and storage; loops are LoopRules', expressions
+    ExpressionRules'."""
 
     # -- kernels -------------------------------------------------------------------------------
 
@@ -148,6 +145,7 @@ class ToIR(ExpressionRules):
         settings: dict[str, _Setting] = {}
         params: list[ir.Param] = []
         decls: list[_GemmDecl] = []
+        loop: LoopDecl | None = None
         for item in items:
             if isinstance(item, _Setting):
                 if item.kind in settings:
@@ -156,6 +154,19 @@ class ToIR(ExpressionRules):
                 settings[item.kind] = item
             elif isinstance(item, ir.Param):
                 params.append(item)
+            elif isinstance(item, LoopDecl):
+                if loop is not None:
+                    raise KgenError(
+                        item.loc, f"a kernel holds one loop (the first is '{loop.name}'"
+                                  f"{at_line(loop.loc)})"
+                    )
+                if "epilogue" in settings:
+                    raise KgenError(
+                        settings["epilogue"].loc,
+                        f"the kernel's epilogue runs after loop '{item.name}'"
+                        f"{at_line(item.loc)}: write it below the loop",
+                    )
+                loop = item
             else:
                 decls.append(item)
         if "target" not in settings:
@@ -165,13 +176,38 @@ class ToIR(ExpressionRules):
         for param in params:
             by_name.setdefault(param.name, param)
         dims = {d for p in params for d in p.full_shape if isinstance(d, str)}
-        gemm_names = {d.name for d in decls}
+        loop_decls = loop.gemms if loop is not None else ()
+        gemm_names = {d.name for d in (*decls, *loop_decls)}
+        carried = dict(loop.carried) if loop is not None else {}
         other_locals: dict[str, str] = {}
-        gemms = []
+
+        def resolve(decl: _GemmDecl, earlier: list, in_loop: bool) -> ir.Gemm:
+            scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
+                          carried=set(carried), stores_readable=in_loop)
+            gemm = self._gemm_ir(decl, scope, {g.name for g in earlier})
+            other_locals.update({n: decl.name for n in scope.bound
+                                 if n not in carried and n not in gemm_names})
+            return gemm
+
+        gemms: list[ir.Gemm] = []
         for decl in decls:
-            scope = Scope(by_name, gemm_names, dims, dict(other_locals))
-            gemms.append(self._gemm_ir(decl, scope, {g.name for g in gemms}))
-            other_locals.update({name: decl.name for name in scope.bound})
+            gemms.append(resolve(decl, gemms, False))
+        loop_ir = None
+        if loop is not None:
+            loop_gemms: list[ir.Gemm] = []
+            for decl in loop.gemms:
+                loop_gemms.append(resolve(decl, [*gemms, *loop_gemms], True))
+            loop_ir = ir.Loop(
+                name=loop.name, dim=loop.dim, carries=loop.carries, gemms=tuple(loop_gemms),
+                tile=_value(loop.settings.get("tile")), warps=_value(loop.settings.get("warps")),
+                stages=_value(loop.settings.get("stages")), loc=loop.loc,
+            )
+        epilogue = None
+        if "epilogue" in settings:  # the kernel's own: after the loop, or a row kernel's body
+            scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
+                          carried=set(carried))
+            stmts = self._statements(settings["epilogue"].value, scope)
+            epilogue = ir.Epilogue(stmts, settings["epilogue"].loc)
 
         compute = settings.get("compute")
         phases = settings.get("phases")
@@ -189,6 +225,8 @@ class ToIR(ExpressionRules):
             deterministic=settings["reductions"].value if "reductions" in settings else False,
             schedule=settings["schedule"].value if "schedule" in settings else None,
             schedule_loc=settings["schedule"].loc if "schedule" in settings else name_loc,
+            loop=loop_ir,
+            epilogue=epilogue,
         )
 
     # -- parameters ----------------------------------------------------------------------------
@@ -230,11 +268,14 @@ class ToIR(ExpressionRules):
         shape: tuple = ()
         if rest and isinstance(rest[0], tuple):
             shape, rest = rest[0], rest[1:]
-        batch = None
+        batch = heads = None
         batched_rank = {ParamKind.TENSOR: 3, ParamKind.VECTOR: 2, ParamKind.SCALAR: 1}[kind]
         # a leading batch dimension: f16[L, M, K], f32[L, N], and f32[L] (one scalar per batch)
         if len(shape) == batched_rank:
             batch, shape = shape[0], shape[1:]
+        # two: batch and heads, bf16[B, H, S, D] and f32[B, H, S] (loop and row kernels)
+        elif len(shape) == batched_rank + 1 and kind is not ParamKind.SCALAR:
+            batch, heads, shape = shape[0], shape[1], shape[2:]
         layout = role = default = None
         for option in rest:
             if option.kind == "default":
@@ -273,6 +314,7 @@ class ToIR(ExpressionRules):
             default=default,
             loc=loc,
             batch=batch,
+            heads=heads,
         )
 
     # -- gemm stages ---------------------------------------------------------------------------
@@ -283,7 +325,17 @@ class ToIR(ExpressionRules):
         return str(token), self._loc(token)
 
     def operand(self, meta, children):
-        return ir.OperandRef(str(children[0]), self._loc(meta))
+        token, *transpose = children
+        if transpose and str(transpose[0]) != "T":
+            raise KgenError(
+                self._loc(transpose[0]),
+                f"'^' after an operand takes T (the transpose, as in {token}^T), "
+                f"not {quote(transpose[0])}",
+            )
+        return ir.OperandRef(str(token), self._loc(meta), transposed=bool(transpose))
+
+    def gemm_op(self, meta, children):
+        return str(children[0])
 
     def accumulate(self, meta, children):
         return self._dtype(children[0])
@@ -295,18 +347,6 @@ class ToIR(ExpressionRules):
     def warps(self, meta, children):
         m, n = self._sizes(children[0], "warps", ("M", "N"), "two counts MxN")
         return _Setting("warps", ir.WarpGrid(m, n, self._loc(meta)), self._loc(meta))
-
-    def _sizes(self, token: Token, what: str, axes: tuple, needs: str) -> list[int]:
-        """Split `128x128x32` into checked integers, each error pointing at its own number."""
-        parts = [(m.group(), m.start()) for m in re.finditer(r"[^xX \t]+", str(token))]
-        if len(parts) != len(axes):
-            raise KgenError(self._loc(token), f"{what} needs {needs}, got {number_text(token)}")
-        values = []
-        for axis, (text, offset) in zip(axes, parts):
-            col = token.column + offset
-            loc = SourceLoc(self.file, token.line, col, token.line, col + len(text))
-            values.append(checked_int(text, f"{what} {axis}", MAX_SETTING, loc))
-        return values
 
     def stages(self, meta, children):
         (number,) = children
@@ -347,8 +387,12 @@ class ToIR(ExpressionRules):
         target, value = children
         return _Stmt(str(target), self._loc(target), value, self._loc(meta))
 
+    def scale_stmt(self, meta, children):
+        target, value = children
+        return _Stmt(str(target), self._loc(target), value, self._loc(meta), scale=True)
+
     def gemm(self, meta, children):
-        (name, name_loc), a, b, *rest = children
+        (name, name_loc), op, a, b, *rest = children
         acc_dtype = DType.F32
         if rest and isinstance(rest[0], DType):
             acc_dtype, rest = rest[0], rest[1:]
@@ -361,12 +405,14 @@ class ToIR(ExpressionRules):
                     f"{item.kind} given twice in gemm '{name}' (first{at_line(first)})",
                 )
             settings[item.kind] = item
+        accumulate = op == "+="
         for kind, example in _SETTING_EXAMPLES.items():
-            if kind not in settings:
+            if kind not in settings and not accumulate:  # `o += s @ V` has no epilogue
                 raise KgenError(
                     name_loc, f"gemm '{name}' has no {kind} setting; add e.g. '{example}'"
                 )
-        return _GemmDecl(name, name_loc, a, b, acc_dtype, settings, self._loc(meta))
+        return _GemmDecl(name, name_loc, a, b, acc_dtype, settings, self._loc(meta),
+                         accumulate)
 
     def _gemm_ir(self, decl: _GemmDecl, scope: Scope, earlier: set[str]) -> ir.Gemm:
         """Resolve a gemm's epilogue against the kernel's names and build the ir.Gemm."""
@@ -392,22 +438,10 @@ class ToIR(ExpressionRules):
                     f"'{decl.b.name}' (only a gemm's B can stay resident)",
                 )
 
-        epilogue = decl.settings["epilogue"]
-        def sets_param_or_gemm(stmt: _Stmt) -> bool:
-            return stmt.target in scope.params or stmt.target in scope.gemms
-
-        for s in epilogue.value:
-            if not sets_param_or_gemm(s):
-                scope.later.setdefault(s.target, s.loc)
-        stmts: list[ir.Stmt] = []
-        for s in epilogue.value:
-            value = s.value(scope)
-            if sets_param_or_gemm(s):
-                stmts.append(ir.Store(s.target, value, s.loc))
-            else:
-                check_identifier(s.target, s.target_loc, "local")
-                stmts.append(ir.Let(s.target, value, s.loc))
-                scope.bound.setdefault(s.target, s.loc)
+        epilogue = decl.settings.get("epilogue")
+        if epilogue is None:  # an accumulating gemm: no epilogue of its own
+            epilogue = _Setting("epilogue", (), decl.loc)
+        stmts = self._statements(epilogue.value, scope)
 
         return ir.Gemm(
             name=decl.name,
@@ -424,7 +458,42 @@ class ToIR(ExpressionRules):
             loc=decl.loc,
             split=_value(decl.settings.get("split")),
             cluster=_value(decl.settings.get("cluster")),
+            accumulate=decl.accumulate,
         )
+
+    def _statements(self, stmts: tuple, scope: Scope) -> tuple[ir.Stmt, ...]:
+        """One epilogue's statements, in order: `name = expr` stores to a parameter or a gemm
+        (the value the gemm hands on), updates a carried value (`scope.carried`: a loop's
+        carries and accumulators), or binds a local."""
+        def sets_param_or_gemm(stmt: _Stmt) -> bool:
+            return stmt.target in scope.params or (
+                stmt.target in scope.gemms and stmt.target not in scope.carried)
+
+        for s in stmts:
+            if not sets_param_or_gemm(s) and s.target not in scope.carried:
+                scope.later.setdefault(s.target, s.loc)
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            value = s.value(scope)
+            if s.scale and s.target not in scope.carried:
+                raise KgenError(
+                    s.target_loc,
+                    f"'{s.target} *= ...' rescales a carried value (a loop's carry or "
+                    f"accumulator); '{s.target}' is not one: write '{s.target} = ...'",
+                )
+            if s.scale:
+                value = ir.Call(ir.Op.MUL, (ir.LocalRef(s.target, s.target_loc), value), s.loc)
+            if s.target in scope.carried:
+                out.append(ir.Update(s.target, value, s.loc))
+            elif sets_param_or_gemm(s):
+                out.append(ir.Store(s.target, value, s.loc))
+                if scope.stores_readable and s.target in scope.gemms:
+                    scope.bound.setdefault(s.target, s.loc)
+            else:
+                check_identifier(s.target, s.target_loc, "local")
+                out.append(ir.Let(s.target, value, s.loc))
+                scope.bound.setdefault(s.target, s.loc)
+        return tuple(out)
 
     # -- phases and storage ----------------------------------------------------------------------
 

@@ -339,8 +339,8 @@ class NumpyEvaluator(EpilogueEvaluator):
 
 def evaluate(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
              scalars: Mapping[str, float] | None = None, *,
-             rows: np.ndarray | None = None, batches: int | None = None
-             ) -> dict[str, np.ndarray]:
+             rows: np.ndarray | None = None, batches: int | None = None,
+             block: int | None = None) -> dict[str, np.ndarray]:
     """Every output of `kernel`, in its dtype, from logical host `inputs`.
 
     `rows` (indices into M) restricts the evaluation to those output rows: tensor outputs come
@@ -351,7 +351,15 @@ def evaluate(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
     on batch b of each batched input ([L, ...] arrays; a broadcast one may be a NumPy view with
     batch stride 0) and on the whole of each unbatched input (shared by every batch); each
     output comes back as [L, ...]. `batches` gives L when no batched input tells it.
+
+    A tile program (a loop kernel or a row kernel) is kgen/reference_tiles.py's: its loop runs
+    in blocks of `block` columns (the kernel's tile.n; 64 when None), and with two batch
+    dimensions each output comes back as [B, H, ...].
     """
+    if kernel.loop is not None or (kernel.epilogue is not None and not kernel.gemms):
+        from .reference_tiles import evaluate_tiles
+
+        return evaluate_tiles(kernel, inputs, scalars or {}, rows, batches, block)
     batched = [p for p in kernel.params if p.batch is not None]
     if not batched:
         evaluator = NumpyEvaluator(kernel, inputs, scalars or {}, rows)
@@ -441,7 +449,42 @@ def checking_dtype(kernel: ir.Kernel, output: str) -> ir.DType:
     for gemm in kernel.gemms:
         for stmt in gemm.epilogue.stmts:
             visit(stmt.value)
+    if kernel.loop is not None:
+        for gemm in kernel.loop.gemms:
+            for stmt in gemm.epilogue.stmts:
+                visit(stmt.value)
+        # The value a loop hands to its accumulating gemm is rounded to the operand dtype (as
+        # a cast would be), and the kernel's rounding of it may land one step away.
+        if _reads_accumulator(kernel, output):
+            operand = kernel.param(kernel.loop.gemms[-1].b.name)
+            if operand is not None and _TOLERANCES[operand.dtype][1] > _TOLERANCES[coarsest][1]:
+                coarsest = operand.dtype
+    if kernel.epilogue is not None:
+        for stmt in kernel.epilogue.stmts:
+            visit(stmt.value)
     return coarsest
+
+
+def _reads_accumulator(kernel: ir.Kernel, output: str) -> bool:
+    """Whether the kernel epilogue's store to `output` reads a loop's accumulator, directly or
+    through locals."""
+    if kernel.epilogue is None:
+        return False
+    accumulators = {g.name for g in kernel.loop.gemms if g.accumulate}
+    reading: set[str] = set()  # locals that read one
+
+    def reads(node) -> bool:
+        if isinstance(node, ir.LocalRef):
+            return node.name in accumulators or node.name in reading
+        children = getattr(node, "args", None) or ((node.arg,) if hasattr(node, "arg") else ())
+        return any(reads(child) for child in children)
+
+    for stmt in kernel.epilogue.stmts:
+        if isinstance(stmt, ir.Let) and reads(stmt.value):
+            reading.add(stmt.name)
+        elif isinstance(stmt, ir.Store) and stmt.target == output:
+            return reads(stmt.value)
+    return False
 
 
 @dataclass(frozen=True, slots=True)

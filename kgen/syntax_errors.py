@@ -24,10 +24,11 @@ Literal = Callable[[str], "str | None"]
 
 _DECLARATIONS = (
     "target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases",
-    "storage",
+    "storage", "loop", "epilogue",
 )
 # `keep B resident` starts as keep
 _SETTINGS = ("tile", "warps", "stages", "split", "cluster", "keep", "epilogue")
+_LOOP_ITEMS = ("tile", "warps", "stages", "carry", "gemm")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
 
@@ -111,7 +112,8 @@ def _phrase(expected: set[str], prev: Token | None, literal: Literal) -> str:
         remaining.difference_update(names)
         phrases.append(phrase)
 
-    for words, kind in ((_DECLARATIONS, "a declaration"), (_SETTINGS, "a setting")):
+    for words, kind in ((_DECLARATIONS, "a declaration"), (_SETTINGS, "a setting"),
+                        (_LOOP_ITEMS, "a loop item")):
         if set(words) <= by_literal.keys():
             take([by_literal[w] for w in words], f"{kind} ({or_list(list(words))})")
     if {"acc", "cast", "(", "-"} <= by_literal.keys():
@@ -131,6 +133,10 @@ def _phrase(expected: set[str], prev: Token | None, literal: Literal) -> str:
     if "SHAPE" in remaining:
         after = prev.value if prev is not None else ""
         shape = {"tile": "a tile shape such as 128x128x32", "warps": "a warp grid such as 2x2"}
+        if "NUMBER" in remaining and after == "warps":  # a loop's warps: 4 or 4x1
+            remaining.discard("NUMBER")
+            remaining.difference_update(n for n in ("MINUS", "PLUS") if n in remaining)
+            shape["warps"] = "a warp count such as 4"
         take(["SHAPE"], shape.get(after, "a shape such as 2x2"))
     if "NUMBER" in remaining:
         take(["NUMBER"], "a number")

@@ -1,10 +1,12 @@
 """Fuzzing `kgen compile` and `kgen inspect`, in process, through the CLI's own code path.
 
-Two sources of inputs:
+Three sources of inputs:
   * grammar-aware generation (hypothesis): mostly valid kernels built from strategies, with
     hostile names (C++ keywords, CUDA and C library names, macros, the generated code's own
     identifiers, unicode, `D; system(x)`, `x/*`), dtypes, tiles (0, negative, 2**63, huge),
     numbers (nan, inf, 1e999, ...) and expressions of random depth;
+  * tile programs (loop kernels, row kernels), generated the same way and run through parse,
+    verify and the NumPy reference: a located KgenError or outputs of the declared shapes;
   * mutation of every examples/*.kg: deleted, duplicated or inserted tokens, random bytes, huge
     numbers, deep nesting, identifiers renamed to unicode, keywords and macros.
 
@@ -591,6 +593,170 @@ def test_generation_reaches_both_outcomes(fuzzing):
     assert fuzzing.accepted >= GENERATED // 10, (fuzzing.accepted, fuzzing.rejected)
     assert fuzzing.rejected >= GENERATED // 10, (fuzzing.accepted, fuzzing.rejected)
     assert len(fuzzing.compiled) >= min(NVRTC_CAP, 3), "NVRTC compiled too few accepted outputs"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile programs: loop kernels and row kernels, through parse, verify and the NumPy reference
+
+TILE_GENERATED = SCALE or 120  # generated tile programs
+TILE_OUTCOMES = {"accepted": 0, "rejected": 0}
+LOOP_SCHEDULES = ["", "tile 128x64", "tile 64x32  warps 4  stages 2", "tile 128x128  warps 8",
+                  "warps 4x1", "stages 3"]
+ODD_LOOP_SCHEDULES = ["tile 96x64", "warps 2x2", "stages 9", "tile 128x64x32", "warps 4",
+                      "tile 64x256"]
+
+
+@st.composite
+def tile_programs(draw) -> str:
+    """A loop kernel (attention-like with K^T and row carries, or an MLP-like chain) or a row
+    kernel, mostly valid: the row values (carries, row, v[row], scalars, row reductions) and
+    the tile values (acc, col, v[col], tensors) are drawn where each is needed, and a hostility
+    level mixes them up, with hostile names, dtypes and schedule lines."""
+    pick = Chooser(draw, draw(st.sampled_from([0, 0, 0, 2, 5, 10, 30])))
+    odd = pick.hostile()
+    depth = draw(st.sampled_from([1, 2, 3]))
+    dt = draw(st.sampled_from(["f16", "bf16"]))
+    heads = draw(st.sampled_from(["", "B, H, ", "B, "]))
+    kv_heads = {"B, H, ": draw(st.sampled_from(["B, H, ", "B, HKV, "])), "": "", "B, ": "B, "}
+    kv_heads = kv_heads[heads]
+    target = pick(draw(st.sampled_from(["sm_80", "sm_90a"])), st.sampled_from(["sm_70", "sm80"]))
+    names = {p: pick.name(p) for p in ("Q", "K", "V", "O", "lse", "scale", "m", "l", "s", "o",
+                                       "slope", "bias")}
+    row_leaves = [names["m"], names["l"], "row", f"{names['slope']}[row]", names["scale"],
+                  "-inf", "0", "1.5", f"rowmax({names['s']})"]
+    tile_leaves = ["acc", "col", f"{names['bias']}[col]", "acc"]
+
+    def row_expr() -> str:
+        leaves = row_leaves if not odd else row_leaves + tile_leaves
+        expr = draw(expressions(leaves[:-1], depth, odd))
+        if draw(st.booleans()):
+            tile = draw(expressions(tile_leaves + row_leaves[:-1], depth, odd))
+            reduce = draw(st.sampled_from(["rowsum", "rowmax", "rowmin", "rowabsmax"]
+                                          + (["colsum", "reduce_max"] if odd else [])))
+            expr = f"{expr} + {reduce}({tile})"
+        return expr
+
+    if draw(st.integers(0, 3)) == 0:  # a row kernel
+        x, y, z, d = (pick.name(n) for n in ("X", "Y", "Z", "D"))
+        cols = draw(st.sampled_from(["N", "64", "128"]))
+        leaves = [x, y, "row", "col", "1.5", "-inf", f"{names['slope']}[row]"]
+        lines = [
+            f"kernel {pick.name('rows')} {{", f"  target {target}",
+            f"  tensor {x} : {pick.dtype(dt)}[{heads}S, {cols}] row",
+            f"  tensor {y} : {pick.dtype(dt)}[{heads}S, {cols}] row",
+            f"  tensor {z} : {pick.dtype('f32')}[{heads}S, {cols}] row out",
+            f"  vector {d} : f32[{heads}S] out",
+            f"  vector {names['slope']} : f32[{heads}S]",
+            "  epilogue {",
+            f"    t = rowmax({draw(expressions(leaves, depth, odd))})",
+            f"    {z} = {draw(expressions(leaves + ['t'], depth, odd))}",
+            f"    {d} = rowsum({draw(expressions(leaves + ['t'], depth, odd))}) + t",
+            "  }", "}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    attention = draw(st.booleans())
+    k0 = pick(draw(st.sampled_from(["64", "128", "32"])), st.sampled_from(["K", "100", "512"]))
+    n1 = pick(draw(st.sampled_from(["64", "128", "16"])), st.sampled_from(["N1", "24", "272"]))
+    schedule = pick(draw(st.sampled_from(LOOP_SCHEDULES)), st.sampled_from(ODD_LOOP_SCHEDULES))
+    b_operand = f"{names['K']}^T" if attention else names["K"]
+    k_shape = f"T, {k0}" if attention else f"{k0}, T"
+    lines = [
+        f"kernel {pick.name('loop_k')} {{", f"  target {target}",
+        f"  tensor {names['Q']} : {pick.dtype(dt)}[{heads}S, {k0}] row",
+        f"  tensor {names['K']} : {pick.dtype(dt)}[{kv_heads}{k_shape}] row",
+        f"  tensor {names['V']} : {pick.dtype(dt)}[{kv_heads}T, {n1}] row",
+        f"  tensor {names['O']} : {pick.dtype('f32')}[{heads}S, {n1}] row out",
+        f"  vector {names['lse']} : f32[{heads}S] out",
+        f"  vector {names['slope']} : f32[{heads}S]",
+        f"  vector {names['bias']} : f32[T]",
+        f"  scalar {names['scale']} : f32 = {pick.number()}",
+        f"  loop {pick.name('kv')} over T {{",
+        f"    {schedule}",
+        f"    carry {names['m']} : f32[row] = {draw(st.sampled_from(['-inf', '0', 'inf', '1.5']))}",
+        f"    carry {names['l']} : f32[row] = {draw(st.sampled_from(['0', '1', '-inf']))}",
+        f"    gemm {names['s']} = {names['Q']} @ {b_operand} accumulate f32 {{",
+        "      epilogue {",
+        f"        x = {draw(expressions(tile_leaves + row_leaves[:-1], depth, odd))}",
+        f"        {names['s']} = {draw(expressions(['x'] + tile_leaves, depth, odd))}",
+    ]
+    tile_leaves.append("x")
+    for _ in range(draw(st.integers(0, 3))):
+        target_name = draw(st.sampled_from([names["m"], names["l"], names["o"]]))
+        if target_name == names["o"]:
+            lines.append(f"        {names['o']} {draw(st.sampled_from(['*=', '= o *']))} "
+                         f"{row_expr()}".replace("= o *", f"= {names['o']} *"))
+        else:
+            lines.append(f"        {target_name} = {row_expr()}")
+    after_tile = [names["o"], names["l"], "row", "col", "1"]
+    after_row = [names["m"], names["l"], "row", "-inf"]
+    lines += [
+        "      }", "    }",
+        f"    gemm {names['o']} += {names['s']} @ {names['V']} accumulate f32",
+        "  }",
+        "  epilogue {",
+        f"    {names['O']} = {draw(expressions(after_tile, depth, odd))}",
+        f"    {names['lse']} = {draw(expressions(after_row, depth, odd))}",
+        "  }", "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tile_inputs(kernel, rng, sizes: dict[str, int]) -> dict:
+    """Random inputs for every input parameter, named dimensions taken from `sizes` (a heads
+    dimension other than the rows' divides it)."""
+    import ml_dtypes
+    import numpy as np
+
+    from kgen import ir
+
+    arrays = {}
+    for p in kernel.params:
+        if p.role is not ir.Role.IN or p.kind is ir.ParamKind.SCALAR:
+            continue
+        shape = tuple(d if isinstance(d, int) else sizes.setdefault(d, 3) for d in p.full_shape)
+        dtype = {ir.DType.F16: np.float16, ir.DType.BF16: ml_dtypes.bfloat16,
+                 ir.DType.F32: np.float32}[p.dtype]
+        arrays[p.name] = rng.standard_normal(shape).astype(dtype)
+    return arrays
+
+
+@settings(FUZZ_SETTINGS, max_examples=TILE_GENERATED)
+@given(text=tile_programs(), length=st.sampled_from([0, 1, 17, 40]),
+       keys=st.sampled_from([0, 1, 17, 70]), block=st.sampled_from([16, 32, 64]))
+def test_generated_tile_programs(text, length, keys, block):
+    """parse -> verify -> the NumPy reference: a KgenError (located) or outputs of the declared
+    shapes, never another exception."""
+    import numpy as np
+
+    from kgen.reference import evaluate
+    from kgen.verify import verify
+
+    try:
+        module = parse(text, FILE_NAME)
+        verify(module)
+    except KgenError as error:
+        assert error.loc.line >= 1 and error.loc.file == FILE_NAME, error
+        TILE_OUTCOMES["rejected"] += 1
+        return
+    TILE_OUTCOMES["accepted"] += 1
+    kernel = module.kernels[0]
+    sizes = {"B": 2, "H": 2, "HKV": 1, "S": length, "T": keys, "N": 16}
+    with time_limit(COMMAND_SECONDS):
+        outputs = evaluate(kernel, tile_inputs(kernel, np.random.default_rng(0), sizes),
+                           block=block)
+    for p in kernel.params:
+        if p.role.value == "out":
+            want = tuple(d if isinstance(d, int) else sizes[d] for d in p.full_shape)
+            assert outputs[p.name].shape == want, (p.name, outputs[p.name].shape, want)
+
+
+def test_tile_generation_reaches_both_outcomes():
+    """The tile-program generator must reach the reference, not only the checks."""
+    if sum(TILE_OUTCOMES.values()) < TILE_GENERATED:
+        pytest.skip("runs after test_generated_tile_programs")
+    assert TILE_OUTCOMES["accepted"] >= TILE_GENERATED // 5, TILE_OUTCOMES  # ~1/3 today
+    assert TILE_OUTCOMES["rejected"] >= TILE_GENERATED // 10, TILE_OUTCOMES
 
 
 # ---------------------------------------------------------------------------------------------

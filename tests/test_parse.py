@@ -438,3 +438,176 @@ def test_reduction_mode():
     assert plain.deterministic is False
     with pytest.raises(KgenError, match="unknown reduction mode 'often'; expected atomic or deterministic"):
         parse(text.replace("deterministic", "often"), "k.kg")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile programs: loops, carries, K^T, gemm +=, kernel epilogues, row/col/inf as values
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def test_attention_program():
+    text = (PROGRAMS / "attention_fwd.kg").read_text()
+    kernel = parse(text, "a.kg").kernels[0]
+    assert kernel.gemms == ()
+    q, k, v, o, lse, scale = kernel.params
+    assert (q.batch, q.heads, q.shape) == ("B", "H", ("S", 128))
+    assert (k.batch, k.heads, k.shape) == ("B", "HKV", ("T", 128))
+    assert (lse.kind, lse.batch, lse.heads, lse.shape) == (ParamKind.VECTOR, "B", "H", ("S",))
+    assert q.full_shape == ("B", "H", "S", 128)
+    loop = kernel.loop
+    assert (loop.name, loop.dim) == ("kv", "T")
+    assert loop.tile == ir.BlockShape(128, 64) and loop.warps == ir.WarpGrid(8, 1)
+    assert loop.stages == ir.StageCount(2)
+    assert loop.carries == (ir.Carry("m", DType.F32, float("-inf")), ir.Carry("l", DType.F32, 0.0))
+    s, acc_o = loop.gemms
+    assert s.a == ir.OperandRef("Q") and s.b == ir.OperandRef("K", transposed=True)
+    assert not s.accumulate and acc_o.accumulate
+    assert acc_o.a == ir.OperandRef("s") and acc_o.epilogue.stmts == ()
+    kinds = [type(stmt).__name__ for stmt in s.epilogue.stmts]
+    assert kinds == ["Let", "Let", "Let", "Store", "Let", "Update", "Update", "Update"]
+    x = s.epilogue.stmts[0].value
+    assert x == Call(Op.WHERE, (Call(Op.LE, (ir.Position(Axis.COL), ir.Position(Axis.ROW))),
+                                Call(Op.MUL, (ScalarLoad("scale"), Acc())), Const(float("-inf"))))
+    m_new = s.epilogue.stmts[1].value
+    assert m_new == Call(Op.MAX, (LocalRef("m"), Reduce(ReduceOp.MAX, Axis.ROW, LocalRef("x"))))
+    l_update = s.epilogue.stmts[5]
+    assert l_update.value.args[1] == Reduce(ReduceOp.SUM, Axis.ROW, LocalRef("s"))
+    assert s.epilogue.stmts[6] == ir.Update("o", Call(Op.MUL, (LocalRef("o"), LocalRef("r"))))
+    out_o, out_lse = kernel.epilogue.stmts
+    assert out_o.target == "O" and out_lse.target == "lse"
+    assert out_o.value.args[2] == Call(Op.DIV, (LocalRef("o"), LocalRef("l")))
+    # locations: the loop, a carry, the transposed operand, a position, the kernel epilogue
+    assert position(text, "loop kv") == (loop.loc.line, loop.loc.col)
+    assert loc_tuple(loop.carries[0].loc)[:2] == position(text, "carry m")
+    assert loc_tuple(s.b.loc) == span(text, "K^T")
+    line, col = position(text, "col <= row")
+    assert loc_tuple(x.args[0].args[0].loc) == (line, col, line, col + 3)
+    assert loc_tuple(x.args[2].loc) == span(text, "-inf", 1)
+    line = text.splitlines().index("  epilogue {") + 1
+    assert (kernel.epilogue.loc.line, kernel.epilogue.loc.col) == (line, 3)
+
+
+def test_mlp_and_row_kernel_programs():
+    mlp = parse_file(PROGRAMS / "mlp_loop.kg").kernels[0]
+    h, y = mlp.loop.gemms
+    assert (mlp.loop.name, mlp.loop.dim, mlp.loop.carries) == ("j", "N0", ())
+    assert mlp.loop.tile is None and mlp.loop.warps is None and mlp.loop.stages is None
+    assert h.epilogue.stmts == (ir.Store("h", Call(Op.GELU, (Call(Op.ADD, (
+        Acc(), VectorLoad("b0", Axis.COL))),))),)
+    assert y.accumulate and mlp.epilogue.stmts == (ir.Store("Y", LocalRef("y")),)
+    row = parse_file(PROGRAMS / "attention_bwd_dot.kg").kernels[0]
+    assert row.gemms == () and row.loop is None
+    (store,) = row.epilogue.stmts
+    assert store == ir.Store("D", Reduce(ReduceOp.SUM, Axis.ROW, Call(Op.MUL, (
+        Cast(DType.F32, TensorLoad("dO")), TensorLoad("O")))))
+
+
+LOOP = """\
+kernel k {{
+  target sm_80
+  tensor A : f16[M, 64] row
+  tensor B : f16[64, T] col
+  tensor C : f16[T, 32] row
+  tensor D : f32[M, 32] out
+  {extra}
+  loop i over T {{
+    {loop_lines}
+    gemm g = A @ B {{ epilogue {{
+      {body}
+    }} }}
+    gemm o += g @ C
+  }}
+  epilogue {{ D = o }}
+}}
+"""
+
+
+def loop_kernel(body="g = acc", loop_lines="", extra="") -> ir.Kernel:
+    return parse(LOOP.format(body=body, loop_lines=loop_lines, extra=extra)).kernels[0]
+
+
+def test_scale_sugar_is_an_update_of_a_product():
+    kernel = loop_kernel("g = acc\n      o *= 2")
+    assert kernel.loop.gemms[0].epilogue.stmts[1] == ir.Update(
+        "o", Call(Op.MUL, (LocalRef("o"), Const(2.0))))
+    assert kernel.loop.gemms[0].epilogue.stmts == loop_kernel(
+        "g = acc\n      o = o * 2").loop.gemms[0].epilogue.stmts
+
+
+@pytest.mark.parametrize("lines, warps", [("warps 4", (4, 1)), ("warps 4x1", (4, 1)),
+                                          ("warps 8 x 1", (8, 1)), ("warps 2x2", (2, 2))])
+def test_loop_warps_spellings(lines, warps):
+    grid = loop_kernel(loop_lines=lines).loop.warps
+    assert (grid.m, grid.n) == warps
+
+
+def test_inf_and_positions_as_values():
+    stmts = loop_kernel("t = -inf + inf * row - col\n      g = acc + t").loop.gemms[0]
+    value = stmts.epilogue.stmts[0].value
+    assert value == Call(Op.SUB, (Call(Op.ADD, (Const(float("-inf")), Call(Op.MUL, (
+        Const(float("inf")), ir.Position(Axis.ROW))))), ir.Position(Axis.COL)))
+    # --inf folds too; `inf` named by a parameter stays that parameter
+    assert loop_kernel("g = --inf").loop.gemms[0].epilogue.stmts[0].value == Const(float("inf"))
+    named = loop_kernel("g = -inf", extra="scalar inf : f32").loop.gemms[0]
+    assert named.epilogue.stmts[0].value == Call(Op.NEG, (ScalarLoad("inf"),))
+
+
+def test_gemm_kernels_parse_as_before():
+    """The new fields stay at their defaults in a gemm kernel: same IR as before."""
+    kernel = parse(KERNEL.format(body="D = acc")).kernels[0]
+    assert kernel.loop is None and kernel.epilogue is None
+    assert all(p.heads is None for p in kernel.params)
+    g = kernel.gemms[0]
+    assert not g.accumulate and not g.a.transposed and not g.b.transposed
+
+
+@pytest.mark.parametrize("text, message", [
+    (LOOP.format(body="g = acc", loop_lines="carry m : f32[row]", extra=""),
+     "<string>:9:5: error: carry 'm' needs an initial value, e.g. 'carry m : f32[row] = 0'"),
+    (LOOP.format(body="g = acc", loop_lines="carry m : f32[col] = 0", extra=""),
+     "<string>:9:19: error: a carry holds one value per row: write f32[row], not f32[col]"),
+    (LOOP.format(body="g = acc", loop_lines="carry m : f32[row] = nan", extra=""),
+     "<string>:9:26: error: a carry starts at a number, inf or -inf, not 'nan'"),
+    (LOOP.format(body="g = acc", loop_lines="carry m : f32[row] = 1e999", extra=""),
+     "<string>:9:26: error: initial value 1e999 does not fit in f32"),
+    (LOOP.format(body="g = acc", loop_lines="tile 128x64x32", extra=""),
+     "<string>:9:10: error: tile needs two sizes MxN (rows x block), got 128x64x32"),
+    (LOOP.format(body="g = acc", loop_lines="tile 128x64 tile 64x64", extra=""),
+     "<string>:9:17: error: tile given twice in loop 'i' (first at line 9)"),
+    (LOOP.format(body="g = acc", loop_lines="", extra="").replace("@ B {", "@ B^X {"),
+     "<string>:10:20: error: '^' after an operand takes T (the transpose, as in B^T), not 'X'"),
+    (LOOP.format(body="g = acc\n      t *= 2", loop_lines="", extra=""),
+     "<string>:12:7: error: 't *= ...' rescales a carried value (a loop's carry or "
+     "accumulator); 't' is not one: write 't = ...'"),
+    (LOOP.format(body="g = acc", loop_lines="", extra="").replace(
+        "  loop i", "  epilogue { D = 1 }\n  loop i").replace("  epilogue { D = o }\n", ""),
+     "<string>:8:3: error: the kernel's epilogue runs after loop 'i' at line 9: write it "
+     "below the loop"),
+    (LOOP.format(body="g = acc", loop_lines="", extra="").replace(
+        "  epilogue { D = o }", "  loop j over T { }"),
+     "<string>:15:3: error: a kernel holds one loop (the first is 'i' at line 8)"),
+    (LOOP.format(body="g = acc", loop_lines="", extra="").replace(
+        "gemm g = A @ B {", "gemm g = A @ B"),
+     "<string>:10:20: error: expected a loop item (tile, warps, stages, carry or gemm) or '}', "
+     "found 'epilogue'"),
+])
+def test_loop_parse_errors(text, message):
+    with pytest.raises(KgenError) as info:
+        parse(text)
+    assert str(info.value) == message
+
+
+def test_language_doc_shows_the_tile_programs():
+    """docs/language.md, section 15, shows the three programs of tests/programs (without their
+    comments), and each parses and verifies."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
+    section = doc[doc.index("## 15. Tile programs"):]
+    blocks = section.split("```")[1::2]
+    shown = {parse(block).kernels[0].name: block for block in blocks if block.strip()}
+    for path in sorted(PROGRAMS.glob("*.kg")):
+        code = "\n".join(line for line in path.read_text().splitlines()
+                         if not line.startswith("#"))
+        name = parse(code).kernels[0].name
+        assert shown[name].strip() == code.strip(), name
+        assert verify(parse(shown[name])) == []

@@ -625,3 +625,432 @@ def test_warnings_from_the_dsl_render_like_errors():
         "        unused = s + 1\n"
         "        ^~~~~~~~~~~~~~"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile programs: the programs of tests/programs with one line changed, each mistake named
+
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+TILE_PROGRAMS = {name: (PROGRAMS / f"{name}.kg").read_text()
+                 for name in ("attention_fwd", "mlp_loop", "attention_bwd_dot")}
+
+
+def test_tile_programs_verify_without_warnings():
+    from kgen.parse import parse
+
+    for name, text in TILE_PROGRAMS.items():
+        assert verify(parse(text, f"{name}.kg")) == [], name
+
+
+TILE_CASES = [
+    ('attention_fwd',
+     'gemm o += s @ V accumulate f32',
+     'gemm o += s @ V^T accumulate f32',
+     "p.kg:29:19: error: only the first gemm's B operand can be transposed for now; declare 'V' "
+     "with T rows (the other layout, row or col, if its memory is the transpose)"),
+    ('attention_fwd',
+     'm = m_new',
+     'm = acc * 2',
+     "p.kg:26:9: error: m is one value per row; `acc * 2` is one value per element of s's tile"),
+    ('attention_fwd',
+     'lse = where(l == 0, -inf, m + log(l))',
+     'lse = o / l',
+     "p.kg:33:5: error: lse is one value per row; `o / l` is one value per element of o's [S, "
+     '128] tile'),
+    ('attention_fwd',
+     'o = o * r',
+     'o = o + 1',
+     "p.kg:25:9: error: 'o' is an accumulator (gemm o +=): it can only be rescaled by a row "
+     "value, as in 'o = o * r'"),
+    ('attention_fwd',
+     'o = o * r',
+     'o = o * acc',
+     "p.kg:25:17: error: 'o' can only be rescaled by one value per row; `acc` is one value per "
+     "element of s's tile"),
+    ('attention_fwd',
+     'o = o * r',
+     'o = o * o',
+     "p.kg:25:9: error: 'o' is an accumulator (gemm o +=): it can only be rescaled by a row "
+     "value, as in 'o = o * r'"),
+    ('attention_fwd',
+     'r = exp(m - m_use)',
+     'r = exp(m - m_use) + o',
+     "p.kg:23:30: error: 'o' is the accumulator of gemm o +=: in the loop it can only be "
+     "rescaled ('o = o * r'); read it in the kernel's epilogue, after the loop"),
+    ('attention_fwd',
+     'm_new = max(m, rowmax(x))',
+     'm_new = max(m, colmax(x))',
+     'p.kg:20:24: error: colmax: column and whole-tile reductions are not supported inside a '
+     'loop for now; row reductions (rowmax) are'),
+    ('attention_fwd',
+     'm_new = max(m, rowmax(x))',
+     'm_new = max(m, reduce_max(x))',
+     'p.kg:20:24: error: reduce_max: column and whole-tile reductions are not supported inside a '
+     'loop for now; row reductions (rowmax) are'),
+    ('attention_fwd',
+     'm_new = max(m, rowmax(x))',
+     'm_new = max(m, rowmax(m))',
+     'p.kg:20:24: error: rowmax reduces the elements of a row, but `m` is already one value per '
+     'row'),
+    ('attention_fwd',
+     'gemm s = Q @ K^T accumulate f32 {',
+     'gemm s = Q @ K^T accumulate f32 {\n      tile 128x64x32',
+     "p.kg:18:7: error: gemm 's' is in loop 'kv': its tile line goes on the loop (loop kv over T "
+     '{ tile 128x64  warps 8  stages 2 ... })'),
+    ('attention_fwd',
+     'gemm s = Q @ K^T accumulate f32 {',
+     'gemm s = Q @ K^T accumulate f32 {\n      stages 3',
+     "p.kg:18:7: error: gemm 's' is in loop 'kv': its stages line goes on the loop (loop kv over "
+     'T { tile 128x64  warps 8  stages 2 ... })'),
+    ('attention_fwd',
+     'gemm o += s @ V accumulate f32',
+     'gemm o += s @ V accumulate f32 { split 2 }',
+     "p.kg:29:38: error: gemm 'o' is in loop 'kv': its split line goes on the loop (loop kv over "
+     'T { tile 128x64  warps 8  stages 2 ... })'),
+    ('attention_fwd',
+     'tensor V : bf16[B, HKV, T, 128] row',
+     'tensor V : f16[B, HKV, T, 128] row',
+     'p.kg:29:19: error: operand dtypes differ: Q is bf16 but V is f16'),
+    ('attention_fwd',
+     'tile 128x64  warps 8  stages 2',
+     'tile 128x64  warps 4  stages 2',
+     "p.kg:14:18: error: warps 4 cover 64 rows (16 each) but the loop's tile has 128"),
+    ('attention_fwd',
+     'tile 128x64  warps 8  stages 2',
+     'tile 96x64',
+     "p.kg:14:5: error: a loop's tile M (rows per CTA) must be 64 or 128, got 96"),
+    ('attention_fwd',
+     'tile 128x64  warps 8  stages 2',
+     'tile 128x256',
+     "p.kg:14:5: error: a loop's tile N (its block of T) must be 32, 64 or 128, got 256"),
+    ('attention_fwd',
+     'tile 128x64  warps 8  stages 2',
+     'warps 8x2',
+     "p.kg:14:5: error: a loop's warps run along its rows only: write warps 8 (or 8x1), not 8x2"),
+    ('attention_fwd',
+     'tile 128x64  warps 8  stages 2',
+     'warps 2',
+     "p.kg:14:5: error: a loop's warps must be 4 or 8 (16 rows each), got 2"),
+    ('attention_fwd',
+     'tile 128x64  warps 8  stages 2',
+     'stages 4',
+     "p.kg:14:5: error: a loop's stages must be 1 to 3, got 4"),
+    ('attention_fwd',
+     'carry l : f32[row] = 0',
+     'carry l : f16[row] = 0',
+     "p.kg:16:5: error: carry 'l' is f16; carries are f32"),
+    ('attention_fwd',
+     'Q @ K^T',
+     'Q @ K',
+     'p.kg:17:18: error: inner dimensions differ: Q is [S, 128] but K is [T, 128]'),
+    ('attention_fwd',
+     'Q @ K^T',
+     'Q^T @ K^T',
+     "p.kg:17:14: error: only a B operand can be transposed; the A operand 'Q' holds the "
+     "kernel's rows"),
+    ('attention_fwd',
+     'loop kv over T',
+     'loop kv over Z',
+     "p.kg:13:3: error: loop 'kv' runs over 'Z', which is not a dimension of any parameter"),
+    ('attention_fwd',
+     'l = l * r + rowsum(s)',
+     'l = l * r + rowsum(s)\n        O = s',
+     "p.kg:25:9: error: gemm 's' runs once per block of loop 'kv': store outputs in the kernel's "
+     'epilogue, after the loop (epilogue { O = ... })'),
+    ('attention_fwd',
+     'O = where(l == 0, 0, o / l)',
+     'O = where(l == 0, 0, acc / l)',
+     "p.kg:32:26: error: after the loop, an accumulator is read by its name ('o'); acc is a "
+     "gemm's own accumulator"),
+    ('attention_fwd',
+     'O = where(l == 0, 0, o / l)',
+     'O = where(l == 0, 0, o / l)\n    m = 1',
+     "p.kg:33:5: error: the loop is over: 'm' cannot be updated after it; bind a local instead "
+     "(e.g. 'm_final = ...')"),
+    ('attention_fwd',
+     'O = where(l == 0, 0, o / l)',
+     'O = where(l == 0, 0, o / rowsum(o))',
+     "p.kg:32:30: error: rowsum after the loop is not supported for now; reduce in the loop's "
+     'first gemm and carry the result'),
+    ('attention_fwd',
+     'vector lse : f32[B, H, S] out',
+     'vector lse : f32[B, S] out',
+     "p.kg:10:3: error: vector 'lse' has a batch dimension but no heads dimension, and 'Q' has "
+     'heads H; declare it f32[B, H, S]'),
+    ('attention_fwd',
+     'tensor O : bf16[B, H, S, 128] row out',
+     'tensor O : bf16[B, HKV, S, 128] row out',
+     "p.kg:9:3: error: output 'O' has heads HKV but the kernel runs over the heads H of 'Q' at "
+     'line 6'),
+    ('attention_fwd',
+     'tensor Q : bf16[B, H, S, 128] row',
+     'tensor Q : bf16[B, S, 128] row',
+     "p.kg:7:3: error: tensor 'K' has a heads dimension but 'Q', whose rows the kernel computes, "
+     'has none'),
+    ('attention_fwd',
+     'l = l * r + rowsum(s)',
+     'l = l * r + rowsum(s) + col',
+     'p.kg:24:9: error: l is one value per row; `l * r + rowsum(s) + col` is one value per '
+     "element of s's tile"),
+    ('attention_fwd',
+     's = exp(x - m_use)',
+     't = exp(x - m_use)',
+     "p.kg:24:28: error: 's' is read before gemm 's' sets it in its epilogue ('s = ...')"),
+    ('attention_fwd',
+     'x = where(col <= row, scale * acc, -inf)',
+     'x = where(col <= row, scale * acc, -inf) + s',
+     "p.kg:19:52: error: 's' is read before gemm 's' sets it in its epilogue ('s = ...')"),
+    ('attention_fwd',
+     'gemm o += s @ V accumulate f32',
+     'gemm o += s @ V accumulate f16',
+     "p.kg:29:5: error: gemm 'o' accumulates in f16; a loop's gemms accumulate in f32"),
+    ('attention_fwd',
+     'gemm o += s @ V accumulate f32',
+     'gemm o += Q @ V accumulate f32',
+     "p.kg:29:15: error: the second gemm of loop 'kv' multiplies the first gemm's value: write "
+     "'gemm o += s @ ...'"),
+    ('attention_fwd',
+     'gemm s = Q',
+     'gemm s += Q',
+     "p.kg:17:5: error: the first gemm of loop 'kv' computes a new tile each block: write 'gemm "
+     "s = ...' (only the second gemm accumulates, +=)"),
+    ('attention_fwd',
+     'tensor V : bf16[B, HKV, T, 128] row',
+     'tensor V : bf16[B, HKV, S, 128] row',
+     "p.kg:29:19: error: loop 'kv' runs over T, so the B operand of gemm 'o' needs T rows; V is "
+     '[S, 128]'),
+    ('attention_fwd',
+     'kernel attention_fwd {',
+     'kernel attention_fwd {\n  compute f16',
+     "p.kg:4:1: error: loop and row kernels compute in f32; kernel 'attention_fwd' asks for "
+     'compute f16'),
+    ('attention_fwd',
+     'x = where(col <= row, scale * acc, -inf)',
+     'x = where(col <= row, scale * acc, -inf) + lse[row]',
+     "p.kg:19:52: error: cannot read output vector 'lse'; to reuse a value, bind it to a local "
+     '(t = ...) and use that'),
+    ('mlp_loop',
+     'tensor W1 : bf16[N0, 128] col',
+     'tensor W1 : bf16[N0, N1] col',
+     "p.kg:13:19: error: N1, the columns of 'W1' (the n of gemm 'y') must be a compile-time size "
+     "(a multiple of 16 up to 256), got 'N1'"),
+    ('mlp_loop',
+     'tensor W1 : bf16[N0, 128] col',
+     'tensor W1 : bf16[N0, 136] col',
+     "p.kg:13:19: error: N1, the columns of 'W1' (the n of gemm 'y') must be a multiple of 16 up "
+     'to 256, got 136'),
+    ('mlp_loop',
+     'tensor W1 : bf16[N0, 128] col',
+     'tensor W1 : bf16[N0, 512] col',
+     "p.kg:13:19: error: N1, the columns of 'W1' (the n of gemm 'y') must be a multiple of 16 up "
+     'to 256, got 512'),
+    ('mlp_loop',
+     'tensor X : bf16[M, 256] row\n  tensor W0 : bf16[256, N0] col',
+     'tensor X : bf16[M, K] row\n  tensor W0 : bf16[K, N0] col',
+     "p.kg:12:14: error: K0, the columns of 'X' (the k of gemm 'h') must be a compile-time size "
+     "(a multiple of 16 up to 256), got 'K'"),
+    ('mlp_loop',
+     'tensor Y : bf16[M, 128] row out',
+     'tensor Y : bf16[M, 64] row out',
+     "p.kg:15:14: error: tensor 'Y' has shape [M, 64] but the kernel's epilogue computes [M, 128]"),
+    ('mlp_loop',
+     'h = gelu(acc + b0[col])',
+     'h = gelu(acc + b0[row])',
+     "p.kg:12:64: error: vector 'b0' has length N0 but b0[row] needs length M"),
+    ('mlp_loop',
+     'h = gelu(acc + b0[col])',
+     'h = gelu(acc + X)',
+     "p.kg:12:64: error: tensor 'X' cannot be read in a loop kernel's epilogues for now; they "
+     'read the accumulator, carries, row, col, vectors and scalars'),
+    ('mlp_loop',
+     'Y = y',
+     'Y = y + b0[col]',
+     "p.kg:15:22: error: vector 'b0' has length N0 but b0[col] needs length 128"),
+    ('mlp_loop',
+     'Y = y',
+     'Y = y\n    Y = y',
+     "p.kg:16:5: error: output 'Y' is written twice (first at line 15)"),
+    ('mlp_loop',
+     '  epilogue { Y = y }\n',
+     '',
+     "p.kg:9:3: error: output 'Y' is never written"),
+    ('mlp_loop',
+     'loop j over N0 {',
+     'gemm g = X @ W0 { epilogue { Y = acc } }\n  loop j over N0 {',
+     "p.kg:11:3: error: gemm 'g' is outside loop 'j': a loop kernel's gemms are in its loop"),
+    ('mlp_loop',
+     'gemm y += h @ W1 accumulate f32\n',
+     '',
+     "p.kg:14:18: error: unknown name 'y'"),
+    ('attention_bwd_dot',
+     'D = rowsum(cast<f32>(dO) * O)',
+     'D = cast<f32>(dO) * O',
+     'p.kg:8:14: error: D is one value per row; `cast<f32>(dO) * O` is one value per element of '
+     'the [S, 128] tile'),
+    ('attention_bwd_dot',
+     'D = rowsum(cast<f32>(dO) * O)',
+     'D = colsum(dO)',
+     'p.kg:8:18: error: colsum: column and whole-tile reductions are not supported in a row '
+     'kernel for now; row reductions (rowsum) are'),
+    ('attention_bwd_dot',
+     'D = rowsum(cast<f32>(dO) * O)',
+     'D = rowsum(dO * O) + acc',
+     'p.kg:8:35: error: a row kernel has no gemm, so no acc; read its tensors by name'),
+    ('attention_bwd_dot',
+     'D = rowsum(cast<f32>(dO) * O)',
+     'm = rowsum(dO)\n  m = m',
+     "p.kg:9:3: error: duplicate name 'm' (first defined at line 8 as a local)"),
+    ('attention_bwd_dot',
+     'tensor O : bf16[B, H, S, 128] row',
+     'tensor O : bf16[B, H, S, 64] row',
+     "p.kg:8:41: error: tensor 'O' has shape [S, 64] but the row kernel works on [S, 128]"),
+    ('attention_bwd_dot',
+     'kernel attention_bwd_dot {',
+     'kernel attention_bwd_dot {\n  schedule pingpong',
+     "p.kg:4:3: error: a schedule line applies to gemm kernels; kernel 'attention_bwd_dot' is a "
+     'row kernel'),
+    ('attention_bwd_dot',
+     'tensor dO : bf16[B, H, S, 128] row\n  tensor O : bf16[B, H, S, 128] row\n',
+     '',
+     "p.kg:6:35: error: unknown name 'dO'"),
+]
+
+
+@pytest.mark.parametrize("program, old, new, message", TILE_CASES,
+                         ids=[f"tile{i}" for i in range(len(TILE_CASES))])
+def test_tile_program_mistakes(program, old, new, message):
+    from kgen.parse import parse
+
+    text = TILE_PROGRAMS[program]
+    assert old in text
+    with pytest.raises(KgenError) as info:
+        verify(parse(text.replace(old, new, 1), "p.kg"))
+    assert str(info.value) == message
+
+
+def test_unused_carry_and_local_warnings():
+    from kgen.parse import parse
+
+    text = TILE_PROGRAMS["attention_fwd"].replace(
+        "carry l : f32[row] = 0",
+        "carry l : f32[row] = 0\n    carry peak : f32[row] = -inf\n    carry echo : f32[row] = 0")
+    text = text.replace("m = m_new", "m = m_new\n        peak = max(peak, m_new)\n"
+                                     "        echo = echo + peak\n        unused = m_new")
+    warnings = verify(parse(text, "w.kg"))
+    assert [str(w) for w in warnings] == [
+        "w.kg:31:9: warning: local 'unused' is never used; it is not computed",
+        "w.kg:17:5: warning: carry 'peak' is never read (no output depends on it); its updates "
+        "are not computed",
+        "w.kg:18:5: warning: carry 'echo' is never read (no output depends on it); its updates "
+        "are not computed",
+    ]
+    # A carry that an output reads through another carry is live.
+    live = text.replace("lse = where(l == 0, -inf, m + log(l))",
+                        "lse = where(l == 0, -inf, m + log(l)) + echo")
+    assert [str(w) for w in verify(parse(live, "w.kg"))] == [
+        "w.kg:31:9: warning: local 'unused' is never used; it is not computed"]
+
+
+def _loop_kernel(**changes) -> Kernel:
+    """The looped MLP built in Python, with fields replaced."""
+    x = Param("X", TENSOR, DType.BF16, ("M", 64))
+    w0 = Param("W0", TENSOR, DType.BF16, (64, "N0"), Layout.COL)
+    w1 = Param("W1", TENSOR, DType.BF16, ("N0", 32), Layout.COL)
+    y = Param("Y", TENSOR, DType.F32, ("M", 32), role=Role.OUT)
+    h = Gemm("h", OperandRef("X"), OperandRef("W0"), DType.F32, None, None, None,
+             Epilogue((Store("h", Acc()),)))
+    acc = Gemm("y", OperandRef("h"), OperandRef("W1"), DType.F32, None, None, None,
+               Epilogue(()), accumulate=True)
+    loop = ir.Loop("j", "N0", (ir.Carry("m", DType.F32, 0.0),), (h, acc))
+    fields = dict(params=(x, w0, w1, y), loop=loop,
+                  epilogue=Epilogue((Store("Y", Call(Op.MUL, (LocalRef("y"), LocalRef("m")))),)))
+    fields.update(changes)
+    return Kernel("k", Arch.SM80, fields.pop("params"), (), **fields)
+
+
+def test_python_loop_kernel_verifies():
+    assert verify_kernel(_loop_kernel()) == []
+
+
+def _with_loop(**changes) -> Kernel:
+    return _loop_kernel(loop=replace(_loop_kernel().loop, **changes))
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (lambda: _with_loop(carries=(ir.Carry("m", DType.F32, float("nan")),)),
+     "carry 'm' starts at nan; it must start at an f32 number, inf or -inf"),
+    (lambda: _with_loop(dim=7), "loop 'j' runs over 7, which is not a dimension of any parameter"),
+    (lambda: _with_loop(gemms=_loop_kernel().loop.gemms[:1]),
+     "loop 'j' must hold two gemms for now, 'gemm s = A @ B { epilogue { s = ... } }' then "
+     "'gemm o += s @ C'; it holds 1"),
+    (lambda: _with_loop(tile=ir.BlockShape(64, 64), warps=WarpGrid(8, 1)),
+     "warps 8 cover 128 rows (16 each) but the loop's tile has 64"),
+    (lambda: _with_loop(gemms=(replace(_loop_kernel().loop.gemms[0], epilogue=Epilogue((
+        Store("h", Acc()), ir.Update("q", Const(1.0))))), _loop_kernel().loop.gemms[1])),
+     "unknown carry 'q'"),
+    (lambda: _with_loop(gemms=(replace(_loop_kernel().loop.gemms[0], epilogue=Epilogue((
+        Store("h", Acc()), ir.Update("m", ir.Position(Axis.COL))))),
+        _loop_kernel().loop.gemms[1])),
+     "m is one value per row; `col` is one value per element of h's tile"),
+    (lambda: _loop_kernel(params=(*_loop_kernel().params,
+                                  Param("Z", TENSOR, DType.BF16, ("M", 32), heads="H"))),
+     "tensor 'Z' has a heads dimension but no batch one; heads come after the batch: [B, H, ...]"),
+    (lambda: _loop_kernel(epilogue=Epilogue((Store("Y", Const(float("nan"))),))),
+     "constant must be an f32 number, inf or -inf, got nan"),
+])
+def test_python_loop_kernel_mistakes(kernel, message):
+    with pytest.raises(KgenError) as info:
+        verify_kernel(kernel())
+    assert info.value.message == message
+
+
+def test_gqa_heads_must_divide_when_fixed():
+    from kgen.parse import parse
+
+    text = TILE_PROGRAMS["attention_fwd"].replace("H, S", "6, S").replace("HKV", "4")
+    with pytest.raises(KgenError) as info:
+        verify(parse(text, "g.kg"))
+    assert str(info.value) == ("g.kg:7:3: error: 'Q' has 6 heads, not a multiple of the 4 heads "
+                               "of 'K' (each of its heads serves heads / its heads query heads)")
+    assert verify(parse(text.replace("[B, 4,", "[B, 3,"), "g.kg")) == []
+
+
+@pytest.mark.parametrize("body, message", [
+    ("D = acc * row", "'row' as a value is supported in loop and row kernels only for now; in a "
+                      "gemm's epilogue it indexes a vector (bias[row])"),
+    ("D = acc + inf", "constant must be a finite f32 number, got inf"),
+])
+def test_gemm_kernels_refuse_tile_values(body, message):
+    kernel = one_gemm_kernel(body)
+    with pytest.raises(KgenError) as info:
+        verify_kernel(kernel)
+    assert info.value.message == message
+
+
+def one_gemm_kernel(body: str) -> Kernel:
+    from kgen.parse import parse
+
+    text = ("kernel k { target sm_80 tensor A : f16[M, K] row tensor B : f16[K, N] col "
+            f"tensor D : f16[M, N] out gemm g = A @ B {{ epilogue {{ {body} }} }} }}")
+    return parse(text).kernels[0]
+
+
+def test_gemm_kernels_refuse_loop_only_constructs():
+    base = one_gemm_kernel("D = acc")
+    g = base.gemms[0]
+    cases = [
+        (replace(base, gemms=(replace(g, b=OperandRef("B", transposed=True)),)),
+         "a transposed operand (B^T) is supported inside a loop only for now; outside one, "
+         "declare 'B' with the other layout (row or col)"),
+        (replace(base, gemms=(replace(g, accumulate=True),)),
+         "gemm 'g' accumulates (+=), which only the second gemm of a loop does; write "
+         "'gemm g = ...'"),
+        (replace(base, epilogue=Epilogue((Store("D", Const(1.0)),))),
+         "a kernel's own epilogue follows a loop, or is the whole body of a row kernel (no "
+         "gemm); kernel 'k' has gemms: put these statements in the epilogue of gemm 'g'"),
+    ]
+    for kernel, message in cases:
+        with pytest.raises(KgenError) as info:
+            verify_kernel(kernel)
+        assert info.value.message == message

@@ -2,12 +2,17 @@
 
 `torch.matmul` in the inputs' dtype (cuBLAS), then the epilogue evaluated op by op on torch
 tensors, unfused, mirroring the NumPy reference's traversal. Only used for timing comparisons.
+A tile program (a loop kernel or a row kernel) runs as the reference does with one block over
+the loop's whole dimension: the unfused computation (for attention: the scores, their row max
+and sum, P @ V), every (batch, head) at once, GQA by repeating the shared heads.
 A batched kernel runs batched: torch.matmul over [L, M, K] and [L, K, N] (a 2-D operand
 broadcast to every batch), each epilogue op on [L, M, N], reductions per batch.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+import numpy as np
 
 from .. import ir
 from ..reference import EpilogueEvaluator
@@ -157,3 +162,137 @@ class TorchEvaluator(EpilogueEvaluator):
             value = self.torch.full(shape, value, device="cuda")
         return value.to(torch_dtype(param.dtype))
 
+
+    # -- tile programs: the unfused PyTorch of a loop kernel or a row kernel ----------------------
+
+    def run(self) -> dict[str, Any]:
+        if self.kernel.loop is not None or (self.kernel.epilogue is not None
+                                            and not self.kernel.gemms):
+            return self._run_tiles()
+        return super().run()
+
+    def _run_tiles(self) -> dict[str, Any]:
+        """A tile program as PyTorch would run it unfused: the loop as one block over its whole
+        dimension (the reference's meaning with block = that dimension: the handed-on value
+        rounded once to the operand dtype), every (batch, head) at once, GQA by repeating the
+        shared heads. The same statements in the same order as kgen/reference_tiles.py."""
+        from ..reference_tiles import rows_param
+
+        torch = self.torch
+        kernel = self.kernel
+        lead = self._tile_input(rows_param(kernel).name)
+        self._rows_count = int(lead.shape[-2])
+        env: dict[str, Any] = {}
+        if kernel.loop is not None:
+            first, second = kernel.loop.gemms
+            b = self._tile_input(first.b.name)
+            c = self._tile_input(second.b.name)
+            b = b.transpose(-1, -2) if first.b.transposed else b
+            c = c.transpose(-1, -2) if second.b.transposed else c
+            self._tile_acc = torch.matmul(lead, b).float()
+            self._tile_cols = int(b.shape[-1])
+            batch = tuple(self._tile_acc.shape[:-1])
+            env = {carry.name: torch.full((*batch, 1), float(carry.init),
+                                          device=lead.device) for carry in kernel.loop.carries}
+            env[second.name] = torch.zeros((*batch, int(c.shape[-1])), device=lead.device)
+            handed = self._tile_statements(first.epilogue, env, {}, own=first.name)
+            handed = handed.expand(self._tile_acc.shape).to(c.dtype)
+            env[second.name] = env[second.name] + torch.matmul(handed, c).float()
+            self._tile_acc = None
+            self._tile_cols = int(c.shape[-1])
+            env = {name: value for name, value in env.items()
+                   if name in {carry.name for carry in kernel.loop.carries}
+                   or name == second.name}
+        else:
+            self._tile_cols = int(lead.shape[-1])
+        outputs: dict[str, Any] = {}
+        if kernel.epilogue is not None:
+            self._tile_statements(kernel.epilogue, env, outputs)
+        return outputs
+
+    def _tile_input(self, name: str):
+        """An input with the kernel's heads: a GQA parameter's heads repeated."""
+        from ..reference_tiles import rows_param
+
+        tensor = self.tensors[name]
+        param, heads = self.kernel.param(name), rows_param(self.kernel).heads
+        if param.heads is None or heads is None:
+            return tensor
+        query_heads = int(self.tensors[rows_param(self.kernel).name].shape[1])
+        own = int(tensor.shape[1])
+        return tensor if own == query_heads else tensor.repeat_interleave(query_heads // own, 1)
+
+    def _tile_statements(self, epilogue: ir.Epilogue, carried: dict, outputs: dict,
+                         own: str | None = None):
+        env = dict(carried)
+        handed = None
+        for stmt in epilogue.stmts:
+            value = self._tile_value(stmt.value, env)
+            if isinstance(stmt, ir.Let):
+                env[stmt.name] = value
+            elif isinstance(stmt, ir.Update):
+                carried[stmt.name] = self._as_tensor(value).expand(
+                    carried[stmt.name].shape).clone()
+                env[stmt.name] = carried[stmt.name]
+            elif stmt.target == own:
+                handed = env[stmt.target] = self._as_tensor(value)
+            else:
+                param = self.kernel.param(stmt.target)
+                outputs[stmt.target] = self._tile_store(value, param)
+        return handed
+
+    def _tile_store(self, value, param: ir.Param):
+        shape = (*self._lead_shape(), self._rows_count)
+        if param.kind is ir.ParamKind.TENSOR:
+            shape = (*shape, self._tile_cols)
+            return self._as_tensor(value).expand(shape).to(torch_dtype(param.dtype))
+        value = self._as_tensor(value).expand((*shape, 1))[..., 0]
+        return value.to(torch_dtype(param.dtype))
+
+    def _as_tensor(self, value):
+        """A value as a float32 tensor on the inputs' device (a constant as a 0-d one)."""
+        if isinstance(value, self.torch.Tensor):
+            return value
+        device = self.tensors[next(iter(self.tensors))].device
+        return self.torch.tensor(value, device=device, dtype=self.torch.float32)
+
+    def _lead_shape(self) -> tuple:
+        from ..reference_tiles import rows_param
+
+        return tuple(self.tensors[rows_param(self.kernel).name].shape[:-2])
+
+    def _tile_value(self, node, env):
+        torch = self.torch
+        if isinstance(node, ir.LocalRef):
+            return env[node.name]
+        if isinstance(node, ir.Acc):
+            return self._tile_acc
+        if isinstance(node, ir.Const):
+            return self.const(float(np.float32(node.value)))
+        if isinstance(node, ir.ScalarLoad):
+            return float(np.float32(self.scalar(node.name)))
+        if isinstance(node, ir.TensorLoad):
+            return self._tile_input(node.name).float()
+        if isinstance(node, ir.VectorLoad):
+            vector = self._tile_input(node.name).float()
+            return vector[..., :, None] if node.axis is ir.Axis.ROW else vector[..., None, :]
+        if isinstance(node, ir.Position):
+            count = self._rows_count if node.axis is ir.Axis.ROW else self._tile_cols
+            device = self.tensors[next(iter(self.tensors))].device
+            index = torch.arange(count, device=device, dtype=torch.float32)
+            return index[:, None] if node.axis is ir.Axis.ROW else index[None, :]
+        if isinstance(node, ir.Call):
+            return self.call(node.op, [self._tile_value(arg, env) for arg in node.args])
+        if isinstance(node, ir.Cast):
+            return self.cast(self._tile_value(node.arg, env), node.dtype)
+        if isinstance(node, ir.Reduce):
+            value = self._as_tensor(self._tile_value(node.arg, env))
+            value = value.expand((*self._lead_shape(), self._rows_count, self._tile_cols))
+            if node.op is ir.ReduceOp.ABSMAX:
+                value = value.abs()
+            if node.op is ir.ReduceOp.SUM:
+                return value.sum(dim=-1, keepdim=True)
+            if node.op is ir.ReduceOp.MIN:
+                return value.amin(dim=-1, keepdim=True)
+            return value.amax(dim=-1, keepdim=True)
+        raise TypeError(f"not an epilogue expression: {node!r}")

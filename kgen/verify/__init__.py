@@ -13,8 +13,9 @@ order; they are collected, never raised, and the caller decides how to show them
 This module owns the order of the checks (the kernel, then its parameters, its gemms with their
 epilogues, its storage, then its outputs). Each topic has its module: params.py, gemms.py
 (operands and chains), epilogue.py (statements, expressions, reductions, unused locals),
-storage.py, and the per-kernel state in state.py. Identifier safety and message phrasing are
-kgen/diagnostics.py's.
+storage.py, and the per-kernel state in state.py. A tile program (a loop kernel, or a row kernel:
+an epilogue and no gemm) is checked by loops.py, its epilogues' values by tile_epilogue.py.
+Identifier safety and message phrasing are kgen/diagnostics.py's.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ..diagnostics import (
     check_identifier,
     did_you_mean,
     first_located,
+    loc_of,
     quote,
     shown,
 )
@@ -35,6 +37,7 @@ from ..language import REDUCTIONS
 from ..targets import TARGETS
 from .epilogue import expression_extent
 from .gemms import check_gemm
+from .loops import check_tile_program
 from .params import check_batched_kernel, check_param
 from .state import KernelState
 from .storage import check_storage
@@ -111,6 +114,17 @@ def _check_kernel(state: KernelState) -> None:
     for param in k.params:
         check_param(state, param)
     check_batched_kernel(state)
+    if k.loop is not None or k.epilogue is not None:
+        if k.loop is None and k.gemms:
+            raise KgenError(
+                first_located(loc_of(k.epilogue), k.loc),
+                "a kernel's own epilogue follows a loop, or is the whole body of a row kernel "
+                f"(no gemm); kernel '{k.name}' has gemms: put these statements in the epilogue "
+                f"of gemm '{getattr(k.gemms[-1], 'name', '?')}'",
+            )
+        check_tile_program(state)
+        _check_outputs(state)
+        return
     for gemm in k.gemms:
         if not isinstance(gemm, ir.Gemm):
             raise KgenError(k.loc, f"kernel gemms must be kgen.ir.Gemm, got {shown(gemm)}")
@@ -121,6 +135,11 @@ def _check_kernel(state: KernelState) -> None:
     storage_only = not k.gemms and k.storage is not None
     if not k.gemms and not storage_only:
         raise KgenError(k.loc, f"kernel '{k.name}' has no gemm")
+    _check_outputs(state, storage_only)
+
+
+def _check_outputs(state: KernelState, storage_only: bool = False) -> None:
+    k = state.kernel
     outputs = [p for p in k.params if p.role is Role.OUT]
     for param in outputs:
         if param.name not in state.written:

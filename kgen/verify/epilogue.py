@@ -329,6 +329,13 @@ def check_expr(state: KernelState, e: ir.Expr, scope: EpilogueScope, in_reduce: 
     if isinstance(e, (ir.ScalarLoad, ir.TensorLoad, ir.VectorLoad)):
         check_load(state, e, scope)
         return
+    if isinstance(e, ir.Position):
+        axis = getattr(e.axis, "value", shown(e.axis))
+        raise KgenError(
+            loc,
+            f"'{axis}' as a value is supported in loop and row kernels only for now; in a "
+            f"gemm's epilogue it indexes a vector (bias[{axis}])",
+        )
     raise KgenError(loc, f"not an epilogue expression: {shown(e)}")
 
 

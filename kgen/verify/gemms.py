@@ -51,6 +51,15 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
     b_loc = first_located(g.b.loc, loc)
     for ref in (g.a, g.b):
         require_str(ref.name, first_located(ref.loc, loc), "an operand name")
+        if ref.transposed is not False:
+            raise KgenError(
+                first_located(ref.loc, loc),
+                f"a transposed operand ({ref.name}^T) is supported inside a loop only for now; "
+                f"outside one, declare '{ref.name}' with the other layout (row or col)",
+            )
+    if g.accumulate is not False:
+        raise KgenError(loc, f"gemm '{g.name}' accumulates (+=), which only the second gemm of "
+                             f"a loop does; write 'gemm {g.name} = ...'")
     a_shape = state.gemm_shapes.get(g.a.name)
     if a_shape is not None:
         if g.a.name in state.consumer:

@@ -45,15 +45,32 @@ def check_param(state: KernelState, p: ir.Param) -> None:
         )
 
     rank = {ParamKind.TENSOR: 2, ParamKind.VECTOR: 1, ParamKind.SCALAR: 0}[p.kind]
-    if len(p.shape) != rank:
+    tile_program = state.kernel.loop is not None or state.kernel.epilogue is not None
+    if len(p.shape) != rank or (p.heads is not None and not tile_program):
         what = {2: "2 dimensions [rows, cols], or 3 with a leading batch dimension [L, rows, cols]",
                 1: "1 dimension [length], or 2 with a leading batch dimension [L, length]",
                 0: "no shape, or one batch dimension [L] (one value per batch)"
                 if p.role is Role.OUT else "no shape"}
+        two = {2: "[B, H, rows, cols]", 1: "[B, H, length]"}.get(rank)
+        if two is None or (not tile_program and p.heads is None):
+            where = ""
+        elif tile_program:
+            where = f", or {rank + 2} with a batch and a heads dimension {two}"
+        else:
+            where = (f" (two batch dimensions, {two}, are for loop kernels and row kernels "
+                     "only)")
         raise KgenError(
             loc,
-            f"{kind} '{p.name}' must have {what[rank]}, got {shape_text(p.full_shape)}",
+            f"{kind} '{p.name}' must have {what[rank]}{where}, got {shape_text(p.full_shape)}",
         )
+    if p.heads is not None:
+        if p.kind is ParamKind.SCALAR or p.batch is None:
+            raise KgenError(loc, f"{kind} '{p.name}' has a heads dimension but "
+                                 f"{'is a scalar' if p.batch is not None else 'no batch one'}; "
+                                 "heads come after the batch: [B, H, ...]")
+        if not isinstance(p.heads, (int, str)) or isinstance(p.heads, bool):
+            raise KgenError(loc, f"heads dimension of '{p.name}' must be a name or a number, "
+                                 f"got {shown(p.heads)}")
     if p.batch is not None:
         _check_batch(state, p, loc)
     for dim in p.full_shape:
@@ -118,6 +135,13 @@ def check_batched_kernel(state: KernelState) -> None:
     batch, owner, owner_loc = state.batch
     kernel = state.kernel
     for p in kernel.params:
+        if isinstance(p.heads, str) and (p.heads in p.shape or p.heads == batch):
+            raise KgenError(
+                loc_of(p, kernel.loc),
+                f"'{p.heads}' is the heads dimension of '{p.name}' but also its "
+                f"{'batch' if p.heads == batch else 'matrix or vector'} dimension; heads need "
+                "a name of their own",
+            )
         if isinstance(batch, str) and batch in p.shape:
             raise KgenError(
                 owner_loc,

@@ -1,0 +1,255 @@
+"""The meaning of a tile program (a loop kernel or a row kernel): its IR evaluated with NumPy in
+float64, as kgen/reference.py does for gemm kernels (whose `evaluate` dispatches here).
+
+A loop kernel, per (batch, head), for the given rows: carries start at their `init` (one value
+per row), the accumulator at 0. The loop runs over its dimension in blocks of `block` columns,
+in order, the last one partial (columns past the end do not exist). Per block:
+    acc = A @ B[:, block] in float64;
+    the first gemm's epilogue, statement by statement: `Let` binds, `Update` sets a carry (or
+    rescales the accumulator) and later statements read the new value, `Store` to the gemm's
+    own name gives the value handed on (and later statements read it);
+    o += round(handed value, the accumulating gemm's operand dtype) @ C[block, :].
+Then the kernel's epilogue over the [rows, N1] accumulator, each output rounded once to its
+dtype. A row kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are
+values (one per row). Constants and scalars are float32 values, everything else float64; `row`
+and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it).
+
+Two batch dimensions: each (batch b, head h) is one instance; a parameter with heads Hp (GQA,
+fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter without batch
+dimensions is shared. The results depend on `block` only through the rounding of the handed-on
+value, as the kernels' do: pass the kernel's block (its plan's tile.n).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import ir
+from .reference import _NUMPY_REDUCE, batch_count, host_dtype, numpy_op, round_to
+
+DEFAULT_BLOCK = 64  # the loop's block when the caller gives none
+
+
+def is_tile_program(kernel: ir.Kernel) -> bool:
+    return kernel.loop is not None or (kernel.epilogue is not None and not kernel.gemms)
+
+
+def rows_param(kernel: ir.Kernel) -> ir.Param:
+    """The parameter whose rows the kernel computes: a loop's first A, or a row kernel's first
+    input tensor (its first tensor when it has no input tensor)."""
+    if kernel.loop is not None:
+        return kernel.param(kernel.loop.gemms[0].a.name)
+    tensors = [p for p in kernel.params if p.kind is ir.ParamKind.TENSOR]
+    inputs = [p for p in tensors if p.role is ir.Role.IN]
+    return (inputs or tensors)[0]
+
+
+def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
+                   scalars: Mapping[str, float], rows: np.ndarray | None,
+                   batches: int | None, block: int | None) -> dict[str, np.ndarray]:
+    """Every output of a tile program, in its dtype (see the module's docstring)."""
+    block = DEFAULT_BLOCK if block is None else int(block)
+    if block <= 0:
+        raise ValueError(f"block must be positive, got {block}")
+    batched = [p for p in kernel.params if p.batch is not None]
+    if not batched:
+        return _Instance(kernel, inputs, scalars, rows, block).run()
+    count = batch_count(kernel, inputs, batches)
+    lead = rows_param(kernel)
+    heads = None
+    if lead.heads is not None:
+        heads = int(np.shape(inputs[lead.name])[1]) if lead.name in inputs else lead.heads
+        if not isinstance(heads, int):
+            raise ValueError(f"the reference needs input {lead.name!r} to know the heads")
+    outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
+    if count == 0 or heads == 0:
+        lead_shape = (count,) if heads is None else (count, heads)
+        return {p.name: np.zeros((*lead_shape, 0), host_dtype(p.dtype)) for p in outputs}
+    per_batch = []
+    for b in range(count):
+        per_head = []
+        for h in range(heads if heads is not None else 1):
+            view = {name: _instance_view(kernel.param(name), array, b, h, heads)
+                    for name, array in inputs.items()}
+            per_head.append(_Instance(kernel, view, scalars, rows, block).run())
+        per_batch.append(per_head)
+    result = {}
+    for p in outputs:
+        if heads is None:
+            result[p.name] = np.stack([one[0][p.name] for one in per_batch])
+        else:
+            result[p.name] = np.stack([np.stack([h[p.name] for h in one]) for one in per_batch])
+    return result
+
+
+def _instance_view(param: ir.Param | None, array: Any, b: int, h: int, heads: int | None):
+    if param is None or param.batch is None:
+        return array
+    array = np.asarray(array)[b]
+    if param.heads is None:
+        return array
+    own = int(array.shape[0])
+    if own == 0 or heads % own:
+        raise ValueError(f"{param.name} has {own} heads, which does not divide the kernel's "
+                         f"{heads} heads")
+    return array[h // (heads // own)]  # GQA: one head of it per heads // own query heads
+
+
+class _Instance:
+    """One (batch, head) of a tile program: 2-D tensors, 1-D vectors."""
+
+    def __init__(self, kernel: ir.Kernel, inputs: Mapping[str, Any],
+                 scalars: Mapping[str, float], rows: np.ndarray | None, block: int):
+        self.kernel = kernel
+        self.inputs = inputs
+        self.scalars = scalars
+        self.block = block
+        lead = rows_param(kernel)
+        count = int(np.shape(self._input(lead.name))[0]) if lead.role is ir.Role.IN else None
+        if count is None:  # a row kernel of outputs only: the rows of its first output
+            count = _extent(lead.shape[0], kernel, inputs)
+        self.rows = np.arange(count) if rows is None else np.asarray(rows, dtype=np.int64)
+        self.cols = np.zeros(0)  # the current tile's global column indices
+        self.col_slice = slice(None)  # the same, for v[col]
+        self.acc = None
+
+    def _input(self, name: str) -> np.ndarray:
+        if name not in self.inputs:
+            raise KeyError(f"the reference needs input {name!r}")
+        return np.asarray(self.inputs[name])
+
+    def _operand(self, ref: ir.OperandRef) -> np.ndarray:
+        array = self._input(ref.name).astype(np.float64)
+        return array.T if ref.transposed else array
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, np.ndarray]:
+        outputs: dict[str, np.ndarray] = {}
+        env: dict[str, Any] = {}
+        with np.errstate(all="ignore"):
+            if self.kernel.loop is not None:
+                env = self._loop()
+            else:
+                tensor = rows_param(self.kernel)
+                if tensor.role is ir.Role.IN:
+                    width = int(self._input(tensor.name).shape[1])
+                else:
+                    width = _extent(tensor.shape[1], self.kernel, self.inputs)
+                self._columns(0, width)
+            if self.kernel.epilogue is not None:
+                self._statements(self.kernel.epilogue, env, outputs)
+        return outputs
+
+    def _columns(self, start: int, stop: int) -> None:
+        self.cols = np.arange(start, stop, dtype=np.float64)
+        self.col_slice = slice(start, stop)
+
+    def _loop(self) -> dict[str, Any]:
+        loop = self.kernel.loop
+        first, second = loop.gemms
+        a = self._input(first.a.name).astype(np.float64)[self.rows]
+        b = self._operand(first.b)
+        c = self._operand(second.b)
+        c_dtype = self.kernel.param(second.b.name).dtype
+        count = len(self.rows)
+        env: dict[str, Any] = {carry.name: np.full((count, 1), float(carry.init))
+                               for carry in loop.carries}
+        env[second.name] = np.zeros((count, c.shape[1]))
+        extent = b.shape[1]
+        for start in range(0, extent, self.block):
+            stop = min(start + self.block, extent)
+            self._columns(start, stop)
+            self.acc = a @ b[:, start:stop]
+            handed = self._statements(first.epilogue, env, {}, own=first.name)
+            if handed is None:
+                raise ValueError(f"gemm {first.name!r} hands no value on ({first.name} = ...)")
+            handed = np.broadcast_to(handed, (count, stop - start))
+            env[second.name] = env[second.name] + round_to(handed, c_dtype) @ c[start:stop]
+        self.acc = None
+        self._columns(0, c.shape[1])
+        return {name: value for name, value in env.items()
+                if name in {carry.name for carry in loop.carries} or name == second.name}
+
+    def _statements(self, epilogue: ir.Epilogue, carried: dict[str, Any],
+                    outputs: dict[str, np.ndarray], own: str | None = None) -> Any:
+        """Run one epilogue; `carried` (carries and the accumulator) is updated in place.
+        Returns the value stored to `own` (the value a loop's first gemm hands on)."""
+        env = dict(carried)
+        handed = None
+        for stmt in epilogue.stmts:
+            value = self.value(stmt.value, env)
+            if isinstance(stmt, ir.Let):
+                env[stmt.name] = value
+            elif isinstance(stmt, ir.Update):
+                shape = carried[stmt.name].shape
+                carried[stmt.name] = np.array(np.broadcast_to(value, shape), dtype=np.float64)
+                env[stmt.name] = carried[stmt.name]
+            elif stmt.target == own:
+                handed = value
+                env[stmt.target] = value
+            else:
+                outputs[stmt.target] = self._store(value, self.kernel.param(stmt.target))
+        return handed
+
+    def _store(self, value: Any, param: ir.Param) -> np.ndarray:
+        count = len(self.rows)
+        if param.kind is ir.ParamKind.TENSOR:
+            value = np.broadcast_to(value, (count, len(self.cols)))
+        else:
+            value = np.broadcast_to(value, (count, 1))[:, 0]
+        return np.array(np.asarray(value, dtype=np.float64).astype(host_dtype(param.dtype)))
+
+    # -- values ----------------------------------------------------------------------------------
+
+    def value(self, node: ir.Expr, env: Mapping[str, Any]) -> Any:
+        if isinstance(node, ir.LocalRef):
+            return env[node.name]
+        if isinstance(node, ir.Acc):
+            if self.acc is None:
+                raise ValueError("acc is read outside a loop's first gemm")
+            return self.acc
+        if isinstance(node, ir.Const):
+            return np.float64(np.float32(node.value))
+        if isinstance(node, ir.ScalarLoad):
+            return self._scalar(node.name)
+        if isinstance(node, ir.TensorLoad):
+            return self._input(node.name).astype(np.float64)[self.rows]
+        if isinstance(node, ir.VectorLoad):
+            vector = self._input(node.name).astype(np.float64)
+            if node.axis is ir.Axis.ROW:
+                return vector[self.rows][:, None]
+            return vector[self.col_slice][None, :]
+        if isinstance(node, ir.Position):
+            if node.axis is ir.Axis.ROW:
+                return self.rows.astype(np.float64)[:, None]
+            return self.cols[None, :]
+        if isinstance(node, ir.Call):
+            return numpy_op(node.op, *(self.value(arg, env) for arg in node.args))
+        if isinstance(node, ir.Cast):
+            return round_to(self.value(node.arg, env), node.dtype)
+        if isinstance(node, ir.Reduce):
+            if node.axis is not ir.Axis.ROW:
+                raise ValueError("a tile program reduces along rows only")
+            tile = np.broadcast_to(self.value(node.arg, env), (len(self.rows), len(self.cols)))
+            return _NUMPY_REDUCE[node.op](tile, axis=1)[:, None]
+        raise TypeError(f"not an epilogue expression: {node!r}")
+
+    def _scalar(self, name: str) -> np.float64:
+        if name in self.scalars:
+            return np.float64(np.float32(self.scalars[name]))
+        param = self.kernel.param(name)
+        if param is None or param.default is None:
+            raise KeyError(f"the reference needs scalar {name!r}")
+        return np.float64(np.float32(param.default))
+
+
+def _extent(dim: ir.Dim, kernel: ir.Kernel, inputs: Mapping[str, Any]) -> int:
+    """A dimension's size: fixed, or read from an input that has it."""
+    if isinstance(dim, int):
+        return dim
+    for p in kernel.params:
+        if p.name in inputs and dim in p.shape:
+            return int(np.shape(inputs[p.name])[-len(p.shape) + p.shape.index(dim)])
+    raise ValueError(f"no input tells the size of {dim}")

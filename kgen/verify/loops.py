@@ -1,0 +1,399 @@
+"""Verify tile programs: loop kernels and row kernels (the rules of docs/language.md, "Loops").
+
+A loop kernel holds one loop of exactly two gemms: `s = A @ B` (A the kernel's rows by K0, B
+K0 by the loop's dimension, transposed or not) with an epilogue that hands `s` on, then
+`o += s @ C` (C the loop's dimension by N1), which accumulates across the iterations. K0 and
+N1 are compile-time multiples of 16 up to 256, the operands share one f16 or bf16 dtype, the
+gemms take no schedule lines (the loop does: tile, warps, stages), carries are f32 per row. Its
+own epilogue, after the loop, stores the outputs. A row kernel has no gemm: its epilogue is its
+body, over the [rows, cols] of its tensors. Both may have two batch dimensions (batch, heads);
+an input whose heads differ from the kernel's is shared by query heads (GQA).
+
+The values and statements of the epilogues are kgen/verify/tile_epilogue.py's.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import (
+    at_line,
+    first_located,
+    loc_of,
+    or_list,
+    quote,
+    setting_problem,
+    shape_text,
+    shown,
+)
+from ..errors import KgenError, KgenWarning
+from ..ir import DType, ParamKind, Role
+from .gemms import operand_param
+from .state import KernelState, require_str
+from .tile_epilogue import TileScope, Where, check_tile_epilogue
+
+__all__ = ["is_tile_program", "check_tile_program", "MAX_OPERAND_COLS", "LOOP_TILE_M",
+           "LOOP_TILE_N", "MAX_LOOP_STAGES"]
+
+MAX_OPERAND_COLS = 256  # K0 and N1: multiples of 16 up to this
+LOOP_TILE_M = (64, 128)  # rows per CTA
+LOOP_TILE_N = (32, 64, 128)  # the loop's block
+MAX_LOOP_STAGES = 3
+ROWS_PER_WARP = 16
+
+
+def is_tile_program(kernel: ir.Kernel) -> bool:
+    """A loop kernel, or a row kernel (an epilogue and no gemm)."""
+    return kernel.loop is not None or (kernel.epilogue is not None and not kernel.gemms)
+
+
+def check_tile_program(state: KernelState) -> None:
+    k = state.kernel
+    for present, what, at in ((k.storage is not None, "a storage declaration",
+                               loc_of(k.storage, k.loc)),
+                              (bool(k.phases), "a phases declaration", k.loc),
+                              (k.schedule is not None, "a schedule line",
+                               first_located(k.schedule_loc, k.loc)),
+                              (k.deterministic, "'reductions deterministic'", k.loc)):
+        if present:
+            raise KgenError(at, f"{what} applies to gemm kernels; kernel '{k.name}' is a "
+                                   f"{'loop' if k.loop is not None else 'row'} kernel")
+    if k.compute_dtype is not DType.F32:
+        raise KgenError(k.loc, f"loop and row kernels compute in f32; kernel '{k.name}' asks "
+                               f"for compute {getattr(k.compute_dtype, 'dsl_name', '?')}")
+    if k.epilogue is not None and not isinstance(k.epilogue, ir.Epilogue):
+        raise KgenError(k.loc, f"kernel epilogue must be a kgen.ir.Epilogue, got "
+                               f"{shown(k.epilogue)}")
+    if k.loop is not None:
+        _check_loop_kernel(state)
+    else:
+        _check_row_kernel(state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row kernels
+
+
+def _check_row_kernel(state: KernelState) -> None:
+    k = state.kernel
+    tensors = [p for p in k.params if p.kind is ParamKind.TENSOR]
+    inputs = [p for p in tensors if p.role is Role.IN]
+    if not tensors:
+        raise KgenError(k.loc, f"row kernel '{k.name}' has no tensor: its epilogue runs over "
+                               "the [rows, cols] of its tensors")
+    first = (inputs or tensors)[0]
+    _check_heads(state, first)
+    rows, cols = first.shape
+    shape = shape_text(first.shape)
+    scope = TileScope(Where.ROWS, f"the {shape} tile", rows, cols, "the kernel's epilogue")
+    check_tile_epilogue(state, k.epilogue, scope, first_located(k.epilogue.loc, k.loc))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loop kernels
+
+
+def _check_loop_kernel(state: KernelState) -> None:
+    k, loop = state.kernel, state.kernel.loop
+    if not isinstance(loop, ir.Loop):
+        raise KgenError(k.loc, f"kernel loop must be a kgen.ir.Loop, got {shown(loop)}")
+    loc = first_located(loop.loc, k.loc)
+    if k.gemms:
+        g = k.gemms[0]
+        raise KgenError(loc_of(g, k.loc), f"gemm '{getattr(g, 'name', '?')}' is outside loop "
+                                          f"'{loop.name}': a loop kernel's gemms are in its loop")
+    state.define(require_str(loop.name, loc, "a loop name"), "loop", loc)
+    dim = loop.dim
+    if not isinstance(dim, str) or state.names.get(dim, ("",))[0] != "dimension":
+        raise KgenError(loc, f"loop '{loop.name}' runs over {quote(dim)}, which is not a "
+                             "dimension of any parameter")
+    for attr in ("carries", "gemms"):
+        if not isinstance(getattr(loop, attr), tuple):
+            raise KgenError(loc, f"loop {attr} must be a tuple, got {shown(getattr(loop, attr))}")
+    _check_schedule(loop, loc)
+    carries: dict[str, ir.Carry] = {}
+    for carry in loop.carries:
+        _check_carry(state, carry, loc)
+        carries[carry.name] = carry
+
+    if len(loop.gemms) != 2 or not all(isinstance(g, ir.Gemm) for g in loop.gemms):
+        raise KgenError(loc, f"loop '{loop.name}' must hold two gemms for now, "
+                             f"'gemm s = A @ B {{ epilogue {{ s = ... }} }}' then "
+                             f"'gemm o += s @ C'; it holds {len(loop.gemms)}")
+    first, second = loop.gemms
+    a, b, k0 = _check_first_gemm(state, loop, first)
+    c, n1 = _check_second_gemm(state, loop, first, second)
+    for operand, ref in ((b, first.b), (c, second.b)):
+        if operand.dtype is not a.dtype:
+            raise KgenError(first_located(ref.loc, loc),
+                            f"operand dtypes differ: {a.name} is {a.dtype.dsl_name} but "
+                            f"{operand.name} is {operand.dtype.dsl_name}")
+    if a.dtype not in state.target.operand_dtypes:
+        usable = or_list([d.dsl_name for d in DType if d in state.target.operand_dtypes])
+        raise KgenError(first_located(first.a.loc, loc),
+                        f"dtype {a.dtype.dsl_name} is not supported as an MMA operand on "
+                        f"{state.target.arch.value} (use {usable})")
+    _check_heads(state, a)
+
+    rows = a.shape[0]
+    accumulators = {second.name: second}
+    in_loop = TileScope(Where.LOOP, f"{first.name}'s tile", rows, dim, f"gemm '{first.name}'",
+                        carries=carries, accumulators=accumulators, gemm=first, loop=loop)
+    check_tile_epilogue(state, first.epilogue, in_loop, first_located(first.loc, loc))
+    if in_loop.handed_on is None:
+        raise KgenError(first_located(first.loc, loc),
+                        f"gemm '{first.name}' feeds gemm '{second.name}' but its epilogue never "
+                        f"sets '{first.name}' (add e.g. '{first.name} = acc')")
+    after = None
+    if k.epilogue is not None:
+        tile = f"{second.name}'s {shape_text((rows, n1))} tile"
+        after = TileScope(Where.AFTER, tile, rows, n1, "the kernel's epilogue",
+                          carries=carries, accumulators=accumulators, loop=loop)
+        check_tile_epilogue(state, k.epilogue, after, first_located(k.epilogue.loc, k.loc))
+    state.warnings.extend(_unused_carries(loop, first.epilogue, k.epilogue))
+
+
+def _check_schedule(loop: ir.Loop, loc) -> None:
+    tile, warps, stages = loop.tile, loop.warps, loop.stages
+    for node, cls in ((tile, ir.BlockShape), (warps, ir.WarpGrid), (stages, ir.StageCount)):
+        if node is not None and not isinstance(node, cls):
+            raise KgenError(loc, f"loop '{loop.name}': {shown(node)} is not a "
+                                 f"kgen.ir.{cls.__name__}")
+    if tile is not None:
+        at = first_located(tile.loc, loc)
+        for value, what in ((tile.m, "tile M"), (tile.n, "tile N")):
+            if problem := setting_problem(value, what):
+                raise KgenError(at, problem)
+        if tile.m not in LOOP_TILE_M:
+            raise KgenError(at, f"a loop's tile M (rows per CTA) must be "
+                                f"{or_list([str(m) for m in LOOP_TILE_M])}, got {tile.m}")
+        if tile.n not in LOOP_TILE_N:
+            raise KgenError(at, f"a loop's tile N (its block of {loop.dim}) must be "
+                                f"{or_list([str(n) for n in LOOP_TILE_N])}, got {tile.n}")
+    if warps is not None:
+        at = first_located(warps.loc, loc)
+        for value, what in ((warps.m, "warps"), (warps.n, "warps N")):
+            if problem := setting_problem(value, what):
+                raise KgenError(at, problem)
+        if warps.n != 1:
+            raise KgenError(at, f"a loop's warps run along its rows only: write warps "
+                                f"{warps.m} (or {warps.m}x1), not {warps.m}x{warps.n}")
+        counts = [m // ROWS_PER_WARP for m in LOOP_TILE_M]
+        if warps.m not in counts:
+            raise KgenError(at, f"a loop's warps must be {or_list([str(c) for c in counts])} "
+                                f"({ROWS_PER_WARP} rows each), got {warps.m}")
+        if tile is not None and tile.m != ROWS_PER_WARP * warps.m:
+            raise KgenError(at, f"warps {warps.m} cover {ROWS_PER_WARP * warps.m} rows "
+                                f"({ROWS_PER_WARP} each) but the loop's tile has {tile.m}")
+    if stages is not None:
+        at = first_located(stages.loc, loc)
+        if problem := setting_problem(stages.count, "stages"):
+            raise KgenError(at, problem)
+        if stages.count > MAX_LOOP_STAGES:
+            raise KgenError(at, f"a loop's stages must be 1 to {MAX_LOOP_STAGES}, got "
+                                f"{stages.count}")
+
+
+def _check_carry(state: KernelState, carry: object, loc) -> None:
+    if not isinstance(carry, ir.Carry):
+        raise KgenError(loc, f"loop carries must be kgen.ir.Carry, got {shown(carry)}")
+    at = first_located(carry.loc, loc)
+    state.define(require_str(carry.name, at, "a carry name"), "carry", at)
+    if carry.dtype is not DType.F32:
+        name = getattr(carry.dtype, "dsl_name", None) or shown(carry.dtype)
+        raise KgenError(at, f"carry '{carry.name}' is {name}; carries are f32")
+    init = carry.init
+    if isinstance(init, bool) or not isinstance(init, (int, float)) or init != init or (
+            abs(init) != float("inf") and abs(init) > 3.4028234663852886e38):
+        raise KgenError(at, f"carry '{carry.name}' starts at {shown(init)}; it must start at "
+                            "an f32 number, inf or -inf")
+
+
+def _no_schedule_lines(loop: ir.Loop, g: ir.Gemm, loc) -> None:
+    """A gemm in a loop takes no schedule line: the loop's tile, warps and stages are its."""
+    for attr, cls in (("a", ir.OperandRef), ("b", ir.OperandRef), ("epilogue", ir.Epilogue)):
+        if not isinstance(getattr(g, attr), cls):
+            raise KgenError(loc, f"gemm '{g.name}': {attr} must be a kgen.ir.{cls.__name__}")
+    lines = (("tile", g.tile), ("warps", g.warps), ("stages", g.stages), ("split", g.split),
+             ("cluster", g.cluster))
+    for what, node in lines:
+        if node is not None:
+            raise KgenError(
+                first_located(loc_of(node), loc),
+                f"gemm '{g.name}' is in loop '{loop.name}': its {what} line goes on the loop "
+                f"(loop {loop.name} over {loop.dim} {{ tile 128x64  warps 8  stages 2 ... }})",
+            )
+    if g.keep is not None or g.resident:
+        raise KgenError(first_located(g.resident_loc or loc, loc),
+                        f"gemm '{g.name}' is in loop '{loop.name}': keep applies to chains "
+                        "outside loops")
+
+
+def _check_first_gemm(state: KernelState, loop: ir.Loop, g: ir.Gemm):
+    loc = first_located(g.loc, loop.loc)
+    state.define(require_str(g.name, loc, "a gemm name"), "gemm", loc)
+    _no_schedule_lines(loop, g, loc)
+    if g.accumulate:
+        raise KgenError(loc, f"the first gemm of loop '{loop.name}' computes a new tile each "
+                             f"block: write 'gemm {g.name} = ...' (only the second gemm "
+                             "accumulates, +=)")
+    _check_acc_dtype(g, loc)
+    a_loc, b_loc = first_located(g.a.loc, loc), first_located(g.b.loc, loc)
+    a = operand_param(state, g, g.a, "A", a_loc)
+    if g.a.transposed:
+        raise KgenError(a_loc, f"only a B operand can be transposed; the A operand '{a.name}' "
+                               "holds the kernel's rows")
+    b = operand_param(state, g, g.b, "B", b_loc)
+    b_shape = _operand_shape(b, g.b)
+    b_text = f"{b.name}^T" if g.b.transposed else b.name
+    if a.shape[1] != b_shape[0]:
+        raise KgenError(b_loc, f"inner dimensions differ: {a.name} is {shape_text(a.shape)} but "
+                               f"{b_text} is {shape_text(b_shape)}")
+    if b_shape[1] != loop.dim:
+        raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
+                               f"gemm '{g.name}' needs {loop.dim} columns; {b_text} is "
+                               f"{shape_text(b_shape)}")
+    what = f"K0, the columns of '{a.name}' (the k of gemm '{g.name}')"
+    _compile_time_cols(a.shape[1], what, a_loc)
+    return a, b, a.shape[1]
+
+
+def _check_second_gemm(state: KernelState, loop: ir.Loop, first: ir.Gemm, g: ir.Gemm):
+    loc = first_located(g.loc, loop.loc)
+    state.define(require_str(g.name, loc, "a gemm name"), "gemm", loc)
+    _no_schedule_lines(loop, g, loc)
+    if not g.accumulate:
+        raise KgenError(loc, f"the second gemm of loop '{loop.name}' accumulates across its "
+                             f"iterations: write 'gemm {g.name} += {first.name} @ ...'")
+    _check_acc_dtype(g, loc)
+    a_loc, b_loc = first_located(g.a.loc, loc), first_located(g.b.loc, loc)
+    if g.a.name != first.name or g.a.transposed:
+        raise KgenError(a_loc, f"the second gemm of loop '{loop.name}' multiplies the first "
+                               f"gemm's value: write 'gemm {g.name} += {first.name} @ ...'")
+    c = operand_param(state, g, g.b, "B", b_loc)
+    if g.b.transposed:
+        raise KgenError(b_loc, f"only the first gemm's B operand can be transposed for now; "
+                               f"declare '{c.name}' with {loop.dim} rows (the other layout, "
+                               "row or col, if its memory is the transpose)")
+    c_shape, c_text = c.shape, c.name
+    if c_shape[0] != loop.dim:
+        raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
+                               f"gemm '{g.name}' needs {loop.dim} rows; {c_text} is "
+                               f"{shape_text(c_shape)}")
+    what = f"N1, the columns of '{c_text}' (the n of gemm '{g.name}')"
+    _compile_time_cols(c_shape[1], what, b_loc)
+    if g.epilogue.stmts:
+        raise KgenError(first_located(g.epilogue.loc, loc),
+                        f"an accumulating gemm has no epilogue of its own; read '{g.name}' in "
+                        "the kernel's epilogue, after the loop")
+    return c, c_shape[1]
+
+
+def _check_acc_dtype(g: ir.Gemm, loc) -> None:
+    if g.acc_dtype is not DType.F32:
+        name = getattr(g.acc_dtype, "dsl_name", None) or shown(g.acc_dtype)
+        raise KgenError(loc, f"gemm '{g.name}' accumulates in {name}; a loop's gemms accumulate "
+                             "in f32")
+
+
+def _operand_shape(param: ir.Param, ref: ir.OperandRef) -> tuple:
+    if not isinstance(ref.transposed, bool):
+        raise KgenError(ref.loc, f"transposed must be True or False, got {shown(ref.transposed)}")
+    return tuple(reversed(param.shape)) if ref.transposed else param.shape
+
+
+def _compile_time_cols(value: object, what: str, loc) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise KgenError(loc, f"{what} must be a compile-time size (a multiple of 16 up to "
+                             f"{MAX_OPERAND_COLS}), got {quote(value)}")
+    if value % 16 or value > MAX_OPERAND_COLS:
+        raise KgenError(loc, f"{what} must be a multiple of 16 up to {MAX_OPERAND_COLS}, got "
+                             f"{value}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Two batch dimensions
+
+
+def _check_heads(state: KernelState, rows_of: ir.Param) -> None:
+    """Batch and heads in a tile program. `rows_of` holds the rows the kernel computes (a
+    loop's first A, a row kernel's first tensor); its (batch, heads) are the kernel's grid. An
+    input with other heads is shared by query heads (GQA: the kernel's heads must be a multiple
+    of its heads); an output has the kernel's heads."""
+    k = state.kernel
+    heads = rows_of.heads
+    for p in k.params:
+        if p.batch is None:
+            continue  # shared by every batch and head
+        at = loc_of(p, k.loc)
+        if heads is None and p.heads is not None:
+            raise KgenError(at, f"{p.kind.value} '{p.name}' has a heads dimension but "
+                                f"'{rows_of.name}', whose rows the kernel computes, has none")
+        if heads is not None and p.heads is None:
+            if p.role is Role.OUT:
+                hint = f"declare it {p.dtype.dsl_name}{shape_text((p.batch, heads, *p.shape))}"
+            else:
+                shape = shape_text((p.batch, 1, *p.shape))
+                hint = f"give it one ({p.dtype.dsl_name}{shape} shares it across heads)"
+            raise KgenError(at, f"{p.kind.value} '{p.name}' has a batch dimension but no heads "
+                                f"dimension, and '{rows_of.name}' has heads {heads}; {hint}")
+        if p.heads is None or p.heads == heads:
+            continue
+        if p.role is Role.OUT:
+            raise KgenError(at, f"output '{p.name}' has heads {p.heads} but the kernel runs over "
+                                f"the heads {heads} of '{rows_of.name}'{at_line(rows_of.loc)}")
+        if isinstance(heads, int) and isinstance(p.heads, int) and heads % p.heads:
+            raise KgenError(at, f"'{rows_of.name}' has {heads} heads, not a multiple of the "
+                                f"{p.heads} heads of '{p.name}' (each of its heads serves "
+                                "heads / its heads query heads)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Warnings
+
+
+def _unused_carries(loop: ir.Loop, inside: ir.Epilogue, after: ir.Epilogue | None
+                    ) -> list[KgenWarning]:
+    """A warning at each carry whose value reaches no store and no other live carry: its
+    updates are dead code (a running max that nothing reads)."""
+    carried = {c.name for c in loop.carries} | {g.name for g in loop.gemms if g.accumulate}
+    live: set[str] = set()
+    updates: dict[str, set[str]] = {}  # carry -> what its updates read
+    for epilogue in (inside, after):
+        if epilogue is None:
+            continue
+        reads: dict[str, set[str]] = {}  # local -> the carried values it reads
+        for stmt in epilogue.stmts:
+            deps = _carried_reads(stmt.value, reads, carried)
+            if isinstance(stmt, ir.Let):
+                reads[stmt.name] = deps
+            elif isinstance(stmt, ir.Update) and stmt.name in carried:
+                if any(stmt.name == g.name for g in loop.gemms):
+                    live |= deps  # a rescale of the accumulator
+                updates.setdefault(stmt.name, set()).update(deps)
+            else:
+                live |= deps
+                if isinstance(stmt, ir.Store):
+                    reads[stmt.target] = deps  # `s`, read back by later statements
+    changed = True
+    while changed:
+        grown = live | {d for name in live for d in updates.get(name, ())}
+        changed, live = grown != live, grown
+    return [KgenWarning(loc_of(c, loop.loc), f"carry '{c.name}' is never read (no output "
+                                             "depends on it); its updates are not computed")
+            for c in loop.carries if c.name not in live]
+
+
+def _carried_reads(expr: object, reads: dict[str, set[str]], carried: set[str]) -> set[str]:
+    found: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ir.LocalRef):
+            if node.name in reads:
+                found |= reads[node.name]
+            elif node.name in carried:
+                found.add(node.name)
+        elif isinstance(node, ir.Call) and isinstance(node.args, tuple):
+            stack.extend(node.args)
+        elif isinstance(node, (ir.Cast, ir.Reduce)):
+            stack.append(node.arg)
+    return found
