@@ -112,7 +112,8 @@ def test_a_fixed_batch_count():
     (["tensor A : f16[L, M, K, K] row", "tensor B : f16[K, N] col",
       "tensor D : f16[M, N] row out"], "D = acc",
      "t.kg:3:3: error: tensor 'A' must have 2 dimensions [rows, cols], or 3 with a leading "
-     "batch dimension [L, rows, cols], got [L, M, K, K]"),
+     "batch dimension [L, rows, cols] (two batch dimensions, [B, H, rows, cols], are for loop "
+     "kernels and row kernels only), got [L, M, K, K]"),
 ])
 def test_located_refusals(params, body, expected):
     assert error_of(kernel_text(params, body)) == expected
