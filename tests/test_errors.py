@@ -508,7 +508,7 @@ def test_mangled_examples_give_located_messages_only():
 # ---------------------------------------------------------------------------------------------
 # Tile programs: rendered messages, and the CLI's answer (exit 2, one located message)
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parent.parent / "examples"
 ATTENTION = (PROGRAMS / "attention_fwd.kg").read_text() if PROGRAMS.is_dir() else ""
 
 LOOP_CASES = [

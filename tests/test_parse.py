@@ -443,7 +443,7 @@ def test_reduction_mode():
 # ---------------------------------------------------------------------------------------------
 # Tile programs: loops, carries, K^T, gemm +=, kernel epilogues, row/col/inf as values
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parent.parent / "examples"
 
 
 def test_attention_program():
@@ -599,7 +599,7 @@ def test_loop_parse_errors(text, message):
 
 
 def test_language_doc_shows_the_tile_programs():
-    """docs/language.md, section 15, shows the three programs of tests/programs (without their
+    """docs/language.md, section 15, shows the three programs of examples (without their
     comments), and each parses and verifies."""
     doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text()
     section = doc[doc.index("## 15. Tile programs"):]

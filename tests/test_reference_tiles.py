@@ -15,7 +15,7 @@ from kgen.parse import parse
 from kgen.reference import checking_dtype, compare, evaluate, round_to
 from kgen.verify import verify
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parent.parent / "examples"
 BF16 = ml_dtypes.bfloat16
 SCALE = 0.125
 
@@ -28,7 +28,7 @@ def kernel_of(text: str) -> ir.Kernel:
 
 def attention(score: str = "scale * acc", mask: str = "", extra: str = "", dtype: str = "bf16",
               d: int = 64) -> ir.Kernel:
-    """The attention forward of tests/programs, with its score `x` and mask replaced."""
+    """The attention forward of examples, with its score `x` and mask replaced."""
     text = (PROGRAMS / "attention_fwd.kg").read_text()
     masked = f"where({mask}, {score}, -inf)" if mask else score
     text = text.replace("x = where(col <= row, scale * acc, -inf)", f"x = {masked}")

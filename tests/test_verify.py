@@ -628,10 +628,10 @@ def test_warnings_from_the_dsl_render_like_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# Tile programs: the programs of tests/programs with one line changed, each mistake named
+# Tile programs: the programs of examples with one line changed, each mistake named
 
 
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAMS = Path(__file__).resolve().parent.parent / "examples"
 TILE_PROGRAMS = {name: (PROGRAMS / f"{name}.kg").read_text()
                  for name in ("attention_fwd", "mlp_loop", "attention_bwd_dot")}
 

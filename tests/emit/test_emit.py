@@ -146,11 +146,12 @@ def test_every_example_compiles_without_its_schedule_lines(own, tmp_path, monkey
         module = parse(without_schedule_lines(path.read_text()), path.name)
         verify(module)
         kernel = module.kernels[0]
-        if not kernel.gemms:
+        if not (kernel.gemms or kernel.loop or kernel.epilogue):  # storage only
             continue
         arch = kernel.target if own else ir.Arch.SM90A
         built = build(kernel, arch, source_name=path.name)
-        assert built.plan.schedule.chosen, path.name
+        if kernel.gemms:
+            assert built.plan.schedule.chosen, path.name
         result = compile_cubin(built.source, built.plan.name, arch.value)
         assert result.spill_stores == 0 and result.spill_loads == 0, (path.name, result.log)
         assert result.stack_bytes == 0, (path.name, result.log)

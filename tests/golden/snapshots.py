@@ -29,7 +29,8 @@ def snapshots():
     """(file name, text) for every snapshot, in a fixed order."""
     for path in EXAMPLES:
         module, _ = read_module(path)
-        if not module.kernels[0].gemms:  # a storage-only example: nothing to emit
+        kernel = module.kernels[0]
+        if not (kernel.gemms or kernel.loop or kernel.epilogue):  # storage only: nothing to emit
             continue
         own = module.kernels[0].target
         for arch in archs_of(path):

@@ -14,7 +14,7 @@ from kgen.reference import compare, evaluate
 
 torch = pytest.importorskip("torch")
 
-PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
+PROGRAMS = Path(__file__).resolve().parent.parent.parent / "examples"
 
 
 def _torch(arrays):
