@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from ...plan import CachePolicy, GemmPlan, KernelPlan
 from . import arch_guard, batch, epilogue_cpp, host_api
-from .chain_mainloop import (block, cfg, chained_mainloop, early_lines, early_vectors, feed_lines,
-                             first_stage_loads, first_stages_function, resident_loads,
-                             resident_mainloop)
+from .chain_mainloop import (CHAIN_LINES, block, cfg, chained_mainloop, early_lines,
+                             early_vectors, feed_lines, first_stage_loads, first_stages_function,
+                             resident_loads, resident_mainloop)
 from .operands import MMA_TYPE, dim_expr, header, host_checks, operand, storage_asserts
 from .epilogue_cpp import PAIR
-from .render import render, render_lines
+from .render import macro_lines, render, render_lines
 
 BARRIER_CTYPE = "unsigned long long"  # the only buffers without a dtype: barriers (sm_90a)
 
@@ -60,6 +60,15 @@ class StageConfig:
     whole_n: str
 
 
+@dataclass(frozen=True, slots=True)
+class StageThreads:
+    """The threads that run every stage: the constant that counts them, and who they are in
+    words (the stage's static check that its warps are exactly those)."""
+
+    constant: str
+    who: str
+
+
 class ChainTarget:
     """The parts of a chain kernel that a target decides; the defaults are mma.sync's."""
 
@@ -69,9 +78,8 @@ class ChainTarget:
         """The warp's index among the warps that run a stage."""
         return "warp_id"
 
-    def threads_assert(self, plan: KernelPlan) -> str:
-        return ('static_assert(kWarpsM * kWarpsN * 32 == kThreads, "every stage runs on all the '
-                'warps");')
+    def stage_threads(self, plan: KernelPlan) -> StageThreads:
+        return StageThreads(constant="kThreads", who="all the warps")
 
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         raise NotImplementedError
@@ -161,7 +169,8 @@ def config_lines(arch: ChainTarget, g: GemmPlan, plan: KernelPlan) -> StageConfi
         name=g.name, a_name=g.a_name, b_name=g.b_name,
         keep="" if chain is None else f"; A = {chain.source} kept in {chain.residency.value}",
         tile_m=g.tile[0], tile_n=g.tile[1], tile_k=g.tile[2], warps_m=g.warps[0],
-        warps_n=g.warps[1], threads_assert=arch.threads_assert(plan),
+        warps_n=g.warps[1], threads_assert="".join(macro_lines(
+            CHAIN_LINES, "threads_assert", threads=arch.stage_threads(plan))),
         warp_tile_m=g.warp_tile[0], warp_tile_n=g.warp_tile[1], frag_m=g.frags[0],
         frag_n=g.frags[1],
         # a resident chained stage streams no B: no stages

@@ -11,10 +11,11 @@ from ...enums import Axis
 from ...plan import GemmPlan, KernelPlan, LoadPath, TensorLoad, VectorLoad
 from .epilogue_cpp import PAIR
 from . import batch
-from .operands import LDMATRIX_ROW_COL, KStep, dim_expr, operand, shifted
-from .render import render_lines
+from .operands import LDMATRIX_ROW_COL, LINES, KStep, dim_expr, load_args, operand, shifted
+from .render import macro_lines, render_lines
 
 INDENT = "  "
+CHAIN_LINES = "common/chain_lines.inc.j2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,19 @@ class KTile:
     commit: bool
     prefetch: tuple[str, ...]
     steps: tuple[KStep, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TileFragLoad:
+    """One ldmatrix of a chained stage: four 8x8 matrices into registers `regs` ((fragment,
+    register) of <operand>_frag[buf]) from shared address `tile` + `addr` (bytes)."""
+
+    operand: str
+    trans: bool
+    buf: int
+    regs: tuple[tuple[int, int], ...]
+    tile: str
+    addr: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +71,20 @@ def block(lines: list[str]) -> list[str]:
     return [line if not line or line.startswith("#") else INDENT + line for line in lines]
 
 
+def _line(macro: str, **values) -> str:
+    """The one line macro `macro` of templates/common/chain_lines.inc.j2 lays out."""
+    (line,) = macro_lines(CHAIN_LINES, macro, **values)
+    return line
+
+
 def b_frag_loads(g: GemmPlan, kk: int, buf: int, stage: str) -> list[str]:
+    """ldmatrix of B's k step `kk` from the shared stage at address `stage` into `buf`."""
     b = g.b
-    ld = "ldmatrix_x4_trans" if b.ldmatrix_trans else "ldmatrix_x4"
-    lines = []
-    for f, (xor, add) in enumerate(b.frag_steps[kk]):
-        regs = ", ".join(f"b_frag[{buf}][{2 * f + n}][{r}]" for n in range(2) for r in range(2))
-        lines.append(f"{ld}({regs}, {stage} + {shifted('b_base', xor * 2, add * 2)});")
-    return lines
+    loads = [TileFragLoad(operand="b", trans=b.ldmatrix_trans, buf=buf,
+                          regs=tuple((2 * f + n, r) for n in range(2) for r in range(2)),
+                          tile=stage, addr=shifted("b_base", xor * 2, add * 2))
+             for f, (xor, add) in enumerate(b.frag_steps[kk])]
+    return macro_lines(CHAIN_LINES, "frag_loads", loads=loads)
 
 
 def a_frag_loads(g: GemmPlan, step: int, buf: int) -> list[str]:
@@ -72,18 +92,16 @@ def a_frag_loads(g: GemmPlan, step: int, buf: int) -> list[str]:
     if g.a is None:
         return []
     eb = g.a.dtype.nbytes
-    lines = []
-    for f, (xor, add) in enumerate(g.a.frag_steps[step]):
-        regs = ", ".join(f"a_frag[{buf}][{f}][{r}]" for r in range(4))
-        lines.append(f"ldmatrix_x4({regs}, a_tile + {shifted('a_base', xor * eb, add * eb)});")
-    return lines
+    loads = [TileFragLoad(operand="a", trans=False, buf=buf,
+                          regs=tuple((f, r) for r in range(4)), tile="a_tile",
+                          addr=shifted("a_base", xor * eb, add * eb))
+             for f, (xor, add) in enumerate(g.a.frag_steps[step])]
+    return macro_lines(CHAIN_LINES, "frag_loads", loads=loads)
 
 
-def _b_load(g: GemmPlan, tile: int, slot: int) -> str:
-    b = g.b
-    args = f"n0, N, {tile} * kTileK, K" if b.k_major else f"{tile} * kTileK, K, n0, N"
-    return (f"load_b_stage(b_smem + {slot} * kBStageBytes, p.{b.param}, p.ld_{b.param}, "
-            f"{args}, tid);")
+def _b_load(g: GemmPlan, tile: int | str, slot: int | str) -> str:
+    """B's k tile `tile` into shared stage `slot`."""
+    return _line("b_load", slot=slot, param=g.b.param, args=load_args(g.b, "b", k_tile=str(tile)))
 
 
 def chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
@@ -101,10 +119,9 @@ def chained_mainloop(g: GemmPlan, prefetch: list[str] | None = None,
     committed = stages - 1
 
     def wait(tile: int) -> str:
-        if prefetch is None:
-            return "cp_async_wait<kStages - 2>();"
-        return (f"cp_async_wait<{committed - 1 - group_of[tile]}>();  // k tile {tile}'s group "
-                "has landed")
+        if prefetch is None:  # the ring's wait: every stage but the newest has landed
+            return "".join(macro_lines(LINES, "ring_wait"))
+        return _line("group_wait", newer=committed - 1 - group_of[tile], tile=tile)
 
     prologue_prefetch: list[str] = []
     if prefetch is not None and last_refill is None:

@@ -4,7 +4,6 @@ shared with sm_90a's chains: kgen/targets/common/epilogue_loop.py."""
 from __future__ import annotations
 
 from ...plan import KernelPlan
-from ..common.epilogue_loop import loop_lines  # noqa: F401  (sm90/chain.py's name for it)
 from ..common.render import render
 
 

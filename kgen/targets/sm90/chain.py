@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 from ...plan import GemmPlan, KernelPlan, LoadPath
 from ..common import batch, chain
+from ..common import epilogue_loop as epilogue_emit
 from ..common.chain_mainloop import block, cfg, function_level, resident_loads, wide_store_lines
 from ..common.operands import dim_expr, load_args, operand
-from ..common.render import render, render_lines
-from ..sm80 import epilogue as epilogue_emit
+from ..common.render import macro_lines, render, render_lines
 from . import schedules, tensor_map
+
+LINES = "sm90/chain_lines.inc.j2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +36,10 @@ class Sm90Chain(chain.ChainTarget):
         # ping-pong: the warp in its warpgroup
         return "math_warp" if plan.schedule.pingpong else "warp_id"
 
-    def threads_assert(self, plan: KernelPlan) -> str:
+    def stage_threads(self, plan: KernelPlan) -> chain.StageThreads:
         if not plan.schedule.pingpong:
-            return super().threads_assert(plan)
-        return ('static_assert(kWarpsM * kWarpsN * 32 == kWarpgroupThreads, "every stage runs '
-                'on a whole consumer warpgroup");')
+            return super().stage_threads(plan)
+        return chain.StageThreads(constant="kWarpgroupThreads", who="a whole consumer warpgroup")
 
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         a, b = operand(g.a, "a"), operand(g.b, "b")
@@ -79,10 +80,7 @@ class Sm90Chain(chain.ChainTarget):
         batched = plan.param(a).batch is not None
         producer_a = (f"at_batch(p, tile / (tiles_m * tiles_n)).{a}"
                       if batched else f"p.{a}")  # the tile's batch
-        ring_box = "a_smem + slot * kAStageBytes, &maps.{a}, full_bar + 8 * slot, kt * kTileK, m0"
-        tma_load = (f"tma_load_box_3d({ring_box.format(a=a)}, "
-                    f"map_batch(p.batch_{a}, tile / (tiles_m * tiles_n)));" if batched
-                    else f"tma_load_box({ring_box.format(a=a)});")
+        (tma_load,) = macro_lines(LINES, "ring_a_load", a=a, batched=batched)
         return render(
             "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
             b=operand(g.b, "b"), ring_b=plan.schedule.chain_ring_b,
