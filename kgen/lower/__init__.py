@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from .. import ir
 from ..errors import KgenError, KgenWarning
-from ..plan import GemmPlan, KernelPlan
-from ..targets import Candidate, Config, Target, producer_threads, target
+from ..plan import GemmPlan, KernelKind, KernelPlan
+from ..targets import (Candidate, Config, Mainloop, Target, consumer_grid, producer_threads,
+                       target)
 from . import abi, builder, chain, epilogue, mainloop, program, schedule, select, slow_path
 
 GROUP_M = select.GROUP_M
@@ -60,11 +61,12 @@ def slow_path_warning(kernel: ir.Kernel, arch: ir.Arch | None = None,
 def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | None) -> KernelPlan:
     chain.check(kernel)
     select.check_request(kernel, tgt)
-    gemms = gemm_plans(kernel, tgt)
+    loops = mainloops(kernel, tgt)
+    gemms = loops.written
     fields = abi.fields(kernel)
     operands = [op.param for g in gemms for op in (g.a, g.b)
                 if op is not None and kernel.param(op.param) is not None]
-    chosen = select.select(kernel, tgt, gemms, persistent=persistent)
+    chosen = select.select(kernel, tgt, loops, persistent=persistent)
     sched = chosen.schedule
     rows16 = {s: "the copy engine loads it into the output's staging"
               for s in sched.staged_inputs}
@@ -92,20 +94,41 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
     )
 
 
-def gemm_plans(kernel: ir.Kernel, tgt: Target) -> list[GemmPlan]:
-    """The mainloop, chain and epilogue passes of every gemm."""
+def mainloops(kernel: ir.Kernel, tgt: Target) -> select.Mainloops:
+    """The mainloop, chain and epilogue passes of every gemm, once per mainloop the target's
+    kinds run (targets.Mainloop): the source's warp grid; each B the source keeps resident
+    holding all of its k tiles; a one-gemm kernel's consumer grids (sm_90a)."""
     # with schedule pingpong the producer warps alone copy the first gemm's A
     a_threads = producer_threads(tgt, schedule.requested(kernel))
-    gemms: list[GemmPlan] = []
+    written: list[GemmPlan] = []
+    resident: list[GemmPlan] | None = []
+    refusal: tuple[int, str] | None = None
     chained = len(kernel.gemms) > 1
-    for g in kernel.gemms:
+    for i, g in enumerate(kernel.gemms):
         if kernel.param(g.a.name) is None:
-            fields = chain.run(kernel, g, tgt)
+            fields, why = chain.run(kernel, g, tgt)
         else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
-            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "",
-                                  a_threads if g is kernel.gemms[0] else None)
-        gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))
-    return gemms
+            fields, why = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "",
+                                       a_threads if i == 0 else None)
+        if why and refusal is None:
+            refusal = (i, why)
+        dag = epilogue.run(kernel, g)
+        written.append(GemmPlan(**fields, epilogue=dag))
+        kept = mainloop.resident_b(fields) if g.resident else fields
+        resident = None if resident is None or kept is None else [
+            *resident, GemmPlan(**kept, epilogue=dag)]
+    plans = {Mainloop.WRITTEN: tuple(written)}
+    if resident is not None and any(g.resident for g in kernel.gemms):
+        plans[Mainloop.RESIDENT] = tuple(resident)
+    if len(kernel.gemms) == 1:
+        g = kernel.gemms[0]
+        for kind, loop in ((KernelKind.COOPERATIVE, Mainloop.COOPERATIVE),
+                           (KernelKind.PINGPONG, Mainloop.PINGPONG)):
+            grid = consumer_grid(tgt, kind, written[0].tile)
+            if grid is not None:
+                own = fields | dict(warps=grid.warps, warp_tile=grid.warp_tile, frags=grid.frags)
+                plans[loop] = (GemmPlan(**own, epilogue=epilogue.run(kernel, g, grid)),)
+    return select.Mainloops(plans, refusal)
 
 
 def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
@@ -117,4 +140,4 @@ def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     if not builder.complete(kernel):
         kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent))
     chain.check(kernel)
-    return select.listed(kernel, tgt, gemm_plans(kernel, tgt), persistent=persistent)
+    return select.listed(kernel, tgt, mainloops(kernel, tgt), persistent=persistent)

@@ -10,21 +10,37 @@ buffers, what to change) only when the selected candidate, or the last one, does
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import Mapping
 
 from .. import ir
 from ..errors import KgenError, SourceLoc
 from ..plan import GemmPlan
-from ..targets import (Candidate, GemmDraft, ScheduleDraft, Site, Target, candidates,
+from ..targets import (Candidate, GemmDraft, Mainloop, ScheduleDraft, Site, Target, candidates,
                        refuse_request)
 from . import schedule, storage
 
 GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream through L2
 
 
-def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *,
+@dataclass(frozen=True, slots=True)
+class Mainloops:
+    """The mainloop pass's output: the gemms planned once per mainloop the target's kinds run,
+    and why the mma.sync mainloop refuses gemm i's tile where only other mainloops serve it."""
+
+    plans: Mapping[Mainloop, tuple[GemmPlan, ...]]
+    mma_sync_refusal: tuple[int, str] | None = None
+
+    @property
+    def written(self) -> list[GemmPlan]:
+        """The gemms as the source's warp grid runs them."""
+        return list(self.plans[Mainloop.WRITTEN])
+
+
+def draft(kernel: ir.Kernel, tgt: Target, loops: Mainloops | None = None, *,
           persistent: bool | None = None, place=None) -> ScheduleDraft:
-    """`gemms`: the mainloop's plans (None: only the request can be checked yet)."""
-    plans = gemms or [None] * len(kernel.gemms)
+    """`loops`: the mainloop pass's plans (None: only the request can be checked yet)."""
+    plans = loops.written if loops is not None else [None] * len(kernel.gemms)
     return ScheduleDraft(
         target=tgt,
         requested=schedule.requested(kernel),
@@ -41,6 +57,8 @@ def draft(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan] | None = None, *
         and kernel.gemms[0].split.stream,
         cluster=_cluster(kernel),
         cluster_written=bool(kernel.gemms) and kernel.gemms[0].cluster is not None,
+        mainloops=loops.plans if loops is not None else {},
+        mma_sync_refusal=loops.mma_sync_refusal if loops is not None else None,
     )
 
 
@@ -66,7 +84,7 @@ def check_request(kernel: ir.Kernel, tgt: Target) -> None:
                         f"copy engine's multicast); this kernel is lowered for {tgt.arch.value}")
 
 
-def listed(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
+def listed(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
            persistent: bool | None = None) -> list[Candidate]:
     """The target's candidates for the kernel, each placed in shared memory."""
     budget_loc = _budget_loc(kernel)
@@ -74,14 +92,14 @@ def listed(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
     def place(plans, **options):
         return storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
 
-    return candidates(draft(kernel, tgt, gemms, persistent=persistent, place=place))
+    return candidates(draft(kernel, tgt, loops, persistent=persistent, place=place))
 
 
 def _budget_loc(kernel: ir.Kernel) -> SourceLoc:
     return kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
 
 
-def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
+def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
            persistent: bool | None = None) -> Candidate:
     """The selected candidate, legal, its schedule noting the candidates before it."""
     placed: dict[int, tuple] = {}
@@ -92,7 +110,7 @@ def select(kernel: ir.Kernel, tgt: Target, gemms: list[GemmPlan], *,
         placed[id(plan)] = (list(plans), options)
         return plan
 
-    listed = candidates(draft(kernel, tgt, gemms, persistent=persistent, place=place))
+    listed = candidates(draft(kernel, tgt, loops, persistent=persistent, place=place))
     wanted = schedule.requested(kernel)
     if wanted is not None:
         chosen = next(c for c in listed if c.kind is wanted)

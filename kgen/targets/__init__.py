@@ -81,10 +81,23 @@ def target(arch: Arch) -> Target:
 # targets need no IR. The lowering (kgen/lower/select.py) builds the draft and picks.
 
 
+class Mainloop(enum.Enum):
+    """The mainloops the mainloop pass plans a kernel's gemms for (kgen/lower/mainloop.py), each
+    once, for the kinds that run it; a kind's candidate takes its own (ScheduleDraft.plans) and
+    changes none of it."""
+
+    WRITTEN = "written"  # the source's warp grid, every B streamed through its stages: the
+    # mma.sync kernels' (TILED, PERSISTENT without `keep B resident`)
+    RESIDENT = "resident"  # the same, where each B the source keeps resident holds all of its k
+    # tiles (a resident PERSISTENT chain; the ping-pong chain, whose B0 may stream instead)
+    COOPERATIVE = "cooperative"  # sm_90a's warp-specialized consumers on one gemm (consumer_grid)
+    PINGPONG = "pingpong"
+
+
 @dataclass(frozen=True, slots=True)
 class GemmDraft:
-    """A gemm as the mainloop pass planned it (`plan`: None before that pass, when only the
-    request is checked), and what its source asked for."""
+    """A gemm as the mainloop pass planned it for the source's warp grid (`plan`: None before
+    that pass, when only the request is checked), and what its source asked for."""
 
     name: str
     warps: tuple[int, int]
@@ -121,10 +134,20 @@ class ScheduleDraft:
     cluster: tuple[int, int] = (1, 1)  # `cluster MxN` on the (one) gemm
     cluster_written: bool = False  # the source writes the line (1x1 included)
     batched: frozenset[str] = frozenset()  # the parameters with a batch dimension
+    # The mainloop pass's plans of the gemms, per mainloop it planned (see Mainloop)
+    mainloops: Mapping[Mainloop, tuple[GemmPlan, ...]] = field(default_factory=dict)
+    # Why the mma.sync mainloop cannot split gemm i's tile over its warps, where only other
+    # mainloops run it (a wgmma target's one gemm; a chained tile that only the ping-pong
+    # chain's column passes serve): (i, reason), which the mma.sync kernels refuse it with
+    mma_sync_refusal: tuple[int, str] | None = None
 
     @property
     def resident(self) -> bool:
         return any(g.resident for g in self.gemms)
+
+    def plans(self, mainloop: Mainloop) -> list[GemmPlan]:
+        """The gemms as the mainloop pass planned them for `mainloop`."""
+        return list(self.mainloops[mainloop])
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,3 +289,21 @@ RING_MAX_STAGES = 32  # the producer warps' ring (schedule pingpong): slots of o
 def producer_threads(tgt: Target, kind: KernelKind | None) -> int | None:
     """Threads that alone copy the first gemm's A under `kind` (None: every thread)."""
     return _schedules(tgt).producer_threads(kind)
+
+
+@dataclass(frozen=True, slots=True)
+class WarpGrid:
+    """How a kernel kind's math warps split a gemm's tile: the warp grid, each warp's tile, its
+    MMA tiles along M and N, and whether each warp holds whole rows of the tile (the row
+    reductions then need no scratch)."""
+
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    frags: tuple[int, int]
+    whole_rows: bool = False
+
+
+def consumer_grid(tgt: Target, kind: KernelKind, tile: tuple[int, int, int]) -> WarpGrid | None:
+    """The warp grid of `kind`'s consumer warps on a one-gemm tile, where the target runs that
+    kind with a grid of its own (sm_90a's warp-specialized kernels), else None."""
+    return _schedules(tgt).consumer_grid(kind, tile)

@@ -19,3 +19,8 @@ def producer_threads(kind: KernelKind | None) -> int | None:
 def refuse_request(draft: ScheduleDraft) -> Candidate | None:
     """A schedule line this target cannot run, refused with its reason (None: none asked)."""
     return common.refuse_request(draft)
+
+
+def consumer_grid(kind: KernelKind, tile: tuple[int, int, int]) -> None:
+    """No kind of this target has consumer warps of its own: every gemm runs the source's grid."""
+    return None

@@ -34,7 +34,7 @@ from typing import Sequence
 from ...enums import DType, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
                      StorePath, TensorMap, WarpRole)
-from .. import MORE_WARPS, Candidate, Instruction, ScheduleDraft, Site
+from .. import MORE_WARPS, Candidate, Instruction, Mainloop, ScheduleDraft, Site, WarpGrid
 from ..common import schedules as common
 from . import warp_specialized
 from .tensor_map import STAGING_BOX
@@ -93,7 +93,7 @@ def one_gemm_tiled(draft: ScheduleDraft, ws: Candidate) -> Candidate:
     if len(draft.gemms) != 1:
         return common.tiled(draft)
     tiled = common.tiled(draft, WHY_NOT_WS.format(kind=ws.kind.value, reason=ws.reason))
-    refusal = draft.gemms[0].plan.tiled_refusal
+    refusal = draft.mma_sync_refusal[1] if draft.mma_sync_refusal else ""
     if tiled.legal or ws.legal or tiled.reason != refusal:
         return tiled
     if ws.site != Site("tile", 0):
@@ -109,6 +109,13 @@ def one_gemm_tiled(draft: ScheduleDraft, ws: Candidate) -> Candidate:
 
 def producer_threads(kind: KernelKind | None) -> int | None:
     return PRODUCER_THREADS if kind is KernelKind.PINGPONG else None
+
+
+def consumer_grid(kind: KernelKind, tile: tuple[int, int, int]) -> WarpGrid | None:
+    """The warp-specialized kernels' consumer grid on a one-gemm tile (warp_specialized)."""
+    if kind not in warp_specialized.CONSUMER_WARPS:
+        return None
+    return warp_specialized.consumer_grid(kind, tile)
 
 
 def threads() -> int:
@@ -254,7 +261,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                                       first_streams=True, column_blocks=True)
     if refusal is not None:
         return _refused(refusal.reason, refusal.site)
-    gemms = common.resident_plans([g.plan for g in draft.gemms], first_streams=ring_b)
+    gemms = draft.plans(Mainloop.RESIDENT)
     first, source, last = gemms[0], gemms[-2], gemms[-1]  # source: the last gemm's A
     if ring_b:
         refusal = ring_b_refusal(first, draft)
