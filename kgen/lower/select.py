@@ -11,30 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping
 
 from .. import ir
 from ..errors import KgenError, SourceLoc
-from ..plan import GemmPlan
-from ..targets import (Candidate, GemmDraft, Mainloop, ScheduleDraft, Site, Target, candidates,
+from ..plan import LineChoice
+from ..targets import (Candidate, GemmDraft, ScheduleDraft, Site, Target, candidates,
                        refuse_request)
 from . import schedule, storage
+from .mainloops import Mainloops
 
 GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream through L2
-
-
-@dataclass(frozen=True, slots=True)
-class Mainloops:
-    """The mainloop pass's output: the gemms planned once per mainloop the target's kinds run,
-    and why the mma.sync mainloop refuses gemm i's tile where only other mainloops serve it."""
-
-    plans: Mapping[Mainloop, tuple[GemmPlan, ...]]
-    mma_sync_refusal: tuple[int, str] | None = None
-
-    @property
-    def written(self) -> list[GemmPlan]:
-        """The gemms as the source's warp grid runs them."""
-        return list(self.plans[Mainloop.WRITTEN])
 
 
 def draft(kernel: ir.Kernel, tgt: Target, loops: Mainloops | None = None, *,
@@ -99,9 +85,20 @@ def _budget_loc(kernel: ir.Kernel) -> SourceLoc:
     return kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
 
 
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """The schedule lines the builder filled (kgen/lower/builder.py) and the configurations it
+    tried before, refused (label, reason): the schedule's record of them (Schedule.chosen,
+    Schedule.untaken)."""
+
+    chosen: tuple[LineChoice, ...]
+    untaken: tuple[tuple[str, str], ...] = ()
+
+
 def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
-           persistent: bool | None = None) -> Candidate:
-    """The selected candidate, legal, its schedule noting the candidates before it."""
+           persistent: bool | None = None, filled: Filled | None = None) -> Candidate:
+    """The selected candidate, legal, its schedule noting the candidates before it and the
+    lines the builder `filled`, as the selected gemms run them (as_run)."""
     placed: dict[int, tuple] = {}
     budget_loc = _budget_loc(kernel)
 
@@ -125,8 +122,19 @@ def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
         raise KgenError(locate(kernel, chosen.site), chosen.reason)
     before = listed[:listed.index(chosen)]
     rejected = tuple((c.kind, c.reason) for c in before)
+    record = dict(chosen=as_run(filled.chosen, chosen.gemms),
+                  untaken=filled.untaken) if filled is not None else {}
     return dataclasses.replace(
-        chosen, schedule=dataclasses.replace(chosen.schedule, rejected=rejected))
+        chosen, schedule=dataclasses.replace(chosen.schedule, rejected=rejected, **record))
+
+
+def as_run(chosen: tuple[LineChoice, ...], gemms) -> tuple[LineChoice, ...]:
+    """The filled lines as the plan runs them: a `warps` line names the warps of the plan's
+    gemm (the warp-specialized kernels take the 8 math warps of a configuration's `warps 2x4`
+    as 8x1, or a ping-pong consumer's 4x1), so `kgen inspect`'s line and its gemms table agree,
+    and the line, written back, plans the same kernel."""
+    warps = {f"{g.name} warps": f"{g.warps[0]}x{g.warps[1]}" for g in gemms}
+    return tuple(dataclasses.replace(c, value=warps.get(c.line, c.value)) for c in chosen)
 
 
 def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:

@@ -186,7 +186,7 @@ def test_a_256_row_tile_up_to_192_columns_plans_what_only_wgmma_runs(n):
     g, s = built.plan.gemms[0], built.plan.schedule
     assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.TMA
     assert s.gemms[0].stages_d == 2  # the whole tile's staging does not fit beside the ring
-    refused = mainloops(kernel, target(ir.Arch.SM90A)).mma_sync_refusal
+    refused = mainloops.run(kernel, target(ir.Arch.SM90A), None).mma_sync_refusal
     assert refused and refused[0] == 0
     assert g.a.copies_per_thread == 0 and g.b.frag_steps == ()
     # the mma.sync kernel refuses it with the sm_80 mainloop's reason
