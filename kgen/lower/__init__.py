@@ -11,9 +11,11 @@ the parts, once. No pass changes a part an earlier pass made (tests/lower/test_p
                and swizzles, a chained gemm's A from the gemm before it; its epilogue (the
                visitor tree as a DAG of typed nodes), planned for that warp grid
     schedule   the target's candidates (kgen/targets/<arch>/schedules.py), each taking its
-               kind's mainloop plans and its storage plan (kgen/lower/storage.py: phases,
-               buffers and their lifetimes, the declared layout checked by unions, the packer,
-               the budget); the source's request or the first legal one
+               kind's mainloop plans and weighing its shared memory by a trial placement; the
+               source's request or the first legal one, and what it asks of the storage pass
+    storage    the selected schedule's buffers (kgen/lower/storage.py: phases, buffers and
+               their lifetimes, the declared layout checked by unions, the packer), or the
+               budget's located message
     abi        the params struct, argument alignments and size rules the schedule needs
 
 After lowering, `slow_path_warning` says which written schedule lines put the plan on a slower path
@@ -29,7 +31,8 @@ from typing import Callable
 
 from .. import ir
 from ..errors import KgenError, KgenWarning
-from ..plan import Alignment, DimRule, KernelKind, KernelPlan, Param, ParamField
+from ..plan import (Alignment, DimRule, KernelKind, KernelPlan, Param, ParamField,
+                    StoragePlan)
 from ..targets import Candidate, Config, Target, target
 from . import abi, builder, chain, mainloops, program, schedule, select, slow_path
 
@@ -97,13 +100,20 @@ def _mainloop(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> 
     return mainloops.run(kernel, tgt, parts["request"])
 
 
-def _schedule(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> Candidate:
+def _schedule(kernel: ir.Kernel, tgt: Target, options: Options,
+              parts: dict) -> select.Selected:
     return select.select(kernel, tgt, parts["mainloop"], persistent=options.persistent,
                          filled=options.filled)
 
 
+def _storage(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> StoragePlan:
+    storage = select.place(kernel, tgt, parts["schedule"].placement)
+    assert parts["schedule"].candidate.legal, "a candidate over budget fits on the second try"
+    return storage
+
+
 def _abi(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> Abi:
-    gemms, chosen = parts["mainloop"].written, parts["schedule"]
+    gemms, chosen = parts["mainloop"].written, parts["schedule"].candidate
     sched = chosen.schedule
     operands = [op.param for g in gemms for op in (g.a, g.b)
                 if op is not None and kernel.param(op.param) is not None]
@@ -128,7 +138,7 @@ class Pass:
 
 # The passes, in order: each runs once per lowering and returns its own part
 PASSES = (Pass("request", _request), Pass("mainloop", _mainloop),
-          Pass("schedule", _schedule), Pass("abi", _abi))
+          Pass("schedule", _schedule), Pass("storage", _storage), Pass("abi", _abi))
 
 
 def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | None,
@@ -142,13 +152,13 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
 
 def assemble(kernel: ir.Kernel, arch: ir.Arch, parts: dict) -> KernelPlan:
     """The plan, built once from the passes' parts."""
-    chosen, interface = parts["schedule"], parts["abi"]
+    chosen, interface = parts["schedule"].candidate, parts["abi"]
     return KernelPlan(
         name=kernel.name,
         arch=arch,
         fields=interface.fields,
         gemms=chosen.gemms,
-        storage=chosen.storage,
+        storage=parts["storage"],
         alignments=interface.alignments,
         dim_rules=interface.dim_rules,
         schedule=chosen.schedule,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Mapping
 
 from .. import ir
 from ..errors import KgenError, SourceLoc
-from ..plan import LineChoice
+from ..plan import GemmPlan, LineChoice, StoragePlan
 from ..targets import (Candidate, GemmDraft, ScheduleDraft, Site, Target, candidates,
                        refuse_request)
 from . import schedule, storage
@@ -95,10 +96,38 @@ class Filled:
     untaken: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the selected schedule asks of the storage pass: the gemm plans whose buffers it
+    places, and its options (kgen/lower/storage.py run's: persistent, resident, the ring's
+    barriers, the staging, the staged vectors)."""
+
+    gemms: tuple[GemmPlan, ...]
+    options: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """The schedule pass's part: the selected candidate (its schedule noting the candidates
+    before it) and what it asks of the storage pass."""
+
+    candidate: Candidate
+    placement: Placement
+
+
+def place(kernel: ir.Kernel, tgt: Target, placement: Placement) -> StoragePlan:
+    """The storage pass: the selected schedule's buffers placed; over the budget, its located
+    message (the largest buffers, what to change)."""
+    return storage.run(kernel, list(placement.gemms), tgt, _budget_loc(kernel),
+                       **placement.options)
+
+
 def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
-           persistent: bool | None = None, filled: Filled | None = None) -> Candidate:
-    """The selected candidate, legal, its schedule noting the candidates before it and the
-    lines the builder `filled`, as the selected gemms run them (as_run)."""
+           persistent: bool | None = None, filled: Filled | None = None) -> Selected:
+    """The selected candidate, its schedule noting the candidates before it and the lines the
+    builder `filled`, as the selected gemms run them (as_run): legal, or refused only for its
+    shared memory (then the storage pass raises the budget's message). Each candidate weighs
+    its storage by a trial placement (ScheduleDraft.place, never over the budget's error)."""
     placed: dict[int, tuple] = {}
     budget_loc = _budget_loc(kernel)
 
@@ -113,19 +142,19 @@ def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
         chosen = next(c for c in listed if c.kind is wanted)
     else:
         chosen = next((c for c in listed if c.legal), listed[-1])
-    if not chosen.legal:
-        if chosen.over_budget:
-            # the storage pass's own message: the largest buffers and what to change
-            plans, options = placed[id(chosen.storage)]
-            storage.run(kernel, plans, tgt, budget_loc, **options)
-            raise AssertionError("a candidate over budget fits on the second try")
+    if not chosen.legal and not chosen.over_budget:
         raise KgenError(locate(kernel, chosen.site), chosen.reason)
+    plans, options = placed[id(chosen.storage)]
+    placement = Placement(tuple(plans), options)
+    if not chosen.legal:  # the storage pass raises the budget's message
+        return Selected(chosen, placement)
     before = listed[:listed.index(chosen)]
     rejected = tuple((c.kind, c.reason) for c in before)
     record = dict(chosen=as_run(filled.chosen, chosen.gemms),
                   untaken=filled.untaken) if filled is not None else {}
-    return dataclasses.replace(
-        chosen, schedule=dataclasses.replace(chosen.schedule, rejected=rejected, **record))
+    return Selected(dataclasses.replace(
+        chosen, schedule=dataclasses.replace(chosen.schedule, rejected=rejected, **record)),
+        placement)
 
 
 def as_run(chosen: tuple[LineChoice, ...], gemms) -> tuple[LineChoice, ...]:
