@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping
 
 from .. import ir
 from ..errors import KgenError, SourceLoc
-from ..plan import GemmPlan, LineChoice, StoragePlan
-from ..targets import (Candidate, GemmDraft, ScheduleDraft, Site, Target, candidates,
+from ..plan import LineChoice, StoragePlan
+from ..targets import (Candidate, GemmDraft, Placement, ScheduleDraft, Site, Target, candidates,
                        refuse_request)
 from . import schedule, storage
 from .mainloops import Mainloops
@@ -25,7 +24,7 @@ GROUP_M = 8  # CTA rasterization: 8 tile rows share the B tiles they stream thro
 
 
 def draft(kernel: ir.Kernel, tgt: Target, loops: Mainloops | None = None, *,
-          persistent: bool | None = None, place=None) -> ScheduleDraft:
+          persistent: bool | None = None) -> ScheduleDraft:
     """`loops`: the mainloop pass's plans (None: only the request can be checked yet)."""
     plans = loops.written if loops is not None else [None] * len(kernel.gemms)
     return ScheduleDraft(
@@ -38,7 +37,6 @@ def draft(kernel: ir.Kernel, tgt: Target, loops: Mainloops | None = None, *,
         group_m=GROUP_M,
         dtypes={p.name: p.dtype for p in kernel.params},
         batched=frozenset(p.name for p in kernel.params if p.batch is not None),
-        place=place,
         split_k=kernel.gemms[0].split.count if kernel.gemms and kernel.gemms[0].split else 1,
         stream_k=bool(kernel.gemms) and kernel.gemms[0].split is not None
         and kernel.gemms[0].split.stream,
@@ -74,12 +72,26 @@ def check_request(kernel: ir.Kernel, tgt: Target) -> None:
 def listed(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
            persistent: bool | None = None) -> list[Candidate]:
     """The target's candidates for the kernel, each placed in shared memory."""
+    return _placed(kernel, tgt, draft(kernel, tgt, loops, persistent=persistent))[0]
+
+
+def _placed(kernel: ir.Kernel, tgt: Target,
+            schedule_draft: ScheduleDraft) -> tuple[list[Candidate], dict[int, tuple]]:
+    """The target's candidates, each trial placement they yield placed by the storage pass
+    (over the budget without raising); and per storage plan (by id) itself and its
+    Placement."""
+    placed: dict[int, tuple] = {}
     budget_loc = _budget_loc(kernel)
-
-    def place(plans, **options):
-        return storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
-
-    return candidates(draft(kernel, tgt, loops, persistent=persistent, place=place))
+    run = candidates(schedule_draft)
+    try:
+        request = next(run)
+        while True:
+            plan = storage.run(kernel, list(request.gemms), tgt, budget_loc, check_budget=False,
+                               **request.options)
+            placed[id(plan)] = (plan, request)
+            request = run.send(plan)
+    except StopIteration as done:
+        return done.value, placed
 
 
 def _budget_loc(kernel: ir.Kernel) -> SourceLoc:
@@ -94,16 +106,6 @@ class Filled:
 
     chosen: tuple[LineChoice, ...]
     untaken: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """What the selected schedule asks of the storage pass: the gemm plans whose buffers it
-    places, and its options (kgen/lower/storage.py run's: persistent, resident, the ring's
-    barriers, the staging, the staged vectors)."""
-
-    gemms: tuple[GemmPlan, ...]
-    options: Mapping[str, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,16 +129,9 @@ def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
     """The selected candidate, its schedule noting the candidates before it and the lines the
     builder `filled`, as the selected gemms run them (as_run): legal, or refused only for its
     shared memory (then the storage pass raises the budget's message). Each candidate weighs
-    its storage by a trial placement (ScheduleDraft.place, never over the budget's error)."""
-    placed: dict[int, tuple] = {}
-    budget_loc = _budget_loc(kernel)
-
-    def place(plans, **options):
-        plan = storage.run(kernel, list(plans), tgt, budget_loc, check_budget=False, **options)
-        placed[id(plan)] = (list(plans), options)
-        return plan
-
-    listed = candidates(draft(kernel, tgt, loops, persistent=persistent, place=place))
+    its storage by trial placements (targets.Placement: it yields them, _placed places them,
+    never raising the budget's error)."""
+    listed, placed = _placed(kernel, tgt, draft(kernel, tgt, loops, persistent=persistent))
     wanted = schedule.requested(kernel)
     if wanted is not None:
         chosen = next(c for c in listed if c.kind is wanted)
@@ -144,8 +139,8 @@ def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
         chosen = next((c for c in listed if c.legal), listed[-1])
     if not chosen.legal and not chosen.over_budget:
         raise KgenError(locate(kernel, chosen.site), chosen.reason)
-    plans, options = placed[id(chosen.storage)]
-    placement = Placement(tuple(plans), options)
+    plan, placement = placed[id(chosen.storage)]
+    assert plan is chosen.storage
     if not chosen.legal:  # the storage pass raises the budget's message
         return Selected(chosen, placement)
     before = listed[:listed.index(chosen)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Generator, Mapping
 
 from ..enums import Arch, Dim, DType, Residency
 from ..plan import GemmPlan, KernelKind, Schedule, StoragePlan
@@ -126,9 +126,6 @@ class ScheduleDraft:
     allow_persistent: bool = True  # False: the caller forbids it (lower(persistent=False))
     group_m: int = 8
     dtypes: Mapping[str, DType] = field(default_factory=dict)  # each parameter's element type
-    # The storage plan of a candidate, computed without raising on the budget:
-    # place(gemm plans, persistent=, resident=, ring_barriers=, staging=(bytes, align))
-    place: Callable[..., StoragePlan] | None = None
     split_k: int = 1  # `split S` on the (one) gemm: S CTAs per output tile along K
     stream_k: bool = False  # `split stream` on the (one) gemm: stream-K
     cluster: tuple[int, int] = (1, 1)  # `cluster MxN` on the (one) gemm
@@ -269,8 +266,30 @@ def _schedules(tgt: Target):
     return {"sm80": sm80, "sm90": sm90}[tgt.schedules]
 
 
-def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    """The target's schedules for the draft, in its order of preference."""
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A trial placement a candidate asks for: the gemm plans whose buffers it places and the
+    storage pass's options (kgen/lower/storage.py run's: persistent, resident, ring_barriers,
+    staging=(bytes, align), vectors, ring_b, turn_barriers). A candidate is a generator that
+    yields each Placement and is sent back its StoragePlan, never raising on the budget; the
+    lowering (kgen/lower/select.py) places it."""
+
+    gemms: tuple[GemmPlan, ...]
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+def place(gemms, **options) -> Placement:
+    """The Placement of `gemms` with the storage pass's `options` (yield it)."""
+    return Placement(tuple(gemms), options)
+
+
+# A candidate: yields its trial placements, is sent their storage plans, returns its verdict
+Placing = Generator[Placement, StoragePlan, Candidate]
+
+
+def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[Candidate]]:
+    """The target's schedules for the draft, in its order of preference (a generator of
+    trial placements, see Placement)."""
     return _schedules(draft.target).candidates(draft)
 
 

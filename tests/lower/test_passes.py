@@ -166,3 +166,10 @@ def test_the_recorder_sees_passes_out_of_order(monkeypatch):
                                          arch=ir.Arch.SM90A))
     with pytest.raises(AssertionError, match="not in the order"):
         check(rec)
+
+
+def test_the_targets_are_handed_no_callback_into_the_lowering():
+    """A target's candidates yield their trial placements (targets.Placement) instead of
+    calling the storage pass through the draft: the draft holds data only."""
+    for f in dataclasses.fields(kgen.targets.ScheduleDraft):
+        assert "Callable" not in str(f.type), f"ScheduleDraft.{f.name}: {f.type}"

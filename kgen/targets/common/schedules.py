@@ -18,7 +18,7 @@ import dataclasses
 from ...enums import Layout, Residency
 from ...plan import (CachePolicy, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
                      OperandSchedule, Raster, Schedule, StorePath, TensorMap, WarpRole)
-from .. import Candidate, Instruction, Mainloop, ScheduleDraft, Site
+from .. import Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, place
 
 WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop over the tiles "
                   "and prefetch the next tile's first stages")
@@ -161,7 +161,7 @@ def over_budget(storage) -> str:
 # The candidates
 
 
-def tiled(draft: ScheduleDraft, why_mma: str = "") -> Candidate:
+def tiled(draft: ScheduleDraft, why_mma: str = "") -> Placing:
     """`why_mma`: why its gemms run on mma.sync, where the target says (sm_90a: which rule of
     its warp-specialized kernel the gemm misses); by default the target's own words."""
     if draft.mma_sync_refusal:  # a tile only the warp-specialized kernels plan
@@ -171,7 +171,7 @@ def tiled(draft: ScheduleDraft, why_mma: str = "") -> Candidate:
     if refusal is not None:
         return dataclasses.replace(refusal, kind=KernelKind.TILED)
     gemms = draft.plans(Mainloop.WRITTEN)
-    storage = draft.place(gemms)
+    storage = yield place(gemms)
     # a one-gemm kernel's outputs leave as pairs; a column-major one as element stores, which
     # ran at the row-major pairs' speed, and faster than 16-byte chunks transposed in registers
     # (bench/logs/any_chain/sm80_col_output.log)
@@ -181,7 +181,7 @@ def tiled(draft: ScheduleDraft, why_mma: str = "") -> Candidate:
     return _candidate(KernelKind.TILED, schedule, gemms, storage)
 
 
-def persistent(draft: ScheduleDraft, mmas=None) -> Candidate:
+def persistent(draft: ScheduleDraft, mmas=None) -> Placing:
     """`mmas(gemm plans, storage)`: each gemm's (Mma, why) on a resident chain (sm_90a's
     wgmma); by default mma.sync."""
     if draft.mma_sync_refusal and len(draft.gemms) > 1:  # only the ping-pong chain's passes
@@ -199,7 +199,7 @@ def persistent(draft: ScheduleDraft, mmas=None) -> Candidate:
         deep = ring_refusal(gemms[0])
         if deep is not None:
             return Candidate(KernelKind.PERSISTENT, False, deep, Site("stages", 0))
-    storage = draft.place(gemms, persistent=True, resident=resident)
+    storage = yield place(gemms, persistent=True, resident=resident)
     last_store = StorePath.PAIRS, WHY_PAIRS
     if resident:
         wide = wide_refusal(gemms[-1])

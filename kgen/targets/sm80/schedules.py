@@ -3,13 +3,16 @@ preference: persistent, then tiled (their rules are kgen/targets/common/schedule
 schedule line asking for a kind only sm_90a has is refused with its reason."""
 from __future__ import annotations
 
-from ...plan import KernelKind
-from .. import Candidate, ScheduleDraft
+from typing import Generator
+
+from ...plan import KernelKind, StoragePlan
+from .. import Candidate, Placement, ScheduleDraft
 from ..common import schedules as common
 
 
-def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    return [*common.sm90_only(draft), common.persistent(draft), common.tiled(draft)]
+def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[Candidate]]:
+    return [*common.sm90_only(draft), (yield from common.persistent(draft)),
+            (yield from common.tiled(draft))]
 
 
 def producer_threads(kind: KernelKind | None) -> int | None:

@@ -44,7 +44,8 @@ from ...enums import Axis, DType, Layout
 from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandPlan,
                      OperandSchedule, Raster, Schedule, StorePath, TensorLoad, TensorMap,
                      VectorLoad, WarpRole, staged_vector_buffer)
-from .. import Candidate, Instruction, Mainloop, ScheduleDraft, Site, WarpGrid
+from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, WarpGrid,
+                place)
 from ..common import schedules as common
 from .epilogue_groups import epilogue_groups
 from .tensor_map import STAGING_BOX
@@ -136,7 +137,7 @@ WHY_STAGED_BOXES = ("the copy engine loads {param}'s 64x64 boxes into the epilog
                     "the output's box before it has left its buffer{rest}")
 
 
-def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
+def candidate(draft: ScheduleDraft, kind: KernelKind) -> Placing:
     refusal = refuse(draft, kind)
     if refusal is not None:
         reason, site = refusal
@@ -159,7 +160,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
         # buffer of each consumer)
         barriers = rings + (CONSUMERS * (stages_d or 1) if staged and store is StorePath.TMA
                             else 0)
-        storage = draft.place([g], persistent=True, ring_barriers=barriers,
+        storage = yield place([g], persistent=True, ring_barriers=barriers,
                               staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0),
                               vectors=vectors)
         if storage.total_bytes <= storage.limit_bytes:
