@@ -21,9 +21,11 @@ import kgen.plan.epilogue
 import kgen.plan.schedule
 import kgen.targets
 from kgen import ir
-from kgen.api import build_file, read_module
+from kgen.api import build, build_file, read_module
 from kgen.errors import KgenError
-from tests.kernels import gemm_kernel
+from kgen.parse import parse
+from kgen.verify import verify
+from tests.kernels import b2b_chain_text, gemm_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.kg"))
@@ -134,6 +136,29 @@ def test_no_pass_rewrites_an_earlier_pass_in_any_example(path, monkeypatch):
 def test_no_pass_rewrites_an_earlier_pass_in_one_gemm(tile, warps, monkeypatch):
     with recording(monkeypatch) as rec:
         kgen.lower.lower(gemm_kernel(tile=tile, warps=warps, stages=3, arch=ir.Arch.SM90A))
+    check(rec)
+
+
+CHAINS = [  # (dtype, K0, N0, N1, target, schedule, g0 lines, g1 lines): lines left out are
+    # the builder's (ping-pong chains with column passes, blocks and three consumers)
+    ("f16", 256, 128, 256, "sm_90a", None, (), ()),
+    ("f16", 256, 64, 640, "sm_90a", None, (), ()),
+    ("bf16", 576, 64, 128, "sm_90a", None, (), ()),
+    ("f16", 256, 64, 128, "sm_90a", "pingpong",
+     ("tile 64x64x64 warps 4x1 stages 18", "keep B0 resident"),
+     ("tile 64x128x64 warps 4x1 stages 3", "keep g0 in registers", "keep B1 resident")),
+    ("f16", 256, 64, 128, "sm_80", None, (), ()),  # the persistent chain, resident
+]
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=lambda c: "-".join(map(str, c[:6])))
+def test_no_pass_rewrites_an_earlier_pass_in_a_chain(chain, monkeypatch):
+    t, k0, n0, n1, arch, schedule, g0, g1 = chain
+    text = b2b_chain_text(t, k0, n0, n1, target=arch, schedule=schedule, g0=g0, g1=g1)
+    module = parse(text, "chain.kg")
+    verify(module)
+    with recording(monkeypatch) as rec:
+        build(module.kernels[0], source_name="chain.kg")
     check(rec)
 
 
