@@ -44,6 +44,7 @@ class Recorder:
         self.writers: dict[int, tuple[object, dict[str, str | None]]] = {}
         self.violations: list[str] = []
         self.runs: list[list[str]] = []  # per lowering, the passes in the order they ran
+        self.parts: list[dict[str, object]] = []  # per lowering, each pass's part
 
     def made(self, obj: object, given: set[str]) -> None:
         self.writers[id(obj)] = (obj, {f: self.current for f in given})
@@ -87,7 +88,8 @@ def recording(monkeypatch):
             outer, rec.current = rec.current, p.name
             rec.runs[-1].append(p.name)
             try:
-                return p.run(*args)
+                part = rec.parts[-1][p.name] = p.run(*args)
+                return part
             finally:
                 rec.current = outer
         return kgen.lower.Pass(p.name, run)
@@ -97,6 +99,7 @@ def recording(monkeypatch):
 
     def lower(*args, **kwargs):
         rec.runs.append([])
+        rec.parts.append({})
         return original_lower(*args, **kwargs)
 
     monkeypatch.setattr(kgen.lower, "_lower", lower)
@@ -108,6 +111,12 @@ def check(rec: Recorder) -> None:
     for order in rec.runs:  # a refused configuration stops after the pass that refused it
         assert order == NAMES[:len(order)], f"passes ran as {order}, not in the order {NAMES}"
     assert any(order == NAMES for order in rec.runs)
+    for parts in rec.parts:  # the schedule takes one mainloop's plans, the very values
+        if "schedule" in parts:
+            gemms = parts["schedule"].candidate.gemms
+            assert any(len(gemms) == len(plans) and all(a is b for a, b in zip(gemms, plans))
+                       for plans in parts["mainloop"].plans.values()), (
+                "the selected schedule's gemm plans are not one mainloop's, unchanged")
     assert not rec.violations, "\n".join(dict.fromkeys(rec.violations))
 
 
