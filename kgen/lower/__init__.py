@@ -35,6 +35,7 @@ from ..plan import (Alignment, DimRule, KernelKind, KernelPlan, Param, ParamFiel
                     StoragePlan)
 from ..targets import Candidate, Config, Target, target
 from . import abi, builder, chain, mainloops, program, schedule, select, slow_path
+from . import storage as storage_pass
 
 GROUP_M = select.GROUP_M
 
@@ -107,7 +108,7 @@ def _schedule(kernel: ir.Kernel, tgt: Target, options: Options,
 
 
 def _storage(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> StoragePlan:
-    storage = select.place(kernel, tgt, parts["schedule"].placement)
+    storage = storage_pass.selected(kernel, tgt, parts["schedule"].placement)
     assert parts["schedule"].candidate.legal, "a candidate over budget fits on the second try"
     return storage
 

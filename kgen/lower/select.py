@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import KgenError, SourceLoc
-from ..plan import LineChoice, StoragePlan
+from ..plan import LineChoice
 from ..targets import (Candidate, GemmDraft, Placement, ScheduleDraft, Site, Target, candidates,
                        refuse_request)
 from . import schedule, storage
@@ -81,7 +81,7 @@ def _placed(kernel: ir.Kernel, tgt: Target,
     (over the budget without raising); and per storage plan (by id) itself and its
     Placement."""
     placed: dict[int, tuple] = {}
-    budget_loc = _budget_loc(kernel)
+    budget_loc = storage.budget_loc(kernel)
     run = candidates(schedule_draft)
     try:
         request = next(run)
@@ -92,10 +92,6 @@ def _placed(kernel: ir.Kernel, tgt: Target,
             request = run.send(plan)
     except StopIteration as done:
         return done.value, placed
-
-
-def _budget_loc(kernel: ir.Kernel) -> SourceLoc:
-    return kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +111,6 @@ class Selected:
 
     candidate: Candidate
     placement: Placement
-
-
-def place(kernel: ir.Kernel, tgt: Target, placement: Placement) -> StoragePlan:
-    """The storage pass: the selected schedule's buffers placed; over the budget, its located
-    message (the largest buffers, what to change)."""
-    return storage.run(kernel, list(placement.gemms), tgt, _budget_loc(kernel),
-                       **placement.options)
 
 
 def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
@@ -166,7 +155,7 @@ def locate(kernel: ir.Kernel, site: Site | None) -> SourceLoc:
     if site is None or site.what == "schedule":
         return kernel.schedule_loc if site is not None else kernel.loc
     if site.what == "budget":  # a refusal that quotes another kernel kind's shared memory
-        return _budget_loc(kernel)
+        return storage.budget_loc(kernel)
     g = kernel.gemms[site.gemm]
     return {"gemm": g.loc, "resident": g.resident_loc or g.loc, "warps": g.warps.loc,
             "tile": g.tile.loc, "stages": g.stages.loc,
