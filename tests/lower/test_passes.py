@@ -1,8 +1,8 @@
 """The lowering's structure (kgen/lower/__init__.py): its passes (PASSES) run once each, in
 order, and no pass writes a field of a plan value that an earlier pass wrote.
 
-The recorder notes, for every value of a plan type (the dataclasses of kgen.plan and
-kgen.targets) made while a lowering runs, which pass wrote each field it was given; a
+The recorder notes, for every value of a plan type (the dataclasses of kgen.plan, kgen.targets
+and the passes' parts) made while a lowering runs, which pass wrote each field it was given; a
 dataclasses.replace() of a field that another pass wrote (or, outside the passes, that any
 pass wrote: the builder, the assembly) is a violation. A pass may replace what it made itself.
 """
@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 import kgen.lower
+import kgen.lower.mainloops
+import kgen.lower.select
 import kgen.plan
 import kgen.plan.epilogue
 import kgen.plan.schedule
@@ -29,7 +31,9 @@ from tests.kernels import b2b_chain_text, gemm_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.kg"))
-PLAN_MODULES = (kgen.plan, kgen.plan.schedule, kgen.plan.epilogue, kgen.targets)
+# the plan's types, the targets' (candidates, drafts, placements) and the passes' parts
+PLAN_MODULES = (kgen.plan, kgen.plan.schedule, kgen.plan.epilogue, kgen.targets, kgen.lower,
+                kgen.lower.mainloops, kgen.lower.select)
 NAMES = [p.name for p in kgen.lower.PASSES]
 
 
