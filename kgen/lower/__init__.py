@@ -1,14 +1,22 @@
-"""Lowering: a verified ir.Kernel to a plan.KernelPlan, through an explicit list of passes.
+"""Lowering: a verified ir.Kernel to a plan.KernelPlan, through an explicit list of passes
+(PASSES), each run once, in order, each a function of the kernel, the target and the parts
+the passes before it made, returning a part of its own; `assemble` then builds the plan from
+the parts, once. No pass changes a part an earlier pass made (tests/lower/test_passes.py).
 
-    chain                 the rules of back-to-back gemms (kgen/lower/chain.py)
-    mainloop  (per gemm)  tiles, warp tiles, operand shared-memory layouts and swizzles; a
-                          chained gemm's A from the gemm before it (registers or smem)
-    epilogue  (per gemm)  the visitor tree as straight-line C++ per accumulator pair
-    abi                   the params struct, argument alignments and size rules
-    select                the schedule: the target's legal candidates (kgen/targets/<arch>/
-                          schedules.py), each with its storage plan (storage: phases, buffers
-                          and their lifetimes, the declared layout checked by unions, the
-                          packer, the budget); the source's request or the first legal one
+    request    the rules of back-to-back gemms (kgen/lower/chain.py) and the source's
+               `schedule` / `keep ... resident` request checked on what the source alone
+               shows: the kind asked for (None: the target's preference decides)
+    mainloop   per gemm, once per mainloop the target's kinds run (kgen/lower/mainloops.py):
+               tiles, warp grid, warp tiles, fragments, stages, operand shared-memory layouts
+               and swizzles, a chained gemm's A from the gemm before it; its epilogue (the
+               visitor tree as a DAG of typed nodes), planned for that warp grid
+    schedule   the target's candidates (kgen/targets/<arch>/schedules.py), each taking its
+               kind's mainloop plans and weighing its shared memory by a trial placement; the
+               source's request or the first legal one, and what it asks of the storage pass
+    storage    the selected schedule's buffers (kgen/lower/storage.py: phases, buffers and
+               their lifetimes, the declared layout checked by unions, the packer), or the
+               budget's located message
+    abi        the params struct, argument alignments and size rules the schedule needs
 
 After lowering, `slow_path_warning` says which written schedule lines put the plan on a slower path
 than the target plans without them (kgen/lower/slow_path.py); the API warns with it.
@@ -18,11 +26,16 @@ storage can be planned and inspected, not emitted.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from .. import ir
 from ..errors import KgenError, KgenWarning
-from ..plan import GemmPlan, KernelPlan
-from ..targets import Candidate, Config, Target, producer_threads, target
-from . import abi, builder, chain, epilogue, mainloop, program, schedule, select, slow_path
+from ..plan import (Alignment, DimRule, KernelKind, KernelPlan, Param, ParamField,
+                    StoragePlan)
+from ..targets import Candidate, Config, Target, target
+from . import abi, builder, chain, mainloops, program, schedule, select, slow_path
+from . import storage as storage_pass
 
 GROUP_M = select.GROUP_M
 
@@ -40,7 +53,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     if not kernel.gemms and kernel.storage is None:
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
     if kernel.gemms and (config is not None or not builder.complete(kernel)):
-        return builder.build(kernel, tgt, lambda k: _lower(k, arch, tgt, persistent),
+        return builder.build(kernel, tgt, lambda k, lines: _lower(k, arch, tgt, persistent, lines),
                              config=config)[1]
     return _lower(kernel, arch, tgt, persistent)
 
@@ -57,15 +70,54 @@ def slow_path_warning(kernel: ir.Kernel, arch: ir.Arch | None = None,
                       lambda k: lower(k, arch))
 
 
-def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | None) -> KernelPlan:
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the caller adds to the source: `persistent` (lower()'s), and the schedule lines
+    the builder filled, for the schedule's record (select.Filled; None: the source wrote
+    them all)."""
+
+    persistent: bool | None = None
+    filled: select.Filled | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Abi:
+    """The abi pass's part: the params struct, the parameters, and the alignment and size
+    rules of the arguments."""
+
+    fields: tuple[ParamField, ...]
+    params: tuple[Param, ...]
+    alignments: tuple[Alignment, ...]
+    dim_rules: tuple[DimRule, ...]
+
+
+def _request(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> KernelKind | None:
     chain.check(kernel)
     select.check_request(kernel, tgt)
-    gemms = gemm_plans(kernel, tgt)
-    fields = abi.fields(kernel)
+    return schedule.requested(kernel)
+
+
+def _mainloop(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> mainloops.Mainloops:
+    return mainloops.run(kernel, tgt, parts["request"])
+
+
+def _schedule(kernel: ir.Kernel, tgt: Target, options: Options,
+              parts: dict) -> select.Selected:
+    return select.select(kernel, tgt, parts["mainloop"], persistent=options.persistent,
+                         filled=options.filled)
+
+
+def _storage(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> StoragePlan:
+    storage = storage_pass.selected(kernel, tgt, parts["schedule"].placement)
+    assert parts["schedule"].candidate.legal, "a candidate over budget fits on the second try"
+    return storage
+
+
+def _abi(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> Abi:
+    gemms, chosen = parts["mainloop"].written, parts["schedule"].candidate
+    sched = chosen.schedule
     operands = [op.param for g in gemms for op in (g.a, g.b)
                 if op is not None and kernel.param(op.param) is not None]
-    chosen = select.select(kernel, tgt, gemms, persistent=persistent)
-    sched = chosen.schedule
     rows16 = {s: "the copy engine loads it into the output's staging"
               for s in sched.staged_inputs}
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)
@@ -76,36 +128,46 @@ def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | Non
         kernel, operands, sched.narrow,
         copy_engine={m.param for m in sched.tensor_maps if not m.store},
         column_vectors={v for g in gemms for v in g.epilogue.column_vectors}, rows16=rows16)
+    return Abi(abi.fields(kernel), abi.params(kernel), alignments, dim_rules)
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    name: str
+    run: Callable[[ir.Kernel, Target, Options, dict], object]
+
+
+# The passes, in order: each runs once per lowering and returns its own part
+PASSES = (Pass("request", _request), Pass("mainloop", _mainloop),
+          Pass("schedule", _schedule), Pass("storage", _storage), Pass("abi", _abi))
+
+
+def _lower(kernel: ir.Kernel, arch: ir.Arch, tgt: Target, persistent: bool | None,
+           filled: select.Filled | None = None) -> KernelPlan:
+    options = Options(persistent, filled)
+    parts: dict[str, object] = {}
+    for p in PASSES:
+        parts[p.name] = p.run(kernel, tgt, options, parts)
+    return assemble(kernel, arch, parts)
+
+
+def assemble(kernel: ir.Kernel, arch: ir.Arch, parts: dict) -> KernelPlan:
+    """The plan, built once from the passes' parts."""
+    chosen, interface = parts["schedule"].candidate, parts["abi"]
     return KernelPlan(
         name=kernel.name,
         arch=arch,
-        fields=fields,
+        fields=interface.fields,
         gemms=chosen.gemms,
-        storage=chosen.storage,
-        alignments=alignments,
-        dim_rules=dim_rules,
-        schedule=sched,
-        params=abi.params(kernel),
+        storage=parts["storage"],
+        alignments=interface.alignments,
+        dim_rules=interface.dim_rules,
+        schedule=chosen.schedule,
+        params=interface.params,
         compute_dtype=kernel.compute_dtype,
         deterministic_reductions=kernel.deterministic,
         loc=kernel.loc,
     )
-
-
-def gemm_plans(kernel: ir.Kernel, tgt: Target) -> list[GemmPlan]:
-    """The mainloop, chain and epilogue passes of every gemm."""
-    # with schedule pingpong the producer warps alone copy the first gemm's A
-    a_threads = producer_threads(tgt, schedule.requested(kernel))
-    gemms: list[GemmPlan] = []
-    chained = len(kernel.gemms) > 1
-    for g in kernel.gemms:
-        if kernel.param(g.a.name) is None:
-            fields = chain.run(kernel, g, tgt)
-        else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
-            fields = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "",
-                                  a_threads if g is kernel.gemms[0] else None)
-        gemms.append(GemmPlan(**fields, epilogue=epilogue.run(kernel, g)))
-    return gemms
 
 
 def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
@@ -115,6 +177,8 @@ def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     are filled as lower() fills them."""
     tgt = target(arch or kernel.target)
     if not builder.complete(kernel):
-        kernel, _ = builder.build(kernel, tgt, lambda k: _lower(k, tgt.arch, tgt, persistent))
+        kernel, _ = builder.build(kernel, tgt,
+                                  lambda k, lines: _lower(k, tgt.arch, tgt, persistent, lines))
     chain.check(kernel)
-    return select.listed(kernel, tgt, gemm_plans(kernel, tgt), persistent=persistent)
+    return select.listed(kernel, tgt, mainloops.run(kernel, tgt, schedule.requested(kernel)),
+                         persistent=persistent)

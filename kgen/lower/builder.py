@@ -22,6 +22,7 @@ from .. import ir, targets
 from ..errors import KgenError, SourceLoc
 from ..plan import KernelKind, KernelPlan, LineChoice
 from ..targets import Config, GemmConfig, GemmShape, Instruction, Target, configs
+from . import select
 from .epilogue import stores_one_16bit_tensor
 
 WHY_TUNED = "tuned:"  # how the why of each line of a tuned configuration starts
@@ -248,12 +249,8 @@ def _free(g: ir.Gemm) -> bool:
 
 
 def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice, ...]:
-    """The filled lines as the plan runs them: a `warps` line names the warps of the plan's
-    gemm (the warp-specialized kernels take the 8 math warps of a configuration's `warps 2x4`
-    as 8x1, or a ping-pong consumer's 4x1), so `kgen inspect`'s line and its gemms table agree,
-    and the line, written back, plans the same kernel."""
-    warps = {f"{g.name} warps": f"{g.warps[0]}x{g.warps[1]}" for g in plan.gemms}
-    return tuple(dataclasses.replace(c, value=warps.get(c.line, c.value)) for c in chosen)
+    """The filled lines as `plan` runs them (select.as_run)."""
+    return select.as_run(chosen, plan.gemms)
 
 
 def tried(kernel: ir.Kernel, lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
@@ -266,12 +263,13 @@ def tried(kernel: ir.Kernel, lower_one: Callable[[ir.Kernel], KernelPlan]) -> Ke
         return None
 
 
-def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], KernelPlan], *,
+def build(kernel: ir.Kernel, tgt: Target,
+          lower_one: Callable[[ir.Kernel, select.Filled], KernelPlan], *,
           config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
     """The first configuration that plans (`config`, a tuned one, tried first; without one,
     the sized one of a kernel whose source fixes every size): the kernel with it filled in, and
-    its plan, whose schedule keeps the filled lines. Raises the first configuration's refusal
-    when none plans."""
+    its plan, whose schedule keeps the filled lines (lower_one(kernel, the lines filled)).
+    Raises the first configuration's refusal when none plans."""
     tries = listed(kernel, tgt)
     config = config or sized(kernel, tgt, {})
     if config is not None:
@@ -279,21 +277,19 @@ def build(kernel: ir.Kernel, tgt: Target, lower_one: Callable[[ir.Kernel], Kerne
     first_error: KgenError | None = None
     refused: list[tuple[str, str]] = []
     for cfg, filled, chosen in tries:
+        if cfg is config:  # a tuned configuration, or the one the runtime sizes call for
+            why = (config.why if config.why.startswith(targets.WHY_SIZED)
+                   else WHY_TUNED + " the fastest `kgen tune` timed")
+            chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
         try:
-            plan = lower_one(filled)
+            plan = lower_one(filled, select.Filled(chosen, tuple(refused)))
         except KgenError as err:
             first_error = first_error or err
             differing = overridden(kernel, cfg)  # the label names the configuration's lines
             refused.append((cfg.label, f"beside the written {_beside(differing)}: {err.message}"
                             if differing else err.message))
             continue
-        if cfg is config:  # a tuned configuration, or the one the runtime sizes call for
-            why = (config.why if config.why.startswith(targets.WHY_SIZED)
-                   else WHY_TUNED + " the fastest `kgen tune` timed")
-            chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
-        schedule = dataclasses.replace(plan.schedule, chosen=as_run(chosen, plan),
-                                       untaken=tuple(refused))
-        return filled, dataclasses.replace(plan, schedule=schedule)
+        return filled, plan
     assert first_error is not None, "every target lists at least one configuration"
     if len({reason for _, reason in refused}) == 1:  # kgen's choices do not matter to it
         raise first_error

@@ -165,11 +165,13 @@ def _a_from_smem(gemm: ir.Gemm, tile, threads: int) -> OperandPlan:
     )
 
 
-def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
-    """The mainloop fields of plan.GemmPlan for a chained `gemm` (its A is an earlier gemm)."""
+def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> tuple[dict, str]:
+    """The mainloop fields of plan.GemmPlan for a chained `gemm` (its A is an earlier gemm),
+    and why the mma.sync mainloop cannot run its tile where only the ping-pong chain's column
+    passes serve it ("": it can; mainloop.chained_refusal)."""
     source = kernel.gemm(gemm.a.name)
     mainloop._check_tile(gemm, tgt, chained=True)
-    tiled_refusal = mainloop.chained_refusal(gemm, tgt)
+    mma_sync_refusal = mainloop.chained_refusal(gemm, tgt)
     t, w = gemm.tile, gemm.warps
     threads = w.m * w.n * 32
     b = kernel.param(gemm.b.name)
@@ -188,5 +190,4 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target) -> dict:
                                   b.shape[0])
     fields["chain"] = ChainPlan(source=source.name, residency=keep, dtype=b.dtype, k=k,
                                 k_steps=k // 16)
-    fields["tiled_refusal"] = tiled_refusal
-    return fields
+    return fields, mma_sync_refusal

@@ -17,6 +17,7 @@ from .. import ir
 from .. import plan
 from ..errors import KgenError
 from ..plan import EpilogueDag, EpilogueNode, ReductionPlan
+from ..targets import WarpGrid
 
 
 def _round_to(value: float, dtype: ir.DType) -> float:
@@ -43,6 +44,7 @@ class _Builder:
     effects: list[plan.Effect] = field(default_factory=list)
     ids: dict[ir.Expr, int] = field(default_factory=dict)  # IR node -> its DAG node
     reductions: list[ReductionPlan] = field(default_factory=list)
+    grid: WarpGrid | None = None  # the kind's own warp grid, where not the source's
 
     def param(self, name: str) -> ir.Param:
         p = self.kernel.param(name)
@@ -108,8 +110,11 @@ class _Builder:
             )
         value = self.value(node.arg)
         k = len(self.reductions)
-        w, t = gemm.warps, gemm.tile
-        floats = {ir.Axis.ROW: w.n * t.m, ir.Axis.COL: w.m * t.n, ir.Axis.ALL: w.m * w.n}
+        t, grid = gemm.tile, self.grid
+        wm, wn = grid.warps if grid is not None else (gemm.warps.m, gemm.warps.n)
+        # warps that hold whole rows of the tile meet in no scratch for a row reduction
+        rows = 0 if grid is not None and grid.whole_rows else wn * t.m
+        floats = {ir.Axis.ROW: rows, ir.Axis.COL: wm * t.n, ir.Axis.ALL: wm * wn}
         self.reductions.append(
             ReductionPlan(
                 index=k,
@@ -178,8 +183,11 @@ def inline_lets(epilogue: ir.Epilogue) -> list[tuple[ir.Store, ir.Expr]]:
     return stores
 
 
-def run(kernel: ir.Kernel, gemm: ir.Gemm) -> EpilogueDag:
-    builder = _Builder(kernel)
+def run(kernel: ir.Kernel, gemm: ir.Gemm, grid: WarpGrid | None = None) -> EpilogueDag:
+    """`grid`: the warp grid of the kind the epilogue is planned for, where it is not the
+    source's `warps` line (sm_90a's warp-specialized consumers): the reductions' scratch
+    follows it."""
+    builder = _Builder(kernel, grid=grid)
     for stmt, expr in inline_lets(gemm.epilogue):
         if isinstance(expr, ir.Reduce):
             builder.reduce(stmt, expr, gemm)

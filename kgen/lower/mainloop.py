@@ -5,9 +5,17 @@ numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, cop
 On a target with wgmma and TMA, a one-gemm kernel's tile that only the sm_80 mainloop's warp
 split, accumulators or copies refuse is planned without them: the warp-specialized kernels load
 it by TMA and hold their own accumulators (256x160 on two consumers of 128 rows each), and the
-plan keeps the refusal (GemmPlan.tiled_refusal) for the mma.sync kernels, which then refuse it.
+pass returns the refusal beside the plan (ScheduleDraft.mma_sync_refusal) for the mma.sync
+kernels, which then refuse it.
+
+The pass plans each gemm once per mainloop the target's kinds run (targets.Mainloop): the
+source's warp grid; the same with each resident B holding all of its k tiles (resident_b); and
+on sm_90a a one-gemm kernel's warp-specialized consumers (targets.consumer_grid). A kind's
+candidate takes its own plans and changes none of them.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from .. import ir
 from ..errors import KgenError
@@ -88,8 +96,8 @@ PASS_COLUMNS = 128  # a chained tile wider than wgmma's 256 columns runs in pass
 def chained_refusal(gemm: ir.Gemm, tgt: Target) -> str:
     """A chained gemm's _warps_refusal, raised unless only the ping-pong chain's column passes
     serve the tile: on a target with wgmma, a tile N over 256 that is a multiple of
-    PASS_COLUMNS, whose accumulators fit one pass at a time. That refusal is returned, for the
-    plan's tiled_refusal (the other chain schedules refuse it)."""
+    PASS_COLUMNS, whose accumulators fit one pass at a time. That refusal is returned, for
+    ScheduleDraft.mma_sync_refusal (the other chain schedules refuse it)."""
     refusal = _warps_refusal(gemm, tgt)
     if refusal is None:
         return ""
@@ -198,11 +206,12 @@ def _operand(
 
 
 def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
-        a_threads: int | None = None) -> dict:
-    """Returns the mainloop fields of plan.GemmPlan for `gemm`; its shared-memory tiles are
-    named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them with the gemm's name).
-    `a_threads`: the threads that copy A, when not the gemm's own (producer warps, whose
-    ring may be deeper)."""
+        a_threads: int | None = None) -> tuple[dict, str]:
+    """Returns the mainloop fields of plan.GemmPlan for `gemm`, and why the mma.sync mainloop
+    cannot run its tile where only the warp-specialized kernels can ("": it can); its
+    shared-memory tiles are named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them
+    with the gemm's name). `a_threads`: the threads that copy A, when not the gemm's own
+    (producer warps, whose ring may be deeper)."""
     _check_tile(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES)
     a = kernel.param(gemm.a.name)
     b = kernel.param(gemm.b.name)
@@ -227,8 +236,19 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
     # logical shapes: A is [M, K] and B is [K, N] in either layout
     fields = gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
     fields["producer_threads"] = a_threads or 0
-    fields["tiled_refusal"] = refusal or ""
-    return fields
+    return fields, refusal or ""
+
+
+def resident_b(fields: dict) -> dict | None:
+    """A gemm's mainloop fields with its B's shared tile holding all of its k tiles (`keep B
+    resident`: loaded once per CTA) instead of its stages; None where K is not fixed (the
+    schedules refuse that resident B)."""
+    b = fields["b"]
+    if not isinstance(fields["k_dim"], int):
+        return None
+    k_tiles = -(-fields["k_dim"] // fields["tile"][2])
+    return fields | dict(b=dataclasses.replace(b, smem=dataclasses.replace(b.smem,
+                                                                         stages=k_tiles)))
 
 
 def _tma_operand(gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int,

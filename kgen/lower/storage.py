@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..errors import NOWHERE, KgenError, SourceLoc
 from ..plan import Buffer, GemmPlan, StoragePlan, Swizzle
-from ..targets import Target
+from ..targets import Placement, Target
 from ..diagnostics import at_line, check_identifier, did_you_mean, quote
 from . import unions
 
@@ -373,6 +373,19 @@ def _user_requests(kernel: ir.Kernel, phases: list[str], made: list[Request]) ->
 
 # ---------------------------------------------------------------------------------------------
 # The pass
+
+
+def budget_loc(kernel: ir.Kernel) -> SourceLoc:
+    """Where the budget's message points: the first gemm's stages line (the declaration of a
+    kernel without a gemm)."""
+    return kernel.gemms[0].stages.loc if kernel.gemms else kernel.storage.loc
+
+
+def selected(kernel: ir.Kernel, tgt: Target, placement: Placement) -> StoragePlan:
+    """The storage pass: the selected schedule's buffers placed (targets.Placement: its gemm
+    plans and run's options); over the budget, its located message (the largest buffers, what
+    to change)."""
+    return run(kernel, list(placement.gemms), tgt, budget_loc(kernel), **placement.options)
 
 
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,

@@ -252,10 +252,6 @@ class GemmPlan:
     b_name: str = ""
     # Threads that copy A when not the gemm's own (schedule pingpong: the producer warps); 0
     producer_threads: int = 0
-    # Why the sm_80 (mma.sync) mainloop cannot run this tile, where only the warp-specialized
-    # kernels can (a wgmma target's one gemm; kgen/lower/mainloop.py): its operands then have no
-    # cp.async copies or fragment loads, and the mma.sync kernels refuse it with this; "": none
-    tiled_refusal: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Generator, Mapping
 
 from ..enums import Arch, Dim, DType, Residency
 from ..plan import GemmPlan, KernelKind, Schedule, StoragePlan
@@ -81,10 +81,23 @@ def target(arch: Arch) -> Target:
 # targets need no IR. The lowering (kgen/lower/select.py) builds the draft and picks.
 
 
+class Mainloop(enum.Enum):
+    """The mainloops the mainloop pass plans a kernel's gemms for (kgen/lower/mainloop.py), each
+    once, for the kinds that run it; a kind's candidate takes its own (ScheduleDraft.plans) and
+    changes none of it."""
+
+    WRITTEN = "written"  # the source's warp grid, every B streamed through its stages: the
+    # mma.sync kernels' (TILED, PERSISTENT without `keep B resident`)
+    RESIDENT = "resident"  # the same, where each B the source keeps resident holds all of its k
+    # tiles (a resident PERSISTENT chain; the ping-pong chain, whose B0 may stream instead)
+    COOPERATIVE = "cooperative"  # sm_90a's warp-specialized consumers on one gemm (consumer_grid)
+    PINGPONG = "pingpong"
+
+
 @dataclass(frozen=True, slots=True)
 class GemmDraft:
-    """A gemm as the mainloop pass planned it (`plan`: None before that pass, when only the
-    request is checked), and what its source asked for."""
+    """A gemm as the mainloop pass planned it for the source's warp grid (`plan`: None before
+    that pass, when only the request is checked), and what its source asked for."""
 
     name: str
     warps: tuple[int, int]
@@ -113,18 +126,25 @@ class ScheduleDraft:
     allow_persistent: bool = True  # False: the caller forbids it (lower(persistent=False))
     group_m: int = 8
     dtypes: Mapping[str, DType] = field(default_factory=dict)  # each parameter's element type
-    # The storage plan of a candidate, computed without raising on the budget:
-    # place(gemm plans, persistent=, resident=, ring_barriers=, staging=(bytes, align))
-    place: Callable[..., StoragePlan] | None = None
     split_k: int = 1  # `split S` on the (one) gemm: S CTAs per output tile along K
     stream_k: bool = False  # `split stream` on the (one) gemm: stream-K
     cluster: tuple[int, int] = (1, 1)  # `cluster MxN` on the (one) gemm
     cluster_written: bool = False  # the source writes the line (1x1 included)
     batched: frozenset[str] = frozenset()  # the parameters with a batch dimension
+    # The mainloop pass's plans of the gemms, per mainloop it planned (see Mainloop)
+    mainloops: Mapping[Mainloop, tuple[GemmPlan, ...]] = field(default_factory=dict)
+    # Why the mma.sync mainloop cannot split gemm i's tile over its warps, where only other
+    # mainloops run it (a wgmma target's one gemm; a chained tile that only the ping-pong
+    # chain's column passes serve): (i, reason), which the mma.sync kernels refuse it with
+    mma_sync_refusal: tuple[int, str] | None = None
 
     @property
     def resident(self) -> bool:
         return any(g.resident for g in self.gemms)
+
+    def plans(self, mainloop: Mainloop) -> list[GemmPlan]:
+        """The gemms as the mainloop pass planned them for `mainloop`."""
+        return list(self.mainloops[mainloop])
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +266,30 @@ def _schedules(tgt: Target):
     return {"sm80": sm80, "sm90": sm90}[tgt.schedules]
 
 
-def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    """The target's schedules for the draft, in its order of preference."""
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A trial placement a candidate asks for: the gemm plans whose buffers it places and the
+    storage pass's options (kgen/lower/storage.py run's: persistent, resident, ring_barriers,
+    staging=(bytes, align), vectors, ring_b, turn_barriers). A candidate is a generator that
+    yields each Placement and is sent back its StoragePlan, never raising on the budget; the
+    lowering (kgen/lower/select.py) places it."""
+
+    gemms: tuple[GemmPlan, ...]
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+def place(gemms, **options) -> Placement:
+    """The Placement of `gemms` with the storage pass's `options` (yield it)."""
+    return Placement(tuple(gemms), options)
+
+
+# A candidate: yields its trial placements, is sent their storage plans, returns its verdict
+Placing = Generator[Placement, StoragePlan, Candidate]
+
+
+def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[Candidate]]:
+    """The target's schedules for the draft, in its order of preference (a generator of
+    trial placements, see Placement)."""
     return _schedules(draft.target).candidates(draft)
 
 
@@ -266,3 +308,21 @@ RING_MAX_STAGES = 32  # the producer warps' ring (schedule pingpong): slots of o
 def producer_threads(tgt: Target, kind: KernelKind | None) -> int | None:
     """Threads that alone copy the first gemm's A under `kind` (None: every thread)."""
     return _schedules(tgt).producer_threads(kind)
+
+
+@dataclass(frozen=True, slots=True)
+class WarpGrid:
+    """How a kernel kind's math warps split a gemm's tile: the warp grid, each warp's tile, its
+    MMA tiles along M and N, and whether each warp holds whole rows of the tile (the row
+    reductions then need no scratch)."""
+
+    warps: tuple[int, int]
+    warp_tile: tuple[int, int]
+    frags: tuple[int, int]
+    whole_rows: bool = False
+
+
+def consumer_grid(tgt: Target, kind: KernelKind, tile: tuple[int, int, int]) -> WarpGrid | None:
+    """The warp grid of `kind`'s consumer warps on a one-gemm tile, where the target runs that
+    kind with a grid of its own (sm_90a's warp-specialized kernels), else None."""
+    return _schedules(tgt).consumer_grid(kind, tile)

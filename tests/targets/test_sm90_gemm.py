@@ -178,17 +178,20 @@ def test_a_256_row_tile_up_to_192_columns_plans_what_only_wgmma_runs(n):
     in 16-byte chunks. It compiles without a spill."""
     from kgen.runtime.nvrtc import compile_cubin
 
-    from kgen.lower import candidates
+    from kgen.lower import candidates, mainloops
+    from kgen.targets import target
 
     kernel = gemm_kernel(tile=(256, n, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM90A)
     built = build(kernel)
     g, s = built.plan.gemms[0], built.plan.schedule
     assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.TMA
     assert s.gemms[0].stages_d == 2  # the whole tile's staging does not fit beside the ring
-    assert g.tiled_refusal and g.a.copies_per_thread == 0 and g.b.frag_steps == ()
+    refused = mainloops.run(kernel, target(ir.Arch.SM90A), None).mma_sync_refusal
+    assert refused and refused[0] == 0
+    assert g.a.copies_per_thread == 0 and g.b.frag_steps == ()
     # the mma.sync kernel refuses it with the sm_80 mainloop's reason
     tiled = next(c for c in candidates(kernel) if c.kind is KernelKind.TILED)
-    assert not tiled.legal and tiled.reason == g.tiled_refusal
+    assert not tiled.legal and tiled.reason == refused[1]
     assert "does not split over 4 warps" in tiled.reason or "accumulator" in tiled.reason
     part = n % 64
     assert ("constexpr int kPartCols = kTileN % 64;" in built.source) == bool(part)

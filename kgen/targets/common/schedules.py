@@ -18,7 +18,7 @@ import dataclasses
 from ...enums import Layout, Residency
 from ...plan import (CachePolicy, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
                      OperandSchedule, Raster, Schedule, StorePath, TensorMap, WarpRole)
-from .. import Candidate, Instruction, ScheduleDraft, Site
+from .. import Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, place
 
 WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop over the tiles "
                   "and prefetch the next tile's first stages")
@@ -122,20 +122,6 @@ def _refused(reason: str, site: Site) -> Candidate:
     return Candidate(KernelKind.PERSISTENT, False, reason, site)
 
 
-def resident_plans(gemms: list[GemmPlan], first_streams: bool = False) -> list[GemmPlan]:
-    """Each B's shared tile holds all of its k tiles (the first gemm's stages hold A only);
-    `first_streams`: the first gemm's B keeps its stages, a ring beside A's."""
-    out = []
-    for i, plan in enumerate(gemms):
-        if first_streams and i == 0:
-            out.append(plan)
-            continue
-        k_tiles = -(-plan.k_dim // plan.tile[2])
-        smem = dataclasses.replace(plan.b.smem, stages=k_tiles)
-        out.append(dataclasses.replace(plan, b=dataclasses.replace(plan.b, smem=smem)))
-    return out
-
-
 def ring_refusal(first: GemmPlan) -> str | None:
     """A ring of A tiles refills `stages - 1` k tiles ahead, at most into the next tile's: so
     stages - 1 may not exceed the first gemm's k tiles (the GPU run at K0 = 256, stages 6 and
@@ -175,17 +161,17 @@ def over_budget(storage) -> str:
 # The candidates
 
 
-def tiled(draft: ScheduleDraft, why_mma: str = "") -> Candidate:
+def tiled(draft: ScheduleDraft, why_mma: str = "") -> Placing:
     """`why_mma`: why its gemms run on mma.sync, where the target says (sm_90a: which rule of
     its warp-specialized kernel the gemm misses); by default the target's own words."""
-    for i, g in enumerate(draft.gemms):  # a tile only the warp-specialized kernels plan
-        if g.plan.tiled_refusal:
-            return Candidate(KernelKind.TILED, False, g.plan.tiled_refusal, Site("tile", i))
+    if draft.mma_sync_refusal:  # a tile only the warp-specialized kernels plan
+        i, reason = draft.mma_sync_refusal
+        return Candidate(KernelKind.TILED, False, reason, Site("tile", i))
     refusal = resident_refusal(draft, persist=False)
     if refusal is not None:
         return dataclasses.replace(refusal, kind=KernelKind.TILED)
-    gemms = [g.plan for g in draft.gemms]
-    storage = draft.place(gemms)
+    gemms = draft.plans(Mainloop.WRITTEN)
+    storage = yield place(gemms)
     # a one-gemm kernel's outputs leave as pairs; a column-major one as element stores, which
     # ran at the row-major pairs' speed, and faster than 16-byte chunks transposed in registers
     # (bench/logs/any_chain/sm80_col_output.log)
@@ -195,26 +181,25 @@ def tiled(draft: ScheduleDraft, why_mma: str = "") -> Candidate:
     return _candidate(KernelKind.TILED, schedule, gemms, storage)
 
 
-def persistent(draft: ScheduleDraft, mmas=None) -> Candidate:
+def persistent(draft: ScheduleDraft, mmas=None) -> Placing:
     """`mmas(gemm plans, storage)`: each gemm's (Mma, why) on a resident chain (sm_90a's
     wgmma); by default mma.sync."""
-    for i, g in enumerate(draft.gemms):  # a tile only the ping-pong chain's passes plan
-        if g.plan.tiled_refusal and len(draft.gemms) > 1:
-            return Candidate(KernelKind.PERSISTENT, False, g.plan.tiled_refusal, Site("tile", i))
+    if draft.mma_sync_refusal and len(draft.gemms) > 1:  # only the ping-pong chain's passes
+        i, reason = draft.mma_sync_refusal
+        return Candidate(KernelKind.PERSISTENT, False, reason, Site("tile", i))
     persist = persist_refusal(draft)
     refusal = resident_refusal(draft, persist is None)
     if refusal is not None:
         return refusal
     if persist is not None:
         return Candidate(KernelKind.PERSISTENT, False, persist)
-    gemms = [g.plan for g in draft.gemms]
     resident = draft.resident
+    gemms = draft.plans(Mainloop.RESIDENT if resident else Mainloop.WRITTEN)
     if resident:
-        gemms = resident_plans(gemms)
         deep = ring_refusal(gemms[0])
         if deep is not None:
             return Candidate(KernelKind.PERSISTENT, False, deep, Site("stages", 0))
-    storage = draft.place(gemms, persistent=True, resident=resident)
+    storage = yield place(gemms, persistent=True, resident=resident)
     last_store = StorePath.PAIRS, WHY_PAIRS
     if resident:
         wide = wide_refusal(gemms[-1])

@@ -29,12 +29,13 @@ safe: a consumer never waits on a slot whose previous fill may not have landed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Generator, Sequence
 
 from ...enums import DType, Residency
 from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
-                     StorePath, TensorMap, WarpRole)
-from .. import MORE_WARPS, Candidate, Instruction, ScheduleDraft, Site
+                     StoragePlan, StorePath, TensorMap, WarpRole)
+from .. import (MORE_WARPS, Candidate, Instruction, Mainloop, Placement, Placing, ScheduleDraft,
+                Site, WarpGrid, place)
 from ..common import schedules as common
 from . import warp_specialized
 from .tensor_map import STAGING_BOX
@@ -52,10 +53,11 @@ WGMMA_RS = ("wgmma with A from registers: the previous gemm's output is already 
             "register layout, B K-major with 128-byte swizzled k tiles")
 
 
-def candidates(draft: ScheduleDraft) -> list[Candidate]:
-    ping, cooperative = pingpong(draft), warp_specialized.candidate(draft, KernelKind.COOPERATIVE)
+def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[Candidate]]:
+    ping = yield from pingpong(draft)
+    cooperative = yield from warp_specialized.candidate(draft, KernelKind.COOPERATIVE)
     ws = ping if draft.requested is KernelKind.PINGPONG else cooperative
-    rest = [persistent(draft), one_gemm_tiled(draft, ws)]
+    rest = [(yield from persistent(draft)), (yield from one_gemm_tiled(draft, ws))]
     if draft.cluster != (1, 1):  # clusters run on the warp-specialized kernel alone
         reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
                   f"kernel only, which refuses this gemm: {ws.reason}")
@@ -68,10 +70,10 @@ def candidates(draft: ScheduleDraft) -> list[Candidate]:
     return [ping, cooperative, *rest]
 
 
-def persistent(draft: ScheduleDraft) -> Candidate:
+def persistent(draft: ScheduleDraft) -> Placing:
     """The shared persistent chain, its gemms on wgmma where mmas says; a chain of more than two
     gemms it refuses with the advice that the ping-pong chain takes it."""
-    candidate = common.persistent(draft, mmas)
+    candidate = yield from common.persistent(draft, mmas)
     if candidate.legal or len(draft.gemms) < 3:
         return candidate
     return dataclasses.replace(candidate, reason=(
@@ -84,16 +86,17 @@ WS_TILE_ADVICE = ("; use a tile the warp-specialized kernel takes (more warps wo
                   "one on the mma.sync kernel, the slower path on sm_90a)")
 
 
-def one_gemm_tiled(draft: ScheduleDraft, ws: Candidate) -> Candidate:
+def one_gemm_tiled(draft: ScheduleDraft, ws: Candidate) -> Placing:
     """The tiled kernel (mma.sync) with sm_90a's reasons: a gemm of its own runs on mma.sync
     because the warp-specialized kernel `ws` refuses it, and a tile the mma.sync kernel refuses
     too gets both reasons; where `ws` refuses the tile itself, with the advice that keeps it on
     wgmma instead of the mma.sync kernel's (MORE_WARPS). A chain keeps the shared words (its
     wgmma needs `keep B resident`)."""
     if len(draft.gemms) != 1:
-        return common.tiled(draft)
-    tiled = common.tiled(draft, WHY_NOT_WS.format(kind=ws.kind.value, reason=ws.reason))
-    refusal = draft.gemms[0].plan.tiled_refusal
+        return (yield from common.tiled(draft))
+    tiled = yield from common.tiled(draft, WHY_NOT_WS.format(kind=ws.kind.value,
+                                                              reason=ws.reason))
+    refusal = draft.mma_sync_refusal[1] if draft.mma_sync_refusal else ""
     if tiled.legal or ws.legal or tiled.reason != refusal:
         return tiled
     if ws.site != Site("tile", 0):
@@ -109,6 +112,13 @@ def one_gemm_tiled(draft: ScheduleDraft, ws: Candidate) -> Candidate:
 
 def producer_threads(kind: KernelKind | None) -> int | None:
     return PRODUCER_THREADS if kind is KernelKind.PINGPONG else None
+
+
+def consumer_grid(kind: KernelKind, tile: tuple[int, int, int]) -> WarpGrid | None:
+    """The warp-specialized kernels' consumer grid on a one-gemm tile (warp_specialized)."""
+    if kind not in warp_specialized.CONSUMER_WARPS:
+        return None
+    return warp_specialized.consumer_grid(kind, tile)
 
 
 def threads() -> int:
@@ -241,11 +251,11 @@ def _refused(reason: str, site: Site | None = None) -> Candidate:
     return Candidate(KernelKind.PINGPONG, False, reason, site)
 
 
-def pingpong(draft: ScheduleDraft) -> Candidate:
+def pingpong(draft: ScheduleDraft) -> Placing:
     if draft.requested is not KernelKind.PINGPONG:
         return _refused("taken only on request ('schedule pingpong')")
     if len(draft.gemms) == 1:
-        return warp_specialized.candidate(draft, KernelKind.PINGPONG)
+        return (yield from warp_specialized.candidate(draft, KernelKind.PINGPONG))
     refusal = refuse_request(draft)
     if refusal is not None:
         return refusal
@@ -254,7 +264,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                                       first_streams=True, column_blocks=True)
     if refusal is not None:
         return _refused(refusal.reason, refusal.site)
-    gemms = common.resident_plans([g.plan for g in draft.gemms], first_streams=ring_b)
+    gemms = draft.plans(Mainloop.RESIDENT)
     first, source, last = gemms[0], gemms[-2], gemms[-1]  # source: the last gemm's A
     if ring_b:
         refusal = ring_b_refusal(first, draft)
@@ -276,7 +286,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
         tma = staging_refusal(gemms, passes)
         if tma:
             continue
-        storage = draft.place(gemms, persistent=True, resident=True,
+        storage = yield place(gemms, persistent=True, resident=True,
                               staging=(staging_bytes(last, passes, consumers), STAGING_ALIGN),
                               ring_b=ring_b, **turns(first, consumers))
         if storage.total_bytes > storage.limit_bytes:
@@ -299,7 +309,7 @@ def pingpong(draft: ScheduleDraft) -> Candidate:
                             f"staging cannot serve: {tma}", Site("tile", len(gemms) - 1))
         if over:
             return _refused(register_refusal(gemms, over[0]), Site("tile", over[0]))
-        storage = draft.place(gemms, persistent=True, resident=True, staging=(0, 0),
+        storage = yield place(gemms, persistent=True, resident=True, staging=(0, 0),
                               ring_b=ring_b, **turns(first, consumers))
     if storage.total_bytes > storage.limit_bytes:
         return Candidate(KernelKind.PINGPONG, False, common.over_budget(storage), Site("budget"),

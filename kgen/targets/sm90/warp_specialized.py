@@ -40,13 +40,12 @@ the buffers within the budget.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from ...enums import Axis, DType, Layout
 from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandPlan,
                      OperandSchedule, Raster, Schedule, StorePath, TensorLoad, TensorMap,
                      VectorLoad, WarpRole, staged_vector_buffer)
-from .. import Candidate, Instruction, ScheduleDraft, Site
+from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, WarpGrid,
+                place)
 from ..common import schedules as common
 from .epilogue_groups import epilogue_groups
 from .tensor_map import STAGING_BOX
@@ -75,6 +74,7 @@ MN_BOX = 64  # an MN-major operand's box: 64 M (or N) elements (128 bytes) by th
 # consumer warpgroups along M; ping-pong, one warpgroup (the other has a tile of its own). The
 # kernel takes any `warps` line of 8 math warps (2x4, 4x2, 8x1), or this grid.
 CONSUMER_WARPS = {KernelKind.COOPERATIVE: (8, 1), KernelKind.PINGPONG: (4, 1)}
+MAINLOOP = {KernelKind.COOPERATIVE: Mainloop.COOPERATIVE, KernelKind.PINGPONG: Mainloop.PINGPONG}
 ROLES = (WarpRole("producer", 4, registers=PRODUCER_REGISTERS),
          WarpRole("consumer", 4, groups=CONSUMERS, registers=CONSUMER_REGISTERS))
 WHY_KIND = {
@@ -137,12 +137,12 @@ WHY_STAGED_BOXES = ("the copy engine loads {param}'s 64x64 boxes into the epilog
                     "the output's box before it has left its buffer{rest}")
 
 
-def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
+def candidate(draft: ScheduleDraft, kind: KernelKind) -> Placing:
     refusal = refuse(draft, kind)
     if refusal is not None:
         reason, site = refusal
         return Candidate(kind, False, reason, site)
-    g = consumer_plan(draft.gemms[0].plan, kind)
+    g = draft.plans(MAINLOOP[kind])[0]
     rings = 2 * g.stages + (2 if kind is KernelKind.PINGPONG else 0)
     staging = WHY_SPLIT_STORE if draft.split_k > 1 else staging_refusal(g)
     wanted = vector_requests(g, kind) if not (draft.split_k > 1 or draft.stream_k) else ()
@@ -160,7 +160,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Candidate:
         # buffer of each consumer)
         barriers = rings + (CONSUMERS * (stages_d or 1) if staged and store is StorePath.TMA
                             else 0)
-        storage = draft.place([g], persistent=True, ring_barriers=barriers,
+        storage = yield place([g], persistent=True, ring_barriers=barriers,
                               staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0),
                               vectors=vectors)
         if storage.total_bytes <= storage.limit_bytes:
@@ -305,20 +305,14 @@ def widest_n(tile_m: int, kind: KernelKind) -> int:
     return WIDEST_TWO_HALVES if kind is KernelKind.COOPERATIVE else 128
 
 
-def consumer_plan(g: GemmPlan, kind: KernelKind) -> GemmPlan:
+def consumer_grid(kind: KernelKind, tile: tuple[int, int, int]) -> WarpGrid:
     """The gemm as the consumers run it: cooperative, 8 warps along M of 16 rows each (two
     warpgroups); ping-pong, 4 warps of 16 rows in each of the tile's m64 halves. Each warp
     holds whole rows of the tile, so the column and tile reductions meet in scratch from 8 warps
     and the row ones need none."""
-    n = g.tile[1]
-    warps = CONSUMER_WARPS[kind]
-    frags = (consumer_rows(g.tile[0], kind) // 64, n // 8)
-    floats = {"row": 0, "col": warps[0] * n, "all": warps[0]}
-    reductions = tuple(dataclasses.replace(r, scratch_floats=floats[r.axis.value])
-                       for r in g.epilogue.reductions)
-    return dataclasses.replace(
-        g, warps=warps, warp_tile=(16, n), frags=frags,
-        epilogue=dataclasses.replace(g.epilogue, reductions=reductions))
+    n = tile[1]
+    return WarpGrid(warps=CONSUMER_WARPS[kind], warp_tile=(16, n),
+                    frags=(consumer_rows(tile[0], kind) // 64, n // 8), whole_rows=True)
 
 
 def staging_refusal(g: GemmPlan) -> str | None:
