@@ -7,6 +7,17 @@ from kgen import ir
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
 
+
+def _has_gemms(path: Path) -> bool:
+    from kgen.parse import parse_file
+
+    return any(k.gemms for k in parse_file(str(path)).kernels)
+
+
+# The gemm and chain examples: the others are tile programs (a loop, or a row kernel), planned
+# by kgen/lower/program.py with no gemm schedule, or storage-only declarations
+GEMM_EXAMPLES = [p for p in EXAMPLES if _has_gemms(p)]
+
 P, T, V, S = ir.Param, ir.ParamKind.TENSOR, ir.ParamKind.VECTOR, ir.ParamKind.SCALAR
 
 

@@ -29,26 +29,28 @@ static_assert(kSmemBytes == 0, "a row kernel keeps its rows in registers: no sha
 // ============================================================================================
 // Parameters
 // ============================================================================================
-// The kernel's parameters per launch: each tensor's address and strides in elements (rows `ld`
-// apart, batches `bs`, heads `hs`), each vector's, the scalars, then the sizes: rows per (batch,
-// head), the loop's length, the query heads and the query heads per KV head (GQA).
+// The arguments of attention_bwd_dot. The .cu and its header (kgen compile --header) hold this same
+// definition under a guard, so one translation unit may include both.
+#ifndef KGEN_ATTENTION_BWD_DOT_PARAMS_DEFINED
+#define KGEN_ATTENTION_BWD_DOT_PARAMS_DEFINED
 struct attention_bwd_dot_params {
-  const __nv_bfloat16* dO;
-  long long dO_ld;
-  long long dO_bs;
-  long long dO_hs;
-  const __nv_bfloat16* O;
-  long long O_ld;
-  long long O_bs;
-  long long O_hs;
-  float* D;
-  long long D_bs;
-  long long D_hs;
-  int rows;
-  int loop_len;
-  int heads;
-  int group;
+  const __nv_bfloat16* dO;  // tensor dO (bf16, in)
+  long long dO_ld;  // dO's stride in elements: rows apart
+  long long dO_bs;  // dO's stride in elements: batches apart
+  long long dO_hs;  // dO's stride in elements: heads apart
+  const __nv_bfloat16* O;  // tensor O (bf16, in)
+  long long O_ld;  // O's stride in elements: rows apart
+  long long O_bs;  // O's stride in elements: batches apart
+  long long O_hs;  // O's stride in elements: heads apart
+  float* D;  // vector D (f32, out)
+  long long D_bs;  // D's stride in elements: batches apart
+  long long D_hs;  // D's stride in elements: heads apart
+  int rows;  // rows per (batch, head)
+  int loop_len;  // the loop's length
+  int heads;  // query heads
+  int group;  // query heads per KV head (GQA; 1: one KV head each)
 };
+#endif  // KGEN_ATTENTION_BWD_DOT_PARAMS_DEFINED
 // ============================================================================================
 // Device helpers of tile programs: conversions, reductions, cp.async, ldmatrix, mma.sync
 // ============================================================================================

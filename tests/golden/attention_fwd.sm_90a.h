@@ -8,35 +8,37 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-// The kernel's parameters per launch: each tensor's address and strides in elements (rows `ld`
-// apart, batches `bs`, heads `hs`), each vector's, the scalars, then the sizes: rows per (batch,
-// head), the loop's length, the query heads and the query heads per KV head (GQA).
+// The arguments of attention_fwd. The .cu and its header (kgen compile --header) hold this same
+// definition under a guard, so one translation unit may include both.
+#ifndef KGEN_ATTENTION_FWD_PARAMS_DEFINED
+#define KGEN_ATTENTION_FWD_PARAMS_DEFINED
 struct attention_fwd_params {
-  const __nv_bfloat16* Q;
-  long long Q_ld;
-  long long Q_bs;
-  long long Q_hs;
-  const __nv_bfloat16* K;
-  long long K_ld;
-  long long K_bs;
-  long long K_hs;
-  const __nv_bfloat16* V;
-  long long V_ld;
-  long long V_bs;
-  long long V_hs;
-  __nv_bfloat16* O;
-  long long O_ld;
-  long long O_bs;
-  long long O_hs;
-  float* lse;
-  long long lse_bs;
-  long long lse_hs;
-  float scale;
-  int rows;
-  int loop_len;
-  int heads;
-  int group;
+  const __nv_bfloat16* Q;  // tensor Q (bf16, in)
+  long long Q_ld;  // Q's stride in elements: rows apart
+  long long Q_bs;  // Q's stride in elements: batches apart
+  long long Q_hs;  // Q's stride in elements: heads apart
+  const __nv_bfloat16* K;  // tensor K (bf16, in)
+  long long K_ld;  // K's stride in elements: rows apart
+  long long K_bs;  // K's stride in elements: batches apart
+  long long K_hs;  // K's stride in elements: heads apart
+  const __nv_bfloat16* V;  // tensor V (bf16, in)
+  long long V_ld;  // V's stride in elements: rows apart
+  long long V_bs;  // V's stride in elements: batches apart
+  long long V_hs;  // V's stride in elements: heads apart
+  __nv_bfloat16* O;  // tensor O (bf16, out)
+  long long O_ld;  // O's stride in elements: rows apart
+  long long O_bs;  // O's stride in elements: batches apart
+  long long O_hs;  // O's stride in elements: heads apart
+  float* lse;  // vector lse (f32, out)
+  long long lse_bs;  // lse's stride in elements: batches apart
+  long long lse_hs;  // lse's stride in elements: heads apart
+  float scale;  // scalar scale
+  int rows;  // rows per (batch, head)
+  int loop_len;  // the loop's length
+  int heads;  // query heads
+  int group;  // query heads per KV head (GQA; 1: one KV head each)
 };
+#endif  // KGEN_ATTENTION_FWD_PARAMS_DEFINED
 
 // Launches attention_fwd on `stream` on the current device, grid (row tiles, p.heads, batches):
 // cudaErrorInvalidDevice when that device cannot run it, cudaErrorInvalidValue when p.group

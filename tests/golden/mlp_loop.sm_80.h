@@ -8,34 +8,36 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-// The kernel's parameters per launch: each tensor's address and strides in elements (rows `ld`
-// apart, batches `bs`, heads `hs`), each vector's, the scalars, then the sizes: rows per (batch,
-// head), the loop's length, the query heads and the query heads per KV head (GQA).
+// The arguments of mlp_loop. The .cu and its header (kgen compile --header) hold this same
+// definition under a guard, so one translation unit may include both.
+#ifndef KGEN_MLP_LOOP_PARAMS_DEFINED
+#define KGEN_MLP_LOOP_PARAMS_DEFINED
 struct mlp_loop_params {
-  const __nv_bfloat16* X;
-  long long X_ld;
-  long long X_bs;
-  long long X_hs;
-  const __nv_bfloat16* W0;
-  long long W0_ld;
-  long long W0_bs;
-  long long W0_hs;
-  const __nv_bfloat16* W1;
-  long long W1_ld;
-  long long W1_bs;
-  long long W1_hs;
-  __nv_bfloat16* Y;
-  long long Y_ld;
-  long long Y_bs;
-  long long Y_hs;
-  const float* b0;
-  long long b0_bs;
-  long long b0_hs;
-  int rows;
-  int loop_len;
-  int heads;
-  int group;
+  const __nv_bfloat16* X;  // tensor X (bf16, in)
+  long long X_ld;  // X's stride in elements: rows apart
+  long long X_bs;  // X's stride in elements: batches apart
+  long long X_hs;  // X's stride in elements: heads apart
+  const __nv_bfloat16* W0;  // tensor W0 (bf16, in)
+  long long W0_ld;  // W0's stride in elements: rows apart
+  long long W0_bs;  // W0's stride in elements: batches apart
+  long long W0_hs;  // W0's stride in elements: heads apart
+  const __nv_bfloat16* W1;  // tensor W1 (bf16, in)
+  long long W1_ld;  // W1's stride in elements: rows apart
+  long long W1_bs;  // W1's stride in elements: batches apart
+  long long W1_hs;  // W1's stride in elements: heads apart
+  __nv_bfloat16* Y;  // tensor Y (bf16, out)
+  long long Y_ld;  // Y's stride in elements: rows apart
+  long long Y_bs;  // Y's stride in elements: batches apart
+  long long Y_hs;  // Y's stride in elements: heads apart
+  const float* b0;  // vector b0 (f32, in)
+  long long b0_bs;  // b0's stride in elements: batches apart
+  long long b0_hs;  // b0's stride in elements: heads apart
+  int rows;  // rows per (batch, head)
+  int loop_len;  // the loop's length
+  int heads;  // query heads
+  int group;  // query heads per KV head (GQA; 1: one KV head each)
 };
+#endif  // KGEN_MLP_LOOP_PARAMS_DEFINED
 
 // Launches mlp_loop on `stream` on the current device, grid (row tiles, p.heads, batches):
 // cudaErrorInvalidDevice when that device cannot run it, cudaErrorInvalidValue when p.group

@@ -20,7 +20,7 @@ from kgen.parse import parse_file
 from kgen.plan import CachePolicy, KernelKind, LoadPath, Mma, StorePath
 from kgen.targets import Instruction, target
 
-from tests.kernels import EXAMPLES, from_template
+from tests.kernels import EXAMPLES, GEMM_EXAMPLES, from_template
 
 TEXT = """\
 kernel pp {
@@ -340,7 +340,7 @@ def test_resident_chain_schedules_per_target():
     assert [g.a.load for g in smem.gemms] == [LoadPath.CP_ASYNC, LoadPath.CHAINED_SMEM]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", GEMM_EXAMPLES, ids=lambda p: p.stem)
 def test_the_schedules_derived_flags(path):
     """The flags the emitters read are derived from the schedule alone; the plan keeps no
     copies of them."""

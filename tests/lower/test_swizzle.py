@@ -8,7 +8,7 @@ from kgen.lower import lower
 from kgen.lower import fragments, swizzle
 from kgen.plan import Swizzle
 
-from tests.kernels import CONFIGS, EXAMPLES, LAYOUTS, gemm_kernel
+from tests.kernels import CONFIGS, GEMM_EXAMPLES, LAYOUTS, gemm_kernel
 
 
 def _plans():
@@ -21,7 +21,7 @@ def _plans():
 
 def _example_plans():
     parse = pytest.importorskip("kgen.parse")
-    for path in EXAMPLES:
+    for path in GEMM_EXAMPLES:  # programs' tiles: tests/lower/test_program.py
         for kernel in parse.parse_file(path).kernels:
             yield path.name, lower(kernel)
 

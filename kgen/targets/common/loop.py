@@ -170,17 +170,35 @@ def _header(plan: pp.ProgramPlan, source_name: str, source_hash: str, command: s
 CTYPES = {"ptr": "const void*", "i64": "long long", "i32": "int", "f32": "float"}
 
 
-def _fields(plan: pp.ProgramPlan) -> list[tuple[str, str]]:
-    """(C++ type, name) of the params struct's members."""
+# What each kind of member holds, for its comment in the params struct (by name suffix)
+_STRIDES = {"_ld": "rows apart", "_bs": "batches apart", "_hs": "heads apart"}
+_SIZES = {"rows": "rows per (batch, head)", "loop_len": "the loop's length",
+          "heads": "query heads", "group": "query heads per KV head (GQA; 1: one KV head each)"}
+
+
+def _fields(plan: pp.ProgramPlan) -> list[dict]:
+    """The params struct's members (C++ type, name, comment), for common/params_struct.inc.j2:
+    the struct the gemms' .cu and .h share, under the same guard."""
     out = []
     for f in plan.fields:
         if f.ctype == "ptr":
             p = plan.param(f.param)
             const = "" if p.role.value == "out" else "const "
-            out.append((f"{const}{p.dtype.cpp}*", f.name))
+            out.append(dict(ctype=f"{const}{p.dtype.cpp}*", name=f.name,
+                            comment=f"{p.kind} {p.name} ({p.dtype.dsl_name}, {p.role.value})"))
+        elif f.param is None:
+            out.append(dict(ctype=CTYPES[f.ctype], name=f.name, comment=_SIZES[f.name]))
+        elif f.name == f.param:
+            out.append(dict(ctype=CTYPES[f.ctype], name=f.name, comment=f"scalar {f.name}"))
         else:
-            out.append((CTYPES[f.ctype], f.name))
+            stride = _STRIDES[f.name[len(f.param):]]
+            out.append(dict(ctype=CTYPES[f.ctype], name=f.name,
+                            comment=f"{f.param}'s stride in elements: {stride}"))
     return out
+
+
+def _params_guard(plan: pp.ProgramPlan) -> str:
+    return f"KGEN_{plan.name.upper()}_PARAMS_DEFINED"
 
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
@@ -189,7 +207,8 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     return render(
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
-        fields=_fields(plan), body=body, tail=tail, element=plan.dtype.cpp,
+        fields=_fields(plan), params_guard=_params_guard(plan), body=body, tail=tail,
+        element=plan.dtype.cpp,
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
         pointers=[p for p in plan.params if p.kind != "scalar"])
@@ -201,7 +220,7 @@ def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command:
     return render(
         "common/rows.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
-        fields=_fields(plan), body=body, inputs=inputs,
+        fields=_fields(plan), params_guard=_params_guard(plan), body=body, inputs=inputs,
         pointers=[p for p in plan.params if p.kind != "scalar"])
 
 
@@ -210,6 +229,7 @@ def emit_header(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, com
     """The .h of a program: include guard, the params struct, the launcher's declaration."""
     del header_name  # the guard is the kernel's name, as for gemms
     return render("common/program_header.h.j2", name=plan.name, fields=_fields(plan),
+                  params_guard=_params_guard(plan),
                   header=_header(plan, source_name, source_hash, command),
                   include_guard=f"KGEN_{plan.name.upper()}_H")
 
