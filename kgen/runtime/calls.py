@@ -24,10 +24,9 @@ import threading
 from operator import itemgetter
 from typing import Any, Callable, Mapping
 
-from ..enums import DType
+from ..enums import DType, Role
 from ..errors import KgenRuntimeError
 from ..plan import FieldKind, KernelPlan
-from .outputs import outputs_of
 from .tensors import as_device_array
 
 # The lowest address bits any check can read: element sizes (2, 4), the fast entry point's
@@ -50,6 +49,17 @@ def struct_format(plan: KernelPlan) -> struct.Struct:
     from .launch import ctype_of
 
     return struct.Struct("@" + "".join(_FORMATS[ctype_of(f.ctype)] for f in plan.fields))
+
+
+def member_kind(plan, member) -> FieldKind:
+    """What a params member takes: an address (POINTER), a scalar (SCALAR), the workspace, or
+    a value the signature fixes (any other kind). A tile program's members (ProgramField) name
+    their parameter; its address or scalar is the member named as the parameter."""
+    if isinstance(plan, KernelPlan):
+        return member.kind
+    if member.param is not None and member.name == member.param:
+        return FieldKind.POINTER if member.ctype == "ptr" else FieldKind.SCALAR
+    return FieldKind.SIZE
 
 
 def _picker(indices: list[int]) -> Callable[[list], tuple]:
@@ -89,7 +99,8 @@ class Binding:
                  scalar_names: tuple[str, ...], allocate: tuple[str, ...] = ()):
         from cuda.bindings import driver
 
-        plan: KernelPlan = kernel.plan
+        plan = kernel.plan  # a KernelPlan, or a tile program's plan (no schedule)
+        gemm = isinstance(plan, KernelPlan)
         self.kernel = kernel
         self.plan = plan
         self.sizes = dict(bound.sizes)
@@ -108,12 +119,13 @@ class Binding:
         indices = []
         first_constant = len(array_names) + len(scalar_names)
         self._workspace_index = None
-        for member in plan.fields:
-            if member.kind is FieldKind.POINTER:
+        kinds = [member_kind(plan, member) for member in plan.fields]
+        for member, kind in zip(plan.fields, kinds):
+            if kind is FieldKind.POINTER:
                 indices.append(arrays[member.param])
-            elif member.kind is FieldKind.SCALAR:
+            elif kind is FieldKind.SCALAR:
                 indices.append(scalars[member.param])
-            elif member.kind is FieldKind.WORKSPACE:
+            elif kind is FieldKind.WORKSPACE:
                 self._workspace_index = first_constant + len(constants)
                 indices.append(self._workspace_index)
                 constants.append(0)
@@ -123,8 +135,8 @@ class Binding:
         self._constants = constants
         self._pick = _picker(indices)
         self._values = dict(bound.values)  # the members, for the tensor maps' encoding
-        self._pointer_members = [(f.name, arrays[f.param]) for f in plan.fields
-                                 if f.kind is FieldKind.POINTER]
+        self._pointer_members = [(f.name, arrays[f.param]) for f, kind in zip(plan.fields, kinds)
+                                 if kind is FieldKind.POINTER]
         # Outputs to allocate: their position among the arrays, shape, strides and dtype; by
         # torch on the device of the torch tensors among the arguments, if any
         self.allocate = [(arrays[name], name, (bound.arrays[name].shape,
@@ -140,7 +152,7 @@ class Binding:
         self.device_index = next((array.device_id for array in bound.arrays.values()
                                   if array.kind == "torch"), -1)
         # Tensor maps: encoded once per set of the mapped parameters' addresses
-        self._mapped = [arrays[m.param] for m in plan.schedule.tensor_maps]
+        self._mapped = [arrays[m.param] for m in plan.schedule.tensor_maps] if gemm else []
         self._map_key = _picker(self._mapped) if self._mapped else None
         self._maps: dict[tuple, ctypes.Array] = {}  # key -> the maps (kept alive)
         self._map_at: dict[tuple, int] = {}  # key -> their address
@@ -155,9 +167,11 @@ class Binding:
                 self._flag_words = ctas * plan.STREAM_FLAGS
                 self._flag_offset = 4 * (floats - self._flag_words)
         # The launches, in order: (function, grid, threads, shared bytes, name)
-        self.launches = self._launches(kernel, bound)
+        self.launches = self._launches(kernel, bound) if gemm else [
+            (kernel._function, bound.grid, plan.threads, plan.smem_bytes, plan.name)
+        ] if 0 not in bound.grid else []  # a tile program: its one kernel
         self._cluster = None
-        if plan.schedule.cluster_size > 1 and not bound.narrow and bound.grid[0]:
+        if gemm and plan.schedule.cluster_size > 1 and not bound.narrow and bound.grid[0]:
             self._cluster = kernel._cluster_config(bound.grid[0], 0)
         self._driver = driver
         self._success = driver.CUresult.CUDA_SUCCESS
@@ -251,7 +265,7 @@ class CallPath:
     CompiledKernel that runs a signature not seen before (the kernel itself, or a tuned
     kernel's variant for the call's sizes)."""
 
-    def __init__(self, plan: KernelPlan, choose: Callable[[dict, Any], Any]):
+    def __init__(self, plan, choose: Callable[[dict, Any], Any]):
         from .launch import _takes_array
 
         self.plan = plan
@@ -262,7 +276,7 @@ class CallPath:
         self._scalars = tuple(p.name for p in scalars)
         self._defaults = tuple((p.name, _MISSING if p.default is None else float(p.default))
                                for p in scalars)
-        self._outputs = tuple(p.name for p in outputs_of(plan))
+        self._outputs = tuple(p.name for p in plan.params if p.role is Role.OUT)
         self._bindings: dict[tuple, Binding] = {}
         self._lock = threading.Lock()
 

@@ -38,6 +38,11 @@ _SCALAR_CTYPES = {
     "int64_t": ctypes.c_int64,
     "float": ctypes.c_float,
     "double": ctypes.c_double,
+    # a tile program's members (kgen/plan/program.py ProgramField.ctype)
+    "ptr": ctypes.c_void_p,
+    "i64": ctypes.c_int64,
+    "i32": ctypes.c_int32,
+    "f32": ctypes.c_float,
 }
 
 
@@ -91,7 +96,11 @@ def _is_number(value: Any) -> bool:
         return False
 
 
-def _takes_array(param: Param) -> bool:
+def _takes_array(param) -> bool:
+    """Whether the call passes an array for `param` (a gemm's Param or a tile program's
+    ProgramParam, whose kind is a word)."""
+    if isinstance(param.kind, str):
+        return param.kind != "scalar"
     return param.kind is not ParamKind.SCALAR or param.role is Role.OUT
 
 

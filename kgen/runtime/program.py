@@ -9,20 +9,15 @@ tensor's address and strides are multiples of 16 bytes.
 """
 from __future__ import annotations
 
-import ctypes
-import struct
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..enums import Layout, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
+from .launch import BoundArguments
 from .tensors import DeviceArray, as_device_array
-
-_FORMATS = {"ptr": "P", "i64": "q", "i32": "i", "f32": "f"}
-
 
 @dataclass(frozen=True, slots=True)
 class BoundProgram:
@@ -31,11 +26,6 @@ class BoundProgram:
     sizes: dict[str, int]
     arrays: dict[str, DeviceArray]
     missing: dict[str, tuple[int, ...]]  # outputs not given: their (contiguous) shapes
-
-
-def params_format(plan: ProgramPlan) -> struct.Struct:
-    """The params struct in native alignment, as the kernel's `<name>_params` lays it out."""
-    return struct.Struct("@" + "".join(_FORMATS[f.ctype] for f in plan.fields))
 
 
 def _dims(param: ProgramParam) -> tuple:
@@ -193,35 +183,21 @@ def _member(p: ProgramParam, array: DeviceArray, field: str) -> int:
     return int(value)
 
 
-@dataclass(frozen=True, slots=True)
-class _Signature:
-    """One argument signature, checked: the params struct's values but the addresses and
-    scalars, where those go, the outputs to allocate and the grid."""
-
-    values: tuple
-    pointers: tuple[tuple[int, str], ...]  # (field index, parameter)
-    scalars: tuple[tuple[int, str, float | None], ...]  # (field index, parameter, default)
-    missing: dict[str, tuple[int, ...]]
-    grid: tuple[int, int, int]
-
-
-ADDRESS_BITS = 15  # the address bits a check reads (16-byte alignment)
-MAX_SIGNATURES = 256
-
-
 class CompiledProgram:
     """A program plan and its loaded cubin: call it with the kernel's arguments as keywords
-    (`k(Q=q, K=k, V=v, O=o, lse=lse)`); outputs left out are allocated (torch, contiguous).
-    Returns the outputs in declaration order (one alone as itself), as a gemm's call does.
-    The whole check runs once per argument signature (dtypes, shapes, strides, devices, the
-    addresses' low bits, the sizes); a later call of it packs the addresses and scalars and
-    launches."""
+    (`k(Q=q, K=k, V=v, O=o, lse=lse)`); outputs left out are allocated (torch tensors when an
+    argument is one, else DeviceBuffers; contiguous). Returns the outputs in declaration
+    order (one alone as itself), as a gemm's call does. Calls go through the gemms' call path
+    (kgen.runtime.calls.CallPath): the whole check once per argument signature, then the
+    addresses and scalars packed into the kept params block and one launch on torch's current
+    stream (or the stream given), so a call can be captured into a CUDA graph."""
 
     def __init__(self, plan: ProgramPlan, cubin: bytes, *, source: str | None = None,
                  compiled=None, device_id: int | None = None):
         from cuda.core import ObjectCode
 
-        from .device import activate, current_device_id, device_info
+        from .calls import CallPath
+        from .device import activate, can_run, current_device_id, device_info
         from .entries import allow_smem, function_of
 
         self.plan = plan
@@ -231,133 +207,74 @@ class CompiledProgram:
         self.device_id = current_device_id() if device_id is None else device_id
         activate(self.device_id)
         info = device_info(self.device_id)
+        why = can_run(plan.arch.value, info.compute_capability)
+        if why:
+            raise KgenRuntimeError(f"{plan.name} cannot run on {info.name}: {why}")
         if plan.smem_bytes > info.smem_optin_bytes:
             raise KgenRuntimeError(f"{plan.name} needs {plan.smem_bytes} bytes of shared "
                                    f"memory; {info.name} allows {info.smem_optin_bytes}")
         self._object = ObjectCode.from_cubin(cubin, name=plan.name)
         self._function = function_of(self._object, plan.name)
         allow_smem(self._function, plan.smem_bytes)
-        self._format = params_format(plan)
-        self._buffer = ctypes.create_string_buffer(16 + max(self._format.size, 8))
-        self._params = ctypes.addressof(self._buffer)
-        struct.pack_into("@P", self._buffer, 0, self._params + 16)
-        self._arrays = tuple(p.name for p in plan.params if p.kind != "scalar")
-        self._outputs = tuple(p.name for p in plan.params if p.role is Role.OUT)
-        self._names = frozenset(p.name for p in plan.params)
-        self._signatures: dict[tuple, _Signature] = {}
-        self._lock = threading.Lock()
+        self._calls = CallPath(plan, lambda args, sizes: self)
 
     @property
     def name(self) -> str:
         return self.plan.name
 
-    def bind(self, sizes: Mapping[str, int] | None = None, **args) -> BoundProgram:
-        return bind_program(self.plan, args, sizes)
+    @property
+    def registers(self) -> int | None:
+        return self.compiled.registers if self.compiled is not None else None
 
-    def _key(self, args: dict, sizes) -> tuple | None:
-        """The signature of a call whose arrays are all torch tensors (or left out), else
-        None (it is then checked whole)."""
-        torch = sys.modules.get("torch")
-        if torch is None or not self._names.issuperset(args):
-            return None
-        key = []
-        for name in self._arrays:
-            value = args.get(name)
-            if value is None:
-                key.append(None)
-            elif isinstance(value, torch.Tensor):
-                key.append((value.dtype, value.shape, value.stride(), value.get_device(),
-                            value.data_ptr() & ADDRESS_BITS))
-            else:
-                return None
-        key.append(tuple(sorted(p for p in args if args[p] is not None)))
-        if sizes:
-            key.append(tuple(sorted(sizes.items())))
-        return tuple(key)
-
-    def _signature(self, args: dict, sizes) -> _Signature:
-        bound = self.bind(sizes, **args)
+    def bind(self, sizes: Mapping[str, int] | None = None, **args) -> BoundArguments:
+        """The whole check of one call whose outputs are all given (CallPath allocates the
+        others first): the params struct's values by member, the arrays, the grid."""
+        bound = bind_program(self.plan, args, sizes)
+        if bound.missing:
+            raise ArgumentError(f"{self.plan.name}: missing argument "
+                                f"{next(iter(bound.missing))!r}")
         for name, array in bound.arrays.items():
             if array.device_id not in (None, self.device_id):
                 raise ArgumentError(f"{name} is on cuda:{array.device_id}; {self.plan.name} is "
                                     f"loaded on cuda:{self.device_id}")
-        pointers, scalars = [], []
-        for index, f in enumerate(self.plan.fields):
-            p = self.plan.param(f.param) if f.param is not None else None
-            if p is not None and f.name == p.name:
-                if p.kind == "scalar":
-                    scalars.append((index, p.name, p.default))
-                else:
-                    pointers.append((index, p.name))
-        return _Signature(bound.values, tuple(pointers), tuple(scalars), bound.missing,
-                          bound.grid)
+        scalars = {p.name: value for p, value in
+                   ((self.plan.param(f.param), value)
+                    for f, value in zip(self.plan.fields, bound.values) if f.param is not None)
+                   if p.kind == "scalar"}
+        return BoundArguments(
+            values={f.name: value for f, value in zip(self.plan.fields, bound.values)},
+            sizes=bound.sizes, arrays=bound.arrays, scalars=scalars, grid=bound.grid,
+            owners=tuple(a.owner for a in bound.arrays.values()))
 
     def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
-        key = self._key(args, sizes)
-        signature = self._signatures.get(key) if key is not None else None
-        if signature is None:
-            signature = self._signature(args, sizes)
-            if key is not None:
-                if len(self._signatures) >= MAX_SIGNATURES:
-                    self._signatures.clear()
-                self._signatures[key] = signature
-        args = dict(args)
-        if signature.missing:
-            args.update(self._allocate(signature.missing, args))
-        values = list(signature.values)
-        for index, name in signature.pointers:
-            values[index] = _address(args[name], name)
-        for index, name, default in signature.scalars:
-            value = args.get(name, default)
-            if value is None:
-                raise ArgumentError(f"{self.plan.name}: missing scalar {name!r}")
-            values[index] = float(value)
-        self._launch(values, signature.grid, stream, args)
-        outputs = [args[name] for name in self._outputs]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return self._calls(stream, sizes, args)
 
-    def _allocate(self, shapes: dict[str, tuple[int, ...]], args: dict) -> dict[str, Any]:
+    def launch(self, bound: BoundArguments, stream: int = 0) -> None:
+        """Launch already-checked arguments on a raw stream handle (asynchronous)."""
+        self._calls.launch_bound(self, bound, stream)
+
+    def _allocate(self, names: list[str], args: Mapping[str, Any],
+                  sizes: Mapping[str, int] | None) -> dict[str, Any]:
+        """The outputs `names`, contiguous, in the shapes the other arguments set: torch
+        tensors on the device of a torch argument, else DeviceBuffers."""
+        shapes = bind_program(self.plan, {k: v for k, v in args.items() if k not in names},
+                              sizes).missing
         torch = sys.modules.get("torch")
-        if torch is None:
-            raise ArgumentError(f"{self.plan.name}: pass {', '.join(shapes)} (outputs are "
-                                "allocated with torch, which is not imported)")
-        dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
-        device = torch.device("cuda", self.device_id)
-        return {name: torch.empty(shape, dtype=dtypes[self.plan.param(name).dtype.dsl_name],
-                                  device=device) for name, shape in shapes.items()}
+        like = next((v for v in args.values()
+                     if torch is not None and isinstance(v, torch.Tensor)), None)
+        out = {}
+        for name in names:
+            dtype = self.plan.param(name).dtype
+            if like is not None:
+                torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16,
+                               "f32": torch.float32}[dtype.dsl_name]
+                out[name] = torch.empty(shapes[name], dtype=torch_dtype, device=like.device)
+            else:
+                from .buffers import DeviceBuffer
 
-    def _launch(self, values: list, grid: tuple[int, int, int], stream: Any, args: dict) -> None:
-        from cuda.bindings import driver
-
-        from .device import activate, error_text
-        from .launch import resolve_stream
-
-        if 0 in grid:
-            return
-        activate(self.device_id)
-        torch = sys.modules.get("torch")
-        if stream is None and torch is not None and any(
-                isinstance(args.get(name), torch.Tensor) for name in self._arrays):
-            handle = int(torch.cuda.current_stream(self.device_id).cuda_stream)
-        else:
-            handle = resolve_stream(stream)
-        with self._lock:  # the parameter block is shared; each launch copies it
-            self._format.pack_into(self._buffer, 16, *values)
-            (err,) = driver.cuLaunchKernel(self._function, grid[0], grid[1], grid[2],
-                                           self.plan.threads, 1, 1, self.plan.smem_bytes,
-                                           driver.CUstream(handle), self._params, 0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise KgenRuntimeError(f"launching {self.plan.name} (grid {grid}, block "
-                                   f"{self.plan.threads}, {self.plan.smem_bytes} B shared) "
-                                   f"failed: {error_text(err)}")
+                out[name] = DeviceBuffer(shapes[name], dtype, device_id=self.device_id)
+        return out
 
     def __repr__(self) -> str:
         return (f"CompiledProgram({self.plan.name}, {self.plan.arch.value}, cuda:{self.device_id}, "
                 f"{self.plan.threads} threads, {self.plan.smem_bytes} B smem)")
-
-
-def _address(value: Any, name: str) -> int:
-    data_ptr = getattr(value, "data_ptr", None)
-    if data_ptr is not None:
-        return int(data_ptr())
-    return as_device_array(value, name).ptr

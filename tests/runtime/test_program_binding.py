@@ -10,7 +10,8 @@ from kgen import ir
 from kgen.enums import DType
 from kgen.errors import ArgumentError, KgenRuntimeError
 from kgen.lower import lower
-from kgen.runtime.program import bind_program, params_format
+from kgen.runtime.calls import struct_format
+from kgen.runtime.program import bind_program
 from kgen.runtime.tensors import DeviceArray, contiguous_strides
 
 from tests import loop_kernels as lk
@@ -41,7 +42,7 @@ def test_attention_values_and_grid():
     assert (v["K_ld"], v["K_hs"], v["K_bs"]) == (64, 3200, 6400)
     assert (v["lse_hs"], v["lse_bs"]) == (100, 800)
     assert v["scale"] == pytest.approx(0.125)
-    assert params_format(plan).size == 19 * 8 + 4 + 4 * 4  # pointers, strides; scale; sizes
+    assert struct_format(plan).size == 19 * 8 + 4 + 4 * 4  # pointers, strides; scale; sizes
 
 
 def test_any_strides_with_a_unit_last_stride():
