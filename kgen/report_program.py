@@ -68,11 +68,28 @@ def _statements(section: pp.Section) -> list[str]:
     return lines
 
 
-def _tile(t: pp.SmemTile) -> dict[str, Any]:
-    return {"name": t.name, "param": t.param, "rows": t.rows, "cols": t.cols, "slots": t.slots,
-            "dtype": t.dtype.dsl_name, "offset": t.offset, "bytes": t.bytes,
+# A loop kernel's phases: the prologue loads the loop-invariant tile and the first ring slots,
+# the loop streams the others, the epilogue works in registers (no shared tile live)
+PHASES = ("prologue", "loop", "epilogue")
+STORAGE_ALIGN = 128  # the storage's alignment; its members' sizes are multiples of it
+
+
+def _tile(t: pp.SmemTile, role: str) -> dict[str, Any]:
+    """A shared tile as a buffer of the storage map (the gemm plans' keys where they mean
+    the same: name, offset, bytes, align, live phases, swizzle)."""
+    return {"name": t.name, "param": t.param, "role": role, "rows": t.rows, "cols": t.cols,
+            "slots": t.slots, "dtype": t.dtype.dsl_name, "offset": t.offset, "bytes": t.bytes,
+            "align": STORAGE_ALIGN, "live": [0, 1], "live_phases": list(PHASES[:2]),
             "swizzle": f"chunk ^ ((row >> {t.swizzle_shift}) & {t.swizzle_mask})",
             "rows_along_loop": t.rows_along_loop}
+
+
+def _gemm(plan: pp.LoopPlan, g: pp.LoopGemm) -> dict[str, Any]:
+    return {"name": g.name, "a": g.a, "b": g.b, "k": g.k, "n": g.n,
+            "tile": [plan.tile_m, g.n, g.k], "warps": [plan.warps, 1], "stages": plan.stages,
+            "instruction": plan.mma.value, "k16_steps": g.k_steps,
+            "n8_tiles_per_warp": g.n8_tiles, "b_fragments": g.b_load.value,
+            "accumulate": g.accumulate}
 
 
 def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:
@@ -95,11 +112,11 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
                                              "inf" if init == math.inf else init)}
                         for n, init in plan.carries],
-            "gemms": [{"name": g.name, "a": g.a, "b": g.b, "k": g.k, "n": g.n,
-                       "k16_steps": g.k_steps, "n8_tiles_per_warp": g.n8_tiles,
-                       "b_fragments": g.b_load.value, "accumulate": g.accumulate}
-                      for g in (plan.gemm0, plan.gemm1)],
-            "tiles": [_tile(t) for t in (plan.a_tile, plan.b_tile, plan.c_tile)],
+            "gemms": [_gemm(plan, g) for g in (plan.gemm0, plan.gemm1)],
+            "phases": list(PHASES),
+            "buffers": [_tile(plan.a_tile, f"A of {plan.gemm0.name}, loaded once"),
+                        _tile(plan.b_tile, f"B of {plan.gemm0.name}, streamed"),
+                        _tile(plan.c_tile, f"B of {plan.gemm1.name}, streamed")],
             "epilogue": _statements(plan.epilogue),
         })
     else:
@@ -107,6 +124,7 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "grid": f"(ceil({plan.rows_dim} / {plan.rows_per_cta}), heads, batch)",
             "rows": {"per_cta": plan.rows_per_cta, "cols": plan.cols,
                      "chunks_per_lane": plan.lane_chunks},
+            "gemms": [], "phases": [], "buffers": [],  # registers only: no gemm, no storage
         })
     return summary
 
@@ -131,17 +149,22 @@ def print_program(console, s: dict) -> None:
                           str(g["k"]), str(g["n"]), str(g["k16_steps"]),
                           str(g["n8_tiles_per_warp"]), g["b_fragments"])
         console.print(gemms)
-        tiles = Table(title="shared-memory tiles", title_justify="left")
-        for column in ("tile", "param", "slots x rows x cols", "offset", "bytes", "swizzle"):
-            tiles.add_column(column)
-        for t in s["tiles"]:
-            tiles.add_row(t["name"], t["param"], f"{t['slots']} x {t['rows']} x {t['cols']}",
-                          str(t["offset"]), f"{t['bytes']:,}", t["swizzle"])
-        console.print(tiles)
     else:
         r = s["rows"]
         console.print(f"one warp per row, {r['per_cta']} rows per CTA, {r['cols']} columns, "
                       f"{r['chunks_per_lane']} 8-element chunk(s) per lane")
+    tiles = Table(title="storage", title_justify="left")
+    for column in ("buffer", "param", "slots x rows x cols", "offset", "bytes", "align",
+                   "live", "swizzle", "role"):
+        tiles.add_column(column)
+    for t in s["buffers"]:
+        tiles.add_row(t["name"], t["param"], f"{t['slots']} x {t['rows']} x {t['cols']}",
+                      f"{t['offset']:,}", f"{t['bytes']:,}", str(t["align"]),
+                      "..".join(t["live_phases"]), t["swizzle"], t["role"])
+    tiles.add_section()
+    tiles.add_row("total", "", "", "", f"{s['smem_bytes']:,}", "", "", "",
+                  f"limit {s['smem_limit']:,}")
+    console.print(tiles)
     console.print("body" + (" (per block)" if s["kind"] == "loop" else "") + ":")
     for line in s["body"]:
         console.print(f"  {line}")

@@ -25,7 +25,7 @@ def test_loop_summary_says_what_and_why():
     json.dumps(summary)
     assert summary["kind"] == "loop" and summary["threads"] == 256
     assert summary["mma"]["value"] == "mma.sync.m16n8k16" and "wgmma" in summary["mma"]["why"]
-    assert [t["offset"] for t in summary["tiles"]] == [0, 32768, 65536]
+    assert [t["offset"] for t in summary["buffers"]] == [0, 32768, 65536]
     assert "compute v4 = le(col, row) (tile)" in summary["body"]
     assert summary["body"][-2] == "update carry m = v11"
     assert summary["body"][0] == ("gemm s = A from a_smem (ldmatrix), B from b_smem (ldsm_b_nk): "
