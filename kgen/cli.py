@@ -583,6 +583,7 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
     from .api import pick_kernel, read_module, safe_file_name, shown_path, sized_config
     from .api import warn_newer_gpu
     from .harness.inputs import check_scalar_names, resolve_sizes
+    from .harness.run import is_program
     from .runtime.device import device_info, gpu_available
 
     # any size >= 0 (an empty M, N, K or L runs too); resolve_sizes refuses a negative one
@@ -605,8 +606,9 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
         if not gpu_available():
             _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
                                "(kgen compile and kgen inspect do not)")
+        program = is_program(kernel)  # a tile program: the loop rulebook's configuration
         entry = None
-        if tuned:
+        if tuned and not program:
             from .tune.select import lookup
 
             entry = lookup(kernel, target or kernel.target, device_info().name, dims)
@@ -615,15 +617,18 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                                source_hash=file_hash(text.encode()),
                                command=header_command(shown_path(file), target, kernel_name),
                                config=entry.config if entry is not None else
+                               None if program else
                                sized_config(kernel, target, sizes, every=False))
         result, device_id = _compile_for_device(built)  # --werror ends here, before the GPU
         if arch is None:  # the file's own target: is the GPU's faster?
             warn_newer_gpu(built.plan, device_info())
     from .harness.run import run
     from .runtime.launch import CompiledKernel
+    from .runtime.program import CompiledProgram
 
-    compiled = CompiledKernel(built.plan, result.cubin, source=built.source, compiled=result,
-                              device_id=device_id)
+    loaded = CompiledProgram if program else CompiledKernel
+    compiled = loaded(built.plan, result.cubin, source=built.source, compiled=result,
+                      device_id=device_id)
 
     with _stderr().status("starting") as status:
         report = run(built.kernel, built.plan, built.source, sizes, check=check, bench=bench,
@@ -631,16 +636,20 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                      compiled=compiled)
     from .tune.select import describe, tuned as took_tuned
 
-    report.notes.insert(0, describe(built.plan, entry))
+    report.notes.insert(0, f"configuration: {built.plan.config.value} ({built.plan.config.why})"
+                        if hasattr(built.plan, "config") else
+                        "a row kernel: one warp per row, no configuration to choose"
+                        if program else describe(built.plan, entry))
     if plot is not None:
         from .plot import roofline
 
         roofline(report, plot)
     if as_json:
         document = report.as_dict()
-        document["schedule"] = {"tuned": took_tuned(built.plan),
-                                "entry": entry.as_dict() if entry is not None else None,
-                                "lines": [[c.line, c.value] for c in built.plan.schedule.chosen]}
+        document["schedule"] = {"tuned": False, "entry": None, "lines": []} if program else {
+            "tuned": took_tuned(built.plan),
+            "entry": entry.as_dict() if entry is not None else None,
+            "lines": [[c.line, c.value] for c in built.plan.schedule.chosen]}
         if plot is not None:
             document["plot"] = plot
         if _warnings_shown():

@@ -333,24 +333,34 @@ def test_emitted_params_struct_matches_the_runtime(example, cache_dir):
     assert compile_cubin(source, built.plan.name, arch).cubin[:4] == b"\x7fELF"
 
 
-def test_run_without_gpu_exits_1():
+@pytest.mark.parametrize("example, sizes", [
+    ("gemm.kg", "M=256,N=256,K=64"),
+    ("attention_fwd.kg", "B=2,H=8,HKV=1,S=1000,T=1000"),
+    ("mlp_loop.kg", "M=300,N0=1000"),
+    ("attention_bwd_dot.kg", "B=2,H=8,S=1000"),
+])
+def test_run_without_gpu_exits_1(example, sizes):
     needs_pipeline()
     from kgen.runtime.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")
-    result = invoke("run", str(EXAMPLES[0]), "--size", "M=256,N=256,K=64")
+    result = invoke("run", str(EXAMPLES[0].parent / example), "--size", sizes, "--bench")
     assert result.exit_code == 1
     assert one_line(result) == ["error: no CUDA GPU is available: kgen run needs one "
                                 "(kgen compile and kgen inspect do not)"]
 
 
-def test_run_unknown_size_or_scalar_is_bad_input():
+@pytest.mark.parametrize("example", ["gemm.kg", "attention_fwd.kg", "attention_bwd_dot.kg"])
+def test_run_unknown_size_or_scalar_is_bad_input(example):
     needs_pipeline()
-    result = invoke("run", str(EXAMPLES[0]), "--size", "Q=4")
+    path = str(EXAMPLES[0].parent / example)
+    result = invoke("run", path, "--size", "Q=4")
     assert result.exit_code == 2 and one_line(result)[0].startswith("error: unknown size 'Q'")
-    result = invoke("run", str(EXAMPLES[0]), "--scalar", "gamma=4")
+    result = invoke("run", path, "--scalar", "gamma=4")
     assert result.exit_code == 2 and one_line(result)[0].startswith("error: unknown scalar")
+    result = invoke("run", path, "--size", ("M" if example == "gemm.kg" else "S") + "=-3")
+    assert result.exit_code == 2 and "non-negative" in result.output
 
 
 def test_python_m_kgen(tmp_path):

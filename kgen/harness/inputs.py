@@ -30,8 +30,8 @@ def symbolic_dims(kernel: ir.Kernel) -> list[str]:
 
 
 def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
-    """Every symbolic size: the given ones, DEFAULT_SIZE (DEFAULT_BATCHES for a batch
-    dimension) for the others."""
+    """Every symbolic size: the given ones, DEFAULT_SIZE (DEFAULT_BATCHES for a batch or
+    heads dimension) for the others."""
     sizes = dict(sizes or {})
     dims = symbolic_dims(kernel)
     for name, value in sizes.items():
@@ -45,7 +45,7 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
                 f"{name} = {value} is above 2**30-1, the largest size kgen takes (the kernel's "
                 "index math is 32-bit)"
             )
-    batch = {p.batch for p in kernel.params if p.batch is not None}
+    batch = {d for p in kernel.params for d in (p.batch, p.heads) if d is not None}
     return {dim: sizes.get(dim, DEFAULT_BATCHES if dim in batch else DEFAULT_SIZE) for dim in dims}
 
 
@@ -69,9 +69,14 @@ def batches_of(kernel: ir.Kernel, sizes: Mapping[str, int]) -> int:
     return batch if isinstance(batch, int) else sizes[batch]
 
 
+def gemms_of(kernel: ir.Kernel) -> tuple[ir.Gemm, ...]:
+    """The kernel's gemms, a loop's included (a row kernel has none)."""
+    return kernel.gemms + (kernel.loop.gemms if kernel.loop is not None else ())
+
+
 def _gemm_k(kernel: ir.Kernel, gemm: ir.Gemm, sizes: Mapping[str, int]) -> int:
     b = kernel.param(gemm.b.name)
-    dim = b.shape[0]
+    dim = b.shape[1] if gemm.b.transposed else b.shape[0]  # B^T: B's columns are the K
     return dim if isinstance(dim, int) else sizes[dim]
 
 
@@ -79,8 +84,9 @@ def input_scales(kernel: ir.Kernel, sizes: Mapping[str, int]) -> dict[str, float
     """Standard deviations that keep each gemm's accumulator O(1): the tensor on the A side
     (or B of a chained gemm, whose A is already O(1)) gets 1/sqrt(K)."""
     scales: dict[str, float] = {}
-    gemm_names = {g.name for g in kernel.gemms}
-    for gemm in kernel.gemms:
+    gemms = gemms_of(kernel)
+    gemm_names = {g.name for g in gemms}
+    for gemm in gemms:
         k = max(_gemm_k(kernel, gemm, sizes), 1)
         if gemm.a.name in gemm_names:
             scales[gemm.b.name] = 1.0 / math.sqrt(k)

@@ -21,8 +21,9 @@ from ..plan import KernelPlan
 from ..reference import CompareResult, checking_dtype, compare, evaluate, needs_all_rows
 from ..runtime.device import device_info, require_gpu
 from .arrays import BufferArrays, TorchArrays, sync, torch_usable
-from .inputs import (batches_of, make_inputs, matrix_shape_of, pick_scalars, resolve_sizes,
-                     shape_of)
+from ..reference_tiles import rows_param
+from .inputs import (batches_of, gemms_of, make_inputs, matrix_shape_of, pick_scalars,
+                     resolve_sizes, shape_of)
 from .timing import DEFAULT_ITERS, DEFAULT_WARMUP, Timing, rotation_count, time_kernel
 
 CHECK_ROWS = 256  # rows the reference computes when M is large
@@ -169,17 +170,32 @@ def _row_indexed_outputs(kernel: ir.Kernel) -> set[str]:
     return names
 
 
+def is_program(kernel: ir.Kernel) -> bool:
+    """A tile program: a loop kernel, or a gemm-less row kernel (kgen.reference's test)."""
+    return kernel.loop is not None or (kernel.epilogue is not None and not kernel.gemms)
+
+
+def _instances(kernel: ir.Kernel, sizes: Mapping[str, int]) -> int:
+    """How many times the kernel's matrices are computed: its batches, and for a tile program
+    every (batch, head) of the parameter whose rows it computes."""
+    if not is_program(kernel):
+        return batches_of(kernel, sizes)
+    lead = rows_param(kernel).full_shape[:-len(rows_param(kernel).shape)]
+    return math.prod(d if isinstance(d, int) else sizes[d] for d in lead)
+
+
 def work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
-    """FLOPs (2*M*N*K per gemm) and bytes (inputs read once, outputs written once)."""
+    """FLOPs (2*M*N*K per gemm, a loop's gemms over the whole loop) and bytes (inputs read
+    once, outputs written once)."""
     flops = 0
-    m = None
-    for param in kernel.params:
-        if kernel.gemms and param.name == kernel.gemms[0].a.name:
-            m = matrix_shape_of(param, sizes)[0]
-    for gemm in kernel.gemms:
+    gemms = gemms_of(kernel)
+    m = matrix_shape_of(kernel.param(gemms[0].a.name), sizes)[0] if gemms else 0
+    for gemm in gemms:
         b = kernel.param(gemm.b.name)
         k, n = matrix_shape_of(b, sizes)
-        flops += 2 * (m or 0) * n * k * batches_of(kernel, sizes)
+        if gemm.b.transposed:
+            k, n = n, k
+        flops += 2 * m * n * k * _instances(kernel, sizes)
     total = 0
     for param in kernel.params:
         if param.kind is ir.ParamKind.SCALAR and param.role is ir.Role.IN:
@@ -219,7 +235,16 @@ def run(
     info = device_info(device_id)
     kernel = kernel_ir
 
-    if compiled is None:
+    program = is_program(kernel_ir)
+    if compiled is None and program:
+        from ..runtime.program import CompiledProgram
+
+        say(f"compiling {plan.name} for {info.arch} with NVRTC")
+        result = compile_cubin(source, plan.name, info.arch)
+        warn_resources(result)
+        compiled = CompiledProgram(plan, result.cubin, source=source, compiled=result,
+                                   device_id=device_id)
+    elif compiled is None:
         say(f"compiling {plan.name} for {info.arch} with NVRTC")
         # the fast entry point; a narrow one compiles on the launch that needs it
         result = compile_cubin(source, plan.name, info.arch,
@@ -263,7 +288,7 @@ def run(
         say("checking against the NumPy reference")
         report.checked = True
         report.checks = _check_outputs(kernel, outputs, device_args, arrays_api, host, values,
-                                       dims, rng, report.notes)
+                                       dims, rng, report.notes, reference_block(plan))
 
     if bench:
         say("benchmarking")
@@ -272,15 +297,25 @@ def run(
     return report
 
 
+def reference_block(plan) -> int | None:
+    """The block size the reference evaluates a loop in: the plan's (its result may depend on
+    the blocking); None for a gemm kernel or a row kernel."""
+    return getattr(plan, "block", None)
+
+
 def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims, rng,
-                   notes) -> list[OutputCheck]:
-    first_a = kernel.param(kernel.gemms[0].a.name)
-    m = matrix_shape_of(first_a, dims)[0]
-    rows = _rows_for_check(kernel, m, rng)
-    if rows is not None:
-        notes.append(f"reference computed on {len(rows)} of {m} rows; every element checked "
-                     f"for being written")
-    reference = evaluate(kernel, host, scalars, rows=rows, batches=batches_of(kernel, dims))
+                   notes, block: int | None = None) -> list[OutputCheck]:
+    if is_program(kernel):  # every row of every (batch, head): the reference is whole
+        reference = evaluate(kernel, host, scalars, block=block)
+        rows = None
+    else:
+        first_a = kernel.param(kernel.gemms[0].a.name)
+        m = matrix_shape_of(first_a, dims)[0]
+        rows = _rows_for_check(kernel, m, rng)
+        if rows is not None:
+            notes.append(f"reference computed on {len(rows)} of {m} rows; every element "
+                         "checked for being written")
+        reference = evaluate(kernel, host, scalars, rows=rows, batches=batches_of(kernel, dims))
     row_indexed = _row_indexed_outputs(kernel)
     empty = [name for name, size in dims.items() if size == 0]
     if empty:
@@ -319,9 +354,9 @@ def _empty_note(kernel: ir.Kernel, dims: Mapping[str, int], empty: list[str]) ->
     """What a run with a zero size checks: a zero K still gives every output element (the
     accumulator is 0 and goes through the epilogue); a zero M or N leaves tensor outputs empty,
     and reductions over the empty axis hold their op's identity."""
-    ks = {_gemm_k_dim(kernel, g) for g in kernel.gemms}
+    ks = {_gemm_k_dim(kernel, g) for g in gemms_of(kernel)}
     said = ", ".join(f"{name} = 0" for name in empty)
-    if batches_of(kernel, dims) == 0:
+    if _instances(kernel, dims) == 0:
         return f"{said}: no batches, so nothing to compute or compare"
     if all(name in ks for name in empty):
         return (f"{said}: the accumulator is 0; every output element checked (the epilogue "
@@ -331,7 +366,7 @@ def _empty_note(kernel: ir.Kernel, dims: Mapping[str, int], empty: list[str]) ->
 
 
 def _gemm_k_dim(kernel: ir.Kernel, gemm: ir.Gemm):
-    return kernel.param(gemm.b.name).shape[0]
+    return kernel.param(gemm.b.name).shape[1 if gemm.b.transposed else 0]
 
 
 def rotated_sets(arrays_api, first_set: dict[str, Any], set_bytes: int,
