@@ -68,6 +68,7 @@ def tune_command(file: str, size_text: str | None, arch: str | None, kernel_name
     from .harness.inputs import check_scalar_names, resolve_sizes
     from .runtime.device import gpu_available
     from .tune.show import RichProgress, print_tune_report
+    from .tune.space import refuse_programs
     from .tune.tuner import NoProgress, tune
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
@@ -85,6 +86,7 @@ def tune_command(file: str, size_text: str | None, arch: str | None, kernel_name
     with _watching_warnings():
         module, _ = read_module(file)
         kernel = pick_kernel(module, kernel_name)
+        refuse_programs(kernel)  # before the GPU check: not tunable on any machine
         target = arch_of(arch)
         dims = resolve_sizes(kernel, sizes)
         check_scalar_names(kernel, scalars)

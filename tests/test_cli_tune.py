@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -277,3 +278,18 @@ def test_tune_with_no_passing_candidate_exits_1(free_gemm, fake_gpu, monkeypatch
     assert result.exit_code == 1
     assert "CHECK FAILED" in result.stdout and "no candidate passed the check" in result.stdout
     assert free_gemm.read_text() == before
+
+
+@pytest.mark.parametrize("example, where", [("attention_fwd.kg", "loop kv over T"),
+                                            ("mlp_loop.kg", "loop j over N0"),
+                                            ("attention_bwd_dot.kg", "kernel attention_bwd_dot")])
+@pytest.mark.parametrize("mode", [["--compile-only"], []])
+def test_tune_refuses_a_tile_program_located(example, where, mode):
+    """Not tuned yet: exit 2 at the loop (or the row kernel), no traceback, before the GPU
+    check (the refusal holds on any machine)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / example
+    result = invoke("tune", str(path), *mode)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "kgen tune does not tune tile programs yet" in result.output
+    assert "kgen inspect shows" in result.output and where in result.output
+    assert f"{example}:" in result.output.splitlines()[0]

@@ -88,11 +88,25 @@ def emit_source(plan: KernelPlan, source_name: str = "<tune>", source_hash: str 
     return emit(plan, source_name=source_name, source_hash=source_hash, command="kgen tune")
 
 
+def refuse_programs(kernel: ir.Kernel) -> None:
+    """A tile program is not tuned yet: its configuration is the loop rulebook's
+    (kgen/targets/loop_rules.py), a row kernel has none. Raises the located KgenError."""
+    if kernel.loop is not None:
+        raise KgenError(kernel.loop.loc, "kgen tune does not tune tile programs yet; the "
+                        "loop's configuration is the rulebook's (write tile, warps and stages "
+                        "on the loop to choose another): kgen inspect shows it")
+    if kernel.epilogue is not None and not kernel.gemms:
+        raise KgenError(kernel.loc, "kgen tune does not tune tile programs yet; a row kernel "
+                        "has no configuration to tune (one warp per row): kgen inspect shows "
+                        "its plan")
+
+
 def search_space(kernel: ir.Kernel, arch: ir.Arch | None, sizes: Mapping[str, int], *,
                  all_lines: bool = False, limit: int = DEFAULT_LIMIT,
                  source_name: str = "<tune>", source_hash: str = "") -> Space:
     """The candidates, at most `limit` (the builder's choice among them), in the target's order.
     Raises the lowering's KgenError when nothing plans at all."""
+    refuse_programs(kernel)
     arch = arch or kernel.target
     free = free_lines(kernel) if all_lines else kernel
     listed = builder.listed(free, target(arch), sizes=dict(sizes), wide=True)

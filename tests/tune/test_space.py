@@ -101,3 +101,16 @@ def test_the_sizes_own_configuration_is_a_candidate_where_no_listed_one_is_it():
     space = search_space(kernel_of(example_text("gemm")), Arch.SM90A, sizes, limit=5)
     (default,) = [c for c in space.candidates if c.default]
     assert default.plan.gemms[0].tile == (32, 128, 64) and default.plan.schedule.split_k == 4
+
+
+@pytest.mark.parametrize("example", ["attention_fwd", "mlp_loop", "attention_bwd_dot"])
+def test_a_tile_program_is_refused_with_its_place(example):
+    from pathlib import Path
+
+    from kgen.api import read_module
+
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{example}.kg"
+    (kernel,) = read_module(path)[0].kernels
+    with pytest.raises(KgenError, match="kgen tune does not tune tile programs yet") as info:
+        search_space(kernel, None, {})
+    assert info.value.loc == (kernel.loop.loc if kernel.loop is not None else kernel.loc)
