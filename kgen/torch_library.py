@@ -20,13 +20,15 @@ the registered op (`KernelOp.op`, also `torch.ops.<namespace>.<name>`), so traci
 autograd's errors see the op itself.
 
 The schema and the output shapes are pure functions of the plan (`op_schema`, `output_shapes`),
-testable without PyTorch or a GPU.
+testable without PyTorch or a GPU. A tile program (kgen/runtime/program.py's CompiledProgram)
+registers the same way: its outputs are contiguous, their shapes from the inputs' sizes
+(kgen.runtime.program.output_shapes).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .enums import DType, ParamKind
+from .enums import DType, ParamKind, Role
 from .errors import KgenRuntimeError
 from .plan import KernelPlan
 from .runtime.outputs import infer_sizes, inputs_of, output_shapes, outputs_of
@@ -36,16 +38,39 @@ __all__ = ["KernelOp", "infer_sizes", "op_schema", "output_shapes", "torch_op"]
 _TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
 
 
+def _is_program(plan) -> bool:
+    from .api import is_program_plan
+
+    return is_program_plan(plan)
+
+
+def _inputs(plan) -> tuple:
+    if _is_program(plan):  # a tile program's ProgramParams
+        return tuple(p for p in plan.params if p.role is Role.IN)
+    return inputs_of(plan)
+
+
+def _outputs(plan) -> tuple:
+    if _is_program(plan):
+        return tuple(p for p in plan.params if p.role is Role.OUT)
+    return outputs_of(plan)
+
+
+def _is_scalar(p) -> bool:
+    return p.kind == "scalar" if isinstance(p.kind, str) else p.kind is ParamKind.SCALAR
+
+
 def op_schema(plan: KernelPlan) -> str:
-    """The operator's schema, e.g. `(Tensor A, Tensor B, float alpha=1.5) -> Tensor`."""
+    """The operator's schema, e.g. `(Tensor A, Tensor B, float alpha=1.5) -> Tensor` (a gemm
+    kernel's or a tile program's plan)."""
     args = []
-    for p in inputs_of(plan):
-        if p.kind is ParamKind.SCALAR:
+    for p in _inputs(plan):
+        if _is_scalar(p):
             default = "" if p.default is None else f"={float(p.default)!r}"
             args.append(f"float {p.name}{default}")
         else:
             args.append(f"Tensor {p.name}")
-    outs = outputs_of(plan)
+    outs = _outputs(plan)
     if not outs:
         raise KgenRuntimeError(f"{plan.name} has no output: a torch op must return something")
     result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
@@ -128,10 +153,11 @@ def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
     existing = getattr(getattr(torch.ops, namespace, None), op_name, None)
     if existing is not None:  # registered by other code: the op itself
         return existing
-    inputs = inputs_of(plan)
+    inputs = _inputs(plan)
     names = tuple(p.name for p in inputs)
-    outputs = outputs_of(plan)
+    outputs = _outputs(plan)
     dtypes = {p.name: getattr(torch, _TORCH_DTYPE[p.dtype]) for p in outputs}
+    program = _is_program(plan)
 
     def run(*args):
         # the dispatcher passes every argument, the declared defaults filled in
@@ -140,11 +166,17 @@ def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
     def fake(*args):
         args = tuple(args) + tuple(float(p.default) for p in inputs[len(args):])
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-        shapes = {p.name: tuple(a.shape) for p, a in zip(inputs, args)
-                  if p.kind is not ParamKind.SCALAR}
-        layout = output_shapes(plan, infer_sizes(plan, shapes))
-        values = [torch.empty_strided(*layout[p.name], dtype=dtypes[p.name], device=device)
-                  for p in outputs]
+        shapes = {p.name: tuple(a.shape) for p, a in zip(inputs, args) if not _is_scalar(p)}
+        if program:  # contiguous, as CompiledProgram allocates them
+            from .runtime.program import output_shapes as program_shapes
+
+            found = program_shapes(plan, shapes)
+            values = [torch.empty(found[p.name], dtype=dtypes[p.name], device=device)
+                      for p in outputs]
+        else:
+            layout = output_shapes(plan, infer_sizes(plan, shapes))
+            values = [torch.empty_strided(*layout[p.name], dtype=dtypes[p.name], device=device)
+                      for p in outputs]
         return values[0] if len(values) == 1 else tuple(values)
 
     library = _LIBRARIES.get(namespace)

@@ -98,3 +98,41 @@ def test_tracing_and_autograd_see_the_registered_op():
     with pytest.raises(RuntimeError, match="at most 6"):  # too many: the op's own message
         op(*([torch.ones(1)] * 7))
     assert kernel.calls == []
+
+
+# Tile programs: the same op, its outputs contiguous in the shapes the inputs set
+
+
+def test_a_programs_schema_and_output_shapes():
+    from kgen.runtime.program import output_shapes as program_shapes
+
+    plan = plan_of("attention_fwd")
+    assert op_schema(plan) == ("(Tensor Q, Tensor K, Tensor V, float scale=0.08838834764) -> "
+                               "(Tensor, Tensor)")
+    shapes = program_shapes(plan, {"Q": (2, 8, 100, 128), "K": (2, 1, 70, 128),
+                                   "V": (2, 1, 70, 128)})
+    assert shapes == {"O": (2, 8, 100, 128), "lse": (2, 8, 100)}
+    assert op_schema(plan_of("attention_bwd_dot")) == "(Tensor dO, Tensor O) -> Tensor"
+    assert program_shapes(plan_of("mlp_loop"), {"X": (33, 256), "W0": (256, 500),
+                                                "W1": (500, 128), "b0": (500,)}) == {
+        "Y": (33, 128)}
+
+
+def test_a_program_op_runs_eagerly_and_traces_with_its_shapes():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kgen.torch_library import torch_op
+
+    kernel = Recorder(plan_of("attention_fwd"))
+    op = torch_op(kernel, name="attention_cpu", namespace="kgen_cpu_test")
+    q, kv = torch.ones(1, 4, 10, 128), torch.ones(1, 2, 12, 128)
+    assert op(q, kv, kv, scale=0.5) == "ran"
+    assert list(kernel.calls[0]) == ["Q", "K", "V", "scale"]
+    with FakeTensorMode():
+        q, kv = (torch.empty(2, 4, 10, 128, dtype=torch.bfloat16),
+                 torch.empty(2, 2, 12, 128, dtype=torch.bfloat16))
+        o, lse = op(q, kv, kv)
+    assert tuple(o.shape) == (2, 4, 10, 128) and o.dtype == torch.bfloat16 and o.is_contiguous()
+    assert tuple(lse.shape) == (2, 4, 10) and lse.dtype == torch.float32
+    assert len(kernel.calls) == 1

@@ -111,6 +111,29 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
                         resolved, arrays, shapes)
 
 
+def output_shapes(plan: ProgramPlan, shapes: Mapping[str, tuple],
+                  sizes: Mapping[str, int] | None = None) -> dict[str, tuple]:
+    """The (contiguous) shapes of the outputs absent from `shapes`, from the other arguments'
+    shapes (any int-like extents: torch.compile's symbolic ones too). Nothing is checked here:
+    the call's bind_program checks the arguments."""
+    batch_dims: dict[str, Any] = {}
+    resolved: dict[str, Any] = dict(sizes or {})
+    for p in plan.params:
+        shape = shapes.get(p.name)
+        if shape is None or p.kind == "scalar":
+            continue
+        lead = int(p.batched) + int(p.headed)
+        if p.batched:
+            batch_dims.setdefault("B", shape[0])
+        if p.headed:
+            batch_dims.setdefault("HKV" if p.kv else "H", shape[int(p.batched)])
+        for dim, extent in zip(p.shape, shape[lead:]):
+            if isinstance(dim, str):
+                resolved.setdefault(dim, extent)
+    return {p.name: _shape_of(p, batch_dims, resolved) for p in plan.params
+            if p.role is Role.OUT and p.name not in shapes}
+
+
 def _shape_of(p: ProgramParam, batch_dims: dict[str, int], resolved: dict[str, int]
               ) -> tuple[int, ...]:
     """The shape of output `p`, not given, from the sizes the other arguments set."""
