@@ -278,7 +278,8 @@ def test_cli_run_json():
 
     if not EXAMPLES:
         pytest.skip("no examples")
-    result = CliRunner().invoke(cli, ["run", str(EXAMPLES[0]), "--size", "M=256,N=256,K=64",
+    gemm = EXAMPLES[0].parent / "gemm.kg"  # (tile programs: tests/gpu/test_programs_gpu.py)
+    result = CliRunner().invoke(cli, ["run", str(gemm), "--size", "M=256,N=256,K=64",
                                       "--json", "--bench", "--iters", "20"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output[result.output.index("{"):])
