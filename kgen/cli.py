@@ -636,10 +636,7 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                      compiled=compiled)
     from .tune.select import describe, tuned as took_tuned
 
-    report.notes.insert(0, f"configuration: {built.plan.config.value} ({built.plan.config.why})"
-                        if hasattr(built.plan, "config") else
-                        "a row kernel: one warp per row, no configuration to choose"
-                        if program else describe(built.plan, entry))
+    report.notes.insert(0, describe(built.plan, entry))
     if plot is not None:
         from .plot import roofline
 

@@ -43,7 +43,12 @@ def tuned(plan: KernelPlan) -> bool:
 
 
 def describe(plan: KernelPlan, entry: cache.TuneEntry | None) -> str:
-    """One line: which schedule the plan runs, and whether `kgen tune`'s entry was used."""
+    """One line: which schedule the plan runs, and whether `kgen tune`'s entry was used (a tile
+    program: the loop rulebook's configuration; a row kernel has none)."""
+    if getattr(plan, "kind", None) == "loop":
+        return f"configuration: {plan.config.value} ({plan.config.why})"
+    if getattr(plan, "kind", None) == "rows":
+        return "a row kernel: one warp per row, no configuration to choose"
     if entry is not None and tuned(plan):
         sizes = ",".join(f"{n}={v}" for n, v in entry.sizes)
         return (f"schedule: tuned by kgen tune on {entry.date[:10]} ({entry.label}; "

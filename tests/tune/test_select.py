@@ -182,3 +182,19 @@ def test_kgen_load_follows_the_cache(tune_cache, monkeypatch):
     assert followed.variant(SIZES).plan.gemms[0].tile == (64, 128, 64)
     assert followed.variant({"M": 64, "N": 64, "K": 64}) is followed.default
     assert not isinstance(kgen.load(kernel, tuned=False), select.TunedKernel)
+
+
+def test_describe_names_a_programs_configuration():
+    """`kgen run`'s first note for a tile program: the loop rulebook's choice (no tune entry
+    is looked up for it), or that a row kernel has none."""
+    from pathlib import Path
+
+    from kgen.api import build_file
+    from kgen.tune.select import describe
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    plan = build_file(examples / "attention_fwd.kg").plan
+    assert describe(plan, None) == f"configuration: {plan.config.value} ({plan.config.why})"
+    assert "tile 128x64 warps 8 stages 2" in describe(plan, None)
+    rows = build_file(examples / "attention_bwd_dot.kg").plan
+    assert describe(rows, None).startswith("a row kernel")
