@@ -14,6 +14,10 @@ not given are allocated by torch's caching allocator, and the stream is torch's 
 Workspaces (split-K, stream-K, deterministic reductions) are stream-ordered, so every call can
 be captured into a CUDA graph on any stream: torch's allocator when a torch tensor is among the
 arguments, else cuMemAllocAsync and cuMemFreeAsync on the launch's stream.
+
+Tile programs (kgen/runtime/program.py's CompiledProgram) take the same path: their `bind` is
+`bind_program`'s check in a BoundArguments, their members' kinds come from `member_kind`, and
+a Binding of a program launches its one kernel (no tensor maps, workspace or clusters).
 """
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def test_every_example_compiles_with_nvrtc_without_spills(arch, tmp_path, monkey
         assert result.spill_stores == 0 and result.spill_loads == 0, (name, result.log)
         assert result.stack_bytes == 0, (name, result.log)
         assert "warning" not in result.log.lower(), result.log
-        if plan.narrow_kernel is not None:  # the narrow entry point, in the same module
+        if getattr(plan, "narrow_kernel", None) is not None:  # a gemm's narrow entry point
             narrow = parse_ptxas_report(result.log, plan.narrow_kernel)
             assert narrow.get("registers"), (name, plan.narrow_kernel, result.log)
             assert narrow.get("spill_stores", 0) == 0 and narrow.get("spill_loads", 0) == 0, (
