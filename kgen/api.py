@@ -198,11 +198,6 @@ def build_verified(kernel: ir.Kernel, arch: str | ir.Arch | None = None, *,
         source_hash = file_hash(ir.canonical_text(kernel).encode())
     plan = plan_kernel(kernel, arch_of(arch), config=config)
     source = emit(plan, source_name=source_name, source_hash=source_hash, command=command)
-    if is_program_plan(plan):  # a tile program: kgen/targets/common/loop.py
-        from .targets.common.loop import emit_header as program_header
-
-        return Built(kernel, plan, source, program_header(
-            plan, source_name=source_name, source_hash=source_hash, command=command))
     header = emit_header(plan, source_name=source_name, source_hash=source_hash, command=command,
                          header_name=header_name)
     return Built(kernel, plan, source, header)

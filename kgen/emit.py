@@ -8,7 +8,8 @@ from .errors import KgenError
 from .plan import KernelPlan
 from .plan.program import LoopPlan, RowsPlan
 from .targets import target
-from .targets.common.host_api import emit_header
+from .targets.common import host_api
+from .targets.common import loop as program
 from .targets.common.loop import emit as program_emit
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
@@ -58,3 +59,12 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     table = PROGRAM_EMITTERS if isinstance(plan, PROGRAM_PLANS) else EMITTERS
     emitter = table[(family(plan), kind(plan))]
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)
+
+
+def emit_header(plan: KernelPlan, *, source_name: str, source_hash: str, command: str,
+                header_name: str | None = None) -> str:
+    """The .h text (`kgen compile --header`): the params struct and the host API's
+    declarations, the same calls for every kind of kernel."""
+    emitter = program.emit_header if isinstance(plan, PROGRAM_PLANS) else host_api.emit_header
+    return emitter(plan, source_name=source_name, source_hash=source_hash, command=command,
+                   header_name=header_name)

@@ -179,7 +179,8 @@ def _params(kernel: ir.Kernel, query_heads) -> tuple[tuple[pp.ProgramParam, ...]
             fields.append(pp.ProgramField(f"{p.name}_ld", "i64", p.name))
         fields.append(pp.ProgramField(f"{p.name}_bs", "i64", p.name))
         fields.append(pp.ProgramField(f"{p.name}_hs", "i64", p.name))
-    fields += [pp.ProgramField(name, "i32") for name in ("rows", "loop_len", "heads", "group")]
+    fields += [pp.ProgramField(name, "i32") for name in ("rows", "loop_len", "heads", "group",
+                                                               "batches")]
     names = [f.name for f in fields]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:

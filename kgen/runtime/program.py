@@ -93,7 +93,7 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
     for f in plan.fields:
         if f.param is None:
             values.append({"rows": rows, "loop_len": loop_len, "heads": heads,
-                           "group": heads // kv_heads}[f.name])
+                           "group": heads // kv_heads, "batches": batch_dims.get("B", 1)}[f.name])
             continue
         p = plan.param(f.param)
         if p.kind == "scalar":

@@ -42,7 +42,7 @@ def test_attention_values_and_grid():
     assert (v["K_ld"], v["K_hs"], v["K_bs"]) == (64, 3200, 6400)
     assert (v["lse_hs"], v["lse_bs"]) == (100, 800)
     assert v["scale"] == pytest.approx(0.125)
-    assert struct_format(plan).size == 19 * 8 + 4 + 4 * 4  # pointers, strides; scale; sizes
+    assert struct_format(plan).size == 19 * 8 + 4 + 5 * 4  # pointers, strides; scale; sizes
 
 
 def test_any_strides_with_a_unit_last_stride():

@@ -58,7 +58,7 @@ def test_emission_is_deterministic_and_in_the_fixed_order(which):
     first = build_verified(KERNELS[which](ir.Arch.SM80), ir.Arch.SM80).source
     again = build_verified(KERNELS[which](ir.Arch.SM80), ir.Arch.SM80).source
     assert first == again
-    order = ["// Configuration", "// Parameters", "__launch_bounds__", "// Host launcher"]
+    order = ["// Configuration", "// Parameters", "__launch_bounds__", "// Host API"]
     if which != "rowdot_128":
         order.insert(2, "// Shared storage")
     positions = [first.index(marker) for marker in order]
@@ -135,7 +135,9 @@ def test_a_cpp_consumer_links_against_the_header_and_launcher(tmp_path):
         "  p.rows = 0;  // nothing to run: the launcher returns before any launch\n"
         "  p.heads = 1;\n"
         "  p.group = 1;\n"
-        "  return attention_fwd_launch(p, 1, nullptr) == cudaSuccess ? 0 : 1;\n"
+        "  p.batches = 1;\n"
+        "  if (attention_fwd_can_implement(p) != nullptr) return 2;\n"
+        "  return attention_fwd_launch(p, nullptr) == cudaSuccess ? 0 : 1;\n"
         "}\n")
     done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_80", str(tmp_path / "main.cu"),
                            str(tmp_path / "attention_fwd.cu"), "-o", str(tmp_path / "main")],
