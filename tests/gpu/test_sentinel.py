@@ -41,9 +41,12 @@ class Guarded:
         self.param = param
         self.shape = shape
         item = param.dtype.nbytes
-        # a batched argument: `batches` copies of one batch's elements, `pitch` elements apart
-        self.batches = shape[0] if param.batch is not None else None
-        one = shape[1:] if param.batch is not None else shape
+        # a batched argument: `batches` copies of one batch's elements, `pitch` elements apart;
+        # with heads too (a tile program's [B, H, ...]), B x H copies, heads the inner one
+        lead = int(param.batch is not None) + int(param.heads is not None)
+        self.lead = tuple(shape[:lead])
+        self.batches = int(np.prod(self.lead)) if lead else None
+        one = shape[lead:]
         if param.kind is ir.ParamKind.TENSOR:
             rows, cols = one
             outer, inner = (rows, cols) if param.layout is ir.Layout.ROW else (cols, rows)
@@ -67,12 +70,14 @@ class Guarded:
         """The argument's elements inside `buffer` (this one or a copy of it)."""
         flat = buffer[MARGIN:MARGIN + self.nbytes].view(_torch_dtype(torch, self.param.dtype))
         if self.batches is not None:
-            batched = flat.view(self.batches, self.pitch)[:, :self.elements]
+            lead_strides = tuple(int(np.prod(self.lead[i + 1:])) * self.pitch
+                                 for i in range(len(self.lead)))
             if self.param.kind is ir.ParamKind.SCALAR:  # one value per batch
-                return batched[:, 0]
+                return flat.as_strided(self.lead, lead_strides)
             if self.param.kind is ir.ParamKind.VECTOR:
-                return batched
-            view = batched.view(self.batches, self.outer, self.ld)[:, :, :self.inner]
+                return flat.as_strided((*self.lead, self.elements), (*lead_strides, 1))
+            view = flat.as_strided((*self.lead, self.outer, self.inner),
+                                   (*lead_strides, self.ld, 1))
             return view if self.param.layout is ir.Layout.ROW else view.transpose(-1, -2)
         if self.param.kind is ir.ParamKind.TENSOR:
             view = flat.view(self.outer, self.ld)[:, :self.inner]
@@ -157,7 +162,10 @@ def check_guards(torch, kernel: ir.Kernel, guards: dict, host: dict, scalars: di
 def sizes_of(kernel: ir.Kernel, mnk) -> dict:
     from kgen.harness.inputs import resolve_sizes, symbolic_dims
 
-    wanted = dict(zip("MNK", mnk))
+    m, n, k = mnk
+    # a tile program's rows and loop length take M and N (attention's S and T, the MLP's N0;
+    # the MLP streams its column-major W1 along N0 in 16-byte chunks: N0 a multiple of 8)
+    wanted = dict(M=m, N=n, K=k, S=m, T=n, N0=-(-n // 8) * 8)
     return resolve_sizes(kernel, {d: v for d, v in wanted.items() if d in symbolic_dims(kernel)})
 
 
