@@ -23,8 +23,14 @@ class ArchGuard:
 
 
 def guard(plan: KernelPlan) -> ArchGuard:
-    name = plan.name
-    if plan.arch is Arch.SM90A and plan.schedule.wgmma:
+    """The guard of a gemm or chain plan (wgmma code when its schedule says so)."""
+    return guard_for(plan.name, plan.arch, plan.schedule.wgmma)
+
+
+def guard_for(name: str, arch: Arch, wgmma: bool) -> ArchGuard:
+    """The build and device guards of kernel `name` planned for `arch`; `wgmma`: it holds
+    sm_90a-only instructions (else sm_90a plans run code any later device could)."""
+    if arch is Arch.SM90A and wgmma:
         return ArchGuard(
             build_cond="defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900",
             build_error=f"{name}.cu needs sm_90a (wgmma): build it with nvcc -arch=sm_90a",
@@ -32,7 +38,7 @@ def guard(plan: KernelPlan) -> ArchGuard:
             device_cond="major != 9 || minor != 0",
             device_reason=f"{name} is sm_90a code: it runs on compute capability 9.0 only",
         )
-    if plan.arch is Arch.SM90A:
+    if arch is Arch.SM90A:
         return ArchGuard(
             build_cond="defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
             build_error=f"{name}.cu was planned for sm_90a: build it with nvcc -arch=sm_90a",

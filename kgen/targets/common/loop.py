@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from ... import __version__
 from ...enums import Axis, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
-from .arch_guard import guard
+from .arch_guard import guard_for
 from .epilogue_cpp import OP_CPP, PAIR, TO_FLOAT, float_literal
 from .host_api import header_file_lines
 from .render import render
@@ -159,8 +158,7 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str]) -> list[CS
 def _arch_guard(plan: pp.ProgramPlan):
     """The project's arch gates (kgen/targets/common/arch_guard.py) for a program: mma.sync code
     (no wgmma), so sm_90a's is the 'planned for sm_90a' gate."""
-    return guard(SimpleNamespace(name=plan.name, arch=plan.arch,
-                                 schedule=SimpleNamespace(wgmma=False)))
+    return guard_for(plan.name, plan.arch, wgmma=False)
 
 
 def _header(plan: pp.ProgramPlan, source_name: str, source_hash: str, command: str) -> list[str]:
