@@ -35,6 +35,7 @@ def _detail(section: pp.Section, index: int) -> str:
         "VectorLoad": lambda: f"{kind.param}[{kind.axis.value}]",
         "TensorLoad": lambda: kind.param,
         "PositionValue": lambda: kind.axis.value,
+        "ExtentValue": lambda: f"size {kind.dim}",
         "CarryValue": lambda: f"carry {kind.carry}",
         "AccumulatorValue": lambda: f"accumulator {kind.gemm}",
         "RowReduction": lambda: f"row{kind.op.value}({_arg(section, kind.arg)})",
@@ -92,6 +93,18 @@ def _gemm(plan: pp.LoopPlan, g: pp.LoopGemm) -> dict[str, Any]:
             "accumulate": g.accumulate}
 
 
+def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
+    """The blocks each tile of rows visits: the mask's bounds on col, and why."""
+    def term(t: pp.OffsetTerm) -> str:
+        what = "" if t.term is pp.Term.ONE else f" * {t.param}"
+        return f"{t.coef:g}{what}"
+
+    return {"skips": bounds.skips, "why": bounds.why,
+            "bounds": [f"col {('<' if b.strict else '<=') if b.upper else ('>' if b.strict else '>=')} "
+                       f"{b.slope} * row + {' + '.join(term(t) for t in b.offset) or '0'}"
+                       for b in bounds.bounds]}
+
+
 def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:
     from .targets import target
 
@@ -109,6 +122,7 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "mma": {"value": plan.mma.value, "why": plan.mma.why},
             "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
             "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
+            "loop_bounds": _bounds(plan.bounds),
             "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
                                              "inf" if init == math.inf else init)}
                         for n, init in plan.carries],
@@ -138,6 +152,9 @@ def print_program(console, s: dict) -> None:
     if s["kind"] == "loop":
         console.print(f"configuration: {s['config']['value']} ({s['config']['why']})")
         console.print(f"mma: {s['mma']['value']} ({s['mma']['why']})")
+        bounds = s["loop_bounds"]
+        console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
+                      f"({bounds['why']})")
         console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
                       f"{s['loop']['stages']} ring slot(s); carries "
                       + (", ".join(f"{c['name']} = {c['init']}" for c in s["carries"]) or "none"))

@@ -20,6 +20,7 @@ from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import target
 from ..targets import loop_rules
+from . import loop_bounds
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
 
@@ -91,6 +92,9 @@ class _Section:
         if isinstance(node, ir.Position):
             return self.add(pp.PositionValue(node.axis),
                             Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+        if isinstance(node, ir.Extent):
+            loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
+            return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)
         if isinstance(node, ir.VectorLoad):
             p = self.kernel.param(node.name)
             return self.add(dag.VectorLoad(p.name, node.axis, p.dtype),
@@ -276,6 +280,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
             raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it may not "
                             f"update '{stmt.name}'")
 
+    body_section = body.section()
+    bounds = loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries))
     query_heads = a.heads
     params, fields = _params(kernel, query_heads)
     batch, heads, kv = _roles(kernel, query_heads)
@@ -287,11 +293,11 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         warps=config.warps, stages=config.stages,
         carries=tuple((c.name, c.init) for c in loop.carries),
         a_tile=a_tile, b_tile=b_tile, c_tile=c_tile, gemm0=gemm0, gemm1=gemm1,
-        body=body.section(), epilogue=tail.section(), smem_bytes=smem,
+        body=body_section, epilogue=tail.section(), smem_bytes=smem,
         mma=pp.Choice("mma.sync.m16n8k16", _mma_why(arch)),
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
-        heads_param=heads, kv_param=kv, batch_param=batch)
+        heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds)
 
 
 def _mma_why(arch: ir.Arch) -> str:

@@ -137,6 +137,18 @@ __device__ __forceinline__ void store_pair(float* dst, float x0, float x1) {
   *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
 }
 
+// A mask's bound on the columns, as the integer column it allows first or last (clamped to
+// [-1, loop_len]): exact while rows, columns and offsets are integers below 2^24, where float
+// holds every integer and the element-wise comparison computes the same value.
+__device__ __forceinline__ int first_col_at_least(float x, bool strict, int loop_len) {
+  const float c = strict ? floorf(x) + 1.0f : ceilf(x);  // the least integer >= x (> x)
+  return static_cast<int>(fminf(fmaxf(c, -1.0f), static_cast<float>(loop_len)));
+}
+__device__ __forceinline__ int last_col_at_most(float x, bool strict, int loop_len) {
+  const float c = strict ? ceilf(x) - 1.0f : floorf(x);  // the greatest integer <= x (< x)
+  return static_cast<int>(fminf(fmaxf(c, -1.0f), static_cast<float>(loop_len)));
+}
+
 // Row reductions: combine an element into a running value; merge two running values.
 __device__ __forceinline__ float red_add(float a, float b) { return a + b; }
 __device__ __forceinline__ float red_max(float a, float b) { return fmaxf(a, b); }
@@ -294,11 +306,27 @@ attention_fwd(const attention_fwd_params p) {
       p.Q_ld, p.rows - row0, kK0);
   cp_async_commit();
   const int blocks = (p.loop_len + kBlock - 1) / kBlock;
+
+  // The blocks this tile of rows visits: blocks masked in full for every row of the tile are skipped (1 bound on col); inside the mask its predicate is known true.
+  // [first_block, end_block): a block outside is masked in full for every row of the tile;
+  // [inside_begin, inside_end): every element of a block inside passes the mask.
+  int first_block = 0, end_block = blocks, inside_begin = 0, inside_end = blocks;
+  {
+    const float row_lo = static_cast<float>(row0);
+    const float row_hi = static_cast<float>(min(row0 + kTileM, p.rows) - 1);
+    {  // col <= 1 * row + offset
+      const float offset = 0.0f;
+      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, p.loop_len);
+      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, p.loop_len);
+      end_block = min(end_block, any_col < 0 ? 0 : any_col / kBlock + 1);
+      inside_end = min(inside_end, all_col < 0 ? 0 : (all_col + 1) / kBlock);
+    }
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < blocks) {
+    if (first_block + s < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, s, s, p.loop_len);
+                 p.V_ld, first_block + s, s, p.loop_len);
     }
     cp_async_commit();
   }
@@ -313,17 +341,18 @@ attention_fwd(const attention_fwd_params p) {
   float carry_m[2] = {(-kInf), (-kInf)};
   float carry_l[2] = {0.0f, 0.0f};
 
-  for (int block = 0; block < blocks; ++block) {
+  for (int block = first_block; block < end_block; ++block) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
-    if (next < blocks) {
+    if (next < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, next, next % kStages, p.loop_len);
+                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
     __syncthreads();
-    const int slot = block % kStages;
+    const int slot = (block - first_block) % kStages;
     const int kv0 = block * kBlock;
+    const bool interior = block >= inside_begin && block < inside_end;  // the mask holds
 
     // s = Q @ K: the warp's [16, kBlock]
     float acc0[kBlockN8][4];
@@ -357,7 +386,7 @@ attention_fwd(const attention_fwd_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v4[j][e] = static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f;
+        v4[j][e] = interior ? 1.0f : (static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f);
         v7[j][e] = p.scale * acc0[j][e];
         v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
       }
