@@ -297,7 +297,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         mma=pp.Choice("mma.sync.m16n8k16", _mma_why(arch)),
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
-        heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds)
+        heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds,
+        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))))
 
 
 def _mma_why(arch: ir.Arch) -> str:
@@ -315,9 +316,13 @@ def _memory_rows(param: ir.Param) -> int:
 def smem_tile(name: str, param: str, rows: int, cols: int, slots: int, dtype: ir.DType,
           offset: int, along: bool) -> pp.SmemTile:
     chunks = cols * dtype.nbytes // 16
-    assert chunks >= 2 and chunks & (chunks - 1) == 0, f"{name}: {cols} columns"
-    mask = min(chunks, 8) - 1
-    shift = (8 // min(chunks, 8)).bit_length() - 1  # rows that share a 128-byte line
+    assert chunks >= 2 and chunks % 2 == 0, f"{name}: {cols} columns"
+    # XOR within aligned groups of `low` chunks (the row's chunks are whole groups of it:
+    # 12 chunks, a head dim of 96, are groups of 4), by the row's place among the rows whose
+    # starts share a 128-byte line's banks (8 // low of them)
+    low = min(chunks & -chunks, 8)
+    mask = low - 1
+    shift = (8 // low).bit_length() - 1
     return pp.SmemTile(name=name, param=param, rows=rows, cols=cols, slots=slots, dtype=dtype,
                        offset=offset, swizzle_mask=mask, swizzle_shift=shift,
                        rows_along_loop=along)

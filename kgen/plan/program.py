@@ -338,6 +338,7 @@ class LoopPlan:
     kv_param: str | None  # a parameter with the KV heads (GQA), if any
     batch_param: str | None
     bounds: LoopBounds = LoopBounds((), (), "no mask")  # the blocks each tile of rows visits
+    min_ctas: Choice = Choice("1", "the default")  # CTAs per SM the launch bounds ask for
 
     @property
     def threads(self) -> int:
