@@ -95,14 +95,21 @@ def _gemm(plan: pp.LoopPlan, g: pp.LoopGemm) -> dict[str, Any]:
 
 def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
     """The blocks each tile of rows visits: the mask's bounds on col, and why."""
-    def term(t: pp.OffsetTerm) -> str:
-        what = "" if t.term is pp.Term.ONE else f" * {t.param}"
-        return f"{t.coef:g}{what}"
+    def side(b: pp.ColumnBound) -> str:
+        terms = [(float(b.slope), "row")] if b.slope else []
+        terms += [(t.coef, "" if t.term is pp.Term.ONE else t.param) for t in b.offset]
+        text = ""
+        for coef, name in terms:
+            size = abs(coef)
+            word = name if size == 1 and name else (f"{size:g} * {name}" if name else f"{size:g}")
+            text += (" - " if coef < 0 else " + ") + word if text else ("-" if coef < 0 else "") + word
+        return text or "0"
+
+    def op(b: pp.ColumnBound) -> str:
+        return ("<" if b.strict else "<=") if b.upper else (">" if b.strict else ">=")
 
     return {"skips": bounds.skips, "why": bounds.why,
-            "bounds": [f"col {('<' if b.strict else '<=') if b.upper else ('>' if b.strict else '>=')} "
-                       f"{b.slope} * row + {' + '.join(term(t) for t in b.offset) or '0'}"
-                       for b in bounds.bounds]}
+            "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]}
 
 
 def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:

@@ -280,3 +280,16 @@ def test_skipped_blocks_are_masked_and_inside_blocks_are_not(x, scalars):
                 if i0 <= j < i1:
                     assert keep.all(), (x, rows, loop_len, row0, j)
                     assert first <= j < end
+
+
+def test_inspect_says_which_blocks_run_and_why():
+    from kgen.report_program import program_summary
+
+    masked = program_summary(lower(program(
+        "where((col <= row + T - S) * (col > row + T - S - 2 * w), acc, -inf)")))
+    assert masked["loop_bounds"]["bounds"] == ["col <= row + T - S",
+                                               "col > row + T - S - 2 * w"]
+    assert masked["loop_bounds"]["skips"] is True
+    plain = program_summary(lower(program("where(col * 2 <= row, acc, -inf)")))["loop_bounds"]
+    assert plain["skips"] is False and plain["bounds"] == []
+    assert "must hold col with coefficient 1 or -1" in plain["why"]
