@@ -201,7 +201,8 @@ def wgmma_default(k0: int, n1: int, dtype: DType, tgt: Target, b_along: bool, c_
             return config, ("the rulebook's first legal wgmma configuration for K0 "
                             f"{k0}, N1 {n1}, {dtype.dsl_name} on {tgt.arch.value} "
                             "(kgen/targets/loop_rules.py)")
-        first_refusal = first_refusal or why
+        first_refusal = first_refusal or ("no configuration keeps the written lines and is "
+                                          f"legal; the first tried: {why}")
     if first_refusal is None:
         written = LoopConfig(tile_m or 128, block or 64, stages or 2)
         first_refusal = wgmma_refusal(written, k0, n1, dtype, tgt, b_along, c_along) or \
