@@ -407,7 +407,11 @@ class WgmmaLoop:
     roles: Choice
     mma: Choice
     pipeline: Choice
-    overlap: Choice  # "none" (more later: issue the next block's S before this softmax)
+    overlap: Choice
+    # the accumulating gemm of block j - 1 is issued after block j's S and completes while
+    # block j's statements run, up to the first that touches the accumulator or the handed-on
+    # value (the skeleton waits there)
+    issue_ahead: bool = False
 
     @property
     def threads(self) -> int:

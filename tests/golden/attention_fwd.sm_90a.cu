@@ -21,7 +21,7 @@
 // MMA: wgmma.m64n64k16 (SS, K-major) + wgmma.m64n128k16 (RS, B MN-major) (sm_90a's warpgroup MMA: S = Q K^T with both operands in shared memory, K-major; the handed-on value rounded to 16 bits in registers is the next wgmma's A (the f32 accumulator fragment is its A fragment), V from its ring slot MN-major (the transpose bit))
 // Warp roles: 1 producer warpgroup + 2 consumer warpgroup(s) of 64 rows (warp specialization: one thread of the producer issues every copy-engine load (setmaxnreg 24) while the consumers (setmaxnreg 240) multiply and run the statements)
 // Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros)
-// Overlap: none (each block's S, statements and accumulating gemm in order (the next block's S issued before this softmax is the next step))
+// Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer)
 // ============================================================================================
 namespace attention_fwd_cfg {
 using Element = __nv_bfloat16;
@@ -438,15 +438,16 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   }
   float carry_m[2] = {(-kInf), (-kInf)};
   float carry_l[2] = {0.0f, 0.0f};
+  unsigned hand[kBlockN8][2];  // the handed-on value, 16-bit pairs: the accumulating gemm's A
+  float handed_even = 0.0f;  // the even element of a pair being rounded
   mbarrier_wait(q_full, 0);
 
-  for (int block = 0; block < blocks; ++block) {
-    const int slot = block % kStages;
-    const unsigned phase = (block / kStages) & 1;
-    const int kv0 = block * kBlock;
-    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
-    const unsigned v_slot = smem_address(smem.v_smem) + slot * k_v_smem_slot_bytes;
-
+  // The first block apart: no accumulating gemm of a previous block in flight
+  if (blocks > 0) {
+    const int block = 0, slot = 0, kv0 = 0;
+    const unsigned phase = 0;
+    (void)block;
+    const unsigned k_slot = smem_address(smem.k_smem);
     // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
     mbarrier_wait(k_full + 8 * slot, phase);
     float acc0[kBlockN8][4];
@@ -525,8 +526,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
-    // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
-    float handed[kBlockN8][4];
+    // registers (kept until the next block's S is issued beside it)
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
 #pragma unroll
@@ -535,14 +535,10 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        handed[j][e] = col < p.loop_len ? v16[j][e] : 0.0f;
+        const float handed = col < p.loop_len ? v16[j][e] : 0.0f;
+        if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
+        else handed_even = handed;
       }
-    }
-    unsigned hand[kBlockN8][2];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
     float v17[2];
     float v18[2];
@@ -613,21 +609,208 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
+    // o += s @ V: issued with the next block's S (or after the loop)
+  }
+  for (int block = 1; block < blocks; ++block) {
+    const int slot = block % kStages;
+    const unsigned phase = (block / kStages) & 1;
+    const int prev_slot = (block + kStages - 1) % kStages;
+    const unsigned prev_phase = ((block - 1) / kStages) & 1;
+    const int kv0 = block * kBlock;
+    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
 
-    // o += s @ V: A from registers, V from its ring slot (MN-major)
-    mbarrier_wait(v_full + 8 * slot, phase);
-    wgmma_fence();  // the rescaled accumulator and the handed-on value are in registers
+    // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
+    mbarrier_wait(k_full + 8 * slot, phase);
+    float acc0[kBlockN8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
+      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+    }
+    wgmma_commit();
+    // the previous block's o += s @ V, in flight with this S
+    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_mn(v_slot + ks * 16 * 128, k_v_smem_box_bytes));
+      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
+                                      k_v_smem_box_bytes));
     }
     wgmma_commit();
+    wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
+    fence_operand(acc0);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(k_empty + 8 * slot);  // this warp is done with the K slot
+
+    // s's epilogue
+    float v4[kBlockN8][4];
+    float v7[kBlockN8][4];
+    float v9[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v4[j][e] = static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f;
+        v7[j][e] = p.scale * acc0[j][e];
+        v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
+      }
+    }
+    float v10[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v10[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (col < p.loop_len) v10[i] = red_max(v10[i], v9[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 1));
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 2));
+    }
+    float v11[2];
+    float v12[2];
+    float v14[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v11[i] = fmaxf(carry_m[i], v10[i]);
+      v12[i] = v11[i] == (-kInf) ? 1.0f : 0.0f;
+      v14[i] = v12[i] != 0.0f ? 0.0f : v11[i];
+    }
+    float v15[kBlockN8][4];
+    float v16[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v15[j][e] = v9[j][e] - v14[i];
+        v16[j][e] = exp2f((v15[j][e]) * kLog2e);
+      }
+    }
+    // the previous block's o completes before its registers change
     wgmma_wait<0>();
     fence_operand(acc1);
     fence_operand(hand);
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(v_empty + 8 * slot);  // this warp is done with the V slot
+    if (lane == 0) mbarrier_arrive(v_empty + 8 * (prev_slot));  // this warp is done with the V slot
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers (kept until the next block's S is issued beside it)
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        const float handed = col < p.loop_len ? v16[j][e] : 0.0f;
+        if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
+        else handed_even = handed;
+      }
+    }
+    float v17[2];
+    float v18[2];
+    float v19[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v17[i] = carry_m[i] - v14[i];
+      v18[i] = exp2f((v17[i]) * kLog2e);
+      v19[i] = carry_l[i] * v18[i];
+    }
+    float v20[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v20[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (col < p.loop_len) v20[i] = red_add(v20[i], v16[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 1));
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 2));
+    }
+    float v21[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v21[i] = v19[i] + v20[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v21[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v18[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v11[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
+    // o += s @ V: issued with the next block's S (or after the loop)
+  }
+  if (blocks > 0) {  // the last block's o += s @ V
+    const int prev_slot = (blocks - 1) % kStages;
+    const unsigned prev_phase = ((blocks - 1) / kStages) & 1;
+    wgmma_fence();
+    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
+      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
+                                      k_v_smem_box_bytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operand(acc1);
   }
 
   // The kernel's epilogue, once, over the warpgroup's [64, kN1] accumulator

@@ -104,3 +104,22 @@ def test_nvrtc_compiles_without_spills_or_wgmma_serialization(which):
         resources
     assert resources.get("stack_bytes", 0) == 0, resources
     assert "serialized" not in compiled.log, compiled.log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ahead", [True, False], ids=["issue_ahead", "in_order"])
+def test_both_overlaps_compile_without_spills_or_serialization(ahead):
+    """The overlap is a plan value: the skeleton renders either (the rulebook picks ahead)."""
+    import dataclasses
+
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.targets.sm90.loop import emit_loop
+
+    plan = _built(lk.attention(128, causal=True, gqa=True, arch=SM90A)).plan
+    assert plan.wgmma.issue_ahead
+    plan = dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, issue_ahead=ahead))
+    source = emit_loop(plan, source_name="t.kg", source_hash="0", command="kgen compile t.kg")
+    assert ("wgmma_wait<1>()" in source) is ahead
+    compiled = compile_cubin(source, plan.name, SM90A.value)
+    assert compiled.resources().get("spill_stores", 0) == 0
+    assert "serialized" not in compiled.log and "C7517" not in compiled.log, compiled.log

@@ -10,8 +10,8 @@ from ...enums import Op
 from ...plan import program as pp
 from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
-from ..common.loop import (_aligned, _fields, _header, _loop_chunks, _params_guard, literal,
-                           statements)
+from ..common.loop import (CStatement, _aligned, _fields, _header, _loop_chunks, _params_guard,
+                           literal, statements)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -24,6 +24,8 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     assert plan.wgmma is not None, "the mma.sync skeleton's plan"
     ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
     body = statements(plan.body, "p.loop_len", ops=ops)
+    if plan.wgmma.issue_ahead:
+        body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
     return render(
         "sm90/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
@@ -39,3 +41,16 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
                   if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out")],
         tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype])
 
+
+
+# the statements that touch the accumulator or the handed-on value (registers the previous
+# block's accumulating gemm, still in flight, reads and writes)
+TOUCH_IN_FLIGHT = ("rescale", "hand_on")
+
+
+def _with_drain(body: list[CStatement]) -> list[CStatement]:
+    """The body with the skeleton's wait for the previous block's accumulating gemm ("drain")
+    before the first statement that touches its registers."""
+    first = next(i for i, s in enumerate(body) if s.kind in TOUCH_IN_FLIGHT or (
+        s.kind == "mma" and s.gemm.accumulate))
+    return body[:first] + [CStatement("drain")] + body[first:]

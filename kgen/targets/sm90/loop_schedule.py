@@ -44,5 +44,10 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
             "the copy engine fills a slot while the consumers multiply the previous one; "
             f"{b.name}'s slot is released after S, {c.name}'s after the accumulating gemm; "
             "boxes past the loop's end (and past the rows) arrive as zeros"),
-        overlap=pp.Choice("none", "each block's S, statements and accumulating gemm in order "
-                          "(the next block's S issued before this softmax is the next step)"))
+        overlap=pp.Choice(
+            "intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight "
+            "together",
+            "the tensor cores multiply block j-1's handed-on value while block j's statements "
+            "run up to the first that reads the accumulator or the handed-on value (there the "
+            "skeleton waits); the handed-on value stays in registers one block longer"),
+        issue_ahead=True)
