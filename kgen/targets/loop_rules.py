@@ -144,7 +144,14 @@ def wgmma_registers(config: LoopConfig, n1: int) -> int:
 
 def wgmma_refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target,
                   b_along: bool, c_along: bool) -> str | None:
-    """Why the wgmma skeleton cannot run this loop on `tgt`, or None."""
+    """Why the wgmma skeleton cannot run this loop on `tgt` in `config`, or None."""
+    return (wgmma_program_refusal(k0, n1, tgt, b_along, c_along)
+            or _wgmma_config_refusal(config, k0, n1, tgt))
+
+
+def wgmma_program_refusal(k0: int, n1: int, tgt: Target, b_along: bool,
+                          c_along: bool) -> str | None:
+    """Why the wgmma skeleton cannot run this loop in any configuration, or None."""
     if not tgt.has(Instruction.WGMMA) or not tgt.tma:
         return f"{tgt.arch.value} has no wgmma and copy engine"
     if not b_along:
@@ -156,6 +163,10 @@ def wgmma_refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Targe
     if k0 % BOX_COLS or n1 % BOX_COLS:
         return (f"K0 {k0} and N1 {n1} must be multiples of {BOX_COLS} (the copy engine's "
                 "128-byte boxes)")
+    return None
+
+
+def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> str | None:
     if config.tile_m not in WGMMA_TILE_M:
         return (f"tile {config.tile_m}x{config.block}: rows per CTA must be one of "
                 f"{WGMMA_TILE_M} (64 per consumer warpgroup)")
@@ -190,6 +201,9 @@ def wgmma_default(k0: int, n1: int, dtype: DType, tgt: Target, b_along: bool, c_
                   stages: int | None = None) -> tuple[LoopConfig | None, str]:
     """The first wgmma configuration that keeps the written values and is legal, with why; or
     (None, why not) where none is: the lowering then keeps the mma.sync skeleton."""
+    refused = wgmma_program_refusal(k0, n1, tgt, b_along, c_along)
+    if refused is not None:
+        return None, refused
     first_refusal = None
     for config in WGMMA_EVERY:
         if ((tile_m is not None and config.tile_m != tile_m)
