@@ -412,6 +412,9 @@ class WgmmaLoop:
     # block j's statements run, up to the first that touches the accumulator or the handed-on
     # value (the skeleton waits there)
     issue_ahead: bool = False
+    # two consumer warpgroups take turns at the tensor cores (named barriers): one issues its
+    # MMAs while the other runs its statements (needs issue_ahead and two consumers)
+    pingpong: bool = False
 
     @property
     def threads(self) -> int:

@@ -23,6 +23,7 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                                   p.heads is not None and p.heads != query_heads)
                  for t, p in ((q, a), (k, b), (v, c)))
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
+    pingpong = consumers == 2
     return pp.WgmmaLoop(
         consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
         consumer_registers=loop_rules.CONSUMER_REGISTERS, q_tile=q, k_tile=k, v_tile=v,
@@ -46,8 +47,12 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
             "boxes past the loop's end (and past the rows) arrive as zeros"),
         overlap=pp.Choice(
             "intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight "
-            "together",
+            "together" + (("; ping-pong between the two consumer warpgroups") if pingpong
+                          else ""),
             "the tensor cores multiply block j-1's handed-on value while block j's statements "
             "run up to the first that reads the accumulator or the handed-on value (there the "
-            "skeleton waits); the handed-on value stays in registers one block longer"),
-        issue_ahead=True)
+            "skeleton waits); the handed-on value stays in registers one block longer"
+            + ("; the two warpgroups take turns issuing their MMAs (named barriers), so one's "
+               "statements run while the other's MMAs do" if pingpong else
+               "; one consumer warpgroup: no ping-pong")),
+        issue_ahead=True, pingpong=pingpong)
