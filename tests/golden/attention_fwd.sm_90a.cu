@@ -21,7 +21,7 @@
 // MMA: wgmma.m64n64k16 (SS, K-major) + wgmma.m64n128k16 (RS, B MN-major) (sm_90a's warpgroup MMA: S = Q K^T with both operands in shared memory, K-major; the handed-on value rounded to 16 bits in registers is the next wgmma's A (the f32 accumulator fragment is its A fragment), V from its ring slot MN-major (the transpose bit))
 // Warp roles: 1 producer warpgroup + 2 consumer warpgroup(s) of 64 rows (warp specialization: one thread of the producer issues every copy-engine load (setmaxnreg 24) while the consumers (setmaxnreg 240) multiply and run the statements)
 // Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros)
-// Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer)
+// Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together; ping-pong between the two consumer warpgroups (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer; the two warpgroups take turns issuing their MMAs (named barriers), so one's statements run while the other's MMAs do)
 // ============================================================================================
 namespace attention_fwd_cfg {
 using Element = __nv_bfloat16;
@@ -42,6 +42,7 @@ constexpr int kConsumerRegisters = 240;
 constexpr int kSmemBytes = 98432;
 constexpr int kRowsPerCta = kTileM;  // the grid's x: one tile of rows per CTA
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) == exp2(x * log2(e))
+constexpr int kNoEnd = 0x7fffffff;  // the column bound of a block before the last: all exist
 static_assert(kConsumers * 64 == kTileM && kThreads == (1 + kConsumers) * kWarpgroupThreads, "roles");
 static_assert(kK0Steps * 16 == kK0 && kN1N8 * 8 == kN1 && kBlockN8 * 8 == kBlock, "mma tiles");
 // q_smem: Q, 1 slot(s) of 2 box(es) of [128][64], 128-byte swizzle
@@ -331,6 +332,16 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[16][4], const unsigned (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// Named barriers 2 and 3 (0 is __syncthreads, 1 the gemm path's consumer barrier): the two
+// consumer warpgroups' turns at the tensor cores (ping-pong). A warpgroup syncs on its own
+// barrier (its turn) and arrives on the other's (passes the turn); 256 threads each time.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Stores a warp's [16, 8 * kN8] fragments as pairs, rows past `rows` left out.
 template <int kN8, typename T>
 __device__ __forceinline__ void store_fragments(T* dst, long long ld, const float (&out)[kN8][4],
@@ -442,15 +453,23 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   float handed_even = 0.0f;  // the even element of a pair being rounded
   mbarrier_wait(q_full, 0);
 
+  // Ping-pong: the first consumer warpgroup takes the first turn
+  if (consumer == 1 && blocks > 0) named_barrier_arrive(2, 2 * kWarpgroupThreads);
   // The first block apart: no accumulating gemm of a previous block in flight
   if (blocks > 0) {
-    const int block = 0, slot = 0, kv0 = 0;
-    const unsigned phase = 0;
-    (void)block;
-    const unsigned k_slot = smem_address(smem.k_smem);
+    const int block = 0;
+    const int slot = block % kStages;
+    const unsigned phase = (block / kStages) & 1;
+    const int prev_slot = (block + kStages - 1) % kStages;
+    const unsigned prev_phase = ((block - 1) / kStages) & 1;
+    (void)prev_slot; (void)prev_phase;
+    const int kv0 = block * kBlock;
+    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
+    (void)kv0;
     // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
     mbarrier_wait(k_full + 8 * slot, phase);
     float acc0[kBlockN8][4];
+    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
@@ -459,6 +478,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
+    named_barrier_arrive(3 - consumer, 2 * kWarpgroupThreads);  // the other warpgroup's turn
     wgmma_wait<0>();
     fence_operand(acc0);
     __syncwarp();
@@ -611,17 +631,22 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
     // o += s @ V: issued with the next block's S (or after the loop)
   }
-  for (int block = 1; block < blocks; ++block) {
+  // The blocks before the last: every column exists (no bounds checks)
+  for (int middle = 1; middle < blocks - 1; ++middle) {
+    const int block = middle;
     const int slot = block % kStages;
     const unsigned phase = (block / kStages) & 1;
     const int prev_slot = (block + kStages - 1) % kStages;
     const unsigned prev_phase = ((block - 1) / kStages) & 1;
+    (void)prev_slot; (void)prev_phase;
     const int kv0 = block * kBlock;
     const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
-
+    (void)kv0;
     // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
     mbarrier_wait(k_full + 8 * slot, phase);
+    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
     float acc0[kBlockN8][4];
+    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
@@ -631,7 +656,6 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
-    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
@@ -639,6 +663,198 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                                       k_v_smem_box_bytes));
     }
     wgmma_commit();
+    named_barrier_arrive(3 - consumer, 2 * kWarpgroupThreads);  // the other warpgroup's turn
+    wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
+    fence_operand(acc0);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(k_empty + 8 * slot);  // this warp is done with the K slot
+
+    // s's epilogue
+    float v4[kBlockN8][4];
+    float v7[kBlockN8][4];
+    float v9[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v4[j][e] = static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f;
+        v7[j][e] = p.scale * acc0[j][e];
+        v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
+      }
+    }
+    float v10[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v10[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v10[i] = red_max(v10[i], v9[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 1));
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 2));
+    }
+    float v11[2];
+    float v12[2];
+    float v14[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v11[i] = fmaxf(carry_m[i], v10[i]);
+      v12[i] = v11[i] == (-kInf) ? 1.0f : 0.0f;
+      v14[i] = v12[i] != 0.0f ? 0.0f : v11[i];
+    }
+    float v15[kBlockN8][4];
+    float v16[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v15[j][e] = v9[j][e] - v14[i];
+        v16[j][e] = exp2f((v15[j][e]) * kLog2e);
+      }
+    }
+    // the previous block's o completes before its registers change
+    wgmma_wait<0>();
+    fence_operand(acc1);
+    fence_operand(hand);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(v_empty + 8 * (prev_slot));  // this warp is done with the V slot
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers (kept until the next block's S is issued beside it)
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        const float handed = col < kNoEnd ? v16[j][e] : 0.0f;
+        if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
+        else handed_even = handed;
+      }
+    }
+    float v17[2];
+    float v18[2];
+    float v19[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v17[i] = carry_m[i] - v14[i];
+      v18[i] = exp2f((v17[i]) * kLog2e);
+      v19[i] = carry_l[i] * v18[i];
+    }
+    float v20[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v20[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v20[i] = red_add(v20[i], v16[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 1));
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 2));
+    }
+    float v21[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v21[i] = v19[i] + v20[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v21[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v18[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v11[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
+    // o += s @ V: issued with the next block's S (or after the loop)
+  }
+  // The last block: columns past the loop's end do not exist
+  if (blocks > 1) {
+    const int block = blocks - 1;
+    const int slot = block % kStages;
+    const unsigned phase = (block / kStages) & 1;
+    const int prev_slot = (block + kStages - 1) % kStages;
+    const unsigned prev_phase = ((block - 1) / kStages) & 1;
+    (void)prev_slot; (void)prev_phase;
+    const int kv0 = block * kBlock;
+    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
+    (void)kv0;
+    // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
+    mbarrier_wait(k_full + 8 * slot, phase);
+    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
+    float acc0[kBlockN8][4];
+    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
+      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+    }
+    wgmma_commit();
+    // the previous block's o += s @ V, in flight with this S
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
+      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
+                                      k_v_smem_box_bytes));
+    }
+    wgmma_commit();
+    named_barrier_arrive(3 - consumer, 2 * kWarpgroupThreads);  // the other warpgroup's turn
     wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
     fence_operand(acc0);
     __syncwarp();
@@ -800,8 +1016,9 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   if (blocks > 0) {  // the last block's o += s @ V
     const int prev_slot = (blocks - 1) % kStages;
     const unsigned prev_phase = ((blocks - 1) / kStages) & 1;
-    wgmma_fence();
     mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
+    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
+    wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
@@ -809,6 +1026,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                                       k_v_smem_box_bytes));
     }
     wgmma_commit();
+    if (consumer == 0) named_barrier_arrive(3, 2 * kWarpgroupThreads);  // the other's turn (its last)
     wgmma_wait<0>();
     fence_operand(acc1);
   }

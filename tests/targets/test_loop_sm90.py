@@ -117,9 +117,12 @@ def test_both_overlaps_compile_without_spills_or_serialization(ahead):
 
     plan = _built(lk.attention(128, causal=True, gqa=True, arch=SM90A)).plan
     assert plan.wgmma.issue_ahead
-    plan = dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, issue_ahead=ahead))
+    assert plan.wgmma.pingpong  # two consumers, overlapped: they take turns
+    plan = dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, issue_ahead=ahead,
+                                                               pingpong=ahead))
     source = emit_loop(plan, source_name="t.kg", source_hash="0", command="kgen compile t.kg")
     assert ("wgmma_wait<1>()" in source) is ahead
+    assert ("named_barrier_sync(2 + consumer" in source) is ahead
     compiled = compile_cubin(source, plan.name, SM90A.value)
     assert compiled.resources().get("spill_stores", 0) == 0
     assert "serialized" not in compiled.log and "C7517" not in compiled.log, compiled.log
