@@ -21,7 +21,7 @@
 // MMA: wgmma.m64n64k16 (SS, K-major) + wgmma.m64n128k16 (RS, B MN-major) (sm_90a's warpgroup MMA: S = Q K^T with both operands in shared memory, K-major; the handed-on value rounded to 16 bits in registers is the next wgmma's A (the f32 accumulator fragment is its A fragment), V from its ring slot MN-major (the transpose bit))
 // Warp roles: 1 producer warpgroup + 2 consumer warpgroup(s) of 64 rows (warp specialization: one thread of the producer issues every copy-engine load (setmaxnreg 24) while the consumers (setmaxnreg 240) multiply and run the statements)
 // Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros)
-// Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together; ping-pong between the two consumer warpgroups (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer; the two warpgroups take turns issuing their MMAs (named barriers), so one's statements run while the other's MMAs do)
+// Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together; ping-pong between the 2 consumer warpgroups (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so one's statements run while another's MMAs do)
 // ============================================================================================
 namespace attention_fwd_cfg {
 using Element = __nv_bfloat16;
@@ -332,9 +332,9 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[16][4], const unsigned (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-// Named barriers 2 and 3 (0 is __syncthreads, 1 the gemm path's consumer barrier): the two
-// consumer warpgroups' turns at the tensor cores (ping-pong). A warpgroup syncs on its own
-// barrier (its turn) and arrives on the other's (passes the turn); 256 threads each time.
+// Named barriers 2 + consumer (0 is __syncthreads, 1 the gemm path's consumer barrier): the
+// consumer warpgroups' turns at the tensor cores (ping-pong, in a cycle). A warpgroup syncs on
+// its own barrier (its turn) and arrives on the next one's (passes the turn); 256 threads each.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -453,8 +453,8 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   float handed_even = 0.0f;  // the even element of a pair being rounded
   mbarrier_wait(q_full, 0);
 
-  // Ping-pong: the first consumer warpgroup takes the first turn
-  if (consumer == 1 && blocks > 0) named_barrier_arrive(2, 2 * kWarpgroupThreads);
+  // Ping-pong: the consumer warpgroups take turns in a cycle; the first takes the first turn
+  if (consumer == kConsumers - 1 && blocks > 0) named_barrier_arrive(2, 2 * kWarpgroupThreads);
   // The first block apart: no accumulating gemm of a previous block in flight
   if (blocks > 0) {
     const int block = 0;
@@ -478,7 +478,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
-    named_barrier_arrive(3 - consumer, 2 * kWarpgroupThreads);  // the other warpgroup's turn
+    named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
     wgmma_wait<0>();
     fence_operand(acc0);
     __syncwarp();
@@ -663,7 +663,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                                       k_v_smem_box_bytes));
     }
     wgmma_commit();
-    named_barrier_arrive(3 - consumer, 2 * kWarpgroupThreads);  // the other warpgroup's turn
+    named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
     wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
     fence_operand(acc0);
     __syncwarp();
@@ -854,7 +854,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                                       k_v_smem_box_bytes));
     }
     wgmma_commit();
-    named_barrier_arrive(3 - consumer, 2 * kWarpgroupThreads);  // the other warpgroup's turn
+    named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
     wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
     fence_operand(acc0);
     __syncwarp();
@@ -1026,7 +1026,8 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
                                       k_v_smem_box_bytes));
     }
     wgmma_commit();
-    if (consumer == 0) named_barrier_arrive(3, 2 * kWarpgroupThreads);  // the other's turn (its last)
+    // the next warpgroup's turn (its last); the first warpgroup's turns are all taken
+    if (consumer != kConsumers - 1) named_barrier_arrive(2 + consumer + 1, 2 * kWarpgroupThreads);
     wgmma_wait<0>();
     fence_operand(acc1);
   }

@@ -22,8 +22,8 @@ EXP2_OPS = {**OP_CPP, Op.EXP: "exp2f(({0}) * kLog2e)"}
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     assert plan.wgmma is not None, "the mma.sync skeleton's plan"
-    assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers == 2), \
-        "ping-pong takes turns at the issue points of the overlapped skeleton, two consumers"
+    assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
+        "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
     ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
     body = statements(plan.body, "p.loop_len", ops=ops)
     if plan.wgmma.issue_ahead:

@@ -23,16 +23,17 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                                   p.heads is not None and p.heads != query_heads)
                  for t, p in ((q, a), (k, b), (v, c)))
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
-    pingpong = consumers == 2
+    registers = loop_rules.consumer_registers(config.tile_m)
+    pingpong = consumers >= 2
     return pp.WgmmaLoop(
         consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
-        consumer_registers=loop_rules.CONSUMER_REGISTERS, q_tile=q, k_tile=k, v_tile=v,
+        consumer_registers=registers, q_tile=q, k_tile=k, v_tile=v,
         barrier_offset=barriers, smem_bytes=smem, maps=maps, exp2=True,
         roles=pp.Choice(
             f"1 producer warpgroup + {consumers} consumer warpgroup(s) of 64 rows",
             "warp specialization: one thread of the producer issues every copy-engine load "
             f"(setmaxnreg {loop_rules.PRODUCER_REGISTERS}) while the consumers "
-            f"(setmaxnreg {loop_rules.CONSUMER_REGISTERS}) multiply and run the statements"),
+            f"(setmaxnreg {registers}) multiply and run the statements"),
         mma=pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major) + wgmma.m64n{n1}k16 (RS, B MN-major)",
             f"sm_90a's warpgroup MMA: S = {a.name} {b.name}^T with both operands in shared "
@@ -47,12 +48,12 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
             "boxes past the loop's end (and past the rows) arrive as zeros"),
         overlap=pp.Choice(
             "intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight "
-            "together" + (("; ping-pong between the two consumer warpgroups") if pingpong
-                          else ""),
+            "together" + (f"; ping-pong between the {consumers} consumer warpgroups"
+                          if pingpong else ""),
             "the tensor cores multiply block j-1's handed-on value while block j's statements "
             "run up to the first that reads the accumulator or the handed-on value (there the "
             "skeleton waits); the handed-on value stays in registers one block longer"
-            + ("; the two warpgroups take turns issuing their MMAs (named barriers), so one's "
-               "statements run while the other's MMAs do" if pingpong else
+            + ("; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so "
+               "one's statements run while another's MMAs do" if pingpong else
                "; one consumer warpgroup: no ping-pong")),
         issue_ahead=True, pingpong=pingpong)
