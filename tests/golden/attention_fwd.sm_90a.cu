@@ -14,6 +14,11 @@
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
 #error "attention_fwd.cu needs sm_90a (wgmma): build it with nvcc -arch=sm_90a"
 #endif
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// nvcc -arch=sm_90a also builds PTX for plain sm_90, which has no wgmma: that pass compiles the
+// kernel to a trap, and the constants only its body reads go unused.
+#pragma nv_diag_suppress 177
+#endif
 
 // ============================================================================================
 // Configuration (tile 128x64 warps 8 stages 2: the source's lines, legal)
@@ -363,6 +368,9 @@ __device__ __forceinline__ void store_fragments(T* dst, long long ld, const floa
 // ============================================================================================
 extern "C" __global__ void __launch_bounds__(attention_fwd_cfg::kThreads, 1)
 attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_constant__ attention_fwd_cfg::TensorMaps maps) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // the compute_90 pass: no wgmma (see the top of this file)
+#else
   using namespace attention_fwd_cfg;
   const float kInf = __int_as_float(0x7f800000);  // the masks' and carries' infinity
   (void)kInf;
@@ -1089,6 +1097,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
       if (lane % 4 == 0 && row < p.rows) store_one(g_lse + row, v10[i]);
     }
 
+#endif
 }
 
 // The rank-4 tensor maps (columns, rows, heads, batches) of Q, K, V for the copy
