@@ -4,6 +4,8 @@
 with 0 spills and no wgmma serialization across head dims, masks, GQA, f16 and configurations."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kgen import ir
@@ -36,6 +38,7 @@ def test_attention_runs_the_wgmma_skeleton_and_says_so():
     assert "setmaxnreg_dec<kProducerRegisters>" in source and "tma_load_box_4d" in source
     assert "__grid_constant__ attention_fwd_cfg::TensorMaps maps" in source
     summary = program_summary(plan)
+    json.dumps(summary)  # the --json schema
     assert summary["skeleton"]["value"] == "sm_90a warp-specialized wgmma"
     assert [b["name"] for b in summary["buffers"]] == ["q_smem", "k_smem", "v_smem", "barriers"]
 
