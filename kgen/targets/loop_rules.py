@@ -200,7 +200,8 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
 # (bf16, 16k tokens, 16 heads, non-causal; TFLOP/s at S 1024 / 4096), D 64: 128x128x2 253 / 336,
 # 192x64x2 231 / 314, 192x64x3 234 / 318, 128x64x2 214 / 279, 128x128x1 200 / 267; D 128:
 # 128x128x2 382 / 531, 192x64x3 345 / 475, 192x64x2 333 / 469, 128x64x2 318 / 440. So three
-# consumer warpgroups (192 rows: 192x128 spills at 160 registers) stay legal, not preferred.
+# consumer warpgroups (192 rows: 192x128 spills at 160 registers) stay legal, not preferred;
+# three slots at 128x128 measured the same as two (D 64 S 4096 336 / 332, D 128 S 1024 387 / 385).
 WGMMA_PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
     (128, 128, 2), (128, 64, 2), (128, 64, 3), (128, 128, 1), (128, 64, 1), (64, 128, 2),
     (64, 64, 2), (64, 64, 3), (64, 128, 1), (64, 64, 1)))
