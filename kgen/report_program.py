@@ -111,12 +111,24 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
                     "align": 8, "live": [0, 1], "live_phases": list(PHASES[:2]),
                     "swizzle": "", "rows_along_loop": False})
     choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
+    gemms = [dict(_gemm(plan, plan.gemm0), a=w.q_tile.name, b=w.k_tile.name,
+                  b_fragments="wgmma descriptor (K-major)"),
+             dict(_gemm(plan, plan.gemm1), b=w.v_tile.name,
+                  b_fragments="wgmma descriptor (MN-major, transposed)")]
+    steps = {f"gemm {g.name} ": (
+        f"gemm {g.name} {'+=' if g.accumulate else '='} " + (
+            f"A from registers (the value handed on), B from {w.v_tile.name}: wgmma RS, "
+            f"{g.k_steps} k16 steps" if g.accumulate else
+            f"A from {w.q_tile.name}, B from {w.k_tile.name}: wgmma SS, {g.k_steps} k16 "
+            "steps")) for g in (plan.gemm0, plan.gemm1)}
+    body = [next((text for head, text in steps.items() if line.startswith(head)), line)
+            for line in _statements(plan.body)]
     return {"skeleton": {"value": "sm_90a warp-specialized wgmma",
                          "roles": choice(w.roles), "pipeline": choice(w.pipeline),
                          "overlap": choice(w.overlap), "consumers": w.consumers,
                          "registers": {"producer": w.producer_registers,
                                        "consumer": w.consumer_registers}},
-            "buffers": buffers}
+            "buffers": buffers, "gemms": gemms, "body": body}
 
 
 def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:
