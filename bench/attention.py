@@ -1,7 +1,8 @@
 """Flash attention forward: kgen's loop kernel (written as a tile program, both targets' code:
 kgen_sm80 the mma.sync skeleton, kgen_sm90a the sm_90a skeleton the rulebook picks, the
-warp-specialized wgmma one) beside torch SDPA's flash, cuDNN and memory-efficient backends. bf16, 16k tokens in all
-(batch = 16384 / S), head dims 64 and 128, S = T in {1024, 4096}, causal and not.
+warp-specialized wgmma one) beside torch SDPA's flash, cuDNN and memory-efficient backends.
+bf16, 16k tokens in all (batch = 16384 / S), head dims 64 and 128, S = T in {1024, 4096},
+causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
 
     python3 bench/attention.py            # prints a table (and --json FILE writes it)
