@@ -104,22 +104,24 @@ def _reference(value: pp.Value, col_end: str, acc: str) -> str:
     return f"v{value.id}{suffix}"
 
 
-def _expression(value: pp.Value, refs: list[str]) -> str:
+def _expression(value: pp.Value, refs: list[str], ops=OP_CPP) -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
-        return OP_CPP[kind.op].format(*(refs[a] for a in kind.args))
+        return ops[kind.op].format(*(refs[a] for a in kind.args))
     assert isinstance(kind, dag.Cast), kind
     arg = refs[kind.arg]
     return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
 
 
-def statements(section: pp.Section, col_end: str, acc: str = "acc0") -> list[CStatement]:
-    """The section's statements for the skeleton, compute runs split by rank (in order)."""
+def statements(section: pp.Section, col_end: str, acc: str = "acc0",
+               ops=OP_CPP) -> list[CStatement]:
+    """The section's statements for the skeleton, compute runs split by rank (in order);
+    `ops`: the C++ of each operation (a skeleton may spell one otherwise, as the same value)."""
     refs = [_reference(value, col_end, acc) for value in section.values]
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
-            out += _runs(section, stmt.values, refs)
+            out += _runs(section, stmt.values, refs, ops)
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -136,7 +138,8 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0") -> list[CSt
     return out
 
 
-def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str]) -> list[CStatement]:
+def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
+          ops=OP_CPP) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -147,7 +150,7 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str]) -> list[CS
             runs.append(CStatement("reduce", values=(item,)))
             continue
         kind = value.rank.value
-        item = CValue(f"v{index}", _expression(value, refs))
+        item = CValue(f"v{index}", _expression(value, refs, ops))
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
