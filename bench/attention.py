@@ -1,6 +1,8 @@
-"""Flash attention forward: kgen's loop kernel (written as a tile program, both targets' code)
-beside torch SDPA's flash, cuDNN and memory-efficient backends. bf16, 16k tokens in all
-(batch = 16384 / S), head dims 64 and 128, S = T in {1024, 4096}, causal and not.
+"""Flash attention forward: kgen's loop kernel (written as a tile program, both targets' code:
+kgen_sm80 the mma.sync skeleton, kgen_sm90a the sm_90a skeleton the rulebook picks, the
+warp-specialized wgmma one) beside torch SDPA's flash, cuDNN and memory-efficient backends.
+bf16, 16k tokens in all (batch = 16384 / S), head dims 64 and 128, S = T in {1024, 4096},
+causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
 
     python3 bench/attention.py            # prints a table (and --json FILE writes it)
@@ -79,6 +81,11 @@ def main() -> None:
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
     rows = []
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} heads; TFLOP/s")
+    for d in (64, 128):  # which skeleton kgen_sm90a runs (the rulebook's choice), and how
+        plan = build_verified(lk.attention(d, arch=ir.Arch.SM90A), ir.Arch.SM90A).plan
+        skeleton = ("warp-specialized wgmma; " + plan.wgmma.overlap.value
+                    if plan.wgmma is not None else "mma.sync")
+        print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
     print(f"{'D':>4} {'S':>5} {'causal':>6} " + " ".join(f"{n:>18}" for n in
           ["kgen_sm80", "kgen_sm90a", *backends]))
     for d in (64, 128):

@@ -13,6 +13,7 @@ from .targets.common import loop as program
 from .targets.common.loop import emit as program_emit
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
+from .targets.sm90 import loop as sm90_loop
 
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
@@ -27,11 +28,12 @@ EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm90", "chain"): sm90_chain.emit,
     ("sm90", "gemm"): sm90_gemm.emit,
 }
-# The same for tile programs (plan.program): "loop" (a loop kernel), "rows" (a row kernel),
-# whose skeletons are the same mma.sync code on both families for now.
+# The same for tile programs (plan.program): "loop" (a loop kernel), "rows" (a row kernel).
+# The mma.sync skeletons run on both families; an sm_90a loop plan with a wgmma schedule (the
+# rulebook's choice, plan.wgmma) runs the warp-specialized wgmma skeleton.
 PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm80", "loop"): program_emit,
-    ("sm90", "loop"): program_emit,
+    ("sm90", "loop"): sm90_loop.emit_loop,
     ("sm80", "rows"): program_emit,
     ("sm90", "rows"): program_emit,
 }
@@ -39,9 +41,11 @@ PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
 
 def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
-    wgmma) is sm_90a code; otherwise its target's family (sm_90a runs the sm_80 mainloop)."""
+    wgmma; a loop plan with a wgmma schedule) is sm_90a code; otherwise its target's family
+    (sm_90a runs the sm_80 mainloop)."""
     if isinstance(plan, PROGRAM_PLANS):
-        return target(plan.arch).emitter
+        wgmma = isinstance(plan, LoopPlan) and plan.wgmma is not None
+        return "sm90" if wgmma else target(plan.arch).emitter
     return "sm90" if plan.schedule.wgmma else target(plan.arch).emitter
 
 

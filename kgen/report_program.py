@@ -112,6 +112,45 @@ def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
             "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]}
 
 
+def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
+    """The sm_90a skeleton's schedule (plan.wgmma) and the storage it lays out: the copy
+    engine's 128-byte swizzled boxes, then the mbarriers."""
+    w = plan.wgmma
+    roles = {t.name: r for t, r in ((w.q_tile, f"A of {plan.gemm0.name}, loaded once (TMA)"),
+                                     (w.k_tile, f"B of {plan.gemm0.name}, ring (TMA)"),
+                                     (w.v_tile, f"B of {plan.gemm1.name}, ring (TMA)"))}
+    buffers = [{"name": t.name, "param": t.param, "role": roles[t.name], "rows": t.rows,
+                "cols": 64 * t.boxes, "slots": t.slots, "dtype": plan.dtype.dsl_name,
+                "offset": t.offset, "bytes": t.bytes, "align": 1024, "live": [0, 1],
+                "live_phases": list(PHASES[:2]), "swizzle": "128-byte (boxes of 64 columns)",
+                "rows_along_loop": t is not w.q_tile}
+               for t in (w.q_tile, w.k_tile, w.v_tile)]
+    buffers.append({"name": "barriers", "param": "", "role": "mbarriers: Q, K/V full/empty",
+                    "rows": 1 + 4 * plan.stages, "cols": 1, "slots": 1, "dtype": "b64",
+                    "offset": w.barrier_offset, "bytes": 8 * (1 + 4 * plan.stages),
+                    "align": 8, "live": [0, 1], "live_phases": list(PHASES[:2]),
+                    "swizzle": "", "rows_along_loop": False})
+    choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
+    gemms = [dict(_gemm(plan, plan.gemm0), a=w.q_tile.name, b=w.k_tile.name,
+                  b_fragments="wgmma descriptor (K-major)"),
+             dict(_gemm(plan, plan.gemm1), b=w.v_tile.name,
+                  b_fragments="wgmma descriptor (MN-major, transposed)")]
+    steps = {f"gemm {g.name} ": (
+        f"gemm {g.name} {'+=' if g.accumulate else '='} " + (
+            f"A from registers (the value handed on), B from {w.v_tile.name}: wgmma RS, "
+            f"{g.k_steps} k16 steps" if g.accumulate else
+            f"A from {w.q_tile.name}, B from {w.k_tile.name}: wgmma SS, {g.k_steps} k16 "
+            "steps")) for g in (plan.gemm0, plan.gemm1)}
+    body = [next((text for head, text in steps.items() if line.startswith(head)), line)
+            for line in _statements(plan.body)]
+    return {"skeleton": {"value": "sm_90a warp-specialized wgmma",
+                         "roles": choice(w.roles), "pipeline": choice(w.pipeline),
+                         "overlap": choice(w.overlap), "consumers": w.consumers,
+                         "registers": {"producer": w.producer_registers,
+                                       "consumer": w.consumer_registers}},
+            "buffers": buffers, "gemms": gemms, "body": body}
+
+
 def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:
     from .targets import target
 
@@ -140,6 +179,8 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
                         _tile(plan.c_tile, f"B of {plan.gemm1.name}, streamed")],
             "epilogue": _statements(plan.epilogue),
         })
+        if plan.wgmma is not None:  # sm_90a's wgmma skeleton: its roles and its own storage
+            summary.update(_wgmma(plan))
     else:
         summary.update({
             "grid": f"(ceil({plan.rows_dim} / {plan.rows_per_cta}), heads, batch)",
@@ -162,6 +203,11 @@ def print_program(console, s: dict) -> None:
         bounds = s["loop_bounds"]
         console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
                       f"({bounds['why']})")
+        if s.get("skeleton"):
+            k = s["skeleton"]
+            console.print(f"skeleton: {k['value']}")
+            for what in ("roles", "pipeline", "overlap"):
+                console.print(f"{what}: {k[what]['value']} ({k[what]['why']})")
         console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
                       f"{s['loop']['stages']} ring slot(s); carries "
                       + (", ".join(f"{c['name']} = {c['init']}" for c in s["carries"]) or "none"))

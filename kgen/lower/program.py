@@ -21,6 +21,7 @@ from ..plan.program import Rank
 from ..targets import target
 from ..targets import loop_rules
 from . import loop_bounds
+from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
 
@@ -232,10 +233,17 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     tgt = target(arch)
     written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
                loop.stages.count if loop.stages else None)
-    try:
-        config, why = loop_rules.default(k0, n1, dtype, tgt, *written)
-    except ValueError as err:
-        raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
+    # sm_90a: the wgmma skeleton where the rulebook allows it, else mma.sync (and why not)
+    wgmma_config, wgmma_why = (loop_rules.wgmma_default(k0, n1, dtype, tgt, b_along, c_along,
+                                                        *written)
+                               if arch is ir.Arch.SM90A else (None, None))
+    if wgmma_config is not None:
+        config, why = wgmma_config, wgmma_why
+    else:
+        try:
+            config, why = loop_rules.default(k0, n1, dtype, tgt, *written)
+        except ValueError as err:
+            raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
     if loop.warps is not None and loop.warps.m != config.warps:
         raise KgenError(loop.warps.loc, f"loop '{loop.name}': {config.tile_m} rows take "
                         f"{config.warps} warps (16 rows each)")
@@ -287,24 +295,28 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     batch, heads, kv = _roles(kernel, query_heads)
     smem = c_tile.offset + c_tile.bytes
     assert smem == loop_rules.smem_bytes(config, k0, n1, dtype)
+    mma = pp.Choice("mma.sync.m16n8k16", _mma_why(arch, wgmma_why))
+    wgmma = None
+    if wgmma_config is not None:
+        wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads)
+        smem, mma = wgmma.smem_bytes, wgmma.mma
     return pp.LoopPlan(
         name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,
         rows_dim=rows_dim, loop_dim=loop.dim, tile_m=config.tile_m, block=config.block,
         warps=config.warps, stages=config.stages,
         carries=tuple((c.name, c.init) for c in loop.carries),
         a_tile=a_tile, b_tile=b_tile, c_tile=c_tile, gemm0=gemm0, gemm1=gemm1,
-        body=body_section, epilogue=tail.section(), smem_bytes=smem,
-        mma=pp.Choice("mma.sync.m16n8k16", _mma_why(arch)),
+        body=body_section, epilogue=tail.section(), smem_bytes=smem, mma=mma,
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
-        heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds,
+        heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
         min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))))
 
 
-def _mma_why(arch: ir.Arch) -> str:
+def _mma_why(arch: ir.Arch, wgmma_refused: str | None) -> str:
     if arch is ir.Arch.SM90A:
-        return ("sm_90a runs the loop's mma.sync skeleton for now: the warp-specialized wgmma "
-                "skeleton for loops is not written yet (the next issue)")
+        return ("sm_90a runs the loop's mma.sync skeleton here: the rulebook refuses its wgmma "
+                f"skeleton ({wgmma_refused})")
     return f"{arch.value} has mma.sync (m16n8k16, f32 accumulate)"
 
 

@@ -337,12 +337,14 @@ class LoopPlan:
     heads_param: str | None  # a parameter with the query heads (grid.y), if any
     kv_param: str | None  # a parameter with the KV heads (GQA), if any
     batch_param: str | None
+    # sm_90a: the warp-specialized wgmma skeleton's schedule (None: the mma.sync skeleton)
+    wgmma: "WgmmaLoop | None" = None
     bounds: LoopBounds = LoopBounds((), (), "no mask")  # the blocks each tile of rows visits
     min_ctas: Choice = Choice("1", "the default")  # CTAs per SM the launch bounds ask for
 
     @property
     def threads(self) -> int:
-        return self.warps * 32
+        return self.wgmma.threads if self.wgmma is not None else self.warps * 32
 
     @property
     def kind(self) -> str:
@@ -398,3 +400,82 @@ class RowsPlan:
 
 
 ProgramPlan = LoopPlan | RowsPlan
+
+
+# ---------------------------------------------------------------------------------------------
+# sm_90a: the warp-specialized wgmma skeleton of a loop kernel (templates/sm90/loop.cu.j2).
+# Chosen by the rulebook (kgen/targets/loop_rules.py, wgmma_refusal); None on a LoopPlan: the
+# mma.sync skeleton (templates/common/loop.cu.j2) runs.
+
+
+@dataclass(frozen=True, slots=True)
+class LoopTensorMap:
+    """A copy-engine map of a 16-bit operand with dims (cols, rows, heads, batches), innermost
+    first, in boxes of [box_rows][64 columns] (128 bytes, the 128-byte swizzle) of one (head,
+    batch): elements past the rows (S, T) arrive as zeros. `kv`: its heads are the KV heads."""
+
+    param: str
+    dtype: DType
+    box_rows: int
+    boxes: int  # boxes per tile: its columns / 64
+    kv: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WgmmaTile:
+    """A tile in shared memory as the copy engine writes it and wgmma reads it: `boxes` boxes
+    of [rows][64] (128-byte rows, 128-byte swizzle, 1024-byte aligned), `slots` copies."""
+
+    name: str  # its member of the shared storage struct (q_smem, k_smem, v_smem)
+    param: str
+    rows: int
+    boxes: int
+    slots: int
+    offset: int  # bytes from the start of the storage
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * 128
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.box_bytes * self.boxes
+
+    @property
+    def bytes(self) -> int:
+        return self.slot_bytes * self.slots
+
+
+@dataclass(frozen=True, slots=True)
+class WgmmaLoop:
+    """The sm_90a skeleton's schedule: warp roles (one producer warpgroup whose one thread
+    issues the copy engine's loads, `consumers` warpgroups of 64 rows each), registers per
+    role (setmaxnreg), the MMAs (S = A B^T by wgmma from shared memory, both K-major; the
+    accumulating gemm by wgmma with A from registers, B MN-major), the rings (K and V, each
+    `stages` slots with full and empty mbarriers) and the overlap; each with why."""
+
+    consumers: int
+    producer_registers: int
+    consumer_registers: int
+    q_tile: WgmmaTile
+    k_tile: WgmmaTile
+    v_tile: WgmmaTile
+    barrier_offset: int  # the mbarriers after the tiles (8 bytes each)
+    smem_bytes: int
+    maps: tuple[LoopTensorMap, ...]  # Q, K, V: the kernel's second parameter
+    exp2: bool  # exp(x) rendered as exp2f(x * log2(e)): the same value, one fewer multiply
+    roles: Choice
+    mma: Choice
+    pipeline: Choice
+    overlap: Choice
+    # the accumulating gemm of block j - 1 is issued after block j's S and completes while
+    # block j's statements run, up to the first that touches the accumulator or the handed-on
+    # value (the skeleton waits there)
+    issue_ahead: bool = False
+    # two consumer warpgroups take turns at the tensor cores (named barriers): one issues its
+    # MMAs while the other runs its statements (needs issue_ahead and two consumers)
+    pingpong: bool = False
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)

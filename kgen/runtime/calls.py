@@ -156,7 +156,8 @@ class Binding:
         self.device_index = next((array.device_id for array in bound.arrays.values()
                                   if array.kind == "torch"), -1)
         # Tensor maps: encoded once per set of the mapped parameters' addresses
-        self._mapped = [arrays[m.param] for m in plan.schedule.tensor_maps] if gemm else []
+        self._mapped = [arrays[m.param] for m in
+                        (plan.schedule.tensor_maps if gemm else _program_maps(plan))]
         self._map_key = _picker(self._mapped) if self._mapped else None
         self._maps: dict[tuple, ctypes.Array] = {}  # key -> the maps (kept alive)
         self._map_at: dict[tuple, int] = {}  # key -> their address
@@ -215,7 +216,12 @@ class Binding:
         values = dict(self._values)
         values.update((name, pointers[i]) for name, i in self._pointer_members
                       if i in self._mapped)
-        data = tma.encode(tma.maps_args(self.plan, values, self.sizes))
+        if isinstance(self.plan, KernelPlan):
+            data = tma.encode(tma.maps_args(self.plan, values, self.sizes))
+        else:  # a tile program on the sm_90a skeleton
+            from .program import encode_maps
+
+            data = encode_maps(self.plan, values, self.sizes)
         maps = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
         if len(self._maps) >= MAX_MAPS:
             self._maps.clear()
@@ -262,6 +268,13 @@ class Binding:
             driver = self._driver
             check(driver.cuMemsetD32Async(workspace + self._flag_offset, 0, self._flag_words,
                                           driver.CUstream(stream)), "cuMemsetD32Async")
+
+
+def _program_maps(plan) -> tuple:
+    """A tile program's tensor maps: those of the sm_90a loop skeleton (plan.wgmma), else
+    none."""
+    wgmma = getattr(plan, "wgmma", None)
+    return wgmma.maps if wgmma is not None else ()
 
 
 class CallPath:

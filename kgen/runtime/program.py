@@ -301,3 +301,32 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return (f"CompiledProgram({self.plan.name}, {self.plan.arch.value}, cuda:{self.device_id}, "
                 f"{self.plan.threads} threads, {self.plan.smem_bytes} B smem)")
+
+
+def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, int]) -> bytes:
+    """The sm_90a skeleton's tensor maps (plan.wgmma.maps, the kernel's second parameter) for
+    one launch's params-struct members `values` and sizes: per operand a rank-4 map (columns,
+    rows, heads, batches) in boxes of [box_rows][64] of one (head, batch), the 128-byte
+    swizzle, zeros past the rows. A head or batch stride of 0 (one operand shared) is mapped
+    with extent 1 (the kernel then reads index 0); an empty operand stays zeros (never read)."""
+    from . import tma
+
+    out = b""
+    for m in plan.wgmma.maps:
+        p = plan.param(m.param)
+        rows_dim, cols = p.shape
+        rows = int(sizes[rows_dim]) if isinstance(rows_dim, str) else int(rows_dim)
+        heads = int(values["heads"]) // int(values["group"]) if m.kv else int(values["heads"])
+        ld, hs, bs = (int(values[f"{p.name}{suffix}"]) for suffix in ("_ld", "_hs", "_bs"))
+        nbytes = p.dtype.nbytes
+        dims = [int(cols), rows, heads if p.headed and hs else 1,
+                int(values["batches"]) if p.batched and bs else 1]
+        pitches = [ld * nbytes]
+        pitches.append((hs or ld * max(rows, 1)) * nbytes)
+        pitches.append((bs or pitches[-1] // nbytes * dims[2]) * nbytes)
+        address = int(values[p.name])
+        if min(dims) == 0 or address == 0:
+            out += bytes(tma.MAP_BYTES)
+            continue
+        out += tma._encode(p.dtype, address, dims, pitches, [64, m.box_rows, 1, 1], "L2_256B")
+    return out

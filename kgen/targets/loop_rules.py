@@ -2,15 +2,16 @@
 a target allows for given K0 (the loop-invariant operand's columns), N1 (the accumulator's
 columns) and operand dtype, each refusal with its reason, and the configurations the builder
 tries, best first. One home: the lowering (kgen/lower/program.py) asks `refusal` for a written
-schedule and `default` for a missing one; nothing else decides it. Both targets run the same
-mma.sync skeleton for now (sm_90a's wgmma skeleton is the next issue's), so the rules are one.
+schedule and `default` for a missing one; nothing else decides it. Both targets have the
+mma.sync skeleton (the rules just below); sm_90a runs its warp-specialized wgmma skeleton where
+the section at the end (wgmma_refusal, wgmma_default) allows it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..enums import DType
-from . import Target
+from . import Instruction, Target
 
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
@@ -121,3 +122,134 @@ def min_ctas_per_sm(config: LoopConfig, n1: int) -> tuple[int, str]:
                    "fit an SM's registers")
     return 1, (f"about {regs} registers a thread (over {TWO_CTAS_REGISTERS}): one CTA per SM, "
                "so ptxas takes the registers it needs rather than spill to fit two")
+
+
+# =============================================================================================
+# sm_90a: the warp-specialized wgmma skeleton (templates/sm90/loop.cu.j2)
+#
+# A loop kernel runs it where every rule below holds; where one does not, the lowering keeps
+# the mma.sync skeleton above and the plan's `mma` says which rule refused (never silently).
+# One producer warpgroup (one thread issues the copy engine's loads of Q once and of K and V
+# into rings of `stages` slots each) and tile_m / 64 consumer warpgroups of 64 rows each.
+# =============================================================================================
+
+WGMMA_ROWS = 64  # rows per consumer warpgroup: wgmma's M
+WGMMA_TILE_M = (64, 128, 192)  # 192: three consumer warpgroups (the rulebook's choice only:
+# a written tile line takes 64 or 128 rows)
+WGMMA_BLOCKS = (64, 128)
+BOX_COLS = 64  # the copy engine's box: 64 16-bit columns (128 bytes, the 128-byte swizzle)
+PRODUCER_REGISTERS = 24  # one thread issues every copy
+# per consumer warpgroup count: 24 x 128 + 240 x 256 and 24 x 128 + 160 x 384 <= 65536 registers
+CONSUMER_REGISTERS_BY_COUNT = {1: 240, 2: 240, 3: 160}
+CONSUMER_REGISTERS = CONSUMER_REGISTERS_BY_COUNT[2]
+# A consumer thread holds block/2 f32 of S, N1/2 of O, block/4 words of P in 16 bits, and about
+# WGMMA_OVERHEAD more (row state, the softmax's values in flight, addresses); the estimate must
+# stay within CONSUMER_REGISTERS less a margin for what it leaves out.
+WGMMA_OVERHEAD = 56
+WGMMA_REGISTER_MARGIN = 16
+
+
+def consumer_registers(tile_m: int) -> int:
+    return CONSUMER_REGISTERS_BY_COUNT[tile_m // WGMMA_ROWS]
+
+
+def wgmma_smem_bytes(config: LoopConfig, k0: int, n1: int) -> int:
+    """Q once, and per ring slot a block of K ([block, K0]) and of V ([block, N1]), 16-bit, in
+    1024-byte aligned boxes; then the mbarriers (Q's, and full and empty per slot of each
+    ring), 8 bytes each, rounded up to 128."""
+    tiles = 2 * (config.tile_m * k0 + config.stages * config.block * (k0 + n1))
+    barriers = 8 * (1 + 4 * config.stages)
+    return tiles + -(-barriers // 128) * 128
+
+
+def wgmma_registers(config: LoopConfig, n1: int) -> int:
+    return config.block // 2 + n1 // 2 + config.block // 4 + WGMMA_OVERHEAD
+
+
+def wgmma_refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target,
+                  b_along: bool, c_along: bool) -> str | None:
+    """Why the wgmma skeleton cannot run this loop on `tgt` in `config`, or None."""
+    return (wgmma_program_refusal(k0, n1, tgt, b_along, c_along)
+            or _wgmma_config_refusal(config, k0, n1, tgt))
+
+
+def wgmma_program_refusal(k0: int, n1: int, tgt: Target, b_along: bool,
+                          c_along: bool) -> str | None:
+    """Why the wgmma skeleton cannot run this loop in any configuration, or None."""
+    if not tgt.has(Instruction.WGMMA) or not tgt.tma:
+        return f"{tgt.arch.value} has no wgmma and copy engine"
+    if not b_along:
+        return ("the first gemm's B is read across the loop's dimension (columns along it); "
+                "wgmma's skeleton takes it K-major: a [loop, K0] row-major tensor, B^T")
+    if not c_along:
+        return ("the accumulating gemm's B has its columns along the loop's dimension; "
+                "wgmma's skeleton takes it as [loop, N1] row-major (MN-major)")
+    if k0 % BOX_COLS or n1 % BOX_COLS:
+        return (f"K0 {k0} and N1 {n1} must be multiples of {BOX_COLS} (the copy engine's "
+                "128-byte boxes)")
+    return None
+
+
+def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> str | None:
+    if config.tile_m not in WGMMA_TILE_M:
+        return (f"tile {config.tile_m}x{config.block}: rows per CTA must be one of "
+                f"{WGMMA_TILE_M} (64 per consumer warpgroup)")
+    if config.block not in WGMMA_BLOCKS:
+        return f"tile {config.tile_m}x{config.block}: the block must be one of {WGMMA_BLOCKS}"
+    if config.stages not in STAGES:
+        return f"stages {config.stages}: a loop's ring has 1 to 3 slots"
+    need = wgmma_smem_bytes(config, k0, n1)
+    if need > tgt.smem_limit:
+        return (f"tile {config.tile_m}x{config.block} stages {config.stages} needs {need} B of "
+                f"shared memory; {tgt.arch.value} allows {tgt.smem_limit} B")
+    regs = wgmma_registers(config, n1)
+    limit = consumer_registers(config.tile_m)
+    if regs > limit - WGMMA_REGISTER_MARGIN:
+        return (f"block {config.block} with N1 {n1} needs about {regs} registers per consumer "
+                f"thread (the budget is {limit - WGMMA_REGISTER_MARGIN} of {limit} with "
+                f"{config.tile_m // WGMMA_ROWS} consumer warpgroups)")
+    return None
+
+
+# Best first: two consumer warpgroups (128 rows) share each K and V block; a block of 128
+# halves the barrier round trips per column against 64 where the registers allow it; two slots
+# let the copy engine fill the next block while this one is multiplied. Measured on an H200
+# (bf16, 16k tokens, 16 heads, non-causal; TFLOP/s at S 1024 / 4096), D 64: 128x128x2 253 / 336,
+# 192x64x2 231 / 314, 192x64x3 234 / 318, 128x64x2 214 / 279, 128x128x1 200 / 267; D 128:
+# 128x128x2 382 / 531, 192x64x3 345 / 475, 192x64x2 333 / 469, 128x64x2 318 / 440. So three
+# consumer warpgroups (192 rows: 192x128 spills at 160 registers) stay legal, not preferred;
+# three slots at 128x128 measured the same as two (D 64 S 4096 336 / 332, D 128 S 1024 387 / 385).
+WGMMA_PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
+    (128, 128, 2), (128, 64, 2), (128, 64, 3), (128, 128, 1), (128, 64, 1), (64, 128, 2),
+    (64, 64, 2), (64, 64, 3), (64, 128, 1), (64, 64, 1)))
+WGMMA_EVERY = WGMMA_PREFERENCE + tuple(
+    c for c in (LoopConfig(m, b, s) for m in WGMMA_TILE_M[::-1] for b in WGMMA_BLOCKS
+                for s in STAGES) if c not in WGMMA_PREFERENCE)
+
+
+def wgmma_default(k0: int, n1: int, dtype: DType, tgt: Target, b_along: bool, c_along: bool,
+                  tile_m: int | None = None, block: int | None = None,
+                  stages: int | None = None) -> tuple[LoopConfig | None, str]:
+    """The first wgmma configuration that keeps the written values and is legal, with why; or
+    (None, why not) where none is: the lowering then keeps the mma.sync skeleton."""
+    refused = wgmma_program_refusal(k0, n1, tgt, b_along, c_along)
+    if refused is not None:
+        return None, refused
+    first_refusal = None
+    for config in WGMMA_EVERY:
+        if ((tile_m is not None and config.tile_m != tile_m)
+                or (block is not None and config.block != block)
+                or (stages is not None and config.stages != stages)):
+            continue
+        why = wgmma_refusal(config, k0, n1, dtype, tgt, b_along, c_along)
+        if why is None:
+            return config, ("the rulebook's first legal wgmma configuration for K0 "
+                            f"{k0}, N1 {n1}, {dtype.dsl_name} on {tgt.arch.value} "
+                            "(kgen/targets/loop_rules.py)")
+        first_refusal = first_refusal or ("no configuration keeps the written lines and is "
+                                          f"legal; the first tried: {why}")
+    if first_refusal is None:
+        written = LoopConfig(tile_m or 128, block or 64, stages or 2)
+        first_refusal = wgmma_refusal(written, k0, n1, dtype, tgt, b_along, c_along) or \
+            "no wgmma configuration keeps the written lines"
+    return None, first_refusal

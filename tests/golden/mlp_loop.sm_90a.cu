@@ -15,7 +15,7 @@
 
 // ============================================================================================
 // Configuration (tile 128x64 warps 8 stages 2: the rulebook's first legal configuration for K0 256, N1 128, bf16 on sm_90a (kgen/targets/loop_rules.py))
-// MMA: mma.sync.m16n8k16 (sm_90a runs the loop's mma.sync skeleton for now: the warp-specialized wgmma skeleton for loops is not written yet (the next issue))
+// MMA: mma.sync.m16n8k16 (sm_90a runs the loop's mma.sync skeleton here: the rulebook refuses its wgmma skeleton (the accumulating gemm's B has its columns along the loop's dimension; wgmma's skeleton takes it as [loop, N1] row-major (MN-major)))
 // ============================================================================================
 namespace mlp_loop_cfg {
 using Element = __nv_bfloat16;

@@ -107,24 +107,25 @@ def _reference(value: pp.Value, col_end: str, acc: str) -> str:
     return f"v{value.id}{suffix}"
 
 
-def _expression(value: pp.Value, refs: list[str]) -> str:
+def _expression(value: pp.Value, refs: list[str], ops=OP_CPP) -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
-        return OP_CPP[kind.op].format(*(refs[a] for a in kind.args))
+        return ops[kind.op].format(*(refs[a] for a in kind.args))
     assert isinstance(kind, dag.Cast), kind
     arg = refs[kind.arg]
     return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
 
 
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
-               fold: tuple[int, ...] = ()) -> list[CStatement]:
+               fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
-    the values in `fold` read 1 in a block inside the mask."""
+    the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
+    (a skeleton may spell one otherwise, as the same value)."""
     refs = [_reference(value, col_end, acc) for value in section.values]
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
-            out += _runs(section, stmt.values, refs, fold)
+            out += _runs(section, stmt.values, refs, fold, ops)
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -142,7 +143,7 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
 
 
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
-          fold: tuple[int, ...]) -> list[CStatement]:
+          fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -153,7 +154,7 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
             runs.append(CStatement("reduce", values=(item,)))
             continue
         kind = value.rank.value
-        item = CValue(f"v{index}", _expression(value, refs), index in fold)
+        item = CValue(f"v{index}", _expression(value, refs, ops), index in fold)
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:

@@ -1,0 +1,58 @@
+"""The sm_90a skeleton of a loop kernel (templates/sm90/loop.cu.j2): warp-specialized, wgmma,
+the copy engine's rings; filled from a plan.program.LoopPlan whose `wgmma` schedule the
+rulebook chose. The statements are the plan's, rendered by the same macros as the mma.sync
+skeleton's (templates/common/program_statements.inc.j2): the wgmma accumulator's fragments
+hold the same rows and columns per thread as mma.sync's n8 tiles side by side, so only the
+MMAs, the loads and the thread-to-row map differ."""
+from __future__ import annotations
+
+from ...enums import Op
+from ...plan import program as pp
+from ..common.arch_guard import guard_for
+from ..common.epilogue_cpp import OP_CPP
+from ..common.loop import (CStatement, _aligned, _fields, _header, _loop_chunks, _params_guard,
+                           literal, statements)
+from ..common.render import render
+from .tensor_map import TMA_DTYPE
+
+# exp(x) as exp2f(x * log2(e)): the same value (the skeleton's kLog2e), one multiply-add into
+# the instruction that computes it
+EXP2_OPS = {**OP_CPP, Op.EXP: "exp2f(({0}) * kLog2e)"}
+
+
+def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    assert plan.wgmma is not None, "the mma.sync skeleton's plan"
+    assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
+        "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
+    ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
+    body = statements(plan.body, "p.loop_len", ops=ops)
+    if plan.wgmma.issue_ahead:
+        body = _with_drain(body)
+    tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
+    return render(
+        "sm90/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
+        header=_header(plan, source_name, source_hash, command),
+        arch_guard=guard_for(plan.name, plan.arch, wgmma=True),
+        fields=_fields(plan), params_guard=_params_guard(plan), body=body, tail=tail,
+        aligned=_aligned(plan), loop_chunks=_loop_chunks(plan), element=plan.dtype.cpp,
+        mma_ab=plan.dtype.dsl_name, block=plan.block, n1=plan.gemm1.n,
+        carries=[(name, literal(init)) for name, init in plan.carries],
+        # what the consumers address directly: outputs and vectors (the copy engine reads
+        # the tensors through their maps)
+        pointers=[p for p in plan.params
+                  if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out")],
+        tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype])
+
+
+
+# the statements that touch the accumulator or the handed-on value (registers the previous
+# block's accumulating gemm, still in flight, reads and writes)
+TOUCH_IN_FLIGHT = ("rescale", "hand_on")
+
+
+def _with_drain(body: list[CStatement]) -> list[CStatement]:
+    """The body with the skeleton's wait for the previous block's accumulating gemm ("drain")
+    before the first statement that touches its registers."""
+    first = next(i for i, s in enumerate(body) if s.kind in TOUCH_IN_FLIGHT or (
+        s.kind == "mma" and s.gemm.accumulate))
+    return body[:first] + [CStatement("drain")] + body[first:]

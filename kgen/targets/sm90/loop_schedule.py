@@ -1,0 +1,59 @@
+"""The sm_90a skeleton of a loop kernel as a plan value (plan.program.WgmmaLoop): warp roles,
+registers, the shared tiles the copy engine fills, the mbarriers, the tensor maps and the MMAs,
+each with why. The rulebook (kgen/targets/loop_rules.py, wgmma_default) has already allowed the
+configuration; this only lays it out. The emitter (kgen/targets/sm90/loop.py) reads it."""
+from __future__ import annotations
+
+from ...enums import DType
+from ...plan import program as pp
+from .. import loop_rules
+from ..loop_rules import BOX_COLS, LoopConfig
+
+
+def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
+               query_heads) -> pp.WgmmaLoop:
+    """`a`, `b`, `c`: the ir.Params of Q (rows x K0), K ([loop, K0]) and V ([loop, N1])."""
+    q = pp.WgmmaTile("q_smem", a.name, config.tile_m, k0 // BOX_COLS, 1, 0)
+    k = pp.WgmmaTile("k_smem", b.name, config.block, k0 // BOX_COLS, config.stages, q.bytes)
+    v = pp.WgmmaTile("v_smem", c.name, config.block, n1 // BOX_COLS, config.stages,
+                     q.bytes + k.bytes)
+    barriers = v.offset + v.bytes
+    smem = loop_rules.wgmma_smem_bytes(config, k0, n1)
+    maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes,
+                                  p.heads is not None and p.heads != query_heads)
+                 for t, p in ((q, a), (k, b), (v, c)))
+    consumers = config.tile_m // loop_rules.WGMMA_ROWS
+    registers = loop_rules.consumer_registers(config.tile_m)
+    pingpong = consumers >= 2
+    return pp.WgmmaLoop(
+        consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
+        consumer_registers=registers, q_tile=q, k_tile=k, v_tile=v,
+        barrier_offset=barriers, smem_bytes=smem, maps=maps, exp2=True,
+        roles=pp.Choice(
+            f"1 producer warpgroup + {consumers} consumer warpgroup(s) of 64 rows",
+            "warp specialization: one thread of the producer issues every copy-engine load "
+            f"(setmaxnreg {loop_rules.PRODUCER_REGISTERS}) while the consumers "
+            f"(setmaxnreg {registers}) multiply and run the statements"),
+        mma=pp.Choice(
+            f"wgmma.m64n{config.block}k16 (SS, K-major) + wgmma.m64n{n1}k16 (RS, B MN-major)",
+            f"sm_90a's warpgroup MMA: S = {a.name} {b.name}^T with both operands in shared "
+            "memory, K-major; the handed-on value rounded to 16 bits in registers is the next "
+            f"wgmma's A (the f32 accumulator fragment is its A fragment), {c.name} from its "
+            "ring slot MN-major (the transpose bit)"),
+        pipeline=pp.Choice(
+            f"TMA: {a.name} once, {b.name} and {c.name} in rings of {config.stages} slot(s), "
+            "full/empty mbarriers each",
+            "the copy engine fills a slot while the consumers multiply the previous one; "
+            f"{b.name}'s slot is released after S, {c.name}'s after the accumulating gemm; "
+            "boxes past the loop's end (and past the rows) arrive as zeros"),
+        overlap=pp.Choice(
+            "intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight "
+            "together" + (f"; ping-pong between the {consumers} consumer warpgroups"
+                          if pingpong else ""),
+            "the tensor cores multiply block j-1's handed-on value while block j's statements "
+            "run up to the first that reads the accumulator or the handed-on value (there the "
+            "skeleton waits); the handed-on value stays in registers one block longer"
+            + ("; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so "
+               "one's statements run while another's MMAs do" if pingpong else
+               "; one consumer warpgroup: no ping-pong")),
+        issue_ahead=True, pingpong=pingpong)
