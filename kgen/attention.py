@@ -236,9 +236,12 @@ def attention(q, k, v, *, is_causal: bool = False, scale: float | None = None,
 
 
 def _arch(device) -> str:
-    """The program's target on this device: the mma.sync skeleton (sm_80 code) everywhere for
-    now; the warp-specialized sm_90a skeleton is another piece of work."""
-    return "sm_80"
+    """The program's target on this device: sm_90a on compute capability 9.0 (the warp-
+    specialized wgmma skeleton where its rulebook takes the program, else mma.sync), sm_80
+    elsewhere (the mma.sync skeleton, which runs on newer GPUs too)."""
+    import torch
+
+    return "sm_90a" if torch.cuda.get_device_capability(device) == (9, 0) else "sm_80"
 
 
 def _aligned(t):
