@@ -9,6 +9,8 @@ A kernel is written in the .kg language (docs/language.md) or built in Python fr
     build_file(path, arch=None)      the same for one kernel of a .kg file (`kgen compile`)
     compile_source(source, name)     NVRTC-compile CUDA source to a cubin, through the cache
     torch_op(compiled)               a loaded kernel as a torch.library operator
+    attention(q, k, v, ...)          SDPA's drop-in: flash attention as a tile program, its
+                                     score_mod and mask_mod kgen expressions
     CompiledKernel                   what load returns: call it with the arguments as keywords
     DeviceBuffer                     GPU memory kgen allocates (outputs not passed in)
     evaluate(kernel, inputs)         the NumPy reference: every output of an ir.Kernel
@@ -29,6 +31,7 @@ _EXPORTS = {
     "build_file": ("kgen.api", "build_file"),
     "compile_source": ("kgen.api", "compile_source"),
     "torch_op": ("kgen.torch_library", "torch_op"),
+    "attention": ("kgen.attention", None),  # a callable module: kgen.attention(q, k, v)
     "CompiledKernel": ("kgen.runtime.launch", "CompiledKernel"),
     "DeviceBuffer": ("kgen.runtime.buffers", "DeviceBuffer"),
     "evaluate": ("kgen.reference", "evaluate"),

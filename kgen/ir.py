@@ -128,6 +128,16 @@ class Position:
 
 
 @dataclass(frozen=True, slots=True)
+class Extent:
+    """A dimension's size as a value (`T - S` in `col <= row + T - S`): in a tile program's
+    epilogues only, for the kernel's rows dimension and its loop's dimension (an integer, in the
+    compute type)."""
+
+    dim: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
 class LocalRef:
     """A value bound earlier in the same epilogue by `Let`."""
 
@@ -167,7 +177,7 @@ class Reduce:
 
 
 Expr = typing.Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, Position, LocalRef, Call, Cast,
-                    Reduce]
+                    Reduce, Extent]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,8 @@ class Scope:
     carried: set[str] = field(default_factory=set)
     # in a loop: after `s = expr` in gemm s's epilogue, `s` reads that value (rowsum(s))
     stores_readable: bool = False
+    # in a tile program's epilogues: a dimension's name is its size, as a value (ir.Extent)
+    sizes: bool = False
 
     def unknown(self, name: str, loc: SourceLoc) -> KgenError:
         """The error for a name that is not a value here, saying what it is if anything."""
@@ -116,6 +118,8 @@ def _name_value(name: str, loc: SourceLoc, scope: Scope) -> ir.Expr:
     param = scope.params.get(name)
     if param is None and name in _POSITIONS:
         return ir.Position(_POSITIONS[name], loc)
+    if param is None and scope.sizes and name in scope.dims:
+        return ir.Extent(name, loc)
     if param is None:
         raise scope.unknown(name, loc)
     if param.kind is ParamKind.SCALAR:

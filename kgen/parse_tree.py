@@ -183,7 +183,7 @@ class ToIR(LoopRules):
 
         def resolve(decl: _GemmDecl, earlier: list, in_loop: bool) -> ir.Gemm:
             scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
-                          carried=set(carried), stores_readable=in_loop)
+                          carried=set(carried), stores_readable=in_loop, sizes=in_loop)
             gemm = self._gemm_ir(decl, scope, {g.name for g in earlier})
             other_locals.update({n: decl.name for n in scope.bound
                                  if n not in carried and n not in gemm_names})
@@ -205,7 +205,7 @@ class ToIR(LoopRules):
         epilogue = None
         if "epilogue" in settings:  # the kernel's own: after the loop, or a row kernel's body
             scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
-                          carried=set(carried))
+                          carried=set(carried), sizes=True)
             stmts = self._statements(settings["epilogue"].value, scope)
             epilogue = ir.Epilogue(stmts, settings["epilogue"].loc)
 

@@ -225,6 +225,8 @@ class _Instance:
             if node.axis is ir.Axis.ROW:
                 return self.rows.astype(np.float64)[:, None]
             return self.cols[None, :]
+        if isinstance(node, ir.Extent):
+            return np.float64(_extent(node.dim, self.kernel, self.inputs))
         if isinstance(node, ir.Call):
             return numpy_op(node.op, *(self.value(arg, env) for arg in node.args))
         if isinstance(node, ir.Cast):

@@ -377,6 +377,15 @@ def print_run_report(console, report) -> None:
             table.add_row("PyTorch", _fmt(report.torch_timing.median_ms * 1e3, ".1f", " us"),
                           _fmt(report.torch_tflops, ".1f"), "", "", "1.00x")
         console.print(table)
+    if report.baselines:
+        table = Table(title="attention baselines (same inputs, same run)", title_justify="left")
+        for column in ("", "time", "TFLOP/s", "kgen's speed over it"):
+            table.add_column(column, justify="right")
+        for name, timing in report.baselines.items():
+            table.add_row(name, _fmt(timing.median_ms * 1e3, ".1f", " us"),
+                          _fmt(report._tflops(timing), ".1f"),
+                          _fmt(report.speedup_over(timing), ".2f", "x"))
+        console.print(table)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]")
     if report.checked:

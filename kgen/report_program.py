@@ -35,6 +35,7 @@ def _detail(section: pp.Section, index: int) -> str:
         "VectorLoad": lambda: f"{kind.param}[{kind.axis.value}]",
         "TensorLoad": lambda: kind.param,
         "PositionValue": lambda: kind.axis.value,
+        "ExtentValue": lambda: f"size {kind.dim}",
         "CarryValue": lambda: f"carry {kind.carry}",
         "AccumulatorValue": lambda: f"accumulator {kind.gemm}",
         "RowReduction": lambda: f"row{kind.op.value}({_arg(section, kind.arg)})",
@@ -90,6 +91,25 @@ def _gemm(plan: pp.LoopPlan, g: pp.LoopGemm) -> dict[str, Any]:
             "instruction": plan.mma.value, "k16_steps": g.k_steps,
             "n8_tiles_per_warp": g.n8_tiles, "b_fragments": g.b_load.value,
             "accumulate": g.accumulate}
+
+
+def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
+    """The blocks each tile of rows visits: the mask's bounds on col, and why."""
+    def side(b: pp.ColumnBound) -> str:
+        terms = [(float(b.slope), "row")] if b.slope else []
+        terms += [(t.coef, "" if t.term is pp.Term.ONE else t.param) for t in b.offset]
+        text = ""
+        for coef, name in terms:
+            size = abs(coef)
+            word = name if size == 1 and name else (f"{size:g} * {name}" if name else f"{size:g}")
+            text += (" - " if coef < 0 else " + ") + word if text else ("-" if coef < 0 else "") + word
+        return text or "0"
+
+    def op(b: pp.ColumnBound) -> str:
+        return ("<" if b.strict else "<=") if b.upper else (">" if b.strict else ">=")
+
+    return {"skips": bounds.skips, "why": bounds.why,
+            "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]}
 
 
 def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
@@ -148,6 +168,7 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "mma": {"value": plan.mma.value, "why": plan.mma.why},
             "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
             "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
+            "loop_bounds": _bounds(plan.bounds),
             "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
                                              "inf" if init == math.inf else init)}
                         for n, init in plan.carries],
@@ -179,6 +200,9 @@ def print_program(console, s: dict) -> None:
     if s["kind"] == "loop":
         console.print(f"configuration: {s['config']['value']} ({s['config']['why']})")
         console.print(f"mma: {s['mma']['value']} ({s['mma']['why']})")
+        bounds = s["loop_bounds"]
+        console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
+                      f"({bounds['why']})")
         if s.get("skeleton"):
             k = s["skeleton"]
             console.print(f"skeleton: {k['value']}")

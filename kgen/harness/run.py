@@ -83,6 +83,7 @@ class RunReport:
     bytes: int = 0
     timing: Timing | None = None
     torch_timing: Timing | None = None
+    baselines: dict[str, Timing] = field(default_factory=dict)  # attention: SDPA's, Flex's
     peak_flops: float | None = None
     peak_bandwidth: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -117,6 +118,12 @@ class RunReport:
             return None
         return self.torch_timing.median_ms / self.timing.median_ms
 
+    def speedup_over(self, baseline: Timing) -> float | None:
+        """A baseline's time over kgen's: above 1 means kgen is faster."""
+        if self.timing is None or self.timing.median_ms <= 0:
+            return None
+        return baseline.median_ms / self.timing.median_ms
+
     @property
     def peak_fraction(self) -> float | None:
         if self.tflops is None or not self.peak_flops:
@@ -144,6 +151,9 @@ class RunReport:
             "peak_fraction": self.peak_fraction, "bandwidth_fraction": self.bandwidth_fraction,
             "torch_time_ms": self.torch_timing.median_ms if self.torch_timing else None,
             "torch_tflops": self.torch_tflops, "speedup_vs_torch": self.speedup,
+            "baselines": {name: {"time_ms": t.median_ms, "tflops": self._tflops(t),
+                                 "speedup": self.speedup_over(t)}
+                          for name, t in self.baselines.items()},
             "notes": self.notes,
         }
 
@@ -406,4 +416,13 @@ def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, di
                                               hold=hold)
         except Exception as err:  # the baseline is informative; its failure is not kgen's
             report.notes.append(f"PyTorch baseline failed: {type(err).__name__}: {err}")
+        from .attention_bench import attention_call, time_baselines
+
+        call = attention_call(kernel, getattr(compiled, "plan", None))
+        if call is not None:
+            report.baselines, notes = time_baselines(
+                call, sets, lambda fn: time_kernel(fn, warmup=warmup, iters=iters,
+                                                   rotate=rotate, stream=stream, hold=hold),
+                say)
+            report.notes += notes
     sync(stream, "benchmark")

@@ -190,7 +190,7 @@ class TorchEvaluator(EpilogueEvaluator):
             b = b.transpose(-1, -2) if first.b.transposed else b
             c = c.transpose(-1, -2) if second.b.transposed else c
             self._tile_acc = torch.matmul(lead, b).float()
-            self._tile_cols = int(b.shape[-1])
+            self._tile_cols = self._loop_len = int(b.shape[-1])
             batch = tuple(self._tile_acc.shape[:-1])
             env = {carry.name: torch.full((*batch, 1), float(carry.init),
                                           device=lead.device) for carry in kernel.loop.carries}
@@ -281,6 +281,10 @@ class TorchEvaluator(EpilogueEvaluator):
             device = self.tensors[next(iter(self.tensors))].device
             index = torch.arange(count, device=device, dtype=torch.float32)
             return index[:, None] if node.axis is ir.Axis.ROW else index[None, :]
+        if isinstance(node, ir.Extent):  # the loop's length or the rows'
+            loop = self.kernel.loop
+            return float(self._loop_len if loop is not None and node.dim == loop.dim
+                         else self._rows_count)
         if isinstance(node, ir.Call):
             return self.call(node.op, [self._tile_value(arg, env) for arg in node.args])
         if isinstance(node, ir.Cast):

@@ -20,6 +20,7 @@ from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import target
 from ..targets import loop_rules
+from . import loop_bounds
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
@@ -92,6 +93,9 @@ class _Section:
         if isinstance(node, ir.Position):
             return self.add(pp.PositionValue(node.axis),
                             Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+        if isinstance(node, ir.Extent):
+            loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
+            return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)
         if isinstance(node, ir.VectorLoad):
             p = self.kernel.param(node.name)
             return self.add(dag.VectorLoad(p.name, node.axis, p.dtype),
@@ -284,6 +288,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
             raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it may not "
                             f"update '{stmt.name}'")
 
+    body_section = body.section()
+    bounds = loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries))
     query_heads = a.heads
     params, fields = _params(kernel, query_heads)
     batch, heads, kv = _roles(kernel, query_heads)
@@ -300,10 +306,11 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         warps=config.warps, stages=config.stages,
         carries=tuple((c.name, c.init) for c in loop.carries),
         a_tile=a_tile, b_tile=b_tile, c_tile=c_tile, gemm0=gemm0, gemm1=gemm1,
-        body=body.section(), epilogue=tail.section(), smem_bytes=smem, mma=mma,
+        body=body_section, epilogue=tail.section(), smem_bytes=smem, mma=mma,
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
-        heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma)
+        heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
+        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))))
 
 
 def _mma_why(arch: ir.Arch, wgmma_refused: str | None) -> str:
@@ -321,9 +328,13 @@ def _memory_rows(param: ir.Param) -> int:
 def smem_tile(name: str, param: str, rows: int, cols: int, slots: int, dtype: ir.DType,
           offset: int, along: bool) -> pp.SmemTile:
     chunks = cols * dtype.nbytes // 16
-    assert chunks >= 2 and chunks & (chunks - 1) == 0, f"{name}: {cols} columns"
-    mask = min(chunks, 8) - 1
-    shift = (8 // min(chunks, 8)).bit_length() - 1  # rows that share a 128-byte line
+    assert chunks >= 2 and chunks % 2 == 0, f"{name}: {cols} columns"
+    # XOR within aligned groups of `low` chunks (the row's chunks are whole groups of it:
+    # 12 chunks, a head dim of 96, are groups of 4), by the row's place among the rows whose
+    # starts share a 128-byte line's banks (8 // low of them)
+    low = min(chunks & -chunks, 8)
+    mask = low - 1
+    shift = (8 // low).bit_length() - 1
     return pp.SmemTile(name=name, param=param, rows=rows, cols=cols, slots=slots, dtype=dtype,
                        offset=offset, swizzle_mask=mask, swizzle_shift=shift,
                        rows_along_loop=along)

@@ -36,6 +36,14 @@ class PositionValue:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtentValue:
+    """A dimension's size as a value: the loop's length (`loop`) or the kernel's rows."""
+
+    dim: str
+    loop: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CarryValue:
     """A row carry's value at the start of the iteration (or after the loop)."""
 
@@ -59,7 +67,7 @@ class RowReduction:
 
 
 NodeKind = (Accumulator | Constant | ScalarArg | VectorLoad | TensorLoad | Apply | Cast
-            | PositionValue | CarryValue | AccumulatorValue | RowReduction)
+            | PositionValue | CarryValue | AccumulatorValue | RowReduction | ExtentValue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +254,56 @@ class Choice:
 
 
 # ---------------------------------------------------------------------------------------------
+# The blocks a tile of rows visits (a mask's dead blocks skipped)
+
+
+class Term(enum.Enum):
+    """What a term of a bound's offset multiplies."""
+
+    ONE = "one"  # a constant
+    SCALAR = "scalar"  # a scalar parameter
+    ROWS = "rows"  # the kernel's rows (its size)
+    LOOP_LEN = "loop_len"  # the loop's length
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetTerm:
+    coef: float
+    term: Term
+    param: str | None = None  # Term.SCALAR: its name; ROWS, LOOP_LEN: the dimension's
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnBound:
+    """One comparison of a mask, solved for `col`: col <= slope * row + offset (`upper`) or
+    col >= slope * row + offset; `strict`: < or >. The offset is a sum of terms, one value for
+    the whole launch."""
+
+    upper: bool
+    strict: bool
+    slope: int  # -1, 0 or 1
+    offset: tuple[OffsetTerm, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopBounds:
+    """Which blocks of the loop a tile of rows visits and which of them lie inside the mask.
+
+    From the tile's row range, the kernel takes for each bound the first and last column any of
+    its rows keeps (a block past them is masked in full for every row: skipped) and the columns
+    every row keeps (a block inside them runs with the mask's predicates known true: `fold`, the
+    body's predicate values, read as 1 there). No bounds: every block runs, as `why` says."""
+
+    bounds: tuple[ColumnBound, ...]
+    fold: tuple[int, ...]  # body values (predicates) true in a block inside every bound
+    why: str
+
+    @property
+    def skips(self) -> bool:
+        return bool(self.bounds)
+
+
+# ---------------------------------------------------------------------------------------------
 # The plans
 
 
@@ -281,6 +339,8 @@ class LoopPlan:
     batch_param: str | None
     # sm_90a: the warp-specialized wgmma skeleton's schedule (None: the mma.sync skeleton)
     wgmma: "WgmmaLoop | None" = None
+    bounds: LoopBounds = LoopBounds((), (), "no mask")  # the blocks each tile of rows visits
+    min_ctas: Choice = Choice("1", "the default")  # CTAs per SM the launch bounds ask for
 
     @property
     def threads(self) -> int:

@@ -107,6 +107,23 @@ def default(k0: int, n1: int, dtype: DType, tgt: Target,
                      or "no legal loop configuration keeps the written lines")
 
 
+# Below this estimate (kgen/targets/loop_rules.py: registers) a loop asks ptxas for two CTAs per
+# SM (128 registers a thread at 256 threads); NVRTC 13 measured head dim 64 at 116-128 with no
+# spill. Above it, one: left free, ptxas aimed at two CTAs for head dim 96 on sm_90a (128
+# registers) and spilled 28 B; asked for one, it took 150 and spilled none.
+TWO_CTAS_REGISTERS = 144
+
+
+def min_ctas_per_sm(config: LoopConfig, n1: int) -> tuple[int, str]:
+    """The CTAs per SM the kernel's launch bounds ask for, and why."""
+    regs = registers(config, n1)
+    if regs <= TWO_CTAS_REGISTERS:
+        return 2, (f"about {regs} registers a thread (at most {TWO_CTAS_REGISTERS}): two CTAs "
+                   "fit an SM's registers")
+    return 1, (f"about {regs} registers a thread (over {TWO_CTAS_REGISTERS}): one CTA per SM, "
+               "so ptxas takes the registers it needs rather than spill to fit two")
+
+
 # =============================================================================================
 # sm_90a: the warp-specialized wgmma skeleton (templates/sm90/loop.cu.j2)
 #

@@ -98,6 +98,8 @@ def _text(e: object, outer: int) -> str:
         return f"{e.name}[{getattr(e.axis, 'value', e.axis)}]"
     if isinstance(e, ir.Position):
         return getattr(e.axis, "value", str(e.axis))
+    if isinstance(e, ir.Extent):
+        return str(e.dim)
     if isinstance(e, ir.Cast):
         return f"cast<{getattr(e.dtype, 'dsl_name', e.dtype)}>({_text(e.arg, 0)})"
     if isinstance(e, ir.Reduce):
@@ -303,6 +305,8 @@ def rank_of(state: KernelState, e: object, scope: TileScope) -> Rank:
         if e.axis not in (Axis.ROW, Axis.COL):
             raise KgenError(loc, f"a position is row or col, got {shown(e.axis)}")
         return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+    if isinstance(e, ir.Extent):
+        return _extent_rank(state, e, scope, loc)
     if isinstance(e, ir.Call):
         if not isinstance(e.op, ir.Op):
             raise KgenError(loc, f"a call needs a kgen.ir.Op, got {shown(e.op)}")
@@ -398,3 +402,18 @@ def _load_rank(state: KernelState, e, scope: TileScope, loc) -> Rank:
         raise KgenError(loc, f"vector '{name}' has length {shape_text(param.shape)[1:-1]} but "
                              f"{name}[{e.axis.value}] needs length {shape_text((need,))[1:-1]}")
     return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+
+
+def _extent_rank(state: KernelState, e: ir.Extent, scope: TileScope, loc) -> Rank:
+    """A dimension's size as a value: the kernel's rows or its loop's dimension (the sizes the
+    kernel is launched with); one value for every row."""
+    name = require_str(e.dim, loc, "a dimension name")
+    allowed = [d for d in (scope.rows, scope.loop.dim if scope.loop else None)
+               if isinstance(d, str)]
+    if name not in allowed:
+        known = state.names.get(name, ("",))[0] == "dimension"
+        what = f"'{name}' is a dimension, but" if known else f"unknown dimension {quote(name)}:"
+        listed = " or ".join(f"'{d}'" for d in allowed) or "none here"
+        raise KgenError(loc, f"{what} only the kernel's rows and its loop's dimension are "
+                             f"sizes usable as values ({listed})")
+    return Rank.ROW

@@ -263,7 +263,8 @@ __device__ __forceinline__ void load_block(SharedStorage& smem, const Element* g
 // ============================================================================================
 // The kernel: a CTA keeps kTileM rows of one (batch, head) and streams the loop's dimension
 // ============================================================================================
-extern "C" __global__ void __launch_bounds__(mlp_loop_cfg::kThreads)
+// Launch bounds: 1 CTA(s) per SM (about 176 registers a thread (over 144): one CTA per SM, so ptxas takes the registers it needs rather than spill to fit two)
+extern "C" __global__ void __launch_bounds__(mlp_loop_cfg::kThreads, 1)
 mlp_loop(const mlp_loop_params p) {
   using namespace mlp_loop_cfg;
   const float kInf = __int_as_float(0x7f800000);  // the masks' and carries' infinity

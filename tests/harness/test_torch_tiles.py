@@ -55,3 +55,20 @@ def test_row_kernel_and_mlp_baselines_match_the_reference():
               "b0": rng.standard_normal(100).astype(np.float32)}
     got = TorchEvaluator(mlp, _torch(arrays), {}).run()["Y"].float().numpy()
     assert compare(got, evaluate(mlp, arrays, block=100)["Y"], ir.DType.BF16).ok
+
+
+def test_sizes_as_values_in_the_torch_baseline():
+    """The windowed example (col <= row + T - S, a window): sizes read from the inputs."""
+    from kgen.harness.torch_eval import TorchEvaluator
+
+    kernel = parse_file(PROGRAMS / "attention_fwd_window.kg").kernels[0]
+    rng = np.random.default_rng(5)
+    arrays = {"Q": rng.standard_normal((1, 2, 70, 128)).astype(ml_dtypes.bfloat16),
+              "K": rng.standard_normal((1, 1, 40, 128)).astype(ml_dtypes.bfloat16),
+              "V": rng.standard_normal((1, 1, 40, 128)).astype(ml_dtypes.bfloat16)}
+    scalars = {"window": 9.0}
+    got = TorchEvaluator(kernel, _torch(arrays), scalars).run()
+    want = evaluate(kernel, arrays, scalars=scalars, block=40)
+    assert np.isneginf(want["lse"][0, :, :30]).all()  # rows before T - S keep no key
+    assert compare(got["O"].float().numpy(), want["O"], ir.DType.BF16, atol=3e-2, rtol=3e-2).ok
+    assert compare(got["lse"].numpy(), want["lse"], ir.DType.F32, atol=2e-2, rtol=2e-2).ok

@@ -195,7 +195,8 @@ def _offset(tile: pp.SmemTile, row: int, chunk: int) -> int:
 
 def _tiles():
     """Every tile shape a loop plans: rows tile_m, block or K0/N1; columns K0/N1 or block."""
-    for rows, cols in itertools.product((16, 32, 64, 128, 256), (16, 32, 64, 128, 256)):
+    for rows, cols in itertools.product((16, 32, 64, 128, 256),
+                                        (16, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256)):
         yield smem_tile("t", "P", rows, cols, 1, ir.DType.BF16, 0, True)
 
 

@@ -48,6 +48,7 @@ class CValue:
 
     name: str
     expr: str
+    folded: bool = False  # a mask's predicate: 1 in a block inside the mask (`interior`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,8 @@ def _reference(value: pp.Value, col_end: str, acc: str) -> str:
         return f"{acc}[j][e]"
     if isinstance(kind, pp.PositionValue):
         return "static_cast<float>(row)" if kind.axis is Axis.ROW else "static_cast<float>(col)"
+    if isinstance(kind, pp.ExtentValue):
+        return "static_cast<float>(p.loop_len)" if kind.loop else "static_cast<float>(p.rows)"
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
     if isinstance(kind, pp.AccumulatorValue):
@@ -114,14 +117,15 @@ def _expression(value: pp.Value, refs: list[str], ops=OP_CPP) -> str:
 
 
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
-               ops=OP_CPP) -> list[CStatement]:
+               fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
-    `ops`: the C++ of each operation (a skeleton may spell one otherwise, as the same value)."""
+    the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
+    (a skeleton may spell one otherwise, as the same value)."""
     refs = [_reference(value, col_end, acc) for value in section.values]
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
-            out += _runs(section, stmt.values, refs, ops)
+            out += _runs(section, stmt.values, refs, fold, ops)
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -139,7 +143,7 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
 
 
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
-          ops=OP_CPP) -> list[CStatement]:
+          fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -150,7 +154,7 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
             runs.append(CStatement("reduce", values=(item,)))
             continue
         kind = value.rank.value
-        item = CValue(f"v{index}", _expression(value, refs, ops))
+        item = CValue(f"v{index}", _expression(value, refs, ops), index in fold)
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
@@ -224,15 +228,46 @@ def _params_guard(plan: pp.ProgramPlan) -> str:
     return f"KGEN_{plan.name.upper()}_PARAMS_DEFINED"
 
 
+@dataclass(frozen=True, slots=True)
+class CBound:
+    """A mask's bound for the skeleton: `col op slope * row + offset`; the row of the tile
+    (row_lo, row_hi) where some row keeps the most columns (`any_row`) and where every row
+    keeps the columns (`all_row`), and the offset's terms (coef: a literal; term: "one",
+    "scalar", "rows", "loop_len"; param: the scalar)."""
+
+    op: str
+    upper: bool
+    strict: str  # "true" or "false"
+    slope: int
+    any_row: str
+    all_row: str
+    terms: tuple[dict, ...]
+
+
+def _bounds(plan: pp.LoopPlan) -> list[CBound]:
+    out = []
+    for b in plan.bounds.bounds:
+        high = "row_hi" if b.slope >= 0 else "row_lo"
+        low = "row_lo" if b.slope >= 0 else "row_hi"
+        # upper: the most columns at the row where slope * row is largest; lower: smallest
+        any_row, all_row = (high, low) if b.upper else (low, high)
+        op = ("<" if b.strict else "<=") if b.upper else (">" if b.strict else ">=")
+        terms = tuple(dict(coef=literal(t.coef), term=t.term.value, param=t.param)
+                      for t in b.offset)
+        out.append(CBound(op, b.upper, "true" if b.strict else "false", b.slope, any_row,
+                          all_row, terms))
+    return out
+
+
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "p.loop_len")
+    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold)
     tail = statements(plan.epilogue, "kN1", acc="acc1")
     return render(
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, tail=tail,
         aligned=_aligned(plan), loop_chunks=_loop_chunks(plan),
-        element=plan.dtype.cpp,
+        element=plan.dtype.cpp, bounds=_bounds(plan),
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
         pointers=[p for p in plan.params if p.kind != "scalar"])
@@ -245,6 +280,7 @@ def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command:
         "common/rows.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, inputs=inputs,
+        bounds=[],
         aligned=_aligned(plan), loop_chunks=None,
         pointers=[p for p in plan.params if p.kind != "scalar"])
 

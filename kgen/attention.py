@@ -1,0 +1,265 @@
+"""`kgen.attention`: a drop-in for `torch.nn.functional.scaled_dot_product_attention` whose
+score and mask terms are kgen expressions, compiled once per signature into a tile program.
+
+    o = kgen.attention(q, k, v, is_causal=True)                      # q, k, v: [B, H, S, D]
+    o, lse = kgen.attention(q, k, v, score_mod="cap * tanh(score / cap)",
+                            mask_mod="col > row - window", scalars={"cap": 30, "window": 256},
+                            return_lse=True)
+
+The program is the flash attention forward of examples/attention_fwd.kg written as DSL text
+(`program_text`), parsed and verified like a file: `score_mod` is an expression of `score`
+(the scaled score, `scale * acc`), `row`, `col`, the sizes `S` and `T` and the scalars named in
+`scalars`; `mask_mod` an expression whose nonzero elements are kept (`col <= row`, or a product
+of such comparisons: linear ones let the kernel skip the blocks they empty). `is_causal` is
+SDPA's: aligned top-left, `col <= row`. A mistake in a mod is a KgenError located in the mod's
+own text (file `score_mod` or `mask_mod`, line 1). Batch and head indices are not values of the
+language yet, so a mod cannot read them.
+
+Each signature (dtypes, head dims, causal, the mods, the scalars' names, the GPU's target) is
+compiled once (NVRTC, the content-keyed cache) and loaded once per process; a call binds the
+tensors through the program's call path (kgen/runtime/program.py: CallPath, torch's current
+stream, the outputs allocated by PyTorch), so it can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import ir
+from .errors import ArgumentError, KgenError, SourceLoc
+
+__all__ = ["Signature", "attention", "program", "program_text", "signature"]
+
+# Names the program binds itself: a scalar may not take one
+RESERVED = frozenset({"Q", "K", "V", "O", "lse", "scale", "score", "modded", "visible", "x",
+                      "m", "l", "m_new", "m_use", "s", "r", "o", "kv", "row", "col", "acc",
+                      "S", "T", "B", "H", "HKV", "inf"})
+DTYPES = {"bf16": ir.DType.BF16, "f16": ir.DType.F16}
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What the program depends on; one compiled kernel each."""
+
+    dtype: str  # "bf16" or "f16"
+    d_qk: int
+    d_v: int
+    causal: bool
+    score_mod: str | None
+    mask_mod: str | None
+    scalars: tuple[str, ...]  # the mods' scalars, sorted
+    arch: str = "sm_80"
+
+    @property
+    def name(self) -> str:
+        digest = hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:12]
+        return f"attention_{self.d_qk}_{self.d_v}_{digest}"
+
+
+def program_text(sig: Signature) -> str:
+    """The tile program of `sig` as DSL text (the mods each on a line of their own)."""
+    lines = [
+        f"kernel {sig.name} {{",
+        f"  target {sig.arch}",
+        f"  tensor Q : {sig.dtype}[B, H, S, {sig.d_qk}] row",
+        f"  tensor K : {sig.dtype}[B, HKV, T, {sig.d_qk}] row",
+        f"  tensor V : {sig.dtype}[B, HKV, T, {sig.d_v}] row",
+        f"  tensor O : {sig.dtype}[B, H, S, {sig.d_v}] row out",
+        "  vector lse : f32[B, H, S] out",
+        "  scalar scale : f32 = 1",
+        *(f"  scalar {name} : f32 = 0" for name in sig.scalars),
+        "  loop kv over T {",
+        "    carry m : f32[row] = -inf",
+        "    carry l : f32[row] = 0",
+        "    gemm s = Q @ K^T accumulate f32 {",
+        "      epilogue {",
+        "        score = scale * acc",
+    ]
+    value = "score"
+    if sig.score_mod is not None:
+        lines.append(MOD_LINE["score_mod"] + sig.score_mod)
+        value = "modded"
+    masks = (["col <= row"] if sig.causal else []) + (
+        ["visible"] if sig.mask_mod is not None else [])
+    if sig.mask_mod is not None:
+        lines.append(MOD_LINE["mask_mod"] + sig.mask_mod)
+    if masks:
+        condition = " * ".join(f"({m})" for m in masks) if len(masks) > 1 else masks[0]
+        lines.append(f"        x = where({condition}, {value}, -inf)")
+    else:
+        lines.append(f"        x = {value}")
+    lines += [
+        "        m_new = max(m, rowmax(x))",
+        "        m_use = where(m_new == -inf, 0, m_new)",
+        "        s = exp(x - m_use)",
+        "        r = exp(m - m_use)",
+        "        l = l * r + rowsum(s)",
+        "        o = o * r",
+        "        m = m_new",
+        "      }",
+        "    }",
+        "    gemm o += s @ V accumulate f32",
+        "  }",
+        "  epilogue {",
+        "    O = where(l == 0, 0, o / l)",
+        "    lse = where(l == 0, -inf, m + log(l))",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# Where a mod's text starts on its line of the program (its columns are shifted by this)
+MOD_LINE = {"score_mod": "        modded = ", "mask_mod": "        visible = "}
+FILE = "<kgen.attention>"
+
+
+def program(sig: Signature) -> ir.Kernel:
+    """The verified ir.Kernel of `sig`; a mistake in a mod is located in the mod's text."""
+    from .parse import parse
+    from .verify import verify_kernel
+
+    for field in ("score_mod", "mask_mod"):
+        text = getattr(sig, field)
+        if text is not None and ("\n" in text or "\r" in text or not text.strip()):
+            raise KgenError(SourceLoc(field, 1, 1, 1, max(2, len(text) + 1)),
+                            f"{field} must be one expression on one line")
+    text = program_text(sig)
+    try:
+        kernel = parse(text, FILE).kernels[0]
+        verify_kernel(kernel)
+    except KgenError as err:
+        raise _in_mod(err, sig, text) from None
+    return kernel
+
+
+def _in_mod(err: KgenError, sig: Signature, text: str) -> KgenError:
+    """The error located in the mod whose line it points at (else as it is)."""
+    loc = err.loc
+    lines = text.splitlines()
+    for field, prefix in MOD_LINE.items():
+        if getattr(sig, field) is None or loc.file != FILE or not 0 < loc.line <= len(lines):
+            continue
+        if lines[loc.line - 1].startswith(prefix) and loc.line == _line_of(lines, prefix):
+            shift = len(prefix)
+            col = max(1, loc.col - shift)
+            end = max(col + 1, loc.end_col - shift) if loc.end_line == loc.line else col + 1
+            return KgenError(SourceLoc(field, 1, col, 1, end), err.message)
+    return err
+
+
+def _line_of(lines: list[str], prefix: str) -> int:
+    return next(i + 1 for i, line in enumerate(lines) if line.startswith(prefix))
+
+
+def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
+              mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
+              arch: str = "sm_80") -> Signature:
+    """The signature of a call's tensors and options (shapes and dtypes only: no GPU)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if len(t.shape) != 4:
+            raise ArgumentError(f"{name} must be [B, H, S, D] (4 dims), got shape "
+                                f"{list(t.shape)}")
+    dtype = _dtype_name(q.dtype)
+    for name, t in (("k", k), ("v", v)):
+        if _dtype_name(t.dtype) != dtype:
+            raise ArgumentError(f"{name} is {t.dtype}, but q is {q.dtype}; all three must "
+                                "have one dtype")
+    if k.shape[-1] != q.shape[-1]:
+        raise ArgumentError(f"k's head dim {k.shape[-1]} differs from q's {q.shape[-1]}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ArgumentError(f"k {list(k.shape)} and v {list(v.shape)} must agree in batch, "
+                            "heads and length")
+    if q.shape[0] != k.shape[0]:
+        raise ArgumentError(f"q has batch {q.shape[0]}, k has {k.shape[0]}")
+    names = tuple(sorted(scalars or {}))
+    for name in names:
+        if not name.isidentifier() or name in RESERVED or name in ir.FUNCTIONS:
+            raise ArgumentError(f"scalar name {name!r} is not usable (an identifier that is "
+                                f"not one of the program's own names: {sorted(RESERVED)})")
+    return Signature(dtype, int(q.shape[-1]), int(v.shape[-1]), bool(is_causal), score_mod,
+                     mask_mod, names, arch)
+
+
+def _dtype_name(dtype) -> str:
+    text = str(dtype).removeprefix("torch.")
+    found = {"bfloat16": "bf16", "float16": "f16"}.get(text)
+    if found is None:
+        raise ArgumentError(f"kgen.attention takes bfloat16 or float16 tensors, got {text}")
+    return found
+
+
+_LOADED: dict[tuple, Any] = {}  # (signature, device) -> its torch op (a KernelOp)
+
+
+def _compiled(sig: Signature, device: int):
+    """The program of `sig` loaded on `device`, as a torch op (kgen.torch_op: a fake
+    implementation for torch.compile; eager calls go straight to the kernel's call path)."""
+    key = (sig, device)
+    if key not in _LOADED:
+        from .api import build_verified, load_built
+        from .torch_library import torch_op
+
+        loaded = load_built(build_verified(program(sig), sig.arch), device=device)
+        _LOADED[key] = torch_op(loaded, name=f"{sig.name}_cuda{device}")
+    return _LOADED[key]
+
+
+def attention(q, k, v, *, is_causal: bool = False, scale: float | None = None,
+              enable_gqa: bool = False, score_mod: str | None = None,
+              mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
+              return_lse: bool = False):
+    """Attention of torch tensors q [B, H, S, D], k [B, HKV, T, D], v [B, HKV, T, D_v]
+    (bf16 or fp16, on one CUDA device): O [B, H, S, D_v], and the log-sum-exp [B, H, S] (f32)
+    with `return_lse`. As SDPA: `scale` defaults to 1 / sqrt(D); `enable_gqa` lets HKV divide
+    H (query head h reads KV head h / (H / HKV)). Rows that keep no key give O = 0 and
+    lse = -inf (SDPA gives NaN there)."""
+    import torch
+
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
+        hint = "" if enable_gqa else " (pass enable_gqa=True for grouped-query attention)"
+        raise ArgumentError(f"q has {heads} heads, k and v {kv_heads}{hint}; with GQA the "
+                            "query heads must be a multiple of the key/value heads")
+    sig = signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
+                    scalars=scalars, arch=_arch(q.device))
+    kernel = _compiled(sig, q.device.index if q.device.index is not None else
+                       torch.cuda.current_device())
+    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    # the op's inputs in declaration order: Q, K, V, scale, then the mods' scalars by name
+    values = [float(scalars[name]) for name in sig.scalars]
+    out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), scale, *values)
+    return (out, lse) if return_lse else out
+
+
+def _arch(device) -> str:
+    """The program's target on this device: sm_90a on compute capability 9.0 (the warp-
+    specialized wgmma skeleton where its rulebook takes the program, else mma.sync), sm_80
+    elsewhere (the mma.sync skeleton, which runs on newer GPUs too)."""
+    import torch
+
+    return "sm_90a" if torch.cuda.get_device_capability(device) == (9, 0) else "sm_80"
+
+
+def _aligned(t):
+    """A tensor whose last dim is contiguous and whose strides are multiples of 16 bytes (the
+    kernel copies 16-byte chunks): itself when it is, else a contiguous copy."""
+    strides = t.stride()
+    if strides[-1] == 1 and all((s * t.element_size()) % 16 == 0 for s in strides[:-1]) and (
+            t.data_ptr() % 16 == 0):
+        return t
+    return t.contiguous()
+
+
+class _CallableModule(type(__import__("sys"))):
+    """This module, callable: `kgen.attention(q, k, v)` is `kgen.attention.attention(...)`,
+    whether `kgen.attention` was reached as the package's export or imported as a module."""
+
+    def __call__(self, *args, **kwargs):
+        return attention(*args, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,359 @@
+"""The blocks of a loop that a tile of rows visits: a mask's dead blocks, derived when compiling.
+
+A mask is a body value `where(P, e, -inf)` whose predicate P is a conjunction (`a * b`,
+`min(a, b)`, nested `where(a, b, 0)`) of comparisons linear in `col` and `row`: the coefficient
+of `col` is 1 or -1, that of `row` -1, 0 or 1, the rest a sum of constants, scalars and sizes
+(the rows, the loop's length) times constants. Each comparison solved for `col` is a
+pp.ColumnBound. A block where P is false for every element is skipped when the body provably
+leaves the loop's state as it was on such a block. The proof runs the body once in each of two
+abstract states, with the masked value -inf everywhere:
+- the initial state: every carry at its init, the accumulator zero;
+- a running state: every carry some finite value, the accumulator anything;
+(a row's carries are either all at their initial values or all finite: the premise, which
+docs/language.md states) and asks that every carry update gives the carry's own value, every
+rescale of the accumulator is by 1 (by a finite value in the initial state: zero stays zero),
+and the value handed on is 0. The inputs are taken to be finite. Values are abstracted as a
+constant, a finite unknown (equal to itself: `m - m` is 0) or unknown.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..enums import Axis, Op, ReduceOp
+from ..plan import epilogue as dag
+from ..plan import program as pp
+from ..reference import numpy_op, round_to
+
+_COMPARE = {Op.LE: (True, False), Op.LT: (True, True), Op.GE: (False, False),
+            Op.GT: (False, True)}  # op -> (upper, strict) for `col op ...`
+_FLIP = {Op.LE: Op.GE, Op.LT: Op.GT, Op.GE: Op.LE, Op.GT: Op.LT}
+
+
+def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopBounds:
+    """The loop's bounds from the body's masks (every block, with why, when none qualifies)."""
+    values = body.values
+    masks = [v for v in values if _is_mask(values, v)]
+    if not masks:
+        return pp.LoopBounds((), (), "every block runs: no value of the form where(P, e, -inf) "
+                                     "masks the scores")
+    bounds: list[pp.ColumnBound] = []
+    fold: list[int] = []
+    refused: list[str] = []
+    for mask in masks:
+        cond = mask.kind.args[0]
+        text = _text(values, mask.id)
+        found = _conjunction(values, cond)
+        if isinstance(found, str):
+            refused.append(f"`{text}`: {found}")
+            continue
+        problem = _changes_state(body, carries, mask.id)
+        if problem is not None:
+            refused.append(f"`{text}`: a block it masks in full {problem}")
+            continue
+        bounds += [b for b in found[0] if b not in bounds]
+        fold += [i for i in found[1] if i not in fold]
+    if not bounds:
+        return pp.LoopBounds((), (), "every block runs: " + "; ".join(refused))
+    why = (f"blocks masked in full for every row of the tile are skipped ({len(bounds)} "
+           f"bound{'s' if len(bounds) > 1 else ''} on col); inside the mask its predicate is "
+           "known true")
+    if refused:
+        why += "; not used: " + "; ".join(refused)
+    return pp.LoopBounds(tuple(bounds), tuple(fold), why)
+
+
+def _is_mask(values, v: pp.Value) -> bool:
+    kind = v.kind
+    if not (isinstance(kind, dag.Apply) and kind.op is Op.WHERE):
+        return False
+    other = values[kind.args[2]].kind
+    return isinstance(other, dag.Constant) and other.value == -math.inf
+
+
+# ---------------------------------------------------------------------------------------------
+# The predicate: a conjunction of linear comparisons
+
+
+def _conjunction(values, index: int):
+    """(bounds, predicate ids) of a conjunction of comparisons, or why it is not one."""
+    kind = values[index].kind
+    if isinstance(kind, dag.Apply) and kind.op in (Op.MUL, Op.MIN) or (
+            isinstance(kind, dag.Apply) and kind.op is Op.WHERE
+            and _constant(values, kind.args[2]) == 0.0):
+        parts = kind.args[:2]
+        bounds, ids = [], [index]
+        for part in parts:
+            found = _conjunction(values, part)
+            if isinstance(found, str):
+                return found
+            bounds += found[0]
+            ids += found[1]
+        return bounds, ids
+    if not (isinstance(kind, dag.Apply) and kind.op in _COMPARE):
+        return (f"its condition `{_text(values, index)}` is not a comparison of col "
+                "(<, <=, >, >=) or a conjunction of them")
+    left, right = (_linear(values, a) for a in kind.args)
+    if left is None or right is None:
+        return (f"`{_text(values, index)}` is not linear in col and row (constants, scalars "
+                "and sizes times constants)")
+    diff = dict(left)
+    for key, coef in right.items():
+        diff[key] = diff.get(key, 0.0) - coef
+    op = kind.op
+    col = diff.pop("col", 0.0)
+    if col not in (1.0, -1.0):
+        return f"`{_text(values, index)}` must hold col with coefficient 1 or -1"
+    if col < 0:
+        diff = {key: -coef for key, coef in diff.items()}
+        op = _FLIP[op]
+    # col + row_coef * row + rest  op  0  ->  col  op  -row_coef * row - rest
+    slope = -diff.pop("row", 0.0)
+    if slope not in (-1.0, 0.0, 1.0):
+        return f"`{_text(values, index)}` must hold row with coefficient -1, 0 or 1"
+    upper, strict = _COMPARE[op]
+    offset = tuple(pp.OffsetTerm(-coef, *key) for key, coef in sorted(
+        diff.items(), key=lambda item: (item[0][0].value, item[0][1] or "")) if coef != 0.0)
+    return [pp.ColumnBound(upper, strict, int(slope), offset)], [index]
+
+
+def _linear(values, index: int) -> dict | None:
+    """A value as {"col": c, "row": r, (Term, param): coef}, or None when not linear."""
+    kind = values[index].kind
+    if isinstance(kind, dag.Constant):
+        return {(pp.Term.ONE, None): kind.value} if math.isfinite(kind.value) else None
+    if isinstance(kind, pp.PositionValue):
+        return {"row" if kind.axis is Axis.ROW else "col": 1.0}
+    if isinstance(kind, dag.ScalarArg):
+        return {(pp.Term.SCALAR, kind.param): 1.0}
+    if isinstance(kind, pp.ExtentValue):
+        return {(pp.Term.LOOP_LEN if kind.loop else pp.Term.ROWS, kind.dim): 1.0}
+    if not isinstance(kind, dag.Apply):
+        return None
+    args = [_linear(values, a) for a in kind.args]
+    if any(a is None for a in args):
+        return None
+    if kind.op is Op.NEG:
+        return {key: -coef for key, coef in args[0].items()}
+    if kind.op in (Op.ADD, Op.SUB):
+        sign = 1.0 if kind.op is Op.ADD else -1.0
+        out = dict(args[0])
+        for key, coef in args[1].items():
+            out[key] = out.get(key, 0.0) + sign * coef
+        return out
+    if kind.op in (Op.MUL, Op.DIV):
+        factor = _pure_constant(args[1])
+        if kind.op is Op.MUL and factor is None:
+            factor, args = _pure_constant(args[0]), args[::-1]
+        if factor is None or (kind.op is Op.DIV and factor == 0.0):
+            return None
+        scale = factor if kind.op is Op.MUL else 1.0 / factor
+        return {key: coef * scale for key, coef in args[0].items()}
+    return None
+
+
+def _pure_constant(form: dict) -> float | None:
+    if set(form) <= {(pp.Term.ONE, None)}:
+        return form.get((pp.Term.ONE, None), 0.0)
+    return None
+
+
+def _constant(values, index: int) -> float | None:
+    kind = values[index].kind
+    return kind.value if isinstance(kind, dag.Constant) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The proof that a block masked in full leaves the state as it was
+
+
+@dataclass(frozen=True, slots=True)
+class _Finite:
+    """A finite value not known when compiling; equal to itself only."""
+
+    key: object
+
+
+def _changes_state(body: pp.Section, carries, mask: int) -> str | None:
+    """Why the body changes the state on a block where value `mask` is -inf, or None."""
+    initial = {name: float(init) for name, init in carries}
+    running = {name: _Finite(("carry", name)) for name, _ in carries}
+    for state, start in (("from the loop's initial state", initial),
+                         ("from a running state", running)):
+        problem = _run(body, dict(start), mask, state == "from the loop's initial state")
+        if problem is not None:
+            return f"{problem} ({state})"
+    return None
+
+
+def _run(body: pp.Section, state: dict, mask: int, initial: bool) -> str | None:
+    known: dict[int, object] = {}
+    values = body.values
+
+    def get(index: int):
+        if index not in known:
+            known[index] = _abstract(values[index], get, state, mask)
+        return known[index]
+
+    for stmt in body.statements:
+        if isinstance(stmt, pp.UpdateCarry):
+            if not _same(get(stmt.value), state[stmt.carry]):
+                return f"changes carry '{stmt.carry}'"
+        elif isinstance(stmt, pp.Rescale):
+            factor = get(stmt.value)
+            keeps = _same(factor, 1.0) or (initial and (
+                isinstance(factor, _Finite) or (isinstance(factor, float)
+                                                and math.isfinite(factor))))
+            if not keeps:
+                return f"rescales accumulator '{stmt.gemm}'"
+        elif isinstance(stmt, pp.HandOn):
+            if not _same(get(stmt.value), 0.0):
+                return "hands a value other than 0 to the accumulating gemm"
+    return None
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b
+    return isinstance(a, _Finite) and a == b
+
+
+def _abstract(value: pp.Value, get, state: dict, mask: int):
+    """The value on a block masked in full: a float, a _Finite, or None (unknown)."""
+    kind = value.kind
+    if value.id == mask:
+        return -math.inf
+    if isinstance(kind, dag.Constant):
+        return float(kind.value)
+    if isinstance(kind, pp.CarryValue):
+        return state[kind.carry]
+    if isinstance(kind, (dag.Accumulator, dag.ScalarArg, dag.VectorLoad, dag.TensorLoad,
+                         pp.PositionValue, pp.ExtentValue)):
+        return _Finite(kind)
+    if isinstance(kind, pp.RowReduction):
+        arg = get(kind.arg)
+        if isinstance(arg, float):  # the block has at least one column: a constant reduces
+            if kind.op is ReduceOp.SUM:  # to itself, a sum only when it is 0
+                return 0.0 if arg == 0.0 else None
+            return abs(arg) if kind.op is ReduceOp.ABSMAX else arg
+        return _Finite(("reduce", kind.op, arg)) if isinstance(arg, _Finite) else None
+    if isinstance(kind, dag.Cast):
+        arg = get(kind.arg)
+        if isinstance(arg, float):
+            return float(round_to(np.float64(arg), kind.dtype))
+        return _Finite(("cast", kind.dtype, arg)) if isinstance(arg, _Finite) else None
+    if isinstance(kind, dag.Apply):
+        return _apply(kind.op, [get(a) for a in kind.args])
+    return None
+
+
+_BOUNDED = {Op.TANH, Op.SIGMOID, Op.RELU, Op.ABS, Op.NEG}  # finite in, finite out
+
+
+def _apply(op: Op, args: list):
+    if all(isinstance(a, float) for a in args):
+        with np.errstate(all="ignore"):
+            out = float(numpy_op(op, *(np.float64(a) for a in args)))
+        return None if math.isnan(out) else out
+    if op is Op.WHERE:
+        cond, a, b = args
+        if isinstance(cond, float):
+            return a if cond != 0.0 else b
+        return a if a is not None and (a == b) else None
+    if any(a is None for a in args):
+        return None
+    if op in _BOUNDED:
+        return _Finite((op, args[0]))
+    if len(args) != 2:
+        return None
+    a, b = args
+    return _binary(op, a, b)
+
+
+def _binary(op: Op, a, b):
+    """One float and one _Finite, or two _Finite."""
+    fa, fb = isinstance(a, _Finite), isinstance(b, _Finite)
+    if op in (Op.ADD, Op.SUB):
+        if op is Op.SUB and a == b:
+            return 0.0
+        if fb and isinstance(a, float) and math.isinf(a):
+            return a
+        if fa and isinstance(b, float) and math.isinf(b):
+            return b if op is Op.ADD else -b
+        if b == 0.0:
+            return a
+        if op is Op.ADD and a == 0.0:
+            return b
+        return _Finite((op, a, b))
+    if op is Op.MUL:
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, float):
+                if x == 1.0:
+                    return y
+                if x == 0.0:
+                    return 0.0
+                return _Finite((op, a, b)) if math.isfinite(x) else None
+        return _Finite((op, a, b))
+    if op is Op.DIV:
+        return a if b == 1.0 else None
+    if op in (Op.MAX, Op.MIN):
+        lost, wins = (-math.inf, math.inf) if op is Op.MAX else (math.inf, -math.inf)
+        for x, y in ((a, b), (b, a)):
+            if x == lost:
+                return y
+            if x == wins:
+                return wins
+        return a if a == b else _Finite((op, a, b))
+    if op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE):
+        if a == b:
+            return 1.0 if op in (Op.EQ, Op.LE, Op.GE) else 0.0
+        inf = a if isinstance(a, float) and math.isinf(a) else (
+            b if isinstance(b, float) and math.isinf(b) else None)
+        if inf is None:
+            return None
+        # a finite value against an infinity: compare any finite number the same way
+        probe = [0.0 if isinstance(x, _Finite) else x for x in (a, b)]
+        return float(numpy_op(op, *(np.float64(x) for x in probe)))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Quoting a value in a message
+
+_INFIX = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, *_COMPARE, Op.EQ, Op.NE}
+
+
+def _text(values, index: int, depth: int = 0) -> str:
+    kind = values[index].kind
+    if depth > 6:
+        return "..."
+    if isinstance(kind, dag.Constant):
+        v = kind.value
+        return ("-inf" if v < 0 else "inf") if math.isinf(v) else f"{v:g}"
+    if isinstance(kind, dag.ScalarArg):
+        return kind.param
+    if isinstance(kind, pp.PositionValue):
+        return kind.axis.value
+    if isinstance(kind, pp.ExtentValue):
+        return kind.dim
+    if isinstance(kind, pp.CarryValue):
+        return kind.carry
+    if isinstance(kind, dag.Accumulator):
+        return "acc"
+    if isinstance(kind, dag.VectorLoad):
+        return f"{kind.param}[{kind.axis.value}]"
+    if isinstance(kind, pp.RowReduction):
+        return f"row{kind.op.value}({_text(values, kind.arg, depth + 1)})"
+    if isinstance(kind, dag.Cast):
+        return f"cast<{kind.dtype.dsl_name}>({_text(values, kind.arg, depth + 1)})"
+    if isinstance(kind, dag.Apply):
+        args = [_text(values, a, depth + 1) for a in kind.args]
+        if kind.op in _INFIX:
+            return f"({args[0]} {kind.op.spelling} {args[1]})" if depth else \
+                f"{args[0]} {kind.op.spelling} {args[1]}"
+        if kind.op is Op.NEG:
+            return f"-{args[0]}"
+        return f"{kind.op.spelling}({', '.join(args)})"
+    return type(kind).__name__

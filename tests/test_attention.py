@@ -1,0 +1,147 @@
+"""kgen.attention on the CPU: the program it writes (parsed, verified, planned: bounds from the
+masks), signatures, mods' mistakes located in the mod's own text, argument checks; the launch
+is tests/gpu/test_attention_gpu.py's."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kgen
+from kgen import attention as kattention
+from kgen.api import build_verified
+from kgen.errors import ArgumentError, KgenError
+from kgen.lower import lower
+from kgen.reference import evaluate
+
+
+def sig(d_qk=64, d_v=None, causal=False, score_mod=None, mask_mod=None, scalars=(),
+        dtype="bf16"):
+    return kattention.Signature(dtype, d_qk, d_v or d_qk, causal, score_mod, mask_mod,
+                                tuple(sorted(scalars)))
+
+
+def test_the_export_is_callable_and_the_module():
+    assert callable(kgen.attention)
+    assert kgen.attention.Signature is kattention.Signature
+    assert kgen.attention.attention is kattention.attention
+
+
+@pytest.mark.parametrize("s, skips", [
+    (sig(), False),
+    (sig(causal=True), True),
+    (sig(mask_mod="col > row - window", scalars=("window",)), True),
+    (sig(causal=True, mask_mod="col > row - window", scalars=("window",)), True),
+    (sig(mask_mod="col <= row + T - S"), True),
+    (sig(score_mod="cap * tanh(score / cap)", scalars=("cap",)), False),
+    (sig(score_mod="score - slope * (row - col)", causal=True, scalars=("slope",)), True),
+    (sig(mask_mod="(row - col) * (row - col) < 100"), False),
+])
+def test_programs_verify_plan_and_skip_where_the_mask_is_linear(s, skips):
+    plan = lower(kattention.program(s))
+    assert plan.bounds.skips is skips, plan.bounds.why
+    if not skips:
+        assert plan.bounds.why.startswith("every block runs")
+
+
+def test_the_program_is_deterministic_and_named_by_its_signature():
+    a = kattention.program_text(sig(causal=True))
+    assert a == kattention.program_text(sig(causal=True))
+    assert a != kattention.program_text(sig())
+    assert sig(causal=True).name != sig().name
+    assert build_verified(kattention.program(sig(causal=True)), "sm_80").source == \
+        build_verified(kattention.program(sig(causal=True)), "sm_80").source
+
+
+@pytest.mark.parametrize("d_qk, d_v", [(64, 64), (96, 96), (128, 128), (192, 192), (256, 256),
+                                       (192, 128)])
+def test_head_dims_plan(d_qk, d_v):
+    plan = lower(kattention.program(sig(d_qk, d_v, causal=True)))
+    assert (plan.gemm0.k, plan.gemm1.n) == (d_qk, d_v)
+
+
+@pytest.mark.parametrize("field, text, col, message", [
+    ("score_mod", "score +* 2", 8, "expected an expression"),
+    ("score_mod", "score * foo", 9, "unknown name 'foo'"),
+    ("score_mod", "score * D", 9, "unknown name 'D'"),
+    ("mask_mod", "col <= row + foo", 14, "unknown name 'foo'"),
+    ("mask_mod", "col <= rowsum(row)", 8, "rowsum reduces the elements of a row"),
+    ("score_mod", "tanh(score, 2)", 1, "tanh takes 1 argument"),
+])
+def test_mistakes_in_a_mod_are_located_in_the_mod(field, text, col, message):
+    with pytest.raises(KgenError) as err:
+        kattention.program(sig(**{field: text}))
+    loc = err.value.loc
+    assert (loc.file, loc.line, loc.col) == (field, 1, col), (loc, err.value.message)
+    assert message in err.value.message, err.value.message
+
+
+def test_a_mod_is_one_line():
+    with pytest.raises(KgenError) as err:
+        kattention.program(sig(score_mod="score\n* 2"))
+    assert err.value.loc.file == "score_mod" and "one line" in err.value.message
+
+
+class Fake:
+    """Shape and dtype: what signature reads."""
+
+    def __init__(self, shape, dtype="torch.bfloat16"):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+
+def test_signature_reads_shapes_and_dtypes():
+    q, k, v = Fake((2, 8, 100, 192)), Fake((2, 2, 300, 192)), Fake((2, 2, 300, 128))
+    s = kattention.signature(q, k, v, is_causal=True, scalars={"w": 3.0, "c": 1.0})
+    assert (s.dtype, s.d_qk, s.d_v, s.causal, s.scalars) == ("bf16", 192, 128, True, ("c", "w"))
+    f16 = kattention.signature(*(Fake(t.shape, "torch.float16") for t in (q, k, v)))
+    assert f16.dtype == "f16"
+
+
+@pytest.mark.parametrize("shapes, dtypes, scalars, message", [
+    (((2, 8, 10, 64), (2, 8, 10, 64), (2, 8, 10)), None, None, "v must be [B, H, S, D]"),
+    (((2, 8, 10, 64),) * 3, ("torch.float32",) * 3, None, "bfloat16 or float16"),
+    (((2, 8, 10, 64),) * 3, ("torch.bfloat16", "torch.float16", "torch.bfloat16"), None,
+     "k is torch.float16, but q is torch.bfloat16"),
+    (((2, 8, 10, 64), (2, 8, 10, 32), (2, 8, 10, 64)), None, None, "k's head dim 32"),
+    (((2, 8, 10, 64),) * 3, None, {"scale": 1.0}, "scalar name 'scale' is not usable"),
+    (((2, 8, 10, 64),) * 3, None, {"exp": 1.0}, "scalar name 'exp' is not usable"),
+])
+def test_signature_refuses_bad_arguments(shapes, dtypes, scalars, message):
+    dtypes = dtypes or ("torch.bfloat16",) * 3
+    q, k, v = (Fake(s, d) for s, d in zip(shapes, dtypes))
+    with pytest.raises(ArgumentError) as err:
+        kattention.signature(q, k, v, scalars=scalars)
+    assert message in str(err.value)
+
+
+def test_the_program_means_attention_with_its_mods():
+    """The reference of the written program (softcap and a window, bottom-right causal) against
+    attention computed here in float64."""
+    s = sig(64, 32, score_mod="cap * tanh(score / cap)",
+            mask_mod="(col <= row + T - S) * (col > row + T - S - window)",
+            scalars=("cap", "window"))
+    kernel = kattention.program(s)
+    rng = np.random.default_rng(11)
+    rows, length = 50, 77
+    q = rng.standard_normal((1, 2, rows, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 1, length, 64)).astype(np.float32)
+    v = rng.standard_normal((1, 1, length, 32)).astype(np.float32)
+    scale, cap, window = 0.125, 5.0, 20.0
+    out = evaluate(kernel, {"Q": q, "K": k, "V": v},
+                   scalars={"scale": scale, "cap": cap, "window": window}, block=64)
+    for h in range(2):
+        x = scale * (q[0, h].astype(np.float64) @ k[0, 0].T.astype(np.float64))
+        x = cap * np.tanh(x / cap)
+        row, col = np.arange(rows)[:, None], np.arange(length)[None, :]
+        keep = (col <= row + length - rows) & (col > row + length - rows - window)
+        x = np.where(keep, x, -np.inf)
+        m = x.max(1, keepdims=True)
+        p = np.exp(x - m)
+        want = (p / p.sum(1, keepdims=True)) @ v[0, 0].astype(np.float64)
+        got = np.asarray(out["O"], dtype=np.float64)[0, h]
+        assert np.abs(got - want).max() < 0.05
+        lse = np.asarray(out["lse"], dtype=np.float64)[0, h]
+        assert np.abs(lse - (m[:, 0] + np.log(p.sum(1)))).max() < 1e-3
+        assert math.isfinite(lse.max())
