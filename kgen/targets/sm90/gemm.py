@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Layout
-from ...plan import KernelPlan, StorePath
+from ...plan import KernelPlan, StorePath, VectorHome
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
@@ -55,13 +55,14 @@ def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: 
 
 def k_tile(plan: KernelPlan) -> str:
     """The producer's k tile at step kt of a tile's (split-K, stream-K: of its unit's part)."""
-    return "(k_first + kt)" if plan.schedule.split_k > 1 or plan.schedule.stream_k else "kt"
+    scheduler = plan.schedule.scheduler
+    return "(k_first + kt)" if scheduler.split_k > 1 or scheduler.stream_k else "kt"
 
 
 def stream_values(plan: KernelPlan) -> dict:
     """What the template prints about stream-K (templates/sm90/stream_k.inc.j2): the CTA's
     share of the walk's steps and, per tile, the part of its k tiles the share holds."""
-    if not plan.schedule.stream_k:
+    if not plan.schedule.scheduler.stream_k:
         return dict(stream_k=False, stream_head=[])
     tiles = "walk" if batch.batched(plan) else "tiles"  # every batch's
     return dict(
@@ -74,8 +75,8 @@ def stream_values(plan: KernelPlan) -> dict:
 def split_values(plan: KernelPlan) -> dict:
     """What the template prints about split-K: the walk over units (part u % kSplitK of tile
     u / kSplitK's k tiles), each unit's k tiles, and the name of the kernel's k tile count."""
-    split = plan.schedule.split_k
-    if plan.schedule.stream_k:
+    split = plan.schedule.scheduler.split_k
+    if plan.schedule.scheduler.stream_k:
         return stream_values(plan)
     if split == 1:
         return dict(split_k=1, unit_k=[], k_tile="kt", k_tiles_total="k_tiles", stream_k=False,
@@ -87,7 +88,7 @@ def split_values(plan: KernelPlan) -> dict:
     # the walk's units (each batch's): tiles x kSplitK, or on clusters each cluster tile's parts
     # (the cluster's CTAs take the same part of their own tiles, so the operand they share
     # covers the same k tiles); the narrow producer walks tiles without clusters (tile_batch)
-    units = "cluster_units" if plan.schedule.cluster_size > 1 else "units"
+    units = "cluster_units" if plan.schedule.scheduler.cluster.size > 1 else "units"
     walk_batch = macro_lines(WALK, "batch_of", per_batch=units) if batched else []
     walk_in_batch = f"tile % {units} / kSplitK" if batched else "tile / kSplitK"
     return dict(
@@ -102,10 +103,10 @@ def host_tiles(plan: KernelPlan) -> str:
     """The launcher's count of the walk's units (the persistent grid takes at most this many
     CTAs): tiles, split-K parts, or stream-K steps (each tile's k tiles, at least one)."""
     schedule, ns = plan.schedule, f"{plan.name}_kgen"
-    if schedule.stream_k:
+    if schedule.scheduler.stream_k:
         return host_api.stream_units(plan)
     return batch.grid_count(plan, "tiles_m * tiles_n" + (
-        f" * {ns}::kSplitK" if schedule.split_k > 1 else ""))
+        f" * {ns}::kSplitK" if schedule.scheduler.split_k > 1 else ""))
 
 
 def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
@@ -142,7 +143,7 @@ def _loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: st
     whole = _whole(plan, operand, ring, stage_bytes, rows, first, shared, mn_major)
     if not shared:
         return macro_lines(WALK, "loads", whole=whole, half=None)
-    mask = f"0x{(1 << plan.schedule.cluster_size) - 1:x}"
+    mask = f"0x{(1 << plan.schedule.scheduler.cluster.size) - 1:x}"
     if mn_major:
         half = f"{rows} / 128"  # boxes per CTA
         half_load = _tma_load(plan, operand, ring, stage_bytes, first, True, rows, multicast=mask,
@@ -161,14 +162,14 @@ def cluster_values(plan: KernelPlan) -> dict:
     tile_batch = (macro_lines(WALK, "batch_of", per_batch="(tiles_m * tiles_n)") if batched
                   else [])
     tile_in_batch = "tile % (tiles_m * tiles_n)" if batched else "tile"
-    if schedule.cluster_size == 1:
+    if schedule.scheduler.cluster.size == 1:
         return dict(walk_tiles="tiles", walk="walk" if batched else "tiles",
                     walk_first="blockIdx.x", walk_step="gridDim.x", walk_batch=tile_batch,
                     walk_in_batch=tile_in_batch, walk_dims="tiles_m, tiles_n", cluster_tile=[],
                     release="mbarrier_arrive", releaser="tid % kWarpgroupThreads == 0",
                     tile_batch=tile_batch,
                     tile_in_batch=tile_in_batch)
-    cm, cn = schedule.cluster
+    cm, cn = schedule.scheduler.cluster.shape
     along = "m" if cm > 1 else "n"
     shared = {"a": "A (the same tile rows)", "b": "B (the same tile columns)"}[schedule.multicast]
     return dict(
@@ -204,22 +205,23 @@ NARROW_UNROLL, NARROW_UNROLL_BATCHED = 8, 4
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     schedule = plan.schedule
-    staged = schedule.gemm(g.name).store is StorePath.TMA
-    assert schedule.narrow, "a one-gemm kernel has a narrow entry point"
+    staged = schedule.gemm(g.name).output.path is StorePath.TMA
+    assert schedule.entry.narrow, "a one-gemm kernel has a narrow entry point"
     body = epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="kNarrow"), False)
-    c = schedule.gemm(g.name).staged_input
+    c = schedule.gemm(g.name).staged.param
     packed = (epilogue_cpp.function_body(
         epilogue_cpp.render(g.epilogue, narrow="false", staged=c,
-                            vectors=schedule.gemm(g.name).staged_vectors), True)
+                            vectors=schedule.gemm(g.name).vectors.held(VectorHome.STAGED)), True)
               if staged else [])
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
-    consumer, producer = schedule.role("consumer"), schedule.role("producer")
+    consumer, producer = schedule.warps.role("consumer"), schedule.warps.role("producer")
     batched = batch.batched(plan)
     maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
     n = g.tile[1]
-    a_mn, b_mn = schedule.gemm(g.name).a.mn_major, schedule.gemm(g.name).b.mn_major
+    pipeline = schedule.gemm(g.name).pipeline
+    a_mn, b_mn = pipeline.a.mn_major, pipeline.b.mn_major
     majors = {(False, False): "A and B K-major", (True, True): "A and B MN-major (transposed)",
               (True, False): "A MN-major (transposed), B K-major",
               (False, True): "A K-major, B MN-major (transposed)"}[(a_mn, b_mn)]
@@ -228,23 +230,23 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     host_cluster_tiles = batch.grid_count(
         plan, f"((tiles_m + {plan.name}_kgen::kClusterM - 1) / {plan.name}_kgen::kClusterM) * "
         f"((tiles_n + {plan.name}_kgen::kClusterN - 1) / {plan.name}_kgen::kClusterN)"
-        + (f" * {plan.name}_kgen::kSplitK" if schedule.split_k > 1 else ""))
+        + (f" * {plan.name}_kgen::kSplitK" if schedule.scheduler.split_k > 1 else ""))
     return render(
         "sm90/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
         name=plan.name,
         ns=f"{plan.name}_kgen",
-        kind_note=f"{schedule.kind.value} ({schedule.why_kind})",
+        kind_note=f"{schedule.scheduler.kind.value} ({schedule.scheduler.why})",
         tile_m=g.tile[0], tile_n=n, tile_k=g.tile[2],
         stages=g.stages,
-        group_m=schedule.raster.group_m,
+        group_m=schedule.scheduler.raster.group_m,
         smem_bytes=plan.smem_bytes,
-        threads=schedule.threads,
+        threads=schedule.warps.threads,
         producer_registers=producer.registers,
         consumer_registers=consumer.registers,
         consumers=consumer.groups,  # the consumer barrier's warpgroups
         consumers_word=schedules.CONSUMER_WORDS[consumer.groups],
-        pingpong=schedule.pingpong,
+        pingpong=schedule.scheduler.pingpong,
         a_bytes=g.a.dtype.nbytes, b_bytes=g.b.dtype.nbytes,
         a_smem=g.a.smem.name, b_smem=g.b.smem.name, a_param=g.a.param, b_param=g.b.param,
         barriers=f"{g.name}_ring_barriers",
@@ -252,8 +254,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_steps=tensor_map.steps_lines(maps),
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
-        stages_d=schedule.gemm(g.name).stages_d,
-        epilogue_groups=schedule.gemm(g.name).epilogue_groups,
+        stages_d=schedule.gemm(g.name).staging.boxes,
+        epilogue_groups=schedule.gemm(g.name).groups.count,
         stmatrix=staged,  # the staging written by stmatrix
         copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
         part_box=bool(staged and part_box(g)),  # copied out by the threads
@@ -283,8 +285,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         persistent=True,
         arch_guard=arch_guard.guard(plan),
         summary=(f"{g.name} = {g.a_name} @ {g.b_name}, CTA tile {g.tile[0]}x{n}x{g.tile[2]}, "
-                 f"{schedule.kind.value}"),
-        min_blocks=schedule.min_blocks_per_sm,
+                 f"{schedule.scheduler.kind.value}"),
+        min_blocks=schedule.scheduler.min_blocks_per_sm,
         m_expr=dim_expr(g.m_dim), n_expr=dim_expr(g.n_dim), k_expr=dim_expr(g.k_dim),
         host_m_expr=dim_expr(g.m_dim), host_n_expr=dim_expr(g.n_dim),
         host_checks=host_checks(plan),
@@ -296,7 +298,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
         narrow_unroll=NARROW_UNROLL_BATCHED if batched else NARROW_UNROLL,
         # the epilogue tile's staged input: its boxes past the buffers are prefetched into L2
-        prefetch_staged=bool(c and schedule.gemm(g.name).stages_d),
+        prefetch_staged=bool(c and schedule.gemm(g.name).staging.boxes),
         **{f"{w}_load{suffix}": loads(plan, param, f"{w}_ring", f"k{W}StageBytes", f"kTile{mn}",
                                       f"tile_{mn.lower()} * kTile{mn}", multicast == w, major)
            for loads, suffix in ((_loads, ""), (_whole_loads, "_whole"))
