@@ -19,7 +19,7 @@ from .epilogue import (  # noqa: F401
 from .schedule import (  # noqa: F401
     CachePolicy, Cluster, ColumnPasses, EntryPoints, EpilogueGroups, EpilogueVectors,
     GemmSchedule, KernelKind, LineChoice, LoadPath, Mma, MmaAtom, OperandSchedule, Output,
-    Overlap, Pipeline, Raster, Schedule, StagedInput, Staging, StorePath, TensorMap,
+    Overlap, Pipeline, Raster, Schedule, StagedInput, Staging, StagingMode, StorePath, TensorMap,
     TileScheduler, VectorHome, WarpRole, WarpRoles, staged_vector_buffer)
 
 

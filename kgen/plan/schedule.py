@@ -68,6 +68,13 @@ class StorePath(enum.Enum):
     FEED = "feeds the next gemm"  # a chain's intermediate, kept on chip
 
 
+class StagingMode(enum.Enum):
+    """How a TMA store's output staging holds a consumer's tile (Staging)."""
+
+    WHOLE_TILE = "the consumer's whole tile"  # every 64x64 box written, then all stored
+    BOXES = "64x64 boxes, one at a time"  # each box stored as soon as it is written
+
+
 class VectorHome(enum.Enum):
     """Where the epilogue reads its row and column vectors (bias[col], scale[row]) from."""
 
@@ -303,6 +310,10 @@ class Staging:
 
     boxes: int = 0
     why: str = ""
+
+    @property
+    def mode(self) -> StagingMode:
+        return StagingMode.BOXES if self.boxes else StagingMode.WHOLE_TILE
 
     def describe(self, gemm: str) -> list[Row]:
         if not self.why:

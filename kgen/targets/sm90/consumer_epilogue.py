@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Axis, Layout
-from ...plan import (GemmPlan, KernelPlan, StorePath, TensorLoad, VectorHome, VectorLoad,
-                     staged_vector_buffer)
+from ...plan import (GemmPlan, KernelPlan, StagingMode, StorePath, TensorLoad, VectorHome,
+                     VectorLoad, staged_vector_buffer)
 from ..common import batch
 from ..common.epilogue_loop import reductions
 from ..common.operands import dim_expr
@@ -194,18 +194,26 @@ def whole_chunks(col: bool) -> str:
     return "n0 + kTileN <= N || N % 8 == 0"
 
 
+# The fast entry point's staging epilogue, per staging of the output (Staging.mode); both
+# import the pieces they share from templates/sm90/gemm_tma_store.inc.j2
+TMA_STORE_EPILOGUE = {
+    StagingMode.WHOLE_TILE: "sm90/gemm_tma_store_tile.inc.j2",
+    StagingMode.BOXES: "sm90/gemm_tma_store_boxes.inc.j2",
+}
+
+
 def staging_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The fast entry point's staging epilogue (templates/sm90/gemm_tma_store.inc.j2)."""
+    """The fast entry point's staging epilogue (TMA_STORE_EPILOGUE)."""
     params = "pb" if batch.batched(plan) else "p"
     gs = plan.schedule.gemm(g.name)
     packed = g.epilogue.packed_store
     out, col = packed.param, packed.layout is Layout.COL
     batched_out = plan.param(out).batch is not None
-    return render_lines("sm90/gemm_tma_store.inc.j2", out=out,
+    return render_lines(TMA_STORE_EPILOGUE[gs.staging.mode], out=out,
                         staging=f"{g.name}_d_staging", name=g.name, params=params,
                         batched_out=batched_out,
                         staged=gs.staged.param or "", col=col,
                         whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
                         reads_memory=staging_reads_memory(plan, g),
-                        stages_d=gs.staging.boxes, groups=gs.groups.count,
+                        groups=gs.groups.count,
                         part_box=bool(part_box(g)), odd_n8=odd_n8(g))
