@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Layout
-from ...plan import KernelPlan, StorePath, VectorHome
+from ...plan import KernelPlan, StagingMode, StorePath, VectorHome
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
@@ -21,6 +21,12 @@ from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read i
 from .warp_specialized import odd_n8, part_box
 
 WALK = "sm90/walk.inc.j2"
+# The output staging's pieces in the kernel (its constants, the staged input's barriers), per
+# staging (Staging.mode); the epilogue's are consumer_epilogue.TMA_STORE_EPILOGUE's
+STAGING = {
+    StagingMode.WHOLE_TILE: "sm90/staging_tile.inc.j2",
+    StagingMode.BOXES: "sm90/staging_boxes.inc.j2",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +261,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
         stages_d=schedule.gemm(g.name).staging.boxes,
+        staging_pieces=STAGING[schedule.gemm(g.name).staging.mode],
         epilogue_groups=schedule.gemm(g.name).groups.count,
         stmatrix=staged,  # the staging written by stmatrix
         copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
