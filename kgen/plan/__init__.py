@@ -18,7 +18,7 @@ from .epilogue import (  # noqa: F401
     TensorLoad, VectorLoad)
 from .schedule import (  # noqa: F401
     CachePolicy, Cluster, ColumnPasses, EntryPoints, EpilogueGroups, EpilogueVectors,
-    GemmSchedule, KernelKind, LineChoice, LoadPath, Mma, MmaAtom, OperandSchedule, Output,
+    GemmSchedule, KernelKind, KSplit, LineChoice, LoadPath, Mma, MmaAtom, OperandSchedule, Output,
     Overlap, Pipeline, Raster, Schedule, StagedInput, Staging, StagingMode, StorePath, TensorMap,
     TileScheduler, VectorHome, WarpRole, WarpRoles, staged_vector_buffer)
 

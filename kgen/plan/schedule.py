@@ -68,6 +68,14 @@ class StorePath(enum.Enum):
     FEED = "feeds the next gemm"  # a chain's intermediate, kept on chip
 
 
+class KSplit(enum.Enum):
+    """How an output tile's k tiles are shared (TileScheduler.split_k, stream_k)."""
+
+    WHOLE = "one unit of the walk per tile"
+    SPLIT = "split-K: split_k units per tile, each a contiguous part"
+    STREAM = "stream-K: the persistent CTAs share the k tiles equally"
+
+
 class StagingMode(enum.Enum):
     """How a TMA store's output staging holds a consumer's tile (Staging)."""
 
@@ -147,6 +155,11 @@ class TileScheduler:
     def pingpong(self) -> bool:
         """Producer warps fill the ring while two consumer warpgroups take alternate tiles."""
         return self.kind is KernelKind.PINGPONG
+
+    @property
+    def k_split(self) -> KSplit:
+        return (KSplit.STREAM if self.stream_k else KSplit.SPLIT if self.split_k > 1
+                else KSplit.WHOLE)
 
     def describe(self) -> list[Row]:
         rows = [("kind", self.kind.value, self.why),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Layout
-from ...plan import KernelPlan, StagingMode, StorePath, VectorHome
+from ...plan import KernelPlan, KSplit, StagingMode, StorePath, VectorHome
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
@@ -21,6 +21,51 @@ from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read i
 from .warp_specialized import odd_n8, part_box
 
 WALK = "sm90/walk.inc.j2"
+
+
+@dataclass(frozen=True, slots=True)
+class WalkValues:
+    """What the walk's pieces print (templates/sm90/walk.inc.j2): its first unit, its end and
+    step (per CTA, or per cluster), and the constants of split-K and stream-K."""
+
+    first: str
+    walk: str
+    step: str
+    split_k: int
+    stream_flags: int
+
+
+@dataclass(frozen=True, slots=True)
+class KWalk:
+    """The macros of templates/sm90/walk.inc.j2 that print one way of sharing a tile's k
+    tiles: the constant it declares (None: none), the head of the producer's walk and of a
+    consumer's, and a consumer's first ring position and step."""
+
+    constant: str | None
+    producer: str
+    consumer: str
+    start: str
+
+
+K_SPLIT_WALK = {
+    KSplit.WHOLE: KWalk(None, "producer_tiles", "consumer_tiles", "whole_start"),
+    KSplit.SPLIT: KWalk("split_constant", "producer_tiles", "consumer_tiles", "split_start"),
+    KSplit.STREAM: KWalk("stream_constant", "stream_steps", "stream_steps", "stream_start"),
+}
+
+
+def walk_lines(plan: KernelPlan, values: dict) -> dict:
+    """The walk's pieces for the way the plan shares a tile's k tiles (K_SPLIT_WALK), from the
+    walk's values in `values` (cluster_values, split_values)."""
+    scheduler = plan.schedule.scheduler
+    way = K_SPLIT_WALK[scheduler.k_split]
+    w = WalkValues(first=values["walk_first"], walk=values["walk"], step=values["walk_step"],
+                   split_k=scheduler.split_k, stream_flags=plan.STREAM_FLAGS)
+    return dict(
+        k_split_constants=macro_lines(WALK, way.constant, w=w) if way.constant else [],
+        producer_walk=macro_lines(WALK, way.producer, w=w),
+        consumer_walk=macro_lines(WALK, way.consumer, w=w),
+        consumer_start=macro_lines(WALK, way.start, w=w))
 # The output staging's pieces in the kernel (its constants, the staged input's barriers), per
 # staging (Staging.mode); the epilogue's are consumer_epilogue.TMA_STORE_EPILOGUE's
 STAGING = {
@@ -232,6 +277,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
               (True, False): "A MN-major (transposed), B K-major",
               (False, True): "A K-major, B MN-major (transposed)"}[(a_mn, b_mn)]
     clusters = cluster_values(plan) | split_values(plan)
+    clusters |= walk_lines(plan, clusters)
     multicast = schedule.multicast
     host_cluster_tiles = batch.grid_count(
         plan, f"((tiles_m + {plan.name}_kgen::kClusterM - 1) / {plan.name}_kgen::kClusterM) * "
