@@ -89,11 +89,31 @@ class Sm90Chain(chain.ChainTarget):
             tma_a=tma_ring(plan), tma_load=tma_load,
             times_batches=batch.chain_values(plan)["times_batches"]).rstrip("\n").split("\n")
 
+    def device_helpers(self, plan: KernelPlan) -> list[str]:
+        """The fixed device helpers the chain's .cu carries, in order: wgmma's, and of the others
+        only those its kernel calls, as its schedule's components decide."""
+        schedule = plan.schedule
+        helpers = ["common/cp_async_evict_first.inc.j2"] if self.evict_first(plan) else []
+        helpers.append("sm90/wgmma.inc.j2")
+        if schedule.scheduler.pingpong:  # the ring's barriers; its producer's loads or registers
+            helpers += ["sm90/mbarrier.inc.j2", "sm90/tma_load.inc.j2" if tma_ring(plan)
+                        else "sm90/setmaxnreg.inc.j2"]
+        if schedule.tma_output is not None:
+            helpers.append("sm90/tma_store.inc.j2")
+        if batch.batched(plan) and schedule.tensor_maps:
+            helpers.append("sm90/tma_batch.inc.j2")
+        if schedule.quad_stores:  # 16-byte stores from registers
+            helpers.append("common/quad_transpose.inc.j2")
+        if schedule.mma_sync:  # a gemm still multiplies with mma.sync
+            helpers.append("common/mma_step.inc.j2")
+        return helpers
+
     def template_values(self, plan: KernelPlan) -> dict:
         first, schedule = plan.gemms[0], plan.schedule
         tma = schedule.tma_output
         maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
         return dict(
+            device_helpers=self.device_helpers(plan),
             **consumer_template_values(plan),
             quad_stores=schedule.quad_stores,
             mma_sync=schedule.mma_sync,
