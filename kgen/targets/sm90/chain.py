@@ -115,8 +115,6 @@ class Sm90Chain(chain.ChainTarget):
         return dict(
             device_helpers=self.device_helpers(plan),
             **consumer_template_values(plan),
-            quad_stores=schedule.quad_stores,
-            mma_sync=schedule.mma_sync,
             pingpong=schedule.scheduler.pingpong,
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
