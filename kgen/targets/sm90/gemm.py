@@ -253,6 +253,25 @@ def _pitch(plan: KernelPlan, operand: str) -> str:
 NARROW_UNROLL, NARROW_UNROLL_BATCHED = 8, 4
 
 
+def device_helpers(plan: KernelPlan) -> list[str]:
+    """The fixed device helpers the kernel carries before its batch and cluster ones, in order:
+    the ring's barriers and loads, the narrow entry point's copies and wgmma's, and of the
+    others only those its schedule's components call for."""
+    g = plan.gemms[0]
+    gs = plan.schedule.gemm(g.name)
+    helpers = ["sm90/mbarrier.inc.j2", "sm90/tma_load.inc.j2"]
+    if gs.staged.param is not None and gs.staging.mode is StagingMode.BOXES:
+        helpers.append("sm90/tma_prefetch.inc.j2")  # the staged input's later boxes, into L2
+    helpers += ["common/cp_async.inc.j2", "common/narrow_access.inc.j2", "sm90/wgmma.inc.j2"]
+    if gs.groups.count > 1:
+        helpers.append("sm90/epilogue_groups.inc.j2")
+    if gs.output.path is StorePath.TMA:
+        helpers.append("sm90/tma_store.inc.j2")
+    if g.epilogue.reductions:
+        helpers.append("sm90/reduce.inc.j2")
+    return helpers
+
+
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     schedule = plan.schedule
@@ -308,7 +327,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         tma_store=staged,
         stages_d=schedule.gemm(g.name).staging.boxes,
         staging_pieces=STAGING[schedule.gemm(g.name).staging.mode],
-        epilogue_groups=schedule.gemm(g.name).groups.count,
         stmatrix=staged,  # the staging written by stmatrix
         copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
         part_box=bool(staged and part_box(g)),  # copied out by the threads
@@ -318,7 +336,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         packed_params=(f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g),
         tile_start=tile_start(plan, g),
         mainloop_staged=mainloop_staged(plan, g),
-        reductions=bool(g.epilogue.reductions),
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
@@ -346,12 +363,11 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         batched=batched,
         batches=batch.batch_count(plan),
         **clusters,
+        device_helpers=device_helpers(plan),
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
         narrow_unroll=NARROW_UNROLL_BATCHED if batched else NARROW_UNROLL,
-        # the epilogue tile's staged input: its boxes past the buffers are prefetched into L2
-        prefetch_staged=bool(c and schedule.gemm(g.name).staging.boxes),
         **{f"{w}_load{suffix}": loads(plan, param, f"{w}_ring", f"k{W}StageBytes", f"kTile{mn}",
                                       f"tile_{mn.lower()} * kTile{mn}", multicast == w, major)
            for loads, suffix in ((_loads, ""), (_whole_loads, "_whole"))
