@@ -89,7 +89,8 @@ def main() -> int:
                 t = timed(lambda i: compiled.launch(bound[i % len(bound)], stream), set_bytes)
                 entry = "narrow" if bound[0].narrow else "fast"
                 row = dict(tag=tag, shape=[m, n, k], what=what, arch=arch.value, entry=entry,
-                           why_narrow=bound[0].narrow, kind=built.plan.schedule.kind.value, ms=t,
+                           why_narrow=bound[0].narrow,
+                           kind=built.plan.schedule.scheduler.kind.value, ms=t,
                            tflops=flops / t / 1e9, peak_fraction=flops / t / 1e9 / PEAK_TFLOPS,
                            rel_err=err, compile_s=compile_s,
                            vs_matmul=base["matmul"] / t,

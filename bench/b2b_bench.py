@@ -101,7 +101,7 @@ def kgen_ms(kernel, label, m=M, min_blocks=None, persistent=None, arch=None):
     source = emit(plan, source_name=f"{label}.kg", source_hash="", command="bench")
     built = Built(kernel, plan, source)
     if min_blocks is not None:
-        threads = built.plan.schedule.threads
+        threads = built.plan.schedule.warps.threads
         source = built.source.replace(f"__launch_bounds__({threads}, 1)",
                                       f"__launch_bounds__({threads}, {min_blocks})")
         built = dc.replace(built, source=source)
@@ -109,7 +109,7 @@ def kgen_ms(kernel, label, m=M, min_blocks=None, persistent=None, arch=None):
                  compare_torch=False, iters=50, hold=HOLD)
     res = report.compile or {}
     return dict(label=label, ok=report.ok, ms=report.timing.median_ms,
-                persistent=plan.schedule.persistent,
+                persistent=plan.schedule.scheduler.persistent,
                 registers=res.get("registers"), spills=res.get("spill_stores"),
                 smem=built.plan.smem_bytes, bytes=report.bytes)
 

@@ -116,8 +116,9 @@ def main() -> int:
             t = timed(lambda i: k.launch(bound[i % len(bound)], stream), set_bytes)
             entry = "narrow" if bound[0].narrow else "fast"
             plan = k.variant(bound[0].sizes).plan if label == "sized" else built.plan
-            kind = plan.schedule.kind.value + " " + "x".join(map(str, plan.gemms[0].tile)) + (
-                f" split {plan.schedule.split_k}" if plan.schedule.split_k > 1 else "")
+            scheduler = plan.schedule.scheduler
+            kind = scheduler.kind.value + " " + "x".join(map(str, plan.gemms[0].tile)) + (
+                f" split {scheduler.split_k}" if scheduler.split_k > 1 else "")
             row = dict(shape=[L, M, N, K], broadcast_b=broadcast_b, what=what, arch=label,
                        entry=entry, why_narrow=bound[0].narrow,
                        kind=kind, ms=t, tflops=flops / t / 1e9,

@@ -138,7 +138,7 @@ def inputs(m: int, n: int, k: int, sets: int, seed: int = 0):
 def schedule_of(kernel, sizes) -> str:
     """The tile and split the builder chose for these sizes."""
     plan = (kernel.variant(sizes) if hasattr(kernel, "variant") else kernel).plan
-    s = plan.schedule
+    s = plan.schedule.scheduler
     split = " stream-K" if s.stream_k else f" split {s.split_k}" if s.split_k > 1 else ""
     return f"{s.kind.value} {'x'.join(map(str, plan.gemms[0].tile))}{split}"
 

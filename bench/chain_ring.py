@@ -104,10 +104,10 @@ def label(plan) -> str:
     extra = (" B0 ring" if s.chain_ring_b else " resident" if s.resident else "")
     extra += " turns" if s.consumer_order else ""
     extra += " tma-out" if s.tma_output is not None else ""
-    passes = s.gemms[-1].column_passes
+    passes = s.gemms[-1].passes.count
     extra += f" {passes} passes" if passes > 1 else ""
-    extra += " 2 in flight" if s.gemms[0].wgmma_in_flight > 1 else ""
-    return f"{s.kind.value} {text}{extra}"
+    extra += " 2 in flight" if s.gemms[0].overlap.wgmma_groups > 1 else ""
+    return f"{s.scheduler.kind.value} {text}{extra}"
 
 
 def run_config(kern, config):
@@ -125,7 +125,7 @@ def run_config(kern, config):
     except KgenError:
         return None
     plan = built.plan
-    taken = [(g.tile, g.stages, s.b.load is LoadPath.RESIDENT)
+    taken = [(g.tile, g.stages, s.pipeline.b.load is LoadPath.RESIDENT)
              for g, s in zip(plan.gemms, plan.schedule.gemms)]
     if taken != [(c.tile, c.stages, c.resident) for c in config.gemms]:
         return None  # the configuration did not plan: a later one of the list did

@@ -35,11 +35,11 @@ def survey_row(dtype: str, k0: int, n0: int, n1: int) -> str:
     result = compile_cubin(built.source, built.plan.name, "sm_90a",
                            extra_options=fast_entry_options(built.plan.narrow_kernel))
     tiles = " ".join(f"{'x'.join(map(str, g.tile))}s{g.stages}" for g in built.plan.gemms)
-    consumer = schedule.role("consumer")
+    consumer = schedule.warps.role("consumer")
     consumers = consumer.groups if consumer is not None else "-"
     spill = result.spill_stores + result.spill_loads
-    return (f"{k0:5d}/{n0:3d}/{n1:3d}  {schedule.kind.value:10s} {tiles:28s} "
-            f"passes {schedule.gemms[-1].column_passes}  consumers {consumers}  "
+    return (f"{k0:5d}/{n0:3d}/{n1:3d}  {schedule.scheduler.kind.value:10s} {tiles:28s} "
+            f"passes {schedule.gemms[-1].passes.count}  consumers {consumers}  "
             f"regs {result.registers}  spill {spill} B")
 
 

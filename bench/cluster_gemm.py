@@ -96,8 +96,9 @@ def main() -> int:
                 bound = [compiled.bind(**s, **o) for s, o in zip(sets, outs)]
                 t = timed(lambda i: compiled.launch(bound[i % len(bound)], stream), set_bytes)
                 s = built.plan.schedule
-                row = dict(dtype=dtype.dsl_name, variant=label, kind=s.kind.value,
-                           cluster=list(s.cluster), multicast=s.multicast, shape=[m, n, k],
+                row = dict(dtype=dtype.dsl_name, variant=label, kind=s.scheduler.kind.value,
+                           cluster=list(s.scheduler.cluster.shape), multicast=s.multicast,
+                           shape=[m, n, k],
                            grid=bound[0].grid[0], ms=t, tflops=flops / t / 1e9,
                            peak_fraction=flops / t / 1e9 / PEAK_TFLOPS, rel_err=err,
                            compile_s=compile_s, torch_matmul_ms=base, vs_matmul=base / t)

@@ -105,7 +105,7 @@ def main() -> int:
                          if p.role is ir.Role.OUT} for _ in layout_sets]
                 bound = [compiled.bind(**s, **o) for s, o in zip(layout_sets, outs)]
                 t = timed(lambda i: compiled.launch(bound[i % len(bound)], stream), set_bytes)
-                store = built.plan.schedule.gemms[0].store.value
+                store = built.plan.schedule.gemms[0].output.path.value
                 row = dict(tag=tag, own=with_c or (m, n, k) == (6144, 5120, 3072),
                            layout=layout, stages=stages, store=store, shape=[m, n, k], ms=t,
                            tflops=flops / t / 1e9, peak_fraction=flops / t / 1e9 / PEAK_TFLOPS,

@@ -1,6 +1,6 @@
 """NVRTC's time for the fast entry point alone of examples compiled for sm_90a, on this machine's
 CPU (issue 15: under 1 s each): fastest of 3, each with an empty cache, and the epilogue's
-groups (GemmSchedule.epilogue_groups) beside it.
+groups (EpilogueGroups) beside it.
 
     python3 bench/compile_times.py [EXAMPLE ...]   (default: the five issue 15 names)
 """
@@ -30,7 +30,7 @@ def main() -> int:
             compile_cubin(built.source, built.plan.name, "sm_90a", cache=cache,
                           extra_options=fast_entry_options(built.plan.narrow_kernel))
             runs.append(time.perf_counter() - started)
-        groups = built.plan.schedule.gemms[0].epilogue_groups
+        groups = built.plan.schedule.gemms[0].groups.count
         print(f"{example} sm_90a NVRTC, fast entry alone: {min(runs):.2f} s "
               f"(runs {', '.join(f'{r:.2f}' for r in runs)}; epilogue groups {groups})")
     return 0

@@ -78,10 +78,11 @@ def kgen_run(kernel, sizes, arch, torch_baseline=True, config=None, sized=True):
 def label(plan) -> str:
     s = plan.schedule
     gemms = " | ".join(f"{'x'.join(map(str, g.tile))} s{g.stages}" for g in plan.gemms)
-    return (f"{s.kind.value} {gemms}" + (" resident" if s.resident else "")
-            + (f" split {s.split_k}" if s.split_k > 1 else "")
-            + (" split stream" if s.stream_k else "")
-            + (f" cluster {s.cluster[0]}x{s.cluster[1]}" if s.cluster_size > 1 else ""))
+    scheduler, cluster = s.scheduler, s.scheduler.cluster
+    return (f"{scheduler.kind.value} {gemms}" + (" resident" if s.resident else "")
+            + (f" split {scheduler.split_k}" if scheduler.split_k > 1 else "")
+            + (" split stream" if scheduler.stream_k else "")
+            + (f" cluster {cluster.shape[0]}x{cluster.shape[1]}" if cluster.size > 1 else ""))
 
 
 def part_examples(out):

@@ -1,4 +1,4 @@
-"""The epilogue's groups (GemmSchedule.epilogue_groups, issue 15's compile time) on an H100/H200:
+"""The epilogue's groups (EpilogueGroups, issue 15's compile time) on an H100/H200:
 each heavy-EVT kernel as the builder plans it (its epilogue in a rolled loop over groups of 64
 columns) against the same plan with one unrolled walk (epilogue_groups=1, a Schedule value)
 and, where the epilogue does not run box by box, with 8 groups of 32 columns.
@@ -64,8 +64,10 @@ def kernel_of(label, what):
 
 def with_groups(plan, groups):
     """The same plan with its epilogue in `groups` groups (1: one unrolled walk)."""
-    return plan.with_gemm_schedule(epilogue_groups=groups,
-                                   why_epilogue_groups=f"bench: {groups} groups")
+    from kgen.plan import EpilogueGroups
+
+    return plan.with_gemm_schedule(
+        groups=EpilogueGroups(groups, f"bench: {groups} groups"))
 
 
 def compile_seconds(source, plan) -> float:
@@ -103,13 +105,15 @@ def main() -> int:
         kernel = kernel_of(label, what)
         grouped = lower(kernel)
         g = grouped.schedule.gemms[0]
-        variants = {f"{g.epilogue_groups} groups": grouped, "unrolled": with_groups(grouped, 1)}
-        if not g.stages_d:  # the epilogue tile's groups are its boxes; the others may be narrower
+        variants = {f"{g.groups.count} groups": grouped, "unrolled": with_groups(grouped, 1)}
+        # the epilogue tile's groups are its boxes; the others may be narrower
+        if not g.staging.boxes:
             variants["8 groups"] = with_groups(grouped, 8)
         sources = {v: emit(p, **made) for v, p in variants.items()}
         seconds = {v: compile_seconds(sources[v], variants[v]) for v in variants}
-        print(f"\n{label}: {grouped.schedule.kind.value} {'x'.join(map(str, grouped.gemms[0].tile))} s{g.stages} "
-              f"store {g.store.name} stages_d {g.stages_d}; NVRTC "
+        print(f"\n{label}: {grouped.schedule.scheduler.kind.value} "
+              f"{'x'.join(map(str, grouped.gemms[0].tile))} s{g.pipeline.stages} "
+              f"store {g.output.path.name} stages_d {g.staging.boxes}; NVRTC "
               + ", ".join(f"{v} {s:.2f} s" for v, s in seconds.items()))
         for text in opts.sizes:
             m, n, k = (int(x) for x in text.split(","))

@@ -1,4 +1,4 @@
-"""The epilogue tile (GemmSchedule.stages_d, issue 15) on an H100/H200: the cooperative 128x256
+"""The epilogue tile (Staging, issue 15) on an H100/H200: the cooperative 128x256
 kernel with 3 stages and the consumer's whole tile staged, against 4 stages, which fit only
 with the epilogue tile's staging of two 64x64 boxes per consumer. The two are the same kernel
 text but for its `stages` line; the plan fills the rest (kgen inspect: "<gemm> epilogue tile").
@@ -93,6 +93,7 @@ def main() -> int:
     from kgen.harness.timing import rotation_count, time_kernel
     from kgen.lower import lower
     from kgen.parse import parse
+    from kgen.plan import VectorHome
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", nargs="*", default=["4096,4096,4096", "8192,8192,8192"])
@@ -120,12 +121,13 @@ def main() -> int:
             made = dict(source_name="bench.kg", source_hash="", command="bench/epilogue_tile.py")
             source = emit(plan, **made)
             if variant.endswith("no C prefetch"):
-                assert PREFETCH_LINE in source or g.staged_input is None, variant
+                assert PREFETCH_LINE in source or g.staged.param is None, variant
                 source = source.replace(PREFETCH_LINE, "")
             built = Built(kernel, plan, source, emit_header(plan, **made))
             compiled[label, variant] = (kernel, kgen.api.load_built(built))
-            print(f"{label:26s} {variant:17s} stages {g.stages} store {g.store.name} stages_d "
-                  f"{g.stages_d} staged input {g.staged_input} vectors {g.staged_vectors} "
+            print(f"{label:26s} {variant:17s} stages {g.pipeline.stages} "
+                  f"store {g.output.path.name} stages_d {g.staging.boxes} "
+                  f"staged input {g.staged.param} vectors {g.vectors.held(VectorHome.STAGED)} "
                   f"smem {plan.smem_bytes}")
     rows = []
     for text in opts.sizes:

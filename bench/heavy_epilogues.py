@@ -103,7 +103,8 @@ def main() -> int:
             continue
         builts = {v: build(kernel_of(label, dt, tensors, body, v)) for v in VARIANTS}
         d = builts["default"].plan
-        print(f"\n{label}: default {d.schedule.kind.value} {'x'.join(map(str, d.gemms[0].tile))} "
+        print(f"\n{label}: default {d.schedule.scheduler.kind.value} "
+              f"{'x'.join(map(str, d.gemms[0].tile))} "
               f"s{d.gemms[0].stages}")
         for text in opts.sizes:
             m, n, k = (int(x) for x in text.split(","))

@@ -96,8 +96,8 @@ def main() -> int:
             bound = [compiled.bind(**s, **o) for s, o in zip(sets, outs)]
             t = timed(lambda i: compiled.launch(bound[i % len(bound)], stream), set_bytes)
             s = built.plan.schedule
-            row = dict(tag=tag, own=own, variant=label, kind=s.kind.value,
-                       store=s.gemms[0].store.value, shape=[m, n, k], ms=t,
+            row = dict(tag=tag, own=own, variant=label, kind=s.scheduler.kind.value,
+                       store=s.gemms[0].output.path.value, shape=[m, n, k], ms=t,
                        tflops=flops / t / 1e9, peak_fraction=flops / t / 1e9 / PEAK_TFLOPS,
                        rel_err=err, compile_s=compile_s, **{f"torch_{a}_ms": v
                                                              for a, v in base.items()})
@@ -110,7 +110,8 @@ def main() -> int:
                 ratios += f", {row['vs_unfused']:.2f}x unfused"
             print(f"  {label:26s} {t:.4f} ms {row['tflops']:5.0f} TFLOP/s "
                   f"({100 * row['peak_fraction']:.0f}% of peak) {ratios}; err {err:.1e}; "
-                  f"{s.kind.value}, {s.gemms[0].store.value}; compile {compile_s:.2f} s")
+                  f"{s.scheduler.kind.value}, {s.gemms[0].output.path.value}; "
+                  f"compile {compile_s:.2f} s")
 
     # ---- the bare GEMM
     gemm = parse_file(ROOT / "examples/gemm.kg").kernels[0]

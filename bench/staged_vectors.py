@@ -1,4 +1,4 @@
-"""The epilogue's vectors staged in shared memory (GemmSchedule.staged_vectors) on fused
+"""The epilogue's vectors staged in shared memory (EpilogueVectors, STAGED) on fused
 epilogues, on an H100/H200: issue 15's targets (relu(alpha*acc + beta*C + bias[col]) at 8192^3,
 the user's where(...) * scale[row] + bias[col]), issue 16's gelu(acc + bias[col]) and kernels of
 my own, each as kgen plans it (kgen run's choice for the sizes) and as the same plan with the
@@ -44,7 +44,9 @@ SILU = "silu(acc * scale[row] + bias[col])"  # my own
 
 def vectors_off(plan):
     """The plan with every epilogue vector read from global memory (the Schedule value off)."""
-    return plan.with_gemm_schedule(staged_vectors=())
+    from kgen.plan import EpilogueVectors
+
+    return plan.with_gemm_schedule(vectors=EpilogueVectors())
 
 
 def main() -> int:
@@ -59,6 +61,7 @@ def main() -> int:
     from kgen.lower import builder, lower
     from kgen.parse import parse, parse_file
     from kgen.targets import target
+    from kgen.plan import VectorHome
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
@@ -119,7 +122,7 @@ def main() -> int:
         config = builder.sized(kernel, target(ir.Arch.SM90A), sizes)
         plan = lower(kernel, config=config)
         g = plan.schedule.gemms[0]
-        kind = f"{plan.schedule.kind.value} {'x'.join(map(str, plan.gemms[0].tile))} " \
+        kind = f"{plan.schedule.scheduler.kind.value} {'x'.join(map(str, plan.gemms[0].tile))} " \
                f"s{plan.gemms[0].stages}"
         variants = {}
         for label, p in (("vectors staged", plan), ("vectors off", vectors_off(plan))):
@@ -141,7 +144,8 @@ def main() -> int:
                 times[label].append(timed(lambda i: compiled.launch(bound[i % len(bound)], stream),
                                           set_bytes))
         mm, uf = min(base["matmul"]), min(base["unfused"])
-        print(f"\n{tag} {m}x{n}x{k} [{kind}; staged: {', '.join(g.staged_vectors) or 'none'}]"
+        staged = ", ".join(g.vectors.held(VectorHome.STAGED)) or "none"
+        print(f"\n{tag} {m}x{n}x{k} [{kind}; staged: {staged}]"
               f" | matmul {mm:.4f} ms | unfused {uf:.4f} ms")
         for label, ts in times.items():
             t = min(ts)

@@ -12,10 +12,10 @@ from .plan import Mma, StoreEffect, StorePath
 def instruction(plan, g) -> str:
     """The MMA instruction a gemm's mainloop issues, and where its A comes from."""
     schedule = plan.schedule.gemm(g.name)
-    n = g.tile[1] // schedule.column_passes  # one column pass's (`<gemm> column passes`)
-    if schedule.mma is Mma.WGMMA_SS:
+    n = g.tile[1] // schedule.passes.count  # one column pass's (`<gemm> column passes`)
+    if schedule.atom.instruction is Mma.WGMMA_SS:
         return f"wgmma m64n{n}k16, A from shared memory"
-    if schedule.mma is Mma.WGMMA_RS:
+    if schedule.atom.instruction is Mma.WGMMA_RS:
         return f"wgmma m64n{n}k16, A from registers"
     return "mma.sync m16n8k16"
 
@@ -24,7 +24,7 @@ def store_path(plan, g) -> str:
     """How a gemm's epilogue writes its output (a chained gemm's feeds the next gemm)."""
     if g is not plan.gemms[-1]:
         return f"feeds {plan.gemms[plan.gemms.index(g) + 1].name}"
-    return plan.schedule.gemm(g.name).store.value
+    return plan.schedule.gemm(g.name).output.path.value
 
 
 def output_paths(plan) -> list[dict[str, str]]:
@@ -32,7 +32,7 @@ def output_paths(plan) -> list[dict[str, str]]:
     if not plan.gemms:
         return []
     g = plan.gemms[-1]
-    store = plan.schedule.gemm(g.name).store
+    store = plan.schedule.gemm(g.name).output.path
     packed = g.epilogue.packed_store
     out = []
     for e in g.epilogue.effects:
@@ -79,7 +79,7 @@ def batch_summary(plan) -> dict[str, Any] | None:
     """The batch dimension, which arguments have it, and how the grid covers the batches."""
     if plan.batch is None:
         return None
-    persistent = plan.schedule.persistent
+    persistent = plan.schedule.scheduler.persistent
     walk = ("each CTA walks tiles t of L x tiles, batch t / tiles" if persistent
             else "CTA c runs tile c % tiles of batch c / tiles")
     return {"dim": plan.batch,
@@ -113,9 +113,9 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
     summary = {
         "name": plan.name,
         "arch": plan.arch.value,
-        "threads": plan.schedule.threads,
-        "min_blocks_per_sm": plan.schedule.min_blocks_per_sm,
-        "group_m": plan.schedule.raster.group_m,
+        "threads": plan.schedule.warps.threads,
+        "min_blocks_per_sm": plan.schedule.scheduler.min_blocks_per_sm,
+        "group_m": plan.schedule.scheduler.raster.group_m,
         "smem_bytes": plan.smem_bytes,
         "smem_limit": storage.limit_bytes,
         "smem_peak": storage.peak_bytes,  # most bytes live in one phase: no layout does better
@@ -172,7 +172,7 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
         if registers:
             # Registers are handed out per warp in units of 256.
             per_warp = -(-registers * 32 // 256) * 256
-            warps = -(-plan.schedule.threads // 32)
+            warps = -(-plan.schedule.warps.threads // 32)
             per_sm = target(plan.arch).registers_per_sm
             occupancy["blocks_per_sm_by_registers"] = per_sm // (per_warp * warps)
     summary["occupancy"] = occupancy

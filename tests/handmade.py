@@ -152,8 +152,8 @@ def naive_source(plan: KernelPlan, kernel: ir.Kernel, *, skip_last_row: bool = F
     kernels = []
     for entry in entries:
         kernels += [
-            f"extern \"C\" __global__ void __launch_bounds__({plan.schedule.threads}, "
-            f"{plan.schedule.min_blocks_per_sm})",
+            f"extern \"C\" __global__ void __launch_bounds__({plan.schedule.warps.threads}, "
+            f"{plan.schedule.scheduler.min_blocks_per_sm})",
             f"{entry}(const __grid_constant__ {plan.name}_params p) {{",
             "  extern __shared__ unsigned char smem[];",
             # Touch the last byte of the dynamic shared memory the launch must have granted.

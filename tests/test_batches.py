@@ -152,7 +152,7 @@ def test_a_batched_chain_walks_every_batch(arch):
     ring refills of the next tile read that tile's batch of A, and the grid covers L x tiles."""
     result = built_source(chain_source(), arch)
     source, plan = result.source, result.plan
-    assert plan.schedule.persistent and plan.schedule.resident
+    assert plan.schedule.scheduler.persistent and plan.schedule.resident
     assert "k(const __grid_constant__ k_params all_batches)" in source
     assert "const k_params& p = all_batches;" in source
     assert "const int tiles = tiles_m * tiles_n * p.L;" in source
@@ -174,7 +174,7 @@ def test_a_batched_tiled_chain_reads_its_sizes_from_every_batch():
                           "tensor B1 : f16[64, 128] col", "tensor D1 : f16[L, M, 128] row out"],
                          gemms=gemms)
     result = built_source(source, "sm_80")
-    assert not result.plan.schedule.persistent
+    assert not result.plan.schedule.scheduler.persistent
     assert "const int M = all_batches.M;" in result.source
     assert "const int batch = blockIdx.x / (tiles_m * tiles_n);" in result.source
 
@@ -236,7 +236,7 @@ def test_the_grid_covers_every_batch(arch):
     sizes = {"L": 17, "M": 300, "N": 520, "K": 64}
     tiles = -(-300 // 128) * -(-520 // 256)
     assert plan.grid(sizes) == (17 * tiles, 1, 1)
-    if plan.schedule.persistent:
+    if plan.schedule.scheduler.persistent:
         assert plan.grid(sizes, persistent_ctas=132) == (min(17 * tiles, 132), 1, 1)
 
 
@@ -567,7 +567,7 @@ def test_batched_variants_compile_without_spills(name):
     kernel, arch = _variant(name)
     result = api.build(kernel, arch)
     if name == "pingpong":
-        assert result.plan.schedule.pingpong
+        assert result.plan.schedule.scheduler.pingpong
     resources = compile_cubin(result.source, result.plan.name, arch).resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
 
@@ -620,7 +620,7 @@ def test_a_chain_with_batched_weights_compiles_without_spills(arch):
     kernel = batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
                             drop_resident=True)
     result = api.build(kernel, arch)
-    assert result.plan.schedule.persistent and not result.plan.schedule.resident
+    assert result.plan.schedule.scheduler.persistent and not result.plan.schedule.resident
     assert "q.B0 += batch * p.batch_B0;" in result.source
     assert "g0_cfg::load_first_stages(next_p, smem, next_m * g0_cfg::kTileM, M, " \
            "next_tile < tiles, tid);" in result.source

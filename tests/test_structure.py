@@ -180,3 +180,48 @@ def test_templates_include_their_own_and_common_templates(arch):
                                path.read_text()):
             assert name.split("/")[0] in allowed, f"templates/{arch}/{path.name} uses {name}"
             assert (TEMPLATES / name).is_file(), f"templates/{arch}/{path.name}: no {name}"
+
+
+# ---- The Schedule: components, each with its own why, not flat flags ----------------------
+
+SCHEDULE = PACKAGE / "plan" / "schedule.py"
+# the records of how a schedule was chosen, beside its components (they decide nothing)
+SCHEDULE_RECORDS = {"gemms", "tensor_maps", "rejected", "chosen", "untaken"}
+
+
+def _schedule_classes() -> dict[str, ast.ClassDef]:
+    tree = ast.parse(SCHEDULE.read_text(), str(SCHEDULE))
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _fields(cls: ast.ClassDef) -> dict[str, str]:
+    """A dataclass's fields: name -> its annotation's source text."""
+    return {node.target.id: ast.unparse(node.annotation) for node in cls.body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+
+
+def _methods(cls: ast.ClassDef) -> set[str]:
+    return {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("name", ["Schedule", "GemmSchedule"])
+def test_the_schedule_has_no_flat_reasons(name):
+    """A reason belongs to the component whose decision it explains (each component's `why`):
+    Schedule and GemmSchedule hold components, never a `why_*` field beside a flat value."""
+    flat = [field for field in _fields(_schedule_classes()[name]) if field.startswith("why")]
+    assert not flat, (f"{name} has {', '.join(flat)}: put the decision and its why in a "
+                      "component (kgen/plan/schedule.py; docs/architecture.md, The Schedule)")
+
+
+@pytest.mark.parametrize("name", ["Schedule", "GemmSchedule"])
+def test_every_schedule_field_is_a_component_that_describes_itself(name):
+    """Each field of Schedule (but its records) and of GemmSchedule (but its name) is a
+    component class of kgen/plan/schedule.py with a describe(): `kgen inspect` walks them."""
+    classes = _schedule_classes()
+    skip = SCHEDULE_RECORDS if name == "Schedule" else {"name"}
+    for field, annotation in _fields(classes[name]).items():
+        if field in skip:
+            continue
+        assert annotation in classes, f"{name}.{field}: {annotation} is not a component"
+        assert "describe" in _methods(classes[annotation]), (
+            f"{name}.{field}: {annotation} has no describe() for `kgen inspect`")

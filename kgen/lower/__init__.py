@@ -125,7 +125,7 @@ def _abi(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> Abi:
         rows16[packed.param] = ("the epilogue writes it in 16-byte chunks of 8 "
                                 + ("rows" if packed.layout is ir.Layout.COL else "columns"))
     alignments, dim_rules = abi.requirements(
-        kernel, operands, sched.narrow,
+        kernel, operands, sched.entry.narrow,
         copy_engine={m.param for m in sched.tensor_maps if not m.store},
         column_vectors={v for g in gemms for v in g.epilogue.column_vectors}, rows16=rows16)
     return Abi(abi.fields(kernel), abi.params(kernel), alignments, dim_rules)

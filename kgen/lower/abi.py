@@ -117,7 +117,7 @@ def requirements(
     columns: other row-major tensors, and the vectors it reads at a column (`column_vectors`,
     bias[col]). A `v[row]` vector and a `col` epilogue tensor are read (and written) one element
     at a time: element alignment alone, which every argument needs. With a narrow variant
-    (Schedule.narrow) these are the fast entry point's rules only: any argument that misses
+    (EntryPoints.narrow) these are the fast entry point's rules only: any argument that misses
     them runs the narrow one, so no fixed size is refused for them."""
     rows16 = rows16 or {}
     aligns: list[Alignment] = []

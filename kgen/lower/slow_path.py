@@ -29,8 +29,8 @@ from . import builder
 def rank(schedule: Schedule) -> tuple[int, bool, bool]:
     """How fast a path is, as the target orders them: gemms on wgmma, then a producer warp
     role (warp specialization), then persistent CTAs."""
-    wgmma = sum(g.mma is not Mma.MMA_SYNC for g in schedule.gemms)
-    return wgmma, schedule.role("producer") is not None, schedule.persistent
+    wgmma = sum(g.atom.instruction is not Mma.MMA_SYNC for g in schedule.gemms)
+    return wgmma, schedule.warps.role("producer") is not None, schedule.scheduler.persistent
 
 
 def path(schedule: Schedule) -> str:
@@ -38,14 +38,14 @@ def path(schedule: Schedule) -> str:
     n = len(schedule.gemms)
     wgmma, specialized, persistent = rank(schedule)
     if specialized and n == 1:
-        return f"the warp-specialized wgmma kernel ({schedule.kind.value})"
+        return f"the warp-specialized wgmma kernel ({schedule.scheduler.kind.value})"
     if specialized:
         return ("the ping-pong wgmma chain (warp-specialized: a producer warpgroup fills a ring "
                 "for two consumer warpgroups)")
     if wgmma == n:
         return "the resident wgmma chain (no producer warps: every thread copies A by cp.async)"
     if wgmma:
-        return f"the {schedule.kind.value} chain with {wgmma} of its {n} gemms on wgmma"
+        return f"the {schedule.scheduler.kind.value} chain with {wgmma} of its {n} gemms on wgmma"
     if persistent:
         return "the persistent mma.sync chain (the sm_80 path)"
     return "the mma.sync kernel (the sm_80 path: one CTA per tile, cp.async stages)"

@@ -17,8 +17,10 @@ from .epilogue import (  # noqa: F401
     NodeKind, PackedStore, ReduceEffect, ReductionPlan, Round, ScalarArg, StoreEffect,
     TensorLoad, VectorLoad)
 from .schedule import (  # noqa: F401
-    CachePolicy, GemmSchedule, KernelKind, LineChoice, LoadPath, Mma, OperandSchedule, Raster,
-    Schedule, StorePath, TensorMap, WarpRole, staged_vector_buffer)
+    CachePolicy, Cluster, ColumnPasses, EntryPoints, EpilogueGroups, EpilogueVectors,
+    GemmSchedule, KernelKind, KSplit, LineChoice, LoadPath, Mma, MmaAtom, OperandSchedule, Output,
+    Overlap, Pipeline, Raster, Schedule, StagedInput, Staging, StagingMode, StorePath, TensorMap,
+    TileScheduler, VectorHome, WarpRole, WarpRoles, staged_vector_buffer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,8 +303,9 @@ class KernelPlan:
         return next((p for p in self.params if p.name == name), None)
 
     def with_gemm_schedule(self, **changes) -> KernelPlan:
-        """This one-gemm plan with `changes` to its GemmSchedule: another Schedule value of
-        the same plan, for a test or a measurement (emit it to run it)."""
+        """This one-gemm plan with `changes` to its GemmSchedule's components (e.g.
+        `vectors=EpilogueVectors()`): another Schedule value of the same plan, for a test or a
+        measurement (emit it to run it)."""
         (g,) = self.schedule.gemms
         gemms = (dataclasses.replace(g, **changes),)
         return dataclasses.replace(self, schedule=dataclasses.replace(self.schedule, gemms=gemms))
@@ -326,8 +329,8 @@ class KernelPlan:
 
     @property
     def split_kernel(self) -> str | None:
-        """The kernel that sums the split-K partials and runs the epilogue (Schedule.split_k)."""
-        return f"{self.name}_splitk" if self.schedule.split_k > 1 else None
+        """The kernel that sums the split-K partials and runs the epilogue (TileScheduler.split_k)."""
+        return f"{self.name}_splitk" if self.schedule.scheduler.split_k > 1 else None
 
     def split_floats(self, sizes: dict[str, int]) -> int:
         """Floats of split-K partials of one batch: split_k x M x the tiles' columns (rows
@@ -337,7 +340,7 @@ class KernelPlan:
         g = self.gemms[-1]
         tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
         m = self.resolve(self.gemms[0].m_dim, sizes)
-        return self.schedule.split_k * m * tiles_n * g.tile[1]
+        return self.schedule.scheduler.split_k * m * tiles_n * g.tile[1]
 
     def split_grid(self, sizes: dict[str, int]) -> tuple[int, int, int]:
         """One thread per output column pair of every batch; with epilogue reductions, one
@@ -363,7 +366,7 @@ class KernelPlan:
     @property
     def narrow_kernel(self) -> str | None:
         """The entry point for arguments the fast path's alignment and size rules refuse."""
-        return f"{self.name}_narrow" if self.schedule.narrow else None
+        return f"{self.name}_narrow" if self.schedule.entry.narrow else None
 
     @property
     def finalize_kernel(self) -> str | None:
@@ -397,7 +400,7 @@ class KernelPlan:
         """Floats of workspace: every batch's, one after the other; stream-K's, a slot of a
         tile's f32 sums per CTA of the grid, then STREAM_FLAGS flags per CTA (they start zero,
         and the kernel leaves them zero)."""
-        if self.schedule.stream_k:
+        if self.schedule.scheduler.stream_k:
             g = self.gemms[-1]
             ctas = self.grid(sizes, persistent_ctas)[0]
             return ctas * (g.tile[0] * g.tile[1] + self.STREAM_FLAGS)
@@ -424,7 +427,7 @@ class KernelPlan:
         (blockIdx.x % tiles_n). The tiles are walked column block fastest and the persistent
         grid is a multiple of tiles_n, so every tile a CTA takes is in its block. 1 otherwise."""
         g = self.gemms[-1] if self.gemms else None
-        if (g is None or len(self.gemms) < 2 or not self.schedule.pingpong
+        if (g is None or len(self.gemms) < 2 or not self.schedule.scheduler.pingpong
                 or not isinstance(g.n_dim, int)):
             return 1
         return -(-g.n_dim // g.tile[1])
@@ -442,10 +445,11 @@ class KernelPlan:
         tiles_m = -(-m // g.tile[0])
         tiles_n = -(-n // g.tile[1])
         tiles = tiles_m * tiles_n * self.batches(sizes)
-        tiles *= self.schedule.split_k  # split-K: a CTA (or a unit of the walk) per part
-        if self.schedule.stream_k:  # at most one CTA per k tile of the walk (one per tile, K = 0)
+        scheduler = self.schedule.scheduler
+        tiles *= scheduler.split_k  # split-K: a CTA (or a unit of the walk) per part
+        if scheduler.stream_k:  # at most one CTA per k tile of the walk (one per tile, K = 0)
             tiles *= max(1, -(-self.resolve(self.gemms[0].k_dim, sizes) // g.tile[2]))
-        if self.schedule.persistent and persistent_ctas:
+        if scheduler.persistent and persistent_ctas:
             blocks = self.column_blocks  # whole column blocks: a multiple of tiles_n
             tiles = min(tiles, max(persistent_ctas // blocks, 1) * blocks)
         return (tiles, 1, 1)
@@ -457,12 +461,12 @@ class KernelPlan:
         tiles (of every batch; under split-K, each of its parts) and `clusters` the clusters
         resident at once (the runtime's occupancy query), or one cluster per cluster tile when
         not given."""
-        cm, cn = self.schedule.cluster
+        cm, cn = self.schedule.scheduler.cluster.shape
         g = self.gemms[-1]
         tiles_m = -(-self.resolve(self.gemms[0].m_dim, sizes) // g.tile[0])
         tiles_n = -(-self.resolve(g.n_dim, sizes) // g.tile[1])
         count = (-(-tiles_m // cm) * -(-tiles_n // cn) * self.batches(sizes)
-                 * self.schedule.split_k)
+                 * self.schedule.scheduler.split_k)
         if clusters:
             count = min(count, clusters)
         return (count * cm * cn, 1, 1)

@@ -167,7 +167,7 @@ class Binding:
         if self._workspace_index is not None:
             floats = max(plan.workspace_floats(self.sizes, kernel.persistent_ctas), 1)
             self.workspace_bytes = 4 * floats
-            if plan.schedule.stream_k:
+            if plan.schedule.scheduler.stream_k:
                 ctas = plan.grid(self.sizes, kernel.persistent_ctas)[0]
                 self._flag_words = ctas * plan.STREAM_FLAGS
                 self._flag_offset = 4 * (floats - self._flag_words)
@@ -176,7 +176,7 @@ class Binding:
             (kernel._function, bound.grid, plan.threads, plan.smem_bytes, plan.name)
         ] if 0 not in bound.grid else []  # a tile program: its one kernel
         self._cluster = None
-        if gemm and plan.schedule.cluster_size > 1 and not bound.narrow and bound.grid[0]:
+        if gemm and plan.schedule.scheduler.cluster.size > 1 and not bound.narrow and bound.grid[0]:
             self._cluster = kernel._cluster_config(bound.grid[0], 0)
         self._driver = driver
         self._success = driver.CUresult.CUDA_SUCCESS
@@ -195,7 +195,7 @@ class Binding:
             # their identity from the init or finalize kernel below)
         if not empty:
             function = kernel._narrow_entry() if bound.narrow else kernel._function
-            helpers.append((function, bound.grid, plan.schedule.threads, plan.smem_bytes,
+            helpers.append((function, bound.grid, plan.schedule.warps.threads, plan.smem_bytes,
                             plan.narrow_kernel if bound.narrow else plan.name))
             if kernel._split_function is not None:
                 helpers.append((kernel._split_function, plan.split_grid(sizes),

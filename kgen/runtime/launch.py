@@ -209,7 +209,7 @@ def bind_arguments(
         else:  # pragma: no cover - a FieldKind added without runtime support
             raise KgenRuntimeError(f"the runtime cannot fill a {member.kind} member")
     grid = plan.grid(resolved, persistent_ctas)
-    if plan.schedule.cluster_size > 1 and not narrow:
+    if plan.schedule.scheduler.cluster.size > 1 and not narrow:
         grid = plan.cluster_grid(resolved, persistent_clusters)
     tiles = plan.grid(resolved)[0]  # every tile of every batch: the kernel's int tile index
     if tiles > MAX_GRID:
@@ -451,23 +451,23 @@ class CompiledKernel:
         self._calls = CallPath(plan, lambda args, sizes: self)
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy).
         self.persistent_ctas = None
-        if plan.schedule.persistent:
+        if plan.schedule.scheduler.persistent:
             per_sm = check(
                 driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    self._function, plan.schedule.threads, plan.smem_bytes),
+                    self._function, plan.schedule.warps.threads, plan.smem_bytes),
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             )
             self.persistent_ctas = info.sm_count * max(int(per_sm), 1)
         # On clusters (the fast entry point only): as many clusters as fit at once.
         self.persistent_clusters = None
-        if plan.schedule.cluster_size > 1:
+        if plan.schedule.scheduler.cluster.size > 1:
             self.persistent_clusters = int(check(
                 driver.cuOccupancyMaxActiveClusters(self._function, self._cluster_config(
-                    plan.schedule.cluster_size, 0)),
+                    plan.schedule.scheduler.cluster.size, 0)),
                 "cuOccupancyMaxActiveClusters"))
             if self.persistent_clusters < 1:
                 raise KgenRuntimeError(
-                    f"{plan.name}: no cluster of {plan.schedule.cluster_size} CTAs with "
+                    f"{plan.name}: no cluster of {plan.schedule.scheduler.cluster.size} CTAs with "
                     f"{plan.smem_bytes} B of shared memory each fits on {info.name}")
 
     def _cluster_config(self, ctas: int, stream: int):
@@ -476,12 +476,13 @@ class CompiledKernel:
 
         attribute = driver.CUlaunchAttribute()
         attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attribute.value.clusterDim.x = self.plan.schedule.cluster_size  # consecutive CTAs
+        attribute.value.clusterDim.x = self.plan.schedule.scheduler.cluster.size  # consecutive CTAs
         attribute.value.clusterDim.y = 1
         attribute.value.clusterDim.z = 1
         config = driver.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = ctas, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = self.plan.schedule.threads, 1, 1
+        threads = self.plan.schedule.warps.threads
+        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
         config.sharedMemBytes = self.plan.smem_bytes
         config.hStream = driver.CUstream(stream)
         config.attrs = [attribute]
@@ -576,4 +577,4 @@ class CompiledKernel:
     def __repr__(self) -> str:
         plan = self.plan
         return (f"CompiledKernel({plan.name}, {plan.arch.value}, cuda:{self.device_id}, "
-                f"{plan.schedule.threads} threads, {plan.smem_bytes} B smem)")
+                f"{plan.schedule.warps.threads} threads, {plan.smem_bytes} B smem)")

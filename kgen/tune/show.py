@@ -78,8 +78,8 @@ def print_tune_report(console, report: TuneReport, verbose: bool = False) -> Non
     for row in _order(report):
         c, compiled = row.candidate, row.compiled
         label = c.label + (" [cyan](builder's choice)[/cyan]" if c.default else "")
-        cells = [str(c.index) if c.index >= 0 else "-", label, c.plan.schedule.kind.value,
-                 str(c.plan.schedule.threads),
+        cells = [str(c.index) if c.index >= 0 else "-", label, c.plan.schedule.scheduler.kind.value,
+                 str(c.plan.schedule.warps.threads),
                  _fmt(compiled.registers if compiled else None, "d"),
                  f"{c.plan.smem_bytes / 1024:.0f}",
                  ("cached" if compiled.cached else f"{compiled.seconds:.1f}") if compiled else ""]

@@ -165,7 +165,7 @@ def test_split_k(arch, split, mnk):
     kernel = _example("splitk_gelu.kg", arch)
     g = dataclasses.replace(kernel.gemms[0], split=ir.SplitK(split))
     built = _run(dataclasses.replace(kernel, gemms=(g,)), mnk)
-    assert built.plan.schedule.split_k == split
+    assert built.plan.schedule.scheduler.split_k == split
 
 
 def _cooperative_split(split: int, **changes) -> ir.Kernel:
@@ -224,8 +224,9 @@ def test_split_k_on_the_cooperative_kernel(split, mnk):
     _needs_hopper(ir.Arch.SM90A)
     built = _run(_cooperative_split(split), mnk)
     s = built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].mma is Mma.WGMMA_SS
-    assert s.split_k == split
+    assert s.scheduler.kind is KernelKind.COOPERATIVE
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS
+    assert s.scheduler.split_k == split
 
 
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (4097, 129, 72), (7, 13, 9), (1000, 1000, 1000),
@@ -275,5 +276,6 @@ def test_kgen_load_runs_what_the_sizes_call_for():
         err = ((d.double() - want).abs() / (want.abs() + kk ** 0.5)).max().item()
         assert err < 1e-2, ((m, n, kk), err)
         plan = k.variant({"M": m, "N": n, "K": kk}).plan
-        assert (plan.gemms[0].tile, plan.schedule.split_k, plan.schedule.cluster) == \
+        scheduler = plan.schedule.scheduler
+        assert (plan.gemms[0].tile, scheduler.split_k, scheduler.cluster.shape) == \
             (tile, split, cluster), (m, n, kk)

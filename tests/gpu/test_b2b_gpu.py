@@ -103,7 +103,7 @@ def test_b2b_rf_with_b_streamed_matches_reference(m, persistent):
     kernel = dataclasses.replace(kernel, gemms=tuple(
         dataclasses.replace(g, resident=False, resident_loc=None) for g in kernel.gemms))
     plan = lower(kernel, persistent=persistent)
-    assert plan.schedule.persistent == persistent and not plan.schedule.resident
+    assert plan.schedule.scheduler.persistent == persistent and not plan.schedule.resident
     kw = dict(source_name="b2b_gemm_rf.kg", source_hash="", command="test")
     _run(Built(kernel, plan, emit(plan, **kw), emit_header(plan, **kw)), m)
 
@@ -117,7 +117,7 @@ def test_persistent_loop_over_many_tiles_along_m_and_n(ctas):
     from tests.lower.test_chain import kernel
 
     built = build(kernel(G1TILE="128x64x32"), source_name="t.kg")
-    assert built.plan.schedule.persistent
+    assert built.plan.schedule.scheduler.persistent
     k = load_built(built)
     k.persistent_ctas = ctas
     m = 1000

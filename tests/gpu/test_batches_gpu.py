@@ -244,8 +244,8 @@ def test_split_k_with_batches_on_the_cooperative_kernel(batches, split, mnk):
     kernel = _splitk(ir.Arch.SM90A, split, tile="tile 128x128x64  warps 2x4  stages 5")
     loaded, _ = _check(kernel, ir.Arch.SM90A, {"L": batches, "M": m, "N": n, "K": k},
                        broadcast=("B",) if batches == 3 else ())
-    assert loaded.plan.schedule.kind is KernelKind.COOPERATIVE
-    assert loaded.plan.schedule.split_k == split
+    assert loaded.plan.schedule.scheduler.kind is KernelKind.COOPERATIVE
+    assert loaded.plan.schedule.scheduler.split_k == split
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
@@ -375,7 +375,7 @@ def test_batched_chain_with_batched_weights(batches):
     kernel = batched_chain("b2b_gemm_rf", ("A", "B0", "B1", "D1", "scale0", "bias0"),
                             drop_resident=True)
     built = _run_chain(kernel, {"L": batches, "M": 1000})
-    assert built.plan.schedule.persistent and not built.plan.schedule.resident
+    assert built.plan.schedule.scheduler.persistent and not built.plan.schedule.resident
 
 
 @pytest.mark.parametrize("name", ["b2b_gemm_rf", "b2b_gemm_rf_sm90a",

@@ -138,7 +138,7 @@ def test_the_builders_split_k_at_decode_sizes_captures(via):
 
     kernel = _gemm()
     sized = build(kernel, "sm_90a", config=_sized(kernel, {"M": 1, "N": 4096, "K": 4096}))
-    assert sized.plan.schedule.split_k > 1 or sized.plan.schedule.stream_k
+    assert sized.plan.schedule.scheduler.split_k > 1 or sized.plan.schedule.scheduler.stream_k
     capture_and_replay(kernel, "sm_90a", {"M": 1, "N": 4096, "K": 4096}, via)
 
 

@@ -76,8 +76,8 @@ def test_chain_wider_than_256_in_column_passes_matches_reference(k0, n0, n1, dty
     """N1 of 384 and 512 on the ping-pong chain: passes of 128 columns, each staged and stored."""
     for m in (1, 1000, 4097):
         plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
-        assert plan.schedule.pingpong
-        assert plan.schedule.gemms[-1].column_passes == n1 // 128
+        assert plan.schedule.scheduler.pingpong
+        assert plan.schedule.gemms[-1].passes.count == n1 // 128
 
 
 @pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 96, 256, "f16"), (256, 96, 384, "bf16"),
@@ -92,8 +92,8 @@ def test_chain_whose_n0_is_a_multiple_of_32_runs_g1_on_wgmma_and_matches_referen
 
     for m in (1, 1000, 4097):
         plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
-        assert plan.schedule.pingpong and plan.gemms[1].tile[2] == 32
-        assert plan.schedule.gemms[1].mma is Mma.WGMMA_RS
+        assert plan.schedule.scheduler.pingpong and plan.gemms[1].tile[2] == 32
+        assert plan.schedule.gemms[1].atom.instruction is Mma.WGMMA_RS
 
 
 def biased_chain(k0, n0, n1, dtype):
@@ -125,4 +125,4 @@ def test_chain_in_column_blocks_matches_reference(k0, n0, n1, dtype):
     the block's columns; M = 1 launches one CTA per block."""
     for m in (1, 1000, 4097):
         plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
-        assert plan.schedule.pingpong and plan.column_blocks > 1
+        assert plan.schedule.scheduler.pingpong and plan.column_blocks > 1

@@ -62,11 +62,11 @@ def _run(kernel, sizes, kind=None):
 
     built = build(kernel)
     s = built.plan.schedule
-    shared = {(2, 1): "b", (1, 2): "a"}[s.cluster]
+    shared = {(2, 1): "b", (1, 2): "a"}[s.scheduler.cluster.shape]
     assert s.multicast == shared
     assert getattr(s.gemms[0], shared).load is LoadPath.TMA_MULTICAST
     if kind is not None:
-        assert s.kind is KernelKind(kind.removesuffix("64").split("_")[0])
+        assert s.scheduler.kind is KernelKind(kind.removesuffix("64").split("_")[0])
     report = run(built.kernel, built.plan, built.source, sizes, check=True)
     assert report.checks
     assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
@@ -113,7 +113,8 @@ def test_a_shared_mn_major_operand(cluster, layouts, kind, mnk):
                     **layouts)
     built = _run(_with_cluster(dataclasses.replace(k, schedule=schedule), cluster),
                  dict(zip("MNK", mnk)), kind)
-    shared = built.plan.schedule.gemms[0].b if cluster == "2x1" else built.plan.schedule.gemms[0].a
+    pipeline = built.plan.schedule.gemms[0].pipeline
+    shared = pipeline.b if cluster == "2x1" else pipeline.a
     assert shared.mn_major
 
 
@@ -214,7 +215,7 @@ def test_batched_with_a_row_major_b_shared(mnk):
     kernel = dataclasses.replace(kernel, params=tuple(
         dataclasses.replace(p, layout=ir.Layout.ROW) if p is b else p for p in kernel.params))
     built = _run(kernel, {"L": 3, "M": m, "N": n, "K": k}, "cooperative")
-    assert built.plan.schedule.gemms[0].b.mn_major
+    assert built.plan.schedule.gemms[0].pipeline.b.mn_major
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

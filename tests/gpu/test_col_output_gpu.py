@@ -64,7 +64,7 @@ def _schedule(kernel):
     from kgen.plan import StorePath
 
     g = lower(kernel).schedule.gemms[0]
-    assert g.store is StorePath.TMA
+    assert g.output.path is StorePath.TMA
     return g
 
 
@@ -79,14 +79,14 @@ def test_bare_column_major_output(kind, dtype, mnk):
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_column_major_c_from_the_staging(kind, mnk):
     kernel = _kernel(kind, "bf16")
-    assert _schedule(kernel).staged_input == "C"
+    assert _schedule(kernel).staged.param == "C"
     _run(kernel, mnk, kind)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_row_major_c_from_global_memory(kind):
     kernel = _kernel(kind, c="row")
-    assert _schedule(kernel).staged_input is None
+    assert _schedule(kernel).staged.param is None
     _run(kernel, (1000, 1000, 264), kind)
 
 
@@ -98,7 +98,7 @@ def test_under_a_cluster(cluster):
     from kgen.harness.run import run
 
     built = build(_kernel("cooperative", cluster=cluster))
-    assert built.plan.schedule.cluster_size == 2
+    assert built.plan.schedule.scheduler.cluster.size == 2
     report = run(built.kernel, built.plan, built.source, {"M": 296, "N": 520, "K": 136},
                  check=True)
     assert report.checks and report.ok, json.dumps(report.as_dict()["checks"], indent=1)

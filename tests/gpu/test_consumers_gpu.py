@@ -22,5 +22,5 @@ def test_three_consumer_chain_matches_reference(k0, n0, n1, dtype):
     module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
     verify(module)
     built = build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")
-    assert built.plan.schedule.role("consumer").groups == 3
+    assert built.plan.schedule.warps.role("consumer").groups == 3
     assert_matches_reference(built, (1, 77, 1000, 4097, 81920 + 13))

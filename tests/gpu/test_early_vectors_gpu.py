@@ -1,5 +1,5 @@
 """On a GPU: ping-pong chains whose feeding epilogue's column vectors are loaded before the
-mainloop (GemmSchedule.early_vectors) against the reference: f32 and 16-bit vectors, a row
+mainloop (EpilogueVectors, REGISTERS) against the reference: f32 and 16-bit vectors, a row
 vector beside them (the feed then skips rows past M), two and three consumer warpgroups, N0 of
 96, 128 and 160, at sizes where some warpgroups get no tile (M = 1, 77, 1000) and a few (4097)."""
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kgen import ir
+from kgen.plan import VectorHome
 from kgen.parse import parse
 from kgen.verify import verify
 
@@ -31,6 +32,6 @@ def test_early_vector_chain_matches_reference(k0, n0, n1, dtype, vectors, epilog
     module = parse(chain_vectors_text(dtype, k0, n0, n1, vectors, epilogue), "chain.kg")
     verify(module)
     built = build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")
-    assert built.plan.schedule.kind.value == "pingpong"
-    assert built.plan.schedule.gemms[0].early_vectors
+    assert built.plan.schedule.scheduler.kind.value == "pingpong"
+    assert built.plan.schedule.gemms[0].vectors.held(VectorHome.REGISTERS)
     assert_matches_reference(built, (1, 77, 1000, 4097))

@@ -1,4 +1,4 @@
-"""On an H100/H200: the epilogue in groups (GemmSchedule.epilogue_groups, a Schedule value set
+"""On an H100/H200: the epilogue in groups (EpilogueGroups, a Schedule value set
 here on each plan the builder made), and a tile whose last columns end inside a 16-byte chunk
 copied out of the staging by the consumer's threads.
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kgen import ir
+from kgen.plan import EpilogueGroups
 
 pytestmark = pytest.mark.gpu
 
@@ -83,8 +84,8 @@ def built_in(kernel: ir.Kernel, groups: int):
     from kgen.emit import emit, emit_header
     from kgen.lower import lower
 
-    plan = lower(kernel).with_gemm_schedule(epilogue_groups=groups,
-                                            why_epilogue_groups=f"set by the test: {groups}")
+    plan = lower(kernel).with_gemm_schedule(
+        groups=EpilogueGroups(groups, f"set by the test: {groups}"))
     made = dict(source_name=f"{kernel.name}.kg", source_hash="", command="test")
     return Built(kernel, plan, emit(plan, **made), emit_header(plan, **made))
 
@@ -92,7 +93,7 @@ def built_in(kernel: ir.Kernel, groups: int):
 def _check(built, mnk, kind: str) -> None:
     from kgen.harness.run import run
 
-    assert built.plan.schedule.kind.value == kind
+    assert built.plan.schedule.scheduler.kind.value == kind
     report = run(built.kernel, built.plan, built.source, dict(zip("MNK", mnk)), check=True)
     assert report.checks
     assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
@@ -105,7 +106,7 @@ def test_groups(label, mnk):
     from kgen.plan import StorePath
 
     # the staging's walk and the narrow entry point's pairs, or one walk of pairs for both
-    staging = built.plan.schedule.gemms[0].store is StorePath.TMA
+    staging = built.plan.schedule.gemms[0].output.path is StorePath.TMA
     assert built.source.count("select_group(acc[i]") == (2 if staging else 1)
     _check(built, mnk, "pingpong" if label == "pingpong" else "cooperative")
 
@@ -121,7 +122,7 @@ def test_examples(name, mnk):
     from kgen.parse import parse_file
 
     kernel = dataclasses.replace(parse_file(EXAMPLES / name).kernels[0], target=ir.Arch.SM90A)
-    builder = lower(kernel).schedule.gemms[0].epilogue_groups
+    builder = lower(kernel).schedule.gemms[0].groups.count
     assert builder == (1 if name == "evt_softmax_stats.kg" else 4)  # exp alone stays unrolled
     _check(built_in(kernel, 4), mnk, "cooperative")
 

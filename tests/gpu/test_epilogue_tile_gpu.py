@@ -1,4 +1,4 @@
-"""On an H100/H200: the epilogue tile (GemmSchedule.stages_d): a 128x256 cooperative tile with 4
+"""On an H100/H200: the epilogue tile (Staging): a 128x256 cooperative tile with 4
 stages, whose whole-tile staging does not fit beside the ring, stages two 64x64 boxes per
 consumer and stores them box by box. Against the reference with every output poisoned, at
 ragged sizes (tiles past M and N, N not a multiple of 8 so the last column tile stores pairs,
@@ -89,8 +89,8 @@ def _stages_d(kernel) -> int:
     from kgen.lower import lower
 
     g = lower(kernel).schedule.gemms[0]
-    assert g.staged_input == ("C" if any(p.name == "C" for p in kernel.params) else None)
-    return g.stages_d
+    assert g.staged.param == ("C" if any(p.name == "C" for p in kernel.params) else None)
+    return g.staging.boxes
 
 
 @pytest.mark.parametrize("mnk", SIZES, ids=lambda s: "x".join(map(str, s)))

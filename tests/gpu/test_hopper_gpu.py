@@ -76,9 +76,10 @@ def _run(kernel, mnk, kind=None):
 
     built = build(kernel)
     s = built.plan.schedule
-    assert s.gemms[0].mma is Mma.WGMMA_SS and s.gemms[0].a.load is LoadPath.TMA
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS
+    assert s.gemms[0].pipeline.a.load is LoadPath.TMA
     if kind is not None:
-        assert s.kind is KernelKind(kind)
+        assert s.scheduler.kind is KernelKind(kind)
     report = run(built.kernel, built.plan, built.source, dict(zip("MNK", mnk)), check=True)
     assert report.checks
     assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
@@ -114,7 +115,7 @@ def test_register_stores_of_two_outputs(kind):
     stmts = (ir.Let("t", t), ir.Store("D", call(ir.Op.MUL, ir.LocalRef("t"), ir.LocalRef("t"))),
              ir.Store("E", call(ir.Op.NEG, ir.LocalRef("t"))))
     built = _run(_kernel(kind, stmts, extra=extra), (1000, 1000, 72), _kind(kind))
-    assert built.plan.schedule.gemms[0].store is StorePath.PAIRS
+    assert built.plan.schedule.gemms[0].output.path is StorePath.PAIRS
 
 
 def _example(name, deterministic, kind=None):

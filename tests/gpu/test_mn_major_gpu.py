@@ -58,9 +58,9 @@ def _loaded(layouts: str, kind: str, dtype: str):
 
     k = kgen.load(kernel(layouts, kind, dtype), "sm_90a", tuned=False)
     s = k.plan.schedule
-    assert s.kind is KernelKind(kind.removesuffix("64").split("_")[0])
-    assert s.gemms[0].a.load is LoadPath.TMA
-    assert (s.gemms[0].a.mn_major, s.gemms[0].b.mn_major) == (
+    assert s.scheduler.kind is KernelKind(kind.removesuffix("64").split("_")[0])
+    assert s.gemms[0].pipeline.a.load is LoadPath.TMA
+    assert (s.gemms[0].pipeline.a.mn_major, s.gemms[0].pipeline.b.mn_major) == (
         LAYOUTS[layouts][0] is COL, LAYOUTS[layouts][1] is ROW)
     return k
 
@@ -131,7 +131,7 @@ def test_the_b_row_example_with_its_bias(mnk):
 
     source = parse_file(EXAMPLES / "gemm_b_row.kg").kernels[0]
     k = kgen.load(dataclasses.replace(source, target=ir.Arch.SM90A), "sm_90a", tuned=False)
-    assert k.plan.schedule.gemms[0].b.mn_major
+    assert k.plan.schedule.gemms[0].pipeline.b.mn_major
     m, n, kk = mnk
     a = torch.randn(m, kk, device="cuda").half() / kk ** 0.5
     b = torch.randn(kk, n, device="cuda").half()

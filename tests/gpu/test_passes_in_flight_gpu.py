@@ -1,5 +1,5 @@
 """On a GPU: ping-pong chains whose last gemm keeps two column passes in flight
-(GemmSchedule.passes_in_flight) against the reference, with an epilogue that reads bias1[col]
+(Overlap.passes) against the reference, with an epilogue that reads bias1[col]
 (each pass's columns), 2 and 3 passes, a last N that overhangs the tile (320 on 384), column blocks (448), a
 first gemm whose last k tile is part full (K0 = 200), at sizes
 where some warpgroups get no tile (M = 1, 77, 1000) and a few (4097)."""
@@ -25,5 +25,5 @@ def test_passes_in_flight_chain_matches_reference(k0, n0, n1, dtype):
     module = parse(biased_chain_text(dtype, k0, n0, n1), "chain.kg")
     verify(module)
     built = build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")
-    assert built.plan.schedule.gemms[-1].passes_in_flight == 2
+    assert built.plan.schedule.gemms[-1].overlap.passes == 2
     assert_matches_reference(built, (1, 77, 1000, 4097))

@@ -22,6 +22,6 @@ def test_split_row_chain_matches_reference(k0, n0, n1, dtype):
     module = parse(B2B_CHAIN.format(t=dtype, k0=k0, n0=n0, n1=n1), "chain.kg")
     verify(module)
     built = build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")
-    assert built.plan.schedule.kind.value == "pingpong"
+    assert built.plan.schedule.scheduler.kind.value == "pingpong"
     assert not built.plan.schedule.chain_ring_b
     assert_matches_reference(built, (1, 77, 1000, 4097))

@@ -1,5 +1,5 @@
 """On an H100/H200: the epilogue input C loaded by the copy engine into the output's staging
-(the seed's ReuseSmemC; GemmSchedule.staged_input) on both warp-specialized schedules, against
+(the seed's ReuseSmemC; StagedInput) on both warp-specialized schedules, against
 the reference with every output poisoned: ragged sizes, rows padded so that the last column
 tile reads C from global memory while the others read the staging, a second input read from
 global memory beside it, and batches (C per batch and broadcast)."""
@@ -69,7 +69,7 @@ kernel staged_{kind} {{
 def _staged(kernel) -> str | None:
     from kgen.lower import lower
 
-    return lower(kernel).schedule.gemms[0].staged_input
+    return lower(kernel).schedule.gemms[0].staged.param
 
 
 @pytest.mark.parametrize("mnk", SIZES, ids=lambda s: "x".join(map(str, s)))

@@ -1,5 +1,5 @@
 """On an H100/H200: the epilogue's row and column vectors staged in shared memory per tile
-(GemmSchedule.staged_vectors) on both warp-specialized schedules, against the reference with
+(EpilogueVectors, STAGED) on both warp-specialized schedules, against the reference with
 every output poisoned: column vectors of three element types beside row vectors, tiles whose
 slices are narrower (64) and not a multiple (192) of a warpgroup's threads, ragged sizes, a
 column-major output, a cluster, rows padded so that the last column tile leaves as pairs,
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kgen import ir
+from kgen.plan import EpilogueVectors, VectorHome
 
 from tests.gpu.test_batches_gpu import _check as check_batched
 from tests.gpu.test_batches_gpu import _host, _inputs, _outputs
@@ -66,7 +67,8 @@ kernel vectors_{kind} {{
     kernel = module.kernels[0]
     from kgen.lower import lower
 
-    assert lower(kernel).schedule.gemms[0].staged_vectors == ("bias", "hb", "scale", "shift")
+    vectors = lower(kernel).schedule.gemms[0].vectors
+    assert vectors.held(VectorHome.STAGED) == ("bias", "hb", "scale", "shift")
     return kernel
 
 
@@ -158,7 +160,7 @@ def test_the_schedule_value_off_gives_the_same_output():
     from kgen.harness.run import run
 
     plan = build(_kernel("cooperative")).plan
-    off = plan.with_gemm_schedule(staged_vectors=())
+    off = plan.with_gemm_schedule(vectors=EpilogueVectors())
     source = emit(off, source_name="off.kg", source_hash="", command="test")
     assert "sv_bias" not in source
     report = run(_kernel("cooperative"), off, source, dict(M=1000, N=1000, K=1000), check=True)

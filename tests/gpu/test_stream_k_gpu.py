@@ -30,8 +30,9 @@ def _check(built):
     from kgen.plan import KernelKind, Mma
 
     s = built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].mma is Mma.WGMMA_SS
-    assert s.stream_k and s.split_k == 1
+    assert s.scheduler.kind is KernelKind.COOPERATIVE
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS
+    assert s.scheduler.stream_k and s.scheduler.split_k == 1
 
 
 @pytest.mark.parametrize("mnk", SHAPES, ids=_ids)
@@ -111,7 +112,7 @@ def test_the_cu_launcher_runs_stream_k(tmp_path):
                          name="k_stream_cu")
     g = dataclasses.replace(kernel.gemms[0], split=ir.SplitK(1, stream=True))
     built = build(dataclasses.replace(kernel, gemms=(g,)))
-    assert built.plan.schedule.stream_k
+    assert built.plan.schedule.scheduler.stream_k
     (tmp_path / "k_stream_cu.cu").write_text(built.source)
     launch = "  cudaError_t err = NAME_launch(p, nullptr);\n"
     assert launch in _LAUNCH_MAIN

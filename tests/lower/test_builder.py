@@ -55,10 +55,10 @@ def test_sm90a_plans_every_chain_without_schedule_lines_on_wgmma():
     for path in chains:
         plan = lower(bare(path), ir.Arch.SM90A)
         assert plan.schedule.wgmma and plan.schedule.resident, path
-        assert plan.schedule.gemms[1].mma is Mma.WGMMA_RS, path
+        assert plan.schedule.gemms[1].atom.instruction is Mma.WGMMA_RS, path
         fits = plan.gemms[0].n_dim * 3 // 4 + plan.gemms[1].n_dim // 2 <= 224
         kind = KernelKind.PINGPONG if fits else KernelKind.PERSISTENT
-        assert plan.schedule.kind is kind, path
+        assert plan.schedule.scheduler.kind is kind, path
 
 
 def test_a_resident_ring_runs_at_most_one_tile_ahead():
@@ -73,9 +73,10 @@ def test_a_resident_ring_runs_at_most_one_tile_ahead():
 def test_one_gemm_defaults_per_target():
     kernel = gemm()
     hopper = lower(kernel, ir.Arch.SM90A)
-    assert hopper.schedule.kind is KernelKind.COOPERATIVE and hopper.gemms[0].tile == (128, 256, 64)
+    assert hopper.schedule.scheduler.kind is KernelKind.COOPERATIVE
+    assert hopper.gemms[0].tile == (128, 256, 64)
     ampere = lower(kernel, ir.Arch.SM80)
-    assert ampere.schedule.kind is KernelKind.TILED
+    assert ampere.schedule.scheduler.kind is KernelKind.TILED
     assert (ampere.gemms[0].tile, ampere.gemms[0].warps) == ((128, 256, 64), (2, 4))
     # sm_86's 99 KB take a smaller tile, deepest pipeline first
     small = lower(kernel, ir.Arch.SM86)
@@ -90,7 +91,7 @@ def test_a_written_schedule_is_not_explained_as_another_kind():
     kernel = dataclasses.replace(gemm("tile 64x128x64\n    stages 8"),
                                  schedule=ir.Schedule.PINGPONG)
     plan = lower(kernel, ir.Arch.SM90A)
-    assert plan.schedule.kind is KernelKind.PINGPONG
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG
     (warps,) = plan.schedule.chosen
     assert warps.line == "g warps" and "cooperative" not in warps.why
     # every written line the configuration would write otherwise, the schedule first
@@ -101,7 +102,7 @@ def test_a_written_schedule_is_not_explained_as_another_kind():
     # a written `schedule cooperative` is the kind the configuration describes: its own why
     written = lower(dataclasses.replace(gemm(""), schedule=ir.Schedule.COOPERATIVE),
                     ir.Arch.SM90A)
-    assert written.schedule.kind is KernelKind.COOPERATIVE
+    assert written.schedule.scheduler.kind is KernelKind.COOPERATIVE
     assert [(c.line, c.why) for c in written.schedule.chosen] == [
         (c.line, c.why) for c in free.schedule.chosen if c.line != "schedule"]
     assert not any("beside the written lines" in c.why for c in written.schedule.chosen)
@@ -111,7 +112,8 @@ def test_a_written_line_always_wins():
     plan = lower(gemm("tile 64x64x32"), ir.Arch.SM90A)
     assert plan.gemms[0].tile == (64, 64, 32)
     assert [c.line for c in plan.schedule.chosen] == ["g warps", "g stages"]
-    assert plan.schedule.kind is KernelKind.TILED  # 64 rows: not the warp-specialized kernel
+    # 64 rows: not the warp-specialized kernel
+    assert plan.schedule.scheduler.kind is KernelKind.TILED
     plan = lower(gemm("stages 2"), ir.Arch.SM80)
     assert plan.gemms[0].stages == 2 and plan.gemms[0].tile == (128, 256, 64)
 
@@ -230,7 +232,9 @@ def test_a_chain_takes_pingpong_with_b0_streamed_on_sm90a():
     text = next(p for p in EXAMPLES if p.name == "b2b_gemm_smem.kg").read_text()
     narrow = parse(without_schedule_lines(text).replace("256", "128"), "t.kg").kernels[0]
     plan = lower(narrow, ir.Arch.SM90A)
-    assert plan.schedule.pingpong and plan.schedule.resident and plan.schedule.chain_ring_b
+    assert plan.schedule.scheduler.pingpong
+    assert plan.schedule.resident
+    assert plan.schedule.chain_ring_b
     lines = {c.line: c.value for c in plan.schedule.chosen}
     assert lines["schedule"] == "pingpong" and lines["g1 keep"] == "keep g0 in registers"
     assert lines["g1 resident"] == "keep B1 resident" and "g0 resident" not in lines
@@ -281,7 +285,7 @@ def test_the_runtime_sizes_pick_a_tile_or_split_k_on_sm90a(sizes, label):
     if config is not None:
         assert config.why.startswith("the runtime sizes:")
         plan = lower(gemm(arch="sm_90a"), config=config)
-        assert plan.schedule.split_k == config.gemms[0].split
+        assert plan.schedule.scheduler.split_k == config.gemms[0].split
         assert all(c.why.startswith("the runtime sizes:") for c in plan.schedule.chosen)
 
 
@@ -330,7 +334,7 @@ def test_a_fused_epilogue_at_a_short_k_takes_pingpong():
     sizes = dict(M=8192, N=8192, K=1024)
     config = builder.sized(fused, sm90, sizes)
     assert config.label == "pingpong: 128x128x64 w2x4 s4"
-    assert lower(fused, config=config).schedule.kind is KernelKind.PINGPONG
+    assert lower(fused, config=config).schedule.scheduler.kind is KernelKind.PINGPONG
     assert builder.sized(fused, sm90, dict(sizes, K=2048)) is None
     assert builder.sized(gemm(arch="sm_90a"), sm90, sizes) is None
 
@@ -347,7 +351,7 @@ def test_a_fused_epilogue_leaves_out_the_64x192_tile():
     sizes = dict(M=128, N=4096, K=4096)
     assert builder.sized(fused, sm90, sizes).label == "pingpong: 64x64x64 w2x4 s12"
     plan = lower(fused, config=builder.sized(fused, sm90, sizes))
-    assert plan.gemms[0].tile == (64, 64, 64) and plan.schedule.gemms[0].staged_input == "C"
+    assert plan.gemms[0].tile == (64, 64, 64) and plan.schedule.gemms[0].staged.param == "C"
 
 
 @pytest.mark.parametrize("layouts, sizes, label", [
@@ -390,7 +394,7 @@ def test_rows_that_split_lines_take_a_cluster(layouts, sizes, label):
     if config is not None and config.gemms[0].cluster != (1, 1):
         assert "B's rows are not whole 128-byte L2 lines" in config.why
         plan = lower(kernel, config=config)
-        assert plan.schedule.cluster == config.gemms[0].cluster
+        assert plan.schedule.scheduler.cluster.shape == config.gemms[0].cluster
 
 
 @pytest.mark.parametrize("m, n, k, tile, cluster", [
@@ -406,7 +410,7 @@ def test_sizes_the_source_fixes_plan_as_the_runtime_sizes_would(m, n, k, tile, c
                    .replace("f16[M, N]", f"f16[{m}, {n}]"), "t.kg")
     verify(module)
     plan = lower(module.kernels[0])
-    assert plan.gemms[0].tile == tile and plan.schedule.cluster == cluster
+    assert plan.gemms[0].tile == tile and plan.schedule.scheduler.cluster.shape == cluster
 
 
 def test_a_column_major_output_takes_no_part_box_tile():
@@ -451,7 +455,7 @@ def test_sm90a_takes_pingpong_first_where_the_output_leaves_as_pairs():
     """Two outputs (or an f32 one) leave as pairs from registers, the longest epilogue: ping-pong
     128x128 on 4 stages hides it (kgen/targets/sm90/configs.py, PINGPONG_PAIRS_STAGES)."""
     plan = lower(_example("evt_multi_output.kg"), ir.Arch.SM90A)
-    assert plan.schedule.kind is KernelKind.PINGPONG
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG
     assert plan.gemms[0].tile == (128, 128, 64) and plan.gemms[0].stages == 4
     chosen = {c.line: c.why for c in plan.schedule.chosen}
     assert "the output leaves as pairs from registers" in chosen["schedule"]
@@ -465,7 +469,7 @@ def test_sm90a_takes_pingpong_first_where_the_output_leaves_as_pairs():
                                   "gemm_gelu_rowscale.kg", "gemm.kg"])
 def test_sm90a_keeps_the_cooperative_tile_for_one_16bit_output_or_reductions(name):
     plan = lower(_example(name), ir.Arch.SM90A)
-    assert plan.schedule.kind is KernelKind.COOPERATIVE
+    assert plan.schedule.scheduler.kind is KernelKind.COOPERATIVE
     assert plan.gemms[0].tile == (128, 256, 64)
 
 
@@ -476,7 +480,7 @@ def test_an_f32_output_leaves_as_pairs_under_pingpong():
     shape = builder.shapes(f32)[0]
     assert shape.pairs and not builder.shapes(gemm(arch="sm_90a"))[0].pairs
     plan = lower(f32, ir.Arch.SM90A)
-    assert plan.schedule.kind is KernelKind.PINGPONG and plan.gemms[0].stages == 4
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG and plan.gemms[0].stages == 4
 
 
 def test_why_runtime_sizes_cannot_change_a_schedule():

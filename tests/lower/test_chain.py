@@ -127,7 +127,7 @@ def _live(plan, b):
 
 def test_storage_map_registers():
     plan = lower(kernel(), persistent=False)
-    assert not plan.schedule.persistent
+    assert not plan.schedule.scheduler.persistent
     bufs = _buffers(plan)
     assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]  # no intermediate buffer
     assert plan.storage.phases == ("g0.mainloop", "g0.epilogue", "g1.mainloop", "g1.epilogue")
@@ -142,7 +142,7 @@ def test_storage_map_registers_persistent():
     """The persistent kernel prefetches the next tile's g0 stages during g1: they live to the
     end and no longer share bytes with g1's stages."""
     plan = lower(kernel())
-    assert plan.schedule.persistent
+    assert plan.schedule.scheduler.persistent
     bufs = _buffers(plan)
     assert _live(plan, bufs["g0_a_smem"]) == _live(plan, bufs["g0_b_smem"]) \
         == "g0.mainloop..g1.epilogue"
@@ -162,7 +162,8 @@ def test_persistent_grid_is_capped_by_the_resident_slots():
 
 
 def test_only_register_chains_persist():
-    assert not lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2")).schedule.persistent
+    smem = lower(kernel(KEEP="keep smem", G0WARPS="2x2", G1WARPS="2x2"))
+    assert not smem.schedule.scheduler.persistent
 
 
 def test_persistent_source_loops_and_waits_exactly():
@@ -276,7 +277,7 @@ def test_intermediate_fragment_offsets_are_proved(label, plan):
     g1 = plan.gemms[1]
     tile = g1.a.smem
     fmap = LDMATRIX[("a", True)]
-    threads = plan.schedule.threads
+    threads = plan.schedule.warps.threads
     for t in range(threads):
         off = (t // 32) // g1.warps[1] * g1.warp_tile[0]
         base = tile.offset(*fmap.coord(t % 32, off, 0, 0))
@@ -332,7 +333,7 @@ RESIDENT = dict(S0x="4 keep B0 resident", KEEP="keep registers keep B1 resident"
 
 def test_resident_plan_holds_all_of_each_b_and_a_ring_of_a():
     plan = lower(kernel(**RESIDENT))
-    assert plan.schedule.persistent and plan.schedule.resident
+    assert plan.schedule.scheduler.persistent and plan.schedule.resident
     bufs = _buffers(plan)
     assert sorted(bufs) == ["g0_a_smem", "g0_b_smem", "g1_b_smem"]
     assert bufs["g0_b_smem"].bytes == 576 * 64 * 2  # all 9 k tiles of B0

@@ -49,14 +49,14 @@ def test_budget_depends_on_target():
     with pytest.raises(KgenError):
         lower(gemm_kernel(tile=(128, 256, 64), warps=(2, 4), stages=4))
     plan = lower(gemm_kernel(tile=(128, 256, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
-    assert plan.schedule.gemms[0].stages_d == 2
+    assert plan.schedule.gemms[0].staging.boxes == 2
     assert plan.smem_bytes == 196608 + 2 * 2 * 8192 + 1024
 
 
 def test_plan_numbers():
     plan = lower(gemm_kernel(tile=(128, 256, 64), warps=(2, 4), stages=3))
     g = plan.gemms[0]
-    assert plan.schedule.threads == 256
+    assert plan.schedule.warps.threads == 256
     assert g.warp_tile == (64, 64) and g.frags == (4, 8)
     assert g.a.copies_per_thread == 4 and g.b.copies_per_thread == 8
     assert (g.a.smem.outer, g.a.smem.inner, str(g.a.smem.swizzle)) == (128, 64, "Swizzle<3,3,3>")

@@ -84,8 +84,8 @@ def test_schedule_syntax_errors_are_located(text, message):
 def test_pingpong_plan():
     plan = lower(kernel())
     s = plan.schedule
-    assert s.pingpong and s.wgmma and s.resident and s.persistent
-    assert s.threads == sm90_schedules.threads() == 2 * 128 + 128
+    assert s.scheduler.pingpong and s.wgmma and s.resident and s.scheduler.persistent
+    assert s.warps.threads == sm90_schedules.threads() == 2 * 128 + 128
     g0 = plan.gemms[0]
     # a producer warpgroup copies every 64x64 A slot: 512 chunks of 16 bytes, 4 per thread
     assert g0.a.copies_per_thread == 64 * 64 * 2 // 16 // 128 == 4
@@ -127,7 +127,7 @@ def test_the_copy_engine_stores_only_what_its_boxes_fit(changes):
             "  vector bias0", "  tensor C : f16[M, 128] row\n  vector bias0")
     rest = {k: v for k, v in changes.items() if k in DEFAULTS}
     plan = lower(from_template(text, DEFAULTS, **rest))
-    assert plan.schedule.pingpong
+    assert plan.schedule.scheduler.pingpong
     fits = "EPI1" in changes
     assert (plan.schedule.tma_output is not None) is fits
     assert any(b.name == "g1_d_staging" for b in plan.storage.buffers) is fits
@@ -136,9 +136,9 @@ def test_the_copy_engine_stores_only_what_its_boxes_fit(changes):
 def test_a_ring_that_leaves_no_room_for_the_staging_stores_from_registers():
     """The staging goes first: 16 slots fit without it, and D1 leaves in 16-byte chunks."""
     plan = lower(kernel(STAGES="16"))
-    assert plan.schedule.pingpong and plan.schedule.tma_output is None
+    assert plan.schedule.scheduler.pingpong and plan.schedule.tma_output is None
     last = plan.schedule.gemms[-1]
-    assert last.store is StorePath.WIDE and "staging does not fit" in last.why_store
+    assert last.output.path is StorePath.WIDE and "staging does not fit" in last.output.why
     assert not any(b.name == "g1_d_staging" for b in plan.storage.buffers)
     with pytest.raises(KgenError) as info:  # 20 slots do not fit even so
         lower(kernel(STAGES="20"))
@@ -165,7 +165,7 @@ def test_pingpong_rules_have_located_messages(changes, line, message):
 
 
 def test_the_default_residency_is_registers():
-    assert lower(kernel(KEEP="")).schedule.pingpong
+    assert lower(kernel(KEEP="")).schedule.scheduler.pingpong
 
 
 def test_without_a_producer_stages_stay_at_most_8():
@@ -184,7 +184,7 @@ def test_pingpong_source_producer_and_consumers():
     src = result.source
     # its ring holds a tile's k tiles and two slots more: two wgmma groups in flight, each slot
     # freed once the next k tile's group is issued (tests/targets/test_sm90_in_flight.py)
-    assert result.plan.schedule.gemms[0].wgmma_in_flight == 2
+    assert result.plan.schedule.gemms[0].overlap.wgmma_groups == 2
     assert "__launch_bounds__(384, 1)" in src
     assert "setmaxnreg_dec<kProducerRegisters>();" in src
     assert "setmaxnreg_inc<kConsumerRegisters>();" in src
@@ -283,7 +283,8 @@ def example(name: str, arch: ir.Arch | None = None):
 
 
 def gemm_row(g) -> tuple:
-    return (g.name, g.mma, g.a.load, g.a.cache, g.b.load, g.store)
+    p = g.pipeline
+    return (g.name, g.atom.instruction, p.a.load, p.a.cache, p.b.load, g.output.path)
 
 
 @pytest.mark.parametrize("name", ["b2b_gemm_rf_pingpong_sm90a",
@@ -291,10 +292,10 @@ def gemm_row(g) -> tuple:
 def test_pingpong_examples_schedule(name):
     plan = example(name)
     s = plan.schedule
-    assert s.kind is KernelKind.PINGPONG
-    assert [(r.name, r.warps, r.groups, r.registers) for r in s.warp_roles] == [
+    assert s.scheduler.kind is KernelKind.PINGPONG
+    assert [(r.name, r.warps, r.groups, r.registers) for r in s.warps.roles] == [
         ("producer", 4, 1, 40), ("consumer", 4, 2, 232)]
-    assert s.threads == 384
+    assert s.warps.threads == 384
     assert [gemm_row(g) for g in s.gemms] == [
         ("g0", Mma.WGMMA_SS, LoadPath.TMA, CachePolicy.NORMAL, LoadPath.RESIDENT,
          StorePath.FEED),
@@ -310,7 +311,9 @@ def test_pingpong_examples_schedule(name):
 
 def test_tiled_example_schedule():
     s = example("gemm").schedule
-    assert s.kind is KernelKind.TILED and s.raster.group_m == 8 and s.min_blocks_per_sm == 1
+    assert s.scheduler.kind is KernelKind.TILED
+    assert s.scheduler.raster.group_m == 8
+    assert s.scheduler.min_blocks_per_sm == 1
     assert [gemm_row(g) for g in s.gemms] == [
         ("mma0", Mma.MMA_SYNC, LoadPath.CP_ASYNC, CachePolicy.NORMAL, LoadPath.CP_ASYNC,
          StorePath.PAIRS)]
@@ -324,7 +327,7 @@ def test_resident_chain_schedules_per_target():
     own rules hold (b2b_gemm_rf's g1 reads 64-byte k tiles of B1: wgmma in the 64-byte
     swizzle)."""
     s80 = example("b2b_gemm_rf").schedule
-    assert s80.kind is KernelKind.PERSISTENT
+    assert s80.scheduler.kind is KernelKind.PERSISTENT
     assert [gemm_row(g) for g in s80.gemms] == [
         ("g0", Mma.MMA_SYNC, LoadPath.CP_ASYNC_RING, CachePolicy.EVICT_FIRST, LoadPath.RESIDENT,
          StorePath.FEED),
@@ -332,12 +335,12 @@ def test_resident_chain_schedules_per_target():
          StorePath.WIDE)]
     assert s80.quad_stores and s80.mma_sync
     s90 = example("b2b_gemm_rf", ir.Arch.SM90A).schedule
-    assert [g.mma for g in s90.gemms] == [Mma.WGMMA_SS, Mma.WGMMA_RS]
+    assert [g.atom.instruction for g in s90.gemms] == [Mma.WGMMA_SS, Mma.WGMMA_RS]
     rf90 = example("b2b_gemm_rf_sm90a").schedule
-    assert [g.mma for g in rf90.gemms] == [Mma.WGMMA_SS, Mma.WGMMA_RS]
+    assert [g.atom.instruction for g in rf90.gemms] == [Mma.WGMMA_SS, Mma.WGMMA_RS]
     smem = example("b2b_gemm_smem").schedule
-    assert smem.kind is KernelKind.TILED
-    assert [g.a.load for g in smem.gemms] == [LoadPath.CP_ASYNC, LoadPath.CHAINED_SMEM]
+    assert smem.scheduler.kind is KernelKind.TILED
+    assert [g.pipeline.a.load for g in smem.gemms] == [LoadPath.CP_ASYNC, LoadPath.CHAINED_SMEM]
 
 
 @pytest.mark.parametrize("path", GEMM_EXAMPLES, ids=lambda p: p.stem)
@@ -347,18 +350,20 @@ def test_the_schedules_derived_flags(path):
     for k in parse_file(path).kernels:
         plan = lower(k)
         s = plan.schedule
-        last = s.gemms[-1].store
-        assert s.persistent is (s.kind is not KernelKind.TILED)
-        assert s.pingpong is (s.kind is KernelKind.PINGPONG)
-        assert s.resident is any(g.b.load is LoadPath.RESIDENT for g in s.gemms)
+        last = s.gemms[-1].output.path
+        assert s.scheduler.persistent is (s.scheduler.kind is not KernelKind.TILED)
+        assert s.scheduler.pingpong is (s.scheduler.kind is KernelKind.PINGPONG)
+        assert s.resident is any(g.pipeline.b.load is LoadPath.RESIDENT for g in s.gemms)
         assert s.wide_stores is (last in (StorePath.WIDE, StorePath.TMA))
         assert s.quad_stores is (last is StorePath.WIDE)
         assert (s.tma_output is not None) is (last is StorePath.TMA)  # only the last gemm's
-        assert s.wgmma is (s.gemms[0].mma is Mma.WGMMA_SS)
-        assert all(g.mma is not Mma.WGMMA_SS for g in s.gemms[1:])  # later gemms: A in registers
-        assert s.wgmma_chain == tuple(g.name for g in s.gemms if g.mma is Mma.WGMMA_RS)
-        assert s.mma_sync is any(g.mma is Mma.MMA_SYNC for g in s.gemms)
-        assert s.threads == sum(r.warps * r.groups * 32 for r in s.warp_roles)
+        assert s.wgmma is (s.gemms[0].atom.instruction is Mma.WGMMA_SS)
+        # later gemms: A in registers
+        assert all(g.atom.instruction is not Mma.WGMMA_SS for g in s.gemms[1:])
+        assert s.wgmma_chain == tuple(g.name for g in s.gemms
+                                      if g.atom.instruction is Mma.WGMMA_RS)
+        assert s.mma_sync is any(g.atom.instruction is Mma.MMA_SYNC for g in s.gemms)
+        assert s.warps.threads == sum(r.warps * r.groups * 32 for r in s.warps.roles)
         assert [g.name for g in s.gemms] == [g.name for g in plan.gemms]
         for flag in ("threads", "group_m", "min_blocks_per_sm", "persistent", "resident",
                      "wide_stores", "wgmma", "wgmma_chain", "pingpong", "tma_store"):
@@ -387,9 +392,10 @@ def test_persistent_over_budget_is_refused_not_caught():
     """Stages that fit one CTA per tile but not beside the prefetched next tile: the persistent
     candidate is refused for its shared memory and the tiled one taken."""
     from tests.lower.test_chain import kernel as chain_kernel
-    assert lower(chain_kernel(S0x="6"), ir.Arch.SM86).schedule.kind is KernelKind.PERSISTENT
+    sm86 = lower(chain_kernel(S0x="6"), ir.Arch.SM86)
+    assert sm86.schedule.scheduler.kind is KernelKind.PERSISTENT
     s = lower(chain_kernel(S0x="7"), ir.Arch.SM86).schedule
-    assert s.kind is KernelKind.TILED
+    assert s.scheduler.kind is KernelKind.TILED
     assert dict(s.rejected)[KernelKind.PERSISTENT] == (
         "shared memory over budget: 102400 bytes needed, 101376 allowed")
 

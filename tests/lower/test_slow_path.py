@@ -34,7 +34,7 @@ def example(name: str) -> ir.Kernel:
 def test_sm80_lines_on_sm90a_name_both_lines_and_both_paths():
     """Issue 49's first case: a file written for sm_80 planned for sm_90a."""
     kernel = gemm("tile 128x128x32  warps 2x2  stages 4")
-    assert lower(kernel, ir.Arch.SM90A).schedule.kind is KernelKind.TILED
+    assert lower(kernel, ir.Arch.SM90A).schedule.scheduler.kind is KernelKind.TILED
     warning = slow_path(kernel, ir.Arch.SM90A)
     assert warning is not None
     assert warning.loc == kernel.gemms[0].tile.loc  # the first line to blame, with its caret

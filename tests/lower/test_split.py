@@ -43,7 +43,7 @@ def test_split_plans_a_workspace_and_the_split_kernel(arch):
     cooperative kernel, a unit of the persistent walk per part."""
     p = plan(arch=arch)
     kind = KernelKind.TILED if arch == "sm_80" else KernelKind.COOPERATIVE
-    assert p.schedule.kind is kind and p.schedule.split_k == 4
+    assert p.schedule.scheduler.kind is kind and p.schedule.scheduler.split_k == 4
     assert p.split_kernel == "s_splitk"
     assert any(f.kind is FieldKind.WORKSPACE for f in p.fields)
     sizes = {"M": 100, "N": 300, "K": 1000}
@@ -68,7 +68,7 @@ def test_split_with_reductions_plans_a_block_per_tile(arch, deterministic):
     module = parse(text, "s.kg")
     verify(module)
     p = lower(module.kernels[0])
-    assert p.split_kernel == "s_splitk" and p.schedule.split_k == 2
+    assert p.split_kernel == "s_splitk" and p.schedule.scheduler.split_k == 2
     assert p.deterministic is deterministic
     assert (p.init_kernel is None) is deterministic
     assert (p.finalize_kernel is not None) is deterministic
@@ -81,7 +81,7 @@ def test_split_with_reductions_plans_a_block_per_tile(arch, deterministic):
 
 def test_split_1_is_the_plain_kernel():
     p = plan("split 1")
-    assert p.schedule.split_k == 1 and p.split_kernel is None
+    assert p.schedule.scheduler.split_k == 1 and p.split_kernel is None
     assert not any(f.kind is FieldKind.WORKSPACE for f in p.fields)
 
 
@@ -107,7 +107,7 @@ def test_schedule_pingpong_with_split_is_refused_at_the_split():
     assert "split 2 runs on the cooperative schedule" in err.value.message
     cooperative = parse(text.replace("schedule pingpong", "schedule cooperative"), "s.kg")
     verify(cooperative)
-    assert lower(cooperative.kernels[0]).schedule.kind is KernelKind.COOPERATIVE
+    assert lower(cooperative.kernels[0]).schedule.scheduler.kind is KernelKind.COOPERATIVE
 
 
 def test_a_chain_takes_no_split():

@@ -95,8 +95,10 @@ def test_a_ring_over_budget_is_refused_at_the_stages_line(split, quoted):
 def test_the_plan_is_the_cooperative_kernel_with_a_workspace():
     p = plan()
     s = p.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.stream_k and s.split_k == 1
-    assert s.gemms[0].mma is Mma.WGMMA_SS
+    assert s.scheduler.kind is KernelKind.COOPERATIVE
+    assert s.scheduler.stream_k
+    assert s.scheduler.split_k == 1
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS
     assert p.split_kernel is None  # the fixup is in the kernel
     assert any(f.kind is FieldKind.WORKSPACE for f in p.fields)
     sizes = {"M": 1000, "N": 300, "K": 5000}
@@ -132,7 +134,7 @@ def test_stream_k_compiles_without_spills(variant, tmp_path, monkeypatch):
           "128x256": dict(tile="128x256x64", stages=3)}[variant]
     built = build_source(**kw)
     s = built.plan.schedule
-    assert s.stream_k and s.kind is KernelKind.COOPERATIVE
+    assert s.scheduler.stream_k and s.scheduler.kind is KernelKind.COOPERATIVE
     src = built.source
     assert "stream_walk(" in src and "stream_wait(flags, share + 1, last" in src
     assert "s_workspace_bytes" in src and "stream-K needs p.workspace" in src

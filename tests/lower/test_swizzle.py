@@ -59,10 +59,10 @@ def _ldmatrix_addresses(plan, which, op, warp, kk, f):
 
 def _check_conflict_free(plan):
     for which, op, g in _operands(plan):
-        warps = plan.schedule.threads // 32
+        warps = plan.schedule.warps.threads // 32
         for warp in range(warps):
             for i in range(op.copies_per_thread):
-                addrs = _copy_addresses(op, plan.schedule.threads, warp, i)
+                addrs = _copy_addresses(op, plan.schedule.warps.threads, warp, i)
                 assert swizzle.max_bank_conflict(addrs, 16) == 1, (which, warp, i)
             for kk in range(g.tile[2] // 16):
                 for f in range(len(op.frag_steps[0])):
@@ -100,7 +100,7 @@ def test_offset_tables_match_the_layout(label, plan):
     for which, op, g in _operands(plan):
         fmap = fragments.LDMATRIX[(which, op.k_major)]
         warps_n = g.warps[1]
-        for t in range(plan.schedule.threads):
+        for t in range(plan.schedule.warps.threads):
             warp = t // 32
             off = (warp // warps_n) * g.warp_tile[0] if which == "a" else (warp % warps_n) * g.warp_tile[1]
             base = op.smem.offset(*fmap.coord(t % 32, off, 0, 0))

@@ -45,7 +45,7 @@ class FakeKernel:
     def __init__(self, plan):
         self.plan = plan
         self.device_id = 0
-        self.persistent_ctas = 132 if plan.schedule.persistent else None
+        self.persistent_ctas = 132 if plan.schedule.scheduler.persistent else None
         self.persistent_clusters = None
         self._function = "fast"
         self._init_function = self._finalize_function = self._split_function = None

@@ -37,4 +37,4 @@ def test_the_output_map_takes_the_outputs_address_rows_and_leading_dimension(
 
 def test_only_a_tma_store_plan_has_a_map():
     plan = build_file(EXAMPLES / "b2b_gemm_rf_sm90a.kg", "sm_90a").plan
-    assert plan.schedule.tma_output is None and not plan.schedule.pingpong
+    assert plan.schedule.tma_output is None and not plan.schedule.scheduler.pingpong

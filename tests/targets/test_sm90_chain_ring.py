@@ -55,9 +55,9 @@ def section(source: str, start: str, end: str) -> str:
 def test_b0_streams_through_the_ring_beside_a():
     plan = lower(kernel())
     s = plan.schedule
-    assert s.pingpong and s.chain_ring_b and s.consumer_order and s.resident
-    assert s.gemms[0].a.load is LoadPath.TMA and s.gemms[0].b.load is LoadPath.TMA
-    assert s.gemms[1].b.load is LoadPath.RESIDENT
+    assert s.scheduler.pingpong and s.chain_ring_b and s.consumer_order and s.resident
+    assert s.gemms[0].pipeline.a.load is LoadPath.TMA and s.gemms[0].pipeline.b.load is LoadPath.TMA
+    assert s.gemms[1].pipeline.b.load is LoadPath.RESIDENT
     bufs = {b.name: b for b in plan.storage.buffers}
     # B0's ring: 6 k tiles of 128 rows x 64 (not all 9 of them), live through the kernel
     assert bufs["g0_b_smem"].bytes == 6 * 128 * 64 * 2
@@ -101,7 +101,9 @@ def test_the_streamed_ring_in_the_emitted_source():
 def test_a_resident_ring_shorter_than_the_k_tiles_takes_turns():
     plan = lower(kernel(N0="64", N1="128", STAGES="6", RESIDENT0="keep B0 resident"))
     s = plan.schedule
-    assert s.consumer_order and not s.chain_ring_b and s.gemms[0].b.load is LoadPath.RESIDENT
+    assert s.consumer_order
+    assert not s.chain_ring_b
+    assert s.gemms[0].pipeline.b.load is LoadPath.RESIDENT
     src = build(kernel(N0="64", N1="128", STAGES="6", RESIDENT0="keep B0 resident"),
                 source_name="t.kg").source
     assert "mbarrier_wait(order_bar + 8 * warpgroup" in src
@@ -145,7 +147,7 @@ def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
 ])
 def test_the_builder_streams_b0_through_the_ring(k0, n0, n1, slots):
     plan = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg").plan
-    assert plan.schedule.pingpong and plan.schedule.chain_ring_b
+    assert plan.schedule.scheduler.pingpong and plan.schedule.chain_ring_b
     assert plan.gemms[0].stages == slots
 
 
@@ -163,7 +165,7 @@ def test_the_builder_keeps_a_row_major_b0_resident():
 def test_a_chained_k_tile_divides_the_source_n():
     """N0 = 96: g1's tile K is 32 (64 does not divide 96), so the chain plans."""
     plan = build(chain(768, 96, 128), ir.Arch.SM90A, source_name="chain.kg").plan
-    assert plan.gemms[1].tile[2] == 32 and plan.schedule.pingpong
+    assert plan.gemms[1].tile[2] == 32 and plan.schedule.scheduler.pingpong
 
 
 @pytest.mark.parametrize("k0, n0, n1, dtype, resident", [
@@ -207,8 +209,8 @@ def test_b0_resident_where_its_rows_split_sectors(k0, n0, n1):
 
     result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
     schedule = result.plan.schedule
-    assert schedule.kind.value == "pingpong" and not schedule.chain_ring_b
-    assert schedule.gemms[0].b.load is LoadPath.RESIDENT
+    assert schedule.scheduler.kind.value == "pingpong" and not schedule.chain_ring_b
+    assert schedule.gemms[0].pipeline.b.load is LoadPath.RESIDENT
     rows = {label: why for label, _, why in schedule.describe()}
     assert "rows split 32-byte sectors" in rows["line schedule"]
     aligned = build(chain(k0 + 8, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
@@ -221,7 +223,8 @@ def test_b0_resident_where_its_rows_split_sectors(k0, n0, n1):
 def test_streamed_where_b0_does_not_fit_resident():
     """K0 = 1000 with N0 = 128: B0 (250 KB) does not fit resident; it streams."""
     result = build(chain(1000, 128, 128), ir.Arch.SM90A, source_name="chain.kg")
-    assert result.plan.schedule.kind.value == "pingpong" and result.plan.schedule.chain_ring_b
+    assert result.plan.schedule.scheduler.kind.value == "pingpong"
+    assert result.plan.schedule.chain_ring_b
 
 
 def test_split_rows_keep_the_output_staged_where_registers_would_not_serve():
@@ -231,7 +234,7 @@ def test_split_rows_keep_the_output_staged_where_registers_would_not_serve():
     result = build(chain(200, 128, 256), ir.Arch.SM90A, source_name="chain.kg")
     schedule = result.plan.schedule
     assert not schedule.chain_ring_b and schedule.tma_output is not None
-    assert result.plan.gemms[0].stages == 8 and schedule.gemms[-1].column_passes == 2
+    assert result.plan.gemms[0].stages == 8 and schedule.gemms[-1].passes.count == 2
 
 
 @pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 160, 256, "f16"), (1000, 64, 256, "bf16"),
@@ -243,7 +246,7 @@ def test_the_builders_new_choices_compile_without_spills(k0, n0, n1, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
     result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
-    assert result.plan.schedule.kind.value == "pingpong"
+    assert result.plan.schedule.scheduler.kind.value == "pingpong"
     compiled = compile_cubin(result.source, result.plan.name, "sm_90a")
     resources = compiled.resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0

@@ -15,7 +15,7 @@ from kgen import ir
 from kgen.api import build
 from kgen.errors import KgenError
 from kgen.parse import parse
-from kgen.plan import KernelKind, LoadPath
+from kgen.plan import Cluster, KernelKind, LoadPath
 from kgen.verify import verify
 
 from tests.kernels import gemm_kernel
@@ -91,7 +91,7 @@ def test_split_k_on_a_cluster_walks_each_cluster_tiles_parts(cluster):
     verify(module)
     built = build(module.kernels[0])
     schedule = built.plan.schedule
-    assert (schedule.split_k, schedule.cluster) == (2, cluster)
+    assert (schedule.scheduler.split_k, schedule.scheduler.cluster.shape) == (2, cluster)
     source = built.source
     assert "const int cluster_units = cluster_tiles * kSplitK;" in source
     assert source.count("tile < cluster_units; tile += ") == 2  # the producer and the consumers
@@ -143,7 +143,7 @@ def test_a_cluster_the_warp_specialized_kernel_cannot_run_is_refused(tile, warps
                        f"which refuses this gemm: .*{reason}"):
         build(dataclasses.replace(k, gemms=(g,)))
     plain = build(k).plan.schedule  # without the line it plans (on some kernel)
-    assert plain.cluster == (1, 1)
+    assert plain.scheduler.cluster.shape == (1, 1)
 
 
 @pytest.mark.parametrize("cluster, layouts, mn", [
@@ -154,9 +154,9 @@ def test_a_cluster_the_warp_specialized_kernel_cannot_run_is_refused(tile, warps
 ])
 def test_a_cluster_shares_an_mn_major_operand_half_its_boxes_each(cluster, layouts, mn):
     built = build(_ir(cluster, **layouts))
-    g = built.plan.schedule.gemms[0]
+    p = built.plan.schedule.gemms[0].pipeline
     shared_name = "B" if cluster == (2, 1) else "A"
-    shared, own = (g.b, g.a) if shared_name == "B" else (g.a, g.b)
+    shared, own = (p.b, p.a) if shared_name == "B" else (p.a, p.b)
     assert shared.load is LoadPath.TMA_MULTICAST and own.load is LoadPath.TMA
     assert shared.mn_major == (shared_name == mn) and own.mn_major == (shared_name != mn)
     extent = "kTileN" if mn == "B" else "kTileM"
@@ -193,7 +193,7 @@ def test_a_staged_c_loads_only_for_a_tile_in_range():
         return build(parse(text, "c.kg").kernels[0])
 
     built = kernel("cluster 2x1")
-    assert built.plan.schedule.gemms[0].staged_input == "C"
+    assert built.plan.schedule.gemms[0].staged.param == "C"
     assert "if (tid % kWarpgroupThreads == 0 && m0 < M && n0 < N) {" in built.source
     plain = kernel("")
     assert "m0 < M && n0 < N" not in plain.source
@@ -219,19 +219,20 @@ def test_cluster_1x1_is_any_kernel_and_changes_nothing():
 ])
 def test_the_plan_multicasts_the_shared_operand_in_half_boxes(cluster, shared, boxes, kind):
     s = build(_ir(cluster, kind)).plan.schedule
-    assert s.kind is KernelKind(kind)
-    assert s.cluster == cluster and s.cluster_size == 2 and s.multicast == shared
-    g = s.gemms[0]
+    assert s.scheduler.kind is KernelKind(kind)
+    assert s.scheduler.cluster.shape == cluster and s.scheduler.cluster.size == 2
+    assert s.multicast == shared
+    p = s.gemms[0].pipeline
     other = "a" if shared == "b" else "b"
-    assert getattr(g, shared).load is LoadPath.TMA_MULTICAST
-    assert getattr(g, other).load is LoadPath.TMA
+    assert getattr(p, shared).load is LoadPath.TMA_MULTICAST
+    assert getattr(p, other).load is LoadPath.TMA
     assert s.tma_loads
     assert [m.box for m in s.tensor_maps if not m.store] == boxes[kind]
 
 
 def test_the_builder_keeps_1x1():
     s = build(parse(_source(""), "c.kg").kernels[0]).plan.schedule
-    assert s.cluster == (1, 1) and s.multicast is None and not s.why_cluster
+    assert s.scheduler.cluster == Cluster() and s.multicast is None
     assert not any(c.line.endswith("cluster") for c in s.chosen)
 
 

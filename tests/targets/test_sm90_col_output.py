@@ -40,7 +40,7 @@ def _built(d="col", c="col", epilogue="relu(acc + C + bias[col])", schedule="",
 def test_a_column_major_output_leaves_through_the_copy_engine_transposed():
     built = _built(epilogue="acc")
     s = built.plan.schedule
-    assert s.gemms[0].store is StorePath.TMA
+    assert s.gemms[0].output.path is StorePath.TMA
     (d,) = [m for m in s.tensor_maps if m.store]
     assert (d.param, d.rows, d.cols, d.box) == ("D", "N", "M", (64, 64))
     assert "transposed" in d.why
@@ -61,7 +61,7 @@ def test_a_column_major_output_leaves_through_the_copy_engine_transposed():
 def test_a_column_major_c_is_staged_with_it():
     built = _built()
     g = built.plan.schedule.gemms[0]
-    assert g.staged_input == "C"
+    assert g.staged.param == "C"
     (c,) = [m for m in built.plan.schedule.tensor_maps if m.param == "C"]
     assert (c.rows, c.cols, c.store) == ("N", "M", False)
     src = built.source
@@ -73,8 +73,8 @@ def test_a_column_major_c_is_staged_with_it():
 def test_a_c_of_the_other_layout_is_read_from_global_memory(d, c):
     built = _built(d=d, c=c)
     g = built.plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA and g.staged_input is None
-    assert f"takes a {d}-major 16-bit input (the output's layout)" in g.why_staged_input
+    assert g.output.path is StorePath.TMA and g.staged.param is None
+    assert f"takes a {d}-major 16-bit input (the output's layout)" in g.staged.why
     assert ".trans" not in built.source or d == "col"
 
 
@@ -97,7 +97,7 @@ def test_nvrtc_compiles_without_spills(variant):
                "c_row": dict(c="row"),
                "cluster": dict(lines="tile 128x256x64  warps 2x4  stages 3  cluster 2x1")}[variant]
     built = _built(**options)
-    assert built.plan.schedule.gemms[0].store is StorePath.TMA
+    assert built.plan.schedule.gemms[0].output.path is StorePath.TMA
     ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
     assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     rank = "3d" if variant == "batched" else "2d"

@@ -44,9 +44,9 @@ def test_the_builder_splits_a_wide_last_n_into_column_blocks(k0, n0, n1, dtype, 
     result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
     plan, source = result.plan, result.source
     last = plan.schedule.gemms[-1]
-    assert plan.schedule.pingpong and plan.gemms[-1].tile[1] == tile_n
+    assert plan.schedule.scheduler.pingpong and plan.gemms[-1].tile[1] == tile_n
     assert plan.column_blocks == blocks
-    assert last.column_passes == passes and last.store is StorePath.TMA
+    assert last.passes.count == passes and last.output.path is StorePath.TMA
     # each CTA loads its block of B1, walks its block's tiles, and the launcher keeps whole blocks
     assert "(blockIdx.x % tiles_n) * g1_cfg::kTileN, " in source
     assert "  tile_m = tile / tiles_n;\n  tile_n = tile % tiles_n;" in source

@@ -1,4 +1,4 @@
-"""sm_90a's ping-pong chain with its last gemm in column passes (GemmSchedule.column_passes):
+"""sm_90a's ping-pong chain with its last gemm in column passes (ColumnPasses):
 a last tile of 256 columns runs two passes of 128 from the same A fragments, and the output
 staging holds one pass (beside N0 = 128 a consumer thread would hold 224 values with the whole
 tile, 160 in halves). The rule, the builder's rings, the plan and inspect, the emitted pass
@@ -11,7 +11,7 @@ from kgen import ir
 from kgen.api import build
 from kgen.errors import KgenError
 from kgen.parse import parse
-from kgen.plan import StorePath
+from kgen.plan import Overlap, StorePath
 from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
@@ -35,9 +35,9 @@ def test_consumer_values_against_the_staging_limit():
 def test_the_builder_stages_n1_256_in_two_passes_beside_five_slots(k0, dtype):
     plan = build(chain(k0, 128, 256, dtype), ir.Arch.SM90A, source_name="chain.kg").plan
     last = plan.schedule.gemms[-1]
-    assert plan.schedule.pingpong and plan.schedule.chain_ring_b
-    assert last.column_passes == 2 and last.store is StorePath.TMA
-    assert plan.schedule.gemms[0].column_passes == 1
+    assert plan.schedule.scheduler.pingpong and plan.schedule.chain_ring_b
+    assert last.passes.count == 2 and last.output.path is StorePath.TMA
+    assert plan.schedule.gemms[0].passes.count == 1
     assert plan.gemms[0].stages == 5
     # the staging holds one pass: 128 columns of 64 rows, 16-bit, per consumer warpgroup
     staging = next(b for b in plan.storage.buffers if b.name.endswith("_d_staging"))
@@ -51,7 +51,7 @@ def test_the_builder_stages_n1_256_in_two_passes_beside_five_slots(k0, dtype):
 @pytest.mark.parametrize("n0, n1", [(128, 128), (64, 128), (128, 64)])
 def test_tiles_of_at_most_128_columns_take_one_pass(n0, n1):
     result = build(chain(256, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
-    assert all(g.column_passes == 1 for g in result.plan.schedule.gemms)
+    assert all(g.passes.count == 1 for g in result.plan.schedule.gemms)
     assert "for (int pass = 0;" not in result.source
 
 
@@ -60,8 +60,8 @@ def test_n1_256_beside_n0_64_takes_two_passes_on_six_slots(k0):
     """The whole tile's staging fits there too (176 values), but halves ran faster on the same
     ring; its staging fits beside 6 slots, so the ring list is the usual one."""
     plan = build(chain(k0, 64, 256), ir.Arch.SM90A, source_name="chain.kg").plan
-    assert plan.schedule.gemms[-1].column_passes == 2
-    assert plan.schedule.gemms[-1].store is StorePath.TMA
+    assert plan.schedule.gemms[-1].passes.count == 2
+    assert plan.schedule.gemms[-1].output.path is StorePath.TMA
     assert plan.gemms[0].stages == 6
 
 
@@ -76,14 +76,14 @@ def test_six_slots_leave_no_room_for_the_staging_so_no_passes():
     assert [c.gemms[0].stages for c in configs[:3]] == [5, 4, 6]
     plan = build(kern, ir.Arch.SM90A, source_name="chain.kg", config=configs[2]).plan
     assert plan.gemms[0].stages == 6
-    assert plan.schedule.gemms[-1].store is StorePath.WIDE
-    assert plan.schedule.gemms[-1].column_passes == 1
+    assert plan.schedule.gemms[-1].output.path is StorePath.WIDE
+    assert plan.schedule.gemms[-1].passes.count == 1
 
 
 def test_the_pass_loop_multiplies_each_pass_by_its_rows_of_b1_and_stores_its_columns():
     """One pass at a time (the builder keeps two in flight here: test_sm90_passes_in_flight)."""
     plan = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").plan
-    plan = with_gemm_schedule(plan, -1, passes_in_flight=1)
+    plan = with_gemm_schedule(plan, -1, overlap=Overlap())
     source = sm90_chain.emit(plan, source_name="chain.kg", source_hash="", command="test")
     body = source[source.index("// ---- g1 = g0 @ B1"):]
     order = ["for (int pass = 0; pass < 2; ++pass) {",
@@ -114,7 +114,7 @@ def test_column_passes_compile_without_spills(k0, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
     result = build(chain(k0, 128, 256, dtype), ir.Arch.SM90A, source_name="chain.kg")
-    assert result.plan.schedule.gemms[-1].column_passes == 2
+    assert result.plan.schedule.gemms[-1].passes.count == 2
     resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
     assert resources.get("stack_bytes", 0) == 0
@@ -130,9 +130,9 @@ def test_n0_a_multiple_of_32_runs_g1_on_wgmma_in_passes(k0, n0, n1):
 
     result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
     plan, last = result.plan, result.plan.schedule.gemms[-1]
-    assert plan.schedule.pingpong and plan.gemms[-1].tile[2] == 32
-    assert last.mma is Mma.WGMMA_RS and last.column_passes == n1 // 128
-    assert last.store is StorePath.TMA
+    assert plan.schedule.scheduler.pingpong and plan.gemms[-1].tile[2] == 32
+    assert last.atom.instruction is Mma.WGMMA_RS and last.passes.count == n1 // 128
+    assert last.output.path is StorePath.TMA
     assert "smem_descriptor_64(b_smem + 32)" in result.source
     resources = compile_cubin(result.source, plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
@@ -150,7 +150,7 @@ def test_a_g1_on_mma_sync_stages_its_whole_tile():
     176 values fit the staging of the whole tile, which it keeps (not stores from registers)."""
     plan = build(chain(768, 48, 256), ir.Arch.SM90A, source_name="chain.kg").plan
     last = plan.schedule.gemms[-1]
-    assert last.column_passes == 1 and last.store is StorePath.TMA
+    assert last.passes.count == 1 and last.output.path is StorePath.TMA
 
 
 @pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 64, 384, "f16"), (256, 128, 384, "bf16"),
@@ -164,8 +164,8 @@ def test_a_last_tile_wider_than_256_runs_passes_of_128(k0, n0, n1, dtype):
     result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
     plan = result.plan
     last = plan.schedule.gemms[-1]
-    assert plan.schedule.pingpong and plan.gemms[-1].tile[1] == n1
-    assert last.column_passes == n1 // 128 and last.store is StorePath.TMA
+    assert plan.schedule.scheduler.pingpong and plan.gemms[-1].tile[1] == n1
+    assert last.passes.count == n1 // 128 and last.output.path is StorePath.TMA
     assert f"for (int pass = 0; pass < {n1 // 128}; ++pass) {{" in result.source
     assert "wgmma_step_rs(float (&acc)[1][16][4]" in result.source  # m64n128 per pass
     resources = compile_cubin(result.source, plan.name, "sm_90a").resources()
@@ -185,8 +185,8 @@ def test_a_last_n_over_256_not_a_multiple_of_128_rounds_up_to_whole_passes(k0, n
     plan = result.plan
     last = plan.schedule.gemms[-1]
     tile_n = -(-n1 // 128) * 128
-    assert plan.schedule.pingpong and plan.gemms[-1].tile[1] == tile_n
-    assert last.column_passes == tile_n // 128 and last.store is StorePath.TMA
+    assert plan.schedule.scheduler.pingpong and plan.gemms[-1].tile[1] == tile_n
+    assert last.passes.count == tile_n // 128 and last.output.path is StorePath.TMA
     # kgen inspect names the instruction each pass issues
     assert instruction(plan, plan.gemms[-1]) == "wgmma m64n128k16, A from registers"
     resources = compile_cubin(result.source, plan.name, "sm_90a").resources()

@@ -30,16 +30,16 @@ def planned(k0, n0, n1, dtype="f16"):
 def test_three_consumers_where_the_rule_holds(k0, n0, n1, dtype):
     result = planned(k0, n0, n1, dtype)
     schedule = result.plan.schedule
-    consumer, producer = schedule.role("consumer"), schedule.role("producer")
-    assert consumer.groups == 3 and schedule.threads == 512
+    consumer, producer = schedule.warps.role("consumer"), schedule.warps.role("producer")
+    assert consumer.groups == 3 and schedule.warps.threads == 512
     # the register file shared out: 40 for the producer warpgroup, the rest in steps of 8
     assert producer.registers == schedules.PRODUCER_REGISTERS and consumer.registers == 152
     assert 128 * producer.registers + 3 * 128 * consumer.registers <= 65536
-    assert "3 consumer warpgroups take the tiles in turn" in schedule.why_kind
+    assert "3 consumer warpgroups take the tiles in turn" in schedule.scheduler.why
     buffers = {b.name: b for b in result.plan.storage.buffers}
     stages = result.plan.gemms[0].stages
     assert buffers["g0_ring_barriers"].bytes == 8 * (2 * stages + 3)  # a turn barrier each
-    passes = schedule.gemms[-1].column_passes
+    passes = schedule.gemms[-1].passes.count
     assert buffers["g1_d_staging"].bytes == 3 * 64 * (n1 // passes) * 2
     source = result.source
     assert "__launch_bounds__(512, 1)" in source
@@ -63,8 +63,8 @@ def test_three_consumers_where_the_rule_holds(k0, n0, n1, dtype):
 ])
 def test_two_consumers_elsewhere(k0, n0, n1, why):
     schedule = planned(k0, n0, n1).plan.schedule
-    assert schedule.role("consumer").groups == 2, why
-    assert schedule.threads == 384 and schedule.role("consumer").registers == 232
+    assert schedule.warps.role("consumer").groups == 2, why
+    assert schedule.warps.threads == 384 and schedule.warps.role("consumer").registers == 232
 
 
 def test_the_consumers_fall_back_to_two_where_three_stagings_do_not_fit():
@@ -79,7 +79,7 @@ def test_the_consumers_fall_back_to_two_where_three_stagings_do_not_fit():
     verify(module)
     result = build(module.kernels[0], ir.Arch.SM90A, source_name="chain.kg")
     plan = result.plan
-    assert plan.schedule.tma_output is not None and plan.schedule.role("consumer").groups == 2
+    assert plan.schedule.tma_output is not None and plan.schedule.warps.role("consumer").groups == 2
     last = plan.gemms[-1]
     third = schedules.staging_bytes(last, 1, 3) - schedules.staging_bytes(last, 1, 2)
     assert plan.smem_bytes + third > plan.storage.limit_bytes
@@ -99,7 +99,7 @@ def test_three_consumers_compile_without_spills(k0, n0, n1, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
     result = planned(k0, n0, n1, dtype)
-    assert result.plan.schedule.role("consumer").groups == 3
+    assert result.plan.schedule.warps.role("consumer").groups == 3
     resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
     assert resources.get("stack_bytes", 0) == 0

@@ -1,4 +1,4 @@
-"""The warp-specialized epilogue's walk (GemmSchedule.epilogue_groups, kgen/targets/sm90/
+"""The warp-specialized epilogue's walk (EpilogueGroups, kgen/targets/sm90/
 epilogue_groups.py) and the staging's one walk (a tile the copy engine cannot store is copied
 out of the staging): the builder's choice and its reasons, the emitted loops, and NVRTC's
 compile of grouped kernels (0 spills, 0 stack, less PTX). The GPU tests:
@@ -16,7 +16,7 @@ from kgen.api import build_file
 from kgen.emit import emit
 from kgen.lower import lower
 from kgen.parse import parse
-from kgen.plan import StorePath
+from kgen.plan import EpilogueGroups, StorePath
 from kgen.runtime.nvrtc import compile_cubin, compile_ptx, parse_ptxas_report
 from kgen.targets.sm90.epilogue_groups import GROUP_FROM, epilogue_groups
 
@@ -57,41 +57,41 @@ def _gemm(kernel: ir.Kernel):
 
 def test_two_outputs_of_gelu_as_pairs_walk_in_groups():
     g = _gemm(_example("evt_multi_output.kg"))
-    assert g.store is StorePath.PAIRS
-    assert g.epilogue_groups == 4
-    assert "about 35 instructions per element" in g.why_epilogue_groups
-    assert "4 groups" in g.why_epilogue_groups
+    assert g.output.path is StorePath.PAIRS
+    assert g.groups.count == 4
+    assert "about 35 instructions per element" in g.groups.why
+    assert "4 groups" in g.groups.why
 
 
 def test_gelu_through_the_staging_walks_in_groups():
     staged = _gemm(_example("gemm_gelu_rowscale.kg"))
-    assert (staged.store, staged.epilogue_groups) == (StorePath.TMA, 4)
-    assert "the output leaves through the staging" in staged.why_epilogue_groups
+    assert (staged.output.path, staged.groups.count) == (StorePath.TMA, 4)
+    assert "the output leaves through the staging" in staged.groups.why
 
 
 def test_cheap_evts_stay_unrolled():
     tanh = _gemm(_kernel("tanh(acc)"))  # 20 < 35: the groups cost 3-4% there
-    assert (tanh.store, tanh.epilogue_groups) == (StorePath.TMA, 1)
-    assert f"under the {GROUP_FROM} from which the walk rolls" in tanh.why_epilogue_groups
+    assert (tanh.output.path, tanh.groups.count) == (StorePath.TMA, 1)
+    assert f"under the {GROUP_FROM} from which the walk rolls" in tanh.groups.why
     stats = _gemm(_example("evt_softmax_stats.kg"))  # one exp per element: 12 < 35
-    assert (stats.store, stats.epilogue_groups) == (StorePath.PAIRS, 1)
+    assert (stats.output.path, stats.groups.count) == (StorePath.PAIRS, 1)
     bare = _gemm(_example("gemm.kg"))
-    assert (bare.epilogue_groups, bare.why_epilogue_groups) == (1, "")
+    assert (bare.groups.count, bare.groups.why) == (1, "")
     relu = _gemm(_example("gemm_bias_relu.kg"))
-    assert (relu.epilogue_groups, relu.why_epilogue_groups) == (1, "")
+    assert (relu.groups.count, relu.groups.why) == (1, "")
 
 
 def test_a_heavy_staged_evt_walks_the_epilogue_tiles_boxes():
     g = _gemm(_kernel("gelu(acc + bias[col])"))
-    assert g.store is StorePath.TMA and g.stages_d == 2
-    assert g.epilogue_groups == 4  # one per box of the 256-column tile
+    assert g.output.path is StorePath.TMA and g.staging.boxes == 2
+    assert g.groups.count == 4  # one per box of the 256-column tile
 
 
 def test_a_column_reduction_keeps_the_walk_unrolled():
     g = _gemm(_kernel("gelu(acc)", extra="tensor E : f16[M, N] row out\n  vector csum : f32[N] out",
                       outputs="\n      E = acc\n      csum = colsum(gelu(acc))"))
-    assert g.epilogue_groups == 1
-    assert "column reduction" in g.why_epilogue_groups
+    assert g.groups.count == 1
+    assert "column reduction" in g.groups.why
 
 
 def test_no_groups_where_no_epilogue_runs_or_one_group_spans_the_tile():
@@ -105,7 +105,7 @@ def test_no_groups_where_no_epilogue_runs_or_one_group_spans_the_tile():
 
 
 def _with_groups(plan, groups: int):
-    return plan.with_gemm_schedule(epilogue_groups=groups)
+    return plan.with_gemm_schedule(groups=EpilogueGroups(groups))
 
 
 def _emit(plan) -> str:
@@ -120,7 +120,7 @@ def test_the_grouped_walk_holds_one_copy_of_the_evt_per_group(name):
     assert "__device__ __forceinline__ void select_group(" in grouped
     loops = re.findall(r"#pragma unroll 1  // 4 groups of fragments.*\n\s*for \(int grp = 0; "
                        r"grp < 4; \+\+grp\) \{", grouped)
-    staging = plan.schedule.gemms[0].store is StorePath.TMA
+    staging = plan.schedule.gemms[0].output.path is StorePath.TMA
     assert len(loops) == (2 if staging else 1)  # the staging's walk and the narrow one's pairs
     assert "float frag[kFragN / 4][4];" in grouped
     ptx_unrolled = compile_ptx(unrolled, plan.name, "sm_90a")
@@ -130,7 +130,7 @@ def test_the_grouped_walk_holds_one_copy_of_the_evt_per_group(name):
 
 def test_the_epilogue_tiles_groups_must_be_its_boxes():
     plan = lower(_kernel("gelu(acc + bias[col])"))
-    assert plan.schedule.gemms[0].stages_d == 2
+    assert plan.schedule.gemms[0].staging.boxes == 2
     with pytest.raises(ValueError, match="groups are its 4 boxes, not 8"):
         _emit(_with_groups(plan, 8))
 
@@ -153,8 +153,9 @@ TWO_OUTPUTS = dict(extra="tensor E : f16[M, N] row out", outputs="\n      E = ac
 ])
 def test_nvrtc_compiles_grouped_walks_without_spills(label, expr, lines, more, groups):
     plan = lower(_kernel(expr, lines, **more))
-    assert plan.schedule.gemms[0].store is (StorePath.PAIRS if label == "pairs" else StorePath.TMA)
-    assert plan.schedule.pingpong == (label == "pingpong")
+    path = StorePath.PAIRS if label == "pairs" else StorePath.TMA
+    assert plan.schedule.gemms[0].output.path is path
+    assert plan.schedule.scheduler.pingpong == (label == "pingpong")
     plan = _with_groups(plan, groups)
     result = compile_cubin(_emit(plan), plan.name, "sm_90a")
     for entry in (plan.name, plan.narrow_kernel):
@@ -171,7 +172,7 @@ def test_the_staging_holds_the_only_copy_of_the_evt(name):
     packed epilogue once, and no pair store of its own remains."""
     built = build_file(EXAMPLES / name, "sm_90a")
     g = built.plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA
+    assert g.output.path is StorePath.TMA
     source = built.source
     assert source.count(f"{built.plan.gemms[0].name}_epilogue_packed(") == 2  # defined, called
     assert "copy_box_out(" in source

@@ -1,4 +1,4 @@
-"""The epilogue tile on the sm_90a warp-specialized GEMM (GemmSchedule.stages_d, no GPU): where a
+"""The epilogue tile on the sm_90a warp-specialized GEMM (Staging, no GPU): where a
 consumer's whole tile of staging does not fit beside the ring, the staging holds two 64x64
 boxes per consumer and the epilogue writes and stores them one by one. When the plan takes it
 (and when the whole tile's staging instead), C's boxes staged in its buffers, the storage, the emitted loop, `kgen inspect`, the builder's stage order, and NVRTC
@@ -49,8 +49,8 @@ def _built(**kwargs):
 def test_four_stages_of_128x256_take_the_epilogue_tile():
     built = _built()
     g = built.plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA and g.stages == 4 and g.stages_d == 2
-    assert "box by box" in g.why_stages_d
+    assert g.output.path is StorePath.TMA and g.pipeline.stages == 4 and g.staging.boxes == 2
+    assert "box by box" in g.staging.why
     sizes = {b.name: b.bytes for b in built.plan.storage.buffers}
     assert sizes["g_d_staging"] == 2 * 2 * 64 * 64 * 2  # two consumers, two boxes each
     assert built.plan.smem_bytes <= 232448
@@ -68,8 +68,8 @@ def test_four_stages_of_128x256_take_the_epilogue_tile():
 def test_three_stages_keep_the_whole_tile():
     built = _built(lines=S3)
     g = built.plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA and g.stages_d == 0
-    assert "whole tile" in g.why_stages_d
+    assert g.output.path is StorePath.TMA and g.staging.boxes == 0
+    assert "whole tile" in g.staging.why
     assert "kStagesD" not in built.source and "bulk_wait_read_pending" not in built.source
 
 
@@ -79,24 +79,24 @@ def test_no_epilogue_tile_where_the_whole_tile_fits_or_is_no_larger(lines, sched
     """128x128 cooperative: a consumer's tile is two boxes, no more than the epilogue tile's;
     128x192 on 4 stages: the whole tile's staging fits."""
     g = _built(lines=lines, schedule=schedule).plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA and g.stages_d == 0
+    assert g.output.path is StorePath.TMA and g.staging.boxes == 0
 
 
 def test_pingpong_takes_it_on_six_stages():
     built = _built(lines=PINGPONG, schedule="schedule pingpong")
     s = built.plan.schedule
-    assert s.kind is KernelKind.PINGPONG
-    assert s.gemms[0].stages_d == 2
+    assert s.scheduler.kind is KernelKind.PINGPONG
+    assert s.gemms[0].staging.boxes == 2
 
 
 def test_c_is_staged_box_by_box_in_the_epilogue_tile():
     full = "relu(alpha * acc + C + bias[col])"
     whole = _built(lines=S3, epilogue=full).plan.schedule.gemms[0]
-    assert whole.staged_input == "C" and whole.stages_d == 0
+    assert whole.staged.param == "C" and whole.staging.boxes == 0
     built = _built(lines=S4, epilogue=full)
     tiled = built.plan.schedule.gemms[0]
-    assert tiled.staged_input == "C" and tiled.stages_d == 2
-    assert "C's 64x64 boxes into the epilogue tile's buffers" in tiled.why_staged_input
+    assert tiled.staged.param == "C" and tiled.staging.boxes == 2
+    assert "C's 64x64 boxes into the epilogue tile's buffers" in tiled.staged.why
     src = built.source
     # the first two boxes during the mainloop, each later one once its buffer's box has left
     assert "for (int b = 0; b < kStagesD; ++b) load_staged_box(b);" in src
@@ -118,9 +118,9 @@ def test_inspect_shows_the_epilogue_tile():
 
 def test_the_builder_takes_four_stages_with_or_without_c():
     bare = _built(lines="").plan.schedule.gemms[0]
-    assert (bare.stages, bare.stages_d) == (4, 2)
+    assert (bare.pipeline.stages, bare.staging.boxes) == (4, 2)
     with_c = _built(lines="", epilogue="alpha * acc + C").plan.schedule.gemms[0]
-    assert (with_c.stages, with_c.stages_d, with_c.staged_input) == (4, 2, "C")
+    assert (with_c.pipeline.stages, with_c.staging.boxes, with_c.staged.param) == (4, 2, "C")
 
 
 def test_c_boxes_past_the_buffers_are_prefetched_into_l2_when_c_is_larger_than_l2():
@@ -142,7 +142,7 @@ def test_nvrtc_compiles_without_spills(variant):
               "pingpong": dict(lines=PINGPONG, schedule="schedule pingpong"),
               "global_c": dict(epilogue="relu(alpha * acc + C + bias[col])")}[variant]
     built = _built(**kwargs)
-    assert built.plan.schedule.gemms[0].stages_d == 2
+    assert built.plan.schedule.gemms[0].staging.boxes == 2
     result = compile_cubin(built.source, built.plan.name, "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
     assert result.stack_bytes == 0, result.log

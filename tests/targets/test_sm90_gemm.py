@@ -12,7 +12,7 @@ import pytest
 from kgen import ir
 from kgen.api import build, build_file
 from kgen.errors import KgenError
-from kgen.plan import KernelKind, LoadPath, Mma, StorePath
+from kgen.plan import EpilogueVectors, KernelKind, LoadPath, Mma, StorePath
 
 from tests.kernels import GEMM_TEXT, gemm_kernel
 
@@ -27,10 +27,10 @@ def test_every_gemm_example_runs_the_warp_specialized_kernel_on_sm90a(example):
 
     built = build_file(example, "sm_90a")
     s = built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE
-    assert s.gemms[0].mma is Mma.WGMMA_SS
-    assert s.gemms[0].a.load is s.gemms[0].b.load is LoadPath.TMA
-    assert [r.registers for r in s.warp_roles] == [40, 232]
+    assert s.scheduler.kind is KernelKind.COOPERATIVE
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS
+    assert s.gemms[0].pipeline.a.load is s.gemms[0].pipeline.b.load is LoadPath.TMA
+    assert [r.registers for r in s.warps.roles] == [40, 232]
     ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
     for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier", "setmaxnreg"):
         assert instruction in ptx, instruction
@@ -40,7 +40,7 @@ def test_every_gemm_example_runs_the_warp_specialized_kernel_on_sm90a(example):
 
 def test_a_lone_16_bit_output_leaves_through_the_copy_engine():
     s = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a").plan.schedule
-    assert s.gemms[0].store is StorePath.TMA
+    assert s.gemms[0].output.path is StorePath.TMA
     assert [(m.param, m.store, m.box) for m in s.tensor_maps] == [
         ("A", False, (64, 128)), ("B", False, (64, 256)), ("D", True, (64, 64)),
         ("C", False, (64, 64))]
@@ -78,7 +78,7 @@ def test_c_arrives_by_the_copy_engine_in_the_output_staging():
     there. Its rows must then be 16-byte aligned for the fast entry point."""
     built = build(_c_kernel())
     g = built.plan.schedule.gemms[0]
-    assert g.staged_input == "C" and "staging" in g.why_staged_input
+    assert g.staged.param == "C" and "staging" in g.staged.why
     (align,) = [a for a in built.plan.alignments if a.param == "C"]
     assert (align.ptr_bytes, align.ld_multiple) == (16, 8)
     assert "staging" in align.reason
@@ -96,7 +96,7 @@ def test_c_arrives_by_the_copy_engine_in_the_output_staging():
 def test_a_c_the_staging_cannot_take_is_read_from_global_memory(c, why):
     built = build(_c_kernel(c))
     g = built.plan.schedule.gemms[0]
-    assert g.staged_input is None and why in g.why_staged_input
+    assert g.staged.param is None and why in g.staged.why
     assert "staged_C" not in built.source
     assert [m.param for m in built.plan.schedule.tensor_maps] == ["A", "B", "D"]
 
@@ -104,7 +104,7 @@ def test_a_c_the_staging_cannot_take_is_read_from_global_memory(c, why):
 def test_one_input_in_the_staging_the_other_from_global_memory():
     g = build(_c_kernel(extra="tensor E : bf16[M, N] row",
                         epilogue="acc + C + E")).plan.schedule.gemms[0]
-    assert g.staged_input == "C" and "E from global memory" in g.why_staged_input
+    assert g.staged.param == "C" and "E from global memory" in g.staged.why
 
 
 def test_no_staged_input_without_the_copy_engine_store():
@@ -112,7 +112,7 @@ def test_no_staged_input_without_the_copy_engine_store():
     built = build(_c_kernel(extra="tensor E : f16[M, N] row out",
                             epilogue="acc + C\n E = acc"))
     g = built.plan.schedule.gemms[0]
-    assert g.store is StorePath.PAIRS and g.staged_input is None
+    assert g.output.path is StorePath.PAIRS and g.staged.param is None
 
 
 @pytest.mark.slow
@@ -124,7 +124,7 @@ def test_staged_c_compiles_without_spills(variant, tmp_path, monkeypatch):
     kernel = (_c_kernel(schedule="schedule pingpong", lines="tile 128x128x64  warps 2x4  stages 5")
               if variant == "pingpong" else _c_kernel(batch="L, "))
     built = build(kernel)
-    assert built.plan.schedule.gemms[0].staged_input == "C"
+    assert built.plan.schedule.gemms[0].staged.param == "C"
     ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
     rank = "3d" if variant == "batched" else "2d"
     assert ptx.count(f"cp.async.bulk.tensor.{rank}.shared::cluster.global") >= 3  # A, B and C
@@ -135,7 +135,7 @@ def test_staged_c_compiles_without_spills(variant, tmp_path, monkeypatch):
 def test_reductions_and_several_outputs_store_pairs_from_registers():
     for name in ("evt_colsum", "evt_multi_output", "evt_softmax_stats"):
         s = build_file(EXAMPLES / f"{name}.kg", "sm_90a").plan.schedule
-        assert s.gemms[0].store is StorePath.PAIRS, name
+        assert s.gemms[0].output.path is StorePath.PAIRS, name
         assert [m.store for m in s.tensor_maps] == [False, False], name
 
 
@@ -143,7 +143,7 @@ def test_pingpong_on_request():
     k = dataclasses.replace(gemm_kernel(tile=(128, 128, 64), warps=(2, 4), stages=5,
                                         arch=ir.Arch.SM90A), schedule=ir.Schedule.PINGPONG)
     plan = build(k).plan
-    assert plan.schedule.kind is KernelKind.PINGPONG
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG
     assert "kPingpong = true" in build(k).source
 
 
@@ -161,9 +161,10 @@ def test_a_256_row_tile_runs_cooperative_with_two_m64_halves_per_consumer(a_layo
         k = dataclasses.replace(k, gemms=(g,))
     built = build(k)
     s = built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].mma is Mma.WGMMA_SS
+    assert s.scheduler.kind is KernelKind.COOPERATIVE
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS
     assert built.plan.gemms[0].frags == (2, 16) and "constexpr int kTileM = 256;" in built.source
-    assert "share each 256-row tile, 128 rows each" in s.why_kind
+    assert "share each 256-row tile, 128 rows each" in s.scheduler.why
     assert "kConsumerRows = kPingpong ? kTileM : kTileM / 2;" in built.source
     assert "const int row0 = kPingpong ? 0 : consumer * kConsumerRows;" in built.source
     result = compile_cubin(built.source, built.plan.name, "sm_90a")
@@ -184,8 +185,8 @@ def test_a_256_row_tile_up_to_192_columns_plans_what_only_wgmma_runs(n):
     kernel = gemm_kernel(tile=(256, n, 64), warps=(2, 4), stages=3, arch=ir.Arch.SM90A)
     built = build(kernel)
     g, s = built.plan.gemms[0], built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.TMA
-    assert s.gemms[0].stages_d == 2  # the whole tile's staging does not fit beside the ring
+    assert s.scheduler.kind is KernelKind.COOPERATIVE and s.gemms[0].output.path is StorePath.TMA
+    assert s.gemms[0].staging.boxes == 2  # the whole tile's staging does not fit beside the ring
     refused = mainloops.run(kernel, target(ir.Arch.SM90A), None).mma_sync_refusal
     assert refused and refused[0] == 0
     assert g.a.copies_per_thread == 0 and g.b.frag_steps == ()
@@ -212,8 +213,8 @@ def test_an_odd_number_of_n8_groups_on_a_ring_of_4_beside_one_staging_box():
 
     built = build(gemm_kernel(tile=(256, 152, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
     gs = built.plan.schedule.gemms[0]
-    assert gs.store is StorePath.TMA and gs.stages == 4 and gs.stages_d == 1
-    assert "holds 1 64x64 box, and" in gs.why_stages_d
+    assert gs.output.path is StorePath.TMA and gs.pipeline.stages == 4 and gs.staging.boxes == 1
+    assert "holds 1 64x64 box, and" in gs.staging.why
     src = built.source
     assert "constexpr int kStagesD = 1;" in src and "constexpr int kFragN = kTileN / 8;" in src
     assert "stmatrix_x2(at, pairs);" in src and "if (box == kBoxesN - 1) {" in src
@@ -233,7 +234,7 @@ def test_the_whole_tiles_staging_copies_its_part_boxes_out_by_the_threads():
     """128x96: a consumer's whole tile fits its staging (two boxes per 64 rows, the second part
     full); the copy engine stores the first, the threads the part box, then all wait."""
     built = build(gemm_kernel(tile=(128, 96, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
-    assert built.plan.schedule.gemms[0].stages_d == 0
+    assert built.plan.schedule.gemms[0].staging.boxes == 0
     src = built.source
     assert "copy_part_box_out(p.D, p.ld_D, staging + (i * kBoxesN + kBoxesN - 1) * " in src
     assert "for (int box = 0; box < kBoxesN - 1; ++box)" in src
@@ -252,8 +253,8 @@ def test_a_column_major_output_with_a_part_box_leaves_as_pairs():
     module = parse(text, "col.kg")
     verify(module)
     s = build(module.kernels[0]).plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.PAIRS
-    assert "part box is not built" in s.gemms[0].why_store
+    assert s.scheduler.kind is KernelKind.COOPERATIVE and s.gemms[0].output.path is StorePath.PAIRS
+    assert "part box is not built" in s.gemms[0].output.why
 
 
 @pytest.mark.parametrize("tile, schedule, reason", [
@@ -289,19 +290,19 @@ def test_what_the_copy_engine_cannot_serve_falls_back_with_its_reason(change, re
     """Where TMA with wgmma cannot serve, kgen plans the sm_80 mainloop and says why."""
     options = dict(tile=(128, 128, 64), warps=(2, 4), arch=ir.Arch.SM90A) | change
     s = build(gemm_kernel(**options)).plan.schedule
-    assert s.kind is KernelKind.TILED and s.gemms[0].mma is Mma.MMA_SYNC
+    assert s.scheduler.kind is KernelKind.TILED and s.gemms[0].atom.instruction is Mma.MMA_SYNC
     why = dict((kind, text) for kind, text in s.rejected)[KernelKind.COOPERATIVE]
     assert reason in why, why
     # the gemm's mma row gives the same reason (a one-gemm kernel has no `keep B resident`)
-    assert s.gemms[0].why_mma == ("not wgmma: the cooperative warp-specialized kernel refuses "
+    assert s.gemms[0].atom.why == ("not wgmma: the cooperative warp-specialized kernel refuses "
                                   f"this gemm: {why}")
 
 
 def test_a_chain_on_mma_sync_says_wgmma_needs_resident_b():
     """A chain's wgmma is the resident chain's: its mma row says so, not the one-gemm reason."""
     s = build_file(EXAMPLES / "b2b_gemm_smem.kg", "sm_90a").plan.schedule
-    assert s.kind is KernelKind.TILED
-    assert [g.why_mma for g in s.gemms] == ["wgmma is planned for resident chains only "
+    assert s.scheduler.kind is KernelKind.TILED
+    assert [g.atom.why for g in s.gemms] == ["wgmma is planned for resident chains only "
                                             "('keep B resident')"] * 2
 
 
@@ -341,11 +342,11 @@ def test_a_ping_pong_consumers_grid_is_a_warps_line_of_its_own():
 
     same = dict(source_hash="0")  # the headers' hash is the IR's, and the IRs differ
     own, eight = build(pingpong((4, 1)), **same), build(pingpong((2, 4)), **same)
-    assert own.plan.schedule.kind is KernelKind.PINGPONG and own.source == eight.source
+    assert own.plan.schedule.scheduler.kind is KernelKind.PINGPONG and own.source == eight.source
     assert own.plan.gemms[0].warps == eight.plan.gemms[0].warps == (4, 1)
     s = build(gemm_kernel(warps=(4, 1), arch=ir.Arch.SM90A)).plan.schedule
-    assert s.kind is KernelKind.TILED
-    assert "8 math warps (two consumer warpgroups), not 4x1" in s.gemms[0].why_mma
+    assert s.scheduler.kind is KernelKind.TILED
+    assert "8 math warps (two consumer warpgroups), not 4x1" in s.gemms[0].atom.why
 
 
 def test_a_schedule_line_that_cannot_be_served_is_refused_where_it_stands():
@@ -386,9 +387,9 @@ def test_a_configuration_with_split_and_a_cluster(kind):
     config = Config((GemmConfig((128, 128, 64), (2, 4), 5, split=4, cluster=(2, 1)),))
     schedule = build(k, config=config).plan.schedule
     if kind is None:
-        assert schedule.split_k == 4 and schedule.cluster == (2, 1)
+        assert schedule.scheduler.split_k == 4 and schedule.scheduler.cluster.shape == (2, 1)
     else:
-        assert schedule.split_k == 1 and schedule.cluster == (1, 1)
+        assert schedule.scheduler.split_k == 1 and schedule.scheduler.cluster.shape == (1, 1)
         assert any("split 4 runs on the cooperative schedule" in why
                    for _, why in schedule.untaken)
 
@@ -405,9 +406,9 @@ def test_split_k_runs_on_the_cooperative_kernel(batch):
                               batch="L, " if batch else ""), 4)
     built = build(kernel)
     s = built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.split_k == 4
-    assert s.gemms[0].mma is Mma.WGMMA_SS and s.gemms[0].store is StorePath.PAIRS
-    assert "split-K" in s.gemms[0].why_store
+    assert s.scheduler.kind is KernelKind.COOPERATIVE and s.scheduler.split_k == 4
+    assert s.gemms[0].atom.instruction is Mma.WGMMA_SS and s.gemms[0].output.path is StorePath.PAIRS
+    assert "split-K" in s.gemms[0].output.why
     assert [m.param for m in s.tensor_maps] == ["A", "B"]
     assert built.plan.split_kernel == "k_splitk"
     sizes = dict(M=1000, N=300, K=5000, L=3)
@@ -432,7 +433,7 @@ def test_split_k_with_pingpong_or_reductions_is_not_the_cooperative_kernels():
         build(k)
     reducing = _split(build_file(EXAMPLES / "evt_colsum.kg", "sm_90a").kernel, 2)
     s = build(dataclasses.replace(reducing, target=ir.Arch.SM90A)).plan.schedule
-    assert s.kind is KernelKind.TILED and s.split_k == 2
+    assert s.scheduler.kind is KernelKind.TILED and s.scheduler.split_k == 2
     why = dict(s.rejected)[KernelKind.COOPERATIVE]
     assert "epilogue reductions runs on the tiled kernel" in why, why
 
@@ -444,19 +445,19 @@ def test_a_192_column_tile_runs_three_staging_boxes():
 
     built = build(gemm_kernel(tile=(128, 192, 64), warps=(2, 4), stages=4, arch=ir.Arch.SM90A))
     s = built.plan.schedule
-    assert s.kind is KernelKind.COOPERATIVE and s.gemms[0].store is StorePath.TMA
+    assert s.scheduler.kind is KernelKind.COOPERATIVE and s.gemms[0].output.path is StorePath.TMA
     assert [m.box for m in s.tensor_maps] == [(64, 128), (64, 192), (64, 64)]
     result = compile_cubin(built.source, "k", "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
 
 
 def test_the_staged_c_is_loaded_halfway_through_the_mainloop():
-    """GemmSchedule.staged_input_late: the load waits for the previous tile's output to leave
+    """StagedInput.late: the load waits for the previous tile's output to leave
     the staging, so it issues once half the tile's k tiles are issued (or at the tile's start
     when K has none), not as the mainloop starts."""
     built = build_file(EXAMPLES / "gemm_bias_relu.kg", "sm_90a")
     g = built.plan.schedule.gemms[0]
-    assert g.staged_input == "C" and g.staged_input_late
+    assert g.staged.param == "C" and g.staged.late
     src = built.source
     assert "const auto load_staged = [&]() {" in src
     assert "if (k_tiles == 0) load_staged();" in src
@@ -480,7 +481,7 @@ def test_the_staging_epilogue_is_branch_free_where_it_reads_no_memory():
     assert not staging_reads_memory(plan, g)
     assert "const bool live[2]" not in built.source
     assert "pairs[q] = mma0_epilogue_packed(p, " in built.source
-    plan_off = plan.with_gemm_schedule(staged_vectors=())
+    plan_off = plan.with_gemm_schedule(vectors=EpilogueVectors())
     assert staging_reads_memory(plan_off, g)
     src = emit(plan_off, source_name="x.kg", source_hash="", command="x")
     assert "const bool live[2] = {m0 + row0 + r < M, m0 + row0 + r + 8 < M};" in src
@@ -497,9 +498,9 @@ def test_a_part_box_on_pingpong_leaves_through_the_copy_engine():
                                             arch=ir.Arch.SM90A), schedule=ir.Schedule.PINGPONG)
         built = build(k)
         s = built.plan.schedule
-        assert s.kind is KernelKind.PINGPONG and s.gemms[0].store is StorePath.TMA
+        assert s.scheduler.kind is KernelKind.PINGPONG and s.gemms[0].output.path is StorePath.TMA
         assert "copy_part_box_out(" in built.source
         assert "the last box of each 64 rows holds 32 columns, copied out by the consumer's " \
-            "threads" in s.gemms[0].why_store
+            "threads" in s.gemms[0].output.why
         result = compile_cubin(built.source, "k", "sm_90a")
         assert result.spill_stores == 0 and result.spill_loads == 0, result.log

@@ -1,5 +1,5 @@
 """sm_90a's ping-pong chain with two wgmma groups in flight in the first gemm's mainloop
-(GemmSchedule.wgmma_in_flight): the rule (a ring of a tile's k tiles and two slots more),
+(Overlap.wgmma_groups): the rule (a ring of a tile's k tiles and two slots more),
 inspect, the emitted mainloop (each slot handed back after the
 next k tile's group is issued, the other consumer's turn given before the last wait), and
 NVRTC with no spill."""
@@ -13,6 +13,7 @@ import pytest
 from kgen import ir
 from kgen.api import build
 from kgen.parse import parse
+from kgen.plan import Overlap
 from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
@@ -39,8 +40,8 @@ def test_two_groups_where_the_ring_holds_a_tile_and_two_slots_more(k0, n0, n1, d
     plan = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg").plan
     first = plan.schedule.gemms[0]
     assert plan.gemms[0].stages >= k0 // 64 + schedules.IN_FLIGHT_SPARE
-    assert first.wgmma_in_flight == 2
-    assert all(g.wgmma_in_flight == 1 for g in plan.schedule.gemms[1:])
+    assert first.overlap.wgmma_groups == 2
+    assert all(g.overlap.wgmma_groups == 1 for g in plan.schedule.gemms[1:])
     rows = {label: (value, why) for label, value, why in plan.schedule.describe()}
     value, why = rows["g0 wgmma groups in flight"]
     assert value == "2" and "one k tile later" in why
@@ -53,7 +54,7 @@ def test_one_group_where_the_ring_is_shorter(k0, n0, n1):
     slower with two groups on an H200."""
     result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
     assert result.plan.gemms[0].stages < -(-k0 // 64) + schedules.IN_FLIGHT_SPARE
-    assert result.plan.schedule.gemms[0].wgmma_in_flight == 1
+    assert result.plan.schedule.gemms[0].overlap.wgmma_groups == 1
     assert "g0 wgmma groups in flight" not in {r[0] for r in result.plan.schedule.describe()}
     loop = mainloop(result.source)
     assert "wgmma_wait<1>()" not in loop
@@ -72,9 +73,9 @@ def test_one_group_where_k0_is_known_only_at_run_time():
     """A runtime K0 may hold more k tiles than the ring: the rule takes one group."""
     result = build(chain("K", 128, 128), ir.Arch.SM90A, source_name="chain.kg")
     first = result.plan.gemms[0]
-    assert result.plan.schedule.kind.value == "pingpong" and first.k_dim == "K"
+    assert result.plan.schedule.scheduler.kind.value == "pingpong" and first.k_dim == "K"
     assert schedules.in_flight(first) == 1
-    assert result.plan.schedule.gemms[0].wgmma_in_flight == 1
+    assert result.plan.schedule.gemms[0].overlap.wgmma_groups == 1
     assert "wgmma_wait<1>()" not in mainloop(result.source)
 
 
@@ -87,7 +88,7 @@ def test_the_pingpong_example_keeps_two_groups():
     module = parse(path.read_text(), path.name)
     verify(module)
     plan = build(module.kernels[0], ir.Arch.SM90A, source_name=path.name).plan
-    assert plan.schedule.gemms[0].wgmma_in_flight == 2
+    assert plan.schedule.gemms[0].overlap.wgmma_groups == 2
 
 
 def test_two_groups_hand_each_slot_back_after_the_next_group_is_issued():
@@ -107,9 +108,9 @@ def test_two_groups_hand_each_slot_back_after_the_next_group_is_issued():
 
 
 def test_the_schedule_value_alone_switches_the_mainloop():
-    """One home: the emitter reads GemmSchedule.wgmma_in_flight, nothing else."""
+    """One home: the emitter reads Overlap.wgmma_groups, nothing else."""
     plan = build(chain(256, 128, 128), ir.Arch.SM90A, source_name="chain.kg").plan
-    one = with_gemm_schedule(plan, 0, wgmma_in_flight=1)
+    one = with_gemm_schedule(plan, 0, overlap=Overlap())
     source = sm90_chain.emit(one, source_name="chain.kg", source_hash="", command="test")
     assert "wgmma_wait<1>()" not in mainloop(source)
 
@@ -119,7 +120,7 @@ def test_two_groups_compile_without_spills(k0, n0, n1, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
     result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
-    assert result.plan.schedule.gemms[0].wgmma_in_flight == 2
+    assert result.plan.schedule.gemms[0].overlap.wgmma_groups == 2
     resources = compile_cubin(result.source, result.plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0
     assert resources.get("stack_bytes", 0) == 0

@@ -73,17 +73,17 @@ def refusal(text: str) -> KgenError:
 
 def on_wgmma(plan) -> bool:
     """The first gemm on wgmma from shared memory, every later one with A from registers."""
-    mmas = [g.mma for g in plan.schedule.gemms]
+    mmas = [g.atom.instruction for g in plan.schedule.gemms]
     return mmas == [Mma.WGMMA_SS] + [Mma.WGMMA_RS] * (len(mmas) - 1)
 
 
 def test_the_example_runs_three_gemms_on_wgmma():
     result = build_file(EXAMPLE)
     plan, source = result.plan, result.source
-    assert plan.schedule.kind is KernelKind.PINGPONG and on_wgmma(plan)
-    assert plan.schedule.role("consumer").groups == 2  # 160 values a thread: 232 registers
-    assert plan.schedule.gemms[0].a.load is LoadPath.TMA
-    assert all(g.b.load is LoadPath.RESIDENT for g in plan.schedule.gemms)
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG and on_wgmma(plan)
+    assert plan.schedule.warps.role("consumer").groups == 2  # 160 values a thread: 232 registers
+    assert plan.schedule.gemms[0].pipeline.a.load is LoadPath.TMA
+    assert all(g.pipeline.b.load is LoadPath.RESIDENT for g in plan.schedule.gemms)
     assert plan.schedule.tma_output is not None  # D2 staged for the copy engine
     # g1's output repacked once as g2's A fragments, which g2's wgmma reads from registers
     order = ["unsigned g1_a_frag[g1_cfg::kKSteps]", "// ---- g0 = A @ B0",
@@ -127,10 +127,10 @@ def test_longer_chains_compile_on_wgmma_without_spills(dtype, k0, widths, stages
 
     result = built(long_chain_text(dtype, k0, widths, stages=stages, resident=resident))
     plan = result.plan
-    assert plan.schedule.kind is KernelKind.PINGPONG and on_wgmma(plan)
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG and on_wgmma(plan)
     assert plan.schedule.chain_ring_b is (resident is not None and not resident[0])
-    assert plan.schedule.role("consumer").groups == consumers
-    assert plan.schedule.gemms[-1].column_passes == passes
+    assert plan.schedule.warps.role("consumer").groups == consumers
+    assert plan.schedule.gemms[-1].passes.count == passes
     compiled = compile_cubin(result.source, plan.name, "sm_90a")
     assert compiled.spill_stores == 0 and compiled.spill_loads == 0, compiled.log
     assert "wgmma.mma_async instructions are serialized" not in compiled.log
@@ -181,7 +181,7 @@ def test_keep_resident_without_the_schedule_line_points_at_the_ping_pong_chain()
 
 def test_the_builder_plans_a_free_chain_of_three_on_wgmma():
     plan = built(long_chain_text("bf16", 256, (64, 128, 128), lines=False)).plan
-    assert plan.schedule.kind is KernelKind.PINGPONG and on_wgmma(plan)
+    assert plan.schedule.scheduler.kind is KernelKind.PINGPONG and on_wgmma(plan)
 
 
 def test_lines_that_force_mma_sync_on_a_chain_of_three_warn():
@@ -189,5 +189,5 @@ def test_lines_that_force_mma_sync_on_a_chain_of_three_warn():
                            resident=(False, False, False))
     with pytest.warns(KgenSlowPathWarning, match="the ping-pong wgmma chain"):
         plan = built(text).plan
-    assert plan.schedule.kind is KernelKind.TILED
-    assert all(g.mma is Mma.MMA_SYNC for g in plan.schedule.gemms)
+    assert plan.schedule.scheduler.kind is KernelKind.TILED
+    assert all(g.atom.instruction is Mma.MMA_SYNC for g in plan.schedule.gemms)

@@ -42,11 +42,12 @@ def test_every_layout_plans_the_warp_specialized_kernel(layouts, kind, dtype):
     built = build(_kernel(layouts, kind, dtype))
     s = built.plan.schedule
     a_mn, b_mn = (LAYOUTS[layouts][0] is COL, LAYOUTS[layouts][1] is ROW)
-    assert s.kind is KernelKind(kind)
+    assert s.scheduler.kind is KernelKind(kind)
     g = s.gemms[0]
-    assert g.mma is Mma.WGMMA_SS and g.a.load is g.b.load is LoadPath.TMA
-    assert (g.a.mn_major, g.b.mn_major) == (a_mn, b_mn)
-    for op, mn in ((g.a, a_mn), (g.b, b_mn)):
+    p = g.pipeline
+    assert g.atom.instruction is Mma.WGMMA_SS and p.a.load is p.b.load is LoadPath.TMA
+    assert (p.a.mn_major, p.b.mn_major) == (a_mn, b_mn)
+    for op, mn in ((p.a, a_mn), (p.b, b_mn)):
         assert op.why.startswith("MN-major" if mn else "K-major"), op.why
     tile_n = built.plan.gemms[0].tile[1]
     maps = {m.param: m for m in s.tensor_maps if not m.store}
@@ -84,8 +85,8 @@ def test_the_builder_gives_every_layout_the_warp_specialized_kernel(layouts):
     k = gemm_kernel(a_layout=a, b_layout=b, arch=ir.Arch.SM90A)
     gemms = tuple(dataclasses.replace(g, tile=None, warps=None, stages=None) for g in k.gemms)
     plan = build(dataclasses.replace(k, gemms=gemms)).plan
-    assert plan.schedule.kind is KernelKind.COOPERATIVE
-    assert plan.schedule.gemms[0].mma is Mma.WGMMA_SS
+    assert plan.schedule.scheduler.kind is KernelKind.COOPERATIVE
+    assert plan.schedule.gemms[0].atom.instruction is Mma.WGMMA_SS
 
 
 def test_the_tuner_searches_both_warp_specialized_kinds_for_mn_major_operands():
@@ -93,18 +94,18 @@ def test_the_tuner_searches_both_warp_specialized_kinds_for_mn_major_operands():
 
     k = gemm_kernel(a_layout=COL, b_layout=ROW, arch=ir.Arch.SM90A)
     space = search_space(k, ir.Arch.SM90A, dict(M=4096, N=4096, K=4096), all_lines=True)
-    kinds = {c.plan.schedule.kind for c in space.candidates}
+    kinds = {c.plan.schedule.scheduler.kind for c in space.candidates}
     assert {KernelKind.COOPERATIVE, KernelKind.PINGPONG} <= kinds
     for c in space.candidates:
-        if c.plan.schedule.kind in (KernelKind.COOPERATIVE, KernelKind.PINGPONG):
+        if c.plan.schedule.scheduler.kind in (KernelKind.COOPERATIVE, KernelKind.PINGPONG):
             g = c.plan.schedule.gemms[0]
-            assert g.a.mn_major and g.b.mn_major
+            assert g.pipeline.a.mn_major and g.pipeline.b.mn_major
 
 
 def test_an_mn_major_b_needs_whole_64_column_boxes():
     k = gemm_kernel(b_layout=ROW, tile=(128, 32, 64), warps=(4, 2), arch=ir.Arch.SM90A)
     s = build(k).plan.schedule
-    assert s.kind is KernelKind.TILED
+    assert s.scheduler.kind is KernelKind.TILED
     why = dict(s.rejected)[KernelKind.COOPERATIVE]
     assert "B is MN-major" in why and "multiple of 64, not 32" in why
     with pytest.raises(KgenError, match="multiple of 64, not 32"):
@@ -119,7 +120,7 @@ def test_batched_mn_major_operands_load_rank_3_boxes():
                    for p in k.params)
     built = build(dataclasses.replace(k, params=params))
     source = built.source
-    assert built.plan.schedule.kind is KernelKind.COOPERATIVE
+    assert built.plan.schedule.scheduler.kind is KernelKind.COOPERATIVE
     assert ("for (int j = 0; j < kTileM / 64; ++j) tma_load_box_3d(a_ring + s * kAStageBytes + "
             "j * kMnBoxBytes, &maps.A, full + 8 * s, tile_m * kTileM + 64 * j, kt * kTileK, "
             "map_batch(p.batch_A, batch));") in source

@@ -1,4 +1,4 @@
-"""sm_90a's ping-pong chain with two column passes in flight (GemmSchedule.passes_in_flight):
+"""sm_90a's ping-pong chain with two column passes in flight (Overlap.passes):
 the rule (2 or 3 passes on two consumer warpgroups, at most four k tiles in the first gemm, a
 thread's A fragments and two passes' accumulators within PASSES_IN_FLIGHT_MAX_VALUES), inspect, the emitted pass loop, one home for
 the choice, and NVRTC with no spill and no serialized wgmma."""
@@ -11,6 +11,7 @@ import pytest
 from kgen import ir
 from kgen.api import build
 from kgen.parse import parse
+from kgen.plan import Overlap
 from kgen.targets.sm90 import chain as sm90_chain
 from kgen.targets.sm90 import schedules
 from kgen.verify import verify
@@ -35,9 +36,9 @@ def last_stage(source: str) -> str:
 def test_two_passes_in_flight(k0, n0, n1, passes):
     result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
     last = result.plan.schedule.gemms[-1]
-    assert (last.column_passes, last.passes_in_flight) == (passes, 2)
-    assert result.plan.schedule.role("consumer").groups == 2
-    assert all(g.passes_in_flight == 1 for g in result.plan.schedule.gemms[:-1])
+    assert (last.passes.count, last.overlap.passes) == (passes, 2)
+    assert result.plan.schedule.warps.role("consumer").groups == 2
+    assert all(g.overlap.passes == 1 for g in result.plan.schedule.gemms[:-1])
     stage = last_stage(result.source)
     head = stage.index(f"float pass_acc[2][kFragM][g1_cfg::kFragN / {passes}][4];")
     loop = stage.index(f"for (int pass = 0; pass < {passes}; ++pass) {{")
@@ -63,7 +64,7 @@ def test_two_passes_in_flight(k0, n0, n1, passes):
 ])
 def test_one_pass_at_a_time(k0, n0, n1, why):
     result = build(chain(k0, n0, n1), ir.Arch.SM90A, source_name="chain.kg")
-    assert result.plan.schedule.gemms[-1].passes_in_flight == 1, why
+    assert result.plan.schedule.gemms[-1].overlap.passes == 1, why
     assert "pass_acc" not in result.source
     assert "g1 column passes in flight" not in {r[0] for r in result.plan.schedule.describe()}
 
@@ -71,20 +72,20 @@ def test_one_pass_at_a_time(k0, n0, n1, why):
 def test_the_rule():
     plan = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").plan
     first, last = plan.gemms
-    assert schedules.passes_in_flight([first, last], 2, 2)["passes_in_flight"] == 2
-    assert schedules.passes_in_flight([first, last], 1, 2) == {}
-    assert schedules.passes_in_flight([first, last], 2, 3) == {}
-    assert schedules.passes_in_flight([first, last], 4, 2) == {}  # four passes spilled
+    assert schedules.passes_in_flight([first, last], 2, 2).passes == 2
+    assert schedules.passes_in_flight([first, last], 1, 2) == Overlap()
+    assert schedules.passes_in_flight([first, last], 2, 3) == Overlap()
+    assert schedules.passes_in_flight([first, last], 4, 2) == Overlap()  # four passes spilled
     long_k = dataclasses.replace(first, k_dim=576)  # nine k tiles: the ring bounds it
-    assert schedules.passes_in_flight([long_k, last], 2, 2) == {}
+    assert schedules.passes_in_flight([long_k, last], 2, 2) == Overlap()
     wide = dataclasses.replace(last, tile=(64, 512, 64))  # 32 + 256 values a thread
-    assert schedules.passes_in_flight([first, wide], 2, 2) == {}
+    assert schedules.passes_in_flight([first, wide], 2, 2) == Overlap()
 
 
 def test_the_schedule_value_alone_switches_the_passes():
-    """One home: the emitter reads GemmSchedule.passes_in_flight, nothing else."""
+    """One home: the emitter reads Overlap.passes, nothing else."""
     plan = build(chain(256, 128, 256), ir.Arch.SM90A, source_name="chain.kg").plan
-    one = with_gemm_schedule(plan, -1, passes_in_flight=1)
+    one = with_gemm_schedule(plan, -1, overlap=Overlap())
     source = sm90_chain.emit(one, source_name="chain.kg", source_hash="", command="test")
     assert "pass_acc" not in source and "#pragma unroll 1" in last_stage(source)
 
@@ -95,7 +96,7 @@ def test_passes_in_flight_compile_without_spills(k0, n0, n1, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
     result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
-    assert result.plan.schedule.gemms[-1].passes_in_flight == 2
+    assert result.plan.schedule.gemms[-1].overlap.passes == 2
     compiled = compile_cubin(result.source, result.plan.name, "sm_90a")
     resources = compiled.resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0

@@ -1,5 +1,5 @@
 """The epilogue's row and column vectors staged in shared memory on the sm_90a warp-specialized
-GEMM (GemmSchedule.staged_vectors, no GPU): each consumer thread loads its elements of the
+GEMM (EpilogueVectors, STAGED, no GPU): each consumer thread loads its elements of the
 tile's slice before the mainloop, writes them to its consumer's buffer before the epilogue,
 and the fast entry point's epilogue reads them there. Where they stay in global memory, and
 why; the storage plan and `kgen inspect`; NVRTC compiles every variant without spills. The GPU
@@ -12,7 +12,7 @@ import pytest
 from kgen.api import build
 from kgen.emit import emit
 from kgen.parse import parse
-from kgen.plan import KernelKind, StorePath
+from kgen.plan import EpilogueVectors, KernelKind, StorePath, VectorHome
 
 SOURCE = """\
 kernel k {{
@@ -44,9 +44,9 @@ def _built(lines=COOPERATIVE, schedule="", epilogue=EPILOGUE, batch="", d="row")
 def test_cooperative_stages_every_vector_a_slice_per_consumer():
     built = _built()
     g = built.plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA
-    assert g.staged_vectors == ("bias", "hb", "scale")
-    assert "no read waits on global memory" in g.why_staged_vectors
+    assert g.output.path is StorePath.TMA
+    assert g.vectors.held(VectorHome.STAGED) == ("bias", "hb", "scale")
+    assert "no read waits on global memory" in g.vectors.why
     sizes = {b.name: (b.bytes, b.dtype.dsl_name if b.dtype else None)
              for b in built.plan.storage.buffers}
     # two consumers: 256 columns each (f32, f16), 64 rows each (bf16)
@@ -68,7 +68,7 @@ def test_cooperative_stages_every_vector_a_slice_per_consumer():
 
 def test_pingpong_holds_the_whole_tiles_rows():
     built = _built(PINGPONG, "schedule pingpong")
-    assert built.plan.schedule.kind is KernelKind.PINGPONG
+    assert built.plan.schedule.scheduler.kind is KernelKind.PINGPONG
     sizes = {b.name: b.bytes for b in built.plan.storage.buffers}
     assert sizes["g_vec_scale"] == 2 * 128 * 2 and sizes["g_vec_bias"] == 2 * 128 * 4
     assert "sv_scale[at] = held_scale[e];" in built.source
@@ -86,7 +86,7 @@ def test_batched_vectors_read_their_batch():
 ])
 def test_split_and_stream_read_global_memory(lines, why):
     g = _built(lines).plan.schedule.gemms[0]
-    assert g.staged_vectors == () and why in g.why_staged_vectors
+    assert g.vectors.held(VectorHome.STAGED) == () and why in g.vectors.why
 
 
 def test_vectors_that_do_not_fit_stay_in_global_memory():
@@ -97,10 +97,11 @@ def test_vectors_that_do_not_fit_stay_in_global_memory():
                          batch="", d="row").replace(
         "vector hb : f16[N]", "vector hb : f16[N]\n  vector shift : f32[M]")
     g = build(parse(text, "k.kg").kernels[0]).plan.schedule.gemms[0]
-    assert g.store is StorePath.TMA and g.staged_vectors == ()
-    assert "do not fit" in g.why_staged_vectors
+    assert g.output.path is StorePath.TMA and g.vectors.held(VectorHome.STAGED) == ()
+    assert "do not fit" in g.vectors.why
     four = build(parse(text.replace("stages 5", "stages 4"), "k.kg").kernels[0])
-    assert four.plan.schedule.gemms[0].staged_vectors == ("bias", "hb", "scale", "shift")
+    vectors = four.plan.schedule.gemms[0].vectors
+    assert vectors.held(VectorHome.STAGED) == ("bias", "hb", "scale", "shift")
 
 
 def test_a_vector_read_along_both_axes_stays_in_global_memory():
@@ -111,7 +112,7 @@ def test_a_vector_read_along_both_axes_stays_in_global_memory():
     built = build(parse(text.replace("tensor A : f16[M, K]", "tensor A : f16[N, K]")
                         .replace("tensor D : f16[M, N]", "tensor D : f16[N, N]"), "k.kg")
                   .kernels[0])
-    assert built.plan.schedule.gemms[0].staged_vectors == ("hb",)
+    assert built.plan.schedule.gemms[0].vectors.held(VectorHome.STAGED) == ("hb",)
     assert "p.sq[row]" in built.source
 
 
@@ -124,7 +125,7 @@ def test_inspect_says_where_the_vectors_are_read():
 def test_the_schedule_value_off_reads_global_memory():
     """The variant bench/prototypes/batched_probe.py times: the same plan, staged_vectors ()."""
     plan = _built().plan
-    off = plan.with_gemm_schedule(staged_vectors=())
+    off = plan.with_gemm_schedule(vectors=EpilogueVectors())
     src = emit(off, source_name="k.kg", source_hash="", command="test")
     assert "sv_bias" not in src and "held_bias" not in src
     assert "load_pair<false>(p.bias + col, both)" in src
@@ -132,7 +133,7 @@ def test_the_schedule_value_off_reads_global_memory():
 
 def test_an_epilogue_without_vectors_is_unchanged():
     g = _built(epilogue="alpha * acc").plan.schedule.gemms[0]
-    assert g.staged_vectors == () and g.why_staged_vectors == ""
+    assert g.vectors.held(VectorHome.STAGED) == () and g.vectors.why == ""
 
 
 @pytest.mark.slow
@@ -148,7 +149,7 @@ def test_nvrtc_compiles_without_spills(variant):
               "n192": dict(lines="tile 128x192x64  warps 2x4  stages 4"),
               "cluster": dict(lines=COOPERATIVE + "  cluster 2x1")}[variant]
     built = _built(**kwargs)
-    assert built.plan.schedule.gemms[0].staged_vectors
+    assert built.plan.schedule.gemms[0].vectors.held(VectorHome.STAGED)
     result = compile_cubin(built.source, built.plan.name, "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
     assert result.stack_bytes == 0, result.log

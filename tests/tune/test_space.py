@@ -30,11 +30,11 @@ def test_a_gemm_without_schedule_lines_has_many_distinct_candidates(arch):
 
 def test_sm90a_lists_its_warp_specialized_kernels():
     space = search_space(kernel_of(example_text("gemm")), Arch.SM90A, SIZES)
-    kinds = {c.plan.schedule.kind.value for c in space.candidates}
+    kinds = {c.plan.schedule.scheduler.kind.value for c in space.candidates}
     assert {"cooperative", "pingpong", "tiled"} <= kinds
     # the cooperative kernel's 256-row tiles (two m64 halves per consumer) among them
     wide = [c for c in space.candidates if c.plan.gemms[0].tile == (256, 128, 64)
-            and c.plan.schedule.kind.value == "cooperative"]
+            and c.plan.schedule.scheduler.kind.value == "cooperative"]
     assert {c.plan.gemms[0].stages for c in wide} == {4, 3}
 
 
@@ -73,7 +73,7 @@ def test_the_limit_keeps_the_first_and_the_builders_choice():
 def test_small_outputs_add_split_k_candidates():
     space = search_space(kernel_of(example_text("gemm")), Arch.SM80,
                          {"M": 256, "N": 256, "K": 8192})
-    splits = [c for c in space.candidates if c.plan.schedule.split_k > 1]
+    splits = [c for c in space.candidates if c.plan.schedule.scheduler.split_k > 1]
     assert splits
     assert all("split" in dict(c.line_values).get("mma0 split", "") for c in splits)
 
@@ -100,7 +100,8 @@ def test_the_sizes_own_configuration_is_a_candidate_where_no_listed_one_is_it():
     sizes = {"M": 16, "N": 14336, "K": 4096}
     space = search_space(kernel_of(example_text("gemm")), Arch.SM90A, sizes, limit=5)
     (default,) = [c for c in space.candidates if c.default]
-    assert default.plan.gemms[0].tile == (32, 128, 64) and default.plan.schedule.split_k == 4
+    assert default.plan.gemms[0].tile == (32, 128, 64)
+    assert default.plan.schedule.scheduler.split_k == 4
 
 
 @pytest.mark.parametrize("example", ["attention_fwd", "mlp_loop", "attention_bwd_dot"])

@@ -120,7 +120,8 @@ def test_all_lines_rewrites_and_deletes_the_written_lines():
     checked(new, "t.kg", kernel.name, Arch.SM90A, smem.source, "<tune>", "")
     # and back: the pingpong winner restores a schedule line in place
     again = kernel_of(new)
-    pingpong = next(c for c in space.candidates if c.plan.schedule.kind.value == "pingpong")
+    pingpong = next(c for c in space.candidates
+                    if c.plan.schedule.scheduler.kind.value == "pingpong")
     restored = write_lines(new, again, pingpong.lines, replace=True)
     checked(restored, "t.kg", kernel.name, Arch.SM90A, pingpong.source, "<tune>", "")
 
@@ -130,7 +131,7 @@ def test_deleting_keeps_a_comment_on_the_same_line():
         "stages 4  split 4", "stages 4  split 4  # tuned once")
     kernel = kernel_of(text)
     space = search_space(kernel, Arch.SM80, SIZES, all_lines=True)
-    plain = next(c for c in space.candidates if c.plan.schedule.split_k == 1)
+    plain = next(c for c in space.candidates if c.plan.schedule.scheduler.split_k == 1)
     new = write_lines(text, kernel, plain.lines, replace=True)
     assert "split" not in code(new).replace("splitk", "")
     assert "# tuned once" in new

@@ -56,7 +56,8 @@ def batch_count(plan: KernelPlan, prefix: str = "p.") -> str:
 def _batch(plan: KernelPlan) -> Batch:
     g = plan.gemms[-1]
     return Batch(name=plan.name, batched=batched(plan), count=batch_count(plan),
-                 m=dim_expr(g.m_dim), n=dim_expr(g.n_dim), split_k=plan.schedule.split_k > 1,
+                 m=dim_expr(g.m_dim), n=dim_expr(g.n_dim),
+                 split_k=plan.schedule.scheduler.split_k > 1,
                  strides=tuple((f.param, f.name) for f in plan.fields
                                if f.kind is FieldKind.BATCH_STRIDE))
 
@@ -119,7 +120,7 @@ def chain_values(plan: KernelPlan) -> dict:
         kernel_param=ALL_BATCHES if on else "p",
         # a tiled chain's kernel is one tile: its `p` is that tile's batch, from the top
         kernel_head=macro_lines(TEMPLATE, "chain_head", b=_batch(plan))
-        if on and plan.schedule.persistent else [],
+        if on and plan.schedule.scheduler.persistent else [],
         times_batches=f" * {batch_count(plan)}" if on else "",
         at_batch=at_batch_lines(plan),
         host_batches=host_lines(plan),
@@ -130,7 +131,7 @@ def chain_values(plan: KernelPlan) -> dict:
 def size_prefix(plan: KernelPlan) -> str:
     """How a chain kernel's top reads its sizes: from `p`, or, in a batched tiled chain (whose
     `p` is declared with the tile's batch), from ALL_BATCHES."""
-    return f"{ALL_BATCHES}." if batched(plan) and not plan.schedule.persistent else "p."
+    return f"{ALL_BATCHES}." if batched(plan) and not plan.schedule.scheduler.persistent else "p."
 
 
 def tile_batch(plan: KernelPlan, tile: str) -> list[str]:

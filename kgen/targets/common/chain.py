@@ -7,7 +7,7 @@ or from the shared tile its source's epilogue wrote, and streams B through its o
 pipeline over a k-tile count known at compile time (its K is the source's whole N), unrolled
 (kgen.targets.common.chain_mainloop). Every string is prepared here; the templates lay it out.
 
-A persistent plan (plan.schedule.persistent) wraps the stages in a loop over tiles (tile +=
+A persistent plan (TileScheduler.persistent) wraps the stages in a loop over tiles (tile +=
 gridDim.x) and issues the next tile's first stages of the first gemm (`load_first_stages`)
 behind the last gemm's last B load; the last gemm's waits then count its cp.async groups
 exactly.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import CachePolicy, GemmPlan, KernelPlan
+from ...plan import CachePolicy, GemmPlan, KernelPlan, VectorHome
 from . import arch_guard, batch, epilogue_cpp, host_api
 from .chain_mainloop import (CHAIN_LINES, block, cfg, chained_mainloop, early_lines,
                              early_vectors, feed_lines, first_stage_loads, first_stages_function,
@@ -98,11 +98,11 @@ class ChainTarget:
 
     def evict_first(self, plan: KernelPlan) -> bool:
         """Whether the first gemm's A copies carry L2's evict-first hint: the schedule says."""
-        return plan.schedule.gemms[0].a.cache is CachePolicy.EVICT_FIRST
+        return plan.schedule.gemms[0].pipeline.a.cache is CachePolicy.EVICT_FIRST
 
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         """Device functions in the first gemm's namespace."""
-        return first_stages_function(plan) if plan.schedule.persistent else []
+        return first_stages_function(plan) if plan.schedule.scheduler.persistent else []
 
     def template_values(self, plan: KernelPlan) -> dict:
         """Values only this target's template reads, or overrides of the common ones."""
@@ -125,7 +125,7 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
         mainloop = arch.first_mainloop(plan, g)
     elif plan.schedule.resident:
         mainloop = arch.resident_mainloop(plan, g)
-    elif plan.schedule.persistent and last:
+    elif plan.schedule.scheduler.persistent and last:
         first = plan.gemms[0]
         why = [f"// Prefetch: the next tile's first kStages - 1 stages of {first.name} "
                f"({first.a.param}, {first.b.param}) start now,",
@@ -135,10 +135,10 @@ def stage_lines(arch: ChainTarget, plan: KernelPlan, i: int) -> list[str]:
                                     first.stages - 1)
     else:
         mainloop = chained_mainloop(g)
-    early = plan.schedule.gemm(g.name).early_vectors
+    early = plan.schedule.gemm(g.name).vectors.held(VectorHome.REGISTERS)
     epilogue = arch.last_epilogue(plan, g) if nxt is None else feed_lines(g, nxt, early)
-    passes = plan.schedule.gemm(g.name).column_passes  # the pass loop declares its own n0
-    in_flight = plan.schedule.gemm(g.name).passes_in_flight
+    passes = plan.schedule.gemm(g.name).passes.count  # the pass loop declares its own n0
+    in_flight = plan.schedule.gemm(g.name).overlap.passes
     if passes > 1:  # the mainloop and epilogue sit inside the pass loop
         mainloop, epilogue = block(mainloop), block(epilogue)
     return render_lines(
@@ -199,7 +199,7 @@ def kernel_body(arch: ChainTarget, plan: KernelPlan) -> list[str]:
     for i in range(len(plan.gemms)):
         stages += stage_lines(arch, plan, i) + [""]
     stages = stages[:-1]
-    if not plan.schedule.persistent:
+    if not plan.schedule.scheduler.persistent:
         return block(render_lines("common/tile_body.inc.j2", cfg=cfg(plan.gemms[0]),
                                   stages=stages, tile_batch=batch.tile_batch(plan, "blockIdx.x")))
     return arch.persistent_body(plan, stages)
@@ -246,7 +246,7 @@ def _stage_values(arch: ChainTarget, plan: KernelPlan, g: GemmPlan) -> dict:
             layout="ALayout", major="K contiguous",
             atom_inner=t.atom_inner, swizzle=str(sw), sw_shift=sw.shift,
             sw_mask=((1 << sw.bits) - 1) << sw.base))
-    early = plan.schedule.gemm(g.name).early_vectors
+    early = plan.schedule.gemm(g.name).vectors.held(VectorHome.REGISTERS)
     epi = epilogue_cpp.render(g.epilogue, early=early)
     extra = ", float& inter_0, float& inter_1" if g is not last else ""
     extra += "".join(f", {pair} early_{param}" for param, pair in early_vectors(g, early))
@@ -278,8 +278,8 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         header=header(plan, source_name, source_hash, command),
         name=plan.name,
         ns=f"{plan.name}_kgen",
-        threads=plan.schedule.threads,
-        group_m=plan.schedule.raster.group_m,
+        threads=plan.schedule.warps.threads,
+        group_m=plan.schedule.scheduler.raster.group_m,
         smem_bytes=plan.smem_bytes,
         stages=stages,
         chain_asserts=chain_asserts(plan),
@@ -293,7 +293,7 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         pack_expr=to_pair.format("lo", "hi"),
         operand_dtype=dtype.dsl_name,
         summary=summary,
-        min_blocks=plan.schedule.min_blocks_per_sm,
+        min_blocks=plan.schedule.scheduler.min_blocks_per_sm,
         evict_first=arch.evict_first(plan),
         # helpers only where the kernel calls them: the quad transpose of 16-byte stores from
         # registers, and mma_step wherever a gemm still multiplies with mma.sync
@@ -307,7 +307,7 @@ def emit(arch: ChainTarget, plan: KernelPlan, *, source_name: str, source_hash: 
         host_n_expr=dim_expr(last.n_dim),
         body=kernel_body(arch, plan),
         host_checks=host_checks(plan),
-        persistent=plan.schedule.persistent,
+        persistent=plan.schedule.scheduler.persistent,
         column_blocks=plan.column_blocks > 1,
         **batch.chain_values(plan),
     )

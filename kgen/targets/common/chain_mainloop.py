@@ -214,7 +214,7 @@ def resident_loads(plan: KernelPlan) -> list[str]:
     stages: the first gemm's first wait (and its barrier) covers it."""
     loads = []
     resident = [g for g in plan.gemms
-                if plan.schedule.gemm(g.name).b.load is LoadPath.RESIDENT]
+                if plan.schedule.gemm(g.name).pipeline.b.load is LoadPath.RESIDENT]
     for g in resident:
         b = operand(g.b, "b")
         k = dim_expr(g.k_dim) if g.chain is None else str(g.chain.k)
@@ -271,7 +271,7 @@ def feed_reads_rows(g: GemmPlan) -> bool:
 
 def early_vectors(g: GemmPlan, params: tuple[str, ...]) -> list[tuple[str, str]]:
     """(param, pair type) of each of `params`, g's epilogue column vectors loaded before its
-    mainloop (GemmSchedule.early_vectors), in the schedule's order."""
+    mainloop (EpilogueVectors, REGISTERS), in the schedule's order."""
     dtypes = g.epilogue.column_vectors
     return [(param, PAIR[dtypes[param]][0]) for param in params]
 

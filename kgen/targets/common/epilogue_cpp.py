@@ -144,12 +144,12 @@ class _Renderer:
     # an input the caller passes in as the function's `unsigned staged_<param>` (its pair, read
     # from the output's staging in shared memory) instead of a global load
     staged: str | None = None
-    # vectors the function reads from shared memory (Schedule: GemmSchedule.staged_vectors):
+    # vectors the function reads from shared memory (Schedule: EpilogueVectors, STAGED):
     # `sv_<param>`, the tile's slice, from its first column `tile_col0` (a column vector) or the
     # consumer's first row `tile_row0` (a row vector)
     vectors: tuple[str, ...] = ()
     # column vectors the function takes as arguments `<pair> early_<param>`, the pair at `col`
-    # (Schedule: GemmSchedule.early_vectors), instead of loading them
+    # (Schedule: EpilogueVectors, REGISTERS), instead of loading them
     early: tuple[str, ...] = ()
     loads: list[Statement] = field(default_factory=list)
     compute: list[Statement] = field(default_factory=list)

@@ -63,7 +63,7 @@ def pair_loop(g: GemmPlan, layout: str, narrow: bool = False, params: str = "p",
     kernel body's kNarrow instantiation may see an odd N, so each call is told whether the
     pair's second column is in the output (always, in the fast instantiation). `params`: the
     arguments the epilogue reads (a persistent kernel's: its tile's batch of them). `groups` >
-    1: each row of fragments in that many groups, a rolled loop (GemmSchedule.epilogue_groups)."""
+    1: each row of fragments in that many groups, a rolled loop (EpilogueGroups)."""
     return macro_lines(TEMPLATE, "pair_loop", layout=layout, gemm=g.name, narrow=narrow,
                        params=params, groups=groups, reds=reductions(g))
 
@@ -77,9 +77,9 @@ def split_partial_lines(layout: str = "warp_tile", params: str = "p") -> list[st
 def loop_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """An mma.sync CTA's epilogue: one call per accumulator pair, then the reductions (with
     split-K, the partial sums to the workspace instead)."""
-    if plan.schedule.split_k > 1:
+    if plan.schedule.scheduler.split_k > 1:
         return split_partial_lines()
-    lines = partial_lines(g) + pair_loop(g, "warp_tile", plan.schedule.narrow)
+    lines = partial_lines(g) + pair_loop(g, "warp_tile", plan.schedule.entry.narrow)
     if not g.epilogue.reductions:
         return lines
     return lines + macro_lines(TEMPLATE, "cta_reductions", reds=reductions(g),

@@ -28,7 +28,7 @@ def _field_comment(plan: KernelPlan, kind: FieldKind, param: str | None, dim: st
         return f"{p.kind.value} {p.dtype.dsl_name}[{shape}]{layout} {p.role.value}"
     if kind is FieldKind.SIZE:
         return f"runtime size {dim}"
-    if kind is FieldKind.WORKSPACE and plan.schedule.stream_k:
+    if kind is FieldKind.WORKSPACE and plan.schedule.scheduler.stream_k:
         return ("device scratch for stream-K's partial sums and flags (zeroed once before the "
                 "first launch; each launch leaves it so)")
     if kind is FieldKind.WORKSPACE:
@@ -61,7 +61,7 @@ def template_values(plan: KernelPlan) -> dict:
         workspace_body=workspace_body(plan),
         narrow_checks=narrow_checks(plan),
         narrow_kernel=plan.narrow_kernel,
-        cluster=plan.schedule.cluster_size > 1,  # the fast entry point runs in clusters
+        cluster=plan.schedule.scheduler.cluster.size > 1,  # the fast entry point runs in clusters
     )
 
 
@@ -90,7 +90,7 @@ def workspace_body(plan: KernelPlan) -> list[str]:
     """C++ statements of <name>_workspace_bytes: the float partials deterministic reductions
     keep per CTA (none in the atomic mode), or the split-K parts, or stream-K's slots and
     flags; every batch's."""
-    if plan.schedule.stream_k:
+    if plan.schedule.scheduler.stream_k:
         return macro_lines(TEMPLATE, "stream_workspace_bytes", s=_workspace_bytes(plan))
     return macro_lines(TEMPLATE, "workspace_bytes", s=_workspace_bytes(plan),
                        w=batch.workspace(plan))

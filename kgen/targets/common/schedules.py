@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from ...enums import Layout, Residency
-from ...plan import (CachePolicy, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
-                     OperandSchedule, Raster, Schedule, StorePath, TensorMap, WarpRole)
+from ...plan import (CachePolicy, EntryPoints, GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma,
+                     MmaAtom, OperandSchedule, Output, Pipeline, Raster, Schedule, StorePath,
+                     TensorMap, TileScheduler, WarpRole, WarpRoles)
 from .. import Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, place
 
 WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop over the tiles "
@@ -254,22 +255,29 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
         mma, why = mmas[i] if mmas else (Mma.MMA_SYNC, why_mma or (
             WHY_NOT_WGMMA if draft.target.has(Instruction.WGMMA) else WHY_MMA_SYNC))
         out.append(GemmSchedule(
-            name=g.name, mma=mma,
-            a=OperandSchedule(a, CachePolicy.EVICT_FIRST if evict else CachePolicy.NORMAL, why_a),
-            b=OperandSchedule(b, why=WHY_LOAD[b]), stages=g.stages,
-            store=store if last else StorePath.FEED,
-            why_mma=why,
-            why_store=why_store if last else f"the A operand of {gemms[i + 1].name}"))
+            name=g.name, atom=MmaAtom(mma, why),
+            pipeline=Pipeline(
+                a=OperandSchedule(a, CachePolicy.EVICT_FIRST if evict else CachePolicy.NORMAL,
+                                  why_a),
+                b=OperandSchedule(b, why=WHY_LOAD[b]), stages=g.stages),
+            output=(Output(store, why_store) if last
+                    else Output(StorePath.FEED, f"the A operand of {gemms[i + 1].name}"))))
     if roles is None:
         warps = gemms[0].warps if gemms else (0, 0)
         roles = (WarpRole("math", warps[0] * warps[1]),)
-    return Schedule(kind=kind, warp_roles=roles, raster=Raster(draft.group_m),
-                    min_blocks_per_sm=1, gemms=tuple(out), tensor_maps=tensor_maps,
-                    why_kind=why_kind, narrow=narrow_variant(gemms),
-                    split_k=draft.split_k if kind is KernelKind.TILED else 1)
+    scheduler = TileScheduler(kind, Raster(draft.group_m), min_blocks_per_sm=1,
+                              split_k=draft.split_k if kind is KernelKind.TILED else 1,
+                              why=why_kind)
+    return Schedule(scheduler=scheduler, warps=WarpRoles(roles), gemms=tuple(out),
+                    entry=entry_points(gemms), tensor_maps=tensor_maps)
 
 
-def narrow_variant(gemms) -> bool:
-    """A one-gemm kernel also gets an entry point for any alignment (Schedule.narrow); a chain
-    keeps its 16-byte rules (its fixed sizes and resident tiles assume them)."""
-    return len(gemms) == 1
+WHY_NARROW = ("arguments that miss the fast path's alignment rules (odd sizes, leading "
+              "dimensions not 16-byte multiples) run the second entry point <kernel>_narrow, "
+              "chosen at launch")
+
+
+def entry_points(gemms) -> EntryPoints:
+    """A one-gemm kernel also gets an entry point for any alignment (EntryPoints.narrow); a
+    chain keeps its 16-byte rules (its fixed sizes and resident tiles assume them)."""
+    return EntryPoints(narrow=True, why=WHY_NARROW) if len(gemms) == 1 else EntryPoints()

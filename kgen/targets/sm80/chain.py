@@ -16,7 +16,8 @@ class Sm80Chain(chain.ChainTarget):
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         text = render("sm80/mainloop.inc.j2", a=operand(g.a, "a"), b=operand(g.b, "b"),
                       first_fragments=frag_loads(g, 0, 0, "_next"),
-                      mainloop_steps=mainloop_steps(g), prologue=not plan.schedule.persistent,
+                      mainloop_steps=mainloop_steps(g),
+                      prologue=not plan.schedule.scheduler.persistent,
                       resident=plan.schedule.resident,
                       ring_load_args=load_args(g.a, "a", "load_m0", "load_k"),
                       ring_a=batch.next_operand(plan, g.a.param)[1])

@@ -27,7 +27,7 @@ def _summary(plan: KernelPlan) -> str:
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     ns = f"{plan.name}_kgen"
-    assert plan.schedule.narrow, "a one-gemm kernel has a narrow entry point"
+    assert plan.schedule.entry.narrow, "a one-gemm kernel has a narrow entry point"
     epi = epilogue_cpp.render(g.epilogue, narrow="kNarrow")
     epilogue_lines = list(epi.loads) + list(epi.compute) + list(epi.stores)
     buffers = [
@@ -41,7 +41,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         )
         for b in plan.storage.buffers
     ]
-    split = plan.schedule.split_k
+    split = plan.schedule.scheduler.split_k
     k_tile = "(k_first + s)" if split > 1 else "s"
     # the CTA's index among its batch's (the grid's, without a batch dimension)
     block = "block" if batch.batched(plan) else "blockIdx.x"
@@ -57,13 +57,13 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         tile_k=g.tile[2],
         warps_m=g.warps[0],
         warps_n=g.warps[1],
-        threads=plan.schedule.threads,
+        threads=plan.schedule.warps.threads,
         warp_tile_m=g.warp_tile[0],
         warp_tile_n=g.warp_tile[1],
         frag_m=g.frags[0],
         frag_n=g.frags[1],
         stages=g.stages,
-        group_m=plan.schedule.raster.group_m,
+        group_m=plan.schedule.scheduler.raster.group_m,
         smem_bytes=plan.smem_bytes,
         **host_api.template_values(plan),
         arch_guard=arch_guard.guard(plan),
@@ -96,7 +96,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         prologue=True,
         resident=False,
         summary=_summary(plan),
-        min_blocks=plan.schedule.min_blocks_per_sm,
+        min_blocks=plan.schedule.scheduler.min_blocks_per_sm,
         m_expr=dim_expr(g.m_dim),
         n_expr=dim_expr(g.n_dim),
         k_expr=dim_expr(g.k_dim),

@@ -34,20 +34,20 @@ class Sm90Chain(chain.ChainTarget):
 
     def warp_var(self, plan: KernelPlan) -> str:
         # ping-pong: the warp in its warpgroup
-        return "math_warp" if plan.schedule.pingpong else "warp_id"
+        return "math_warp" if plan.schedule.scheduler.pingpong else "warp_id"
 
     def stage_threads(self, plan: KernelPlan) -> chain.StageThreads:
-        if not plan.schedule.pingpong:
+        if not plan.schedule.scheduler.pingpong:
             return super().stage_threads(plan)
         return chain.StageThreads(constant="kWarpgroupThreads", who="a whole consumer warpgroup")
 
     def first_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         a, b = operand(g.a, "a"), operand(g.b, "b")
-        if plan.schedule.pingpong:  # the producer warps load the ring (produce_ring)
+        if plan.schedule.scheduler.pingpong:  # the producer warps load the ring (produce_ring)
             text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b, tma_a=tma_ring(plan),
                           ring_b=plan.schedule.chain_ring_b,
                           order=plan.schedule.consumer_order,
-                          in_flight=plan.schedule.gemms[0].wgmma_in_flight,
+                          in_flight=plan.schedule.gemms[0].overlap.wgmma_groups,
                           **consumer_template_values(plan))
         else:
             text = render("sm90/ring_wgmma.inc.j2", a=a, b=b,
@@ -58,7 +58,7 @@ class Sm90Chain(chain.ChainTarget):
     def resident_mainloop(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
         if g.name in plan.schedule.wgmma_chain:
             gs = plan.schedule.gemm(g.name)
-            return resident_wgmma(g, gs.column_passes, gs.passes_in_flight)
+            return resident_wgmma(g, gs.passes.count, gs.overlap.passes)
         return super().resident_mainloop(plan, g)
 
     def last_epilogue(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
@@ -69,12 +69,12 @@ class Sm90Chain(chain.ChainTarget):
         return epilogue_emit.loop_lines(plan, g)
 
     def persistent_body(self, plan: KernelPlan, stages: list[str]) -> list[str]:
-        if plan.schedule.pingpong:
+        if plan.schedule.scheduler.pingpong:
             return pingpong_body(plan, stages)
         return super().persistent_body(plan, stages)
 
     def first_gemm_functions(self, plan: KernelPlan, g: GemmPlan) -> list[str]:
-        if not plan.schedule.pingpong:
+        if not plan.schedule.scheduler.pingpong:
             return super().first_gemm_functions(plan, g)
         a = g.a.param
         batched = plan.param(a).batch is not None
@@ -89,15 +89,33 @@ class Sm90Chain(chain.ChainTarget):
             tma_a=tma_ring(plan), tma_load=tma_load,
             times_batches=batch.chain_values(plan)["times_batches"]).rstrip("\n").split("\n")
 
+    def device_helpers(self, plan: KernelPlan) -> list[str]:
+        """The fixed device helpers the chain's .cu carries, in order: wgmma's, and of the others
+        only those its kernel calls, as its schedule's components decide."""
+        schedule = plan.schedule
+        helpers = ["common/cp_async_evict_first.inc.j2"] if self.evict_first(plan) else []
+        helpers.append("sm90/wgmma.inc.j2")
+        if schedule.scheduler.pingpong:  # the ring's barriers; its producer's loads or registers
+            helpers += ["sm90/mbarrier.inc.j2", "sm90/tma_load.inc.j2" if tma_ring(plan)
+                        else "sm90/setmaxnreg.inc.j2"]
+        if schedule.tma_output is not None:
+            helpers.append("sm90/tma_store.inc.j2")
+        if batch.batched(plan) and schedule.tensor_maps:
+            helpers.append("sm90/tma_batch.inc.j2")
+        if schedule.quad_stores:  # 16-byte stores from registers
+            helpers.append("common/quad_transpose.inc.j2")
+        if schedule.mma_sync:  # a gemm still multiplies with mma.sync
+            helpers.append("common/mma_step.inc.j2")
+        return helpers
+
     def template_values(self, plan: KernelPlan) -> dict:
         first, schedule = plan.gemms[0], plan.schedule
         tma = schedule.tma_output
         maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
         return dict(
+            device_helpers=self.device_helpers(plan),
             **consumer_template_values(plan),
-            quad_stores=schedule.quad_stores,
-            mma_sync=schedule.mma_sync,
-            pingpong=schedule.pingpong,
+            pingpong=schedule.scheduler.pingpong,
             tma_store=tma is not None,
             tma_output=tma.param if tma else "",
             staged="",  # a chain's epilogue reads its inputs from global memory
@@ -112,17 +130,17 @@ class Sm90Chain(chain.ChainTarget):
             map_names=tensor_map.names(schedule.tensor_maps) if maps else "",
             tma_a=tma_ring(plan),
             producer_threads=first.producer_threads,
-            producer_registers=(schedule.role("producer").registers
-                                if schedule.pingpong else 0),
-            consumer_registers=(schedule.role("consumer").registers
-                                if schedule.pingpong else 0),
+            producer_registers=(schedule.warps.role("producer").registers
+                                if schedule.scheduler.pingpong else 0),
+            consumer_registers=(schedule.warps.role("consumer").registers
+                                if schedule.scheduler.pingpong else 0),
             wgmma_n=first.tile[1],
             wgmma_acc=f"float (&acc)[1][{first.tile[1] // 8}][4]",
             wgmma_regs=", ".join(f"%{i}" for i in range(first.tile[1] // 2)),
             wgmma_outs=wgmma_outs(first.tile[1]),
             wgmma_rs=[dict(n=n, regs=", ".join(f"%{i}" for i in range(n // 2)),
                            outs=wgmma_outs(n))
-                      for n in sorted({g.tile[1] // schedule.gemm(g.name).column_passes
+                      for n in sorted({g.tile[1] // schedule.gemm(g.name).passes.count
                                        for g in plan.gemms if g.name in schedule.wgmma_chain})],
             descriptor_64=any(schedules.k_tile_row_bytes(g, g.b) == 64 for g in plan.gemms
                               if g.name in schedule.wgmma_chain),
@@ -141,7 +159,7 @@ def resident_wgmma(g: GemmPlan, passes: int = 1, in_flight: int = 1) -> list[str
     """The resident chained stage on wgmma (Mma.WGMMA_RS): the warpgroup's rows times all
     of B (in column passes: the pass's rows of B, K-major), one k16 step per instruction, A
     from this thread's fragments, B through descriptors; one commit group, waited on before the
-    epilogue reads the accumulators. `in_flight` 2 (GemmSchedule.passes_in_flight): the next
+    epilogue reads the accumulators. `in_flight` 2 (Overlap.passes): the next
     pass's group is issued first, into the other set of the stage's `pass_acc`."""
     tiles, steps = g.chain.k // g.tile[2], g.tile[2] // 16
     wgmma_steps = []
@@ -179,7 +197,8 @@ def tma_store_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
 
 def tma_ring(plan: KernelPlan) -> bool:
     """The copy engine fills the first gemm's ring of A (the ping-pong chain's producer)."""
-    return plan.schedule.pingpong and plan.schedule.gemms[0].a.load is LoadPath.TMA
+    return (plan.schedule.scheduler.pingpong
+            and plan.schedule.gemms[0].pipeline.a.load is LoadPath.TMA)
 
 
 def wgmma_outs(n: int, acc: str = "acc[0]") -> str:
@@ -204,7 +223,7 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
 def consumer_template_values(plan: KernelPlan) -> dict:
     """The ping-pong consumer warpgroups' count for the templates: as a number, as a word, and
     the C++ expression of the warpgroup whose turn comes after `warpgroup`'s."""
-    role = plan.schedule.role("consumer")
+    role = plan.schedule.warps.role("consumer")
     n = role.groups if role is not None else schedules.CONSUMERS
     return dict(consumers=n, consumers_word=schedules.CONSUMER_WORDS[n],
                 next_warpgroup="(1 - warpgroup)" if n == 2 else f"((warpgroup + 1) % {n})")

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Axis, Layout
-from ...plan import GemmPlan, KernelPlan, StorePath, TensorLoad, VectorLoad, staged_vector_buffer
+from ...plan import (GemmPlan, KernelPlan, StagingMode, StorePath, TensorLoad, VectorHome,
+                     VectorLoad, staged_vector_buffer)
 from ..common import batch
 from ..common.epilogue_loop import reductions
 from ..common.operands import dim_expr
@@ -25,7 +26,7 @@ class ConsumerEpilogue:
     name: str  # the kernel's
     gemm: str
     params: str  # the arguments the epilogue reads: `pb`, the tile's batch of them, or `p`
-    groups: int  # GemmSchedule.epilogue_groups
+    groups: int  # EpilogueGroups
     batched: bool
     stream_k: bool
     split_k: bool
@@ -35,7 +36,7 @@ class ConsumerEpilogue:
 
 @dataclass(frozen=True, slots=True)
 class StagedVector:
-    """A staged epilogue vector (GemmSchedule.staged_vectors): its slice of `extent` elements per
+    """A staged epilogue vector (EpilogueVectors, STAGED): its slice of `extent` elements per
     consumer, `count` of them per thread (`partial`: the last round leaves threads out)."""
 
     param: str
@@ -52,20 +53,22 @@ def epilogue_loop(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The consumers' epilogue: pair stores (and the reductions); with a TMA store, the
     staging in the fast entry point and pair stores in the narrow one."""
     gs = plan.schedule.gemm(g.name)
-    groups = gs.epilogue_groups
-    if gs.stages_d and groups > 1 and groups != g.tile[1] // 64:
+    groups = gs.groups.count
+    if gs.staging.boxes and groups > 1 and groups != g.tile[1] // 64:
         raise ValueError(f"{g.name}: the epilogue tile's groups are its {g.tile[1] // 64} boxes, "
                          f"not {groups}")
     e = ConsumerEpilogue(name=plan.name, gemm=g.name,
                          params="pb" if batch.batched(plan) else "p", groups=groups,
-                         batched=batch.batched(plan), stream_k=plan.schedule.stream_k,
-                         split_k=plan.schedule.split_k > 1,
-                         tma_store=gs.store is StorePath.TMA, deterministic=plan.deterministic)
+                         batched=batch.batched(plan), stream_k=plan.schedule.scheduler.stream_k,
+                         split_k=plan.schedule.scheduler.split_k > 1,
+                         tma_store=gs.output.path is StorePath.TMA,
+                         deterministic=plan.deterministic)
     lines = macro_lines(TEMPLATE, "epilogue", e=e, reds=reductions(g),
                         staged=vector_writes(plan, g) + staging_lines(plan, g) if e.tma_store
                         else [])
-    return macro_lines(TEMPLATE, "in_range", lines=lines) if plan.schedule.cluster_size > 1 \
-        else lines
+    if plan.schedule.scheduler.cluster.size > 1:
+        return macro_lines(TEMPLATE, "in_range", lines=lines)
+    return lines
 
 
 def staging_reads_memory(plan: KernelPlan, g: GemmPlan) -> bool:
@@ -76,22 +79,23 @@ def staging_reads_memory(plan: KernelPlan, g: GemmPlan) -> bool:
     from interleaving them: 6194 against 3216 cycles per tile for relu(alpha*acc + beta*C +
     bias[col]) on an H100, bench/RESULTS.md)."""
     gs = plan.schedule.gemm(g.name)
+    staged = gs.vectors.held(VectorHome.STAGED)
     for n in g.epilogue.nodes:
-        if isinstance(n.kind, VectorLoad) and n.kind.param not in gs.staged_vectors:
+        if isinstance(n.kind, VectorLoad) and n.kind.param not in staged:
             return True
-        if isinstance(n.kind, TensorLoad) and n.kind.param != gs.staged_input:
+        if isinstance(n.kind, TensorLoad) and n.kind.param != gs.staged.param:
             return True
     return False
 
 
 def staged_vectors(plan: KernelPlan, g: GemmPlan) -> list[StagedVector]:
-    """Each staged epilogue vector (Schedule: GemmSchedule.staged_vectors), in the schedule's
+    """Each staged epilogue vector (Schedule: EpilogueVectors, STAGED), in the schedule's
     order."""
-    staged = plan.schedule.gemm(g.name).staged_vectors
+    staged = plan.schedule.gemm(g.name).vectors.held(VectorHome.STAGED)
     kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, VectorLoad)}
     out = []
     for v in staged:
-        extent = vector_extent(kinds[v].axis, plan.schedule.kind, g.tile)
+        extent = vector_extent(kinds[v].axis, plan.schedule.scheduler.kind, g.tile)
         out.append(StagedVector(param=v, axis=kinds[v].axis.value, ctype=kinds[v].dtype.cpp,
                                 extent=extent, count=-(-extent // WARPGROUP),
                                 partial=extent % WARPGROUP != 0,
@@ -125,28 +129,30 @@ def vector_args(plan: KernelPlan, g: GemmPlan) -> str:
 
 def tile_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """At each tile's start, before the mainloop: the staged vectors' loads into registers
-    (GemmSchedule.staged_vectors), then the staged input's load (_staged_input_start)."""
+    (EpilogueVectors, STAGED), then the staged input's load (_staged_input_start)."""
     return (macro_lines(TEMPLATE, "vector_loads", vectors=staged_vectors(plan, g))
             + _staged_input_start(plan, g))
 
 
 def _staged_input_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The staged input's load into the output's staging (Schedule: GemmSchedule.staged_input),
+    """The staged input's load into the output's staging (Schedule: StagedInput),
     if any; under a cluster, only for a tile in range (a tile past M or N runs no epilogue, so
     nothing would wait for the load)."""
     gs = plan.schedule.gemm(g.name)
-    c = gs.staged_input
+    c = gs.staged.param
     if c is None:
         return []
     batched = plan.param(c).batch is not None
     col = g.epilogue.packed_store.layout is Layout.COL
     values = dict(param=c, staging=f"{g.name}_d_staging", batched=batched,
-                  prefetch_when=_prefetch_when(plan, c), cluster=plan.schedule.cluster_size > 1, col=col, stages_d=gs.stages_d)
+                  prefetch_when=_prefetch_when(plan, c),
+                  cluster=plan.schedule.scheduler.cluster.size > 1, col=col,
+                  stages_d=gs.staging.boxes)
     lines = render_lines("sm90/staged_input.inc.j2", **values)
     # the epilogue tile's loads of one box each, here and in the epilogue
-    boxes = render_lines("sm90/staged_input_box.inc.j2", **values) if gs.stages_d else []
+    boxes = render_lines("sm90/staged_input_box.inc.j2", **values) if gs.staging.boxes else []
     return macro_lines(TEMPLATE, "staged_input_start", boxes=boxes, load=lines,
-                       late=gs.staged_input_late, stream_k=plan.schedule.stream_k)
+                       late=gs.staged.late, stream_k=plan.schedule.scheduler.stream_k)
 
 
 # The epilogue tile's staged input: its boxes past the first kStagesD load during the epilogue,
@@ -171,12 +177,12 @@ def _prefetch_when(plan: KernelPlan, param: str) -> str:
 
 def mainloop_staged(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """In the consumers' mainloop, after a k tile's wgmma group is issued: the staged input's
-    load, halfway through (GemmSchedule.staged_input_late), once the previous tile's output
+    load, halfway through (StagedInput.late), once the previous tile's output
     has had time to leave the staging."""
     gs = plan.schedule.gemm(g.name)
-    if gs.staged_input is None or not gs.staged_input_late:
+    if gs.staged.param is None or not gs.staged.late:
         return []
-    return macro_lines(TEMPLATE, "mainloop_staged", stream_k=plan.schedule.stream_k)
+    return macro_lines(TEMPLATE, "mainloop_staged", stream_k=plan.schedule.scheduler.stream_k)
 
 
 def whole_chunks(col: bool) -> str:
@@ -188,18 +194,26 @@ def whole_chunks(col: bool) -> str:
     return "n0 + kTileN <= N || N % 8 == 0"
 
 
+# The fast entry point's staging epilogue, per staging of the output (Staging.mode); both
+# import the pieces they share from templates/sm90/gemm_tma_store.inc.j2
+TMA_STORE_EPILOGUE = {
+    StagingMode.WHOLE_TILE: "sm90/gemm_tma_store_tile.inc.j2",
+    StagingMode.BOXES: "sm90/gemm_tma_store_boxes.inc.j2",
+}
+
+
 def staging_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
-    """The fast entry point's staging epilogue (templates/sm90/gemm_tma_store.inc.j2)."""
+    """The fast entry point's staging epilogue (TMA_STORE_EPILOGUE)."""
     params = "pb" if batch.batched(plan) else "p"
     gs = plan.schedule.gemm(g.name)
     packed = g.epilogue.packed_store
     out, col = packed.param, packed.layout is Layout.COL
     batched_out = plan.param(out).batch is not None
-    return render_lines("sm90/gemm_tma_store.inc.j2", out=out,
+    return render_lines(TMA_STORE_EPILOGUE[gs.staging.mode], out=out,
                         staging=f"{g.name}_d_staging", name=g.name, params=params,
                         batched_out=batched_out,
-                        staged=gs.staged_input or "", col=col,
+                        staged=gs.staged.param or "", col=col,
                         whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
                         reads_memory=staging_reads_memory(plan, g),
-                        stages_d=gs.stages_d, groups=gs.epilogue_groups,
+                        groups=gs.groups.count,
                         part_box=bool(part_box(g)), odd_n8=odd_n8(g))

@@ -1,5 +1,5 @@
 """How the warp-specialized kernel's epilogue walks its accumulator fragments
-(GemmSchedule.epilogue_groups): in one unrolled walk, or in a rolled loop over groups of 64
+(EpilogueGroups): in one unrolled walk, or in a rolled loop over groups of 64
 columns whose fragments are copied out of acc by constant indices.
 
 The unrolled walk inlines the EVT once per fragment pair, 64 times per consumer thread of a

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Layout
-from ...plan import KernelPlan, StorePath
+from ...plan import KernelPlan, KSplit, StagingMode, StorePath, VectorHome
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
@@ -21,6 +21,57 @@ from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read i
 from .warp_specialized import odd_n8, part_box
 
 WALK = "sm90/walk.inc.j2"
+
+
+@dataclass(frozen=True, slots=True)
+class WalkValues:
+    """What the walk's pieces print (templates/sm90/walk.inc.j2): its first unit, its end and
+    step (per CTA, or per cluster), and the constants of split-K and stream-K."""
+
+    first: str
+    walk: str
+    step: str
+    split_k: int
+    stream_flags: int
+
+
+@dataclass(frozen=True, slots=True)
+class KWalk:
+    """The macros of templates/sm90/walk.inc.j2 that print one way of sharing a tile's k
+    tiles: the constant it declares (None: none), the head of the producer's walk and of a
+    consumer's, and a consumer's first ring position and step."""
+
+    constant: str | None
+    producer: str
+    consumer: str
+    start: str
+
+
+K_SPLIT_WALK = {
+    KSplit.WHOLE: KWalk(None, "producer_tiles", "consumer_tiles", "whole_start"),
+    KSplit.SPLIT: KWalk("split_constant", "producer_tiles", "consumer_tiles", "split_start"),
+    KSplit.STREAM: KWalk("stream_constant", "stream_steps", "stream_steps", "stream_start"),
+}
+
+
+def walk_lines(plan: KernelPlan, values: dict) -> dict:
+    """The walk's pieces for the way the plan shares a tile's k tiles (K_SPLIT_WALK), from the
+    walk's values in `values` (cluster_values, split_values)."""
+    scheduler = plan.schedule.scheduler
+    way = K_SPLIT_WALK[scheduler.k_split]
+    w = WalkValues(first=values["walk_first"], walk=values["walk"], step=values["walk_step"],
+                   split_k=scheduler.split_k, stream_flags=plan.STREAM_FLAGS)
+    return dict(
+        k_split_constants=macro_lines(WALK, way.constant, w=w) if way.constant else [],
+        producer_walk=macro_lines(WALK, way.producer, w=w),
+        consumer_walk=macro_lines(WALK, way.consumer, w=w),
+        consumer_start=macro_lines(WALK, way.start, w=w))
+# The output staging's pieces in the kernel (its constants, the staged input's barriers), per
+# staging (Staging.mode); the epilogue's are consumer_epilogue.TMA_STORE_EPILOGUE's
+STAGING = {
+    StagingMode.WHOLE_TILE: "sm90/staging_tile.inc.j2",
+    StagingMode.BOXES: "sm90/staging_boxes.inc.j2",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +106,14 @@ def _tma_load(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, row: 
 
 def k_tile(plan: KernelPlan) -> str:
     """The producer's k tile at step kt of a tile's (split-K, stream-K: of its unit's part)."""
-    return "(k_first + kt)" if plan.schedule.split_k > 1 or plan.schedule.stream_k else "kt"
+    scheduler = plan.schedule.scheduler
+    return "(k_first + kt)" if scheduler.split_k > 1 or scheduler.stream_k else "kt"
 
 
 def stream_values(plan: KernelPlan) -> dict:
     """What the template prints about stream-K (templates/sm90/stream_k.inc.j2): the CTA's
     share of the walk's steps and, per tile, the part of its k tiles the share holds."""
-    if not plan.schedule.stream_k:
+    if not plan.schedule.scheduler.stream_k:
         return dict(stream_k=False, stream_head=[])
     tiles = "walk" if batch.batched(plan) else "tiles"  # every batch's
     return dict(
@@ -74,8 +126,8 @@ def stream_values(plan: KernelPlan) -> dict:
 def split_values(plan: KernelPlan) -> dict:
     """What the template prints about split-K: the walk over units (part u % kSplitK of tile
     u / kSplitK's k tiles), each unit's k tiles, and the name of the kernel's k tile count."""
-    split = plan.schedule.split_k
-    if plan.schedule.stream_k:
+    split = plan.schedule.scheduler.split_k
+    if plan.schedule.scheduler.stream_k:
         return stream_values(plan)
     if split == 1:
         return dict(split_k=1, unit_k=[], k_tile="kt", k_tiles_total="k_tiles", stream_k=False,
@@ -87,7 +139,7 @@ def split_values(plan: KernelPlan) -> dict:
     # the walk's units (each batch's): tiles x kSplitK, or on clusters each cluster tile's parts
     # (the cluster's CTAs take the same part of their own tiles, so the operand they share
     # covers the same k tiles); the narrow producer walks tiles without clusters (tile_batch)
-    units = "cluster_units" if plan.schedule.cluster_size > 1 else "units"
+    units = "cluster_units" if plan.schedule.scheduler.cluster.size > 1 else "units"
     walk_batch = macro_lines(WALK, "batch_of", per_batch=units) if batched else []
     walk_in_batch = f"tile % {units} / kSplitK" if batched else "tile / kSplitK"
     return dict(
@@ -102,10 +154,10 @@ def host_tiles(plan: KernelPlan) -> str:
     """The launcher's count of the walk's units (the persistent grid takes at most this many
     CTAs): tiles, split-K parts, or stream-K steps (each tile's k tiles, at least one)."""
     schedule, ns = plan.schedule, f"{plan.name}_kgen"
-    if schedule.stream_k:
+    if schedule.scheduler.stream_k:
         return host_api.stream_units(plan)
     return batch.grid_count(plan, "tiles_m * tiles_n" + (
-        f" * {ns}::kSplitK" if schedule.split_k > 1 else ""))
+        f" * {ns}::kSplitK" if schedule.scheduler.split_k > 1 else ""))
 
 
 def _descriptor(mn_major: bool, stage: str, rows: str = "") -> str:
@@ -142,7 +194,7 @@ def _loads(plan: KernelPlan, operand: str, ring: str, stage_bytes: str, rows: st
     whole = _whole(plan, operand, ring, stage_bytes, rows, first, shared, mn_major)
     if not shared:
         return macro_lines(WALK, "loads", whole=whole, half=None)
-    mask = f"0x{(1 << plan.schedule.cluster_size) - 1:x}"
+    mask = f"0x{(1 << plan.schedule.scheduler.cluster.size) - 1:x}"
     if mn_major:
         half = f"{rows} / 128"  # boxes per CTA
         half_load = _tma_load(plan, operand, ring, stage_bytes, first, True, rows, multicast=mask,
@@ -161,14 +213,14 @@ def cluster_values(plan: KernelPlan) -> dict:
     tile_batch = (macro_lines(WALK, "batch_of", per_batch="(tiles_m * tiles_n)") if batched
                   else [])
     tile_in_batch = "tile % (tiles_m * tiles_n)" if batched else "tile"
-    if schedule.cluster_size == 1:
+    if schedule.scheduler.cluster.size == 1:
         return dict(walk_tiles="tiles", walk="walk" if batched else "tiles",
                     walk_first="blockIdx.x", walk_step="gridDim.x", walk_batch=tile_batch,
                     walk_in_batch=tile_in_batch, walk_dims="tiles_m, tiles_n", cluster_tile=[],
                     release="mbarrier_arrive", releaser="tid % kWarpgroupThreads == 0",
                     tile_batch=tile_batch,
                     tile_in_batch=tile_in_batch)
-    cm, cn = schedule.cluster
+    cm, cn = schedule.scheduler.cluster.shape
     along = "m" if cm > 1 else "n"
     shared = {"a": "A (the same tile rows)", "b": "B (the same tile columns)"}[schedule.multicast]
     return dict(
@@ -201,50 +253,71 @@ def _pitch(plan: KernelPlan, operand: str) -> str:
 NARROW_UNROLL, NARROW_UNROLL_BATCHED = 8, 4
 
 
+def device_helpers(plan: KernelPlan) -> list[str]:
+    """The fixed device helpers the kernel carries before its batch and cluster ones, in order:
+    the ring's barriers and loads, the narrow entry point's copies and wgmma's, and of the
+    others only those its schedule's components call for."""
+    g = plan.gemms[0]
+    gs = plan.schedule.gemm(g.name)
+    helpers = ["sm90/mbarrier.inc.j2", "sm90/tma_load.inc.j2"]
+    if gs.staged.param is not None and gs.staging.mode is StagingMode.BOXES:
+        helpers.append("sm90/tma_prefetch.inc.j2")  # the staged input's later boxes, into L2
+    helpers += ["common/cp_async.inc.j2", "common/narrow_access.inc.j2", "sm90/wgmma.inc.j2"]
+    if gs.groups.count > 1:
+        helpers.append("sm90/epilogue_groups.inc.j2")
+    if gs.output.path is StorePath.TMA:
+        helpers.append("sm90/tma_store.inc.j2")
+    if g.epilogue.reductions:
+        helpers.append("sm90/reduce.inc.j2")
+    return helpers
+
+
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     g = plan.gemms[0]
     schedule = plan.schedule
-    staged = schedule.gemm(g.name).store is StorePath.TMA
-    assert schedule.narrow, "a one-gemm kernel has a narrow entry point"
+    staged = schedule.gemm(g.name).output.path is StorePath.TMA
+    assert schedule.entry.narrow, "a one-gemm kernel has a narrow entry point"
     body = epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="kNarrow"), False)
-    c = schedule.gemm(g.name).staged_input
+    c = schedule.gemm(g.name).staged.param
     packed = (epilogue_cpp.function_body(
         epilogue_cpp.render(g.epilogue, narrow="false", staged=c,
-                            vectors=schedule.gemm(g.name).staged_vectors), True)
+                            vectors=schedule.gemm(g.name).vectors.held(VectorHome.STAGED)), True)
               if staged else [])
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
                     bytes=b.bytes, ctype=b.dtype.cpp if b.dtype is not None else "unsigned char")
                for b in plan.storage.buffers]
-    consumer, producer = schedule.role("consumer"), schedule.role("producer")
+    consumer, producer = schedule.warps.role("consumer"), schedule.warps.role("producer")
     batched = batch.batched(plan)
     maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
     n = g.tile[1]
-    a_mn, b_mn = schedule.gemm(g.name).a.mn_major, schedule.gemm(g.name).b.mn_major
+    pipeline = schedule.gemm(g.name).pipeline
+    a_mn, b_mn = pipeline.a.mn_major, pipeline.b.mn_major
     majors = {(False, False): "A and B K-major", (True, True): "A and B MN-major (transposed)",
               (True, False): "A MN-major (transposed), B K-major",
               (False, True): "A K-major, B MN-major (transposed)"}[(a_mn, b_mn)]
     clusters = cluster_values(plan) | split_values(plan)
+    clusters |= walk_lines(plan, clusters)
     multicast = schedule.multicast
     host_cluster_tiles = batch.grid_count(
         plan, f"((tiles_m + {plan.name}_kgen::kClusterM - 1) / {plan.name}_kgen::kClusterM) * "
         f"((tiles_n + {plan.name}_kgen::kClusterN - 1) / {plan.name}_kgen::kClusterN)"
-        + (f" * {plan.name}_kgen::kSplitK" if schedule.split_k > 1 else ""))
+        + (f" * {plan.name}_kgen::kSplitK" if schedule.scheduler.split_k > 1 else ""))
     return render(
         "sm90/gemm.cu.j2",
         header=header(plan, source_name, source_hash, command),
         name=plan.name,
         ns=f"{plan.name}_kgen",
-        kind_note=f"{schedule.kind.value} ({schedule.why_kind})",
+        kind_note=f"{schedule.scheduler.kind.value} ({schedule.scheduler.why})",
         tile_m=g.tile[0], tile_n=n, tile_k=g.tile[2],
         stages=g.stages,
-        group_m=schedule.raster.group_m,
+        group_m=schedule.scheduler.raster.group_m,
         smem_bytes=plan.smem_bytes,
-        threads=schedule.threads,
+        threads=schedule.warps.threads,
         producer_registers=producer.registers,
         consumer_registers=consumer.registers,
         consumers=consumer.groups,  # the consumer barrier's warpgroups
         consumers_word=schedules.CONSUMER_WORDS[consumer.groups],
-        pingpong=schedule.pingpong,
+        pingpong=schedule.scheduler.pingpong,
         a_bytes=g.a.dtype.nbytes, b_bytes=g.b.dtype.nbytes,
         a_smem=g.a.smem.name, b_smem=g.b.smem.name, a_param=g.a.param, b_param=g.b.param,
         barriers=f"{g.name}_ring_barriers",
@@ -252,8 +325,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         map_steps=tensor_map.steps_lines(maps),
         map_names=tensor_map.names(schedule.tensor_maps),
         tma_store=staged,
-        stages_d=schedule.gemm(g.name).stages_d,
-        epilogue_groups=schedule.gemm(g.name).epilogue_groups,
+        stages_d=schedule.gemm(g.name).staging.boxes,
+        staging_pieces=STAGING[schedule.gemm(g.name).staging.mode],
         stmatrix=staged,  # the staging written by stmatrix
         copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
         part_box=bool(staged and part_box(g)),  # copied out by the threads
@@ -263,7 +336,6 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         packed_params=(f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g),
         tile_start=tile_start(plan, g),
         mainloop_staged=mainloop_staged(plan, g),
-        reductions=bool(g.epilogue.reductions),
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
@@ -283,20 +355,19 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         persistent=True,
         arch_guard=arch_guard.guard(plan),
         summary=(f"{g.name} = {g.a_name} @ {g.b_name}, CTA tile {g.tile[0]}x{n}x{g.tile[2]}, "
-                 f"{schedule.kind.value}"),
-        min_blocks=schedule.min_blocks_per_sm,
+                 f"{schedule.scheduler.kind.value}"),
+        min_blocks=schedule.scheduler.min_blocks_per_sm,
         m_expr=dim_expr(g.m_dim), n_expr=dim_expr(g.n_dim), k_expr=dim_expr(g.k_dim),
         host_m_expr=dim_expr(g.m_dim), host_n_expr=dim_expr(g.n_dim),
         host_checks=host_checks(plan),
         batched=batched,
         batches=batch.batch_count(plan),
         **clusters,
+        device_helpers=device_helpers(plan),
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
         narrow_unroll=NARROW_UNROLL_BATCHED if batched else NARROW_UNROLL,
-        # the epilogue tile's staged input: its boxes past the buffers are prefetched into L2
-        prefetch_staged=bool(c and schedule.gemm(g.name).stages_d),
         **{f"{w}_load{suffix}": loads(plan, param, f"{w}_ring", f"k{W}StageBytes", f"kTile{mn}",
                                       f"tile_{mn.lower()} * kTile{mn}", multicast == w, major)
            for loads, suffix in ((_loads, ""), (_whole_loads, "_whole"))

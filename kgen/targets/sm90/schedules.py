@@ -32,8 +32,9 @@ import dataclasses
 from typing import Generator, Sequence
 
 from ...enums import DType, Residency
-from ...plan import (GemmPlan, KernelKind, LoadPath, Mma, OperandPlan, OperandSchedule,
-                     StoragePlan, StorePath, TensorMap, WarpRole)
+from ...plan import (ColumnPasses, EpilogueVectors, GemmPlan, KernelKind, LoadPath, Mma,
+                     OperandPlan, OperandSchedule, Overlap, StoragePlan, StorePath, TensorMap,
+                     VectorHome, WarpRole)
 from .. import (MORE_WARPS, Candidate, Instruction, Mainloop, Placement, Placing, ScheduleDraft,
                 Site, WarpGrid, place)
 from ..common import schedules as common
@@ -163,7 +164,7 @@ WHY_TMA_A = ("the copy engine: one producer thread issues each k tile's box into
 WHY_TMA_B = ("streamed, not resident: each ring slot holds the k tile of B beside A's, both "
              "boxes issued by one producer thread and counted by the slot's full mbarrier "
              "(every 64-row tile rereads B, from L2)")
-# GemmSchedule.wgmma_in_flight: two groups where the ring holds a tile's k tiles and two slots
+# Overlap.wgmma_groups: two groups where the ring holds a tile's k tiles and two slots
 # more (IN_FLIGHT_SPARE). A consumer then holds two slots at once, and the ring still holds the
 # other consumer's whole next tile. H200 (bench/logs/chain_in_flight/variants_h200.log): 0.963-
 # 0.972 of one group's time at K0 = 256, N0 = 128, N1 <= 128 (4 k tiles, 6 slots), 0.97-0.99 at
@@ -177,7 +178,7 @@ WHY_IN_FLIGHT = ("the next k tile's wgmma group is issued before the one before 
 
 
 def in_flight(first: GemmPlan) -> int:
-    """wgmma groups in flight in a ping-pong chain's first mainloop (GemmSchedule.wgmma_in_flight):
+    """wgmma groups in flight in a ping-pong chain's first mainloop (Overlap.wgmma_groups):
     2 where the ring has IN_FLIGHT_SPARE slots more than a tile's k tiles, else 1."""
     k = first.k_dim
     if not isinstance(k, int):
@@ -185,7 +186,7 @@ def in_flight(first: GemmPlan) -> int:
     return 2 if first.stages >= -(-k // first.tile[2]) + IN_FLIGHT_SPARE else 1
 
 
-# GemmSchedule.early_vectors: a ping-pong chain's gemm that feeds the next one loads its
+# EpilogueVectors, REGISTERS: a ping-pong chain's gemm that feeds the next one loads its
 # epilogue's column vectors at each tile's top, where a consumer thread's registers hold them
 # beside the mainloop's accumulators with EARLY_RESERVE to spare (addresses, descriptors, the
 # loop). H200, f16 and bf16, both rounds in turn (bench/logs/stop10/held_vectors.log): 0.94-0.97
@@ -209,7 +210,7 @@ def early_registers(g: GemmPlan, params: tuple[str, ...]) -> int:
 
 def early_vectors(g: GemmPlan, consumers: int) -> tuple[str, ...]:
     """The column vectors of g's feeding epilogue that its consumers load before the mainloop
-    (GemmSchedule.early_vectors): all of them where they fit beside the accumulators (and, in
+    (EpilogueVectors, REGISTERS): all of them where they fit beside the accumulators (and, in
     a chained gemm that feeds another, its A fragments from the gemm before), else none."""
     params = tuple(g.epilogue.column_vectors)
     accumulators = g.frags[0] * g.frags[1] * 4 + a_fragment_registers(g)
@@ -347,14 +348,19 @@ def pingpong(draft: ScheduleDraft) -> Placing:
         tensor_maps=(a_map,) + b_map + ((output_map(last, draft.dtypes[out]),) if out else ()))
     # the ring of A (and of B0 where it streams) by the copy engine: one producer thread
     # issues each k tile's boxes
-    ring = dataclasses.replace(schedule.gemms[0], a=OperandSchedule(LoadPath.TMA, why=WHY_TMA_A))
+    ring = schedule.gemms[0]
+    ring_pipeline = dataclasses.replace(ring.pipeline, a=OperandSchedule(LoadPath.TMA,
+                                                                         why=WHY_TMA_A))
     if ring_b:
-        ring = dataclasses.replace(ring, b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
+        ring_pipeline = dataclasses.replace(ring_pipeline,
+                                            b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
+    ring = dataclasses.replace(ring, pipeline=ring_pipeline)
     groups = in_flight(first)
     if groups > 1:
-        ring = dataclasses.replace(ring, wgmma_in_flight=groups, why_wgmma_in_flight=WHY_IN_FLIGHT)
+        ring = dataclasses.replace(ring, overlap=Overlap(wgmma_groups=groups, why=WHY_IN_FLIGHT))
     on_wgmma = all(m is Mma.WGMMA_RS for m, _ in gemm_mmas[1:])
-    feeding = [dataclasses.replace(gs, early_vectors=early, why_early_vectors=WHY_EARLY)
+    feeding = [dataclasses.replace(gs, vectors=EpilogueVectors(VectorHome.REGISTERS, early,
+                                                               WHY_EARLY))
                if on_wgmma and (early := early_vectors(g, consumers)) else gs
                for g, gs in zip(gemms[:-1], (ring,) + schedule.gemms[1:-1])]
     ring, later = feeding[0], tuple(feeding[1:]) + schedule.gemms[-1:]
@@ -370,8 +376,8 @@ def pingpong(draft: ScheduleDraft) -> Placing:
                f"staging's stores spill over {STAGING_MAX_VALUES}), and the staging one pass's "
                "columns")
         later = later[:-1] + (dataclasses.replace(
-            later[-1], column_passes=passes, why_column_passes=why,
-            **passes_in_flight(gemms, passes, consumers)),)
+            later[-1], passes=ColumnPasses(passes, why),
+            overlap=passes_in_flight(gemms, passes, consumers)),)
     schedule = dataclasses.replace(schedule, gemms=(ring,) + later)
     return Candidate(KernelKind.PINGPONG, True, "", None, schedule, tuple(gemms), storage)
 
@@ -544,7 +550,7 @@ def staging_refusal(gemms: Sequence[GemmPlan], passes: int = 1) -> str | None:
 
 def column_passes(n0: int, n1: int) -> int:
     """How many passes over its tile's columns the last gemm of a ping-pong chain takes, for
-    tiles N0 wide (the first gemm) and N1 wide (the last; GemmSchedule.column_passes): 2 where
+    tiles N0 wide (the first gemm) and N1 wide (the last; ColumnPasses): 2 where
     the tile is 256 columns and a pass's values fit under STAGING_MAX_VALUES, else 1. N1 = 256
     beside N0 = 128 holds 224 values with the whole tile, 160 in halves, and only the halves'
     staging fits beside the ring: 20-30% faster on an H200; beside N0 = 64 (176 values, 112)
@@ -612,7 +618,7 @@ def consumer_count(gemms: Sequence[GemmPlan], passes: int) -> int:
     return 3 if few_k_tiles(first) and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
 
 
-# GemmSchedule.passes_in_flight: two where the last gemm runs in 2 or 3 column passes on two
+# Overlap.passes: two where the last gemm runs in 2 or 3 column passes on two
 # consumer warpgroups, the first gemm has at most THREE_CONSUMERS_MAX_K_TILES k tiles (the
 # consumers' path, not the ring, bounds the chain) and a thread's A fragments and two passes'
 # accumulators fit PASSES_IN_FLIGHT_MAX_VALUES (g0's accumulators are dead by then). H200, both
@@ -630,15 +636,15 @@ WHY_PASSES_IN_FLIGHT = ("each pass's wgmma group is issued before the pass befor
 
 
 def passes_in_flight(gemms: Sequence[GemmPlan], passes: int,
-                     consumers: int) -> dict[str, object]:
-    """The last gemm's GemmSchedule.passes_in_flight and its reason, as replace() arguments
-    ({}: one pass at a time)."""
+                     consumers: int) -> Overlap:
+    """The last gemm's column passes in flight (Overlap.passes) and why (1: one pass at a
+    time)."""
     first, source, last = gemms[0], gemms[-2], gemms[-1]
     values = source.tile[1] // 4 + last.tile[1] // passes
     if (not 2 <= passes <= PASSES_IN_FLIGHT_MAX_PASSES or consumers != CONSUMERS
             or values > PASSES_IN_FLIGHT_MAX_VALUES or not few_k_tiles(first)):
-        return {}
-    return dict(passes_in_flight=2, why_passes_in_flight=WHY_PASSES_IN_FLIGHT)
+        return Overlap()
+    return Overlap(passes=2, why=WHY_PASSES_IN_FLIGHT)
 
 
 def turns(first: GemmPlan, consumers: int) -> dict[str, int]:

@@ -10,7 +10,7 @@
                output leaves through the copy engine (a swizzled staging buffer per consumer,
                bulk tensor stores) or as pair stores. The staging holds the consumer's whole
                tile, or, where that does not fit beside the ring, two 64x64 boxes that the
-               epilogue fills and stores in turn (the epilogue tile, GemmSchedule.stages_d).
+               epilogue fills and stores in turn (the epilogue tile, Staging).
 
     COOPERATIVE  both consumers on each 128-row tile, 64 rows each (the default), or on each
                  256-row tile, 128 rows (two m64 halves) each
@@ -41,9 +41,11 @@ the buffers within the budget.
 from __future__ import annotations
 
 from ...enums import Axis, DType, Layout
-from ...plan import (GemmPlan, GemmSchedule, KernelKind, LoadPath, Mma, OperandPlan,
-                     OperandSchedule, Raster, Schedule, StorePath, TensorLoad, TensorMap,
-                     VectorLoad, WarpRole, staged_vector_buffer)
+from ...plan import (Cluster, EpilogueGroups, EpilogueVectors, GemmPlan, GemmSchedule,
+                     KernelKind, LoadPath, Mma, MmaAtom, OperandPlan, OperandSchedule, Output,
+                     Pipeline, Raster, Schedule, StagedInput, Staging, StorePath, TensorLoad,
+                     TensorMap, TileScheduler, VectorHome, VectorLoad, WarpRole, WarpRoles,
+                     staged_vector_buffer)
 from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, WarpGrid,
                 place)
 from ..common import schedules as common
@@ -385,7 +387,7 @@ def staging_boxes(g: GemmPlan, kind: KernelKind) -> int:
 
 def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
     """A staging buffer per consumer of 16-bit 64x64 boxes: its rows of the tile (stages_d 0),
-    or `stages_d` boxes (GemmSchedule.stages_d)."""
+    or `stages_d` boxes (Staging)."""
     return CONSUMERS * (stages_d or staging_boxes(g, kind)) * STAGING_BOX * STAGING_BOX * 2
 
 
@@ -467,23 +469,26 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                                     why="loaded into the consumers' staging as 64x64 boxes"))
     groups, why_groups = epilogue_groups(g, draft.split_k, store)
     gemm = GemmSchedule(
-        name=g.name, mma=Mma.WGMMA_SS,
-        a=operand_schedule(g.a, "A", g.tile[0], shared_by=cluster[1]),
-        b=operand_schedule(g.b, "B", g.tile[1], shared_by=cluster[0]),
-        stages=g.stages, store=store, why_mma=WHY_MMA, why_store=why_store,
-        staged_input=staged, why_staged_input=why_staged,
+        name=g.name, atom=MmaAtom(Mma.WGMMA_SS, WHY_MMA),
+        pipeline=Pipeline(a=operand_schedule(g.a, "A", g.tile[0], shared_by=cluster[1]),
+                          b=operand_schedule(g.b, "B", g.tile[1], shared_by=cluster[0]),
+                          stages=g.stages),
+        output=Output(store, why_store),
         # halfway through the mainloop, the previous tile's output has left the staging: the
         # load's wait for that no longer holds the consumers at the tile's start (1.085x to
         # 1.069x the bare matmul's time at 8192^3, bench/RESULTS.md)
-        staged_input_late=staged is not None,
-        staged_vectors=vectors, why_staged_vectors=why_vectors, stages_d=stages_d,
-        why_stages_d=("" if store is not StorePath.TMA else
-                      WHY_EPILOGUE_TILE.format(boxes=stages_d, es="es" * (stages_d > 1))
-                      if stages_d else WHY_WHOLE_TILE),
-        epilogue_groups=groups, why_epilogue_groups=why_groups)
-    return Schedule(kind=kind, warp_roles=ROLES, raster=Raster(draft.group_m),
-                    min_blocks_per_sm=1, gemms=(gemm,), tensor_maps=tuple(maps),
-                    why_kind=WHY_KIND[kind].format(rows=g.tile[0], half=g.tile[0] // CONSUMERS),
-                    narrow=common.narrow_variant((g,)), cluster=cluster,
-                    why_cluster=WHY_CLUSTER[cluster] if draft.cluster_written else "",
-                    split_k=draft.split_k, stream_k=draft.stream_k)
+        staged=StagedInput(staged, late=staged is not None, why=why_staged),
+        staging=Staging(stages_d, why=(
+            "" if store is not StorePath.TMA else
+            WHY_EPILOGUE_TILE.format(boxes=stages_d, es="es" * (stages_d > 1))
+            if stages_d else WHY_WHOLE_TILE)),
+        groups=EpilogueGroups(groups, why_groups),
+        vectors=EpilogueVectors(VectorHome.STAGED if vectors else VectorHome.GLOBAL, vectors,
+                                why_vectors))
+    scheduler = TileScheduler(
+        kind, Raster(draft.group_m), min_blocks_per_sm=1,
+        split_k=draft.split_k, stream_k=draft.stream_k,
+        cluster=Cluster(cluster, WHY_CLUSTER[cluster] if draft.cluster_written else ""),
+        why=WHY_KIND[kind].format(rows=g.tile[0], half=g.tile[0] // CONSUMERS))
+    return Schedule(scheduler=scheduler, warps=WarpRoles(ROLES), gemms=(gemm,),
+                    entry=common.entry_points((g,)), tensor_maps=tuple(maps))
