@@ -21,8 +21,10 @@ from typing import Callable, Mapping
 from .. import ir, targets
 from ..errors import KgenError, SourceLoc
 from ..plan import KernelKind, KernelPlan, LineChoice
-from ..targets import Config, GemmConfig, GemmShape, Instruction, Target, configs
-from . import select
+from ..targets import Candidate, Config, GemmConfig, GemmShape, Instruction, Site, Target, configs
+from ..targets.common import rules
+from . import abi, chain, schedule, select, storage
+from . import mainloops as loops
 from .epilogue import stores_one_16bit_tensor
 
 WHY_TUNED = "tuned:"  # how the why of each line of a tuned configuration starts
@@ -253,45 +255,118 @@ def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice
     return select.as_run(chosen, plan.gemms)
 
 
-def tried(kernel: ir.Kernel, lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
-    """`kernel`'s plan, or None where the lowering refuses it: for the slow-path check
-    (kgen/lower/slow_path.py), which plans the kernel with written lines left out, as the
-    builder tries configurations."""
-    try:
-        return lower_one(kernel)
-    except KgenError:
+def facts(kernel: ir.Kernel, tgt: Target, persistent: bool | None = None) -> rules.Facts:
+    """What the target's rulebook weighs for a kernel whose every schedule line is written or
+    filled: the lowering's planners, each answering with its refusal instead of raising it
+    (kgen/targets/common/rules.py), each run at most once."""
+    made: dict[str, object] = {}
+
+    def mainloops() -> rules.Refusal | None:
+        made["loops"] = planned = loops.plan(kernel, tgt, schedule.requested(kernel))
+        return planned if isinstance(planned, rules.Refusal) else None
+
+    def candidates() -> list[Candidate]:
+        draft = select.draft(kernel, tgt, made["loops"], persistent=persistent)
+        listed, made["trials"] = select.placed(kernel, tgt, draft)
+        return listed
+
+    def budget(candidate: Candidate) -> rules.Refusal:
+        _, placement = made["trials"][id(candidate.storage)]
+        return rules.Refusal(storage.budget_refusal(kernel, tgt, placement), Site("budget"))
+
+    def interface(candidate: Candidate) -> rules.Refusal | None:
+        return abi.refusal(kernel, **abi.of_schedule(kernel, made["loops"].written, candidate))
+
+    return rules.Facts(tgt, select.draft(kernel, tgt), lambda: chain.refusal(kernel),
+                       mainloops, candidates, budget, interface)
+
+
+def refusal(kernel: ir.Kernel, tgt: Target,
+            persistent: bool | None = None) -> tuple[SourceLoc, str] | None:
+    """Where and why the target's rulebook refuses a kernel whose every schedule line is
+    written or filled (kgen/targets/<arch>/rules.py), or None: it plans."""
+    refused = rules.rulebook(tgt).refusal(facts(kernel, tgt, persistent))
+    if refused is None:
         return None
+    return refused.loc or select.locate(kernel, refused.site), refused.message
 
 
-def build(kernel: ir.Kernel, tgt: Target,
-          lower_one: Callable[[ir.Kernel, select.Filled], KernelPlan], *,
-          config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
-    """The first configuration that plans (`config`, a tuned one, tried first; without one,
-    the sized one of a kernel whose source fixes every size): the kernel with it filled in, and
-    its plan, whose schedule keeps the filled lines (lower_one(kernel, the lines filled)).
-    Raises the first configuration's refusal when none plans."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Choice:
+    """The builder's choice: the kernel with the first legal configuration filled in, the lines
+    it filled and the configurations refused before it (select.Filled: Schedule.chosen and
+    untaken); `kernel` None where the rulebook refuses every one, `refusal` then the first
+    one's (located)."""
+
+    kernel: ir.Kernel | None
+    filled: select.Filled
+    refusal: tuple[SourceLoc, str] | None = None
+    tries: int = 0
+
+
+def choose(kernel: ir.Kernel, tgt: Target, *, config: Config | None = None,
+           persistent: bool | None = None) -> Choice:
+    """The first listed configuration the target's rulebook allows (`config`, a tuned one,
+    asked first; without one, the sized one of a kernel whose source fixes every size), each
+    refused one recorded with its reason; nothing is lowered."""
     tries = listed(kernel, tgt)
     config = config or sized(kernel, tgt, {})
     if config is not None:
         tries.insert(0, (config, *fill(kernel, config)))
-    first_error: KgenError | None = None
+    first: tuple[SourceLoc, str] | None = None
     refused: list[tuple[str, str]] = []
     for cfg, filled, chosen in tries:
         if cfg is config:  # a tuned configuration, or the one the runtime sizes call for
             why = (config.why if config.why.startswith(targets.WHY_SIZED)
                    else WHY_TUNED + " the fastest `kgen tune` timed")
             chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
-        try:
-            plan = lower_one(filled, select.Filled(chosen, tuple(refused)))
-        except KgenError as err:
-            first_error = first_error or err
-            differing = overridden(kernel, cfg)  # the label names the configuration's lines
-            refused.append((cfg.label, f"beside the written {_beside(differing)}: {err.message}"
-                            if differing else err.message))
-            continue
-        return filled, plan
-    assert first_error is not None, "every target lists at least one configuration"
-    if len({reason for _, reason in refused}) == 1:  # kgen's choices do not matter to it
-        raise first_error
-    raise KgenError(first_error.loc, f"{first_error.message} (kgen tried {len(tries)} "
-                    "configurations for the schedule lines this kernel leaves out; none plans)")
+        stop = refusal(filled, tgt, persistent)
+        if stop is None:
+            return Choice(filled, select.Filled(chosen, tuple(refused)))
+        first = first or stop
+        differing = overridden(kernel, cfg)  # the label names the configuration's lines
+        refused.append((cfg.label, f"beside the written {_beside(differing)}: {stop[1]}"
+                        if differing else stop[1]))
+    assert first is not None, "every target lists at least one configuration"
+    return Choice(None, select.Filled((), tuple(refused)), first, len(tries))
+
+
+def refused_error(choice: Choice) -> KgenError:
+    """The error for a choice the rulebook refused every configuration of: the first one's
+    refusal, located at the line that stops it, which says how many were tried where their
+    reasons differ."""
+    loc, message = choice.refusal
+    if len({reason for _, reason in choice.filled.untaken}) == 1:  # kgen's choices do not matter
+        return KgenError(loc, message)
+    return KgenError(loc, f"{message} (kgen tried {choice.tries} configurations for the schedule "
+                     "lines this kernel leaves out; none plans)")
+
+
+def plans(kernel: ir.Kernel, tgt: Target) -> bool:
+    """Whether the target's rulebook allows the kernel as lower() plans it: its written lines,
+    each one left out filled by the builder. For the slow-path check (kgen/lower/slow_path.py),
+    which plans the kernel with written lines left out, as the builder fills configurations."""
+    if complete(kernel):
+        return refusal(kernel, tgt) is None
+    return choose(kernel, tgt).kernel is not None
+
+
+def tried(kernel: ir.Kernel, tgt: Target,
+          lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
+    """`kernel`'s plan (lower_one), or None where the target's rulebook refuses it (`plans`);
+    the lowering's errors are not caught."""
+    return lower_one(kernel) if plans(kernel, tgt) else None
+
+
+def build(kernel: ir.Kernel, tgt: Target,
+          lower_one: Callable[[ir.Kernel, select.Filled], KernelPlan], *,
+          config: Config | None = None,
+          persistent: bool | None = None) -> tuple[ir.Kernel, KernelPlan]:
+    """The kernel with the first configuration the target's rulebook allows filled in
+    (`choose`), and its plan, whose schedule keeps the filled lines (lower_one(kernel, the
+    lines filled)); the lowering's errors are not caught. Raises the first configuration's
+    refusal when the rulebook refuses them all."""
+    choice = choose(kernel, tgt, config=config, persistent=persistent)
+    if choice.kernel is None:
+        raise refused_error(choice)
+    return choice.kernel, lower_one(choice.kernel, choice.filled)
