@@ -5,10 +5,12 @@ Every schedule line is optional: `tile`, `warps`, `stages`, `keep registers|smem
 resident`, `split`, `cluster` in a gemm, `schedule` in the kernel. The target lists configurations for the
 kernel's gemms, best first (kgen/targets/<arch>/configs.py, from the gemms' dtypes, layouts and
 fixed sizes); the builder fills each one into the lines the source left out, never into a line it
-wrote, lowers the result, and takes the first that plans. A line the source writes therefore
-always wins; if no configuration plans around it, the first configuration's refusal is raised,
-located at the line that stops it. The plan's Schedule keeps each filled line and why
-(`Schedule.chosen`), which `kgen inspect` shows.
+wrote, and asks the target's rulebook (kgen/targets/<arch>/rules.py `refusal`) before lowering:
+the first configuration it allows is lowered, and the lowering's errors are not caught. A line
+the source writes therefore always wins; if the rulebook refuses every configuration around it,
+the first configuration's refusal is raised, located at the line that stops it. The plan's
+Schedule keeps each filled line and why (`Schedule.chosen`) and each refused configuration with
+the rulebook's reason (`Schedule.untaken`), which `kgen inspect` shows.
 
 A tuner (`kgen tune`) takes the same list, longer (`wide`), and times what plans; its winner
 comes back as `config=` and is tried first.
@@ -21,8 +23,10 @@ from typing import Callable, Mapping
 from .. import ir, targets
 from ..errors import KgenError, SourceLoc
 from ..plan import KernelKind, KernelPlan, LineChoice
-from ..targets import Candidate, Config, GemmConfig, GemmShape, Instruction, Site, Target, configs
+from ..targets import (Candidate, Config, GemmConfig, GemmShape, Instruction, Mainloop, Site,
+                       Target, configs)
 from ..targets.common import rules
+from ..targets.sm90 import schedules as sm90_schedules
 from . import abi, chain, schedule, select, storage
 from . import mainloops as loops
 from .epilogue import stores_one_16bit_tensor
@@ -202,13 +206,30 @@ def listed(kernel: ir.Kernel, tgt: Target, *, sizes: Mapping[str, int] | None = 
     may fill the same kernel where the source writes the lines they differ in)."""
     seen = set()
     out = []
-    for config in configs(tgt, shapes(kernel), sizes=sizes, wide=wide):
+    for config in configs(tgt, shapes(kernel), sizes=sizes, wide=wide,
+                          fits=lambda c: staging_fits(kernel, tgt, c)):
         filled, chosen = fill(kernel, config)
         key = (filled.gemms, filled.schedule)
         if key not in seen:
             seen.add(key)
             out.append((config, filled, chosen))
     return out
+
+
+def staging_fits(kernel: ir.Kernel, tgt: Target, config: Config) -> bool:
+    """Whether the kernel's ping-pong chain on `config`'s lines alone (the configuration's own
+    kernel: the written lines left out) stages its output beside its ring and resident B tiles
+    within the target's shared memory: the storage planner places the staging trial
+    (kgen/targets/sm90/schedules.py staging_placement), the one accounting. False where the
+    chain has no staging, or its rules refuse the lines before the schedule."""
+    filled = fill(free(kernel), config)[0]
+    if chain.refusal(filled) is not None or select.refused_request(filled, tgt) is not None:
+        return False
+    planned = loops.plan(filled, tgt, schedule.requested(filled))
+    if isinstance(planned, rules.Refusal) or Mainloop.RESIDENT not in planned.plans:
+        return False
+    placement = sm90_schedules.staging_placement(select.draft(filled, tgt, planned))
+    return placement is not None and storage.budget_refusal(filled, tgt, placement) is None
 
 
 def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | None:

@@ -1,7 +1,8 @@
 """Mainloop pass: check a gemm's CTA tile, warp grid and stages, and lay out its operand tiles.
 
-Raises a located KgenError for any tile the sm_80 mainloop cannot run; otherwise returns the
-numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, copies per thread).
+`plan` returns the located refusal of any tile the sm_80 mainloop cannot run (the rules of
+the tile, warps and stages are the rulebook's, kgen/targets/common/rules.py; the builder asks
+them before lowering), which `run` raises; otherwise the numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, copies per thread).
 On a target with wgmma and TMA, a one-gemm kernel's tile that only the sm_80 mainloop's warp
 split, accumulators or copies refuse is planned without them: the warp-specialized kernels load
 it by TMA and hold their own accumulators (256x160 on two consumers of 128 rows each), and the

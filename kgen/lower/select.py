@@ -54,11 +54,16 @@ def _cluster(kernel: ir.Kernel) -> tuple[int, int]:
 
 
 def check_request(kernel: ir.Kernel, tgt: Target) -> None:
-    """Refuse a request on what the source alone shows, before the mainloop pass (the target's
-    rulebook, kgen/targets/<arch>/rules.py `request_refusal`)."""
-    refused = rules.rulebook(tgt).request_refusal(draft(kernel, tgt))
+    """refused_request, raised."""
+    refused = refused_request(kernel, tgt)
     if refused is not None:
         raise KgenError(locate(kernel, refused.site), refused.message)
+
+
+def refused_request(kernel: ir.Kernel, tgt: Target) -> rules.Refusal | None:
+    """The request refused on what the source alone shows, before the mainloop pass (the
+    target's rulebook, kgen/targets/<arch>/rules.py `request_refusal`), or None."""
+    return rules.rulebook(tgt).request_refusal(draft(kernel, tgt))
 
 
 def listed(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
