@@ -11,7 +11,7 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import Alignment, DimRule, FieldKind, GemmPlan, Param, ParamField
 from ..targets import Candidate
-from ..targets.common.rules import Refusal
+from ..targets.rules import Refusal
 from . import swizzle
 
 
@@ -139,7 +139,7 @@ def requirements(kernel: ir.Kernel, operands: list[str], narrow: bool = False,
 def refusal(kernel: ir.Kernel, operands: list[str], narrow: bool = False,
             **options) -> Refusal | None:
     """The rule of _requirements that refuses a fixed size (located), or None: the rulebook's
-    interface rule (kgen/targets/common/rules.py)."""
+    interface rule (kgen/targets/rules.py)."""
     return _requirements(kernel, operands, narrow, **options)[2]
 
 

@@ -25,8 +25,7 @@ from ..errors import KgenError, SourceLoc
 from ..plan import KernelKind, KernelPlan, LineChoice
 from ..targets import (Candidate, Config, GemmConfig, GemmShape, Instruction, Mainloop, Site,
                        Target, configs)
-from ..targets.common import rules
-from ..targets.sm90 import schedules as sm90_schedules
+from ..targets import rules
 from . import abi, chain, schedule, select, storage
 from . import mainloops as loops
 from .epilogue import stores_one_16bit_tensor
@@ -228,7 +227,7 @@ def staging_fits(kernel: ir.Kernel, tgt: Target, config: Config) -> bool:
     planned = loops.plan(filled, tgt, schedule.requested(filled))
     if isinstance(planned, rules.Refusal) or Mainloop.RESIDENT not in planned.plans:
         return False
-    placement = sm90_schedules.staging_placement(select.draft(filled, tgt, planned))
+    placement = rules.rulebook(tgt).staging_placement(select.draft(filled, tgt, planned))
     return placement is not None and storage.budget_refusal(filled, tgt, placement) is None
 
 
@@ -279,7 +278,7 @@ def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice
 def facts(kernel: ir.Kernel, tgt: Target, persistent: bool | None = None) -> rules.Facts:
     """What the target's rulebook weighs for a kernel whose every schedule line is written or
     filled: the lowering's planners, each answering with its refusal instead of raising it
-    (kgen/targets/common/rules.py), each run at most once."""
+    (kgen/targets/rules.py), each run at most once."""
     made: dict[str, object] = {}
 
     def mainloops() -> rules.Refusal | None:

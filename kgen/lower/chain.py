@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import ir
 from ..plan import ChainPlan, OperandPlan
 from ..targets import Target
-from ..targets.common.rules import Refusal
+from ..targets.rules import Refusal
 from . import fragments, mainloop, swizzle
 
 

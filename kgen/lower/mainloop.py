@@ -1,8 +1,9 @@
 """Mainloop pass: check a gemm's CTA tile, warp grid and stages, and lay out its operand tiles.
 
 `plan` returns the located refusal of any tile the sm_80 mainloop cannot run (the rules of
-the tile, warps and stages are the rulebook's, kgen/targets/common/rules.py; the builder asks
-them before lowering), which `run` raises; otherwise the numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, copies per thread).
+the tile, warps and stages are the rulebook's, kgen/targets/rules.py; the builder asks
+them before lowering), which `run` raises; otherwise the numbers the emitter prints (warp tile,
+fragment counts, shared-memory tiles, copies per thread).
 On a target with wgmma and TMA, a one-gemm kernel's tile that only the sm_80 mainloop's warp
 split, accumulators or copies refuse is planned without them: the warp-specialized kernels load
 it by TMA and hold their own accumulators (256x160 on two consumers of 128 rows each), and the
@@ -22,8 +23,8 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import OperandPlan, SmemTile
 from ..targets import RING_MAX_STAGES, Instruction, Target
-from ..targets.common import rules
-from ..targets.common.rules import Refusal
+from ..targets import rules
+from ..targets.rules import Refusal
 from . import fragments, swizzle
 
 MAX_ACC_REGISTERS, MAX_TILE, MAX_STAGES = rules.MAX_ACC_REGISTERS, rules.MAX_TILE, rules.MAX_STAGES
@@ -31,7 +32,7 @@ MAX_ACC_REGISTERS, MAX_TILE, MAX_STAGES = rules.MAX_ACC_REGISTERS, rules.MAX_TIL
 
 def tile_refusal(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
                  chained: bool = False) -> Refusal | None:
-    """The rulebook's tile, warps and stages rules (kgen/targets/common/rules.py
+    """The rulebook's tile, warps and stages rules (kgen/targets/rules.py
     `tile_refusal`) on the gemm's lines, located at the line each points at."""
     t, w, s = gemm.tile, gemm.warps, gemm.stages
     refused = rules.tile_refusal(tgt, (t.m, t.n, t.k), (w.m, w.n), s.count, max_stages, chained)

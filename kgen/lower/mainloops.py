@@ -11,7 +11,7 @@ from typing import Mapping
 from .. import ir
 from ..plan import GemmPlan, KernelKind
 from ..targets import Mainloop, Target, consumer_grid, producer_threads
-from ..targets.common.rules import Refusal
+from ..targets.rules import Refusal
 from . import chain, epilogue, mainloop
 
 

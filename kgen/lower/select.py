@@ -16,7 +16,7 @@ from .. import ir
 from ..errors import KgenError, SourceLoc
 from ..plan import LineChoice
 from ..targets import Candidate, GemmDraft, Placement, ScheduleDraft, Site, Target, candidates
-from ..targets.common import rules
+from ..targets import rules
 from . import schedule, storage
 from .mainloops import Mainloops
 

@@ -391,7 +391,7 @@ def selected(kernel: ir.Kernel, tgt: Target, placement: Placement) -> StoragePla
 def budget_refusal(kernel: ir.Kernel, tgt: Target, placement: Placement) -> str | None:
     """The budget's message for a placement over the target's shared memory (the largest
     buffers, what to change), or None where it fits: the rulebook's shared-memory rule
-    (kgen/targets/common/rules.py), the one accounting, the same the storage pass raises."""
+    (kgen/targets/rules.py), the one accounting, the same the storage pass raises."""
     return _placed(kernel, list(placement.gemms), tgt, **placement.options)[1]
 
 

@@ -297,12 +297,6 @@ def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[C
     return _schedules(draft.target).candidates(draft)
 
 
-def refuse_request(draft: ScheduleDraft) -> Candidate | None:
-    """The requested schedule refused on what the source alone shows (no gemm plans yet), or
-    None: checked before the mainloop pass, so that its message comes first."""
-    return _schedules(draft.target).refuse_request(draft)
-
-
 # The mma.sync mainloop's advice for a warp tile whose accumulators pass the registers
 # (kgen/lower/mainloop.py); sm_90a words its own where a warp-specialized kernel takes tiles
 MORE_WARPS = "; use more warps or a smaller tile"

@@ -10,7 +10,7 @@ from kgen import ir
 from kgen.errors import KgenError
 from kgen.lower import builder, lower, slow_path
 from kgen.targets import target
-from kgen.targets.common import rules
+from kgen.targets import rules
 
 from tests.kernels import EXAMPLES, GEMM_TEXT as GEMM, b2b_chain_text
 from tests.lower.test_builder import bare, gemm

@@ -1,15 +1,15 @@
-"""The rulebook every target shares: whether a kernel's schedule lines (written or filled by the
+"""The rulebooks' shared rules and order: whether a kernel's schedule lines (written or filled by the
 builder, kgen/lower/builder.py) plan, asked BEFORE lowering. Each target's entry point is
 kgen/targets/<arch>/rules.py `refusal(facts)`; it asks the rules in the order the lowering meets
 them and returns the first refusal (None: the lines plan), which the lowering, meeting the same
 rule, raises with the same words at the same place. One home per rule: the lowering's steps
-call these functions (the mainloop pass `tile_refusal` and `warps_refusal`, the schedule pass
-`chosen`), never a copy.
+call these functions (the request pass `request_refusal` through the target's rulebook, the
+mainloop pass `tile_refusal` and `warps_refusal`, the schedule pass `chosen`), never a copy.
 
     chain      the rules of back-to-back gemms (kgen/lower/chain.py `refusal`)
     request    the source's `schedule` / `keep ... resident` request on what the source alone
                shows (the target's schedules.py `refuse_request`), and the lines only a target
-               with the copy engine runs (`split stream`, `cluster`: the target's own rules)
+               with the copy engine runs (`split stream`, `cluster`: `request_refusal`)
     mainloop   per gemm, the tile, warps and stages (`tile_refusal`), the mma.sync warp split
                and accumulators (`warps_refusal`), the operand tiles' layouts (the mainloop
                pass's planners, kgen/lower/mainloop.py and chain.py)
@@ -28,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...errors import SourceLoc
-from ...plan import KernelKind
-from .. import MORE_WARPS, Candidate, Instruction, ScheduleDraft, Site, Target
+from ..errors import SourceLoc
+from ..plan import KernelKind
+from . import MORE_WARPS, Candidate, Instruction, ScheduleDraft, Site, Target
 
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
 MAX_TILE = 512
@@ -88,9 +88,25 @@ def chosen(listed: list[Candidate], wanted: KernelKind | None) -> Candidate:
     return next((c for c in listed if c.legal), listed[-1])
 
 
-def requested(candidate: Candidate | None) -> Refusal | None:
-    """A target's refused request (schedules.py refuse_request), as a refusal."""
-    return None if candidate is None else Refusal(candidate.reason, candidate.site)
+def request_refusal(draft: ScheduleDraft,
+                    refuse_request: Callable[[ScheduleDraft], Candidate | None]) -> Refusal | None:
+    """The request refused on what the source alone shows (`refuse_request`: the target's
+    schedules.py rule on the kind asked for), then, on a target without the copy engine, the
+    lines only sm_90a's warp-specialized kernel runs: `split stream`, `cluster`."""
+    refused = refuse_request(draft)
+    if refused is not None:
+        return Refusal(refused.reason, refused.site)
+    if draft.target.tma:
+        return None
+    arch = draft.target.arch.value
+    if draft.stream_k:
+        return Refusal("split stream needs target sm_90a (stream-K runs on the cooperative "
+                       f"wgmma kernel); this kernel is lowered for {arch}", Site("split", 0))
+    if draft.cluster_written:  # verified for the kernel's target, lowered for this one
+        return Refusal("cluster needs target sm_90a (thread-block clusters and the copy "
+                       f"engine's multicast); this kernel is lowered for {arch}",
+                       Site("cluster", 0))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +172,7 @@ def warps_refusal(tgt: Target, tile: tuple[int, int, int], warps: tuple[int, int
 def rulebook(tgt: Target):
     """The target's rulebook module (kgen/targets/<arch>/rules.py): `refusal(facts)` and
     `request_refusal(draft)`. Imported here: each rulebook imports this module."""
-    from ..sm80 import rules as sm80
-    from ..sm90 import rules as sm90
+    from .sm80 import rules as sm80
+    from .sm90 import rules as sm90
 
     return {"sm80": sm80, "sm90": sm90}[tgt.schedules]
