@@ -362,20 +362,18 @@ def refused_error(choice: Choice) -> KgenError:
                      "lines this kernel leaves out; none plans)")
 
 
-def plans(kernel: ir.Kernel, tgt: Target) -> bool:
-    """Whether the target's rulebook allows the kernel as lower() plans it: its written lines,
-    each one left out filled by the builder. For the slow-path check (kgen/lower/slow_path.py),
-    which plans the kernel with written lines left out, as the builder fills configurations."""
-    if complete(kernel):
-        return refusal(kernel, tgt) is None
-    return choose(kernel, tgt).kernel is not None
-
-
 def tried(kernel: ir.Kernel, tgt: Target,
           lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
-    """`kernel`'s plan (lower_one), or None where the target's rulebook refuses it (`plans`);
-    the lowering's errors are not caught."""
-    return lower_one(kernel) if plans(kernel, tgt) else None
+    """The plan of `kernel` as lower() plans it (its written lines, each one left out filled by
+    the builder's choice), or None where the target's rulebook refuses it: for the slow-path
+    check (kgen/lower/slow_path.py), which plans the kernel with written lines left out, as
+    the builder fills configurations. `lower_one` lowers the complete kernel (the builder's
+    choice filled in: the same plan, without the record of the lines filled); the lowering's
+    errors are not caught."""
+    if complete(kernel):
+        return lower_one(kernel) if refusal(kernel, tgt) is None else None
+    choice = choose(kernel, tgt)
+    return None if choice.kernel is None else lower_one(choice.kernel)
 
 
 def build(kernel: ir.Kernel, tgt: Target,
