@@ -54,7 +54,7 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
         raise KgenError(kernel.loc, f"kernel '{kernel.name}' has no gemm")
     if kernel.gemms and (config is not None or not builder.complete(kernel)):
         return builder.build(kernel, tgt, lambda k, lines: _lower(k, arch, tgt, persistent, lines),
-                             config=config)[1]
+                             config=config, persistent=persistent)[1]
     return _lower(kernel, arch, tgt, persistent)
 
 
@@ -114,20 +114,8 @@ def _storage(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> S
 
 
 def _abi(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> Abi:
-    gemms, chosen = parts["mainloop"].written, parts["schedule"].candidate
-    sched = chosen.schedule
-    operands = [op.param for g in gemms for op in (g.a, g.b)
-                if op is not None and kernel.param(op.param) is not None]
-    rows16 = {s: "the copy engine loads it into the output's staging"
-              for s in sched.staged_inputs}
-    if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)
-        packed = chosen.gemms[-1].epilogue.packed_store
-        rows16[packed.param] = ("the epilogue writes it in 16-byte chunks of 8 "
-                                + ("rows" if packed.layout is ir.Layout.COL else "columns"))
-    alignments, dim_rules = abi.requirements(
-        kernel, operands, sched.entry.narrow,
-        copy_engine={m.param for m in sched.tensor_maps if not m.store},
-        column_vectors={v for g in gemms for v in g.epilogue.column_vectors}, rows16=rows16)
+    rules = abi.of_schedule(kernel, parts["mainloop"].written, parts["schedule"].candidate)
+    alignments, dim_rules = abi.requirements(kernel, **rules)
     return Abi(abi.fields(kernel), abi.params(kernel), alignments, dim_rules)
 
 
@@ -178,7 +166,8 @@ def candidates(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     tgt = target(arch or kernel.target)
     if not builder.complete(kernel):
         kernel, _ = builder.build(kernel, tgt,
-                                  lambda k, lines: _lower(k, tgt.arch, tgt, persistent, lines))
+                                  lambda k, lines: _lower(k, tgt.arch, tgt, persistent, lines),
+                                  persistent=persistent)
     chain.check(kernel)
     return select.listed(kernel, tgt, mainloops.run(kernel, tgt, schedule.requested(kernel)),
                          persistent=persistent)

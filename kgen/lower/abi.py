@@ -9,7 +9,9 @@ from typing import Collection, Mapping
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import Alignment, DimRule, FieldKind, Param, ParamField
+from ..plan import Alignment, DimRule, FieldKind, GemmPlan, Param, ParamField
+from ..targets import Candidate
+from ..targets.rules import Refusal
 from . import swizzle
 
 
@@ -73,26 +75,26 @@ def _has_reduction(kernel: ir.Kernel) -> bool:
     return any(g.epilogue.reductions for g in kernel.gemms)
 
 
-def _check_fixed_rows(p: ir.Param, elems: int, copy_engine: bool) -> None:
+def _fixed_rows_refusal(p: ir.Param, elems: int, copy_engine: bool) -> Refusal | None:
     """An operand whose contiguous rows (columns, for `col`) have a fixed length that is not a
     whole number of 16-byte chunks: its leading dimension could never pass the launch's check,
     so no contiguous tensor could run; refused here, at the declaration. `copy_engine`: the
     copy engine (TMA) loads it, else cp.async."""
     if p.kind is not ir.ParamKind.TENSOR:
-        return
+        return None
     row = p.layout is ir.Layout.ROW
     extent = p.shape[1] if row else p.shape[0]
     if isinstance(extent, int) and extent % elems:
         dims = ", ".join(str(d) for d in p.shape)
-        raise KgenError(
-            p.loc,
+        return Refusal(
             f"{p.name} : {p.dtype.dsl_name}[{dims}] {p.layout.value}: stored contiguously, its "
             f"{'rows' if row else 'columns'} are {extent} elements apart, but "
             + (f"the copy engine (TMA) loads it in rows of 16-byte multiples ({elems} elements)"
                if copy_engine else
                f"the mainloop copies 16-byte chunks ({elems} elements) with cp.async")
             + f", so no contiguous {p.name} could run; make that extent a multiple of {elems} "
-            "(pad it with zeros)")
+            "(pad it with zeros)", loc=p.loc)
+    return None
 
 
 def _batch_multiple(p: ir.Param, elems: int) -> int:
@@ -106,11 +108,46 @@ CP_ASYNC = "the mainloop copies 16-byte chunks with cp.async"
 COPY_ENGINE = "the copy engine (TMA) loads it, in rows of 16-byte multiples"
 
 
-def requirements(
+def of_schedule(kernel: ir.Kernel, gemms: list[GemmPlan], chosen: Candidate) -> dict:
+    """requirements' arguments for the chosen candidate (`gemms`: the mainloop pass's plans for
+    the source's warp grid): the operands, the narrow variant, the copy engine's loads, the
+    column vectors and the epilogue tensors that need 16-byte rows."""
+    sched = chosen.schedule
+    operands = [op.param for g in gemms for op in (g.a, g.b)
+                if op is not None and kernel.param(op.param) is not None]
+    rows16 = {s: "the copy engine loads it into the output's staging"
+              for s in sched.staged_inputs}
+    if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)
+        packed = chosen.gemms[-1].epilogue.packed_store
+        rows16[packed.param] = ("the epilogue writes it in 16-byte chunks of 8 "
+                                + ("rows" if packed.layout is ir.Layout.COL else "columns"))
+    return dict(operands=operands, narrow=sched.entry.narrow,
+                copy_engine={m.param for m in sched.tensor_maps if not m.store},
+                column_vectors={v for g in gemms for v in g.epilogue.column_vectors},
+                rows16=rows16)
+
+
+def requirements(kernel: ir.Kernel, operands: list[str], narrow: bool = False,
+                 **options) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
+    """_requirements, its refusal raised."""
+    aligns, rules, refused = _requirements(kernel, operands, narrow, **options)
+    if refused is not None:
+        raise KgenError(refused.loc, refused.message)
+    return aligns, rules
+
+
+def refusal(kernel: ir.Kernel, operands: list[str], narrow: bool = False,
+            **options) -> Refusal | None:
+    """The rule of _requirements that refuses a fixed size (located), or None: the rulebook's
+    interface rule (kgen/targets/rules.py)."""
+    return _requirements(kernel, operands, narrow, **options)[2]
+
+
+def _requirements(
     kernel: ir.Kernel, operands: list[str], narrow: bool = False, *,
     copy_engine: Collection[str] = (), column_vectors: Collection[str] = (),
     rows16: Mapping[str, str] | None = None,
-) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...]]:
+) -> tuple[tuple[Alignment, ...], tuple[DimRule, ...], Refusal | None]:
     """Operands need 16-byte rows (cp.async chunks, or the copy engine's rules for those in
     `copy_engine`, the schedule's TMA loads), and so do the epilogue tensors in `rows16` (moved
     in 16-byte chunks or by the copy engine: why); the epilogue's paired accesses need even
@@ -118,8 +155,10 @@ def requirements(
     bias[col]). A `v[row]` vector and a `col` epilogue tensor are read (and written) one element
     at a time: element alignment alone, which every argument needs. With a narrow variant
     (EntryPoints.narrow) these are the fast entry point's rules only: any argument that misses
-    them runs the narrow one, so no fixed size is refused for them."""
+    them runs the narrow one, so no fixed size is refused for them. The third value: the first
+    of these rules a fixed size breaks (None: none)."""
     rows16 = rows16 or {}
+    refused: Refusal | None = None
     aligns: list[Alignment] = []
     needs_even_n: list[ir.Dim] = []
     for p in kernel.params:
@@ -127,8 +166,8 @@ def requirements(
             continue
         if p.name in operands:
             elems = swizzle.CHUNK_BYTES // p.dtype.nbytes
-            if not narrow:
-                _check_fixed_rows(p, elems, p.name in copy_engine)
+            if not narrow and refused is None:
+                refused = _fixed_rows_refusal(p, elems, p.name in copy_engine)
             aligns.append(
                 Alignment(p.name, swizzle.CHUNK_BYTES, elems,
                           COPY_ENGINE if p.name in copy_engine else CP_ASYNC,
@@ -166,6 +205,7 @@ def requirements(
         if isinstance(d, str) or narrow and d % 2
     )
     for d in needs_even_n:
-        if isinstance(d, int) and d % 2 and not narrow:
-            raise KgenError(kernel.loc, f"the output has {d} columns; kgen needs an even count")
-    return tuple(aligns), rules
+        if isinstance(d, int) and d % 2 and not narrow and refused is None:
+            refused = Refusal(f"the output has {d} columns; kgen needs an even count",
+                              loc=kernel.loc)
+    return tuple(aligns), rules, refused

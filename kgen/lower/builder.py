@@ -5,10 +5,12 @@ Every schedule line is optional: `tile`, `warps`, `stages`, `keep registers|smem
 resident`, `split`, `cluster` in a gemm, `schedule` in the kernel. The target lists configurations for the
 kernel's gemms, best first (kgen/targets/<arch>/configs.py, from the gemms' dtypes, layouts and
 fixed sizes); the builder fills each one into the lines the source left out, never into a line it
-wrote, lowers the result, and takes the first that plans. A line the source writes therefore
-always wins; if no configuration plans around it, the first configuration's refusal is raised,
-located at the line that stops it. The plan's Schedule keeps each filled line and why
-(`Schedule.chosen`), which `kgen inspect` shows.
+wrote, and asks the target's rulebook (kgen/targets/<arch>/rules.py `refusal`) before lowering:
+the first configuration it allows is lowered, and the lowering's errors are not caught. A line
+the source writes therefore always wins; if the rulebook refuses every configuration around it,
+the first configuration's refusal is raised, located at the line that stops it. The plan's
+Schedule keeps each filled line and why (`Schedule.chosen`) and each refused configuration with
+the rulebook's reason (`Schedule.untaken`), which `kgen inspect` shows.
 
 A tuner (`kgen tune`) takes the same list, longer (`wide`), and times what plans; its winner
 comes back as `config=` and is tried first.
@@ -21,8 +23,11 @@ from typing import Callable, Mapping
 from .. import ir, targets
 from ..errors import KgenError, SourceLoc
 from ..plan import KernelKind, KernelPlan, LineChoice
-from ..targets import Config, GemmConfig, GemmShape, Instruction, Target, configs
-from . import select
+from ..targets import (Candidate, Config, GemmConfig, GemmShape, Instruction, Mainloop, Site,
+                       Target, configs)
+from ..targets import rules
+from . import abi, chain, schedule, select, storage
+from . import mainloops as loops
 from .epilogue import stores_one_16bit_tensor
 
 WHY_TUNED = "tuned:"  # how the why of each line of a tuned configuration starts
@@ -200,13 +205,30 @@ def listed(kernel: ir.Kernel, tgt: Target, *, sizes: Mapping[str, int] | None = 
     may fill the same kernel where the source writes the lines they differ in)."""
     seen = set()
     out = []
-    for config in configs(tgt, shapes(kernel), sizes=sizes, wide=wide):
+    for config in configs(tgt, shapes(kernel), sizes=sizes, wide=wide,
+                          fits=lambda c: staging_fits(kernel, tgt, c)):
         filled, chosen = fill(kernel, config)
         key = (filled.gemms, filled.schedule)
         if key not in seen:
             seen.add(key)
             out.append((config, filled, chosen))
     return out
+
+
+def staging_fits(kernel: ir.Kernel, tgt: Target, config: Config) -> bool:
+    """Whether the kernel's ping-pong chain on `config`'s lines alone (the configuration's own
+    kernel: the written lines left out) stages its output beside its ring and resident B tiles
+    within the target's shared memory: the storage planner places the staging trial
+    (kgen/targets/sm90/schedules.py staging_placement), the one accounting. False where the
+    chain has no staging, or its rules refuse the lines before the schedule."""
+    filled = fill(free(kernel), config)[0]
+    if chain.refusal(filled) is not None or select.refused_request(filled, tgt) is not None:
+        return False
+    planned = loops.plan(filled, tgt, schedule.requested(filled))
+    if isinstance(planned, rules.Refusal) or Mainloop.RESIDENT not in planned.plans:
+        return False
+    placement = rules.rulebook(tgt).staging_placement(select.draft(filled, tgt, planned))
+    return placement is not None and storage.budget_refusal(filled, tgt, placement) is None
 
 
 def sized(kernel: ir.Kernel, tgt: Target, sizes: Mapping[str, int]) -> Config | None:
@@ -253,45 +275,116 @@ def as_run(chosen: tuple[LineChoice, ...], plan: KernelPlan) -> tuple[LineChoice
     return select.as_run(chosen, plan.gemms)
 
 
-def tried(kernel: ir.Kernel, lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
-    """`kernel`'s plan, or None where the lowering refuses it: for the slow-path check
-    (kgen/lower/slow_path.py), which plans the kernel with written lines left out, as the
-    builder tries configurations."""
-    try:
-        return lower_one(kernel)
-    except KgenError:
+def facts(kernel: ir.Kernel, tgt: Target, persistent: bool | None = None) -> rules.Facts:
+    """What the target's rulebook weighs for a kernel whose every schedule line is written or
+    filled: the lowering's planners, each answering with its refusal instead of raising it
+    (kgen/targets/rules.py), each run at most once."""
+    made: dict[str, object] = {}
+
+    def mainloops() -> rules.Refusal | None:
+        made["loops"] = planned = loops.plan(kernel, tgt, schedule.requested(kernel))
+        return planned if isinstance(planned, rules.Refusal) else None
+
+    def candidates() -> list[Candidate]:
+        draft = select.draft(kernel, tgt, made["loops"], persistent=persistent)
+        listed, made["trials"] = select.placed(kernel, tgt, draft)
+        return listed
+
+    def budget(candidate: Candidate) -> rules.Refusal:
+        _, placement = made["trials"][id(candidate.storage)]
+        return rules.Refusal(storage.budget_refusal(kernel, tgt, placement), Site("budget"))
+
+    def interface(candidate: Candidate) -> rules.Refusal | None:
+        return abi.refusal(kernel, **abi.of_schedule(kernel, made["loops"].written, candidate))
+
+    return rules.Facts(tgt, select.draft(kernel, tgt), lambda: chain.refusal(kernel),
+                       mainloops, candidates, budget, interface)
+
+
+def refusal(kernel: ir.Kernel, tgt: Target,
+            persistent: bool | None = None) -> tuple[SourceLoc, str] | None:
+    """Where and why the target's rulebook refuses a kernel whose every schedule line is
+    written or filled (kgen/targets/<arch>/rules.py), or None: it plans."""
+    refused = rules.rulebook(tgt).refusal(facts(kernel, tgt, persistent))
+    if refused is None:
         return None
+    return refused.loc or select.locate(kernel, refused.site), refused.message
 
 
-def build(kernel: ir.Kernel, tgt: Target,
-          lower_one: Callable[[ir.Kernel, select.Filled], KernelPlan], *,
-          config: Config | None = None) -> tuple[ir.Kernel, KernelPlan]:
-    """The first configuration that plans (`config`, a tuned one, tried first; without one,
-    the sized one of a kernel whose source fixes every size): the kernel with it filled in, and
-    its plan, whose schedule keeps the filled lines (lower_one(kernel, the lines filled)).
-    Raises the first configuration's refusal when none plans."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Choice:
+    """The builder's choice: the kernel with the first legal configuration filled in, the lines
+    it filled and the configurations refused before it (select.Filled: Schedule.chosen and
+    untaken); `kernel` None where the rulebook refuses every one, `refusal` then the first
+    one's (located)."""
+
+    kernel: ir.Kernel | None
+    filled: select.Filled
+    refusal: tuple[SourceLoc, str] | None = None
+    tries: int = 0
+
+
+def choose(kernel: ir.Kernel, tgt: Target, *, config: Config | None = None,
+           persistent: bool | None = None) -> Choice:
+    """The first listed configuration the target's rulebook allows (`config`, a tuned one,
+    asked first; without one, the sized one of a kernel whose source fixes every size), each
+    refused one recorded with its reason; nothing is lowered."""
     tries = listed(kernel, tgt)
     config = config or sized(kernel, tgt, {})
     if config is not None:
         tries.insert(0, (config, *fill(kernel, config)))
-    first_error: KgenError | None = None
+    first: tuple[SourceLoc, str] | None = None
     refused: list[tuple[str, str]] = []
     for cfg, filled, chosen in tries:
         if cfg is config:  # a tuned configuration, or the one the runtime sizes call for
             why = (config.why if config.why.startswith(targets.WHY_SIZED)
                    else WHY_TUNED + " the fastest `kgen tune` timed")
             chosen = tuple(dataclasses.replace(c, why=why) for c in chosen)
-        try:
-            plan = lower_one(filled, select.Filled(chosen, tuple(refused)))
-        except KgenError as err:
-            first_error = first_error or err
-            differing = overridden(kernel, cfg)  # the label names the configuration's lines
-            refused.append((cfg.label, f"beside the written {_beside(differing)}: {err.message}"
-                            if differing else err.message))
-            continue
-        return filled, plan
-    assert first_error is not None, "every target lists at least one configuration"
-    if len({reason for _, reason in refused}) == 1:  # kgen's choices do not matter to it
-        raise first_error
-    raise KgenError(first_error.loc, f"{first_error.message} (kgen tried {len(tries)} "
-                    "configurations for the schedule lines this kernel leaves out; none plans)")
+        stop = refusal(filled, tgt, persistent)
+        if stop is None:
+            return Choice(filled, select.Filled(chosen, tuple(refused)))
+        first = first or stop
+        differing = overridden(kernel, cfg)  # the label names the configuration's lines
+        refused.append((cfg.label, f"beside the written {_beside(differing)}: {stop[1]}"
+                        if differing else stop[1]))
+    assert first is not None, "every target lists at least one configuration"
+    return Choice(None, select.Filled((), tuple(refused)), first, len(tries))
+
+
+def refused_error(choice: Choice) -> KgenError:
+    """The error for a choice the rulebook refused every configuration of: the first one's
+    refusal, located at the line that stops it, which says how many were tried where their
+    reasons differ."""
+    loc, message = choice.refusal
+    if len({reason for _, reason in choice.filled.untaken}) == 1:  # kgen's choices do not matter
+        return KgenError(loc, message)
+    return KgenError(loc, f"{message} (kgen tried {choice.tries} configurations for the schedule "
+                     "lines this kernel leaves out; none plans)")
+
+
+def tried(kernel: ir.Kernel, tgt: Target,
+          lower_one: Callable[[ir.Kernel], KernelPlan]) -> KernelPlan | None:
+    """The plan of `kernel` as lower() plans it (its written lines, each one left out filled by
+    the builder's choice), or None where the target's rulebook refuses it: for the slow-path
+    check (kgen/lower/slow_path.py), which plans the kernel with written lines left out, as
+    the builder fills configurations. `lower_one` lowers the complete kernel (the builder's
+    choice filled in: the same plan, without the record of the lines filled); the lowering's
+    errors are not caught."""
+    if complete(kernel):
+        return lower_one(kernel) if refusal(kernel, tgt) is None else None
+    choice = choose(kernel, tgt)
+    return None if choice.kernel is None else lower_one(choice.kernel)
+
+
+def build(kernel: ir.Kernel, tgt: Target,
+          lower_one: Callable[[ir.Kernel, select.Filled], KernelPlan], *,
+          config: Config | None = None,
+          persistent: bool | None = None) -> tuple[ir.Kernel, KernelPlan]:
+    """The kernel with the first configuration the target's rulebook allows filled in
+    (`choose`), and its plan, whose schedule keeps the filled lines (lower_one(kernel, the
+    lines filled)); the lowering's errors are not caught. Raises the first configuration's
+    refusal when the rulebook refuses them all."""
+    choice = choose(kernel, tgt, config=config, persistent=persistent)
+    if choice.kernel is None:
+        raise refused_error(choice)
+    return choice.kernel, lower_one(choice.kernel, choice.filled)

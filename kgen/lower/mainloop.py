@@ -1,7 +1,9 @@
 """Mainloop pass: check a gemm's CTA tile, warp grid and stages, and lay out its operand tiles.
 
-Raises a located KgenError for any tile the sm_80 mainloop cannot run; otherwise returns the
-numbers the emitter prints (warp tile, fragment counts, shared-memory tiles, copies per thread).
+`plan` returns the located refusal of any tile the sm_80 mainloop cannot run (the rules of
+the tile, warps and stages are the rulebook's, kgen/targets/rules.py; the builder asks
+them before lowering), which `run` raises; otherwise the numbers the emitter prints (warp tile,
+fragment counts, shared-memory tiles, copies per thread).
 On a target with wgmma and TMA, a one-gemm kernel's tile that only the sm_80 mainloop's warp
 split, accumulators or copies refuse is planned without them: the warp-specialized kernels load
 it by TMA and hold their own accumulators (256x160 on two consumers of 128 rows each), and the
@@ -20,84 +22,45 @@ import dataclasses
 from .. import ir
 from ..errors import KgenError
 from ..plan import OperandPlan, SmemTile
-from ..targets import MORE_WARPS, RING_MAX_STAGES, Instruction, Target
+from ..targets import RING_MAX_STAGES, Instruction, Target
+from ..targets import rules
+from ..targets.rules import Refusal
 from . import fragments, swizzle
 
-MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
-MAX_TILE = 512
-MAX_STAGES = 8
+MAX_ACC_REGISTERS, MAX_TILE, MAX_STAGES = rules.MAX_ACC_REGISTERS, rules.MAX_TILE, rules.MAX_STAGES
 
 
-def _check_tile(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
-                chained: bool = False) -> None:
-    """`chained`: the gemm's A is an earlier gemm's output, whose fragments alternate by the
-    chain's step (kgen.targets.common.chain_mainloop), so a k tile may be one k step."""
-    t, w = gemm.tile, gemm.warps
-    mma_m, mma_n, mma_k = tgt.mma_shape
-    for label, value in (("M", t.m), ("K", t.k)):
-        if value < 16 or value > MAX_TILE or value & (value - 1):
-            raise KgenError(
-                t.loc, f"tile {label} must be a power of two between 16 and {MAX_TILE}, got {value}"
-            )
-    # N need not be a power of two: a tile N of 192 (three 64-column boxes) fills the waves of
-    # shapes whose 256-column tiles leave the last wave part empty (6144x5120 on 132 SMs)
-    # (wgmma takes any multiple of 8; the mma.sync mainloop refuses one of 16 in _warps_refusal)
-    step = 8 if tgt.has(Instruction.WGMMA) else 16
-    if t.n < 16 or t.n > MAX_TILE or t.n % step:
-        raise KgenError(t.loc, f"tile N must be a multiple of {step} between 16 and {MAX_TILE}, "
-                        f"got {t.n}")
-    if w.m <= 0 or w.n <= 0:
-        raise KgenError(w.loc, f"warps must be positive, got {w.m}x{w.n}")
-    threads = w.m * w.n * 32
-    if threads > tgt.max_threads:
-        raise KgenError(
-            w.loc, f"warps {w.m}x{w.n} make {threads} threads; a CTA has at most {tgt.max_threads}"
-        )
-    if t.k % (2 * mma_k) and not (chained and t.k == mma_k):
-        # fragments of consecutive k steps alternate between two register buffers
-        raise KgenError(t.loc, f"tile K must be a multiple of {2 * mma_k}, got {t.k}")
-    s = gemm.stages
-    if s.count < 2 or s.count > max_stages:
-        raise KgenError(s.loc, f"stages must be between 2 and {max_stages}, got {s.count}")
+def tile_refusal(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
+                 chained: bool = False) -> Refusal | None:
+    """The rulebook's tile, warps and stages rules (kgen/targets/rules.py
+    `tile_refusal`) on the gemm's lines, located at the line each points at."""
+    t, w, s = gemm.tile, gemm.warps, gemm.stages
+    refused = rules.tile_refusal(tgt, (t.m, t.n, t.k), (w.m, w.n), s.count, max_stages, chained)
+    if refused is None:
+        return None
+    return Refusal(refused.message, loc={"tile": t.loc, "warps": w.loc,
+                                         "stages": s.loc}[refused.site.what])
 
 
 def _warps_refusal(gemm: ir.Gemm, tgt: Target, columns: int | None = None) -> str | None:
-    """Why the sm_80 mainloop cannot split the tile over the warps (whole MMAs per warp, the
-    warp tile's accumulators within the registers: of `columns` of the tile at a time where
-    given), or None; it points at the tile line."""
+    """The rulebook's mma.sync warp split (rules.warps_refusal) on the gemm's lines."""
     t, w = gemm.tile, gemm.warps
-    mma_m, mma_n, _ = tgt.mma_shape
-    if t.n % 16:  # (256x152 fills 3 waves at 3000x5000 on the warp-specialized kernel)
-        return f"tile N must be a multiple of 16 between 16 and {MAX_TILE}, got {t.n}"
-    if t.m % (w.m * mma_m):
-        return (f"tile M {t.m} does not split over {w.m} warps in M into multiples of the "
-                f"{mma_m}-row MMA (needs a multiple of {w.m * mma_m})")
-    # Each warp loads B fragments for two n8 MMAs at once (ldmatrix.x4), so 16 columns.
-    if t.n % (w.n * 2 * mma_n):
-        return (f"tile N {t.n} does not split over {w.n} warps in N into multiples of 16 columns "
-                f"(needs a multiple of {w.n * 2 * mma_n})")
-    acc_regs = (t.m // w.m) * ((columns or t.n) // w.n) // 32
-    if acc_regs > MAX_ACC_REGISTERS:
-        return (f"warp tile {t.m // w.m}x{t.n // w.n} needs {acc_regs} f32 accumulator "
-                f"registers per thread (at most {MAX_ACC_REGISTERS}){MORE_WARPS}")
-    return None
+    return rules.warps_refusal(tgt, (t.m, t.n, t.k), (w.m, w.n), columns)
 
 
-def check_warps(gemm: ir.Gemm, tgt: Target) -> None:
-    """_warps_refusal, raised."""
-    refusal = _warps_refusal(gemm, tgt)
-    if refusal is not None:
-        raise KgenError(gemm.tile.loc, refusal)
+def raised(refused: Refusal) -> KgenError:
+    """A located refusal of the mainloop's rules, as the error the pass raises."""
+    return KgenError(refused.loc, refused.message)
 
 
 PASS_COLUMNS = 128  # a chained tile wider than wgmma's 256 columns runs in passes of these
 
 
-def chained_refusal(gemm: ir.Gemm, tgt: Target) -> str:
-    """A chained gemm's _warps_refusal, raised unless only the ping-pong chain's column passes
-    serve the tile: on a target with wgmma, a tile N over 256 that is a multiple of
-    PASS_COLUMNS, whose accumulators fit one pass at a time. That refusal is returned, for
-    ScheduleDraft.mma_sync_refusal (the other chain schedules refuse it)."""
+def chained_refusal(gemm: ir.Gemm, tgt: Target) -> str | Refusal:
+    """A chained gemm's _warps_refusal, a Refusal unless only the ping-pong chain's column
+    passes serve the tile: on a target with wgmma, a tile N over 256 that is a multiple of
+    PASS_COLUMNS, whose accumulators fit one pass at a time. That refusal is returned as text,
+    for ScheduleDraft.mma_sync_refusal (the other chain schedules refuse it)."""
     refusal = _warps_refusal(gemm, tgt)
     if refusal is None:
         return ""
@@ -105,7 +68,7 @@ def chained_refusal(gemm: ir.Gemm, tgt: Target) -> str:
     if (tgt.has(Instruction.WGMMA) and n > 256 and n % PASS_COLUMNS == 0
             and _warps_refusal(gemm, tgt, PASS_COLUMNS) is None):
         return refusal
-    raise KgenError(gemm.tile.loc, refusal)
+    return Refusal(refusal, loc=gemm.tile.loc)
 
 
 def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int],
@@ -149,35 +112,36 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
 
 
 def _smem_tile(gemm: ir.Gemm, which: str, dtype: ir.DType, k_major: bool, outer: int,
-               inner: int, prefix: str) -> SmemTile:
+               inner: int, prefix: str) -> SmemTile | Refusal:
     tile = swizzle.make_tile(f"{prefix}{which}_smem", dtype, outer, inner, gemm.stages.count)
     if tile is None:
         extent = "K" if k_major else ("M" if which == "a" else "N")
-        raise KgenError(
-            gemm.tile.loc,
+        return Refusal(
             f"the {which.upper()} tile's contiguous extent ({extent} = {inner} elements, "
             f"{inner * dtype.nbytes} bytes) must be 32, 64 or a multiple of 128 bytes",
-        )
+            loc=gemm.tile.loc)
     return tile
 
 
 def operand(gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int,
-            threads: int, prefix: str = "") -> OperandPlan:
-    """_operand, its refusal raised."""
+            threads: int, prefix: str = "") -> OperandPlan | Refusal:
+    """_operand, any refusal located at the tile line."""
     plan = _operand(gemm, which, param, k_major, outer, inner, threads, prefix)
     if isinstance(plan, str):
-        raise KgenError(gemm.tile.loc, plan)
+        return Refusal(plan, loc=gemm.tile.loc)
     return plan
 
 
 def _operand(
     gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int, inner: int, threads: int,
     prefix: str = "",
-) -> OperandPlan | str:
+) -> OperandPlan | str | Refusal:
     """The operand's tile as the sm_80 mainloop copies and reads it, or why it cannot (its shared
-    tile's own refusal is raised)."""
+    tile's own refusal a Refusal: no other mainloop takes that tile either)."""
     dtype = param.dtype
     tile = _smem_tile(gemm, which, dtype, k_major, outer, inner, prefix)
+    if isinstance(tile, Refusal):
+        return tile
     chunks = outer * inner * dtype.nbytes // swizzle.CHUNK_BYTES
     # a stage of fewer chunks than threads (a narrow B tile): the first `chunks` threads copy
     copy_threads = min(chunks, threads)
@@ -207,12 +171,23 @@ def _operand(
 
 def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
         a_threads: int | None = None) -> tuple[dict, str]:
+    """plan, its refusal raised."""
+    planned = plan(kernel, gemm, tgt, prefix, a_threads)
+    if isinstance(planned, Refusal):
+        raise raised(planned)
+    return planned
+
+
+def plan(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
+         a_threads: int | None = None) -> tuple[dict, str] | Refusal:
     """Returns the mainloop fields of plan.GemmPlan for `gemm`, and why the mma.sync mainloop
-    cannot run its tile where only the warp-specialized kernels can ("": it can); its
-    shared-memory tiles are named `<prefix>a_smem` and `<prefix>b_smem` (a chain prefixes them
-    with the gemm's name). `a_threads`: the threads that copy A, when not the gemm's own
-    (producer warps, whose ring may be deeper)."""
-    _check_tile(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES)
+    cannot run its tile where only the warp-specialized kernels can ("": it can), or the
+    rule that refuses it (located); its shared-memory tiles are named `<prefix>a_smem` and
+    `<prefix>b_smem` (a chain prefixes them with the gemm's name). `a_threads`: the threads
+    that copy A, when not the gemm's own (producer warps, whose ring may be deeper)."""
+    refused = tile_refusal(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES)
+    if refused is not None:
+        return refused
     a = kernel.param(gemm.a.name)
     b = kernel.param(gemm.b.name)
     if a is None or b is None:
@@ -226,13 +201,21 @@ def run(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
     refusal = _warps_refusal(gemm, tgt)
     if refusal is None:
         a_plan = _operand(gemm, "a", a, a_k_major, *a_shape, a_threads or threads, prefix)
+        if isinstance(a_plan, Refusal):
+            return a_plan
         b_plan = _operand(gemm, "b", b, b_k_major, *b_shape, threads, prefix)
+        if isinstance(b_plan, Refusal):
+            return b_plan
         refusal = next((p for p in (a_plan, b_plan) if isinstance(p, str)), None)
     if refusal is not None:  # every such refusal points at the tile line
         if not (len(kernel.gemms) == 1 and tgt.has(Instruction.WGMMA) and tgt.tma):
-            raise KgenError(gemm.tile.loc, refusal)
+            return Refusal(refusal, loc=gemm.tile.loc)
         a_plan = _tma_operand(gemm, "a", a, a_k_major, *a_shape, prefix)
+        if isinstance(a_plan, Refusal):
+            return a_plan
         b_plan = _tma_operand(gemm, "b", b, b_k_major, *b_shape, prefix)
+        if isinstance(b_plan, Refusal):
+            return b_plan
     # logical shapes: A is [M, K] and B is [K, N] in either layout
     fields = gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
     fields["producer_threads"] = a_threads or 0
@@ -252,10 +235,12 @@ def resident_b(fields: dict) -> dict | None:
 
 
 def _tma_operand(gemm: ir.Gemm, which: str, param: ir.Param, k_major: bool, outer: int,
-                 inner: int, prefix: str) -> OperandPlan:
+                 inner: int, prefix: str) -> OperandPlan | Refusal:
     """An operand tile that only the copy engine loads and wgmma reads: its shared-memory tile,
     without the sm_80 mainloop's copies and fragment loads."""
     tile = _smem_tile(gemm, which, param.dtype, k_major, outer, inner, prefix)
+    if isinstance(tile, Refusal):
+        return tile
     return OperandPlan(param=param.name, dtype=param.dtype, k_major=k_major, smem=tile,
                        copies_per_thread=0, ldmatrix_trans=not k_major, copy_steps=(),
                        copy_row_step=0, frag_steps=())

@@ -11,6 +11,7 @@ from typing import Mapping
 from .. import ir
 from ..plan import GemmPlan, KernelKind
 from ..targets import Mainloop, Target, consumer_grid, producer_threads
+from ..targets.rules import Refusal
 from . import chain, epilogue, mainloop
 
 
@@ -29,11 +30,19 @@ class Mainloops:
 
 
 def run(kernel: ir.Kernel, tgt: Target, requested: KernelKind | None) -> Mainloops:
+    """plan, its refusal raised."""
+    planned = plan(kernel, tgt, requested)
+    if isinstance(planned, Refusal):
+        raise mainloop.raised(planned)
+    return planned
+
+
+def plan(kernel: ir.Kernel, tgt: Target, requested: KernelKind | None) -> Mainloops | Refusal:
     """The mainloop, chain and epilogue passes of every gemm, once per mainloop the target's
     kinds run (targets.Mainloop): the source's warp grid; each B the source keeps resident
     holding all of its k tiles; a one-gemm kernel's consumer grids (sm_90a). `requested`: the
     kind the source asks for (with schedule pingpong the producer warps alone copy the first
-    gemm's A)."""
+    gemm's A); or the first rule of theirs the kernel's lines break (located)."""
     a_threads = producer_threads(tgt, requested)
     written: list[GemmPlan] = []
     resident: list[GemmPlan] | None = []
@@ -41,10 +50,13 @@ def run(kernel: ir.Kernel, tgt: Target, requested: KernelKind | None) -> Mainloo
     chained = len(kernel.gemms) > 1
     for i, g in enumerate(kernel.gemms):
         if kernel.param(g.a.name) is None:
-            fields, why = chain.run(kernel, g, tgt)
+            planned = chain.plan(kernel, g, tgt)
         else:  # a chain names each gemm's buffers after it: g0_a_smem, g1_b_smem
-            fields, why = mainloop.run(kernel, g, tgt, f"{g.name}_" if chained else "",
-                                       a_threads if i == 0 else None)
+            planned = mainloop.plan(kernel, g, tgt, f"{g.name}_" if chained else "",
+                                    a_threads if i == 0 else None)
+        if isinstance(planned, Refusal):
+            return planned
+        fields, why = planned
         if why and refusal is None:
             refusal = (i, why)
         dag = epilogue.run(kernel, g)

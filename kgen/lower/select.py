@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from .. import ir
 from ..errors import KgenError, SourceLoc
 from ..plan import LineChoice
-from ..targets import (Candidate, GemmDraft, Placement, ScheduleDraft, Site, Target, candidates,
-                       refuse_request)
+from ..targets import Candidate, GemmDraft, Placement, ScheduleDraft, Site, Target, candidates
+from ..targets import rules
 from . import schedule, storage
 from .mainloops import Mainloops
 
@@ -54,33 +54,30 @@ def _cluster(kernel: ir.Kernel) -> tuple[int, int]:
 
 
 def check_request(kernel: ir.Kernel, tgt: Target) -> None:
-    """Refuse a request on what the source alone shows, before the mainloop pass."""
-    refusal = refuse_request(draft(kernel, tgt))
-    if refusal is not None:
-        raise KgenError(locate(kernel, refusal.site), refusal.reason)
-    split = kernel.gemms[0].split if kernel.gemms else None
-    if split is not None and split.stream and not tgt.tma:
-        raise KgenError(split.loc, "split stream needs target sm_90a (stream-K runs on the "
-                        "cooperative wgmma kernel); this kernel is lowered for "
-                        f"{tgt.arch.value}")
-    cluster = kernel.gemms[0].cluster if kernel.gemms else None
-    if cluster is not None and not tgt.tma:  # verified for the kernel's target, lowered for this
-        raise KgenError(cluster.loc, "cluster needs target sm_90a (thread-block clusters and the "
-                        f"copy engine's multicast); this kernel is lowered for {tgt.arch.value}")
+    """refused_request, raised."""
+    refused = refused_request(kernel, tgt)
+    if refused is not None:
+        raise KgenError(locate(kernel, refused.site), refused.message)
+
+
+def refused_request(kernel: ir.Kernel, tgt: Target) -> rules.Refusal | None:
+    """The request refused on what the source alone shows, before the mainloop pass (the
+    target's rulebook, kgen/targets/<arch>/rules.py `request_refusal`), or None."""
+    return rules.rulebook(tgt).request_refusal(draft(kernel, tgt))
 
 
 def listed(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
            persistent: bool | None = None) -> list[Candidate]:
     """The target's candidates for the kernel, each placed in shared memory."""
-    return _placed(kernel, tgt, draft(kernel, tgt, loops, persistent=persistent))[0]
+    return placed(kernel, tgt, draft(kernel, tgt, loops, persistent=persistent))[0]
 
 
-def _placed(kernel: ir.Kernel, tgt: Target,
-            schedule_draft: ScheduleDraft) -> tuple[list[Candidate], dict[int, tuple]]:
+def placed(kernel: ir.Kernel, tgt: Target,
+           schedule_draft: ScheduleDraft) -> tuple[list[Candidate], dict[int, tuple]]:
     """The target's candidates, each trial placement they yield placed by the storage pass
     (over the budget without raising); and per storage plan (by id) itself and its
     Placement."""
-    placed: dict[int, tuple] = {}
+    trials: dict[int, tuple] = {}
     budget_loc = storage.budget_loc(kernel)
     run = candidates(schedule_draft)
     try:
@@ -88,10 +85,10 @@ def _placed(kernel: ir.Kernel, tgt: Target,
         while True:
             plan = storage.run(kernel, list(request.gemms), tgt, budget_loc, check_budget=False,
                                **request.options)
-            placed[id(plan)] = (plan, request)
+            trials[id(plan)] = (plan, request)
             request = run.send(plan)
     except StopIteration as done:
-        return done.value, placed
+        return done.value, trials
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,17 +115,13 @@ def select(kernel: ir.Kernel, tgt: Target, loops: Mainloops, *,
     """The selected candidate, its schedule noting the candidates before it and the lines the
     builder `filled`, as the selected gemms run them (as_run): legal, or refused only for its
     shared memory (then the storage pass raises the budget's message). Each candidate weighs
-    its storage by trial placements (targets.Placement: it yields them, _placed places them,
+    its storage by trial placements (targets.Placement: it yields them, `placed` places them,
     never raising the budget's error)."""
-    listed, placed = _placed(kernel, tgt, draft(kernel, tgt, loops, persistent=persistent))
-    wanted = schedule.requested(kernel)
-    if wanted is not None:
-        chosen = next(c for c in listed if c.kind is wanted)
-    else:
-        chosen = next((c for c in listed if c.legal), listed[-1])
+    listed, trials = placed(kernel, tgt, draft(kernel, tgt, loops, persistent=persistent))
+    chosen = rules.chosen(listed, schedule.requested(kernel))
     if not chosen.legal and not chosen.over_budget:
         raise KgenError(locate(kernel, chosen.site), chosen.reason)
-    plan, placement = placed[id(chosen.storage)]
+    plan, placement = trials[id(chosen.storage)]
     assert plan is chosen.storage
     if not chosen.legal:  # the storage pass raises the budget's message
         return Selected(chosen, placement)

@@ -61,7 +61,7 @@ def check(kernel: ir.Kernel, tgt: Target, plan: KernelPlan,
     top = (len(plan.gemms), True, True)
     if not tgt.has(Instruction.WGMMA) or not lines or rank(plan.schedule) == top:
         return None
-    best = builder.tried(builder.free(kernel), lower_one)
+    best = builder.tried(builder.free(kernel), tgt, lower_one)
     if best is None or rank(best.schedule) <= rank(plan.schedule):
         return None
     goal = rank(best.schedule)
@@ -69,7 +69,7 @@ def check(kernel: ir.Kernel, tgt: Target, plan: KernelPlan,
     forcing: list[builder.WrittenLine] = []
     for line in lines:
         left_out = [w for w in lines if w is not line and w not in kept]
-        trial = builder.tried(builder.without(kernel, left_out), lower_one)
+        trial = builder.tried(builder.without(kernel, left_out), tgt, lower_one)
         if trial is not None and rank(trial.schedule) >= goal:
             kept.append(line)
             best = trial

@@ -388,13 +388,29 @@ def selected(kernel: ir.Kernel, tgt: Target, placement: Placement) -> StoragePla
     return run(kernel, list(placement.gemms), tgt, budget_loc(kernel), **placement.options)
 
 
+def budget_refusal(kernel: ir.Kernel, tgt: Target, placement: Placement) -> str | None:
+    """The budget's message for a placement over the target's shared memory (the largest
+    buffers, what to change), or None where it fits: the rulebook's shared-memory rule
+    (kgen/targets/rules.py), the one accounting, the same the storage pass raises."""
+    return _placed(kernel, list(placement.gemms), tgt, **placement.options)[1]
+
+
 def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
-        budget_loc: SourceLoc, *, persistent: bool = False,
-        resident: bool = False, ring_barriers: int = 0,
-        staging: tuple[int, int] = (0, 0),
-        vectors: tuple[tuple[str, int, ir.DType, str], ...] = (),
-        ring_b: bool = False, turn_barriers: int = 0,
-        check_budget: bool = True) -> StoragePlan:
+        budget_loc: SourceLoc, *, check_budget: bool = True, **options) -> StoragePlan:
+    """The buffers of `gemms` placed (_placed's `options`); over the target's limit, the
+    budget's located message (the largest buffers, what to change), unless `check_budget` is
+    False: then the plan over the limit (a schedule candidate that is then refused for it)."""
+    plan, over = _placed(kernel, gemms, tgt, **options)
+    if over is not None and check_budget:
+        raise KgenError(budget_loc, over)
+    return plan
+
+
+def _placed(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target, *,
+            persistent: bool = False, resident: bool = False, ring_barriers: int = 0,
+            staging: tuple[int, int] = (0, 0),
+            vectors: tuple[tuple[str, int, ir.DType, str], ...] = (),
+            ring_b: bool = False, turn_barriers: int = 0) -> tuple[StoragePlan, str | None]:
     """`persistent`: the first gemm's stages are prefetched for the next tile (see
     _stage_requests). `ring_barriers`: mbarriers that guard the first gemm's ring (schedule
     pingpong), live through every phase. `staging`: (bytes, alignment) of the last gemm's
@@ -404,8 +420,7 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
     last gemm's), live through every phase like the staging.
     `ring_b`: with `resident`, the first gemm's B streams through the ring beside A instead.
     `turn_barriers`: mbarriers after the ring's, by which the consumers take turns at it.
-    `check_budget`: False returns a plan over the target's limit (a schedule candidate that is
-    then refused for it) instead of raising."""
+    Returns the plan, and the budget's message where it is over the target's limit."""
     phases = phase_order(kernel, gemms)
     index = {name: i for i, name in enumerate(phases)}
     requests: list[Request] = [r for i, g in enumerate(gemms)
@@ -463,7 +478,8 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
     total = _total(buffers)
     if declared_bytes is not None:
         total = max(total, _up(declared_bytes, _arena_align(buffers)))
-    if total > tgt.smem_limit and check_budget:
+    over = None
+    if total > tgt.smem_limit:
         largest = sorted(buffers, key=lambda b: (-b.bytes, b.name))[:4]
         listing = ", ".join(f"{b.name} {b.bytes} B ({b.role})" for b in largest)
         advice = "use fewer stages or a smaller tile" if gemms else "make buffers smaller"
@@ -471,14 +487,11 @@ def run(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target,
             advice += ", or let buffers that are not live together share bytes"
         if packed_bytes is not None and packed_bytes < total:
             advice += f" (the packer alone, without the storage layout, needs {packed_bytes})"
-        raise KgenError(
-            budget_loc,
-            f"shared memory over budget: {total} bytes needed, {tgt.arch.value} allows "
-            f"{tgt.smem_limit}; largest buffers: {listing}; {advice}",
-        )
+        over = (f"shared memory over budget: {total} bytes needed, {tgt.arch.value} allows "
+                f"{tgt.smem_limit}; largest buffers: {listing}; {advice}")
     return StoragePlan(tuple(phases), buffers, total, tgt.smem_limit,
                        peak_bytes=peak_bytes(requests, len(phases)),
-                       declared_bytes=declared_bytes, packed_bytes=packed_bytes)
+                       declared_bytes=declared_bytes, packed_bytes=packed_bytes), over
 
 
 def _arena_align(buffers) -> int:

@@ -233,15 +233,19 @@ class Config:
 
 
 def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int] | None = None,
-            wide: bool = False) -> list[Config]:
+            wide: bool = False, fits=None) -> list[Config]:
     """The configurations the target lists for a kernel's gemms, best first. `sizes`: the
     runtime sizes a tuner times (they may add split-K configurations); `wide`: the tuner's
-    longer list, not only the builder's few."""
+    longer list, not only the builder's few; `fits`: whether a ping-pong chain configuration's
+    output staging fits its shared memory, by the storage planner (the builder asks it; sm_90a
+    orders a chain's ring depths by it, kgen/targets/sm90/configs.py)."""
     from .common import configs as common_configs
     from .sm90 import configs as sm90_configs
 
-    module = sm90_configs if tgt.has(Instruction.WGMMA) else common_configs
-    return module.configs(tgt, shapes, sizes=sizes or {}, wide=wide)
+    if not tgt.has(Instruction.WGMMA):
+        return common_configs.configs(tgt, shapes, sizes=sizes or {}, wide=wide)
+    return sm90_configs.configs(tgt, shapes, sizes=sizes or {}, wide=wide,
+                                **({"fits": fits} if fits is not None else {}))
 
 
 WHY_SIZED = "the runtime sizes:"  # how the why of a configuration `sized` chose starts
@@ -291,12 +295,6 @@ def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[C
     """The target's schedules for the draft, in its order of preference (a generator of
     trial placements, see Placement)."""
     return _schedules(draft.target).candidates(draft)
-
-
-def refuse_request(draft: ScheduleDraft) -> Candidate | None:
-    """The requested schedule refused on what the source alone shows (no gemm plans yet), or
-    None: checked before the mainloop pass, so that its message comes first."""
-    return _schedules(draft.target).refuse_request(draft)
 
 
 # The mma.sync mainloop's advice for a warp tile whose accumulators pass the registers

@@ -21,11 +21,11 @@ warp-specialized ones, then the sm_80 ones (kgen/targets/common/configs.py).
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Callable, Mapping
 
-from ...enums import Arch, Residency
+from ...enums import Residency
 from ...plan import KernelKind
-from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target, target
+from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
 from . import schedules
 from .tensor_map import STAGING_BOX
@@ -112,10 +112,20 @@ RING_B_SLOTS = 6
 RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
 
 
+# Whether a ping-pong chain configuration's output staging fits beside its ring and resident B
+# tiles, by the storage planner's own placement (schedules.staging_placement): the builder
+# (kgen/lower/builder.py) answers it for the kernel it fills; without one to ask, it fits
+Fits = Callable[[Config], bool]
+
+
+def _fit(config: Config) -> bool:
+    return True
+
+
 def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, int],
-            wide: bool) -> list[Config]:
+            wide: bool, fits: Fits = _fit) -> list[Config]:
     if len(shapes) > 1:
-        return chain(shapes)
+        return chain(shapes, fits)
     shape = shapes[0]
     cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
                    for tile, stages in WS_TILES for s in stages]
@@ -236,7 +246,7 @@ def column_block_counts(n) -> tuple[int, ...]:
     return (fewest, fewest + 1)
 
 
-def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
+def chain(shapes: tuple[GemmShape, ...], fits: Fits = _fit) -> list[Config]:
     """Ping-pong with B0 streamed through the ring beside A; then over resident B, deepest ring
     first (for a last N over 256, in the fewest column blocks that fit, then one more:
     column_block_counts); then the resident 128-row chain, whose ring runs at most one tile
@@ -252,17 +262,20 @@ def chain(shapes: tuple[GemmShape, ...]) -> list[Config]:
             continue
         # the copy engine's stores need a fixed N (schedules.tma_refusal)
         tiles = common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)
-        short = isinstance(n, int) and short_rings(tiles)
         more = WHY_COLUMN_BLOCKS.format(blocks=blocks) if blocks > 1 else ""
-        streamed = [ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
-                                               WHY_CHAIN_RING_B + more, KernelKind.PINGPONG,
-                                               boxes=True, blocks=blocks))
-                    for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
+
+        def streaming(ring: int) -> Config:
+            return ring_b(common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
+                                              WHY_CHAIN_RING_B + more, KernelKind.PINGPONG,
+                                              boxes=True, blocks=blocks))
+
+        short = isinstance(n, int) and short_rings(tiles, streaming(RING_B_SLOTS), fits)
+        streamed = [streaming(ring) for ring in (RING_B_PASS_RINGS if short else RING_B_RINGS)]
         resident = [common.chain_config(shapes, 64, (4, 1), (ring, *rest), regs, True,
                                         WHY_CHAIN_PINGPONG + more, KernelKind.PINGPONG,
                                         boxes=True, blocks=blocks)
                     for ring in RINGS]
-        first = resident_first(shapes, tiles, resident) if split_rows(shapes[0]) else []
+        first = resident_first(tiles, resident, fits) if split_rows(shapes[0]) else []
         out += [dataclasses.replace(c, why=WHY_CHAIN_SPLIT_ROWS + more) for c in first]
         out += streamed + [c for c in resident if c not in first]
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
@@ -285,35 +298,24 @@ def split_rows(first: GemmShape) -> bool:
     return isinstance(first.k, int) and first.k * first.dtype.nbytes % 32 != 0
 
 
-def short_rings(tiles: list[tuple[int, int, int]]) -> bool:
+def has_staging(tiles: list[tuple[int, int, int]]) -> bool:
+    """Whether a ping-pong chain of these tiles stages its output at all: a consumer thread's
+    values, in the column passes the staging takes, within schedules.STAGING_MAX_VALUES."""
+    widths = [t[1] for t in tiles]
+    passes = schedules.staged_passes(widths[-2], widths[-1])
+    return max(schedules.tile_values(widths, passes)) <= schedules.STAGING_MAX_VALUES
+
+
+def short_rings(tiles: list[tuple[int, int, int]], six: Config, fits: Fits) -> bool:
     """Whether a ping-pong chain's output staging (two consumers', in column passes where
     they apply) does not fit beside a ring of RING_B_SLOTS slots of A's and B0's k tiles and
-    the resident later B tiles (16-bit elements). False where the chain has no staging (a
-    consumer thread's values are over schedules.STAGING_MAX_VALUES)."""
-    return staging_fits(tiles, RING_B_SLOTS, b0_resident=False) is False
+    the resident later B tiles (`six`: that configuration; `fits` weighs it). False where the
+    chain has no staging (has_staging)."""
+    return has_staging(tiles) and not fits(six)
 
 
-def staging_fits(tiles: list[tuple[int, int, int]], slots: int, b0_resident: bool,
-                 k0: int = 0) -> bool | None:
-    """Whether a ping-pong chain's output staging (two consumers', in column passes where they
-    apply) fits beside a ring of `slots` slots (A's k tiles, and B0's where it streams), the
-    resident later B tiles and, where `b0_resident`, all of B0 (`k0` rows; 16-bit elements).
-    None where the chain has no staging (a consumer thread's values are over
-    schedules.STAGING_MAX_VALUES)."""
-    (tm, n0, tk), last = tiles[0], tiles[-1]
-    widths = [t[1] for t in tiles]
-    passes = schedules.staged_passes(widths[-2], last[1])
-    if max(schedules.tile_values(widths, passes)) > schedules.STAGING_MAX_VALUES:
-        return None
-    ring = slots * (tm + (0 if b0_resident else n0)) * tk * 2
-    resident = sum(k_n * n * 2 for (_, n, _), (_, k_n, _) in zip(tiles[1:], tiles[:-1]))
-    resident += n0 * k0 * 2 if b0_resident else 0
-    staging = schedules.staging_bytes_for(tm, last[1] // passes)
-    return ring + resident + staging <= target(Arch.SM90A).smem_limit
-
-
-def resident_first(shapes: tuple[GemmShape, ...], tiles: list[tuple[int, int, int]],
-                   resident: list[Config]) -> list[Config]:
+def resident_first(tiles: list[tuple[int, int, int]], resident: list[Config],
+                   fits: Fits) -> list[Config]:
     """Where B0's rows split sectors (split_rows), the resident rings the chain's list takes
     before the streamed one: all of them where a consumer thread's values with the whole last
     tile fit schedules.STAGING_MAX_VALUES (stored from registers where the staging did not
@@ -322,8 +324,7 @@ def resident_first(shapes: tuple[GemmShape, ...], tiles: list[tuple[int, int, in
     K0 = 256, bench/logs/stop10/a/configs_256_128_256.log)."""
     if max(schedules.tile_values([t[1] for t in tiles])) <= schedules.STAGING_MAX_VALUES:
         return resident
-    return [c for c in resident
-            if staging_fits(tiles, c.gemms[0].stages, b0_resident=True, k0=shapes[0].k)]
+    return [c for c in resident if has_staging(tiles) and fits(c)]
 
 
 def ring_b(config: Config) -> Config:

@@ -658,6 +658,22 @@ def ring_barriers(first: GemmPlan) -> int:
     return 2 * first.stages
 
 
+def staging_placement(draft: ScheduleDraft) -> Placement | None:
+    """The trial placement of a ping-pong chain's output staging (two consumers', in the column
+    passes staged_passes gives) beside its ring (A's k tiles, and B0's where it streams) and
+    its resident B tiles, whose fit the storage planner weighs: the builder orders the chain's
+    ring depths by it (kgen/targets/sm90/configs.py). None where a consumer thread's values
+    leave the chain no staging (over STAGING_MAX_VALUES)."""
+    gemms = draft.plans(Mainloop.RESIDENT)
+    widths = [g.tile[1] for g in gemms]
+    passes = staged_passes(widths[-2], widths[-1])
+    if max(tile_values(widths, passes)) > STAGING_MAX_VALUES:
+        return None
+    return place(gemms, persistent=True, resident=True,
+                 staging=(staging_bytes(gemms[-1], passes), STAGING_ALIGN),
+                 ring_b=not draft.gemms[0].resident, **turns(gemms[0], CONSUMERS))
+
+
 def staging_bytes(last: GemmPlan, passes: int = 1, consumers: int = CONSUMERS) -> int:
     """Shared memory for the output staging: a tile of 16-bit values per consumer warpgroup
     (one pass's columns of it)."""
