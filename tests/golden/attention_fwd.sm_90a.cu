@@ -495,13 +495,15 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
 
   // Ping-pong: the consumer warpgroups take turns in a cycle; the first takes the first turn
   if (consumer == kConsumers - 1 && visits > 0) named_barrier_arrive(2, 2 * kWarpgroupThreads);
+  // The first and the last block evaluate the mask's predicates (its edge, mostly; a flag read
+  // per element there costs registers the consumers do not have)
   // The first block apart: no accumulating gemm of a previous block in flight
   if (visits > 0) {
     const int visit = 0;  // the ring's count: its slot and phase
     const int block = first_block + visit;
     const int slot = visit % kStages;
     const unsigned phase = (visit / kStages) & 1;
-    const bool interior = block >= inside_begin && block < inside_end;  // the mask holds
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
     const int prev_slot = (visit + kStages - 1) % kStages;
     const unsigned prev_phase = ((visit - 1) / kStages) & 1;
     (void)prev_slot; (void)prev_phase;
@@ -1260,7 +1262,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     const int block = first_block + visit;
     const int slot = visit % kStages;
     const unsigned phase = (visit / kStages) & 1;
-    const bool interior = block >= inside_begin && block < inside_end;  // the mask holds
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
     const int prev_slot = (visit + kStages - 1) % kStages;
     const unsigned prev_phase = ((visit - 1) / kStages) & 1;
     (void)prev_slot; (void)prev_phase;
