@@ -446,6 +446,9 @@ class WgmmaTile:
         return self.slot_bytes * self.slots
 
 
+LONGEST_FIRST = "longest first"  # WgmmaLoop.tile_order: the grid's row tiles reversed
+
+
 @dataclass(frozen=True, slots=True)
 class WgmmaLoop:
     """The sm_90a skeleton's schedule: warp roles (one producer warpgroup whose one thread
@@ -475,7 +478,14 @@ class WgmmaLoop:
     # two consumer warpgroups take turns at the tensor cores (named barriers): one issues its
     # MMAs while the other runs its statements (needs issue_ahead and two consumers)
     pingpong: bool = False
+    # the grid's tiles of rows launched last first (LONGEST_FIRST) where the mask gives the
+    # later tiles more blocks, and why
+    tile_order: Choice = Choice("in order", "the default")
 
     @property
     def threads(self) -> int:
         return 128 * (1 + self.consumers)
+
+    @property
+    def rows_reversed(self) -> bool:
+        return self.tile_order.value == LONGEST_FIRST

@@ -27,6 +27,7 @@
 // Warp roles: 1 producer warpgroup + 2 consumer warpgroup(s) of 64 rows (warp specialization: one thread of the producer issues every copy-engine load (setmaxnreg 24) while the consumers (setmaxnreg 240) multiply and run the statements)
 // Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros)
 // Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together; ping-pong between the 2 consumer warpgroups (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so one's statements run while another's MMAs do)
+// Tile order: longest first (the mask's last column rises with the row, so the tiles further down visit more blocks: launched first (blockIdx.x counts from the last tile), the short tiles fill the last wave instead of a long one running alone)
 // ============================================================================================
 namespace attention_fwd_cfg {
 using Element = __nv_bfloat16;
@@ -157,6 +158,18 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* dst, float x0, float x
 }
 __device__ __forceinline__ void store_pair(float* dst, float x0, float x1) {
   *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
+}
+
+// A mask's bound on the columns, as the integer column it allows first or last (clamped to
+// [-1, loop_len]): exact while rows, columns and offsets are integers below 2^24, where float
+// holds every integer and the element-wise comparison computes the same value.
+__device__ __forceinline__ int first_col_at_least(float x, bool strict, int loop_len) {
+  const float c = strict ? floorf(x) + 1.0f : ceilf(x);  // the least integer >= x (> x)
+  return static_cast<int>(fminf(fmaxf(c, -1.0f), static_cast<float>(loop_len)));
+}
+__device__ __forceinline__ int last_col_at_most(float x, bool strict, int loop_len) {
+  const float c = strict ? ceilf(x) - 1.0f : floorf(x);  // the greatest integer <= x (< x)
+  return static_cast<int>(fminf(fmaxf(c, -1.0f), static_cast<float>(loop_len)));
 }
 
 // Row reductions: combine an element into a running value; merge two running values.
@@ -381,8 +394,27 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   const int head = blockIdx.y;
   const int kv_head = head / p.group;  // GQA: query heads per KV head
   const int batch = blockIdx.z;
-  const int row0 = blockIdx.x * kRowsPerCta;
+  const int row0 = (gridDim.x - 1 - blockIdx.x) * kRowsPerCta;  // the last tile of rows first
   const int blocks = (p.loop_len + kBlock - 1) / kBlock;
+
+  // The blocks this tile of rows visits: blocks masked in full for every row of the tile are skipped (1 bound on col); inside the mask its predicate is known true.
+  // [first_block, end_block): a block outside is masked in full for every row of the tile;
+  // [inside_begin, inside_end): every element of a block inside passes the mask.
+  int first_block = 0, end_block = blocks, inside_begin = 0, inside_end = blocks;
+  {
+    const float row_lo = static_cast<float>(row0);
+    const float row_hi = static_cast<float>(min(row0 + kTileM, p.rows) - 1);
+    {  // col <= 1 * row + offset
+      const float offset = 0.0f;
+      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, p.loop_len);
+      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, p.loop_len);
+      end_block = min(end_block, any_col < 0 ? 0 : any_col / kBlock + 1);
+      inside_end = min(inside_end, all_col < 0 ? 0 : (all_col + 1) / kBlock);
+    }
+  }
+  // Every thread computes the same range: the producer loads, and each consumer takes, the
+  // same `visits` blocks, so their ring slots and mbarrier phases agree (none: both skip)
+  const int visits = max(end_block - first_block, 0);
   (void)kv_head;
   const unsigned q_full = smem_address(&smem.barriers[0]);
   const unsigned k_full = q_full + 8, k_empty = k_full + 8 * kStages;
@@ -415,10 +447,10 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
       const int k_smem_batch = p.K_bs != 0 ? batch : 0;
       const int v_smem_head = p.V_hs != 0 ? kv_head : 0;
       const int v_smem_batch = p.V_bs != 0 ? batch : 0;
-      for (int block = 0; block < blocks; ++block) {
-        const int slot = block % kStages;
-        const unsigned phase = (block / kStages) & 1;
-        const int kv0 = block * kBlock;
+      for (int visit = 0; visit < visits; ++visit) {  // block first_block + visit
+        const int slot = visit % kStages;
+        const unsigned phase = (visit / kStages) & 1;
+        const int kv0 = (first_block + visit) * kBlock;
         mbarrier_wait(k_empty + 8 * slot, phase ^ 1);  // the consumers are done with the slot
         mbarrier_expect_tx(k_full + 8 * slot, k_k_smem_slot_bytes);
         for (int box = 0; box < k_k_smem_boxes; ++box)
@@ -462,14 +494,18 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   mbarrier_wait(q_full, 0);
 
   // Ping-pong: the consumer warpgroups take turns in a cycle; the first takes the first turn
-  if (consumer == kConsumers - 1 && blocks > 0) named_barrier_arrive(2, 2 * kWarpgroupThreads);
+  if (consumer == kConsumers - 1 && visits > 0) named_barrier_arrive(2, 2 * kWarpgroupThreads);
+  // The first and the last block evaluate the mask's predicates (its edge, mostly; a flag read
+  // per element there costs registers the consumers do not have)
   // The first block apart: no accumulating gemm of a previous block in flight
-  if (blocks > 0) {
-    const int block = 0;
-    const int slot = block % kStages;
-    const unsigned phase = (block / kStages) & 1;
-    const int prev_slot = (block + kStages - 1) % kStages;
-    const unsigned prev_phase = ((block - 1) / kStages) & 1;
+  if (visits > 0) {
+    const int visit = 0;  // the ring's count: its slot and phase
+    const int block = first_block + visit;
+    const int slot = visit % kStages;
+    const unsigned phase = (visit / kStages) & 1;
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
+    const int prev_slot = (visit + kStages - 1) % kStages;
+    const unsigned prev_phase = ((visit - 1) / kStages) & 1;
     (void)prev_slot; (void)prev_phase;
     const int kv0 = block * kBlock;
     const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
@@ -504,7 +540,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v4[j][e] = static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f;
+        v4[j][e] = interior ? 1.0f : (static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f);
         v7[j][e] = p.scale * acc0[j][e];
         v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
       }
@@ -639,13 +675,19 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
     // o += s @ V: issued with the next block's S (or after the loop)
   }
-  // The blocks before the last: every column exists (no bounds checks)
-  for (int middle = 1; middle < blocks - 1; ++middle) {
-    const int block = middle;
-    const int slot = block % kStages;
-    const unsigned phase = (block / kStages) & 1;
-    const int prev_slot = (block + kStages - 1) % kStages;
-    const unsigned prev_phase = ((block - 1) / kStages) & 1;
+  // The blocks before the last: every column exists (no bounds checks); in three runs, on the
+  // mask's edge before its interior, inside it (its predicates read 1), on its edge after
+  const int middle_end = max(visits - 1, 1);
+  const int inside_from = min(max(inside_begin - first_block, 1), middle_end);
+  const int inside_to = min(max(inside_end - first_block, inside_from), middle_end);
+  for (int middle = 1; middle < inside_from; ++middle) {
+    const int visit = middle;  // the ring's count: its slot and phase
+    const int block = first_block + visit;
+    const int slot = visit % kStages;
+    const unsigned phase = (visit / kStages) & 1;
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
+    const int prev_slot = (visit + kStages - 1) % kStages;
+    const unsigned prev_phase = ((visit - 1) / kStages) & 1;
     (void)prev_slot; (void)prev_phase;
     const int kv0 = block * kBlock;
     const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
@@ -689,7 +731,391 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v4[j][e] = static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f;
+        v4[j][e] = interior ? 1.0f : (static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f);
+        v7[j][e] = p.scale * acc0[j][e];
+        v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
+      }
+    }
+    float v10[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v10[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v10[i] = red_max(v10[i], v9[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 1));
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 2));
+    }
+    float v11[2];
+    float v12[2];
+    float v14[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v11[i] = fmaxf(carry_m[i], v10[i]);
+      v12[i] = v11[i] == (-kInf) ? 1.0f : 0.0f;
+      v14[i] = v12[i] != 0.0f ? 0.0f : v11[i];
+    }
+    float v15[kBlockN8][4];
+    float v16[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v15[j][e] = v9[j][e] - v14[i];
+        v16[j][e] = exp2f((v15[j][e]) * kLog2e);
+      }
+    }
+    // the previous block's o completes before its registers change
+    wgmma_wait<0>();
+    fence_operand(acc1);
+    fence_operand(hand);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(v_empty + 8 * (prev_slot));  // this warp is done with the V slot
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers (kept until the next block's S is issued beside it)
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        const float handed = col < kNoEnd ? v16[j][e] : 0.0f;
+        if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
+        else handed_even = handed;
+      }
+    }
+    float v17[2];
+    float v18[2];
+    float v19[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v17[i] = carry_m[i] - v14[i];
+      v18[i] = exp2f((v17[i]) * kLog2e);
+      v19[i] = carry_l[i] * v18[i];
+    }
+    float v20[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v20[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v20[i] = red_add(v20[i], v16[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 1));
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 2));
+    }
+    float v21[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v21[i] = v19[i] + v20[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v21[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v18[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v11[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
+    // o += s @ V: issued with the next block's S (or after the loop)
+  }
+  for (int middle = inside_from; middle < inside_to; ++middle) {
+    const int visit = middle;  // the ring's count: its slot and phase
+    const int block = first_block + visit;
+    const int slot = visit % kStages;
+    const unsigned phase = (visit / kStages) & 1;
+    constexpr bool interior = true;  // the mask holds: its predicates read 1
+    const int prev_slot = (visit + kStages - 1) % kStages;
+    const unsigned prev_phase = ((visit - 1) / kStages) & 1;
+    (void)prev_slot; (void)prev_phase;
+    const int kv0 = block * kBlock;
+    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
+    (void)kv0;
+    // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
+    mbarrier_wait(k_full + 8 * slot, phase);
+    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
+    float acc0[kBlockN8][4];
+    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
+      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+    }
+    wgmma_commit();
+    // the previous block's o += s @ V, in flight with this S
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
+      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
+                                      k_v_smem_box_bytes));
+    }
+    wgmma_commit();
+    named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
+    wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
+    fence_operand(acc0);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(k_empty + 8 * slot);  // this warp is done with the K slot
+
+    // s's epilogue
+    float v4[kBlockN8][4];
+    float v7[kBlockN8][4];
+    float v9[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v4[j][e] = interior ? 1.0f : (static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f);
+        v7[j][e] = p.scale * acc0[j][e];
+        v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
+      }
+    }
+    float v10[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v10[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v10[i] = red_max(v10[i], v9[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 1));
+      v10[i] = red_max(v10[i], __shfl_xor_sync(0xffffffffu, v10[i], 2));
+    }
+    float v11[2];
+    float v12[2];
+    float v14[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v11[i] = fmaxf(carry_m[i], v10[i]);
+      v12[i] = v11[i] == (-kInf) ? 1.0f : 0.0f;
+      v14[i] = v12[i] != 0.0f ? 0.0f : v11[i];
+    }
+    float v15[kBlockN8][4];
+    float v16[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v15[j][e] = v9[j][e] - v14[i];
+        v16[j][e] = exp2f((v15[j][e]) * kLog2e);
+      }
+    }
+    // the previous block's o completes before its registers change
+    wgmma_wait<0>();
+    fence_operand(acc1);
+    fence_operand(hand);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(v_empty + 8 * (prev_slot));  // this warp is done with the V slot
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers (kept until the next block's S is issued beside it)
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        const float handed = col < kNoEnd ? v16[j][e] : 0.0f;
+        if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
+        else handed_even = handed;
+      }
+    }
+    float v17[2];
+    float v18[2];
+    float v19[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v17[i] = carry_m[i] - v14[i];
+      v18[i] = exp2f((v17[i]) * kLog2e);
+      v19[i] = carry_l[i] * v18[i];
+    }
+    float v20[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) v20[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v20[i] = red_add(v20[i], v16[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 1));
+      v20[i] = red_add(v20[i], __shfl_xor_sync(0xffffffffu, v20[i], 2));
+    }
+    float v21[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v21[i] = v19[i] + v20[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v21[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v18[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v11[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
+    // o += s @ V: issued with the next block's S (or after the loop)
+  }
+  for (int middle = inside_to; middle < middle_end; ++middle) {
+    const int visit = middle;  // the ring's count: its slot and phase
+    const int block = first_block + visit;
+    const int slot = visit % kStages;
+    const unsigned phase = (visit / kStages) & 1;
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
+    const int prev_slot = (visit + kStages - 1) % kStages;
+    const unsigned prev_phase = ((visit - 1) / kStages) & 1;
+    (void)prev_slot; (void)prev_phase;
+    const int kv0 = block * kBlock;
+    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
+    (void)kv0;
+    // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
+    mbarrier_wait(k_full + 8 * slot, phase);
+    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
+    float acc0[kBlockN8][4];
+    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
+      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+    }
+    wgmma_commit();
+    // the previous block's o += s @ V, in flight with this S
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
+      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
+                                      k_v_smem_box_bytes));
+    }
+    wgmma_commit();
+    named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
+    wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
+    fence_operand(acc0);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(k_empty + 8 * slot);  // this warp is done with the K slot
+
+    // s's epilogue
+    float v4[kBlockN8][4];
+    float v7[kBlockN8][4];
+    float v9[kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v4[j][e] = interior ? 1.0f : (static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f);
         v7[j][e] = p.scale * acc0[j][e];
         v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
       }
@@ -831,12 +1257,14 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     // o += s @ V: issued with the next block's S (or after the loop)
   }
   // The last block: columns past the loop's end do not exist
-  if (blocks > 1) {
-    const int block = blocks - 1;
-    const int slot = block % kStages;
-    const unsigned phase = (block / kStages) & 1;
-    const int prev_slot = (block + kStages - 1) % kStages;
-    const unsigned prev_phase = ((block - 1) / kStages) & 1;
+  if (visits > 1) {
+    const int visit = visits - 1;  // the ring's count: its slot and phase
+    const int block = first_block + visit;
+    const int slot = visit % kStages;
+    const unsigned phase = (visit / kStages) & 1;
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
+    const int prev_slot = (visit + kStages - 1) % kStages;
+    const unsigned prev_phase = ((visit - 1) / kStages) & 1;
     (void)prev_slot; (void)prev_phase;
     const int kv0 = block * kBlock;
     const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
@@ -880,7 +1308,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v4[j][e] = static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f;
+        v4[j][e] = interior ? 1.0f : (static_cast<float>(col) <= static_cast<float>(row) ? 1.0f : 0.0f);
         v7[j][e] = p.scale * acc0[j][e];
         v9[j][e] = v4[j][e] != 0.0f ? v7[j][e] : (-kInf);
       }
@@ -1021,9 +1449,9 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
     // o += s @ V: issued with the next block's S (or after the loop)
   }
-  if (blocks > 0) {  // the last block's o += s @ V
-    const int prev_slot = (blocks - 1) % kStages;
-    const unsigned prev_phase = ((blocks - 1) / kStages) & 1;
+  if (visits > 0) {  // the last block's o += s @ V
+    const int prev_slot = (visits - 1) % kStages;
+    const unsigned prev_phase = ((visits - 1) / kStages) & 1;
     mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();

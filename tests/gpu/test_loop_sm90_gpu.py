@@ -136,3 +136,117 @@ def test_three_consumer_warpgroups_take_turns_in_a_cycle(monkeypatch):
     for s, t in ((1000, 4097), (17, 200), (385, 385)):
         q, k, v = _inputs(torch, 2, 4, 2, s, t, 64, seed=s)
         _check(run, q, k, v, 64, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks whose dead blocks are skipped (plan.bounds): the producer loads and the consumers take
+# only the blocks [first, end) of each tile of rows (tiles launched longest first), the middle
+# blocks inside the mask with its predicates folded to 1; rows (and whole tiles) that keep no
+# column end with O = 0 and lse = -inf exactly
+
+from tests.targets.test_loop_sm90 import (BOTTOM_RIGHT, CAUSAL, TOP_WINDOW, WINDOW,  # noqa: E402
+                                          masked)
+
+_KEEPS = {  # the masks in float64, as the .kg programs write them (w: the scalar)
+    CAUSAL: lambda row, col, s, t, w: col <= row,
+    BOTTOM_RIGHT: lambda row, col, s, t, w: col <= row + t - s,
+    WINDOW: lambda row, col, s, t, w: (col <= row + t - s) & (col > row + t - s - w),
+    TOP_WINDOW: lambda row, col, s, t, w: (col <= row) & (col > row - w),
+}
+
+
+def masked_reference(q, k, v, scale, mask, w):
+    """O and lse in float64 under `mask` (a key of _KEEPS), as the program's body reads."""
+    torch = pytest.importorskip("torch")
+    group = q.shape[1] // k.shape[1]
+    k = k.double().repeat_interleave(group, dim=1)
+    v = v.double().repeat_interleave(group, dim=1)
+    x = scale * (q.double() @ k.transpose(-1, -2))
+    s, t = x.shape[-2:]
+    row = torch.arange(s, device=x.device, dtype=torch.float64)[:, None]
+    col = torch.arange(t, device=x.device, dtype=torch.float64)[None, :]
+    keep = _KEEPS[mask](row, col, s, t, w)
+    x = torch.where(keep, x, -math.inf)
+    m = x.amax(-1)
+    m_use = torch.where(m == -math.inf, 0.0, m)
+    p = torch.exp(x - m_use[..., None])
+    l_sum = p.sum(-1)
+    o = torch.where(l_sum[..., None] == 0, 0.0, (p @ v) / l_sum[..., None])
+    lse = torch.where(l_sum == 0, -math.inf, m + torch.log(l_sum))
+    return o, lse, keep.any(-1)
+
+
+# (head dim, tile, stages, schedule values, mask, w, S, T)
+MASKED_CASES = [
+    (128, None, None, {}, CAUSAL, 0, 4097, 4097),
+    (128, None, None, {}, CAUSAL, 0, 1, 1),
+    (128, None, None, {}, CAUSAL, 0, 17, 1000),
+    (64, (64, 128), 2, {}, CAUSAL, 0, 1000, 1000),  # one consumer warpgroup
+    (128, (128, 64), 3, {}, CAUSAL, 0, 1000, 4097),  # the diagonal over two blocks: edge runs
+    (128, None, None, {}, BOTTOM_RIGHT, 0, 1000, 4097),
+    (128, None, None, {}, BOTTOM_RIGHT, 0, 4097, 1000),  # S > T: the first 24 tiles are empty
+    (128, None, None, {}, BOTTOM_RIGHT, 0, 1000, 17),
+    (64, None, None, {}, BOTTOM_RIGHT, 0, 17, 1),
+    (128, None, None, {}, BOTTOM_RIGHT, 0, 1, 4097),
+    (128, None, None, {"issue_ahead": False, "pingpong": False}, BOTTOM_RIGHT, 0, 4097, 1000),
+    (128, None, None, {}, WINDOW, 256, 4097, 4097),  # the ring starts past block 0
+    (128, None, None, {}, WINDOW, 100, 1000, 4097),  # misaligned: edges on both sides
+    (128, (128, 64), 3, {}, WINDOW, 300, 4097, 1000),
+    (64, (64, 128), 1, {}, WINDOW, 1000, 1000, 1000),
+    (64, None, None, {"issue_ahead": False, "pingpong": False}, WINDOW, 129, 1000, 4097),
+    (128, None, None, {}, TOP_WINDOW, 1, 1000, 1000),  # the diagonal only: no block inside
+    (128, None, None, {}, TOP_WINDOW, 300, 4097, 4097),
+    (128, None, None, {}, TOP_WINDOW, 500, 1000, 17),  # rows past T + w keep nothing
+]
+
+
+def _masked_id(case):
+    d, tile, stages, schedule, mask, w, s, t = case
+    name = {CAUSAL: "causal", BOTTOM_RIGHT: "bottom_right", WINDOW: "window",
+            TOP_WINDOW: "top_window"}[mask]
+    return (f"d{d}-{name}" + (f"{w}" if w else "") + (f"-{tile[0]}x{tile[1]}" if tile else "")
+            + (f"-s{stages}" if stages else "")
+            + "".join(f"-{k}={v}" for k, v in schedule.items()) + f"-S{s}-T{t}")
+
+
+@pytest.mark.parametrize("case", MASKED_CASES, ids=_masked_id)
+def test_masked_blocks_skipped_match_float64(case):
+    torch = _needs()
+    d, tile, stages, schedule, mask, w, s, t = case
+    run = _load(masked(mask, d=d, tile=tile, stages=stages), **schedule)
+    b, h, hkv = (2, 4, 2) if s * t <= 4_000_000 else (1, 4, 2)  # GQA: two query heads per KV
+    q, k, v = _inputs(torch, b, h, hkv, s, t, d, seed=s + 3 * t + w)
+    o = torch.full((b, h, s, d), math.nan, device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, h, s), math.nan, device="cuda", dtype=torch.float32)
+    scale = 1.0 / math.sqrt(d)
+    run(Q=q, K=k, V=v, O=o, lse=lse, scale=scale, w=float(w))
+    torch.cuda.synchronize()
+    ref_o, ref_lse, kept = masked_reference(q, k, v, scale, mask, w)
+    _close(o, ref_o, 2e-2, "O")
+    _close(lse, ref_lse, 1e-4, "lse")
+    empty = ~kept  # rows that keep no column: exactly as the reference says
+    if empty.any():
+        assert torch.equal(o[:, :, empty].float(), torch.zeros_like(o[:, :, empty].float()))
+        assert torch.isneginf(lse[:, :, empty]).all()
+    if mask in (BOTTOM_RIGHT, WINDOW) and s > t:
+        assert empty[: s - t].all()  # whole tiles of rows visit no block
+
+
+def test_three_consumers_skip_blocks_of_a_window(monkeypatch):
+    """192 rows, three consumers in a cycle, the same visits for each (named barriers)."""
+    from kgen.lower import program as lowering
+    from kgen.targets import loop_rules
+
+    torch = _needs()
+    monkeypatch.setattr(lowering.loop_rules, "wgmma_default", lambda *args, **kwargs: (
+        loop_rules.LoopConfig(192, 64, 2), "the test's"))
+    run = _load(masked(WINDOW, d=64))
+    for s, t, w in ((1000, 4097, 200), (4097, 1000, 333), (17, 17, 5)):
+        q, k, v = _inputs(torch, 2, 4, 2, s, t, 64, seed=s + w)
+        o = torch.full((2, 4, s, 64), math.nan, device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((2, 4, s), math.nan, device="cuda", dtype=torch.float32)
+        run(Q=q, K=k, V=v, O=o, lse=lse, scale=0.125, w=float(w))
+        torch.cuda.synchronize()
+        ref_o, ref_lse, _ = masked_reference(q, k, v, 0.125, WINDOW, w)
+        _close(o, ref_o, 2e-2, "O")
+        _close(lse, ref_lse, 1e-4, "lse")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 from kgen import ir
@@ -91,6 +93,10 @@ COMPILED = {
     "d64_shift_f16": lambda: lk.attention(64, shift=True, dtype=ir.DType.F16, arch=SM90A),
     "d128_128x64_s3": lambda: lk.attention(128, tile=(128, 64), stages=3, arch=SM90A),
     "d64_64x128_s1": lambda: lk.attention(64, tile=(64, 128), stages=1, arch=SM90A),
+    # masks whose blocks are skipped (plan.bounds): first/middle runs/last copies
+    "d128_bottom_right": lambda: masked(BOTTOM_RIGHT),
+    "d128_window": lambda: masked(WINDOW),
+    "d64_top_window_s3": lambda: masked(TOP_WINDOW, d=64, tile=(128, 64), stages=3),
 }
 
 
@@ -130,3 +136,192 @@ def test_both_overlaps_compile_without_spills_or_serialization(ahead):
     compiled = compile_cubin(source, plan.name, SM90A.value)
     assert compiled.resources().get("spill_stores", 0) == 0
     assert "serialized" not in compiled.log and "C7517" not in compiled.log, compiled.log
+
+
+# ---------------------------------------------------------------------------------------------
+# The blocks a tile of rows visits (plan.bounds) in the wgmma skeleton: the producer and the
+# consumers take the same blocks in the same order, the interior run only blocks inside the
+# mask, every block the mask touches visited
+
+MASKED = """kernel attention_fwd {{
+  target sm_90a
+  tensor Q : bf16[B, H, S, {d}] row
+  tensor K : bf16[B, HKV, T, {d}] row
+  tensor V : bf16[B, HKV, T, {d}] row
+  tensor O : bf16[B, H, S, {d}] row out
+  vector lse : f32[B, H, S] out
+  scalar scale : f32 = 0.125
+  scalar w : f32 = 256
+  loop kv over T {{
+{tile}    carry m : f32[row] = -inf
+    carry l : f32[row] = 0
+    gemm s = Q @ K^T accumulate f32 {{
+      epilogue {{
+        x = where({mask}, scale * acc, -inf)
+        m_new = max(m, rowmax(x))
+        m_use = where(m_new == -inf, 0, m_new)
+        s = exp(x - m_use)
+        r = exp(m - m_use)
+        l = l * r + rowsum(s)
+        o = o * r
+        m = m_new
+      }}
+    }}
+    gemm o += s @ V accumulate f32
+  }}
+  epilogue {{
+    O = where(l == 0, 0, o / l)
+    lse = where(l == 0, -inf, m + log(l))
+  }}
+}}
+"""
+
+CAUSAL = "col <= row"
+BOTTOM_RIGHT = "col <= row + T - S"
+WINDOW = "(col <= row + T - S) * (col > row + T - S - w)"
+TOP_WINDOW = "(col <= row) * (col > row - w)"
+ANTI = "col < T - row"  # the last column falls with the row
+
+
+def masked(mask: str, d: int = 128, tile: tuple[int, int] | None = None, stages: int = 2):
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    lines = f"    tile {tile[0]}x{tile[1]}  warps {tile[0] // 16}  stages {stages}\n" if tile \
+        else ""
+    module = parse(MASKED.format(d=d, mask=mask, tile=lines), "masked.kg")
+    verify(module)
+    return module.kernels[0]
+
+
+def _consumer_visits(visits, first_block, inside_begin, inside_end, first_middle):
+    """The consumers' visits as templates/sm90/loop.cu.j2 lays them out: (visit, interior),
+    the copy's constexpr interior: True where the mask's predicates read 1."""
+    seq = [(0, False)] if first_middle == 1 and visits > 0 else []
+    middle_end = max(visits - 1, first_middle)
+    inside_from = min(max(inside_begin - first_block, first_middle), middle_end)
+    inside_to = min(max(inside_end - first_block, inside_from), middle_end)
+    seq += [(v, False) for v in range(first_middle, inside_from)]
+    seq += [(v, True) for v in range(inside_from, inside_to)]
+    seq += [(v, False) for v in range(inside_to, middle_end)]
+    if visits > first_middle:
+        seq.append((visits - 1, False))
+    return seq
+
+
+# the lines of the emitted kernel _consumer_visits and the producer's range mirror
+# ({m}: the first middle visit, 1 with the first block apart, 0 in order)
+MIRRORED = [
+    "const int visits = max(end_block - first_block, 0);",
+    "for (int visit = 0; visit < visits; ++visit) {  // block first_block + visit",
+    "const int middle_end = max(visits - 1, {m});",
+    "const int inside_from = min(max(inside_begin - first_block, {m}), middle_end);",
+    "const int inside_to = min(max(inside_end - first_block, inside_from), middle_end);",
+    "for (int middle = {m}; middle < inside_from; ++middle) {",
+    "for (int middle = inside_from; middle < inside_to; ++middle) {",
+    "for (int middle = inside_to; middle < middle_end; ++middle) {",
+    "if (visits > {m}) {\n    const int visit = visits - 1;",
+    "const int block = first_block + visit;",
+]
+
+
+def _source(kernel, ahead=True):
+    import dataclasses
+
+    from kgen.targets.sm90.loop import emit_loop
+
+    plan = _built(kernel).plan
+    assert plan.wgmma is not None and plan.bounds.skips, plan.mma.why
+    plan = dataclasses.replace(plan, wgmma=dataclasses.replace(
+        plan.wgmma, issue_ahead=ahead, pingpong=ahead and plan.wgmma.consumers >= 2))
+    return plan, emit_loop(plan, source_name="t.kg", source_hash="0", command="kgen compile t.kg")
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["issue_ahead", "in_order"])
+def test_the_kernel_reads_the_bounds_in_producer_and_consumers(ahead):
+    plan, source = _source(masked(WINDOW), ahead)
+    m = 1 if ahead else 0
+    for line in MIRRORED:
+        assert line.replace("{m}", str(m)) in source, line
+    if ahead:
+        assert "if (visits > 0) {\n    const int visit = 0;" in source
+    # one ring count: the producer's and each consumer copy's slot and phase from `visit`
+    copies = 5 if ahead else 4
+    assert source.count("const int slot = visit % kStages;") == 1 + copies
+    assert source.count("const unsigned phase = (visit / kStages) & 1;") == 1 + copies
+    assert "block % kStages" not in source and "blocks - 1" not in source
+    assert source.count("constexpr bool interior = true;") == 1
+    assert source.count("constexpr bool interior = false;") == copies - 1
+    assert "const bool interior" not in source  # no flag read per element: registers
+    # the inside run: its predicates fold to 1 where the compiler sees interior's value
+    assert "interior ? 1.0f : (static_cast<float>(col) <= " in source
+    assert "(gridDim.x - 1 - blockIdx.x) * kRowsPerCta" in source
+    if ahead:  # the last block's accumulating gemm, after the loop, at the last visit's slot
+        assert "const int prev_slot = (visits - 1) % kStages;" in source
+        assert "const unsigned prev_phase = ((visits - 1) / kStages) & 1;" in source
+
+
+def test_a_program_without_a_mask_visits_every_block():
+    source = _built(lk.attention(128, arch=SM90A)).source
+    assert "const int first_block = 0, visits = blocks;  // no mask: every block" in source
+    assert "interior" not in source and "inside_begin" not in source
+    assert "const int row0 = blockIdx.x * kRowsPerCta;" in source
+    assert "// Tile order: in order" in source
+
+
+@pytest.mark.parametrize("mask, order", [
+    (CAUSAL, "longest first"), (BOTTOM_RIGHT, "longest first"), (WINDOW, "longest first"),
+    (ANTI, "in order"), ("col >= row", "in order"),
+])
+def test_row_tiles_run_longest_first_where_the_last_column_rises(mask, order):
+    plan = _built(masked(mask)).plan
+    assert plan.wgmma.tile_order.value == order, plan.wgmma.tile_order
+    assert plan.wgmma.rows_reversed is (order == "longest first")
+    assert ("(gridDim.x - 1 - blockIdx.x)" in _built(masked(mask)).source) is \
+        plan.wgmma.rows_reversed
+    assert not _built(lk.attention(64, arch=SM90A)).plan.wgmma.rows_reversed
+
+
+@pytest.mark.parametrize("mask, scalars", [
+    (CAUSAL, {}), (BOTTOM_RIGHT, {}), (WINDOW, {"w": 256}), (WINDOW, {"w": 100}),
+    (TOP_WINDOW, {"w": 300}), (ANTI, {}), ("col + w <= row", {"w": 70}),
+])
+@pytest.mark.parametrize("first_middle", [1, 0], ids=["issue_ahead", "in_order"])
+def test_producer_and_consumers_take_the_blocks_the_mask_touches(mask, scalars, first_middle):
+    """The skeleton's arithmetic (float32, as tests/lower/test_program_bounds.py models it) for
+    many sizes and every tile: the consumers take visits 0..visits-1 in order (the producer's
+    range, so slots and phases agree), every block with a kept element among them, the
+    constexpr-interior run only blocks every row keeps whole, an empty range where no row of
+    the tile keeps a column."""
+    from tests.lower.test_program_bounds import _keeps, _visits
+
+    plan_bounds = _built(masked(mask)).plan.bounds.bounds
+    rng = np.random.default_rng(11)
+    sizes = [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097), (4097, 4097),
+             (128, 128), (129, 256), (300, 64)]
+    sizes += [tuple(int(x) for x in rng.integers(1, 1500, 2)) for _ in range(12)]
+    for rows, loop_len in sizes:
+        for tile_m, block in ((128, 128), (128, 64), (64, 128), (192, 64)):
+            tiles = -(-rows // tile_m)
+            reversed_rows = [(tiles - 1 - x) * tile_m for x in range(tiles)]
+            assert sorted(reversed_rows) == list(range(0, rows, tile_m))
+            for row0 in reversed_rows:
+                blocks, first, end, i0, i1 = _visits(plan_bounds, row0, tile_m, rows,
+                                                     loop_len, block, scalars)
+                visits = max(end - first, 0)
+                seq = _consumer_visits(visits, first, i0, i1, first_middle)
+                assert [v for v, _ in seq] == list(range(visits)), (mask, rows, loop_len, row0)
+                rows_idx = np.arange(row0, min(row0 + tile_m, rows))
+                for j in range(blocks):
+                    cols = np.arange(j * block, min((j + 1) * block, loop_len))
+                    keep = _keeps(plan_bounds, rows_idx, cols, scalars, rows, loop_len)
+                    if keep.any():
+                        assert first <= j < first + visits, (mask, rows, loop_len, row0, j)
+                for v, interior in seq:
+                    j = first + v
+                    cols = np.arange(j * block, min((j + 1) * block, loop_len))
+                    keep = _keeps(plan_bounds, rows_idx, cols, scalars, rows, loop_len)
+                    if interior:
+                        assert keep.all(), (mask, rows, loop_len, row0, j)
+                    if first_middle <= v < visits - 1:  # a middle copy: every column exists
+                        assert (j + 1) * block <= loop_len

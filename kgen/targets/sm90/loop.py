@@ -10,8 +10,8 @@ from ...enums import Op
 from ...plan import program as pp
 from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
-from ..common.loop import (CStatement, _aligned, _fields, _header, _loop_chunks, _params_guard,
-                           literal, statements)
+from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
+                           _params_guard, literal, statements)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -25,7 +25,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
         "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
     ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
-    body = statements(plan.body, "p.loop_len", ops=ops)
+    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold, ops=ops)
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
@@ -35,7 +35,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         arch_guard=guard_for(plan.name, plan.arch, wgmma=True),
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, tail=tail,
         aligned=_aligned(plan), loop_chunks=_loop_chunks(plan), element=plan.dtype.cpp,
-        mma_ab=plan.dtype.dsl_name, block=plan.block, n1=plan.gemm1.n,
+        mma_ab=plan.dtype.dsl_name, block=plan.block, n1=plan.gemm1.n, bounds=_bounds(plan),
         carries=[(name, literal(init)) for name, init in plan.carries],
         # what the consumers address directly: outputs and vectors (the copy engine reads
         # the tensors through their maps)

@@ -11,8 +11,9 @@ from ..loop_rules import BOX_COLS, LoopConfig
 
 
 def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
-               query_heads) -> pp.WgmmaLoop:
-    """`a`, `b`, `c`: the ir.Params of Q (rows x K0), K ([loop, K0]) and V ([loop, N1])."""
+               query_heads, bounds: pp.LoopBounds) -> pp.WgmmaLoop:
+    """`a`, `b`, `c`: the ir.Params of Q (rows x K0), K ([loop, K0]) and V ([loop, N1]);
+    `bounds`: the blocks each tile of rows visits (plan.bounds)."""
     q = pp.WgmmaTile("q_smem", a.name, config.tile_m, k0 // BOX_COLS, 1, 0)
     k = pp.WgmmaTile("k_smem", b.name, config.block, k0 // BOX_COLS, config.stages, q.bytes)
     v = pp.WgmmaTile("v_smem", c.name, config.block, n1 // BOX_COLS, config.stages,
@@ -56,4 +57,21 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
             + ("; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so "
                "one's statements run while another's MMAs do" if pingpong else
                "; one consumer warpgroup: no ping-pong")),
-        issue_ahead=True, pingpong=pingpong)
+        issue_ahead=True, pingpong=pingpong, tile_order=tile_order(bounds))
+
+
+def tile_order(bounds: pp.LoopBounds) -> pp.Choice:
+    """The order of the grid's tiles of rows: longest first where a tile further down visits
+    at least as many blocks as the one above it (an upper bound on col rising with the row, as
+    in causal masks; no upper bound falling with it), else in order."""
+    rising = any(b.upper and b.slope == 1 for b in bounds.bounds)
+    falling = any(b.upper and b.slope == -1 for b in bounds.bounds)
+    if rising and not falling:
+        return pp.Choice(pp.LONGEST_FIRST, (
+            "the mask's last column rises with the row, so the tiles further down visit more "
+            "blocks: launched first (blockIdx.x counts from the last tile), the short tiles "
+            "fill the last wave instead of a long one running alone"))
+    return pp.Choice("in order", "every tile visits about as many blocks (no mask, or none "
+                                 "whose last column rises with the row)" if not falling else
+                     "the mask's last column falls with the row: the first tiles are the "
+                     "longest already")
