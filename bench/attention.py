@@ -6,6 +6,7 @@ causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
 
     python3 bench/attention.py            # prints a table (and --json FILE writes it)
+    python3 bench/attention.py --long     # sm_90a at S 16384 and with GQA 8:1
 """
 from __future__ import annotations
 
@@ -45,10 +46,12 @@ def timed(fn, reps: int = 30) -> float:
 
 def sdpa(backend, q, k, v, causal):
     from torch.nn.attention import sdpa_kernel
+    gqa = k.shape[1] != q.shape[1]
 
     def run():
         with sdpa_kernel(backend):
-            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                             enable_gqa=gqa)
     return run
 
 
@@ -68,6 +71,9 @@ def once() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
+    parser.add_argument("--long", action="store_true",
+                        help="the sm_90a kernel only, at S 16384 and with GQA 8:1 (16 query "
+                             "heads, 2 KV heads) at S 4096, beside SDPA's flash and cuDNN")
     parser.add_argument("--once", action="store_true",
                         help="one ragged causal GQA call of each target's kernel, no timing "
                              "(for compute-sanitizer)")
@@ -75,6 +81,8 @@ def main() -> None:
     if args.once:
         return once()
     from torch.nn.attention import SDPBackend
+    if args.long:
+        return long_rows(SDPBackend, args.json)
 
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -117,6 +125,42 @@ def main() -> None:
                 print(f"{d:>4} {s:>5} {str(causal):>6} {cells}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+def long_rows(SDPBackend, json_path: str | None) -> None:
+    """S 16384 (batch 1) at D 64 and 128, and GQA 8:1 at D 128, S 4096: sm_90a against SDPA."""
+    backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
+                "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+    rows = []
+    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens; TFLOP/s")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(
+        f"{n:>12}" for n in ["kgen_sm90a", *backends]))
+    cases = [(d, 16384, c, HEADS) for d in (64, 128) for c in (False, True)]
+    cases += [(128, 4096, c, 2) for c in (False, True)]
+    for d, s, causal, kv_heads in cases:
+        batch = TOKENS // s
+        q = torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
+        k, v = (torch.randn(batch, kv_heads, s, d, device="cuda").bfloat16() for _ in range(2))
+        o = torch.empty_like(q)
+        lse = torch.empty(batch, HEADS, s, device="cuda")
+        flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
+        row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads}
+        run = load_built(build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS,
+                                                     arch=ir.Arch.SM90A), ir.Arch.SM90A))
+        ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
+        row["kgen_sm90a"] = flops / ms / 1e9
+        for name, backend in backends.items():
+            try:
+                row[name] = flops / timed(sdpa(backend, q, k, v, causal)) / 1e9
+            except RuntimeError as err:
+                row[name] = None
+                print(f"  {name}: {str(err).splitlines()[0]}")
+        rows.append(row)
+        cells = " ".join(f"{row[n]:12.1f}" if row[n] is not None else f"{'-':>12}"
+                         for n in ["kgen_sm90a", *backends])
+        print(f"{d:>4} {s:>6} {str(causal):>6} {HEADS}/{kv_heads:<3} {cells}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def _run(kernel, sizes, kind=None):
     s = built.plan.schedule
     shared = {(2, 1): "b", (1, 2): "a"}[s.scheduler.cluster.shape]
     assert s.multicast == shared
-    assert getattr(s.gemms[0], shared).load is LoadPath.TMA_MULTICAST
+    assert getattr(s.gemms[0].pipeline, shared).load is LoadPath.TMA_MULTICAST
     if kind is not None:
         assert s.scheduler.kind is KernelKind(kind.removesuffix("64").split("_")[0])
     report = run(built.kernel, built.plan, built.source, sizes, check=True)
