@@ -156,6 +156,25 @@ __device__ __forceinline__ float red_max(float a, float b) { return fmaxf(a, b);
 __device__ __forceinline__ float red_min(float a, float b) { return fminf(a, b); }
 __device__ __forceinline__ float red_absmax(float a, float b) { return fmaxf(a, fabsf(b)); }
 }  // namespace attention_fwd_window_cfg
+namespace attention_fwd_window_cfg {
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Stores a warp's [16, 8 * kN8] fragments as pairs, rows past `rows` left out.
+template <int kN8, typename T>
+__device__ __forceinline__ void store_fragments(T* dst, long long ld, const float (&out)[kN8][4],
+                                                int row_base, int rows, int quad_col) {
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + 8 * h;
+      if (row < rows) store_pair(dst + row * ld + quad_col + j * 8, out[j][2 * h], out[j][2 * h + 1]);
+    }
+  }
+}
+}  // namespace attention_fwd_window_cfg
 // ============================================================================================
 // Device helpers of the loop skeleton: swizzled tiles, cp.async, ldmatrix, mma.sync m16n8k16
 // ============================================================================================
@@ -166,10 +185,6 @@ namespace attention_fwd_window_cfg {
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
   return (row * kChunks + (chunk ^ ((row >> kShift) & kMask))) * 16;
-}
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 // 16 bytes global -> shared, asynchronously; `bytes` 0 writes zeros (a row past the end).
@@ -246,20 +261,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
 }  // namespace attention_fwd_window_cfg
 
 namespace attention_fwd_window_cfg {
-// Stores a warp's [16, 8 * kN8] fragments as pairs, rows past `rows` left out.
-template <int kN8, typename T>
-__device__ __forceinline__ void store_fragments(T* dst, long long ld, const float (&out)[kN8][4],
-                                                int row_base, int rows, int quad_col) {
-#pragma unroll
-  for (int j = 0; j < kN8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row_base + 8 * h;
-      if (row < rows) store_pair(dst + row * ld + quad_col + j * 8, out[j][2 * h], out[j][2 * h + 1]);
-    }
-  }
-}
-
 // The streamed block `block` of the loop into ring slot `slot`.
 __device__ __forceinline__ void load_block(SharedStorage& smem, const Element* g_b,
                                            long long ld_b, const Element* g_c, long long ld_c,

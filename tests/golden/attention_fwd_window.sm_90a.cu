@@ -179,6 +179,25 @@ __device__ __forceinline__ float red_max(float a, float b) { return fmaxf(a, b);
 __device__ __forceinline__ float red_min(float a, float b) { return fminf(a, b); }
 __device__ __forceinline__ float red_absmax(float a, float b) { return fmaxf(a, fabsf(b)); }
 }  // namespace attention_fwd_window_cfg
+namespace attention_fwd_window_cfg {
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Stores a warp's [16, 8 * kN8] fragments as pairs, rows past `rows` left out.
+template <int kN8, typename T>
+__device__ __forceinline__ void store_fragments(T* dst, long long ld, const float (&out)[kN8][4],
+                                                int row_base, int rows, int quad_col) {
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + 8 * h;
+      if (row < rows) store_pair(dst + row * ld + quad_col + j * 8, out[j][2 * h], out[j][2 * h + 1]);
+    }
+  }
+}
+}  // namespace attention_fwd_window_cfg
 
 namespace attention_fwd_window_cfg {
 
@@ -255,10 +274,6 @@ template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 // The box of the rank-4 `map` (columns, rows, heads, batches) at (col, row, head, batch) into
 // shared memory at `dst`; its bytes count on `bar`. Elements past the tensor arrive as zeros.
 __device__ __forceinline__ void tma_load_box_4d(unsigned dst, const void* map, unsigned bar, int col,
@@ -270,12 +285,11 @@ __device__ __forceinline__ void tma_load_box_4d(unsigned dst, const void* map, u
       : "memory");
 }
 
-// A wgmma descriptor of a K-major operand at `address`: rows of 128 bytes (64 16-bit k) in the
-// 128-byte swizzle (the copy engine's boxes, 1024-byte aligned), 8-row groups 1024 bytes apart.
-// Fields in 16-byte units: start address (bits 0-13), leading byte offset (16-29, unused with
-// this swizzle: 1), stride byte offset (32-45); swizzle mode 1 (128 bytes) in bits 62-63. A
-// k16 step inside a row is 32 bytes on.
-__device__ __forceinline__ unsigned long long descriptor_k(unsigned address) {
+// A wgmma operand descriptor for the tile at `address`: rows of 128 bytes in the 128-byte
+// swizzle (the layouts above, 1024-byte aligned), 8-row groups 1024 bytes apart. Fields, each
+// in 16-byte units: start address (bits 0-13), leading byte offset (16-29, unused with this
+// swizzle: 1), stride byte offset (32-45); the swizzle mode in bits 62-63 (1: 128 bytes).
+__device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) {
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16) |
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
@@ -361,19 +375,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Stores a warp's [16, 8 * kN8] fragments as pairs, rows past `rows` left out.
-template <int kN8, typename T>
-__device__ __forceinline__ void store_fragments(T* dst, long long ld, const float (&out)[kN8][4],
-                                                int row_base, int rows, int quad_col) {
-#pragma unroll
-  for (int j = 0; j < kN8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row_base + 8 * h;
-      if (row < rows) store_pair(dst + row * ld + quad_col + j * 8, out[j][2 * h], out[j][2 * h + 1]);
-    }
-  }
-}
 }  // namespace attention_fwd_window_cfg
 
 // ============================================================================================
@@ -526,8 +527,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
@@ -739,8 +740,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
@@ -961,8 +962,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
@@ -1183,8 +1184,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
@@ -1406,8 +1407,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, descriptor_k(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               descriptor_k(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
+               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
