@@ -68,6 +68,52 @@ def once() -> None:
         print(arch.value, "ran; O finite:", bool(torch.isfinite(o).all()))
 
 
+def measure(d: int, s: int, causal: bool, kv_heads: int, archs, backends) -> dict:
+    """TFLOP/s of kgen's kernel for each target in `archs` and of each SDPA backend, on the
+    same fresh inputs: HEADS query heads, `kv_heads` key/value heads, batch TOKENS / s."""
+    batch = TOKENS // s
+    q = torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
+    k, v = (torch.randn(batch, kv_heads, s, d, device="cuda").bfloat16() for _ in range(2))
+    o = torch.empty_like(q)
+    lse = torch.empty(batch, HEADS, s, device="cuda")
+    flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
+    row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads}
+    for arch in archs:
+        run = load_built(build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS,
+                                                     arch=arch), arch))
+        ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
+        row[f"kgen_{arch.value.replace('_', '')}"] = flops / ms / 1e9
+    for name, backend in backends.items():
+        try:
+            row[name] = flops / timed(sdpa(backend, q, k, v, causal)) / 1e9
+        except RuntimeError as err:  # a backend this build or GPU lacks
+            row[name] = None
+            print(f"  {name}: {str(err).splitlines()[0]}")
+    return row
+
+
+def table(cases, archs, backends, json_path: str | None) -> None:
+    """One row per (D, S, causal, KV heads) of `cases`, printed as it lands."""
+    columns = [f"kgen_{a.value.replace('_', '')}" for a in archs] + list(backends)
+    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads; "
+          "TFLOP/s")
+    for d in sorted({c[0] for c in cases}):  # which skeleton kgen_sm90a runs, and how
+        plan = build_verified(lk.attention(d, arch=ir.Arch.SM90A), ir.Arch.SM90A).plan
+        skeleton = ("warp-specialized wgmma; " + plan.wgmma.overlap.value
+                    if plan.wgmma is not None else "mma.sync")
+        print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(f"{n:>18}" for n in columns))
+    rows = []
+    for d, s, causal, kv_heads in cases:
+        row = measure(d, s, causal, kv_heads, archs, backends)
+        rows.append(row)
+        cells = " ".join(f"{row[n]:18.1f}" if row[n] is not None else f"{'-':>18}"
+                         for n in columns)
+        print(f"{d:>4} {s:>6} {str(causal):>6} {f'{HEADS}/{kv_heads}':>6} {cells}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
@@ -81,86 +127,16 @@ def main() -> None:
     if args.once:
         return once()
     from torch.nn.attention import SDPBackend
-    if args.long:
-        return long_rows(SDPBackend, args.json)
 
-    backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
-                "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-                "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    rows = []
-    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} heads; TFLOP/s")
-    for d in (64, 128):  # which skeleton kgen_sm90a runs (the rulebook's choice), and how
-        plan = build_verified(lk.attention(d, arch=ir.Arch.SM90A), ir.Arch.SM90A).plan
-        skeleton = ("warp-specialized wgmma; " + plan.wgmma.overlap.value
-                    if plan.wgmma is not None else "mma.sync")
-        print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
-    print(f"{'D':>4} {'S':>5} {'causal':>6} " + " ".join(f"{n:>18}" for n in
-          ["kgen_sm80", "kgen_sm90a", *backends]))
-    for d in (64, 128):
-        for s in (1024, 4096):
-            for causal in (False, True):
-                batch = TOKENS // s
-                q, k, v = (torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
-                           for _ in range(3))
-                o = torch.empty_like(q)
-                lse = torch.empty(batch, HEADS, s, device="cuda")
-                flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
-                row = {"d": d, "s": s, "causal": causal}
-                for arch in (ir.Arch.SM80, ir.Arch.SM90A):
-                    run = load_built(build_verified(lk.attention(d, causal=causal, arch=arch),
-                                                    arch))
-                    scale = 1.0 / math.sqrt(d)
-                    ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=scale))
-                    row[f"kgen_{arch.value.replace('_', '')}"] = flops / ms / 1e9
-                for name, backend in backends.items():
-                    try:
-                        ms = timed(sdpa(backend, q, k, v, causal))
-                        row[name] = flops / ms / 1e9
-                    except RuntimeError as err:  # a backend this build or GPU lacks
-                        row[name] = None
-                        print(f"  {name}: {str(err).splitlines()[0]}")
-                rows.append(row)
-                cells = " ".join(f"{row[n]:18.1f}" if row[n] is not None else f"{'-':>18}"
-                                 for n in ["kgen_sm80", "kgen_sm90a", *backends])
-                print(f"{d:>4} {s:>5} {str(causal):>6} {cells}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-
-
-def long_rows(SDPBackend, json_path: str | None) -> None:
-    """S 16384 (batch 1) at D 64 and 128, and GQA 8:1 at D 128, S 4096: sm_90a against SDPA."""
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
-    rows = []
-    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens; TFLOP/s")
-    print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(
-        f"{n:>12}" for n in ["kgen_sm90a", *backends]))
-    cases = [(d, 16384, c, HEADS) for d in (64, 128) for c in (False, True)]
-    cases += [(128, 4096, c, 2) for c in (False, True)]
-    for d, s, causal, kv_heads in cases:
-        batch = TOKENS // s
-        q = torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
-        k, v = (torch.randn(batch, kv_heads, s, d, device="cuda").bfloat16() for _ in range(2))
-        o = torch.empty_like(q)
-        lse = torch.empty(batch, HEADS, s, device="cuda")
-        flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
-        row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads}
-        run = load_built(build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS,
-                                                     arch=ir.Arch.SM90A), ir.Arch.SM90A))
-        ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
-        row["kgen_sm90a"] = flops / ms / 1e9
-        for name, backend in backends.items():
-            try:
-                row[name] = flops / timed(sdpa(backend, q, k, v, causal)) / 1e9
-            except RuntimeError as err:
-                row[name] = None
-                print(f"  {name}: {str(err).splitlines()[0]}")
-        rows.append(row)
-        cells = " ".join(f"{row[n]:12.1f}" if row[n] is not None else f"{'-':>12}"
-                         for n in ["kgen_sm90a", *backends])
-        print(f"{d:>4} {s:>6} {str(causal):>6} {HEADS}/{kv_heads:<3} {cells}")
-    if json_path:
-        Path(json_path).write_text(json.dumps(rows, indent=1))
+    if args.long:
+        cases = [(d, 16384, c, HEADS) for d in (64, 128) for c in (False, True)]
+        cases += [(128, 4096, c, 2) for c in (False, True)]
+        return table(cases, (ir.Arch.SM90A,), backends, args.json)
+    backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
+    cases = [(d, s, c, HEADS) for d in (64, 128) for s in (1024, 4096) for c in (False, True)]
+    table(cases, (ir.Arch.SM80, ir.Arch.SM90A), backends, args.json)
 
 
 if __name__ == "__main__":
