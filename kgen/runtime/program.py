@@ -328,5 +328,5 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
         if min(dims) == 0 or address == 0:
             out += bytes(tma.MAP_BYTES)
             continue
-        out += tma._encode(p.dtype, address, dims, pitches, [64, m.box_rows, 1, 1], "L2_256B")
+        out += tma.encode_tiled(p.dtype, address, dims, pitches, [64, m.box_rows, 1, 1], "L2_256B")
     return out

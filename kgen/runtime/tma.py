@@ -17,8 +17,8 @@ from ..targets.sm90 import tensor_map as spelled  # TMA_DTYPE
 MAP_BYTES = 128  # sizeof(CUtensorMap)
 
 
-def _encode(dtype: DType, address: int, dims: list[int], pitches: list[int], box: list[int],
-            promotion: str) -> bytes:
+def encode_tiled(dtype: DType, address: int, dims: list[int], pitches: list[int],
+                 box: list[int], promotion: str) -> bytes:
     """cuTensorMapEncodeTiled of 16-bit values: `dims` innermost first, `pitches` in bytes
     (one fewer), in boxes of `box` with the 128-byte swizzle."""
     from cuda.bindings import driver as cu
@@ -41,7 +41,7 @@ def encode_2d(dtype: DType, address: int, rows: int, cols: int, ld: int,
     """The CUtensorMap of a matrix of 16-bit values (`rows` x `cols`, rows `ld` elements apart,
     columns contiguous) in boxes of `box` = (cols, rows) with the 128-byte swizzle. Elements
     past the matrix read as zeros and are clipped on stores."""
-    return _encode(dtype, address, [cols, rows], [ld * dtype.nbytes], list(box), promotion)
+    return encode_tiled(dtype, address, [cols, rows], [ld * dtype.nbytes], list(box), promotion)
 
 
 def encode_3d(dtype: DType, address: int, rows: int, cols: int, ld: int,
@@ -52,7 +52,7 @@ def encode_3d(dtype: DType, address: int, rows: int, cols: int, ld: int,
     that of a whole matrix."""
     if batch_stride == 0:
         batches, batch_stride = 1, ld * max(rows, 1)
-    return _encode(dtype, address, [cols, rows, batches],
+    return encode_tiled(dtype, address, [cols, rows, batches],
                    [ld * dtype.nbytes, batch_stride * dtype.nbytes], [*box, 1], promotion)
 
 
