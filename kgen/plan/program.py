@@ -446,6 +446,7 @@ class WgmmaTile:
         return self.slot_bytes * self.slots
 
 
+PERSISTENT = "persistent"  # WgmmaLoop.scheduler: CTAs that walk the tiles
 LONGEST_FIRST = "longest first"  # WgmmaLoop.tile_order: the grid's row tiles reversed
 
 
@@ -481,6 +482,10 @@ class WgmmaLoop:
     # the grid's tiles of rows launched last first (LONGEST_FIRST) where the mask gives the
     # later tiles more blocks, and why
     tile_order: Choice = Choice("in order", "the default")
+    # TILED: one CTA per (row tile, head, batch); PERSISTENT: min(tiles, resident CTAs) CTAs
+    # each walk the tiles blockIdx.x, + gridDim.x, ... (row tile outermost, in tile_order),
+    # the rings' count running across a CTA's tiles; and why
+    scheduler: Choice = Choice("tiled", "one CTA per tile of rows")
 
     @property
     def threads(self) -> int:
@@ -489,3 +494,7 @@ class WgmmaLoop:
     @property
     def rows_reversed(self) -> bool:
         return self.tile_order.value == LONGEST_FIRST
+
+    @property
+    def persistent(self) -> bool:
+        return self.scheduler.value == PERSISTENT

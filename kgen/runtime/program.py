@@ -34,8 +34,11 @@ def _dims(param: ProgramParam) -> tuple:
 
 
 def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
-                 sizes: Mapping[str, int] | None = None) -> BoundProgram:
-    """Check the arguments against the plan; the params struct's values and the grid."""
+                 sizes: Mapping[str, int] | None = None,
+                 ctas: int | None = None) -> BoundProgram:
+    """Check the arguments against the plan; the params struct's values and the grid. A
+    persistent sm_90a plan (plan.wgmma.persistent) runs min(tiles, `ctas`) CTAs (the resident
+    CTAs of the device; every tile its own CTA when None) in x, each walking the tiles."""
     known = {p.name for p in plan.params}
     unknown = [name for name in args if name not in known]
     if unknown:
@@ -107,8 +110,11 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             continue
         values.append(_member(p, arrays[p.name], f.name))
     grid_rows = -(-rows // (plan.tile_m if isinstance(plan, LoopPlan) else plan.rows_per_cta))
-    return BoundProgram(tuple(values), (max(grid_rows, 0), heads, batch_dims.get("B", 1)),
-                        resolved, arrays, shapes)
+    grid = (max(grid_rows, 0), heads, batch_dims.get("B", 1))
+    if isinstance(plan, LoopPlan) and plan.wgmma is not None and plan.wgmma.persistent:
+        tiles = grid[0] * grid[1] * grid[2]
+        grid = (min(tiles, ctas) if ctas is not None else tiles, 1, 1)
+    return BoundProgram(tuple(values), grid, resolved, arrays, shapes)
 
 
 def output_shapes(plan: ProgramPlan, shapes: Mapping[str, tuple],
@@ -239,6 +245,18 @@ class CompiledProgram:
         self._object = ObjectCode.from_cubin(cubin, name=plan.name)
         self._function = function_of(self._object, plan.name)
         allow_smem(self._function, plan.smem_bytes)
+        # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy),
+        # as a persistent gemm does (kgen/runtime/launch.py)
+        self.persistent_ctas = None
+        if isinstance(plan, LoopPlan) and plan.wgmma is not None and plan.wgmma.persistent:
+            from cuda.bindings import driver
+
+            from .device import check
+
+            per_sm = check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                self._function, plan.threads, plan.smem_bytes),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            self.persistent_ctas = info.sm_count * max(int(per_sm), 1)
         self._calls = CallPath(plan, lambda args, sizes: self)
 
     @property
@@ -252,7 +270,7 @@ class CompiledProgram:
     def bind(self, sizes: Mapping[str, int] | None = None, **args) -> BoundArguments:
         """The whole check of one call whose outputs are all given (CallPath allocates the
         others first): the params struct's values by member, the arrays, the grid."""
-        bound = bind_program(self.plan, args, sizes)
+        bound = bind_program(self.plan, args, sizes, self.persistent_ctas)
         if bound.missing:
             raise ArgumentError(f"{self.plan.name}: missing argument "
                                 f"{next(iter(bound.missing))!r}")

@@ -253,3 +253,25 @@ def wgmma_default(k0: int, n1: int, dtype: DType, tgt: Target, b_along: bool, c_
         first_refusal = wgmma_refusal(written, k0, n1, dtype, tgt, b_along, c_along) or \
             "no wgmma configuration keeps the written lines"
     return None, first_refusal
+
+
+# The tile scheduler (plan.wgmma.scheduler). Tiled: one CTA per (row tile, head, batch), each
+# loading its Q and starting its K/V ring alone. Persistent: min(tiles, SMs x CTAs per SM) CTAs
+# walk the tiles (row tile outermost, longest first under a causal mask), the producer loading
+# the next tile's Q (behind Q's empty mbarrier: Q has one buffer) and K/V while the consumers
+# finish this tile; the mbarriers fit the rounding wgmma_smem_bytes already leaves (8 x (2 + 4
+# stages) <= 128 for stages <= 3; 256 past). Tiled stays the default until the persistent
+# variant has run on the GPU suite (tests/gpu/test_loop_sm90_gpu.py) and the bench
+# (bench/attention.py's persistent column); persistent is a plan option until then.
+WGMMA_PERSISTENT = False
+
+
+def wgmma_scheduler(persistent: bool = WGMMA_PERSISTENT) -> tuple[str, str]:
+    """The scheduler's value and why (plan.program.WgmmaLoop.scheduler)."""
+    if persistent:
+        return ("persistent", "min(tiles, SMs x CTAs per SM) CTAs each walk the tiles blockIdx.x, "
+                "+ gridDim.x, ... (row tile outermost, then head, then batch): a CTA's next Q "
+                "and K/V blocks load while its consumers finish this tile, and no tail of "
+                "one-tile CTAs; the K/V rings' count runs across a CTA's tiles")
+    return ("tiled", "one CTA per tile of rows (the rulebook's default: the persistent scheduler "
+                     "is a plan option until measured)")

@@ -250,3 +250,110 @@ def test_three_consumers_skip_blocks_of_a_window(monkeypatch):
         ref_o, ref_lse, _ = masked_reference(q, k, v, 0.125, WINDOW, w)
         _close(o, ref_o, 2e-2, "O")
         _close(lse, ref_lse, 1e-4, "lse")
+
+
+# ---------------------------------------------------------------------------------------------
+# The persistent scheduler (plan.wgmma.scheduler, a plan option): min(tiles, resident CTAs)
+# CTAs each walk the tiles (row tile outermost, longest first under a causal mask), the K/V
+# rings' count and Q's phase running across a CTA's tiles; `ctas` caps the grid below the
+# device's resident CTAs (None: the device's), so a CTA walks many tiles, the rings wrapping at
+# every alignment; tiles that visit no block still store O = 0 and lse = -inf
+
+def _persistent(kernel, ctas):
+    from kgen.targets.sm90.loop_schedule import with_scheduler
+
+    built = build_verified(kernel, SM90A)
+    assert built.plan.wgmma is not None, built.plan.mma.why
+    persistent = with_scheduler(built.plan, True).wgmma.scheduler
+    run = _load(kernel, scheduler=persistent)
+    assert run.plan.wgmma.persistent and run.persistent_ctas >= 1
+    if ctas is not None:
+        run.persistent_ctas = ctas
+    return run
+
+
+# (head dim, tile, mask, w, B, H, HKV, S, T, CTAs)
+PERSISTENT_CASES = [
+    (128, None, CAUSAL, 0, 2, 4, 2, 4097, 4097, None),  # 264 tiles: more than the CTAs
+    (128, None, CAUSAL, 0, 2, 4, 2, 1000, 1000, 7),  # 64 tiles over 7 CTAs
+    (64, None, CAUSAL, 0, 2, 4, 2, 1000, 4097, 5),
+    (64, (64, 128), CAUSAL, 0, 2, 4, 2, 1000, 1000, 3),  # one consumer warpgroup
+    (128, (128, 64), CAUSAL, 0, 1, 4, 1, 1000, 4097, 4),  # three slots, GQA 4:1
+    (128, None, CAUSAL, 0, 2, 4, 2, 1, 1, None),  # 8 tiles: fewer than the CTAs
+    (128, None, CAUSAL, 0, 2, 4, 2, 17, 17, 3),
+    (128, None, None, 0, 2, 4, 2, 1000, 1000, 7),  # no mask: every tile visits every block
+    (64, None, None, 0, 2, 4, 2, 17, 4097, 3),
+    (128, None, None, 0, 2, 4, 2, 4097, 1, 11),
+    (128, None, BOTTOM_RIGHT, 0, 2, 4, 2, 4097, 1000, 5),  # the first 24 row tiles empty
+    (128, None, WINDOW, 256, 1, 4, 2, 4097, 4097, 6),
+    (128, None, WINDOW, 100, 2, 4, 2, 1000, 4097, None),
+    (64, None, WINDOW, 129, 2, 4, 2, 4097, 1000, 9),  # empty tiles between full ones
+    (128, None, TOP_WINDOW, 500, 2, 4, 2, 1000, 17, 2),  # rows past T + w keep nothing
+]
+
+
+def _persistent_id(case):
+    d, tile, mask, w, b, h, hkv, s, t, ctas = case
+    name = {None: "full", CAUSAL: "causal", BOTTOM_RIGHT: "bottom_right", WINDOW: "window",
+            TOP_WINDOW: "top_window"}[mask]
+    return (f"d{d}-{name}" + (f"{w}" if w else "") + (f"-{tile[0]}x{tile[1]}" if tile else "")
+            + f"-B{b}H{h}KV{hkv}-S{s}-T{t}-ctas{ctas or 'device'}")
+
+
+@pytest.mark.parametrize("case", PERSISTENT_CASES, ids=_persistent_id)
+def test_persistent_scheduler_matches_float64(case):
+    torch = _needs()
+    d, tile, mask, w, b, h, hkv, s, t, ctas = case
+    stages = 3 if tile == (128, 64) else 2  # the case's three slots
+    kernel = (lk.attention(d, gqa=True, arch=SM90A, tile=tile, stages=stages if tile else None)
+              if mask is None else masked(mask, d=d, tile=tile, stages=stages))
+    run = _persistent(kernel, ctas)
+    q, k, v = _inputs(torch, b, h, hkv, s, t, d, seed=7 * s + t + w)
+    o = torch.full((b, h, s, d), math.nan, device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, h, s), math.nan, device="cuda", dtype=torch.float32)
+    scale = 1.0 / math.sqrt(d)
+    args = dict(Q=q, K=k, V=v, O=o, lse=lse, scale=scale)
+    if mask is not None:  # the masked programs take the scalar w (read by the windows only)
+        args["w"] = float(w)
+    tiles = -(-s // run.plan.tile_m) * h * b
+    assert run.bind(**args).grid == (min(tiles, run.persistent_ctas), 1, 1)
+    run(**args)
+    torch.cuda.synchronize()
+    if mask is None:
+        ref_o, ref_lse = attention_reference(q, k, v, scale, causal=False)
+        kept = None
+    else:
+        ref_o, ref_lse, kept = masked_reference(q, k, v, scale, mask, w)
+    _close(o, ref_o, 2e-2, "O")
+    _close(lse, ref_lse, 1e-4, "lse")
+    if kept is not None and (~kept).any():  # rows (and whole tiles) that keep no column
+        empty = ~kept
+        assert torch.equal(o[:, :, empty].float(), torch.zeros_like(o[:, :, empty].float()))
+        assert torch.isneginf(lse[:, :, empty]).all()
+    # a second launch on the same CTAs: the mbarriers start afresh, the outputs are the same
+    o2, lse2 = torch.full_like(o, math.nan), torch.full_like(lse, math.nan)
+    run(**dict(args, O=o2, lse=lse2))
+    torch.cuda.synchronize()
+    assert torch.equal(o2, o) and torch.equal(lse2, lse)
+
+
+def test_persistent_three_consumers_take_turns_across_tiles(monkeypatch):
+    """192 rows, three consumers in a cycle; a CTA walks many tiles of a window (empty ones
+    among them): the named barriers' turns stay in step from one tile to the next."""
+    from kgen.lower import program as lowering
+    from kgen.targets import loop_rules
+
+    torch = _needs()
+    monkeypatch.setattr(lowering.loop_rules, "wgmma_default", lambda *args, **kwargs: (
+        loop_rules.LoopConfig(192, 64, 2), "the test's"))
+    run = _persistent(masked(WINDOW, d=64), 5)
+    assert run.plan.wgmma.consumers == 3
+    for s, t, w in ((1000, 4097, 200), (4097, 1000, 333), (17, 17, 5)):
+        q, k, v = _inputs(torch, 2, 4, 2, s, t, 64, seed=s + w)
+        o = torch.full((2, 4, s, 64), math.nan, device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((2, 4, s), math.nan, device="cuda", dtype=torch.float32)
+        run(Q=q, K=k, V=v, O=o, lse=lse, scale=0.125, w=float(w))
+        torch.cuda.synchronize()
+        ref_o, ref_lse, _ = masked_reference(q, k, v, 0.125, WINDOW, w)
+        _close(o, ref_o, 2e-2, "O")
+        _close(lse, ref_lse, 1e-4, "lse")

@@ -325,3 +325,169 @@ def test_producer_and_consumers_take_the_blocks_the_mask_touches(mask, scalars, 
                         assert keep.all(), (mask, rows, loop_len, row0, j)
                     if first_middle <= v < visits - 1:  # a middle copy: every column exists
                         assert (j + 1) * block <= loop_len
+
+
+# ---------------------------------------------------------------------------------------------
+# The persistent scheduler (plan.wgmma.scheduler, a plan option; the rulebook's default tiled):
+# min(tiles, resident CTAs) CTAs each walk the tiles blockIdx.x, + gridDim.x, ...; the model
+# below mirrors the kernel's lines (PERSISTENT_MIRRORED, checked in the emitted source)
+
+def _persistent_source(kernel):
+    from kgen.targets.sm90.loop import emit_loop
+    from kgen.targets.sm90.loop_schedule import with_scheduler
+
+    plan = with_scheduler(_built(kernel).plan, True)
+    return plan, emit_loop(plan, source_name="t.kg", source_hash="0", command="kgen compile t.kg")
+
+
+PERSISTENT_MIRRORED = [
+    "const int tiles = row_tiles * p.heads * p.batches;",
+    "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {",
+    "const int row_tile = tile / (p.heads * p.batches);",
+    "const int head = tile % p.heads;",
+    "const int batch = tile / p.heads % p.batches;",
+    "mbarrier_wait(q_empty, (round & 1) ^ 1);",
+    "mbarrier_wait(q_full, round & 1);",
+    "const int slot = (ring + visit) % kStages;",
+    "const unsigned phase = ((ring + visit) / kStages) & 1;",
+    "const int ring_visit = ring + visit;",
+    "const int slot = ring_visit % kStages;",
+    "const unsigned phase = (ring_visit / kStages) & 1;",
+    "const int prev_slot = (ring_visit + kStages - 1) % kStages;",
+    "const unsigned prev_phase = ((ring_visit - 1) / kStages) & 1;",
+    "const int prev_slot = (ring + visits - 1) % kStages;",
+    "const unsigned prev_phase = ((ring + visits - 1) / kStages) & 1;",
+    "ring += visits;",
+]
+
+
+def _walk(cta, ctas, row_tiles, heads, batches, reversed_rows):
+    """The tiles CTA `cta` of `ctas` walks, in its order: (row tile, head, batch)."""
+    out = []
+    for tile in range(cta, row_tiles * heads * batches, ctas):
+        row_tile = tile // (heads * batches)
+        out.append(((row_tiles - 1 - row_tile) if reversed_rows else row_tile,
+                    tile % heads, tile // heads % batches))
+    return out
+
+
+def test_persistent_is_a_plan_option_and_the_default_stays_tiled():
+    from kgen.targets.sm90.loop_schedule import with_scheduler
+
+    plan = _built(lk.attention(128, causal=True, arch=SM90A)).plan
+    assert plan.wgmma.scheduler.value == "tiled" and not plan.wgmma.persistent
+    assert not loop_rules.WGMMA_PERSISTENT
+    persistent = with_scheduler(plan, True)
+    assert persistent.wgmma.persistent and "walk the tiles" in persistent.wgmma.scheduler.why
+    assert with_scheduler(persistent, False).wgmma == plan.wgmma
+    _, source = _persistent_source(lk.attention(128, causal=True, arch=SM90A))
+    assert "// Scheduler: persistent (" in source
+    assert "blockIdx.y" not in source and "blockIdx.z" not in source
+    assert "cudaDevAttrMultiProcessorCount" in source
+    # Q's empty mbarrier after its full one; the storage holds both
+    assert "unsigned long long barriers[2 + 4 * kStages];" in source
+    assert "mbarrier_init(q_empty, kConsumers * 4);" in source
+    for line in PERSISTENT_MIRRORED:
+        assert line in source, line
+    tiled = _built(lk.attention(128, causal=True, arch=SM90A)).source
+    assert "q_empty" not in tiled and "ring_visit" not in tiled and "blockIdx.y" in tiled
+
+
+@pytest.mark.parametrize("reversed_rows", [True, False])
+def test_the_persistent_walk_visits_every_tile_once(reversed_rows):
+    for row_tiles, heads, batches in ((1, 1, 1), (33, 4, 2), (8, 16, 1), (3, 5, 7), (1, 32, 3)):
+        tiles = row_tiles * heads * batches
+        everything = sorted((r, h, b) for r in range(row_tiles) for h in range(heads)
+                            for b in range(batches))
+        for ctas in sorted({1, 2, 3, 7, 64, 132, 263, tiles, tiles + 5}):
+            grid = min(tiles, ctas)
+            walked = [t for c in range(grid)
+                      for t in _walk(c, grid, row_tiles, heads, batches, reversed_rows)]
+            assert sorted(walked) == everything, (row_tiles, heads, batches, ctas)
+            # every CTA has a tile; the first tiles launched are the first row tile walked
+            assert all(_walk(c, grid, row_tiles, heads, batches, reversed_rows)
+                       for c in range(grid))
+            first = {_walk(c, grid, row_tiles, heads, batches, reversed_rows)[0][0]
+                     for c in range(min(grid, heads * batches))}
+            assert first == {row_tiles - 1 if reversed_rows else 0}
+
+
+def _ring(visit_counts, first_middle):
+    """Per tile of a CTA's walk, the producer's and each consumer's (slot, phase) sequences
+    as the kernel lays them out with a running count (`ring`), and the final accumulating
+    gemm's (prev_slot, prev_phase); stages 2 and 3."""
+    out = {}
+    for stages in (1, 2, 3):
+        ring, producer, consumer, last = 0, [], [], []
+        for visits in visit_counts:
+            producer += [((ring + v) % stages, ((ring + v) // stages) & 1)
+                         for v in range(visits)]
+            for visit, _ in _consumer_visits(visits, 0, 0, 0, first_middle):
+                ring_visit = ring + visit
+                consumer.append((ring_visit % stages, (ring_visit // stages) & 1))
+                if visit > 0:  # the previous block's gemm (issued ahead) reads its V slot
+                    prev = ((ring_visit + stages - 1) % stages, ((ring_visit - 1) // stages) & 1)
+                    assert prev == consumer[-2], (stages, visit_counts)
+            if visits > 0:
+                last.append(((ring + visits - 1) % stages, ((ring + visits - 1) // stages) & 1))
+                assert last[-1] == consumer[-1]
+            ring += visits
+        out[stages] = (producer, consumer)
+    return out
+
+
+@pytest.mark.parametrize("first_middle", [1, 0], ids=["issue_ahead", "in_order"])
+def test_the_running_ring_count_agrees_on_producer_and_consumers(first_middle):
+    import random
+
+    rng = random.Random(5)
+    walks = [[0], [1], [3, 0, 2], [0, 0, 5, 1], [7, 7, 7]] + [
+        [rng.choice((0, 0, 1, 2, 3, 4, 9, 33)) for _ in range(rng.randint(1, 12))]
+        for _ in range(40)]
+    for visit_counts in walks:
+        for stages, (producer, consumer) in _ring(visit_counts, first_middle).items():
+            assert producer == consumer, (stages, visit_counts)
+            # the sequence is the ring's: slot = n % stages, phase flips every `stages` loads
+            assert producer == [(n % stages, (n // stages) & 1)
+                                for n in range(sum(visit_counts))]
+
+
+def test_the_persistent_grid_is_the_resident_ctas_at_most_one_per_tile():
+    from kgen.runtime.program import bind_program
+    from kgen.targets.sm90.loop_schedule import with_scheduler
+    from tests.runtime.test_program_binding import attention_args
+
+    plan = _built(lk.attention(64, gqa=True, arch=SM90A)).plan
+    tiled = bind_program(plan, attention_args(s=1000), None, 132)
+    assert tiled.grid == (8, 8, 2)  # the tiled plan ignores the CTAs
+    plan = with_scheduler(plan, True)
+    assert bind_program(plan, attention_args(s=1000), None, 132).grid == (128, 1, 1)
+    assert bind_program(plan, attention_args(s=1000), None, 100).grid == (100, 1, 1)
+    assert bind_program(plan, attention_args(s=4097), None, 132).grid == (132, 1, 1)
+    assert bind_program(plan, attention_args(s=1000), None, None).grid == (128, 1, 1)
+    assert bind_program(plan, attention_args(s=0), None, 132).grid == (0, 1, 1)
+
+
+PERSISTENT_COMPILED = {
+    "d128_causal": lambda: lk.attention(128, causal=True, arch=SM90A),
+    "d64_full": lambda: lk.attention(64, arch=SM90A),
+    "d128_causal_gqa": lambda: lk.attention(128, causal=True, gqa=True, arch=SM90A),
+    "d128_window": lambda: masked(WINDOW),
+    "d64_top_window_s3": lambda: masked(TOP_WINDOW, d=64, tile=(128, 64), stages=3),
+    "d64_64x128": lambda: lk.attention(64, causal=True, tile=(64, 128), arch=SM90A),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", list(PERSISTENT_COMPILED))
+def test_nvrtc_compiles_the_persistent_variant_without_spills(which):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    plan, source = _persistent_source(PERSISTENT_COMPILED[which]())
+    compiled = compile_cubin(source, plan.name, SM90A.value)
+    resources = compiled.resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
+        resources
+    assert resources.get("stack_bytes", 0) == 0, resources
+    assert resources["registers"] >= 128, resources
+    assert "serialized" not in compiled.log and "C7517" not in compiled.log, compiled.log

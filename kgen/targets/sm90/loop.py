@@ -41,7 +41,8 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         # the tensors through their maps)
         pointers=[p for p in plan.params
                   if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out")],
-        tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype])
+        tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype],
+        persistent_grid=plan.wgmma.persistent)
 
 
 

@@ -4,6 +4,8 @@ each with why. The rulebook (kgen/targets/loop_rules.py, wgmma_default) has alre
 configuration; this only lays it out. The emitter (kgen/targets/sm90/loop.py) reads it."""
 from __future__ import annotations
 
+import dataclasses
+
 from ...enums import DType
 from ...plan import program as pp
 from .. import loop_rules
@@ -57,7 +59,16 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
             + ("; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so "
                "one's statements run while another's MMAs do" if pingpong else
                "; one consumer warpgroup: no ping-pong")),
-        issue_ahead=True, pingpong=pingpong, tile_order=tile_order(bounds))
+        issue_ahead=True, pingpong=pingpong, tile_order=tile_order(bounds),
+        scheduler=pp.Choice(*loop_rules.wgmma_scheduler()))
+
+
+def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
+    """The plan with the tile scheduler asked for (a plan option: the bench's and the tests'
+    persistent variant); everything else as the rulebook chose it."""
+    assert plan.wgmma is not None, "the sm_90a wgmma skeleton's plan"
+    choice = pp.Choice(*loop_rules.wgmma_scheduler(persistent))
+    return dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, scheduler=choice))
 
 
 def tile_order(bounds: pp.LoopBounds) -> pp.Choice:
