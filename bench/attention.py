@@ -1,6 +1,7 @@
 """Flash attention forward: kgen's loop kernel (written as a tile program, both targets' code:
 kgen_sm80 the mma.sync skeleton, kgen_sm90a the sm_90a skeleton the rulebook picks, the
-warp-specialized wgmma one) beside torch SDPA's flash, cuDNN and memory-efficient backends.
+warp-specialized wgmma one; kgen_sm90a_tiled and kgen_sm90a_persistent the same kernel with each
+tile scheduler, a plan option) beside torch SDPA's flash, cuDNN and memory-efficient backends.
 bf16, 16k tokens in all (batch = 16384 / S), head dims 64 and 128, S = T in {1024, 4096},
 causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
@@ -11,6 +12,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -55,6 +57,17 @@ def sdpa(backend, q, k, v, causal):
     return run
 
 
+def with_scheduler(built, persistent: bool):
+    """The built sm_90a kernel with the tile scheduler `persistent` picks (plan.wgmma.scheduler,
+    a plan value the rulebook sets; the bench times both)."""
+    from kgen.targets.sm90.loop import emit_loop
+    from kgen.targets.sm90.loop_schedule import with_scheduler as plan_with
+
+    plan = plan_with(built.plan, persistent)
+    source = emit_loop(plan, source_name="bench", source_hash="0", command="bench/attention.py")
+    return dataclasses.replace(built, plan=plan, source=source)
+
+
 def once() -> None:
     for arch in (ir.Arch.SM80, ir.Arch.SM90A):
         run = load_built(build_verified(lk.attention(128, causal=True, gqa=True, arch=arch),
@@ -79,10 +92,16 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, archs, backends) -> dic
     flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
     row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads}
     for arch in archs:
-        run = load_built(build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS,
-                                                     arch=arch), arch))
-        ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
-        row[f"kgen_{arch.value.replace('_', '')}"] = flops / ms / 1e9
+        built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch),
+                               arch)
+        variants = {f"kgen_{arch.value.replace('_', '')}": built}
+        if built.plan.wgmma is not None:  # both tile schedulers; the column above is the pick
+            variants["kgen_sm90a_tiled"] = with_scheduler(built, False)
+            variants["kgen_sm90a_persistent"] = with_scheduler(built, True)
+        for name, variant in variants.items():
+            run = load_built(variant)
+            ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
+            row[name] = flops / ms / 1e9
     for name, backend in backends.items():
         try:
             row[name] = flops / timed(sdpa(backend, q, k, v, causal)) / 1e9
@@ -94,7 +113,9 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, archs, backends) -> dic
 
 def table(cases, archs, backends, json_path: str | None) -> None:
     """One row per (D, S, causal, KV heads) of `cases`, printed as it lands."""
-    columns = [f"kgen_{a.value.replace('_', '')}" for a in archs] + list(backends)
+    columns = [f"kgen_{a.value.replace('_', '')}" for a in archs]
+    columns += [n for n in ("kgen_sm90a_tiled", "kgen_sm90a_persistent") if ir.Arch.SM90A in archs]
+    columns += list(backends)
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads; "
           "TFLOP/s")
     for d in sorted({c[0] for c in cases}):  # which skeleton kgen_sm90a runs, and how
@@ -102,12 +123,13 @@ def table(cases, archs, backends, json_path: str | None) -> None:
         skeleton = ("warp-specialized wgmma; " + plan.wgmma.overlap.value
                     if plan.wgmma is not None else "mma.sync")
         print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
+    print("  (kgen_sm90a: the scheduler the rulebook picks per row; the two after it: each one)")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d, s, causal, kv_heads in cases:
         row = measure(d, s, causal, kv_heads, archs, backends)
         rows.append(row)
-        cells = " ".join(f"{row[n]:18.1f}" if row[n] is not None else f"{'-':>18}"
+        cells = " ".join(f"{row[n]:18.1f}" if row.get(n) is not None else f"{'-':>18}"
                          for n in columns)
         print(f"{d:>4} {s:>6} {str(causal):>6} {f'{HEADS}/{kv_heads}':>6} {cells}")
     if json_path:
