@@ -491,3 +491,22 @@ def test_nvrtc_compiles_the_persistent_variant_without_spills(which):
     assert resources.get("stack_bytes", 0) == 0, resources
     assert resources["registers"] >= 128, resources
     assert "serialized" not in compiled.log and "C7517" not in compiled.log, compiled.log
+
+
+@pytest.mark.slow
+def test_nvcc_compiles_the_persistent_launcher_and_kernel_without_warnings(tmp_path):
+    """The host API too (NVRTC skips it): the grid from the SM count and the occupancy."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    _, source = _persistent_source(masked(WINDOW))
+    unit = tmp_path / "persistent.cu"
+    unit.write_text(source)
+    proc = subprocess.run([nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a",
+                           "-Xcompiler", "-Wall,-Wextra", "-c", str(unit), "-o",
+                           str(tmp_path / "persistent.o")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in (proc.stderr + proc.stdout).lower(), proc.stderr
