@@ -221,6 +221,9 @@ class CompiledProgram:
     addresses and scalars packed into the kept params block and one launch on torch's current
     stream (or the stream given), so a call can be captured into a CUDA graph."""
 
+    # a persistent sm_90a plan's CTAs: the device's resident ones (None: one CTA per tile)
+    persistent_ctas: int | None = None
+
     def __init__(self, plan: ProgramPlan, cubin: bytes, *, source: str | None = None,
                  compiled=None, device_id: int | None = None):
         from cuda.core import ObjectCode
@@ -247,7 +250,6 @@ class CompiledProgram:
         allow_smem(self._function, plan.smem_bytes)
         # A persistent plan runs one CTA per resident slot: SM count x CTAs per SM (occupancy),
         # as a persistent gemm does (kgen/runtime/launch.py)
-        self.persistent_ctas = None
         if isinstance(plan, LoopPlan) and plan.wgmma is not None and plan.wgmma.persistent:
             from cuda.bindings import driver
 
