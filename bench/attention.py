@@ -8,6 +8,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
 
     python3 bench/attention.py            # prints a table (and --json FILE writes it)
     python3 bench/attention.py --long     # sm_90a at S 16384 and with GQA 8:1
+    python3 bench/attention.py --sm90a --d 128   # sm_90a only (both schedulers), D 128
 """
 from __future__ import annotations
 
@@ -69,16 +70,25 @@ def with_scheduler(built, persistent: bool):
 
 
 def once() -> None:
+    """One ragged causal GQA call of each target's kernel, and of sm_90a's with each tile
+    scheduler (the persistent one on 5 CTAs, so each walks many tiles and its rings wrap)."""
     for arch in (ir.Arch.SM80, ir.Arch.SM90A):
-        run = load_built(build_verified(lk.attention(128, causal=True, gqa=True, arch=arch),
-                                        arch))
-        q = torch.randn(2, 8, 1000, 128, device="cuda").bfloat16()
-        k, v = (torch.randn(2, 1, 4097, 128, device="cuda").bfloat16() for _ in range(2))
-        o = torch.empty_like(q)
-        lse = torch.empty(2, 8, 1000, device="cuda")
-        run(Q=q, K=k, V=v, O=o, lse=lse)
-        torch.cuda.synchronize()
-        print(arch.value, "ran; O finite:", bool(torch.isfinite(o).all()))
+        built = build_verified(lk.attention(128, causal=True, gqa=True, arch=arch), arch)
+        variants = {arch.value: built}
+        if built.plan.wgmma is not None:
+            variants = {f"{arch.value} tiled": with_scheduler(built, False),
+                        f"{arch.value} persistent (5 CTAs)": with_scheduler(built, True)}
+        for name, variant in variants.items():
+            run = load_built(variant)
+            if variant.plan.wgmma is not None and variant.plan.wgmma.persistent:
+                run.persistent_ctas = 5
+            q = torch.randn(2, 8, 1000, 128, device="cuda").bfloat16()
+            k, v = (torch.randn(2, 1, 4097, 128, device="cuda").bfloat16() for _ in range(2))
+            o = torch.empty_like(q)
+            lse = torch.empty(2, 8, 1000, device="cuda")
+            run(Q=q, K=k, V=v, O=o, lse=lse)
+            torch.cuda.synchronize()
+            print(name, "ran; O finite:", bool(torch.isfinite(o).all()))
 
 
 def measure(d: int, s: int, causal: bool, kv_heads: int, archs, backends) -> dict:
@@ -94,14 +104,17 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, archs, backends) -> dic
     for arch in archs:
         built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch),
                                arch)
-        variants = {f"kgen_{arch.value.replace('_', '')}": built}
-        if built.plan.wgmma is not None:  # both tile schedulers; the column above is the pick
-            variants["kgen_sm90a_tiled"] = with_scheduler(built, False)
-            variants["kgen_sm90a_persistent"] = with_scheduler(built, True)
+        pick = f"kgen_{arch.value.replace('_', '')}"
+        variants = {pick: built}
+        if built.plan.wgmma is not None:  # both tile schedulers; the pick is one of them
+            variants = {"kgen_sm90a_tiled": with_scheduler(built, False),
+                        "kgen_sm90a_persistent": with_scheduler(built, True)}
         for name, variant in variants.items():
             run = load_built(variant)
             ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
             row[name] = flops / ms / 1e9
+        if built.plan.wgmma is not None:
+            row[pick] = row[f"kgen_sm90a_{built.plan.wgmma.scheduler.value}"]
     for name, backend in backends.items():
         try:
             row[name] = flops / timed(sdpa(backend, q, k, v, causal)) / 1e9
@@ -145,6 +158,11 @@ def main() -> None:
     parser.add_argument("--once", action="store_true",
                         help="one ragged causal GQA call of each target's kernel, no timing "
                              "(for compute-sanitizer)")
+    parser.add_argument("--sm90a", action="store_true",
+                        help="the sm_90a kernel only (both schedulers), beside SDPA's flash and "
+                             "cuDNN")
+    parser.add_argument("--d", type=int, nargs="+", default=None,
+                        help="head dims (default: 64 and 128)")
     args = parser.parse_args()
     if args.once:
         return once()
@@ -152,13 +170,16 @@ def main() -> None:
 
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+    dims = tuple(args.d or (64, 128))
     if args.long:
-        cases = [(d, 16384, c, HEADS) for d in (64, 128) for c in (False, True)]
-        cases += [(128, 4096, c, 2) for c in (False, True)]
+        cases = [(d, 16384, c, HEADS) for d in dims for c in (False, True)]
+        cases += [(d, 4096, c, 2) for d in dims if d >= 128 for c in (False, True)]
         return table(cases, (ir.Arch.SM90A,), backends, args.json)
-    backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
-    cases = [(d, s, c, HEADS) for d in (64, 128) for s in (1024, 4096) for c in (False, True)]
-    table(cases, (ir.Arch.SM80, ir.Arch.SM90A), backends, args.json)
+    if not args.sm90a:
+        backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
+    cases = [(d, s, c, HEADS) for d in dims for s in (1024, 4096) for c in (False, True)]
+    table(cases, (ir.Arch.SM90A,) if args.sm90a else (ir.Arch.SM80, ir.Arch.SM90A), backends,
+          args.json)
 
 
 if __name__ == "__main__":

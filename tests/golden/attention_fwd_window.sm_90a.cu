@@ -1625,6 +1625,9 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     if (consumer != kConsumers - 1) named_barrier_arrive(2 + consumer + 1, 2 * kWarpgroupThreads);
     wgmma_wait<0>();
     fence_operand(acc1);
+    fence_operand(hand);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(v_empty + 8 * (prev_slot));  // this warp is done with the V slot
   }
 
   // The kernel's epilogue, once, over the warpgroup's [64, kN1] accumulator
