@@ -83,6 +83,8 @@ CASES = [
     (128, None, None, {}, 130, 200, True),  # two blocks: the first and the last, no middle
     (64, None, None, {}, 17, 128, False),  # one whole block
     (128, None, None, {}, 64, 0, False),  # no block: O = 0, lse = -inf
+    (256, None, None, {}, 1000, 4097, True),  # head dim 256: 128x64, O [64, 256] per consumer
+    (256, None, None, {}, 257, 1000, False),
 ]
 
 
@@ -289,6 +291,9 @@ PERSISTENT_CASES = [
     (128, None, WINDOW, 100, 2, 4, 2, 1000, 4097, None),
     (64, None, WINDOW, 129, 2, 4, 2, 4097, 1000, 9),  # empty tiles between full ones
     (128, None, TOP_WINDOW, 500, 2, 4, 2, 1000, 17, 2),  # rows past T + w keep nothing
+    (256, None, CAUSAL, 0, 2, 4, 2, 1000, 1000, 7),  # head dim 256
+    (256, None, WINDOW, 129, 1, 4, 1, 4097, 1000, None),
+    (128, None, CAUSAL, 0, 3, 5, 5, 300, 300, 4),  # groups of pairs: the last one short
 ]
 
 

@@ -55,7 +55,7 @@ def test_exp_is_exp2_of_the_scaled_argument_and_nothing_else_changes():
 @pytest.mark.parametrize("kernel, reason", [
     (lambda: lk.mlp(arch=SM90A), "columns along the loop"),  # W1 column-major
     (lambda: lk.attention(128, tile=(64, 32), stages=3, arch=SM90A), "the block must be"),
-    (lambda: lk.attention(256, causal=True, arch=SM90A), "needs 327808 B of shared memory"),
+    (lambda: lk.attention(96, causal=True, arch=SM90A), "must be multiples of 64"),
 ])
 def test_a_refused_program_runs_mma_sync_and_says_why(kernel, reason):
     built = _built(kernel())
@@ -86,7 +86,24 @@ def test_rulebook_refusals():
     assert config == LoopConfig(64, 128, 2) and "wgmma" in why
 
 
+def test_head_dim_256_runs_wgmma_at_a_block_of_64():
+    """O [64, 256] f32 per consumer warpgroup is 128 registers a thread: a block of 128 would
+    spill (refused by the estimate; with 2 slots it overflows shared memory first), a block of
+    64 fits under setmaxnreg 240 with 2 slots (3 do not fit shared memory)."""
+    tgt = target(SM90A)
+    plan = _built(lk.attention(256, causal=True, arch=SM90A)).plan
+    assert plan.wgmma is not None and plan.config.value == "tile 128x64 warps 8 stages 2"
+    assert plan.mma.value.startswith("wgmma.m64n64k16 (SS")
+    assert "m64n256k16 (RS" in plan.mma.value
+    assert "registers" in loop_rules.wgmma_refusal(LoopConfig(128, 128, 1), 256, 256,
+                                                   ir.DType.BF16, tgt, True, True)
+    assert "shared memory" in loop_rules.wgmma_refusal(LoopConfig(128, 64, 3), 256, 256,
+                                                       ir.DType.BF16, tgt, True, True)
+
+
 COMPILED = {
+    "d256_causal": lambda: lk.attention(256, causal=True, arch=SM90A),
+    "d256_gqa": lambda: lk.attention(256, gqa=True, arch=SM90A),
     "d64": lambda: lk.attention(64, arch=SM90A),
     "d128_causal_gqa": lambda: lk.attention(128, causal=True, gqa=True, arch=SM90A),
     "d128_alibi_softcap": lambda: lk.attention(128, alibi=True, softcap=30.0, arch=SM90A),
@@ -342,10 +359,16 @@ def _persistent_source(kernel):
 
 PERSISTENT_MIRRORED = [
     "const int tiles = row_tiles * p.heads * p.batches;",
+    "const int group_pairs = min((static_cast<int>(gridDim.x) + row_tiles - 1) / row_tiles, "
+    "p.heads * p.batches);",
     "for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {",
-    "const int row_tile = tile / (p.heads * p.batches);",
-    "const int head = tile % p.heads;",
-    "const int batch = tile / p.heads % p.batches;",
+    "const int first_pair = tile / (group_pairs * row_tiles) * group_pairs;",
+    "const int pairs = min(group_pairs, p.heads * p.batches - first_pair);",
+    "const int in_group = tile - first_pair * row_tiles;",
+    "const int row_tile = in_group / pairs;",
+    "const int pair = first_pair + in_group % pairs;",
+    "const int head = pair % p.heads;",
+    "const int batch = pair / p.heads;",
     "mbarrier_wait(q_empty, (round & 1) ^ 1);",
     "mbarrier_wait(q_full, round & 1);",
     "const int slot = (ring + visit) % kStages;",
@@ -364,10 +387,15 @@ PERSISTENT_MIRRORED = [
 def _walk(cta, ctas, row_tiles, heads, batches, reversed_rows):
     """The tiles CTA `cta` of `ctas` walks, in its order: (row tile, head, batch)."""
     out = []
-    for tile in range(cta, row_tiles * heads * batches, ctas):
-        row_tile = tile // (heads * batches)
+    everything = heads * batches
+    group_pairs = min(-(-ctas // row_tiles), everything)
+    for tile in range(cta, row_tiles * everything, ctas):
+        first_pair = tile // (group_pairs * row_tiles) * group_pairs
+        pairs = min(group_pairs, everything - first_pair)
+        in_group = tile - first_pair * row_tiles
+        row_tile, pair = in_group // pairs, first_pair + in_group % pairs
         out.append(((row_tiles - 1 - row_tile) if reversed_rows else row_tile,
-                    tile % heads, tile // heads % batches))
+                    pair % heads, pair // heads))
     return out
 
 
@@ -404,12 +432,19 @@ def test_the_persistent_walk_visits_every_tile_once(reversed_rows):
             walked = [t for c in range(grid)
                       for t in _walk(c, grid, row_tiles, heads, batches, reversed_rows)]
             assert sorted(walked) == everything, (row_tiles, heads, batches, ctas)
-            # every CTA has a tile; the first tiles launched are the first row tile walked
-            assert all(_walk(c, grid, row_tiles, heads, batches, reversed_rows)
-                       for c in range(grid))
-            first = {_walk(c, grid, row_tiles, heads, batches, reversed_rows)[0][0]
-                     for c in range(min(grid, heads * batches))}
+            # every CTA has a tile; the first tiles launched are the first row tile walked of
+            # their group's pairs; the tiles in flight together (one per CTA) read the K and V
+            # of at most two groups' pairs, a group no larger than the grid needs
+            walks = [_walk(c, grid, row_tiles, heads, batches, reversed_rows)
+                     for c in range(grid)]
+            assert all(walks)
+            group_pairs = min(-(-grid // row_tiles), heads * batches)
+            first = {w[0][0] for w in walks[:min(grid, group_pairs)]}
             assert first == {row_tiles - 1 if reversed_rows else 0}
+            for wave in range(max(len(w) for w in walks)):
+                pairs = {(h, b) for w in walks if len(w) > wave for _, h, b in [w[wave]]}
+                assert len(pairs) <= 2 * group_pairs, (row_tiles, heads, batches, ctas)
+            assert group_pairs == heads * batches or (group_pairs - 1) * row_tiles < grid
 
 
 def _ring(visit_counts, first_middle):
@@ -557,6 +592,7 @@ def test_the_persistent_grid_is_the_resident_ctas_at_most_one_per_tile():
 
 
 PERSISTENT_COMPILED = {
+    "d256_causal": lambda: lk.attention(256, causal=True, arch=SM90A),
     "d128_causal": lambda: lk.attention(128, causal=True, arch=SM90A),
     "d64_full": lambda: lk.attention(64, arch=SM90A),
     "d128_causal_gqa": lambda: lk.attention(128, causal=True, gqa=True, arch=SM90A),
