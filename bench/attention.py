@@ -91,18 +91,21 @@ def once() -> None:
             print(name, "ran; O finite:", bool(torch.isfinite(o).all()))
 
 
-def kernels(d: int, causal: bool, kv_heads: int, archs) -> dict:
+def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None) -> dict:
     """The built kernels of one row by column: each target's, and sm_90a's with each tile
-    scheduler (kgen_sm90a_tiled, kgen_sm90a_persistent; the rulebook's pick is one of them)."""
+    scheduler (kgen_sm90a_tiled, kgen_sm90a_persistent; the rulebook's pick is one of them);
+    `tile` (rows, block, stages) written, else the rulebook's."""
     out = {}
     for arch in archs:
-        built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch),
-                               arch)
+        written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
+        built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch,
+                                            **written), arch)
         if built.plan.wgmma is None:
             out[f"kgen_{arch.value.replace('_', '')}"] = built
             continue
         out["kgen_sm90a_tiled"] = with_scheduler(built, False)
         out["kgen_sm90a_persistent"] = with_scheduler(built, True)
+        out["kgen_sm90a"] = f"kgen_sm90a_{built.plan.wgmma.scheduler.value}"  # the pick's column
     return out
 
 
@@ -135,13 +138,12 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, built: dict, backends) 
     flops = 4 * batch * HEADS * s * s * d / (2 if causal else 1)
     row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads}
     for name, variant in built.items():
+        if isinstance(variant, str):  # the column of the rulebook's pick
+            continue
         run = load_built(variant)
         ms = timed(lambda: run(Q=q, K=k, V=v, O=o, lse=lse, scale=1.0 / math.sqrt(d)))
         row[name] = flops / ms / 1e9
-    if "kgen_sm90a_tiled" in built:  # the rulebook's pick, as the plan before with_scheduler
-        plan = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS,
-                                           arch=ir.Arch.SM90A), ir.Arch.SM90A).plan
-        row["kgen_sm90a"] = row[f"kgen_sm90a_{plan.wgmma.scheduler.value}"]
+    row.update({name: row[pick] for name, pick in built.items() if isinstance(pick, str)})
     for name, backend in backends.items():
         try:
             row[name] = flops / timed(sdpa(backend, q, k, v, causal)) / 1e9
@@ -151,7 +153,7 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, built: dict, backends) 
     return row
 
 
-def table(cases, archs, backends, json_path: str | None) -> None:
+def table(cases, archs, backends, json_path: str | None, tile=None) -> None:
     """One row per (D, S, causal, KV heads) of `cases`, printed as it lands."""
     from kgen.runtime.device import device_info
 
@@ -160,14 +162,16 @@ def table(cases, archs, backends, json_path: str | None) -> None:
     columns += list(backends)
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads; "
           "TFLOP/s")
+    written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
     for d in sorted({c[0] for c in cases}):  # which skeleton kgen_sm90a runs, and how
-        plan = build_verified(lk.attention(d, arch=ir.Arch.SM90A), ir.Arch.SM90A).plan
+        plan = build_verified(lk.attention(d, arch=ir.Arch.SM90A, **written), ir.Arch.SM90A).plan
         skeleton = ("warp-specialized wgmma; " + plan.wgmma.overlap.value
                     if plan.wgmma is not None else "mma.sync")
         print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
     print("  (kgen_sm90a: the scheduler the rulebook picks per row; the two after it: each one)")
-    built = {case: kernels(case[0], case[2], case[3], archs) for case in cases}
-    compile_all([b for row in built.values() for b in row.values()], device_info().arch)
+    built = {case: kernels(case[0], case[2], case[3], archs, tile) for case in cases}
+    compile_all([b for row in built.values() for b in row.values() if not isinstance(b, str)],
+                device_info().arch)
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for case in cases:
@@ -193,6 +197,9 @@ def main() -> None:
     parser.add_argument("--sm90a", action="store_true",
                         help="the sm_90a kernel only (both schedulers), beside SDPA's flash and "
                              "cuDNN")
+    parser.add_argument("--tile", default=None,
+                        help="ROWSxBLOCKxSTAGES written in the kernels (e.g. 128x80x2), else "
+                             "the rulebook's")
     parser.add_argument("--d", type=int, nargs="+", default=None,
                         help="head dims (default: 64, 128 and 256)")
     args = parser.parse_args()
@@ -203,15 +210,16 @@ def main() -> None:
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
     dims = tuple(args.d or (64, 128, 256))
+    tile = tuple(int(x) for x in args.tile.split("x")) if args.tile else None
     if args.long:
         cases = [(d, 16384, c, HEADS) for d in dims for c in (False, True)]
         cases += [(d, 4096, c, 2) for d in dims if d == 128 for c in (False, True)]
-        return table(cases, (ir.Arch.SM90A,), backends, args.json)
+        return table(cases, (ir.Arch.SM90A,), backends, args.json, tile)
     if not args.sm90a:
         backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
     cases = [(d, s, c, HEADS) for d in dims for s in (1024, 4096) for c in (False, True)]
     table(cases, (ir.Arch.SM90A,) if args.sm90a else (ir.Arch.SM80, ir.Arch.SM90A), backends,
-          args.json)
+          args.json, tile)
 
 
 if __name__ == "__main__":
