@@ -221,9 +221,11 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
 # 128x128x2 382 / 531, 192x64x3 345 / 475, 192x64x2 333 / 469, 128x64x2 318 / 440. So three
 # consumer warpgroups (192 rows: 192x128 spills at 160 registers) stay legal, not preferred;
 # three slots at 128x128 measured the same as two (D 64 S 4096 336 / 332, D 128 S 1024 387 / 385).
+# D 256 (128x128 spills: O alone is 128 registers a thread), S 1024 / 4096 / 16384: 128x80x2
+# 450 / 617 / 613, causal 300 / 497 / 605; 128x64x2 438 / 605 / 596, causal 302 / 477 / 585.
 WGMMA_PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
-    (128, 128, 2), (128, 64, 2), (128, 64, 3), (128, 128, 1), (128, 64, 1), (64, 128, 2),
-    (64, 64, 2), (64, 64, 3), (64, 128, 1), (64, 64, 1)))
+    (128, 128, 2), (128, 80, 2), (128, 64, 2), (128, 64, 3), (128, 128, 1), (128, 64, 1),
+    (64, 128, 2), (64, 64, 2), (64, 64, 3), (64, 128, 1), (64, 64, 1)))
 WGMMA_EVERY = WGMMA_PREFERENCE + tuple(
     c for c in (LoopConfig(m, b, s) for m in WGMMA_TILE_M[::-1] for b in WGMMA_BLOCKS
                 for s in STAGES) if c not in WGMMA_PREFERENCE)
@@ -258,13 +260,24 @@ def wgmma_default(k0: int, n1: int, dtype: DType, tgt: Target, b_along: bool, c_
 
 
 # The tile scheduler (plan.wgmma.scheduler). Tiled: one CTA per (row tile, head, batch), each
-# loading its Q and starting its K/V ring alone. Persistent: min(tiles, SMs x CTAs per SM) CTAs
-# walk the tiles (row tile outermost, longest first under a causal mask), the producer loading
-# the next tile's Q (behind Q's empty mbarrier: Q has one buffer) and K/V while the consumers
-# finish this tile; the mbarriers fit the rounding wgmma_smem_bytes already leaves (8 x (2 + 4
-# stages) <= 128 for stages <= 3; 256 past). Tiled stays the default until the persistent
-# variant has run on the GPU suite (tests/gpu/test_loop_sm90_gpu.py) and the bench
-# (bench/attention.py's persistent column); persistent is a plan option until then.
+# loading its Q and starting its K/V ring alone; the hardware hands a freed SM the next tile.
+# Persistent: min(tiles, SMs x CTAs per SM) CTAs walk the tiles statically (CTA c: tiles c,
+# c + CTAs, ...; the (head, batch) pairs in groups whose K and V the CTAs in flight share in
+# L2, the row tile outermost in a group, longest first under a causal mask), the producer
+# loading the next tile's Q (behind Q's empty mbarrier: Q has one buffer) and K/V while the
+# consumers finish this tile; the mbarriers fit the rounding wgmma_smem_bytes already leaves
+# (8 x (2 + 4 stages) <= 128 for stages <= 3). Measured on an H200 (bf16, 16k tokens, 16 heads,
+# TFLOP/s tiled / persistent; bench/attention.py --sm90a and --long):
+#   D 64  S 1024 239 / 244, causal 159 / 137; S 4096 330 / 314, causal 274 / 270
+#   D 128 S 1024 366 / 368, causal 240 / 208; S 4096 526 / 498, causal 434 / 418;
+#         S 16384 541 / 509, causal 522 / 418; GQA 8:1 S 4096 460 / 460, causal 439 / 426
+#   D 256 S 1024 438 / 420, causal 302 / 244; S 4096 605 / 512, causal 477 / 451;
+#         S 16384 596 / 541, causal 585 / 425 (at 128x64; at 128x80 alike)
+# The persistent walk pays nowhere beyond noise (+2 % at S 1024 without a mask) and loses up to
+# 27 % under a causal mask: a static walk cannot even out tiles of unequal length as the
+# hardware's dispatch of freed SMs does (a dynamic tile counter would: it needs a zeroed word
+# per launch, which a tile program has no workspace for yet). So tiled everywhere, by this rule;
+# persistent stays a plan option (with_scheduler: the bench's and the tests' variant).
 WGMMA_PERSISTENT = False
 
 
@@ -272,8 +285,9 @@ def wgmma_scheduler(persistent: bool = WGMMA_PERSISTENT) -> tuple[str, str]:
     """The scheduler's value and why (plan.program.WgmmaLoop.scheduler)."""
     if persistent:
         return ("persistent", "min(tiles, SMs x CTAs per SM) CTAs each walk the tiles blockIdx.x, "
-                "+ gridDim.x, ... (row tile outermost, then head, then batch): a CTA's next Q "
-                "and K/V blocks load while its consumers finish this tile, and no tail of "
-                "one-tile CTAs; the K/V rings' count runs across a CTA's tiles")
-    return ("tiled", "one CTA per tile of rows (the rulebook's default: the persistent scheduler "
-                     "is a plan option until measured)")
+                "+ gridDim.x, ... (the (head, batch) pairs in groups whose K and V stay in L2, "
+                "the row tile outermost in a group): a CTA's next Q and K/V blocks load while "
+                "its consumers finish this tile; the K/V rings' count runs across a CTA's tiles")
+    return ("tiled", "one CTA per tile of rows: measured at D 64, 128 and 256, S 1024 to 16384, "
+                     "causal or not, the persistent walk was never faster beyond noise and up "
+                     "to 27 % slower under a causal mask (kgen/targets/loop_rules.py)")

@@ -83,9 +83,10 @@ CASES = [
     (128, None, None, {}, 130, 200, True),  # two blocks: the first and the last, no middle
     (64, None, None, {}, 17, 128, False),  # one whole block
     (128, None, None, {}, 64, 0, False),  # no block: O = 0, lse = -inf
-    (256, None, None, {}, 1000, 4097, True),  # head dim 256: 128x64, O [64, 256] per consumer
+    (256, None, None, {}, 1000, 4097, True),  # head dim 256: 128x80, O [64, 256] per consumer
     (256, None, None, {}, 257, 1000, False),
-    (256, (128, 80), 2, {}, 1000, 1000, True),  # a block of 80
+    (256, (128, 64), 2, {}, 1000, 1000, True),  # a block of 64 (the rulebook's is 80)
+    (192, None, None, {}, 1000, 4097, False),  # head dim 192: 128x80 too
 ]
 
 
@@ -294,7 +295,7 @@ PERSISTENT_CASES = [
     (128, None, TOP_WINDOW, 500, 2, 4, 2, 1000, 17, 2),  # rows past T + w keep nothing
     (256, None, CAUSAL, 0, 2, 4, 2, 1000, 1000, 7),  # head dim 256
     (256, None, WINDOW, 129, 1, 4, 1, 4097, 1000, None),
-    (256, (128, 80), CAUSAL, 0, 2, 4, 2, 1000, 4097, 5),
+    (256, None, CAUSAL, 0, 2, 4, 2, 1000, 4097, 5),
     (128, None, CAUSAL, 0, 3, 5, 5, 300, 300, 4),  # groups of pairs: the last one short
 ]
 
