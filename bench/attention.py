@@ -58,26 +58,41 @@ def sdpa(backend, q, k, v, causal):
     return run
 
 
-def with_scheduler(built, persistent: bool):
-    """The built sm_90a kernel with the tile scheduler `persistent` picks (plan.wgmma.scheduler,
-    a plan value the rulebook sets; the bench times both)."""
+def with_plan(built, plan):
+    """The built sm_90a kernel with another plan (a plan option), its source emitted again."""
     from kgen.targets.sm90.loop import emit_loop
-    from kgen.targets.sm90.loop_schedule import with_scheduler as plan_with
 
-    plan = plan_with(built.plan, persistent)
     source = emit_loop(plan, source_name="bench", source_hash="0", command="bench/attention.py")
     return dataclasses.replace(built, plan=plan, source=source)
 
 
+def with_scheduler(built, persistent: bool):
+    """The built sm_90a kernel with the tile scheduler `persistent` picks (plan.wgmma.scheduler,
+    a plan value the rulebook sets; the bench times both)."""
+    from kgen.targets.sm90.loop_schedule import with_scheduler as plan_with
+
+    return with_plan(built, plan_with(built.plan, persistent))
+
+
+def with_tma_o(built):
+    """The tiled sm_90a kernel with O staged in Q's buffer and stored by the copy engine (a plan
+    option: loop_schedule.with_o_store)."""
+    from kgen.targets.sm90.loop_schedule import with_o_store, with_scheduler as plan_with
+
+    return with_plan(built, with_o_store(plan_with(built.plan, False), True))
+
+
 def once() -> None:
     """One ragged causal GQA call of each target's kernel, and of sm_90a's with each tile
-    scheduler (the persistent one on 5 CTAs, so each walks many tiles and its rings wrap)."""
+    scheduler (the persistent one on 5 CTAs, so each walks many tiles and its rings wrap) and
+    with O stored by the copy engine."""
     for arch in (ir.Arch.SM80, ir.Arch.SM90A):
         built = build_verified(lk.attention(128, causal=True, gqa=True, arch=arch), arch)
         variants = {arch.value: built}
         if built.plan.wgmma is not None:
             variants = {f"{arch.value} tiled": with_scheduler(built, False),
-                        f"{arch.value} persistent (5 CTAs)": with_scheduler(built, True)}
+                        f"{arch.value} persistent (5 CTAs)": with_scheduler(built, True),
+                        f"{arch.value} tiled, O by the copy engine": with_tma_o(built)}
         for name, variant in variants.items():
             run = load_built(variant)
             if variant.plan.wgmma is not None and variant.plan.wgmma.persistent:
@@ -91,7 +106,7 @@ def once() -> None:
             print(name, "ran; O finite:", bool(torch.isfinite(o).all()))
 
 
-def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None) -> dict:
+def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, tma_o=False) -> dict:
     """The built kernels of one row by column: each target's, and sm_90a's with each tile
     scheduler (kgen_sm90a_tiled, kgen_sm90a_persistent; the rulebook's pick is one of them);
     `tile` (rows, block, stages) written, else the rulebook's."""
@@ -106,6 +121,8 @@ def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None) -> dict:
         out["kgen_sm90a_tiled"] = with_scheduler(built, False)
         out["kgen_sm90a_persistent"] = with_scheduler(built, True)
         out["kgen_sm90a"] = f"kgen_sm90a_{built.plan.wgmma.scheduler.value}"  # the pick's column
+        if tma_o:
+            out["kgen_sm90a_tma_o"] = with_tma_o(built)
     return out
 
 
@@ -153,12 +170,13 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, built: dict, backends) 
     return row
 
 
-def table(cases, archs, backends, json_path: str | None, tile=None) -> None:
+def table(cases, archs, backends, json_path: str | None, tile=None, tma_o=False) -> None:
     """One row per (D, S, causal, KV heads) of `cases`, printed as it lands."""
     from kgen.runtime.device import device_info
 
     columns = [f"kgen_{a.value.replace('_', '')}" for a in archs]
-    columns += [n for n in ("kgen_sm90a_tiled", "kgen_sm90a_persistent") if ir.Arch.SM90A in archs]
+    columns += [n for n in ("kgen_sm90a_tiled", "kgen_sm90a_persistent")
+                + (("kgen_sm90a_tma_o",) if tma_o else ()) if ir.Arch.SM90A in archs]
     columns += list(backends)
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads; "
           "TFLOP/s")
@@ -169,7 +187,7 @@ def table(cases, archs, backends, json_path: str | None, tile=None) -> None:
                     if plan.wgmma is not None else "mma.sync")
         print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
     print("  (kgen_sm90a: the scheduler the rulebook picks per row; the two after it: each one)")
-    built = {case: kernels(case[0], case[2], case[3], archs, tile) for case in cases}
+    built = {case: kernels(case[0], case[2], case[3], archs, tile, tma_o) for case in cases}
     compile_all([b for row in built.values() for b in row.values() if not isinstance(b, str)],
                 device_info().arch)
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(f"{n:>18}" for n in columns))
@@ -200,6 +218,9 @@ def main() -> None:
     parser.add_argument("--tile", default=None,
                         help="ROWSxBLOCKxSTAGES written in the kernels (e.g. 128x80x2), else "
                              "the rulebook's")
+    parser.add_argument("--tma-o", action="store_true",
+                        help="a kgen_sm90a_tma_o column: the tiled kernel with O stored by the "
+                             "copy engine from shared memory (a plan option)")
     parser.add_argument("--d", type=int, nargs="+", default=None,
                         help="head dims (default: 64, 128 and 256)")
     args = parser.parse_args()
@@ -214,12 +235,12 @@ def main() -> None:
     if args.long:
         cases = [(d, 16384, c, HEADS) for d in dims for c in (False, True)]
         cases += [(d, 4096, c, 2) for d in dims if d == 128 for c in (False, True)]
-        return table(cases, (ir.Arch.SM90A,), backends, args.json, tile)
+        return table(cases, (ir.Arch.SM90A,), backends, args.json, tile, args.tma_o)
     if not args.sm90a:
         backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
     cases = [(d, s, c, HEADS) for d in dims for s in (1024, 4096) for c in (False, True)]
     table(cases, (ir.Arch.SM90A,) if args.sm90a else (ir.Arch.SM80, ir.Arch.SM90A), backends,
-          args.json, tile)
+          args.json, tile, args.tma_o)
 
 
 if __name__ == "__main__":

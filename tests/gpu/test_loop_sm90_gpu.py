@@ -365,3 +365,43 @@ def test_persistent_three_consumers_take_turns_across_tiles(monkeypatch):
         ref_o, ref_lse, _ = masked_reference(q, k, v, 0.125, WINDOW, w)
         _close(o, ref_o, 2e-2, "O")
         _close(lse, ref_lse, 1e-4, "lse")
+
+
+# O through the copy engine (loop_schedule.with_o_store, a plan option): staged in Q's buffer,
+# stored as [64][64] boxes of O's own map; (head dim, causal, B, H, KV heads, S, T, layout). O is
+# a view of rows S of a buffer of S + 64 rows (or [B, S, H, D] memory): the rows past S stay
+# as they were (the copy engine clips the boxes at the map's rows)
+O_STORE_CASES = [
+    (128, True, 2, 8, 2, 1000, 4097, "bhsd"),
+    (64, False, 1, 4, 4, 17, 300, "bhsd"),
+    (256, True, 2, 4, 1, 300, 1000, "bshd"),
+    (128, False, 2, 4, 2, 129, 129, "bshd"),
+]
+
+
+@pytest.mark.parametrize("case", O_STORE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_o_by_the_copy_engine_matches_float64(case):
+    from kgen.targets.sm90.loop_schedule import with_o_store
+
+    torch = _needs()
+    d, causal, b, h, hkv, s, t, layout = case
+    kernel = lk.attention(d, causal=causal, gqa=True, arch=SM90A)
+    wgmma = with_o_store(build_verified(kernel, SM90A).plan, True).wgmma
+    run = _load(kernel, maps=wgmma.maps, pipeline=wgmma.pipeline)
+    assert "tma_store_box_4d(maps.O" in run.source
+    q, k, v = _inputs(torch, b, h, hkv, s, t, d, seed=s + t + d, layout=layout)
+    if layout == "bshd":
+        o = torch.full((b, s, h, d), math.nan, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        outside = None
+    else:
+        buffer = torch.full((b, h, s + 64, d), math.nan, device="cuda", dtype=torch.bfloat16)
+        o, outside = buffer[:, :, :s], buffer[:, :, s:]
+    lse = torch.full((b, h, s), math.nan, device="cuda", dtype=torch.float32)
+    scale = 1.0 / math.sqrt(d)
+    run(Q=q, K=k, V=v, O=o, lse=lse, scale=scale)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = attention_reference(q, k, v, scale, causal=causal)
+    _close(o, ref_o, 2e-2, "O")
+    _close(lse, ref_lse, 1e-4, "lse")
+    if outside is not None:
+        assert torch.isnan(outside.float()).all()

@@ -644,3 +644,50 @@ def test_nvcc_compiles_the_persistent_launcher_and_kernel_without_warnings(tmp_p
                            str(tmp_path / "persistent.o")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "warning" not in (proc.stderr + proc.stdout).lower(), proc.stderr
+
+
+# O through the copy engine (loop_schedule.with_o_store, a plan option): staged in each consumer
+# warpgroup's rows of Q's buffer, stored by one thread as [64][64] boxes of its own map
+
+def _o_store_source(kernel):
+    from kgen.targets.sm90.loop import emit_loop
+    from kgen.targets.sm90.loop_schedule import with_o_store
+
+    plan = with_o_store(_built(kernel).plan, True)
+    return plan, emit_loop(plan, source_name="t.kg", source_hash="0", command="kgen compile t.kg")
+
+
+def test_o_by_the_copy_engine_is_a_plan_option():
+    from kgen.targets.sm90.loop_schedule import with_o_store, with_scheduler
+
+    built = _built(lk.attention(128, causal=True, gqa=True, arch=SM90A))
+    plan, source = _o_store_source(lk.attention(128, causal=True, gqa=True, arch=SM90A))
+    assert [(m.param, m.box_rows, m.boxes) for m in plan.wgmma.maps] == [
+        ("Q", 128, 2), ("K", 128, 2), ("V", 128, 2), ("O", 64, 2)]
+    assert "O staged in Q's buffer" in plan.wgmma.pipeline.value
+    assert with_o_store(plan, False).wgmma == built.plan.wgmma  # the rulebook's, from registers
+    assert "O staged" not in built.source and "g_O" in built.source
+    assert "g_O" not in source and "unsigned long long O[16];  // O: boxes of [64][64]" in source
+    assert "stage_fragments<kN1N8>(q_rows, k_q_smem_box_bytes, out" in source
+    assert "tma_store_box_4d(maps.O, q_rows + box * k_q_smem_box_bytes, box * 64, " \
+           "row0 + consumer * 64, o_head, o_batch);" in source
+    # the copy engine reads the staging only after every thread's writes, and before exit
+    tail = source[source.index("stage_fragments<kN1N8>(q_rows"):]
+    order = ["fence_proxy_async();", "named_barrier_sync(2 + kConsumers + consumer",
+             "tma_store_box_4d(maps.O", "bulk_commit();", "bulk_wait_read();"]
+    assert [tail.index(x) for x in order] == sorted(tail.index(x) for x in order)
+    with pytest.raises(AssertionError):  # a persistent CTA loads the next Q into the staging
+        with_o_store(with_scheduler(built.plan, True), True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_nvrtc_compiles_o_by_the_copy_engine_without_spills(d):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    plan, source = _o_store_source(lk.attention(d, causal=True, gqa=True, arch=SM90A))
+    compiled = compile_cubin(source, plan.name, SM90A.value)
+    resources = compiled.resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
+        resources
+    assert "warning" not in compiled.log.lower(), compiled.log

@@ -29,6 +29,10 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
+    # an output among the maps leaves through shared memory and the copy engine (loop_schedule's
+    # with_o_store; one CTA per tile: Q's buffer, where it is staged, is not loaded again)
+    o_map = next((m for m in plan.wgmma.maps if plan.param(m.param).role.value == "out"), None)
+    assert o_map is None or not plan.wgmma.persistent, "staged in Q's buffer: tiled only"
     return render(
         "sm90/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command),
@@ -40,9 +44,10 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         # what the consumers address directly: outputs and vectors (the copy engine reads
         # the tensors through their maps)
         pointers=[p for p in plan.params
-                  if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out")],
+                  if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out"
+                                            and (o_map is None or p.name != o_map.param))],
         tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype],
-        persistent_grid=plan.wgmma.persistent)
+        persistent_grid=plan.wgmma.persistent, o_map=o_map)
 
 
 

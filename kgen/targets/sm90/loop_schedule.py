@@ -71,6 +71,31 @@ def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
     return dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, scheduler=choice))
 
 
+def with_o_store(plan: pp.LoopPlan, tma: bool) -> pp.LoopPlan:
+    """The plan with its output tile stored through the copy engine (`tma`: staged in the
+    consumer warpgroup's rows of Q's buffer, free once every S has run, then stored by one
+    thread as [64][64] boxes) or from registers (the rulebook's); a plan option for the bench.
+    Asserts what staging in Q's buffer needs: one 16-bit output tile no wider than Q, and one
+    CTA per tile (a persistent CTA's producer loads the next Q into that buffer)."""
+    w = plan.wgmma
+    assert w is not None and not w.persistent, "the tiled sm_90a wgmma skeleton's plan"
+    stores = [s for s in plan.epilogue.statements if isinstance(s, pp.StoreTile)]
+    assert len(stores) == 1 and stores[0].dtype == plan.dtype, "one 16-bit output tile"
+    n1 = plan.gemm1.n
+    assert n1 // BOX_COLS <= w.q_tile.boxes, "staged in Q's boxes"
+    out = stores[0].param
+    value = f"; {out} staged in Q's buffer, stored by the copy engine"
+    why = (f"; {out}'s tile leaves as [64][64] boxes written by one thread per consumer "
+           "warpgroup instead of 4-byte stores by every thread")
+    maps = tuple(m for m in w.maps if m.param != out)
+    pipeline = pp.Choice(w.pipeline.value.removesuffix(value), w.pipeline.why.removesuffix(why))
+    if tma:
+        maps += (pp.LoopTensorMap(out, plan.dtype, loop_rules.WGMMA_ROWS, n1 // BOX_COLS,
+                                  False),)
+        pipeline = pp.Choice(pipeline.value + value, pipeline.why + why)
+    return dataclasses.replace(plan, wgmma=dataclasses.replace(w, maps=maps, pipeline=pipeline))
+
+
 def tile_order(bounds: pp.LoopBounds) -> pp.Choice:
     """The order of the grid's tiles of rows: longest first where a tile further down visits
     at least as many blocks as the one above it (an upper bound on col rising with the row, as
