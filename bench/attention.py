@@ -9,6 +9,8 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py            # prints a table (and --json FILE writes it)
     python3 bench/attention.py --long     # sm_90a at S 16384 and with GQA 8:1
     python3 bench/attention.py --sm90a --d 128   # sm_90a only (both schedulers), D 128
+    python3 bench/attention.py --sm90a --tma-o   # and O stored by the copy engine
+    python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
 """
 from __future__ import annotations
 

@@ -291,3 +291,17 @@ def wgmma_scheduler(persistent: bool = WGMMA_PERSISTENT) -> tuple[str, str]:
     return ("tiled", "one CTA per tile of rows: measured at D 64, 128 and 256, S 1024 to 16384, "
                      "causal or not, the persistent walk was never faster beyond noise and up "
                      "to 27 % slower under a causal mask (kgen/targets/loop_rules.py)")
+
+
+# O's store (loop_schedule.with_o_store, a plan option): staged in Q's buffer and stored by the
+# copy engine, or from registers by every thread. Measured on an H200 twice (bf16, 16k tokens,
+# 16 heads; TFLOP/s from registers / by the copy engine, both runs):
+#   D 128 S 1024 387 / 408, 382 / 408; causal 249 / 274, 258 / 278
+#         S 4096 532 / 507, 531 / 505; causal 405 / 439, 447 / 431
+#   D 256 S 1024 449 / 482, 459 / 477; causal 303 / 340, 309 / 341
+#         S 4096 594 / 574, 586 / 579; causal 480 / 494, 470 / 502
+#   D 64  S 1024 253 / 257, causal 171 / 178; S 4096 336 / 332, causal 286 / 287 (one run)
+# It pays at S 1024 (4 to 12 %) and costs 1 to 5 % at S 4096 without a mask: which depends on
+# the call's lengths, which the plan does not know. So from registers, by this rule, until a
+# call chooses between the two kernels by its lengths.
+WGMMA_O_BY_COPY_ENGINE = False
