@@ -302,6 +302,5 @@ def wgmma_scheduler(persistent: bool = WGMMA_PERSISTENT) -> tuple[str, str]:
 #         S 4096 594 / 574, 586 / 579; causal 480 / 494, 470 / 502
 #   D 64  S 1024 253 / 257, causal 171 / 178; S 4096 336 / 332, causal 286 / 287 (one run)
 # It pays at S 1024 (4 to 12 %) and costs 1 to 5 % at S 4096 without a mask: which depends on
-# the call's lengths, which the plan does not know. So from registers, by this rule, until a
-# call chooses between the two kernels by its lengths.
-WGMMA_O_BY_COPY_ENGINE = False
+# the call's lengths, which the plan does not know. So O leaves from registers (the lowering's
+# plan holds no map of it) until a call chooses between the two kernels by its lengths.

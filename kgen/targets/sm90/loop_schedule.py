@@ -74,8 +74,8 @@ def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
 def with_o_store(plan: pp.LoopPlan, tma: bool) -> pp.LoopPlan:
     """The plan with its output tile stored through the copy engine (`tma`: staged in the
     consumer warpgroup's rows of Q's buffer, free once every S has run, then stored by one
-    thread as [64][64] boxes) or from registers (the rulebook's: loop_rules.
-    WGMMA_O_BY_COPY_ENGINE, measured); a plan option for the bench and the tests.
+    thread as [64][64] boxes) or from registers (the rulebook's, measured: loop_rules.py,
+    "O's store"); a plan option for the bench and the tests.
     Asserts what staging in Q's buffer needs: one 16-bit output tile no wider than Q, and one
     CTA per tile (a persistent CTA's producer loads the next Q into that buffer)."""
     w = plan.wgmma
