@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from ... import __version__
-from ...enums import Axis, ReduceOp
+from ...enums import Axis, Op, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
@@ -259,9 +259,16 @@ def _bounds(plan: pp.LoopPlan) -> list[CBound]:
     return out
 
 
+# The mma.sync skeleton spells exp(x) as exp_fast(x) (templates/common/loop_mma.inc.j2): a
+# multiply by log2(e) and the MUFU's ex2 (relative error about 2^-22, results below 2^-126 flushed
+# to 0), where expf's full-range path takes about 8 instructions: the softmax issues one per
+# score, in the same issue slots as the mma.sync of the two gemms.
+FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
+
+
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold)
-    tail = statements(plan.epilogue, "kN1", acc="acc1")
+    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS)
+    tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS)
     return render(
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
