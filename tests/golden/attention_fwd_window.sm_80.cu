@@ -294,10 +294,17 @@ __device__ __forceinline__ void ldsm_b_kn(unsigned (&b)[4], const void* tile, in
 // e^x as 2^(x log2 e): one multiply and the MUFU's ex2.approx (relative error about 2^-22;
 // results below 2^-126 flush to 0, e^-inf is 0). expf's full-range path takes about 8
 // instructions, and the softmax runs one per score in the issue slots the mma.sync also need.
-__device__ __forceinline__ float exp_fast(float x) {
+__device__ __forceinline__ float ex2_approx(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+__device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.4426950408889634f); }
+// e^(a - b) in one multiply-add and the ex2: a log2 e - b log2 e (a row's b is the same for its
+// elements: the compiler forms b log2 e once). As FlashAttention-2's softmax, where a is a score
+// and b its row's maximum.
+__device__ __forceinline__ float exp_diff(float a, float b) {
+  return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
@@ -541,7 +548,6 @@ attention_fwd_window(const attention_fwd_window_params p) {
       v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
       v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
     }
-    float v23[kMTiles * kBlockN8][4];
     float v24[kMTiles * kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kMTiles * kBlockN8; ++j) {
@@ -551,8 +557,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v23[j][e] = v17[j][e] - v22[i];
-        v24[j][e] = exp_fast(v23[j][e]);
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
@@ -575,15 +580,13 @@ attention_fwd_window(const attention_fwd_window_params p) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
-    float v25[2 * kMTiles];
     float v26[2 * kMTiles];
     float v27[2 * kMTiles];
 #pragma unroll
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v25[i] = carry_m[i] - v22[i];
-      v26[i] = exp_fast(v25[i]);
+      v26[i] = exp_diff(carry_m[i], v22[i]);
       v27[i] = carry_l[i] * v26[i];
     }
     float v28[2 * kMTiles];
@@ -786,7 +789,6 @@ attention_fwd_window(const attention_fwd_window_params p) {
       v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
       v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
     }
-    float v23[kMTiles * kBlockN8][4];
     float v24[kMTiles * kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kMTiles * kBlockN8; ++j) {
@@ -796,8 +798,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v23[j][e] = v17[j][e] - v22[i];
-        v24[j][e] = exp_fast(v23[j][e]);
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
@@ -820,15 +821,13 @@ attention_fwd_window(const attention_fwd_window_params p) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
-    float v25[2 * kMTiles];
     float v26[2 * kMTiles];
     float v27[2 * kMTiles];
 #pragma unroll
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v25[i] = carry_m[i] - v22[i];
-      v26[i] = exp_fast(v25[i]);
+      v26[i] = exp_diff(carry_m[i], v22[i]);
       v27[i] = carry_l[i] * v26[i];
     }
     float v28[2 * kMTiles];
@@ -1031,7 +1030,6 @@ attention_fwd_window(const attention_fwd_window_params p) {
       v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
       v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
     }
-    float v23[kMTiles * kBlockN8][4];
     float v24[kMTiles * kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kMTiles * kBlockN8; ++j) {
@@ -1041,8 +1039,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v23[j][e] = v17[j][e] - v22[i];
-        v24[j][e] = exp_fast(v23[j][e]);
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
@@ -1065,15 +1062,13 @@ attention_fwd_window(const attention_fwd_window_params p) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
-    float v25[2 * kMTiles];
     float v26[2 * kMTiles];
     float v27[2 * kMTiles];
 #pragma unroll
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v25[i] = carry_m[i] - v22[i];
-      v26[i] = exp_fast(v25[i]);
+      v26[i] = exp_diff(carry_m[i], v22[i]);
       v27[i] = carry_l[i] * v26[i];
     }
     float v28[2 * kMTiles];
@@ -1278,7 +1273,6 @@ attention_fwd_window(const attention_fwd_window_params p) {
       v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
       v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
     }
-    float v23[kMTiles * kBlockN8][4];
     float v24[kMTiles * kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kMTiles * kBlockN8; ++j) {
@@ -1288,8 +1282,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v23[j][e] = v17[j][e] - v22[i];
-        v24[j][e] = exp_fast(v23[j][e]);
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
@@ -1312,15 +1305,13 @@ attention_fwd_window(const attention_fwd_window_params p) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
-    float v25[2 * kMTiles];
     float v26[2 * kMTiles];
     float v27[2 * kMTiles];
 #pragma unroll
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v25[i] = carry_m[i] - v22[i];
-      v26[i] = exp_fast(v25[i]);
+      v26[i] = exp_diff(carry_m[i], v22[i]);
       v27[i] = carry_l[i] * v26[i];
     }
     float v28[2 * kMTiles];

@@ -280,10 +280,17 @@ __device__ __forceinline__ void ldsm_b_kn(unsigned (&b)[4], const void* tile, in
 // e^x as 2^(x log2 e): one multiply and the MUFU's ex2.approx (relative error about 2^-22;
 // results below 2^-126 flush to 0, e^-inf is 0). expf's full-range path takes about 8
 // instructions, and the softmax runs one per score in the issue slots the mma.sync also need.
-__device__ __forceinline__ float exp_fast(float x) {
+__device__ __forceinline__ float ex2_approx(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+__device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.4426950408889634f); }
+// e^(a - b) in one multiply-add and the ex2: a log2 e - b log2 e (a row's b is the same for its
+// elements: the compiler forms b log2 e once). As FlashAttention-2's softmax, where a is a score
+// and b its row's maximum.
+__device__ __forceinline__ float exp_diff(float a, float b) {
+  return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
