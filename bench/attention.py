@@ -183,7 +183,11 @@ def table(cases, archs, backends, json_path: str | None, tile=None, tma_o=False)
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads; "
           "TFLOP/s")
     written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
-    for d in sorted({c[0] for c in cases}):  # which skeleton kgen_sm90a runs, and how
+    for d in sorted({c[0] for c in cases}):  # which skeleton each kgen column runs, and how
+        if ir.Arch.SM80 in archs:
+            plan = build_verified(lk.attention(d, arch=ir.Arch.SM80), ir.Arch.SM80).plan
+            print(f"  kgen_sm80 at D {d}: {plan.config.value} "
+                  f"({plan.tile_m // plan.warps} rows a warp), mma.sync")
         plan = build_verified(lk.attention(d, arch=ir.Arch.SM90A, **written), ir.Arch.SM90A).plan
         skeleton = ("warp-specialized wgmma; " + plan.wgmma.overlap.value
                     if plan.wgmma is not None else "mma.sync")

@@ -24,17 +24,17 @@ def test_loop_summary_says_what_and_why():
     # the mma.sync skeleton's summary (sm_90a's wgmma one: tests/targets/test_loop_sm90.py)
     summary = plan_summary(lower(lk.attention(128, causal=True), ir.Arch.SM80))
     json.dumps(summary)
-    assert summary["kind"] == "loop" and summary["threads"] == 256
+    assert summary["kind"] == "loop" and summary["threads"] == 128
     assert summary["mma"]["value"] == "mma.sync.m16n8k16" and "mma.sync" in summary["mma"]["why"]
-    assert [t["offset"] for t in summary["buffers"]] == [0, 32768, 65536]
+    assert [t["offset"] for t in summary["buffers"]] == [0, 32768, 49152]
     assert "compute v4 = le(col, row) (tile)" in summary["body"]
     assert summary["body"][-2] == "update carry m = v11"
     assert summary["body"][0] == ("gemm s = A from a_smem (ldmatrix), B from b_smem (ldsm_b_nk): "
-                                  "8 k16 steps x 8 n8 tiles per warp")
+                                  "8 k16 steps x 4 n8 tiles per warp")
     assert summary["body"][-1].startswith("gemm o += A from registers (the value handed on)")
     assert "store lse = v10 (one per row)" in summary["epilogue"]
     text = _text(summary)
-    assert "tile 128x64 warps 8 stages 2" in text and "rescale o *= v18 (per row)" in text
+    assert "tile 128x32 warps 4 stages 2" in text and "rescale o *= v18 (per row)" in text
 
 
 def test_row_kernel_summary():

@@ -233,6 +233,10 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     tgt = target(arch)
     written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
                loop.stages.count if loop.stages else None)
+    # the body's values per element (the same for any block): the rulebook's register estimate
+    # of a warp of 32 rows counts them
+    probe = _body(kernel, g0, g1, dtype, *_loop_gemms(g0, g1, k0, n1, 64, b_along, c_along))
+    tile_values = sum(v.rank is Rank.TILE for v in probe.values)
     # sm_90a: the wgmma skeleton where the rulebook allows it, else mma.sync (and why not)
     wgmma_config, wgmma_why = (loop_rules.wgmma_default(k0, n1, dtype, tgt, b_along, c_along,
                                                         *written)
@@ -241,12 +245,14 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         config, why = wgmma_config, wgmma_why
     else:
         try:
-            config, why = loop_rules.default(k0, n1, dtype, tgt, *written)
+            config, why = loop_rules.default(k0, n1, dtype, tgt, *written,
+                                             warps=loop.warps.m if loop.warps else None,
+                                             tile_values=tile_values)
         except ValueError as err:
             raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
     if loop.warps is not None and loop.warps.m != config.warps:
         raise KgenError(loop.warps.loc, f"loop '{loop.name}': {config.tile_m} rows take "
-                        f"{config.warps} warps (16 rows each)")
+                        f"{config.warps} warps ({config.warp_rows} rows each)")
     if any(written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
@@ -257,23 +263,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     c_rows, c_cols = (config.block, n1) if c_along else (n1, config.block)
     c_tile = smem_tile("c_smem", c.name, c_rows, c_cols, config.stages, dtype,
                    a_tile.bytes + b_tile.bytes, c_along)
-    gemm0 = pp.LoopGemm(g0.name, a_tile.name, b_tile.name,
-                        pp.FragmentLoad.N_MAJOR if b_along else pp.FragmentLoad.K_MAJOR,
-                        k=k0, n=config.block, accumulate=False)
-    gemm1 = pp.LoopGemm(g1.name, g0.name, c_tile.name,
-                        pp.FragmentLoad.K_MAJOR if c_along else pp.FragmentLoad.N_MAJOR,
-                        k=config.block, n=n1, accumulate=True)
-
-    body = _Section(kernel, acc=g0.name)
-    body.statement(pp.GemmStep(gemm0))
-    for carry in loop.carries:
-        body.env[carry.name] = body.add(pp.CarryValue(carry.name), Rank.ROW)
-    for stmt in g0.epilogue.stmts:
-        _loop_statement(body, kernel, g0, g1, stmt, dtype)
-    if sum(isinstance(s, pp.HandOn) for s in body.statements) != 1:
-        raise KgenError(g0.loc, f"gemm '{g0.name}' must store its own name once: the value "
-                        f"handed to '{g1.name}'")
-    body.statement(pp.GemmStep(gemm1))
+    gemm0, gemm1 = _loop_gemms(g0, g1, k0, n1, config.block, b_along, c_along)
+    body = _body(kernel, g0, g1, dtype, gemm0, gemm1)
 
     tail = _Section(kernel)
     for carry in loop.carries:
@@ -311,6 +302,33 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
                          f"{config.stages}", why),
         heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
         min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))))
+
+
+def _loop_gemms(g0: ir.Gemm, g1: ir.Gemm, k0: int, n1: int, block: int, b_along: bool,
+                c_along: bool) -> tuple[pp.LoopGemm, pp.LoopGemm]:
+    gemm0 = pp.LoopGemm(g0.name, "a_smem", "b_smem",
+                        pp.FragmentLoad.N_MAJOR if b_along else pp.FragmentLoad.K_MAJOR,
+                        k=k0, n=block, accumulate=False)
+    gemm1 = pp.LoopGemm(g1.name, g0.name, "c_smem",
+                        pp.FragmentLoad.K_MAJOR if c_along else pp.FragmentLoad.N_MAJOR,
+                        k=block, n=n1, accumulate=True)
+    return gemm0, gemm1
+
+
+def _body(kernel: ir.Kernel, g0: ir.Gemm, g1: ir.Gemm, dtype: ir.DType, gemm0: pp.LoopGemm,
+          gemm1: pp.LoopGemm) -> _Section:
+    """The loop's body: the first gemm, its epilogue, the accumulating gemm."""
+    body = _Section(kernel, acc=g0.name)
+    body.statement(pp.GemmStep(gemm0))
+    for carry in kernel.loop.carries:
+        body.env[carry.name] = body.add(pp.CarryValue(carry.name), Rank.ROW)
+    for stmt in g0.epilogue.stmts:
+        _loop_statement(body, kernel, g0, g1, stmt, dtype)
+    if sum(isinstance(s, pp.HandOn) for s in body.statements) != 1:
+        raise KgenError(g0.loc, f"gemm '{g0.name}' must store its own name once: the value "
+                        f"handed to '{g1.name}'")
+    body.statement(pp.GemmStep(gemm1))
+    return body
 
 
 def _mma_why(arch: ir.Arch, wgmma_refused: str | None) -> str:

@@ -16,11 +16,17 @@ from . import Instruction, Target
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
 STAGES = (1, 2, 3)
-ROWS_PER_WARP = 16  # each warp owns 16 whole rows: its row reductions stay inside the warp
+# Each warp owns whole rows (its row reductions stay inside the warp): one m16 tile, or two
+# that share every B fragment a warp loads (ldmatrix), halving the shared-memory reads per mma.
+# Shared memory's bandwidth (128 B a clock per SM) bounds mma.sync at 16 rows a warp: each
+# ldmatrix.x4 of B (512 B, 4 clocks) feeds two m16n8k16 (about 2 clocks of the tensor cores).
+WARP_ROWS = (16, 32)
+ROWS_PER_WARP = 16  # the wgmma skeleton's accounting (its warps: tile_m / 16) and the default
 
-# Registers: ptxas keeps 255 per thread at most. A thread holds block/2 f32 of the first gemm's
-# accumulator and N1/2 of the carried one; the epilogue's tile values (about one more block/2
-# array live at a time), row state, addresses and fragments in flight take about 48 more. The
+# Registers: ptxas keeps 255 per thread at most. At 16 rows a warp a thread holds block/2 f32 of
+# the first gemm's accumulator and N1/2 of the carried one (twice that at 32 rows); the
+# epilogue's tile values (about one more array of the scores' size live at a time), row state,
+# addresses and fragments in flight take about 48 more. The
 # estimate must stay within REGISTER_BUDGET, below 255 for what the estimate leaves out. NVRTC
 # 13 (sm_80, the MLP loop; attention needs fewer) measured, as (N1, block): registers
 #   (64, 32) 127, (64, 64) 146, (64, 128) 233, (128, 32) 137, (128, 64) 178, (128, 128) 255,
@@ -30,6 +36,22 @@ ROWS_PER_WARP = 16  # each warp owns 16 whole rows: its row reductions stay insi
 # compiles the defaults and written configurations with 0 spills.
 REGISTER_BUDGET = 208
 REGISTER_OVERHEAD = 48
+# At 32 rows a warp (two m16 tiles, 128 threads at 128 rows) a thread holds N1 + block f32 of the
+# two accumulators; the scores' chain holds about block/2 more in flight, the A fragments and
+# addresses grow with K0 (K0/16), the rest (B fragments, the ring's copies' addresses: twice as
+# many per thread at half the threads, row state) takes about 68, and each value the body holds
+# per element past 8 about 4 more. NVRTC 13 (sm_80 and sm_90a, attention, bf16) measured, as
+# (K0, N1, block): registers
+#   (64, 64, 64) 225-253 (estimate 232); (128, 128, 32) 251-255 (252; plain, causal, ALiBi, a
+#   shifted mask: up to 8 values per element); spills (estimate over 255): (128, 128, 32) with
+#   softcap, ALiBi and causal (13 values) 4-16 B (272), (96, 96, 64) 4-20 B (266), (192, 128, 32)
+#   4 B (256), (128, 128, 64) and (64, 64, 128) 68-128 B (284, 268).
+# The budget is ptxas' 255 itself: a legal configuration just fits, and the rulebook falls back
+# to 16 rows a warp where none does.
+WIDE_REGISTER_BUDGET = 255
+WIDE_REGISTER_OVERHEAD = 68
+WIDE_TILE_VALUES = 8  # values per element the overhead covers
+WIDE_REGISTERS_PER_VALUE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +59,11 @@ class LoopConfig:
     tile_m: int
     block: int
     stages: int
+    warp_rows: int = ROWS_PER_WARP  # rows per warp (mma.sync: one of WARP_ROWS)
 
     @property
     def warps(self) -> int:
-        return self.tile_m // ROWS_PER_WARP
+        return self.tile_m // self.warp_rows
 
 
 def smem_bytes(config: LoopConfig, k0: int, n1: int, dtype: DType) -> int:
@@ -48,62 +71,83 @@ def smem_bytes(config: LoopConfig, k0: int, n1: int, dtype: DType) -> int:
     return dtype.nbytes * (config.tile_m * k0 + config.stages * config.block * (k0 + n1))
 
 
-def registers(config: LoopConfig, n1: int) -> int:
-    """The estimate of registers per thread (see REGISTER_OVERHEAD)."""
+def registers(config: LoopConfig, k0: int, n1: int, tile_values: int = 0) -> int:
+    """The estimate of registers per thread (see REGISTER_OVERHEAD, WIDE_REGISTER_OVERHEAD);
+    `tile_values`: the values the loop's body holds per element (the plan's TILE values)."""
+    if config.warp_rows > ROWS_PER_WARP:
+        extra = max(0, tile_values - WIDE_TILE_VALUES) * WIDE_REGISTERS_PER_VALUE
+        return n1 + 3 * config.block // 2 + k0 // 16 + WIDE_REGISTER_OVERHEAD + extra
     return n1 // 2 + config.block + REGISTER_OVERHEAD
 
 
-def refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target) -> str | None:
-    """Why `target` cannot run this configuration, or None."""
+def register_budget(config: LoopConfig) -> int:
+    return WIDE_REGISTER_BUDGET if config.warp_rows > ROWS_PER_WARP else REGISTER_BUDGET
+
+
+def refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target,
+            tile_values: int = 0) -> str | None:
+    """Why `target` cannot run this configuration, or None (`tile_values`: see registers)."""
     if config.tile_m not in TILE_M:
         return f"tile {config.tile_m}x{config.block}: rows per CTA must be one of {TILE_M}"
     if config.block not in BLOCKS:
         return f"tile {config.tile_m}x{config.block}: the block must be one of {BLOCKS}"
     if config.stages not in STAGES:
         return f"stages {config.stages}: a loop's ring has 1 to 3 slots"
+    if config.warp_rows not in WARP_ROWS or config.tile_m % config.warp_rows:
+        return (f"{config.warp_rows} rows a warp: one of {WARP_ROWS}, dividing the tile's "
+                f"{config.tile_m} rows")
     need = smem_bytes(config, k0, n1, dtype)
     if need > tgt.smem_limit:
         return (f"tile {config.tile_m}x{config.block} stages {config.stages} needs {need} B of "
                 f"shared memory ({config.tile_m}x{k0} A tile + {config.stages} x ({config.block}"
                 f"x{k0} + {config.block}x{n1}) streamed); {tgt.arch.value} allows "
                 f"{tgt.smem_limit} B")
-    regs = registers(config, n1)
-    if regs > REGISTER_BUDGET:
-        return (f"block {config.block} with N1 {n1} needs about {regs} registers per thread "
-                f"(the budget is {REGISTER_BUDGET} of 255: it would spill)")
+    regs = registers(config, k0, n1, tile_values)
+    if regs > register_budget(config):
+        return (f"block {config.block} with N1 {n1} at {config.warp_rows} rows a warp needs "
+                f"about {regs} registers per thread (the budget is {register_budget(config)} "
+                "of 255: it would spill)")
     return None
 
 
-# Best first: 128 rows per CTA (8 warps) halves the streamed bytes per row against 64; a block of
-# 64 keeps the scores' registers small; two slots overlap the next block's copy with this
-# one's math.
-PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
-    (128, 64, 2), (128, 64, 1), (64, 64, 2), (64, 64, 1), (128, 32, 2), (64, 32, 2),
-    (64, 32, 1)))
+# Best first: 32 rows a warp (4 warps at 128 rows, as FlashAttention-2) where the registers
+# allow it: each B fragment read from shared memory feeds two m16 tiles; 128 rows per CTA halves
+# the streamed bytes per row against 64; a block of 64 keeps the scores' registers small; two
+# slots overlap the next block's copy with this one's math.
+PREFERENCE = tuple(LoopConfig(m, b, s, r) for m, b, s, r in (
+    (128, 64, 2, 32), (128, 32, 2, 32),
+    (128, 64, 2, 16), (128, 64, 1, 16), (64, 64, 2, 16), (64, 64, 1, 16), (128, 32, 2, 16),
+    (64, 32, 2, 16), (64, 32, 1, 16)))
 
 
 # Every configuration the rules name, PREFERENCE first: a written line may ask for any of them.
 EVERY = PREFERENCE + tuple(
-    c for c in (LoopConfig(m, b, s) for m in TILE_M[::-1] for b in BLOCKS for s in STAGES)
+    c for c in (LoopConfig(m, b, s, r) for r in WARP_ROWS[::-1] for m in TILE_M[::-1]
+                for b in BLOCKS for s in STAGES)
     if c not in PREFERENCE)
 
 
 def default(k0: int, n1: int, dtype: DType, tgt: Target,
             tile_m: int | None = None, block: int | None = None,
-            stages: int | None = None) -> tuple[LoopConfig, str]:
+            stages: int | None = None, warps: int | None = None,
+            tile_values: int = 0) -> tuple[LoopConfig, str]:
     """The first configuration (PREFERENCE, then the rest of EVERY) that keeps the written
     values and is legal, with why; raises ValueError (the lowering locates it) when none is."""
     for config in EVERY:
         if ((tile_m is not None and config.tile_m != tile_m)
                 or (block is not None and config.block != block)
-                or (stages is not None and config.stages != stages)):
+                or (stages is not None and config.stages != stages)
+                or (warps is not None and config.warps != warps)):
             continue
-        if refusal(config, k0, n1, dtype, tgt) is None:
+        if refusal(config, k0, n1, dtype, tgt, tile_values) is None:
             return config, ("the rulebook's first legal configuration for K0 "
                             f"{k0}, N1 {n1}, {dtype.dsl_name} on {tgt.arch.value} "
                             "(kgen/targets/loop_rules.py)")
     written = LoopConfig(tile_m or 128, block or 64, stages or 2)
-    raise ValueError(refusal(written, k0, n1, dtype, tgt)
+    if warps is not None and written.tile_m % warps == 0:
+        written = LoopConfig(written.tile_m, written.block, written.stages,
+                             written.tile_m // warps)
+    raise ValueError(refusal(written, k0, n1, dtype, tgt, tile_values)
                      or "no legal loop configuration keeps the written lines")
 
 
@@ -116,7 +160,10 @@ TWO_CTAS_REGISTERS = 144
 
 def min_ctas_per_sm(config: LoopConfig, n1: int) -> tuple[int, str]:
     """The CTAs per SM the kernel's launch bounds ask for, and why."""
-    regs = registers(config, n1)
+    if config.warp_rows > ROWS_PER_WARP:  # 4 warps at most (128 rows)
+        return 2, (f"{config.warps} warps of {config.warp_rows} rows: two CTAs per SM (8 warps at "
+                   "128 rows, as FlashAttention-2 runs) still leave ptxas 255 registers a thread")
+    regs = n1 // 2 + config.block + REGISTER_OVERHEAD  # registers() at 16 rows a warp
     if regs <= TWO_CTAS_REGISTERS:
         return 2, (f"about {regs} registers a thread (at most {TWO_CTAS_REGISTERS}): two CTAs "
                    "fit an SM's registers")

@@ -19,7 +19,9 @@
 // ============================================================================================
 namespace attention_fwd_window_cfg {
 using Element = __nv_bfloat16;
-constexpr int kTileM = 128;  // rows per CTA, 16 per warp
+constexpr int kTileM = 128;  // rows per CTA
+constexpr int kWarpRows = 16;  // rows per warp: kMTiles m16 tiles
+constexpr int kMTiles = 1;  // they share each B fragment the warp loads
 constexpr int kBlock = 64;  // columns of the loop's dimension per iteration
 constexpr int kWarps = 8;
 constexpr int kThreads = 256;
@@ -27,12 +29,14 @@ constexpr int kStages = 2;  // ring slots of the streamed operands
 constexpr int kK0 = 128;
 constexpr int kN1 = 128;
 constexpr int kK0Steps = 8;  // k16 steps of the first gemm
-constexpr int kBlockN8 = 8;  // n8 tiles of the first gemm per warp
+constexpr int kBlockN8 = 8;  // n8 tiles of the first gemm per m16 tile
 constexpr int kBlockSteps = 4;  // k16 steps of the accumulating gemm
-constexpr int kN1N8 = 16;  // n8 tiles of the accumulator per warp
+constexpr int kN1N8 = 16;  // n8 tiles of the accumulator per m16 tile
 constexpr int kSmemBytes = 98304;
 constexpr int kRowsPerCta = kTileM;  // the grid's x: one tile of rows per CTA
-static_assert(kThreads == kWarps * 32 && kWarps * 16 == kTileM, "each warp owns 16 whole rows");
+constexpr int kNoEnd = 0x7fffffff;  // the column bound of a block before the last: all exist
+static_assert(kThreads == kWarps * 32 && kWarps * kWarpRows == kTileM && kMTiles * 16 == kWarpRows,
+              "each warp owns kWarpRows whole rows");
 static_assert(kK0Steps * 16 == kK0 && kN1N8 * 8 == kN1 && kBlockN8 * 8 == kBlock, "mma tiles");
 // a_smem: Q, 1 x [128][128], 16-byte chunks swizzled
 constexpr int k_a_smem_rows = 128;
@@ -200,18 +204,41 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // A [kRows, kChunks * 16 B] tile from global rows `ld` elements apart: rows from `valid_rows`
 // on, and columns from `valid_cols` on (whole 16-byte chunks), are zeros.
+// The chunks are dealt round-robin: chunk c = threadIdx.x + r * kThreads, a compile-time count of
+// rounds (unrolled). Where each round covers whole rows, 8 or a multiple of 8 of them (the
+// swizzle's period), a thread keeps its chunk and its swizzled column in every round: one
+// global pointer stepped by the round's rows and shared offsets a constant apart.
 template <int kRows, int kChunks, int kMask, int kShift, int kThreads, typename T>
 __device__ __forceinline__ void load_tile(T* tile, const T* src, long long ld, int valid_rows,
                                           int valid_cols) {
   constexpr int kPerChunk = 16 / sizeof(T);
+  constexpr int kRounds = (kRows * kChunks + kThreads - 1) / kThreads;
+  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
+                (kRows * kChunks) % kThreads == 0) {
+    constexpr int kRowStep = kThreads / kChunks;  // rows per round
+    const int row = threadIdx.x / kChunks;
+    const int chunk = threadIdx.x % kChunks;
+    const bool col_valid = chunk * kPerChunk < valid_cols;
+    const T* from = src + row * ld + chunk * kPerChunk;
+    char* to = reinterpret_cast<char*>(tile) + swizzled<kChunks, kMask, kShift>(row, chunk);
 #pragma unroll
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int row = c / kChunks;
-    const int chunk = c % kChunks;
-    const bool valid = row < valid_rows && chunk * kPerChunk < valid_cols;
-    const T* from = valid ? src + row * ld + chunk * kPerChunk : src;
-    cp_async_16(reinterpret_cast<char*>(tile) + swizzled<kChunks, kMask, kShift>(row, chunk),
-                from, valid ? 16 : 0);
+    for (int r = 0; r < kRounds; ++r) {
+      const bool valid = col_valid && row + r * kRowStep < valid_rows;
+      cp_async_16(to + r * kRowStep * kChunks * 16, valid ? from : src, valid ? 16 : 0);
+      from += kRowStep * ld;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int c = threadIdx.x + r * kThreads;
+      if ((kRows * kChunks) % kThreads != 0 && c >= kRows * kChunks) break;
+      const int row = c / kChunks;
+      const int chunk = c % kChunks;
+      const bool valid = row < valid_rows && chunk * kPerChunk < valid_cols;
+      const T* from = valid ? src + row * ld + chunk * kPerChunk : src;
+      cp_async_16(reinterpret_cast<char*>(tile) + swizzled<kChunks, kMask, kShift>(row, chunk),
+                  from, valid ? 16 : 0);
+    }
   }
 }
 
@@ -224,13 +251,29 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 }
 
+// The x4 ldmatrix at rows r0.. and chunks c0.. of a swizzled tile (r0 a multiple of 16, c0 of 2,
+// as every fragment below has), this lane giving the address of row r0 + lrow, chunk c0 + lchunk
+// (lchunk 0 or 1). With those multiples the swizzle's XOR depends on the lane alone:
+// (c0 + lchunk) ^ s == c0 ^ (lchunk ^ s), s from lrow; so the lane's part is loop-invariant
+// (ptxas keeps it in a register) and each load adds one XOR with a constant to it.
+template <int kChunks, int kMask, int kShift, bool kTrans>
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* tile, int r0, int c0,
+                                        int lrow, int lchunk) {
+  const int lane_chunk = (lchunk ^ ((lrow >> kShift) & kMask)) * 16;
+  const unsigned address = smem_address(tile) + (r0 + lrow) * (kChunks * 16) + (lane_chunk ^ (c0 * 16));
+  if (kTrans) {
+    ldmatrix_x4_trans(r, address);
+  } else {
+    ldmatrix_x4(r, address);
+  }
+}
+
 // The A fragment of rows m0..m0+15, k0..k0+15 of a row-major [m][k] tile.
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ void ldsm_a(unsigned (&a)[4], const void* tile, int m0, int k0) {
   const int lane = threadIdx.x % 32;
-  const int row = m0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int chunk = k0 / 8 + (lane >> 4);
-  ldmatrix_x4(a, smem_address(tile) + swizzled<kChunks, kMask, kShift>(row, chunk));
+  ldsm_x4<kChunks, kMask, kShift, false>(a, tile, m0, k0 / 8, (lane & 7) + ((lane >> 3) & 1) * 8,
+                                         lane >> 4);
 }
 
 // The B fragments of n8 tiles n0/8 and n0/8 + 1 at k0..k0+15: b[0..1] the first, b[2..3] the
@@ -238,16 +281,30 @@ __device__ __forceinline__ void ldsm_a(unsigned (&a)[4], const void* tile, int m
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ void ldsm_b_nk(unsigned (&b)[4], const void* tile, int n0, int k0) {
   const int lane = threadIdx.x % 32;
-  const int row = n0 + (lane & 7) + (lane >> 4) * 8;
-  const int chunk = k0 / 8 + ((lane >> 3) & 1);
-  ldmatrix_x4(b, smem_address(tile) + swizzled<kChunks, kMask, kShift>(row, chunk));
+  ldsm_x4<kChunks, kMask, kShift, false>(b, tile, n0, k0 / 8, (lane & 7) + (lane >> 4) * 8,
+                                         (lane >> 3) & 1);
 }
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ void ldsm_b_kn(unsigned (&b)[4], const void* tile, int n0, int k0) {
   const int lane = threadIdx.x % 32;
-  const int row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int chunk = n0 / 8 + (lane >> 4);
-  ldmatrix_x4_trans(b, smem_address(tile) + swizzled<kChunks, kMask, kShift>(row, chunk));
+  ldsm_x4<kChunks, kMask, kShift, true>(b, tile, k0, n0 / 8, (lane & 7) + ((lane >> 3) & 1) * 8,
+                                        lane >> 4);
+}
+
+// e^x as 2^(x log2 e): one multiply and the MUFU's ex2.approx (relative error about 2^-22;
+// results below 2^-126 flush to 0, e^-inf is 0). expf's full-range path takes about 8
+// instructions, and the softmax runs one per score in the issue slots the mma.sync also need.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.4426950408889634f); }
+// e^(a - b) in one multiply-add and the ex2: a log2 e - b log2 e (a row's b is the same for its
+// elements: the compiler forms b log2 e once). As FlashAttention-2's softmax, where a is a score
+// and b its row's maximum.
+__device__ __forceinline__ float exp_diff(float a, float b) {
+  return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
@@ -257,6 +314,22 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Stores a warp's [16 * kMTiles, 8 * kN8] fragments as pairs (fragment j: m16 tile j / kN8, n8
+// tile j % kN8), rows past `rows` left out.
+template <int kMTiles, int kN8, typename T>
+__device__ __forceinline__ void store_warp_rows(T* dst, long long ld,
+                                                const float (&out)[kMTiles * kN8][4],
+                                                int row_base, int rows, int quad_col) {
+#pragma unroll
+  for (int j = 0; j < kMTiles * kN8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + 16 * (j / kN8) + 8 * h;
+      if (row < rows) store_pair(dst + row * ld + quad_col + (j % kN8) * 8, out[j][2 * h], out[j][2 * h + 1]);
+    }
+  }
 }
 }  // namespace attention_fwd_window_cfg
 
@@ -292,16 +365,14 @@ attention_fwd_window(const attention_fwd_window_params p) {
   const int kv_head = head / p.group;  // GQA: query heads per KV head
   const long long batch = blockIdx.z;
   const int row0 = blockIdx.x * kRowsPerCta;
-  const int row_base = row0 + warp * 16 + lane / 4;  // this thread's rows: row_base, + 8
+  const int row_base = row0 + warp * kWarpRows + lane / 4;  // this thread's rows: row_base + 8 * i
   const int quad_col = 2 * (lane % 4);  // this thread's first column of each n8 tile
   (void)kv_head; (void)head;
 
-  // Each parameter at this (batch, head)
+  // Each input at this (batch, head); the outputs' after the loop (no registers held across it)
   const __nv_bfloat16* g_Q = p.Q + batch * p.Q_bs + head * p.Q_hs;
   const __nv_bfloat16* g_K = p.K + batch * p.K_bs + kv_head * p.K_hs;
   const __nv_bfloat16* g_V = p.V + batch * p.V_bs + kv_head * p.V_hs;
-  __nv_bfloat16* g_O = p.O + batch * p.O_bs + head * p.O_hs;
-  float* g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;
 
   // The loop-invariant operand, once; then the first kStages - 1 blocks of the ring
   load_tile<k_a_smem_rows, k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift, kThreads>(
@@ -342,16 +413,751 @@ attention_fwd_window(const attention_fwd_window_params p) {
   }
 
   // Carried state: the accumulator (zero) and the row carries (one value per row of the thread)
-  float acc1[kN1N8][4];
+  // (fragment j holds m16 tile j / kN1N8, n8 tile j % kN1N8)
+  float acc1[kMTiles * kN1N8][4];
 #pragma unroll
-  for (int j = 0; j < kN1N8; ++j) {
+  for (int j = 0; j < kMTiles * kN1N8; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc1[j][e] = 0.0f;
   }
-  float carry_m[2] = {(-kInf), (-kInf)};
-  float carry_l[2] = {0.0f, 0.0f};
+  float carry_m[2 * kMTiles];
+#pragma unroll
+  for (int i = 0; i < 2 * kMTiles; ++i) carry_m[i] = (-kInf);
+  float carry_l[2 * kMTiles];
+#pragma unroll
+  for (int i = 0; i < 2 * kMTiles; ++i) carry_l[i] = 0.0f;
 
-  for (int block = first_block; block < end_block; ++block) {
+  // The blocks before the last: every column exists (no bounds checks); in three runs, on the
+  // mask's edge before its interior, inside it (its predicates read 1), on its edge after
+  const int middle_end = max(end_block - 1, first_block);
+  const int inside_from = min(max(inside_begin, first_block), middle_end);
+  const int inside_to = min(max(inside_end, inside_from), middle_end);
+  for (int block = first_block; block < inside_from; ++block) {
+    const int next = block + kStages - 1;  // refills the slot the previous block used
+    if (next < end_block) {
+      load_block(smem, g_K, p.K_ld, g_V,
+                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
+    __syncthreads();
+    const int slot = (block - first_block) % kStages;
+    const int kv0 = block * kBlock;
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
+
+    // s = Q @ K: the warp's [kWarpRows, kBlock], each B fragment feeds the kMTiles m16 tiles
+    float acc0[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc0[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a[mt], smem.a_smem[0], warp * kWarpRows + 16 * mt, ks * 16);
+      }
+#pragma unroll
+      for (int np = 0; np < kBlockN8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_nk<k_b_smem_chunks, k_b_smem_mask, k_b_smem_shift>(b, smem.b_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc0[mt * kBlockN8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc0[mt * kBlockN8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // s's epilogue
+    float v5[2 * kMTiles];
+    float v7[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
+      v7[i] = v5[i] - static_cast<float>(p.rows);
+    }
+    float v8[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v8[j][e] = interior ? 1.0f : (static_cast<float>(col) <= v7[i] ? 1.0f : 0.0f);
+      }
+    }
+    float v10[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v10[i] = v7[i] - p.window;
+    }
+    float v11[kMTiles * kBlockN8][4];
+    float v12[kMTiles * kBlockN8][4];
+    float v15[kMTiles * kBlockN8][4];
+    float v17[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v11[j][e] = interior ? 1.0f : (static_cast<float>(col) > v10[i] ? 1.0f : 0.0f);
+        v12[j][e] = interior ? 1.0f : (v8[j][e] * v11[j][e]);
+        v15[j][e] = p.scale * acc0[j][e];
+        v17[j][e] = v12[j][e] != 0.0f ? v15[j][e] : (-kInf);
+      }
+    }
+    float v18[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) v18[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v18[i] = red_max(v18[i], v17[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 1));
+      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 2));
+    }
+    float v19[2 * kMTiles];
+    float v20[2 * kMTiles];
+    float v22[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v19[i] = fmaxf(carry_m[i], v18[i]);
+      v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
+      v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
+    }
+    float v24[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
+      }
+    }
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
+    float handed[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        handed[j][e] = col < kNoEnd ? v24[j][e] : 0.0f;
+      }
+    }
+    unsigned hand[kMTiles * kBlockN8][2];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+    }
+    float v26[2 * kMTiles];
+    float v27[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v26[i] = exp_diff(carry_m[i], v22[i]);
+      v27[i] = carry_l[i] * v26[i];
+    }
+    float v28[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) v28[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v28[i] = red_add(v28[i], v24[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 1));
+      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 2));
+    }
+    float v29[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v29[i] = v27[i] + v28[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v29[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kN1N8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v26[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v19[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_m[i] = next_m[i];
+
+    // o += s @ V: A from registers, each B fragment feeds the kMTiles m16 tiles
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int j = mt * kBlockN8 + 2 * ks;  // fragments 2ks, 2ks + 1 of m16 tile mt
+        a[mt][0] = hand[j][0];
+        a[mt][1] = hand[j][1];
+        a[mt][2] = hand[j + 1][0];
+        a[mt][3] = hand[j + 1][1];
+      }
+#pragma unroll
+      for (int np = 0; np < kN1N8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_kn<k_c_smem_chunks, k_c_smem_mask, k_c_smem_shift>(b, smem.c_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc1[mt * kN1N8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc1[mt * kN1N8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this slot before it is refilled
+  }
+  for (int block = inside_from; block < inside_to; ++block) {
+    const int next = block + kStages - 1;  // refills the slot the previous block used
+    if (next < end_block) {
+      load_block(smem, g_K, p.K_ld, g_V,
+                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
+    __syncthreads();
+    const int slot = (block - first_block) % kStages;
+    const int kv0 = block * kBlock;
+    constexpr bool interior = true;  // the mask holds: its predicates read 1
+
+    // s = Q @ K: the warp's [kWarpRows, kBlock], each B fragment feeds the kMTiles m16 tiles
+    float acc0[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc0[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a[mt], smem.a_smem[0], warp * kWarpRows + 16 * mt, ks * 16);
+      }
+#pragma unroll
+      for (int np = 0; np < kBlockN8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_nk<k_b_smem_chunks, k_b_smem_mask, k_b_smem_shift>(b, smem.b_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc0[mt * kBlockN8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc0[mt * kBlockN8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // s's epilogue
+    float v5[2 * kMTiles];
+    float v7[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
+      v7[i] = v5[i] - static_cast<float>(p.rows);
+    }
+    float v8[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v8[j][e] = interior ? 1.0f : (static_cast<float>(col) <= v7[i] ? 1.0f : 0.0f);
+      }
+    }
+    float v10[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v10[i] = v7[i] - p.window;
+    }
+    float v11[kMTiles * kBlockN8][4];
+    float v12[kMTiles * kBlockN8][4];
+    float v15[kMTiles * kBlockN8][4];
+    float v17[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v11[j][e] = interior ? 1.0f : (static_cast<float>(col) > v10[i] ? 1.0f : 0.0f);
+        v12[j][e] = interior ? 1.0f : (v8[j][e] * v11[j][e]);
+        v15[j][e] = p.scale * acc0[j][e];
+        v17[j][e] = v12[j][e] != 0.0f ? v15[j][e] : (-kInf);
+      }
+    }
+    float v18[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) v18[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v18[i] = red_max(v18[i], v17[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 1));
+      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 2));
+    }
+    float v19[2 * kMTiles];
+    float v20[2 * kMTiles];
+    float v22[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v19[i] = fmaxf(carry_m[i], v18[i]);
+      v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
+      v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
+    }
+    float v24[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
+      }
+    }
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
+    float handed[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        handed[j][e] = col < kNoEnd ? v24[j][e] : 0.0f;
+      }
+    }
+    unsigned hand[kMTiles * kBlockN8][2];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+    }
+    float v26[2 * kMTiles];
+    float v27[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v26[i] = exp_diff(carry_m[i], v22[i]);
+      v27[i] = carry_l[i] * v26[i];
+    }
+    float v28[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) v28[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v28[i] = red_add(v28[i], v24[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 1));
+      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 2));
+    }
+    float v29[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v29[i] = v27[i] + v28[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v29[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kN1N8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v26[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v19[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_m[i] = next_m[i];
+
+    // o += s @ V: A from registers, each B fragment feeds the kMTiles m16 tiles
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int j = mt * kBlockN8 + 2 * ks;  // fragments 2ks, 2ks + 1 of m16 tile mt
+        a[mt][0] = hand[j][0];
+        a[mt][1] = hand[j][1];
+        a[mt][2] = hand[j + 1][0];
+        a[mt][3] = hand[j + 1][1];
+      }
+#pragma unroll
+      for (int np = 0; np < kN1N8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_kn<k_c_smem_chunks, k_c_smem_mask, k_c_smem_shift>(b, smem.c_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc1[mt * kN1N8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc1[mt * kN1N8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this slot before it is refilled
+  }
+  for (int block = inside_to; block < middle_end; ++block) {
+    const int next = block + kStages - 1;  // refills the slot the previous block used
+    if (next < end_block) {
+      load_block(smem, g_K, p.K_ld, g_V,
+                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
+    __syncthreads();
+    const int slot = (block - first_block) % kStages;
+    const int kv0 = block * kBlock;
+    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
+
+    // s = Q @ K: the warp's [kWarpRows, kBlock], each B fragment feeds the kMTiles m16 tiles
+    float acc0[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc0[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a[mt], smem.a_smem[0], warp * kWarpRows + 16 * mt, ks * 16);
+      }
+#pragma unroll
+      for (int np = 0; np < kBlockN8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_nk<k_b_smem_chunks, k_b_smem_mask, k_b_smem_shift>(b, smem.b_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc0[mt * kBlockN8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc0[mt * kBlockN8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // s's epilogue
+    float v5[2 * kMTiles];
+    float v7[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
+      v7[i] = v5[i] - static_cast<float>(p.rows);
+    }
+    float v8[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v8[j][e] = interior ? 1.0f : (static_cast<float>(col) <= v7[i] ? 1.0f : 0.0f);
+      }
+    }
+    float v10[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v10[i] = v7[i] - p.window;
+    }
+    float v11[kMTiles * kBlockN8][4];
+    float v12[kMTiles * kBlockN8][4];
+    float v15[kMTiles * kBlockN8][4];
+    float v17[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v11[j][e] = interior ? 1.0f : (static_cast<float>(col) > v10[i] ? 1.0f : 0.0f);
+        v12[j][e] = interior ? 1.0f : (v8[j][e] * v11[j][e]);
+        v15[j][e] = p.scale * acc0[j][e];
+        v17[j][e] = v12[j][e] != 0.0f ? v15[j][e] : (-kInf);
+      }
+    }
+    float v18[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) v18[i] = (-kInf);
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v18[i] = red_max(v18[i], v17[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 1));
+      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 2));
+    }
+    float v19[2 * kMTiles];
+    float v20[2 * kMTiles];
+    float v22[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v19[i] = fmaxf(carry_m[i], v18[i]);
+      v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
+      v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
+    }
+    float v24[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
+      }
+    }
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
+    float handed[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        handed[j][e] = col < kNoEnd ? v24[j][e] : 0.0f;
+      }
+    }
+    unsigned hand[kMTiles * kBlockN8][2];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+    }
+    float v26[2 * kMTiles];
+    float v27[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v26[i] = exp_diff(carry_m[i], v22[i]);
+      v27[i] = carry_l[i] * v26[i];
+    }
+    float v28[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) v28[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        if (true) v28[i] = red_add(v28[i], v24[j][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 1));
+      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 2));
+    }
+    float v29[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      v29[i] = v27[i] + v28[i];
+    }
+    // the carry 'l' takes its new value
+    float next_l[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_l[i] = v29[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_l[i] = next_l[i];
+    // the accumulator 'o', rescaled row by row
+#pragma unroll
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kN1N8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        acc1[j][e] *= v26[i];
+      }
+    }
+    // the carry 'm' takes its new value
+    float next_m[2 * kMTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) {
+      const int row = row_base + 8 * i;
+      (void)row;
+      next_m[i] = v19[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_m[i] = next_m[i];
+
+    // o += s @ V: A from registers, each B fragment feeds the kMTiles m16 tiles
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int j = mt * kBlockN8 + 2 * ks;  // fragments 2ks, 2ks + 1 of m16 tile mt
+        a[mt][0] = hand[j][0];
+        a[mt][1] = hand[j][1];
+        a[mt][2] = hand[j + 1][0];
+        a[mt][3] = hand[j + 1][1];
+      }
+#pragma unroll
+      for (int np = 0; np < kN1N8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_kn<k_c_smem_chunks, k_c_smem_mask, k_c_smem_shift>(b, smem.c_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc1[mt * kN1N8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc1[mt * kN1N8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this slot before it is refilled
+  }
+  // The last block: columns past the loop's end do not exist
+  if (end_block > first_block) {
+    const int block = end_block - 1;
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
@@ -364,66 +1170,72 @@ attention_fwd_window(const attention_fwd_window_params p) {
     const int kv0 = block * kBlock;
     const bool interior = block >= inside_begin && block < inside_end;  // the mask holds
 
-    // s = Q @ K: the warp's [16, kBlock]
-    float acc0[kBlockN8][4];
+    // s = Q @ K: the warp's [kWarpRows, kBlock], each B fragment feeds the kMTiles m16 tiles
+    float acc0[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc0[j][e] = 0.0f;
     }
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
-      unsigned a[4];
-      ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a, smem.a_smem[0], warp * 16, ks * 16);
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a[mt], smem.a_smem[0], warp * kWarpRows + 16 * mt, ks * 16);
+      }
 #pragma unroll
       for (int np = 0; np < kBlockN8 / 2; ++np) {
         unsigned b[4];
         ldsm_b_nk<k_b_smem_chunks, k_b_smem_mask, k_b_smem_shift>(b, smem.b_smem[slot], np * 16, ks * 16);
-        mma_16816(acc0[2 * np], a, b[0], b[1]);
-        mma_16816(acc0[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc0[mt * kBlockN8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc0[mt * kBlockN8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
 
     // s's epilogue
-    float v5[2];
-    float v7[2];
+    float v5[2 * kMTiles];
+    float v7[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
       v7[i] = v5[i] - static_cast<float>(p.rows);
     }
-    float v8[kBlockN8][4];
+    float v8[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v8[j][e] = interior ? 1.0f : (static_cast<float>(col) <= v7[i] ? 1.0f : 0.0f);
       }
     }
-    float v10[2];
+    float v10[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       v10[i] = v7[i] - p.window;
     }
-    float v11[kBlockN8][4];
-    float v12[kBlockN8][4];
-    float v15[kBlockN8][4];
-    float v17[kBlockN8][4];
+    float v11[kMTiles * kBlockN8][4];
+    float v12[kMTiles * kBlockN8][4];
+    float v15[kMTiles * kBlockN8][4];
+    float v17[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v11[j][e] = interior ? 1.0f : (static_cast<float>(col) > v10[i] ? 1.0f : 0.0f);
         v12[j][e] = interior ? 1.0f : (v8[j][e] * v11[j][e]);
@@ -431,172 +1243,181 @@ attention_fwd_window(const attention_fwd_window_params p) {
         v17[j][e] = v12[j][e] != 0.0f ? v15[j][e] : (-kInf);
       }
     }
-    float v18[2];
+    float v18[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) v18[i] = (-kInf);
+    for (int i = 0; i < 2 * kMTiles; ++i) v18[i] = (-kInf);
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         if (col < p.loop_len) v18[i] = red_max(v18[i], v17[j][e]);
       }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 1));
       v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 2));
     }
-    float v19[2];
-    float v20[2];
-    float v22[2];
+    float v19[2 * kMTiles];
+    float v20[2 * kMTiles];
+    float v22[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       v19[i] = fmaxf(carry_m[i], v18[i]);
       v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
       v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
     }
-    float v23[kBlockN8][4];
-    float v24[kBlockN8][4];
+    float v24[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v23[j][e] = v17[j][e] - v22[i];
-        v24[j][e] = expf(v23[j][e]);
+        v24[j][e] = exp_diff(v17[j][e], v22[i]);
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
     // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
-    float handed[kBlockN8][4];
+    float handed[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         handed[j][e] = col < p.loop_len ? v24[j][e] : 0.0f;
       }
     }
-    unsigned hand[kBlockN8][2];
+    unsigned hand[kMTiles * kBlockN8][2];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
-    float v25[2];
-    float v26[2];
-    float v27[2];
+    float v26[2 * kMTiles];
+    float v27[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v25[i] = carry_m[i] - v22[i];
-      v26[i] = expf(v25[i]);
+      v26[i] = exp_diff(carry_m[i], v22[i]);
       v27[i] = carry_l[i] * v26[i];
     }
-    float v28[2];
+    float v28[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) v28[i] = 0.0f;
+    for (int i = 0; i < 2 * kMTiles; ++i) v28[i] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         if (col < p.loop_len) v28[i] = red_add(v28[i], v24[j][e]);
       }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 1));
       v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 2));
     }
-    float v29[2];
+    float v29[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       v29[i] = v27[i] + v28[i];
     }
     // the carry 'l' takes its new value
-    float next_l[2];
+    float next_l[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       next_l[i] = v29[i];
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) carry_l[i] = next_l[i];
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_l[i] = next_l[i];
     // the accumulator 'o', rescaled row by row
 #pragma unroll
-    for (int j = 0; j < kN1N8; ++j) {
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kN1N8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = quad_col + j * 8 + (e & 1);
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         acc1[j][e] *= v26[i];
       }
     }
     // the carry 'm' takes its new value
-    float next_m[2];
+    float next_m[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       next_m[i] = v19[i];
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
+    for (int i = 0; i < 2 * kMTiles; ++i) carry_m[i] = next_m[i];
 
-    // o += s @ V: A from registers
+    // o += s @ V: A from registers, each B fragment feeds the kMTiles m16 tiles
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
-      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int j = mt * kBlockN8 + 2 * ks;  // fragments 2ks, 2ks + 1 of m16 tile mt
+        a[mt][0] = hand[j][0];
+        a[mt][1] = hand[j][1];
+        a[mt][2] = hand[j + 1][0];
+        a[mt][3] = hand[j + 1][1];
+      }
 #pragma unroll
       for (int np = 0; np < kN1N8 / 2; ++np) {
         unsigned b[4];
         ldsm_b_kn<k_c_smem_chunks, k_c_smem_mask, k_c_smem_shift>(b, smem.c_smem[slot], np * 16, ks * 16);
-        mma_16816(acc1[2 * np], a, b[0], b[1]);
-        mma_16816(acc1[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc1[mt * kN1N8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc1[mt * kN1N8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this slot before it is refilled
   }
 
   // The kernel's epilogue, once, over the [kTileM, kN1] accumulator
-    float v4[2];
+  __nv_bfloat16* g_O = p.O + batch * p.O_bs + head * p.O_hs;
+  float* g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;
+    float v4[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       v4[i] = carry_l[i] == 0.0f ? 1.0f : 0.0f;
     }
-    float v5[kN1N8][4];
-    float v6[kN1N8][4];
+    float v5[kMTiles * kN1N8][4];
+    float v6[kMTiles * kN1N8][4];
 #pragma unroll
-    for (int j = 0; j < kN1N8; ++j) {
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kN1N8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = quad_col + j * 8 + (e & 1);
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v5[j][e] = acc1[j][e] / carry_l[i];
         v6[j][e] = v4[i] != 0.0f ? 0.0f : v5[j][e];
@@ -604,25 +1425,25 @@ attention_fwd_window(const attention_fwd_window_params p) {
     }
     // store 'O' (rows past the end do not exist)
     {
-      float out[kN1N8][4];
+      float out[kMTiles * kN1N8][4];
 #pragma unroll
-    for (int j = 0; j < kN1N8; ++j) {
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kN1N8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = quad_col + j * 8 + (e & 1);
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         out[j][e] = v6[j][e];
       }
     }
-      store_fragments<kN1N8>(g_O, p.O_ld, out, row_base, p.rows, quad_col);
+      store_warp_rows<kMTiles, kN1N8>(g_O, p.O_ld, out, row_base, p.rows, quad_col);
     }
-    float v8[2];
-    float v9[2];
-    float v10[2];
+    float v8[2 * kMTiles];
+    float v9[2 * kMTiles];
+    float v10[2 * kMTiles];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       v8[i] = logf(carry_l[i]);
@@ -631,7 +1452,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
     }
     // store 'lse', once per row
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
       if (lane % 4 == 0 && row < p.rows) store_one(g_lse + row, v10[i]);

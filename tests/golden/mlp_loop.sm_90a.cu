@@ -19,7 +19,9 @@
 // ============================================================================================
 namespace mlp_loop_cfg {
 using Element = __nv_bfloat16;
-constexpr int kTileM = 128;  // rows per CTA, 16 per warp
+constexpr int kTileM = 128;  // rows per CTA
+constexpr int kWarpRows = 16;  // rows per warp: kMTiles m16 tiles
+constexpr int kMTiles = 1;  // they share each B fragment the warp loads
 constexpr int kBlock = 64;  // columns of the loop's dimension per iteration
 constexpr int kWarps = 8;
 constexpr int kThreads = 256;
@@ -27,12 +29,14 @@ constexpr int kStages = 2;  // ring slots of the streamed operands
 constexpr int kK0 = 256;
 constexpr int kN1 = 128;
 constexpr int kK0Steps = 16;  // k16 steps of the first gemm
-constexpr int kBlockN8 = 8;  // n8 tiles of the first gemm per warp
+constexpr int kBlockN8 = 8;  // n8 tiles of the first gemm per m16 tile
 constexpr int kBlockSteps = 4;  // k16 steps of the accumulating gemm
-constexpr int kN1N8 = 16;  // n8 tiles of the accumulator per warp
+constexpr int kN1N8 = 16;  // n8 tiles of the accumulator per m16 tile
 constexpr int kSmemBytes = 163840;
 constexpr int kRowsPerCta = kTileM;  // the grid's x: one tile of rows per CTA
-static_assert(kThreads == kWarps * 32 && kWarps * 16 == kTileM, "each warp owns 16 whole rows");
+constexpr int kNoEnd = 0x7fffffff;  // the column bound of a block before the last: all exist
+static_assert(kThreads == kWarps * 32 && kWarps * kWarpRows == kTileM && kMTiles * 16 == kWarpRows,
+              "each warp owns kWarpRows whole rows");
 static_assert(kK0Steps * 16 == kK0 && kN1N8 * 8 == kN1 && kBlockN8 * 8 == kBlock, "mma tiles");
 // a_smem: X, 1 x [128][256], 16-byte chunks swizzled
 constexpr int k_a_smem_rows = 128;
@@ -186,18 +190,41 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // A [kRows, kChunks * 16 B] tile from global rows `ld` elements apart: rows from `valid_rows`
 // on, and columns from `valid_cols` on (whole 16-byte chunks), are zeros.
+// The chunks are dealt round-robin: chunk c = threadIdx.x + r * kThreads, a compile-time count of
+// rounds (unrolled). Where each round covers whole rows, 8 or a multiple of 8 of them (the
+// swizzle's period), a thread keeps its chunk and its swizzled column in every round: one
+// global pointer stepped by the round's rows and shared offsets a constant apart.
 template <int kRows, int kChunks, int kMask, int kShift, int kThreads, typename T>
 __device__ __forceinline__ void load_tile(T* tile, const T* src, long long ld, int valid_rows,
                                           int valid_cols) {
   constexpr int kPerChunk = 16 / sizeof(T);
+  constexpr int kRounds = (kRows * kChunks + kThreads - 1) / kThreads;
+  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0 &&
+                (kRows * kChunks) % kThreads == 0) {
+    constexpr int kRowStep = kThreads / kChunks;  // rows per round
+    const int row = threadIdx.x / kChunks;
+    const int chunk = threadIdx.x % kChunks;
+    const bool col_valid = chunk * kPerChunk < valid_cols;
+    const T* from = src + row * ld + chunk * kPerChunk;
+    char* to = reinterpret_cast<char*>(tile) + swizzled<kChunks, kMask, kShift>(row, chunk);
 #pragma unroll
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int row = c / kChunks;
-    const int chunk = c % kChunks;
-    const bool valid = row < valid_rows && chunk * kPerChunk < valid_cols;
-    const T* from = valid ? src + row * ld + chunk * kPerChunk : src;
-    cp_async_16(reinterpret_cast<char*>(tile) + swizzled<kChunks, kMask, kShift>(row, chunk),
-                from, valid ? 16 : 0);
+    for (int r = 0; r < kRounds; ++r) {
+      const bool valid = col_valid && row + r * kRowStep < valid_rows;
+      cp_async_16(to + r * kRowStep * kChunks * 16, valid ? from : src, valid ? 16 : 0);
+      from += kRowStep * ld;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int c = threadIdx.x + r * kThreads;
+      if ((kRows * kChunks) % kThreads != 0 && c >= kRows * kChunks) break;
+      const int row = c / kChunks;
+      const int chunk = c % kChunks;
+      const bool valid = row < valid_rows && chunk * kPerChunk < valid_cols;
+      const T* from = valid ? src + row * ld + chunk * kPerChunk : src;
+      cp_async_16(reinterpret_cast<char*>(tile) + swizzled<kChunks, kMask, kShift>(row, chunk),
+                  from, valid ? 16 : 0);
+    }
   }
 }
 
@@ -210,13 +237,29 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 }
 
+// The x4 ldmatrix at rows r0.. and chunks c0.. of a swizzled tile (r0 a multiple of 16, c0 of 2,
+// as every fragment below has), this lane giving the address of row r0 + lrow, chunk c0 + lchunk
+// (lchunk 0 or 1). With those multiples the swizzle's XOR depends on the lane alone:
+// (c0 + lchunk) ^ s == c0 ^ (lchunk ^ s), s from lrow; so the lane's part is loop-invariant
+// (ptxas keeps it in a register) and each load adds one XOR with a constant to it.
+template <int kChunks, int kMask, int kShift, bool kTrans>
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* tile, int r0, int c0,
+                                        int lrow, int lchunk) {
+  const int lane_chunk = (lchunk ^ ((lrow >> kShift) & kMask)) * 16;
+  const unsigned address = smem_address(tile) + (r0 + lrow) * (kChunks * 16) + (lane_chunk ^ (c0 * 16));
+  if (kTrans) {
+    ldmatrix_x4_trans(r, address);
+  } else {
+    ldmatrix_x4(r, address);
+  }
+}
+
 // The A fragment of rows m0..m0+15, k0..k0+15 of a row-major [m][k] tile.
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ void ldsm_a(unsigned (&a)[4], const void* tile, int m0, int k0) {
   const int lane = threadIdx.x % 32;
-  const int row = m0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int chunk = k0 / 8 + (lane >> 4);
-  ldmatrix_x4(a, smem_address(tile) + swizzled<kChunks, kMask, kShift>(row, chunk));
+  ldsm_x4<kChunks, kMask, kShift, false>(a, tile, m0, k0 / 8, (lane & 7) + ((lane >> 3) & 1) * 8,
+                                         lane >> 4);
 }
 
 // The B fragments of n8 tiles n0/8 and n0/8 + 1 at k0..k0+15: b[0..1] the first, b[2..3] the
@@ -224,16 +267,30 @@ __device__ __forceinline__ void ldsm_a(unsigned (&a)[4], const void* tile, int m
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ void ldsm_b_nk(unsigned (&b)[4], const void* tile, int n0, int k0) {
   const int lane = threadIdx.x % 32;
-  const int row = n0 + (lane & 7) + (lane >> 4) * 8;
-  const int chunk = k0 / 8 + ((lane >> 3) & 1);
-  ldmatrix_x4(b, smem_address(tile) + swizzled<kChunks, kMask, kShift>(row, chunk));
+  ldsm_x4<kChunks, kMask, kShift, false>(b, tile, n0, k0 / 8, (lane & 7) + (lane >> 4) * 8,
+                                         (lane >> 3) & 1);
 }
 template <int kChunks, int kMask, int kShift>
 __device__ __forceinline__ void ldsm_b_kn(unsigned (&b)[4], const void* tile, int n0, int k0) {
   const int lane = threadIdx.x % 32;
-  const int row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int chunk = n0 / 8 + (lane >> 4);
-  ldmatrix_x4_trans(b, smem_address(tile) + swizzled<kChunks, kMask, kShift>(row, chunk));
+  ldsm_x4<kChunks, kMask, kShift, true>(b, tile, k0, n0 / 8, (lane & 7) + ((lane >> 3) & 1) * 8,
+                                        lane >> 4);
+}
+
+// e^x as 2^(x log2 e): one multiply and the MUFU's ex2.approx (relative error about 2^-22;
+// results below 2^-126 flush to 0, e^-inf is 0). expf's full-range path takes about 8
+// instructions, and the softmax runs one per score in the issue slots the mma.sync also need.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.4426950408889634f); }
+// e^(a - b) in one multiply-add and the ex2: a log2 e - b log2 e (a row's b is the same for its
+// elements: the compiler forms b log2 e once). As FlashAttention-2's softmax, where a is a score
+// and b its row's maximum.
+__device__ __forceinline__ float exp_diff(float a, float b) {
+  return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
@@ -243,6 +300,22 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Stores a warp's [16 * kMTiles, 8 * kN8] fragments as pairs (fragment j: m16 tile j / kN8, n8
+// tile j % kN8), rows past `rows` left out.
+template <int kMTiles, int kN8, typename T>
+__device__ __forceinline__ void store_warp_rows(T* dst, long long ld,
+                                                const float (&out)[kMTiles * kN8][4],
+                                                int row_base, int rows, int quad_col) {
+#pragma unroll
+  for (int j = 0; j < kMTiles * kN8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + 16 * (j / kN8) + 8 * h;
+      if (row < rows) store_pair(dst + row * ld + quad_col + (j % kN8) * 8, out[j][2 * h], out[j][2 * h + 1]);
+    }
+  }
 }
 }  // namespace mlp_loop_cfg
 
@@ -278,15 +351,14 @@ mlp_loop(const mlp_loop_params p) {
   const int kv_head = head / p.group;  // GQA: query heads per KV head
   const long long batch = blockIdx.z;
   const int row0 = blockIdx.x * kRowsPerCta;
-  const int row_base = row0 + warp * 16 + lane / 4;  // this thread's rows: row_base, + 8
+  const int row_base = row0 + warp * kWarpRows + lane / 4;  // this thread's rows: row_base + 8 * i
   const int quad_col = 2 * (lane % 4);  // this thread's first column of each n8 tile
   (void)kv_head; (void)head;
 
-  // Each parameter at this (batch, head)
+  // Each input at this (batch, head); the outputs' after the loop (no registers held across it)
   const __nv_bfloat16* g_X = p.X + batch * p.X_bs + head * p.X_hs;
   const __nv_bfloat16* g_W0 = p.W0 + batch * p.W0_bs + head * p.W0_hs;
   const __nv_bfloat16* g_W1 = p.W1 + batch * p.W1_bs + head * p.W1_hs;
-  __nv_bfloat16* g_Y = p.Y + batch * p.Y_bs + head * p.Y_hs;
   const float* g_b0 = p.b0 + batch * p.b0_bs + head * p.b0_hs;
 
   // The loop-invariant operand, once; then the first kStages - 1 blocks of the ring
@@ -305,14 +377,16 @@ mlp_loop(const mlp_loop_params p) {
   }
 
   // Carried state: the accumulator (zero) and the row carries (one value per row of the thread)
-  float acc1[kN1N8][4];
+  // (fragment j holds m16 tile j / kN1N8, n8 tile j % kN1N8)
+  float acc1[kMTiles * kN1N8][4];
 #pragma unroll
-  for (int j = 0; j < kN1N8; ++j) {
+  for (int j = 0; j < kMTiles * kN1N8; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc1[j][e] = 0.0f;
   }
 
-  for (int block = 0; block < blocks; ++block) {
+  // The blocks before the last: every column exists (no bounds checks)
+  for (int block = 0; block < blocks - 1; ++block) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < blocks) {
       load_block(smem, g_W0, p.W0_ld, g_W1,
@@ -324,36 +398,42 @@ mlp_loop(const mlp_loop_params p) {
     const int slot = block % kStages;
     const int kv0 = block * kBlock;
 
-    // h = X @ W0: the warp's [16, kBlock]
-    float acc0[kBlockN8][4];
+    // h = X @ W0: the warp's [kWarpRows, kBlock], each B fragment feeds the kMTiles m16 tiles
+    float acc0[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc0[j][e] = 0.0f;
     }
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
-      unsigned a[4];
-      ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a, smem.a_smem[0], warp * 16, ks * 16);
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a[mt], smem.a_smem[0], warp * kWarpRows + 16 * mt, ks * 16);
+      }
 #pragma unroll
       for (int np = 0; np < kBlockN8 / 2; ++np) {
         unsigned b[4];
         ldsm_b_nk<k_b_smem_chunks, k_b_smem_mask, k_b_smem_shift>(b, smem.b_smem[slot], np * 16, ks * 16);
-        mma_16816(acc0[2 * np], a, b[0], b[1]);
-        mma_16816(acc0[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc0[mt * kBlockN8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc0[mt * kBlockN8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
 
     // h's epilogue
-    float v2[kBlockN8][4];
-    float v3[kBlockN8][4];
+    float v2[kMTiles * kBlockN8][4];
+    float v3[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = acc0[j][e] + (col < p.loop_len ? g_b0[col] : 0.0f);
         v3[j][e] = 0.5f * v2[j][e] * (1.0f + erff(v2[j][e] * 0.70710678118654752f));
@@ -361,56 +441,169 @@ mlp_loop(const mlp_loop_params p) {
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
     // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
-    float handed[kBlockN8][4];
+    float handed[kMTiles * kBlockN8][4];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        handed[j][e] = col < p.loop_len ? v3[j][e] : 0.0f;
+        handed[j][e] = col < kNoEnd ? v3[j][e] : 0.0f;
       }
     }
-    unsigned hand[kBlockN8][2];
+    unsigned hand[kMTiles * kBlockN8][2];
 #pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
     }
 
-    // y += h @ W1: A from registers
+    // y += h @ W1: A from registers, each B fragment feeds the kMTiles m16 tiles
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
-      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int j = mt * kBlockN8 + 2 * ks;  // fragments 2ks, 2ks + 1 of m16 tile mt
+        a[mt][0] = hand[j][0];
+        a[mt][1] = hand[j][1];
+        a[mt][2] = hand[j + 1][0];
+        a[mt][3] = hand[j + 1][1];
+      }
 #pragma unroll
       for (int np = 0; np < kN1N8 / 2; ++np) {
         unsigned b[4];
         ldsm_b_nk<k_c_smem_chunks, k_c_smem_mask, k_c_smem_shift>(b, smem.c_smem[slot], np * 16, ks * 16);
-        mma_16816(acc1[2 * np], a, b[0], b[1]);
-        mma_16816(acc1[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc1[mt * kN1N8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc1[mt * kN1N8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this slot before it is refilled
+  }
+  // The last block: columns past the loop's end do not exist
+  if (blocks > 0) {
+    const int block = blocks - 1;
+    const int next = block + kStages - 1;  // refills the slot the previous block used
+    if (next < blocks) {
+      load_block(smem, g_W0, p.W0_ld, g_W1,
+                 p.W1_ld, next, next % kStages, p.loop_len);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
+    __syncthreads();
+    const int slot = block % kStages;
+    const int kv0 = block * kBlock;
+
+    // h = X @ W0: the warp's [kWarpRows, kBlock], each B fragment feeds the kMTiles m16 tiles
+    float acc0[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc0[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < kK0Steps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldsm_a<k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift>(a[mt], smem.a_smem[0], warp * kWarpRows + 16 * mt, ks * 16);
+      }
+#pragma unroll
+      for (int np = 0; np < kBlockN8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_nk<k_b_smem_chunks, k_b_smem_mask, k_b_smem_shift>(b, smem.b_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc0[mt * kBlockN8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc0[mt * kBlockN8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // h's epilogue
+    float v2[kMTiles * kBlockN8][4];
+    float v3[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        v2[j][e] = acc0[j][e] + (col < p.loop_len ? g_b0[col] : 0.0f);
+        v3[j][e] = 0.5f * v2[j][e] * (1.0f + erff(v2[j][e] * 0.70710678118654752f));
+      }
+    }
+    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
+    // registers; fragments 2k and 2k + 1 of a row pair are the A fragment of k16 step k
+    float handed[kMTiles * kBlockN8][4];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 2 * (j / kBlockN8) + (e >> 1);
+        const int row = row_base + 8 * i;
+        const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
+        (void)i; (void)row; (void)col;
+        handed[j][e] = col < p.loop_len ? v3[j][e] : 0.0f;
+      }
+    }
+    unsigned hand[kMTiles * kBlockN8][2];
+#pragma unroll
+    for (int j = 0; j < kMTiles * kBlockN8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hand[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+    }
+
+    // y += h @ W1: A from registers, each B fragment feeds the kMTiles m16 tiles
+#pragma unroll
+    for (int ks = 0; ks < kBlockSteps; ++ks) {
+      unsigned a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const int j = mt * kBlockN8 + 2 * ks;  // fragments 2ks, 2ks + 1 of m16 tile mt
+        a[mt][0] = hand[j][0];
+        a[mt][1] = hand[j][1];
+        a[mt][2] = hand[j + 1][0];
+        a[mt][3] = hand[j + 1][1];
+      }
+#pragma unroll
+      for (int np = 0; np < kN1N8 / 2; ++np) {
+        unsigned b[4];
+        ldsm_b_nk<k_c_smem_chunks, k_c_smem_mask, k_c_smem_shift>(b, smem.c_smem[slot], np * 16, ks * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816(acc1[mt * kN1N8 + 2 * np], a[mt], b[0], b[1]);
+          mma_16816(acc1[mt * kN1N8 + 2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this slot before it is refilled
   }
 
   // The kernel's epilogue, once, over the [kTileM, kN1] accumulator
+  __nv_bfloat16* g_Y = p.Y + batch * p.Y_bs + head * p.Y_hs;
     // store 'Y' (rows past the end do not exist)
     {
-      float out[kN1N8][4];
+      float out[kMTiles * kN1N8][4];
 #pragma unroll
-    for (int j = 0; j < kN1N8; ++j) {
+    for (int j = 0; j < kMTiles * kN1N8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
+        const int i = 2 * (j / kN1N8) + (e >> 1);
         const int row = row_base + 8 * i;
-        const int col = quad_col + j * 8 + (e & 1);
+        const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         out[j][e] = acc1[j][e];
       }
     }
-      store_fragments<kN1N8>(g_Y, p.Y_ld, out, row_base, p.rows, quad_col);
+      store_warp_rows<kMTiles, kN1N8>(g_Y, p.Y_ld, out, row_base, p.rows, quad_col);
     }
 
 }

@@ -83,6 +83,12 @@ CASES = [
     (128, 1000, 1000, {"gqa": True, "causal": True}),
     (64, 1000, 17, {"shift": True}),  # rows below the shift see no column: O = 0, lse = -inf
     (128, 17, 4097, {"causal": True, "dtype": ir.DType.F16}),
+    # the mma.sync skeleton's warps of 16 rows (a written tile: 8 warps), of 32 rows at a head
+    # dim of 96 (12 chunks a row: the swizzle in groups of 4), and the rulebook's fall back to 16
+    # rows where a long score chain would not fit 32 in the registers
+    (128, 1000, 4097, {"causal": True, "tile": (128, 64)}),
+    (96, 300, 1000, {"causal": True}),
+    (128, 700, 1000, {"gqa": True, "softcap": 50.0, "alibi": True, "causal": True}),
 ]
 
 

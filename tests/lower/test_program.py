@@ -10,6 +10,7 @@ import math
 import pytest
 
 from kgen import ir
+from kgen.api import build_verified
 from kgen.errors import KgenError, SourceLoc
 from kgen.lower import lower
 from kgen.lower.program import smem_tile
@@ -28,21 +29,24 @@ def kinds(section):
 def test_attention_plan_numbers():
     plan = lower(lk.attention(128, causal=True))
     assert isinstance(plan, pp.LoopPlan)
-    assert (plan.tile_m, plan.block, plan.warps, plan.stages) == (128, 64, 8, 2)
-    assert plan.threads == 256 and plan.rows_dim == "S" and plan.loop_dim == "T"
-    # Q once; per slot a [64, 128] K block (rows along T) and a [64, 128] V block
+    # 4 warps of 32 rows (two m16 tiles sharing each B fragment); a block of 32 keeps them in
+    # ptxas' 255 registers at head dim 128
+    assert (plan.tile_m, plan.block, plan.warps, plan.stages) == (128, 32, 4, 2)
+    assert plan.threads == 128 and plan.rows_dim == "S" and plan.loop_dim == "T"
+    assert plan.min_ctas.value == "2"
+    # Q once; per slot a [32, 128] K block (rows along T) and a [32, 128] V block
     assert (plan.a_tile.offset, plan.a_tile.bytes) == (0, 128 * 128 * 2)
     assert (plan.b_tile.offset, plan.b_tile.rows, plan.b_tile.cols, plan.b_tile.slots) == (
-        32768, 64, 128, 2)
-    assert (plan.c_tile.offset, plan.c_tile.bytes) == (32768 + 32768, 32768)
-    assert plan.smem_bytes == 98304
+        32768, 32, 128, 2)
+    assert (plan.c_tile.offset, plan.c_tile.bytes) == (32768 + 16384, 16384)
+    assert plan.smem_bytes == 65536
     assert all(t.chunks == 16 and t.swizzle_mask == 7 and t.swizzle_shift == 0
                for t in (plan.a_tile, plan.b_tile, plan.c_tile))
     # K^T from K's row-major rows: [n][k] (ldmatrix); V row-major: [k][n] (ldmatrix.trans)
     assert plan.gemm0.b_load is pp.FragmentLoad.N_MAJOR and plan.b_tile.rows_along_loop
     assert plan.gemm1.b_load is pp.FragmentLoad.K_MAJOR and plan.c_tile.rows_along_loop
-    assert (plan.gemm0.k_steps, plan.gemm0.n8_tiles) == (8, 8)
-    assert (plan.gemm1.k_steps, plan.gemm1.n8_tiles) == (4, 16)
+    assert (plan.gemm0.k_steps, plan.gemm0.n8_tiles) == (8, 4)
+    assert (plan.gemm1.k_steps, plan.gemm1.n8_tiles) == (2, 16)
     assert plan.carries == (("m", -math.inf), ("l", 0.0))
     assert plan.mma.value == "mma.sync.m16n8k16"
     assert plan.kv_param is None and plan.heads_param == "Q" and plan.batch_param == "Q"
@@ -106,6 +110,38 @@ def test_written_schedule_is_kept():
     assert (plan.tile_m, plan.block, plan.warps, plan.stages) == (64, 32, 4, 3)
     assert plan.b_tile.chunks == 8 and plan.b_tile.rows == 32
     assert plan.config.why.startswith("the source's lines")
+
+
+def test_warps_own_32_rows_where_the_registers_allow():
+    # the rulebook's default: 4 warps of two m16 tiles each, sharing every B fragment
+    plan = lower(lk.attention(64))
+    assert (plan.tile_m, plan.block, plan.warps) == (128, 64, 4)
+    assert plan.config.value == "tile 128x64 warps 4 stages 2"
+    source = build_verified(lk.attention(64), ir.Arch.SM80).source
+    assert "constexpr int kWarpRows = 32;" in source and "constexpr int kMTiles = 2;" in source
+    # a written tile with its warps (16 rows each) is kept
+    plan = lower(lk.attention(64, tile=(128, 64), stages=2))
+    assert (plan.tile_m, plan.warps) == (128, 8)
+    assert "constexpr int kMTiles = 1;" in build_verified(
+        lk.attention(64, tile=(128, 64), stages=2), ir.Arch.SM80).source
+    # a long score chain (softcap, ALiBi and a mask: 13 values per element) falls back to 16
+    plan = lower(lk.attention(128, gqa=True, softcap=50.0, alibi=True, causal=True))
+    assert (plan.warps, plan.block) == (8, 64)
+
+
+def test_rulebook_rows_per_warp():
+    tgt = target(ir.Arch.SM80)
+    config, _ = loop_rules.default(128, 128, ir.DType.BF16, tgt)
+    assert (config.warp_rows, config.block, config.warps) == (32, 32, 4)
+    config, _ = loop_rules.default(128, 128, ir.DType.BF16, tgt, tile_values=13)
+    assert (config.warp_rows, config.block, config.warps) == (16, 64, 8)
+    config, _ = loop_rules.default(64, 64, ir.DType.BF16, tgt, warps=8)
+    assert (config.warp_rows, config.tile_m) == (16, 128)
+    assert "rows a warp" in loop_rules.refusal(loop_rules.LoopConfig(128, 64, 2, 48), 64, 64,
+                                               ir.DType.BF16, tgt)
+    assert "32 rows a warp needs about" in loop_rules.refusal(
+        loop_rules.LoopConfig(128, 64, 2, 32), 128, 128, ir.DType.BF16, tgt)
+    assert loop_rules.min_ctas_per_sm(loop_rules.LoopConfig(128, 32, 2, 32), 128)[0] == 2
 
 
 def test_a_schedule_past_shared_memory_is_refused_where_written():

@@ -138,12 +138,17 @@ def test_the_examples_bounds():
 
 def test_the_skeleton_renders_bounds_only_for_a_mask():
     masked = build_verified(program("where(col <= row + T - S, acc, -inf)"), "sm_80").source
-    assert "for (int block = first_block; block < end_block; ++block)" in masked
+    # the blocks before the last in three runs (the middle one inside the mask), then the last
+    assert "for (int block = first_block; block < inside_from; ++block)" in masked
+    assert "for (int block = inside_from; block < inside_to; ++block)" in masked
+    assert "constexpr bool interior = true;" in masked
+    assert "const int block = end_block - 1;" in masked
     assert "interior ? 1.0f : (static_cast<float>(col) <= " in masked
     assert "static_cast<float>(p.loop_len)" in masked
     plain = build_verified(program("acc"), "sm_80").source
     assert "first_block" not in plain and "interior" not in plain
-    assert "for (int block = 0; block < blocks; ++block)" in plain
+    assert "for (int block = 0; block < blocks - 1; ++block)" in plain
+    assert "const int block = blocks - 1;" in plain
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from ... import __version__
-from ...enums import Axis, ReduceOp
+from ...enums import Axis, Op, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
@@ -107,9 +107,13 @@ def _reference(value: pp.Value, col_end: str, acc: str) -> str:
     return f"v{value.id}{suffix}"
 
 
-def _expression(value: pp.Value, refs: list[str], ops=OP_CPP) -> str:
+def _expression(value: pp.Value, refs: list[str], ops=OP_CPP, section: pp.Section | None = None,
+                fused: frozenset[int] = frozenset(), exp_of_difference: str = "") -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
+        if kind.op is Op.EXP and kind.args[0] in fused:  # exp(a - b), on a and b
+            difference = section.values[kind.args[0]].kind
+            return exp_of_difference.format(*(refs[a] for a in difference.args))
         return ops[kind.op].format(*(refs[a] for a in kind.args))
     assert isinstance(kind, dag.Cast), kind
     arg = refs[kind.arg]
@@ -117,15 +121,21 @@ def _expression(value: pp.Value, refs: list[str], ops=OP_CPP) -> str:
 
 
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
-               fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
+               fold: tuple[int, ...] = (), ops=OP_CPP,
+               exp_of_difference: str | None = None) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
-    (a skeleton may spell one otherwise, as the same value)."""
+    (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
+    exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
+    value of its own for other readers)."""
     refs = [_reference(value, col_end, acc) for value in section.values]
+    fused = (_fused_differences(section, fold) if exp_of_difference is not None
+             else frozenset())
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
-            out += _runs(section, stmt.values, refs, fold, ops)
+            ids = tuple(v for v in stmt.values if v not in fused)
+            out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "")
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -142,8 +152,29 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
     return out
 
 
+def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[int]:
+    """The differences a - b read only by exp (exp(a - b) reads a and b itself: no value of
+    their own); none the mask folds."""
+    readers: dict[int, list[object]] = {}
+    for value in section.values:
+        kind = value.kind
+        args = (kind.args if isinstance(kind, dag.Apply)
+                else (kind.arg,) if isinstance(kind, (dag.Cast, pp.RowReduction)) else ())
+        for a in args:
+            readers.setdefault(a, []).append(kind)
+    for stmt in section.statements:
+        if isinstance(stmt, (pp.UpdateCarry, pp.Rescale, pp.HandOn, pp.StoreTile, pp.StoreRow)):
+            readers.setdefault(stmt.value, []).append(stmt)
+    return frozenset(
+        v.id for v in section.values
+        if isinstance(v.kind, dag.Apply) and v.kind.op is Op.SUB and v.id not in fold
+        and readers.get(v.id)
+        and all(isinstance(r, dag.Apply) and r.op is Op.EXP for r in readers[v.id]))
+
+
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
-          fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
+          fold: tuple[int, ...] = (), ops=OP_CPP, fused: frozenset[int] = frozenset(),
+          exp_of_difference: str = "") -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -154,7 +185,8 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
             runs.append(CStatement("reduce", values=(item,)))
             continue
         kind = value.rank.value
-        item = CValue(f"v{index}", _expression(value, refs, ops), index in fold)
+        item = CValue(f"v{index}", _expression(value, refs, ops, section, fused,
+                                               exp_of_difference), index in fold)
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
@@ -259,9 +291,20 @@ def _bounds(plan: pp.LoopPlan) -> list[CBound]:
     return out
 
 
+# The mma.sync skeleton spells exp(x) as exp_fast(x) (templates/common/loop_mma.inc.j2): a
+# multiply by log2(e) and the MUFU's ex2 (relative error about 2^-22, results below 2^-126 flushed
+# to 0), where expf's full-range path takes about 8 instructions: the softmax issues one per
+# score, in the same issue slots as the mma.sync of the two gemms. exp(a - b) is exp_diff(a, b):
+# one multiply-add a * log2(e) - b * log2(e) (b's product once per row) and the ex2.
+FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
+FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
+
+
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold)
-    tail = statements(plan.epilogue, "kN1", acc="acc1")
+    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS,
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE)
+    tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     return render(
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
