@@ -82,6 +82,8 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             raise KgenError(loc, problem)
 
     allowed = {DType.F32} if p.kind is ParamKind.SCALAR else {DType.F16, DType.BF16, DType.F32}
+    if p.kind is ParamKind.TENSOR and p.role is Role.IN:
+        allowed |= {DType.F8E4M3, DType.F8E5M2}  # gemm operands (kgen/verify/gemms.py fp8 rules)
     if p.dtype not in allowed:
         names = or_list([d.dsl_name for d in DType if d in allowed])
         raise KgenError(loc, f"{kind} '{p.name}' must be {names}, got {p.dtype.dsl_name}")

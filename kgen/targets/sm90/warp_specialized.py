@@ -245,11 +245,16 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     g = draft.gemms[0].plan
     if g.chain is not None or g.a is None:
         return "its A is not a tensor parameter", None
-    if g.a.dtype is not g.b.dtype or g.a.dtype.nbytes != 2:
-        return "wgmma here takes f16 or bf16 A and B of one type", Site("gemm", 0)
-    if g.tile[2] * g.a.dtype.nbytes != 128:
-        return (f"128-byte k tiles (tile K 64 for 16-bit operands), not {g.tile[2]}",
-                Site("tile", 0))
+    if g.a.dtype.fp8 and g.b.dtype.fp8:  # e4m3 or e5m2, mixed too: wgmma's k32 FP8 family
+        if not (g.a.k_major and g.b.k_major):
+            return ("wgmma reads 8-bit operands K-major only (A row-major, B column-major)",
+                    Site("gemm", 0))
+    elif g.a.dtype is not g.b.dtype or g.a.dtype.nbytes != 2:
+        return "wgmma here takes f16 or bf16 A and B of one type, or two FP8", Site("gemm", 0)
+    width = g.a.dtype.nbytes
+    if g.tile[2] * width != 128:
+        return (f"128-byte k tiles (tile K {128 // width} for {8 * width}-bit operands), not "
+                f"{g.tile[2]}", Site("tile", 0))
     if kind is KernelKind.PINGPONG and g.tile[0] not in PINGPONG_TILE_M:
         return (f"a 64- or 128-row tile (a ping-pong consumer's one or two m64 halves), not "
                 f"{g.tile[0]}", Site("tile", 0))
