@@ -278,3 +278,16 @@ def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tm
     wgmma = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\S+", ptx))
     kinds = "e4m3.e5m2" if path == "mixed" else "e4m3.e4m3"
     assert wgmma == {f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{kinds}"}, wgmma
+
+
+def test_fp8_lowered_for_a_target_without_wgmma_is_refused_at_its_gemm():
+    """Verified for its own target (sm_90a), lowered for sm_80 (`--arch`): the rulebook's
+    request rule refuses it, located, before any mma.sync plan is emitted."""
+    from kgen.api import build_file
+
+    with pytest.raises(KgenError) as info:
+        build_file(EXAMPLES / "gemm_fp8_rowwise.kg", "sm_80")
+    assert "FP8 operands run on wgmma, target sm_90a" in str(info.value)
+    assert "lowered for sm_80" in str(info.value)
+    text = (EXAMPLES / "gemm_fp8_rowwise.kg").read_text()
+    assert info.value.loc.line == line_of(text, "gemm mma0")
