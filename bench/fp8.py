@@ -9,7 +9,10 @@ dequantized operands (256 rows) and against torch._scaled_mm, on the timing's ow
         [--shapes 4096x4096x4096,...]
 
 The kernels are examples/gemm_fp8_tensorwise.kg and examples/gemm_fp8_rowwise.kg as they are
-(the builder's schedule), plus, with --variants, a few written schedules of the same kernel.
+(the builder's schedule), plus, with --variants, a few written schedules of the same kernel: the
+128x128 cooperative one promotes wgmma's sums into f32 registers every k tile (two-level
+accumulation), the others accumulate the whole K in wgmma, as use_fast_accum=True does; the
+torch baselines are timed both ways (use_fast_accum False, torch's default, and True).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ EXAMPLES = {"tensor-wise": "gemm_fp8_tensorwise.kg", "row-wise": "gemm_fp8_rowwi
 # Written schedules measured beside the builder's with --variants: (label, tile, stages, kind)
 VARIANTS = (("cooperative 128x256x128 s4", (128, 256, 128), 4, None),
             ("cooperative 128x256x128 s3", (128, 256, 128), 3, None),
-            ("cooperative 128x128x128 s6", (128, 128, 128), 6, None),
+            ("cooperative 128x128x128 s6 (promoted)", (128, 128, 128), 6, None),
             ("pingpong 128x128x128 s5", (128, 128, 128), 5, "pingpong"))
 
 
@@ -53,9 +56,9 @@ def make_set(torch, m, n, k, scaling):
     return dict(A=a, B=b, D=d, **scales), torch_scales
 
 
-def torch_fp8(torch, s, scales):
+def torch_fp8(torch, s, scales, fast_accum=False):
     return torch._scaled_mm(s["A"], s["B"], scale_a=scales[0], scale_b=scales[1],
-                            out_dtype=torch.bfloat16)
+                            out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
 
 
 def reference_rows(torch, s, rows):
@@ -129,8 +132,10 @@ def main() -> int:
                 return time_kernel(fn, iters=30, warmup=5, rotate=count, stream=stream).median_ms
 
             base = timed(lambda i: torch_fp8(torch, *sets[i % count]))
+            fast = timed(lambda i: torch_fp8(torch, *sets[i % count], fast_accum=True))
             print(f"\n{scaling} {m}x{n}x{k}: torch._scaled_mm {base:.4f} ms "
-                  f"({flops / base / 1e9:.0f} TFLOP/s)")
+                  f"({flops / base / 1e9:.0f} TFLOP/s), use_fast_accum {fast:.4f} ms "
+                  f"({flops / fast / 1e9:.0f} TFLOP/s)")
             for label, variant in kernels:
                 try:
                     built = build(variant)
@@ -145,15 +150,19 @@ def main() -> int:
                 t = timed(lambda i: compiled.launch(bound[i % count], stream))
                 g = built.plan.gemms[0]
                 kind = built.plan.schedule.scheduler.kind.value
+                promoted = built.plan.schedule.gemms[0].promotion.k_tiles > 0
                 row = dict(scaling=scaling, variant=label, shape=[m, n, k], ms=t,
                            tflops=flops / t / 1e9, torch_ms=base, torch_tflops=flops / base / 1e9,
-                           vs_torch=base / t, rel_err=ours, torch_rel_err=theirs,
+                           torch_fast_ms=fast, vs_torch=base / t, vs_torch_fast=fast / t,
+                           rel_err=ours, torch_rel_err=theirs, promoted=promoted,
                            tile=list(g.tile), stages=g.stages, kind=kind, compile_s=compile_s)
                 rows.append(row)
                 print(f"  {label:28s} {t:.4f} ms {row['tflops']:5.0f} TFLOP/s "
                       f"({100 * row['tflops'] / PEAK_TFLOPS:.0f}% of FP8 peak) "
-                      f"{row['vs_torch']:.3f}x torch._scaled_mm; err {ours:.1e} "
-                      f"(torch {theirs:.1e}); {kind} {'x'.join(map(str, g.tile))} s{g.stages}; "
+                      f"{row['vs_torch']:.3f}x torch._scaled_mm ({row['vs_torch_fast']:.3f}x "
+                      f"fast accum); err {ours:.1e} "
+                      f"(torch {theirs:.1e}); {kind} {'x'.join(map(str, g.tile))} s{g.stages}"
+                      f"{', promoted' if promoted else ''}; "
                       f"compile {compile_s:.2f} s")
     for scaling in EXAMPLES:
         ratios = [r["vs_torch"] for r in rows if r["scaling"] == scaling

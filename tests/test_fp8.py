@@ -251,6 +251,41 @@ def test_emission_holds_the_fp8_wgmma(a, b):
     assert "copy_granule_8bit(p.A, p.ld_A)" in source
 
 
+PROMOTED = "tile 128x128x128  warps 2x4  stages 6"
+
+
+def test_a_128x128_fp8_tile_promotes_every_k_tile():
+    """Two-level accumulation: a consumer's 64 accumulators leave room for wgmma's own set,
+    promoted into them every k tile (a Schedule value with its why)."""
+    built = _built(fp8_text(lines=PROMOTED))
+    promotion = built.plan.schedule.gemms[0].promotion
+    assert promotion.k_tiles == 1 and "14 mantissa bits" in promotion.why
+    source = built.source
+    assert "constexpr int kPromoteTiles = 1;" in source
+    assert "float part[kFragM][kFragN][4];" in source
+    assert "wgmma_step(part[i]," in source and "kk > 0 || kt % kPromoteTiles != 0);" in source
+    assert "acc[i][j][e] += part[i][j][e];" in source
+    assert '"r"(accumulate)' in source
+    rows = built.plan.schedule.gemms[0].describe()
+    assert any(r[0] == "g promotion" and r[1] == "every 1 k tile" for r in rows)
+
+
+def test_a_wide_fp8_tile_is_not_promoted_and_says_why():
+    built = _built(fp8_text())  # the builder's 128x256: 128 accumulators per consumer thread
+    promotion = built.plan.schedule.gemms[0].promotion
+    assert promotion.k_tiles == 0 and "128 accumulators leave no registers" in promotion.why
+    assert "part[" not in built.source and '"r"(1)' in built.source
+
+
+def test_16_bit_kernels_are_never_promoted():
+    from kgen.api import build_file
+    from kgen.plan import AccPromotion
+
+    built = build_file(EXAMPLES / "gemm.kg", "sm_90a")
+    assert built.plan.schedule.gemms[0].promotion == AccPromotion()
+    assert not any("promotion" == r[0].split()[-1] for r in built.plan.schedule.gemms[0].describe())
+
+
 def test_16_bit_kernels_do_not_include_cuda_fp8():
     from kgen.api import build_file
 
@@ -258,7 +293,8 @@ def test_16_bit_kernels_do_not_include_cuda_fp8():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", FP8_EXAMPLES + ["mixed"], ids=lambda p: getattr(p, "stem", p))
+@pytest.mark.parametrize("path", FP8_EXAMPLES + ["mixed", "promoted"],
+                         ids=lambda p: getattr(p, "stem", p))
 def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tmp_path,
                                                                          monkeypatch):
     pytest.importorskip("cuda.core")
@@ -266,7 +302,8 @@ def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tm
     from kgen.runtime.nvrtc import compile_cubin, compile_ptx, parse_ptxas_report
 
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
-    built = _built(fp8_text(a="f8e4m3", b="f8e5m2")) if path == "mixed" else build_file(path)
+    built = (_built(fp8_text(a="f8e4m3", b="f8e5m2")) if path == "mixed" else
+             _built(fp8_text(lines=PROMOTED)) if path == "promoted" else build_file(path))
     result = compile_cubin(built.source, built.plan.name, "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
     assert result.stack_bytes == 0, result.log
@@ -277,7 +314,8 @@ def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tm
     ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
     wgmma = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\S+", ptx))
     kinds = "e4m3.e5m2" if path == "mixed" else "e4m3.e4m3"
-    assert wgmma == {f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{kinds}"}, wgmma
+    n = 128 if path == "promoted" else 256
+    assert wgmma == {f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{kinds}"}, wgmma
 
 
 def test_fp8_lowered_for_a_target_without_wgmma_is_refused_at_its_gemm():

@@ -28,6 +28,9 @@ SCHEDULES = {
     "builder": None,
     "pingpong128": (ir.Schedule.PINGPONG, (128, 128, 128), 5),
     "cooperative256": (None, (256, 128, 128), 4),
+    # two-level accumulation: wgmma's sums promoted into f32 registers every k tile
+    "promoted128": (None, (128, 128, 128), 6),
+    "promoted_pingpong64": (ir.Schedule.PINGPONG, (64, 128, 128), 6),
 }
 
 
@@ -112,7 +115,8 @@ def test_fp8_example_at_ragged_sizes(example, mnk):
 
 @pytest.mark.parametrize("mnk", [(17, 24, 40), (1000, 1000, 1000), (4097, 4104, 72),
                                  (127, 130, 33)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("schedule", ["pingpong128", "cooperative256"])
+@pytest.mark.parametrize("schedule", ["pingpong128", "cooperative256", "promoted128",
+                                      "promoted_pingpong64"])
 def test_fp8_written_schedules(schedule, mnk):
     _run(_kernel("gemm_fp8_rowwise.kg", schedule), mnk)
 
@@ -121,6 +125,14 @@ def test_fp8_written_schedules(schedule, mnk):
                          ids=lambda s: "x".join(map(str, s)))
 def test_fp8_mixed_e4m3_e5m2(mnk):
     _run(_kernel("gemm_fp8_rowwise.kg", "builder", ir.DType.F8E5M2), mnk)
+
+
+@pytest.mark.parametrize("example", ["gemm_fp8_rowwise.kg", "gemm_fp8_tensorwise.kg"])
+def test_fp8_promoted_at_long_k(example):
+    """Promoted every k tile, the error at K = 16384 is one k tile's accumulation error, not
+    the whole K's: well inside the bound."""
+    built = _run(_kernel(example, "promoted128"), (384, 256, 16384))
+    assert built.plan.schedule.gemms[0].promotion.k_tiles == 1
 
 
 def test_fp8_plan_on_the_device_is_wgmma():

@@ -343,6 +343,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
         mma_ab=MMA_TYPE[g.a.dtype], mma_b=MMA_TYPE[g.b.dtype],
         wgmma_k=32 if fp8 else 16,  # k per wgmma: 32 bytes of the 128-byte rows either way
+        promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
         wgmma_n=n,
         wgmma_acc=f"float (&acc)[{n // 8}][4]",
         wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),
