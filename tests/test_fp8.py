@@ -248,7 +248,7 @@ def test_emission_holds_the_fp8_wgmma(a, b):
     assert "CU_TENSOR_MAP_DATA_TYPE_UINT8" in source
     assert "#include <cuda_fp8.h>" in source
     assert "const __nv_fp8_e4m3* A;" in source or "const __nv_fp8_e5m2* A;" in source
-    assert "copy_granule_8bit(p.A, p.ld_A)" in source
+    assert "copy_granule_8bit(p.A, p.ld_A, K)" in source
 
 
 PROMOTED = "tile 128x128x128  warps 2x4  stages 6"

@@ -269,10 +269,11 @@ __device__ __forceinline__ int copy_granule(const void* base, long long ld) {
   return static_cast<int>(bits & (~bits + 1));
 }
 
-// The same for an 8-bit matrix (rows `ld` bytes apart): 16, 8, 4, 2 or 1 bytes.
-__device__ __forceinline__ int copy_granule_8bit(const void* base, long long ld) {
-  const unsigned long long bits =
-      reinterpret_cast<unsigned long long>(base) | static_cast<unsigned long long>(ld) | 16;
+// The same for an 8-bit matrix (rows `ld` bytes apart) of `cols` columns: 16, 8, 4, 2 or 1
+// bytes. An odd column count takes 1: the 2-byte copies read a row's last chunk in pairs.
+__device__ __forceinline__ int copy_granule_8bit(const void* base, long long ld, int cols) {
+  const unsigned long long bits = reinterpret_cast<unsigned long long>(base) |
+                                  static_cast<unsigned long long>(ld) | (cols & 1) | 16;
   return static_cast<int>(bits & (~bits + 1));
 }
 
@@ -631,8 +632,9 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_rowwise_params& p, co
   const unsigned turn = empty + 8 * kStages;
   // The copy engine loads A and B unless the rows of one miss its 16-byte rules (the narrow entry
   // point only; the launchers then leave its map zero): every producer thread copies that one.
-  const int a_granule = kNarrow ? copy_granule_8bit(p.A, p.ld_A) : 16;
-  const int b_granule = kNarrow ? copy_granule_8bit(p.B, p.ld_B) : 16;
+  // 8-bit operands, K-major: rows of K bytes
+  const int a_granule = kNarrow ? copy_granule_8bit(p.A, p.ld_A, K) : 16;
+  const int b_granule = kNarrow ? copy_granule_8bit(p.B, p.ld_B, K) : 16;
   const bool tma_loads = a_granule == 16 && b_granule == 16;
   if (tid == 0) {
     if (!kNarrow) {  // the copy engine's views, fetched while the barriers are set up

@@ -62,7 +62,8 @@ def _torch_dtype(torch, dtype: ir.DType):
     return {ir.DType.F8E4M3: torch.float8_e4m3fn, ir.DType.F8E5M2: torch.float8_e5m2}[dtype]
 
 
-def _run(kernel: ir.Kernel, mnk, seed=0):
+def _run(kernel: ir.Kernel, mnk, seed=0, pad=0):
+    """`pad`: the operands' rows `pad` bytes longer than K (a slice of wider storage)."""
     torch = pytest.importorskip("torch")
     import kgen
 
@@ -70,8 +71,9 @@ def _run(kernel: ir.Kernel, mnk, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     a_dtype = _torch_dtype(torch, kernel.param("A").dtype)
     b_dtype = _torch_dtype(torch, kernel.param("B").dtype)
-    a = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(max(k, 1))).to(a_dtype)
-    b = torch.randn(n, k, device="cuda", generator=g).to(b_dtype).t()  # [K, N] column-major
+    a = (torch.randn(m, k + pad, device="cuda", generator=g) / math.sqrt(max(k, 1))).to(a_dtype)
+    b = torch.randn(n, k + pad, device="cuda", generator=g).to(b_dtype)
+    a, b = a[:, :k], b[:, :k].t()  # b: [K, N] column-major
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     if kernel.param("sa").kind is ir.ParamKind.SCALAR:
         sa, sb = 0.75, 1.25
@@ -133,6 +135,16 @@ def test_fp8_promoted_at_long_k(example):
     the whole K's: well inside the bound."""
     built = _run(_kernel(example, "promoted128"), (384, 256, 16384))
     assert built.plan.schedule.gemms[0].promotion.k_tiles == 1
+
+
+@pytest.mark.parametrize("mnk, pad", [((130, 264, 33), 1), ((130, 264, 1000), 8),
+                                      ((130, 264, 1001), 3), ((64, 96, 4095), 1)],
+                         ids=["odd-k-even-rows", "rows-8-bytes-longer", "odd-k-odd-rows",
+                              "long-odd-k"])
+def test_fp8_padded_rows(mnk, pad):
+    """Rows longer than K: the narrow producer's granule follows the pitch, and an odd K copies
+    byte by byte (2-byte copies would read the row's byte past K into the tile)."""
+    _run(_kernel("gemm_fp8_rowwise.kg", "builder"), mnk, pad=pad)
 
 
 def test_fp8_plan_on_the_device_is_wgmma():
