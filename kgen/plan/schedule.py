@@ -464,8 +464,8 @@ class GemmSchedule:
     promotion: AccPromotion = AccPromotion()
 
     def components(self) -> tuple:
-        return (self.atom, self.pipeline, self.promotion, self.output, self.staged, self.staging,
-                self.passes, self.overlap, self.groups, self.vectors)
+        return (self.atom, self.pipeline, self.output, self.staged, self.staging, self.passes,
+                self.overlap, self.groups, self.vectors, self.promotion)
 
     def describe(self) -> list[Row]:
         return [row for c in self.components() for row in c.describe(self.name)]
