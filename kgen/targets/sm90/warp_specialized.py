@@ -463,8 +463,8 @@ PROMOTE_MAX_VALUES = 64  # a consumer thread's accumulators (its rows x tile N /
 WHY_ACC_PROMOTION = ("FP8 wgmma accumulates with about 14 mantissa bits: each k tile's (128 of "
                      "K) sums go into registers of their own, which the consumer adds into its "
                      "f32 accumulators once the group is done (wgmma_wait<0> each k tile)")
-WHY_NO_ACC_PROMOTION = ("none: a consumer thread's {values} accumulators leave no registers for "
-                        "a second set (a 128x128 cooperative tile promotes); wgmma accumulates "
+WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no registers for a "
+                        "second set (a 128x128 cooperative tile promotes); wgmma accumulates "
                         "the whole K, as torch._scaled_mm's use_fast_accum")
 
 
