@@ -269,12 +269,11 @@ __device__ __forceinline__ int copy_granule(const void* base, long long ld) {
   return static_cast<int>(bits & (~bits + 1));
 }
 
-// The same for an 8-bit matrix (rows `ld` bytes apart) of `cols` columns: 16, 8, 4, 2 or 1
-// bytes. An odd column count takes 1: the 2-byte copies read a row's last chunk in pairs.
-__device__ __forceinline__ int copy_granule_8bit(const void* base, long long ld, int cols) {
-  const unsigned long long bits = reinterpret_cast<unsigned long long>(base) |
-                                  static_cast<unsigned long long>(ld) | (cols & 1) | 16;
-  return static_cast<int>(bits & (~bits + 1));
+// The copy an 8-bit matrix's rows (`ld` bytes apart) allow: 16-byte cp.async where every row
+// starts on 16 bytes, else byte by byte. (The 8-, 4- and 2-byte copies' code beside them spilled
+// the producer's registers at tiles 128x64, 64x128 and 256x152; these shapes are the rare ones.)
+__device__ __forceinline__ int copy_granule_8bit(const void* base, long long ld) {
+  return (reinterpret_cast<unsigned long long>(base) | static_cast<unsigned long long>(ld)) % 16 == 0 ? 16 : 1;
 }
 
 // `kBytes` at `dst` from `src` by cp.async, bytes past `src_bytes` (0..kBytes) zero-filled.
@@ -516,10 +515,7 @@ template <int kRows>
 __device__ __forceinline__ void copy_box_narrow(unsigned stage, const void* src, long long ld, int row0,
                                                 int rows, int col0, int cols, int granule, int ptid) {
   if (granule == 16) copy_box_granule<kRows, 16>(stage, src, ld, row0, rows, col0, cols, ptid);
-  else if (granule == 8) copy_box_granule<kRows, 8>(stage, src, ld, row0, rows, col0, cols, ptid);
-  else if (granule == 4) copy_box_granule<kRows, 4>(stage, src, ld, row0, rows, col0, cols, ptid);
-  else if (granule == 2) copy_box_granule<kRows, 2>(stage, src, ld, row0, rows, col0, cols, ptid);
-  else copy_box_granule<kRows, 1>(stage, src, ld, row0, rows, col0, cols, ptid);
+  else copy_box_granule<kRows, 1>(stage, src, ld, row0, rows, col0, cols, ptid);  // see copy_granule_8bit
 }
 
 // The producer warpgroup's walk, as the TMA producer's, every thread copying its chunks of each
@@ -632,9 +628,8 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_rowwise_params& p, co
   const unsigned turn = empty + 8 * kStages;
   // The copy engine loads A and B unless the rows of one miss its 16-byte rules (the narrow entry
   // point only; the launchers then leave its map zero): every producer thread copies that one.
-  // 8-bit operands, K-major: rows of K bytes
-  const int a_granule = kNarrow ? copy_granule_8bit(p.A, p.ld_A, K) : 16;
-  const int b_granule = kNarrow ? copy_granule_8bit(p.B, p.ld_B, K) : 16;
+  const int a_granule = kNarrow ? copy_granule_8bit(p.A, p.ld_A) : 16;
+  const int b_granule = kNarrow ? copy_granule_8bit(p.B, p.ld_B) : 16;
   const bool tma_loads = a_granule == 16 && b_granule == 16;
   if (tid == 0) {
     if (!kNarrow) {  // the copy engine's views, fetched while the barriers are set up

@@ -1,8 +1,8 @@
 """On an H100/H200: the FP8 GEMMs (examples/gemm_fp8_rowwise.kg and gemm_fp8_tensorwise.kg,
 and e4m3 x e5m2 mixed) against a float64 reference of the dequantized operands at ragged sizes,
-through the fast entry point (16-byte rows) and the narrow one (K not a multiple of 16, odd K:
-the producer's 8-bit copies of 8, 4, 2 and 1 bytes), on the builder's schedule and on written
-ones (ping-pong, 256-row tiles), every output element written.
+through the fast entry point (16-byte rows) and the narrow one (rows off 16 bytes: the
+producer copies them byte by byte), on the builder's schedule and on written ones (ping-pong,
+256-row tiles, promoted), every output element written.
 
 The bound is FP8's: the operands are exact, but wgmma's FP8 accumulator keeps about 14
 mantissa bits (DeepGEMM's figure), so each of the ceil(K / 32) k32 instructions may lose up to
@@ -142,8 +142,8 @@ def test_fp8_promoted_at_long_k(example):
                          ids=["odd-k-even-rows", "rows-8-bytes-longer", "odd-k-odd-rows",
                               "long-odd-k"])
 def test_fp8_padded_rows(mnk, pad):
-    """Rows longer than K: the narrow producer's granule follows the pitch, and an odd K copies
-    byte by byte (2-byte copies would read the row's byte past K into the tile)."""
+    """Rows longer than K: the copy engine where the pitch is a 16-byte multiple (K = 4095 then
+    ends mid-row), else the narrow producer byte by byte, zeros past K."""
     _run(_kernel("gemm_fp8_rowwise.kg", "builder"), mnk, pad=pad)
 
 
