@@ -292,8 +292,13 @@ def test_16_bit_kernels_do_not_include_cuda_fp8():
     assert "cuda_fp8.h" not in build_file(EXAMPLES / "gemm.kg", "sm_90a").source
 
 
+WRITTEN = {"promoted": PROMOTED, "split": "tile 128x128x128  warps 2x4  stages 5  split 4",
+           "stream": "tile 128x256x128  warps 2x4  stages 3  split stream",
+           "cluster": "tile 128x256x128  warps 2x4  stages 4  cluster 2x1"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("path", FP8_EXAMPLES + ["mixed", "promoted"],
+@pytest.mark.parametrize("path", FP8_EXAMPLES + ["mixed", *WRITTEN],
                          ids=lambda p: getattr(p, "stem", p))
 def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tmp_path,
                                                                          monkeypatch):
@@ -303,7 +308,7 @@ def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tm
 
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
     built = (_built(fp8_text(a="f8e4m3", b="f8e5m2")) if path == "mixed" else
-             _built(fp8_text(lines=PROMOTED)) if path == "promoted" else build_file(path))
+             _built(fp8_text(lines=WRITTEN[path])) if path in WRITTEN else build_file(path))
     result = compile_cubin(built.source, built.plan.name, "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0, result.log
     assert result.stack_bytes == 0, result.log
@@ -314,7 +319,7 @@ def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tm
     ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
     wgmma = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\S+", ptx))
     kinds = "e4m3.e5m2" if path == "mixed" else "e4m3.e4m3"
-    n = 128 if path == "promoted" else 256
+    n = 128 if path in ("promoted", "split") else 256
     assert wgmma == {f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{kinds}"}, wgmma
 
 

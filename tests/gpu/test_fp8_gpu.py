@@ -31,6 +31,8 @@ SCHEDULES = {
     # two-level accumulation: wgmma's sums promoted into f32 registers every k tile
     "promoted128": (None, (128, 128, 128), 6),
     "promoted_pingpong64": (ir.Schedule.PINGPONG, (64, 128, 128), 6),
+    "split4": (None, (128, 128, 128), 5, ir.SplitK(4)),
+    "stream": (None, (128, 256, 128), 3, ir.SplitK(1, stream=True)),
 }
 
 
@@ -50,9 +52,10 @@ def _kernel(example: str, schedule: str, b_dtype: ir.DType | None = None) -> ir.
                        for p in kernel.params)
         kernel = dataclasses.replace(kernel, params=params, name=kernel.name + "_mixed")
     if SCHEDULES[schedule] is not None:
-        kind, tile, stages = SCHEDULES[schedule]
+        kind, tile, stages, *split = SCHEDULES[schedule]
         g = dataclasses.replace(kernel.gemms[0], tile=ir.TileShape(*tile),
-                                warps=ir.WarpGrid(2, 4), stages=ir.StageCount(stages))
+                                warps=ir.WarpGrid(2, 4), stages=ir.StageCount(stages),
+                                split=split[0] if split else None)
         kernel = dataclasses.replace(kernel, gemms=(g,), schedule=kind,
                                      name=f"{kernel.name}_{schedule}")
     return kernel
@@ -118,7 +121,7 @@ def test_fp8_example_at_ragged_sizes(example, mnk):
 @pytest.mark.parametrize("mnk", [(17, 24, 40), (1000, 1000, 1000), (4097, 4104, 72),
                                  (127, 130, 33)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("schedule", ["pingpong128", "cooperative256", "promoted128",
-                                      "promoted_pingpong64"])
+                                      "promoted_pingpong64", "split4", "stream"])
 def test_fp8_written_schedules(schedule, mnk):
     _run(_kernel("gemm_fp8_rowwise.kg", schedule), mnk)
 
