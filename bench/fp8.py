@@ -5,8 +5,8 @@ A and per column of B), both timed the same way (CUDA events around each run, th
 inputs rotated past L2). Each kgen kernel is first checked against a float64 reference of the
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
-    bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick]
-        [--shapes 4096x4096x4096,...]
+    bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
+        [--variants] [--shapes 4096x4096x4096,...]
 
 The kernels are examples/gemm_fp8_tensorwise.kg and examples/gemm_fp8_rowwise.kg as they are
 (the builder's schedule), plus, with --variants, a few written schedules of the same kernel: the
@@ -29,6 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 PEAK_TFLOPS = 1979.0  # dense FP8 on an H100/H200 SXM
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096))
+# issue 53's Llama-class set (--llama): M 2048 and 8192 by the weights 4096x4096, 14336x4096 and
+# 4096x14336 (N x K)
+LLAMA = tuple((m, n, k) for m in (2048, 8192) for n, k in ((4096, 4096), (14336, 4096),
+                                                            (4096, 14336)))
 CHECK_ROWS = 256
 EXAMPLES = {"tensor-wise": "gemm_fp8_tensorwise.kg", "row-wise": "gemm_fp8_rowwise.kg"}
 # Written schedules measured beside the builder's with --variants: (label, tile, stages, kind)
@@ -101,6 +105,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the first shape only")
     parser.add_argument("--variants", action="store_true", help="written schedules too")
     parser.add_argument("--shapes", default=None, help="MxNxK,... instead of the issue's")
+    parser.add_argument("--llama", action="store_true", help="the Llama-class shapes too")
     opts = parser.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -109,6 +114,8 @@ def main() -> int:
     l2 = props.L2_cache_size
     shapes = ([tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
               if opts.shapes else list(SHAPES))
+    if opts.llama:
+        shapes += [s for s in LLAMA if s not in shapes]
     if opts.quick:
         shapes = shapes[:1]
     rows = []
