@@ -132,6 +132,20 @@ def test_an_epilogue_cannot_read_an_fp8_tensor():
     assert err.loc.line == line_of(text, "epilogue")
 
 
+def test_tile_programs_refuse_fp8_tensors():
+    """A row kernel or a loop kernel reads its tensors in its own code: FP8 is a gemm
+    kernel's operand type only (refused at the declaration)."""
+    row = ("kernel rk {\n  target sm_90a\n  tensor X : f8e4m3[M, 64] row\n"
+           "  tensor Y : bf16[M, 64] row out\n  epilogue { Y = X * 2.0 }\n}\n")
+    err = refusal(row)
+    assert "FP8 tensors are operands of a kernel's gemms" in str(err) and err.loc.line == 3
+    attention = (EXAMPLES / "attention_fwd.kg").read_text()
+    q = next(line for line in attention.splitlines() if line.strip().startswith("tensor Q"))
+    err = refusal(attention.replace(q, q.replace("bf16", "f8e4m3")))
+    assert "FP8 tensors are operands of a kernel's gemms" in str(err)
+    assert err.loc.line == line_of(attention, "tensor Q")
+
+
 def test_a_cast_to_fp8_is_refused():
     err = refusal(fp8_text(epilogue="cast<f8e4m3>(acc)"))
     assert "FP8 values in an epilogue (FP8 outputs) are not built yet" in str(err)

@@ -87,6 +87,9 @@ def check_param(state: KernelState, p: ir.Param) -> None:
     if p.dtype not in allowed:
         names = or_list([d.dsl_name for d in DType if d in allowed])
         raise KgenError(loc, f"{kind} '{p.name}' must be {names}, got {p.dtype.dsl_name}")
+    if p.dtype.fp8 and (state.kernel.loop is not None or not state.kernel.gemms):
+        raise KgenError(loc, f"tensor '{p.name}' is {p.dtype.dsl_name}: FP8 tensors are operands "
+                             "of a kernel's gemms; a tile program takes f16, bf16 or f32")
     if p.kind is not ParamKind.TENSOR and p.layout is not ir.Layout.ROW:
         raise KgenError(loc, f"only tensors have a layout; '{p.name}' is a {kind}")
     if p.default is not None:
