@@ -427,3 +427,21 @@ def test_every_fp8_configuration_compiles_without_spills(tmp_path, monkeypatch):
         narrow = parse_ptxas_report(result.log, built.plan.narrow_kernel)
         assert (result.spill_stores, narrow.get("spill_stores", 0)) == (0, 0), (config.label,
                                                                              result.log)
+
+
+@pytest.mark.parametrize("b1, message", [
+    ("bf16", "every stage of a chain must use one operand dtype (g0 f8e4m3, g1 bf16)"),
+    ("f8e4m3", "gemm 'g1' has FP8 B 'B1' but its A is gemm 'g0': a chained gemm's operands are "
+               "f16 or bf16"),
+])
+def test_fp8_chains_are_refused(b1, message):
+    text = (EXAMPLES / "b2b_gemm_rf_pingpong_bf16_sm90a.kg").read_text()
+    text = (text.replace("tensor A : bf16", "tensor A : f8e4m3")
+            .replace("tensor B0 : bf16", "tensor B0 : f8e4m3")
+            .replace("tensor B1 : bf16", f"tensor B1 : {b1}"))
+    with pytest.raises(KgenError) as info:
+        from kgen.api import build
+
+        build(kernel_of(text))
+    assert message in str(info.value)
+    assert info.value.loc.line == line_of(text, "gemm g1")
