@@ -215,7 +215,7 @@ _KGEN_KEYWORDS = (
         """
         acc row col kernel tensor vector scalar gemm epilogue tile warps stages keep target
         compute reductions atomic deterministic accumulate in out cast where registers smem
-        f16 bf16 f32 neg
+        f16 bf16 f32 f8e4m3 f8e5m2 neg
         """.split()
     )
     | frozenset(FUNCTIONS)

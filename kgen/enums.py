@@ -16,6 +16,10 @@ class DType(enum.Enum):
     F16 = ("f16", 2, "__half")
     BF16 = ("bf16", 2, "__nv_bfloat16")
     F32 = ("f32", 4, "float")
+    # 8-bit floats (OCP FP8): sign, 4 exponent bits, 3 mantissa bits (no infinity, max 448) and
+    # sign, 5 exponent, 2 mantissa (IEEE-like, max 57344); tensor operands of wgmma only
+    F8E4M3 = ("f8e4m3", 1, "__nv_fp8_e4m3")
+    F8E5M2 = ("f8e5m2", 1, "__nv_fp8_e5m2")
 
     @property
     def dsl_name(self) -> str:
@@ -29,9 +33,16 @@ class DType(enum.Enum):
     def cpp(self) -> str:
         return self.value[2]
 
+    @property
+    def fp8(self) -> bool:
+        return self in FP8
+
     @classmethod
     def from_name(cls, name: str) -> "DType | None":
         return next((d for d in cls if d.dsl_name == name), None)
+
+
+FP8 = frozenset({DType.F8E4M3, DType.F8E5M2})
 
 
 class Layout(enum.Enum):

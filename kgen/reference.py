@@ -183,10 +183,14 @@ def chained_value(gemm: ir.Gemm, env: Mapping[str, Any], first_store: Any, last_
 
 
 def host_dtype(dtype: ir.DType) -> np.dtype:
-    if dtype is ir.DType.BF16:
+    """The NumPy dtype of a kgen dtype's host arrays: bf16 and the FP8 types are ml_dtypes'
+    (float8_e4m3fn: no infinity, max 448, as torch.float8_e4m3fn and CUDA's __nv_fp8_e4m3)."""
+    if dtype in (ir.DType.BF16, ir.DType.F8E4M3, ir.DType.F8E5M2):
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype({ir.DType.BF16: ml_dtypes.bfloat16,
+                         ir.DType.F8E4M3: ml_dtypes.float8_e4m3fn,
+                         ir.DType.F8E5M2: ml_dtypes.float8_e5m2}[dtype])
     return np.dtype({ir.DType.F16: np.float16, ir.DType.F32: np.float32}[dtype])
 
 

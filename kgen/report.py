@@ -14,7 +14,8 @@ def instruction(plan, g) -> str:
     schedule = plan.schedule.gemm(g.name)
     n = g.tile[1] // schedule.passes.count  # one column pass's (`<gemm> column passes`)
     if schedule.atom.instruction is Mma.WGMMA_SS:
-        return f"wgmma m64n{n}k16, A from shared memory"
+        k = 32 if g.a.dtype.fp8 else 16  # 32 bytes of k either way
+        return f"wgmma m64n{n}k{k}, A from shared memory"
     if schedule.atom.instruction is Mma.WGMMA_RS:
         return f"wgmma m64n{n}k16, A from registers"
     return "mma.sync m16n8k16"

@@ -35,7 +35,8 @@ from .runtime.outputs import infer_sizes, inputs_of, output_shapes, outputs_of
 
 __all__ = ["KernelOp", "infer_sizes", "op_schema", "output_shapes", "torch_op"]
 
-_TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
+_TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32",
+                DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2"}
 
 
 def _is_program(plan) -> bool:

@@ -113,7 +113,7 @@ CASES: list[tuple[str, str]] = [
     ),
     (
         src(header="gemm g = A @ B accumulate"),
-        "t.kg:9:29: error: expected a dtype (f16, bf16 or f32), found '{'",
+        "t.kg:9:29: error: expected a dtype (f16, bf16, f32, f8e4m3 or f8e5m2), found '{'",
     ),
     # -- identifiers ----------------------------------------------------------------------------
     (
@@ -331,15 +331,15 @@ CASES: list[tuple[str, str]] = [
     ),
     (
         src(target="target sm_80 compute f64"),
-        "t.kg:2:24: error: unknown dtype 'f64'; expected f16, bf16 or f32",
+        "t.kg:2:24: error: unknown dtype 'f64'; expected f16, bf16, f32, f8e4m3 or f8e5m2",
     ),
     (
         src(extra=("tensor E : f64[M, N]",)),
-        "t.kg:9:14: error: unknown dtype 'f64'; expected f16, bf16 or f32",
+        "t.kg:9:14: error: unknown dtype 'f64'; expected f16, bf16, f32, f8e4m3 or f8e5m2",
     ),
     (
         src("D = cast<int8>(acc)"),
-        "t.kg:12:16: error: unknown dtype 'int8'; expected f16, bf16 or f32",
+        "t.kg:12:16: error: unknown dtype 'int8'; expected f16, bf16, f32, f8e4m3 or f8e5m2",
     ),
     (
         src(params=["tensor A : f32[M, K]", "tensor B : f32[K, N]", "tensor D : f32[M, N] out"]),

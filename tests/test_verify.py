@@ -257,7 +257,7 @@ def test_unknown_target_and_compute():
          "[L, length], got [M, N]"),
         ("alpha", dict(shape=("N",)), "scalar 'alpha' must have no shape, got [N]"),
         ("alpha", dict(dtype=DType.F16), "scalar 'alpha' must be f32, got f16"),
-        ("A", dict(dtype="f64"), "unknown dtype 'f64'; expected f16, bf16 or f32"),
+        ("A", dict(dtype="f64"), "unknown dtype 'f64'; expected f16, bf16, f32, f8e4m3 or f8e5m2"),
         ("A", dict(shape=("M", 0)), "dimension must be a positive integer, got 0"),
         ("A", dict(shape=("M", 2**31)), "dimension must be at most 1073741823, got 2147483648"),
         ("A", dict(shape=("M", 1.5)), "dimension must be a positive integer, got 1.5"),

@@ -38,8 +38,10 @@ class TorchArrays:
 
     def upload(self, host: np.ndarray, param: ir.Param):
         torch = self.torch
-        if param.dtype is ir.DType.BF16:
-            cpu = torch.from_numpy(np.ascontiguousarray(host).view(np.uint16)).view(torch.bfloat16)
+        if param.dtype is ir.DType.BF16 or param.dtype.fp8:  # ml_dtypes: through their bits
+            bits = np.uint16 if param.dtype is ir.DType.BF16 else np.uint8
+            cpu = torch.from_numpy(np.ascontiguousarray(host).view(bits)).view(
+                self._dtype(param.dtype))
         else:
             cpu = torch.from_numpy(np.ascontiguousarray(host))
         if param.kind is ir.ParamKind.TENSOR and param.layout is ir.Layout.COL:

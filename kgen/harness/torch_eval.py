@@ -22,7 +22,20 @@ def torch_dtype(dtype: ir.DType):
     import torch
 
     return {ir.DType.F16: torch.float16, ir.DType.BF16: torch.bfloat16,
-            ir.DType.F32: torch.float32}[dtype]
+            ir.DType.F32: torch.float32, ir.DType.F8E4M3: torch.float8_e4m3fn,
+            ir.DType.F8E5M2: torch.float8_e5m2}[dtype]
+
+
+def scaled_mm_takes(a, b) -> bool:
+    """Whether torch._scaled_mm takes FP8 operands a [M, K] and b [K, N]: a row-major, b
+    column-major, K and N multiples of 16, not both e5m2."""
+    import torch
+
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    return (a.dim() == 2 and b.dim() == 2 and k % 16 == 0 and n % 16 == 0
+            and a.stride(-1) == 1 and b.stride(-2) == 1
+            and not (a.dtype == b.dtype == torch.float8_e5m2))
 
 
 class TorchEvaluator(EpilogueEvaluator):
@@ -108,7 +121,14 @@ class TorchEvaluator(EpilogueEvaluator):
         return self.tensors[name]
 
     def matmul(self, a, b, gemm):
-        return self.torch.matmul(a, b)
+        torch = self.torch
+        fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+        if a.dtype in fp8 and b.dtype in fp8:  # what a user runs: torch._scaled_mm
+            if scaled_mm_takes(a, b):  # (the epilogue's scales multiply after it, unfused)
+                one = torch.ones((), device=a.device, dtype=torch.float32)
+                return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
+            return torch.matmul(a.float(), b.float())  # sizes _scaled_mm refuses
+        return torch.matmul(a, b)
 
     def to_operand(self, value, dtype):
         return value.to(torch_dtype(dtype))

@@ -423,6 +423,25 @@ class EpilogueVectors:
         return [(f"{gemm} epilogue vectors", value, self.why)]
 
 
+@dataclass(frozen=True, slots=True)
+class AccPromotion:
+    """Two-level accumulation (FP8): wgmma accumulates each period of `k_tiles` k tiles into
+    registers of its own, scale-d 0 at the period's first k step, and each consumer thread
+    then adds them into the f32 accumulators the epilogue reads (DeepGEMM's promotion). FP8
+    wgmma accumulates with about 14 mantissa bits; promoted, one period's sums carry that
+    error, not the whole K's. 0: wgmma accumulates the whole K. `why`: the rule that chose it,
+    or why the gemm is not promoted."""
+
+    k_tiles: int = 0
+    why: str = ""
+
+    def describe(self, gemm: str) -> list[Row]:
+        if not self.why:
+            return []
+        value = f"every {self.k_tiles} k tile{'s' * (self.k_tiles > 1)}" if self.k_tiles else "none"
+        return [(f"{gemm} promotion", value, self.why)]
+
+
 def staged_vector_buffer(gemm: str, param: str) -> str:
     """The shared-memory buffer of a staged epilogue vector (EpilogueVectors, STAGED)."""
     return f"{gemm}_vec_{param}"
@@ -442,10 +461,11 @@ class GemmSchedule:
     overlap: Overlap = Overlap()
     groups: EpilogueGroups = EpilogueGroups()
     vectors: EpilogueVectors = EpilogueVectors()
+    promotion: AccPromotion = AccPromotion()
 
     def components(self) -> tuple:
         return (self.atom, self.pipeline, self.output, self.staged, self.staging, self.passes,
-                self.overlap, self.groups, self.vectors)
+                self.overlap, self.groups, self.vectors, self.promotion)
 
     def describe(self) -> list[Row]:
         return [row for c in self.components() for row in c.describe(self.name)]

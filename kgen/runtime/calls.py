@@ -43,7 +43,8 @@ _FORMATS = {  # struct module codes of the params members' ctypes (native alignm
     ctypes.c_void_p: "P", ctypes.c_int32: "i", ctypes.c_uint32: "I", ctypes.c_int64: "q",
     ctypes.c_float: "f", ctypes.c_double: "d",
 }
-_TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
+_TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32",
+                 DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2"}
 _MISSING = object()
 
 

@@ -38,21 +38,22 @@ class DeviceArray:
 
 
 # numpy typestr / dtype names -> kgen dtypes
-_NUMPY_NAMES = {"float16": DType.F16, "bfloat16": DType.BF16, "float32": DType.F32}
+_NUMPY_NAMES = {"float16": DType.F16, "bfloat16": DType.BF16, "float32": DType.F32,
+                "float8_e4m3fn": DType.F8E4M3, "float8_e5m2": DType.F8E5M2}
 _TORCH_NAMES = {
     "torch.float16": DType.F16,
     "torch.bfloat16": DType.BF16,
     "torch.float32": DType.F32,
+    "torch.float8_e4m3fn": DType.F8E4M3,
+    "torch.float8_e5m2": DType.F8E5M2,
 }
 
 
 def numpy_dtype(dtype: DType) -> np.dtype:
-    """The host dtype of a kgen dtype (bf16 is ml_dtypes.bfloat16)."""
-    if dtype is DType.BF16:
-        import ml_dtypes
+    """The host dtype of a kgen dtype (bf16 and FP8 are ml_dtypes': kgen.reference's)."""
+    from ..reference import host_dtype
 
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype({DType.F16: np.float16, DType.F32: np.float32}[dtype])
+    return host_dtype(dtype)
 
 
 def dtype_of_numpy(dtype: np.dtype) -> DType | None:

@@ -92,7 +92,9 @@ def request_refusal(draft: ScheduleDraft,
                     refuse_request: Callable[[ScheduleDraft], Candidate | None]) -> Refusal | None:
     """The request refused on what the source alone shows (`refuse_request`: the target's
     schedules.py rule on the kind asked for), then, on a target without the copy engine, the
-    lines only sm_90a's warp-specialized kernel runs: `split stream`, `cluster`."""
+    lines only sm_90a's warp-specialized kernel runs: `split stream`, `cluster`, and FP8
+    operands (verify refuses them on such a target; this is the same rule for a kernel
+    lowered for another target than its own)."""
     refused = refuse_request(draft)
     if refused is not None:
         return Refusal(refused.reason, refused.site)
@@ -106,6 +108,9 @@ def request_refusal(draft: ScheduleDraft,
         return Refusal("cluster needs target sm_90a (thread-block clusters and the copy "
                        f"engine's multicast); this kernel is lowered for {arch}",
                        Site("cluster", 0))
+    if any(d.fp8 for d in draft.dtypes.values()):  # verified for sm_90a, lowered for this one
+        return Refusal("FP8 operands run on wgmma, target sm_90a (sm_89's FP8 mma.sync is not "
+                       f"built); this kernel is lowered for {arch}", Site("gemm", 0))
     return None
 
 

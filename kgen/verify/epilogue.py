@@ -315,6 +315,9 @@ def check_expr(state: KernelState, e: ir.Expr, scope: EpilogueScope, in_reduce: 
     if isinstance(e, ir.Cast):
         if not isinstance(e.dtype, DType):
             raise KgenError(loc, f"unknown dtype {quote(e.dtype)}; expected {DTYPE_NAMES}")
+        if e.dtype.fp8:
+            raise KgenError(loc, f"cast<{e.dtype.dsl_name}>: FP8 values in an epilogue (FP8 "
+                                 "outputs) are not built yet; cast to f16, bf16 or f32")
         check_expr(state, e.arg, scope, in_reduce)
         return
     if isinstance(e, ir.Reduce):
@@ -379,6 +382,9 @@ def check_load(state: KernelState, e, scope: EpilogueScope) -> None:
             f"cannot read output {kind} '{e.name}'; to reuse a value, bind it to a local "
             "(t = ...) and use that",
         )
+    if param.dtype.fp8:
+        raise KgenError(e.loc, f"tensor '{e.name}' is {param.dtype.dsl_name}: an FP8 tensor is "
+                               "a gemm operand only (an epilogue reads f16, bf16 or f32)")
     M, N = scope.shape
     if isinstance(e, ir.TensorLoad) and param.shape != scope.shape:
         raise KgenError(

@@ -21,6 +21,7 @@ from ..diagnostics import (
 )
 from ..errors import KgenError
 from ..ir import DType, ParamKind, Role
+from ..targets import Instruction
 from .epilogue import check_epilogue
 from .state import KernelState, require_str
 
@@ -78,14 +79,16 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
     # A chained stage hands its output to this gemm in this gemm's operand dtype.
     chained = g.a.name in state.gemm_shapes
     a_dtype = b_param.dtype if chained else a_param.dtype
-    if a_dtype is not b_param.dtype:
+    if a_dtype.fp8 or b_param.dtype.fp8:
+        check_fp8(state, g, None if chained else a_param, b_param, a_loc, b_loc)
+    elif a_dtype is not b_param.dtype:
         raise KgenError(
             b_loc,
             f"operand dtypes differ: A is {a_dtype.dsl_name} but B is "
             f"{b_param.dtype.dsl_name}",
         )
     arch = state.target.arch.value
-    if a_dtype not in state.target.operand_dtypes:
+    if not a_dtype.fp8 and a_dtype not in state.target.operand_dtypes:
         usable = or_list([d.dsl_name for d in DType if d in state.target.operand_dtypes])
         raise KgenError(
             b_loc if chained else a_loc,  # a chained A takes B's dtype
@@ -117,6 +120,34 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
     shape = (a_shape[0], b_param.shape[1])
     check_epilogue(state, g, shape)
     state.gemm_shapes[g.name] = shape
+
+
+def check_fp8(state: KernelState, g: ir.Gemm, a: ir.Param | None, b: ir.Param, a_loc,
+              b_loc) -> None:
+    """FP8 operands (f8e4m3, f8e5m2, mixed too): both FP8, from tensor parameters, on wgmma
+    (sm_90a), accumulated in f32, both K-major: wgmma reads 8-bit operands K-major from shared
+    memory only (its transpose bits are for 16-bit types), so A is row-major and B col-major."""
+    if a is None:
+        raise KgenError(a_loc, f"gemm '{g.name}' has FP8 B '{b.name}' but its A is gemm "
+                               f"'{g.a.name}': a chained gemm's operands are f16 or bf16")
+    for which, p, loc, other in (("A", a, a_loc, b), ("B", b, b_loc, a)):
+        if not p.dtype.fp8:
+            raise KgenError(loc, f"operand dtypes differ: {which} is {p.dtype.dsl_name} but "
+                                 f"'{other.name}' is {other.dtype.dsl_name}; an FP8 gemm takes "
+                                 "two FP8 operands (f8e4m3 or f8e5m2, mixed too)")
+    if not state.target.has(Instruction.WGMMA):
+        raise KgenError(g.loc, f"FP8 operands run on wgmma, target sm_90a; this kernel "
+                               f"targets {state.target.arch.value} (sm_89's FP8 mma.sync is "
+                               "not built)")
+    if g.acc_dtype is not DType.F32:
+        name = getattr(g.acc_dtype, "dsl_name", None) or shown(g.acc_dtype)
+        raise KgenError(g.loc, f"FP8 operands accumulate in f32, not {name}")
+    for which, p, loc, major in (("A", a, a_loc, ir.Layout.ROW), ("B", b, b_loc, ir.Layout.COL)):
+        if p.layout is not major:
+            raise KgenError(loc, f"FP8 operand {which} '{p.name}'{at_line(p.loc)} is "
+                                 f"{p.layout.value}-major, so its k elements are not "
+                                 "contiguous; wgmma reads 8-bit operands K-major only: store "
+                                 f"it transposed and declare it {major.value}")
 
 
 def check_settings(state: KernelState, g: ir.Gemm) -> None:

@@ -82,9 +82,14 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             raise KgenError(loc, problem)
 
     allowed = {DType.F32} if p.kind is ParamKind.SCALAR else {DType.F16, DType.BF16, DType.F32}
+    if p.kind is ParamKind.TENSOR and p.role is Role.IN:
+        allowed |= {DType.F8E4M3, DType.F8E5M2}  # gemm operands (kgen/verify/gemms.py fp8 rules)
     if p.dtype not in allowed:
         names = or_list([d.dsl_name for d in DType if d in allowed])
         raise KgenError(loc, f"{kind} '{p.name}' must be {names}, got {p.dtype.dsl_name}")
+    if p.dtype.fp8 and (state.kernel.loop is not None or not state.kernel.gemms):
+        raise KgenError(loc, f"tensor '{p.name}' is {p.dtype.dsl_name}: FP8 tensors are operands "
+                             "of a kernel's gemms; a tile program takes f16, bf16 or f32")
     if p.kind is not ParamKind.TENSOR and p.layout is not ir.Layout.ROW:
         raise KgenError(loc, f"only tensors have a layout; '{p.name}' is a {kind}")
     if p.default is not None:

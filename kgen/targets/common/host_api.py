@@ -62,6 +62,7 @@ def template_values(plan: KernelPlan) -> dict:
         narrow_checks=narrow_checks(plan),
         narrow_kernel=plan.narrow_kernel,
         cluster=plan.schedule.scheduler.cluster.size > 1,  # the fast entry point runs in clusters
+        fp8=any(p.dtype.fp8 for p in plan.params),  # FP8 parameters: cuda_fp8.h's types
     )
 
 

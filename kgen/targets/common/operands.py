@@ -16,7 +16,7 @@ from .render import macro_lines
 
 LINES = "common/operand_lines.inc.j2"
 
-MMA_TYPE = {DType.F16: "f16", DType.BF16: "bf16"}
+MMA_TYPE = {DType.F16: "f16", DType.BF16: "bf16", DType.F8E4M3: "e4m3", DType.F8E5M2: "e5m2"}
 
 # (operand, k_major) -> this thread's ldmatrix row and column in the tile at fragment f of
 # k step kk, in lane and warp_off (kgen.lower.fragments proves the same maps in Python).

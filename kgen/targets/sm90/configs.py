@@ -127,10 +127,10 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     if len(shapes) > 1:
         return chain(shapes, fits)
     shape = shapes[0]
-    cooperative = [Config((GemmConfig(tile, (2, 4), s),), why=WHY_COOPERATIVE)
+    cooperative = [Config((GemmConfig(k_bytes(tile, shape), (2, 4), s),), why=WHY_COOPERATIVE)
                    for tile, stages in WS_TILES for s in stages]
     pairs = pingpong_for_pairs(shape)
-    pingpong = [Config((GemmConfig(tile, (2, 4), s),), KernelKind.PINGPONG,
+    pingpong = [Config((GemmConfig(k_bytes(tile, shape), (2, 4), s),), KernelKind.PINGPONG,
                        WHY_PINGPONG_PAIRS if pairs else WHY_PINGPONG)
                 for tile, stages in PINGPONG_TILES
                 for s in (PINGPONG_PAIRS_STAGES if pairs else stages)]
@@ -140,6 +140,10 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     if not wide:
         own = [c for c in own if c.schedule is None or c is own[0]]
     own = common.fitting_first(own, shape, sizes)
+    if shape.dtype.fp8:  # wgmma alone; split-K, stream-K and small tiles not yet measured
+        return own + ([clustered(c, cluster) for cluster in CLUSTERS for c in own
+                       if c.schedule is None and c.gemms[0].tile[1] >= CLUSTER_MIN_N]
+                      if wide else [])
     if wide:  # the tuner also times the widest with a cluster of two CTAs sharing an operand
         own += [clustered(c, cluster) for cluster in CLUSTERS for c in own
                 if c.schedule is None and c.gemms[0].tile[1] >= CLUSTER_MIN_N
@@ -147,6 +151,13 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
         own += split_configs(shape, sizes) + stream_configs(shape, sizes) + small_configs(
             shape, sizes)
     return own + common.one_gemm(shape, sizes, wide)
+
+
+def k_bytes(tile: tuple[int, int, int], shape: GemmShape) -> tuple[int, int, int]:
+    """The tile with its k tile of 128 bytes for the gemm's operands (the tables above give
+    16-bit ones, tile K 64): tile K 128 for FP8, whose stages then hold the same bytes, so
+    the same ring depths fit."""
+    return (tile[0], tile[1], 128 // shape.dtype.nbytes)
 
 
 WHY_SMALL = ("ping-pong on 64-row tiles, each consumer warpgroup a tile of its own: the runtime "
@@ -492,6 +503,8 @@ def sized(shape: GemmShape, sizes: Mapping[str, int], batches: int = 1) -> Confi
     """
     m, n, k = (common.known(d, sizes) for d in (shape.m, shape.n, shape.k))
     if shape.chained or None in (m, n, k) or min(m, n, k, batches) <= 0:
+        return None
+    if shape.dtype.fp8:  # its tiles and splits were measured for 16-bit operands only
         return None
     if shape.reductions:  # their split-K and tiles were not measured against the default
         return None

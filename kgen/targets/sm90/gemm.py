@@ -249,7 +249,8 @@ def _pitch(plan: KernelPlan, operand: str) -> str:
 # registers until the load unit takes it). H100, bench/prototypes/narrow_unroll.py: 8 against 4
 # ran gemm_b_row 4096x4096x4092 0.354 against 0.475 ms, gemm 0.571 against 0.611. Unrolled 16
 # times the 40-register producer spills; a batched kernel's batch pointers spill at 8 (40 B in
-# batched_gemm_bias), so it keeps 4.
+# batched_gemm_bias), so it keeps 4; so does an FP8 kernel's (its 8-bit copies spilled 184 B at 8
+# in gemm_fp8_rowwise, none at 4).
 NARROW_UNROLL, NARROW_UNROLL_BATCHED = 8, 4
 
 
@@ -290,6 +291,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     batched = batch.batched(plan)
     maps = tensor_map.template_maps(schedule.tensor_maps, dim_expr, plan)
     n = g.tile[1]
+    fp8 = g.a.dtype.fp8  # wgmma's k32 FP8 family (verify: both operands FP8, K-major)
     pipeline = schedule.gemm(g.name).pipeline
     a_mn, b_mn = pipeline.a.mn_major, pipeline.b.mn_major
     majors = {(False, False): "A and B K-major", (True, True): "A and B MN-major (transposed)",
@@ -339,7 +341,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         buffers=buffers,
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
-        mma_ab=MMA_TYPE[g.a.dtype],
+        mma_ab=MMA_TYPE[g.a.dtype], mma_b=MMA_TYPE[g.b.dtype],
+        wgmma_k=32 if fp8 else 16,  # k per wgmma: 32 bytes of the 128-byte rows either way
+        promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
         wgmma_n=n,
         wgmma_acc=f"float (&acc)[{n // 8}][4]",
         wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),
@@ -367,7 +371,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),
-        narrow_unroll=NARROW_UNROLL_BATCHED if batched else NARROW_UNROLL,
+        narrow_unroll=NARROW_UNROLL_BATCHED if batched or fp8 else NARROW_UNROLL,
         **{f"{w}_load{suffix}": loads(plan, param, f"{w}_ring", f"k{W}StageBytes", f"kTile{mn}",
                                       f"tile_{mn.lower()} * kTile{mn}", multicast == w, major)
            for loads, suffix in ((_loads, ""), (_whole_loads, "_whole"))
@@ -379,7 +383,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wgmma_majors=majors,
         a_descriptor=_descriptor(a_mn, "a_stage", " + i * 64 * 128"),
         b_descriptor=_descriptor(b_mn, "b_stage"),
-        k_step_note=("k16 step kk is 32 bytes along the 128-byte rows" if not (a_mn or b_mn)
+        k_step_note=(f"k{32 if fp8 else 16} step kk is 32 bytes along the 128-byte rows"
+                     if not (a_mn or b_mn)
                      else "k16 step kk: " + "; ".join(
                          f"{w} {'2048 bytes on (16 rows)' if mn else '32 bytes on'}"
                          for w, mn in (("A", a_mn), ("B", b_mn)))),

@@ -63,6 +63,11 @@ def candidates(draft: ScheduleDraft) -> Generator[Placement, StoragePlan, list[C
         reason = (f"cluster {draft.cluster[0]}x{draft.cluster[1]} runs on the warp-specialized "
                   f"kernel only, which refuses this gemm: {ws.reason}")
         rest = [Candidate(c.kind, False, reason, ws.site or Site("cluster", 0)) for c in rest]
+    if any(d.fp8 for d in draft.dtypes.values()):  # FP8 operands: wgmma's alone
+        reason = ("FP8 operands run on the warp-specialized kernel only (wgmma's k32 FP8 "
+                  f"family; mma.sync here takes 16-bit operands), which refuses this gemm: "
+                  f"{ws.reason}")
+        rest = [Candidate(c.kind, False, reason, ws.site or Site("gemm", 0)) for c in rest]
     if draft.stream_k:  # stream-K runs on the cooperative kernel alone
         reason = ("split stream runs on the cooperative warp-specialized kernel only, which "
                   f"refuses this gemm: {cooperative.reason}")

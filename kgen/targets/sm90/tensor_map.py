@@ -1,5 +1,5 @@
 """The copy engine's tensor maps (sm_90a): the CUtensorMap element type of each output dtype
-the copy engine stores. The schedule names the output and its kgen dtype (plan.TensorMap); the
+the copy engine loads or stores. The schedule names the output and its kgen dtype (plan.TensorMap); the
 emitter's C++ launcher and the runtime's encoder (kgen/runtime/tma.py) both spell it with this."""
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from ...enums import DType
 
 STAGING_BOX = 64  # the copy engine's box: 64 rows x 64 columns (128 bytes of 16-bit values)
 TMA_DTYPE = {DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-             DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
+             DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+             # the copy engine moves FP8 operands as bytes (it has no FP8 element type)
+             DType.F8E4M3: "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+             DType.F8E5M2: "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
 
 
 def template_maps(maps, dim_expr, plan=None) -> list[dict]:

@@ -41,11 +41,11 @@ the buffers within the budget.
 from __future__ import annotations
 
 from ...enums import Axis, DType, Layout
-from ...plan import (Cluster, EpilogueGroups, EpilogueVectors, GemmPlan, GemmSchedule,
-                     KernelKind, LoadPath, Mma, MmaAtom, OperandPlan, OperandSchedule, Output,
-                     Pipeline, Raster, Schedule, StagedInput, Staging, StorePath, TensorLoad,
-                     TensorMap, TileScheduler, VectorHome, VectorLoad, WarpRole, WarpRoles,
-                     staged_vector_buffer)
+from ...plan import (AccPromotion, Cluster, EpilogueGroups, EpilogueVectors, GemmPlan,
+                     GemmSchedule, KernelKind, LoadPath, Mma, MmaAtom, OperandPlan,
+                     OperandSchedule, Output, Pipeline, Raster, Schedule, StagedInput, Staging,
+                     StorePath, TensorLoad, TensorMap, TileScheduler, VectorHome, VectorLoad,
+                     WarpRole, WarpRoles, staged_vector_buffer)
 from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, WarpGrid,
                 place)
 from ..common import schedules as common
@@ -89,6 +89,9 @@ WHY_KIND = {
 }
 WHY_MMA = ("wgmma m64nNk16 from shared-memory descriptors (128-byte swizzle, the TMA box's), "
            "one group in flight while the next is issued")
+WHY_MMA_FP8 = ("wgmma m64nNk32 on 8-bit operands (e4m3, e5m2), both K-major from shared-memory "
+               "descriptors (128-byte swizzle, the TMA box's: 128 elements per row), one group "
+               "in flight while the next is issued; FP8 runs at twice the 16-bit rate")
 WHY_TMA = ("the copy engine: one thread issues each k tile's box, the full mbarrier counts its "
            "bytes; the consumers free the slot through the empty one")
 WHY_MULTICAST = ("the copy engine, shared by the cluster's two CTAs: each loads half of the tile's "
@@ -245,11 +248,16 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
     g = draft.gemms[0].plan
     if g.chain is not None or g.a is None:
         return "its A is not a tensor parameter", None
-    if g.a.dtype is not g.b.dtype or g.a.dtype.nbytes != 2:
-        return "wgmma here takes f16 or bf16 A and B of one type", Site("gemm", 0)
-    if g.tile[2] * g.a.dtype.nbytes != 128:
-        return (f"128-byte k tiles (tile K 64 for 16-bit operands), not {g.tile[2]}",
-                Site("tile", 0))
+    if g.a.dtype.fp8 and g.b.dtype.fp8:  # e4m3 or e5m2, mixed too: wgmma's k32 FP8 family
+        if not (g.a.k_major and g.b.k_major):
+            return ("wgmma reads 8-bit operands K-major only (A row-major, B column-major)",
+                    Site("gemm", 0))
+    elif g.a.dtype is not g.b.dtype or g.a.dtype.nbytes != 2:
+        return "wgmma here takes f16 or bf16 A and B of one type, or two FP8", Site("gemm", 0)
+    width = g.a.dtype.nbytes
+    if g.tile[2] * width != 128:
+        return (f"128-byte k tiles (tile K {128 // width} for {8 * width}-bit operands), not "
+                f"{g.tile[2]}", Site("tile", 0))
     if kind is KernelKind.PINGPONG and g.tile[0] not in PINGPONG_TILE_M:
         return (f"a 64- or 128-row tile (a ping-pong consumer's one or two m64 halves), not "
                 f"{g.tile[0]}", Site("tile", 0))
@@ -431,7 +439,8 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
     multicast when the CTAs of a cluster share it."""
     if op.k_major:
         storage = "row-major" if which == "A" else "column-major"
-        why = (f"K-major ({op.param} is {storage}): 128-byte rows along K, one {extent}x64 box "
+        why = (f"K-major ({op.param} is {storage}): 128-byte rows along K, one "
+               f"{extent}x{128 // op.dtype.nbytes} box "
                "per k tile, wgmma reads it as is; ")
         if shared_by > 1:
             return OperandSchedule(LoadPath.TMA_MULTICAST,
@@ -445,6 +454,28 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
         return OperandSchedule(LoadPath.TMA_MULTICAST, mn_major=True,
                                why=why + WHY_MULTICAST.format(half=f"{MN_BOX}-column boxes"))
     return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA, mn_major=True)
+
+
+# Two-level accumulation of an FP8 gemm: wgmma's sums promoted into f32 registers every k tile
+# (128 of K, DeepGEMM's period), where a consumer thread's registers hold the second set
+PROMOTE_K_TILES = 1
+PROMOTE_MAX_VALUES = 64  # a consumer thread's accumulators (its rows x tile N / 128 threads)
+WHY_ACC_PROMOTION = ("FP8 wgmma accumulates with about 14 mantissa bits: each k tile's (128 of "
+                     "K) sums go into registers of their own, which the consumer adds into its "
+                     "f32 accumulators once the group is done (wgmma_wait<0> each k tile)")
+WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no registers for a "
+                        "second set (a 128x128 cooperative tile promotes); wgmma accumulates "
+                        "the whole K, as torch._scaled_mm's use_fast_accum")
+
+
+def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
+    """Whether the gemm's wgmma sums are promoted (FP8 only), and why."""
+    if not g.a.dtype.fp8:
+        return AccPromotion()
+    values = consumer_rows(g.tile[0], kind) * g.tile[1] // WARPGROUP
+    if values > PROMOTE_MAX_VALUES:
+        return AccPromotion(0, WHY_NO_ACC_PROMOTION.format(values=values))
+    return AccPromotion(PROMOTE_K_TILES, WHY_ACC_PROMOTION)
 
 
 def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
@@ -469,7 +500,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
                                     why="loaded into the consumers' staging as 64x64 boxes"))
     groups, why_groups = epilogue_groups(g, draft.split_k, store)
     gemm = GemmSchedule(
-        name=g.name, atom=MmaAtom(Mma.WGMMA_SS, WHY_MMA),
+        name=g.name, atom=MmaAtom(Mma.WGMMA_SS, WHY_MMA_FP8 if g.a.dtype.fp8 else WHY_MMA),
         pipeline=Pipeline(a=operand_schedule(g.a, "A", g.tile[0], shared_by=cluster[1]),
                           b=operand_schedule(g.b, "B", g.tile[1], shared_by=cluster[0]),
                           stages=g.stages),
@@ -484,7 +515,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
             if stages_d else WHY_WHOLE_TILE)),
         groups=EpilogueGroups(groups, why_groups),
         vectors=EpilogueVectors(VectorHome.STAGED if vectors else VectorHome.GLOBAL, vectors,
-                                why_vectors))
+                                why_vectors),
+        promotion=acc_promotion(g, kind))
     scheduler = TileScheduler(
         kind, Raster(draft.group_m), min_blocks_per_sm=1,
         split_k=draft.split_k, stream_k=draft.stream_k,
