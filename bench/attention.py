@@ -11,6 +11,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --sm90a --d 128   # sm_90a only (both schedulers), D 128
     python3 bench/attention.py --sm90a --tma-o   # and O stored by the copy engine
     python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
+    python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
 """
 from __future__ import annotations
 
@@ -217,7 +218,7 @@ def main() -> None:
                              "heads, 2 KV heads) at S 4096, beside SDPA's flash and cuDNN")
     parser.add_argument("--once", action="store_true",
                         help="one ragged causal GQA call of each target's kernel, no timing "
-                             "(for compute-sanitizer)")
+                             "(for compute-sanitizer; with --varlen, the varlen kernel's)")
     parser.add_argument("--sm90a", action="store_true",
                         help="the sm_90a kernel only (both schedulers), beside SDPA's flash and "
                              "cuDNN")
@@ -229,7 +230,19 @@ def main() -> None:
                              "copy engine from shared memory (a plan option)")
     parser.add_argument("--d", type=int, nargs="+", default=None,
                         help="head dims (default: 64, 128 and 256)")
+    parser.add_argument("--varlen", action="store_true",
+                        help="packed documents of random lengths in 16k tokens, D 128: kgen's "
+                             "varlen kernel vs its padded-dense one (bench/varlen.py)")
     args = parser.parse_args()
+    if args.varlen:
+        from bench import varlen
+
+        if args.once:
+            return varlen.once()
+        rows = varlen.table(timed)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return
     if args.once:
         return once()
     from torch.nn.attention import SDPBackend

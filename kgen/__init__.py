@@ -11,6 +11,8 @@ A kernel is written in the .kg language (docs/language.md) or built in Python fr
     torch_op(compiled)               a loaded kernel as a torch.library operator
     attention(q, k, v, ...)          SDPA's drop-in: flash attention as a tile program, its
                                      score_mod and mask_mod kgen expressions
+    attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
+                                     the same over packed sequences (flash_attn_varlen_func)
     CompiledKernel                   what load returns: call it with the arguments as keywords
     DeviceBuffer                     GPU memory kgen allocates (outputs not passed in)
     evaluate(kernel, inputs)         the NumPy reference: every output of an ir.Kernel
@@ -32,6 +34,7 @@ _EXPORTS = {
     "compile_source": ("kgen.api", "compile_source"),
     "torch_op": ("kgen.torch_library", "torch_op"),
     "attention": ("kgen.attention", None),  # a callable module: kgen.attention(q, k, v)
+    "attention_varlen": ("kgen.attention_varlen", None),  # a callable module, as attention
     "CompiledKernel": ("kgen.runtime.launch", "CompiledKernel"),
     "DeviceBuffer": ("kgen.runtime.buffers", "DeviceBuffer"),
     "evaluate": ("kgen.reference", "evaluate"),

@@ -365,6 +365,18 @@ class Loop:
     loc: SourceLoc = _loc()
 
 
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """`packed S by cu_seqlens_q`: the batch's sequences lie one after another along `dim`
+    (FlashAttention's varlen layout). `offsets` is an int32 argument of B + 1 entries; sequence
+    b is offsets[b] to offsets[b + 1] along `dim`, and inside it `dim` (and `row` or `col`) is
+    that sequence's own."""
+
+    dim: str
+    offsets: str
+    loc: SourceLoc = _loc()
+
+
 # ---------------------------------------------------------------------------------------------
 # Shared-memory storage: the optional `phases { ... }` and `storage { ... }` declarations
 #
@@ -485,6 +497,8 @@ class Kernel:
     # as values), or the whole body of a row kernel (no gemm, no loop: element-wise over the
     # [rows, cols] of its same-shape input tensors, row reductions as values and stores)
     epilogue: Epilogue | None = None
+    # `packed` lines: dimensions whose sequences are packed by offsets (loop kernels)
+    packed: tuple[Packed, ...] = ()
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

@@ -1,4 +1,5 @@
-"""The transformer rules of a loop: `loop NAME over DIM { schedule lines, carries, gemms }`.
+"""The transformer rules of a loop: `loop NAME over DIM { schedule lines, carries, gemms }`,
+and the kernel's `packed DIM by OFFSETS` lines (packed variable-length sequences).
 
 `LoopRules` is a base of kgen/parse_tree.py's ToIR. A loop's parts are read here (its tile
 `MxN`, its warps `W` or `Wx1`, its stages, its carries with their initial values); its gemms are
@@ -127,6 +128,11 @@ class LoopRules(ExpressionRules):
                 carried.setdefault(decl.name, decl.loc)
         return LoopDecl(name, str(dim_token), settings, tuple(carries), tuple(gemms), loc,
                         carried)
+
+    def packed(self, meta, children):
+        dim_token, offsets_token = children
+        check_identifier(str(offsets_token), self._loc(offsets_token), "offsets vector")
+        return ir.Packed(str(dim_token), str(offsets_token), self._loc(meta))
 
     def _sizes(self, token: Token, what: str, axes: tuple, needs: str) -> list[int]:
         """Split `128x128x32` into checked integers, each error pointing at its own number."""

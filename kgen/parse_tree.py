@@ -146,8 +146,11 @@ class ToIR(LoopRules):
         params: list[ir.Param] = []
         decls: list[_GemmDecl] = []
         loop: LoopDecl | None = None
+        packed: list[ir.Packed] = []
         for item in items:
-            if isinstance(item, _Setting):
+            if isinstance(item, ir.Packed):
+                packed.append(item)
+            elif isinstance(item, _Setting):
                 if item.kind in settings:
                     first = settings[item.kind].loc
                     raise KgenError(item.loc, f"{item.kind} given twice (first{at_line(first)})")
@@ -227,6 +230,7 @@ class ToIR(LoopRules):
             schedule_loc=settings["schedule"].loc if "schedule" in settings else name_loc,
             loop=loop_ir,
             epilogue=epilogue,
+            packed=tuple(packed),
         )
 
     # -- parameters ----------------------------------------------------------------------------

@@ -358,8 +358,13 @@ def evaluate(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
 
     A tile program (a loop kernel or a row kernel) is kgen/reference_tiles.py's: its loop runs
     in blocks of `block` columns (the kernel's tile.n; 64 when None), and with two batch
-    dimensions each output comes back as [B, H, ...].
+    dimensions each output comes back as [B, H, ...]; over packed sequences, as
+    kgen/reference_packed.py says.
     """
+    if kernel.loop is not None and kernel.packed:
+        from .reference_packed import evaluate_packed  # packed sequences, one at a time
+
+        return evaluate_packed(kernel, inputs, scalars or {}, block)
     if kernel.loop is not None or (kernel.epilogue is not None and not kernel.gemms):
         from .reference_tiles import evaluate_tiles
 

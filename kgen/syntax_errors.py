@@ -24,7 +24,7 @@ Literal = Callable[[str], "str | None"]
 
 _DECLARATIONS = (
     "target", "compute", "reductions", "schedule", "tensor", "vector", "scalar", "gemm", "phases",
-    "storage", "loop", "epilogue",
+    "storage", "loop", "epilogue", "packed",
 )
 # `keep B resident` starts as keep
 _SETTINGS = ("tile", "warps", "stages", "split", "cluster", "keep", "epilogue")

@@ -68,13 +68,13 @@ CASES: list[tuple[str, str]] = [
     (
         "kernel k {\n  target sm_80\n  tensor A : f16[M, K] row\n",
         "t.kg:3:27: error: unexpected end of file; expected a declaration (target, compute, "
-        "reductions, schedule, tensor, vector, scalar, gemm, phases, storage, loop or epilogue), "
-        "'row', 'col', 'in', 'out', '=' or '}'",
+        "reductions, schedule, tensor, vector, scalar, gemm, phases, storage, loop, epilogue or "
+        "packed), 'row', 'col', 'in', 'out', '=' or '}'",
     ),
     (
         "kernel k { target sm_80 ; }",
         "t.kg:1:25: error: expected a declaration (target, compute, reductions, schedule, tensor, "
-        "vector, scalar, gemm, phases, storage, loop or epilogue) or '}', found ';'",
+        "vector, scalar, gemm, phases, storage, loop, epilogue or packed) or '}', found ';'",
     ),
     (
         src("D = acc foo"),

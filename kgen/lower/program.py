@@ -21,6 +21,7 @@ from ..plan.program import Rank
 from ..targets import target
 from ..targets import loop_rules
 from . import loop_bounds
+from . import packed as packed_program
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
@@ -283,6 +284,7 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     bounds = loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries))
     query_heads = a.heads
     params, fields = _params(kernel, query_heads)
+    params, fields, packed = packed_program.run(kernel, rows_dim, loop.dim, params, fields)
     batch, heads, kv = _roles(kernel, query_heads)
     smem = c_tile.offset + c_tile.bytes
     assert smem == loop_rules.smem_bytes(config, k0, n1, dtype)
@@ -301,7 +303,7 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
         heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
-        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))))
+        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))), packed=packed)
 
 
 def _loop_gemms(g0: ir.Gemm, g1: ir.Gemm, k0: int, n1: int, block: int, b_along: bool,

@@ -172,6 +172,10 @@ class ProgramParam:
     headed: bool
     kv: bool
     default: float | None = None  # scalars: the declared value
+    # its rows are packed sequences (`packed S by ...`): "rows" when they are the kernel's
+    # rows, "loop" when the loop's; passed with the batch fused into them. A packed line's
+    # offsets are themselves a parameter, of kind "offsets" (int32, B + 1 entries).
+    packed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +307,18 @@ class LoopBounds:
         return bool(self.bounds)
 
 
+@dataclass(frozen=True, slots=True)
+class PackedDim:
+    """`packed DIM by OFFSETS`: DIM holds the batch's sequences one after another; `along` is
+    "rows" (the kernel's rows) or "loop" (the loop's dimension). Per batch the skeleton reads
+    its start and extent from OFFSETS; the params struct's `rows` (or `loop_len`) is then the
+    longest sequence's (the grid's), and `rows_total` (`loop_total`) all of them together."""
+
+    dim: Dim
+    offsets: str
+    along: str
+
+
 # ---------------------------------------------------------------------------------------------
 # The plans
 
@@ -341,10 +357,15 @@ class LoopPlan:
     wgmma: "WgmmaLoop | None" = None
     bounds: LoopBounds = LoopBounds((), (), "no mask")  # the blocks each tile of rows visits
     min_ctas: Choice = Choice("1", "the default")  # CTAs per SM the launch bounds ask for
+    packed: tuple[PackedDim, ...] = ()  # packed sequences (FlashAttention's varlen layout)
 
     @property
     def threads(self) -> int:
         return self.wgmma.threads if self.wgmma is not None else self.warps * 32
+
+    def packed_along(self, along: str) -> PackedDim | None:
+        """The packed line of the rows ("rows") or of the loop's dimension ("loop"), if any."""
+        return next((d for d in self.packed if d.along == along), None)
 
     @property
     def kind(self) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ..enums import Layout, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
+from . import packed
 from .launch import BoundArguments
 from .tensors import DeviceArray, as_device_array
 
@@ -47,6 +48,7 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
     resolved: dict[str, int] = dict(sizes or {})
     arrays: dict[str, DeviceArray] = {}
     batch_dims: dict[str, int] = {}  # "B", "H", "HKV" as read
+    totals: dict[str, int] = {}  # packed sequences: "rows", "loop" -> every sequence's together
     missing = []
     for p in plan.params:
         if p.kind == "scalar":
@@ -57,9 +59,17 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             missing.append(p)
             continue
         array = as_device_array(args[p.name], p.name)
+        if p.kind == "offsets":
+            packed.offsets_array(p, array, batch_dims)
+            arrays[p.name] = array
+            continue
         if array.dtype is not p.dtype:
             raise ArgumentError(f"{p.name} must be {p.dtype.dsl_name}, got "
                                 f"{array.describe_dtype()}")
+        if p.packed:
+            packed.packed_array(p, array, batch_dims, totals, resolved)
+            arrays[p.name] = array
+            continue
         lead = int(p.batched) + int(p.headed)
         want = lead + len(p.shape)
         if array.ndim != want:
@@ -77,7 +87,10 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             else:
                 _agree(resolved, dim, extent, p.name)
         arrays[p.name] = array
-    shapes = {p.name: _shape_of(p, batch_dims, resolved) for p in missing}
+    if isinstance(plan, LoopPlan) and plan.packed:
+        packed.extents(plan, resolved, totals, sizes)
+    shapes = {p.name: packed.output_shape(p, batch_dims, totals, resolved) if p.packed else
+              _shape_of(p, batch_dims, resolved) for p in missing}
     heads = batch_dims.get("H", 1)
     kv_heads = batch_dims.get("HKV", heads)
     if heads % kv_heads:
@@ -96,7 +109,9 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
     for f in plan.fields:
         if f.param is None:
             values.append({"rows": rows, "loop_len": loop_len, "heads": heads,
-                           "group": heads // kv_heads, "batches": batch_dims.get("B", 1)}[f.name])
+                           "group": heads // kv_heads, "batches": batch_dims.get("B", 1),
+                           "rows_total": totals.get("rows", 0),
+                           "loop_total": totals.get("loop", 0)}[f.name])
             continue
         p = plan.param(f.param)
         if p.kind == "scalar":
@@ -104,6 +119,11 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             if value is None:
                 raise ArgumentError(f"{plan.name}: missing scalar {p.name!r}")
             values.append(float(value))
+            continue
+        if p.packed and f.name != p.name:  # a stride along packed sequences
+            strides = (_contiguous(shapes[p.name]) if p.name in shapes
+                       else arrays[p.name].strides)
+            values.append(packed.member(p, strides, f.name))
             continue
         if p.name in shapes:  # allocated by the caller: contiguous
             values.append(_contiguous_member(p, shapes[p.name], f.name))
@@ -158,11 +178,16 @@ def _shape_of(p: ProgramParam, batch_dims: dict[str, int], resolved: dict[str, i
     return tuple(shape)
 
 
-def _contiguous_member(p: ProgramParam, shape: tuple[int, ...], field: str) -> int:
-    """A stride member of an output allocated contiguous (its pointer: 0 until allocated)."""
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * shape[i + 1]
+    return tuple(strides)
+
+
+def _contiguous_member(p: ProgramParam, shape: tuple[int, ...], field: str) -> int:
+    """A stride member of an output allocated contiguous (its pointer: 0 until allocated)."""
+    strides = _contiguous(shape)
     if field == p.name:
         return 0
     if field == f"{p.name}_ld":
@@ -336,6 +361,8 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
         p = plan.param(m.param)
         rows_dim, cols = p.shape
         rows = int(sizes[rows_dim]) if isinstance(rows_dim, str) else int(rows_dim)
+        if p.packed:  # every sequence together; a sequence starts at its offset's row
+            rows = int(values[packed.TOTALS[p.packed]])
         heads = int(values["heads"]) // int(values["group"]) if m.kv else int(values["heads"])
         ld, hs, bs = (int(values[f"{p.name}{suffix}"]) for suffix in ("_ld", "_hs", "_bs"))
         nbytes = p.dtype.nbytes

@@ -38,6 +38,7 @@ from ..targets import TARGETS
 from .epilogue import expression_extent
 from .gemms import check_gemm
 from .loops import check_tile_program
+from .packed import refuse_packed
 from .params import check_batched_kernel, check_param
 from .state import KernelState
 from .storage import check_storage
@@ -114,6 +115,8 @@ def _check_kernel(state: KernelState) -> None:
     for param in k.params:
         check_param(state, param)
     check_batched_kernel(state)
+    if k.loop is None:
+        refuse_packed(k)
     if k.loop is not None or k.epilogue is not None:
         if k.loop is None and k.gemms:
             raise KgenError(

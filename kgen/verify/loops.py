@@ -27,6 +27,7 @@ from ..diagnostics import (
 from ..errors import KgenError, KgenWarning
 from ..ir import DType, ParamKind, Role
 from .gemms import operand_param
+from .packed import check_packed
 from .state import KernelState, require_str
 from .tile_epilogue import TileScope, Where, check_tile_epilogue
 
@@ -134,6 +135,7 @@ def _check_loop_kernel(state: KernelState) -> None:
     _check_heads(state, a)
 
     rows = a.shape[0]
+    check_packed(state, rows, dim)
     accumulators = {second.name: second}
     in_loop = TileScope(Where.LOOP, f"{first.name}'s tile", rows, dim, f"gemm '{first.name}'",
                         carries=carries, accumulators=accumulators, gemm=first, loop=loop)

@@ -396,7 +396,8 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   const int kv_head = head / p.group;  // GQA: query heads per KV head
   const int batch = blockIdx.z;
   const int row0 = (gridDim.x - 1 - blockIdx.x) * kRowsPerCta;  // the last tile of rows first
-  const int blocks = (p.loop_len + kBlock - 1) / kBlock;
+  const int rows = p.rows, loop_len = p.loop_len;  // the same for every (batch, head)
+  const int blocks = (loop_len + kBlock - 1) / kBlock;
 
   // The blocks this tile of rows visits: blocks masked in full for every row of the tile are skipped (1 bound on col); inside the mask its predicate is known true.
   // [first_block, end_block): a block outside is masked in full for every row of the tile;
@@ -404,11 +405,11 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
   int first_block = 0, end_block = blocks, inside_begin = 0, inside_end = blocks;
   {
     const float row_lo = static_cast<float>(row0);
-    const float row_hi = static_cast<float>(min(row0 + kTileM, p.rows) - 1);
+    const float row_hi = static_cast<float>(min(row0 + kTileM, rows) - 1);
     {  // col <= 1 * row + offset
       const float offset = 0.0f;
-      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, p.loop_len);
-      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, p.loop_len);
+      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, loop_len);
+      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, loop_len);
       end_block = min(end_block, any_col < 0 ? 0 : any_col / kBlock + 1);
       inside_end = min(inside_end, all_col < 0 ? 0 : (all_col + 1) / kBlock);
     }
@@ -557,7 +558,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v10[i] = red_max(v10[i], v9[j][e]);
+        if (col < loop_len) v10[i] = red_max(v10[i], v9[j][e]);
       }
     }
 #pragma unroll
@@ -600,7 +601,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        const float handed = col < p.loop_len ? v16[j][e] : 0.0f;
+        const float handed = col < loop_len ? v16[j][e] : 0.0f;
         if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
         else handed_even = handed;
       }
@@ -627,7 +628,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v20[i] = red_add(v20[i], v16[j][e]);
+        if (col < loop_len) v20[i] = red_add(v20[i], v16[j][e]);
       }
     }
 #pragma unroll
@@ -1325,7 +1326,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v10[i] = red_max(v10[i], v9[j][e]);
+        if (col < loop_len) v10[i] = red_max(v10[i], v9[j][e]);
       }
     }
 #pragma unroll
@@ -1374,7 +1375,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        const float handed = col < p.loop_len ? v16[j][e] : 0.0f;
+        const float handed = col < loop_len ? v16[j][e] : 0.0f;
         if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
         else handed_even = handed;
       }
@@ -1401,7 +1402,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v20[i] = red_add(v20[i], v16[j][e]);
+        if (col < loop_len) v20[i] = red_add(v20[i], v16[j][e]);
       }
     }
 #pragma unroll
@@ -1508,7 +1509,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
         out[j][e] = v6[j][e];
       }
     }
-      store_fragments<kN1N8>(g_O, p.O_ld, out, row_base, p.rows, quad_col);
+      store_fragments<kN1N8>(g_O, p.O_ld, out, row_base, rows, quad_col);
     }
     float v8[2];
     float v9[2];
@@ -1526,7 +1527,7 @@ attention_fwd(const __grid_constant__ attention_fwd_params p, const __grid_const
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      if (lane % 4 == 0 && row < p.rows) store_one(g_lse + row, v10[i]);
+      if (lane % 4 == 0 && row < rows) store_one(g_lse + row, v10[i]);
     }
 
 #endif

@@ -368,6 +368,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
   const int row_base = row0 + warp * kWarpRows + lane / 4;  // this thread's rows: row_base + 8 * i
   const int quad_col = 2 * (lane % 4);  // this thread's first column of each n8 tile
   (void)kv_head; (void)head;
+  const int rows = p.rows, loop_len = p.loop_len;  // the same for every (batch, head)
 
   // Each input at this (batch, head); the outputs' after the loop (no registers held across it)
   const __nv_bfloat16* g_Q = p.Q + batch * p.Q_bs + head * p.Q_hs;
@@ -377,9 +378,9 @@ attention_fwd_window(const attention_fwd_window_params p) {
   // The loop-invariant operand, once; then the first kStages - 1 blocks of the ring
   load_tile<k_a_smem_rows, k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift, kThreads>(
       smem.a_smem[0], g_Q + row0 * p.Q_ld,
-      p.Q_ld, p.rows - row0, kK0);
+      p.Q_ld, rows - row0, kK0);
   cp_async_commit();
-  const int blocks = (p.loop_len + kBlock - 1) / kBlock;
+  const int blocks = (loop_len + kBlock - 1) / kBlock;
 
   // The blocks this tile of rows visits: blocks masked in full for every row of the tile are skipped (2 bounds on col); inside the mask its predicate is known true.
   // [first_block, end_block): a block outside is masked in full for every row of the tile;
@@ -387,18 +388,18 @@ attention_fwd_window(const attention_fwd_window_params p) {
   int first_block = 0, end_block = blocks, inside_begin = 0, inside_end = blocks;
   {
     const float row_lo = static_cast<float>(row0);
-    const float row_hi = static_cast<float>(min(row0 + kTileM, p.rows) - 1);
+    const float row_hi = static_cast<float>(min(row0 + kTileM, rows) - 1);
     {  // col <= 1 * row + offset
-      const float offset = 1.0f * static_cast<float>(p.loop_len) + (-1.0f) * static_cast<float>(p.rows);
-      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, p.loop_len);
-      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, p.loop_len);
+      const float offset = 1.0f * static_cast<float>(loop_len) + (-1.0f) * static_cast<float>(rows);
+      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, loop_len);
+      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, loop_len);
       end_block = min(end_block, any_col < 0 ? 0 : any_col / kBlock + 1);
       inside_end = min(inside_end, all_col < 0 ? 0 : (all_col + 1) / kBlock);
     }
     {  // col > 1 * row + offset
-      const float offset = 1.0f * static_cast<float>(p.loop_len) + (-1.0f) * static_cast<float>(p.rows) + (-1.0f) * p.window;
-      const int any_col = first_col_at_least(1.0f * row_lo + offset, true, p.loop_len);
-      const int all_col = first_col_at_least(1.0f * row_hi + offset, true, p.loop_len);
+      const float offset = 1.0f * static_cast<float>(loop_len) + (-1.0f) * static_cast<float>(rows) + (-1.0f) * p.window;
+      const int any_col = first_col_at_least(1.0f * row_lo + offset, true, loop_len);
+      const int all_col = first_col_at_least(1.0f * row_hi + offset, true, loop_len);
       first_block = max(first_block, any_col <= 0 ? 0 : any_col / kBlock);
       inside_begin = max(inside_begin, all_col <= 0 ? 0 : (all_col + kBlock - 1) / kBlock);
     }
@@ -407,7 +408,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
   for (int s = 0; s < kStages - 1; ++s) {
     if (first_block + s < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, first_block + s, s, p.loop_len);
+                 p.V_ld, first_block + s, s, loop_len);
     }
     cp_async_commit();
   }
@@ -436,7 +437,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+                 p.V_ld, next, (next - first_block) % kStages, loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
@@ -478,8 +479,8 @@ attention_fwd_window(const attention_fwd_window_params p) {
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kMTiles * kBlockN8][4];
 #pragma unroll
@@ -677,7 +678,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+                 p.V_ld, next, (next - first_block) % kStages, loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
@@ -719,8 +720,8 @@ attention_fwd_window(const attention_fwd_window_params p) {
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kMTiles * kBlockN8][4];
 #pragma unroll
@@ -918,7 +919,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+                 p.V_ld, next, (next - first_block) % kStages, loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
@@ -960,8 +961,8 @@ attention_fwd_window(const attention_fwd_window_params p) {
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kMTiles * kBlockN8][4];
 #pragma unroll
@@ -1161,7 +1162,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < end_block) {
       load_block(smem, g_K, p.K_ld, g_V,
-                 p.V_ld, next, (next - first_block) % kStages, p.loop_len);
+                 p.V_ld, next, (next - first_block) % kStages, loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
@@ -1203,8 +1204,8 @@ attention_fwd_window(const attention_fwd_window_params p) {
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kMTiles * kBlockN8][4];
 #pragma unroll
@@ -1254,7 +1255,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v18[i] = red_max(v18[i], v17[j][e]);
+        if (col < loop_len) v18[i] = red_max(v18[i], v17[j][e]);
       }
     }
 #pragma unroll
@@ -1296,7 +1297,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        handed[j][e] = col < p.loop_len ? v24[j][e] : 0.0f;
+        handed[j][e] = col < loop_len ? v24[j][e] : 0.0f;
       }
     }
     unsigned hand[kMTiles * kBlockN8][2];
@@ -1325,7 +1326,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v28[i] = red_add(v28[i], v24[j][e]);
+        if (col < loop_len) v28[i] = red_add(v28[i], v24[j][e]);
       }
     }
 #pragma unroll
@@ -1437,7 +1438,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         out[j][e] = v6[j][e];
       }
     }
-      store_warp_rows<kMTiles, kN1N8>(g_O, p.O_ld, out, row_base, p.rows, quad_col);
+      store_warp_rows<kMTiles, kN1N8>(g_O, p.O_ld, out, row_base, rows, quad_col);
     }
     float v8[2 * kMTiles];
     float v9[2 * kMTiles];
@@ -1455,7 +1456,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
     for (int i = 0; i < 2 * kMTiles; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      if (lane % 4 == 0 && row < p.rows) store_one(g_lse + row, v10[i]);
+      if (lane % 4 == 0 && row < rows) store_one(g_lse + row, v10[i]);
     }
 
 }

@@ -397,7 +397,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
   const int kv_head = head / p.group;  // GQA: query heads per KV head
   const int batch = blockIdx.z;
   const int row0 = (gridDim.x - 1 - blockIdx.x) * kRowsPerCta;  // the last tile of rows first
-  const int blocks = (p.loop_len + kBlock - 1) / kBlock;
+  const int rows = p.rows, loop_len = p.loop_len;  // the same for every (batch, head)
+  const int blocks = (loop_len + kBlock - 1) / kBlock;
 
   // The blocks this tile of rows visits: blocks masked in full for every row of the tile are skipped (2 bounds on col); inside the mask its predicate is known true.
   // [first_block, end_block): a block outside is masked in full for every row of the tile;
@@ -405,18 +406,18 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
   int first_block = 0, end_block = blocks, inside_begin = 0, inside_end = blocks;
   {
     const float row_lo = static_cast<float>(row0);
-    const float row_hi = static_cast<float>(min(row0 + kTileM, p.rows) - 1);
+    const float row_hi = static_cast<float>(min(row0 + kTileM, rows) - 1);
     {  // col <= 1 * row + offset
-      const float offset = 1.0f * static_cast<float>(p.loop_len) + (-1.0f) * static_cast<float>(p.rows);
-      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, p.loop_len);
-      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, p.loop_len);
+      const float offset = 1.0f * static_cast<float>(loop_len) + (-1.0f) * static_cast<float>(rows);
+      const int any_col = last_col_at_most(1.0f * row_hi + offset, false, loop_len);
+      const int all_col = last_col_at_most(1.0f * row_lo + offset, false, loop_len);
       end_block = min(end_block, any_col < 0 ? 0 : any_col / kBlock + 1);
       inside_end = min(inside_end, all_col < 0 ? 0 : (all_col + 1) / kBlock);
     }
     {  // col > 1 * row + offset
-      const float offset = 1.0f * static_cast<float>(p.loop_len) + (-1.0f) * static_cast<float>(p.rows) + (-1.0f) * p.window;
-      const int any_col = first_col_at_least(1.0f * row_lo + offset, true, p.loop_len);
-      const int all_col = first_col_at_least(1.0f * row_hi + offset, true, p.loop_len);
+      const float offset = 1.0f * static_cast<float>(loop_len) + (-1.0f) * static_cast<float>(rows) + (-1.0f) * p.window;
+      const int any_col = first_col_at_least(1.0f * row_lo + offset, true, loop_len);
+      const int all_col = first_col_at_least(1.0f * row_hi + offset, true, loop_len);
       first_block = max(first_block, any_col <= 0 ? 0 : any_col / kBlock);
       inside_begin = max(inside_begin, all_col <= 0 ? 0 : (all_col + kBlock - 1) / kBlock);
     }
@@ -544,8 +545,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kBlockN8][4];
 #pragma unroll
@@ -595,7 +596,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v18[i] = red_max(v18[i], v17[j][e]);
+        if (col < loop_len) v18[i] = red_max(v18[i], v17[j][e]);
       }
     }
 #pragma unroll
@@ -638,7 +639,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        const float handed = col < p.loop_len ? v24[j][e] : 0.0f;
+        const float handed = col < loop_len ? v24[j][e] : 0.0f;
         if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
         else handed_even = handed;
       }
@@ -665,7 +666,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v28[i] = red_add(v28[i], v24[j][e]);
+        if (col < loop_len) v28[i] = red_add(v28[i], v24[j][e]);
       }
     }
 #pragma unroll
@@ -765,8 +766,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kBlockN8][4];
 #pragma unroll
@@ -987,8 +988,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kBlockN8][4];
 #pragma unroll
@@ -1209,8 +1210,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kBlockN8][4];
 #pragma unroll
@@ -1432,8 +1433,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(p.loop_len);
-      v7[i] = v5[i] - static_cast<float>(p.rows);
+      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
+      v7[i] = v5[i] - static_cast<float>(rows);
     }
     float v8[kBlockN8][4];
 #pragma unroll
@@ -1483,7 +1484,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v18[i] = red_max(v18[i], v17[j][e]);
+        if (col < loop_len) v18[i] = red_max(v18[i], v17[j][e]);
       }
     }
 #pragma unroll
@@ -1532,7 +1533,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        const float handed = col < p.loop_len ? v24[j][e] : 0.0f;
+        const float handed = col < loop_len ? v24[j][e] : 0.0f;
         if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
         else handed_even = handed;
       }
@@ -1559,7 +1560,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        if (col < p.loop_len) v28[i] = red_add(v28[i], v24[j][e]);
+        if (col < loop_len) v28[i] = red_add(v28[i], v24[j][e]);
       }
     }
 #pragma unroll
@@ -1666,7 +1667,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         out[j][e] = v6[j][e];
       }
     }
-      store_fragments<kN1N8>(g_O, p.O_ld, out, row_base, p.rows, quad_col);
+      store_fragments<kN1N8>(g_O, p.O_ld, out, row_base, rows, quad_col);
     }
     float v8[2];
     float v9[2];
@@ -1684,7 +1685,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      if (lane % 4 == 0 && row < p.rows) store_one(g_lse + row, v10[i]);
+      if (lane % 4 == 0 && row < rows) store_one(g_lse + row, v10[i]);
     }
 
 #endif

@@ -354,6 +354,7 @@ mlp_loop(const mlp_loop_params p) {
   const int row_base = row0 + warp * kWarpRows + lane / 4;  // this thread's rows: row_base + 8 * i
   const int quad_col = 2 * (lane % 4);  // this thread's first column of each n8 tile
   (void)kv_head; (void)head;
+  const int rows = p.rows, loop_len = p.loop_len;  // the same for every (batch, head)
 
   // Each input at this (batch, head); the outputs' after the loop (no registers held across it)
   const __nv_bfloat16* g_X = p.X + batch * p.X_bs + head * p.X_hs;
@@ -364,14 +365,14 @@ mlp_loop(const mlp_loop_params p) {
   // The loop-invariant operand, once; then the first kStages - 1 blocks of the ring
   load_tile<k_a_smem_rows, k_a_smem_chunks, k_a_smem_mask, k_a_smem_shift, kThreads>(
       smem.a_smem[0], g_X + row0 * p.X_ld,
-      p.X_ld, p.rows - row0, kK0);
+      p.X_ld, rows - row0, kK0);
   cp_async_commit();
-  const int blocks = (p.loop_len + kBlock - 1) / kBlock;
+  const int blocks = (loop_len + kBlock - 1) / kBlock;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < blocks) {
       load_block(smem, g_W0, p.W0_ld, g_W1,
-                 p.W1_ld, s, s, p.loop_len);
+                 p.W1_ld, s, s, loop_len);
     }
     cp_async_commit();
   }
@@ -390,7 +391,7 @@ mlp_loop(const mlp_loop_params p) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < blocks) {
       load_block(smem, g_W0, p.W0_ld, g_W1,
-                 p.W1_ld, next, next % kStages, p.loop_len);
+                 p.W1_ld, next, next % kStages, loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
@@ -435,7 +436,7 @@ mlp_loop(const mlp_loop_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v2[j][e] = acc0[j][e] + (col < p.loop_len ? g_b0[col] : 0.0f);
+        v2[j][e] = acc0[j][e] + (col < loop_len ? g_b0[col] : 0.0f);
         v3[j][e] = 0.5f * v2[j][e] * (1.0f + erff(v2[j][e] * 0.70710678118654752f));
       }
     }
@@ -491,7 +492,7 @@ mlp_loop(const mlp_loop_params p) {
     const int next = block + kStages - 1;  // refills the slot the previous block used
     if (next < blocks) {
       load_block(smem, g_W0, p.W0_ld, g_W1,
-                 p.W1_ld, next, next % kStages, p.loop_len);
+                 p.W1_ld, next, next % kStages, loop_len);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // this block (and the A tile) have landed
@@ -536,7 +537,7 @@ mlp_loop(const mlp_loop_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v2[j][e] = acc0[j][e] + (col < p.loop_len ? g_b0[col] : 0.0f);
+        v2[j][e] = acc0[j][e] + (col < loop_len ? g_b0[col] : 0.0f);
         v3[j][e] = 0.5f * v2[j][e] * (1.0f + erff(v2[j][e] * 0.70710678118654752f));
       }
     }
@@ -551,7 +552,7 @@ mlp_loop(const mlp_loop_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + (j % kBlockN8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        handed[j][e] = col < p.loop_len ? v3[j][e] : 0.0f;
+        handed[j][e] = col < loop_len ? v3[j][e] : 0.0f;
       }
     }
     unsigned hand[kMTiles * kBlockN8][2];
@@ -603,7 +604,7 @@ mlp_loop(const mlp_loop_params p) {
         out[j][e] = acc1[j][e];
       }
     }
-      store_warp_rows<kMTiles, kN1N8>(g_Y, p.Y_ld, out, row_base, p.rows, quad_col);
+      store_warp_rows<kMTiles, kN1N8>(g_Y, p.Y_ld, out, row_base, rows, quad_col);
     }
 
 }

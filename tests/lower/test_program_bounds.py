@@ -144,7 +144,7 @@ def test_the_skeleton_renders_bounds_only_for_a_mask():
     assert "constexpr bool interior = true;" in masked
     assert "const int block = end_block - 1;" in masked
     assert "interior ? 1.0f : (static_cast<float>(col) <= " in masked
-    assert "static_cast<float>(p.loop_len)" in masked
+    assert "static_cast<float>(loop_len)" in masked
     plain = build_verified(program("acc"), "sm_80").source
     assert "first_block" not in plain and "interior" not in plain
     assert "for (int block = 0; block < blocks - 1; ++block)" in plain

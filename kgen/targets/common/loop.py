@@ -77,11 +77,12 @@ class CStatement:
     gemm: pp.LoopGemm | None = None  # "mma": the gemm whose MMAs run
 
 
-def _reference(value: pp.Value, col_end: str, acc: str) -> str:
+def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str]) -> str:
     """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
     element, guarded vector load, loaded input) as itself, a computed value by its name.
     `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`: the
-    array of the first gemm's accumulator."""
+    array of the first gemm's accumulator; `sizes`: the rows and the loop's length (the loop
+    skeletons' locals, per sequence when packed; the row kernel's p.rows)."""
     kind = value.kind
     if isinstance(kind, dag.Constant):
         return literal(kind.value)
@@ -92,14 +93,14 @@ def _reference(value: pp.Value, col_end: str, acc: str) -> str:
     if isinstance(kind, pp.PositionValue):
         return "static_cast<float>(row)" if kind.axis is Axis.ROW else "static_cast<float>(col)"
     if isinstance(kind, pp.ExtentValue):
-        return "static_cast<float>(p.loop_len)" if kind.loop else "static_cast<float>(p.rows)"
+        return f"static_cast<float>({sizes[1] if kind.loop else sizes[0]})"
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
     if isinstance(kind, pp.AccumulatorValue):
         return "acc1[j][e]"
     if isinstance(kind, dag.VectorLoad):
         load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{kind.axis.value}]")
-        bound = "p.rows" if kind.axis is Axis.ROW else col_end
+        bound = sizes[0] if kind.axis is Axis.ROW else col_end
         return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
     if isinstance(kind, dag.TensorLoad):
         return f"in_{kind.param}[j][e]"
@@ -120,15 +121,21 @@ def _expression(value: pp.Value, refs: list[str], ops=OP_CPP, section: pp.Sectio
     return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
 
 
+# The loop skeletons' locals holding the rows and the loop's length (this sequence's when
+# packed: templates/common/loop_packed.inc.j2 declares them)
+LOOP_SIZES = ("rows", "loop_len")
+
+
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                fold: tuple[int, ...] = (), ops=OP_CPP,
-               exp_of_difference: str | None = None) -> list[CStatement]:
+               exp_of_difference: str | None = None,
+               sizes: tuple[str, str] = LOOP_SIZES) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
     exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
-    value of its own for other readers)."""
-    refs = [_reference(value, col_end, acc) for value in section.values]
+    value of its own for other readers); `sizes`: what reads the rows and the loop's length."""
+    refs = [_reference(value, col_end, acc, sizes) for value in section.values]
     fused = (_fused_differences(section, fold) if exp_of_difference is not None
              else frozenset())
     out: list[CStatement] = []
@@ -215,6 +222,8 @@ CTYPES = {"ptr": "const void*", "i64": "long long", "i32": "int", "f32": "float"
 # What each kind of member holds, for its comment in the params struct (by name suffix)
 _STRIDES = {"_ld": "rows apart", "_bs": "batches apart", "_hs": "heads apart"}
 _SIZES = {"rows": "rows per (batch, head)", "loop_len": "the loop's length",
+          "rows_total": "rows of every packed sequence together",
+          "loop_total": "the loop's length over every packed sequence together",
           "heads": "query heads", "group": "query heads per KV head (GQA; 1: one KV head each)",
           "batches": "batches (grid.z)"}
 
@@ -224,7 +233,10 @@ def _fields(plan: pp.ProgramPlan) -> list[dict]:
     the struct the gemms' .cu and .h share, under the same guard."""
     out = []
     for f in plan.fields:
-        if f.ctype == "ptr":
+        if f.ctype == "ptr" and plan.param(f.param).kind == "offsets":
+            out.append(dict(ctype="const int*", name=f.name,
+                            comment="offsets of the packed sequences (int32, batches + 1)"))
+        elif f.ctype == "ptr":
             p = plan.param(f.param)
             const = "" if p.role.value == "out" else "const "
             out.append(dict(ctype=f"{const}{p.dtype.cpp}*", name=f.name,
@@ -301,7 +313,7 @@ FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
 
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS,
+    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
@@ -313,11 +325,11 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         element=plan.dtype.cpp, bounds=_bounds(plan),
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
-        pointers=[p for p in plan.params if p.kind != "scalar"])
+        pointers=[p for p in plan.params if p.kind in ("tensor", "vector")])
 
 
 def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "kCols")
+    body = statements(plan.body, "kCols", sizes=("p.rows", "p.loop_len"))
     inputs = [p for p in plan.params if p.kind == "tensor" and p.role.value == "in"]
     return render(
         "common/rows.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",

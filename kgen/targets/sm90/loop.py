@@ -25,7 +25,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
         "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
     ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
-    body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold, ops=ops)
+    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=ops)
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)

@@ -67,6 +67,7 @@ def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
     """The plan with the tile scheduler asked for (a plan option: the bench's and the tests'
     persistent variant); everything else as the rulebook chose it."""
     assert plan.wgmma is not None, "the sm_90a wgmma skeleton's plan"
+    assert not (persistent and plan.packed), "packed sequences: a CTA per tile (tiled)"
     choice = pp.Choice(*loop_rules.wgmma_scheduler(persistent))
     return dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, scheduler=choice))
 
@@ -80,6 +81,7 @@ def with_o_store(plan: pp.LoopPlan, tma: bool) -> pp.LoopPlan:
     CTA per tile (a persistent CTA's producer loads the next Q into that buffer)."""
     w = plan.wgmma
     assert w is not None and not w.persistent, "the tiled sm_90a wgmma skeleton's plan"
+    assert not (tma and plan.packed), "packed sequences: O's rows stored per sequence"
     stores = [s for s in plan.epilogue.statements if isinstance(s, pp.StoreTile)]
     assert len(stores) == 1 and stores[0].dtype == plan.dtype, "one 16-bit output tile"
     n1 = plan.gemm1.n
