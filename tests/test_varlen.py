@@ -314,3 +314,13 @@ def test_a_mistake_in_a_mod_is_located_in_the_mod():
     with pytest.raises(KgenError) as info:
         varlen.program(sig)
     assert info.value.loc.file == "mask_mod" and info.value.loc.col == 13
+
+
+def test_kgen_run_refuses_packed_inputs_at_the_packed_line():
+    from kgen.harness.run import run
+
+    built = example("sm_80")
+    with pytest.raises(KgenError) as info:
+        run(built.kernel, built.plan, built.source)
+    assert "does not make packed sequences' inputs" in info.value.message
+    assert info.value.loc.line == _line_of(BASE, "packed S by cu_seqlens_q")

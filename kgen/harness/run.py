@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import ir
+from ..errors import KgenError
 from ..plan import KernelPlan
 from ..reference import CompareResult, checking_dtype, compare, evaluate, needs_all_rows
 from ..runtime.device import device_info, require_gpu
@@ -239,6 +240,11 @@ def run(
     from ..runtime.nvrtc import compile_cubin, fast_entry_options, warn_resources
 
     say = progress or (lambda message: None)
+    if kernel_ir.packed:  # its inputs need offsets vectors this harness does not make
+        line = kernel_ir.packed[0]
+        raise KgenError(line.loc, f"kgen run does not make packed sequences' inputs yet "
+                        f"('packed {line.dim} by {line.offsets}'); call the kernel from Python "
+                        "with its offsets (kgen.load, or kgen.attention_varlen)")
     require_gpu("kgen run")
     device_id = current_device_id()
     activate(device_id)

@@ -14,9 +14,6 @@ from .. import ir
 from ..errors import KgenError
 from ..plan import program as pp
 
-TOTALS = {"rows": "rows_total", "loop": "loop_total"}
-
-
 def run(kernel: ir.Kernel, rows_dim: ir.Dim, loop_dim: str,
         params: tuple[pp.ProgramParam, ...], fields: tuple[pp.ProgramField, ...]
         ) -> tuple[tuple[pp.ProgramParam, ...], tuple[pp.ProgramField, ...],
@@ -43,7 +40,7 @@ def run(kernel: ir.Kernel, rows_dim: ir.Dim, loop_dim: str,
             name=d.offsets, kind="offsets", dtype=None, role=ir.Role.IN, shape=("B + 1",),
             layout=ir.Layout.ROW, batched=False, headed=False, kv=False))
         extra += [pp.ProgramField(d.offsets, "ptr", d.offsets),
-                  pp.ProgramField(TOTALS[d.along], "i32")]
+                  pp.ProgramField(d.total, "i32")]
     names = [f.name for f in fields]
     for f in extra:
         if f.name in names:

@@ -318,6 +318,11 @@ class PackedDim:
     offsets: str
     along: str
 
+    @property
+    def total(self) -> str:
+        """The params struct's member holding every sequence's extent together."""
+        return "rows_total" if self.along == "rows" else "loop_total"
+
 
 # ---------------------------------------------------------------------------------------------
 # The plans

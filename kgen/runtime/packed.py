@@ -16,9 +16,6 @@ from ..errors import ArgumentError
 from ..plan.program import LoopPlan, ProgramParam
 from .tensors import DeviceArray
 
-TOTALS = {"rows": "rows_total", "loop": "loop_total"}
-
-
 def offsets_array(p: ProgramParam, array: DeviceArray, batch_dims: dict[str, int]) -> None:
     """Check an offsets vector; its length sets the batch count B."""
     if array.dtype_name != "int32" or array.ndim != 1 or (array.shape[0] > 1

@@ -5,7 +5,8 @@ Arguments: a parameter with two batch dims is a 4-D tensor [B, H, rows, cols] (3
 [B, H, rows]), one batch dim 3-D ([B, rows, cols]), none 2-D; any strides with a unit stride
 along the layout's contiguous dim. Sizes (S, T, M, N0, B, H, HKV) are read from the arguments
 and must agree. GQA: H % HKV == 0. The loop's operands are copied 16 bytes at a time, so every
-tensor's address and strides are multiples of 16 bytes.
+tensor's address and strides are multiples of 16 bytes. Packed sequences (a loop kernel's
+`packed S by cu_seqlens_q`): kgen/runtime/packed.py.
 """
 from __future__ import annotations
 
@@ -108,10 +109,11 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
     values = []
     for f in plan.fields:
         if f.param is None:
-            values.append({"rows": rows, "loop_len": loop_len, "heads": heads,
-                           "group": heads // kv_heads, "batches": batch_dims.get("B", 1),
-                           "rows_total": totals.get("rows", 0),
-                           "loop_total": totals.get("loop", 0)}[f.name])
+            sizes_of = {"rows": rows, "loop_len": loop_len, "heads": heads,
+                        "group": heads // kv_heads, "batches": batch_dims.get("B", 1)}
+            sizes_of.update((d.total, totals.get(d.along, 0))
+                            for d in getattr(plan, "packed", ()))
+            values.append(sizes_of[f.name])
             continue
         p = plan.param(f.param)
         if p.kind == "scalar":
@@ -362,7 +364,7 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
         rows_dim, cols = p.shape
         rows = int(sizes[rows_dim]) if isinstance(rows_dim, str) else int(rows_dim)
         if p.packed:  # every sequence together; a sequence starts at its offset's row
-            rows = int(values[packed.TOTALS[p.packed]])
+            rows = int(values[plan.packed_along(p.packed).total])
         heads = int(values["heads"]) // int(values["group"]) if m.kv else int(values["heads"])
         ld, hs, bs = (int(values[f"{p.name}{suffix}"]) for suffix in ("_ld", "_hs", "_bs"))
         nbytes = p.dtype.nbytes

@@ -11,17 +11,29 @@ batch dimension. Inside a batch, DIM, `row` and `col` are that sequence's own.
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import at_line, first_located, loc_of, quote, shape_text
+from ..diagnostics import at_line, first_located, loc_of, quote, shape_text, shown
 from ..errors import KgenError
 from ..ir import ParamKind
-from .state import KernelState
+from .state import KernelState, require_str
 
 __all__ = ["check_packed", "refuse_packed"]
 
 
+def _lines(kernel: ir.Kernel) -> tuple[ir.Packed, ...]:
+    packed = kernel.packed
+    if not isinstance(packed, tuple) or not all(isinstance(p, ir.Packed) for p in packed):
+        raise KgenError(kernel.loc, f"kernel packed must be a tuple of kgen.ir.Packed, got "
+                                    f"{shown(packed)}")
+    for line in packed:
+        at = first_located(line.loc, kernel.loc)
+        require_str(line.dim, at, "a packed dimension")
+        require_str(line.offsets, at, "an offsets name")
+    return packed
+
+
 def refuse_packed(kernel: ir.Kernel) -> None:
     """Packed sequences are a loop kernel's: refuse them anywhere else."""
-    if kernel.packed:
+    if _lines(kernel):
         first = kernel.packed[0]
         what = "row kernel" if kernel.epilogue is not None and not kernel.gemms else "gemm kernel"
         raise KgenError(first_located(first.loc, kernel.loc),
@@ -34,12 +46,8 @@ def check_packed(state: KernelState, rows_dim: ir.Dim, loop_dim: str) -> None:
     """Each packed line names the rows or the loop's dimension once, and a fresh offsets name;
     every parameter with a packed dimension can be addressed per sequence."""
     k = state.kernel
-    if not isinstance(k.packed, tuple):
-        raise KgenError(k.loc, "kernel packed must be a tuple of kgen.ir.Packed")
     seen: dict[str, ir.Packed] = {}
-    for line in k.packed:
-        if not isinstance(line, ir.Packed):
-            raise KgenError(k.loc, f"kernel packed must hold kgen.ir.Packed, got {line!r}")
+    for line in _lines(k):
         at = first_located(line.loc, k.loc)
         if line.dim in seen:
             raise KgenError(at, f"{line.dim} is packed twice (first{at_line(seen[line.dim].loc)})")

@@ -1701,6 +1701,10 @@ static const char* params_reason(const attention_fwd_varlen_params& p) {
   if (p.rows < 0 || p.loop_len < 0 || p.heads < 0 || p.batches < 0) return "a size is negative";
   if (p.group <= 0 || p.heads % p.group != 0)
     return "the query heads (p.heads) must be a multiple of the KV heads (p.heads / p.group: GQA)";
+  if (p.cu_seqlens_q == nullptr)
+    return "p.cu_seqlens_q, the packed sequences' offsets (int32, p.batches + 1 of them), is null";
+  if (p.cu_seqlens_k == nullptr)
+    return "p.cu_seqlens_k, the packed sequences' offsets (int32, p.batches + 1 of them), is null";
   if (reinterpret_cast<unsigned long long>(p.Q) % 16 != 0)
     return "Q's address must be 16-byte aligned (the kernel copies 16-byte chunks)";
   if ((p.Q_ld * 2) % 16 != 0)
