@@ -125,6 +125,10 @@ class Axis(enum.Enum):
     ROW = "row"  # v[row]: one value per output row (column broadcast); rowsum -> vector[M]
     COL = "col"  # v[col]: one value per output column (row broadcast); colsum -> vector[N]
     ALL = "all"  # reduction to a scalar
+    # Tile programs only: the (batch, query head) instance a CTA computes, as a value
+    # (`head`) or a vector's index (`slopes[head]`: one value per query head)
+    BATCH = "batch"
+    HEAD = "head"
 
 
 class ReduceOp(enum.Enum):

@@ -89,8 +89,9 @@ class _Literal:
         return ir.Const(self.value, self.loc)
 
 
-# `row` and `col` as values (when no parameter or local has the name): the global indices.
-_POSITIONS = {"row": Axis.ROW, "col": Axis.COL}
+# `row` and `col` as values (when no parameter or local has the name): the global indices;
+# `batch` and `head`, the (batch, query head) a tile program's instance computes.
+_POSITIONS = {"row": Axis.ROW, "col": Axis.COL, "batch": Axis.BATCH, "head": Axis.HEAD}
 
 
 @dataclass(frozen=True)

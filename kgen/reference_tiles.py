@@ -12,7 +12,9 @@ in order, the last one partial (columns past the end do not exist). Per block:
 Then the kernel's epilogue over the [rows, N1] accumulator, each output rounded once to its
 dtype. A row kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are
 values (one per row). Constants and scalars are float32 values, everything else float64; `row`
-and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it).
+and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it);
+`batch` and `head` the instance's (batch, query head), `v[head]` its element of a vector; a
+tensor read in the loop is its element at (row, col).
 
 Two batch dimensions: each (batch b, head h) is one instance; a parameter with heads Hp (GQA,
 fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter without batch
@@ -54,7 +56,7 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
         raise ValueError(f"block must be positive, got {block}")
     batched = [p for p in kernel.params if p.batch is not None]
     if not batched:
-        return _Instance(kernel, inputs, scalars, rows, block).run()
+        return _Instance(kernel, inputs, scalars, rows, block, 0, 0).run()
     count = batch_count(kernel, inputs, batches)
     lead = rows_param(kernel)
     heads = None
@@ -72,7 +74,7 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
         for h in range(heads if heads is not None else 1):
             view = {name: _instance_view(kernel.param(name), array, b, h, heads)
                     for name, array in inputs.items()}
-            per_head.append(_Instance(kernel, view, scalars, rows, block).run())
+            per_head.append(_Instance(kernel, view, scalars, rows, block, b, h).run())
         per_batch.append(per_head)
     result = {}
     for p in outputs:
@@ -100,8 +102,10 @@ class _Instance:
     """One (batch, head) of a tile program: 2-D tensors, 1-D vectors."""
 
     def __init__(self, kernel: ir.Kernel, inputs: Mapping[str, Any],
-                 scalars: Mapping[str, float], rows: np.ndarray | None, block: int):
+                 scalars: Mapping[str, float], rows: np.ndarray | None, block: int,
+                 batch: int, head: int):
         self.kernel = kernel
+        self.batch, self.head = batch, head  # the instance: `batch`, `head`
         self.inputs = inputs
         self.scalars = scalars
         self.block = block
@@ -214,17 +218,21 @@ class _Instance:
             return np.float64(np.float32(node.value))
         if isinstance(node, ir.ScalarLoad):
             return self._scalar(node.name)
-        if isinstance(node, ir.TensorLoad):
-            return self._input(node.name).astype(np.float64)[self.rows]
+        if isinstance(node, ir.TensorLoad):  # at (row, col): the loop's block of columns
+            return self._input(node.name).astype(np.float64)[self.rows][:, self.col_slice]
         if isinstance(node, ir.VectorLoad):
             vector = self._input(node.name).astype(np.float64)
             if node.axis is ir.Axis.ROW:
                 return vector[self.rows][:, None]
-            return vector[self.col_slice][None, :]
+            if node.axis is ir.Axis.COL:
+                return vector[self.col_slice][None, :]
+            return vector[self.head if node.axis is ir.Axis.HEAD else self.batch]
         if isinstance(node, ir.Position):
             if node.axis is ir.Axis.ROW:
                 return self.rows.astype(np.float64)[:, None]
-            return self.cols[None, :]
+            if node.axis is ir.Axis.COL:
+                return self.cols[None, :]
+            return np.float64(self.head if node.axis is ir.Axis.HEAD else self.batch)
         if isinstance(node, ir.Extent):
             return np.float64(_extent(node.dim, self.kernel, self.inputs))
         if isinstance(node, ir.Call):

@@ -861,8 +861,8 @@ TILE_CASES = [
     ('mlp_loop',
      'h = gelu(acc + b0[col])',
      'h = gelu(acc + X)',
-     "p.kg:12:64: error: tensor 'X' cannot be read in a loop kernel's epilogues for now; they "
-     'read the accumulator, carries, row, col, vectors and scalars'),
+     "p.kg:12:64: error: tensor 'X' has shape [M, 256] but gemm 'h' reads it at (row, col) "
+     'of [M, N0]'),
     ('mlp_loop',
      'Y = y',
      'Y = y + b0[col]',

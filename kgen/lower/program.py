@@ -24,6 +24,9 @@ from . import loop_bounds
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
+# the rank of a position, and of a vector indexed by it: batch and head are one per CTA
+_POSITION_RANK = {ir.Axis.ROW: Rank.ROW, ir.Axis.COL: Rank.TILE, ir.Axis.BATCH: Rank.UNIFORM,
+                  ir.Axis.HEAD: Rank.UNIFORM}
 
 
 def is_program(kernel: ir.Kernel) -> bool:
@@ -91,15 +94,14 @@ class _Section:
         if isinstance(node, ir.ScalarLoad):
             return self.add(dag.ScalarArg(node.name), Rank.UNIFORM)
         if isinstance(node, ir.Position):
-            return self.add(pp.PositionValue(node.axis),
-                            Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+            return self.add(pp.PositionValue(node.axis), _POSITION_RANK[node.axis])
         if isinstance(node, ir.Extent):
             loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
             return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)
         if isinstance(node, ir.VectorLoad):
             p = self.kernel.param(node.name)
             return self.add(dag.VectorLoad(p.name, node.axis, p.dtype),
-                            Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+                            _POSITION_RANK[node.axis])
         if isinstance(node, ir.TensorLoad):
             p = self.kernel.param(node.name)
             return self.add(dag.TensorLoad(p.name, p.dtype, p.layout), Rank.TILE)

@@ -65,6 +65,9 @@ class TileScope:
     later: dict[str, SourceLoc] = field(default_factory=dict)
     handed_on: SourceLoc | None = None  # `s = ...` in the first gemm's epilogue, once stored
     reads: set[str] = field(default_factory=set)  # carries and accumulators read
+    # the parameter whose (batch, heads) dims are the instances (the loop's A, the row
+    # kernel's first tensor): `head` indexes its heads, `batch` its batch
+    lead: ir.Param | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,9 +305,9 @@ def rank_of(state: KernelState, e: object, scope: TileScope) -> Rank:
                                  f"{number_text(value)}")
         return Rank.ROW
     if isinstance(e, ir.Position):
-        if e.axis not in (Axis.ROW, Axis.COL):
-            raise KgenError(loc, f"a position is row or col, got {shown(e.axis)}")
-        return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+        if e.axis not in (Axis.ROW, Axis.COL, Axis.BATCH, Axis.HEAD):
+            raise KgenError(loc, f"a position is row, col, batch or head, got {shown(e.axis)}")
+        return Rank.TILE if e.axis is Axis.COL else Rank.ROW
     if isinstance(e, ir.Extent):
         return _extent_rank(state, e, scope, loc)
     if isinstance(e, ir.Call):
@@ -386,22 +389,54 @@ def _load_rank(state: KernelState, e, scope: TileScope, loc) -> Rank:
     if isinstance(e, ir.ScalarLoad):
         return Rank.ROW
     if isinstance(e, ir.TensorLoad):
-        if scope.where is not Where.ROWS:
-            raise KgenError(loc, f"tensor '{name}' cannot be read in a loop kernel's epilogues "
-                                 "for now; they read the accumulator, carries, row, col, "
-                                 "vectors and scalars")
-        if param.shape != (scope.rows, scope.cols):
-            raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but the "
-                                 f"row kernel works on {shape_text((scope.rows, scope.cols))}")
-        return Rank.TILE
-    if e.axis not in (Axis.ROW, Axis.COL):
-        raise KgenError(loc, f"vector '{name}' must be indexed by row or col, got "
+        return _tensor_rank(param, scope, loc)
+    if e.axis not in (Axis.ROW, Axis.COL, Axis.BATCH, Axis.HEAD):
+        raise KgenError(loc, f"vector '{name}' must be indexed by row, col, batch or head, got "
                              f"{shown(e.axis)}")
+    if e.axis in (Axis.BATCH, Axis.HEAD):
+        return _instance_vector_rank(param, e.axis, scope, loc)
     need = scope.rows if e.axis is Axis.ROW else scope.cols
     if param.shape != (need,):
         raise KgenError(loc, f"vector '{name}' has length {shape_text(param.shape)[1:-1]} but "
                              f"{name}[{e.axis.value}] needs length {shape_text((need,))[1:-1]}")
     return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+
+
+def _tensor_rank(param: ir.Param, scope: TileScope, loc) -> Rank:
+    """`Bias` at the element's (row, col): in a row kernel, a tensor of its shape; in a loop's
+    first gemm, a row-major [rows, loop dim] tensor (per batch and head, each of which may be
+    shared: a stride of 0), read element by element (an additive bias, a mask)."""
+    name = param.name
+    if scope.where is Where.AFTER:
+        raise KgenError(loc, f"tensor '{name}' cannot be read after the loop for now; read it "
+                             f"in the loop's first gemm (at its row and col)")
+    if param.shape != (scope.rows, scope.cols):
+        what = ("the row kernel works on" if scope.where is Where.ROWS else
+                f"{scope.owner} reads it at (row, col) of")
+        raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but {what} "
+                             f"{shape_text((scope.rows, scope.cols))}")
+    if scope.where is Where.LOOP and param.layout is not ir.Layout.ROW:
+        raise KgenError(loc, f"tensor '{name}' is read at (row, col) in the loop: it must be "
+                             "row-major (not yet col)")
+    return Rank.TILE
+
+
+def _instance_vector_rank(param: ir.Param, axis: Axis, scope: TileScope, loc) -> Rank:
+    """`slopes[head]`: an unbatched vector with one value per query head (or per batch)."""
+    name, lead = param.name, scope.lead
+    dim = None if lead is None else (lead.heads if axis is Axis.HEAD else lead.batch)
+    if dim is None:
+        whose = f"'{lead.name}'" if lead is not None else "the kernel's rows"
+        raise KgenError(loc, f"{name}[{axis.value}]: {whose} has no {axis.value} dimension "
+                             f"to index")
+    if param.batch is not None:
+        raise KgenError(loc, f"{name}[{axis.value}] reads one value per {axis.value}, so "
+                             f"'{name}' must be a plain vector [{dim}], not batched")
+    if param.shape != (dim,):
+        raise KgenError(loc, f"vector '{name}' has length {shape_text(param.shape)[1:-1]} but "
+                             f"{name}[{axis.value}] needs length {dim} ('{lead.name}''s "
+                             f"{'heads' if axis is Axis.HEAD else 'batch'})")
+    return Rank.ROW
 
 
 def _extent_rank(state: KernelState, e: ir.Extent, scope: TileScope, loc) -> Rank:

@@ -77,11 +77,12 @@ class CStatement:
     gemm: pp.LoopGemm | None = None  # "mma": the gemm whose MMAs run
 
 
-def _reference(value: pp.Value, col_end: str, acc: str) -> str:
+def _reference(value: pp.Value, col_end: str, acc: str, staged: bool = False) -> str:
     """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
-    element, guarded vector load, loaded input) as itself, a computed value by its name.
-    `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`: the
-    array of the first gemm's accumulator."""
+    element, guarded vector or tensor load, loaded input) as itself, a computed value by its
+    name. `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`:
+    the array of the first gemm's accumulator; `staged`: tensors were loaded into registers
+    (`in_X`, the row kernel), else they are read at (row, col) where both exist."""
     kind = value.kind
     if isinstance(kind, dag.Constant):
         return literal(kind.value)
@@ -89,20 +90,25 @@ def _reference(value: pp.Value, col_end: str, acc: str) -> str:
         return f"p.{kind.param}"
     if isinstance(kind, dag.Accumulator):
         return f"{acc}[j][e]"
-    if isinstance(kind, pp.PositionValue):
-        return "static_cast<float>(row)" if kind.axis is Axis.ROW else "static_cast<float>(col)"
+    if isinstance(kind, pp.PositionValue):  # the skeletons' ints row, col, batch, head
+        return f"static_cast<float>({kind.axis.value})"
     if isinstance(kind, pp.ExtentValue):
         return "static_cast<float>(p.loop_len)" if kind.loop else "static_cast<float>(p.rows)"
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
     if isinstance(kind, pp.AccumulatorValue):
         return "acc1[j][e]"
+    if isinstance(kind, dag.VectorLoad) and kind.axis in (Axis.BATCH, Axis.HEAD):
+        return TO_FLOAT[kind.dtype].format(f"p.{kind.param}[{kind.axis.value}]")
     if isinstance(kind, dag.VectorLoad):
         load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{kind.axis.value}]")
         bound = "p.rows" if kind.axis is Axis.ROW else col_end
         return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
-    if isinstance(kind, dag.TensorLoad):
+    if isinstance(kind, dag.TensorLoad) and staged:
         return f"in_{kind.param}[j][e]"
+    if isinstance(kind, dag.TensorLoad):
+        load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row * p.{kind.param}_ld + col]")
+        return f"(row < p.rows && col < {col_end} ? {load} : 0.0f)"
     suffix = {Rank.UNIFORM: "", Rank.ROW: "[i]", Rank.TILE: "[j][e]"}[value.rank]
     return f"v{value.id}{suffix}"
 
@@ -117,11 +123,12 @@ def _expression(value: pp.Value, refs: list[str], ops=OP_CPP) -> str:
 
 
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
-               fold: tuple[int, ...] = (), ops=OP_CPP) -> list[CStatement]:
+               fold: tuple[int, ...] = (), ops=OP_CPP, staged: bool = False
+               ) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
-    (a skeleton may spell one otherwise, as the same value)."""
-    refs = [_reference(value, col_end, acc) for value in section.values]
+    (a skeleton may spell one otherwise, as the same value); `staged`: see _reference."""
+    refs = [_reference(value, col_end, acc, staged) for value in section.values]
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
@@ -274,7 +281,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
 
 
 def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "kCols")
+    body = statements(plan.body, "kCols", staged=True)
     inputs = [p for p in plan.params if p.kind == "tensor" and p.role.value == "in"]
     return render(
         "common/rows.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
