@@ -37,10 +37,11 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         aligned=_aligned(plan), loop_chunks=_loop_chunks(plan), element=plan.dtype.cpp,
         mma_ab=plan.dtype.dsl_name, block=plan.block, n1=plan.gemm1.n, bounds=_bounds(plan),
         carries=[(name, literal(init)) for name, init in plan.carries],
-        # what the consumers address directly: outputs and vectors (the copy engine reads
-        # the tensors through their maps)
+        # what the consumers address directly: outputs, vectors and the tensors the statements
+        # read at (row, col) (the copy engine reads the operands through their maps)
         pointers=[p for p in plan.params
-                  if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out")],
+                  if p.kind == "vector" or (p.kind == "tensor" and (
+                      p.role.value == "out" or p.name not in {m.param for m in plan.wgmma.maps}))],
         tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype])
 
 
