@@ -36,7 +36,8 @@ __all__ = ["Signature", "attention", "program", "program_text", "signature"]
 # Names the program binds itself: a scalar may not take one
 RESERVED = frozenset({"Q", "K", "V", "O", "lse", "scale", "score", "modded", "visible", "x",
                       "m", "l", "m_new", "m_use", "s", "r", "o", "kv", "row", "col", "acc",
-                      "S", "T", "B", "H", "HKV", "inf", "batch", "head", "Bias"})
+                      "S", "T", "B", "H", "HKV", "inf", "batch", "head", "Bias", "pr",
+                      "seed", "offset", "dropout_p", "dropout_scale", "random"})
 # A vector's declaration by the index the mods read it at: one value per query row (per
 # batch), per key (per batch), per query head, per batch
 VECTOR_DIMS = {"row": "B, H, S", "col": "B, H, T", "head": "H", "batch": "B"}
@@ -57,6 +58,7 @@ class Signature:
     arch: str = "sm_80"
     bias: bool = False  # an additive bias tensor (SDPA's attn_mask), read at (row, col)
     vectors: tuple[tuple[str, str], ...] = ()  # the mods' vectors: (name, index), sorted
+    dropout: bool = False  # dropout_p > 0: Philox keyed by the u64 scalars seed and offset
 
     @property
     def name(self) -> str:
@@ -78,6 +80,8 @@ def program_text(sig: Signature) -> str:
         *(f"  vector {name} : f32[{VECTOR_DIMS[index]}]" for name, index in sig.vectors),
         "  scalar scale : f32 = 1",
         *(f"  scalar {name} : f32 = 0" for name in sig.scalars),
+        *(["  scalar seed : u64", "  scalar offset : u64", "  scalar dropout_p : f32 = 0",
+           "  scalar dropout_scale : f32 = 1"] if sig.dropout else []),
         "  loop kv over T {",
         "    carry m : f32[row] = -inf",
         "    carry l : f32[row] = 0",
@@ -98,12 +102,16 @@ def program_text(sig: Signature) -> str:
         lines.append(f"        x = where({condition}, {value}, -inf)")
     else:
         lines.append(f"        x = {value}")
+    # dropout: l sums the probabilities kept or not; PV takes the kept ones, scaled
+    p, kept = ("pr", ["        s = where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)"]
+               ) if sig.dropout else ("s", [])
     lines += [
         "        m_new = max(m, rowmax(x))",
         "        m_use = where(m_new == -inf, 0, m_new)",
-        "        s = exp(x - m_use)",
+        f"        {p} = exp(x - m_use)",
+        *kept,
         "        r = exp(m - m_use)",
-        "        l = l * r + rowsum(s)",
+        f"        l = l * r + rowsum({p})",
         "        o = o * r",
         "        m = m_new",
         "      }",
@@ -164,8 +172,8 @@ def _line_of(lines: list[str], prefix: str) -> int:
 
 def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
               mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
-              arch: str = "sm_80", attn_mask=None, vectors: Mapping[str, Any] | None = None
-              ) -> Signature:
+              arch: str = "sm_80", attn_mask=None, vectors: Mapping[str, Any] | None = None,
+              dropout_p: float = 0.0) -> Signature:
     """The signature of a call's tensors and options (shapes and dtypes only: no GPU)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 4:
@@ -194,8 +202,12 @@ def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
         if name in names:
             raise ArgumentError(f"{name!r} is both a scalar and a vector")
         indexed.append((name, _vector_index(name, score_mod, mask_mod)))
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not (
+            0.0 <= dropout_p < 1.0):
+        raise ArgumentError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
     return Signature(dtype, int(q.shape[-1]), int(v.shape[-1]), bool(is_causal), score_mod,
-                     mask_mod, names, arch, attn_mask is not None, tuple(indexed))
+                     mask_mod, names, arch, attn_mask is not None, tuple(indexed),
+                     dropout_p > 0)
 
 
 def _usable(name: str, what: str) -> None:
@@ -265,15 +277,25 @@ def _compiled(sig: Signature, device: int):
 def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None,
               enable_gqa: bool = False, score_mod: str | None = None,
               mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
-              vectors: Mapping[str, Any] | None = None, return_lse: bool = False):
+              vectors: Mapping[str, Any] | None = None, dropout_p: float = 0.0,
+              dropout_rng: tuple[int, int] | None = None, return_lse: bool = False,
+              return_rng: bool = False):
     """Attention of torch tensors q [B, H, S, D], k [B, HKV, T, D], v [B, HKV, T, D_v]
     (bf16 or fp16, on one CUDA device): O [B, H, S, D_v], and the log-sum-exp [B, H, S] (f32)
     with `return_lse`. As SDPA: `scale` defaults to 1 / sqrt(D); `enable_gqa` lets HKV divide
     H (query head h reads KV head h / (H / HKV)); `attn_mask`, broadcastable to [B, H, S, T],
     is bool (True keeps the key) or q's dtype (added to the scaled score, before score_mod).
     `vectors`: tensors the mods index (`slopes[head]`: [H]; `doc[row]`: [B, S] or [S];
-    `kdoc[col]`: [B, T] or [T]; `w[batch]`: [B]), read as f32. Rows that keep no key give
-    O = 0 and lse = -inf (SDPA gives NaN there)."""
+    `kdoc[col]`: [B, T] or [T]; `w[batch]`: [B]), read as f32 (integer ids exact below
+    2^24). `dropout_p` in [0, 1): each probability is kept where random(seed, offset) >=
+    dropout_p (Philox, counted by batch, head, row and key; see ir.Random) and scaled by
+    1 / (1 - dropout_p); lse and the normalizer count every probability, kept or not. The
+    (seed, offset) is `dropout_rng` when given, else drawn from torch's CUDA generator of q's
+    device (seed: its initial seed, offset: its offset, which advances by 4), so
+    torch.manual_seed makes a run reproducible; `return_rng` appends the (seed, offset) used
+    to the result (a backward passes it back as dropout_rng to regenerate the mask; not
+    drawn anew when a CUDA graph replays). Rows that keep no key give O = 0 and lse = -inf
+    (SDPA gives NaN there)."""
     import torch
 
     heads, kv_heads = q.shape[1], k.shape[1]
@@ -283,7 +305,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
                             "query heads must be a multiple of the key/value heads")
     sig = signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
                     scalars=scalars, arch=_arch(q.device), attn_mask=attn_mask,
-                    vectors=vectors)
+                    vectors=vectors, dropout_p=dropout_p)
     kernel = _compiled(sig, q.device.index if q.device.index is not None else
                        torch.cuda.current_device())
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
@@ -292,8 +314,38 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     extra = [_bias(attn_mask, q, k)] if sig.bias else []
     extra += [_vector(name, index, vectors[name], q, k) for name, index in sig.vectors]
     values = [float(scalars[name]) for name in sig.scalars]
+    rng = None
+    if sig.dropout:
+        rng = _rng(q.device, dropout_rng)
+        values += [_signed(rng[0]), _signed(rng[1]), float(dropout_p),
+                   float(1.0 / (1.0 - dropout_p))]
     out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
-    return (out, lse) if return_lse else out
+    result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
+    return result if len(result) > 1 else out
+
+
+def _rng(device, given: tuple[int, int] | None) -> tuple[int, int]:
+    """The (seed, offset) of a dropout: as given, else from torch's CUDA generator of `device`,
+    whose offset then advances by 4 (torch's unit), so the next call draws another mask."""
+    if given is not None:
+        seed, offset = given
+        for name, value in (("seed", seed), ("offset", offset)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+                raise ArgumentError(f"dropout_rng's {name} must be an int in [0, 2**64), got "
+                                    f"{value!r}")
+        return int(seed), int(offset)
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    generator = torch.cuda.default_generators[index]
+    seed, offset = int(generator.initial_seed()), int(generator.get_offset())
+    generator.set_offset(offset + 4)
+    return seed, offset
+
+
+def _signed(value: int) -> int:
+    """A u64 as the int64 with its bits (the runtime's long long)."""
+    return value - 2**64 if value >= 2**63 else value
 
 
 def _bias(mask, q, k):

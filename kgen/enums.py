@@ -16,6 +16,9 @@ class DType(enum.Enum):
     F16 = ("f16", 2, "__half")
     BF16 = ("bf16", 2, "__nv_bfloat16")
     F32 = ("f32", 4, "float")
+    # Scalars of tile programs only: a random stream's seed and offset (`random(seed, offset)`),
+    # never a value of an expression
+    U64 = ("u64", 8, "unsigned long long")
 
     @property
     def dsl_name(self) -> str:
@@ -32,6 +35,10 @@ class DType(enum.Enum):
     @classmethod
     def from_name(cls, name: str) -> "DType | None":
         return next((d for d in cls if d.dsl_name == name), None)
+
+    @property
+    def is_float(self) -> bool:
+        return self is not DType.U64
 
 
 class Layout(enum.Enum):

@@ -223,3 +223,39 @@ def test_a_broadcast_mask_and_head_values_verify_and_mistakes_are_located():
         kattention.program(bad)
     assert (err.value.loc.file, err.value.loc.col) == ("score_mod", 9)
     assert "vector 'w' has length H but w[batch] needs length B" in err.value.message
+
+
+def test_dropout_means_kept_probabilities_scaled_and_a_full_normalizer():
+    """The program with dropout: O = sum_j keep_ij p_ij / (1 - p) V_j / sum_j p_ij, keep from
+    the reference's Philox (counted by batch, head, row, col), lse of every probability."""
+    from kgen.reference_tiles import random_uniform
+
+    s = kattention.Signature("bf16", 32, 32, True, None, None, (), "sm_80", False, (), True)
+    kernel = kattention.program(s)
+    assert lower(kernel).bounds.skips  # the causal blocks still skipped
+    rng = np.random.default_rng(5)
+    b, h, rows, length = 2, 2, 30, 50
+    q, k, v = (rng.standard_normal((b, h, n, 32)) for n in (rows, length, length))
+    seed, offset, drop = 2**63 + 11, 12, 0.25
+    out = evaluate(kernel, {"Q": q, "K": k, "V": v},
+                   scalars={"scale": 0.2, "seed": seed, "offset": offset, "dropout_p": drop,
+                            "dropout_scale": 1 / (1 - drop)}, block=16)
+    row, col = np.arange(rows)[:, None], np.arange(length)[None, :]
+    for bi in range(b):
+        for hi in range(h):
+            x = np.where(col <= row, np.float32(0.2) * (q[bi, hi] @ k[bi, hi].T), -np.inf)
+            p = np.exp(x - x.max(1, keepdims=True))
+            keep = random_uniform(seed, offset, bi, hi, h, np.arange(rows),
+                                  np.arange(length)) >= np.float32(drop)
+            want = (np.where(keep, p / (1 - drop), 0) @ v[bi, hi]) / p.sum(1, keepdims=True)
+            assert np.abs(np.asarray(out["O"], np.float64)[bi, hi] - want).max() < 0.05
+            lse = np.log(p.sum(1)) + x.max(1)
+            assert np.abs(np.asarray(out["lse"], np.float64)[bi, hi] - lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("drop", [-0.1, 1.0, 1.5, True, "0.1"])
+def test_dropout_p_outside_0_1_is_refused(drop):
+    q = Fake((2, 8, 10, 64))
+    with pytest.raises(ArgumentError) as err:
+        kattention.signature(q, q, q, dropout_p=drop)
+    assert "dropout_p must be a number in [0, 1)" in str(err.value)

@@ -249,7 +249,7 @@ def _abstract(value: pp.Value, get, state: dict, mask: int):
     if isinstance(kind, pp.CarryValue):
         return state[kind.carry]
     if isinstance(kind, (dag.Accumulator, dag.ScalarArg, dag.VectorLoad, dag.TensorLoad,
-                         pp.PositionValue, pp.ExtentValue)):
+                         pp.PositionValue, pp.ExtentValue, pp.RandomValue)):
         return _Finite(kind)
     if isinstance(kind, pp.RowReduction):
         arg = get(kind.arg)
@@ -357,6 +357,8 @@ def _text(values, index: int, depth: int = 0) -> str:
         return kind.axis.value
     if isinstance(kind, pp.ExtentValue):
         return kind.dim
+    if isinstance(kind, pp.RandomValue):
+        return f"random({kind.seed}, {kind.offset})"
     if isinstance(kind, pp.CarryValue):
         return kind.carry
     if isinstance(kind, dag.Accumulator):

@@ -95,6 +95,8 @@ class _Section:
             return self.add(dag.ScalarArg(node.name), Rank.UNIFORM)
         if isinstance(node, ir.Position):
             return self.add(pp.PositionValue(node.axis), _POSITION_RANK[node.axis])
+        if isinstance(node, ir.Random):
+            return self.add(pp.RandomValue(node.seed, node.offset), Rank.TILE)
         if isinstance(node, ir.Extent):
             loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
             return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)
@@ -179,7 +181,9 @@ def _params(kernel: ir.Kernel, query_heads) -> tuple[tuple[pp.ProgramParam, ...]
             layout=p.layout, batched=p.batch is not None, headed=p.heads is not None, kv=kv,
             default=p.default))
         if p.kind is ir.ParamKind.SCALAR:
-            fields.append(pp.ProgramField(p.name, "f32", p.name))
+            # a u64 scalar travels as its 64 bits in a long long (the runtime's int64)
+            ctype = "i64" if p.dtype is ir.DType.U64 else "f32"
+            fields.append(pp.ProgramField(p.name, ctype, p.name))
             continue
         fields.append(pp.ProgramField(p.name, "ptr", p.name))
         if p.kind is ir.ParamKind.TENSOR:

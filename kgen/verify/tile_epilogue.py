@@ -103,6 +103,8 @@ def _text(e: object, outer: int) -> str:
         return getattr(e.axis, "value", str(e.axis))
     if isinstance(e, ir.Extent):
         return str(e.dim)
+    if isinstance(e, ir.Random):
+        return f"random({e.seed}, {e.offset})"
     if isinstance(e, ir.Cast):
         return f"cast<{getattr(e.dtype, 'dsl_name', e.dtype)}>({_text(e.arg, 0)})"
     if isinstance(e, ir.Reduce):
@@ -310,6 +312,8 @@ def rank_of(state: KernelState, e: object, scope: TileScope) -> Rank:
         return Rank.TILE if e.axis is Axis.COL else Rank.ROW
     if isinstance(e, ir.Extent):
         return _extent_rank(state, e, scope, loc)
+    if isinstance(e, ir.Random):
+        return _random_rank(state, e, scope, loc)
     if isinstance(e, ir.Call):
         if not isinstance(e.op, ir.Op):
             raise KgenError(loc, f"a call needs a kgen.ir.Op, got {shown(e.op)}")
@@ -387,6 +391,9 @@ def _load_rank(state: KernelState, e, scope: TileScope, loc) -> Rank:
         raise KgenError(loc, f"cannot read output {kind} '{name}'; to reuse a value, bind it to "
                              "a local (t = ...) and use that")
     if isinstance(e, ir.ScalarLoad):
+        if param.dtype is DType.U64:
+            raise KgenError(loc, f"'{name}' is a u64 scalar: it keys random(seed, offset) and "
+                                 "is not a value")
         return Rank.ROW
     if isinstance(e, ir.TensorLoad):
         return _tensor_rank(param, scope, loc)
@@ -400,6 +407,23 @@ def _load_rank(state: KernelState, e, scope: TileScope, loc) -> Rank:
         raise KgenError(loc, f"vector '{name}' has length {shape_text(param.shape)[1:-1]} but "
                              f"{name}[{e.axis.value}] needs length {shape_text((need,))[1:-1]}")
     return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+
+
+def _random_rank(state: KernelState, e: ir.Random, scope: TileScope, loc) -> Rank:
+    """random(seed, offset): one value per element of the tile, keyed by two u64 input
+    scalars."""
+    if scope.where is Where.AFTER:
+        raise KgenError(loc, "random(seed, offset) is one value per element of the loop's "
+                             "first gemm (or of a row kernel), not after the loop")
+    for name in (e.seed, e.offset):
+        param = state.params.get(require_str(name, loc, "a scalar name"))
+        if param is None:
+            raise KgenError(loc, f"unknown scalar {quote(name)}{did_you_mean(name, state.params)}")
+        if param.kind is not ParamKind.SCALAR or param.dtype is not DType.U64:
+            what = (f"a {param.dtype.dsl_name} scalar" if param.kind is ParamKind.SCALAR
+                    else f"a {param.kind.value}")
+            raise KgenError(loc, f"random(seed, offset) takes u64 scalars; '{name}' is {what}")
+    return Rank.TILE
 
 
 def _tensor_rank(param: ir.Param, scope: TileScope, loc) -> Rank:

@@ -334,3 +334,113 @@ def test_bad_masks_and_vectors_are_argument_errors():
     with pytest.raises(ArgumentError, match=r"it must be \[H\] = \[4\]"):
         kgen.attention(q, k, v, score_mod="score * w[head]",
                        vectors={"w": torch.ones(3, device="cuda")})
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout: Philox keyed by (seed, offset), the kernel's mask the reference's bit for bit
+
+
+def test_random_row_kernel_is_the_reference_philox_bit_for_bit():
+    """random(seed, offset) in a row kernel stored as f32: every bit as the reference's."""
+    torch = _torch()
+    import numpy as np
+
+    from kgen.api import build
+    from kgen.parse import parse
+    from kgen.reference_tiles import random_uniform
+
+    text = """kernel rng {
+  target sm_80
+  tensor X : f32[B, H, S, 64] row
+  tensor U : f32[B, H, S, 64] row out
+  scalar seed : u64
+  scalar offset : u64
+  epilogue {
+    U = random(seed, offset) + 0 * X
+  }
+}
+"""
+    run = load_built(build(parse(text, "rng.kg").kernels[0], "sm_80"))
+    x = torch.zeros(2, 3, 1000, 64, device="cuda")
+    seed, offset = 2**63 + 12345, 2**33 + 8
+    u = run(X=x, seed=seed - 2**64, offset=offset)
+    torch.cuda.synchronize()
+    got = u.cpu().numpy()
+    for b in range(2):
+        for h in range(3):
+            want = random_uniform(seed, offset, b, h, 3, np.arange(1000), np.arange(64))
+            assert np.array_equal(got[b, h], want.astype(np.float32)), (b, h)
+
+
+def _dropout_reference(q, k, v, scale, drop, rng, causal):
+    """O in float64 with the reference's Philox mask (numpy, per batch and head)."""
+    torch = _torch()
+    import numpy as np
+
+    from kgen.reference_tiles import random_uniform
+
+    b, h, s, t = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    keep = np.stack([np.stack([random_uniform(rng[0], rng[1], bi, hi, h, np.arange(s),
+                                              np.arange(t)) >= np.float32(drop)
+                               for hi in range(h)]) for bi in range(b)])
+    keep = torch.from_numpy(keep).to(q.device)
+    group = h // k.shape[1]
+    kk = k.double().repeat_interleave(group, dim=1)
+    vv = v.double().repeat_interleave(group, dim=1)
+    x = scale * (q.double() @ kk.transpose(-1, -2))
+    row = torch.arange(s, device=q.device)[:, None]
+    col = torch.arange(t, device=q.device)[None, :]
+    if causal:
+        x = torch.where(col <= row, x, -math.inf)
+    p = torch.exp(x - x.amax(-1, keepdim=True))
+    o = (torch.where(keep, p / (1 - drop), 0.0) @ vv) / p.sum(-1, keepdim=True)
+    return o, keep
+
+
+@pytest.mark.parametrize("s, t, causal", [(1000, 1000, True), (17, 4097, False)])
+def test_dropout_matches_the_reference_mask_and_reproduces(arch, s, t, causal):
+    torch = _torch()
+    q, k, v = _inputs(torch, 2, 4, 2, s, t, 128, 128, torch.bfloat16, seed=s * 3 + t)
+    torch.manual_seed(1234)
+    o, rng = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                            return_rng=True)
+    torch.cuda.synchronize()
+    ref_o, keep = _dropout_reference(q, k, v, 1 / math.sqrt(128), 0.2, rng, causal)
+    _close(o, ref_o, 2e-2, f"O {arch}")
+    # the same seed and offset give the same output; torch.manual_seed gives the same draw
+    again = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                           dropout_rng=rng)
+    torch.manual_seed(1234)
+    drawn, rng2 = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                                 return_rng=True)
+    torch.cuda.synchronize()
+    assert rng2 == rng and torch.equal(again, o) and torch.equal(drawn, o)
+    # the next call draws the next offset: another mask
+    other, rng3 = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                                 return_rng=True)
+    assert rng3 != rng and not torch.equal(other, o)
+
+
+def test_dropout_keeps_one_minus_p(arch):
+    """q = 0, V = 1: O = kept / (T (1 - p)) per row, so the kernel's kept fraction is
+    mean(O) (1 - p)."""
+    torch = _torch()
+    b, h, s, t, drop = 2, 4, 1000, 4096, 0.3
+    q = torch.zeros(b, h, s, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, h, t, 128, device="cuda").to(torch.bfloat16)
+    v = torch.ones(b, h, t, 128, device="cuda", dtype=torch.bfloat16)
+    o = kgen.attention(q, k, v, dropout_p=drop, dropout_rng=(99, 4))
+    torch.cuda.synchronize()
+    kept = (o.double().mean() * (1 - drop)).item()
+    assert abs(kept - (1 - drop)) < 0.003, kept
+
+
+def test_bad_dropout_arguments():
+    torch = _torch()
+    from kgen.errors import ArgumentError
+
+    q, k, v = _inputs(torch, 1, 2, 2, 64, 64, 64, 64, torch.bfloat16, seed=2)
+    with pytest.raises(ArgumentError, match=r"dropout_p must be a number in \[0, 1\)"):
+        kgen.attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(ArgumentError, match="dropout_rng's seed must be an int"):
+        kgen.attention(q, k, v, dropout_p=0.1, dropout_rng=(-1, 0))

@@ -94,6 +94,9 @@ def _reference(value: pp.Value, col_end: str, acc: str, staged: bool = False) ->
         return f"static_cast<float>({kind.axis.value})"
     if isinstance(kind, pp.ExtentValue):
         return "static_cast<float>(p.loop_len)" if kind.loop else "static_cast<float>(p.rows)"
+    if isinstance(kind, pp.RandomValue):  # common/philox.inc.j2
+        return (f"philox_uniform(p.{kind.seed}, p.{kind.offset}, batch, head, p.heads, row, "
+                "col)")
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
     if isinstance(kind, pp.AccumulatorValue):
@@ -266,6 +269,12 @@ def _bounds(plan: pp.LoopPlan) -> list[CBound]:
     return out
 
 
+def uses_random(plan: pp.ProgramPlan) -> bool:
+    """Whether a section reads random(seed, offset): the skeleton then has philox_uniform."""
+    sections = (plan.body, plan.epilogue) if isinstance(plan, pp.LoopPlan) else (plan.body,)
+    return any(isinstance(v.kind, pp.RandomValue) for s in sections for v in s.values)
+
+
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     body = statements(plan.body, "p.loop_len", fold=plan.bounds.fold)
     tail = statements(plan.epilogue, "kN1", acc="acc1")
@@ -277,7 +286,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         element=plan.dtype.cpp, bounds=_bounds(plan),
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
-        pointers=[p for p in plan.params if p.kind != "scalar"])
+        pointers=[p for p in plan.params if p.kind != "scalar"], philox=uses_random(plan))
 
 
 def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:
@@ -289,7 +298,7 @@ def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command:
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, inputs=inputs,
         bounds=[],
         aligned=_aligned(plan), loop_chunks=None,
-        pointers=[p for p in plan.params if p.kind != "scalar"])
+        pointers=[p for p in plan.params if p.kind != "scalar"], philox=uses_random(plan))
 
 
 def emit_header(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, command: str,

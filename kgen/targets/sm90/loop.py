@@ -11,7 +11,7 @@ from ...plan import program as pp
 from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
 from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
-                           _params_guard, literal, statements)
+                           _params_guard, literal, statements, uses_random)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -42,7 +42,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         pointers=[p for p in plan.params
                   if p.kind == "vector" or (p.kind == "tensor" and (
                       p.role.value == "out" or p.name not in {m.param for m in plan.wgmma.maps}))],
-        tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype])
+        tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype], philox=uses_random(plan))
 
 
 
