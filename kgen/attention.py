@@ -5,15 +5,24 @@ score and mask terms are kgen expressions, compiled once per signature into a ti
     o, lse = kgen.attention(q, k, v, score_mod="cap * tanh(score / cap)",
                             mask_mod="col > row - window", scalars={"cap": 30, "window": 256},
                             return_lse=True)
+    o = kgen.attention(q, k, v, bias, is_causal=True,                # SDPA's attn_mask
+                       score_mod="score - slopes[head] * (row - col)",  # ALiBi per head
+                       mask_mod="qd[row] == kd[col]",                 # packed documents
+                       vectors={"slopes": slopes, "qd": ids, "kd": ids})
+    o, (seed, offset) = kgen.attention(q, k, v, dropout_p=0.1, return_rng=True)
 
 The program is the flash attention forward of examples/attention_fwd.kg written as DSL text
 (`program_text`), parsed and verified like a file: `score_mod` is an expression of `score`
-(the scaled score, `scale * acc`), `row`, `col`, the sizes `S` and `T` and the scalars named in
-`scalars`; `mask_mod` an expression whose nonzero elements are kept (`col <= row`, or a product
-of such comparisons: linear ones let the kernel skip the blocks they empty). `is_causal` is
+(the scaled score, `scale * acc`, plus `Bias` with an attn_mask), `row`, `col`, `batch`,
+`head`, the sizes `S` and `T`, the scalars named in `scalars` and the vectors named in
+`vectors` (declared by the one index the mods read each at: row, col, head or batch);
+`mask_mod` an expression whose nonzero elements are kept (`col <= row`, or a product of
+comparisons: the linear ones let the kernel skip the blocks they empty). `is_causal` is
 SDPA's: aligned top-left, `col <= row`. A mistake in a mod is a KgenError located in the mod's
-own text (file `score_mod` or `mask_mod`, line 1). Batch and head indices are not values of the
-language yet, so a mod cannot read them.
+own text (file `score_mod` or `mask_mod`, line 1). `attn_mask` becomes `tensor Bias` (read at
+(row, col), broadcast dims at stride 0); `dropout_p` adds the u64 scalars `seed` and `offset`
+and hands `where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)` to the PV gemm
+while `l` sums every `pr`.
 
 Each signature (dtypes, head dims, causal, the mods, the scalars' names, the GPU's target) is
 compiled once (NVRTC, the content-keyed cache) and loaded once per process; a call binds the
