@@ -87,10 +87,13 @@ def program_text(sig: Signature) -> str:
         "  vector lse : f32[B, H, S] out",
         *([f"  tensor Bias : {sig.dtype}[B, H, S, T] row"] if sig.bias else []),
         *(f"  vector {name} : f32[{VECTOR_DIMS[index]}]" for name, index in sig.vectors),
+        # seed and offset have no default: before the scalars that have one (a torch op's
+        # schema takes no positional argument without a default after one with)
+        *(["  scalar seed : u64", "  scalar offset : u64"] if sig.dropout else []),
         "  scalar scale : f32 = 1",
         *(f"  scalar {name} : f32 = 0" for name in sig.scalars),
-        *(["  scalar seed : u64", "  scalar offset : u64", "  scalar dropout_p : f32 = 0",
-           "  scalar dropout_scale : f32 = 1"] if sig.dropout else []),
+        *(["  scalar dropout_p : f32 = 0", "  scalar dropout_scale : f32 = 1"]
+          if sig.dropout else []),
         "  loop kv over T {",
         "    carry m : f32[row] = -inf",
         "    carry l : f32[row] = 0",
@@ -318,16 +321,16 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     kernel = _compiled(sig, q.device.index if q.device.index is not None else
                        torch.cuda.current_device())
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    # the op's inputs in declaration order: Q, K, V, the bias, the vectors, scale, then the
-    # mods' scalars by name
+    # the op's inputs in declaration order: Q, K, V, the bias, the vectors, the dropout's seed
+    # and offset, scale, the mods' scalars by name, the dropout's probability and scale
     extra = [_bias(attn_mask, q, k)] if sig.bias else []
     extra += [_vector(name, index, vectors[name], q, k) for name, index in sig.vectors]
     values = [float(scalars[name]) for name in sig.scalars]
     rng = None
     if sig.dropout:
         rng = _rng(q.device, dropout_rng)
-        values += [_signed(rng[0]), _signed(rng[1]), float(dropout_p),
-                   float(1.0 / (1.0 - dropout_p))]
+        extra += [_signed(rng[0]), _signed(rng[1])]
+        values += [float(dropout_p), float(1.0 / (1.0 - dropout_p))]
     out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
