@@ -12,6 +12,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --sm90a --tma-o   # and O stored by the copy engine
     python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
     python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
+    python3 bench/attention.py --mods     # kgen.attention's mods beside FlexAttention's (bench/mods.py)
 """
 from __future__ import annotations
 
@@ -233,7 +234,19 @@ def main() -> None:
     parser.add_argument("--varlen", action="store_true",
                         help="packed documents of random lengths in 16k tokens, D 128: kgen's "
                              "varlen kernel vs its padded-dense one (bench/varlen.py)")
+    parser.add_argument("--mods", action="store_true",
+                        help="kgen.attention's mods (softcap, ALiBi, window, document, bias) "
+                             "beside torch.compile(flex_attention)'s, D 128 S 4096, causal and "
+                             "not (bench/mods.py)")
+    parser.add_argument("--gqa", action="store_true", help="with --mods: a GQA 16/2 row too")
     args = parser.parse_args()
+    if args.mods:
+        from bench import mods
+
+        rows = mods.table(timed, args.gqa)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return
     if args.varlen:
         from bench import varlen
 

@@ -5,15 +5,24 @@ score and mask terms are kgen expressions, compiled once per signature into a ti
     o, lse = kgen.attention(q, k, v, score_mod="cap * tanh(score / cap)",
                             mask_mod="col > row - window", scalars={"cap": 30, "window": 256},
                             return_lse=True)
+    o = kgen.attention(q, k, v, bias, is_causal=True,                # SDPA's attn_mask
+                       score_mod="score - slopes[head] * (row - col)",  # ALiBi per head
+                       mask_mod="qd[row] == kd[col]",                 # packed documents
+                       vectors={"slopes": slopes, "qd": ids, "kd": ids})
+    o, (seed, offset) = kgen.attention(q, k, v, dropout_p=0.1, return_rng=True)
 
 The program is the flash attention forward of examples/attention_fwd.kg written as DSL text
 (`program_text`), parsed and verified like a file: `score_mod` is an expression of `score`
-(the scaled score, `scale * acc`), `row`, `col`, the sizes `S` and `T` and the scalars named in
-`scalars`; `mask_mod` an expression whose nonzero elements are kept (`col <= row`, or a product
-of such comparisons: linear ones let the kernel skip the blocks they empty). `is_causal` is
+(the scaled score, `scale * acc`, plus `Bias` with an attn_mask), `row`, `col`, `batch`,
+`head`, the sizes `S` and `T`, the scalars named in `scalars` and the vectors named in
+`vectors` (declared by the one index the mods read each at: row, col, head or batch);
+`mask_mod` an expression whose nonzero elements are kept (`col <= row`, or a product of
+comparisons: the linear ones let the kernel skip the blocks they empty). `is_causal` is
 SDPA's: aligned top-left, `col <= row`. A mistake in a mod is a KgenError located in the mod's
-own text (file `score_mod` or `mask_mod`, line 1). Batch and head indices are not values of the
-language yet, so a mod cannot read them.
+own text (file `score_mod` or `mask_mod`, line 1). `attn_mask` becomes `tensor Bias` (read at
+(row, col), broadcast dims at stride 0); `dropout_p` adds the u64 scalars `seed` and `offset`
+and hands `where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)` to the PV gemm
+while `l` sums every `pr`.
 
 Each signature (dtypes, head dims, causal, the mods, the scalars' names, the GPU's target) is
 compiled once (NVRTC, the content-keyed cache) and loaded once per process; a call binds the
@@ -36,7 +45,11 @@ __all__ = ["Signature", "attention", "program", "program_text", "signature"]
 # Names the program binds itself: a scalar may not take one
 RESERVED = frozenset({"Q", "K", "V", "O", "lse", "scale", "score", "modded", "visible", "x",
                       "m", "l", "m_new", "m_use", "s", "r", "o", "kv", "row", "col", "acc",
-                      "S", "T", "B", "H", "HKV", "inf"})
+                      "S", "T", "B", "H", "HKV", "inf", "batch", "head", "Bias", "pr",
+                      "seed", "offset", "dropout_p", "dropout_scale", "random"})
+# A vector's declaration by the index the mods read it at: one value per query row (per
+# batch), per key (per batch), per query head, per batch
+VECTOR_DIMS = {"row": "B, H, S", "col": "B, H, T", "head": "H", "batch": "B"}
 DTYPES = {"bf16": ir.DType.BF16, "f16": ir.DType.F16}
 
 
@@ -52,6 +65,9 @@ class Signature:
     mask_mod: str | None
     scalars: tuple[str, ...]  # the mods' scalars, sorted
     arch: str = "sm_80"
+    bias: bool = False  # an additive bias tensor (SDPA's attn_mask), read at (row, col)
+    vectors: tuple[tuple[str, str], ...] = ()  # the mods' vectors: (name, index), sorted
+    dropout: bool = False  # dropout_p > 0: Philox keyed by the u64 scalars seed and offset
 
     @property
     def name(self) -> str:
@@ -69,14 +85,21 @@ def program_text(sig: Signature) -> str:
         f"  tensor V : {sig.dtype}[B, HKV, T, {sig.d_v}] row",
         f"  tensor O : {sig.dtype}[B, H, S, {sig.d_v}] row out",
         "  vector lse : f32[B, H, S] out",
+        *([f"  tensor Bias : {sig.dtype}[B, H, S, T] row"] if sig.bias else []),
+        *(f"  vector {name} : f32[{VECTOR_DIMS[index]}]" for name, index in sig.vectors),
+        # seed and offset have no default: before the scalars that have one (a torch op's
+        # schema takes no positional argument without a default after one with)
+        *(["  scalar seed : u64", "  scalar offset : u64"] if sig.dropout else []),
         "  scalar scale : f32 = 1",
         *(f"  scalar {name} : f32 = 0" for name in sig.scalars),
+        *(["  scalar dropout_p : f32 = 0", "  scalar dropout_scale : f32 = 1"]
+          if sig.dropout else []),
         "  loop kv over T {",
         "    carry m : f32[row] = -inf",
         "    carry l : f32[row] = 0",
         "    gemm s = Q @ K^T accumulate f32 {",
         "      epilogue {",
-        "        score = scale * acc",
+        "        score = scale * acc" + (" + Bias" if sig.bias else ""),
     ]
     value = "score"
     if sig.score_mod is not None:
@@ -91,12 +114,16 @@ def program_text(sig: Signature) -> str:
         lines.append(f"        x = where({condition}, {value}, -inf)")
     else:
         lines.append(f"        x = {value}")
+    # dropout: l sums the probabilities kept or not; PV takes the kept ones, scaled
+    p, kept = ("pr", ["        s = where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)"]
+               ) if sig.dropout else ("s", [])
     lines += [
         "        m_new = max(m, rowmax(x))",
         "        m_use = where(m_new == -inf, 0, m_new)",
-        "        s = exp(x - m_use)",
+        f"        {p} = exp(x - m_use)",
+        *kept,
         "        r = exp(m - m_use)",
-        "        l = l * r + rowsum(s)",
+        f"        l = l * r + rowsum({p})",
         "        o = o * r",
         "        m = m_new",
         "      }",
@@ -157,7 +184,8 @@ def _line_of(lines: list[str], prefix: str) -> int:
 
 def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
               mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
-              arch: str = "sm_80") -> Signature:
+              arch: str = "sm_80", attn_mask=None, vectors: Mapping[str, Any] | None = None,
+              dropout_p: float = 0.0) -> Signature:
     """The signature of a call's tensors and options (shapes and dtypes only: no GPU)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 4:
@@ -177,11 +205,61 @@ def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
         raise ArgumentError(f"q has batch {q.shape[0]}, k has {k.shape[0]}")
     names = tuple(sorted(scalars or {}))
     for name in names:
-        if not name.isidentifier() or name in RESERVED or name in ir.FUNCTIONS:
-            raise ArgumentError(f"scalar name {name!r} is not usable (an identifier that is "
-                                f"not one of the program's own names: {sorted(RESERVED)})")
+        _usable(name, "scalar")
+    if attn_mask is not None:
+        _check_mask(attn_mask, q, k, dtype)
+    indexed = []
+    for name in sorted(vectors or {}):
+        _usable(name, "vector")
+        if name in names:
+            raise ArgumentError(f"{name!r} is both a scalar and a vector")
+        indexed.append((name, _vector_index(name, score_mod, mask_mod)))
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not (
+            0.0 <= dropout_p < 1.0):
+        raise ArgumentError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
     return Signature(dtype, int(q.shape[-1]), int(v.shape[-1]), bool(is_causal), score_mod,
-                     mask_mod, names, arch)
+                     mask_mod, names, arch, attn_mask is not None, tuple(indexed),
+                     dropout_p > 0)
+
+
+def _usable(name: str, what: str) -> None:
+    if not name.isidentifier() or name in RESERVED or name in ir.FUNCTIONS:
+        raise ArgumentError(f"{what} name {name!r} is not usable (an identifier that is "
+                            f"not one of the program's own names: {sorted(RESERVED)})")
+
+
+def _vector_index(name: str, *mods: str | None) -> str:
+    """The one index (row, col, head, batch) the mods read vector `name` at."""
+    import re
+
+    found = {m.group(1) for text in mods if text for m in re.finditer(
+        rf"(?<![\w.]){re.escape(name)}\s*\[\s*(\w+)\s*\]", text)}
+    if not found:
+        raise ArgumentError(f"vector {name!r} is not read by score_mod or mask_mod (as "
+                            f"{name}[row], {name}[col], {name}[head] or {name}[batch])")
+    if len(found) > 1 or not found <= set(VECTOR_DIMS):
+        raise ArgumentError(f"vector {name!r} is read at {', '.join(sorted(found))}: a vector "
+                            "is indexed one way (row, col, head or batch); pass it under a "
+                            "second name for the other (doc[row] == kdoc[col])")
+    return found.pop()
+
+
+def _check_mask(mask, q, k, dtype: str) -> None:
+    """SDPA's attn_mask: bool (True keeps) or q's dtype (added to the scaled score), at most
+    4 dims, broadcastable to [B, H, S, T]."""
+    text = str(mask.dtype).removeprefix("torch.")
+    if text != "bool" and _dtype_name_or_none(text) != dtype:
+        raise ArgumentError(f"attn_mask is {text}: it must be bool (True keeps a key) or q's "
+                            f"dtype ({str(q.dtype).removeprefix('torch.')}), an additive bias")
+    want = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2]))
+    shape = tuple(int(d) for d in mask.shape)
+    if len(shape) > 4 or any(d not in (1, w) for d, w in zip(shape[::-1], want[::-1])):
+        raise ArgumentError(f"attn_mask has shape {list(shape)}, which does not broadcast to "
+                            f"[B, H, S, T] = {list(want)}")
+
+
+def _dtype_name_or_none(text: str) -> str | None:
+    return {"bfloat16": "bf16", "float16": "f16"}.get(text)
 
 
 def _dtype_name(dtype) -> str:
@@ -208,15 +286,28 @@ def _compiled(sig: Signature, device: int):
     return _LOADED[key]
 
 
-def attention(q, k, v, *, is_causal: bool = False, scale: float | None = None,
+def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float | None = None,
               enable_gqa: bool = False, score_mod: str | None = None,
               mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
-              return_lse: bool = False):
+              vectors: Mapping[str, Any] | None = None, dropout_p: float = 0.0,
+              dropout_rng: tuple[int, int] | None = None, return_lse: bool = False,
+              return_rng: bool = False):
     """Attention of torch tensors q [B, H, S, D], k [B, HKV, T, D], v [B, HKV, T, D_v]
     (bf16 or fp16, on one CUDA device): O [B, H, S, D_v], and the log-sum-exp [B, H, S] (f32)
     with `return_lse`. As SDPA: `scale` defaults to 1 / sqrt(D); `enable_gqa` lets HKV divide
-    H (query head h reads KV head h / (H / HKV)). Rows that keep no key give O = 0 and
-    lse = -inf (SDPA gives NaN there)."""
+    H (query head h reads KV head h / (H / HKV)); `attn_mask`, broadcastable to [B, H, S, T],
+    is bool (True keeps the key) or q's dtype (added to the scaled score, before score_mod).
+    `vectors`: tensors the mods index (`slopes[head]`: [H]; `doc[row]`: [B, S] or [S];
+    `kdoc[col]`: [B, T] or [T]; `w[batch]`: [B]), read as f32 (integer ids exact below
+    2^24). `dropout_p` in [0, 1): each probability is kept where random(seed, offset) >=
+    dropout_p (Philox, counted by batch, head, row and key; see ir.Random) and scaled by
+    1 / (1 - dropout_p); lse and the normalizer count every probability, kept or not. The
+    (seed, offset) is `dropout_rng` when given, else drawn from torch's CUDA generator of q's
+    device (seed: its initial seed, offset: its offset, which advances by 4), so
+    torch.manual_seed makes a run reproducible; `return_rng` appends the (seed, offset) used
+    to the result (a backward passes it back as dropout_rng to regenerate the mask; not
+    drawn anew when a CUDA graph replays). Rows that keep no key give O = 0 and lse = -inf
+    (SDPA gives NaN there)."""
     import torch
 
     heads, kv_heads = q.shape[1], k.shape[1]
@@ -225,14 +316,104 @@ def attention(q, k, v, *, is_causal: bool = False, scale: float | None = None,
         raise ArgumentError(f"q has {heads} heads, k and v {kv_heads}{hint}; with GQA the "
                             "query heads must be a multiple of the key/value heads")
     sig = signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
-                    scalars=scalars, arch=_arch(q.device))
+                    scalars=scalars, arch=_arch(q.device), attn_mask=attn_mask,
+                    vectors=vectors, dropout_p=dropout_p)
     kernel = _compiled(sig, q.device.index if q.device.index is not None else
                        torch.cuda.current_device())
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    # the op's inputs in declaration order: Q, K, V, scale, then the mods' scalars by name
+    # the op's inputs in declaration order: Q, K, V, the bias, the vectors, the dropout's seed
+    # and offset, scale, the mods' scalars by name, the dropout's probability and scale
+    extra = [_bias(attn_mask, q, k)] if sig.bias else []
+    extra += [_vector(name, index, vectors[name], q, k) for name, index in sig.vectors]
     values = [float(scalars[name]) for name in sig.scalars]
-    out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), scale, *values)
-    return (out, lse) if return_lse else out
+    rng = None
+    if sig.dropout:
+        rng = _rng(q.device, dropout_rng)
+        extra += [_signed(rng[0]), _signed(rng[1])]
+        values += [float(dropout_p), float(1.0 / (1.0 - dropout_p))]
+    out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
+    result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
+    return result if len(result) > 1 else out
+
+
+def _rng(device, given: tuple[int, int] | None) -> tuple[int, int]:
+    """The (seed, offset) of a dropout: as given, else from torch's CUDA generator of `device`,
+    whose offset then advances by 4 (torch's unit), so the next call draws another mask."""
+    if given is not None:
+        seed, offset = given
+        for name, value in (("seed", seed), ("offset", offset)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+                raise ArgumentError(f"dropout_rng's {name} must be an int in [0, 2**64), got "
+                                    f"{value!r}")
+        return int(seed), int(offset)
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    generator = torch.cuda.default_generators[index]
+    seed, offset = int(generator.initial_seed()), int(generator.get_offset())
+    generator.set_offset(offset + 4)
+    return seed, offset
+
+
+def _signed(value: int) -> int:
+    """A u64 as the int64 with its bits (the runtime's long long)."""
+    return value - 2**64 if value >= 2**63 else value
+
+
+def _bias(mask, q, k):
+    """attn_mask as the program's Bias [B, H, S, T]: a bool mask as 0 / -inf in q's dtype; the
+    broadcast dims at stride 0 (nothing copied for them); the rest copied only where the
+    kernel's strides need it (a unit stride along T, rows 16-byte apart)."""
+    import torch
+
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+            ~mask.to(q.device), -math.inf)
+    mask = mask.to(q.device)
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    length = int(k.shape[2])
+    unit = mask.shape[-1] == 1 or mask.stride(-1) == 1
+    rows_ok = mask.shape[-2] == 1 or (mask.stride(-2) * mask.element_size()) % 16 == 0
+    lead_ok = all(mask.shape[d] == 1 or (mask.stride(d) * mask.element_size()) % 16 == 0
+                  for d in (0, 1))
+    if mask.shape[-1] != length or not (unit and rows_ok and lead_ok) or mask.data_ptr() % 16:
+        padded = -(-length // 8) * 8  # rows 16 bytes apart
+        copy = torch.empty((*mask.shape[:-1], padded), dtype=q.dtype, device=q.device)
+        copy = copy[..., :length]
+        copy.copy_(mask.expand(*mask.shape[:-1], length))
+        mask = copy
+    b, h, s = int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
+    mask = mask.expand(b, h, s, length)
+    # a dim of size 1 that is not broadcast keeps its stride: any value serves, 0 is aligned
+    return mask.as_strided(mask.shape, tuple(0 if n == 1 else st for n, st in
+                                             zip(mask.shape, mask.stride())))
+
+
+def _vector(name: str, index: str, t, q, k):
+    """A mod's vector as the program declares it (VECTOR_DIMS), f32 on q's device; a row or
+    col vector is shared by every head (stride 0), and a [S] or [T] one by every batch."""
+    import torch
+
+    t = torch.as_tensor(t, device=q.device).to(torch.float32)
+    if index in ("row", "col"):
+        length = int(q.shape[2] if index == "row" else k.shape[2])
+        batch = int(q.shape[0])
+        if t.dim() == 1:
+            t = t.unsqueeze(0)
+        if t.dim() != 2 or t.shape[-1] != length or t.shape[0] not in (1, batch):
+            raise ArgumentError(f"vector {name!r} is read at {index}: it must be "
+                                f"[{'S' if index == 'row' else 'T'}] or [B, "
+                                f"{'S' if index == 'row' else 'T'}] = [{batch}, {length}], "
+                                f"got {list(t.shape)}")
+        t = t.contiguous()
+        heads = int(q.shape[1])
+        return t.as_strided((batch, heads, length), (0 if t.shape[0] == 1 else length, 0, 1))
+    want = int(q.shape[1] if index == "head" else q.shape[0])
+    if t.dim() != 1 or t.shape[0] != want:
+        raise ArgumentError(f"vector {name!r} is read at {index}: it must be "
+                            f"[{'H' if index == 'head' else 'B'}] = [{want}], got "
+                            f"{list(t.shape)}")
+    return t.contiguous()
 
 
 def _arch(device) -> str:

@@ -81,7 +81,7 @@ def number_text(value: object) -> str:
     return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
 
 
-DTYPE_NAMES = or_list([d.dsl_name for d in DType])
+DTYPE_NAMES = or_list([d.dsl_name for d in DType if d.is_float])  # u64: scalars, said there
 ARCH_NAMES = or_list([a.value for a in Arch])
 
 

@@ -20,6 +20,9 @@ class DType(enum.Enum):
     # sign, 5 exponent, 2 mantissa (IEEE-like, max 57344); tensor operands of wgmma only
     F8E4M3 = ("f8e4m3", 1, "__nv_fp8_e4m3")
     F8E5M2 = ("f8e5m2", 1, "__nv_fp8_e5m2")
+    # Scalars of tile programs only: a random stream's seed and offset (`random(seed, offset)`),
+    # never a value of an expression
+    U64 = ("u64", 8, "unsigned long long")
 
     @property
     def dsl_name(self) -> str:
@@ -40,6 +43,10 @@ class DType(enum.Enum):
     @classmethod
     def from_name(cls, name: str) -> "DType | None":
         return next((d for d in cls if d.dsl_name == name), None)
+
+    @property
+    def is_float(self) -> bool:
+        return self is not DType.U64
 
 
 FP8 = frozenset({DType.F8E4M3, DType.F8E5M2})
@@ -136,6 +143,10 @@ class Axis(enum.Enum):
     ROW = "row"  # v[row]: one value per output row (column broadcast); rowsum -> vector[M]
     COL = "col"  # v[col]: one value per output column (row broadcast); colsum -> vector[N]
     ALL = "all"  # reduction to a scalar
+    # Tile programs only: the (batch, query head) instance a CTA computes, as a value
+    # (`head`) or a vector's index (`slopes[head]`: one value per query head)
+    BATCH = "batch"
+    HEAD = "head"
 
 
 class ReduceOp(enum.Enum):

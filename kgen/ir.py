@@ -138,6 +138,21 @@ class Extent:
 
 
 @dataclass(frozen=True, slots=True)
+class Random:
+    """`random(seed, offset)`: a uniform value in [0, 1) per element of a tile program's tile,
+    from Philox 4x32-10 (Salmon et al., SC 2011). Keyed by the u64 scalar `seed`, counted by the
+    element's (col, row, batch * heads + head) and the u64 scalar `offset`: the words
+    (c0, c1, c2, c3) = (col, row, batch * heads + head, low 32 bits of offset), the key
+    (low 32 bits of seed, high 32 bits of seed ^ high 32 bits of offset); the value is the
+    first output word's top 24 bits times 2^-24. The same seed and offset give the same value
+    at the same element in any kernel (a backward regenerates a dropout mask)."""
+
+    seed: str
+    offset: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
 class LocalRef:
     """A value bound earlier in the same epilogue by `Let`."""
 
@@ -177,7 +192,7 @@ class Reduce:
 
 
 Expr = typing.Union[Acc, Const, ScalarLoad, TensorLoad, VectorLoad, Position, LocalRef, Call, Cast,
-                    Reduce, Extent]
+                    Reduce, Extent, Random]
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ class Scope:
             )
         if name in self.dims:
             return KgenError(loc, f"'{name}' is a dimension; sizes cannot be used in expressions")
-        if name in ir.FUNCTIONS or name in REDUCTIONS:
+        if name in ir.FUNCTIONS or name in REDUCTIONS or name == "random":
             return KgenError(loc, f"'{name}' is a function; call it as {name}(...)")
         if name in ("row", "col"):
             return KgenError(loc, f"'{name}' can only be an index, as in bias[{name}]")
@@ -89,8 +89,9 @@ class _Literal:
         return ir.Const(self.value, self.loc)
 
 
-# `row` and `col` as values (when no parameter or local has the name): the global indices.
-_POSITIONS = {"row": Axis.ROW, "col": Axis.COL}
+# `row` and `col` as values (when no parameter or local has the name): the global indices;
+# `batch` and `head`, the (batch, query head) a tile program's instance computes.
+_POSITIONS = {"row": Axis.ROW, "col": Axis.COL, "batch": Axis.BATCH, "head": Axis.HEAD}
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,23 @@ def _name_value(name: str, loc: SourceLoc, scope: Scope) -> ir.Expr:
     if param.kind is ParamKind.TENSOR:
         return ir.TensorLoad(name, loc)
     raise KgenError(loc, f"vector '{name}' needs an index: {name}[row] or {name}[col]")
+
+
+RANDOM = "random"  # random(seed, offset): ir.Random
+
+
+def _random(args: list, scope: Scope, loc: SourceLoc) -> ir.Expr:
+    """random(seed, offset): both arguments scalars named as they are (verify checks u64)."""
+    if len(args) != 2:
+        raise KgenError(loc, arity_message(RANDOM, 2, len(args)))
+    names = []
+    for arg in args:
+        value = arg(scope)
+        if not isinstance(value, ir.ScalarLoad):
+            raise KgenError(getattr(value, "loc", loc), "random(seed, offset) takes two u64 "
+                                                        "scalars by name")
+        names.append(value.name)
+    return ir.Random(names[0], names[1], loc)
 
 
 def _binary(op: Op):
@@ -231,6 +249,8 @@ class ExpressionRules(Transformer):
         name, loc, name_loc = str(token), self._loc(meta), self._loc(token)
 
         def resolve(scope: Scope) -> ir.Expr:
+            if name == RANDOM:
+                return _random(args, scope, loc)
             if name in ir.FUNCTIONS:
                 op = ir.FUNCTIONS[name]
                 if len(args) != op.arity:
@@ -248,7 +268,7 @@ class ExpressionRules(Transformer):
                 )
             if name in scope.bound:
                 raise KgenError(name_loc, f"'{name}' is a local, not a function")
-            functions = [*ir.FUNCTIONS, *REDUCTIONS]
+            functions = [*ir.FUNCTIONS, *REDUCTIONS, RANDOM]
             raise KgenError(
                 name_loc, f"unknown function {quote(name)}{did_you_mean(name, functions)}"
             )

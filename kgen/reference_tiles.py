@@ -12,7 +12,10 @@ in order, the last one partial (columns past the end do not exist). Per block:
 Then the kernel's epilogue over the [rows, N1] accumulator, each output rounded once to its
 dtype. A row kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are
 values (one per row). Constants and scalars are float32 values, everything else float64; `row`
-and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it).
+and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it);
+`batch` and `head` the instance's (batch, query head), `v[head]` its element of a vector; a
+tensor read in the loop is its element at (row, col); `random(seed, offset)` the Philox value
+ir.Random defines, bit for bit as the kernels compute it (`philox4x32`, `random_uniform`).
 
 Two batch dimensions: each (batch b, head h) is one instance; a parameter with heads Hp (GQA,
 fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter without batch
@@ -29,6 +32,37 @@ from . import ir
 from .reference import _NUMPY_REDUCE, batch_count, host_dtype, numpy_op, round_to
 
 DEFAULT_BLOCK = 64  # the loop's block when the caller gives none
+
+# Philox 4x32-10's multipliers and key increments (Salmon et al., SC 2011; Random123)
+PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+MASK32 = 0xFFFFFFFF
+
+
+def philox4x32(counter, key, rounds: int = 10) -> tuple[np.ndarray, ...]:
+    """Philox 4x32 of counters (four uint32 arrays, broadcast together) and a key (two ints):
+    the four output words, uint64 arrays holding 32-bit values."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & np.uint64(MASK32) for c in counter)
+    c0, c1, c2, c3 = np.broadcast_arrays(c0, c1, c2, c3)
+    k0, k1 = int(key[0]) & MASK32, int(key[1]) & MASK32
+    m0, m1, low = np.uint64(PHILOX_M[0]), np.uint64(PHILOX_M[1]), np.uint64(MASK32)
+    for _ in range(rounds):
+        p0, p1 = m0 * c0, m1 * c2  # exact: 32 x 32 bits fit in 64
+        hi0, lo0, hi1, lo1 = p0 >> np.uint64(32), p0 & low, p1 >> np.uint64(32), p1 & low
+        c0, c1, c2, c3 = (hi1 ^ c1 ^ np.uint64(k0), lo1, hi0 ^ c3 ^ np.uint64(k1), lo0)
+        k0, k1 = (k0 + PHILOX_W[0]) & MASK32, (k1 + PHILOX_W[1]) & MASK32
+    return c0, c1, c2, c3
+
+
+def random_uniform(seed: int, offset: int, batch: int, head: int, heads: int,
+                   rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """ir.Random's value at rows x cols of instance (batch, head): see its docstring."""
+    seed, offset = int(seed) % 2**64, int(offset) % 2**64
+    counter = (np.asarray(cols, dtype=np.int64)[None, :], np.asarray(rows, dtype=np.int64)[:, None],
+               (batch * heads + head) & MASK32, offset & MASK32)
+    key = (seed & MASK32, (seed >> 32) ^ (offset >> 32))
+    word = philox4x32(counter, key)[0]
+    return (word >> np.uint64(8)).astype(np.float64) * 2.0 ** -24
 
 
 def is_tile_program(kernel: ir.Kernel) -> bool:
@@ -54,7 +88,7 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
         raise ValueError(f"block must be positive, got {block}")
     batched = [p for p in kernel.params if p.batch is not None]
     if not batched:
-        return _Instance(kernel, inputs, scalars, rows, block).run()
+        return _Instance(kernel, inputs, scalars, rows, block, 0, 0, 1).run()
     count = batch_count(kernel, inputs, batches)
     lead = rows_param(kernel)
     heads = None
@@ -72,7 +106,8 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
         for h in range(heads if heads is not None else 1):
             view = {name: _instance_view(kernel.param(name), array, b, h, heads)
                     for name, array in inputs.items()}
-            per_head.append(_Instance(kernel, view, scalars, rows, block).run())
+            per_head.append(_Instance(kernel, view, scalars, rows, block, b, h,
+                                      heads or 1).run())
         per_batch.append(per_head)
     result = {}
     for p in outputs:
@@ -100,8 +135,10 @@ class _Instance:
     """One (batch, head) of a tile program: 2-D tensors, 1-D vectors."""
 
     def __init__(self, kernel: ir.Kernel, inputs: Mapping[str, Any],
-                 scalars: Mapping[str, float], rows: np.ndarray | None, block: int):
+                 scalars: Mapping[str, float], rows: np.ndarray | None, block: int,
+                 batch: int, head: int, heads: int):
         self.kernel = kernel
+        self.batch, self.head, self.heads = batch, head, heads  # the instance, of `heads`
         self.inputs = inputs
         self.scalars = scalars
         self.block = block
@@ -214,19 +251,27 @@ class _Instance:
             return np.float64(np.float32(node.value))
         if isinstance(node, ir.ScalarLoad):
             return self._scalar(node.name)
-        if isinstance(node, ir.TensorLoad):
-            return self._input(node.name).astype(np.float64)[self.rows]
+        if isinstance(node, ir.TensorLoad):  # at (row, col): the loop's block of columns
+            return self._input(node.name).astype(np.float64)[self.rows][:, self.col_slice]
         if isinstance(node, ir.VectorLoad):
             vector = self._input(node.name).astype(np.float64)
             if node.axis is ir.Axis.ROW:
                 return vector[self.rows][:, None]
-            return vector[self.col_slice][None, :]
+            if node.axis is ir.Axis.COL:
+                return vector[self.col_slice][None, :]
+            return vector[self.head if node.axis is ir.Axis.HEAD else self.batch]
         if isinstance(node, ir.Position):
             if node.axis is ir.Axis.ROW:
                 return self.rows.astype(np.float64)[:, None]
-            return self.cols[None, :]
+            if node.axis is ir.Axis.COL:
+                return self.cols[None, :]
+            return np.float64(self.head if node.axis is ir.Axis.HEAD else self.batch)
         if isinstance(node, ir.Extent):
             return np.float64(_extent(node.dim, self.kernel, self.inputs))
+        if isinstance(node, ir.Random):
+            return random_uniform(self._integer(node.seed), self._integer(node.offset),
+                                  self.batch, self.head, self.heads, self.rows,
+                                  self.cols.astype(np.int64))
         if isinstance(node, ir.Call):
             return numpy_op(node.op, *(self.value(arg, env) for arg in node.args))
         if isinstance(node, ir.Cast):
@@ -237,6 +282,12 @@ class _Instance:
             tile = np.broadcast_to(self.value(node.arg, env), (len(self.rows), len(self.cols)))
             return _NUMPY_REDUCE[node.op](tile, axis=1)[:, None]
         raise TypeError(f"not an epilogue expression: {node!r}")
+
+    def _integer(self, name: str) -> int:
+        """A u64 scalar (random's seed or offset): an int, taken modulo 2^64."""
+        if name not in self.scalars:
+            raise KeyError(f"the reference needs scalar {name!r}")
+        return int(self.scalars[name]) % 2**64
 
     def _scalar(self, name: str) -> np.float64:
         if name in self.scalars:

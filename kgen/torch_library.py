@@ -66,7 +66,9 @@ def op_schema(plan: KernelPlan) -> str:
     kernel's or a tile program's plan)."""
     args = []
     for p in _inputs(plan):
-        if _is_scalar(p):
+        if _is_scalar(p) and getattr(p, "dtype", None) is DType.U64:
+            args.append(f"int {p.name}")  # its 64 bits as torch's int64 (a random seed)
+        elif _is_scalar(p):
             default = "" if p.default is None else f"={float(p.default)!r}"
             args.append(f"float {p.name}{default}")
         else:

@@ -145,3 +145,117 @@ def test_the_program_means_attention_with_its_mods():
         lse = np.asarray(out["lse"], dtype=np.float64)[0, h]
         assert np.abs(lse - (m[:, 0] + np.log(p.sum(1)))).max() < 1e-3
         assert math.isfinite(lse.max())
+
+
+def test_bias_head_vectors_and_a_document_mask_mean_what_they_say():
+    """Bias at (row, col), ALiBi by slopes[head], a document mask qd[row] == kd[col] and a
+    score_mod reading batch: the reference of the written program against float64 here."""
+    s = kattention.Signature("bf16", 32, 32, True, "score - slopes[head] * (row - col) + batch",
+                             "qd[row] == kd[col]", (), "sm_80", True,
+                             (("kd", "col"), ("qd", "row"), ("slopes", "head")))
+    kernel = kattention.program(s)
+    rng = np.random.default_rng(3)
+    b, h, rows, length = 2, 3, 40, 70
+    q = rng.standard_normal((b, h, rows, 32))
+    k = rng.standard_normal((b, h, length, 32))
+    v = rng.standard_normal((b, h, length, 32))
+    bias = rng.standard_normal((b, h, rows, length))
+    slopes = np.array([0.5, 0.25, 0.125])
+    qd = np.sort(rng.integers(0, 3, (b, rows)), axis=1).astype(np.float64)
+    kd = np.sort(rng.integers(0, 3, (b, length)), axis=1).astype(np.float64)
+    out = evaluate(kernel, {"Q": q, "K": k, "V": v, "Bias": bias, "slopes": slopes,
+                            "qd": np.repeat(qd[:, None], h, 1), "kd": np.repeat(kd[:, None], h, 1)},
+                   scalars={"scale": 0.2}, block=32)
+    row, col = np.arange(rows)[:, None], np.arange(length)[None, :]
+    for bi in range(b):
+        for hi in range(h):
+            x = np.float32(0.2) * (q[bi, hi] @ k[bi, hi].T) + bias[bi, hi]
+            x = x - slopes[hi] * (row - col) + bi
+            keep = (col <= row) & (qd[bi][:, None] == kd[bi][None, :])
+            x = np.where(keep, x, -np.inf)
+            m = x.max(1, keepdims=True)
+            m = np.where(np.isinf(m), 0, m)
+            p = np.exp(x - m)
+            total = p.sum(1, keepdims=True)
+            want = np.where(total == 0, 0, (p / np.where(total == 0, 1, total)) @ v[bi, hi])
+            got = np.asarray(out["O"], dtype=np.float64)[bi, hi]
+            assert np.abs(got - want).max() < 0.05, (bi, hi)
+
+
+@pytest.mark.parametrize("mods, vectors, message", [
+    (("score", None), {"w": None}, "vector 'w' is not read"),
+    (("score + d[row]", "d[col] > 0"), {"d": None}, "vector 'd' is read at col, row"),
+    (("score", None), {"head": None}, "vector name 'head' is not usable"),
+])
+def test_signature_refuses_bad_vectors(mods, vectors, message):
+    q = Fake((2, 8, 10, 64))
+    with pytest.raises(ArgumentError) as err:
+        kattention.signature(q, q, q, score_mod=mods[0], mask_mod=mods[1], vectors=vectors)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("shape, dtype, message", [
+    ((2, 8, 10, 11), "torch.bool", "does not broadcast to [B, H, S, T] = [2, 8, 10, 12]"),
+    ((3, 1, 1, 12), "torch.bool", "does not broadcast"),
+    ((1, 2, 8, 10, 12), "torch.bool", "does not broadcast"),
+    ((10, 12), "torch.float32", "attn_mask is float32: it must be bool"),
+])
+def test_signature_refuses_bad_masks(shape, dtype, message):
+    q, k = Fake((2, 8, 10, 64)), Fake((2, 8, 12, 64))
+    with pytest.raises(ArgumentError) as err:
+        kattention.signature(q, k, k, attn_mask=Fake(shape, dtype))
+    assert message in str(err.value)
+
+
+def test_a_broadcast_mask_and_head_values_verify_and_mistakes_are_located():
+    s = kattention.Signature("bf16", 64, 64, True, None, "col > row - slopes[head]", (), "sm_80",
+                             True, (("slopes", "head"),))
+    plan = lower(kattention.program(s))
+    # slopes[head] is not a linear term: the causal bound alone skips blocks
+    assert plan.bounds.skips and len(plan.bounds.bounds) == 1, plan.bounds.why
+    doc = kattention.Signature("bf16", 64, 64, True, None, "qd[row] == kd[col]", (), "sm_80",
+                               False, (("kd", "col"), ("qd", "row")))
+    plan = lower(kattention.program(doc))
+    assert plan.bounds.skips and len(plan.bounds.bounds) == 1, plan.bounds.why
+    bad = kattention.Signature("bf16", 64, 64, False, "score * w[batch]", None, (), "sm_80",
+                               False, (("w", "head"),))
+    with pytest.raises(KgenError) as err:
+        kattention.program(bad)
+    assert (err.value.loc.file, err.value.loc.col) == ("score_mod", 9)
+    assert "vector 'w' has length H but w[batch] needs length B" in err.value.message
+
+
+def test_dropout_means_kept_probabilities_scaled_and_a_full_normalizer():
+    """The program with dropout: O = sum_j keep_ij p_ij / (1 - p) V_j / sum_j p_ij, keep from
+    the reference's Philox (counted by batch, head, row, col), lse of every probability."""
+    from kgen.reference_tiles import random_uniform
+
+    s = kattention.Signature("bf16", 32, 32, True, None, None, (), "sm_80", False, (), True)
+    kernel = kattention.program(s)
+    assert lower(kernel).bounds.skips  # the causal blocks still skipped
+    rng = np.random.default_rng(5)
+    b, h, rows, length = 2, 2, 30, 50
+    q, k, v = (rng.standard_normal((b, h, n, 32)) for n in (rows, length, length))
+    seed, offset, drop = 2**63 + 11, 12, 0.25
+    out = evaluate(kernel, {"Q": q, "K": k, "V": v},
+                   scalars={"scale": 0.2, "seed": seed, "offset": offset, "dropout_p": drop,
+                            "dropout_scale": 1 / (1 - drop)}, block=16)
+    row, col = np.arange(rows)[:, None], np.arange(length)[None, :]
+    for bi in range(b):
+        for hi in range(h):
+            x = np.where(col <= row, np.float32(0.2) * (q[bi, hi] @ k[bi, hi].T), -np.inf)
+            p = np.exp(x - x.max(1, keepdims=True))
+            keep = random_uniform(seed, offset, bi, hi, h, np.arange(rows),
+                                  np.arange(length)) >= np.float32(drop)
+            want = (np.where(keep, p / (1 - drop), 0) @ v[bi, hi]) / p.sum(1, keepdims=True)
+            assert np.abs(np.asarray(out["O"], np.float64)[bi, hi] - want).max() < 0.05
+            lse = np.log(p.sum(1)) + x.max(1)
+            assert np.abs(np.asarray(out["lse"], np.float64)[bi, hi] - lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("drop", [-0.1, 1.0, 1.5, True, "0.1"])
+def test_dropout_p_outside_0_1_is_refused(drop):
+    q = Fake((2, 8, 10, 64))
+    with pytest.raises(ArgumentError) as err:
+        kattention.signature(q, q, q, dropout_p=drop)
+    assert "dropout_p must be a number in [0, 1)" in str(err.value)

@@ -95,7 +95,7 @@ CASES: list[tuple[str, str]] = [
         src("D = where(acc = 1, acc, C)"),
         "t.kg:12:21: error: expected an operator, ')' or ',', found '=' (use '==' to compare)",
     ),
-    (src("D = bias[0]"), "t.kg:12:16: error: expected 'row' or 'col', found '0'"),
+    (src("D = bias[0]"), "t.kg:12:16: error: expected 'row', 'col', 'batch' or 'head', found '0'"),
     (src("D = acc $ C"), "t.kg:12:15: error: unexpected character '$'"),
     (src("D = acc → C"), "t.kg:12:15: error: unexpected character U+2192 (RIGHTWARDS ARROW)"),
     (src("D = acc \x00"), "t.kg:12:15: error: unexpected character U+0000"),

@@ -252,7 +252,7 @@ def test_chained_gemm_uses_first_store_rounded_to_operand_dtype():
 
 
 @pytest.mark.parametrize("op", list(ir.ReduceOp))
-@pytest.mark.parametrize("axis", list(ir.Axis))
+@pytest.mark.parametrize("axis", [ir.Axis.ROW, ir.Axis.COL, ir.Axis.ALL])  # reductions
 def test_reductions(op, axis):
     rng = np.random.default_rng(3)
     m, n, k = 7, 5, 3

@@ -294,3 +294,54 @@ def test_row_kernel_values_and_positions():
     r = x.astype(np.float64).sum(-1) * u + mx[:, 0]
     np.testing.assert_array_equal(out["Y"], y.astype(np.float32))
     np.testing.assert_array_equal(out["r"], r.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# random(seed, offset): Philox 4x32-10
+
+
+def test_philox_matches_random123_known_answers():
+    from kgen.reference_tiles import philox4x32
+
+    cases = [
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    ]
+    for counter, key, want in cases:
+        assert tuple(int(w) for w in philox4x32(counter, key)) == want
+
+
+RANDOM_ROWS = """kernel rng {
+  target sm_80
+  tensor X : f32[B, H, S, 64] row
+  tensor U : f32[B, H, S, 64] row out
+  scalar seed : u64
+  scalar offset : u64
+  epilogue {
+    U = random(seed, offset) + 0 * X
+  }
+}
+"""
+
+
+def test_random_is_philox_per_batch_head_row_and_col():
+    from kgen.reference_tiles import random_uniform
+
+    kernel = parse(RANDOM_ROWS, "r.kg").kernels[0]
+    assert verify(parse(RANDOM_ROWS, "r.kg")) == []
+    x = np.zeros((2, 3, 5, 64), np.float32)
+    seed, offset = 2**64 - 3, 2**40 + 9
+    u = evaluate(kernel, {"X": x}, scalars={"seed": seed, "offset": offset})["U"]
+    for b in range(2):
+        for h in range(3):
+            want = random_uniform(seed, offset, b, h, 3, np.arange(5), np.arange(64))
+            assert np.array_equal(u[b, h], want.astype(np.float32))
+    assert len(np.unique(u)) == u.size  # distinct counters, distinct values
+    assert 0.0 <= u.min() and u.max() < 1.0
+    other = evaluate(kernel, {"X": x}, scalars={"seed": seed, "offset": offset + 1})["U"]
+    assert not np.array_equal(u, other)
+    big = np.zeros((1, 1, 64, 4096), np.float32)
+    kept = random_uniform(1, 2, 0, 0, 1, np.arange(64), np.arange(4096)) >= 0.1
+    assert abs(kept.mean() - 0.9) < 0.01

@@ -44,3 +44,20 @@ def test_row_kernel_summary():
     assert summary["body"] == ["compute v2 = mul(dO, O) (tile)", "compute v3 = rowsum(v2) (row)",
                                "store D = v3 (one per row)"]
     assert "one warp per row, 4 rows per CTA" in _text(summary)
+
+
+def test_summary_names_random_and_the_instance_values():
+    from kgen.parse import parse
+
+    text = """kernel rng {
+  target sm_80
+  tensor X : f32[B, H, S, 64] row
+  tensor U : f32[B, H, S, 64] row out
+  scalar seed : u64
+  scalar offset : u64
+  epilogue { U = random(seed, offset) + X * head }
+}
+"""
+    summary = plan_summary(lower(parse(text, "rng.kg").kernels[0], ir.Arch.SM80))
+    assert "compute v3 = mul(X, head) (tile)" in summary["body"]
+    assert "compute v4 = add(random(seed, offset), v3) (tile)" in summary["body"]

@@ -39,6 +39,7 @@ from kgen.ir import (
     VectorLoad,
     WarpGrid,
 )
+from kgen.parse import parse
 from kgen.verify import RESERVED_IDENTIFIERS, check_identifier, verify, verify_kernel
 
 TENSOR, VECTOR, SCALAR = ParamKind.TENSOR, ParamKind.VECTOR, ParamKind.SCALAR
@@ -861,8 +862,8 @@ TILE_CASES = [
     ('mlp_loop',
      'h = gelu(acc + b0[col])',
      'h = gelu(acc + X)',
-     "p.kg:12:64: error: tensor 'X' cannot be read in a loop kernel's epilogues for now; they "
-     'read the accumulator, carries, row, col, vectors and scalars'),
+     "p.kg:12:64: error: tensor 'X' has shape [M, 256] but gemm 'h' reads it at (row, col) "
+     'of [M, N0]'),
     ('mlp_loop',
      'Y = y',
      'Y = y + b0[col]',
@@ -1054,3 +1055,62 @@ def test_gemm_kernels_refuse_loop_only_constructs():
         with pytest.raises(KgenError) as info:
             verify_kernel(kernel)
         assert info.value.message == message
+
+
+# ---------------------------------------------------------------------------------------------
+# u64 scalars and random(seed, offset)
+
+RANDOM_KERNEL = """kernel rng {
+  target sm_80
+  tensor X : f32[B, H, S, 64] row
+  tensor U : f32[B, H, S, 64] row out
+  scalar seed : u64
+  scalar offset : u64
+  scalar w : f32 = 1
+  epilogue {
+    U = EXPR
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("random(seed, offset) + X", None),
+    ("random(seed, offset) * w[head]", "'w' is a scalar; only vectors take an index"),
+    ("X + seed", "r.kg:9:13: error: 'seed' is a u64 scalar: it keys random(seed, offset) and "
+                 "is not a value"),
+    ("random(seed, w)", "r.kg:9:9: error: random(seed, offset) takes u64 scalars; 'w' is a "
+                        "f32 scalar"),
+    ("random(seed)", "r.kg:9:9: error: random takes 2 arguments"),
+    ("random(seed, X)", "r.kg:9:22: error: random(seed, offset) takes two u64 scalars by name"),
+    ("random(seed, offset) + X * head + batch", None),
+])
+def test_random_and_u64_scalars(expr, message):
+    text = RANDOM_KERNEL.replace("EXPR", expr)
+    if message is None:
+        verify(parse(text, "r.kg"))
+        return
+    with pytest.raises(KgenError) as err:
+        verify(parse(text, "r.kg"))
+    assert message in str(err.value), str(err.value)
+
+
+def test_u64_scalars_belong_to_tile_programs():
+    text = """kernel g {
+  target sm_80
+  tensor A : f16[M, K] row
+  tensor B : f16[K, N] row
+  tensor C : f16[M, N] row out
+  scalar seed : u64
+  gemm c = A @ B accumulate f32 {
+    epilogue { C = acc }
+  }
+}
+"""
+    with pytest.raises(KgenError) as err:
+        verify(parse(text, "g.kg"))
+    assert "g.kg:6:3: error: u64 scalar 'seed' keys random(seed, offset)" in str(err.value)
+    with pytest.raises(KgenError) as err:
+        verify(parse(RANDOM_KERNEL.replace("EXPR", "X").replace(
+            "scalar offset : u64", "scalar offset : u64 = 3"), "r.kg"))
+    assert "u64 scalar 'offset' has no default" in str(err.value)

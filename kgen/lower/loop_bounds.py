@@ -4,7 +4,8 @@ A mask is a body value `where(P, e, -inf)` whose predicate P is a conjunction (`
 `min(a, b)`, nested `where(a, b, 0)`) of comparisons linear in `col` and `row`: the coefficient
 of `col` is 1 or -1, that of `row` -1, 0 or 1, the rest a sum of constants, scalars and sizes
 (the rows, the loop's length) times constants. Each comparison solved for `col` is a
-pp.ColumnBound. A block where P is false for every element is skipped when the body provably
+pp.ColumnBound; a conjunct that is a comparison not linear (`doc[row] == doc[col]`, 0 or 1)
+gives no bound and leaves the others' (where they are 0, P is 0). A block where P is false for every element is skipped when the body provably
 leaves the loop's state as it was on such a block. The proof runs the body once in each of two
 abstract states, with the masked value -inf everywhere:
 - the initial state: every carry at its init, the accumulator zero;
@@ -84,14 +85,19 @@ def _conjunction(values, index: int):
             isinstance(kind, dag.Apply) and kind.op is Op.WHERE
             and _constant(values, kind.args[2]) == 0.0):
         parts = kind.args[:2]
-        bounds, ids = [], [index]
+        bounds, ids, why = [], [], None
         for part in parts:
             found = _conjunction(values, part)
-            if isinstance(found, str):
+            if isinstance(found, str) and not _predicate(values, part):
                 return found
+            if isinstance(found, str):  # a 0/1 predicate not linear (doc[row] == doc[col]):
+                why = why or found  # where the others are 0 the conjunction is 0 too, but
+                continue  # it is not known true inside their mask
             bounds += found[0]
             ids += found[1]
-        return bounds, ids
+        if not bounds:
+            return why
+        return bounds, ([index] if why is None else []) + ids
     if not (isinstance(kind, dag.Apply) and kind.op in _COMPARE):
         return (f"its condition `{_text(values, index)}` is not a comparison of col "
                 "(<, <=, >, >=) or a conjunction of them")
@@ -119,13 +125,26 @@ def _conjunction(values, index: int):
     return [pp.ColumnBound(upper, strict, int(slope), offset)], [index]
 
 
+def _predicate(values, index: int) -> bool:
+    """A value that is 0 or 1: a comparison, or a product, min or where(a, b, 0) of them."""
+    kind = values[index].kind
+    if not isinstance(kind, dag.Apply):
+        return False
+    if kind.op in _COMPARE or kind.op in (Op.EQ, Op.NE):
+        return True
+    if kind.op in (Op.MUL, Op.MIN) or (kind.op is Op.WHERE
+                                       and _constant(values, kind.args[2]) == 0.0):
+        return all(_predicate(values, a) for a in kind.args[:2])
+    return False
+
+
 def _linear(values, index: int) -> dict | None:
     """A value as {"col": c, "row": r, (Term, param): coef}, or None when not linear."""
     kind = values[index].kind
     if isinstance(kind, dag.Constant):
         return {(pp.Term.ONE, None): kind.value} if math.isfinite(kind.value) else None
-    if isinstance(kind, pp.PositionValue):
-        return {"row" if kind.axis is Axis.ROW else "col": 1.0}
+    if isinstance(kind, pp.PositionValue) and kind.axis in (Axis.ROW, Axis.COL):
+        return {kind.axis.value: 1.0}
     if isinstance(kind, dag.ScalarArg):
         return {(pp.Term.SCALAR, kind.param): 1.0}
     if isinstance(kind, pp.ExtentValue):
@@ -230,7 +249,7 @@ def _abstract(value: pp.Value, get, state: dict, mask: int):
     if isinstance(kind, pp.CarryValue):
         return state[kind.carry]
     if isinstance(kind, (dag.Accumulator, dag.ScalarArg, dag.VectorLoad, dag.TensorLoad,
-                         pp.PositionValue, pp.ExtentValue)):
+                         pp.PositionValue, pp.ExtentValue, pp.RandomValue)):
         return _Finite(kind)
     if isinstance(kind, pp.RowReduction):
         arg = get(kind.arg)
@@ -338,6 +357,8 @@ def _text(values, index: int, depth: int = 0) -> str:
         return kind.axis.value
     if isinstance(kind, pp.ExtentValue):
         return kind.dim
+    if isinstance(kind, pp.RandomValue):
+        return f"random({kind.seed}, {kind.offset})"
     if isinstance(kind, pp.CarryValue):
         return kind.carry
     if isinstance(kind, dag.Accumulator):

@@ -25,6 +25,9 @@ from . import packed as packed_program
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
+# the rank of a position, and of a vector indexed by it: batch and head are one per CTA
+_POSITION_RANK = {ir.Axis.ROW: Rank.ROW, ir.Axis.COL: Rank.TILE, ir.Axis.BATCH: Rank.UNIFORM,
+                  ir.Axis.HEAD: Rank.UNIFORM}
 
 
 def is_program(kernel: ir.Kernel) -> bool:
@@ -92,15 +95,16 @@ class _Section:
         if isinstance(node, ir.ScalarLoad):
             return self.add(dag.ScalarArg(node.name), Rank.UNIFORM)
         if isinstance(node, ir.Position):
-            return self.add(pp.PositionValue(node.axis),
-                            Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+            return self.add(pp.PositionValue(node.axis), _POSITION_RANK[node.axis])
+        if isinstance(node, ir.Random):
+            return self.add(pp.RandomValue(node.seed, node.offset), Rank.TILE)
         if isinstance(node, ir.Extent):
             loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
             return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)
         if isinstance(node, ir.VectorLoad):
             p = self.kernel.param(node.name)
             return self.add(dag.VectorLoad(p.name, node.axis, p.dtype),
-                            Rank.ROW if node.axis is ir.Axis.ROW else Rank.TILE)
+                            _POSITION_RANK[node.axis])
         if isinstance(node, ir.TensorLoad):
             p = self.kernel.param(node.name)
             return self.add(dag.TensorLoad(p.name, p.dtype, p.layout), Rank.TILE)
@@ -178,7 +182,9 @@ def _params(kernel: ir.Kernel, query_heads) -> tuple[tuple[pp.ProgramParam, ...]
             layout=p.layout, batched=p.batch is not None, headed=p.heads is not None, kv=kv,
             default=p.default))
         if p.kind is ir.ParamKind.SCALAR:
-            fields.append(pp.ProgramField(p.name, "f32", p.name))
+            # a u64 scalar travels as its 64 bits in a long long (the runtime's int64)
+            ctype = "i64" if p.dtype is ir.DType.U64 else "f32"
+            fields.append(pp.ProgramField(p.name, ctype, p.name))
             continue
         fields.append(pp.ProgramField(p.name, "ptr", p.name))
         if p.kind is ir.ParamKind.TENSOR:

@@ -44,6 +44,14 @@ class ExtentValue:
 
 
 @dataclass(frozen=True, slots=True)
+class RandomValue:
+    """`random(seed, offset)` (ir.Random): Philox 4x32-10 per element, keyed by u64 scalars."""
+
+    seed: str
+    offset: str
+
+
+@dataclass(frozen=True, slots=True)
 class CarryValue:
     """A row carry's value at the start of the iteration (or after the loop)."""
 
@@ -67,7 +75,8 @@ class RowReduction:
 
 
 NodeKind = (Accumulator | Constant | ScalarArg | VectorLoad | TensorLoad | Apply | Cast
-            | PositionValue | CarryValue | AccumulatorValue | RowReduction | ExtentValue)
+            | PositionValue | CarryValue | AccumulatorValue | RowReduction | ExtentValue
+            | RandomValue)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..enums import Layout, Role
+from ..enums import DType, Layout, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
 from . import packed
@@ -120,7 +120,7 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             value = args.get(p.name, p.default)
             if value is None:
                 raise ArgumentError(f"{plan.name}: missing scalar {p.name!r}")
-            values.append(float(value))
+            values.append(_u64_bits(p.name, value) if p.dtype is DType.U64 else float(value))
             continue
         if p.packed and f.name != p.name:  # a stride along packed sequences
             strides = (_contiguous(shapes[p.name]) if p.name in shapes
@@ -137,6 +137,16 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
         tiles = grid[0] * grid[1] * grid[2]
         grid = (min(tiles, ctas) if ctas is not None else tiles, 1, 1)
     return BoundProgram(tuple(values), grid, resolved, arrays, shapes)
+
+
+def _u64_bits(name: str, value: Any) -> int:
+    """A u64 scalar's 64 bits as the signed int the params struct's long long holds: the caller
+    passes them so (seed - 2**64 when seed >= 2**63), as kgen.attention does."""
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            -2**63 <= value < 2**63):
+        raise ArgumentError(f"u64 scalar {name!r} takes its 64 bits as an int in "
+                            f"[-2**63, 2**63), got {value!r}")
+    return value
 
 
 def output_shapes(plan: ProgramPlan, shapes: Mapping[str, tuple],

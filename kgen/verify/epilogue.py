@@ -332,6 +332,8 @@ def check_expr(state: KernelState, e: ir.Expr, scope: EpilogueScope, in_reduce: 
     if isinstance(e, (ir.ScalarLoad, ir.TensorLoad, ir.VectorLoad)):
         check_load(state, e, scope)
         return
+    if isinstance(e, ir.Random):
+        raise KgenError(loc, "random(seed, offset) is supported in loop and row kernels only")
     if isinstance(e, ir.Position):
         axis = getattr(e.axis, "value", shown(e.axis))
         raise KgenError(

@@ -84,7 +84,8 @@ def _check_row_kernel(state: KernelState) -> None:
     _check_heads(state, first)
     rows, cols = first.shape
     shape = shape_text(first.shape)
-    scope = TileScope(Where.ROWS, f"the {shape} tile", rows, cols, "the kernel's epilogue")
+    scope = TileScope(Where.ROWS, f"the {shape} tile", rows, cols, "the kernel's epilogue",
+                      lead=first)
     check_tile_epilogue(state, k.epilogue, scope, first_located(k.epilogue.loc, k.loc))
 
 
@@ -138,7 +139,8 @@ def _check_loop_kernel(state: KernelState) -> None:
     check_packed(state, rows, dim)
     accumulators = {second.name: second}
     in_loop = TileScope(Where.LOOP, f"{first.name}'s tile", rows, dim, f"gemm '{first.name}'",
-                        carries=carries, accumulators=accumulators, gemm=first, loop=loop)
+                        carries=carries, accumulators=accumulators, gemm=first, loop=loop,
+                        lead=a)
     check_tile_epilogue(state, first.epilogue, in_loop, first_located(first.loc, loc))
     if in_loop.handed_on is None:
         raise KgenError(first_located(first.loc, loc),
@@ -148,7 +150,7 @@ def _check_loop_kernel(state: KernelState) -> None:
     if k.epilogue is not None:
         tile = f"{second.name}'s {shape_text((rows, n1))} tile"
         after = TileScope(Where.AFTER, tile, rows, n1, "the kernel's epilogue",
-                          carries=carries, accumulators=accumulators, loop=loop)
+                          carries=carries, accumulators=accumulators, loop=loop, lead=a)
         check_tile_epilogue(state, k.epilogue, after, first_located(k.epilogue.loc, k.loc))
     state.warnings.extend(_unused_carries(loop, first.epilogue, k.epilogue))
 

@@ -84,7 +84,9 @@ def check_param(state: KernelState, p: ir.Param) -> None:
     allowed = {DType.F32} if p.kind is ParamKind.SCALAR else {DType.F16, DType.BF16, DType.F32}
     if p.kind is ParamKind.TENSOR and p.role is Role.IN:
         allowed |= {DType.F8E4M3, DType.F8E5M2}  # gemm operands (kgen/verify/gemms.py fp8 rules)
-    if p.dtype not in allowed:
+    if p.dtype is DType.U64 and p.kind is ParamKind.SCALAR:
+        _check_u64(state, p, loc)
+    elif p.dtype not in allowed:
         names = or_list([d.dsl_name for d in DType if d in allowed])
         raise KgenError(loc, f"{kind} '{p.name}' must be {names}, got {p.dtype.dsl_name}")
     if p.dtype.fp8 and (state.kernel.loop is not None or not state.kernel.gemms):
@@ -92,7 +94,7 @@ def check_param(state: KernelState, p: ir.Param) -> None:
                              "of a kernel's gemms; a tile program takes f16, bf16 or f32")
     if p.kind is not ParamKind.TENSOR and p.layout is not ir.Layout.ROW:
         raise KgenError(loc, f"only tensors have a layout; '{p.name}' is a {kind}")
-    if p.default is not None:
+    if p.default is not None and p.dtype is not DType.U64:
         if p.kind is not ParamKind.SCALAR or p.role is Role.OUT:
             what = "an output scalar" if p.kind is ParamKind.SCALAR else f"a {kind}"
             raise KgenError(
@@ -180,3 +182,16 @@ def check_batched_kernel(state: KernelState) -> None:
                 f"by every batch resident ({b.dtype.dsl_name}{shape_text(b.shape)}), or drop "
                 f"'keep {b.name} resident'",
             )
+
+
+def _check_u64(state: KernelState, p: ir.Param, loc) -> None:
+    """A u64 scalar: an input of a tile program, given at each call (a random stream's seed or
+    offset, read only by random(seed, offset))."""
+    k = state.kernel
+    if k.loop is None and (k.gemms or k.epilogue is None):
+        raise KgenError(loc, f"u64 scalar '{p.name}' keys random(seed, offset), which loop and "
+                             "row kernels have; a gemm's scalars are f32")
+    if p.role is Role.OUT or p.batch is not None:
+        raise KgenError(loc, f"u64 scalar '{p.name}' must be a plain input scalar")
+    if p.default is not None:
+        raise KgenError(loc, f"u64 scalar '{p.name}' has no default: give it at each call")

@@ -65,6 +65,9 @@ class TileScope:
     later: dict[str, SourceLoc] = field(default_factory=dict)
     handed_on: SourceLoc | None = None  # `s = ...` in the first gemm's epilogue, once stored
     reads: set[str] = field(default_factory=set)  # carries and accumulators read
+    # the parameter whose (batch, heads) dims are the instances (the loop's A, the row
+    # kernel's first tensor): `head` indexes its heads, `batch` its batch
+    lead: ir.Param | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,6 +103,8 @@ def _text(e: object, outer: int) -> str:
         return getattr(e.axis, "value", str(e.axis))
     if isinstance(e, ir.Extent):
         return str(e.dim)
+    if isinstance(e, ir.Random):
+        return f"random({e.seed}, {e.offset})"
     if isinstance(e, ir.Cast):
         return f"cast<{getattr(e.dtype, 'dsl_name', e.dtype)}>({_text(e.arg, 0)})"
     if isinstance(e, ir.Reduce):
@@ -302,11 +307,13 @@ def rank_of(state: KernelState, e: object, scope: TileScope) -> Rank:
                                  f"{number_text(value)}")
         return Rank.ROW
     if isinstance(e, ir.Position):
-        if e.axis not in (Axis.ROW, Axis.COL):
-            raise KgenError(loc, f"a position is row or col, got {shown(e.axis)}")
-        return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+        if e.axis not in (Axis.ROW, Axis.COL, Axis.BATCH, Axis.HEAD):
+            raise KgenError(loc, f"a position is row, col, batch or head, got {shown(e.axis)}")
+        return Rank.TILE if e.axis is Axis.COL else Rank.ROW
     if isinstance(e, ir.Extent):
         return _extent_rank(state, e, scope, loc)
+    if isinstance(e, ir.Random):
+        return _random_rank(state, e, scope, loc)
     if isinstance(e, ir.Call):
         if not isinstance(e.op, ir.Op):
             raise KgenError(loc, f"a call needs a kgen.ir.Op, got {shown(e.op)}")
@@ -384,24 +391,76 @@ def _load_rank(state: KernelState, e, scope: TileScope, loc) -> Rank:
         raise KgenError(loc, f"cannot read output {kind} '{name}'; to reuse a value, bind it to "
                              "a local (t = ...) and use that")
     if isinstance(e, ir.ScalarLoad):
+        if param.dtype is DType.U64:
+            raise KgenError(loc, f"'{name}' is a u64 scalar: it keys random(seed, offset) and "
+                                 "is not a value")
         return Rank.ROW
     if isinstance(e, ir.TensorLoad):
-        if scope.where is not Where.ROWS:
-            raise KgenError(loc, f"tensor '{name}' cannot be read in a loop kernel's epilogues "
-                                 "for now; they read the accumulator, carries, row, col, "
-                                 "vectors and scalars")
-        if param.shape != (scope.rows, scope.cols):
-            raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but the "
-                                 f"row kernel works on {shape_text((scope.rows, scope.cols))}")
-        return Rank.TILE
-    if e.axis not in (Axis.ROW, Axis.COL):
-        raise KgenError(loc, f"vector '{name}' must be indexed by row or col, got "
+        return _tensor_rank(param, scope, loc)
+    if e.axis not in (Axis.ROW, Axis.COL, Axis.BATCH, Axis.HEAD):
+        raise KgenError(loc, f"vector '{name}' must be indexed by row, col, batch or head, got "
                              f"{shown(e.axis)}")
+    if e.axis in (Axis.BATCH, Axis.HEAD):
+        return _instance_vector_rank(param, e.axis, scope, loc)
     need = scope.rows if e.axis is Axis.ROW else scope.cols
     if param.shape != (need,):
         raise KgenError(loc, f"vector '{name}' has length {shape_text(param.shape)[1:-1]} but "
                              f"{name}[{e.axis.value}] needs length {shape_text((need,))[1:-1]}")
     return Rank.ROW if e.axis is Axis.ROW else Rank.TILE
+
+
+def _random_rank(state: KernelState, e: ir.Random, scope: TileScope, loc) -> Rank:
+    """random(seed, offset): one value per element of the tile, keyed by two u64 input
+    scalars."""
+    if scope.where is Where.AFTER:
+        raise KgenError(loc, "random(seed, offset) is one value per element of the loop's "
+                             "first gemm (or of a row kernel), not after the loop")
+    for name in (e.seed, e.offset):
+        param = state.params.get(require_str(name, loc, "a scalar name"))
+        if param is None:
+            raise KgenError(loc, f"unknown scalar {quote(name)}{did_you_mean(name, state.params)}")
+        if param.kind is not ParamKind.SCALAR or param.dtype is not DType.U64:
+            what = (f"a {param.dtype.dsl_name} scalar" if param.kind is ParamKind.SCALAR
+                    else f"a {param.kind.value}")
+            raise KgenError(loc, f"random(seed, offset) takes u64 scalars; '{name}' is {what}")
+    return Rank.TILE
+
+
+def _tensor_rank(param: ir.Param, scope: TileScope, loc) -> Rank:
+    """`Bias` at the element's (row, col): in a row kernel, a tensor of its shape; in a loop's
+    first gemm, a row-major [rows, loop dim] tensor (per batch and head, each of which may be
+    shared: a stride of 0), read element by element (an additive bias, a mask)."""
+    name = param.name
+    if scope.where is Where.AFTER:
+        raise KgenError(loc, f"tensor '{name}' cannot be read after the loop for now; read it "
+                             f"in the loop's first gemm (at its row and col)")
+    if param.shape != (scope.rows, scope.cols):
+        what = ("the row kernel works on" if scope.where is Where.ROWS else
+                f"{scope.owner} reads it at (row, col) of")
+        raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but {what} "
+                             f"{shape_text((scope.rows, scope.cols))}")
+    if scope.where is Where.LOOP and param.layout is not ir.Layout.ROW:
+        raise KgenError(loc, f"tensor '{name}' is read at (row, col) in the loop: it must be "
+                             "row-major (not yet col)")
+    return Rank.TILE
+
+
+def _instance_vector_rank(param: ir.Param, axis: Axis, scope: TileScope, loc) -> Rank:
+    """`slopes[head]`: an unbatched vector with one value per query head (or per batch)."""
+    name, lead = param.name, scope.lead
+    dim = None if lead is None else (lead.heads if axis is Axis.HEAD else lead.batch)
+    if dim is None:
+        whose = f"'{lead.name}'" if lead is not None else "the kernel's rows"
+        raise KgenError(loc, f"{name}[{axis.value}]: {whose} has no {axis.value} dimension "
+                             f"to index")
+    if param.batch is not None:
+        raise KgenError(loc, f"{name}[{axis.value}] reads one value per {axis.value}, so "
+                             f"'{name}' must be a plain vector [{dim}], not batched")
+    if param.shape != (dim,):
+        raise KgenError(loc, f"vector '{name}' has length {shape_text(param.shape)[1:-1]} but "
+                             f"{name}[{axis.value}] needs length {dim} ('{lead.name}''s "
+                             f"{'heads' if axis is Axis.HEAD else 'batch'})")
+    return Rank.ROW
 
 
 def _extent_rank(state: KernelState, e: ir.Extent, scope: TileScope, loc) -> Rank:

@@ -23,9 +23,10 @@ def _torch():
     return torch
 
 
-def reference(q, k, v, scale, *, causal=False, cap=None, keep=None):
-    """O and lse in float64; `keep(row, col, S, T)` a boolean mask; rows that keep nothing
-    give O = 0 and lse = -inf (kgen's guards)."""
+def reference(q, k, v, scale, *, causal=False, cap=None, keep=None, bias=None, mod=None):
+    """O and lse in float64; `keep(row, col, S, T)` a boolean mask (broadcastable to
+    [B, H, S, T]); `bias` added to the scaled score; `mod(x, row, col, batch, head)` the score
+    after it; rows that keep no key give O = 0 and lse = -inf (kgen's guards)."""
     torch = _torch()
     group = q.shape[1] // k.shape[1]
     k = k.double().repeat_interleave(group, dim=1)
@@ -34,13 +35,19 @@ def reference(q, k, v, scale, *, causal=False, cap=None, keep=None):
     s, t = x.shape[-2:]
     row = torch.arange(s, device=x.device, dtype=torch.float64)[:, None]
     col = torch.arange(t, device=x.device, dtype=torch.float64)[None, :]
+    if bias is not None:
+        x = x + bias.double()
+    if mod is not None:
+        batch = torch.arange(x.shape[0], device=x.device, dtype=torch.float64)[:, None, None, None]
+        head = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)[None, :, None, None]
+        x = mod(x, row, col, batch, head)
     if cap is not None:
         x = cap * torch.tanh(x / cap)
     mask = torch.ones(s, t, dtype=torch.bool, device=x.device)
     if causal:
-        mask &= col <= row
+        mask = mask & (col <= row)
     if keep is not None:
-        mask &= keep(row, col, s, t)
+        mask = mask & keep(row, col, s, t)
     x = torch.where(mask, x, -math.inf)
     m = x.amax(-1)
     m_use = torch.where(m == -math.inf, 0.0, m)
@@ -216,3 +223,224 @@ def test_kgen_run_bench_compares_with_sdpa_and_flex():
     assert "SDPA flash" in baselines, data["notes"]  # torch's flash runs bf16 on Hopper
     assert all(b["time_ms"] > 0 and b["speedup"] > 0 for b in baselines.values())
     assert any("causal (top-left)" in note for note in data["notes"])
+
+
+# ---------------------------------------------------------------------------------------------
+# attn_mask, vectors and batch/head in the mods, on both skeletons (the sm_80 one forced on a
+# newer GPU; sm_90a where the device is one)
+
+
+def _archs():
+    torch = _torch()
+    return ["sm_80"] + (["sm_90a"] if torch.cuda.get_device_capability() == (9, 0) else [])
+
+
+@pytest.fixture(params=["sm_80", "sm_90a"])
+def arch(request, monkeypatch):
+    from kgen import attention as kattention
+
+    if request.param not in _archs():
+        pytest.skip(f"{request.param} does not run here")
+    monkeypatch.setattr(kattention, "_arch", lambda device: request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("s, t, mask_shape, causal", [
+    (1000, 1000, (1, 4, 1000, 1000), True),
+    (17, 4097, (2, 1, 1, 4097), False),
+    (1000, 17, (1000, 17), False),
+    (4097, 4097, (2, 4, 4097, 4097), True),
+])
+def test_additive_bias(arch, s, t, mask_shape, causal):
+    """A float attn_mask broadcast over batch, heads or rows (stride 0), at ragged lengths
+    (T = 17: rows 34 bytes apart, copied to 16-byte rows); causal blocks still skipped."""
+    torch = _torch()
+    q, k, v = _inputs(torch, 2, 4, 4, s, t, 128, 128, torch.bfloat16, seed=7 * s + t)
+    gen = torch.Generator(device="cuda").manual_seed(s + 3 * t)
+    bias = (2 * torch.randn(mask_shape, device="cuda", generator=gen)).to(torch.bfloat16)
+    o, lse = kgen.attention(q, k, v, bias, is_causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(128), causal=causal, bias=bias)
+    _close(o, ref_o, 2e-2, f"O {arch}")
+    _close(lse, ref_lse, 1e-3, f"lse {arch}")
+    if not causal:
+        sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        _close(o, sdpa.double(), 3e-2, "O against SDPA")
+
+
+def test_bool_mask_keeps_what_sdpa_keeps(arch):
+    """A bool key-padding mask [B, 1, 1, T]: True keeps; against float64 and SDPA."""
+    torch = _torch()
+    s, t = 1000, 4097
+    q, k, v = _inputs(torch, 2, 4, 2, s, t, 128, 128, torch.bfloat16, seed=41)
+    lengths = torch.tensor([4097, 1500], device="cuda")
+    keep = torch.arange(t, device="cuda")[None, :] < lengths[:, None]
+    mask = keep[:, None, None, :]
+    o = kgen.attention(q, k, v, mask, enable_gqa=True)
+    torch.cuda.synchronize()
+    ref_o, _ = reference(q, k, v, 1 / math.sqrt(128), keep=lambda *a: mask)
+    _close(o, ref_o, 2e-2, f"O {arch}")
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                            enable_gqa=True)
+    _close(o, sdpa.double(), 3e-2, "O against SDPA")
+
+
+@pytest.mark.parametrize("s", [17, 1000, 4097])
+def test_alibi_by_head_and_batch_in_the_mods(arch, s):
+    """ALiBi with a slope per query head (slopes[head]) and a term per batch, causal, GQA."""
+    torch = _torch()
+    q, k, v = _inputs(torch, 2, 8, 2, s, s, 128, 128, torch.bfloat16, seed=s + 5)
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / 8) for h in range(8)], device="cuda")
+    o, lse = kgen.attention(q, k, v, is_causal=True, enable_gqa=True,
+                            score_mod="score - slopes[head] * (row - col) + 0.25 * batch",
+                            vectors={"slopes": slopes}, return_lse=True)
+    torch.cuda.synchronize()
+
+    def mod(x, row, col, batch, head):
+        return x - slopes.double()[None, :, None, None] * (row - col) + 0.25 * batch
+
+    ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(128), causal=True, mod=mod)
+    _close(o, ref_o, 2e-2, f"O {arch}")
+    _close(lse, ref_lse, 1e-3, f"lse {arch}")
+
+
+@pytest.mark.parametrize("s", [1000, 4097])
+def test_document_mask_of_packed_documents(arch, s):
+    """Packed documents of random lengths: qd[row] == kd[col] (the same ids under two names),
+    causal; a different packing per batch; the causal bound still skips blocks."""
+    torch = _torch()
+    q, k, v = _inputs(torch, 2, 4, 4, s, s, 128, 128, torch.bfloat16, seed=s + 9)
+    gen = torch.Generator(device="cuda").manual_seed(s)
+    ids = torch.cumsum((torch.rand(2, s, device="cuda", generator=gen) < 0.004).int(), dim=1)
+    o, lse = kgen.attention(q, k, v, is_causal=True, mask_mod="qd[row] == kd[col]",
+                            vectors={"qd": ids, "kd": ids}, return_lse=True)
+    torch.cuda.synchronize()
+    same = (ids[:, None, :, None] == ids[:, None, None, :])
+    ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(128), causal=True,
+                               keep=lambda *a: same)
+    _close(o, ref_o, 2e-2, f"O {arch}")
+    _close(lse, ref_lse, 1e-3, f"lse {arch}")
+
+
+def test_bad_masks_and_vectors_are_argument_errors():
+    torch = _torch()
+    from kgen.errors import ArgumentError
+
+    q, k, v = _inputs(torch, 2, 4, 4, 64, 80, 64, 64, torch.bfloat16, seed=1)
+    with pytest.raises(ArgumentError, match="does not broadcast"):
+        kgen.attention(q, k, v, torch.zeros(2, 4, 64, 81, device="cuda", dtype=torch.bool))
+    with pytest.raises(ArgumentError, match="must be bool"):
+        kgen.attention(q, k, v, torch.zeros(64, 80, device="cuda"))
+    with pytest.raises(ArgumentError, match=r"it must be \[H\] = \[4\]"):
+        kgen.attention(q, k, v, score_mod="score * w[head]",
+                       vectors={"w": torch.ones(3, device="cuda")})
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout: Philox keyed by (seed, offset), the kernel's mask the reference's bit for bit
+
+
+def test_random_row_kernel_is_the_reference_philox_bit_for_bit():
+    """random(seed, offset) in a row kernel stored as f32: every bit as the reference's."""
+    torch = _torch()
+    import numpy as np
+
+    from kgen.api import build
+    from kgen.parse import parse
+    from kgen.reference_tiles import random_uniform
+
+    text = """kernel rng {
+  target sm_80
+  tensor X : f32[B, H, S, 64] row
+  tensor U : f32[B, H, S, 64] row out
+  scalar seed : u64
+  scalar offset : u64
+  epilogue {
+    U = random(seed, offset) + 0 * X
+  }
+}
+"""
+    run = load_built(build(parse(text, "rng.kg").kernels[0], "sm_80"))
+    x = torch.zeros(2, 3, 1000, 64, device="cuda")
+    seed, offset = 2**63 + 12345, 2**33 + 8
+    u = run(X=x, seed=seed - 2**64, offset=offset)
+    torch.cuda.synchronize()
+    got = u.cpu().numpy()
+    for b in range(2):
+        for h in range(3):
+            want = random_uniform(seed, offset, b, h, 3, np.arange(1000), np.arange(64))
+            assert np.array_equal(got[b, h], want.astype(np.float32)), (b, h)
+
+
+def _dropout_reference(q, k, v, scale, drop, rng, causal):
+    """O in float64 with the reference's Philox mask (numpy, per batch and head)."""
+    torch = _torch()
+    import numpy as np
+
+    from kgen.reference_tiles import random_uniform
+
+    b, h, s, t = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    keep = np.stack([np.stack([random_uniform(rng[0], rng[1], bi, hi, h, np.arange(s),
+                                              np.arange(t)) >= np.float32(drop)
+                               for hi in range(h)]) for bi in range(b)])
+    keep = torch.from_numpy(keep).to(q.device)
+    group = h // k.shape[1]
+    kk = k.double().repeat_interleave(group, dim=1)
+    vv = v.double().repeat_interleave(group, dim=1)
+    x = scale * (q.double() @ kk.transpose(-1, -2))
+    row = torch.arange(s, device=q.device)[:, None]
+    col = torch.arange(t, device=q.device)[None, :]
+    if causal:
+        x = torch.where(col <= row, x, -math.inf)
+    p = torch.exp(x - x.amax(-1, keepdim=True))
+    o = (torch.where(keep, p / (1 - drop), 0.0) @ vv) / p.sum(-1, keepdim=True)
+    return o, keep
+
+
+@pytest.mark.parametrize("s, t, causal", [(1000, 1000, True), (17, 4097, False)])
+def test_dropout_matches_the_reference_mask_and_reproduces(arch, s, t, causal):
+    torch = _torch()
+    q, k, v = _inputs(torch, 2, 4, 2, s, t, 128, 128, torch.bfloat16, seed=s * 3 + t)
+    torch.manual_seed(1234)
+    o, rng = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                            return_rng=True)
+    torch.cuda.synchronize()
+    ref_o, keep = _dropout_reference(q, k, v, 1 / math.sqrt(128), 0.2, rng, causal)
+    _close(o, ref_o, 2e-2, f"O {arch}")
+    # the same seed and offset give the same output; torch.manual_seed gives the same draw
+    again = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                           dropout_rng=rng)
+    torch.manual_seed(1234)
+    drawn, rng2 = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                                 return_rng=True)
+    torch.cuda.synchronize()
+    assert rng2 == rng and torch.equal(again, o) and torch.equal(drawn, o)
+    # the next call draws the next offset: another mask
+    other, rng3 = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
+                                 return_rng=True)
+    assert rng3 != rng and not torch.equal(other, o)
+
+
+def test_dropout_keeps_one_minus_p(arch):
+    """q = 0, V = 1: O = kept / (T (1 - p)) per row, so the kernel's kept fraction is
+    mean(O) (1 - p)."""
+    torch = _torch()
+    b, h, s, t, drop = 2, 4, 1000, 4096, 0.3
+    q = torch.zeros(b, h, s, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, h, t, 128, device="cuda").to(torch.bfloat16)
+    v = torch.ones(b, h, t, 128, device="cuda", dtype=torch.bfloat16)
+    o = kgen.attention(q, k, v, dropout_p=drop, dropout_rng=(99, 4))
+    torch.cuda.synchronize()
+    kept = (o.double().mean() * (1 - drop)).item()
+    assert abs(kept - (1 - drop)) < 0.003, kept
+
+
+def test_bad_dropout_arguments():
+    torch = _torch()
+    from kgen.errors import ArgumentError
+
+    q, k, v = _inputs(torch, 1, 2, 2, 64, 64, 64, 64, torch.bfloat16, seed=2)
+    with pytest.raises(ArgumentError, match=r"dropout_p must be a number in \[0, 1\)"):
+        kgen.attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(ArgumentError, match="dropout_rng's seed must be an int"):
+        kgen.attention(q, k, v, dropout_p=0.1, dropout_rng=(-1, 0))

@@ -77,12 +77,15 @@ class CStatement:
     gemm: pp.LoopGemm | None = None  # "mma": the gemm whose MMAs run
 
 
-def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str]) -> str:
+def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
+               staged: bool = False) -> str:
     """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
-    element, guarded vector load, loaded input) as itself, a computed value by its name.
-    `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`: the
-    array of the first gemm's accumulator; `sizes`: the rows and the loop's length (the loop
-    skeletons' locals, per sequence when packed; the row kernel's p.rows)."""
+    element, guarded vector or tensor load, loaded input) as itself, a computed value by its
+    name. `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`:
+    the array of the first gemm's accumulator; `sizes`: the rows and the loop's length (the loop
+    skeletons' locals, per sequence when packed; the row kernel's p.rows); `staged`: tensors
+    were loaded into registers (`in_X`, the row kernel), else they are read at (row, col) where
+    both exist."""
     kind = value.kind
     if isinstance(kind, dag.Constant):
         return literal(kind.value)
@@ -90,20 +93,28 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str]) 
         return f"p.{kind.param}"
     if isinstance(kind, dag.Accumulator):
         return f"{acc}[j][e]"
-    if isinstance(kind, pp.PositionValue):
-        return "static_cast<float>(row)" if kind.axis is Axis.ROW else "static_cast<float>(col)"
+    if isinstance(kind, pp.PositionValue):  # the skeletons' ints row, col, batch, head
+        return f"static_cast<float>({kind.axis.value})"
     if isinstance(kind, pp.ExtentValue):
         return f"static_cast<float>({sizes[1] if kind.loop else sizes[0]})"
+    if isinstance(kind, pp.RandomValue):  # common/philox.inc.j2
+        return (f"philox_uniform(p.{kind.seed}, p.{kind.offset}, batch, head, p.heads, row, "
+                "col)")
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
     if isinstance(kind, pp.AccumulatorValue):
         return "acc1[j][e]"
+    if isinstance(kind, dag.VectorLoad) and kind.axis in (Axis.BATCH, Axis.HEAD):
+        return TO_FLOAT[kind.dtype].format(f"p.{kind.param}[{kind.axis.value}]")
     if isinstance(kind, dag.VectorLoad):
         load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{kind.axis.value}]")
         bound = sizes[0] if kind.axis is Axis.ROW else col_end
         return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
-    if isinstance(kind, dag.TensorLoad):
+    if isinstance(kind, dag.TensorLoad) and staged:
         return f"in_{kind.param}[j][e]"
+    if isinstance(kind, dag.TensorLoad):
+        load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row * p.{kind.param}_ld + col]")
+        return f"(row < {sizes[0]} && col < {col_end} ? {load} : 0.0f)"
     suffix = {Rank.UNIFORM: "", Rank.ROW: "[i]", Rank.TILE: "[j][e]"}[value.rank]
     return f"v{value.id}{suffix}"
 
@@ -129,13 +140,14 @@ LOOP_SIZES = ("rows", "loop_len")
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                fold: tuple[int, ...] = (), ops=OP_CPP,
                exp_of_difference: str | None = None,
-               sizes: tuple[str, str] = LOOP_SIZES) -> list[CStatement]:
+               sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
     exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
-    value of its own for other readers); `sizes`: what reads the rows and the loop's length."""
-    refs = [_reference(value, col_end, acc, sizes) for value in section.values]
+    value of its own for other readers); `sizes`: what reads the rows and the loop's length;
+    `staged`: see _reference."""
+    refs = [_reference(value, col_end, acc, sizes, staged) for value in section.values]
     fused = (_fused_differences(section, fold) if exp_of_difference is not None
              else frozenset())
     out: list[CStatement] = []
@@ -312,6 +324,12 @@ FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
 FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
 
 
+def uses_random(plan: pp.ProgramPlan) -> bool:
+    """Whether a section reads random(seed, offset): the skeleton then has philox_uniform."""
+    sections = (plan.body, plan.epilogue) if isinstance(plan, pp.LoopPlan) else (plan.body,)
+    return any(isinstance(v.kind, pp.RandomValue) for s in sections for v in s.values)
+
+
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
@@ -325,11 +343,12 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         element=plan.dtype.cpp, bounds=_bounds(plan),
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
-        pointers=[p for p in plan.params if p.kind in ("tensor", "vector")])
+        pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
+        philox=uses_random(plan))
 
 
 def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "kCols", sizes=("p.rows", "p.loop_len"))
+    body = statements(plan.body, "kCols", sizes=("p.rows", "p.loop_len"), staged=True)
     inputs = [p for p in plan.params if p.kind == "tensor" and p.role.value == "in"]
     return render(
         "common/rows.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
@@ -337,7 +356,7 @@ def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command:
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, inputs=inputs,
         bounds=[],
         aligned=_aligned(plan), loop_chunks=None,
-        pointers=[p for p in plan.params if p.kind != "scalar"])
+        pointers=[p for p in plan.params if p.kind != "scalar"], philox=uses_random(plan))
 
 
 def emit_header(plan: pp.ProgramPlan, *, source_name: str, source_hash: str, command: str,

@@ -11,7 +11,7 @@ from ...plan import program as pp
 from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
 from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
-                           _params_guard, literal, statements)
+                           _params_guard, literal, statements, uses_random)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -41,13 +41,14 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         aligned=_aligned(plan), loop_chunks=_loop_chunks(plan), element=plan.dtype.cpp,
         mma_ab=plan.dtype.dsl_name, block=plan.block, n1=plan.gemm1.n, bounds=_bounds(plan),
         carries=[(name, literal(init)) for name, init in plan.carries],
-        # what the consumers address directly: outputs and vectors (the copy engine reads
-        # the tensors through their maps)
+        # what the consumers address directly: outputs, vectors and the tensors the statements
+        # read at (row, col) (the copy engine reads the operands through their maps)
         pointers=[p for p in plan.params
-                  if p.kind == "vector" or (p.kind == "tensor" and p.role.value == "out"
-                                            and (o_map is None or p.name != o_map.param))],
+                  if p.kind == "vector" or (p.kind == "tensor" and (
+                      (p.role.value == "out" and (o_map is None or p.name != o_map.param))
+                      or (p.role.value != "out" and p.name not in {m.param for m in plan.wgmma.maps})))],
         tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype],
-        persistent_grid=plan.wgmma.persistent, o_map=o_map)
+        persistent_grid=plan.wgmma.persistent, o_map=o_map, philox=uses_random(plan))
 
 
 

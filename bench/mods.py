@@ -1,0 +1,130 @@
+"""kgen.attention's mods beside FlexAttention's (`python3 bench/attention.py --mods`): D 128,
+S 4096, causal and not (and GQA 16/2 with --gqa): plain, softcap 30, ALiBi (a slope per head), a
+sliding window of 1024 (two-sided when not causal), a document mask (packed documents of random
+lengths, about 1/1000 of the tokens start one) and an additive bias ([1, H, S, T], bf16, shared
+by the batch), each through kgen.attention (the GPU's target) and through
+torch.compile(flex_attention) with the same mods (masks as a BlockMask made once, outside the
+timing); then each mod's kgen time / plain kgen time and Flex time / kgen time. bf16, 16k
+tokens, 16 query heads; CUDA events, median of 30.
+"""
+from __future__ import annotations
+
+import torch
+
+import kgen
+
+HEADS = 16
+TOKENS = 16384
+
+
+
+MODS = ("plain", "softcap", "alibi", "window", "document", "bias")
+WINDOW = 1024
+
+
+def _mod_inputs(q, k, mod):
+    """The tensors a mod reads, made once per shape (seeded: the same for both runners)."""
+    batch, heads, s = q.shape[0], q.shape[1], q.shape[2]
+    gen = torch.Generator(device="cuda").manual_seed(s + heads)
+    if mod == "alibi":
+        return torch.tensor([2.0 ** (-8 * (h + 1) / heads) for h in range(heads)],
+                            device="cuda")
+    if mod == "document":  # about one document start per 1000 tokens, per batch
+        starts = torch.rand(batch, s, device="cuda", generator=gen) < 1e-3
+        return torch.cumsum(starts.int(), dim=1)
+    if mod == "bias":
+        return torch.randn(1, heads, s, k.shape[2], device="cuda", generator=gen).bfloat16()
+    return None
+
+
+def kgen_mods_runner(q, k, v, causal, mod):
+    """kgen.attention with `mod` written as kgen expressions."""
+    extra = _mod_inputs(q, k, mod)
+    gqa = k.shape[1] != q.shape[1]
+    options = {"plain": {},
+               "softcap": dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0}),
+               "alibi": dict(score_mod="score - slopes[head] * (row - col)",
+                             vectors={"slopes": extra}),
+               "window": dict(mask_mod="col > row - window" if causal else
+                              "(col > row - window) * (col < row + window)",
+                              scalars={"window": float(WINDOW)}),
+               "document": dict(mask_mod="qd[row] == kd[col]", vectors={"qd": extra, "kd": extra}),
+               "bias": dict(attn_mask=extra)}[mod]
+    return lambda: kgen.attention(q, k, v, is_causal=causal, enable_gqa=gqa, **options)
+
+
+_FLEX = None
+
+
+def flex_mods_runner(q, k, v, causal, mod):
+    """torch.compile(flex_attention) with the same mod: score_mod for softcap, ALiBi and the
+    bias; the masks (causal, window, document) as one BlockMask, made here."""
+    global _FLEX
+    from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex_attention
+
+    if _FLEX is None:
+        _FLEX = torch.compile(flex_attention)
+    extra = _mod_inputs(q, k, mod)
+    batch, heads, s, t = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    score_mod = {
+        "softcap": lambda x, b, h, i, j: 30.0 * torch.tanh(x / 30.0),
+        "alibi": lambda x, b, h, i, j: x - extra[h] * (i - j),
+        "bias": lambda x, b, h, i, j: x + extra[0, h, i, j],
+    }.get(mod)
+    masks = [lambda b, h, i, j: j <= i] if causal else []
+    if mod == "window":
+        masks.append(lambda b, h, i, j: (j > i - WINDOW) & (j < i + WINDOW))
+    if mod == "document":
+        masks.append(lambda b, h, i, j: extra[b, i] == extra[b, j])
+    block_mask = None
+    if masks:
+        mask = and_masks(*masks) if len(masks) > 1 else masks[0]
+        block_mask = create_block_mask(mask, batch if mod == "document" else None,
+                                       None, s, t, device="cuda")
+    gqa = k.shape[1] != q.shape[1]
+    return lambda: _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+
+
+def _cell(x, width: int, digits: int) -> str:
+    return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
+
+
+def mods_summary(rows: list[dict]) -> None:
+    """Each mod's kgen time over the plain kgen time of its (causal, heads) setting, and
+    FlexAttention's time over kgen's (kgen's speedup), from `table`'s rows."""
+    plain = {(r["causal"], r["kv_heads"]): r["kgen_ms"] for r in rows if r["mod"] == "plain"}
+    print(f"{'causal':>6} {'heads':>6} {'mod':>10} {'kgen ms':>9} {'/ plain':>8} "
+          f"{'Flex ms':>9} {'Flex/kgen':>10}")
+    for r in rows:
+        base = plain.get((r["causal"], r["kv_heads"]))
+        ratio = r["kgen_ms"] / base if r["kgen_ms"] and base else None
+        speed = r["flex_ms"] / r["kgen_ms"] if r["kgen_ms"] and r["flex_ms"] else None
+        heads = f"{HEADS}/{r['kv_heads']}"
+        print(f"{str(r['causal']):>6} {heads:>6} {r['mod']:>10} {_cell(r['kgen_ms'], 9, 3)} "
+              f"{_cell(ratio, 8, 2)} {_cell(r['flex_ms'], 9, 3)} {_cell(speed, 10, 2)}")
+
+
+def measure(s: int, causal: bool, kv_heads: int, mod: str, timed, d: int = 128) -> dict:
+    """kgen's and Flex's milliseconds for `mod` on the same fresh inputs (batch TOKENS / s)."""
+    batch = TOKENS // s
+    q = torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
+    k, v = (torch.randn(batch, kv_heads, s, d, device="cuda").bfloat16() for _ in range(2))
+    row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads, "mod": mod}
+    for name, make in (("kgen", kgen_mods_runner), ("flex", flex_mods_runner)):
+        try:
+            row[f"{name}_ms"] = timed(make(q, k, v, causal, mod))
+        except RuntimeError as err:  # a backend this build or GPU lacks
+            row[f"{name}_ms"] = None
+            print(f"  {name} {mod}: {str(err).splitlines()[0]}")
+    return row
+
+
+def table(timed, gqa: bool = False) -> list[dict]:
+    """Every mod at D 128, S 4096, causal and not (and GQA 16/2 not causal with `gqa`), then
+    the summary."""
+    settings = ((False, HEADS), (True, HEADS)) + (((False, 2),) if gqa else ())
+    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads, D 128, "
+          "S 4096")
+    rows = [measure(4096, causal, kv, mod, timed) for causal, kv in settings for mod in MODS]
+    mods_summary(rows)
+    return rows
