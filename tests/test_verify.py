@@ -724,7 +724,7 @@ TILE_CASES = [
     ('attention_fwd',
      'tile 128x64  warps 8  stages 2',
      'tile 128x256',
-     "p.kg:14:5: error: a loop's tile N (its block of T) must be 32, 64 or 128, got 256"),
+     "p.kg:14:5: error: a loop's tile N (its block of T) must be 32, 64, 80 or 128, got 256"),
     ('attention_fwd',
      'tile 128x64  warps 8  stages 2',
      'warps 8x2',

@@ -36,7 +36,7 @@ __all__ = ["is_tile_program", "check_tile_program", "MAX_OPERAND_COLS", "LOOP_TI
 
 MAX_OPERAND_COLS = 256  # K0 and N1: multiples of 16 up to this
 LOOP_TILE_M = (64, 128)  # rows per CTA
-LOOP_TILE_N = (32, 64, 128)  # the loop's block
+LOOP_TILE_N = (32, 64, 80, 128)  # the loop's block (80: the sm_90a rulebook's at head dim 256; each target's rulebook refuses what its skeleton lacks)
 MAX_LOOP_STAGES = 3
 ROWS_PER_WARP = 16
 
