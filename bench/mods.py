@@ -63,6 +63,9 @@ def flex_mods_runner(q, k, v, causal, mod):
     from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex_attention
 
     if _FLEX is None:
+        # one compiled graph per mod and mask: past dynamo's default limit of 8 recompiles,
+        # flex_attention would run its eager (unfused) path and time that instead
+        torch._dynamo.config.recompile_limit = 64
         _FLEX = torch.compile(flex_attention)
     extra = _mod_inputs(q, k, mod)
     batch, heads, s, t = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
