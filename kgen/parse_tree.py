@@ -185,13 +185,15 @@ class ToIR(LoopRules):
         carried = dict(loop.carried) if loop is not None else {}
         other_locals: dict[str, str] = {}
         loop_values: dict[str, SourceLoc] = {}  # read by the loop's later epilogues
+        loop_rows = {d.name: (d.a.name, d.b.name) for d in loop_decls
+                     if not d.accumulate and d.a.name not in by_name}
 
         def resolve(decl: _GemmDecl, earlier: list, in_loop: bool) -> ir.Gemm:
             values = loop_values if in_loop else {}
             scope = Scope(by_name, gemm_names, dims,
                           {n: g for n, g in other_locals.items() if n not in values},
                           {**carried, **values}, carried=set(carried),
-                          stores_readable=in_loop, sizes=in_loop)
+                          stores_readable=in_loop, sizes=in_loop, loop_rows=loop_rows)
             gemm = self._gemm_ir(decl, scope, {g.name for g in earlier})
             bound = {n: at for n, at in scope.bound.items() if n not in carried}
             other_locals.update({n: decl.name for n in bound
@@ -216,7 +218,8 @@ class ToIR(LoopRules):
         epilogue = None
         if "epilogue" in settings:  # the kernel's own: after the loop, or a row kernel's body
             scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
-                          carried=set(carried), sizes=True)
+                          carried=set(carried), sizes=True, loop_rows=loop_rows,
+                          loop_locals=set(loop_values))
             stmts = self._statements(settings["epilogue"].value, scope)
             epilogue = ir.Epilogue(stmts, settings["epilogue"].loc)
 

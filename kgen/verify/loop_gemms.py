@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 
 from .. import ir
+from ..diagnostics import loop_row_message as row_tile_message
 from ..diagnostics import at_line, did_you_mean, first_located, loc_of, quote, shape_text, shown
 from ..errors import KgenError
 from ..ir import DType
@@ -50,9 +51,7 @@ def kind_of(state: KernelState, g: ir.Gemm) -> Kind:
 
 def loop_row_message(name: str, g: ir.Gemm) -> str:
     """The message for a loop-row tile read anywhere but its own `+=` store."""
-    return (f"'{name}' is a loop-row tile (gemm {name} = {g.a.name}^T @ {g.b.name}): it lies at "
-            f"the loop's rows, so only its own epilogue reads it, as acc, to add it into an "
-            f"'out accumulate' tensor ({name}'s epilogue: 'dQ += acc')")
+    return row_tile_message(name, g.a.name, g.b.name)
 
 
 def _start(state: KernelState, loop: ir.Loop, g: ir.Gemm):
