@@ -71,6 +71,13 @@ def test_parse_refuses(old, new, message):
     assert str(info.value) == message
 
 
+def test_the_language_doc_shows_this_program():
+    doc = (ROOT / "docs" / "language.md").read_text()
+    section = doc[doc.index("### The backward: several gemms"):]
+    code = "\n".join(line for line in TEXT.splitlines() if not line.startswith("#"))
+    assert section.split("```")[1].strip() == code.strip()
+
+
 # ---------------------------------------------------------------------------------------------
 # Verify: each misuse, located
 
