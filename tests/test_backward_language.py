@@ -181,6 +181,15 @@ def test_verify_refuses(old, new, message):
     assert str(info.value) == message
 
 
+def test_a_row_value_is_no_operand():
+    text = TEXT.replace(CAUSAL, "r = scale * 2; " + CAUSAL).replace("gemm dv += pt @",
+                                                                      "gemm dv += r @")
+    with pytest.raises(KgenError) as info:
+        verify(parse(text, "b.kg"))
+    assert str(info.value) == ("b.kg:23:16: error: the A operand of gemm 'dv' is a tile value; "
+                               "'r' is one value per row")
+
+
 def test_accumulators_share_one_width():
     k = kernel_of(TEXT)
     narrow = ir.Param("dO2", ir.ParamKind.TENSOR, ir.DType.BF16, ("S", 64), batch="B",
@@ -207,12 +216,12 @@ def test_gqa_is_not_in_the_backward_loop_yet():
         verify(parse(text, "b.kg"))
 
 
-def test_a_forward_value_stays_local_to_the_loop_and_is_not_warned_about():
+def test_a_value_read_by_a_later_gemm_is_not_warned_about():
     """`pt` is read only by a later gemm and a later epilogue: no unused-local warning; a local
     no one reads still gets one."""
     assert verify(parse(TEXT, "b.kg")) == []
     text = TEXT.replace("epilogue { dst = pt * (acc - D[col]) }",
-                        "epilogue {\n        junk = acc * 2\n        dst = pt * (acc - D[col])\n      }")
+                        "epilogue { junk = acc * 2; dst = pt * (acc - D[col]) }")
     (warning,) = verify(parse(text, "b.kg"))
     assert "local 'junk' is never used" in str(warning)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 
 from .. import ir
-from ..diagnostics import loop_row_message as row_tile_message
+from ..diagnostics import loop_row_message
 from ..diagnostics import at_line, did_you_mean, first_located, loc_of, quote, shape_text, shown
 from ..errors import KgenError
 from ..ir import DType
@@ -28,7 +28,7 @@ from .gemms import operand_param
 from .state import KernelState, require_str
 
 __all__ = ["Kind", "kind_of", "check_score_gemm", "check_accumulating_gemm",
-           "check_loop_row_gemm", "loop_row_message", "MAX_OPERAND_COLS"]
+           "check_loop_row_gemm", "MAX_OPERAND_COLS"]
 
 MAX_OPERAND_COLS = 256  # K0 and N: multiples of 16 up to this
 
@@ -49,11 +49,6 @@ def kind_of(state: KernelState, g: ir.Gemm) -> Kind:
     return Kind.SCORE
 
 
-def loop_row_message(name: str, g: ir.Gemm) -> str:
-    """The message for a loop-row tile read anywhere but its own `+=` store."""
-    return row_tile_message(name, g.a.name, g.b.name)
-
-
 def _start(state: KernelState, loop: ir.Loop, g: ir.Gemm):
     loc = first_located(g.loc, loop.loc)
     state.define(require_str(g.name, loc, "a gemm name"), "gemm", loc)
@@ -62,12 +57,11 @@ def _start(state: KernelState, loop: ir.Loop, g: ir.Gemm):
     return loc, first_located(g.a.loc, loc), first_located(g.b.loc, loc)
 
 
-def check_score_gemm(state: KernelState, loop: ir.Loop, g: ir.Gemm, lead: ir.Param | None,
-                     first: bool):
+def check_score_gemm(state: KernelState, loop: ir.Loop, g: ir.Gemm, lead: ir.Param | None):
     """`st = A @ B`: returns (A, B) as parameters. `lead` is the first score gemm's A (None for
     the first itself): every score gemm's A has its rows and heads."""
     loc, a_loc, b_loc = _start(state, loop, g)
-    if g.accumulate:  # not reached through kind_of; kept for the first gemm's message
+    if g.accumulate:  # the loop's first gemm, written with +=
         raise KgenError(loc, f"the first gemm of loop '{loop.name}' computes a new tile each "
                              f"block: write 'gemm {g.name} = ...' (the gemms after it may "
                              "accumulate, +=)")
@@ -101,7 +95,8 @@ def _value_a(state: KernelState, loop: ir.Loop, g: ir.Gemm, values: dict, loop_r
     if not isinstance(name, str):
         raise KgenError(a_loc, f"an operand name must be a string, got {shown(name)}")
     if name in loop_rows:
-        raise KgenError(a_loc, loop_row_message(name, loop_rows[name]))
+        g_row = loop_rows[name]
+        raise KgenError(a_loc, loop_row_message(name, g_row.a.name, g_row.b.name))
     if name in values:
         return
     kind = state.names.get(name, ("",))[0]

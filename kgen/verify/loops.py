@@ -7,8 +7,8 @@ K0 by the loop's dimension, transposed or not) with an epilogue that hands `s` o
 backward's more (score gemms, accumulating gemms reading their epilogues' values, loop-row gemms
 adding into `out accumulate` tensors). The operands share one f16 or bf16 dtype, the gemms take
 no schedule lines (the loop does: tile, warps, stages), carries are f32 per row, every
-accumulator has the same [rows, N]. Its own epilogue, after the loop, stores the outputs. A row kernel has no gemm: its epilogue is its
-body, over the [rows, cols] of its tensors. Both may have two batch dimensions (batch, heads);
+accumulator has the same [rows, N]. Its own epilogue, after the loop, stores the outputs. A
+row kernel has no gemm: its epilogue is its body, over the [rows, cols] of its tensors. Both may have two batch dimensions (batch, heads);
 an input whose heads differ from the kernel's is shared by query heads (GQA).
 
 The values and statements of the epilogues are kgen/verify/tile_epilogue.py's.
@@ -28,8 +28,8 @@ from ..diagnostics import (
 )
 from ..errors import KgenError, KgenWarning
 from ..ir import DType, ParamKind, Role
-from .loop_gemms import (MAX_OPERAND_COLS, Kind, check_accumulating_gemm, check_loop_row_gemm,
-                         check_score_gemm, kind_of)
+from .loop_gemms import (MAX_OPERAND_COLS, Kind, check_accumulating_gemm,
+                         check_loop_row_gemm, check_score_gemm, kind_of)
 from .packed import check_packed
 from .state import KernelState, require_str
 from .tile_epilogue import Rank, TileScope, Where, check_tile_epilogue
@@ -124,7 +124,7 @@ def _check_loop_kernel(state: KernelState) -> None:
                              f"'gemm s = A @ B {{ epilogue {{ s = ... }} }}' then gemms that use "
                              f"its values, e.g. 'gemm o += s @ C'; it holds {len(gemms)}")
     first = gemms[0]
-    a, _ = check_score_gemm(state, loop, first, None, True)
+    a, _ = check_score_gemm(state, loop, first, None)
     if a.dtype not in state.target.operand_dtypes:
         usable = or_list([d.dsl_name for d in DType if d in state.target.operand_dtypes])
         raise KgenError(first_located(first.a.loc, loc),
@@ -143,7 +143,7 @@ def _check_loop_kernel(state: KernelState) -> None:
         kind = Kind.SCORE if g is first else kinds[g.name]
         if kind is Kind.SCORE:
             operands = ((a, state.params[g.b.name]) if g is first
-                        else check_score_gemm(state, loop, g, a, False))
+                        else check_score_gemm(state, loop, g, a))
             scope = TileScope(Where.LOOP, f"{g.name}'s tile", rows, dim, f"gemm '{g.name}'",
                               carries=carries, accumulators=accumulators, gemm=g, loop=loop,
                               lead=a, bound=dict(values), loop_rows=loop_rows,
@@ -154,18 +154,11 @@ def _check_loop_kernel(state: KernelState) -> None:
                     values[name], owners[name] = rank, g.name
         elif kind is Kind.ACCUMULATING:
             operands = (check_accumulating_gemm(state, loop, g, values, loop_rows, first),)
-            ref = g.a.name
-            if values[ref] is not Rank.TILE:
-                raise KgenError(first_located(g.a.loc, loc),
-                                f"the A operand of gemm '{g.name}' is a tile value; "
-                                f"'{ref}' is one value per row")
+            _tile_operand(g, values, loc)
             n_of[g.name] = (operands[0].shape[1], first_located(g.b.loc, loc))
         else:
             operands = (check_loop_row_gemm(state, loop, g, values, loop_rows, a),)
-            if values[g.a.name] is not Rank.TILE:
-                raise KgenError(first_located(g.a.loc, loc),
-                                f"the A operand of gemm '{g.name}' is a tile value; "
-                                f"'{g.a.name}' is one value per row")
+            _tile_operand(g, values, loc)
             z = operands[0]
             elsewhere = {n: f"'{n}' is a value of gemm '{owners[n]}''s [{rows}, {dim}] tile; "
                             f"gemm '{g.name}''s epilogue works on its [{dim}, {z.shape[1]}] "
@@ -203,6 +196,14 @@ def _check_loop_kernel(state: KernelState) -> None:
                                      for n in values})
         check_tile_epilogue(state, k.epilogue, after, first_located(k.epilogue.loc, k.loc))
     state.warnings.extend(_unused_carries(loop, k.epilogue))
+
+
+def _tile_operand(g: ir.Gemm, values: dict, loc) -> None:
+    """A value as A is a tile (a row value would have to be broadcast: not for now)."""
+    if values[g.a.name] is not Rank.TILE:
+        raise KgenError(first_located(g.a.loc, loc), f"the A operand of gemm '{g.name}' is a "
+                                                     f"tile value; '{g.a.name}' is one value "
+                                                     "per row")
 
 
 def _read_later(gemms: tuple, g: ir.Gemm) -> set[str]:

@@ -23,6 +23,7 @@ from ..diagnostics import (
     at_line,
     did_you_mean,
     loc_of,
+    loop_row_message,
     number_text,
     quote,
     shape_text,
@@ -32,7 +33,6 @@ from ..errors import NOWHERE, KgenError, SourceLoc
 from ..ir import Axis, DType, ParamKind, ReduceOp, Role
 from ..language import F32_MAX, reduction_name
 from .epilogue import check_extent, unused_local_warnings
-from .loop_gemms import loop_row_message
 from .state import KernelState, require_str
 
 __all__ = ["Rank", "TileScope", "check_tile_epilogue", "expr_text"]
@@ -416,7 +416,8 @@ def _local_rank(e: ir.LocalRef, scope: TileScope, loc) -> Rank:
     if name in scope.bound:
         return scope.bound[name]
     if name in scope.loop_rows:
-        raise KgenError(loc, loop_row_message(name, scope.loop_rows[name]))
+        g = scope.loop_rows[name]
+        raise KgenError(loc, loop_row_message(name, g.a.name, g.b.name))
     if name in scope.elsewhere:
         raise KgenError(loc, scope.elsewhere[name])
     if scope.where is Where.LOOP_ROWS and (name in scope.carries or name in scope.accumulators):
