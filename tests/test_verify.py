@@ -1045,7 +1045,7 @@ def test_gemm_kernels_refuse_loop_only_constructs():
          "a transposed operand (B^T) is supported inside a loop only for now; outside one, "
          "declare 'B' with the other layout (row or col)"),
         (replace(base, gemms=(replace(g, accumulate=True),)),
-         "gemm 'g' accumulates (+=), which only the second gemm of a loop does; write "
+         "gemm 'g' accumulates (+=), which only a loop's accumulating gemms do; write "
          "'gemm g = ...'"),
         (replace(base, epilogue=Epilogue((Store("D", Const(1.0)),))),
          "a kernel's own epilogue follows a loop, or is the whole body of a row kernel (no "
