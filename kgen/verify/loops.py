@@ -133,6 +133,8 @@ def _check_loop_kernel(state: KernelState) -> None:
     _check_heads(state, a)
     rows = a.shape[0]
     check_packed(state, rows, dim)
+    for g in gemms:
+        require_str(g.name, first_located(g.loc, loc), "a gemm name")
     accumulators = {g.name: g for g in gemms if g.accumulate}
     kinds = {g.name: kind_of(state, g) for g in gemms[1:]}
     loop_rows = {g.name: g for g in gemms[1:] if kinds[g.name] is Kind.LOOP_ROW}
@@ -210,10 +212,11 @@ def _read_later(gemms: tuple, g: ir.Gemm) -> set[str]:
     """The names that the gemms after `g` read: their A operands and their epilogues' locals
     (a value of `g`'s epilogue used there is not dead)."""
     later = gemms[gemms.index(g) + 1:]
-    names = {h.a.name for h in later if isinstance(h.a.name, str)}
-    for h in later:
-        for stmt in h.epilogue.stmts:
-            names |= _names_read(stmt.value)
+    names = {name for h in later if isinstance(name := getattr(h.a, "name", None), str)}
+    for h in later:  # not checked yet: read defensively
+        stmts = getattr(h.epilogue, "stmts", ())
+        for stmt in stmts if isinstance(stmts, tuple) else ():
+            names |= _names_read(getattr(stmt, "value", None))
     return names
 
 
