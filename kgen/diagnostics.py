@@ -280,3 +280,11 @@ def check_identifier(name: object, loc: SourceLoc, what: str) -> None:
         )
     if name in RESERVED_IDENTIFIERS:
         raise KgenError(loc, f"{what} name '{name}' is reserved (a CUDA or C library name)")
+
+
+def loop_row_message(name: str, a: str, b: str) -> str:
+    """The message for a loop-row tile (`gemm name = a^T @ b`) read anywhere but its own `+=`
+    store: the parser's and the verifier's."""
+    return (f"'{name}' is a loop-row tile (gemm {name} = {a}^T @ {b}): it lies at the loop's "
+            f"rows, so only its own epilogue reads it, as acc, to add it into an 'out "
+            f"accumulate' tensor ({name}'s epilogue: 'dQ += acc')")

@@ -67,6 +67,12 @@ class Param:
     # and K's heads HKV, query head h reads KV head h / (H / HKV) (GQA; MQA when HKV is 1), and
     # H must be a multiple of HKV.
     heads: Dim | None = None
+    # `tensor dQ : f32[B, H, S, 128] out accumulate` (role OUT, loop kernels only): the kernel
+    # adds into the tensor (`dQ += expr` in a loop-row gemm's epilogue, see Gemm) instead of
+    # writing it; the runtime (and the .cu's launcher) zeroes it before the kernel, so its
+    # value after the kernel is the sum of every add (from every CTA, in any order unless the
+    # kernel is deterministic).
+    accumulate: bool = False
 
     @property
     def full_shape(self) -> tuple[Dim, ...]:
@@ -206,11 +212,14 @@ class Let:
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """`target = expr` where target is an output parameter."""
+    """`target = expr` where target is an output parameter. `accumulate` (`dQ += expr`): the
+    value is added into an `out accumulate` tensor (Param.accumulate) rather than written; only
+    in a loop-row gemm's epilogue, at the loop's rows (see Gemm)."""
 
     target: str
     value: Expr
     loc: SourceLoc = _loc()
+    accumulate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +312,10 @@ class ClusterShape:
 @dataclass(frozen=True, slots=True)
 class OperandRef:
     """A gemm operand: a tensor parameter, or an earlier gemm stage (chaining). `transposed`
-    (`K^T`): the tensor's transpose, a [cols, rows] operand read from the same memory."""
+    (`K^T`): the tensor's transpose, a [cols, rows] operand read from the same memory.
+    In a loop, an A operand may also name a *tile value*: a local (`Let`) bound in the epilogue
+    of an earlier score gemm of the same loop, or such a gemm's own handed-on value (`s = ...`);
+    `transposed` on a value (`ds^T`) is its [block, rows] transpose (a loop-row gemm's A)."""
 
     name: str
     loc: SourceLoc = _loc()
@@ -335,6 +347,18 @@ class Gemm:
     # `gemm o += p @ V` (in a loop only): `o` is an accumulator carried across the loop's
     # iterations, zero before the first; each iteration adds a @ b to it. Its value after the
     # loop is read by the kernel's epilogue (`O = o / l`).
+    #
+    # The three kinds of gemm in a loop (kgen/verify/loop_gemms.py classifies them):
+    # - a *score gemm* `st = K @ Q^T` (not accumulating, A a tensor): A loop-invariant (its rows
+    #   are the kernel's rows), B the loop's block, transposed or not; its result and epilogue
+    #   values are *tiles* [rows, block] (`row` the kernel's row, `col` the loop position);
+    # - an *accumulating gemm* `dv += p @ dO`: A a tile value of an earlier score gemm's
+    #   epilogue (rounded once to the B operand's dtype), B [loop dim, N]: an accumulator
+    #   [rows, N] as above;
+    # - a *loop-row gemm* `dq = ds^T @ K` (not accumulating, A a tile value transposed): B
+    #   loop-invariant [rows, N]; its result [block, N] lies at the loop's rows (`row` the loop
+    #   position, `col` 0..N) and its epilogue may only add it into `out accumulate` tensors
+    #   (Store.accumulate, `dQ += scale * acc`); nothing else reads it.
     accumulate: bool = False
 
 
@@ -368,7 +392,11 @@ class Loop:
     """`loop kv over T { carry ...; gemm s = Q @ K^T {...}; gemm o += s @ V }`: each CTA keeps
     a tile of rows and runs the body once per block of `dim`, in order. The first gemm's
     columns and the accumulating gemm's k run along `dim`; every `carry` and every accumulating
-    gemm is carried across iterations. Each schedule line is optional (None: the builder's)."""
+    gemm is carried across iterations. Each schedule line is optional (None: the builder's).
+    `gemms` run in statement order each iteration; the first is a score gemm (its A gives the
+    kernel's rows). The forward holds two (a score gemm, then an accumulating one); a backward
+    holds more (see Gemm.accumulate for the kinds), a local of a score gemm's epilogue being
+    readable by later gemms' epilogues and operands of the same iteration."""
 
     name: str
     dim: str  # the size name the loop runs over (T)

@@ -19,7 +19,8 @@ from typing import Callable
 from lark import Token, Transformer, v_args
 
 from . import ir
-from .diagnostics import DTYPE_NAMES, arity_message, at_line, did_you_mean, number_text, quote
+from .diagnostics import (DTYPE_NAMES, arity_message, at_line, did_you_mean, loop_row_message,
+                          number_text, quote)
 from .errors import KgenError, SourceLoc
 from .ir import Axis, DType, Op, ParamKind
 from .language import F32_MAX, REDUCTIONS
@@ -41,12 +42,20 @@ class Scope:
     stores_readable: bool = False
     # in a tile program's epilogues: a dimension's name is its size, as a value (ir.Extent)
     sizes: bool = False
+    # a loop's loop-row gemms (`dq = ds^T @ K`) -> (A, B): read by nothing but their `+=` store
+    loop_rows: dict[str, tuple[str, str]] = field(default_factory=dict)
+    loop_locals: set[str] = field(default_factory=set)  # the loop's values, after the loop
 
     def unknown(self, name: str, loc: SourceLoc) -> KgenError:
         """The error for a name that is not a value here, saying what it is if anything."""
+        if name in self.loop_rows:
+            return KgenError(loc, loop_row_message(name, *self.loop_rows[name]))
         if name in self.later:
             line = at_line(self.later[name])
             return KgenError(loc, f"'{name}' is used before it is defined{line}")
+        if name in self.other_locals and name in self.loop_locals:
+            return KgenError(loc, f"'{name}' is a value of gemm '{self.other_locals[name]}' in "
+                                  "the loop; after it, read the accumulators and carries")
         if name in self.other_locals:
             return KgenError(
                 loc,

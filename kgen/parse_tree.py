@@ -71,6 +71,7 @@ class _Stmt:
     value: Resolver
     loc: SourceLoc
     scale: bool = False  # `o *= r`
+    add: bool = False  # `dQ += expr` (ir.Store.accumulate)
 
 
 @dataclass(frozen=True)
@@ -183,13 +184,22 @@ class ToIR(LoopRules):
         gemm_names = {d.name for d in (*decls, *loop_decls)}
         carried = dict(loop.carried) if loop is not None else {}
         other_locals: dict[str, str] = {}
+        loop_values: dict[str, SourceLoc] = {}  # read by the loop's later epilogues
+        loop_rows = {d.name: (d.a.name, d.b.name) for d in loop_decls
+                     if not d.accumulate and d.a.name not in by_name}
 
         def resolve(decl: _GemmDecl, earlier: list, in_loop: bool) -> ir.Gemm:
-            scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
-                          carried=set(carried), stores_readable=in_loop, sizes=in_loop)
+            values = loop_values if in_loop else {}
+            scope = Scope(by_name, gemm_names, dims,
+                          {n: g for n, g in other_locals.items() if n not in values},
+                          {**carried, **values}, carried=set(carried),
+                          stores_readable=in_loop, sizes=in_loop, loop_rows=loop_rows)
             gemm = self._gemm_ir(decl, scope, {g.name for g in earlier})
-            other_locals.update({n: decl.name for n in scope.bound
-                                 if n not in carried and n not in gemm_names})
+            bound = {n: at for n, at in scope.bound.items() if n not in carried}
+            other_locals.update({n: decl.name for n in bound
+                                 if n not in gemm_names and n not in values})
+            if in_loop:
+                loop_values.update(bound)
             return gemm
 
         gemms: list[ir.Gemm] = []
@@ -208,7 +218,8 @@ class ToIR(LoopRules):
         epilogue = None
         if "epilogue" in settings:  # the kernel's own: after the loop, or a row kernel's body
             scope = Scope(by_name, gemm_names, dims, dict(other_locals), dict(carried),
-                          carried=set(carried), sizes=True)
+                          carried=set(carried), sizes=True, loop_rows=loop_rows,
+                          loop_locals=set(loop_values))
             stmts = self._statements(settings["epilogue"].value, scope)
             epilogue = ir.Epilogue(stmts, settings["epilogue"].loc)
 
@@ -281,6 +292,7 @@ class ToIR(LoopRules):
         elif len(shape) == batched_rank + 1 and kind is not ParamKind.SCALAR:
             batch, heads, shape = shape[0], shape[1], shape[2:]
         layout = role = default = None
+        accumulate = False
         for option in rest:
             if option.kind == "default":
                 if default is not None:
@@ -302,6 +314,10 @@ class ToIR(LoopRules):
                         option.loc, f"tensor '{name}' already has layout '{layout.value}'"
                     )
                 layout = ir.Layout(option.value)
+            elif option.value == "accumulate":  # `out accumulate`: verify checks the rest
+                if accumulate:
+                    raise KgenError(option.loc, f"'{name}' is already marked 'accumulate'")
+                accumulate = True
             else:
                 if role is not None:
                     raise KgenError(
@@ -319,6 +335,7 @@ class ToIR(LoopRules):
             loc=loc,
             batch=batch,
             heads=heads,
+            accumulate=accumulate,
         )
 
     # -- gemm stages ---------------------------------------------------------------------------
@@ -394,6 +411,10 @@ class ToIR(LoopRules):
     def scale_stmt(self, meta, children):
         target, value = children
         return _Stmt(str(target), self._loc(target), value, self._loc(meta), scale=True)
+
+    def add_stmt(self, meta, children):
+        target, value = children
+        return _Stmt(str(target), self._loc(target), value, self._loc(meta), add=True)
 
     def gemm(self, meta, children):
         (name, name_loc), op, a, b, *rest = children
@@ -487,7 +508,15 @@ class ToIR(LoopRules):
                 )
             if s.scale:
                 value = ir.Call(ir.Op.MUL, (ir.LocalRef(s.target, s.target_loc), value), s.loc)
-            if s.target in scope.carried:
+            if s.add:
+                if s.target not in scope.params:
+                    raise KgenError(
+                        s.target_loc,
+                        f"'{s.target} += ...' adds into an output tensor declared 'out "
+                        f"accumulate'; '{s.target}' is not a parameter",
+                    )
+                out.append(ir.Store(s.target, value, s.loc, accumulate=True))
+            elif s.target in scope.carried:
                 out.append(ir.Update(s.target, value, s.loc))
             elif sets_param_or_gemm(s):
                 out.append(ir.Store(s.target, value, s.loc))

@@ -32,6 +32,7 @@ from . import ir
 from .reference import _NUMPY_REDUCE, batch_count, host_dtype, numpy_op, round_to
 
 DEFAULT_BLOCK = 64  # the loop's block when the caller gives none
+DEFAULT_ROWS = 64  # the kernel's rows per block (CTA) of a loop with `+=` stores, without tile
 
 # Philox 4x32-10's multipliers and key increments (Salmon et al., SC 2011; Random123)
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
@@ -150,6 +151,7 @@ class _Instance:
         self.cols = np.zeros(0)  # the current tile's global column indices
         self.col_slice = slice(None)  # the same, for v[col]
         self.acc = None
+        self.adds: dict[str, np.ndarray] = {}  # `out accumulate` tensors, float64 sums
 
     def _input(self, name: str) -> np.ndarray:
         if name not in self.inputs:
@@ -167,7 +169,7 @@ class _Instance:
         env: dict[str, Any] = {}
         with np.errstate(all="ignore"):
             if self.kernel.loop is not None:
-                env = self._loop()
+                env = self._loop_by_rows()
             else:
                 tensor = rows_param(self.kernel)
                 if tensor.role is ir.Role.IN:
@@ -177,48 +179,94 @@ class _Instance:
                 self._columns(0, width)
             if self.kernel.epilogue is not None:
                 self._statements(self.kernel.epilogue, env, outputs)
+        for p in self.kernel.params:  # an `out accumulate` tensor: zero, plus every add
+            if p.accumulate:
+                total = self.adds.get(p.name)
+                if total is None:
+                    total = np.zeros((_extent(p.shape[0], self.kernel, self.inputs),
+                                      _extent(p.shape[1], self.kernel, self.inputs)))
+                outputs[p.name] = total.astype(host_dtype(p.dtype))
         return outputs
 
     def _columns(self, start: int, stop: int) -> None:
         self.cols = np.arange(start, stop, dtype=np.float64)
         self.col_slice = slice(start, stop)
 
+    def _loop_by_rows(self) -> dict[str, Any]:
+        """The loop, per block of the kernel's rows (the loop's tile.m, else DEFAULT_ROWS) when
+        the kernel adds into an `out accumulate` tensor: each block adds its share, as each
+        CTA does (every other value is per row, so the blocking changes nothing else)."""
+        if not any(p.accumulate for p in self.kernel.params) or not len(self.rows):
+            return self._loop()
+        tile = self.kernel.loop.tile
+        step = tile.m if tile is not None else DEFAULT_ROWS
+        rows, parts = self.rows, []
+        for start in range(0, len(rows), step):
+            self.rows = rows[start:start + step]
+            parts.append(self._loop())
+        self.rows = rows
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
     def _loop(self) -> dict[str, Any]:
         loop = self.kernel.loop
-        first, second = loop.gemms
-        a = self._input(first.a.name).astype(np.float64)[self.rows]
-        b = self._operand(first.b)
-        c = self._operand(second.b)
-        c_dtype = self.kernel.param(second.b.name).dtype
+        first = loop.gemms[0]
         count = len(self.rows)
         env: dict[str, Any] = {carry.name: np.full((count, 1), float(carry.init))
                                for carry in loop.carries}
-        env[second.name] = np.zeros((count, c.shape[1]))
-        extent = b.shape[1]
+        for g in loop.gemms:
+            if g.accumulate:
+                env[g.name] = np.zeros((count, self._operand(g.b).shape[1]))
+        extent = self._operand(first.b).shape[1]
         for start in range(0, extent, self.block):
             stop = min(start + self.block, extent)
             self._columns(start, stop)
-            self.acc = a @ b[:, start:stop]
-            handed = self._statements(first.epilogue, env, {}, own=first.name)
-            if handed is None:
-                raise ValueError(f"gemm {first.name!r} hands no value on ({first.name} = ...)")
-            handed = np.broadcast_to(handed, (count, stop - start))
-            env[second.name] = env[second.name] + round_to(handed, c_dtype) @ c[start:stop]
+            values: dict[str, Any] = {}  # this block's tile values, in statement order
+            for g in loop.gemms:
+                if not g.accumulate and self.kernel.param(g.a.name) is not None:  # score
+                    a = self._input(g.a.name).astype(np.float64)[self.rows]
+                    self.acc = a @ self._operand(g.b)[:, start:stop]
+                    self._statements(g.epilogue, env, {}, own=g.name, values=values)
+                    continue
+                if g.a.name not in values:
+                    raise ValueError(f"gemm {g.name!r} reads {g.a.name!r}, which no earlier "
+                                     f"epilogue binds ({g.a.name} = ...)")
+                tile = np.broadcast_to(values[g.a.name], (count, stop - start))
+                operand = round_to(tile, self.kernel.param(g.b.name).dtype)
+                if g.accumulate:
+                    env[g.name] = env[g.name] + operand @ self._operand(g.b)[start:stop]
+                else:  # a loop-row gemm: [block, N] at the loop's rows
+                    self._loop_rows(g, operand.T @ self._operand(g.b)[self.rows], start, stop)
         self.acc = None
-        self._columns(0, c.shape[1])
-        return {name: value for name, value in env.items()
-                if name in {carry.name for carry in loop.carries} or name == second.name}
+        widths = [env[g.name].shape[1] for g in loop.gemms if g.accumulate]
+        self._columns(0, widths[0] if widths else 0)
+        carried = {carry.name for carry in loop.carries} | {g.name for g in loop.gemms
+                                                             if g.accumulate}
+        return {name: value for name, value in env.items() if name in carried}
+
+    def _loop_rows(self, g: ir.Gemm, acc: np.ndarray, start: int, stop: int) -> None:
+        """A loop-row gemm's epilogue over its [block, N] tile: `row` is the loop position,
+        `col` 0..N; `+=` stores add into self.adds (float64, rounded once at the end)."""
+        rows, cols, col_slice = self.rows, self.cols, self.col_slice
+        self.rows = np.arange(start, stop)
+        self._columns(0, acc.shape[1])
+        self.acc = acc
+        self._statements(g.epilogue, {}, {})
+        self.rows, self.cols, self.col_slice = rows, cols, col_slice
 
     def _statements(self, epilogue: ir.Epilogue, carried: dict[str, Any],
-                    outputs: dict[str, np.ndarray], own: str | None = None) -> Any:
-        """Run one epilogue; `carried` (carries and the accumulator) is updated in place.
-        Returns the value stored to `own` (the value a loop's first gemm hands on)."""
-        env = dict(carried)
+                    outputs: dict[str, np.ndarray], own: str | None = None,
+                    values: dict[str, Any] | None = None) -> Any:
+        """Run one epilogue; `carried` (carries and accumulators) is updated in place, and
+        `values` (a loop's tile values of this block) receives its locals and the value stored
+        to `own` (a score gemm's handed-on value). Returns the value stored to `own`."""
+        env = {**(values or {}), **carried}
         handed = None
         for stmt in epilogue.stmts:
             value = self.value(stmt.value, env)
             if isinstance(stmt, ir.Let):
                 env[stmt.name] = value
+                if values is not None:
+                    values[stmt.name] = value
             elif isinstance(stmt, ir.Update):
                 shape = carried[stmt.name].shape
                 carried[stmt.name] = np.array(np.broadcast_to(value, shape), dtype=np.float64)
@@ -226,9 +274,22 @@ class _Instance:
             elif stmt.target == own:
                 handed = value
                 env[stmt.target] = value
+                if values is not None:
+                    values[stmt.target] = value
+            elif stmt.accumulate:
+                self._add(self.kernel.param(stmt.target), value)
             else:
                 outputs[stmt.target] = self._store(value, self.kernel.param(stmt.target))
         return handed
+
+    def _add(self, param: ir.Param, value: Any) -> None:
+        """`dQ += value` at the current rows (the loop's) and columns, summed in float64."""
+        if param.name not in self.adds:
+            length = _extent(param.shape[0], self.kernel, self.inputs)
+            self.adds[param.name] = np.zeros((length, _extent(param.shape[1], self.kernel,
+                                                               self.inputs)))
+        tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
+        self.adds[param.name][self.rows, self.col_slice] += tile
 
     def _store(self, value: Any, param: ir.Param) -> np.ndarray:
         count = len(self.rows)

@@ -648,7 +648,7 @@ TILE_CASES = [
     ('attention_fwd',
      'gemm o += s @ V accumulate f32',
      'gemm o += s @ V^T accumulate f32',
-     "p.kg:29:19: error: only the first gemm's B operand can be transposed for now; declare 'V' "
+     "p.kg:29:19: error: only a score gemm's B operand can be transposed for now; declare 'V' "
      "with T rows (the other layout, row or col, if its memory is the transpose)"),
     ('attention_fwd',
      'm = m_new',
@@ -809,13 +809,13 @@ TILE_CASES = [
     ('attention_fwd',
      'gemm o += s @ V accumulate f32',
      'gemm o += Q @ V accumulate f32',
-     "p.kg:29:15: error: the second gemm of loop 'kv' multiplies the first gemm's value: write "
-     "'gemm o += s @ ...'"),
+     "p.kg:29:15: error: the accumulating gemm 'o' of loop 'kv' multiplies a tile value of an "
+     "earlier score gemm's epilogue: write 'gemm o += s @ ...'"),
     ('attention_fwd',
      'gemm s = Q',
      'gemm s += Q',
      "p.kg:17:5: error: the first gemm of loop 'kv' computes a new tile each block: write 'gemm "
-     "s = ...' (only the second gemm accumulates, +=)"),
+     "s = ...' (the gemms after it may accumulate, +=)"),
     ('attention_fwd',
      'tensor V : bf16[B, HKV, T, 128] row',
      'tensor V : bf16[B, HKV, S, 128] row',
@@ -983,8 +983,8 @@ def _with_loop(**changes) -> Kernel:
      "carry 'm' starts at nan; it must start at an f32 number, inf or -inf"),
     (lambda: _with_loop(dim=7), "loop 'j' runs over 7, which is not a dimension of any parameter"),
     (lambda: _with_loop(gemms=_loop_kernel().loop.gemms[:1]),
-     "loop 'j' must hold two gemms for now, 'gemm s = A @ B { epilogue { s = ... } }' then "
-     "'gemm o += s @ C'; it holds 1"),
+     "loop 'j' must hold a score gemm 'gemm s = A @ B { epilogue { s = ... } }' then gemms that "
+     "use its values, e.g. 'gemm o += s @ C'; it holds 1"),
     (lambda: _with_loop(tile=ir.BlockShape(64, 64), warps=WarpGrid(8, 1)),
      "warps 8 cover 128 rows (16 each) but the loop's tile has 64"),
     (lambda: _with_loop(gemms=(replace(_loop_kernel().loop.gemms[0], epilogue=Epilogue((
@@ -1045,7 +1045,7 @@ def test_gemm_kernels_refuse_loop_only_constructs():
          "a transposed operand (B^T) is supported inside a loop only for now; outside one, "
          "declare 'B' with the other layout (row or col)"),
         (replace(base, gemms=(replace(g, accumulate=True),)),
-         "gemm 'g' accumulates (+=), which only the second gemm of a loop does; write "
+         "gemm 'g' accumulates (+=), which only a loop's accumulating gemms do; write "
          "'gemm g = ...'"),
         (replace(base, epilogue=Epilogue((Store("D", Const(1.0)),))),
          "a kernel's own epilogue follows a loop, or is the whole body of a row kernel (no "

@@ -59,8 +59,8 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
                 f"outside one, declare '{ref.name}' with the other layout (row or col)",
             )
     if g.accumulate is not False:
-        raise KgenError(loc, f"gemm '{g.name}' accumulates (+=), which only the second gemm of "
-                             f"a loop does; write 'gemm {g.name} = ...'")
+        raise KgenError(loc, f"gemm '{g.name}' accumulates (+=), which only a loop's "
+                             f"accumulating gemms do; write 'gemm {g.name} = ...'")
     a_shape = state.gemm_shapes.get(g.a.name)
     if a_shape is not None:
         if g.a.name in state.consumer:

@@ -1,12 +1,14 @@
 """Verify tile programs: loop kernels and row kernels (the rules of docs/language.md, "Loops").
 
-A loop kernel holds one loop of exactly two gemms: `s = A @ B` (A the kernel's rows by K0, B
+A loop kernel holds one loop of gemms, run in order each iteration (their kinds and operands
+are kgen/verify/loop_gemms.py's): the forward's two, `s = A @ B` (A the kernel's rows by K0, B
 K0 by the loop's dimension, transposed or not) with an epilogue that hands `s` on, then
-`o += s @ C` (C the loop's dimension by N1), which accumulates across the iterations. K0 and
-N1 are compile-time multiples of 16 up to 256, the operands share one f16 or bf16 dtype, the
-gemms take no schedule lines (the loop does: tile, warps, stages), carries are f32 per row. Its
-own epilogue, after the loop, stores the outputs. A row kernel has no gemm: its epilogue is its
-body, over the [rows, cols] of its tensors. Both may have two batch dimensions (batch, heads);
+`o += s @ C` (C the loop's dimension by N1), which accumulates across the iterations; a
+backward's more (score gemms, accumulating gemms reading their epilogues' values, loop-row gemms
+adding into `out accumulate` tensors). The operands share one f16 or bf16 dtype, the gemms take
+no schedule lines (the loop does: tile, warps, stages), carries are f32 per row, every
+accumulator has the same [rows, N]. Its own epilogue, after the loop, stores the outputs. A
+row kernel has no gemm: its epilogue is its body, over the [rows, cols] of its tensors. Both may have two batch dimensions (batch, heads);
 an input whose heads differ from the kernel's is shared by query heads (GQA).
 
 The values and statements of the epilogues are kgen/verify/tile_epilogue.py's.
@@ -26,15 +28,15 @@ from ..diagnostics import (
 )
 from ..errors import KgenError, KgenWarning
 from ..ir import DType, ParamKind, Role
-from .gemms import operand_param
+from .loop_gemms import (MAX_OPERAND_COLS, Kind, check_accumulating_gemm,
+                         check_loop_row_gemm, check_score_gemm, kind_of)
 from .packed import check_packed
 from .state import KernelState, require_str
-from .tile_epilogue import TileScope, Where, check_tile_epilogue
+from .tile_epilogue import Rank, TileScope, Where, check_tile_epilogue
 
 __all__ = ["is_tile_program", "check_tile_program", "MAX_OPERAND_COLS", "LOOP_TILE_M",
            "LOOP_TILE_N", "MAX_LOOP_STAGES"]
 
-MAX_OPERAND_COLS = 256  # K0 and N1: multiples of 16 up to this
 LOOP_TILE_M = (64, 128)  # rows per CTA
 LOOP_TILE_N = (32, 64, 80, 128)  # the loop's block (80: the sm_90a rulebook's at head dim 256; each target's rulebook refuses what its skeleton lacks)
 MAX_LOOP_STAGES = 3
@@ -116,43 +118,119 @@ def _check_loop_kernel(state: KernelState) -> None:
         _check_carry(state, carry, loc)
         carries[carry.name] = carry
 
-    if len(loop.gemms) != 2 or not all(isinstance(g, ir.Gemm) for g in loop.gemms):
-        raise KgenError(loc, f"loop '{loop.name}' must hold two gemms for now, "
-                             f"'gemm s = A @ B {{ epilogue {{ s = ... }} }}' then "
-                             f"'gemm o += s @ C'; it holds {len(loop.gemms)}")
-    first, second = loop.gemms
-    a, b, k0 = _check_first_gemm(state, loop, first)
-    c, n1 = _check_second_gemm(state, loop, first, second)
-    for operand, ref in ((b, first.b), (c, second.b)):
-        if operand.dtype is not a.dtype:
-            raise KgenError(first_located(ref.loc, loc),
-                            f"operand dtypes differ: {a.name} is {a.dtype.dsl_name} but "
-                            f"{operand.name} is {operand.dtype.dsl_name}")
+    gemms = loop.gemms
+    if len(gemms) < 2 or not all(isinstance(g, ir.Gemm) for g in gemms):
+        raise KgenError(loc, f"loop '{loop.name}' must hold a score gemm "
+                             f"'gemm s = A @ B {{ epilogue {{ s = ... }} }}' then gemms that use "
+                             f"its values, e.g. 'gemm o += s @ C'; it holds {len(gemms)}")
+    first = gemms[0]
+    a, _ = check_score_gemm(state, loop, first, None)
     if a.dtype not in state.target.operand_dtypes:
         usable = or_list([d.dsl_name for d in DType if d in state.target.operand_dtypes])
         raise KgenError(first_located(first.a.loc, loc),
                         f"dtype {a.dtype.dsl_name} is not supported as an MMA operand on "
                         f"{state.target.arch.value} (use {usable})")
     _check_heads(state, a)
-
     rows = a.shape[0]
     check_packed(state, rows, dim)
-    accumulators = {second.name: second}
-    in_loop = TileScope(Where.LOOP, f"{first.name}'s tile", rows, dim, f"gemm '{first.name}'",
-                        carries=carries, accumulators=accumulators, gemm=first, loop=loop,
-                        lead=a)
-    check_tile_epilogue(state, first.epilogue, in_loop, first_located(first.loc, loc))
-    if in_loop.handed_on is None:
-        raise KgenError(first_located(first.loc, loc),
-                        f"gemm '{first.name}' feeds gemm '{second.name}' but its epilogue never "
-                        f"sets '{first.name}' (add e.g. '{first.name} = acc')")
-    after = None
+    for g in gemms:
+        require_str(g.name, first_located(g.loc, loc), "a gemm name")
+    accumulators = {g.name: g for g in gemms if g.accumulate}
+    kinds = {g.name: kind_of(state, g) for g in gemms[1:]}
+    loop_rows = {g.name: g for g in gemms[1:] if kinds[g.name] is Kind.LOOP_ROW}
+    values: dict[str, Rank] = {}  # tile values bound so far, readable by later gemms
+    owners: dict[str, str] = {}  # each value's score gemm
+    n_of: dict[str, tuple] = {}  # accumulator -> (N, where its B is)
+    for g in gemms:
+        kind = Kind.SCORE if g is first else kinds[g.name]
+        if kind is Kind.SCORE:
+            operands = ((a, state.params[g.b.name]) if g is first
+                        else check_score_gemm(state, loop, g, a))
+            scope = TileScope(Where.LOOP, f"{g.name}'s tile", rows, dim, f"gemm '{g.name}'",
+                              carries=carries, accumulators=accumulators, gemm=g, loop=loop,
+                              lead=a, bound=dict(values), loop_rows=loop_rows,
+                              used=_read_later(gemms, g))
+            check_tile_epilogue(state, g.epilogue, scope, first_located(g.loc, loc))
+            for name, rank in scope.bound.items():
+                if name not in values:
+                    values[name], owners[name] = rank, g.name
+        elif kind is Kind.ACCUMULATING:
+            operands = (check_accumulating_gemm(state, loop, g, values, loop_rows, first),)
+            _tile_operand(g, values, loc)
+            n_of[g.name] = (operands[0].shape[1], first_located(g.b.loc, loc))
+        else:
+            operands = (check_loop_row_gemm(state, loop, g, values, loop_rows, a),)
+            _tile_operand(g, values, loc)
+            z = operands[0]
+            elsewhere = {n: f"'{n}' is a value of gemm '{owners[n]}''s [{rows}, {dim}] tile; "
+                            f"gemm '{g.name}''s epilogue works on its [{dim}, {z.shape[1]}] "
+                            "tile at the loop's rows" for n in values}
+            scope = TileScope(Where.LOOP_ROWS, f"{g.name}'s {shape_text((dim, z.shape[1]))} tile",
+                              dim, z.shape[1], f"gemm '{g.name}'", carries=carries,
+                              accumulators=accumulators, gemm=g, loop=loop, lead=a,
+                              loop_rows=loop_rows, elsewhere=elsewhere)
+            check_tile_epilogue(state, g.epilogue, scope, first_located(g.loc, loc))
+        for operand in operands:
+            if operand.dtype is not a.dtype:
+                raise KgenError(first_located(g.b.loc, loc),
+                                f"operand dtypes differ: {a.name} is {a.dtype.dsl_name} but "
+                                f"{operand.name} is {operand.dtype.dsl_name}")
+    if not accumulators and not loop_rows:
+        raise KgenError(loc, f"loop '{loop.name}' must hold a gemm that uses its score gemms' "
+                             f"values, e.g. 'gemm o += {first.name} @ C'")
+    widths = [n for n, _ in n_of.values()]
+    for name, (n, at) in n_of.items():
+        if n != widths[0]:
+            one = next(iter(n_of))
+            raise KgenError(at, f"the accumulators of loop '{loop.name}' share one [rows, N] "
+                                f"tile (the kernel's epilogue works on it): '{one}' has N "
+                                f"{widths[0]} but '{name}' has N {n}")
     if k.epilogue is not None:
-        tile = f"{second.name}'s {shape_text((rows, n1))} tile"
+        n1 = widths[0] if widths else 0
+        names = " and ".join(accumulators) or "no accumulator"
+        tile = f"{names}'s {shape_text((rows, n1))} tile" if len(accumulators) == 1 else \
+            f"the {shape_text((rows, n1))} tile of {names}"
         after = TileScope(Where.AFTER, tile, rows, n1, "the kernel's epilogue",
-                          carries=carries, accumulators=accumulators, loop=loop, lead=a)
+                          carries=carries, accumulators=accumulators, loop=loop, lead=a,
+                          loop_rows=loop_rows,
+                          elsewhere={n: f"'{n}' is a value of gemm '{owners[n]}' in the loop; "
+                                        "after it, read the accumulators and carries"
+                                     for n in values})
         check_tile_epilogue(state, k.epilogue, after, first_located(k.epilogue.loc, k.loc))
-    state.warnings.extend(_unused_carries(loop, first.epilogue, k.epilogue))
+    state.warnings.extend(_unused_carries(loop, k.epilogue))
+
+
+def _tile_operand(g: ir.Gemm, values: dict, loc) -> None:
+    """A value as A is a tile (a row value would have to be broadcast: not for now)."""
+    if values[g.a.name] is not Rank.TILE:
+        raise KgenError(first_located(g.a.loc, loc), f"the A operand of gemm '{g.name}' is a "
+                                                     f"tile value; '{g.a.name}' is one value "
+                                                     "per row")
+
+
+def _read_later(gemms: tuple, g: ir.Gemm) -> set[str]:
+    """The names that the gemms after `g` read: their A operands and their epilogues' locals
+    (a value of `g`'s epilogue used there is not dead)."""
+    later = gemms[gemms.index(g) + 1:]
+    names = {name for h in later if isinstance(name := getattr(h.a, "name", None), str)}
+    for h in later:  # not checked yet: read defensively
+        stmts = getattr(h.epilogue, "stmts", ())
+        for stmt in stmts if isinstance(stmts, tuple) else ():
+            names |= _names_read(getattr(stmt, "value", None))
+    return names
+
+
+def _names_read(expr: object) -> set[str]:
+    found, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ir.LocalRef):
+            found.add(node.name)
+        elif isinstance(node, ir.Call) and isinstance(node.args, tuple):
+            stack.extend(node.args)
+        elif isinstance(node, (ir.Cast, ir.Reduce)):
+            stack.append(node.arg)
+    return found
 
 
 def _check_schedule(loop: ir.Loop, loc) -> None:
@@ -211,108 +289,6 @@ def _check_carry(state: KernelState, carry: object, loc) -> None:
                             "an f32 number, inf or -inf")
 
 
-def _no_schedule_lines(loop: ir.Loop, g: ir.Gemm, loc) -> None:
-    """A gemm in a loop takes no schedule line: the loop's tile, warps and stages are its."""
-    for attr, cls in (("a", ir.OperandRef), ("b", ir.OperandRef), ("epilogue", ir.Epilogue)):
-        if not isinstance(getattr(g, attr), cls):
-            raise KgenError(loc, f"gemm '{g.name}': {attr} must be a kgen.ir.{cls.__name__}")
-    lines = (("tile", g.tile), ("warps", g.warps), ("stages", g.stages), ("split", g.split),
-             ("cluster", g.cluster))
-    for what, node in lines:
-        if node is not None:
-            raise KgenError(
-                first_located(loc_of(node), loc),
-                f"gemm '{g.name}' is in loop '{loop.name}': its {what} line goes on the loop "
-                f"(loop {loop.name} over {loop.dim} {{ tile 128x64  warps 8  stages 2 ... }})",
-            )
-    if g.keep is not None or g.resident:
-        raise KgenError(first_located(g.resident_loc or loc, loc),
-                        f"gemm '{g.name}' is in loop '{loop.name}': keep applies to chains "
-                        "outside loops")
-
-
-def _check_first_gemm(state: KernelState, loop: ir.Loop, g: ir.Gemm):
-    loc = first_located(g.loc, loop.loc)
-    state.define(require_str(g.name, loc, "a gemm name"), "gemm", loc)
-    _no_schedule_lines(loop, g, loc)
-    if g.accumulate:
-        raise KgenError(loc, f"the first gemm of loop '{loop.name}' computes a new tile each "
-                             f"block: write 'gemm {g.name} = ...' (only the second gemm "
-                             "accumulates, +=)")
-    _check_acc_dtype(g, loc)
-    a_loc, b_loc = first_located(g.a.loc, loc), first_located(g.b.loc, loc)
-    a = operand_param(state, g, g.a, "A", a_loc)
-    if g.a.transposed:
-        raise KgenError(a_loc, f"only a B operand can be transposed; the A operand '{a.name}' "
-                               "holds the kernel's rows")
-    b = operand_param(state, g, g.b, "B", b_loc)
-    b_shape = _operand_shape(b, g.b)
-    b_text = f"{b.name}^T" if g.b.transposed else b.name
-    if a.shape[1] != b_shape[0]:
-        raise KgenError(b_loc, f"inner dimensions differ: {a.name} is {shape_text(a.shape)} but "
-                               f"{b_text} is {shape_text(b_shape)}")
-    if b_shape[1] != loop.dim:
-        raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
-                               f"gemm '{g.name}' needs {loop.dim} columns; {b_text} is "
-                               f"{shape_text(b_shape)}")
-    what = f"K0, the columns of '{a.name}' (the k of gemm '{g.name}')"
-    _compile_time_cols(a.shape[1], what, a_loc)
-    return a, b, a.shape[1]
-
-
-def _check_second_gemm(state: KernelState, loop: ir.Loop, first: ir.Gemm, g: ir.Gemm):
-    loc = first_located(g.loc, loop.loc)
-    state.define(require_str(g.name, loc, "a gemm name"), "gemm", loc)
-    _no_schedule_lines(loop, g, loc)
-    if not g.accumulate:
-        raise KgenError(loc, f"the second gemm of loop '{loop.name}' accumulates across its "
-                             f"iterations: write 'gemm {g.name} += {first.name} @ ...'")
-    _check_acc_dtype(g, loc)
-    a_loc, b_loc = first_located(g.a.loc, loc), first_located(g.b.loc, loc)
-    if g.a.name != first.name or g.a.transposed:
-        raise KgenError(a_loc, f"the second gemm of loop '{loop.name}' multiplies the first "
-                               f"gemm's value: write 'gemm {g.name} += {first.name} @ ...'")
-    c = operand_param(state, g, g.b, "B", b_loc)
-    if g.b.transposed:
-        raise KgenError(b_loc, f"only the first gemm's B operand can be transposed for now; "
-                               f"declare '{c.name}' with {loop.dim} rows (the other layout, "
-                               "row or col, if its memory is the transpose)")
-    c_shape, c_text = c.shape, c.name
-    if c_shape[0] != loop.dim:
-        raise KgenError(b_loc, f"loop '{loop.name}' runs over {loop.dim}, so the B operand of "
-                               f"gemm '{g.name}' needs {loop.dim} rows; {c_text} is "
-                               f"{shape_text(c_shape)}")
-    what = f"N1, the columns of '{c_text}' (the n of gemm '{g.name}')"
-    _compile_time_cols(c_shape[1], what, b_loc)
-    if g.epilogue.stmts:
-        raise KgenError(first_located(g.epilogue.loc, loc),
-                        f"an accumulating gemm has no epilogue of its own; read '{g.name}' in "
-                        "the kernel's epilogue, after the loop")
-    return c, c_shape[1]
-
-
-def _check_acc_dtype(g: ir.Gemm, loc) -> None:
-    if g.acc_dtype is not DType.F32:
-        name = getattr(g.acc_dtype, "dsl_name", None) or shown(g.acc_dtype)
-        raise KgenError(loc, f"gemm '{g.name}' accumulates in {name}; a loop's gemms accumulate "
-                             "in f32")
-
-
-def _operand_shape(param: ir.Param, ref: ir.OperandRef) -> tuple:
-    if not isinstance(ref.transposed, bool):
-        raise KgenError(ref.loc, f"transposed must be True or False, got {shown(ref.transposed)}")
-    return tuple(reversed(param.shape)) if ref.transposed else param.shape
-
-
-def _compile_time_cols(value: object, what: str, loc) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise KgenError(loc, f"{what} must be a compile-time size (a multiple of 16 up to "
-                             f"{MAX_OPERAND_COLS}), got {quote(value)}")
-    if value % 16 or value > MAX_OPERAND_COLS:
-        raise KgenError(loc, f"{what} must be a multiple of 16 up to {MAX_OPERAND_COLS}, got "
-                             f"{value}")
-
-
 # ---------------------------------------------------------------------------------------------
 # Two batch dimensions
 
@@ -354,17 +330,20 @@ def _check_heads(state: KernelState, rows_of: ir.Param) -> None:
 # Warnings
 
 
-def _unused_carries(loop: ir.Loop, inside: ir.Epilogue, after: ir.Epilogue | None
-                    ) -> list[KgenWarning]:
-    """A warning at each carry whose value reaches no store and no other live carry: its
-    updates are dead code (a running max that nothing reads)."""
+def _unused_carries(loop: ir.Loop, after: ir.Epilogue | None) -> list[KgenWarning]:
+    """A warning at each carry whose value reaches no store, no gemm operand and no other live
+    carry: its updates are dead code (a running max that nothing reads)."""
     carried = {c.name for c in loop.carries} | {g.name for g in loop.gemms if g.accumulate}
     live: set[str] = set()
     updates: dict[str, set[str]] = {}  # carry -> what its updates read
-    for epilogue in (inside, after):
+    reads: dict[str, set[str]] = {}  # local -> the carried values it reads (across the loop)
+    for epilogue, operand in [*((g.epilogue, g.a.name) for g in loop.gemms), (after, None)]:
+        if operand in reads:  # a tile value as a gemm's A
+            live |= reads[operand]
         if epilogue is None:
             continue
-        reads: dict[str, set[str]] = {}  # local -> the carried values it reads
+        if epilogue is after:
+            reads = {}  # the loop's values are not visible after it
         for stmt in epilogue.stmts:
             deps = _carried_reads(stmt.value, reads, carried)
             if isinstance(stmt, ir.Let):

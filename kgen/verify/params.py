@@ -39,6 +39,14 @@ def check_param(state: KernelState, p: ir.Param) -> None:
         raise KgenError(loc, f"layout must be a kgen.ir.Layout, got {shown(p.layout)}")
     if not isinstance(p.role, Role):
         raise KgenError(loc, f"role must be a kgen.ir.Role, got {shown(p.role)}")
+    if not isinstance(p.accumulate, bool):
+        raise KgenError(loc, f"accumulate must be True or False, got {shown(p.accumulate)}")
+    if p.accumulate and (p.role is not Role.OUT or p.kind is not ParamKind.TENSOR
+                         or state.kernel.loop is None):
+        raise KgenError(loc, f"'accumulate' marks an output tensor of a loop kernel that the "
+                             f"kernel adds into ('tensor {p.name} : ... out accumulate', then "
+                             f"'{p.name} += acc' in a loop-row gemm's epilogue); {kind} "
+                             f"'{p.name}' is {'an input' if p.role is Role.IN else 'not one'}")
     if not isinstance(p.shape, tuple):
         raise KgenError(
             loc, f"shape of {kind} '{p.name}' must be a tuple, got {shown(p.shape)}"

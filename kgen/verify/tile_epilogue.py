@@ -23,6 +23,7 @@ from ..diagnostics import (
     at_line,
     did_you_mean,
     loc_of,
+    loop_row_message,
     number_text,
     quote,
     shape_text,
@@ -43,7 +44,8 @@ class Rank(enum.IntEnum):
 
 
 class Where(enum.Enum):
-    LOOP = "loop"  # the epilogue of a loop's first gemm, once per block
+    LOOP = "loop"  # the epilogue of a loop's score gemm, once per block
+    LOOP_ROWS = "loop rows"  # a loop-row gemm's epilogue: [block, N] at the loop's rows
     AFTER = "after"  # a loop kernel's epilogue, once after the loop
     ROWS = "rows"  # a row kernel's epilogue, its whole body
 
@@ -68,6 +70,10 @@ class TileScope:
     # the parameter whose (batch, heads) dims are the instances (the loop's A, the row
     # kernel's first tensor): `head` indexes its heads, `batch` its batch
     lead: ir.Param | None = None
+    # the loop's loop-row gemms: their tiles are read only by their own `+=` stores
+    loop_rows: dict[str, ir.Gemm] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)  # locals read after this epilogue (later gemms)
+    elsewhere: dict[str, str] = field(default_factory=dict)  # values not readable here: why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +166,9 @@ def check_tile_epilogue(state: KernelState, epilogue: ir.Epilogue, scope: TileSc
             _check_update(state, stmt, scope, loc)
         else:
             _check_store(state, stmt, scope, loc)
-    state.warnings.extend(unused_local_warnings(stmts))
+    # a local read by a later gemm (its operand, its epilogue) is used: a store stands for it
+    uses = tuple(ir.Store("", ir.LocalRef(n)) for n in sorted(scope.used & set(scope.bound)))
+    state.warnings.extend(unused_local_warnings(stmts + uses))
 
 
 def _check_update(state: KernelState, stmt: ir.Update, scope: TileScope, loc) -> None:
@@ -168,6 +176,10 @@ def _check_update(state: KernelState, stmt: ir.Update, scope: TileScope, loc) ->
     if scope.where is Where.ROWS:
         raise KgenError(loc, f"a row kernel has no carries: '{name}' cannot be updated; bind "
                              f"a local instead")
+    if scope.where is Where.LOOP_ROWS:
+        raise KgenError(loc, f"{scope.owner}'s epilogue works at the loop's rows: it cannot "
+                             f"update '{name}' (carried per row of the kernel); it only adds "
+                             "its tile into an 'out accumulate' tensor")
     if scope.where is Where.AFTER and (name in scope.carries or name in scope.accumulators):
         raise KgenError(loc, f"the loop is over: '{name}' cannot be updated after it; bind a "
                              f"local instead (e.g. '{name}_final = ...')")
@@ -230,6 +242,12 @@ def _children(node: object) -> tuple:
 def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> None:
     name = stmt.target
     gemm = scope.gemm
+    if not isinstance(stmt.accumulate, bool):
+        raise KgenError(loc, f"Store.accumulate must be True or False, got "
+                             f"{shown(stmt.accumulate)}")
+    if scope.where is Where.LOOP_ROWS or stmt.accumulate:
+        _check_add(state, stmt, scope, loc)
+        return
     if scope.where is Where.LOOP and gemm is not None and name == gemm.name:
         if scope.handed_on is not None:
             raise KgenError(loc, f"'{name}' is set twice (first{at_line(scope.handed_on)})")
@@ -251,6 +269,10 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
     kind = param.kind.value
     if param.role is not Role.OUT:
         raise KgenError(loc, f"cannot store to input {kind} '{name}'")
+    if param.accumulate:
+        raise KgenError(loc, f"'{name}' is declared 'out accumulate': the kernel adds into it, "
+                             f"'{name} += ...', in the epilogue of a loop-row gemm "
+                             "('gemm dq = ds^T @ K')")
     if scope.where is Where.LOOP:
         raise KgenError(
             loc,
@@ -279,6 +301,37 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
     else:
         raise KgenError(loc, f"'{name}' is a scalar; {scope.owner} stores tensors and row "
                              "vectors only")
+    state.written[name] = loc
+
+
+def _check_add(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> None:
+    """`dQ += expr`: a loop-row gemm's epilogue adds its [block, N] tile into an `out
+    accumulate` tensor [loop dim, N], at the loop's rows; nothing else stores there."""
+    name = stmt.target
+    if scope.where is not Where.LOOP_ROWS:
+        raise KgenError(loc, f"'{name} += ...' adds a loop-row tile into an 'out accumulate' "
+                             f"tensor: only in a loop-row gemm's epilogue ('gemm dq = ds^T @ K "
+                             f"{{ epilogue {{ {name} += acc }} }}'), not in {scope.owner}")
+    if not stmt.accumulate:
+        raise KgenError(loc, f"{scope.owner} is a loop-row gemm: its epilogue only adds its "
+                             f"tile into an 'out accumulate' tensor ('dQ += acc'), and cannot "
+                             f"store '{name}'")
+    param = state.params.get(name)
+    if param is None:
+        raise KgenError(loc, f"cannot add into unknown name {quote(name)}"
+                             f"{did_you_mean(name, state.params)}")
+    if param.role is not Role.OUT or not param.accumulate or param.kind is not ParamKind.TENSOR:
+        raise KgenError(loc, f"'{name} += ...' adds into an output tensor declared 'out "
+                             f"accumulate'; '{name}' is not one ({param.kind.value} "
+                             f"'{name}'{at_line(param.loc)})")
+    if name in state.written:
+        raise KgenError(loc, f"output '{name}' is written twice "
+                             f"(first{at_line(state.written[name])})")
+    rank_of(state, stmt.value, scope)
+    if param.shape != (scope.rows, scope.cols):
+        raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but "
+                             f"{scope.owner} adds a {shape_text((scope.rows, scope.cols))} tile "
+                             f"at the loop's rows")
     state.written[name] = loc
 
 
@@ -340,12 +393,16 @@ def _reduce_rank(state: KernelState, e: ir.Reduce, scope: TileScope, loc) -> Ran
     spelled = reduction_name(e.op, e.axis)
     if e.axis is not Axis.ROW:
         where = {Where.LOOP: "inside a loop", Where.AFTER: "after a loop",
-                 Where.ROWS: "in a row kernel"}[scope.where]
+                 Where.ROWS: "in a row kernel",
+                 Where.LOOP_ROWS: "in a loop-row gemm's epilogue"}[scope.where]
         raise KgenError(loc, f"{spelled}: column and whole-tile reductions are not supported "
                              f"{where} for now; row reductions (row{e.op.value}) are")
     if scope.where is Where.AFTER:
         raise KgenError(loc, f"{spelled} after the loop is not supported for now; reduce in the "
                              "loop's first gemm and carry the result")
+    if scope.where is Where.LOOP_ROWS:
+        raise KgenError(loc, f"{spelled} in a loop-row gemm's epilogue is not supported for "
+                             "now; it only adds its tile into an 'out accumulate' tensor")
     if rank_of(state, e.arg, scope) is not Rank.TILE:
         raise KgenError(loc, f"{spelled} reduces the elements of a row, but "
                              f"`{expr_text(e.arg)}` is already one value per row")
@@ -358,6 +415,15 @@ def _local_rank(e: ir.LocalRef, scope: TileScope, loc) -> Rank:
         raise KgenError(loc, f"a local name must be a string, got {shown(name)}")
     if name in scope.bound:
         return scope.bound[name]
+    if name in scope.loop_rows:
+        g = scope.loop_rows[name]
+        raise KgenError(loc, loop_row_message(name, g.a.name, g.b.name))
+    if name in scope.elsewhere:
+        raise KgenError(loc, scope.elsewhere[name])
+    if scope.where is Where.LOOP_ROWS and (name in scope.carries or name in scope.accumulators):
+        raise KgenError(loc, f"'{name}' is carried per row of the kernel; {scope.owner}'s "
+                             f"epilogue works on {scope.tile} at the loop's rows and cannot read "
+                             "it")
     if name in scope.carries:
         scope.reads.add(name)
         return Rank.ROW
@@ -412,9 +478,9 @@ def _load_rank(state: KernelState, e, scope: TileScope, loc) -> Rank:
 def _random_rank(state: KernelState, e: ir.Random, scope: TileScope, loc) -> Rank:
     """random(seed, offset): one value per element of the tile, keyed by two u64 input
     scalars."""
-    if scope.where is Where.AFTER:
-        raise KgenError(loc, "random(seed, offset) is one value per element of the loop's "
-                             "first gemm (or of a row kernel), not after the loop")
+    if scope.where in (Where.AFTER, Where.LOOP_ROWS):
+        raise KgenError(loc, "random(seed, offset) is one value per element of a loop's score "
+                             "gemm (or of a row kernel), not after the loop nor at its rows")
     for name in (e.seed, e.offset):
         param = state.params.get(require_str(name, loc, "a scalar name"))
         if param is None:
@@ -439,7 +505,7 @@ def _tensor_rank(param: ir.Param, scope: TileScope, loc) -> Rank:
                 f"{scope.owner} reads it at (row, col) of")
         raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but {what} "
                              f"{shape_text((scope.rows, scope.cols))}")
-    if scope.where is Where.LOOP and param.layout is not ir.Layout.ROW:
+    if scope.where in (Where.LOOP, Where.LOOP_ROWS) and param.layout is not ir.Layout.ROW:
         raise KgenError(loc, f"tensor '{name}' is read at (row, col) in the loop: it must be "
                              "row-major (not yet col)")
     return Rank.TILE
