@@ -120,7 +120,7 @@ def unused_local_warnings(stmts: tuple) -> list[KgenWarning]:
     live: set[str] = set()
     users: dict[str, list[str]] = {}  # local -> the locals whose values read it, last first
     for stmt in reversed(stmts):  # a use comes after its local, so one backward pass suffices
-        refs = _local_refs(stmt.value)
+        refs = local_refs(stmt.value)
         if isinstance(stmt, ir.Let):
             for name in refs:
                 users.setdefault(name, []).append(stmt.name)
@@ -141,7 +141,7 @@ def unused_local_warnings(stmts: tuple) -> list[KgenWarning]:
     return found
 
 
-def _local_refs(expr: object) -> set[str]:
+def local_refs(expr: object) -> set[str]:
     """The names of the locals `expr` reads."""
     names: set[str] = set()
     stack = [expr]

@@ -28,6 +28,7 @@ from ..diagnostics import (
 )
 from ..errors import KgenError, KgenWarning
 from ..ir import DType, ParamKind, Role
+from .epilogue import local_refs
 from .loop_gemms import (MAX_OPERAND_COLS, Kind, check_accumulating_gemm,
                          check_loop_row_gemm, check_score_gemm, kind_of)
 from .packed import check_packed
@@ -216,21 +217,8 @@ def _read_later(gemms: tuple, g: ir.Gemm) -> set[str]:
     for h in later:  # not checked yet: read defensively
         stmts = getattr(h.epilogue, "stmts", ())
         for stmt in stmts if isinstance(stmts, tuple) else ():
-            names |= _names_read(getattr(stmt, "value", None))
+            names |= local_refs(getattr(stmt, "value", None))
     return names
-
-
-def _names_read(expr: object) -> set[str]:
-    found, stack = set(), [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.LocalRef):
-            found.add(node.name)
-        elif isinstance(node, ir.Call) and isinstance(node.args, tuple):
-            stack.extend(node.args)
-        elif isinstance(node, (ir.Cast, ir.Reduce)):
-            stack.append(node.arg)
-    return found
 
 
 def _check_schedule(loop: ir.Loop, loc) -> None:
@@ -367,16 +355,9 @@ def _unused_carries(loop: ir.Loop, after: ir.Epilogue | None) -> list[KgenWarnin
 
 def _carried_reads(expr: object, reads: dict[str, set[str]], carried: set[str]) -> set[str]:
     found: set[str] = set()
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.LocalRef):
-            if node.name in reads:
-                found |= reads[node.name]
-            elif node.name in carried:
-                found.add(node.name)
-        elif isinstance(node, ir.Call) and isinstance(node.args, tuple):
-            stack.extend(node.args)
-        elif isinstance(node, (ir.Cast, ir.Reduce)):
-            stack.append(node.arg)
+    for name in local_refs(expr):
+        if name in reads:
+            found |= reads[name]
+        elif name in carried:
+            found.add(name)
     return found
