@@ -11,23 +11,17 @@ import math
 import pytest
 
 import kgen
+from tests.gpu.attention_checks import close, cuda_torch
 from kgen.api import build_file, load_built
 
 pytestmark = pytest.mark.gpu
-
-
-def _torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
 
 
 def reference(q, k, v, scale, *, causal=False, cap=None, keep=None, bias=None, mod=None):
     """O and lse in float64; `keep(row, col, S, T)` a boolean mask (broadcastable to
     [B, H, S, T]); `bias` added to the scaled score; `mod(x, row, col, batch, head)` the score
     after it; rows that keep no key give O = 0 and lse = -inf (kgen's guards)."""
-    torch = _torch()
+    torch = cuda_torch()
     group = q.shape[1] // k.shape[1]
     k = k.double().repeat_interleave(group, dim=1)
     v = v.double().repeat_interleave(group, dim=1)
@@ -56,19 +50,6 @@ def reference(q, k, v, scale, *, causal=False, cap=None, keep=None, bias=None, m
     o = torch.where(total[..., None] == 0, 0.0, (p @ v) / total[..., None])
     lse = torch.where(total == 0, -math.inf, m + torch.log(total))
     return o, lse
-
-
-def _close(out, ref, tol, what):
-    torch = _torch()
-    out = out.double()
-    assert not torch.isnan(out).any(), f"{what}: NaN"
-    inf = torch.isinf(ref)
-    assert torch.equal(torch.isinf(out), inf), f"{what}: infinities differ"
-    finite = ~inf
-    if finite.any():
-        err = (out[finite] - ref[finite]).abs().max().item()
-        scale = max(1.0, ref[finite].abs().max().item())
-        assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
 def _inputs(torch, b, h, hkv, s, t, d_qk, d_v, dtype, seed):
@@ -100,7 +81,7 @@ def _id(case):
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_matches_float64_and_sdpa(case):
-    torch = _torch()
+    torch = cuda_torch()
     d, dv, s, t, (h, hkv), opts = case
     dtype = torch.float16 if opts.get("fp16") else torch.bfloat16
     q, k, v = _inputs(torch, 2, h, hkv, s, t, d, dv, dtype, seed=s * 31 + t + d)
@@ -109,29 +90,29 @@ def test_matches_float64_and_sdpa(case):
                             return_lse=True)
     torch.cuda.synchronize()
     ref_o, ref_lse = reference(q, k, v, 1.0 / math.sqrt(d), causal=causal)
-    _close(o, ref_o, 2e-2, "O")
-    _close(lse, ref_lse, 1e-4, "lse")
+    close(o, ref_o, 2e-2, "O")
+    close(lse, ref_lse, 1e-4, "lse")
     # SDPA's causal mask is top-left aligned too: col 0 stays, no row is masked in full
     sdpa = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=causal, enable_gqa=opts.get("enable_gqa", False))
-    _close(o, sdpa.double(), 3e-2, "O against SDPA")
+    close(o, sdpa.double(), 3e-2, "O against SDPA")
 
 
 def test_softcap_score_mod():
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 2, 4, 4, 1000, 1000, 128, 128, torch.bfloat16, seed=5)
     q = q * 4  # scores past the cap
     o = kgen.attention(q, k, v, score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0})
     torch.cuda.synchronize()
     ref_o, _ = reference(q, k, v, 1.0 / math.sqrt(128), cap=30.0)
-    _close(o, ref_o, 2e-2, "O")
+    close(o, ref_o, 2e-2, "O")
 
 
 @pytest.mark.parametrize("s, t", [(1000, 1000), (17, 4097), (4097, 1000)])
 def test_window_mask_mod_bottom_right(s, t):
     """A window of 256 keys aligned bottom-right: with S > T the first S - T rows keep no key
     (O = 0, lse = -inf); the kernel skips the blocks outside each tile's windows."""
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 1, 4, 2, s, t, 64, 64, torch.bfloat16, seed=s + t)
     mask = "(col <= row + T - S) * (col > row + T - S - window)"
     o, lse = kgen.attention(q, k, v, mask_mod=mask, scalars={"window": 256.0}, enable_gqa=True,
@@ -142,8 +123,8 @@ def test_window_mask_mod_bottom_right(s, t):
         return (col <= row + length - rows) & (col > row + length - rows - 256)
 
     ref_o, ref_lse = reference(q, k, v, 0.125, keep=keep)
-    _close(o, ref_o, 2e-2, "O")
-    _close(lse, ref_lse, 1e-4, "lse")
+    close(o, ref_o, 2e-2, "O")
+    close(lse, ref_lse, 1e-4, "lse")
     if s > t:
         dead = s - t
         assert torch.equal(o[:, :, :dead].float(), torch.zeros_like(o[:, :, :dead].float()))
@@ -152,7 +133,7 @@ def test_window_mask_mod_bottom_right(s, t):
 
 def test_window_example_through_the_program_runtime():
     """examples/attention_fwd_window.kg on both targets' code, outputs poisoned with NaN."""
-    torch = _torch()
+    torch = cuda_torch()
     for arch in ("sm_80", "sm_90a"):
         if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
             continue
@@ -168,12 +149,12 @@ def test_window_example_through_the_program_runtime():
                 return (col <= row + length - rows) & (col > row + length - rows - 100)
 
             ref_o, ref_lse = reference(q, k, v, 0.0884, keep=keep)
-            _close(o, ref_o, 2e-2, f"O {arch} {s}x{t}")
-            _close(lse, ref_lse, 1e-4, f"lse {arch} {s}x{t}")
+            close(o, ref_o, 2e-2, f"O {arch} {s}x{t}")
+            close(lse, ref_lse, 1e-4, f"lse {arch} {s}x{t}")
 
 
 def test_cuda_graph_capture():
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 1, 2, 2, 300, 300, 64, 64, torch.bfloat16, seed=9)
     first = kgen.attention(q, k, v, is_causal=True)  # compiled and loaded outside the capture
     graph = torch.cuda.CUDAGraph()
@@ -183,7 +164,7 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     ref_o, _ = reference(q, k, v, 0.125, causal=True)
-    _close(captured, ref_o, 2e-2, "O replayed")
+    close(captured, ref_o, 2e-2, "O replayed")
     assert not torch.equal(first, captured)
 
 
@@ -202,7 +183,7 @@ def _kgen_run(*args):
 @pytest.mark.parametrize("sizes", ["B=2,H=8,HKV=2,S=1000,T=4097", "B=1,H=4,HKV=4,S=4097,T=1000",
                                    "B=1,H=2,HKV=1,S=17,T=17"])
 def test_kgen_run_checks_the_window_example(sizes):
-    _torch()
+    cuda_torch()
     data = _kgen_run("examples/attention_fwd_window.kg", "--size", sizes)
     assert data["checked"] and data["ok"] is True, data["checks"]
 
@@ -210,7 +191,7 @@ def test_kgen_run_checks_the_window_example(sizes):
 def test_kgen_run_bench_compares_with_sdpa_and_flex():
     """attention_fwd.kg (causal): SDPA's backends and FlexAttention timed in the same run; a
     backend this GPU lacks is a note, never a failure."""
-    torch = _torch()
+    torch = cuda_torch()
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("attention_fwd.kg targets sm_90a")
     data = _kgen_run("examples/attention_fwd.kg", "--bench", "--iters", "10",
@@ -231,7 +212,7 @@ def test_kgen_run_bench_compares_with_sdpa_and_flex():
 
 
 def _archs():
-    torch = _torch()
+    torch = cuda_torch()
     return ["sm_80"] + (["sm_90a"] if torch.cuda.get_device_capability() == (9, 0) else [])
 
 
@@ -254,23 +235,23 @@ def arch(request, monkeypatch):
 def test_additive_bias(arch, s, t, mask_shape, causal):
     """A float attn_mask broadcast over batch, heads or rows (stride 0), at ragged lengths
     (T = 17: rows 34 bytes apart, copied to 16-byte rows); causal blocks still skipped."""
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 2, 4, 4, s, t, 128, 128, torch.bfloat16, seed=7 * s + t)
     gen = torch.Generator(device="cuda").manual_seed(s + 3 * t)
     bias = (2 * torch.randn(mask_shape, device="cuda", generator=gen)).to(torch.bfloat16)
     o, lse = kgen.attention(q, k, v, bias, is_causal=causal, return_lse=True)
     torch.cuda.synchronize()
     ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(128), causal=causal, bias=bias)
-    _close(o, ref_o, 2e-2, f"O {arch}")
-    _close(lse, ref_lse, 1e-3, f"lse {arch}")
+    close(o, ref_o, 2e-2, f"O {arch}")
+    close(lse, ref_lse, 1e-3, f"lse {arch}")
     if not causal:
         sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        _close(o, sdpa.double(), 3e-2, "O against SDPA")
+        close(o, sdpa.double(), 3e-2, "O against SDPA")
 
 
 def test_bool_mask_keeps_what_sdpa_keeps(arch):
     """A bool key-padding mask [B, 1, 1, T]: True keeps; against float64 and SDPA."""
-    torch = _torch()
+    torch = cuda_torch()
     s, t = 1000, 4097
     q, k, v = _inputs(torch, 2, 4, 2, s, t, 128, 128, torch.bfloat16, seed=41)
     lengths = torch.tensor([4097, 1500], device="cuda")
@@ -279,16 +260,16 @@ def test_bool_mask_keeps_what_sdpa_keeps(arch):
     o = kgen.attention(q, k, v, mask, enable_gqa=True)
     torch.cuda.synchronize()
     ref_o, _ = reference(q, k, v, 1 / math.sqrt(128), keep=lambda *a: mask)
-    _close(o, ref_o, 2e-2, f"O {arch}")
+    close(o, ref_o, 2e-2, f"O {arch}")
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                             enable_gqa=True)
-    _close(o, sdpa.double(), 3e-2, "O against SDPA")
+    close(o, sdpa.double(), 3e-2, "O against SDPA")
 
 
 @pytest.mark.parametrize("s", [17, 1000, 4097])
 def test_alibi_by_head_and_batch_in_the_mods(arch, s):
     """ALiBi with a slope per query head (slopes[head]) and a term per batch, causal, GQA."""
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 2, 8, 2, s, s, 128, 128, torch.bfloat16, seed=s + 5)
     slopes = torch.tensor([2.0 ** (-8 * (h + 1) / 8) for h in range(8)], device="cuda")
     o, lse = kgen.attention(q, k, v, is_causal=True, enable_gqa=True,
@@ -300,15 +281,15 @@ def test_alibi_by_head_and_batch_in_the_mods(arch, s):
         return x - slopes.double()[None, :, None, None] * (row - col) + 0.25 * batch
 
     ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(128), causal=True, mod=mod)
-    _close(o, ref_o, 2e-2, f"O {arch}")
-    _close(lse, ref_lse, 1e-3, f"lse {arch}")
+    close(o, ref_o, 2e-2, f"O {arch}")
+    close(lse, ref_lse, 1e-3, f"lse {arch}")
 
 
 @pytest.mark.parametrize("s", [1000, 4097])
 def test_document_mask_of_packed_documents(arch, s):
     """Packed documents of random lengths: qd[row] == kd[col] (the same ids under two names),
     causal; a different packing per batch; the causal bound still skips blocks."""
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 2, 4, 4, s, s, 128, 128, torch.bfloat16, seed=s + 9)
     gen = torch.Generator(device="cuda").manual_seed(s)
     ids = torch.cumsum((torch.rand(2, s, device="cuda", generator=gen) < 0.004).int(), dim=1)
@@ -318,12 +299,12 @@ def test_document_mask_of_packed_documents(arch, s):
     same = (ids[:, None, :, None] == ids[:, None, None, :])
     ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(128), causal=True,
                                keep=lambda *a: same)
-    _close(o, ref_o, 2e-2, f"O {arch}")
-    _close(lse, ref_lse, 1e-3, f"lse {arch}")
+    close(o, ref_o, 2e-2, f"O {arch}")
+    close(lse, ref_lse, 1e-3, f"lse {arch}")
 
 
 def test_bad_masks_and_vectors_are_argument_errors():
-    torch = _torch()
+    torch = cuda_torch()
     from kgen.errors import ArgumentError
 
     q, k, v = _inputs(torch, 2, 4, 4, 64, 80, 64, 64, torch.bfloat16, seed=1)
@@ -342,7 +323,7 @@ def test_bad_masks_and_vectors_are_argument_errors():
 
 def test_random_row_kernel_is_the_reference_philox_bit_for_bit():
     """random(seed, offset) in a row kernel stored as f32: every bit as the reference's."""
-    torch = _torch()
+    torch = cuda_torch()
     import numpy as np
 
     from kgen.api import build
@@ -374,7 +355,7 @@ def test_random_row_kernel_is_the_reference_philox_bit_for_bit():
 
 def _dropout_reference(q, k, v, scale, drop, rng, causal):
     """O in float64 with the reference's Philox mask (numpy, per batch and head)."""
-    torch = _torch()
+    torch = cuda_torch()
     import numpy as np
 
     from kgen.reference_tiles import random_uniform
@@ -399,14 +380,14 @@ def _dropout_reference(q, k, v, scale, drop, rng, causal):
 
 @pytest.mark.parametrize("s, t, causal", [(1000, 1000, True), (17, 4097, False)])
 def test_dropout_matches_the_reference_mask_and_reproduces(arch, s, t, causal):
-    torch = _torch()
+    torch = cuda_torch()
     q, k, v = _inputs(torch, 2, 4, 2, s, t, 128, 128, torch.bfloat16, seed=s * 3 + t)
     torch.manual_seed(1234)
     o, rng = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
                             return_rng=True)
     torch.cuda.synchronize()
     ref_o, keep = _dropout_reference(q, k, v, 1 / math.sqrt(128), 0.2, rng, causal)
-    _close(o, ref_o, 2e-2, f"O {arch}")
+    close(o, ref_o, 2e-2, f"O {arch}")
     # the same seed and offset give the same output; torch.manual_seed gives the same draw
     again = kgen.attention(q, k, v, is_causal=causal, enable_gqa=True, dropout_p=0.2,
                            dropout_rng=rng)
@@ -424,7 +405,7 @@ def test_dropout_matches_the_reference_mask_and_reproduces(arch, s, t, causal):
 def test_dropout_keeps_one_minus_p(arch):
     """q = 0, V = 1: O = kept / (T (1 - p)) per row, so the kernel's kept fraction is
     mean(O) (1 - p)."""
-    torch = _torch()
+    torch = cuda_torch()
     b, h, s, t, drop = 2, 4, 1000, 4096, 0.3
     q = torch.zeros(b, h, s, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, h, t, 128, device="cuda").to(torch.bfloat16)
@@ -436,7 +417,7 @@ def test_dropout_keeps_one_minus_p(arch):
 
 
 def test_bad_dropout_arguments():
-    torch = _torch()
+    torch = cuda_torch()
     from kgen.errors import ArgumentError
 
     q, k, v = _inputs(torch, 1, 2, 2, 64, 64, 64, 64, torch.bfloat16, seed=2)

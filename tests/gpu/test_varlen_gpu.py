@@ -10,23 +10,17 @@ import math
 import pytest
 
 import kgen
+from tests.gpu.attention_checks import close, cuda_torch
 
 pytestmark = pytest.mark.gpu
 
 LENGTHS = (1, 17, 1000, 4097)
 
 
-def _torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
-
-
 def reference(q, k, v, cu_q, cu_k, scale, causal):
     """O [total_q, H, D_v] and lse [H, total_q] in float64, sequence by sequence; rows that see
     no key give O = 0 and lse = -inf."""
-    torch = _torch()
+    torch = cuda_torch()
     group = q.shape[1] // k.shape[1]
     out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float64, device="cuda")
     lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float64, device="cuda")
@@ -52,19 +46,6 @@ def reference(q, k, v, cu_q, cu_k, scale, causal):
     return out, lse
 
 
-def _close(out, ref, tol, what):
-    torch = _torch()
-    out = out.double()
-    assert not torch.isnan(out).any(), f"{what}: NaN"
-    inf = torch.isinf(ref)
-    assert torch.equal(torch.isinf(out), inf), f"{what}: infinities differ"
-    finite = ~inf
-    if finite.any():
-        err = (out[finite] - ref[finite]).abs().max().item()
-        scale = max(1.0, ref[finite].abs().max().item())
-        assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
-
-
 def _packed(torch, lengths_q, lengths_k, h, hkv, d, seed, dtype=None):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     dtype = dtype or torch.bfloat16
@@ -80,7 +61,7 @@ def _packed(torch, lengths_q, lengths_k, h, hkv, d, seed, dtype=None):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
 def test_ragged_lengths_against_float64(arch, causal, heads):
-    torch = _torch()
+    torch = cuda_torch()
     if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90a needs compute capability 9.0")
     h, hkv = heads
@@ -92,15 +73,15 @@ def test_ragged_lengths_against_float64(arch, causal, heads):
                                    return_lse=True, arch=arch)
     torch.cuda.synchronize()
     assert o.shape == q.shape and lse.shape == (h, q.shape[0])
-    _close(o, ref_o, 2e-2, "O")
-    _close(lse, ref_lse, 1e-3, "lse")
+    close(o, ref_o, 2e-2, "O")
+    close(lse, ref_lse, 1e-3, "lse")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_rows_that_see_no_key_and_an_empty_sequence(arch):
     """Bottom-right causal with more queries than keys: a sequence's first S - T rows see no
     key (O = 0, lse = -inf); a sequence of no keys masks its rows in full; one of no rows."""
-    torch = _torch()
+    torch = cuda_torch()
     if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90a needs compute capability 9.0")
     lengths_q, lengths_k = (300, 17, 0, 129, 1000), (100, 0, 64, 129, 4097)
@@ -112,14 +93,14 @@ def test_rows_that_see_no_key_and_an_empty_sequence(arch):
     torch.cuda.synchronize()
     assert (lse[:, :200] == -math.inf).all() and (o[:200] == 0).all()  # 300 queries, 100 keys
     assert (lse[:, 300:317] == -math.inf).all() and (o[300:317] == 0).all()  # no key at all
-    _close(o, ref_o, 2e-2, "O")
-    _close(lse, ref_lse, 1e-3, "lse")
+    close(o, ref_o, 2e-2, "O")
+    close(lse, ref_lse, 1e-3, "lse")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_rows_past_the_last_sequence_are_never_written(arch):
     """The offsets cover a prefix of Q and of the outputs: the rest keeps its sentinel."""
-    torch = _torch()
+    torch = cuda_torch()
     if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90a needs compute capability 9.0")
     from kgen import attention as dense
@@ -141,5 +122,5 @@ def test_rows_past_the_last_sequence_are_never_written(arch):
     total = cu_q[-1]
     assert torch.isnan(out[total:]).all() and (lse[:, total:] == 7.0).all()
     ref_o, ref_lse = reference(q, k, v, cu_q, cu_k, 0.1, True)
-    _close(out[:total], ref_o, 2e-2, "O")
-    _close(lse[:, :total], ref_lse, 1e-3, "lse")
+    close(out[:total], ref_o, 2e-2, "O")
+    close(lse[:, :total], ref_lse, 1e-3, "lse")
