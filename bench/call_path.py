@@ -1,6 +1,6 @@
 """The call path: what a kgen kernel costs called from Python, next to torch.matmul.
 
-    python3 bench/call_path.py [--quick] [--json OUT.json]
+    python3 bench/call_path.py [--quick] [--attention] [--json OUT.json]
 
 1. Host time per call, small arguments (256^3 bf16): the microseconds a loop of calls spends
    per call on the host (no synchronization inside the loop), for torch.matmul(out=),
@@ -12,6 +12,10 @@
    poisoned with NaN). Reported: CUDA-event time around each call (what a user sees: the host
    cost shows wherever it exceeds the kernel's), median over rotated input sets past L2, and
    the device time alone (20 calls captured in a CUDA graph, replayed, per call).
+3. `--attention`: the same two views of `kgen.attention` (bf16, 16 heads, D 128, causal and
+   not) beside SDPA's cuDNN and flash backends: host time per call at S 128, then events
+   around each call and CUDA-graph device time from S 128 (B 1) to S 4096 (B 4), each output
+   checked first against a float32 SDPA.
 The last lines: the ratio table, its geometric mean and the worst shape.
 """
 from __future__ import annotations
@@ -196,11 +200,74 @@ def shape_section(kernel, shapes, quick: bool) -> list[dict]:
     return results
 
 
+def sdpa_backend(name: str):
+    """A call of SDPA forced onto one backend ("cudnn", "flash")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name]
+
+    def call(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return call
+
+
+ATTENTION_SHAPES = [(1, 128), (1, 512), (1, 2048), (4, 4096)]  # (B, S); 16 heads, D 128
+
+
+def attention_section(quick: bool) -> list[dict]:
+    """kgen.attention's host time per call and its time per call at small to mid sizes."""
+    callers = {"kgen": lambda q, k, v, c: kgen.attention(q, k, v, is_causal=c),
+               "cudnn": sdpa_backend("cudnn"), "flash": sdpa_backend("flash")}
+    rows = []
+    for causal in (False, True):
+        for b, s in ATTENTION_SHAPES[:2] if quick else ATTENTION_SHAPES:
+            set_bytes = 4 * b * 16 * s * 128 * 2
+            sets = max(1, min(8, math.ceil(2 * L2_BYTES / set_bytes)))
+            g = torch.Generator(device="cuda").manual_seed(s + b)
+            data = [tuple(torch.randn(b, 16, s, 128, device="cuda", dtype=torch.bfloat16,
+                                      generator=g) for _ in range(3)) for _ in range(sets)]
+            q, k, v = data[0]
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), is_causal=causal)
+            row = {"B": b, "S": s, "causal": causal}
+            for name, call in callers.items():
+                out = call(q, k, v, causal)
+                err = float((out.float() - ref).norm() / ref.norm())
+                assert torch.isfinite(out).all() and err < 2e-2, (name, b, s, causal, err)
+                fn = lambda i, call=call: call(*data[i], causal)  # noqa: E731
+                if s == ATTENTION_SHAPES[0][1]:
+                    row[f"{name}_host_us"] = host_us(lambda: fn(0), n=1000)
+                row[f"{name}_event_ms"] = event_ms(fn, sets, 30 if quick else 100)
+                row[f"{name}_device_ms"] = graph_ms(fn, sets)
+            rows.append(row)
+            host = "".join(f" {n} {row[n + '_host_us']:.1f}" for n in callers
+                           if n + "_host_us" in row)
+            print(f"B {b} S {s:5d} {'causal' if causal else 'full  '}"
+                  + (f"  host us/call:{host}" if host else "")
+                  + "  event us: " + " ".join(f"{n} {row[n + '_event_ms']*1e3:.1f}"
+                                                for n in callers)
+                  + "  device us: " + " ".join(f"{n} {row[n + '_device_ms']*1e3:.1f}"
+                                                 for n in callers), flush=True)
+            data = q = k = v = ref = None
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
     parser.add_argument("--json", help="write every figure to this file")
+    parser.add_argument("--attention", action="store_true",
+                        help="only kgen.attention beside SDPA's cuDNN and flash backends")
     options = parser.parse_args()
+    if options.attention:
+        print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, kgen {kgen.__version__}")
+        rows = attention_section(options.quick)
+        if options.json:
+            with open(options.json, "w") as f:
+                json.dump({"gpu": torch.cuda.get_device_name(), "attention": rows}, f, indent=1)
+        return
     path = os.path.join(tempfile.mkdtemp(), "gemm_bf16.kg")
     with open(path, "w") as f:
         f.write(GEMM)
