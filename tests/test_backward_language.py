@@ -1,5 +1,5 @@
 """The attention backward's language (docs/language.md, "The backward"; issue 52): the program
-of tests/programs/attention_bwd.kg parsed to its IR, each misuse refused at its place, the NumPy
+of examples/attention_bwd.kg parsed to its IR, each misuse refused at its place, the NumPy
 reference (kgen/reference_tiles.py) against a direct float64 attention backward, and the back
 end's one refusal (no skeleton runs a loop of five gemms yet)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kgen.reference import evaluate
 from kgen.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = ROOT / "tests" / "programs" / "attention_bwd.kg"
+PROGRAM = ROOT / "examples" / "attention_bwd.kg"
 TEXT = PROGRAM.read_text()
 CAUSAL = "pt = where(row <= col, exp(scale * acc - lse[col]), 0)"
 
