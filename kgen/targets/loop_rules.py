@@ -466,8 +466,9 @@ def dag_default(shape: DagShape, dtype: DType, tgt: Target, tile_m: int | None =
                 block: int | None = None, stages: int | None = None,
                 warps: int | None = None) -> tuple[LoopConfig, str]:
     """The first legal configuration keeping the written values, with why; ValueError (the
-    lowering locates it) when none is."""
-    first = None
+    lowering locates it) when none is, saying why the smallest one tried cannot run (the
+    limit every larger one meets too)."""
+    refused = []
     for config in DAG_PREFERENCE:
         if ((tile_m is not None and config.tile_m != tile_m)
                 or (block is not None and config.block != block)
@@ -479,9 +480,11 @@ def dag_default(shape: DagShape, dtype: DType, tgt: Target, tile_m: int | None =
             return config, ("the rulebook's first legal configuration of a DAG loop for N "
                             f"{shape.n_acc}, {dtype.dsl_name} on {tgt.arch.value} "
                             "(kgen/targets/loop_rules.py)")
-        first = first or why
+        refused.append((dag_smem_bytes(config, shape, dtype), why))
+    if refused:
+        raise ValueError(min(refused)[1])
     written = LoopConfig(tile_m or 128, block or 64, stages or 2, DAG_ROWS_PER_WARP)
-    raise ValueError(dag_refusal(written, shape, dtype, tgt) or first
+    raise ValueError(dag_refusal(written, shape, dtype, tgt)
                      or "no legal configuration of a DAG loop keeps the written lines")
 
 
