@@ -30,7 +30,8 @@ def _lines(section: pp.Section) -> list[str]:
                  ld.ALoad.REGISTERS: f"registers (v{g.a_value} handed on)",
                  ld.ALoad.SMEM_TRANSPOSED: f"{g.a} (ldmatrix.trans: the staged value, "
                                             "transposed)"}[g.a_load]
-            lines.append(f"gemm {g.name} ({g.kind.value}) {'+=' if g.kind is ld.GemmKind.ACCUMULATING else '='} "
+            op = "+=" if g.kind is ld.GemmKind.ACCUMULATING else "="
+            lines.append(f"gemm {g.name} ({g.kind.value}) {op} "
                          f"A from {a}, B from {g.b} ({g.b_load.value}): {g.k_steps} k16 steps "
                          f"x {g.n8_tiles} n8 tiles per warp")
             if g.epilogue is not None:
@@ -70,6 +71,8 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "gemms": [{"name": g.name, "kind": g.kind.value, "a": g.a or f"v{g.a_value}",
                    "a_load": g.a_load.value, "b": g.b, "b_fragments": g.b_load.value,
                    "k": g.k, "n": g.n, "n_per_warp": g.n_warp, "k16_steps": g.k_steps,
+                   "tile": [plan.tile_m if g.kind is not ld.GemmKind.LOOP_ROW else plan.block,
+                            g.n, g.k], "stages": plan.stages, "instruction": plan.mma.value,
                    "n8_tiles_per_warp": g.n8_tiles} for g in plan.gemms],
         "zeroed": list(plan.zeroed),
         "phases": list(PHASES),

@@ -264,6 +264,7 @@ class CompiledProgram:
 
     # a persistent sm_90a plan's CTAs: the device's resident ones (None: one CTA per tile)
     persistent_ctas: int | None = None
+    _zero_function = None  # a DAG loop's zeroing kernel of its `out accumulate` tensors
 
     def __init__(self, plan: ProgramPlan, cubin: bytes, *, source: str | None = None,
                  compiled=None, device_id: int | None = None):

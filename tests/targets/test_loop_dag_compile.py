@@ -46,8 +46,9 @@ def test_compiles_without_spills(arch, d, mask, dtype):
 def test_emission_is_deterministic_and_in_the_fixed_order():
     first = built(128, "top_left", ir.Arch.SM80).source
     assert first == built(128, "top_left", ir.Arch.SM80).source
-    marks = ["// Configuration", "struct attention_bwd_params", "struct alignas(128) SharedStorage",
-             "__device__ __forceinline__ void ldsm_a_km", "attention_bwd(const attention_bwd_params p)",
+    marks = ["// Configuration", "struct attention_bwd_params",
+             "struct alignas(128) SharedStorage", "__device__ __forceinline__ void ldsm_a_km",
+             "attention_bwd(const attention_bwd_params p)",
              "attention_bwd_zero(const attention_bwd_params p)", "cudaError_t attention_bwd_launch"]
     places = [first.index(m) for m in marks]
     assert places == sorted(places)
