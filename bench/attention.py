@@ -13,6 +13,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
     python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
     python3 bench/attention.py --mods     # kgen.attention's mods beside FlexAttention's (bench/mods.py)
+    python3 bench/attention.py --bwd      # the backward beside SDPA's (bench/attention_bwd.py)
 """
 from __future__ import annotations
 
@@ -239,7 +240,17 @@ def main() -> None:
                              "beside torch.compile(flex_attention)'s, D 128 S 4096, causal and "
                              "not (bench/mods.py)")
     parser.add_argument("--gqa", action="store_true", help="with --mods: a GQA 16/2 row too")
+    parser.add_argument("--bwd", action="store_true",
+                        help="the backward: kgen's kernels beside SDPA's backends' backward "
+                             "(bench/attention_bwd.py; with --once, its sanitizer call)")
     args = parser.parse_args()
+    if args.bwd:
+        from bench import attention_bwd
+
+        if args.once:
+            return attention_bwd.once()
+        attention_bwd.table(args.json, tuple(args.d or (64, 128)))
+        return
     if args.mods:
         from bench import mods
 

@@ -34,9 +34,10 @@ class Built:
 
 def is_program_plan(plan: Any) -> bool:
     """A loop or row kernel's plan (kgen/plan/program.py), not a KernelPlan."""
+    from .plan.loop_dag import LoopDagPlan
     from .plan.program import LoopPlan, RowsPlan
 
-    return isinstance(plan, (LoopPlan, RowsPlan))
+    return isinstance(plan, (LoopPlan, RowsPlan, LoopDagPlan))
 
 
 def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:

@@ -6,11 +6,13 @@ from typing import Callable
 
 from .errors import KgenError
 from .plan import KernelPlan
+from .plan.loop_dag import LoopDagPlan
 from .plan.program import LoopPlan, RowsPlan
 from .targets import target
 from .targets.common import host_api
 from .targets.common import loop as program
 from .targets.common.loop import emit as program_emit
+from .targets.common import loop_dag as dag_loop
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
 from .targets.sm90 import loop as sm90_loop
@@ -18,7 +20,7 @@ from .targets.sm90 import loop as sm90_loop
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
 Emitter = Callable[..., str]
-PROGRAM_PLANS = (LoopPlan, RowsPlan)  # tile programs: kgen/targets/common/loop.py
+PROGRAM_PLANS = (LoopPlan, RowsPlan, LoopDagPlan)  # tile programs: kgen/targets/common/loop*.py
 
 # (target family, kernel kind) -> emitter. A kind is "gemm" (one gemm) or "chain" (chained
 # gemms, back to back, in one CTA).
@@ -36,6 +38,8 @@ PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm90", "loop"): sm90_loop.emit_loop,
     ("sm80", "rows"): program_emit,
     ("sm90", "rows"): program_emit,
+    ("sm80", "loop_dag"): dag_loop.emit,  # a loop over a DAG of gemms: mma.sync on both
+    ("sm90", "loop_dag"): dag_loop.emit,
 }
 
 

@@ -94,7 +94,7 @@ def plan_summary(plan, resources: dict | None = None) -> dict[str, Any]:
     """The plan as plain data (the schema of `kgen inspect --json`)."""
     from .targets import target
 
-    if getattr(plan, "kind", None) in ("loop", "rows"):  # a tile program
+    if getattr(plan, "kind", None) in ("loop", "rows", "loop_dag"):  # a tile program
         from .report_program import program_summary
 
         return program_summary(plan, resources)
@@ -226,7 +226,7 @@ def print_plan(console, s: dict) -> None:
     """Render a plan_summary on a rich console: tables, the storage chart, occupancy."""
     from rich.table import Table
 
-    if s.get("kind") in ("loop", "rows"):  # a tile program
+    if s.get("kind") in ("loop", "rows", "loop_dag"):  # a tile program
         from .report_program import print_program
 
         return print_program(console, s)

@@ -155,6 +155,11 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
 def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict[str, Any]:
     from .targets import target
 
+    if plan.kind == "loop_dag":  # a loop over a DAG of gemms: kgen/report_loop_dag.py
+        from .report_loop_dag import summary
+
+        return summary(plan, resources)
+
     summary: dict[str, Any] = {
         "name": plan.name, "arch": plan.arch.value, "kind": plan.kind,
         "threads": plan.threads, "smem_bytes": plan.smem_bytes,
@@ -194,6 +199,11 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
 
 def print_program(console, s: dict) -> None:
     from rich.table import Table
+
+    if s["kind"] == "loop_dag":
+        from .report_loop_dag import print_summary
+
+        return print_summary(console, s)
 
     console.print(f"[bold]{s['name']}[/bold]  {s['arch']}  a {s['kind']} kernel  "
                   f"{s['threads']} threads  grid {s['grid']}  shared memory "

@@ -1,5 +1,5 @@
 """The attention backward's language (docs/language.md, "The backward"; issue 52): the program
-of tests/programs/attention_bwd.kg parsed to its IR, each misuse refused at its place, the NumPy
+of examples/attention_bwd.kg parsed to its IR, each misuse refused at its place, the NumPy
 reference (kgen/reference_tiles.py) against a direct float64 attention backward, and the back
 end's one refusal (no skeleton runs a loop of five gemms yet)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kgen.reference import evaluate
 from kgen.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = ROOT / "tests" / "programs" / "attention_bwd.kg"
+PROGRAM = ROOT / "examples" / "attention_bwd.kg"
 TEXT = PROGRAM.read_text()
 CAUSAL = "pt = where(row <= col, exp(scale * acc - lse[col]), 0)"
 
@@ -323,22 +323,26 @@ def test_reference_of_some_rows_adds_their_share():
 
 
 # ---------------------------------------------------------------------------------------------
-# The back end: one refusal, located, exit code 2
+# The back end: the DAG loop's plan (tests/lower/test_loop_dag.py tests it in detail)
 
 
-def test_lowering_refuses_the_backward_once():
+def test_lowering_plans_the_backward_as_a_dag_loop():
     from kgen.lower import lower
+    from kgen.plan.loop_dag import GemmKind, LoopDagPlan
 
     (kernel,) = parse(TEXT, "b.kg").kernels
-    with pytest.raises(KgenError) as info:
-        lower(kernel)
-    assert str(info.value) == (
-        "b.kg:18:3: error: the loop skeletons run two gemms (a score gemm and an accumulating "
-        "one); this program's 5 gemms need the backward skeleton, not built yet")
+    plan = lower(kernel)
+    assert isinstance(plan, LoopDagPlan)
+    assert [(g.name, g.kind) for g in plan.gemms] == [
+        ("st", GemmKind.SCORE), ("dv", GemmKind.ACCUMULATING), ("dpt", GemmKind.SCORE),
+        ("dk", GemmKind.ACCUMULATING), ("dq", GemmKind.LOOP_ROW)]
+    assert plan.zeroed == ("dQ",) and plan.accumulators == ("dv", "dk")
 
 
-def test_lowering_refuses_a_two_gemm_loop_of_another_form():
-    """Two gemms, but the accumulating one reads a local, not the score gemm's handed value."""
+def test_a_two_gemm_loop_of_another_form_is_a_dag_loop():
+    """Two gemms, but the accumulating one reads a local, not the score gemm's handed value:
+    not the forward's form, so the DAG loop's lowering takes it (and says, at the operand,
+    what its skeleton reads: W1 is column-major)."""
     from kgen.lower import lower
 
     text = (ROOT / "examples" / "mlp_loop.kg").read_text()
@@ -348,14 +352,13 @@ def test_lowering_refuses_a_two_gemm_loop_of_another_form():
                              "b0[col]) } }").replace("gemm y += h @ W1", "gemm y += g @ W1")
     module = parse(text, "m.kg")
     assert verify(module) == []
-    with pytest.raises(KgenError, match="m.kg:13:5: error: the loop skeletons run two gemms "
-                                        ".*gemm 'y' needs the backward skeleton, not built yet"):
+    with pytest.raises(KgenError, match="m.kg:12:.*the DAG loop's skeleton"):
         lower(module.kernels[0])
 
 
-def test_kgen_compile_answers_the_backward_with_exit_2(tmp_path):
+def test_kgen_compile_writes_the_backward(tmp_path):
     result = subprocess.run([sys.executable, "-m", "kgen", "compile", str(PROGRAM), "-o",
-                             str(tmp_path / "out")], capture_output=True, text=True)
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert "this program's 5 gemms need the backward skeleton, not built yet" in result.stderr
+                             str(tmp_path / "out.cu")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    source = (tmp_path / "out.cu").read_text()
+    assert "attention_bwd_zero" in source and "atomicAdd" in source

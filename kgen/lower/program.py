@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .. import ir
 from ..errors import NOWHERE, KgenError
 from ..plan import epilogue as dag
+from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import target
@@ -35,33 +36,29 @@ def is_program(kernel: ir.Kernel) -> bool:
     return kernel.loop is not None or (not kernel.gemms and kernel.epilogue is not None)
 
 
-def run(kernel: ir.Kernel, arch: ir.Arch | None = None) -> pp.ProgramPlan:
+def run(kernel: ir.Kernel, arch: ir.Arch | None = None) -> pp.ProgramPlan | ld.LoopDagPlan:
     arch = arch or kernel.target
     if kernel.compute_dtype is not ir.DType.F32:
         raise KgenError(kernel.loc, "a loop or row kernel computes in f32 (compute "
                         f"{kernel.compute_dtype.dsl_name} is not supported there)")
+    if kernel.loop is not None and not is_forward_loop(kernel.loop):
+        from . import loop_dag  # a loop over a DAG of gemms (the backward's): its own module
+
+        return loop_dag.run(kernel, arch)
     if kernel.loop is not None:
-        _refuse_other_loops(kernel.loop)
         return _loop(kernel, arch)
     return _rows(kernel, arch)
 
 
-def _refuse_other_loops(loop: ir.Loop) -> None:
-    """The loop skeletons (sm_80, sm_90a) run the forward's two gemms: a score gemm, then an
-    accumulating gemm whose A is the score gemm's own handed-on value. A verified loop of any
-    other form (the backward's: more gemms, a tile value as A, a loop-row gemm and its `+=`
-    store) is refused here, once, at its loop."""
-    count = len(loop.gemms)
-    if count != 2:
-        raise KgenError(loop.loc, f"the loop skeletons run two gemms (a score gemm and an "
-                        f"accumulating one); this program's {count} gemms need the backward "
-                        "skeleton, not built yet")
+def is_forward_loop(loop: ir.Loop) -> bool:
+    """The forward's form, which the LoopPlan's skeletons (sm_80, sm_90a) run: a score gemm,
+    then an accumulating gemm whose A is the score gemm's own handed-on value. A verified loop
+    of any other form (the backward's: more gemms, a tile value as A, a loop-row gemm and its
+    `+=` store) is a DAG loop (kgen/lower/loop_dag.py)."""
+    if len(loop.gemms) != 2:
+        return False
     g0, g1 = loop.gemms
-    if not g1.accumulate or g1.a.name != g0.name or g1.a.transposed:
-        raise KgenError(g1.loc, f"the loop skeletons run two gemms (a score gemm and an "
-                        f"accumulating one whose A is the score gemm's own value, 'gemm "
-                        f"{g1.name} += {g0.name} @ ...'); gemm '{g1.name}' needs the backward "
-                        "skeleton, not built yet")
+    return g1.accumulate and g1.a.name == g0.name and not g1.a.transposed
 
 
 # ---------------------------------------------------------------------------------------------

@@ -173,9 +173,8 @@ class Binding:
                 self._flag_words = ctas * plan.STREAM_FLAGS
                 self._flag_offset = 4 * (floats - self._flag_words)
         # The launches, in order: (function, grid, threads, shared bytes, name)
-        self.launches = self._launches(kernel, bound) if gemm else [
-            (kernel._function, bound.grid, plan.threads, plan.smem_bytes, plan.name)
-        ] if 0 not in bound.grid else []  # a tile program: its one kernel
+        self.launches = (self._launches(kernel, bound) if gemm
+                         else kernel.program_launches(bound))  # a tile program's kernels
         self._cluster = None
         if gemm and plan.schedule.scheduler.cluster.size > 1 and not bound.narrow and bound.grid[0]:
             self._cluster = kernel._cluster_config(bound.grid[0], 0)

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from ..enums import DType, Layout, Role
 from ..errors import ArgumentError, KgenRuntimeError
+from ..plan.loop_dag import LoopDagPlan
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
 from . import packed
 from .launch import BoundArguments
@@ -99,6 +100,8 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
                                f"of the KV heads HKV = {kv_heads} (GQA)")
     rows = resolved[plan.rows_dim] if isinstance(plan.rows_dim, str) else plan.rows_dim
     loop_len = 0
+    if isinstance(plan, LoopDagPlan):
+        loop_len = resolved[plan.loop_dim]
     if isinstance(plan, LoopPlan):
         loop_len = resolved[plan.loop_dim]
         for tile in (plan.b_tile, plan.c_tile):
@@ -131,7 +134,8 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             values.append(_contiguous_member(p, shapes[p.name], f.name))
             continue
         values.append(_member(p, arrays[p.name], f.name))
-    grid_rows = -(-rows // (plan.tile_m if isinstance(plan, LoopPlan) else plan.rows_per_cta))
+    grid_rows = -(-rows // (plan.tile_m if isinstance(plan, (LoopPlan, LoopDagPlan))
+                            else plan.rows_per_cta))
     grid = (max(grid_rows, 0), heads, batch_dims.get("B", 1))
     if isinstance(plan, LoopPlan) and plan.wgmma is not None and plan.wgmma.persistent:
         tiles = grid[0] * grid[1] * grid[2]
@@ -260,6 +264,7 @@ class CompiledProgram:
 
     # a persistent sm_90a plan's CTAs: the device's resident ones (None: one CTA per tile)
     persistent_ctas: int | None = None
+    _zero_function = None  # a DAG loop's zeroing kernel of its `out accumulate` tensors
 
     def __init__(self, plan: ProgramPlan, cubin: bytes, *, source: str | None = None,
                  compiled=None, device_id: int | None = None):
@@ -296,7 +301,28 @@ class CompiledProgram:
                 self._function, plan.threads, plan.smem_bytes),
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             self.persistent_ctas = info.sm_count * max(int(per_sm), 1)
+        # A DAG loop's `out accumulate` tensors are zeroed by the .cu's own zeroing kernel,
+        # launched first on the same stream
+        self._zero_function = (function_of(self._object, f"{plan.name}_zero")
+                               if isinstance(plan, LoopDagPlan) and plan.zeroed else None)
         self._calls = CallPath(plan, lambda args, sizes: self)
+
+    def program_launches(self, bound: BoundArguments) -> list[tuple]:
+        """The launches of one call, in order: (function, grid, threads, shared bytes, name).
+        The zeroing kernel of the `out accumulate` tensors (a DAG loop's) runs even where the
+        main kernel has no tile of rows: the sum of no adds is zero."""
+        out = []
+        if self._zero_function is not None:
+            from ..targets.common.loop_dag import ZERO_THREADS, zero_grid
+
+            values = bound.values
+            grid = zero_grid(values["loop_len"], values["heads"], values["batches"])
+            if 0 not in grid:
+                out.append((self._zero_function, grid, ZERO_THREADS, 0, f"{self.plan.name}_zero"))
+        if 0 not in bound.grid:
+            out.append((self._function, bound.grid, self.plan.threads, self.plan.smem_bytes,
+                        self.plan.name))
+        return out
 
     @property
     def name(self) -> str:

@@ -351,3 +351,146 @@ def wgmma_scheduler(persistent: bool = WGMMA_PERSISTENT) -> tuple[str, str]:
 # It pays at S 1024 (4 to 12 %) and costs 1 to 5 % at S 4096 without a mask: which depends on
 # the call's lengths, which the plan does not know. So O leaves from registers (the lowering's
 # plan holds no map of it) until a call chooses between the two kernels by its lengths.
+
+
+# =============================================================================================
+# A loop over a DAG of gemms (the attention backward, FlashAttention-2's structure) on the
+# mma.sync skeleton (templates/common/loop_bwd.cu.j2; plan: kgen/plan/loop_dag.py). Both
+# targets run it: sm_90a has no wgmma skeleton for it yet.
+#
+# A CTA owns tile_m of the kernel's rows (keys), 16 a warp, and walks the loop (queries) in
+# blocks. Shared memory: every loop-invariant tile [tile_m, cols] once, every streamed tile
+# [block, cols] in `stages` ring slots, every staged tile value [tile_m, block] once.
+# Registers (per thread, 16 rows a warp): each accumulator [16, N] is N/2 f32; the score tiles
+# live together (the first score's value is read in the second's epilogue) are block/2 each;
+# a handed-on A is block/4 words; a loop-row gemm's [16, n_warp] tile n_warp/2, live after the
+# score tiles are dead (staged); addresses, fragments and indices about DAG_REGISTER_OVERHEAD.
+# =============================================================================================
+
+DAG_TILE_M = (64, 128)
+DAG_BLOCKS = (32, 64, 128)
+DAG_ROWS_PER_WARP = 16
+# NVRTC 13 (the attention backward, bf16 and f16, causal and not), as (N, tile): registers
+# (sm_80 / sm_90a), the estimate below: (64, 128x64) 239-250 / 247-255 and 8 B of spills under
+# a causal mask, 256; (64, 128x32) 209-217 / 216-222, 176; (128, 128x32) 253-254 / 255, 240;
+# (128, 128x64) and (128, 64x64) 255 and 4-28 B of spills on sm_80, 320. The score tiles count
+# twice (their f32 values, the exp's operands and the mask's predicates live beside them).
+# ptxas takes what one CTA per SM leaves it, so the estimate orders configurations rather than
+# counts registers: each target's budget takes the pairs that compiled without spills there.
+DAG_REGISTER_OVERHEAD = 32
+DAG_REGISTER_BUDGET = {"sm_80": 256, "sm_90a": 248}
+
+
+def dag_register_budget(tgt: Target) -> int:
+    return DAG_REGISTER_BUDGET[tgt.arch.value]
+
+
+@dataclass(frozen=True, slots=True)
+class DagShape:
+    """What the rules read of a DAG loop: the loop-invariant tiles' and the streamed tiles'
+    columns, the staged tile values, the accumulators (count, N), the score tiles live at
+    once, and the loop-row gemms' N."""
+
+    resident_cols: tuple[int, ...]
+    streamed_cols: tuple[int, ...]
+    staged: int
+    accumulators: int
+    n_acc: int
+    live_scores: int
+    loop_row_n: tuple[int, ...]
+
+
+def dag_smem_bytes(config: LoopConfig, shape: DagShape, dtype: DType) -> int:
+    return dtype.nbytes * (config.tile_m * sum(shape.resident_cols)
+                           + config.stages * config.block * sum(shape.streamed_cols)
+                           + shape.staged * config.tile_m * config.block)
+
+
+def dag_loop_row_split(config: LoopConfig, n: int) -> tuple[int, int] | None:
+    """A loop-row gemm's [block, n] tile over the CTA's warps: (m16 tiles of the block, columns
+    per warp), each warp one m16 tile and an equal share of n in 16-column steps; None when
+    the warps cannot share it so."""
+    m_tiles = config.block // 16
+    warps = config.warps
+    if warps % m_tiles or n % (16 * (warps // m_tiles)):
+        return None
+    return m_tiles, n // (warps // m_tiles)
+
+
+def dag_registers(config: LoopConfig, shape: DagShape) -> int:
+    carried = shape.accumulators * shape.n_acc // 2
+    scores = 2 * (shape.live_scores * config.block // 2 + config.block // 4)
+    loop_row = max((dag_loop_row_split(config, n) or (0, n))[1] // 2
+                   for n in shape.loop_row_n) if shape.loop_row_n else 0
+    return carried + max(scores, loop_row) + DAG_REGISTER_OVERHEAD
+
+
+def dag_refusal(config: LoopConfig, shape: DagShape, dtype: DType, tgt: Target) -> str | None:
+    """Why `tgt` cannot run the DAG loop in `config`, or None."""
+    if config.tile_m not in DAG_TILE_M:
+        return f"tile {config.tile_m}x{config.block}: rows per CTA must be one of {DAG_TILE_M}"
+    if config.block not in DAG_BLOCKS:
+        return f"tile {config.tile_m}x{config.block}: the block must be one of {DAG_BLOCKS}"
+    if config.stages not in (1, 2):
+        return f"stages {config.stages}: the DAG loop's ring has 1 or 2 slots"
+    if config.warp_rows != DAG_ROWS_PER_WARP:
+        return f"{config.warp_rows} rows a warp: the DAG loop runs {DAG_ROWS_PER_WARP}"
+    for n in shape.loop_row_n:
+        if dag_loop_row_split(config, n) is None:
+            return (f"tile {config.tile_m}x{config.block}: the {config.warps} warps cannot share "
+                    f"a loop-row gemm's [{config.block}, {n}] tile (one m16 tile of the block "
+                    "each, N in equal 16-column shares)")
+    need = dag_smem_bytes(config, shape, dtype)
+    if need > tgt.smem_limit:
+        return (f"tile {config.tile_m}x{config.block} stages {config.stages} needs {need} B of "
+                f"shared memory; {tgt.arch.value} allows {tgt.smem_limit} B")
+    regs = dag_registers(config, shape)
+    if regs > dag_register_budget(tgt):
+        return (f"tile {config.tile_m}x{config.block} with {shape.accumulators} accumulators of "
+                f"N {shape.n_acc} needs about {regs} registers per thread (at most "
+                f"{dag_register_budget(tgt)} on {tgt.arch.value}: the accumulators stay in "
+                "registers)")
+    return None
+
+
+# Best first: 128 keys (8 warps) share every streamed block, halving the streamed bytes per key
+# against 64; a block of 64 queries keeps the two live score tiles at 32 registers each (as
+# FlashAttention-2's sm_80 backward for head dim 128); two slots overlap the next block's copy
+# with this one's five gemms; a block of 32 where the registers need it.
+DAG_PREFERENCE = tuple(LoopConfig(m, b, s, DAG_ROWS_PER_WARP) for m, b, s in (
+    (128, 64, 2), (128, 64, 1), (128, 32, 2), (64, 64, 2), (64, 32, 2), (128, 32, 1),
+    (64, 64, 1), (64, 32, 1), (128, 128, 2), (128, 128, 1)))
+
+
+def dag_default(shape: DagShape, dtype: DType, tgt: Target, tile_m: int | None = None,
+                block: int | None = None, stages: int | None = None,
+                warps: int | None = None) -> tuple[LoopConfig, str]:
+    """The first legal configuration keeping the written values, with why; ValueError (the
+    lowering locates it) when none is, saying why the smallest one tried cannot run (the
+    limit every larger one meets too)."""
+    refused = []
+    for config in DAG_PREFERENCE:
+        if ((tile_m is not None and config.tile_m != tile_m)
+                or (block is not None and config.block != block)
+                or (stages is not None and config.stages != stages)
+                or (warps is not None and config.warps != warps)):
+            continue
+        why = dag_refusal(config, shape, dtype, tgt)
+        if why is None:
+            return config, ("the rulebook's first legal configuration of a DAG loop for N "
+                            f"{shape.n_acc}, {dtype.dsl_name} on {tgt.arch.value} "
+                            "(kgen/targets/loop_rules.py)")
+        refused.append((dag_smem_bytes(config, shape, dtype), why))
+    if refused:
+        raise ValueError(min(refused)[1])
+    written = LoopConfig(tile_m or 128, block or 64, stages or 2, DAG_ROWS_PER_WARP)
+    raise ValueError(dag_refusal(written, shape, dtype, tgt)
+                     or "no legal configuration of a DAG loop keeps the written lines")
+
+
+def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
+    regs = dag_registers(config, shape)
+    if regs * config.warps * 32 * 2 <= 65536:
+        return 2, f"about {regs} registers a thread: two CTAs fit an SM's registers"
+    return 1, (f"about {regs} registers a thread: one CTA per SM, so ptxas takes the registers "
+               "it needs rather than spill to fit two")

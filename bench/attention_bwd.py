@@ -1,0 +1,178 @@
+"""The attention backward: kgen's main kernel (examples/attention_bwd.kg, the DAG loop's
+mma.sync skeleton, the sm_80 build) beside torch SDPA's cuDNN, flash and memory-efficient
+backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads, head dims 64 and 128,
+S = T in {1024, 4096}, causal (top-left) and not.
+
+Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by the row kernel
+examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
+kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
+(with the zeroing of dQ it launches first); `sdpa_*` torch.autograd.grad of a saved SDPA graph
+with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's 4 * B * H * S * T *
+D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
+
+    python3 bench/attention_bwd.py              # the table (--json FILE writes it)
+    python3 bench/attention.py --bwd            # the same, from the forward's bench
+    python3 bench/attention_bwd.py --once       # one small causal call, no timing (for
+                                                # compute-sanitizer)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from kgen import ir  # noqa: E402
+from kgen.api import build_verified, load_built  # noqa: E402
+from kgen.harness.timing import rotation_count, time_kernel  # noqa: E402
+from kgen.parse import parse  # noqa: E402
+from kgen.runtime.device import device_info  # noqa: E402
+from kgen.verify import verify  # noqa: E402
+
+HEADS = 16
+TOKENS = 16384
+MASKED = "where(row <= col, exp(scale * acc - lse[col]), 0)"
+
+
+def _kernel(path: str, d: int, replace: dict[str, str] | None = None) -> ir.Kernel:
+    text = (ROOT / path).read_text().replace("128]", f"{d}]")
+    text = text.replace("0.08838834764", repr(1.0 / math.sqrt(d))).replace("    tile 128x32\n", "")
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    module = parse(text, path)
+    assert verify(module) == []
+    return module.kernels[0]
+
+
+def kernels(d: int, causal: bool) -> tuple:
+    """The loaded main kernel (its rulebook tile for D) and the D row kernel."""
+    mask = {} if causal else {MASKED: "exp(scale * acc - lse[col])"}
+    main = _kernel("examples/attention_bwd.kg", d, mask)
+    dot = _kernel("examples/attention_bwd_dot.kg", d)
+    built = build_verified(main, ir.Arch.SM80)
+    return load_built(built), load_built(build_verified(dot, ir.Arch.SM80)), built.plan
+
+
+def _inputs(b: int, s: int, d: int, causal: bool):
+    q, k, v, do = (torch.randn(b, HEADS, s, d, device="cuda").bfloat16() for _ in range(4))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return q, k, v, do, o, _lse_blocked(q, k, d, causal)
+
+
+def _lse_blocked(q, k, d, causal):
+    """lse row block by row block (the whole [S, S] in f32 would take 4 GiB at S 4096)."""
+    out = []
+    s = q.shape[-2]
+    for r in range(0, s, 512):
+        x = (q[..., r:r + 512, :].float() @ k.float().transpose(-1, -2)) / math.sqrt(d)
+        if causal:
+            rows = torch.arange(r, min(r + 512, s), device="cuda")[:, None]
+            x = x.masked_fill(torch.arange(s, device="cuda")[None, :] > rows, -math.inf)
+        out.append(torch.logsumexp(x, -1))
+    return torch.cat(out, -1)
+
+
+def measure(d: int, s: int, causal: bool, backends) -> dict:
+    b = TOKENS // s
+    main, dot, plan = kernels(d, causal)
+    q, k, v, do, o, lse = _inputs(b, s, d, causal)
+    dd = torch.empty(b, HEADS, s, device="cuda")
+    dq = torch.empty(b, HEADS, s, d, device="cuda")
+    dq16, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(d)
+    stream = torch.cuda.current_stream().cuda_stream
+    set_bytes = 2 * (q.numel() * 6) + 4 * dq.numel()
+    rotate = 1 if set_bytes > 2 * device_info().l2_bytes else rotation_count(
+        set_bytes, device_info().l2_bytes)
+
+    def main_call(_):
+        main(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)
+
+    def total(_):
+        dot(dO=do, O=o, D=dd)
+        main_call(_)
+        dq16.copy_(dq)
+
+    flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
+    row = {"d": d, "s": s, "causal": causal, "batch": b, "heads": HEADS,
+           "tile": plan.config.value}
+    for name, fn in (("kgen_total", total), ("kgen_main", main_call)):
+        t = time_kernel(fn, rotate=rotate, stream=stream)
+        row[name] = flops / (t.median_ms * 1e-3) / 1e12
+    from torch.nn.attention import sdpa_kernel
+
+    for name, backend in backends.items():
+        qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+        try:
+            with sdpa_kernel(backend):
+                out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv,
+                                                                       is_causal=causal)
+            t = time_kernel(lambda _: torch.autograd.grad(out, (qq, kk, vv), do,
+                                                          retain_graph=True),
+                            rotate=1, stream=stream)
+            row[name] = flops / (t.median_ms * 1e-3) / 1e12
+        except RuntimeError as err:  # a backend that does not take this shape
+            row[name] = None
+            print(f"# {name} D {d} S {s}: {str(err).splitlines()[0]}", file=sys.stderr)
+    return row
+
+
+def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) -> list[dict]:
+    from torch.nn.attention import SDPBackend
+
+    backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+                "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+                "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
+    columns = ["kgen_total", "kgen_main", *backends]
+    print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
+          f"{torch.cuda.get_device_name()}")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
+    rows = []
+    for d in dims:
+        for s in lengths:
+            for causal in (False, True):
+                row = measure(d, s, causal, backends)
+                rows.append(row)
+                cells = " ".join(f"{row[n]:18.1f}" if row.get(n) is not None else f"{'-':>18}"
+                                 for n in columns)
+                print(f"{d:>4} {s:>6} {str(causal):>6} {row['tile']:>28} {cells}", flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def once() -> None:
+    """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing: for
+    compute-sanitizer's memcheck and racecheck."""
+    main = load_built(build_verified(_kernel("examples/attention_bwd.kg", 64), ir.Arch.SM80))
+    q, do = (torch.randn(1, 2, 200, 64, device="cuda").bfloat16() for _ in range(2))
+    k, v = (torch.randn(1, 2, 333, 64, device="cuda").bfloat16() for _ in range(2))
+    lse = torch.full((1, 2, 200), 4.0, device="cuda")
+    dd = torch.randn(1, 2, 200, device="cuda")
+    dq, dk, dv = main(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=0.125)
+    torch.cuda.synchronize()
+    print("attention_bwd ran; finite:", bool(torch.isfinite(dq).all() and
+                                             torch.isfinite(dk.float()).all() and
+                                             torch.isfinite(dv.float()).all()))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--once", action="store_true")
+    parser.add_argument("--d", type=int, nargs="+", default=None)
+    args = parser.parse_args(argv)
+    if args.once:
+        return once()
+    table(args.json, tuple(args.d or (64, 128)))
+
+
+if __name__ == "__main__":
+    main()

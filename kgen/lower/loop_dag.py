@@ -1,0 +1,369 @@
+"""A verified loop whose gemms form a DAG (more than the forward's score gemm and accumulating
+gemm: the attention backward's five) to its plan (kgen/plan/loop_dag.py).
+
+The gemms are taken in statement order (kgen/verify/loop_gemms.py classifies them): a score
+gemm's MMAs, then its epilogue's values (one section of TILE values over [rows, block]); an
+accumulating gemm's A handed on from registers (HandTile), then its MMAs; a loop-row gemm's A
+staged in shared memory (StageTile), then its MMAs and its epilogue, a section of its own over
+[block, N] that adds into `out accumulate` tensors (AddTile). The values reuse
+kgen/lower/program.py's sections; the configuration is the rulebook's
+(kgen/targets/loop_rules.py, the DAG section). Blocks a mask zeroes in full are skipped where
+the bounds of kgen/lower/loop_bounds.py apply and zeroing the mask's value provably makes the
+block add nothing (`_zero_on_masked`).
+"""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from ..errors import KgenError
+from ..plan import epilogue as dag
+from ..plan import loop_dag as ld
+from ..plan import program as pp
+from ..plan.program import Rank
+from ..targets import loop_rules, target
+from . import loop_bounds
+from .program import _params, _roles, _Section, _store, smem_tile
+
+
+class _DagSection(_Section):
+    """A section whose `acc` is the current gemm's own result (several gemms have one)."""
+
+    def value(self, node: ir.Expr) -> int:
+        if isinstance(node, ir.Acc):
+            assert self.acc is not None, "unverified IR: acc outside a gemm's epilogue"
+            return self.add(ld.GemmResult(self.acc), Rank.TILE)
+        return super().value(node)
+
+
+def _kind(kernel: ir.Kernel, g: ir.Gemm) -> ld.GemmKind:
+    if g.accumulate:
+        return ld.GemmKind.ACCUMULATING
+    if kernel.param(g.a.name) is None:
+        return ld.GemmKind.LOOP_ROW
+    return ld.GemmKind.SCORE
+
+
+def _row_major(kernel: ir.Kernel, operand: ir.OperandRef) -> ir.Param:
+    p = kernel.param(operand.name)
+    if p.layout is not ir.Layout.ROW:
+        raise KgenError(operand.loc, f"'{p.name}': the DAG loop's skeleton reads row-major "
+                        "tensors (not yet column-major)")
+    return p
+
+
+def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
+    loop = kernel.loop
+    if loop.carries:
+        raise KgenError(loop.carries[0].loc, f"loop '{loop.name}': a loop of more gemms than "
+                        "the forward's carries no row state yet (its skeleton keeps "
+                        "accumulators only)")
+    if kernel.packed:
+        raise KgenError(kernel.packed[0].loc, f"loop '{loop.name}': packed sequences are not "
+                        "yet in the DAG loop's skeleton")
+    kinds = [_kind(kernel, g) for g in loop.gemms]
+    g0 = loop.gemms[0]
+    lead = _row_major(kernel, g0.a)
+    dtype = lead.dtype
+    rows_dim = lead.shape[0]
+    resident: list[str] = []  # loop-invariant params, in first use
+    streamed: list[str] = []
+    loop_row_n: list[int] = []
+    n_acc = None
+    for g, kind in zip(loop.gemms, kinds):
+        if kind is ld.GemmKind.SCORE:
+            a, b = _row_major(kernel, g.a), _row_major(kernel, g.b)
+            if not g.b.transposed:
+                raise KgenError(g.b.loc, f"gemm '{g.name}': the DAG loop's skeleton streams a "
+                                f"score gemm's B as a [{loop.dim}, K0] row-major tensor, "
+                                f"written transposed ('{b.name}^T')")
+            resident += [a.name] if a.name not in resident else []
+            streamed += [b.name] if b.name not in streamed else []
+        elif kind is ld.GemmKind.ACCUMULATING:
+            b = _row_major(kernel, g.b)
+            if g.b.transposed:
+                raise KgenError(g.b.loc, f"gemm '{g.name}': the DAG loop's skeleton streams an "
+                                f"accumulating gemm's B as [{loop.dim}, N] row-major, not "
+                                "transposed")
+            streamed += [b.name] if b.name not in streamed else []
+            n = int(b.shape[1])
+            if n_acc is not None and n != n_acc:
+                raise KgenError(g.loc, "the accumulators of a loop share one [rows, N] tile")
+            n_acc = n
+        else:
+            b = _row_major(kernel, g.b)
+            resident += [b.name] if b.name not in resident else []
+            loop_row_n.append(int(b.shape[1]))
+    if n_acc is None:
+        raise KgenError(loop.loc, f"loop '{loop.name}': a DAG loop needs an accumulating gemm "
+                        "(its kernel epilogue stores the accumulators)")
+    for name in resident + streamed:
+        if kernel.param(name).dtype is not dtype:
+            raise KgenError(loop.loc, f"'{name}': the loop's operands share one dtype")
+    staged_count = sum(k is ld.GemmKind.LOOP_ROW for k in kinds)
+    scores = [i for i, k in enumerate(kinds) if k is ld.GemmKind.SCORE]
+    shape = loop_rules.DagShape(
+        resident_cols=tuple(int(kernel.param(n).shape[1]) for n in resident),
+        streamed_cols=tuple(int(kernel.param(n).shape[1]) for n in streamed),
+        staged=staged_count, accumulators=sum(k is ld.GemmKind.ACCUMULATING for k in kinds),
+        n_acc=n_acc, live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n))
+    tgt = target(arch)
+    written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
+               loop.stages.count if loop.stages else None,
+               loop.warps.m if loop.warps else None)
+    try:
+        config, why = loop_rules.dag_default(shape, dtype, tgt, *written)
+    except ValueError as err:
+        raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
+    if any(w is not None for w in written):
+        why = "the source's lines, " + ("completed by " + why if None in written else "legal")
+
+    # Shared memory: resident tiles, then the ring, then the staged values
+    tiles: dict[str, pp.SmemTile] = {}
+    offset = 0
+    for name in resident:
+        tile = smem_tile(f"{name.lower()}_res", name, config.tile_m,
+                         int(kernel.param(name).shape[1]), 1, dtype, offset, False)
+        tiles[name] = tile
+        offset += tile.bytes
+    ring: dict[str, pp.SmemTile] = {}
+    for name in streamed:
+        tile = smem_tile(f"{name.lower()}_ring", name, config.block,
+                         int(kernel.param(name).shape[1]), config.stages, dtype, offset, True)
+        ring[name] = tile
+        offset += tile.bytes
+    staged: list[pp.SmemTile] = []
+    for g, kind in zip(loop.gemms, kinds):
+        if kind is ld.GemmKind.LOOP_ROW:
+            tile = smem_tile(f"t{len(staged)}_smem", g.a.name, config.tile_m, config.block, 1,
+                             dtype, offset, False)
+            staged.append(tile)
+            offset += tile.bytes
+    assert offset == loop_rules.dag_smem_bytes(config, shape, dtype)
+
+    body = _DagSection(kernel)
+    gemms: list[ld.DagGemm] = []
+    handed: set[int] = set()
+    stage_of: dict[str, pp.SmemTile] = {}  # loop-row gemm -> its staged tile
+    for index, (g, kind) in enumerate(zip(loop.gemms, kinds)):
+        if kind is ld.GemmKind.SCORE:
+            a, b = kernel.param(g.a.name), kernel.param(g.b.name)
+            gemm = ld.DagGemm(index, g.name, kind, tiles[a.name].name, ld.ALoad.SMEM, None,
+                              ring[b.name].name, pp.FragmentLoad.N_MAJOR, k=int(a.shape[1]),
+                              n=config.block, n_warp=config.block)
+            gemms.append(gemm)
+            body.statement(ld.DagStep(gemm))
+            body.acc = g.name
+            for stmt in g.epilogue.stmts:
+                _score_statement(body, kernel, g, stmt)
+            body.acc = None
+        elif kind is ld.GemmKind.ACCUMULATING:
+            value = _tile_value(body, g)
+            if value not in handed:
+                body.statement(ld.HandTile(value, dtype))
+                handed.add(value)
+            # a value a later loop-row gemm reads is staged now, from the fragments just
+            # handed on: its f32 tile need not live through this gemm's MMAs
+            for later, later_kind in zip(loop.gemms[index + 1:], kinds[index + 1:]):
+                if (later_kind is ld.GemmKind.LOOP_ROW and body.env.get(later.a.name) == value
+                        and later.name not in stage_of):
+                    stage_of[later.name] = staged[len(stage_of)]
+                    body.statement(ld.StageTile(value, dtype, stage_of[later.name].name))
+            b = kernel.param(g.b.name)
+            gemm = ld.DagGemm(index, g.name, kind, "", ld.ALoad.REGISTERS, value,
+                              ring[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.block,
+                              n=n_acc, n_warp=n_acc)
+            gemms.append(gemm)
+            body.statement(ld.DagStep(gemm))
+        else:
+            value = _tile_value(body, g)
+            if g.name not in stage_of:
+                stage_of[g.name] = staged[len(stage_of)]
+                body.statement(ld.StageTile(value, dtype, stage_of[g.name].name))
+            tile = stage_of[g.name]
+            b = kernel.param(g.b.name)
+            n = int(b.shape[1])
+            _, n_warp = loop_rules.dag_loop_row_split(config, n)
+            gemm = ld.DagGemm(index, g.name, kind, tile.name, ld.ALoad.SMEM_TRANSPOSED, None,
+                              tiles[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.tile_m, n=n,
+                              n_warp=n_warp, epilogue=_loop_row_epilogue(kernel, g, n))
+            gemms.append(gemm)
+            body.statement(ld.DagStep(gemm))
+    body_section = body.section()
+
+    accumulators = tuple(g.name for g, k in zip(loop.gemms, kinds)
+                         if k is ld.GemmKind.ACCUMULATING)
+    tail = _Section(kernel)
+    for name in accumulators:
+        tail.env[name] = tail.add(pp.AccumulatorValue(name), Rank.TILE)
+    for stmt in (kernel.epilogue.stmts if kernel.epilogue else ()):
+        if isinstance(stmt, ir.Let):
+            tail.env[stmt.name] = tail.value(stmt.value)
+        elif isinstance(stmt, ir.Store) and not stmt.accumulate:
+            _store(tail, kernel, stmt, rows_dim, n_acc)
+        else:
+            raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it stores "
+                            "the accumulators")
+
+    bounds = _bounds(body_section, gemms)
+    params, fields = _params(kernel, lead.heads)
+    batch, heads, kv = _roles(kernel, lead.heads)
+    zeroed = tuple(p.name for p in kernel.params if p.accumulate)
+    regs = loop_rules.dag_registers(config, shape)
+    return ld.LoopDagPlan(
+        name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,
+        rows_dim=rows_dim, loop_dim=loop.dim, tile_m=config.tile_m, block=config.block,
+        warps=config.warps, stages=config.stages, resident=tuple(tiles.values()),
+        streamed=tuple(ring.values()), staged=tuple(staged), gemms=tuple(gemms),
+        accumulators=accumulators, n_acc=n_acc, body=body_section, epilogue=tail.section(),
+        zeroed=zeroed, smem_bytes=offset, mma=pp.Choice("mma.sync.m16n8k16", _mma_why(arch)),
+        config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
+                         f"{config.stages}", why),
+        registers=pp.Choice(str(regs), f"the rulebook's estimate per thread (at most "
+                            f"{loop_rules.dag_register_budget(tgt)}): {len(accumulators)} "
+                            f"accumulator(s) of N {n_acc} held in registers"),
+        heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds,
+        min_ctas=pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape))))
+
+
+def _mma_why(arch: ir.Arch) -> str:
+    if arch is ir.Arch.SM90A:
+        return ("sm_90a runs the DAG loop's mma.sync skeleton (FlashAttention-2's structure): "
+                "no wgmma skeleton of a loop of more than two gemms yet")
+    return f"{arch.value} has mma.sync (m16n8k16, f32 accumulate)"
+
+
+def _score_statement(body: _DagSection, kernel: ir.Kernel, g: ir.Gemm, stmt: ir.Stmt) -> None:
+    if isinstance(stmt, ir.Let):
+        body.env[stmt.name] = body.value(stmt.value)
+        return
+    if isinstance(stmt, ir.Store) and stmt.target == g.name and kernel.param(g.name) is None:
+        body.env[g.name] = body.value(stmt.value)  # the gemm's own value, read by name
+        return
+    raise KgenError(stmt.loc, f"gemm '{g.name}': a score gemm's epilogue in a loop of more "
+                    "gemms than the forward's binds tile values only (no carries, no stores)")
+
+
+def _tile_value(body: _DagSection, g: ir.Gemm) -> int:
+    assert g.a.name in body.env, f"unverified IR: {g.a.name} read before it is bound"
+    value = body.env[g.a.name]
+    if body.rank(value) is not Rank.TILE:
+        raise KgenError(g.a.loc, f"gemm '{g.name}': its A, '{g.a.name}', must be a value per "
+                        "element of the tile")
+    return value
+
+
+def _loop_row_epilogue(kernel: ir.Kernel, g: ir.Gemm, n: int) -> pp.Section:
+    """The loop-row gemm's epilogue over its [block, N] tile: `row` the loop position."""
+    section = _DagSection(kernel, acc=g.name)
+    for stmt in g.epilogue.stmts:
+        if isinstance(stmt, ir.Let):
+            section.env[stmt.name] = section.value(stmt.value)
+            continue
+        assert isinstance(stmt, ir.Store) and stmt.accumulate, "unverified IR: a loop-row store"
+        p = kernel.param(stmt.target)
+        if p.dtype is not ir.DType.F32 or p.layout is not ir.Layout.ROW:
+            raise KgenError(stmt.loc, f"'{p.name}': the skeleton adds into a row-major f32 "
+                            "tensor (atomic adds of f32)")
+        if int(p.shape[1]) != n:
+            raise KgenError(stmt.loc, f"'{p.name}' must have {n} columns: gemm '{g.name}''s "
+                            "tile")
+        index = section.value(stmt.value)
+        section.statement(ld.AddTile(p.name, index))
+    return section.section()
+
+
+# ---------------------------------------------------------------------------------------------
+# The skipped blocks: a mask `where(P, e, 0)` whose zero makes a block add nothing
+
+
+_ZERO = 0.0
+_FINITE = "finite"  # finite, not known when compiling
+
+
+def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
+    values = body.values
+    masks = [v for v in values if isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.WHERE
+             and isinstance(values[v.kind.args[2]].kind, dag.Constant)
+             and values[v.kind.args[2]].kind.value == 0.0 and v.rank is Rank.TILE]
+    bounds: list[pp.ColumnBound] = []
+    refused: list[str] = []
+    for mask in masks:
+        found = loop_bounds._conjunction(values, mask.kind.args[0])
+        text = loop_bounds._text(values, mask.id)
+        if isinstance(found, str):
+            refused.append(f"`{text}`: {found}")
+            continue
+        problem = _zero_on_masked(body, gemms, mask.id)
+        if problem is not None:
+            refused.append(f"`{text}`: on a block it zeroes in full, {problem}")
+            continue
+        bounds += [b for b in found[0] if b not in bounds]
+    if not bounds:
+        return pp.LoopBounds((), (), "every block runs: " + ("; ".join(refused) or
+                                                            "no value where(P, e, 0) masks "
+                                                            "the tile"))
+    why = (f"blocks whose every element the mask zeroes are skipped ({len(bounds)} bound"
+           f"{'s' if len(bounds) > 1 else ''} on col): they add nothing")
+    if refused:
+        why += "; not used: " + "; ".join(refused)
+    return pp.LoopBounds(tuple(bounds), (), why)
+
+
+def _zero_on_masked(body: pp.Section, gemms: list[ld.DagGemm], mask: int) -> str | None:
+    """Why a block where value `mask` is 0 everywhere would change the outputs, or None: every
+    handed-on and staged value must be 0 (the accumulators gain 0, the loop-row tiles are 0)
+    and every loop-row epilogue must add 0 for a zero tile. Inputs are taken to be finite."""
+    known: dict[int, object] = {}
+
+    def get(values, index: int, zero_acc: bool, memo: dict):
+        if index not in memo:
+            memo[index] = _abstract(values, values[index], mask if values is body.values
+                                    else None, zero_acc, lambda i: get(values, i, zero_acc,
+                                                                       memo))
+        return memo[index]
+
+    for stmt in body.statements:
+        if isinstance(stmt, (ld.HandTile, ld.StageTile)):
+            if get(body.values, stmt.value, False, known) != _ZERO:
+                return "a value a gemm multiplies is not 0"
+    for g in gemms:
+        if g.epilogue is None:
+            continue
+        memo: dict[int, object] = {}
+        for stmt in g.epilogue.statements:
+            if isinstance(stmt, ld.AddTile) and get(g.epilogue.values, stmt.value, True,
+                                                    memo) != _ZERO:
+                return f"gemm '{g.name}''s epilogue adds a value other than 0"
+    return None
+
+
+def _abstract(values, value: pp.Value, mask: int | None, zero_acc: bool, get):
+    kind = value.kind
+    if value.id == mask:
+        return _ZERO
+    if isinstance(kind, dag.Constant):
+        return float(kind.value) if math.isfinite(kind.value) else None
+    if isinstance(kind, ld.GemmResult):
+        return _ZERO if zero_acc else _FINITE
+    if isinstance(kind, (dag.ScalarArg, dag.VectorLoad, dag.TensorLoad, pp.PositionValue,
+                         pp.ExtentValue, pp.RandomValue)):
+        return _FINITE
+    if isinstance(kind, dag.Cast):
+        arg = get(kind.arg)
+        return arg if arg in (_ZERO, _FINITE) else None
+    if not isinstance(kind, dag.Apply):
+        return None
+    args = [get(a) for a in kind.args]
+    if kind.op is ir.Op.MUL and _ZERO in args and all(a is not None for a in args):
+        return _ZERO  # 0 times a finite value
+    if kind.op in (ir.Op.ADD, ir.Op.SUB) and all(a == _ZERO for a in args):
+        return _ZERO
+    if kind.op is ir.Op.NEG and args[0] == _ZERO:
+        return _ZERO
+    if kind.op is ir.Op.WHERE and args[1] == _ZERO and args[2] == _ZERO:
+        return _ZERO
+    if kind.op in (ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.NEG, ir.Op.WHERE, ir.Op.MIN,
+                   ir.Op.MAX, ir.Op.ABS) and all(a is not None for a in args):
+        return _FINITE
+    return None

@@ -1,0 +1,165 @@
+"""The plan of a loop kernel whose gemms form a DAG (the attention backward's, issue 52):
+score gemms (A a loop-invariant tile, B a streamed block), accumulating gemms (A a tile value
+from registers, B a streamed block), and loop-row gemms (A a tile value transposed, staged
+through shared memory; B a loop-invariant tile) whose epilogue adds the [block, N] tile into an
+`out accumulate` tensor at the loop's rows. Built by kgen/lower/loop_dag.py; read only by the
+emitter kgen/targets/common/loop_dag.py (templates/common/loop_bwd.cu.j2).
+
+The orientation is FlashAttention-2's backward: a CTA owns tile_m of the kernel's rows (the
+keys), loads its loop-invariant tiles (K, V) once and walks the loop's blocks (the queries),
+streaming their tiles (Q, dO) through a ring; every warp owns 16 rows of each score tile and of
+each accumulator; a loop-row gemm's [block, N] tile is shared out over the warps by m16 tiles
+of the block and column groups of N.
+
+The forward's two-gemm loop (plan.program.LoopPlan) is the special case one score gemm and one
+accumulating gemm; it keeps its own plan and skeletons.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..enums import Arch, Dim, DType
+from .program import (Choice, LoopBounds, ProgramField, ProgramParam, Section, SmemTile,
+                      FragmentLoad)
+
+
+class GemmKind(enum.Enum):
+    SCORE = "score"  # [rows, block] = A[rows, K0] @ B, A resident, B streamed
+    ACCUMULATING = "accumulating"  # acc[rows, N] += t[rows, block] @ B[block, N], t in registers
+    LOOP_ROW = "loop_row"  # [block, N] = t^T @ Z[rows, N], t staged, Z resident
+
+
+class ALoad(enum.Enum):
+    """Where a gemm's A fragments come from. Value: the device helper (or registers)."""
+
+    SMEM = "ldsm_a"  # a row-major [m][k] shared tile: ldmatrix
+    REGISTERS = "registers"  # a tile value's accumulator fragments, rounded (as the forward)
+    SMEM_TRANSPOSED = "ldsm_a_km"  # a [k][m] shared tile (a staged tile value): ldmatrix.trans
+
+
+@dataclass(frozen=True, slots=True)
+class GemmResult:
+    """`acc` in a gemm's epilogue: that gemm's result (a score gemm's [rows, block] tile, a
+    loop-row gemm's [block, N] tile)."""
+
+    gemm: str
+
+
+@dataclass(frozen=True, slots=True)
+class HandTile:
+    """A TILE value, zero past the loop's end, rounded to `dtype` in registers: the A
+    fragments of an accumulating gemm (fragments 2k, 2k + 1 of a row pair are k16 step k)."""
+
+    value: int
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class StageTile:
+    """A TILE value rounded to `dtype` and written to shared tile `tile` ([rows, block], zero
+    past the loop's end and past the kernel's rows), then a barrier: a loop-row gemm reads it
+    transposed."""
+
+    value: int
+    dtype: DType
+    tile: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddTile:
+    """A loop-row tile's value added into the f32 `out accumulate` tensor `param` at the loop's
+    rows (rows past the loop's end left out), by atomic adds (CTAs of other key blocks add the
+    same elements)."""
+
+    param: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class DagGemm:
+    """One gemm of the loop, mma.sync m16n8k16. SCORE and ACCUMULATING: per warp 16 rows, k16
+    steps over `k`, n8 tiles over `n`; LOOP_ROW: per warp m16 tile `warp % m_tiles` of the
+    block and `n_warp` columns from `n_warp * (warp / m_tiles)`."""
+
+    index: int  # its place among the loop's gemms: the C++ names (acc_g<index>)
+    name: str
+    kind: GemmKind
+    a: str  # SMEM: a shared tile; REGISTERS: "" (the HandTile before it); SMEM_TRANSPOSED: tile
+    a_load: ALoad
+    a_value: int | None  # REGISTERS: the value handed on
+    b: str  # its B tile in shared memory
+    b_load: FragmentLoad
+    k: int
+    n: int
+    n_warp: int  # the columns a warp computes (n, but for a loop-row gemm)
+    epilogue: Section | None = None  # a loop-row gemm's: over its [block, N] tile
+
+    @property
+    def k_steps(self) -> int:
+        return self.k // 16
+
+    @property
+    def n8_tiles(self) -> int:  # per warp
+        return self.n_warp // 8
+
+
+@dataclass(frozen=True, slots=True)
+class DagStep:
+    """A gemm's MMAs on this block (a statement of the body); a loop-row gemm's epilogue (its
+    own section) runs right after them."""
+
+    gemm: DagGemm
+
+
+@dataclass(frozen=True, slots=True)
+class LoopDagPlan:
+    """A loop kernel over a DAG of gemms (see the module's note)."""
+
+    name: str
+    arch: Arch
+    params: tuple[ProgramParam, ...]
+    fields: tuple[ProgramField, ...]
+    dtype: DType  # the operands'
+    rows_dim: Dim  # the kernel's rows (the keys, T)
+    loop_dim: Dim  # the loop's dimension (the queries, S)
+    tile_m: int
+    block: int
+    warps: int
+    stages: int
+    resident: tuple[SmemTile, ...]  # loaded once (K, V): rows along the kernel's rows
+    streamed: tuple[SmemTile, ...]  # per block, `stages` ring slots (Q, dO)
+    staged: tuple[SmemTile, ...]  # tile values written for a loop-row gemm (dS^T)
+    gemms: tuple[DagGemm, ...]
+    accumulators: tuple[str, ...]  # the accumulating gemms, carried, [rows, n_acc]
+    n_acc: int
+    body: Section  # once per block; DagStep, HandTile, StageTile among its statements
+    epilogue: Section  # once, after the loop, over [rows, n_acc]
+    zeroed: tuple[str, ...]  # the `out accumulate` tensors: zeroed before the kernel
+    smem_bytes: int
+    mma: Choice
+    config: Choice
+    registers: Choice  # the rulebook's estimate per thread, and why it fits
+    heads_param: str | None
+    kv_param: str | None
+    batch_param: str | None
+    bounds: LoopBounds = LoopBounds((), (), "no mask")
+    min_ctas: Choice = Choice("1", "the default")
+
+    @property
+    def threads(self) -> int:
+        return self.warps * 32
+
+    @property
+    def kind(self) -> str:
+        return "loop_dag"
+
+    @property
+    def tiles(self) -> tuple[SmemTile, ...]:
+        return self.resident + self.streamed + self.staged
+
+    def param(self, name: str) -> ProgramParam | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def gemm(self, name: str) -> DagGemm:
+        return next(g for g in self.gemms if g.name == name)

@@ -1,0 +1,122 @@
+"""`kgen inspect` for a loop over a DAG of gemms (kgen/plan/loop_dag.py, the attention
+backward): the plan as plain data (`summary`, the --json schema beside report_program's) and as
+tables (`print_summary`). kgen/report_program.py hands these plans here."""
+from __future__ import annotations
+
+from typing import Any
+
+from .plan import epilogue as dag
+from .plan import loop_dag as ld
+from .plan import program as pp
+from .report_program import PHASES, _arg, _bounds, _statements, _tile
+
+
+def _shown(section: pp.Section) -> pp.Section:
+    """The section with each gemm's result shown as `acc of <gemm>` (report_program's
+    printer names the kinds it knows; a named stand-in prints as its name)."""
+    values = tuple(pp.Value(v.id, dag.ScalarArg(f"acc of {v.kind.gemm}"), v.rank)
+                   if isinstance(v.kind, ld.GemmResult) else v for v in section.values)
+    return pp.Section(values, section.statements)
+
+
+def _lines(section: pp.Section) -> list[str]:
+    """The section's statements: the DAG's own kinds here, the others as a forward's."""
+    section = _shown(section)
+    lines = []
+    for s in section.statements:
+        if isinstance(s, ld.DagStep):
+            g = s.gemm
+            a = {ld.ALoad.SMEM: f"{g.a} (ldmatrix)",
+                 ld.ALoad.REGISTERS: f"registers (v{g.a_value} handed on)",
+                 ld.ALoad.SMEM_TRANSPOSED: f"{g.a} (ldmatrix.trans: the staged value, "
+                                            "transposed)"}[g.a_load]
+            op = "+=" if g.kind is ld.GemmKind.ACCUMULATING else "="
+            lines.append(f"gemm {g.name} ({g.kind.value}) {op} "
+                         f"A from {a}, B from {g.b} ({g.b_load.value}): {g.k_steps} k16 steps "
+                         f"x {g.n8_tiles} n8 tiles per warp")
+            if g.epilogue is not None:
+                lines += [f"  {line}" for line in _lines(g.epilogue)]
+        elif isinstance(s, ld.HandTile):
+            lines.append(f"hand on {_arg(section, s.value)} as {s.dtype.dsl_name} (A fragments, "
+                         "in registers)")
+        elif isinstance(s, ld.StageTile):
+            lines.append(f"stage {_arg(section, s.value)} as {s.dtype.dsl_name} in {s.tile} "
+                         "(read transposed by a loop-row gemm), then a barrier")
+        elif isinstance(s, ld.AddTile):
+            lines.append(f"add {_arg(section, s.value)} into {s.param} at the loop's rows "
+                         "(atomic f32 adds)")
+        else:
+            lines += _statements(pp.Section(section.values, (s,)))
+    return lines
+
+
+def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, Any]:
+    from .targets import target
+
+    choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
+    roles = {**{t.name: f"loop-invariant {t.param}, loaded once" for t in plan.resident},
+             **{t.name: f"{t.param}, streamed ({t.slots} slots)" for t in plan.streamed},
+             **{t.name: f"tile value {t.param}, staged for a loop-row gemm" for t in plan.staged}}
+    return {
+        "name": plan.name, "arch": plan.arch.value, "kind": plan.kind,
+        "threads": plan.threads, "smem_bytes": plan.smem_bytes,
+        "smem_limit": target(plan.arch).smem_limit,
+        "params": [{"name": f.name, "ctype": f.ctype} for f in plan.fields],
+        "body": _lines(plan.body), "resources": resources,
+        "config": choice(plan.config), "mma": choice(plan.mma),
+        "registers": choice(plan.registers), "min_ctas": choice(plan.min_ctas),
+        "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
+        "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
+        "loop_bounds": _bounds(plan.bounds),
+        "gemms": [{"name": g.name, "kind": g.kind.value, "a": g.a or f"v{g.a_value}",
+                   "a_load": g.a_load.value, "b": g.b, "b_fragments": g.b_load.value,
+                   "k": g.k, "n": g.n, "n_per_warp": g.n_warp, "k16_steps": g.k_steps,
+                   "tile": [plan.tile_m if g.kind is not ld.GemmKind.LOOP_ROW else plan.block,
+                            g.n, g.k], "stages": plan.stages, "instruction": plan.mma.value,
+                   "n8_tiles_per_warp": g.n8_tiles} for g in plan.gemms],
+        "zeroed": list(plan.zeroed),
+        "phases": list(PHASES),
+        "buffers": [_tile(t, roles[t.name]) for t in plan.tiles],
+        "epilogue": _lines(plan.epilogue),
+    }
+
+
+def print_summary(console, s: dict) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]{s['name']}[/bold]  {s['arch']}  a loop over a DAG of gemms  "
+                  f"{s['threads']} threads  grid {s['grid']}  shared memory "
+                  f"{s['smem_bytes']:,} of {s['smem_limit']:,} B")
+    for what in ("config", "mma", "registers", "min_ctas"):
+        console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
+    bounds = s["loop_bounds"]
+    console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
+                  f"({bounds['why']})")
+    console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
+                  f"{s['loop']['stages']} ring slot(s); zeroed before the kernel: "
+                  + (", ".join(s["zeroed"]) or "none"))
+    gemms = Table(title="gemms", title_justify="left")
+    for column in ("gemm", "kind", "A", "B", "k", "n", "n per warp", "B fragments"):
+        gemms.add_column(column)
+    for g in s["gemms"]:
+        gemms.add_row(g["name"], g["kind"], f"{g['a']} ({g['a_load']})", g["b"], str(g["k"]),
+                      str(g["n"]), str(g["n_per_warp"]), g["b_fragments"])
+    console.print(gemms)
+    tiles = Table(title="storage", title_justify="left")
+    for column in ("buffer", "param", "slots x rows x cols", "offset", "bytes", "swizzle",
+                   "role"):
+        tiles.add_column(column)
+    for t in s["buffers"]:
+        tiles.add_row(t["name"], t["param"], f"{t['slots']} x {t['rows']} x {t['cols']}",
+                      f"{t['offset']:,}", f"{t['bytes']:,}", t["swizzle"], t["role"])
+    tiles.add_section()
+    tiles.add_row("total", "", "", "", f"{s['smem_bytes']:,}", "", f"limit {s['smem_limit']:,}")
+    console.print(tiles)
+    console.print("body (per block):")
+    for line in s["body"]:
+        console.print(f"  {line}")
+    console.print("after the loop:")
+    for line in s["epilogue"]:
+        console.print(f"  {line}")
+    if s.get("resources"):
+        console.print(f"resources: {s['resources']}")

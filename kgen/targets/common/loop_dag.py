@@ -1,0 +1,119 @@
+"""A DAG loop's plan (kgen/plan/loop_dag.py) to C++: templates/common/loop_bwd.cu.j2, the
+mma.sync skeleton of FlashAttention-2's backward structure, on both sm_80 and sm_90a.
+
+The sections' values become C++ expressions as a forward loop's do (kgen/targets/common/loop.py:
+its references, runs and fast exp); what only this skeleton has is referenced here: each gemm's
+result and accumulator by its place (`acc_g<index>`), a loop-row tile's vectors at its rows (the
+loop's positions). The statements the template renders are CDag items, one kind each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...enums import Axis
+from ...plan import epilogue as dag
+from ...plan import loop_dag as ld
+from ...plan import program as pp
+from . import loop as program
+from .epilogue_cpp import TO_FLOAT
+from .render import render
+
+
+@dataclass(frozen=True, slots=True)
+class CDag:
+    """One statement of the skeleton: a compute run or reduction (program.CStatement's
+    kinds), "mma" (a gemm's MMAs; a loop-row gemm's epilogue in `epilogue`), "hand" (a value
+    rounded to A fragments), "stage" (a value written to a shared tile), "add" (atomic adds
+    into an `out accumulate` tensor), "store_tile", "store_row"."""
+
+    kind: str
+    values: tuple = ()
+    value: str = ""  # the element reference read
+    name: str = ""  # hand: the fragments' array; stage: the tile; add, stores: the parameter
+    gemm: ld.DagGemm | None = None
+    epilogue: tuple = ()
+
+    @property
+    def target(self) -> str:  # the stores' parameter (common/program_statements.inc.j2)
+        return self.name
+
+
+def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
+                loop_rows: bool = False) -> list[str]:
+    index = {g.name: g.index for g in plan.gemms}
+    refs = []
+    for value in section.values:
+        kind = value.kind
+        if isinstance(kind, (ld.GemmResult, pp.AccumulatorValue)):
+            refs.append(f"acc_g{index[kind.gemm]}[j][e]")
+        elif loop_rows and isinstance(kind, dag.VectorLoad) and kind.axis is Axis.ROW:
+            load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row]")
+            refs.append(f"(row < loop_len ? {load} : 0.0f)")  # a vector of the loop's length
+        else:
+            refs.append(program._reference(value, col_end, "", program.LOOP_SIZES, False))
+    return refs
+
+
+def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
+                loop_rows: bool = False) -> list[CDag]:
+    refs = _references(section, plan, col_end, loop_rows)
+    own_readers = {s.value for s in section.statements
+                   if isinstance(s, (ld.HandTile, ld.StageTile, ld.AddTile))}
+    fused = program._fused_differences(section, ()) - own_readers
+    out: list[CDag] = []
+    handed: set[int] = set()
+    for stmt in section.statements:
+        if isinstance(stmt, pp.Compute):
+            ids = tuple(v for v in stmt.values if v not in fused)
+            out += [CDag(s.kind, values=s.values) for s in program._runs(
+                section, ids, refs, (), program.FAST_EXP_OPS, fused,
+                program.FAST_EXP_OF_DIFFERENCE)]
+        elif isinstance(stmt, ld.DagStep):
+            g = stmt.gemm
+            epilogue = (tuple(_statements(g.epilogue, plan, f"kN_g{g.index}", True))
+                        if g.epilogue is not None else ())
+            out.append(CDag("mma", gemm=g, epilogue=epilogue))
+        elif isinstance(stmt, ld.HandTile):
+            handed.add(stmt.value)
+            out.append(CDag("hand", value=refs[stmt.value], name=f"hand_v{stmt.value}"))
+        elif isinstance(stmt, ld.StageTile) and stmt.value in handed:
+            # from the fragments handed on (rounded, zero past the loop's end) where it was
+            out.append(CDag("stage_hand", value=f"hand_v{stmt.value}", name=stmt.tile))
+        elif isinstance(stmt, ld.StageTile):
+            out.append(CDag("stage", value=refs[stmt.value], name=stmt.tile))
+        elif isinstance(stmt, ld.AddTile):
+            out.append(CDag("add", value=refs[stmt.value], name=stmt.param))
+        elif isinstance(stmt, pp.StoreTile):
+            out.append(CDag("store_tile", value=refs[stmt.value], name=stmt.param))
+        else:
+            assert isinstance(stmt, pp.StoreRow), stmt
+            out.append(CDag("store_row", value=refs[stmt.value], name=stmt.param))
+    return out
+
+
+# The zeroing kernel of the `out accumulate` tensors: rows of the loop's dimension per CTA
+ZERO_ROWS = 64
+ZERO_THREADS = 256
+
+
+def zero_grid(loop_len: int, heads: int, batches: int) -> tuple[int, int, int]:
+    """The grid of `<name>_zero` (templates/common/loop_bwd.cu.j2): the runtime's and the
+    launcher's, the same numbers."""
+    return (-(-loop_len // ZERO_ROWS), heads, batches)
+
+
+def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: str) -> str:
+    # the header's lines and the params struct are a forward loop's (one home)
+    body = _statements(plan.body, plan, "loop_len")
+    tail = _statements(plan.epilogue, plan, "kNAcc")
+    return render(
+        "common/loop_bwd.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
+        header=program._header(plan, source_name, source_hash, command),
+        arch_guard=program._arch_guard(plan), fields=program._fields(plan),
+        params_guard=program._params_guard(plan), body=body, tail=tail,
+        aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
+        bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name,
+        pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
+        zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,
+        zero_threads=ZERO_THREADS, philox=program.uses_random(plan),
+        accumulators=[plan.gemm(name) for name in plan.accumulators])

@@ -1,0 +1,173 @@
+"""On a GPU: the attention backward's main kernel (examples/attention_bwd.kg, the DAG loop's
+mma.sync skeleton) against float64 torch autograd of a reference attention: dQ, dK and dV from
+random inputs, with lse and D computed in float64 from the same inputs; every output poisoned
+(NaN) first (dQ, an `out accumulate` tensor, is zeroed by the call itself). Ragged S and T from
+{1, 17, 1000, 4097}, S != T, no mask and causal aligned top-left and bottom-right (rows that
+see no key included), head dims 64 and 128, bf16 and f16, and the sm_90a target's build (the
+same skeleton) on a Hopper GPU."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from kgen import ir
+from kgen.api import build_verified, load_built
+from kgen.parse import parse
+from kgen.verify import verify
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ROOT / "examples" / "attention_bwd.kg"
+MASKED = "where(row <= col, exp(scale * acc - lse[col]), 0)"
+MASKS = {
+    "none": "exp(scale * acc - lse[col])",
+    "top_left": MASKED,  # key <= query
+    "bottom_right": "where(row <= col + T - S, exp(scale * acc - lse[col]), 0)",
+}
+
+
+def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80") -> str:
+    text = PROGRAM.read_text()
+    assert MASKED in text and "target sm_80" in text
+    return (text.replace(MASKED, MASKS[mask]).replace("128]", f"{d}]")
+            .replace("bf16[", f"{dtype}[").replace("target sm_80", f"target {arch}")
+            .replace("0.08838834764", repr(1.0 / math.sqrt(d)))
+            .replace("    tile 128x32\n", ""))  # the rulebook's tile for the head dim
+
+
+_LOADED: dict = {}
+
+
+def load(d, mask, dtype="bf16", arch="sm_80"):
+    key = (d, mask, dtype, arch)
+    if key not in _LOADED:
+        module = parse(kernel_text(d, mask, dtype, arch), "bwd.kg")
+        assert verify(module) == []
+        _LOADED[key] = load_built(build_verified(module.kernels[0], ir.Arch(arch)))
+    return _LOADED[key]
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch
+
+
+def reference(q, k, v, do, scale, mask):
+    """float64 autograd of attention; a row that sees no key gives O = 0, lse = -inf and no
+    gradient. Returns dQ, dK, dV, lse, D."""
+    torch = _torch()
+    q, k, v = (x.double().requires_grad_() for x in (q, k, v))
+    s_len, t_len = q.shape[-2], k.shape[-2]
+    x = (q @ k.transpose(-1, -2)) * scale
+    query = torch.arange(s_len, device=q.device)[:, None]
+    key = torch.arange(t_len, device=q.device)[None, :]
+    if mask == "top_left":
+        x = torch.where(key <= query, x, -math.inf)
+    elif mask == "bottom_right":
+        x = torch.where(key <= query + t_len - s_len, x, -math.inf)
+    m = x.amax(-1, keepdim=True).detach()
+    m = torch.where(torch.isinf(m), 0.0, m)
+    e = torch.exp(x - m)
+    total = e.sum(-1, keepdim=True)
+    p = e / torch.where(total == 0, 1.0, total)
+    o = p @ v
+    o.backward(do.double())
+    with torch.no_grad():
+        lse = torch.where(total == 0, -math.inf, m + torch.log(total)).squeeze(-1)
+        dd = (do.double() * o).sum(-1)
+    return q.grad, k.grad, v.grad, lse, dd
+
+
+def close(out, ref, tol, what):
+    torch = _torch()
+    out = out.double()
+    assert not torch.isnan(out).any(), f"{what}: NaN (an element not written?)"
+    if out.numel():
+        err = (out - ref).abs().max().item()
+        scale = max(1.0, ref.abs().max().item())
+        assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
+
+
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3):
+    torch = _torch()
+    kernel = load(d, mask, dtype, arch)
+    tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
+    q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
+    k = torch.randn(b, h, t, d, device="cuda", generator=gen).to(tdtype)
+    v = torch.randn(b, h, t, d, device="cuda", generator=gen).to(tdtype)
+    do = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
+    scale = 1.0 / math.sqrt(d)
+    dq_ref, dk_ref, dv_ref, lse, dd = reference(q, k, v, do, scale, mask)
+    dq = torch.full((b, h, s, d), math.nan, device="cuda", dtype=torch.float32)
+    dk = torch.full((b, h, t, d), math.nan, device="cuda", dtype=tdtype)
+    dv = torch.full((b, h, t, d), math.nan, device="cuda", dtype=tdtype)
+    kernel(Q=q, K=k, V=v, dO=do, lse=lse.float(), D=dd.float(), dQ=dq, dK=dk, dV=dv,
+           scale=scale)
+    torch.cuda.synchronize()
+    tol = 2e-2 if dtype == "bf16" else 1e-2
+    close(dv, dv_ref, tol, "dV")
+    close(dk, dk_ref, tol, "dK")
+    close(dq, dq_ref, tol, "dQ")
+    return dq, dk, dv
+
+
+SHAPES = [(1, 1), (17, 17), (1, 17), (17, 1000), (1000, 17), (1000, 1000), (4097, 1000),
+          (1000, 4097), (4097, 4097)]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda st: f"s{st[0]}-t{st[1]}")
+def test_backward_matches_float64_autograd(d, mask, shape):
+    run_case(d, *shape, mask)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["none", "bottom_right"])
+def test_f16(d, mask):
+    run_case(d, 1000, 4097, mask, dtype="f16")
+    run_case(d, 17, 1000, mask, dtype="f16")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_build_runs_the_same_skeleton(d):
+    torch = _torch()
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90a code runs on compute capability 9.0 only")
+    run_case(d, 1000, 4097, "top_left", arch="sm_90a")
+    run_case(d, 4097, 1000, "none", arch="sm_90a")
+
+
+def test_dq_is_zeroed_by_each_call():
+    """dQ is an `out accumulate` tensor: a second call into the same dQ gives the same values,
+    not twice them."""
+    torch = _torch()
+    first, _, _ = run_case(64, 1000, 1000, "top_left", b=1, h=2)
+    kernel = load(64, "top_left")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v, do = (torch.randn(1, 2, 1000, 64, device="cuda", generator=gen).bfloat16()
+                   for _ in range(4))
+    args = dict(Q=q, K=k, V=v, dO=do, lse=torch.full((1, 2, 1000), 5.0, device="cuda"),
+                D=torch.zeros(1, 2, 1000, device="cuda"), scale=0.125)
+    dq = torch.full((1, 2, 1000, 64), math.nan, device="cuda")
+    kernel(dQ=dq, **args)
+    once = dq.clone()
+    kernel(dQ=dq, **args)
+    torch.cuda.synchronize()
+    assert once.abs().max().item() > 0 and not torch.isnan(once).any()
+    assert (dq - once).abs().max().item() <= 1e-4 * once.abs().max().item()
+
+
+def test_no_key_rows_give_zero_dk_dv_and_all_masked_query_blocks_are_skipped():
+    """S < T under top-left causal: keys past the last query see no query; their dK and dV
+    are zero (their CTAs skip every block and store the zero accumulators)."""
+    torch = _torch()
+    _, dk, dv = run_case(128, 17, 1000, "top_left", b=1, h=1)
+    assert torch.equal(dk[..., 17:, :].float(), torch.zeros_like(dk[..., 17:, :].float()))
+    assert torch.equal(dv[..., 17:, :].float(), torch.zeros_like(dv[..., 17:, :].float()))

@@ -1,0 +1,147 @@
+"""The DAG loop's plan (kgen/lower/loop_dag.py, kgen/plan/loop_dag.py) and rules
+(kgen/targets/loop_rules.py, the DAG section): the attention backward's gemms, tiles and
+statements in order; the rulebook's configuration per head dim and target, each refusal located;
+the causal bounds (the range starts late: keys after every query of a block skip it) and the
+proof that a zeroed block adds nothing; the forward keeps its own plan."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from kgen import ir
+from kgen.errors import KgenError
+from kgen.lower import lower
+from kgen.parse import parse
+from kgen.plan import loop_dag as ld
+from kgen.plan import program as pp
+from kgen.targets import loop_rules, target
+from kgen.verify import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = (ROOT / "examples" / "attention_bwd.kg").read_text()
+MASKED = "where(row <= col, exp(scale * acc - lse[col]), 0)"
+
+
+def plan_of(text: str = TEXT, arch: ir.Arch | None = None):
+    module = parse(text, "b.kg")
+    assert verify(module) == []
+    return lower(module.kernels[0], arch)
+
+
+def variant(d: int = 128, mask: str = MASKED, tile: str | None = None) -> str:
+    text = TEXT.replace("128]", f"{d}]").replace(MASKED, mask)
+    return text.replace("    tile 128x32\n", f"    tile {tile}\n" if tile else "\n")
+
+
+def test_the_backward_plan_in_order():
+    plan = plan_of()
+    assert isinstance(plan, ld.LoopDagPlan) and plan.kind == "loop_dag"
+    assert (plan.rows_dim, plan.loop_dim, plan.tile_m, plan.block, plan.warps, plan.stages) == (
+        "T", "S", 128, 32, 8, 2)
+    assert [t.param for t in plan.resident] == ["K", "V"]
+    assert [t.param for t in plan.streamed] == ["Q", "dO"]
+    assert [(t.param, t.rows, t.cols) for t in plan.staged] == [("dst", 128, 32)]
+    assert plan.smem_bytes == 2 * (2 * 128 * 128 + 2 * 2 * 32 * 128 + 128 * 32)
+    st, dv, dpt, dk, dq = plan.gemms
+    assert (st.a, st.a_load, st.b, st.b_load, st.k, st.n) == (
+        "k_res", ld.ALoad.SMEM, "q_ring", pp.FragmentLoad.N_MAJOR, 128, 32)
+    assert (dv.a_load, dv.b, dv.b_load, dv.k, dv.n) == (
+        ld.ALoad.REGISTERS, "do_ring", pp.FragmentLoad.K_MAJOR, 32, 128)
+    assert (dq.a, dq.a_load, dq.b, dq.b_load, dq.k, dq.n, dq.n_warp) == (
+        "t0_smem", ld.ALoad.SMEM_TRANSPOSED, "k_res", pp.FragmentLoad.K_MAJOR, 128, 128, 32)
+    kinds = [type(s).__name__ for s in plan.body.statements]
+    # the value dk multiplies is staged for dq right after it is handed on (its f32 tile dies
+    # before dk's MMAs)
+    assert kinds == ["DagStep", "Compute", "HandTile", "DagStep", "DagStep", "Compute",
+                     "HandTile", "StageTile", "DagStep", "DagStep"]
+    assert [type(s).__name__ for s in dq.epilogue.statements] == ["Compute", "AddTile"]
+    assert plan.zeroed == ("dQ",)
+    assert "sm_80 has mma.sync" in plan.mma.why
+
+
+def test_sm90a_runs_the_mma_sync_skeleton_and_says_why():
+    plan = plan_of(arch=ir.Arch.SM90A)
+    assert isinstance(plan, ld.LoopDagPlan)
+    assert "no wgmma skeleton" in plan.mma.why
+
+
+@pytest.mark.parametrize("arch, d, tile", [
+    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x32"),
+    (ir.Arch.SM90A, 64, "128x32"), (ir.Arch.SM90A, 128, "128x32")])
+def test_the_rulebook_tile_per_head_dim(arch, d, tile):
+    plan = plan_of(variant(d), arch)
+    assert plan.config.value.startswith(f"tile {tile} warps 8 stages 2")
+    assert int(plan.registers.value) <= loop_rules.dag_register_budget(target(arch))
+
+
+def test_a_written_tile_over_the_registers_is_refused_at_the_loop():
+    with pytest.raises(KgenError, match=r"b\.kg:18:3: error: loop 'q': tile 128x64 with 2 "
+                                        r"accumulators of N 128 needs about 320 registers"):
+        plan_of(variant(128, tile="128x64"))
+
+
+def test_a_head_dim_registers_cannot_hold_is_refused():
+    with pytest.raises(KgenError, match=r"b\.kg:18:3: error: loop 'q': .*accumulators of N 256 "
+                                        "needs about"):
+        plan_of(variant(256))
+
+
+def test_rules_refuse_warps_that_cannot_share_the_loop_row_tile():
+    shape = loop_rules.DagShape((128, 128), (128, 128), 1, 2, 64, 2, (64,))
+    config = loop_rules.LoopConfig(64, 128, 2, 16)  # 4 warps, 8 m16 tiles of the block
+    why = loop_rules.dag_refusal(config, shape, ir.DType.BF16, target(ir.Arch.SM80))
+    assert why is not None and "cannot share a loop-row gemm's [128, 64] tile" in why
+    assert loop_rules.dag_loop_row_split(loop_rules.LoopConfig(128, 64, 2, 16), 128) == (4, 64)
+
+
+def test_causal_top_left_skips_the_blocks_before_the_tile_s_first_key():
+    bounds = plan_of().bounds
+    assert bounds.skips and bounds.fold == ()
+    (b,) = bounds.bounds
+    # row <= col: col >= row, a lower bound (the range starts late)
+    assert (b.upper, b.strict, b.slope, b.offset) == (False, False, 1, ())
+
+
+def test_causal_bottom_right_bound_reads_both_sizes():
+    (b,) = plan_of(variant(mask="where(row <= col + T - S, exp(scale * acc - lse[col]), "
+                                     "0)")).bounds.bounds
+    assert not b.upper and b.slope == 1
+    assert {(t.term, t.coef) for t in b.offset} == {(pp.Term.ROWS, -1.0),
+                                                   (pp.Term.LOOP_LEN, 1.0)}
+
+
+def test_no_mask_runs_every_block():
+    bounds = plan_of(variant(mask="exp(scale * acc - lse[col])")).bounds
+    assert not bounds.skips and "every block runs" in bounds.why
+
+
+def test_a_mask_whose_zero_does_not_zero_the_block_skips_nothing():
+    """dst = pt * ... + 1 is not 0 where pt is: a block masked in full still adds to dk."""
+    text = variant().replace("dst = pt * (acc - D[col])", "dst = pt * (acc - D[col]) + 1")
+    bounds = plan_of(text).bounds
+    assert not bounds.skips
+    assert "a value a gemm multiplies is not 0" in bounds.why
+
+
+def test_the_forward_keeps_its_own_plan():
+    plan = plan_of((ROOT / "examples" / "attention_fwd.kg").read_text())
+    assert isinstance(plan, pp.LoopPlan)
+
+
+def test_carries_are_refused_at_the_carry():
+    text = variant().replace("    gemm st = K", "    carry m : f32[row] = -inf\n    gemm st = K")
+    module = parse(text, "b.kg")
+    verify(module)
+    with pytest.raises(KgenError, match=r"b\.kg:20:5: error: loop 'q': a loop of more gemms "
+                                        "than the forward's carries no row state yet"):
+        lower(module.kernels[0])
+
+
+def test_zero_grid_covers_the_loop():
+    from kgen.targets.common.loop_dag import ZERO_ROWS, zero_grid
+
+    assert zero_grid(1, 3, 2) == (1, 3, 2)
+    assert zero_grid(4097, 1, 1) == (math.ceil(4097 / ZERO_ROWS), 1, 1)
+    assert zero_grid(0, 1, 1)[0] == 0
