@@ -145,6 +145,11 @@ class LoopDagPlan:
     batch_param: str | None
     bounds: LoopBounds = LoopBounds((), (), "no mask")
     min_ctas: Choice = Choice("1", "the default")
+    # f32 vectors of the loop's dimension read at `col` in the body (lse, D): staged per block
+    # into `stages` ring slots of `block` floats with the streamed tiles (cp.async, zero past
+    # the loop's end), after the staged tiles in shared memory
+    vectors: tuple[str, ...] = ()
+    vectors_why: str = "no vector is read at col"
 
     @property
     def threads(self) -> int:

@@ -398,12 +398,14 @@ class DagShape:
     n_acc: int
     live_scores: int
     loop_row_n: tuple[int, ...]
+    vectors: int = 0  # f32 vectors staged per block ([stages][block] each)
 
 
 def dag_smem_bytes(config: LoopConfig, shape: DagShape, dtype: DType) -> int:
-    return dtype.nbytes * (config.tile_m * sum(shape.resident_cols)
-                           + config.stages * config.block * sum(shape.streamed_cols)
-                           + shape.staged * config.tile_m * config.block)
+    return (dtype.nbytes * (config.tile_m * sum(shape.resident_cols)
+                            + config.stages * config.block * sum(shape.streamed_cols)
+                            + shape.staged * config.tile_m * config.block)
+            + 4 * shape.vectors * config.stages * config.block)
 
 
 def dag_loop_row_split(config: LoopConfig, n: int) -> tuple[int, int] | None:
