@@ -377,6 +377,12 @@ DAG_ROWS_PER_WARP = 16
 # twice (their f32 values, the exp's operands and the mask's predicates live beside them).
 # ptxas takes what one CTA per SM leaves it, so the estimate orders configurations rather than
 # counts registers: each target's budget takes the pairs that compiled without spills there.
+# With the fast body (no bounds checks, the mask folded) and lse, D staged in shared memory,
+# compiled for sm_80 and for sm_90 (the GPU compiles the sm_80 plan for its own arch), bf16:
+# (64, 128x64) 254-255 and 0 spills; (128, 128x32) 254-255 and 0; (128, 128x64), FlashAttention-
+# 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 255 and 52-56 B of
+# spills without a mask, 336-396 B (200-224 B of stack) under a causal mask: its two [16, 64]
+# score tiles beside two [16, 128] accumulators leave ptxas no room, so the budget keeps it out.
 DAG_REGISTER_OVERHEAD = 32
 DAG_REGISTER_BUDGET = {"sm_80": 256, "sm_90a": 248}
 
