@@ -33,35 +33,35 @@ constexpr int kSmemBytes = 107008;
 constexpr int kRowsPerCta = kTileM;  // the grid's x: one tile of rows per CTA
 constexpr int kZeroRows = 64;  // rows per CTA of the zeroing kernel
 constexpr int kZeroThreads = 256;
-constexpr int kN_g4 = 128;  // dq's columns
+[[maybe_unused]] constexpr int kN_g4 = 128;  // dq's columns
 static_assert(kThreads == kWarps * 32 && kWarps * 16 == kTileM, "each warp owns 16 rows");
 static_assert(kBlock <= kThreads, "a thread copies at most one element of a staged vector");
 // k_res: K, 1 x [128][128], 16-byte chunks swizzled
-constexpr int k_k_res_rows = 128;
+[[maybe_unused]] constexpr int k_k_res_rows = 128;
 constexpr int k_k_res_chunks = 16;
 constexpr int k_k_res_mask = 7;
 constexpr int k_k_res_shift = 0;
 constexpr int k_k_res_elems = 16384;
 // v_res: V, 1 x [128][128], 16-byte chunks swizzled
-constexpr int k_v_res_rows = 128;
+[[maybe_unused]] constexpr int k_v_res_rows = 128;
 constexpr int k_v_res_chunks = 16;
 constexpr int k_v_res_mask = 7;
 constexpr int k_v_res_shift = 0;
 constexpr int k_v_res_elems = 16384;
 // q_ring: Q, 2 x [32][128], 16-byte chunks swizzled
-constexpr int k_q_ring_rows = 32;
+[[maybe_unused]] constexpr int k_q_ring_rows = 32;
 constexpr int k_q_ring_chunks = 16;
 constexpr int k_q_ring_mask = 7;
 constexpr int k_q_ring_shift = 0;
 constexpr int k_q_ring_elems = 4096;
 // do_ring: dO, 2 x [32][128], 16-byte chunks swizzled
-constexpr int k_do_ring_rows = 32;
+[[maybe_unused]] constexpr int k_do_ring_rows = 32;
 constexpr int k_do_ring_chunks = 16;
 constexpr int k_do_ring_mask = 7;
 constexpr int k_do_ring_shift = 0;
 constexpr int k_do_ring_elems = 4096;
 // t0_smem: dst, 1 x [128][32], 16-byte chunks swizzled
-constexpr int k_t0_smem_rows = 128;
+[[maybe_unused]] constexpr int k_t0_smem_rows = 128;
 constexpr int k_t0_smem_chunks = 4;
 constexpr int k_t0_smem_mask = 3;
 constexpr int k_t0_smem_shift = 1;
@@ -429,14 +429,10 @@ attention_bwd(const attention_bwd_params p) {
   (void)kv_head; (void)head;
   const int rows = p.rows, loop_len = p.loop_len;
 
-  // Each input at this (batch, head), and the tensors the loop adds into; the other outputs'
-  // after the loop
-  const __nv_bfloat16* g_Q = p.Q + batch * p.Q_bs + head * p.Q_hs;
+  // Each input at this (batch, head) (but those load_block copies), and the tensors the loop adds
+  // into; the other outputs' after the loop
   const __nv_bfloat16* g_K = p.K + batch * p.K_bs + head * p.K_hs;
   const __nv_bfloat16* g_V = p.V + batch * p.V_bs + head * p.V_hs;
-  const __nv_bfloat16* g_dO = p.dO + batch * p.dO_bs + head * p.dO_hs;
-  const float* g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;
-  const float* g_D = p.D + batch * p.D_bs + head * p.D_hs;
   float* g_dQ = p.dQ + batch * p.dQ_bs + head * p.dQ_hs;
 
   // The loop-invariant tiles, once; then the first kStages - 1 blocks of the ring
