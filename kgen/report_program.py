@@ -170,6 +170,7 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
             "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
             "loop_bounds": _bounds(plan.bounds),
+            "tanh": {"value": plan.tanh.value, "why": plan.tanh.why},
             "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
                                              "inf" if init == math.inf else init)}
                         for n, init in plan.carries],
@@ -204,6 +205,8 @@ def print_program(console, s: dict) -> None:
         bounds = s["loop_bounds"]
         console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
                       f"({bounds['why']})")
+        if s["tanh"]["value"] != "none":
+            console.print(f"tanh in the body: {s['tanh']['value']} ({s['tanh']['why']})")
         if s.get("skeleton"):
             k = s["skeleton"]
             console.print(f"skeleton: {k['value']}")

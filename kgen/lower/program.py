@@ -328,7 +328,10 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
         heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
-        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))), packed=packed)
+        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))), packed=packed,
+        tanh=pp.Choice(*loop_rules.loop_tanh(any(
+            isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.TANH
+            for v in body_section.values))))
 
 
 def _loop_gemms(g0: ir.Gemm, g1: ir.Gemm, k0: int, n1: int, block: int, b_along: bool,

@@ -372,6 +372,8 @@ class LoopPlan:
     bounds: LoopBounds = LoopBounds((), (), "no mask")  # the blocks each tile of rows visits
     min_ctas: Choice = Choice("1", "the default")  # CTAs per SM the launch bounds ask for
     packed: tuple[PackedDim, ...] = ()  # packed sequences (FlashAttention's varlen layout)
+    # how the body spells tanh (TANH_APPROX: the hardware's tanh.approx.f32), and why
+    tanh: Choice = Choice("none", "the loop's body computes no tanh")
 
     @property
     def threads(self) -> int:
@@ -481,6 +483,7 @@ class WgmmaTile:
         return self.slot_bytes * self.slots
 
 
+TANH_APPROX = "tanh.approx.f32"  # LoopPlan.tanh: the body's tanh by the hardware's instruction
 PERSISTENT = "persistent"  # WgmmaLoop.scheduler: CTAs that walk the tiles
 LONGEST_FIRST = "longest first"  # WgmmaLoop.tile_order: the grid's row tiles reversed
 

@@ -171,6 +171,24 @@ def min_ctas_per_sm(config: LoopConfig, n1: int) -> tuple[int, str]:
                "so ptxas takes the registers it needs rather than spill to fit two")
 
 
+# tanh in the loop's body (plan.tanh). Both skeletons run the body once per score, where the
+# two gemms, exp and the reductions share the issue slots; tanhf is libdevice's full-precision
+# sequence (about 20 instructions with a division and a branch on |x|), tanh.approx.f32 one
+# instruction of the MUFU (sm_75 and later), as FlashAttention-3 computes its softcap. PTX gives
+# its maximum relative error as 2^-10.99; so a softcap c * tanh(x / c) moves a score by at most
+# c * 2^-10.99 (0.015 at c = 30) and the log-sum-exp by as much, O's rows by that relative
+# amount at most. The kernel's epilogue runs once per tile of rows: it keeps tanhf.
+def loop_tanh(uses_tanh: bool) -> tuple[str, str]:
+    """How the loop's body computes tanh (plan.program.LoopPlan.tanh), and why."""
+    if not uses_tanh:
+        return "none", "the loop's body computes no tanh"
+    return ("tanh.approx.f32", "the hardware's tanh, one MUFU instruction per element (as "
+            "FlashAttention-3's softcap), where tanhf's full-precision sequence measured 2.7-3.4x "
+            "the plain kernel's time with a softcap; maximum relative error 2^-10.99 (PTX ISA), "
+            "so c * tanh(x / c) moves a score by at most c * 2^-10.99; the kernel's epilogue "
+            "keeps tanhf (kgen/targets/loop_rules.py)")
+
+
 # =============================================================================================
 # sm_90a: the warp-specialized wgmma skeleton (templates/sm90/loop.cu.j2)
 #

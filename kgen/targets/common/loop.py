@@ -324,6 +324,16 @@ FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
 FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
 
 
+def body_ops(plan: pp.LoopPlan, ops: dict) -> dict:
+    """`ops` with the body's tanh as the plan spells it (plan.tanh: tanh_approx,
+    templates/common/loop_helpers.inc.j2, where the plan takes the hardware's)."""
+    return {**ops, Op.TANH: "tanh_approx({0})"} if approx_tanh(plan) else ops
+
+
+def approx_tanh(plan: pp.LoopPlan) -> bool:
+    return plan.tanh.value == pp.TANH_APPROX
+
+
 def uses_random(plan: pp.ProgramPlan) -> bool:
     """Whether a section reads random(seed, offset): the skeleton then has philox_uniform."""
     sections = (plan.body, plan.epilogue) if isinstance(plan, pp.LoopPlan) else (plan.body,)
@@ -331,8 +341,8 @@ def uses_random(plan: pp.ProgramPlan) -> bool:
 
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS,
-                      exp_of_difference=FAST_EXP_OF_DIFFERENCE)
+    body = statements(plan.body, "loop_len", fold=plan.bounds.fold,
+                      ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     return render(
@@ -344,7 +354,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
-        philox=uses_random(plan))
+        philox=uses_random(plan), approx_tanh=approx_tanh(plan))
 
 
 def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:
