@@ -120,12 +120,14 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
     roles = {t.name: r for t, r in ((w.q_tile, f"A of {plan.gemm0.name}, loaded once (TMA)"),
                                      (w.k_tile, f"B of {plan.gemm0.name}, ring (TMA)"),
                                      (w.v_tile, f"B of {plan.gemm1.name}, ring (TMA)"))}
+    if w.staged_tile is not None:
+        roles[w.staged_tile.name] = "read at (row, col) by the body, ring on V's mbarriers (TMA)"
     buffers = [{"name": t.name, "param": t.param, "role": roles[t.name], "rows": t.rows,
                 "cols": 64 * t.boxes, "slots": t.slots, "dtype": plan.dtype.dsl_name,
                 "offset": t.offset, "bytes": t.bytes, "align": 1024, "live": [0, 1],
                 "live_phases": list(PHASES[:2]), "swizzle": "128-byte (boxes of 64 columns)",
                 "rows_along_loop": t is not w.q_tile}
-               for t in (w.q_tile, w.k_tile, w.v_tile)]
+               for t in w.tiles]
     buffers.append({"name": "barriers", "param": "", "role": "mbarriers: Q, K/V full/empty",
                     "rows": 1 + 4 * plan.stages, "cols": 1, "slots": 1, "dtype": "b64",
                     "offset": w.barrier_offset, "bytes": 8 * (1 + 4 * plan.stages),
@@ -146,7 +148,8 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
             for line in _statements(plan.body)]
     return {"skeleton": {"value": "sm_90a warp-specialized wgmma",
                          "roles": choice(w.roles), "pipeline": choice(w.pipeline),
-                         "overlap": choice(w.overlap), "consumers": w.consumers,
+                         "overlap": choice(w.overlap), "staging": choice(w.staging),
+                         "consumers": w.consumers,
                          "registers": {"producer": w.producer_registers,
                                        "consumer": w.consumer_registers}},
             "buffers": buffers, "gemms": gemms, "body": body}
@@ -210,7 +213,7 @@ def print_program(console, s: dict) -> None:
         if s.get("skeleton"):
             k = s["skeleton"]
             console.print(f"skeleton: {k['value']}")
-            for what in ("roles", "pipeline", "overlap"):
+            for what in ("roles", "pipeline", "overlap", "staging"):
                 console.print(f"{what}: {k[what]['value']} ({k[what]['why']})")
         console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
                       f"{s['loop']['stages']} ring slot(s); carries "

@@ -316,7 +316,10 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     mma = pp.Choice("mma.sync.m16n8k16", _mma_why(arch, wgmma_why))
     wgmma = None
     if wgmma_config is not None:
-        wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads, bounds)
+        reads = tuple(dict.fromkeys(kernel.param(v.kind.param) for v in body_section.values
+                                    if isinstance(v.kind, dag.TensorLoad)))
+        wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads, bounds,
+                                         reads, bool(packed), tgt)
         smem, mma = wgmma.smem_bytes, wgmma.mma
     return pp.LoopPlan(
         name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,

@@ -524,6 +524,17 @@ class WgmmaLoop:
     # each walk the tiles blockIdx.x, + gridDim.x, ... (row tile outermost, in tile_order),
     # the rings' count running across a CTA's tiles; and why
     scheduler: Choice = Choice("tiled", "one CTA per tile of rows")
+    # a tensor the body reads at (row, col) (an additive bias), staged per block: its
+    # [tile_m, block] tile loaded by the copy engine into a ring slot beside V's (V's mbarriers),
+    # the statements reading it from shared memory; None: read from global memory per element
+    staged_tile: WgmmaTile | None = None
+    staging: Choice = Choice("none", "the body reads no tensor at (row, col)")
+
+    @property
+    def tiles(self) -> tuple[WgmmaTile, ...]:
+        """The shared tiles in storage order: Q, K, V, then the staged tensor's, if any."""
+        staged = (self.staged_tile,) if self.staged_tile is not None else ()
+        return (self.q_tile, self.k_tile, self.v_tile) + staged
 
     @property
     def threads(self) -> int:

@@ -278,6 +278,31 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
     return None
 
 
+# A tensor the body reads at (row, col) (an additive bias [S, T]): read per element from global
+# memory inside the softmax, a [128, 128] block costs each consumer thread 64 dependent 2-byte
+# loads and their addresses (section 15 of bench/RESULTS.md: 2.6-2.7x the plain kernel's time,
+# and 16 B of spills causal). Staged, the producer's copy engine loads its [tile_m, block] tile
+# per block into a ring slot beside V's (on V's mbarriers: the consumers wait for V's slot before
+# the statements, and release it after the accumulating gemm, long after they read it), and the
+# statements read shared memory. The tile takes stages x tile_m x block x 2 bytes (64 KiB at
+# 128x128, 2 slots: 224 KiB in all at head dim 128, within sm_90a's 227).
+def wgmma_staged_bytes(config: LoopConfig) -> int:
+    return 2 * config.stages * config.tile_m * config.block
+
+
+def wgmma_staging_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> str | None:
+    """Why the wgmma skeleton cannot stage a 16-bit [rows, loop] tensor's tile per block in
+    `config`, or None."""
+    if config.block % BOX_COLS:
+        return (f"the block of {config.block} columns is not a multiple of the copy engine's "
+                f"{BOX_COLS}-column boxes")
+    need = wgmma_smem_bytes(config, k0, n1) + wgmma_staged_bytes(config)
+    if need > tgt.smem_limit:
+        return (f"its {config.stages} x [{config.tile_m}, {config.block}] slots would need "
+                f"{need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B")
+    return None
+
+
 # Best first: two consumer warpgroups (128 rows) share each K and V block; a block of 128
 # halves the barrier round trips per column against 64 where the registers allow it; two slots
 # let the copy engine fill the next block while this one is multiplied. Measured on an H200

@@ -54,3 +54,45 @@ def test_the_kernels_epilogue_keeps_tanhf():
         kernel, epilogue=ir.Epilogue((tanh_o,) + kernel.epilogue.stmts[1:]))
     body = _kernel_body(build_verified(kernel, ir.Arch.SM80).source)
     assert re.search(r"tanhf\(", body) and "tanh_approx(" in body
+
+
+def _bias_attention(d: int = 128, causal: bool = True):
+    from kgen import attention as kattention
+
+    s = kattention.Signature("bf16", d, d, causal, None, None, (), "sm_90a", True)
+    return kattention.program(s)
+
+
+def test_sm90a_stages_a_tensor_read_at_row_col_by_the_copy_engine():
+    built = build_verified(_bias_attention(), ir.Arch.SM90A)
+    w = built.plan.wgmma
+    assert w.staged_tile is not None and w.staged_tile.param == "Bias"
+    assert (w.staged_tile.rows, w.staged_tile.boxes, w.staged_tile.slots) == (128, 2, 2)
+    assert w.staged_tile.offset == w.v_tile.offset + w.v_tile.bytes
+    assert w.barrier_offset == w.staged_tile.offset + w.staged_tile.bytes
+    assert built.plan.smem_bytes <= 227 * 1024
+    assert [m.param for m in w.maps] == ["Q", "K", "V", "Bias"]
+    source = built.source
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
+    assert "mbarrier_expect_tx(v_full + 8 * slot, k_v_smem_slot_bytes + k_t_smem_slot_bytes)" in source
+    assert "g_Bias" not in source  # no global load of the bias left
+    summary = program_summary(built.plan)
+    assert summary["skeleton"]["staging"]["value"].startswith("Bias's [128, 128] tile")
+    assert "t_smem" in [b["name"] for b in summary["buffers"]]
+
+
+def test_staging_refused_where_the_block_is_no_box_multiple_says_why():
+    """Head dim 256 runs blocks of 80 columns: the bias stays a global load, and the plan says
+    why."""
+    plan = build_verified(_bias_attention(256), ir.Arch.SM90A).plan
+    assert plan.block == 80 and plan.wgmma.staged_tile is None
+    assert plan.wgmma.staging.value == "Bias read per element from global memory"
+    assert "not a multiple of the copy engine's 64-column boxes" in plan.wgmma.staging.why
+
+
+def test_sm90a_bias_staged_compiles_without_spills():
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build_verified(_bias_attention(), ir.Arch.SM90A)
+    resources = compile_cubin(built.source, built.plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0

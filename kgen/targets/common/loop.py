@@ -78,14 +78,14 @@ class CStatement:
 
 
 def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
-               staged: bool = False) -> str:
+               staged: bool = False, tiles: dict[str, str] | None = None) -> str:
     """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
     element, guarded vector or tensor load, loaded input) as itself, a computed value by its
     name. `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`:
     the array of the first gemm's accumulator; `sizes`: the rows and the loop's length (the loop
     skeletons' locals, per sequence when packed; the row kernel's p.rows); `staged`: tensors
     were loaded into registers (`in_X`, the row kernel), else they are read at (row, col) where
-    both exist."""
+    both exist, or by `tiles[param]` (a skeleton's read of its staged tile in shared memory)."""
     kind = value.kind
     if isinstance(kind, dag.Constant):
         return literal(kind.value)
@@ -112,6 +112,8 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
         return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
     if isinstance(kind, dag.TensorLoad) and staged:
         return f"in_{kind.param}[j][e]"
+    if isinstance(kind, dag.TensorLoad) and kind.param in (tiles or {}):
+        return tiles[kind.param]
     if isinstance(kind, dag.TensorLoad):
         load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row * p.{kind.param}_ld + col]")
         return f"(row < {sizes[0]} && col < {col_end} ? {load} : 0.0f)"
@@ -140,14 +142,15 @@ LOOP_SIZES = ("rows", "loop_len")
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                fold: tuple[int, ...] = (), ops=OP_CPP,
                exp_of_difference: str | None = None,
-               sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False) -> list[CStatement]:
+               sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False,
+               tiles: dict[str, str] | None = None) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
     exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
     value of its own for other readers); `sizes`: what reads the rows and the loop's length;
-    `staged`: see _reference."""
-    refs = [_reference(value, col_end, acc, sizes, staged) for value in section.values]
+    `staged`, `tiles`: see _reference."""
+    refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
     fused = (_fused_differences(section, fold) if exp_of_difference is not None
              else frozenset())
     out: list[CStatement] = []

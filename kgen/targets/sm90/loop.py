@@ -26,7 +26,11 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
         "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
     ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
-    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops))
+    staged = plan.wgmma.staged_tile
+    # the staged tile's pairs at the thread's elements (the template's load_staged)
+    tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
+    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
+                      tiles=tiles)
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
