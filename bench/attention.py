@@ -13,6 +13,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
     python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
     python3 bench/attention.py --mods     # kgen.attention's mods beside FlexAttention's (bench/mods.py)
+    python3 bench/attention.py --mods --once   # one call of each masked/biased mod (sanitizers)
 """
 from __future__ import annotations
 
@@ -239,11 +240,15 @@ def main() -> None:
                              "beside torch.compile(flex_attention)'s, D 128 S 4096, causal and "
                              "not (bench/mods.py)")
     parser.add_argument("--gqa", action="store_true", help="with --mods: a GQA 16/2 row too")
+    parser.add_argument("--no-flex", action="store_true",
+                        help="with --mods: kgen's kernels only (no torch.compile of Flex)")
     args = parser.parse_args()
     if args.mods:
         from bench import mods
 
-        rows = mods.table(timed, args.gqa)
+        if args.once:  # one bias-staged call (for compute-sanitizer)
+            return mods.once()
+        rows = mods.table(timed, args.gqa, flex=not args.no_flex)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return
