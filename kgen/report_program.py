@@ -174,6 +174,7 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
             "loop_bounds": _bounds(plan.bounds),
             "tanh": {"value": plan.tanh.value, "why": plan.tanh.why},
+            "division": {"value": plan.division.value, "why": plan.division.why},
             "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
                                              "inf" if init == math.inf else init)}
                         for n, init in plan.carries],
@@ -210,6 +211,9 @@ def print_program(console, s: dict) -> None:
                       f"({bounds['why']})")
         if s["tanh"]["value"] != "none":
             console.print(f"tanh in the body: {s['tanh']['value']} ({s['tanh']['why']})")
+        if s["division"]["value"] != "none":
+            console.print(f"division in the body: {s['division']['value']} "
+                          f"({s['division']['why']})")
         if s.get("skeleton"):
             k = s["skeleton"]
             console.print(f"skeleton: {k['value']}")

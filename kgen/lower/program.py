@@ -334,7 +334,9 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))), packed=packed,
         tanh=pp.Choice(*loop_rules.loop_tanh(any(
             isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.TANH
-            for v in body_section.values))))
+            for v in body_section.values))),
+        division=pp.Choice(*loop_rules.loop_division(any(
+            loop_rules.shared_divisor(body_section, v) for v in body_section.values))))
 
 
 def _loop_gemms(g0: ir.Gemm, g1: ir.Gemm, k0: int, n1: int, block: int, b_along: bool,

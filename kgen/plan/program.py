@@ -374,6 +374,10 @@ class LoopPlan:
     packed: tuple[PackedDim, ...] = ()  # packed sequences (FlashAttention's varlen layout)
     # how the body spells tanh (TANH_APPROX: the hardware's tanh.approx.f32), and why
     tanh: Choice = Choice("none", "the loop's body computes no tanh")
+    # how the body divides a tile value by a row or uniform one (RECIPROCAL: times its
+    # reciprocal, computed once), and why
+    division: Choice = Choice("none", "the loop's body divides no tile value by a row or "
+                                      "uniform value")
 
     @property
     def threads(self) -> int:
@@ -484,6 +488,7 @@ class WgmmaTile:
 
 
 TANH_APPROX = "tanh.approx.f32"  # LoopPlan.tanh: the body's tanh by the hardware's instruction
+RECIPROCAL = "a * (1 / b)"  # LoopPlan.division: by the divisor's reciprocal, computed once
 PERSISTENT = "persistent"  # WgmmaLoop.scheduler: CTAs that walk the tiles
 LONGEST_FIRST = "longest first"  # WgmmaLoop.tile_order: the grid's row tiles reversed
 

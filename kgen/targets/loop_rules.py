@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..enums import DType
+from ..enums import DType, Op
 from . import Instruction, Target
 
 TILE_M = (64, 128)
@@ -187,6 +187,33 @@ def loop_tanh(uses_tanh: bool) -> tuple[str, str]:
             "the plain kernel's time with a softcap; maximum relative error 2^-10.99 (PTX ISA), "
             "so c * tanh(x / c) moves a score by at most c * 2^-10.99; the kernel's epilogue "
             "keeps tanhf (kgen/targets/loop_rules.py)")
+
+
+# a / b in the loop's body where b is the same for a row's elements (a row or uniform value: a
+# softcap's score / c): div.rn.f32 runs per element a MUFU reciprocal and a Newton fix-up with
+# a branch (about 10 instructions); a times b's reciprocal computes 1 / b once per row (the
+# compiler hoists it) and a multiply per element. Two roundings: within 1.5 ulp of a / b;
+# infinities and zeros as a / b's (a / 0 is a * inf, a / inf is a * 0), except where 1 / b
+# overflows (|b| < 2^-126). The kernel's epilogue divides once per tile of rows: it keeps a / b.
+def shared_divisor(section, value) -> bool:
+    """Whether `value` (of plan.program.Section `section`) is a TILE value a / b whose divisor
+    b is a ROW or UNIFORM value."""
+    from ..plan import epilogue as dag
+    from ..plan.program import Rank
+
+    kind = value.kind
+    return (isinstance(kind, dag.Apply) and kind.op is Op.DIV and value.rank is Rank.TILE
+            and section.values[kind.args[1]].rank in (Rank.ROW, Rank.UNIFORM))
+
+
+def loop_division(shared: bool) -> tuple[str, str]:
+    """How the loop's body divides a tile value by a row or uniform one
+    (plan.program.LoopPlan.division), and why."""
+    if not shared:
+        return "none", ("the loop's body divides no tile value by a row or uniform value")
+    return ("a * (1 / b)", "the divisor is the same for a row's elements: its reciprocal is "
+            "computed once per row, a multiply per element instead of div.rn's MUFU reciprocal "
+            "and fix-up; within 1.5 ulp of a / b (kgen/targets/loop_rules.py)")
 
 
 # =============================================================================================

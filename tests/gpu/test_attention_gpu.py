@@ -107,8 +107,9 @@ def test_softcap_score_mod():
     torch.cuda.synchronize()
     ref_o, ref_lse = reference(q, k, v, 1.0 / math.sqrt(128), cap=30.0)
     close(o, ref_o, 2e-2, "O")
-    # the body's tanh is tanh.approx.f32 (plan.tanh; relative error at most 2^-10.99): each
-    # score moves by at most 30 * 2^-10.99, so the log-sum-exp does too
+    # the body's tanh is tanh.approx.f32 (plan.tanh; relative error at most 2^-10.99) of
+    # score * (1 / cap) (plan.division, within 1.5 ulp): each score moves by at most about
+    # 30 * 2^-10.99, so the log-sum-exp does too (measured on an H200: 1.5e-4)
     err = (lse.double() - ref_lse).abs().max().item()
     print(f"softcap 30: lse max error {err:.3g} against float64 (bound {30 * 2**-10.99:.3g}), "
           f"O max error {(o.double() - ref_o).abs().max().item():.3g}")

@@ -96,3 +96,27 @@ def test_sm90a_bias_staged_compiles_without_spills():
     built = build_verified(_bias_attention(), ir.Arch.SM90A)
     resources = compile_cubin(built.source, built.plan.name, "sm_90a").resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+def test_division_by_a_shared_divisor_is_by_its_reciprocal_and_says_so(arch):
+    """softcap's score / cap: cap is uniform, so a times 1 / cap (plan.division); the kernel's
+    epilogue's o / l stays a division."""
+    built = build_verified(lk.attention(128, softcap=30.0, arch=arch), arch)
+    assert built.plan.division.value == pp.RECIPROCAL
+    source = built.source
+    assert "// Division in the loop's body: a * (1 / b) (" in source
+    assert " * (1.0f / p.cap);" in _kernel_body(source)
+    assert program_summary(built.plan)["division"]["value"] == pp.RECIPROCAL
+    plain = build_verified(lk.attention(128, arch=arch), arch)
+    assert plain.plan.division.value == "none" and "Division in the loop" not in plain.source
+
+
+def test_a_tile_divisor_keeps_the_division():
+    """x / x-like divisors vary per element: no reciprocal to share."""
+    from kgen import attention as kattention
+
+    s = kattention.Signature("bf16", 64, 64, False, "score / (1 + col)", None, (), "sm_80")
+    built = build_verified(kattention.program(s), ir.Arch.SM80)
+    assert built.plan.division.value == "none"
+    assert "1.0f /" not in _kernel_body(built.source).split("The kernel's epilogue")[0]

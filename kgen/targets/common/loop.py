@@ -19,6 +19,7 @@ from ...enums import Axis, Op, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
+from ..loop_rules import shared_divisor
 from .arch_guard import guard_for
 from .epilogue_cpp import OP_CPP, PAIR, TO_FLOAT, float_literal
 from .host_api import header_file_lines
@@ -122,16 +123,25 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
 
 
 def _expression(value: pp.Value, refs: list[str], ops=OP_CPP, section: pp.Section | None = None,
-                fused: frozenset[int] = frozenset(), exp_of_difference: str = "") -> str:
+                fused: frozenset[int] = frozenset(), exp_of_difference: str = "",
+                reciprocal: bool = False) -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
         if kind.op is Op.EXP and kind.args[0] in fused:  # exp(a - b), on a and b
             difference = section.values[kind.args[0]].kind
             return exp_of_difference.format(*(refs[a] for a in difference.args))
+        if reciprocal and shared_divisor(section, value):  # plan.division
+            return RECIPROCAL_DIVISION.format(*(refs[a] for a in kind.args))
         return ops[kind.op].format(*(refs[a] for a in kind.args))
     assert isinstance(kind, dag.Cast), kind
     arg = refs[kind.arg]
     return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
+
+
+# a / b as a times b's reciprocal, computed once (plan.division: b is a row or uniform value,
+# the same for a row's elements, so the compiler computes 1 / b once per row and the division
+# costs a multiply per element)
+RECIPROCAL_DIVISION = "{0} * (1.0f / {1})"
 
 
 # The loop skeletons' locals holding the rows and the loop's length (this sequence's when
@@ -143,13 +153,15 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                fold: tuple[int, ...] = (), ops=OP_CPP,
                exp_of_difference: str | None = None,
                sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False,
-               tiles: dict[str, str] | None = None) -> list[CStatement]:
+               tiles: dict[str, str] | None = None,
+               reciprocal: bool = False) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
     exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
     value of its own for other readers); `sizes`: what reads the rows and the loop's length;
-    `staged`, `tiles`: see _reference."""
+    `staged`, `tiles`: see _reference; `reciprocal`: a TILE value divided by a ROW or UNIFORM
+    one as a times b's reciprocal (plan.division)."""
     refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
     fused = (_fused_differences(section, fold) if exp_of_difference is not None
              else frozenset())
@@ -157,7 +169,8 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
-            out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "")
+            out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "",
+                         reciprocal)
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -196,7 +209,7 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[
 
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
           fold: tuple[int, ...] = (), ops=OP_CPP, fused: frozenset[int] = frozenset(),
-          exp_of_difference: str = "") -> list[CStatement]:
+          exp_of_difference: str = "", reciprocal: bool = False) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -208,7 +221,7 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
             continue
         kind = value.rank.value
         item = CValue(f"v{index}", _expression(value, refs, ops, section, fused,
-                                               exp_of_difference), index in fold)
+                                               exp_of_difference, reciprocal), index in fold)
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
@@ -337,6 +350,10 @@ def approx_tanh(plan: pp.LoopPlan) -> bool:
     return plan.tanh.value == pp.TANH_APPROX
 
 
+def reciprocal_division(plan: pp.LoopPlan) -> bool:
+    return plan.division.value == pp.RECIPROCAL
+
+
 def uses_random(plan: pp.ProgramPlan) -> bool:
     """Whether a section reads random(seed, offset): the skeleton then has philox_uniform."""
     sections = (plan.body, plan.epilogue) if isinstance(plan, pp.LoopPlan) else (plan.body,)
@@ -345,7 +362,8 @@ def uses_random(plan: pp.ProgramPlan) -> bool:
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold,
-                      ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE)
+                      ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE,
+                      reciprocal=reciprocal_division(plan))
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     return render(

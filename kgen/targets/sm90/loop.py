@@ -11,8 +11,8 @@ from ...plan import program as pp
 from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
 from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
-                           _params_guard, approx_tanh, body_ops, literal, statements,
-                           uses_random)
+                           _params_guard, approx_tanh, body_ops, literal,
+                           reciprocal_division, statements, uses_random)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -30,7 +30,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     # the staged tile's pairs at the thread's elements (the template's load_staged)
     tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
-                      tiles=tiles)
+                      tiles=tiles, reciprocal=reciprocal_division(plan))
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
