@@ -110,7 +110,9 @@ def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
         return ("<" if b.strict else "<=") if b.upper else (">" if b.strict else ">=")
 
     return {"skips": bounds.skips, "why": bounds.why,
-            "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]}
+            "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]
+            + [f"{q.row_vector}[row] == {q.col_vector}[col] (scanned per tile)"
+               for q in bounds.equalities]}
 
 
 def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:

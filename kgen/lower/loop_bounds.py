@@ -58,12 +58,16 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopB
         fold += [i for i in found[1] if i not in fold]
     if not bounds:
         return pp.LoopBounds((), (), "every block runs: " + "; ".join(refused))
-    why = (f"blocks masked in full for every row of the tile are skipped ({len(bounds)} "
-           f"bound{'s' if len(bounds) > 1 else ''} on col); inside the mask its predicate is "
-           "known true")
+    linear = tuple(b for b in bounds if isinstance(b, pp.ColumnBound))
+    equal = tuple(b for b in bounds if isinstance(b, pp.EqualBound))
+    parts = [f"{len(linear)} bound{'s' if len(linear) > 1 else ''} on col"] if linear else []
+    parts += [f"{b.row_vector}[row] == {b.col_vector}[col], its columns scanned per tile of "
+              "rows" for b in equal]
+    why = (f"blocks masked in full for every row of the tile are skipped ({'; '.join(parts)}); "
+           "inside the mask its predicate is known true")
     if refused:
         why += "; not used: " + "; ".join(refused)
-    return pp.LoopBounds(tuple(bounds), tuple(fold), why)
+    return pp.LoopBounds(linear, tuple(fold), why, equal)
 
 
 def _is_mask(values, v: pp.Value) -> bool:
@@ -98,6 +102,9 @@ def _conjunction(values, index: int):
         if not bounds:
             return why
         return bounds, ([index] if why is None else []) + ids
+    equal = _equality(values, index)
+    if equal is not None:
+        return [equal], [index]
     if not (isinstance(kind, dag.Apply) and kind.op in _COMPARE):
         return (f"its condition `{_text(values, index)}` is not a comparison of col "
                 "(<, <=, >, >=) or a conjunction of them")
@@ -123,6 +130,20 @@ def _conjunction(values, index: int):
     offset = tuple(pp.OffsetTerm(-coef, *key) for key, coef in sorted(
         diff.items(), key=lambda item: (item[0][0].value, item[0][1] or "")) if coef != 0.0)
     return [pp.ColumnBound(upper, strict, int(slope), offset)], [index]
+
+
+def _equality(values, index: int) -> pp.EqualBound | None:
+    """`a[row] == b[col]` (either order) of two vectors, as an EqualBound, else None."""
+    kind = values[index].kind
+    if not (isinstance(kind, dag.Apply) and kind.op is Op.EQ):
+        return None
+    loads = [values[a].kind for a in kind.args]
+    if not all(isinstance(k, dag.VectorLoad) for k in loads):
+        return None
+    axes = {k.axis: k.param for k in loads}
+    if set(axes) != {Axis.ROW, Axis.COL}:
+        return None
+    return pp.EqualBound(axes[Axis.ROW], axes[Axis.COL])
 
 
 def _predicate(values, index: int) -> bool:

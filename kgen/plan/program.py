@@ -299,6 +299,18 @@ class ColumnBound:
 
 
 @dataclass(frozen=True, slots=True)
+class EqualBound:
+    """A mask's comparison `row_vector[row] == col_vector[col]` (packed documents' ids): per
+    tile of rows the kernel scans the loop's `col_vector` once for the columns whose value lies
+    within the tile's `row_vector` values (only they may be kept: the blocks past the first and
+    the last are masked in full) and, where the tile holds one value and its columns are one
+    run, the blocks inside that run (every element kept)."""
+
+    row_vector: str
+    col_vector: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoopBounds:
     """Which blocks of the loop a tile of rows visits and which of them lie inside the mask.
 
@@ -310,10 +322,11 @@ class LoopBounds:
     bounds: tuple[ColumnBound, ...]
     fold: tuple[int, ...]  # body values (predicates) true in a block inside every bound
     why: str
+    equalities: tuple[EqualBound, ...] = ()  # scanned at run time, per tile of rows
 
     @property
     def skips(self) -> bool:
-        return bool(self.bounds)
+        return bool(self.bounds or self.equalities)
 
 
 @dataclass(frozen=True, slots=True)

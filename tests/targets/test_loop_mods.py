@@ -120,3 +120,65 @@ def test_a_tile_divisor_keeps_the_division():
     built = build_verified(kattention.program(s), ir.Arch.SM80)
     assert built.plan.division.value == "none"
     assert "1.0f /" not in _kernel_body(built.source).split("The kernel's epilogue")[0]
+
+
+def _document_attention(arch: str, causal: bool = True, mask: str = "qd[row] == kd[col]"):
+    from kgen import attention as kattention
+
+    s = kattention.Signature("bf16", 128, 128, causal, None, mask, (), arch, False,
+                             (("kd", "col"), ("qd", "row")))
+    return kattention.program(s)
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
+def test_a_document_mask_is_scanned_per_tile_and_folded_inside(arch):
+    built = build_verified(_document_attention(arch.value), arch)
+    bounds = built.plan.bounds
+    assert bounds.skips and bounds.equalities == (pp.EqualBound("qd", "kd"),)
+    assert len(bounds.bounds) == 1  # causal's col <= row
+    assert "qd[row] == kd[col], its columns scanned per tile of rows" in bounds.why
+    # the equality, the causal comparison and their product read 1 inside the mask
+    assert len(bounds.fold) == 3
+    source = built.source
+    assert "__shared__ int scan[5];" in source and "__reduce_min_sync" in source
+    assert "__device__ __forceinline__ int ordered_int(float x)" in source
+    assert "interior ? 1.0f : ((row < rows ? g_qd[row]" in source
+    summary = program_summary(built.plan)
+    assert "qd[row] == kd[col] (scanned per tile)" in summary["loop_bounds"]["bounds"]
+
+
+@pytest.mark.parametrize("mask", ["qd[row] == kd[col]", "kd[col] == qd[row]",
+                                  "(kd[col] == qd[row]) * (col > row - 64)"])
+def test_either_order_and_with_a_window(mask):
+    plan = build_verified(_document_attention("sm_90a", False, mask), ir.Arch.SM90A).plan
+    assert plan.bounds.equalities == (pp.EqualBound("qd", "kd"),)
+
+
+def test_a_row_row_equality_is_no_bound():
+    """qd[row] == kd[row] is one value per row: nothing to scan across the columns."""
+    from kgen import attention as kattention
+
+    s = kattention.Signature("bf16", 64, 64, False, None, "qd[row] == ke[row]", (), "sm_80",
+                             False, (("ke", "row"), ("qd", "row")))
+    plan = build_verified(kattention.program(s), ir.Arch.SM80).plan
+    assert not plan.bounds.skips
+
+
+def test_the_persistent_scheduler_refuses_an_equality_scan():
+    from kgen.targets.sm90.loop_schedule import with_scheduler
+
+    plan = build_verified(_document_attention("sm_90a"), ir.Arch.SM90A).plan
+    with pytest.raises(AssertionError, match="every thread of the CTA"):
+        with_scheduler(plan, True)
+
+
+@pytest.mark.slow
+def test_sm90a_document_masks_compile_without_spills():
+    """(The sm_80 skeleton's document mask at D 128 spills: 28 B before the scan, 60 B with it,
+    8 B causal; its rulebook's register estimate does not count the mask's runs.)"""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    for causal in (False, True):
+        built = build_verified(_document_attention("sm_90a", causal), ir.Arch.SM90A)
+        resources = compile_cubin(built.source, built.plan.name, "sm_90a").resources()
+        assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0

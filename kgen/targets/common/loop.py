@@ -314,10 +314,22 @@ class CBound:
     any_row: str
     all_row: str
     terms: tuple[dict, ...]
+    kind: str = "linear"
 
 
-def _bounds(plan: pp.LoopPlan) -> list[CBound]:
-    out = []
+@dataclass(frozen=True, slots=True)
+class CEqual:
+    """A mask's `row_vector[row] == col_vector[col]` for the skeleton (plan EqualBound): the
+    two vectors' parameters (templates/common/loop_bounds.inc.j2 scans them)."""
+
+    row_vector: pp.ProgramParam
+    col_vector: pp.ProgramParam
+    kind: str = "equal"
+
+
+def _bounds(plan: pp.LoopPlan) -> list[CBound | CEqual]:
+    """The skeleton's bounds: the linear ones, then the equalities (scanned per tile)."""
+    out: list[CBound | CEqual] = []
     for b in plan.bounds.bounds:
         high = "row_hi" if b.slope >= 0 else "row_lo"
         low = "row_lo" if b.slope >= 0 else "row_hi"
@@ -328,6 +340,8 @@ def _bounds(plan: pp.LoopPlan) -> list[CBound]:
                       for t in b.offset)
         out.append(CBound(op, b.upper, "true" if b.strict else "false", b.slope, any_row,
                           all_row, terms))
+    out += [CEqual(plan.param(q.row_vector), plan.param(q.col_vector))
+            for q in plan.bounds.equalities]
     return out
 
 

@@ -108,6 +108,8 @@ def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
     persistent variant); everything else as the rulebook chose it."""
     assert plan.wgmma is not None, "the sm_90a wgmma skeleton's plan"
     assert not (persistent and plan.packed), "packed sequences: a CTA per tile (tiled)"
+    assert not (persistent and plan.bounds.equalities), \
+        "an equality's scan takes every thread of the CTA per tile: a CTA per tile (tiled)"
     choice = pp.Choice(*loop_rules.wgmma_scheduler(persistent))
     return dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, scheduler=choice))
 
