@@ -4,8 +4,10 @@ A mask is a body value `where(P, e, -inf)` whose predicate P is a conjunction (`
 `min(a, b)`, nested `where(a, b, 0)`) of comparisons linear in `col` and `row`: the coefficient
 of `col` is 1 or -1, that of `row` -1, 0 or 1, the rest a sum of constants, scalars and sizes
 (the rows, the loop's length) times constants. Each comparison solved for `col` is a
-pp.ColumnBound; a conjunct that is a comparison not linear (`doc[row] == doc[col]`, 0 or 1)
-gives no bound and leaves the others' (where they are 0, P is 0). A block where P is false for every element is skipped when the body provably
+pp.ColumnBound; an equality of a row and a column vector (`qd[row] == kd[col]`) is a
+pp.EqualBound, which the kernel resolves per tile of rows by scanning the column vector; a
+conjunct that is another comparison not linear (0 or 1) gives no bound and leaves the others'
+(where they are 0, P is 0). A block where P is false for every element is skipped when the body provably
 leaves the loop's state as it was on such a block. The proof runs the body once in each of two
 abstract states, with the masked value -inf everywhere:
 - the initial state: every carry at its init, the accumulator zero;
