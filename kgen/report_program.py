@@ -123,7 +123,7 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
                                      (w.k_tile, f"B of {plan.gemm0.name}, ring (TMA)"),
                                      (w.v_tile, f"B of {plan.gemm1.name}, ring (TMA)"))}
     if w.staged_tile is not None:
-        roles[w.staged_tile.name] = "read at (row, col) by the body, ring on V's mbarriers (TMA)"
+        roles[w.staged_tile.name] = "read at (row, col) by the body, ring (TMA)"
     buffers = [{"name": t.name, "param": t.param, "role": roles[t.name], "rows": t.rows,
                 "cols": 64 * t.boxes, "slots": t.slots, "dtype": plan.dtype.dsl_name,
                 "offset": t.offset, "bytes": t.bytes, "align": 1024, "live": [0, 1],

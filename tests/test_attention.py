@@ -279,4 +279,4 @@ def test_a_bias_the_same_for_every_row_is_a_vector_at_col(shape, cols):
     assert (staged is not None and staged.param == "Bias") is not cols
     assert plan.wgmma.staging.value == ("none" if cols else
                                         "Bias's [128, 128] tile per block by the copy engine, "
-                                        "2 slot(s) on V's mbarriers")
+                                        "a ring of 2 slot(s)")

@@ -543,7 +543,7 @@ class WgmmaLoop:
     # the rings' count running across a CTA's tiles; and why
     scheduler: Choice = Choice("tiled", "one CTA per tile of rows")
     # a tensor the body reads at (row, col) (an additive bias), staged per block: its
-    # [tile_m, block] tile loaded by the copy engine into a ring slot beside V's (V's mbarriers),
+    # [tile_m, block] tile loaded by the copy engine into a ring of its own (full, empty mbarriers),
     # the statements reading it from shared memory; None: read from global memory per element
     staged_tile: WgmmaTile | None = None
     staging: Choice = Choice("none", "the body reads no tensor at (row, col)")

@@ -309,12 +309,19 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
 # memory inside the softmax, a [128, 128] block costs each consumer thread 64 dependent 2-byte
 # loads and their addresses (section 15 of bench/RESULTS.md: 2.6-2.7x the plain kernel's time,
 # and 16 B of spills causal). Staged, the producer's copy engine loads its [tile_m, block] tile
-# per block into a ring slot beside V's (on V's mbarriers: the consumers wait for V's slot before
-# the statements, and release it after the accumulating gemm, long after they read it), and the
-# statements read shared memory. The tile takes stages x tile_m x block x 2 bytes (64 KiB at
-# 128x128, 2 slots: 224 KiB in all at head dim 128, within sm_90a's 227).
-def wgmma_staged_bytes(config: LoopConfig) -> int:
-    return 2 * config.stages * config.tile_m * config.block
+# per block into a ring of its own (full and empty mbarriers per slot, loaded between K and V:
+# on V's mbarriers, measured 1.25x the plain kernel's time without a mask, the softmax waited for
+# V's slot), and the statements read it from shared memory (ldmatrix, in the accumulator's
+# fragment layout; the slot is released as soon as a warp holds its share). The tile takes
+# stages x tile_m x block x 2 bytes (64 KiB at 128x128, 2 slots: 224 KiB in all at head dim
+# 128, within sm_90a's 227).
+def wgmma_staged_bytes(config: LoopConfig, k0: int, n1: int) -> int:
+    """wgmma_smem_bytes with a staged tile: its slots, and its ring's full and empty mbarriers
+    beside K's and V's (2 + 6 stages words with the persistent scheduler's Q empty), rounded
+    up to 128."""
+    tiles = 2 * (config.tile_m * k0 + config.stages * config.block * (k0 + n1)
+                 + config.stages * config.tile_m * config.block)
+    return tiles + -(-8 * (2 + 6 * config.stages) // 128) * 128
 
 
 def wgmma_staging_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> str | None:
@@ -323,7 +330,7 @@ def wgmma_staging_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
     if config.block % BOX_COLS:
         return (f"the block of {config.block} columns is not a multiple of the copy engine's "
                 f"{BOX_COLS}-column boxes")
-    need = wgmma_smem_bytes(config, k0, n1) + wgmma_staged_bytes(config)
+    need = wgmma_staged_bytes(config, k0, n1)
     if need > tgt.smem_limit:
         return (f"its {config.stages} x [{config.tile_m}, {config.block}] slots would need "
                 f"{need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B")

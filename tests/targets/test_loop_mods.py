@@ -74,7 +74,8 @@ def test_sm90a_stages_a_tensor_read_at_row_col_by_the_copy_engine():
     assert [m.param for m in w.maps] == ["Q", "K", "V", "Bias"]
     source = built.source
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
-    assert "mbarrier_expect_tx(v_full + 8 * slot, k_v_smem_slot_bytes + k_t_smem_slot_bytes)" in source
+    assert "mbarrier_expect_tx(t_full + 8 * slot, k_t_smem_slot_bytes)" in source
+    assert "if (lane == 0) mbarrier_arrive(t_empty + 8 * slot);" in source
     assert "g_Bias" not in source  # no global load of the bias left
     summary = program_summary(built.plan)
     assert summary["skeleton"]["staging"]["value"].startswith("Bias's [128, 128] tile")

@@ -27,8 +27,8 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
     staged, staging = _staging(config, k0, n1, dtype, tile_reads, packed, tgt,
                                v.offset + v.bytes)
     barriers = v.offset + v.bytes + (staged.bytes if staged else 0)
-    smem = loop_rules.wgmma_smem_bytes(config, k0, n1) + (
-        loop_rules.wgmma_staged_bytes(config) if staged else 0)
+    smem = (loop_rules.wgmma_staged_bytes(config, k0, n1) if staged
+            else loop_rules.wgmma_smem_bytes(config, k0, n1))
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes,
                                   p.heads is not None and p.heads != query_heads)
                  for t, p in ((q, a), (k, b), (v, c)))
@@ -95,12 +95,12 @@ def _staging(config: LoopConfig, k0: int, n1: int, dtype: DType, reads: tuple, p
     tile = pp.WgmmaTile("t_smem", p.name, config.tile_m, config.block // BOX_COLS,
                         config.stages, offset)
     return tile, pp.Choice(
-        f"{p.name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine, "
-        f"{config.stages} slot(s) on V's mbarriers",
-        "read at (row, col) by the body: the producer loads each block's tile with V's (zeros "
-        "past the rows and the loop's end, as the body reads there), the consumers wait for "
-        "V's slot before the statements and read shared memory instead of 2-byte global loads "
-        "per element (kgen/targets/loop_rules.py)" + others)
+        f"{p.name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine, a "
+        f"ring of {config.stages} slot(s)",
+        "read at (row, col) by the body: the producer loads each block's tile between K's and "
+        "V's (zeros past the rows and the loop's end, as the body reads there), each consumer "
+        "warp reads its share by ldmatrix before the statements and releases the slot, instead "
+        "of 2-byte global loads per element (kgen/targets/loop_rules.py)" + others)
 
 
 def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
