@@ -48,7 +48,7 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopB
     for mask in masks:
         cond = mask.kind.args[0]
         text = _text(values, mask.id)
-        found = _conjunction(values, cond)
+        found = _conjunction(values, cond, equalities=True)
         if isinstance(found, str):
             refused.append(f"`{text}`: {found}")
             continue
@@ -84,8 +84,10 @@ def _is_mask(values, v: pp.Value) -> bool:
 # The predicate: a conjunction of linear comparisons
 
 
-def _conjunction(values, index: int):
-    """(bounds, predicate ids) of a conjunction of comparisons, or why it is not one."""
+def _conjunction(values, index: int, equalities: bool = False):
+    """(bounds, predicate ids) of a conjunction of comparisons, or why it is not one; with
+    `equalities`, an equality of a row and a column vector is a bound (pp.EqualBound, which
+    only the forward's skeletons scan), else a predicate not linear."""
     kind = values[index].kind
     if isinstance(kind, dag.Apply) and kind.op in (Op.MUL, Op.MIN) or (
             isinstance(kind, dag.Apply) and kind.op is Op.WHERE
@@ -93,7 +95,7 @@ def _conjunction(values, index: int):
         parts = kind.args[:2]
         bounds, ids, why = [], [], None
         for part in parts:
-            found = _conjunction(values, part)
+            found = _conjunction(values, part, equalities)
             if isinstance(found, str) and not _predicate(values, part):
                 return found
             if isinstance(found, str):  # a 0/1 predicate not linear (doc[row] == doc[col]):
@@ -104,7 +106,7 @@ def _conjunction(values, index: int):
         if not bounds:
             return why
         return bounds, ([index] if why is None else []) + ids
-    equal = _equality(values, index)
+    equal = _equality(values, index) if equalities else None
     if equal is not None:
         return [equal], [index]
     if not (isinstance(kind, dag.Apply) and kind.op in _COMPARE):
