@@ -147,3 +147,41 @@ def once() -> None:
             kgen_mods_runner(q, k, v, causal, mod)()
     torch.cuda.synchronize()
     print("mods once: ok")
+
+
+def _graphed(fn):
+    """`fn` captured in a CUDA graph (after warm-ups on a side stream): its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def graph_table(timed) -> None:
+    """kgen's plain, document, bias and softcap kernels and one document (every id equal:
+    nothing skipped, every block inside, the equality's scan alone), D 128 S 4096, causal and
+    not: each call timed as `table` times it (the host's preparation inside) and replayed from
+    a CUDA graph (the GPU's time alone)."""
+    q, k, v = (torch.randn(TOKENS // 4096, HEADS, 4096, 128, device="cuda").bfloat16()
+               for _ in range(3))
+    one = torch.zeros(4096, device="cuda")
+    for causal in (False, True):
+        runs = {m: kgen_mods_runner(q, k, v, causal, m)
+                for m in ("plain", "document", "bias", "softcap")}
+        runs["one document"] = lambda: kgen.attention(
+            q, k, v, is_causal=causal, mask_mod="qd[row] == kd[col]",
+            vectors={"qd": one, "kd": one})
+        base = None
+        for name, fn in runs.items():
+            eager = timed(fn)
+            replay = timed(_graphed(fn))
+            base = base or replay
+            print(f"causal {causal!s:5} {name:12} per call {eager:.3f} ms  graph replay "
+                  f"{replay:.3f} ms  replay / plain replay {replay / base:.2f}")
+
