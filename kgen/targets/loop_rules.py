@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..enums import DType, Op
+from ..plan import epilogue as dag
+from ..plan.program import Rank
 from . import Instruction, Target
 
 TILE_M = (64, 128)
@@ -198,9 +200,6 @@ def loop_tanh(uses_tanh: bool) -> tuple[str, str]:
 def shared_divisor(section, value) -> bool:
     """Whether `value` (of plan.program.Section `section`) is a TILE value a / b whose divisor
     b is a ROW or UNIFORM value."""
-    from ..plan import epilogue as dag
-    from ..plan.program import Rank
-
     kind = value.kind
     return (isinstance(kind, dag.Apply) and kind.op is Op.DIV and value.rank is Rank.TILE
             and section.values[kind.args[1]].rank in (Rank.ROW, Rank.UNIFORM))
