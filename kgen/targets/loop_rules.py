@@ -185,10 +185,11 @@ def loop_tanh(uses_tanh: bool) -> tuple[str, str]:
     if not uses_tanh:
         return "none", "the loop's body computes no tanh"
     return ("tanh.approx.f32", "the hardware's tanh, one MUFU instruction per element (as "
-            "FlashAttention-3's softcap), where tanhf's full-precision sequence measured 2.7-3.4x "
-            "the plain kernel's time with a softcap; maximum relative error 2^-10.99 (PTX ISA), "
-            "so c * tanh(x / c) moves a score by at most c * 2^-10.99; the kernel's epilogue "
-            "keeps tanhf (kgen/targets/loop_rules.py)")
+            "FlashAttention-3's softcap), where tanhf's full-precision sequence (with div.rn) "
+            "made a softcap 3.10-3.43x the plain kernel's time (1.14-1.17x with both changed: "
+            "bench/RESULTS.md); maximum relative error 2^-10.99 (PTX ISA), so c * tanh(x / c) "
+            "moves a score by at most c * 2^-10.99; the kernel's epilogue keeps tanhf "
+            "(kgen/targets/loop_rules.py)")
 
 
 # a / b in the loop's body where b is the same for a row's elements (a row or uniform value: a
