@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ... import ir
-from ...enums import DType
+from ...enums import DType, Layout
 from ...plan import program as pp
 from .. import loop_rules
 from ..loop_rules import BOX_COLS, LoopConfig
@@ -85,7 +84,7 @@ def _staging(config: LoopConfig, k0: int, n1: int, dtype: DType, reads: tuple, p
         f"{p.name} is {p.dtype.dsl_name}, the operands {dtype.dsl_name}: one copy-engine type"
         if p.dtype is not dtype else
         f"{p.name} is column-major: the copy engine's boxes take rows of columns"
-        if p.layout is not ir.Layout.ROW else
+        if p.layout is not Layout.ROW else
         loop_rules.wgmma_staging_refusal(config, k0, n1, tgt))
     others = "".join(f"; {q.name} read per element from global memory" for q in reads[1:])
     if refused is not None:
