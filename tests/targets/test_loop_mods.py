@@ -183,3 +183,25 @@ def test_sm90a_document_masks_compile_without_spills():
         built = build_verified(_document_attention("sm_90a", causal), ir.Arch.SM90A)
         resources = compile_cubin(built.source, built.plan.name, "sm_90a").resources()
         assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["bias", "document"])
+def test_the_staged_and_scanned_cu_build_with_plain_nvcc_without_warnings(which, tmp_path):
+    """The host launcher too: the staged tile's tensor map, the scan's shared words."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc on PATH")
+    for arch in ARCHS:
+        kernel = _bias_attention() if which == "bias" else _document_attention(arch.value)
+        built = build_verified(kernel, arch)
+        source = tmp_path / f"{which}.{arch.value}.cu"
+        source.write_text(built.source)
+        done = subprocess.run([nvcc, "-std=c++17", f"-arch={arch.value}", "-Xcompiler",
+                               "-Wall,-Wextra", "-c", str(source), "-o",
+                               str(source.with_suffix(".o"))], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "warning" not in done.stderr, done.stderr
