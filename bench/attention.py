@@ -14,6 +14,8 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
     python3 bench/attention.py --mods     # kgen.attention's mods beside FlexAttention's (bench/mods.py)
     python3 bench/attention.py --bwd      # the backward beside SDPA's (bench/attention_bwd.py)
+    python3 bench/attention.py --mods --once   # one call of each masked/biased mod (sanitizers)
+    python3 bench/attention.py --mods --graph  # mods per call and replayed from a CUDA graph
 """
 from __future__ import annotations
 
@@ -243,6 +245,11 @@ def main() -> None:
     parser.add_argument("--bwd", action="store_true",
                         help="the backward: kgen's kernels beside SDPA's backends' backward "
                              "(bench/attention_bwd.py; with --once, its sanitizer call)")
+    parser.add_argument("--no-flex", action="store_true",
+                        help="with --mods: kgen's kernels only (no torch.compile of Flex)")
+    parser.add_argument("--graph", action="store_true",
+                        help="with --mods: kgen's plain, document, bias and softcap kernels "
+                             "per call and replayed from a CUDA graph (the GPU's time alone)")
     args = parser.parse_args()
     if args.bwd:
         from bench import attention_bwd
@@ -254,7 +261,11 @@ def main() -> None:
     if args.mods:
         from bench import mods
 
-        rows = mods.table(timed, args.gqa)
+        if args.once:  # one bias-staged call (for compute-sanitizer)
+            return mods.once()
+        if args.graph:
+            return mods.graph_table(timed)
+        rows = mods.table(timed, args.gqa, flex=not args.no_flex)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return

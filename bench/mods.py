@@ -107,13 +107,16 @@ def mods_summary(rows: list[dict]) -> None:
               f"{_cell(ratio, 8, 2)} {_cell(r['flex_ms'], 9, 3)} {_cell(speed, 10, 2)}")
 
 
-def measure(s: int, causal: bool, kv_heads: int, mod: str, timed, d: int = 128) -> dict:
-    """kgen's and Flex's milliseconds for `mod` on the same fresh inputs (batch TOKENS / s)."""
+def measure(s: int, causal: bool, kv_heads: int, mod: str, timed, d: int = 128,
+            flex: bool = True) -> dict:
+    """kgen's and Flex's milliseconds for `mod` on the same fresh inputs (batch TOKENS / s);
+    without `flex`, kgen's only."""
     batch = TOKENS // s
     q = torch.randn(batch, HEADS, s, d, device="cuda").bfloat16()
     k, v = (torch.randn(batch, kv_heads, s, d, device="cuda").bfloat16() for _ in range(2))
-    row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads, "mod": mod}
-    for name, make in (("kgen", kgen_mods_runner), ("flex", flex_mods_runner)):
+    row = {"d": d, "s": s, "causal": causal, "kv_heads": kv_heads, "mod": mod, "flex_ms": None}
+    runners = (("kgen", kgen_mods_runner),) + ((("flex", flex_mods_runner),) if flex else ())
+    for name, make in runners:
         try:
             row[f"{name}_ms"] = timed(make(q, k, v, causal, mod))
         except RuntimeError as err:  # a backend this build or GPU lacks
@@ -122,12 +125,63 @@ def measure(s: int, causal: bool, kv_heads: int, mod: str, timed, d: int = 128) 
     return row
 
 
-def table(timed, gqa: bool = False) -> list[dict]:
+def table(timed, gqa: bool = False, flex: bool = True) -> list[dict]:
     """Every mod at D 128, S 4096, causal and not (and GQA 16/2 not causal with `gqa`), then
-    the summary."""
+    the summary (without `flex`, kgen's times only)."""
     settings = ((False, HEADS), (True, HEADS)) + (((False, 2),) if gqa else ())
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads, D 128, "
           "S 4096")
-    rows = [measure(4096, causal, kv, mod, timed) for causal, kv in settings for mod in MODS]
+    rows = [measure(4096, causal, kv, mod, timed, flex=flex) for causal, kv in settings
+            for mod in MODS]
     mods_summary(rows)
     return rows
+
+
+def once() -> None:
+    """One call of the bias, document and window mods at ragged lengths (S 1000, T 1000, 2
+    batches, 4 heads), causal and not, no timing: for compute-sanitizer (the bias staged by the
+    copy engine on sm_90a)."""
+    q, k, v = (torch.randn(2, 4, 1000, 128, device="cuda").bfloat16() for _ in range(3))
+    for causal in (False, True):
+        for mod in ("bias", "document", "window"):
+            kgen_mods_runner(q, k, v, causal, mod)()
+    torch.cuda.synchronize()
+    print("mods once: ok")
+
+
+def _graphed(fn):
+    """`fn` captured in a CUDA graph (after warm-ups on a side stream): its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def graph_table(timed) -> None:
+    """kgen's plain, document, bias and softcap kernels and one document (every id equal:
+    nothing skipped, every block inside, the equality's scan alone), D 128 S 4096, causal and
+    not: each call timed as `table` times it (the host's preparation inside) and replayed from
+    a CUDA graph (the GPU's time alone)."""
+    q, k, v = (torch.randn(TOKENS // 4096, HEADS, 4096, 128, device="cuda").bfloat16()
+               for _ in range(3))
+    one = torch.zeros(4096, device="cuda")
+    for causal in (False, True):
+        runs = {m: kgen_mods_runner(q, k, v, causal, m)
+                for m in ("plain", "document", "bias", "softcap")}
+        runs["one document"] = lambda: kgen.attention(
+            q, k, v, is_causal=causal, mask_mod="qd[row] == kd[col]",
+            vectors={"qd": one, "kd": one})
+        base = None
+        for name, fn in runs.items():
+            eager = timed(fn)
+            replay = timed(_graphed(fn))
+            base = base or replay
+            print(f"causal {causal!s:5} {name:12} per call {eager:.3f} ms  graph replay "
+                  f"{replay:.3f} ms  replay / plain replay {replay / base:.2f}")
+

@@ -68,6 +68,10 @@ class Signature:
     bias: bool = False  # an additive bias tensor (SDPA's attn_mask), read at (row, col)
     vectors: tuple[tuple[str, str], ...] = ()  # the mods' vectors: (name, index), sorted
     dropout: bool = False  # dropout_p > 0: Philox keyed by the u64 scalars seed and offset
+    # the bias is the same for every row (attn_mask [..., 1, T]): the vector Bias[col] (f32,
+    # [B, H, T]) instead of the tensor read at (row, col), which the sm_90a skeleton stages
+    # by the copy engine (a row stride of 0 is no tensor map's)
+    bias_cols: bool = False
 
     @property
     def name(self) -> str:
@@ -85,7 +89,9 @@ def program_text(sig: Signature) -> str:
         f"  tensor V : {sig.dtype}[B, HKV, T, {sig.d_v}] row",
         f"  tensor O : {sig.dtype}[B, H, S, {sig.d_v}] row out",
         "  vector lse : f32[B, H, S] out",
-        *([f"  tensor Bias : {sig.dtype}[B, H, S, T] row"] if sig.bias else []),
+        *([f"  tensor Bias : {sig.dtype}[B, H, S, T] row"] if sig.bias and not sig.bias_cols
+          else []),
+        *(["  vector Bias : f32[B, H, T]"] if sig.bias_cols else []),
         *(f"  vector {name} : f32[{VECTOR_DIMS[index]}]" for name, index in sig.vectors),
         # seed and offset have no default: before the scalars that have one (a torch op's
         # schema takes no positional argument without a default after one with)
@@ -99,7 +105,8 @@ def program_text(sig: Signature) -> str:
         "    carry l : f32[row] = 0",
         "    gemm s = Q @ K^T accumulate f32 {",
         "      epilogue {",
-        "        score = scale * acc" + (" + Bias" if sig.bias else ""),
+        "        score = scale * acc" + (" + Bias[col]" if sig.bias_cols else
+                                          " + Bias" if sig.bias else ""),
     ]
     value = "score"
     if sig.score_mod is not None:
@@ -217,9 +224,10 @@ def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not (
             0.0 <= dropout_p < 1.0):
         raise ArgumentError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    bias_cols = attn_mask is not None and (len(attn_mask.shape) < 2 or attn_mask.shape[-2] == 1)
     return Signature(dtype, int(q.shape[-1]), int(v.shape[-1]), bool(is_causal), score_mod,
                      mask_mod, names, arch, attn_mask is not None, tuple(indexed),
-                     dropout_p > 0)
+                     dropout_p > 0, bias_cols)
 
 
 def _usable(name: str, what: str) -> None:
@@ -323,7 +331,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     # the op's inputs in declaration order: Q, K, V, the bias, the vectors, the dropout's seed
     # and offset, scale, the mods' scalars by name, the dropout's probability and scale
-    extra = [_bias(attn_mask, q, k)] if sig.bias else []
+    extra = [(_bias_cols if sig.bias_cols else _bias)(attn_mask, q, k)] if sig.bias else []
     extra += [_vector(name, index, vectors[name], q, k) for name, index in sig.vectors]
     values = [float(scalars[name]) for name in sig.scalars]
     rng = None
@@ -387,6 +395,21 @@ def _bias(mask, q, k):
     # a dim of size 1 that is not broadcast keeps its stride: any value serves, 0 is aligned
     return mask.as_strided(mask.shape, tuple(0 if n == 1 else st for n, st in
                                              zip(mask.shape, mask.stride())))
+
+
+def _bias_cols(mask, q, k):
+    """attn_mask [..., 1, T] (the same for every row) as the program's vector Bias [B, H, T],
+    f32 (a bool mask as 0 / -inf), its broadcast batch and heads at stride 0."""
+    import torch
+
+    mask = mask.to(q.device)
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=torch.float32, device=q.device).masked_fill_(
+            ~mask, -math.inf)
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))[:, :, 0, :]
+    b, h, length = int(q.shape[0]), int(q.shape[1]), int(k.shape[2])
+    mask = mask.to(torch.float32).expand(mask.shape[0], mask.shape[1], length).contiguous()
+    return mask.expand(b, h, length)
 
 
 def _vector(name: str, index: str, t, q, k):

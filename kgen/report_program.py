@@ -110,7 +110,9 @@ def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
         return ("<" if b.strict else "<=") if b.upper else (">" if b.strict else ">=")
 
     return {"skips": bounds.skips, "why": bounds.why,
-            "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]}
+            "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]
+            + [f"{q.row_vector}[row] == {q.col_vector}[col] (scanned per tile)"
+               for q in bounds.equalities]}
 
 
 def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
@@ -120,12 +122,14 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
     roles = {t.name: r for t, r in ((w.q_tile, f"A of {plan.gemm0.name}, loaded once (TMA)"),
                                      (w.k_tile, f"B of {plan.gemm0.name}, ring (TMA)"),
                                      (w.v_tile, f"B of {plan.gemm1.name}, ring (TMA)"))}
+    if w.staged_tile is not None:
+        roles[w.staged_tile.name] = "read at (row, col) by the body, ring (TMA)"
     buffers = [{"name": t.name, "param": t.param, "role": roles[t.name], "rows": t.rows,
                 "cols": 64 * t.boxes, "slots": t.slots, "dtype": plan.dtype.dsl_name,
                 "offset": t.offset, "bytes": t.bytes, "align": 1024, "live": [0, 1],
                 "live_phases": list(PHASES[:2]), "swizzle": "128-byte (boxes of 64 columns)",
                 "rows_along_loop": t is not w.q_tile}
-               for t in (w.q_tile, w.k_tile, w.v_tile)]
+               for t in w.tiles]
     buffers.append({"name": "barriers", "param": "", "role": "mbarriers: Q, K/V full/empty",
                     "rows": 1 + 4 * plan.stages, "cols": 1, "slots": 1, "dtype": "b64",
                     "offset": w.barrier_offset, "bytes": 8 * (1 + 4 * plan.stages),
@@ -146,7 +150,8 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
             for line in _statements(plan.body)]
     return {"skeleton": {"value": "sm_90a warp-specialized wgmma",
                          "roles": choice(w.roles), "pipeline": choice(w.pipeline),
-                         "overlap": choice(w.overlap), "consumers": w.consumers,
+                         "overlap": choice(w.overlap), "staging": choice(w.staging),
+                         "consumers": w.consumers,
                          "registers": {"producer": w.producer_registers,
                                        "consumer": w.consumer_registers}},
             "buffers": buffers, "gemms": gemms, "body": body}
@@ -175,6 +180,8 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
             "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
             "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
             "loop_bounds": _bounds(plan.bounds),
+            "tanh": {"value": plan.tanh.value, "why": plan.tanh.why},
+            "division": {"value": plan.division.value, "why": plan.division.why},
             "carries": [{"name": n, "init": ("-inf" if init == -math.inf else
                                              "inf" if init == math.inf else init)}
                         for n, init in plan.carries],
@@ -214,10 +221,15 @@ def print_program(console, s: dict) -> None:
         bounds = s["loop_bounds"]
         console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
                       f"({bounds['why']})")
+        if s["tanh"]["value"] != "none":
+            console.print(f"tanh in the body: {s['tanh']['value']} ({s['tanh']['why']})")
+        if s["division"]["value"] != "none":
+            console.print(f"division in the body: {s['division']['value']} "
+                          f"({s['division']['why']})")
         if s.get("skeleton"):
             k = s["skeleton"]
             console.print(f"skeleton: {k['value']}")
-            for what in ("roles", "pipeline", "overlap"):
+            for what in ("roles", "pipeline", "overlap", "staging"):
                 console.print(f"{what}: {k[what]['value']} ({k[what]['why']})")
         console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
                       f"{s['loop']['stages']} ring slot(s); carries "

@@ -259,3 +259,24 @@ def test_dropout_p_outside_0_1_is_refused(drop):
     with pytest.raises(ArgumentError) as err:
         kattention.signature(q, q, q, dropout_p=drop)
     assert "dropout_p must be a number in [0, 1)" in str(err.value)
+
+
+@pytest.mark.parametrize("shape, cols", [
+    ((2, 8, 100, 300), False), ((100, 300), False), ((2, 1, 1, 300), True), ((300,), True),
+    ((8, 1, 300), True),
+])
+def test_a_bias_the_same_for_every_row_is_a_vector_at_col(shape, cols):
+    """attn_mask [..., 1, T] is read as the vector Bias[col] (no tensor map takes a row stride
+    of 0); otherwise the tensor Bias at (row, col), which sm_90a stages per block."""
+    q, k = Fake((2, 8, 100, 128)), Fake((2, 8, 300, 128))
+    s = kattention.signature(q, k, k, attn_mask=Fake(shape), arch="sm_90a")
+    assert s.bias and s.bias_cols is cols
+    text = kattention.program_text(s)
+    assert ("vector Bias : f32[B, H, T]" in text and "+ Bias[col]" in text) is cols
+    assert ("tensor Bias : bf16[B, H, S, T] row" in text) is not cols
+    plan = build_verified(kattention.program(s), kgen.ir.Arch.SM90A).plan
+    staged = plan.wgmma.staged_tile
+    assert (staged is not None and staged.param == "Bias") is not cols
+    assert plan.wgmma.staging.value == ("none" if cols else
+                                        "Bias's [128, 128] tile per block by the copy engine, "
+                                        "a ring of 2 slot(s)")

@@ -4,8 +4,10 @@ A mask is a body value `where(P, e, -inf)` whose predicate P is a conjunction (`
 `min(a, b)`, nested `where(a, b, 0)`) of comparisons linear in `col` and `row`: the coefficient
 of `col` is 1 or -1, that of `row` -1, 0 or 1, the rest a sum of constants, scalars and sizes
 (the rows, the loop's length) times constants. Each comparison solved for `col` is a
-pp.ColumnBound; a conjunct that is a comparison not linear (`doc[row] == doc[col]`, 0 or 1)
-gives no bound and leaves the others' (where they are 0, P is 0). A block where P is false for every element is skipped when the body provably
+pp.ColumnBound; an equality of a row and a column vector (`qd[row] == kd[col]`) is a
+pp.EqualBound, which the kernel resolves per tile of rows by scanning the column vector; a
+conjunct that is another comparison not linear (0 or 1) gives no bound and leaves the others'
+(where they are 0, P is 0). A block where P is false for every element is skipped when the body provably
 leaves the loop's state as it was on such a block. The proof runs the body once in each of two
 abstract states, with the masked value -inf everywhere:
 - the initial state: every carry at its init, the accumulator zero;
@@ -46,7 +48,7 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopB
     for mask in masks:
         cond = mask.kind.args[0]
         text = _text(values, mask.id)
-        found = _conjunction(values, cond)
+        found = _conjunction(values, cond, equalities=True)
         if isinstance(found, str):
             refused.append(f"`{text}`: {found}")
             continue
@@ -58,12 +60,16 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopB
         fold += [i for i in found[1] if i not in fold]
     if not bounds:
         return pp.LoopBounds((), (), "every block runs: " + "; ".join(refused))
-    why = (f"blocks masked in full for every row of the tile are skipped ({len(bounds)} "
-           f"bound{'s' if len(bounds) > 1 else ''} on col); inside the mask its predicate is "
-           "known true")
+    linear = tuple(b for b in bounds if isinstance(b, pp.ColumnBound))
+    equal = tuple(b for b in bounds if isinstance(b, pp.EqualBound))
+    parts = [f"{len(linear)} bound{'s' if len(linear) > 1 else ''} on col"] if linear else []
+    parts += [f"{b.row_vector}[row] == {b.col_vector}[col], its columns scanned per tile of "
+              "rows" for b in equal]
+    why = (f"blocks masked in full for every row of the tile are skipped ({'; '.join(parts)}); "
+           "inside the mask its predicate is known true")
     if refused:
         why += "; not used: " + "; ".join(refused)
-    return pp.LoopBounds(tuple(bounds), tuple(fold), why)
+    return pp.LoopBounds(linear, tuple(fold), why, equal)
 
 
 def _is_mask(values, v: pp.Value) -> bool:
@@ -78,8 +84,10 @@ def _is_mask(values, v: pp.Value) -> bool:
 # The predicate: a conjunction of linear comparisons
 
 
-def _conjunction(values, index: int):
-    """(bounds, predicate ids) of a conjunction of comparisons, or why it is not one."""
+def _conjunction(values, index: int, equalities: bool = False):
+    """(bounds, predicate ids) of a conjunction of comparisons, or why it is not one; with
+    `equalities`, an equality of a row and a column vector is a bound (pp.EqualBound, which
+    only the forward's skeletons scan), else a predicate not linear."""
     kind = values[index].kind
     if isinstance(kind, dag.Apply) and kind.op in (Op.MUL, Op.MIN) or (
             isinstance(kind, dag.Apply) and kind.op is Op.WHERE
@@ -87,7 +95,7 @@ def _conjunction(values, index: int):
         parts = kind.args[:2]
         bounds, ids, why = [], [], None
         for part in parts:
-            found = _conjunction(values, part)
+            found = _conjunction(values, part, equalities)
             if isinstance(found, str) and not _predicate(values, part):
                 return found
             if isinstance(found, str):  # a 0/1 predicate not linear (doc[row] == doc[col]):
@@ -98,6 +106,9 @@ def _conjunction(values, index: int):
         if not bounds:
             return why
         return bounds, ([index] if why is None else []) + ids
+    equal = _equality(values, index) if equalities else None
+    if equal is not None:
+        return [equal], [index]
     if not (isinstance(kind, dag.Apply) and kind.op in _COMPARE):
         return (f"its condition `{_text(values, index)}` is not a comparison of col "
                 "(<, <=, >, >=) or a conjunction of them")
@@ -123,6 +134,20 @@ def _conjunction(values, index: int):
     offset = tuple(pp.OffsetTerm(-coef, *key) for key, coef in sorted(
         diff.items(), key=lambda item: (item[0][0].value, item[0][1] or "")) if coef != 0.0)
     return [pp.ColumnBound(upper, strict, int(slope), offset)], [index]
+
+
+def _equality(values, index: int) -> pp.EqualBound | None:
+    """`a[row] == b[col]` (either order) of two vectors, as an EqualBound, else None."""
+    kind = values[index].kind
+    if not (isinstance(kind, dag.Apply) and kind.op is Op.EQ):
+        return None
+    loads = [values[a].kind for a in kind.args]
+    if not all(isinstance(k, dag.VectorLoad) for k in loads):
+        return None
+    axes = {k.axis: k.param for k in loads}
+    if set(axes) != {Axis.ROW, Axis.COL}:
+        return None
+    return pp.EqualBound(axes[Axis.ROW], axes[Axis.COL])
 
 
 def _predicate(values, index: int) -> bool:

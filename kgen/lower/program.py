@@ -313,7 +313,10 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     mma = pp.Choice("mma.sync.m16n8k16", _mma_why(arch, wgmma_why))
     wgmma = None
     if wgmma_config is not None:
-        wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads, bounds)
+        reads = tuple(dict.fromkeys(kernel.param(v.kind.param) for v in body_section.values
+                                    if isinstance(v.kind, dag.TensorLoad)))
+        wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads, bounds,
+                                         reads, bool(packed), tgt)
         smem, mma = wgmma.smem_bytes, wgmma.mma
     return pp.LoopPlan(
         name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,
@@ -325,7 +328,12 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
         heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
-        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))), packed=packed)
+        min_ctas=pp.Choice(*map(str, loop_rules.min_ctas_per_sm(config, n1))), packed=packed,
+        tanh=pp.Choice(*loop_rules.loop_tanh(any(
+            isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.TANH
+            for v in body_section.values))),
+        division=pp.Choice(*loop_rules.loop_division(any(
+            loop_rules.shared_divisor(body_section, v) for v in body_section.values))))
 
 
 def _loop_gemms(g0: ir.Gemm, g1: ir.Gemm, k0: int, n1: int, block: int, b_along: bool,

@@ -299,6 +299,18 @@ class ColumnBound:
 
 
 @dataclass(frozen=True, slots=True)
+class EqualBound:
+    """A mask's comparison `row_vector[row] == col_vector[col]` (packed documents' ids): per
+    tile of rows the kernel scans the loop's `col_vector` once for the columns whose value lies
+    within the tile's `row_vector` values (only they may be kept: the blocks past the first and
+    the last are masked in full) and, where the tile holds one value and its columns are one
+    run, the blocks inside that run (every element kept)."""
+
+    row_vector: str
+    col_vector: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoopBounds:
     """Which blocks of the loop a tile of rows visits and which of them lie inside the mask.
 
@@ -310,10 +322,11 @@ class LoopBounds:
     bounds: tuple[ColumnBound, ...]
     fold: tuple[int, ...]  # body values (predicates) true in a block inside every bound
     why: str
+    equalities: tuple[EqualBound, ...] = ()  # scanned at run time, per tile of rows
 
     @property
     def skips(self) -> bool:
-        return bool(self.bounds)
+        return bool(self.bounds or self.equalities)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +385,12 @@ class LoopPlan:
     bounds: LoopBounds = LoopBounds((), (), "no mask")  # the blocks each tile of rows visits
     min_ctas: Choice = Choice("1", "the default")  # CTAs per SM the launch bounds ask for
     packed: tuple[PackedDim, ...] = ()  # packed sequences (FlashAttention's varlen layout)
+    # how the body spells tanh (TANH_APPROX: the hardware's tanh.approx.f32), and why
+    tanh: Choice = Choice("none", "the loop's body computes no tanh")
+    # how the body divides a tile value by a row or uniform one (RECIPROCAL: times its
+    # reciprocal, computed once), and why
+    division: Choice = Choice("none", "the loop's body divides no tile value by a row or "
+                                      "uniform value")
 
     @property
     def threads(self) -> int:
@@ -481,6 +500,8 @@ class WgmmaTile:
         return self.slot_bytes * self.slots
 
 
+TANH_APPROX = "tanh.approx.f32"  # LoopPlan.tanh: the body's tanh by the hardware's instruction
+RECIPROCAL = "a * (1 / b)"  # LoopPlan.division: by the divisor's reciprocal, computed once
 PERSISTENT = "persistent"  # WgmmaLoop.scheduler: CTAs that walk the tiles
 LONGEST_FIRST = "longest first"  # WgmmaLoop.tile_order: the grid's row tiles reversed
 
@@ -521,6 +542,17 @@ class WgmmaLoop:
     # each walk the tiles blockIdx.x, + gridDim.x, ... (row tile outermost, in tile_order),
     # the rings' count running across a CTA's tiles; and why
     scheduler: Choice = Choice("tiled", "one CTA per tile of rows")
+    # a tensor the body reads at (row, col) (an additive bias), staged per block: its
+    # [tile_m, block] tile loaded by the copy engine into a ring of its own (full, empty mbarriers),
+    # the statements reading it from shared memory; None: read from global memory per element
+    staged_tile: WgmmaTile | None = None
+    staging: Choice = Choice("none", "the body reads no tensor at (row, col)")
+
+    @property
+    def tiles(self) -> tuple[WgmmaTile, ...]:
+        """The shared tiles in storage order: Q, K, V, then the staged tensor's, if any."""
+        staged = (self.staged_tile,) if self.staged_tile is not None else ()
+        return (self.q_tile, self.k_tile, self.v_tile) + staged
 
     @property
     def threads(self) -> int:

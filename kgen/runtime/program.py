@@ -397,8 +397,9 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
     out = b""
     for m in plan.wgmma.maps:
         p = plan.param(m.param)
-        rows_dim, cols = p.shape
+        rows_dim, cols = p.shape  # cols: a size (a tensor the body reads at (row, col))
         rows = int(sizes[rows_dim]) if isinstance(rows_dim, str) else int(rows_dim)
+        cols = int(sizes[cols]) if isinstance(cols, str) else int(cols)
         if p.packed:  # every sequence together; a sequence starts at its offset's row
             rows = int(values[plan.packed_along(p.packed).total])
         heads = int(values["heads"]) // int(values["group"]) if m.kv else int(values["heads"])

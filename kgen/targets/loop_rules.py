@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..enums import DType
+from ..enums import DType, Op
+from ..plan import epilogue as dag
+from ..plan.program import Rank
 from . import Instruction, Target
 
 TILE_M = (64, 128)
@@ -171,6 +173,49 @@ def min_ctas_per_sm(config: LoopConfig, n1: int) -> tuple[int, str]:
                "so ptxas takes the registers it needs rather than spill to fit two")
 
 
+# tanh in the loop's body (plan.tanh). Both skeletons run the body once per score, where the
+# two gemms, exp and the reductions share the issue slots; tanhf is libdevice's full-precision
+# sequence (about 20 instructions with a division and a branch on |x|), tanh.approx.f32 one
+# instruction of the MUFU (sm_75 and later), as FlashAttention-3 computes its softcap. PTX gives
+# its maximum relative error as 2^-10.99; so a softcap c * tanh(x / c) moves a score by at most
+# c * 2^-10.99 (0.015 at c = 30) and the log-sum-exp by as much, O's rows by that relative
+# amount at most. The kernel's epilogue runs once per tile of rows: it keeps tanhf.
+def loop_tanh(uses_tanh: bool) -> tuple[str, str]:
+    """How the loop's body computes tanh (plan.program.LoopPlan.tanh), and why."""
+    if not uses_tanh:
+        return "none", "the loop's body computes no tanh"
+    return ("tanh.approx.f32", "the hardware's tanh, one MUFU instruction per element (as "
+            "FlashAttention-3's softcap), where tanhf's full-precision sequence (with div.rn) "
+            "made a softcap 3.10-3.43x the plain kernel's time (1.14-1.17x with both changed: "
+            "bench/RESULTS.md); maximum relative error 2^-10.99 (PTX ISA), so c * tanh(x / c) "
+            "moves a score by at most c * 2^-10.99; the kernel's epilogue keeps tanhf "
+            "(kgen/targets/loop_rules.py)")
+
+
+# a / b in the loop's body where b is the same for a row's elements (a row or uniform value: a
+# softcap's score / c): div.rn.f32 runs per element a MUFU reciprocal and a Newton fix-up with
+# a branch (about 10 instructions); a times b's reciprocal computes 1 / b once per row (the
+# compiler hoists it) and a multiply per element. Two roundings: within 1.5 ulp of a / b;
+# infinities and zeros as a / b's (a / 0 is a * inf, a / inf is a * 0), except where 1 / b
+# overflows (|b| < 2^-126). The kernel's epilogue divides once per tile of rows: it keeps a / b.
+def shared_divisor(section, value) -> bool:
+    """Whether `value` (of plan.program.Section `section`) is a TILE value a / b whose divisor
+    b is a ROW or UNIFORM value."""
+    kind = value.kind
+    return (isinstance(kind, dag.Apply) and kind.op is Op.DIV and value.rank is Rank.TILE
+            and section.values[kind.args[1]].rank in (Rank.ROW, Rank.UNIFORM))
+
+
+def loop_division(shared: bool) -> tuple[str, str]:
+    """How the loop's body divides a tile value by a row or uniform one
+    (plan.program.LoopPlan.division), and why."""
+    if not shared:
+        return "none", ("the loop's body divides no tile value by a row or uniform value")
+    return ("a * (1 / b)", "the divisor is the same for a row's elements: its reciprocal is "
+            "computed once per row, a multiply per element instead of div.rn's MUFU reciprocal "
+            "and fix-up; within 1.5 ulp of a / b (kgen/targets/loop_rules.py)")
+
+
 # =============================================================================================
 # sm_90a: the warp-specialized wgmma skeleton (templates/sm90/loop.cu.j2)
 #
@@ -257,6 +302,38 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
         return (f"block {config.block} with N1 {n1} needs about {regs} registers per consumer "
                 f"thread (the budget is {limit - WGMMA_REGISTER_MARGIN} of {limit} with "
                 f"{config.tile_m // WGMMA_ROWS} consumer warpgroups)")
+    return None
+
+
+# A tensor the body reads at (row, col) (an additive bias [S, T]): read per element from global
+# memory inside the softmax, a [128, 128] block costs each consumer thread 64 dependent 2-byte
+# loads and their addresses (section 15 of bench/RESULTS.md: 2.6-2.7x the plain kernel's time,
+# and 16 B of spills causal). Staged, the producer's copy engine loads its [tile_m, block] tile
+# per block into a ring of its own (full and empty mbarriers per slot, loaded between K and V:
+# on V's mbarriers, measured 1.25x the plain kernel's time without a mask, the softmax waited for
+# V's slot), and the statements read it from shared memory (ldmatrix, in the accumulator's
+# fragment layout; the slot is released as soon as a warp holds its share). The tile takes
+# stages x tile_m x block x 2 bytes (64 KiB at 128x128, 2 slots: 224 KiB in all at head dim
+# 128, within sm_90a's 227).
+def wgmma_staged_bytes(config: LoopConfig, k0: int, n1: int) -> int:
+    """wgmma_smem_bytes with a staged tile: its slots, and its ring's full and empty mbarriers
+    beside K's and V's (2 + 6 stages words with the persistent scheduler's Q empty), rounded
+    up to 128."""
+    tiles = 2 * (config.tile_m * k0 + config.stages * config.block * (k0 + n1)
+                 + config.stages * config.tile_m * config.block)
+    return tiles + -(-8 * (2 + 6 * config.stages) // 128) * 128
+
+
+def wgmma_staging_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> str | None:
+    """Why the wgmma skeleton cannot stage a 16-bit [rows, loop] tensor's tile per block in
+    `config`, or None."""
+    if config.block % BOX_COLS:
+        return (f"the block of {config.block} columns is not a multiple of the copy engine's "
+                f"{BOX_COLS}-column boxes")
+    need = wgmma_staged_bytes(config, k0, n1)
+    if need > tgt.smem_limit:
+        return (f"its {config.stages} x [{config.tile_m}, {config.block}] slots would need "
+                f"{need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B")
     return None
 
 

@@ -19,6 +19,7 @@ from ...enums import Axis, Op, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
+from ..loop_rules import shared_divisor
 from .arch_guard import guard_for
 from .epilogue_cpp import OP_CPP, PAIR, TO_FLOAT, float_literal
 from .host_api import header_file_lines
@@ -78,14 +79,14 @@ class CStatement:
 
 
 def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
-               staged: bool = False) -> str:
+               staged: bool = False, tiles: dict[str, str] | None = None) -> str:
     """How statements read `value`: an atom (constant, scalar, position, carry, accumulator
     element, guarded vector or tensor load, loaded input) as itself, a computed value by its
     name. `col_end`: the bound of `col` in this section (columns past it do not exist); `acc`:
     the array of the first gemm's accumulator; `sizes`: the rows and the loop's length (the loop
     skeletons' locals, per sequence when packed; the row kernel's p.rows); `staged`: tensors
     were loaded into registers (`in_X`, the row kernel), else they are read at (row, col) where
-    both exist."""
+    both exist, or by `tiles[param]` (a skeleton's read of its staged tile in shared memory)."""
     kind = value.kind
     if isinstance(kind, dag.Constant):
         return literal(kind.value)
@@ -112,6 +113,8 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
         return f"({kind.axis.value} < {bound} ? {load} : 0.0f)"
     if isinstance(kind, dag.TensorLoad) and staged:
         return f"in_{kind.param}[j][e]"
+    if isinstance(kind, dag.TensorLoad) and kind.param in (tiles or {}):
+        return tiles[kind.param]
     if isinstance(kind, dag.TensorLoad):
         load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row * p.{kind.param}_ld + col]")
         return f"(row < {sizes[0]} && col < {col_end} ? {load} : 0.0f)"
@@ -120,16 +123,25 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
 
 
 def _expression(value: pp.Value, refs: list[str], ops=OP_CPP, section: pp.Section | None = None,
-                fused: frozenset[int] = frozenset(), exp_of_difference: str = "") -> str:
+                fused: frozenset[int] = frozenset(), exp_of_difference: str = "",
+                reciprocal: bool = False) -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
         if kind.op is Op.EXP and kind.args[0] in fused:  # exp(a - b), on a and b
             difference = section.values[kind.args[0]].kind
             return exp_of_difference.format(*(refs[a] for a in difference.args))
+        if reciprocal and shared_divisor(section, value):  # plan.division
+            return RECIPROCAL_DIVISION.format(*(refs[a] for a in kind.args))
         return ops[kind.op].format(*(refs[a] for a in kind.args))
     assert isinstance(kind, dag.Cast), kind
     arg = refs[kind.arg]
     return TO_FLOAT[kind.dtype].format(PAIR[kind.dtype][4].format(arg))
+
+
+# a / b as a times b's reciprocal, computed once (plan.division: b is a row or uniform value,
+# the same for a row's elements, so the compiler computes 1 / b once per row and the division
+# costs a multiply per element)
+RECIPROCAL_DIVISION = "{0} * (1.0f / {1})"
 
 
 # The loop skeletons' locals holding the rows and the loop's length (this sequence's when
@@ -140,21 +152,25 @@ LOOP_SIZES = ("rows", "loop_len")
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                fold: tuple[int, ...] = (), ops=OP_CPP,
                exp_of_difference: str | None = None,
-               sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False) -> list[CStatement]:
+               sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False,
+               tiles: dict[str, str] | None = None,
+               reciprocal: bool = False) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
     exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
     value of its own for other readers); `sizes`: what reads the rows and the loop's length;
-    `staged`: see _reference."""
-    refs = [_reference(value, col_end, acc, sizes, staged) for value in section.values]
+    `staged`, `tiles`: see _reference; `reciprocal`: a TILE value divided by a ROW or UNIFORM
+    one as a times b's reciprocal (plan.division)."""
+    refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
     fused = (_fused_differences(section, fold) if exp_of_difference is not None
              else frozenset())
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
-            out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "")
+            out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "",
+                         reciprocal)
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -193,7 +209,7 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[
 
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
           fold: tuple[int, ...] = (), ops=OP_CPP, fused: frozenset[int] = frozenset(),
-          exp_of_difference: str = "") -> list[CStatement]:
+          exp_of_difference: str = "", reciprocal: bool = False) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -205,7 +221,7 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
             continue
         kind = value.rank.value
         item = CValue(f"v{index}", _expression(value, refs, ops, section, fused,
-                                               exp_of_difference), index in fold)
+                                               exp_of_difference, reciprocal), index in fold)
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
@@ -298,10 +314,22 @@ class CBound:
     any_row: str
     all_row: str
     terms: tuple[dict, ...]
+    kind: str = "linear"
 
 
-def _bounds(plan: pp.LoopPlan) -> list[CBound]:
-    out = []
+@dataclass(frozen=True, slots=True)
+class CEqual:
+    """A mask's `row_vector[row] == col_vector[col]` for the skeleton (plan EqualBound): the
+    two vectors' parameters (templates/common/loop_bounds.inc.j2 scans them)."""
+
+    row_vector: pp.ProgramParam
+    col_vector: pp.ProgramParam
+    kind: str = "equal"
+
+
+def _bounds(plan: pp.LoopPlan) -> list[CBound | CEqual]:
+    """The skeleton's bounds: the linear ones, then the equalities (scanned per tile)."""
+    out: list[CBound | CEqual] = []
     for b in plan.bounds.bounds:
         high = "row_hi" if b.slope >= 0 else "row_lo"
         low = "row_lo" if b.slope >= 0 else "row_hi"
@@ -312,6 +340,8 @@ def _bounds(plan: pp.LoopPlan) -> list[CBound]:
                       for t in b.offset)
         out.append(CBound(op, b.upper, "true" if b.strict else "false", b.slope, any_row,
                           all_row, terms))
+    out += [CEqual(plan.param(q.row_vector), plan.param(q.col_vector))
+            for q in plan.bounds.equalities]
     return out
 
 
@@ -324,6 +354,20 @@ FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
 FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
 
 
+def body_ops(plan: pp.LoopPlan, ops: dict) -> dict:
+    """`ops` with the body's tanh as the plan spells it (plan.tanh: tanh_approx,
+    templates/common/loop_helpers.inc.j2, where the plan takes the hardware's)."""
+    return {**ops, Op.TANH: "tanh_approx({0})"} if approx_tanh(plan) else ops
+
+
+def approx_tanh(plan: pp.LoopPlan) -> bool:
+    return plan.tanh.value == pp.TANH_APPROX
+
+
+def reciprocal_division(plan: pp.LoopPlan) -> bool:
+    return plan.division.value == pp.RECIPROCAL
+
+
 def uses_random(plan: pp.ProgramPlan) -> bool:
     """Whether a section reads random(seed, offset): the skeleton then has philox_uniform."""
     sections = (plan.body, plan.epilogue) if isinstance(plan, pp.LoopPlan) else (plan.body,)
@@ -331,8 +375,9 @@ def uses_random(plan: pp.ProgramPlan) -> bool:
 
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
-    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=FAST_EXP_OPS,
-                      exp_of_difference=FAST_EXP_OF_DIFFERENCE)
+    body = statements(plan.body, "loop_len", fold=plan.bounds.fold,
+                      ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE,
+                      reciprocal=reciprocal_division(plan))
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     return render(
@@ -344,7 +389,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
-        philox=uses_random(plan))
+        philox=uses_random(plan), approx_tanh=approx_tanh(plan))
 
 
 def emit_rows(plan: pp.RowsPlan, *, source_name: str, source_hash: str, command: str) -> str:

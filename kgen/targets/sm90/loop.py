@@ -11,7 +11,8 @@ from ...plan import program as pp
 from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
 from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
-                           _params_guard, literal, statements, uses_random)
+                           _params_guard, approx_tanh, body_ops, literal,
+                           reciprocal_division, statements, uses_random)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -25,7 +26,11 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
         "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
     ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
-    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=ops)
+    staged = plan.wgmma.staged_tile
+    # the staged tile's pairs at the thread's elements (the template's load_staged)
+    tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
+    body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
+                      tiles=tiles, reciprocal=reciprocal_division(plan))
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
@@ -48,7 +53,8 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
                       (p.role.value == "out" and (o_map is None or p.name != o_map.param))
                       or (p.role.value != "out" and p.name not in {m.param for m in plan.wgmma.maps})))],
         tensor_maps=plan.wgmma.maps, tma_dtype=TMA_DTYPE[plan.dtype],
-        persistent_grid=plan.wgmma.persistent, o_map=o_map, philox=uses_random(plan))
+        persistent_grid=plan.wgmma.persistent, o_map=o_map, philox=uses_random(plan),
+        approx_tanh=approx_tanh(plan))
 
 
 

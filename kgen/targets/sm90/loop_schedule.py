@@ -6,25 +6,33 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import DType
+from ...enums import DType, Layout
 from ...plan import program as pp
 from .. import loop_rules
 from ..loop_rules import BOX_COLS, LoopConfig
 
 
 def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
-               query_heads, bounds: pp.LoopBounds) -> pp.WgmmaLoop:
+               query_heads, bounds: pp.LoopBounds, tile_reads: tuple = (),
+               packed: bool = False, tgt=None) -> pp.WgmmaLoop:
     """`a`, `b`, `c`: the ir.Params of Q (rows x K0), K ([loop, K0]) and V ([loop, N1]);
-    `bounds`: the blocks each tile of rows visits (plan.bounds)."""
+    `bounds`: the blocks each tile of rows visits (plan.bounds); `tile_reads`: the ir.Params
+    the body reads at (row, col), in order (the first may be staged: `staging`); `packed`:
+    the program has packed sequences; `tgt`: the target (its shared memory)."""
     q = pp.WgmmaTile("q_smem", a.name, config.tile_m, k0 // BOX_COLS, 1, 0)
     k = pp.WgmmaTile("k_smem", b.name, config.block, k0 // BOX_COLS, config.stages, q.bytes)
     v = pp.WgmmaTile("v_smem", c.name, config.block, n1 // BOX_COLS, config.stages,
                      q.bytes + k.bytes)
-    barriers = v.offset + v.bytes
-    smem = loop_rules.wgmma_smem_bytes(config, k0, n1)
+    staged, staging = _staging(config, k0, n1, dtype, tile_reads, packed, tgt,
+                               v.offset + v.bytes)
+    barriers = v.offset + v.bytes + (staged.bytes if staged else 0)
+    smem = (loop_rules.wgmma_staged_bytes(config, k0, n1) if staged
+            else loop_rules.wgmma_smem_bytes(config, k0, n1))
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes,
                                   p.heads is not None and p.heads != query_heads)
                  for t, p in ((q, a), (k, b), (v, c)))
+    if staged is not None:
+        maps += (pp.LoopTensorMap(staged.param, dtype, staged.rows, staged.boxes, False),)
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
     registers = loop_rules.consumer_registers(config.tile_m)
     pingpong = consumers >= 2
@@ -60,7 +68,38 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                "one's statements run while another's MMAs do" if pingpong else
                "; one consumer warpgroup: no ping-pong")),
         issue_ahead=True, pingpong=pingpong, tile_order=tile_order(bounds),
-        scheduler=pp.Choice(*loop_rules.wgmma_scheduler()))
+        scheduler=pp.Choice(*loop_rules.wgmma_scheduler()), staged_tile=staged,
+        staging=staging)
+
+
+def _staging(config: LoopConfig, k0: int, n1: int, dtype: DType, reads: tuple, packed: bool,
+             tgt, offset: int) -> tuple[pp.WgmmaTile | None, pp.Choice]:
+    """The staged tile of the first tensor the body reads at (row, col) (at `offset` in the
+    storage), or None, with why (kgen/targets/loop_rules.py: wgmma_staging_refusal)."""
+    if not reads:
+        return None, pp.Choice("none", "the body reads no tensor at (row, col)")
+    p = reads[0]
+    refused = (
+        "packed sequences (a tile's rows may cross a sequence's end)" if packed else
+        f"{p.name} is {p.dtype.dsl_name}, the operands {dtype.dsl_name}: one copy-engine type"
+        if p.dtype is not dtype else
+        f"{p.name} is column-major: the copy engine's boxes take rows of columns"
+        if p.layout is not Layout.ROW else
+        loop_rules.wgmma_staging_refusal(config, k0, n1, tgt))
+    others = "".join(f"; {q.name} read per element from global memory" for q in reads[1:])
+    if refused is not None:
+        return None, pp.Choice(
+            f"{p.name} read per element from global memory",
+            f"not staged: {refused}" + others)
+    tile = pp.WgmmaTile("t_smem", p.name, config.tile_m, config.block // BOX_COLS,
+                        config.stages, offset)
+    return tile, pp.Choice(
+        f"{p.name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine, a "
+        f"ring of {config.stages} slot(s)",
+        "read at (row, col) by the body: the producer loads each block's tile between K's and "
+        "V's (zeros past the rows and the loop's end, as the body reads there), each consumer "
+        "warp reads its share by ldmatrix before the statements and releases the slot, instead "
+        "of 2-byte global loads per element (kgen/targets/loop_rules.py)" + others)
 
 
 def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
@@ -68,6 +107,8 @@ def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
     persistent variant); everything else as the rulebook chose it."""
     assert plan.wgmma is not None, "the sm_90a wgmma skeleton's plan"
     assert not (persistent and plan.packed), "packed sequences: a CTA per tile (tiled)"
+    assert not (persistent and plan.bounds.equalities), \
+        "an equality's scan takes every thread of the CTA per tile: a CTA per tile (tiled)"
     choice = pp.Choice(*loop_rules.wgmma_scheduler(persistent))
     return dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, scheduler=choice))
 
