@@ -494,3 +494,81 @@ def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
         return 2, f"about {regs} registers a thread: two CTAs fit an SM's registers"
     return 1, (f"about {regs} registers a thread: one CTA per SM, so ptxas takes the registers "
                "it needs rather than spill to fit two")
+
+
+# =============================================================================================
+# The DAG loop on sm_90a's wgmma skeleton (FlashAttention-3's backward structure;
+# templates/sm90/loop_bwd.cu.j2, laid out by kgen/targets/sm90/loop_dag_schedule.py).
+#
+# One configuration: 128 rows (keys) per CTA, two consumer warpgroups of 64 (wgmma's M is the
+# rows: S^T = K Q^T and dP^T = V dO^T computed transposed, as FA3's SdP_swapAB), a block of 64
+# (queries; FA3's at head dim 128), two ring slots of each streamed tile and two of each staged
+# tile value (dS^T), setmaxnreg 24 / 240. Registers per consumer thread at N 128: the two
+# accumulators 2 x 64, two score tiles 2 x 32, the handed-on value 16, a loop-row tile's share
+# (N / 2 columns of 16 rows) after the score tiles die; shared memory at D 128: K, V 2 x 32 KiB,
+# Q, dO 2 x 2 x 16 KiB, dS^T 2 x 16 KiB = 160 KiB.
+# =============================================================================================
+
+DAG_WGMMA_CONFIG = LoopConfig(128, 64, 2, 16)
+DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot while the other warpgroup may still read
+# the previous block's (one consumer barrier a block then orders them)
+DAG_WGMMA_N = (64, 128)
+# The accumulating gemms run beside the next gemm (waited with it) up to this N; past it they
+# are waited for at once. NVRTC 13, bf16/f16, no mask and causal: N 64 0 spills either way; N
+# 128 28-48 B of spills overlapped, 0 waited at once.
+DAG_WGMMA_OVERLAP_N = 64
+DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above  # the accumulators' and the loop-row gemms' N (head dims)
+# Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why);
+# verified on an H200: tests/gpu/test_attention_bwd_gpu.py, compute-sanitizer.
+DAG_WGMMA_DEFAULT = True
+
+
+def dag_wgmma_smem_bytes(shape: DagShape) -> tuple[int, int]:
+    """(the tiles' bytes, the whole with the mbarriers rounded up to 128): 16-bit tiles in
+    1024-byte aligned boxes; mbarriers: the loop-invariant tiles' one, then a full and an empty
+    one per ring slot of each streamed tile."""
+    c = DAG_WGMMA_CONFIG
+    tiles = 2 * (c.tile_m * sum(shape.resident_cols)
+                 + c.stages * c.block * sum(shape.streamed_cols)
+                 + DAG_WGMMA_STAGED_SLOTS * shape.staged * c.tile_m * c.block)
+    barriers = 8 * (1 + 2 * c.stages * len(shape.streamed_cols))
+    return tiles, tiles + -(-barriers // 128) * 128
+
+
+def dag_wgmma_registers(shape: DagShape) -> int:
+    c = DAG_WGMMA_CONFIG
+    carried = shape.accumulators * shape.n_acc // 2
+    scores = shape.live_scores * c.block // 2 + c.block // 4
+    loop_row = max(shape.loop_row_n, default=0) // 2 // 2  # N / consumers columns, 16 rows
+    return carried + max(scores, loop_row) + DAG_WGMMA_OVERHEAD
+
+
+def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
+                      written: tuple[int | None, ...]) -> str | None:
+    """Why the DAG loop's wgmma skeleton does not run this loop on `tgt`, or None. `written`:
+    the source's tile M, block, stages and warps lines (None where absent)."""
+    if not tgt.has(Instruction.WGMMA) or not tgt.tma:
+        return f"{tgt.arch.value} has no wgmma and copy engine"
+    if not DAG_WGMMA_DEFAULT:
+        return "the wgmma backward is not verified on a GPU yet"
+    c = DAG_WGMMA_CONFIG
+    if any(w is not None and w != v for w, v in zip(written, (c.tile_m, c.block, c.stages,
+                                                              c.warps))):
+        return (f"the source's lines ask for another configuration than the wgmma skeleton's "
+                f"(tile {c.tile_m}x{c.block} stages {c.stages})")
+    if dtype.nbytes != 2:
+        return f"{dtype.dsl_name}: the wgmma skeleton multiplies 16-bit operands"
+    cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n + (shape.n_acc,)
+    if any(n not in DAG_WGMMA_N for n in cols):
+        return (f"every operand's columns must be one of {DAG_WGMMA_N} (whole 64-column boxes "
+                "of the copy engine; a loop-row tile's half per warpgroup)")
+    if shape.staged > 1:
+        return "one staged tile value (a loop-row gemm's A) at most"
+    _, need = dag_wgmma_smem_bytes(shape)
+    if need > tgt.smem_limit:
+        return f"it needs {need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B"
+    regs = dag_wgmma_registers(shape)
+    if regs > CONSUMER_REGISTERS:
+        return (f"about {regs} registers per consumer thread (setmaxnreg gives "
+                f"{CONSUMER_REGISTERS})")
+    return None

@@ -39,13 +39,18 @@ class CDag:
 
 
 def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
-                loop_rows: bool = False) -> list[str]:
+                loop_rows: bool = False, cached: frozenset[str] = frozenset()) -> list[str]:
+    """`cached`: the vectors of the loop's dimension the skeleton holds per block in
+    registers, `vec_<param>[j][e & 1]` (the sm_90a skeleton's: one load per column)."""
     index = {g.name: g.index for g in plan.gemms}
     refs = []
     for value in section.values:
         kind = value.kind
         if isinstance(kind, (ld.GemmResult, pp.AccumulatorValue)):
             refs.append(f"acc_g{index[kind.gemm]}[j][e]")
+        elif (isinstance(kind, dag.VectorLoad) and kind.axis is Axis.COL
+              and kind.param in cached):
+            refs.append(f"vec_{kind.param}[j][e & 1]")
         elif loop_rows and isinstance(kind, dag.VectorLoad) and kind.axis is Axis.ROW:
             load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row]")
             refs.append(f"(row < loop_len ? {load} : 0.0f)")  # a vector of the loop's length
@@ -55,8 +60,8 @@ def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
 
 
 def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
-                loop_rows: bool = False) -> list[CDag]:
-    refs = _references(section, plan, col_end, loop_rows)
+                loop_rows: bool = False, cached: frozenset[str] = frozenset()) -> list[CDag]:
+    refs = _references(section, plan, col_end, loop_rows, cached)
     own_readers = {s.value for s in section.statements
                    if isinstance(s, (ld.HandTile, ld.StageTile, ld.AddTile))}
     fused = program._fused_differences(section, ()) - own_readers
