@@ -518,8 +518,13 @@ DAG_WGMMA_N = (64, 128)
 # 128 28-48 B of spills overlapped, 0 waited at once.
 DAG_WGMMA_OVERLAP_N = 64
 DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above  # the accumulators' and the loop-row gemms' N (head dims)
-# Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why);
-# verified on an H200: tests/gpu/test_attention_bwd_gpu.py, compute-sanitizer.
+# Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why).
+# Verified on an H200 (tests/gpu/test_attention_bwd_gpu.py -k sm90a: 63 passed, ragged S/T
+# 1..4097, masks, D 64/128, bf16/f16; compute-sanitizer racecheck 0 hazards, memcheck no device
+# error) and measured faster than mma.sync everywhere (bf16, 16k tokens, 16 heads, S 4096,
+# TFLOP/s of the main kernel, wgmma / mma.sync / SDPA flash / cuDNN; bench/attention_bwd.py):
+#   D 128 274 / 182 / 287 / 573, causal 210 / 155 / 253 / 489
+#   D 64  227 / 170 / 264 / 453, causal 152 / 146 / 223 / 371
 DAG_WGMMA_DEFAULT = True
 
 

@@ -190,3 +190,18 @@ def test_zero_grid_covers_the_loop():
     assert zero_grid(1, 3, 2) == (1, 3, 2)
     assert zero_grid(4097, 1, 1) == (math.ceil(4097 / ZERO_ROWS), 1, 1)
     assert zero_grid(0, 1, 1)[0] == 0
+
+
+def test_inspect_shows_the_skeleton_chosen_and_why():
+    from kgen.report_loop_dag import summary
+
+    s = summary(plan_of(variant(128), ir.Arch.SM90A))
+    assert s["skeleton"] == "wgmma" and s["threads"] == 384
+    assert "wgmma" in s["mma"]["value"] and "rulebook allows it" in s["mma"]["why"]
+    assert s["wgmma"]["roles"]["value"].startswith("1 producer warpgroup + 2 consumer")
+    assert [b["name"] for b in s["buffers"]] == ["k_res", "v_res", "q_ring", "do_ring",
+                                                 "t0_smem"]
+    assert s["body"][0].startswith("gemm st (score) = wgmma")
+    kept = summary(plan_of(arch=ir.Arch.SM90A))  # the example's written tile 128x32
+    assert kept["skeleton"] == "mma.sync" and kept["wgmma"] is None
+    assert "the wgmma skeleton does not take this loop" in kept["mma"]["why"]
