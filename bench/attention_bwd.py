@@ -1,15 +1,17 @@
 """The attention backward: kgen's main kernel (examples/attention_bwd.kg without its tile line:
 the rulebook's configuration; on a Hopper GPU the sm_90a build, the wgmma skeleton, with the
 sm_80 build's mma.sync skeleton beside it as `kgen_mma_sync`) beside torch SDPA's cuDNN, flash
-and memory-efficient backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads, head dims 64 and 128,
-S = T in {1024, 4096}, causal (top-left) and not.
+and memory-efficient backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads,
+head dims 64 and 128, S = T in {1024, 4096}, causal (top-left) and not.
 
 Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by the row kernel
 examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
 kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
-(with the zeroing of dQ it launches first); `sdpa_*` torch.autograd.grad of a saved SDPA graph
-with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's 4 * B * H * S * T *
-D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
+(with the zeroing of dQ it launches first); on the wgmma skeleton `kgen_mma_sync` the sm_80
+build's main kernel and `kgen_atomic_dq` the wgmma skeleton with dQ added by f32 atomics (a plan
+option) instead of the copy engine's bulk reduce-add; `sdpa_*` torch.autograd.grad of a saved
+SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
+4 * B * H * S * T * D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
 
     python3 bench/attention_bwd.py              # the table (--json FILE writes it)
     python3 bench/attention.py --bwd            # the same, from the forward's bench
@@ -57,13 +59,29 @@ def device_arch() -> ir.Arch:
     return ir.Arch.SM90A if torch.cuda.get_device_capability() == (9, 0) else ir.Arch.SM80
 
 
+def built_main(d: int, causal: bool, arch: ir.Arch | None = None):
+    mask = {} if causal else {MASKED: "exp(scale * acc - lse[col])"}
+    return build_verified(_kernel("examples/attention_bwd.kg", d, mask), arch or device_arch())
+
+
+def with_atomic_adds(built):
+    """The sm_90a build with dQ added by f32 atomics from registers (the plan option
+    loop_dag_schedule.with_bulk_add), its source emitted again."""
+    import dataclasses
+
+    from kgen.targets.sm90.loop_dag import emit
+    from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+    plan = with_bulk_add(built.plan, False)
+    source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
+    return dataclasses.replace(built, plan=plan, source=source)
+
+
 def kernels(d: int, causal: bool, arch: ir.Arch | None = None) -> tuple:
     """The loaded main kernel (the rulebook's configuration for D on `arch`, the device's by
     default) and the D row kernel."""
-    mask = {} if causal else {MASKED: "exp(scale * acc - lse[col])"}
-    main = _kernel("examples/attention_bwd.kg", d, mask)
+    built = built_main(d, causal, arch)
     dot = _kernel("examples/attention_bwd_dot.kg", d)
-    built = build_verified(main, arch or device_arch())
     return load_built(built), load_built(build_verified(dot, ir.Arch.SM80)), built.plan
 
 
@@ -115,6 +133,10 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
         mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
         calls.append(("kgen_mma_sync", lambda _: mma_sync(
             Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+    if plan.wgmma is not None and plan.wgmma.add_offset is not None:  # dQ by atomics instead
+        atomic = load_built(with_atomic_adds(built_main(d, causal)))
+        calls.append(("kgen_atomic_dq", lambda _: atomic(
+            Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
     for name, fn in calls:
         t = time_kernel(fn, rotate=rotate, stream=stream)
         row[name] = flops / (t.median_ms * 1e-3) / 1e12
@@ -142,11 +164,11 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", *backends]
+    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_atomic_dq", *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
-    print(f"# kgen_main: the {device_arch().value} build; kgen_mma_sync: the sm_80 build "
-          "(mma.sync) where kgen_main is the wgmma skeleton")
+    print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
+          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_atomic_dq: dQ by f32 atomics")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d in dims:

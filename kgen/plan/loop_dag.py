@@ -142,6 +142,12 @@ class DagWgmma:
     # an accumulating gemm is waited for right after it is issued (its A registers free before
     # the next gemm's accumulator is live), else together with the next gemm's wait
     wait_accumulating: bool = True
+    # a loop-row tile's adds: by the copy engine's bulk reduce-add from a staging of
+    # `add_row_bytes` a row at `add_offset` (kBlock rows per consumer warpgroup), or by f32
+    # atomics from registers (add_offset None); `adds` says which and why
+    add_offset: int | None = None
+    add_row_bytes: int = 0
+    adds: Choice = Choice("f32 atomics", "the default")
 
     @property
     def threads(self) -> int:

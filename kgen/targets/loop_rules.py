@@ -512,12 +512,12 @@ def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
 DAG_WGMMA_CONFIG = LoopConfig(128, 64, 2, 16)
 DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot while the other warpgroup may still read
 # the previous block's (one consumer barrier a block then orders them)
-DAG_WGMMA_N = (64, 128)
+DAG_WGMMA_N = (64, 128)  # the accumulators' and the loop-row gemms' N (head dims)
 # The accumulating gemms run beside the next gemm (waited with it) up to this N; past it they
 # are waited for at once. NVRTC 13, bf16/f16, no mask and causal: N 64 0 spills either way; N
 # 128 28-48 B of spills overlapped, 0 waited at once.
 DAG_WGMMA_OVERLAP_N = 64
-DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above  # the accumulators' and the loop-row gemms' N (head dims)
+DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above
 # Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why).
 # Verified on an H200 (tests/gpu/test_attention_bwd_gpu.py -k sm90a: 63 passed, ragged S/T
 # 1..4097, masks, D 64/128, bf16/f16; compute-sanitizer racecheck 0 hazards, memcheck no device
@@ -528,16 +528,35 @@ DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the 
 DAG_WGMMA_DEFAULT = True
 
 
-def dag_wgmma_smem_bytes(shape: DagShape) -> tuple[int, int]:
-    """(the tiles' bytes, the whole with the mbarriers rounded up to 128): 16-bit tiles in
-    1024-byte aligned boxes; mbarriers: the loop-invariant tiles' one, then a full and an empty
-    one per ring slot of each streamed tile."""
+def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, int]:
+    """(the tiles' bytes, the whole with the adds' staging and the mbarriers rounded up to
+    128): 16-bit tiles in 1024-byte aligned boxes; with `bulk_add`, the loop-row tile's f32
+    staging (dag_wgmma_add_row_bytes a row, kBlock rows per consumer warpgroup); mbarriers: the
+    loop-invariant tiles' one, then a full and an empty one per ring slot of each streamed
+    tile."""
     c = DAG_WGMMA_CONFIG
     tiles = 2 * (c.tile_m * sum(shape.resident_cols)
                  + c.stages * c.block * sum(shape.streamed_cols)
                  + DAG_WGMMA_STAGED_SLOTS * shape.staged * c.tile_m * c.block)
+    stage = (c.tile_m // WGMMA_ROWS * c.block * dag_wgmma_add_row_bytes(shape)
+             if bulk_add else 0)
     barriers = 8 * (1 + 2 * c.stages * len(shape.streamed_cols))
-    return tiles, tiles + -(-barriers // 128) * 128
+    return tiles, tiles + stage + -(-barriers // 128) * 128
+
+
+# dQ's adds (a loop-row gemm's `+=` into an f32 `out accumulate` tensor): by the copy engine's
+# bulk reduce-add (cp.reduce.async.bulk .add.f32, FlashAttention-3's way: the warpgroup's
+# [block, N / 2] tile staged in shared memory, one bulk add per row) or by f32 atomics from
+# registers (red.global.add.f32, 2 x 16 per thread per block, their addresses scattered over
+# 8 rows). A staged row is N / 2 f32 and 32 bytes more: the fragments' writes (8 rows at once)
+# then meet 2-way bank conflicts, not 8-way; rows stay 16-byte aligned as the copy engine needs.
+DAG_WGMMA_BULK_ADD = True
+DAG_WGMMA_ADD_PAD = 32
+
+
+def dag_wgmma_add_row_bytes(shape: DagShape) -> int:
+    return 4 * max(shape.loop_row_n, default=0) // (DAG_WGMMA_CONFIG.tile_m // WGMMA_ROWS) \
+        + DAG_WGMMA_ADD_PAD
 
 
 def dag_wgmma_registers(shape: DagShape) -> int:
@@ -569,7 +588,7 @@ def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
                 "of the copy engine; a loop-row tile's half per warpgroup)")
     if shape.staged > 1:
         return "one staged tile value (a loop-row gemm's A) at most"
-    _, need = dag_wgmma_smem_bytes(shape)
+    _, need = dag_wgmma_smem_bytes(shape, DAG_WGMMA_BULK_ADD)
     if need > tgt.smem_limit:
         return f"it needs {need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B"
     regs = dag_wgmma_registers(shape)

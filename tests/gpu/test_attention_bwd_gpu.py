@@ -44,12 +44,24 @@ def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
 _LOADED: dict = {}
 
 
-def load(d, mask, dtype="bf16", arch="sm_80", tile=None):
-    key = (d, mask, dtype, arch, tile)
+def load(d, mask, dtype="bf16", arch="sm_80", tile=None, atomics=False):
+    """`atomics`: the sm_90a wgmma skeleton with dQ added by f32 atomics (a plan option) instead
+    of the rulebook's bulk reduce-add."""
+    key = (d, mask, dtype, arch, tile, atomics)
     if key not in _LOADED:
         module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
         assert verify(module) == []
-        _LOADED[key] = load_built(build_verified(module.kernels[0], ir.Arch(arch)))
+        built = build_verified(module.kernels[0], ir.Arch(arch))
+        if atomics:
+            import dataclasses
+
+            from kgen.targets.sm90.loop_dag import emit
+            from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+            plan = with_bulk_add(built.plan, False)
+            built = dataclasses.replace(built, plan=plan, source=emit(
+                plan, source_name="bwd.kg", source_hash="0", command="test"))
+        _LOADED[key] = load_built(built)
     return _LOADED[key]
 
 
@@ -96,9 +108,9 @@ def close(out, ref, tol, what):
         assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
-def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None):
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, atomics=False):
     torch = _torch()
-    kernel = load(d, mask, dtype, arch, tile)
+    kernel = load(d, mask, dtype, arch, tile, atomics)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
     q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
@@ -160,6 +172,15 @@ def test_sm90a_wgmma_f16(d, mask):
     _hopper()
     run_case(d, 1000, 4097, mask, dtype="f16", arch="sm_90a")
     run_case(d, 17, 1000, mask, dtype="f16", arch="sm_90a")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_wgmma_with_atomic_adds(d):
+    """The plan option: dQ added by f32 atomics from registers (loop_dag_schedule.with_bulk_add)."""
+    _hopper()
+    assert load(d, "top_left", arch="sm_90a", atomics=True).plan.wgmma.add_offset is None
+    run_case(d, 1000, 4097, "top_left", arch="sm_90a", atomics=True)
+    run_case(d, 17, 1000, "top_left", arch="sm_90a", atomics=True)
 
 
 def test_sm90a_wgmma_other_batches_and_heads():

@@ -94,7 +94,11 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
                                                         ("dO", 64)]
     offsets = [t.offset for t in w.tiles]
     assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
-    assert w.barrier_offset == sum(t.bytes for t in w.tiles)
+    # dQ's adds by the copy engine's bulk reduce-add: each warpgroup's [64, d / 2] f32 staged
+    # after the tiles, rows padded by 32 bytes
+    assert w.add_offset == sum(t.bytes for t in w.tiles) and w.adds.value.startswith("bulk")
+    assert w.add_row_bytes == 4 * d // 2 + 32
+    assert w.barrier_offset == w.add_offset + 2 * 64 * w.add_row_bytes
     assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
     assert plan.smem_bytes <= target(ir.Arch.SM90A).smem_limit
     assert int(plan.registers.value) <= loop_rules.CONSUMER_REGISTERS

@@ -64,7 +64,7 @@ def test_sm90a_mma_sync_skeleton_compiles_without_spills(d):
 def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     """The sm_90a build's PTX: wgmma SS (the score gemms, n = the block), RS (the accumulating
     gemms, n = d), SS with both transposed (the loop-row gemm, n = d / 2), the copy engine's
-    rank-4 loads, mbarriers, setmaxnreg, f32 reductions into dQ; no mma.sync."""
+    rank-4 loads, mbarriers, setmaxnreg, its bulk f32 reduce-adds into dQ; no mma.sync."""
     from kgen.runtime.nvrtc import compile_ptx
 
     b = built(d, "top_left", ir.Arch.SM90A)
@@ -76,7 +76,7 @@ def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     assert "p, 1, 1, 1, 1;" in ptx  # the loop-row gemm: A and B transposed (MN-major)
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 240" in ptx and "mbarrier.try_wait" in ptx
-    assert "red.global.add.f32" in ptx or "atom.global.add.f32" in ptx
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in ptx  # dQ's adds
     assert "mma.sync" not in ptx
 
 
@@ -93,7 +93,7 @@ def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
     launcher = first[first.index("cudaError_t attention_bwd_launch"):]
     assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
     assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p, maps)" in launcher
-    assert "atomicAdd(g_dQ + row * p.dQ_ld + col" in first
+    assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in first
 
 
 def test_emission_is_deterministic_and_in_the_fixed_order():

@@ -5,6 +5,8 @@ tile values' slots, the mbarriers, the tensor maps and the MMAs, each with why. 
 The emitter (kgen/targets/sm90/loop_dag.py) reads it."""
 from __future__ import annotations
 
+import dataclasses
+
 from ...enums import DType
 from ...plan import loop_dag as ld
 from ...plan import program as pp
@@ -14,9 +16,9 @@ from ..loop_rules import BOX_COLS
 
 def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
-              shape: loop_rules.DagShape) -> ld.DagWgmma:
+              shape: loop_rules.DagShape, adds: int) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
-    `kv`: the params whose heads are the KV heads."""
+    `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -27,8 +29,23 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             tile = pp.WgmmaTile(t.name, t.param, rows, t.cols // BOX_COLS, slots, offset)
             tiles[group].append(tile)
             offset += tile.bytes
-    tiles_bytes, smem = loop_rules.dag_wgmma_smem_bytes(shape)
+    bulk = loop_rules.DAG_WGMMA_BULK_ADD and adds == 1
+    tiles_bytes, smem = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
     assert offset == tiles_bytes
+    row_bytes = loop_rules.dag_wgmma_add_row_bytes(shape)
+    stage_bytes = config.tile_m // loop_rules.WGMMA_ROWS * config.block * row_bytes
+    if bulk:
+        why = ("the copy engine adds each staged row (cp.reduce.async.bulk .add.f32): a "
+               "bulk add per row instead of a scattered f32 atomic per element "
+               "(kgen/targets/loop_rules.py, DAG_WGMMA_BULK_ADD)")
+        add = dict(add_offset=offset, add_row_bytes=row_bytes, adds=pp.Choice(
+            f"bulk reduce-add: [{config.block}, {(row_bytes - loop_rules.DAG_WGMMA_ADD_PAD) // 4}]"
+            " f32 per consumer warpgroup staged in shared memory, a row per add", why))
+    else:
+        why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
+               else "the rulebook's choice (kgen/targets/loop_rules.py, DAG_WGMMA_BULK_ADD)")
+        add = dict(adds=pp.Choice("f32 atomics (red.global.add.f32) from registers", why))
+    barriers = offset + (stage_bytes if bulk else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
@@ -37,7 +54,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     return ld.DagWgmma(
         consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
         consumer_registers=loop_rules.CONSUMER_REGISTERS, resident=tuple(tiles[0]),
-        streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=offset,
+        streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=barriers,
         smem_bytes=smem, maps=maps,
         roles=pp.Choice(
             f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
@@ -72,4 +89,22 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             f"N {shape.n_acc}: the registers allow it (kgen/targets/loop_rules.py, "
             "DAG_WGMMA_OVERLAP_N); an accumulating gemm's result is read only after the loop, "
             "so the skeleton waits for it together with the next gemm whose result is read")),
-        wait_accumulating=wait)
+        wait_accumulating=wait, **add)
+
+
+def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
+    """The plan with its loop-row tile's adds by the copy engine's bulk reduce-add (`bulk`,
+    the rulebook's where one add) or by f32 atomics from registers: a plan option for the
+    bench and the tests; everything else as the rulebook chose it."""
+    w = plan.wgmma
+    assert w is not None, "the sm_90a wgmma skeleton's plan"
+    if bulk == (w.add_offset is not None):
+        return plan
+    assert not bulk, "the staging is laid out by the rulebook (dag_wgmma)"
+    barriers = plan.smem_bytes - w.barrier_offset  # the mbarriers' rounded bytes
+    wgmma = dataclasses.replace(
+        w, add_offset=None, add_row_bytes=0, barrier_offset=w.add_offset,
+        smem_bytes=w.add_offset + barriers,
+        adds=pp.Choice("f32 atomics (red.global.add.f32) from registers",
+                       "the plan option with_bulk_add (the bench's and the tests' variant)"))
+    return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
