@@ -8,8 +8,8 @@ Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by 
 examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
 kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
 (with the zeroing of dQ it launches first); on the wgmma skeleton `kgen_mma_sync` the sm_80
-build's main kernel and `kgen_atomic_dq` the wgmma skeleton with dQ added by f32 atomics (a plan
-option) instead of the copy engine's bulk reduce-add; `sdpa_*` torch.autograd.grad of a saved
+build's main kernel and `kgen_bulk_dq` the wgmma skeleton with dQ added by the copy engine's
+bulk reduce-add (a plan option) instead of f32 atomics; `sdpa_*` torch.autograd.grad of a saved
 SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
 4 * B * H * S * T * D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
 
@@ -64,15 +64,15 @@ def built_main(d: int, causal: bool, arch: ir.Arch | None = None):
     return build_verified(_kernel("examples/attention_bwd.kg", d, mask), arch or device_arch())
 
 
-def with_atomic_adds(built):
-    """The sm_90a build with dQ added by f32 atomics from registers (the plan option
+def with_bulk_adds(built):
+    """The sm_90a build with dQ added by the copy engine's bulk reduce-add (the plan option
     loop_dag_schedule.with_bulk_add), its source emitted again."""
     import dataclasses
 
     from kgen.targets.sm90.loop_dag import emit
     from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
-    plan = with_bulk_add(built.plan, False)
+    plan = with_bulk_add(built.plan, True)
     source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
     return dataclasses.replace(built, plan=plan, source=source)
 
@@ -133,9 +133,9 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
         mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
         calls.append(("kgen_mma_sync", lambda _: mma_sync(
             Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
-    if plan.wgmma is not None and plan.wgmma.add_offset is not None:  # dQ by atomics instead
-        atomic = load_built(with_atomic_adds(built_main(d, causal)))
-        calls.append(("kgen_atomic_dq", lambda _: atomic(
+    if plan.wgmma is not None and plan.wgmma.add_offset is None:  # dQ by bulk adds instead
+        bulk = load_built(with_bulk_adds(built_main(d, causal)))
+        calls.append(("kgen_bulk_dq", lambda _: bulk(
             Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
     for name, fn in calls:
         t = time_kernel(fn, rotate=rotate, stream=stream)
@@ -164,11 +164,11 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_atomic_dq", *backends]
+    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_bulk_dq", *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
     print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
-          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_atomic_dq: dQ by f32 atomics")
+          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_bulk_dq: dQ by bulk reduce-adds")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d in dims:

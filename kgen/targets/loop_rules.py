@@ -550,7 +550,17 @@ def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, 
 # registers (red.global.add.f32, 2 x 16 per thread per block, their addresses scattered over
 # 8 rows). A staged row is N / 2 f32 and 32 bytes more: the fragments' writes (8 rows at once)
 # then meet 2-way bank conflicts, not 8-way; rows stay 16-byte aligned as the copy engine needs.
-DAG_WGMMA_BULK_ADD = True
+# The bulk adds compile without spills (NVRTC 13, D 64/128, every mask, bf16/f16) but have not
+# run on a GPU yet: the rulebook keeps the atomics (verified) until
+# tests/gpu/test_attention_bwd_gpu.py::test_sm90a_wgmma_with_bulk_adds and compute-sanitizer
+# pass on an H200 (bench/attention_bwd.py's kgen_bulk_dq column measures them); then True.
+DAG_WGMMA_BULK_ADD = False
+DAG_WGMMA_BULK_ADD_WHY = (
+    "f32 atomics: verified on an H200 (tests/gpu/test_attention_bwd_gpu.py); the bulk "
+    "reduce-add (the plan option loop_dag_schedule.with_bulk_add) compiles without spills but "
+    "is not verified on a GPU yet" if not DAG_WGMMA_BULK_ADD else
+    "the copy engine adds each staged row (cp.reduce.async.bulk .add.f32): a bulk add per row "
+    "instead of a scattered f32 atomic per element (kgen/targets/loop_rules.py)")
 DAG_WGMMA_ADD_PAD = 32
 
 

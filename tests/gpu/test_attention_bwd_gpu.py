@@ -44,21 +44,21 @@ def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
 _LOADED: dict = {}
 
 
-def load(d, mask, dtype="bf16", arch="sm_80", tile=None, atomics=False):
-    """`atomics`: the sm_90a wgmma skeleton with dQ added by f32 atomics (a plan option) instead
-    of the rulebook's bulk reduce-add."""
-    key = (d, mask, dtype, arch, tile, atomics)
+def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=False):
+    """`bulk`: the sm_90a wgmma skeleton with dQ added by the copy engine's bulk reduce-add (a
+    plan option) instead of the rulebook's f32 atomics."""
+    key = (d, mask, dtype, arch, tile, bulk)
     if key not in _LOADED:
         module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
         assert verify(module) == []
         built = build_verified(module.kernels[0], ir.Arch(arch))
-        if atomics:
+        if bulk:
             import dataclasses
 
             from kgen.targets.sm90.loop_dag import emit
             from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
-            plan = with_bulk_add(built.plan, False)
+            plan = with_bulk_add(built.plan, True)
             built = dataclasses.replace(built, plan=plan, source=emit(
                 plan, source_name="bwd.kg", source_hash="0", command="test"))
         _LOADED[key] = load_built(built)
@@ -108,9 +108,9 @@ def close(out, ref, tol, what):
         assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
-def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, atomics=False):
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=False):
     torch = _torch()
-    kernel = load(d, mask, dtype, arch, tile, atomics)
+    kernel = load(d, mask, dtype, arch, tile, bulk)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
     q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
@@ -175,12 +175,15 @@ def test_sm90a_wgmma_f16(d, mask):
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_sm90a_wgmma_with_atomic_adds(d):
-    """The plan option: dQ added by f32 atomics from registers (loop_dag_schedule.with_bulk_add)."""
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("shape", [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097)],
+                         ids=lambda st: f"s{st[0]}-t{st[1]}")
+def test_sm90a_wgmma_with_bulk_adds(d, mask, shape):
+    """The plan option: dQ added by the copy engine's bulk reduce-add (cp.reduce.async.bulk,
+    loop_dag_schedule.with_bulk_add) instead of f32 atomics."""
     _hopper()
-    assert load(d, "top_left", arch="sm_90a", atomics=True).plan.wgmma.add_offset is None
-    run_case(d, 1000, 4097, "top_left", arch="sm_90a", atomics=True)
-    run_case(d, 17, 1000, "top_left", arch="sm_90a", atomics=True)
+    assert load(d, mask, arch="sm_90a", bulk=True).plan.wgmma.add_offset is not None
+    run_case(d, *shape, mask, arch="sm_90a", bulk=True)
 
 
 def test_sm90a_wgmma_other_batches_and_heads():

@@ -94,11 +94,10 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
                                                         ("dO", 64)]
     offsets = [t.offset for t in w.tiles]
     assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
-    # dQ's adds by the copy engine's bulk reduce-add: each warpgroup's [64, d / 2] f32 staged
-    # after the tiles, rows padded by 32 bytes
-    assert w.add_offset == sum(t.bytes for t in w.tiles) and w.adds.value.startswith("bulk")
-    assert w.add_row_bytes == 4 * d // 2 + 32
-    assert w.barrier_offset == w.add_offset + 2 * 64 * w.add_row_bytes
+    # dQ's adds by f32 atomics (verified); the bulk reduce-add is a plan option (below)
+    assert w.add_offset is None and w.adds.value.startswith("f32 atomics")
+    assert "not verified on a GPU yet" in w.adds.why
+    assert w.barrier_offset == sum(t.bytes for t in w.tiles)
     assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
     assert plan.smem_bytes <= target(ir.Arch.SM90A).smem_limit
     assert int(plan.registers.value) <= loop_rules.CONSUMER_REGISTERS
@@ -209,3 +208,21 @@ def test_inspect_shows_the_skeleton_chosen_and_why():
     kept = summary(plan_of(arch=ir.Arch.SM90A))  # the example's written tile 128x32
     assert kept["skeleton"] == "mma.sync" and kept["wgmma"] is None
     assert "the wgmma skeleton does not take this loop" in kept["mma"]["why"]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_bulk_reduce_add_option_lays_out_its_staging(d):
+    """dQ's adds by the copy engine (with_bulk_add): each warpgroup's [64, d / 2] f32 staged
+    after the tiles, rows padded by 32 bytes, the mbarriers after it; and back."""
+    from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+    plan = plan_of(variant(d), ir.Arch.SM90A)
+    bulk = with_bulk_add(plan, True)
+    w = bulk.wgmma
+    assert w.add_offset == plan.wgmma.barrier_offset and w.adds.value.startswith("bulk")
+    assert w.add_row_bytes == 4 * d // 2 + 32 and w.add_row_bytes % 16 == 0
+    assert w.barrier_offset == w.add_offset + 2 * 64 * w.add_row_bytes
+    assert bulk.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
+    back = with_bulk_add(bulk, False)
+    assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset) == (
+        plan.smem_bytes, plan.wgmma.barrier_offset, None)

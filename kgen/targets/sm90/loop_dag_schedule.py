@@ -35,16 +35,13 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     row_bytes = loop_rules.dag_wgmma_add_row_bytes(shape)
     stage_bytes = config.tile_m // loop_rules.WGMMA_ROWS * config.block * row_bytes
     if bulk:
-        why = ("the copy engine adds each staged row (cp.reduce.async.bulk .add.f32): a "
-               "bulk add per row instead of a scattered f32 atomic per element "
-               "(kgen/targets/loop_rules.py, DAG_WGMMA_BULK_ADD)")
         add = dict(add_offset=offset, add_row_bytes=row_bytes, adds=pp.Choice(
-            f"bulk reduce-add: [{config.block}, {(row_bytes - loop_rules.DAG_WGMMA_ADD_PAD) // 4}]"
-            " f32 per consumer warpgroup staged in shared memory, a row per add", why))
+            _bulk_value(config.block, (row_bytes - loop_rules.DAG_WGMMA_ADD_PAD) // 4),
+            loop_rules.DAG_WGMMA_BULK_ADD_WHY))
     else:
         why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
-               else "the rulebook's choice (kgen/targets/loop_rules.py, DAG_WGMMA_BULK_ADD)")
-        add = dict(adds=pp.Choice("f32 atomics (red.global.add.f32) from registers", why))
+               else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
+        add = dict(adds=pp.Choice(ATOMICS, why))
     barriers = offset + (stage_bytes if bulk else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
@@ -93,18 +90,36 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
 
 
 def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
-    """The plan with its loop-row tile's adds by the copy engine's bulk reduce-add (`bulk`,
-    the rulebook's where one add) or by f32 atomics from registers: a plan option for the
-    bench and the tests; everything else as the rulebook chose it."""
+    """The plan with its loop-row tile's adds by the copy engine's bulk reduce-add (`bulk`:
+    the staging laid out after the tiles, the mbarriers after it) or by f32 atomics from
+    registers: a plan option for the bench and the tests (loop_rules.DAG_WGMMA_BULK_ADD says
+    which the rulebook picks, and why); everything else as the rulebook chose it."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if bulk == (w.add_offset is not None):
         return plan
-    assert not bulk, "the staging is laid out by the rulebook (dag_wgmma)"
     barriers = plan.smem_bytes - w.barrier_offset  # the mbarriers' rounded bytes
+    if not bulk:
+        wgmma = dataclasses.replace(
+            w, add_offset=None, add_row_bytes=0, barrier_offset=w.add_offset,
+            smem_bytes=w.add_offset + barriers, adds=pp.Choice(
+                ATOMICS, "the plan option with_bulk_add (the bench's and the tests' variant)"))
+        return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
+    (g,) = [g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW]
+    assert sum(isinstance(s, ld.AddTile) for s in g.epilogue.statements) == 1, "one add"
+    row_bytes = 4 * g.n_warp + loop_rules.DAG_WGMMA_ADD_PAD
+    stage = w.consumers * plan.block * row_bytes
     wgmma = dataclasses.replace(
-        w, add_offset=None, add_row_bytes=0, barrier_offset=w.add_offset,
-        smem_bytes=w.add_offset + barriers,
-        adds=pp.Choice("f32 atomics (red.global.add.f32) from registers",
+        w, add_offset=w.barrier_offset, add_row_bytes=row_bytes,
+        barrier_offset=w.barrier_offset + stage, smem_bytes=w.barrier_offset + stage + barriers,
+        adds=pp.Choice(_bulk_value(plan.block, g.n_warp),
                        "the plan option with_bulk_add (the bench's and the tests' variant)"))
     return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
+
+
+ATOMICS = "f32 atomics (red.global.add.f32) from registers"
+
+
+def _bulk_value(block: int, cols: int) -> str:
+    return (f"bulk reduce-add: [{block}, {cols}] f32 per consumer warpgroup staged in shared "
+            "memory, a row per add")
