@@ -110,7 +110,7 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
 def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
     choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
     return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
-            "overlap": choice(w.overlap), "consumers": w.consumers,
+            "overlap": choice(w.overlap), "adds": choice(w.adds), "consumers": w.consumers,
             "registers": {"producer": w.producer_registers, "consumer": w.consumer_registers},
             "barrier_offset": w.barrier_offset,
             "tensor_maps": [{"param": m.param, "box": [m.box_rows, 64], "boxes": m.boxes}
@@ -135,7 +135,7 @@ def print_summary(console, s: dict) -> None:
     for what in ("config", "mma", "registers", "min_ctas"):
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("wgmma"):
-        for what in ("roles", "pipeline", "overlap"):
+        for what in ("roles", "pipeline", "overlap", "adds"):
             console.print(f"{what}: {s['wgmma'][what]['value']} ({s['wgmma'][what]['why']})")
     bounds = s["loop_bounds"]
     console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "

@@ -202,6 +202,7 @@ def test_inspect_shows_the_skeleton_chosen_and_why():
     assert s["skeleton"] == "wgmma" and s["threads"] == 384
     assert "wgmma" in s["mma"]["value"] and "rulebook allows it" in s["mma"]["why"]
     assert s["wgmma"]["roles"]["value"].startswith("1 producer warpgroup + 2 consumer")
+    assert s["wgmma"]["adds"]["value"].startswith("f32 atomics")
     assert [b["name"] for b in s["buffers"]] == ["k_res", "v_res", "q_ring", "do_ring",
                                                  "t0_smem"]
     assert s["body"][0].startswith("gemm st (score) = wgmma")
