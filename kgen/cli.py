@@ -636,7 +636,9 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
                      compiled=compiled)
     from .tune.select import describe, tuned as took_tuned
 
-    report.notes.insert(0, describe(built.plan, entry))
+    report.notes.insert(0, f"configuration: {built.plan.config.value} ({built.plan.config.why})"
+                        if getattr(built.plan, "kind", None) == "loop_dag"
+                        else describe(built.plan, entry))
     if plot is not None:
         from .plot import roofline
 

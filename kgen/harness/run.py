@@ -19,9 +19,12 @@ import numpy as np
 from .. import ir
 from ..errors import KgenError
 from ..plan import KernelPlan
-from ..reference import CompareResult, checking_dtype, compare, evaluate, needs_all_rows
+from ..reference import (CompareResult, checking_dtype, compare, evaluate, needs_all_rows,
+                         tolerance)
 from ..runtime.device import device_info, require_gpu
 from .arrays import BufferArrays, TorchArrays, sync, torch_usable
+from .attention_bwd import CAUSAL as BACKWARD_CAUSAL
+from .attention_bwd import backward_form, backward_inputs, time_backward_baselines
 from ..reference_tiles import rows_param
 from .inputs import (batches_of, gemms_of, make_inputs, matrix_shape_of, pick_scalars,
                      resolve_sizes, shape_of)
@@ -201,6 +204,9 @@ def work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
     flops = 0
     gemms = gemms_of(kernel)
     m = matrix_shape_of(kernel.param(gemms[0].a.name), sizes)[0] if gemms else 0
+    if kernel.loop is not None and len(kernel.loop.gemms) > 2:
+        flops = _dag_flops(kernel, sizes, m)
+        gemms = ()
     for gemm in gemms:
         b = kernel.param(gemm.b.name)
         k, n = matrix_shape_of(b, sizes)
@@ -213,6 +219,21 @@ def work(kernel: ir.Kernel, sizes: Mapping[str, int]) -> tuple[int, int]:
             continue
         total += math.prod(shape_of(param, sizes)) * param.dtype.nbytes
     return flops, total
+
+
+def _dag_flops(kernel: ir.Kernel, sizes: Mapping[str, int], rows: int) -> int:
+    """A DAG loop's gemms over the whole loop, every block counted (a mask's skipped blocks
+    too): each is rows x loop length x its inner or outer width (K of a score gemm, N of the
+    others), 2 FLOPs a multiply-add."""
+    loop = kernel.loop
+    length = sizes[loop.dim] if isinstance(loop.dim, str) else int(loop.dim)
+    total = 0
+    for gemm in loop.gemms:
+        a = kernel.param(gemm.a.name)  # None: a tile value
+        score = not gemm.accumulate and a is not None
+        width = matrix_shape_of(a if score else kernel.param(gemm.b.name), sizes)[1]
+        total += 2 * rows * length * width
+    return total * _instances(kernel, sizes)
 
 
 def run(
@@ -274,6 +295,10 @@ def run(
 
     dims = resolve_sizes(kernel, sizes)
     rng = np.random.default_rng(seed)
+    backward = backward_form(kernel)
+    if backward is not None:  # the softmax scale as the program writes it, unless given
+        scalars = {**{p.name: p.default for p in kernel.params if p.kind is ir.ParamKind.SCALAR
+                      and p.role is ir.Role.IN and p.default is not None}, **(scalars or {})}
     values = pick_scalars(kernel, scalars, rng)
     flops, nbytes = work(kernel, dims)
     peak_flops, peak_bandwidth = device_peaks(info.name)
@@ -287,6 +312,9 @@ def run(
 
     say("making random inputs")
     host = make_inputs(kernel, dims, rng)
+    if backward is not None:
+        say("deriving lse and D from the attention's inputs")
+        report.notes += backward_inputs(kernel, backward, host, values, rng)
     params = {p.name: p for p in kernel.params}
     outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
     device_args: dict[str, Any] = {name: arrays_api.upload(array, params[name])
@@ -304,7 +332,8 @@ def run(
         say("checking against the NumPy reference")
         report.checked = True
         report.checks = _check_outputs(kernel, outputs, device_args, arrays_api, host, values,
-                                       dims, rng, report.notes, reference_block(plan))
+                                       dims, rng, report.notes, reference_block(plan),
+                                       scaled=is_dag(kernel))
 
     if bench:
         say("benchmarking")
@@ -319,8 +348,28 @@ def reference_block(plan) -> int | None:
     return getattr(plan, "block", None)
 
 
+def is_dag(kernel: ir.Kernel) -> bool:
+    """A loop of more gemms than the forward's two (kgen/plan/loop_dag.py's)."""
+    return kernel.loop is not None and len(kernel.loop.gemms) > 2
+
+
+def _dag_tolerance(kernel: ir.Kernel, name: str, ref: np.ndarray) -> tuple[ir.DType, float]:
+    """A DAG loop's output: the operands' dtype's tolerance (its values are sums over the loop
+    of products of tiles rounded to it, handed on and staged) at the scale of the whole output
+    (the rounding errs relative to the terms, which reach the largest output while a sum may
+    cancel to near 0): atol = the dtype's times max(1, max |ref|)."""
+    dtype = checking_dtype(kernel, name)
+    operand = kernel.param(kernel.loop.gemms[0].a.name).dtype
+    if tolerance(operand)[1] > tolerance(dtype)[1]:
+        dtype = operand
+    finite = np.asarray(ref, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+    return dtype, tolerance(dtype)[0] * scale
+
+
 def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims, rng,
-                   notes, block: int | None = None) -> list[OutputCheck]:
+                   notes, block: int | None = None, scaled: bool = False) -> list[OutputCheck]:
     if is_program(kernel):  # every row of every (batch, head): the reference is whole
         reference = evaluate(kernel, host, scalars, block=block)
         rows = None
@@ -337,6 +386,9 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
     if empty:
         notes.append(_empty_note(kernel, dims, empty))
     checks = []
+    if scaled:
+        notes.append("a loop of several gemms: each output checked with its operands' "
+                     "tolerance times max(1, its largest reference value)")
     for param in outputs:
         if param.name not in reference:
             notes.append(f"{param.name} is not written by any epilogue; not checked")
@@ -351,7 +403,11 @@ def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims
         subset = rows is not None and param.name in row_indexed
         got = (full[:, rows] if param.batch is not None else full[rows]) if subset else full
         ref = reference[param.name]
-        result = compare(got.reshape(np.shape(ref)), ref, checking_dtype(kernel, param.name))
+        if scaled:
+            dtype, atol = _dag_tolerance(kernel, param.name, ref)
+            result = compare(got.reshape(np.shape(ref)), ref, dtype, atol=atol)
+        else:
+            result = compare(got.reshape(np.shape(ref)), ref, checking_dtype(kernel, param.name))
         if subset and not np.isnan(np.asarray(ref, dtype=np.float64)).any():
             # Rows outside the subset have no reference, but none of them may still be NaN.
             nan_total = int(np.count_nonzero(np.isnan(full.astype(np.float32))))
@@ -425,7 +481,16 @@ def _bench(report, kernel, compiled, arrays_api, first_set, outputs, scalars, di
         from .attention_bench import attention_call, time_baselines
 
         call = attention_call(kernel, getattr(compiled, "plan", None))
-        if call is not None:
+        backward = backward_form(kernel)
+        if backward is not None:
+            plan = getattr(compiled, "plan", None)
+            causal = getattr(getattr(plan, "bounds", None), "bounds", None) == BACKWARD_CAUSAL
+            report.baselines, notes = time_backward_baselines(
+                backward, causal, sets, lambda fn: time_kernel(
+                    fn, warmup=warmup, iters=iters, rotate=rotate, stream=stream, hold=hold),
+                say)
+            report.notes += notes
+        elif call is not None:
             report.baselines, notes = time_baselines(
                 call, sets, lambda fn: time_kernel(fn, warmup=warmup, iters=iters,
                                                    rotate=rotate, stream=stream, hold=hold),

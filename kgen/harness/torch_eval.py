@@ -203,7 +203,10 @@ class TorchEvaluator(EpilogueEvaluator):
         lead = self._tile_input(rows_param(kernel).name)
         self._rows_count = int(lead.shape[-2])
         env: dict[str, Any] = {}
-        if kernel.loop is not None:
+        outputs: dict[str, Any] = {}
+        if kernel.loop is not None and len(kernel.loop.gemms) > 2:
+            env = self._dag_loop(lead, outputs)
+        elif kernel.loop is not None:
             first, second = kernel.loop.gemms
             b = self._tile_input(first.b.name)
             c = self._tile_input(second.b.name)
@@ -225,10 +228,50 @@ class TorchEvaluator(EpilogueEvaluator):
                    or name == second.name}
         else:
             self._tile_cols = int(lead.shape[-1])
-        outputs: dict[str, Any] = {}
         if kernel.epilogue is not None:
             self._tile_statements(kernel.epilogue, env, outputs)
         return outputs
+
+    def _dag_loop(self, lead, outputs: dict) -> dict[str, Any]:
+        """A loop of several gemms in statement order over the whole loop at once: score gemms'
+        values, accumulators `t @ B` of a value rounded to B's dtype, a loop-row gemm's
+        `t^T @ Z` and its `+=` stores (into zero: the one block's sum). Returns the
+        accumulators, set for the kernel's epilogue over [rows, N]."""
+        torch = self.torch
+        kernel = self.kernel
+        rows = self._rows_count
+        values: dict[str, Any] = {}
+        carried: dict[str, Any] = {}
+        for g in kernel.loop.gemms:
+            b = self._tile_input(g.b.name)
+            b = b.transpose(-1, -2) if g.b.transposed else b
+            if not g.accumulate and kernel.param(g.a.name) is not None:  # a score gemm
+                self._tile_acc = torch.matmul(self._tile_input(g.a.name), b).float()
+                self._rows_count, self._tile_cols = rows, int(b.shape[-1])
+                self._loop_len = self._tile_cols
+                for stmt in g.epilogue.stmts:
+                    name = stmt.name if isinstance(stmt, ir.Let) else stmt.target
+                    values[name] = self._tile_value(stmt.value, values)
+                continue
+            shape = (*self._lead_shape(), rows, self._loop_len)
+            tile = self._as_tensor(values[g.a.name]).expand(shape).to(b.dtype)
+            if g.accumulate:
+                product = torch.matmul(tile, b).float()
+                carried[g.name] = carried[g.name] + product if g.name in carried else product
+                continue
+            self._tile_acc = torch.matmul(tile.transpose(-1, -2), b).float()  # [loop, N]
+            self._rows_count, self._tile_cols = self._loop_len, int(b.shape[-1])
+            local: dict[str, Any] = {}
+            for stmt in g.epilogue.stmts:
+                value = self._tile_value(stmt.value, local)
+                if isinstance(stmt, ir.Let):
+                    local[stmt.name] = value
+                else:  # `+=` into an `out accumulate` tensor
+                    outputs[stmt.target] = self._tile_store(value, kernel.param(stmt.target))
+        self._tile_acc = None
+        self._rows_count = rows
+        self._tile_cols = int(next(iter(carried.values())).shape[-1])
+        return carried
 
     def _tile_input(self, name: str):
         """An input with the kernel's heads: a GQA parameter's heads repeated."""

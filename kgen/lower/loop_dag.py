@@ -100,13 +100,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     for name in resident + streamed:
         if kernel.param(name).dtype is not dtype:
             raise KgenError(loop.loc, f"'{name}': the loop's operands share one dtype")
+    vectors = _col_vectors(kernel, [g for g, k in zip(loop.gemms, kinds)
+                                    if k is ld.GemmKind.SCORE])
     staged_count = sum(k is ld.GemmKind.LOOP_ROW for k in kinds)
     scores = [i for i, k in enumerate(kinds) if k is ld.GemmKind.SCORE]
     shape = loop_rules.DagShape(
         resident_cols=tuple(int(kernel.param(n).shape[1]) for n in resident),
         streamed_cols=tuple(int(kernel.param(n).shape[1]) for n in streamed),
         staged=staged_count, accumulators=sum(k is ld.GemmKind.ACCUMULATING for k in kinds),
-        n_acc=n_acc, live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n))
+        n_acc=n_acc, live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n),
+        vectors=len(vectors))
     tgt = target(arch)
     written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
                loop.stages.count if loop.stages else None,
@@ -147,6 +150,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                              dtype, offset, False)
             staged.append(tile)
             offset += tile.bytes
+    offset += 4 * len(vectors) * config.stages * config.block  # the staged vectors' slots
     assert offset == loop_rules.dag_smem_bytes(config, shape, dtype)
 
     body = _DagSection(kernel)
@@ -214,6 +218,11 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                             "the accumulators")
 
     bounds = _bounds(body_section, gemms)
+    if wgmma_refused is None and bounds.fold:
+        # the wgmma skeleton evaluates the mask's predicates in every block (as verified on a
+        # GPU); reading them as 1 inside the mask is the mma.sync skeleton's
+        bounds = pp.LoopBounds(bounds.bounds, (), bounds.why.replace(
+            "; inside the mask its predicate is known true", ""))
     params, fields = _params(kernel, lead.heads)
     wgmma = None
     if wgmma_refused is None:
@@ -251,7 +260,36 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         min_ctas=(pp.Choice("1", "the wgmma skeleton: 3 warpgroups and most of shared "
                             "memory, one CTA per SM") if wgmma else
                   pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape)))),
+        vectors=() if wgmma else vectors,
+        vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
+                     else "no f32 vector is read at col"),
         wgmma=wgmma)
+
+
+_WGMMA_VECTORS_WHY = ("the wgmma skeleton loads each into registers while the score gemm whose "
+                      "epilogue reads it runs (kgen/targets/sm90/loop_dag.py)")
+_VECTORS_WHY = ("staged per block by cp.async with the streamed tiles: a thread reads block / 4 "
+                "of each per score tile, which from global memory were loads in the epilogue's "
+                "path (L1 hits at best), each behind a bounds check")
+
+
+def _col_vectors(kernel: ir.Kernel, scores: list[ir.Gemm]) -> tuple[str, ...]:
+    """The f32 vectors the score gemms' epilogues read at `col` (the loop's positions), in
+    first use."""
+    found: list[str] = []
+
+    def visit(node) -> None:
+        if (isinstance(node, ir.VectorLoad) and node.axis is ir.Axis.COL
+                and kernel.param(node.name).dtype is ir.DType.F32 and node.name not in found):
+            found.append(node.name)
+        for child in getattr(node, "args", None) or (
+                (node.arg,) if isinstance(node, (ir.Cast, ir.Reduce)) else ()):
+            visit(child)
+
+    for g in scores:
+        for stmt in g.epilogue.stmts:
+            visit(stmt.value)
+    return tuple(found)
 
 
 def _mma_why(arch: ir.Arch, wgmma_refused: str) -> str:
@@ -315,6 +353,7 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
              and isinstance(values[v.kind.args[2]].kind, dag.Constant)
              and values[v.kind.args[2]].kind.value == 0.0 and v.rank is Rank.TILE]
     bounds: list[pp.ColumnBound] = []
+    fold: list[int] = []  # the predicates that read 1 in a block inside the mask
     refused: list[str] = []
     for mask in masks:
         found = loop_bounds._conjunction(values, mask.kind.args[0])
@@ -327,15 +366,17 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
             refused.append(f"`{text}`: on a block it zeroes in full, {problem}")
             continue
         bounds += [b for b in found[0] if b not in bounds]
+        fold += [i for i in found[1] if i not in fold]
     if not bounds:
         return pp.LoopBounds((), (), "every block runs: " + ("; ".join(refused) or
                                                             "no value where(P, e, 0) masks "
                                                             "the tile"))
     why = (f"blocks whose every element the mask zeroes are skipped ({len(bounds)} bound"
-           f"{'s' if len(bounds) > 1 else ''} on col): they add nothing")
+           f"{'s' if len(bounds) > 1 else ''} on col): they add nothing; inside the mask its "
+           "predicate is known true")
     if refused:
         why += "; not used: " + "; ".join(refused)
-    return pp.LoopBounds(tuple(bounds), (), why)
+    return pp.LoopBounds(tuple(bounds), tuple(fold), why)
 
 
 def _zero_on_masked(body: pp.Section, gemms: list[ld.DagGemm], mask: int) -> str | None:

@@ -195,6 +195,12 @@ class LoopDagPlan:
     batch_param: str | None
     bounds: LoopBounds = LoopBounds((), (), "no mask")
     min_ctas: Choice = Choice("1", "the default")
+    # f32 vectors of the loop's dimension read at `col` in the body (lse, D): staged per block
+    # into `stages` ring slots of `block` floats with the streamed tiles (cp.async, zero past
+    # the loop's end), after the staged tiles in shared memory (the mma.sync skeleton's; the
+    # wgmma skeleton loads them into registers while a score gemm runs)
+    vectors: tuple[str, ...] = ()
+    vectors_why: str = "no vector is read at col"
     # the sm_90a wgmma skeleton (the rulebook's choice, its why in `mma`), or None: mma.sync
     wgmma: DagWgmma | None = None
 

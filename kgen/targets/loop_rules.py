@@ -377,6 +377,16 @@ DAG_ROWS_PER_WARP = 16
 # twice (their f32 values, the exp's operands and the mask's predicates live beside them).
 # ptxas takes what one CTA per SM leaves it, so the estimate orders configurations rather than
 # counts registers: each target's budget takes the pairs that compiled without spills there.
+# With the fast body (no bounds checks, the mask folded) and lse, D staged in shared memory,
+# compiled for sm_80 and for sm_90 (the GPU compiles the sm_80 plan for its own arch), bf16:
+# (64, 128x64) 254-255 and 0 spills; (128, 128x32) 254-255 and 0; (128, 128x64), FlashAttention-
+# 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 255 and 52-56 B of
+# spills without a mask, 336-396 B (200-224 B of stack) under a causal mask: its two [16, 64]
+# score tiles beside two [16, 128] accumulators leave ptxas no room, so the budget keeps it out.
+# The H200's NVRTC (its own sm_90 build of the sm_80 plan) compiled it without a mask to 255
+# registers and 0 spills, and ran it at 212 TFLOP/s against 199 at 128x32 (D 128, S 4096, 16k
+# tokens, 16 heads, one run; its causal build not measured): worth taking once both targets'
+# compilers leave it unspilled, the causal build included.
 DAG_REGISTER_OVERHEAD = 32
 DAG_REGISTER_BUDGET = {"sm_80": 256, "sm_90a": 248}
 
@@ -398,12 +408,14 @@ class DagShape:
     n_acc: int
     live_scores: int
     loop_row_n: tuple[int, ...]
+    vectors: int = 0  # f32 vectors staged per block ([stages][block] each)
 
 
 def dag_smem_bytes(config: LoopConfig, shape: DagShape, dtype: DType) -> int:
-    return dtype.nbytes * (config.tile_m * sum(shape.resident_cols)
-                           + config.stages * config.block * sum(shape.streamed_cols)
-                           + shape.staged * config.tile_m * config.block)
+    return (dtype.nbytes * (config.tile_m * sum(shape.resident_cols)
+                            + config.stages * config.block * sum(shape.streamed_cols)
+                            + shape.staged * config.tile_m * config.block)
+            + 4 * shape.vectors * config.stages * config.block)
 
 
 def dag_loop_row_split(config: LoopConfig, n: int) -> tuple[int, int] | None:

@@ -154,3 +154,76 @@ def test_program_sizes_default_heads_like_batches():
     assert input_scales(kernel, dims)["Q"] == pytest.approx(128 ** -0.5)  # K^T: K0 = 128
     assert harness.reference_block(build_file(EXAMPLES / "attention_fwd.kg").plan) == 64
     assert harness.reference_block(build_file(EXAMPLES / "attention_bwd_dot.kg").plan) is None
+
+
+# The attention backward (a DAG loop): inputs that belong together, every output checked
+
+
+def test_attention_backward_runs_with_derived_lse_and_d(cpu_harness):
+    sizes = {"B": 1, "H": 2, "S": 70, "T": 45}
+    report = _run("attention_bwd.kg", sizes)
+    assert report.checked and report.ok, [c.as_dict() for c in report.checks]
+    assert {c.name: c.shape for c in report.checks} == {
+        "dQ": (1, 2, 70, 128), "dK": (1, 2, 45, 128), "dV": (1, 2, 45, 128)}
+    assert report.flops == 5 * 2 * 45 * 70 * 128 * 2  # five gemms per (batch, head)
+    assert report.scalars == {"scale": 0.08838834764}  # the program's, not a random one
+    assert any("log-sum-exp of the program's own scores" in n for n in report.notes)
+    wrong = _run("attention_bwd.kg", sizes, wrong=0.5)
+    assert not wrong.ok
+    unwritten = _run("attention_bwd.kg", sizes, break_row=3)
+    assert not unwritten.ok
+
+
+def test_backward_inputs_are_an_attentions():
+    """lse makes P's columns sum to 1 under the program's causal mask (a query before every
+    key sees none: lse = +inf), and D = rowsum(dO * O) with O = P V."""
+    from kgen.harness.attention_bwd import backward_form, backward_inputs
+    from kgen.harness.inputs import make_inputs
+
+    kernel = build_file(EXAMPLES / "attention_bwd.kg").kernel
+    form = backward_form(kernel)
+    assert (form.q, form.k, form.v, form.do, form.lse, form.d, form.p) == (
+        "Q", "K", "V", "dO", "lse", "D", "pt")
+    dims = {"B": 2, "H": 1, "S": 20, "T": 30}
+    rng = np.random.default_rng(3)
+    host = make_inputs(kernel, dims, rng)
+    notes = backward_inputs(kernel, form, host, {"scale": 0.125}, rng)
+    assert "standard normal" in notes[0]
+    q, k, v, do = (np.asarray(host[n], np.float64) for n in ("Q", "K", "V", "dO"))
+    for b in range(2):
+        x = 0.125 * q[b, 0] @ k[b, 0].T  # [queries, keys]
+        keep = np.arange(30)[None, :] <= np.arange(20)[:, None]  # key <= query
+        x = np.where(keep, x, -np.inf)
+        lse = np.log(np.exp(x).sum(1))
+        np.testing.assert_allclose(host["lse"][b, 0], lse, rtol=1e-6)
+        p = np.exp(x - lse[:, None])
+        np.testing.assert_allclose(host["D"][b, 0], (do[b, 0] * (p @ v[b, 0])).sum(1),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_backward_inputs_fall_back_when_the_value_is_not_exp_of_minus_lse():
+    import dataclasses
+
+    from kgen.harness.attention_bwd import backward_form, backward_inputs
+    from kgen.harness.inputs import make_inputs
+    from kgen.parse import parse
+
+    text = (EXAMPLES / "attention_bwd.kg").read_text().replace(
+        "exp(scale * acc - lse[col])", "exp(scale * acc) - lse[col]")
+    kernel = parse(text, "t.kg").kernels[0]
+    form = backward_form(kernel)
+    assert form is not None
+    rng = np.random.default_rng(0)
+    host = make_inputs(kernel, {"B": 1, "H": 1, "S": 8, "T": 8}, rng)
+    before = np.array(host["lse"])
+    notes = backward_inputs(kernel, form, host, {"scale": 0.1}, rng)
+    assert "not derived" in notes[0] and "exp(-lse[col])" in notes[0]
+    assert np.array_equal(host["lse"], before)
+    assert dataclasses.replace(form, d="D") == form
+
+
+def test_other_dag_loops_are_no_attention_backward():
+    from kgen.harness.attention_bwd import backward_form
+
+    assert backward_form(build_file(EXAMPLES / "attention_fwd.kg").kernel) is None
+    assert backward_form(build_file(EXAMPLES / "mlp_loop.kg").kernel) is None

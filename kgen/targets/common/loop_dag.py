@@ -39,43 +39,56 @@ class CDag:
 
 
 def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
-                loop_rows: bool = False, cached: frozenset[str] = frozenset()) -> list[str]:
-    """`cached`: the vectors of the loop's dimension the skeleton holds per block in
-    registers, `vec_<param>[j][e & 1]` (the sm_90a skeleton's: one load per column)."""
+                loop_rows: bool = False, checked: bool = True, in_loop: bool = True,
+                cached: frozenset[str] = frozenset()) -> list[str]:
+    """How the statements read each value. `loop_rows`: a loop-row gemm's epilogue (`row` the
+    loop's position); `checked`: the last block, where positions past the loop's end exist in
+    the tile (before it, every position exists: vectors of the loop are read unguarded);
+    `in_loop`: not the kernel's epilogue (whose `col` is the accumulators' column); `cached`:
+    the vectors of the loop's dimension the skeleton holds per block in registers,
+    `vec_<param>[j][e & 1]` (the sm_90a wgmma skeleton's: one load per column)."""
     index = {g.name: g.index for g in plan.gemms}
     refs = []
     for value in section.values:
         kind = value.kind
         if isinstance(kind, (ld.GemmResult, pp.AccumulatorValue)):
             refs.append(f"acc_g{index[kind.gemm]}[j][e]")
-        elif (isinstance(kind, dag.VectorLoad) and kind.axis is Axis.COL
-              and kind.param in cached):
+        elif (in_loop and not loop_rows and isinstance(kind, dag.VectorLoad)
+              and kind.axis is Axis.COL and kind.param in cached):
             refs.append(f"vec_{kind.param}[j][e & 1]")
-        elif loop_rows and isinstance(kind, dag.VectorLoad) and kind.axis is Axis.ROW:
-            load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row]")
-            refs.append(f"(row < loop_len ? {load} : 0.0f)")  # a vector of the loop's length
+        elif (in_loop and not loop_rows and isinstance(kind, dag.VectorLoad)
+              and kind.axis is Axis.COL and kind.param in plan.vectors):  # staged with the block, zero past the end
+            refs.append(f"s_{kind.param}[col - kv0]")
+        elif in_loop and isinstance(kind, dag.VectorLoad) and (
+                (loop_rows and kind.axis is Axis.ROW) or (not loop_rows and kind.axis is Axis.COL)):
+            position = "row" if loop_rows else "col"  # a vector of the loop's length
+            load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{position}]")
+            refs.append(f"({position} < loop_len ? {load} : 0.0f)" if checked else load)
         else:
             refs.append(program._reference(value, col_end, "", program.LOOP_SIZES, False))
     return refs
 
 
 def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
-                loop_rows: bool = False, cached: frozenset[str] = frozenset()) -> list[CDag]:
-    refs = _references(section, plan, col_end, loop_rows, cached)
+                loop_rows: bool = False, checked: bool = True,
+                in_loop: bool = True, cached: frozenset[str] = frozenset()) -> list[CDag]:
+    refs = _references(section, plan, col_end, loop_rows, checked, in_loop, cached)
+    # the mask's predicates read 1 in a block inside it (`interior`): the body's only
+    fold = plan.bounds.fold if section is plan.body else ()
     own_readers = {s.value for s in section.statements
                    if isinstance(s, (ld.HandTile, ld.StageTile, ld.AddTile))}
-    fused = program._fused_differences(section, ()) - own_readers
+    fused = program._fused_differences(section, fold) - own_readers
     out: list[CDag] = []
     handed: set[int] = set()
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
             out += [CDag(s.kind, values=s.values) for s in program._runs(
-                section, ids, refs, (), program.FAST_EXP_OPS, fused,
+                section, ids, refs, fold, program.FAST_EXP_OPS, fused,
                 program.FAST_EXP_OF_DIFFERENCE)]
         elif isinstance(stmt, ld.DagStep):
             g = stmt.gemm
-            epilogue = (tuple(_statements(g.epilogue, plan, f"kN_g{g.index}", True))
+            epilogue = (tuple(_statements(g.epilogue, plan, f"kN_g{g.index}", True, checked))
                         if g.epilogue is not None else ())
             out.append(CDag("mma", gemm=g, epilogue=epilogue))
         elif isinstance(stmt, ld.HandTile):
@@ -109,16 +122,18 @@ def zero_grid(loop_len: int, heads: int, batches: int) -> tuple[int, int, int]:
 
 def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: str) -> str:
     # the header's lines and the params struct are a forward loop's (one home)
-    body = _statements(plan.body, plan, "loop_len")
-    tail = _statements(plan.epilogue, plan, "kNAcc")
+    body = _statements(plan.body, plan, "loop_len")  # the last block's
+    body_full = _statements(plan.body, plan, "loop_len", checked=False)  # the blocks before
+    tail = _statements(plan.epilogue, plan, "kNAcc", in_loop=False)
     return render(
         "common/loop_bwd.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=program._header(plan, source_name, source_hash, command),
         arch_guard=program._arch_guard(plan), fields=program._fields(plan),
-        params_guard=program._params_guard(plan), body=body, tail=tail,
+        params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name,
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
         zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,
         zero_threads=ZERO_THREADS, philox=program.uses_random(plan),
-        accumulators=[plan.gemm(name) for name in plan.accumulators])
+        accumulators=[plan.gemm(name) for name in plan.accumulators],
+        vectors=[plan.param(name) for name in plan.vectors])

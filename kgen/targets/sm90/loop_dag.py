@@ -28,7 +28,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
     vector_loads = _vector_loads(plan)
     cached = frozenset(prm.name for loads in vector_loads.values() for prm in loads)
     body = common_dag._statements(plan.body, plan, "loop_len", cached=cached)
-    tail = common_dag._statements(plan.epilogue, plan, "kNAcc")
+    tail = common_dag._statements(plan.epilogue, plan, "kNAcc", in_loop=False)
     first_readers, wait_fences, final_fences = _waits(plan)
     return render(
         "sm90/loop_bwd.cu.j2", plan=plan, w=w, name=plan.name, ns=f"{plan.name}_cfg",
