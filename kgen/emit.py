@@ -39,14 +39,14 @@ PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm90", "loop"): sm90_loop.emit_loop,
     ("sm80", "rows"): program_emit,
     ("sm90", "rows"): program_emit,
-    ("sm80", "loop_dag"): dag_loop.emit,  # a loop over a DAG of gemms: mma.sync, or on sm_90a
-    ("sm90", "loop_dag"): sm90_loop_dag.emit,  # the wgmma skeleton where plan.wgmma says so
+    ("sm80", "loop_dag"): dag_loop.emit,  # a loop over a DAG of gemms: mma.sync, both targets
+    ("sm90", "loop_dag"): sm90_loop_dag.emit,  # its sm_90a wgmma skeleton (plan.wgmma)
 }
 
 
 def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
-    wgmma; a loop plan with a wgmma schedule) is sm_90a code; otherwise its target's family
+    wgmma; a loop or DAG loop plan with a wgmma schedule) is sm_90a code; otherwise its target's family
     (sm_90a runs the sm_80 mainloop)."""
     if isinstance(plan, PROGRAM_PLANS):
         wgmma = isinstance(plan, (LoopPlan, LoopDagPlan)) and plan.wgmma is not None
