@@ -1,14 +1,17 @@
-"""The attention backward: kgen's main kernel (examples/attention_bwd.kg, the DAG loop's
-mma.sync skeleton, the sm_80 build) beside torch SDPA's cuDNN, flash and memory-efficient
-backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads, head dims 64 and 128,
-S = T in {1024, 4096}, causal (top-left) and not.
+"""The attention backward: kgen's main kernel (examples/attention_bwd.kg without its tile line:
+the rulebook's configuration; on a Hopper GPU the sm_90a build, the wgmma skeleton, with the
+sm_80 build's mma.sync skeleton beside it as `kgen_mma_sync`) beside torch SDPA's cuDNN, flash
+and memory-efficient backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads,
+head dims 64 and 128, S = T in {1024, 4096}, causal (top-left) and not.
 
 Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by the row kernel
 examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
 kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
-(with the zeroing of dQ it launches first); `sdpa_*` torch.autograd.grad of a saved SDPA graph
-with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's 4 * B * H * S * T *
-D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
+(with the zeroing of dQ it launches first); on the wgmma skeleton `kgen_mma_sync` the sm_80
+build's main kernel and `kgen_bulk_dq` the wgmma skeleton with dQ added by the copy engine's
+bulk reduce-add (a plan option) instead of f32 atomics; `sdpa_*` torch.autograd.grad of a saved
+SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
+4 * B * H * S * T * D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
 
     python3 bench/attention_bwd.py              # the table (--json FILE writes it)
     python3 bench/attention.py --bwd            # the same, from the forward's bench
@@ -51,12 +54,34 @@ def _kernel(path: str, d: int, replace: dict[str, str] | None = None) -> ir.Kern
     return module.kernels[0]
 
 
-def kernels(d: int, causal: bool) -> tuple:
-    """The loaded main kernel (its rulebook tile for D) and the D row kernel."""
+def device_arch() -> ir.Arch:
+    """sm_90a on a Hopper GPU (the wgmma skeleton where the rulebook picks it), else sm_80."""
+    return ir.Arch.SM90A if torch.cuda.get_device_capability() == (9, 0) else ir.Arch.SM80
+
+
+def built_main(d: int, causal: bool, arch: ir.Arch | None = None):
     mask = {} if causal else {MASKED: "exp(scale * acc - lse[col])"}
-    main = _kernel("examples/attention_bwd.kg", d, mask)
+    return build_verified(_kernel("examples/attention_bwd.kg", d, mask), arch or device_arch())
+
+
+def with_bulk_adds(built):
+    """The sm_90a build with dQ added by the copy engine's bulk reduce-add (the plan option
+    loop_dag_schedule.with_bulk_add), its source emitted again."""
+    import dataclasses
+
+    from kgen.targets.sm90.loop_dag import emit
+    from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+    plan = with_bulk_add(built.plan, True)
+    source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
+    return dataclasses.replace(built, plan=plan, source=source)
+
+
+def kernels(d: int, causal: bool, arch: ir.Arch | None = None) -> tuple:
+    """The loaded main kernel (the rulebook's configuration for D on `arch`, the device's by
+    default) and the D row kernel."""
+    built = built_main(d, causal, arch)
     dot = _kernel("examples/attention_bwd_dot.kg", d)
-    built = build_verified(main, ir.Arch.SM80)
     return load_built(built), load_built(build_verified(dot, ir.Arch.SM80)), built.plan
 
 
@@ -102,8 +127,17 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
 
     flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
     row = {"d": d, "s": s, "causal": causal, "batch": b, "heads": HEADS,
-           "tile": plan.config.value}
-    for name, fn in (("kgen_total", total), ("kgen_main", main_call)):
+           "tile": plan.config.value, "skeleton": "wgmma" if plan.wgmma else "mma.sync"}
+    calls = [("kgen_total", total), ("kgen_main", main_call)]
+    if plan.wgmma is not None:  # beside it, the mma.sync skeleton's main kernel (sm_80 build)
+        mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
+        calls.append(("kgen_mma_sync", lambda _: mma_sync(
+            Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+    if plan.wgmma is not None and plan.wgmma.add_offset is None:  # dQ by bulk adds instead
+        bulk = load_built(with_bulk_adds(built_main(d, causal)))
+        calls.append(("kgen_bulk_dq", lambda _: bulk(
+            Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+    for name, fn in calls:
         t = time_kernel(fn, rotate=rotate, stream=stream)
         row[name] = flops / (t.median_ms * 1e-3) / 1e12
     from torch.nn.attention import sdpa_kernel
@@ -130,9 +164,11 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    columns = ["kgen_total", "kgen_main", *backends]
+    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_bulk_dq", *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
+    print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
+          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_bulk_dq: dQ by bulk reduce-adds")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d in dims:
@@ -148,12 +184,14 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     return rows
 
 
-def once() -> None:
-    """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing: for
-    compute-sanitizer's memcheck and racecheck."""
-    main = load_built(build_verified(_kernel("examples/attention_bwd.kg", 64), ir.Arch.SM80))
-    q, do = (torch.randn(1, 2, 200, 64, device="cuda").bfloat16() for _ in range(2))
-    k, v = (torch.randn(1, 2, 333, 64, device="cuda").bfloat16() for _ in range(2))
+def once(arch: ir.Arch | None = None, d: int = 64) -> None:
+    """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
+    arch by default: for compute-sanitizer's memcheck and racecheck."""
+    built = build_verified(_kernel("examples/attention_bwd.kg", d), arch or device_arch())
+    print(f"{built.plan.arch.value}: {built.plan.mma.value}")
+    main = load_built(built)
+    q, do = (torch.randn(1, 2, 200, d, device="cuda").bfloat16() for _ in range(2))
+    k, v = (torch.randn(1, 2, 333, d, device="cuda").bfloat16() for _ in range(2))
     lse = torch.full((1, 2, 200), 4.0, device="cuda")
     dd = torch.randn(1, 2, 200, device="cuda")
     dq, dk, dv = main(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=0.125)
@@ -168,10 +206,14 @@ def main(argv=None) -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--once", action="store_true")
     parser.add_argument("--d", type=int, nargs="+", default=None)
+    parser.add_argument("--s", type=int, nargs="+", default=None, help="lengths S = T")
+    parser.add_argument("--arch", default=None, help="--once: sm_80 or sm_90a (the device's)")
     args = parser.parse_args(argv)
     if args.once:
-        return once()
-    table(args.json, tuple(args.d or (64, 128)))
+        for d in args.d or (64,):
+            once(ir.Arch(args.arch) if args.arch else None, d)
+        return
+    table(args.json, tuple(args.d or (64, 128)), tuple(args.s or (1024, 4096)))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from .targets.common import loop_dag as dag_loop
 from .targets.sm80 import chain as sm80_chain, gemm as sm80_gemm
 from .targets.sm90 import chain as sm90_chain, gemm as sm90_gemm
 from .targets.sm90 import loop as sm90_loop
+from .targets.sm90 import loop_dag as sm90_loop_dag
 
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
@@ -38,17 +39,17 @@ PROGRAM_EMITTERS: dict[tuple[str, str], Emitter] = {
     ("sm90", "loop"): sm90_loop.emit_loop,
     ("sm80", "rows"): program_emit,
     ("sm90", "rows"): program_emit,
-    ("sm80", "loop_dag"): dag_loop.emit,  # a loop over a DAG of gemms: mma.sync on both
-    ("sm90", "loop_dag"): dag_loop.emit,
+    ("sm80", "loop_dag"): dag_loop.emit,  # a loop over a DAG of gemms: mma.sync, both targets
+    ("sm90", "loop_dag"): sm90_loop_dag.emit,  # its sm_90a wgmma skeleton (plan.wgmma)
 }
 
 
 def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
-    wgmma; a loop plan with a wgmma schedule) is sm_90a code; otherwise its target's family
+    wgmma; a loop or DAG loop plan with a wgmma schedule) is sm_90a code; otherwise its target's family
     (sm_90a runs the sm_80 mainloop)."""
     if isinstance(plan, PROGRAM_PLANS):
-        wgmma = isinstance(plan, LoopPlan) and plan.wgmma is not None
+        wgmma = isinstance(plan, (LoopPlan, LoopDagPlan)) and plan.wgmma is not None
         return "sm90" if wgmma else target(plan.arch).emitter
     return "sm90" if plan.schedule.wgmma else target(plan.arch).emitter
 

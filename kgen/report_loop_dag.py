@@ -19,12 +19,31 @@ def _shown(section: pp.Section) -> pp.Section:
     return pp.Section(values, section.statements)
 
 
-def _lines(section: pp.Section) -> list[str]:
-    """The section's statements: the DAG's own kinds here, the others as a forward's."""
+# How each gemm reads its operands on the wgmma skeleton (plan.wgmma): by kind, A and B
+WGMMA_OPERANDS = {
+    ld.GemmKind.SCORE: ("shared memory, K-major (the warpgroup's 64 rows)",
+                        "its ring slot, K-major"),
+    ld.GemmKind.ACCUMULATING: ("registers", "its ring slot, MN-major"),
+    ld.GemmKind.LOOP_ROW: ("the staged value's slot, MN-major (transposed)",
+                           "shared memory, MN-major (the warpgroup's columns)")}
+
+
+def _lines(section: pp.Section, wgmma: bool = False) -> list[str]:
+    """The section's statements: the DAG's own kinds here, the others as a forward's.
+    `wgmma`: the plan runs the sm_90a wgmma skeleton (the gemms' operands read so)."""
     section = _shown(section)
     lines = []
     for s in section.statements:
-        if isinstance(s, ld.DagStep):
+        if isinstance(s, ld.DagStep) and wgmma:
+            g = s.gemm
+            a, b = WGMMA_OPERANDS[g.kind]
+            a = f"{g.a} ({a})" if g.a else f"{a} (v{g.a_value} handed on)"
+            op = "+=" if g.kind is ld.GemmKind.ACCUMULATING else "="
+            lines.append(f"gemm {g.name} ({g.kind.value}) {op} wgmma, A from {a}, B from {g.b} "
+                         f"({b}): {g.k_steps} k16 steps, n {g.n_warp} per warpgroup")
+            if g.epilogue is not None:
+                lines += [f"  {line}" for line in _lines(g.epilogue, wgmma)]
+        elif isinstance(s, ld.DagStep):
             g = s.gemm
             a = {ld.ALoad.SMEM: f"{g.a} (ldmatrix)",
                  ld.ALoad.REGISTERS: f"registers (v{g.a_value} handed on)",
@@ -62,23 +81,49 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "threads": plan.threads, "smem_bytes": plan.smem_bytes,
         "smem_limit": target(plan.arch).smem_limit,
         "params": [{"name": f.name, "ctype": f.ctype} for f in plan.fields],
-        "body": _lines(plan.body), "resources": resources,
+        "body": _lines(plan.body, plan.wgmma is not None), "resources": resources,
+        "skeleton": "wgmma" if plan.wgmma is not None else "mma.sync",
+        "wgmma": _wgmma(plan.wgmma) if plan.wgmma is not None else None,
         "config": choice(plan.config), "mma": choice(plan.mma),
         "registers": choice(plan.registers), "min_ctas": choice(plan.min_ctas),
         "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
         "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
         "loop_bounds": _bounds(plan.bounds),
         "gemms": [{"name": g.name, "kind": g.kind.value, "a": g.a or f"v{g.a_value}",
-                   "a_load": g.a_load.value, "b": g.b, "b_fragments": g.b_load.value,
+                   "a_load": (WGMMA_OPERANDS[g.kind][0] if plan.wgmma is not None
+                              else g.a_load.value), "b": g.b,
+                   "b_fragments": (WGMMA_OPERANDS[g.kind][1] if plan.wgmma is not None
+                                   else g.b_load.value),
                    "k": g.k, "n": g.n, "n_per_warp": g.n_warp, "k16_steps": g.k_steps,
                    "tile": [plan.tile_m if g.kind is not ld.GemmKind.LOOP_ROW else plan.block,
                             g.n, g.k], "stages": plan.stages, "instruction": plan.mma.value,
                    "n8_tiles_per_warp": g.n8_tiles} for g in plan.gemms],
         "zeroed": list(plan.zeroed),
         "phases": list(PHASES),
-        "buffers": [_tile(t, roles[t.name]) for t in plan.tiles],
+        "buffers": ([_wgmma_tile(t, roles[t.name]) for t in plan.wgmma.tiles]
+                    if plan.wgmma is not None else
+                    [_tile(t, roles[t.name]) for t in plan.tiles]),
         "epilogue": _lines(plan.epilogue),
     }
+
+
+def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
+    choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
+    return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
+            "overlap": choice(w.overlap), "adds": choice(w.adds), "consumers": w.consumers,
+            "registers": {"producer": w.producer_registers, "consumer": w.consumer_registers},
+            "barrier_offset": w.barrier_offset,
+            "tensor_maps": [{"param": m.param, "box": [m.box_rows, 64], "boxes": m.boxes}
+                            for m in w.maps]}
+
+
+def _wgmma_tile(t: pp.WgmmaTile, role: str) -> dict[str, Any]:
+    """A tile of the wgmma skeleton as a buffer of the storage map (the keys of _tile)."""
+    return {"name": t.name, "param": t.param, "role": role, "rows": t.rows, "cols": 64 * t.boxes,
+            "slots": t.slots, "dtype": "16-bit", "offset": t.offset, "bytes": t.bytes,
+            "align": 1024, "live": [0, 1], "live_phases": list(PHASES[:2]),
+            "swizzle": f"128-byte, {t.boxes} box(es) of [{t.rows}][64]",
+            "rows_along_loop": False}
 
 
 def print_summary(console, s: dict) -> None:
@@ -89,6 +134,9 @@ def print_summary(console, s: dict) -> None:
                   f"{s['smem_bytes']:,} of {s['smem_limit']:,} B")
     for what in ("config", "mma", "registers", "min_ctas"):
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
+    if s.get("wgmma"):
+        for what in ("roles", "pipeline", "overlap", "adds"):
+            console.print(f"{what}: {s['wgmma'][what]['value']} ({s['wgmma'][what]['why']})")
     bounds = s["loop_bounds"]
     console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
                   f"({bounds['why']})")

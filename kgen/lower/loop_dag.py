@@ -114,10 +114,18 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
                loop.stages.count if loop.stages else None,
                loop.warps.m if loop.warps else None)
-    try:
-        config, why = loop_rules.dag_default(shape, dtype, tgt, *written)
-    except ValueError as err:
-        raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
+    # sm_90a's wgmma skeleton where the rulebook allows it (its one configuration), else
+    # mma.sync's first legal configuration
+    wgmma_refused = loop_rules.dag_wgmma_refusal(shape, dtype, tgt, written)
+    if wgmma_refused is None:
+        config = loop_rules.DAG_WGMMA_CONFIG
+        why = ("the rulebook's configuration of the DAG loop's wgmma skeleton "
+               "(kgen/targets/loop_rules.py, DAG_WGMMA_CONFIG)")
+    else:
+        try:
+            config, why = loop_rules.dag_default(shape, dtype, tgt, *written)
+        except ValueError as err:
+            raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
     if any(w is not None for w in written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
@@ -210,7 +218,25 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                             "the accumulators")
 
     bounds = _bounds(body_section, gemms)
+    if wgmma_refused is None and bounds.fold:
+        # the wgmma skeleton evaluates the mask's predicates in every block (as verified on a
+        # GPU); reading them as 1 inside the mask is the mma.sync skeleton's
+        bounds = pp.LoopBounds(bounds.bounds, (), bounds.why.replace(
+            "; inside the mask its predicate is known true", ""))
     params, fields = _params(kernel, lead.heads)
+    wgmma = None
+    if wgmma_refused is None:
+        from ..targets.sm90.loop_dag_schedule import dag_wgmma
+
+        adds = sum(isinstance(s, ld.AddTile) for g in gemms if g.epilogue is not None
+                   for s in g.epilogue.statements)
+        wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
+                          frozenset(p.name for p in params if p.kv), shape, adds)
+        mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
+                        "loop (FlashAttention-3's backward structure): the rulebook allows it "
+                        "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
+    else:
+        mma = pp.Choice("mma.sync.m16n8k16", _mma_why(arch, wgmma_refused))
     batch, heads, kv = _roles(kernel, lead.heads)
     zeroed = tuple(p.name for p in kernel.params if p.accumulate)
     regs = loop_rules.dag_registers(config, shape)
@@ -220,17 +246,28 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         warps=config.warps, stages=config.stages, resident=tuple(tiles.values()),
         streamed=tuple(ring.values()), staged=tuple(staged), gemms=tuple(gemms),
         accumulators=accumulators, n_acc=n_acc, body=body_section, epilogue=tail.section(),
-        zeroed=zeroed, smem_bytes=offset, mma=pp.Choice("mma.sync.m16n8k16", _mma_why(arch)),
+        zeroed=zeroed, smem_bytes=wgmma.smem_bytes if wgmma else offset, mma=mma,
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
-        registers=pp.Choice(str(regs), f"the rulebook's estimate per thread (at most "
-                            f"{loop_rules.dag_register_budget(tgt)}): {len(accumulators)} "
-                            f"accumulator(s) of N {n_acc} held in registers"),
+        registers=(pp.Choice(str(loop_rules.dag_wgmma_registers(shape)), "the rulebook's "
+                             "estimate per consumer thread (setmaxnreg "
+                             f"{loop_rules.CONSUMER_REGISTERS}): {len(accumulators)} "
+                             f"accumulator(s) of N {n_acc} held in registers") if wgmma else
+                   pp.Choice(str(regs), f"the rulebook's estimate per thread (at most "
+                             f"{loop_rules.dag_register_budget(tgt)}): {len(accumulators)} "
+                             f"accumulator(s) of N {n_acc} held in registers")),
         heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds,
-        min_ctas=pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape))),
-        vectors=vectors, vectors_why=_VECTORS_WHY if vectors else "no f32 vector is read at col")
+        min_ctas=(pp.Choice("1", "the wgmma skeleton: 3 warpgroups and most of shared "
+                            "memory, one CTA per SM") if wgmma else
+                  pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape)))),
+        vectors=() if wgmma else vectors,
+        vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
+                     else "no f32 vector is read at col"),
+        wgmma=wgmma)
 
 
+_WGMMA_VECTORS_WHY = ("the wgmma skeleton loads each into registers while the score gemm whose "
+                      "epilogue reads it runs (kgen/targets/sm90/loop_dag.py)")
 _VECTORS_WHY = ("staged per block by cp.async with the streamed tiles: a thread reads block / 4 "
                 "of each per score tile, which from global memory were loads in the epilogue's "
                 "path (L1 hits at best), each behind a bounds check")
@@ -255,10 +292,10 @@ def _col_vectors(kernel: ir.Kernel, scores: list[ir.Gemm]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _mma_why(arch: ir.Arch) -> str:
+def _mma_why(arch: ir.Arch, wgmma_refused: str) -> str:
     if arch is ir.Arch.SM90A:
         return ("sm_90a runs the DAG loop's mma.sync skeleton (FlashAttention-2's structure): "
-                "no wgmma skeleton of a loop of more than two gemms yet")
+                f"the wgmma skeleton does not take this loop: {wgmma_refused}")
     return f"{arch.value} has mma.sync (m16n8k16, f32 accumulate)"
 
 

@@ -20,8 +20,8 @@ import enum
 from dataclasses import dataclass
 
 from ..enums import Arch, Dim, DType
-from .program import (Choice, LoopBounds, ProgramField, ProgramParam, Section, SmemTile,
-                      FragmentLoad)
+from .program import (Choice, LoopBounds, LoopTensorMap, ProgramField, ProgramParam, Section,
+                      SmemTile, FragmentLoad, WgmmaTile)
 
 
 class GemmKind(enum.Enum):
@@ -113,6 +113,56 @@ class DagStep:
 
 
 @dataclass(frozen=True, slots=True)
+class DagWgmma:
+    """The sm_90a skeleton of a DAG loop (FlashAttention-3's backward structure; templates/sm90/
+    loop_bwd.cu.j2): one producer warpgroup whose one thread issues every copy-engine load (the
+    loop-invariant tiles once, the streamed tiles per block into rings of full/empty
+    mbarriers), `consumers` warpgroups of 64 of the kernel's rows each. A score gemm is a
+    wgmma from shared memory (both K-major, M the rows); an accumulating gemm a wgmma with A
+    from registers and B MN-major from the ring slot; a staged tile value is written to shared
+    memory in the 128-byte swizzle (`staged`, two slots: a block's writes never meet the
+    previous block's reads) and a loop-row gemm reads it transposed (A MN-major), each
+    warpgroup computing 1/consumers of its columns (`n_warp` of the gemm). Tiles are boxes of
+    [rows][64] (plan.program.WgmmaTile); the mbarriers follow them: the loop-invariant tiles'
+    one, then per streamed tile its `slots` full and `slots` empty ones."""
+
+    consumers: int
+    producer_registers: int
+    consumer_registers: int
+    resident: tuple[WgmmaTile, ...]  # the loop-invariant tiles, [tile_m rows], once
+    streamed: tuple[WgmmaTile, ...]  # per block, [block rows], ring slots
+    staged: tuple[WgmmaTile, ...]  # the staged tile values, [tile_m rows][block]
+    barrier_offset: int
+    smem_bytes: int
+    maps: tuple[LoopTensorMap, ...]  # resident, then streamed: the kernel's second parameter
+    roles: Choice
+    mma: Choice
+    pipeline: Choice
+    overlap: Choice
+    # an accumulating gemm is waited for right after it is issued (its A registers free before
+    # the next gemm's accumulator is live), else together with the next gemm's wait
+    wait_accumulating: bool = True
+    # a loop-row tile's adds: by the copy engine's bulk reduce-add from a staging of
+    # `add_row_bytes` a row at `add_offset` (kBlock rows per consumer warpgroup), or by f32
+    # atomics from registers (add_offset None); `adds` says which and why
+    add_offset: int | None = None
+    add_row_bytes: int = 0
+    adds: Choice = Choice("f32 atomics", "the default")
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def tiles(self) -> tuple[WgmmaTile, ...]:
+        return self.resident + self.streamed + self.staged
+
+    def tile_of(self, smem_tile: str) -> WgmmaTile:
+        """The wgmma tile standing for the mma.sync plan's tile `smem_tile` (same order)."""
+        return next(t for t in self.tiles if t.name == smem_tile)
+
+
+@dataclass(frozen=True, slots=True)
 class LoopDagPlan:
     """A loop kernel over a DAG of gemms (see the module's note)."""
 
@@ -147,13 +197,16 @@ class LoopDagPlan:
     min_ctas: Choice = Choice("1", "the default")
     # f32 vectors of the loop's dimension read at `col` in the body (lse, D): staged per block
     # into `stages` ring slots of `block` floats with the streamed tiles (cp.async, zero past
-    # the loop's end), after the staged tiles in shared memory
+    # the loop's end), after the staged tiles in shared memory (the mma.sync skeleton's; the
+    # wgmma skeleton loads them into registers while a score gemm runs)
     vectors: tuple[str, ...] = ()
     vectors_why: str = "no vector is read at col"
+    # the sm_90a wgmma skeleton (the rulebook's choice, its why in `mma`), or None: mma.sync
+    wgmma: DagWgmma | None = None
 
     @property
     def threads(self) -> int:
-        return self.warps * 32
+        return self.wgmma.threads if self.wgmma is not None else self.warps * 32
 
     @property
     def kind(self) -> str:

@@ -583,3 +583,115 @@ def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
         return 2, f"about {regs} registers a thread: two CTAs fit an SM's registers"
     return 1, (f"about {regs} registers a thread: one CTA per SM, so ptxas takes the registers "
                "it needs rather than spill to fit two")
+
+
+# =============================================================================================
+# The DAG loop on sm_90a's wgmma skeleton (FlashAttention-3's backward structure;
+# templates/sm90/loop_bwd.cu.j2, laid out by kgen/targets/sm90/loop_dag_schedule.py).
+#
+# One configuration: 128 rows (keys) per CTA, two consumer warpgroups of 64 (wgmma's M is the
+# rows: S^T = K Q^T and dP^T = V dO^T computed transposed, as FA3's SdP_swapAB), a block of 64
+# (queries; FA3's at head dim 128), two ring slots of each streamed tile and two of each staged
+# tile value (dS^T), setmaxnreg 24 / 240. Registers per consumer thread at N 128: the two
+# accumulators 2 x 64, two score tiles 2 x 32, the handed-on value 16, a loop-row tile's share
+# (N / 2 columns of 16 rows) after the score tiles die; shared memory at D 128: K, V 2 x 32 KiB,
+# Q, dO 2 x 2 x 16 KiB, dS^T 2 x 16 KiB = 160 KiB.
+# =============================================================================================
+
+DAG_WGMMA_CONFIG = LoopConfig(128, 64, 2, 16)
+DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot while the other warpgroup may still read
+# the previous block's (one consumer barrier a block then orders them)
+DAG_WGMMA_N = (64, 128)  # the accumulators' and the loop-row gemms' N (head dims)
+# The accumulating gemms run beside the next gemm (waited with it) up to this N; past it they
+# are waited for at once. NVRTC 13, bf16/f16, no mask and causal: N 64 0 spills either way; N
+# 128 28-48 B of spills overlapped, 0 waited at once.
+DAG_WGMMA_OVERLAP_N = 64
+DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above
+# Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why).
+# Verified on an H200 (tests/gpu/test_attention_bwd_gpu.py -k sm90a: 63 passed, ragged S/T
+# 1..4097, masks, D 64/128, bf16/f16; compute-sanitizer racecheck 0 hazards, memcheck no device
+# error) and measured faster than mma.sync everywhere (bf16, 16k tokens, 16 heads, S 4096,
+# TFLOP/s of the main kernel, wgmma / mma.sync / SDPA flash / cuDNN; bench/attention_bwd.py):
+#   D 128 274 / 182 / 287 / 573, causal 210 / 155 / 253 / 489
+#   D 64  227 / 170 / 264 / 453, causal 152 / 146 / 223 / 371
+DAG_WGMMA_DEFAULT = True
+
+
+def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, int]:
+    """(the tiles' bytes, the whole with the adds' staging and the mbarriers rounded up to
+    128): 16-bit tiles in 1024-byte aligned boxes; with `bulk_add`, the loop-row tile's f32
+    staging (dag_wgmma_add_row_bytes a row, kBlock rows per consumer warpgroup); mbarriers: the
+    loop-invariant tiles' one, then a full and an empty one per ring slot of each streamed
+    tile."""
+    c = DAG_WGMMA_CONFIG
+    tiles = 2 * (c.tile_m * sum(shape.resident_cols)
+                 + c.stages * c.block * sum(shape.streamed_cols)
+                 + DAG_WGMMA_STAGED_SLOTS * shape.staged * c.tile_m * c.block)
+    stage = (c.tile_m // WGMMA_ROWS * c.block * dag_wgmma_add_row_bytes(shape)
+             if bulk_add else 0)
+    barriers = 8 * (1 + 2 * c.stages * len(shape.streamed_cols))
+    return tiles, tiles + stage + -(-barriers // 128) * 128
+
+
+# dQ's adds (a loop-row gemm's `+=` into an f32 `out accumulate` tensor): by the copy engine's
+# bulk reduce-add (cp.reduce.async.bulk .add.f32, FlashAttention-3's way: the warpgroup's
+# [block, N / 2] tile staged in shared memory, one bulk add per row) or by f32 atomics from
+# registers (red.global.add.f32, 2 x 16 per thread per block, their addresses scattered over
+# 8 rows). A staged row is N / 2 f32 and 32 bytes more: the fragments' writes (8 rows at once)
+# then meet 2-way bank conflicts, not 8-way; rows stay 16-byte aligned as the copy engine needs.
+# The bulk adds compile without spills (NVRTC 13, D 64/128, every mask, bf16/f16) but have not
+# run on a GPU yet: the rulebook keeps the atomics (verified) until
+# tests/gpu/test_attention_bwd_gpu.py::test_sm90a_wgmma_with_bulk_adds and compute-sanitizer
+# pass on an H200 (bench/attention_bwd.py's kgen_bulk_dq column measures them); then True.
+DAG_WGMMA_BULK_ADD = False
+DAG_WGMMA_BULK_ADD_WHY = (
+    "f32 atomics: verified on an H200 (tests/gpu/test_attention_bwd_gpu.py); the bulk "
+    "reduce-add (the plan option loop_dag_schedule.with_bulk_add) compiles without spills but "
+    "is not verified on a GPU yet" if not DAG_WGMMA_BULK_ADD else
+    "the copy engine adds each staged row (cp.reduce.async.bulk .add.f32): a bulk add per row "
+    "instead of a scattered f32 atomic per element (kgen/targets/loop_rules.py)")
+DAG_WGMMA_ADD_PAD = 32
+
+
+def dag_wgmma_add_row_bytes(shape: DagShape) -> int:
+    return 4 * max(shape.loop_row_n, default=0) // (DAG_WGMMA_CONFIG.tile_m // WGMMA_ROWS) \
+        + DAG_WGMMA_ADD_PAD
+
+
+def dag_wgmma_registers(shape: DagShape) -> int:
+    c = DAG_WGMMA_CONFIG
+    carried = shape.accumulators * shape.n_acc // 2
+    scores = shape.live_scores * c.block // 2 + c.block // 4
+    loop_row = max(shape.loop_row_n, default=0) // 2 // 2  # N / consumers columns, 16 rows
+    return carried + max(scores, loop_row) + DAG_WGMMA_OVERHEAD
+
+
+def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
+                      written: tuple[int | None, ...]) -> str | None:
+    """Why the DAG loop's wgmma skeleton does not run this loop on `tgt`, or None. `written`:
+    the source's tile M, block, stages and warps lines (None where absent)."""
+    if not tgt.has(Instruction.WGMMA) or not tgt.tma:
+        return f"{tgt.arch.value} has no wgmma and copy engine"
+    if not DAG_WGMMA_DEFAULT:
+        return "the wgmma backward is not verified on a GPU yet"
+    c = DAG_WGMMA_CONFIG
+    if any(w is not None and w != v for w, v in zip(written, (c.tile_m, c.block, c.stages,
+                                                              c.warps))):
+        return (f"the source's lines ask for another configuration than the wgmma skeleton's "
+                f"(tile {c.tile_m}x{c.block} stages {c.stages})")
+    if dtype.nbytes != 2:
+        return f"{dtype.dsl_name}: the wgmma skeleton multiplies 16-bit operands"
+    cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n + (shape.n_acc,)
+    if any(n not in DAG_WGMMA_N for n in cols):
+        return (f"every operand's columns must be one of {DAG_WGMMA_N} (whole 64-column boxes "
+                "of the copy engine; a loop-row tile's half per warpgroup)")
+    if shape.staged > 1:
+        return "one staged tile value (a loop-row gemm's A) at most"
+    _, need = dag_wgmma_smem_bytes(shape, DAG_WGMMA_BULK_ADD)
+    if need > tgt.smem_limit:
+        return f"it needs {need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B"
+    regs = dag_wgmma_registers(shape)
+    if regs > CONSUMER_REGISTERS:
+        return (f"about {regs} registers per consumer thread (setmaxnreg gives "
+                f"{CONSUMER_REGISTERS})")
+    return None

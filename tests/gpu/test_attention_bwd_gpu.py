@@ -4,7 +4,8 @@ random inputs, with lse and D computed in float64 from the same inputs; every ou
 (NaN) first (dQ, an `out accumulate` tensor, is zeroed by the call itself). Ragged S and T from
 {1, 17, 1000, 4097}, S != T, no mask and causal aligned top-left and bottom-right (rows that
 see no key included), head dims 64 and 128, bf16 and f16, and the sm_90a target's build (the
-same skeleton) on a Hopper GPU."""
+mma.sync skeleton, with a written tile 128x32) and the sm_90a wgmma skeleton the rulebook picks
+without one (templates/sm90/loop_bwd.cu.j2) on a Hopper GPU."""
 from __future__ import annotations
 
 import math
@@ -29,24 +30,38 @@ MASKS = {
 }
 
 
-def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80") -> str:
+def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
+                tile: str | None = None) -> str:
     text = PROGRAM.read_text()
     assert MASKED in text and "target sm_80" in text
     return (text.replace(MASKED, MASKS[mask]).replace("128]", f"{d}]")
             .replace("bf16[", f"{dtype}[").replace("target sm_80", f"target {arch}")
             .replace("0.08838834764", repr(1.0 / math.sqrt(d)))
-            .replace("    tile 128x32\n", ""))  # the rulebook's tile for the head dim
+            # the rulebook's tile for the head dim, or the one asked for
+            .replace("    tile 128x32\n", f"    tile {tile}\n" if tile else ""))
 
 
 _LOADED: dict = {}
 
 
-def load(d, mask, dtype="bf16", arch="sm_80"):
-    key = (d, mask, dtype, arch)
+def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=False):
+    """`bulk`: the sm_90a wgmma skeleton with dQ added by the copy engine's bulk reduce-add (a
+    plan option) instead of the rulebook's f32 atomics."""
+    key = (d, mask, dtype, arch, tile, bulk)
     if key not in _LOADED:
-        module = parse(kernel_text(d, mask, dtype, arch), "bwd.kg")
+        module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
         assert verify(module) == []
-        _LOADED[key] = load_built(build_verified(module.kernels[0], ir.Arch(arch)))
+        built = build_verified(module.kernels[0], ir.Arch(arch))
+        if bulk:
+            import dataclasses
+
+            from kgen.targets.sm90.loop_dag import emit
+            from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+            plan = with_bulk_add(built.plan, True)
+            built = dataclasses.replace(built, plan=plan, source=emit(
+                plan, source_name="bwd.kg", source_hash="0", command="test"))
+        _LOADED[key] = load_built(built)
     return _LOADED[key]
 
 
@@ -93,9 +108,9 @@ def close(out, ref, tol, what):
         assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
-def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3):
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=False):
     torch = _torch()
-    kernel = load(d, mask, dtype, arch)
+    kernel = load(d, mask, dtype, arch, tile, bulk)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
     q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
@@ -135,21 +150,67 @@ def test_f16(d, mask):
     run_case(d, 17, 1000, mask, dtype="f16")
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_sm90a_build_runs_the_same_skeleton(d):
+def _hopper():
     torch = _torch()
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90a code runs on compute capability 9.0 only")
-    run_case(d, 1000, 4097, "top_left", arch="sm_90a")
-    run_case(d, 4097, 1000, "none", arch="sm_90a")
 
 
-def test_dq_is_zeroed_by_each_call():
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda st: f"s{st[0]}-t{st[1]}")
+def test_sm90a_wgmma_skeleton_matches_float64_autograd(d, mask, shape):
+    """The sm_90a build runs the rulebook's wgmma skeleton (templates/sm90/loop_bwd.cu.j2)."""
+    _hopper()
+    assert load(d, mask, arch="sm_90a").plan.wgmma is not None
+    run_case(d, *shape, mask, arch="sm_90a")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["none", "bottom_right"])
+def test_sm90a_wgmma_f16(d, mask):
+    _hopper()
+    run_case(d, 1000, 4097, mask, dtype="f16", arch="sm_90a")
+    run_case(d, 17, 1000, mask, dtype="f16", arch="sm_90a")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("shape", [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097)],
+                         ids=lambda st: f"s{st[0]}-t{st[1]}")
+def test_sm90a_wgmma_with_bulk_adds(d, mask, shape):
+    """The plan option: dQ added by the copy engine's bulk reduce-add (cp.reduce.async.bulk,
+    loop_dag_schedule.with_bulk_add) instead of f32 atomics."""
+    _hopper()
+    assert load(d, mask, arch="sm_90a", bulk=True).plan.wgmma.add_offset is not None
+    run_case(d, *shape, mask, arch="sm_90a", bulk=True)
+
+
+def test_sm90a_wgmma_other_batches_and_heads():
+    """B 1, H 1 (the tensor maps' head and batch extents 1) and B 3, H 5."""
+    _hopper()
+    run_case(128, 1000, 333, "top_left", arch="sm_90a", b=1, h=1)
+    run_case(64, 333, 1000, "bottom_right", arch="sm_90a", b=3, h=5)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_written_tile_runs_the_mma_sync_skeleton(d):
+    """A written tile the wgmma skeleton does not take (128x32) keeps sm_90a on mma.sync."""
+    _hopper()
+    assert load(d, "top_left", arch="sm_90a", tile="128x32").plan.wgmma is None
+    run_case(d, 1000, 4097, "top_left", arch="sm_90a", tile="128x32")
+    run_case(d, 4097, 1000, "none", arch="sm_90a", tile="128x32")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_dq_is_zeroed_by_each_call(arch):
     """dQ is an `out accumulate` tensor: a second call into the same dQ gives the same values,
     not twice them."""
     torch = _torch()
-    first, _, _ = run_case(64, 1000, 1000, "top_left", b=1, h=2)
-    kernel = load(64, "top_left")
+    if arch == "sm_90a":
+        _hopper()
+    first, _, _ = run_case(64, 1000, 1000, "top_left", b=1, h=2, arch=arch)
+    kernel = load(64, "top_left", arch=arch)
     gen = torch.Generator(device="cuda").manual_seed(5)
     q, k, v, do = (torch.randn(1, 2, 1000, 64, device="cuda", generator=gen).bfloat16()
                    for _ in range(4))
@@ -164,10 +225,13 @@ def test_dq_is_zeroed_by_each_call():
     assert (dq - once).abs().max().item() <= 1e-4 * once.abs().max().item()
 
 
-def test_no_key_rows_give_zero_dk_dv_and_all_masked_query_blocks_are_skipped():
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_no_key_rows_give_zero_dk_dv_and_all_masked_query_blocks_are_skipped(arch):
     """S < T under top-left causal: keys past the last query see no query; their dK and dV
     are zero (their CTAs skip every block and store the zero accumulators)."""
     torch = _torch()
-    _, dk, dv = run_case(128, 17, 1000, "top_left", b=1, h=1)
+    if arch == "sm_90a":
+        _hopper()
+    _, dk, dv = run_case(128, 17, 1000, "top_left", b=1, h=1, arch=arch)
     assert torch.equal(dk[..., 17:, :].float(), torch.zeros_like(dk[..., 17:, :].float()))
     assert torch.equal(dv[..., 17:, :].float(), torch.zeros_like(dv[..., 17:, :].float()))

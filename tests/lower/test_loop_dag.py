@@ -62,19 +62,67 @@ def test_the_backward_plan_in_order():
     assert "sm_80 has mma.sync" in plan.mma.why
 
 
-def test_sm90a_runs_the_mma_sync_skeleton_and_says_why():
-    plan = plan_of(arch=ir.Arch.SM90A)
-    assert isinstance(plan, ld.LoopDagPlan)
-    assert "no wgmma skeleton" in plan.mma.why
+def test_sm90a_with_a_written_tile_the_wgmma_skeleton_does_not_take_runs_mma_sync():
+    plan = plan_of(arch=ir.Arch.SM90A)  # the example's `tile 128x32`
+    assert isinstance(plan, ld.LoopDagPlan) and plan.wgmma is None
+    assert plan.mma.value == "mma.sync.m16n8k16"
+    assert "the wgmma skeleton does not take this loop: the source's lines" in plan.mma.why
 
 
 @pytest.mark.parametrize("arch, d, tile", [
-    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x32"),
-    (ir.Arch.SM90A, 64, "128x32"), (ir.Arch.SM90A, 128, "128x32")])
+    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x32")])
 def test_the_rulebook_tile_per_head_dim(arch, d, tile):
     plan = plan_of(variant(d), arch)
     assert plan.config.value.startswith(f"tile {tile} warps 8 stages 2")
     assert int(plan.registers.value) <= loop_rules.dag_register_budget(target(arch))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("tile", [None, "128x64"])
+def test_sm90a_picks_the_wgmma_skeleton(d, tile):
+    """FlashAttention-3's structure: 2 consumer warpgroups of 64 keys, blocks of 64 queries;
+    K, V once and Q, dO in 2-slot rings by the copy engine; dS^T staged in 2 slots."""
+    plan = plan_of(variant(d, tile=tile), ir.Arch.SM90A)
+    w = plan.wgmma
+    assert w is not None and plan.mma.value == w.mma.value and "wgmma" in plan.mma.why
+    assert (plan.tile_m, plan.block, plan.stages, plan.threads) == (128, 64, 2, 384)
+    assert plan.config.value == "tile 128x64 warps 8 stages 2"
+    assert [(t.name, t.param, t.rows, t.boxes, t.slots) for t in w.tiles] == [
+        ("k_res", "K", 128, d // 64, 1), ("v_res", "V", 128, d // 64, 1),
+        ("q_ring", "Q", 64, d // 64, 2), ("do_ring", "dO", 64, d // 64, 2),
+        ("t0_smem", "dst", 128, 1, 2)]
+    assert [(m.param, m.box_rows) for m in w.maps] == [("K", 128), ("V", 128), ("Q", 64),
+                                                        ("dO", 64)]
+    offsets = [t.offset for t in w.tiles]
+    assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
+    # dQ's adds by f32 atomics (verified); the bulk reduce-add is a plan option (below)
+    assert w.add_offset is None and w.adds.value.startswith("f32 atomics")
+    assert "not verified on a GPU yet" in w.adds.why
+    assert w.barrier_offset == sum(t.bytes for t in w.tiles)
+    assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
+    assert plan.smem_bytes <= target(ir.Arch.SM90A).smem_limit
+    assert int(plan.registers.value) <= loop_rules.CONSUMER_REGISTERS
+    # the accumulating gemms overlap the next gemm where the registers allow (N 64)
+    assert w.wait_accumulating == (d > loop_rules.DAG_WGMMA_OVERLAP_N)
+    st, dv, dpt, dk, dq = plan.gemms
+    assert (dq.kind, dq.k, dq.n, dq.n_warp) == (ld.GemmKind.LOOP_ROW, 128, d, d // 2)
+
+
+def test_sm90a_wgmma_refusals_keep_mma_sync_and_say_why():
+    shape = loop_rules.DagShape((128, 128), (128, 128), 1, 2, 128, 2, (128,))
+    sm90 = target(ir.Arch.SM90A)
+    assert loop_rules.dag_wgmma_refusal(shape, ir.DType.BF16, sm90, (None,) * 4) is None
+    assert "has no wgmma" in loop_rules.dag_wgmma_refusal(shape, ir.DType.BF16,
+                                                          target(ir.Arch.SM80), (None,) * 4)
+    assert "the source's lines" in loop_rules.dag_wgmma_refusal(
+        shape, ir.DType.BF16, sm90, (128, 32, None, None))
+    assert "16-bit" in loop_rules.dag_wgmma_refusal(shape, ir.DType.F32, sm90, (None,) * 4)
+    wide = loop_rules.DagShape((256, 256), (256, 256), 1, 2, 256, 2, (256,))
+    assert "columns must be one of" in loop_rules.dag_wgmma_refusal(wide, ir.DType.BF16, sm90,
+                                                                   (None,) * 4)
+    # a head dim the wgmma skeleton does not take runs mma.sync, its why in the plan
+    plan = plan_of(variant(96), ir.Arch.SM90A)
+    assert plan.wgmma is None and "columns must be one of (64, 128)" in plan.mma.why
 
 
 def test_a_written_tile_over_the_registers_is_refused_at_the_loop():
@@ -149,3 +197,37 @@ def test_zero_grid_covers_the_loop():
     assert zero_grid(1, 3, 2) == (1, 3, 2)
     assert zero_grid(4097, 1, 1) == (math.ceil(4097 / ZERO_ROWS), 1, 1)
     assert zero_grid(0, 1, 1)[0] == 0
+
+
+def test_inspect_shows_the_skeleton_chosen_and_why():
+    from kgen.report_loop_dag import summary
+
+    s = summary(plan_of(variant(128), ir.Arch.SM90A))
+    assert s["skeleton"] == "wgmma" and s["threads"] == 384
+    assert "wgmma" in s["mma"]["value"] and "rulebook allows it" in s["mma"]["why"]
+    assert s["wgmma"]["roles"]["value"].startswith("1 producer warpgroup + 2 consumer")
+    assert s["wgmma"]["adds"]["value"].startswith("f32 atomics")
+    assert [b["name"] for b in s["buffers"]] == ["k_res", "v_res", "q_ring", "do_ring",
+                                                 "t0_smem"]
+    assert s["body"][0].startswith("gemm st (score) = wgmma")
+    kept = summary(plan_of(arch=ir.Arch.SM90A))  # the example's written tile 128x32
+    assert kept["skeleton"] == "mma.sync" and kept["wgmma"] is None
+    assert "the wgmma skeleton does not take this loop" in kept["mma"]["why"]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_bulk_reduce_add_option_lays_out_its_staging(d):
+    """dQ's adds by the copy engine (with_bulk_add): each warpgroup's [64, d / 2] f32 staged
+    after the tiles, rows padded by 32 bytes, the mbarriers after it; and back."""
+    from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+    plan = plan_of(variant(d), ir.Arch.SM90A)
+    bulk = with_bulk_add(plan, True)
+    w = bulk.wgmma
+    assert w.add_offset == plan.wgmma.barrier_offset and w.adds.value.startswith("bulk")
+    assert w.add_row_bytes == 4 * d // 2 + 32 and w.add_row_bytes % 16 == 0
+    assert w.barrier_offset == w.add_offset + 2 * 64 * w.add_row_bytes
+    assert bulk.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
+    back = with_bulk_add(bulk, False)
+    assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset) == (
+        plan.smem_bytes, plan.wgmma.barrier_offset, None)

@@ -1,7 +1,9 @@
 """The attention backward's DAG loop (examples/attention_bwd.kg) compiled by NVRTC on the CPU
 for sm_80 and sm_90a, head dims 64 and 128, no mask and causal (top-left and bottom-right),
-bf16 and f16: 0 spills and no stack at the rulebook's configuration; the emitted .cu in the
-skeleton's fixed order, deterministic, with its zeroing kernel and launcher."""
+bf16 and f16: 0 spills and no stack at the rulebook's configuration (on sm_90a the wgmma
+skeleton, templates/sm90/loop_bwd.cu.j2; its PTX checked; the mma.sync skeleton there with a
+written tile 128x32); the emitted .cu in the skeleton's fixed order, deterministic, with its
+zeroing kernel and launcher."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,12 +22,26 @@ MASKS = {"none": "exp(scale * acc - lse[col])", "top_left": MASKED,
          "bottom_right": "where(row <= col + T - S, exp(scale * acc - lse[col]), 0)"}
 
 
-def built(d: int, mask: str, arch: ir.Arch, dtype: str = "bf16"):
+def built(d: int, mask: str, arch: ir.Arch, dtype: str = "bf16", tile: str | None = None,
+          bulk: bool = False):
+    """The rulebook's configuration (on sm_90a the wgmma skeleton), or the written `tile`;
+    `bulk`: the wgmma skeleton's plan option, dQ by the copy engine's bulk reduce-add."""
     text = (TEXT.replace("128]", f"{d}]").replace(MASKED, MASKS[mask])
-            .replace("bf16[", f"{dtype}[").replace("    tile 128x32\n", "\n"))
+            .replace("bf16[", f"{dtype}[")
+            .replace("    tile 128x32\n", f"    tile {tile}\n" if tile else "\n"))
     module = parse(text, "attention_bwd.kg")
     assert verify(module) == []
-    return build_verified(module.kernels[0], arch)
+    b = build_verified(module.kernels[0], arch)
+    if bulk:
+        import dataclasses
+
+        from kgen.targets.sm90.loop_dag import emit
+        from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+
+        plan = with_bulk_add(b.plan, True)
+        b = dataclasses.replace(b, plan=plan, source=emit(
+            plan, source_name="attention_bwd.kg", source_hash="0", command="test"))
+    return b
 
 
 @pytest.mark.slow
@@ -37,10 +53,84 @@ def test_compiles_without_spills(arch, d, mask, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
     b = built(d, mask, arch, dtype)
-    resources = compile_cubin(b.source, b.plan.name, arch.value).resources()
+    result = compile_cubin(b.source, b.plan.name, arch.value)
+    resources = result.resources()
     assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
         resources
     assert resources.get("stack_bytes", 0) == 0, resources
+    if b.plan.wgmma is not None:  # the sm_90a wgmma skeleton compiles without a warning
+        assert "warning" not in result.log.lower(), result.log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_sm90a_bulk_add_option_compiles_without_spills(d, mask, dtype):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = built(d, mask, ir.Arch.SM90A, dtype, bulk=True)
+    result = compile_cubin(b.source, b.plan.name, "sm_90a")
+    assert "warning" not in result.log.lower(), result.log
+    resources = result.resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
+        resources
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_mma_sync_skeleton_compiles_without_spills(d):
+    """A written tile 128x32 keeps sm_90a on the mma.sync skeleton."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = built(d, "top_left", ir.Arch.SM90A, tile="128x32")
+    assert b.plan.wgmma is None
+    resources = compile_cubin(b.source, b.plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
+        resources
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
+    """The sm_90a build's PTX: wgmma SS (the score gemms, n = the block), RS (the accumulating
+    gemms, n = d), SS with both transposed (the loop-row gemm, n = d / 2), the copy engine's
+    rank-4 loads, mbarriers, setmaxnreg, f32 atomics into dQ (the plan option: the copy
+    engine's bulk reduce-adds); no mma.sync."""
+    from kgen.runtime.nvrtc import compile_ptx
+
+    b = built(d, "top_left", ir.Arch.SM90A)
+    assert b.plan.wgmma is not None
+    ptx = compile_ptx(b.source, b.plan.name, "sm_90a")
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") >= 2 * (d // 16)
+    assert f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.bf16.bf16" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{d // 2}k16.f32.bf16.bf16" in ptx
+    assert "p, 1, 1, 1, 1;" in ptx  # the loop-row gemm: A and B transposed (MN-major)
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 240" in ptx and "mbarrier.try_wait" in ptx
+    assert "red.global.add.f32" in ptx or "atom.global.add.f32" in ptx  # dQ's adds
+    assert "cp.reduce.async.bulk" not in ptx and "mma.sync" not in ptx
+    bulk = compile_ptx(built(d, "top_left", ir.Arch.SM90A, bulk=True).source, b.plan.name,
+                       "sm_90a")
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in bulk
+    assert "red.global.add.f32" not in bulk and "atom.global.add.f32" not in bulk
+
+
+def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
+    first = built(128, "top_left", ir.Arch.SM90A).source
+    assert first == built(128, "top_left", ir.Arch.SM90A).source
+    marks = ["// Configuration", "struct alignas(64) TensorMaps", "struct attention_bwd_params",
+             "struct SharedStorage", "__device__ __forceinline__ void wgmma_ss_mn_n64",
+             "attention_bwd(const __grid_constant__ attention_bwd_params p",
+             "attention_bwd_zero(const attention_bwd_params p)",
+             "static cudaError_t attention_bwd_tensor_maps", "cudaError_t attention_bwd_launch"]
+    places = [first.index(m) for m in marks]
+    assert places == sorted(places)
+    launcher = first[first.index("cudaError_t attention_bwd_launch"):]
+    assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
+    assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p, maps)" in launcher
+    assert "atomicAdd(g_dQ + row * p.dQ_ld + col" in first
+    bulk = built(128, "top_left", ir.Arch.SM90A, bulk=True).source
+    assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in bulk
 
 
 def test_emission_is_deterministic_and_in_the_fixed_order():

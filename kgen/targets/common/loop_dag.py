@@ -39,17 +39,23 @@ class CDag:
 
 
 def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
-                loop_rows: bool = False, checked: bool = True, in_loop: bool = True) -> list[str]:
+                loop_rows: bool = False, checked: bool = True, in_loop: bool = True,
+                cached: frozenset[str] = frozenset()) -> list[str]:
     """How the statements read each value. `loop_rows`: a loop-row gemm's epilogue (`row` the
     loop's position); `checked`: the last block, where positions past the loop's end exist in
     the tile (before it, every position exists: vectors of the loop are read unguarded);
-    `in_loop`: not the kernel's epilogue (whose `col` is the accumulators' column)."""
+    `in_loop`: not the kernel's epilogue (whose `col` is the accumulators' column); `cached`:
+    the vectors of the loop's dimension the skeleton holds per block in registers,
+    `vec_<param>[j][e & 1]` (the sm_90a wgmma skeleton's: one load per column)."""
     index = {g.name: g.index for g in plan.gemms}
     refs = []
     for value in section.values:
         kind = value.kind
         if isinstance(kind, (ld.GemmResult, pp.AccumulatorValue)):
             refs.append(f"acc_g{index[kind.gemm]}[j][e]")
+        elif (in_loop and not loop_rows and isinstance(kind, dag.VectorLoad)
+              and kind.axis is Axis.COL and kind.param in cached):
+            refs.append(f"vec_{kind.param}[j][e & 1]")
         elif (in_loop and not loop_rows and isinstance(kind, dag.VectorLoad)
               and kind.axis is Axis.COL and kind.param in plan.vectors):  # staged with the block, zero past the end
             refs.append(f"s_{kind.param}[col - kv0]")
@@ -65,8 +71,8 @@ def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
 
 def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
                 loop_rows: bool = False, checked: bool = True,
-                in_loop: bool = True) -> list[CDag]:
-    refs = _references(section, plan, col_end, loop_rows, checked, in_loop)
+                in_loop: bool = True, cached: frozenset[str] = frozenset()) -> list[CDag]:
+    refs = _references(section, plan, col_end, loop_rows, checked, in_loop, cached)
     # the mask's predicates read 1 in a block inside it (`interior`): the body's only
     fold = plan.bounds.fold if section is plan.body else ()
     own_readers = {s.value for s in section.statements

@@ -1,0 +1,125 @@
+"""The sm_90a skeleton of a DAG loop as a plan value (plan.loop_dag.DagWgmma): warp roles,
+registers, the tiles the copy engine fills (boxes of [rows][64], 128-byte swizzle), the staged
+tile values' slots, the mbarriers, the tensor maps and the MMAs, each with why. The rulebook
+(kgen/targets/loop_rules.py, dag_wgmma_refusal) has already allowed it; this only lays it out.
+The emitter (kgen/targets/sm90/loop_dag.py) reads it."""
+from __future__ import annotations
+
+import dataclasses
+
+from ...enums import DType
+from ...plan import loop_dag as ld
+from ...plan import program as pp
+from .. import loop_rules
+from ..loop_rules import BOX_COLS
+
+
+def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
+              staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
+              shape: loop_rules.DagShape, adds: int) -> ld.DagWgmma:
+    """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
+    `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores."""
+    config = loop_rules.DAG_WGMMA_CONFIG
+    offset = 0
+    tiles: list[list[pp.WgmmaTile]] = [[], [], []]
+    for group, source, rows, slots in (
+            (0, resident, config.tile_m, 1), (1, streamed, config.block, config.stages),
+            (2, staged, config.tile_m, loop_rules.DAG_WGMMA_STAGED_SLOTS)):
+        for t in source:
+            tile = pp.WgmmaTile(t.name, t.param, rows, t.cols // BOX_COLS, slots, offset)
+            tiles[group].append(tile)
+            offset += tile.bytes
+    bulk = loop_rules.DAG_WGMMA_BULK_ADD and adds == 1
+    tiles_bytes, smem = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
+    assert offset == tiles_bytes
+    row_bytes = loop_rules.dag_wgmma_add_row_bytes(shape)
+    stage_bytes = config.tile_m // loop_rules.WGMMA_ROWS * config.block * row_bytes
+    if bulk:
+        add = dict(add_offset=offset, add_row_bytes=row_bytes, adds=pp.Choice(
+            _bulk_value(config.block, (row_bytes - loop_rules.DAG_WGMMA_ADD_PAD) // 4),
+            loop_rules.DAG_WGMMA_BULK_ADD_WHY))
+    else:
+        why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
+               else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
+        add = dict(adds=pp.Choice(ATOMICS, why))
+    barriers = offset + (stage_bytes if bulk else 0)
+    maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
+                 for t in tiles[0] + tiles[1])
+    consumers = config.tile_m // loop_rules.WGMMA_ROWS
+    wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
+    names = lambda ts: " and ".join(t.param for t in ts)  # noqa: E731
+    return ld.DagWgmma(
+        consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
+        consumer_registers=loop_rules.CONSUMER_REGISTERS, resident=tuple(tiles[0]),
+        streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=barriers,
+        smem_bytes=smem, maps=maps,
+        roles=pp.Choice(
+            f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
+            "warp specialization: one thread of the producer issues every copy-engine load "
+            f"(setmaxnreg {loop_rules.PRODUCER_REGISTERS}) while the consumers (setmaxnreg "
+            f"{loop_rules.CONSUMER_REGISTERS}) multiply and run the statements"),
+        mma=pp.Choice(
+            f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
+            "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
+            "sm_90a's warpgroup MMA with the kernel's rows as M (the score tiles computed "
+            "transposed, FlashAttention-3's backward): a score gemm reads its loop-invariant "
+            "tile and the ring slot K-major; an accumulating gemm's A is the handed-on value "
+            "rounded in registers (the f32 accumulator fragment is its A fragment), B the ring "
+            "slot MN-major; a loop-row gemm reads the staged value transposed (A MN-major) and "
+            "its loop-invariant tile MN-major, each warpgroup 1/"
+            f"{consumers} of the columns"),
+        pipeline=pp.Choice(
+            f"TMA: {names(tiles[0])} once; {names(tiles[1])} in rings of {config.stages} "
+            "slots, full/empty mbarriers each; staged values in "
+            f"{loop_rules.DAG_WGMMA_STAGED_SLOTS} slots",
+            "the copy engine fills the next block's slots while the consumers multiply this "
+            "one; a slot is released after the block's last gemm; boxes past the loop's end "
+            "(and past the rows) arrive as zeros; a staged slot is rewritten two blocks later, "
+            "after every warpgroup passed the block between (one consumer barrier a block)"),
+        overlap=(pp.Choice(
+            "an accumulating gemm waited for at once; the two consumer warpgroups overlap",
+            f"N {shape.n_acc}: with an accumulating gemm in flight beside the next gemm (its A "
+            "and accumulator held the while) the consumers spill (NVRTC 13; "
+            "kgen/targets/loop_rules.py, DAG_WGMMA_OVERLAP_N); one warpgroup's statements run "
+            "while the other's gemms do") if wait else pp.Choice(
+            "an accumulating gemm runs while the next gemm is issued (waited with it)",
+            f"N {shape.n_acc}: the registers allow it (kgen/targets/loop_rules.py, "
+            "DAG_WGMMA_OVERLAP_N); an accumulating gemm's result is read only after the loop, "
+            "so the skeleton waits for it together with the next gemm whose result is read")),
+        wait_accumulating=wait, **add)
+
+
+def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
+    """The plan with its loop-row tile's adds by the copy engine's bulk reduce-add (`bulk`:
+    the staging laid out after the tiles, the mbarriers after it) or by f32 atomics from
+    registers: a plan option for the bench and the tests (loop_rules.DAG_WGMMA_BULK_ADD says
+    which the rulebook picks, and why); everything else as the rulebook chose it."""
+    w = plan.wgmma
+    assert w is not None, "the sm_90a wgmma skeleton's plan"
+    if bulk == (w.add_offset is not None):
+        return plan
+    barriers = plan.smem_bytes - w.barrier_offset  # the mbarriers' rounded bytes
+    if not bulk:
+        wgmma = dataclasses.replace(
+            w, add_offset=None, add_row_bytes=0, barrier_offset=w.add_offset,
+            smem_bytes=w.add_offset + barriers, adds=pp.Choice(
+                ATOMICS, "the plan option with_bulk_add (the bench's and the tests' variant)"))
+        return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
+    (g,) = [g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW]
+    assert sum(isinstance(s, ld.AddTile) for s in g.epilogue.statements) == 1, "one add"
+    row_bytes = 4 * g.n_warp + loop_rules.DAG_WGMMA_ADD_PAD
+    stage = w.consumers * plan.block * row_bytes
+    wgmma = dataclasses.replace(
+        w, add_offset=w.barrier_offset, add_row_bytes=row_bytes,
+        barrier_offset=w.barrier_offset + stage, smem_bytes=w.barrier_offset + stage + barriers,
+        adds=pp.Choice(_bulk_value(plan.block, g.n_warp),
+                       "the plan option with_bulk_add (the bench's and the tests' variant)"))
+    return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
+
+
+ATOMICS = "f32 atomics (red.global.add.f32) from registers"
+
+
+def _bulk_value(block: int, cols: int) -> str:
+    return (f"bulk reduce-add: [{block}, {cols}] f32 per consumer warpgroup staged in shared "
+            "memory, a row per add")
