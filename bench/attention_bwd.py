@@ -184,10 +184,13 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     return rows
 
 
-def once(arch: ir.Arch | None = None, d: int = 64) -> None:
+def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
-    arch by default: for compute-sanitizer's memcheck and racecheck."""
+    arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
+    skeleton with dQ added by bulk reduce-adds (the plan option)."""
     built = build_verified(_kernel("examples/attention_bwd.kg", d), arch or device_arch())
+    if bulk:
+        built = with_bulk_adds(built)
     print(f"{built.plan.arch.value}: {built.plan.mma.value}")
     main = load_built(built)
     q, do = (torch.randn(1, 2, 200, d, device="cuda").bfloat16() for _ in range(2))
@@ -208,10 +211,12 @@ def main(argv=None) -> None:
     parser.add_argument("--d", type=int, nargs="+", default=None)
     parser.add_argument("--s", type=int, nargs="+", default=None, help="lengths S = T")
     parser.add_argument("--arch", default=None, help="--once: sm_80 or sm_90a (the device's)")
+    parser.add_argument("--bulk", action="store_true",
+                        help="--once: the wgmma skeleton with dQ by bulk reduce-adds")
     args = parser.parse_args(argv)
     if args.once:
         for d in args.d or (64,):
-            once(ir.Arch(args.arch) if args.arch else None, d)
+            once(ir.Arch(args.arch) if args.arch else None, d, args.bulk)
         return
     table(args.json, tuple(args.d or (64, 128)), tuple(args.s or (1024, 4096)))
 
