@@ -23,6 +23,7 @@ from typing import Any, Callable
 import click
 
 from . import __version__
+from .cli_sequence import compile_sequence, inspect_targets, print_sequences, sequence_named
 from .enums import Arch
 from .errors import ArgumentError, KgenError, KgenRuntimeError, KgenSourceWarning
 from .report import plan_summary, print_plan, print_run_report
@@ -299,6 +300,9 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
         for option, path in named:
             _check_writable(option, path)
 
+    if sequence_named(file, kernel_name):  # the file's sequence: kgen/cli_sequence.py
+        return compile_sequence(file, output, header, cubin, ptx, arch, kernel_name,
+                                check_only, as_json, size_text)
     result = ptx_text = None
     with _watching_warnings():
         built = build_file(file, arch, kernel=kernel_name, output=output, header=header,
@@ -453,7 +457,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build_verified, compile_command as header_command, file_hash
-    from .api import pick_kernel, plan_kernel, read_module, safe_file_name, sized_config
+    from .api import plan_kernel, read_module, safe_file_name, sized_config
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
     if gpu_name is not None and size_text is None:
@@ -462,7 +466,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
     summaries = []
     with _watching_warnings():
         module, _ = read_module(file)
-        kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
+        kernels, sequences = inspect_targets(module, kernel_name)
         target = arch_of(arch)
         for kernel in kernels:
             entry, tuning = _tune_entry(kernel, target, sizes, gpu_name) if size_text else \
@@ -487,6 +491,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
             summaries.append(summary)
     if as_json:
         document: dict[str, Any] = {"kernels": summaries}
+        print_sequences(None, sequences, target, document)
         if _warnings_shown():
             document["warnings"] = _warnings_shown()
         click.echo(json.dumps(document, indent=2))
@@ -498,6 +503,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         print_plan(console, summary)
         if summary.get("tuning"):
             console.print(summary["tuning"])
+    print_sequences(console, sequences, target, None)
 
 
 def _tune_entry(kernel, target, sizes, gpu_name):
