@@ -133,7 +133,7 @@ def wants_grad(*tensors) -> bool:
 # The options of kgen.attention the backward does not take yet, and how each shows it is used
 _UNSUPPORTED = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
                 ("mask_mod", lambda v: v is not None), ("scalars", lambda v: bool(v)),
-                ("vectors", lambda v: bool(v)), ("dropout_p", lambda v: v != 0),
+                ("vectors", lambda v: bool(v)), ("dropout_p", lambda v: bool(v)),
                 ("return_rng", lambda v: bool(v)))
 
 

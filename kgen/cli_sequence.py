@@ -19,10 +19,15 @@ __all__ = ["compile_sequence", "inspect_targets", "print_sequences", "sequence_n
 
 def sequence_named(file: str, name: str | None) -> bool:
     """Whether `kgen compile FILE [--kernel NAME]` means a sequence: NAME is a sequence's, or
-    no NAME is given and the file has a sequence. Parses only (kgen compile verifies)."""
+    no NAME is given and the file has a sequence. Parses only: a file that does not parse is
+    not a sequence's, and gets its message from the kernel's path (kgen compile verifies)."""
+    from .errors import KgenError
     from .parse import parse_file
 
-    module = parse_file(file)
+    try:
+        module = parse_file(file)
+    except KgenError:
+        return False
     if name is not None:
         return any(s.name == name for s in module.sequences)
     return bool(module.sequences)
