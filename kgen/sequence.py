@@ -22,7 +22,7 @@ from .errors import NOWHERE, KgenError
 from .verify.sequence import SequenceInfo, resolve
 
 __all__ = ["BuiltSequence", "build_sequence", "build_sequence_file", "load_built_sequence",
-           "load_sequence", "pick_sequence", "sequence_summary"]
+           "load_sequence", "pick_sequence", "sequence_plan", "sequence_summary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,20 @@ class BuiltSequence:
     @property
     def plans(self) -> tuple:
         return tuple(b.plan for b in self.kernels)
+
+
+def sequence_plan(info: SequenceInfo):
+    """The runtime's SequencePlan of a checked sequence (kgen/runtime/sequence.py reads no IR)."""
+    from .runtime.sequence import SequenceBuffer, SequencePlan
+
+    def buffer(b) -> SequenceBuffer:
+        return SequenceBuffer(b.name, b.kind, b.param.dtype, b.param.full_shape, b.workspace,
+                              b.written, b.zero_before, b.param.default)
+
+    by_name = {b.name: buffer(b) for b in info.buffers}
+    return SequencePlan(info.name, tuple(by_name.values()),
+                        tuple(by_name[b.name] for b in info.workspace),
+                        tuple((k.name, tuple(p.name for p in k.params)) for k in info.kernels))
 
 
 def pick_sequence(module: ir.Module, name: str | None = None) -> ir.Sequence | None:
@@ -143,7 +157,7 @@ def load_built_sequence(built: BuiltSequence, *, device: int | None = None):
     warn_resources(result, stacklevel=3)
     programs = tuple(CompiledProgram(b.plan, result.cubin, source=built.source, compiled=result,
                                      device_id=info.device_id) for b in built.kernels)
-    return CompiledSequence(built.info, programs, source=built.source)
+    return CompiledSequence(sequence_plan(built.info), programs, source=built.source)
 
 
 def load_sequence(path_or_module: str | os.PathLike | ir.Module,

@@ -193,19 +193,19 @@ def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
     return wrapped
 
 
-def sequence_schema(info) -> str:
-    """A sequence's operator schema (kgen/verify/sequence.py's SequenceInfo): its parameters
+def sequence_schema(plan) -> str:
+    """A sequence's operator schema (kgen/runtime/sequence.py's SequencePlan): its parameters
     that no kernel writes, in order, then its outputs."""
     args = []
-    for b in info.params:
+    for b in plan.params:
         if b.written:
             continue
         if b.kind is ParamKind.SCALAR:
-            default = "" if b.param.default is None else f"={float(b.param.default)!r}"
+            default = "" if b.default is None else f"={float(b.default)!r}"
             args.append(f"float {b.name}{default}")
         else:
             args.append(f"Tensor {b.name}")
-    outs = info.outputs
+    outs = plan.outputs
     result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return f"({', '.join(args)}) -> {result}"
 
@@ -218,32 +218,32 @@ def sequence_op(sequence, *, name: str | None = None, namespace: str = "kgen"):
 
     from .runtime.sequence import output_shapes as sequence_shapes
 
-    info = sequence.info
-    op_name = name or info.name
+    plan = sequence.plan
+    op_name = name or plan.name
     qualified = f"{namespace}::{op_name}"
     if qualified in _OPS:
         return _OPS[qualified]
-    inputs = tuple(b for b in info.params if not b.written)
+    inputs = tuple(b for b in plan.params if not b.written)
     names = tuple(b.name for b in inputs)
-    dtypes = {b.name: getattr(torch, _TORCH_DTYPE[b.param.dtype]) for b in info.outputs}
+    dtypes = {b.name: getattr(torch, _TORCH_DTYPE[b.dtype]) for b in plan.outputs}
 
     def run(*args):
         return sequence(**dict(zip(names, args)))
 
     def fake(*args):
-        args = tuple(args) + tuple(float(b.param.default) for b in inputs[len(args):])
+        args = tuple(args) + tuple(float(b.default) for b in inputs[len(args):])
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         shapes = {b.name: tuple(a.shape) for b, a in zip(inputs, args)
                   if b.kind is not ParamKind.SCALAR}
-        found = sequence_shapes(info, shapes)
+        found = sequence_shapes(plan, shapes)
         values = [torch.empty(found[b.name], dtype=dtypes[b.name], device=device)
-                  for b in info.outputs]
+                  for b in plan.outputs]
         return values[0] if len(values) == 1 else tuple(values)
 
     library = _LIBRARIES.get(namespace)
     if library is None:
         library = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
-    library.define(op_name + sequence_schema(info))
+    library.define(op_name + sequence_schema(plan))
     library.impl(op_name, run, "CUDA")
     torch.library.register_fake(qualified, fake, lib=library)
     _OPS[qualified] = wrapped = KernelOp(sequence, getattr(getattr(torch.ops, namespace),

@@ -335,9 +335,10 @@ def test_kgen_inspect_lists_the_sequence_and_its_workspace():
 
 def test_the_workspace_layout_aligns_each_buffer():
     from kgen.runtime.sequence import output_shapes, workspace_layout
+    from kgen.sequence import sequence_plan
 
     module = module_of(FORWARD.read_text())
-    info = resolve(module, module.sequences[0])
+    info = sequence_plan(resolve(module, module.sequences[0]))
     layout, total = workspace_layout(info, {"B": 2, "H": 3, "S": 17, "T": 5})
     ((buffer, offset, shape),) = layout
     assert (buffer.name, offset, shape) == ("O", 0, (2, 3, 17, 64))
@@ -348,10 +349,11 @@ def test_the_workspace_layout_aligns_each_buffer():
 
 
 def test_the_sequence_op_schema():
+    from kgen.sequence import sequence_plan
     from kgen.torch_library import sequence_schema
 
     module = module_of(FORWARD.read_text())
-    info = resolve(module, module.sequences[0])
+    info = sequence_plan(resolve(module, module.sequences[0]))
     assert sequence_schema(info) == ("(Tensor Q, Tensor K, Tensor V, float scale=0.125, "
                                      "Tensor dO) -> (Tensor, Tensor)")
 
@@ -437,3 +439,49 @@ def test_the_backward_refuses_options_it_does_not_take():
         attention_with_grad(q, k[:, :1], k[:, :1])
     with pytest.raises(ArgumentError, match="v's head dim"):
         attention_with_grad(q, k, torch.zeros(1, 2, 8, 32, dtype=torch.bfloat16))
+
+
+def test_a_call_checks_its_arguments_and_launches_in_order():
+    """CompiledSequence with stand-in programs (no GPU): the argument messages, then each
+    kernel called in order with its own parameters on the one stream."""
+    from kgen.enums import DType
+    from kgen.errors import ArgumentError
+    from kgen.runtime.sequence import CompiledSequence
+    from kgen.runtime.tensors import DeviceArray, contiguous_strides
+    from kgen.sequence import sequence_plan
+
+    class Program:
+        device_id = 0
+
+        def __init__(self, name):
+            self.name, self.calls = name, []
+
+        def __call__(self, stream=None, **args):
+            self.calls.append((stream, sorted(args)))
+
+    module = module_of(TEXT)
+    plan = sequence_plan(resolve(module, module.sequences[0]))
+    programs = [Program(name) for name, _ in plan.launches]
+    seq = CompiledSequence(plan, programs)
+
+    def array(*shape):
+        return DeviceArray(4096, shape, contiguous_strides(shape), DType.BF16, 0, kind="kgen")
+
+    cases = [
+        (dict(X=array(1)), "unknown argument 'X'; rows_chain takes dO, O, Y, M"),
+        (dict(O=array(1, 2, 5, 128)), "rows_chain: missing argument 'dO'"),
+        (dict(dO=array(2, 5, 128), O=array(1, 2, 5, 128)),
+         "dO must have 4 dims ([B, H, S, 128]), got shape [2, 5, 128]"),
+        (dict(dO=array(1, 2, 5, 64), O=array(1, 2, 5, 128)),
+         "dO must be [B, H, S, 128], got shape [1, 2, 5, 64]"),
+        (dict(dO=array(1, 2, 5, 128), O=array(1, 2, 6, 128)),
+         "O has S = 6, but an earlier argument (or sizes) has S = 5"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ArgumentError) as info:
+            seq(**args)
+        assert str(info.value) == message
+    values = {name: array(1, 2, 5, 128) for name in ("dO", "O", "D", "Y", "M")}
+    seq._launch(7, values)
+    assert [p.calls for p in programs] == [[(7, ["D", "O", "dO"])], [(7, ["D", "Y", "dO"])],
+                                           [(7, ["M", "Y"])]]

@@ -14,8 +14,8 @@ The rules, each refused at the user's line:
 - a buffer a kernel writes is not one an earlier kernel read before any kernel wrote it (the
   sequence's inputs are only read), and it is added into (`out accumulate`) by every kernel that
   writes it or by none;
-- a workspace buffer is a tensor or vector some launched kernel declares, written by a kernel
-  before any reads it, read by a later kernel, and sized by the parameters: each of its
+- a workspace buffer is a tensor (row-major) or vector some launched kernel declares, written
+  by a kernel before any reads it, read by a later kernel, and sized by the parameters: each of its
   dimensions is a number or a dimension of a parameter that is no workspace.
 A size name means one size across the sequence's kernels.
 """

@@ -153,14 +153,12 @@ def test_an_accumulate_buffer_is_zeroed_on_the_stream():
     """The zeroing a sequence runs before the first kernel that adds into a buffer (no kernel
     that runs today adds: the backward's main kernel is not built on this branch)."""
     _cuda()
+    from kgen.enums import DType, ParamKind
     from kgen.errors import ArgumentError
-    from kgen.runtime.sequence import _span, _zero
-    from kgen.verify.sequence import Buffer
-    from kgen import ir
+    from kgen.runtime.sequence import SequenceBuffer, _span, _zero
 
-    param = ir.Param("acc", ir.ParamKind.TENSOR, ir.DType.F32, ("S", 8), batch="B",
-                     role=ir.Role.OUT, accumulate=True)
-    buffer = Buffer("acc", param, workspace=True, written=True, zero_before=0)
+    buffer = SequenceBuffer("acc", ParamKind.TENSOR, DType.F32, ("B", "S", 8), workspace=True,
+                            written=True, zero_before=0)
     target = torch.ones(3, 5, 8, device="cuda")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
