@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .enums import ParamKind
+from .errors import KgenError
 from .plan.program import LoopPlan
 from .runtime.sequence import WORKSPACE_ALIGN
 from .targets.common.loop import CTYPES
@@ -81,6 +82,11 @@ def _kernel_members(info: SequenceInfo, kernel, plan) -> list[dict]:
     for f in plan.fields:
         ctype = "ptr" if f.ctype == "ptr" else CTYPES[f.ctype]
         if f.param is None:
+            if f.name not in sizes:  # a size member this launcher does not know how to fill
+                raise KgenError(kernel.loc, f"kernel '{kernel.name}' takes '{f.name}' in its "
+                                            "params struct, which a sequence's launcher cannot "
+                                            "fill yet (it fills rows, loop_len, heads, group "
+                                            "and batches)")
             source = sizes[f.name]
         else:
             buffer = info.buffer(f.param)
