@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-__all__ = ["compile_sequence", "inspect_targets", "print_sequences", "sequence_named"]
+__all__ = ["compile_sequence", "inspect_targets", "print_sequences", "sequence_json",
+           "sequence_named"]
 
 
 def sequence_named(file: str, name: str | None) -> bool:
@@ -103,15 +104,17 @@ def inspect_targets(module, name: str | None) -> tuple[list, list]:
     return list(module.kernels), [resolve(module, s) for s in module.sequences]
 
 
-def print_sequences(console, infos: list, target, document: dict | None) -> None:
-    """Add the sequences to the --json `document`, or print them on `console`."""
+def sequence_json(infos: list, target) -> dict:
+    """The sequences of `kgen inspect --json`: {"sequences": [...]}, or {} when none."""
+    from .sequence import sequence_summary
+
+    return {"sequences": [sequence_summary(info, target) for info in infos]} if infos else {}
+
+
+def print_sequences(console, infos: list, target) -> None:
+    """Print the sequences' summaries on `console`, after the kernels' plans."""
     from .sequence import print_sequence, sequence_summary
 
-    summaries = [sequence_summary(info, target) for info in infos]
-    if document is not None:
-        if summaries:
-            document["sequences"] = summaries
-        return
-    for summary in summaries:
+    for info in infos:
         console.print()
-        print_sequence(console, summary)
+        print_sequence(console, sequence_summary(info, target))

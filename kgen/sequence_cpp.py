@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from .enums import ParamKind
 from .errors import KgenError
-from .plan.program import LoopPlan
 from .runtime.sequence import WORKSPACE_ALIGN
 from .targets.common.loop import CTYPES
 from .verify.sequence import Buffer, SequenceInfo
@@ -67,7 +66,8 @@ def _size_sources(kernel, plan) -> dict[str, Source]:
     batch = next((by_name[p.name].batch for p in plan.params if p.batched), None)
     heads = dim_of(queries if queries is not None else 1)
     out = {"rows": dim_of(plan.rows_dim),
-           "loop_len": dim_of(plan.loop_dim if isinstance(plan, LoopPlan) else 0),
+           # a loop kernel's loop dimension, whatever its plan's kind (a row kernel has none)
+           "loop_len": dim_of(getattr(plan, "loop_dim", None) or 0),
            "heads": heads,
            "group": (Source("quotient", factors=_product((queries, keys)))
                      if queries is not None and keys is not None else dim_of(1)),

@@ -252,6 +252,10 @@ def test_nvrtc_compiles_the_whole_sequence(program, arch, cache_dir):
     from kgen.sequence import build_sequence_file
 
     built = build_sequence_file(program, arch)
+    if program == FORWARD:  # the loop kernel's rows and loop length, by their sizes' names
+        assert "k.rows = static_cast<int>(p.sizes.S);\n  k.loop_len = static_cast<int>(p.sizes.T);" \
+            in built.source
+        assert "k.loop_len = static_cast<int>(0LL);" in built.source  # the row kernel's
     result = compile_cubin(built.source, built.name, arch)
     assert len(result.cubin) > 1000
     assert built.arch.value == arch
