@@ -7,6 +7,8 @@ A kernel is written in the .kg language (docs/language.md) or built in Python fr
     build(kernel, arch=None)         an ir.Kernel verified, planned and emitted: a Built
                                      (.kernel, .plan, .source the .cu text, .header the .h)
     build_file(path, arch=None)      the same for one kernel of a .kg file (`kgen compile`)
+    load_sequence(path, arch=None)   a file's sequence of kernels, compiled and loaded: call it
+                                     with its parameters (workspace allocated, launched in order)
     compile_source(source, name)     NVRTC-compile CUDA source to a cubin, through the cache
     torch_op(compiled)               a loaded kernel as a torch.library operator
     attention(q, k, v, ...)          SDPA's drop-in: flash attention as a tile program, its
@@ -31,6 +33,7 @@ _EXPORTS = {
     "load": ("kgen.api", "load"),
     "build": ("kgen.api", "build"),
     "build_file": ("kgen.api", "build_file"),
+    "load_sequence": ("kgen.sequence", "load_sequence"),
     "compile_source": ("kgen.api", "compile_source"),
     "torch_op": ("kgen.torch_library", "torch_op"),
     "attention": ("kgen.attention", None),  # a callable module: kgen.attention(q, k, v)

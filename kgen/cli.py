@@ -23,6 +23,7 @@ from typing import Any, Callable
 import click
 
 from . import __version__
+from . import cli_sequence as seq_cli  # kgen compile and inspect of a file's sequence
 from .enums import Arch
 from .errors import ArgumentError, KgenError, KgenRuntimeError, KgenSourceWarning
 from .report import plan_summary, print_plan, print_run_report
@@ -298,7 +299,9 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
     if not check_only:
         for option, path in named:
             _check_writable(option, path)
-
+    if seq_cli.sequence_named(file, kernel_name):
+        return seq_cli.compile_sequence(file, output, header, cubin, ptx, arch, kernel_name,
+                                        check_only, as_json, size_text)
     result = ptx_text = None
     with _watching_warnings():
         built = build_file(file, arch, kernel=kernel_name, output=output, header=header,
@@ -453,7 +456,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                     werror: bool) -> None:
     """Show the plan: tiles, shared-memory layouts, storage map, params, resources."""
     from .api import arch_of, build_verified, compile_command as header_command, file_hash
-    from .api import pick_kernel, plan_kernel, read_module, safe_file_name, sized_config
+    from .api import plan_kernel, read_module, safe_file_name, sized_config
 
     sizes = parse_assignments(size_text, "--size", _positive_int)
     if gpu_name is not None and size_text is None:
@@ -462,7 +465,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
     summaries = []
     with _watching_warnings():
         module, _ = read_module(file)
-        kernels = [pick_kernel(module, kernel_name)] if kernel_name else list(module.kernels)
+        kernels, seqs = seq_cli.inspect_targets(module, kernel_name)
         target = arch_of(arch)
         for kernel in kernels:
             entry, tuning = _tune_entry(kernel, target, sizes, gpu_name) if size_text else \
@@ -486,7 +489,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
                 summary["tuning"] = tuning or describe(plan, entry)
             summaries.append(summary)
     if as_json:
-        document: dict[str, Any] = {"kernels": summaries}
+        document: dict[str, Any] = {"kernels": summaries, **seq_cli.sequence_json(seqs, target)}
         if _warnings_shown():
             document["warnings"] = _warnings_shown()
         click.echo(json.dumps(document, indent=2))
@@ -498,6 +501,7 @@ def inspect_command(file: str, as_json: bool, resources: bool, arch: str | None,
         print_plan(console, summary)
         if summary.get("tuning"):
             console.print(summary["tuning"])
+    seq_cli.print_sequences(console, seqs, target)
 
 
 def _tune_entry(kernel, target, sizes, gpu_name):

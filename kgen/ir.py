@@ -550,12 +550,52 @@ class Kernel:
         return next((g for g in self.gemms if g.name == name), None)
 
 
+# ---------------------------------------------------------------------------------------------
+# Sequences: kernels of one module launched in order, passing buffers
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """`launch attention_bwd_dot`: one kernel of the module, run once at this point."""
+
+    kernel: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceBuffer:
+    """A name of `workspace D, dQacc`: a buffer the launched kernels pass between them. Its
+    kind, dtype and shape are those of the parameter the kernels declare under the name."""
+
+    name: str
+    loc: SourceLoc = _loc()
+
+
+@dataclass(frozen=True, slots=True)
+class Sequence:
+    """`sequence attention_backward { workspace D, dQacc  launch a  launch b }`: the kernels
+    `launches` run in order on one stream. A name that two kernels both declare is one buffer
+    (kind, dtype, shape and layout agree). The `workspace` buffers are allocated by whoever
+    launches the sequence (the runtime, the .cu's launcher), contiguous; every other parameter
+    of the kernels is a parameter of the sequence. An `out accumulate` buffer is zeroed just
+    before the first kernel that adds into it (kgen/verify/sequence.py checks the rest)."""
+
+    name: str
+    launches: tuple[Launch, ...]
+    workspace: tuple[WorkspaceBuffer, ...] = ()
+    loc: SourceLoc = _loc()
+
+
 @dataclass(frozen=True, slots=True)
 class Module:
-    """What one source file holds: one or more kernels."""
+    """What one source file holds: one or more kernels, and the sequences that launch them."""
 
     kernels: tuple[Kernel, ...]
     file: str = "<python>"
+    sequences: tuple[Sequence, ...] = ()
+
+    def kernel(self, name: str) -> Kernel | None:
+        return next((k for k in self.kernels if k.name == name), None)
 
 
 def canonical_text(kernel: Kernel) -> str:

@@ -149,7 +149,7 @@ def parse(text: str, file: str = "<string>") -> ir.Module:
         raise syntax_error(e, text, file, _parser().terminals) from None
     _check_depth(tree, file)
     try:
-        kernels = ToIR(file).transform(tree)
+        kernels, sequences = ToIR(file).transform(tree)
     except VisitError as e:
         if isinstance(e.orig_exc, KgenError):
             raise e.orig_exc from None
@@ -158,7 +158,7 @@ def parse(text: str, file: str = "<string>") -> ir.Module:
         raise
     except RecursionError:
         raise KgenError(_start_of(file), "expression nested too deeply") from None
-    return ir.Module(kernels=kernels, file=file)
+    return ir.Module(kernels=kernels, file=file, sequences=sequences)
 
 
 def parse_file(path: str | Path) -> ir.Module:

@@ -1,6 +1,6 @@
 """The Lark transformer: a .kg file's parse tree to kgen IR, every node carrying its location.
 
-`ToIR(file).transform(tree)` returns the kernels. Declarations (kernel settings, parameters,
+`ToIR(file).transform(tree)` returns the kernels and the sequences. Declarations (kernel settings, parameters,
 gemms and their settings, phases, storage; a loop's own parts are kgen/parse_loop.py's, its gemms
 and the kernel's epilogue are resolved here) are checked for what the parser alone can know:
 names given twice, missing settings, options that do not apply, sizes out of range, unsafe
@@ -29,8 +29,9 @@ from .errors import KgenError, SourceLoc
 from .ir import Arch, DType, ParamKind, Residency
 from .language import F32_MAX, MAX_ALIGN, MAX_DIM, MAX_SETTING
 from .parse_expr import Resolver, Scope
-from .parse_loop import LoopDecl, LoopRules
+from .parse_loop import LoopDecl
 from .parse_loop import Setting as _Setting
+from .parse_sequence import SequenceRules
 
 __all__ = ["ToIR"]
 
@@ -96,14 +97,16 @@ _SETTING_EXAMPLES = {  # the settings a gemm must write (kgen fills its schedule
 
 
 @v_args(meta=True)
-class ToIR(LoopRules):
-    """Kernels, parameters, gemms, phases and storage; loops are LoopRules', expressions
-    ExpressionRules'."""
+class ToIR(SequenceRules):
+    """Kernels, parameters, gemms, phases and storage; loops are LoopRules', sequences
+    SequenceRules', expressions ExpressionRules'."""
 
     # -- kernels -------------------------------------------------------------------------------
 
-    def start(self, meta, kernels):
-        return tuple(kernels)
+    def start(self, meta, items):
+        """(kernels, sequences), each in source order."""
+        kernels = tuple(i for i in items if isinstance(i, ir.Kernel))
+        return kernels, tuple(i for i in items if isinstance(i, ir.Sequence))
 
     def kernel_name(self, meta, children):
         (token,) = children

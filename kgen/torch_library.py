@@ -33,7 +33,7 @@ from .errors import KgenRuntimeError
 from .plan import KernelPlan
 from .runtime.outputs import infer_sizes, inputs_of, output_shapes, outputs_of
 
-__all__ = ["KernelOp", "infer_sizes", "op_schema", "output_shapes", "torch_op"]
+__all__ = ["KernelOp", "infer_sizes", "op_schema", "output_shapes", "sequence_op", "torch_op"]
 
 _TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32",
                 DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2"}
@@ -190,4 +190,62 @@ def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
     torch.library.register_fake(qualified, fake, lib=library)
     _OPS[qualified] = wrapped = KernelOp(kernel, getattr(getattr(torch.ops, namespace), op_name),
                                          names)
+    return wrapped
+
+
+def sequence_schema(plan) -> str:
+    """A sequence's operator schema (kgen/runtime/sequence.py's SequencePlan): its parameters
+    that no kernel writes, in order, then its outputs."""
+    args = []
+    for b in plan.params:
+        if b.written:
+            continue
+        if b.kind is ParamKind.SCALAR:
+            default = "" if b.default is None else f"={float(b.default)!r}"
+            args.append(f"float {b.name}{default}")
+        else:
+            args.append(f"Tensor {b.name}")
+    outs = plan.outputs
+    result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
+    return f"({', '.join(args)}) -> {result}"
+
+
+def sequence_op(sequence, *, name: str | None = None, namespace: str = "kgen"):
+    """Register a loaded sequence (kgen/runtime/sequence.py's CompiledSequence) as
+    `torch.ops.<namespace>.<name>`, as torch_op registers a kernel: inputs the parameters no
+    kernel writes, outputs allocated (contiguous) and returned; a KernelOp."""
+    import torch
+
+    from .runtime.sequence import output_shapes as sequence_shapes
+
+    plan = sequence.plan
+    op_name = name or plan.name
+    qualified = f"{namespace}::{op_name}"
+    if qualified in _OPS:
+        return _OPS[qualified]
+    inputs = tuple(b for b in plan.params if not b.written)
+    names = tuple(b.name for b in inputs)
+    dtypes = {b.name: getattr(torch, _TORCH_DTYPE[b.dtype]) for b in plan.outputs}
+
+    def run(*args):
+        return sequence(**dict(zip(names, args)))
+
+    def fake(*args):
+        args = tuple(args) + tuple(float(b.default) for b in inputs[len(args):])
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        shapes = {b.name: tuple(a.shape) for b, a in zip(inputs, args)
+                  if b.kind is not ParamKind.SCALAR}
+        found = sequence_shapes(plan, shapes)
+        values = [torch.empty(found[b.name], dtype=dtypes[b.name], device=device)
+                  for b in plan.outputs]
+        return values[0] if len(values) == 1 else tuple(values)
+
+    library = _LIBRARIES.get(namespace)
+    if library is None:
+        library = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
+    library.define(op_name + sequence_schema(plan))
+    library.impl(op_name, run, "CUDA")
+    torch.library.register_fake(qualified, fake, lib=library)
+    _OPS[qualified] = wrapped = KernelOp(sequence, getattr(getattr(torch.ops, namespace),
+                                                           op_name), names)
     return wrapped

@@ -13,7 +13,7 @@ order; they are collected, never raised, and the caller decides how to show them
 This module owns the order of the checks (the kernel, then its parameters, its gemms with their
 epilogues, its storage, then its outputs). Each topic has its module: params.py, gemms.py
 (operands and chains), epilogue.py (statements, expressions, reductions, unused locals),
-storage.py, and the per-kernel state in state.py. A tile program (a loop kernel, or a row kernel:
+storage.py, and the per-kernel state in state.py; a module's sequences, sequence.py. A tile program (a loop kernel, or a row kernel:
 an epilogue and no gemm) is checked by loops.py, its epilogues' values by tile_epilogue.py.
 Identifier safety and message phrasing are kgen/diagnostics.py's.
 """
@@ -39,6 +39,7 @@ from .epilogue import expression_extent
 from .gemms import check_gemm
 from .loops import check_tile_program
 from .packed import refuse_packed
+from .sequence import check_sequences
 from .params import check_batched_kernel, check_param
 from .state import KernelState
 from .storage import check_storage
@@ -80,6 +81,7 @@ def verify(module: ir.Module) -> list[KgenWarning]:
             )
         found.extend(verify_kernel(kernel))
         seen[kernel.name] = kernel.loc
+    check_sequences(module)  # the kernels the sequences launch are accepted
     return found
 
 

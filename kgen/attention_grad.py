@@ -1,0 +1,222 @@
+"""kgen.attention that trains: a `torch.autograd.Function` pairing the forward tile program
+(kgen/attention.py, which returns the log-sum-exp) with the backward as a kgen sequence.
+
+    q.requires_grad_(); o = kgen.attention(q, k, v, is_causal=True); o.sum().backward()
+
+The backward is three kernels launched in order (kgen/runtime/sequence.py), written as DSL
+text by `backward_text` from the forward's options (dtype, head dim, causal; the scale is a
+scalar of the call):
+- `<name>_dot`, a row kernel: D = rowsum(dO * O), one value per query row;
+- `<name>_main`, a loop kernel whose rows are the keys and whose loop walks the query blocks
+  (FlashAttention-2's orientation, tests/programs/attention_bwd.kg's form): P^T recomputed
+  from the LSE, dV += P^T dO, dS^T = P^T * (dP^T - D), dK += dS^T Q, and dQ += scale * dS K
+  added into an f32 accumulator at the loop's rows;
+- `<name>_dq`, a row kernel converting that accumulator to the inputs' dtype.
+D and the f32 accumulator are the sequence's workspace (allocated per call by torch's caching
+allocator; the accumulator zeroed before the main kernel).
+
+Only what the backward supports is taken: a call with attn_mask, score_mod, mask_mod,
+vectors, scalars, dropout, GQA or a value head dim unlike the query's, whose inputs require
+grad, is refused with a message naming the option. The backward is a torch op
+(kgen/torch_library.py's `sequence_op`: a fake implementation for torch.compile), so
+torch.compile traces it and a CUDA graph can capture it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ArgumentError, KgenError, KgenRuntimeError
+
+__all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backward_text",
+           "wants_grad"]
+
+FILE = "<kgen.attention backward>"
+
+
+@dataclass(frozen=True, slots=True)
+class BackwardSignature:
+    """What the backward's program depends on; one compiled sequence each."""
+
+    dtype: str  # "bf16" or "f16"
+    d: int  # the head dim of q, k and v
+    causal: bool
+    arch: str = "sm_80"
+
+    @property
+    def name(self) -> str:
+        digest = hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:12]
+        return f"attention_bwd_{self.d}_{digest}"
+
+
+def backward_text(sig: BackwardSignature) -> str:
+    """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
+    n, t, d = sig.name, sig.dtype, sig.d
+    probability = "exp(scale * acc - lse[col])"
+    if sig.causal:  # rows are keys, columns queries: a query sees the keys up to its own
+        probability = f"where(row <= col, {probability}, 0)"
+    lines = [
+        f"kernel {n}_dot {{",
+        f"  target {sig.arch}",
+        f"  tensor dO : {t}[B, H, S, {d}] row",
+        f"  tensor O : {t}[B, H, S, {d}] row",
+        "  vector D : f32[B, H, S] out",
+        "  epilogue { D = rowsum(cast<f32>(dO) * O) }",
+        "}",
+        f"kernel {n}_main {{",
+        f"  target {sig.arch}",
+        f"  tensor Q : {t}[B, H, S, {d}] row",
+        f"  tensor K : {t}[B, H, T, {d}] row",
+        f"  tensor V : {t}[B, H, T, {d}] row",
+        f"  tensor dO : {t}[B, H, S, {d}] row",
+        "  vector lse : f32[B, H, S]",
+        "  vector D : f32[B, H, S]",
+        f"  tensor dQacc : f32[B, H, S, {d}] row out accumulate",
+        f"  tensor dK : {t}[B, H, T, {d}] row out",
+        f"  tensor dV : {t}[B, H, T, {d}] row out",
+        "  scalar scale : f32 = 1",
+        "  loop q over S {",
+        "    gemm st = K @ Q^T accumulate f32 {",
+        f"      epilogue {{ pt = {probability} }}",
+        "    }",
+        "    gemm dv += pt @ dO accumulate f32",
+        "    gemm dpt = V @ dO^T accumulate f32 {",
+        "      epilogue { dst = pt * (acc - D[col]) }",
+        "    }",
+        "    gemm dk += dst @ Q accumulate f32",
+        "    gemm dq = dst^T @ K accumulate f32 {",
+        "      epilogue { dQacc += scale * acc }",
+        "    }",
+        "  }",
+        "  epilogue {",
+        "    dK = scale * dk",
+        "    dV = dv",
+        "  }",
+        "}",
+        f"kernel {n}_dq {{",
+        f"  target {sig.arch}",
+        f"  tensor dQacc : f32[B, H, S, {d}] row",
+        f"  tensor dQ : {t}[B, H, S, {d}] row out",
+        "  epilogue { dQ = dQacc }",
+        "}",
+        f"sequence {n} {{",
+        "  workspace D, dQacc",
+        f"  launch {n}_dot",
+        f"  launch {n}_main",
+        f"  launch {n}_dq",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def backward_module(sig: BackwardSignature):
+    """The verified ir.Module of the backward of `sig` (its one sequence: the backward)."""
+    from .parse import parse
+    from .verify import verify
+
+    module = parse(backward_text(sig), FILE)
+    verify(module)
+    return module
+
+
+def wants_grad(*tensors) -> bool:
+    """Whether autograd records a call on these tensors (kgen.attention's hook)."""
+    import torch
+
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+# The options of kgen.attention the backward does not take yet, and how each shows it is used
+_UNSUPPORTED = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
+                ("mask_mod", lambda v: v is not None), ("scalars", lambda v: bool(v)),
+                ("vectors", lambda v: bool(v)), ("dropout_p", lambda v: bool(v)),
+                ("return_rng", lambda v: bool(v)))
+
+
+def _refuse(q, k, v, options: dict[str, Any]) -> None:
+    for name, used in _UNSUPPORTED:
+        if used(options.get(name)):
+            raise ArgumentError(f"kgen.attention's backward does not take {name} yet; call it "
+                                "on tensors that do not require grad (or under "
+                                "torch.no_grad()), or drop the option")
+    if k.shape[1] != q.shape[1]:
+        raise ArgumentError(f"kgen.attention's backward does not take GQA yet (q has "
+                            f"{q.shape[1]} heads, k and v {k.shape[1]})")
+    if v.shape[-1] != q.shape[-1]:
+        raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
+                            f"q's ({q.shape[-1]})")
+
+
+_LOADED: dict[tuple, Any] = {}  # (signature, device) -> the backward's torch op
+
+
+def _backward_op(sig: BackwardSignature, device: int):
+    """The backward sequence of `sig` loaded on `device`, as a torch op. A program the back end
+    refuses (a skeleton not built yet) is a KgenRuntimeError saying so."""
+    key = (sig, device)
+    if key not in _LOADED:
+        from .sequence import build_sequence, load_built_sequence
+        from .torch_library import sequence_op
+
+        module = backward_module(sig)
+        try:
+            built = build_sequence(module, module.sequences[0], sig.arch)
+        except KgenError as err:
+            raise KgenRuntimeError(f"kgen.attention's backward ({sig.dtype}, head dim {sig.d}, "
+                                   f"{'causal' if sig.causal else 'not causal'}) cannot be "
+                                   f"built for {sig.arch}: {err.message}") from None
+        loaded = load_built_sequence(built, device=device)
+        _LOADED[key] = sequence_op(loaded, name=f"{sig.name}_cuda{device}")
+    return _LOADED[key]
+
+
+def _function():
+    """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+    import torch
+
+    from . import attention as forward
+
+    class AttentionFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, scale: float, causal: bool):
+            q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
+            out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
+                                         return_lse=True)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.scale, ctx.causal = scale, causal
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, out, lse = ctx.saved_tensors
+            sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
+                                    forward._arch(q.device))
+            device = q.device.index if q.device.index is not None else \
+                torch.cuda.current_device()
+            op = _backward_op(sig, device)
+            # the op's inputs in the sequence's parameter order: dO, O, Q, K, V, lse, scale
+            dk, dv, dq = op(forward._aligned(grad_out), out, q, k, v, lse, ctx.scale)
+            return dq, dk, dv, None, None
+
+    _FUNCTION = AttentionFunction
+    return _FUNCTION
+
+
+_FUNCTION = None
+
+
+def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None = None,
+                        return_lse: bool = False, **options):
+    """kgen.attention(q, k, v, ...) recorded by autograd (see the module's note)."""
+    _refuse(q, k, v, options)
+    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    out, lse = _function().apply(q, k, v, scale, bool(is_causal))
+    return (out, lse) if return_lse else out

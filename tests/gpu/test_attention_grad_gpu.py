@@ -1,0 +1,151 @@
+"""On a GPU: kgen.attention trains (kgen/attention_grad.py). Its gradients against float64
+autograd of a reference attention at ragged lengths, causal and not; under torch.compile; a
+training step captured in a CUDA graph.
+
+The backward's main kernel needs the backward loop skeleton (issue 52). Until it is built, the
+back end refuses the program with a message ending "not built yet": these tests skip then, with
+that message as the reason, and only then (any other failure fails)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.gpu.attention_checks import close, cuda_torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _or_skip(run):
+    """run(), skipped when the backward program is refused as not built yet."""
+    from kgen.errors import KgenRuntimeError
+
+    try:
+        return run()
+    except KgenRuntimeError as err:
+        if "not built yet" in str(err):
+            pytest.skip(f"the attention backward's skeleton is not built yet: {err}")
+        raise
+
+
+def _inputs(torch, seed, b, h, s, t, d, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", generator=gen).to(dtype)
+               for n in (s, t, t))
+    do = torch.randn(b, h, s, d, device="cuda", generator=gen).to(dtype)
+    return q, k, v, do
+
+
+def _reference_grads(torch, q, k, v, do, causal, scale):
+    """float64 autograd of attention written out (top-left causal, as SDPA's is_causal)."""
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    scores = (q64 @ k64.transpose(-1, -2)) * scale
+    if causal:
+        s, t = q.shape[2], k.shape[2]
+        keep = torch.arange(t, device="cuda")[None, :] <= torch.arange(s, device="cuda")[:, None]
+        scores = scores.masked_fill(~keep, float("-inf"))
+    out = torch.softmax(scores, -1) @ v64
+    out.backward(do.double())
+    return out.detach(), q64.grad, k64.grad, v64.grad
+
+
+LENGTHS = [(1, 1), (17, 17), (1000, 1000), (17, 1000)]
+
+
+def test_the_forward_runs_through_the_autograd_function():
+    """Runs today: with an input requiring grad, kgen.attention records its Function, whose
+    forward is the forward program (the same O as without grad)."""
+    torch = cuda_torch()
+    import kgen
+
+    q, k, v, _ = _inputs(torch, 5, 2, 3, 100, 130, 64, torch.bfloat16)
+    plain = kgen.attention(q, k, v, is_causal=True)
+    q.requires_grad_()
+    out, lse = kgen.attention(q, k, v, is_causal=True, return_lse=True)
+    assert type(out.grad_fn).__name__ == "AttentionFunctionBackward"
+    assert not lse.requires_grad
+    assert torch.equal(out.detach(), plain)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("s, t", LENGTHS, ids=[f"S{s}-T{t}" for s, t in LENGTHS])
+def test_gradients_match_float64_autograd(s, t, causal):
+    torch = cuda_torch()
+    import kgen
+
+    q, k, v, do = _inputs(torch, 1, 2, 3, s, t, 64, torch.bfloat16)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    scale = 1 / math.sqrt(64)
+
+    def run():
+        out = kgen.attention(q, k, v, is_causal=causal)
+        out.backward(do)
+        return out
+
+    out = _or_skip(run)
+    torch.cuda.synchronize()
+    ref_out, dq, dk, dv = _reference_grads(torch, q, k, v, do, causal, scale)
+    close(out, ref_out, 2e-2, "O")
+    close(q.grad, dq, 3e-2, "dQ")
+    close(k.grad, dk, 3e-2, "dK")
+    close(v.grad, dv, 3e-2, "dV")
+
+
+def test_gradients_under_torch_compile():
+    torch = cuda_torch()
+    import kgen
+
+    q, k, v, do = _inputs(torch, 2, 1, 2, 300, 300, 64, torch.float16)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+
+    @torch.compile
+    def step(q, k, v):
+        return kgen.attention(q, k, v, is_causal=True)
+
+    def run():
+        out = step(q, k, v)
+        out.backward(do)
+        return out
+
+    out = _or_skip(run)
+    torch.cuda.synchronize()
+    ref_out, dq, dk, dv = _reference_grads(torch, q, k, v, do, True, 1 / 8)
+    close(out, ref_out, 2e-2, "O")
+    close(q.grad, dq, 3e-2, "dQ")
+    close(k.grad, dk, 3e-2, "dK")
+    close(v.grad, dv, 3e-2, "dV")
+
+
+def test_a_training_step_captures_into_a_cuda_graph():
+    torch = cuda_torch()
+    import kgen
+
+    q, k, v, do = _inputs(torch, 3, 1, 2, 256, 256, 64, torch.bfloat16)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+
+    def step():
+        for x in (q, k, v):
+            x.grad = None
+        out = kgen.attention(q, k, v)
+        out.backward(do)
+        return out
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _or_skip(step)  # compiled, loaded and bound outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    fresh = _inputs(torch, 4, 1, 2, 256, 256, 64, torch.bfloat16)
+    with torch.no_grad():
+        for old, new in zip((q, k, v, do), fresh):
+            old.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, dq, dk, dv = _reference_grads(torch, q, k, v, do, False, 1 / 8)
+    close(out, ref_out, 2e-2, "O")
+    close(q.grad, dq, 3e-2, "dQ")
+    close(k.grad, dk, 3e-2, "dK")
+    close(v.grad, dv, 3e-2, "dV")
