@@ -126,3 +126,26 @@ def test_chain_in_column_blocks_matches_reference(k0, n0, n1, dtype):
     for m in (1, 1000, 4097):
         plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
         assert plan.schedule.scheduler.pingpong and plan.column_blocks > 1
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(256, 256, 256, "f16"), (384, 224, 192, "bf16"),
+                                               (256, 192, 128, "f16"), (576, 160, 160, "bf16"),
+                                               (576, 224, 64, "f16"), (1000, 256, 128, "bf16"),
+                                               (256, 160, 320, "bf16")])
+def test_a_wide_first_tile_in_narrow_passes_matches_reference(k0, n0, n1, dtype):
+    """N0 of 160 to 256 (issue 53): g1 in passes of 64 columns, each staged and stored by the
+    copy engine, B0 through a short ring where no deeper one fits (or, N1 = 320, one block on a
+    short ring instead of two column blocks); ragged M."""
+    for m in (1, 77, 1000, 4097):
+        plan = check(chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.schedule.scheduler.pingpong and plan.schedule.tma_output is not None
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(192, 224, 448, "bf16"), (256, 224, 200, "f16")])
+def test_a_wide_first_tile_in_column_blocks_or_overhanging_n_matches_reference(k0, n0, n1,
+                                                                              dtype):
+    """Narrow passes in two column blocks (N1 = 448, ring of 2), and over a last tile that
+    overhangs N (N1 = 200: the last pass's columns past N skipped; bias1 has N1 elements)."""
+    for m in (1, 1000, 4097):
+        plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
+        assert plan.schedule.scheduler.pingpong and plan.schedule.gemms[-1].passes.count > 1

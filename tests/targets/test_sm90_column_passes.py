@@ -13,7 +13,7 @@ from kgen.errors import KgenError
 from kgen.parse import parse
 from kgen.plan import Overlap, StorePath
 from kgen.targets.sm90 import chain as sm90_chain
-from kgen.targets.sm90 import schedules
+from kgen.targets.sm90 import chain_values, schedules
 from kgen.verify import verify
 
 from tests.kernels import B2B_CHAIN, b2b_chain_text, with_gemm_schedule
@@ -26,9 +26,9 @@ def chain(k0: int, n0: int, n1: int, dtype: str = "f16") -> ir.Kernel:
 
 
 def test_consumer_values_against_the_staging_limit():
-    assert schedules.consumer_values(128, 256) > schedules.STAGING_MAX_VALUES
-    assert schedules.consumer_values(128, 128) <= schedules.STAGING_MAX_VALUES
-    assert schedules.consumer_values(64, 256) <= schedules.STAGING_MAX_VALUES
+    assert chain_values.consumer_values(128, 256) > chain_values.STAGING_MAX_VALUES
+    assert chain_values.consumer_values(128, 128) <= chain_values.STAGING_MAX_VALUES
+    assert chain_values.consumer_values(64, 256) <= chain_values.STAGING_MAX_VALUES
 
 
 @pytest.mark.parametrize("k0, dtype", [(256, "f16"), (576, "bf16"), (1024, "f16")])
@@ -142,7 +142,7 @@ def test_n0_a_multiple_of_32_runs_g1_on_wgmma_in_passes(k0, n0, n1):
                                            (128, 128, False), (48, 256, False)])
 def test_staging_needs_passes(n0, n1, needs):
     """The builder's 5-slot-first ring list: only where the staging fits in passes alone."""
-    assert schedules.staging_needs_passes(n0, n1) is needs
+    assert chain_values.staging_needs_passes(n0, n1) is needs
 
 
 def test_a_g1_on_mma_sync_stages_its_whole_tile():

@@ -14,7 +14,7 @@ from kgen.api import build, build_file
 from kgen.errors import KgenError, KgenSlowPathWarning
 from kgen.parse import parse
 from kgen.plan import KernelKind, LoadPath, Mma
-from kgen.targets.sm90 import schedules
+from kgen.targets.sm90 import chain_values, schedules
 from kgen.verify import verify
 
 from tests.kernels import EXAMPLES
@@ -140,7 +140,7 @@ def test_the_values_at_each_chained_gemm():
     # g0's accumulators, their A fragments and g1's accumulators; then g1's, and g2's
     assert schedules.tile_values([64, 128, 128]) == [32 + 16 + 64, 64 + 32 + 64]
     assert schedules.tile_values([128, 128, 256], passes=2) == [160, 64 + 32 + 64]
-    assert schedules.tile_values([128, 256]) == [schedules.consumer_values(128, 256)]
+    assert schedules.tile_values([128, 256]) == [chain_values.consumer_values(128, 256)]
     # a gemm whose A came from registers holds fewer (CHAINED_MAX_VALUES) than the second
     assert schedules.values_over([128, 256]) == []  # 224: two gemms, as before
     assert schedules.values_over([64, 256, 64]) == [2]  # 224 at g2: it spilled

@@ -27,7 +27,7 @@ from ...enums import Residency
 from ...plan import KernelKind
 from .. import WHY_SIZED, Config, GemmConfig, GemmShape, Target
 from ..common import configs as common
-from . import schedules
+from . import chain_values
 from .tensor_map import STAGING_BOX
 
 WS_TILES = (  # (tile, stages); 8 math warps: the two consumer warpgroups. 128x256 takes 4
@@ -94,6 +94,9 @@ WHY_PINGPONG_PAIRS = ("ping-pong: two consumer warpgroups on alternate tiles, on
 WHY_CHAIN_PINGPONG = ("ping-pong over resident B: producer warps stream A through a ring, two "
                       "consumer warpgroups run the whole chain on 64-row tiles of their own")
 WHY_CHAIN_WGMMA = "the resident chain on wgmma, 128-row tiles on two warpgroups"
+WHY_CHAIN_SHORT_RING = ("ping-pong with the first gemm's B streamed through a short ring "
+                        "beside A: its wide k tiles and the resident later B leave room for no "
+                        "deeper one")
 WHY_CHAIN_RING_B = ("ping-pong with the first gemm's B streamed through the ring beside A (L2 "
                     "serves its rereads), which leaves room for the output staging")
 # The ping-pong chain's rings. bench/chain_ring.py timed every configuration on 16 chains at
@@ -101,7 +104,7 @@ WHY_CHAIN_RING_B = ("ping-pong with the first gemm's B streamed through the ring
 # within 5% of it at every one. A deeper ring, or B0 resident, fits the output staging less
 # often, and without it the chain ran up to 1.3x slower.
 RING_B_RINGS = (6, 4)
-# Where the last gemm needs column passes for its staging (schedules.column_passes: N1 = 256
+# Where the last gemm needs column passes for its staging (chain_values.column_passes: N1 = 256
 # beside N0 = 128), one pass's staging fits beside 5 or 4 slots, not 6, and the staged chain
 # ran faster than 6 slots storing from registers (bench/RESULTS.md, "column passes"). Beside
 # N0 = 64 the staging fits 6 slots, and 5 ran slower at K0 = 576: the usual list.
@@ -110,6 +113,21 @@ RING_B_PASS_RINGS = (5, 4, 6)
 # beside N0 = 128 (48 KB of B1, 48 KB of staging).
 RING_B_SLOTS = 6
 RINGS = (12, 8, 6, 4)  # B0 resident (where B0 is not K-major, or is batched), deepest first
+# Short rings of B0 streamed beside A, after the deeper ping-pong rings: where a wide first tile
+# (N0 of 160 to 256, 20-32 KB of B0 a slot) and the resident later B tiles leave room for no
+# ring above, 3 or 2 slots still keep the chain on the ping-pong wgmma; consumers take turns at
+# g0, so 2 slots are safe. H200, M = 81920 (bench/chain_sweep.py, 2026-11-29): N0 = 224 and 256
+# with N1 of 128 and more had run the mma.sync chains, 3.6-7.1x a copy of their bytes with
+# spills, and ran 1.55-2.24x on these rings; beside the resident 128-row chain on wgmma, listed
+# before them until then, they ran 0.68-0.74 of its time (f16 256/256/128: 1.68-1.70 against
+# 2.30x the copy; 256/192/256: 1.53-1.56 against 2.25x), so they come before it.
+SHORT_RINGS = (3, 2)
+# ... and before column blocks where the first tile is at least this wide: two blocks compute
+# the first gemm twice, which costs more than the short ring over one block. H200, same runs:
+# bf16 256/160/320 one block on 2 slots 1.461x the copy against 1.632-1.696x in two blocks (every
+# ring); f16 576/160/384 1.630x against 1.674-1.697x. Beside N0 = 128 (256/128/512) one block on
+# 2 slots ran 1.333x against 1.304x for two blocks on 5: not there.
+SHORT_RING_OVER_BLOCKS_N0 = 160
 
 
 # Whether a ping-pong chain configuration's output staging fits beside its ring and resident B
@@ -231,13 +249,13 @@ def clustered(config: Config, cluster: tuple[int, int]) -> Config:
 # 64x256 tiles, a quarter of g1's columns past N and stored from registers, at 1.91x a copy of
 # its bytes on an H200 (bench/logs/consumers/consumers_edges.log).
 def pingpong_registers(shapes: tuple[GemmShape, ...], blocks: int = 1) -> bool:
-    """Whether a consumer thread's values (schedules.values_over) in the chain's tiles fit its
-    registers, with one column pass's accumulators where the last gemm takes passes: over 256
+    """Whether a consumer thread's values (chain_values.values_over) in the chain's tiles fit
+    its registers, with one column pass's accumulators where the last gemm takes passes: over 256
     columns, or where only the passes' staging fits the registers (N1 = 256 beside N0 = 128 or
     160)."""
     widths = [t[1] for t in common.chain_tiles(shapes, 64, boxes=True, blocks=blocks)]
-    passes = schedules.staged_passes(widths[-2], widths[-1])
-    return not schedules.values_over(widths, passes)
+    passes = chain_values.staged_passes(widths[-2], widths[-1])
+    return not chain_values.values_over(widths, passes)
 
 
 # A ping-pong chain whose last N is over 256 tries the fewest column blocks whose tile fits
@@ -260,13 +278,15 @@ def column_block_counts(n) -> tuple[int, ...]:
 def chain(shapes: tuple[GemmShape, ...], fits: Fits = _fit) -> list[Config]:
     """Ping-pong with B0 streamed through the ring beside A; then over resident B, deepest ring
     first (for a last N over 256, in the fewest column blocks that fit, then one more:
-    column_block_counts); then the resident 128-row chain, whose ring runs at most one tile
-    ahead (stages at most k tiles + 1); then the sm_80 chains."""
+    column_block_counts); then ping-pong on SHORT_RINGS (over one block before the column
+    blocks where N0 is at least SHORT_RING_OVER_BLOCKS_N0); then the resident 128-row chain,
+    whose ring runs at most one tile ahead (stages at most k tiles + 1); then the sm_80
+    chains."""
     k = shapes[0].k
     k_tiles = -(-k // 64) if isinstance(k, int) else 9
     rest = (3,) * (len(shapes) - 1)
     regs = Residency.REGISTERS
-    out = []
+    out, shorter = [], []  # shorter: the short rings, after every deeper ping-pong ring
     n = shapes[-1].n
     for blocks in column_block_counts(n):
         if not pingpong_registers(shapes, blocks):
@@ -289,6 +309,14 @@ def chain(shapes: tuple[GemmShape, ...], fits: Fits = _fit) -> list[Config]:
         first = resident_first(tiles, resident, fits) if split_rows(shapes[0]) else []
         out += [dataclasses.replace(c, why=WHY_CHAIN_SPLIT_ROWS + more) for c in first]
         out += streamed + [c for c in resident if c not in first]
+        rings = [dataclasses.replace(streaming(ring), why=WHY_CHAIN_SHORT_RING + more)
+                 for ring in SHORT_RINGS]
+        if blocks == 1 and isinstance(shapes[0].n, int) and (
+                shapes[0].n >= SHORT_RING_OVER_BLOCKS_N0):
+            out += rings  # before any column blocks
+        else:
+            shorter += rings
+    out += shorter  # then the resident 128-row chain
     out += [common.chain_config(shapes, 128, (8, 1), (s, *rest), regs, True, WHY_CHAIN_WGMMA)
             for s in sorted({min(6, k_tiles + 1), min(4, k_tiles + 1), 2}, reverse=True)]
     return out + common.chain(shapes)
@@ -311,10 +339,9 @@ def split_rows(first: GemmShape) -> bool:
 
 def has_staging(tiles: list[tuple[int, int, int]]) -> bool:
     """Whether a ping-pong chain of these tiles stages its output at all: a consumer thread's
-    values, in the column passes the staging takes, within schedules.STAGING_MAX_VALUES."""
+    values, in the column passes the staging takes, within chain_values.staging_max_values."""
     widths = [t[1] for t in tiles]
-    passes = schedules.staged_passes(widths[-2], widths[-1])
-    return max(schedules.tile_values(widths, passes)) <= schedules.STAGING_MAX_VALUES
+    return chain_values.staging_fits(widths, chain_values.staged_passes(widths[-2], widths[-1]))
 
 
 def short_rings(tiles: list[tuple[int, int, int]], six: Config, fits: Fits) -> bool:
@@ -329,11 +356,11 @@ def resident_first(tiles: list[tuple[int, int, int]], resident: list[Config],
                    fits: Fits) -> list[Config]:
     """Where B0's rows split sectors (split_rows), the resident rings the chain's list takes
     before the streamed one: all of them where a consumer thread's values with the whole last
-    tile fit schedules.STAGING_MAX_VALUES (stored from registers where the staging did not
+    tile fit chain_values.STAGING_MAX_VALUES (stored from registers where the staging did not
     fit, 1000/64/128 and 1000/64/256 ran 1.19 and 1.23x the copy), else those whose output
     staging still fits (N0 = 128 with N1 = 256 stored from registers ran 1.75x the copy at
     K0 = 256, bench/logs/stop10/a/configs_256_128_256.log)."""
-    if max(schedules.tile_values([t[1] for t in tiles])) <= schedules.STAGING_MAX_VALUES:
+    if max(chain_values.tile_values([t[1] for t in tiles])) <= chain_values.STAGING_MAX_VALUES:
         return resident
     return [c for c in resident if has_staging(tiles) and fits(c)]
 

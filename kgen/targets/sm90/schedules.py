@@ -21,10 +21,11 @@ The ping-pong rules, each refusal pointing at its source: a chain of two or more
 after the first keeping the one before in registers and its B resident (the first gemm's B is
 resident too, or streams through the ring beside A: `chain_ring_b`, which needs a K-major B0 of
 at most 256 rows, not batched); a consumer thread's values at each chained gemm within its
-registers (tile_values, max_values); the first gemm's warps 4x1 (one warpgroup per tile); the
-buffers within the budget; the first gemm on wgmma. The
-consumers take turns at the first gemm's mainloop (consumer_order), so any ring depth from 2 is
-safe: a consumer never waits on a slot whose previous fill may not have landed.
+registers (kgen/targets/sm90/chain_values.py: tile_values, max_values, and the last gemm's
+column passes); the first gemm's warps 4x1 (one warpgroup per tile); the buffers within the
+budget; the first gemm on wgmma. The consumers take turns at the first gemm's mainloop
+(consumer_order), so any ring depth from 2 is safe: a consumer never waits on a slot whose
+previous fill may not have landed.
 """
 from __future__ import annotations
 
@@ -40,12 +41,15 @@ from .. import (MORE_WARPS, Candidate, Instruction, Mainloop, Placement, Placing
 from ..common import schedules as common
 from . import warp_specialized
 from .tensor_map import STAGING_BOX
+from .chain_values import (CONSUMERS, STAGING_MAX_VALUES, WHY_THREE, chain_values,
+                           column_passes, consumer_count, max_values, pass_n, passes_in_flight, passes_why,
+                           register_refusal, staged_passes, staging_fits, staging_refusal,
+                           tile_values, values_over)
 
 STAGING_ALIGN = 1024  # a 128-byte swizzled box starts on a 1024-byte boundary (8 rows x 128 B)
 PRODUCER_THREADS = 128  # a warpgroup issues the ring's copies (setmaxnreg works per warpgroup;
 # one warp could not keep up on an H200)
 PRODUCER_REGISTERS = 40  # setmaxnreg: the producers only compute addresses
-CONSUMERS = 2  # warpgroups, each with a tile of its own (a chain may take 3: consumer_count)
 CONSUMER_WORDS = {2: "two", 3: "three"}  # for the templates' comments
 WARPGROUP_WARPS = 4
 WGMMA_SS = ("wgmma: warpgroups of 4 warps along M, 16 rows per warp, A and B K-major with "
@@ -370,16 +374,7 @@ def pingpong(draft: ScheduleDraft) -> Placing:
                for g, gs in zip(gemms[:-1], (ring,) + schedule.gemms[1:-1])]
     ring, later = feeding[0], tuple(feeding[1:]) + schedule.gemms[-1:]
     if passes > 1:  # the last gemm a share of its columns at a time
-        values = chain_values(gemms, passes)
-        why = (f"{passes} passes of {last.tile[1] // passes} columns: one tile covers all "
-               f"{last.tile[1]} columns (B resident), wgmma multiplies at most 256 at once, and "
-               f"a consumer thread holds {values} accumulator values a pass, the staging one "
-               "pass's columns" if wider else
-               f"{passes} passes of {last.tile[1] // passes} columns: a consumer thread holds "
-               f"{values} accumulator values with one pass against "
-               f"{chain_values(gemms)} with the whole tile (the "
-               f"staging's stores spill over {STAGING_MAX_VALUES}), and the staging one pass's "
-               "columns")
+        why = passes_why(gemms, passes)
         later = later[:-1] + (dataclasses.replace(
             later[-1], passes=ColumnPasses(passes, why),
             overlap=passes_in_flight(gemms, passes, consumers)),)
@@ -482,175 +477,6 @@ def overhangs(last: GemmPlan) -> bool:
     return not (isinstance(last.n_dim, int) and last.n_dim % last.tile[1] == 0)
 
 
-# A ping-pong chain's consumer thread holds consumer_values of its tiles. With 232 registers
-# each (setmaxnreg; the producer warpgroup keeps 40), NVRTC 13 compiled up to 224 such values
-# (N0 128, N1 256) without a spill; N0 = 160 with N1 = 256 (248) spilled.
-PINGPONG_MAX_VALUES = 224
-# A later gemm of a longer chain, whose A comes from a gemm that took its own A from registers
-# (gemm 2 on): NVRTC 13 spilled at 224 values there (bf16 and f16, N 64/256/64 at K0 = 256 and
-# 576: 44-48 bytes; 64/256/64/64: 60) and at 208 (64/256/32: 4 bytes), though 128/256/64 (224)
-# and 64/192/128 (208) compiled clean. Under this rule, 37 three- and four-gemm chains that plan
-# (bf16, K0 = 256, N of 64 to 256 each) compiled without a spill.
-CHAINED_MAX_VALUES = 192
-# The values a ping-pong chain's consumer thread holds (consumer_values) above which its output
-# staging spilled: NVRTC 13 compiled N0 128 with N1 256 (224 values) to 84 bytes of spills
-# when staged, none when stored from registers; N0 64 with N1 256 (176) staged without one.
-STAGING_MAX_VALUES = 192
-
-
-def consumer_values(n0: int, n1: int) -> int:
-    """Per consumer thread of a ping-pong chain: g0's 64 x n0 accumulators (n0 / 2 floats),
-    their repacked A fragments for g1 (n0 / 4) and g1's accumulators (n1 / 2)."""
-    return n0 // 2 + n0 // 4 + n1 // 2
-
-
-def tile_values(widths: Sequence[int], passes: int = 1) -> list[int]:
-    """consumer_values at each chained gemm of a ping-pong chain whose tiles are `widths`
-    columns wide (the first gemm's first): the gemm before's accumulators, their A fragments
-    and this gemm's accumulators, one column pass's of them in the last gemm (`passes`). The
-    stages run one after the other: only one gemm's values are live at a time."""
-    last = len(widths) - 1
-    return [consumer_values(n0, n1 // (passes if i + 1 == last else 1))
-            for i, (n0, n1) in enumerate(zip(widths, widths[1:]))]
-
-
-def gemm_values(gemms: Sequence[GemmPlan], passes: int = 1) -> list[int]:
-    """tile_values of a chain's gemm plans: one figure per gemm after the first."""
-    return tile_values([g.tile[1] for g in gemms], passes)
-
-
-def chain_values(gemms: Sequence[GemmPlan], passes: int = 1) -> int:
-    """The most values a consumer thread of a ping-pong chain holds at once (gemm_values); for
-    two gemms consumer_values(N0, N1 / passes)."""
-    return max(gemm_values(gemms, passes))
-
-
-def max_values(i: int) -> int:
-    """The values a consumer thread may hold at gemm `i` of a ping-pong chain (tile_values)."""
-    return PINGPONG_MAX_VALUES if i == 1 else CHAINED_MAX_VALUES
-
-
-def values_over(widths: Sequence[int], passes: int = 1) -> list[int]:
-    """The gemms (their indices) of a ping-pong chain with tiles `widths` columns wide where a
-    consumer thread would hold more values than max_values allows: they would spill."""
-    return [i for i, v in enumerate(tile_values(widths, passes), 1) if v > max_values(i)]
-
-
-def register_refusal(gemms: Sequence[GemmPlan], i: int) -> str:
-    """The located words for a chain whose gemm `i` holds too many values per consumer thread."""
-    src, g = gemms[i - 1], gemms[i]
-    return (f"a consumer thread would hold {gemm_values(gemms)[i - 1]} values at gemm "
-            f"'{g.name}' (over {max_values(i)}: they spill): {src.name}'s accumulators "
-            f"({src.tile[1] // 2}), their A fragments ({src.tile[1] // 4}) and {g.name}'s "
-            f"accumulators ({g.tile[1] // 2}); narrow tile N of '{src.name}' or '{g.name}'")
-
-
-def staging_refusal(gemms: Sequence[GemmPlan], passes: int = 1) -> str | None:
-    values = chain_values(gemms, passes)
-    if values > STAGING_MAX_VALUES:
-        return (f"each consumer thread holds {values} accumulator values (over "
-                f"{STAGING_MAX_VALUES}): the staging's stores would spill")
-    return None
-
-
-def column_passes(n0: int, n1: int) -> int:
-    """How many passes over its tile's columns the last gemm of a ping-pong chain takes, for
-    tiles N0 wide (the first gemm) and N1 wide (the last; ColumnPasses): 2 where
-    the tile is 256 columns and a pass's values fit under STAGING_MAX_VALUES, else 1. N1 = 256
-    beside N0 = 128 holds 224 values with the whole tile, 160 in halves, and only the halves'
-    staging fits beside the ring: 20-30% faster on an H200; beside N0 = 64 (176 values, 112)
-    halves ran 1-3% faster on the same ring (bench/RESULTS.md, "column passes")."""
-    if n1 <= 128 or n1 % 128:
-        return 1
-    if n1 > 256:  # wgmma's N is at most 256: passes of 128 columns
-        return n1 // 128
-    return 2 if consumer_values(n0, n1 // 2) <= STAGING_MAX_VALUES else 1
-
-
-def pass_n(n0: int, n1: int) -> int:
-    """The columns of one pass of a chained tile N1 wide beside N0 where the tile is wider than
-    wgmma's 256 (column_passes); else all of N1."""
-    return n1 // column_passes(n0, n1) if n1 > 256 else n1
-
-
-def staging_needs_passes(n0: int, n1: int) -> bool:
-    """Whether a ping-pong chain's output staging fits a consumer thread's registers only in
-    column passes (N1 = 256 beside N0 = 128): the whole tile's values are over
-    STAGING_MAX_VALUES and the passes' are not, and g1 can take passes (on wgmma: its k tiles
-    of 64 or 32, RS_B_ROW_BYTES, need N0 a multiple of 32)."""
-    return (column_passes(n0, n1) > 1 and n0 % 32 == 0
-            and consumer_values(n0, n1) > STAGING_MAX_VALUES)
-
-
-def staged_passes(n0: int, n1: int) -> int:
-    """The column passes a ping-pong chain's last tile, `n1` wide beside a first tile `n0`
-    wide, takes for its staging: always over 256 columns (wgmma's widest), and up to 256 where
-    only the passes' staging fits a consumer thread's registers (staging_needs_passes)."""
-    return column_passes(n0, n1) if n1 > 256 or staging_needs_passes(n0, n1) else 1
-
-
-# Three consumer warpgroups (setmaxnreg 40 / 152) take a ping-pong chain's tiles in turn where
-# a consumer thread's values (consumer_values, one column pass) fit 152 registers without a
-# spill, the last gemm's pass is at least 128 columns wide (the longer epilogue that a third
-# warpgroup hides) and the first gemm has at most 4 k tiles (the consumers' path, not the
-# ring's bytes, bounds it). H200, two rounds, both dtypes (bench/logs/consumers/):
-#   K0 = 256, N0 = 64, N1 = 128 and 256: 1.4-2.5% faster (N1 = 64: 0-1%);
-#   K0 = 320, 576, 1024, 2048 at N0 = 64: -1.3% to +0.9%;
-#   N0 = 96 with N1 = 64 (104 values, no spill): 8-9% slower;
-#   N0 = 128 (128 values and more): 56-204 bytes of spills at 152 or 160 registers, and
-#   4-26% slower. Three such consumers need more than the 64K registers of an SM.
-THREE_CONSUMERS_MAX_VALUES = 112
-THREE_CONSUMERS_MIN_PASS_N = 128
-THREE_CONSUMERS_MAX_K_TILES = 4
-WHY_THREE = ("each consumer thread's values fit 152 registers, the last gemm's epilogue is at "
-             f"least {THREE_CONSUMERS_MIN_PASS_N} columns wide and the first gemm has at most "
-             f"{THREE_CONSUMERS_MAX_K_TILES} k tiles, where a third warpgroup shortens the "
-             "consumers' path (H200: 1.4-2.5% faster at K0 = 256, N0 = 64, N1 >= 128)")
-
-
-def few_k_tiles(first: GemmPlan) -> bool:
-    """Whether a ping-pong chain's first gemm has a fixed K of at most
-    THREE_CONSUMERS_MAX_K_TILES k tiles: the consumers' path, not the ring's bytes, bounds it."""
-    k = first.k_dim
-    return isinstance(k, int) and -(-k // first.tile[2]) <= THREE_CONSUMERS_MAX_K_TILES
-
-
-def consumer_count(gemms: Sequence[GemmPlan], passes: int) -> int:
-    """A ping-pong chain's consumer warpgroups (see THREE_CONSUMERS_MAX_VALUES): 3 or 2."""
-    first, last = gemms[0], gemms[-1]
-    width = last.tile[1] // passes
-    fits = chain_values(gemms, passes) <= THREE_CONSUMERS_MAX_VALUES
-    return 3 if few_k_tiles(first) and fits and width >= THREE_CONSUMERS_MIN_PASS_N else CONSUMERS
-
-
-# Overlap.passes: two where the last gemm runs in 2 or 3 column passes on two
-# consumer warpgroups, the first gemm has at most THREE_CONSUMERS_MAX_K_TILES k tiles (the
-# consumers' path, not the ring, bounds the chain) and a thread's A fragments and two passes'
-# accumulators fit PASSES_IN_FLIGHT_MAX_VALUES (g0's accumulators are dead by then). H200, both
-# dtypes, in turn (bench/logs/stop10/b/passes_in_flight.log), time with two over one: 0.90-0.91
-# at 256/128/448 (column blocks), 0.97-0.98 at 256/128/320, 0.99 at 256/128/256, 1.00 at
-# 256/128/384, 1.00-1.01 at 256/96/256; at K0 = 576 (9 k tiles) 1.03-1.04, at 1000/64/320
-# 1.00-1.01. The pass loop is unrolled: with 4 passes (N1 = 448 and 512 beside N0 = 64, 144
-# values) NVRTC 13 spilled 16 bytes and serialized the wgmma for want of registers; 3 passes at
-# 160 values (N0 = 128) compiled clean.
-PASSES_IN_FLIGHT_MAX_VALUES = 160
-PASSES_IN_FLIGHT_MAX_PASSES = 3
-WHY_PASSES_IN_FLIGHT = ("each pass's wgmma group is issued before the pass before it runs its "
-                        "epilogue, into a second set of accumulators: the tensor cores multiply "
-                        "one pass while the warpgroup stages the last")
-
-
-def passes_in_flight(gemms: Sequence[GemmPlan], passes: int,
-                     consumers: int) -> Overlap:
-    """The last gemm's column passes in flight (Overlap.passes) and why (1: one pass at a
-    time)."""
-    first, source, last = gemms[0], gemms[-2], gemms[-1]
-    values = source.tile[1] // 4 + last.tile[1] // passes
-    if (not 2 <= passes <= PASSES_IN_FLIGHT_MAX_PASSES or consumers != CONSUMERS
-            or values > PASSES_IN_FLIGHT_MAX_VALUES or not few_k_tiles(first)):
-        return Overlap()
-    return Overlap(passes=2, why=WHY_PASSES_IN_FLIGHT)
-
 
 def turns(first: GemmPlan, consumers: int) -> dict[str, int]:
     """The ring's barriers for the storage plan: a full and an empty mbarrier per slot, then
@@ -672,7 +498,7 @@ def staging_placement(draft: ScheduleDraft) -> Placement | None:
     gemms = draft.plans(Mainloop.RESIDENT)
     widths = [g.tile[1] for g in gemms]
     passes = staged_passes(widths[-2], widths[-1])
-    if max(tile_values(widths, passes)) > STAGING_MAX_VALUES:
+    if not staging_fits(widths, passes):
         return None
     return place(gemms, persistent=True, resident=True,
                  staging=(staging_bytes(gemms[-1], passes), STAGING_ALIGN),
