@@ -6,7 +6,11 @@ inputs rotated past L2). Each kgen kernel is first checked against a float64 ref
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
-        [--variants] [--shapes 4096x4096x4096,...]
+        [--variants] [--shapes 4096x4096x4096,...] [--blockwise]
+
+--blockwise (bench/fp8_blocks.py): examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
+scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
+--llama the Llama-class shapes too).
 
 The kernels are examples/gemm_fp8_tensorwise.kg and examples/gemm_fp8_rowwise.kg as they are
 (the builder's schedule), plus, with --variants, a few written schedules of the same kernel: the
@@ -34,6 +38,7 @@ SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096))
 LLAMA = tuple((m, n, k) for m in (2048, 8192) for n, k in ((4096, 4096), (14336, 4096),
                                                             (4096, 14336)))
 CHECK_ROWS = 256
+BLOCK_SHAPE = (8192, 8192, 8192)  # --blockwise's shape unless --shapes or --llama
 EXAMPLES = {"tensor-wise": "gemm_fp8_tensorwise.kg", "row-wise": "gemm_fp8_rowwise.kg"}
 # Written schedules measured beside the builder's with --variants: (label, tile, stages, kind)
 VARIANTS = (("cooperative 128x256x128 s4", (128, 256, 128), 4, None),
@@ -106,6 +111,9 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true", help="written schedules too")
     parser.add_argument("--shapes", default=None, help="MxNxK,... instead of the issue's")
     parser.add_argument("--llama", action="store_true", help="the Llama-class shapes too")
+    parser.add_argument("--blockwise", action="store_true",
+                        help="block scales (1x128 A, 128x128 B) beside kgen's tensor-wise kernel "
+                        "and torch's block-wise scaled_mm, instead of the tables above")
     opts = parser.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -118,6 +126,15 @@ def main() -> int:
         shapes += [s for s in LLAMA if s not in shapes]
     if opts.quick:
         shapes = shapes[:1]
+    if opts.blockwise:
+        from fp8_blocks import blockwise_rows  # bench/fp8_blocks.py
+
+        chosen = shapes if opts.shapes else [BLOCK_SHAPE] + (list(LLAMA) if opts.llama else [])
+        rows = blockwise_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2,
+                              variants=opts.variants)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(rows, indent=1))
+        return 0
     rows = []
     for scaling, example in EXAMPLES.items():
         kernel = parse_file(ROOT / "examples" / example).kernels[0]

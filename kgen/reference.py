@@ -284,7 +284,7 @@ class NumpyEvaluator(EpilogueEvaluator):
         return self._row_slice(array) if name == self.first_a else array
 
     def matmul(self, a, b, gemm):
-        return a @ b
+        return dequantized(a, gemm, "A", self) @ dequantized(b, gemm, "B", self)
 
     def to_operand(self, value, dtype):
         return round_to(value, dtype)
@@ -339,6 +339,26 @@ class NumpyEvaluator(EpilogueEvaluator):
         if param.kind is ir.ParamKind.VECTOR and stored.ndim == 0:
             stored = stored.reshape(1)
         return np.array(stored)
+
+
+def dequantized(operand: np.ndarray, gemm: ir.Gemm, which: str,
+                evaluator: NumpyEvaluator) -> np.ndarray:
+    """A gemm operand (float64: A [rows, K], B [K, N]) times its block scales, if any: A's
+    [M, ceil(K / 128)] one per row per 128 of K, B's [ceil(N / 128), ceil(K / 128)] one per
+    128 columns per 128 of K (`scale A by SA 1x128`, `scale B by SB 128x128`)."""
+    name = gemm.a.name if which == "A" else gemm.b.name
+    scale = next((s for s in gemm.scales if s.operand == name), None)
+    if scale is None:
+        return operand
+    factors = evaluator._input(scale.param).astype(np.float64)
+    rows, k = scale.block
+    if which == "A":
+        if name == evaluator.first_a:
+            factors = evaluator._row_slice(factors)
+        expanded = np.repeat(factors, k, axis=1)[:, :operand.shape[1]]
+        return operand * np.repeat(expanded, rows, axis=0)[:operand.shape[0]]
+    expanded = np.repeat(np.repeat(factors, rows, axis=0), k, axis=1)  # [N, K]
+    return operand * expanded[:operand.shape[1], :operand.shape[0]].T
 
 
 def evaluate(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],

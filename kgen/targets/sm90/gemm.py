@@ -254,6 +254,21 @@ def _pitch(plan: KernelPlan, operand: str) -> str:
 NARROW_UNROLL, NARROW_UNROLL_BATCHED = 8, 4
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleRead:
+    """A block scale the consumers read (templates/sm90/block_scales.inc.j2): its parameter,
+    and whether it is column-major (element (r, kb) at kb * ld + r)."""
+
+    param: str
+    col: bool
+
+
+def block_scale_values(g) -> dict:
+    """The block scales of A and of B as the template reads them (None: not scaled)."""
+    reads = {s.operand: ScaleRead(s.param, s.layout is Layout.COL) for s in g.scales}
+    return dict(block_scaled=bool(g.scales), scale_a=reads.get("A"), scale_b=reads.get("B"))
+
+
 def device_helpers(plan: KernelPlan) -> list[str]:
     """The fixed device helpers the kernel carries before its batch and cluster ones, in order:
     the ring's barriers and loads, the narrow entry point's copies and wgmma's, and of the
@@ -344,6 +359,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         mma_ab=MMA_TYPE[g.a.dtype], mma_b=MMA_TYPE[g.b.dtype],
         wgmma_k=32 if fp8 else 16,  # k per wgmma: 32 bytes of the 128-byte rows either way
         promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
+        **block_scale_values(g),
         wgmma_n=n,
         wgmma_acc=f"float (&acc)[{n // 8}][4]",
         wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),

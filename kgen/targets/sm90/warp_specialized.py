@@ -292,6 +292,9 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                     f"CTA loads half of its {MN_BOX}-column boxes, so tile "
                     f"{'M' if which == 'A' else 'N'} must be a multiple of {ctas * MN_BOX}, not "
                     f"{extent}", Site("cluster", 0))
+    refusal = scale_refusal(draft, g, kind)
+    if refusal is not None:
+        return refusal
     if draft.stream_k and g.epilogue.reductions:
         return ("split stream with epilogue reductions is not built; 'split S' runs them on "
                 "the tiled kernel", Site("split", 0))
@@ -468,13 +471,50 @@ WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no regi
                         "the whole K, as torch._scaled_mm's use_fast_accum")
 
 
+WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alone, times the "
+                    "scales of its block: each consumer thread reads its rows' scales (and the "
+                    "tile's B scale) with __ldg one k tile ahead into registers, so the loads "
+                    "wait behind the wgmma, not before the promotion")
+
+
+def promoted_values(g: GemmPlan, kind: KernelKind) -> int:
+    """A consumer thread's accumulators (its rows x tile N / 128 threads)."""
+    return consumer_rows(g.tile[0], kind) * g.tile[1] // WARPGROUP
+
+
+def scale_refusal(draft: ScheduleDraft, g: GemmPlan,
+                  kind: KernelKind) -> tuple[str, Site | None] | None:
+    """Why the gemm's block scales cannot be applied on this schedule (None: they can): each
+    k tile promoted alone (registers for a second set of accumulators), a tile within one of
+    B's 128-column scale blocks, the whole K in one unit."""
+    if not g.scales:
+        return None
+    if draft.split_k > 1 or draft.stream_k:
+        return ("block scales are applied as a tile's k tiles are promoted one by one; split-K "
+                "and stream-K are not built with them", Site("split", 0))
+    values = promoted_values(g, kind)
+    if values > PROMOTE_MAX_VALUES:
+        return (f"block scales are applied as each k tile's sums are promoted, which needs "
+                f"registers for a second set of accumulators: a consumer thread of tile "
+                f"{g.tile[0]}x{g.tile[1]} holds {values}, more than {PROMOTE_MAX_VALUES} "
+                "(128x128 cooperative or 64x128 ping-pong promote)", Site("tile", 0))
+    if 128 % g.tile[1]:
+        return (f"tile N {g.tile[1]} does not divide B's 128-column scale blocks: a tile's "
+                "columns must share one block's scale", Site("tile", 0))
+    return None
+
+
 def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
-    """Whether the gemm's wgmma sums are promoted (FP8 only), and why."""
+    """Whether the gemm's wgmma sums are promoted (FP8 only), and why; with block scales every
+    k tile (scale_refusal refused the schedules that cannot)."""
     if not g.a.dtype.fp8:
         return AccPromotion()
-    values = consumer_rows(g.tile[0], kind) * g.tile[1] // WARPGROUP
+    values = promoted_values(g, kind)
     if values > PROMOTE_MAX_VALUES:
         return AccPromotion(0, WHY_NO_ACC_PROMOTION.format(values=values))
+    if g.scales:
+        return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
+                            WHY_BLOCK_SCALES)
     return AccPromotion(PROMOTE_K_TILES, WHY_ACC_PROMOTION)
 
 
