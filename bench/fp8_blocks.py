@@ -63,18 +63,20 @@ def relative_error(torch, out, s, rows):
 
 
 # Written schedules of the block-wise kernel timed with --variants: (label, kind, tile, stages)
-VARIANTS = (("pingpong 64x128x128 s8", "pingpong", (64, 128, 128), 8),
-            ("pingpong 128x64x128 s8", "pingpong", (128, 64, 128), 8),
-            ("cooperative 128x128x128 s5", None, (128, 128, 128), 5))
+VARIANTS = (("cooperative 128x128x128 s5", None, (128, 128, 128), 5, None),
+            ("cooperative 128x128x128 s6 cluster 2x1", None, (128, 128, 128), 6, (2, 1)),
+            ("cooperative 128x128x128 s6 cluster 1x2", None, (128, 128, 128), 6, (1, 2)),
+            ("pingpong 64x128x128 s8", "pingpong", (64, 128, 128), 8, None))
 
 
-def variant(kernel, kind, tile, stages):
+def variant(kernel, kind, tile, stages, cluster=None):
     import dataclasses
 
     from kgen import ir
 
     g = dataclasses.replace(kernel.gemms[0], tile=ir.TileShape(*tile), warps=ir.WarpGrid(2, 4),
-                            stages=ir.StageCount(stages))
+                            stages=ir.StageCount(stages),
+                            cluster=ir.ClusterShape(*cluster) if cluster else None)
     return dataclasses.replace(kernel, gemms=(g,),
                                schedule=ir.Schedule.from_name(kind) if kind else None)
 
@@ -90,8 +92,8 @@ def blockwise_rows(torch, shapes, stream, l2, variants=False):
              for name in ("blockwise", "tensorwise")}
     if variants:
         kernel = parse_file(ROOT / "examples" / "gemm_fp8_blockwise.kg").kernels[0]
-        for label, kind, tile, stages in VARIANTS:
-            built[label] = build(variant(kernel, kind, tile, stages))
+        for label, *schedule in VARIANTS:
+            built[label] = build(variant(kernel, *schedule))
     started = time.perf_counter()
     compiled = {name: load_built(b) for name, b in built.items()}
     print(f"compiled in {time.perf_counter() - started:.2f} s; block-wise plan "

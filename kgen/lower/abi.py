@@ -77,8 +77,8 @@ def block_dims(kernel: ir.Kernel) -> tuple[BlockDim, ...]:
                 (0, b.shape[1]), (1, b.shape[0]))
             for axis, of in counts:
                 rule = BlockDim(shape[axis], of, 128, s.param)
-                if isinstance(rule.dim, str) and rule not in out:
-                    out.append(rule)
+                if isinstance(rule.dim, str) and (rule.dim, of) not in [(r.dim, r.of) for r in out]:
+                    out.append(rule)  # SA's and SB's K blocks: checked once
     return tuple(out)
 
 

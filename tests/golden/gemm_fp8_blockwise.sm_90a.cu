@@ -42,7 +42,6 @@ constexpr bool kPingpong = false;  // each consumer a tile of its own, else both
 constexpr int kConsumerRows = kPingpong ? kTileM : kTileM / 2;  // rows of a tile one consumer multiplies
 constexpr int kFragM = kConsumerRows / 64;  // a consumer's m64 wgmma rows
 constexpr int kFragN = kTileN / 8;  // n8 column groups of its accumulators
-constexpr int kPromoteTiles = 1;  // k tiles whose wgmma sums are promoted at once
 constexpr unsigned kAStageBytes = kTileM * kTileK * 1;
 constexpr unsigned kBStageBytes = kTileN * kTileK * 1;
 
@@ -542,20 +541,18 @@ __device__ __forceinline__ void produce_narrow(const gemm_fp8_blockwise_params& 
   for (int late = it > kLag ? it - kLag : 0; late < it; ++late)  // the last kLag slots
     mbarrier_arrive(full + 8 * (late % kStages));
 }
-// The block scales of k block kb (128 of K) for this thread's accumulator rows `row`, + 8, and
-// each m64 half's: SA's per row times SB's of the tile's 128-column block n_block.
-// Read with __ldg a k tile ahead of their promotion, so the loads wait behind the wgmma.
+// The block scales of k block kb (128 of K): SA's for this thread's accumulator rows `row`, + 8,
+// of each m64 half, and SB's of the tile's 128-column block n_block.
 __device__ __forceinline__ void load_block_scales(const gemm_fp8_blockwise_params& p, int kb, int row, int M,
-                                                  int n_block, float (&scale)[kFragM][2]) {
-  const float sb = __ldg(p.SB + static_cast<long long>(n_block) * p.ld_SB + kb);
+                                                  int n_block, float (&sa)[kFragM][2], float& sb) {
+  sb = __ldg(p.SB + static_cast<long long>(n_block) * p.ld_SB + kb);
 #pragma unroll
   for (int i = 0; i < kFragM; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row + i * 64 + h * 8;
       // a row past M reads no scale: its sums are never stored
-      const float sa = r < M ? __ldg(p.SA + static_cast<long long>(kb) * p.ld_SA + r) : 0.0f;
-      scale[i][h] = sa * sb;
+      sa[i][h] = r < M ? __ldg(p.SA + static_cast<long long>(kb) * p.ld_SA + r) : 0.0f;
     }
 }
 
@@ -675,47 +672,74 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_blockwise_params& p, 
     // Two-level accumulation: wgmma sums each kPromoteTiles k tiles into period_acc, which this
     // thread then adds into acc (FP8 wgmma accumulates with about 14 mantissa bits).
     float period_acc[kFragM][kFragN][4];
-    // this thread's scales for the next k tile's promotion (rows row_scale, + 8 of each m64 half)
+    // Two sets of this thread's scales: k tile kt's (even kt in sa_even, sb_even) is loaded as k
+    // tile kt - 2 is promoted, so each load has two k tiles' time to arrive (rows row_scale, + 8)
     const int row_scale = m0 + row0 + warp * 16 + lane / 4;
-    float scale_next[kFragM][2];
-    if (k_tiles > 0) load_block_scales(p, 0, row_scale, M, n0 / 128, scale_next);
+    float sa_even[kFragM][2], sa_odd[kFragM][2], sb_even = 0.0f, sb_odd = 0.0f;
+    if (k_tiles > 0) load_block_scales(p, 0, row_scale, M, n0 / 128, sa_even, sb_even);
+    if (k_tiles > 1) load_block_scales(p, 1, row_scale, M, n0 / 128, sa_odd, sb_odd);
     if (kPingpong) {  // this consumer's mainloop starts once the other's has issued its last
       mbarrier_wait(turn + 8 * consumer, (turns & 1) ^ (consumer == 0 ? 1 : 0));
       ++turns;
     }
     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-      float scale[kFragM][2];
-      #pragma unroll
-      for (int i = 0; i < kFragM; ++i) {
-        scale[i][0] = scale_next[i][0];
-        scale[i][1] = scale_next[i][1];
-      }
-      if (kt + 1 < k_tiles) load_block_scales(p, kt + 1, row_scale, M, n0 / 128, scale_next);
-      const int s = it % kStages;
-      mbarrier_wait(full + 8 * s, (it / kStages) & 1);
-      const unsigned a_stage = a_ring + s * kAStageBytes + row0 * 128;
-      const unsigned b_stage = b_ring + s * kBStageBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kTileK / 32; ++kk)
-#pragma unroll
-        for (int i = 0; i < kFragM; ++i)  // k32 step kk is 32 bytes along the 128-byte rows
-          wgmma_step(period_acc[i], smem_descriptor(a_stage + i * 64 * 128 + 32 * kk),
-                     smem_descriptor(b_stage + 32 * kk), kk > 0 || kt % kPromoteTiles != 0);
-      wgmma_commit();
-      if ((kt + 1) % kPromoteTiles == 0 || kt + 1 == k_tiles) {  // the period's last k tile
-        wgmma_wait<0>();  // its sums are in period_acc: promote them
-#pragma unroll
-        for (int i = 0; i < kFragM; ++i)
-#pragma unroll
-          for (int j = 0; j < kFragN; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)  // elements 0, 1 on row row_scale, 2, 3 eight rows below
-              acc[i][j][e] = fmaf(period_acc[i][j][e], scale[i][e / 2], acc[i][j][e]);
+      if (kt % 2 == 0) {  // the scale sets by name, so that they stay in registers
+        const int s = it % kStages;
+        mbarrier_wait(full + 8 * s, (it / kStages) & 1);
+        const unsigned a_stage = a_ring + s * kAStageBytes + row0 * 128;
+        const unsigned b_stage = b_ring + s * kBStageBytes;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kTileK / 32; ++kk)
+        #pragma unroll
+          for (int i = 0; i < kFragM; ++i)  // k32 step kk is 32 bytes along the 128-byte rows
+            wgmma_step(period_acc[i], smem_descriptor(a_stage + i * 64 * 128 + 32 * kk),
+                       smem_descriptor(b_stage + 32 * kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();  // the k tile's sums are in period_acc: promote them times its scales
+        #pragma unroll
+        for (int i = 0; i < kFragM; ++i) {
+          const float scale_0 = sa_even[i][0] * sb_even;  // row row_scale + 64 i
+          const float scale_1 = sa_even[i][1] * sb_even;  // 8 rows below
+        #pragma unroll
+          for (int j = 0; j < kFragN; ++j) {
+            acc[i][j][0] = fmaf(period_acc[i][j][0], scale_0, acc[i][j][0]);
+            acc[i][j][1] = fmaf(period_acc[i][j][1], scale_0, acc[i][j][1]);
+            acc[i][j][2] = fmaf(period_acc[i][j][2], scale_1, acc[i][j][2]);
+            acc[i][j][3] = fmaf(period_acc[i][j][3], scale_1, acc[i][j][3]);
+          }
+        }
+        if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
+        if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, n0 / 128, sa_even, sb_even);
       } else {
-        wgmma_wait<1>();  // the group before this one is done: its slot may be refilled
+        const int s = it % kStages;
+        mbarrier_wait(full + 8 * s, (it / kStages) & 1);
+        const unsigned a_stage = a_ring + s * kAStageBytes + row0 * 128;
+        const unsigned b_stage = b_ring + s * kBStageBytes;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kTileK / 32; ++kk)
+        #pragma unroll
+          for (int i = 0; i < kFragM; ++i)  // k32 step kk is 32 bytes along the 128-byte rows
+            wgmma_step(period_acc[i], smem_descriptor(a_stage + i * 64 * 128 + 32 * kk),
+                       smem_descriptor(b_stage + 32 * kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();  // the k tile's sums are in period_acc: promote them times its scales
+        #pragma unroll
+        for (int i = 0; i < kFragM; ++i) {
+          const float scale_0 = sa_odd[i][0] * sb_odd;  // row row_scale + 64 i
+          const float scale_1 = sa_odd[i][1] * sb_odd;  // 8 rows below
+        #pragma unroll
+          for (int j = 0; j < kFragN; ++j) {
+            acc[i][j][0] = fmaf(period_acc[i][j][0], scale_0, acc[i][j][0]);
+            acc[i][j][1] = fmaf(period_acc[i][j][1], scale_0, acc[i][j][1]);
+            acc[i][j][2] = fmaf(period_acc[i][j][2], scale_1, acc[i][j][2]);
+            acc[i][j][3] = fmaf(period_acc[i][j][3], scale_1, acc[i][j][3]);
+          }
+        }
+        if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
+        if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, n0 / 128, sa_odd, sb_odd);
       }
-      if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
     }
     if (kPingpong && tid % kWarpgroupThreads == 0) mbarrier_arrive(turn + 8 * (1 - consumer));
     wgmma_wait<0>();
@@ -855,7 +879,6 @@ static const char* params_reason(const gemm_fp8_blockwise_params& p) {
   if (p.NS < 0) return "NS must not be negative";
   if (p.KS != (p.K + 127) / 128) return "KS must be ceil(K / 128): SA holds one scale per 128 of K";
   if (p.NS != (p.N + 127) / 128) return "NS must be ceil(N / 128): SB holds one scale per 128 of N";
-  if (p.KS != (p.K + 127) / 128) return "KS must be ceil(K / 128): SB holds one scale per 128 of K";
   return nullptr;
 }
 

@@ -473,8 +473,10 @@ WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no regi
 
 WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alone, times the "
                     "scales of its block: each consumer thread reads its rows' scales (and the "
-                    "tile's B scale) with __ldg one k tile ahead into registers, so the loads "
-                    "wait behind the wgmma, not before the promotion")
+                    "tile's B scale) with __ldg into one of two register sets as the k tile two "
+                    "before is promoted, so a load has two k tiles' time to arrive (multiplied "
+                    "as they were read, a load of the next k tile stalled every k tile: 0.44x "
+                    "the tensor-wise kernel's speed at 8192^3 on an H200)")
 
 
 def promoted_values(g: GemmPlan, kind: KernelKind) -> int:
