@@ -6,11 +6,13 @@ inputs rotated past L2). Each kgen kernel is first checked against a float64 ref
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
-        [--variants] [--shapes 4096x4096x4096,...] [--blockwise]
+        [--variants] [--shapes 4096x4096x4096,...] [--blockwise] [--fp8-out]
 
 --blockwise (bench/fp8_blocks.py): examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
 scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
 --llama the Llama-class shapes too).
+--fp8-out (bench/fp8_out.py): examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
+and amax) beside the bare kernel, at the Llama-class shapes.
 
 The kernels are examples/gemm_fp8_tensorwise.kg and examples/gemm_fp8_rowwise.kg as they are
 (the builder's schedule), plus, with --variants, a few written schedules of the same kernel: the
@@ -114,6 +116,9 @@ def main() -> int:
     parser.add_argument("--blockwise", action="store_true",
                         help="block scales (1x128 A, 128x128 B) beside kgen's tensor-wise kernel "
                         "and torch's block-wise scaled_mm, instead of the tables above")
+    parser.add_argument("--fp8-out", action="store_true",
+                        help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
+                        "at the Llama-class shapes (--quick: 4096^3 only)")
     opts = parser.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -126,6 +131,14 @@ def main() -> int:
         shapes += [s for s in LLAMA if s not in shapes]
     if opts.quick:
         shapes = shapes[:1]
+    if opts.fp8_out:
+        from fp8_out import fp8_out_rows  # bench/fp8_out.py
+
+        chosen = shapes if opts.shapes else list(LLAMA)
+        rows = fp8_out_rows(torch, [SHAPES[0]] if opts.quick else chosen, stream, l2)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(rows, indent=1))
+        return 0
     if opts.blockwise:
         from fp8_blocks import blockwise_rows  # bench/fp8_blocks.py
 

@@ -194,9 +194,22 @@ def host_dtype(dtype: ir.DType) -> np.dtype:
     return np.dtype({ir.DType.F16: np.float16, ir.DType.F32: np.float32}[dtype])
 
 
+# The largest finite value of each FP8 format: a value stored to one saturates to it (CUDA's
+# __NV_SATFINITE conversions; ml_dtypes' casts would give NaN for e4m3fn, inf for e5m2)
+FP8_MAX = {ir.DType.F8E4M3: 448.0, ir.DType.F8E5M2: 57344.0}
+
+
 def round_to(x: np.ndarray, dtype: ir.DType) -> np.ndarray:
-    """Round float64 values to `dtype` and back to float64."""
-    return np.asarray(x, dtype=np.float64).astype(host_dtype(dtype)).astype(np.float64)
+    """Round float64 values to `dtype` and back to float64 (FP8: saturated, NaN kept)."""
+    return as_dtype(x, dtype).astype(np.float64)
+
+
+def as_dtype(x: np.ndarray, dtype: ir.DType) -> np.ndarray:
+    """float64 values rounded to `dtype`'s host array (FP8: saturated to its finite range)."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype in FP8_MAX:
+        x = np.clip(x, -FP8_MAX[dtype], FP8_MAX[dtype])
+    return x.astype(host_dtype(dtype))
 
 
 _erf_scalar = np.frompyfunc(math.erf, 1, 1)
@@ -335,7 +348,7 @@ class NumpyEvaluator(EpilogueEvaluator):
         if param.kind is ir.ParamKind.TENSOR:
             value = np.broadcast_to(value, shape)
         with np.errstate(all="ignore"):
-            stored = np.asarray(value, dtype=np.float64).astype(host_dtype(param.dtype))
+            stored = as_dtype(value, param.dtype)
         if param.kind is ir.ParamKind.VECTOR and stored.ndim == 0:
             stored = stored.reshape(1)
         return np.array(stored)
@@ -452,6 +465,9 @@ _TOLERANCES = {
     ir.DType.F32: (1e-3, 1e-3),
     ir.DType.F16: (2e-3, 4e-3),
     ir.DType.BF16: (1.6e-2, 1.6e-2),
+    # FP8 outputs: 3 (e4m3) and 2 (e5m2) mantissa bits, one step 2**-3 (2**-2) relative
+    ir.DType.F8E4M3: (2.0 ** -9, 0.25),
+    ir.DType.F8E5M2: (2.0 ** -16, 0.5),
 }
 
 

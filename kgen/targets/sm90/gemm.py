@@ -360,6 +360,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         wgmma_k=32 if fp8 else 16,  # k per wgmma: 32 bytes of the 128-byte rows either way
         promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
         **block_scale_values(g),
+        # an FP8 output: narrow_access's byte pairs (its stores saturate: epilogue_cpp.PAIR)
+        fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
         wgmma_n=n,
         wgmma_acc=f"float (&acc)[{n // 8}][4]",
         wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),
