@@ -63,7 +63,10 @@ def relative_error(torch, out, s, rows):
 
 
 # Written schedules of the block-wise kernel timed with --variants: (label, kind, tile, stages)
-VARIANTS = (("cooperative 128x128x128 s5", None, (128, 128, 128), 5, None),
+VARIANTS = (("cooperative 128x128x128 s6", None, (128, 128, 128), 6, None),
+            ("cooperative 128x128x128 s5", None, (128, 128, 128), 5, None),
+            ("cooperative 128x192x128 s4 cluster 2x1", None, (128, 192, 128), 4, (2, 1)),
+            ("cooperative 128x192x128 s4 cluster 1x2", None, (128, 192, 128), 4, (1, 2)),
             ("cooperative 128x128x128 s6 cluster 2x1", None, (128, 128, 128), 6, (2, 1)),
             ("cooperative 128x128x128 s6 cluster 1x2", None, (128, 128, 128), 6, (1, 2)),
             ("pingpong 64x128x128 s8", "pingpong", (64, 128, 128), 8, None))

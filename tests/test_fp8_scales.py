@@ -154,10 +154,10 @@ def test_reference_is_the_product_of_the_dequantized_operands():
 # -- the plan ----------------------------------------------------------------------------------------
 
 
-def test_the_builder_plans_a_promoted_tile_within_one_b_block():
+def test_the_builder_plans_a_promoted_tile():
     plan = built(text()).plan
     g, gs = plan.gemms[0], plan.schedule.gemms[0]
-    assert g.tile[:2] == (128, 128) and gs.promotion.k_tiles == 1
+    assert g.tile[:2] == (128, 192) and gs.promotion.k_tiles == 1
     assert gs.promotion.scales == ("A by SA 1x128 (col)", "B by SB 128x128 (row)")
     assert [(s.operand, s.param, s.layout) for s in g.scales] == [
         ("A", "SA", ir.Layout.COL), ("B", "SB", ir.Layout.ROW)]
@@ -167,8 +167,8 @@ def test_the_builder_plans_a_promoted_tile_within_one_b_block():
 
 
 @pytest.mark.parametrize("lines, needle, where", [
-    ("tile 128x256x128  warps 2x4  stages 4", "holds 128, more than 64", "tile"),
-    ("tile 128x96x128  warps 2x4  stages 4", "tile N 96 does not divide", "tile"),
+    ("tile 128x256x128  warps 2x4  stages 4", "holds 128, more than 96", "tile"),
+    ("tile 128x96x128  warps 2x4  stages 4", "tile N 96 is not one the scales", "tile"),
     ("tile 128x128x128  warps 2x4  stages 5  split 4", "split-K and stream-K are not built",
      "split"),
 ])
@@ -215,6 +215,14 @@ def test_the_kernel_reads_the_scales_two_k_tiles_ahead():
     assert "__ldg(p.SA + static_cast<long long>(kb) * p.ld_SA + r)" in source  # column-major
     assert "__ldg(p.SB + static_cast<long long>(n_block) * p.ld_SB + kb)" in source
     assert "if (kt + 2 < k_tiles) load_block_scales(p, kt + 2," in source
+    # tile N 192 spans two of B's blocks: both scales, the n8 groups past b_split take the next
+    assert "const int b_split = 128 - n0 % 128;" in source
+    assert "sb[1] = 128 * (n_block + 1) < N ? __ldg(p.SB + " in source
+
+
+def test_a_tile_within_one_b_block_reads_one_b_scale():
+    source = built(text(lines="tile 128x128x128  warps 2x4  stages 6")).source
+    assert "b_split" not in source and "float (&sb)[1]" in source
 
 
 @pytest.mark.slow

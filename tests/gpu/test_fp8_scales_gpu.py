@@ -28,7 +28,8 @@ def _hopper():
         pytest.skip("sm_90a code runs on compute capability 9.0 only")
 
 
-def blockwise(name: str = "", *, layouts=None, scales=("A", "B"), schedule=None) -> ir.Kernel:
+def blockwise(name: str = "", *, layouts=None, scales=("A", "B"), schedule=None,
+              cluster=None) -> ir.Kernel:
     """The example, with SA / SB in other layouts, one operand's scale only, or a written
     schedule (kind, tile, stages)."""
     from kgen.parse import parse_file
@@ -46,7 +47,8 @@ def blockwise(name: str = "", *, layouts=None, scales=("A", "B"), schedule=None)
     if schedule is not None:
         kind, tile, stages = schedule
         g = dataclasses.replace(g, tile=ir.TileShape(*tile), warps=ir.WarpGrid(2, 4),
-                                stages=ir.StageCount(stages))
+                                stages=ir.StageCount(stages),
+                                cluster=ir.ClusterShape(*cluster) if cluster else None)
     return dataclasses.replace(kernel, params=params, gemms=(g,), schedule=kind,
                                name=kernel.name + name)
 
@@ -104,12 +106,13 @@ def run(kernel: ir.Kernel, mnk, seed=0, pad=0):
 def test_blockwise_example_at_ragged_sizes(mnk):
     built = run(blockwise(), mnk)
     assert built.plan.schedule.gemms[0].promotion.k_tiles == 1
+    assert built.plan.gemms[0].tile[1] == 192  # spans two of B's scale blocks
 
 
 @pytest.mark.parametrize("mnk", [(17, 24, 40), (1000, 1000, 1000), (130, 264, 8200)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("variant", ["sa_row_sb_col", "a_only", "b_only", "pingpong64",
-                                     "tile_n64"])
+                                     "tile_n64", "cooperative128", "cluster2x1"])
 def test_blockwise_variants(variant, mnk):
     kernel = {
         "sa_row_sb_col": lambda: blockwise("_rc", layouts={"SA": ir.Layout.ROW,
@@ -119,6 +122,9 @@ def test_blockwise_variants(variant, mnk):
         "pingpong64": lambda: blockwise("_pp", schedule=(ir.Schedule.PINGPONG, (64, 128, 128),
                                                          6)),
         "tile_n64": lambda: blockwise("_n64", schedule=(None, (128, 64, 128), 8)),
+        "cooperative128": lambda: blockwise("_c128", schedule=(None, (128, 128, 128), 6)),
+        "cluster2x1": lambda: blockwise("_c2", schedule=(None, (128, 192, 128), 4),
+                                        cluster=(2, 1)),
     }[variant]()
     run(kernel, mnk)
 

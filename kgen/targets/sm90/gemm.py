@@ -18,7 +18,7 @@ from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
                                 packed_vector_params, tile_start)
 from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read it from here)
-from .warp_specialized import odd_n8, part_box
+from .warp_specialized import odd_n8, part_box, scale_blocks_n
 
 WALK = "sm90/walk.inc.j2"
 
@@ -264,9 +264,11 @@ class ScaleRead:
 
 
 def block_scale_values(g) -> dict:
-    """The block scales of A and of B as the template reads them (None: not scaled)."""
+    """The block scales of A and of B as the template reads them (None: not scaled), and the
+    128-column blocks of B's scales a tile spans (1 or 2)."""
     reads = {s.operand: ScaleRead(s.param, s.layout is Layout.COL) for s in g.scales}
-    return dict(block_scaled=bool(g.scales), scale_a=reads.get("A"), scale_b=reads.get("B"))
+    return dict(block_scaled=bool(g.scales), scale_a=reads.get("A"), scale_b=reads.get("B"),
+                b_blocks=scale_blocks_n(g) if g.scales else 1)
 
 
 def device_helpers(plan: KernelPlan) -> list[str]:

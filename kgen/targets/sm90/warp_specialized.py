@@ -463,6 +463,13 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
 # (128 of K, DeepGEMM's period), where a consumer thread's registers hold the second set
 PROMOTE_K_TILES = 1
 PROMOTE_MAX_VALUES = 64  # a consumer thread's accumulators (its rows x tile N / 128 threads)
+# With block scales every k tile is promoted, and a tile of 128x192 (96 accumulators a consumer
+# thread, twice) compiles without spills (NVRTC 13.0): a wider tile shares each k tile's drain
+# and the operands' loads over more products than 128x128
+PROMOTE_MAX_VALUES_SCALED = 96
+# tile N of a block-scaled gemm: within one of B's 128-column scale blocks (dividing 128), or
+# 192, whose tiles (starting at multiples of 64) span two
+SCALE_TILE_N = (8, 16, 32, 64, 128, 192)
 WHY_ACC_PROMOTION = ("FP8 wgmma accumulates with about 14 mantissa bits: each k tile's (128 of "
                      "K) sums go into registers of their own, which the consumer adds into its "
                      "f32 accumulators once the group is done (wgmma_wait<0> each k tile)")
@@ -495,15 +502,21 @@ def scale_refusal(draft: ScheduleDraft, g: GemmPlan,
         return ("block scales are applied as a tile's k tiles are promoted one by one; split-K "
                 "and stream-K are not built with them", Site("split", 0))
     values = promoted_values(g, kind)
-    if values > PROMOTE_MAX_VALUES:
+    if values > PROMOTE_MAX_VALUES_SCALED:
         return (f"block scales are applied as each k tile's sums are promoted, which needs "
                 f"registers for a second set of accumulators: a consumer thread of tile "
-                f"{g.tile[0]}x{g.tile[1]} holds {values}, more than {PROMOTE_MAX_VALUES} "
-                "(128x128 cooperative or 64x128 ping-pong promote)", Site("tile", 0))
-    if 128 % g.tile[1]:
-        return (f"tile N {g.tile[1]} does not divide B's 128-column scale blocks: a tile's "
-                "columns must share one block's scale", Site("tile", 0))
+                f"{g.tile[0]}x{g.tile[1]} holds {values}, more than {PROMOTE_MAX_VALUES_SCALED} "
+                "(128x192 cooperative or 64x192 ping-pong promote)", Site("tile", 0))
+    if g.tile[1] not in SCALE_TILE_N:
+        return (f"tile N {g.tile[1]} is not one the scales of B's 128-column blocks are built "
+                f"for: {', '.join(map(str, SCALE_TILE_N))} (a tile within one block, or "
+                "192 over two)", Site("tile", 0))
     return None
+
+
+def scale_blocks_n(g: GemmPlan) -> int:
+    """B's 128-column scale blocks a tile's columns span: one, or two for tile N 192."""
+    return 1 if 128 % g.tile[1] == 0 else 2
 
 
 def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
@@ -512,7 +525,7 @@ def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
     if not g.a.dtype.fp8:
         return AccPromotion()
     values = promoted_values(g, kind)
-    if values > PROMOTE_MAX_VALUES:
+    if values > (PROMOTE_MAX_VALUES_SCALED if g.scales else PROMOTE_MAX_VALUES):
         return AccPromotion(0, WHY_NO_ACC_PROMOTION.format(values=values))
     if g.scales:
         return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
