@@ -27,7 +27,8 @@ def make_set(torch, m, n, k):
 
 
 def torch_blockwise(torch, s):
-    """torch's block-wise product of the set, or None and why torch has none here."""
+    """torch's block-wise product of the set and the call that made it, or None and why torch
+    has none here."""
     import torch.nn.functional as F
 
     whys = []
@@ -35,14 +36,14 @@ def torch_blockwise(torch, s):
         try:
             return F.scaled_mm(s["A"], s["B"], s["SA"], F.ScalingType.BlockWise1x128,
                                s["SB"].t(), F.ScalingType.BlockWise128x128,
-                               output_dtype=torch.bfloat16), ""
+                               output_dtype=torch.bfloat16), "torch.nn.functional.scaled_mm"
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:
             whys.append(f"F.scaled_mm: {str(error).splitlines()[0][:160]}")
     else:
         whys.append("no torch.nn.functional.scaled_mm")
     try:
         return torch._scaled_mm(s["A"], s["B"], scale_a=s["SA"], scale_b=s["SB"].t(),
-                                out_dtype=torch.bfloat16), ""
+                                out_dtype=torch.bfloat16), "torch._scaled_mm"
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:
         whys.append(f"torch._scaled_mm: {str(error).splitlines()[0][:160]}")
     return None, "; ".join(whys)
@@ -146,9 +147,9 @@ def blockwise_rows(torch, shapes, stream, l2, variants=False):
                 f"{row['vs_tensorwise']:.3f}x tensor-wise's speed; err {err:.1e}")
         if theirs is not None:
             t_torch = timed(lambda i: torch_blockwise(torch, sets[i % count]))
-            row.update(torch_ms=t_torch, vs_torch=t_torch / t_block,
+            row.update(torch_ms=t_torch, vs_torch=t_torch / t_block, torch_api=why,
                        torch_rel_err=relative_error(torch, theirs, s0, check_rows))
-            line += (f"; torch block-wise {t_torch:.4f} ms: {row['vs_torch']:.3f}x torch "
+            line += (f"; torch block-wise ({why}) {t_torch:.4f} ms: {row['vs_torch']:.3f}x torch "
                      f"(err {row['torch_rel_err']:.1e})")
         else:
             row.update(torch_missing=why)

@@ -28,7 +28,8 @@ def make_set(torch, m, n, k):
 
 
 def torch_unfused(torch, s, scale_out):
-    d = torch._scaled_mm(s["A"], s["B"], scale_a=s["sa"][:, None], scale_b=s["sb"][None, :],
+    d = torch._scaled_mm(s["A"], s["B"], scale_a=s["sa"][:, None].contiguous(),
+                         scale_b=s["sb"][None, :].contiguous(),
                          out_dtype=torch.bfloat16)
     amax = d.abs().amax()
     y = (d.float() * scale_out).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
