@@ -6,7 +6,13 @@ inputs rotated past L2). Each kgen kernel is first checked against a float64 ref
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
-        [--variants] [--shapes 4096x4096x4096,...]
+        [--variants] [--shapes 4096x4096x4096,...] [--blockwise] [--fp8-out]
+
+--blockwise: examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
+scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
+--llama the Llama-class shapes too).
+--fp8-out: examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
+and amax) beside the bare kernel, at the Llama-class shapes.
 
 The kernels are examples/gemm_fp8_tensorwise.kg and examples/gemm_fp8_rowwise.kg as they are
 (the builder's schedule), plus, with --variants, a few written schedules of the same kernel: the
@@ -34,6 +40,7 @@ SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096))
 LLAMA = tuple((m, n, k) for m in (2048, 8192) for n, k in ((4096, 4096), (14336, 4096),
                                                             (4096, 14336)))
 CHECK_ROWS = 256
+BLOCK_SHAPE = (8192, 8192, 8192)  # --blockwise's shape unless --shapes or --llama
 EXAMPLES = {"tensor-wise": "gemm_fp8_tensorwise.kg", "row-wise": "gemm_fp8_rowwise.kg"}
 # Written schedules measured beside the builder's with --variants: (label, tile, stages, kind)
 VARIANTS = (("cooperative 128x256x128 s4", (128, 256, 128), 4, None),
@@ -91,6 +98,268 @@ def check(torch, compiled, s, scales, stream):
     return ours, theirs
 
 
+# ---------------------------------------------------------------------------------------------
+# bench/fp8.py --blockwise (issue 53): kgen's FP8 GEMM with block scales
+# (examples/gemm_fp8_blockwise.kg: A's 1x128, B's 128x128, DeepGEMM's recipe) beside kgen's
+# tensor-wise kernel (examples/gemm_fp8_tensorwise.kg) on the same operands and torch's block-wise
+# scaled_mm where this torch has it, timed alike (CUDA events, the median, inputs rotated past
+# L2). Each kgen kernel is first checked, output poisoned, against the float64 product of the
+# dequantized operands over 256 rows.
+
+
+def block_set(torch, m, n, k):
+    """FP8 operands of O(1) accumulators, their block scales (SA [M, K / 128] M-contiguous,
+    SB [N / 128, K / 128]) and two outputs."""
+    kb, nb = -(-k // 128), -(-n // 128)
+    a = (torch.randn(m, k, device="cuda") / math.sqrt(k)).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()  # [K, N] column-major
+    sa = (torch.rand(kb, m, device="cuda") + 0.5).t()
+    sb = torch.rand(nb, kb, device="cuda") + 0.5
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    return dict(A=a, B=b, SA=sa, SB=sb, D=d)
+
+
+def torch_blockwise(torch, s):
+    """torch's block-wise product of the set and the call that made it, or None and why torch
+    has none here."""
+    import torch.nn.functional as F
+
+    whys = []
+    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
+        try:
+            return F.scaled_mm(s["A"], s["B"], s["SA"], F.ScalingType.BlockWise1x128,
+                               s["SB"].t(), F.ScalingType.BlockWise128x128,
+                               output_dtype=torch.bfloat16), "torch.nn.functional.scaled_mm"
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:
+            whys.append(f"F.scaled_mm: {str(error).splitlines()[0][:160]}")
+    else:
+        whys.append("no torch.nn.functional.scaled_mm")
+    try:
+        return torch._scaled_mm(s["A"], s["B"], scale_a=s["SA"], scale_b=s["SB"].t(),
+                                out_dtype=torch.bfloat16), "torch._scaled_mm"
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:
+        whys.append(f"torch._scaled_mm: {str(error).splitlines()[0][:160]}")
+    return None, "; ".join(whys)
+
+
+def block_reference(torch, s, rows):
+    """The float64 product of the dequantized operands for `rows`."""
+    k = s["A"].shape[1]
+    n = s["B"].shape[1]
+    a = s["A"][rows].double() * s["SA"][rows].double().repeat_interleave(128, dim=1)[:, :k]
+    block = s["SB"].double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)
+    return a @ (s["B"].double() * block[:n, :k].t())
+
+
+def block_error(torch, out, s, rows):
+    ref = block_reference(torch, s, rows)
+    return (out[rows].double() - ref).abs().max().item() / ref.abs().max().item()
+
+
+# Written schedules of the block-wise kernel timed with --variants: (label, kind, tile, stages)
+BLOCK_VARIANTS = (("cooperative 128x128x128 s6", None, (128, 128, 128), 6, None),
+            ("cooperative 128x128x128 s5", None, (128, 128, 128), 5, None),
+            ("cooperative 128x192x128 s4 cluster 2x1", None, (128, 192, 128), 4, (2, 1)),
+            ("cooperative 128x192x128 s4 cluster 1x2", None, (128, 192, 128), 4, (1, 2)),
+            ("cooperative 128x128x128 s6 cluster 2x1", None, (128, 128, 128), 6, (2, 1)),
+            ("cooperative 128x128x128 s6 cluster 1x2", None, (128, 128, 128), 6, (1, 2)),
+            ("pingpong 64x128x128 s8", "pingpong", (64, 128, 128), 8, None))
+
+
+def block_variant(kernel, kind, tile, stages, cluster=None):
+    import dataclasses
+
+    from kgen import ir
+
+    g = dataclasses.replace(kernel.gemms[0], tile=ir.TileShape(*tile), warps=ir.WarpGrid(2, 4),
+                            stages=ir.StageCount(stages),
+                            cluster=ir.ClusterShape(*cluster) if cluster else None)
+    return dataclasses.replace(kernel, gemms=(g,),
+                               schedule=ir.Schedule.from_name(kind) if kind else None)
+
+
+def blockwise_rows(torch, shapes, stream, l2, variants=False):
+    from kgen.api import build, build_file, load_built
+    from kgen.parse import parse_file
+
+    from kgen.harness.timing import rotation_count, time_kernel
+
+    rows = []
+    built = {name: build_file(ROOT / "examples" / f"gemm_fp8_{name}.kg")
+             for name in ("blockwise", "tensorwise")}
+    if variants:
+        kernel = parse_file(ROOT / "examples" / "gemm_fp8_blockwise.kg").kernels[0]
+        for label, *schedule in BLOCK_VARIANTS:
+            built[label] = build(block_variant(kernel, *schedule))
+    started = time.perf_counter()
+    compiled = {name: load_built(b) for name, b in built.items()}
+    print(f"compiled in {time.perf_counter() - started:.2f} s; block-wise plan "
+          f"{'x'.join(map(str, built['blockwise'].plan.gemms[0].tile))} "
+          f"s{built['blockwise'].plan.gemms[0].stages} "
+          f"{built['blockwise'].plan.schedule.scheduler.kind.value}")
+    for m, n, k in shapes:
+        flops = 2 * m * n * k
+        count = rotation_count(m * k + n * k + 2 * m * n, l2)
+        sets = [block_set(torch, m, n, k) for _ in range(count)]
+
+        def timed(fn):
+            return time_kernel(fn, iters=30, warmup=5, rotate=count, stream=stream).median_ms
+
+        s0 = sets[0]
+        check_rows = torch.randperm(m, device="cuda")[:CHECK_ROWS].sort().values
+        s0["D"].fill_(float("nan"))
+        block = compiled["blockwise"]
+        block.launch(block.bind(**s0), stream)
+        torch.cuda.synchronize()
+        assert not torch.isnan(s0["D"]).any(), "kgen left output elements unwritten"
+        err = block_error(torch, s0["D"], s0, check_rows)
+        bound_block = [block.bind(**s) for s in sets]
+        tensor = compiled["tensorwise"]
+        bound_tensor = [tensor.bind(A=s["A"], B=s["B"], D=s["D"], sa=1.0, sb=1.0) for s in sets]
+        t_block = timed(lambda i: block.launch(bound_block[i % count], stream))
+        t_tensor = timed(lambda i: tensor.launch(bound_tensor[i % count], stream))
+        for label in built:
+            if label in ("blockwise", "tensorwise"):
+                continue
+            own = compiled[label]
+            s0["D"].fill_(float("nan"))
+            own.launch(own.bind(**s0), stream)
+            torch.cuda.synchronize()
+            own_err = block_error(torch, s0["D"], s0, check_rows)
+            own_bound = [own.bind(**s) for s in sets]
+            t_own = timed(lambda i: own.launch(own_bound[i % count], stream))
+            print(f"  variant {label}: {t_own:.4f} ms {flops / t_own / 1e9:.0f} TFLOP/s "
+                  f"({t_tensor / t_own:.3f}x tensor-wise); err {own_err:.1e}", flush=True)
+            rows.append(dict(figure="blockwise variant", variant=label, shape=[m, n, k],
+                             ms=t_own, vs_tensorwise=t_tensor / t_own, rel_err=own_err))
+        theirs, why = torch_blockwise(torch, s0)
+        row = dict(figure="blockwise", shape=[m, n, k], ms=t_block, tflops=flops / t_block / 1e9,
+                   tensorwise_ms=t_tensor, vs_tensorwise=t_tensor / t_block, rel_err=err)
+        line = (f"{m}x{n}x{k}: block-wise {t_block:.4f} ms {row['tflops']:.0f} TFLOP/s, "
+                f"tensor-wise {t_tensor:.4f} ms {flops / t_tensor / 1e9:.0f} TFLOP/s: "
+                f"{row['vs_tensorwise']:.3f}x tensor-wise's speed; err {err:.1e}")
+        if theirs is not None:
+            t_torch = timed(lambda i: torch_blockwise(torch, sets[i % count]))
+            row.update(torch_ms=t_torch, vs_torch=t_torch / t_block, torch_api=why,
+                       torch_rel_err=block_error(torch, theirs, s0, check_rows))
+            line += (f"; torch block-wise ({why}) {t_torch:.4f} ms: {row['vs_torch']:.3f}x torch "
+                     f"(err {row['torch_rel_err']:.1e})")
+        else:
+            row.update(torch_missing=why)
+            line += f"; torch block-wise: none ({why})"
+        print(line, flush=True)
+        rows.append(row)
+    ratios = [r["vs_tensorwise"] for r in rows if r["figure"] == "blockwise"]
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"block-wise: geometric mean {geo:.3f}x the tensor-wise kernel's speed, lowest "
+          f"{min(ratios):.3f}x")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# bench/fp8.py --fp8-out (issue 53): the row-scaled FP8-out epilogue with amax
+# (examples/gemm_fp8_out_amax.kg: Y = e4m3(acc * sa[row] * sb[col] * scale_out), saturated, and
+# amax = max |acc * sa[row] * sb[col]|) beside the bare FP8 kernel (examples/gemm_fp8_tensorwise.kg
+# with unit scales: bf16 out through the copy engine) on the same operands, and the unfused
+# PyTorch (torch._scaled_mm row-wise to bf16, then the amax and the saturating cast), timed alike
+# (CUDA events, the median, inputs rotated past L2; the FP8-out kernel's time includes its amax
+# initialization launch). Y is first checked, poisoned, against the float64 product rounded to
+# e4m3 (one e4m3 step and FP8's accumulation bound, as tests/gpu/test_fp8_out_gpu.py), and amax
+# against the float64 maximum.
+
+E4M3_MAX = 448.0
+
+
+def out_set(torch, m, n, k):
+    a = (torch.randn(m, k, device="cuda") / math.sqrt(k)).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(m, device="cuda") + 0.5
+    sb = torch.rand(n, device="cuda") + 0.5
+    y = torch.empty(m, n, device="cuda", dtype=torch.float8_e4m3fn)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    amax = torch.zeros(1, device="cuda")
+    return dict(A=a, B=b, sa=sa, sb=sb, Y=y, D=d, amax=amax)
+
+
+def torch_unfused(torch, s, scale_out):
+    d = torch._scaled_mm(s["A"], s["B"], scale_a=s["sa"][:, None].contiguous(),
+                         scale_b=s["sb"][None, :].contiguous(),
+                         out_dtype=torch.bfloat16)
+    amax = d.abs().amax()
+    y = (d.float() * scale_out).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return y, amax
+
+
+def out_check(torch, s, scale_out, rows):
+    """(worst |Y - ref| over `rows` as a fraction of tests/gpu/test_fp8_out_gpu.py's bound: one
+    e4m3 step of the reference plus FP8's accumulation bound; amax's relative error)."""
+    k = s["A"].shape[1]
+    scales = s["sa"][rows].double()[:, None] * s["sb"].double()[None, :]
+    ref = (s["A"][rows].double() @ s["B"].double()) * scales
+    ref_abs = (s["A"][rows].double().abs() @ s["B"].double().abs()) * scales
+    full = (s["A"].double() @ s["B"].double()).mul_(s["sa"].double()[:, None])
+    amax_ref = full.mul_(s["sb"].double()[None, :]).abs().max().item()
+    want = (ref * scale_out).clamp(-E4M3_MAX, E4M3_MAX)
+    got = s["Y"][rows].double()
+    step = torch.exp2(torch.floor(torch.log2(want.abs().clamp(min=2.0 ** -6))) - 3)
+    bound = step + (-(-k // 32) + 1) * 2.0 ** -13 * scale_out * ref_abs
+    return ((got - want).abs() / bound).max().item(), abs(s["amax"].item() - amax_ref) / amax_ref
+
+
+def fp8_out_rows(torch, shapes, stream, l2):
+    from kgen.api import build_file, load_built
+    from kgen.harness.timing import rotation_count, time_kernel
+
+    built = {name: build_file(ROOT / "examples" / f"gemm_fp8_{name}.kg")
+             for name in ("out_amax", "tensorwise")}
+    started = time.perf_counter()
+    compiled = {name: load_built(b) for name, b in built.items()}
+    plan = built["out_amax"].plan
+    print(f"compiled in {time.perf_counter() - started:.2f} s; FP8-out plan "
+          f"{'x'.join(map(str, plan.gemms[0].tile))} s{plan.gemms[0].stages} "
+          f"{plan.schedule.scheduler.kind.value}, output {plan.schedule.gemms[0].output.path.value}")
+    rows = []
+    scale_out = 64.0  # the products are O(1): |Y| up to about 400, as 448 / amax would pick
+    for m, n, k in shapes:
+        flops = 2 * m * n * k
+        count = rotation_count(m * k + n * k + 3 * m * n, l2)
+        sets = [out_set(torch, m, n, k) for _ in range(count)]
+
+        def timed(fn):
+            return time_kernel(fn, iters=30, warmup=5, rotate=count, stream=stream).median_ms
+
+        out, bare = compiled["out_amax"], compiled["tensorwise"]
+        s0 = sets[0]
+        s0["Y"].view(torch.uint8).fill_(0x7F)  # NaN in e4m3
+        s0["amax"].fill_(float("nan"))
+        out.launch(out.bind(A=s0["A"], B=s0["B"], Y=s0["Y"], sa=s0["sa"], sb=s0["sb"],
+                            scale_out=scale_out, amax=s0["amax"]), stream)
+        torch.cuda.synchronize()
+        assert not torch.isnan(s0["Y"].float()).any(), "kgen left output elements unwritten"
+        rows_checked = torch.randperm(m, device="cuda")[:256].sort().values
+        y_err, amax_err = out_check(torch, s0, scale_out, rows_checked)
+        saturated = (s0["Y"].float().abs() == E4M3_MAX).float().mean().item()
+        bound_out = [out.bind(A=s["A"], B=s["B"], Y=s["Y"], sa=s["sa"], sb=s["sb"],
+                              scale_out=scale_out, amax=s["amax"]) for s in sets]
+        bound_bare = [bare.bind(A=s["A"], B=s["B"], D=s["D"], sa=1.0, sb=1.0) for s in sets]
+        t_out = timed(lambda i: out.launch(bound_out[i % count], stream))
+        t_bare = timed(lambda i: bare.launch(bound_bare[i % count], stream))
+        t_torch = timed(lambda i: torch_unfused(torch, sets[i % count], scale_out))
+        row = dict(figure="fp8-out amax", shape=[m, n, k], ms=t_out, bare_ms=t_bare,
+                   x_bare=t_out / t_bare, torch_unfused_ms=t_torch, vs_torch=t_torch / t_out,
+                   y_err_over_bound=y_err, amax_rel_err=amax_err, saturated=saturated)
+        rows.append(row)
+        print(f"{m}x{n}x{k}: FP8-out + amax {t_out:.4f} ms ({flops / t_out / 1e9:.0f} TFLOP/s), "
+              f"bare {t_bare:.4f} ms: {row['x_bare']:.3f}x the bare time; unfused torch "
+              f"{t_torch:.4f} ms ({row['vs_torch']:.2f}x); Y error {y_err:.2f} of its bound, "
+              f"amax err {amax_err:.1e}, {100 * saturated:.2f}% saturated", flush=True)
+    ratios = [r["x_bare"] for r in rows]
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"FP8-out + amax: geometric mean {geo:.3f}x the bare kernel's time, highest "
+          f"{max(ratios):.3f}x")
+    return rows
+
+
 def main() -> int:
     import torch
 
@@ -106,6 +375,12 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true", help="written schedules too")
     parser.add_argument("--shapes", default=None, help="MxNxK,... instead of the issue's")
     parser.add_argument("--llama", action="store_true", help="the Llama-class shapes too")
+    parser.add_argument("--blockwise", action="store_true",
+                        help="block scales (1x128 A, 128x128 B) beside kgen's tensor-wise kernel "
+                        "and torch's block-wise scaled_mm, instead of the tables above")
+    parser.add_argument("--fp8-out", action="store_true",
+                        help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
+                        "at the Llama-class shapes (--quick: 4096^3 only)")
     opts = parser.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -118,6 +393,19 @@ def main() -> int:
         shapes += [s for s in LLAMA if s not in shapes]
     if opts.quick:
         shapes = shapes[:1]
+    if opts.fp8_out:
+        chosen = shapes if opts.shapes else list(LLAMA)
+        rows = fp8_out_rows(torch, [SHAPES[0]] if opts.quick else chosen, stream, l2)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(rows, indent=1))
+        return 0
+    if opts.blockwise:
+        chosen = shapes if opts.shapes else [BLOCK_SHAPE] + (list(LLAMA) if opts.llama else [])
+        rows = blockwise_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2,
+                              variants=opts.variants)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(rows, indent=1))
+        return 0
     rows = []
     for scaling, example in EXAMPLES.items():
         kernel = parse_file(ROOT / "examples" / example).kernels[0]

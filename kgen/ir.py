@@ -295,6 +295,21 @@ class SplitK:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockScale:
+    """`scale A by SA 1x128` (a gemm's line): the FP8 operand `operand` (the gemm's A or B
+    tensor) is dequantized by the f32 tensor `param`, one scale per block of `block` elements
+    (rows or columns of M or N, by K): A's [M, ceil(K / 128)] of 1x128 blocks, B's [ceil(N /
+    128), ceil(K / 128)] of 128x128 (DeepGEMM's recipe). The kernel applies them as it promotes
+    each 128-wide k block's sums into the f32 accumulators."""
+
+    operand: str
+    param: str
+    block: tuple[int, int]  # (M or N, K) elements per scale
+    loc: SourceLoc = _loc()
+    param_loc: SourceLoc | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterShape:
     """`cluster MxN` (sm_90a, the warp-specialized kernel): M x N CTAs of a thread-block
     cluster take adjacent output tiles (M along M, N along N) and share the operand those tiles
@@ -360,6 +375,8 @@ class Gemm:
     #   position, `col` 0..N) and its epilogue may only add it into `out accumulate` tensors
     #   (Store.accumulate, `dQ += scale * acc`); nothing else reads it.
     accumulate: bool = False
+    # `scale A by SA 1x128`, `scale B by SB 128x128`: block scales of FP8 operands, in source order
+    scales: tuple[BlockScale, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -198,6 +198,9 @@ class ToIR(SequenceRules):
                           {**carried, **values}, carried=set(carried),
                           stores_readable=in_loop, sizes=in_loop, loop_rows=loop_rows)
             gemm = self._gemm_ir(decl, scope, {g.name for g in earlier})
+            if in_loop and gemm.scales:
+                raise KgenError(gemm.scales[0].loc, "block scales apply to a kernel's FP8 gemm, "
+                                "not to a loop's gemms")
             bound = {n: at for n, at in scope.bound.items() if n not in carried}
             other_locals.update({n: decl.name for n in bound
                                  if n not in gemm_names and n not in values})
@@ -404,6 +407,13 @@ class ToIR(SequenceRules):
         (operand,) = children
         return _Setting("resident", (str(operand), self._loc(operand)), self._loc(meta))
 
+    def block_scale(self, meta, children):
+        operand, param, block = children
+        rows, k = self._sizes(block, "scale", ("block rows", "block K"), "a block RxK, e.g. 1x128")
+        scale = ir.BlockScale(str(operand), str(param), (rows, k), self._loc(meta),
+                              self._loc(param))
+        return _Setting(f"scale {operand}", scale, self._loc(meta))
+
     def epilogue(self, meta, stmts):
         return _Setting("epilogue", tuple(stmts), self._loc(meta))
 
@@ -487,6 +497,8 @@ class ToIR(SequenceRules):
             split=_value(decl.settings.get("split")),
             cluster=_value(decl.settings.get("cluster")),
             accumulate=decl.accumulate,
+            scales=tuple(s.value for kind, s in decl.settings.items()
+                         if kind.startswith("scale ")),
         )
 
     def _statements(self, stmts: tuple, scope: Scope) -> tuple[ir.Stmt, ...]:

@@ -194,9 +194,22 @@ def host_dtype(dtype: ir.DType) -> np.dtype:
     return np.dtype({ir.DType.F16: np.float16, ir.DType.F32: np.float32}[dtype])
 
 
+# The largest finite value of each FP8 format: a value stored to one saturates to it (CUDA's
+# __NV_SATFINITE conversions; ml_dtypes' casts would give NaN for e4m3fn, inf for e5m2)
+FP8_MAX = {ir.DType.F8E4M3: 448.0, ir.DType.F8E5M2: 57344.0}
+
+
 def round_to(x: np.ndarray, dtype: ir.DType) -> np.ndarray:
-    """Round float64 values to `dtype` and back to float64."""
-    return np.asarray(x, dtype=np.float64).astype(host_dtype(dtype)).astype(np.float64)
+    """Round float64 values to `dtype` and back to float64 (FP8: saturated, NaN kept)."""
+    return as_dtype(x, dtype).astype(np.float64)
+
+
+def as_dtype(x: np.ndarray, dtype: ir.DType) -> np.ndarray:
+    """float64 values rounded to `dtype`'s host array (FP8: saturated to its finite range)."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype in FP8_MAX:
+        x = np.clip(x, -FP8_MAX[dtype], FP8_MAX[dtype])
+    return x.astype(host_dtype(dtype))
 
 
 _erf_scalar = np.frompyfunc(math.erf, 1, 1)
@@ -284,7 +297,7 @@ class NumpyEvaluator(EpilogueEvaluator):
         return self._row_slice(array) if name == self.first_a else array
 
     def matmul(self, a, b, gemm):
-        return a @ b
+        return dequantized(a, gemm, "A", self) @ dequantized(b, gemm, "B", self)
 
     def to_operand(self, value, dtype):
         return round_to(value, dtype)
@@ -335,10 +348,30 @@ class NumpyEvaluator(EpilogueEvaluator):
         if param.kind is ir.ParamKind.TENSOR:
             value = np.broadcast_to(value, shape)
         with np.errstate(all="ignore"):
-            stored = np.asarray(value, dtype=np.float64).astype(host_dtype(param.dtype))
+            stored = as_dtype(value, param.dtype)
         if param.kind is ir.ParamKind.VECTOR and stored.ndim == 0:
             stored = stored.reshape(1)
         return np.array(stored)
+
+
+def dequantized(operand: np.ndarray, gemm: ir.Gemm, which: str,
+                evaluator: NumpyEvaluator) -> np.ndarray:
+    """A gemm operand (float64: A [rows, K], B [K, N]) times its block scales, if any: A's
+    [M, ceil(K / 128)] one per row per 128 of K, B's [ceil(N / 128), ceil(K / 128)] one per
+    128 columns per 128 of K (`scale A by SA 1x128`, `scale B by SB 128x128`)."""
+    name = gemm.a.name if which == "A" else gemm.b.name
+    scale = next((s for s in gemm.scales if s.operand == name), None)
+    if scale is None:
+        return operand
+    factors = evaluator._input(scale.param).astype(np.float64)
+    rows, k = scale.block
+    if which == "A":
+        if name == evaluator.first_a:
+            factors = evaluator._row_slice(factors)
+        expanded = np.repeat(factors, k, axis=1)[:, :operand.shape[1]]
+        return operand * np.repeat(expanded, rows, axis=0)[:operand.shape[0]]
+    expanded = np.repeat(np.repeat(factors, rows, axis=0), k, axis=1)  # [N, K]
+    return operand * expanded[:operand.shape[1], :operand.shape[0]].T
 
 
 def evaluate(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
@@ -432,6 +465,9 @@ _TOLERANCES = {
     ir.DType.F32: (1e-3, 1e-3),
     ir.DType.F16: (2e-3, 4e-3),
     ir.DType.BF16: (1.6e-2, 1.6e-2),
+    # FP8 outputs: 3 (e4m3) and 2 (e5m2) mantissa bits, one step 2**-3 (2**-2) relative
+    ir.DType.F8E4M3: (2.0 ** -9, 0.25),
+    ir.DType.F8E5M2: (2.0 ** -16, 0.5),
 }
 
 

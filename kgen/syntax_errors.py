@@ -27,7 +27,7 @@ _DECLARATIONS = (
     "storage", "loop", "epilogue", "packed",
 )
 # `keep B resident` starts as keep
-_SETTINGS = ("tile", "warps", "stages", "split", "cluster", "keep", "epilogue")
+_SETTINGS = ("tile", "warps", "stages", "split", "cluster", "keep", "scale", "epilogue")
 _LOOP_ITEMS = ("tile", "warps", "stages", "carry", "gemm")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())

@@ -106,8 +106,8 @@ CASES: list[tuple[str, str]] = [
     ),
     (
         src(settings="tile 128x128x32 warps 2x2 stages 3 D = acc"),
-        "t.kg:10:40: error: expected a setting (tile, warps, stages, split, cluster, keep or "
-        "epilogue) or "
+        "t.kg:10:40: error: expected a setting (tile, warps, stages, split, cluster, keep, "
+        "scale or epilogue) or "
         "'}', "
         "found 'D'",
     ),

@@ -120,9 +120,14 @@ def test_fp8_accumulates_in_f32():
 def test_fp8_vectors_and_outputs_are_refused():
     err = refusal(fp8_text().replace("vector sa : f32[M]", "vector sa : f8e4m3[M]"))
     assert "vector 'sa' must be f16, bf16 or f32, got f8e4m3" in str(err)
-    err = refusal(fp8_text().replace("tensor D : bf16[M, N] row out",
-                                     "tensor D : f8e4m3[M, N] row out"))
-    assert "'D' must be f16, bf16 or f32, got f8e4m3" in str(err)
+    # an FP8 tensor output is an FP8 gemm's (examples/gemm_fp8_out_amax.kg), never a 16-bit one's
+    verify(parse(fp8_text().replace("tensor D : bf16[M, N] row out",
+                                    "tensor D : f8e4m3[M, N] row out"), "f.kg"))
+    text = (fp8_text(a="bf16", b="bf16", b_layout="row")
+            .replace("tensor D : bf16[M, N] row out", "tensor D : f8e5m2[M, N] row out"))
+    err = refusal(text)
+    assert "'D' is f8e5m2: an FP8 output is written by an FP8 gemm's epilogue" in str(err)
+    assert err.loc.line == line_of(text, "epilogue")
 
 
 def test_an_epilogue_cannot_read_an_fp8_tensor():
@@ -333,7 +338,9 @@ def test_fp8_compiles_with_nvrtc_without_spills_and_holds_the_fp8_wgmma(path, tm
     ptx = compile_ptx(built.source, built.plan.name, "sm_90a")
     wgmma = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\S+", ptx))
     kinds = "e4m3.e5m2" if path == "mixed" else "e4m3.e4m3"
-    n = 128 if path in ("promoted", "split") else 256
+    # the builder's tile N: 256; 128 for the promoted written schedules, 192 with block scales
+    n = {"promoted": 128, "split": 128, "gemm_fp8_blockwise": 192}.get(getattr(path, "stem", path),
+                                                                     256)
     assert wgmma == {f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{kinds}"}, wgmma
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import ArgumentError
+from ..lower.abi import block_dims
 from ..reference import host_dtype
 from ..runtime.launch import MAX_SIZE
 
@@ -46,7 +47,18 @@ def resolve_sizes(kernel: ir.Kernel, sizes: Mapping[str, int] | None) -> dict[st
                 "index math is 32-bit)"
             )
     batch = {d for p in kernel.params for d in (p.batch, p.heads) if d is not None}
-    return {dim: sizes.get(dim, DEFAULT_BATCHES if dim in batch else DEFAULT_SIZE) for dim in dims}
+    counted = {r.dim: r for r in block_dims(kernel)}  # a block scale's blocks: from K or N
+    resolved = {dim: sizes.get(dim, DEFAULT_BATCHES if dim in batch else DEFAULT_SIZE)
+                for dim in dims if dim not in counted}
+    for dim, rule in counted.items():
+        of = rule.of if isinstance(rule.of, int) else resolved[rule.of]
+        resolved[dim] = sizes.get(dim, -(-of // rule.block))
+    return {dim: resolved[dim] for dim in dims}
+
+
+def block_scale_params(kernel: ir.Kernel) -> set[str]:
+    """The tensors of the gemms' block scales."""
+    return {s.param for g in gemms_of(kernel) for s in g.scales}
 
 
 def shape_of(param: ir.Param, sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -100,12 +112,13 @@ def make_inputs(kernel: ir.Kernel, sizes: Mapping[str, int],
                 rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Random logical host arrays for every input tensor and vector, in their dtypes."""
     scales = input_scales(kernel, sizes)
+    block_scales = block_scale_params(kernel)
     inputs: dict[str, np.ndarray] = {}
     for param in kernel.params:
         if param.role is not ir.Role.IN or param.kind is ir.ParamKind.SCALAR:
             continue
         shape = shape_of(param, sizes)
-        if param.kind is ir.ParamKind.VECTOR:
+        if param.kind is ir.ParamKind.VECTOR or param.name in block_scales:
             # Magnitudes in [0.25, 1] with random signs: biases and scales, never zero.
             values = rng.uniform(0.25, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
         else:

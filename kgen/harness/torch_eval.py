@@ -123,12 +123,28 @@ class TorchEvaluator(EpilogueEvaluator):
     def matmul(self, a, b, gemm):
         torch = self.torch
         fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+        if gemm.scales:  # block scales: the dequantized operands in f32, unfused
+            return torch.matmul(self._dequantized(a, gemm, gemm.a.name),
+                                self._dequantized(b, gemm, gemm.b.name))
         if a.dtype in fp8 and b.dtype in fp8:  # what a user runs: torch._scaled_mm
             if scaled_mm_takes(a, b):  # (the epilogue's scales multiply after it, unfused)
                 one = torch.ones((), device=a.device, dtype=torch.float32)
                 return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
             return torch.matmul(a.float(), b.float())  # sizes _scaled_mm refuses
         return torch.matmul(a, b)
+
+    def _dequantized(self, operand, gemm, name):
+        """An FP8 operand in f32 times its block scales (A [M, K], B [K, N])."""
+        scale = next((s for s in gemm.scales if s.operand == name), None)
+        value = operand.float()
+        if scale is None:
+            return value
+        rows, k = scale.block
+        factors = self.tensors[scale.param].float().repeat_interleave(k, dim=1)
+        factors = factors.repeat_interleave(rows, dim=0)
+        if name == gemm.a.name:
+            return value * factors[:value.shape[0], :value.shape[1]]
+        return value * factors[:value.shape[1], :value.shape[0]].t()
 
     def to_operand(self, value, dtype):
         return value.to(torch_dtype(dtype))

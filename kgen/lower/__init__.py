@@ -89,6 +89,7 @@ class Abi:
     params: tuple[Param, ...]
     alignments: tuple[Alignment, ...]
     dim_rules: tuple[DimRule, ...]
+    block_dims: tuple = ()  # plan.BlockDim: sizes counting a block scale's blocks
 
 
 def _request(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> KernelKind | None:
@@ -116,7 +117,8 @@ def _storage(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> S
 def _abi(kernel: ir.Kernel, tgt: Target, options: Options, parts: dict) -> Abi:
     rules = abi.of_schedule(kernel, parts["mainloop"].written, parts["schedule"].candidate)
     alignments, dim_rules = abi.requirements(kernel, **rules)
-    return Abi(abi.fields(kernel), abi.params(kernel), alignments, dim_rules)
+    return Abi(abi.fields(kernel), abi.params(kernel), alignments, dim_rules,
+               abi.block_dims(kernel))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,7 @@ def assemble(kernel: ir.Kernel, arch: ir.Arch, parts: dict) -> KernelPlan:
         compute_dtype=kernel.compute_dtype,
         deterministic_reductions=kernel.deterministic,
         loc=kernel.loc,
+        block_dims=interface.block_dims,
     )
 
 

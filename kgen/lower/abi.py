@@ -9,7 +9,7 @@ from typing import Collection, Mapping
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import Alignment, DimRule, FieldKind, GemmPlan, Param, ParamField
+from ..plan import Alignment, BlockDim, DimRule, FieldKind, GemmPlan, Param, ParamField
 from ..targets import Candidate
 from ..targets.rules import Refusal
 from . import swizzle
@@ -62,6 +62,23 @@ def fields(kernel: ir.Kernel) -> tuple[ParamField, ...]:
                 "leading dimension or a batch stride; rename one"
             )
         seen[f.name] = f
+    return tuple(out)
+
+
+def block_dims(kernel: ir.Kernel) -> tuple[BlockDim, ...]:
+    """The sizes of the block scales' tensors that count blocks (verify: names of their own,
+    or numbers already equal): SA's [M, ceil(K / 128)], SB's [ceil(N / 128), ceil(K / 128)]."""
+    out: list[BlockDim] = []
+    for g in kernel.gemms:
+        a, b = kernel.param(g.a.name), kernel.param(g.b.name)
+        for s in g.scales:
+            shape = kernel.param(s.param).shape
+            counts = ((1, a.shape[1]),) if s.operand == g.a.name else (
+                (0, b.shape[1]), (1, b.shape[0]))
+            for axis, of in counts:
+                rule = BlockDim(shape[axis], of, 128, s.param)
+                if isinstance(rule.dim, str) and (rule.dim, of) not in [(r.dim, r.of) for r in out]:
+                    out.append(rule)  # SA's and SB's K blocks: checked once
     return tuple(out)
 
 
@@ -161,8 +178,12 @@ def _requirements(
     refused: Refusal | None = None
     aligns: list[Alignment] = []
     needs_even_n: list[ir.Dim] = []
+    # a block scale is read one element at a time (__ldg of a float): element alignment alone
+    scales = {s.param for g in kernel.gemms for s in g.scales}
     for p in kernel.params:
         if p.kind is ir.ParamKind.SCALAR or p.role is ir.Role.OUT and p.kind is not ir.ParamKind.TENSOR:
+            continue
+        if p.name in scales:
             continue
         if p.name in operands:
             elems = swizzle.CHUNK_BYTES // p.dtype.nbytes

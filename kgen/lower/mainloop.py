@@ -21,7 +21,7 @@ import dataclasses
 
 from .. import ir
 from ..errors import KgenError
-from ..plan import OperandPlan, SmemTile
+from ..plan import OperandPlan, ScalePlan, SmemTile
 from ..targets import RING_MAX_STAGES, Instruction, Target
 from ..targets import rules
 from ..targets.rules import Refusal
@@ -219,7 +219,16 @@ def plan(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
     # logical shapes: A is [M, K] and B is [K, N] in either layout
     fields = gemm_fields(gemm, tgt, a_plan, b_plan, a.shape[0], b.shape[1], a.shape[1])
     fields["producer_threads"] = a_threads or 0
+    fields["scales"] = scale_plans(kernel, gemm)
     return fields, refusal or ""
+
+
+def scale_plans(kernel: ir.Kernel, gemm: ir.Gemm) -> tuple[ScalePlan, ...]:
+    """The gemm's block scales as the kernel reads them (verify checked them), A's first."""
+    which = {gemm.a.name: "A", gemm.b.name: "B"}
+    scales = sorted(gemm.scales, key=lambda s: which[s.operand])
+    return tuple(ScalePlan(which[s.operand], s.param, tuple(s.block),
+                           kernel.param(s.param).layout) for s in scales)
 
 
 def resident_b(fields: dict) -> dict | None:

@@ -254,6 +254,38 @@ class GemmPlan:
     b_name: str = ""
     # Threads that copy A when not the gemm's own (schedule pingpong: the producer warps); 0
     producer_threads: int = 0
+    # the FP8 operands' block scales (`scale A by SA 1x128`), applied at each k tile's promotion
+    scales: tuple[ScalePlan, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePlan:
+    """A block scale of an FP8 operand as the kernel reads it: `param` [M or ceil(N / 128),
+    ceil(K / 128)] of f32 in `layout` (element (r, kb) at r * ld + kb row-major, kb * ld + r
+    column-major), one scale per `block` (M or N rows, K) elements of `operand` ("A" or "B")."""
+
+    operand: str
+    param: str
+    block: tuple[int, int]
+    layout: Layout
+
+    def describe(self) -> str:
+        return f"{self.operand} by {self.param} {self.block[0]}x{self.block[1]} ({self.layout.value})"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockDim:
+    """A size that counts blocks of another: `dim` must be ceil(`of` / `block`) (a block
+    scale's K blocks, or B's column blocks); the runtime and the launcher check it."""
+
+    dim: Dim
+    of: Dim
+    block: int
+    param: str  # the scale tensor whose shape holds it
+
+    @property
+    def reason(self) -> str:
+        return f"{self.param} holds one scale per {self.block} of {self.of}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +330,8 @@ class KernelPlan:
     deterministic_reductions: bool = False
     # The kernel's declaration, for an error found past the lowering (e.g. nothing to emit)
     loc: SourceLoc | None = None
+    # sizes that count blocks of another (block scales' shapes)
+    block_dims: tuple[BlockDim, ...] = ()
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

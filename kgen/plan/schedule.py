@@ -434,12 +434,19 @@ class AccPromotion:
 
     k_tiles: int = 0
     why: str = ""
+    # block scales applied as each period's sums are promoted (`scale A by SA 1x128`: a period
+    # is then one k tile, a scale block): "A by SA 1x128 (col)", and how the consumers read them
+    scales: tuple[str, ...] = ()
+    why_scales: str = ""
 
     def describe(self, gemm: str) -> list[Row]:
         if not self.why:
             return []
         value = f"every {self.k_tiles} k tile{'s' * (self.k_tiles > 1)}" if self.k_tiles else "none"
-        return [(f"{gemm} promotion", value, self.why)]
+        rows = [(f"{gemm} promotion", value, self.why)]
+        if self.scales:
+            rows.append((f"{gemm} block scales", ", ".join(self.scales), self.why_scales))
+        return rows
 
 
 def staged_vector_buffer(gemm: str, param: str) -> str:

@@ -184,6 +184,14 @@ def bind_arguments(
                 f"{dim} = {extent} is above 2**30-1, the largest size kgen takes (the kernel's "
                 "index math is 32-bit)"
             )
+    for rule in getattr(plan, "block_dims", ()):
+        counted = _extent(rule.of, resolved)
+        if counted is not None and _extent(rule.dim, resolved) != -(-counted // rule.block):
+            raise ArgumentError(
+                f"{rule.dim} = {_extent(rule.dim, resolved)} but {rule.of} = {counted}: "
+                f"{rule.reason}, so {rule.dim} must be ceil({rule.of} / {rule.block}) = "
+                f"{-(-counted // rule.block)}"
+            )
     leading = {name: _leading_dim(params[name], array) for name, array in arrays.items()}
     batch_strides = {name: _batch_stride(params[name], array, plan.batches(resolved))
                      for name, array in arrays.items() if params[name].batch is not None}
@@ -219,6 +227,11 @@ def bind_arguments(
         values=values, sizes=resolved, arrays=arrays, scalars=scalars, grid=grid,
         narrow=narrow, owners=tuple(a.owner for a in arrays.values()),
     )
+
+
+def _extent(dim, sizes: Mapping[str, int]) -> int | None:
+    """A dimension's value: a fixed one, or the size the arguments gave (None: none did)."""
+    return dim if isinstance(dim, int) else sizes.get(dim)
 
 
 def _infer_sizes(params: tuple[Param, ...], arrays: Mapping[str, DeviceArray],

@@ -201,6 +201,8 @@ def check_store(state: KernelState, stmt: ir.Store, scope: EpilogueScope) -> Non
             f"output '{name}' is written twice (first{at_line(state.written[name])})",
         )
 
+    if param.dtype.fp8:
+        check_fp8_output(state, stmt, param, g)
     if param.kind is ParamKind.TENSOR:
         if isinstance(value, ir.Reduce):
             raise KgenError(
@@ -226,6 +228,20 @@ def check_store(state: KernelState, stmt: ir.Store, scope: EpilogueScope) -> Non
             )
         check_reduce_store(state, param, value, scope)
     state.written[name] = stmt.loc
+
+
+def check_fp8_output(state: KernelState, stmt: ir.Store, param: ir.Param, g: ir.Gemm) -> None:
+    """An FP8 output (f8e4m3, f8e5m2): written by an FP8 gemm's epilogue (sm_90a's wgmma
+    kernel), each value rounded once and saturated to the format's finite range (e4m3: 448),
+    never added into."""
+    a, b = state.params.get(g.a.name), state.params.get(g.b.name)
+    if a is None or b is None or not (a.dtype.fp8 and b.dtype.fp8):
+        raise KgenError(stmt.loc, f"'{param.name}' is {param.dtype.dsl_name}: an FP8 output is "
+                                  f"written by an FP8 gemm's epilogue, and gemm '{g.name}' "
+                                  "multiplies 16-bit operands")
+    if stmt.accumulate or param.accumulate:
+        raise KgenError(stmt.loc, f"'{param.name}' is {param.dtype.dsl_name}: an FP8 output "
+                                  "is stored, not added into")
 
 
 def check_gemm_store(state: KernelState, stmt: ir.Store, scope: EpilogueScope) -> None:

@@ -23,6 +23,7 @@ from ..errors import KgenError
 from ..ir import DType, ParamKind, Role
 from ..targets import Instruction
 from .epilogue import check_epilogue
+from .scales import check_scales
 from .state import KernelState, require_str
 
 __all__ = ["check_gemm"]
@@ -117,6 +118,8 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
                 loc, "keep applies only to a gemm whose A operand is an earlier gemm"
             )
 
+    if g.scales:
+        check_scales(state, g, None if chained else a_param, b_param)
     shape = (a_shape[0], b_param.shape[1])
     check_epilogue(state, g, shape)
     state.gemm_shapes[g.name] = shape

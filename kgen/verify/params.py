@@ -90,8 +90,10 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             raise KgenError(loc, problem)
 
     allowed = {DType.F32} if p.kind is ParamKind.SCALAR else {DType.F16, DType.BF16, DType.F32}
-    if p.kind is ParamKind.TENSOR and p.role is Role.IN:
-        allowed |= {DType.F8E4M3, DType.F8E5M2}  # gemm operands (kgen/verify/gemms.py fp8 rules)
+    if p.kind is ParamKind.TENSOR:
+        # gemm operands (kgen/verify/gemms.py fp8 rules), and outputs of an FP8 gemm's
+        # epilogue, saturated to the format's finite range (kgen/verify/epilogue.py)
+        allowed |= {DType.F8E4M3, DType.F8E5M2}
     if p.dtype is DType.U64 and p.kind is ParamKind.SCALAR:
         _check_u64(state, p, loc)
     elif p.dtype not in allowed:
@@ -110,7 +112,8 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             )
         if problem := f32_problem(p.default, f"default of scalar '{p.name}'"):
             raise KgenError(loc, problem)
-    if p.role is Role.OUT and p.dtype not in state.target.output_dtypes:
+    # an FP8 output: verify/epilogue.py's check_fp8_output (an FP8 gemm's, on wgmma targets)
+    if p.role is Role.OUT and not p.dtype.fp8 and p.dtype not in state.target.output_dtypes:
         raise KgenError(
             loc,
             f"output dtype {p.dtype.dsl_name} is not supported on {state.target.arch.value}",

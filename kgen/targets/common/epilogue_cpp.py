@@ -65,6 +65,12 @@ PAIR: dict[DType, tuple[str, str, str, str, str]] = {
     DType.BF16: ("__nv_bfloat162", "__low2float({0})", "__high2float({0})",
                  "__floats2bfloat162_rn({0}, {1})", "__float2bfloat16_rn({0})"),
     DType.F32: ("float2", "{0}.x", "{0}.y", "make_float2({0}, {1})", "{0}"),
+    # FP8 outputs (stores only): cuda_fp8.h's conversions round to nearest and saturate to the
+    # format's finite range (__NV_SATFINITE)
+    DType.F8E4M3: ("__nv_fp8x2_e4m3", "", "", "__nv_fp8x2_e4m3(make_float2({0}, {1}))",
+                   "__nv_fp8_e4m3({0})"),
+    DType.F8E5M2: ("__nv_fp8x2_e5m2", "", "", "__nv_fp8x2_e5m2(make_float2({0}, {1}))",
+                   "__nv_fp8_e5m2({0})"),
 }
 TO_FLOAT: dict[DType, str] = {
     DType.F16: "__half2float({0})",

@@ -18,7 +18,7 @@ from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
                                 packed_vector_params, tile_start)
 from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read it from here)
-from .warp_specialized import odd_n8, part_box
+from .warp_specialized import odd_n8, part_box, scale_blocks_n
 
 WALK = "sm90/walk.inc.j2"
 
@@ -254,6 +254,23 @@ def _pitch(plan: KernelPlan, operand: str) -> str:
 NARROW_UNROLL, NARROW_UNROLL_BATCHED = 8, 4
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleRead:
+    """A block scale the consumers read (templates/sm90/block_scales.inc.j2): its parameter,
+    and whether it is column-major (element (r, kb) at kb * ld + r)."""
+
+    param: str
+    col: bool
+
+
+def block_scale_values(g) -> dict:
+    """The block scales of A and of B as the template reads them (None: not scaled), and the
+    128-column blocks of B's scales a tile spans (1 or 2)."""
+    reads = {s.operand: ScaleRead(s.param, s.layout is Layout.COL) for s in g.scales}
+    return dict(block_scaled=bool(g.scales), scale_a=reads.get("A"), scale_b=reads.get("B"),
+                b_blocks=scale_blocks_n(g) if g.scales else 1)
+
+
 def device_helpers(plan: KernelPlan) -> list[str]:
     """The fixed device helpers the kernel carries before its batch and cluster ones, in order:
     the ring's barriers and loads, the narrow entry point's copies and wgmma's, and of the
@@ -344,6 +361,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         mma_ab=MMA_TYPE[g.a.dtype], mma_b=MMA_TYPE[g.b.dtype],
         wgmma_k=32 if fp8 else 16,  # k per wgmma: 32 bytes of the 128-byte rows either way
         promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
+        **block_scale_values(g),
+        # an FP8 output: narrow_access's byte pairs (its stores saturate: epilogue_cpp.PAIR)
+        fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
         wgmma_n=n,
         wgmma_acc=f"float (&acc)[{n // 8}][4]",
         wgmma_regs=", ".join(f"%{i}" for i in range(n // 2)),

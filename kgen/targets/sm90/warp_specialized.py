@@ -292,6 +292,9 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                     f"CTA loads half of its {MN_BOX}-column boxes, so tile "
                     f"{'M' if which == 'A' else 'N'} must be a multiple of {ctas * MN_BOX}, not "
                     f"{extent}", Site("cluster", 0))
+    refusal = scale_refusal(draft, g, kind)
+    if refusal is not None:
+        return refusal
     if draft.stream_k and g.epilogue.reductions:
         return ("split stream with epilogue reductions is not built; 'split S' runs them on "
                 "the tiled kernel", Site("split", 0))
@@ -460,6 +463,14 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
 # (128 of K, DeepGEMM's period), where a consumer thread's registers hold the second set
 PROMOTE_K_TILES = 1
 PROMOTE_MAX_VALUES = 64  # a consumer thread's accumulators (its rows x tile N / 128 threads)
+# With block scales every k tile is promoted, and a tile of 128x192 (96 accumulators a consumer
+# thread, twice) compiles without spills (NVRTC 13.0): a wider tile shares each k tile's drain
+# and the operands' loads over more products than 128x128 (H200, 8192^3: 1.105 ms against 1.233
+# for 128x128 s5; at M = 2048 128x128 ran 1.02-1.08x faster, bench/RESULTS.md)
+PROMOTE_MAX_VALUES_SCALED = 96
+# tile N of a block-scaled gemm: within one of B's 128-column scale blocks (dividing 128), or
+# 192, whose tiles (starting at multiples of 64) span two
+SCALE_TILE_N = (8, 16, 32, 64, 128, 192)
 WHY_ACC_PROMOTION = ("FP8 wgmma accumulates with about 14 mantissa bits: each k tile's (128 of "
                      "K) sums go into registers of their own, which the consumer adds into its "
                      "f32 accumulators once the group is done (wgmma_wait<0> each k tile)")
@@ -468,13 +479,58 @@ WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no regi
                         "the whole K, as torch._scaled_mm's use_fast_accum")
 
 
+WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alone, times the "
+                    "scales of its block: each consumer thread reads its rows' scales (and the "
+                    "tile's B scale) with __ldg into one of two register sets as the k tile two "
+                    "before is promoted, so a load has two k tiles' time to arrive (multiplied "
+                    "as they were read, a load of the next k tile stalled every k tile: 0.44x "
+                    "the tensor-wise kernel's speed at 8192^3 on an H200)")
+
+
+def promoted_values(g: GemmPlan, kind: KernelKind) -> int:
+    """A consumer thread's accumulators (its rows x tile N / 128 threads)."""
+    return consumer_rows(g.tile[0], kind) * g.tile[1] // WARPGROUP
+
+
+def scale_refusal(draft: ScheduleDraft, g: GemmPlan,
+                  kind: KernelKind) -> tuple[str, Site | None] | None:
+    """Why the gemm's block scales cannot be applied on this schedule (None: they can): each
+    k tile promoted alone (registers for a second set of accumulators), a tile within one of
+    B's 128-column scale blocks, the whole K in one unit."""
+    if not g.scales:
+        return None
+    if draft.split_k > 1 or draft.stream_k:
+        return ("block scales are applied as a tile's k tiles are promoted one by one; split-K "
+                "and stream-K are not built with them", Site("split", 0))
+    values = promoted_values(g, kind)
+    if values > PROMOTE_MAX_VALUES_SCALED:
+        return (f"block scales are applied as each k tile's sums are promoted, which needs "
+                f"registers for a second set of accumulators: a consumer thread of tile "
+                f"{g.tile[0]}x{g.tile[1]} holds {values}, more than {PROMOTE_MAX_VALUES_SCALED} "
+                "(128x192 cooperative or 64x192 ping-pong promote)", Site("tile", 0))
+    if g.tile[1] not in SCALE_TILE_N:
+        return (f"tile N {g.tile[1]} is not one the scales of B's 128-column blocks are built "
+                f"for: {', '.join(map(str, SCALE_TILE_N))} (a tile within one block, or "
+                "192 over two)", Site("tile", 0))
+    return None
+
+
+def scale_blocks_n(g: GemmPlan) -> int:
+    """B's 128-column scale blocks a tile's columns span: one, or two for tile N 192."""
+    return 1 if 128 % g.tile[1] == 0 else 2
+
+
 def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
-    """Whether the gemm's wgmma sums are promoted (FP8 only), and why."""
+    """Whether the gemm's wgmma sums are promoted (FP8 only), and why; with block scales every
+    k tile (scale_refusal refused the schedules that cannot)."""
     if not g.a.dtype.fp8:
         return AccPromotion()
-    values = consumer_rows(g.tile[0], kind) * g.tile[1] // WARPGROUP
-    if values > PROMOTE_MAX_VALUES:
+    values = promoted_values(g, kind)
+    if values > (PROMOTE_MAX_VALUES_SCALED if g.scales else PROMOTE_MAX_VALUES):
         return AccPromotion(0, WHY_NO_ACC_PROMOTION.format(values=values))
+    if g.scales:
+        return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
+                            WHY_BLOCK_SCALES)
     return AccPromotion(PROMOTE_K_TILES, WHY_ACC_PROMOTION)
 
 
