@@ -13,7 +13,7 @@ scalar of the call):
   added into an f32 accumulator at the loop's rows;
 - `<name>_dq`, a row kernel converting that accumulator to the inputs' dtype.
 D and the f32 accumulator are the sequence's workspace (allocated per call by torch's caching
-allocator; the accumulator zeroed before the main kernel).
+allocator; the main kernel's launch zeroes the accumulator first).
 
 Only what the backward supports is taken: a call with attn_mask, score_mod, mask_mod,
 vectors, scalars, dropout, GQA or a value head dim unlike the query's, whose inputs require

@@ -594,8 +594,9 @@ class Sequence:
     `launches` run in order on one stream. A name that two kernels both declare is one buffer
     (kind, dtype, shape and layout agree). The `workspace` buffers are allocated by whoever
     launches the sequence (the runtime, the .cu's launcher), contiguous; every other parameter
-    of the kernels is a parameter of the sequence. An `out accumulate` buffer is zeroed just
-    before the first kernel that adds into it (kgen/verify/sequence.py checks the rest)."""
+    of the kernels is a parameter of the sequence. One kernel at most adds into an
+    `out accumulate` buffer, whose launch zeroes it first (kgen/verify/sequence.py checks the
+    rest)."""
 
     name: str
     launches: tuple[Launch, ...]

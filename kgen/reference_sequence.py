@@ -1,8 +1,9 @@
 """The NumPy reference of a sequence: its kernels evaluated in launch order (kgen.reference's
 `evaluate`, each on the buffers the earlier ones wrote), the workspace kept between them.
 
-An `out accumulate` buffer starts at zero before the first kernel that adds into it (as the
-runtime zeroes it); each later kernel that adds into it adds its own sum."""
+An `out accumulate` buffer holds the sum of the one kernel that adds into it (each kernel's
+launch zeroes its own; verify refuses a second kernel adding into it), as any output holds
+what its kernel wrote."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -40,11 +41,7 @@ def evaluate_sequence(module: ir.Module, sequence: ir.Sequence,
             block_of = kernel.loop.tile.n
         outputs = evaluate(kernel, taken, own, block=block_of)
         for p in kernel.params:
-            if p.role is not ir.Role.OUT:
-                continue
-            if p.accumulate and p.name in values and p.name not in inputs:
-                values[p.name] = values[p.name] + outputs[p.name]
-            else:
+            if p.role is ir.Role.OUT:
                 values[p.name] = outputs[p.name]
     names = [b.name for b in info.outputs] + ([b.name for b in info.workspace] if workspace
                                               else [])

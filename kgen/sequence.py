@@ -54,7 +54,7 @@ def sequence_plan(info: SequenceInfo):
 
     def buffer(b) -> SequenceBuffer:
         return SequenceBuffer(b.name, b.kind, b.param.dtype, b.param.full_shape, b.workspace,
-                              b.written, b.zero_before, b.param.default)
+                              b.written, b.param.default)
 
     by_name = {b.name: buffer(b) for b in info.buffers}
     return SequencePlan(info.name, tuple(by_name.values()),
@@ -181,22 +181,23 @@ def load_sequence(path_or_module: str | os.PathLike | ir.Module,
 
 def sequence_summary(info: SequenceInfo, arch: ir.Arch | None = None) -> dict[str, Any]:
     """What `kgen inspect` shows of a sequence (its --json schema): the launches in order,
-    the parameters, and the workspace with what is zeroed before which launch."""
+    the parameters, and the workspace, each buffer with the kernel that adds into it (an
+    `out accumulate` output, which that kernel's launch zeroes first) or None."""
     def shape(b) -> list:
         return list(b.param.full_shape)
 
-    def zeroed(b) -> str | None:
-        return None if b.zero_before is None else info.kernels[b.zero_before].name
+    def added_by(b) -> str | None:
+        return None if b.added_by is None else info.kernels[b.added_by].name
 
     return {
         "sequence": info.name,
         "arch": (arch or info.target).value,
         "launches": [k.name for k in info.kernels],
         "params": [{"name": b.name, "kind": b.kind.value, "dtype": b.param.dtype.dsl_name,
-                    "shape": shape(b), "written": b.written, "zeroed_before": zeroed(b)}
+                    "shape": shape(b), "written": b.written, "added_by": added_by(b)}
                    for b in info.params],
         "workspace": [{"name": b.name, "kind": b.kind.value, "dtype": b.param.dtype.dsl_name,
-                       "shape": shape(b), "zeroed_before": zeroed(b)} for b in info.workspace],
+                       "shape": shape(b), "added_by": added_by(b)} for b in info.workspace],
     }
 
 
@@ -207,14 +208,14 @@ def print_sequence(console, s: dict) -> None:
     console.print(f"[bold]sequence {s['sequence']}[/bold]  {s['arch']}  launches "
                   + " -> ".join(s["launches"]))
     table = Table(title="buffers", title_justify="left")
-    for column in ("name", "", "dtype", "shape", "role", "zeroed before"):
+    for column in ("name", "", "dtype", "shape", "role", "added into by"):
         table.add_column(column)
     for b in s["params"]:
         table.add_row(b["name"], b["kind"], b["dtype"], f"[{', '.join(map(str, b['shape']))}]",
                       "written (returned)" if b["written"] else "read",
-                      b["zeroed_before"] or "")
+                      b["added_by"] or "")
     table.add_section()
     for b in s["workspace"]:
         table.add_row(b["name"], b["kind"], b["dtype"], f"[{', '.join(map(str, b['shape']))}]",
-                      "workspace", b["zeroed_before"] or "")
+                      "workspace", b["added_by"] or "")
     console.print(table)

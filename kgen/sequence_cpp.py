@@ -129,21 +129,8 @@ def _members(info: SequenceInfo, plans) -> list[dict]:
 
 def launcher_values(info: SequenceInfo, plans) -> dict:
     """The template's values for the launcher of `info`, whose kernels have `plans`."""
-    launches = []
-    for index, (kernel, plan) in enumerate(zip(info.kernels, plans)):
-        zero = [dict(name=b.name, workspace=b.workspace,
-                     bytes=_product((*b.param.full_shape, b.param.dtype.nbytes)))
-                for b in info.buffers if b.zero_before == index]
-        launches.append(dict(kernel=kernel.name, members=_kernel_members(info, kernel, plan),
-                             zero=zero))
-    contiguous = []  # the parameters the launcher zeroes: contiguous, each stride as planned
-    for b in info.params:
-        if b.accumulate:
-            members = [m for m in _members(info, plans) if m["name"].startswith(b.name + "_")
-                       and m["name"][len(b.name):] in _STRIDE_AXIS]
-            contiguous.append(dict(name=b.name, strides=[
-                dict(member=m["name"], factors=_contiguous_stride(b, m["name"][len(b.name):]))
-                for m in members]))
+    launches = [dict(kernel=kernel.name, members=_kernel_members(info, kernel, plan))
+                for kernel, plan in zip(info.kernels, plans)]
     return dict(
         members=_members(info, plans),
         dims=list(info.dims),
@@ -152,5 +139,4 @@ def launcher_values(info: SequenceInfo, plans) -> dict:
                    for b in info.workspace],
         align=WORKSPACE_ALIGN,
         launches=launches,
-        contiguous=contiguous,
     )

@@ -1,10 +1,12 @@
 """Sequences (docs/language.md, section 16): the syntax to ir.Sequence, each misuse refused at
 its place (parser, kgen/verify/sequence.py, the command line: one located message, exit 2), the
 SequenceInfo the runtime and the emitter read, the emitted .cu and .h (NVRTC compiles of a
-sequence of row kernels and of the forward loop kernel with a row kernel; byte-identical twice),
-`kgen inspect`, the runtime's pure parts (workspace layout, output shapes), the NumPy reference
-of a sequence, and the attention backward kgen writes (kgen/attention_grad.py): it verifies,
-and the reference evaluates it to float64 attention gradients."""
+sequence of row kernels, of the forward loop kernel with a row kernel and of the attention
+backward; byte-identical twice), `kgen inspect`, the runtime's pure parts (workspace layout,
+output shapes, the launches), the NumPy reference of a sequence, and the attention backward kgen
+writes (kgen/attention_grad.py): it verifies, and the reference evaluates it to float64
+attention gradients. An `out accumulate` buffer is zeroed by the launch of the one kernel that
+adds into it, never by the sequence: a second kernel adding into it is refused."""
 from __future__ import annotations
 
 import json
@@ -26,6 +28,7 @@ from kgen.verify.sequence import resolve
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = ROOT / "tests" / "programs" / "sequence_rows.kg"
 FORWARD = ROOT / "tests" / "programs" / "sequence_forward.kg"
+ADDERS = ROOT / "tests" / "programs" / "sequence_adders.kg"  # two kernels add into dQacc
 TEXT = ROWS.read_text()
 
 
@@ -61,13 +64,18 @@ def test_the_sequence_info_orders_parameters_outputs_and_workspace():
     assert not any(b.accumulate for b in info.buffers)
 
 
-def test_an_accumulate_buffer_is_zeroed_before_the_first_kernel_adding_into_it():
+def _backward_module(arch: str = "sm_90a"):
     from kgen.attention_grad import BackwardSignature, backward_module
 
-    module = backward_module(BackwardSignature("bf16", 64, True, "sm_90a"))
+    return backward_module(BackwardSignature("bf16", 64, True, arch))
+
+
+def test_an_accumulate_buffer_is_added_into_by_one_kernel():
+    module = _backward_module()
     info = resolve(module, module.sequences[0])
     acc = info.buffer("dQacc")
-    assert acc.workspace and acc.accumulate and acc.zero_before == 1  # the main kernel
+    assert acc.workspace and acc.accumulate and acc.added_by == 1  # the main kernel
+    assert [b.name for b in info.buffers if b.accumulate] == ["dQacc"]
     assert [b.name for b in info.workspace] == ["D", "dQacc"]
     assert [b.name for b in info.params if not b.written] == ["dO", "O", "Q", "K", "V", "lse",
                                                              "scale"]
@@ -132,6 +140,53 @@ def test_each_misuse_is_one_located_message(old, new, message):
     with pytest.raises(KgenError) as info:
         verify(parse(TEXT.replace(old, new, 1), "s.kg"))
     assert str(info.value) == message
+
+
+TWO_ADDERS = ("a.kg:41:3: error: kernel 'bwd_b' adds into 'dQacc', which kernel 'bwd_a' already "
+              "adds into at line 11: each kernel's launch zeroes its 'out accumulate' outputs, "
+              "so the sums of kernel 'bwd_a' would be lost (add into another buffer and sum the "
+              "two in a later kernel)")
+
+
+def test_a_second_kernel_adding_into_a_buffer_is_refused_at_its_parameter():
+    """Each kernel's launch zeroes its `out accumulate` outputs (the runtime's and the .cu's
+    launcher alike), so a second kernel adding into a buffer would lose the first one's sums:
+    refused at the second kernel's parameter. With one adder the same kernels are a sequence;
+    a kernel writing the buffer without adding is refused by the older rule."""
+    text = ADDERS.read_text()
+    with pytest.raises(KgenError) as info:
+        verify(parse(text, "a.kg"))
+    assert str(info.value) == TWO_ADDERS
+    one = parse(text.replace("  launch bwd_b\n", ""), "a.kg")
+    assert verify(one) == []
+    assert resolve(one, one.sequences[0]).buffer("dQacc").added_by == 0
+    plain = text.replace("  launch bwd_b\n", "").replace(
+        "  tensor dQacc : f32[B, H, S, 64] row\n  tensor dQ : bf16[B, H, S, 64] row out\n"
+        "  epilogue { dQ = dQacc }",
+        "  tensor dQ : bf16[B, H, S, 64] row\n  tensor dQacc : f32[B, H, S, 64] row out\n"
+        "  epilogue { dQacc = dQ }")
+    with pytest.raises(KgenError) as info:
+        verify(parse(plain, "a.kg"))
+    assert str(info.value) == (
+        "a.kg:66:3: error: 'dQacc' is written by kernel 'bwd_a' at line 11 and by kernel "
+        "'bwd_dq', one adding into it ('out accumulate' at line 11) and one not at line 66: the "
+        "kernels that write a buffer all add into it, or none does")
+
+
+def test_the_command_line_refuses_two_kernels_adding_into_one_buffer(tmp_path):
+    bad = tmp_path / "a.kg"
+    bad.write_text(ADDERS.read_text())
+    runner = CliRunner()
+    for command in (["compile", str(bad)], ["inspect", str(bad)]):
+        result = runner.invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        assert result.output.splitlines()[0] == TWO_ADDERS.replace("a.kg", str(bad), 1)
+    result = runner.invoke(cli, ["inspect", str(bad), "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert (error["file"], error["line"], error["col"]) == (str(bad), 41, 3)
+    assert error["message"] == TWO_ADDERS.split(": error: ", 1)[1]
 
 
 def test_a_workspace_needs_its_sizes_from_the_parameters():
@@ -207,51 +262,45 @@ def test_the_cu_holds_every_kernel_and_the_launcher_and_is_deterministic():
            "w.D);" in source
     assert ("k.D_bs = static_cast<long long>(static_cast<long long>(p.sizes.H) * "
             "static_cast<long long>(p.sizes.S));") in source
-    assert "error = cudaMemsetAsync" not in source  # nothing accumulates here
+    assert "cudaMemsetAsync" not in source
     assert "struct rows_chain_params" in built.header
     assert "cudaError_t rows_chain_launch(" in built.header
 
 
-def test_an_accumulate_buffer_is_zeroed_by_the_launcher():
-    """The launcher's zeroing, from a SequenceInfo whose Y (a parameter) and D (the workspace)
-    are accumulate buffers (no kernel that runs today adds into a buffer: the backward's main
-    kernel does not lower yet)."""
-    import dataclasses
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_launcher_leaves_the_zeroing_to_the_kernel_that_adds(arch):
+    """The backward's sequence: dQacc (workspace, `out accumulate`) is zeroed by the main
+    kernel's own launcher (`<main>_zero` before the main kernel), which the sequence's launcher
+    calls; the sequence's launcher memsets nothing and asks no contiguity of its own."""
+    from kgen.sequence import build_sequence
 
-    from kgen.api import plan_kernel
-    from kgen.sequence_cpp import Factor, launcher_values
-    from kgen.targets.common.render import render
-
-    info = resolve(module_of(TEXT), module_of(TEXT).sequences[0])
-    zeroed = {"Y": 1, "D": 0}
-    info = dataclasses.replace(info, buffers=tuple(
-        dataclasses.replace(b, zero_before=zeroed.get(b.name)) for b in info.buffers))
-    values = launcher_values(info, [plan_kernel(k) for k in info.kernels])
-    assert values["launches"][1]["zero"] == [dict(name="Y", workspace=False, bytes=(
-        Factor("B"), Factor("H"), Factor("S"), Factor(value=128), Factor(value=4)))]
-    text = render("common/sequence_launcher.inc.j2", name="rows_chain", ns="rows_chain_cfg",
-                  **values)
-    product = ("static_cast<long long>(p.sizes.B) * static_cast<long long>(p.sizes.H) * "
-               "static_cast<long long>(p.sizes.S)")
-    zero_y = f"error = cudaMemsetAsync(p.Y, 0, static_cast<size_t>({product} * 128LL * 4LL), stream);"
-    zero_d = ("error = cudaMemsetAsync(reinterpret_cast<char*>(workspace) + w.D, 0, "
-              f"static_cast<size_t>({product} * 4LL), stream);")
-    assert zero_y in text and zero_d in text
-    assert text.index(zero_d) < text.index("error = rows_dot_launch") < text.index(zero_y) \
-        < text.index("error = rows_scale_launch")
-    # a parameter the launcher zeroes must be one contiguous block
-    assert "if (p.Y_ld != 128LL)" in text
-    assert ("if (p.Y_bs != static_cast<long long>(p.sizes.H) * static_cast<long long>(p.sizes.S)"
-            " * 128LL)") in text
+    module = _backward_module(arch)
+    built = build_sequence(module, module.sequences[0], arch)
+    source, main = built.source, built.info.kernels[1].name
+    assert "cudaMemset" not in source and "must be contiguous: the sequence" not in source
+    for text in (source, built.header):  # the comment on NAME_launch
+        assert "zeroes its own `out accumulate` outputs first." in text
+    launcher = source[source.index(f"cudaError_t {built.name}_launch("):]
+    calls = [line.strip() for line in launcher.splitlines() if line.strip().startswith("error =")]
+    assert calls == [f"error = {k.name}_launch(args_{k.name}(p, w, workspace), stream);"
+                     for k in built.info.kernels]
+    own = source[source.index(f"cudaError_t {main}_launch("):]
+    assert own.index(f"{main}_zero<<<zero_grid, kZeroThreads, 0, stream>>>(p);") \
+        < own.index(f"{main}<<<")
 
 
 @pytest.mark.parametrize("program, arch", [(ROWS, "sm_80"), (ROWS, "sm_90a"),
-                                           (FORWARD, "sm_80"), (FORWARD, "sm_90a")])
+                                           (FORWARD, "sm_80"), (FORWARD, "sm_90a"),
+                                           ("backward", "sm_80"), ("backward", "sm_90a")])
 def test_nvrtc_compiles_the_whole_sequence(program, arch, cache_dir):
     from kgen.runtime.nvrtc import compile_cubin
-    from kgen.sequence import build_sequence_file
+    from kgen.sequence import build_sequence, build_sequence_file
 
-    built = build_sequence_file(program, arch)
+    if program == "backward":
+        module = _backward_module(arch)
+        built = build_sequence(module, module.sequences[0], arch)
+    else:
+        built = build_sequence_file(program, arch)
     if program == FORWARD:  # the loop kernel's rows and loop length, by their sizes' names
         assert "k.rows = static_cast<int>(p.sizes.S);\n  k.loop_len = static_cast<int>(p.sizes.T);" \
             in built.source
@@ -308,6 +357,41 @@ def test_the_launcher_builds_with_nvcc_and_the_header(tmp_path):
         assert mine == [], done.stderr
 
 
+def test_the_backward_launcher_builds_with_nvcc(tmp_path):
+    """The backward's sequence (its main kernel zeroing dQacc itself): the .cu's host code
+    builds, and its workspace is D then dQacc, each rounded up to 256 bytes."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc on PATH")
+    from kgen.sequence import build_sequence
+
+    module = _backward_module("sm_80")
+    built = build_sequence(module, module.sequences[0], "sm_80")
+    (tmp_path / "seq.cu").write_text(built.source)
+    (tmp_path / "seq.h").write_text(built.header)
+    name = built.name
+    (tmp_path / "main.cu").write_text(
+        '#include "seq.h"\n'
+        "int main() {\n"
+        f"  {name}_params p{{}};\n"
+        "  p.sizes.B = 1; p.sizes.H = 2; p.sizes.S = 33; p.sizes.T = 40;\n"
+        f"  const size_t bytes = {name}_workspace_bytes(p);\n"
+        "  return bytes == 512 + 2 * 33 * 64 * 4 ? 0 : 1;\n"
+        "}\n")
+    for file in ("seq.cu", "main.cu"):
+        done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_80", "-Xcompiler", "-Wall,-Wextra",
+                               "-c", file], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        kernels = [k.name for k in built.info.kernels]  # the launcher's own lines only
+        mine = [line for line in done.stderr.splitlines()
+                if name in line and not any(k in line for k in kernels)]
+        assert mine == [], done.stderr
+    done = subprocess.run([nvcc, "-arch=sm_80", "seq.o", "main.o", "-o", "probe"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert subprocess.run([str(tmp_path / "probe")], cwd=tmp_path).returncode == 0
+
+
 def test_kgen_inspect_lists_the_sequence_and_its_workspace():
     runner = CliRunner()
     result = runner.invoke(cli, ["inspect", str(ROWS), "--json"])
@@ -318,7 +402,7 @@ def test_kgen_inspect_lists_the_sequence_and_its_workspace():
     assert seq["sequence"] == "rows_chain" and seq["arch"] == "sm_80"
     assert seq["launches"] == ["rows_dot", "rows_scale", "rows_sum"]
     assert seq["workspace"] == [{"name": "D", "kind": "vector", "dtype": "f32",
-                                 "shape": ["B", "H", "S"], "zeroed_before": None}]
+                                 "shape": ["B", "H", "S"], "added_by": None}]
     assert [(p["name"], p["written"]) for p in seq["params"]] == [
         ("dO", False), ("O", False), ("Y", True), ("M", True)]
     text = runner.invoke(cli, ["inspect", str(ROWS)])
@@ -331,6 +415,27 @@ def test_kgen_inspect_lists_the_sequence_and_its_workspace():
     named = json.loads(runner.invoke(cli, ["inspect", str(ROWS), "--kernel", "rows_chain",
                                            "--json"]).output)
     assert named["sequences"][0]["sequence"] == "rows_chain"
+
+
+def test_kgen_inspect_names_the_kernel_that_adds_into_a_buffer(tmp_path):
+    from kgen.attention_grad import BackwardSignature, backward_text
+
+    program = tmp_path / "bwd.kg"
+    program.write_text(backward_text(BackwardSignature("bf16", 64, True, "sm_80")))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["inspect", str(program), "--json"])
+    assert result.exit_code == 0, result.output
+    (seq,) = json.loads(result.output)["sequences"]
+    main = seq["launches"][1]
+    assert [(b["name"], b["added_by"]) for b in seq["workspace"]] == [("D", None),
+                                                                       ("dQacc", main)]
+    assert all(b["added_by"] is None for b in seq["params"])
+    text = runner.invoke(cli, ["inspect", str(program)], terminal_width=200)
+    assert text.exit_code == 0
+    assert "added into by" in text.output
+    table = text.output[text.output.index("added into by"):]
+    (row,) = [line for line in table.splitlines() if "dQacc" in line]
+    assert "workspace" in row and main in row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,3 +594,34 @@ def test_a_call_checks_its_arguments_and_launches_in_order():
     seq._launch(7, values)
     assert [p.calls for p in programs] == [[(7, ["D", "O", "dO"])], [(7, ["D", "Y", "dO"])],
                                            [(7, ["M", "Y"])]]
+
+
+def test_a_call_launches_only_the_kernels_whose_launches_zero_their_own_outputs():
+    """The backward's plan with stand-in programs (no GPU): a launch is the three kernels in
+    order on the stream, nothing before them (the sequence zeroes no buffer: the main kernel's
+    own call zeroes dQacc)."""
+    from kgen.runtime.sequence import CompiledSequence
+    from kgen.runtime.tensors import DeviceArray, contiguous_strides
+    from kgen.sequence import sequence_plan
+
+    calls = []
+
+    class Program:
+        device_id = 0
+
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, stream=None, **args):
+            calls.append((self.name, stream, sorted(args)))
+
+    module = _backward_module("sm_80")
+    plan = sequence_plan(resolve(module, module.sequences[0]))
+    seq = CompiledSequence(plan, [Program(name) for name, _ in plan.launches])
+    values = {b.name: DeviceArray(4096, (1, 2, 5, 64), contiguous_strides((1, 2, 5, 64)),
+                                  b.dtype, 0, kind="kgen") for b in plan.buffers}
+    values["scale"] = 0.125
+    seq._launch(3, values)
+    kernels = [k.name for k in module.kernels]
+    assert [(name, stream) for name, stream, _ in calls] == [(k, 3) for k in kernels]
+    assert "dQacc" in calls[1][2] and "dQacc" in calls[2][2]

@@ -8,9 +8,9 @@ makes of kgen/verify/sequence.py's SequenceInfo: every parameter of the launched
 workspace), as a kernel's call does: torch
 tensors, DeviceBuffers, anything kgen.runtime.tensors reads. It sizes the workspace buffers and
 the outputs left out from the parameters' shapes (a size name is one size across the kernels;
-`sizes` gives one no parameter has), allocates them, zeroes each `out accumulate` buffer just
-before the first kernel that adds into it (cuMemsetD8Async on the stream), launches each kernel
-through its own call path, and returns the outputs in order (one alone as itself).
+`sizes` gives one no parameter has), allocates them, launches each kernel through its own call
+path (which zeroes the kernel's `out accumulate` outputs first: the sequence adds no zeroing of
+its own), and returns the outputs in order (one alone as itself).
 
 Nothing synchronizes the host, and every allocation is stream-ordered, so a call can be
 captured into a CUDA graph: with a torch tensor among the arguments, the workspace and outputs
@@ -41,7 +41,7 @@ _TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float
 class SequenceBuffer:
     """One name of a sequence, as a call takes it: its kind, dtype and shape as written (sizes
     by name, or numbers, the batch dimensions first); whether it is workspace, whether a kernel
-    writes it, the launch it is zeroed before (an `out accumulate` buffer), a scalar's default."""
+    writes it, a scalar's default."""
 
     name: str
     kind: ParamKind
@@ -49,7 +49,6 @@ class SequenceBuffer:
     shape: tuple = ()
     workspace: bool = False
     written: bool = False
-    zero_before: int | None = None
     default: float | None = None
 
 
@@ -227,13 +226,7 @@ class CompiledSequence:
     # -- the launches ----------------------------------------------------------------------------
 
     def _launch(self, raw: int, values: dict) -> None:
-        zero: dict[int, list] = {}  # launch -> the (address, bytes) zeroed just before it
-        for buffer in self.plan.buffers:
-            if buffer.zero_before is not None:
-                zero.setdefault(buffer.zero_before, []).append(_span(buffer, values[buffer.name]))
-        for index, (program, names) in enumerate(self._launches):
-            for address, nbytes in zero.get(index, ()):
-                _zero(address, nbytes, raw)
+        for program, names in self._launches:
             program(stream=raw, **{name: values[name] for name in names
                                    if values.get(name) is not None})
 
@@ -258,27 +251,3 @@ def _read_sizes(buffer: SequenceBuffer, array: DeviceArray, dims: dict[str, int]
             raise ArgumentError(f"{buffer.name} has {dim} = {extent}, but an earlier argument "
                                 f"(or sizes) has {dim} = {dims[dim]}")
 
-
-def _span(buffer: SequenceBuffer, value: Any) -> tuple[int, int]:
-    """The (address, bytes) of an `out accumulate` buffer, which must be one contiguous block
-    (the sequence zeroes it before the kernels add into it)."""
-    array = as_device_array(value, buffer.name)
-    count = 1
-    for extent in array.shape:
-        count *= extent
-    if any(extent > 1 and stride != want for extent, stride, want in
-           zip(array.shape, array.strides, contiguous_strides(array.shape))):
-        raise ArgumentError(f"{buffer.name} must be contiguous: the sequence zeroes it before "
-                            f"the kernels add into it (strides {list(array.strides)})")
-    return array.ptr, count * buffer.dtype.nbytes
-
-
-def _zero(address: int, nbytes: int, raw: int) -> None:
-    """Zero `nbytes` at `address` on raw stream `raw` (asynchronously)."""
-    if nbytes == 0:
-        return
-    from cuda.bindings import driver
-
-    from .device import check
-
-    check(driver.cuMemsetD8Async(address, 0, nbytes, driver.CUstream(raw)), "cuMemsetD8Async")

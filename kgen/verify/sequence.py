@@ -13,7 +13,8 @@ The rules, each refused at the user's line:
   as written) and layout agree; two scalars of one name agree in dtype and default;
 - a buffer a kernel writes is not one an earlier kernel read before any kernel wrote it (the
   sequence's inputs are only read), and it is added into (`out accumulate`) by every kernel that
-  writes it or by none;
+  writes it or by none; by one kernel at most, since each kernel's launch zeroes its
+  `out accumulate` outputs (a second kernel adding into it would lose the first one's sums);
 - a workspace buffer is a tensor (row-major) or vector some launched kernel declares, written
   by a kernel before any reads it, read by a later kernel, and sized by the parameters: each of its
   dimensions is a number or a dimension of a parameter that is no workspace.
@@ -36,14 +37,14 @@ __all__ = ["Buffer", "SequenceInfo", "check_sequences", "resolve"]
 class Buffer:
     """One name of the sequence: a parameter of the sequence, or a workspace buffer.
     `param` is its first declaration (kind, dtype, shape, layout, default); `written`: some
-    launched kernel writes it; `zero_before`: the launch (index) before which it is zeroed, the
-    first that adds into it (None: not an accumulate buffer)."""
+    launched kernel writes it; `added_by`: the launch (index) of the one kernel that adds into
+    it (`out accumulate`; that kernel's launch zeroes it first), None when none does."""
 
     name: str
     param: ir.Param
     workspace: bool
     written: bool
-    zero_before: int | None = None
+    added_by: int | None = None
 
     @property
     def kind(self) -> ParamKind:
@@ -51,7 +52,7 @@ class Buffer:
 
     @property
     def accumulate(self) -> bool:
-        return self.zero_before is not None
+        return self.added_by is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +185,7 @@ def _described(p: ir.Param) -> str:
 
 class _Walk:
     """The launches' parameters in order: each name's first declaration, who reads and writes
-    it, and which launch first adds into it."""
+    it, and which launch adds into it."""
 
     def __init__(self, sequence: ir.Sequence, workspace: dict[str, ir.WorkspaceBuffer]):
         self.sequence = sequence
@@ -193,7 +194,7 @@ class _Walk:
         self.read_first: dict[str, tuple[ir.Param, ir.Kernel]] = {}  # read before any write
         self.writes: dict[str, tuple[ir.Param, ir.Kernel]] = {}  # the first write
         self.read_after_write: set[str] = set()
-        self.zero_before: dict[str, int] = {}
+        self.added_by: dict[str, tuple[int, ir.Param, ir.Kernel]] = {}  # `out accumulate`
         self.default: dict[str, float | None] = {}
 
     def declare(self, index: int, kernel: ir.Kernel, param: ir.Param) -> None:
@@ -248,9 +249,17 @@ class _Walk:
                                        f"{at_line(adds.loc)}) and one not{at_line(plain.loc)}: "
                                        "the kernels that write a buffer all add into it, or "
                                        "none does")
+        adder = self.added_by.get(name)
+        if adder is not None:
+            _, first, by = adder
+            raise KgenError(param.loc, f"kernel '{kernel.name}' adds into '{name}', which kernel "
+                                       f"'{by.name}' already adds into{at_line(first.loc)}: each "
+                                       "kernel's launch zeroes its 'out accumulate' outputs, so "
+                                       f"the sums of kernel '{by.name}' would be lost (add into "
+                                       "another buffer and sum the two in a later kernel)")
         self.writes.setdefault(name, (param, kernel))
         if param.accumulate:
-            self.zero_before.setdefault(name, index)
+            self.added_by[name] = (index, param, kernel)
 
     def finish(self, kernels: tuple[ir.Kernel, ...]) -> SequenceInfo:
         sized = {d for name, (p, _) in self.first.items() if name not in self.workspace
@@ -289,6 +298,7 @@ class _Walk:
         for name, (param, _) in self.first.items():
             if param.default != self.default[name]:  # the default an earlier kernel lacked
                 param = dataclasses.replace(param, default=self.default[name])
+            adder = self.added_by.get(name)
             buffers.append(Buffer(name, param, name in self.workspace, name in self.writes,
-                                  self.zero_before.get(name)))
+                                  None if adder is None else adder[0]))
         return SequenceInfo(self.sequence, kernels, tuple(buffers))

@@ -3,7 +3,8 @@ passing a workspace vector and an output (tests/programs/sequence_rows.kg), the 
 forward loop kernel then a row kernel reading its O from the workspace
 (tests/programs/sequence_forward.kg); torch tensors (outputs given poisoned, or left out),
 DeviceBuffers (the workspace one stream-ordered block), a CUDA-graph capture replayed on new
-inputs, and the zeroing of an accumulate buffer."""
+inputs, and an accumulate buffer zeroed by the launch of the kernel that adds into it (the
+sequence zeroes nothing of its own)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -149,21 +150,53 @@ def test_a_sequence_as_a_torch_op_eager_and_compiled():
     assert torch.equal(y, y2) and torch.equal(m, m2)
 
 
-def test_an_accumulate_buffer_is_zeroed_on_the_stream():
-    """The zeroing a sequence runs before the first kernel that adds into a buffer (no kernel
-    that runs today adds: the backward's main kernel is not built on this branch)."""
+def test_the_kernel_that_adds_into_a_buffer_zeroes_it_the_sequence_does_not():
+    """The attention backward's sequence (kgen/attention_grad.py) launched through
+    CompiledSequence._launch with its workspace given: dQacc (`out accumulate`, added into by
+    the main kernel) poisoned with NaN, the other workspace and outputs too. The sequence zeroes
+    nothing; the main kernel's launch zeroes dQacc, so dQ matches float64, and so does a second
+    launch on the first one's sums (dQacc not reset: were it not zeroed, dQ would double)."""
     _cuda()
-    from kgen.enums import DType, ParamKind
-    from kgen.errors import ArgumentError
-    from kgen.runtime.sequence import SequenceBuffer, _span, _zero
+    import math
 
-    buffer = SequenceBuffer("acc", ParamKind.TENSOR, DType.F32, ("B", "S", 8), workspace=True,
-                            written=True, zero_before=0)
-    target = torch.ones(3, 5, 8, device="cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    _zero(*_span(buffer, target), stream.cuda_stream)
-    stream.synchronize()
-    assert torch.count_nonzero(target).item() == 0
-    with pytest.raises(ArgumentError, match="acc must be contiguous"):
-        _span(buffer, torch.ones(3, 8, 5, device="cuda").transpose(1, 2))
+    from kgen.attention import _arch
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.errors import KgenError
+    from kgen.sequence import build_sequence, load_built_sequence
+
+    sig = BackwardSignature("bf16", 64, False, _arch(torch.device("cuda")))
+    module = backward_module(sig)
+    try:
+        built = build_sequence(module, module.sequences[0], sig.arch)
+    except KgenError as err:
+        if "not built yet" in str(err):
+            pytest.skip(f"the attention backward's skeleton is not built yet: {err}")
+        raise
+    seq = load_built_sequence(built)
+    b, h, s, t, d = 1, 2, 77, 130, 64
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=gen).bfloat16()
+                   for n in (s, t, t, s))
+    scale = 1 / math.sqrt(d)
+    q64, k64, v64, do64 = (x.double() for x in (q, k, v, do))
+    scores = (q64 @ k64.transpose(-1, -2)) * scale
+    lse = torch.logsumexp(scores, -1)
+    p = torch.exp(scores - lse[..., None])
+    o = (p @ v64).bfloat16()
+    dp = do64 @ v64.transpose(-1, -2)
+    dq_ref = (p * (dp - (do64 * o.double()).sum(-1, keepdim=True))) @ k64 * scale
+
+    def poisoned(*shape, dtype=torch.float32):
+        return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+    values = {"dO": do, "O": o, "Q": q, "K": k, "V": v, "lse": lse.float(), "scale": scale,
+              "D": poisoned(b, h, s), "dQacc": poisoned(b, h, s, d),
+              "dQ": poisoned(b, h, s, d, dtype=torch.bfloat16),
+              "dK": poisoned(b, h, t, d, dtype=torch.bfloat16),
+              "dV": poisoned(b, h, t, d, dtype=torch.bfloat16)}
+    assert sorted(values) == sorted(buffer.name for buffer in seq.plan.buffers)
+    raw = torch.cuda.current_stream().cuda_stream
+    for _ in range(2):  # the second launch finds dQacc holding the first one's sums
+        seq._launch(raw, values)
+        torch.cuda.synchronize()
+        _close(values["dQ"].double().cpu().numpy(), dq_ref.cpu().numpy(), 3e-2, "dQ")
