@@ -8,8 +8,9 @@ Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by 
 examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
 kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
 (with the zeroing of dQ it launches first); on the wgmma skeleton `kgen_mma_sync` the sm_80
-build's main kernel and `kgen_bulk_dq` the wgmma skeleton with dQ added by the copy engine's
-bulk reduce-add (a plan option) instead of f32 atomics; `sdpa_*` torch.autograd.grad of a saved
+build's main kernel and `kgen_atomic_dq` (or `kgen_bulk_dq`) the wgmma skeleton with dQ added
+the way the rulebook did not take (f32 atomics instead of the copy engine's bulk reduce-add, a
+plan option); `sdpa_*` torch.autograd.grad of a saved
 SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
 4 * B * H * S * T * D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
 
@@ -64,15 +65,15 @@ def built_main(d: int, causal: bool, arch: ir.Arch | None = None):
     return build_verified(_kernel("examples/attention_bwd.kg", d, mask), arch or device_arch())
 
 
-def with_bulk_adds(built):
-    """The sm_90a build with dQ added by the copy engine's bulk reduce-add (the plan option
-    loop_dag_schedule.with_bulk_add), its source emitted again."""
+def with_bulk_adds(built, bulk: bool = True):
+    """The sm_90a build with dQ added by the copy engine's bulk reduce-add (`bulk`) or by f32
+    atomics (the plan option loop_dag_schedule.with_bulk_add), its source emitted again."""
     import dataclasses
 
     from kgen.targets.sm90.loop_dag import emit
     from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
-    plan = with_bulk_add(built.plan, True)
+    plan = with_bulk_add(built.plan, bulk)
     source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
     return dataclasses.replace(built, plan=plan, source=source)
 
@@ -133,9 +134,10 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
         mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
         calls.append(("kgen_mma_sync", lambda _: mma_sync(
             Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
-    if plan.wgmma is not None and plan.wgmma.add_offset is None:  # dQ by bulk adds instead
-        bulk = load_built(with_bulk_adds(built_main(d, causal)))
-        calls.append(("kgen_bulk_dq", lambda _: bulk(
+    if plan.wgmma is not None:  # dQ the other way: atomics where the rulebook took bulk adds
+        bulk = plan.wgmma.add_offset is None
+        other = load_built(with_bulk_adds(built_main(d, causal), bulk))
+        calls.append(("kgen_bulk_dq" if bulk else "kgen_atomic_dq", lambda _: other(
             Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
     for name, fn in calls:
         t = time_kernel(fn, rotate=rotate, stream=stream)
@@ -164,11 +166,13 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_bulk_dq", *backends]
+    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_bulk_dq", "kgen_atomic_dq",
+               *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
     print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
-          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_bulk_dq: dQ by bulk reduce-adds")
+          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_bulk_dq / kgen_atomic_dq: dQ added "
+          "the way the rulebook did not take (bulk reduce-adds / f32 atomics)")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d in dims:
@@ -187,10 +191,10 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
 def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
     arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
-    skeleton with dQ added by bulk reduce-adds (the plan option)."""
+    skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a)."""
     built = build_verified(_kernel("examples/attention_bwd.kg", d), arch or device_arch())
     if bulk:
-        built = with_bulk_adds(built)
+        built = with_bulk_adds(built, True)
     print(f"{built.plan.arch.value}: {built.plan.mma.value}")
     main = load_built(built)
     q, do = (torch.randn(1, 2, 200, d, device="cuda").bfloat16() for _ in range(2))
@@ -212,7 +216,8 @@ def main(argv=None) -> None:
     parser.add_argument("--s", type=int, nargs="+", default=None, help="lengths S = T")
     parser.add_argument("--arch", default=None, help="--once: sm_80 or sm_90a (the device's)")
     parser.add_argument("--bulk", action="store_true",
-                        help="--once: the wgmma skeleton with dQ by bulk reduce-adds")
+                        help="--once: the wgmma skeleton with dQ by bulk reduce-adds (as the rulebook "
+                             "takes it)")
     args = parser.parse_args(argv)
     if args.once:
         for d in args.d or (64,):

@@ -639,17 +639,18 @@ def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, 
 # registers (red.global.add.f32, 2 x 16 per thread per block, their addresses scattered over
 # 8 rows). A staged row is N / 2 f32 and 32 bytes more: the fragments' writes (8 rows at once)
 # then meet 2-way bank conflicts, not 8-way; rows stay 16-byte aligned as the copy engine needs.
-# The bulk adds compile without spills (NVRTC 13, D 64/128, every mask, bf16/f16) but have not
-# run on a GPU yet: the rulebook keeps the atomics (verified) until
-# tests/gpu/test_attention_bwd_gpu.py::test_sm90a_wgmma_with_bulk_adds and compute-sanitizer
-# pass on an H200 (bench/attention_bwd.py's kgen_bulk_dq column measures them); then True.
-DAG_WGMMA_BULK_ADD = False
+# Measured on an H200 (2026-11-29, bench/attention_bwd.py, bf16, S 4096, 16 heads, TFLOP/s of
+# the main kernel, atomics / bulk adds): D 128 277 / 361, causal 212 / 263; D 64 227 / 263,
+# causal 153 / 172. tests/gpu/test_attention_bwd_gpu.py passed both ways (ragged S and T, every
+# mask, D 64/128, bf16/f16) and compute-sanitizer racecheck and memcheck were clean on the bulk
+# build, so the rulebook takes the bulk adds; the atomics stay a plan option
+# (loop_dag_schedule.with_bulk_add(plan, False)).
+DAG_WGMMA_BULK_ADD = True
 DAG_WGMMA_BULK_ADD_WHY = (
-    "f32 atomics: verified on an H200 (tests/gpu/test_attention_bwd_gpu.py); the bulk "
-    "reduce-add (the plan option loop_dag_schedule.with_bulk_add) compiles without spills but "
-    "is not verified on a GPU yet" if not DAG_WGMMA_BULK_ADD else
-    "the copy engine adds each staged row (cp.reduce.async.bulk .add.f32): a bulk add per row "
-    "instead of a scattered f32 atomic per element (kgen/targets/loop_rules.py)")
+    "f32 atomics (red.global.add.f32 from registers; the plan option)" if not DAG_WGMMA_BULK_ADD
+    else "the copy engine adds each staged row (cp.reduce.async.bulk .add.f32): a bulk add per "
+    "row instead of a scattered f32 atomic per element; measured on an H200 at S 4096 1.30x the "
+    "atomics' speed at D 128 (1.24x causal), 1.16x at D 64 (1.12x causal)")
 DAG_WGMMA_ADD_PAD = 32
 
 

@@ -44,21 +44,21 @@ def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
 _LOADED: dict = {}
 
 
-def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=False):
-    """`bulk`: the sm_90a wgmma skeleton with dQ added by the copy engine's bulk reduce-add (a
-    plan option) instead of the rulebook's f32 atomics."""
+def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=None):
+    """`bulk` True / False: the sm_90a wgmma skeleton with dQ added by the copy engine's bulk
+    reduce-add / by f32 atomics (the plan option); None: as the rulebook takes it (bulk)."""
     key = (d, mask, dtype, arch, tile, bulk)
     if key not in _LOADED:
         module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
         assert verify(module) == []
         built = build_verified(module.kernels[0], ir.Arch(arch))
-        if bulk:
+        if bulk is not None:
             import dataclasses
 
             from kgen.targets.sm90.loop_dag import emit
             from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
-            plan = with_bulk_add(built.plan, True)
+            plan = with_bulk_add(built.plan, bulk)
             built = dataclasses.replace(built, plan=plan, source=emit(
                 plan, source_name="bwd.kg", source_hash="0", command="test"))
         _LOADED[key] = load_built(built)
@@ -108,7 +108,7 @@ def close(out, ref, tol, what):
         assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
-def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=False):
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=None):
     torch = _torch()
     kernel = load(d, mask, dtype, arch, tile, bulk)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
@@ -178,12 +178,12 @@ def test_sm90a_wgmma_f16(d, mask):
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("shape", [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097)],
                          ids=lambda st: f"s{st[0]}-t{st[1]}")
-def test_sm90a_wgmma_with_bulk_adds(d, mask, shape):
-    """The plan option: dQ added by the copy engine's bulk reduce-add (cp.reduce.async.bulk,
-    loop_dag_schedule.with_bulk_add) instead of f32 atomics."""
+def test_sm90a_wgmma_with_atomic_adds(d, mask, shape):
+    """The plan option: dQ added by f32 atomics (loop_dag_schedule.with_bulk_add(plan, False))
+    instead of the rulebook's bulk reduce-add (cp.reduce.async.bulk)."""
     _hopper()
-    assert load(d, mask, arch="sm_90a", bulk=True).plan.wgmma.add_offset is not None
-    run_case(d, *shape, mask, arch="sm_90a", bulk=True)
+    assert load(d, mask, arch="sm_90a", bulk=False).plan.wgmma.add_offset is None
+    run_case(d, *shape, mask, arch="sm_90a", bulk=False)
 
 
 def test_sm90a_wgmma_other_batches_and_heads():

@@ -95,10 +95,10 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
                                                         ("dO", 64)]
     offsets = [t.offset for t in w.tiles]
     assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
-    # dQ's adds by f32 atomics (verified); the bulk reduce-add is a plan option (below)
-    assert w.add_offset is None and w.adds.value.startswith("f32 atomics")
-    assert "not verified on a GPU yet" in w.adds.why
-    assert w.barrier_offset == sum(t.bytes for t in w.tiles)
+    # dQ's adds by the copy engine's bulk reduce-add (measured faster); atomics a plan option
+    assert w.add_offset == sum(t.bytes for t in w.tiles) and "bulk" in w.adds.value
+    assert "measured on an H200" in w.adds.why
+    assert w.barrier_offset == w.add_offset + 2 * plan.block * w.add_row_bytes
     assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
     assert plan.smem_bytes <= target(ir.Arch.SM90A).smem_limit
     assert int(plan.registers.value) <= loop_rules.CONSUMER_REGISTERS
@@ -206,7 +206,7 @@ def test_inspect_shows_the_skeleton_chosen_and_why():
     assert s["skeleton"] == "wgmma" and s["threads"] == 384
     assert "wgmma" in s["mma"]["value"] and "rulebook allows it" in s["mma"]["why"]
     assert s["wgmma"]["roles"]["value"].startswith("1 producer warpgroup + 2 consumer")
-    assert s["wgmma"]["adds"]["value"].startswith("f32 atomics")
+    assert "bulk" in s["wgmma"]["adds"]["value"]
     assert [b["name"] for b in s["buffers"]] == ["k_res", "v_res", "q_ring", "do_ring",
                                                  "t0_smem"]
     assert s["body"][0].startswith("gemm st (score) = wgmma")
@@ -216,18 +216,22 @@ def test_inspect_shows_the_skeleton_chosen_and_why():
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_the_bulk_reduce_add_option_lays_out_its_staging(d):
-    """dQ's adds by the copy engine (with_bulk_add): each warpgroup's [64, d / 2] f32 staged
-    after the tiles, rows padded by 32 bytes, the mbarriers after it; and back."""
+def test_the_bulk_reduce_add_lays_out_its_staging_and_atomics_are_an_option(d):
+    """dQ's adds by the copy engine (the rulebook's choice): each warpgroup's [64, d / 2] f32
+    staged after the tiles, rows padded by 32 bytes, the mbarriers after it; with_bulk_add
+    takes them to f32 atomics (no staging) and back."""
     from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
     plan = plan_of(variant(d), ir.Arch.SM90A)
-    bulk = with_bulk_add(plan, True)
-    w = bulk.wgmma
-    assert w.add_offset == plan.wgmma.barrier_offset and w.adds.value.startswith("bulk")
+    w = plan.wgmma
+    assert w.add_offset is not None and w.adds.value.startswith("bulk")
     assert w.add_row_bytes == 4 * d // 2 + 32 and w.add_row_bytes % 16 == 0
     assert w.barrier_offset == w.add_offset + 2 * 64 * w.add_row_bytes
-    assert bulk.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
-    back = with_bulk_add(bulk, False)
+    assert plan.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
+    atomics = with_bulk_add(plan, False)
+    assert atomics.wgmma.add_offset is None and atomics.wgmma.adds.value.startswith("f32 atomics")
+    assert atomics.wgmma.barrier_offset == w.add_offset == sum(t.bytes for t in w.tiles)
+    assert atomics.smem_bytes == atomics.wgmma.barrier_offset + 128
+    back = with_bulk_add(atomics, True)
     assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset) == (
-        plan.smem_bytes, plan.wgmma.barrier_offset, None)
+        plan.smem_bytes, w.barrier_offset, w.add_offset)

@@ -23,22 +23,23 @@ MASKS = {"none": "exp(scale * acc - lse[col])", "top_left": MASKED,
 
 
 def built(d: int, mask: str, arch: ir.Arch, dtype: str = "bf16", tile: str | None = None,
-          bulk: bool = False):
+          bulk: bool | None = None):
     """The rulebook's configuration (on sm_90a the wgmma skeleton), or the written `tile`;
-    `bulk`: the wgmma skeleton's plan option, dQ by the copy engine's bulk reduce-add."""
+    `bulk` True / False: the wgmma skeleton's plan option, dQ by the copy engine's bulk
+    reduce-add / by f32 atomics (None: as the rulebook takes it, bulk adds)."""
     text = (TEXT.replace("128]", f"{d}]").replace(MASKED, MASKS[mask])
             .replace("bf16[", f"{dtype}[")
             .replace("    tile 128x32\n", f"    tile {tile}\n" if tile else "\n"))
     module = parse(text, "attention_bwd.kg")
     assert verify(module) == []
     b = build_verified(module.kernels[0], arch)
-    if bulk:
+    if bulk is not None:
         import dataclasses
 
         from kgen.targets.sm90.loop_dag import emit
         from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
-        plan = with_bulk_add(b.plan, True)
+        plan = with_bulk_add(b.plan, bulk)
         b = dataclasses.replace(b, plan=plan, source=emit(
             plan, source_name="attention_bwd.kg", source_hash="0", command="test"))
     return b
@@ -66,10 +67,10 @@ def test_compiles_without_spills(arch, d, mask, dtype):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_sm90a_bulk_add_option_compiles_without_spills(d, mask, dtype):
+def test_sm90a_atomic_add_option_compiles_without_spills(d, mask, dtype):
     from kgen.runtime.nvrtc import compile_cubin
 
-    b = built(d, mask, ir.Arch.SM90A, dtype, bulk=True)
+    b = built(d, mask, ir.Arch.SM90A, dtype, bulk=False)
     result = compile_cubin(b.source, b.plan.name, "sm_90a")
     assert "warning" not in result.log.lower(), result.log
     resources = result.resources()
@@ -94,8 +95,8 @@ def test_sm90a_mma_sync_skeleton_compiles_without_spills(d):
 def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     """The sm_90a build's PTX: wgmma SS (the score gemms, n = the block), RS (the accumulating
     gemms, n = d), SS with both transposed (the loop-row gemm, n = d / 2), the copy engine's
-    rank-4 loads, mbarriers, setmaxnreg, f32 atomics into dQ (the plan option: the copy
-    engine's bulk reduce-adds); no mma.sync."""
+    rank-4 loads, mbarriers, setmaxnreg, the copy engine's bulk reduce-adds into dQ (the plan
+    option: f32 atomics); no mma.sync."""
     from kgen.runtime.nvrtc import compile_ptx
 
     b = built(d, "top_left", ir.Arch.SM90A)
@@ -107,12 +108,13 @@ def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     assert "p, 1, 1, 1, 1;" in ptx  # the loop-row gemm: A and B transposed (MN-major)
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 240" in ptx and "mbarrier.try_wait" in ptx
-    assert "red.global.add.f32" in ptx or "atom.global.add.f32" in ptx  # dQ's adds
-    assert "cp.reduce.async.bulk" not in ptx and "mma.sync" not in ptx
-    bulk = compile_ptx(built(d, "top_left", ir.Arch.SM90A, bulk=True).source, b.plan.name,
-                       "sm_90a")
-    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in bulk
-    assert "red.global.add.f32" not in bulk and "atom.global.add.f32" not in bulk
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in ptx  # dQ's adds
+    assert "red.global.add.f32" not in ptx and "atom.global.add.f32" not in ptx
+    assert "mma.sync" not in ptx
+    atomics = compile_ptx(built(d, "top_left", ir.Arch.SM90A, bulk=False).source, b.plan.name,
+                          "sm_90a")
+    assert "red.global.add.f32" in atomics or "atom.global.add.f32" in atomics
+    assert "cp.reduce.async.bulk" not in atomics
 
 
 def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
@@ -128,9 +130,9 @@ def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
     launcher = first[first.index("cudaError_t attention_bwd_launch"):]
     assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
     assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p, maps)" in launcher
-    assert "atomicAdd(g_dQ + row * p.dQ_ld + col" in first
-    bulk = built(128, "top_left", ir.Arch.SM90A, bulk=True).source
-    assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in bulk
+    assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in first
+    atomics = built(128, "top_left", ir.Arch.SM90A, bulk=False).source
+    assert "atomicAdd(g_dQ + row * p.dQ_ld + col" in atomics
 
 
 def test_emission_is_deterministic_and_in_the_fixed_order():
