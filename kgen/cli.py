@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import difflib
 import functools
 import json
 import os
@@ -24,13 +23,13 @@ import click
 
 from . import __version__
 from . import cli_sequence as seq_cli  # kgen compile and inspect of a file's sequence
+from .cli_outputs import _check_outputs, _write_atomic, _write_outputs
 from .enums import Arch
 from .errors import ArgumentError, KgenError, KgenRuntimeError, KgenSourceWarning
 from .report import plan_summary, print_plan, print_run_report
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-DIFF_LINES = 20
 
 ARCH_CHOICE = click.Choice([a.value for a in Arch])
 RUN_ARCH_CHOICE = click.Choice([a.value for a in Arch] + ["native"])  # native: the GPU's own
@@ -312,24 +311,9 @@ def compile_command(file: str, output: str | None, header: str | None, cubin: st
             result, ptx_text = _nvrtc_outputs(built, cubin is not None, ptx is not None)
     texts = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
     if check_only:
-        stale = [message for path, text in texts if (message := _stale(path, text))]
-        if as_json:
-            click.echo(json.dumps({"kernel": built.plan.name, "check": {
-                "ok": not stale, "stale": [p for p, t in texts if _stale(p, t)],
-                "messages": stale}}, indent=2))
-            sys.exit(EXIT_FAILED if stale else 0)
-        if stale:
-            _fail(EXIT_FAILED, "\n".join(stale))
+        _check_outputs(texts, as_json, lambda: {"kernel": built.plan.name})
         return
-    for path, text in texts:
-        if path is not None:
-            _write_atomic(Path(path), text)
-        elif not (cubin or ptx or as_json):
-            click.echo(text, nl=False)
-    if cubin:
-        _write_atomic(Path(cubin), result.cubin)
-    if ptx:
-        _write_atomic(Path(ptx), ptx_text)
+    _write_outputs(texts, result, ptx_text, cubin, ptx, as_json)
     if as_json:
         summary = _compile_summary(file, built, result, output, header, cubin, ptx, sizes)
         click.echo(json.dumps(summary, indent=2))
@@ -399,38 +383,6 @@ def _check_writable(option: str, path: str) -> None:
     if not folder.is_dir():
         _fail(EXIT_BAD_INPUT, f"error: {option} {path}: the folder {folder} does not exist "
                               "(kgen creates no folders)", file=path)
-
-
-def _stale(output: str, fresh: str) -> str | None:
-    """None when `output` holds exactly `fresh`, else why not (with a short diff)."""
-    try:
-        current = Path(output).read_text()
-    except FileNotFoundError:
-        return f"{output} does not exist; run kgen compile to create it"
-    except (OSError, UnicodeDecodeError) as err:
-        return f"{output}: cannot read: {getattr(err, 'strerror', err)}"
-    if current == fresh:
-        return None
-    diff = list(difflib.unified_diff(
-        current.splitlines(), fresh.splitlines(), f"{output} (on disk)",
-        f"{output} (kgen {__version__})", lineterm="", n=1,
-    ))
-    shown = diff[:DIFF_LINES]
-    more = f"\n... {len(diff) - DIFF_LINES} more diff lines" if len(diff) > DIFF_LINES else ""
-    return f"{output} is stale; regenerate it with kgen compile\n" + "\n".join(shown) + more
-
-
-def _write_atomic(path: Path, data: str | bytes) -> None:
-    tmp = path.with_name(f".{path.name}.kgen-tmp")
-    try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
-        os.replace(tmp, path)
-    except OSError as err:  # a path the user gave that cannot be written: bad input
-        _fail(EXIT_BAD_INPUT, f"error: cannot write {path}: {err.strerror or err}",
-              file=str(path))
 
 
 # ---------------------------------------------------------------------------------------------

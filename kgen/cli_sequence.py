@@ -38,8 +38,8 @@ def compile_sequence(file: str, output: str | None, header: str | None, cubin: s
                      ptx: str | None, arch: str | None, name: str | None, check_only: bool,
                      as_json: bool, size_text: str | None) -> None:
     """`kgen compile` of a sequence (the options are the command's, already checked)."""
-    from .cli import EXIT_BAD_INPUT, EXIT_FAILED, _fail, _stale, _warnings_shown, \
-        _watching_warnings, _write_atomic
+    from .cli import EXIT_BAD_INPUT, _fail, _warnings_shown, _watching_warnings
+    from .cli_outputs import _check_outputs, _write_outputs
     from .runtime.nvrtc import compile_cubin, compile_ptx, warn_resources
     from .sequence import build_sequence_file
 
@@ -56,24 +56,9 @@ def compile_sequence(file: str, output: str | None, header: str | None, cubin: s
             ptx_text = compile_ptx(built.source, built.name, built.arch.value)
     texts = [(output, built.source)] + ([(header, built.header)] if header is not None else [])
     if check_only:
-        stale = [message for path, text in texts if (message := _stale(path, text))]
-        if as_json:
-            click.echo(json.dumps({"sequence": built.name, "check": {
-                "ok": not stale, "stale": [p for p, t in texts if _stale(p, t)],
-                "messages": stale}}, indent=2))
-            raise SystemExit(EXIT_FAILED if stale else 0)
-        if stale:
-            _fail(EXIT_FAILED, "\n".join(stale))
+        _check_outputs(texts, as_json, lambda: {"sequence": built.name})
         return
-    for path, text in texts:
-        if path is not None:
-            _write_atomic(Path(path), text)
-        elif not (cubin or ptx or as_json):
-            click.echo(text, nl=False)
-    if cubin:
-        _write_atomic(Path(cubin), result.cubin)
-    if ptx:
-        _write_atomic(Path(ptx), ptx_text)
+    _write_outputs(texts, result, ptx_text, cubin, ptx, as_json)
     if as_json:
         summary: dict[str, Any] = {
             "file": file, "sequence": built.name, "arch": built.arch.value,

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from kgen import cli as cli_module
+from kgen import cli_outputs
 from kgen.cli import cli
 from kgen.errors import KgenError, SourceLoc
 
@@ -199,7 +200,7 @@ def test_check_diff_is_cut_at_20_lines(tmp_path, monkeypatch):
     result = invoke("compile", str(path), "-o", str(out), "--check")
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert len(lines) == 1 + cli_module.DIFF_LINES + 1 and lines[-1].endswith("more diff lines")
+    assert len(lines) == 1 + cli_outputs.DIFF_LINES + 1 and lines[-1].endswith("more diff lines")
 
 
 def test_parse_assignments():
