@@ -32,12 +32,13 @@ import numpy as np
 from .. import ir
 from ..plan import program as pp
 from ..reference import host_dtype, numpy_op, round_to
+from . import attention_bench
 
 # The bound the lowering derives from `where(row <= col, ...)` in the backward's orientation
 # (rows the keys, cols the queries): SDPA's is_causal (top-left)
 CAUSAL = (pp.ColumnBound(False, False, 1, ()),)
-BACKENDS = (("SDPA cuDNN bwd", "CUDNN_ATTENTION"), ("SDPA flash bwd", "FLASH_ATTENTION"),
-            ("SDPA efficient bwd", "EFFICIENT_ATTENTION"))
+# the forward's SDPA backends (attention_bench.BACKENDS), timed through their backward
+BACKENDS = tuple((f"{label} bwd", backend) for label, backend in attention_bench.BACKENDS)
 
 
 @dataclass(frozen=True, slots=True)
