@@ -22,8 +22,9 @@ fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter wit
 dimensions is shared. A backward's GQA (`query_param`: the kernel's rows, K, have the KV heads
 HKV and the loop's streamed operands the query heads H): each (batch, KV head) is one instance
 whose loop walks the blocks of every query head of its group in turn (`head` the query head),
-the carried accumulators summing over the group, each query head's `+=` adds its own. The results depend on `block` only through the rounding of the handed-on
-value, as the kernels' do: pass the kernel's block (its plan's tile.n).
+the carried accumulators summing over the group, each query head's `+=` adds its own. The
+results depend on `block` only through the rounding of the handed-on value, as the kernels'
+do: pass the kernel's block (its plan's tile.n).
 """
 from __future__ import annotations
 

@@ -181,8 +181,10 @@ def test_deterministic_plan_semaphores_and_zeroing(arch, tile, gqa):
     assert plan.order_words(values) == 2 * 3 * -(-100 // plan.block) * plan.adders
     src = b.source
     assert "int* add_order;" in src
-    assert re.search(r"wait_order\((order|p.add_order \+ [^,]*), blockIdx.x > 0 && block >= ", src)
-    assert re.search(r"release_order\((order|p.add_order \+ [^;]*), static_cast<int>\(blockIdx.x\) \+ 1\)", src)
+    order = r"(order|p.add_order \+ [^,;]*)"
+    assert re.search(r"wait_order\(" + order + ", blockIdx.x > 0 && block >= ", src)
+    assert re.search(r"release_order\(" + order + r", static_cast<int>\(blockIdx.x\) \+ 1\)",
+                     src)
     # causal: the tile before's bounds decide whether it is waited for
     assert "before_first = first_block;" in src
     # the zeroing kernel zeroes the semaphores; the launcher sizes them
@@ -263,7 +265,8 @@ def test_sequence_launcher_carries_the_kernel_s_own_workspace(arch):
     src = built.source
     assert f"unsigned long long own_{main};" in src
     assert f"w.own_{main} = at;" in src
-    assert f"k.add_order = reinterpret_cast<int*>(reinterpret_cast<unsigned long long>(workspace) + w.own_{main});" in src
+    assert ("k.add_order = reinterpret_cast<int*>(reinterpret_cast<unsigned long long>"
+            f"(workspace) + w.own_{main});") in src
 
 
 def test_refuse_gqa_without_enable_gqa():
