@@ -299,3 +299,30 @@ def test_nvrtc_compiles_without_spills(arch, gqa, deterministic):
     allowed = 8 if deterministic and arch is ir.Arch.SM90A else 0
     assert resources.get("spill_stores", 0) <= allowed, resources
     assert resources.get("spill_loads", 0) <= allowed, resources
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc on PATH")
+def test_the_launcher_sizes_and_requires_the_semaphores(tmp_path):
+    """The .cu's host API (nvcc, no GPU): `<name>_workspace_bytes` is the plan's semaphore
+    words x 4, a null `p.add_order` is refused (with a loop to order), and the grid's y is the
+    KV heads."""
+    from tests.kernels import run_host_probe
+
+    b = plan_of(deterministic_text(gqa_text()))
+    plan, name = b.plan, b.plan.name
+    (tmp_path / "k.cu").write_text(b.source)
+    sizes = {"rows": 300, "loop_len": 1000, "heads": 8, "group": 4, "batches": 3}
+    body = [f"  {name}_params p{{}};"]
+    body += [f"  p.{key} = {value};" for key, value in sizes.items()]
+    body += [f'  std::printf("bytes|%zu\\n", {name}_workspace_bytes(p));',
+             f"  const char* why = {name}_cfg::params_reason(p);",
+             '  std::printf("null|%s\\n", why ? why : "");',
+             "  p.add_order = reinterpret_cast<int*>(0x100000ull);",
+             f"  why = {name}_cfg::params_reason(p);",
+             '  std::printf("given|%s\\n", why ? why : "");']
+    printed = run_host_probe(tmp_path, ['#include "k.cu"'], body, "sm_80")
+    assert int(printed["bytes"]) == 4 * plan.order_words(sizes)
+    assert printed["null"].startswith("p.add_order, deterministic mode's semaphores")
+    assert printed["given"] == ""
+    assert "p.heads / p.group, p.batches);" in b.source
