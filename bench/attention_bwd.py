@@ -17,7 +17,9 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
     python3 bench/attention_bwd.py              # the table (--json FILE writes it)
     python3 bench/attention.py --bwd            # the same, from the forward's bench
     python3 bench/attention_bwd.py --once       # one small causal call, no timing (for
-                                                # compute-sanitizer)
+                                                # compute-sanitizer; --gqa HKV, --deterministic)
+    python3 bench/attention_bwd.py --variants   # the main kernel at D 128: MHA against GQA 8:1
+                                                # (16 / 2 heads) and deterministic against default
 """
 from __future__ import annotations
 
@@ -60,9 +62,23 @@ def device_arch() -> ir.Arch:
     return ir.Arch.SM90A if torch.cuda.get_device_capability() == (9, 0) else ir.Arch.SM80
 
 
-def built_main(d: int, causal: bool, arch: ir.Arch | None = None):
+def variant(kv_heads: int | None = None, deterministic: bool = False) -> dict[str, str]:
+    """The replacements of examples/attention_bwd.kg for GQA (K, V, dK, dV of `kv_heads`
+    heads, a number) and `reductions deterministic`."""
+    out = {}
+    if kv_heads is not None:
+        for name in ("K", "V", "dK", "dV"):
+            out[f"tensor {name} : bf16[B, H,"] = f"tensor {name} : bf16[B, {kv_heads},"
+    if deterministic:
+        out["kernel attention_bwd {\n"] = "kernel attention_bwd {\n  reductions deterministic\n"
+    return out
+
+
+def built_main(d: int, causal: bool, arch: ir.Arch | None = None,
+               replace: dict[str, str] | None = None):
     mask = {} if causal else {MASKED: "exp(scale * acc - lse[col])"}
-    return build_verified(_kernel("examples/attention_bwd.kg", d, mask), arch or device_arch())
+    return build_verified(_kernel("examples/attention_bwd.kg", d, {**mask, **(replace or {})}),
+                          arch or device_arch())
 
 
 def with_bulk_adds(built, bulk: bool = True):
@@ -188,24 +204,73 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     return rows
 
 
-def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False) -> None:
+def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False,
+         kv_heads: int | None = None, deterministic: bool = False) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
     arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
-    skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a)."""
-    built = build_verified(_kernel("examples/attention_bwd.kg", d), arch or device_arch())
+    skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a); `kv_heads`:
+    GQA (H 4 then); `deterministic`: `reductions deterministic`."""
+    replace = variant(kv_heads, deterministic)
+    built = build_verified(_kernel("examples/attention_bwd.kg", d, replace),
+                           arch or device_arch())
     if bulk:
         built = with_bulk_adds(built, True)
-    print(f"{built.plan.arch.value}: {built.plan.mma.value}")
+    print(f"{built.plan.arch.value}: {built.plan.mma.value}; GQA {built.plan.gqa}; "
+          f"deterministic {built.plan.deterministic is not None}")
     main = load_built(built)
-    q, do = (torch.randn(1, 2, 200, d, device="cuda").bfloat16() for _ in range(2))
-    k, v = (torch.randn(1, 2, 333, d, device="cuda").bfloat16() for _ in range(2))
-    lse = torch.full((1, 2, 200), 4.0, device="cuda")
-    dd = torch.randn(1, 2, 200, device="cuda")
+    heads = 2 if kv_heads is None else 4
+    q, do = (torch.randn(1, heads, 200, d, device="cuda").bfloat16() for _ in range(2))
+    k, v = (torch.randn(1, kv_heads or heads, 333, d, device="cuda").bfloat16()
+            for _ in range(2))
+    lse = torch.full((1, heads, 200), 4.0, device="cuda")
+    dd = torch.randn(1, heads, 200, device="cuda")
     dq, dk, dv = main(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=0.125)
     torch.cuda.synchronize()
     print("attention_bwd ran; finite:", bool(torch.isfinite(dq).all() and
                                              torch.isfinite(dk.float()).all() and
                                              torch.isfinite(dv.float()).all()))
+
+
+def variants(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]:
+    """The main kernel alone (its zeroing included) at D `d`, 16 heads, 16k tokens: MHA and
+    GQA 16 / `kv_heads`, each by default and deterministic, causal and not; TFLOP/s counted as
+    the MHA backward's (per query head), and the times' ratios."""
+    stream = torch.cuda.current_stream().cuda_stream
+    rows = []
+    print(f"# main kernel TFLOP/s (2.5x the forward's flops per query head), bf16, D {d}, "
+          f"{HEADS} heads, {torch.cuda.get_device_name()}, {device_arch().value}")
+    print(f"{'S':>6} {'causal':>6} {'mha':>8} {'mha_det':>8} {'gqa':>8} {'gqa_det':>8} "
+          f"{'det/def mha':>11} {'det/def gqa':>11} {'gqa/mha time':>12}")
+    for s in lengths:
+        b = max(TOKENS // s, 1)
+        for causal in (False, True):
+            q, do = (torch.randn(b, HEADS, s, d, device="cuda").bfloat16() for _ in range(2))
+            lse = torch.randn(b, HEADS, s, device="cuda") + 8.0
+            dd = torch.randn(b, HEADS, s, device="cuda")
+            dq = torch.empty(b, HEADS, s, d, device="cuda")
+            flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
+            row = {"d": d, "s": s, "batch": b, "causal": causal, "kv_heads": kv_heads}
+            for name, kv, det in (("mha", None, False), ("mha_det", None, True),
+                                  ("gqa", kv_heads, False), ("gqa_det", kv_heads, True)):
+                main = load_built(built_main(d, causal, None, variant(kv, det)))
+                heads = HEADS if kv is None else kv
+                k, v = (torch.randn(b, heads, s, d, device="cuda").bfloat16() for _ in range(2))
+                dk, dv = torch.empty_like(k), torch.empty_like(v)
+
+                def call(_):
+                    main(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv,
+                         scale=1.0 / math.sqrt(d))
+
+                t = time_kernel(call, rotate=1, stream=stream)
+                row[name] = flops / (t.median_ms * 1e-3) / 1e12
+                row[name + "_ms"] = t.median_ms
+            rows.append(row)
+            print(f"{s:>6} {str(causal):>6} {row['mha']:8.1f} {row['mha_det']:8.1f} "
+                  f"{row['gqa']:8.1f} {row['gqa_det']:8.1f} "
+                  f"{row['mha_det_ms'] / row['mha_ms']:11.3f} "
+                  f"{row['gqa_det_ms'] / row['gqa_ms']:11.3f} "
+                  f"{row['gqa_ms'] / row['mha_ms']:12.3f}", flush=True)
+    return rows
 
 
 def main(argv=None) -> None:
@@ -218,10 +283,22 @@ def main(argv=None) -> None:
     parser.add_argument("--bulk", action="store_true",
                         help="--once: the wgmma skeleton with dQ by bulk reduce-adds (as the rulebook "
                              "takes it)")
+    parser.add_argument("--gqa", type=int, default=None, metavar="HKV",
+                        help="--once: GQA, K and V of HKV heads (Q of 4)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="--once: 'reductions deterministic' (dQ's adds ordered)")
+    parser.add_argument("--variants", action="store_true",
+                        help="MHA against GQA 16/2, default against deterministic (D 128)")
     args = parser.parse_args(argv)
     if args.once:
         for d in args.d or (64,):
-            once(ir.Arch(args.arch) if args.arch else None, d, args.bulk)
+            once(ir.Arch(args.arch) if args.arch else None, d, args.bulk, args.gqa,
+                 args.deterministic)
+        return
+    if args.variants:
+        rows = variants((args.d or (128,))[0], tuple(args.s or (4096, 16384)))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
         return
     table(args.json, tuple(args.d or (64, 128)), tuple(args.s or (1024, 4096)))
 

@@ -299,7 +299,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
               mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
               vectors: Mapping[str, Any] | None = None, dropout_p: float = 0.0,
               dropout_rng: tuple[int, int] | None = None, return_lse: bool = False,
-              return_rng: bool = False):
+              return_rng: bool = False, deterministic: bool | None = None):
     """Attention of torch tensors q [B, H, S, D], k [B, HKV, T, D], v [B, HKV, T, D_v]
     (bf16 or fp16, on one CUDA device): O [B, H, S, D_v], and the log-sum-exp [B, H, S] (f32)
     with `return_lse`. As SDPA: `scale` defaults to 1 / sqrt(D); `enable_gqa` lets HKV divide
@@ -315,7 +315,9 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     torch.manual_seed makes a run reproducible; `return_rng` appends the (seed, offset) used
     to the result (a backward passes it back as dropout_rng to regenerate the mask; not
     drawn anew when a CUDA graph replays). Rows that keep no key give O = 0 and lse = -inf
-    (SDPA gives NaN there)."""
+    (SDPA gives NaN there). `deterministic` (inputs that require grad): the backward's
+    gradients bit-identical run to run (dQ's adds ordered); None follows
+    torch.are_deterministic_algorithms_enabled()."""
     import torch
 
     from .attention_grad import attention_with_grad, wants_grad
@@ -324,7 +326,8 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
         return attention_with_grad(
             q, k, v, is_causal=is_causal, scale=scale, return_lse=return_lse,
             attn_mask=attn_mask, enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
-            scalars=scalars, vectors=vectors, dropout_p=dropout_p, return_rng=return_rng)
+            scalars=scalars, vectors=vectors, dropout_p=dropout_p, return_rng=return_rng,
+            deterministic=deterministic)
     heads, kv_heads = q.shape[1], k.shape[1]
     if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
         hint = "" if enable_gqa else " (pass enable_gqa=True for grouped-query attention)"

@@ -4,8 +4,8 @@
     q.requires_grad_(); o = kgen.attention(q, k, v, is_causal=True); o.sum().backward()
 
 The backward is three kernels launched in order (kgen/runtime/sequence.py), written as DSL
-text by `backward_text` from the forward's options (dtype, head dim, causal; the scale is a
-scalar of the call):
+text by `backward_text` from the forward's options (dtype, head dim, causal, GQA,
+deterministic; the scale is a scalar of the call):
 - `<name>_dot`, a row kernel: D = rowsum(dO * O), one value per query row;
 - `<name>_main`, a loop kernel whose rows are the keys and whose loop walks the query blocks
   (FlashAttention-2's orientation, tests/programs/attention_bwd.kg's form): P^T recomputed
@@ -13,10 +13,14 @@ scalar of the call):
   added into an f32 accumulator at the loop's rows;
 - `<name>_dq`, a row kernel converting that accumulator to the inputs' dtype.
 D and the f32 accumulator are the sequence's workspace (allocated per call by torch's caching
-allocator; the main kernel's launch zeroes the accumulator first).
+allocator; the main kernel's launch zeroes the accumulator first). GQA (k, v with HKV heads
+dividing q's H): the main kernel's CTA owns a KV head and walks the blocks of every query head
+of its group, so dK and dV, summed over the group, come out of its accumulators. Deterministic
+(`deterministic=True`, or torch.are_deterministic_algorithms_enabled()): the main kernel says
+`reductions deterministic`, its dQ adds ordered by semaphores (its own workspace).
 
 Only what the backward supports is taken: a call with attn_mask, score_mod, mask_mod,
-vectors, scalars, dropout, GQA or a value head dim unlike the query's, whose inputs require
+vectors, scalars, dropout or a value head dim unlike the query's, whose inputs require
 grad, is refused with a message naming the option. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`: a fake implementation for torch.compile), so
 torch.compile traces it and a CUDA graph can capture it.
@@ -45,6 +49,8 @@ class BackwardSignature:
     d: int  # the head dim of q, k and v
     causal: bool
     arch: str = "sm_80"
+    gqa: bool = False  # k and v have fewer heads (HKV) than q (H): dK, dV summed over groups
+    deterministic: bool = False  # dQ's adds ordered: bit-identical gradients run to run
 
     @property
     def name(self) -> str:
@@ -55,6 +61,7 @@ class BackwardSignature:
 def backward_text(sig: BackwardSignature) -> str:
     """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
     n, t, d = sig.name, sig.dtype, sig.d
+    kv = "HKV" if sig.gqa else "H"  # K, V, dK, dV: a CTA owns a KV head, walks its group
     probability = "exp(scale * acc - lse[col])"
     if sig.causal:  # rows are keys, columns queries: a query sees the keys up to its own
         probability = f"where(row <= col, {probability}, 0)"
@@ -68,15 +75,16 @@ def backward_text(sig: BackwardSignature) -> str:
         "}",
         f"kernel {n}_main {{",
         f"  target {sig.arch}",
+        *(["  reductions deterministic"] if sig.deterministic else []),
         f"  tensor Q : {t}[B, H, S, {d}] row",
-        f"  tensor K : {t}[B, H, T, {d}] row",
-        f"  tensor V : {t}[B, H, T, {d}] row",
+        f"  tensor K : {t}[B, {kv}, T, {d}] row",
+        f"  tensor V : {t}[B, {kv}, T, {d}] row",
         f"  tensor dO : {t}[B, H, S, {d}] row",
         "  vector lse : f32[B, H, S]",
         "  vector D : f32[B, H, S]",
         f"  tensor dQacc : f32[B, H, S, {d}] row out accumulate",
-        f"  tensor dK : {t}[B, H, T, {d}] row out",
-        f"  tensor dV : {t}[B, H, T, {d}] row out",
+        f"  tensor dK : {t}[B, {kv}, T, {d}] row out",
+        f"  tensor dV : {t}[B, {kv}, T, {d}] row out",
         "  scalar scale : f32 = 1",
         "  loop q over S {",
         "    gemm st = K @ Q^T accumulate f32 {",
@@ -143,9 +151,10 @@ def _refuse(q, k, v, options: dict[str, Any]) -> None:
             raise ArgumentError(f"kgen.attention's backward does not take {name} yet; call it "
                                 "on tensors that do not require grad (or under "
                                 "torch.no_grad()), or drop the option")
-    if k.shape[1] != q.shape[1]:
-        raise ArgumentError(f"kgen.attention's backward does not take GQA yet (q has "
-                            f"{q.shape[1]} heads, k and v {k.shape[1]})")
+    if k.shape[1] != q.shape[1] and (not options.get("enable_gqa") or k.shape[1] == 0
+                                     or q.shape[1] % k.shape[1]):
+        raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
+                            "enable_gqa=True and a number of KV heads dividing q's")
     if v.shape[-1] != q.shape[-1]:
         raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
                             f"q's ({q.shape[-1]})")
@@ -185,12 +194,13 @@ def _function():
 
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, scale: float, causal: bool):
+        def forward(ctx, q, k, v, scale: float, causal: bool, deterministic: bool):
             q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
+            gqa = k.shape[1] != q.shape[1]
             out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
-                                         return_lse=True)
+                                         enable_gqa=gqa, return_lse=True)
             ctx.save_for_backward(q, k, v, out, lse)
-            ctx.scale, ctx.causal = scale, causal
+            ctx.scale, ctx.causal, ctx.gqa, ctx.deterministic = scale, causal, gqa, deterministic
             ctx.mark_non_differentiable(lse)
             return out, lse
 
@@ -198,13 +208,13 @@ def _function():
         def backward(ctx, grad_out, grad_lse):
             q, k, v, out, lse = ctx.saved_tensors
             sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
-                                    forward._arch(q.device))
+                                    forward._arch(q.device), ctx.gqa, ctx.deterministic)
             device = q.device.index if q.device.index is not None else \
                 torch.cuda.current_device()
             op = _backward_op(sig, device)
             # the op's inputs in the sequence's parameter order: dO, O, Q, K, V, lse, scale
             dk, dv, dq = op(forward._aligned(grad_out), out, q, k, v, lse, ctx.scale)
-            return dq, dk, dv, None, None
+            return dq, dk, dv, None, None, None
 
     _FUNCTION = AttentionFunction
     return _FUNCTION
@@ -214,9 +224,15 @@ _FUNCTION = None
 
 
 def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None = None,
-                        return_lse: bool = False, **options):
-    """kgen.attention(q, k, v, ...) recorded by autograd (see the module's note)."""
+                        return_lse: bool = False, deterministic: bool | None = None, **options):
+    """kgen.attention(q, k, v, ...) recorded by autograd (see the module's note).
+    `deterministic`: the backward's dQ adds ordered (bit-identical gradients run to run); None
+    follows torch.are_deterministic_algorithms_enabled()."""
+    import torch
+
     _refuse(q, k, v, options)
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    out, lse = _function().apply(q, k, v, scale, bool(is_causal))
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    out, lse = _function().apply(q, k, v, scale, bool(is_causal), bool(deterministic))
     return (out, lse) if return_lse else out

@@ -19,8 +19,12 @@ ir.Random defines, bit for bit as the kernels compute it (`philox4x32`, `random_
 
 Two batch dimensions: each (batch b, head h) is one instance; a parameter with heads Hp (GQA,
 fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter without batch
-dimensions is shared. The results depend on `block` only through the rounding of the handed-on
-value, as the kernels' do: pass the kernel's block (its plan's tile.n).
+dimensions is shared. A backward's GQA (`query_param`: the kernel's rows, K, have the KV heads
+HKV and the loop's streamed operands the query heads H): each (batch, KV head) is one instance
+whose loop walks the blocks of every query head of its group in turn (`head` the query head),
+the carried accumulators summing over the group, each query head's `+=` adds its own. The
+results depend on `block` only through the rounding of the handed-on value, as the kernels'
+do: pass the kernel's block (its plan's tile.n).
 """
 from __future__ import annotations
 
@@ -80,6 +84,18 @@ def rows_param(kernel: ir.Kernel) -> ir.Param:
     return (inputs or tensors)[0]
 
 
+def query_param(kernel: ir.Kernel) -> ir.Param | None:
+    """A backward loop's GQA: the first score gemm's B (Q), whose heads are not the kernel's
+    rows' (K's), in a loop that adds into an `out accumulate` tensor; else None."""
+    if kernel.loop is None or not any(p.accumulate for p in kernel.params):
+        return None
+    b = kernel.param(kernel.loop.gemms[0].b.name)
+    lead = rows_param(kernel)
+    if b is None or b.heads is None or b.heads == lead.heads:
+        return None
+    return b
+
+
 def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
                    scalars: Mapping[str, float], rows: np.ndarray | None,
                    batches: int | None, block: int | None) -> dict[str, np.ndarray]:
@@ -98,6 +114,9 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
         if not isinstance(heads, int):
             raise ValueError(f"the reference needs input {lead.name!r} to know the heads")
     outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
+    query = query_param(kernel)
+    if query is not None and heads:
+        return _grouped(kernel, inputs, scalars, rows, block, count, heads, query, outputs)
     if count == 0 or heads == 0:
         lead_shape = (count,) if heads is None else (count, heads)
         return {p.name: np.zeros((*lead_shape, 0), host_dtype(p.dtype)) for p in outputs}
@@ -119,6 +138,35 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
     return result
 
 
+def _grouped(kernel, inputs, scalars, rows, block, count, kv_heads, query, outputs):
+    """A backward's GQA: per (batch, KV head) one instance walking its group's query heads."""
+    if query.name not in inputs:
+        raise ValueError(f"the reference needs input {query.name!r} to know the query heads")
+    heads = int(np.shape(inputs[query.name])[1])
+    if heads % kv_heads:
+        raise ValueError(f"{query.name} has {heads} heads, not a multiple of the {kv_heads} "
+                         "KV heads")
+    group = heads // kv_heads
+    result = {p.name: [] for p in outputs}
+    for b in range(count):
+        per_head: dict[str, list] = {p.name: [] for p in outputs}
+        for kv in range(kv_heads):
+            members = []
+            for h in range(kv * group, (kv + 1) * group):
+                members.append((h, {name: _instance_view(kernel.param(name), array, b, h, heads)
+                                    for name, array in inputs.items()}))
+            one = _Instance(kernel, members[0][1], scalars, rows, block, b, members[0][0],
+                            heads, members).run()
+            for p in outputs:
+                if p.accumulate:  # one per query head of the group
+                    per_head[p.name].extend(one[p.name])
+                else:
+                    per_head[p.name].append(one[p.name])
+        for p in outputs:
+            result[p.name].append(np.stack(per_head[p.name]))
+    return {name: np.stack(parts) for name, parts in result.items()}
+
+
 def _instance_view(param: ir.Param | None, array: Any, b: int, h: int, heads: int | None):
     if param is None or param.batch is None:
         return array
@@ -137,9 +185,13 @@ class _Instance:
 
     def __init__(self, kernel: ir.Kernel, inputs: Mapping[str, Any],
                  scalars: Mapping[str, float], rows: np.ndarray | None, block: int,
-                 batch: int, head: int, heads: int):
+                 batch: int, head: int, heads: int,
+                 members: list[tuple[int, Mapping[str, Any]]] | None = None):
         self.kernel = kernel
         self.batch, self.head, self.heads = batch, head, heads  # the instance, of `heads`
+        # a backward's GQA: the query heads the loop walks in turn, each with its inputs' view
+        # (its `+=` adds kept apart); None: the one head
+        self.members = members
         self.inputs = inputs
         self.scalars = scalars
         self.block = block
@@ -151,7 +203,8 @@ class _Instance:
         self.cols = np.zeros(0)  # the current tile's global column indices
         self.col_slice = slice(None)  # the same, for v[col]
         self.acc = None
-        self.adds: dict[str, np.ndarray] = {}  # `out accumulate` tensors, float64 sums
+        # `out accumulate` tensors, float64 sums, by (name, query head: None but in GQA)
+        self.adds: dict[tuple, np.ndarray] = {}
 
     def _input(self, name: str) -> np.ndarray:
         if name not in self.inputs:
@@ -181,11 +234,15 @@ class _Instance:
                 self._statements(self.kernel.epilogue, env, outputs)
         for p in self.kernel.params:  # an `out accumulate` tensor: zero, plus every add
             if p.accumulate:
-                total = self.adds.get(p.name)
-                if total is None:
-                    total = np.zeros((_extent(p.shape[0], self.kernel, self.inputs),
-                                      _extent(p.shape[1], self.kernel, self.inputs)))
-                outputs[p.name] = total.astype(host_dtype(p.dtype))
+                heads = [None] if self.members is None else [h for h, _ in self.members]
+                totals = []
+                for h in heads:
+                    total = self.adds.get((p.name, h))
+                    if total is None:
+                        total = np.zeros((_extent(p.shape[0], self.kernel, self.inputs),
+                                          _extent(p.shape[1], self.kernel, self.inputs)))
+                    totals.append(total.astype(host_dtype(p.dtype)))
+                outputs[p.name] = totals[0] if self.members is None else totals
         return outputs
 
     def _columns(self, start: int, stop: int) -> None:
@@ -216,6 +273,18 @@ class _Instance:
         for g in loop.gemms:
             if g.accumulate:
                 env[g.name] = np.zeros((count, self._operand(g.b).shape[1]))
+        for head, view in self.members or [(self.head, self.inputs)]:
+            self.head, self.inputs = head, view
+            self._blocks(loop, first, env, count)
+        self.acc = None
+        widths = [env[g.name].shape[1] for g in loop.gemms if g.accumulate]
+        self._columns(0, widths[0] if widths else 0)
+        carried = {carry.name for carry in loop.carries} | {g.name for g in loop.gemms
+                                                             if g.accumulate}
+        return {name: value for name, value in env.items() if name in carried}
+
+    def _blocks(self, loop: ir.Loop, first: ir.Gemm, env: dict, count: int) -> None:
+        """The loop's blocks over its dimension, in order, for the current (query) head."""
         extent = self._operand(first.b).shape[1]
         for start in range(0, extent, self.block):
             stop = min(start + self.block, extent)
@@ -236,12 +305,6 @@ class _Instance:
                     env[g.name] = env[g.name] + operand @ self._operand(g.b)[start:stop]
                 else:  # a loop-row gemm: [block, N] at the loop's rows
                     self._loop_rows(g, operand.T @ self._operand(g.b)[self.rows], start, stop)
-        self.acc = None
-        widths = [env[g.name].shape[1] for g in loop.gemms if g.accumulate]
-        self._columns(0, widths[0] if widths else 0)
-        carried = {carry.name for carry in loop.carries} | {g.name for g in loop.gemms
-                                                             if g.accumulate}
-        return {name: value for name, value in env.items() if name in carried}
 
     def _loop_rows(self, g: ir.Gemm, acc: np.ndarray, start: int, stop: int) -> None:
         """A loop-row gemm's epilogue over its [block, N] tile: `row` is the loop position,
@@ -284,12 +347,13 @@ class _Instance:
 
     def _add(self, param: ir.Param, value: Any) -> None:
         """`dQ += value` at the current rows (the loop's) and columns, summed in float64."""
-        if param.name not in self.adds:
+        key = (param.name, None if self.members is None else self.head)
+        if key not in self.adds:
             length = _extent(param.shape[0], self.kernel, self.inputs)
-            self.adds[param.name] = np.zeros((length, _extent(param.shape[1], self.kernel,
-                                                               self.inputs)))
+            self.adds[key] = np.zeros((length, _extent(param.shape[1], self.kernel,
+                                                        self.inputs)))
         tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
-        self.adds[param.name][self.rows, self.col_slice] += tile
+        self.adds[key][self.rows, self.col_slice] += tile
 
     def _store(self, value: Any, param: ir.Param) -> np.ndarray:
         count = len(self.rows)

@@ -86,7 +86,12 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "wgmma": _wgmma(plan.wgmma) if plan.wgmma is not None else None,
         "config": choice(plan.config), "mma": choice(plan.mma),
         "registers": choice(plan.registers), "min_ctas": choice(plan.min_ctas),
-        "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), heads, batch)",
+        "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), "
+                f"{'KV heads' if plan.gqa else 'heads'}, batch)",
+        "gqa": ("a CTA owns a KV head; its loop walks the blocks of every query head of the "
+                "group in turn (group x blocks), the accumulators summing over the group"
+                if plan.gqa else None),
+        "deterministic": choice(plan.deterministic) if plan.deterministic else None,
         "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
         "loop_bounds": _bounds(plan.bounds),
         "gemms": [{"name": g.name, "kind": g.kind.value, "a": g.a or f"v{g.a_value}",
@@ -137,6 +142,11 @@ def print_summary(console, s: dict) -> None:
     if s.get("wgmma"):
         for what in ("roles", "pipeline", "overlap", "adds"):
             console.print(f"{what}: {s['wgmma'][what]['value']} ({s['wgmma'][what]['why']})")
+    if s.get("gqa"):
+        console.print(f"GQA: {s['gqa']}")
+    if s.get("deterministic"):
+        console.print(f"deterministic: {s['deterministic']['value']} "
+                      f"({s['deterministic']['why']})")
     bounds = s["loop_bounds"]
     console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
                   f"({bounds['why']})")

@@ -2,7 +2,8 @@
 
 Python decides here what each member of each kernel's params struct takes from the sequence's
 params struct, as typed values the template substitutes: a member of the same name
-(`Source("member")`), a workspace buffer's address, a product of sizes (a contiguous
+(`Source("member")`), a workspace buffer's address, a kernel's own workspace (deterministic
+mode's semaphores, after the buffers: `Source("own_workspace")`), a product of sizes (a contiguous
 stride, a kernel's rows or batches), or a quotient of two sizes (GQA's group). The sequence's
 params struct holds, per parameter of the sequence, its pointer (or scalar) and the stride
 members its kernels take, then the sizes by name (`p.sizes.S`).
@@ -35,7 +36,8 @@ class Factor:
 @dataclass(frozen=True, slots=True)
 class Source:
     """Where a member of a kernel's params struct comes from. `kind`: "member" (the sequence's
-    member of the same name), "workspace" (buffer `buffer`'s address), "product" (of
+    member of the same name), "workspace" (buffer `buffer`'s address), "own_workspace" (the
+    workspace kernel `buffer` takes itself, its `_workspace_bytes`), "product" (of
     `factors`; 1 when empty), "quotient" (factors[0] / factors[1])."""
 
     kind: str
@@ -81,6 +83,10 @@ def _kernel_members(info: SequenceInfo, kernel, plan) -> list[dict]:
     out = []
     for f in plan.fields:
         ctype = "ptr" if f.ctype == "ptr" else CTYPES[f.ctype]
+        if f.param is None and f.ctype == "ptr":  # the kernel's own workspace (semaphores)
+            out.append(dict(name=f.name, ctype=ctype, element="int",
+                            source=Source("own_workspace", buffer=kernel.name)))
+            continue
         if f.param is None:
             if f.name not in sizes:  # a size member this launcher does not know how to fill
                 raise KgenError(kernel.loc, f"kernel '{kernel.name}' takes '{f.name}' in its "
@@ -129,7 +135,9 @@ def _members(info: SequenceInfo, plans) -> list[dict]:
 
 def launcher_values(info: SequenceInfo, plans) -> dict:
     """The template's values for the launcher of `info`, whose kernels have `plans`."""
-    launches = [dict(kernel=kernel.name, members=_kernel_members(info, kernel, plan))
+    launches = [dict(kernel=kernel.name, members=_kernel_members(info, kernel, plan),
+                     own_workspace=any(f.param is None and f.ctype == "ptr"
+                                       for f in plan.fields))
                 for kernel, plan in zip(info.kernels, plans)]
     return dict(
         members=_members(info, plans),

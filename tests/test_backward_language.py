@@ -204,16 +204,17 @@ def test_accumulators_share_one_width():
         verify(ir.Module((bad,)))
 
 
-def test_gqa_is_not_in_the_backward_loop_yet():
-    """The loop's rows are K's: an output with the query heads H is refused (a loop walking the
-    query heads of a KV head's group is not in the language yet)."""
+def test_gqa_dq_with_the_kv_heads_is_refused():
+    """GQA (K, V, dK, dV of HKV heads): dQ is added per query head, so it has the query heads
+    (tests/test_backward_gqa.py: the rest of GQA)."""
     text = TEXT.replace("K : bf16[B, H,", "K : bf16[B, HKV,").replace("V : bf16[B, H,",
                                                                       "V : bf16[B, HKV,")
     text = text.replace("dK : bf16[B, H,", "dK : bf16[B, HKV,").replace("dV : bf16[B, H,",
                                                                         "dV : bf16[B, HKV,")
-    with pytest.raises(KgenError, match="output 'dQ' has heads H but the kernel runs over the "
-                                        "heads HKV of 'K'"):
-        verify(parse(text, "b.kg"))
+    assert verify(parse(text, "b.kg")) == []
+    with pytest.raises(KgenError, match="'dQ' is added into at the loop's rows, per query "
+                                        "head: declare it with the heads H of 'Q'"):
+        verify(parse(text.replace("dQ : f32[B, H,", "dQ : f32[B, HKV,"), "b.kg"))
 
 
 def test_a_value_read_by_a_later_gemm_is_not_warned_about():

@@ -544,7 +544,7 @@ def test_the_backward_refuses_options_it_does_not_take():
                           ("vectors", {"x": k}), ("return_rng", True)):
         with pytest.raises(ArgumentError, match=f"does not take {option} yet"):
             attention_with_grad(q, k, k, **{option: value})
-    with pytest.raises(ArgumentError, match="does not take GQA yet"):
+    with pytest.raises(ArgumentError, match="GQA takes enable_gqa=True"):  # as the forward
         attention_with_grad(q, k[:, :1], k[:, :1])
     with pytest.raises(ArgumentError, match="v's head dim"):
         attention_with_grad(q, k, torch.zeros(1, 2, 8, 32, dtype=torch.bfloat16))

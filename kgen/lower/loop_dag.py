@@ -223,7 +223,15 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         # GPU); reading them as 1 inside the mask is the mma.sync skeleton's
         bounds = pp.LoopBounds(bounds.bounds, (), bounds.why.replace(
             "; inside the mask its predicate is known true", ""))
-    params, fields = _params(kernel, lead.heads)
+    # the query heads: the streamed operands' (a GQA backward's rows, K, have the KV heads)
+    query_heads = kernel.param(g0.b.name).heads
+    params, fields = _params(kernel, query_heads)
+    gqa = any(p.kv for p in params)
+    if gqa:
+        _check_gqa(kernel, body_section, tail.section())
+    deterministic = _deterministic(kernel, loop, bounds, gemms)
+    if deterministic is not None:
+        fields += (pp.ProgramField(ld.ORDER_FIELD, "ptr"),)
     wgmma = None
     if wgmma_refused is None:
         from ..targets.sm90.loop_dag_schedule import dag_wgmma
@@ -237,7 +245,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
     else:
         mma = pp.Choice("mma.sync.m16n8k16", _mma_why(arch, wgmma_refused))
-    batch, heads, kv = _roles(kernel, lead.heads)
+    batch, heads, kv = _roles(kernel, query_heads)
     zeroed = tuple(p.name for p in kernel.params if p.accumulate)
     regs = loop_rules.dag_registers(config, shape)
     return ld.LoopDagPlan(
@@ -263,7 +271,58 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         vectors=() if wgmma else vectors,
         vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
-        wgmma=wgmma)
+        wgmma=wgmma, gqa=gqa, deterministic=deterministic)
+
+
+def _check_gqa(kernel: ir.Kernel, body: pp.Section, tail: pp.Section) -> None:
+    """GQA: the kernel's epilogue runs once per KV head, after the loop walked the group's
+    query heads: it reads nothing of one query head (a query-headed parameter, `head`)."""
+    at = kernel.epilogue.loc if kernel.epilogue is not None else kernel.loc
+    for value in tail.values:
+        kind = value.kind
+        name = getattr(kind, "param", None)
+        p = kernel.param(name) if isinstance(name, str) else None
+        query_headed = (p is not None and p.heads is not None
+                        and p.heads == kernel.param(kernel.loop.gemms[0].b.name).heads)
+        head = (isinstance(kind, pp.PositionValue) and kind.axis is ir.Axis.HEAD) or (
+            isinstance(kind, dag.VectorLoad) and kind.axis is ir.Axis.HEAD)
+        if query_headed or head:
+            what = f"'{p.name}', which has the query heads" if query_headed else "head"
+            raise KgenError(at, f"the kernel's epilogue runs once per KV head (GQA: the loop "
+                            f"walks every query head of the group), so it cannot read {what}")
+
+
+def _deterministic(kernel: ir.Kernel, loop: ir.Loop, bounds: pp.LoopBounds,
+                   gemms: list[ld.DagGemm]) -> pp.Choice | None:
+    """`reductions deterministic`: the adds' order, or None. The CTA of tile j of the rows waits
+    for the CTA of tile j - 1 where that one visits the block (its bounds, computed as the
+    loop's): the tiles visiting a block must then be one run of tiles, as they are when every
+    bound on col moves the same way with the row."""
+    if not kernel.deterministic:
+        return None
+    adds = [s for g in gemms if g.epilogue is not None for s in g.epilogue.statements
+            if isinstance(s, ld.AddTile)]
+    if len(adds) != 1:
+        raise KgenError(kernel.loc, f"kernel '{kernel.name}': 'reductions deterministic' orders "
+                        "one '+=' store of a loop-row tile (this loop has "
+                        f"{len(adds)}); not yet more")
+    slopes = {b.slope for b in bounds.bounds if b.slope != 0}
+    if len(slopes) > 1:
+        raise KgenError(loop.loc, f"loop '{loop.name}': 'reductions deterministic' orders the "
+                        "tiles of rows visiting a block one after the other, which needs the "
+                        "mask's bounds on col to move the same way with the row (here they do "
+                        "not)")
+    name = ld.ORDER_FIELD
+    if kernel.param(name) is not None:
+        raise KgenError(kernel.param(name).loc, f"the parameter name '{name}' collides with "
+                        "the member deterministic mode adds to the params struct; rename it")
+    skipped = ("; where the mask skips blocks, the tile before's bounds say whether it adds "
+               "there" if bounds.bounds else "")
+    return pp.Choice(
+        f"semaphores: int32 per (batch, query head, block of {loop.dim}, adding warp)",
+        f"'{adds[0].param}''s adds in the order of the tiles of rows: a warp adds its share of a "
+        "block once the same warp of the tile before released it, then releases it to the "
+        f"tile after{skipped} (bit-identical run to run)")
 
 
 _WGMMA_VECTORS_WHY = ("the wgmma skeleton loads each into registers while the score gemm whose "

@@ -24,6 +24,11 @@ from .program import (Choice, LoopBounds, LoopTensorMap, ProgramField, ProgramPa
                       SmemTile, FragmentLoad, WgmmaTile)
 
 
+# The params struct's member holding deterministic mode's semaphores (LoopDagPlan.deterministic):
+# int32 [batches, heads, blocks of the loop, adders], the call's workspace, zeroed by `<name>_zero`
+ORDER_FIELD = "add_order"
+
+
 class GemmKind(enum.Enum):
     SCORE = "score"  # [rows, block] = A[rows, K0] @ B, A resident, B streamed
     ACCUMULATING = "accumulating"  # acc[rows, N] += t[rows, block] @ B[block, N], t in registers
@@ -203,6 +208,26 @@ class LoopDagPlan:
     vectors_why: str = "no vector is read at col"
     # the sm_90a wgmma skeleton (the rulebook's choice, its why in `mma`), or None: mma.sync
     wgmma: DagWgmma | None = None
+    # GQA: some parameters have the KV heads (ProgramParam.kv; the kernel's rows, K, among them):
+    # a CTA owns (tile of rows, KV head) and its loop walks the blocks of every query head of
+    # the group in turn (group x blocks visits), the accumulators summing over the group
+    gqa: bool = False
+    # `reductions deterministic`: the loop-row tile's adds ordered by semaphores (ORDER_FIELD),
+    # one per (batch, query head, block of the loop, adding warp): the CTA of tile j of the rows
+    # adds a block after the CTA of tile j - 1 did, where that one visits the block (the same
+    # bounds); None: in whatever order they come
+    deterministic: Choice | None = None
+
+    @property
+    def adders(self) -> int:
+        """The warps that add a share of the loop-row tile (disjoint elements): one semaphore
+        each per (batch, query head, block)."""
+        return 4 * self.wgmma.consumers if self.wgmma is not None else self.warps
+
+    def order_words(self, values) -> int:
+        """The semaphores' int32 words for one launch's params-struct sizes `values`."""
+        blocks = -(-int(values["loop_len"]) // self.block)
+        return int(values["batches"]) * int(values["heads"]) * blocks * self.adders
 
     @property
     def threads(self) -> int:

@@ -64,6 +64,8 @@ def member_kind(plan, member) -> FieldKind:
         return member.kind
     if member.param is not None and member.name == member.param:
         return FieldKind.POINTER if member.ctype == "ptr" else FieldKind.SCALAR
+    if member.ctype == "ptr":  # a DAG loop's deterministic semaphores
+        return FieldKind.WORKSPACE
     return FieldKind.SIZE
 
 
@@ -166,9 +168,10 @@ class Binding:
         self.workspace_bytes = 0
         self._flag_offset = self._flag_words = 0
         if self._workspace_index is not None:
-            floats = max(plan.workspace_floats(self.sizes, kernel.persistent_ctas), 1)
+            floats = max(plan.workspace_floats(self.sizes, kernel.persistent_ctas) if gemm
+                         else plan.order_words(bound.values), 1)  # a DAG loop's semaphores
             self.workspace_bytes = 4 * floats
-            if plan.schedule.scheduler.stream_k:
+            if gemm and plan.schedule.scheduler.stream_k:
                 ctas = plan.grid(self.sizes, kernel.persistent_ctas)[0]
                 self._flag_words = ctas * plan.STREAM_FLAGS
                 self._flag_offset = 4 * (floats - self._flag_words)

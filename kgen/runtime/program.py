@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from ..enums import DType, Layout, Role
 from ..errors import ArgumentError, KgenRuntimeError
-from ..plan.loop_dag import LoopDagPlan
+from ..plan.loop_dag import ORDER_FIELD, LoopDagPlan
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
 from . import packed
 from .launch import BoundArguments
@@ -113,7 +113,8 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
     for f in plan.fields:
         if f.param is None:
             sizes_of = {"rows": rows, "loop_len": loop_len, "heads": heads,
-                        "group": heads // kv_heads, "batches": batch_dims.get("B", 1)}
+                        "group": heads // kv_heads, "batches": batch_dims.get("B", 1),
+                        ORDER_FIELD: 0}  # a DAG loop's semaphores: the call's workspace
             sizes_of.update((d.total, totals.get(d.along, 0))
                             for d in getattr(plan, "packed", ()))
             values.append(sizes_of[f.name])
@@ -136,7 +137,9 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
         values.append(_member(p, arrays[p.name], f.name))
     grid_rows = -(-rows // (plan.tile_m if isinstance(plan, (LoopPlan, LoopDagPlan))
                             else plan.rows_per_cta))
-    grid = (max(grid_rows, 0), heads, batch_dims.get("B", 1))
+    # a GQA DAG loop's CTA owns a KV head (its loop walks the group's query heads)
+    grid_heads = kv_heads if isinstance(plan, LoopDagPlan) and plan.gqa else heads
+    grid = (max(grid_rows, 0), grid_heads, batch_dims.get("B", 1))
     if isinstance(plan, LoopPlan) and plan.wgmma is not None and plan.wgmma.persistent:
         tiles = grid[0] * grid[1] * grid[2]
         grid = (min(tiles, ctas) if ctas is not None else tiles, 1, 1)

@@ -56,10 +56,15 @@ def check_tile_program(state: KernelState) -> None:
                               (bool(k.phases), "a phases declaration", k.loc),
                               (k.schedule is not None, "a schedule line",
                                first_located(k.schedule_loc, k.loc)),
-                              (k.deterministic, "'reductions deterministic'", k.loc)):
+                              ):
         if present:
             raise KgenError(at, f"{what} applies to gemm kernels; kernel '{k.name}' is a "
                                    f"{'loop' if k.loop is not None else 'row'} kernel")
+    if k.deterministic and not any(p.accumulate for p in k.params):
+        raise KgenError(k.loc, f"'reductions deterministic' orders the adds of a gemm kernel's "
+                               f"CTAs, or of a loop kernel's into an 'out accumulate' tensor; "
+                               f"kernel '{k.name}' is a {'loop' if k.loop is not None else 'row'}"
+                               " kernel with none")
     if k.compute_dtype is not DType.F32:
         raise KgenError(k.loc, f"loop and row kernels compute in f32; kernel '{k.name}' asks "
                                f"for compute {getattr(k.compute_dtype, 'dsl_name', '?')}")
@@ -131,7 +136,11 @@ def _check_loop_kernel(state: KernelState) -> None:
         raise KgenError(first_located(first.a.loc, loc),
                         f"dtype {a.dtype.dsl_name} is not supported as an MMA operand on "
                         f"{state.target.arch.value} (use {usable})")
-    _check_heads(state, a)
+    queries = _query_heads_of(state, loop, a)
+    if queries is None:
+        _check_heads(state, a)
+    else:
+        _check_grouped_heads(state, loop, a, queries)
     rows = a.shape[0]
     check_packed(state, rows, dim)
     for g in gemms:
@@ -312,6 +321,63 @@ def _check_heads(state: KernelState, rows_of: ir.Param) -> None:
             raise KgenError(at, f"'{rows_of.name}' has {heads} heads, not a multiple of the "
                                 f"{p.heads} heads of '{p.name}' (each of its heads serves "
                                 "heads / its heads query heads)")
+
+
+def _query_heads_of(state: KernelState, loop: ir.Loop, keys: ir.Param) -> ir.Param | None:
+    """A backward's GQA (FlashAttention's orientation: the kernel's rows are the keys): the
+    first score gemm's B (Q), whose heads are not those of the kernel's rows (K), in a loop
+    that adds a loop-row tile into an `out accumulate` tensor (per query head). None otherwise:
+    the kernel's heads are its rows'."""
+    b = state.params.get(loop.gemms[0].b.name)
+    if b is None or b.heads is None or keys.heads is None or b.heads == keys.heads:
+        return None
+    loop_row = any(g.a.transposed and g.a.name not in state.params for g in loop.gemms[1:])
+    return b if loop_row else None
+
+
+def _check_grouped_heads(state: KernelState, loop: ir.Loop, keys: ir.Param,
+                         queries: ir.Param) -> None:
+    """GQA in a backward loop: a CTA owns a KV head of `keys` (the kernel's rows) and walks
+    the loop's blocks of every query head of its group (`queries`' heads, a multiple). The
+    streamed operands and the `out accumulate` tensors (added per query head) have the query
+    heads; the outputs the kernel's epilogue stores (the accumulators: summed over the group)
+    have the KV heads; an input has either."""
+    k = state.kernel
+    hq, hkv = queries.heads, keys.heads
+    if isinstance(hq, int) and isinstance(hkv, int) and hq % hkv:
+        raise KgenError(loc_of(queries, k.loc), f"'{queries.name}' has {hq} heads, not a "
+                        f"multiple of the {hkv} heads of '{keys.name}' (each KV head serves "
+                        "heads / KV heads query heads)")
+    for p in k.params:
+        if p.batch is None:
+            continue  # shared by every batch and head
+        at = loc_of(p, k.loc)
+        if p.heads is None:
+            raise KgenError(at, f"{p.kind.value} '{p.name}' has a batch dimension but no heads "
+                                f"dimension; give it the query heads {hq} of '{queries.name}' "
+                                f"or the KV heads {hkv} of '{keys.name}'")
+        want = None
+        if p.role is Role.OUT and p.accumulate:
+            want = (hq, f"'{p.name}' is added into at the loop's rows, per query head: declare "
+                        f"it with the heads {hq} of '{queries.name}'")
+        elif p.role is Role.OUT:
+            want = (hkv, f"'{p.name}' is stored by the kernel's epilogue, once per KV head (the "
+                         f"accumulators sum the group's query heads): declare it with the heads "
+                         f"{hkv} of '{keys.name}'")
+        elif p.heads not in (hq, hkv):
+            want = (None, f"{p.kind.value} '{p.name}' has heads {p.heads}: in a loop whose "
+                          f"rows are '{keys.name}''s (KV heads {hkv}) walking the query heads "
+                          f"{hq} of '{queries.name}', an input has one of the two")
+        if want is not None and p.heads != want[0]:
+            raise KgenError(at, want[1])
+    for g in loop.gemms:
+        b = state.params.get(g.b.name)
+        streamed = b is not None and (state.params.get(g.a.name) is not None
+                                      or not g.a.transposed)
+        if streamed and b.heads != hq:
+            raise KgenError(first_located(g.b.loc, g.loc, loop.loc),
+                            f"'{b.name}' is streamed along loop '{loop.name}', which walks the "
+                            f"query heads {hq} of '{queries.name}': declare it with them")
 
 
 # ---------------------------------------------------------------------------------------------

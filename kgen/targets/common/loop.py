@@ -261,7 +261,10 @@ def _fields(plan: pp.ProgramPlan) -> list[dict]:
     the struct the gemms' .cu and .h share, under the same guard."""
     out = []
     for f in plan.fields:
-        if f.ctype == "ptr" and plan.param(f.param).kind == "offsets":
+        if f.ctype == "ptr" and f.param is None:  # a DAG loop's deterministic semaphores
+            out.append(dict(ctype="int*", name=f.name, comment="deterministic mode's semaphores "
+                            "(int32): the workspace, <name>_workspace_bytes(p) of it"))
+        elif f.ctype == "ptr" and plan.param(f.param).kind == "offsets":
             out.append(dict(ctype="const int*", name=f.name,
                             comment="offsets of the packed sequences (int32, batches + 1)"))
         elif f.ctype == "ptr":

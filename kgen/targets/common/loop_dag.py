@@ -136,4 +136,6 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,
         zero_threads=ZERO_THREADS, philox=program.uses_random(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],
-        vectors=[plan.param(name) for name in plan.vectors])
+        vectors=[plan.param(name) for name in plan.vectors], order_field=ld.ORDER_FIELD,
+        grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
+        order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic else None))

@@ -48,7 +48,9 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         loop_rows=[g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW],
         loop_row_ns=sorted({g.n_warp for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW}),
         first_readers=first_readers, wait_fences=wait_fences, final_fences=final_fences,
-        vector_loads=vector_loads)
+        vector_loads=vector_loads, order_field=ld.ORDER_FIELD,
+        grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
+        order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic else None))
 
 
 def _vector_loads(plan: ld.LoopDagPlan) -> dict[int, list]:
