@@ -194,7 +194,12 @@ def _instances(kernel: ir.Kernel, sizes: Mapping[str, int]) -> int:
     every (batch, head) of the parameter whose rows it computes."""
     if not is_program(kernel):
         return batches_of(kernel, sizes)
-    lead = rows_param(kernel).full_shape[:-len(rows_param(kernel).shape)]
+    return _lead_count(rows_param(kernel), sizes)
+
+
+def _lead_count(param: ir.Param, sizes: Mapping[str, int]) -> int:
+    """The (batch, head) pairs of a tile program's parameter: its dims before the matrix."""
+    lead = param.full_shape[:-len(param.shape)]
     return math.prod(d if isinstance(d, int) else sizes[d] for d in lead)
 
 
@@ -233,7 +238,9 @@ def _dag_flops(kernel: ir.Kernel, sizes: Mapping[str, int], rows: int) -> int:
         score = not gemm.accumulate and a is not None
         width = matrix_shape_of(a if score else kernel.param(gemm.b.name), sizes)[1]
         total += 2 * rows * length * width
-    return total * _instances(kernel, sizes)
+    # every (batch, head) of the streamed operand: a GQA backward's rows (K) have fewer heads
+    # than the queries it walks
+    return total * _lead_count(kernel.param(loop.gemms[0].b.name), sizes)
 
 
 def run(

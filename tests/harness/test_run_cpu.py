@@ -227,3 +227,22 @@ def test_other_dag_loops_are_no_attention_backward():
 
     assert backward_form(build_file(EXAMPLES / "attention_fwd.kg").kernel) is None
     assert backward_form(build_file(EXAMPLES / "mlp_loop.kg").kernel) is None
+
+
+def test_dag_flops_count_every_query_head_of_a_gqa_backward():
+    """A GQA backward's rows (K, V) have fewer heads than the queries its loop walks: its FLOPs
+    count every (batch, query head), as the MHA backward's do."""
+    from kgen.harness.run import work
+    from kgen.parse import parse
+    from kgen.verify import verify
+    from tests.test_backward_gqa import TEXT, gqa_text
+
+    def flops(text: str, sizes: dict) -> int:
+        module = parse(text, "<t>")
+        verify(module)
+        return work(module.kernels[0], sizes)[0]
+
+    sizes = {"B": 2, "H": 8, "S": 256, "T": 256}
+    mha = flops(TEXT, sizes)
+    gqa = flops(gqa_text(), {**sizes, "HKV": 2})
+    assert mha == gqa == 2 * 8 * 256 * 256 * 2 * 5 * 128
