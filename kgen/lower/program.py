@@ -26,11 +26,12 @@ from . import packed as packed_program
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
-# A block mask's walk keeps its lists' pointers, the visit count and the block live across the
-# loop (about 4 registers a thread): counted as this many values per element past those the
-# rulebook's estimate covers at 32 rows a warp (NVRTC 13, sm_80, D 128 at 128x32 with 32 rows a
-# warp: 253-255 registers without the lists, 12-24 B of spills with them; the estimate then
-# takes 16 rows a warp, 128x64, 205-232 registers; D 64 and 96 keep 32 rows a warp, no spill)
+# A block mask's walk keeps its lists' offsets, the visit counts and the block live across the
+# loop (a few registers a thread): counted as this many values per element past those the
+# rulebook's estimate covers at 32 rows a warp. NVRTC 13, sm_80, D 128 at 128x32 with 32 rows a
+# warp (the estimate's 252 of 255 without them): 255 registers and 8-24 B of spills with the
+# lists; with this, 16 rows a warp at 128x64, 190-224 registers; D 64 and 96 keep 32 rows a
+# warp with no spill (kgen.attention's programs, tests/test_block_mask.py)
 LISTED_VALUES = 1
 # the rank of a position, and of a vector indexed by it: batch and head are one per CTA
 _POSITION_RANK = {ir.Axis.ROW: Rank.ROW, ir.Axis.COL: Rank.TILE, ir.Axis.BATCH: Rank.UNIFORM,
