@@ -408,3 +408,19 @@ def test_inspect_shows_the_lists():
     assert report["loop_bounds"]["bounds"] == [
         "listed: kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices (block mask, "
         "read per tile)"]
+
+
+def test_kgen_run_refuses_a_block_mask_at_its_line():
+    from kgen.harness.run import run
+
+    built = build_verified(kernel_of(), "sm_90a")
+    with pytest.raises(KgenError) as err:
+        run(built.kernel, built.plan, built.source)
+    assert "kgen run does not make a block mask's lists yet" in err.value.message
+    assert err.value.loc.line == _line(TEXT, "blocks 128x64")
+
+
+def test_the_sm90_tile_order_says_the_lists_decide():
+    plan = lower(kernel_of())
+    assert plan.wgmma.tile_order.value == "in order"
+    assert "block mask's lists" in plan.wgmma.tile_order.why
