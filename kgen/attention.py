@@ -83,7 +83,10 @@ class Signature:
 
     @property
     def name(self) -> str:
-        digest = hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:12]
+        values = dataclasses.astuple(self)
+        if not self.block_mask:  # without one, the name it had before block masks
+            values = values[:-2]
+        digest = hashlib.sha256(repr(values).encode()).hexdigest()[:12]
         return f"attention_{self.d_qk}_{self.d_v}_{digest}"
 
 
