@@ -117,8 +117,41 @@ def lists_for(block_mask, tile: tuple[int, int], q, k) -> list:
         pairs.append((block_mask.full_kv_num_blocks, block_mask.full_kv_indices))
     out = []
     for counts, indices in pairs:
-        out += _refined(counts, indices, rows // m, cols // n, -(-s // m), -(-t // n), b, h,
-                        q.device)
+        out += _converted(counts, indices, rows // m, cols // n, -(-s // m), -(-t // n), b, h,
+                          q.device)
+    return out
+
+
+_CONVERTED: dict = {}  # the last few conversions: (source tensors, versions, shape) -> lists
+_KEPT = 8
+
+
+def _converted(counts, indices, per_row: int, per_col: int, tiles: int, blocks: int, b: int,
+               h: int, device) -> list:
+    """One pair at kgen's tile: as it is where it already is (int32, contiguous, FlexAttention's
+    extents at kgen's tile), else split (`_refined`) once per source and version (a BlockMask
+    made once and used every step converts once)."""
+    import torch
+
+    if (per_row == per_col == 1 and isinstance(counts, torch.Tensor)
+            and isinstance(indices, torch.Tensor) and counts.device == indices.device == device
+            and counts.dtype == indices.dtype == torch.int32 and counts.dim() == 3
+            and indices.dim() == 4 and counts.shape[0] in (1, b) and counts.shape[1] in (1, h)
+            and counts.shape == indices.shape[:3] and counts.shape[2] == tiles
+            and indices.shape[3] == blocks and counts.is_contiguous()
+            and indices.is_contiguous()):
+        return [counts, indices]  # indices out of range: clamped by the kernel
+    key = None
+    if isinstance(counts, torch.Tensor) and isinstance(indices, torch.Tensor):
+        key = (id(counts), counts._version, id(indices), indices._version, per_row, per_col,
+               tiles, blocks, b, h, str(device))
+        if key in _CONVERTED:
+            return _CONVERTED[key][1]
+    out = _refined(counts, indices, per_row, per_col, tiles, blocks, b, h, device)
+    if key is not None:
+        if len(_CONVERTED) >= _KEPT:
+            _CONVERTED.pop(next(iter(_CONVERTED)))
+        _CONVERTED[key] = ((counts, indices), out)  # the sources kept: their ids stay theirs
     return out
 
 

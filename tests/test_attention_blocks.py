@@ -121,3 +121,15 @@ def test_the_program_text_and_its_tile():
                                         block_mask="partial")) == (128, 128)
     with pytest.raises(ArgumentError, match="scalar name 'kv_indices' is not usable"):
         ka._usable("kv_indices", "scalar")
+
+
+def test_lists_at_kgens_tile_pass_as_they_are_and_a_split_is_kept():
+    bm = _flex_mask(lambda b, h, q, kv: q >= kv, 1, 1, 300, 500)
+    q, k = torch.zeros(1, 2, 300, 64), torch.zeros(1, 2, 500, 64)
+    same = ab.lists_for(bm, (128, 128), q, k)
+    assert same[0] is bm.kv_num_blocks and same[1] is bm.kv_indices
+    split = ab.lists_for(bm, (128, 64), q, k)
+    again = ab.lists_for(bm, (128, 64), q, k)
+    assert all(a is b for a, b in zip(split, again))  # converted once per source
+    bm.kv_num_blocks.add_(0)  # an in-place change (its version): converted again
+    assert ab.lists_for(bm, (128, 64), q, k)[0] is not split[0]
