@@ -4,7 +4,7 @@ sliding window of 1024 (two-sided when not causal), a document mask (packed docu
 lengths, about 1/1000 of the tokens start one), an additive bias ([1, H, S, T], bf16, shared
 by the batch) and a random block mask (half the 128 x 128 blocks skipped, the rest full;
 causal: the diagonal blocks partial, under the causal mask, and half the blocks below it full;
-one FlexAttention BlockMask for both, kgen converting it), each through kgen.attention (the GPU's target) and through
+the same seeded FlexAttention BlockMask for both, kgen converting it), each through kgen.attention (the GPU's target) and through
 torch.compile(flex_attention) with the same mods (masks as a BlockMask made once, outside the
 timing); then each mod's kgen time / plain kgen time and Flex time / kgen time. bf16, 16k
 tokens, 16 query heads; CUDA events, median of 30.
@@ -41,13 +41,11 @@ def _mod_inputs(q, k, mod):
     return None
 
 
-_BLOCKS: dict = {}  # (s, t, causal) -> the BlockMask, made once
-
-
 def _random_blocks(s: int, t: int, gen):
-    """Per (causal) setting a FlexAttention BlockMask of 128 x 128 blocks shared by batch and
-    heads: half the blocks skipped, the rest full; causal (a dict of both, by `causal`): the
-    diagonal partial (the causal mask applies there), half the blocks below it full."""
+    """A FlexAttention BlockMask of 128 x 128 blocks shared by batch and heads, per causal
+    setting (a dict by `causal`): not causal, half the blocks skipped and the rest full;
+    causal, the diagonal partial (the causal mask applies there) and half the blocks below it
+    full."""
     from torch.nn.attention.flex_attention import BlockMask
 
     tiles, blocks = -(-s // 128), -(-t // 128)
@@ -175,12 +173,12 @@ def table(timed, gqa: bool = False, flex: bool = True) -> list[dict]:
 
 
 def once() -> None:
-    """One call of the bias, document and window mods at ragged lengths (S 1000, T 1000, 2
-    batches, 4 heads), causal and not, no timing: for compute-sanitizer (the bias staged by the
-    copy engine on sm_90a)."""
+    """One call of the bias, document, window and block-mask mods at ragged lengths (S 1000,
+    T 1000, 2 batches, 4 heads), causal and not, no timing: for compute-sanitizer (the bias
+    staged by the copy engine on sm_90a; the block mask's lists read by producer and consumers)."""
     q, k, v = (torch.randn(2, 4, 1000, 128, device="cuda").bfloat16() for _ in range(3))
     for causal in (False, True):
-        for mod in ("bias", "document", "window"):
+        for mod in ("bias", "document", "window", "blocks"):
             kgen_mods_runner(q, k, v, causal, mod)()
     torch.cuda.synchronize()
     print("mods once: ok")
