@@ -424,3 +424,9 @@ def test_the_sm90_tile_order_says_the_lists_decide():
     plan = lower(kernel_of())
     assert plan.wgmma.tile_order.value == "in order"
     assert "block mask's lists" in plan.wgmma.tile_order.why
+
+
+def test_a_list_past_int_offsets_is_refused():
+    big = i32((2, 4, 3, 4), strides=(2**31, 2**28, 4, 1))
+    with pytest.raises(ArgumentError, match="addresses a list by int offsets"):
+        bind_program(lower(kernel_of()), {**args(), "kv_indices": big}, None)

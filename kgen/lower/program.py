@@ -363,9 +363,8 @@ def _block_params(kernel: ir.Kernel, a: ir.Param, params: tuple[pp.ProgramParam,
     if blocks is None:
         return params, fields
     added, extra = [], []
-    for name, kind, shape in ((n, k, s) for n, k, s in zip(
-            blocks.names, ("block_counts", "block_indices") * 2,
-            (("row tiles",), ("row tiles", "blocks")) * 2)):
+    for name, kind, shape in zip(blocks.names, ("block_counts", "block_indices") * 2,
+                                 (("row tiles",), ("row tiles", "blocks")) * 2):
         added.append(pp.ProgramParam(
             name=name, kind=kind, dtype=None, role=ir.Role.IN, shape=shape,
             layout=ir.Layout.ROW, batched=a.batch is not None, headed=a.heads is not None,

@@ -26,6 +26,11 @@ def block_array(p: ProgramParam, array: DeviceArray) -> None:
     if array.shape[-1] > 1 and array.strides[-1] != 1:
         raise ArgumentError(f"{p.name} needs a unit stride along its last dim, got strides "
                             f"{list(array.strides)}")
+    span = sum((n - 1) * abs(s) for n, s in zip(array.shape, array.strides) if n > 0)
+    if span >= 2**31 or min(array.strides, default=0) < 0:
+        raise ArgumentError(f"{p.name} spans {span + 1} elements at strides "
+                            f"{list(array.strides)}: the kernel addresses a list by int offsets, "
+                            "non-negative and below 2^31")
 
 
 def extents(plan: LoopPlan, arrays: dict[str, DeviceArray], batch_dims: dict[str, int],
