@@ -430,3 +430,17 @@ def test_a_list_past_int_offsets_is_refused():
     big = i32((2, 4, 3, 4), strides=(2**31, 2**28, 4, 1))
     with pytest.raises(ArgumentError, match="addresses a list by int offsets"):
         bind_program(lower(kernel_of()), {**args(), "kv_indices": big}, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_flex_block_at_head_dim_256_takes_a_written_tile_without_spills(causal):
+    """sm_90a's rulebook tile at D 256 is 128x80; a 128 x 128 BlockMask takes 128x64, written
+    on the line (kgen/attention_blocks.py: tile_for)."""
+    from kgen import attention as ka
+
+    sig = ka.Signature("bf16", 256, 256, causal, None, None, (), "sm_90a", block_mask="full",
+                       blocks=(128, 64))
+    built = build_verified(ka.program(sig), "sm_90a")
+    assert built.plan.wgmma is not None and (built.plan.tile_m, built.plan.block) == (128, 64)
+    _spill_free(built, "sm_90a")
