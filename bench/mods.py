@@ -1,8 +1,10 @@
 """kgen.attention's mods beside FlexAttention's (`python3 bench/attention.py --mods`): D 128,
 S 4096, causal and not (and GQA 16/2 with --gqa): plain, softcap 30, ALiBi (a slope per head), a
 sliding window of 1024 (two-sided when not causal), a document mask (packed documents of random
-lengths, about 1/1000 of the tokens start one) and an additive bias ([1, H, S, T], bf16, shared
-by the batch), each through kgen.attention (the GPU's target) and through
+lengths, about 1/1000 of the tokens start one), an additive bias ([1, H, S, T], bf16, shared
+by the batch) and a random block mask (half the 128 x 128 blocks skipped, the rest full;
+causal: the diagonal blocks partial, under the causal mask, and half the blocks below it full;
+the same seeded FlexAttention BlockMask for both, kgen converting it), each through kgen.attention (the GPU's target) and through
 torch.compile(flex_attention) with the same mods (masks as a BlockMask made once, outside the
 timing); then each mod's kgen time / plain kgen time and Flex time / kgen time. bf16, 16k
 tokens, 16 query heads; CUDA events, median of 30.
@@ -18,7 +20,7 @@ TOKENS = 16384
 
 
 
-MODS = ("plain", "softcap", "alibi", "window", "document", "bias")
+MODS = ("plain", "softcap", "alibi", "window", "document", "bias", "blocks")
 WINDOW = 1024
 
 
@@ -34,7 +36,37 @@ def _mod_inputs(q, k, mod):
         return torch.cumsum(starts.int(), dim=1)
     if mod == "bias":
         return torch.randn(1, heads, s, k.shape[2], device="cuda", generator=gen).bfloat16()
+    if mod == "blocks":
+        return _random_blocks(s, k.shape[2], gen)
     return None
+
+
+def _random_blocks(s: int, t: int, gen):
+    """A FlexAttention BlockMask of 128 x 128 blocks shared by batch and heads, per causal
+    setting (a dict by `causal`): not causal, half the blocks skipped and the rest full;
+    causal, the diagonal partial (the causal mask applies there) and half the blocks below it
+    full."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    tiles, blocks = -(-s // 128), -(-t // 128)
+    visited = torch.rand(1, 1, tiles, blocks, device="cuda", generator=gen) < 0.5
+    row = torch.arange(tiles, device="cuda")[:, None]
+    col = torch.arange(blocks, device="cuda")[None, :]
+
+    def ordered(dense):
+        dense = dense.to(torch.int32)
+        return (dense.sum(-1).to(torch.int32),
+                torch.argsort(dense, dim=-1, descending=True, stable=True).to(torch.int32))
+
+    out = {}
+    for causal in (False, True):
+        partial = ((row == col) & torch.ones_like(visited)) if causal else \
+            torch.zeros_like(visited)
+        full = visited & (col < row) if causal else visited
+        out[causal] = BlockMask.from_kv_blocks(
+            *ordered(partial), *ordered(full), BLOCK_SIZE=128,
+            mask_mod=(lambda b, h, i, j: j <= i) if causal else None, seq_lengths=(s, t))
+    return out
 
 
 def kgen_mods_runner(q, k, v, causal, mod):
@@ -49,7 +81,8 @@ def kgen_mods_runner(q, k, v, causal, mod):
                               "(col > row - window) * (col < row + window)",
                               scalars={"window": float(WINDOW)}),
                "document": dict(mask_mod="qd[row] == kd[col]", vectors={"qd": extra, "kd": extra}),
-               "bias": dict(attn_mask=extra)}[mod]
+               "bias": dict(attn_mask=extra),
+               "blocks": dict(block_mask=extra[causal] if mod == "blocks" else None)}[mod]
     return lambda: kgen.attention(q, k, v, is_causal=causal, enable_gqa=gqa, **options)
 
 
@@ -80,6 +113,8 @@ def flex_mods_runner(q, k, v, causal, mod):
     if mod == "document":
         masks.append(lambda b, h, i, j: extra[b, i] == extra[b, j])
     block_mask = None
+    if mod == "blocks":  # the same BlockMask as kgen's (its causal mask on the diagonal)
+        masks, block_mask = [], extra[causal]
     if masks:
         mask = and_masks(*masks) if len(masks) > 1 else masks[0]
         block_mask = create_block_mask(mask, batch if mod == "document" else None,
@@ -138,12 +173,12 @@ def table(timed, gqa: bool = False, flex: bool = True) -> list[dict]:
 
 
 def once() -> None:
-    """One call of the bias, document and window mods at ragged lengths (S 1000, T 1000, 2
-    batches, 4 heads), causal and not, no timing: for compute-sanitizer (the bias staged by the
-    copy engine on sm_90a)."""
+    """One call of the bias, document, window and block-mask mods at ragged lengths (S 1000,
+    T 1000, 2 batches, 4 heads), causal and not, no timing: for compute-sanitizer (the bias
+    staged by the copy engine on sm_90a; the block mask's lists read by producer and consumers)."""
     q, k, v = (torch.randn(2, 4, 1000, 128, device="cuda").bfloat16() for _ in range(3))
     for causal in (False, True):
-        for mod in ("bias", "document", "window"):
+        for mod in ("bias", "document", "window", "blocks"):
             kgen_mods_runner(q, k, v, causal, mod)()
     torch.cuda.synchronize()
     print("mods once: ok")

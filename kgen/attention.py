@@ -42,11 +42,14 @@ from .errors import ArgumentError, KgenError, SourceLoc
 
 __all__ = ["Signature", "attention", "program", "program_text", "signature"]
 
+# A block mask's lists, as the program names them (FlexAttention's names)
+BLOCK_LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
 # Names the program binds itself: a scalar may not take one
 RESERVED = frozenset({"Q", "K", "V", "O", "lse", "scale", "score", "modded", "visible", "x",
                       "m", "l", "m_new", "m_use", "s", "r", "o", "kv", "row", "col", "acc",
                       "S", "T", "B", "H", "HKV", "inf", "batch", "head", "Bias", "pr",
-                      "seed", "offset", "dropout_p", "dropout_scale", "random"})
+                      "seed", "offset", "dropout_p", "dropout_scale", "random",
+                      *BLOCK_LISTS})
 # A vector's declaration by the index the mods read it at: one value per query row (per
 # batch), per key (per batch), per query head, per batch
 VECTOR_DIMS = {"row": "B, H, S", "col": "B, H, T", "head": "H", "batch": "B"}
@@ -72,10 +75,18 @@ class Signature:
     # [B, H, T]) instead of the tensor read at (row, col), which the sm_90a skeleton stages
     # by the copy engine (a row stride of 0 is no tensor map's)
     bias_cols: bool = False
+    # a block mask (kgen/attention_blocks.py): "partial" (its lists of partial blocks only) or
+    # "full" (and of full blocks, where the mask does not apply); "": every block. `blocks`:
+    # the tile (rows, keys) written on its line (None: the rulebook's)
+    block_mask: str = ""
+    blocks: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
-        digest = hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:12]
+        values = dataclasses.astuple(self)
+        if not self.block_mask:  # without one, the name it had before block masks
+            values = values[:-2]
+        digest = hashlib.sha256(repr(values).encode()).hexdigest()[:12]
         return f"attention_{self.d_qk}_{self.d_v}_{digest}"
 
 
@@ -101,6 +112,10 @@ def program_text(sig: Signature) -> str:
         *(["  scalar dropout_p : f32 = 0", "  scalar dropout_scale : f32 = 1"]
           if sig.dropout else []),
         "  loop kv over T {",
+        *([f"    blocks{f' {sig.blocks[0]}x{sig.blocks[1]}' if sig.blocks else ''} by "
+           f"{BLOCK_LISTS[0]}, {BLOCK_LISTS[1]}"
+           + (f", full {BLOCK_LISTS[2]}, {BLOCK_LISTS[3]}" if sig.block_mask == "full" else "")]
+          if sig.block_mask else []),
         "    carry m : f32[row] = -inf",
         "    carry l : f32[row] = 0",
         "    gemm s = Q @ K^T accumulate f32 {",
@@ -299,7 +314,8 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
               mask_mod: str | None = None, scalars: Mapping[str, float] | None = None,
               vectors: Mapping[str, Any] | None = None, dropout_p: float = 0.0,
               dropout_rng: tuple[int, int] | None = None, return_lse: bool = False,
-              return_rng: bool = False, deterministic: bool | None = None):
+              return_rng: bool = False, deterministic: bool | None = None,
+              block_mask=None):
     """Attention of torch tensors q [B, H, S, D], k [B, HKV, T, D], v [B, HKV, T, D_v]
     (bf16 or fp16, on one CUDA device): O [B, H, S, D_v], and the log-sum-exp [B, H, S] (f32)
     with `return_lse`. As SDPA: `scale` defaults to 1 / sqrt(D); `enable_gqa` lets HKV divide
@@ -314,9 +330,12 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     device (seed: its initial seed, offset: its offset, which advances by 4), so
     torch.manual_seed makes a run reproducible; `return_rng` appends the (seed, offset) used
     to the result (a backward passes it back as dropout_rng to regenerate the mask; not
-    drawn anew when a CUDA graph replays). Rows that keep no key give O = 0 and lse = -inf
-    (SDPA gives NaN there). `deterministic` (inputs that require grad): the backward's
-    gradients bit-identical run to run (dQ's adds ordered); None follows
+    drawn anew when a CUDA graph replays). `block_mask`: FlexAttention's BlockMask or a
+    kgen.attention_blocks.BlockLists: each tile of query rows visits only its listed blocks,
+    the partial ones with the mask (is_causal, mask_mod) applied, the full ones without, as
+    FlexAttention (kgen/attention_blocks.py; forward only). Rows that keep no key give O = 0
+    and lse = -inf (SDPA gives NaN there). `deterministic` (inputs that require grad): the
+    backward's gradients bit-identical run to run (dQ's adds ordered); None follows
     torch.are_deterministic_algorithms_enabled()."""
     import torch
 
@@ -327,7 +346,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
             q, k, v, is_causal=is_causal, scale=scale, return_lse=return_lse,
             attn_mask=attn_mask, enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
             scalars=scalars, vectors=vectors, dropout_p=dropout_p, return_rng=return_rng,
-            deterministic=deterministic)
+            deterministic=deterministic, block_mask=block_mask)
     heads, kv_heads = q.shape[1], k.shape[1]
     if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
         hint = "" if enable_gqa else " (pass enable_gqa=True for grouped-query attention)"
@@ -336,6 +355,17 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     sig = signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
                     scalars=scalars, arch=_arch(q.device), attn_mask=attn_mask,
                     vectors=vectors, dropout_p=dropout_p)
+    lists = []
+    if block_mask is not None:  # at kgen's tile (kgen/attention_blocks.py)
+        from . import attention_blocks
+
+        full = getattr(block_mask, "full_kv_num_blocks", None) is not None
+        sig = dataclasses.replace(sig, block_mask="full" if full else "partial")
+        rulebook = default_tile(sig)  # the program's own tile, with the lists
+        tile = attention_blocks.tile_for(attention_blocks.block_size(block_mask), rulebook)
+        if tile != rulebook:  # a smaller one divides the mask's blocks: written on the line
+            sig = dataclasses.replace(sig, blocks=tile)
+        lists = attention_blocks.lists_for(block_mask, tile, q, k)
     kernel = _compiled(sig, q.device.index if q.device.index is not None else
                        torch.cuda.current_device())
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
@@ -343,6 +373,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     # and offset, scale, the mods' scalars by name, the dropout's probability and scale
     extra = [(_bias_cols if sig.bias_cols else _bias)(attn_mask, q, k)] if sig.bias else []
     extra += [_vector(name, index, vectors[name], q, k) for name, index in sig.vectors]
+    extra += lists  # the block mask's lists: before the scalars (kgen/lower/program.py)
     values = [float(scalars[name]) for name in sig.scalars]
     rng = None
     if sig.dropout:
@@ -352,6 +383,19 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
+
+
+_TILES: dict[Signature, tuple[int, int]] = {}
+
+
+def default_tile(sig: Signature) -> tuple[int, int]:
+    """The tile (rows, keys) the rulebook gives `sig`'s program (planned once, no GPU)."""
+    if sig not in _TILES:
+        from .lower.program import run as plan_program
+
+        plan = plan_program(program(sig), ir.Arch.from_name(sig.arch))
+        _TILES[sig] = (plan.tile_m, plan.block)
+    return _TILES[sig]
 
 
 def _rng(device, given: tuple[int, int] | None) -> tuple[int, int]:

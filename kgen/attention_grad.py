@@ -142,7 +142,7 @@ def wants_grad(*tensors) -> bool:
 _UNSUPPORTED = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
                 ("mask_mod", lambda v: v is not None), ("scalars", lambda v: bool(v)),
                 ("vectors", lambda v: bool(v)), ("dropout_p", lambda v: bool(v)),
-                ("return_rng", lambda v: bool(v)))
+                ("return_rng", lambda v: bool(v)), ("block_mask", lambda v: v is not None))
 
 
 def _refuse(q, k, v, options: dict[str, Any]) -> None:

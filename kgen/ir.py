@@ -405,6 +405,31 @@ class BlockShape:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockMask:
+    """`blocks 128x64 by kv_num_blocks, kv_indices, full full_kv_num_blocks, full_kv_indices`
+    on a loop: the blocks each tile of rows visits, listed at run time (FlexAttention's
+    BlockMask). Blocks are `m` rows (the loop's tile M) by `n` columns of the loop's dimension
+    (its block); `blocks by ...` without sizes (m, n None) takes the loop's tile as it is. `counts` (int32 [B, H, row tiles]) and `indices` (int32 [B, H, row tiles,
+    blocks]) list the partial blocks, where the body runs as written; `full_counts` and
+    `full_indices` (optional) the full blocks, where every mask `where(P, e, -inf)` reads `e`.
+    A block listed in neither is not visited (its elements count for nothing)."""
+
+    m: int | None
+    n: int | None
+    counts: str
+    indices: str
+    full_counts: str | None = None
+    full_indices: str | None = None
+    loc: SourceLoc = _loc()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The parameters the line adds, in order."""
+        full = (self.full_counts, self.full_indices) if self.full_counts is not None else ()
+        return (self.counts, self.indices, *full)
+
+
+@dataclass(frozen=True, slots=True)
 class Loop:
     """`loop kv over T { carry ...; gemm s = Q @ K^T {...}; gemm o += s @ V }`: each CTA keeps
     a tile of rows and runs the body once per block of `dim`, in order. The first gemm's
@@ -423,6 +448,9 @@ class Loop:
     warps: WarpGrid | None = None  # warps along M x 1
     stages: StageCount | None = None  # slots of the ring that streams the loop's operands
     loc: SourceLoc = _loc()
+    # `blocks MxN by ...`: the blocks each tile of rows visits, listed at run time (None: every
+    # block, less those a mask provably empties: kgen/lower/loop_bounds.py)
+    blocks: BlockMask | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ class LoopDecl:
 
 @v_args(meta=True)
 class LoopRules(ExpressionRules):
-    """Rules for `loop`, `carry` and the loop's own schedule lines."""
+    """Rules for `loop`, `carry`, the loop's own schedule lines and its `blocks` line."""
 
     def loop_tile(self, meta, children):
         m, n = self._sizes(children[0], "tile", ("M", "N"), "two sizes MxN (rows x block)")
@@ -64,6 +64,18 @@ class LoopRules(ExpressionRules):
         else:  # `warps 4`
             m, n = checked_int(value.text, "warps", MAX_SETTING, value.loc), 1
         return Setting("warps", ir.WarpGrid(m, n, loc), loc)
+
+    def loop_blocks(self, meta, children):
+        shape, names = (children[0], children[1:]) if children[0].type == "SHAPE" else (
+            None, children)
+        m, n = (self._sizes(shape, "blocks", ("M", "N"), "two sizes MxN (rows x block)")
+                if shape is not None else (None, None))
+        for token in names:
+            check_identifier(str(token), self._loc(token), "block mask")
+        loc = self._loc(meta)
+        full = (str(names[2]), str(names[3])) if len(names) == 4 else (None, None)
+        return Setting("blocks", ir.BlockMask(m, n, str(names[0]), str(names[1]), *full, loc),
+                       loc)
 
     def carry_init(self, meta, children):
         text = "".join(str(t) for t in children)

@@ -220,6 +220,7 @@ class ToIR(SequenceRules):
                 name=loop.name, dim=loop.dim, carries=loop.carries, gemms=tuple(loop_gemms),
                 tile=_value(loop.settings.get("tile")), warps=_value(loop.settings.get("warps")),
                 stages=_value(loop.settings.get("stages")), loc=loop.loc,
+                blocks=_value(loop.settings.get("blocks")),
             )
         epilogue = None
         if "epilogue" in settings:  # the kernel's own: after the loop, or a row kernel's body

@@ -17,6 +17,15 @@ and `col` are global indices (`col` along the loop's dimension in the loop, 0..N
 tensor read in the loop is its element at (row, col); `random(seed, offset)` the Philox value
 ir.Random defines, bit for bit as the kernels compute it (`philox4x32`, `random_uniform`).
 
+A block mask (`blocks MxN by COUNTS, INDICES[, full FULL_COUNTS, FULL_INDICES]`, ir.BlockMask)
+is FlexAttention's: each tile of M rows (rows r with r // M = t) visits, in order, the blocks
+INDICES[b, h, t, :COUNTS[b, h, t]] (partial: the body as written), then FULL_INDICES[b, h, t,
+:FULL_COUNTS[b, h, t]] (full: every mask `where(P, e, -inf)` is `e` there), each of N columns (without sizes on
+the line: the loop's tile, else M from the counts' extent and N the `block` given);
+a block listed twice runs twice and a block listed in neither is not visited, whatever its
+elements hold. Counts are clipped to [0, blocks] and indices to [0, blocks - 1], as the kernels
+do; a list with B or H of 1 is shared; the loop's block is N.
+
 Two batch dimensions: each (batch b, head h) is one instance; a parameter with heads Hp (GQA,
 fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter without batch
 dimensions is shared. A backward's GQA (`query_param`: the kernel's rows, K, have the KV heads
@@ -103,6 +112,10 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
     block = DEFAULT_BLOCK if block is None else int(block)
     if block <= 0:
         raise ValueError(f"block must be positive, got {block}")
+    listed = kernel.loop.blocks if kernel.loop is not None else None
+    if listed is not None and listed.n is not None and block != listed.n:
+        raise ValueError(f"the block mask's blocks have {listed.n} columns: the reference runs "
+                         f"the loop in blocks of {listed.n}, not {block}")
     batched = [p for p in kernel.params if p.batch is not None]
     if not batched:
         return _Instance(kernel, inputs, scalars, rows, block, 0, 0, 1).run()
@@ -126,6 +139,10 @@ def evaluate_tiles(kernel: ir.Kernel, inputs: Mapping[str, np.ndarray],
         for h in range(heads if heads is not None else 1):
             view = {name: _instance_view(kernel.param(name), array, b, h, heads)
                     for name, array in inputs.items()}
+            if listed is not None:  # the lists at this (batch, head), or shared
+                lead = rows_param(kernel)
+                view.update((name, _list_view(inputs[name], b, h, lead)) for name in
+                            listed.names if name in inputs)
             per_head.append(_Instance(kernel, view, scalars, rows, block, b, h,
                                       heads or 1).run())
         per_batch.append(per_head)
@@ -167,6 +184,16 @@ def _grouped(kernel, inputs, scalars, rows, block, count, kv_heads, query, outpu
     return {name: np.stack(parts) for name, parts in result.items()}
 
 
+def _list_view(array: Any, b: int, h: int, lead: ir.Param) -> np.ndarray:
+    """A block mask's list at (batch b, head h): its dims follow the rows' operand `lead`;
+    an extent of 1 is shared."""
+    array = np.asarray(array)
+    for present, index in ((lead.batch is not None, b), (lead.heads is not None, h)):
+        if present:
+            array = array[index if array.shape[0] > 1 else 0]
+    return array
+
+
 def _instance_view(param: ir.Param | None, array: Any, b: int, h: int, heads: int | None):
     if param is None or param.batch is None:
         return array
@@ -205,6 +232,9 @@ class _Instance:
         self.acc = None
         # `out accumulate` tensors, float64 sums, by (name, query head: None but in GQA)
         self.adds: dict[tuple, np.ndarray] = {}
+        self.tile = 0  # the tile of rows a block mask's lists are read at
+        self.full = False  # the current block is a block mask's full one
+        self.lets: dict[str, ir.Expr] = {}  # the current epilogue's locals, as written
 
     def _input(self, name: str) -> np.ndarray:
         if name not in self.inputs:
@@ -253,6 +283,19 @@ class _Instance:
         """The loop, per block of the kernel's rows (the loop's tile.m, else DEFAULT_ROWS) when
         the kernel adds into an `out accumulate` tensor: each block adds its share, as each
         CTA does (every other value is per row, so the blocking changes nothing else)."""
+        listed = self.kernel.loop.blocks
+        if listed is not None and len(self.rows):  # per tile of rows: its own lists
+            rows, parts = self.rows, []
+            tiles = rows // self._tile_rows()
+            for tile in np.unique(tiles):
+                self.rows, self.tile = rows[tiles == tile], int(tile)
+                parts.append(self._loop())
+            self.rows = rows
+            # back in the rows' own order
+            order = np.argsort(np.concatenate([np.nonzero(tiles == t)[0]
+                                               for t in np.unique(tiles)]), kind="stable")
+            return {name: np.concatenate([part[name] for part in parts])[order]
+                    for name in parts[0]}
         if not any(p.accumulate for p in self.kernel.params) or not len(self.rows):
             return self._loop()
         tile = self.kernel.loop.tile
@@ -263,6 +306,39 @@ class _Instance:
             parts.append(self._loop())
         self.rows = rows
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+    def _tile_rows(self) -> int:
+        """The rows of a block mask's tile: its line's M, else the loop's tile's, else the one
+        of 64 and 128 whose tiles of the kernel's rows number as the counts' entries."""
+        loop = self.kernel.loop
+        if loop.blocks.m is not None:
+            return loop.blocks.m
+        if loop.tile is not None:
+            return loop.tile.m
+        total = int(np.shape(self._input(rows_param(self.kernel).name))[0])
+        tiles = int(np.shape(self._input(loop.blocks.counts))[-1])
+        found = next((m for m in (64, 128) if -(-total // m) == tiles), None)
+        if found is None:
+            raise ValueError(f"{loop.blocks.counts} holds {tiles} tiles of rows, which is "
+                             f"ceil({total} / M) for neither M = 64 nor 128")
+        return found
+
+    def _visits(self, extent: int) -> list[tuple[int, bool]]:
+        """The blocks the loop visits, in order, each with whether it is a block mask's full
+        one: every block (none full) without a block mask."""
+        count = -(-extent // self.block)
+        listed = self.kernel.loop.blocks
+        if listed is None:
+            return [(j, False) for j in range(count)]
+        out = []
+        pairs = [(listed.counts, listed.indices, False)]
+        if listed.full_counts is not None:
+            pairs.append((listed.full_counts, listed.full_indices, True))
+        for counts, indices, full in pairs:
+            n = int(np.clip(self._input(counts)[self.tile], 0, count))
+            out += [(int(np.clip(j, 0, count - 1)), full)
+                    for j in self._input(indices)[self.tile][:n]]
+        return out
 
     def _loop(self) -> dict[str, Any]:
         loop = self.kernel.loop
@@ -277,6 +353,7 @@ class _Instance:
             self.head, self.inputs = head, view
             self._blocks(loop, first, env, count)
         self.acc = None
+        self.full = False
         widths = [env[g.name].shape[1] for g in loop.gemms if g.accumulate]
         self._columns(0, widths[0] if widths else 0)
         carried = {carry.name for carry in loop.carries} | {g.name for g in loop.gemms
@@ -286,7 +363,8 @@ class _Instance:
     def _blocks(self, loop: ir.Loop, first: ir.Gemm, env: dict, count: int) -> None:
         """The loop's blocks over its dimension, in order, for the current (query) head."""
         extent = self._operand(first.b).shape[1]
-        for start in range(0, extent, self.block):
+        for index, self.full in self._visits(extent):
+            start = index * self.block
             stop = min(start + self.block, extent)
             self._columns(start, stop)
             values: dict[str, Any] = {}  # this block's tile values, in statement order
@@ -324,10 +402,12 @@ class _Instance:
         to `own` (a score gemm's handed-on value). Returns the value stored to `own`."""
         env = {**(values or {}), **carried}
         handed = None
+        self.lets = {}
         for stmt in epilogue.stmts:
             value = self.value(stmt.value, env)
             if isinstance(stmt, ir.Let):
                 env[stmt.name] = value
+                self.lets[stmt.name] = stmt.value
                 if values is not None:
                     values[stmt.name] = value
             elif isinstance(stmt, ir.Update):
@@ -397,6 +477,8 @@ class _Instance:
             return random_uniform(self._integer(node.seed), self._integer(node.offset),
                                   self.batch, self.head, self.heads, self.rows,
                                   self.cols.astype(np.int64))
+        if isinstance(node, ir.Call) and self.full and self._is_mask(node):
+            return self.value(node.args[1], env)  # a block mask's full block: the value kept
         if isinstance(node, ir.Call):
             return numpy_op(node.op, *(self.value(arg, env) for arg in node.args))
         if isinstance(node, ir.Cast):
@@ -407,6 +489,21 @@ class _Instance:
             tile = np.broadcast_to(self.value(node.arg, env), (len(self.rows), len(self.cols)))
             return _NUMPY_REDUCE[node.op](tile, axis=1)[:, None]
         raise TypeError(f"not an epilogue expression: {node!r}")
+
+    def _is_mask(self, node: ir.Call) -> bool:
+        """`where(P, e, -inf)`: its third argument the constant -inf (through locals and f32
+        casts, as the lowering sees it)."""
+        if node.op is not ir.Op.WHERE:
+            return False
+        other = node.args[2]
+        while True:
+            if isinstance(other, ir.LocalRef) and other.name in self.lets:
+                other = self.lets[other.name]
+            elif isinstance(other, ir.Cast) and other.dtype is ir.DType.F32:
+                other = other.arg
+            else:
+                break
+        return isinstance(other, ir.Const) and np.float32(other.value) == -np.inf
 
     def _integer(self, name: str) -> int:
         """A u64 scalar (random's seed or offset): an int, taken modulo 2^64."""

@@ -112,7 +112,9 @@ def _bounds(bounds: pp.LoopBounds) -> dict[str, Any]:
     return {"skips": bounds.skips, "why": bounds.why,
             "bounds": [f"col {op(b)} {side(b)}" for b in bounds.bounds]
             + [f"{q.row_vector}[row] == {q.col_vector}[col] (scanned per tile)"
-               for q in bounds.equalities]}
+               for q in bounds.equalities]
+            + ([f"listed: {', '.join(bounds.listed.names)} (block mask, read per tile)"]
+               if bounds.listed is not None else [])}
 
 
 def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:

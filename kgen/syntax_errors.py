@@ -28,7 +28,7 @@ _DECLARATIONS = (
 )
 # `keep B resident` starts as keep
 _SETTINGS = ("tile", "warps", "stages", "split", "cluster", "keep", "scale", "epilogue")
-_LOOP_ITEMS = ("tile", "warps", "stages", "carry", "gemm")
+_LOOP_ITEMS = ("tile", "warps", "stages", "blocks", "carry", "gemm")
 _BINARY = frozenset("+ - * / < <= > >= == !=".split())
 _COMPARISONS = frozenset("< <= > >= == !=".split())
 

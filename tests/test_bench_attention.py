@@ -26,5 +26,6 @@ def test_mods_summary_divides_by_the_plain_kernel_of_the_same_setting(capsys):
 
 
 def test_the_mods_grid_names_every_mod_of_the_issue():
-    assert bench.MODS == ("plain", "softcap", "alibi", "window", "document", "bias")
+    assert bench.MODS == ("plain", "softcap", "alibi", "window", "document", "bias", "blocks")
     assert bench.WINDOW == 1024
+

@@ -589,7 +589,7 @@ def test_gemm_kernels_parse_as_before():
      "<string>:15:3: error: a kernel holds one loop (the first is 'i' at line 8)"),
     (LOOP.format(body="g = acc", loop_lines="", extra="").replace(
         "gemm g = A @ B {", "gemm g = A @ B"),
-     "<string>:10:20: error: expected a loop item (tile, warps, stages, carry or gemm) or '}', "
+     "<string>:10:20: error: expected a loop item (tile, warps, stages, blocks, carry or gemm) or '}', "
      "found 'epilogue'"),
 ])
 def test_loop_parse_errors(text, message):

@@ -273,6 +273,11 @@ def run(
         raise KgenError(line.loc, f"kgen run does not make packed sequences' inputs yet "
                         f"('packed {line.dim} by {line.offsets}'); call the kernel from Python "
                         "with its offsets (kgen.load, or kgen.attention_varlen)")
+    blocks = kernel_ir.loop.blocks if kernel_ir.loop is not None else None
+    if blocks is not None:  # its lists: this harness does not make them
+        raise KgenError(blocks.loc, f"kgen run does not make a block mask's lists yet "
+                        f"('blocks ... by {', '.join(blocks.names)}'); call the kernel from "
+                        "Python with its lists (kgen.load, or kgen.attention(block_mask=...))")
     require_gpu("kgen run")
     device_id = current_device_id()
     activate(device_id)

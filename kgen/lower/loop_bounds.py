@@ -1,4 +1,5 @@
-"""The blocks of a loop that a tile of rows visits: a mask's dead blocks, derived when compiling.
+"""The blocks of a loop that a tile of rows visits: a mask's dead blocks, derived when compiling
+(or, with a block mask, listed at run time: `listed`).
 
 A mask is a body value `where(P, e, -inf)` whose predicate P is a conjunction (`a * b`,
 `min(a, b)`, nested `where(a, b, 0)`) of comparisons linear in `col` and `row`: the coefficient
@@ -70,6 +71,26 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopB
     if refused:
         why += "; not used: " + "; ".join(refused)
     return pp.LoopBounds(linear, tuple(fold), why, equal)
+
+
+def listed(body: pp.Section, blocks, tile_m: int, block: int) -> pp.LoopBounds:
+    """The bounds of a loop with a block mask (ir.BlockMask): the blocks listed at run time,
+    every mask where(P, e, -inf) reading e on a full block; no bound derived (the list alone
+    says which blocks a tile of rows visits, FlexAttention's meaning)."""
+    values = body.values
+    masks = tuple(v.id for v in values if _is_mask(values, v))
+    full = blocks.full_counts is not None
+    why = (f"the block mask lists the blocks each tile of rows visits ({tile_m}x{block}): "
+           f"{blocks.counts} partial blocks per tile from {blocks.indices}, the body as written")
+    if full:
+        why += (f", then {blocks.full_counts} full blocks from {blocks.full_indices}, "
+                + ("where " + ", ".join(f"`{_text(values, m)}`" for m in masks)
+                   + " read" + ("s" if len(masks) == 1 else "") + " the value kept"
+                   if masks else "alike (the body has no mask where(P, e, -inf))"))
+    why += "; a block listed in neither is not visited"
+    return pp.LoopBounds((), (), why, listed=pp.BlockList(
+        blocks.counts, blocks.indices, blocks.full_counts, blocks.full_indices,
+        masks if full else ()))
 
 
 def _is_mask(values, v: pp.Value) -> bool:
@@ -390,6 +411,8 @@ def _text(values, index: int, depth: int = 0) -> str:
         return "acc"
     if isinstance(kind, dag.VectorLoad):
         return f"{kind.param}[{kind.axis.value}]"
+    if isinstance(kind, dag.TensorLoad):
+        return kind.param
     if isinstance(kind, pp.RowReduction):
         return f"row{kind.op.value}({_text(values, kind.arg, depth + 1)})"
     if isinstance(kind, dag.Cast):

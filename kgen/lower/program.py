@@ -26,6 +26,13 @@ from . import packed as packed_program
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
+# A block mask's walk keeps its lists' offsets, the visit counts and the block live across the
+# loop (a few registers a thread): counted as this many values per element past those the
+# rulebook's estimate covers at 32 rows a warp. NVRTC 13, sm_80, D 128 at 128x32 with 32 rows a
+# warp (the estimate's 252 of 255 without them): 255 registers and 8-24 B of spills with the
+# lists; with this, 16 rows a warp at 128x64, 190-224 registers; D 64 and 96 keep 32 rows a
+# warp with no spill (kgen.attention's programs, tests/test_block_mask.py)
+LISTED_VALUES = 1
 # the rank of a position, and of a vector indexed by it: batch and head are one per CTA
 _POSITION_RANK = {ir.Axis.ROW: Rank.ROW, ir.Axis.COL: Rank.TILE, ir.Axis.BATCH: Rank.UNIFORM,
                   ir.Axis.HEAD: Rank.UNIFORM}
@@ -254,12 +261,16 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     b_along = _memory_rows(b) == b_loop_index
     c_along = _memory_rows(c) == c_loop_index
     tgt = target(arch)
-    written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
+    # a block mask's blocks are the tile (verify: a written tile says the same sizes)
+    tile = loop.tile or (loop.blocks if loop.blocks and loop.blocks.m is not None else None)
+    written = (tile.m if tile else None, tile.n if tile else None,
                loop.stages.count if loop.stages else None)
     # the body's values per element (the same for any block): the rulebook's register estimate
     # of a warp of 32 rows counts them
     probe = _body(kernel, g0, g1, dtype, *_loop_gemms(g0, g1, k0, n1, 64, b_along, c_along))
     tile_values = sum(v.rank is Rank.TILE for v in probe.values)
+    if loop.blocks is not None:  # the lists' registers, past what the estimate's overhead covers
+        tile_values = max(tile_values, loop_rules.WIDE_TILE_VALUES) + LISTED_VALUES
     # sm_90a: the wgmma skeleton where the rulebook allows it, else mma.sync (and why not)
     wgmma_config, wgmma_why = (loop_rules.wgmma_default(k0, n1, dtype, tgt, b_along, c_along,
                                                         *written)
@@ -272,7 +283,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
                                              warps=loop.warps.m if loop.warps else None,
                                              tile_values=tile_values)
         except ValueError as err:
-            raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
+            at = loop.blocks.loc if loop.tile is None and tile is not None else loop.loc
+            raise KgenError(at, f"loop '{loop.name}': {err}") from None
     if loop.warps is not None and loop.warps.m != config.warps:
         raise KgenError(loop.warps.loc, f"loop '{loop.name}': {config.tile_m} rows take "
                         f"{config.warps} warps ({config.warp_rows} rows each)")
@@ -303,10 +315,13 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
                             f"update '{stmt.name}'")
 
     body_section = body.section()
-    bounds = loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries))
+    bounds = (loop_bounds.listed(body_section, loop.blocks, config.tile_m, config.block)
+              if loop.blocks is not None else
+              loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries)))
     query_heads = a.heads
     params, fields = _params(kernel, query_heads)
     params, fields, packed = packed_program.run(kernel, rows_dim, loop.dim, params, fields)
+    params, fields = _block_params(kernel, a, params, fields)
     batch, heads, kv = _roles(kernel, query_heads)
     smem = c_tile.offset + c_tile.bytes
     assert smem == loop_rules.smem_bytes(config, k0, n1, dtype)
@@ -334,6 +349,40 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
             for v in body_section.values))),
         division=pp.Choice(*loop_rules.loop_division(any(
             loop_rules.shared_divisor(body_section, v) for v in body_section.values))))
+
+
+def _block_params(kernel: ir.Kernel, a: ir.Param, params: tuple[pp.ProgramParam, ...],
+                  fields: tuple[pp.ProgramField, ...]
+                  ) -> tuple[tuple[pp.ProgramParam, ...], tuple[pp.ProgramField, ...]]:
+    """A block mask's lists as parameters: per pair, the counts (int32 [B, H, row tiles]) and
+    the indices (int32 [B, H, row tiles, blocks]), batched and headed as the rows' operand `a`
+    (one of 1 at run time: shared, stride 0), placed before the first scalar; members (after
+    the others): the pointer, the stride between tiles of rows (indices), between heads and
+    between batches."""
+    blocks = kernel.loop.blocks
+    if blocks is None:
+        return params, fields
+    added, extra = [], []
+    for name, kind, shape in zip(blocks.names, ("block_counts", "block_indices") * 2,
+                                 (("row tiles",), ("row tiles", "blocks")) * 2):
+        added.append(pp.ProgramParam(
+            name=name, kind=kind, dtype=None, role=ir.Role.IN, shape=shape,
+            layout=ir.Layout.ROW, batched=a.batch is not None, headed=a.heads is not None,
+            kv=False))
+        extra.append(pp.ProgramField(name, "ptr", name))
+        if kind == "block_indices":
+            extra.append(pp.ProgramField(f"{name}_ld", "i64", name))
+        extra += [pp.ProgramField(f"{name}_bs", "i64", name),
+                  pp.ProgramField(f"{name}_hs", "i64", name)]
+    names = [f.name for f in fields]
+    for f in extra:
+        if f.name in names:
+            raise KgenError(blocks.loc, f"the block mask's member '{f.name}' collides with a "
+                            "member kgen adds to the params struct; rename the list")
+        names.append(f.name)
+    # before the scalars (a torch op's schema takes the tensors before arguments with defaults)
+    at = next((i for i, p in enumerate(params) if p.kind == "scalar"), len(params))
+    return params[:at] + tuple(added) + params[at:], tuple(fields) + tuple(extra)
 
 
 def _loop_gemms(g0: ir.Gemm, g1: ir.Gemm, k0: int, n1: int, block: int, b_along: bool,

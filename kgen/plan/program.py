@@ -311,6 +311,27 @@ class EqualBound:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockList:
+    """A block mask (`blocks MxN by COUNTS, INDICES[, full ...]`, ir.BlockMask): per (batch,
+    head, tile of rows) the blocks the tile visits, read by the kernel at run time: first the
+    `counts[tile]` partial blocks `indices[tile][0..]`, where the body runs as written, then the
+    `full_counts[tile]` full blocks `full_indices[tile][0..]`, where every mask in `masks` (a
+    body value where(P, e, -inf)) reads its `e` (`interior` true). Counts are clamped to
+    [0, blocks], each index to [0, blocks - 1] (never read out of bounds)."""
+
+    counts: str
+    indices: str
+    full_counts: str | None
+    full_indices: str | None
+    masks: tuple[int, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        full = (self.full_counts, self.full_indices) if self.full_counts is not None else ()
+        return (self.counts, self.indices, *full)
+
+
+@dataclass(frozen=True, slots=True)
 class LoopBounds:
     """Which blocks of the loop a tile of rows visits and which of them lie inside the mask.
 
@@ -323,10 +344,12 @@ class LoopBounds:
     fold: tuple[int, ...]  # body values (predicates) true in a block inside every bound
     why: str
     equalities: tuple[EqualBound, ...] = ()  # scanned at run time, per tile of rows
+    # a block mask: the blocks listed at run time (bounds and equalities then empty)
+    listed: BlockList | None = None
 
     @property
     def skips(self) -> bool:
-        return bool(self.bounds or self.equalities)
+        return bool(self.bounds or self.equalities or self.listed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from ..enums import DType, Layout, Role
 from ..errors import ArgumentError, KgenRuntimeError
 from ..plan.loop_dag import ORDER_FIELD, LoopDagPlan
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
-from . import packed
+from . import blocks, packed
 from .launch import BoundArguments
 from .tensors import DeviceArray, as_device_array
 
@@ -65,6 +65,10 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             packed.offsets_array(p, array, batch_dims)
             arrays[p.name] = array
             continue
+        if p.kind in blocks.KINDS:  # a block mask's lists (kgen/runtime/blocks.py)
+            blocks.block_array(p, array)
+            arrays[p.name] = array
+            continue
         if array.dtype is not p.dtype:
             raise ArgumentError(f"{p.name} must be {p.dtype.dsl_name}, got "
                                 f"{array.describe_dtype()}")
@@ -109,6 +113,8 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
                 raise KgenRuntimeError(
                     f"{plan.name}: {tile.param} is streamed along {plan.loop_dim} in 16-byte "
                     f"chunks, so {plan.loop_dim} must be a multiple of 8 (it is {loop_len})")
+    if isinstance(plan, LoopPlan) and plan.bounds.listed is not None:
+        blocks.extents(plan, arrays, batch_dims, rows, loop_len)
     values = []
     for f in plan.fields:
         if f.param is None:
@@ -125,6 +131,9 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             if value is None:
                 raise ArgumentError(f"{plan.name}: missing scalar {p.name!r}")
             values.append(_u64_bits(p.name, value) if p.dtype is DType.U64 else float(value))
+            continue
+        if p.kind in blocks.KINDS:
+            values.append(blocks.member(p, arrays[p.name], f.name))
             continue
         if p.packed and f.name != p.name:  # a stride along packed sequences
             strides = (_contiguous(shapes[p.name]) if p.name in shapes

@@ -50,6 +50,8 @@ class CValue:
     name: str
     expr: str
     folded: bool = False  # a mask's predicate: 1 in a block inside the mask (`interior`)
+    # a mask where(P, e, -inf) on a block mask's full block (`interior`): this, e's reference
+    unmasked: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +156,15 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                exp_of_difference: str | None = None,
                sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False,
                tiles: dict[str, str] | None = None,
-               reciprocal: bool = False) -> list[CStatement]:
+               reciprocal: bool = False, unmask: tuple[int, ...] = ()) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
     exp(a - b) on a and b, where a skeleton computes it in one piece (the difference stays a
     value of its own for other readers); `sizes`: what reads the rows and the loop's length;
     `staged`, `tiles`: see _reference; `reciprocal`: a TILE value divided by a ROW or UNIFORM
-    one as a times b's reciprocal (plan.division)."""
+    one as a times b's reciprocal (plan.division); `unmask`: the masks where(P, e, -inf) that
+    read e on a block mask's full block (plan.bounds.listed.masks)."""
     refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
     fused = (_fused_differences(section, fold) if exp_of_difference is not None
              else frozenset())
@@ -170,7 +173,7 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
             out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "",
-                         reciprocal)
+                         reciprocal, unmask)
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
@@ -209,7 +212,8 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[
 
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
           fold: tuple[int, ...] = (), ops=OP_CPP, fused: frozenset[int] = frozenset(),
-          exp_of_difference: str = "", reciprocal: bool = False) -> list[CStatement]:
+          exp_of_difference: str = "", reciprocal: bool = False,
+          unmask: tuple[int, ...] = ()) -> list[CStatement]:
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
@@ -221,7 +225,8 @@ def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
             continue
         kind = value.rank.value
         item = CValue(f"v{index}", _expression(value, refs, ops, section, fused,
-                                               exp_of_difference, reciprocal), index in fold)
+                                               exp_of_difference, reciprocal), index in fold,
+                      refs[value.kind.args[1]] if index in unmask else "")
         if runs and runs[-1].kind == kind:
             runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
         else:
@@ -256,6 +261,12 @@ _SIZES = {"rows": "rows per (batch, head)", "loop_len": "the loop's length",
           "batches": "batches (grid.z)"}
 
 
+# A block mask's lists (plan.bounds.listed), by parameter kind: their pointers' comments
+BLOCK_LISTS = {"block_counts": "a block mask's counts (int32, [batches, heads, row tiles])",
+               "block_indices": "a block mask's block indices (int32, [batches, heads, row "
+                                "tiles, blocks])"}
+
+
 def _fields(plan: pp.ProgramPlan) -> list[dict]:
     """The params struct's members (C++ type, name, comment), for common/params_struct.inc.j2:
     the struct the gemms' .cu and .h share, under the same guard."""
@@ -267,6 +278,13 @@ def _fields(plan: pp.ProgramPlan) -> list[dict]:
         elif f.ctype == "ptr" and plan.param(f.param).kind == "offsets":
             out.append(dict(ctype="const int*", name=f.name,
                             comment="offsets of the packed sequences (int32, batches + 1)"))
+        elif f.ctype == "ptr" and plan.param(f.param).kind in BLOCK_LISTS:
+            out.append(dict(ctype="const int*", name=f.name,
+                            comment=BLOCK_LISTS[plan.param(f.param).kind]))
+        elif f.param is not None and plan.param(f.param).kind in BLOCK_LISTS:
+            stride = {"_ld": "tiles of rows apart", **_STRIDES}[f.name[len(f.param):]]
+            out.append(dict(ctype=CTYPES[f.ctype], name=f.name,
+                            comment=f"{f.param}'s stride in elements: {stride}"))
         elif f.ctype == "ptr":
             p = plan.param(f.param)
             const = "" if p.role.value == "out" else "const "
@@ -363,6 +381,12 @@ def body_ops(plan: pp.LoopPlan, ops: dict) -> dict:
     return {**ops, Op.TANH: "tanh_approx({0})"} if approx_tanh(plan) else ops
 
 
+def unmasked(plan: pp.LoopPlan) -> tuple[int, ...]:
+    """The masks that read their kept value on a block mask's full block (none without)."""
+    listed = plan.bounds.listed
+    return listed.masks if listed is not None else ()
+
+
 def approx_tanh(plan: pp.LoopPlan) -> bool:
     return plan.tanh.value == pp.TANH_APPROX
 
@@ -380,7 +404,7 @@ def uses_random(plan: pp.ProgramPlan) -> bool:
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold,
                       ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE,
-                      reciprocal=reciprocal_division(plan))
+                      reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE)
     return render(
@@ -388,7 +412,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, tail=tail,
         aligned=_aligned(plan), loop_chunks=_loop_chunks(plan),
-        element=plan.dtype.cpp, bounds=_bounds(plan),
+        element=plan.dtype.cpp, bounds=_bounds(plan), listed=plan.bounds.listed,
         mma_ab=plan.dtype.dsl_name,
         carries=[(name, literal(init)) for name, init in plan.carries],
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],

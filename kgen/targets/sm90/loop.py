@@ -12,7 +12,7 @@ from ..common.arch_guard import guard_for
 from ..common.epilogue_cpp import OP_CPP
 from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
                            _params_guard, approx_tanh, body_ops, literal,
-                           reciprocal_division, statements, uses_random)
+                           reciprocal_division, statements, unmasked, uses_random)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
 
@@ -30,7 +30,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     # the staged tile's pairs at the thread's elements (the template's load_staged)
     tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
-                      tiles=tiles, reciprocal=reciprocal_division(plan))
+                      tiles=tiles, reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
@@ -45,6 +45,7 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
         fields=_fields(plan), params_guard=_params_guard(plan), body=body, tail=tail,
         aligned=_aligned(plan), loop_chunks=_loop_chunks(plan), element=plan.dtype.cpp,
         mma_ab=plan.dtype.dsl_name, block=plan.block, n1=plan.gemm1.n, bounds=_bounds(plan),
+        listed=plan.bounds.listed,
         carries=[(name, literal(init)) for name, init in plan.carries],
         # what the consumers address directly: outputs, vectors and the tensors the statements
         # read at (row, col) (the copy engine reads the operands through their maps)

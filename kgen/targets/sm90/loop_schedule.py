@@ -144,6 +144,9 @@ def tile_order(bounds: pp.LoopBounds) -> pp.Choice:
     """The order of the grid's tiles of rows: longest first where a tile further down visits
     at least as many blocks as the one above it (an upper bound on col rising with the row, as
     in causal masks; no upper bound falling with it), else in order."""
+    if bounds.listed is not None:
+        return pp.Choice("in order", "a block mask's lists, read at run time, say how many "
+                                     "blocks each tile visits")
     rising = any(b.upper and b.slope == 1 for b in bounds.bounds)
     falling = any(b.upper and b.slope == -1 for b in bounds.bounds)
     if rising and not falling:
