@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass
 
 from ..enums import Arch, Dim, DType
+from . import StoragePlan
 from .program import (Choice, LoopBounds, LoopTensorMap, ProgramField, ProgramParam, Section,
                       SmemTile, FragmentLoad, WgmmaTile)
 
@@ -203,6 +204,12 @@ class LoopDagPlan:
     vectors_why: str = "no vector is read at col"
     # the sm_90a wgmma skeleton (the rulebook's choice, its why in `mma`), or None: mma.sync
     wgmma: DagWgmma | None = None
+    # the mma.sync skeleton's shared memory as kgen's storage planner placed it (phases,
+    # buffers, lifetimes: kgen/lower/loop_dag_storage.py; the tiles' offsets are its), and the
+    # staged tiles whose bytes another buffer used earlier in the block: a barrier before their
+    # writes. None on the wgmma skeleton (its own layout)
+    storage: StoragePlan | None = None
+    fenced: tuple[str, ...] = ()
 
     @property
     def threads(self) -> int:
