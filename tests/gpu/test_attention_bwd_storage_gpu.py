@@ -87,3 +87,23 @@ def test_the_seed_configuration_matches_float64_autograd(causal, shape):
 def test_one_slot_at_head_dim_128(mask, shape):
     text = kernel_text(128, mask, "bf16", "sm_80", "128x32  stages 1")
     run(text, 128, *shape, "bf16", mask)
+
+
+@pytest.mark.parametrize("sizes", [{"B": 1, "H": 2, "S": 1000, "T": 777},
+                                   {"B": 2, "H": 3, "S": 17, "T": 4097}],
+                         ids=["s1000-t777", "s17-t4097"])
+def test_kgen_run_of_the_example_checks(sizes):
+    """`kgen run examples/attention_bwd_storage.kg` through the harness
+    (kgen/harness/attention_bwd.py): every output against the float64 reference."""
+    import json
+
+    from kgen.api import build_file
+    from kgen.harness.run import run as harness_run
+    from kgen.runtime.device import gpu_available
+
+    if not gpu_available():
+        pytest.skip("no CUDA GPU")
+    built = build_file(EXAMPLE)
+    report = harness_run(built.kernel, built.plan, built.source, sizes, check=True)
+    assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
+    assert {c.name for c in report.checks} == {"dQ", "dK", "dV"}
