@@ -13,7 +13,7 @@ from kgen import cli_outputs
 from kgen.cli import cli
 from kgen.errors import KgenError, SourceLoc
 
-from tests.kernels import GEMM_TEXT
+from tests.kernels import GEMM_TEXT, SM80_ONLY
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.kg"))
 
@@ -210,11 +210,6 @@ def test_parse_assignments():
 
 
 # -- the real pipeline on the examples -----------------------------------------------------
-
-
-# Tile programs that write an sm_80 configuration sm_90a's rules refuse, and the refusal
-SM80_ONLY = {"attention_bwd_storage.kg": "needs about 256 registers per thread (at most 248 on "
-                                         "sm_90a"}
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
