@@ -104,12 +104,42 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
                             g.n, g.k], "stages": plan.stages, "instruction": plan.mma.value,
                    "n8_tiles_per_warp": g.n8_tiles} for g in plan.gemms],
         "zeroed": list(plan.zeroed),
-        "phases": list(PHASES),
+        "phases": list(plan.storage.phases if plan.storage is not None else PHASES),
         "buffers": ([_wgmma_tile(t, roles[t.name]) for t in plan.wgmma.tiles]
-                    if plan.wgmma is not None else
-                    [_tile(t, roles[t.name]) for t in plan.tiles]),
+                    if plan.wgmma is not None else _planned(plan, roles)),
+        "smem_peak": plan.storage.peak_bytes if plan.storage is not None else None,
+        "unions": _unions(plan.storage) if plan.storage is not None else [],
+        "fenced": list(plan.fenced),
         "epilogue": _lines(plan.epilogue),
     }
+
+
+def _planned(plan: ld.LoopDagPlan, roles: dict[str, str]) -> list[dict[str, Any]]:
+    """The mma.sync skeleton's buffers as kgen's storage planner placed them: the tiles (the
+    keys of _tile) and the vectors staged per block, with their lifetimes over the phases."""
+    storage = plan.storage
+    tiles = {t.name: t for t in plan.tiles}
+    out = []
+    for b in storage.buffers:
+        t = tiles.get(b.name)
+        row = (_tile(t, roles[t.name]) if t is not None else
+               {"name": b.name, "param": b.name.removeprefix("vec_"), "role": b.role, "rows": 1,
+                "cols": plan.block, "slots": plan.stages, "dtype": "f32", "swizzle": "",
+                "rows_along_loop": True})
+        row.update(offset=b.offset, bytes=b.bytes, align=b.align, live=list(b.live),
+                   live_phases=[storage.phases[b.live[0]], storage.phases[b.live[1]]],
+                   live_ranges=[list(r) for r in b.live_ranges], lifetime=b.role)
+        out.append(row)
+    return out
+
+
+def _unions(storage) -> list[dict[str, Any]]:
+    """The buffers that share bytes (never live in the same phase): the unions the planner
+    found."""
+    return [{"buffers": [x.name, y.name], "bytes": [max(x.offset, y.offset), min(x.end, y.end)],
+             "live": [storage.live_text(x), storage.live_text(y)]}
+            for i, x in enumerate(storage.buffers) for y in storage.buffers[i + 1:]
+            if x.shares_bytes(y)]
 
 
 def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
@@ -170,6 +200,23 @@ def print_summary(console, s: dict) -> None:
     tiles.add_section()
     tiles.add_row("total", "", "", "", f"{s['smem_bytes']:,}", "", f"limit {s['smem_limit']:,}")
     console.print(tiles)
+    if s.get("smem_peak") is not None:  # placed by the storage planner: its phases and unions
+        from .report import storage_chart
+
+        console.print("storage over phases (\u2588\u2588 live, \u00b7 not): kgen's storage "
+                      f"planner, {s['smem_bytes']:,} B (at least {s['smem_peak']:,} B live in "
+                      "one phase)", style="bold")
+        for line in storage_chart(s):
+            console.print(line, markup=False, highlight=False)
+        for u in s["unions"]:
+            x, y = u["buffers"]
+            console.print(f"union: {x} ({u['live'][0]}) and {y} ({u['live'][1]}) share bytes "
+                          f"{u['bytes'][0]:,}..{u['bytes'][1]:,}"
+                          + ("; a barrier before the staged tile's writes"
+                             if x in s["fenced"] or y in s["fenced"] else ""))
+        if not s["unions"]:
+            console.print("unions: none (every buffer is live in the loop's every phase, or "
+                          "alone in its bytes)")
     console.print("body (per block):")
     for line in s["body"]:
         console.print(f"  {line}")

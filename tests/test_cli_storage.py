@@ -11,7 +11,7 @@ from kgen.cli import cli
 from kgen.report import storage_chart
 
 ROOT = Path(__file__).resolve().parent.parent
-ATTENTION = ROOT / "examples" / "attention_bwd_storage.kg"
+ATTENTION = ROOT / "examples" / "attention_bwd_seed_storage.kg"
 
 STORAGE_ONLY = """# A storage plan without a gemm.
 kernel plan_only {
@@ -35,7 +35,7 @@ def test_inspect_json_lists_every_buffer_with_its_lifetime():
     (k,) = json.loads(result.output)["kernels"]
     assert {"name", "arch", "smem_bytes", "smem_limit", "buffers"} <= set(k)
     assert (k["name"], k["arch"], k["smem_bytes"], k["smem_limit"]) == (
-        "attention_bwd_storage", "sm_80", 52480, 163 * 1024)
+        "attention_bwd_seed_storage", "sm_80", 52480, 163 * 1024)
     assert (k["smem_declared"], k["smem_packed"], k["smem_peak"]) == (52480, 51456, 51456)
     phases = k["phases"]
     assert phases[0] == "qk.mainloop" and phases[-1] == "tail" and len(phases) == 14

@@ -14,6 +14,7 @@ block add nothing (`_zero_on_masked`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .. import ir
 from ..errors import KgenError
@@ -22,7 +23,7 @@ from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import loop_rules, target
-from . import loop_bounds
+from . import loop_bounds, loop_dag_storage
 from .program import _params, _roles, _Section, _store, smem_tile
 
 
@@ -129,7 +130,9 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     if any(w is not None for w in written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
-    # Shared memory: resident tiles, then the ring, then the staged values
+    # Shared memory: resident tiles, then the ring, then the staged values, end to end (the
+    # wgmma skeleton lays out its own; the mma.sync skeleton's are placed by the storage
+    # planner below, kgen/lower/loop_dag_storage.py)
     tiles: dict[str, pp.SmemTile] = {}
     offset = 0
     for name in resident:
@@ -217,6 +220,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it stores "
                             "the accumulators")
 
+    storage_plan, fenced = None, ()
+    if wgmma_refused is not None:  # the mma.sync skeleton: the storage planner's offsets
+        storage_plan, fenced = loop_dag_storage.plan(
+            tuple(tiles.values()), tuple(ring.values()), tuple(staged), vectors, tuple(gemms),
+            body_section, config.stages, config.block, tgt)
+        at = {b.name: b.offset for b in storage_plan.buffers}
+        tiles = {k: replace(t, offset=at[t.name]) for k, t in tiles.items()}
+        ring = {k: replace(t, offset=at[t.name]) for k, t in ring.items()}
+        staged = [replace(t, offset=at[t.name]) for t in staged]
+        offset = storage_plan.total_bytes
     bounds = _bounds(body_section, gemms)
     if wgmma_refused is None and bounds.fold:
         # the wgmma skeleton evaluates the mask's predicates in every block (as verified on a
@@ -271,7 +284,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         vectors=() if wgmma else vectors,
         vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
-        wgmma=wgmma, gqa=gqa, deterministic=deterministic)
+        wgmma=wgmma, gqa=gqa, deterministic=deterministic, storage=storage_plan,
+        fenced=fenced)
 
 
 def _check_gqa(kernel: ir.Kernel, body: pp.Section, tail: pp.Section) -> None:

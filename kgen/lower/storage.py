@@ -501,3 +501,14 @@ def _arena_align(buffers) -> int:
 def _total(buffers) -> int:
     """The arena's size: the end of the last buffer, rounded up as C rounds a struct's size."""
     return _up(_end(buffers), _arena_align(buffers))
+
+
+def planned(phases: list[str], requests: list[Request], tgt: Target) -> StoragePlan:
+    """A skeleton's own buffers placed by the packer over its own phases (a tile program's:
+    kgen/lower/loop_dag_storage.py), no declaration. Its rules size it within the target's
+    limit (a layout is never larger than its buffers end to end)."""
+    buffers = pack(requests, phases=len(phases))
+    total = _total(buffers)
+    assert total <= tgt.smem_limit, (total, tgt.smem_limit)
+    return StoragePlan(tuple(phases), buffers, total, tgt.smem_limit,
+                       peak_bytes=peak_bytes(requests, len(phases)))

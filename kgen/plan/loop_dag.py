@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass
 
 from ..enums import Arch, Dim, DType
+from . import StoragePlan
 from .program import (Choice, LoopBounds, LoopTensorMap, ProgramField, ProgramParam, Section,
                       SmemTile, FragmentLoad, WgmmaTile)
 
@@ -217,6 +218,12 @@ class LoopDagPlan:
     # adds a block after the CTA of tile j - 1 did, where that one visits the block (the same
     # bounds); None: in whatever order they come
     deterministic: Choice | None = None
+    # the mma.sync skeleton's shared memory as kgen's storage planner placed it (phases,
+    # buffers, lifetimes: kgen/lower/loop_dag_storage.py; the tiles' offsets are its), and the
+    # staged tiles whose bytes another buffer used earlier in the block: a barrier before their
+    # writes. None on the wgmma skeleton (its own layout)
+    storage: StoragePlan | None = None
+    fenced: tuple[str, ...] = ()
 
     @property
     def adders(self) -> int:

@@ -120,24 +120,50 @@ struct attention_bwd_params {
 #endif  // KGEN_ATTENTION_BWD_PARAMS_DEFINED
 
 // ============================================================================================
-// Shared storage: byte offsets planned by kgen (see `kgen inspect`)
+// Shared storage: each buffer at the byte offset kgen's storage planner gave it
+// (kgen/lower/loop_dag_storage.py: phases prologue, loads, st, dv, dpt, dk, dq, epilogue); buffers
+// that share bytes are never live in the same phase (`kgen inspect` shows the unions)
 // ============================================================================================
 namespace attention_bwd_cfg {
 struct alignas(128) SharedStorage {
-  Element k_res[1][k_k_res_elems];  // at 0, 32768 B
-  Element v_res[1][k_v_res_elems];  // at 32768, 32768 B
-  Element q_ring[2][k_q_ring_elems];  // at 65536, 16384 B
-  Element do_ring[2][k_do_ring_elems];  // at 81920, 16384 B
-  Element t0_smem[1][k_t0_smem_elems];  // at 98304, 8192 B
-  float vec_lse[kStages][kBlock];  // lse at the block's positions
-  float vec_D[kStages][kBlock];  // D at the block's positions
+  union {
+    unsigned char bytes[kSmemBytes];
+    struct {  // k_res: 32768 B, live prologue..dq
+      Element k_res[1][k_k_res_elems];
+    };
+    struct {  // v_res: 32768 B, live prologue..dq
+      unsigned char offset_pad1[32768];
+      Element v_res[1][k_v_res_elems];
+    };
+    struct {  // q_ring: 16384 B, live prologue..dq
+      unsigned char offset_pad2[65536];
+      Element q_ring[2][k_q_ring_elems];
+    };
+    struct {  // do_ring: 16384 B, live prologue..dq
+      unsigned char offset_pad3[81920];
+      Element do_ring[2][k_do_ring_elems];
+    };
+    struct {  // t0_smem: 8192 B, live dk..dq
+      unsigned char offset_pad4[98304];
+      Element t0_smem[1][k_t0_smem_elems];
+    };
+    struct {  // vec_lse: 256 B, live prologue..dq
+      unsigned char offset_pad5[106496];
+      float vec_lse[kStages][kBlock];  // at the block's positions
+    };
+    struct {  // vec_D: 256 B, live prologue..dq
+      unsigned char offset_pad6[106752];
+      float vec_D[kStages][kBlock];  // at the block's positions
+    };
+  };
 };
-static_assert(sizeof(SharedStorage::k_res) == 32768, "k_res as planned");
-static_assert(sizeof(SharedStorage::v_res) == 32768, "v_res as planned");
-static_assert(sizeof(SharedStorage::q_ring) == 16384, "q_ring as planned");
-static_assert(sizeof(SharedStorage::do_ring) == 16384, "do_ring as planned");
-static_assert(sizeof(SharedStorage::t0_smem) == 8192, "t0_smem as planned");
-// the members follow each other (their sizes are 128-byte multiples): their offsets as planned
+static_assert(__builtin_offsetof(SharedStorage, k_res) == 0 && sizeof(SharedStorage::k_res) == 32768, "k_res as planned");
+static_assert(__builtin_offsetof(SharedStorage, v_res) == 32768 && sizeof(SharedStorage::v_res) == 32768, "v_res as planned");
+static_assert(__builtin_offsetof(SharedStorage, q_ring) == 65536 && sizeof(SharedStorage::q_ring) == 16384, "q_ring as planned");
+static_assert(__builtin_offsetof(SharedStorage, do_ring) == 81920 && sizeof(SharedStorage::do_ring) == 16384, "do_ring as planned");
+static_assert(__builtin_offsetof(SharedStorage, t0_smem) == 98304 && sizeof(SharedStorage::t0_smem) == 8192, "t0_smem as planned");
+static_assert(__builtin_offsetof(SharedStorage, vec_lse) == 106496 && sizeof(SharedStorage::vec_lse) == 256, "vec_lse as planned");
+static_assert(__builtin_offsetof(SharedStorage, vec_D) == 106752 && sizeof(SharedStorage::vec_D) == 256, "vec_D as planned");
 static_assert(sizeof(SharedStorage) == kSmemBytes, "the storage as planned");
 }  // namespace attention_bwd_cfg
 // ============================================================================================

@@ -91,7 +91,7 @@ def test_a_chain_names_each_gemms_lines_and_the_ping_pong_chain():
     ("gemm.kg", ir.Arch.SM90A),  # written lines on the fastest path
     ("b2b_gemm_rf_pingpong_sm90a.kg", ir.Arch.SM90A),
     ("splitk_reductions.kg", ir.Arch.SM80),  # no faster path on sm_80
-    ("attention_bwd_storage.kg", ir.Arch.SM90A),  # slow for its storage block, not a line
+    ("attention_bwd_seed_storage.kg", ir.Arch.SM90A),  # slow for its storage block, not a line
 ])
 def test_no_warning_without_a_faster_path_a_line_takes_away(name, arch):
     assert slow_path(example(name), arch) is None

@@ -64,7 +64,7 @@ from kgen.parse import parse, parse_file  # noqa: E402
 from kgen.verify import verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-ATTENTION = ROOT / "examples" / "attention_bwd_storage.kg"
+ATTENTION = ROOT / "examples" / "attention_bwd_seed_storage.kg"
 SEED_PROLOGUE_BYTES = 52480  # sizeof(SharedStoragePrologue), 64x64 blocks, kMaxK 64, f16, sm_80
 SEED_NO_PROLOGUE_BYTES = 27904  # sizeof(SharedStorageNoPrologue), same sizes
 

@@ -138,4 +138,35 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         accumulators=[plan.gemm(name) for name in plan.accumulators],
         vectors=[plan.param(name) for name in plan.vectors], order_field=ld.ORDER_FIELD,
         grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
-        order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic else None))
+        order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
+               else None),
+        storage=plan.storage, storage_buffers=_storage_buffers(plan))
+
+
+@dataclass(frozen=True, slots=True)
+class CBuffer:
+    """A member of the emitted SharedStorage at `offset`: a tile's `slots` (`tile`), else a
+    vector staged per block ([stages][block] floats)."""
+
+    name: str
+    tile: bool
+    slots: int
+    offset: int
+    bytes: int
+    live: str  # the phases it is live in, by name
+
+
+def _storage_buffers(plan: ld.LoopDagPlan) -> list[CBuffer]:
+    """The planned buffers as the template declares them (tiles by name, the staged vectors
+    as `vec_<param>`: [stages][block] floats), by offset."""
+    tiles = {t.name: t for t in plan.tiles}
+    out = []
+    for b in plan.storage.buffers:
+        t = tiles.get(b.name)
+        if t is not None:
+            out.append(CBuffer(b.name, True, t.slots, b.offset, b.bytes,
+                               plan.storage.live_text(b)))
+        else:
+            out.append(CBuffer(b.name, False, plan.stages, b.offset, b.bytes,
+                               plan.storage.live_text(b)))
+    return sorted(out, key=lambda c: (c.offset, c.name))
