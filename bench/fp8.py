@@ -6,13 +6,15 @@ inputs rotated past L2). Each kgen kernel is first checked against a float64 ref
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
-        [--variants] [--shapes 4096x4096x4096,...] [--blockwise] [--fp8-out]
+        [--variants] [--shapes 4096x4096x4096,...] [--blockwise [--overlap]] [--fp8-out]
 
 --blockwise: examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
 scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
---llama the Llama-class shapes too).
+--llama the Llama-class shapes too); --overlap (or --variants) adds the promotion overlap's plan
+options (the consumers' turns, the early slot release: OVERLAP_VARIANTS).
 --fp8-out: examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
-and amax) beside the bare kernel, at the Llama-class shapes.
+and amax) beside the bare kernel and the same kernel without amax (the reduction's cost), at the
+Llama-class shapes.
 
 The kernels are examples/gemm_fp8_tensorwise.kg and examples/gemm_fp8_rowwise.kg as they are
 (the builder's schedule), plus, with --variants, a few written schedules of the same kernel: the
@@ -166,6 +168,33 @@ BLOCK_VARIANTS = (("cooperative 128x128x128 s6", None, (128, 128, 128), 6, None)
             ("pingpong 64x128x128 s8", "pingpong", (64, 128, 128), 8, None))
 
 
+# The promotion overlap's plan options (warp_specialized.with_promotion_overlap), timed with
+# --variants beside the rulebook's plan: (label, written schedule or None for the builder's,
+# turns, early release)
+OVERLAP_VARIANTS = (
+    ("builder + turns", None, True, False),
+    ("builder + early release", None, False, True),
+    ("builder + turns + early release", None, True, True),
+    ("cooperative 128x128x128 s6 + turns + early release", (None, (128, 128, 128), 6), True,
+     True),
+)
+
+
+def overlap_variant(kernel, schedule, turns, early):
+    """The block-wise kernel (on a written schedule, or the builder's) built with its promotion
+    overlap set: the plan option, re-emitted."""
+    import dataclasses
+
+    from kgen.api import build
+    from kgen.emit import emit
+    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+
+    built = build(block_variant(kernel, *schedule) if schedule else kernel)
+    plan = with_promotion_overlap(built.plan, turns, early)
+    return dataclasses.replace(built, plan=plan, source=emit(
+        plan, source_name="gemm_fp8_blockwise.kg", source_hash="overlap", command="bench/fp8.py"))
+
+
 def block_variant(kernel, kind, tile, stages, cluster=None):
     import dataclasses
 
@@ -178,7 +207,7 @@ def block_variant(kernel, kind, tile, stages, cluster=None):
                                schedule=ir.Schedule.from_name(kind) if kind else None)
 
 
-def blockwise_rows(torch, shapes, stream, l2, variants=False):
+def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False):
     from kgen.api import build, build_file, load_built
     from kgen.parse import parse_file
 
@@ -187,8 +216,11 @@ def blockwise_rows(torch, shapes, stream, l2, variants=False):
     rows = []
     built = {name: build_file(ROOT / "examples" / f"gemm_fp8_{name}.kg")
              for name in ("blockwise", "tensorwise")}
-    if variants:
+    if variants or overlap:
         kernel = parse_file(ROOT / "examples" / "gemm_fp8_blockwise.kg").kernels[0]
+        for label, schedule, turns, early in OVERLAP_VARIANTS:
+            built[label] = overlap_variant(kernel, schedule, turns, early)
+    if variants:
         for label, *schedule in BLOCK_VARIANTS:
             built[label] = build(block_variant(kernel, *schedule))
     started = time.perf_counter()
@@ -306,12 +338,23 @@ def out_check(torch, s, scale_out, rows):
     return ((got - want).abs() / bound).max().item(), abs(s["amax"].item() - amax_ref) / amax_ref
 
 
+def without_amax(text: str) -> str:
+    """The FP8-out example without its amax (the reduction's cost is the difference)."""
+    for line in ("      amax = reduce_absmax(d)\n", "  scalar amax : f32 out\n"):
+        assert line in text, line
+        text = text.replace(line, "")
+    return text
+
+
 def fp8_out_rows(torch, shapes, stream, l2):
-    from kgen.api import build_file, load_built
+    from kgen.api import build, build_file, load_built
     from kgen.harness.timing import rotation_count, time_kernel
+    from kgen.parse import parse
 
     built = {name: build_file(ROOT / "examples" / f"gemm_fp8_{name}.kg")
              for name in ("out_amax", "tensorwise")}
+    text = without_amax((ROOT / "examples" / "gemm_fp8_out_amax.kg").read_text())
+    built["out"] = build(parse(text, "gemm_fp8_out.kg").kernels[0], source_name="gemm_fp8_out.kg")
     started = time.perf_counter()
     compiled = {name: load_built(b) for name, b in built.items()}
     plan = built["out_amax"].plan
@@ -344,19 +387,26 @@ def fp8_out_rows(torch, shapes, stream, l2):
         bound_bare = [bare.bind(A=s["A"], B=s["B"], D=s["D"], sa=1.0, sb=1.0) for s in sets]
         t_out = timed(lambda i: out.launch(bound_out[i % count], stream))
         t_bare = timed(lambda i: bare.launch(bound_bare[i % count], stream))
+        plain = compiled["out"]  # Y alone: the amax's cost is t_out - t_plain
+        bound_plain = [plain.bind(A=s["A"], B=s["B"], Y=s["Y"], sa=s["sa"], sb=s["sb"],
+                                  scale_out=scale_out) for s in sets]
+        t_plain = timed(lambda i: plain.launch(bound_plain[i % count], stream))
         t_torch = timed(lambda i: torch_unfused(torch, sets[i % count], scale_out))
         row = dict(figure="fp8-out amax", shape=[m, n, k], ms=t_out, bare_ms=t_bare,
+                   no_amax_ms=t_plain, no_amax_x_bare=t_plain / t_bare,
                    x_bare=t_out / t_bare, torch_unfused_ms=t_torch, vs_torch=t_torch / t_out,
                    y_err_over_bound=y_err, amax_rel_err=amax_err, saturated=saturated)
         rows.append(row)
         print(f"{m}x{n}x{k}: FP8-out + amax {t_out:.4f} ms ({flops / t_out / 1e9:.0f} TFLOP/s), "
-              f"bare {t_bare:.4f} ms: {row['x_bare']:.3f}x the bare time; unfused torch "
+              f"bare {t_bare:.4f} ms: {row['x_bare']:.3f}x the bare time (without amax "
+              f"{t_plain:.4f} ms, {t_plain / t_bare:.3f}x); unfused torch "
               f"{t_torch:.4f} ms ({row['vs_torch']:.2f}x); Y error {y_err:.2f} of its bound, "
               f"amax err {amax_err:.1e}, {100 * saturated:.2f}% saturated", flush=True)
     ratios = [r["x_bare"] for r in rows]
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    plain = [r["no_amax_x_bare"] for r in rows]
     print(f"FP8-out + amax: geometric mean {geo:.3f}x the bare kernel's time, highest "
-          f"{max(ratios):.3f}x")
+          f"{max(ratios):.3f}x; without amax {math.exp(sum(map(math.log, plain)) / len(plain)):.3f}x")
     return rows
 
 
@@ -378,6 +428,9 @@ def main() -> int:
     parser.add_argument("--blockwise", action="store_true",
                         help="block scales (1x128 A, 128x128 B) beside kgen's tensor-wise kernel "
                         "and torch's block-wise scaled_mm, instead of the tables above")
+    parser.add_argument("--overlap", action="store_true",
+                        help="with --blockwise: the promotion overlap's plan options only "
+                        "(--variants times them and the written schedules)")
     parser.add_argument("--fp8-out", action="store_true",
                         help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
                         "at the Llama-class shapes (--quick: 4096^3 only)")
@@ -402,7 +455,7 @@ def main() -> int:
     if opts.blockwise:
         chosen = shapes if opts.shapes else [BLOCK_SHAPE] + (list(LLAMA) if opts.llama else [])
         rows = blockwise_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2,
-                              variants=opts.variants)
+                              variants=opts.variants, overlap=opts.overlap)
         if opts.json:
             Path(opts.json).write_text(json.dumps(rows, indent=1))
         return 0

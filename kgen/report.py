@@ -34,7 +34,7 @@ def output_paths(plan) -> list[dict[str, str]]:
         return []
     g = plan.gemms[-1]
     store = plan.schedule.gemm(g.name).output.path
-    packed = g.epilogue.packed_store
+    packed = g.epilogue.staged_store
     out = []
     for e in g.epilogue.effects:
         if not isinstance(e, StoreEffect):
@@ -48,7 +48,8 @@ def output_paths(plan) -> list[dict[str, str]]:
                    f"({e.dtype.nbytes}-byte stores, one column apart, M-contiguous)")
         elif store is StorePath.TMA and packed is not None and packed.param == e.param:
             how = ("staged in shared memory (128-byte swizzle), stored by the copy engine in "
-                   "64x64 boxes")
+                   + ("64x64 boxes" if e.dtype.nbytes == 2 else
+                      "64x128 boxes (128-byte rows of 8-bit values), written as byte pairs"))
         elif store is StorePath.WIDE and packed is not None and packed.param == e.param:
             how = "16-byte chunks: a quad's four column pairs, gathered by shuffles"
         else:
@@ -61,9 +62,16 @@ def output_paths(plan) -> list[dict[str, str]]:
                   else "none (no narrow entry point)")
         out.append({"param": e.param, "layout": e.layout.value, "fast": how,
                     "narrow": narrow})
+    from .targets.sm90.consumer_epilogue import walk_reduced
+
+    walk = walk_reduced(plan, g)
     for r in g.epilogue.reductions:
         mode = ("per-CTA partials to a workspace, combined in a fixed order by a second kernel"
                 if plan.deterministic else "per-CTA partials merged with atomics")
+        fast = mode
+        if walk:
+            fast = ("each consumer thread's partial over the CTA's tiles, folded as the staging "
+                    "is written; one atomic per consumer warp at the walk's end")
         if plan.split_kernel is not None:
             mode = (f"in {plan.split_kernel}, after the split-K parts are summed: one block per "
                     "output tile reduces it in a fixed order, then "
@@ -72,7 +80,8 @@ def output_paths(plan) -> list[dict[str, str]]:
                        else "merges into the output with atomics"))
         over = {"row": "columns", "col": "rows"}.get(r.axis.value, "the tile")
         out.append({"param": r.target, "layout": f"{r.op.value} over {over}",
-                    "fast": mode, "narrow": mode if plan.narrow_kernel else ""})
+                    "fast": fast if plan.split_kernel is None else mode,
+                    "narrow": mode if plan.narrow_kernel else ""})
     return out
 
 

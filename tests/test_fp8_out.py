@@ -40,17 +40,113 @@ def test_the_reference_stores_y_and_amax():
     assert np.isclose(float(out["amax"].reshape(-1)[0]), np.abs(d).max(), rtol=1e-6)
 
 
-def test_the_kernel_stores_saturating_pairs_and_reduces_amax():
+def test_the_kernel_stages_the_fp8_output_and_folds_amax_per_warp():
+    """The fast entry point stages Y (saturated and scaled in registers) for the copy engine in
+    64x128 boxes of 128-byte rows and folds amax into each thread's partial over the CTA's
+    walk, one atomic per consumer warp at its end; the narrow entry point keeps the saturating
+    byte-pair stores and the per-tile reduction."""
     from kgen.api import build_file
     from kgen.plan import StorePath
 
     built = build_file(EXAMPLE)
     gs = built.plan.schedule.gemms[0]
-    assert gs.output.path is StorePath.PAIRS and built.plan.init_kernel == "gemm_fp8_out_amax_init"
+    assert gs.output.path is StorePath.TMA and "byte pairs" in gs.output.why
+    assert built.plan.init_kernel == "gemm_fp8_out_amax_init"
+    (y_map,) = [m for m in built.plan.schedule.tensor_maps if m.param == "Y"]
+    assert y_map.store and y_map.box == (128, 64)
     source = built.source
+    fast = source.split("// no copy engine: pair stores")[1].split("} else {", 1)[1]
+    assert "constexpr int kBoxesN = kTileN / 128;" in source
+    assert "st_shared_b16(box + staging_offset_bytes(r % 64 + 8 * h, c % 128), pair);" in fast
+    assert "const __nv_fp8x2_e4m3 packed = __nv_fp8x2_e4m3(make_float2(" in source
+    assert "return packed.__x;" in source
+    assert "float& red0_0, float& red0_1) {" in source  # the packed function's reduced values
+    assert "if (in) red0_walk = ReduceAbsMax::combine(red0_walk," in fast
+    assert "n0 + box * 128, m0 + row0 + i * 64);" in fast
+    assert "const bool whole_chunks = n0 + kTileN <= N || N % 16 == 0;" in fast
+    assert "float red0_walk = ReduceAbsMax::identity();" in source
+    assert "reduce_warp<ReduceAbsMax>(red0_walk, p.amax, lane);" in source
+    assert "reduce_all<" not in fast.split("tma_store_box(&maps.Y")[0]  # no per-tile barrier
+    # the narrow entry point: saturating byte pairs and the tile's reduction
     assert "store_pair<kNarrow>(p.Y + row * p.ld_Y + col, __nv_fp8x2_e4m3(make_float2(" in source
     assert "store_pair_bytes<kNarrow>(at, pair.__x, both);" in source
-    assert "absmax over the tile into amax" in source
+    assert "reduce_all<ReduceAbsMax, true>(red0_part, p.amax," in source
+    # the launch: Y's rows are 16-byte multiples for the copy engine (16 elements)
+    assert "the leading dimension of Y must be a multiple of 16 elements" in source
+
+
+def _built_text(text):
+    from kgen.api import build
+    from kgen.parse import parse
+
+    return build(parse(text, "f.kg").kernels[0], source_name="f.kg")
+
+
+def test_an_e5m2_output_stages_alike():
+    built = _built_text(EXAMPLE.read_text().replace("tensor Y : f8e4m3[M, N] row out",
+                                                    "tensor Y : f8e5m2[M, N] row out"))
+    from kgen.plan import StorePath
+
+    assert built.plan.schedule.gemms[0].output.path is StorePath.TMA
+    assert "const __nv_fp8x2_e5m2 packed = __nv_fp8x2_e5m2(make_float2(" in built.source
+
+
+def test_an_fp8_output_without_amax_stages_too():
+    text = EXAMPLE.read_text().replace("      amax = reduce_absmax(d)\n", "").replace(
+        "  scalar amax : f32 out\n", "")
+    built = _built_text(text)
+    from kgen.plan import StorePath
+
+    assert built.plan.schedule.gemms[0].output.path is StorePath.TMA
+    assert "red0" not in built.source and "float& red" not in built.source
+
+
+def test_a_tile_n_off_the_byte_box_keeps_pair_stores_and_says_why():
+    text = EXAMPLE.read_text().replace(
+        "  gemm mma0 = A @ B accumulate f32 {\n",
+        "  gemm mma0 = A @ B accumulate f32 {\n    tile 128x192x128  warps 2x4  stages 4\n")
+    built = _built_text(text)
+    from kgen.plan import StorePath
+
+    out = built.plan.schedule.gemms[0].output
+    assert out.path is StorePath.PAIRS and "128-column box" in out.why
+
+
+def test_deterministic_reductions_stay_per_tile():
+    """Deterministic mode writes each tile's partial to its workspace slot: no walk partial."""
+    text = EXAMPLE.read_text().replace("  target sm_90a\n", "  target sm_90a\n  reductions deterministic\n")
+    built = _built_text(text)
+    source = built.source
+    assert "red0_walk" not in source and "reduce_warp" not in source
+    fast = source.split("// no copy engine: pair stores")[1].split("} else {", 1)[1]
+    assert "if (in) red0_part = ReduceAbsMax::combine(red0_part," in fast
+    assert "reduce_all<ReduceAbsMax, false>(red0_part, p.workspace" in fast
+
+
+def test_a_16_bit_output_beside_a_reduction_keeps_pair_stores():
+    """Staging beside reductions is built for 8-bit outputs only; a 16-bit one keeps its path."""
+    text = (EXAMPLE.read_text().replace("tensor Y : f8e4m3[M, N] row out",
+                                        "tensor Y : bf16[M, N] row out"))
+    built = _built_text(text)
+    from kgen.plan import StorePath
+
+    assert built.plan.schedule.gemms[0].output.path is StorePath.PAIRS
+    assert built.plan.gemms[0].epilogue.staged_store is None
+
+
+@pytest.mark.slow
+def test_the_staged_kernel_compiles_without_spills(tmp_path, monkeypatch):
+    pytest.importorskip("cuda.core")
+    from kgen.api import build_file
+    from kgen.runtime.nvrtc import compile_cubin
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    b = build_file(EXAMPLE)
+    assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " in b.source
+    for entry in (b.plan.name, b.plan.name + "_narrow"):
+        result = compile_cubin(b.source, entry, "sm_90a")
+        assert result.spill_stores == 0 and result.spill_loads == 0 and result.stack_bytes == 0
+        assert "warning" not in result.log.lower(), result.log
 
 
 def test_the_16_bit_kernels_do_not_carry_the_fp8_pair_stores():

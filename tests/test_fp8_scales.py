@@ -236,3 +236,84 @@ def test_the_example_compiles_without_spills_or_serialized_wgmma(tmp_path, monke
     result = compile_cubin(b.source, b.plan.name, "sm_90a")
     assert result.spill_stores == 0 and result.spill_loads == 0 and result.stack_bytes == 0
     assert "serialized" not in result.log and "warning" not in result.log.lower(), result.log
+
+
+def overlapped(turns, early, lines=""):
+    """The example's plan (or a written schedule's) with the promotion overlap set, re-emitted."""
+    from kgen.emit import emit
+    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+
+    from kgen.api import build_file
+
+    b = built(text(lines=lines)) if lines else build_file(EXAMPLE)
+    plan = with_promotion_overlap(b.plan, turns, early)
+    return plan, emit(plan, source_name="f.kg", source_hash="0", command="test")
+
+
+def test_the_rulebook_keeps_the_measured_order_and_says_why():
+    from kgen.api import build_file
+
+    promotion = build_file(EXAMPLE).plan.schedule.gemms[0].promotion
+    assert not promotion.turns and not promotion.early_release
+    assert "neither is timed on a GPU yet" in promotion.why_overlap
+    rows = build_file(EXAMPLE).plan.schedule.gemms[0].describe()
+    assert any(r[0] == "mma0 promotion overlap" and r[1] == "none" for r in rows)
+
+
+def test_turns_order_the_consumers_groups_and_balance_the_barriers():
+    plan, source = overlapped(True, False)
+    assert plan.schedule.gemms[0].promotion.turns
+    loop = source.split("bool turned = false;")[1]
+    # each k tile: wait for the turn after the full barrier, pass it after the commit
+    assert loop.count("if (consumer == 1 || turned) turn_wait(consumer);") == 2  # even, odd
+    assert loop.count("turn_pass(consumer);  // the other consumer's turn") == 2
+    assert loop.index("turn_wait(consumer);") < loop.index("wgmma_fence();") \
+        < loop.index("wgmma_commit();") < loop.index("turn_pass(consumer);")
+    # consumer 1's pass after its last k tile is absorbed once the walk ends
+    assert "if (consumer == 0 && turned) turn_wait(consumer);" in loop
+    assert '"bar.sync %0, %1;\\n" ::"r"(4 + consumer)' in source
+    assert '"bar.arrive %0, %1;\\n" ::"r"(5 - consumer)' in source
+    # the slot release stays where it was
+    assert "if (kt > 0 && releaser) release_slot<kNarrow>(empty + 8 * ((it - 1) % kStages));" in \
+        source or "if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1)" \
+        in source
+
+
+def test_early_release_frees_the_slot_at_its_wait():
+    plan, source = overlapped(False, True)
+    assert "turn_wait" not in source
+    body = source.split("wgmma_wait<0>();  // the k tile's sums")[1].split("load_block_scales(p, kt + 2")[0]
+    assert "(empty + 8 * s);  // k tile kt's group is done: its slot may be refilled" in body
+    assert "((it - 1) % kStages)" not in body
+    after = source.split("if (kPingpong && tid % kWarpgroupThreads == 0) mbarrier_arrive(turn")[1]
+    assert "((it - 1) % kStages)" not in after.split("// Epilogue")[0]  # no second release
+
+
+def test_turns_need_the_cooperative_consumers():
+    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+
+    b = built(text(lines="tile 64x128x128  warps 2x4  stages 8").replace(
+        "  target sm_90a\n", "  target sm_90a\n  schedule pingpong\n"))
+    promotion = b.plan.schedule.gemms[0].promotion
+    assert not promotion.turns and "no turns" in promotion.why_overlap
+    with pytest.raises(ValueError, match="cooperative"):
+        with_promotion_overlap(b.plan, True, False)
+    assert with_promotion_overlap(b.plan, False, True).schedule.gemms[0].promotion.early_release
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lines", ["", "tile 128x128x128  warps 2x4  stages 6"],
+                         ids=["builder", "128x128"])
+@pytest.mark.parametrize("turns, early", [(True, False), (False, True), (True, True)])
+def test_the_overlap_compiles_without_spills_or_serialized_wgmma(lines, turns, early, tmp_path,
+                                                                  monkeypatch):
+    pytest.importorskip("cuda.core")
+    from kgen.runtime.nvrtc import compile_cubin
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    plan, source = overlapped(turns, early, lines)
+    assert "wgmma.mma_async.sync.aligned.m64n" in source and ".f32.e4m3.e4m3 " in source
+    for entry in (plan.name, plan.name + "_narrow"):
+        result = compile_cubin(source, entry, "sm_90a")
+        assert result.spill_stores == 0 and result.spill_loads == 0 and result.stack_bytes == 0
+        assert "serialized" not in result.log and "warning" not in result.log.lower(), result.log

@@ -135,8 +135,8 @@ def of_schedule(kernel: ir.Kernel, gemms: list[GemmPlan], chosen: Candidate) -> 
     rows16 = {s: "the copy engine loads it into the output's staging"
               for s in sched.staged_inputs}
     if sched.wide_stores:  # the output's 16-byte chunks need 16-byte rows (columns)
-        packed = chosen.gemms[-1].epilogue.packed_store
-        rows16[packed.param] = ("the epilogue writes it in 16-byte chunks of 8 "
+        packed = chosen.gemms[-1].epilogue.staged_store
+        rows16[packed.param] = (f"the epilogue writes it in 16-byte chunks of {16 // packed.dtype.nbytes} "
                                 + ("rows" if packed.layout is ir.Layout.COL else "columns"))
     return dict(operands=operands, narrow=sched.entry.narrow,
                 copy_engine={m.param for m in sched.tensor_maps if not m.store},

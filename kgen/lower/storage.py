@@ -438,11 +438,13 @@ def _placed(kernel: ir.Kernel, gemms: list[GemmPlan], tgt: Target, *,
             stage=(ir.StageKind.PIPELINE, first.name)))
     if staging[0]:
         last = gemms[-1]
-        out = last.epilogue.packed_store.param
+        out = last.epilogue.staged_store.param
         requests.append(Request(
             f"{last.name}_d_staging", staging[0], staging[1], (0, len(phases) - 1),
             f"{out} staged for the copy engine's stores: a {last.tile[0]}x{last.tile[1]} tile per "
-            "consumer warpgroup, as 64x64 boxes with a 128-byte swizzle",
+            "consumer warpgroup, as "
+            + ("64x64" if last.epilogue.staged_store.dtype.nbytes == 2 else "64x128")
+            + " boxes with a 128-byte swizzle",
             stage=(ir.StageKind.EPILOGUE, last.name)))
     for name, nbytes, dtype, role in vectors:
         requests.append(Request(name, nbytes, 16, (0, len(phases) - 1), role,

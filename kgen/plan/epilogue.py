@@ -149,6 +149,21 @@ class EpilogueDag:
     packed_store: PackedStore | None = None
 
     @property
+    def staged_store(self) -> PackedStore | None:
+        """The output a kernel may stage in shared memory for the copy engine's store: the
+        packed store (one 16-bit tensor alone), or one row-major 8-bit (FP8) tensor whose only
+        other effects are reductions of the whole output (`amax = reduce_absmax(d)`): each
+        thread folds its elements into its partial as it writes the staging."""
+        if self.packed_store is not None:
+            return self.packed_store
+        stores = [e for e in self.effects if isinstance(e, StoreEffect)]
+        if (len(stores) != 1 or stores[0].dtype.nbytes != 1 or stores[0].layout is not Layout.ROW
+                or any(isinstance(e, FeedEffect) for e in self.effects)
+                or any(r.axis is not Axis.ALL for r in self.reductions)):
+            return None
+        return PackedStore(stores[0].param, stores[0].dtype, stores[0].layout)
+
+    @property
     def value_count(self) -> int:
         """Distinct values loaded or computed per element (after sharing)."""
         return sum(n.holds_value for n in self.nodes)

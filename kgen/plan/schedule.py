@@ -438,6 +438,13 @@ class AccPromotion:
     # is then one k tile, a scale block): "A by SA 1x128 (col)", and how the consumers read them
     scales: tuple[str, ...] = ()
     why_scales: str = ""
+    # With block scales (each k tile waited and promoted): `turns`, the two cooperative
+    # consumers take turns issuing their k tiles' wgmma groups (named barriers), so that the
+    # tensor cores run one's group while the other promotes; `early_release`, a k tile's ring
+    # slot is released as soon as its group is waited, not with the next k tile's
+    turns: bool = False
+    early_release: bool = False
+    why_overlap: str = ""
 
     def describe(self, gemm: str) -> list[Row]:
         if not self.why:
@@ -446,6 +453,11 @@ class AccPromotion:
         rows = [(f"{gemm} promotion", value, self.why)]
         if self.scales:
             rows.append((f"{gemm} block scales", ", ".join(self.scales), self.why_scales))
+        if self.why_overlap:
+            overlap = ", ".join(v for v, on in (("consumers take turns", self.turns),
+                                                ("slot released at its wait",
+                                                 self.early_release)) if on) or "none"
+            rows.append((f"{gemm} promotion overlap", overlap, self.why_overlap))
         return rows
 
 

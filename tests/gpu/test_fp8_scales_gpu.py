@@ -73,9 +73,22 @@ def dequantized(torch, a, b, sa, sb):
     return a64, b64
 
 
-def run(kernel: ir.Kernel, mnk, seed=0, pad=0):
+def overlapped(kernel: ir.Kernel, turns: bool, early_release: bool):
+    """The kernel built on its plan with the promotion overlap set (the plan option
+    warp_specialized.with_promotion_overlap), compiled for this GPU."""
+    from kgen.api import build, load_built
+    from kgen.emit import emit
+    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+
+    built = build(kernel)
+    plan = with_promotion_overlap(built.plan, turns, early_release)
+    source = emit(plan, source_name="overlap.kg", source_hash="0", command="test")
+    return load_built(dataclasses.replace(built, plan=plan, source=source))
+
+
+def run(kernel: ir.Kernel, mnk, seed=0, pad=0, compiled=None):
     """`pad`: the operands' rows `pad` bytes longer than K (the narrow entry point where the
-    pitch is off 16 bytes)."""
+    pitch is off 16 bytes); `compiled`: the kernel already loaded (a plan option's)."""
     torch = pytest.importorskip("torch")
     import kgen
 
@@ -93,7 +106,7 @@ def run(kernel: ir.Kernel, mnk, seed=0, pad=0):
     if kernel.param("SB") is not None:
         args["SB"] = scale_tensor(torch, -(-n // 128), kb, kernel.param("SB").layout, g)
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    compiled = kgen.load(kernel)
+    compiled = compiled if compiled is not None else kgen.load(kernel)
     compiled(**args, D=d)
     torch.cuda.synchronize()
     assert not torch.isnan(d).any(), "output elements left unwritten"
@@ -127,6 +140,34 @@ def test_blockwise_variants(variant, mnk):
                                         cluster=(2, 1)),
     }[variant]()
     run(kernel, mnk)
+
+
+@pytest.mark.parametrize("mnk", [(127, 136, 48), (4097, 4104, 208), (130, 264, 8320)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("turns, early", [(True, False), (False, True), (True, True)],
+                         ids=["turns", "early-release", "both"])
+@pytest.mark.parametrize("schedule", [None, (None, (128, 128, 128), 6)],
+                         ids=["builder", "128x128"])
+def test_blockwise_promotion_overlap(schedule, turns, early, mnk):
+    """The consumers taking turns at their k tiles' groups (named barriers; the walk's last
+    pass absorbed) and each slot released at its group's wait: the same product through the
+    fast entry point (sizes of 16-byte rows: one k tile, many tiles per CTA, K past 8192) and
+    the narrow one (odd N, operand rows one byte longer)."""
+    kernel = blockwise("_ov", schedule=schedule) if schedule else blockwise()
+    compiled = overlapped(kernel, turns, early)
+    promotion = compiled.plan.schedule.gemms[0].promotion
+    assert (promotion.turns, promotion.early_release) == (turns, early)
+    run(kernel, mnk, compiled=compiled)
+    run(kernel, (mnk[0], mnk[1] + 1, mnk[2]), pad=1, compiled=compiled)  # the narrow entry point
+
+
+def test_blockwise_promotion_overlap_on_a_cluster():
+    """Turns and the early release with the multicast ring of a 2x1 cluster (each slot freed in
+    both CTAs at its wait)."""
+    kernel = blockwise("_ovc", schedule=(None, (128, 192, 128), 4), cluster=(2, 1))
+    compiled = overlapped(kernel, True, True)
+    run(kernel, (4097, 4104, 208), compiled=compiled)
+    run(kernel, (1000, 1000, 1000), compiled=compiled)
 
 
 @pytest.mark.parametrize("mnk, pad", [((130, 264, 33), 1), ((130, 264, 1001), 3),

@@ -135,9 +135,13 @@ class EpilogueLines:
     loads: tuple[str, ...]  # once per column pair
     compute: tuple[str, ...]  # per element, both elements of the pair
     stores: tuple[str, ...]
-    # With dag.packed_store: (pair type, the pair's value packed as that type), so a kernel can
-    # return it and store four pairs as 16 bytes.
+    # With dag.staged_store: (pair type, the pair's value packed as that type), so a kernel can
+    # return it and store four pairs as 16 bytes (or stage it); packed_bytes: the pair's bytes
     packed: tuple[str, str] | None = None
+    # the reductions' assignments alone (red<i>_0, red<i>_1), which the packed function makes
+    # beside its return (an FP8 output staged with its amax)
+    reduced: tuple[str, ...] = ()
+    packed_bytes: int = 4
 
 
 @dataclass
@@ -265,8 +269,9 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
     if not packed:
         return list(epi.loads) + list(epi.compute) + list(epi.stores)
     pair, value = epi.packed
-    return (list(epi.loads) + list(epi.compute)
-            + macro_lines(TEMPLATE, "packed_return", pair=pair, value=value))
+    return (list(epi.loads) + list(epi.compute) + list(epi.reduced)
+            + macro_lines(TEMPLATE, "packed_return", pair=pair, value=value,
+                          width=epi.packed_bytes))
 
 
 def render(dag: EpilogueDag, narrow: str | None = None,
@@ -282,9 +287,12 @@ def render(dag: EpilogueDag, narrow: str | None = None,
         assert node.id == len(r.names), "epilogue nodes out of order"
         r.names.append(r.node(node))
     stores = [line for effect in dag.effects for line in r.effect(effect)]
-    packed = None
-    if dag.packed_store is not None:
-        (store,) = dag.effects
+    packed, width = None, 4
+    if dag.staged_store is not None:
+        (store,) = [e for e in dag.effects if isinstance(e, StoreEffect)]
         pair, _, _, to_pair, _ = PAIR[store.dtype]
-        packed = (pair, to_pair.format(*r.names[store.node]))
-    return EpilogueLines(lines(r.loads), lines(r.compute), lines(stores), packed)
+        packed, width = (pair, to_pair.format(*r.names[store.node])), 2 * store.dtype.nbytes
+    reduced = [line for effect in dag.effects if isinstance(effect, ReduceEffect)
+               for line in r.effect(effect)]
+    return EpilogueLines(lines(r.loads), lines(r.compute), lines(stores), packed,
+                         lines(reduced) if reduced else (), width)

@@ -120,6 +120,7 @@ class Sm90Chain(chain.ChainTarget):
             tma_output=tma.param if tma else "",
             staged="",  # a chain's epilogue reads its inputs from global memory
             stmatrix=tma is not None,  # and writes its staging by stmatrix
+            byte_out=False,  # of a 16-bit output
             copy_out=False,  # the tensor map clips columns past N (tma_refusal): the copy engine stores each
             stmatrix_trans=False,
             part_box=False,

@@ -11,10 +11,10 @@ from ...enums import Axis, Layout
 from ...plan import (GemmPlan, KernelPlan, StagingMode, StorePath, TensorLoad, VectorHome,
                      VectorLoad, staged_vector_buffer)
 from ..common import batch
-from ..common.epilogue_loop import reductions
+from ..common.epilogue_loop import partial_lines, reductions
 from ..common.operands import dim_expr
 from ..common.render import macro_lines, render_lines
-from .warp_specialized import WARPGROUP, odd_n8, part_box, vector_extent
+from .warp_specialized import WARPGROUP, box_columns, byte_staging, odd_n8, part_box, vector_extent
 
 TEMPLATE = "sm90/consumer_epilogue.inc.j2"
 
@@ -143,7 +143,7 @@ def _staged_input_start(plan: KernelPlan, g: GemmPlan) -> list[str]:
     if c is None:
         return []
     batched = plan.param(c).batch is not None
-    col = g.epilogue.packed_store.layout is Layout.COL
+    col = g.epilogue.staged_store.layout is Layout.COL
     values = dict(param=c, staging=f"{g.name}_d_staging", batched=batched,
                   prefetch_when=_prefetch_when(plan, c),
                   cluster=plan.schedule.scheduler.cluster.size > 1, col=col,
@@ -185,13 +185,14 @@ def mainloop_staged(plan: KernelPlan, g: GemmPlan) -> list[str]:
     return macro_lines(TEMPLATE, "mainloop_staged", stream_k=plan.schedule.scheduler.stream_k)
 
 
-def whole_chunks(col: bool) -> str:
+def whole_chunks(col: bool, chunk: int = 8) -> str:
     """When the copy engine may store a tile from the staging: it writes whole 16-byte chunks
-    of the contiguous dimension, so a tile whose last columns (rows, column-major) end inside
-    one is copied out of the staging by the consumer's threads instead (copy_box_out)."""
+    (`chunk` elements) of the contiguous dimension, so a tile whose last columns (rows,
+    column-major) end inside one is copied out of the staging by the consumer's threads instead
+    (copy_box_out)."""
     if col:
-        return "m0 + kTileM <= M || M % 8 == 0"
-    return "n0 + kTileN <= N || N % 8 == 0"
+        return f"m0 + kTileM <= M || M % {chunk} == 0"
+    return f"n0 + kTileN <= N || N % {chunk} == 0"
 
 
 # The fast entry point's staging epilogue, per staging of the output (Staging.mode); both
@@ -206,14 +207,44 @@ def staging_lines(plan: KernelPlan, g: GemmPlan) -> list[str]:
     """The fast entry point's staging epilogue (TMA_STORE_EPILOGUE)."""
     params = "pb" if batch.batched(plan) else "p"
     gs = plan.schedule.gemm(g.name)
-    packed = g.epilogue.packed_store
+    packed = g.epilogue.staged_store
     out, col = packed.param, packed.layout is Layout.COL
     batched_out = plan.param(out).batch is not None
+    # an 8-bit output's whole-output reductions: folded into the walk's partials (walk_reductions)
+    # or, where they are not, into the tile's, sent on at the tile's end
+    reds = reductions(g)
+    tile_reds = bool(reds) and not walk_reduced(plan, g)
     return render_lines(TMA_STORE_EPILOGUE[gs.staging.mode], out=out,
+                        byte_out=byte_staging(g), box_cols=box_columns(g), reds=reds,
+                        walk=walk_reduced(plan, g),
+                        red_start=partial_lines(g) if tile_reds else [],
+                        red_end=macro_lines(TEMPLATE, "reductions", reds=reds,
+                                            deterministic=plan.deterministic, params=params)
+                        if tile_reds else [],
                         staging=f"{g.name}_d_staging", name=g.name, params=params,
                         batched_out=batched_out,
                         staged=gs.staged.param or "", col=col,
-                        whole_chunks=whole_chunks(col), vector_args=vector_args(plan, g),
+                        whole_chunks=whole_chunks(col, 16 // packed.dtype.nbytes),
+                        vector_args=vector_args(plan, g),
                         reads_memory=staging_reads_memory(plan, g),
                         groups=gs.groups.count,
                         part_box=bool(part_box(g)), odd_n8=odd_n8(g))
+
+
+def walk_reduced(plan: KernelPlan, g: GemmPlan) -> bool:
+    """An 8-bit staged output's whole-output reductions are folded into each consumer thread's
+    partial over all the CTA's tiles and sent on once at the walk's end, each warp's by one
+    atomic (no barrier, no scratch per tile): not in deterministic mode (a slot per tile), nor
+    in a batched kernel (an output per batch)."""
+    gs = plan.schedule.gemm(g.name)
+    return (gs.output.path is StorePath.TMA and byte_staging(g) and bool(g.epilogue.reductions)
+            and not plan.deterministic and not batch.batched(plan))
+
+
+def walk_reductions(plan: KernelPlan, g: GemmPlan) -> dict[str, list[str]]:
+    """The walk's partials of the reductions walk_reduced folds (before the walk), and their
+    warps' atomics in the fast entry point (after it)."""
+    if not walk_reduced(plan, g):
+        return dict(walk_start=[], walk_end=[])
+    return dict(walk_start=macro_lines(TEMPLATE, "walk_partials", reds=reductions(g)),
+                walk_end=macro_lines(TEMPLATE, "walk_end", reds=reductions(g)))

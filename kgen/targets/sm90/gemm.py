@@ -16,9 +16,9 @@ from ..common.render import macro_lines, render
 from . import schedules, tensor_map
 from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
-                                packed_vector_params, tile_start)
+                                packed_vector_params, tile_start, walk_reductions)
 from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read it from here)
-from .warp_specialized import odd_n8, part_box, scale_blocks_n
+from .warp_specialized import byte_staging, odd_n8, part_box, scale_blocks_n
 
 WALK = "sm90/walk.inc.j2"
 
@@ -346,13 +346,15 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         tma_store=staged,
         stages_d=schedule.gemm(g.name).staging.boxes,
         staging_pieces=STAGING[schedule.gemm(g.name).staging.mode],
-        stmatrix=staged,  # the staging written by stmatrix
+        stmatrix=staged and not byte_staging(g),  # the staging written by stmatrix
+        byte_out=staged and byte_staging(g),  # an 8-bit output's, by 2-byte stores
         copy_out=staged,  # a tile the copy engine cannot store, copied out of it (copy_box_out)
         part_box=bool(staged and part_box(g)),  # copied out by the threads
         odd_n8=odd_n8(g),
-        stmatrix_trans=staged and g.epilogue.packed_store.layout is Layout.COL,  # transposed
+        stmatrix_trans=staged and g.epilogue.staged_store.layout is Layout.COL,  # transposed
         staged=c or "",
-        packed_params=(f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g),
+        packed_params=((f", unsigned staged_{c}" if c else "") + packed_vector_params(plan, g)
+                       + (epilogue_loop.epilogue_params(g) if staged else "")),
         tile_start=tile_start(plan, g),
         mainloop_staged=mainloop_staged(plan, g),
         buffers=buffers,
@@ -361,6 +363,8 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         mma_ab=MMA_TYPE[g.a.dtype], mma_b=MMA_TYPE[g.b.dtype],
         wgmma_k=32 if fp8 else 16,  # k per wgmma: 32 bytes of the 128-byte rows either way
         promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
+        turns=schedule.gemm(g.name).promotion.turns,  # the block-scaled consumers' turns
+        early_release=schedule.gemm(g.name).promotion.early_release,
         **block_scale_values(g),
         # an FP8 output: narrow_access's byte pairs (its stores saturate: epilogue_cpp.PAIR)
         fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
@@ -374,6 +378,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         packed_epilogue=packed,
         epilogue_params=epilogue_loop.epilogue_params(g),
         epilogue_loop=consumer_epilogue(plan, g),
+        **walk_reductions(plan, g),
         **helper_kernels.template_values(plan, g),
         **host_api.template_values(plan),
         persistent=True,

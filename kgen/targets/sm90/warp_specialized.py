@@ -40,6 +40,8 @@ the buffers within the budget.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ...enums import Axis, DType, Layout
 from ...plan import (AccPromotion, Cluster, EpilogueGroups, EpilogueVectors, GemmPlan,
                      GemmSchedule, KernelKind, LoadPath, Mma, MmaAtom, OperandPlan,
@@ -121,6 +123,12 @@ WHY_VECTORS_OFF = {
 WHY_STAGED = ("each consumer writes its rows into a swizzled staging buffer of its own and one "
               "thread stores 64x64 boxes with cp.async.bulk.tensor; they drain during the next "
               "tile's mainloop")
+WHY_STAGED_BYTES = ("each consumer writes its rows, scaled and saturated in registers, as byte pairs "
+                    "into a swizzled staging buffer of its own (64x128 boxes of the 8-bit "
+                    "output: 128-byte rows) and one thread stores the boxes with "
+                    "cp.async.bulk.tensor; they drain during the next tile's mainloop (pair "
+                    "stores from registers wrote a quarter of each 32-byte sector: 1.39x the "
+                    "bare kernel's time, bench/RESULTS.md)")
 WHY_STAGED_BOX = ("each consumer writes its rows into swizzled staging buffers of its own and one "
                   "thread stores each 64x64 box with cp.async.bulk.tensor as soon as it is "
                   "written")
@@ -153,9 +161,10 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Placing:
     wanted = vector_requests(g, kind) if not (draft.split_k > 1 or draft.stream_k) else ()
     # the whole tile's staging, then the epilogue tile's where it holds fewer boxes (each with
     # the staged vectors, then without), then pairs from registers
-    stagings = [0] + [d for d in STAGES_D if staging_boxes(g, kind) > d]
+    stagings = [0] + [d for d in STAGES_D if staging_boxes(g, kind) > d and not byte_staging(g)]
     tries = [(0, StorePath.PAIRS, staging, (), 0)] if staging else [
-        (staging_bytes(g, kind, d), StorePath.TMA, WHY_STAGED_BOX if d else WHY_STAGED, v, d)
+        (staging_bytes(g, kind, d), StorePath.TMA,
+         WHY_STAGED_BOX if d else WHY_STAGED_BYTES if byte_staging(g) else WHY_STAGED, v, d)
         for d in stagings for v in (wanted, ())] + [
         (0, StorePath.PAIRS, "the output staging does not fit beside the ring", (), 0)]
     tries = list(dict.fromkeys(tries))  # without vectors to stage, the second is the first
@@ -330,11 +339,17 @@ def consumer_grid(kind: KernelKind, tile: tuple[int, int, int]) -> WarpGrid:
 
 def staging_refusal(g: GemmPlan) -> str | None:
     """Why the output cannot leave through the copy engine (None: it can): one 16-bit output
-    (row- or column-major) and nothing else; a row-major one's tile N need not be a multiple of
-    64 (part_box)."""
-    if g.epilogue.packed_store is None:
+    (row- or column-major) and nothing else, a row-major one's tile N need not be a multiple of
+    64 (part_box); or one row-major 8-bit output beside reductions of the whole output (FP8
+    out with its amax), tile N a multiple of its 128-column box, the consumer's whole tile
+    staged."""
+    out = g.epilogue.staged_store
+    if out is None:
         return "TMA stores need an epilogue that only stores one 16-bit tensor"
-    if part_box(g) and g.epilogue.packed_store.layout is Layout.COL:
+    if byte_staging(g) and g.tile[1] % BYTE_BOX:
+        return (f"tile N {g.tile[1]} is not a multiple of the 8-bit output's {BYTE_BOX}-column "
+                "box (its part box is not built)")
+    if part_box(g) and out.layout is Layout.COL:
         return (f"tile N {g.tile[1]} is not a multiple of the {STAGING_BOX}-column box (a "
                 "column-major output's part box is not built)")
     return None
@@ -351,7 +366,23 @@ def part_box(g: GemmPlan) -> int:
     """The columns of the last staging box where tile N is not a multiple of 64 (its consumers
     copy it out of the staging in 16-byte chunks, since the copy engine's 64-column box would
     write past the tile), else 0."""
-    return g.tile[1] % STAGING_BOX
+    return g.tile[1] % box_columns(g)
+
+
+# An 8-bit output's staging box: 64 rows of 128 bytes (128 columns), the 128-byte swizzle's row
+# as the 16-bit box's, and as many bytes (8 KiB)
+BYTE_BOX = 128
+
+
+def byte_staging(g: GemmPlan) -> bool:
+    """The staged output is 8-bit (FP8): its boxes are 64x128, written as byte pairs."""
+    out = g.epilogue.staged_store
+    return out is not None and out.dtype.nbytes == 1
+
+
+def box_columns(g: GemmPlan) -> int:
+    """The columns of one staging box: 128 bytes of the output's elements."""
+    return BYTE_BOX if byte_staging(g) else STAGING_BOX
 
 
 def staging_map(param: str, dtype, layout: Layout, g: GemmPlan, *, store: bool,
@@ -362,8 +393,8 @@ def staging_map(param: str, dtype, layout: Layout, g: GemmPlan, *, store: bool,
     if layout is Layout.COL:
         return TensorMap(param, dtype, g.n_dim, g.m_dim, (STAGING_BOX, STAGING_BOX), store=store,
                          why=why + ", transposed (column-major: M contiguous)")
-    return TensorMap(param, dtype, g.m_dim, g.n_dim, (STAGING_BOX, STAGING_BOX), store=store,
-                     why=why)
+    return TensorMap(param, dtype, g.m_dim, g.n_dim, (128 // dtype.nbytes, STAGING_BOX),
+                     store=store, why=why)
 
 
 def staged_input(g: GemmPlan) -> tuple[str | None, str]:
@@ -375,8 +406,10 @@ def staged_input(g: GemmPlan) -> tuple[str | None, str]:
     if not loads:
         return None, ""
     kinds = {n.kind.param: n.kind for n in g.epilogue.nodes if isinstance(n.kind, TensorLoad)}
-    layout = g.epilogue.packed_store.layout if g.epilogue.packed_store else Layout.ROW
-    fits = [p for p in loads if kinds[p].layout is layout and kinds[p].dtype.nbytes == 2]
+    out = g.epilogue.staged_store
+    layout = out.layout if out else Layout.ROW
+    fits = [p for p in loads if kinds[p].layout is layout and kinds[p].dtype.nbytes == 2
+            and (out is None or out.dtype.nbytes == 2)]
     if not fits:
         return None, (f"read from global memory: the output's staging takes a {layout.value}-major "
                       f"16-bit input (the output's layout), and {', '.join(loads)} is not")
@@ -393,7 +426,7 @@ def staged_input(g: GemmPlan) -> tuple[str | None, str]:
 def staging_boxes(g: GemmPlan, kind: KernelKind) -> int:
     """The 64x64 boxes of one consumer's rows of the tile (the last of a row part full where
     tile N is not a multiple of 64)."""
-    return consumer_rows(g.tile[0], kind) // STAGING_BOX * -(-g.tile[1] // STAGING_BOX)
+    return consumer_rows(g.tile[0], kind) // STAGING_BOX * -(-g.tile[1] // box_columns(g))
 
 
 def staging_bytes(g: GemmPlan, kind: KernelKind, stages_d: int = 0) -> int:
@@ -520,6 +553,22 @@ def scale_blocks_n(g: GemmPlan) -> int:
     return 1 if 128 % g.tile[1] == 0 else 2
 
 
+# The block-scaled mainloop's overlap of the promotion with the tensor cores (AccPromotion.turns,
+# .early_release): built, compiled without spills and tested on the CPU; not yet timed, so the
+# rulebook keeps the measured kernel (0.632x the tensor-wise kernel at 8192^3, bench/RESULTS.md)
+# and `with_promotion_overlap` builds the others for the bench and the GPU tests
+PROMOTE_TURNS = False
+PROMOTE_EARLY_RELEASE = False
+WHY_OVERLAP = ("each k tile's group is waited to completion before its promotion, as DeepGEMM "
+               "does (which frees the slot at that wait); turns: consumer 0 issues k tile kt's group after consumer 1 issued kt - "
+               "1's, consumer 1 after consumer 0 issued kt's (named barriers 4 and 5), so the "
+               "tensor cores run one consumer's group while the other promotes; early release: "
+               "the slot is freed at the group's wait, one k tile sooner")
+WHY_NO_TURNS = "; ping-pong's consumers multiply tiles of their own: no turns"
+WHY_OVERLAP_UNTIMED = ("; neither is timed on a GPU yet, so the rulebook keeps the measured "
+                       "kernel (PROMOTE_TURNS, PROMOTE_EARLY_RELEASE)")
+
+
 def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
     """Whether the gemm's wgmma sums are promoted (FP8 only), and why; with block scales every
     k tile (scale_refusal refused the schedules that cannot)."""
@@ -529,8 +578,13 @@ def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
     if values > (PROMOTE_MAX_VALUES_SCALED if g.scales else PROMOTE_MAX_VALUES):
         return AccPromotion(0, WHY_NO_ACC_PROMOTION.format(values=values))
     if g.scales:
+        cooperative = kind is KernelKind.COOPERATIVE
         return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
-                            WHY_BLOCK_SCALES)
+                            WHY_BLOCK_SCALES, turns=PROMOTE_TURNS and cooperative,
+                            early_release=PROMOTE_EARLY_RELEASE,
+                            why_overlap=WHY_OVERLAP + ("" if cooperative else WHY_NO_TURNS)
+                            + ("" if PROMOTE_TURNS or PROMOTE_EARLY_RELEASE
+                               else WHY_OVERLAP_UNTIMED))
     return AccPromotion(PROMOTE_K_TILES, WHY_ACC_PROMOTION)
 
 
@@ -548,9 +602,11 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         why_staged = WHY_STAGED_BOXES.format(param=staged, rest=rest[1] + rest[2],
                                              boxes=stages_d)
     if store is StorePath.TMA:
-        out = g.epilogue.packed_store
+        out = g.epilogue.staged_store
         maps.append(staging_map(out.param, out.dtype, out.layout, g, store=True,
-                                why="the consumers' staging, stored as 64x64 boxes"))
+                                why="the consumers' staging, stored as 64x64 boxes"
+                                if out.dtype.nbytes == 2 else
+                                "the consumers' staging, stored as 64x128 boxes (128-byte rows)"))
         if staged is not None:
             maps.append(staging_map(staged, draft.dtypes[staged], out.layout, g, store=False,
                                     why="loaded into the consumers' staging as 64x64 boxes"))
@@ -580,3 +636,20 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         why=WHY_KIND[kind].format(rows=g.tile[0], half=g.tile[0] // CONSUMERS))
     return Schedule(scheduler=scheduler, warps=WarpRoles(ROLES), gemms=(gemm,),
                     entry=common.entry_points((g,)), tensor_maps=tuple(maps))
+
+
+def with_promotion_overlap(plan, turns: bool, early_release: bool):
+    """The block-scaled plan with its promotion overlap set (AccPromotion.turns, .early_release;
+    turns on a cooperative kernel only): a plan option for the bench's variants and the GPU
+    tests; PROMOTE_TURNS and PROMOTE_EARLY_RELEASE say what the rulebook picks."""
+    gs = plan.schedule.gemms[0]
+    if not gs.promotion.scales:
+        raise ValueError(f"{plan.name}: no block scales, no promotion overlap")
+    if turns and plan.schedule.scheduler.kind is not KernelKind.COOPERATIVE:
+        raise ValueError(f"{plan.name}: turns need the cooperative kernel's two consumers")
+    why = f"the plan option with_promotion_overlap (turns {turns}, early release {early_release})"
+    promotion = dataclasses.replace(gs.promotion, turns=turns, early_release=early_release,
+                                    why_overlap=why)
+    gemm = dataclasses.replace(gs, promotion=promotion)
+    schedule = dataclasses.replace(plan.schedule, gemms=(gemm,) + plan.schedule.gemms[1:])
+    return dataclasses.replace(plan, schedule=schedule)
