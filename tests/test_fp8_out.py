@@ -166,3 +166,40 @@ def test_an_fp8_output_is_never_added_into():
                                        "tensor Y : f8e4m3[M, N] row out accumulate")
     with pytest.raises(KgenError):
         verify(parse(text, "f.kg"))
+
+
+def test_the_gpu_tests_c_input_is_added_into_y():
+    """tests/gpu/test_fp8_out_gpu.py's C-input kernel adds C into Y: its staged and narrow
+    epilogues read C at the pair's (row, col), guarded in the staging, and the reference's Y is
+    e4m3(d * scale_out + C). (Its first text replaced the header comment's "Y = d * scale_out",
+    so the kernel dropped C while the GPU test's float64 Y added it.)"""
+    from kgen.api import build
+    from kgen.harness.inputs import make_inputs
+    from kgen.parse import parse
+    from kgen.reference import evaluate, round_to
+    from tests.gpu.test_fp8_out_gpu import c_input_text
+
+    kernel = parse(c_input_text(), "gemm_fp8_out_c.kg").kernels[0]
+    inputs = make_inputs(kernel, dict(M=40, N=64, K=256), np.random.default_rng(3))
+    out = evaluate(kernel, inputs, {"scale_out": 96.0})
+    a, b = inputs["A"].astype(np.float64), inputs["B"].astype(np.float64)
+    d = (a @ b) * inputs["sa"].astype(np.float64)[:, None] * inputs["sb"].astype(np.float64)
+    c = inputs["C"].astype(np.float64)
+    assert np.abs(c).max() > 0.5  # C moves Y by more than a rounding step somewhere
+    want = round_to(d * 96.0 + c, ir.DType.F8E4M3)
+    assert np.array_equal(out["Y"].astype(np.float64), want)
+    assert np.isclose(float(out["amax"].reshape(-1)[0]), np.abs(d).max(), rtol=1e-6)
+
+    source = build(kernel, source_name="gemm_fp8_out_c.kg").source
+    packed = source.split("__device__ __forceinline__ unsigned mma0_epilogue_packed(")[1]
+    packed = packed.split("\n}\n")[0]
+    assert "const __nv_bfloat162 v7 = load_pair<false>(p.C + row * p.ld_C + col, both);" in packed
+    assert "const float v8_0 = v6_0 + v7_0;" in packed
+    assert "__nv_fp8x2_e4m3(make_float2(v8_0, v8_1));" in packed
+    fast = source.split("// no copy engine: pair stores")[1].split("} else {", 1)[1]
+    assert ("const unsigned pair = in ? mma0_epilogue_packed(p, m0 + row0 + r + 8 * h, n0 + c, "
+            "acc[i][j][2 * h], acc[i][j][2 * h + 1],") in fast
+    assert "st_shared_b16(box + staging_offset_bytes(r % 64 + 8 * h, c % 128), pair);" in fast
+    narrow = source.split("__device__ __forceinline__ void mma0_epilogue(")[1].split("\n}\n")[0]
+    assert "load_pair<kNarrow>(p.C + row * p.ld_C + col, both);" in narrow
+    assert "__nv_fp8x2_e4m3(make_float2(v8_0, v8_1)), both);" in narrow

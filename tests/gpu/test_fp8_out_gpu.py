@@ -16,6 +16,8 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "gemm_fp8_out_amax.kg"
+# The example's statement of Y (its first "Y = d * scale_out" is in the header comment)
+Y_LINE = "      Y = d * scale_out\n"
 SIZES = [(1, 8, 16), (17, 24, 40), (127, 130, 33), (1000, 1000, 1000), (4097, 4104, 72),
          (130, 263, 520), (256, 512, 4096),
          # the fast entry point's staging (N and K multiples of 16): ragged M and N past the
@@ -111,12 +113,18 @@ def check_y(y, d, d_abs, k, scale_out, top=448.0, step_bits=3):
     assert y.abs().max().item() <= top
 
 
+def variant_text(old: str, new: str) -> str:
+    """The example with `old` (found exactly once: a statement's text may recur in the header
+    comment) replaced by `new`."""
+    text = EXAMPLE.read_text()
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
 def variant(old: str, new: str):
     from kgen.parse import parse
 
-    text = EXAMPLE.read_text()
-    assert old in text
-    return parse(text.replace(old, new), "gemm_fp8_out_variant.kg").kernels[0]
+    return parse(variant_text(old, new), "gemm_fp8_out_variant.kg").kernels[0]
 
 
 def test_fp8_out_with_a_padded_pitch_and_n_off_the_chunk():
@@ -143,7 +151,8 @@ def test_fp8_out_variants(which):
     (every pair guarded), deterministic amax (per-tile slots), a 128x128 tile."""
     gemm = "  gemm mma0 = A @ B accumulate f32 {\n"
     kernel = {
-        "gelu-groups": lambda: variant("Y = d * scale_out", "Y = d * scale_out + 0.0 * gelu(d)"),
+        "gelu-groups": lambda: variant(Y_LINE,
+                                       Y_LINE.replace("scale_out", "scale_out + 0.0 * gelu(d)")),
         "deterministic": lambda: variant("  target sm_90a\n",
                                          "  target sm_90a\n  reductions deterministic\n"),
         "tile128": lambda: variant(gemm, gemm + "    tile 128x128x128  warps 2x4  stages 6\n"),
@@ -155,10 +164,14 @@ def test_fp8_out_variants(which):
         assert abs(amax - ref_amax) <= 2e-3 * ref_amax + 1e-6, (amax, ref_amax)
 
 
+def c_input_text() -> str:
+    """The example with a bf16 input C added into Y (Y = d * scale_out + C)."""
+    text = variant_text("  vector sa", "  tensor C : bf16[M, N] row\n  vector sa")
+    assert text.count(Y_LINE) == 1
+    return text.replace(Y_LINE, "      Y = d * scale_out + C\n")
+
+
 def c_input_kernel():
     from kgen.parse import parse
 
-    text = EXAMPLE.read_text()
-    text = text.replace("  vector sa", "  tensor C : bf16[M, N] row\n  vector sa", 1)
-    text = text.replace("Y = d * scale_out", "Y = d * scale_out + C", 1)
-    return parse(text, "gemm_fp8_out_c.kg").kernels[0]
+    return parse(c_input_text(), "gemm_fp8_out_c.kg").kernels[0]
