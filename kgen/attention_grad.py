@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .attention_grad_mods import Mods, mod_lines
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
 __all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backward_text",
@@ -45,19 +46,25 @@ class BackwardSignature:
     d: int  # the head dim of q, k and v
     causal: bool
     arch: str = "sm_80"
+    mods: "Mods" = None  # the forward's mods (score_mod, masks, bias, vectors): Mods() if None
+
+    def __post_init__(self):
+        if self.mods is None:
+            object.__setattr__(self, "mods", Mods())
 
     @property
     def name(self) -> str:
-        digest = hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:12]
+        fields = dataclasses.astuple(self)
+        if self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
+            fields = fields[:-1]
+        digest = hashlib.sha256(repr(fields).encode()).hexdigest()[:12]
         return f"attention_bwd_{self.d}_{digest}"
 
 
 def backward_text(sig: BackwardSignature) -> str:
     """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
     n, t, d = sig.name, sig.dtype, sig.d
-    probability = "exp(scale * acc - lse[col])"
-    if sig.causal:  # rows are keys, columns queries: a query sees the keys up to its own
-        probability = f"where(row <= col, {probability}, 0)"
+    mods = mod_lines(sig)
     lines = [
         f"kernel {n}_dot {{",
         f"  target {sig.arch}",
@@ -74,17 +81,24 @@ def backward_text(sig: BackwardSignature) -> str:
         f"  tensor dO : {t}[B, H, S, {d}] row",
         "  vector lse : f32[B, H, S]",
         "  vector D : f32[B, H, S]",
+        *mods.inputs,
         f"  tensor dQacc : f32[B, H, S, {d}] row out accumulate",
         f"  tensor dK : {t}[B, H, T, {d}] row out",
         f"  tensor dV : {t}[B, H, T, {d}] row out",
+        *mods.outputs,
         "  scalar scale : f32 = 1",
+        *mods.scalars,
         "  loop q over S {",
         "    gemm st = K @ Q^T accumulate f32 {",
-        f"      epilogue {{ pt = {probability} }}",
+        "      epilogue {",
+        *mods.probability,
+        "      }",
         "    }",
         "    gemm dv += pt @ dO accumulate f32",
         "    gemm dpt = V @ dO^T accumulate f32 {",
-        "      epilogue { dst = pt * (acc - D[col]) }",
+        "      epilogue {",
+        *mods.ds,
+        "      }",
         "    }",
         "    gemm dk += dst @ Q accumulate f32",
         "    gemm dq = dst^T @ K accumulate f32 {",

@@ -152,6 +152,7 @@ class _Instance:
         self.col_slice = slice(None)  # the same, for v[col]
         self.acc = None
         self.adds: dict[str, np.ndarray] = {}  # `out accumulate` tensors, float64 sums
+        self.tiles: dict[str, np.ndarray] = {}  # tensors a DAG loop's score gemm stores
 
     def _input(self, name: str) -> np.ndarray:
         if name not in self.inputs:
@@ -186,6 +187,8 @@ class _Instance:
                     total = np.zeros((_extent(p.shape[0], self.kernel, self.inputs),
                                       _extent(p.shape[1], self.kernel, self.inputs)))
                 outputs[p.name] = total.astype(host_dtype(p.dtype))
+        for name, tile in self.tiles.items():  # stored block by block in the loop
+            outputs[name] = tile.astype(host_dtype(self.kernel.param(name).dtype))
         return outputs
 
     def _columns(self, start: int, stop: int) -> None:
@@ -278,6 +281,8 @@ class _Instance:
                     values[stmt.target] = value
             elif stmt.accumulate:
                 self._add(self.kernel.param(stmt.target), value)
+            elif values is not None:  # a score gemm's tile output, at this block's elements
+                self._store_block(self.kernel.param(stmt.target), value)
             else:
                 outputs[stmt.target] = self._store(value, self.kernel.param(stmt.target))
         return handed
@@ -290,6 +295,15 @@ class _Instance:
                                                                self.inputs)))
         tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
         self.adds[param.name][self.rows, self.col_slice] += tile
+
+    def _store_block(self, param: ir.Param, value: Any) -> None:
+        """`dBiasT = dst` in a DAG loop's score gemm: the tile at the current rows and this
+        block's columns (float64, rounded once at the end; elements no block stores are 0)."""
+        if param.name not in self.tiles:
+            self.tiles[param.name] = np.zeros((_extent(param.shape[0], self.kernel, self.inputs),
+                                               _extent(param.shape[1], self.kernel, self.inputs)))
+        tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
+        self.tiles[param.name][self.rows, self.col_slice] = tile
 
     def _store(self, value: Any, param: ir.Param) -> np.ndarray:
         count = len(self.rows)
