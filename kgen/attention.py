@@ -320,7 +320,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
 
     from .attention_grad import attention_with_grad, wants_grad
 
-    if wants_grad(q, k, v):  # recorded by autograd: kgen/attention_grad.py
+    if wants_grad(q, k, v, attn_mask):  # recorded by autograd: kgen/attention_grad.py
         return attention_with_grad(
             q, k, v, is_causal=is_causal, scale=scale, return_lse=return_lse,
             attn_mask=attn_mask, enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .attention_grad_mods import Mods, mod_lines
+from .attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods, mod_lines
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
 __all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backward_text",
@@ -145,10 +145,7 @@ def wants_grad(*tensors) -> bool:
 
 
 # The options of kgen.attention the backward does not take yet, and how each shows it is used
-_UNSUPPORTED = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
-                ("mask_mod", lambda v: v is not None), ("scalars", lambda v: bool(v)),
-                ("vectors", lambda v: bool(v)), ("dropout_p", lambda v: bool(v)),
-                ("return_rng", lambda v: bool(v)))
+_UNSUPPORTED = (("dropout_p", lambda v: bool(v)), ("return_rng", lambda v: bool(v)))
 
 
 def _refuse(q, k, v, options: dict[str, Any]) -> None:
@@ -184,7 +181,11 @@ def _backward_op(sig: BackwardSignature, device: int):
                                    f"{'causal' if sig.causal else 'not causal'}) cannot be "
                                    f"built for {sig.arch}: {err.message}") from None
         loaded = load_built_sequence(built, device=device)
-        _LOADED[key] = sequence_op(loaded, name=f"{sig.name}_cuda{device}")
+        op = sequence_op(loaded, name=f"{sig.name}_cuda{device}")
+        # the op's inputs (the parameters no kernel writes) and outputs, in its order
+        plan = loaded.plan
+        _LOADED[key] = (op, tuple(b.name for b in plan.params if not b.written),
+                        tuple(b.name for b in plan.outputs))
     return _LOADED[key]
 
 
@@ -199,26 +200,33 @@ def _function():
 
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, scale: float, causal: bool):
+        def forward(ctx, q, k, v, scale: float, causal: bool, mods: Mods,
+                    values: tuple[float, ...], bias, *vectors):
             q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
+            options = _mod_options(mods, values, bias, vectors)
             out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
-                                         return_lse=True)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.scale, ctx.causal = scale, causal
+                                         return_lse=True, **options)
+            ctx.save_for_backward(q, k, v, out, lse, bias, *vectors)
+            ctx.scale, ctx.causal, ctx.mods, ctx.values = scale, causal, mods, values
             ctx.mark_non_differentiable(lse)
             return out, lse
 
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
-            q, k, v, out, lse = ctx.saved_tensors
+            q, k, v, out, lse, bias, *vectors = ctx.saved_tensors
             sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
-                                    forward._arch(q.device))
+                                    forward._arch(q.device), ctx.mods)
             device = q.device.index if q.device.index is not None else \
                 torch.cuda.current_device()
-            op = _backward_op(sig, device)
-            # the op's inputs in the sequence's parameter order: dO, O, Q, K, V, lse, scale
-            dk, dv, dq = op(forward._aligned(grad_out), out, q, k, v, lse, ctx.scale)
-            return dq, dk, dv, None, None
+            op, inputs, outputs = _backward_op(sig, device)
+            given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v,
+                     "lse": lse, "scale": ctx.scale}
+            given.update(call_inputs(ctx.mods, _mod_options(ctx.mods, ctx.values, bias,
+                                                            vectors), q, k))
+            found = dict(zip(outputs, op(*(given[name] for name in inputs))))
+            dbias = (bias_gradient(found["dBiasT"], bias) if ctx.mods.bias_grad else None)
+            return (found["dQ"], found["dK"], found["dV"], None, None, None, None, dbias,
+                    *(None for _ in vectors))
 
     _FUNCTION = AttentionFunction
     return _FUNCTION
@@ -232,5 +240,17 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     """kgen.attention(q, k, v, ...) recorded by autograd (see the module's note)."""
     _refuse(q, k, v, options)
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    out, lse = _function().apply(q, k, v, scale, bool(is_causal))
+    bias = options.get("attn_mask")
+    mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
+    scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
+    out, lse = _function().apply(q, k, v, scale, bool(is_causal), mods,
+                                 tuple(float(scalars[name]) for name in mods.scalars), bias,
+                                 *(vectors[name] for name, _ in mods.vectors))
     return (out, lse) if return_lse else out
+
+
+def _mod_options(mods: Mods, values: tuple[float, ...], bias, vectors) -> dict[str, Any]:
+    """kgen.attention's options of the mods, from the Function's arguments."""
+    return {"score_mod": mods.score_mod, "mask_mod": mods.mask_mod,
+            "scalars": dict(zip(mods.scalars, values)) or None, "attn_mask": bias,
+            "vectors": {name: t for (name, _), t in zip(mods.vectors, vectors)} or None}

@@ -90,7 +90,7 @@ def mod_lines(sig) -> ModLines:
     probability = [f"        score = {score}"]
     value = "score"
     if mod is not None:
-        probability.append(f"        modded = {dsl_text(transposed(mod))}")
+        probability.append(f"        modded = {dsl_text(transposed(mod), bare=True)}")
         value = "modded"
     # lse is -inf where every score of the query was -inf (a bias or score_mod of -inf): its
     # probabilities are 0, not exp(-inf + inf)
@@ -99,12 +99,12 @@ def mod_lines(sig) -> ModLines:
         probability.append("        lse_use = where(lse[col] == -inf, 0, lse[col])")
         lse = "lse_use"
     p = f"exp({value} - {lse})"
-    condition = dsl_text(transposed(mask)) if mask is not None else None
+    condition = dsl_text(transposed(mask), bare=True) if mask is not None else None
     probability.append(f"        pt = where({condition}, {p}, 0)" if condition else
                        f"        pt = {p}")
     ds = "pt * (acc - D[col])"
     if not (isinstance(slope, ir.Const) and slope.value == 1.0):
-        ds = f"{ds} * {dsl_text(transposed(slope))}"
+        ds = f"{ds} * {dsl_text(transposed(slope))}"  # parenthesized
         if condition:  # zero on a masked element whatever the derivative is there
             ds = f"where({condition}, {ds}, 0)"
     lines = [f"        dst = {ds}"]

@@ -220,9 +220,16 @@ def transposed(e: ir.Expr) -> ir.Expr:
     return e
 
 
-def dsl_text(e: ir.Expr) -> str:
+def dsl_text(e: ir.Expr, bare: bool = False) -> str:
     """The expression as DSL text the parser reads back to it (every operation parenthesized,
-    constants exact)."""
+    but the outermost with `bare`; constants exact)."""
+    text = _dsl_text(e)
+    if bare and isinstance(e, ir.Call) and text.startswith("("):
+        return text[1:-1]
+    return text
+
+
+def _dsl_text(e: ir.Expr) -> str:
     if isinstance(e, ir.Const):
         value = float(e.value)
         if math.isinf(value):
@@ -240,12 +247,12 @@ def dsl_text(e: ir.Expr) -> str:
     if isinstance(e, ir.Random):
         return f"random({e.seed}, {e.offset})"
     if isinstance(e, ir.Cast):
-        return f"cast<{e.dtype.dsl_name}>({dsl_text(e.arg)})"
+        return f"cast<{e.dtype.dsl_name}>({_dsl_text(e.arg)})"
     if isinstance(e, ir.Call) and e.op is ir.Op.NEG:
-        return f"(-{dsl_text(e.args[0])})"
+        return f"(-{_dsl_text(e.args[0])})"
     if isinstance(e, ir.Call) and (e.op in _COMPARE or not e.op.spelling.isidentifier()):
-        return f"({dsl_text(e.args[0])} {e.op.spelling} {dsl_text(e.args[1])})"
+        return f"({_dsl_text(e.args[0])} {e.op.spelling} {_dsl_text(e.args[1])})"
     if isinstance(e, ir.Call):
-        return f"{e.op.spelling}({', '.join(dsl_text(a) for a in e.args)})"
+        return f"{e.op.spelling}({', '.join(_dsl_text(a) for a in e.args)})"
     raise KgenError(getattr(e, "loc", None) or ir.Const(0).loc,
                     f"{type(e).__name__} has no DSL text here")
