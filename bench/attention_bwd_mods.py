@@ -6,6 +6,7 @@ setting, bf16, 16k tokens, hidden 2048 (D 128: 16 heads, S 4096: batch 4).
     python3 bench/attention_bwd_mods.py [--d 128] [--s 4096] [--arch sm_80]
     python3 bench/attention_bwd_mods.py --once   # one small call per mod, no timing (for
                                                  # compute-sanitizer)
+    python3 bench/attention_bwd_mods.py --compile   # only build and load them (NVRTC cache)
 """
 from __future__ import annotations
 
@@ -89,8 +90,16 @@ def main(argv=None) -> None:
     parser.add_argument("--arch", default=None)
     parser.add_argument("--once", action="store_true")
     parser.add_argument("--only", default=None, help="--once: one mod's name")
+    parser.add_argument("--compile", action="store_true", help="build and load every "
+                        "backward (the NVRTC cache), no call")
     args = parser.parse_args(argv)
     arch = args.arch or _arch(torch.device("cuda"))
+    if args.compile:
+        for d in (64, args.d):
+            for causal, mods, _ in MODS.values():
+                _backward_op(BackwardSignature("bf16", d, causal, arch, mods),
+                             torch.cuda.current_device())
+        return
     if args.once:
         for name, (causal, mods, scalars) in MODS.items():
             if args.only and name != args.only:

@@ -242,6 +242,10 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     bias = options.get("attn_mask")
     mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
+    if mods.bias_grad and q.shape[2] % 8:
+        raise ArgumentError(f"attn_mask's gradient needs the query length to be a multiple of 8 "
+                            f"(got {q.shape[2]}): the backward stores it [keys, queries], rows "
+                            "16 bytes apart; pad the queries, or detach attn_mask")
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
     out, lse = _function().apply(q, k, v, scale, bool(is_causal), mods,
                                  tuple(float(scalars[name]) for name in mods.scalars), bias,

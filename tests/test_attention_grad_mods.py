@@ -127,3 +127,35 @@ def test_the_plain_backward_keeps_its_name_and_text():
     assert plain.name == "attention_bwd_64_" + __import__("hashlib").sha256(
         repr(("bf16", 64, True, "sm_80")).encode()).hexdigest()[:12]
     assert "pt = where(row <= col, exp(score - lse[col]), 0)" in backward_text(plain)
+
+
+def test_a_bias_gradient_needs_queries_in_multiples_of_8():
+    from kgen.attention_grad import attention_with_grad
+    from kgen.errors import ArgumentError
+
+    q = torch.zeros(1, 2, 17, 64, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.zeros(1, 2, 24, 64, dtype=torch.bfloat16)
+    bias = torch.zeros(1, 2, 17, 24, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(ArgumentError, match="multiple of 8 \\(got 17\\)"):
+        attention_with_grad(q, k, k, attn_mask=bias)
+
+
+def test_the_call_s_mods_and_inputs():
+    """call_mods / call_inputs (CPU tensors): the bias transposed with its broadcast dims at
+    stride 0 and rows padded to 16 bytes; a [..., 1, T] bias without grad as the vector Bias;
+    with grad as the tensor."""
+    from kgen.attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods
+
+    q = torch.zeros(2, 3, 13, 64, dtype=torch.bfloat16)
+    k = torch.zeros(2, 3, 20, 64, dtype=torch.bfloat16)
+    bias = torch.randn(1, 3, 13, 20).bfloat16()
+    mods = call_mods(q, k, k, {"attn_mask": bias}, False)
+    assert mods == Mods(bias="tensor")
+    found = call_inputs(mods, {"attn_mask": bias}, q, k)["BiasT"]
+    assert found.shape == (2, 3, 20, 13) and found.stride()[0] == 0 and found.stride()[2] == 16
+    assert torch.equal(found[1], bias[0].transpose(-1, -2))
+    row = torch.randn(2, 1, 1, 20).bfloat16()
+    assert call_mods(q, k, k, {"attn_mask": row}, False).bias == "cols"
+    assert call_mods(q, k, k, {"attn_mask": row}, True).bias == "tensor"
+    grad = bias_gradient(torch.ones(2, 3, 20, 13, dtype=torch.bfloat16), bias)
+    assert grad.shape == bias.shape and (grad == 2).all()
