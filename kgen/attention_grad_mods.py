@@ -6,8 +6,9 @@ scalars and attn_mask, as lines of its program text (`mod_lines`; kgen/attention
 The backward's rows are keys and its columns queries, so the forward's expressions are read
 transposed (kgen/differentiate.py `transposed`: `row` and `col` swap, `doc[row]` becomes
 `doc[col]`). With s = scale * acc (+ the bias), the forward's x = where(mask, f(s), -inf):
-    pt  = where(mask, exp(f(s) - lse'), 0)        lse' = lse, or 0 where lse is -inf (a query
-                                                  whose every score was -inf: its P is 0)
+    pt  = where(mask, exp(f(s) - lse'), 0)        lse' = lse, or 0 where lse is -inf (with a
+                                                  bias or a score_mod holding an infinity: a
+                                                  query whose every score was -inf, P 0)
     dst = where(mask, pt * (acc - D[col]) * f'(s), 0)
 f'(s) is kgen's own derivative of score_mod (kgen/differentiate.py); where it is the constant
 1 (no score_mod, ALiBi, a bias) dst is the plain pt * (acc - D[col]), whose zero on a masked
@@ -23,6 +24,7 @@ returns it transposed, summed over attn_mask's broadcast dims).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,10 +94,10 @@ def mod_lines(sig) -> ModLines:
     if mod is not None:
         probability.append(f"        modded = {dsl_text(transposed(mod), bare=True)}")
         value = "modded"
-    # lse is -inf where every score of the query was -inf (a bias or score_mod of -inf): its
-    # probabilities are 0, not exp(-inf + inf)
+    # lse is -inf where every score of the query was -inf (a bias of -inf, a score_mod with an
+    # infinity): its probabilities are 0, not exp(-inf + inf)
     lse = "lse[col]"
-    if m.bias or mod is not None:
+    if m.bias or (mod is not None and _infinite(mod)):
         probability.append("        lse_use = where(lse[col] == -inf, 0, lse[col])")
         lse = "lse_use"
     p = f"exp({value} - {lse})"
@@ -138,6 +140,15 @@ def _forward_terms(sig) -> tuple[ir.Expr | None, ir.Expr | None, ir.Expr]:
     except KgenError as err:
         raise attention._in_mod(err, fsig, attention.program_text(fsig)) from None
     return mod, mask, slope
+
+
+def _infinite(e: ir.Expr) -> bool:
+    """Whether the expression holds an infinite constant (`where(.., score, -inf)`)."""
+    if isinstance(e, ir.Const):
+        return not math.isfinite(float(e.value))
+    if isinstance(e, ir.Call):
+        return any(_infinite(a) for a in e.args)
+    return isinstance(e, ir.Cast) and _infinite(e.arg)
 
 
 def _inline(e: ir.Expr, lets: dict) -> ir.Expr:

@@ -181,7 +181,45 @@ def mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
         return a
     if _value(a) is not None and _value(b) is not None:
         return _const(_value(a) * _value(b))
-    return _call2(ir.Op.MUL, a, b)
+    return _cancelled(a, b) or _call2(ir.Op.MUL, a, b)
+
+
+def _cancelled(a: ir.Expr, b: ir.Expr) -> ir.Expr | None:
+    """a * b with a factor of the numerator and the same of the denominator cancelled
+    (`cap * (x * (1 / cap))` is x: softcap's derivative), or None when none cancels."""
+    num_a, den_a = _factors(a)
+    num_b, den_b = _factors(b)
+    num, den = num_a + num_b, den_a + den_b
+    keys = [_dsl_text(d) for d in den]
+    kept: list[ir.Expr] = []
+    for factor in num:
+        key = _dsl_text(factor)
+        if key in keys:
+            index = keys.index(key)
+            del keys[index], den[index]
+        else:
+            kept.append(factor)
+    if len(kept) == len(num):
+        return None
+    product = _const(_ONE)
+    for factor in kept:
+        product = mul(product, factor)
+    for factor in den:
+        product = div(product, factor)
+    return product
+
+
+def _factors(e: ir.Expr) -> tuple[list[ir.Expr], list[ir.Expr]]:
+    """The factors of a product's numerator and denominator (`a * (b / c)`: [a, b], [c])."""
+    if isinstance(e, ir.Call) and e.op is ir.Op.MUL:
+        (na, da), (nb, db) = _factors(e.args[0]), _factors(e.args[1])
+        return na + nb, da + db
+    if isinstance(e, ir.Call) and e.op is ir.Op.DIV:
+        (na, da), (nb, db) = _factors(e.args[0]), _factors(e.args[1])
+        return na + db, da + nb
+    if _value(e) == 1.0:
+        return [], []
+    return [e], []
 
 
 def div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
@@ -189,6 +227,8 @@ def div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
         return _const(_ZERO)
     if _value(b) == 1.0:
         return a
+    if _value(a) is not None and _value(b) not in (None, 0.0):
+        return _const(_value(a) / _value(b))
     return _call2(ir.Op.DIV, a, b)
 
 

@@ -47,6 +47,9 @@ CASES = [
              "qd": torch.stack([_doc_ids(torch, gen, s, 3) for _ in range(b)]),
              # one more document among the keys: some queries keep no key
              "kd": torch.stack([_doc_ids(torch, gen, t, 4) for _ in range(b)])}),
+    # a score_mod of -inf: the first queries keep no key (lse -inf), through the mod alone
+    Case("score_mod_inf", {"score_mod": "where(col <= row - 3, score, -inf)"},
+         score=lambda torch, s, r, c, v, k: torch.where(c <= r - 3, s, float("-inf"))),
     Case("bias_grad", {"is_causal": True}, bias="heads", bias_grad=True),
     Case("bias_full_grad", {}, bias="full", bias_grad=True),
     Case("bias_bool", {}, bias="bool"),

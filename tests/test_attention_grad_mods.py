@@ -101,8 +101,12 @@ def test_softcap_s_derivative_is_kgen_s_own():
     text = backward_text(BackwardSignature("bf16", 64, True, "sm_80", Mods(
         score_mod="cap * tanh(score / cap)", scalars=("cap",))))
     assert "modded = cap * tanh((score / cap))" in text
-    assert "tanh((score / cap)) * tanh((score / cap))" in text  # 1 - tanh^2, kgen's
-    assert "where(row <= col, exp(modded - lse_use), 0)" in text
+    # 1 - tanh^2, kgen's (cap and 1 / cap cancelled)
+    assert "* (1.0 - (tanh((score / cap)) * tanh((score / cap)))), 0)" in text
+    assert "where(row <= col, exp(modded - lse[col]), 0)" in text
+    masked = backward_text(BackwardSignature("bf16", 64, False, "sm_80", Mods(
+        score_mod="where(score > cap, -inf, score)", scalars=("cap",))))
+    assert "lse_use = where(lse[col] == -inf, 0, lse[col])" in masked
 
 
 def test_a_mod_kgen_cannot_differentiate_is_located_in_the_mod():

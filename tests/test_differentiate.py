@@ -122,3 +122,11 @@ def test_an_op_without_a_derivative_is_refused_where_it_is(text, name, span):
 def test_a_clamp_bound_that_depends_on_the_score_is_refused():
     with pytest.raises(KgenError, match="clamp\\(\\)'s bounds must not depend on 'score'"):
         derivative(_parse_mod("clamp(c, score, 3)"), "score")
+
+
+def test_a_factor_over_itself_cancels():
+    """softcap's derivative is 1 - tanh(score / cap)^2: no multiply by cap and 1 / cap."""
+    slope = derivative(_parse_mod("c * tanh(score / c)"), "score")
+    assert dsl_text(slope) == "(1.0 - (tanh((score / c)) * tanh((score / c))))"
+    slope = derivative(_parse_mod("c * (score / (c * 2))"), "score")
+    assert dsl_text(slope) == "0.5"
