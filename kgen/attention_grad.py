@@ -15,9 +15,11 @@ scalar of the call):
 D and the f32 accumulator are the sequence's workspace (allocated per call by torch's caching
 allocator; the main kernel's launch zeroes the accumulator first).
 
-Only what the backward supports is taken: a call with attn_mask, score_mod, mask_mod,
-vectors, scalars, dropout, GQA or a value head dim unlike the query's, whose inputs require
-grad, is refused with a message naming the option. The backward is a torch op
+The forward's mods (score_mod, differentiated by kgen; mask_mod; scalars; vectors; attn_mask,
+with its gradient when it requires grad; dropout, its mask regenerated from the forward's seed
+and offset) are written into the main kernel by kgen/attention_grad_mods.py. GQA and a value
+head dim unlike the query's, whose inputs require grad, are refused with a message naming
+them. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`: a fake implementation for torch.compile), so
 torch.compile traces it and a CUDA graph can capture it.
 """
@@ -144,16 +146,7 @@ def wants_grad(*tensors) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-# The options of kgen.attention the backward does not take yet, and how each shows it is used
-_UNSUPPORTED = (("dropout_p", lambda v: bool(v)), ("return_rng", lambda v: bool(v)))
-
-
 def _refuse(q, k, v, options: dict[str, Any]) -> None:
-    for name, used in _UNSUPPORTED:
-        if used(options.get(name)):
-            raise ArgumentError(f"kgen.attention's backward does not take {name} yet; call it "
-                                "on tensors that do not require grad (or under "
-                                "torch.no_grad()), or drop the option")
     if k.shape[1] != q.shape[1]:
         raise ArgumentError(f"kgen.attention's backward does not take GQA yet (q has "
                             f"{q.shape[1]} heads, k and v {k.shape[1]})")
@@ -201,13 +194,14 @@ def _function():
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, scale: float, causal: bool, mods: Mods,
-                    values: tuple[float, ...], bias, *vectors):
+                    values: tuple[float, ...], dropout: tuple, bias, *vectors):
             q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
-            options = _mod_options(mods, values, bias, vectors)
+            options = _mod_options(mods, values, dropout, bias, vectors)
             out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
                                          return_lse=True, **options)
             ctx.save_for_backward(q, k, v, out, lse, bias, *vectors)
             ctx.scale, ctx.causal, ctx.mods, ctx.values = scale, causal, mods, values
+            ctx.dropout = dropout
             ctx.mark_non_differentiable(lse)
             return out, lse
 
@@ -221,11 +215,11 @@ def _function():
             op, inputs, outputs = _backward_op(sig, device)
             given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v,
                      "lse": lse, "scale": ctx.scale}
-            given.update(call_inputs(ctx.mods, _mod_options(ctx.mods, ctx.values, bias,
-                                                            vectors), q, k))
+            given.update(call_inputs(ctx.mods, _mod_options(
+                ctx.mods, ctx.values, ctx.dropout, bias, vectors), q, k))
             found = dict(zip(outputs, op(*(given[name] for name in inputs))))
             dbias = (bias_gradient(found["dBiasT"], bias) if ctx.mods.bias_grad else None)
-            return (found["dQ"], found["dK"], found["dV"], None, None, None, None, dbias,
+            return (found["dQ"], found["dK"], found["dV"], None, None, None, None, None, dbias,
                     *(None for _ in vectors))
 
     _FUNCTION = AttentionFunction
@@ -247,14 +241,30 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
                             f"(got {q.shape[2]}): the backward stores it [keys, queries], rows "
                             "16 bytes apart; pad the queries, or detach attn_mask")
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
+    # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
+    dropout = ((float(options["dropout_p"]), *forward_rng(q, options.get("dropout_rng")))
+               if mods.dropout else ())
     out, lse = _function().apply(q, k, v, scale, bool(is_causal), mods,
-                                 tuple(float(scalars[name]) for name in mods.scalars), bias,
-                                 *(vectors[name] for name, _ in mods.vectors))
-    return (out, lse) if return_lse else out
+                                 tuple(float(scalars[name]) for name in mods.scalars), dropout,
+                                 bias, *(vectors[name] for name, _ in mods.vectors))
+    result = (out,) + ((lse,) if return_lse else ()) + (
+        (tuple(dropout[1:]) if dropout else None,) if options.get("return_rng") else ())
+    return result if len(result) > 1 else out
 
 
-def _mod_options(mods: Mods, values: tuple[float, ...], bias, vectors) -> dict[str, Any]:
+def forward_rng(q, given):
+    """The (seed, offset) of a dropout (kgen/attention.py `_rng`)."""
+    from .attention import _rng
+
+    return _rng(q.device, given)
+
+
+def _mod_options(mods: Mods, values: tuple[float, ...], dropout: tuple, bias,
+                 vectors) -> dict[str, Any]:
     """kgen.attention's options of the mods, from the Function's arguments."""
-    return {"score_mod": mods.score_mod, "mask_mod": mods.mask_mod,
-            "scalars": dict(zip(mods.scalars, values)) or None, "attn_mask": bias,
-            "vectors": {name: t for (name, _), t in zip(mods.vectors, vectors)} or None}
+    options = {"score_mod": mods.score_mod, "mask_mod": mods.mask_mod,
+               "scalars": dict(zip(mods.scalars, values)) or None, "attn_mask": bias,
+               "vectors": {name: t for (name, _), t in zip(mods.vectors, vectors)} or None}
+    if dropout:
+        options.update(dropout_p=dropout[0], dropout_rng=(dropout[1], dropout[2]))
+    return options

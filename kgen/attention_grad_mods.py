@@ -48,6 +48,7 @@ class Mods:
     vectors: tuple[tuple[str, str], ...] = ()  # (name, index in the forward), sorted
     bias: str = ""  # one of BIAS_FORMS
     bias_grad: bool = False  # dBiasT is an output (bias is "tensor")
+    dropout: bool = False  # dropout_p > 0: the forward's mask regenerated (random_t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +85,12 @@ def mod_lines(sig) -> ModLines:
     # a vector keeps its dims; its index swaps (the forward's row is the backward's col)
     dims = {"row": "B, H, S", "col": "B, H, T", "head": "H", "batch": "B"}
     inputs += [f"  vector {name} : f32[{dims[index]}]" for name, index in m.vectors]
+    # seed and offset have no default: before the scalars that have one (the torch op's schema)
+    inputs += ["  scalar seed : u64", "  scalar offset : u64"] if m.dropout else []
     outputs = [f"  tensor dBiasT : {t}[B, H, T, S] row out"] if m.bias_grad else []
     scalars = [f"  scalar {name} : f32 = 0" for name in m.scalars]
+    scalars += (["  scalar dropout_p : f32 = 0", "  scalar dropout_scale : f32 = 1"]
+                if m.dropout else [])
 
     score = "scale * acc" + {"": "", "tensor": " + BiasT", "cols": " + Bias[row]"}[m.bias]
     mod, mask, slope = _forward_terms(sig)
@@ -102,9 +107,17 @@ def mod_lines(sig) -> ModLines:
         lse = "lse_use"
     p = f"exp({value} - {lse})"
     condition = dsl_text(transposed(mask), bare=True) if mask is not None else None
-    probability.append(f"        pt = where({condition}, {p}, 0)" if condition else
-                       f"        pt = {p}")
-    ds = "pt * (acc - D[col])"
+    # pt: what dV's gemm multiplies; with dropout the kept probabilities, scaled, of pf (the
+    # forward's own element (query, key) of the mask: random_t at the backward's (key, query))
+    name = "pf" if m.dropout else "pt"
+    probability.append(f"        {name} = where({condition}, {p}, 0)" if condition else
+                       f"        {name} = {p}")
+    dp = "acc"
+    if m.dropout:
+        probability += ["        kept = random_t(seed, offset) >= dropout_p",
+                        "        pt = where(kept, pf * dropout_scale, 0)"]
+        dp = "where(kept, acc * dropout_scale, 0)"  # dP of the probabilities before dropout
+    ds = f"{name} * ({dp} - D[col])"
     if not (isinstance(slope, ir.Const) and slope.value == 1.0):
         ds = f"{ds} * {dsl_text(transposed(slope))}"  # parenthesized
         if condition:  # zero on a masked element whatever the derivative is there
@@ -166,21 +179,35 @@ def _inline(e: ir.Expr, lets: dict) -> ir.Expr:
 # A call's options as the backward's Mods and inputs (torch tensors; kgen/attention_grad.py)
 
 
+# The backward program's own names: a scalar or vector of the mods may not take one
+BACKWARD_NAMES = frozenset({"dO", "D", "dQacc", "dQ", "dK", "dV", "st", "pt", "pf", "dv", "dpt",
+                            "dst", "dk", "dq", "BiasT", "dBiasT", "lse_use", "kept"})
+
+
 def call_mods(q, k, v, options: dict, bias_grad: bool) -> Mods:
     """The Mods of a kgen.attention call (its options checked as the forward checks them)."""
     from . import attention
+    from .errors import ArgumentError
 
     mask = options.get("attn_mask")
     fsig = attention.signature(q, k, v, is_causal=False, score_mod=options.get("score_mod"),
                                mask_mod=options.get("mask_mod"), scalars=options.get("scalars"),
-                               attn_mask=mask, vectors=options.get("vectors"))
+                               attn_mask=mask, vectors=options.get("vectors"),
+                               dropout_p=options.get("dropout_p") or 0.0)
+    for name in (*fsig.scalars, *(n for n, _ in fsig.vectors)):
+        if name in BACKWARD_NAMES:
+            raise ArgumentError(f"{name!r} is a name of kgen.attention's backward program; pass "
+                                f"the scalar or vector under another name "
+                                f"({sorted(BACKWARD_NAMES)} are taken)")
     bias = "" if mask is None else "tensor" if bias_grad or not fsig.bias_cols else "cols"
-    return Mods(fsig.score_mod, fsig.mask_mod, fsig.scalars, fsig.vectors, bias, bias_grad)
+    return Mods(fsig.score_mod, fsig.mask_mod, fsig.scalars, fsig.vectors, bias, bias_grad,
+                fsig.dropout)
 
 
 def call_inputs(mods: Mods, options: dict, q, k) -> dict[str, Any]:
     """The backward's inputs the mods add, by name: BiasT (the attn_mask transposed, a bool one
-    as 0 / -inf), Bias (one row per key), the vectors; and the scalars' values."""
+    as 0 / -inf), Bias (one row per key), the vectors; and the scalars' values (the dropout's
+    seed and offset from options["dropout_rng"], the one the forward used)."""
     from . import attention
 
     found: dict[str, Any] = {}
@@ -195,6 +222,11 @@ def call_inputs(mods: Mods, options: dict, q, k) -> dict[str, Any]:
     scalars = options.get("scalars") or {}
     for name in mods.scalars:
         found[name] = float(scalars[name])
+    if mods.dropout:  # the forward's (seed, offset): u64 as the int64 of their bits
+        p = float(options["dropout_p"])
+        seed, offset = options["dropout_rng"]
+        found.update(seed=attention._signed(seed), offset=attention._signed(offset),
+                     dropout_p=p, dropout_scale=float(1.0 / (1.0 - p)))
     return found
 
 

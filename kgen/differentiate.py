@@ -285,7 +285,7 @@ def _dsl_text(e: ir.Expr) -> str:
     if isinstance(e, ir.Extent):
         return e.dim
     if isinstance(e, ir.Random):
-        return f"random({e.seed}, {e.offset})"
+        return f"random{'_t' if e.transposed else ''}({e.seed}, {e.offset})"
     if isinstance(e, ir.Cast):
         return f"cast<{e.dtype.dsl_name}>({_dsl_text(e.arg)})"
     if isinstance(e, ir.Call) and e.op is ir.Op.NEG:

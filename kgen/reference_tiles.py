@@ -343,6 +343,10 @@ class _Instance:
             return np.float64(self.head if node.axis is ir.Axis.HEAD else self.batch)
         if isinstance(node, ir.Extent):
             return np.float64(_extent(node.dim, self.kernel, self.inputs))
+        if isinstance(node, ir.Random) and node.transposed:  # random_t: at (col, row)
+            return random_uniform(self._integer(node.seed), self._integer(node.offset),
+                                  self.batch, self.head, self.heads, self.cols.astype(np.int64),
+                                  self.rows).T
         if isinstance(node, ir.Random):
             return random_uniform(self._integer(node.seed), self._integer(node.offset),
                                   self.batch, self.head, self.heads, self.rows,

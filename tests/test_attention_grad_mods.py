@@ -46,7 +46,7 @@ def _grads(case, b, h, s, t, d, seed):
     inputs["lse"] = lse.detach().numpy().astype(np.float32)
     scalars = {"scale": scale}
     for name, value in extra.items():
-        if isinstance(value, float):
+        if isinstance(value, (int, float)):
             scalars[name] = value
         elif name == "BiasT":
             inputs[name] = value.float().numpy().astype(bf16)

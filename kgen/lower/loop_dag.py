@@ -449,4 +449,6 @@ def _abstract(values, value: pp.Value, mask: int | None, zero_acc: bool, get):
     if kind.op in (ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.NEG, ir.Op.WHERE, ir.Op.MIN,
                    ir.Op.MAX, ir.Op.ABS) and all(a is not None for a in args):
         return _FINITE
+    if kind.op in (ir.Op.LT, ir.Op.LE, ir.Op.GT, ir.Op.GE, ir.Op.EQ, ir.Op.NE):
+        return _FINITE  # 0 or 1, whatever the arguments (NaN compares false)
     return None

@@ -113,7 +113,7 @@ class _Section:
         if isinstance(node, ir.Position):
             return self.add(pp.PositionValue(node.axis), _POSITION_RANK[node.axis])
         if isinstance(node, ir.Random):
-            return self.add(pp.RandomValue(node.seed, node.offset), Rank.TILE)
+            return self.add(pp.RandomValue(node.seed, node.offset, node.transposed), Rank.TILE)
         if isinstance(node, ir.Extent):
             loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
             return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)

@@ -110,7 +110,7 @@ def _text(e: object, outer: int) -> str:
     if isinstance(e, ir.Extent):
         return str(e.dim)
     if isinstance(e, ir.Random):
-        return f"random({e.seed}, {e.offset})"
+        return f"random{'_t' if e.transposed else ''}({e.seed}, {e.offset})"
     if isinstance(e, ir.Cast):
         return f"cast<{getattr(e.dtype, 'dsl_name', e.dtype)}>({_text(e.arg, 0)})"
     if isinstance(e, ir.Reduce):
