@@ -36,6 +36,8 @@ MODS = {  # name: (causal, Mods, scalars)
                            {"window": 1024.0}),
     "document": (False, Mods(mask_mod="qd[row] == kd[col]",
                              vectors=(("kd", "col"), ("qd", "row"))), {}),
+    "dropout 0.1": (False, Mods(dropout=True), {"seed": 5, "offset": 8, "dropout_p": 0.1,
+                                                 "dropout_scale": 1 / 0.9}),
     "bias": (False, Mods(bias="tensor"), {}),
     "bias grad": (False, Mods(bias="tensor", bias_grad=True), {}),
     "bias grad causal": (True, Mods(bias="tensor", bias_grad=True), {}),
@@ -105,7 +107,7 @@ def main(argv=None) -> None:
             if args.only and name != args.only:
                 continue
             sig = BackwardSignature("bf16", 64, causal, arch, mods)
-            _call(sig, _inputs(sig, 1, 2, 300, scalars))()
+            _call(sig, _inputs(sig, 1, 2, 304, scalars))()  # S: a multiple of 8 (dBiasT)
             torch.cuda.synchronize()
             print(f"{name}: ran")
         return
