@@ -163,3 +163,78 @@ def test_the_call_s_mods_and_inputs():
     assert call_mods(q, k, k, {"attn_mask": row}, True).bias == "tensor"
     grad = bias_gradient(torch.ones(2, 3, 20, 13, dtype=torch.bfloat16), bias)
     assert grad.shape == bias.shape and (grad == 2).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The language pieces the mods use: a score gemm's tile store, random_t
+
+
+def _main_text(**mods):
+    from kgen.attention_grad import BackwardSignature, backward_text
+    from kgen.attention_grad_mods import Mods
+
+    text = backward_text(BackwardSignature("bf16", 64, True, "sm_80", Mods(**mods)))
+    start = text.index("kernel ", 1)  # the main kernel, the second
+    return text[start:text.index("kernel ", start + 1)]
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("tensor dBiasT : bf16[B, H, T, S] row out", "tensor dBiasT : bf16[B, H, S, T] row out",
+     "tensor 'dBiasT' has shape [S, T] but gemm 'dpt' stores its [T, S] tile, block by block"),
+    ("        dBiasT = dst\n", "        dBiasT = dst\n        dBiasT = pt\n",
+     "output 'dBiasT' is written twice"),
+    ("tensor dBiasT : bf16[B, H, T, S] row out", "vector dBiasT : f32[B, H, T] out",
+     "gemm 'dpt' stores its tile into a row-major output tensor [T, S]; 'dBiasT' is not one"),
+])
+def test_a_score_gemm_s_tile_store_is_checked(old, new, message):
+    from kgen.errors import KgenError
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    text = _main_text(bias="tensor", bias_grad=True)
+    assert old in text
+    with pytest.raises(KgenError, match=__import__("re").escape(message)):
+        verify(parse(text.replace(old, new), "bwd.kg"))
+
+
+def test_a_loop_that_stores_a_tile_runs_every_block():
+    from kgen.lower import program as lowering
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    module = parse(_main_text(bias="tensor", bias_grad=True), "bwd.kg")
+    verify(module)
+    plan = lowering.run(module.kernels[0])
+    assert not plan.bounds.bounds
+    assert "the loop stores 'dBiasT' at every element of every block" in plan.bounds.why
+    module = parse(_main_text(score_mod="cap * tanh(score / cap)", scalars=("cap",)), "bwd.kg")
+    verify(module)
+    assert lowering.run(module.kernels[0]).bounds.bounds  # dst = where(P, .., 0) is 0 there
+
+
+def test_random_t_is_random_at_the_transposed_element():
+    import numpy as np
+
+    from kgen.parse import parse
+    from kgen.reference import evaluate
+    from kgen.verify import verify
+
+    text = """kernel k {
+  target sm_80
+  tensor X : f32[B, H, M, N] row
+  tensor Y : f32[B, H, M, N] row out
+  tensor Z : f32[B, H, M, N] row out
+  scalar seed : u64
+  scalar offset : u64
+  epilogue {
+    Y = random(seed, offset)
+    Z = random_t(seed, offset)
+  }
+}
+"""
+    module = parse(text, "r.kg")
+    verify(module)
+    out = evaluate(module.kernels[0], {"X": np.zeros((2, 3, 9, 9), np.float32)},
+                   {"seed": 2**63 + 5, "offset": 12})
+    assert np.array_equal(out["Z"], out["Y"].transpose(0, 1, 3, 2))
+    assert not np.array_equal(out["Z"], out["Y"])
