@@ -18,6 +18,8 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
     python3 bench/attention.py --bwd            # the same, from the forward's bench
     python3 bench/attention_bwd.py --once       # one small causal call, no timing (for
                                                 # compute-sanitizer)
+    python3 bench/attention_bwd.py --mods       # the forward's mods' backward beside the plain
+                                                # one (kgen/harness/attention_bwd_mods.py)
 """
 from __future__ import annotations
 
@@ -209,6 +211,12 @@ def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False) -> None:
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--mods" in argv:  # kgen/harness/attention_bwd_mods.py
+        from kgen.harness.attention_bwd_mods import main as mods_main
+
+        mods_main([a for a in argv if a != "--mods"])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     parser.add_argument("--once", action="store_true")

@@ -3,10 +3,10 @@ backward, on the GPU: the backward sequence (D, the main kernel, the dQ conversi
 runs, timed with CUDA events (median), each mod beside the plain backward of the same causal
 setting, bf16, 16k tokens, hidden 2048 (D 128: 16 heads, S 4096: batch 4).
 
-    python3 bench/attention_bwd_mods.py [--d 128] [--s 4096] [--arch sm_80]
-    python3 bench/attention_bwd_mods.py --once   # one small call per mod, no timing (for
-                                                 # compute-sanitizer)
-    python3 bench/attention_bwd_mods.py --compile   # only build and load them (NVRTC cache)
+    python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80]
+    python3 bench/attention_bwd.py --mods --once    # one small call per mod, no timing (for
+                                                    # compute-sanitizer; --only NAME: one)
+    python3 bench/attention_bwd.py --mods --compile # only build and load them (NVRTC cache)
 """
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ import argparse
 import math
 import statistics
 
-import torch
-
-from kgen.attention import _arch
-from kgen.attention_grad import BackwardSignature, _backward_op
-from kgen.attention_grad_mods import Mods, bias_transposed
+from ..attention import _arch
+from ..attention_grad import BackwardSignature, _backward_op
+from ..attention_grad_mods import Mods, bias_transposed
 
 TOKENS, HIDDEN = 16384, 2048
 MODS = {  # name: (causal, Mods, scalars)
@@ -45,6 +43,8 @@ MODS = {  # name: (causal, Mods, scalars)
 
 
 def _inputs(sig: BackwardSignature, b: int, h: int, s: int, scalars: dict) -> dict:
+    import torch
+
     d = sig.d
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do, o = (torch.randn(b, h, s, d, device="cuda", generator=gen).bfloat16()
@@ -66,12 +66,16 @@ def _inputs(sig: BackwardSignature, b: int, h: int, s: int, scalars: dict) -> di
 
 
 def _call(sig: BackwardSignature, given: dict):
+    import torch
+
     op, inputs, _ = _backward_op(sig, torch.cuda.current_device())
     args = [given[name] for name in inputs]
     return lambda: op(*args)
 
 
 def _median_ms(fn, reps: int = 15) -> float:
+    import torch
+
     fn()
     torch.cuda.synchronize()
     times = []
@@ -86,7 +90,9 @@ def _median_ms(fn, reps: int = 15) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser()
+    import torch
+
+    parser = argparse.ArgumentParser(prog="bench/attention_bwd.py --mods")
     parser.add_argument("--d", type=int, default=128)
     parser.add_argument("--s", type=int, default=4096)
     parser.add_argument("--arch", default=None)
@@ -125,6 +131,3 @@ def main(argv=None) -> None:
         print(f"{name:20s} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s "
               f"{ms / base[causal]:5.2f}x")
 
-
-if __name__ == "__main__":
-    main()
