@@ -33,6 +33,7 @@ from ..errors import NOWHERE, KgenError, SourceLoc
 from ..ir import Axis, DType, ParamKind, ReduceOp, Role
 from ..language import F32_MAX, reduction_name
 from .epilogue import check_extent, unused_local_warnings
+from .loop_gemms import is_forward_loop
 from .state import KernelState, require_str
 
 __all__ = ["Rank", "TileScope", "check_tile_epilogue", "expr_text"]
@@ -310,8 +311,6 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
 def _stores_score_tile(scope: TileScope) -> bool:
     """A score gemm of a DAG loop (more gemms than the forward's: the backward's) may store a
     tile output: each (row, col) of it is one element of one block's tile."""
-    from ..lower.program import is_forward_loop
-
     return scope.loop is not None and not is_forward_loop(scope.loop)
 
 
