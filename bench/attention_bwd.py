@@ -20,6 +20,8 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # compute-sanitizer; --gqa HKV, --deterministic)
     python3 bench/attention_bwd.py --variants   # the main kernel at D 128: MHA against GQA 8:1
                                                 # (16 / 2 heads) and deterministic against default
+    python3 bench/attention_bwd.py --mods       # the forward's mods' backward beside the plain
+                                                # one (kgen/harness/attention_bwd_mods.py)
 """
 from __future__ import annotations
 
@@ -274,6 +276,12 @@ def variants(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dic
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--mods" in argv:  # kgen/harness/attention_bwd_mods.py
+        from kgen.harness.attention_bwd_mods import main as mods_main
+
+        mods_main([a for a in argv if a != "--mods"])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     parser.add_argument("--once", action="store_true")

@@ -341,12 +341,12 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
 
     from .attention_grad import attention_with_grad, wants_grad
 
-    if wants_grad(q, k, v):  # recorded by autograd: kgen/attention_grad.py
+    if wants_grad(q, k, v, attn_mask):  # recorded by autograd: kgen/attention_grad.py
         return attention_with_grad(
             q, k, v, is_causal=is_causal, scale=scale, return_lse=return_lse,
             attn_mask=attn_mask, enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
-            scalars=scalars, vectors=vectors, dropout_p=dropout_p, return_rng=return_rng,
-            deterministic=deterministic, block_mask=block_mask)
+            scalars=scalars, vectors=vectors, dropout_p=dropout_p, dropout_rng=dropout_rng,
+            return_rng=return_rng, deterministic=deterministic, block_mask=block_mask)
     heads, kv_heads = q.shape[1], k.shape[1]
     if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
         hint = "" if enable_gqa else " (pass enable_gqa=True for grouped-query attention)"

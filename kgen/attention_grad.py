@@ -4,8 +4,8 @@
     q.requires_grad_(); o = kgen.attention(q, k, v, is_causal=True); o.sum().backward()
 
 The backward is three kernels launched in order (kgen/runtime/sequence.py), written as DSL
-text by `backward_text` from the forward's options (dtype, head dim, causal, GQA,
-deterministic; the scale is a scalar of the call):
+text by `backward_text` from the forward's options (dtype, head dim, causal; the scale is a
+scalar of the call):
 - `<name>_dot`, a row kernel: D = rowsum(dO * O), one value per query row;
 - `<name>_main`, a loop kernel whose rows are the keys and whose loop walks the query blocks
   (FlashAttention-2's orientation, tests/programs/attention_bwd.kg's form): P^T recomputed
@@ -13,15 +13,15 @@ deterministic; the scale is a scalar of the call):
   added into an f32 accumulator at the loop's rows;
 - `<name>_dq`, a row kernel converting that accumulator to the inputs' dtype.
 D and the f32 accumulator are the sequence's workspace (allocated per call by torch's caching
-allocator; the main kernel's launch zeroes the accumulator first). GQA (k, v with HKV heads
-dividing q's H): the main kernel's CTA owns a KV head and walks the blocks of every query head
-of its group, so dK and dV, summed over the group, come out of its accumulators. Deterministic
-(`deterministic=True`, or torch.are_deterministic_algorithms_enabled()): the main kernel says
-`reductions deterministic`, its dQ adds ordered by semaphores (its own workspace).
+allocator; the main kernel's launch zeroes the accumulator first).
 
-Only what the backward supports is taken: a call with attn_mask, score_mod, mask_mod,
-vectors, scalars, dropout or a value head dim unlike the query's, whose inputs require
-grad, is refused with a message naming the option. The backward is a torch op
+The forward's mods (score_mod, differentiated by kgen; mask_mod; scalars; vectors; attn_mask,
+with its gradient when it requires grad; dropout, its mask regenerated from the forward's seed
+and offset) are written into the main kernel by kgen/attention_grad_mods.py. GQA (enable_gqa,
+as the forward: dK and dV summed over each KV head's group in the main kernel's loop) and
+deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enabled(): dQ's
+adds ordered) are the signature's. Not yet: GQA together with a mod, block_mask, and a value
+head dim unlike the query's, each refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`: a fake implementation for torch.compile), so
 torch.compile traces it and a CUDA graph can capture it.
 """
@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods, mod_lines
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
 __all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backward_text",
@@ -49,12 +50,21 @@ class BackwardSignature:
     d: int  # the head dim of q, k and v
     causal: bool
     arch: str = "sm_80"
+    _: dataclasses.KW_ONLY  # the options below by name (a positional one would be silent)
     gqa: bool = False  # k and v have fewer heads (HKV) than q (H): dK, dV summed over groups
     deterministic: bool = False  # dQ's adds ordered: bit-identical gradients run to run
+    mods: "Mods" = None  # the forward's mods (score_mod, masks, bias, vectors): Mods() if None
+
+    def __post_init__(self):
+        if self.mods is None:
+            object.__setattr__(self, "mods", Mods())
 
     @property
     def name(self) -> str:
-        digest = hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:12]
+        fields = dataclasses.astuple(self)
+        if self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
+            fields = fields[:-1]
+        digest = hashlib.sha256(repr(fields).encode()).hexdigest()[:12]
         return f"attention_bwd_{self.d}_{digest}"
 
 
@@ -62,9 +72,7 @@ def backward_text(sig: BackwardSignature) -> str:
     """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
     n, t, d = sig.name, sig.dtype, sig.d
     kv = "HKV" if sig.gqa else "H"  # K, V, dK, dV: a CTA owns a KV head, walks its group
-    probability = "exp(scale * acc - lse[col])"
-    if sig.causal:  # rows are keys, columns queries: a query sees the keys up to its own
-        probability = f"where(row <= col, {probability}, 0)"
+    mods = mod_lines(sig)
     lines = [
         f"kernel {n}_dot {{",
         f"  target {sig.arch}",
@@ -82,17 +90,24 @@ def backward_text(sig: BackwardSignature) -> str:
         f"  tensor dO : {t}[B, H, S, {d}] row",
         "  vector lse : f32[B, H, S]",
         "  vector D : f32[B, H, S]",
+        *mods.inputs,
         f"  tensor dQacc : f32[B, H, S, {d}] row out accumulate",
         f"  tensor dK : {t}[B, {kv}, T, {d}] row out",
         f"  tensor dV : {t}[B, {kv}, T, {d}] row out",
+        *mods.outputs,
         "  scalar scale : f32 = 1",
+        *mods.scalars,
         "  loop q over S {",
         "    gemm st = K @ Q^T accumulate f32 {",
-        f"      epilogue {{ pt = {probability} }}",
+        "      epilogue {",
+        *mods.probability,
+        "      }",
         "    }",
         "    gemm dv += pt @ dO accumulate f32",
         "    gemm dpt = V @ dO^T accumulate f32 {",
-        "      epilogue { dst = pt * (acc - D[col]) }",
+        "      epilogue {",
+        *mods.ds,
+        "      }",
         "    }",
         "    gemm dk += dst @ Q accumulate f32",
         "    gemm dq = dst^T @ K accumulate f32 {",
@@ -138,23 +153,26 @@ def wants_grad(*tensors) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-# The options of kgen.attention the backward does not take yet, and how each shows it is used
-_UNSUPPORTED = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
-                ("mask_mod", lambda v: v is not None), ("scalars", lambda v: bool(v)),
-                ("vectors", lambda v: bool(v)), ("dropout_p", lambda v: bool(v)),
-                ("return_rng", lambda v: bool(v)), ("block_mask", lambda v: v is not None))
+# the options with which the backward does not take GQA yet, and how each shows it is used
+_NOT_WITH_GQA = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
+                 ("mask_mod", lambda v: v is not None), ("vectors", lambda v: bool(v)),
+                 ("dropout_p", lambda v: bool(v)))
 
 
 def _refuse(q, k, v, options: dict[str, Any]) -> None:
-    for name, used in _UNSUPPORTED:
-        if used(options.get(name)):
-            raise ArgumentError(f"kgen.attention's backward does not take {name} yet; call it "
-                                "on tensors that do not require grad (or under "
-                                "torch.no_grad()), or drop the option")
-    if k.shape[1] != q.shape[1] and (not options.get("enable_gqa") or k.shape[1] == 0
-                                     or q.shape[1] % k.shape[1]):
-        raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
-                            "enable_gqa=True and a number of KV heads dividing q's")
+    if options.get("block_mask") is not None:
+        raise ArgumentError("kgen.attention's backward does not take block_mask yet; call it on "
+                            "tensors that do not require grad (or under torch.no_grad()), or "
+                            "drop the option")
+    if k.shape[1] != q.shape[1]:
+        if not options.get("enable_gqa") or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+            raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
+                                "enable_gqa=True and a number of KV heads dividing q's")
+        for name, used in _NOT_WITH_GQA:
+            if used(options.get(name)):
+                raise ArgumentError(f"kgen.attention's backward does not take {name} with GQA "
+                                    "yet; call it with as many KV heads as query heads, or "
+                                    "on tensors that do not require grad")
     if v.shape[-1] != q.shape[-1]:
         raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
                             f"q's ({q.shape[-1]})")
@@ -179,7 +197,11 @@ def _backward_op(sig: BackwardSignature, device: int):
                                    f"{'causal' if sig.causal else 'not causal'}) cannot be "
                                    f"built for {sig.arch}: {err.message}") from None
         loaded = load_built_sequence(built, device=device)
-        _LOADED[key] = sequence_op(loaded, name=f"{sig.name}_cuda{device}")
+        op = sequence_op(loaded, name=f"{sig.name}_cuda{device}")
+        # the op's inputs (the parameters no kernel writes) and outputs, in its order
+        plan = loaded.plan
+        _LOADED[key] = (op, tuple(b.name for b in plan.params if not b.written),
+                        tuple(b.name for b in plan.outputs))
     return _LOADED[key]
 
 
@@ -194,27 +216,36 @@ def _function():
 
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, scale: float, causal: bool, deterministic: bool):
+        def forward(ctx, q, k, v, scale: float, causal: bool, deterministic: bool, mods: Mods,
+                    values: tuple[float, ...], dropout: tuple, bias, *vectors):
             q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
             gqa = k.shape[1] != q.shape[1]
+            options = _mod_options(mods, values, dropout, bias, vectors)
             out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
-                                         enable_gqa=gqa, return_lse=True)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.scale, ctx.causal, ctx.gqa, ctx.deterministic = scale, causal, gqa, deterministic
+                                         enable_gqa=gqa, return_lse=True, **options)
+            ctx.save_for_backward(q, k, v, out, lse, bias, *vectors)
+            ctx.scale, ctx.causal, ctx.mods, ctx.values = scale, causal, mods, values
+            ctx.dropout, ctx.gqa, ctx.deterministic = dropout, gqa, deterministic
             ctx.mark_non_differentiable(lse)
             return out, lse
 
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
-            q, k, v, out, lse = ctx.saved_tensors
+            q, k, v, out, lse, bias, *vectors = ctx.saved_tensors
             sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
-                                    forward._arch(q.device), ctx.gqa, ctx.deterministic)
+                                    forward._arch(q.device), gqa=ctx.gqa,
+                                    deterministic=ctx.deterministic, mods=ctx.mods)
             device = q.device.index if q.device.index is not None else \
                 torch.cuda.current_device()
-            op = _backward_op(sig, device)
-            # the op's inputs in the sequence's parameter order: dO, O, Q, K, V, lse, scale
-            dk, dv, dq = op(forward._aligned(grad_out), out, q, k, v, lse, ctx.scale)
-            return dq, dk, dv, None, None, None
+            op, inputs, outputs = _backward_op(sig, device)
+            given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v,
+                     "lse": lse, "scale": ctx.scale}
+            given.update(call_inputs(ctx.mods, _mod_options(
+                ctx.mods, ctx.values, ctx.dropout, bias, vectors), q, k))
+            found = dict(zip(outputs, op(*(given[name] for name in inputs))))
+            dbias = (bias_gradient(found["dBiasT"], bias) if ctx.mods.bias_grad else None)
+            return (found["dQ"], found["dK"], found["dV"], None, None, None, None, None, None,
+                    dbias, *(None for _ in vectors))
 
     _FUNCTION = AttentionFunction
     return _FUNCTION
@@ -234,5 +265,37 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
-    out, lse = _function().apply(q, k, v, scale, bool(is_causal), bool(deterministic))
-    return (out, lse) if return_lse else out
+    bias = options.get("attn_mask")
+    mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
+    if mods.bias_grad and q.shape[2] % 8:
+        raise ArgumentError(f"attn_mask's gradient needs the query length to be a multiple of 8 "
+                            f"(got {q.shape[2]}): the backward stores it [keys, queries], rows "
+                            "16 bytes apart; pad the queries, or detach attn_mask")
+    scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
+    # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
+    dropout = ((float(options["dropout_p"]), *forward_rng(q, options.get("dropout_rng")))
+               if mods.dropout else ())
+    out, lse = _function().apply(q, k, v, scale, bool(is_causal), bool(deterministic), mods,
+                                 tuple(float(scalars[name]) for name in mods.scalars), dropout,
+                                 bias, *(vectors[name] for name, _ in mods.vectors))
+    result = (out,) + ((lse,) if return_lse else ()) + (
+        (tuple(dropout[1:]) if dropout else None,) if options.get("return_rng") else ())
+    return result if len(result) > 1 else out
+
+
+def forward_rng(q, given):
+    """The (seed, offset) of a dropout (kgen/attention.py `_rng`)."""
+    from .attention import _rng
+
+    return _rng(q.device, given)
+
+
+def _mod_options(mods: Mods, values: tuple[float, ...], dropout: tuple, bias,
+                 vectors) -> dict[str, Any]:
+    """kgen.attention's options of the mods, from the Function's arguments."""
+    options = {"score_mod": mods.score_mod, "mask_mod": mods.mask_mod,
+               "scalars": dict(zip(mods.scalars, values)) or None, "attn_mask": bias,
+               "vectors": {name: t for (name, _), t in zip(mods.vectors, vectors)} or None}
+    if dropout:
+        options.update(dropout_p=dropout[0], dropout_rng=(dropout[1], dropout[2]))
+    return options

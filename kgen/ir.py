@@ -151,11 +151,14 @@ class Random:
     (c0, c1, c2, c3) = (col, row, batch * heads + head, low 32 bits of offset), the key
     (low 32 bits of seed, high 32 bits of seed ^ high 32 bits of offset); the value is the
     first output word's top 24 bits times 2^-24. The same seed and offset give the same value
-    at the same element in any kernel (a backward regenerates a dropout mask)."""
+    at the same element in any kernel (a backward regenerates a dropout mask).
+    `random_t(seed, offset)` (transposed) is the value at the element (col, row): in a kernel
+    whose rows are the other's columns (the attention backward's keys), the other's value."""
 
     seed: str
     offset: str
     loc: SourceLoc = _loc()
+    transposed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

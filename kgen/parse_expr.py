@@ -73,7 +73,7 @@ class Scope:
             )
         if name in self.dims:
             return KgenError(loc, f"'{name}' is a dimension; sizes cannot be used in expressions")
-        if name in ir.FUNCTIONS or name in REDUCTIONS or name == "random":
+        if name in ir.FUNCTIONS or name in REDUCTIONS or name in (RANDOM, RANDOM_T):
             return KgenError(loc, f"'{name}' is a function; call it as {name}(...)")
         if name in ("row", "col"):
             return KgenError(loc, f"'{name}' can only be an index, as in bias[{name}]")
@@ -140,12 +140,13 @@ def _name_value(name: str, loc: SourceLoc, scope: Scope) -> ir.Expr:
 
 
 RANDOM = "random"  # random(seed, offset): ir.Random
+RANDOM_T = "random_t"  # random_t(seed, offset): ir.Random counted at (col, row)
 
 
-def _random(args: list, scope: Scope, loc: SourceLoc) -> ir.Expr:
+def _random(args: list, scope: Scope, loc: SourceLoc, transposed: bool = False) -> ir.Expr:
     """random(seed, offset): both arguments scalars named as they are (verify checks u64)."""
     if len(args) != 2:
-        raise KgenError(loc, arity_message(RANDOM, 2, len(args)))
+        raise KgenError(loc, arity_message(RANDOM_T if transposed else RANDOM, 2, len(args)))
     names = []
     for arg in args:
         value = arg(scope)
@@ -153,7 +154,7 @@ def _random(args: list, scope: Scope, loc: SourceLoc) -> ir.Expr:
             raise KgenError(getattr(value, "loc", loc), "random(seed, offset) takes two u64 "
                                                         "scalars by name")
         names.append(value.name)
-    return ir.Random(names[0], names[1], loc)
+    return ir.Random(names[0], names[1], loc, transposed)
 
 
 def _binary(op: Op):
@@ -258,8 +259,8 @@ class ExpressionRules(Transformer):
         name, loc, name_loc = str(token), self._loc(meta), self._loc(token)
 
         def resolve(scope: Scope) -> ir.Expr:
-            if name == RANDOM:
-                return _random(args, scope, loc)
+            if name in (RANDOM, RANDOM_T):
+                return _random(args, scope, loc, name == RANDOM_T)
             if name in ir.FUNCTIONS:
                 op = ir.FUNCTIONS[name]
                 if len(args) != op.arity:
@@ -277,7 +278,7 @@ class ExpressionRules(Transformer):
                 )
             if name in scope.bound:
                 raise KgenError(name_loc, f"'{name}' is a local, not a function")
-            functions = [*ir.FUNCTIONS, *REDUCTIONS, RANDOM]
+            functions = [*ir.FUNCTIONS, *REDUCTIONS, RANDOM, RANDOM_T]
             raise KgenError(
                 name_loc, f"unknown function {quote(name)}{did_you_mean(name, functions)}"
             )

@@ -235,6 +235,7 @@ class _Instance:
         self.tile = 0  # the tile of rows a block mask's lists are read at
         self.full = False  # the current block is a block mask's full one
         self.lets: dict[str, ir.Expr] = {}  # the current epilogue's locals, as written
+        self.tiles: dict[str, np.ndarray] = {}  # tensors a DAG loop's score gemm stores
 
     def _input(self, name: str) -> np.ndarray:
         if name not in self.inputs:
@@ -273,6 +274,8 @@ class _Instance:
                                           _extent(p.shape[1], self.kernel, self.inputs)))
                     totals.append(total.astype(host_dtype(p.dtype)))
                 outputs[p.name] = totals[0] if self.members is None else totals
+        for name, tile in self.tiles.items():  # stored block by block in the loop
+            outputs[name] = tile.astype(host_dtype(self.kernel.param(name).dtype))
         return outputs
 
     def _columns(self, start: int, stop: int) -> None:
@@ -421,6 +424,8 @@ class _Instance:
                     values[stmt.target] = value
             elif stmt.accumulate:
                 self._add(self.kernel.param(stmt.target), value)
+            elif values is not None:  # a score gemm's tile output, at this block's elements
+                self._store_block(self.kernel.param(stmt.target), value)
             else:
                 outputs[stmt.target] = self._store(value, self.kernel.param(stmt.target))
         return handed
@@ -434,6 +439,15 @@ class _Instance:
                                                         self.inputs)))
         tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
         self.adds[key][self.rows, self.col_slice] += tile
+
+    def _store_block(self, param: ir.Param, value: Any) -> None:
+        """`dBiasT = dst` in a DAG loop's score gemm: the tile at the current rows and this
+        block's columns (float64, rounded once at the end; elements no block stores are 0)."""
+        if param.name not in self.tiles:
+            self.tiles[param.name] = np.zeros((_extent(param.shape[0], self.kernel, self.inputs),
+                                               _extent(param.shape[1], self.kernel, self.inputs)))
+        tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
+        self.tiles[param.name][self.rows, self.col_slice] = tile
 
     def _store(self, value: Any, param: ir.Param) -> np.ndarray:
         count = len(self.rows)
@@ -473,6 +487,10 @@ class _Instance:
             return np.float64(self.head if node.axis is ir.Axis.HEAD else self.batch)
         if isinstance(node, ir.Extent):
             return np.float64(_extent(node.dim, self.kernel, self.inputs))
+        if isinstance(node, ir.Random) and node.transposed:  # random_t: at (col, row)
+            return random_uniform(self._integer(node.seed), self._integer(node.offset),
+                                  self.batch, self.head, self.heads, self.cols.astype(np.int64),
+                                  self.rows).T
         if isinstance(node, ir.Random):
             return random_uniform(self._integer(node.seed), self._integer(node.offset),
                                   self.batch, self.head, self.heads, self.rows,

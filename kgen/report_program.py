@@ -36,7 +36,8 @@ def _detail(section: pp.Section, index: int) -> str:
         "TensorLoad": lambda: kind.param,
         "PositionValue": lambda: kind.axis.value,
         "ExtentValue": lambda: f"size {kind.dim}",
-        "RandomValue": lambda: f"random({kind.seed}, {kind.offset})",
+        "RandomValue": lambda: (f"random{'_t' if kind.transposed else ''}({kind.seed}, "
+                                f"{kind.offset})"),
         "CarryValue": lambda: f"carry {kind.carry}",
         "AccumulatorValue": lambda: f"accumulator {kind.gemm}",
         "RowReduction": lambda: f"row{kind.op.value}({_arg(section, kind.arg)})",

@@ -250,7 +250,7 @@ def test_backward_text_gqa_and_deterministic():
     assert re.search(r"tensor Q : bf16\[B, H, S, 64\]", text)
     plain = backward_text(BackwardSignature("bf16", 64, True, "sm_80"))
     assert "HKV" not in plain and "reductions" not in plain
-    backward_module(BackwardSignature("bf16", 64, False, "sm_90a", True, True))
+    backward_module(BackwardSignature("bf16", 64, False, "sm_90a", gqa=True, deterministic=True))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
@@ -326,3 +326,16 @@ def test_the_launcher_sizes_and_requires_the_semaphores(tmp_path):
     assert printed["null"].startswith("p.add_order, deterministic mode's semaphores")
     assert printed["given"] == ""
     assert "p.heads / p.group, p.batches);" in b.source
+
+
+def test_gqa_refuses_a_score_gemms_tile_store_at_its_declaration():
+    """A tile stored from a score gemm's epilogue (attn_mask's gradient, dBiasT = dst) would be
+    one tile per query head of the group: not built with GQA, said at the tensor."""
+    text = gqa_text().replace("  tensor dV : bf16[B, HKV, T, 128] out\n",
+                              "  tensor dV : bf16[B, HKV, T, 128] out\n"
+                              "  tensor dBiasT : bf16[B, H, T, S] row out\n")
+    text = text.replace("epilogue { dst = pt * (acc - D[col]) }",
+                        "epilogue {\n        dst = pt * (acc - D[col])\n        dBiasT = dst\n      }")
+    assert text.count("dBiasT") == 2
+    with pytest.raises(KgenError, match="'dBiasT': a score gemm's tile store in a GQA loop"):
+        plan_of(text)

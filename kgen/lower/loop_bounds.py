@@ -404,7 +404,7 @@ def _text(values, index: int, depth: int = 0) -> str:
     if isinstance(kind, pp.ExtentValue):
         return kind.dim
     if isinstance(kind, pp.RandomValue):
-        return f"random({kind.seed}, {kind.offset})"
+        return f"random{'_t' if kind.transposed else ''}({kind.seed}, {kind.offset})"
     if isinstance(kind, pp.CarryValue):
         return kind.carry
     if isinstance(kind, dag.Accumulator):

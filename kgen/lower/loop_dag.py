@@ -379,8 +379,15 @@ def _score_statement(body: _DagSection, kernel: ir.Kernel, g: ir.Gemm, stmt: ir.
     if isinstance(stmt, ir.Store) and stmt.target == g.name and kernel.param(g.name) is None:
         body.env[g.name] = body.value(stmt.value)  # the gemm's own value, read by name
         return
+    p = kernel.param(stmt.target) if isinstance(stmt, ir.Store) else None
+    if p is not None and p.kind is ir.ParamKind.TENSOR and not stmt.accumulate:
+        # `dBiasT = dst`: the tile stored at its (row, col), block by block (verified: a
+        # row-major output [rows, loop dim])
+        body.statement(pp.StoreTile(p.name, body.value(stmt.value), p.dtype))
+        return
     raise KgenError(stmt.loc, f"gemm '{g.name}': a score gemm's epilogue in a loop of more "
-                    "gemms than the forward's binds tile values only (no carries, no stores)")
+                    "gemms than the forward's binds tile values and stores tile outputs only "
+                    "(no carries)")
 
 
 def _tile_value(body: _DagSection, g: ir.Gemm) -> int:
@@ -440,6 +447,10 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
             continue
         bounds += [b for b in found[0] if b not in bounds]
         fold += [i for i in found[1] if i not in fold]
+    stores = [s.param for s in body.statements if isinstance(s, pp.StoreTile)]
+    if bounds and stores:  # a skipped block would leave its elements of the output unwritten
+        refused.append(f"the loop stores '{stores[0]}' at every element of every block")
+        bounds, fold = [], []
     if not bounds:
         return pp.LoopBounds((), (), "every block runs: " + ("; ".join(refused) or
                                                             "no value where(P, e, 0) masks "
@@ -505,7 +516,12 @@ def _abstract(values, value: pp.Value, mask: int | None, zero_acc: bool, get):
         return _ZERO
     if kind.op is ir.Op.WHERE and args[1] == _ZERO and args[2] == _ZERO:
         return _ZERO
+    if (kind.op is ir.Op.WHERE and mask is not None and args[2] == _ZERO
+            and kind.args[0] == values[mask].kind.args[0]):
+        return _ZERO  # the mask's own predicate, false on the block: `dst = where(P, .., 0)`
     if kind.op in (ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.NEG, ir.Op.WHERE, ir.Op.MIN,
                    ir.Op.MAX, ir.Op.ABS) and all(a is not None for a in args):
         return _FINITE
+    if kind.op in (ir.Op.LT, ir.Op.LE, ir.Op.GT, ir.Op.GE, ir.Op.EQ, ir.Op.NE):
+        return _FINITE  # 0 or 1, whatever the arguments (NaN compares false)
     return None

@@ -23,6 +23,7 @@ from ..targets import target
 from ..targets import loop_rules
 from . import loop_bounds
 from . import packed as packed_program
+from ..verify.loop_gemms import is_forward_loop  # the LoopPlan's form, else a DAG loop
 from ..targets.sm90 import loop_schedule
 
 _ORDER = {Rank.UNIFORM: 0, Rank.ROW: 1, Rank.TILE: 2}
@@ -55,17 +56,6 @@ def run(kernel: ir.Kernel, arch: ir.Arch | None = None) -> pp.ProgramPlan | ld.L
     if kernel.loop is not None:
         return _loop(kernel, arch)
     return _rows(kernel, arch)
-
-
-def is_forward_loop(loop: ir.Loop) -> bool:
-    """The forward's form, which the LoopPlan's skeletons (sm_80, sm_90a) run: a score gemm,
-    then an accumulating gemm whose A is the score gemm's own handed-on value. A verified loop
-    of any other form (the backward's: more gemms, a tile value as A, a loop-row gemm and its
-    `+=` store) is a DAG loop (kgen/lower/loop_dag.py)."""
-    if len(loop.gemms) != 2:
-        return False
-    g0, g1 = loop.gemms
-    return g1.accumulate and g1.a.name == g0.name and not g1.a.transposed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +110,7 @@ class _Section:
         if isinstance(node, ir.Position):
             return self.add(pp.PositionValue(node.axis), _POSITION_RANK[node.axis])
         if isinstance(node, ir.Random):
-            return self.add(pp.RandomValue(node.seed, node.offset), Rank.TILE)
+            return self.add(pp.RandomValue(node.seed, node.offset, node.transposed), Rank.TILE)
         if isinstance(node, ir.Extent):
             loop = self.kernel.loop is not None and node.dim == self.kernel.loop.dim
             return self.add(pp.ExtentValue(node.dim, loop), Rank.UNIFORM)

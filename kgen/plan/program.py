@@ -45,10 +45,12 @@ class ExtentValue:
 
 @dataclass(frozen=True, slots=True)
 class RandomValue:
-    """`random(seed, offset)` (ir.Random): Philox 4x32-10 per element, keyed by u64 scalars."""
+    """`random(seed, offset)` (ir.Random): Philox 4x32-10 per element, keyed by u64 scalars;
+    `transposed`: counted at (col, row) (random_t)."""
 
     seed: str
     offset: str
+    transposed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from ..ir import DType
 from .gemms import operand_param
 from .state import KernelState, require_str
 
-__all__ = ["Kind", "kind_of", "check_score_gemm", "check_accumulating_gemm",
+__all__ = ["Kind", "is_forward_loop", "kind_of", "check_score_gemm", "check_accumulating_gemm",
            "check_loop_row_gemm", "MAX_OPERAND_COLS"]
 
 MAX_OPERAND_COLS = 256  # K0 and N: multiples of 16 up to this
@@ -37,6 +37,17 @@ class Kind(enum.Enum):
     SCORE = "score gemm"
     ACCUMULATING = "accumulating gemm"
     LOOP_ROW = "loop-row gemm"
+
+
+def is_forward_loop(loop: ir.Loop) -> bool:
+    """The forward's form, which the LoopPlan's skeletons (sm_80, sm_90a) run: a score gemm,
+    then an accumulating gemm whose A is the score gemm's own handed-on value. A verified loop
+    of any other form (the backward's: more gemms, a tile value as A, a loop-row gemm and its
+    `+=` store) is a DAG loop (kgen/lower/loop_dag.py), whose score gemms may store a tile."""
+    if len(loop.gemms) != 2:
+        return False
+    g0, g1 = loop.gemms
+    return g1.accumulate and g1.a.name == g0.name and not g1.a.transposed
 
 
 def kind_of(state: KernelState, g: ir.Gemm) -> Kind:

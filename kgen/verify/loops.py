@@ -351,6 +351,13 @@ def _check_grouped_heads(state: KernelState, loop: ir.Loop, keys: ir.Param,
         raise KgenError(loc_of(queries, k.loc), f"'{queries.name}' has {hq} heads, not a "
                         f"multiple of the {hkv} heads of '{keys.name}' (each KV head serves "
                         "heads / KV heads query heads)")
+    for g in loop.gemms:  # a score gemm's tile store: one tile per query head of the group
+        for stmt in g.epilogue.stmts if g.epilogue is not None else ():
+            p = state.params.get(getattr(stmt, "target", None))
+            if isinstance(stmt, ir.Store) and p is not None and not p.accumulate:
+                raise KgenError(loc_of(p, k.loc), f"'{p.name}': a score gemm's tile store in a "
+                                "GQA loop (one tile per query head of the group) is not built "
+                                "yet")
     for p in k.params:
         if p.batch is None:
             continue  # shared by every batch and head

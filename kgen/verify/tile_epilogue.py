@@ -33,6 +33,7 @@ from ..errors import NOWHERE, KgenError, SourceLoc
 from ..ir import Axis, DType, ParamKind, ReduceOp, Role
 from ..language import F32_MAX, reduction_name
 from .epilogue import check_extent, unused_local_warnings
+from .loop_gemms import is_forward_loop
 from .state import KernelState, require_str
 
 __all__ = ["Rank", "TileScope", "check_tile_epilogue", "expr_text"]
@@ -110,7 +111,7 @@ def _text(e: object, outer: int) -> str:
     if isinstance(e, ir.Extent):
         return str(e.dim)
     if isinstance(e, ir.Random):
-        return f"random({e.seed}, {e.offset})"
+        return f"random{'_t' if e.transposed else ''}({e.seed}, {e.offset})"
     if isinstance(e, ir.Cast):
         return f"cast<{getattr(e.dtype, 'dsl_name', e.dtype)}>({_text(e.arg, 0)})"
     if isinstance(e, ir.Reduce):
@@ -273,6 +274,9 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
         raise KgenError(loc, f"'{name}' is declared 'out accumulate': the kernel adds into it, "
                              f"'{name} += ...', in the epilogue of a loop-row gemm "
                              "('gemm dq = ds^T @ K')")
+    if scope.where is Where.LOOP and _stores_score_tile(scope):
+        _check_score_tile_store(state, stmt, param, scope, loc)
+        return
     if scope.where is Where.LOOP:
         raise KgenError(
             loc,
@@ -301,6 +305,31 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
     else:
         raise KgenError(loc, f"'{name}' is a scalar; {scope.owner} stores tensors and row "
                              "vectors only")
+    state.written[name] = loc
+
+
+def _stores_score_tile(scope: TileScope) -> bool:
+    """A score gemm of a DAG loop (more gemms than the forward's: the backward's) may store a
+    tile output: each (row, col) of it is one element of one block's tile."""
+    return scope.loop is not None and not is_forward_loop(scope.loop)
+
+
+def _check_score_tile_store(state: KernelState, stmt: ir.Store, param: ir.Param,
+                            scope: TileScope, loc) -> None:
+    """`dBiasT = dst` in a score gemm's epilogue of a DAG loop: the tile's value stored at each
+    (row, col) of a row-major output tensor [rows, loop dim] (the bias gradient dS^T), once."""
+    name = param.name
+    if param.kind is not ParamKind.TENSOR or param.layout is not ir.Layout.ROW:
+        raise KgenError(loc, f"{scope.owner} stores its tile into a row-major output tensor "
+                             f"[{scope.rows}, {scope.cols}]; '{name}' is not one")
+    if name in state.written:
+        raise KgenError(loc, f"output '{name}' is written twice "
+                             f"(first{at_line(state.written[name])})")
+    rank_of(state, stmt.value, scope)
+    if param.shape != (scope.rows, scope.cols):
+        raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but "
+                             f"{scope.owner} stores its {shape_text((scope.rows, scope.cols))} "
+                             "tile, block by block")
     state.written[name] = loc
 
 

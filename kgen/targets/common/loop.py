@@ -100,9 +100,9 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
         return f"static_cast<float>({kind.axis.value})"
     if isinstance(kind, pp.ExtentValue):
         return f"static_cast<float>({sizes[1] if kind.loop else sizes[0]})"
-    if isinstance(kind, pp.RandomValue):  # common/philox.inc.j2
-        return (f"philox_uniform(p.{kind.seed}, p.{kind.offset}, batch, head, p.heads, row, "
-                "col)")
+    if isinstance(kind, pp.RandomValue):  # common/philox.inc.j2 (random_t: at (col, row))
+        where = "col, row" if kind.transposed else "row, col"
+        return f"philox_uniform(p.{kind.seed}, p.{kind.offset}, batch, head, p.heads, {where})"
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
     if isinstance(kind, pp.AccumulatorValue):

@@ -24,7 +24,8 @@ class CDag:
     """One statement of the skeleton: a compute run or reduction (program.CStatement's
     kinds), "mma" (a gemm's MMAs; a loop-row gemm's epilogue in `epilogue`), "hand" (a value
     rounded to A fragments), "stage" (a value written to a shared tile), "add" (atomic adds
-    into an `out accumulate` tensor), "store_tile", "store_row"."""
+    into an `out accumulate` tensor), "store_score" (a score gemm's tile stored at its (row,
+    col): `dBiasT = dst`), "store_tile", "store_row"."""
 
     kind: str
     values: tuple = ()
@@ -101,12 +102,19 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
             out.append(CDag("stage", value=refs[stmt.value], name=stmt.tile))
         elif isinstance(stmt, ld.AddTile):
             out.append(CDag("add", value=refs[stmt.value], name=stmt.param))
+        elif isinstance(stmt, pp.StoreTile) and in_loop:  # a score gemm's tile output
+            out.append(CDag("store_score", value=refs[stmt.value], name=stmt.param))
         elif isinstance(stmt, pp.StoreTile):
             out.append(CDag("store_tile", value=refs[stmt.value], name=stmt.param))
         else:
             assert isinstance(stmt, pp.StoreRow), stmt
             out.append(CDag("store_row", value=refs[stmt.value], name=stmt.param))
     return out
+
+
+def body_stores(plan: ld.LoopDagPlan) -> list[str]:
+    """The outputs a score gemm's epilogue stores (their pointers are set before the loop)."""
+    return [s.param for s in plan.body.statements if isinstance(s, pp.StoreTile)]
 
 
 # The zeroing kernel of the `out accumulate` tensors: rows of the loop's dimension per CTA
@@ -133,6 +141,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name,
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
+        body_stores=body_stores(plan),
         zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,
         zero_threads=ZERO_THREADS, philox=program.uses_random(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],

@@ -42,6 +42,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         pointers=[p for p in plan.params if p.kind == "vector" or (
             p.kind == "tensor" and p.name not in {m.param for m in w.maps})],
         zeroed=[plan.param(name) for name in plan.zeroed],
+        body_stores=common_dag.body_stores(plan),
         zero_rows=common_dag.ZERO_ROWS, zero_threads=common_dag.ZERO_THREADS,
         philox=program.uses_random(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],

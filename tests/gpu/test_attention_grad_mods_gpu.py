@@ -1,0 +1,65 @@
+"""On a GPU: kgen.attention trains with the forward's mods (kgen/attention_grad_mods.py): for
+each case of tests/attention_mods_cases.py (softcap and ALiBi differentiated by kgen, a window,
+causal bottom-right, document masks, an additive bias with its gradient, a bool mask, a bias of
+one row per key), dQ, dK, dV (and the bias's gradient) against float64 autograd of a reference
+attention with the same terms, at ragged lengths (1, 17, 1000, 4097; queries that keep no key
+included), on the sm_90a target (the wgmma skeleton on a Hopper GPU) and the sm_80 one (the
+mma.sync skeleton)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.attention_mods_cases import CASES, inputs_of, reference_attention
+from tests.gpu.attention_checks import close, cuda_torch
+
+pytestmark = pytest.mark.gpu
+
+LENGTHS = [(1, 1), (17, 17), (17, 1000), (1000, 17), (1000, 4097), (4097, 4097)]
+
+
+@pytest.mark.parametrize("arch", ["device", "sm_80"])
+@pytest.mark.parametrize("s, t", LENGTHS, ids=[f"S{s}-T{t}" for s, t in LENGTHS])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_gradients_of_each_mod_match_float64_autograd(case, s, t, arch, monkeypatch):
+    torch = cuda_torch()
+    import kgen
+    from kgen import attention as forward
+
+    if arch == "sm_80":  # the mma.sync skeleton, forward and backward
+        monkeypatch.setattr(forward, "_arch", lambda device: "sm_80")
+    b, h, d = (1, 2, 64) if max(s, t) < 4097 else (1, 1, 64)
+    gen = torch.Generator().manual_seed(11)
+    q, k, v, do = (torch.randn(b, h, n, d, generator=gen).cuda().bfloat16()
+                   for n in (s, t, t, s))
+    vectors, bias = inputs_of(case, torch, gen, b, h, s, t)
+    vectors = {name: x.cuda() for name, x in vectors.items()}
+    if bias is not None:
+        bias = bias.cuda() if bias.dtype == torch.bool else bias.cuda().bfloat16()
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    bias_leaf = bias.clone().requires_grad_() if case.bias_grad else bias
+    options = dict(case.options, vectors=vectors or None)
+    if case.bias_grad and s % 8:
+        from kgen.errors import ArgumentError
+
+        with pytest.raises(ArgumentError, match="a multiple of 8"):
+            kgen.attention(*leaves, bias_leaf, **options)
+        return
+    out = kgen.attention(*leaves, bias_leaf, **options)
+    out.backward(do)
+    torch.cuda.synchronize()
+
+    ref = [x.double().requires_grad_() for x in (q, k, v)]
+    ref_bias = (bias.double().requires_grad_() if case.bias_grad else
+                bias if bias is None or bias.dtype == torch.bool else bias.double())
+    ref_out, _ = reference_attention(torch, case, *ref, ref_bias,
+                                     {n: x.double() for n, x in vectors.items()},
+                                     1 / math.sqrt(d))
+    ref_out.backward(do.double())
+    close(out.detach(), ref_out.detach(), 2e-2, "O")
+    for got, want, name in zip(leaves, ref, ("dQ", "dK", "dV")):
+        close(got.grad, want.grad, 3e-2, name)
+    if case.bias_grad:
+        assert bias_leaf.grad.shape == bias.shape
+        close(bias_leaf.grad, ref_bias.grad, 3e-2, "dBias")

@@ -1,0 +1,240 @@
+"""The forward's mods in the attention backward (kgen/attention_grad_mods.py): the program kgen
+writes for each mod, evaluated by the NumPy reference, gives float64 autograd's gradients of a
+reference attention with the same terms (tests/attention_mods_cases.py), fully masked queries
+included; its masked blocks are skipped where the mask is linear; the bias gradient's store."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.attention_mods_cases import CASES, inputs_of, reference_attention
+
+torch = pytest.importorskip("torch")
+
+
+def _grads(case, b, h, s, t, d, seed):
+    """(inputs of the backward's sequence, scalars, the reference's grads) for one case."""
+    import ml_dtypes
+
+    from kgen.attention_grad_mods import bias_transposed, call_inputs, call_mods
+
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn(b, h, n, d, generator=gen).bfloat16().double()
+                   for n in (s, t, t, s))
+    vectors, bias = inputs_of(case, torch, gen, b, h, s, t)
+    if bias is not None and bias.dtype != torch.bool:
+        bias = bias.bfloat16().double()
+    scale = 1 / math.sqrt(d)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    bias_leaf = bias.clone().requires_grad_() if case.bias_grad else bias
+    out, lse = reference_attention(torch, case, *leaves, bias_leaf, vectors, scale)
+    out.backward(do)
+    ref = {"dQ": leaves[0].grad, "dK": leaves[1].grad, "dV": leaves[2].grad}
+    if case.bias_grad:
+        ref["dBias"] = bias_leaf.grad
+    options = dict(case.options, vectors=vectors or None,
+                   attn_mask=None if bias is None else
+                   bias if bias.dtype == torch.bool else bias.bfloat16())
+    qb = q.bfloat16()
+    mods = call_mods(qb, k.bfloat16(), v.bfloat16(), options, case.bias_grad)
+    extra = call_inputs(mods, options, qb, k.bfloat16())
+    bf16 = ml_dtypes.bfloat16
+    host = {"Q": q, "K": k, "V": v, "dO": do, "O": out.detach()}
+    inputs = {name: x.numpy().astype(bf16) for name, x in host.items()}
+    inputs["lse"] = lse.detach().numpy().astype(np.float32)
+    scalars = {"scale": scale}
+    for name, value in extra.items():
+        if isinstance(value, (int, float)):
+            scalars[name] = value
+        elif name == "BiasT":
+            inputs[name] = value.float().numpy().astype(bf16)
+        else:
+            inputs[name] = value.float().numpy()
+    return mods, inputs, scalars, ref
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("s, t", [(37, 45), (45, 37)], ids=["S37-T45", "S45-T37"])
+def test_the_backward_of_each_mod_evaluates_to_float64_autograd(case, s, t):
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.attention_grad_mods import bias_gradient
+    from kgen.reference_sequence import evaluate_sequence
+
+    mods, inputs, scalars, ref = _grads(case, 1, 2, s, t, 32, 3)
+    module = backward_module(BackwardSignature("bf16", 32, bool(case.options.get("is_causal")),
+                                               "sm_80", mods=mods))
+    out = evaluate_sequence(module, module.sequences[0], inputs, scalars, block=16)
+    if case.bias_grad:
+        mask = torch.zeros(ref["dBias"].shape)
+        out["dBias"] = bias_gradient(torch.from_numpy(out["dBiasT"].astype(np.float64)),
+                                     mask.double()).numpy()
+    for name, want in ref.items():
+        got = np.asarray(out[name], dtype=np.float64)
+        want = want.numpy()
+        assert got.shape == want.shape, name
+        assert np.isfinite(got).all(), name
+        err = np.abs(got - want).max()
+        assert err <= 0.02 * max(1.0, np.abs(want).max()), (name, err)
+
+
+def test_a_query_keeping_no_key_has_zero_gradients():
+    """Bottom-right causal with more queries than keys: the first S - T queries keep no key
+    (lse -inf); their dQ is 0, and they add nothing to dK, dV (no NaN from exp(-inf + inf))."""
+    case = next(c for c in CASES if c.name == "causal_bottom_right")
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.reference_sequence import evaluate_sequence
+
+    mods, inputs, scalars, ref = _grads(case, 1, 1, 40, 9, 16, 4)
+    assert np.isinf(inputs["lse"][0, 0, :31]).all()
+    module = backward_module(BackwardSignature("bf16", 16, False, "sm_80", mods=mods))
+    out = evaluate_sequence(module, module.sequences[0], inputs, scalars, block=16)
+    assert (np.asarray(out["dQ"], dtype=np.float64)[0, 0, :31] == 0).all()
+    assert np.isfinite(np.asarray(out["dK"], dtype=np.float64)).all()
+
+
+def test_softcap_s_derivative_is_kgen_s_own():
+    from kgen.attention_grad import BackwardSignature, backward_text
+    from kgen.attention_grad_mods import Mods
+
+    text = backward_text(BackwardSignature("bf16", 64, True, "sm_80", mods=Mods(
+        score_mod="cap * tanh(score / cap)", scalars=("cap",))))
+    assert "modded = cap * tanh((score / cap))" in text
+    # 1 - tanh^2, kgen's (cap and 1 / cap cancelled)
+    assert "* (1.0 - (tanh((score / cap)) * tanh((score / cap)))), 0)" in text
+    assert "where(row <= col, exp(modded - lse[col]), 0)" in text
+    masked = backward_text(BackwardSignature("bf16", 64, False, "sm_80", mods=Mods(
+        score_mod="where(score > cap, -inf, score)", scalars=("cap",))))
+    assert "lse_use = where(lse[col] == -inf, 0, lse[col])" in masked
+
+
+def test_a_mod_kgen_cannot_differentiate_is_located_in_the_mod():
+    from kgen.attention_grad import BackwardSignature, backward_text
+    from kgen.attention_grad_mods import Mods
+    from kgen.errors import KgenError
+
+    with pytest.raises(KgenError) as err:
+        backward_text(BackwardSignature("bf16", 64, False, "sm_80", mods=Mods(
+            score_mod="score + gelu(score)")))
+    assert err.value.loc.file == "score_mod"
+    assert (err.value.loc.col, err.value.loc.end_col) == (9, 20)
+    assert "gelu() is not differentiable" in err.value.message
+
+
+def test_the_plain_backward_keeps_its_name_and_text():
+    from kgen.attention_grad import BackwardSignature, backward_text
+    from kgen.attention_grad_mods import Mods
+
+    plain = BackwardSignature("bf16", 64, True, "sm_80")
+    assert plain == BackwardSignature("bf16", 64, True, "sm_80", mods=Mods())
+    assert plain.name == "attention_bwd_64_" + __import__("hashlib").sha256(
+        repr(("bf16", 64, True, "sm_80", False, False)).encode()).hexdigest()[:12]
+    assert "pt = where(row <= col, exp(score - lse[col]), 0)" in backward_text(plain)
+
+
+def test_a_bias_gradient_needs_queries_in_multiples_of_8():
+    from kgen.attention_grad import attention_with_grad
+    from kgen.errors import ArgumentError
+
+    q = torch.zeros(1, 2, 17, 64, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.zeros(1, 2, 24, 64, dtype=torch.bfloat16)
+    bias = torch.zeros(1, 2, 17, 24, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(ArgumentError, match="multiple of 8 \\(got 17\\)"):
+        attention_with_grad(q, k, k, attn_mask=bias)
+
+
+def test_the_call_s_mods_and_inputs():
+    """call_mods / call_inputs (CPU tensors): the bias transposed with its broadcast dims at
+    stride 0 and rows padded to 16 bytes; a [..., 1, T] bias without grad as the vector Bias;
+    with grad as the tensor."""
+    from kgen.attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods
+
+    q = torch.zeros(2, 3, 13, 64, dtype=torch.bfloat16)
+    k = torch.zeros(2, 3, 20, 64, dtype=torch.bfloat16)
+    bias = torch.randn(1, 3, 13, 20).bfloat16()
+    mods = call_mods(q, k, k, {"attn_mask": bias}, False)
+    assert mods == Mods(bias="tensor")
+    found = call_inputs(mods, {"attn_mask": bias}, q, k)["BiasT"]
+    assert found.shape == (2, 3, 20, 13) and found.stride()[0] == 0 and found.stride()[2] == 16
+    assert torch.equal(found[1], bias[0].transpose(-1, -2))
+    row = torch.randn(2, 1, 1, 20).bfloat16()
+    assert call_mods(q, k, k, {"attn_mask": row}, False).bias == "cols"
+    assert call_mods(q, k, k, {"attn_mask": row}, True).bias == "tensor"
+    grad = bias_gradient(torch.ones(2, 3, 20, 13, dtype=torch.bfloat16), bias)
+    assert grad.shape == bias.shape and (grad == 2).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The language pieces the mods use: a score gemm's tile store, random_t
+
+
+def _main_text(**mods):
+    from kgen.attention_grad import BackwardSignature, backward_text
+    from kgen.attention_grad_mods import Mods
+
+    text = backward_text(BackwardSignature("bf16", 64, True, "sm_80", mods=Mods(**mods)))
+    start = text.index("kernel ", 1)  # the main kernel, the second
+    return text[start:text.index("kernel ", start + 1)]
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("tensor dBiasT : bf16[B, H, T, S] row out", "tensor dBiasT : bf16[B, H, S, T] row out",
+     "tensor 'dBiasT' has shape [S, T] but gemm 'dpt' stores its [T, S] tile, block by block"),
+    ("        dBiasT = dst\n", "        dBiasT = dst\n        dBiasT = pt\n",
+     "output 'dBiasT' is written twice"),
+    ("tensor dBiasT : bf16[B, H, T, S] row out", "vector dBiasT : f32[B, H, T] out",
+     "gemm 'dpt' stores its tile into a row-major output tensor [T, S]; 'dBiasT' is not one"),
+])
+def test_a_score_gemm_s_tile_store_is_checked(old, new, message):
+    from kgen.errors import KgenError
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    text = _main_text(bias="tensor", bias_grad=True)
+    assert old in text
+    with pytest.raises(KgenError, match=__import__("re").escape(message)):
+        verify(parse(text.replace(old, new), "bwd.kg"))
+
+
+def test_a_loop_that_stores_a_tile_runs_every_block():
+    from kgen.lower import program as lowering
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    module = parse(_main_text(bias="tensor", bias_grad=True), "bwd.kg")
+    verify(module)
+    plan = lowering.run(module.kernels[0])
+    assert not plan.bounds.bounds
+    assert "the loop stores 'dBiasT' at every element of every block" in plan.bounds.why
+    module = parse(_main_text(score_mod="cap * tanh(score / cap)", scalars=("cap",)), "bwd.kg")
+    verify(module)
+    assert lowering.run(module.kernels[0]).bounds.bounds  # dst = where(P, .., 0) is 0 there
+
+
+def test_random_t_is_random_at_the_transposed_element():
+    import numpy as np
+
+    from kgen.parse import parse
+    from kgen.reference import evaluate
+    from kgen.verify import verify
+
+    text = """kernel k {
+  target sm_80
+  tensor X : f32[B, H, M, N] row
+  tensor Y : f32[B, H, M, N] row out
+  tensor Z : f32[B, H, M, N] row out
+  scalar seed : u64
+  scalar offset : u64
+  epilogue {
+    Y = random(seed, offset)
+    Z = random_t(seed, offset)
+  }
+}
+"""
+    module = parse(text, "r.kg")
+    verify(module)
+    out = evaluate(module.kernels[0], {"X": np.zeros((2, 3, 9, 9), np.float32)},
+                   {"seed": 2**63 + 5, "offset": 12})
+    assert np.array_equal(out["Z"], out["Y"].transpose(0, 1, 3, 2))
+    assert not np.array_equal(out["Z"], out["Y"])
