@@ -188,6 +188,71 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     return rows
 
 
+SCHEDULES = {  # the plan options of loop_dag_schedule.with_schedule: name -> its arguments
+    f"a{a}w{w}v{v}": dict(issue_ahead=bool(a), wait_accumulating=bool(w), stage_vectors=bool(v))
+    for a in (0, 1) for w in (0, 1) for v in (0, 1)}
+
+
+def with_options(built, **options):
+    """The sm_90a build with plan options of loop_dag_schedule.with_schedule, its source
+    emitted again."""
+    import dataclasses
+
+    from kgen.targets.sm90.loop_dag import emit
+    from kgen.targets.sm90.loop_dag_schedule import with_schedule
+
+    plan = with_schedule(built.plan, **options)
+    source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
+    return dataclasses.replace(built, plan=plan, source=source)
+
+
+def variants(d: int, s: int, causal: bool, names) -> dict:
+    """The wgmma skeleton's schedules (SCHEDULES) on one shape: each checked against the
+    rulebook's build on the same random inputs (relative error of dQ, dK, dV), then timed;
+    cuDNN's and flash's backward beside them (TFLOP/s as measure())."""
+    b = TOKENS // s
+    base = built_main(d, causal)
+    q, k, v, do, o, lse = _inputs(b, s, d, causal)
+    dd = (do.float() * o.float()).sum(-1)
+    scale = 1.0 / math.sqrt(d)
+    stream = torch.cuda.current_stream().cuda_stream
+    flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
+    ref = load_built(base)(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
+    row = {"d": d, "s": s, "causal": causal}
+    for name in names:
+        fn = load_built(with_options(base, **SCHEDULES[name]))
+        outs = fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
+        err = max(float((x.float() - r.float()).norm() / r.float().norm())
+                  for x, r in zip(outs, ref))
+        dq = torch.empty(b, HEADS, s, d, device="cuda")
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        t = time_kernel(lambda _: fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv,
+                                     scale=scale), stream=stream)
+        row[name] = (flops / (t.median_ms * 1e-3) / 1e12, err)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("flash", SDPBackend.FLASH_ATTENTION)):
+        qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+        with sdpa_kernel(backend):
+            out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+        t = time_kernel(lambda _: torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True),
+                        stream=stream)
+        row[name] = flops / (t.median_ms * 1e-3) / 1e12
+    return row
+
+
+def variants_table(dims, lengths, names) -> None:
+    print(f"# TFLOP/s (relative difference from the rulebook's build), {torch.cuda.get_device_name()}")
+    for d in dims:
+        for s in lengths:
+            for causal in (False, True):
+                row = variants(d, s, causal, names)
+                cells = " ".join(f"{n}={row[n][0]:.1f}({row[n][1]:.0e})" for n in names)
+                print(f"D {d} S {s} causal {causal}: {cells} cudnn={row['cudnn']:.1f} "
+                      f"flash={row['flash']:.1f}", flush=True)
+
+
 def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
     arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
@@ -218,7 +283,13 @@ def main(argv=None) -> None:
     parser.add_argument("--bulk", action="store_true",
                         help="--once: the wgmma skeleton with dQ by bulk reduce-adds (as the rulebook "
                              "takes it)")
+    parser.add_argument("--variants", nargs="*", default=None,
+                        help="time the wgmma skeleton's schedules (names of SCHEDULES; none: all)")
     args = parser.parse_args(argv)
+    if args.variants is not None:
+        variants_table(tuple(args.d or (64, 128)), tuple(args.s or (4096,)),
+                       args.variants or list(SCHEDULES))
+        return
     if args.once:
         for d in args.d or (64,):
             once(ir.Arch(args.arch) if args.arch else None, d, args.bulk)

@@ -231,7 +231,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         adds = sum(isinstance(s, ld.AddTile) for g in gemms if g.epilogue is not None
                    for s in g.epilogue.statements)
         wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
-                          frozenset(p.name for p in params if p.kv), shape, adds)
+                          frozenset(p.name for p in params if p.kv), shape, adds, vectors)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
@@ -260,7 +260,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         min_ctas=(pp.Choice("1", "the wgmma skeleton: 3 warpgroups and most of shared "
                             "memory, one CTA per SM") if wgmma else
                   pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape)))),
-        vectors=() if wgmma else vectors,
+        vectors=(() if wgmma.vector_offset is None else vectors) if wgmma else vectors,
         vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma)

@@ -142,6 +142,16 @@ class DagWgmma:
     # an accumulating gemm is waited for right after it is issued (its A registers free before
     # the next gemm's accumulator is live), else together with the next gemm's wait
     wait_accumulating: bool = True
+    # the later score gemms are issued right after the first (all in flight while its epilogue
+    # runs; each waited for where its own epilogue starts), else each at its own statement
+    issue_ahead: bool = False
+    # the f32 vectors of the loop's dimension the body reads at `col` (lse, D): staged per
+    # block by the producer's second warp (cp.async, zero past the loop's end; its lanes
+    # arrive on the first streamed tile's full mbarrier) into `stages` slots of `block` floats
+    # at `vector_offset`, or (None) loaded by the consumers into registers while a score gemm
+    # runs
+    vectors: tuple[str, ...] = ()
+    vector_offset: int | None = None
     # a loop-row tile's adds: by the copy engine's bulk reduce-add from a staging of
     # `add_row_bytes` a row at `add_offset` (kBlock rows per consumer warpgroup), or by f32
     # atomics from registers (add_offset None); `adds` says which and why

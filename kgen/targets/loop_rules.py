@@ -615,6 +615,18 @@ DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the 
 #   D 128 274 / 182 / 287 / 573, causal 210 / 155 / 253 / 489
 #   D 64  227 / 170 / 264 / 453, causal 152 / 146 / 223 / 371
 DAG_WGMMA_DEFAULT = True
+# The later score gemms issued with the first (in flight while its epilogue runs), and the
+# vectors read at `col` staged by the producer's second warp (kgen/plan/loop_dag.py, DagWgmma)
+DAG_WGMMA_ISSUE_AHEAD = False
+DAG_WGMMA_STAGE_VECTORS = False
+# setmaxnreg (producer, consumers) where the producer's second warp stages the vectors: its
+# copy loop beside thread 0's spills at 24 (NVRTC 13.5: 20 B), not at 40
+DAG_WGMMA_VECTOR_REGISTERS = (40, 232)
+
+
+def dag_wgmma_vector_bytes(vectors: int) -> int:
+    """The staged vectors' slots: `stages` of `block` f32 each."""
+    return 4 * vectors * DAG_WGMMA_CONFIG.stages * DAG_WGMMA_CONFIG.block
 
 
 def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, int]:
@@ -630,7 +642,8 @@ def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, 
     stage = (c.tile_m // WGMMA_ROWS * c.block * dag_wgmma_add_row_bytes(shape)
              if bulk_add else 0)
     barriers = 8 * (1 + 2 * c.stages * len(shape.streamed_cols))
-    return tiles, tiles + stage + -(-barriers // 128) * 128
+    vectors = dag_wgmma_vector_bytes(shape.vectors) if DAG_WGMMA_STAGE_VECTORS else 0
+    return tiles, tiles + vectors + stage + -(-barriers // 128) * 128
 
 
 # dQ's adds (a loop-row gemm's `+=` into an f32 `out accumulate` tensor): by the copy engine's

@@ -16,9 +16,11 @@ from ..loop_rules import BOX_COLS
 
 def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
-              shape: loop_rules.DagShape, adds: int) -> ld.DagWgmma:
+              shape: loop_rules.DagShape, adds: int,
+              vectors: tuple[str, ...] = ()) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
-    `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores."""
+    `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
+    `vectors`: the f32 vectors the body reads at `col`."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -42,22 +44,29 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
                else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
         add = dict(adds=pp.Choice(ATOMICS, why))
-    barriers = offset + (stage_bytes if bulk else 0)
+    stage_vectors = loop_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors)
+    vector_bytes = loop_rules.dag_wgmma_vector_bytes(len(vectors)) if stage_vectors else 0
+    if bulk:
+        add["add_offset"] += vector_bytes
+    barriers = offset + vector_bytes + (stage_bytes if bulk else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
     names = lambda ts: " and ".join(t.param for t in ts)  # noqa: E731
+    producer_registers, consumer_registers = (
+        loop_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
+        (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
     return ld.DagWgmma(
-        consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
-        consumer_registers=loop_rules.CONSUMER_REGISTERS, resident=tuple(tiles[0]),
+        consumers=consumers, producer_registers=producer_registers,
+        consumer_registers=consumer_registers, resident=tuple(tiles[0]),
         streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=barriers,
         smem_bytes=smem, maps=maps,
         roles=pp.Choice(
             f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
             "warp specialization: one thread of the producer issues every copy-engine load "
-            f"(setmaxnreg {loop_rules.PRODUCER_REGISTERS}) while the consumers (setmaxnreg "
-            f"{loop_rules.CONSUMER_REGISTERS}) multiply and run the statements"),
+            f"(setmaxnreg {producer_registers}) while the consumers (setmaxnreg "
+            f"{consumer_registers}) multiply and run the statements"),
         mma=pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
             "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
@@ -86,7 +95,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             f"N {shape.n_acc}: the registers allow it (kgen/targets/loop_rules.py, "
             "DAG_WGMMA_OVERLAP_N); an accumulating gemm's result is read only after the loop, "
             "so the skeleton waits for it together with the next gemm whose result is read")),
-        wait_accumulating=wait, **add)
+        wait_accumulating=wait, issue_ahead=loop_rules.DAG_WGMMA_ISSUE_AHEAD,
+        vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
 
 
 def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
@@ -123,3 +133,44 @@ ATOMICS = "f32 atomics (red.global.add.f32) from registers"
 def _bulk_value(block: int, cols: int) -> str:
     return (f"bulk reduce-add: [{block}, {cols}] f32 per consumer warpgroup staged in shared "
             "memory, a row per add")
+
+
+def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
+                  wait_accumulating: bool | None = None,
+                  stage_vectors: bool | None = None) -> ld.LoopDagPlan:
+    """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
+    `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
+    accumulating gemm waited for at once, `stage_vectors` the vectors read at `col` staged
+    by the producer (else loaded by the consumers): plan options for the bench and the
+    tests."""
+    w = plan.wgmma
+    assert w is not None, "the sm_90a wgmma skeleton's plan"
+    changes = {k: v for k, v in (("issue_ahead", issue_ahead),
+                                 ("wait_accumulating", wait_accumulating)) if v is not None}
+    why = "the plan option with_schedule (the bench's and the tests' variant)"
+    if any(getattr(w, k) != v for k, v in changes.items()):
+        w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
+            changes.get("issue_ahead", w.issue_ahead),
+            changes.get("wait_accumulating", w.wait_accumulating)), why), **changes)
+    if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
+            and w.vectors:
+        # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
+        at = w.staged[-1].offset + w.staged[-1].bytes if w.staged else w.barrier_offset
+        shift = loop_rules.dag_wgmma_vector_bytes(len(w.vectors)) * (1 if stage_vectors else -1)
+        regs = (loop_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
+                (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
+        w = dataclasses.replace(
+            w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
+            consumer_registers=regs[1],
+            add_offset=None if w.add_offset is None else w.add_offset + shift,
+            barrier_offset=w.barrier_offset + shift, smem_bytes=w.smem_bytes + shift)
+    return dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
+                               vectors=w.vectors if w.vector_offset is not None else ())
+
+
+def _overlap_value(issue_ahead: bool, wait_accumulating: bool) -> str:
+    ahead = ("the score gemms issued together (the later ones in flight during the first's "
+             "epilogue)" if issue_ahead else "each score gemm issued at its statement")
+    acc = ("an accumulating gemm waited for at once" if wait_accumulating else
+           "an accumulating gemm in flight until a later wait")
+    return f"{ahead}; {acc}"
