@@ -188,9 +188,21 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     return rows
 
 
-SCHEDULES = {  # the plan options of loop_dag_schedule.with_schedule: name -> its arguments
-    f"a{a}w{w}v{v}": dict(issue_ahead=bool(a), wait_accumulating=bool(w), stage_vectors=bool(v))
-    for a in (0, 1) for w in (0, 1) for v in (0, 1)}
+def schedule(name: str) -> dict:
+    """A variant's plan options (loop_dag_schedule.with_schedule) from its name: "base" the
+    rulebook's; else letters a (issue_ahead), v (stage_vectors), d (defer_accumulating), l
+    (lpt), each off when absent, and w0 / w1 (wait_accumulating; the rulebook's when absent)."""
+    if name == "base":
+        return {}
+    options = dict(issue_ahead="a" in name, stage_vectors="v" in name,
+                   defer_accumulating="d" in name, lpt="l" in name)
+    if "w" in name:
+        options["wait_accumulating"] = name[name.index("w") + 1] == "1"
+    return options
+
+
+SCHEDULES = ("base", "a", "v", "d", "av", "vd", "avd", "avdw0", "avdw1", "vdw0")
+CAUSAL_SCHEDULES = ("l", "avdl", "vdl", "adl")
 
 
 def with_options(built, **options):
@@ -220,7 +232,7 @@ def variants(d: int, s: int, causal: bool, names) -> dict:
     ref = load_built(base)(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
     row = {"d": d, "s": s, "causal": causal}
     for name in names:
-        fn = load_built(with_options(base, **SCHEDULES[name]))
+        fn = load_built(with_options(base, **schedule(name)))
         outs = fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
         err = max(float((x.float() - r.float()).norm() / r.float().norm())
                   for x, r in zip(outs, ref))
@@ -247,19 +259,24 @@ def variants_table(dims, lengths, names) -> None:
     for d in dims:
         for s in lengths:
             for causal in (False, True):
-                row = variants(d, s, causal, names)
-                cells = " ".join(f"{n}={row[n][0]:.1f}({row[n][1]:.0e})" for n in names)
+                shown = names + [n for n in CAUSAL_SCHEDULES if causal and n not in names]
+                row = variants(d, s, causal, shown)
+                cells = " ".join(f"{n}={row[n][0]:.1f}({row[n][1]:.0e})" for n in shown)
                 print(f"D {d} S {s} causal {causal}: {cells} cudnn={row['cudnn']:.1f} "
                       f"flash={row['flash']:.1f}", flush=True)
 
 
-def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False) -> None:
+def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False,
+         name: str | None = None) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
     arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
-    skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a)."""
+    skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a); `name`: a
+    schedule of the wgmma skeleton (schedule())."""
     built = build_verified(_kernel("examples/attention_bwd.kg", d), arch or device_arch())
     if bulk:
         built = with_bulk_adds(built, True)
+    if name:
+        built = with_options(built, **schedule(name))
     print(f"{built.plan.arch.value}: {built.plan.mma.value}")
     main = load_built(built)
     q, do = (torch.randn(1, 2, 200, d, device="cuda").bfloat16() for _ in range(2))
@@ -284,15 +301,17 @@ def main(argv=None) -> None:
                         help="--once: the wgmma skeleton with dQ by bulk reduce-adds (as the rulebook "
                              "takes it)")
     parser.add_argument("--variants", nargs="*", default=None,
-                        help="time the wgmma skeleton's schedules (names of SCHEDULES; none: all)")
+                        help="time the wgmma skeleton's schedules (names as schedule() reads "
+                             "them; none: SCHEDULES, and CAUSAL_SCHEDULES when causal)")
+    parser.add_argument("--schedule", default=None, help="--once: a schedule (see schedule())")
     args = parser.parse_args(argv)
     if args.variants is not None:
         variants_table(tuple(args.d or (64, 128)), tuple(args.s or (4096,)),
-                       args.variants or list(SCHEDULES))
+                       list(args.variants or SCHEDULES))
         return
     if args.once:
         for d in args.d or (64,):
-            once(ir.Arch(args.arch) if args.arch else None, d, args.bulk)
+            once(ir.Arch(args.arch) if args.arch else None, d, args.bulk, args.schedule)
         return
     table(args.json, tuple(args.d or (64, 128)), tuple(args.s or (1024, 4096)))
 

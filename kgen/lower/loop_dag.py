@@ -231,7 +231,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         adds = sum(isinstance(s, ld.AddTile) for g in gemms if g.epilogue is not None
                    for s in g.epilogue.statements)
         wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
-                          frozenset(p.name for p in params if p.kv), shape, adds, vectors)
+                          frozenset(p.name for p in params if p.kv), shape, adds, vectors,
+                          bounds.skips)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")

@@ -618,6 +618,13 @@ DAG_WGMMA_DEFAULT = True
 # The later score gemms issued with the first (in flight while its epilogue runs), and the
 # vectors read at `col` staged by the producer's second warp (kgen/plan/loop_dag.py, DagWgmma)
 DAG_WGMMA_ISSUE_AHEAD = False
+DAG_WGMMA_DEFER_ACCUMULATING = False
+# Longest first where a mask skips blocks (the tiles of rows visit different counts):
+# FlashAttention-3's backward LPT order, in sections of (batch, head) pairs whose Q and dO fit
+# this share of L2 (50 MiB on an H100/H200) so that a section's CTAs still share them there
+DAG_WGMMA_LPT = False
+DAG_WGMMA_LPT_L2_BYTES = 32 << 20
+DAG_WGMMA_LPT_WHY = "plan option"
 DAG_WGMMA_STAGE_VECTORS = False
 # setmaxnreg (producer, consumers) where the producer's second warp stages the vectors: its
 # copy loop beside thread 0's spills at 24 (NVRTC 13.5: 20 B), not at 40

@@ -46,7 +46,8 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         accumulators=[plan.gemm(name) for name in plan.accumulators],
         loop_rows=[g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW],
         loop_row_ns=sorted({g.n_warp for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW}),
-        vector_loads=vector_loads, **_waits(plan))
+        vector_loads=vector_loads, streamed_row_bytes=sum(128 * t.boxes for t in w.streamed),
+        **_waits(plan))
 
 
 def _vector_loads(plan: ld.LoopDagPlan) -> dict[int, list]:
@@ -96,6 +97,12 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
     scores = [g for g in steps if g.kind is ld.GemmKind.SCORE]
     issue_with = ({scores[0].index: scores[1:]} if w.issue_ahead and len(scores) > 1 else {})
     early = {g.index for later in issue_with.values() for g in later}
+    deferred: set[int] = set()
+    if w.defer_accumulating:  # an accumulating gemm right before a loop-row gemm: after it
+        for g, after in zip(steps, steps[1:]):
+            if g.kind is ld.GemmKind.ACCUMULATING and after.kind is ld.GemmKind.LOOP_ROW:
+                issue_with[after.index] = [g]
+                deferred.add(g.index)
     by_index = {g.index: g for g in steps}
     seen: set[str] = set()
     first_readers: dict[int, list[str]] = {}
@@ -113,9 +120,11 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
         first_readers[g.index] = reads
         committed.append(g.index)
 
-    def wait(g: ld.DagGemm) -> tuple[int, list[str]]:
+    def wait(g: ld.DagGemm) -> tuple[int | None, list[str]]:
         nonlocal fenced
         done = committed.index(g.index) + 1
+        if done <= fenced:  # completed (and fenced) by an earlier wait
+            return None, []
         out = [r for i in committed[fenced:done] for r in regs(by_index[i])]
         fenced = max(fenced, done)
         return len(committed) - done, out
@@ -123,6 +132,8 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
     depth: dict[int, int] = {}
     wait_fences: dict[int, list[str]] = {}
     for g in steps:
+        if g.index in deferred:
+            continue
         if g.index not in early:
             issue(g)
             for later in issue_with.get(g.index, []):
@@ -130,9 +141,9 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
         if g.kind is ld.GemmKind.ACCUMULATING and not w.wait_accumulating:
             continue
         depth[g.index], fences = wait(g)
-        # (a score gemm's own result: the template fences it)
-        wait_fences[g.index] = [r for r in fences if r != f"acc_g{g.index}"
-                                or g.kind is not ld.GemmKind.SCORE]
+        # (the gemm's own result: the template fences it)
+        wait_fences[g.index] = [r for r in fences if r != f"acc_g{g.index}"]
     final = [r for i in committed[fenced:] for r in regs(by_index[i])]
-    return dict(first_readers=first_readers, issue_with=issue_with, early=early, depth=depth,
+    return dict(first_readers=first_readers, issue_with=issue_with, early=early,
+                deferred=deferred, depth=depth,
                 wait_fences=wait_fences, final_fences=final)

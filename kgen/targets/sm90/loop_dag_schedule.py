@@ -17,10 +17,11 @@ from ..loop_rules import BOX_COLS
 def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
               shape: loop_rules.DagShape, adds: int,
-              vectors: tuple[str, ...] = ()) -> ld.DagWgmma:
+              vectors: tuple[str, ...] = (), skips: bool = False) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
-    `vectors`: the f32 vectors the body reads at `col`."""
+    `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
+    (the tiles of rows visit different counts)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -96,6 +97,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             "DAG_WGMMA_OVERLAP_N); an accumulating gemm's result is read only after the loop, "
             "so the skeleton waits for it together with the next gemm whose result is read")),
         wait_accumulating=wait, issue_ahead=loop_rules.DAG_WGMMA_ISSUE_AHEAD,
+        defer_accumulating=loop_rules.DAG_WGMMA_DEFER_ACCUMULATING,
+        **_lpt(skips and loop_rules.DAG_WGMMA_LPT),
         vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
 
 
@@ -135,23 +138,33 @@ def _bulk_value(block: int, cols: int) -> str:
             "memory, a row per add")
 
 
+def _lpt(on: bool) -> dict:
+    return dict(lpt_l2_bytes=loop_rules.DAG_WGMMA_LPT_L2_BYTES if on else None,
+                lpt_why=loop_rules.DAG_WGMMA_LPT_WHY if on else "the grid's order")
+
+
 def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   wait_accumulating: bool | None = None,
-                  stage_vectors: bool | None = None) -> ld.LoopDagPlan:
+                  stage_vectors: bool | None = None,
+                  defer_accumulating: bool | None = None,
+                  lpt: bool | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
-    accumulating gemm waited for at once, `stage_vectors` the vectors read at `col` staged
+    accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
+    loop-row gemm issued after it, `lpt` the longest tiles of rows first, `stage_vectors` the vectors read at `col` staged
     by the producer (else loaded by the consumers): plan options for the bench and the
     tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     changes = {k: v for k, v in (("issue_ahead", issue_ahead),
-                                 ("wait_accumulating", wait_accumulating)) if v is not None}
+                                 ("wait_accumulating", wait_accumulating),
+                                 ("defer_accumulating", defer_accumulating)) if v is not None}
     why = "the plan option with_schedule (the bench's and the tests' variant)"
     if any(getattr(w, k) != v for k, v in changes.items()):
-        w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
-            changes.get("issue_ahead", w.issue_ahead),
-            changes.get("wait_accumulating", w.wait_accumulating)), why), **changes)
+        w = dataclasses.replace(w, **changes)
+        w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(w), why))
+    if lpt is not None:
+        w = dataclasses.replace(w, **_lpt(lpt))
     if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
             and w.vectors:
         # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
@@ -168,9 +181,11 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                                vectors=w.vectors if w.vector_offset is not None else ())
 
 
-def _overlap_value(issue_ahead: bool, wait_accumulating: bool) -> str:
+def _overlap_value(w: ld.DagWgmma) -> str:
     ahead = ("the score gemms issued together (the later ones in flight during the first's "
-             "epilogue)" if issue_ahead else "each score gemm issued at its statement")
-    acc = ("an accumulating gemm waited for at once" if wait_accumulating else
+             "epilogue)" if w.issue_ahead else "each score gemm issued at its statement")
+    acc = ("an accumulating gemm waited for at once" if w.wait_accumulating else
            "an accumulating gemm in flight until a later wait")
-    return f"{ahead}; {acc}"
+    defer = ("; the accumulating gemm before the loop-row gemm issued after it" if
+             w.defer_accumulating else "")
+    return f"{ahead}; {acc}{defer}"
