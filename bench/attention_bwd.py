@@ -190,19 +190,22 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
 
 def schedule(name: str) -> dict:
     """A variant's plan options (loop_dag_schedule.with_schedule) from its name: "base" the
-    rulebook's; else letters a (issue_ahead), v (stage_vectors), d (defer_accumulating), l
-    (lpt), each off when absent, and w0 / w1 (wait_accumulating; the rulebook's when absent)."""
+    rulebook's; "none" every option off (the skeleton of session 5); else letters a
+    (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
+    blocks), f (fast_body), each off when absent, and w0 / w1 (wait_accumulating; the
+    rulebook's when absent)."""
     if name == "base":
         return {}
+    name = "" if name == "none" else name
     options = dict(issue_ahead="a" in name, stage_vectors="v" in name,
-                   defer_accumulating="d" in name, lpt="l" in name)
+                   defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name)
     if "w" in name:
         options["wait_accumulating"] = name[name.index("w") + 1] == "1"
     return options
 
 
-SCHEDULES = ("base", "a", "v", "d", "av", "vd", "avd", "avdw0", "avdw1", "vdw0")
-CAUSAL_SCHEDULES = ("l", "avdl", "vdl", "adl")
+SCHEDULES = ("base", "none", "vdl", "avdl", "vdlf", "avdlf")
+CAUSAL_SCHEDULES = ()
 
 
 def with_options(built, **options):
@@ -255,7 +258,8 @@ def variants(d: int, s: int, causal: bool, names) -> dict:
 
 
 def variants_table(dims, lengths, names) -> None:
-    print(f"# TFLOP/s (relative difference from the rulebook's build), {torch.cuda.get_device_name()}")
+    print("# TFLOP/s (relative difference from the rulebook's build), "
+          f"{torch.cuda.get_device_name()}")
     for d in dims:
         for s in lengths:
             for causal in (False, True):

@@ -21,7 +21,7 @@ from ..plan import epilogue as dag
 from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
-from ..targets import loop_rules, target
+from ..targets import dag_wgmma_rules, loop_rules, target
 from . import loop_bounds
 from .program import _params, _roles, _Section, _store, smem_tile
 
@@ -218,11 +218,6 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                             "the accumulators")
 
     bounds = _bounds(body_section, gemms)
-    if wgmma_refused is None and bounds.fold:
-        # the wgmma skeleton evaluates the mask's predicates in every block (as verified on a
-        # GPU); reading them as 1 inside the mask is the mma.sync skeleton's
-        bounds = pp.LoopBounds(bounds.bounds, (), bounds.why.replace(
-            "; inside the mask its predicate is known true", ""))
     params, fields = _params(kernel, lead.heads)
     wgmma = None
     if wgmma_refused is None:
@@ -262,7 +257,9 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                             "memory, one CTA per SM") if wgmma else
                   pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape)))),
         vectors=(() if wgmma.vector_offset is None else vectors) if wgmma else vectors,
-        vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
+        vectors_why=(dag_wgmma_rules.DAG_WGMMA_STAGE_VECTORS_WHY
+                     if wgmma and wgmma.vector_offset is not None and vectors else
+                     _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma)
 

@@ -159,6 +159,10 @@ class DagWgmma:
     # this many bytes of L2, tile 0 of each pair first (None: the grid's order), and why
     lpt_l2_bytes: int | None = None
     lpt_why: str = "the grid's order"
+    # the blocks inside the mask but the last run a second copy of the body without bounds
+    # checks, the mask's predicates read 1 (the plan's bounds.fold); else one checked body
+    fast_body: bool = False
+    fast_body_why: str = "one body for every block"
     # a loop-row tile's adds: by the copy engine's bulk reduce-add from a staging of
     # `add_row_bytes` a row at `add_offset` (kBlock rows per consumer warpgroup), or by f32
     # atomics from registers (add_offset None); `adds` says which and why

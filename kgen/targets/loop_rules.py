@@ -14,6 +14,7 @@ from ..enums import DType, Op
 from ..plan import epilogue as dag
 from ..plan.program import Rank
 from . import Instruction, Target
+from .dag_wgmma_rules import DAG_WGMMA_STAGE_VECTORS, DAG_WGMMA_VECTOR_REGISTERS
 
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
@@ -615,27 +616,7 @@ DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the 
 #   D 128 274 / 182 / 287 / 573, causal 210 / 155 / 253 / 489
 #   D 64  227 / 170 / 264 / 453, causal 152 / 146 / 223 / 371
 DAG_WGMMA_DEFAULT = True
-# The later score gemms issued with the first (in flight while its epilogue runs), and the
-# vectors read at `col` staged by the producer's second warp (kgen/plan/loop_dag.py, DagWgmma)
-DAG_WGMMA_ISSUE_AHEAD = False
-DAG_WGMMA_DEFER_ACCUMULATING = False
-# Longest first where a mask skips blocks (the tiles of rows visit different counts):
-# FlashAttention-3's backward LPT order, in sections of (batch, head) pairs whose Q and dO fit
-# this share of L2 (50 MiB on an H100/H200) so that a section's CTAs still share them there
-DAG_WGMMA_LPT = False
-DAG_WGMMA_LPT_L2_BYTES = 32 << 20
-DAG_WGMMA_LPT_WHY = "plan option"
-DAG_WGMMA_STAGE_VECTORS = False
-# setmaxnreg (producer, consumers) where the producer's second warp stages the vectors: its
-# copy loop beside thread 0's spills at 24 (NVRTC 13.5: 20 B), not at 40
-DAG_WGMMA_VECTOR_REGISTERS = (40, 232)
-
-
-def dag_wgmma_vector_bytes(vectors: int) -> int:
-    """The staged vectors' slots: `stages` of `block` f32 each."""
-    return 4 * vectors * DAG_WGMMA_CONFIG.stages * DAG_WGMMA_CONFIG.block
-
-
+# (the wgmma groups' schedule, the vectors' staging, the launch order: dag_wgmma_rules.py)
 def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, int]:
     """(the tiles' bytes, the whole with the adds' staging and the mbarriers rounded up to
     128): 16-bit tiles in 1024-byte aligned boxes; with `bulk_add`, the loop-row tile's f32
@@ -649,7 +630,7 @@ def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, 
     stage = (c.tile_m // WGMMA_ROWS * c.block * dag_wgmma_add_row_bytes(shape)
              if bulk_add else 0)
     barriers = 8 * (1 + 2 * c.stages * len(shape.streamed_cols))
-    vectors = dag_wgmma_vector_bytes(shape.vectors) if DAG_WGMMA_STAGE_VECTORS else 0
+    vectors = 4 * shape.vectors * c.stages * c.block if DAG_WGMMA_STAGE_VECTORS else 0
     return tiles, tiles + vectors + stage + -(-barriers // 128) * 128
 
 
@@ -712,7 +693,8 @@ def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
     if need > tgt.smem_limit:
         return f"it needs {need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B"
     regs = dag_wgmma_registers(shape)
-    if regs > CONSUMER_REGISTERS:
-        return (f"about {regs} registers per consumer thread (setmaxnreg gives "
-                f"{CONSUMER_REGISTERS})")
+    have = (DAG_WGMMA_VECTOR_REGISTERS[1] if DAG_WGMMA_STAGE_VECTORS and shape.vectors
+            else CONSUMER_REGISTERS)
+    if regs > have:
+        return f"about {regs} registers per consumer thread (setmaxnreg gives {have})"
     return None

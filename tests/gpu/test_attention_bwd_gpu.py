@@ -248,19 +248,15 @@ def test_no_key_rows_give_zero_dk_dv_and_all_masked_query_blocks_are_skipped(arc
     assert torch.equal(dv[..., 17:, :].float(), torch.zeros_like(dv[..., 17:, :].float()))
 
 
-# The wgmma skeleton's schedules other than the rulebook's (loop_dag_schedule.with_schedule's
-# plan options: issue_ahead, stage_vectors, defer_accumulating, lpt), each on and off
+# The wgmma skeleton's schedules (loop_dag_schedule.with_schedule's plan options), each on and
+# off beside the rulebook's choice, all off, all on
+OPTIONS = ("issue_ahead", "stage_vectors", "defer_accumulating", "lpt", "fast_body")
 SCHEDULES = {
-    "ahead": (("issue_ahead", True),),
-    "vectors": (("stage_vectors", True),),
-    "defer": (("defer_accumulating", True),),
-    "lpt": (("lpt", True),),
-    "none": (("issue_ahead", False), ("stage_vectors", False), ("defer_accumulating", False),
-             ("lpt", False)),
-    "all": (("issue_ahead", True), ("stage_vectors", True), ("defer_accumulating", True),
-            ("lpt", True)),
-    "all_no_wait": (("issue_ahead", True), ("stage_vectors", True),
-                    ("defer_accumulating", True), ("lpt", True), ("wait_accumulating", False)),
+    **{f"no_{o}": ((o, False),) for o in OPTIONS},
+    "none": tuple((o, False) for o in OPTIONS),
+    "all": tuple((o, True) for o in OPTIONS),
+    "all_no_wait": tuple((o, True) for o in OPTIONS) + (("wait_accumulating", False),),
+    "all_wait": tuple((o, True) for o in OPTIONS) + (("wait_accumulating", True),),
 }
 
 

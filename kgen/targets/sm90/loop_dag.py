@@ -9,6 +9,8 @@ the loads (the copy engine's, into mbarrier rings), the staged tile's layout (th
 swizzle wgmma reads) and the thread-to-row map."""
 from __future__ import annotations
 
+import dataclasses
+
 from ...enums import Axis
 from ...plan import epilogue as dag
 from ...plan import loop_dag as ld
@@ -25,15 +27,21 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         return common_dag.emit(plan, source_name=source_name, source_hash=source_hash,
                                command=command)
     w = plan.wgmma
+    if not w.fast_body and plan.bounds.fold:  # one body for every block: the predicates read
+        plan = dataclasses.replace(plan, bounds=dataclasses.replace(
+            plan.bounds, fold=(), why=plan.bounds.why.replace(
+                "; inside the mask its predicate is known true", "")))
     vector_loads = _vector_loads(plan) if w.vector_offset is None else {}
     cached = frozenset(prm.name for loads in vector_loads.values() for prm in loads)
     body = common_dag._statements(plan.body, plan, "loop_len", cached=cached)
+    body_full = (common_dag._statements(plan.body, plan, "loop_len", checked=False,
+                                        cached=cached) if w.fast_body else [])
     tail = common_dag._statements(plan.epilogue, plan, "kNAcc", in_loop=False)
     return render(
         "sm90/loop_bwd.cu.j2", plan=plan, w=w, name=plan.name, ns=f"{plan.name}_cfg",
         header=program._header(plan, source_name, source_hash, command),
         arch_guard=guard_for(plan.name, plan.arch, wgmma=True), fields=program._fields(plan),
-        params_guard=program._params_guard(plan), body=body, tail=tail,
+        params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=plan.block,
         n1=plan.n_acc, o_map=None, tensor_maps=w.maps, tma_dtype=TMA_DTYPE[plan.dtype],

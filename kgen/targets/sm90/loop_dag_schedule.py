@@ -10,6 +10,7 @@ import dataclasses
 from ...enums import DType
 from ...plan import loop_dag as ld
 from ...plan import program as pp
+from .. import dag_wgmma_rules as schedule_rules
 from .. import loop_rules
 from ..loop_rules import BOX_COLS
 
@@ -45,8 +46,9 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
                else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
         add = dict(adds=pp.Choice(ATOMICS, why))
-    stage_vectors = loop_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors)
-    vector_bytes = loop_rules.dag_wgmma_vector_bytes(len(vectors)) if stage_vectors else 0
+    stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors)
+    vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
+                    if stage_vectors else 0)
     if bulk:
         add["add_offset"] += vector_bytes
     barriers = offset + vector_bytes + (stage_bytes if bulk else 0)
@@ -54,9 +56,12 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                  for t in tiles[0] + tiles[1])
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
+    ahead = (schedule_rules.DAG_WGMMA_ISSUE_AHEAD
+             and shape.n_acc <= schedule_rules.DAG_WGMMA_AHEAD_N)
+    defer = schedule_rules.DAG_WGMMA_DEFER_ACCUMULATING
     names = lambda ts: " and ".join(t.param for t in ts)  # noqa: E731
     producer_registers, consumer_registers = (
-        loop_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
+        schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
         (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
     return ld.DagWgmma(
         consumers=consumers, producer_registers=producer_registers,
@@ -86,19 +91,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             "one; a slot is released after the block's last gemm; boxes past the loop's end "
             "(and past the rows) arrive as zeros; a staged slot is rewritten two blocks later, "
             "after every warpgroup passed the block between (one consumer barrier a block)"),
-        overlap=(pp.Choice(
-            "an accumulating gemm waited for at once; the two consumer warpgroups overlap",
-            f"N {shape.n_acc}: with an accumulating gemm in flight beside the next gemm (its A "
-            "and accumulator held the while) the consumers spill (NVRTC 13; "
-            "kgen/targets/loop_rules.py, DAG_WGMMA_OVERLAP_N); one warpgroup's statements run "
-            "while the other's gemms do") if wait else pp.Choice(
-            "an accumulating gemm runs while the next gemm is issued (waited with it)",
-            f"N {shape.n_acc}: the registers allow it (kgen/targets/loop_rules.py, "
-            "DAG_WGMMA_OVERLAP_N); an accumulating gemm's result is read only after the loop, "
-            "so the skeleton waits for it together with the next gemm whose result is read")),
-        wait_accumulating=wait, issue_ahead=loop_rules.DAG_WGMMA_ISSUE_AHEAD,
-        defer_accumulating=loop_rules.DAG_WGMMA_DEFER_ACCUMULATING,
-        **_lpt(skips and loop_rules.DAG_WGMMA_LPT),
+        overlap=pp.Choice(_overlap_value(ahead, wait, defer),
+                          schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer)),
+        wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
+        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT), **_fast(schedule_rules.DAG_WGMMA_FAST_BODY),
         vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
 
 
@@ -139,21 +135,28 @@ def _bulk_value(block: int, cols: int) -> str:
 
 
 def _lpt(on: bool) -> dict:
-    return dict(lpt_l2_bytes=loop_rules.DAG_WGMMA_LPT_L2_BYTES if on else None,
-                lpt_why=loop_rules.DAG_WGMMA_LPT_WHY if on else "the grid's order")
+    return dict(lpt_l2_bytes=schedule_rules.DAG_WGMMA_LPT_L2_BYTES if on else None,
+                lpt_why=schedule_rules.DAG_WGMMA_LPT_WHY if on else "the grid's order")
+
+
+def _fast(on: bool) -> dict:
+    return dict(fast_body=on,
+                fast_body_why=schedule_rules.DAG_WGMMA_FAST_BODY_WHY if on else
+                "one body for every block")
 
 
 def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   wait_accumulating: bool | None = None,
                   stage_vectors: bool | None = None,
                   defer_accumulating: bool | None = None,
-                  lpt: bool | None = None) -> ld.LoopDagPlan:
+                  lpt: bool | None = None, fast_body: bool | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
     accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
-    loop-row gemm issued after it, `lpt` the longest tiles of rows first, `stage_vectors` the vectors read at `col` staged
-    by the producer (else loaded by the consumers): plan options for the bench and the
-    tests."""
+    loop-row gemm issued after it, `lpt` the longest tiles of rows first, `fast_body` a second
+    body without bounds checks for the blocks inside the mask, `stage_vectors` the
+    vectors read at `col` staged by the producer (else loaded by the consumers): plan options
+    for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     changes = {k: v for k, v in (("issue_ahead", issue_ahead),
@@ -162,15 +165,19 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     why = "the plan option with_schedule (the bench's and the tests' variant)"
     if any(getattr(w, k) != v for k, v in changes.items()):
         w = dataclasses.replace(w, **changes)
-        w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(w), why))
-    if lpt is not None:
-        w = dataclasses.replace(w, **_lpt(lpt))
+        w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
+            w.issue_ahead, w.wait_accumulating, w.defer_accumulating), why))
+    if lpt is not None:  # (the longest first only where the tiles of rows differ)
+        w = dataclasses.replace(w, **_lpt(lpt and plan.bounds.skips))
+    if fast_body is not None:
+        w = dataclasses.replace(w, **_fast(fast_body))
     if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
             and w.vectors:
         # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
         at = w.staged[-1].offset + w.staged[-1].bytes if w.staged else w.barrier_offset
-        shift = loop_rules.dag_wgmma_vector_bytes(len(w.vectors)) * (1 if stage_vectors else -1)
-        regs = (loop_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
+        shift = schedule_rules.vector_bytes(len(w.vectors), plan.stages, plan.block) * (
+            1 if stage_vectors else -1)
+        regs = (schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
                 (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
         w = dataclasses.replace(
             w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
@@ -181,11 +188,11 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                                vectors=w.vectors if w.vector_offset is not None else ())
 
 
-def _overlap_value(w: ld.DagWgmma) -> str:
-    ahead = ("the score gemms issued together (the later ones in flight during the first's "
-             "epilogue)" if w.issue_ahead else "each score gemm issued at its statement")
-    acc = ("an accumulating gemm waited for at once" if w.wait_accumulating else
+def _overlap_value(ahead: bool, wait: bool, defer: bool) -> str:
+    first = ("the score gemms issued together (the later ones in flight during the first's "
+             "epilogue)" if ahead else "each score gemm issued at its statement")
+    acc = ("an accumulating gemm waited for at once" if wait else
            "an accumulating gemm in flight until a later wait")
-    defer = ("; the accumulating gemm before the loop-row gemm issued after it" if
-             w.defer_accumulating else "")
-    return f"{ahead}; {acc}{defer}"
+    last = ("; the accumulating gemm before the loop-row gemm issued after it (in flight "
+            "while the loop-row tile is added)" if defer else "")
+    return f"{first}; {acc}{last}"
