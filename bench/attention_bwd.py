@@ -204,7 +204,7 @@ def schedule(name: str) -> dict:
     return options
 
 
-SCHEDULES = ("base", "none", "vdl", "avdl", "vdlf", "avdlf")
+SCHEDULES = ("base", "none", "vdl", "avdl", "avdlf")
 CAUSAL_SCHEDULES = ()
 
 
