@@ -17,7 +17,10 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
     python3 bench/attention_bwd.py              # the table (--json FILE writes it)
     python3 bench/attention.py --bwd            # the same, from the forward's bench
     python3 bench/attention_bwd.py --once       # one small causal call, no timing (for
-                                                # compute-sanitizer)
+                                                # compute-sanitizer; --schedule NAME: a variant)
+    python3 bench/attention_bwd.py --variants   # the wgmma skeleton's schedules (plan options,
+                                                # schedule() reads their names), each checked
+                                                # against the rulebook's build, then timed
 """
 from __future__ import annotations
 

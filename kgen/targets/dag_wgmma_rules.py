@@ -9,17 +9,29 @@ from __future__ import annotations
 # The schedule of the consumers' wgmma groups and the vectors' staging (kgen/plan/loop_dag.py,
 # DagWgmma; plan options loop_dag_schedule.with_schedule). Measured on an H200 (2026-11-29,
 # bench/attention_bwd.py --variants, bf16, 16k tokens, 16 heads, S 4096, TFLOP/s of the main
-# kernel, cuDNN's backward in the same run 558 / 492 / 454 / 373 at D 128, 128 causal, 64, 64
-# causal), rulebook of the session before / each option alone / the chosen set:
+# kernel). First run (cuDNN's backward 558 / 492 / 454 / 373 at D 128, 128 causal, 64, 64
+# causal): the rulebook of the session before / each option alone / together:
 #   D 128:        359 / ahead 342, vectors 384, defer 371 / vectors+defer 397
 #   D 128 causal: 262 / ahead 288, vectors 337, defer 270, lpt 274 / vectors+defer+lpt 375
 #   D 64:         261 / ahead 263, vectors 284, defer 261 / all four 295 (ahead+vectors 297)
 #   D 64 causal:  172 / ahead 184, vectors 246, defer 173, lpt 175 / all four 275
-# Every schedule matched the float64 reference (tests/gpu/test_attention_bwd_gpu.py
-# test_sm90a_wgmma_schedules, ragged S and T, every mask, D 64 and 128: 210 passed).
+# Second run, with the fast body (cuDNN 575 / 492 / 456): every option off / without the fast
+# body / the rulebook's choice (the fast body; ahead at D 64 only) / ahead at D 128 too:
+#   D 128:        361 / 400 / 422 / 424
+#   D 128 causal: 264 / 377 / 404 / 399
+#   D 64:         263 / 298 / 312
+# Every schedule matched the float64 reference (tests/gpu/test_attention_bwd_gpu.py, the
+# rulebook's and test_sm90a_wgmma_schedules: each option off, all off, all on, ragged S and T,
+# every mask, D 64 and 128: 363 passed); compute-sanitizer racecheck 0 hazards (D 64 and 128)
+# and synccheck 0 errors (D 128) on the rulebook's build (bench/attention_bwd.py --once).
+# What is left (timing-only ablations of the rulebook's build in the second run, wrong results
+# on purpose): without dQ's bulk reduce-adds 552 at D 128 (1.31x), 401 at D 64 (1.30x);
+# without the consumers' barrier 1.04x / 1.03x; without the exponentials 1.06x / 1.09x. dQ's
+# adds (a bulk add per staged row: 64 per warpgroup per block) are the largest item: one
+# tensor reduce-add per warpgroup and block, or a dedicated warp issuing them, is next.
 DAG_WGMMA_ISSUE_AHEAD = True
 # up to this N: at N 128 both score tiles in flight beside the two accumulators spill
-# (NVRTC 13.5: 8-52 B) and measured slower causal (368 against 375 without)
+# (NVRTC 13.5: 8-52 B) and measured no faster (424 against 422, causal 399 against 404)
 DAG_WGMMA_AHEAD_N = 64
 DAG_WGMMA_ISSUE_AHEAD_WHY = (
     "the later score gemm (dP^T = V dO^T) reads only shared tiles: issued with the first "
@@ -63,7 +75,8 @@ DAG_WGMMA_FAST_BODY = True
 DAG_WGMMA_FAST_BODY_WHY = (
     "the mma.sync skeleton's split: inside the mask and before the last block, no element of "
     "a block is past the loop's end or masked, so its hand-on and staging selects and the "
-    "mask's predicates go; a block branches to one of the two bodies")
+    "mask's predicates go; a block branches to one of the two bodies (measured 1.05x at D 128, "
+    "1.07x causal, 1.05x at D 64)")
 
 
 def vector_bytes(vectors: int, stages: int, block: int) -> int:
