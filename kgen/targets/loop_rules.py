@@ -14,7 +14,7 @@ from ..enums import DType, Op
 from ..plan import epilogue as dag
 from ..plan.program import Rank
 from . import Instruction, Target
-from .dag_wgmma_rules import DAG_WGMMA_STAGE_VECTORS, DAG_WGMMA_VECTOR_REGISTERS
+from .dag_wgmma_rules import DAG_WGMMA_STAGE_VECTORS, DAG_WGMMA_VECTOR_REGISTERS  # its schedule
 
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
@@ -616,7 +616,6 @@ DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the 
 #   D 128 274 / 182 / 287 / 573, causal 210 / 155 / 253 / 489
 #   D 64  227 / 170 / 264 / 453, causal 152 / 146 / 223 / 371
 DAG_WGMMA_DEFAULT = True
-# (the wgmma groups' schedule, the vectors' staging, the launch order: dag_wgmma_rules.py)
 def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, int]:
     """(the tiles' bytes, the whole with the adds' staging and the mbarriers rounded up to
     128): 16-bit tiles in 1024-byte aligned boxes; with `bulk_add`, the loop-row tile's f32

@@ -68,11 +68,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         consumer_registers=consumer_registers, resident=tuple(tiles[0]),
         streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=barriers,
         smem_bytes=smem, maps=maps,
-        roles=pp.Choice(
-            f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
-            "warp specialization: one thread of the producer issues every copy-engine load "
-            f"(setmaxnreg {producer_registers}) while the consumers (setmaxnreg "
-            f"{consumer_registers}) multiply and run the statements"),
+        roles=_roles(consumers, producer_registers, consumer_registers),
         mma=pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
             "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
@@ -134,6 +130,14 @@ def _bulk_value(block: int, cols: int) -> str:
             "memory, a row per add")
 
 
+def _roles(consumers: int, producer: int, consumer: int) -> pp.Choice:
+    return pp.Choice(
+        f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
+        "warp specialization: one thread of the producer issues every copy-engine load "
+        f"(setmaxnreg {producer}) while the consumers (setmaxnreg {consumer}) multiply and "
+        "run the statements")
+
+
 def _lpt(on: bool) -> dict:
     return dict(lpt_l2_bytes=schedule_rules.DAG_WGMMA_LPT_L2_BYTES if on else None,
                 lpt_why=schedule_rules.DAG_WGMMA_LPT_WHY if on else "the grid's order")
@@ -181,7 +185,7 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                 (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
         w = dataclasses.replace(
             w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
-            consumer_registers=regs[1],
+            consumer_registers=regs[1], roles=_roles(w.consumers, *regs),
             add_offset=None if w.add_offset is None else w.add_offset + shift,
             barrier_offset=w.barrier_offset + shift, smem_bytes=w.smem_bytes + shift)
     return dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
