@@ -17,8 +17,12 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
     python3 bench/attention_bwd.py              # the table (--json FILE writes it)
     python3 bench/attention.py --bwd            # the same, from the forward's bench
     python3 bench/attention_bwd.py --once       # one small causal call, no timing (for
-                                                # compute-sanitizer; --gqa HKV, --deterministic)
-    python3 bench/attention_bwd.py --variants   # the main kernel at D 128: MHA against GQA 8:1
+                                                # compute-sanitizer; --gqa HKV, --deterministic,
+                                                # --schedule NAME: a variant)
+    python3 bench/attention_bwd.py --variants   # the wgmma skeleton's schedules (plan options,
+                                                # schedule() reads their names), each checked
+                                                # against the rulebook's build, then timed
+    python3 bench/attention_bwd.py --groups     # the main kernel at D 128: MHA against GQA 8:1
                                                 # (16 / 2 heads) and deterministic against default
     python3 bench/attention_bwd.py --mods       # the forward's mods' backward beside the plain
                                                 # one (kgen/harness/attention_bwd_mods.py)
@@ -206,17 +210,103 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     return rows
 
 
+def schedule(name: str) -> dict:
+    """A variant's plan options (loop_dag_schedule.with_schedule) from its name: "base" the
+    rulebook's; "none" every option off (the skeleton of session 5); else letters a
+    (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
+    blocks), f (fast_body), each off when absent, and w0 / w1 (wait_accumulating; the
+    rulebook's when absent)."""
+    if name == "base":
+        return {}
+    name = "" if name == "none" else name
+    options = dict(issue_ahead="a" in name, stage_vectors="v" in name,
+                   defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name)
+    if "w" in name:
+        options["wait_accumulating"] = name[name.index("w") + 1] == "1"
+    return options
+
+
+SCHEDULES = ("base", "none", "vdl", "avdl", "avdlf")
+CAUSAL_SCHEDULES = ()
+
+
+def with_options(built, **options):
+    """The sm_90a build with plan options of loop_dag_schedule.with_schedule, its source
+    emitted again."""
+    import dataclasses
+
+    from kgen.targets.sm90.loop_dag import emit
+    from kgen.targets.sm90.loop_dag_schedule import with_schedule
+
+    plan = with_schedule(built.plan, **options)
+    source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
+    return dataclasses.replace(built, plan=plan, source=source)
+
+
+def variants(d: int, s: int, causal: bool, names) -> dict:
+    """The wgmma skeleton's schedules (SCHEDULES) on one shape: each checked against the
+    rulebook's build on the same random inputs (relative error of dQ, dK, dV), then timed;
+    cuDNN's and flash's backward beside them (TFLOP/s as measure())."""
+    b = TOKENS // s
+    base = built_main(d, causal)
+    q, k, v, do, o, lse = _inputs(b, s, d, causal)
+    dd = (do.float() * o.float()).sum(-1)
+    scale = 1.0 / math.sqrt(d)
+    stream = torch.cuda.current_stream().cuda_stream
+    flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
+    ref = load_built(base)(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
+    row = {"d": d, "s": s, "causal": causal}
+    for name in names:
+        fn = load_built(with_options(base, **schedule(name)))
+        outs = fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
+        err = max(float((x.float() - r.float()).norm() / r.float().norm())
+                  for x, r in zip(outs, ref))
+        dq = torch.empty(b, HEADS, s, d, device="cuda")
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        t = time_kernel(lambda _: fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv,
+                                     scale=scale), stream=stream)
+        row[name] = (flops / (t.median_ms * 1e-3) / 1e12, err)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("flash", SDPBackend.FLASH_ATTENTION)):
+        qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+        with sdpa_kernel(backend):
+            out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+        t = time_kernel(lambda _: torch.autograd.grad(out, (qq, kk, vv), do, retain_graph=True),
+                        stream=stream)
+        row[name] = flops / (t.median_ms * 1e-3) / 1e12
+    return row
+
+
+def variants_table(dims, lengths, names) -> None:
+    print("# TFLOP/s (relative difference from the rulebook's build), "
+          f"{torch.cuda.get_device_name()}")
+    for d in dims:
+        for s in lengths:
+            for causal in (False, True):
+                shown = names + [n for n in CAUSAL_SCHEDULES if causal and n not in names]
+                row = variants(d, s, causal, shown)
+                cells = " ".join(f"{n}={row[n][0]:.1f}({row[n][1]:.0e})" for n in shown)
+                print(f"D {d} S {s} causal {causal}: {cells} cudnn={row['cudnn']:.1f} "
+                      f"flash={row['flash']:.1f}", flush=True)
+
+
 def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False,
-         kv_heads: int | None = None, deterministic: bool = False) -> None:
+         kv_heads: int | None = None, deterministic: bool = False,
+         name: str | None = None) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
     arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
     skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a); `kv_heads`:
-    GQA (H 4 then); `deterministic`: `reductions deterministic`."""
+    GQA (H 4 then); `deterministic`: `reductions deterministic`; `name`: a schedule of the
+    wgmma skeleton (schedule())."""
     replace = variant(kv_heads, deterministic)
     built = build_verified(_kernel("examples/attention_bwd.kg", d, replace),
                            arch or device_arch())
     if bulk:
         built = with_bulk_adds(built, True)
+    if name:
+        built = with_options(built, **schedule(name))
     print(f"{built.plan.arch.value}: {built.plan.mma.value}; GQA {built.plan.gqa}; "
           f"deterministic {built.plan.deterministic is not None}")
     main = load_built(built)
@@ -233,7 +323,7 @@ def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False,
                                              torch.isfinite(dv.float()).all()))
 
 
-def variants(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]:
+def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]:
     """The main kernel alone (its zeroing included) at D `d`, 16 heads, 16k tokens: MHA and
     GQA 16 / `kv_heads`, each by default and deterministic, causal and not; TFLOP/s counted as
     the MHA backward's (per query head), and the times' ratios."""
@@ -295,16 +385,24 @@ def main(argv=None) -> None:
                         help="--once: GQA, K and V of HKV heads (Q of 4)")
     parser.add_argument("--deterministic", action="store_true",
                         help="--once: 'reductions deterministic' (dQ's adds ordered)")
-    parser.add_argument("--variants", action="store_true",
+    parser.add_argument("--groups", action="store_true",
                         help="MHA against GQA 16/2, default against deterministic (D 128)")
+    parser.add_argument("--variants", nargs="*", default=None,
+                        help="time the wgmma skeleton's schedules (names as schedule() reads "
+                             "them; none: SCHEDULES, and CAUSAL_SCHEDULES when causal)")
+    parser.add_argument("--schedule", default=None, help="--once: a schedule (see schedule())")
     args = parser.parse_args(argv)
+    if args.variants is not None:
+        variants_table(tuple(args.d or (64, 128)), tuple(args.s or (4096,)),
+                       list(args.variants or SCHEDULES))
+        return
     if args.once:
         for d in args.d or (64,):
             once(ir.Arch(args.arch) if args.arch else None, d, args.bulk, args.gqa,
-                 args.deterministic)
+                 args.deterministic, args.schedule)
         return
-    if args.variants:
-        rows = variants((args.d or (128,))[0], tuple(args.s or (4096, 16384)))
+    if args.groups:
+        rows = groups((args.d or (128,))[0], tuple(args.s or (4096, 16384)))
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return

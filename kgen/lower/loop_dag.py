@@ -22,7 +22,7 @@ from ..plan import epilogue as dag
 from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
-from ..targets import loop_rules, target
+from ..targets import dag_wgmma_rules, loop_rules, target
 from . import loop_bounds, loop_dag_storage
 from .program import _params, _roles, _Section, _store, smem_tile
 
@@ -231,11 +231,6 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         staged = [replace(t, offset=at[t.name]) for t in staged]
         offset = storage_plan.total_bytes
     bounds = _bounds(body_section, gemms)
-    if wgmma_refused is None and bounds.fold:
-        # the wgmma skeleton evaluates the mask's predicates in every block (as verified on a
-        # GPU); reading them as 1 inside the mask is the mma.sync skeleton's
-        bounds = pp.LoopBounds(bounds.bounds, (), bounds.why.replace(
-            "; inside the mask its predicate is known true", ""))
     # the query heads: the streamed operands' (a GQA backward's rows, K, have the KV heads)
     query_heads = kernel.param(g0.b.name).heads
     params, fields = _params(kernel, query_heads)
@@ -252,7 +247,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         adds = sum(isinstance(s, ld.AddTile) for g in gemms if g.epilogue is not None
                    for s in g.epilogue.statements)
         wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
-                          frozenset(p.name for p in params if p.kv), shape, adds)
+                          frozenset(p.name for p in params if p.kv), shape, adds, vectors,
+                          bounds.skips, gqa=gqa, ordered=deterministic is not None)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
@@ -281,8 +277,10 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         min_ctas=(pp.Choice("1", "the wgmma skeleton: 3 warpgroups and most of shared "
                             "memory, one CTA per SM") if wgmma else
                   pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape)))),
-        vectors=() if wgmma else vectors,
-        vectors_why=(_WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
+        vectors=(() if wgmma.vector_offset is None else vectors) if wgmma else vectors,
+        vectors_why=(dag_wgmma_rules.DAG_WGMMA_STAGE_VECTORS_WHY
+                     if wgmma and wgmma.vector_offset is not None and vectors else
+                     _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma, gqa=gqa, deterministic=deterministic, storage=storage_plan,
         fenced=fenced)

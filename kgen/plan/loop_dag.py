@@ -148,6 +148,27 @@ class DagWgmma:
     # an accumulating gemm is waited for right after it is issued (its A registers free before
     # the next gemm's accumulator is live), else together with the next gemm's wait
     wait_accumulating: bool = True
+    # the later score gemms are issued right after the first (all in flight while its epilogue
+    # runs; each waited for where its own epilogue starts), else each at its own statement
+    issue_ahead: bool = False
+    # an accumulating gemm right before a loop-row gemm is issued after the loop-row gemm's
+    # wgmma (FlashAttention-3's dQ before dK): in flight while the loop-row tile is added
+    defer_accumulating: bool = False
+    # the f32 vectors of the loop's dimension the body reads at `col` (lse, D): staged per
+    # block by the producer's second warp (cp.async, zero past the loop's end; its lanes
+    # arrive on the first streamed tile's full mbarrier) into `stages` slots of `block` floats
+    # at `vector_offset`, or (None) loaded by the consumers into registers while a score gemm
+    # runs
+    vectors: tuple[str, ...] = ()
+    vector_offset: int | None = None
+    # longest first: the CTAs walk sections of (batch, head) pairs whose streamed tiles fit
+    # this many bytes of L2, tile 0 of each pair first (None: the grid's order), and why
+    lpt_l2_bytes: int | None = None
+    lpt_why: str = "the grid's order"
+    # the blocks inside the mask but the last run a second copy of the body without bounds
+    # checks, the mask's predicates read 1 (the plan's bounds.fold); else one checked body
+    fast_body: bool = False
+    fast_body_why: str = "one body for every block"
     # a loop-row tile's adds: by the copy engine's bulk reduce-add from a staging of
     # `add_row_bytes` a row at `add_offset` (kBlock rows per consumer warpgroup), or by f32
     # atomics from registers (add_offset None); `adds` says which and why

@@ -14,6 +14,7 @@ from ..enums import DType, Op
 from ..plan import epilogue as dag
 from ..plan.program import Rank
 from . import Instruction, Target
+from .dag_wgmma_rules import DAG_WGMMA_STAGE_VECTORS, DAG_WGMMA_VECTOR_REGISTERS  # its schedule
 
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
@@ -615,8 +616,6 @@ DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the 
 #   D 128 274 / 182 / 287 / 573, causal 210 / 155 / 253 / 489
 #   D 64  227 / 170 / 264 / 453, causal 152 / 146 / 223 / 371
 DAG_WGMMA_DEFAULT = True
-
-
 def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, int]:
     """(the tiles' bytes, the whole with the adds' staging and the mbarriers rounded up to
     128): 16-bit tiles in 1024-byte aligned boxes; with `bulk_add`, the loop-row tile's f32
@@ -630,7 +629,8 @@ def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, 
     stage = (c.tile_m // WGMMA_ROWS * c.block * dag_wgmma_add_row_bytes(shape)
              if bulk_add else 0)
     barriers = 8 * (1 + 2 * c.stages * len(shape.streamed_cols))
-    return tiles, tiles + stage + -(-barriers // 128) * 128
+    vectors = 4 * shape.vectors * c.stages * c.block if DAG_WGMMA_STAGE_VECTORS else 0
+    return tiles, tiles + vectors + stage + -(-barriers // 128) * 128
 
 
 # dQ's adds (a loop-row gemm's `+=` into an f32 `out accumulate` tensor): by the copy engine's
@@ -692,7 +692,8 @@ def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
     if need > tgt.smem_limit:
         return f"it needs {need} B of shared memory; {tgt.arch.value} allows {tgt.smem_limit} B"
     regs = dag_wgmma_registers(shape)
-    if regs > CONSUMER_REGISTERS:
-        return (f"about {regs} registers per consumer thread (setmaxnreg gives "
-                f"{CONSUMER_REGISTERS})")
+    have = (DAG_WGMMA_VECTOR_REGISTERS[1] if DAG_WGMMA_STAGE_VECTORS and shape.vectors
+            else CONSUMER_REGISTERS)
+    if regs > have:
+        return f"about {regs} registers per consumer thread (setmaxnreg gives {have})"
     return None

@@ -44,10 +44,11 @@ def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
 _LOADED: dict = {}
 
 
-def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=None):
+def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=None, schedule=()):
     """`bulk` True / False: the sm_90a wgmma skeleton with dQ added by the copy engine's bulk
-    reduce-add / by f32 atomics (the plan option); None: as the rulebook takes it (bulk)."""
-    key = (d, mask, dtype, arch, tile, bulk)
+    reduce-add / by f32 atomics (the plan option); None: as the rulebook takes it (bulk).
+    `schedule`: (name, value) pairs of loop_dag_schedule.with_schedule's plan options."""
+    key = (d, mask, dtype, arch, tile, bulk, schedule)
     if key not in _LOADED:
         module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
         assert verify(module) == []
@@ -59,6 +60,15 @@ def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=None):
             from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
 
             plan = with_bulk_add(built.plan, bulk)
+            built = dataclasses.replace(built, plan=plan, source=emit(
+                plan, source_name="bwd.kg", source_hash="0", command="test"))
+        if schedule:
+            import dataclasses
+
+            from kgen.targets.sm90.loop_dag import emit
+            from kgen.targets.sm90.loop_dag_schedule import with_schedule
+
+            plan = with_schedule(built.plan, **dict(schedule))
             built = dataclasses.replace(built, plan=plan, source=emit(
                 plan, source_name="bwd.kg", source_hash="0", command="test"))
         _LOADED[key] = load_built(built)
@@ -108,9 +118,10 @@ def close(out, ref, tol, what):
         assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
-def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=None):
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=None,
+             schedule=()):
     torch = _torch()
-    kernel = load(d, mask, dtype, arch, tile, bulk)
+    kernel = load(d, mask, dtype, arch, tile, bulk, schedule)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
     q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
@@ -235,3 +246,26 @@ def test_no_key_rows_give_zero_dk_dv_and_all_masked_query_blocks_are_skipped(arc
     _, dk, dv = run_case(128, 17, 1000, "top_left", b=1, h=1, arch=arch)
     assert torch.equal(dk[..., 17:, :].float(), torch.zeros_like(dk[..., 17:, :].float()))
     assert torch.equal(dv[..., 17:, :].float(), torch.zeros_like(dv[..., 17:, :].float()))
+
+
+# The wgmma skeleton's schedules (loop_dag_schedule.with_schedule's plan options), each on and
+# off beside the rulebook's choice, all off, all on
+OPTIONS = ("issue_ahead", "stage_vectors", "defer_accumulating", "lpt", "fast_body")
+SCHEDULES = {
+    **{f"no_{o}": ((o, False),) for o in OPTIONS},
+    "none": tuple((o, False) for o in OPTIONS),
+    "all": tuple((o, True) for o in OPTIONS),
+    "all_no_wait": tuple((o, True) for o in OPTIONS) + (("wait_accumulating", False),),
+    "all_wait": tuple((o, True) for o in OPTIONS) + (("wait_accumulating", True),),
+}
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("shape", [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097)],
+                         ids=lambda st: f"s{st[0]}-t{st[1]}")
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_sm90a_wgmma_schedules(d, mask, shape, name):
+    """Every schedule of the wgmma skeleton computes the same gradients (ragged S and T)."""
+    _hopper()
+    run_case(d, shape[0], shape[1], mask, arch="sm_90a", schedule=SCHEDULES[name])

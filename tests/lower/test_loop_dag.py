@@ -96,7 +96,9 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
     offsets = [t.offset for t in w.tiles]
     assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
     # dQ's adds by the copy engine's bulk reduce-add (measured faster); atomics a plan option
-    assert w.add_offset == sum(t.bytes for t in w.tiles) and "bulk" in w.adds.value
+    # after the tiles: lse and D staged by the producer (2 slots of the block each), then the adds
+    assert w.vectors == ("lse", "D") and w.vector_offset == sum(t.bytes for t in w.tiles)
+    assert w.add_offset == w.vector_offset + 2 * 2 * 4 * plan.block and "bulk" in w.adds.value
     assert "measured on an H200" in w.adds.why
     assert w.barrier_offset == w.add_offset + 2 * plan.block * w.add_row_bytes
     assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
@@ -230,7 +232,7 @@ def test_the_bulk_reduce_add_lays_out_its_staging_and_atomics_are_an_option(d):
     assert plan.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
     atomics = with_bulk_add(plan, False)
     assert atomics.wgmma.add_offset is None and atomics.wgmma.adds.value.startswith("f32 atomics")
-    assert atomics.wgmma.barrier_offset == w.add_offset == sum(t.bytes for t in w.tiles)
+    assert atomics.wgmma.barrier_offset == w.add_offset == w.vector_offset + 2 * 2 * 4 * 64
     assert atomics.smem_bytes == atomics.wgmma.barrier_offset + 128
     back = with_bulk_add(atomics, True)
     assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset) == (

@@ -107,7 +107,9 @@ def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     assert f"wgmma.mma_async.sync.aligned.m64n{d // 2}k16.f32.bf16.bf16" in ptx
     assert "p, 1, 1, 1, 1;" in ptx  # the loop-row gemm: A and B transposed (MN-major)
     assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
-    assert "setmaxnreg.inc.sync.aligned.u32 240" in ptx and "mbarrier.try_wait" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx and "mbarrier.try_wait" in ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx  # the producer stages lse and D too
+    assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in ptx
     assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in ptx  # dQ's adds
     assert "red.global.add.f32" not in ptx and "atom.global.add.f32" not in ptx
     assert "mma.sync" not in ptx

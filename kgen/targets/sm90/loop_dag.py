@@ -9,6 +9,8 @@ the loads (the copy engine's, into mbarrier rings), the staged tile's layout (th
 swizzle wgmma reads) and the thread-to-row map."""
 from __future__ import annotations
 
+import dataclasses
+
 from ...enums import Axis
 from ...plan import epilogue as dag
 from ...plan import loop_dag as ld
@@ -25,21 +27,26 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         return common_dag.emit(plan, source_name=source_name, source_hash=source_hash,
                                command=command)
     w = plan.wgmma
-    vector_loads = _vector_loads(plan)
+    if not w.fast_body and plan.bounds.fold:  # one body for every block: the predicates read
+        plan = dataclasses.replace(plan, bounds=dataclasses.replace(
+            plan.bounds, fold=(), why=plan.bounds.why.replace(
+                "; inside the mask its predicate is known true", "")))
+    vector_loads = _vector_loads(plan) if w.vector_offset is None else {}
     cached = frozenset(prm.name for loads in vector_loads.values() for prm in loads)
     body = common_dag._statements(plan.body, plan, "loop_len", cached=cached)
+    body_full = (common_dag._statements(plan.body, plan, "loop_len", checked=False,
+                                        cached=cached) if w.fast_body else [])
     tail = common_dag._statements(plan.epilogue, plan, "kNAcc", in_loop=False)
-    first_readers, wait_fences, final_fences = _waits(plan)
     return render(
         "sm90/loop_bwd.cu.j2", plan=plan, w=w, name=plan.name, ns=f"{plan.name}_cfg",
         header=program._header(plan, source_name, source_hash, command),
         arch_guard=guard_for(plan.name, plan.arch, wgmma=True), fields=program._fields(plan),
-        params_guard=program._params_guard(plan), body=body, tail=tail,
+        params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=plan.block,
         n1=plan.n_acc, o_map=None, tensor_maps=w.maps, tma_dtype=TMA_DTYPE[plan.dtype],
         consumers=w.consumers, consumers_word=["one", "two", "three"][w.consumers - 1],
-        pointers=[p for p in plan.params if p.kind == "vector" or (
+        pointers=[p for p in plan.params if (p.kind == "vector" and p.name not in plan.vectors) or (
             p.kind == "tensor" and p.name not in {m.param for m in w.maps})],
         zeroed=[plan.param(name) for name in plan.zeroed],
         body_stores=common_dag.body_stores(plan),
@@ -48,10 +55,10 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         accumulators=[plan.gemm(name) for name in plan.accumulators],
         loop_rows=[g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW],
         loop_row_ns=sorted({g.n_warp for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW}),
-        first_readers=first_readers, wait_fences=wait_fences, final_fences=final_fences,
-        vector_loads=vector_loads, order_field=ld.ORDER_FIELD,
-        grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
-        order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic else None))
+        vector_loads=vector_loads, streamed_row_bytes=sum(128 * t.boxes for t in w.streamed),
+        order_field=ld.ORDER_FIELD, grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
+        order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
+               else None), **_waits(plan))
 
 
 def _vector_loads(plan: ld.LoopDagPlan) -> dict[int, list]:
@@ -82,28 +89,72 @@ def _vector_loads(plan: ld.LoopDagPlan) -> dict[int, list]:
     return out
 
 
-def _waits(plan: ld.LoopDagPlan) -> tuple[dict, dict, list]:
-    """What the skeleton waits for and where, from the body's order: the streamed tiles' full
-    mbarriers before the first gemm reading them ({gemm index: tile names}); an accumulating
-    gemm is not waited for by itself (its result is read after the loop), so the next score or
-    loop-row gemm's wait covers it, after which its accumulator and the handed-on A are fenced
-    ({gemm index: register arrays}); what is still in flight at the block's end (waited there)."""
-    streamed = {t.name for t in plan.wgmma.streamed}
+def _waits(plan: ld.LoopDagPlan) -> dict:
+    """What the skeleton issues, waits for and fences, and where, from the body's order (the
+    emitter's one schedule of the wgmma groups; the template only renders it):
+    `issue_with` {score gemm index: the later score gemms issued right after it} where
+    plan.wgmma.issue_ahead (a score gemm reads only shared tiles, so it may start before the
+    epilogues between: FlashAttention-3 issues dP^T's wgmma with S^T's) and `early` their
+    indices; `first_readers` {gemm index: streamed tiles whose full mbarrier is waited before
+    it is issued}; `depth` {gemm index: k of the wgmma_wait<k> where its result (or, for an
+    accumulating gemm waited at once, its A registers) is needed: the groups committed after
+    it stay in flight}; `wait_fences` {gemm index: register arrays fenced after that wait (the
+    groups it completes: accumulators and handed-on A)}; `final_fences` what is still in
+    flight at the block's end (waited there). An accumulating gemm is not waited for by itself
+    unless plan.wgmma.wait_accumulating (its result is read after the loop)."""
+    w = plan.wgmma
+    streamed = {t.name for t in w.streamed}
+    steps = [s.gemm for s in plan.body.statements if isinstance(s, ld.DagStep)]
+    scores = [g for g in steps if g.kind is ld.GemmKind.SCORE]
+    issue_with = ({scores[0].index: scores[1:]} if w.issue_ahead and len(scores) > 1 else {})
+    early = {g.index for later in issue_with.values() for g in later}
+    deferred: set[int] = set()
+    if w.defer_accumulating:  # an accumulating gemm right before a loop-row gemm: after it
+        for g, after in zip(steps, steps[1:]):
+            if g.kind is ld.GemmKind.ACCUMULATING and after.kind is ld.GemmKind.LOOP_ROW:
+                issue_with[after.index] = [g]
+                deferred.add(g.index)
+    by_index = {g.index: g for g in steps}
     seen: set[str] = set()
     first_readers: dict[int, list[str]] = {}
-    wait_fences: dict[int, list[str]] = {}
-    pending: list[str] = []
-    for stmt in plan.body.statements:
-        if not isinstance(stmt, ld.DagStep):
-            continue
-        g = stmt.gemm
+    committed: list[int] = []  # wgmma groups in commit order (gemm indices)
+    fenced = 0  # committed[:fenced] are complete and fenced
+
+    def regs(g: ld.DagGemm) -> list[str]:
+        if g.kind is ld.GemmKind.ACCUMULATING:
+            return [f"acc_g{g.index}", f"hand_v{g.a_value}"]
+        return [f"acc_g{g.index}"] if g.kind is ld.GemmKind.SCORE else []
+
+    def issue(g: ld.DagGemm) -> None:
         reads = [t for t in (g.a, g.b) if t in streamed and t not in seen]
         seen.update(reads)
         first_readers[g.index] = reads
-        if g.kind is ld.GemmKind.ACCUMULATING and not plan.wgmma.wait_accumulating:
-            pending += [f"acc_g{g.index}", f"hand_v{g.a_value}"]
-        elif g.kind is ld.GemmKind.ACCUMULATING:
-            wait_fences[g.index], pending = pending + [f"hand_v{g.a_value}"], []
-        else:
-            wait_fences[g.index], pending = pending, []
-    return first_readers, wait_fences, pending
+        committed.append(g.index)
+
+    def wait(g: ld.DagGemm) -> tuple[int | None, list[str]]:
+        nonlocal fenced
+        done = committed.index(g.index) + 1
+        if done <= fenced:  # completed (and fenced) by an earlier wait
+            return None, []
+        out = [r for i in committed[fenced:done] for r in regs(by_index[i])]
+        fenced = max(fenced, done)
+        return len(committed) - done, out
+
+    depth: dict[int, int] = {}
+    wait_fences: dict[int, list[str]] = {}
+    for g in steps:
+        if g.index in deferred:
+            continue
+        if g.index not in early:
+            issue(g)
+            for later in issue_with.get(g.index, []):
+                issue(later)
+        if g.kind is ld.GemmKind.ACCUMULATING and not w.wait_accumulating:
+            continue
+        depth[g.index], fences = wait(g)
+        # (the gemm's own result: the template fences it)
+        wait_fences[g.index] = [r for r in fences if r != f"acc_g{g.index}"]
+    final = [r for i in committed[fenced:] for r in regs(by_index[i])]
+    return dict(first_readers=first_readers, issue_with=issue_with, early=early,
+                deferred=deferred, depth=depth,
+                wait_fences=wait_fences, final_fences=final)

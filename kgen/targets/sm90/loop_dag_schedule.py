@@ -10,15 +10,23 @@ import dataclasses
 from ...enums import DType
 from ...plan import loop_dag as ld
 from ...plan import program as pp
+from .. import dag_wgmma_rules as schedule_rules
 from .. import loop_rules
 from ..loop_rules import BOX_COLS
 
 
 def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
-              shape: loop_rules.DagShape, adds: int) -> ld.DagWgmma:
+              shape: loop_rules.DagShape, adds: int,
+              vectors: tuple[str, ...] = (), skips: bool = False, *, gqa: bool = False,
+              ordered: bool = False) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
-    `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores."""
+    `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
+    `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
+    (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
+    (the vectors staged by the producer, the longest-first order and the fast body are not
+    built with it); `ordered`: deterministic adds (tile j waits for tile j - 1 by index: the
+    grid's order, not the longest first)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -42,22 +50,29 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
                else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
         add = dict(adds=pp.Choice(ATOMICS, why))
-    barriers = offset + (stage_bytes if bulk else 0)
+    stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa
+    vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
+                    if stage_vectors else 0)
+    if bulk:
+        add["add_offset"] += vector_bytes
+    barriers = offset + vector_bytes + (stage_bytes if bulk else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
+    ahead = (schedule_rules.DAG_WGMMA_ISSUE_AHEAD
+             and shape.n_acc <= schedule_rules.DAG_WGMMA_AHEAD_N)
+    defer = schedule_rules.DAG_WGMMA_DEFER_ACCUMULATING
     names = lambda ts: " and ".join(t.param for t in ts)  # noqa: E731
+    producer_registers, consumer_registers = (
+        schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
+        (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
     return ld.DagWgmma(
-        consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
-        consumer_registers=loop_rules.CONSUMER_REGISTERS, resident=tuple(tiles[0]),
+        consumers=consumers, producer_registers=producer_registers,
+        consumer_registers=consumer_registers, resident=tuple(tiles[0]),
         streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=barriers,
         smem_bytes=smem, maps=maps,
-        roles=pp.Choice(
-            f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
-            "warp specialization: one thread of the producer issues every copy-engine load "
-            f"(setmaxnreg {loop_rules.PRODUCER_REGISTERS}) while the consumers (setmaxnreg "
-            f"{loop_rules.CONSUMER_REGISTERS}) multiply and run the statements"),
+        roles=_roles(consumers, producer_registers, consumer_registers),
         mma=pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
             "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
@@ -76,17 +91,13 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             "one; a slot is released after the block's last gemm; boxes past the loop's end "
             "(and past the rows) arrive as zeros; a staged slot is rewritten two blocks later, "
             "after every warpgroup passed the block between (one consumer barrier a block)"),
-        overlap=(pp.Choice(
-            "an accumulating gemm waited for at once; the two consumer warpgroups overlap",
-            f"N {shape.n_acc}: with an accumulating gemm in flight beside the next gemm (its A "
-            "and accumulator held the while) the consumers spill (NVRTC 13; "
-            "kgen/targets/loop_rules.py, DAG_WGMMA_OVERLAP_N); one warpgroup's statements run "
-            "while the other's gemms do") if wait else pp.Choice(
-            "an accumulating gemm runs while the next gemm is issued (waited with it)",
-            f"N {shape.n_acc}: the registers allow it (kgen/targets/loop_rules.py, "
-            "DAG_WGMMA_OVERLAP_N); an accumulating gemm's result is read only after the loop, "
-            "so the skeleton waits for it together with the next gemm whose result is read")),
-        wait_accumulating=wait, **add)
+        overlap=pp.Choice(_overlap_value(ahead, wait, defer),
+                          schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer)),
+        wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
+        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered,
+               _NOT_LPT_WHY if gqa or ordered else None),
+        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
+        vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
 
 
 def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
@@ -123,3 +134,86 @@ ATOMICS = "f32 atomics (red.global.add.f32) from registers"
 def _bulk_value(block: int, cols: int) -> str:
     return (f"bulk reduce-add: [{block}, {cols}] f32 per consumer warpgroup staged in shared "
             "memory, a row per add")
+
+
+def _roles(consumers: int, producer: int, consumer: int) -> pp.Choice:
+    return pp.Choice(
+        f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
+        "warp specialization: one thread of the producer issues every copy-engine load "
+        f"(setmaxnreg {producer}) while the consumers (setmaxnreg {consumer}) multiply and "
+        "run the statements")
+
+
+def _lpt(on: bool, why: str | None = None) -> dict:
+    return dict(lpt_l2_bytes=schedule_rules.DAG_WGMMA_LPT_L2_BYTES if on else None,
+                lpt_why=schedule_rules.DAG_WGMMA_LPT_WHY if on else why or "the grid's order")
+
+
+def _fast(on: bool, why: str | None = None) -> dict:
+    return dict(fast_body=on,
+                fast_body_why=schedule_rules.DAG_WGMMA_FAST_BODY_WHY if on else
+                why or "one body for every block")
+
+
+# why GQA and deterministic mode keep the session-5 schedule's pieces (not built together yet)
+_NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with GQA (its tiles "
+                "walk KV heads) nor with deterministic adds (a tile waits for the one before "
+                "by index)")
+_NOT_FAST_WHY = "one body for every block: the fast body is not built with GQA's visits yet"
+
+
+def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
+                  wait_accumulating: bool | None = None,
+                  stage_vectors: bool | None = None,
+                  defer_accumulating: bool | None = None,
+                  lpt: bool | None = None, fast_body: bool | None = None) -> ld.LoopDagPlan:
+    """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
+    `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
+    accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
+    loop-row gemm issued after it, `lpt` the longest tiles of rows first, `fast_body` a second
+    body without bounds checks for the blocks inside the mask, `stage_vectors` the
+    vectors read at `col` staged by the producer (else loaded by the consumers): plan options
+    for the bench and the tests."""
+    w = plan.wgmma
+    assert w is not None, "the sm_90a wgmma skeleton's plan"
+    if plan.gqa and (lpt or fast_body or stage_vectors) or plan.deterministic and lpt:
+        raise ValueError("with_schedule: the longest-first order, the fast body and the staged "
+                         "vectors are not built with GQA, nor the longest first with "
+                         "deterministic adds")
+    changes = {k: v for k, v in (("issue_ahead", issue_ahead),
+                                 ("wait_accumulating", wait_accumulating),
+                                 ("defer_accumulating", defer_accumulating)) if v is not None}
+    why = "the plan option with_schedule (the bench's and the tests' variant)"
+    if any(getattr(w, k) != v for k, v in changes.items()):
+        w = dataclasses.replace(w, **changes)
+        w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
+            w.issue_ahead, w.wait_accumulating, w.defer_accumulating), why))
+    if lpt is not None:  # (the longest first only where the tiles of rows differ)
+        w = dataclasses.replace(w, **_lpt(lpt and plan.bounds.skips))
+    if fast_body is not None:
+        w = dataclasses.replace(w, **_fast(fast_body))
+    if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
+            and w.vectors:
+        # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
+        at = w.staged[-1].offset + w.staged[-1].bytes if w.staged else w.barrier_offset
+        shift = schedule_rules.vector_bytes(len(w.vectors), plan.stages, plan.block) * (
+            1 if stage_vectors else -1)
+        regs = (schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
+                (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
+        w = dataclasses.replace(
+            w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
+            consumer_registers=regs[1], roles=_roles(w.consumers, *regs),
+            add_offset=None if w.add_offset is None else w.add_offset + shift,
+            barrier_offset=w.barrier_offset + shift, smem_bytes=w.smem_bytes + shift)
+    return dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
+                               vectors=w.vectors if w.vector_offset is not None else ())
+
+
+def _overlap_value(ahead: bool, wait: bool, defer: bool) -> str:
+    first = ("the score gemms issued together (the later ones in flight during the first's "
+             "epilogue)" if ahead else "each score gemm issued at its statement")
+    acc = ("an accumulating gemm waited for at once" if wait else
+           "an accumulating gemm in flight until a later wait")
+    last = ("; the accumulating gemm before the loop-row gemm issued after it (in flight "
+            "while the loop-row tile is added)" if defer else "")
+    return f"{first}; {acc}{last}"

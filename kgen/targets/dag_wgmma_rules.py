@@ -1,0 +1,84 @@
+"""The rulebook's schedule of the sm_90a DAG loop's wgmma skeleton (the attention backward;
+kgen/targets/loop_rules.py's DAG wgmma section holds its configuration and refusal): which of
+the consumers' wgmma groups run ahead or behind, whether the producer stages the vectors read at
+`col`, and the CTAs' launch order, each with why and what was measured. Read by
+kgen/targets/sm90/loop_dag_schedule.py (the plan's DagWgmma) and loop_rules (registers, shared
+memory)."""
+from __future__ import annotations
+
+# The schedule of the consumers' wgmma groups and the vectors' staging (kgen/plan/loop_dag.py,
+# DagWgmma; plan options loop_dag_schedule.with_schedule). Measured on an H200 (2026-11-29,
+# bench/attention_bwd.py --variants, bf16, 16k tokens, 16 heads, S 4096, TFLOP/s of the main
+# kernel). First run (cuDNN's backward 558 / 492 / 454 / 373 at D 128, 128 causal, 64, 64
+# causal): the rulebook of the session before / each option alone / together:
+#   D 128:        359 / ahead 342, vectors 384, defer 371 / vectors+defer 397
+#   D 128 causal: 262 / ahead 288, vectors 337, defer 270, lpt 274 / vectors+defer+lpt 375
+#   D 64:         261 / ahead 263, vectors 284, defer 261 / all four 295 (ahead+vectors 297)
+#   D 64 causal:  172 / ahead 184, vectors 246, defer 173, lpt 175 / all four 275
+# Second run, with the fast body (cuDNN 575 / 492 / 456): every option off / without the fast
+# body / the rulebook's choice (the fast body; ahead at D 64 only) / ahead at D 128 too:
+#   D 128:        361 / 400 / 422 / 424
+#   D 128 causal: 264 / 377 / 404 / 399
+#   D 64:         263 / 298 / 312
+# Every schedule matched the float64 reference (tests/gpu/test_attention_bwd_gpu.py, the
+# rulebook's and test_sm90a_wgmma_schedules: each option off, all off, all on, ragged S and T,
+# every mask, D 64 and 128: 363 passed); compute-sanitizer racecheck 0 hazards (D 64 and 128)
+# and synccheck 0 errors (D 128) on the rulebook's build (bench/attention_bwd.py --once).
+# What is left (timing-only ablations of the rulebook's build in the second run, wrong results
+# on purpose): without dQ's bulk reduce-adds 552 at D 128 (1.31x), 401 at D 64 (1.30x);
+# without the consumers' barrier 1.04x / 1.03x; without the exponentials 1.06x / 1.09x. dQ's
+# adds (a bulk add per staged row: 64 per warpgroup per block) are the largest item: one
+# tensor reduce-add per warpgroup and block, or a dedicated warp issuing them, is next.
+DAG_WGMMA_ISSUE_AHEAD = True
+# up to this N: at N 128 both score tiles in flight beside the two accumulators spill
+# (NVRTC 13.5: 8-52 B) and measured no faster (424 against 422, causal 399 against 404)
+DAG_WGMMA_AHEAD_N = 64
+DAG_WGMMA_ISSUE_AHEAD_WHY = (
+    "the later score gemm (dP^T = V dO^T) reads only shared tiles: issued with the first "
+    "(FlashAttention-3's order), it runs while the first's epilogue (P) is computed")
+DAG_WGMMA_DEFER_ACCUMULATING = True
+DAG_WGMMA_DEFER_WHY = (
+    "dK's wgmma issued after dQ's (FlashAttention-3's order): it runs while dQ's tile is "
+    "staged and added")
+DAG_WGMMA_STAGE_VECTORS = True
+DAG_WGMMA_STAGE_VECTORS_WHY = (
+    "the vectors read at col (lse, D) staged per block by the producer's second warp (cp.async "
+    "beside the copy engine's Q), one block ahead: the consumers read them from shared memory "
+    "in the epilogues instead of waiting on 2 x block / 4 scattered global loads per thread "
+    "(measured 1.07x at D 128, 1.43x at D 64 causal)")
+# setmaxnreg (producer, consumers) where the producer's second warp stages the vectors: its
+# copy loop beside thread 0's spills at 24 (NVRTC 13.5: 20 B), not at 40
+DAG_WGMMA_VECTOR_REGISTERS = (40, 232)
+DAG_WGMMA_LPT = True
+DAG_WGMMA_LPT_L2_BYTES = 32 << 20
+DAG_WGMMA_LPT_WHY = (
+    "a causal mask's tiles of rows visit from the whole loop down to one block: launched in "
+    "the grid's order the longest of the last (batch, head) pairs start last and run alone "
+    "(FlashAttention-3's backward LPT order); in sections of pairs whose streamed tiles fit "
+    "32 MiB of L2 (50 MiB on an H100/H200), so that a section's CTAs share them there "
+    "(measured 1.06x at D 128 causal)")
+
+
+def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool) -> str:
+    parts = [f"N {n}: " + (
+        "with an accumulating gemm in flight beside the next gemm (its A and accumulator "
+        "held the while) the consumers spill (NVRTC 13; DAG_WGMMA_OVERLAP_N)" if wait else
+        "the registers allow an accumulating gemm in flight until the next wait "
+        "(DAG_WGMMA_OVERLAP_N): its result is read only after the loop")]
+    parts.append(DAG_WGMMA_ISSUE_AHEAD_WHY if ahead else
+                 "each score gemm issued at its statement (DAG_WGMMA_AHEAD_N: at this N two "
+                 "score tiles in flight spill)")
+    if defer:
+        parts.append(DAG_WGMMA_DEFER_WHY)
+    return "; ".join(parts) + "; one warpgroup's statements run while the other's gemms do"
+DAG_WGMMA_FAST_BODY = True
+DAG_WGMMA_FAST_BODY_WHY = (
+    "the mma.sync skeleton's split: inside the mask and before the last block, no element of "
+    "a block is past the loop's end or masked, so its hand-on and staging selects and the "
+    "mask's predicates go; a block branches to one of the two bodies (measured 1.05x at D 128, "
+    "1.07x causal, 1.05x at D 64)")
+
+
+def vector_bytes(vectors: int, stages: int, block: int) -> int:
+    """The staged vectors' slots: `stages` of `block` f32 each."""
+    return 4 * vectors * stages * block
