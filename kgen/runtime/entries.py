@@ -25,12 +25,19 @@ def function_of(module: Any, name: str | None):
 
 
 def allow_smem(function, smem_bytes: int) -> None:
-    """Lets `function` launch with `smem_bytes` of dynamic shared memory (an opt-in past 48 KB)."""
-    if smem_bytes <= DEFAULT_SMEM_LIMIT or function is None:
+    """Lets `function` launch with `smem_bytes` of dynamic shared memory: an opt-in where they
+    and its static shared memory (a `__shared__` array of the kernel's own) pass 48 KB."""
+    if function is None:
         return
     from cuda.bindings import driver
 
     from .device import check
+
+    static = check(driver.cuFuncGetAttribute(
+        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+        "cuFuncGetAttribute(SHARED_SIZE_BYTES)") if smem_bytes else 0
+    if smem_bytes + static <= DEFAULT_SMEM_LIMIT:
+        return
 
     check(
         driver.cuFuncSetAttribute(

@@ -15,7 +15,7 @@ from tests.runtime.test_any_shape import EXAMPLES
 def test_no_name_is_no_function_and_small_plans_need_no_opt_in():
     assert function_of(object(), None) is None
     allow_smem(None, 10 * DEFAULT_SMEM_LIMIT)  # nothing to set
-    allow_smem(object(), DEFAULT_SMEM_LIMIT)  # within the default: no driver call
+    allow_smem(object(), 0)  # no dynamic shared memory: no driver call
 
 
 def test_the_narrow_entry_point_needs_a_source_to_compile_from():
