@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import torch  # noqa: E402
 
 from kgen import ir  # noqa: E402
 from kgen.api import build_verified, load_built  # noqa: E402
+from kgen.harness.timing import call_median_ms  # noqa: E402
 from tests import loop_kernels as lk  # noqa: E402
 
 HEADS = 16
@@ -41,17 +41,7 @@ TOKENS = 16384
 
 def timed(fn, reps: int = 30) -> float:
     """Median milliseconds of `fn` over `reps` runs, after 3 warm-ups."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return call_median_ms(fn, reps)
 
 
 def sdpa(backend, q, k, v, causal):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 
 from ..attention import _arch
 from ..attention_grad import BackwardSignature, _backward_op
 from ..attention_grad_mods import Mods, bias_transposed
+from .timing import call_median_ms
 
 TOKENS, HIDDEN = 16384, 2048
 MODS = {  # name: (causal, Mods, scalars)
@@ -74,19 +74,7 @@ def _call(sig: BackwardSignature, given: dict):
 
 
 def _median_ms(fn, reps: int = 15) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return call_median_ms(fn, reps, warmups=1)
 
 
 def main(argv=None) -> None:

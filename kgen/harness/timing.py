@@ -132,3 +132,22 @@ def time_kernel(fn: Callable[[int], None], *, warmup: int = DEFAULT_WARMUP,
         rotate=rotate,
         samples_ms=samples,
     )
+
+
+def call_median_ms(fn: Callable[[], object], reps: int = 30, warmups: int = 3) -> float:
+    """Median milliseconds of a Python call `fn()` between two torch CUDA events on the current
+    stream (the call's host preparation inside, as a user sees it), after `warmups` calls."""
+    import torch
+
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
