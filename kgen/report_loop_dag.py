@@ -86,6 +86,7 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "wgmma": _wgmma(plan.wgmma) if plan.wgmma is not None else None,
         "config": choice(plan.config), "mma": choice(plan.mma),
         "registers": choice(plan.registers), "min_ctas": choice(plan.min_ctas),
+        "tanh": choice(plan.tanh), "division": choice(plan.division),
         "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), "
                 f"{'KV heads' if plan.gqa else 'heads'}, batch)",
         "gqa": ("a CTA owns a KV head; its loop walks the blocks of every query head of the "
@@ -172,6 +173,9 @@ def print_summary(console, s: dict) -> None:
     if s.get("wgmma"):
         for what in ("roles", "pipeline", "overlap", "adds"):
             console.print(f"{what}: {s['wgmma'][what]['value']} ({s['wgmma'][what]['why']})")
+    for what in ("tanh", "division"):
+        if s[what]["value"] != "none":
+            console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("gqa"):
         console.print(f"GQA: {s['gqa']}")
     if s.get("deterministic"):

@@ -238,3 +238,26 @@ def test_random_t_is_random_at_the_transposed_element():
                    {"seed": 2**63 + 5, "offset": 12})
     assert np.array_equal(out["Z"], out["Y"].transpose(0, 1, 3, 2))
     assert not np.array_equal(out["Z"], out["Y"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_softcaps_backward_spells_tanh_and_division_as_the_forward(arch):
+    """The backward's loop takes the forward's tanh.approx; its score / cap is a multiply by the
+    reciprocal on the wgmma skeleton only (on mma.sync the two together spilled), and neither
+    build spills more than the tanhf one did (sm_90a: 176 B before)."""
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.attention_grad_mods import Mods
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.sequence import build_sequence
+
+    sig = BackwardSignature("bf16", 128, False, arch, mods=Mods(
+        score_mod="cap * tanh(score / cap)", scalars=("cap",)))
+    module = backward_module(sig)
+    built = build_sequence(module, module.sequences[0], arch)
+    (main,) = [p for p in built.plans if p.name.endswith("_main")]
+    assert main.tanh.value == "tanh.approx.f32"
+    assert (main.division.value == "a * (1 / b)") == (arch == "sm_90a")
+    assert "tanh_approx(" in built.source and "tanhf(" not in built.source
+    result = compile_cubin(built.source, main.name, arch)
+    assert result.spill_stores <= (0 if arch == "sm_80" else 96), result.spill_stores

@@ -283,7 +283,19 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                      _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma, gqa=gqa, deterministic=deterministic, storage=storage_plan,
-        fenced=fenced)
+        fenced=fenced, **_spellings([body_section] + [g.epilogue for g in gemms
+                                                      if g.epilogue is not None], wgmma))
+
+
+def _spellings(sections: list[pp.Section], wgmma) -> dict[str, pp.Choice]:
+    """The loop's tanh and its divisions by a row or uniform value, as the forward loop's rules
+    spell them (kgen/targets/loop_rules.py loop_tanh, kgen/targets/dag_wgmma_rules.py dag_division)."""
+    values = [(s, v) for s in sections for v in s.values]
+    return dict(
+        tanh=pp.Choice(*loop_rules.loop_tanh(any(
+            isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.TANH for _, v in values))),
+        division=pp.Choice(*dag_wgmma_rules.dag_division(any(
+            loop_rules.shared_divisor(s, v) for s, v in values), wgmma is not None)))
 
 
 def _check_gqa(kernel: ir.Kernel, body: pp.Section, tail: pp.Section) -> None:

@@ -245,6 +245,10 @@ class LoopDagPlan:
     # writes. None on the wgmma skeleton (its own layout)
     storage: StoragePlan | None = None
     fenced: tuple[str, ...] = ()
+    # how the loop spells tanh and a tile value divided by a row or uniform one (the forward
+    # loop's rules: LoopPlan.tanh, LoopPlan.division; the kernel's epilogue keeps tanhf, a / b)
+    tanh: Choice = Choice("none", "the loop computes no tanh")
+    division: Choice = Choice("none", "the loop divides no tile value by a row or uniform value")
 
     @property
     def adders(self) -> int:

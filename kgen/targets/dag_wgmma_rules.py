@@ -82,3 +82,15 @@ DAG_WGMMA_FAST_BODY_WHY = (
 def vector_bytes(vectors: int, stages: int, block: int) -> int:
     """The staged vectors' slots: `stages` of `block` f32 each."""
     return 4 * vectors * stages * block
+
+
+def dag_division(shared: bool, wgmma: bool) -> tuple[str, str]:
+    """A DAG loop's (the backward's) division by a row or uniform value: by the reciprocal on
+    the wgmma skeleton; the mma.sync skeleton keeps a / b beside tanh.approx (a softcap's
+    backward at D 128 spilled 32 B with both, none with either alone; NVRTC 13)."""
+    if shared and not wgmma:
+        return "none", ("a / b: on the mma.sync skeleton the reciprocal beside tanh.approx "
+                        "spilled a softcap's backward (32 B at D 128), either alone did not")
+    from .loop_rules import loop_division  # (loop_rules imports this module's schedule)
+
+    return loop_division(shared)

@@ -85,8 +85,10 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
             out += [CDag(s.kind, values=s.values) for s in program._runs(
-                section, ids, refs, fold, program.FAST_EXP_OPS, fused,
-                program.FAST_EXP_OF_DIFFERENCE)]
+                section, ids, refs, fold,
+                program.body_ops(plan, program.FAST_EXP_OPS) if in_loop else
+                program.FAST_EXP_OPS, fused, program.FAST_EXP_OF_DIFFERENCE,
+                in_loop and program.reciprocal_division(plan))]
         elif isinstance(stmt, ld.DagStep):
             g = stmt.gemm
             epilogue = (tuple(_statements(g.epilogue, plan, f"kN_g{g.index}", True, checked))
@@ -144,6 +146,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         body_stores=body_stores(plan),
         zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,
         zero_threads=ZERO_THREADS, philox=program.uses_random(plan),
+        approx_tanh=program.approx_tanh(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],
         vectors=[plan.param(name) for name in plan.vectors], order_field=ld.ORDER_FIELD,
         grid_heads="p.heads / p.group" if plan.gqa else "p.heads",

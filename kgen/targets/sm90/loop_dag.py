@@ -51,7 +51,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         zeroed=[plan.param(name) for name in plan.zeroed],
         body_stores=common_dag.body_stores(plan),
         zero_rows=common_dag.ZERO_ROWS, zero_threads=common_dag.ZERO_THREADS,
-        philox=program.uses_random(plan),
+        philox=program.uses_random(plan), approx_tanh=program.approx_tanh(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],
         loop_rows=[g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW],
         loop_row_ns=sorted({g.n_warp for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW}),
