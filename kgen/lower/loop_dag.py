@@ -282,7 +282,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                      if wgmma and wgmma.vector_offset is not None and vectors else
                      _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
-        wgmma=wgmma, gqa=gqa, deterministic=deterministic, storage=storage_plan,
+        wgmma=wgmma, deterministic=deterministic, storage=storage_plan,
         fenced=fenced, **_spellings([body_section] + [g.epilogue for g in gemms
                                                       if g.epilogue is not None], wgmma))
 

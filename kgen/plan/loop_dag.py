@@ -230,10 +230,6 @@ class LoopDagPlan:
     vectors_why: str = "no vector is read at col"
     # the sm_90a wgmma skeleton (the rulebook's choice, its why in `mma`), or None: mma.sync
     wgmma: DagWgmma | None = None
-    # GQA: some parameters have the KV heads (ProgramParam.kv; the kernel's rows, K, among them):
-    # a CTA owns (tile of rows, KV head) and its loop walks the blocks of every query head of
-    # the group in turn (group x blocks visits), the accumulators summing over the group
-    gqa: bool = False
     # `reductions deterministic`: the loop-row tile's adds ordered by semaphores (ORDER_FIELD),
     # one per (batch, query head, block of the loop, adding warp): the CTA of tile j of the rows
     # adds a block after the CTA of tile j - 1 did, where that one visits the block (the same
@@ -249,6 +245,14 @@ class LoopDagPlan:
     # loop's rules: LoopPlan.tanh, LoopPlan.division; the kernel's epilogue keeps tanhf, a / b)
     tanh: Choice = Choice("none", "the loop computes no tanh")
     division: Choice = Choice("none", "the loop divides no tile value by a row or uniform value")
+
+    @property
+    def gqa(self) -> bool:
+        """GQA: some parameters have the KV heads (ProgramParam.kv; the kernel's rows, K, among
+        them): a CTA owns (tile of rows, KV head) and its loop walks the blocks of every query
+        head of the group in turn (group x blocks visits), the accumulators summing over the
+        group."""
+        return any(p.kv for p in self.params)
 
     @property
     def adders(self) -> int:
