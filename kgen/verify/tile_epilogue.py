@@ -283,9 +283,7 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
             f"gemm '{gemm.name}' runs once per block of loop '{scope.loop.name}': store "
             f"outputs in the kernel's epilogue, after the loop (epilogue {{ {name} = ... }})",
         )
-    if name in state.written:
-        raise KgenError(loc, f"output '{name}' is written twice "
-                             f"(first{at_line(state.written[name])})")
+    _refuse_second_write(state, name, loc)
     rank = rank_of(state, stmt.value, scope)
     if param.kind is ParamKind.TENSOR:
         if param.shape != (scope.rows, scope.cols):
@@ -308,6 +306,13 @@ def _check_store(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> N
     state.written[name] = loc
 
 
+def _refuse_second_write(state: KernelState, name: str, loc) -> None:
+    """Each output is written by one statement of the kernel (a store, a tile store or an add)."""
+    if name in state.written:
+        raise KgenError(loc, f"output '{name}' is written twice "
+                             f"(first{at_line(state.written[name])})")
+
+
 def _stores_score_tile(scope: TileScope) -> bool:
     """A score gemm of a DAG loop (more gemms than the forward's: the backward's) may store a
     tile output: each (row, col) of it is one element of one block's tile."""
@@ -322,9 +327,7 @@ def _check_score_tile_store(state: KernelState, stmt: ir.Store, param: ir.Param,
     if param.kind is not ParamKind.TENSOR or param.layout is not ir.Layout.ROW:
         raise KgenError(loc, f"{scope.owner} stores its tile into a row-major output tensor "
                              f"[{scope.rows}, {scope.cols}]; '{name}' is not one")
-    if name in state.written:
-        raise KgenError(loc, f"output '{name}' is written twice "
-                             f"(first{at_line(state.written[name])})")
+    _refuse_second_write(state, name, loc)
     rank_of(state, stmt.value, scope)
     if param.shape != (scope.rows, scope.cols):
         raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but "
@@ -353,9 +356,7 @@ def _check_add(state: KernelState, stmt: ir.Store, scope: TileScope, loc) -> Non
         raise KgenError(loc, f"'{name} += ...' adds into an output tensor declared 'out "
                              f"accumulate'; '{name}' is not one ({param.kind.value} "
                              f"'{name}'{at_line(param.loc)})")
-    if name in state.written:
-        raise KgenError(loc, f"output '{name}' is written twice "
-                             f"(first{at_line(state.written[name])})")
+    _refuse_second_write(state, name, loc)
     rank_of(state, stmt.value, scope)
     if param.shape != (scope.rows, scope.cols):
         raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but "
