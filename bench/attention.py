@@ -11,6 +11,8 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --sm90a --d 128   # sm_90a only (both schedulers), D 128
     python3 bench/attention.py --sm90a --tma-o   # and O stored by the copy engine
     python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
+    python3 bench/attention.py --variants 128x128x2 192x112x2 --d 64 --s 1024 4096
+                                          # written tiles side by side (sm_90a), with spills
     python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
     python3 bench/attention.py --mods     # kgen.attention's mods beside FlexAttention's (bench/mods.py)
     python3 bench/attention.py --bwd      # the backward beside SDPA's (bench/attention_bwd.py)
@@ -204,6 +206,64 @@ def table(cases, archs, backends, json_path: str | None, tile=None, tma_o=False)
         Path(json_path).write_text(json.dumps(rows, indent=1))
 
 
+def variants(dims, seqs, tiles, json_path: str | None, rounds: int = 2) -> None:
+    """The sm_90a kernel with each written tile of `tiles` (rows, block, stages) side by side
+    beside cuDNN, at each D of `dims`, S of `seqs`, causal and not (HEADS heads both); the
+    rulebook's own pick named per D. Each point runs `rounds` times in turn, the fastest kept;
+    NVRTC's registers and spills of each kernel printed first. A tile the rulebook refuses
+    (or that leaves the wgmma skeleton) is a '-' with why."""
+    from torch.nn.attention import SDPBackend
+
+    from kgen.errors import KgenError
+    from kgen.runtime.device import device_info
+    from kgen.runtime.nvrtc import compile_cubin
+
+    arch = device_info().arch
+    names = ["x".join(map(str, t)) for t in tiles]
+    built = {}
+    for d in dims:
+        rule = build_verified(lk.attention(d, arch=ir.Arch.SM90A), ir.Arch.SM90A).plan
+        print(f"D {d}: the rulebook's {rule.config.value}")
+        for causal in (False, True):
+            for name, (m, n, stages) in zip(names, tiles):
+                try:
+                    b = build_verified(lk.attention(d, causal=causal, arch=ir.Arch.SM90A,
+                                                    tile=(m, n), stages=stages), ir.Arch.SM90A)
+                except KgenError as err:
+                    print(f"  {name} causal={causal}: refused: {str(err).splitlines()[0]}")
+                    continue
+                if b.plan.wgmma is None:
+                    print(f"  {name} causal={causal}: mma.sync: {b.plan.mma.why}")
+                    continue
+                built[(d, causal, name)] = b
+    compile_all(list(built.values()), arch)
+    for (d, causal, name), b in built.items():
+        r = compile_cubin(b.source, b.plan.name, arch)
+        print(f"  D {d} {name} causal={causal}: {r.registers} registers, {r.spill_stores} B "
+              f"spill stores, {r.spill_loads} B spill loads, stack {r.stack_bytes} B; "
+              f"smem {b.plan.smem_bytes} B")
+    backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+    print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} heads; TFLOP/s, "
+          f"the best of {rounds} rounds")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>10}" for n in names + ["cudnn"]))
+    rows = []
+    for d in dims:
+        for s in seqs:
+            for causal in (False, True):
+                row = {}
+                point = {n: built[(d, causal, n)] for n in names if (d, causal, n) in built}
+                for _ in range(rounds):
+                    got = measure(d, s, causal, HEADS, point, backends)
+                    row.update({k: max(v, row.get(k) or 0.0) if isinstance(v, float) else v
+                                for k, v in got.items()})
+                rows.append(row)
+                cells = " ".join(f"{row[n]:10.1f}" if row.get(n) else f"{'-':>10}"
+                                 for n in names + ["sdpa_cudnn"])
+                print(f"{d:>4} {s:>6} {str(causal):>6} {cells}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
@@ -219,6 +279,11 @@ def main() -> None:
     parser.add_argument("--tile", default=None,
                         help="ROWSxBLOCKxSTAGES written in the kernels (e.g. 128x80x2), else "
                              "the rulebook's")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="ROWSxBLOCKxSTAGES",
+                        help="sm_90a kernels with each written tile side by side, beside cuDNN "
+                             "(with --d and --s), NVRTC's spills of each printed")
+    parser.add_argument("--s", type=int, nargs="+", default=None,
+                        help="with --variants: sequence lengths (default 1024 and 4096)")
     parser.add_argument("--tma-o", action="store_true",
                         help="a kgen_sm90a_tma_o column: the tiled kernel with O stored by the "
                              "copy engine from shared memory (a plan option)")
@@ -270,6 +335,10 @@ def main() -> None:
         return
     if args.once:
         return once()
+    if args.variants:
+        tiles = [tuple(int(x) for x in v.split("x")) for v in args.variants]
+        return variants(tuple(args.d or (64, 128)), tuple(args.s or (1024, 4096)), tiles,
+                        args.json)
     from torch.nn.attention import SDPBackend
 
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,

@@ -227,9 +227,11 @@ def loop_division(shared: bool) -> tuple[str, str]:
 # =============================================================================================
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup: wgmma's M
-WGMMA_TILE_M = (64, 128, 192)  # 192: three consumer warpgroups (the rulebook's choice only:
-# a written tile line takes 64 or 128 rows)
-WGMMA_BLOCKS = (64, 80, 128)  # 80: head dim 256's (O takes 128 registers a thread)
+WGMMA_TILE_M = (64, 128, 192)  # 192: three consumer warpgroups
+# the block: a multiple of 16 from 64 to 256: wgmma's n (S's columns) is a multiple of 8 up to
+# 256, the handed-on value is the accumulating gemm's A in k16 steps, and the copy engine's box
+# takes up to 256 rows (K's and V's [block][64] boxes stay whole 1024-byte multiples)
+WGMMA_BLOCKS = tuple(range(64, 257, 16))
 BOX_COLS = 64  # the copy engine's box: 64 16-bit columns (128 bytes, the 128-byte swizzle)
 PRODUCER_REGISTERS = 24  # one thread issues every copy
 # per consumer warpgroup count: 24 x 128 + 240 x 256 and 24 x 128 + 160 x 384 <= 65536 registers
@@ -237,11 +239,14 @@ CONSUMER_REGISTERS_BY_COUNT = {1: 240, 2: 240, 3: 160}
 CONSUMER_REGISTERS = CONSUMER_REGISTERS_BY_COUNT[2]
 # A consumer thread holds block/2 f32 of S, N1/2 of O, block/4 words of P in 16 bits, and about
 # WGMMA_OVERHEAD more (row state, the softmax's values in flight, addresses); the estimate must
-# stay within CONSUMER_REGISTERS less a margin for what it leaves out. NVRTC 13 (setmaxnreg
-# 240, two consumers) compiled D 256 at 128x64 and 128x80 with no spill, causal or not
-# (estimates 212 and 224), and at 128x128 spilled 240 B (estimate 260, refused).
+# stay within the consumers' setmaxnreg less a margin for what it leaves out, per consumer
+# count. NVRTC 13.5 (plain attention, causal or not; estimates in brackets): two consumers (240)
+# compiled D 64 at 128x192 (212), D 128 at 128x160 (220) and D 256 at 128x80 (224) with no
+# spill, and spilled D 128 at 128x176 64 B (232; NVRTC 13 spilled D 256 at 128x128 240 B, 260);
+# three (160) compiled D 64 at 192x112 (152) and D 128 at 192x80 (160) with no spill, and
+# spilled D 64 at 192x128 36-92 B (164) and D 128 at 192x96 80-112 B (172).
 WGMMA_OVERHEAD = 36
-WGMMA_REGISTER_MARGIN = 16
+WGMMA_REGISTER_MARGIN = {1: 16, 2: 16, 3: 0}
 
 
 def consumer_registers(tile_m: int) -> int:
@@ -290,7 +295,8 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
         return (f"tile {config.tile_m}x{config.block}: rows per CTA must be one of "
                 f"{WGMMA_TILE_M} (64 per consumer warpgroup)")
     if config.block not in WGMMA_BLOCKS:
-        return f"tile {config.tile_m}x{config.block}: the block must be one of {WGMMA_BLOCKS}"
+        return (f"tile {config.tile_m}x{config.block}: the block must be a multiple of 16 from "
+                f"{WGMMA_BLOCKS[0]} to {WGMMA_BLOCKS[-1]}")
     if config.stages not in STAGES:
         return f"stages {config.stages}: a loop's ring has 1 to 3 slots"
     need = wgmma_smem_bytes(config, k0, n1)
@@ -299,9 +305,10 @@ def _wgmma_config_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
                 f"shared memory; {tgt.arch.value} allows {tgt.smem_limit} B")
     regs = wgmma_registers(config, n1)
     limit = consumer_registers(config.tile_m)
-    if regs > limit - WGMMA_REGISTER_MARGIN:
+    budget = limit - WGMMA_REGISTER_MARGIN[config.tile_m // WGMMA_ROWS]
+    if regs > budget:
         return (f"block {config.block} with N1 {n1} needs about {regs} registers per consumer "
-                f"thread (the budget is {limit - WGMMA_REGISTER_MARGIN} of {limit} with "
+                f"thread (the budget is {budget} of {limit} with "
                 f"{config.tile_m // WGMMA_ROWS} consumer warpgroups)")
     return None
 

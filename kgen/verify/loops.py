@@ -39,8 +39,12 @@ from .tile_epilogue import Rank, TileScope, Where, check_tile_epilogue
 __all__ = ["is_tile_program", "check_tile_program", "MAX_OPERAND_COLS", "LOOP_TILE_M",
            "LOOP_TILE_N", "MAX_LOOP_STAGES"]
 
-LOOP_TILE_M = (64, 128)  # rows per CTA
-LOOP_TILE_N = (32, 64, 80, 128)  # the loop's block (80: the sm_90a rulebook's at head dim 256; each target's rulebook refuses what its skeleton lacks)
+LOOP_TILE_M = (64, 128, 192)  # rows per CTA (192: sm_90a's three consumer warpgroups)
+# the loop's block: 32, or a multiple of 16 from 64 to 256 (sm_90a's wgmma n and the copy
+# engine's box rows allow any; FlashAttention-3 takes 80 at head dim 256, 176 at 128); each
+# target's rulebook refuses what its skeleton lacks
+LOOP_TILE_N = (32,) + tuple(range(64, 257, 16))
+LOOP_TILE_N_TEXT = "32 or a multiple of 16 from 64 to 256"
 MAX_LOOP_STAGES = 3
 ROWS_PER_WARP = 16
 
@@ -249,7 +253,7 @@ def _check_schedule(loop: ir.Loop, loc) -> None:
                                 f"{or_list([str(m) for m in LOOP_TILE_M])}, got {tile.m}")
         if tile.n not in LOOP_TILE_N:
             raise KgenError(at, f"a loop's tile N (its block of {loop.dim}) must be "
-                                f"{or_list([str(n) for n in LOOP_TILE_N])}, got {tile.n}")
+                                f"{LOOP_TILE_N_TEXT}, got {tile.n}")
     if warps is not None:
         at = first_located(warps.loc, loc)
         for value, what in ((warps.m, "warps"), (warps.n, "warps N")):

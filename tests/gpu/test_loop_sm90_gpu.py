@@ -87,6 +87,13 @@ CASES = [
     (256, None, None, {}, 257, 1000, False),
     (256, (128, 64), 2, {}, 1000, 1000, True),  # a block of 64 (the rulebook's is 80)
     (192, None, None, {}, 1000, 4097, False),  # head dim 192: 128x80 too
+    # FlashAttention-3's shapes: blocks that are not a power of two, three consumer warpgroups
+    (64, (192, 112), 2, {}, 1000, 4097, False),  # three consumers, 7 k16 steps of P
+    (64, (192, 112), 2, {}, 385, 1000, True),
+    (64, (128, 192), 2, {}, 1000, 4097, True),
+    (128, (128, 160), 2, {}, 1000, 4097, True),
+    (128, (128, 160), 2, {}, 257, 1000, False),
+    (128, (128, 144), 2, {}, 17, 200, False),  # one block, partly past the loop's end
 ]
 
 
@@ -125,15 +132,11 @@ def test_a_head_stride_of_zero_reads_one_kv_head_for_every_head():
     _check(run, q, k, v, 64, False)
 
 
-def test_three_consumer_warpgroups_take_turns_in_a_cycle(monkeypatch):
-    """192 rows (the rulebook's only, never written): three consumers, cyclic ping-pong."""
-    from kgen.lower import program as lowering
-    from kgen.targets import loop_rules
-
+def test_three_consumer_warpgroups_take_turns_in_a_cycle():
+    """192 rows written: three consumers, cyclic ping-pong."""
     torch = _needs()
-    monkeypatch.setattr(lowering.loop_rules, "wgmma_default", lambda *args, **kwargs: (
-        loop_rules.LoopConfig(192, 64, 2), "the test's"))
-    built = build_verified(lk.attention(64, causal=True, gqa=True, arch=SM90A), SM90A)
+    built = build_verified(lk.attention(64, causal=True, gqa=True, arch=SM90A, tile=(192, 64),
+                                        stages=2), SM90A)
     assert built.plan.wgmma.consumers == 3 and built.plan.wgmma.pingpong
     assert built.plan.wgmma.consumer_registers == 160
     run = load_built(built)
@@ -201,6 +204,8 @@ MASKED_CASES = [
     (128, None, None, {}, TOP_WINDOW, 1, 1000, 1000),  # the diagonal only: no block inside
     (128, None, None, {}, TOP_WINDOW, 300, 4097, 4097),
     (128, None, None, {}, TOP_WINDOW, 500, 1000, 17),  # rows past T + w keep nothing
+    (64, (192, 112), 2, {}, CAUSAL, 0, 1000, 1000),  # the diagonal across blocks of 112
+    (128, (128, 160), 2, {}, WINDOW, 300, 4097, 1000),
 ]
 
 
@@ -236,15 +241,11 @@ def test_masked_blocks_skipped_match_float64(case):
         assert empty[: s - t].all()  # whole tiles of rows visit no block
 
 
-def test_three_consumers_skip_blocks_of_a_window(monkeypatch):
-    """192 rows, three consumers in a cycle, the same visits for each (named barriers)."""
-    from kgen.lower import program as lowering
-    from kgen.targets import loop_rules
-
+def test_three_consumers_skip_blocks_of_a_window():
+    """192 rows written, three consumers in a cycle, the same visits for each (named
+    barriers)."""
     torch = _needs()
-    monkeypatch.setattr(lowering.loop_rules, "wgmma_default", lambda *args, **kwargs: (
-        loop_rules.LoopConfig(192, 64, 2), "the test's"))
-    run = _load(masked(WINDOW, d=64))
+    run = _load(masked(WINDOW, d=64, tile=(192, 64), stages=2))
     for s, t, w in ((1000, 4097, 200), (4097, 1000, 333), (17, 17, 5)):
         q, k, v = _inputs(torch, 2, 4, 2, s, t, 64, seed=s + w)
         o = torch.full((2, 4, s, 64), math.nan, device="cuda", dtype=torch.bfloat16)

@@ -109,6 +109,37 @@ def test_head_dim_256_runs_wgmma_at_a_block_of_80():
             "tile 128x128 warps 8 stages 2"
 
 
+def test_flashattention3_shapes_are_written_tiles():
+    """FlashAttention-3's tiles (hopper/tile_size.h): three consumer warpgroups of 64 rows and
+    blocks that are not a power of two are written tile lines; the rulebook refuses what the
+    consumers' registers do not hold (its estimate against NVRTC's spills)."""
+    tgt = target(SM90A)
+    plan = _built(lk.attention(64, causal=True, arch=SM90A, tile=(192, 112), stages=2)).plan
+    assert plan.config.value == "tile 192x112 warps 12 stages 2"
+    w = plan.wgmma
+    assert (w.consumers, w.consumer_registers, w.pingpong, plan.threads) == (3, 160, True, 512)
+    assert w.mma.value.startswith("wgmma.m64n112k16 (SS") and "m64n64k16 (RS" in w.mma.value
+    assert (plan.gemm0.n8_tiles, plan.gemm1.k_steps) == (14, 7)
+    assert (w.k_tile.rows, w.k_tile.box_bytes) == (112, 112 * 128)
+    source = _built(lk.attention(128, arch=SM90A, tile=(128, 160), stages=2)).source
+    assert "wgmma.mma_async.sync.aligned.m64n160k16" in source
+    assert "constexpr int kBlock = 160;" in source
+    # the estimate: 232 registers at 128x176 D 128 (NVRTC spilled 64 B), 164 at 192x128 D 64
+    for config, d in ((LoopConfig(128, 176, 2), 128), (LoopConfig(192, 128, 2), 64),
+                      (LoopConfig(192, 96, 2), 128)):
+        assert "registers" in loop_rules.wgmma_refusal(config, d, d, ir.DType.BF16, tgt,
+                                                       True, True)
+    for config, d in ((LoopConfig(128, 160, 2), 128), (LoopConfig(192, 112, 2), 64),
+                      (LoopConfig(128, 192, 2), 64), (LoopConfig(192, 80, 2), 128)):
+        assert loop_rules.wgmma_refusal(config, d, d, ir.DType.BF16, tgt, True, True) is None
+    assert "multiple of 16" in loop_rules.wgmma_refusal(LoopConfig(128, 72, 2), 64, 64,
+                                                        ir.DType.BF16, tgt, True, True)
+    # a written tile the wgmma rulebook refuses falls to mma.sync's rules, which lack it
+    from kgen.errors import KgenError
+    with pytest.raises(KgenError, match="tile 128x176"):
+        _built(lk.attention(128, arch=SM90A, tile=(128, 176), stages=2))
+
+
 COMPILED = {
     "d256_causal": lambda: lk.attention(256, causal=True, arch=SM90A),
     "d256_gqa": lambda: lk.attention(256, gqa=True, arch=SM90A),
@@ -123,6 +154,13 @@ COMPILED = {
     "d128_bottom_right": lambda: masked(BOTTOM_RIGHT),
     "d128_window": lambda: masked(WINDOW),
     "d64_top_window_s3": lambda: masked(TOP_WINDOW, d=64, tile=(128, 64), stages=3),
+    # FlashAttention-3's shapes: three consumers, blocks that are not a power of two
+    "d64_192x112": lambda: lk.attention(64, tile=(192, 112), stages=2, arch=SM90A),
+    "d64_192x112_causal_gqa": lambda: lk.attention(64, causal=True, gqa=True,
+                                                   tile=(192, 112), stages=2, arch=SM90A),
+    "d128_128x160": lambda: lk.attention(128, tile=(128, 160), stages=2, arch=SM90A),
+    "d128_128x160_causal": lambda: lk.attention(128, causal=True, tile=(128, 160), stages=2,
+                                                arch=SM90A),
 }
 
 
