@@ -228,23 +228,16 @@ def loop_division(shared: bool) -> tuple[str, str]:
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup: wgmma's M
 WGMMA_TILE_M = (64, 128, 192)  # 192: three consumer warpgroups
-# the block: a multiple of 16 from 64 to 256: wgmma's n (S's columns) is a multiple of 8 up to
-# 256, the handed-on value is the accumulating gemm's A in k16 steps, and the copy engine's box
-# takes up to 256 rows (K's and V's [block][64] boxes stay whole 1024-byte multiples)
+# a multiple of 16 up to 256: wgmma's n, P's k16 steps, the copy engine's box rows
 WGMMA_BLOCKS = tuple(range(64, 257, 16))
 BOX_COLS = 64  # the copy engine's box: 64 16-bit columns (128 bytes, the 128-byte swizzle)
 PRODUCER_REGISTERS = 24  # one thread issues every copy
-# per consumer warpgroup count: 24 x 128 + 240 x 256 and 24 x 128 + 160 x 384 <= 65536 registers
-CONSUMER_REGISTERS_BY_COUNT = {1: 240, 2: 240, 3: 160}
+CONSUMER_REGISTERS_BY_COUNT = {1: 240, 2: 240, 3: 160}  # with 24 x 128: <= 65536 registers
 CONSUMER_REGISTERS = CONSUMER_REGISTERS_BY_COUNT[2]
-# A consumer thread holds block/2 f32 of S, N1/2 of O, block/4 words of P in 16 bits, and about
-# WGMMA_OVERHEAD more (row state, the softmax's values in flight, addresses); the estimate must
-# stay within the consumers' setmaxnreg less a margin for what it leaves out, per consumer
-# count. NVRTC 13.5 (plain attention, causal or not; estimates in brackets): two consumers (240)
-# compiled D 64 at 128x192 (212), D 128 at 128x160 (220) and D 256 at 128x80 (224) with no
-# spill, and spilled D 128 at 128x176 64 B (232; NVRTC 13 spilled D 256 at 128x128 240 B, 260);
-# three (160) compiled D 64 at 192x112 (152) and D 128 at 192x80 (160) with no spill, and
-# spilled D 64 at 192x128 36-92 B (164) and D 128 at 192x96 80-112 B (172).
+# A consumer thread holds block/2 f32 of S, N1/2 of O, block/4 words of P, and WGMMA_OVERHEAD
+# more (row state, values in flight, addresses), within setmaxnreg less a margin per count.
+# NVRTC 13.0 and 13.5, attention: at 240 no spill up to 224 (D 128 128x160), 64 B at 232
+# (128x176); at 160 none up to 160 (D 64 192x112, D 128 192x80), 36-112 B at 164-172.
 WGMMA_OVERHEAD = 36
 WGMMA_REGISTER_MARGIN = {1: 16, 2: 16, 3: 0}
 
@@ -348,13 +341,14 @@ def wgmma_staging_refusal(config: LoopConfig, k0: int, n1: int, tgt: Target) -> 
 # Best first: two consumer warpgroups (128 rows) share each K and V block; a block of 128
 # halves the barrier round trips per column against 64 where the registers allow it; two slots
 # let the copy engine fill the next block while this one is multiplied. Measured on an H200
-# (bf16, 16k tokens, 16 heads, non-causal; TFLOP/s at S 1024 / 4096), D 64: 128x128x2 253 / 336,
-# 192x64x2 231 / 314, 192x64x3 234 / 318, 128x64x2 214 / 279, 128x128x1 200 / 267; D 128:
-# 128x128x2 382 / 531, 192x64x3 345 / 475, 192x64x2 333 / 469, 128x64x2 318 / 440. So three
-# consumer warpgroups (192 rows: 192x128 spills at 160 registers) stay legal, not preferred;
-# three slots at 128x128 measured the same as two (D 64 S 4096 336 / 332, D 128 S 1024 387 / 385).
-# D 256 (128x128 spills: O alone is 128 registers a thread), S 1024 / 4096 / 16384: 128x80x2
-# 450 / 617 / 613, causal 300 / 497 / 605; 128x64x2 438 / 605 / 596, causal 302 / 477 / 585.
+# (bf16, 16k tokens, 16 heads, non-causal; TFLOP/s at S 1024 / 4096): D 64 128x128x2 253 / 336,
+# 192x64x3 234 / 318, 128x64x2 214 / 279, 128x128x1 200 / 267; D 128 128x128x2 382 / 531,
+# 192x64x3 345 / 475, 128x64x2 318 / 440; three slots as two. D 256 (O is 128 registers), S 1k
+# / 4k / 16k: 128x80x2 450 / 617 / 613, 128x64x2 438 / 605 / 596. FlashAttention-3's tiles
+# (hopper/tile_size.h: 192 x 128-192 at D 64, 128 x 176 at D 128) and their neighbours that fit
+# (192x112, 128x144-192) against 128x128x2, one run (bench/attention.py --variants; figures in
+# the commit): 1-3 % faster at S 16384 only, up to 15 % slower at S 1024 and 6 % at 4096, and
+# the plan does not know the lengths: 128x128 stays first at D 64 and 128.
 WGMMA_PREFERENCE = tuple(LoopConfig(m, b, s) for m, b, s in (
     (128, 128, 2), (128, 80, 2), (128, 64, 2), (128, 64, 3), (128, 128, 1), (128, 64, 1),
     (64, 128, 2), (64, 64, 2), (64, 64, 3), (64, 128, 1), (64, 64, 1)))
