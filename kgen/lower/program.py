@@ -274,7 +274,9 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
                                              tile_values=tile_values)
         except ValueError as err:
             at = loop.blocks.loc if loop.tile is None and tile is not None else loop.loc
-            raise KgenError(at, f"loop '{loop.name}': {err}") from None
+            refused = (f" (sm_90a's wgmma skeleton refuses it too: {wgmma_why})"
+                       if wgmma_why else "")
+            raise KgenError(at, f"loop '{loop.name}': {err}{refused}") from None
     if loop.warps is not None and loop.warps.m != config.warps:
         raise KgenError(loop.warps.loc, f"loop '{loop.name}': {config.tile_m} rows take "
                         f"{config.warps} warps ({config.warp_rows} rows each)")

@@ -12,6 +12,7 @@ import pytest
 
 from kgen import ir
 from kgen.api import build_verified
+from kgen.errors import KgenError
 from kgen.report_program import program_summary
 from kgen.targets import loop_rules, target
 from kgen.targets.loop_rules import LoopConfig
@@ -729,3 +730,12 @@ def test_nvrtc_compiles_o_by_the_copy_engine_without_spills(d):
     assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
         resources
     assert "warning" not in compiled.log.lower(), compiled.log
+
+
+def test_a_tile_both_skeletons_refuse_names_both_reasons():
+    # 128x176 at D 128: mma.sync takes no block of 176, and the wgmma consumers would spill
+    with pytest.raises(KgenError) as err:
+        _built(lk.attention(128, tile=(128, 176), arch=SM90A))
+    assert "the block must be one of (32, 64, 128)" in str(err.value)
+    assert "sm_90a's wgmma skeleton refuses it too" in str(err.value)
+    assert "registers per consumer thread" in str(err.value)
