@@ -6,12 +6,15 @@ inputs rotated past L2). Each kgen kernel is first checked against a float64 ref
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
-        [--variants] [--shapes 4096x4096x4096,...] [--blockwise [--overlap]] [--fp8-out]
+        [--variants] [--shapes 4096x4096x4096,...] [--blockwise [--overlap] [--sets]] [--fp8-out]
 
 --blockwise: examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
 scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
 --llama the Llama-class shapes too); --overlap (or --variants) adds the promotion overlap's plan
-options (the consumers' turns, the early slot release: OVERLAP_VARIANTS).
+options (the consumers' turns, the early slot release: OVERLAP_VARIANTS); --sets (or --variants)
+the period sets (a group in flight while the one before is promoted), tile N 144 and 160
+(SETS_VARIANTS) and two timing bounds: the builder's kernel without its promotion, and the
+tensor-wise kernel on the same tile.
 --fp8-out: examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
 and amax) beside the bare kernel and the same kernel without amax (the reduction's cost), at the
 Llama-class shapes.
@@ -183,16 +186,63 @@ OVERLAP_VARIANTS = (
 def overlap_variant(kernel, schedule, turns, early):
     """The block-wise kernel (on a written schedule, or the builder's) built with its promotion
     overlap set: the plan option, re-emitted."""
+    from kgen.targets.sm90.promotion import with_promotion_overlap
+
+    return replanned(kernel, schedule, lambda plan: with_promotion_overlap(plan, turns, early))
+
+
+# Where the sums wait for their promotion (PeriodSets, promotion.with_period_sets) and the
+# tile widths DeepGEMM picks, timed with --sets (and --variants) beside the rulebook's plan:
+# (label, written schedule (kind, tile, stages) or None for the builder's, period sets)
+SETS_VARIANTS = (
+    ("builder + halves", None, "halves"),
+    ("cooperative 128x192x128 s4 cluster 2x1", (None, (128, 192, 128), 4, (2, 1)), "one"),
+    ("cooperative 128x192x128 s4 cluster 2x1 + halves", (None, (128, 192, 128), 4, (2, 1)),
+     "halves"),
+    ("cooperative 128x128x128 s6 + halves", (None, (128, 128, 128), 6), "halves"),
+    ("cooperative 128x128x128 s5 + halves", (None, (128, 128, 128), 5), "halves"),
+    ("cooperative 128x160x128 s4 + halves", (None, (128, 160, 128), 4), "halves"),
+    ("cooperative 128x144x128 s5 + halves", (None, (128, 144, 128), 5), "halves"),
+)
+# Timing bounds (--sets; wrong results, not checked): the builder's block-scaled kernel with the
+# promotion and scales left out (promotion.without_promotion: each k tile still waited) or with
+# the mainloop's scale loads left out, and the tensor-wise kernel on the block-scaled tile (no
+# promotion: one group kept in flight)
+BOUND_BLOCK = "bound: builder without promotion (k tiles waited)"
+BOUND_LOADS = "bound: builder without the mainloop's scale loads"
+BOUND_TENSOR = "bound: tensor-wise on the builder's tile (no promotion)"
+
+
+def sets_variant(kernel, schedule, sets):
+    """The block-wise kernel (on a written schedule, or the builder's) with its period sets set:
+    the plan option, re-emitted."""
+    from kgen.plan import PeriodSets
+    from kgen.targets.sm90.promotion import with_period_sets
+
+    return replanned(kernel, schedule, lambda plan: with_period_sets(plan, PeriodSets(sets)))
+
+
+def replanned(kernel, schedule, change):
     import dataclasses
 
     from kgen.api import build
     from kgen.emit import emit
-    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
 
     built = build(block_variant(kernel, *schedule) if schedule else kernel)
-    plan = with_promotion_overlap(built.plan, turns, early)
+    plan = change(built.plan)
     return dataclasses.replace(built, plan=plan, source=emit(
-        plan, source_name="gemm_fp8_blockwise.kg", source_hash="overlap", command="bench/fp8.py"))
+        plan, source_name="gemm_fp8_blockwise.kg", source_hash="variant", command="bench/fp8.py"))
+
+
+def bound_variants(kernel, tensor_kernel, tile) -> dict:
+    from kgen.api import build
+    from kgen.plan import PromotionBound
+    from kgen.targets.sm90.promotion import without_promotion
+
+    return {BOUND_BLOCK: replanned(kernel, None, without_promotion),
+            BOUND_LOADS: replanned(kernel, None, lambda plan: without_promotion(
+                plan, PromotionBound.UNLOADED)),
+            BOUND_TENSOR: build(block_variant(tensor_kernel, None, tile, 4))}
 
 
 def block_variant(kernel, kind, tile, stages, cluster=None):
@@ -207,7 +257,7 @@ def block_variant(kernel, kind, tile, stages, cluster=None):
                                schedule=ir.Schedule.from_name(kind) if kind else None)
 
 
-def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False):
+def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False, sets=False):
     from kgen.api import build, build_file, load_built
     from kgen.parse import parse_file
 
@@ -220,6 +270,13 @@ def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False):
         kernel = parse_file(ROOT / "examples" / "gemm_fp8_blockwise.kg").kernels[0]
         for label, schedule, turns, early in OVERLAP_VARIANTS:
             built[label] = overlap_variant(kernel, schedule, turns, early)
+    if variants or sets:
+        kernel = parse_file(ROOT / "examples" / "gemm_fp8_blockwise.kg").kernels[0]
+        for label, schedule, period_sets in SETS_VARIANTS:
+            built[label] = sets_variant(kernel, schedule, period_sets)
+        tensor_kernel = parse_file(ROOT / "examples" / "gemm_fp8_tensorwise.kg").kernels[0]
+        built |= bound_variants(kernel, tensor_kernel,
+                                tuple(built["blockwise"].plan.gemms[0].tile))
     if variants:
         for label, *schedule in BLOCK_VARIANTS:
             built[label] = build(block_variant(kernel, *schedule))
@@ -254,11 +311,16 @@ def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False):
             if label in ("blockwise", "tensorwise"):
                 continue
             own = compiled[label]
-            s0["D"].fill_(float("nan"))
-            own.launch(own.bind(**s0), stream)
-            torch.cuda.synchronize()
-            own_err = block_error(torch, s0["D"], s0, check_rows)
-            own_bound = [own.bind(**s) for s in sets]
+            if label == BOUND_TENSOR:
+                own_err = float("nan")  # a bound: not the block-scaled product
+                own_bound = [own.bind(A=s["A"], B=s["B"], D=s["D"], sa=1.0, sb=1.0) for s in sets]
+            else:
+                s0["D"].fill_(float("nan"))
+                own.launch(own.bind(**s0), stream)
+                torch.cuda.synchronize()
+                own_err = (float("nan") if label in (BOUND_BLOCK, BOUND_LOADS)
+                           else block_error(torch, s0["D"], s0, check_rows))
+                own_bound = [own.bind(**s) for s in sets]
             t_own = timed(lambda i: own.launch(own_bound[i % count], stream))
             print(f"  variant {label}: {t_own:.4f} ms {flops / t_own / 1e9:.0f} TFLOP/s "
                   f"({t_tensor / t_own:.3f}x tensor-wise); err {own_err:.1e}", flush=True)
@@ -431,6 +493,9 @@ def main() -> int:
     parser.add_argument("--overlap", action="store_true",
                         help="with --blockwise: the promotion overlap's plan options only "
                         "(--variants times them and the written schedules)")
+    parser.add_argument("--sets", action="store_true",
+                        help="with --blockwise: the period sets' plan options, tile widths 144 "
+                        "and 160, and the timing bounds (--variants times them too)")
     parser.add_argument("--fp8-out", action="store_true",
                         help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
                         "at the Llama-class shapes (--quick: 4096^3 only)")
@@ -455,7 +520,7 @@ def main() -> int:
     if opts.blockwise:
         chosen = shapes if opts.shapes else [BLOCK_SHAPE] + (list(LLAMA) if opts.llama else [])
         rows = blockwise_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2,
-                              variants=opts.variants, overlap=opts.overlap)
+                              variants=opts.variants, overlap=opts.overlap, sets=opts.sets)
         if opts.json:
             Path(opts.json).write_text(json.dumps(rows, indent=1))
         return 0

@@ -168,7 +168,7 @@ def test_the_builder_plans_a_promoted_tile():
 
 @pytest.mark.parametrize("lines, needle, where", [
     ("tile 128x256x128  warps 2x4  stages 4", "holds 128, more than 96", "tile"),
-    ("tile 128x96x128  warps 2x4  stages 4", "tile N 96 is not one the scales", "tile"),
+    ("tile 128x176x128  warps 2x4  stages 4", "tile N 176 is not one the scales", "tile"),
     ("tile 128x128x128  warps 2x4  stages 5  split 4", "split-K and stream-K are not built",
      "split"),
 ])
@@ -210,19 +210,37 @@ def test_the_launcher_checks_the_block_counts_too():
     assert 'if (p.NS != (p.N + 127) / 128) return "NS must be ceil(N / 128)' in source
 
 
+def one_set(b):
+    """The built kernel's plan with one period set (the plan option), re-emitted."""
+    from kgen.emit import emit
+    from kgen.plan import PeriodSets
+    from kgen.targets.sm90.promotion import with_period_sets
+
+    plan = with_period_sets(b.plan, PeriodSets.ONE)
+    return plan, emit(plan, source_name="f.kg", source_hash="0", command="test")
+
+
 def test_the_kernel_reads_the_scales_two_k_tiles_ahead():
-    source = built(text()).source
-    assert "__ldg(p.SA + static_cast<long long>(kb) * p.ld_SA + r)" in source  # column-major
-    assert "__ldg(p.SB + static_cast<long long>(n_block) * p.ld_SB + kb)" in source
-    assert "if (kt + 2 < k_tiles) load_block_scales(p, kt + 2," in source
-    # tile N 192 spans two of B's blocks: both scales, the n8 groups past b_split take the next
-    assert "const int b_split = 128 - n0 % 128;" in source
-    assert "sb[1] = 128 * (n_block + 1) < N ? __ldg(p.SB + " in source
+    b = built(text())
+    _, one = one_set(b)
+    for source in (b.source, one):  # the rulebook's period halves, one period set
+        assert "__ldg(p.SA + static_cast<long long>(kb) * p.ld_SA + r)" in source  # column-major
+        assert "__ldg(p.SB + static_cast<long long>(n_block) * p.ld_SB + kb)" in source
+        assert "if (kt + 2 < k_tiles) load_block_scales(p, kt + 2," in source
+        # tile N 192 spans two of B's blocks: both scales, the n8 groups from j_split take the
+        # next, a case of promote_columns per split a tile can have (16: B's block starts with
+        # the tile)
+        assert "const int j_split = min((128 - n0 % 128) / 8, kFragN);" in source
+        assert "case 16:\n" in source
+        assert "? scale_01 : scale_00" not in source.split("kernel_body")[1]  # no select per k tile
+        assert "sb[1] = 128 * (n_block + 1) < N ? __ldg(p.SB + " in source
+    assert "promote_columns<0, kFragN, 8>(acc[i], period_acc[i]" in one
+    assert "promote_columns<kFragN / 2, kFragN / 2, 8>(acc[0], period_hi" in b.source
 
 
 def test_a_tile_within_one_b_block_reads_one_b_scale():
     source = built(text(lines="tile 128x128x128  warps 2x4  stages 6")).source
-    assert "b_split" not in source and "float (&sb)[1]" in source
+    assert "j_split" not in source and "float (&sb)[1]" in source
 
 
 @pytest.mark.slow
@@ -241,7 +259,7 @@ def test_the_example_compiles_without_spills_or_serialized_wgmma(tmp_path, monke
 def overlapped(turns, early, lines=""):
     """The example's plan (or a written schedule's) with the promotion overlap set, re-emitted."""
     from kgen.emit import emit
-    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+    from kgen.targets.sm90.promotion import with_promotion_overlap
 
     from kgen.api import build_file
 
@@ -252,12 +270,20 @@ def overlapped(turns, early, lines=""):
 
 def test_the_rulebook_keeps_the_measured_order_and_says_why():
     from kgen.api import build_file
+    from kgen.plan import PeriodSets
 
     promotion = build_file(EXAMPLE).plan.schedule.gemms[0].promotion
     assert not promotion.turns and not promotion.early_release
-    assert "neither is timed on a GPU yet" in promotion.why_overlap
+    assert promotion.sets is PeriodSets.HALVES and "1105 TFLOP/s" in promotion.why_sets
+    assert "options of one period set" in promotion.why_overlap
     rows = build_file(EXAMPLE).plan.schedule.gemms[0].describe()
     assert any(r[0] == "mma0 promotion overlap" and r[1] == "none" for r in rows)
+    assert any(r[0] == "mma0 period sets" and r[1] == "halves" for r in rows)
+    # one period set (a tile under 128 columns): the overlap options, timed and not taken
+    narrow = built(text(lines="tile 128x64x128  warps 2x4  stages 8")).plan
+    promotion = narrow.schedule.gemms[0].promotion
+    assert promotion.sets is PeriodSets.ONE and "not timed on such tiles" in promotion.why_sets
+    assert "neither is taken" in promotion.why_overlap
 
 
 def test_turns_order_the_consumers_groups_and_balance_the_barriers():
@@ -290,9 +316,9 @@ def test_early_release_frees_the_slot_at_its_wait():
 
 
 def test_turns_need_the_cooperative_consumers():
-    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+    from kgen.targets.sm90.promotion import with_promotion_overlap
 
-    b = built(text(lines="tile 64x128x128  warps 2x4  stages 8").replace(
+    b = built(text(lines="tile 64x64x128  warps 2x4  stages 8").replace(
         "  target sm_90a\n", "  target sm_90a\n  schedule pingpong\n"))
     promotion = b.plan.schedule.gemms[0].promotion
     assert not promotion.turns and "no turns" in promotion.why_overlap

@@ -423,6 +423,27 @@ class EpilogueVectors:
         return [(f"{gemm} epilogue vectors", value, self.why)]
 
 
+class PeriodSets(enum.Enum):
+    """Where a block-scaled gemm's wgmma sums go before their promotion (AccPromotion.sets)."""
+
+    ONE = "one"  # one set of the tile's width: each k tile's group waited to completion
+    # (wgmma_wait<0>), then promoted
+    HALVES = "halves"  # one set per half of the tile's columns: each k tile in two groups;
+    # two k tiles a pass, each group promoted while the next multiplies, the pass's last after
+    # the pipe drains
+
+
+class PromotionBound(enum.Enum):
+    """A timing bound of the block-scaled mainloop, for bench/fp8.py only (wrong results; no
+    rule and no DSL spelling reaches one: promotion.without_promotion)."""
+
+    NONE = "none"  # the kernel
+    UNPROMOTED = "no promotion"  # wgmma accumulates into the f32 accumulators, each k tile
+    # still waited; no scales
+    UNLOADED = "no scale loads"  # the promotion kept, the mainloop's scale loads left out (k
+    # tiles 0 and 1's scales reused)
+
+
 @dataclass(frozen=True, slots=True)
 class AccPromotion:
     """Two-level accumulation (FP8): wgmma accumulates each period of `k_tiles` k tiles into
@@ -445,6 +466,11 @@ class AccPromotion:
     turns: bool = False
     early_release: bool = False
     why_overlap: str = ""
+    # where the sums wait for their promotion (PeriodSets), with block scales
+    sets: PeriodSets = PeriodSets.ONE
+    why_sets: str = ""
+    # a timing bound for bench/fp8.py only, wrong results (PromotionBound)
+    bound: PromotionBound = PromotionBound.NONE
 
     def describe(self, gemm: str) -> list[Row]:
         if not self.why:
@@ -458,6 +484,11 @@ class AccPromotion:
                                                 ("slot released at its wait",
                                                  self.early_release)) if on) or "none"
             rows.append((f"{gemm} promotion overlap", overlap, self.why_overlap))
+        if self.why_sets:
+            rows.append((f"{gemm} period sets", self.sets.value, self.why_sets))
+        if self.bound is not PromotionBound.NONE:
+            rows.append((f"{gemm} timing bound", f"{self.bound.value} (wrong results)",
+                         "promotion.without_promotion, bench/fp8.py's bound"))
         return rows
 
 

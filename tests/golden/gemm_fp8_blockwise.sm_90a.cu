@@ -558,6 +558,50 @@ __device__ __forceinline__ void load_block_scales(const gemm_fp8_blockwise_param
     }
 }
 
+// acc's n8 groups kJ0 .. kJ0 + kCount - 1 += period's times the scales: the groups below kSplit
+// lie in B's first scale block of the tile (scale_00 for this thread's first row, scale_10 for 8
+// rows below), the others in its next (scale_01, scale_11). kSplit is a constant of each case of
+// the tile's split, so each group's scale is chosen as the code is compiled, not per k tile.
+template <int kJ0, int kCount, int kSplit>
+__device__ __forceinline__ void promote_columns(float (&acc)[kFragN][4], const float (&period)[kCount][4],
+                                                float scale_00, float scale_01, float scale_10,
+                                                float scale_11) {
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) {
+    const float scale_0 = kJ0 + j < kSplit ? scale_00 : scale_01;
+    const float scale_1 = kJ0 + j < kSplit ? scale_10 : scale_11;
+    acc[kJ0 + j][0] = fmaf(period[j][0], scale_0, acc[kJ0 + j][0]);
+    acc[kJ0 + j][1] = fmaf(period[j][1], scale_0, acc[kJ0 + j][1]);
+    acc[kJ0 + j][2] = fmaf(period[j][2], scale_1, acc[kJ0 + j][2]);
+    acc[kJ0 + j][3] = fmaf(period[j][3], scale_1, acc[kJ0 + j][3]);
+  }
+}
+
+// Pins a period set's registers here: the promotion's reads of them stay after the
+// wgmma_wait before this, and the wgmma that next writes them after the reads.
+template <int kN>
+__device__ __forceinline__ void fence_period(float (&period)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(period[j][e])::"memory");
+}
+
+// period (this warp's 16 rows of the warpgroup's 64 x 96: half of the tile's columns)
+// = A (64 x 32) * B (32 x 96) (+ period where `accumulate`), f8e4m3 x f8e4m3 -> f32, K-major in shared memory.
+__device__ __forceinline__ void wgmma_step_half(float (&period)[12][4], unsigned long long a,
+                                                unsigned long long b, int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, accumulate, 1, 1;\n"
+      "}\n"
+      : "+f"(period[0][0]), "+f"(period[0][1]), "+f"(period[0][2]), "+f"(period[0][3]), "+f"(period[1][0]), "+f"(period[1][1]), "+f"(period[1][2]), "+f"(period[1][3]), "+f"(period[2][0]), "+f"(period[2][1]), "+f"(period[2][2]), "+f"(period[2][3]), "+f"(period[3][0]), "+f"(period[3][1]), "+f"(period[3][2]), "+f"(period[3][3]), "+f"(period[4][0]), "+f"(period[4][1]), "+f"(period[4][2]), "+f"(period[4][3]), "+f"(period[5][0]), "+f"(period[5][1]), "+f"(period[5][2]), "+f"(period[5][3]), "+f"(period[6][0]), "+f"(period[6][1]), "+f"(period[6][2]), "+f"(period[6][3]), "+f"(period[7][0]), "+f"(period[7][1]), "+f"(period[7][2]), "+f"(period[7][3]), "+f"(period[8][0]), "+f"(period[8][1]), "+f"(period[8][2]), "+f"(period[8][3]), "+f"(period[9][0]), "+f"(period[9][1]), "+f"(period[9][2]), "+f"(period[9][3]), "+f"(period[10][0]), "+f"(period[10][1]), "+f"(period[10][2]), "+f"(period[10][3]), "+f"(period[11][0]), "+f"(period[11][1]), "+f"(period[11][2]), "+f"(period[11][3])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
 // Epilogue of mma0 for output (row, col) and, when `both`, (row, col + 1).
 template <bool kNarrow>
 __device__ __forceinline__ void mma0_epilogue(const gemm_fp8_blockwise_params& p, long long row,
@@ -671,90 +715,166 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_blockwise_params& p, 
       for (int j = 0; j < kFragN; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    // Two-level accumulation: wgmma sums each kPromoteTiles k tiles into period_acc, which this
-    // thread then adds into acc (FP8 wgmma accumulates with about 14 mantissa bits).
-    float period_acc[kFragM][kFragN][4];
     // Two sets of this thread's scales: k tile kt's (even kt in sa_even, sb_even) is loaded as k
     // tile kt - 2 is promoted, so each load has two k tiles' time to arrive (rows row_scale, + 8)
     const int row_scale = m0 + row0 + warp * 16 + lane / 4;
     float sa_even[kFragM][2], sa_odd[kFragM][2], sb_even[2], sb_odd[2];
-    const int b_split = 128 - n0 % 128;  // the tile's first column in B's next scale block
+    // the tile's n8 groups in B's first scale block (the tile's columns from 128 - n0 % 128 lie in
+    // its next): one of 16, 8, a case of promote_columns each
+    const int j_split = min((128 - n0 % 128) / 8, kFragN);
     if (k_tiles > 0) load_block_scales(p, 0, row_scale, M, N, n0 / 128, sa_even, sb_even);
     if (k_tiles > 1) load_block_scales(p, 1, row_scale, M, N, n0 / 128, sa_odd, sb_odd);
+    // A period set per half of the tile's columns: each k tile is a group into period_lo (columns
+    // 0 .. kTileN / 2 - 1) and one into period_hi
+    float period_lo[kFragN / 2][4], period_hi[kFragN / 2][4];
     if (kPingpong) {  // this consumer's mainloop starts once the other's has issued its last
       mbarrier_wait(turn + 8 * consumer, (turns & 1) ^ (consumer == 0 ? 1 : 0));
       ++turns;
     }
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-      if (kt % 2 == 0) {  // the scale sets by name, so that they stay in registers
-        const int s = it % kStages;
-        mbarrier_wait(full + 8 * s, (it / kStages) & 1);
-        const unsigned a_stage = a_ring + s * kAStageBytes + row0 * 128;
-        const unsigned b_stage = b_ring + s * kBStageBytes;
+    // Two k tiles a pass, four groups of half the tile's columns (period_lo, period_hi), each promoted
+    // while the next multiplies; the last waits for the tensor pipe (no group is in flight across the
+    // loop's back edge, where ptxas would serialize every wgmma: C7514)
+    int kt = 0;
+    for (; kt + 1 < k_tiles; kt += 2, it += 2) {
+      {
+        mbarrier_wait(full + 8 * ((it) % kStages), ((it) / kStages) & 1);
+        const unsigned a_stage = a_ring + (it) % kStages * kAStageBytes + row0 * 128;
+        const unsigned b_stage = b_ring + (it) % kStages * kBStageBytes;
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < kTileK / 32; ++kk)
-        #pragma unroll
-          for (int i = 0; i < kFragM; ++i)  // k32 step kk is 32 bytes along the 128-byte rows
-            wgmma_step(period_acc[i], smem_descriptor(a_stage + i * 64 * 128 + 32 * kk),
-                       smem_descriptor(b_stage + 32 * kk), kk > 0);
+        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+          wgmma_step_half(period_lo, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + 32 * kk), kk > 0);
         wgmma_commit();
-        wgmma_wait<0>();  // the k tile's sums are in period_acc: promote them times its scales
-        #pragma unroll
-        for (int i = 0; i < kFragM; ++i) {
-          // rows row_scale + 64 i and 8 below, in B's first scale block and its next
-          const float scale_00 = sa_even[i][0] * sb_even[0], scale_01 = sa_even[i][0] * sb_even[1];
-          const float scale_10 = sa_even[i][1] * sb_even[0], scale_11 = sa_even[i][1] * sb_even[1];
-        #pragma unroll
-          for (int j = 0; j < kFragN; ++j) {
-            const bool next = 8 * j >= b_split;  // n8 group j lies in the next block
-            const float scale_0 = next ? scale_01 : scale_00;
-            const float scale_1 = next ? scale_11 : scale_10;
-            acc[i][j][0] = fmaf(period_acc[i][j][0], scale_0, acc[i][j][0]);
-            acc[i][j][1] = fmaf(period_acc[i][j][1], scale_0, acc[i][j][1]);
-            acc[i][j][2] = fmaf(period_acc[i][j][2], scale_1, acc[i][j][2]);
-            acc[i][j][3] = fmaf(period_acc[i][j][3], scale_1, acc[i][j][3]);
-          }
-        }
-        if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
-        if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, N, n0 / 128, sa_even, sb_even);
-      } else {
-        const int s = it % kStages;
-        mbarrier_wait(full + 8 * s, (it / kStages) & 1);
-        const unsigned a_stage = a_ring + s * kAStageBytes + row0 * 128;
-        const unsigned b_stage = b_ring + s * kBStageBytes;
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < kTileK / 32; ++kk)
-        #pragma unroll
-          for (int i = 0; i < kFragM; ++i)  // k32 step kk is 32 bytes along the 128-byte rows
-            wgmma_step(period_acc[i], smem_descriptor(a_stage + i * 64 * 128 + 32 * kk),
-                       smem_descriptor(b_stage + 32 * kk), kk > 0);
+        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+          wgmma_step_half(period_hi, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk), kk > 0);
         wgmma_commit();
-        wgmma_wait<0>();  // the k tile's sums are in period_acc: promote them times its scales
-        #pragma unroll
-        for (int i = 0; i < kFragM; ++i) {
-          // rows row_scale + 64 i and 8 below, in B's first scale block and its next
-          const float scale_00 = sa_odd[i][0] * sb_odd[0], scale_01 = sa_odd[i][0] * sb_odd[1];
-          const float scale_10 = sa_odd[i][1] * sb_odd[0], scale_11 = sa_odd[i][1] * sb_odd[1];
-        #pragma unroll
-          for (int j = 0; j < kFragN; ++j) {
-            const bool next = 8 * j >= b_split;  // n8 group j lies in the next block
-            const float scale_0 = next ? scale_01 : scale_00;
-            const float scale_1 = next ? scale_11 : scale_10;
-            acc[i][j][0] = fmaf(period_acc[i][j][0], scale_0, acc[i][j][0]);
-            acc[i][j][1] = fmaf(period_acc[i][j][1], scale_0, acc[i][j][1]);
-            acc[i][j][2] = fmaf(period_acc[i][j][2], scale_1, acc[i][j][2]);
-            acc[i][j][3] = fmaf(period_acc[i][j][3], scale_1, acc[i][j][3]);
-          }
-        }
-        if (kt > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
-        if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, N, n0 / 128, sa_odd, sb_odd);
       }
+      wgmma_wait<1>();  // k tile kt's first half is done
+      fence_period(period_lo);
+      {  // period_lo times the scales of set even into acc's columns 0 .. 0 + kFragN / 2 - 1 (n8 groups)
+        const float scale_00 = sa_even[0][0] * sb_even[0], scale_01 = sa_even[0][0] * sb_even[1];
+        const float scale_10 = sa_even[0][1] * sb_even[0], scale_11 = sa_even[0][1] * sb_even[1];
+        switch (j_split) {  // promote_columns' case of this tile's split (the last also any other)
+        case 16:
+          promote_columns<0, kFragN / 2, 16>(acc[0], period_lo, scale_00, scale_01, scale_10, scale_11);
+          break;
+        default:
+          promote_columns<0, kFragN / 2, 8>(acc[0], period_lo, scale_00, scale_01, scale_10, scale_11);
+          break;
+        }
+      }
+      {
+        mbarrier_wait(full + 8 * ((it + 1) % kStages), ((it + 1) / kStages) & 1);
+        const unsigned a_stage = a_ring + (it + 1) % kStages * kAStageBytes + row0 * 128;
+        const unsigned b_stage = b_ring + (it + 1) % kStages * kBStageBytes;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+          wgmma_step_half(period_lo, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + 32 * kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<1>();  // k tile kt's second half is done
+        fence_period(period_hi);
+        {  // period_hi times the scales of set even into acc's columns kFragN / 2 .. kFragN / 2 + kFragN / 2 - 1 (n8 groups)
+          const float scale_00 = sa_even[0][0] * sb_even[0], scale_01 = sa_even[0][0] * sb_even[1];
+          const float scale_10 = sa_even[0][1] * sb_even[0], scale_11 = sa_even[0][1] * sb_even[1];
+          switch (j_split) {  // promote_columns' case of this tile's split (the last also any other)
+          case 16:
+            promote_columns<kFragN / 2, kFragN / 2, 16>(acc[0], period_hi, scale_00, scale_01, scale_10, scale_11);
+            break;
+          default:
+            promote_columns<kFragN / 2, kFragN / 2, 8>(acc[0], period_hi, scale_00, scale_01, scale_10, scale_11);
+            break;
+          }
+        }
+        if (tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it) % kStages));  // its k tile's groups are done
+        if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, N, n0 / 128, sa_even, sb_even);
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+          wgmma_step_half(period_hi, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk), kk > 0);
+        wgmma_commit();
+      }
+      wgmma_wait<1>();  // k tile kt + 1's first half is done
+      fence_period(period_lo);
+      {  // period_lo times the scales of set odd into acc's columns 0 .. 0 + kFragN / 2 - 1 (n8 groups)
+        const float scale_00 = sa_odd[0][0] * sb_odd[0], scale_01 = sa_odd[0][0] * sb_odd[1];
+        const float scale_10 = sa_odd[0][1] * sb_odd[0], scale_11 = sa_odd[0][1] * sb_odd[1];
+        switch (j_split) {  // promote_columns' case of this tile's split (the last also any other)
+        case 16:
+          promote_columns<0, kFragN / 2, 16>(acc[0], period_lo, scale_00, scale_01, scale_10, scale_11);
+          break;
+        default:
+          promote_columns<0, kFragN / 2, 8>(acc[0], period_lo, scale_00, scale_01, scale_10, scale_11);
+          break;
+        }
+      }
+      wgmma_wait<0>();
+      fence_period(period_hi);
+      {  // period_hi times the scales of set odd into acc's columns kFragN / 2 .. kFragN / 2 + kFragN / 2 - 1 (n8 groups)
+        const float scale_00 = sa_odd[0][0] * sb_odd[0], scale_01 = sa_odd[0][0] * sb_odd[1];
+        const float scale_10 = sa_odd[0][1] * sb_odd[0], scale_11 = sa_odd[0][1] * sb_odd[1];
+        switch (j_split) {  // promote_columns' case of this tile's split (the last also any other)
+        case 16:
+          promote_columns<kFragN / 2, kFragN / 2, 16>(acc[0], period_hi, scale_00, scale_01, scale_10, scale_11);
+          break;
+        default:
+          promote_columns<kFragN / 2, kFragN / 2, 8>(acc[0], period_hi, scale_00, scale_01, scale_10, scale_11);
+          break;
+        }
+      }
+      if (tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it + 1) % kStages));  // its k tile's groups are done
+      if (kt + 1 + 2 < k_tiles) load_block_scales(p, kt + 1 + 2, row_scale, M, N, n0 / 128, sa_odd, sb_odd);
+    }
+    if (kt < k_tiles) {  // an odd count's last k tile
+      mbarrier_wait(full + 8 * ((it) % kStages), ((it) / kStages) & 1);
+      const unsigned a_stage = a_ring + (it) % kStages * kAStageBytes + row0 * 128;
+      const unsigned b_stage = b_ring + (it) % kStages * kBStageBytes;
+      wgmma_fence();
+      #pragma unroll
+      for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+        wgmma_step_half(period_lo, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + 32 * kk), kk > 0);
+      wgmma_commit();
+      wgmma_fence();
+      #pragma unroll
+      for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+        wgmma_step_half(period_hi, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk), kk > 0);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_period(period_lo);
+      {  // period_lo times the scales of set even into acc's columns 0 .. 0 + kFragN / 2 - 1 (n8 groups)
+        const float scale_00 = sa_even[0][0] * sb_even[0], scale_01 = sa_even[0][0] * sb_even[1];
+        const float scale_10 = sa_even[0][1] * sb_even[0], scale_11 = sa_even[0][1] * sb_even[1];
+        switch (j_split) {  // promote_columns' case of this tile's split (the last also any other)
+        case 16:
+          promote_columns<0, kFragN / 2, 16>(acc[0], period_lo, scale_00, scale_01, scale_10, scale_11);
+          break;
+        default:
+          promote_columns<0, kFragN / 2, 8>(acc[0], period_lo, scale_00, scale_01, scale_10, scale_11);
+          break;
+        }
+      }
+      wgmma_wait<0>();
+      fence_period(period_hi);
+      {  // period_hi times the scales of set even into acc's columns kFragN / 2 .. kFragN / 2 + kFragN / 2 - 1 (n8 groups)
+        const float scale_00 = sa_even[0][0] * sb_even[0], scale_01 = sa_even[0][0] * sb_even[1];
+        const float scale_10 = sa_even[0][1] * sb_even[0], scale_11 = sa_even[0][1] * sb_even[1];
+        switch (j_split) {  // promote_columns' case of this tile's split (the last also any other)
+        case 16:
+          promote_columns<kFragN / 2, kFragN / 2, 16>(acc[0], period_hi, scale_00, scale_01, scale_10, scale_11);
+          break;
+        default:
+          promote_columns<kFragN / 2, kFragN / 2, 8>(acc[0], period_hi, scale_00, scale_01, scale_10, scale_11);
+          break;
+        }
+      }
+      if (tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it) % kStages));  // its k tile's groups are done
+      if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, N, n0 / 128, sa_even, sb_even);
+      ++it;
     }
     if (kPingpong && tid % kWarpgroupThreads == 0) mbarrier_arrive(turn + 8 * (1 - consumer));
     wgmma_wait<0>();
-    if (k_tiles > 0 && tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it - 1) % kStages));
     if (kPingpong) it += k_tiles;  // the other consumer's tile
 
     // Epilogue

@@ -75,10 +75,10 @@ def dequantized(torch, a, b, sa, sb):
 
 def overlapped(kernel: ir.Kernel, turns: bool, early_release: bool):
     """The kernel built on its plan with the promotion overlap set (the plan option
-    warp_specialized.with_promotion_overlap), compiled for this GPU."""
+    promotion.with_promotion_overlap), compiled for this GPU."""
     from kgen.api import build, load_built
     from kgen.emit import emit
-    from kgen.targets.sm90.warp_specialized import with_promotion_overlap
+    from kgen.targets.sm90.promotion import with_promotion_overlap
 
     built = build(kernel)
     plan = with_promotion_overlap(built.plan, turns, early_release)
@@ -159,6 +159,55 @@ def test_blockwise_promotion_overlap(schedule, turns, early, mnk):
     assert (promotion.turns, promotion.early_release) == (turns, early)
     run(kernel, mnk, compiled=compiled)
     run(kernel, (mnk[0], mnk[1] + 1, mnk[2]), pad=1, compiled=compiled)  # the narrow entry point
+
+
+def halved(kernel: ir.Kernel):
+    """The kernel built on its plan with period sets HALVES (the plan option
+    promotion.with_period_sets), compiled for this GPU."""
+    from kgen.api import build, load_built
+    from kgen.emit import emit
+    from kgen.plan import PeriodSets
+    from kgen.targets.sm90.promotion import with_period_sets
+
+    built = build(kernel)
+    plan = with_period_sets(built.plan, PeriodSets.HALVES)
+    source = emit(plan, source_name="halves.kg", source_hash="0", command="test")
+    return load_built(dataclasses.replace(built, plan=plan, source=source))
+
+
+@pytest.mark.parametrize("mnk", [(1, 8, 16), (127, 136, 48), (1000, 1000, 1000),
+                                 (4097, 4104, 208), (130, 264, 8320), (256, 512, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("schedule", [None, (None, (128, 128, 128), 6),
+                                      (None, (128, 160, 128), 4), (None, (128, 144, 128), 5),
+                                      (ir.Schedule.PINGPONG, (64, 128, 128), 8)],
+                         ids=["builder", "128x128", "128x160", "128x144", "pingpong64x128"])
+def test_blockwise_period_halves(schedule, mnk):
+    """Each k tile in two groups of half the tile's columns, two k tiles a pass, each group
+    promoted while the next multiplies: one k tile (an odd count), two, many, K past 8192; the
+    fast entry point and the narrow one (odd N, operand rows one byte longer)."""
+    kernel = blockwise("_h", schedule=schedule) if schedule else blockwise()
+    compiled = halved(kernel)
+    assert compiled.plan.schedule.gemms[0].promotion.sets.value == "halves"
+    run(kernel, mnk, compiled=compiled)
+    run(kernel, (mnk[0], mnk[1] + 1, mnk[2]), pad=1, compiled=compiled)
+
+
+@pytest.mark.parametrize("schedule", [(None, (128, 160, 128), 4), (None, (128, 144, 128), 5)],
+                         ids=["128x160", "128x144"])
+def test_blockwise_tiles_over_two_scale_blocks(schedule):
+    """Tile N 144 and 160 (DeepGEMM's widths): tiles start 16 or 32 columns apart in B's scale
+    blocks and span two."""
+    kernel = blockwise("_w", schedule=schedule)
+    for mnk in [(127, 136, 48), (1000, 1000, 1000), (300, 1288, 520)]:
+        run(kernel, mnk)
+
+
+def test_blockwise_period_halves_on_a_cluster():
+    kernel = blockwise("_hc", schedule=(None, (128, 192, 128), 4), cluster=(2, 1))
+    compiled = halved(kernel)
+    run(kernel, (4097, 4104, 208), compiled=compiled)
+    run(kernel, (1000, 1000, 1000), compiled=compiled)
 
 
 def test_blockwise_promotion_overlap_on_a_cluster():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Layout
-from ...plan import KernelPlan, KSplit, StagingMode, StorePath, VectorHome
+from ...plan import AccPromotion, KernelPlan, KSplit, PeriodSets, StagingMode, StorePath, VectorHome
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
@@ -18,7 +18,8 @@ from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
                                 packed_vector_params, tile_start, walk_reductions)
 from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read it from here)
-from .warp_specialized import byte_staging, odd_n8, part_box, scale_blocks_n
+from .promotion import scale_blocks_n, scale_split_cases
+from .warp_specialized import byte_staging, odd_n8, part_box
 
 WALK = "sm90/walk.inc.j2"
 
@@ -263,12 +264,29 @@ class ScaleRead:
     col: bool
 
 
-def block_scale_values(g) -> dict:
-    """The block scales of A and of B as the template reads them (None: not scaled), and the
-    128-column blocks of B's scales a tile spans (1 or 2)."""
+@dataclass(frozen=True, slots=True)
+class HalfWgmma:
+    """The wgmma of half a tile's columns (PeriodSets.HALVES): its n, and the asm's
+    accumulator operands and outputs."""
+
+    n: int
+    regs: str
+    outs: str
+
+
+def block_scale_values(g, promotion: AccPromotion) -> dict:
+    """The block scales of A and of B as the template reads them (None: not scaled), the
+    128-column blocks of B's scales a tile spans (1 or 2), where the period sums wait
+    (PeriodSets' value) and the half-width wgmma of PeriodSets.HALVES."""
     reads = {s.operand: ScaleRead(s.param, s.layout is Layout.COL) for s in g.scales}
+    half = g.tile[1] // 2
     return dict(block_scaled=bool(g.scales), scale_a=reads.get("A"), scale_b=reads.get("B"),
-                b_blocks=scale_blocks_n(g) if g.scales else 1)
+                b_blocks=scale_blocks_n(g) if g.scales else 1,
+                split_cases=scale_split_cases(g) if g.scales else (),
+                period_sets=promotion.sets.value, timing_bound=promotion.bound.name.lower(),
+                half=HalfWgmma(half, ", ".join(f"%{i}" for i in range(half // 2)),
+                               wgmma_outs(half, "period"))
+                if promotion.sets is PeriodSets.HALVES else None)
 
 
 def device_helpers(plan: KernelPlan) -> list[str]:
@@ -365,7 +383,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         promote=schedule.gemm(g.name).promotion.k_tiles,  # 0: wgmma accumulates the whole K
         turns=schedule.gemm(g.name).promotion.turns,  # the block-scaled consumers' turns
         early_release=schedule.gemm(g.name).promotion.early_release,
-        **block_scale_values(g),
+        **block_scale_values(g, schedule.gemm(g.name).promotion),
         # an FP8 output: narrow_access's byte pairs (its stores saturate: epilogue_cpp.PAIR)
         fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
         wgmma_n=n,

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...enums import Axis, DType, Layout
-from ...plan import (AccPromotion, Cluster, EpilogueGroups, EpilogueVectors, GemmPlan,
+from ...plan import (Cluster, EpilogueGroups, EpilogueVectors, GemmPlan,
                      GemmSchedule, KernelKind, LoadPath, Mma, MmaAtom, OperandPlan,
                      OperandSchedule, Output, Pipeline, Raster, Schedule, StagedInput, Staging,
                      StorePath, TensorLoad, TensorMap, TileScheduler, VectorHome, VectorLoad,
@@ -52,6 +52,7 @@ from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, 
                 place)
 from ..common import schedules as common
 from .epilogue_groups import epilogue_groups
+from .promotion import acc_promotion, scale_refusal
 from .tensor_map import STAGING_BOX
 
 WARPGROUP = 128
@@ -301,7 +302,7 @@ def refuse(draft: ScheduleDraft, kind: KernelKind) -> tuple[str, Site | None] | 
                     f"CTA loads half of its {MN_BOX}-column boxes, so tile "
                     f"{'M' if which == 'A' else 'N'} must be a multiple of {ctas * MN_BOX}, not "
                     f"{extent}", Site("cluster", 0))
-    refusal = scale_refusal(draft, g, kind)
+    refusal = scale_refusal(draft, g, consumer_rows(g.tile[0], kind))
     if refusal is not None:
         return refusal
     if draft.stream_k and g.epilogue.reductions:
@@ -492,102 +493,6 @@ def operand_schedule(op: OperandPlan, which: str, extent: int,
     return OperandSchedule(LoadPath.TMA, why=why + WHY_TMA, mn_major=True)
 
 
-# Two-level accumulation of an FP8 gemm: wgmma's sums promoted into f32 registers every k tile
-# (128 of K, DeepGEMM's period), where a consumer thread's registers hold the second set
-PROMOTE_K_TILES = 1
-PROMOTE_MAX_VALUES = 64  # a consumer thread's accumulators (its rows x tile N / 128 threads)
-# With block scales every k tile is promoted, and a tile of 128x192 (96 accumulators a consumer
-# thread, twice) compiles without spills (NVRTC 13.0): a wider tile shares each k tile's drain
-# and the operands' loads over more products than 128x128 (H200, 8192^3: 1.105 ms against 1.233
-# for 128x128 s5; at M = 2048 128x128 ran 1.02-1.08x faster, bench/RESULTS.md)
-PROMOTE_MAX_VALUES_SCALED = 96
-# tile N of a block-scaled gemm: within one of B's 128-column scale blocks (dividing 128), or
-# 192, whose tiles (starting at multiples of 64) span two
-SCALE_TILE_N = (8, 16, 32, 64, 128, 192)
-WHY_ACC_PROMOTION = ("FP8 wgmma accumulates with about 14 mantissa bits: each k tile's (128 of "
-                     "K) sums go into registers of their own, which the consumer adds into its "
-                     "f32 accumulators once the group is done (wgmma_wait<0> each k tile)")
-WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no registers for a "
-                        "second set (a 128x128 cooperative tile promotes); wgmma accumulates "
-                        "the whole K, as torch._scaled_mm's use_fast_accum")
-
-
-WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alone, times the "
-                    "scales of its block: each consumer thread reads its rows' scales (and the "
-                    "tile's B scale) with __ldg into one of two register sets as the k tile two "
-                    "before is promoted, so a load has two k tiles' time to arrive (multiplied "
-                    "as they were read, a load of the next k tile stalled every k tile: 0.44x "
-                    "the tensor-wise kernel's speed at 8192^3 on an H200)")
-
-
-def promoted_values(g: GemmPlan, kind: KernelKind) -> int:
-    """A consumer thread's accumulators (its rows x tile N / 128 threads)."""
-    return consumer_rows(g.tile[0], kind) * g.tile[1] // WARPGROUP
-
-
-def scale_refusal(draft: ScheduleDraft, g: GemmPlan,
-                  kind: KernelKind) -> tuple[str, Site | None] | None:
-    """Why the gemm's block scales cannot be applied on this schedule (None: they can): each
-    k tile promoted alone (registers for a second set of accumulators), a tile within one of
-    B's 128-column scale blocks, the whole K in one unit."""
-    if not g.scales:
-        return None
-    if draft.split_k > 1 or draft.stream_k:
-        return ("block scales are applied as a tile's k tiles are promoted one by one; split-K "
-                "and stream-K are not built with them", Site("split", 0))
-    values = promoted_values(g, kind)
-    if values > PROMOTE_MAX_VALUES_SCALED:
-        return (f"block scales are applied as each k tile's sums are promoted, which needs "
-                f"registers for a second set of accumulators: a consumer thread of tile "
-                f"{g.tile[0]}x{g.tile[1]} holds {values}, more than {PROMOTE_MAX_VALUES_SCALED} "
-                "(128x192 cooperative or 64x192 ping-pong promote)", Site("tile", 0))
-    if g.tile[1] not in SCALE_TILE_N:
-        return (f"tile N {g.tile[1]} is not one the scales of B's 128-column blocks are built "
-                f"for: {', '.join(map(str, SCALE_TILE_N))} (a tile within one block, or "
-                "192 over two)", Site("tile", 0))
-    return None
-
-
-def scale_blocks_n(g: GemmPlan) -> int:
-    """B's 128-column scale blocks a tile's columns span: one, or two for tile N 192."""
-    return 1 if 128 % g.tile[1] == 0 else 2
-
-
-# The block-scaled mainloop's overlap of the promotion with the tensor cores (AccPromotion.turns,
-# .early_release): built, compiled without spills and tested on the CPU; not yet timed, so the
-# rulebook keeps the measured kernel (0.632x the tensor-wise kernel at 8192^3, bench/RESULTS.md)
-# and `with_promotion_overlap` builds the others for the bench and the GPU tests
-PROMOTE_TURNS = False
-PROMOTE_EARLY_RELEASE = False
-WHY_OVERLAP = ("each k tile's group is waited to completion before its promotion, as DeepGEMM "
-               "does (which frees the slot at that wait); turns: consumer 0 issues k tile kt's group after consumer 1 issued kt - "
-               "1's, consumer 1 after consumer 0 issued kt's (named barriers 4 and 5), so the "
-               "tensor cores run one consumer's group while the other promotes; early release: "
-               "the slot is freed at the group's wait, one k tile sooner")
-WHY_NO_TURNS = "; ping-pong's consumers multiply tiles of their own: no turns"
-WHY_OVERLAP_UNTIMED = ("; neither is timed on a GPU yet, so the rulebook keeps the measured "
-                       "kernel (PROMOTE_TURNS, PROMOTE_EARLY_RELEASE)")
-
-
-def acc_promotion(g: GemmPlan, kind: KernelKind) -> AccPromotion:
-    """Whether the gemm's wgmma sums are promoted (FP8 only), and why; with block scales every
-    k tile (scale_refusal refused the schedules that cannot)."""
-    if not g.a.dtype.fp8:
-        return AccPromotion()
-    values = promoted_values(g, kind)
-    if values > (PROMOTE_MAX_VALUES_SCALED if g.scales else PROMOTE_MAX_VALUES):
-        return AccPromotion(0, WHY_NO_ACC_PROMOTION.format(values=values))
-    if g.scales:
-        cooperative = kind is KernelKind.COOPERATIVE
-        return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
-                            WHY_BLOCK_SCALES, turns=PROMOTE_TURNS and cooperative,
-                            early_release=PROMOTE_EARLY_RELEASE,
-                            why_overlap=WHY_OVERLAP + ("" if cooperative else WHY_NO_TURNS)
-                            + ("" if PROMOTE_TURNS or PROMOTE_EARLY_RELEASE
-                               else WHY_OVERLAP_UNTIMED))
-    return AccPromotion(PROMOTE_K_TILES, WHY_ACC_PROMOTION)
-
-
 def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
           why_store: str, vectors: tuple[str, ...] = (), why_vectors: str = "",
           stages_d: int = 0) -> Schedule:
@@ -628,7 +533,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         groups=EpilogueGroups(groups, why_groups),
         vectors=EpilogueVectors(VectorHome.STAGED if vectors else VectorHome.GLOBAL, vectors,
                                 why_vectors),
-        promotion=acc_promotion(g, kind))
+        promotion=acc_promotion(g, kind, consumer_rows(g.tile[0], kind)))
     scheduler = TileScheduler(
         kind, Raster(draft.group_m), min_blocks_per_sm=1,
         split_k=draft.split_k, stream_k=draft.stream_k,
@@ -636,20 +541,3 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         why=WHY_KIND[kind].format(rows=g.tile[0], half=g.tile[0] // CONSUMERS))
     return Schedule(scheduler=scheduler, warps=WarpRoles(ROLES), gemms=(gemm,),
                     entry=common.entry_points((g,)), tensor_maps=tuple(maps))
-
-
-def with_promotion_overlap(plan, turns: bool, early_release: bool):
-    """The block-scaled plan with its promotion overlap set (AccPromotion.turns, .early_release;
-    turns on a cooperative kernel only): a plan option for the bench's variants and the GPU
-    tests; PROMOTE_TURNS and PROMOTE_EARLY_RELEASE say what the rulebook picks."""
-    gs = plan.schedule.gemms[0]
-    if not gs.promotion.scales:
-        raise ValueError(f"{plan.name}: no block scales, no promotion overlap")
-    if turns and plan.schedule.scheduler.kind is not KernelKind.COOPERATIVE:
-        raise ValueError(f"{plan.name}: turns need the cooperative kernel's two consumers")
-    why = f"the plan option with_promotion_overlap (turns {turns}, early release {early_release})"
-    promotion = dataclasses.replace(gs.promotion, turns=turns, early_release=early_release,
-                                    why_overlap=why)
-    gemm = dataclasses.replace(gs, promotion=promotion)
-    schedule = dataclasses.replace(plan.schedule, gemms=(gemm,) + plan.schedule.gemms[1:])
-    return dataclasses.replace(plan, schedule=schedule)
