@@ -120,9 +120,8 @@ def refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target,
 # SDPA flash: head dim 256 64x64 one slot 0.91-1.00, 128x64 one slot 0.85-0.93, 128x32 two slots
 # 0.75-0.81; 128 (kept at 128x32, 32 rows: 0.86-0.90) 64x64 one slot 0.80-0.89, two 0.83-0.92.
 PREFERENCE = tuple(LoopConfig(m, b, s, r) for m, b, s, r in (
-    (128, 64, 2, 32), (128, 32, 2, 32),
-    (128, 64, 2, 16), (64, 64, 1, 16), (128, 64, 1, 16), (64, 64, 2, 16), (128, 32, 2, 16),
-    (64, 32, 2, 16), (64, 32, 1, 16)))
+    (128, 64, 2, 32), (128, 32, 2, 32), (128, 64, 2, 16), (64, 64, 1, 16), (128, 64, 1, 16),
+    (64, 64, 2, 16), (128, 32, 2, 16), (64, 32, 2, 16), (64, 32, 1, 16)))
 
 
 # Every configuration the rules name, PREFERENCE first: a written line may ask for any of them.
