@@ -26,18 +26,16 @@ STAGES = (1, 2, 3)
 WARP_ROWS = (16, 32)
 ROWS_PER_WARP = 16  # the wgmma skeleton's accounting (its warps: tile_m / 16) and the default
 
-# Registers: ptxas keeps 255 per thread at most. At 16 rows a warp a thread holds block/2 f32 of
-# the first gemm's accumulator and N1/2 of the carried one (twice that at 32 rows); the
-# epilogue's tile values (about one more array of the scores' size live at a time), row state,
-# addresses and fragments in flight take about 48 more. The
-# estimate must stay within REGISTER_BUDGET, below 255 for what the estimate leaves out. NVRTC
-# 13 (sm_80, the MLP loop; attention needs fewer) measured, as (N1, block): registers
-#   (64, 32) 127, (64, 64) 146, (64, 128) 233, (128, 32) 137, (128, 64) 178, (128, 128) 255,
-#   (256, 32) 254, (256, 64) 255 and 8 B of spills.
-# The budget takes every pair up to (64, 128) and (256, 32) and refuses (128, 128) (at the
-# limit: one more value would spill) and (256, 64) (spills). tests/targets/test_loop_compile.py
-# compiles the defaults and written configurations with 0 spills.
-REGISTER_BUDGET = 208
+# Registers (ptxas keeps 255 a thread at most): at 16 rows a warp a thread holds block/2 f32 of
+# the first gemm's accumulator and N1/2 of the carried one; the epilogue's tile values (about
+# one more array of the scores' size live at a time), row state, addresses and fragments in
+# flight about 48 more, each value per element past TILE_VALUES about 4 more. NVRTC 13
+# (sm_80, the MLP loop), (N1, block): registers (64, 32) 127, (64, 64) 146, (64, 128) 233,
+# (128, 32) 137, (128, 64) 178, (128, 128) 255, (256, 32) 254; (256, 64) 255 and 8 B of spills
+# with two slots, 252-255 and 0 with one slot each (NVRTC 13.5, sm_80 and sm_90a, 64 and 128
+# rows: attention plain, causal, shifted f16, 4-7 values; the MLP loop); softcap, ALiBi, causal
+# (13 values, estimate 260) spilled 12 B at 64 rows (nvcc 13.0). Checked: test_loop_compile.py
+REGISTER_BUDGET = 240
 REGISTER_OVERHEAD = 48
 # At 32 rows a warp (two m16 tiles, 128 threads at 128 rows) a thread holds N1 + block f32 of the
 # two accumulators; the scores' chain holds about block/2 more in flight, the A fragments and
@@ -53,8 +51,8 @@ REGISTER_OVERHEAD = 48
 # to 16 rows a warp where none does.
 WIDE_REGISTER_BUDGET = 255
 WIDE_REGISTER_OVERHEAD = 68
-WIDE_TILE_VALUES = 8  # values per element the overhead covers
-WIDE_REGISTERS_PER_VALUE = 4
+WIDE_TILE_VALUES = TILE_VALUES = 8  # values per element the overheads cover
+WIDE_REGISTERS_PER_VALUE = REGISTERS_PER_VALUE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +75,10 @@ def smem_bytes(config: LoopConfig, k0: int, n1: int, dtype: DType) -> int:
 def registers(config: LoopConfig, k0: int, n1: int, tile_values: int = 0) -> int:
     """The estimate of registers per thread (see REGISTER_OVERHEAD, WIDE_REGISTER_OVERHEAD);
     `tile_values`: the values the loop's body holds per element (the plan's TILE values)."""
+    extra = max(0, tile_values - TILE_VALUES) * REGISTERS_PER_VALUE
     if config.warp_rows > ROWS_PER_WARP:
-        extra = max(0, tile_values - WIDE_TILE_VALUES) * WIDE_REGISTERS_PER_VALUE
         return n1 + 3 * config.block // 2 + k0 // 16 + WIDE_REGISTER_OVERHEAD + extra
-    return n1 // 2 + config.block + REGISTER_OVERHEAD
+    return n1 // 2 + config.block + REGISTER_OVERHEAD + extra
 
 
 def register_budget(config: LoopConfig) -> int:
@@ -116,14 +114,18 @@ def refusal(config: LoopConfig, k0: int, n1: int, dtype: DType, tgt: Target,
 # Best first: 32 rows a warp (4 warps at 128 rows, as FlashAttention-2) where the registers
 # allow it: each B fragment read from shared memory feeds two m16 tiles; 128 rows per CTA halves
 # the streamed bytes per row against 64; a block of 64 keeps the scores' registers small; two
-# slots overlap the next block's copy with this one's math.
+# slots overlap the next block's copy with this one's math. Where two slots of 64 do not fit
+# beside 128 rows: one slot each (stages 1: B, C copied and waited apart, as FlashAttention-2)
+# at 64 rows in 4 warps (its head dim 256 on Hopper: 96 KiB, two CTAs an SM). H200, S 1k/4k, x
+# SDPA flash: head dim 256 64x64 one slot 0.91-1.00, 128x64 one slot 0.85-0.93, 128x32 two slots
+# 0.75-0.81; 128 (kept at 128x32, 32 rows: 0.86-0.90) 64x64 one slot 0.80-0.89, two 0.83-0.92.
 PREFERENCE = tuple(LoopConfig(m, b, s, r) for m, b, s, r in (
-    (128, 64, 2, 32), (128, 32, 2, 32),
-    (128, 64, 2, 16), (128, 64, 1, 16), (64, 64, 2, 16), (64, 64, 1, 16), (128, 32, 2, 16),
-    (64, 32, 2, 16), (64, 32, 1, 16)))
+    (128, 64, 2, 32), (128, 32, 2, 32), (128, 64, 2, 16), (64, 64, 1, 16), (128, 64, 1, 16),
+    (64, 64, 2, 16), (128, 32, 2, 16), (64, 32, 2, 16), (64, 32, 1, 16)))
 
 
 # Every configuration the rules name, PREFERENCE first: a written line may ask for any of them.
+ONE_SLOT = "; one slot each: B, C copied apart (C under the first gemm, the next B the second)"
 EVERY = PREFERENCE + tuple(
     c for c in (LoopConfig(m, b, s, r) for r in WARP_ROWS[::-1] for m in TILE_M[::-1]
                 for b in BLOCKS for s in STAGES)
@@ -143,9 +145,9 @@ def default(k0: int, n1: int, dtype: DType, tgt: Target,
                 or (warps is not None and config.warps != warps)):
             continue
         if refusal(config, k0, n1, dtype, tgt, tile_values) is None:
-            return config, ("the rulebook's first legal configuration for K0 "
-                            f"{k0}, N1 {n1}, {dtype.dsl_name} on {tgt.arch.value} "
-                            "(kgen/targets/loop_rules.py)")
+            return config, (f"the rulebook's first legal configuration for K0 {k0}, N1 {n1}, "
+                            f"{dtype.dsl_name} on {tgt.arch.value}"
+                            f"{ONE_SLOT * (config.stages == 1)} (kgen/targets/loop_rules.py)")
     written = LoopConfig(tile_m or 128, block or 64, stages or 2)
     if warps is not None and written.tile_m % warps == 0:
         written = LoopConfig(written.tile_m, written.block, written.stages,
@@ -154,18 +156,16 @@ def default(k0: int, n1: int, dtype: DType, tgt: Target,
                      or "no legal loop configuration keeps the written lines")
 
 
-# Below this estimate (kgen/targets/loop_rules.py: registers) a loop asks ptxas for two CTAs per
-# SM (128 registers a thread at 256 threads); NVRTC 13 measured head dim 64 at 116-128 with no
-# spill. Above it, one: left free, ptxas aimed at two CTAs for head dim 96 on sm_90a (128
-# registers) and spilled 28 B; asked for one, it took 150 and spilled none.
+# Up to this estimate (8 warps) two CTAs per SM (128 registers; NVRTC 13: head dim 64 116-128);
+# above, one: aiming at two, head dim 96 spilled 28 B on sm_90a; at one, 150 registers, none.
 TWO_CTAS_REGISTERS = 144
 
 
 def min_ctas_per_sm(config: LoopConfig, n1: int) -> tuple[int, str]:
     """The CTAs per SM the kernel's launch bounds ask for, and why."""
-    if config.warp_rows > ROWS_PER_WARP:  # 4 warps at most (128 rows)
-        return 2, (f"{config.warps} warps of {config.warp_rows} rows: two CTAs per SM (8 warps at "
-                   "128 rows, as FlashAttention-2 runs) still leave ptxas 255 registers a thread")
+    if config.warps <= 4:  # every one of 32 rows a warp
+        return 2, (f"{config.warps} warps of {config.warp_rows} rows: two CTAs per SM (8 warps, "
+                   "as FlashAttention-2 runs) still leave ptxas 255 registers a thread")
     regs = n1 // 2 + config.block + REGISTER_OVERHEAD  # registers() at 16 rows a warp
     if regs <= TWO_CTAS_REGISTERS:
         return 2, (f"about {regs} registers a thread (at most {TWO_CTAS_REGISTERS}): two CTAs "

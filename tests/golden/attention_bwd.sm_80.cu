@@ -283,6 +283,27 @@ __device__ __forceinline__ void load_tile(T* tile, const T* src, long long ld, i
       cp_async_16(to + r * kRowStep * kChunks * 16, valid ? from : src, valid ? 16 : 0);
       from += kRowStep * ld;
     }
+  } else if constexpr (kThreads % kChunks == 0 && 8 % (kThreads / kChunks) == 0 &&
+                       (kRows * kChunks) % kThreads == 0 && kRows % 8 == 0) {
+    // Rounds of fewer rows than the swizzle's period (a divisor of 8): its XOR repeats every
+    // kPhases rounds, so a thread keeps kPhases shared offsets (not one per round: a loop around
+    // the copies would hold them all) and one global pointer.
+    constexpr int kRowStep = kThreads / kChunks;
+    constexpr int kPhases = 8 / kRowStep;
+    const int row = threadIdx.x / kChunks;
+    const int chunk = threadIdx.x % kChunks;
+    const bool col_valid = chunk * kPerChunk < valid_cols;
+    const T* from = src + row * ld + chunk * kPerChunk;
+    int to[kPhases];
+#pragma unroll
+    for (int ph = 0; ph < kPhases; ++ph) to[ph] = swizzled<kChunks, kMask, kShift>(row + ph * kRowStep, chunk);
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const bool valid = col_valid && row + r * kRowStep < valid_rows;
+      cp_async_16(reinterpret_cast<char*>(tile) + to[r % kPhases] + (r / kPhases) * 8 * kChunks * 16,
+                  valid ? from : src, valid ? 16 : 0);
+      from += kRowStep * ld;
+    }
   } else {
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {

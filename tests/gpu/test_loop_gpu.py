@@ -89,6 +89,12 @@ CASES = [
     (128, 1000, 4097, {"causal": True, "tile": (128, 64)}),
     (96, 300, 1000, {"causal": True}),
     (128, 700, 1000, {"gqa": True, "softcap": 50.0, "alibi": True, "causal": True}),
+    # one slot each of K and V, copied and waited apart (FlashAttention-2's ring): the
+    # rulebook's head dim 256, and written at 128 (8 warps) and 64 (4 warps)
+    (256, 1000, 4097, {"causal": True}),
+    (256, 17, 1000, {"alibi": True}),
+    (128, 1000, 1000, {"gqa": True, "causal": True, "tile": (128, 64), "stages": 1}),
+    (64, 4097, 17, {"tile": (64, 64), "stages": 1}),
 ]
 
 

@@ -144,6 +144,25 @@ def test_rulebook_rows_per_warp():
     assert loop_rules.min_ctas_per_sm(loop_rules.LoopConfig(128, 32, 2, 32), 128)[0] == 2
 
 
+def test_rulebook_one_slot_each_at_head_dim_256():
+    # two slots of 64 do not fit beside 128 rows of D 256: 64 rows in 4 warps, one slot each of
+    # K and V (copied and waited apart), two CTAs an SM; the why says so
+    tgt = target(ir.Arch.SM80)
+    config, why = loop_rules.default(256, 256, ir.DType.BF16, tgt, tile_values=7)
+    assert (config.tile_m, config.block, config.stages, config.warps) == (64, 64, 1, 4)
+    assert "one slot each" in why
+    assert loop_rules.min_ctas_per_sm(config, 256)[0] == 2
+    # a long score chain (13 values per element) is past the budget there: two slots of 32
+    config, why = loop_rules.default(256, 256, ir.DType.BF16, tgt, tile_values=13)
+    assert (config.tile_m, config.block, config.stages, config.warps) == (128, 32, 2, 8)
+    assert "one slot" not in why
+    # the skeleton: the first block's K before the loop, V waited apart before the second gemm
+    source = build_verified(lk.attention(256, causal=True), ir.Arch.SM80).source
+    assert "load_b_smem(smem, g_K, p.K_ld, first_block, loop_len);" in source
+    assert source.count("load_c_smem(smem, g_V, p.V_ld, block, loop_len);") == 4  # per run
+    assert "cp_async_wait<kStages - 1>" not in source
+
+
 def test_a_schedule_past_shared_memory_is_refused_where_written():
     loc = SourceLoc("mlp.kg", 9, 3, 9, 20)
     kernel = lk.mlp(256, 256, tile=(128, 128), stages=3)

@@ -34,6 +34,12 @@ KERNELS = {
     "mlp_k256_n256_row": lambda a: lk.mlp(256, 256, w_layout=ir.Layout.ROW, arch=a),
     "attention_d256_causal": lambda a: lk.attention(256, causal=True, arch=a),
     "attention_d64_64x128_s2": lambda a: lk.attention(64, tile=(64, 128), stages=2, arch=a),
+    # one slot each of K and V (stages 1): the rulebook's D 256 (64 rows, 4 warps), written at
+    # D 128 in 8 warps, and D 256's long score chain (its fall back to two slots of 32)
+    "attention_d256": lambda a: lk.attention(256, arch=a),
+    "attention_d128_128x64_s1": lambda a: lk.attention(128, tile=(128, 64), stages=1, arch=a),
+    "attention_d256_gqa_softcap_alibi": lambda a: lk.attention(
+        256, gqa=True, softcap=50.0, alibi=True, causal=True, arch=a),
     "rowdot_128": lambda a: lk.rowdot(128, arch=a),
     "rowdot_72_f16": lambda a: lk.rowdot(72, dtype=ir.DType.F16, arch=a),
 }
