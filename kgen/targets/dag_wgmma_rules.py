@@ -29,6 +29,23 @@ from __future__ import annotations
 # without the consumers' barrier 1.04x / 1.03x; without the exponentials 1.06x / 1.09x. dQ's
 # adds (a bulk add per staged row: 64 per warpgroup per block) are the largest item: one
 # tensor reduce-add per warpgroup and block, or a dedicated warp issuing them, is next.
+# dQ's adds (loop_dag_schedule.ADD_MODES; plan option with_adds): the copy engine's tensor
+# reduce-add of each consumer warpgroup's [block, N / 2] share, staged as boxes of [block][32]
+# f32 in the 128-byte swizzle (a warp's fragment writes meet 2-way bank conflicts at most), one
+# thread issuing the boxes' adds after a warpgroup barrier (named barrier 2 + warpgroup); it
+# waits for the previous block's adds to have read the staging before the consumers' barrier
+# of the loop-row gemm (a block later), so that no one waits on the adds in the loop. Rows past
+# the loop's end are clipped by the copy engine (the staging needs no zeros).
+DAG_WGMMA_TENSOR_ADD = True
+DAG_WGMMA_ADD_BOX_COLS = 32  # f32 columns of a box: 128 bytes, the swizzle's row
+DAG_WGMMA_TENSOR_ADD_WHY = (
+    "a warpgroup's share of the tile added at once by the copy engine (cp.reduce.async.bulk"
+    ".tensor through the tensor's map; 1-2 operations a warpgroup and block instead of a bulk "
+    "add per staged row, 64): the per-row adds cost 1.31x the kernel's time at D 128 (an "
+    "ablation without them)")
+DAG_WGMMA_ROWS_ORDERED_WHY = (
+    "deterministic mode's semaphores order each warp's rows (a bulk add per staged row); the "
+    "tensor reduce-add per warpgroup is not built with them")
 DAG_WGMMA_ISSUE_AHEAD = True
 # up to this N: at N 128 both score tiles in flight beside the two accumulators spill
 # (NVRTC 13.5: 8-52 B) and measured no faster (424 against 422, causal 399 against 404)
