@@ -211,8 +211,8 @@ def schedule(name: str) -> dict:
     rulebook's; "none" every option off (the skeleton of session 5); else letters a
     (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
     blocks), f (fast_body), each off when absent, and w0 / w1 (wait_accumulating; the
-    rulebook's when absent); a suffix +MODE adds dQ so (loop_dag_schedule.ADD_MODES: tensor,
-    rows, atomics; the rulebook's when absent), e.g. base+rows."""
+    rulebook's when absent); a suffix +MODE adds dQ so (loop_dag_schedule.ADD_MODES: warp,
+    tensor, rows, atomics; the rulebook's when absent), e.g. base+rows."""
     name, _, adds = name.partition("+")
     if adds:
         return {**schedule(name), "adds": adds}
@@ -226,7 +226,7 @@ def schedule(name: str) -> dict:
     return options
 
 
-SCHEDULES = ("base", "base+rows", "none", "vdl", "avdl", "avdlf")
+SCHEDULES = ("base", "base+tensor", "base+rows", "none", "vdl", "avdl", "avdlf")
 CAUSAL_SCHEDULES = ()
 
 

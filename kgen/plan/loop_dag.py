@@ -181,6 +181,11 @@ class DagWgmma:
     # the `out accumulate` tensor (rank 4, f32; rows past the loop's end clipped by the copy
     # engine); None: the rows' bulk adds or the atomics
     add_map: LoopTensorMap | None = None
+    # with add_map: the tensor reduce-adds issued by a warp of the producer warpgroup (warp 2,
+    # FlashAttention-3's), the consumers handing it their staged shares through named barriers
+    # (and, in deterministic mode, it waits on the semaphores), else by a thread of each
+    # consumer warpgroup
+    add_warp: bool = False
 
     @property
     def tensor_maps(self) -> tuple[LoopTensorMap, ...]:
@@ -268,10 +273,12 @@ class LoopDagPlan:
     @property
     def adders(self) -> int:
         """The warps (the warpgroups, where the tensor reduce-add adds a warpgroup's share at
-        once) that add a share of the loop-row tile (disjoint elements): one semaphore each per
-        (batch, query head, block)."""
+        once; the one add warp of DagWgmma.add_warp) that add a share of the loop-row tile
+        (disjoint elements): one semaphore each per (batch, query head, block)."""
         if self.wgmma is None:
             return self.warps
+        if self.wgmma.add_warp:
+            return 1
         return self.wgmma.consumers * (1 if self.wgmma.add_map is not None else 4)
 
     def order_words(self, values) -> int:

@@ -43,6 +43,18 @@ DAG_WGMMA_TENSOR_ADD_WHY = (
     ".tensor through the tensor's map; 1-2 operations a warpgroup and block instead of a bulk "
     "add per staged row, 64): the per-row adds cost 1.31x the kernel's time at D 128 (an "
     "ablation without them)")
+# FlashAttention-3's way: the tensor reduce-adds issued by a warp of the producer warpgroup
+# (warp 2), the consumers arriving on a named barrier once their shares are staged (no wait)
+# and syncing on another, with the add warp, where they already synced (the loop-row gemm's
+# barrier): the staging is free again. In deterministic mode the add warp waits on the
+# semaphores, the consumers not at all (one semaphore per block: the CTA's whole tile).
+DAG_WGMMA_ADD_WARP = True
+DAG_WGMMA_ADD_WARP_WHY = (
+    "the consumers hand their staged shares to the producer warpgroup's add warp, which adds "
+    "them by the copy engine's tensor reduce-adds (1-2 a warpgroup and block, not a bulk add "
+    "per row) while they go on; its barrier replaces the loop-row gemm's (FlashAttention-3's "
+    "dQ warp): the per-row adds cost 1.31x the kernel's time at D 128 (an ablation without "
+    "them); in deterministic mode it alone waits on the semaphores")
 DAG_WGMMA_ROWS_ORDERED_WHY = (
     "deterministic mode's semaphores order each warp's rows (a bulk add per staged row); the "
     "tensor reduce-add per warpgroup is not built with them")

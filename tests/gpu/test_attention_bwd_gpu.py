@@ -45,9 +45,10 @@ _LOADED: dict = {}
 
 
 def load(d, mask, dtype="bf16", arch="sm_80", tile=None, adds=None, schedule=()):
-    """`adds` "tensor" / "rows" / "atomics": the sm_90a wgmma skeleton with dQ added by the copy
-    engine's tensor reduce-add per warpgroup / its bulk reduce-add per staged row / f32 atomics
-    (the plan option loop_dag_schedule.with_adds); None: as the rulebook takes it (tensor).
+    """`adds` "warp" / "tensor" / "rows" / "atomics": the sm_90a wgmma skeleton with dQ added by
+    the copy engine's tensor reduce-add from the producer's add warp / from a thread of each
+    warpgroup / its bulk reduce-add per staged row / f32 atomics (the plan option
+    loop_dag_schedule.with_adds); None: as the rulebook takes it (the add warp).
     `schedule`: (name, value) pairs of loop_dag_schedule.with_schedule's plan options."""
     key = (d, mask, dtype, arch, tile, adds, schedule)
     if key not in _LOADED:
@@ -190,11 +191,12 @@ def test_sm90a_wgmma_f16(d, mask):
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("shape", [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097)],
                          ids=lambda st: f"s{st[0]}-t{st[1]}")
-@pytest.mark.parametrize("adds", ["rows", "atomics"])
+@pytest.mark.parametrize("adds", ["tensor", "rows", "atomics"])
 def test_sm90a_wgmma_with_other_adds(d, mask, shape, adds):
-    """The plan options: dQ added by the copy engine's bulk reduce-add per staged row
-    (cp.reduce.async.bulk) or by f32 atomics (loop_dag_schedule.with_adds) instead of the
-    rulebook's tensor reduce-add per warpgroup (cp.reduce.async.bulk.tensor)."""
+    """The plan options: dQ added by the copy engine's tensor reduce-add from a thread of each
+    warpgroup, by its bulk reduce-add per staged row (cp.reduce.async.bulk) or by f32 atomics
+    (loop_dag_schedule.with_adds) instead of the rulebook's tensor reduce-add from the
+    producer's add warp."""
     from kgen.targets.sm90.loop_dag_schedule import add_mode
 
     _hopper()

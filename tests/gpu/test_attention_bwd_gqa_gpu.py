@@ -3,8 +3,8 @@ has the CPU side). The main kernel (examples/attention_bwd.kg with K, V, dK, dV 
 and/or `reductions deterministic`) against float64 torch autograd of a reference attention whose
 K and V are shared by the query heads of a group (dK, dV summed over it): ratios 2:1, 8:1 and
 MQA, ragged S and T, no mask and causal (top-left, bottom-right), on the sm_80 build (mma.sync,
-tile 128x32) and the sm_90a build (the wgmma skeleton; its dQ by tensor reduce-adds, by bulk
-reduce-adds per row or by atomics)
+tile 128x32) and the sm_90a build (the wgmma skeleton; its dQ by tensor reduce-adds from the add
+warp or from each warpgroup, by bulk reduce-adds per row or by atomics)
 on a Hopper GPU. Deterministic: two runs give the same bits. kgen.attention trains with GQA and
 `deterministic=True`."""
 from __future__ import annotations
@@ -153,16 +153,17 @@ def test_gqa_head_dim_64_and_batches(arch):
     run_case(64, 1000, 333, "bottom_right", 3, 1, arch=arch, b=2)
 
 
-@pytest.mark.parametrize("adds", ["rows", "atomics"])
+@pytest.mark.parametrize("adds", ["tensor", "rows", "atomics"])
 def test_gqa_sm90a_other_adds(adds):
     _hopper()
     run_case(128, 1000, 4097, "top_left", 8, 2, arch="sm_90a", adds=adds, b=1)
 
 
-DET = [("sm_80", None), ("sm_90a", None), ("sm_90a", "atomics")]
+DET = [("sm_80", None), ("sm_90a", None), ("sm_90a", "rows"), ("sm_90a", "atomics")]
 
 
-@pytest.mark.parametrize("arch, adds", DET, ids=["sm80", "sm90a-rows", "sm90a-atomics"])
+@pytest.mark.parametrize("arch, adds", DET,
+                         ids=["sm80", "sm90a-warp", "sm90a-rows", "sm90a-atomics"])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
 def test_deterministic_runs_give_the_same_bits(arch, adds, mask, gqa):

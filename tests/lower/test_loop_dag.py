@@ -219,23 +219,30 @@ def test_inspect_shows_the_skeleton_chosen_and_why():
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_the_tensor_reduce_add_lays_out_its_staging_and_rows_and_atomics_are_options(d):
-    """dQ's adds by the copy engine's tensor reduce-add (the rulebook's choice): each
-    warpgroup's [64, d / 2] f32 staged as boxes of [64][32] after the tiles and the vectors,
-    1024-byte aligned, the mbarriers after it, dQ's f32 map after the loads' maps; with_adds
-    takes them to a bulk add per staged row (rows padded by 32 bytes), to f32 atomics (no
-    staging) and back."""
+def test_the_add_warp_lays_out_its_staging_and_the_other_adds_are_options(d):
+    """dQ's adds by the copy engine's tensor reduce-add, issued by the producer warpgroup's add
+    warp (the rulebook's choice): each warpgroup's [64, d / 2] f32 staged as boxes of [64][32]
+    after the tiles and the vectors, 1024-byte aligned, the mbarriers after it, dQ's f32 map
+    after the loads' maps; with_adds takes them to the tensor reduce-add by a thread of each
+    warpgroup (the same staging), to a bulk add per staged row (rows padded by 32 bytes), to
+    f32 atomics (no staging) and back."""
     from kgen.targets.sm90.loop_dag_schedule import add_mode, with_adds
 
     plan = plan_of(variant(d), ir.Arch.SM90A)
     w = plan.wgmma
-    assert add_mode(w) == "tensor" and w.adds.value.startswith("tensor reduce-add")
+    assert add_mode(w) == "warp" and w.add_warp and "add warp" in w.adds.value
+    assert w.adds.value.startswith("tensor reduce-add")
     assert w.add_map == pp.LoopTensorMap("dQ", ir.DType.F32, 64, d // 64, False)
-    assert w.tensor_maps == w.maps + (w.add_map,) and plan.adders == 2
+    assert w.tensor_maps == w.maps + (w.add_map,) and plan.adders == 1
     assert w.add_offset % 1024 == 0 and w.add_offset >= w.vector_offset + 2 * 2 * 4 * 64
     assert w.barrier_offset == w.add_offset + 2 * 64 * (d // 2) * 4
     assert plan.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
-    rows = with_adds(plan, "rows")
+    tensor = with_adds(plan, "tensor")
+    t = tensor.wgmma
+    assert add_mode(t) == "tensor" and not t.add_warp and tensor.adders == 2
+    assert (t.add_offset, t.add_map, t.barrier_offset) == (w.add_offset, w.add_map,
+                                                           w.barrier_offset)
+    rows = with_adds(tensor, "rows")
     r = rows.wgmma
     assert add_mode(r) == "rows" and r.adds.value.startswith("bulk") and r.add_map is None
     assert r.add_row_bytes == 4 * d // 2 + 32 and r.add_row_bytes % 16 == 0
@@ -245,21 +252,23 @@ def test_the_tensor_reduce_add_lays_out_its_staging_and_rows_and_atomics_are_opt
     assert atomics.wgmma.add_offset is None and atomics.wgmma.adds.value.startswith("f32 atomics")
     assert atomics.wgmma.barrier_offset == r.add_offset
     assert atomics.smem_bytes == atomics.wgmma.barrier_offset + 128
-    back = with_adds(atomics, "tensor")
+    back = with_adds(atomics, "warp")
     assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset,
-            back.wgmma.add_map) == (plan.smem_bytes, w.barrier_offset, w.add_offset, w.add_map)
+            back.wgmma.add_map, back.wgmma.add_warp) == (
+        plan.smem_bytes, w.barrier_offset, w.add_offset, w.add_map, True)
 
 
-def test_deterministic_adds_keep_the_rows_bulk_adds():
-    """Deterministic mode's semaphores order each warp's rows: the rulebook keeps the bulk add
-    per staged row there (and says why); the tensor reduce-add is refused as an option."""
-    from kgen.targets.dag_wgmma_rules import DAG_WGMMA_ROWS_ORDERED_WHY
+def test_deterministic_adds_are_the_add_warps():
+    """Deterministic mode: the add warp alone waits on the semaphores, one per (batch, head,
+    block); the tensor reduce-add by a thread of each warpgroup is not built with them (refused
+    as an option), the rows' bulk adds are (a semaphore per warp)."""
     from kgen.targets.sm90.loop_dag_schedule import add_mode, with_adds
 
     text = variant(128).replace("kernel attention_bwd {\n",
                                 "kernel attention_bwd {\n  reductions deterministic\n")
     plan = plan_of(text, ir.Arch.SM90A)
-    assert plan.deterministic is not None and add_mode(plan.wgmma) == "rows"
-    assert plan.wgmma.adds.why == DAG_WGMMA_ROWS_ORDERED_WHY and plan.adders == 8
+    assert plan.deterministic is not None and add_mode(plan.wgmma) == "warp"
+    assert plan.adders == 1
+    assert with_adds(plan, "rows").adders == 8
     with pytest.raises(ValueError, match="deterministic"):
         with_adds(plan, "tensor")

@@ -25,9 +25,10 @@ MASKS = {"none": "exp(scale * acc - lse[col])", "top_left": MASKED,
 def built(d: int, mask: str, arch: ir.Arch, dtype: str = "bf16", tile: str | None = None,
           adds: str | None = None):
     """The rulebook's configuration (on sm_90a the wgmma skeleton), or the written `tile`;
-    `adds` "tensor" / "rows" / "atomics": the wgmma skeleton's plan option, dQ by the copy
-    engine's tensor reduce-add per warpgroup / its bulk reduce-add per staged row / f32 atomics
-    (None: as the rulebook takes it, the tensor reduce-add)."""
+    `adds` "warp" / "tensor" / "rows" / "atomics": the wgmma skeleton's plan option, dQ by the
+    copy engine's tensor reduce-add from the producer's add warp / from a thread of each
+    warpgroup / its bulk reduce-add per staged row / f32 atomics (None: as the rulebook takes
+    it, the add warp)."""
     text = (TEXT.replace("128]", f"{d}]").replace(MASKED, MASKS[mask])
             .replace("bf16[", f"{dtype}[")
             .replace("    tile 128x32\n", f"    tile {tile}\n" if tile else "\n"))
@@ -68,7 +69,7 @@ def test_compiles_without_spills(arch, d, mask, dtype):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-@pytest.mark.parametrize("adds", ["rows", "atomics"])
+@pytest.mark.parametrize("adds", ["tensor", "rows", "atomics"])
 def test_sm90a_add_options_compile_without_spills(d, mask, dtype, adds):
     from kgen.runtime.nvrtc import compile_cubin
 
@@ -97,8 +98,9 @@ def test_sm90a_mma_sync_skeleton_compiles_without_spills(d):
 def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     """The sm_90a build's PTX: wgmma SS (the score gemms, n = the block), RS (the accumulating
     gemms, n = d), SS with both transposed (the loop-row gemm, n = d / 2), the copy engine's
-    rank-4 loads, mbarriers, setmaxnreg, the copy engine's tensor reduce-adds into dQ (the plan
-    options: its bulk reduce-add per row, f32 atomics); no mma.sync."""
+    rank-4 loads, mbarriers, setmaxnreg, the copy engine's tensor reduce-adds into dQ by the add
+    warp (the plan options: by a thread of each warpgroup, its bulk reduce-add per row, f32
+    atomics); no mma.sync."""
     from kgen.runtime.nvrtc import compile_ptx
 
     b = built(d, "top_left", ir.Arch.SM90A)
@@ -112,10 +114,14 @@ def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx and "mbarrier.try_wait" in ptx
     assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx  # the producer stages lse and D too
     assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in ptx
-    # dQ's adds: a tensor reduce-add per box of a warpgroup's share, after its named barrier
+    # dQ's adds: a tensor reduce-add per box of a warpgroup's share, by the add warp
     assert "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group" in ptx
-    assert "cp.async.bulk.wait_group.read 0" in ptx and "bar.sync" in ptx
+    assert "cp.async.bulk.wait_group.read 0" in ptx and "bar.arrive" in ptx
     assert "cp.reduce.async.bulk.global" not in ptx
+    tensor = compile_ptx(built(d, "top_left", ir.Arch.SM90A, adds="tensor").source,
+                         b.plan.name, "sm_90a")
+    assert "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group" in tensor
+    assert "bar.arrive" not in tensor
     assert "red.global.add.f32" not in ptx and "atom.global.add.f32" not in ptx
     assert "mma.sync" not in ptx
     rows = compile_ptx(built(d, "top_left", ir.Arch.SM90A, adds="rows").source, b.plan.name,
@@ -142,8 +148,13 @@ def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
     assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
     assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p, maps)" in launcher
     assert "unsigned long long dQ[16];  // dQ (f32, the adds)" in first
-    assert "tma_reduce_add_4d(maps.dQ, stage + box * kAddBoxBytes, lr_col0 + box * 32, kv0," in first
+    assert "else if (tid / 32 == kAddWarp) {" in first
+    assert "named_barrier_arrive(kAddStaged, kAddThreads);" in first
+    assert "tma_reduce_add_4d(maps.dQ, stage + (c * kAddBoxes + box) * kAddBoxBytes" in first
     assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in first and "box[4] = {32, 64, 1, 1}" in first
+    tensor = built(128, "top_left", ir.Arch.SM90A, adds="tensor").source
+    assert "tma_reduce_add_4d(maps.dQ, stage + box * kAddBoxBytes, lr_col0 + box * 32, kv0," in tensor
+    assert "kAddWarp" not in tensor
     rows = built(128, "top_left", ir.Arch.SM90A, adds="rows").source
     assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in rows
     assert "FLOAT32" not in rows

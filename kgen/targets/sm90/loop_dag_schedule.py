@@ -42,9 +42,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     tiles_bytes, _ = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
     assert offset == tiles_bytes
     n_warp = max(shape.loop_row_n, default=0) // (config.tile_m // loop_rules.WGMMA_ROWS)
-    tensor = (bulk and add_to is not None and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0
-              and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered)
-    if tensor:
+    boxed = (bulk and add_to is not None
+             and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
+    if boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
+        mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
+    elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
         mode, why = TENSOR, schedule_rules.DAG_WGMMA_TENSOR_ADD_WHY
     elif bulk:
         mode, why = ROWS, (schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY if ordered
@@ -101,42 +103,47 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
 
 
 # How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
-ATOMIC, ROWS, TENSOR = "atomics", "rows", "tensor"
-ADD_MODES = (ATOMIC, ROWS, TENSOR)
+ATOMIC, ROWS, TENSOR, WARP = "atomics", "rows", "tensor", "warp"
+ADD_MODES = (ATOMIC, ROWS, TENSOR, WARP)
 
 
 def add_mode(w: ld.DagWgmma) -> str:
     """The plan's way of adding (ADD_MODES)."""
-    return ATOMIC if w.add_offset is None else TENSOR if w.add_map is not None else ROWS
+    if w.add_offset is None:
+        return ATOMIC
+    return (WARP if w.add_warp else TENSOR) if w.add_map is not None else ROWS
 
 
 def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
                 add_to: str | None) -> ld.DagWgmma:
     """`w` with its adds done `mode` (ADD_MODES) and laid out after its tiles and the staged
     vectors: ROWS' staging of kBlock rows of n_warp f32 and a pad per consumer warpgroup;
-    TENSOR's boxes of [kBlock][32] f32 per warpgroup, 1024-byte aligned (the 128-byte
-    swizzle's pattern), with the map of `add_to`; then the mbarriers (rounded to 128 bytes)."""
+    TENSOR's (and WARP's) boxes of [kBlock][32] f32 per warpgroup, 1024-byte aligned (the
+    128-byte swizzle's pattern), with the map of `add_to`; then the mbarriers (rounded to 128
+    bytes)."""
     end = max(t.offset + t.bytes for t in w.tiles)
     if w.vector_offset is not None:
         end = w.vector_offset + schedule_rules.vector_bytes(
             len(w.vectors), w.streamed[0].slots, block)
-    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None)
+    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False)
     if mode == ROWS:
         row_bytes = 4 * n_warp + loop_rules.DAG_WGMMA_ADD_PAD
         stage = w.consumers * block * row_bytes
-        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None)
+        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False)
         value = (f"bulk reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  "shared memory, a row per add")
-    elif mode == TENSOR:
+    elif mode in (TENSOR, WARP):
         assert add_to is not None and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0
         boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
         stage = w.consumers * block * n_warp * 4
         fields = dict(add_offset=-(-end // 1024) * 1024, add_row_bytes=0,
-                      add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False))
+                      add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
+                      add_warp=mode == WARP)
+        by = ("the producer warpgroup's add warp (warp 2), handed the shares through named "
+              "barriers" if mode == WARP else "one thread of the warpgroup")
         value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  f"shared memory ({boxes} box(es) of [{block}][32], 128-byte swizzle), added by "
-                 "one thread of the warpgroup through dQ's tensor map (cp.reduce.async.bulk"
-                 ".tensor)").replace("dQ", add_to)
+                 f"{by} through {add_to}'s tensor map (cp.reduce.async.bulk.tensor)")
     else:
         value = "f32 atomics (red.global.add.f32) from registers"
     barrier_offset = end if fields["add_offset"] is None else fields["add_offset"] + stage
