@@ -101,6 +101,7 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
     assert w.vectors == ("lse", "D") and w.vector_offset == sum(t.bytes for t in w.tiles)
     assert w.add_offset == w.vector_offset + 2 * 2 * 4 * plan.block
     assert "tensor reduce-add" in w.adds.value and w.add_map is not None
+    assert "measured on an H200" in w.adds.why
     assert w.barrier_offset == w.add_offset + 2 * plan.block * (d // 2) * 4
     assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
     assert plan.smem_bytes <= target(ir.Arch.SM90A).smem_limit
