@@ -155,11 +155,12 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
 
 def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
     """The plan with its loop-row tile's adds done `mode` (ADD_MODES: f32 atomics from
-    registers, the copy engine's bulk reduce-add per staged row, or its tensor reduce-add per
-    warpgroup's staged tile): a plan option for the bench and the tests (the rulebook's choice
-    and why: dag_wgmma_rules.DAG_WGMMA_TENSOR_ADD, loop_rules.DAG_WGMMA_BULK_ADD); everything
-    else as the rulebook chose it. The tensor reduce-add is not built with deterministic mode
-    (its semaphores order each warp's rows)."""
+    registers, the copy engine's bulk reduce-add per staged row, or its tensor reduce-add of
+    each warpgroup's staged share issued by a thread of the warpgroup or by the producer's add
+    warp): a plan option for the bench and the tests (the rulebook's choice and why:
+    dag_wgmma_rules.DAG_WGMMA_ADD_WARP, DAG_WGMMA_TENSOR_ADD, loop_rules.DAG_WGMMA_BULK_ADD);
+    everything else as the rulebook chose it. The tensor reduce-add by a thread of each
+    warpgroup is not built with deterministic mode (the add warp's and the rows' are)."""
     w = plan.wgmma
     assert w is not None and mode in ADD_MODES, "the sm_90a wgmma skeleton's plan; a mode"
     if mode == add_mode(w):
