@@ -8,9 +8,9 @@ Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by 
 examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
 kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
 (with the zeroing of dQ it launches first); on the wgmma skeleton `kgen_mma_sync` the sm_80
-build's main kernel and `kgen_atomic_dq` (or `kgen_bulk_dq`) the wgmma skeleton with dQ added
-the way the rulebook did not take (f32 atomics instead of the copy engine's bulk reduce-add, a
-plan option); `sdpa_*` torch.autograd.grad of a saved
+build's main kernel and `kgen_rows_dq` the wgmma skeleton with dQ added by the copy engine's
+bulk reduce-add per staged row (the plan option the rulebook took before its tensor reduce-add
+per warpgroup; OTHER_ADDS); `sdpa_*` torch.autograd.grad of a saved
 SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
 4 * B * H * S * T * D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
 
@@ -18,10 +18,11 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
     python3 bench/attention.py --bwd            # the same, from the forward's bench
     python3 bench/attention_bwd.py --once       # one small causal call, no timing (for
                                                 # compute-sanitizer; --gqa HKV, --deterministic,
-                                                # --schedule NAME: a variant)
+                                                # --schedule NAME: a variant, e.g. base+rows)
     python3 bench/attention_bwd.py --variants   # the wgmma skeleton's schedules (plan options,
-                                                # schedule() reads their names), each checked
-                                                # against the rulebook's build, then timed
+                                                # schedule() reads their names, NAME+MODE the
+                                                # dQ adds' way), each checked against the
+                                                # rulebook's build, then timed
     python3 bench/attention_bwd.py --groups     # the main kernel at D 128: MHA against GQA 8:1
                                                 # (16 / 2 heads) and deterministic against default
     python3 bench/attention_bwd.py --mods       # the forward's mods' backward beside the plain
@@ -87,17 +88,8 @@ def built_main(d: int, causal: bool, arch: ir.Arch | None = None,
                           arch or device_arch())
 
 
-def with_bulk_adds(built, bulk: bool = True):
-    """The sm_90a build with dQ added by the copy engine's bulk reduce-add (`bulk`) or by f32
-    atomics (the plan option loop_dag_schedule.with_bulk_add), its source emitted again."""
-    import dataclasses
-
-    from kgen.targets.sm90.loop_dag import emit
-    from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
-
-    plan = with_bulk_add(built.plan, bulk)
-    source = emit(plan, source_name="bench", source_hash="0", command="bench/attention_bwd.py")
-    return dataclasses.replace(built, plan=plan, source=source)
+# the ways of adding dQ (loop_dag_schedule.ADD_MODES) timed beside the rulebook's in the table
+OTHER_ADDS = ("rows",)
 
 
 def kernels(d: int, causal: bool, arch: ir.Arch | None = None) -> tuple:
@@ -156,11 +148,15 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
         mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
         calls.append(("kgen_mma_sync", lambda _: mma_sync(
             Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
-    if plan.wgmma is not None:  # dQ the other way: atomics where the rulebook took bulk adds
-        bulk = plan.wgmma.add_offset is None
-        other = load_built(with_bulk_adds(built_main(d, causal), bulk))
-        calls.append(("kgen_bulk_dq" if bulk else "kgen_atomic_dq", lambda _: other(
-            Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+    if plan.wgmma is not None:  # dQ added another way (a plan option)
+        from kgen.targets.sm90.loop_dag_schedule import add_mode
+
+        for mode in OTHER_ADDS:
+            if mode == add_mode(plan.wgmma):
+                continue
+            other = load_built(with_options(built_main(d, causal), adds=mode))
+            calls.append((f"kgen_{mode}_dq", lambda _, other=other: other(
+                Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
     for name, fn in calls:
         t = time_kernel(fn, rotate=rotate, stream=stream)
         row[name] = flops / (t.median_ms * 1e-3) / 1e12
@@ -188,13 +184,13 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
     backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", "kgen_bulk_dq", "kgen_atomic_dq",
+    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", *(f"kgen_{m}_dq" for m in OTHER_ADDS),
                *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
     print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
-          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_bulk_dq / kgen_atomic_dq: dQ added "
-          "the way the rulebook did not take (bulk reduce-adds / f32 atomics)")
+          "kgen_mma_sync: the sm_80 build (mma.sync), kgen_<mode>_dq: dQ added another way "
+          "(a plan option: rows, the copy engine's bulk reduce-add per staged row)")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d in dims:
@@ -215,7 +211,11 @@ def schedule(name: str) -> dict:
     rulebook's; "none" every option off (the skeleton of session 5); else letters a
     (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
     blocks), f (fast_body), each off when absent, and w0 / w1 (wait_accumulating; the
-    rulebook's when absent)."""
+    rulebook's when absent); a suffix +MODE adds dQ so (loop_dag_schedule.ADD_MODES: warp,
+    tensor, rows, atomics; the rulebook's when absent), e.g. base+rows."""
+    name, _, adds = name.partition("+")
+    if adds:
+        return {**schedule(name), "adds": adds}
     if name == "base":
         return {}
     name = "" if name == "none" else name
@@ -226,7 +226,7 @@ def schedule(name: str) -> dict:
     return options
 
 
-SCHEDULES = ("base", "none", "vdl", "avdl", "avdlf")
+SCHEDULES = ("base", "base+tensor", "base+rows", "none", "vdl", "avdl", "avdlf")
 CAUSAL_SCHEDULES = ()
 
 
@@ -292,23 +292,20 @@ def variants_table(dims, lengths, names) -> None:
                       f"flash={row['flash']:.1f}", flush=True)
 
 
-def once(arch: ir.Arch | None = None, d: int = 64, bulk: bool = False,
-         kv_heads: int | None = None, deterministic: bool = False,
-         name: str | None = None) -> None:
+def once(arch: ir.Arch | None = None, d: int = 64, kv_heads: int | None = None,
+         deterministic: bool = False, name: str | None = None) -> None:
     """One small ragged causal call (B 1, H 2, S 200, T 333, D 64), no timing, on the device's
-    arch by default: for compute-sanitizer's memcheck and racecheck. `bulk`: the wgmma
-    skeleton with dQ added by bulk reduce-adds (the rulebook's choice on sm_90a); `kv_heads`:
-    GQA (H 4 then); `deterministic`: `reductions deterministic`; `name`: a schedule of the
-    wgmma skeleton (schedule())."""
+    arch by default: for compute-sanitizer's memcheck and racecheck. `kv_heads`: GQA (H 4
+    then); `deterministic`: `reductions deterministic`; `name`: a schedule of the wgmma
+    skeleton (schedule(); e.g. base+rows: dQ by the bulk reduce-add per staged row)."""
     replace = variant(kv_heads, deterministic)
     built = build_verified(_kernel("examples/attention_bwd.kg", d, replace),
                            arch or device_arch())
-    if bulk:
-        built = with_bulk_adds(built, True)
     if name:
         built = with_options(built, **schedule(name))
+    adds = built.plan.wgmma.adds.value if built.plan.wgmma else "-"
     print(f"{built.plan.arch.value}: {built.plan.mma.value}; GQA {built.plan.gqa}; "
-          f"deterministic {built.plan.deterministic is not None}")
+          f"deterministic {built.plan.deterministic is not None}; dQ: {adds}")
     main = load_built(built)
     heads = 2 if kv_heads is None else 4
     q, do = (torch.randn(1, heads, 200, d, device="cuda").bfloat16() for _ in range(2))
@@ -378,9 +375,6 @@ def main(argv=None) -> None:
     parser.add_argument("--d", type=int, nargs="+", default=None)
     parser.add_argument("--s", type=int, nargs="+", default=None, help="lengths S = T")
     parser.add_argument("--arch", default=None, help="--once: sm_80 or sm_90a (the device's)")
-    parser.add_argument("--bulk", action="store_true",
-                        help="--once: the wgmma skeleton with dQ by bulk reduce-adds (as the rulebook "
-                             "takes it)")
     parser.add_argument("--gqa", type=int, default=None, metavar="HKV",
                         help="--once: GQA, K and V of HKV heads (Q of 4)")
     parser.add_argument("--deterministic", action="store_true",
@@ -398,8 +392,8 @@ def main(argv=None) -> None:
         return
     if args.once:
         for d in args.d or (64,):
-            once(ir.Arch(args.arch) if args.arch else None, d, args.bulk, args.gqa,
-                 args.deterministic, args.schedule)
+            once(ir.Arch(args.arch) if args.arch else None, d, args.gqa, args.deterministic,
+                 args.schedule)
         return
     if args.groups:
         rows = groups((args.d or (128,))[0], tuple(args.s or (4096, 16384)))

@@ -149,8 +149,8 @@ def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
             "overlap": choice(w.overlap), "adds": choice(w.adds), "consumers": w.consumers,
             "registers": {"producer": w.producer_registers, "consumer": w.consumer_registers},
             "barrier_offset": w.barrier_offset,
-            "tensor_maps": [{"param": m.param, "box": [m.box_rows, 64], "boxes": m.boxes}
-                            for m in w.maps]}
+            "tensor_maps": [{"param": m.param, "box": [m.box_rows, 128 // m.dtype.nbytes],
+                             "boxes": m.boxes} for m in w.tensor_maps]}
 
 
 def _wgmma_tile(t: pp.WgmmaTile, role: str) -> dict[str, Any]:

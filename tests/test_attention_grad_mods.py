@@ -245,7 +245,8 @@ def test_random_t_is_random_at_the_transposed_element():
 def test_softcaps_backward_spells_tanh_and_division_as_the_forward(arch):
     """The backward's loop takes the forward's tanh.approx; its score / cap is a multiply by the
     reciprocal on the wgmma skeleton only (on mma.sync the two together spilled), and neither
-    build spills more than the tanhf one did (sm_90a: 176 B before)."""
+    build spills more than the tanhf one did (sm_90a: 176 B before; 92 B with dQ's bulk adds
+    per row, 104 B with the add warp's tensor reduce-adds, NVRTC 13)."""
     from kgen.attention_grad import BackwardSignature, backward_module
     from kgen.attention_grad_mods import Mods
     from kgen.runtime.nvrtc import compile_cubin
@@ -260,4 +261,4 @@ def test_softcaps_backward_spells_tanh_and_division_as_the_forward(arch):
     assert (main.division.value == "a * (1 / b)") == (arch == "sm_90a")
     assert "tanh_approx(" in built.source and "tanhf(" not in built.source
     result = compile_cubin(built.source, main.name, arch)
-    assert result.spill_stores <= (0 if arch == "sm_80" else 96), result.spill_stores
+    assert result.spill_stores <= (0 if arch == "sm_80" else 104), result.spill_stores

@@ -244,11 +244,12 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     if wgmma_refused is None:
         from ..targets.sm90.loop_dag_schedule import dag_wgmma
 
-        adds = sum(isinstance(s, ld.AddTile) for g in gemms if g.epilogue is not None
-                   for s in g.epilogue.statements)
+        adds = [s.param for g in gemms if g.epilogue is not None
+                for s in g.epilogue.statements if isinstance(s, ld.AddTile)]
         wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
-                          frozenset(p.name for p in params if p.kv), shape, adds, vectors,
-                          bounds.skips, gqa=gqa, ordered=deterministic is not None)
+                          frozenset(p.name for p in params if p.kv), shape, len(adds), vectors,
+                          bounds.skips, gqa=gqa, ordered=deterministic is not None,
+                          add_to=adds[0] if len(adds) == 1 else None)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")

@@ -175,6 +175,22 @@ class DagWgmma:
     add_offset: int | None = None
     add_row_bytes: int = 0
     adds: Choice = Choice("f32 atomics", "the default")
+    # the tensor reduce-add instead of the rows' (add_offset set, add_row_bytes 0): each
+    # consumer warpgroup stages its [kBlock, n_warp] share as boxes of [kBlock][32] f32 (the
+    # 128-byte swizzle, 1024-byte aligned) and one of its threads adds them through this map of
+    # the `out accumulate` tensor (rank 4, f32; rows past the loop's end clipped by the copy
+    # engine); None: the rows' bulk adds or the atomics
+    add_map: LoopTensorMap | None = None
+    # with add_map: the tensor reduce-adds issued by a warp of the producer warpgroup (warp 2,
+    # FlashAttention-3's), the consumers handing it their staged shares through named barriers
+    # (and, in deterministic mode, it waits on the semaphores), else by a thread of each
+    # consumer warpgroup
+    add_warp: bool = False
+
+    @property
+    def tensor_maps(self) -> tuple[LoopTensorMap, ...]:
+        """The kernel's second parameter: the loads' maps, then the adds' (if any)."""
+        return self.maps + ((self.add_map,) if self.add_map is not None else ())
 
     @property
     def threads(self) -> int:
@@ -256,9 +272,14 @@ class LoopDagPlan:
 
     @property
     def adders(self) -> int:
-        """The warps that add a share of the loop-row tile (disjoint elements): one semaphore
-        each per (batch, query head, block)."""
-        return 4 * self.wgmma.consumers if self.wgmma is not None else self.warps
+        """The warps (the warpgroups, where the tensor reduce-add adds a warpgroup's share at
+        once; the one add warp of DagWgmma.add_warp) that add a share of the loop-row tile
+        (disjoint elements): one semaphore each per (batch, query head, block)."""
+        if self.wgmma is None:
+            return self.warps
+        if self.wgmma.add_warp:
+            return 1
+        return self.wgmma.consumers * (1 if self.wgmma.add_map is not None else 4)
 
     def order_words(self, values) -> int:
         """The semaphores' int32 words for one launch's params-struct sizes `values`."""

@@ -584,6 +584,11 @@ class WgmmaLoop:
         return 128 * (1 + self.consumers)
 
     @property
+    def tensor_maps(self) -> tuple[LoopTensorMap, ...]:
+        """The kernel's second parameter (as the DAG loop's DagWgmma.tensor_maps)."""
+        return self.maps
+
+    @property
     def rows_reversed(self) -> bool:
         return self.tile_order.value == LONGEST_FIRST
 

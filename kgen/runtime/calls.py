@@ -277,7 +277,7 @@ def _program_maps(plan) -> tuple:
     """A tile program's tensor maps: those of the sm_90a loop skeleton (plan.wgmma), else
     none."""
     wgmma = getattr(plan, "wgmma", None)
-    return wgmma.maps if wgmma is not None else ()
+    return wgmma.tensor_maps if wgmma is not None else ()
 
 
 class CallPath:

@@ -399,15 +399,15 @@ class CompiledProgram:
 
 
 def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, int]) -> bytes:
-    """The sm_90a skeleton's tensor maps (plan.wgmma.maps, the kernel's second parameter) for
-    one launch's params-struct members `values` and sizes: per operand a rank-4 map (columns,
-    rows, heads, batches) in boxes of [box_rows][64] of one (head, batch), the 128-byte
-    swizzle, zeros past the rows. A head or batch stride of 0 (one operand shared) is mapped
+    """The sm_90a skeleton's tensor maps (plan.wgmma.tensor_maps, the kernel's second
+    parameter) for one launch's params-struct members `values` and sizes: per operand a rank-4
+    map (columns, rows, heads, batches) in boxes of [box_rows][128 bytes] (64 16-bit columns,
+    32 f32 ones) of one (head, batch), the 128-byte swizzle, zeros past the rows. A head or batch stride of 0 (one operand shared) is mapped
     with extent 1 (the kernel then reads index 0); an empty operand stays zeros (never read)."""
     from . import tma
 
     out = b""
-    for m in plan.wgmma.maps:
+    for m in plan.wgmma.tensor_maps:
         p = plan.param(m.param)
         rows_dim, cols = p.shape  # cols: a size (a tensor the body reads at (row, col))
         rows = int(sizes[rows_dim]) if isinstance(rows_dim, str) else int(rows_dim)
@@ -426,5 +426,6 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
         if min(dims) == 0 or address == 0:
             out += bytes(tma.MAP_BYTES)
             continue
-        out += tma.encode_tiled(p.dtype, address, dims, pitches, [64, m.box_rows, 1, 1], "L2_256B")
+        out += tma.encode_tiled(p.dtype, address, dims, pitches,
+                                [128 // nbytes, m.box_rows, 1, 1], "L2_256B")
     return out

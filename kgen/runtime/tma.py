@@ -19,7 +19,7 @@ MAP_BYTES = 128  # sizeof(CUtensorMap)
 
 def encode_tiled(dtype: DType, address: int, dims: list[int], pitches: list[int],
                  box: list[int], promotion: str) -> bytes:
-    """cuTensorMapEncodeTiled of 16-bit values: `dims` innermost first, `pitches` in bytes
+    """cuTensorMapEncodeTiled of `dtype` values: `dims` innermost first, `pitches` in bytes
     (one fewer), in boxes of `box` with the 128-byte swizzle."""
     from cuda.bindings import driver as cu
 

@@ -27,8 +27,53 @@ from __future__ import annotations
 # What is left (timing-only ablations of the rulebook's build in the second run, wrong results
 # on purpose): without dQ's bulk reduce-adds 552 at D 128 (1.31x), 401 at D 64 (1.30x);
 # without the consumers' barrier 1.04x / 1.03x; without the exponentials 1.06x / 1.09x. dQ's
-# adds (a bulk add per staged row: 64 per warpgroup per block) are the largest item: one
-# tensor reduce-add per warpgroup and block, or a dedicated warp issuing them, is next.
+# adds (a bulk add per staged row: 64 per warpgroup per block) were the largest item; the
+# tensor reduce-adds below replaced them.
+#
+# dQ's adds (loop_dag_schedule.ADD_MODES; plan option with_adds). Measured on an H200
+# (2026-11-29, bench/attention_bwd.py --variants base base+tensor base+rows, bf16, 16k tokens,
+# 16 heads, TFLOP/s of the main kernel; all three matched the rulebook's build within 2e-7):
+# the add warp / a thread of each warpgroup / a bulk add per staged row (the rulebook before) /
+# cuDNN's backward:
+#   D 128 S 4096:          527 / 507 / 421 / 572     causal 489 / 459 / 400 / 488
+#   D 128 S 16384:         517 / 499 / 435 / 540     causal 510 / 489 / 438 / 532
+#   D 64 S 4096:           388 / 373 / 309 / 451     causal 362 / 344 / 289 / 370
+#   D 64 S 16384:          403 / 389 / 321 / 449     causal 409 / 386 / 317 / 453
+# The add warp 1.16-1.29x the rows' (geomean 1.23x), 1.03-1.07x the per-warpgroup issue;
+# 0.93x cuDNN geomean over these eight (0.86x at worst, D 64 S 4096), the rows' 0.76x.
+# tests/gpu/test_attention_bwd_gpu.py, _gqa_gpu.py (GQA, deterministic bits), _grad_gpu.py,
+# the nvcc launcher's: 174 passed; compute-sanitizer racecheck 0 hazards (D 64 and 128; D 128
+# GQA deterministic), memcheck no device error (bench/attention_bwd.py --once).
+#
+# The copy engine's tensor reduce-add of each consumer warpgroup's [block, N / 2] share, staged
+# as boxes of [block][32] f32 in the 128-byte swizzle (a warp's fragment writes meet 2-way bank
+# conflicts at most). Issued by a thread of each warpgroup (the plan option "tensor"): after a
+# warpgroup barrier (named barrier 2 + warpgroup); it waits for the previous block's adds to
+# have read the staging before the consumers' barrier of the loop-row gemm (a block later).
+# Rows past the loop's end are clipped by the copy engine (the staging needs no zeros).
+DAG_WGMMA_TENSOR_ADD = True
+DAG_WGMMA_ADD_BOX_COLS = 32  # f32 columns of a box: 128 bytes, the swizzle's row
+DAG_WGMMA_TENSOR_ADD_WHY = (
+    "a warpgroup's share of the tile added at once by the copy engine (cp.reduce.async.bulk"
+    ".tensor through the tensor's map; 1-2 operations a warpgroup and block instead of a bulk "
+    "add per staged row, 64): measured on an H200 1.11-1.22x the rows' speed (D 64 and 128, "
+    "S 4096 and 16384)")
+# FlashAttention-3's way: the tensor reduce-adds issued by a warp of the producer warpgroup
+# (warp 2), the consumers arriving on a named barrier once their shares are staged (no wait)
+# and syncing on another, with the add warp, where they already synced (the loop-row gemm's
+# barrier): the staging is free again. In deterministic mode the add warp waits on the
+# semaphores, the consumers not at all (one semaphore per block: the CTA's whole tile).
+DAG_WGMMA_ADD_WARP = True
+DAG_WGMMA_ADD_WARP_WHY = (
+    "the consumers hand their staged shares to the producer warpgroup's add warp, which adds "
+    "them by the copy engine's tensor reduce-adds (1-2 a warpgroup and block, not a bulk add "
+    "per row) while they go on; its barrier replaces the loop-row gemm's (FlashAttention-3's "
+    "dQ warp); in deterministic mode it alone waits on the semaphores; measured on an H200 "
+    "1.16-1.29x the bulk adds per row (geomean 1.23x; D 64 and 128, S 4096 and 16384, causal "
+    "and not), 1.03-1.07x the tensor adds issued by each warpgroup")
+DAG_WGMMA_ROWS_ORDERED_WHY = (
+    "deterministic mode's semaphores order each warp's rows (a bulk add per staged row); the "
+    "tensor reduce-add per warpgroup is not built with them (the add warp's is)")
 DAG_WGMMA_ISSUE_AHEAD = True
 # up to this N: at N 128 both score tiles in flight beside the two accumulators spill
 # (NVRTC 13.5: 8-52 B) and measured no faster (424 against 422, causal 399 against 404)

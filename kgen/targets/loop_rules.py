@@ -644,8 +644,8 @@ def dag_wgmma_smem_bytes(shape: DagShape, bulk_add: bool = False) -> tuple[int, 
 # the main kernel, atomics / bulk adds): D 128 277 / 361, causal 212 / 263; D 64 227 / 263,
 # causal 153 / 172. tests/gpu/test_attention_bwd_gpu.py passed both ways (ragged S and T, every
 # mask, D 64/128, bf16/f16) and compute-sanitizer racecheck and memcheck were clean on the bulk
-# build, so the rulebook takes the bulk adds; the atomics stay a plan option
-# (loop_dag_schedule.with_bulk_add(plan, False)).
+# build, so the rulebook took the bulk adds over the atomics (both plan options now,
+# loop_dag_schedule.with_adds; kgen/targets/dag_wgmma_rules.py's tensor reduce-adds replaced them).
 DAG_WGMMA_BULK_ADD = True
 DAG_WGMMA_BULK_ADD_WHY = (
     "f32 atomics (red.global.add.f32 from registers; the plan option)" if not DAG_WGMMA_BULK_ADD

@@ -44,22 +44,24 @@ def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
 _LOADED: dict = {}
 
 
-def load(d, mask, dtype="bf16", arch="sm_80", tile=None, bulk=None, schedule=()):
-    """`bulk` True / False: the sm_90a wgmma skeleton with dQ added by the copy engine's bulk
-    reduce-add / by f32 atomics (the plan option); None: as the rulebook takes it (bulk).
+def load(d, mask, dtype="bf16", arch="sm_80", tile=None, adds=None, schedule=()):
+    """`adds` "warp" / "tensor" / "rows" / "atomics": the sm_90a wgmma skeleton with dQ added by
+    the copy engine's tensor reduce-add from the producer's add warp / from a thread of each
+    warpgroup / its bulk reduce-add per staged row / f32 atomics (the plan option
+    loop_dag_schedule.with_adds); None: as the rulebook takes it (the add warp).
     `schedule`: (name, value) pairs of loop_dag_schedule.with_schedule's plan options."""
-    key = (d, mask, dtype, arch, tile, bulk, schedule)
+    key = (d, mask, dtype, arch, tile, adds, schedule)
     if key not in _LOADED:
         module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
         assert verify(module) == []
         built = build_verified(module.kernels[0], ir.Arch(arch))
-        if bulk is not None:
+        if adds is not None:
             import dataclasses
 
             from kgen.targets.sm90.loop_dag import emit
-            from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+            from kgen.targets.sm90.loop_dag_schedule import with_adds
 
-            plan = with_bulk_add(built.plan, bulk)
+            plan = with_adds(built.plan, adds)
             built = dataclasses.replace(built, plan=plan, source=emit(
                 plan, source_name="bwd.kg", source_hash="0", command="test"))
         if schedule:
@@ -118,10 +120,10 @@ def close(out, ref, tol, what):
         assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
-def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, bulk=None,
+def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, adds=None,
              schedule=()):
     torch = _torch()
-    kernel = load(d, mask, dtype, arch, tile, bulk, schedule)
+    kernel = load(d, mask, dtype, arch, tile, adds, schedule)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
     q = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
@@ -189,12 +191,17 @@ def test_sm90a_wgmma_f16(d, mask):
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("shape", [(1, 1), (17, 1000), (1000, 17), (4097, 1000), (1000, 4097)],
                          ids=lambda st: f"s{st[0]}-t{st[1]}")
-def test_sm90a_wgmma_with_atomic_adds(d, mask, shape):
-    """The plan option: dQ added by f32 atomics (loop_dag_schedule.with_bulk_add(plan, False))
-    instead of the rulebook's bulk reduce-add (cp.reduce.async.bulk)."""
+@pytest.mark.parametrize("adds", ["tensor", "rows", "atomics"])
+def test_sm90a_wgmma_with_other_adds(d, mask, shape, adds):
+    """The plan options: dQ added by the copy engine's tensor reduce-add from a thread of each
+    warpgroup, by its bulk reduce-add per staged row (cp.reduce.async.bulk) or by f32 atomics
+    (loop_dag_schedule.with_adds) instead of the rulebook's tensor reduce-add from the
+    producer's add warp."""
+    from kgen.targets.sm90.loop_dag_schedule import add_mode
+
     _hopper()
-    assert load(d, mask, arch="sm_90a", bulk=False).plan.wgmma.add_offset is None
-    run_case(d, *shape, mask, arch="sm_90a", bulk=False)
+    assert add_mode(load(d, mask, arch="sm_90a", adds=adds).plan.wgmma) == adds
+    run_case(d, *shape, mask, arch="sm_90a", adds=adds)
 
 
 def test_sm90a_wgmma_other_batches_and_heads():

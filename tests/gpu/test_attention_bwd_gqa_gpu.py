@@ -3,7 +3,8 @@ has the CPU side). The main kernel (examples/attention_bwd.kg with K, V, dK, dV 
 and/or `reductions deterministic`) against float64 torch autograd of a reference attention whose
 K and V are shared by the query heads of a group (dK, dV summed over it): ratios 2:1, 8:1 and
 MQA, ragged S and T, no mask and causal (top-left, bottom-right), on the sm_80 build (mma.sync,
-tile 128x32) and the sm_90a build (the wgmma skeleton; its dQ by bulk reduce-adds or by atomics)
+tile 128x32) and the sm_90a build (the wgmma skeleton; its dQ by tensor reduce-adds from the add
+warp or from each warpgroup, by bulk reduce-adds per row or by atomics)
 on a Hopper GPU. Deterministic: two runs give the same bits. kgen.attention trains with GQA and
 `deterministic=True`."""
 from __future__ import annotations
@@ -46,20 +47,20 @@ def kernel_text(d, mask, arch, gqa: bool, deterministic: bool) -> str:
 _LOADED: dict = {}
 
 
-def load(d, mask, arch="sm_80", gqa=True, deterministic=False, bulk=None):
-    key = (d, mask, arch, gqa, deterministic, bulk)
+def load(d, mask, arch="sm_80", gqa=True, deterministic=False, adds=None):
+    key = (d, mask, arch, gqa, deterministic, adds)
     if key not in _LOADED:
         module = parse(kernel_text(d, mask, arch, gqa, deterministic), "bwd.kg")
         assert verify(module) == []
         built = build_verified(module.kernels[0], ir.Arch(arch))
         assert built.plan.gqa == gqa and (built.plan.deterministic is not None) == deterministic
-        if bulk is not None:
+        if adds is not None:
             import dataclasses
 
             from kgen.targets.sm90.loop_dag import emit
-            from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+            from kgen.targets.sm90.loop_dag_schedule import with_adds
 
-            plan = with_bulk_add(built.plan, bulk)
+            plan = with_adds(built.plan, adds)
             built = dataclasses.replace(built, plan=plan, source=emit(
                 plan, source_name="bwd.kg", source_hash="0", command="test"))
         _LOADED[key] = load_built(built)
@@ -99,10 +100,10 @@ def reference(q, k, v, do, scale, mask):
     return q.grad, k.grad, v.grad, lse, dd
 
 
-def run_case(d, s, t, mask, heads, kv_heads, arch="sm_80", deterministic=False, bulk=None,
+def run_case(d, s, t, mask, heads, kv_heads, arch="sm_80", deterministic=False, adds=None,
              b=2, repeat=1, gqa=True):
     torch = cuda_torch()
-    kernel = load(d, mask, arch, gqa, deterministic, bulk)
+    kernel = load(d, mask, arch, gqa, deterministic, adds)
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d + heads)
     q, do = (torch.randn(b, heads, s, d, device="cuda", generator=gen).bfloat16()
              for _ in range(2))
@@ -152,24 +153,26 @@ def test_gqa_head_dim_64_and_batches(arch):
     run_case(64, 1000, 333, "bottom_right", 3, 1, arch=arch, b=2)
 
 
-def test_gqa_sm90a_atomic_adds():
+@pytest.mark.parametrize("adds", ["tensor", "rows", "atomics"])
+def test_gqa_sm90a_other_adds(adds):
     _hopper()
-    run_case(128, 1000, 4097, "top_left", 8, 2, arch="sm_90a", bulk=False, b=1)
+    run_case(128, 1000, 4097, "top_left", 8, 2, arch="sm_90a", adds=adds, b=1)
 
 
-DET = [("sm_80", None), ("sm_90a", None), ("sm_90a", False)]
+DET = [("sm_80", None), ("sm_90a", None), ("sm_90a", "rows"), ("sm_90a", "atomics")]
 
 
-@pytest.mark.parametrize("arch, bulk", DET, ids=["sm80", "sm90a-bulk", "sm90a-atomics"])
+@pytest.mark.parametrize("arch, adds", DET,
+                         ids=["sm80", "sm90a-warp", "sm90a-rows", "sm90a-atomics"])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
-def test_deterministic_runs_give_the_same_bits(arch, bulk, mask, gqa):
+def test_deterministic_runs_give_the_same_bits(arch, adds, mask, gqa):
     torch = cuda_torch()
     if arch == "sm_90a":
         _hopper()
     heads, kv = (4, 2) if gqa else (3, 3)
     for s, t in ((1000, 4097), (4097, 1000), (17, 1)):
-        runs = run_case(128, s, t, mask, heads, kv, arch=arch, deterministic=True, bulk=bulk,
+        runs = run_case(128, s, t, mask, heads, kv, arch=arch, deterministic=True, adds=adds,
                         b=1, repeat=3, gqa=gqa)
         for other in runs[1:]:
             for a, b, what in zip(runs[0], other, ("dQ", "dK", "dV")):

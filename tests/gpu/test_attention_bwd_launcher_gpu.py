@@ -1,7 +1,9 @@
 """On a GPU: the attention backward's own launcher (the .cu built by nvcc into a shared library,
 called through ctypes with the params struct kgen's runtime packs): dQ, poisoned with NaN, is
 zeroed by the launcher before the main kernel adds into it, call after call; dK and dV equal
-the runtime's bit for bit, dQ to the order of its atomic adds."""
+the runtime's bit for bit, dQ to the order of its atomic adds. The sm_80 build (mma.sync) and,
+on a Hopper GPU, the sm_90a build (the wgmma skeleton: the launcher encodes the copy engine's
+maps, dQ's f32 one for its tensor reduce-adds among them)."""
 from __future__ import annotations
 
 import ctypes
@@ -29,7 +31,8 @@ extern "C" int launch_attention_bwd(const void* params) {
 """
 
 
-def test_the_nvcc_launcher_zeroes_dq_and_matches_the_runtime(tmp_path):
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_nvcc_launcher_zeroes_dq_and_matches_the_runtime(tmp_path, arch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -37,12 +40,24 @@ def test_the_nvcc_launcher_zeroes_dq_and_matches_the_runtime(tmp_path):
         pytest.skip("needs nvcc")
     from tests.gpu.test_attention_bwd_gpu import reference
 
-    built = build_file(PROGRAM)
+    if arch == "sm_90a":
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("sm_90a code runs on compute capability 9.0 only")
+        from kgen import ir
+        from kgen.api import build_verified
+        from kgen.parse import parse
+
+        module = parse(PROGRAM.read_text().replace("    tile 128x32\n", ""), "attention_bwd.kg")
+        built = build_verified(module.kernels[0], ir.Arch.SM90A)
+        assert built.plan.wgmma is not None and built.plan.wgmma.add_map is not None
+    else:
+        built = build_file(PROGRAM)
     (tmp_path / "k.cu").write_text(built.source)
     (tmp_path / "wrap.cu").write_text(WRAPPER)
     major, minor = torch.cuda.get_device_capability()
     library = tmp_path / "libbwd.so"
-    build = subprocess.run(["nvcc", "-std=c++17", f"-arch=sm_{major}{minor}", "-shared",
+    target = "sm_90a" if arch == "sm_90a" else f"sm_{major}{minor}"
+    build = subprocess.run(["nvcc", "-std=c++17", f"-arch={target}", "-shared",
                             "-Xcompiler", "-fPIC", "-o", str(library), str(tmp_path / "wrap.cu")],
                            capture_output=True, text=True, cwd=tmp_path)
     assert build.returncode == 0, build.stderr

@@ -95,12 +95,14 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
                                                         ("dO", 64)]
     offsets = [t.offset for t in w.tiles]
     assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
-    # dQ's adds by the copy engine's bulk reduce-add (measured faster); atomics a plan option
-    # after the tiles: lse and D staged by the producer (2 slots of the block each), then the adds
+    # dQ's adds by the copy engine's tensor reduce-add; the rows' bulk adds and atomics plan
+    # options; after the tiles: lse and D staged by the producer (2 slots of the block each),
+    # then the adds' staging (1024-byte aligned)
     assert w.vectors == ("lse", "D") and w.vector_offset == sum(t.bytes for t in w.tiles)
-    assert w.add_offset == w.vector_offset + 2 * 2 * 4 * plan.block and "bulk" in w.adds.value
+    assert w.add_offset == w.vector_offset + 2 * 2 * 4 * plan.block
+    assert "tensor reduce-add" in w.adds.value and w.add_map is not None
     assert "measured on an H200" in w.adds.why
-    assert w.barrier_offset == w.add_offset + 2 * plan.block * w.add_row_bytes
+    assert w.barrier_offset == w.add_offset + 2 * plan.block * (d // 2) * 4
     assert plan.smem_bytes == w.smem_bytes == w.barrier_offset + 128
     assert plan.smem_bytes <= target(ir.Arch.SM90A).smem_limit
     assert int(plan.registers.value) <= loop_rules.CONSUMER_REGISTERS
@@ -218,22 +220,56 @@ def test_inspect_shows_the_skeleton_chosen_and_why():
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_the_bulk_reduce_add_lays_out_its_staging_and_atomics_are_an_option(d):
-    """dQ's adds by the copy engine (the rulebook's choice): each warpgroup's [64, d / 2] f32
-    staged after the tiles, rows padded by 32 bytes, the mbarriers after it; with_bulk_add
-    takes them to f32 atomics (no staging) and back."""
-    from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+def test_the_add_warp_lays_out_its_staging_and_the_other_adds_are_options(d):
+    """dQ's adds by the copy engine's tensor reduce-add, issued by the producer warpgroup's add
+    warp (the rulebook's choice): each warpgroup's [64, d / 2] f32 staged as boxes of [64][32]
+    after the tiles and the vectors, 1024-byte aligned, the mbarriers after it, dQ's f32 map
+    after the loads' maps; with_adds takes them to the tensor reduce-add by a thread of each
+    warpgroup (the same staging), to a bulk add per staged row (rows padded by 32 bytes), to
+    f32 atomics (no staging) and back."""
+    from kgen.targets.sm90.loop_dag_schedule import add_mode, with_adds
 
     plan = plan_of(variant(d), ir.Arch.SM90A)
     w = plan.wgmma
-    assert w.add_offset is not None and w.adds.value.startswith("bulk")
-    assert w.add_row_bytes == 4 * d // 2 + 32 and w.add_row_bytes % 16 == 0
-    assert w.barrier_offset == w.add_offset + 2 * 64 * w.add_row_bytes
+    assert add_mode(w) == "warp" and w.add_warp and "add warp" in w.adds.value
+    assert w.adds.value.startswith("tensor reduce-add")
+    assert w.add_map == pp.LoopTensorMap("dQ", ir.DType.F32, 64, d // 64, False)
+    assert w.tensor_maps == w.maps + (w.add_map,) and plan.adders == 1
+    assert w.add_offset % 1024 == 0 and w.add_offset >= w.vector_offset + 2 * 2 * 4 * 64
+    assert w.barrier_offset == w.add_offset + 2 * 64 * (d // 2) * 4
     assert plan.smem_bytes == w.barrier_offset + 128 <= target(ir.Arch.SM90A).smem_limit
-    atomics = with_bulk_add(plan, False)
+    tensor = with_adds(plan, "tensor")
+    t = tensor.wgmma
+    assert add_mode(t) == "tensor" and not t.add_warp and tensor.adders == 2
+    assert (t.add_offset, t.add_map, t.barrier_offset) == (w.add_offset, w.add_map,
+                                                           w.barrier_offset)
+    rows = with_adds(tensor, "rows")
+    r = rows.wgmma
+    assert add_mode(r) == "rows" and r.adds.value.startswith("bulk") and r.add_map is None
+    assert r.add_row_bytes == 4 * d // 2 + 32 and r.add_row_bytes % 16 == 0
+    assert r.add_offset == w.vector_offset + 2 * 2 * 4 * 64 and rows.adders == 8
+    assert r.barrier_offset == r.add_offset + 2 * 64 * r.add_row_bytes
+    atomics = with_adds(rows, "atomics")
     assert atomics.wgmma.add_offset is None and atomics.wgmma.adds.value.startswith("f32 atomics")
-    assert atomics.wgmma.barrier_offset == w.add_offset == w.vector_offset + 2 * 2 * 4 * 64
+    assert atomics.wgmma.barrier_offset == r.add_offset
     assert atomics.smem_bytes == atomics.wgmma.barrier_offset + 128
-    back = with_bulk_add(atomics, True)
-    assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset) == (
-        plan.smem_bytes, w.barrier_offset, w.add_offset)
+    back = with_adds(atomics, "warp")
+    assert (back.smem_bytes, back.wgmma.barrier_offset, back.wgmma.add_offset,
+            back.wgmma.add_map, back.wgmma.add_warp) == (
+        plan.smem_bytes, w.barrier_offset, w.add_offset, w.add_map, True)
+
+
+def test_deterministic_adds_are_the_add_warps():
+    """Deterministic mode: the add warp alone waits on the semaphores, one per (batch, head,
+    block); the tensor reduce-add by a thread of each warpgroup is not built with them (refused
+    as an option), the rows' bulk adds are (a semaphore per warp)."""
+    from kgen.targets.sm90.loop_dag_schedule import add_mode, with_adds
+
+    text = variant(128).replace("kernel attention_bwd {\n",
+                                "kernel attention_bwd {\n  reductions deterministic\n")
+    plan = plan_of(text, ir.Arch.SM90A)
+    assert plan.deterministic is not None and add_mode(plan.wgmma) == "warp"
+    assert plan.adders == 1
+    assert with_adds(plan, "rows").adders == 8
+    with pytest.raises(ValueError, match="deterministic"):
+        with_adds(plan, "tensor")

@@ -23,23 +23,25 @@ MASKS = {"none": "exp(scale * acc - lse[col])", "top_left": MASKED,
 
 
 def built(d: int, mask: str, arch: ir.Arch, dtype: str = "bf16", tile: str | None = None,
-          bulk: bool | None = None):
+          adds: str | None = None):
     """The rulebook's configuration (on sm_90a the wgmma skeleton), or the written `tile`;
-    `bulk` True / False: the wgmma skeleton's plan option, dQ by the copy engine's bulk
-    reduce-add / by f32 atomics (None: as the rulebook takes it, bulk adds)."""
+    `adds` "warp" / "tensor" / "rows" / "atomics": the wgmma skeleton's plan option, dQ by the
+    copy engine's tensor reduce-add from the producer's add warp / from a thread of each
+    warpgroup / its bulk reduce-add per staged row / f32 atomics (None: as the rulebook takes
+    it, the add warp)."""
     text = (TEXT.replace("128]", f"{d}]").replace(MASKED, MASKS[mask])
             .replace("bf16[", f"{dtype}[")
             .replace("    tile 128x32\n", f"    tile {tile}\n" if tile else "\n"))
     module = parse(text, "attention_bwd.kg")
     assert verify(module) == []
     b = build_verified(module.kernels[0], arch)
-    if bulk is not None:
+    if adds is not None:
         import dataclasses
 
         from kgen.targets.sm90.loop_dag import emit
-        from kgen.targets.sm90.loop_dag_schedule import with_bulk_add
+        from kgen.targets.sm90.loop_dag_schedule import with_adds
 
-        plan = with_bulk_add(b.plan, bulk)
+        plan = with_adds(b.plan, adds)
         b = dataclasses.replace(b, plan=plan, source=emit(
             plan, source_name="attention_bwd.kg", source_hash="0", command="test"))
     return b
@@ -67,10 +69,11 @@ def test_compiles_without_spills(arch, d, mask, dtype):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_sm90a_atomic_add_option_compiles_without_spills(d, mask, dtype):
+@pytest.mark.parametrize("adds", ["tensor", "rows", "atomics"])
+def test_sm90a_add_options_compile_without_spills(d, mask, dtype, adds):
     from kgen.runtime.nvrtc import compile_cubin
 
-    b = built(d, mask, ir.Arch.SM90A, dtype, bulk=False)
+    b = built(d, mask, ir.Arch.SM90A, dtype, adds=adds)
     result = compile_cubin(b.source, b.plan.name, "sm_90a")
     assert "warning" not in result.log.lower(), result.log
     resources = result.resources()
@@ -95,8 +98,9 @@ def test_sm90a_mma_sync_skeleton_compiles_without_spills(d):
 def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     """The sm_90a build's PTX: wgmma SS (the score gemms, n = the block), RS (the accumulating
     gemms, n = d), SS with both transposed (the loop-row gemm, n = d / 2), the copy engine's
-    rank-4 loads, mbarriers, setmaxnreg, the copy engine's bulk reduce-adds into dQ (the plan
-    option: f32 atomics); no mma.sync."""
+    rank-4 loads, mbarriers, setmaxnreg, the copy engine's tensor reduce-adds into dQ by the add
+    warp (the plan options: by a thread of each warpgroup, its bulk reduce-add per row, f32
+    atomics); no mma.sync."""
     from kgen.runtime.nvrtc import compile_ptx
 
     b = built(d, "top_left", ir.Arch.SM90A)
@@ -110,11 +114,22 @@ def test_sm90a_ptx_holds_the_wgmma_skeleton(d):
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx and "mbarrier.try_wait" in ptx
     assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx  # the producer stages lse and D too
     assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in ptx
-    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in ptx  # dQ's adds
+    # dQ's adds: a tensor reduce-add per box of a warpgroup's share, by the add warp
+    assert "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group" in ptx
+    assert "cp.async.bulk.wait_group.read 0" in ptx and "bar.arrive" in ptx
+    assert "cp.reduce.async.bulk.global" not in ptx
+    tensor = compile_ptx(built(d, "top_left", ir.Arch.SM90A, adds="tensor").source,
+                         b.plan.name, "sm_90a")
+    assert "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group" in tensor
+    assert "bar.arrive" not in tensor
     assert "red.global.add.f32" not in ptx and "atom.global.add.f32" not in ptx
     assert "mma.sync" not in ptx
-    atomics = compile_ptx(built(d, "top_left", ir.Arch.SM90A, bulk=False).source, b.plan.name,
-                          "sm_90a")
+    rows = compile_ptx(built(d, "top_left", ir.Arch.SM90A, adds="rows").source, b.plan.name,
+                       "sm_90a")
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in rows
+    assert "cp.reduce.async.bulk.tensor" not in rows
+    atomics = compile_ptx(built(d, "top_left", ir.Arch.SM90A, adds="atomics").source,
+                          b.plan.name, "sm_90a")
     assert "red.global.add.f32" in atomics or "atom.global.add.f32" in atomics
     assert "cp.reduce.async.bulk" not in atomics
 
@@ -132,8 +147,18 @@ def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
     launcher = first[first.index("cudaError_t attention_bwd_launch"):]
     assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
     assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p, maps)" in launcher
-    assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in first
-    atomics = built(128, "top_left", ir.Arch.SM90A, bulk=False).source
+    assert "unsigned long long dQ[16];  // dQ (f32, the adds)" in first
+    assert "else if (tid / 32 == kAddWarp) {" in first
+    assert "named_barrier_arrive(kAddStaged, kAddThreads);" in first
+    assert "tma_reduce_add_4d(maps.dQ, stage + (c * kAddBoxes + box) * kAddBoxBytes" in first
+    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in first and "box[4] = {32, 64, 1, 1}" in first
+    tensor = built(128, "top_left", ir.Arch.SM90A, adds="tensor").source
+    assert "tma_reduce_add_4d(maps.dQ, stage + box * kAddBoxBytes, lr_col0 + box * 32, kv0," in tensor
+    assert "kAddWarp" not in tensor
+    rows = built(128, "top_left", ir.Arch.SM90A, adds="rows").source
+    assert "bulk_reduce_add_f32(g_dQ + static_cast<long long>(kv0 + warp * 16 + lane)" in rows
+    assert "FLOAT32" not in rows
+    atomics = built(128, "top_left", ir.Arch.SM90A, adds="atomics").source
     assert "atomicAdd(g_dQ + row * p.dQ_ld + col" in atomics
 
 

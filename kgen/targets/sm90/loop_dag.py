@@ -44,10 +44,11 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=plan.block,
-        n1=plan.n_acc, o_map=None, tensor_maps=w.maps, tma_dtype=TMA_DTYPE[plan.dtype],
+        n1=plan.n_acc, o_map=None, tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype],
+        tma_dtypes=TMA_DTYPE,
         consumers=w.consumers, consumers_word=["one", "two", "three"][w.consumers - 1],
         pointers=[p for p in plan.params if (p.kind == "vector" and p.name not in plan.vectors) or (
-            p.kind == "tensor" and p.name not in {m.param for m in w.maps})],
+            p.kind == "tensor" and p.name not in {m.param for m in w.tensor_maps})],
         zeroed=[plan.param(name) for name in plan.zeroed],
         body_stores=common_dag.body_stores(plan),
         zero_rows=common_dag.ZERO_ROWS, zero_threads=common_dag.ZERO_THREADS,

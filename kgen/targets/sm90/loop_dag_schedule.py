@@ -19,14 +19,15 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
               shape: loop_rules.DagShape, adds: int,
               vectors: tuple[str, ...] = (), skips: bool = False, *, gqa: bool = False,
-              ordered: bool = False) -> ld.DagWgmma:
+              ordered: bool = False, add_to: str | None = None) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
     (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
     (the vectors staged by the producer, the longest-first order and the fast body are not
     built with it); `ordered`: deterministic adds (tile j waits for tile j - 1 by index: the
-    grid's order, not the longest first)."""
+    grid's order, not the longest first); `add_to`: the tensor the one `+=` store adds into
+    (its tensor map, where the rulebook takes the tensor reduce-add)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -38,24 +39,24 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             tiles[group].append(tile)
             offset += tile.bytes
     bulk = loop_rules.DAG_WGMMA_BULK_ADD and adds == 1
-    tiles_bytes, smem = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
+    tiles_bytes, _ = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
     assert offset == tiles_bytes
-    row_bytes = loop_rules.dag_wgmma_add_row_bytes(shape)
-    stage_bytes = config.tile_m // loop_rules.WGMMA_ROWS * config.block * row_bytes
-    if bulk:
-        add = dict(add_offset=offset, add_row_bytes=row_bytes, adds=pp.Choice(
-            _bulk_value(config.block, (row_bytes - loop_rules.DAG_WGMMA_ADD_PAD) // 4),
-            loop_rules.DAG_WGMMA_BULK_ADD_WHY))
+    n_warp = max(shape.loop_row_n, default=0) // (config.tile_m // loop_rules.WGMMA_ROWS)
+    boxed = (bulk and add_to is not None
+             and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
+    if boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
+        mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
+    elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
+        mode, why = TENSOR, schedule_rules.DAG_WGMMA_TENSOR_ADD_WHY
+    elif bulk:
+        mode, why = ROWS, (schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY if ordered
+                           else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
     else:
-        why = ("one add into an `out accumulate` tensor (the staging holds one)" if adds != 1
-               else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
-        add = dict(adds=pp.Choice(ATOMICS, why))
+        mode, why = ATOMIC, ("one add into an `out accumulate` tensor (the staging holds one)"
+                             if adds != 1 else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
     stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa
     vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
                     if stage_vectors else 0)
-    if bulk:
-        add["add_offset"] += vector_bytes
-    barriers = offset + vector_bytes + (stage_bytes if bulk else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
@@ -67,11 +68,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     producer_registers, consumer_registers = (
         schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
         (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
-    return ld.DagWgmma(
+    w = ld.DagWgmma(
         consumers=consumers, producer_registers=producer_registers,
         consumer_registers=consumer_registers, resident=tuple(tiles[0]),
-        streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=barriers,
-        smem_bytes=smem, maps=maps,
+        streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=0, smem_bytes=0,
+        maps=maps,
         roles=_roles(consumers, producer_registers, consumer_registers),
         mma=pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
@@ -97,43 +98,89 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered,
                _NOT_LPT_WHY if gqa or ordered else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
-        vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
+        vectors=vectors, vector_offset=offset if stage_vectors else None)
+    return _place_adds(w, mode, why, config.block, n_warp, add_to)
 
 
-def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
-    """The plan with its loop-row tile's adds by the copy engine's bulk reduce-add (`bulk`:
-    the staging laid out after the tiles, the mbarriers after it) or by f32 atomics from
-    registers: a plan option for the bench and the tests (loop_rules.DAG_WGMMA_BULK_ADD says
-    which the rulebook picks, and why); everything else as the rulebook chose it."""
+# How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
+ATOMIC, ROWS, TENSOR, WARP = "atomics", "rows", "tensor", "warp"
+ADD_MODES = (ATOMIC, ROWS, TENSOR, WARP)
+
+
+def add_mode(w: ld.DagWgmma) -> str:
+    """The plan's way of adding (ADD_MODES)."""
+    if w.add_offset is None:
+        return ATOMIC
+    return (WARP if w.add_warp else TENSOR) if w.add_map is not None else ROWS
+
+
+def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
+                add_to: str | None) -> ld.DagWgmma:
+    """`w` with its adds done `mode` (ADD_MODES) and laid out after its tiles and the staged
+    vectors: ROWS' staging of kBlock rows of n_warp f32 and a pad per consumer warpgroup;
+    TENSOR's (and WARP's) boxes of [kBlock][32] f32 per warpgroup, 1024-byte aligned (the
+    128-byte swizzle's pattern), with the map of `add_to`; then the mbarriers (rounded to 128
+    bytes)."""
+    end = max(t.offset + t.bytes for t in w.tiles)
+    if w.vector_offset is not None:
+        end = w.vector_offset + schedule_rules.vector_bytes(
+            len(w.vectors), w.streamed[0].slots, block)
+    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False)
+    if mode == ROWS:
+        row_bytes = 4 * n_warp + loop_rules.DAG_WGMMA_ADD_PAD
+        stage = w.consumers * block * row_bytes
+        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False)
+        value = (f"bulk reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
+                 "shared memory, a row per add")
+    elif mode in (TENSOR, WARP):
+        assert add_to is not None and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0
+        boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
+        stage = w.consumers * block * n_warp * 4
+        fields = dict(add_offset=-(-end // 1024) * 1024, add_row_bytes=0,
+                      add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
+                      add_warp=mode == WARP)
+        by = ("the producer warpgroup's add warp (warp 2), handed the shares through named "
+              "barriers" if mode == WARP else "one thread of the warpgroup")
+        value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
+                 f"shared memory ({boxes} box(es) of [{block}][32], 128-byte swizzle), added by "
+                 f"{by} through {add_to}'s tensor map (cp.reduce.async.bulk.tensor)")
+    else:
+        value = "f32 atomics (red.global.add.f32) from registers"
+    barrier_offset = end if fields["add_offset"] is None else fields["add_offset"] + stage
+    barriers = -(-8 * (1 + 2 * w.streamed[0].slots * len(w.streamed)) // 128) * 128
+    return dataclasses.replace(w, barrier_offset=barrier_offset,
+                               smem_bytes=barrier_offset + barriers,
+                               adds=pp.Choice(value, why), **fields)
+
+
+def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
+    """The plan with its loop-row tile's adds done `mode` (ADD_MODES: f32 atomics from
+    registers, the copy engine's bulk reduce-add per staged row, or its tensor reduce-add of
+    each warpgroup's staged share issued by a thread of the warpgroup or by the producer's add
+    warp): a plan option for the bench and the tests (the rulebook's choice and why:
+    dag_wgmma_rules.DAG_WGMMA_ADD_WARP, DAG_WGMMA_TENSOR_ADD, loop_rules.DAG_WGMMA_BULK_ADD);
+    everything else as the rulebook chose it. The tensor reduce-add by a thread of each
+    warpgroup is not built with deterministic mode (the add warp's and the rows' are)."""
     w = plan.wgmma
-    assert w is not None, "the sm_90a wgmma skeleton's plan"
-    if bulk == (w.add_offset is not None):
+    assert w is not None and mode in ADD_MODES, "the sm_90a wgmma skeleton's plan; a mode"
+    if mode == add_mode(w):
         return plan
-    barriers = plan.smem_bytes - w.barrier_offset  # the mbarriers' rounded bytes
-    if not bulk:
-        wgmma = dataclasses.replace(
-            w, add_offset=None, add_row_bytes=0, barrier_offset=w.add_offset,
-            smem_bytes=w.add_offset + barriers, adds=pp.Choice(
-                ATOMICS, "the plan option with_bulk_add (the bench's and the tests' variant)"))
-        return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
-    (g,) = [g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW]
-    assert sum(isinstance(s, ld.AddTile) for s in g.epilogue.statements) == 1, "one add"
-    row_bytes = 4 * g.n_warp + loop_rules.DAG_WGMMA_ADD_PAD
-    stage = w.consumers * plan.block * row_bytes
-    wgmma = dataclasses.replace(
-        w, add_offset=w.barrier_offset, add_row_bytes=row_bytes,
-        barrier_offset=w.barrier_offset + stage, smem_bytes=w.barrier_offset + stage + barriers,
-        adds=pp.Choice(_bulk_value(plan.block, g.n_warp),
-                       "the plan option with_bulk_add (the bench's and the tests' variant)"))
+    if mode == TENSOR and plan.deterministic is not None:
+        raise ValueError("with_adds: the tensor reduce-add is not built with deterministic "
+                         "adds (" + schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY + ")")
+    n_warp, add_to = _the_add(plan)
+    assert add_to is not None or mode == ATOMIC, "one add"
+    wgmma = _place_adds(w, mode, "the plan option with_adds (the bench's and the tests' "
+                        "variant)", plan.block, n_warp, add_to)
     return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
 
 
-ATOMICS = "f32 atomics (red.global.add.f32) from registers"
-
-
-def _bulk_value(block: int, cols: int) -> str:
-    return (f"bulk reduce-add: [{block}, {cols}] f32 per consumer warpgroup staged in shared "
-            "memory, a row per add")
+def _the_add(plan: ld.LoopDagPlan) -> tuple[int, str | None]:
+    """(the loop-row gemm's columns per warpgroup, the tensor its one `+=` adds into), or
+    (0, None) where the loop has not exactly one."""
+    adds = [(g, s) for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW
+            for s in g.epilogue.statements if isinstance(s, ld.AddTile)]
+    return (adds[0][0].n_warp, adds[0][1].param) if len(adds) == 1 else (0, None)
 
 
 def _roles(consumers: int, producer: int, consumer: int) -> pp.Choice:
@@ -166,14 +213,15 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   wait_accumulating: bool | None = None,
                   stage_vectors: bool | None = None,
                   defer_accumulating: bool | None = None,
-                  lpt: bool | None = None, fast_body: bool | None = None) -> ld.LoopDagPlan:
+                  lpt: bool | None = None, fast_body: bool | None = None,
+                  adds: str | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
     accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
     loop-row gemm issued after it, `lpt` the longest tiles of rows first, `fast_body` a second
     body without bounds checks for the blocks inside the mask, `stage_vectors` the
-    vectors read at `col` staged by the producer (else loaded by the consumers): plan options
-    for the bench and the tests."""
+    vectors read at `col` staged by the producer (else loaded by the consumers), `adds` the
+    loop-row tile's adds done so (with_adds): plan options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if plan.gqa and (lpt or fast_body or stage_vectors) or plan.deterministic and lpt:
@@ -195,18 +243,16 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
             and w.vectors:
         # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
-        at = w.staged[-1].offset + w.staged[-1].bytes if w.staged else w.barrier_offset
-        shift = schedule_rules.vector_bytes(len(w.vectors), plan.stages, plan.block) * (
-            1 if stage_vectors else -1)
+        at = max(t.offset + t.bytes for t in w.tiles)
         regs = (schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
                 (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
         w = dataclasses.replace(
             w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
-            consumer_registers=regs[1], roles=_roles(w.consumers, *regs),
-            add_offset=None if w.add_offset is None else w.add_offset + shift,
-            barrier_offset=w.barrier_offset + shift, smem_bytes=w.smem_bytes + shift)
-    return dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
+            consumer_registers=regs[1], roles=_roles(w.consumers, *regs))
+        w = _place_adds(w, add_mode(w), w.adds.why, plan.block, *_the_add(plan))
+    plan = dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
                                vectors=w.vectors if w.vector_offset is not None else ())
+    return plan if adds is None else with_adds(plan, adds)
 
 
 def _overlap_value(ahead: bool, wait: bool, defer: bool) -> str:

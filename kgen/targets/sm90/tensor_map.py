@@ -8,6 +8,8 @@ from ...enums import DType
 STAGING_BOX = 64  # the copy engine's box: 64 rows x 64 columns (128 bytes of 16-bit values)
 TMA_DTYPE = {DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
              DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+             # f32: the DAG loop's tensor reduce-add into an `out accumulate` tensor (dQ)
+             DType.F32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
              # the copy engine moves FP8 operands as bytes (it has no FP8 element type)
              DType.F8E4M3: "CU_TENSOR_MAP_DATA_TYPE_UINT8",
              DType.F8E5M2: "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
