@@ -248,7 +248,9 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                    for s in g.epilogue.statements)
         wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
                           frozenset(p.name for p in params if p.kv), shape, adds, vectors,
-                          bounds.skips, gqa=gqa, ordered=deterministic is not None)
+                          bounds.skips, gqa=gqa, ordered=deterministic is not None,
+                          body=body_section, gemms=tuple(gemms), params=params,
+                          smem_limit=tgt.smem_limit)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...enums import DType
+from ...plan import epilogue as dag
 from ...plan import loop_dag as ld
 from ...plan import program as pp
 from .. import dag_wgmma_rules as schedule_rules
@@ -19,14 +20,19 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
               shape: loop_rules.DagShape, adds: int,
               vectors: tuple[str, ...] = (), skips: bool = False, *, gqa: bool = False,
-              ordered: bool = False) -> ld.DagWgmma:
+              ordered: bool = False, body: pp.Section | None = None,
+              gemms: tuple[ld.DagGemm, ...] = (), params: tuple[pp.ProgramParam, ...] = (),
+              smem_limit: int = 0) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
     (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
     (the vectors staged by the producer, the longest-first order and the fast body are not
     built with it); `ordered`: deterministic adds (tile j waits for tile j - 1 by index: the
-    grid's order, not the longest first)."""
+    grid's order, not the longest first); `body`, `gemms`, `params`: the loop's body, gemms
+    and the kernel's params (a tensor the body reads at (row, col) staged, a score gemm's
+    tile store of the staged value stored from it: dag_wgmma_rules), `smem_limit` the
+    target's shared memory (how many slots the staged tensor's ring takes)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -58,6 +64,25 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     barriers = offset + vector_bytes + (stage_bytes if bulk else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
+    words = 1 + 2 * config.stages * len(streamed)  # the mbarriers
+    staging = _bias(body, gemms, params, dtype, config, offset, barriers, smem_limit, words,
+                    gqa)
+    if staging["bias"] is not None:  # its ring after the tiles: what follows moves up
+        bias = staging["bias"]
+        shift = bias.bytes
+        vector_offset = offset + shift
+        barriers += shift
+        if bulk:
+            add["add_offset"] += shift
+        words += 2 * bias.slots
+        smem = barriers + -(-8 * words // 128) * 128
+        maps += (pp.LoopTensorMap(bias.param, dtype, bias.rows, bias.boxes, False),)
+    else:
+        vector_offset = offset
+    store = _staged_store(body, tiles[2], params, dtype, gqa)
+    if store["store_param"] is not None:
+        (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
+        maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
     ahead = (schedule_rules.DAG_WGMMA_ISSUE_AHEAD
@@ -97,7 +122,103 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered,
                _NOT_LPT_WHY if gqa or ordered else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
-        vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
+        vectors=vectors, vector_offset=vector_offset if stage_vectors else None, **add,
+        **staging, **store)
+
+
+def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
+          words: int, gqa: bool) -> dict:
+    """The staged tensor read at (row, col) (kgen/targets/dag_wgmma_rules.py: the bias): its
+    ring at `offset` (after the tiles) of the most slots that fit `limit` beside the `used`
+    bytes and `words` mbarriers, the score gemm whose epilogue reads it, and why (or none)."""
+    none = dict(bias=None, bias_gemm=None)
+    reads = _tile_reads(body, gemms)
+    if not reads:
+        return dict(none, staging=pp.Choice("none", "the body reads no tensor at (row, col)"))
+    (name, gemm), others = reads[0], reads[1:]
+    p = next(q for q in params if q.name == name)
+    tail = "".join(f"; {q} read per element from global memory" for q, _ in others)
+    boxes = config.block // BOX_COLS
+    slot = config.tile_m * 128 * boxes
+    fits = [n for n in schedule_rules.DAG_WGMMA_BIAS_SLOTS
+            if used + n * slot + -(-8 * (words + 2 * n) // 128) * 128 <= limit]
+    refused = (
+        "the rulebook reads it per element (DAG_WGMMA_STAGE_BIAS)"
+        if not schedule_rules.DAG_WGMMA_STAGE_BIAS else
+        "GQA's visits walk the query heads (not built with them)" if gqa else
+        f"{name} is {p.dtype.dsl_name}, the operands {dtype.dsl_name}: one copy-engine type"
+        if p.dtype is not dtype else
+        f"the block of {config.block} is not a multiple of the copy engine's {BOX_COLS}-column "
+        "boxes" if config.block % BOX_COLS else
+        f"a [{config.tile_m}, {config.block}] slot does not fit the shared memory ({limit} B)"
+        if not fits else None)
+    if refused is not None:
+        return dict(none, staging=pp.Choice(f"{name} read per element from global memory",
+                                            f"not staged: {refused}" + tail))
+    tile = pp.WgmmaTile("t_smem", name, config.tile_m, boxes, fits[0], offset)
+    return dict(bias=tile, bias_gemm=gemm, staging=pp.Choice(
+        f"{name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine, a ring "
+        f"of {tile.slots} slot(s)", schedule_rules.DAG_WGMMA_STAGE_BIAS_WHY
+        + ("" if tile.slots == schedule_rules.DAG_WGMMA_BIAS_SLOTS[0] else
+           f" (one slot: {schedule_rules.DAG_WGMMA_BIAS_SLOTS[0]} do not fit {limit} B)")
+        + tail))
+
+
+def _tile_reads(body, gemms) -> list[tuple[str, int]]:
+    """(the tensors the body reads at (row, col), the index of the score gemm whose epilogue
+    reads each first), in order of first reading; a tensor read after another gemm's step too
+    is left out (its share is taken once, after that gemm)."""
+    if body is None:
+        return []
+    found: dict[str, int] = {}
+    late: set[str] = set()
+    gemm = None
+    for stmt in body.statements:
+        if isinstance(stmt, ld.DagStep):
+            gemm = stmt.gemm
+            continue
+        if not isinstance(stmt, pp.Compute):
+            continue
+        for v in stmt.values:
+            kind = body.values[v].kind
+            args = (kind.args if isinstance(kind, dag.Apply) else
+                    (kind.arg,) if isinstance(kind, dag.Cast) else ())
+            for a in args:
+                load = body.values[a].kind
+                if not isinstance(load, dag.TensorLoad):
+                    continue
+                if gemm is None or gemm.kind is not ld.GemmKind.SCORE:
+                    late.add(load.param)
+                elif found.setdefault(load.param, gemm.index) != gemm.index:
+                    late.add(load.param)
+    return [(name, g) for name, g in found.items() if name not in late]
+
+
+def _staged_store(body, staged, params, dtype: DType, gqa: bool) -> dict:
+    """A score gemm's tile store of the value a loop-row gemm stages (dag_wgmma_rules:
+    DAG_WGMMA_STORE_STAGED), stored from the staged slot by the copy engine, or none."""
+    none = dict(store_param=None, store_tile=None)
+    if body is None:
+        return dict(none)
+    stages = {s.value: s.tile for s in body.statements if isinstance(s, ld.StageTile)}
+    for s in body.statements:
+        if not isinstance(s, pp.StoreTile):
+            continue
+        p = next(q for q in params if q.name == s.param)
+        refused = (
+            "the rulebook stores per element (DAG_WGMMA_STORE_STAGED)"
+            if not schedule_rules.DAG_WGMMA_STORE_STAGED else
+            "GQA's visits walk the query heads (not built with them)" if gqa else
+            "no loop-row gemm stages the stored value" if s.value not in stages else
+            f"{s.param} is {p.dtype.dsl_name}, the staged tile {dtype.dsl_name}"
+            if s.dtype is not dtype or p.dtype is not dtype else None)
+        if refused is not None:
+            return dict(none, tile_store=pp.Choice(
+                f"{s.param} stored per element from registers", refused))
+        return dict(store_param=s.param, store_tile=stages[s.value], tile_store=pp.Choice(
+            f"{s.param} from the staged tile's slot by the copy engine",
+            schedule_rules.DAG_WGMMA_STORE_STAGED_WHY))
+    return dict(none)
 
 
 def with_bulk_add(plan: ld.LoopDagPlan, bulk: bool) -> ld.LoopDagPlan:
@@ -195,7 +316,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
             and w.vectors:
         # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
-        at = w.staged[-1].offset + w.staged[-1].bytes if w.staged else w.barrier_offset
+        last = w.bias or (w.staged[-1] if w.staged else None)
+        at = last.offset + last.bytes if last else w.barrier_offset
         shift = schedule_rules.vector_bytes(len(w.vectors), plan.stages, plan.block) * (
             1 if stage_vectors else -1)
         regs = (schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
