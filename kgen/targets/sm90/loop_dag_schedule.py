@@ -194,6 +194,13 @@ def _tile_reads(body, gemms) -> list[tuple[str, int]]:
     return [(name, g) for name, g in found.items() if name not in late]
 
 
+def staged_store(body, params, dtype: DType, gqa: bool) -> frozenset[str]:
+    """The tile output the skeleton stores from a staged slot (none or one): it also writes
+    its zeros on the blocks a mask skips (the lowering's bounds then skip them)."""
+    found = _staged_store(body, (), params, dtype, gqa)["store_param"]
+    return frozenset((found,)) if found is not None else frozenset()
+
+
 def _staged_store(body, staged, params, dtype: DType, gqa: bool) -> dict:
     """A score gemm's tile store of the value a loop-row gemm stages (dag_wgmma_rules:
     DAG_WGMMA_STORE_STAGED), stored from the staged slot by the copy engine, or none."""
