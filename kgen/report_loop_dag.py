@@ -76,6 +76,9 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
     roles = {**{t.name: f"loop-invariant {t.param}, loaded once" for t in plan.resident},
              **{t.name: f"{t.param}, streamed ({t.slots} slots)" for t in plan.streamed},
              **{t.name: f"tile value {t.param}, staged for a loop-row gemm" for t in plan.staged}}
+    bias = plan.wgmma.bias if plan.wgmma is not None else None
+    if bias is not None:  # the tensor read at (row, col), staged per block
+        roles[bias.name] = f"{bias.param}, read at (row, col), streamed ({bias.slots} slot(s))"
     return {
         "name": plan.name, "arch": plan.arch.value, "kind": plan.kind,
         "threads": plan.threads, "smem_bytes": plan.smem_bytes,
@@ -146,7 +149,8 @@ def _unions(storage) -> list[dict[str, Any]]:
 def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
     choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
     return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
-            "overlap": choice(w.overlap), "adds": choice(w.adds), "consumers": w.consumers,
+            "overlap": choice(w.overlap), "adds": choice(w.adds), "staging": choice(w.staging),
+            "tile_store": choice(w.tile_store), "consumers": w.consumers,
             "registers": {"producer": w.producer_registers, "consumer": w.consumer_registers},
             "barrier_offset": w.barrier_offset,
             "tensor_maps": [{"param": m.param, "box": [m.box_rows, 128 // m.dtype.nbytes],
@@ -171,7 +175,9 @@ def print_summary(console, s: dict) -> None:
     for what in ("config", "mma", "registers", "min_ctas"):
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("wgmma"):
-        for what in ("roles", "pipeline", "overlap", "adds"):
+        for what in ("roles", "pipeline", "overlap", "adds", "staging", "tile_store"):
+            if what in ("staging", "tile_store") and s["wgmma"][what]["value"] == "none":
+                continue
             console.print(f"{what}: {s['wgmma'][what]['value']} ({s['wgmma'][what]['why']})")
     for what in ("tanh", "division"):
         if s[what]["value"] != "none":

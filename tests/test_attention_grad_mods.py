@@ -262,3 +262,35 @@ def test_softcaps_backward_spells_tanh_and_division_as_the_forward(arch):
     assert "tanh_approx(" in built.source and "tanhf(" not in built.source
     result = compile_cubin(built.source, main.name, arch)
     assert result.spill_stores <= (0 if arch == "sm_80" else 104), result.spill_stores
+
+
+def test_dropout_s_philox_calls_are_one_per_group_of_four():
+    """The loop skeletons pass their fragments' i & 1 and j & 1 as bits 3 of row and col
+    (kgen/targets/common/loop.py: random's reference), the backward's random_t swapped."""
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.attention_grad_mods import Mods
+    from kgen.sequence import build_sequence
+
+    for arch in ("sm_80", "sm_90a"):
+        sig = BackwardSignature("bf16", 64, False, arch, mods=Mods(dropout=True))
+        module = backward_module(sig)
+        source = build_sequence(module, module.sequences[0], arch).source
+        assert "philox_uniform(p.seed, p.offset, batch, head, p.heads, col, row, j & 1, i & 1)" \
+            in source
+
+
+@pytest.mark.slow
+def test_dropout_s_four_elements_share_a_philox_call_in_the_ptx():
+    """NVRTC merges the calls of a group's four elements: the sm_90a backward with dropout at
+    D 128 has 264 mul.hi in its PTX (NVRTC 13.5), 878 with one call per element."""
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.attention_grad_mods import Mods
+    from kgen.runtime.nvrtc import compile_ptx
+    from kgen.sequence import build_sequence
+
+    sig = BackwardSignature("bf16", 128, False, "sm_90a", mods=Mods(dropout=True))
+    module = backward_module(sig)
+    built = build_sequence(module, module.sequences[0], "sm_90a")
+    (main,) = [p for p in built.plans if p.name.endswith("_main")]
+    ptx = compile_ptx(built.source, main.name, "sm_90a")
+    assert ptx.count("mul.hi.u32") <= 400, ptx.count("mul.hi.u32")

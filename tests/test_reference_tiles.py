@@ -345,3 +345,26 @@ def test_random_is_philox_per_batch_head_row_and_col():
     big = np.zeros((1, 1, 64, 4096), np.float32)
     kept = random_uniform(1, 2, 0, 0, 1, np.arange(64), np.arange(4096)) >= 0.1
     assert abs(kept.mean() - 0.9) < 0.01
+
+
+def test_random_takes_one_philox_call_per_group_of_four():
+    """random(seed, offset) at (row, col) is word 2 * (bit 3 of row) + (bit 3 of col) of the
+    Philox call at the counter (col, row) with bits 3 cleared: the group {r, r + 8} x {c, c + 8}
+    is its own transpose (a fragment's thread holds it whole in either orientation)."""
+    from kgen.reference_tiles import MASK32, philox4x32, random_uniform
+
+    seed, offset, batch, head, heads = 2**63 + 11, 2**35 + 6, 1, 2, 3
+    rows, cols = np.arange(40), np.arange(72)
+    u = random_uniform(seed, offset, batch, head, heads, rows, cols)
+    key = (seed & MASK32, (seed >> 32) ^ (offset >> 32))
+    for r in (0, 5, 8, 13, 16, 31, 39):
+        for c in (0, 7, 8, 9, 24, 63, 71):
+            words = philox4x32((c & ~8, r & ~8, batch * heads + head, offset & MASK32), key)
+            word = int(words[2 * ((r >> 3) & 1) + ((c >> 3) & 1)])
+            assert u[r, c] == (word >> 8) * 2.0 ** -24
+    # the four values of a group are a call's four words: distinct, and transposing the
+    # element transposes the group
+    assert len({u[1, 2], u[1, 10], u[9, 2], u[9, 10]}) == 4
+    t = random_uniform(seed, offset, batch, head, heads, cols, rows)
+    assert not np.array_equal(t.T, u)  # the counter's order is (col, row): not symmetric
+    assert len(np.unique(u)) == u.size

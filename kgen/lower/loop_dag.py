@@ -230,11 +230,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         ring = {k: replace(t, offset=at[t.name]) for k, t in ring.items()}
         staged = [replace(t, offset=at[t.name]) for t in staged]
         offset = storage_plan.total_bytes
-    bounds = _bounds(body_section, gemms)
     # the query heads: the streamed operands' (a GQA backward's rows, K, have the KV heads)
     query_heads = kernel.param(g0.b.name).heads
     params, fields = _params(kernel, query_heads)
     gqa = any(p.kv for p in params)
+    zeroed_stores: frozenset[str] = frozenset()
+    if wgmma_refused is None:  # the skeleton writes zeros on the blocks it skips
+        from ..targets.sm90.loop_dag_schedule import staged_store
+
+        zeroed_stores = staged_store(body_section, params, dtype, gqa)
+    bounds = _bounds(body_section, gemms, zeroed_stores)
     if gqa:
         _check_gqa(kernel, body_section, tail.section())
     deterministic = _deterministic(kernel, loop, bounds, gemms)
@@ -249,7 +254,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         wgmma = dag_wgmma(tuple(tiles.values()), tuple(ring.values()), tuple(staged), dtype,
                           frozenset(p.name for p in params if p.kv), shape, len(adds), vectors,
                           bounds.skips, gqa=gqa, ordered=deterministic is not None,
-                          add_to=adds[0] if len(adds) == 1 else None)
+                          add_to=adds[0] if len(adds) == 1 else None, body=body_section,
+                          gemms=tuple(gemms), params=params, smem_limit=tgt.smem_limit)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
@@ -438,7 +444,11 @@ _ZERO = 0.0
 _FINITE = "finite"  # finite, not known when compiling
 
 
-def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
+def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
+            zeroed_stores: frozenset[str] = frozenset()) -> pp.LoopBounds:
+    """The blocks the loop skips; a tile output's store allows none unless the skeleton
+    writes its zeros on the skipped blocks (`zeroed_stores`: outputs whose stored value is a
+    staged one, so 0 there as _zero_on_masked proves)."""
     values = body.values
     masks = [v for v in values if isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.WHERE
              and isinstance(values[v.kind.args[2]].kind, dag.Constant)
@@ -458,7 +468,10 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
             continue
         bounds += [b for b in found[0] if b not in bounds]
         fold += [i for i in found[1] if i not in fold]
-    stores = [s.param for s in body.statements if isinstance(s, pp.StoreTile)]
+    stores = [s.param for s in body.statements if isinstance(s, pp.StoreTile)
+              and s.param not in zeroed_stores]
+    zeroed = [s.param for s in body.statements if isinstance(s, pp.StoreTile)
+              and s.param in zeroed_stores]
     if bounds and stores:  # a skipped block would leave its elements of the output unwritten
         refused.append(f"the loop stores '{stores[0]}' at every element of every block")
         bounds, fold = [], []
@@ -469,6 +482,9 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm]) -> pp.LoopBounds:
     why = (f"blocks whose every element the mask zeroes are skipped ({len(bounds)} bound"
            f"{'s' if len(bounds) > 1 else ''} on col): they add nothing; inside the mask its "
            "predicate is known true")
+    if zeroed:
+        why += (f"; '{zeroed[0]}' (the staged value, 0 there) written as zeros on the skipped "
+                "blocks")
     if refused:
         why += "; not used: " + "; ".join(refused)
     return pp.LoopBounds(tuple(bounds), tuple(fold), why)

@@ -175,6 +175,20 @@ class DagWgmma:
     add_offset: int | None = None
     add_row_bytes: int = 0
     adds: Choice = Choice("f32 atomics", "the default")
+    # a tensor the body reads at (row, col) (the attention backward's bias), staged per block:
+    # its [tile_m, block] tile loaded by the producer's copy engine into a ring of its own
+    # (`bias.slots` slots, a full and an empty mbarrier each, after the streamed tiles'), each
+    # consumer warp taking its share by ldmatrix after the score gemm `bias_gemm` (its index);
+    # None: read per element from global memory. `staging` says which and why
+    bias: WgmmaTile | None = None
+    bias_gemm: int | None = None
+    staging: Choice = Choice("none", "the body reads no tensor at (row, col)")
+    # a score gemm's tile store of the value a loop-row gemm stages (the bias gradient): the
+    # output's name, stored from the staged tile `store_tile`'s slot by the copy engine (its
+    # map among `maps`), else None (stored per element from registers); `tile_store` says why
+    store_param: str | None = None
+    store_tile: str | None = None
+    tile_store: Choice = Choice("none", "no score gemm stores its tile")
     # the tensor reduce-add instead of the rows' (add_offset set, add_row_bytes 0): each
     # consumer warpgroup stages its [kBlock, n_warp] share as boxes of [kBlock][32] f32 (the
     # 128-byte swizzle, 1024-byte aligned) and one of its threads adds them through this map of
@@ -198,7 +212,16 @@ class DagWgmma:
 
     @property
     def tiles(self) -> tuple[WgmmaTile, ...]:
-        return self.resident + self.streamed + self.staged
+        """The shared tiles in storage order: the resident, streamed and staged ones, then the
+        staged bias's ring, if any."""
+        return self.resident + self.streamed + self.staged + (
+            (self.bias,) if self.bias is not None else ())
+
+    @property
+    def loads(self) -> tuple[LoopTensorMap, ...]:
+        """The maps the producer loads through (resident, streamed, the bias's), not a stored
+        output's."""
+        return tuple(m for m in self.maps if m.param != self.store_param)
 
     def tile_of(self, smem_tile: str) -> WgmmaTile:
         """The wgmma tile standing for the mma.sync plan's tile `smem_tile` (same order)."""

@@ -139,3 +139,45 @@ def dag_division(shared: bool, wgmma: bool) -> tuple[str, str]:
     from .loop_rules import loop_division  # (loop_rules imports this module's schedule)
 
     return loop_division(shared)
+
+
+# A tensor the body reads at (row, col) (the additive bias BiasT [keys, queries] of the
+# attention backward): read per element from global memory in the score gemm's epilogue, the
+# bias backward measured 1.60x the plain backward's time (H200, D 128, S 4096, bench/
+# attention_bwd.py --mods). Staged as the forward stages its bias (kgen/targets/sm90/
+# loop_schedule.py `_staging`, loop_rules.py "A tensor the body reads at (row, col)"): the
+# producer's copy engine loads its [tile_m, block] tile per block into a ring of its own after
+# the streamed operands, and each consumer warp takes its share by ldmatrix right after the
+# score gemm it feeds (the forward's load_staged) and releases the slot. Slots: the most of
+# DAG_WGMMA_BIAS_SLOTS that fit the shared memory (D 128: one, the tiles, vectors and dQ's add
+# staging take 197 KiB; a slot is 16 KiB); one slot still overlaps, the consumers release it
+# early in the block.
+# Measured on an H200 (2026-11-29, bf16, D 128, S 4096, batch 4, 16 heads; the backward
+# sequence against the plain one of the same run, 3.459 ms / causal 1.928 ms): the bias 1.03x
+# (1.60x read per element), with its gradient (DAG_WGMMA_STORE_STAGED below) 1.05x (2.58x),
+# causal 1.23x (4.39x: every block ran, each element stored from registers). Checked: tests/gpu/
+# test_attention_grad_mods_gpu.py (the bias and dropout cases at D 64, the bias gradient at
+# D 128: 59 passed), compute-sanitizer racecheck 0 hazards on the causal bias gradient
+# (bench/attention_bwd.py --mods --once --only "bias grad causal"); NVRTC 13.5 spills 0 B (the
+# per-element build 12 B, with the gradient 64 B).
+DAG_WGMMA_STAGE_BIAS = True
+DAG_WGMMA_BIAS_SLOTS = (2, 1)
+DAG_WGMMA_STAGE_BIAS_WHY = (
+    "read at (row, col) by the body: the producer's copy engine loads each block's tile after "
+    "the streamed operands (zeros past the rows and the loop's end, as the body reads there), "
+    "each consumer warp takes its share by ldmatrix after the score gemm it feeds and "
+    "releases the slot, instead of a 2-byte global load per element (the forward's staging)")
+
+# A score gemm's tile store (`dBiasT = dst`, the bias gradient) of the value a loop-row gemm
+# also stages (dS^T, rounded to the operands' type in the 128-byte swizzle): stored from that
+# staged slot by the copy engine (one thread a CTA, cp.async.bulk.tensor stores of the [tile_m,
+# 64] boxes after the consumers' barrier that orders the slot's writes) instead of a 2-byte
+# store per element from registers (the bias gradient measured 2.58x the plain backward's time
+# with those, 1.60x of it the bias's read). The slot is rewritten two blocks later, after the
+# storing thread waited for the copy engine's reads before the next block's barrier.
+DAG_WGMMA_STORE_STAGED = True
+DAG_WGMMA_STORE_STAGED_WHY = (
+    "the stored value is the staged one: the copy engine writes the slot's boxes (one thread a "
+    "CTA, after the consumers' barrier) instead of a 2-byte store per element; rows and columns "
+    "past the tensor are not written")
+

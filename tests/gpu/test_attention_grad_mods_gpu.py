@@ -23,13 +23,30 @@ LENGTHS = [(1, 1), (17, 17), (17, 1000), (1000, 17), (1000, 4097), (4097, 4097)]
 @pytest.mark.parametrize("s, t", LENGTHS, ids=[f"S{s}-T{t}" for s, t in LENGTHS])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_gradients_of_each_mod_match_float64_autograd(case, s, t, arch, monkeypatch):
+    _check(case, s, t, arch, monkeypatch, 64)
+
+
+BIAS_CASES = [c for c in CASES if c.bias_grad]
+
+
+@pytest.mark.parametrize("s, t", [(1000, 1000), (1000, 17), (304, 4097)],
+                         ids=["S1000-T1000", "S1000-T17", "S304-T4097"])
+@pytest.mark.parametrize("case", BIAS_CASES, ids=[c.name for c in BIAS_CASES])
+def test_the_bias_gradient_at_head_dim_128(case, s, t, monkeypatch):
+    """Head dim 128 on the sm_90a skeleton: the staged bias's ring of one slot (two do not fit
+    the shared memory there), dBiasT stored from the staged dS^T slot, and on a causal mask
+    the skipped blocks' zeros."""
+    _check(case, s, t, "device", monkeypatch, 128)
+
+
+def _check(case, s, t, arch, monkeypatch, d):
     torch = cuda_torch()
     import kgen
     from kgen import attention as forward
 
     if arch == "sm_80":  # the mma.sync skeleton, forward and backward
         monkeypatch.setattr(forward, "_arch", lambda device: "sm_80")
-    b, h, d = (1, 2, 64) if max(s, t) < 4097 else (1, 1, 64)
+    b, h = (1, 2) if max(s, t) < 4097 else (1, 1)
     gen = torch.Generator().manual_seed(11)
     q, k, v, do = (torch.randn(b, h, n, d, generator=gen).cuda().bfloat16()
                    for n in (s, t, t, s))
@@ -63,3 +80,37 @@ def test_the_gradients_of_each_mod_match_float64_autograd(case, s, t, arch, monk
     if case.bias_grad:
         assert bias_leaf.grad.shape == bias.shape
         close(bias_leaf.grad, ref_bias.grad, 3e-2, "dBias")
+
+
+@pytest.mark.parametrize("arch", ["device", "sm_80"])
+def test_the_backward_regenerates_the_forward_s_dropout_mask_bit_for_bit(arch, monkeypatch):
+    """V = I: O = the dropped probabilities over the row sums, 0 exactly where the forward's
+    mask drops; dO = I: dV = the backward's dropped probabilities transposed, 0 exactly where
+    the mask it regenerates (random_t, four elements a Philox call) drops. The two patterns
+    are one, and the reference's (kgen/reference_tiles.py random_uniform)."""
+    torch = cuda_torch()
+    import numpy as np
+
+    import kgen
+    from kgen import attention as forward
+    from kgen.reference_tiles import random_uniform
+
+    if arch == "sm_80":
+        monkeypatch.setattr(forward, "_arch", lambda device: "sm_80")
+    b, h, n, p = 2, 2, 128, 0.3
+    seed, offset = 0x9E37_79B9_7F4A_7C15, 2**33 + 40
+    gen = torch.Generator().manual_seed(5)
+    q, k = ((0.5 * torch.randn(b, h, n, n, generator=gen)).cuda().bfloat16() for _ in range(2))
+    eye = torch.eye(n).expand(b, h, n, n).contiguous().cuda().bfloat16()
+    v = eye.clone().requires_grad_()
+    out = kgen.attention(q, k, v, dropout_p=p, dropout_rng=(seed, offset))
+    out.backward(eye)
+    torch.cuda.synchronize()
+    forward_kept = (out.detach() != 0).cpu()
+    backward_kept = (v.grad.transpose(-1, -2) != 0).cpu()
+    want = torch.from_numpy(np.stack([np.stack([
+        random_uniform(seed, offset, i, j, h, np.arange(n), np.arange(n)) >= np.float32(p)
+        for j in range(h)]) for i in range(b)]))
+    assert torch.equal(forward_kept, want)
+    assert torch.equal(backward_kept, want)
+    assert 0.6 < want.float().mean().item() < 0.8

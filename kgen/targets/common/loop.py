@@ -101,7 +101,13 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
     if isinstance(kind, pp.ExtentValue):
         return f"static_cast<float>({sizes[1] if kind.loop else sizes[0]})"
     if isinstance(kind, pp.RandomValue):  # common/philox.inc.j2 (random_t: at (col, row))
-        where = "col, row" if kind.transposed else "row, col"
+        # bits 3 of row and col: in a loop skeleton's fragments i & 1 and j & 1 (rows
+        # row_base + 8 i, row_base's bit 3 clear; columns in n8 groups j from a multiple of 16),
+        # so the four elements of a Philox group share one call the compiler merges
+        halves = (("i & 1", "j & 1") if sizes == LOOP_SIZES else
+                  ("(row >> 3) & 1", "(col >> 3) & 1"))
+        where = (f"col, row, {halves[1]}, {halves[0]}" if kind.transposed else
+                 f"row, col, {halves[0]}, {halves[1]}")
         return f"philox_uniform(p.{kind.seed}, p.{kind.offset}, batch, head, p.heads, {where})"
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"

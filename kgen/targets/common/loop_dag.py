@@ -41,13 +41,15 @@ class CDag:
 
 def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
                 loop_rows: bool = False, checked: bool = True, in_loop: bool = True,
-                cached: frozenset[str] = frozenset()) -> list[str]:
+                cached: frozenset[str] = frozenset(),
+                tiles: dict[str, str] | None = None) -> list[str]:
     """How the statements read each value. `loop_rows`: a loop-row gemm's epilogue (`row` the
     loop's position); `checked`: the last block, where positions past the loop's end exist in
     the tile (before it, every position exists: vectors of the loop are read unguarded);
     `in_loop`: not the kernel's epilogue (whose `col` is the accumulators' column); `cached`:
     the vectors of the loop's dimension the skeleton holds per block in registers,
-    `vec_<param>[j][e & 1]` (the sm_90a wgmma skeleton's: one load per column)."""
+    `vec_<param>[j][e & 1]` (the sm_90a wgmma skeleton's: one load per column); `tiles`: the
+    tensors read at (row, col) from a skeleton's staged tile (program._reference)."""
     index = {g.name: g.index for g in plan.gemms}
     refs = []
     for value in section.values:
@@ -66,14 +68,16 @@ def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
             load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{position}]")
             refs.append(f"({position} < loop_len ? {load} : 0.0f)" if checked else load)
         else:
-            refs.append(program._reference(value, col_end, "", program.LOOP_SIZES, False))
+            refs.append(program._reference(value, col_end, "", program.LOOP_SIZES, False,
+                                           tiles if in_loop and not loop_rows else None))
     return refs
 
 
 def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
                 loop_rows: bool = False, checked: bool = True,
-                in_loop: bool = True, cached: frozenset[str] = frozenset()) -> list[CDag]:
-    refs = _references(section, plan, col_end, loop_rows, checked, in_loop, cached)
+                in_loop: bool = True, cached: frozenset[str] = frozenset(),
+                tiles: dict[str, str] | None = None) -> list[CDag]:
+    refs = _references(section, plan, col_end, loop_rows, checked, in_loop, cached, tiles)
     # the mask's predicates read 1 in a block inside it (`interior`): the body's only
     fold = plan.bounds.fold if section is plan.body else ()
     own_readers = {s.value for s in section.statements

@@ -33,9 +33,14 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
                 "; inside the mask its predicate is known true", "")))
     vector_loads = _vector_loads(plan) if w.vector_offset is None else {}
     cached = frozenset(prm.name for loads in vector_loads.values() for prm in loads)
-    body = common_dag._statements(plan.body, plan, "loop_len", cached=cached)
-    body_full = (common_dag._statements(plan.body, plan, "loop_len", checked=False,
-                                        cached=cached) if w.fast_body else [])
+    # the staged bias's pairs at the thread's elements (the forward's load_staged)
+    tiles = ({w.bias.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"}
+             if w.bias is not None else None)
+    body = _unstored(w, common_dag._statements(plan.body, plan, "loop_len", cached=cached,
+                                               tiles=tiles))
+    body_full = (_unstored(w, common_dag._statements(plan.body, plan, "loop_len", checked=False,
+                                                     cached=cached, tiles=tiles))
+                 if w.fast_body else [])
     tail = common_dag._statements(plan.epilogue, plan, "kNAcc", in_loop=False)
     return render(
         "sm90/loop_bwd.cu.j2", plan=plan, w=w, name=plan.name, ns=f"{plan.name}_cfg",
@@ -44,8 +49,11 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=plan.block,
-        n1=plan.n_acc, o_map=None, tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype],
+        n1=plan.n_acc, tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype],
         tma_dtypes=TMA_DTYPE,
+        # the copy engine's store helpers (sm90/loop_wgmma.inc.j2) where a tile is stored so
+        o_map=(next(m for m in w.maps if m.param == w.store_param)
+               if w.store_param is not None else None),
         consumers=w.consumers, consumers_word=["one", "two", "three"][w.consumers - 1],
         pointers=[p for p in plan.params if (p.kind == "vector" and p.name not in plan.vectors) or (
             p.kind == "tensor" and p.name not in {m.param for m in w.tensor_maps})],
@@ -60,6 +68,12 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         order_field=ld.ORDER_FIELD, grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
                else None), **_waits(plan))
+
+
+def _unstored(w: ld.DagWgmma, body: list) -> list:
+    """The body without the tile store the copy engine makes from the staged slot
+    (w.store_param: the loop-row gemm's step stores it)."""
+    return [s for s in body if not (s.kind == "store_score" and s.name == w.store_param)]
 
 
 def _vector_loads(plan: ld.LoopDagPlan) -> dict[int, list]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...enums import DType
+from ...plan import epilogue as dag
 from ...plan import loop_dag as ld
 from ...plan import program as pp
 from .. import dag_wgmma_rules as schedule_rules
@@ -19,7 +20,9 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
               shape: loop_rules.DagShape, adds: int,
               vectors: tuple[str, ...] = (), skips: bool = False, *, gqa: bool = False,
-              ordered: bool = False, add_to: str | None = None) -> ld.DagWgmma:
+              ordered: bool = False, add_to: str | None = None,
+              body: pp.Section | None = None, gemms: tuple[ld.DagGemm, ...] = (),
+              params: tuple[pp.ProgramParam, ...] = (), smem_limit: int = 0) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
@@ -27,7 +30,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     (the vectors staged by the producer, the longest-first order and the fast body are not
     built with it); `ordered`: deterministic adds (tile j waits for tile j - 1 by index: the
     grid's order, not the longest first); `add_to`: the tensor the one `+=` store adds into
-    (its tensor map, where the rulebook takes the tensor reduce-add)."""
+    (its tensor map, where the rulebook takes the tensor reduce-add); `body`, `gemms`,
+    `params`: the loop's body, gemms and the kernel's params (a tensor the body reads at (row,
+    col) staged, a score gemm's tile store of the staged value stored from it:
+    dag_wgmma_rules), `smem_limit` the target's shared memory (how many slots the staged
+    tensor's ring takes)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -60,6 +67,20 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
+    words = 1 + 2 * config.stages * len(streamed)  # the mbarriers
+    # the bias's slots fit beside the largest staging any add mode takes (with_adds's options)
+    used = offset + vector_bytes + max(_add_stage_bytes(m, consumers, config.block, n_warp)
+                                       for m in (ADD_MODES if add_to is not None else (mode,)))
+    staging = _bias(body, gemms, params, dtype, config, offset, used, smem_limit, words, gqa)
+    vector_offset = offset
+    if staging["bias"] is not None:  # its ring after the tiles: the vectors and adds follow
+        bias = staging["bias"]
+        vector_offset += bias.bytes
+        maps += (pp.LoopTensorMap(bias.param, dtype, bias.rows, bias.boxes, False),)
+    store = _staged_store(body, tiles[2], params, dtype, gqa)
+    if store["store_param"] is not None:
+        (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
+        maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
     ahead = (schedule_rules.DAG_WGMMA_ISSUE_AHEAD
              and shape.n_acc <= schedule_rules.DAG_WGMMA_AHEAD_N)
@@ -98,8 +119,111 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered,
                _NOT_LPT_WHY if gqa or ordered else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
-        vectors=vectors, vector_offset=offset if stage_vectors else None)
+        vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
+        **staging, **store)
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
+
+
+def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
+          words: int, gqa: bool) -> dict:
+    """The staged tensor read at (row, col) (kgen/targets/dag_wgmma_rules.py: the bias): its
+    ring at `offset` (after the tiles) of the most slots that fit `limit` beside the `used`
+    bytes and `words` mbarriers, the score gemm whose epilogue reads it, and why (or none)."""
+    none = dict(bias=None, bias_gemm=None)
+    reads = _tile_reads(body, gemms)
+    if not reads:
+        return dict(none, staging=pp.Choice("none", "the body reads no tensor at (row, col)"))
+    (name, gemm), others = reads[0], reads[1:]
+    p = next(q for q in params if q.name == name)
+    tail = "".join(f"; {q} read per element from global memory" for q, _ in others)
+    boxes = config.block // BOX_COLS
+    slot = config.tile_m * 128 * boxes
+    fits = [n for n in schedule_rules.DAG_WGMMA_BIAS_SLOTS
+            if used + n * slot + -(-8 * (words + 2 * n) // 128) * 128 <= limit]
+    refused = (
+        "the rulebook reads it per element (DAG_WGMMA_STAGE_BIAS)"
+        if not schedule_rules.DAG_WGMMA_STAGE_BIAS else
+        "GQA's visits walk the query heads (not built with them)" if gqa else
+        f"{name} is {p.dtype.dsl_name}, the operands {dtype.dsl_name}: one copy-engine type"
+        if p.dtype is not dtype else
+        f"the block of {config.block} is not a multiple of the copy engine's {BOX_COLS}-column "
+        "boxes" if config.block % BOX_COLS else
+        f"a [{config.tile_m}, {config.block}] slot does not fit the shared memory ({limit} B)"
+        if not fits else None)
+    if refused is not None:
+        return dict(none, staging=pp.Choice(f"{name} read per element from global memory",
+                                            f"not staged: {refused}" + tail))
+    tile = pp.WgmmaTile("t_smem", name, config.tile_m, boxes, fits[0], offset)
+    return dict(bias=tile, bias_gemm=gemm, staging=pp.Choice(
+        f"{name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine, a ring "
+        f"of {tile.slots} slot(s)", schedule_rules.DAG_WGMMA_STAGE_BIAS_WHY
+        + ("" if tile.slots == schedule_rules.DAG_WGMMA_BIAS_SLOTS[0] else
+           f" (one slot: {schedule_rules.DAG_WGMMA_BIAS_SLOTS[0]} do not fit {limit} B)")
+        + tail))
+
+
+def _tile_reads(body, gemms) -> list[tuple[str, int]]:
+    """(the tensors the body reads at (row, col), the index of the score gemm whose epilogue
+    reads each first), in order of first reading; a tensor read after another gemm's step too
+    is left out (its share is taken once, after that gemm)."""
+    if body is None:
+        return []
+    found: dict[str, int] = {}
+    late: set[str] = set()
+    gemm = None
+    for stmt in body.statements:
+        if isinstance(stmt, ld.DagStep):
+            gemm = stmt.gemm
+            continue
+        if not isinstance(stmt, pp.Compute):
+            continue
+        for v in stmt.values:
+            kind = body.values[v].kind
+            args = (kind.args if isinstance(kind, dag.Apply) else
+                    (kind.arg,) if isinstance(kind, dag.Cast) else ())
+            for a in args:
+                load = body.values[a].kind
+                if not isinstance(load, dag.TensorLoad):
+                    continue
+                if gemm is None or gemm.kind is not ld.GemmKind.SCORE:
+                    late.add(load.param)
+                elif found.setdefault(load.param, gemm.index) != gemm.index:
+                    late.add(load.param)
+    return [(name, g) for name, g in found.items() if name not in late]
+
+
+def staged_store(body, params, dtype: DType, gqa: bool) -> frozenset[str]:
+    """The tile output the skeleton stores from a staged slot (none or one): it also writes
+    its zeros on the blocks a mask skips (the lowering's bounds then skip them)."""
+    found = _staged_store(body, (), params, dtype, gqa)["store_param"]
+    return frozenset((found,)) if found is not None else frozenset()
+
+
+def _staged_store(body, staged, params, dtype: DType, gqa: bool) -> dict:
+    """A score gemm's tile store of the value a loop-row gemm stages (dag_wgmma_rules:
+    DAG_WGMMA_STORE_STAGED), stored from the staged slot by the copy engine, or none."""
+    none = dict(store_param=None, store_tile=None)
+    if body is None:
+        return dict(none)
+    stages = {s.value: s.tile for s in body.statements if isinstance(s, ld.StageTile)}
+    for s in body.statements:
+        if not isinstance(s, pp.StoreTile):
+            continue
+        p = next(q for q in params if q.name == s.param)
+        refused = (
+            "the rulebook stores per element (DAG_WGMMA_STORE_STAGED)"
+            if not schedule_rules.DAG_WGMMA_STORE_STAGED else
+            "GQA's visits walk the query heads (not built with them)" if gqa else
+            "no loop-row gemm stages the stored value" if s.value not in stages else
+            f"{s.param} is {p.dtype.dsl_name}, the staged tile {dtype.dsl_name}"
+            if s.dtype is not dtype or p.dtype is not dtype else None)
+        if refused is not None:
+            return dict(none, tile_store=pp.Choice(
+                f"{s.param} stored per element from registers", refused))
+        return dict(store_param=s.param, store_tile=stages[s.value], tile_store=pp.Choice(
+            f"{s.param} from the staged tile's slot by the copy engine",
+            schedule_rules.DAG_WGMMA_STORE_STAGED_WHY))
+    return dict(none)
 
 
 # How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
@@ -126,16 +250,15 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
         end = w.vector_offset + schedule_rules.vector_bytes(
             len(w.vectors), w.streamed[0].slots, block)
     stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False)
+    stage = _add_stage_bytes(mode, w.consumers, block, n_warp, aligned=False)
     if mode == ROWS:
         row_bytes = 4 * n_warp + loop_rules.DAG_WGMMA_ADD_PAD
-        stage = w.consumers * block * row_bytes
         fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False)
         value = (f"bulk reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  "shared memory, a row per add")
     elif mode in (TENSOR, WARP):
         assert add_to is not None and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0
         boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
-        stage = w.consumers * block * n_warp * 4
         fields = dict(add_offset=-(-end // 1024) * 1024, add_row_bytes=0,
                       add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
                       add_warp=mode == WARP)
@@ -147,10 +270,23 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
     else:
         value = "f32 atomics (red.global.add.f32) from registers"
     barrier_offset = end if fields["add_offset"] is None else fields["add_offset"] + stage
-    barriers = -(-8 * (1 + 2 * w.streamed[0].slots * len(w.streamed)) // 128) * 128
+    words = 1 + 2 * w.streamed[0].slots * len(w.streamed) + (
+        2 * w.bias.slots if w.bias is not None else 0)  # the mbarriers (the bias's ring's too)
+    barriers = -(-8 * words // 128) * 128
     return dataclasses.replace(w, barrier_offset=barrier_offset,
                                smem_bytes=barrier_offset + barriers,
                                adds=pp.Choice(value, why), **fields)
+
+
+def _add_stage_bytes(mode: str, consumers: int, block: int, n_warp: int, *,
+                     aligned: bool = True) -> int:
+    """The shared memory the adds' staging takes done `mode`: ROWS' rows and pads, TENSOR's and
+    WARP's boxes (`aligned`: with the most the 1024-byte alignment can add before them)."""
+    if mode == ROWS:
+        return consumers * block * (4 * n_warp + loop_rules.DAG_WGMMA_ADD_PAD)
+    if mode in (TENSOR, WARP):
+        return consumers * block * n_warp * 4 + (1023 if aligned else 0)
+    return 0
 
 
 def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
