@@ -17,7 +17,9 @@ device time per call of 10 calls captured in a CUDA graph and replayed (bench/ca
 graph_ms). The last lines: each epilogue's geometric mean of its time over the bare kernel's
 and the highest (issue 53: at most 1.05x and 1.10x), and what reading U or C costs at the
 bandwidth alone (its bytes over the device's bandwidth, against the bare kernel's time).
---variants adds written schedules (tile, stages, ping-pong) of each fused kernel: VARIANTS.
+--variants adds written schedules (tile, stages, ping-pong) of each fused kernel (VARIANTS) and
+the builder's plan with one component changed (PLAN_VARIANTS: the epilogue's functions spelled
+as written, EpilogueMath; the walk unrolled, EpilogueGroups), each where it changes the code.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from fp8 import LLAMA  # noqa: E402  issue 53's M 2048 and 8192 by the three weights
+
+from kgen.plan import EpilogueGroups, EpilogueMath  # noqa: E402
 
 CHECK_ROWS = 256
 TEXT = """\
@@ -61,29 +65,46 @@ VARIANTS = {
 }
 
 
+# --variants: the builder's plan with a component changed (plan.with_gemm_schedule), re-emitted
+PLAN_VARIANTS = {
+    "as written": lambda: dict(math=EpilogueMath()),  # expf, IEEE division, erff
+    "unrolled": lambda: dict(groups=EpilogueGroups()),  # one walk, not groups of 64 columns
+}
+
+
 def variant_kinds(fused: list[str]) -> list[tuple[str, str]]:
     """(epilogue, variant) of --variants."""
-    return [(e, v) for e in fused for v in VARIANTS]
+    return [(e, v) for e in fused for v in [*VARIANTS, *PLAN_VARIANTS]]
 
 
 def kernel_text(epilogue: str, variant: str | None = None) -> str:
     _, inputs, expr = EPILOGUES[epilogue]
-    head, lines = VARIANTS[variant] if variant else ("", "")
+    head, lines = VARIANTS[variant] if variant in VARIANTS else ("", "")
     suffix = "".join(ch for ch in variant if ch.isalnum()) if variant else ""
     return TEXT.format(name=f"llama_{epilogue}{'_' + suffix if suffix else ''}",
                        head=f"  {head}\n" if head else "", inputs=inputs, expr=expr,
                        lines=f"    {lines}\n" if lines else "")
 
 
-def built_for(text: str, sizes: dict[str, int]):
+def built_for(text: str, sizes: dict[str, int], variant: str | None = None):
     """The kernel of `text` built for these sizes: the configuration they call for where the
-    text leaves its schedule to kgen (as kgen run and kgen.load), else as written."""
+    text leaves its schedule to kgen (as kgen run and kgen.load), else as written; a plan
+    variant's component changed in that plan (None where that changes no line of the code)."""
+    import dataclasses
+
     from kgen.api import build_verified, sized_config
+    from kgen.emit import emit
     from kgen.parse import parse
 
     kernel = parse(text, "fused_llama.kg").kernels[0]
-    return build_verified(kernel, source_name="fused_llama.kg", command="bench/fused_llama.py",
-                          config=sized_config(kernel, None, sizes))
+    built = build_verified(kernel, source_name="fused_llama.kg", command="bench/fused_llama.py",
+                           config=sized_config(kernel, None, sizes))
+    if variant not in PLAN_VARIANTS:
+        return built
+    plan = built.plan.with_gemm_schedule(**PLAN_VARIANTS[variant]())
+    source, builders = (emit(p, source_name="fused_llama.kg", source_hash=variant,
+                             command="bench/fused_llama.py") for p in (plan, built.plan))
+    return None if source == builders else dataclasses.replace(built, plan=plan, source=source)
 
 
 def compile_all_built(builts, arch: str) -> None:
@@ -167,7 +188,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the first shape only")
     parser.add_argument("--epilogues", default=",".join(e for e in EPILOGUES if e != "bare"))
     parser.add_argument("--shapes", default=None, help="MxNxK,... instead of the issue's six")
-    parser.add_argument("--variants", action="store_true", help="written schedules too")
+    parser.add_argument("--variants", action="store_true",
+                        help="written schedules and plan variants too")
     parser.add_argument("--no-graph", action="store_true", help="without the CUDA-graph column")
     opts = parser.parse_args()
     torch.manual_seed(0)
@@ -183,8 +205,11 @@ def main() -> int:
     kinds = [("bare", None)] + [(e, None) for e in fused if e != "bare"] + (
         variant_kinds([e for e in fused if e != "bare"]) if opts.variants else [])
     builts = {(e, v, shape): built_for(kernel_text(e, v), dict(M=shape[0], N=shape[1],
-                                                                K=shape[2]))
+                                                                K=shape[2]), v)
               for e, v in kinds for shape in shapes}
+    same = {key[:2] for key, b in builts.items() if b is None}  # a plan variant changing nothing
+    kinds = [kind for kind in kinds if kind not in same]
+    builts = {key: b for key, b in builts.items() if key[:2] not in same}
     from kgen.runtime.device import device_info
 
     compile_all_built(builts.values(), device_info().arch)
@@ -230,7 +255,9 @@ def main() -> int:
             gs = p.schedule.gemms[0]
             plan_text = (f"{p.schedule.scheduler.kind.value} {'x'.join(map(str, p.gemms[0].tile))}"
                          f" s{p.gemms[0].stages} staging {gs.staging.boxes or 'whole'}"
-                         + (f" staged {gs.staged.param}" if gs.staged.param else ""))
+                         + (f" staged {gs.staged.param}" if gs.staged.param else "")
+                         + (" intrinsics" if gs.math.intrinsics else "")
+                         + (f" groups {gs.groups.count}" if gs.groups.count > 1 else ""))
             row = dict(epilogue=e, variant=v or "builder", shape=[m, n, k], ms=t,
                        tflops=flops / t / 1e9, bare_ms=bare_ms, x_bare=t / bare_ms,
                        device_ms=dev, device_x_bare=dev / bare_dev if dev else None,
