@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-MAX_TRACKED = 40  # besides RESULTS.md (issue 50)
+MAX_TRACKED = 41  # besides RESULTS.md (issue 50; issue 53's bench/fused_llama.py)
 SCRIPT = re.compile(r"bench/[\w/.-]+?\.(?:py|sh)\b")
 
 

@@ -17,7 +17,7 @@ from .epilogue import (  # noqa: F401
     NodeKind, PackedStore, ReduceEffect, ReductionPlan, Round, ScalarArg, StoreEffect,
     TensorLoad, VectorLoad)
 from .schedule import (  # noqa: F401
-    AccPromotion, CachePolicy, Cluster, ColumnPasses, EntryPoints, EpilogueGroups,
+    AccPromotion, CachePolicy, Cluster, ColumnPasses, EntryPoints, EpilogueGroups, EpilogueMath,
     EpilogueVectors, GemmSchedule, KernelKind, KSplit, LineChoice, LoadPath, Mma, MmaAtom,
     OperandSchedule, Output, Overlap, PeriodSets, Pipeline, PromotionBound, Raster, Schedule,
     StagedInput, Staging, StagingMode, StorePath, TensorMap, TileScheduler, VectorHome, WarpRole,

@@ -394,6 +394,25 @@ class EpilogueGroups:
 
 
 @dataclass(frozen=True, slots=True)
+class EpilogueMath:
+    """How the epilogue spells its transcendental functions. `intrinsics` False: as written
+    (expf, IEEE division, erff); True: exp, sigmoid and silu on the hardware's ex2 and
+    reciprocal (__expf, __fdividef: within 2 units in the last place of f32 plus __expf's 2^-21
+    relative error per unit of |x|), and gelu's Phi(x) as 2^-q(|x|), q a fitted polynomial, one
+    branch where erff has two (3.1e-6 relative error at most for |x| <= 6). kgen.reference's
+    tolerances allow both."""
+
+    intrinsics: bool = False
+    why: str = ""
+
+    def describe(self, gemm: str) -> list[Row]:
+        if not self.why:
+            return []
+        value = "__expf, __fdividef" if self.intrinsics else "expf, IEEE division"
+        return [(f"{gemm} epilogue math", value, self.why)]
+
+
+@dataclass(frozen=True, slots=True)
 class EpilogueVectors:
     """Where the epilogue's row and column vectors (bias[col], scale[row]) named in `params`
     live (the others: global memory). STAGED: the consumers stage them in shared memory per
@@ -510,12 +529,13 @@ class GemmSchedule:
     passes: ColumnPasses = ColumnPasses()
     overlap: Overlap = Overlap()
     groups: EpilogueGroups = EpilogueGroups()
+    math: EpilogueMath = EpilogueMath()
     vectors: EpilogueVectors = EpilogueVectors()
     promotion: AccPromotion = AccPromotion()
 
     def components(self) -> tuple:
         return (self.atom, self.pipeline, self.output, self.staged, self.staging, self.passes,
-                self.overlap, self.groups, self.vectors, self.promotion)
+                self.overlap, self.groups, self.math, self.vectors, self.promotion)
 
     def describe(self) -> list[Row]:
         return [row for c in self.components() for row in c.describe(self.name)]

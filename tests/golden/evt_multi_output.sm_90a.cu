@@ -374,6 +374,26 @@ __device__ __forceinline__ void select_group(const float (&acc)[kFrags][4], int 
   }
 }
 
+// gelu(x) = x Phi(x) (GemmSchedule.math, kgen/targets/sm90/epilogue_math.py): erfc(|x| / sqrt 2) =
+// 2^-q(|x|), q a polynomial in |x| clamped to 6.0f; Phi = 1 - erfc / 2 for x >= 0, erfc / 2
+// below. One branch, where erff runs two.
+__device__ __forceinline__ float gelu_phi(float x) {
+  const float u = fminf(fabsf(x), 6.0f);
+  float q = 1.14976855e-08f;
+  q = fmaf(q, u, -3.877924e-07f);
+  q = fmaf(q, u, 5.562622e-06f);
+  q = fmaf(q, u, -4.2348864e-05f);
+  q = fmaf(q, u, 0.00015038524f);
+  q = fmaf(q, u, 0.00030187893f);
+  q = fmaf(q, u, -0.007375846f);
+  q = fmaf(q, u, 0.05279457f);
+  q = fmaf(q, u, 0.45906848f);
+  q = fmaf(q, u, 1.151132f);
+  q = fmaf(q, u, -1.2348892e-06f);
+  const float e = exp2f(-q);
+  return x * (x >= 0.0f ? fmaf(-0.5f, e, 1.0f) : 0.5f * e);
+}
+
 // Tile `tile` of the CTA's walk: consecutive tiles sweep kGroupM tile rows before moving along N.
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
   const int per_group = kGroupM * tiles_n;
@@ -484,8 +504,8 @@ __device__ __forceinline__ void mma0_epilogue(const evt_multi_output_params& p, 
   const float v6_1 = v4_1 - v5;
   const float v7_0 = -v6_0;
   const float v7_1 = -v6_1;
-  const float v8_0 = 0.5f * v7_0 * (1.0f + erff(v7_0 * 0.70710678118654752f));
-  const float v8_1 = 0.5f * v7_1 * (1.0f + erff(v7_1 * 0.70710678118654752f));
+  const float v8_0 = gelu_phi(v7_0);
+  const float v8_1 = gelu_phi(v7_1);
   const float v9_0 = v8_0 * v6_0;
   const float v9_1 = v8_1 * v6_1;
   store_pair<kNarrow>(p.Z + row * p.ld_Z + col, __floats2half2_rn(v6_0, v6_1), both);

@@ -574,8 +574,8 @@ __device__ __forceinline__ void mma0_epilogue(const evt_softmax_stats_params& p,
   const float v1 = p.m_prev[row];
   const float v2_0 = acc_0 - v1;
   const float v2_1 = acc_1 - v1;
-  const float v3_0 = expf(v2_0);
-  const float v3_1 = expf(v2_1);
+  const float v3_0 = __expf(v2_0);
+  const float v3_1 = __expf(v2_1);
   red0_0 = acc_0;
   red0_1 = acc_1;
   red1_0 = v3_0;

@@ -397,6 +397,26 @@ __device__ __forceinline__ void select_group(const float (&acc)[kFrags][4], int 
   }
 }
 
+// gelu(x) = x Phi(x) (GemmSchedule.math, kgen/targets/sm90/epilogue_math.py): erfc(|x| / sqrt 2) =
+// 2^-q(|x|), q a polynomial in |x| clamped to 6.0f; Phi = 1 - erfc / 2 for x >= 0, erfc / 2
+// below. One branch, where erff runs two.
+__device__ __forceinline__ float gelu_phi(float x) {
+  const float u = fminf(fabsf(x), 6.0f);
+  float q = 1.14976855e-08f;
+  q = fmaf(q, u, -3.877924e-07f);
+  q = fmaf(q, u, 5.562622e-06f);
+  q = fmaf(q, u, -4.2348864e-05f);
+  q = fmaf(q, u, 0.00015038524f);
+  q = fmaf(q, u, 0.00030187893f);
+  q = fmaf(q, u, -0.007375846f);
+  q = fmaf(q, u, 0.05279457f);
+  q = fmaf(q, u, 0.45906848f);
+  q = fmaf(q, u, 1.151132f);
+  q = fmaf(q, u, -1.2348892e-06f);
+  const float e = exp2f(-q);
+  return x * (x >= 0.0f ? fmaf(-0.5f, e, 1.0f) : 0.5f * e);
+}
+
 // ---- schedule pingpong: the output through the copy engine ----
 
 // Barrier 2 + w over consumer warpgroup w alone.
@@ -558,8 +578,8 @@ __device__ __forceinline__ void mma0_epilogue(const gemm_gelu_rowscale_params& p
   const float v1 = p.scale[row];
   const float v2_0 = acc_0 * v1;
   const float v2_1 = acc_1 * v1;
-  const float v3_0 = 0.5f * v2_0 * (1.0f + erff(v2_0 * 0.70710678118654752f));
-  const float v3_1 = 0.5f * v2_1 * (1.0f + erff(v2_1 * 0.70710678118654752f));
+  const float v3_0 = gelu_phi(v2_0);
+  const float v3_1 = gelu_phi(v2_1);
   store_pair<kNarrow>(p.D + row * p.ld_D + col, __floats2bfloat162_rn(v3_0, v3_1), both);
 }
 
@@ -570,8 +590,8 @@ __device__ __forceinline__ unsigned mma0_epilogue_packed(const gemm_gelu_rowscal
   const float v1 = sv_scale[row - tile_row0];
   const float v2_0 = acc_0 * v1;
   const float v2_1 = acc_1 * v1;
-  const float v3_0 = 0.5f * v2_0 * (1.0f + erff(v2_0 * 0.70710678118654752f));
-  const float v3_1 = 0.5f * v2_1 * (1.0f + erff(v2_1 * 0.70710678118654752f));
+  const float v3_0 = gelu_phi(v2_0);
+  const float v3_1 = gelu_phi(v2_1);
   const __nv_bfloat162 packed = __floats2bfloat162_rn(v3_0, v3_1);
   return *reinterpret_cast<const unsigned*>(&packed);
 }

@@ -161,6 +161,8 @@ class _Renderer:
     # column vectors the function takes as arguments `<pair> early_<param>`, the pair at `col`
     # (Schedule: EpilogueVectors, REGISTERS), instead of loading them
     early: tuple[str, ...] = ()
+    # each op's C++: OP_CPP, or a target's own spellings of some (sm_90a's EpilogueMath)
+    ops: dict[Op, str] = field(default_factory=lambda: OP_CPP)
     loads: list[Statement] = field(default_factory=list)
     compute: list[Statement] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # per node id: element names
@@ -211,7 +213,7 @@ class _Renderer:
         if isinstance(kind, Apply):
             args = [self.names[a] for a in kind.args]
             return self._define(
-                lambda j: OP_CPP[kind.op].format(*(names[j] for names in args)), node.uniform
+                lambda j: self.ops[kind.op].format(*(names[j] for names in args)), node.uniform
             )
         if isinstance(kind, (Cast, Round)):
             names = self.names[kind.arg]
@@ -276,13 +278,13 @@ def function_body(epi: EpilogueLines, packed: bool) -> list[str]:
 
 def render(dag: EpilogueDag, narrow: str | None = None,
            staged: str | None = None, vectors: tuple[str, ...] = (),
-           early: tuple[str, ...] = ()) -> EpilogueLines:
+           early: tuple[str, ...] = (), ops: dict[Op, str] = OP_CPP) -> EpilogueLines:
     """The C++ lines of `dag`: loads, then compute, then the effects in their order. `narrow`:
     see _Renderer (the function then takes `bool both`: the pair's second column is in N);
     `staged`: the input the function takes as `unsigned staged_<param>`; `vectors`: the
     vectors it reads from shared memory; `early`: the column vectors it takes as arguments
-    (see _Renderer)."""
-    r = _Renderer(narrow, staged, vectors, early)
+    (see _Renderer); `ops`: each op's C++ (OP_CPP, or a target's table built on it)."""
+    r = _Renderer(narrow, staged, vectors, early, ops)
     for node in dag.nodes:
         assert node.id == len(r.names), "epilogue nodes out of order"
         r.names.append(r.node(node))

@@ -21,7 +21,7 @@ groups cost most (3-4% for tanh)."""
 from __future__ import annotations
 
 from ...enums import Axis, Op
-from ...plan import GemmPlan, StorePath
+from ...plan import EpilogueMath, GemmPlan, StorePath
 from ...plan.epilogue import Apply
 
 GROUP_COLUMNS = 64  # one staging box: 8 m16n8 fragments
@@ -38,17 +38,23 @@ INLINED = {
     Op.SIGMOID: 14,
     Op.EXP: 12,
 }
+# The same under EpilogueMath's intrinsics (kgen/targets/sm90/epilogue_math.py), NVRTC 13.5: gelu's
+# gelu_phi 35 (its polynomial's constants are PTX moves), silu and sigmoid 4, exp 2
+INLINED_INTRINSICS = {**INLINED, Op.GELU: 35, Op.SILU: 4, Op.SIGMOID: 4, Op.EXP: 2}
 # The weight per element from which the walk is rolled: one erff
 GROUP_FROM = 35
 
 
-def epilogue_groups(g: GemmPlan, split_k: int, store: StorePath) -> tuple[int, str]:
-    """(groups, why) for the fast entry point's epilogue of `g`; why is empty where the question
-    does not arise (no epilogue runs in the kernel, or one group spans the tile)."""
+def epilogue_groups(g: GemmPlan, split_k: int, store: StorePath,
+                    math: EpilogueMath = EpilogueMath()) -> tuple[int, str]:
+    """(groups, why) for the fast entry point's epilogue of `g`, its functions spelled as `math`
+    says; why is empty where the question does not arise (no epilogue runs in the kernel, or
+    one group spans the tile)."""
     groups = g.tile[1] // GROUP_COLUMNS
     if split_k > 1 or g.tile[1] % GROUP_COLUMNS or groups < 2:
         return 1, ""
-    weight = sum(INLINED.get(n.kind.op, 0) for n in g.epilogue.nodes if isinstance(n.kind, Apply))
+    inlined = INLINED_INTRINSICS if math.intrinsics else INLINED
+    weight = sum(inlined.get(n.kind.op, 0) for n in g.epilogue.nodes if isinstance(n.kind, Apply))
     if weight == 0:
         return 1, ""
     path = "pairs from registers" if store is StorePath.PAIRS else "the staging"

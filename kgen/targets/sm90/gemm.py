@@ -13,7 +13,7 @@ from ...plan import AccPromotion, KernelPlan, KSplit, PeriodSets, StagingMode, S
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
-from . import schedules, tensor_map
+from . import epilogue_math, schedules, tensor_map
 from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
                                 packed_vector_params, tile_start, walk_reductions)
@@ -301,6 +301,8 @@ def device_helpers(plan: KernelPlan) -> list[str]:
     helpers += ["common/cp_async.inc.j2", "common/narrow_access.inc.j2", "sm90/wgmma.inc.j2"]
     if gs.groups.count > 1:
         helpers.append("sm90/epilogue_groups.inc.j2")
+    if epilogue_math.calls_gelu_phi(g, gs.math):
+        helpers.append("sm90/epilogue_math.inc.j2")
     if gs.output.path is StorePath.TMA:
         helpers.append("sm90/tma_store.inc.j2")
     if g.epilogue.reductions:
@@ -313,10 +315,12 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
     schedule = plan.schedule
     staged = schedule.gemm(g.name).output.path is StorePath.TMA
     assert schedule.entry.narrow, "a one-gemm kernel has a narrow entry point"
-    body = epilogue_cpp.function_body(epilogue_cpp.render(g.epilogue, narrow="kNarrow"), False)
+    ops = epilogue_math.ops(schedule.gemm(g.name).math)
+    body = epilogue_cpp.function_body(
+        epilogue_cpp.render(g.epilogue, narrow="kNarrow", ops=ops), False)
     c = schedule.gemm(g.name).staged.param
     packed = (epilogue_cpp.function_body(
-        epilogue_cpp.render(g.epilogue, narrow="false", staged=c,
+        epilogue_cpp.render(g.epilogue, narrow="false", staged=c, ops=ops,
                             vectors=schedule.gemm(g.name).vectors.held(VectorHome.STAGED)), True)
               if staged else [])
     buffers = [dict(name=b.name, role=b.role, live=plan.storage.live_text(b), offset=b.offset,
@@ -411,6 +415,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         batches=batch.batch_count(plan),
         **clusters,
         device_helpers=device_helpers(plan),
+        **epilogue_math.template_values(),
         tile_params="pb" if batched else "p",
         at_batch=batch.at_batch_lines(plan),
         a_pitch=_pitch(plan, g.a.param), b_pitch=_pitch(plan, g.b.param),

@@ -52,6 +52,7 @@ from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, 
                 place)
 from ..common import schedules as common
 from .epilogue_groups import epilogue_groups
+from .epilogue_math import epilogue_math
 from .promotion import acc_promotion, scale_refusal
 from .tensor_map import STAGING_BOX
 
@@ -515,7 +516,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
         if staged is not None:
             maps.append(staging_map(staged, draft.dtypes[staged], out.layout, g, store=False,
                                     why="loaded into the consumers' staging as 64x64 boxes"))
-    groups, why_groups = epilogue_groups(g, draft.split_k, store)
+    math = epilogue_math(g)
+    groups, why_groups = epilogue_groups(g, draft.split_k, store, math)
     gemm = GemmSchedule(
         name=g.name, atom=MmaAtom(Mma.WGMMA_SS, WHY_MMA_FP8 if g.a.dtype.fp8 else WHY_MMA),
         pipeline=Pipeline(a=operand_schedule(g.a, "A", g.tile[0], shared_by=cluster[1]),
@@ -531,6 +533,7 @@ def build(draft: ScheduleDraft, kind: KernelKind, g: GemmPlan, store: StorePath,
             WHY_EPILOGUE_TILE.format(boxes=stages_d, es="es" * (stages_d > 1))
             if stages_d else WHY_WHOLE_TILE)),
         groups=EpilogueGroups(groups, why_groups),
+        math=math,
         vectors=EpilogueVectors(VectorHome.STAGED if vectors else VectorHome.GLOBAL, vectors,
                                 why_vectors),
         promotion=acc_promotion(g, kind, consumer_rows(g.tile[0], kind)))
