@@ -19,14 +19,15 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               staged: tuple[pp.SmemTile, ...], dtype: DType, kv: frozenset[str],
               shape: loop_rules.DagShape, adds: int,
               vectors: tuple[str, ...] = (), skips: bool = False, *, gqa: bool = False,
-              ordered: bool = False) -> ld.DagWgmma:
+              ordered: bool = False, packed: bool = False) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
     (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
     (the vectors staged by the producer, the longest-first order and the fast body are not
     built with it); `ordered`: deterministic adds (tile j waits for tile j - 1 by index: the
-    grid's order, not the longest first)."""
+    grid's order, not the longest first); `packed`: packed sequences (a tile's length is its
+    sequence's, unknown before the offsets are read: the grid's order)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -94,8 +95,9 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         overlap=pp.Choice(_overlap_value(ahead, wait, defer),
                           schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer)),
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
-        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered,
-               _NOT_LPT_WHY if gqa or ordered else None),
+        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered
+               and not packed, _NOT_LPT_WHY if gqa or ordered else
+               _NOT_LPT_PACKED_WHY if packed else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
         vectors=vectors, vector_offset=offset if stage_vectors else None, **add)
 
@@ -159,6 +161,8 @@ def _fast(on: bool, why: str | None = None) -> dict:
 _NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with GQA (its tiles "
                 "walk KV heads) nor with deterministic adds (a tile waits for the one before "
                 "by index)")
+_NOT_LPT_PACKED_WHY = ("the grid's order: the longest-first order ranks tiles by the loop's "
+                       "length, which packed sequences read per batch from the offsets")
 _NOT_FAST_WHY = "one body for every block: the fast body is not built with GQA's visits yet"
 
 
@@ -176,10 +180,11 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
-    if plan.gqa and (lpt or fast_body or stage_vectors) or plan.deterministic and lpt:
+    if plan.gqa and (lpt or fast_body or stage_vectors) or (plan.deterministic
+                                                            or plan.packed) and lpt:
         raise ValueError("with_schedule: the longest-first order, the fast body and the staged "
                          "vectors are not built with GQA, nor the longest first with "
-                         "deterministic adds")
+                         "deterministic adds or packed sequences")
     changes = {k: v for k, v in (("issue_ahead", issue_ahead),
                                  ("wait_accumulating", wait_accumulating),
                                  ("defer_accumulating", defer_accumulating)) if v is not None}
