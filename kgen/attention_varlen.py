@@ -31,13 +31,11 @@ backward; score_mod and mask_mod not yet in the backward (refused by name).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping
 
-import dataclasses
-
 from . import attention as dense
-
 from . import ir
 from .errors import ArgumentError, KgenError
 
@@ -196,18 +194,16 @@ def backward_text(sig) -> str:
     if sig.mods != Mods():
         raise ArgumentError("kgen.attention_varlen's backward takes no mods yet (score_mod, "
                             "mask_mod, scalars): call it on tensors that do not require grad")
-    text = dense_text(dataclasses.replace(sig, causal=False))
-    text = text[:text.index("sequence ")]
-    text = text.replace(sig.name if not sig.causal else
-                        dataclasses.replace(sig, causal=False).name, backward_name(sig))
-    lines = text.splitlines(keepends=True)
+    plain = dataclasses.replace(sig, causal=False)  # the causal term is this backward's own
+    text = dense_text(plain)
+    text = text[:text.index("sequence ")].replace(plain.name, backward_name(sig))
+    assert _PROBABILITY in text, "the dense backward's probability line"
     out = []
-    for line in lines:
+    for line in text.splitlines(keepends=True):
         if line == "  loop q over S {\n":
             out += [f"  packed {dim} by {offsets}\n" for dim, offsets in zip("TS", OFFSETS[::-1])]
         elif sig.causal and line == _PROBABILITY:
-            assert line == _PROBABILITY, "the dense backward's probability line"
-            line = (f"        pt = where({BACKWARD_CAUSAL}, exp(score - lse[col]), 0)\n")
+            line = f"        pt = where({BACKWARD_CAUSAL}, exp(score - lse[col]), 0)\n"
         out.append(line)
     return "".join(out)
 
@@ -245,7 +241,6 @@ def _function():
         return _FUNCTION
     import torch
 
-    from . import attention_grad
     from .attention_grad import BackwardSignature
 
     class VarlenFunction(torch.autograd.Function):
@@ -273,7 +268,6 @@ def _function():
                                    ctx.scale)
             return dq, dk, dv, None, None, None, None, None, None, None, None
 
-    del attention_grad
     _FUNCTION = VarlenFunction
     return _FUNCTION
 

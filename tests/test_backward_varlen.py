@@ -146,6 +146,22 @@ def test_reference_packed_backward_matches_per_sequence(causal, heads, kv_heads,
         close(have, want[key])
 
 
+def test_the_example_is_the_causal_packed_backward():
+    """examples/attention_bwd_varlen.kg (f16, D 32 here) against the per-sequence backward."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "examples" / "attention_bwd_varlen.kg"
+            ).read_text().replace("bf16[", "f16[").replace("128]", "32]")
+    module = parse(text, "attention_bwd_varlen.kg")
+    assert verify(module) == []
+    inputs, scale, want = packed_case((5, 40, 17), (9, 23, 17), True, seed=7)
+    d = (inputs["dO"].astype(np.float64) * want["O"]).sum(-1).astype(np.float32)
+    got = evaluate(module.kernels[0], dict(inputs, lse=want["lse"].astype(np.float32), D=d),
+                   {"scale": scale}, block=16)
+    for key in ("dQ", "dK", "dV"):
+        close(got[key], want[key])
+
+
 def test_reference_keeps_each_sequence_apart():
     """The packed backward is not the dense one over the concatenation: a key of one sequence
     adds nothing to another's queries."""
