@@ -14,9 +14,24 @@ and `T` the sequence's own. Rows that see no key give O = 0 and lse = -inf.
 The program is kgen/attention.py's (its text, parse and error locations), with two lines
 more: `packed S by cu_seqlens_q` and `packed T by cu_seqlens_k` (docs/language.md, "Packed
 sequences"); the grid covers max_seqlen_q and a CTA past its sequence's end exits at once.
+
+It trains: where autograd records the call (q, k or v requires grad), an autograd.Function
+pairs the forward with the backward's three programs (`backward_text`), launched in order:
+- `<name>_dot`, D = rowsum(dO * O), a row kernel over the packed query rows (every sequence's
+  rows together: [1, H, total_q, D], a row's D its own);
+- `<name>_main`, kgen/attention_grad.py's loop kernel with the keys (its rows) packed by
+  cu_seqlens_k and the queries (its loop) by cu_seqlens_q: a CTA owns a tile of one
+  sequence's keys and walks that sequence's query blocks, causal bottom-right per sequence
+  (`row <= col + T - S`, the key at most the query's position plus T - S); dQ added into an
+  f32 accumulator that its `_zero` kernel zeroes per sequence;
+- `<name>_dq`, the accumulator converted to the inputs' dtype, over the packed rows.
+They are not one `sequence` (a sequence launches no packed kernel yet: its buffers would be
+packed in one kernel and dense in the next). GQA and deterministic mode as kgen.attention's
+backward; score_mod and mask_mod not yet in the backward (refused by name).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping
 
@@ -24,7 +39,7 @@ from . import attention as dense
 from . import ir
 from .errors import ArgumentError, KgenError
 
-__all__ = ["attention_varlen", "program", "program_text"]
+__all__ = ["attention_varlen", "backward_module", "backward_text", "program", "program_text"]
 
 OFFSETS = ("cu_seqlens_q", "cu_seqlens_k")
 # bottom-right aligned within each sequence (FlashAttention's varlen causal)
@@ -86,15 +101,38 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                      max_seqlen_k: int, *, is_causal: bool = False, scale: float | None = None,
                      score_mod: str | None = None, mask_mod: str | None = None,
                      scalars: Mapping[str, float] | None = None, return_lse: bool = False,
-                     arch: str | None = None):
+                     arch: str | None = None, deterministic: bool | None = None):
     """Attention of packed torch tensors q [total_q, H, D], k [total_k, HKV, D], v [total_k,
     HKV, D_v] (bf16 or fp16, one CUDA device; HKV divides H: GQA) over the sequences the int32
     offsets delimit: O [total_q, H, D_v], and with `return_lse` the log-sum-exp [H, total_q]
     (f32, FlashAttention's softmax_lse layout). `max_seqlen_q` must be at least the longest
     query sequence (the grid covers it); `scale` defaults to 1 / sqrt(D). `arch` picks the
     target ("sm_80": the mma.sync skeleton, which runs on newer GPUs too); by default sm_90a on
-    compute capability 9.0, else sm_80."""
+    compute capability 9.0, else sm_80.
+
+    Where autograd records the call (q, k or v requires grad; no mods), the result is
+    differentiable (the module's note); `deterministic` orders the backward's dQ adds
+    (bit-identical gradients run to run), None following
+    torch.are_deterministic_algorithms_enabled()."""
     import torch
+
+    from .attention_grad import wants_grad
+
+    if wants_grad(q, k, v):
+        if score_mod is not None or mask_mod is not None or scalars:
+            raise ArgumentError("kgen.attention_varlen's backward takes no score_mod, mask_mod "
+                                "or scalars yet; call it on tensors that do not require grad "
+                                "(or under torch.no_grad())")
+        if deterministic is None:
+            deterministic = torch.are_deterministic_algorithms_enabled()
+        if len(q.shape) == len(v.shape) == 3 and v.shape[-1] != q.shape[-1]:
+            raise ArgumentError(f"kgen.attention_varlen's backward needs v's head dim "
+                                f"({v.shape[-1]}) to be q's ({q.shape[-1]})")
+        scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+        out, lse = _function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                     int(max_seqlen_k), bool(is_causal), scale,
+                                     bool(deterministic), arch)
+        return (out, lse) if return_lse else out
 
     for label, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 3:
@@ -127,6 +165,140 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
             "scale": scale, **{n: float(x) for n, x in (scalars or {}).items()}}
     kernel(sizes={"S": int(max_seqlen_q), "T": int(max_seqlen_k)}, **args)
     return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward (kgen/attention_grad.py's programs, packed)
+
+BACKWARD_FILE = "<kgen.attention_varlen backward>"
+# the dense backward's probability line, whose mask this backward adds (kgen/attention_grad_mods)
+_PROBABILITY = "        pt = exp(score - lse[col])\n"
+# causal bottom-right per sequence in the backward's orientation (row: the key, col: the query)
+BACKWARD_CAUSAL = "row <= col + T - S"
+PARTS = ("dot", "main", "dq")
+
+
+def backward_name(sig) -> str:
+    """The varlen backward's name of a kgen.attention_grad.BackwardSignature."""
+    return sig.name.replace("attention_bwd_", "attention_varlen_bwd_", 1)
+
+
+def backward_text(sig) -> str:
+    """The varlen backward of `sig` (a BackwardSignature without mods) as DSL text: the dense
+    backward's three kernels (kgen/attention_grad.py), named for varlen, the main one packed
+    (`packed T by cu_seqlens_k`, `packed S by cu_seqlens_q`) and its causal mask aligned
+    bottom-right per sequence; no `sequence` (see the module's note)."""
+    from .attention_grad import backward_text as dense_text
+    from .attention_grad_mods import Mods
+
+    if sig.mods != Mods():
+        raise ArgumentError("kgen.attention_varlen's backward takes no mods yet (score_mod, "
+                            "mask_mod, scalars): call it on tensors that do not require grad")
+    plain = dataclasses.replace(sig, causal=False)  # the causal term is this backward's own
+    text = dense_text(plain)
+    text = text[:text.index("sequence ")].replace(plain.name, backward_name(sig))
+    assert _PROBABILITY in text, "the dense backward's probability line"
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line == "  loop q over S {\n":
+            out += [f"  packed {dim} by {offsets}\n" for dim, offsets in zip("TS", OFFSETS[::-1])]
+        elif sig.causal and line == _PROBABILITY:
+            line = f"        pt = where({BACKWARD_CAUSAL}, exp(score - lse[col]), 0)\n"
+        out.append(line)
+    return "".join(out)
+
+
+def backward_module(sig) -> ir.Module:
+    """The verified ir.Module of the varlen backward of `sig`: kernels `_dot`, `_main`, `_dq`."""
+    from .parse import parse
+    from .verify import verify
+
+    module = parse(backward_text(sig), BACKWARD_FILE)
+    verify(module)
+    return module
+
+
+_BACKWARD: dict[tuple, Any] = {}  # (signature, device) -> its three CompiledPrograms
+
+
+def _backward_programs(sig, device: int) -> dict[str, Any]:
+    key = (sig, device)
+    if key not in _BACKWARD:
+        from .api import build_verified, load_built
+
+        module = backward_module(sig)
+        name = backward_name(sig)
+        kernels = {k.name.removeprefix(name + "_"): k for k in module.kernels}
+        _BACKWARD[key] = {part: load_built(build_verified(kernels[part], sig.arch),
+                                           device=device) for part in PARTS}
+    return _BACKWARD[key]
+
+
+def _function():
+    """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+    import torch
+
+    from .attention_grad import BackwardSignature
+
+    class VarlenFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool,
+                    scale: float, deterministic: bool, arch):
+            out, lse = attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=causal,
+                                        scale=scale, return_lse=True, arch=arch)
+            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+            ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
+            ctx.deterministic, ctx.arch = deterministic, arch or dense._arch(q.device)
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+            sig = BackwardSignature(dense._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
+                                    ctx.arch, gqa=k.shape[1] != q.shape[1],
+                                    deterministic=ctx.deterministic)
+            device = q.device.index if q.device.index is not None else \
+                torch.cuda.current_device()
+            dq, dk, dv = _backward(_backward_programs(sig, device), q, k, v, out, lse,
+                                   dense._aligned(grad_out), cu_q, cu_k, ctx.max_q, ctx.max_k,
+                                   ctx.scale)
+            return dq, dk, dv, None, None, None, None, None, None, None, None
+
+    _FUNCTION = VarlenFunction
+    return _FUNCTION
+
+
+_FUNCTION = None
+
+
+def _backward(programs, q, k, v, out, lse, grad_out, cu_q, cu_k, max_q: int, max_k: int,
+              scale: float):
+    """dQ, dK, dV [total, heads, D] of packed q, k, v: the three programs in order on the
+    current stream (D and the f32 dQ accumulator allocated here, by torch's allocator)."""
+    import torch
+
+    heads, total_q = q.shape[1], q.shape[0]
+    d = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
+    dq_acc = torch.empty((heads, total_q, q.shape[-1]), dtype=torch.float32, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    programs["dot"](dO=_rows(grad_out), O=_rows(out), D=d.unsqueeze(0))
+    programs["main"](sizes={"S": int(max_q), "T": int(max_k)},
+                     Q=q.transpose(0, 1), K=k.transpose(0, 1), V=v.transpose(0, 1),
+                     dO=grad_out.transpose(0, 1), lse=lse, D=d, dQacc=dq_acc,
+                     dK=dk.transpose(0, 1), dV=dv.transpose(0, 1), cu_seqlens_q=cu_q,
+                     cu_seqlens_k=cu_k, scale=scale)
+    programs["dq"](dQacc=dq_acc.unsqueeze(0), dQ=_rows(dq))
+    return dq, dk, dv
+
+
+def _rows(t):
+    """A packed [total, H, D] tensor as a row kernel's [1, H, total, D] (every sequence's rows
+    together: D and the conversion are per row)."""
+    return t.transpose(0, 1).unsqueeze(0)
 
 
 class _CallableModule(type(__import__("sys"))):

@@ -617,5 +617,5 @@ def test_language_doc_shows_the_tile_programs():
         assert shown[name].strip() == code.strip(), name
         assert verify(parse(shown[name])) == []
     assert sorted(checked) == ["attention_bwd", "attention_bwd_dot", "attention_bwd_storage",
-                               "attention_fwd", "attention_fwd_varlen",
+                               "attention_bwd_varlen", "attention_fwd", "attention_fwd_varlen",
                                "attention_fwd_window", "mlp_loop"]

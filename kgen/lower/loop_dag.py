@@ -24,6 +24,7 @@ from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import dag_wgmma_rules, loop_rules, target
 from . import loop_bounds, loop_dag_storage
+from . import packed as packed_program
 from .program import _params, _roles, _Section, _store, smem_tile
 
 
@@ -59,9 +60,6 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         raise KgenError(loop.carries[0].loc, f"loop '{loop.name}': a loop of more gemms than "
                         "the forward's carries no row state yet (its skeleton keeps "
                         "accumulators only)")
-    if kernel.packed:
-        raise KgenError(kernel.packed[0].loc, f"loop '{loop.name}': packed sequences are not "
-                        "yet in the DAG loop's skeleton")
     kinds = [_kind(kernel, g) for g in loop.gemms]
     g0 = loop.gemms[0]
     lead = _row_major(kernel, g0.a)
@@ -233,6 +231,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     # the query heads: the streamed operands' (a GQA backward's rows, K, have the KV heads)
     query_heads = kernel.param(g0.b.name).heads
     params, fields = _params(kernel, query_heads)
+    # packed sequences (the varlen backward): a CTA's rows and its loop lie in one sequence
+    params, fields, packed = packed_program.run(kernel, rows_dim, loop.dim, params, fields)
     gqa = any(p.kv for p in params)
     zeroed_stores: frozenset[str] = frozenset()
     if wgmma_refused is None:  # the skeleton writes zeros on the blocks it skips
@@ -255,7 +255,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                           frozenset(p.name for p in params if p.kv), shape, len(adds), vectors,
                           bounds.skips, gqa=gqa, ordered=deterministic is not None,
                           add_to=adds[0] if len(adds) == 1 else None, body=body_section,
-                          gemms=tuple(gemms), params=params, smem_limit=tgt.smem_limit)
+                          gemms=tuple(gemms), params=params, smem_limit=tgt.smem_limit,
+                          packed=bool(packed))
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
@@ -290,7 +291,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                      _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma, deterministic=deterministic, storage=storage_plan,
-        fenced=fenced, **_spellings([body_section] + [g.epilogue for g in gemms
+        fenced=fenced, packed=packed, **_spellings([body_section] + [g.epilogue for g in gemms
                                                       if g.epilogue is not None], wgmma))
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from ..enums import Arch, Dim, DType
 from . import StoragePlan
-from .program import (Choice, LoopBounds, LoopTensorMap, ProgramField, ProgramParam, Section,
-                      SmemTile, FragmentLoad, WgmmaTile)
+from .program import (Choice, LoopBounds, LoopTensorMap, PackedDim, ProgramField, ProgramParam,
+                      Section, SmemTile, FragmentLoad, WgmmaTile)
 
 
 # The params struct's member holding deterministic mode's semaphores (LoopDagPlan.deterministic):
@@ -284,6 +284,10 @@ class LoopDagPlan:
     # loop's rules: LoopPlan.tanh, LoopPlan.division; the kernel's epilogue keeps tanhf, a / b)
     tanh: Choice = Choice("none", "the loop computes no tanh")
     division: Choice = Choice("none", "the loop divides no tile value by a row or uniform value")
+    # packed sequences (`packed T by cu_seqlens_k`, `packed S by cu_seqlens_q`: the varlen
+    # backward): a CTA's tile of rows and the blocks it walks lie in its batch's sequence, the
+    # forward loop's PackedDims (kgen/lower/packed.py)
+    packed: tuple[PackedDim, ...] = ()
 
     @property
     def gqa(self) -> bool:
@@ -323,6 +327,10 @@ class LoopDagPlan:
 
     def param(self, name: str) -> ProgramParam | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def packed_along(self, along: str) -> PackedDim | None:
+        """The packed line of the rows ("rows") or of the loop's dimension ("loop"), if any."""
+        return next((d for d in self.packed if d.along == along), None)
 
     def gemm(self, name: str) -> DagGemm:
         return next(g for g in self.gemms if g.name == name)

@@ -93,7 +93,7 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             else:
                 _agree(resolved, dim, extent, p.name)
         arrays[p.name] = array
-    if isinstance(plan, LoopPlan) and plan.packed:
+    if isinstance(plan, (LoopPlan, LoopDagPlan)) and plan.packed:
         packed.extents(plan, resolved, totals, sizes)
     shapes = {p.name: packed.output_shape(p, batch_dims, totals, resolved) if p.packed else
               _shape_of(p, batch_dims, resolved) for p in missing}

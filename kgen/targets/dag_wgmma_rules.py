@@ -74,6 +74,10 @@ DAG_WGMMA_ADD_WARP_WHY = (
 DAG_WGMMA_ROWS_ORDERED_WHY = (
     "deterministic mode's semaphores order each warp's rows (a bulk add per staged row); the "
     "tensor reduce-add per warpgroup is not built with them (the add warp's is)")
+DAG_WGMMA_ROWS_PACKED_WHY = (
+    "packed sequences add dQ a row at a time (a bulk add per staged row, each row inside its "
+    "sequence); the tensor reduce-add's map of dQ is not built over packed sequences (its box "
+    "would add the rows past a sequence's end into the next one's)")
 DAG_WGMMA_ISSUE_AHEAD = True
 # up to this N: at N 128 both score tiles in flight beside the two accumulators spill
 # (NVRTC 13.5: 8-52 B) and measured no faster (424 against 422, causal 399 against 404)

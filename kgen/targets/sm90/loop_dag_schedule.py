@@ -22,7 +22,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               vectors: tuple[str, ...] = (), skips: bool = False, *, gqa: bool = False,
               ordered: bool = False, add_to: str | None = None,
               body: pp.Section | None = None, gemms: tuple[ld.DagGemm, ...] = (),
-              params: tuple[pp.ProgramParam, ...] = (), smem_limit: int = 0) -> ld.DagWgmma:
+              params: tuple[pp.ProgramParam, ...] = (), smem_limit: int = 0,
+              packed: bool = False) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
@@ -34,7 +35,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     `params`: the loop's body, gemms and the kernel's params (a tensor the body reads at (row,
     col) staged, a score gemm's tile store of the staged value stored from it:
     dag_wgmma_rules), `smem_limit` the target's shared memory (how many slots the staged
-    tensor's ring takes)."""
+    tensor's ring takes); `packed`: packed sequences (a tile's length is its sequence's,
+    unknown before the offsets are read: the grid's order; dQ's adds by rows)."""
     config = loop_rules.DAG_WGMMA_CONFIG
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
@@ -49,14 +51,15 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     tiles_bytes, _ = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
     assert offset == tiles_bytes
     n_warp = max(shape.loop_row_n, default=0) // (config.tile_m // loop_rules.WGMMA_ROWS)
-    boxed = (bulk and add_to is not None
+    boxed = (bulk and add_to is not None and not packed
              and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
     if boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
         mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
     elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
         mode, why = TENSOR, schedule_rules.DAG_WGMMA_TENSOR_ADD_WHY
     elif bulk:
-        mode, why = ROWS, (schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY if ordered
+        mode, why = ROWS, (schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY if packed else
+                           schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY if ordered
                            else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
     else:
         mode, why = ATOMIC, ("one add into an `out accumulate` tensor (the staging holds one)"
@@ -116,8 +119,9 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         overlap=pp.Choice(_overlap_value(ahead, wait, defer),
                           schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer)),
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
-        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered,
-               _NOT_LPT_WHY if gqa or ordered else None),
+        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered
+               and not packed, _NOT_LPT_WHY if gqa or ordered else
+               _NOT_LPT_PACKED_WHY if packed else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
         vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
         **staging, **store)
@@ -301,6 +305,9 @@ def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
     assert w is not None and mode in ADD_MODES, "the sm_90a wgmma skeleton's plan; a mode"
     if mode == add_mode(w):
         return plan
+    if mode in (TENSOR, WARP) and plan.packed:
+        raise ValueError("with_adds: the tensor reduce-add is not built with packed sequences ("
+                         + schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY + ")")
     if mode == TENSOR and plan.deterministic is not None:
         raise ValueError("with_adds: the tensor reduce-add is not built with deterministic "
                          "adds (" + schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY + ")")
@@ -342,6 +349,8 @@ def _fast(on: bool, why: str | None = None) -> dict:
 _NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with GQA (its tiles "
                 "walk KV heads) nor with deterministic adds (a tile waits for the one before "
                 "by index)")
+_NOT_LPT_PACKED_WHY = ("the grid's order: the longest-first order ranks tiles by the loop's "
+                       "length, which packed sequences read per batch from the offsets")
 _NOT_FAST_WHY = "one body for every block: the fast body is not built with GQA's visits yet"
 
 
@@ -360,10 +369,11 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     loop-row tile's adds done so (with_adds): plan options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
-    if plan.gqa and (lpt or fast_body or stage_vectors) or plan.deterministic and lpt:
+    if plan.gqa and (lpt or fast_body or stage_vectors) or (plan.deterministic
+                                                            or plan.packed) and lpt:
         raise ValueError("with_schedule: the longest-first order, the fast body and the staged "
                          "vectors are not built with GQA, nor the longest first with "
-                         "deterministic adds")
+                         "deterministic adds or packed sequences")
     changes = {k: v for k, v in (("issue_ahead", issue_ahead),
                                  ("wait_accumulating", wait_accumulating),
                                  ("defer_accumulating", defer_accumulating)) if v is not None}
