@@ -329,7 +329,8 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]
     print(f"# main kernel TFLOP/s (2.5x the forward's flops per query head), bf16, D {d}, "
           f"{HEADS} heads, {torch.cuda.get_device_name()}, {device_arch().value}")
     print(f"{'S':>6} {'causal':>6} {'mha':>8} {'mha_det':>8} {'gqa':>8} {'gqa_det':>8} "
-          f"{'det/def mha':>11} {'det/def gqa':>11} {'gqa/mha time':>12}")
+          f"{'det/def mha':>11} {'det/def gqa':>11} {'gqa/mha time':>12} "
+          f"{'inc/def mha':>11} {'inc/def gqa':>11}")
     for s in lengths:
         b = max(TOKENS // s, 1)
         for causal in (False, True):
@@ -339,9 +340,15 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]
             dq = torch.empty(b, HEADS, s, d, device="cuda")
             flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
             row = {"d": d, "s": s, "batch": b, "causal": causal, "kv_heads": kv_heads}
+            # *_inc: deterministic in the increasing order of the tiles of rows (the plan
+            # option descending=False; the rulebook's is decreasing where a mask skips blocks)
             for name, kv, det in (("mha", None, False), ("mha_det", None, True),
-                                  ("gqa", kv_heads, False), ("gqa_det", kv_heads, True)):
-                main = load_built(built_main(d, causal, None, variant(kv, det)))
+                                  ("gqa", kv_heads, False), ("gqa_det", kv_heads, True),
+                                  ("mha_inc", None, True), ("gqa_inc", kv_heads, True)):
+                built = built_main(d, causal, None, variant(kv, det))
+                if name.endswith("_inc"):
+                    built = with_options(built, descending=False)
+                main = load_built(built)
                 heads = HEADS if kv is None else kv
                 k, v = (torch.randn(b, heads, s, d, device="cuda").bfloat16() for _ in range(2))
                 dk, dv = torch.empty_like(k), torch.empty_like(v)
@@ -358,7 +365,9 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]
                   f"{row['gqa']:8.1f} {row['gqa_det']:8.1f} "
                   f"{row['mha_det_ms'] / row['mha_ms']:11.3f} "
                   f"{row['gqa_det_ms'] / row['gqa_ms']:11.3f} "
-                  f"{row['gqa_ms'] / row['mha_ms']:12.3f}", flush=True)
+                  f"{row['gqa_ms'] / row['mha_ms']:12.3f} "
+                  f"{row['mha_inc_ms'] / row['mha_ms']:11.3f} "
+                  f"{row['gqa_inc_ms'] / row['gqa_ms']:11.3f}", flush=True)
     return rows
 
 

@@ -197,6 +197,38 @@ def test_deterministic_plan_semaphores_and_zeroing(arch, tile, gqa):
         assert "bulk_group_wait();  // its adds are complete (written) before the release" in src
 
 
+@pytest.mark.parametrize("gqa", [False, True])
+def test_deterministic_causal_order_is_decreasing_on_sm90a(gqa):
+    """The rulebook's order (dag_wgmma_rules.DAG_WGMMA_DESCENDING): under a causal mask the
+    tile after adds each block first, the CTAs launched in decreasing tile order; the option
+    descending=False gives back the increasing order (the grid's)."""
+    from kgen.targets.sm90.loop_dag import emit
+    from kgen.targets.sm90.loop_dag_schedule import with_schedule
+
+    sm90 = dict(arch=ir.Arch.SM90A, tile=False)
+    b = plan_of(deterministic_text(gqa_text() if gqa else TEXT), **sm90)
+    w = b.plan.wgmma
+    assert w.descending and "decreasing order" in w.order_why
+    src = b.source
+    assert ("const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x))"
+            " * kRowsPerCta;") in src
+    assert "const int row0_before = row0 + kRowsPerCta;" in src
+    assert "if (blockIdx.x > 0 && row0_before < rows) {" in src
+    old = with_schedule(b.plan, descending=False)
+    assert not old.wgmma.descending and b.plan.deterministic == old.deterministic
+    src = emit(old, source_name="t", source_hash="0", command="t")
+    assert "const int row0 = blockIdx.x * kRowsPerCta;" in src
+    assert "const int row0_before = row0 - kRowsPerCta;" in src
+    assert "if (blockIdx.x > 0) {" in src
+    # no mask: every tile reaches a block at the same visit, the increasing order
+    plain = plan_of(deterministic_text().replace(CAUSAL, NO_MASK), **sm90).plan
+    assert not plain.wgmma.descending and "increasing order" in plain.wgmma.order_why
+    with pytest.raises(ValueError, match="decreasing order is deterministic mode's"):
+        with_schedule(plain, descending=True)
+    # not deterministic: no order
+    assert not plan_of(TEXT, **sm90).plan.wgmma.descending
+
+
 def test_deterministic_without_a_mask_waits_for_every_tile_before():
     src = plan_of(deterministic_text().replace(CAUSAL, NO_MASK)).source
     assert "before_first" not in src

@@ -169,6 +169,11 @@ class DagWgmma:
     # checks, the mask's predicates read 1 (the plan's bounds.fold); else one checked body
     fast_body: bool = False
     fast_body_why: str = "one body for every block"
+    # deterministic mode's order of the tiles of rows adding a block: descending (the tile
+    # after adds first; the CTAs launched in reverse tile order, so a waited-for tile is
+    # launched first), else ascending (the tile before adds first, the grid's order); and why
+    descending: bool = False
+    order_why: str = "the tiles of rows add a block in increasing order"
     # a loop-row tile's adds: by the copy engine's bulk reduce-add from a staging of
     # `add_row_bytes` a row at `add_offset` (kBlock rows per consumer warpgroup), or by f32
     # atomics from registers (add_offset None); `adds` says which and why

@@ -123,6 +123,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                and not packed, _NOT_LPT_WHY if gqa or ordered else
                _NOT_LPT_PACKED_WHY if packed else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
+        **_order(ordered, ordered and skips and schedule_rules.DAG_WGMMA_DESCENDING),
         vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
         **staging, **store)
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
@@ -345,6 +346,16 @@ def _fast(on: bool, why: str | None = None) -> dict:
                 why or "one body for every block")
 
 
+def _order(ordered: bool, descending: bool, why: str | None = None) -> dict:
+    """Deterministic mode's order of the tiles of rows adding a block (dag_wgmma_rules:
+    DAG_WGMMA_DESCENDING): decreasing where `descending`, else increasing."""
+    if not ordered:
+        return dict(descending=False, order_why="no deterministic adds")
+    return dict(descending=descending, order_why=why or (
+        schedule_rules.DAG_WGMMA_DESCENDING_WHY if descending else
+        schedule_rules.DAG_WGMMA_ASCENDING_WHY))
+
+
 # why GQA and deterministic mode keep the session-5 schedule's pieces (not built together yet)
 _NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with GQA (its tiles "
                 "walk KV heads) nor with deterministic adds (a tile waits for the one before "
@@ -359,14 +370,17 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   stage_vectors: bool | None = None,
                   defer_accumulating: bool | None = None,
                   lpt: bool | None = None, fast_body: bool | None = None,
-                  adds: str | None = None) -> ld.LoopDagPlan:
+                  adds: str | None = None,
+                  descending: bool | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
     accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
     loop-row gemm issued after it, `lpt` the longest tiles of rows first, `fast_body` a second
     body without bounds checks for the blocks inside the mask, `stage_vectors` the
     vectors read at `col` staged by the producer (else loaded by the consumers), `adds` the
-    loop-row tile's adds done so (with_adds): plan options for the bench and the tests."""
+    loop-row tile's adds done so (with_adds), `descending` deterministic mode's tiles of rows
+    adding a block in decreasing order (else increasing; deterministic plans only): plan
+    options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if plan.gqa and (lpt or fast_body or stage_vectors) or (plan.deterministic
@@ -386,6 +400,11 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
         w = dataclasses.replace(w, **_lpt(lpt and plan.bounds.skips))
     if fast_body is not None:
         w = dataclasses.replace(w, **_fast(fast_body))
+    if descending is not None:
+        if descending and (plan.deterministic is None or not plan.bounds.skips):
+            raise ValueError("with_schedule: the decreasing order is deterministic mode's, "
+                             "where a mask's bounds skip blocks")
+        w = dataclasses.replace(w, **_order(plan.deterministic is not None, descending, why))
     if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
             and w.vectors:
         # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
