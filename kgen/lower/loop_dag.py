@@ -327,9 +327,10 @@ def _check_gqa(kernel: ir.Kernel, body: pp.Section, tail: pp.Section) -> None:
 def _deterministic(kernel: ir.Kernel, loop: ir.Loop, bounds: pp.LoopBounds,
                    gemms: list[ld.DagGemm]) -> pp.Choice | None:
     """`reductions deterministic`: the adds' order, or None. The CTA of tile j of the rows waits
-    for the CTA of tile j - 1 where that one visits the block (its bounds, computed as the
-    loop's): the tiles visiting a block must then be one run of tiles, as they are when every
-    bound on col moves the same way with the row."""
+    for the CTA of the tile next in the order (j - 1; on sm_90a where a mask skips blocks, j + 1:
+    DagWgmma.descending) where that one visits the block (its bounds, computed as the loop's):
+    the tiles visiting a block must then be one run of tiles, as they are when every bound on
+    col moves the same way with the row."""
     if not kernel.deterministic:
         return None
     adds = [s for g in gemms if g.epilogue is not None for s in g.epilogue.statements
@@ -352,9 +353,10 @@ def _deterministic(kernel: ir.Kernel, loop: ir.Loop, bounds: pp.LoopBounds,
                "there" if bounds.bounds else "")
     return pp.Choice(
         f"semaphores: int32 per (batch, query head, block of {loop.dim}, adding warp)",
-        f"'{adds[0].param}''s adds in the order of the tiles of rows: a warp adds its share of a "
-        "block once the same warp of the tile before released it, then releases it to the "
-        f"tile after{skipped} (bit-identical run to run)")
+        f"'{adds[0].param}''s adds in the order of the tiles of rows (the skeleton's: "
+        "increasing, or decreasing where the sm_90a rulebook says so): a warp adds its share of "
+        "a block once the same warp of the tile before in that order released it, then "
+        f"releases it to the tile after{skipped} (bit-identical run to run)")
 
 
 _WGMMA_VECTORS_WHY = ("the wgmma skeleton loads each into registers while the score gemm whose "

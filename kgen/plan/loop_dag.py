@@ -276,8 +276,8 @@ class LoopDagPlan:
     wgmma: DagWgmma | None = None
     # `reductions deterministic`: the loop-row tile's adds ordered by semaphores (ORDER_FIELD),
     # one per (batch, query head, block of the loop, adding warp): the CTA of tile j of the rows
-    # adds a block after the CTA of tile j - 1 did, where that one visits the block (the same
-    # bounds); None: in whatever order they come
+    # adds a block after the CTA of tile j - 1 did (j + 1 where DagWgmma.descending), where
+    # that one visits the block (the same bounds); None: in whatever order they come
     deterministic: Choice | None = None
     # the mma.sync skeleton's shared memory as kgen's storage planner placed it (phases,
     # buffers, lifetimes: kgen/lower/loop_dag_storage.py; the tiles' offsets are its), and the

@@ -132,6 +132,14 @@ def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool) -> str:
 # issues the block's adds (the consumers never do). The CTAs are launched in decreasing tile
 # order (blockIdx.x 0 is the last tile) so that a tile waits only on a CTA launched before it
 # (no deadlock when the grid exceeds the resident CTAs).
+# Measured on an H200 (2026-11-29, bench/attention_bwd.py --groups --s 4096, bf16, D 128, 16
+# heads, batch 4, the main kernel; deterministic's time over the default's, decreasing order /
+# increasing (the option descending=False) in the same run): causal MHA 1.210x / 2.207x, causal
+# GQA 16:2 1.138x / 1.314x (non-causal, one order: MHA 1.250x, GQA 1.043x). tests/gpu/
+# test_attention_bwd_gqa_gpu.py and test_attention_varlen_bwd_gpu.py -k determin (bit-identical
+# runs, float64 reference; every mask, MHA and GQA, warp / rows / atomics adds, packed): 27
+# passed; compute-sanitizer racecheck 0 hazards (bench/attention_bwd.py --once --d 128 --gqa 2
+# --deterministic, causal); NVRTC 13 spills 0 B (D 128 causal, MHA and GQA, either order).
 DAG_WGMMA_DESCENDING = True
 DAG_WGMMA_DESCENDING_WHY = (
     "a mask's bounds skip blocks: a tile of rows reaches a block after the tile after it does, "

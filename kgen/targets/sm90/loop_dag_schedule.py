@@ -29,8 +29,9 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
     (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
     (the vectors staged by the producer, the longest-first order and the fast body are not
-    built with it); `ordered`: deterministic adds (tile j waits for tile j - 1 by index: the
-    grid's order, not the longest first); `add_to`: the tensor the one `+=` store adds into
+    built with it); `ordered`: deterministic adds (tile j waits for tile j - 1, or for
+    tile j + 1 where a mask skips blocks (dag_wgmma_rules.DAG_WGMMA_DESCENDING): launch order,
+    not the longest first); `add_to`: the tensor the one `+=` store adds into
     (its tensor map, where the rulebook takes the tensor reduce-add); `body`, `gemms`,
     `params`: the loop's body, gemms and the kernel's params (a tensor the body reads at (row,
     col) staged, a score gemm's tile store of the staged value stored from it:
