@@ -47,8 +47,7 @@ REGISTER_OVERHEAD = 48
 #   shifted mask: up to 8 values per element); spills (estimate over 255): (128, 128, 32) with
 #   softcap, ALiBi and causal (13 values) 4-16 B (272), (96, 96, 64) 4-20 B (266), (192, 128, 32)
 #   4 B (256), (128, 128, 64) and (64, 64, 128) 68-128 B (284, 268).
-# The budget is ptxas' 255 itself: a legal configuration just fits, and the rulebook falls back
-# to 16 rows a warp where none does.
+# The budget is ptxas' 255 itself: a legal configuration just fits (else 16 rows a warp).
 WIDE_REGISTER_BUDGET = 255
 WIDE_REGISTER_OVERHEAD = 68
 WIDE_TILE_VALUES = TILE_VALUES = 8  # values per element the overheads cover
