@@ -452,6 +452,16 @@ class PeriodSets(enum.Enum):
     # the pipe drains
 
 
+class ScaleLoads(enum.Enum):
+    """Who brings a block-scaled gemm's scales of each k tile to the consumers
+    (AccPromotion.scale_loads)."""
+
+    CONSUMERS = "consumers' __ldg"  # each consumer thread loads its rows' scales (and the
+    # tile's B scales) with __ldg into registers, two k tiles ahead
+    PRODUCER = "producer's copies"  # the producer warp copies them (cp.async) into the ring
+    # slot's scale buffer, counted by the slot's full barrier; consumers read shared memory
+
+
 class PromotionBound(enum.Enum):
     """A timing bound of the block-scaled mainloop, for bench/fp8.py only (wrong results; no
     rule and no DSL spelling reaches one: promotion.without_promotion)."""
@@ -488,6 +498,9 @@ class AccPromotion:
     # where the sums wait for their promotion (PeriodSets), with block scales
     sets: PeriodSets = PeriodSets.ONE
     why_sets: str = ""
+    # who loads each k tile's scales (ScaleLoads), with block scales
+    scale_loads: ScaleLoads = ScaleLoads.CONSUMERS
+    why_scale_loads: str = ""
     # a timing bound for bench/fp8.py only, wrong results (PromotionBound)
     bound: PromotionBound = PromotionBound.NONE
 
@@ -505,6 +518,8 @@ class AccPromotion:
             rows.append((f"{gemm} promotion overlap", overlap, self.why_overlap))
         if self.why_sets:
             rows.append((f"{gemm} period sets", self.sets.value, self.why_sets))
+        if self.why_scale_loads:
+            rows.append((f"{gemm} scale loads", self.scale_loads.value, self.why_scale_loads))
         if self.bound is not PromotionBound.NONE:
             rows.append((f"{gemm} timing bound", f"{self.bound.value} (wrong results)",
                          "promotion.without_promotion, bench/fp8.py's bound"))

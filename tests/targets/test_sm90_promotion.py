@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kgen.parse import parse
-from kgen.plan import PeriodSets, PromotionBound
+from kgen.plan import PeriodSets, PromotionBound, ScaleLoads
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
@@ -153,6 +153,77 @@ def test_the_timing_bounds_are_plan_options_only(bound):
     assert built().plan.schedule.gemms[0].promotion.bound is PromotionBound.NONE  # the rulebook
     with pytest.raises(ValueError, match="no bound"):
         without_promotion(built().plan, PromotionBound.NONE)
+
+
+def test_the_rulebook_has_the_producer_copy_the_scales_into_each_slot_s_buffer():
+    from kgen.targets.sm90.promotion import SCALE_LOADS, scale_buffer
+
+    plan = built().plan
+    promotion = plan.schedule.gemms[0].promotion
+    assert promotion.scale_loads is SCALE_LOADS is ScaleLoads.PRODUCER
+    assert any(r[0] == "g scale loads" and r[1] == "producer's copies"
+               for r in plan.schedule.gemms[0].describe())
+    buffer = next(b for b in plan.storage.buffers if b.name == scale_buffer("g"))
+    g = plan.gemms[0]
+    assert buffer.bytes == g.stages * (g.tile[0] + 4) * 4 and buffer.offset % 16 == 0
+    source = emitted(plan)
+    body = source.split("kernel_body")[1]
+    # no global load of a scale in the consumers: they read the slot's buffer after its barrier
+    assert "__ldg(p.S" not in source and "load_block_scales" not in source
+    assert body.count("read_block_scales(scale_slots + ") == 3  # the halves loop's stages
+    # the producer warp's copies, counted by the full barrier beside the copy engine's arrival
+    assert "mbarrier_init(full + 8 * s, tma_loads ? 1 + kScaleLanes :" in body
+    assert "} else if (tid < kScaleLanes) {" in body
+    assert "cp_async_mbarrier_arrive(full + 8 * s);" in body
+    # the narrow entry point's producer copies them in warp 0's cp.async groups
+    narrow = source.split("void produce_narrow(")[1].split("cp_async_commit();")[0]
+    assert "if (ptid < kScaleLanes) {" in narrow and "copy_block_scales(p, " in narrow
+
+
+def test_with_scale_loads_keeps_the_consumers_ldg_as_an_option():
+    from kgen.targets.sm90.promotion import with_scale_loads
+
+    for sets in (PeriodSets.HALVES, PeriodSets.ONE):
+        from kgen.targets.sm90.promotion import with_period_sets
+
+        plan = with_scale_loads(with_period_sets(built().plan, sets), ScaleLoads.CONSUMERS)
+        assert plan.schedule.gemms[0].promotion.scale_loads is ScaleLoads.CONSUMERS
+        source = emitted(plan)
+        body = source.split("kernel_body")[1]
+        assert "load_block_scales(p, 0, row_scale" in body and "__ldg(p.SA" in source
+        assert "read_block_scales" not in source and "kScaleLanes" not in source
+        assert "} else if (tid == 0) {" in body
+    # the producer's loads need the buffer the rulebook placed
+    tensor = built("tile 128x128x128  warps 2x4  stages 6").plan
+    assert with_scale_loads(tensor, ScaleLoads.PRODUCER).schedule.gemms[0].promotion.scale_loads \
+        is ScaleLoads.PRODUCER
+
+
+def test_the_timing_bounds_take_the_consumers_loads():
+    from kgen.targets.sm90.promotion import without_promotion
+
+    plan = without_promotion(built().plan, PromotionBound.UNLOADED)
+    assert plan.schedule.gemms[0].promotion.scale_loads is ScaleLoads.CONSUMERS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lines, schedule", [
+    ("", ""), ("tile 128x128x128  warps 2x4  stages 6", ""),
+    ("tile 64x128x128  warps 2x4  stages 8", "schedule pingpong")],
+    ids=["builder", "128x128", "pingpong64x128"])
+def test_the_consumers_scale_loads_compile_without_spills(lines, schedule, tmp_path,
+                                                          monkeypatch):
+    pytest.importorskip("cuda.core")
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.targets.sm90.promotion import with_scale_loads
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    plan = with_scale_loads(built(lines, schedule).plan, ScaleLoads.CONSUMERS)
+    source = emitted(plan)
+    for entry in (plan.name, plan.name + "_narrow"):
+        result = compile_cubin(source, entry, "sm_90a")
+        assert result.spill_stores == 0 and result.spill_loads == 0 and result.stack_bytes == 0
+        assert "serialized" not in result.log and "warning" not in result.log.lower(), result.log
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ...plan import AccPromotion, GemmPlan, KernelKind, PeriodSets, PromotionBound
+from ...ir import DType
+from ...plan import AccPromotion, GemmPlan, KernelKind, PeriodSets, PromotionBound, ScaleLoads
 from .. import ScheduleDraft, Site
 
 WARPGROUP = 128
@@ -37,11 +38,43 @@ WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no regi
 
 
 WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alone, times the "
-                    "scales of its block: each consumer thread reads its rows' scales (and the "
-                    "tile's B scale) with __ldg into one of two register sets as the k tile two "
-                    "before is promoted, so a load has two k tiles' time to arrive (multiplied "
-                    "as they were read, a load of the next k tile stalled every k tile: 0.44x "
-                    "the tensor-wise kernel's speed at 8192^3 on an H200)")
+                    "scales of its block (the scale loads say who brings them)")
+
+# Who brings each k tile's scales to the consumers (ScaleLoads). CONSUMERS: each consumer
+# thread reads its rows' scales (and the tile's B scales) with __ldg into one of two register
+# sets as the k tile two before is promoted (multiplied as they were read, a load of the next k
+# tile stalled every k tile: 0.44x the tensor-wise kernel at 8192^3 on an H200), and the
+# mainloop without them ran about 10% faster (bench/fp8.py --sets, session 7). PRODUCER: the
+# producer warp copies the tile's kTileM A scales and its B scales of the k block into a buffer
+# beside the ring slot (cp.async, 4 bytes each: any layout and alignment, zeros past M and N),
+# whose full barrier counts the warp's 32 arrivals (cp.async.mbarrier.arrive.noinc) beside the
+# copy engine's; the consumers read them from shared memory after that barrier.
+SCALE_LOADS = ScaleLoads.PRODUCER
+WHY_SCALE_LOADS = {
+    ScaleLoads.CONSUMERS: ("each consumer thread loads its rows' A scales and the tile's B "
+                           "scales with __ldg into one of two register sets as the k tile two "
+                           "before is promoted: a global load in the mainloop"),
+    ScaleLoads.PRODUCER: ("the producer warp copies each k tile's scales (the tile's rows of "
+                          "A's, B's block) by cp.async into a buffer beside the ring slot, "
+                          "counted by the slot's full barrier (32 arrivals more): the consumers "
+                          "read them from shared memory, no global load in the mainloop"),
+}
+SCALE_SLOT_PAD = 4  # B's scales after A's kTileM in a slot's buffer: two used, 16 bytes
+
+
+def scale_buffer(gemm: str) -> str:
+    """The shared-memory buffer of a block-scaled gemm's staged scales (ScaleLoads.PRODUCER)."""
+    return f"{gemm}_scales"
+
+
+def scale_requests(g: GemmPlan) -> tuple:
+    """The storage request of the staged scales where the rulebook's scale loads are the
+    producer's (storage's vector requests: name, bytes, element type, role), else none."""
+    if not g.scales or SCALE_LOADS is not ScaleLoads.PRODUCER:
+        return ()
+    return ((scale_buffer(g.name), g.stages * (g.tile[0] + SCALE_SLOT_PAD) * 4, DType.F32,
+             f"the block scales of each ring slot's k tile: {g.tile[0]} of A's rows, then "
+             "B's (two), copied by the producer warp"),)
 
 
 def promoted_values(g: GemmPlan, rows: int) -> int:
@@ -164,12 +197,13 @@ def acc_promotion(g: GemmPlan, kind: KernelKind, rows: int) -> AccPromotion:
         why_sets = WHY_PERIOD_SETS[sets] + (
             f" ({refused}: the rulebook's {PERIOD_SETS.value} is not built here)" if refused
             else WHY_ONE_NARROW if sets is not PERIOD_SETS else "")
+        loads = dict(scale_loads=SCALE_LOADS, why_scale_loads=WHY_SCALE_LOADS[SCALE_LOADS])
         if sets is not PeriodSets.ONE:
             return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
                                 WHY_BLOCK_SCALES, why_overlap=WHY_OVERLAP_HALVES, sets=sets,
-                                why_sets=why_sets)
+                                why_sets=why_sets, **loads)
         return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
-                            WHY_BLOCK_SCALES, turns=PROMOTE_TURNS and cooperative,
+                            WHY_BLOCK_SCALES, **loads, turns=PROMOTE_TURNS and cooperative,
                             early_release=PROMOTE_EARLY_RELEASE,
                             why_overlap=WHY_OVERLAP + ("" if cooperative else WHY_NO_TURNS)
                             + ("" if PROMOTE_TURNS or PROMOTE_EARLY_RELEASE
@@ -234,4 +268,22 @@ def without_promotion(plan, bound: PromotionBound = PromotionBound.UNPROMOTED):
     if not gs.promotion.scales or bound is PromotionBound.NONE:
         raise ValueError(f"{plan.name}: no block scales or no bound")
     return _with_promotion(plan, bound=bound, sets=PeriodSets.ONE,
-                           why_sets=WHY_PERIOD_SETS[PeriodSets.ONE] + " (a timing bound's)")
+                           why_sets=WHY_PERIOD_SETS[PeriodSets.ONE] + " (a timing bound's)",
+                           scale_loads=ScaleLoads.CONSUMERS,
+                           why_scale_loads=WHY_SCALE_LOADS[ScaleLoads.CONSUMERS]
+                           + " (a timing bound's)")
+
+
+def with_scale_loads(plan, loads: ScaleLoads):
+    """The block-scaled plan with its scale loads set (AccPromotion.scale_loads): a plan option
+    for the bench's variants and the GPU tests; SCALE_LOADS says what the rulebook picks. The
+    producer's loads need the plan's scale buffer (placed where the rulebook picks them)."""
+    gs = plan.schedule.gemms[0]
+    if not gs.promotion.scales:
+        raise ValueError(f"{plan.name}: no block scales, no scale loads")
+    name = scale_buffer(plan.gemms[0].name)
+    if loads is ScaleLoads.PRODUCER and all(b.name != name for b in plan.storage.buffers):
+        raise ValueError(f"{plan.name}: no scale buffer {name} in its storage (the rulebook "
+                         "picks the consumers' loads)")
+    return _with_promotion(plan, scale_loads=loads, why_scale_loads=WHY_SCALE_LOADS[loads]
+                           + f" (the plan option with_scale_loads({loads.name.lower()}))")
