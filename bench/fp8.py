@@ -16,7 +16,8 @@ options (the consumers' turns, the early slot release: OVERLAP_VARIANTS); --sets
 the period sets (a group in flight while the one before is promoted), tile N 144 and 160
 (SETS_VARIANTS) and two timing bounds: the builder's kernel without its promotion, and the
 tensor-wise kernel on the same tile; --loads (or --sets, --variants) the scale loads' plan option
-(the consumers' __ldg two k tiles ahead, beside the rulebook's producer copies: LOADS_VARIANT)
+(the producer warp's copies into each slot's buffer, beside the rulebook's consumer __ldg:
+LOADS_VARIANT)
 and the bound without the mainloop's scale loads.
 --fp8-out: examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
 and amax) beside the bare kernel and the same kernel without amax (the reduction's cost), at the
@@ -217,16 +218,17 @@ BOUND_TENSOR = "bound: tensor-wise on the builder's tile (no promotion)"
 
 
 # Who loads each k tile's scales (ScaleLoads, promotion.with_scale_loads), timed with --loads
-# (and --sets, --variants) beside the rulebook's plan: the builder's with the consumers' __ldg
-LOADS_VARIANT = "builder, consumers' __ldg scale loads"
+# (and --sets, --variants) beside the rulebook's plan (the consumers' __ldg): the builder's with
+# the producer warp's copies into each ring slot's scale buffer
+LOADS_VARIANT = "builder, producer's scale copies"
 
 
 def loads_variant(kernel):
-    """The builder's block-wise kernel with the consumers' own scale loads: the plan option."""
+    """The builder's block-wise kernel with the producer's scale copies: the plan option."""
     from kgen.plan import ScaleLoads
     from kgen.targets.sm90.promotion import with_scale_loads
 
-    return replanned(kernel, None, lambda plan: with_scale_loads(plan, ScaleLoads.CONSUMERS))
+    return replanned(kernel, None, lambda plan: with_scale_loads(plan, ScaleLoads.PRODUCER))
 
 
 def sets_variant(kernel, schedule, sets):
@@ -523,8 +525,8 @@ def main() -> int:
                         help="with --blockwise: the period sets' plan options, tile widths 144 "
                         "and 160, and the timing bounds (--variants times them too)")
     parser.add_argument("--loads", action="store_true",
-                        help="with --blockwise: the consumers' own scale loads beside the "
-                        "rulebook's producer copies, and the bound without scale loads")
+                        help="with --blockwise: the producer's scale copies beside the "
+                        "rulebook's consumer loads, and the bound without scale loads")
     parser.add_argument("--fp8-out", action="store_true",
                         help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
                         "at the Llama-class shapes (--quick: 4096^3 only)")

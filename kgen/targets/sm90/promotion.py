@@ -12,7 +12,8 @@ import dataclasses
 import math
 
 from ...ir import DType
-from ...plan import AccPromotion, GemmPlan, KernelKind, PeriodSets, PromotionBound, ScaleLoads
+from ...plan import (AccPromotion, Buffer, GemmPlan, KernelKind, PeriodSets, PromotionBound,
+                     ScaleLoads)
 from .. import ScheduleDraft, Site
 
 WARPGROUP = 128
@@ -43,13 +44,18 @@ WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alon
 # Who brings each k tile's scales to the consumers (ScaleLoads). CONSUMERS: each consumer
 # thread reads its rows' scales (and the tile's B scales) with __ldg into one of two register
 # sets as the k tile two before is promoted (multiplied as they were read, a load of the next k
-# tile stalled every k tile: 0.44x the tensor-wise kernel at 8192^3 on an H200), and the
-# mainloop without them ran about 10% faster (bench/fp8.py --sets, session 7). PRODUCER: the
+# tile stalled every k tile: 0.44x the tensor-wise kernel at 8192^3 on an H200); the mainloop
+# without them is the bound below (PromotionBound.UNLOADED). PRODUCER: the
 # producer warp copies the tile's kTileM A scales and its B scales of the k block into a buffer
 # beside the ring slot (cp.async, 4 bytes each: any layout and alignment, zeros past M and N),
 # whose full barrier counts the warp's 32 arrivals (cp.async.mbarrier.arrive.noinc) beside the
 # copy engine's; the consumers read them from shared memory after that barrier.
-SCALE_LOADS = ScaleLoads.PRODUCER
+# H200, 8192^3, bench/fp8.py --blockwise --loads, one run (session 7, the builder's 128x192 s4
+# with halves): the producer's copies 1.1074 ms (993 TFLOP/s, 0.643x the tensor-wise kernel)
+# against 0.9464 ms (1162, 0.752x) with the consumers' __ldg, whose bound without the loads ran
+# 0.8976 ms (0.793x): slower, so the rulebook keeps the consumers' loads (both checked against
+# the float64 reference, 2.6e-3). with_scale_loads builds the producer's for the bench.
+SCALE_LOADS = ScaleLoads.CONSUMERS
 WHY_SCALE_LOADS = {
     ScaleLoads.CONSUMERS: ("each consumer thread loads its rows' A scales and the tile's B "
                            "scales with __ldg into one of two register sets as the k tile two "
@@ -59,6 +65,8 @@ WHY_SCALE_LOADS = {
                           "counted by the slot's full barrier (32 arrivals more): the consumers "
                           "read them from shared memory, no global load in the mainloop"),
 }
+WHY_SCALE_LOADS_MEASURED = (" (H200, 8192^3, the builder's 128x192: 1162 TFLOP/s against 993 "
+                            "with the producer's copies, which the rulebook does not take)")
 SCALE_SLOT_PAD = 4  # B's scales after A's kTileM in a slot's buffer: two used, 16 bytes
 
 
@@ -67,10 +75,10 @@ def scale_buffer(gemm: str) -> str:
     return f"{gemm}_scales"
 
 
-def scale_requests(g: GemmPlan) -> tuple:
-    """The storage request of the staged scales where the rulebook's scale loads are the
-    producer's (storage's vector requests: name, bytes, element type, role), else none."""
-    if not g.scales or SCALE_LOADS is not ScaleLoads.PRODUCER:
+def scale_requests(g: GemmPlan, loads: ScaleLoads = SCALE_LOADS) -> tuple:
+    """The storage request of the staged scales where the scale loads (the rulebook's unless
+    given) are the producer's (storage's vector requests: name, bytes, element type, role)."""
+    if not g.scales or loads is not ScaleLoads.PRODUCER:
         return ()
     return ((scale_buffer(g.name), g.stages * (g.tile[0] + SCALE_SLOT_PAD) * 4, DType.F32,
              f"the block scales of each ring slot's k tile: {g.tile[0]} of A's rows, then "
@@ -197,7 +205,8 @@ def acc_promotion(g: GemmPlan, kind: KernelKind, rows: int) -> AccPromotion:
         why_sets = WHY_PERIOD_SETS[sets] + (
             f" ({refused}: the rulebook's {PERIOD_SETS.value} is not built here)" if refused
             else WHY_ONE_NARROW if sets is not PERIOD_SETS else "")
-        loads = dict(scale_loads=SCALE_LOADS, why_scale_loads=WHY_SCALE_LOADS[SCALE_LOADS])
+        loads = dict(scale_loads=SCALE_LOADS, why_scale_loads=WHY_SCALE_LOADS[SCALE_LOADS]
+                     + (WHY_SCALE_LOADS_MEASURED if SCALE_LOADS is ScaleLoads.CONSUMERS else ""))
         if sets is not PeriodSets.ONE:
             return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
                                 WHY_BLOCK_SCALES, why_overlap=WHY_OVERLAP_HALVES, sets=sets,
@@ -277,13 +286,30 @@ def without_promotion(plan, bound: PromotionBound = PromotionBound.UNPROMOTED):
 def with_scale_loads(plan, loads: ScaleLoads):
     """The block-scaled plan with its scale loads set (AccPromotion.scale_loads): a plan option
     for the bench's variants and the GPU tests; SCALE_LOADS says what the rulebook picks. The
-    producer's loads need the plan's scale buffer (placed where the rulebook picks them)."""
+    producer's loads need a scale buffer: where the rulebook placed none, it is added after the
+    plan's storage (live through every phase), within the target's limit; cooperative only."""
     gs = plan.schedule.gemms[0]
     if not gs.promotion.scales:
         raise ValueError(f"{plan.name}: no block scales, no scale loads")
-    name = scale_buffer(plan.gemms[0].name)
-    if loads is ScaleLoads.PRODUCER and all(b.name != name for b in plan.storage.buffers):
-        raise ValueError(f"{plan.name}: no scale buffer {name} in its storage (the rulebook "
-                         "picks the consumers' loads)")
+    if loads is ScaleLoads.PRODUCER and plan.schedule.scheduler.kind is KernelKind.PINGPONG:
+        raise ValueError(f"{plan.name}: the producer's scale copies are built on the "
+                         "cooperative kernel: on ping-pong (64x128 s7, NVRTC 13) ptxas "
+                         "serialized the halves' wgmma (C7519) and one set's narrow entry "
+                         "point spilled")
+    g = plan.gemms[0]
+    storage = plan.storage
+    if loads is ScaleLoads.PRODUCER and all(b.name != scale_buffer(g.name)
+                                            for b in storage.buffers):
+        (name, nbytes, dtype, role), = scale_requests(g, ScaleLoads.PRODUCER)
+        offset = -(-storage.total_bytes // 16) * 16
+        if offset + nbytes > storage.limit_bytes:
+            raise ValueError(f"{plan.name}: the scale buffer ({nbytes} bytes) does not fit "
+                             f"after its {storage.total_bytes} bytes of shared memory")
+        buffer = Buffer(name, nbytes, 16, offset, (0, len(storage.phases) - 1), role,
+                        dtype=dtype)
+        storage = dataclasses.replace(storage, buffers=storage.buffers + (buffer,),
+                                      total_bytes=offset + nbytes,
+                                      peak_bytes=max(storage.peak_bytes, offset + nbytes))
+        plan = dataclasses.replace(plan, storage=storage)
     return _with_promotion(plan, scale_loads=loads, why_scale_loads=WHY_SCALE_LOADS[loads]
                            + f" (the plan option with_scale_loads({loads.name.lower()}))")
