@@ -6,7 +6,8 @@ inputs rotated past L2). Each kgen kernel is first checked against a float64 ref
 dequantized operands (256 rows) and against torch._scaled_mm, on the timing's own inputs.
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
-        [--variants] [--shapes 4096x4096x4096,...] [--blockwise [--overlap] [--sets]] [--fp8-out]
+        [--variants] [--shapes 4096x4096x4096,...] [--blockwise [--overlap] [--sets] [--loads]]
+        [--fp8-out]
 
 --blockwise: examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
 scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
@@ -14,7 +15,10 @@ scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 81
 options (the consumers' turns, the early slot release: OVERLAP_VARIANTS); --sets (or --variants)
 the period sets (a group in flight while the one before is promoted), tile N 144 and 160
 (SETS_VARIANTS) and two timing bounds: the builder's kernel without its promotion, and the
-tensor-wise kernel on the same tile.
+tensor-wise kernel on the same tile; --loads (or --sets, --variants) the scale loads' plan option
+(the producer warp's copies into each slot's buffer, beside the rulebook's consumer __ldg:
+LOADS_VARIANT)
+and the bound without the mainloop's scale loads.
 --fp8-out: examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
 and amax) beside the bare kernel and the same kernel without amax (the reduction's cost), at the
 Llama-class shapes.
@@ -213,6 +217,20 @@ BOUND_LOADS = "bound: builder without the mainloop's scale loads"
 BOUND_TENSOR = "bound: tensor-wise on the builder's tile (no promotion)"
 
 
+# Who loads each k tile's scales (ScaleLoads, promotion.with_scale_loads), timed with --loads
+# (and --sets, --variants) beside the rulebook's plan (the consumers' __ldg): the builder's with
+# the producer warp's copies into each ring slot's scale buffer
+LOADS_VARIANT = "builder, producer's scale copies"
+
+
+def loads_variant(kernel):
+    """The builder's block-wise kernel with the producer's scale copies: the plan option."""
+    from kgen.plan import ScaleLoads
+    from kgen.targets.sm90.promotion import with_scale_loads
+
+    return replanned(kernel, None, lambda plan: with_scale_loads(plan, ScaleLoads.PRODUCER))
+
+
 def sets_variant(kernel, schedule, sets):
     """The block-wise kernel (on a written schedule, or the builder's) with its period sets set:
     the plan option, re-emitted."""
@@ -257,7 +275,8 @@ def block_variant(kernel, kind, tile, stages, cluster=None):
                                schedule=ir.Schedule.from_name(kind) if kind else None)
 
 
-def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False, sets=False):
+def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False, sets=False,
+                   loads=False):
     from kgen.api import build, build_file, load_built
     from kgen.parse import parse_file
 
@@ -277,6 +296,15 @@ def blockwise_rows(torch, shapes, stream, l2, variants=False, overlap=False, set
         tensor_kernel = parse_file(ROOT / "examples" / "gemm_fp8_tensorwise.kg").kernels[0]
         built |= bound_variants(kernel, tensor_kernel,
                                 tuple(built["blockwise"].plan.gemms[0].tile))
+    if variants or sets or loads:
+        kernel = parse_file(ROOT / "examples" / "gemm_fp8_blockwise.kg").kernels[0]
+        built[LOADS_VARIANT] = loads_variant(kernel)
+        if loads:
+            from kgen.plan import PromotionBound
+            from kgen.targets.sm90.promotion import without_promotion
+
+            built[BOUND_LOADS] = replanned(kernel, None, lambda plan: without_promotion(
+                plan, PromotionBound.UNLOADED))
     if variants:
         for label, *schedule in BLOCK_VARIANTS:
             built[label] = build(block_variant(kernel, *schedule))
@@ -496,6 +524,9 @@ def main() -> int:
     parser.add_argument("--sets", action="store_true",
                         help="with --blockwise: the period sets' plan options, tile widths 144 "
                         "and 160, and the timing bounds (--variants times them too)")
+    parser.add_argument("--loads", action="store_true",
+                        help="with --blockwise: the producer's scale copies beside the "
+                        "rulebook's consumer loads, and the bound without scale loads")
     parser.add_argument("--fp8-out", action="store_true",
                         help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
                         "at the Llama-class shapes (--quick: 4096^3 only)")
@@ -520,7 +551,8 @@ def main() -> int:
     if opts.blockwise:
         chosen = shapes if opts.shapes else [BLOCK_SHAPE] + (list(LLAMA) if opts.llama else [])
         rows = blockwise_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2,
-                              variants=opts.variants, overlap=opts.overlap, sets=opts.sets)
+                              variants=opts.variants, overlap=opts.overlap, sets=opts.sets,
+                              loads=opts.loads)
         if opts.json:
             Path(opts.json).write_text(json.dumps(rows, indent=1))
         return 0

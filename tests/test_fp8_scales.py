@@ -163,7 +163,9 @@ def test_the_builder_plans_a_promoted_tile():
         ("A", "SA", ir.Layout.COL), ("B", "SB", ir.Layout.ROW)]
     assert [(r.dim, r.of) for r in plan.block_dims] == [("KS", "K"), ("NS", "N")]
     rows = {r[0]: r for r in gs.promotion.describe("g")}
-    assert "two k tiles' time" in rows["g block scales"][2]
+    assert "scale loads say who" in rows["g block scales"][2]
+    assert rows["g scale loads"][1] == "consumers' __ldg"
+    assert "k tile two before" in rows["g scale loads"][2] and "993" in rows["g scale loads"][2]
 
 
 @pytest.mark.parametrize("lines, needle, where", [

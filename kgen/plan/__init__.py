@@ -19,9 +19,9 @@ from .epilogue import (  # noqa: F401
 from .schedule import (  # noqa: F401
     AccPromotion, CachePolicy, Cluster, ColumnPasses, EntryPoints, EpilogueGroups, EpilogueMath,
     EpilogueVectors, GemmSchedule, KernelKind, KSplit, LineChoice, LoadPath, Mma, MmaAtom,
-    OperandSchedule, Output, Overlap, PeriodSets, Pipeline, PromotionBound, Raster, Schedule,
-    StagedInput, Staging, StagingMode, StorePath, TensorMap, TileScheduler, VectorHome, WarpRole,
-    WarpRoles, staged_vector_buffer)
+    OperandSchedule, Output, Overlap, PeriodSets, Pipeline, PromotionBound, Raster, ScaleLoads,
+    Schedule, StagedInput, Staging, StagingMode, StorePath, TensorMap, TileScheduler, VectorHome,
+    WarpRole, WarpRoles, staged_vector_buffer)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -445,11 +445,16 @@ class EpilogueVectors:
 class PeriodSets(enum.Enum):
     """Where a block-scaled gemm's wgmma sums go before their promotion (AccPromotion.sets)."""
 
-    ONE = "one"  # one set of the tile's width: each k tile's group waited to completion
-    # (wgmma_wait<0>), then promoted
-    HALVES = "halves"  # one set per half of the tile's columns: each k tile in two groups;
-    # two k tiles a pass, each group promoted while the next multiplies, the pass's last after
-    # the pipe drains
+    ONE = "one"  # the tile's width: each k tile's group waited (wgmma_wait<0>), then promoted
+    HALVES = "halves"  # a set per half of the tile's columns: each k tile two groups, two k
+    # tiles a pass, each promoted while the next multiplies, the pass's last after the drain
+
+
+class ScaleLoads(enum.Enum):
+    """Who brings a block-scaled gemm's scales of each k tile to the consumers."""
+
+    CONSUMERS = "consumers' __ldg"  # each consumer thread its own, two k tiles ahead
+    PRODUCER = "producer's copies"  # the producer warp's cp.async into the slot's scale buffer
 
 
 class PromotionBound(enum.Enum):
@@ -457,10 +462,8 @@ class PromotionBound(enum.Enum):
     rule and no DSL spelling reaches one: promotion.without_promotion)."""
 
     NONE = "none"  # the kernel
-    UNPROMOTED = "no promotion"  # wgmma accumulates into the f32 accumulators, each k tile
-    # still waited; no scales
-    UNLOADED = "no scale loads"  # the promotion kept, the mainloop's scale loads left out (k
-    # tiles 0 and 1's scales reused)
+    UNPROMOTED = "no promotion"  # wgmma sums into the f32 accumulators, no scales, tiles waited
+    UNLOADED = "no scale loads"  # promoted, no scale loads in the mainloop (k tiles 0, 1's reused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,8 +477,7 @@ class AccPromotion:
 
     k_tiles: int = 0
     why: str = ""
-    # block scales applied as each period's sums are promoted (`scale A by SA 1x128`: a period
-    # is then one k tile, a scale block): "A by SA 1x128 (col)", and how the consumers read them
+    # block scales applied as each period (one k tile) is promoted: "A by SA 1x128 (col)"
     scales: tuple[str, ...] = ()
     why_scales: str = ""
     # With block scales (each k tile waited and promoted): `turns`, the two cooperative
@@ -485,11 +487,11 @@ class AccPromotion:
     turns: bool = False
     early_release: bool = False
     why_overlap: str = ""
-    # where the sums wait for their promotion (PeriodSets), with block scales
-    sets: PeriodSets = PeriodSets.ONE
+    sets: PeriodSets = PeriodSets.ONE  # where the sums wait for their promotion
     why_sets: str = ""
-    # a timing bound for bench/fp8.py only, wrong results (PromotionBound)
-    bound: PromotionBound = PromotionBound.NONE
+    scale_loads: ScaleLoads = ScaleLoads.CONSUMERS  # who loads them, with block scales
+    why_scale_loads: str = ""
+    bound: PromotionBound = PromotionBound.NONE  # bench/fp8.py's timing bound (wrong results)
 
     def describe(self, gemm: str) -> list[Row]:
         if not self.why:
@@ -505,6 +507,8 @@ class AccPromotion:
             rows.append((f"{gemm} promotion overlap", overlap, self.why_overlap))
         if self.why_sets:
             rows.append((f"{gemm} period sets", self.sets.value, self.why_sets))
+        if self.why_scale_loads:
+            rows.append((f"{gemm} scale loads", self.scale_loads.value, self.why_scale_loads))
         if self.bound is not PromotionBound.NONE:
             rows.append((f"{gemm} timing bound", f"{self.bound.value} (wrong results)",
                          "promotion.without_promotion, bench/fp8.py's bound"))

@@ -193,6 +193,40 @@ def test_blockwise_period_halves(schedule, mnk):
     run(kernel, (mnk[0], mnk[1] + 1, mnk[2]), pad=1, compiled=compiled)
 
 
+def producer_loaded(kernel: ir.Kernel, sets):
+    """The kernel built on its plan with the producer warp's scale copies into each slot's
+    buffer (the plan option promotion.with_scale_loads) and period sets `sets`, compiled for
+    this GPU."""
+    from kgen.api import build, load_built
+    from kgen.emit import emit
+    from kgen.plan import ScaleLoads
+    from kgen.targets.sm90.promotion import with_period_sets, with_scale_loads
+
+    built = build(kernel)
+    plan = with_scale_loads(with_period_sets(built.plan, sets), ScaleLoads.PRODUCER)
+    source = emit(plan, source_name="loads.kg", source_hash="0", command="test")
+    return load_built(dataclasses.replace(built, plan=plan, source=source))
+
+
+@pytest.mark.parametrize("mnk", [(1, 8, 16), (127, 136, 48), (1000, 1000, 1000),
+                                 (4097, 4104, 208), (130, 264, 8320)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("schedule, sets", [(None, "halves"), (None, "one"),
+                                           ((None, (128, 128, 128), 5), "halves")],
+                         ids=["builder-halves", "builder-one", "128x128-halves"])
+def test_blockwise_producer_scale_loads(schedule, sets, mnk):
+    """The producer warp's scale copies into each slot's buffer (the plan option beside the
+    rulebook's consumer loads): the fast entry point and the narrow one (odd N, operand rows
+    one byte longer), tiles past M and N."""
+    from kgen.plan import PeriodSets, ScaleLoads
+
+    kernel = blockwise("_p", schedule=schedule) if schedule else blockwise()
+    compiled = producer_loaded(kernel, PeriodSets(sets))
+    assert compiled.plan.schedule.gemms[0].promotion.scale_loads is ScaleLoads.PRODUCER
+    run(kernel, mnk, compiled=compiled)
+    run(kernel, (mnk[0], mnk[1] + 1, mnk[2]), pad=1, compiled=compiled)
+
+
 @pytest.mark.parametrize("schedule", [(None, (128, 160, 128), 4), (None, (128, 144, 128), 5)],
                          ids=["128x160", "128x144"])
 def test_blockwise_tiles_over_two_scale_blocks(schedule):

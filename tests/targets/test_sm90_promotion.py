@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kgen.parse import parse
-from kgen.plan import PeriodSets, PromotionBound
+from kgen.plan import PeriodSets, PromotionBound, ScaleLoads
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
@@ -155,6 +155,85 @@ def test_the_timing_bounds_are_plan_options_only(bound):
         without_promotion(built().plan, PromotionBound.NONE)
 
 
+def test_the_rulebook_keeps_the_consumers_scale_loads_where_timed():
+    from kgen.targets.sm90.promotion import SCALE_LOADS, scale_buffer
+
+    plan = built().plan
+    assert plan.schedule.gemms[0].promotion.scale_loads is SCALE_LOADS is ScaleLoads.CONSUMERS
+    assert all(b.name != scale_buffer("g") for b in plan.storage.buffers)
+    source = emitted(plan)
+    body = source.split("kernel_body")[1]
+    assert "load_block_scales(p, 0, row_scale" in body and "__ldg(p.SA" in source
+    assert "read_block_scales" not in source and "kScaleLanes" not in source
+    assert "} else if (tid == 0) {" in body
+
+
+@pytest.mark.parametrize("sets", [PeriodSets.HALVES, PeriodSets.ONE])
+def test_with_scale_loads_has_the_producer_copy_the_scales_into_each_slot_s_buffer(sets):
+    from kgen.targets.sm90.promotion import scale_buffer, with_period_sets, with_scale_loads
+
+    rulebook = with_period_sets(built().plan, sets)
+    plan = with_scale_loads(rulebook, ScaleLoads.PRODUCER)
+    promotion = plan.schedule.gemms[0].promotion
+    assert promotion.scale_loads is ScaleLoads.PRODUCER
+    assert any(r[0] == "g scale loads" and r[1] == "producer's copies"
+               for r in plan.schedule.gemms[0].describe())
+    # the buffer after the rulebook's storage, 16-byte aligned, within the limit
+    buffer = next(b for b in plan.storage.buffers if b.name == scale_buffer("g"))
+    g = plan.gemms[0]
+    assert buffer.bytes == g.stages * (g.tile[0] + 4) * 4 and buffer.offset % 16 == 0
+    assert buffer.offset >= rulebook.storage.total_bytes
+    assert plan.storage.total_bytes == buffer.end <= plan.storage.limit_bytes
+    source = emitted(plan)
+    body = source.split("kernel_body")[1]
+    assert f"constexpr int kSmemBytes = {buffer.end};" in source
+    # no global load of a scale in the consumers: they read the slot's buffer after its barrier
+    assert "__ldg(p.S" not in source and "load_block_scales" not in source
+    reads = 3 if sets is PeriodSets.HALVES else 2  # the halves loop's stages; one set's k tiles
+    assert body.count("read_block_scales(scale_slots + ") == reads
+    # the producer warp's copies, counted by the full barrier beside the copy engine's arrival
+    assert "mbarrier_init(full + 8 * s, tma_loads ? 1 + kScaleLanes :" in body
+    assert "} else if (tid < kScaleLanes) {" in body
+    assert "cp_async_mbarrier_arrive(full + 8 * s);" in body
+    # the narrow entry point's producer copies them in warp 0's cp.async groups
+    narrow = source.split("void produce_narrow(")[1].split("cp_async_commit();")[0]
+    assert "if (ptid < kScaleLanes) {" in narrow and "copy_block_scales(p, " in narrow
+    # and back: the consumers' loads on the same plan
+    back = emitted(with_scale_loads(plan, ScaleLoads.CONSUMERS))
+    assert "load_block_scales(p, 0, row_scale" in back and "kScaleLanes" not in back
+
+
+def test_the_timing_bounds_take_the_consumers_loads():
+    from kgen.targets.sm90.promotion import without_promotion
+
+    plan = without_promotion(built().plan, PromotionBound.UNLOADED)
+    assert plan.schedule.gemms[0].promotion.scale_loads is ScaleLoads.CONSUMERS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lines, schedule", [
+    ("", ""), ("tile 128x128x128  warps 2x4  stages 5", ""),
+    ("tile 128x192x128  warps 2x4  stages 4  cluster 2x1", "")],
+    ids=["builder", "128x128", "cluster2x1"])
+@pytest.mark.parametrize("sets", [PeriodSets.HALVES, PeriodSets.ONE])
+def test_the_producer_s_scale_loads_compile_without_spills(lines, schedule, sets, tmp_path,
+                                                           monkeypatch):
+    pytest.importorskip("cuda.core")
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.targets.sm90.promotion import with_scale_loads
+
+    from kgen.targets.sm90.promotion import with_period_sets
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    plan = with_scale_loads(with_period_sets(built(lines, schedule).plan, sets),
+                            ScaleLoads.PRODUCER)
+    source = emitted(plan)
+    for entry in (plan.name, plan.name + "_narrow"):
+        result = compile_cubin(source, entry, "sm_90a")
+        assert result.spill_stores == 0 and result.spill_loads == 0 and result.stack_bytes == 0
+        assert "serialized" not in result.log and "warning" not in result.log.lower(), result.log
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lines, schedule", [
     ("", ""), ("tile 128x128x128  warps 2x4  stages 6", ""),
@@ -176,3 +255,19 @@ def test_the_period_sets_compile_without_spills_or_serialized_wgmma(lines, sched
         result = compile_cubin(source, entry, "sm_90a")
         assert result.spill_stores == 0 and result.spill_loads == 0 and result.stack_bytes == 0
         assert "serialized" not in result.log and "warning" not in result.log.lower(), result.log
+
+
+def test_with_scale_loads_refuses_a_buffer_past_the_limit():
+    from kgen.targets.sm90.promotion import with_scale_loads
+
+    full = built("tile 128x128x128  warps 2x4  stages 6").plan  # the target's whole budget
+    with pytest.raises(ValueError, match="does not fit after its"):
+        with_scale_loads(full, ScaleLoads.PRODUCER)
+    from kgen.api import build_file
+
+    tensorwise = build_file(EXAMPLES / "gemm_fp8_tensorwise.kg").plan
+    with pytest.raises(ValueError, match="no block scales"):
+        with_scale_loads(tensorwise, ScaleLoads.PRODUCER)
+    pingpong = built("tile 64x128x128  warps 2x4  stages 7", "schedule pingpong").plan
+    with pytest.raises(ValueError, match="built on the cooperative kernel"):
+        with_scale_loads(pingpong, ScaleLoads.PRODUCER)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Layout
-from ...plan import AccPromotion, KernelPlan, KSplit, PeriodSets, StagingMode, StorePath, VectorHome
+from ...plan import (AccPromotion, KernelPlan, KSplit, PeriodSets, ScaleLoads, StagingMode,
+                     StorePath, VectorHome)
 from ..common import arch_guard, batch, epilogue_cpp, epilogue_loop, helper_kernels, host_api
 from ..common.operands import MMA_TYPE, dim_expr, header, host_checks, storage_asserts
 from ..common.render import macro_lines, render
@@ -18,7 +19,7 @@ from .chain import wgmma_outs
 from .consumer_epilogue import (epilogue_loop as consumer_epilogue, mainloop_staged,
                                 packed_vector_params, tile_start, walk_reductions)
 from .consumer_epilogue import staging_reads_memory  # noqa: F401  (tests read it from here)
-from .promotion import scale_blocks_n, scale_split_cases
+from .promotion import scale_blocks_n, scale_buffer, scale_split_cases
 from .warp_specialized import byte_staging, odd_n8, part_box
 
 WALK = "sm90/walk.inc.j2"
@@ -284,6 +285,8 @@ def block_scale_values(g, promotion: AccPromotion) -> dict:
                 b_blocks=scale_blocks_n(g) if g.scales else 1,
                 split_cases=scale_split_cases(g) if g.scales else (),
                 period_sets=promotion.sets.value, timing_bound=promotion.bound.name.lower(),
+                scale_staged=promotion.scale_loads is ScaleLoads.PRODUCER,
+                scale_smem=scale_buffer(g.name),
                 half=HalfWgmma(half, ", ".join(f"%{i}" for i in range(half // 2)),
                                wgmma_outs(half, "period"))
                 if promotion.sets is PeriodSets.HALVES else None)

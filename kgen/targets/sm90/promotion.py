@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ...plan import AccPromotion, GemmPlan, KernelKind, PeriodSets, PromotionBound
+from ...ir import DType
+from ...plan import (AccPromotion, Buffer, GemmPlan, KernelKind, PeriodSets, PromotionBound,
+                     ScaleLoads)
 from .. import ScheduleDraft, Site
 
 WARPGROUP = 128
@@ -37,11 +39,50 @@ WHY_NO_ACC_PROMOTION = ("a consumer thread's {values} accumulators leave no regi
 
 
 WHY_BLOCK_SCALES = ("each k tile's sums (one 128-wide k block) are promoted alone, times the "
-                    "scales of its block: each consumer thread reads its rows' scales (and the "
-                    "tile's B scale) with __ldg into one of two register sets as the k tile two "
-                    "before is promoted, so a load has two k tiles' time to arrive (multiplied "
-                    "as they were read, a load of the next k tile stalled every k tile: 0.44x "
-                    "the tensor-wise kernel's speed at 8192^3 on an H200)")
+                    "scales of its block (the scale loads say who brings them)")
+
+# Who brings each k tile's scales to the consumers (ScaleLoads). CONSUMERS: each consumer
+# thread reads its rows' scales (and the tile's B scales) with __ldg into one of two register
+# sets as the k tile two before is promoted (multiplied as they were read, a load of the next k
+# tile stalled every k tile: 0.44x the tensor-wise kernel at 8192^3 on an H200); the mainloop
+# without them is the bound below (PromotionBound.UNLOADED). PRODUCER: the
+# producer warp copies the tile's kTileM A scales and its B scales of the k block into a buffer
+# beside the ring slot (cp.async, 4 bytes each: any layout and alignment, zeros past M and N),
+# whose full barrier counts the warp's 32 arrivals (cp.async.mbarrier.arrive.noinc) beside the
+# copy engine's; the consumers read them from shared memory after that barrier.
+# H200, 8192^3, bench/fp8.py --blockwise --loads, one run (session 7, the builder's 128x192 s4
+# with halves): the producer's copies 1.1074 ms (993 TFLOP/s, 0.643x the tensor-wise kernel)
+# against 0.9464 ms (1162, 0.752x) with the consumers' __ldg, whose bound without the loads ran
+# 0.8976 ms (0.793x): slower, so the rulebook keeps the consumers' loads (both checked against
+# the float64 reference, 2.6e-3). with_scale_loads builds the producer's for the bench.
+SCALE_LOADS = ScaleLoads.CONSUMERS
+WHY_SCALE_LOADS = {
+    ScaleLoads.CONSUMERS: ("each consumer thread loads its rows' A scales and the tile's B "
+                           "scales with __ldg into one of two register sets as the k tile two "
+                           "before is promoted: a global load in the mainloop"),
+    ScaleLoads.PRODUCER: ("the producer warp copies each k tile's scales (the tile's rows of "
+                          "A's, B's block) by cp.async into a buffer beside the ring slot, "
+                          "counted by the slot's full barrier (32 arrivals more): the consumers "
+                          "read them from shared memory, no global load in the mainloop"),
+}
+WHY_SCALE_LOADS_MEASURED = (" (H200, 8192^3, the builder's 128x192: 1162 TFLOP/s against 993 "
+                            "with the producer's copies, which the rulebook does not take)")
+SCALE_SLOT_PAD = 4  # B's scales after A's kTileM in a slot's buffer: two used, 16 bytes
+
+
+def scale_buffer(gemm: str) -> str:
+    """The shared-memory buffer of a block-scaled gemm's staged scales (ScaleLoads.PRODUCER)."""
+    return f"{gemm}_scales"
+
+
+def scale_requests(g: GemmPlan, loads: ScaleLoads = SCALE_LOADS) -> tuple:
+    """The storage request of the staged scales where the scale loads (the rulebook's unless
+    given) are the producer's (storage's vector requests: name, bytes, element type, role)."""
+    if not g.scales or loads is not ScaleLoads.PRODUCER:
+        return ()
+    return ((scale_buffer(g.name), g.stages * (g.tile[0] + SCALE_SLOT_PAD) * 4, DType.F32,
+             f"the block scales of each ring slot's k tile: {g.tile[0]} of A's rows, then "
+             "B's (two), copied by the producer warp"),)
 
 
 def promoted_values(g: GemmPlan, rows: int) -> int:
@@ -164,12 +205,14 @@ def acc_promotion(g: GemmPlan, kind: KernelKind, rows: int) -> AccPromotion:
         why_sets = WHY_PERIOD_SETS[sets] + (
             f" ({refused}: the rulebook's {PERIOD_SETS.value} is not built here)" if refused
             else WHY_ONE_NARROW if sets is not PERIOD_SETS else "")
+        loads = dict(scale_loads=SCALE_LOADS, why_scale_loads=WHY_SCALE_LOADS[SCALE_LOADS]
+                     + (WHY_SCALE_LOADS_MEASURED if SCALE_LOADS is ScaleLoads.CONSUMERS else ""))
         if sets is not PeriodSets.ONE:
             return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
                                 WHY_BLOCK_SCALES, why_overlap=WHY_OVERLAP_HALVES, sets=sets,
-                                why_sets=why_sets)
+                                why_sets=why_sets, **loads)
         return AccPromotion(1, WHY_ACC_PROMOTION, tuple(s.describe() for s in g.scales),
-                            WHY_BLOCK_SCALES, turns=PROMOTE_TURNS and cooperative,
+                            WHY_BLOCK_SCALES, **loads, turns=PROMOTE_TURNS and cooperative,
                             early_release=PROMOTE_EARLY_RELEASE,
                             why_overlap=WHY_OVERLAP + ("" if cooperative else WHY_NO_TURNS)
                             + ("" if PROMOTE_TURNS or PROMOTE_EARLY_RELEASE
@@ -234,4 +277,39 @@ def without_promotion(plan, bound: PromotionBound = PromotionBound.UNPROMOTED):
     if not gs.promotion.scales or bound is PromotionBound.NONE:
         raise ValueError(f"{plan.name}: no block scales or no bound")
     return _with_promotion(plan, bound=bound, sets=PeriodSets.ONE,
-                           why_sets=WHY_PERIOD_SETS[PeriodSets.ONE] + " (a timing bound's)")
+                           why_sets=WHY_PERIOD_SETS[PeriodSets.ONE] + " (a timing bound's)",
+                           scale_loads=ScaleLoads.CONSUMERS,
+                           why_scale_loads=WHY_SCALE_LOADS[ScaleLoads.CONSUMERS]
+                           + " (a timing bound's)")
+
+
+def with_scale_loads(plan, loads: ScaleLoads):
+    """The block-scaled plan with its scale loads set (AccPromotion.scale_loads): a plan option
+    for the bench's variants and the GPU tests; SCALE_LOADS says what the rulebook picks. The
+    producer's loads need a scale buffer: where the rulebook placed none, it is added after the
+    plan's storage (live through every phase), within the target's limit; cooperative only."""
+    gs = plan.schedule.gemms[0]
+    if not gs.promotion.scales:
+        raise ValueError(f"{plan.name}: no block scales, no scale loads")
+    if loads is ScaleLoads.PRODUCER and plan.schedule.scheduler.kind is KernelKind.PINGPONG:
+        raise ValueError(f"{plan.name}: the producer's scale copies are built on the "
+                         "cooperative kernel: on ping-pong (64x128 s7, NVRTC 13) ptxas "
+                         "serialized the halves' wgmma (C7519) and one set's narrow entry "
+                         "point spilled")
+    g = plan.gemms[0]
+    storage = plan.storage
+    if loads is ScaleLoads.PRODUCER and all(b.name != scale_buffer(g.name)
+                                            for b in storage.buffers):
+        (name, nbytes, dtype, role), = scale_requests(g, ScaleLoads.PRODUCER)
+        offset = -(-storage.total_bytes // 16) * 16
+        if offset + nbytes > storage.limit_bytes:
+            raise ValueError(f"{plan.name}: the scale buffer ({nbytes} bytes) does not fit "
+                             f"after its {storage.total_bytes} bytes of shared memory")
+        buffer = Buffer(name, nbytes, 16, offset, (0, len(storage.phases) - 1), role,
+                        dtype=dtype)
+        storage = dataclasses.replace(storage, buffers=storage.buffers + (buffer,),
+                                      total_bytes=offset + nbytes,
+                                      peak_bytes=max(storage.peak_bytes, offset + nbytes))
+        plan = dataclasses.replace(plan, storage=storage)
+    return _with_promotion(plan, scale_loads=loads, why_scale_loads=WHY_SCALE_LOADS[loads]
+                           + f" (the plan option with_scale_loads({loads.name.lower()}))")

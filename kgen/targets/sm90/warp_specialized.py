@@ -53,7 +53,7 @@ from .. import (Candidate, Instruction, Mainloop, Placing, ScheduleDraft, Site, 
 from ..common import schedules as common
 from .epilogue_groups import epilogue_groups
 from .epilogue_math import epilogue_math
-from .promotion import acc_promotion, scale_refusal
+from .promotion import acc_promotion, scale_refusal, scale_requests
 from .tensor_map import STAGING_BOX
 
 WARPGROUP = 128
@@ -178,7 +178,7 @@ def candidate(draft: ScheduleDraft, kind: KernelKind) -> Placing:
                             else 0)
         storage = yield place([g], persistent=True, ring_barriers=barriers,
                               staging=(nbytes, STAGE_ALIGN) if nbytes else (0, 0),
-                              vectors=vectors)
+                              vectors=vectors + scale_requests(g))
         if storage.total_bytes <= storage.limit_bytes:
             break
     else:
