@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ...ir import DType
+from ...enums import DType
 from ...plan import (AccPromotion, Buffer, GemmPlan, KernelKind, PeriodSets, PromotionBound,
                      ScaleLoads)
 from .. import ScheduleDraft, Site
