@@ -14,6 +14,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py --variants 128x128x2 192x112x2 --d 64 --s 1024 4096
                                           # written tiles side by side (sm_90a), with spills
     python3 bench/attention.py --varlen   # packed documents vs padded-dense (bench/varlen.py)
+    python3 bench/attention.py --varlen --bwd   # the same, the backward through autograd
     python3 bench/attention.py --mods     # kgen.attention's mods beside FlexAttention's (bench/mods.py)
     python3 bench/attention.py --bwd      # the backward beside SDPA's (bench/attention_bwd.py)
     python3 bench/attention.py --mods --once   # one call of each masked/biased mod (sanitizers)
@@ -306,6 +307,13 @@ def main() -> None:
                         help="with --mods: kgen's plain, document, bias and softcap kernels "
                              "per call and replayed from a CUDA graph (the GPU's time alone)")
     args = parser.parse_args()
+    if args.bwd and args.varlen:  # the varlen backward against the padded dense one
+        from bench import varlen
+
+        rows = varlen.backward_table(timed)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return
     if args.bwd:
         from bench import attention_bwd
 

@@ -94,6 +94,72 @@ def table(timed, archs=("sm_90a", "sm_80")) -> list[dict]:
     return rows
 
 
+def measure_backward(lengths: list[int], causal: bool, timed) -> dict:
+    """The backward through autograd (kgen.attention_varlen's, the D row kernel, the main
+    kernel and dQ's conversion) beside kgen.attention's dense backward on the documents padded
+    to the longest, both on the device's arch, each checked first against float32 autograd
+    of a per-document reference on the packed call."""
+    total, longest, batch = sum(lengths), max(lengths), len(lengths)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
+                      device="cuda")
+    q, k, v = (torch.randn(total, HEADS, D, device="cuda").bfloat16().requires_grad_()
+               for _ in range(3))
+    scale = 1.0 / math.sqrt(D)
+    o = kgen.attention_varlen(q, k, v, cu, cu, longest, longest, is_causal=causal, scale=scale)
+    do = torch.randn_like(o)
+    grads = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+    _check_backward(lengths, causal, scale, q, k, v, do, grads)
+    row = {"causal": causal, "documents": batch, "longest": longest}
+    ms = timed(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+    flops = 2.5 * _flops(lengths, causal)
+    row.update(varlen_ms=ms, varlen_tflops=flops / ms / 1e9, varlen_us_per_token=1e3 * ms / total)
+    qp, kp, vp = (torch.randn(batch, HEADS, longest, D, device="cuda").bfloat16()
+                  .requires_grad_() for _ in range(3))
+    op = kgen.attention(qp, kp, vp, is_causal=causal, scale=scale)
+    dop = torch.randn_like(op)
+    ms = timed(lambda: torch.autograd.grad(op, (qp, kp, vp), dop, retain_graph=True))
+    row.update(padded_ms=ms, padded_us_per_token=1e3 * ms / (batch * longest))
+    row["per_token_ratio"] = row["varlen_us_per_token"] / row["padded_us_per_token"]
+    return row
+
+
+def _check_backward(lengths, causal, scale, q, k, v, do, grads) -> None:
+    """dQ, dK, dV of the packed call against float32 autograd of each document's attention
+    (causal bottom-right: equal lengths, so the diagonal); raises on a mismatch."""
+    start = 0
+    for n in lengths:
+        part = slice(start, start + n)
+        qs, ks, vs = (x[part].detach().float().transpose(0, 1).requires_grad_()
+                      for x in (q, k, v))
+        ref = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal,
+                                                               scale=scale)
+        want = torch.autograd.grad(ref, (qs, ks, vs), do[part].float().transpose(0, 1))
+        for name, got, w in zip("QKV", grads, want):
+            got = got[part].float().transpose(0, 1)
+            err = (got - w).abs().max().item()
+            if not err <= 0.05 * w.abs().max().item() + 1e-2:
+                raise AssertionError(f"varlen backward: d{name} of a document of {n} tokens "
+                                     f"off by {err:.3g}")
+        start += n
+
+
+def backward_table(timed) -> list[dict]:
+    lengths = documents()
+    print(f"{torch.cuda.get_device_name()}, bf16, D {D}, {HEADS} heads, {len(lengths)} "
+          f"documents ({min(lengths)}-{max(lengths)}) in {sum(lengths)} tokens; the backward "
+          "(autograd of kgen.attention_varlen) against kgen.attention's on the padded documents")
+    print(f"{'causal':>6} {'varlen ms':>10} {'TFLOP/s':>8} {'us/token':>9} {'padded ms':>10} "
+          f"{'us/token':>9} {'ratio':>6}")
+    rows = []
+    for causal in (False, True):
+        r = measure_backward(lengths, causal, timed)
+        rows.append(r)
+        print(f"{str(causal):>6} {r['varlen_ms']:10.3f} {r['varlen_tflops']:8.1f} "
+              f"{r['varlen_us_per_token']:9.5f} {r['padded_ms']:10.3f} "
+              f"{r['padded_us_per_token']:9.5f} {r['per_token_ratio']:6.3f}")
+    return rows
+
+
 def once() -> None:
     """One ragged causal GQA call per target, no timing (for compute-sanitizer): lengths
     (1, 17, 300, 129), 8 query heads, 2 KV heads, the outputs exactly the sequences' rows."""
