@@ -306,7 +306,7 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
             raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it may not "
                             f"update '{stmt.name}'")
 
-    body_section = body.section()
+    body_section, tail_section = body.section(), tail.section()
     bounds = (loop_bounds.listed(body_section, loop.blocks, config.tile_m, config.block)
               if loop.blocks is not None else
               loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries)))
@@ -331,7 +331,7 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         warps=config.warps, stages=config.stages,
         carries=tuple((c.name, c.init) for c in loop.carries),
         a_tile=a_tile, b_tile=b_tile, c_tile=c_tile, gemm0=gemm0, gemm1=gemm1,
-        body=body_section, epilogue=tail.section(), smem_bytes=smem, mma=mma,
+        body=body_section, epilogue=tail_section, smem_bytes=smem, mma=mma,
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
         heads_param=heads, kv_param=kv, batch_param=batch, wgmma=wgmma, bounds=bounds,
@@ -340,7 +340,9 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
             isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.TANH
             for v in body_section.values))),
         division=pp.Choice(*loop_rules.loop_division(any(
-            loop_rules.shared_divisor(body_section, v) for v in body_section.values))))
+            loop_rules.shared_divisor(section, v)
+            for section in (body_section, tail_section) for v in section.values),
+            "the loop's body and the epilogue after it")))
 
 
 def _block_params(kernel: ir.Kernel, a: ir.Param, params: tuple[pp.ProgramParam, ...],

@@ -412,8 +412,8 @@ class LoopPlan:
     packed: tuple[PackedDim, ...] = ()  # packed sequences (FlashAttention's varlen layout)
     # how the body spells tanh (TANH_APPROX: the hardware's tanh.approx.f32), and why
     tanh: Choice = Choice("none", "the loop's body computes no tanh")
-    # how the body divides a tile value by a row or uniform one (RECIPROCAL: times its
-    # reciprocal, computed once), and why
+    # how the body and the epilogue after the loop divide a tile value by a row or uniform one
+    # (RECIPROCAL: times its reciprocal, computed once), and why
     division: Choice = Choice("none", "the loop's body divides no tile value by a row or "
                                       "uniform value")
 
@@ -548,7 +548,6 @@ class WgmmaLoop:
     barrier_offset: int  # the mbarriers after the tiles (8 bytes each)
     smem_bytes: int
     maps: tuple[LoopTensorMap, ...]  # Q, K, V: the kernel's second parameter
-    exp2: bool  # exp(x) rendered as exp2f(x * log2(e)): the same value, one fewer multiply
     roles: Choice
     mma: Choice
     pipeline: Choice

@@ -206,11 +206,11 @@ def shared_divisor(section, value) -> bool:
             and section.values[kind.args[1]].rank in (Rank.ROW, Rank.UNIFORM))
 
 
-def loop_division(shared: bool) -> tuple[str, str]:
-    """How the loop's body divides a tile value by a row or uniform one
+def loop_division(shared: bool, where: str = "the loop's body") -> tuple[str, str]:
+    """How `where` divides a tile value by a row or uniform one
     (plan.program.LoopPlan.division), and why."""
     if not shared:
-        return "none", ("the loop's body divides no tile value by a row or uniform value")
+        return "none", (f"{where} divides no tile value by a row or uniform value")
     return ("a * (1 / b)", "the divisor is the same for a row's elements: its reciprocal is "
             "computed once per row, a multiply per element instead of div.rn's MUFU reciprocal "
             "and fix-up; within 1.5 ulp of a / b (kgen/targets/loop_rules.py)")

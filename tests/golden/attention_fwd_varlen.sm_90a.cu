@@ -27,6 +27,7 @@
 // Warp roles: 1 producer warpgroup + 2 consumer warpgroup(s) of 64 rows (warp specialization: one thread of the producer issues every copy-engine load (setmaxnreg 24) while the consumers (setmaxnreg 240) multiply and run the statements)
 // Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros)
 // Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together; ping-pong between the 2 consumer warpgroups (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so one's statements run while another's MMAs do)
+// Division in the loop's body and the epilogue after it: a * (1 / b) (the divisor is the same for a row's elements: its reciprocal is computed once per row, a multiply per element instead of div.rn's MUFU reciprocal and fix-up; within 1.5 ulp of a / b (kgen/targets/loop_rules.py))
 // Tile order: longest first (the mask's last column rises with the row, so the tiles further down visit more blocks: launched first (blockIdx.x counts from the last tile), the short tiles fill the last wave instead of a long one running alone)
 // ============================================================================================
 namespace attention_fwd_varlen_cfg {
@@ -47,7 +48,6 @@ constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 constexpr int kSmemBytes = 98432;
 constexpr int kRowsPerCta = kTileM;  // the grid's x: one tile of rows per CTA
-constexpr float kLog2e = 1.4426950408889634f;  // exp(x) == exp2(x * log2(e))
 constexpr int kNoEnd = 0x7fffffff;  // the column bound of a block before the last: all exist
 static_assert(kConsumers * 64 == kTileM && kThreads == (1 + kConsumers) * kWarpgroupThreads, "roles");
 static_assert(kK0Steps * 16 == kK0 && kN1N8 * 8 == kN1 && kBlockN8 * 8 == kBlock, "mma tiles");
@@ -201,6 +201,21 @@ __device__ __forceinline__ void store_fragments(T* dst, long long ld, const floa
   }
 }
 }  // namespace attention_fwd_varlen_cfg
+// e^x as 2^(x log2 e): one multiply and the MUFU's ex2.approx (relative error about 2^-22;
+// results below 2^-126 flush to 0, e^-inf is 0). expf's full-range path takes about 8
+// instructions, and the softmax runs one per score in the issue slots the mma.sync also need.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.4426950408889634f); }
+// e^(a - b) in one multiply-add and the ex2: a log2 e - b log2 e (a row's b is the same for its
+// elements: the compiler forms b log2 e once). As FlashAttention-2's softmax, where a is a score
+// and b its row's maximum.
+__device__ __forceinline__ float exp_diff(float a, float b) {
+  return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
+}
 
 namespace attention_fwd_varlen_cfg {
 
@@ -305,6 +320,13 @@ __device__ __forceinline__ unsigned long long descriptor_mn(unsigned address, un
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
          (static_cast<unsigned long long>(box_bytes >> 4) << 16) |
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// The descriptor `bytes` on from `desc`'s: its start address (bits 0-13, in 16-byte units)
+// advanced by one add, which cannot carry into the next field (shared addresses stay below
+// 2^18). A k step's descriptor is its slot's plus a constant: no mask and shift per wgmma.
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -486,6 +508,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
   const int row_base = row0 + consumer * 64 + warp * 16 + lane / 4;  // this thread's rows: row_base, + 8
   const int quad_col = 2 * (lane % 4);  // this thread's first column of each n8 group
   const unsigned q_rows = smem_address(smem.q_smem) + consumer * 64 * 128;  // this warpgroup's Q rows
+  const unsigned long long q_desc = smem_descriptor(q_rows);
   (void)head;
 
   // Each parameter at this (batch, head)
@@ -527,11 +550,12 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
     float acc0[kBlockN8][4];
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
+    const unsigned long long k_desc = smem_descriptor(k_slot);
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, descriptor_at(q_desc, (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_at(k_desc, (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
@@ -596,7 +620,6 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
       v16[i] = v15[i] == (-kInf) ? 1.0f : 0.0f;
       v18[i] = v16[i] != 0.0f ? 0.0f : v15[i];
     }
-    float v19[kBlockN8][4];
     float v20[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -606,8 +629,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v19[j][e] = v13[j][e] - v18[i];
-        v20[j][e] = exp2f((v19[j][e]) * kLog2e);
+        v20[j][e] = exp_diff(v13[j][e], v18[i]);
       }
     }
     // handed to the next gemm: zero past the loop's end, rounded to the operand type in
@@ -625,15 +647,13 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         else handed_even = handed;
       }
     }
-    float v21[2];
     float v22[2];
     float v23[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v21[i] = carry_m[i] - v18[i];
-      v22[i] = exp2f((v21[i]) * kLog2e);
+      v22[i] = exp_diff(carry_m[i], v18[i]);
       v23[i] = carry_l[i] * v22[i];
     }
     float v24[2];
@@ -719,19 +739,21 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
     float acc0[kBlockN8][4];
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
+    const unsigned long long k_desc = smem_descriptor(k_slot);
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, descriptor_at(q_desc, (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_at(k_desc, (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
+    const unsigned long long v_desc =
+        descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes, k_v_smem_box_bytes);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
-                                      k_v_smem_box_bytes));
+      wgmma_rs(acc1, a, descriptor_at(v_desc, ks * 16 * 128));
     }
     wgmma_commit();
     named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
@@ -796,7 +818,6 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
       v16[i] = v15[i] == (-kInf) ? 1.0f : 0.0f;
       v18[i] = v16[i] != 0.0f ? 0.0f : v15[i];
     }
-    float v19[kBlockN8][4];
     float v20[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -806,8 +827,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v19[j][e] = v13[j][e] - v18[i];
-        v20[j][e] = exp2f((v19[j][e]) * kLog2e);
+        v20[j][e] = exp_diff(v13[j][e], v18[i]);
       }
     }
     // the previous block's o completes before its registers change
@@ -831,15 +851,13 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         else handed_even = handed;
       }
     }
-    float v21[2];
     float v22[2];
     float v23[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v21[i] = carry_m[i] - v18[i];
-      v22[i] = exp2f((v21[i]) * kLog2e);
+      v22[i] = exp_diff(carry_m[i], v18[i]);
       v23[i] = carry_l[i] * v22[i];
     }
     float v24[2];
@@ -920,19 +938,21 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
     float acc0[kBlockN8][4];
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
+    const unsigned long long k_desc = smem_descriptor(k_slot);
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, descriptor_at(q_desc, (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_at(k_desc, (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
+    const unsigned long long v_desc =
+        descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes, k_v_smem_box_bytes);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
-                                      k_v_smem_box_bytes));
+      wgmma_rs(acc1, a, descriptor_at(v_desc, ks * 16 * 128));
     }
     wgmma_commit();
     named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
@@ -997,7 +1017,6 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
       v16[i] = v15[i] == (-kInf) ? 1.0f : 0.0f;
       v18[i] = v16[i] != 0.0f ? 0.0f : v15[i];
     }
-    float v19[kBlockN8][4];
     float v20[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -1007,8 +1026,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v19[j][e] = v13[j][e] - v18[i];
-        v20[j][e] = exp2f((v19[j][e]) * kLog2e);
+        v20[j][e] = exp_diff(v13[j][e], v18[i]);
       }
     }
     // the previous block's o completes before its registers change
@@ -1032,15 +1050,13 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         else handed_even = handed;
       }
     }
-    float v21[2];
     float v22[2];
     float v23[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v21[i] = carry_m[i] - v18[i];
-      v22[i] = exp2f((v21[i]) * kLog2e);
+      v22[i] = exp_diff(carry_m[i], v18[i]);
       v23[i] = carry_l[i] * v22[i];
     }
     float v24[2];
@@ -1121,19 +1137,21 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
     float acc0[kBlockN8][4];
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
+    const unsigned long long k_desc = smem_descriptor(k_slot);
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, descriptor_at(q_desc, (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_at(k_desc, (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
+    const unsigned long long v_desc =
+        descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes, k_v_smem_box_bytes);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
-                                      k_v_smem_box_bytes));
+      wgmma_rs(acc1, a, descriptor_at(v_desc, ks * 16 * 128));
     }
     wgmma_commit();
     named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
@@ -1198,7 +1216,6 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
       v16[i] = v15[i] == (-kInf) ? 1.0f : 0.0f;
       v18[i] = v16[i] != 0.0f ? 0.0f : v15[i];
     }
-    float v19[kBlockN8][4];
     float v20[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -1208,8 +1225,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v19[j][e] = v13[j][e] - v18[i];
-        v20[j][e] = exp2f((v19[j][e]) * kLog2e);
+        v20[j][e] = exp_diff(v13[j][e], v18[i]);
       }
     }
     // the previous block's o completes before its registers change
@@ -1233,15 +1249,13 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         else handed_even = handed;
       }
     }
-    float v21[2];
     float v22[2];
     float v23[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v21[i] = carry_m[i] - v18[i];
-      v22[i] = exp2f((v21[i]) * kLog2e);
+      v22[i] = exp_diff(carry_m[i], v18[i]);
       v23[i] = carry_l[i] * v22[i];
     }
     float v24[2];
@@ -1323,19 +1337,21 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
     float acc0[kBlockN8][4];
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
+    const unsigned long long k_desc = smem_descriptor(k_slot);
 #pragma unroll
     for (int ks = 0; ks < kK0Steps; ++ks) {
       const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, smem_descriptor(q_rows + (ks / 4) * k_q_smem_box_bytes + k_offset),
-               smem_descriptor(k_slot + (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
+      wgmma_ss(acc0, descriptor_at(q_desc, (ks / 4) * k_q_smem_box_bytes + k_offset),
+               descriptor_at(k_desc, (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
     }
     wgmma_commit();
     // the previous block's o += s @ V, in flight with this S
+    const unsigned long long v_desc =
+        descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes, k_v_smem_box_bytes);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
-                                      k_v_smem_box_bytes));
+      wgmma_rs(acc1, a, descriptor_at(v_desc, ks * 16 * 128));
     }
     wgmma_commit();
     named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
@@ -1400,7 +1416,6 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
       v16[i] = v15[i] == (-kInf) ? 1.0f : 0.0f;
       v18[i] = v16[i] != 0.0f ? 0.0f : v15[i];
     }
-    float v19[kBlockN8][4];
     float v20[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -1410,8 +1425,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v19[j][e] = v13[j][e] - v18[i];
-        v20[j][e] = exp2f((v19[j][e]) * kLog2e);
+        v20[j][e] = exp_diff(v13[j][e], v18[i]);
       }
     }
     // the previous block's o completes before its registers change
@@ -1435,15 +1449,13 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         else handed_even = handed;
       }
     }
-    float v21[2];
     float v22[2];
     float v23[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row_base + 8 * i;
       (void)row;
-      v21[i] = carry_m[i] - v18[i];
-      v22[i] = exp2f((v21[i]) * kLog2e);
+      v22[i] = exp_diff(carry_m[i], v18[i]);
       v23[i] = carry_l[i] * v22[i];
     }
     float v24[2];
@@ -1512,11 +1524,12 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
     mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
     named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
     wgmma_fence();
+    const unsigned long long v_desc =
+        descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes, k_v_smem_box_bytes);
 #pragma unroll
     for (int ks = 0; ks < kBlockSteps; ++ks) {
       const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes + ks * 16 * 128,
-                                      k_v_smem_box_bytes));
+      wgmma_rs(acc1, a, descriptor_at(v_desc, ks * 16 * 128));
     }
     wgmma_commit();
     // the next warpgroup's turn (its last); the first warpgroup's turns are all taken
@@ -1546,7 +1559,7 @@ attention_fwd_varlen(const __grid_constant__ attention_fwd_varlen_params p, cons
         const int row = row_base + 8 * i;
         const int col = quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v5[j][e] = acc1[j][e] / carry_l[i];
+        v5[j][e] = acc1[j][e] * (1.0f / carry_l[i]);
         v6[j][e] = v4[i] != 0.0f ? 0.0f : v5[j][e];
       }
     }

@@ -16,6 +16,7 @@
 // ============================================================================================
 // Configuration (tile 128x64 warps 8 stages 2: the source's lines, legal)
 // MMA: mma.sync.m16n8k16 (sm_80 has mma.sync (m16n8k16, f32 accumulate))
+// Division in the loop's body and the epilogue after it: a * (1 / b) (the divisor is the same for a row's elements: its reciprocal is computed once per row, a multiply per element instead of div.rn's MUFU reciprocal and fix-up; within 1.5 ulp of a / b (kgen/targets/loop_rules.py))
 // ============================================================================================
 namespace attention_fwd_window_cfg {
 using Element = __nv_bfloat16;
@@ -1441,7 +1442,7 @@ attention_fwd_window(const attention_fwd_window_params p) {
         const int row = row_base + 8 * i;
         const int col = quad_col + (j % kN1N8) * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v5[j][e] = acc1[j][e] / carry_l[i];
+        v5[j][e] = acc1[j][e] * (1.0f / carry_l[i]);
         v6[j][e] = v4[i] != 0.0f ? 0.0f : v5[j][e];
       }
     }

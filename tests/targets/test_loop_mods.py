@@ -102,15 +102,17 @@ def test_sm90a_bias_staged_compiles_without_spills():
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.value)
 def test_division_by_a_shared_divisor_is_by_its_reciprocal_and_says_so(arch):
     """softcap's score / cap: cap is uniform, so a times 1 / cap (plan.division); the kernel's
-    epilogue's o / l stays a division."""
+    epilogue's o / l: l is a row's, so o times 1 / l, in the plain kernel too."""
     built = build_verified(lk.attention(128, softcap=30.0, arch=arch), arch)
     assert built.plan.division.value == pp.RECIPROCAL
     source = built.source
-    assert "// Division in the loop's body: a * (1 / b) (" in source
+    assert "// Division in the loop's body and the epilogue after it: a * (1 / b) (" in source
     assert " * (1.0f / p.cap);" in _kernel_body(source)
     assert program_summary(built.plan)["division"]["value"] == pp.RECIPROCAL
     plain = build_verified(lk.attention(128, arch=arch), arch)
-    assert plain.plan.division.value == "none" and "Division in the loop" not in plain.source
+    assert plain.plan.division.value == pp.RECIPROCAL
+    tail = _kernel_body(plain.source).split("The kernel's epilogue")[1]
+    assert "(1.0f / carry_l[i])" in tail and "/ carry_l" not in tail.replace("1.0f / carry_l", "")
 
 
 def test_a_tile_divisor_keeps_the_division():
@@ -119,8 +121,8 @@ def test_a_tile_divisor_keeps_the_division():
 
     s = kattention.Signature("bf16", 64, 64, False, "score / (1 + col)", None, (), "sm_80")
     built = build_verified(kattention.program(s), ir.Arch.SM80)
-    assert built.plan.division.value == "none"
-    assert "1.0f /" not in _kernel_body(built.source).split("The kernel's epilogue")[0]
+    body = _kernel_body(built.source).split("The kernel's epilogue")[0]
+    assert "1.0f /" not in body and "[j][e] / v" in body  # (the epilogue's o / l takes 1 / l)
 
 
 def _document_attention(arch: str, causal: bool = True, mask: str = "qd[row] == kd[col]"):

@@ -412,7 +412,8 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
                       ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE,
                       reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
-                      exp_of_difference=FAST_EXP_OF_DIFFERENCE)
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE,
+                      reciprocal=reciprocal_division(plan))
     return render(
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=_header(plan, source_name, source_hash, command), arch_guard=_arch_guard(plan),

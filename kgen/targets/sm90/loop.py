@@ -6,34 +6,34 @@ hold the same rows and columns per thread as mma.sync's n8 tiles side by side, s
 MMAs, the loads and the thread-to-row map differ."""
 from __future__ import annotations
 
-from ...enums import Op
 from ...plan import program as pp
 from ..common.arch_guard import guard_for
-from ..common.epilogue_cpp import OP_CPP
-from ..common.loop import (CStatement, _aligned, _bounds, _fields, _header, _loop_chunks,
-                           _params_guard, approx_tanh, body_ops, literal,
-                           reciprocal_division, statements, unmasked, uses_random)
+from ..common.loop import (FAST_EXP_OF_DIFFERENCE, FAST_EXP_OPS, CStatement, _aligned,
+                           _bounds, _fields, _header, _loop_chunks, _params_guard, approx_tanh,
+                           body_ops, literal, reciprocal_division, statements, unmasked,
+                           uses_random)
 from ..common.render import render
 from .tensor_map import TMA_DTYPE
-
-# exp(x) as exp2f(x * log2(e)): the same value (the skeleton's kLog2e), one multiply-add into
-# the instruction that computes it
-EXP2_OPS = {**OP_CPP, Op.EXP: "exp2f(({0}) * kLog2e)"}
 
 
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     assert plan.wgmma is not None, "the mma.sync skeleton's plan"
     assert not plan.wgmma.pingpong or (plan.wgmma.issue_ahead and plan.wgmma.consumers >= 2), \
         "ping-pong takes turns at the issue points of the overlapped skeleton, 2+ consumers"
-    ops = EXP2_OPS if plan.wgmma.exp2 else OP_CPP
+    # exp on the MUFU's ex2 as every loop skeleton spells it (common/loop.py's FAST_EXP_OPS):
+    # e^(a - b) one multiply-add and the ex2, as FlashAttention-3's softmax
+    ops = FAST_EXP_OPS
     staged = plan.wgmma.staged_tile
     # the staged tile's pairs at the thread's elements (the template's load_staged)
     tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
-                      tiles=tiles, reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE, tiles=tiles,
+                      reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
-    tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops)
+    tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops,
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE,
+                      reciprocal=reciprocal_division(plan))
     # an output among the maps leaves through shared memory and the copy engine (loop_schedule's
     # with_o_store; one CTA per tile: Q's buffer, where it is staged, is not loaded again)
     o_map = next((m for m in plan.wgmma.maps if plan.param(m.param).role.value == "out"), None)

@@ -39,7 +39,7 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
     return pp.WgmmaLoop(
         consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
         consumer_registers=registers, q_tile=q, k_tile=k, v_tile=v,
-        barrier_offset=barriers, smem_bytes=smem, maps=maps, exp2=True,
+        barrier_offset=barriers, smem_bytes=smem, maps=maps,
         roles=pp.Choice(
             f"1 producer warpgroup + {consumers} consumer warpgroup(s) of 64 rows",
             "warp specialization: one thread of the producer issues every copy-engine load "
