@@ -308,6 +308,13 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor `bytes` on from `desc`'s: its start address (bits 0-13, in 16-byte units)
+// advanced by one add, which cannot carry into the next field (shared addresses stay below
+// 2^18). A k step's descriptor is its slot's plus a constant: no mask and shift per wgmma.
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
 // The descriptor of an MN-major operand at `address`: rows of 128 bytes along N (64 columns),
 // one per k, in the 128-byte swizzle; the leading byte offset steps from one 64-column box to
 // the next (`box_bytes` on), the stride byte offset from one group of 8 k rows to the next (1024
@@ -316,13 +323,6 @@ __device__ __forceinline__ unsigned long long descriptor_mn(unsigned address, un
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
          (static_cast<unsigned long long>(box_bytes >> 4) << 16) |
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
-}
-
-// The descriptor `bytes` on from `desc`'s: its start address (bits 0-13, in 16-byte units)
-// advanced by one add, which cannot carry into the next field (shared addresses stay below
-// 2^18). A k step's descriptor is its slot's plus a constant: no mask and shift per wgmma.
-__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long desc, unsigned bytes) {
-  return desc + (bytes >> 4);
 }
 
 __device__ __forceinline__ void wgmma_fence() {

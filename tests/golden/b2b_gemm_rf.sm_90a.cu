@@ -206,6 +206,13 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor `bytes` on from `desc`'s: its start address (bits 0-13, in 16-byte units)
+// advanced by one add, which cannot carry into the next field (shared addresses stay below
+// 2^18). A k step's descriptor is its slot's plus a constant: no mask and shift per wgmma.
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
 // The same for rows of 64 bytes in the 64-byte swizzle (a k tile of 32 16-bit elements: a chained
 // gemm's resident B where its K is a multiple of 32, not of 64): 8-row groups 512 bytes apart,
 // swizzle mode 2 (64 bytes) in bits 62-63.

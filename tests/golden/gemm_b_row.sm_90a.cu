@@ -358,6 +358,13 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor `bytes` on from `desc`'s: its start address (bits 0-13, in 16-byte units)
+// advanced by one add, which cannot carry into the next field (shared addresses stay below
+// 2^18). A k step's descriptor is its slot's plus a constant: no mask and shift per wgmma.
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
 // The descriptor of an MN-major operand at `address`: rows of 128 bytes along M (or N), one per
 // k, in the 128-byte swizzle (the copy engine's boxes, 1024-byte aligned). For MN-major layouts
 // the leading byte offset (bits 16-29) steps from one 64-element row block along M or N to the

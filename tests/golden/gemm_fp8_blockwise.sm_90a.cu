@@ -362,6 +362,13 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor `bytes` on from `desc`'s: its start address (bits 0-13, in 16-byte units)
+// advanced by one add, which cannot carry into the next field (shared addresses stay below
+// 2^18). A k step's descriptor is its slot's plus a constant: no mask and shift per wgmma.
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -741,14 +748,22 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_blockwise_params& p, 
         const unsigned a_stage = a_ring + (it) % kStages * kAStageBytes + row0 * 128;
         const unsigned b_stage = b_ring + (it) % kStages * kBStageBytes;
         wgmma_fence();
+        {
+          const unsigned long long a_desc = smem_descriptor(a_stage);
+          const unsigned long long b_desc = smem_descriptor(b_stage);
         #pragma unroll
-        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
-          wgmma_step_half(period_lo, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + 32 * kk), kk > 0);
+          for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+            wgmma_step_half(period_lo, descriptor_at(a_desc, 32 * kk), descriptor_at(b_desc, 32 * kk), kk > 0);
+        }
         wgmma_commit();
         wgmma_fence();
+        {
+          const unsigned long long a_desc = smem_descriptor(a_stage);
+          const unsigned long long b_desc = smem_descriptor(b_stage + kTileN / 2 * 128);
         #pragma unroll
-        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
-          wgmma_step_half(period_hi, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk), kk > 0);
+          for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+            wgmma_step_half(period_hi, descriptor_at(a_desc, 32 * kk), descriptor_at(b_desc, 32 * kk), kk > 0);
+        }
         wgmma_commit();
       }
       wgmma_wait<1>();  // k tile kt's first half is done
@@ -770,9 +785,13 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_blockwise_params& p, 
         const unsigned a_stage = a_ring + (it + 1) % kStages * kAStageBytes + row0 * 128;
         const unsigned b_stage = b_ring + (it + 1) % kStages * kBStageBytes;
         wgmma_fence();
+        {
+          const unsigned long long a_desc = smem_descriptor(a_stage);
+          const unsigned long long b_desc = smem_descriptor(b_stage);
         #pragma unroll
-        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
-          wgmma_step_half(period_lo, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + 32 * kk), kk > 0);
+          for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+            wgmma_step_half(period_lo, descriptor_at(a_desc, 32 * kk), descriptor_at(b_desc, 32 * kk), kk > 0);
+        }
         wgmma_commit();
         wgmma_wait<1>();  // k tile kt's second half is done
         fence_period(period_hi);
@@ -791,9 +810,13 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_blockwise_params& p, 
         if (tid % kWarpgroupThreads == 0) mbarrier_arrive(empty + 8 * ((it) % kStages));  // its k tile's groups are done
         if (kt + 2 < k_tiles) load_block_scales(p, kt + 2, row_scale, M, N, n0 / 128, sa_even, sb_even);
         wgmma_fence();
+        {
+          const unsigned long long a_desc = smem_descriptor(a_stage);
+          const unsigned long long b_desc = smem_descriptor(b_stage + kTileN / 2 * 128);
         #pragma unroll
-        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
-          wgmma_step_half(period_hi, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk), kk > 0);
+          for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+            wgmma_step_half(period_hi, descriptor_at(a_desc, 32 * kk), descriptor_at(b_desc, 32 * kk), kk > 0);
+        }
         wgmma_commit();
       }
       wgmma_wait<1>();  // k tile kt + 1's first half is done
@@ -832,14 +855,22 @@ __device__ __forceinline__ void kernel_body(const gemm_fp8_blockwise_params& p, 
       const unsigned a_stage = a_ring + (it) % kStages * kAStageBytes + row0 * 128;
       const unsigned b_stage = b_ring + (it) % kStages * kBStageBytes;
       wgmma_fence();
+      {
+        const unsigned long long a_desc = smem_descriptor(a_stage);
+        const unsigned long long b_desc = smem_descriptor(b_stage);
       #pragma unroll
-      for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
-        wgmma_step_half(period_lo, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + 32 * kk), kk > 0);
+        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+          wgmma_step_half(period_lo, descriptor_at(a_desc, 32 * kk), descriptor_at(b_desc, 32 * kk), kk > 0);
+      }
       wgmma_commit();
       wgmma_fence();
+      {
+        const unsigned long long a_desc = smem_descriptor(a_stage);
+        const unsigned long long b_desc = smem_descriptor(b_stage + kTileN / 2 * 128);
       #pragma unroll
-      for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
-        wgmma_step_half(period_hi, smem_descriptor(a_stage + 32 * kk), smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk), kk > 0);
+        for (int kk = 0; kk < kTileK / 32; ++kk)  // k32 step kk is 32 bytes along the 128-byte rows
+          wgmma_step_half(period_hi, descriptor_at(a_desc, 32 * kk), descriptor_at(b_desc, 32 * kk), kk > 0);
+      }
       wgmma_commit();
       wgmma_wait<1>();
       fence_period(period_lo);

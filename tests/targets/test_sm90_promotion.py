@@ -124,7 +124,7 @@ def test_the_halves_loop_walks_two_k_tiles_a_pass_without_a_group_across_its_bac
         "// Epilogue")[0]
     assert tail.count("mbarrier_arrive(empty") == 1 and "((it - 1) % kStages)" not in tail
     # the second half's B rows start kTileN / 2 rows into the stage
-    assert "smem_descriptor(b_stage + kTileN / 2 * 128 + 32 * kk)" in loop
+    assert "smem_descriptor(b_stage + kTileN / 2 * 128);" in loop and "descriptor_at(b_desc, 32 * kk)" in loop
     assert "fence_period(period_lo);" in loop and "fence_period(period_hi);" in loop
 
 
