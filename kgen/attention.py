@@ -80,12 +80,19 @@ class Signature:
     # the tile (rows, keys) written on its line (None: the rulebook's)
     block_mask: str = ""
     blocks: tuple[int, int] | None = None
+    # the scale is positive and no term follows it (raw_max_allowed): the rows' maximum is of
+    # the raw scores, max(scale * acc) = scale * max(acc), and exp takes scale * (x - m), one
+    # multiply-add per score (the loop skeletons' fused exp): the scale multiplies no score of
+    # its own. lse = scale * m + log(l).
+    raw_max: bool = False
 
     @property
     def name(self) -> str:
-        values = dataclasses.astuple(self)
+        values = dataclasses.astuple(self)[:-1]
         if not self.block_mask:  # without one, the name it had before block masks
             values = values[:-2]
+        if self.raw_max:  # without it, the name it had before
+            values += ("raw max",)
         digest = hashlib.sha256(repr(values).encode()).hexdigest()[:12]
         return f"attention_{self.d_qk}_{self.d_v}_{digest}"
 
@@ -120,10 +127,11 @@ def program_text(sig: Signature) -> str:
         "    carry l : f32[row] = 0",
         "    gemm s = Q @ K^T accumulate f32 {",
         "      epilogue {",
-        "        score = scale * acc" + (" + Bias[col]" if sig.bias_cols else
-                                          " + Bias" if sig.bias else ""),
+        *([] if sig.raw_max else
+          ["        score = scale * acc" + (" + Bias[col]" if sig.bias_cols else
+                                            " + Bias" if sig.bias else "")]),
     ]
-    value = "score"
+    value = "acc" if sig.raw_max else "score"
     if sig.score_mod is not None:
         lines.append(MOD_LINE["score_mod"] + sig.score_mod)
         value = "modded"
@@ -139,12 +147,13 @@ def program_text(sig: Signature) -> str:
     # dropout: l sums the probabilities kept or not; PV takes the kept ones, scaled
     p, kept = ("pr", ["        s = where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)"]
                ) if sig.dropout else ("s", [])
+    scaled = "scale * " if sig.raw_max else ""
     lines += [
         "        m_new = max(m, rowmax(x))",
         "        m_use = where(m_new == -inf, 0, m_new)",
-        f"        {p} = exp(x - m_use)",
+        f"        {p} = exp({scaled}(x - m_use))" if scaled else f"        {p} = exp(x - m_use)",
         *kept,
-        "        r = exp(m - m_use)",
+        f"        r = exp({scaled}(m - m_use))" if scaled else "        r = exp(m - m_use)",
         f"        l = l * r + rowsum({p})",
         "        o = o * r",
         "        m = m_new",
@@ -154,7 +163,7 @@ def program_text(sig: Signature) -> str:
         "  }",
         "  epilogue {",
         "    O = where(l == 0, 0, o / l)",
-        "    lse = where(l == 0, -inf, m + log(l))",
+        f"    lse = where(l == 0, -inf, {scaled}m + log(l))",
         "  }",
         "}",
     ]
@@ -243,6 +252,16 @@ def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
     return Signature(dtype, int(q.shape[-1]), int(v.shape[-1]), bool(is_causal), score_mod,
                      mask_mod, names, arch, attn_mask is not None, tuple(indexed),
                      dropout_p > 0, bias_cols)
+
+
+def raw_max_allowed(sig: Signature, scale: float) -> bool:
+    """Whether `sig`'s program may take the maximum of the raw scores (Signature.raw_max): the
+    scale is positive and finite, and nothing but masks follows it (no score_mod, no bias, a
+    mask_mod that does not read the score)."""
+    import re
+
+    return (math.isfinite(scale) and scale > 0 and sig.score_mod is None and not sig.bias
+            and (sig.mask_mod is None or not re.search(r"\bscore\b", sig.mask_mod)))
 
 
 def _usable(name: str, what: str) -> None:
@@ -355,6 +374,8 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     sig = signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
                     scalars=scalars, arch=_arch(q.device), attn_mask=attn_mask,
                     vectors=vectors, dropout_p=dropout_p)
+    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    sig = dataclasses.replace(sig, raw_max=raw_max_allowed(sig, scale))
     lists = []
     if block_mask is not None:  # at kgen's tile (kgen/attention_blocks.py)
         from . import attention_blocks
@@ -368,7 +389,6 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
         lists = attention_blocks.lists_for(block_mask, tile, q, k)
     kernel = _compiled(sig, q.device.index if q.device.index is not None else
                        torch.cuda.current_device())
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     # the op's inputs in declaration order: Q, K, V, the bias, the vectors, the dropout's seed
     # and offset, scale, the mods' scalars by name, the dropout's probability and scale
     extra = [(_bias_cols if sig.bias_cols else _bias)(attn_mask, q, k)] if sig.bias else []

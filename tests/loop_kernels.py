@@ -38,10 +38,13 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
               softcap: float | None = None, lse: bool = True, gqa: bool = False,
               shift: bool = False, dtype: DType = BF16, arch: ir.Arch = ir.Arch.SM80,
               tile: tuple[int, int] | None = None, stages: int | None = None,
-              name: str = "attention_fwd") -> ir.Kernel:
+              name: str = "attention_fwd", raw_max: bool = False) -> ir.Kernel:
     """Flash attention forward as the contract writes it. `causal`: col <= row (top-left);
     `shift`: a scalar `shift` moves the diagonal (col + shift <= row: rows below shift are
-    wholly masked); `alibi`: x - slope * (row - col); `softcap`: c * tanh(x / c)."""
+    wholly masked); `alibi`: x - slope * (row - col); `softcap`: c * tanh(x / c); `raw_max`:
+    the form kgen.attention writes for a positive scale (kgen.attention.Signature.raw_max):
+    the maximum of the raw scores, exp(scale * (x - m)), lse = scale * m + log(l)."""
+    assert not (raw_max and (alibi or softcap is not None)), "a term after the scale"
     kv_heads = "HKV" if gqa else "H"
     params = [
         tensor("Q", dtype, ("S", head_dim)),
@@ -59,8 +62,13 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
     if shift:
         params.append(scalar("shift", 0.0))
 
-    x = call(Op.MUL, ir.ScalarLoad("scale"), ir.Acc())
+    scale = ir.ScalarLoad("scale")
+    x = ir.Acc() if raw_max else call(Op.MUL, scale, ir.Acc())
     stmts: list = []
+
+    def scaled(value):
+        return call(Op.MUL, scale, value) if raw_max else value
+
     if softcap is not None:
         c = ir.ScalarLoad("cap")
         x = call(Op.MUL, c, call(Op.TANH, call(Op.DIV, x, c)))
@@ -76,8 +84,8 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
         ir.Let("x", x),
         ir.Let("m_new", call(Op.MAX, ref("m"), ir.Reduce(ReduceOp.MAX, Axis.ROW, ref("x")))),
         ir.Let("m_use", call(Op.WHERE, call(Op.EQ, ref("m_new"), -math.inf), 0.0, ref("m_new"))),
-        ir.Store("s", call(Op.EXP, call(Op.SUB, ref("x"), ref("m_use")))),
-        ir.Let("r", call(Op.EXP, call(Op.SUB, ref("m"), ref("m_use")))),
+        ir.Store("s", call(Op.EXP, scaled(call(Op.SUB, ref("x"), ref("m_use"))))),
+        ir.Let("r", call(Op.EXP, scaled(call(Op.SUB, ref("m"), ref("m_use"))))),
         ir.Update("l", call(Op.ADD, call(Op.MUL, ref("l"), ref("r")),
                             ir.Reduce(ReduceOp.SUM, Axis.ROW, ref("s")))),
         ir.Update("o", call(Op.MUL, ref("o"), ref("r"))),
@@ -96,7 +104,7 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
                                    call(Op.DIV, ref("o"), ref("l"))))]
     if lse:
         epilogue.append(ir.Store("lse", call(Op.WHERE, call(Op.EQ, ref("l"), 0.0), -math.inf,
-                                             call(Op.ADD, ref("m"),
+                                             call(Op.ADD, scaled(ref("m")),
                                                   call(Op.LOG, ref("l"))))))
     return ir.Kernel(name, arch, tuple(params), (), loop=loop,
                      epilogue=ir.Epilogue(tuple(epilogue)))

@@ -280,3 +280,47 @@ def test_a_bias_the_same_for_every_row_is_a_vector_at_col(shape, cols):
     assert plan.wgmma.staging.value == ("none" if cols else
                                         "Bias's [128, 128] tile per block by the copy engine, "
                                         "a ring of 2 slot(s)")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_raw_max_program_means_the_same_attention(causal):
+    """Signature.raw_max: the maximum of the raw scores and exp(scale * (x - m)); the reference
+    of the written program against float64 attention, whole rows masked included."""
+    import dataclasses
+
+    s = dataclasses.replace(sig(64, 32, causal=causal), raw_max=True)
+    text = kattention.program_text(s)
+    assert "score = scale * acc" not in text and "exp(scale * (x - m_use))" in text
+    assert "scale * m + log(l)" in text and s.name != sig(64, 32, causal=causal).name
+    kernel = kattention.program(s)
+    rng = np.random.default_rng(5)
+    rows, length = 40, 30  # causal bottom rows see every key; top-left aligned
+    q = rng.standard_normal((1, 1, rows, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 1, length, 64)).astype(np.float32)
+    v = rng.standard_normal((1, 1, length, 32)).astype(np.float32)
+    scale = 0.3
+    out = evaluate(kernel, {"Q": q, "K": k, "V": v}, scalars={"scale": scale}, block=64)
+    x = scale * (q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64))
+    if causal:
+        x = np.where(np.arange(length)[None, :] <= np.arange(rows)[:, None], x, -np.inf)
+    m = x.max(1, keepdims=True)
+    p = np.exp(x - m)
+    want = (p / p.sum(1, keepdims=True)) @ v[0, 0].astype(np.float64)
+    assert np.abs(np.asarray(out["O"], dtype=np.float64)[0, 0] - want).max() < 0.05
+    lse = np.asarray(out["lse"], dtype=np.float64)[0, 0]
+    assert np.abs(lse - (m[:, 0] + np.log(p.sum(1)))).max() < 1e-3
+
+
+@pytest.mark.parametrize("scale, mods, allowed", [
+    (0.125, {}, True),
+    (0.0, {}, False),  # max(0 * x) is not 0 * max(x) where x holds -inf
+    (-0.5, {}, False),
+    (float("inf"), {}, False),
+    (0.125, {"score_mod": "score + 1"}, False),
+    (0.125, {"mask_mod": "col <= row"}, True),
+    (0.125, {"mask_mod": "score > 0"}, False),
+])
+def test_the_raw_max_is_taken_only_where_it_is_the_same_value(scale, mods, allowed):
+    s = kattention.Signature("bf16", 64, 64, False, mods.get("score_mod"), mods.get("mask_mod"),
+                             ())
+    assert kattention.raw_max_allowed(s, scale) is allowed

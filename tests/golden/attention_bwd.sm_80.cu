@@ -383,6 +383,16 @@ __device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.442
 __device__ __forceinline__ float exp_diff(float a, float b) {
   return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
+// e^(c a - b) and e^(c (a - b)) for a c the same for a row's elements (a scalar, a row's value):
+// one multiply-add and the ex2 each, c log2 e formed once. The softmax's scale then multiplies
+// no score of its own.
+__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b) {
+  return ex2_approx(fmaf(a, c * 1.4426950408889634f, -(b * 1.4426950408889634f)));
+}
+__device__ __forceinline__ float exp_scaled_diff(float a, float b, float c) {
+  const float k = c * 1.4426950408889634f;
+  return ex2_approx(fmaf(a, k, -(b * k)));
+}
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
@@ -564,7 +574,6 @@ attention_bwd(const attention_bwd_params p) {
 
     // st's epilogue
     float v2[kBlockN8][4];
-    float v5[kBlockN8][4];
     float v8[kBlockN8][4];
     float v10[kBlockN8][4];
 #pragma unroll
@@ -576,8 +585,7 @@ attention_bwd(const attention_bwd_params p) {
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = interior ? 1.0f : (static_cast<float>(row) <= static_cast<float>(col) ? 1.0f : 0.0f);
-        v5[j][e] = p.scale * acc_g0[j][e];
-        v8[j][e] = exp_diff(v5[j][e], s_lse[col - kv0]);
+        v8[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
         v10[j][e] = v2[j][e] != 0.0f ? v8[j][e] : 0.0f;
       }
     }
@@ -791,7 +799,6 @@ attention_bwd(const attention_bwd_params p) {
 
     // st's epilogue
     float v2[kBlockN8][4];
-    float v5[kBlockN8][4];
     float v8[kBlockN8][4];
     float v10[kBlockN8][4];
 #pragma unroll
@@ -803,8 +810,7 @@ attention_bwd(const attention_bwd_params p) {
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = interior ? 1.0f : (static_cast<float>(row) <= static_cast<float>(col) ? 1.0f : 0.0f);
-        v5[j][e] = p.scale * acc_g0[j][e];
-        v8[j][e] = exp_diff(v5[j][e], s_lse[col - kv0]);
+        v8[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
         v10[j][e] = v2[j][e] != 0.0f ? v8[j][e] : 0.0f;
       }
     }
@@ -1018,7 +1024,6 @@ attention_bwd(const attention_bwd_params p) {
 
     // st's epilogue
     float v2[kBlockN8][4];
-    float v5[kBlockN8][4];
     float v8[kBlockN8][4];
     float v10[kBlockN8][4];
 #pragma unroll
@@ -1030,8 +1035,7 @@ attention_bwd(const attention_bwd_params p) {
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = interior ? 1.0f : (static_cast<float>(row) <= static_cast<float>(col) ? 1.0f : 0.0f);
-        v5[j][e] = p.scale * acc_g0[j][e];
-        v8[j][e] = exp_diff(v5[j][e], s_lse[col - kv0]);
+        v8[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
         v10[j][e] = v2[j][e] != 0.0f ? v8[j][e] : 0.0f;
       }
     }

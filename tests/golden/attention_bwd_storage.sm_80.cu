@@ -371,6 +371,16 @@ __device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.442
 __device__ __forceinline__ float exp_diff(float a, float b) {
   return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
+// e^(c a - b) and e^(c (a - b)) for a c the same for a row's elements (a scalar, a row's value):
+// one multiply-add and the ex2 each, c log2 e formed once. The softmax's scale then multiplies
+// no score of its own.
+__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b) {
+  return ex2_approx(fmaf(a, c * 1.4426950408889634f, -(b * 1.4426950408889634f)));
+}
+__device__ __forceinline__ float exp_scaled_diff(float a, float b, float c) {
+  const float k = c * 1.4426950408889634f;
+  return ex2_approx(fmaf(a, k, -(b * k)));
+}
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
@@ -530,7 +540,6 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
     }
 
     // st's epilogue
-    float v2[kBlockN8][4];
     float v5[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -540,8 +549,7 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v2[j][e] = p.scale * acc_g0[j][e];
-        v5[j][e] = exp_diff(v2[j][e], s_lse[col - kv0]);
+        v5[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
       }
     }
     // handed on as an A operand, rounded in registers
@@ -755,7 +763,6 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
     }
 
     // st's epilogue
-    float v2[kBlockN8][4];
     float v5[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -765,8 +772,7 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v2[j][e] = p.scale * acc_g0[j][e];
-        v5[j][e] = exp_diff(v2[j][e], s_lse[col - kv0]);
+        v5[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
       }
     }
     // handed on as an A operand: zero past the loop's end, rounded in registers

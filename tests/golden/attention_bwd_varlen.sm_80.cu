@@ -387,6 +387,16 @@ __device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.442
 __device__ __forceinline__ float exp_diff(float a, float b) {
   return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
+// e^(c a - b) and e^(c (a - b)) for a c the same for a row's elements (a scalar, a row's value):
+// one multiply-add and the ex2 each, c log2 e formed once. The softmax's scale then multiplies
+// no score of its own.
+__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b) {
+  return ex2_approx(fmaf(a, c * 1.4426950408889634f, -(b * 1.4426950408889634f)));
+}
+__device__ __forceinline__ float exp_scaled_diff(float a, float b, float c) {
+  const float k = c * 1.4426950408889634f;
+  return ex2_approx(fmaf(a, k, -(b * k)));
+}
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
@@ -576,7 +586,6 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
     float v3[kBlockN8][4];
     float v5[kBlockN8][4];
     float v6[kBlockN8][4];
-    float v9[kBlockN8][4];
     float v12[kBlockN8][4];
     float v14[kBlockN8][4];
 #pragma unroll
@@ -590,8 +599,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
         v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
         v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
         v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-        v9[j][e] = p.scale * acc_g0[j][e];
-        v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+        v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
         v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
       }
     }
@@ -807,7 +815,6 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
     float v3[kBlockN8][4];
     float v5[kBlockN8][4];
     float v6[kBlockN8][4];
-    float v9[kBlockN8][4];
     float v12[kBlockN8][4];
     float v14[kBlockN8][4];
 #pragma unroll
@@ -821,8 +828,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
         v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
         v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
         v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-        v9[j][e] = p.scale * acc_g0[j][e];
-        v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+        v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
         v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
       }
     }
@@ -1038,7 +1044,6 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
     float v3[kBlockN8][4];
     float v5[kBlockN8][4];
     float v6[kBlockN8][4];
-    float v9[kBlockN8][4];
     float v12[kBlockN8][4];
     float v14[kBlockN8][4];
 #pragma unroll
@@ -1052,8 +1057,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
         v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
         v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
         v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-        v9[j][e] = p.scale * acc_g0[j][e];
-        v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+        v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
         v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
       }
     }

@@ -95,6 +95,12 @@ CASES = [
     (256, 17, 1000, {"alibi": True}),
     (128, 1000, 1000, {"gqa": True, "causal": True, "tile": (128, 64), "stages": 1}),
     (64, 4097, 17, {"tile": (64, 64), "stages": 1}),
+    # the maximum of the raw scores and exp(scale * (x - m)) (kgen.attention's program for a
+    # positive scale): one multiply-add per score; whole rows masked (shift) give O = 0
+    (128, 1000, 4097, {"causal": True, "raw_max": True}),
+    (64, 17, 1000, {"raw_max": True}),
+    (256, 1000, 1000, {"gqa": True, "causal": True, "raw_max": True}),
+    (64, 1000, 17, {"shift": True, "raw_max": True}),
 ]
 
 

@@ -135,9 +135,8 @@ def _expression(value: pp.Value, refs: list[str], ops=OP_CPP, section: pp.Sectio
                 reciprocal: bool = False) -> str:
     kind = value.kind
     if isinstance(kind, dag.Apply):
-        if kind.op is Op.EXP and kind.args[0] in fused:  # exp(a - b), on a and b
-            difference = section.values[kind.args[0]].kind
-            return exp_of_difference.format(*(refs[a] for a in difference.args))
+        if kind.op is Op.EXP and kind.args[0] in fused:  # exp(a - b) and its scaled forms
+            return _fused_exp(section, kind.args[0], refs, fused, exp_of_difference)
         if reciprocal and shared_divisor(section, value):  # plan.division
             return RECIPROCAL_DIVISION.format(*(refs[a] for a in kind.args))
         return ops[kind.op].format(*(refs[a] for a in kind.args))
@@ -196,9 +195,35 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
     return out
 
 
+def _fused_exp(section: pp.Section, arg: int, refs: list[str], fused: frozenset[int],
+               exp_of_difference: str) -> str:
+    """The C++ of exp(arg) where arg is fused (_fused_differences): a - b, c * a - b or
+    c * (a - b), on a, b and c."""
+    kind = section.values[arg].kind
+    if kind.op is Op.MUL:  # c * (a - b)
+        d = next(x for x in kind.args if x in fused)
+        c = kind.args[1] if d == kind.args[0] else kind.args[0]
+        a, b = section.values[d].kind.args
+        return FAST_EXP_SCALED_DIFFERENCE.format(refs[a], refs[b], refs[c])
+    a, b = kind.args
+    if a in fused:  # c * a - b
+        product = section.values[a].kind.args
+        c, x = (product if _scale(section, product[0], product[1]) else product[::-1])
+        return FAST_EXP_DIFFERENCE_SCALED.format(refs[x], refs[c], refs[b])
+    return exp_of_difference.format(refs[a], refs[b])
+
+
+def _scale(section: pp.Section, c: int, x: int) -> bool:
+    """Whether c is the factor of c * x that a fused exp takes as its scale: not a tile value
+    (the same for a row's elements, so c log2 e is computed once)."""
+    return section.values[c].rank is not Rank.TILE
+
+
 def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[int]:
-    """The differences a - b read only by exp (exp(a - b) reads a and b itself: no value of
-    their own); none the mask folds."""
+    """The values exp reads through and computes in one multiply-add itself (no value of their
+    own): a difference a - b read only by exp; and with a factor c that is not a tile value,
+    c * a in c * a - b, or the difference and the product in c * (a - b), each read only by the
+    next. None the mask folds."""
     readers: dict[int, list[object]] = {}
     for value in section.values:
         kind = value.kind
@@ -209,11 +234,30 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[
     for stmt in section.statements:
         if isinstance(stmt, (pp.UpdateCarry, pp.Rescale, pp.HandOn, pp.StoreTile, pp.StoreRow)):
             readers.setdefault(stmt.value, []).append(stmt)
-    return frozenset(
-        v.id for v in section.values
-        if isinstance(v.kind, dag.Apply) and v.kind.op is Op.SUB and v.id not in fold
-        and readers.get(v.id)
-        and all(isinstance(r, dag.Apply) and r.op is Op.EXP for r in readers[v.id]))
+
+    def only(v: int, op: Op) -> bool:  # v is read, and only by `op`s
+        return bool(readers.get(v)) and v not in fold and all(
+            isinstance(r, dag.Apply) and r.op is op for r in readers[v])
+
+    def apply(v: int, op: Op) -> dag.Apply | None:
+        kind = section.values[v].kind
+        return kind if isinstance(kind, dag.Apply) and kind.op is op else None
+
+    fused: set[int] = set()
+    for v in section.values:
+        if apply(v.id, Op.SUB) and only(v.id, Op.EXP):  # exp(a - b), exp(c * a - b)
+            fused.add(v.id)
+            product = apply(v.kind.args[0], Op.MUL)
+            if (product and only(v.kind.args[0], Op.SUB)
+                    and any(_scale(section, c, x) for c, x in (product.args, product.args[::-1]))):
+                fused.add(v.kind.args[0])
+        product = apply(v.id, Op.MUL)
+        if product and only(v.id, Op.EXP):  # exp(c * (a - b))
+            for c, d in (product.args, product.args[::-1]):
+                if apply(d, Op.SUB) and only(d, Op.MUL) and _scale(section, c, d):
+                    fused.update((v.id, d))
+                    break
+    return frozenset(fused)
 
 
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
@@ -379,6 +423,11 @@ def _bounds(plan: pp.LoopPlan) -> list[CBound | CEqual]:
 # one multiply-add a * log2(e) - b * log2(e) (b's product once per row) and the ex2.
 FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
 FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
+# With a factor c that is the same for a row's elements (a scalar, a row's value): exp(c * a - b)
+# and exp(c * (a - b)) are one multiply-add too, c log2 e computed once; the softmax's scale
+# multiplies no score of its own.
+FAST_EXP_DIFFERENCE_SCALED = "exp_diff_scaled({0}, {1}, {2})"  # a, c, b
+FAST_EXP_SCALED_DIFFERENCE = "exp_scaled_diff({0}, {1}, {2})"  # a, b, c
 
 
 def body_ops(plan: pp.LoopPlan, ops: dict) -> dict:
