@@ -2,8 +2,8 @@
 kgen_sm80 the mma.sync skeleton, kgen_sm90a the sm_90a skeleton the rulebook picks, the
 warp-specialized wgmma one; kgen_sm90a_tiled and kgen_sm90a_persistent the same kernel with each
 tile scheduler, a plan option) beside torch SDPA's flash, cuDNN and memory-efficient backends.
-The kernels are the program kgen.attention writes for a positive scale (the maximum of the raw
-scores, exp(scale * (x - m)): kgen.attention.Signature.raw_max).
+The kernels are the programs kgen.attention writes for a positive scale: without a mask, the
+maximum of the raw scores and exp(scale * (x - m)) (kgen.attention.Signature.raw_max).
 bf16, 16k tokens in all (batch = 16384 / S), head dims 64, 128 and 256, S = T in
 {1024, 4096}, causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
@@ -116,7 +116,7 @@ def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, tma_o=False) 
     for arch in archs:
         written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
         built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch,
-                                            raw_max=True,
+                                            raw_max=not causal,
                                             **written), arch)
         if built.plan.wgmma is None:
             out[f"kgen_{arch.value.replace('_', '')}"] = built
@@ -232,7 +232,8 @@ def variants(dims, seqs, tiles, json_path: str | None, rounds: int = 2) -> None:
             for name, (m, n, stages) in zip(names, tiles):
                 try:
                     b = build_verified(lk.attention(d, causal=causal, arch=ir.Arch.SM90A,
-                                                    tile=(m, n), stages=stages, raw_max=True),
+                                                    tile=(m, n), stages=stages,
+                                                    raw_max=not causal),
                                        ir.Arch.SM90A)
                 except KgenError as err:
                     print(f"  {name} causal={causal}: refused: {str(err).splitlines()[0]}")
