@@ -5,8 +5,10 @@ sequence of row kernels, of the forward loop kernel with a row kernel and of the
 backward; byte-identical twice), `kgen inspect`, the runtime's pure parts (workspace layout,
 output shapes, the launches), the NumPy reference of a sequence, and the attention backward kgen
 writes (kgen/attention_grad.py): it verifies, and the reference evaluates it to float64
-attention gradients. An `out accumulate` buffer is zeroed by the launch of the one kernel that
-adds into it, never by the sequence: a second kernel adding into it is refused."""
+attention gradients. An `out accumulate` buffer is zeroed before the one kernel that adds into
+it runs (by its own launch, or by the row kernel launched just before it:
+tests/test_sequence_zeroing.py), never by the sequence: a second kernel adding into it is
+refused."""
 from __future__ import annotations
 
 import json
