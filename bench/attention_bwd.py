@@ -4,10 +4,14 @@ sm_80 build's mma.sync skeleton beside it as `kgen_mma_sync`) beside torch SDPA'
 and memory-efficient backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads,
 head dims 64 and 128, S = T in {1024, 4096}, causal (top-left) and not.
 
-Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by the row kernel
-examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
-kernel) and dQ's conversion to bf16 (torch's copy); `kgen_main` the main kernel's call alone
-(with the zeroing of dQ it launches first); on the wgmma skeleton `kgen_mma_sync` the sm_80
+Columns: `kgen_total` the whole backward called kernel by kernel: D = rowsum(dO * O) by the
+row kernel examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then
+the main kernel) and dQ's conversion to bf16 (torch's copy); `kgen_seq` the backward sequence
+kgen.attention's backward calls (kgen/attention_grad.py: D's row kernel zeroing dQ's f32
+accumulator too, the main kernel, dQ's conversion; three launches), `kgen_seq_graph` that
+sequence captured in a CUDA graph and the graph's replay timed (device time without the host's
+launch gaps), `kgen_main` the main kernel's call alone (with the zeroing of dQ it launches
+first) and `kgen_main_graph` its graph's replay; on the wgmma skeleton `kgen_mma_sync` the sm_80
 build's main kernel and `kgen_rows_dq` the wgmma skeleton with dQ added by the copy engine's
 bulk reduce-add per staged row (the plan option the rulebook took before its tensor reduce-add
 per warpgroup; OTHER_ADDS); `sdpa_*` torch.autograd.grad of a saved
@@ -140,10 +144,19 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
         main_call(_)
         dq16.copy_(dq)
 
+    sequence, names = _sequence(d, causal)
+    given = {"dO": do, "O": o, "Q": q, "K": k, "V": v, "lse": lse, "scale": scale}
+    sequence_args = tuple(given[name] for name in names)
+
+    def sequence_call(_):
+        sequence(*sequence_args)
+
     flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
     row = {"d": d, "s": s, "causal": causal, "batch": b, "heads": HEADS,
            "tile": plan.config.value, "skeleton": "wgmma" if plan.wgmma else "mma.sync"}
-    calls = [("kgen_total", total), ("kgen_main", main_call)]
+    calls = [("kgen_total", total), ("kgen_seq", sequence_call),
+             ("kgen_seq_graph", _replay(sequence_call)), ("kgen_main", main_call),
+             ("kgen_main_graph", _replay(main_call))]
     if plan.wgmma is not None:  # beside it, the mma.sync skeleton's main kernel (sm_80 build)
         mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
         calls.append(("kgen_mma_sync", lambda _: mma_sync(
@@ -178,14 +191,38 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
     return row
 
 
+def _sequence(d: int, causal: bool):
+    """The backward sequence kgen.attention's backward calls for bf16, head dim `d`, on the
+    device's arch (kgen/attention_grad.py): its op and the names of its inputs, in order."""
+    from kgen.attention_grad import BackwardSignature, _backward_op
+
+    sig = BackwardSignature("bf16", d, causal, device_arch().value)
+    op, inputs, _ = _backward_op(sig, torch.cuda.current_device())
+    return op, inputs
+
+
+def _replay(fn):
+    """fn(0) captured in a CUDA graph (after a call on a side stream: loads, allocations);
+    the timed call replays the graph on the current stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(0)
+    return lambda _: graph.replay()
+
+
 def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) -> list[dict]:
     from torch.nn.attention import SDPBackend
 
     backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
-    columns = ["kgen_total", "kgen_main", "kgen_mma_sync", *(f"kgen_{m}_dq" for m in OTHER_ADDS),
-               *backends]
+    columns = ["kgen_total", "kgen_seq", "kgen_seq_graph", "kgen_main", "kgen_main_graph",
+               "kgen_mma_sync", *(f"kgen_{m}_dq" for m in OTHER_ADDS), *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
     print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "

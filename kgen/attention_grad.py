@@ -13,7 +13,10 @@ scalar of the call):
   added into an f32 accumulator at the loop's rows;
 - `<name>_dq`, a row kernel converting that accumulator to the inputs' dtype.
 D and the f32 accumulator are the sequence's workspace (allocated per call by torch's caching
-allocator; the main kernel's launch zeroes the accumulator first).
+allocator). `<name>_dot` zeroes the accumulator's rows beside computing D, so the main kernel is
+launched without its own zeroing kernel: three launches, as FlashAttention-3's preprocessing
+(kgen/sequence_zeroing.py decides it; in deterministic mode the main kernel's own zeroing
+launch zeroes the accumulator with its semaphores).
 
 The forward's mods (score_mod, differentiated by kgen; mask_mod; scalars; vectors; attn_mask,
 with its gradient when it requires grad; dropout, its mask regenerated from the forward's seed

@@ -4,8 +4,10 @@ and what `kgen inspect` shows of them.
     seq = kgen.load_sequence("backward.kg")           # the file's sequence
     dQ, dK, dV = seq(Q=q, K=k, V=v, O=o, dO=do, lse=lse)
 
-`build_sequence` plans each launched kernel (kgen.api.build_verified) and emits one .cu: each
-kernel's own .cu text in launch order, then the sequence's params struct and host launcher
+`build_sequence` plans each launched kernel (kgen.api.plan_kernel), decides who zeroes the
+`out accumulate` buffers (kgen/sequence_zeroing.py: the row kernel launched just before the
+kernel that adds into them, where it can), and emits one .cu: each kernel's own .cu text in
+launch order, then the sequence's params struct and host launcher
 (templates/common/sequence.cu.j2; the values are kgen/sequence_cpp.py's). `load_built_sequence`
 compiles that .cu once with NVRTC and loads every kernel from the one cubin
 (kgen/runtime/sequence.py calls them). The .cu is deterministic: the same file gives the same
@@ -22,7 +24,8 @@ from .errors import NOWHERE, KgenError
 from .verify.sequence import SequenceInfo, resolve
 
 __all__ = ["BuiltSequence", "build_sequence", "build_sequence_file", "load_built_sequence",
-           "load_sequence", "pick_sequence", "sequence_plan", "sequence_summary"]
+           "load_sequence", "pick_sequence", "sequence_plan", "sequence_summary",
+           "sequence_zeroing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class BuiltSequence:
     kernels: tuple  # kgen.api.Built
     source: str
     header: str
+    zeroing: tuple = ()  # kgen.sequence_zeroing.Zeroing, one per kernel that adds
 
     @property
     def name(self) -> str:
@@ -48,8 +52,10 @@ class BuiltSequence:
         return tuple(b.plan for b in self.kernels)
 
 
-def sequence_plan(info: SequenceInfo):
-    """The runtime's SequencePlan of a checked sequence (kgen/runtime/sequence.py reads no IR)."""
+def sequence_plan(info: SequenceInfo, zeroing: tuple = ()):
+    """The runtime's SequencePlan of a checked sequence (kgen/runtime/sequence.py reads no IR),
+    with `zeroing` (kgen/sequence_zeroing.py's decisions): a row kernel that zeroes a later
+    kernel's buffers takes them too, and that kernel is called without its own zeroing."""
     from .runtime.sequence import SequenceBuffer, SequencePlan
 
     def buffer(b) -> SequenceBuffer:
@@ -57,9 +63,13 @@ def sequence_plan(info: SequenceInfo):
                               b.written, b.param.default)
 
     by_name = {b.name: buffer(b) for b in info.buffers}
+    folded = [z for z in zeroing if z.folded]
+    zeroes = {z.by: z.buffers for z in folded}
     return SequencePlan(info.name, tuple(by_name.values()),
                         tuple(by_name[b.name] for b in info.workspace),
-                        tuple((k.name, tuple(p.name for p in k.params)) for k in info.kernels))
+                        tuple((k.name, tuple(p.name for p in k.params) + zeroes.get(k.name, ()))
+                              for k in info.kernels),
+                        zeroed_by_caller=tuple(z.adder for z in folded))
 
 
 def pick_sequence(module: ir.Module, name: str | None = None) -> ir.Sequence | None:
@@ -76,7 +86,7 @@ def pick_sequence(module: ir.Module, name: str | None = None) -> ir.Sequence | N
 
 
 def _header_lines(info: SequenceInfo, arch: ir.Arch, source_name: str, source_hash: str,
-                  command: str, what: str) -> list[str]:
+                  command: str, what: str, zeroing: tuple = ()) -> list[str]:
     from . import __version__
 
     workspace = ", ".join(f"{b.name} {b.param.dtype.dsl_name}"
@@ -87,7 +97,8 @@ def _header_lines(info: SequenceInfo, arch: ir.Arch, source_name: str, source_ha
             f"Regenerate with: {command}",
             f"Sequence {info.name}, target {arch.value}: kernels "
             f"{', '.join(k.name for k in info.kernels)}, launched in order; workspace "
-            f"{workspace}. The plans: kgen inspect"]
+            f"{workspace}. The plans: kgen inspect",
+            *(f"Zeroing: {z.why}." for z in zeroing)]
 
 
 def build_sequence(module: ir.Module, sequence: ir.Sequence, arch: str | ir.Arch | None = None,
@@ -96,8 +107,10 @@ def build_sequence(module: ir.Module, sequence: ir.Sequence, arch: str | ir.Arch
                    header_name: str | None = None) -> BuiltSequence:
     """Plan and emit a sequence of a verified module: each kernel built for `arch` (default
     their target), the .cu holding them all and the launcher, and the .h."""
-    from .api import arch_of, build_verified, file_hash
+    from .api import Built, arch_of, file_hash, plan_kernel
+    from .emit import emit, emit_header
     from .sequence_cpp import launcher_values
+    from .sequence_zeroing import plan_zeroing, with_zeroing
     from .targets.common.render import render
 
     info = resolve(module, sequence)
@@ -105,24 +118,32 @@ def build_sequence(module: ir.Module, sequence: ir.Sequence, arch: str | ir.Arch
         source_hash = file_hash("\n".join([repr(sequence), *(ir.canonical_text(k)
                                                              for k in info.kernels)]).encode())
     target = arch_of(arch)
-    built = tuple(build_verified(kernel, target, source_name=source_name,
-                                 source_hash=source_hash, command=command)
-                  for kernel in info.kernels)
-    plans = tuple(b.plan for b in built)
+    plans = [plan_kernel(kernel, target) for kernel in info.kernels]
+    zeroing = plan_zeroing(info, plans)
+    by_name = {plan.name: plan for plan in plans}
+    for z in zeroing:
+        if z.folded:
+            index = next(i for i, plan in enumerate(plans) if plan.name == z.by)
+            plans[index] = with_zeroing(plans[index], by_name[z.adder], z)
+    built = tuple(Built(kernel, plan, emit(plan, source_name=source_name,
+                                           source_hash=source_hash, command=command),
+                        emit_header(plan, source_name=source_name, source_hash=source_hash,
+                                    command=command))
+                  for kernel, plan in zip(info.kernels, plans))
     values = dict(name=info.name, ns=f"{info.name}_cfg",
                   params_guard=f"KGEN_{info.name.upper()}_PARAMS_DEFINED",
-                  **launcher_values(info, plans))
+                  **launcher_values(info, plans, zeroing))
     plan_arch = plans[0].arch
     source = render("common/sequence.cu.j2",
                     header=_header_lines(info, plan_arch, source_name, source_hash, command,
-                                         "cu"),
+                                         "cu", zeroing),
                     kernels=[dict(name=b.plan.name, source=b.source) for b in built], **values)
     header_command = f"{command} --header {header_name or info.name + '.h'}"
     header = render("common/sequence_header.h.j2",
                     header=_header_lines(info, plan_arch, source_name, source_hash,
-                                         header_command, "h"),
+                                         header_command, "h", zeroing),
                     include_guard=f"KGEN_{info.name.upper()}_H", **values)
-    return BuiltSequence(info, built, source, header)
+    return BuiltSequence(info, built, source, header, zeroing)
 
 
 def build_sequence_file(path: str | os.PathLike, arch: str | ir.Arch | None = None, *,
@@ -157,7 +178,8 @@ def load_built_sequence(built: BuiltSequence, *, device: int | None = None):
     warn_resources(result, stacklevel=3)
     programs = tuple(CompiledProgram(b.plan, result.cubin, source=built.source, compiled=result,
                                      device_id=info.device_id) for b in built.kernels)
-    return CompiledSequence(sequence_plan(built.info), programs, source=built.source)
+    return CompiledSequence(sequence_plan(built.info, built.zeroing), programs,
+                            source=built.source)
 
 
 def load_sequence(path_or_module: str | os.PathLike | ir.Module,
@@ -179,10 +201,23 @@ def load_sequence(path_or_module: str | os.PathLike | ir.Module,
     return load_built_sequence(built, device=device)
 
 
+def sequence_zeroing(info: SequenceInfo, arch: ir.Arch | None = None) -> tuple:
+    """kgen/sequence_zeroing.py's decisions for `info`'s kernels planned for `arch` (default
+    their target), as build_sequence takes them."""
+    from .api import arch_of
+    from .lower import lower
+    from .sequence_zeroing import plan_zeroing
+
+    target = arch_of(arch or info.target)
+    return plan_zeroing(info, [lower(kernel, target) for kernel in info.kernels])
+
+
 def sequence_summary(info: SequenceInfo, arch: ir.Arch | None = None) -> dict[str, Any]:
     """What `kgen inspect` shows of a sequence (its --json schema): the launches in order,
     the parameters, and the workspace, each buffer with the kernel that adds into it (an
-    `out accumulate` output, which that kernel's launch zeroes first) or None."""
+    `out accumulate` output) or None, and who zeroes those buffers before the adds, with why
+    (kgen/sequence_zeroing.py: the adding kernel's own launch, or the row kernel just before
+    it)."""
     def shape(b) -> list:
         return list(b.param.full_shape)
 
@@ -198,6 +233,9 @@ def sequence_summary(info: SequenceInfo, arch: ir.Arch | None = None) -> dict[st
                    for b in info.params],
         "workspace": [{"name": b.name, "kind": b.kind.value, "dtype": b.param.dtype.dsl_name,
                        "shape": shape(b), "added_by": added_by(b)} for b in info.workspace],
+        "zeroing": [{"adder": z.adder, "buffers": list(z.buffers), "by": z.by,
+                     "folded": z.folded, "why": z.why}
+                    for z in sequence_zeroing(info, arch)],
     }
 
 
@@ -219,3 +257,6 @@ def print_sequence(console, s: dict) -> None:
         table.add_row(b["name"], b["kind"], b["dtype"], f"[{', '.join(map(str, b['shape']))}]",
                       "workspace", b["added_by"] or "")
     console.print(table)
+    for z in s["zeroing"]:
+        where = f"by {z['by']}" if z["folded"] else f"by {z['adder']}_zero"
+        console.print(f"zeroing of {', '.join(z['buffers'])} {where}: {z['why']}")

@@ -63,9 +63,10 @@ def _size_sources(kernel, plan) -> dict[str, Source]:
         return Source("product", factors=_product((value,)))
 
     by_name = {p.name: p for p in kernel.params}
-    queries = next((by_name[p.name].heads for p in plan.params if p.headed and not p.kv), None)
-    keys = next((by_name[p.name].heads for p in plan.params if p.headed and p.kv), None)
-    batch = next((by_name[p.name].batch for p in plan.params if p.batched), None)
+    own = [p for p in plan.params if p.name in by_name]  # not the buffers it zeroes for another
+    queries = next((by_name[p.name].heads for p in own if p.headed and not p.kv), None)
+    keys = next((by_name[p.name].heads for p in own if p.headed and p.kv), None)
+    batch = next((by_name[p.name].batch for p in own if p.batched), None)
     heads = dim_of(queries if queries is not None else 1)
     out = {"rows": dim_of(plan.rows_dim),
            # a loop kernel's loop dimension, whatever its plan's kind (a row kernel has none)
@@ -133,11 +134,16 @@ def _members(info: SequenceInfo, plans) -> list[dict]:
     return out
 
 
-def launcher_values(info: SequenceInfo, plans) -> dict:
-    """The template's values for the launcher of `info`, whose kernels have `plans`."""
+def launcher_values(info: SequenceInfo, plans, zeroing: tuple = ()) -> dict:
+    """The template's values for the launcher of `info`, whose kernels have `plans`;
+    `zeroing` (kgen/sequence_zeroing.py): a kernel whose buffers an earlier row kernel zeroes
+    is launched by its `<name>_launch_zeroed` (no zeroing kernel of its own)."""
+    zeroed = {z.adder: z.by for z in zeroing if z.folded}
     launches = [dict(kernel=kernel.name, members=_kernel_members(info, kernel, plan),
                      own_workspace=any(f.param is None and f.ctype == "ptr"
-                                       for f in plan.fields))
+                                       for f in plan.fields),
+                     entry="launch_zeroed" if kernel.name in zeroed else "launch",
+                     zeroed_by=zeroed.get(kernel.name))
                 for kernel, plan in zip(info.kernels, plans)]
     return dict(
         members=_members(info, plans),

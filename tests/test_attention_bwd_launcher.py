@@ -126,7 +126,8 @@ def test_the_launcher_refuses_what_the_runtime_refuses(tmp_path):
 
 def test_the_launcher_zeroes_dq_before_the_main_kernel():
     """In the launcher: the checks, then `<name>_zero` on the same stream (its grid the
-    runtime's: kgen/targets/common/loop_dag.zero_grid), then the main kernel."""
+    runtime's: kgen/targets/common/loop_dag.zero_grid), then the main kernel by
+    `<name>_launch_zeroed` (which a sequence whose row kernel zeroes dQ calls alone)."""
     from kgen.targets.common.loop_dag import ZERO_ROWS, ZERO_THREADS
 
     source = build_file(PROGRAM).source
@@ -134,8 +135,12 @@ def test_the_launcher_zeroes_dq_before_the_main_kernel():
     order = [launcher.index(text) for text in (
         "if (params_reason(p) != nullptr) return cudaErrorInvalidValue;",
         "attention_bwd_zero<<<zero_grid, kZeroThreads, 0, stream>>>(p);",
-        "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p);")]
+        "return attention_bwd_launch_zeroed(p, stream);")]
     assert order == sorted(order)
+    alone = source[source.index("cudaError_t attention_bwd_launch_zeroed("):]
+    alone = alone[:alone.index("\n}\n")]
+    assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p);" in alone
+    assert "_zero<<<" not in alone
     assert re.search(rf"constexpr int kZeroRows = {ZERO_ROWS};", source)
     assert re.search(rf"constexpr int kZeroThreads = {ZERO_THREADS};", source)
     assert ("zero_grid((p.loop_len + kZeroRows - 1) / kZeroRows, p.heads, p.batches)"

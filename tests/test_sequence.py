@@ -5,8 +5,10 @@ sequence of row kernels, of the forward loop kernel with a row kernel and of the
 backward; byte-identical twice), `kgen inspect`, the runtime's pure parts (workspace layout,
 output shapes, the launches), the NumPy reference of a sequence, and the attention backward kgen
 writes (kgen/attention_grad.py): it verifies, and the reference evaluates it to float64
-attention gradients. An `out accumulate` buffer is zeroed by the launch of the one kernel that
-adds into it, never by the sequence: a second kernel adding into it is refused."""
+attention gradients. An `out accumulate` buffer is zeroed before the one kernel that adds into
+it runs (by its own launch, or by the row kernel launched just before it:
+tests/test_sequence_zeroing.py), never by the sequence: a second kernel adding into it is
+refused."""
 from __future__ import annotations
 
 import json
@@ -268,25 +270,34 @@ def test_the_cu_holds_every_kernel_and_the_launcher_and_is_deterministic():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_the_launcher_leaves_the_zeroing_to_the_kernel_that_adds(arch):
-    """The backward's sequence: dQacc (workspace, `out accumulate`) is zeroed by the main
-    kernel's own launcher (`<main>_zero` before the main kernel), which the sequence's launcher
-    calls; the sequence's launcher memsets nothing and asks no contiguity of its own."""
+def test_the_launcher_leaves_the_zeroing_to_the_row_kernel_before_the_adder(arch):
+    """The backward's sequence: dQacc (workspace, `out accumulate`) is zeroed by D's row kernel,
+    launched just before the main kernel (kgen/sequence_zeroing.py), and the main kernel is
+    launched by its `_launch_zeroed` (no `<main>_zero`); its own `_launch` still zeroes first
+    (the kernel alone). The sequence's launcher memsets nothing and asks no contiguity."""
     from kgen.sequence import build_sequence
 
     module = _backward_module(arch)
     built = build_sequence(module, module.sequences[0], arch)
-    source, main = built.source, built.info.kernels[1].name
+    source, (dot, main, dq) = built.source, [k.name for k in built.info.kernels]
     assert "cudaMemset" not in source and "must be contiguous: the sequence" not in source
-    for text in (source, built.header):  # the comment on NAME_launch
-        assert "zeroes its own `out accumulate` outputs first." in text
+    for text in (source, built.header):  # the comment on NAME_launch, the Zeroing line
+        assert "by its own launch or by the row kernel" in text
+        assert f"// Zeroing: {dot}, the row kernel launched just before {main}, zeroes" in text
     launcher = source[source.index(f"cudaError_t {built.name}_launch("):]
     calls = [line.strip() for line in launcher.splitlines() if line.strip().startswith("error =")]
-    assert calls == [f"error = {k.name}_launch(args_{k.name}(p, w, workspace), stream);"
-                     for k in built.info.kernels]
+    assert calls == [f"error = {dot}_launch(args_{dot}(p, w, workspace), stream);",
+                     f"error = {main}_launch_zeroed(args_{main}(p, w, workspace), stream);",
+                     f"error = {dq}_launch(args_{dq}(p, w, workspace), stream);"]
     own = source[source.index(f"cudaError_t {main}_launch("):]
     assert own.index(f"{main}_zero<<<zero_grid, kZeroThreads, 0, stream>>>(p);") \
-        < own.index(f"{main}<<<")
+        < own.index(f"return {main}_launch_zeroed(p, stream);")
+    row_kernel = source[source.index(f"{dot}(const {dot}_params p) {{"):]
+    row_kernel = row_kernel[:row_kernel.index("\n}\n")]
+    assert ("*reinterpret_cast<float4*>(g_dQacc + warp_row * p.dQacc_ld + c * 4) = "
+            "make_float4(0.0f, 0.0f, 0.0f, 0.0f);") in row_kernel
+    assert f"k.dQacc = reinterpret_cast<float*>(reinterpret_cast<unsigned long long>(" \
+           "workspace) + w.dQacc);" in source[source.index(f"args_{dot}(\n"):]
 
 
 @pytest.mark.parametrize("program, arch", [(ROWS, "sm_80"), (ROWS, "sm_90a"),
@@ -434,8 +445,9 @@ def test_kgen_inspect_names_the_kernel_that_adds_into_a_buffer(tmp_path):
     assert text.exit_code == 0
     assert "added into by" in text.output
     table = text.output[text.output.index("added into by"):]
-    (row,) = [line for line in table.splitlines() if "dQacc" in line]
+    (row,) = [line for line in table.splitlines() if "dQacc" in line and "[" in line]
     assert "workspace" in row and main in row
+    assert f"zeroing of dQacc by {seq['launches'][0]}:" in text.output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -600,30 +612,35 @@ def test_a_call_checks_its_arguments_and_launches_in_order():
 
 def test_a_call_launches_only_the_kernels_whose_launches_zero_their_own_outputs():
     """The backward's plan with stand-in programs (no GPU): a launch is the three kernels in
-    order on the stream, nothing before them (the sequence zeroes no buffer: the main kernel's
-    own call zeroes dQacc)."""
+    order on the stream, nothing before them (the sequence zeroes no buffer itself: D's row
+    kernel takes dQacc and zeroes it, and the main kernel is called without its own zeroing)."""
     from kgen.runtime.sequence import CompiledSequence
     from kgen.runtime.tensors import DeviceArray, contiguous_strides
-    from kgen.sequence import sequence_plan
+    from kgen.sequence import sequence_plan, sequence_zeroing
 
     calls = []
 
     class Program:
         device_id = 0
 
-        def __init__(self, name):
-            self.name = name
+        def __init__(self, name, zeroes=True):
+            self.name, self.zeroes = name, zeroes
+
+        def zeroed_by_caller(self):
+            return Program(self.name, zeroes=False)
 
         def __call__(self, stream=None, **args):
-            calls.append((self.name, stream, sorted(args)))
+            calls.append((self.name, stream, sorted(args), self.zeroes))
 
     module = _backward_module("sm_80")
-    plan = sequence_plan(resolve(module, module.sequences[0]))
+    info = resolve(module, module.sequences[0])
+    plan = sequence_plan(info, sequence_zeroing(info))
     seq = CompiledSequence(plan, [Program(name) for name, _ in plan.launches])
     values = {b.name: DeviceArray(4096, (1, 2, 5, 64), contiguous_strides((1, 2, 5, 64)),
                                   b.dtype, 0, kind="kgen") for b in plan.buffers}
     values["scale"] = 0.125
     seq._launch(3, values)
     kernels = [k.name for k in module.kernels]
-    assert [(name, stream) for name, stream, _ in calls] == [(k, 3) for k in kernels]
-    assert "dQacc" in calls[1][2] and "dQacc" in calls[2][2]
+    assert [(name, stream) for name, stream, _, _ in calls] == [(k, 3) for k in kernels]
+    assert [zeroes for *_, zeroes in calls] == [True, False, True]
+    assert all("dQacc" in args for _, _, args, _ in calls)  # the row kernel zeroes it

@@ -449,6 +449,12 @@ class RowsPlan:
     heads_param: str | None
     kv_param: str | None
     batch_param: str | None
+    # f32 tensors [rows, cols] per (batch, head), `out accumulate` of the kernel `zeroes_for`
+    # launched after this one in a sequence, each warp zeroing its row of them beside its own
+    # work (kgen/sequence_zeroing.py decides it and adds them to params and fields): that
+    # kernel's own zeroing launch is then left out. Empty: the row kernel zeroes nothing.
+    zeroes: tuple[str, ...] = ()
+    zeroes_for: str = ""
 
     @property
     def threads(self) -> int:

@@ -10,6 +10,7 @@ tensor's address and strides are multiples of 16 bytes. Packed sequences (a loop
 """
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -335,6 +336,23 @@ class CompiledProgram:
             out.append((self._function, bound.grid, self.plan.threads, self.plan.smem_bytes,
                         self.plan.name))
         return out
+
+    def zeroed_by_caller(self) -> "CompiledProgram":
+        """This program without its zeroing launch, for a caller that zeroes its `out
+        accumulate` outputs itself before calling it (a sequence's row kernel launched just
+        before it: kgen/sequence_zeroing.py); itself when it zeroes nothing. Deterministic
+        mode's semaphores are zeroed by that launch too: such a plan is refused."""
+        if self._zero_function is None:
+            return self
+        if getattr(self.plan, "deterministic", None) is not None:
+            raise KgenRuntimeError(f"{self.plan.name} zeroes its deterministic mode's "
+                                   "semaphores itself: it cannot leave its zeroing to a caller")
+        from .calls import CallPath
+
+        other = copy.copy(self)
+        other._zero_function = None
+        other._calls = CallPath(self.plan, lambda args, sizes: other)
+        return other
 
     @property
     def name(self) -> str:

@@ -9,8 +9,10 @@ workspace), as a kernel's call does: torch
 tensors, DeviceBuffers, anything kgen.runtime.tensors reads. It sizes the workspace buffers and
 the outputs left out from the parameters' shapes (a size name is one size across the kernels;
 `sizes` gives one no parameter has), allocates them, launches each kernel through its own call
-path (which zeroes the kernel's `out accumulate` outputs first: the sequence adds no zeroing of
-its own), and returns the outputs in order (one alone as itself).
+path (which zeroes the kernel's `out accumulate` outputs first, unless the plan's
+`zeroed_by_caller` names it: then the row kernel launched just before it, which takes those
+buffers too, has zeroed them: kgen/sequence_zeroing.py), and returns the outputs in order (one
+alone as itself).
 
 Nothing synchronizes the host, and every allocation is stream-ordered, so a call can be
 captured into a CUDA graph: with a torch tensor among the arguments, the workspace and outputs
@@ -55,12 +57,15 @@ class SequenceBuffer:
 @dataclass(frozen=True, slots=True)
 class SequencePlan:
     """A sequence as the runtime calls it: its buffers in order, the workspace's in the order
-    of its `workspace` line, and each launch's kernel with the names of its parameters."""
+    of its `workspace` line, each launch's kernel with the names of its parameters (a row
+    kernel's with the buffers it zeroes for a later kernel), and the kernels called without
+    their own zeroing (an earlier row kernel zeroes their `out accumulate` buffers)."""
 
     name: str
     buffers: tuple[SequenceBuffer, ...]
     workspace: tuple[SequenceBuffer, ...]
     launches: tuple[tuple[str, tuple[str, ...]], ...]
+    zeroed_by_caller: tuple[str, ...] = ()
 
     @property
     def params(self) -> tuple[SequenceBuffer, ...]:
@@ -124,7 +129,10 @@ class CompiledSequence:
 
     def __init__(self, plan: SequencePlan, programs: tuple, *, source: str | None = None):
         self.plan = plan
-        self.programs = tuple(programs)  # the CompiledPrograms, in launch order
+        # the CompiledPrograms, in launch order; those an earlier row kernel zeroes for,
+        # without their own zeroing launch
+        self.programs = tuple(p.zeroed_by_caller() if p.name in plan.zeroed_by_caller else p
+                              for p in programs)
         self.source = source
         self.device_id = self.programs[0].device_id
         self._params = {b.name: b for b in plan.params}

@@ -1113,9 +1113,24 @@ const char* attention_bwd_storage_can_implement(const attention_bwd_storage_para
   return why != nullptr ? why : params_reason(p);
 }
 
+// Launches attention_bwd_storage alone on `stream`, its `out accumulate` tensors already zeroed by the caller
+// (a sequence's row kernel launched before it zeroes them: kgen inspect shows the sequence's
+// zeroing); the same errors as attention_bwd_storage_launch.
+cudaError_t attention_bwd_storage_launch_zeroed(const attention_bwd_storage_params& p, cudaStream_t stream) {
+  using namespace attention_bwd_storage_cfg;
+  if (device_reason() != nullptr) return cudaErrorInvalidDevice;
+  if (params_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (p.rows == 0 || p.heads == 0 || p.batches == 0) return cudaSuccess;
+  cudaError_t error = cudaFuncSetAttribute(attention_bwd_storage, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (error != cudaSuccess) return error;
+  const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.heads, p.batches);
+  attention_bwd_storage<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // Launches attention_bwd_storage on `stream` on the current device: cudaErrorInvalidDevice when that device
 // cannot run it, cudaErrorInvalidValue when the arguments cannot (attention_bwd_storage_can_implement says
-// why), else the error of the launch (cudaSuccess when it was queued).
+// why), else the error of a launch (cudaSuccess when both were queued).
 cudaError_t attention_bwd_storage_launch(const attention_bwd_storage_params& p, cudaStream_t stream) {
   using namespace attention_bwd_storage_cfg;
   if (device_reason() != nullptr) return cudaErrorInvalidDevice;
@@ -1127,12 +1142,7 @@ cudaError_t attention_bwd_storage_launch(const attention_bwd_storage_params& p, 
     const cudaError_t zero_error = cudaGetLastError();
     if (zero_error != cudaSuccess) return zero_error;
   }
-  if (p.rows == 0 || p.heads == 0 || p.batches == 0) return cudaSuccess;
-  cudaError_t error = cudaFuncSetAttribute(attention_bwd_storage, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  if (error != cudaSuccess) return error;
-  const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.heads, p.batches);
-  attention_bwd_storage<<<grid, kThreads, kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return attention_bwd_storage_launch_zeroed(p, stream);
 }
 
 // A tile program needs no workspace: 0 (the same call as a gemm's, for code that serves both).

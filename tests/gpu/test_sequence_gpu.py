@@ -3,8 +3,9 @@ passing a workspace vector and an output (tests/programs/sequence_rows.kg), the 
 forward loop kernel then a row kernel reading its O from the workspace
 (tests/programs/sequence_forward.kg); torch tensors (outputs given poisoned, or left out),
 DeviceBuffers (the workspace one stream-ordered block), a CUDA-graph capture replayed on new
-inputs, and an accumulate buffer zeroed by the launch of the kernel that adds into it (the
-sequence zeroes nothing of its own)."""
+inputs, and an accumulate buffer zeroed before the kernel that adds into it does (by the row
+kernel launched just before it: kgen/sequence_zeroing.py; tests/gpu/test_sequence_zeroing_gpu.py
+has the other ways)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -150,12 +151,13 @@ def test_a_sequence_as_a_torch_op_eager_and_compiled():
     assert torch.equal(y, y2) and torch.equal(m, m2)
 
 
-def test_the_kernel_that_adds_into_a_buffer_zeroes_it_the_sequence_does_not():
+def test_an_accumulate_buffer_is_zeroed_before_the_kernel_that_adds_into_it():
     """The attention backward's sequence (kgen/attention_grad.py) launched through
     CompiledSequence._launch with its workspace given: dQacc (`out accumulate`, added into by
-    the main kernel) poisoned with NaN, the other workspace and outputs too. The sequence zeroes
-    nothing; the main kernel's launch zeroes dQacc, so dQ matches float64, and so does a second
-    launch on the first one's sums (dQacc not reset: were it not zeroed, dQ would double)."""
+    the main kernel) poisoned with NaN, the other workspace and outputs too. D's row kernel,
+    launched just before the main kernel, zeroes dQacc (the main kernel's own zeroing left
+    out), so dQ matches float64, and so does a second launch on the first one's sums (dQacc not
+    reset: were it not zeroed, dQ would double)."""
     _cuda()
     import math
 
@@ -173,6 +175,7 @@ def test_the_kernel_that_adds_into_a_buffer_zeroes_it_the_sequence_does_not():
             pytest.skip(f"the attention backward's skeleton is not built yet: {err}")
         raise
     seq = load_built_sequence(built)
+    assert seq.plan.zeroed_by_caller == (built.info.kernels[1].name,)
     b, h, s, t, d = 1, 2, 77, 130, 64
     gen = torch.Generator(device="cuda").manual_seed(11)
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=gen).bfloat16()

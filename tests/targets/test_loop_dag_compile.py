@@ -144,9 +144,13 @@ def test_sm90a_emission_is_deterministic_and_in_the_fixed_order():
              "static cudaError_t attention_bwd_tensor_maps", "cudaError_t attention_bwd_launch"]
     places = [first.index(m) for m in marks]
     assert places == sorted(places)
-    launcher = first[first.index("cudaError_t attention_bwd_launch"):]
-    assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
+    launcher = first[first.index("cudaError_t attention_bwd_launch_zeroed("):]
     assert "attention_bwd<<<grid, kThreads, kSmemBytes, stream>>>(p, maps)" in launcher
+    # the launcher zeroes dQ, then launches the kernel (_launch_zeroed: a sequence's row kernel
+    # may have zeroed dQ instead)
+    launcher = first[first.index("cudaError_t attention_bwd_launch("):]
+    assert launcher.index("attention_bwd_zero<<<") < launcher.index(
+        "return attention_bwd_launch_zeroed(p, stream);")
     assert "unsigned long long dQ[16];  // dQ (f32, the adds)" in first
     assert "else if (tid / 32 == kAddWarp) {" in first
     assert "named_barrier_arrive(kAddStaged, kAddThreads);" in first
@@ -171,9 +175,14 @@ def test_emission_is_deterministic_and_in_the_fixed_order():
              "attention_bwd_zero(const attention_bwd_params p)", "cudaError_t attention_bwd_launch"]
     places = [first.index(m) for m in marks]
     assert places == sorted(places)
-    launcher = first[first.index("cudaError_t attention_bwd_launch"):]
-    # the launcher zeroes dQ before the main kernel, even when there are no key rows
-    assert launcher.index("attention_bwd_zero<<<") < launcher.index("if (p.rows == 0")
+    launcher = first[first.index("cudaError_t attention_bwd_launch("):]
+    # the launcher zeroes dQ before the main kernel, even when there are no key rows (the
+    # rows == 0 return is _launch_zeroed's)
+    assert launcher.index("attention_bwd_zero<<<") < launcher.index(
+        "return attention_bwd_launch_zeroed(p, stream);")
+    alone = first[first.index("cudaError_t attention_bwd_launch_zeroed("):]
+    assert "attention_bwd_zero<<<" not in alone[:alone.index("\n}\n")]
+    assert "if (p.rows == 0" in alone[:alone.index("\n}\n")]
     assert "atomicAdd(g_dQ + row * p.dQ_ld + col" in first
 
 
