@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from hopper_gemm import PEAK_TFLOPS  # noqa: E402
+from hopper_gemm import PEAK_TFLOPS, device_setup  # noqa: E402
 
 # (L, M, N, K, broadcast B, what the shape exercises)
 SHAPES = [
@@ -60,11 +60,7 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--quick", action="store_true")
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    l2 = props.L2_cache_size
-    stream = torch.cuda.current_stream().cuda_stream
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
+    props, stream, l2 = device_setup(torch)
     kernel = parse_file(ROOT / "examples/batched_gemm_bias.kg").kernels[0]
     alpha = 0.75
     compiled = {}

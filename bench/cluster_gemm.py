@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.hopper_gemm import PEAK_TFLOPS, alloc, check, make_inputs, retyped  # noqa: E402
+from bench.hopper_gemm import (  # noqa: E402
+    PEAK_TFLOPS, alloc, check, device_setup, make_inputs, retyped)
 
 CLUSTERS = ((1, 1), (2, 1), (1, 2))
 
@@ -54,11 +55,7 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--quick", action="store_true")
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    l2 = props.L2_cache_size
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
-    stream = torch.cuda.current_stream().cuda_stream
+    props, stream, l2 = device_setup(torch)
     rows = []
 
     def timed(fn, set_bytes):

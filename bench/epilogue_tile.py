@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from hopper_gemm import PEAK_TFLOPS, alloc, check, make_inputs  # noqa: E402
+from hopper_gemm import PEAK_TFLOPS, alloc, check, device_setup, make_inputs  # noqa: E402
 
 HEAD = """\
 kernel {name} {{
@@ -107,10 +107,7 @@ def main() -> int:
         every = {**VARIANTS, **MORE}
         VARIANTS.clear()
         VARIANTS.update({v: every[v] for v in opts.variants})
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    stream = torch.cuda.current_stream().cuda_stream
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
+    props, stream, l2 = device_setup(torch)
     chosen = [k for k in KERNELS if opts.kernels is None or k[0] in opts.kernels]
     compiled = {}
     for label, dt, expr, _, _ in chosen:
@@ -137,7 +134,7 @@ def main() -> int:
         for label, dt, expr, reference, unfused in chosen:
             kernel0 = compiled[label, next(iter(VARIANTS))][0]
             set_bytes = 2 * (m * k + n * k + 2 * m * n)
-            rotate = rotation_count(set_bytes, props.L2_cache_size)
+            rotate = rotation_count(set_bytes, l2)
             sets = [make_inputs(torch, kernel0, sizes) for _ in range(max(2, rotate))]
             names = {p.name for p in kernel0.params}
             args = [{q: s[q] for q in s if q in names} for s in sets]

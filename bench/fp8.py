@@ -503,11 +503,12 @@ def fp8_out_rows(torch, shapes, stream, l2):
 def main() -> int:
     import torch
 
-    import kgen
     from kgen import ir
     from kgen.api import build, load_built
     from kgen.harness.timing import rotation_count, time_kernel
     from kgen.parse import parse_file
+
+    from hopper_gemm import device_setup
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
@@ -531,11 +532,7 @@ def main() -> int:
                         help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
                         "at the Llama-class shapes (--quick: 4096^3 only)")
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
-    stream = torch.cuda.current_stream().cuda_stream
-    l2 = props.L2_cache_size
+    props, stream, l2 = device_setup(torch)
     shapes = ([tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
               if opts.shapes else list(SHAPES))
     if opts.llama:

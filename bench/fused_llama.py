@@ -175,13 +175,13 @@ def check(torch, compiled, epilogue: str, s: dict, stream: int) -> tuple[bool, f
 def main() -> int:
     import torch
 
-    import kgen
     from kgen.harness.run import device_peaks
     from kgen.harness.timing import rotation_count, time_kernel
     from kgen.harness.torch_eval import TorchEvaluator
     from kgen.parse import parse
 
     from call_path import graph_ms
+    from hopper_gemm import device_setup
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
@@ -192,11 +192,7 @@ def main() -> int:
                         help="written schedules and plan variants too")
     parser.add_argument("--no-graph", action="store_true", help="without the CUDA-graph column")
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
-    stream = torch.cuda.current_stream().cuda_stream
-    l2 = props.L2_cache_size
+    props, stream, l2 = device_setup(torch)
     bandwidth = device_peaks(props.name)[1] or 4.8e12
     shapes = ([tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
               if opts.shapes else list(LLAMA))[:1 if opts.quick else None]

@@ -23,6 +23,18 @@ sys.path.insert(0, str(ROOT))
 PEAK_TFLOPS = 989.0  # dense f16/bf16 on an H100/H200 SXM
 
 
+def device_setup(torch):
+    """What each bench script's run starts with: torch seeded (0) and the device, torch and kgen
+    versions printed. (The device's properties, the current stream's handle, its L2 size in
+    bytes: rotation_count's.)"""
+    import kgen
+
+    torch.manual_seed(0)
+    props = torch.cuda.get_device_properties(0)
+    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
+    return props, torch.cuda.current_stream().cuda_stream, props.L2_cache_size
+
+
 def variants(kernel, ir):
     """The schedules measured, as Schedule values of the same kernel: (label, kernel)."""
     g = kernel.gemms[0]
@@ -58,11 +70,7 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--quick", action="store_true")
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    l2 = props.L2_cache_size
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
-    stream = torch.cuda.current_stream().cuda_stream
+    props, stream, l2 = device_setup(torch)
     rows = []
 
     def timed(fn, nsets_bytes):

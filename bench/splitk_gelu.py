@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from hopper_gemm import alloc, check, make_inputs  # noqa: E402
+from hopper_gemm import alloc, check, device_setup, make_inputs  # noqa: E402
 
 SHAPES = [(m, n, k) for m in (1, 16, 128, 4096)
           for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))] + [(64, 64, 65536)]
@@ -71,11 +71,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    l2 = props.L2_cache_size
-    stream = torch.cuda.current_stream().cuda_stream
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
+    props, stream, l2 = device_setup(torch)
     kernel = parse_file(ROOT / "examples/splitk_gelu.kg").kernels[0]
     compiled = {}
     for label, variant in variants(kernel, ir):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from hopper_gemm import PEAK_TFLOPS, alloc, check, make_inputs  # noqa: E402
+from hopper_gemm import PEAK_TFLOPS, alloc, check, device_setup, make_inputs  # noqa: E402
 
 KERNEL = """\
 kernel {name} {{
@@ -66,11 +66,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     opts = parser.parse_args()
-    torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    l2 = props.L2_cache_size
-    stream = torch.cuda.current_stream().cuda_stream
-    print("device", props.name, "torch", torch.__version__, "kgen", kgen.__version__)
+    props, stream, l2 = device_setup(torch)
 
     def timed(fn, set_bytes):
         return time_kernel(fn, iters=30, warmup=5, rotate=rotation_count(set_bytes, l2),

@@ -31,6 +31,7 @@ torch.compile traces it and a CUDA graph can capture it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -208,11 +209,9 @@ def _backward_op(sig: BackwardSignature, device: int):
     return _LOADED[key]
 
 
+@functools.cache
 def _function():
     """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
-    global _FUNCTION
-    if _FUNCTION is not None:
-        return _FUNCTION
     import torch
 
     from . import attention as forward
@@ -250,11 +249,7 @@ def _function():
             return (found["dQ"], found["dK"], found["dV"], None, None, None, None, None, None,
                     dbias, *(None for _ in vectors))
 
-    _FUNCTION = AttentionFunction
-    return _FUNCTION
-
-
-_FUNCTION = None
+    return AttentionFunction
 
 
 def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None = None,

@@ -32,6 +32,7 @@ backward; score_mod and mask_mod not yet in the backward (refused by name).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping
 
@@ -234,11 +235,9 @@ def _backward_programs(sig, device: int) -> dict[str, Any]:
     return _BACKWARD[key]
 
 
+@functools.cache
 def _function():
     """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
-    global _FUNCTION
-    if _FUNCTION is not None:
-        return _FUNCTION
     import torch
 
     from .attention_grad import BackwardSignature
@@ -268,11 +267,7 @@ def _function():
                                    ctx.scale)
             return dq, dk, dv, None, None, None, None, None, None, None, None
 
-    _FUNCTION = VarlenFunction
-    return _FUNCTION
-
-
-_FUNCTION = None
+    return VarlenFunction
 
 
 def _backward(programs, q, k, v, out, lse, grad_out, cu_q, cu_k, max_q: int, max_k: int,

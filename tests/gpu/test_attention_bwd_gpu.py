@@ -9,120 +9,18 @@ without one (templates/sm90/loop_bwd.cu.j2) on a Hopper GPU."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
-from kgen import ir
-from kgen.api import build_verified, load_built
-from kgen.parse import parse
-from kgen.verify import verify
+from tests.gpu.attention_bwd_checks import MASKS, check_backward, load
+from tests.gpu.attention_checks import cuda_torch, skip_unless_runs
 
 pytestmark = pytest.mark.gpu
-
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "examples" / "attention_bwd.kg"
-MASKED = "where(row <= col, exp(scale * acc - lse[col]), 0)"
-MASKS = {
-    "none": "exp(scale * acc - lse[col])",
-    "top_left": MASKED,  # key <= query
-    "bottom_right": "where(row <= col + T - S, exp(scale * acc - lse[col]), 0)",
-}
-
-
-def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
-                tile: str | None = None) -> str:
-    text = PROGRAM.read_text()
-    assert MASKED in text and "target sm_80" in text
-    return (text.replace(MASKED, MASKS[mask]).replace("128]", f"{d}]")
-            .replace("bf16[", f"{dtype}[").replace("target sm_80", f"target {arch}")
-            .replace("0.08838834764", repr(1.0 / math.sqrt(d)))
-            # the rulebook's tile for the head dim, or the one asked for
-            .replace("    tile 128x32\n", f"    tile {tile}\n" if tile else ""))
-
-
-_LOADED: dict = {}
-
-
-def load(d, mask, dtype="bf16", arch="sm_80", tile=None, adds=None, schedule=()):
-    """`adds` "warp" / "tensor" / "rows" / "atomics": the sm_90a wgmma skeleton with dQ added by
-    the copy engine's tensor reduce-add from the producer's add warp / from a thread of each
-    warpgroup / its bulk reduce-add per staged row / f32 atomics (the plan option
-    loop_dag_schedule.with_adds); None: as the rulebook takes it (the add warp).
-    `schedule`: (name, value) pairs of loop_dag_schedule.with_schedule's plan options."""
-    key = (d, mask, dtype, arch, tile, adds, schedule)
-    if key not in _LOADED:
-        module = parse(kernel_text(d, mask, dtype, arch, tile), "bwd.kg")
-        assert verify(module) == []
-        built = build_verified(module.kernels[0], ir.Arch(arch))
-        if adds is not None:
-            import dataclasses
-
-            from kgen.targets.sm90.loop_dag import emit
-            from kgen.targets.sm90.loop_dag_schedule import with_adds
-
-            plan = with_adds(built.plan, adds)
-            built = dataclasses.replace(built, plan=plan, source=emit(
-                plan, source_name="bwd.kg", source_hash="0", command="test"))
-        if schedule:
-            import dataclasses
-
-            from kgen.targets.sm90.loop_dag import emit
-            from kgen.targets.sm90.loop_dag_schedule import with_schedule
-
-            plan = with_schedule(built.plan, **dict(schedule))
-            built = dataclasses.replace(built, plan=plan, source=emit(
-                plan, source_name="bwd.kg", source_hash="0", command="test"))
-        _LOADED[key] = load_built(built)
-    return _LOADED[key]
-
-
-def _torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
-
-
-def reference(q, k, v, do, scale, mask):
-    """float64 autograd of attention; a row that sees no key gives O = 0, lse = -inf and no
-    gradient. Returns dQ, dK, dV, lse, D."""
-    torch = _torch()
-    q, k, v = (x.double().requires_grad_() for x in (q, k, v))
-    s_len, t_len = q.shape[-2], k.shape[-2]
-    x = (q @ k.transpose(-1, -2)) * scale
-    query = torch.arange(s_len, device=q.device)[:, None]
-    key = torch.arange(t_len, device=q.device)[None, :]
-    if mask == "top_left":
-        x = torch.where(key <= query, x, -math.inf)
-    elif mask == "bottom_right":
-        x = torch.where(key <= query + t_len - s_len, x, -math.inf)
-    m = x.amax(-1, keepdim=True).detach()
-    m = torch.where(torch.isinf(m), 0.0, m)
-    e = torch.exp(x - m)
-    total = e.sum(-1, keepdim=True)
-    p = e / torch.where(total == 0, 1.0, total)
-    o = p @ v
-    o.backward(do.double())
-    with torch.no_grad():
-        lse = torch.where(total == 0, -math.inf, m + torch.log(total)).squeeze(-1)
-        dd = (do.double() * o).sum(-1)
-    return q.grad, k.grad, v.grad, lse, dd
-
-
-def close(out, ref, tol, what):
-    torch = _torch()
-    out = out.double()
-    assert not torch.isnan(out).any(), f"{what}: NaN (an element not written?)"
-    if out.numel():
-        err = (out - ref).abs().max().item()
-        scale = max(1.0, ref.abs().max().item())
-        assert err <= tol * scale, f"{what}: max error {err:.3g} (scale {scale:.3g})"
 
 
 def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, adds=None,
              schedule=()):
-    torch = _torch()
+    torch = cuda_torch()
     kernel = load(d, mask, dtype, arch, tile, adds, schedule)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d)
@@ -130,19 +28,7 @@ def run_case(d, s, t, mask, dtype="bf16", arch="sm_80", b=2, h=3, tile=None, add
     k = torch.randn(b, h, t, d, device="cuda", generator=gen).to(tdtype)
     v = torch.randn(b, h, t, d, device="cuda", generator=gen).to(tdtype)
     do = torch.randn(b, h, s, d, device="cuda", generator=gen).to(tdtype)
-    scale = 1.0 / math.sqrt(d)
-    dq_ref, dk_ref, dv_ref, lse, dd = reference(q, k, v, do, scale, mask)
-    dq = torch.full((b, h, s, d), math.nan, device="cuda", dtype=torch.float32)
-    dk = torch.full((b, h, t, d), math.nan, device="cuda", dtype=tdtype)
-    dv = torch.full((b, h, t, d), math.nan, device="cuda", dtype=tdtype)
-    kernel(Q=q, K=k, V=v, dO=do, lse=lse.float(), D=dd.float(), dQ=dq, dK=dk, dV=dv,
-           scale=scale)
-    torch.cuda.synchronize()
-    tol = 2e-2 if dtype == "bf16" else 1e-2
-    close(dv, dv_ref, tol, "dV")
-    close(dk, dk_ref, tol, "dK")
-    close(dq, dq_ref, tol, "dQ")
-    return dq, dk, dv
+    return check_backward(kernel, q, k, v, do, mask)[0]
 
 
 SHAPES = [(1, 1), (17, 17), (1, 17), (17, 1000), (1000, 17), (1000, 1000), (4097, 1000),
@@ -163,18 +49,12 @@ def test_f16(d, mask):
     run_case(d, 17, 1000, mask, dtype="f16")
 
 
-def _hopper():
-    torch = _torch()
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("sm_90a code runs on compute capability 9.0 only")
-
-
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda st: f"s{st[0]}-t{st[1]}")
 def test_sm90a_wgmma_skeleton_matches_float64_autograd(d, mask, shape):
     """The sm_90a build runs the rulebook's wgmma skeleton (templates/sm90/loop_bwd.cu.j2)."""
-    _hopper()
+    skip_unless_runs("sm_90a")
     assert load(d, mask, arch="sm_90a").plan.wgmma is not None
     run_case(d, *shape, mask, arch="sm_90a")
 
@@ -182,7 +62,7 @@ def test_sm90a_wgmma_skeleton_matches_float64_autograd(d, mask, shape):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("mask", ["none", "bottom_right"])
 def test_sm90a_wgmma_f16(d, mask):
-    _hopper()
+    skip_unless_runs("sm_90a")
     run_case(d, 1000, 4097, mask, dtype="f16", arch="sm_90a")
     run_case(d, 17, 1000, mask, dtype="f16", arch="sm_90a")
 
@@ -199,14 +79,14 @@ def test_sm90a_wgmma_with_other_adds(d, mask, shape, adds):
     producer's add warp."""
     from kgen.targets.sm90.loop_dag_schedule import add_mode
 
-    _hopper()
+    skip_unless_runs("sm_90a")
     assert add_mode(load(d, mask, arch="sm_90a", adds=adds).plan.wgmma) == adds
     run_case(d, *shape, mask, arch="sm_90a", adds=adds)
 
 
 def test_sm90a_wgmma_other_batches_and_heads():
     """B 1, H 1 (the tensor maps' head and batch extents 1) and B 3, H 5."""
-    _hopper()
+    skip_unless_runs("sm_90a")
     run_case(128, 1000, 333, "top_left", arch="sm_90a", b=1, h=1)
     run_case(64, 333, 1000, "bottom_right", arch="sm_90a", b=3, h=5)
 
@@ -214,7 +94,7 @@ def test_sm90a_wgmma_other_batches_and_heads():
 @pytest.mark.parametrize("d", [64, 128])
 def test_sm90a_written_tile_runs_the_mma_sync_skeleton(d):
     """A written tile the wgmma skeleton does not take (128x32) keeps sm_90a on mma.sync."""
-    _hopper()
+    skip_unless_runs("sm_90a")
     assert load(d, "top_left", arch="sm_90a", tile="128x32").plan.wgmma is None
     run_case(d, 1000, 4097, "top_left", arch="sm_90a", tile="128x32")
     run_case(d, 4097, 1000, "none", arch="sm_90a", tile="128x32")
@@ -224,9 +104,8 @@ def test_sm90a_written_tile_runs_the_mma_sync_skeleton(d):
 def test_dq_is_zeroed_by_each_call(arch):
     """dQ is an `out accumulate` tensor: a second call into the same dQ gives the same values,
     not twice them."""
-    torch = _torch()
-    if arch == "sm_90a":
-        _hopper()
+    torch = cuda_torch()
+    skip_unless_runs(arch)
     first, _, _ = run_case(64, 1000, 1000, "top_left", b=1, h=2, arch=arch)
     kernel = load(64, "top_left", arch=arch)
     gen = torch.Generator(device="cuda").manual_seed(5)
@@ -247,9 +126,8 @@ def test_dq_is_zeroed_by_each_call(arch):
 def test_no_key_rows_give_zero_dk_dv_and_all_masked_query_blocks_are_skipped(arch):
     """S < T under top-left causal: keys past the last query see no query; their dK and dV
     are zero (their CTAs skip every block and store the zero accumulators)."""
-    torch = _torch()
-    if arch == "sm_90a":
-        _hopper()
+    torch = cuda_torch()
+    skip_unless_runs(arch)
     _, dk, dv = run_case(128, 17, 1000, "top_left", b=1, h=1, arch=arch)
     assert torch.equal(dk[..., 17:, :].float(), torch.zeros_like(dk[..., 17:, :].float()))
     assert torch.equal(dv[..., 17:, :].float(), torch.zeros_like(dv[..., 17:, :].float()))
@@ -274,5 +152,5 @@ SCHEDULES = {
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_sm90a_wgmma_schedules(d, mask, shape, name):
     """Every schedule of the wgmma skeleton computes the same gradients (ragged S and T)."""
-    _hopper()
+    skip_unless_runs("sm_90a")
     run_case(d, shape[0], shape[1], mask, arch="sm_90a", schedule=SCHEDULES[name])

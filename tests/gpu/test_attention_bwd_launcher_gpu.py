@@ -38,7 +38,7 @@ def test_the_nvcc_launcher_zeroes_dq_and_matches_the_runtime(tmp_path, arch):
         pytest.skip("no CUDA device")
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
-    from tests.gpu.test_attention_bwd_gpu import reference
+    from tests.gpu.attention_bwd_checks import reference
 
     if arch == "sm_90a":
         if torch.cuda.get_device_capability() != (9, 0):

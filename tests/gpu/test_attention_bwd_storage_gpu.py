@@ -3,10 +3,9 @@ planner where the planner shares bytes (one ring slot: dS^T written over dO's sl
 barrier; kgen/lower/loop_dag_storage.py). examples/attention_bwd_storage.kg (the seed's sm_80
 configuration: f16, head dim 64, 64x64, 4 warps, 33,280 B) as written and causal, and the
 head-dim-128 program with one slot, against float64 autograd of a reference attention at
-ragged lengths, every output poisoned first (tests/gpu/test_attention_bwd_gpu.py's check)."""
+ragged lengths, every output poisoned first (tests/gpu/attention_bwd_checks.py's check)."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ from kgen import ir
 from kgen.api import build_verified, load_built
 from kgen.parse import parse
 from kgen.verify import verify
-from tests.gpu.test_attention_bwd_gpu import MASKED, close, kernel_text, reference
+from tests.gpu.attention_bwd_checks import MASKED, check_backward, kernel_text
+from tests.gpu.attention_checks import cuda_torch
 
 pytestmark = pytest.mark.gpu
 
@@ -24,13 +24,6 @@ EXAMPLE = ROOT / "examples" / "attention_bwd_storage.kg"
 PLAIN = "exp(scale * acc - lse[col])"
 
 _LOADED: dict = {}
-
-
-def _torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
 
 
 def load(text: str):
@@ -51,24 +44,13 @@ def example_text(causal: bool) -> str:
 
 
 def run(text, d, s, t, dtype, mask, b=2, h=3):
-    torch = _torch()
+    torch = cuda_torch()
     kernel = load(text)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(7 * s + t + d)
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=gen).to(tdtype)
                    for n in (s, t, t, s))
-    scale = 1.0 / math.sqrt(d)
-    dq_ref, dk_ref, dv_ref, lse, dd = reference(q, k, v, do, scale, mask)
-    dq = torch.full((b, h, s, d), math.nan, device="cuda", dtype=torch.float32)
-    dk = torch.full((b, h, t, d), math.nan, device="cuda", dtype=tdtype)
-    dv = torch.full((b, h, t, d), math.nan, device="cuda", dtype=tdtype)
-    kernel(Q=q, K=k, V=v, dO=do, lse=lse.float(), D=dd.float(), dQ=dq, dK=dk, dV=dv,
-           scale=scale)
-    torch.cuda.synchronize()
-    tol = 2e-2 if dtype == "bf16" else 1e-2
-    close(dv, dv_ref, tol, "dV")
-    close(dk, dk_ref, tol, "dK")
-    close(dq, dq_ref, tol, "dQ")
+    check_backward(kernel, q, k, v, do, mask)
 
 
 SHAPES = [(1, 1), (17, 17), (1, 17), (17, 1000), (1000, 17), (1000, 1000), (4097, 1000),

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from tests.gpu.attention_checks import close, cuda_torch
+from tests.gpu.attention_checks import close, close_grads, cuda_torch
 
 pytestmark = pytest.mark.gpu
 
@@ -36,17 +36,19 @@ def _inputs(torch, seed, b, h, s, t, d, dtype):
     return q, k, v, do
 
 
-def _reference_grads(torch, q, k, v, do, causal, scale):
-    """float64 autograd of attention written out (top-left causal, as SDPA's is_causal)."""
+def _check(torch, out, q, k, v, do, causal, scale):
+    """kgen's O and q's, k's and v's gradients against float64 autograd of attention written
+    out (top-left causal, as SDPA's is_causal)."""
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
     scores = (q64 @ k64.transpose(-1, -2)) * scale
     if causal:
         s, t = q.shape[2], k.shape[2]
         keep = torch.arange(t, device="cuda")[None, :] <= torch.arange(s, device="cuda")[:, None]
         scores = scores.masked_fill(~keep, float("-inf"))
-    out = torch.softmax(scores, -1) @ v64
-    out.backward(do.double())
-    return out.detach(), q64.grad, k64.grad, v64.grad
+    ref = torch.softmax(scores, -1) @ v64
+    ref.backward(do.double())
+    close(out, ref.detach(), 2e-2, "O")
+    close_grads((q.grad, k.grad, v.grad), (q64.grad, k64.grad, v64.grad), 3e-2)
 
 
 LENGTHS = [(1, 1), (17, 17), (1000, 1000), (17, 1000)]
@@ -84,11 +86,7 @@ def test_gradients_match_float64_autograd(s, t, causal):
 
     out = _or_skip(run)
     torch.cuda.synchronize()
-    ref_out, dq, dk, dv = _reference_grads(torch, q, k, v, do, causal, scale)
-    close(out, ref_out, 2e-2, "O")
-    close(q.grad, dq, 3e-2, "dQ")
-    close(k.grad, dk, 3e-2, "dK")
-    close(v.grad, dv, 3e-2, "dV")
+    _check(torch, out, q, k, v, do, causal, scale)
 
 
 def test_gradients_under_torch_compile():
@@ -109,11 +107,7 @@ def test_gradients_under_torch_compile():
 
     out = _or_skip(run)
     torch.cuda.synchronize()
-    ref_out, dq, dk, dv = _reference_grads(torch, q, k, v, do, True, 1 / 8)
-    close(out, ref_out, 2e-2, "O")
-    close(q.grad, dq, 3e-2, "dQ")
-    close(k.grad, dk, 3e-2, "dK")
-    close(v.grad, dv, 3e-2, "dV")
+    _check(torch, out, q, k, v, do, True, 1 / 8)
 
 
 def test_a_training_step_captures_into_a_cuda_graph():
@@ -144,8 +138,4 @@ def test_a_training_step_captures_into_a_cuda_graph():
             old.copy_(new)
     graph.replay()
     torch.cuda.synchronize()
-    ref_out, dq, dk, dv = _reference_grads(torch, q, k, v, do, False, 1 / 8)
-    close(out, ref_out, 2e-2, "O")
-    close(q.grad, dq, 3e-2, "dQ")
-    close(k.grad, dk, 3e-2, "dK")
-    close(v.grad, dv, 3e-2, "dV")
+    _check(torch, out, q, k, v, do, False, 1 / 8)

@@ -12,7 +12,8 @@ import math
 import pytest
 
 import kgen
-from tests.gpu.attention_checks import close, cuda_torch
+from tests.gpu.attention_checks import (close_grads, cuda_torch, skip_unless_runs,
+                                        varlen_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -20,34 +21,11 @@ LENGTHS = (1, 17, 1000, 4097)
 
 
 def reference_grads(q, k, v, do, cu_q, cu_k, scale, causal):
-    """dq, dk, dv by float64 autograd of attention per sequence (bottom-right causal; a row
-    that sees no key has O = 0 and no gradient)."""
-    torch = cuda_torch()
-    group = q.shape[1] // k.shape[1]
+    """dq, dk, dv by float64 autograd of the per-sequence reference (a row that sees no key has
+    O = 0 and no gradient)."""
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
-    outs = []
-    for b in range(len(cu_q) - 1):
-        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
-        qb = q64[sq].transpose(0, 1)
-        kb = k64[sk].transpose(0, 1).repeat_interleave(group, dim=0)
-        vb = v64[sk].transpose(0, 1).repeat_interleave(group, dim=0)
-        x = scale * (qb @ kb.transpose(-1, -2))
-        s, t = x.shape[-2:]
-        if causal:
-            row = torch.arange(s, device="cuda")[:, None]
-            col = torch.arange(t, device="cuda")[None, :]
-            x = torch.where(col <= row + t - s, x, -math.inf)
-        if t == 0:  # no key: O = 0, no gradient
-            outs.append(torch.zeros(s, q.shape[1], v.shape[-1], dtype=torch.float64,
-                                    device="cuda"))
-            continue
-        m = x.detach().amax(-1, keepdim=True)
-        m = torch.where(m == -math.inf, 0.0, m)
-        p = torch.exp(x - m)
-        total = p.sum(-1, keepdim=True)
-        o = (p @ vb) / torch.where(total == 0, 1.0, total)
-        outs.append(o.transpose(0, 1))
-    torch.cat(outs).backward(do.double())
+    out, _ = varlen_reference(q64, k64, v64, cu_q, cu_k, scale, causal)
+    out.backward(do.double())
     return q64.grad, k64.grad, v64.grad
 
 
@@ -90,24 +68,17 @@ def _grads(torch, q, k, v, do, cu_q, cu_k, causal, arch, deterministic=False):
     return q.grad, k.grad, v.grad
 
 
-def _skip_arch(torch, arch):
-    if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("sm_90a needs compute capability 9.0")
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
 def test_ragged_lengths_against_float64_autograd(poisoned, arch, causal, heads):
     torch = poisoned
-    _skip_arch(torch, arch)
+    skip_unless_runs(arch)
     h, hkv = heads
     q, k, v, do, cu_q, cu_k = _case(torch, LENGTHS, LENGTHS, h, hkv, 128, seed=h + causal)
     want = reference_grads(q, k, v, do, cu_q, cu_k, 0.1, causal)
     got = _grads(torch, q, k, v, do, cu_q, cu_k, causal, arch)
-    for name, have, ref in zip(("dQ", "dK", "dV"), got, want):
-        assert have.shape == ref.shape, name
-        close(have, ref, 2e-2, name)
+    close_grads(got, want, 2e-2)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
@@ -116,13 +87,12 @@ def test_unlike_lengths_and_empty_sequences(poisoned, arch):
     get a zero gradient), a sequence without keys (its queries' gradient zero) and one without
     queries (its keys' gradient zero)."""
     torch = poisoned
-    _skip_arch(torch, arch)
+    skip_unless_runs(arch)
     lengths_q, lengths_k = (300, 0, 70, 129, 5), (100, 40, 0, 500, 5)
     q, k, v, do, cu_q, cu_k = _case(torch, lengths_q, lengths_k, 4, 2, 64, seed=5)
     want = reference_grads(q, k, v, do, cu_q, cu_k, 0.1, True)
     got = _grads(torch, q, k, v, do, cu_q, cu_k, True, arch)
-    for name, have, ref in zip(("dQ", "dK", "dV"), got, want):
-        close(have, ref, 2e-2, name)
+    close_grads(got, want, 2e-2)
     assert torch.count_nonzero(got[0][cu_q[2]:cu_q[3]]) == 0  # 70 queries, no key
     assert torch.count_nonzero(got[1][cu_k[1]:cu_k[2]]) == 0  # 40 keys, no query
     assert torch.count_nonzero(got[0][:200]) == 0  # queries 0..199 of 300 see none of 100 keys
@@ -138,5 +108,4 @@ def test_deterministic_is_bit_identical(poisoned):
     for a, b in zip(first, second):
         assert torch.equal(a, b)
     want = reference_grads(q, k, v, do, cu_q, cu_k, 0.1, True)
-    for name, have, ref in zip(("dQ", "dK", "dV"), first, want):
-        close(have, ref, 2e-2, name)
+    close_grads(first, want, 2e-2)

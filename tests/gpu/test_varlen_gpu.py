@@ -10,40 +10,11 @@ import math
 import pytest
 
 import kgen
-from tests.gpu.attention_checks import close, cuda_torch
+from tests.gpu.attention_checks import close, cuda_torch, skip_unless_runs, varlen_reference
 
 pytestmark = pytest.mark.gpu
 
 LENGTHS = (1, 17, 1000, 4097)
-
-
-def reference(q, k, v, cu_q, cu_k, scale, causal):
-    """O [total_q, H, D_v] and lse [H, total_q] in float64, sequence by sequence; rows that see
-    no key give O = 0 and lse = -inf."""
-    torch = cuda_torch()
-    group = q.shape[1] // k.shape[1]
-    out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float64, device="cuda")
-    lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float64, device="cuda")
-    for b in range(len(cu_q) - 1):
-        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
-        qb = q[sq].double().transpose(0, 1)
-        kb = k[sk].double().transpose(0, 1).repeat_interleave(group, dim=0)
-        vb = v[sk].double().transpose(0, 1).repeat_interleave(group, dim=0)
-        x = scale * (qb @ kb.transpose(-1, -2))
-        s, t = x.shape[-2:]
-        if causal:
-            row = torch.arange(s, device="cuda")[:, None]
-            col = torch.arange(t, device="cuda")[None, :]
-            x = torch.where(col <= row + t - s, x, -math.inf)
-        m = x.amax(-1) if t else torch.full(x.shape[:-1], -math.inf, device="cuda",
-                                            dtype=torch.float64)
-        m_use = torch.where(m == -math.inf, 0.0, m)
-        p = torch.exp(x - m_use[..., None])
-        total = p.sum(-1)
-        o = torch.where(total[..., None] == 0, 0.0, (p @ vb) / total[..., None])
-        out[sq] = o.transpose(0, 1)
-        lse[:, sq] = torch.where(total == 0, -math.inf, m + torch.log(total))
-    return out, lse
 
 
 def _packed(torch, lengths_q, lengths_k, h, hkv, d, seed, dtype=None):
@@ -62,11 +33,10 @@ def _packed(torch, lengths_q, lengths_k, h, hkv, d, seed, dtype=None):
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
 def test_ragged_lengths_against_float64(arch, causal, heads):
     torch = cuda_torch()
-    if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("sm_90a needs compute capability 9.0")
+    skip_unless_runs(arch)
     h, hkv = heads
     q, k, v, cu_q, cu_k = _packed(torch, LENGTHS, LENGTHS, h, hkv, 128, seed=h + causal)
-    ref_o, ref_lse = reference(q, k, v, cu_q, cu_k, 0.1, causal)
+    ref_o, ref_lse = varlen_reference(q, k, v, cu_q, cu_k, 0.1, causal)
     i32 = dict(dtype=torch.int32, device="cuda")
     o, lse = kgen.attention_varlen(q, k, v, torch.tensor(cu_q, **i32), torch.tensor(cu_k, **i32),
                                    max(LENGTHS), max(LENGTHS), is_causal=causal, scale=0.1,
@@ -82,11 +52,10 @@ def test_rows_that_see_no_key_and_an_empty_sequence(arch):
     """Bottom-right causal with more queries than keys: a sequence's first S - T rows see no
     key (O = 0, lse = -inf); a sequence of no keys masks its rows in full; one of no rows."""
     torch = cuda_torch()
-    if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("sm_90a needs compute capability 9.0")
+    skip_unless_runs(arch)
     lengths_q, lengths_k = (300, 17, 0, 129, 1000), (100, 0, 64, 129, 4097)
     q, k, v, cu_q, cu_k = _packed(torch, lengths_q, lengths_k, 4, 2, 64, seed=3)
-    ref_o, ref_lse = reference(q, k, v, cu_q, cu_k, 0.125, True)
+    ref_o, ref_lse = varlen_reference(q, k, v, cu_q, cu_k, 0.125, True)
     i32 = dict(dtype=torch.int32, device="cuda")
     o, lse = kgen.attention_varlen(q, k, v, torch.tensor(cu_q, **i32), torch.tensor(cu_k, **i32),
                                    1000, 4097, is_causal=True, return_lse=True, arch=arch)
@@ -101,8 +70,7 @@ def test_rows_that_see_no_key_and_an_empty_sequence(arch):
 def test_rows_past_the_last_sequence_are_never_written(arch):
     """The offsets cover a prefix of Q and of the outputs: the rest keeps its sentinel."""
     torch = cuda_torch()
-    if arch == "sm_90a" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("sm_90a needs compute capability 9.0")
+    skip_unless_runs(arch)
     from kgen import attention as dense
     from kgen import attention_varlen as varlen
 
@@ -121,6 +89,6 @@ def test_rows_past_the_last_sequence_are_never_written(arch):
     torch.cuda.synchronize()
     total = cu_q[-1]
     assert torch.isnan(out[total:]).all() and (lse[:, total:] == 7.0).all()
-    ref_o, ref_lse = reference(q, k, v, cu_q, cu_k, 0.1, True)
+    ref_o, ref_lse = varlen_reference(q, k, v, cu_q, cu_k, 0.1, True)
     close(out[:total], ref_o, 2e-2, "O")
     close(lse[:, :total], ref_lse, 1e-3, "lse")
