@@ -20,6 +20,7 @@ class Instruction(enum.Enum):
     MBARRIER = "mbarrier"  # transaction barriers in shared memory, with try_wait (sm_90)
     TMA = "cp.async.bulk.tensor"  # the copy engine, through tensor maps (sm_90)
     SETMAXNREG = "setmaxnreg"  # per-warpgroup register budgets (sm_90a)
+    MMA_FP8 = "mma.sync FP8"  # mma.sync m16n8k32 on e4m3/e5m2 operands (sm_89 and later)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +61,15 @@ TARGETS: dict[Arch, Target] = {
                       **_SM80_FAMILY),
     Arch.SM86: Target(Arch.SM86, smem_limit=99 * 1024, instructions=_SM80_INSTRUCTIONS,
                       **_SM80_FAMILY),
-    Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024, instructions=_SM80_INSTRUCTIONS,
-                      **_SM80_FAMILY),
+    # sm_89: the sm_80 mainloop, and FP8 operands on its mma.sync (kgen/targets/sm80/fp8.py)
+    Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024,
+                      instructions=_SM80_INSTRUCTIONS | {Instruction.MMA_FP8}, **_SM80_FAMILY),
     # sm_90a: the sm_80 mainloop everywhere, plus the Hopper schedules (wgmma, the ping-pong
     # ring on mbarriers, TMA stores) where a kernel meets their rules; the budget is Hopper's.
     Arch.SM90A: Target(Arch.SM90A, smem_limit=227 * 1024, schedules="sm90",
                        instructions=_SM80_INSTRUCTIONS | {
                            Instruction.WGMMA, Instruction.MBARRIER, Instruction.TMA,
-                           Instruction.SETMAXNREG},
+                           Instruction.SETMAXNREG, Instruction.MMA_FP8},
                        **_SM80_FAMILY),
 }
 
@@ -240,9 +242,12 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     output staging fits its shared memory, by the storage planner (the builder asks it; sm_90a
     orders a chain's ring depths by it, kgen/targets/sm90/configs.py)."""
     from .common import configs as common_configs
+    from .sm80 import fp8 as sm80_fp8
     from .sm90 import configs as sm90_configs
 
     if not tgt.has(Instruction.WGMMA):
+        if len(shapes) == 1 and shapes[0].dtype.fp8:  # sm_89's mma.sync FP8
+            return sm80_fp8.configs(shapes[0], sizes or {}, wide)
         return common_configs.configs(tgt, shapes, sizes=sizes or {}, wide=wide)
     return sm90_configs.configs(tgt, shapes, sizes=sizes or {}, wide=wide,
                                 **({"fits": fits} if fits is not None else {}))

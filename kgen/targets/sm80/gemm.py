@@ -1,4 +1,5 @@
-"""sm_80 emitter: cp.async multistage mainloop, ldmatrix, mma.sync m16n8k16, register epilogue.
+"""sm_80 emitter: cp.async multistage mainloop, ldmatrix, mma.sync m16n8k16 (m16n8k32 for sm_89's
+FP8 operands, kgen/targets/sm80/fp8.py), register epilogue.
 
 The values templates/sm80/gemm.cu.j2 prints are prepared here from the plan; the epilogue loop
 and the helper kernels are kgen/targets/common's (epilogue_loop, helper_kernels).
@@ -11,6 +12,7 @@ from ..common.operands import (MMA_TYPE, dim_expr, frag_loads, header, host_chec
                                mainloop_steps, operand, storage_asserts)
 from ..common.render import render
 from . import epilogue as epilogue_emit
+from . import fp8
 
 
 def _buffer_ctype(g: GemmPlan, name: str) -> str:
@@ -72,6 +74,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
         mma_ab=MMA_TYPE[g.a.dtype],
+        mma_b=MMA_TYPE[g.b.dtype],
+        mma_k=fp8.k_step(g.a.dtype),  # m16n8k32 for FP8 (sm_89), else m16n8k16
+        fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
         operands=[a, b],
         a=a,
         b=b,
