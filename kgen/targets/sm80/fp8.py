@@ -13,9 +13,11 @@ sm_80 and sm_86 have no FP8 tensor cores: verify refuses FP8 there (kgen/verify/
     configs   the sm_80 list's shapes (kgen/targets/common/configs.py: 128x256 on 2x4 warps
               first, its warp tiles 64x64) with k tiles of 64 or 128 bytes, each with the
               deepest stages that fit sm_89's 99 KiB: a warp holds the fragment and accumulator
-              registers of the 16-bit tile of the same bytes. Measured only through an H200's
-              build of the same source (bench/fp8.py --sm89), where FP8 mma.sync is not the
-              sm_89 hardware's. Split-K is not listed (not measured for FP8).
+              registers of the 16-bit tile of the same bytes; every one compiles for sm_89
+              without spills. Not measured on an sm_89 GPU: an H200's build of the same source
+              (bench/fp8.py --sm89) runs FP8 mma.sync at ~300 TFLOP/s with more registers (the
+              64x64 warp tiles spill there), which says nothing of Ada's order. Split-K is not
+              listed (not measured for FP8).
     scales    tensor-wise (scalars) and per row or column (vectors), in the epilogue; 1x128 and
               128x128 block scales are sm_90a's (applied as its FP8 accumulators are promoted
               each 128 of k) and refused here.
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ...enums import DType
 from .. import Config, GemmConfig, GemmShape
 from ..common import configs as common
 
@@ -47,13 +48,8 @@ ONE_GEMM_WIDE = ONE_GEMM + (
     ((64, 256, 64), (1, 4), (4, 3)),
     ((32, 128, 128), (1, 4), (4, 3)),
 )
-K_STEP = 32  # elements of k per m16n8k32: 32 bytes, as m16n8k16's 16 elements of 16 bits
 WHY = ("sm_89's mma.sync m16n8k32 on FP8 operands (cp.async, ldmatrix): the largest tile "
        "that plans, its deepest stages within 99 KiB")
-
-def k_step(dtype: DType) -> int:
-    """Elements of k one warp MMA takes: 32 for FP8 (m16n8k32), 16 for 16-bit (m16n8k16)."""
-    return K_STEP if dtype.fp8 else 16
 
 
 def configs(shape: GemmShape, sizes: Mapping[str, int], wide: bool) -> list[Config]:

@@ -12,7 +12,6 @@ from ..common.operands import (MMA_TYPE, dim_expr, frag_loads, header, host_chec
                                mainloop_steps, operand, storage_asserts)
 from ..common.render import render
 from . import epilogue as epilogue_emit
-from . import fp8
 
 
 def _buffer_ctype(g: GemmPlan, name: str) -> str:
@@ -75,7 +74,7 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
         mma_ab=MMA_TYPE[g.a.dtype],
         mma_b=MMA_TYPE[g.b.dtype],
-        mma_k=fp8.k_step(g.a.dtype),  # m16n8k32 for FP8 (sm_89), else m16n8k16
+        mma_k=g.mma[2],  # m16n8k32 for FP8 (sm_89: kgen/targets/sm80/fp8.py), else m16n8k16
         fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
         operands=[a, b],
         a=a,
