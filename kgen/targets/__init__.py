@@ -20,7 +20,6 @@ class Instruction(enum.Enum):
     MBARRIER = "mbarrier"  # transaction barriers in shared memory, with try_wait (sm_90)
     TMA = "cp.async.bulk.tensor"  # the copy engine, through tensor maps (sm_90)
     SETMAXNREG = "setmaxnreg"  # per-warpgroup register budgets (sm_90a)
-    MMA_FP8 = "mma.sync FP8"  # mma.sync m16n8k32 on e4m3/e5m2 operands (sm_89 and later)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +35,9 @@ class Target:
     emitter: str  # key of the emitter table in kgen.emit
     instructions: frozenset[Instruction] = frozenset()
     schedules: str = "sm80"  # the package whose schedules.py lists the legal schedules
+    # the tensor cores take FP8 operands (e4m3, e5m2): sm_89's mma.sync m16n8k32, sm_90a's wgmma
+    # (not an Instruction: an sm_80 plan, which has no FP8 operand, gains nothing from it)
+    fp8: bool = False
 
     def has(self, instruction: Instruction) -> bool:
         return instruction in self.instructions
@@ -63,13 +65,13 @@ TARGETS: dict[Arch, Target] = {
                       **_SM80_FAMILY),
     # sm_89: the sm_80 mainloop, and FP8 operands on its mma.sync (kgen/targets/sm80/fp8.py)
     Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024,
-                      instructions=_SM80_INSTRUCTIONS | {Instruction.MMA_FP8}, **_SM80_FAMILY),
+                      instructions=_SM80_INSTRUCTIONS, fp8=True, **_SM80_FAMILY),
     # sm_90a: the sm_80 mainloop everywhere, plus the Hopper schedules (wgmma, the ping-pong
     # ring on mbarriers, TMA stores) where a kernel meets their rules; the budget is Hopper's.
     Arch.SM90A: Target(Arch.SM90A, smem_limit=227 * 1024, schedules="sm90",
                        instructions=_SM80_INSTRUCTIONS | {
                            Instruction.WGMMA, Instruction.MBARRIER, Instruction.TMA,
-                           Instruction.SETMAXNREG, Instruction.MMA_FP8},
+                           Instruction.SETMAXNREG}, fp8=True,
                        **_SM80_FAMILY),
 }
 

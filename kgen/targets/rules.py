@@ -119,7 +119,7 @@ def request_refusal(draft: ScheduleDraft,
                        f"engine's multicast); this kernel is lowered for {arch}",
                        Site("cluster", 0))
     if (any(d.fp8 for d in draft.dtypes.values())  # verified for sm_89 or sm_90a, lowered
-            and not draft.target.has(Instruction.MMA_FP8)):  # for a target without FP8 MMAs
+            and not draft.target.fp8):  # for a target without FP8 MMAs
         return Refusal(f"{FP8_REFUSED.format(arch=arch)}; this kernel is lowered for "
                        f"{arch}", Site("gemm", 0))
     return None

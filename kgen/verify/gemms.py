@@ -143,7 +143,7 @@ def check_fp8(state: KernelState, g: ir.Gemm, a: ir.Param | None, b: ir.Param, a
                                  "two FP8 operands (f8e4m3 or f8e5m2, mixed too)")
     arch = state.target.arch.value
     wgmma = state.target.has(Instruction.WGMMA)
-    if not (wgmma or state.target.has(Instruction.MMA_FP8)):
+    if not state.target.fp8:
         raise KgenError(g.loc, rules.FP8_REFUSED.format(arch=arch))
     if g.acc_dtype is not DType.F32:
         name = getattr(g.acc_dtype, "dsl_name", None) or shown(g.acc_dtype)
