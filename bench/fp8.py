@@ -7,7 +7,7 @@ dequantized operands (256 rows) and against torch._scaled_mm, on the timing's ow
 
     bash .gpu/device-run.sh python3 bench/fp8.py [--json OUT.json] [--quick] [--llama]
         [--variants] [--shapes 4096x4096x4096,...] [--blockwise [--overlap] [--sets] [--loads]]
-        [--fp8-out]
+        [--fp8-out] [--sm89]
 
 --blockwise: examples/gemm_fp8_blockwise.kg (1x128 A scales, 128x128 B
 scales) beside kgen's tensor-wise kernel and torch's block-wise scaled_mm, at 8192^3 (with
@@ -19,6 +19,8 @@ tensor-wise kernel on the same tile; --loads (or --sets, --variants) the scale l
 (the producer warp's copies into each slot's buffer, beside the rulebook's consumer __ldg:
 LOADS_VARIANT)
 and the bound without the mainloop's scale loads.
+--sm89: examples/gemm_fp8_sm89.kg (sm_89's mma.sync m16n8k32, the same source built for this
+device's arch) beside torch._scaled_mm and kgen's wgmma kernel, row-wise, at 4096^3 and 8192^3.
 --fp8-out: examples/gemm_fp8_out_amax.kg (row-scaled e4m3 output, saturated,
 and amax) beside the bare kernel and the same kernel without amax (the reduction's cost), at the
 Llama-class shapes.
@@ -531,6 +533,10 @@ def main() -> int:
     parser.add_argument("--fp8-out", action="store_true",
                         help="the row-scaled FP8-out epilogue with amax beside the bare kernel, "
                         "at the Llama-class shapes (--quick: 4096^3 only)")
+    parser.add_argument("--sm89", action="store_true",
+                        help="sm_89's FP8 mma.sync kernel (examples/gemm_fp8_sm89.kg, built for "
+                        "this device's arch) beside torch._scaled_mm and kgen's wgmma kernel, "
+                        "row-wise, at 4096^3 and 8192^3 (or --shapes)")
     opts = parser.parse_args()
     props, stream, l2 = device_setup(torch)
     shapes = ([tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
@@ -542,6 +548,14 @@ def main() -> int:
     if opts.fp8_out:
         chosen = shapes if opts.shapes else list(LLAMA)
         rows = fp8_out_rows(torch, [SHAPES[0]] if opts.quick else chosen, stream, l2)
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(rows, indent=1))
+        return 0
+    if opts.sm89:
+        from fp8_sm89 import sm89_rows
+
+        chosen = shapes if opts.shapes else list(SHAPES[:2])
+        rows = sm89_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2)
         if opts.json:
             Path(opts.json).write_text(json.dumps(rows, indent=1))
         return 0

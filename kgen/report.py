@@ -18,6 +18,8 @@ def instruction(plan, g) -> str:
         return f"wgmma m64n{n}k{k}, A from shared memory"
     if schedule.atom.instruction is Mma.WGMMA_RS:
         return f"wgmma m64n{n}k16, A from registers"
+    if schedule.atom.instruction is Mma.MMA_SYNC_FP8:  # sm_89's (kgen/targets/sm80/fp8.py)
+        return f"mma.sync m16n8k32, {g.a.dtype.dsl_name} x {g.b.dtype.dsl_name}"
     return "mma.sync m16n8k16"
 
 

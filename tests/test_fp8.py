@@ -16,7 +16,9 @@ from kgen.parse import parse
 from kgen.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-FP8_EXAMPLES = sorted(EXAMPLES.glob("gemm_fp8_*.kg"))
+# the sm_90a (wgmma) examples; sm_89's (mma.sync) is tests/test_fp8_sm89.py's
+FP8_EXAMPLES = sorted(p for p in EXAMPLES.glob("gemm_fp8_*.kg")
+                      if "target sm_90a" in p.read_text())
 
 TEXT = """\
 kernel f {
@@ -80,16 +82,18 @@ def test_the_fp8_example_verifies():
 # -- verify's rules, each located --------------------------------------------------------------
 
 
-def test_fp8_needs_a_wgmma_target():
+def test_fp8_needs_an_fp8_target():
     text = fp8_text(target="sm_80")
     err = refusal(text)
-    assert "FP8 operands run on wgmma, target sm_90a" in str(err)
+    assert ("FP8 operands need FP8 tensor cores, target sm_89 (mma.sync m16n8k32) or sm_90a; "
+            "sm_80's mma.sync takes 16-bit operands only") in str(err)
     assert err.loc.line == line_of(text, "gemm g")
 
 
-@pytest.mark.parametrize("target", ["sm_86", "sm_89"])
+@pytest.mark.parametrize("target", ["sm_86"])
 def test_fp8_on_other_targets_says_what_is_missing(target):
-    assert "sm_89's FP8 mma.sync is not built" in str(refusal(fp8_text(target=target)))
+    assert f"{target}'s mma.sync takes 16-bit operands only" in str(refusal(
+        fp8_text(target=target)))
 
 
 def test_an_mn_major_fp8_b_is_refused_at_its_operand():
@@ -352,7 +356,7 @@ def test_fp8_lowered_for_a_target_without_wgmma_is_refused_at_its_gemm():
 
     with pytest.raises(KgenError) as info:
         build_file(EXAMPLES / "gemm_fp8_rowwise.kg", "sm_80")
-    assert "FP8 operands run on wgmma, target sm_90a" in str(info.value)
+    assert "FP8 operands need FP8 tensor cores, target sm_89" in str(info.value)
     assert "lowered for sm_80" in str(info.value)
     text = (EXAMPLES / "gemm_fp8_rowwise.kg").read_text()
     assert info.value.loc.line == line_of(text, "gemm mma0")

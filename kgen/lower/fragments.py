@@ -10,6 +10,7 @@ ldmatrix.x4 fills four 8x8 matrices; lanes 8j..8j+7 address the rows of matrix j
   B (16 x 16 of N x K) -> b0,b1 of two n8 tiles:  (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) (n8-15,k8-15)
 K-major tiles (A row, B col) store K contiguous and need no transpose; M/N-major tiles (A col,
 B row) store K as rows and use ldmatrix.trans, which hands each lane the transposed pair.
+FP8 tiles (K-major only) take the same maps in bytes: `ldmatrix_map`.
 """
 from __future__ import annotations
 
@@ -52,6 +53,28 @@ LDMATRIX: dict[tuple[str, bool], FragmentMap] = {
     ("b", True): FragmentMap(_b_k_major, False),
     ("b", False): FragmentMap(_b_n_major, True),
 }
+
+
+def k_step(elem_bytes: int) -> int:
+    """Elements of k per MMA step: 32 bytes of each fragment row, 16 elements of 16 bits
+    (m16n8k16) or 32 of 8 bits (m16n8k32, FP8)."""
+    return 32 // elem_bytes
+
+
+def ldmatrix_map(which: str, k_major: bool, elem_bytes: int) -> FragmentMap:
+    """The operand's map for its element size. An 8-bit tile is K-major (verify refuses the
+    others: .trans swaps 16-bit halves), and its m16n8k32 fragments are byte for byte the
+    m16n8k16 ones of 16-bit elements: the same rows, each column twice the elements."""
+    fmap = LDMATRIX[(which, k_major)]
+    if elem_bytes == 2:
+        return fmap
+    assert elem_bytes == 1 and k_major, "8-bit operands are K-major"
+
+    def coord(lane: int, off: int, f: int, kk: int) -> tuple[int, int]:
+        row, col = fmap.coord(lane, off, f, kk)
+        return row, col * 2
+
+    return FragmentMap(coord, False)
 
 
 def copy_coord(chunk: int, inner: int, elems_per_chunk: int) -> tuple[int, int]:

@@ -31,11 +31,13 @@ MAX_ACC_REGISTERS, MAX_TILE, MAX_STAGES = rules.MAX_ACC_REGISTERS, rules.MAX_TIL
 
 
 def tile_refusal(gemm: ir.Gemm, tgt: Target, max_stages: int = MAX_STAGES,
-                 chained: bool = False) -> Refusal | None:
+                 chained: bool = False, elem_bytes: int = 2) -> Refusal | None:
     """The rulebook's tile, warps and stages rules (kgen/targets/rules.py
-    `tile_refusal`) on the gemm's lines, located at the line each points at."""
+    `tile_refusal`) on the gemm's lines, located at the line each points at. `elem_bytes`:
+    the operands' (1: FP8)."""
     t, w, s = gemm.tile, gemm.warps, gemm.stages
-    refused = rules.tile_refusal(tgt, (t.m, t.n, t.k), (w.m, w.n), s.count, max_stages, chained)
+    refused = rules.tile_refusal(tgt, (t.m, t.n, t.k), (w.m, w.n), s.count, max_stages, chained,
+                                 elem_bytes)
     if refused is None:
         return None
     return Refusal(refused.message, loc={"tile": t.loc, "warps": w.loc,
@@ -89,12 +91,12 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
     copy_steps = fragments.split_offsets(
         lambda t: copy_at(t, 0), copy_at, range(copy_threads), list(range(copies))
     )
-    fmap = fragments.LDMATRIX[(which, k_major)]
+    fmap = fragments.ldmatrix_map(which, k_major, tile.dtype.nbytes)
     if which == "a":
         frags, warp_of = warp_tile[0] // 16, lambda t: (t // 32) // warps_n * warp_tile[0]
     else:
         frags, warp_of = warp_tile[1] // 16, lambda t: (t // 32) % warps_n * warp_tile[1]
-    k_steps = gemm.tile.k // 16
+    k_steps = gemm.tile.k // fragments.k_step(tile.dtype.nbytes)
     steps = [(kk, f) for kk in range(k_steps) for f in range(frags)]
 
     def frag_at(t: int, step: tuple[int, int]) -> int:
@@ -185,13 +187,14 @@ def plan(kernel: ir.Kernel, gemm: ir.Gemm, tgt: Target, prefix: str = "",
     rule that refuses it (located); its shared-memory tiles are named `<prefix>a_smem` and
     `<prefix>b_smem` (a chain prefixes them with the gemm's name). `a_threads`: the threads
     that copy A, when not the gemm's own (producer warps, whose ring may be deeper)."""
-    refused = tile_refusal(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES)
-    if refused is not None:
-        return refused
     a = kernel.param(gemm.a.name)
     b = kernel.param(gemm.b.name)
     if a is None or b is None:
         raise KgenError(gemm.loc, "chained gemms are not supported by this kgen version yet")
+    refused = tile_refusal(gemm, tgt, RING_MAX_STAGES if a_threads else MAX_STAGES,
+                           elem_bytes=a.dtype.nbytes)
+    if refused is not None:
+        return refused
     t, w = gemm.tile, gemm.warps
     threads = w.m * w.n * 32
     a_k_major = a.layout is ir.Layout.ROW
@@ -259,6 +262,9 @@ def gemm_fields(gemm: ir.Gemm, tgt: Target, a_plan, b_plan, m_dim, n_dim, k_dim)
     """The plan.GemmPlan fields every mainloop shares: tile, warps, fragments, operands, dims."""
     t, w = gemm.tile, gemm.warps
     mma = tgt.mma_shape
+    if b_plan.dtype.fp8:  # m16n8k32: the k step of 32 bytes in 8-bit elements (B: a chained
+        # gemm has no A plan; verify: FP8 operands come in pairs)
+        mma = (mma[0], mma[1], fragments.k_step(b_plan.dtype.nbytes))
     warp_tile = (t.m // w.m, t.n // w.n)
     return dict(
         name=gemm.name,

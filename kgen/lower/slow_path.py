@@ -29,7 +29,8 @@ from . import builder
 def rank(schedule: Schedule) -> tuple[int, bool, bool]:
     """How fast a path is, as the target orders them: gemms on wgmma, then a producer warp
     role (warp specialization), then persistent CTAs."""
-    wgmma = sum(g.atom.instruction is not Mma.MMA_SYNC for g in schedule.gemms)
+    wgmma = sum(g.atom.instruction not in (Mma.MMA_SYNC, Mma.MMA_SYNC_FP8)
+                for g in schedule.gemms)
     return wgmma, schedule.warps.role("producer") is not None, schedule.scheduler.persistent
 
 

@@ -30,8 +30,8 @@ class KernelKind(enum.Enum):
 
 class Mma(enum.Enum):
     """The MMA instruction a gemm's mainloop issues."""
-
     MMA_SYNC = "mma.sync m16n8k16"  # per warp, A and B fragments through ldmatrix
+    MMA_SYNC_FP8 = "mma.sync m16n8k32"  # the same for FP8 operands, k32 steps (sm_89)
     WGMMA_SS = "wgmma, A and B from shared memory"  # per warpgroup, through descriptors
     WGMMA_RS = "wgmma, A from registers"  # A: the previous gemm's output, in registers
 
@@ -681,7 +681,7 @@ class Schedule:
     @property
     def mma_sync(self) -> bool:
         """mma_step: some gemm still multiplies with mma.sync."""
-        return any(g.atom.instruction is Mma.MMA_SYNC for g in self.gemms)
+        return any(g.atom.instruction in (Mma.MMA_SYNC, Mma.MMA_SYNC_FP8) for g in self.gemms)
 
     def describe(self) -> list[Row]:
         """(label, value, why) rows for `kgen inspect`: how the schedule was chosen, then each

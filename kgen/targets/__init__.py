@@ -35,6 +35,9 @@ class Target:
     emitter: str  # key of the emitter table in kgen.emit
     instructions: frozenset[Instruction] = frozenset()
     schedules: str = "sm80"  # the package whose schedules.py lists the legal schedules
+    # the tensor cores take FP8 operands (e4m3, e5m2): sm_89's mma.sync m16n8k32, sm_90a's wgmma
+    # (not an Instruction: an sm_80 plan, which has no FP8 operand, gains nothing from it)
+    fp8: bool = False
 
     def has(self, instruction: Instruction) -> bool:
         return instruction in self.instructions
@@ -60,14 +63,15 @@ TARGETS: dict[Arch, Target] = {
                       **_SM80_FAMILY),
     Arch.SM86: Target(Arch.SM86, smem_limit=99 * 1024, instructions=_SM80_INSTRUCTIONS,
                       **_SM80_FAMILY),
-    Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024, instructions=_SM80_INSTRUCTIONS,
-                      **_SM80_FAMILY),
+    # sm_89: the sm_80 mainloop, and FP8 operands on its mma.sync (kgen/targets/sm80/fp8.py)
+    Arch.SM89: Target(Arch.SM89, smem_limit=99 * 1024,
+                      instructions=_SM80_INSTRUCTIONS, fp8=True, **_SM80_FAMILY),
     # sm_90a: the sm_80 mainloop everywhere, plus the Hopper schedules (wgmma, the ping-pong
     # ring on mbarriers, TMA stores) where a kernel meets their rules; the budget is Hopper's.
     Arch.SM90A: Target(Arch.SM90A, smem_limit=227 * 1024, schedules="sm90",
                        instructions=_SM80_INSTRUCTIONS | {
                            Instruction.WGMMA, Instruction.MBARRIER, Instruction.TMA,
-                           Instruction.SETMAXNREG},
+                           Instruction.SETMAXNREG}, fp8=True,
                        **_SM80_FAMILY),
 }
 
@@ -240,9 +244,12 @@ def configs(tgt: Target, shapes: tuple[GemmShape, ...], *, sizes: Mapping[str, i
     output staging fits its shared memory, by the storage planner (the builder asks it; sm_90a
     orders a chain's ring depths by it, kgen/targets/sm90/configs.py)."""
     from .common import configs as common_configs
+    from .sm80 import fp8 as sm80_fp8
     from .sm90 import configs as sm90_configs
 
     if not tgt.has(Instruction.WGMMA):
+        if len(shapes) == 1 and shapes[0].dtype.fp8:  # sm_89's mma.sync FP8
+            return sm80_fp8.configs(shapes[0], sizes or {}, wide)
         return common_configs.configs(tgt, shapes, sizes=sizes or {}, wide=wide)
     return sm90_configs.configs(tgt, shapes, sizes=sizes or {}, wide=wide,
                                 **({"fits": fits} if fits is not None else {}))

@@ -32,6 +32,16 @@ from ..errors import SourceLoc
 from ..plan import KernelKind
 from . import MORE_WARPS, Candidate, Instruction, ScheduleDraft, Site, Target
 
+# FP8 operands' rules on the sm_80 family, said where verify and each rulebook read them (the
+# why: kgen/targets/sm80/fp8.py)
+FP8_REFUSED = ("FP8 operands need FP8 tensor cores, target sm_89 (mma.sync m16n8k32) or sm_90a; "
+               "{arch}'s mma.sync takes 16-bit operands only")
+FP8_LAYOUT = ("sm_89's mma.sync reads 8-bit fragments through ldmatrix, which cannot transpose "
+              "8-bit elements (its .trans swaps 16-bit halves)")
+FP8_BLOCK_SCALES = ("block scales run on sm_90a only (applied as its FP8 accumulators are "
+                    "promoted every 128 of k); on {arch} scale tensor-wise (scalars) or per row "
+                    "and column (vectors) in the epilogue")
+
 MAX_ACC_REGISTERS = 128  # f32 accumulators per thread; beyond this the kernel spills
 MAX_TILE = 512
 MAX_STAGES = 8
@@ -92,9 +102,9 @@ def request_refusal(draft: ScheduleDraft,
                     refuse_request: Callable[[ScheduleDraft], Candidate | None]) -> Refusal | None:
     """The request refused on what the source alone shows (`refuse_request`: the target's
     schedules.py rule on the kind asked for), then, on a target without the copy engine, the
-    lines only sm_90a's warp-specialized kernel runs: `split stream`, `cluster`, and FP8
-    operands (verify refuses them on such a target; this is the same rule for a kernel
-    lowered for another target than its own)."""
+    lines only sm_90a's warp-specialized kernel runs: `split stream`, `cluster`; and FP8
+    operands on a target without FP8 MMAs (sm_80, sm_86: verify refuses them on such a target;
+    this is the same rule for a kernel lowered for another target than its own)."""
     refused = refuse_request(draft)
     if refused is not None:
         return Refusal(refused.reason, refused.site)
@@ -108,9 +118,10 @@ def request_refusal(draft: ScheduleDraft,
         return Refusal("cluster needs target sm_90a (thread-block clusters and the copy "
                        f"engine's multicast); this kernel is lowered for {arch}",
                        Site("cluster", 0))
-    if any(d.fp8 for d in draft.dtypes.values()):  # verified for sm_90a, lowered for this one
-        return Refusal("FP8 operands run on wgmma, target sm_90a (sm_89's FP8 mma.sync is not "
-                       f"built); this kernel is lowered for {arch}", Site("gemm", 0))
+    if (any(d.fp8 for d in draft.dtypes.values())  # verified for sm_89 or sm_90a, lowered
+            and not draft.target.fp8):  # for a target without FP8 MMAs
+        return Refusal(f"{FP8_REFUSED.format(arch=arch)}; this kernel is lowered for "
+                       f"{arch}", Site("gemm", 0))
     return None
 
 
@@ -119,12 +130,14 @@ def request_refusal(draft: ScheduleDraft,
 
 
 def tile_refusal(tgt: Target, tile: tuple[int, int, int], warps: tuple[int, int], stages: int,
-                 max_stages: int = MAX_STAGES, chained: bool = False) -> Refusal | None:
+                 max_stages: int = MAX_STAGES, chained: bool = False,
+                 elem_bytes: int = 2) -> Refusal | None:
     """The CTA tile, warp grid and stages any mainloop needs. `chained`: the gemm's A is an
     earlier gemm's output, whose fragments alternate by the chain's step
-    (kgen.targets.common.chain_mainloop), so a k tile may be one k step."""
+    (kgen.targets.common.chain_mainloop), so a k tile may be one k step. `elem_bytes`: the
+    operands' (1: FP8, whose MMA's k step is 32 elements, the same 32 bytes as 16-bit's 16)."""
     (m, n, k), (wm, wn) = tile, warps
-    mma_k = tgt.mma_shape[2]
+    mma_k = tgt.mma_shape[2] * 2 // elem_bytes
     for label, value in (("M", m), ("K", k)):
         if value < 16 or value > MAX_TILE or value & (value - 1):
             return Refusal(f"tile {label} must be a power of two between 16 and {MAX_TILE}, got "
@@ -144,7 +157,8 @@ def tile_refusal(tgt: Target, tile: tuple[int, int, int], warps: tuple[int, int]
                        f"{tgt.max_threads}", Site("warps"))
     if k % (2 * mma_k) and not (chained and k == mma_k):
         # fragments of consecutive k steps alternate between two register buffers
-        return Refusal(f"tile K must be a multiple of {2 * mma_k}, got {k}", Site("tile"))
+        why = f" (two k{mma_k} steps of the FP8 MMA)" if elem_bytes == 1 else ""
+        return Refusal(f"tile K must be a multiple of {2 * mma_k}{why}, got {k}", Site("tile"))
     if stages < 2 or stages > max_stages:
         return Refusal(f"stages must be between 2 and {max_stages}, got {stages}",
                        Site("stages"))

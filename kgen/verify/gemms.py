@@ -22,6 +22,7 @@ from ..diagnostics import (
 from ..errors import KgenError
 from ..ir import DType, ParamKind, Role
 from ..targets import Instruction
+from ..targets import rules
 from .epilogue import check_epilogue
 from .scales import check_scales
 from .state import KernelState, require_str
@@ -127,9 +128,11 @@ def check_gemm(state: KernelState, g: ir.Gemm) -> None:
 
 def check_fp8(state: KernelState, g: ir.Gemm, a: ir.Param | None, b: ir.Param, a_loc,
               b_loc) -> None:
-    """FP8 operands (f8e4m3, f8e5m2, mixed too): both FP8, from tensor parameters, on wgmma
-    (sm_90a), accumulated in f32, both K-major: wgmma reads 8-bit operands K-major from shared
-    memory only (its transpose bits are for 16-bit types), so A is row-major and B col-major."""
+    """FP8 operands (f8e4m3, f8e5m2, mixed too): both FP8, from tensor parameters, on a target
+    with FP8 tensor cores (wgmma on sm_90a, mma.sync m16n8k32 on sm_89), accumulated in f32,
+    both K-major: wgmma reads 8-bit operands K-major from shared memory only (its transpose bits
+    are for 16-bit types) and ldmatrix cannot transpose 8-bit elements, so A is row-major and B
+    col-major. Block scales are sm_90a's (kgen/targets/sm80/fp8.py says why)."""
     if a is None:
         raise KgenError(a_loc, f"gemm '{g.name}' has FP8 B '{b.name}' but its A is gemm "
                                f"'{g.a.name}': a chained gemm's operands are f16 or bf16")
@@ -138,19 +141,24 @@ def check_fp8(state: KernelState, g: ir.Gemm, a: ir.Param | None, b: ir.Param, a
             raise KgenError(loc, f"operand dtypes differ: {which} is {p.dtype.dsl_name} but "
                                  f"'{other.name}' is {other.dtype.dsl_name}; an FP8 gemm takes "
                                  "two FP8 operands (f8e4m3 or f8e5m2, mixed too)")
-    if not state.target.has(Instruction.WGMMA):
-        raise KgenError(g.loc, f"FP8 operands run on wgmma, target sm_90a; this kernel "
-                               f"targets {state.target.arch.value} (sm_89's FP8 mma.sync is "
-                               "not built)")
+    arch = state.target.arch.value
+    wgmma = state.target.has(Instruction.WGMMA)
+    if not state.target.fp8:
+        raise KgenError(g.loc, rules.FP8_REFUSED.format(arch=arch))
     if g.acc_dtype is not DType.F32:
         name = getattr(g.acc_dtype, "dsl_name", None) or shown(g.acc_dtype)
         raise KgenError(g.loc, f"FP8 operands accumulate in f32, not {name}")
+    reads = ("wgmma reads 8-bit operands K-major only" if wgmma else rules.FP8_LAYOUT)
     for which, p, loc, major in (("A", a, a_loc, ir.Layout.ROW), ("B", b, b_loc, ir.Layout.COL)):
         if p.layout is not major:
             raise KgenError(loc, f"FP8 operand {which} '{p.name}'{at_line(p.loc)} is "
                                  f"{p.layout.value}-major, so its k elements are not "
-                                 "contiguous; wgmma reads 8-bit operands K-major only: store "
-                                 f"it transposed and declare it {major.value}")
+                                 f"contiguous; {reads}: store it transposed and declare it "
+                                 f"{major.value}")
+    if g.scales and not wgmma and isinstance(g.scales, tuple):
+        first = g.scales[0]
+        raise KgenError(first_located(getattr(first, "loc", None), g.loc),
+                        rules.FP8_BLOCK_SCALES.format(arch=arch))
 
 
 def check_settings(state: KernelState, g: ir.Gemm) -> None:

@@ -27,12 +27,18 @@ def _emit(kernel, **kw):
 
 def _examples_for(arch):
     """The examples that can be planned for `arch`: all of them, less the Hopper examples (whose
-    shared memory is over sm_80's budget) when arch is sm_80, and less the sm_80-only tile
-    programs (tests/kernels.py's SM80_ONLY) when it is sm_90a."""
+    shared memory is over sm_80's budget) and the FP8 ones (sm_80 has no FP8 MMA) when arch is
+    sm_80, and less the sm_80-only tile programs (tests/kernels.py's SM80_ONLY) when it is
+    sm_90a."""
     api = pytest.importorskip("kgen.api")
+
+    def sm80_plans(path) -> bool:
+        kernel = api.read_module(path)[0].kernels[0]
+        return kernel.target is not ir.Arch.SM90A and not any(p.dtype.fp8 for p in kernel.params)
+
     return [path for path in EXAMPLES
-            if (arch != "sm_80" or api.read_module(path)[0].kernels[0].target
-                is not ir.Arch.SM90A) and (arch != "sm_90a" or path.name not in SM80_ONLY)]
+            if (arch != "sm_80" or sm80_plans(path)) and (arch != "sm_90a"
+                                                          or path.name not in SM80_ONLY)]
 
 
 def _example_sources(arch=None):

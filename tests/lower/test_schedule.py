@@ -362,7 +362,8 @@ def test_the_schedules_derived_flags(path):
         assert all(g.atom.instruction is not Mma.WGMMA_SS for g in s.gemms[1:])
         assert s.wgmma_chain == tuple(g.name for g in s.gemms
                                       if g.atom.instruction is Mma.WGMMA_RS)
-        assert s.mma_sync is any(g.atom.instruction is Mma.MMA_SYNC for g in s.gemms)
+        assert s.mma_sync is any(g.atom.instruction in (Mma.MMA_SYNC, Mma.MMA_SYNC_FP8)
+                                 for g in s.gemms)
         assert s.warps.threads == sum(r.warps * r.groups * 32 for r in s.warps.roles)
         assert [g.name for g in s.gemms] == [g.name for g in plan.gemms]
         for flag in ("threads", "group_m", "min_blocks_per_sm", "persistent", "resident",

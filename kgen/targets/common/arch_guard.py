@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...enums import Arch
-from ...plan import KernelPlan
+from ...plan import KernelPlan, Mma
 
 # Defined by nvcc and NVRTC only in a device pass for sm_90a (arch-specific features on).
 SM90A_FEATURE = "__CUDA_ARCH_FEAT_SM90_ALL"
@@ -23,7 +23,18 @@ class ArchGuard:
 
 
 def guard(plan: KernelPlan) -> ArchGuard:
-    """The guard of a gemm or chain plan (wgmma code when its schedule says so)."""
+    """The guard of a gemm or chain plan (wgmma code when its schedule says so; sm_89's FP8
+    mma.sync where its gemm multiplies FP8 operands on that MMA)."""
+    if any(g.atom.instruction is Mma.MMA_SYNC_FP8 for g in plan.schedule.gemms):
+        return ArchGuard(
+            build_cond="defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890",
+            build_error=f"{plan.name}.cu needs sm_89 or later (mma.sync on FP8 operands): "
+                        "build it with nvcc -arch=sm_89 or newer",
+            feature="",
+            device_cond="major * 10 + minor < 89",
+            device_reason=f"{plan.name} needs a device of compute capability 8.9 or later "
+                          "(mma.sync on FP8 operands)",
+        )
     return guard_for(plan.name, plan.arch, plan.schedule.wgmma)
 
 

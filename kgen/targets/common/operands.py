@@ -31,6 +31,15 @@ LDMATRIX_ROW_COL: dict[tuple[str, bool], tuple[str, str]] = {
 }
 
 
+# The same for an 8-bit (FP8) tile, K-major only: each k column twice the elements, as
+# kgen.lower.fragments.ldmatrix_map says (its k32 step is the 32 bytes of a 16-bit k16 step).
+LDMATRIX_ROW_COL_8BIT: dict[tuple[str, bool], tuple[str, str]] = {
+    ("a", True): ("warp_off + f * 16 + lane % 16", "kk * 32 + (lane / 16) * 16"),
+    ("b", True): ("warp_off + f * 16 + lane % 8 + (lane / 16) * 8",
+                  "kk * 32 + ((lane / 8) % 2) * 16"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class KStep:
     """One k16 step of a chained stage: the next step's fragments (fetch "step"), or the next
@@ -150,10 +159,12 @@ def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16",
     `narrow`: the stage copy is a template on kNarrow (the kernel body's), its chunks copied
     by copy_chunk<kNarrow> (cp.async, or element by element at any alignment)."""
     if narrow:
-        assert op.dtype.nbytes == 2, "the narrow copies move 16-bit elements"
+        assert op.dtype.nbytes == 2 or op.k_major, "the narrow copies move 16-bit elements " \
+            "(8-bit ones K-major, in 16-byte or 1-byte copies)"
         copy_fn = "copy_chunk<kNarrow>"
     t = op.smem
-    frag_row, frag_col = LDMATRIX_ROW_COL[(which, op.k_major)]
+    maps = LDMATRIX_ROW_COL if op.dtype.nbytes == 2 else LDMATRIX_ROW_COL_8BIT
+    frag_row, frag_col = maps[(which, op.k_major)]
     sw = t.swizzle
     mask = ((1 << sw.bits) - 1) << sw.base
     major = "K contiguous" if op.k_major else ("M contiguous" if which == "a" else "N contiguous")
@@ -162,6 +173,7 @@ def operand(op: OperandPlan, which: str, copy_fn: str = "cp_async_16",
         dtype=op.dtype.dsl_name,
         ctype=op.dtype.cpp,
         elem_bytes=op.dtype.nbytes,
+        chunk_elems=16 // op.dtype.nbytes,  # elements per 16-byte copy
         major=major,
         layout=f"{which.upper()}Layout",
         buffer=t.name,

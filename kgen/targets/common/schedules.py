@@ -26,6 +26,8 @@ WHY_PERSISTENT = ("two chained gemms, the intermediate in registers: CTAs loop o
 WHY_RESIDENT = ("every gemm keeps B resident: B loaded once per CTA, the first gemm's A "
                 "streams through a ring across tiles")
 WHY_MMA_SYNC = "the target's warp MMA"
+WHY_MMA_FP8 = ("the target's warp MMA for FP8 operands: k32 steps over the same 32 bytes of "
+               "each fragment row as 16-bit's k16")
 WHY_NOT_WGMMA = "wgmma is planned for resident chains only ('keep B resident')"
 WHY_LOAD = {
     LoadPath.CP_ASYNC: "every thread copies the next k tiles while the MMAs run",
@@ -254,6 +256,8 @@ def build(draft: ScheduleDraft, kind: KernelKind, gemms: list[GemmPlan],
             b = LoadPath.CP_ASYNC
         mma, why = mmas[i] if mmas else (Mma.MMA_SYNC, why_mma or (
             WHY_NOT_WGMMA if draft.target.has(Instruction.WGMMA) else WHY_MMA_SYNC))
+        if mma is Mma.MMA_SYNC and g.b.dtype.fp8:  # sm_89's (kgen/targets/sm80/fp8.py)
+            mma, why = Mma.MMA_SYNC_FP8, WHY_MMA_FP8
         out.append(GemmSchedule(
             name=g.name, atom=MmaAtom(mma, why),
             pipeline=Pipeline(

@@ -1,4 +1,5 @@
-"""sm_80 emitter: cp.async multistage mainloop, ldmatrix, mma.sync m16n8k16, register epilogue.
+"""sm_80 emitter: cp.async multistage mainloop, ldmatrix, mma.sync m16n8k16 (m16n8k32 for sm_89's
+FP8 operands, kgen/targets/sm80/fp8.py), register epilogue.
 
 The values templates/sm80/gemm.cu.j2 prints are prepared here from the plan; the epilogue loop
 and the helper kernels are kgen/targets/common's (epilogue_loop, helper_kernels).
@@ -72,6 +73,9 @@ def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) 
         storage_asserts=storage_asserts(plan),
         mma_types=f"{g.a.dtype.dsl_name} x {g.b.dtype.dsl_name} -> f32",
         mma_ab=MMA_TYPE[g.a.dtype],
+        mma_b=MMA_TYPE[g.b.dtype],
+        mma_k=g.mma[2],  # m16n8k32 for FP8 (sm_89: kgen/targets/sm80/fp8.py), else m16n8k16
+        fp8_out=any(p.dtype.fp8 and p.is_output for p in plan.params),
         operands=[a, b],
         a=a,
         b=b,
