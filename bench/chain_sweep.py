@@ -269,6 +269,10 @@ def summary(rows: list[dict]) -> None:
           + ("" if not missed else "; missed: " + ", ".join(
               f"{'/'.join(map(str, r['spec']))} {r['speedup']:.2f}x" for r in missed))
           + f"; lowest x torch {min(r['speedup'] for r in good):.2f}")
+    exempt = [r for r in good if r["torch_copy"] <= SLOW_TORCH]
+    if exempt:  # the rule's "wherever": chains whose PyTorch chain is within 1.5x the copy
+        print(f"not ruled (PyTorch within {SLOW_TORCH}x the copy): " + ", ".join(
+            f"{'/'.join(map(str, r['spec']))} {r['torch_copy']:.2f}x" for r in exempt))
 
 
 def probe(specs, iters: int) -> list[dict]:

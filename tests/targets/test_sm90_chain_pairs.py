@@ -1,7 +1,7 @@
-"""sm_90a's ping-pong chain with its tiles paired (Pipeline.paired, kgen/targets/sm90/chain_pairs.py):
-the rulebook's choice (where B0 streams and its rows split 32-byte sectors), the plan option
-with_paired and its refusals, the storage left as it is, the emitted producer, consumers and
-barriers, `kgen inspect`'s row, and NVRTC with no spill."""
+"""sm_90a's ping-pong chain with its tiles paired (Pipeline.paired, the plan option with_paired of
+kgen/targets/sm90/chain_pairs.py; the rulebook pairs none): its refusals, the storage left as
+it is, the emitted producer, consumers and barriers, `kgen inspect`'s row, and NVRTC with no
+spill."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,34 +31,38 @@ def text(plan) -> str:
 @pytest.mark.parametrize("k0, n0, n1, dtype", [(1000, 96, 192, "bf16"),
                                                (1000, 128, 320, "f16"),
                                                (1000, 160, 64, "bf16")])
-def test_the_rulebook_pairs_tiles_where_b0_streams_and_its_rows_split_sectors(k0, n0, n1, dtype):
-    result = built(k0, n0, n1, dtype)
-    s = result.plan.schedule
+def test_paired_tiles_share_b0_and_take_no_turns(k0, n0, n1, dtype):
+    plan = with_paired(built(k0, n0, n1, dtype).plan, True)
+    s = plan.schedule
     ring = s.gemms[0]
     assert s.scheduler.pingpong and s.chain_ring_b
     assert ring.pipeline.paired and ring.pipeline.why.startswith(WHY_PAIRED)
     assert not s.consumer_order  # no turns
     assert ring.overlap.wgmma_groups == 1
     assert ring.pipeline.stages % 2 == 0
-    assert "tiles paired" in result.source
-    assert "int fill = local / 2 * 2 * k_tiles;" in result.source
-    assert "s % 2 ? kWarpgroupThreads : 2 * kWarpgroupThreads" in result.source
-    assert "order_bar" not in result.source
+    source = text(plan)
+    assert "tiles paired" in source
+    assert "int fill = local / 2 * 2 * k_tiles;" in source
+    assert "s % 2 ? kWarpgroupThreads : 2 * kWarpgroupThreads" in source
+    assert "order_bar" not in source
     rows = {row[0]: row for row in ring.describe()}
     assert rows["g0 tile pairs"][2] == ring.pipeline.why
 
 
-@pytest.mark.parametrize("k0, n0, n1", [(1024, 96, 192), (256, 128, 128), (576, 160, 160)])
-def test_whole_sector_rows_keep_each_tile_its_own_fills(k0, n0, n1):
+@pytest.mark.parametrize("k0, n0, n1", [(1000, 96, 192), (1024, 96, 192), (256, 128, 128),
+                                        (576, 160, 160)])
+def test_the_rulebook_pairs_no_chain(k0, n0, n1):
+    """Measured slower or not measured (chain_pairs' docstring): each tile its own fills."""
     s = built(k0, n0, n1).plan.schedule
     assert s.chain_ring_b and not s.gemms[0].pipeline.paired and s.consumer_order
+    assert not any(row[0] == "g0 tile pairs" for row in s.gemms[0].describe())
 
 
 def test_resident_b0_is_not_paired():
     """K0 = 1000 with N0 = 64: B0 fits resident (the split rows' rule), nothing to share."""
     plan = built(1000, 64, 128, "f16").plan
     assert not plan.schedule.chain_ring_b and not plan.schedule.gemms[0].pipeline.paired
-    with pytest.raises(ValueError, match="B0 is resident"):
+    with pytest.raises(ValueError, match="B0 is not streamed"):
         with_paired(plan, True)
 
 
@@ -82,8 +86,8 @@ def test_pairing_takes_one_wgmma_group_in_flight():
     assert with_paired(plan, True).schedule.gemms[0].overlap.wgmma_groups == 1
 
 
-def test_unpairing_the_rulebooks_pairs_takes_turns_again():
-    plan = built(1000, 96, 192).plan
+def test_unpairing_takes_turns_again():
+    plan = with_paired(built(1000, 96, 192).plan, True)
     unpaired = with_paired(plan, False)
     assert unpaired.schedule.consumer_order and "order_bar" in text(unpaired)
 
@@ -109,7 +113,7 @@ def test_pairs_need_an_even_ring_two_consumers_and_no_batch():
 def test_paired_chains_compile_without_spills(k0, n0, n1, dtype):
     from kgen.runtime.nvrtc import compile_cubin, fast_entry_options
 
-    result = built(k0, n0, n1, dtype)
-    compiled = compile_cubin(result.source, result.plan.name, "sm_90a",
-                             extra_options=fast_entry_options(result.plan.narrow_kernel))
+    plan = with_paired(built(k0, n0, n1, dtype).plan, True)
+    compiled = compile_cubin(text(plan), plan.name, "sm_90a",
+                             extra_options=fast_entry_options(plan.narrow_kernel))
     assert compiled.spill_stores + compiled.spill_loads == 0

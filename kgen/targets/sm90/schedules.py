@@ -39,7 +39,7 @@ from ...plan import (ColumnPasses, EpilogueVectors, GemmPlan, KernelKind, LoadPa
 from .. import (MORE_WARPS, Candidate, Instruction, Mainloop, Placement, Placing, ScheduleDraft,
                 Site, WarpGrid, place)
 from ..common import schedules as common
-from . import chain_pairs, warp_specialized
+from . import warp_specialized
 from .tensor_map import STAGING_BOX
 from .chain_values import (CONSUMERS, STAGING_MAX_VALUES, WHY_THREE, chain_values,
                            column_passes, consumer_count, max_values, pass_n, passes_in_flight, passes_why,
@@ -363,12 +363,8 @@ def pingpong(draft: ScheduleDraft) -> Placing:
     if ring_b:
         ring_pipeline = dataclasses.replace(ring_pipeline,
                                             b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
-    paired = chain_pairs.pairs(first, ring_b, consumers, bool(draft.batched))
-    if paired:  # the consumers take pairs of tiles, B0's k tiles shared
-        ring_pipeline = dataclasses.replace(ring_pipeline, paired=True,
-                                            why=chain_pairs.WHY_PAIRED + chain_pairs.WHY_RULE)
     ring = dataclasses.replace(ring, pipeline=ring_pipeline)
-    groups = 1 if paired else in_flight(first)
+    groups = in_flight(first)
     if groups > 1:
         ring = dataclasses.replace(ring, overlap=Overlap(wgmma_groups=groups, why=WHY_IN_FLIGHT))
     on_wgmma = all(m is Mma.WGMMA_RS for m, _ in gemm_mmas[1:])
