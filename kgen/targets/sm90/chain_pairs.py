@@ -15,10 +15,10 @@ shares one B0), and then with one wgmma group in flight in the first gemm (each 
 as soon as its group completes).
 
 The rulebook pairs no chain. H200, M = 81920 (bench/chain_sweep.py --pairs, 2026-11-29), time
-paired / unpaired on kgen's choice, both checked against the reference: f16 64/32/64 1.046,
-bf16 128/128/64 1.014, f16 160/80/96 0.969 (K0/N0/N1): where B0's rows are whole 32-byte
-sectors its rereads cost little (bench/RESULTS.md, section 4) and the pairs lose the turns'
-overlap. The chains it is meant for, B0's rows splitting sectors (K0 = 1000 with N0 of 96 to 160,
+paired / unpaired on kgen's choice, both checked against the reference: f16 64/32/64 1.01
+(0.0109 / 0.0108 ms; / copy 0.959 against 0.917), bf16 128/128/64 1.06 (1.201 against 1.185),
+f16 160/80/96 0.97 (1.237 against 1.276) (K0/N0/N1): where B0's rows are whole 32-byte sectors
+its rereads cost little (bench/RESULTS.md, section 4) and the pairs lose the turns' overlap. The chains it is meant for, B0's rows splitting sectors (K0 = 1000 with N0 of 96 to 160,
 B0 too wide to stay resident: 1.73x a copy of the chain's bytes unpaired at bf16 1000/96/192,
 1.62x the PyTorch chain), were not timed paired: `python3 bench/chain_sweep.py --no-sweep
 --pairs bf16/1000/96/192,f16/1000/128/320,bf16/1000/160/64` times them."""
