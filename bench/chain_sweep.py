@@ -13,11 +13,14 @@ the issue's rule: at least 2x the PyTorch chain wherever the PyTorch chain takes
 1.5x the copy. A chain kgen refuses prints its located error in its row.
 
     bash .gpu/device-run.sh python3 bench/chain_sweep.py [--json OUT] [--iters 20]
-        [--only dtype/K0/N0/N1,...] [--probe dtype/K0/N0/N1,...]
+        [--only dtype/K0/N0/N1,...] [--probe dtype/K0/N0/N1,...] [--pairs all|dtype/K0/N0/N1,...]
     python3 bench/chain_sweep.py --plans   (CPU: each chain's plan, registers and spills)
 
 --probe times, at the chains given, every sm_90a configuration of the builder's list that
-plans (kgen's choice marked *), checked the same way.
+plans (kgen's choice marked *), checked the same way. --pairs times each chain's tiles paired
+and not (Pipeline.paired: the two consumer warpgroups share B0's k tiles; the plan option
+kgen.targets.sm90.chain_pairs.with_paired), on kgen's choice and, where its ring is odd, on the
+deepest even ring of the builder's list.
 """
 from __future__ import annotations
 
@@ -78,6 +81,7 @@ def label(plan) -> str:
     extra += f" {passes} passes" if passes > 1 else ""
     blocks = getattr(plan, "column_blocks", 1)
     extra += f" {blocks} blocks" if blocks > 1 else ""
+    extra += " paired" if s.gemms[0].pipeline.paired else ""
     return f"{s.scheduler.kind.value} {text}{extra}"
 
 
@@ -265,6 +269,10 @@ def summary(rows: list[dict]) -> None:
           + ("" if not missed else "; missed: " + ", ".join(
               f"{'/'.join(map(str, r['spec']))} {r['speedup']:.2f}x" for r in missed))
           + f"; lowest x torch {min(r['speedup'] for r in good):.2f}")
+    exempt = [r for r in good if r["torch_copy"] <= SLOW_TORCH]
+    if exempt:  # the rule's "wherever": chains whose PyTorch chain is within 1.5x the copy
+        print(f"not ruled (PyTorch within {SLOW_TORCH}x the copy): " + ", ".join(
+            f"{'/'.join(map(str, r['spec']))} {r['torch_copy']:.2f}x" for r in exempt))
 
 
 def probe(specs, iters: int) -> list[dict]:
@@ -306,6 +314,61 @@ def probe(specs, iters: int) -> list[dict]:
     return rows
 
 
+def pair_variants(spec) -> list:
+    """(plan, source, chosen) of a chain's tiles paired and not (Pipeline.paired, the plan
+    option with_paired): on kgen's choice, and on the deepest even ring of B0 streamed beside
+    A in the builder's list where kgen's choice has an odd one (pairs need an even ring)."""
+    from kgen import ir
+    from kgen.emit import emit
+    from kgen.errors import KgenError
+    from kgen.lower import builder
+    from kgen.targets import target
+    from kgen.targets.sm90.chain_pairs import with_paired
+
+    plan, source = build_chain(spec)
+    bases = [(plan, source)]
+    if plan.schedule.chain_ring_b and plan.gemms[0].stages % 2:
+        for config, _, _ in builder.listed(chain_kernel(*spec), target(ir.Arch.SM90A)):
+            if config.schedule is None or config.gemms[0].resident or config.gemms[0].stages % 2:
+                continue
+            try:
+                even = build_chain(spec, config)
+            except KgenError:
+                continue
+            if even[0].schedule.chain_ring_b and even[0].gemms[0].stages % 2 == 0:
+                bases.append(even)
+                break
+    out = []
+    for base, base_source in bases:
+        for paired in (False, True):
+            try:
+                variant = with_paired(base, paired)
+            except ValueError:
+                continue
+            text = emit(variant, source_name="chain.kg", source_hash="variant",
+                        command="bench/chain_sweep.py --pairs")
+            out.append((variant, text, base is plan
+                        and paired == plan.schedule.gemms[0].pipeline.paired))
+    return out
+
+
+def pairs(specs, iters: int) -> list[dict]:
+    """Each chain's tiles paired and not (pair_variants), checked and timed the same way."""
+    jobs = [(spec, *v) for spec in specs for v in pair_variants(spec)]
+    warm([(source, plan.name, plan.narrow_kernel) for _, plan, source, _ in jobs])
+    rows = []
+    for spec, plan, source, chosen in jobs:
+        row = dict(spec=spec, schedule=label(plan), pairs=True, chosen=chosen,
+                   **measure(spec, plan, source, iters))
+        rows.append(row)
+        print(f"{'*' if chosen else ' '} {name(spec)} {row['schedule']:<64} {row['ms']:7.4f} "
+              f"{row['copy_ratio']:6.3f}x copy {row['speedup']:5.2f}x torch "
+              f"{row['torch_copy']:5.2f} torch/copy"
+              + (f" spill {row['spills']}" if row["spills"] else "")
+              + ("" if row["ok"] else f"  CHECK FAILED ({row['check']})"), flush=True)
+    return rows
+
+
 def plans(specs) -> None:
     """CPU: each chain's plan, NVRTC's registers and spills."""
     chains = planned(specs)
@@ -324,7 +387,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="dtype/K0/N0/N1,...: these chains instead of SHAPES")
     parser.add_argument("--probe", help="dtype/K0/N0/N1,...: every configuration at these")
-    parser.add_argument("--no-sweep", action="store_true", help="--probe alone")
+    parser.add_argument("--pairs", help="dtype/K0/N0/N1,... or all: tiles paired and not")
+    parser.add_argument("--no-sweep", action="store_true", help="--probe or --pairs alone")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--plans", action="store_true", help="CPU only: plans and registers")
     parser.add_argument("--json")
@@ -337,6 +401,9 @@ def main() -> None:
     rows = [] if args.no_sweep else sweep(specs, args.iters)
     if args.probe:
         rows += probe([spec_of(s) for s in args.probe.split(",")], args.iters)
+    if args.pairs:
+        rows += pairs(list(SHAPES) if args.pairs == "all"
+                      else [spec_of(s) for s in args.pairs.split(",")], args.iters)
     print(f"\n{time.perf_counter() - started:.1f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -134,15 +134,11 @@ class TileScheduler:
     raster: Raster
     min_blocks_per_sm: int = 1
     # `split S` (one-gemm tiled and cooperative kernels): S CTAs (cooperative: S units of the
-    # persistent walk) per output tile, each over a contiguous part of the k tiles, writing f32
-    # partials to the workspace; a second kernel sums them in order (bit-identical from run to
-    # run) and runs the epilogue once
+    # persistent walk) per output tile, each over a contiguous part of the k tiles; `split
+    # stream` (the cooperative kernel): stream-K, a tile begun by one CTA and ended by others.
+    # Both leave f32 parts in the workspace, added in order (bit-identical from run to run)
+    # before the epilogue runs once (describe says who adds them)
     split_k: int = 1
-    # `split stream` (the cooperative kernel): stream-K. The persistent CTAs share the k tiles of
-    # the tiles past whole waves (and one wave more) equally, the others running whole, so such
-    # a tile may be begun by one CTA and ended by others; each later part leaves its f32 sums in
-    # the CTA's workspace slot and sets a flag, and the CTA that began the tile waits for the
-    # flags, adds the parts in order (bit-identical from run to run) and runs the epilogue once
     stream_k: bool = False
     cluster: Cluster = Cluster()
     why: str = ""
@@ -271,15 +267,19 @@ class OperandSchedule:
 @dataclass(frozen=True, slots=True)
 class Pipeline:
     """Which operands stream and how (each with its why), and the pipeline depth of the
-    streamed operand: its stages (the ring's slots for CP_ASYNC_RING and TMA)."""
+    streamed operand: its stages (the ring's slots for CP_ASYNC_RING and TMA); `paired` and
+    its `why`: kgen/targets/sm90/chain_pairs.py."""
 
     a: OperandSchedule
     b: OperandSchedule
     stages: int
+    paired: bool = False
+    why: str = ""
 
     def describe(self, gemm: str) -> list[Row]:
+        pairs = [(f"{gemm} tile pairs", "B's k tiles shared", self.why)] if self.paired else []
         return [(f"{gemm} A", self.a.text(), self.a.why), (f"{gemm} B", self.b.text(), self.b.why),
-                (f"{gemm} stages", str(self.stages), "")]
+                (f"{gemm} stages", str(self.stages), "")] + pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -636,11 +636,11 @@ class Schedule:
     def consumer_order(self) -> bool:
         """schedule pingpong on a chain: the consumer warpgroups take turns at the first gemm's
         mainloop, each waiting until the other has issued its last (two mbarriers, after the
-        ring's). A consumer then never waits on a slot whose previous fill may not have landed
-        (an mbarrier's phase parity tells only two rounds apart), for any ring depth. Without
-        turns (the chain before) the ring's safety rested on timing: at K0 = 256 a ring of
-        k tiles + 1 slots crashed on an H200 (bench/RESULTS.md)."""
-        return self.scheduler.pingpong and len(self.gemms) > 1
+        ring's), so none waits on a slot whose previous fill may not have landed (a phase parity
+        tells only two rounds apart), for any ring depth; at K0 = 256 a ring of k tiles + 1
+        slots crashed on an H200 without turns. Paired tiles (Pipeline.paired) take none."""
+        return (self.scheduler.pingpong and len(self.gemms) > 1
+                and not self.gemms[0].pipeline.paired)
 
     @property
     def chain_ring_b(self) -> bool:

@@ -149,3 +149,24 @@ def test_a_wide_first_tile_in_column_blocks_or_overhanging_n_matches_reference(k
     for m in (1, 1000, 4097):
         plan = check(biased_chain(k0, n0, n1, dtype), ir.Arch.SM90A, m)
         assert plan.schedule.scheduler.pingpong and plan.schedule.gemms[-1].passes.count > 1
+
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [
+    (1000, 96, 192, "bf16"), (1000, 128, 320, "f16"), (1000, 160, 64, "bf16"),
+    (256, 96, 192, "f16"), (192, 224, 448, "bf16"), (576, 160, 384, "f16")])
+def test_paired_tiles_match_reference(k0, n0, n1, dtype):
+    """Tiles paired (Pipeline.paired, the plan option with_paired: the consumer warpgroups
+    share B0's k tiles) on kgen's choice: B0's rows splitting sectors (K0 = 1000), whole-sector
+    rows, a ring of 2 and column blocks; ragged M, with CTAs whose last pair has one tile
+    (M = 1: one tile; 20000: 313 tiles over the persistent CTAs)."""
+    from kgen.api import build
+    from kgen.emit import emit
+    from kgen.harness.run import run
+    from kgen.targets.sm90.chain_pairs import with_paired
+
+    result = build(chain(k0, n0, n1, dtype), ir.Arch.SM90A, source_name="chain.kg")
+    plan = with_paired(result.plan, True)
+    source = emit(plan, source_name="chain.kg", source_hash="test", command="test")
+    for m in (1, 77, 1000, 4097, 20000):
+        report = run(result.kernel, plan, source, {"M": m}, check=True)
+        assert report.checks and report.ok, json.dumps(report.as_dict()["checks"], indent=1)

@@ -45,7 +45,7 @@ class Sm90Chain(chain.ChainTarget):
         a, b = operand(g.a, "a"), operand(g.b, "b")
         if plan.schedule.scheduler.pingpong:  # the producer warps load the ring (produce_ring)
             text = render("sm90/pingpong_wgmma.inc.j2", a=a, b=b, tma_a=tma_ring(plan),
-                          ring_b=plan.schedule.chain_ring_b,
+                          ring_b=plan.schedule.chain_ring_b, paired=paired(plan),
                           order=plan.schedule.consumer_order,
                           in_flight=plan.schedule.gemms[0].overlap.wgmma_groups,
                           **consumer_template_values(plan))
@@ -83,7 +83,7 @@ class Sm90Chain(chain.ChainTarget):
         (tma_load,) = macro_lines(LINES, "ring_a_load", a=a, batched=batched)
         return render(
             "sm90/pingpong_producer.inc.j2", name=plan.name, a=operand(g.a, "a"),
-            b=operand(g.b, "b"), ring_b=plan.schedule.chain_ring_b,
+            b=operand(g.b, "b"), ring_b=plan.schedule.chain_ring_b, paired=paired(plan),
             m_expr=dim_expr(g.m_dim), k_expr=dim_expr(g.k_dim),
             load_args=load_args(g.a, "a", "m0", "kt"), producer_a=producer_a,
             tma_a=tma_ring(plan), tma_load=tma_load,
@@ -202,6 +202,11 @@ def tma_ring(plan: KernelPlan) -> bool:
             and plan.schedule.gemms[0].pipeline.a.load is LoadPath.TMA)
 
 
+def paired(plan: KernelPlan) -> bool:
+    """The ping-pong chain's consumers take pairs of tiles, B0's k tiles shared (chain_pairs)."""
+    return plan.schedule.scheduler.pingpong and plan.schedule.gemms[0].pipeline.paired
+
+
 def wgmma_outs(n: int, acc: str = "acc[0]") -> str:
     """The asm outputs of a warp's m64nNk16 accumulators, in the m16n8 layout `acc`[j][e]."""
     return ", ".join(f'"+f"({acc}[{j}][{e}])' for j in range(n // 8) for e in range(4))
@@ -213,7 +218,7 @@ def pingpong_body(plan: KernelPlan, stages: list[str]) -> list[str]:
     g0 = plan.gemms[0]
     return block(render_lines(
         "sm90/pingpong_body.inc.j2", cfg=cfg(g0), bars=f"{g0.name}_ring_barriers",
-        order=plan.schedule.consumer_order,
+        order=plan.schedule.consumer_order, paired=paired(plan),
         resident_loads=block(resident_loads(plan)), stages=block(stages),
         tma_store=plan.schedule.tma_output is not None, tma_a=tma_ring(plan),
         map_params=[m.param for m in plan.schedule.tensor_maps] if tma_ring(plan) else [],
