@@ -70,7 +70,7 @@ def test_sm90a_with_a_written_tile_the_wgmma_skeleton_does_not_take_runs_mma_syn
 
 
 @pytest.mark.parametrize("arch, d, tile", [
-    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x32")])
+    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x64")])
 def test_the_rulebook_tile_per_head_dim(arch, d, tile):
     plan = plan_of(variant(d), arch)
     assert plan.config.value.startswith(f"tile {tile} warps 8 stages 2")
