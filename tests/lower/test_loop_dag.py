@@ -130,9 +130,9 @@ def test_sm90a_wgmma_refusals_keep_mma_sync_and_say_why():
 
 
 def test_a_written_tile_over_the_registers_is_refused_at_the_loop():
-    with pytest.raises(KgenError, match=r"b\.kg:18:3: error: loop 'q': tile 128x64 with 2 "
-                                        r"accumulators of N 128 needs about 320 registers"):
-        plan_of(variant(128, tile="128x64"))
+    with pytest.raises(KgenError, match=r"b\.kg:18:3: error: loop 'q': tile 128x128 with 2 "
+                                        r"accumulators of N 128 needs about 480 registers"):
+        plan_of(variant(128, tile="128x128"))
 
 
 def test_a_head_dim_registers_cannot_hold_is_refused():

@@ -231,12 +231,21 @@ def _loops(source: str) -> list[str]:
     return [kernel[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def test_the_fast_body_has_no_checks_and_reads_staged_vectors():
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_fast_body_has_no_checks_and_reads_staged_vectors(d):
     """Causal: the blocks before the fast run and after it take the checked body (the loop's end,
     the mask's predicate unless inside it); the fast run neither. lse and D come from shared
-    memory, staged with Q and dO by cp.async."""
-    source = built(128, "top_left", ir.Arch.SM80).source
-    before, fast, after = _loops(source)
+    memory, staged with Q and dO by cp.async. Head dim 64: three loops; 128: the compact body,
+    one loop, the fast body its first branch and the checked one its second."""
+    source = built(d, "top_left", ir.Arch.SM80).source
+    if d == 64:
+        before, fast, after = _loops(source)
+    else:
+        (loop,) = _loops(source)
+        assert loop.startswith("for (int block = first_block; block < end_block; ++block) {\n"
+                               "    if (block >= fast_begin && block < fast_end) {\n")
+        fast, before = loop.split("\n    } else {\n")
+        after = before
     for checked in (before, after):
         assert "const bool interior = block >= inside_begin && block < inside_end;" in checked
         assert "col < loop_len ? " in checked and "if (row < loop_len) atomicAdd(" in checked
