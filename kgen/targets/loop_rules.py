@@ -458,23 +458,11 @@ DAG_ROWS_PER_WARP = 16
 # With the fast body (no bounds checks, the mask folded) and lse, D staged in shared memory,
 # compiled for sm_80 and for sm_90 (the GPU compiles the sm_80 plan for its own arch), bf16:
 # (64, 128x64) 254-255 and 0 spills; (128, 128x32) 254-255 and 0; (128, 128x64), FlashAttention-
-# 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 255 and 52-56 B of
-# spills without a mask, 336-396 B (200-224 B of stack) under a causal mask: its two [16, 64]
-# score tiles beside two [16, 128] accumulators leave ptxas no room, so the budget keeps it out.
-# The H200's NVRTC (its own sm_90 build of the sm_80 plan) compiled it without a mask to 255
-# registers and 0 spills, and ran it at 212 TFLOP/s against 199 at 128x32 (D 128, S 4096, 16k
-# tokens, 16 heads, one run; its causal build not measured).
-# Session 8 (NVRTC 13.5, sm_80 and sm_90a; ptxas -v and the SASS by nvdisasm): the spills were
-# not the values' count but the skeleton's three loops (the checked blocks before the fast ones,
-# the fast ones, the checked ones after: 44-48 B without a mask, 336-400 B causal, spill loads
-# inside the fast loop); with one loop whose branches hold the two bodies
-# (templates/common/loop_bwd.cu.j2) and the score gemms' k16 steps not unrolled
-# (dag_compact_body), (128, 128x64) compiles to 254-255 registers and 0 spills, without a mask
-# and causal, on both. So sm_80's budget takes it: 320. On the H200 (sm_90a build, bf16, 16k
-# tokens, 16 heads, TFLOP/s 128x64 against 128x32, the same run, bench/RESULTS.md's session-8
-# line has the grid): S 4096 209.8 / 200.2, S 1024 195.7 / 185.8 without a mask (its causal
-# build then spilled: three loops). sm_90a's budget stays (the wgmma skeleton runs there; a
-# written tile of the mma.sync skeleton is checked against it).
+# 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 44-56 B of spills
+# without a mask and 336-400 B causal in the skeleton's three loops, 254-255 and 0 (both masks,
+# sm_80 and sm_90a builds, NVRTC 13.5) in its compact body (kgen/targets/dag_mma_rules.py). So
+# sm_80's budget takes it (320); sm_90a's stays (the wgmma skeleton runs there; a written tile
+# of the mma.sync skeleton is checked against it).
 DAG_REGISTER_OVERHEAD = 32
 DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 248}
 
@@ -586,35 +574,6 @@ def dag_default(shape: DagShape, dtype: DType, tgt: Target, tile_m: int | None =
     written = LoopConfig(tile_m or 128, block or 64, stages or 2, DAG_ROWS_PER_WARP)
     raise ValueError(dag_refusal(written, shape, dtype, tgt)
                      or "no legal configuration of a DAG loop keeps the written lines")
-
-
-# The compact body, where the estimate is above DAG_COMPACT_REGISTERS: the skeleton walks its
-# blocks in one loop whose branches are the fast body and the checked one (not three loops: the
-# checked blocks before the fast ones, the fast ones, the checked ones after), and runs a score
-# gemm's k16 steps (S^T = K Q^T, dP^T = V dO^T: [16, block] a warp) one at a time (`#pragma
-# unroll 1`: not every step's B fragments loaded ahead). NVRTC 13.5, (N, tile) registers and
-# spills (sm_80 / sm_90a builds of the sm_80 plan; ptxas -v, and the SASS by nvdisasm):
-#   (128, 128x64) three loops, unrolled: 44-48 B without a mask, 336-400 B causal (spill loads
-#     in the fast loop); three loops, one step at a time: 0 / 180-188 B causal; one loop,
-#     unrolled: 8-16 B; one loop, one step at a time: 254-255 and 0, both masks, both builds
-#     (the forward's mods: softcap 0-16 B, the bias gradient causal 0-8 B, the rest 0; at
-#     128x32 three loops, softcap causal spilled 180-200 B)
-#   (64, 128x64) three loops, unrolled: 0 (the dropout mask 4-12 B); one loop: 0-4 B, dropout
-#     72-88 B; and one step at a time there ran 8-10 % slower on the H200 (unrolled by two:
-#     183.9 / 201.0 TFLOP/s at S 4096; four steps at head dim 64, their loads not hidden)
-# So the compact body where the estimate says the registers are short, the unrolled three loops
-# below it.
-DAG_COMPACT_REGISTERS = 256
-
-
-def dag_compact_body(registers: int) -> tuple[bool, str]:
-    """Whether the mma.sync skeleton runs its compact body at the estimate `registers` (the
-    plan's), with why."""
-    if registers <= DAG_COMPACT_REGISTERS:
-        return False, ""
-    return True, (f"about {registers} registers a thread: one loop over the blocks and a score "
-                  "gemm's k16 steps one at a time (kgen/targets/loop_rules.py, "
-                  "dag_compact_body)")
 
 
 def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:

@@ -535,7 +535,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
     for (int e = 0; e < 4; ++e) acc_g3[j][e] = 0.0f;
   }
 
-  // The compact body (about 320 registers a thread: one loop over the blocks and a score gemm's k16 steps one at a time (kgen/targets/loop_rules.py, dag_compact_body)): one loop over the blocks, each running the fast body
+  // The compact body (about 320 registers a thread: one loop over the blocks and a score gemm's k16 steps one at a time (kgen/targets/dag_mma_rules.py)): one loop over the blocks, each running the fast body
   // or the checked one (three loops, the accumulators live across all, made ptxas spill)
   // The fast body for the blocks inside the mask but the last (every position of the block
   // exists: no bounds checks; the mask's predicates read 1), the checked one for the others: on

@@ -101,7 +101,7 @@ def test_the_sm80_plan_built_for_hopper_compiles_without_spills(d, mask, dtype):
 @pytest.mark.parametrize("mask", list(MASKS))
 def test_the_sm80_rulebook_tile_and_its_body(d, compact, mask):
     """128x64 at both head dims (at 128 FlashAttention-2's tile: 64 queries x 128 keys, 8
-    warps); at 128 the compact body (loop_rules.dag_compact_body): one loop over the blocks,
+    warps); at 128 the compact body (dag_mma_rules.dag_compact_body): one loop over the blocks,
     the fast body and the checked one its branches, the score gemms' k16 steps one at a time;
     at 64 three loops (the checked blocks, the fast ones, the checked ones), unrolled."""
     b = built(d, mask, ir.Arch.SM80)
@@ -119,11 +119,11 @@ def test_the_sm80_rulebook_tile_and_its_body(d, compact, mask):
 
 
 def test_dag_compact_body_by_the_estimate():
-    from kgen.targets import loop_rules
+    from kgen.targets import dag_mma_rules
 
-    assert loop_rules.dag_compact_body(loop_rules.DAG_COMPACT_REGISTERS) == (False, "")
-    compact, why = loop_rules.dag_compact_body(loop_rules.DAG_COMPACT_REGISTERS + 64)
-    assert compact and "320 registers" in why and "dag_compact_body" in why
+    assert dag_mma_rules.dag_compact_body(dag_mma_rules.DAG_COMPACT_REGISTERS) == (False, "")
+    compact, why = dag_mma_rules.dag_compact_body(dag_mma_rules.DAG_COMPACT_REGISTERS + 64)
+    assert compact and "320 registers" in why and "dag_mma_rules" in why
 
 
 @pytest.mark.slow
