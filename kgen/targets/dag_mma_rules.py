@@ -38,5 +38,4 @@ def dag_compact_body(registers: int) -> tuple[bool, str]:
     plan's), with why."""
     if registers <= DAG_COMPACT_REGISTERS:
         return False, ""
-    return True, (f"about {registers} registers a thread: one loop over the blocks and a score "
-                  "gemm's k16 steps one at a time (kgen/targets/dag_mma_rules.py)")
+    return True, f"about {registers} registers a thread (kgen/targets/dag_mma_rules.py)"

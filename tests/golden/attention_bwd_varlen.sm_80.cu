@@ -535,8 +535,10 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
     for (int e = 0; e < 4; ++e) acc_g3[j][e] = 0.0f;
   }
 
-  // The compact body (about 320 registers a thread: one loop over the blocks and a score gemm's k16 steps one at a time (kgen/targets/dag_mma_rules.py)): one loop over the blocks, each running the fast body
-  // or the checked one (three loops, the accumulators live across all, made ptxas spill)
+  // The compact body, about 320 registers a thread (kgen/targets/dag_mma_rules.py):
+  // each block runs the fast body or the checked one, the branches of one loop (in three loops,
+  // the accumulators live across all of them, ptxas spilled), and a score gemm's k16 steps run
+  // one at a time
   // The fast body for the blocks inside the mask but the last (every position of the block
   // exists: no bounds checks; the mask's predicates read 1), the checked one for the others: on
   // the mask's edge, and the last block (positions past the loop's end do not exist)
@@ -544,465 +546,465 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
   const int fast_end = max(min(inside_end, end_block - 1), fast_begin);
   for (int block = first_block; block < end_block; ++block) {
     if (block >= fast_begin && block < fast_end) {
-    const int next = block + kStages - 1;  // refills the slot the previous block used
-    if (next < end_block) load_block(smem, p, batch, head, next, (next - first_block) % kStages, loop_len, loop_start);
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();  // this block (and the loop-invariant tiles) have landed
-    __syncthreads();
-    const int slot = (block - first_block) % kStages;
-    const int kv0 = block * kBlock;
-    constexpr bool interior = true;  // inside the mask: its predicates read 1
-    const float* s_lse = smem.vec_lse[slot];  // lse[kv0 .. kv0 + kBlock), zero past the end
-    const float* s_D = smem.vec_D[slot];  // D[kv0 .. kv0 + kBlock), zero past the end
+      const int next = block + kStages - 1;  // refills the slot the previous block used
+      if (next < end_block) load_block(smem, p, batch, head, next, (next - first_block) % kStages, loop_len, loop_start);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();  // this block (and the loop-invariant tiles) have landed
+      __syncthreads();
+      const int slot = (block - first_block) % kStages;
+      const int kv0 = block * kBlock;
+      constexpr bool interior = true;  // inside the mask: its predicates read 1
+      const float* s_lse = smem.vec_lse[slot];  // lse[kv0 .. kv0 + kBlock), zero past the end
+      const float* s_D = smem.vec_D[slot];  // D[kv0 .. kv0 + kBlock), zero past the end
 
-    // st: the warp's [16, kBlock] from k_res (rows) and q_ring (this block)
-    float acc_g0[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_g0[j][e] = 0.0f;
-    }
-#pragma unroll 1  // the compact body: one k16 step at a time
-    for (int ks = 0; ks < 8; ++ks) {
-      unsigned a[4];
-      ldsm_a<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(a, smem.k_res[0], warp * 16, ks * 16);
-#pragma unroll
-      for (int np = 0; np < 8 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_nk<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g0[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g0[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // st's epilogue
-    float v3[kBlockN8][4];
-    float v5[kBlockN8][4];
-    float v6[kBlockN8][4];
-    float v9[kBlockN8][4];
-    float v12[kBlockN8][4];
-    float v14[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
-        v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
-        v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-        v9[j][e] = p.scale * acc_g0[j][e];
-        v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
-        v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
-      }
-    }
-    // handed on as an A operand, rounded in registers
-    unsigned hand_v14[kBlockN8][2];
-    {
-      float handed[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        handed[j][e] = v14[j][e];
-      }
-    }
-#pragma unroll
-      for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) hand_v14[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
-      }
-    }
-
-    // dv += (the value handed on) @ do_ring: A from registers
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const unsigned a[4] = {hand_v14[2 * ks][0], hand_v14[2 * ks][1],
-                             hand_v14[2 * ks + 1][0], hand_v14[2 * ks + 1][1]};
-#pragma unroll
-      for (int np = 0; np < 16 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_kn<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g1[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g1[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // dpt: the warp's [16, kBlock] from v_res (rows) and do_ring (this block)
-    float acc_g2[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_g2[j][e] = 0.0f;
-    }
-#pragma unroll 1  // the compact body: one k16 step at a time
-    for (int ks = 0; ks < 8; ++ks) {
-      unsigned a[4];
-      ldsm_a<k_v_res_chunks, k_v_res_mask, k_v_res_shift>(a, smem.v_res[0], warp * 16, ks * 16);
-#pragma unroll
-      for (int np = 0; np < 8 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_nk<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g2[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g2[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // dpt's epilogue
-    float v17[kBlockN8][4];
-    float v18[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v17[j][e] = acc_g2[j][e] - s_D[col - kv0];
-        v18[j][e] = v14[j][e] * v17[j][e];
-      }
-    }
-    // handed on as an A operand, rounded in registers
-    unsigned hand_v18[kBlockN8][2];
-    {
-      float handed[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        handed[j][e] = v18[j][e];
-      }
-    }
-#pragma unroll
-      for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) hand_v18[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
-      }
-    }
-    // staged in t0_smem for a loop-row gemm (read transposed), from the fragments handed on:
-    // rows past the kernel's rows zero
-    {
-      char* tile = reinterpret_cast<char*>(smem.t0_smem[0]);
-#pragma unroll
-      for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = warp * 16 + lane / 4 + 8 * h;
-          const int c = quad_col + j * 8;
-          *reinterpret_cast<unsigned*>(tile + swizzled<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(r, c / 8) + (c % 8) * 2) =
-              row0 + r < rows ? hand_v18[j][h] : 0u;
-        }
-      }
-    }
-    __syncthreads();  // every warp's rows are staged before any warp reads them transposed
-
-    // dk += (the value handed on) @ q_ring: A from registers
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const unsigned a[4] = {hand_v18[2 * ks][0], hand_v18[2 * ks][1],
-                             hand_v18[2 * ks + 1][0], hand_v18[2 * ks + 1][1]};
-#pragma unroll
-      for (int np = 0; np < 16 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_kn<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g3[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g3[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // dq = (the staged t0_smem)^T @ k_res: [kBlock, 128] at the loop's rows; this
-    // warp's m16 tile of the block and 64 of its columns
-    {
-      const int lr_tile = warp % (kBlock / 16);
-      const int lr_col0 = (warp / (kBlock / 16)) * 64;
-      const int lr_row0 = kv0 + lr_tile * 16 + lane / 4;
-      float acc_g4[8][4];
-#pragma unroll
+      // st: the warp's [16, kBlock] from k_res (rows) and q_ring (this block)
+      float acc_g0[8][4];
+  #pragma unroll
       for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_g4[j][e] = 0.0f;
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) acc_g0[j][e] = 0.0f;
       }
-#pragma unroll
+  #pragma unroll 1  // the compact body: one k16 step at a time
       for (int ks = 0; ks < 8; ++ks) {
         unsigned a[4];
-        ldsm_a_km<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(a, smem.t0_smem[0], lr_tile * 16, ks * 16);
-#pragma unroll
+        ldsm_a<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(a, smem.k_res[0], warp * 16, ks * 16);
+  #pragma unroll
         for (int np = 0; np < 8 / 2; ++np) {
           unsigned b[4];
-          ldsm_b_kn<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(b, smem.k_res[0], lr_col0 + np * 16, ks * 16);
-          mma_16816(acc_g4[2 * np], a, b[0], b[1]);
-          mma_16816(acc_g4[2 * np + 1], a, b[2], b[3]);
+          ldsm_b_nk<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g0[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g0[2 * np + 1], a, b[2], b[3]);
         }
       }
 
-      // dq's epilogue: row is the loop's position, col 0..128
-    float v2[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = lr_row0 + 8 * i;
-        const int col = lr_col0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v2[j][e] = p.scale * acc_g4[j][e];
+      // st's epilogue
+      float v3[kBlockN8][4];
+      float v5[kBlockN8][4];
+      float v6[kBlockN8][4];
+      float v9[kBlockN8][4];
+      float v12[kBlockN8][4];
+      float v14[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
+          v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
+          v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
+          v9[j][e] = p.scale * acc_g0[j][e];
+          v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+          v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
+        }
       }
-    }
-      // added into 'dQ'; other CTAs add too
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = lr_row0 + 8 * i;
-        const int col = lr_col0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        atomicAdd(g_dQ + row * p.dQ_ld + col, v2[j][e]);
+      // handed on as an A operand, rounded in registers
+      unsigned hand_v14[kBlockN8][2];
+      {
+        float handed[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          handed[j][e] = v14[j][e];
+        }
       }
-    }
-    }
-    __syncthreads();  // every warp is done with this slot and the staged tiles
+  #pragma unroll
+        for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) hand_v14[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+        }
+      }
+
+      // dv += (the value handed on) @ do_ring: A from registers
+  #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const unsigned a[4] = {hand_v14[2 * ks][0], hand_v14[2 * ks][1],
+                               hand_v14[2 * ks + 1][0], hand_v14[2 * ks + 1][1]};
+  #pragma unroll
+        for (int np = 0; np < 16 / 2; ++np) {
+          unsigned b[4];
+          ldsm_b_kn<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g1[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g1[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+      // dpt: the warp's [16, kBlock] from v_res (rows) and do_ring (this block)
+      float acc_g2[8][4];
+  #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) acc_g2[j][e] = 0.0f;
+      }
+  #pragma unroll 1  // the compact body: one k16 step at a time
+      for (int ks = 0; ks < 8; ++ks) {
+        unsigned a[4];
+        ldsm_a<k_v_res_chunks, k_v_res_mask, k_v_res_shift>(a, smem.v_res[0], warp * 16, ks * 16);
+  #pragma unroll
+        for (int np = 0; np < 8 / 2; ++np) {
+          unsigned b[4];
+          ldsm_b_nk<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g2[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g2[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+      // dpt's epilogue
+      float v17[kBlockN8][4];
+      float v18[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          v17[j][e] = acc_g2[j][e] - s_D[col - kv0];
+          v18[j][e] = v14[j][e] * v17[j][e];
+        }
+      }
+      // handed on as an A operand, rounded in registers
+      unsigned hand_v18[kBlockN8][2];
+      {
+        float handed[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          handed[j][e] = v18[j][e];
+        }
+      }
+  #pragma unroll
+        for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) hand_v18[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+        }
+      }
+      // staged in t0_smem for a loop-row gemm (read transposed), from the fragments handed on:
+      // rows past the kernel's rows zero
+      {
+        char* tile = reinterpret_cast<char*>(smem.t0_smem[0]);
+  #pragma unroll
+        for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = warp * 16 + lane / 4 + 8 * h;
+            const int c = quad_col + j * 8;
+            *reinterpret_cast<unsigned*>(tile + swizzled<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(r, c / 8) + (c % 8) * 2) =
+                row0 + r < rows ? hand_v18[j][h] : 0u;
+          }
+        }
+      }
+      __syncthreads();  // every warp's rows are staged before any warp reads them transposed
+
+      // dk += (the value handed on) @ q_ring: A from registers
+  #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const unsigned a[4] = {hand_v18[2 * ks][0], hand_v18[2 * ks][1],
+                               hand_v18[2 * ks + 1][0], hand_v18[2 * ks + 1][1]};
+  #pragma unroll
+        for (int np = 0; np < 16 / 2; ++np) {
+          unsigned b[4];
+          ldsm_b_kn<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g3[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g3[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+      // dq = (the staged t0_smem)^T @ k_res: [kBlock, 128] at the loop's rows; this
+      // warp's m16 tile of the block and 64 of its columns
+      {
+        const int lr_tile = warp % (kBlock / 16);
+        const int lr_col0 = (warp / (kBlock / 16)) * 64;
+        const int lr_row0 = kv0 + lr_tile * 16 + lane / 4;
+        float acc_g4[8][4];
+  #pragma unroll
+        for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) acc_g4[j][e] = 0.0f;
+        }
+  #pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+          unsigned a[4];
+          ldsm_a_km<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(a, smem.t0_smem[0], lr_tile * 16, ks * 16);
+  #pragma unroll
+          for (int np = 0; np < 8 / 2; ++np) {
+            unsigned b[4];
+            ldsm_b_kn<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(b, smem.k_res[0], lr_col0 + np * 16, ks * 16);
+            mma_16816(acc_g4[2 * np], a, b[0], b[1]);
+            mma_16816(acc_g4[2 * np + 1], a, b[2], b[3]);
+          }
+        }
+
+        // dq's epilogue: row is the loop's position, col 0..128
+      float v2[8][4];
+  #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = lr_row0 + 8 * i;
+          const int col = lr_col0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          v2[j][e] = p.scale * acc_g4[j][e];
+        }
+      }
+        // added into 'dQ'; other CTAs add too
+  #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = lr_row0 + 8 * i;
+          const int col = lr_col0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          atomicAdd(g_dQ + row * p.dQ_ld + col, v2[j][e]);
+        }
+      }
+      }
+      __syncthreads();  // every warp is done with this slot and the staged tiles
     } else {
-    const int next = block + kStages - 1;  // refills the slot the previous block used
-    if (next < end_block) load_block(smem, p, batch, head, next, (next - first_block) % kStages, loop_len, loop_start);
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();  // this block (and the loop-invariant tiles) have landed
-    __syncthreads();
-    const int slot = (block - first_block) % kStages;
-    const int kv0 = block * kBlock;
-    const bool interior = block >= inside_begin && block < inside_end;  // the mask holds
-    const float* s_lse = smem.vec_lse[slot];  // lse[kv0 .. kv0 + kBlock), zero past the end
-    const float* s_D = smem.vec_D[slot];  // D[kv0 .. kv0 + kBlock), zero past the end
+      const int next = block + kStages - 1;  // refills the slot the previous block used
+      if (next < end_block) load_block(smem, p, batch, head, next, (next - first_block) % kStages, loop_len, loop_start);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();  // this block (and the loop-invariant tiles) have landed
+      __syncthreads();
+      const int slot = (block - first_block) % kStages;
+      const int kv0 = block * kBlock;
+      const bool interior = block >= inside_begin && block < inside_end;  // the mask holds
+      const float* s_lse = smem.vec_lse[slot];  // lse[kv0 .. kv0 + kBlock), zero past the end
+      const float* s_D = smem.vec_D[slot];  // D[kv0 .. kv0 + kBlock), zero past the end
 
-    // st: the warp's [16, kBlock] from k_res (rows) and q_ring (this block)
-    float acc_g0[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_g0[j][e] = 0.0f;
-    }
-#pragma unroll 1  // the compact body: one k16 step at a time
-    for (int ks = 0; ks < 8; ++ks) {
-      unsigned a[4];
-      ldsm_a<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(a, smem.k_res[0], warp * 16, ks * 16);
-#pragma unroll
-      for (int np = 0; np < 8 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_nk<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g0[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g0[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // st's epilogue
-    float v3[kBlockN8][4];
-    float v5[kBlockN8][4];
-    float v6[kBlockN8][4];
-    float v9[kBlockN8][4];
-    float v12[kBlockN8][4];
-    float v14[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
-        v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
-        v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-        v9[j][e] = p.scale * acc_g0[j][e];
-        v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
-        v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
-      }
-    }
-    // handed on as an A operand: zero past the loop's end, rounded in registers
-    unsigned hand_v14[kBlockN8][2];
-    {
-      float handed[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        handed[j][e] = col < loop_len ? v14[j][e] : 0.0f;
-      }
-    }
-#pragma unroll
-      for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) hand_v14[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
-      }
-    }
-
-    // dv += (the value handed on) @ do_ring: A from registers
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const unsigned a[4] = {hand_v14[2 * ks][0], hand_v14[2 * ks][1],
-                             hand_v14[2 * ks + 1][0], hand_v14[2 * ks + 1][1]};
-#pragma unroll
-      for (int np = 0; np < 16 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_kn<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g1[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g1[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // dpt: the warp's [16, kBlock] from v_res (rows) and do_ring (this block)
-    float acc_g2[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_g2[j][e] = 0.0f;
-    }
-#pragma unroll 1  // the compact body: one k16 step at a time
-    for (int ks = 0; ks < 8; ++ks) {
-      unsigned a[4];
-      ldsm_a<k_v_res_chunks, k_v_res_mask, k_v_res_shift>(a, smem.v_res[0], warp * 16, ks * 16);
-#pragma unroll
-      for (int np = 0; np < 8 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_nk<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g2[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g2[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // dpt's epilogue
-    float v17[kBlockN8][4];
-    float v18[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v17[j][e] = acc_g2[j][e] - s_D[col - kv0];
-        v18[j][e] = v14[j][e] * v17[j][e];
-      }
-    }
-    // handed on as an A operand: zero past the loop's end, rounded in registers
-    unsigned hand_v18[kBlockN8][2];
-    {
-      float handed[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        handed[j][e] = col < loop_len ? v18[j][e] : 0.0f;
-      }
-    }
-#pragma unroll
-      for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) hand_v18[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
-      }
-    }
-    // staged in t0_smem for a loop-row gemm (read transposed), from the fragments handed on:
-    // rows past the kernel's rows zero
-    {
-      char* tile = reinterpret_cast<char*>(smem.t0_smem[0]);
-#pragma unroll
-      for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = warp * 16 + lane / 4 + 8 * h;
-          const int c = quad_col + j * 8;
-          *reinterpret_cast<unsigned*>(tile + swizzled<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(r, c / 8) + (c % 8) * 2) =
-              row0 + r < rows ? hand_v18[j][h] : 0u;
-        }
-      }
-    }
-    __syncthreads();  // every warp's rows are staged before any warp reads them transposed
-
-    // dk += (the value handed on) @ q_ring: A from registers
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const unsigned a[4] = {hand_v18[2 * ks][0], hand_v18[2 * ks][1],
-                             hand_v18[2 * ks + 1][0], hand_v18[2 * ks + 1][1]};
-#pragma unroll
-      for (int np = 0; np < 16 / 2; ++np) {
-        unsigned b[4];
-        ldsm_b_kn<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
-        mma_16816(acc_g3[2 * np], a, b[0], b[1]);
-        mma_16816(acc_g3[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-
-    // dq = (the staged t0_smem)^T @ k_res: [kBlock, 128] at the loop's rows; this
-    // warp's m16 tile of the block and 64 of its columns
-    {
-      const int lr_tile = warp % (kBlock / 16);
-      const int lr_col0 = (warp / (kBlock / 16)) * 64;
-      const int lr_row0 = kv0 + lr_tile * 16 + lane / 4;
-      float acc_g4[8][4];
-#pragma unroll
+      // st: the warp's [16, kBlock] from k_res (rows) and q_ring (this block)
+      float acc_g0[8][4];
+  #pragma unroll
       for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_g4[j][e] = 0.0f;
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) acc_g0[j][e] = 0.0f;
       }
-#pragma unroll
+  #pragma unroll 1  // the compact body: one k16 step at a time
       for (int ks = 0; ks < 8; ++ks) {
         unsigned a[4];
-        ldsm_a_km<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(a, smem.t0_smem[0], lr_tile * 16, ks * 16);
-#pragma unroll
+        ldsm_a<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(a, smem.k_res[0], warp * 16, ks * 16);
+  #pragma unroll
         for (int np = 0; np < 8 / 2; ++np) {
           unsigned b[4];
-          ldsm_b_kn<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(b, smem.k_res[0], lr_col0 + np * 16, ks * 16);
-          mma_16816(acc_g4[2 * np], a, b[0], b[1]);
-          mma_16816(acc_g4[2 * np + 1], a, b[2], b[3]);
+          ldsm_b_nk<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g0[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g0[2 * np + 1], a, b[2], b[3]);
         }
       }
 
-      // dq's epilogue: row is the loop's position, col 0..128
-    float v2[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = lr_row0 + 8 * i;
-        const int col = lr_col0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v2[j][e] = p.scale * acc_g4[j][e];
+      // st's epilogue
+      float v3[kBlockN8][4];
+      float v5[kBlockN8][4];
+      float v6[kBlockN8][4];
+      float v9[kBlockN8][4];
+      float v12[kBlockN8][4];
+      float v14[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
+          v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
+          v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
+          v9[j][e] = p.scale * acc_g0[j][e];
+          v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+          v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
+        }
       }
-    }
-      // added into 'dQ' (rows past the loop's end do not exist); other CTAs add too
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = lr_row0 + 8 * i;
-        const int col = lr_col0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        if (row < loop_len) atomicAdd(g_dQ + row * p.dQ_ld + col, v2[j][e]);
+      // handed on as an A operand: zero past the loop's end, rounded in registers
+      unsigned hand_v14[kBlockN8][2];
+      {
+        float handed[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          handed[j][e] = col < loop_len ? v14[j][e] : 0.0f;
+        }
       }
-    }
-    }
-    __syncthreads();  // every warp is done with this slot and the staged tiles
+  #pragma unroll
+        for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) hand_v14[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+        }
+      }
+
+      // dv += (the value handed on) @ do_ring: A from registers
+  #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const unsigned a[4] = {hand_v14[2 * ks][0], hand_v14[2 * ks][1],
+                               hand_v14[2 * ks + 1][0], hand_v14[2 * ks + 1][1]};
+  #pragma unroll
+        for (int np = 0; np < 16 / 2; ++np) {
+          unsigned b[4];
+          ldsm_b_kn<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g1[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g1[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+      // dpt: the warp's [16, kBlock] from v_res (rows) and do_ring (this block)
+      float acc_g2[8][4];
+  #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) acc_g2[j][e] = 0.0f;
+      }
+  #pragma unroll 1  // the compact body: one k16 step at a time
+      for (int ks = 0; ks < 8; ++ks) {
+        unsigned a[4];
+        ldsm_a<k_v_res_chunks, k_v_res_mask, k_v_res_shift>(a, smem.v_res[0], warp * 16, ks * 16);
+  #pragma unroll
+        for (int np = 0; np < 8 / 2; ++np) {
+          unsigned b[4];
+          ldsm_b_nk<k_do_ring_chunks, k_do_ring_mask, k_do_ring_shift>(b, smem.do_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g2[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g2[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+      // dpt's epilogue
+      float v17[kBlockN8][4];
+      float v18[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          v17[j][e] = acc_g2[j][e] - s_D[col - kv0];
+          v18[j][e] = v14[j][e] * v17[j][e];
+        }
+      }
+      // handed on as an A operand: zero past the loop's end, rounded in registers
+      unsigned hand_v18[kBlockN8][2];
+      {
+        float handed[kBlockN8][4];
+  #pragma unroll
+      for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = row_base + 8 * i;
+          const int col = kv0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          handed[j][e] = col < loop_len ? v18[j][e] : 0.0f;
+        }
+      }
+  #pragma unroll
+        for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) hand_v18[j][h] = pack2(Element(), handed[j][2 * h], handed[j][2 * h + 1]);
+        }
+      }
+      // staged in t0_smem for a loop-row gemm (read transposed), from the fragments handed on:
+      // rows past the kernel's rows zero
+      {
+        char* tile = reinterpret_cast<char*>(smem.t0_smem[0]);
+  #pragma unroll
+        for (int j = 0; j < kBlockN8; ++j) {
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = warp * 16 + lane / 4 + 8 * h;
+            const int c = quad_col + j * 8;
+            *reinterpret_cast<unsigned*>(tile + swizzled<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(r, c / 8) + (c % 8) * 2) =
+                row0 + r < rows ? hand_v18[j][h] : 0u;
+          }
+        }
+      }
+      __syncthreads();  // every warp's rows are staged before any warp reads them transposed
+
+      // dk += (the value handed on) @ q_ring: A from registers
+  #pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const unsigned a[4] = {hand_v18[2 * ks][0], hand_v18[2 * ks][1],
+                               hand_v18[2 * ks + 1][0], hand_v18[2 * ks + 1][1]};
+  #pragma unroll
+        for (int np = 0; np < 16 / 2; ++np) {
+          unsigned b[4];
+          ldsm_b_kn<k_q_ring_chunks, k_q_ring_mask, k_q_ring_shift>(b, smem.q_ring[slot], np * 16, ks * 16);
+          mma_16816(acc_g3[2 * np], a, b[0], b[1]);
+          mma_16816(acc_g3[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+      // dq = (the staged t0_smem)^T @ k_res: [kBlock, 128] at the loop's rows; this
+      // warp's m16 tile of the block and 64 of its columns
+      {
+        const int lr_tile = warp % (kBlock / 16);
+        const int lr_col0 = (warp / (kBlock / 16)) * 64;
+        const int lr_row0 = kv0 + lr_tile * 16 + lane / 4;
+        float acc_g4[8][4];
+  #pragma unroll
+        for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) acc_g4[j][e] = 0.0f;
+        }
+  #pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+          unsigned a[4];
+          ldsm_a_km<k_t0_smem_chunks, k_t0_smem_mask, k_t0_smem_shift>(a, smem.t0_smem[0], lr_tile * 16, ks * 16);
+  #pragma unroll
+          for (int np = 0; np < 8 / 2; ++np) {
+            unsigned b[4];
+            ldsm_b_kn<k_k_res_chunks, k_k_res_mask, k_k_res_shift>(b, smem.k_res[0], lr_col0 + np * 16, ks * 16);
+            mma_16816(acc_g4[2 * np], a, b[0], b[1]);
+            mma_16816(acc_g4[2 * np + 1], a, b[2], b[3]);
+          }
+        }
+
+        // dq's epilogue: row is the loop's position, col 0..128
+      float v2[8][4];
+  #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = lr_row0 + 8 * i;
+          const int col = lr_col0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          v2[j][e] = p.scale * acc_g4[j][e];
+        }
+      }
+        // added into 'dQ' (rows past the loop's end do not exist); other CTAs add too
+  #pragma unroll
+      for (int j = 0; j < 8; ++j) {
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const int row = lr_row0 + 8 * i;
+          const int col = lr_col0 + quad_col + j * 8 + (e & 1);
+          (void)i; (void)row; (void)col;
+          if (row < loop_len) atomicAdd(g_dQ + row * p.dQ_ld + col, v2[j][e]);
+        }
+      }
+      }
+      __syncthreads();  // every warp is done with this slot and the staged tiles
     }
   }
 

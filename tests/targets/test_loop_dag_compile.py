@@ -110,7 +110,7 @@ def test_the_sm80_rulebook_tile_and_its_body(d, compact, mask):
     assert one_at_a_time == (2 * 2 if compact else 0)  # two score gemms, two bodies
     loops = b.source.count("for (int block = ")
     if compact:
-        assert loops == 1 and "// The compact body (about 320 registers a thread" in b.source
+        assert loops == 1 and "// The compact body, about 320 registers a thread" in b.source
         assert b.source.count("if (block >= fast_begin && block < fast_end) {") == (mask != "none")
         assert b.source.count("if (block < blocks - 1) {") == (mask == "none")
     else:
