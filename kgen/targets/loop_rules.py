@@ -458,15 +458,13 @@ DAG_ROWS_PER_WARP = 16
 # With the fast body (no bounds checks, the mask folded) and lse, D staged in shared memory,
 # compiled for sm_80 and for sm_90 (the GPU compiles the sm_80 plan for its own arch), bf16:
 # (64, 128x64) 254-255 and 0 spills; (128, 128x32) 254-255 and 0; (128, 128x64), FlashAttention-
-# 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 255 and 52-56 B of
-# spills without a mask, 336-396 B (200-224 B of stack) under a causal mask: its two [16, 64]
-# score tiles beside two [16, 128] accumulators leave ptxas no room, so the budget keeps it out.
-# The H200's NVRTC (its own sm_90 build of the sm_80 plan) compiled it without a mask to 255
-# registers and 0 spills, and ran it at 212 TFLOP/s against 199 at 128x32 (D 128, S 4096, 16k
-# tokens, 16 heads, one run; its causal build not measured): worth taking once both targets'
-# compilers leave it unspilled, the causal build included.
+# 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 44-56 B of spills
+# without a mask and 336-400 B causal in the skeleton's three loops, 254-255 and 0 (both masks,
+# sm_80 and sm_90a builds, NVRTC 13.5) in its compact body (kgen/targets/dag_mma_rules.py). So
+# sm_80's budget takes it (320); sm_90a's stays (the wgmma skeleton runs there; a written tile
+# of the mma.sync skeleton is checked against it).
 DAG_REGISTER_OVERHEAD = 32
-DAG_REGISTER_BUDGET = {"sm_80": 256, "sm_90a": 248}
+DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 248}
 
 
 def dag_register_budget(tgt: Target) -> int:

@@ -70,7 +70,7 @@ def test_sm90a_with_a_written_tile_the_wgmma_skeleton_does_not_take_runs_mma_syn
 
 
 @pytest.mark.parametrize("arch, d, tile", [
-    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x32")])
+    (ir.Arch.SM80, 64, "128x64"), (ir.Arch.SM80, 128, "128x64")])
 def test_the_rulebook_tile_per_head_dim(arch, d, tile):
     plan = plan_of(variant(d), arch)
     assert plan.config.value.startswith(f"tile {tile} warps 8 stages 2")
@@ -130,9 +130,9 @@ def test_sm90a_wgmma_refusals_keep_mma_sync_and_say_why():
 
 
 def test_a_written_tile_over_the_registers_is_refused_at_the_loop():
-    with pytest.raises(KgenError, match=r"b\.kg:18:3: error: loop 'q': tile 128x64 with 2 "
-                                        r"accumulators of N 128 needs about 320 registers"):
-        plan_of(variant(128, tile="128x64"))
+    with pytest.raises(KgenError, match=r"b\.kg:18:3: error: loop 'q': tile 128x128 with 2 "
+                                        r"accumulators of N 128 needs about 480 registers"):
+        plan_of(variant(128, tile="128x128"))
 
 
 def test_a_head_dim_registers_cannot_hold_is_refused():

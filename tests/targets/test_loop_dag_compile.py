@@ -83,6 +83,51 @@ def test_sm90a_add_options_compile_without_spills(d, mask, dtype, adds):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_the_sm80_plan_built_for_hopper_compiles_without_spills(d, mask, dtype):
+    """The GPU compiles the sm_80 plan for its own arch: on an H100/H200, sm_90a (the
+    mma.sync skeleton there, e.g. bench/attention_bwd.py's `kgen_mma_sync` column)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = built(d, mask, ir.Arch.SM80, dtype)
+    resources = compile_cubin(b.source, b.plan.name, "sm_90a").resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
+        resources
+    assert resources.get("stack_bytes", 0) == 0, resources
+
+
+@pytest.mark.parametrize("d, compact", [(64, False), (128, True)])
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_the_sm80_rulebook_tile_and_its_body(d, compact, mask):
+    """128x64 at both head dims (at 128 FlashAttention-2's tile: 64 queries x 128 keys, 8
+    warps); at 128 the compact body (dag_mma_rules.dag_compact_body): one loop over the blocks,
+    the fast body and the checked one its branches, the score gemms' k16 steps one at a time;
+    at 64 three loops (the checked blocks, the fast ones, the checked ones), unrolled."""
+    b = built(d, mask, ir.Arch.SM80)
+    assert b.plan.config.value.startswith("tile 128x64 warps 8 stages 2")
+    one_at_a_time = b.source.count("#pragma unroll 1  // the compact body")
+    assert one_at_a_time == (2 * 2 if compact else 0)  # two score gemms, two bodies
+    loops = b.source.count("for (int block = ")
+    if compact:
+        assert loops == 1 and "// The compact body, about 320 registers a thread" in b.source
+        assert b.source.count("if (block >= fast_begin && block < fast_end) {") == (mask != "none")
+        assert b.source.count("if (block < blocks - 1) {") == (mask == "none")
+    else:
+        assert loops == (3 if mask != "none" else 1) and "compact body" not in b.source
+        assert ("if (blocks > 0) {" in b.source) == (mask == "none")
+
+
+def test_dag_compact_body_by_the_estimate():
+    from kgen.targets import dag_mma_rules
+
+    assert dag_mma_rules.dag_compact_body(dag_mma_rules.DAG_COMPACT_REGISTERS) == (False, "")
+    compact, why = dag_mma_rules.dag_compact_body(dag_mma_rules.DAG_COMPACT_REGISTERS + 64)
+    assert compact and "320 registers" in why and "dag_mma_rules" in why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
 def test_sm90a_mma_sync_skeleton_compiles_without_spills(d):
     """A written tile 128x32 keeps sm_90a on the mma.sync skeleton."""
     from kgen.runtime.nvrtc import compile_cubin
@@ -195,12 +240,21 @@ def _loops(source: str) -> list[str]:
     return [kernel[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def test_the_fast_body_has_no_checks_and_reads_staged_vectors():
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_fast_body_has_no_checks_and_reads_staged_vectors(d):
     """Causal: the blocks before the fast run and after it take the checked body (the loop's end,
     the mask's predicate unless inside it); the fast run neither. lse and D come from shared
-    memory, staged with Q and dO by cp.async."""
-    source = built(128, "top_left", ir.Arch.SM80).source
-    before, fast, after = _loops(source)
+    memory, staged with Q and dO by cp.async. Head dim 64: three loops; 128: the compact body,
+    one loop, the fast body its first branch and the checked one its second."""
+    source = built(d, "top_left", ir.Arch.SM80).source
+    if d == 64:
+        before, fast, after = _loops(source)
+    else:
+        (loop,) = _loops(source)
+        assert loop.startswith("for (int block = first_block; block < end_block; ++block) {\n"
+                               "    if (block >= fast_begin && block < fast_end) {\n")
+        fast, before = loop.split("\n    } else {\n")
+        after = before
     for checked in (before, after):
         assert "const bool interior = block >= inside_begin && block < inside_end;" in checked
         assert "col < loop_len ? " in checked and "if (row < loop_len) atomicAdd(" in checked

@@ -14,6 +14,7 @@ from ...enums import Axis
 from ...plan import epilogue as dag
 from ...plan import loop_dag as ld
 from ...plan import program as pp
+from .. import dag_mma_rules
 from . import loop as program
 from .epilogue_cpp import TO_FLOAT
 from .render import render
@@ -156,7 +157,8 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
                else None),
-        storage=plan.storage, storage_buffers=_storage_buffers(plan))
+        storage=plan.storage, storage_buffers=_storage_buffers(plan),
+        compact=dag_mma_rules.dag_compact_body(int(plan.registers.value)))
 
 
 @dataclass(frozen=True, slots=True)
