@@ -2,7 +2,9 @@
 the rulebook's configuration; on a Hopper GPU the sm_90a build, the wgmma skeleton, with the
 sm_80 build's mma.sync skeleton beside it as `kgen_mma_sync`) beside torch SDPA's cuDNN, flash
 and memory-efficient backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads,
-head dims 64 and 128, S = T in {1024, 4096}, causal (top-left) and not.
+head dims 64 and 128 (--d 256: the wgmma skeleton's split layout, kgen/targets/dag_wgmma_rules.py
+DAG_WGMMA_SPLIT; the sm_80 build refuses D 256, so no kgen_mma_sync there), S = T in {1024,
+4096} (--s), causal (top-left) and not.
 
 Columns: `kgen_total` the whole backward as kgen runs it: D = rowsum(dO * O) by the row kernel
 examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then the main
@@ -43,6 +45,7 @@ import torch  # noqa: E402
 
 from kgen import ir  # noqa: E402
 from kgen.api import build_verified, load_built  # noqa: E402
+from kgen.errors import KgenError  # noqa: E402
 from kgen.harness.timing import rotation_count, time_kernel  # noqa: E402
 from kgen.parse import parse  # noqa: E402
 from kgen.runtime.device import device_info  # noqa: E402
@@ -145,10 +148,14 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
            "tile": plan.config.value, "skeleton": "wgmma" if plan.wgmma else "mma.sync"}
     calls = [("kgen_total", total), ("kgen_main", main_call)]
     if plan.wgmma is not None:  # beside it, the mma.sync skeleton's main kernel (sm_80 build)
-        mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
-        calls.append(("kgen_mma_sync", lambda _: mma_sync(
-            Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
-    if plan.wgmma is not None:  # dQ added another way (a plan option)
+        try:
+            mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
+            calls.append(("kgen_mma_sync", lambda _: mma_sync(
+                Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+        except KgenError as err:  # (D 256: its accumulators do not fit mma.sync's registers)
+            print(f"# kgen_mma_sync D {d}: {err.message}", file=sys.stderr)
+    if plan.wgmma is not None and plan.wgmma.split is None:  # dQ added another way (an
+        # option; the split layout, D 256, adds by atomics only)
         from kgen.targets.sm90.loop_dag_schedule import add_mode
 
         for mode in OTHER_ADDS:
