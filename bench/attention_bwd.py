@@ -217,7 +217,8 @@ def schedule(name: str) -> dict:
     """A variant's plan options (loop_dag_schedule.with_schedule) from its name: "base" the
     rulebook's; "none" every option off (the skeleton of session 5); else letters a
     (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
-    blocks), f (fast_body), each off when absent, and w0 / w1 (wait_accumulating; the
+    blocks), f (fast_body), e (defer_all: every accumulating gemm after the loop-row gemm, the
+    split layout's, D 256), each off when absent, and w0 / w1 (wait_accumulating; the
     rulebook's when absent); a suffix +MODE adds dQ so (loop_dag_schedule.ADD_MODES: warp,
     tensor, rows, atomics; the rulebook's when absent), e.g. base+rows."""
     name, _, adds = name.partition("+")
@@ -227,7 +228,8 @@ def schedule(name: str) -> dict:
         return {}
     name = "" if name == "none" else name
     options = dict(issue_ahead="a" in name, stage_vectors="v" in name,
-                   defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name)
+                   defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name,
+                   defer_all="e" in name)
     if "w" in name:
         options["wait_accumulating"] = name[name.index("w") + 1] == "1"
     return options

@@ -212,6 +212,9 @@ class DagWgmma:
     # gemm reads it from shared memory (`a_tiles`: accumulating gemm index -> its tile); None:
     # the plain layout (a warpgroup owns 64 of the rows). `split` says which and why
     split: Choice | None = None
+    # (split) every accumulating gemm issued after the loop-row gemm's barrier, with
+    # defer_accumulating (their A staged: one consumer barrier a block); else dK's alone
+    defer_all: bool = False
     handed: tuple[WgmmaTile, ...] = ()
     a_tiles: tuple[tuple[int, str], ...] = ()
 

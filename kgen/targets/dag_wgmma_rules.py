@@ -112,17 +112,21 @@ DAG_WGMMA_LPT_WHY = (
     "(measured 1.06x at D 128 causal)")
 
 
-def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool) -> str:
+def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool,
+                          split: bool = False, defer_all: bool = False) -> str:
     parts = [f"N {n}: " + (
         "with an accumulating gemm in flight beside the next gemm (its A and accumulator "
         "held the while) the consumers spill (NVRTC 13; DAG_WGMMA_OVERLAP_N)" if wait else
         "the registers allow an accumulating gemm in flight until the next wait "
         "(DAG_WGMMA_OVERLAP_N): its result is read only after the loop")]
-    parts.append(DAG_WGMMA_ISSUE_AHEAD_WHY if ahead else
+    parts.append(DAG_WGMMA_SPLIT_ISSUE_AHEAD_WHY if ahead and split else
+                 DAG_WGMMA_ISSUE_AHEAD_WHY if ahead else
+                 "each score gemm issued at its statement (the split layout: measured no "
+                 "faster issued together; DAG_WGMMA_SPLIT_ISSUE_AHEAD)" if split else
                  "each score gemm issued at its statement (DAG_WGMMA_AHEAD_N: at this N two "
                  "score tiles in flight spill)")
     if defer:
-        parts.append(DAG_WGMMA_DEFER_WHY)
+        parts.append(DAG_WGMMA_SPLIT_DEFER_WHY if defer_all else DAG_WGMMA_DEFER_WHY)
     return "; ".join(parts) + "; one warpgroup's statements run while the other's gemms do"
 # Deterministic mode's order (plan.deterministic; DagWgmma.descending; plan option
 # with_schedule(descending=...)). The semaphores make each block's adds wait for the tile of
@@ -265,6 +269,25 @@ DAG_WGMMA_SPLIT_REDUCE_WHY = (
     "a row reduction with the accumulators split (N > 128 on sm_90a: dag_wgmma_rules."
     "DAG_WGMMA_SPLIT): each consumer warpgroup holds half of a row's columns and the skeleton "
     "does not combine the halves (not built yet)")
+# The split layout's schedule. Its score tiles are [64, block / 2] (16 registers each at a block
+# of 64): dP^T's wgmma may be issued with S^T's (as at N 64), measured on an H200 (S 4096,
+# bench/attention_bwd.py --variants, the adds of dK deferred alone) 301 against 298, causal 287
+# against 293: noise, so the rulebook issues each at its statement (and a score tile stored per
+# element, the bias gradient, beside both in flight spills: NVRTC 13.5 44 B). Every value
+# handed on is staged, so every accumulating gemm (dV's too) may be issued after the loop-row
+# gemm's barrier (the plan option defer_all: one consumer barrier a block instead of two, dV
+# and dK in flight while dQ is added): compiled with 0 spills (every mask, GQA, deterministic,
+# the mods), not run on a GPU yet (the session's device time ran out), so the rulebook keeps
+# dK's deferral alone, as measured above.
+DAG_WGMMA_SPLIT_ISSUE_AHEAD = False
+DAG_WGMMA_SPLIT_DEFER_ALL = False
+DAG_WGMMA_SPLIT_ISSUE_AHEAD_WHY = (
+    "the split layout's score tiles are [64, block / 2]: both in flight cost 32 registers; "
+    "dP^T's wgmma runs while S^T's epilogue (P) is computed")
+DAG_WGMMA_SPLIT_DEFER_WHY = (
+    "the split layout stages every value handed on: dV's and dK's wgmmas are issued after "
+    "dQ's, behind the loop-row gemm's barrier (one consumer barrier a block, not one per "
+    "accumulating gemm), and run while dQ's tile is added")
 DAG_WGMMA_SPLIT_OVERHEAD = 32  # addresses, indices, predicates, the handed words beside them
 
 

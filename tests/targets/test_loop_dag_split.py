@@ -40,6 +40,50 @@ def test_d256_takes_the_split_layout():
             (256, 256), (256, 256), 1, 2, 256, 2, (256,), 2, 1))
     assert tiles == 229376 and plan.smem_bytes == total <= 232448
     assert "each warpgroup half of N" in plan.registers.why
+    # its schedule (measured): each score gemm at its statement, dK's wgmma after dQ's, dV's
+    # after a consumer barrier of its own (two a block)
+    assert not w.issue_ahead and w.defer_accumulating and not w.defer_all
+    from kgen.targets.sm90.loop_dag import _waits
+
+    waits = _waits(plan)
+    assert waits["issue_with"] == {4: [plan.gemm("dk")]} and waits["deferred"] == {3}
+    assert _fast_body(built(256, "top_left", ir.Arch.SM90A).source).count(
+        "consumer_barrier();") == 2
+
+
+def _fast_body(source: str) -> str:
+    start = source.index("if (block >= fast_begin")
+    return source[start:source.index("} else {", start)]
+
+
+def _emitted(plan):
+    import dataclasses
+
+    from kgen.targets.sm90.loop_dag import emit
+
+    b = built(256, "none", ir.Arch.SM90A)
+    return dataclasses.replace(b, plan=plan, source=emit(plan, source_name="attention_bwd.kg",
+                                                         source_hash="0", command="test"))
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_the_defer_all_option_takes_one_barrier_a_block_and_compiles(mask):
+    """The plan option defer_all (not GPU-run yet): dV's and dK's wgmmas issued after dQ's,
+    behind the loop-row gemm's barrier, dP^T with S^T."""
+    from kgen.targets.sm90.loop_dag import _waits
+    from kgen.targets.sm90.loop_dag_schedule import with_schedule
+
+    plan = with_schedule(built(256, mask, ir.Arch.SM90A).plan, defer_all=True, issue_ahead=True)
+    assert plan.wgmma.defer_all and "every accumulating gemm issued after" in \
+        plan.wgmma.overlap.value
+    waits = _waits(plan)
+    assert waits["issue_with"] == {0: [plan.gemm("dpt")], 4: [plan.gemm("dv"), plan.gemm("dk")]}
+    assert waits["deferred"] == {1, 3} and waits["depth"][4] == 2
+    b = _emitted(plan)
+    assert _fast_body(b.source).count("consumer_barrier();") == 1
+    _compiles(b)
+    with pytest.raises(ValueError, match="defer_all is the split layout's"):
+        with_schedule(built(128, mask, ir.Arch.SM90A).plan, defer_all=True)
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -157,4 +201,5 @@ def test_kgen_attention_s_d256_backwards_compile_without_spills(options):
             dag_wgmma_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY)
         assert w.store_param is None
         assert w.tile_store.why == dag_wgmma_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY
+        assert not w.issue_ahead  # (its stores from registers beside two score tiles spill)
     _compiles(b)

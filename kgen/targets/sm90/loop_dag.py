@@ -127,7 +127,17 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
     issue_with = ({scores[0].index: scores[1:]} if w.issue_ahead and len(scores) > 1 else {})
     early = {g.index for later in issue_with.values() for g in later}
     deferred: set[int] = set()
-    if w.defer_accumulating:  # an accumulating gemm right before a loop-row gemm: after it
+    if w.defer_accumulating and w.defer_all:  # every accumulating gemm before a
+        # loop-row gemm after it (split: their A staged, the loop-row gemm's barrier orders it)
+        waiting: list[ld.DagGemm] = []
+        for g in steps:
+            if g.kind is ld.GemmKind.ACCUMULATING:
+                waiting.append(g)
+            elif g.kind is ld.GemmKind.LOOP_ROW and waiting:
+                issue_with[g.index] = waiting
+                deferred.update(a.index for a in waiting)
+                waiting = []
+    elif w.defer_accumulating:  # an accumulating gemm right before a loop-row gemm: after it
         for g, after in zip(steps, steps[1:]):
             if g.kind is ld.GemmKind.ACCUMULATING and after.kind is ld.GemmKind.LOOP_ROW:
                 issue_with[after.index] = [g]

@@ -95,9 +95,13 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
         maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
-    ahead = (schedule_rules.DAG_WGMMA_ISSUE_AHEAD
+    stores_tile = body is not None and any(isinstance(s, pp.StoreTile)
+                                           for s in body.statements)
+    ahead = (schedule_rules.DAG_WGMMA_SPLIT_ISSUE_AHEAD and not stores_tile if split else
+             schedule_rules.DAG_WGMMA_ISSUE_AHEAD
              and shape.n_acc <= schedule_rules.DAG_WGMMA_AHEAD_N)
     defer = schedule_rules.DAG_WGMMA_DEFER_ACCUMULATING
+    defer_all = split and schedule_rules.DAG_WGMMA_SPLIT_DEFER_ALL
     names = lambda ts: " and ".join(t.param for t in ts)  # noqa: E731
     producer_registers, consumer_registers = (
         schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
@@ -126,9 +130,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             "one; a slot is released after the block's last gemm; boxes past the loop's end "
             "(and past the rows) arrive as zeros; a staged slot is rewritten two blocks later, "
             "after every warpgroup passed the block between (one consumer barrier a block)"),
-        overlap=pp.Choice(_overlap_value(ahead, wait, defer),
-                          schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer)),
+        overlap=pp.Choice(_overlap_value(ahead, wait, defer, defer_all),
+                          schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer,
+                                                               split, defer_all)),
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
+        defer_all=defer_all,
         **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered
                and not packed, _NOT_LPT_WHY if gqa or ordered else
                _NOT_LPT_PACKED_WHY if packed else None),
@@ -428,7 +434,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   defer_accumulating: bool | None = None,
                   lpt: bool | None = None, fast_body: bool | None = None,
                   adds: str | None = None,
-                  descending: bool | None = None) -> ld.LoopDagPlan:
+                  descending: bool | None = None,
+                  defer_all: bool | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
     accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
@@ -436,8 +443,9 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     body without bounds checks for the blocks inside the mask, `stage_vectors` the
     vectors read at `col` staged by the producer (else loaded by the consumers), `adds` the
     loop-row tile's adds done so (with_adds), `descending` deterministic mode's tiles of rows
-    adding a block in decreasing order (else increasing; deterministic plans only): plan
-    options for the bench and the tests."""
+    adding a block in decreasing order (else increasing; deterministic plans only),
+    `defer_all` (the split layout's; False elsewhere is ignored) every accumulating gemm issued
+    after the loop-row gemm: plan options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if plan.gqa and (lpt or fast_body or stage_vectors) or (plan.deterministic
@@ -445,14 +453,19 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
         raise ValueError("with_schedule: the longest-first order, the fast body and the staged "
                          "vectors are not built with GQA, nor the longest first with "
                          "deterministic adds or packed sequences")
+    if defer_all and w.split is None:
+        raise ValueError("with_schedule: defer_all is the split layout's (its accumulating "
+                         "gemms' A staged)")
     changes = {k: v for k, v in (("issue_ahead", issue_ahead),
                                  ("wait_accumulating", wait_accumulating),
-                                 ("defer_accumulating", defer_accumulating)) if v is not None}
+                                 ("defer_accumulating", defer_accumulating),
+                                 ("defer_all", defer_all if w.split is not None else None))
+               if v is not None}
     why = "the plan option with_schedule (the bench's and the tests' variant)"
     if any(getattr(w, k) != v for k, v in changes.items()):
         w = dataclasses.replace(w, **changes)
         w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
-            w.issue_ahead, w.wait_accumulating, w.defer_accumulating), why))
+            w.issue_ahead, w.wait_accumulating, w.defer_accumulating, w.defer_all), why))
     if lpt is not None:  # (the longest first only where the tiles of rows differ)
         w = dataclasses.replace(w, **_lpt(lpt and plan.bounds.skips))
     if fast_body is not None:
@@ -477,11 +490,15 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     return plan if adds is None else with_adds(plan, adds)
 
 
-def _overlap_value(ahead: bool, wait: bool, defer: bool) -> str:
+def _overlap_value(ahead: bool, wait: bool, defer: bool, defer_all: bool = False) -> str:
     first = ("the score gemms issued together (the later ones in flight during the first's "
              "epilogue)" if ahead else "each score gemm issued at its statement")
     acc = ("an accumulating gemm waited for at once" if wait else
            "an accumulating gemm in flight until a later wait")
-    last = ("; the accumulating gemm before the loop-row gemm issued after it (in flight "
-            "while the loop-row tile is added)" if defer else "")
+    last = ("" if not defer else
+            "; every accumulating gemm issued after the loop-row gemm (their A staged: one "
+            "consumer barrier a block; in flight while the loop-row tile is added)" if defer_all
+            else
+            "; the accumulating gemm before the loop-row gemm issued after it (in flight "
+            "while the loop-row tile is added)")
     return f"{first}; {acc}{last}"
