@@ -111,7 +111,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         consumer_registers=consumer_registers, resident=tuple(tiles[0]),
         streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=0, smem_bytes=0,
         maps=maps,
-        roles=_roles(consumers, producer_registers, consumer_registers),
+        roles=_roles(consumers, producer_registers, consumer_registers, split),
         mma=_split_mma(config, shape.n_acc) if split else pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
             "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
@@ -390,9 +390,10 @@ def _the_add(plan: ld.LoopDagPlan) -> tuple[int, str | None]:
     return (adds[0][0].n_warp, adds[0][1].param) if len(adds) == 1 else (0, None)
 
 
-def _roles(consumers: int, producer: int, consumer: int) -> pp.Choice:
+def _roles(consumers: int, producer: int, consumer: int, split: bool = False) -> pp.Choice:
     return pp.Choice(
-        f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
+        f"1 producer warpgroup + {consumers} consumer warpgroups "
+        + ("sharing the 64 rows (split)" if split else "of 64 rows"),
         "warp specialization: one thread of the producer issues every copy-engine load "
         f"(setmaxnreg {producer}) while the consumers (setmaxnreg {consumer}) multiply and "
         "run the statements")
@@ -483,7 +484,7 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                 (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
         w = dataclasses.replace(
             w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
-            consumer_registers=regs[1], roles=_roles(w.consumers, *regs))
+            consumer_registers=regs[1], roles=_roles(w.consumers, *regs, w.split is not None))
         w = _place_adds(w, add_mode(w), w.adds.why, plan.block, *_the_add(plan))
     plan = dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
                                vectors=w.vectors if w.vector_offset is not None else ())
