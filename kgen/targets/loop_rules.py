@@ -603,8 +603,7 @@ def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
 # =============================================================================================
 
 DAG_WGMMA_CONFIG = LoopConfig(128, 64, 2, 16)
-DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot while the other warpgroup may still read
-# the previous block's (one consumer barrier a block then orders them)
+DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot, the previous block's is read (a barrier)
 DAG_WGMMA_N = (64, 128)  # the accumulators' and the loop-row gemms' N (head dims)
 DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above
 # Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why).
