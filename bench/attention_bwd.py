@@ -2,7 +2,9 @@
 the rulebook's configuration; on a Hopper GPU the sm_90a build, the wgmma skeleton, with the
 sm_80 build's mma.sync skeleton beside it as `kgen_mma_sync`) beside torch SDPA's cuDNN, flash
 and memory-efficient backends' backward. bf16, 16k tokens in all (batch = 16384 / S), 16 heads,
-head dims 64 and 128, S = T in {1024, 4096}, causal (top-left) and not.
+head dims 64 and 128 (--d 256: the wgmma skeleton's split layout, kgen/targets/dag_wgmma_rules.py
+DAG_WGMMA_SPLIT; the sm_80 build refuses D 256, so no kgen_mma_sync there), S = T in {1024,
+4096} (--s), causal (top-left) and not.
 
 Columns: `kgen_total` the whole backward called kernel by kernel: D = rowsum(dO * O) by the
 row kernel examples/attention_bwd_dot.kg, the main kernel's call (its zeroing kernel of dQ, then
@@ -47,6 +49,7 @@ import torch  # noqa: E402
 
 from kgen import ir  # noqa: E402
 from kgen.api import build_verified, load_built  # noqa: E402
+from kgen.errors import KgenError  # noqa: E402
 from kgen.harness.timing import rotation_count, time_kernel  # noqa: E402
 from kgen.parse import parse  # noqa: E402
 from kgen.runtime.device import device_info  # noqa: E402
@@ -158,10 +161,14 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
              ("kgen_seq_graph", _replay(sequence_call)), ("kgen_main", main_call),
              ("kgen_main_graph", _replay(main_call))]
     if plan.wgmma is not None:  # beside it, the mma.sync skeleton's main kernel (sm_80 build)
-        mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
-        calls.append(("kgen_mma_sync", lambda _: mma_sync(
-            Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
-    if plan.wgmma is not None:  # dQ added another way (a plan option)
+        try:
+            mma_sync = kernels(d, causal, ir.Arch.SM80)[0]
+            calls.append(("kgen_mma_sync", lambda _: mma_sync(
+                Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+        except KgenError as err:  # (D 256: its accumulators do not fit mma.sync's registers)
+            print(f"# kgen_mma_sync D {d}: {err.message}", file=sys.stderr)
+    if plan.wgmma is not None and plan.wgmma.split is None:  # dQ added another way (an
+        # option; the split layout, D 256, adds by atomics only)
         from kgen.targets.sm90.loop_dag_schedule import add_mode
 
         for mode in OTHER_ADDS:
@@ -247,7 +254,8 @@ def schedule(name: str) -> dict:
     """A variant's plan options (loop_dag_schedule.with_schedule) from its name: "base" the
     rulebook's; "none" every option off (the skeleton of session 5); else letters a
     (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
-    blocks), f (fast_body), each off when absent, and w0 / w1 (wait_accumulating; the
+    blocks), f (fast_body), e (defer_all: every accumulating gemm after the loop-row gemm, the
+    split layout's, D 256), each off when absent, and w0 / w1 (wait_accumulating; the
     rulebook's when absent); a suffix +MODE adds dQ so (loop_dag_schedule.ADD_MODES: warp,
     tensor, rows, atomics; the rulebook's when absent), e.g. base+rows."""
     name, _, adds = name.partition("+")
@@ -257,7 +265,8 @@ def schedule(name: str) -> dict:
         return {}
     name = "" if name == "none" else name
     options = dict(issue_ahead="a" in name, stage_vectors="v" in name,
-                   defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name)
+                   defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name,
+                   defer_all="e" in name)
     if "w" in name:
         options["wait_accumulating"] = name[name.index("w") + 1] == "1"
     return options

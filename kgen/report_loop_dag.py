@@ -77,6 +77,8 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
              **{t.name: f"{t.param}, streamed ({t.slots} slots)" for t in plan.streamed},
              **{t.name: f"tile value {t.param}, staged for a loop-row gemm" for t in plan.staged}}
     bias = plan.wgmma.bias if plan.wgmma is not None else None
+    for t in plan.wgmma.handed if plan.wgmma is not None else ():  # the split layout's
+        roles[t.name] = "a tile value handed on, staged for an accumulating gemm (split)"
     if bias is not None:  # the tensor read at (row, col), staged per block
         roles[bias.name] = f"{bias.param}, read at (row, col), streamed ({bias.slots} slot(s))"
     return {
@@ -151,6 +153,7 @@ def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
     return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
             "overlap": choice(w.overlap), "adds": choice(w.adds), "staging": choice(w.staging),
             "tile_store": choice(w.tile_store), "consumers": w.consumers,
+            "split": choice(w.split) if w.split is not None else None,
             "registers": {"producer": w.producer_registers, "consumer": w.consumer_registers},
             "barrier_offset": w.barrier_offset,
             "tensor_maps": [{"param": m.param, "box": [m.box_rows, 128 // m.dtype.nbytes],
@@ -175,8 +178,9 @@ def print_summary(console, s: dict) -> None:
     for what in ("config", "mma", "registers", "min_ctas"):
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("wgmma"):
-        for what in ("roles", "pipeline", "overlap", "adds", "staging", "tile_store"):
-            if what in ("staging", "tile_store") and s["wgmma"][what]["value"] == "none":
+        for what in ("split", "roles", "pipeline", "overlap", "adds", "staging", "tile_store"):
+            if what in ("staging", "tile_store") and s["wgmma"][what]["value"] == "none" or (
+                    s["wgmma"].get(what) is None):
                 continue
             console.print(f"{what}: {s['wgmma'][what]['value']} ({s['wgmma'][what]['why']})")
     for what in ("tanh", "division"):

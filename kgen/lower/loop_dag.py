@@ -22,7 +22,7 @@ from ..plan import epilogue as dag
 from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
-from ..targets import dag_wgmma_rules, loop_rules, target
+from ..targets import Instruction, dag_wgmma_rules, loop_rules, target
 from . import loop_bounds, loop_dag_storage
 from . import packed as packed_program
 from .program import _params, _roles, _Section, _store, smem_tile
@@ -103,12 +103,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                                     if k is ld.GemmKind.SCORE])
     staged_count = sum(k is ld.GemmKind.LOOP_ROW for k in kinds)
     scores = [i for i, k in enumerate(kinds) if k is ld.GemmKind.SCORE]
+    # the values handed on to accumulating gemms that no loop-row gemm stages (staged too
+    # where the wgmma skeleton splits the accumulators: dag_wgmma_rules.DAG_WGMMA_SPLIT)
+    handed = {g.a.name for g, k in zip(loop.gemms, kinds) if k is ld.GemmKind.ACCUMULATING} - {
+        g.a.name for g, k in zip(loop.gemms, kinds) if k is ld.GemmKind.LOOP_ROW}
     shape = loop_rules.DagShape(
         resident_cols=tuple(int(kernel.param(n).shape[1]) for n in resident),
         streamed_cols=tuple(int(kernel.param(n).shape[1]) for n in streamed),
         staged=staged_count, accumulators=sum(k is ld.GemmKind.ACCUMULATING for k in kinds),
         n_acc=n_acc, live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n),
-        vectors=len(vectors))
+        vectors=len(vectors), handed=len(handed))
     tgt = target(arch)
     written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
                loop.stages.count if loop.stages else None,
@@ -116,7 +120,13 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     # sm_90a's wgmma skeleton where the rulebook allows it (its one configuration), else
     # mma.sync's first legal configuration
     wgmma_refused = loop_rules.dag_wgmma_refusal(shape, dtype, tgt, written)
-    if wgmma_refused is None:
+    split = dag_wgmma_rules.dag_wgmma_split(shape, loop_rules.DAG_WGMMA_N)
+    wgmma_split = split and wgmma_refused is None
+    if wgmma_split:
+        config = dag_wgmma_rules.dag_wgmma_split_config()
+        why = ("the rulebook's split configuration of the DAG loop's wgmma skeleton "
+               "(kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT_TILE)")
+    elif wgmma_refused is None:
         config = loop_rules.DAG_WGMMA_CONFIG
         why = ("the rulebook's configuration of the DAG loop's wgmma skeleton "
                "(kgen/targets/loop_rules.py, DAG_WGMMA_CONFIG)")
@@ -124,7 +134,9 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         try:
             config, why = loop_rules.dag_default(shape, dtype, tgt, *written)
         except ValueError as err:
-            raise KgenError(loop.loc, f"loop '{loop.name}': {err}") from None
+            wgmma_why = (f"; the wgmma skeleton: {wgmma_refused}"
+                         if tgt.has(Instruction.WGMMA) else "")
+            raise KgenError(loop.loc, f"loop '{loop.name}': {err}{wgmma_why}") from None
     if any(w is not None for w in written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
@@ -154,6 +166,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     offset += 4 * len(vectors) * config.stages * config.block  # the staged vectors' slots
     assert offset == loop_rules.dag_smem_bytes(config, shape, dtype)
 
+    # the columns a warpgroup computes: split, each its share of a score tile's block and of N
+    halves = dag_wgmma_rules.DAG_WGMMA_SPLIT_CONSUMERS if wgmma_split else 1
     body = _DagSection(kernel)
     gemms: list[ld.DagGemm] = []
     handed: set[int] = set()
@@ -163,7 +177,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             a, b = kernel.param(g.a.name), kernel.param(g.b.name)
             gemm = ld.DagGemm(index, g.name, kind, tiles[a.name].name, ld.ALoad.SMEM, None,
                               ring[b.name].name, pp.FragmentLoad.N_MAJOR, k=int(a.shape[1]),
-                              n=config.block, n_warp=config.block)
+                              n=config.block, n_warp=config.block // halves)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
             body.acc = g.name
@@ -185,7 +199,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             b = kernel.param(g.b.name)
             gemm = ld.DagGemm(index, g.name, kind, "", ld.ALoad.REGISTERS, value,
                               ring[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.block,
-                              n=n_acc, n_warp=n_acc)
+                              n=n_acc, n_warp=n_acc // halves)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
         else:
@@ -197,6 +211,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             b = kernel.param(g.b.name)
             n = int(b.shape[1])
             _, n_warp = loop_rules.dag_loop_row_split(config, n)
+            if wgmma_split:
+                n_warp = n // halves
             gemm = ld.DagGemm(index, g.name, kind, tile.name, ld.ALoad.SMEM_TRANSPOSED, None,
                               tiles[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.tile_m, n=n,
                               n_warp=n_warp, epilogue=_loop_row_epilogue(kernel, g, n))
@@ -218,6 +234,11 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it stores "
                             "the accumulators")
 
+    if wgmma_split and any(isinstance(v.kind, pp.RowReduction) for section in (
+            body_section, tail.section(), *(g.epilogue for g in gemms if g.epilogue))
+            for v in section.values):
+        raise KgenError(loop.loc, f"loop '{loop.name}': "
+                        + dag_wgmma_rules.DAG_WGMMA_SPLIT_REDUCE_WHY)
     storage_plan, fenced = None, ()
     if wgmma_refused is not None:  # the mma.sync skeleton: the storage planner's offsets
         storage_plan, fenced = loop_dag_storage.plan(
@@ -238,7 +259,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     if wgmma_refused is None:  # the skeleton writes zeros on the blocks it skips
         from ..targets.sm90.loop_dag_schedule import staged_store
 
-        zeroed_stores = staged_store(body_section, params, dtype, gqa)
+        zeroed_stores = staged_store(body_section, params, dtype, gqa, wgmma_split)
     bounds = _bounds(body_section, gemms, zeroed_stores)
     if gqa:
         _check_gqa(kernel, body_section, tail.section())
@@ -274,10 +295,12 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         zeroed=zeroed, smem_bytes=wgmma.smem_bytes if wgmma else offset, mma=mma,
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
-        registers=(pp.Choice(str(loop_rules.dag_wgmma_registers(shape)), "the rulebook's "
-                             "estimate per consumer thread (setmaxnreg "
+        registers=(pp.Choice(str(dag_wgmma_rules.dag_wgmma_split_registers(shape) if wgmma_split
+                                 else loop_rules.dag_wgmma_registers(shape)),
+                             "the rulebook's estimate per consumer thread (setmaxnreg "
                              f"{loop_rules.CONSUMER_REGISTERS}): {len(accumulators)} "
-                             f"accumulator(s) of N {n_acc} held in registers") if wgmma else
+                             f"accumulator(s) of N {n_acc} held in registers"
+                             + (", each warpgroup half of N" if wgmma_split else "")) if wgmma else
                    pp.Choice(str(regs), f"the rulebook's estimate per thread (at most "
                              f"{loop_rules.dag_register_budget(tgt)}): {len(accumulators)} "
                              f"accumulator(s) of N {n_acc} held in registers")),

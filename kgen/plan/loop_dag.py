@@ -205,6 +205,18 @@ class DagWgmma:
     # (and, in deterministic mode, it waits on the semaphores), else by a thread of each
     # consumer warpgroup
     add_warp: bool = False
+    # the split layout (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; D 256): the consumer
+    # warpgroups share the kernel's rows (tile_m 64) and split the accumulators along N and the
+    # score tiles along the block's columns; every value handed on to an accumulating gemm is
+    # staged ([tile_m, block], two slots: `handed` holds those no loop-row gemm stages) and the
+    # gemm reads it from shared memory (`a_tiles`: accumulating gemm index -> its tile); None:
+    # the plain layout (a warpgroup owns 64 of the rows). `split` says which and why
+    split: Choice | None = None
+    # (split) every accumulating gemm issued after the loop-row gemm's barrier, with
+    # defer_accumulating (their A staged: one consumer barrier a block); else dK's alone
+    defer_all: bool = False
+    handed: tuple[WgmmaTile, ...] = ()
+    a_tiles: tuple[tuple[int, str], ...] = ()
 
     @property
     def tensor_maps(self) -> tuple[LoopTensorMap, ...]:
@@ -217,9 +229,9 @@ class DagWgmma:
 
     @property
     def tiles(self) -> tuple[WgmmaTile, ...]:
-        """The shared tiles in storage order: the resident, streamed and staged ones, then the
-        staged bias's ring, if any."""
-        return self.resident + self.streamed + self.staged + (
+        """The shared tiles in storage order: the resident, streamed and staged ones, the
+        handed values' (split), then the staged bias's ring, if any."""
+        return self.resident + self.streamed + self.staged + self.handed + (
             (self.bias,) if self.bias is not None else ())
 
     @property
@@ -227,6 +239,15 @@ class DagWgmma:
         """The maps the producer loads through (resident, streamed, the bias's), not a stored
         output's."""
         return tuple(m for m in self.maps if m.param != self.store_param)
+
+    def a_tile(self, gemm: int) -> WgmmaTile | None:
+        """The split layout's staged tile an accumulating gemm reads its A from, or None."""
+        return next((self.tile_of(t) for g, t in self.a_tiles if g == gemm), None)
+
+    @property
+    def score_n(self) -> int:
+        """A warpgroup's columns of a score tile (the block's, halved where split)."""
+        return self.streamed[0].rows // (self.consumers if self.split else 1)
 
     def tile_of(self, smem_tile: str) -> WgmmaTile:
         """The wgmma tile standing for the mma.sync plan's tile `smem_tile` (same order)."""

@@ -78,6 +78,10 @@ DAG_WGMMA_ROWS_PACKED_WHY = (
     "packed sequences add dQ a row at a time (a bulk add per staged row, each row inside its "
     "sequence); the tensor reduce-add's map of dQ is not built over packed sequences (its box "
     "would add the rows past a sequence's end into the next one's)")
+# The accumulating gemms run beside the next gemm (waited with it) up to this N; past it they
+# are waited for at once. NVRTC 13, bf16/f16, no mask and causal: N 64 0 spills either way; N
+# 128 28-48 B of spills overlapped, 0 waited at once.
+DAG_WGMMA_OVERLAP_N = 64
 DAG_WGMMA_ISSUE_AHEAD = True
 # up to this N: at N 128 both score tiles in flight beside the two accumulators spill
 # (NVRTC 13.5: 8-52 B) and measured no faster (424 against 422, causal 399 against 404)
@@ -108,17 +112,21 @@ DAG_WGMMA_LPT_WHY = (
     "(measured 1.06x at D 128 causal)")
 
 
-def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool) -> str:
+def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool,
+                          split: bool = False, defer_all: bool = False) -> str:
     parts = [f"N {n}: " + (
         "with an accumulating gemm in flight beside the next gemm (its A and accumulator "
         "held the while) the consumers spill (NVRTC 13; DAG_WGMMA_OVERLAP_N)" if wait else
         "the registers allow an accumulating gemm in flight until the next wait "
         "(DAG_WGMMA_OVERLAP_N): its result is read only after the loop")]
-    parts.append(DAG_WGMMA_ISSUE_AHEAD_WHY if ahead else
+    parts.append(DAG_WGMMA_SPLIT_ISSUE_AHEAD_WHY if ahead and split else
+                 DAG_WGMMA_ISSUE_AHEAD_WHY if ahead else
+                 "each score gemm issued at its statement (the split layout: measured no "
+                 "faster issued together; DAG_WGMMA_SPLIT_ISSUE_AHEAD)" if split else
                  "each score gemm issued at its statement (DAG_WGMMA_AHEAD_N: at this N two "
                  "score tiles in flight spill)")
     if defer:
-        parts.append(DAG_WGMMA_DEFER_WHY)
+        parts.append(DAG_WGMMA_SPLIT_DEFER_WHY if defer_all else DAG_WGMMA_DEFER_WHY)
     return "; ".join(parts) + "; one warpgroup's statements run while the other's gemms do"
 # Deterministic mode's order (plan.deterministic; DagWgmma.descending; plan option
 # with_schedule(descending=...)). The semaphores make each block's adds wait for the tile of
@@ -215,3 +223,137 @@ DAG_WGMMA_STORE_STAGED_WHY = (
     "CTA, after the consumers' barrier) instead of a 2-byte store per element; rows and columns "
     "past the tensor are not written")
 
+
+# The split layout (FlashAttention-3's head dim 256 backward): where the plain layout's
+# accumulators do not fit (128 keys a CTA, each consumer warpgroup carrying dK and dV [64 keys,
+# D] in f32: 2 * 64 * D / 128 registers a thread, 256 at D 256), a CTA owns 64 keys and its two
+# consumer warpgroups split dK and dV along D (each [64 keys, D / 2]: 2 * 64 * 128 / 128 = 128
+# registers at D 256) and S^T, dP^T along the block's queries (each [64 keys, block / 2]: m64n32
+# at a block of 64). P^T and dS^T are staged in shared memory (both warpgroups write their
+# columns, a consumer barrier, then each reads the whole [64 keys, block] tile as the A operand
+# of its dV and dK wgmmas, K-major, SS); dQ = dS K as the plain layout's loop-row gemm (each
+# warpgroup D / 2 columns, A the staged dS^T MN-major). Shared memory at D 256: K, V 2 x 32
+# KiB, Q, dO 2 x 2 x 32 KiB, P^T and dS^T 2 x 2 x 8 KiB = 224 KiB: dQ's f32 staging ([block,
+# D / 2] per warpgroup, 64 KiB) does not fit beside it, so dQ is added by f32 atomics from
+# registers (FlashAttention-2's way). The bias's staged ring and the staged tile store are not
+# built with the split (read and stored per element: a warpgroup's share is the block's
+# columns, not the tile's rows those helpers take).
+# Measured on an H200 (2026-11-29, bench/attention_bwd.py --d 256 --s 1024 4096 16384, bf16,
+# 16k tokens, 16 heads, TFLOP/s of the main kernel with its dQ zeroing / cuDNN's backward /
+# SDPA flash / memory-efficient): S 1024 270 / 305 / 204 / 59, causal 222 / 268 / 156 / 49;
+# S 4096 298 / 383 / 244 / 45, causal 284 / 366 / 223 / 42; S 16384 293 / 354 / 261 / 48,
+# causal 286 / 379 / 255 / 44: 0.81x cuDNN geomean (0.75-0.89), 4.6-6.8x memory-efficient.
+# Schedules at S 4096 (--variants; each matched the rulebook's build within 1e-7): dP^T issued
+# with S^T 301 / causal 287, and the accumulating gemms not waited at once 305 / 289, against
+# the rulebook's 298 / 293: within the noise, so the rulebook keeps the plain layout's rules.
+# Checked: tests/gpu/test_attention_bwd_d256_gpu.py (ragged S and T, every mask, bf16 and f16,
+# GQA, deterministic bits, kgen.attention's mods: 79 passed); compute-sanitizer racecheck 0
+# hazards (bench/attention_bwd.py --once --d 256); NVRTC 13.5 spills 0 B.
+DAG_WGMMA_SPLIT = True
+DAG_WGMMA_SPLIT_TILE = (64, 64, 2)  # keys per CTA, the block (queries), ring slots
+DAG_WGMMA_SPLIT_CONSUMERS = 2
+DAG_WGMMA_SPLIT_WHY = (
+    "the plain layout's accumulators do not fit (two [64, N] f32 per warpgroup); FlashAttention"
+    "-3's split: 64 keys a CTA, the two consumer warpgroups each hold dK and dV [64 keys, N / 2] "
+    "(N / 2 registers a thread each) and compute S^T, dP^T on half the block's queries (m64n"
+    "{half}); P^T and dS^T staged in shared memory, read whole by each warpgroup as the A "
+    "operand of its dV, dK wgmmas (SS); dQ = dS K split along N as the loop-row gemm")
+DAG_WGMMA_SPLIT_ADDS_WHY = (
+    "dQ's f32 staging (the block's rows by N / 2 per warpgroup) does not fit beside the split "
+    "layout's tiles (K, V, Q, dO and the staged P^T, dS^T take {tiles} B of {limit} B): "
+    "f32 atomics from registers")
+DAG_WGMMA_SPLIT_NOT_STAGED_WHY = (
+    "the split layout: a warpgroup's share of a score tile is half the block's columns over "
+    "every row, not 64 of the rows (the staged helpers' share)")
+DAG_WGMMA_SPLIT_REDUCE_WHY = (
+    "a row reduction with the accumulators split (N > 128 on sm_90a: dag_wgmma_rules."
+    "DAG_WGMMA_SPLIT): each consumer warpgroup holds half of a row's columns and the skeleton "
+    "does not combine the halves (not built yet)")
+# The split layout's schedule. Its score tiles are [64, block / 2] (16 registers each at a block
+# of 64): dP^T's wgmma may be issued with S^T's (as at N 64), measured on an H200 (S 4096,
+# bench/attention_bwd.py --variants, the adds of dK deferred alone) 301 against 298, causal 287
+# against 293: noise, so the rulebook issues each at its statement (and a score tile stored per
+# element, the bias gradient, beside both in flight spills: NVRTC 13.5 44 B). Every value
+# handed on is staged, so every accumulating gemm (dV's too) may be issued after the loop-row
+# gemm's barrier (the plan option defer_all: one consumer barrier a block instead of two, dV
+# and dK in flight while dQ is added): compiled with 0 spills (every mask, GQA, deterministic,
+# the mods), not run on a GPU yet (the session's device time ran out), so the rulebook keeps
+# dK's deferral alone, as measured above.
+DAG_WGMMA_SPLIT_ISSUE_AHEAD = False
+DAG_WGMMA_SPLIT_DEFER_ALL = False
+DAG_WGMMA_SPLIT_ISSUE_AHEAD_WHY = (
+    "the split layout's score tiles are [64, block / 2]: both in flight cost 32 registers; "
+    "dP^T's wgmma runs while S^T's epilogue (P) is computed")
+DAG_WGMMA_SPLIT_DEFER_WHY = (
+    "the split layout stages every value handed on: dV's and dK's wgmmas are issued after "
+    "dQ's, behind the loop-row gemm's barrier (one consumer barrier a block, not one per "
+    "accumulating gemm), and run while dQ's tile is added")
+DAG_WGMMA_SPLIT_OVERHEAD = 32  # addresses, indices, predicates, the handed words beside them
+
+
+def dag_wgmma_split_config():
+    """The split layout's configuration (a LoopConfig: keys per CTA, block, stages, 16 rows a
+    warp as the plain layout's)."""
+    from .loop_rules import LoopConfig
+
+    return LoopConfig(*DAG_WGMMA_SPLIT_TILE, 16)
+
+
+def dag_wgmma_split(shape, plain_n: tuple[int, ...]) -> bool:
+    """Whether the rulebook lays the DAG loop out split (the accumulators' N past the plain
+    layout's, `plain_n`)."""
+    return DAG_WGMMA_SPLIT and shape.n_acc > max(plain_n)
+
+
+def dag_wgmma_split_smem_bytes(shape) -> tuple[int, int]:
+    """(the tiles' bytes, the whole with the staged vectors and the mbarriers): 16-bit tiles,
+    the staged values (every loop-row gemm's A and every value handed on to an accumulating
+    gemm only) in two slots of [keys, block]."""
+    keys, block, stages = DAG_WGMMA_SPLIT_TILE
+    staged = shape.staged + shape.handed
+    tiles = 2 * (keys * sum(shape.resident_cols) + stages * block * sum(shape.streamed_cols)
+                 + 2 * staged * keys * block)
+    vectors = 4 * shape.vectors * stages * block if DAG_WGMMA_STAGE_VECTORS else 0
+    barriers = 8 * (1 + 2 * stages * len(shape.streamed_cols))
+    return tiles, tiles + vectors + -(-barriers // 128) * 128
+
+
+def dag_wgmma_split_registers(shape) -> int:
+    """A consumer thread's estimate: its halves of the accumulators, two score tiles of [64,
+    block / 2] (the first's value read in the second's epilogue), the loop-row tile's [16 rows,
+    N / 2] after them (its f32 atomics from registers)."""
+    _, block, _ = DAG_WGMMA_SPLIT_TILE
+    carried = shape.accumulators * shape.n_acc // 2 // DAG_WGMMA_SPLIT_CONSUMERS
+    scores = shape.live_scores * block // 2 // DAG_WGMMA_SPLIT_CONSUMERS
+    loop_row = max(shape.loop_row_n, default=0) // 2 // DAG_WGMMA_SPLIT_CONSUMERS
+    return carried + max(scores, loop_row) + DAG_WGMMA_SPLIT_OVERHEAD
+
+
+def dag_wgmma_split_refusal(shape, smem_limit: int) -> str | None:
+    """Why the split layout does not run this loop within the target's `smem_limit`, or None
+    (loop_rules.dag_wgmma_refusal checked the target, the written lines and the dtype)."""
+    from .loop_rules import CONSUMER_REGISTERS
+
+    registers = (DAG_WGMMA_VECTOR_REGISTERS[1] if DAG_WGMMA_STAGE_VECTORS and shape.vectors
+                 else CONSUMER_REGISTERS)
+    half = shape.n_acc // DAG_WGMMA_SPLIT_CONSUMERS
+    cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n
+    if any(n != shape.n_acc for n in cols):
+        return (f"the split layout: every operand's columns N {shape.n_acc} (the accumulators' "
+                "halves read their B at the same columns)")
+    if half % 64:
+        return (f"N {shape.n_acc} split over {DAG_WGMMA_SPLIT_CONSUMERS} warpgroups: a half of "
+                f"{half} columns starts inside a 64-column box of the 128-byte swizzle and "
+                "crosses into the next, which no MN-major wgmma operand reads (halves of whole "
+                "boxes: N a multiple of 128)")
+    if shape.staged > 1:
+        return "one staged tile value (a loop-row gemm's A) at most"
+    _, need = dag_wgmma_split_smem_bytes(shape)
+    if need > smem_limit:
+        return (f"the split layout needs {need} B of shared memory; the target allows "
+                f"{smem_limit} B")
+    regs = dag_wgmma_split_registers(shape)
+    if regs > registers:
+        return (f"the split layout needs about {regs} registers per consumer thread "
+                f"(setmaxnreg gives {registers})")
+    return None

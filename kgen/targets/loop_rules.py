@@ -14,7 +14,9 @@ from ..enums import DType, Op
 from ..plan import epilogue as dag
 from ..plan.program import Rank
 from . import Instruction, Target
-from .dag_wgmma_rules import DAG_WGMMA_STAGE_VECTORS, DAG_WGMMA_VECTOR_REGISTERS  # its schedule
+from .dag_wgmma_rules import (DAG_WGMMA_OVERLAP_N, DAG_WGMMA_STAGE_VECTORS,  # its schedule
+                              DAG_WGMMA_VECTOR_REGISTERS, dag_wgmma_split, dag_wgmma_split_config,
+                              dag_wgmma_split_refusal)
 
 TILE_M = (64, 128)
 BLOCKS = (32, 64, 128)
@@ -485,6 +487,7 @@ class DagShape:
     live_scores: int
     loop_row_n: tuple[int, ...]
     vectors: int = 0  # f32 vectors staged per block ([stages][block] each)
+    handed: int = 0  # tile values handed to accumulating gemms only (staged where split)
 
 
 def dag_smem_bytes(config: LoopConfig, shape: DagShape, dtype: DType) -> int:
@@ -598,13 +601,8 @@ def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
 # =============================================================================================
 
 DAG_WGMMA_CONFIG = LoopConfig(128, 64, 2, 16)
-DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot while the other warpgroup may still read
-# the previous block's (one consumer barrier a block then orders them)
+DAG_WGMMA_STAGED_SLOTS = 2  # a block writes one slot, the previous block's is read (a barrier)
 DAG_WGMMA_N = (64, 128)  # the accumulators' and the loop-row gemms' N (head dims)
-# The accumulating gemms run beside the next gemm (waited with it) up to this N; past it they
-# are waited for at once. NVRTC 13, bf16/f16, no mask and causal: N 64 0 spills either way; N
-# 128 28-48 B of spills overlapped, 0 waited at once.
-DAG_WGMMA_OVERLAP_N = 64
 DAG_WGMMA_OVERHEAD = 24  # addresses, indices, the masks' predicates beside the values above
 # Whether the rulebook picks the wgmma skeleton where it is legal (else mma.sync, with why).
 # Verified on an H200 (tests/gpu/test_attention_bwd_gpu.py -k sm90a: 63 passed, ragged S/T
@@ -673,13 +671,15 @@ def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
         return f"{tgt.arch.value} has no wgmma and copy engine"
     if not DAG_WGMMA_DEFAULT:
         return "the wgmma backward is not verified on a GPU yet"
-    c = DAG_WGMMA_CONFIG
+    c = dag_wgmma_split_config() if dag_wgmma_split(shape, DAG_WGMMA_N) else DAG_WGMMA_CONFIG
     if any(w is not None and w != v for w, v in zip(written, (c.tile_m, c.block, c.stages,
                                                               c.warps))):
         return (f"the source's lines ask for another configuration than the wgmma skeleton's "
                 f"(tile {c.tile_m}x{c.block} stages {c.stages})")
     if dtype.nbytes != 2:
         return f"{dtype.dsl_name}: the wgmma skeleton multiplies 16-bit operands"
+    if c != DAG_WGMMA_CONFIG:  # D 256: dag_wgmma_rules.DAG_WGMMA_SPLIT
+        return dag_wgmma_split_refusal(shape, tgt.smem_limit)
     cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n + (shape.n_acc,)
     if any(n not in DAG_WGMMA_N for n in cols):
         return (f"every operand's columns must be one of {DAG_WGMMA_N} (whole 64-column boxes "

@@ -121,9 +121,12 @@ def test_sm90a_wgmma_refusals_keep_mma_sync_and_say_why():
     assert "the source's lines" in loop_rules.dag_wgmma_refusal(
         shape, ir.DType.BF16, sm90, (128, 32, None, None))
     assert "16-bit" in loop_rules.dag_wgmma_refusal(shape, ir.DType.F32, sm90, (None,) * 4)
-    wide = loop_rules.DagShape((256, 256), (256, 256), 1, 2, 256, 2, (256,))
-    assert "columns must be one of" in loop_rules.dag_wgmma_refusal(wide, ir.DType.BF16, sm90,
-                                                                   (None,) * 4)
+    # N 256: the split layout (dag_wgmma_rules.DAG_WGMMA_SPLIT); N 192 refused by its rule
+    wide = loop_rules.DagShape((256, 256), (256, 256), 1, 2, 256, 2, (256,), handed=1)
+    assert loop_rules.dag_wgmma_refusal(wide, ir.DType.BF16, sm90, (None,) * 4) is None
+    odd = loop_rules.DagShape((192, 192), (192, 192), 1, 2, 192, 2, (192,), handed=1)
+    assert "a half of 96 columns starts inside a 64-column box" in loop_rules.dag_wgmma_refusal(
+        odd, ir.DType.BF16, sm90, (None,) * 4)
     # a head dim the wgmma skeleton does not take runs mma.sync, its why in the plan
     plan = plan_of(variant(96), ir.Arch.SM90A)
     assert plan.wgmma is None and "columns must be one of (64, 128)" in plan.mma.why

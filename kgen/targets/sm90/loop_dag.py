@@ -48,9 +48,12 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         arch_guard=guard_for(plan.name, plan.arch, wgmma=True), fields=program._fields(plan),
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
-        bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=plan.block,
-        n1=plan.n_acc, tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype],
-        tma_dtypes=TMA_DTYPE,
+        bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=w.score_n,
+        n1=plan.n_acc, split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None
+                                        and g.kind is ld.GemmKind.ACCUMULATING}),
+        hand_tiles={f"hand_v{plan.gemms[i].a_value}": t for i, t in w.a_tiles
+                    if any(h.name == t for h in w.handed)},
+        tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype], tma_dtypes=TMA_DTYPE,
         # the copy engine's store helpers (sm90/loop_wgmma.inc.j2) where a tile is stored so
         o_map=(next(m for m in w.maps if m.param == w.store_param)
                if w.store_param is not None else None),
@@ -124,7 +127,17 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
     issue_with = ({scores[0].index: scores[1:]} if w.issue_ahead and len(scores) > 1 else {})
     early = {g.index for later in issue_with.values() for g in later}
     deferred: set[int] = set()
-    if w.defer_accumulating:  # an accumulating gemm right before a loop-row gemm: after it
+    if w.defer_accumulating and w.defer_all:  # every accumulating gemm before a
+        # loop-row gemm after it (split: their A staged, the loop-row gemm's barrier orders it)
+        waiting: list[ld.DagGemm] = []
+        for g in steps:
+            if g.kind is ld.GemmKind.ACCUMULATING:
+                waiting.append(g)
+            elif g.kind is ld.GemmKind.LOOP_ROW and waiting:
+                issue_with[g.index] = waiting
+                deferred.update(a.index for a in waiting)
+                waiting = []
+    elif w.defer_accumulating:  # an accumulating gemm right before a loop-row gemm: after it
         for g, after in zip(steps, steps[1:]):
             if g.kind is ld.GemmKind.ACCUMULATING and after.kind is ld.GemmKind.LOOP_ROW:
                 issue_with[after.index] = [g]
@@ -136,8 +149,8 @@ def _waits(plan: ld.LoopDagPlan) -> dict:
     fenced = 0  # committed[:fenced] are complete and fenced
 
     def regs(g: ld.DagGemm) -> list[str]:
-        if g.kind is ld.GemmKind.ACCUMULATING:
-            return [f"acc_g{g.index}", f"hand_v{g.a_value}"]
+        if g.kind is ld.GemmKind.ACCUMULATING:  # (split: its A read from shared memory)
+            return [f"acc_g{g.index}"] + ([] if w.split else [f"hand_v{g.a_value}"])
         return [f"acc_g{g.index}"] if g.kind is ld.GemmKind.SCORE else []
 
     def issue(g: ld.DagGemm) -> None:

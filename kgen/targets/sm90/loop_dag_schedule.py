@@ -38,7 +38,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     dag_wgmma_rules), `smem_limit` the target's shared memory (how many slots the staged
     tensor's ring takes); `packed`: packed sequences (a tile's length is its sequence's,
     unknown before the offsets are read: the grid's order; dQ's adds by rows)."""
-    config = loop_rules.DAG_WGMMA_CONFIG
+    split = schedule_rules.dag_wgmma_split(shape, loop_rules.DAG_WGMMA_N)
+    config = schedule_rules.dag_wgmma_split_config() if split else loop_rules.DAG_WGMMA_CONFIG
+    consumers = (schedule_rules.DAG_WGMMA_SPLIT_CONSUMERS if split
+                 else config.tile_m // loop_rules.WGMMA_ROWS)
     offset = 0
     tiles: list[list[pp.WgmmaTile]] = [[], [], []]
     for group, source, rows, slots in (
@@ -48,13 +51,19 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             tile = pp.WgmmaTile(t.name, t.param, rows, t.cols // BOX_COLS, slots, offset)
             tiles[group].append(tile)
             offset += tile.bytes
+    handed, a_tiles = _handed(body, config, offset) if split else ((), ())
+    offset += sum(t.bytes for t in handed)
     bulk = loop_rules.DAG_WGMMA_BULK_ADD and adds == 1
-    tiles_bytes, _ = loop_rules.dag_wgmma_smem_bytes(shape, bulk)
+    tiles_bytes, _ = (schedule_rules.dag_wgmma_split_smem_bytes(shape) if split else
+                      loop_rules.dag_wgmma_smem_bytes(shape, bulk))
     assert offset == tiles_bytes
-    n_warp = max(shape.loop_row_n, default=0) // (config.tile_m // loop_rules.WGMMA_ROWS)
-    boxed = (bulk and add_to is not None and not packed
+    n_warp = max(shape.loop_row_n, default=0) // consumers
+    boxed = (bulk and add_to is not None and not packed and not split
              and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
-    if boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
+    if split and adds:
+        mode, why = ATOMIC, schedule_rules.DAG_WGMMA_SPLIT_ADDS_WHY.format(
+            tiles=tiles_bytes, limit=smem_limit)
+    elif boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
         mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
     elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
         mode, why = TENSOR, schedule_rules.DAG_WGMMA_TENSOR_ADD_WHY
@@ -70,25 +79,29 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                     if stage_vectors else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
                  for t in tiles[0] + tiles[1])
-    consumers = config.tile_m // loop_rules.WGMMA_ROWS
     words = 1 + 2 * config.stages * len(streamed)  # the mbarriers
     # the bias's slots fit beside the largest staging any add mode takes (with_adds's options)
     used = offset + vector_bytes + max(_add_stage_bytes(m, consumers, config.block, n_warp)
                                        for m in (ADD_MODES if add_to is not None else (mode,)))
-    staging = _bias(body, gemms, params, dtype, config, offset, used, smem_limit, words, gqa)
+    staging = _bias(body, gemms, params, dtype, config, offset, used, smem_limit, words, gqa,
+                    split)
     vector_offset = offset
     if staging["bias"] is not None:  # its ring after the tiles: the vectors and adds follow
         bias = staging["bias"]
         vector_offset += bias.bytes
         maps += (pp.LoopTensorMap(bias.param, dtype, bias.rows, bias.boxes, False),)
-    store = _staged_store(body, tiles[2], params, dtype, gqa)
+    store = _staged_store(body, tiles[2], params, dtype, gqa, split)
     if store["store_param"] is not None:
         (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
         maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
-    ahead = (schedule_rules.DAG_WGMMA_ISSUE_AHEAD
+    stores_tile = body is not None and any(isinstance(s, pp.StoreTile)
+                                           for s in body.statements)
+    ahead = (schedule_rules.DAG_WGMMA_SPLIT_ISSUE_AHEAD and not stores_tile if split else
+             schedule_rules.DAG_WGMMA_ISSUE_AHEAD
              and shape.n_acc <= schedule_rules.DAG_WGMMA_AHEAD_N)
     defer = schedule_rules.DAG_WGMMA_DEFER_ACCUMULATING
+    defer_all = split and schedule_rules.DAG_WGMMA_SPLIT_DEFER_ALL
     names = lambda ts: " and ".join(t.param for t in ts)  # noqa: E731
     producer_registers, consumer_registers = (
         schedule_rules.DAG_WGMMA_VECTOR_REGISTERS if stage_vectors else
@@ -98,8 +111,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         consumer_registers=consumer_registers, resident=tuple(tiles[0]),
         streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=0, smem_bytes=0,
         maps=maps,
-        roles=_roles(consumers, producer_registers, consumer_registers),
-        mma=pp.Choice(
+        roles=_roles(consumers, producer_registers, consumer_registers, split),
+        mma=_split_mma(config, shape.n_acc) if split else pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
             "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
             "sm_90a's warpgroup MMA with the kernel's rows as M (the score tiles computed "
@@ -117,21 +130,27 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             "one; a slot is released after the block's last gemm; boxes past the loop's end "
             "(and past the rows) arrive as zeros; a staged slot is rewritten two blocks later, "
             "after every warpgroup passed the block between (one consumer barrier a block)"),
-        overlap=pp.Choice(_overlap_value(ahead, wait, defer),
-                          schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer)),
+        overlap=pp.Choice(_overlap_value(ahead, wait, defer, defer_all),
+                          schedule_rules.dag_wgmma_overlap_why(shape.n_acc, ahead, wait, defer,
+                                                               split, defer_all)),
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
+        defer_all=defer_all,
         **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered
                and not packed, _NOT_LPT_WHY if gqa or ordered else
                _NOT_LPT_PACKED_WHY if packed else None),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
         **_order(ordered, ordered and skips and schedule_rules.DAG_WGMMA_DESCENDING),
         vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
-        **staging, **store)
+        split=pp.Choice(
+            f"{config.tile_m} rows a CTA, each consumer warpgroup N / {consumers} of the "
+            f"accumulators and {config.block // consumers} of a score tile's columns",
+            schedule_rules.DAG_WGMMA_SPLIT_WHY.format(half=config.block // consumers))
+        if split else None, handed=handed, a_tiles=a_tiles, **staging, **store)
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
 
 
 def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
-          words: int, gqa: bool) -> dict:
+          words: int, gqa: bool, split: bool = False) -> dict:
     """The staged tensor read at (row, col) (kgen/targets/dag_wgmma_rules.py: the bias): its
     ring at `offset` (after the tiles) of the most slots that fit `limit` beside the `used`
     bytes and `words` mbarriers, the score gemm whose epilogue reads it, and why (or none)."""
@@ -150,6 +169,7 @@ def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, lim
         "the rulebook reads it per element (DAG_WGMMA_STAGE_BIAS)"
         if not schedule_rules.DAG_WGMMA_STAGE_BIAS else
         "GQA's visits walk the query heads (not built with them)" if gqa else
+        schedule_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY if split else
         f"{name} is {p.dtype.dsl_name}, the operands {dtype.dsl_name}: one copy-engine type"
         if p.dtype is not dtype else
         f"the block of {config.block} is not a multiple of the copy engine's {BOX_COLS}-column "
@@ -198,14 +218,14 @@ def _tile_reads(body, gemms) -> list[tuple[str, int]]:
     return [(name, g) for name, g in found.items() if name not in late]
 
 
-def staged_store(body, params, dtype: DType, gqa: bool) -> frozenset[str]:
+def staged_store(body, params, dtype: DType, gqa: bool, split: bool = False) -> frozenset[str]:
     """The tile output the skeleton stores from a staged slot (none or one): it also writes
     its zeros on the blocks a mask skips (the lowering's bounds then skip them)."""
-    found = _staged_store(body, (), params, dtype, gqa)["store_param"]
+    found = _staged_store(body, (), params, dtype, gqa, split)["store_param"]
     return frozenset((found,)) if found is not None else frozenset()
 
 
-def _staged_store(body, staged, params, dtype: DType, gqa: bool) -> dict:
+def _staged_store(body, staged, params, dtype: DType, gqa: bool, split: bool = False) -> dict:
     """A score gemm's tile store of the value a loop-row gemm stages (dag_wgmma_rules:
     DAG_WGMMA_STORE_STAGED), stored from the staged slot by the copy engine, or none."""
     none = dict(store_param=None, store_tile=None)
@@ -220,6 +240,7 @@ def _staged_store(body, staged, params, dtype: DType, gqa: bool) -> dict:
             "the rulebook stores per element (DAG_WGMMA_STORE_STAGED)"
             if not schedule_rules.DAG_WGMMA_STORE_STAGED else
             "GQA's visits walk the query heads (not built with them)" if gqa else
+            schedule_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY if split else
             "no loop-row gemm stages the stored value" if s.value not in stages else
             f"{s.param} is {p.dtype.dsl_name}, the staged tile {dtype.dsl_name}"
             if s.dtype is not dtype or p.dtype is not dtype else None)
@@ -230,6 +251,42 @@ def _staged_store(body, staged, params, dtype: DType, gqa: bool) -> dict:
             f"{s.param} from the staged tile's slot by the copy engine",
             schedule_rules.DAG_WGMMA_STORE_STAGED_WHY))
     return dict(none)
+
+
+def _handed(body, config, offset: int
+            ) -> tuple[tuple[pp.WgmmaTile, ...], tuple[tuple[int, str], ...]]:
+    """The split layout's staged tiles of the values handed on to accumulating gemms that no
+    loop-row gemm stages ([tile_m, block], two slots, from `offset` on), and each accumulating
+    gemm's tile (its value's: a loop-row gemm's staged tile where one stages it)."""
+    stages = {s.value: s.tile for s in body.statements if isinstance(s, ld.StageTile)}
+    handed: list[pp.WgmmaTile] = []
+    a_tiles: list[tuple[int, str]] = []
+    for s in body.statements:
+        if not (isinstance(s, ld.DagStep) and s.gemm.kind is ld.GemmKind.ACCUMULATING):
+            continue
+        value = s.gemm.a_value
+        if value not in stages:
+            tile = pp.WgmmaTile(f"h{len(handed)}_smem", f"v{value}", config.tile_m,
+                                config.block // BOX_COLS, loop_rules.DAG_WGMMA_STAGED_SLOTS,
+                                offset)
+            offset += tile.bytes
+            handed.append(tile)
+            stages[value] = tile.name
+        a_tiles.append((s.gemm.index, stages[value]))
+    return tuple(handed), tuple(a_tiles)
+
+
+def _split_mma(config, n: int) -> pp.Choice:
+    half, cols = n // 2, config.block // 2
+    return pp.Choice(
+        f"wgmma.m64n{cols}k16 (SS, K-major: score gemms, each warpgroup {cols} of the block) + "
+        f"wgmma.m64n{half}k16 SS (A K-major from the staged value, B MN-major: accumulating "
+        f"gemms, each warpgroup {half} of N) + wgmma SS (A and B MN-major: loop-row gemms)",
+        "sm_90a's warpgroup MMA with the kernel's rows as M, the split layout (kgen/targets/"
+        "dag_wgmma_rules.py, DAG_WGMMA_SPLIT): both warpgroups multiply all "
+        f"{config.tile_m} rows; a score gemm's columns, an accumulator's N and a loop-row "
+        "gemm's N are halved between them; the values handed on are staged so that each "
+        "warpgroup reads the whole tile as its A")
 
 
 # How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
@@ -273,6 +330,8 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
         value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  f"shared memory ({boxes} box(es) of [{block}][32], 128-byte swizzle), added by "
                  f"{by} through {add_to}'s tensor map (cp.reduce.async.bulk.tensor)")
+    elif w.split is not None:  # (a thread's two adjacent columns at once)
+        value = "f32 pair atomics (red.global.add.v2.f32) from registers"
     else:
         value = "f32 atomics (red.global.add.f32) from registers"
     barrier_offset = end if fields["add_offset"] is None else fields["add_offset"] + stage
@@ -310,6 +369,9 @@ def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
     if mode in (TENSOR, WARP) and plan.packed:
         raise ValueError("with_adds: the tensor reduce-add is not built with packed sequences ("
                          + schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY + ")")
+    if mode != ATOMIC and w.split is not None:
+        raise ValueError("with_adds: the split layout adds by f32 atomics (its tiles leave no "
+                         "room for dQ's f32 staging: dag_wgmma_rules.DAG_WGMMA_SPLIT)")
     if mode == TENSOR and plan.deterministic is not None:
         raise ValueError("with_adds: the tensor reduce-add is not built with deterministic "
                          "adds (" + schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY + ")")
@@ -328,9 +390,10 @@ def _the_add(plan: ld.LoopDagPlan) -> tuple[int, str | None]:
     return (adds[0][0].n_warp, adds[0][1].param) if len(adds) == 1 else (0, None)
 
 
-def _roles(consumers: int, producer: int, consumer: int) -> pp.Choice:
+def _roles(consumers: int, producer: int, consumer: int, split: bool = False) -> pp.Choice:
     return pp.Choice(
-        f"1 producer warpgroup + {consumers} consumer warpgroups of 64 rows",
+        f"1 producer warpgroup + {consumers} consumer warpgroups "
+        + ("sharing the 64 rows (split)" if split else "of 64 rows"),
         "warp specialization: one thread of the producer issues every copy-engine load "
         f"(setmaxnreg {producer}) while the consumers (setmaxnreg {consumer}) multiply and "
         "run the statements")
@@ -372,7 +435,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   defer_accumulating: bool | None = None,
                   lpt: bool | None = None, fast_body: bool | None = None,
                   adds: str | None = None,
-                  descending: bool | None = None) -> ld.LoopDagPlan:
+                  descending: bool | None = None,
+                  defer_all: bool | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
     accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
@@ -380,8 +444,9 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     body without bounds checks for the blocks inside the mask, `stage_vectors` the
     vectors read at `col` staged by the producer (else loaded by the consumers), `adds` the
     loop-row tile's adds done so (with_adds), `descending` deterministic mode's tiles of rows
-    adding a block in decreasing order (else increasing; deterministic plans only): plan
-    options for the bench and the tests."""
+    adding a block in decreasing order (else increasing; deterministic plans only),
+    `defer_all` (the split layout's; False elsewhere is ignored) every accumulating gemm issued
+    after the loop-row gemm: plan options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if plan.gqa and (lpt or fast_body or stage_vectors) or (plan.deterministic
@@ -389,14 +454,19 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
         raise ValueError("with_schedule: the longest-first order, the fast body and the staged "
                          "vectors are not built with GQA, nor the longest first with "
                          "deterministic adds or packed sequences")
+    if defer_all and w.split is None:
+        raise ValueError("with_schedule: defer_all is the split layout's (its accumulating "
+                         "gemms' A staged)")
     changes = {k: v for k, v in (("issue_ahead", issue_ahead),
                                  ("wait_accumulating", wait_accumulating),
-                                 ("defer_accumulating", defer_accumulating)) if v is not None}
+                                 ("defer_accumulating", defer_accumulating),
+                                 ("defer_all", defer_all if w.split is not None else None))
+               if v is not None}
     why = "the plan option with_schedule (the bench's and the tests' variant)"
     if any(getattr(w, k) != v for k, v in changes.items()):
         w = dataclasses.replace(w, **changes)
         w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
-            w.issue_ahead, w.wait_accumulating, w.defer_accumulating), why))
+            w.issue_ahead, w.wait_accumulating, w.defer_accumulating, w.defer_all), why))
     if lpt is not None:  # (the longest first only where the tiles of rows differ)
         w = dataclasses.replace(w, **_lpt(lpt and plan.bounds.skips))
     if fast_body is not None:
@@ -414,18 +484,22 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                 (loop_rules.PRODUCER_REGISTERS, loop_rules.CONSUMER_REGISTERS))
         w = dataclasses.replace(
             w, vector_offset=at if stage_vectors else None, producer_registers=regs[0],
-            consumer_registers=regs[1], roles=_roles(w.consumers, *regs))
+            consumer_registers=regs[1], roles=_roles(w.consumers, *regs, w.split is not None))
         w = _place_adds(w, add_mode(w), w.adds.why, plan.block, *_the_add(plan))
     plan = dataclasses.replace(plan, wgmma=w, smem_bytes=w.smem_bytes,
                                vectors=w.vectors if w.vector_offset is not None else ())
     return plan if adds is None else with_adds(plan, adds)
 
 
-def _overlap_value(ahead: bool, wait: bool, defer: bool) -> str:
+def _overlap_value(ahead: bool, wait: bool, defer: bool, defer_all: bool = False) -> str:
     first = ("the score gemms issued together (the later ones in flight during the first's "
              "epilogue)" if ahead else "each score gemm issued at its statement")
     acc = ("an accumulating gemm waited for at once" if wait else
            "an accumulating gemm in flight until a later wait")
-    last = ("; the accumulating gemm before the loop-row gemm issued after it (in flight "
-            "while the loop-row tile is added)" if defer else "")
+    last = ("" if not defer else
+            "; every accumulating gemm issued after the loop-row gemm (their A staged: one "
+            "consumer barrier a block; in flight while the loop-row tile is added)" if defer_all
+            else
+            "; the accumulating gemm before the loop-row gemm issued after it (in flight "
+            "while the loop-row tile is added)")
     return f"{first}; {acc}{last}"

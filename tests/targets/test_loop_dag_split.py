@@ -1,0 +1,205 @@
+"""The attention backward at head dim 256 on sm_90a: the wgmma skeleton's split layout
+(kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; FlashAttention-3's head dim 256 backward):
+64 keys a CTA, the two consumer warpgroups splitting dK, dV along D and S^T, dP^T along the
+block's queries, P^T and dS^T staged. The rulebook's choice and why (the plan values, `kgen
+inspect`), D 192 refused with the rule's reason, D 64 and 128 unchanged (the plain layout),
+the plan options the split does not take, and NVRTC's build: 0 spills, no stack, no warning
+(every mask, bf16 and f16, GQA, deterministic, the mods' terms)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kgen import ir
+from kgen.errors import KgenError
+from kgen.targets import dag_wgmma_rules
+from tests.targets.test_loop_dag_compile import MASKS, built
+
+
+def test_d256_takes_the_split_layout():
+    plan = built(256, "top_left", ir.Arch.SM90A).plan
+    w = plan.wgmma
+    assert w is not None and w.split is not None
+    assert (plan.tile_m, plan.block, plan.stages, w.consumers) == (64, 64, 2, 2)
+    assert "32 of a score tile's columns" in w.split.value and "N / 2" in w.split.value
+    assert "FlashAttention-3's split" in w.split.why
+    assert w.score_n == 32
+    # the score gemms' warpgroup columns, the accumulators' and the loop-row gemm's halves
+    n_warp = {g.name: g.n_warp for g in plan.gemms}
+    assert n_warp == {"st": 32, "dv": 128, "dpt": 32, "dk": 128, "dq": 128}
+    # P^T (handed to dV only) has a staged tile of its own; dK reads dS^T's (the loop-row one)
+    assert [t.name for t in w.handed] == ["h0_smem"]
+    assert dict(w.a_tiles) == {1: "h0_smem", 3: "t0_smem"}
+    assert all(t.offset % 1024 == 0 for t in w.tiles)
+    # dQ by f32 atomics: its staging does not fit beside the tiles
+    assert w.add_offset is None and w.add_map is None
+    assert "does not fit" in w.adds.why and "atomics" in w.adds.value
+    tiles, total = dag_wgmma_rules.dag_wgmma_split_smem_bytes(
+        __import__("kgen.targets.loop_rules", fromlist=["DagShape"]).DagShape(
+            (256, 256), (256, 256), 1, 2, 256, 2, (256,), 2, 1))
+    assert tiles == 229376 and plan.smem_bytes == total <= 232448
+    assert "each warpgroup half of N" in plan.registers.why
+    # its schedule (measured): each score gemm at its statement, dK's wgmma after dQ's, dV's
+    # after a consumer barrier of its own (two a block)
+    assert not w.issue_ahead and w.defer_accumulating and not w.defer_all
+    from kgen.targets.sm90.loop_dag import _waits
+
+    waits = _waits(plan)
+    assert waits["issue_with"] == {4: [plan.gemm("dk")]} and waits["deferred"] == {3}
+    assert _fast_body(built(256, "top_left", ir.Arch.SM90A).source).count(
+        "consumer_barrier();") == 2
+
+
+def _fast_body(source: str) -> str:
+    start = source.index("if (block >= fast_begin")
+    return source[start:source.index("} else {", start)]
+
+
+def _emitted(plan):
+    import dataclasses
+
+    from kgen.targets.sm90.loop_dag import emit
+
+    b = built(256, "none", ir.Arch.SM90A)
+    return dataclasses.replace(b, plan=plan, source=emit(plan, source_name="attention_bwd.kg",
+                                                         source_hash="0", command="test"))
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_the_defer_all_option_takes_one_barrier_a_block_and_compiles(mask):
+    """The plan option defer_all (not GPU-run yet): dV's and dK's wgmmas issued after dQ's,
+    behind the loop-row gemm's barrier, dP^T with S^T."""
+    from kgen.targets.sm90.loop_dag import _waits
+    from kgen.targets.sm90.loop_dag_schedule import with_schedule
+
+    plan = with_schedule(built(256, mask, ir.Arch.SM90A).plan, defer_all=True, issue_ahead=True)
+    assert plan.wgmma.defer_all and "every accumulating gemm issued after" in \
+        plan.wgmma.overlap.value
+    waits = _waits(plan)
+    assert waits["issue_with"] == {0: [plan.gemm("dpt")], 4: [plan.gemm("dv"), plan.gemm("dk")]}
+    assert waits["deferred"] == {1, 3} and waits["depth"][4] == 2
+    b = _emitted(plan)
+    assert _fast_body(b.source).count("consumer_barrier();") == 1
+    _compiles(b)
+    with pytest.raises(ValueError, match="defer_all is the split layout's"):
+        with_schedule(built(128, mask, ir.Arch.SM90A).plan, defer_all=True)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_d64_and_d128_keep_the_plain_layout(d):
+    plan = built(d, "top_left", ir.Arch.SM90A).plan
+    assert plan.wgmma.split is None and plan.wgmma.handed == () and plan.tile_m == 128
+    assert plan.wgmma.score_n == 64
+
+
+def test_d192_is_refused_with_the_split_rule_s_reason():
+    with pytest.raises(KgenError, match=re.escape(
+            "the wgmma skeleton: N 192 split over 2 warpgroups: a half of 96 columns starts "
+            "inside a 64-column box")) as err:
+        built(192, "none", ir.Arch.SM90A)
+    assert re.match(r"attention_bwd\.kg:\d+:\d+", str(err.value))
+
+
+def test_a_row_reduction_with_the_split_is_refused():
+    """A reduction over a row's columns: each warpgroup holds half of them (not combined)."""
+    from kgen.api import build_verified
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    text = built.__globals__["TEXT"].replace("128]", "256]").replace("    tile 128x32\n", "\n")
+    old = "epilogue { pt = where(row <= col, exp(scale * acc - lse[col]), 0) }"
+    assert old in text
+    text = text.replace(old, "epilogue { m = rowmax(acc); pt = where(row <= col, "
+                        "exp(scale * acc - lse[col]), 0) + 0 * m }")
+    module = parse(text, "attention_bwd.kg")
+    assert verify(module) == []
+    with pytest.raises(KgenError, match="a row reduction with the accumulators split"):
+        build_verified(module.kernels[0], ir.Arch.SM90A)
+    # the plain layout takes it (each warpgroup holds whole rows)
+    plain = parse(text.replace("256]", "128]"), "attention_bwd.kg")
+    assert build_verified(plain.kernels[0], ir.Arch.SM90A).plan.wgmma.split is None
+
+
+def test_the_split_takes_only_atomic_adds():
+    from kgen.targets.sm90.loop_dag_schedule import with_adds
+
+    plan = built(256, "none", ir.Arch.SM90A).plan
+    assert with_adds(plan, "atomics") is plan
+    for mode in ("rows", "tensor", "warp"):
+        with pytest.raises(ValueError, match="the split layout adds by f32 atomics"):
+            with_adds(plan, mode)
+
+
+def test_inspect_shows_the_split():
+    from kgen.report_loop_dag import print_summary, summary
+    from rich.console import Console
+
+    s = summary(built(256, "none", ir.Arch.SM90A).plan)
+    assert s["wgmma"]["split"]["value"].startswith("64 rows a CTA")
+    assert any(b["name"] == "h0_smem" and "split" in b["role"] for b in s["buffers"])
+    console = Console(width=200, record=True)
+    print_summary(console, s)
+    assert "split: 64 rows a CTA" in console.export_text()
+    plain = summary(built(128, "none", ir.Arch.SM90A).plan)
+    assert plain["wgmma"]["split"] is None
+
+
+def _compiles(b):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    result = compile_cubin(b.source, b.plan.name, "sm_90a")
+    resources = result.resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
+        resources
+    assert resources.get("stack_bytes", 0) == 0, resources
+    assert "warning" not in result.log.lower(), result.log
+    return result
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_d256_compiles_without_spills(mask, dtype):
+    b = built(256, mask, ir.Arch.SM90A, dtype)
+    assert b.plan.wgmma.split is not None
+    _compiles(b)
+
+
+def _backward_main(**options):
+    from kgen.api import build_verified
+    from kgen.attention_grad import BackwardSignature, backward_text
+    from kgen.attention_grad_mods import Mods
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    mods = options.pop("mods", {})
+    text = backward_text(BackwardSignature("bf16", 256, True, "sm_90a", mods=Mods(**mods),
+                                           **options))
+    module = parse(text, "bwd.kg")
+    assert verify(module) == []
+    (main,) = [k for k in module.kernels if k.name.endswith("_main")]
+    return build_verified(main, ir.Arch.SM90A)
+
+
+@pytest.mark.parametrize("options", [
+    dict(gqa=True), dict(deterministic=True),
+    dict(mods=dict(score_mod="cap * tanh(score / cap)", scalars=("cap",))),
+    dict(mods=dict(mask_mod="col > row - window", scalars=("window",))),
+    dict(mods=dict(dropout=True)),
+    dict(mods=dict(bias="tensor", bias_grad=True)),
+], ids=["gqa", "deterministic", "softcap", "window", "dropout", "bias_grad"])
+def test_kgen_attention_s_d256_backwards_compile_without_spills(options):
+    """kgen.attention's backward programs at D 256 (kgen/attention_grad.py): the split layout
+    with GQA, deterministic adds and the forward's mods; the bias read and its gradient stored
+    per element (the staged ring and the staged store take a warpgroup's rows, not its
+    columns: DAG_WGMMA_SPLIT_NOT_STAGED_WHY)."""
+    b = _backward_main(**options)
+    w = b.plan.wgmma
+    assert w is not None and w.split is not None
+    if options.get("mods", {}).get("bias"):
+        assert w.bias is None and w.staging.why.endswith(
+            dag_wgmma_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY)
+        assert w.store_param is None
+        assert w.tile_store.why == dag_wgmma_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY
+        assert not w.issue_ahead  # (its stores from registers beside two score tiles spill)
+    _compiles(b)
