@@ -387,6 +387,16 @@ __device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.442
 __device__ __forceinline__ float exp_diff(float a, float b) {
   return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
+// e^(c a - b) and e^(c (a - b)) for a c the same for a row's elements (a scalar, a row's value):
+// one multiply-add and the ex2 each, c log2 e formed once. The softmax's scale then multiplies
+// no score of its own.
+__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b) {
+  return ex2_approx(fmaf(a, c * 1.4426950408889634f, -(b * 1.4426950408889634f)));
+}
+__device__ __forceinline__ float exp_scaled_diff(float a, float b, float c) {
+  const float k = c * 1.4426950408889634f;
+  return ex2_approx(fmaf(a, k, -(b * k)));
+}
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
@@ -581,7 +591,6 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
       float v3[kBlockN8][4];
       float v5[kBlockN8][4];
       float v6[kBlockN8][4];
-      float v9[kBlockN8][4];
       float v12[kBlockN8][4];
       float v14[kBlockN8][4];
   #pragma unroll
@@ -595,8 +604,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
           v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
           v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
           v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-          v9[j][e] = p.scale * acc_g0[j][e];
-          v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+          v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
           v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
         }
       }
@@ -811,7 +819,6 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
       float v3[kBlockN8][4];
       float v5[kBlockN8][4];
       float v6[kBlockN8][4];
-      float v9[kBlockN8][4];
       float v12[kBlockN8][4];
       float v14[kBlockN8][4];
   #pragma unroll
@@ -825,8 +832,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
           v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
           v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
           v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-          v9[j][e] = p.scale * acc_g0[j][e];
-          v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
+          v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
           v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
         }
       }
@@ -1175,9 +1181,24 @@ const char* attention_bwd_varlen_can_implement(const attention_bwd_varlen_params
   return why != nullptr ? why : params_reason(p);
 }
 
+// Launches attention_bwd_varlen alone on `stream`, its `out accumulate` tensors already zeroed by the caller
+// (a sequence's row kernel launched before it zeroes them: kgen inspect shows the sequence's
+// zeroing); the same errors as attention_bwd_varlen_launch.
+cudaError_t attention_bwd_varlen_launch_zeroed(const attention_bwd_varlen_params& p, cudaStream_t stream) {
+  using namespace attention_bwd_varlen_cfg;
+  if (device_reason() != nullptr) return cudaErrorInvalidDevice;
+  if (params_reason(p) != nullptr) return cudaErrorInvalidValue;
+  if (p.rows == 0 || p.heads == 0 || p.batches == 0) return cudaSuccess;
+  cudaError_t error = cudaFuncSetAttribute(attention_bwd_varlen, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (error != cudaSuccess) return error;
+  const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.heads, p.batches);
+  attention_bwd_varlen<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // Launches attention_bwd_varlen on `stream` on the current device: cudaErrorInvalidDevice when that device
 // cannot run it, cudaErrorInvalidValue when the arguments cannot (attention_bwd_varlen_can_implement says
-// why), else the error of the launch (cudaSuccess when it was queued).
+// why), else the error of a launch (cudaSuccess when both were queued).
 cudaError_t attention_bwd_varlen_launch(const attention_bwd_varlen_params& p, cudaStream_t stream) {
   using namespace attention_bwd_varlen_cfg;
   if (device_reason() != nullptr) return cudaErrorInvalidDevice;
@@ -1189,12 +1210,7 @@ cudaError_t attention_bwd_varlen_launch(const attention_bwd_varlen_params& p, cu
     const cudaError_t zero_error = cudaGetLastError();
     if (zero_error != cudaSuccess) return zero_error;
   }
-  if (p.rows == 0 || p.heads == 0 || p.batches == 0) return cudaSuccess;
-  cudaError_t error = cudaFuncSetAttribute(attention_bwd_varlen, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  if (error != cudaSuccess) return error;
-  const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.heads, p.batches);
-  attention_bwd_varlen<<<grid, kThreads, kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return attention_bwd_varlen_launch_zeroed(p, stream);
 }
 
 // A tile program needs no workspace: 0 (the same call as a gemm's, for code that serves both).
