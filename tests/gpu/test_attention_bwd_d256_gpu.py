@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from tests.gpu import test_attention_bwd_gqa_gpu as gqa
-from tests.gpu.test_attention_bwd_gpu import MASKS, _hopper, load, run_case
+from tests.gpu.attention_bwd_checks import MASKS, load
+from tests.gpu.attention_checks import skip_unless_runs
+from tests.gpu.test_attention_bwd_gpu import run_case
 
 pytestmark = pytest.mark.gpu
 
@@ -23,27 +25,27 @@ SHAPES = [(1, 1), (17, 17), (1, 17), (17, 1000), (1000, 17), (1000, 1000), (4097
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda st: f"s{st[0]}-t{st[1]}")
 def test_split_matches_float64_autograd(mask, shape):
-    _hopper()
+    skip_unless_runs("sm_90a")
     assert load(256, mask, arch="sm_90a").plan.wgmma.split is not None
     run_case(256, *shape, mask, arch="sm_90a", b=1 if max(shape) > 1000 else 2, h=2)
 
 
 @pytest.mark.parametrize("mask", ["none", "bottom_right"])
 def test_split_f16(mask):
-    _hopper()
+    skip_unless_runs("sm_90a")
     run_case(256, 1000, 4097, mask, dtype="f16", arch="sm_90a", b=1, h=1)
     run_case(256, 17, 1000, mask, dtype="f16", arch="sm_90a", b=1, h=2)
 
 
 def test_split_other_batches_and_heads():
-    _hopper()
+    skip_unless_runs("sm_90a")
     run_case(256, 333, 1000, "top_left", arch="sm_90a", b=3, h=5)
     run_case(256, 1000, 333, "none", arch="sm_90a", b=1, h=1)
 
 
 def test_split_keys_that_see_no_query_give_zero_dk_dv():
     torch = pytest.importorskip("torch")
-    _hopper()
+    skip_unless_runs("sm_90a")
     _, dk, dv = run_case(256, 17, 1000, "top_left", arch="sm_90a", b=1, h=1)
     assert torch.equal(dk[..., 17:, :].float(), torch.zeros_like(dk[..., 17:, :].float()))
     assert torch.equal(dv[..., 17:, :].float(), torch.zeros_like(dv[..., 17:, :].float()))
@@ -54,8 +56,8 @@ def test_split_keys_that_see_no_query_give_zero_dk_dv():
                          ids=lambda st: f"s{st[0]}-t{st[1]}")
 @pytest.mark.parametrize("ratio", [(4, 2), (4, 1)], ids=lambda r: f"h{r[0]}-hkv{r[1]}")
 def test_split_gqa(mask, shape, ratio):
-    _hopper()
-    assert gqa.load(256, mask, "sm_90a").plan.wgmma.split is not None
+    skip_unless_runs("sm_90a")
+    assert load(256, mask, arch="sm_90a", gqa=True).plan.wgmma.split is not None
     gqa.run_case(256, *shape, mask, *ratio, arch="sm_90a", b=1)
 
 
@@ -63,7 +65,7 @@ def test_split_gqa(mask, shape, ratio):
 @pytest.mark.parametrize("grouped", [False, True], ids=["mha", "gqa"])
 def test_split_deterministic_gives_the_same_bits(mask, grouped):
     torch = pytest.importorskip("torch")
-    _hopper()
+    skip_unless_runs("sm_90a")
     heads, kv_heads = (4, 2) if grouped else (2, 2)
     runs = gqa.run_case(256, 1000, 1000, mask, heads, kv_heads, arch="sm_90a",
                         deterministic=True, b=1, repeat=2, gqa=grouped)
@@ -80,5 +82,5 @@ def test_kgen_attention_s_mods_at_d256(case, s, t, monkeypatch):
     """kgen.attention's autograd at D 256 (the device's target: sm_90a on a Hopper GPU)."""
     from tests.gpu.test_attention_grad_mods_gpu import _check
 
-    _hopper()
+    skip_unless_runs("sm_90a")
     _check(case, s, t, "device", monkeypatch, 256)
