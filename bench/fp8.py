@@ -502,6 +502,62 @@ def fp8_out_rows(torch, shapes, stream, l2):
     return rows
 
 
+# bench/fp8.py --sm89: sm_89's FP8 GEMM (examples/gemm_fp8_sm89.kg, mma.sync m16n8k32, row-wise
+# scales) as kgen's runtime runs it here: the same source built for this device's arch (on an
+# H100/H200 an sm_90a cubin, not compute_89 PTX), beside torch._scaled_mm and kgen's wgmma kernel
+# (gemm_fp8_rowwise.kg), timed and checked as above; ptxas' spills of this build printed (the
+# sm_89 build of every listed tile has none). SM89_TILES: written beside the builder's.
+SM89_TILES = (((64, 64, 128), (2, 2), 4), ((64, 128, 128), (2, 2), 4),
+              ((128, 128, 128), (2, 2), 3))
+
+
+def sm89_rows(torch, shapes, stream, l2):
+    from kgen import ir
+    from kgen.api import build, build_file, load_built
+    from kgen.harness.timing import rotation_count, time_kernel
+    from kgen.parse import parse_file
+    from kgen.runtime.device import device_info
+    from kgen.runtime.nvrtc import compile_cubin
+
+    kernel, arch = parse_file(ROOT / "examples" / "gemm_fp8_sm89.kg").kernels[0], device_info().arch
+    built = {"sm_89 builder": build(kernel)}
+    for tile, warps, stages in SM89_TILES:
+        g = dataclasses.replace(kernel.gemms[0], tile=ir.TileShape(*tile),
+                                warps=ir.WarpGrid(*warps), stages=ir.StageCount(stages))
+        label = f"sm_89 {'x'.join(map(str, tile))} w{warps[0]}x{warps[1]} s{stages}"
+        built[label] = build(dataclasses.replace(kernel, gemms=(g,)))
+    for label, b in built.items():
+        result = compile_cubin(b.source, b.plan.name, arch)
+        print(f"{label}: {'x'.join(map(str, b.plan.gemms[0].tile))}; built for {arch}: spill "
+              f"stores {result.spill_stores}, loads {result.spill_loads}", flush=True)
+    compiled = {label: load_built(b) for label, b in built.items()}
+    wgmma = load_built(build_file(ROOT / "examples" / "gemm_fp8_rowwise.kg"))
+    rows = []
+    for m, n, k in shapes:
+        flops, count = 2 * m * n * k, rotation_count(m * k + n * k + 2 * m * n, l2)
+        sets = [make_set(torch, m, n, k, "row-wise") for _ in range(count)]
+
+        def timed(fn):
+            return time_kernel(fn, iters=30, warmup=5, rotate=count, stream=stream).median_ms
+
+        base = timed(lambda i: torch_fp8(torch, *sets[i % count]))
+        wgmma_args = [wgmma.bind(**s) for s, _ in sets]
+        t_wgmma = timed(lambda i: wgmma.launch(wgmma_args[i % count], stream))
+        print(f"\nrow-wise {m}x{n}x{k}: torch._scaled_mm {base:.4f} ms ({flops / base / 1e9:.0f} "
+              f"TFLOP/s); kgen sm_90a wgmma {t_wgmma:.4f} ms ({flops / t_wgmma / 1e9:.0f} TFLOP/s)")
+        for label, own in compiled.items():
+            ours, theirs = check(torch, own, *sets[0], stream)
+            args = [own.bind(**s) for s, _ in sets]
+            t = timed(lambda i: own.launch(args[i % count], stream))
+            rows.append(dict(figure="sm89", variant=label, shape=[m, n, k], ms=t,
+                             tflops=flops / t / 1e9, vs_torch=base / t, vs_wgmma=t_wgmma / t,
+                             rel_err=ours, torch_rel_err=theirs, built_for=arch))
+            print(f"  {label:28s} {t:.4f} ms {flops / t / 1e9:5.0f} TFLOP/s {base / t:.3f}x "
+                  f"torch._scaled_mm, {t_wgmma / t:.3f}x kgen's wgmma kernel; err {ours:.1e} "
+                  f"(torch {theirs:.1e})", flush=True)
+    return rows
+
+
 def main() -> int:
     import torch
 
@@ -552,8 +608,6 @@ def main() -> int:
             Path(opts.json).write_text(json.dumps(rows, indent=1))
         return 0
     if opts.sm89:
-        from fp8_sm89 import sm89_rows
-
         chosen = shapes if opts.shapes else list(SHAPES[:2])
         rows = sm89_rows(torch, chosen[:1] if opts.quick else chosen, stream, l2)
         if opts.json:

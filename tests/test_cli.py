@@ -244,14 +244,15 @@ def test_compile_examples_deterministic(example, tmp_path):
     # a gemm example planned for Hopper is refused on sm_80 (its schedule or shared memory
     # needs sm_90a); a tile program targets sm_90a by choice and compiles for both, but the
     # one that writes the seed's sm_80 configuration, whose registers sm_90a's budget refuses
-    hopper = ("target sm_90a" in example.read_text()
-              and not is_program_plan(build_file(example).plan))
+    fp8 = "f8e4m3" in example.read_text()  # sm_80 has no FP8 MMA (sm_89 and sm_90a have)
+    hopper = fp8 or ("target sm_90a" in example.read_text()
+                     and not is_program_plan(build_file(example).plan))
     for arch in ("sm_80", "sm_90a"):
         result = invoke("compile", str(example), "--arch", arch)
-        if hopper and arch == "sm_80":  # planned for Hopper: refused, located
+        if hopper and arch == "sm_80":  # planned for Hopper or FP8: refused, located
             why = ("schedule pingpong needs target sm_90a" if "schedule pingpong" in
-                   example.read_text() else "FP8 operands run on wgmma, target sm_90a"
-                   if "f8e4m3" in example.read_text() else "shared memory over budget")
+                   example.read_text() else "FP8 operands need FP8 tensor cores, target sm_89"
+                   if fp8 else "shared memory over budget")
             assert result.exit_code == 2 and why in result.output
         elif example.name in SM80_ONLY and arch == "sm_90a":  # refused, located
             assert result.exit_code == 2 and SM80_ONLY[example.name] in result.output
