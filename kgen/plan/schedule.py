@@ -639,8 +639,7 @@ class Schedule:
         ring's), so none waits on a slot whose previous fill may not have landed (a phase parity
         tells only two rounds apart), for any ring depth; at K0 = 256 a ring of k tiles + 1
         slots crashed on an H200 without turns. Paired tiles (Pipeline.paired) take none."""
-        return (self.scheduler.pingpong and len(self.gemms) > 1
-                and not self.gemms[0].pipeline.paired)
+        return self.scheduler.pingpong and len(self.gemms) > 1 and not self.gemms[0].pipeline.paired
 
     @property
     def chain_ring_b(self) -> bool:
