@@ -574,6 +574,7 @@ attention_bwd(const attention_bwd_params p) {
 
     // st's epilogue
     float v2[kBlockN8][4];
+    float v5[kBlockN8][4];
     float v8[kBlockN8][4];
     float v10[kBlockN8][4];
 #pragma unroll
@@ -585,7 +586,8 @@ attention_bwd(const attention_bwd_params p) {
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = interior ? 1.0f : (static_cast<float>(row) <= static_cast<float>(col) ? 1.0f : 0.0f);
-        v8[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+        v5[j][e] = p.scale * acc_g0[j][e];
+        v8[j][e] = exp_diff(v5[j][e], s_lse[col - kv0]);
         v10[j][e] = v2[j][e] != 0.0f ? v8[j][e] : 0.0f;
       }
     }
@@ -799,6 +801,7 @@ attention_bwd(const attention_bwd_params p) {
 
     // st's epilogue
     float v2[kBlockN8][4];
+    float v5[kBlockN8][4];
     float v8[kBlockN8][4];
     float v10[kBlockN8][4];
 #pragma unroll
@@ -810,7 +813,8 @@ attention_bwd(const attention_bwd_params p) {
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = interior ? 1.0f : (static_cast<float>(row) <= static_cast<float>(col) ? 1.0f : 0.0f);
-        v8[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+        v5[j][e] = p.scale * acc_g0[j][e];
+        v8[j][e] = exp_diff(v5[j][e], s_lse[col - kv0]);
         v10[j][e] = v2[j][e] != 0.0f ? v8[j][e] : 0.0f;
       }
     }
@@ -1024,6 +1028,7 @@ attention_bwd(const attention_bwd_params p) {
 
     // st's epilogue
     float v2[kBlockN8][4];
+    float v5[kBlockN8][4];
     float v8[kBlockN8][4];
     float v10[kBlockN8][4];
 #pragma unroll
@@ -1035,7 +1040,8 @@ attention_bwd(const attention_bwd_params p) {
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
         v2[j][e] = interior ? 1.0f : (static_cast<float>(row) <= static_cast<float>(col) ? 1.0f : 0.0f);
-        v8[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+        v5[j][e] = p.scale * acc_g0[j][e];
+        v8[j][e] = exp_diff(v5[j][e], s_lse[col - kv0]);
         v10[j][e] = v2[j][e] != 0.0f ? v8[j][e] : 0.0f;
       }
     }

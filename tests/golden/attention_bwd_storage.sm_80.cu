@@ -540,6 +540,7 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
     }
 
     // st's epilogue
+    float v2[kBlockN8][4];
     float v5[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -549,7 +550,8 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v5[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+        v2[j][e] = p.scale * acc_g0[j][e];
+        v5[j][e] = exp_diff(v2[j][e], s_lse[col - kv0]);
       }
     }
     // handed on as an A operand, rounded in registers
@@ -763,6 +765,7 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
     }
 
     // st's epilogue
+    float v2[kBlockN8][4];
     float v5[kBlockN8][4];
 #pragma unroll
     for (int j = 0; j < kBlockN8; ++j) {
@@ -772,7 +775,8 @@ attention_bwd_storage(const attention_bwd_storage_params p) {
         const int row = row_base + 8 * i;
         const int col = kv0 + quad_col + j * 8 + (e & 1);
         (void)i; (void)row; (void)col;
-        v5[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+        v2[j][e] = p.scale * acc_g0[j][e];
+        v5[j][e] = exp_diff(v2[j][e], s_lse[col - kv0]);
       }
     }
     // handed on as an A operand: zero past the loop's end, rounded in registers

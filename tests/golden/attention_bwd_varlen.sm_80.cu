@@ -591,6 +591,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
       float v3[kBlockN8][4];
       float v5[kBlockN8][4];
       float v6[kBlockN8][4];
+      float v9[kBlockN8][4];
       float v12[kBlockN8][4];
       float v14[kBlockN8][4];
   #pragma unroll
@@ -604,7 +605,8 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
           v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
           v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
           v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-          v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+          v9[j][e] = p.scale * acc_g0[j][e];
+          v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
           v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
         }
       }
@@ -819,6 +821,7 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
       float v3[kBlockN8][4];
       float v5[kBlockN8][4];
       float v6[kBlockN8][4];
+      float v9[kBlockN8][4];
       float v12[kBlockN8][4];
       float v14[kBlockN8][4];
   #pragma unroll
@@ -832,7 +835,8 @@ attention_bwd_varlen(const attention_bwd_varlen_params p) {
           v3[j][e] = static_cast<float>(col) + static_cast<float>(rows);
           v5[j][e] = v3[j][e] - static_cast<float>(loop_len);
           v6[j][e] = interior ? 1.0f : (static_cast<float>(row) <= v5[j][e] ? 1.0f : 0.0f);
-          v12[j][e] = exp_diff_scaled(acc_g0[j][e], p.scale, s_lse[col - kv0]);
+          v9[j][e] = p.scale * acc_g0[j][e];
+          v12[j][e] = exp_diff(v9[j][e], s_lse[col - kv0]);
           v14[j][e] = v6[j][e] != 0.0f ? v12[j][e] : 0.0f;
         }
       }

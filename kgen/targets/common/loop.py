@@ -158,7 +158,7 @@ LOOP_SIZES = ("rows", "loop_len")
 
 def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                fold: tuple[int, ...] = (), ops=OP_CPP,
-               exp_of_difference: str | None = None,
+               exp_of_difference: str | None = None, scaled_exp: bool = False,
                sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False,
                tiles: dict[str, str] | None = None,
                reciprocal: bool = False, unmask: tuple[int, ...] = ()) -> list[CStatement]:
@@ -171,7 +171,7 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
     one as a times b's reciprocal (plan.division); `unmask`: the masks where(P, e, -inf) that
     read e on a block mask's full block (plan.bounds.listed.masks)."""
     refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
-    fused = (_fused_differences(section, fold) if exp_of_difference is not None
+    fused = (_fused_differences(section, fold, scaled_exp) if exp_of_difference is not None
              else frozenset())
     out: list[CStatement] = []
     for stmt in section.statements:
@@ -219,11 +219,12 @@ def _scale(section: pp.Section, c: int, x: int) -> bool:
     return section.values[c].rank is not Rank.TILE
 
 
-def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[int]:
+def _fused_differences(section: pp.Section, fold: tuple[int, ...],
+                       scaled: bool) -> frozenset[int]:
     """The values exp reads through and computes in one multiply-add itself (no value of their
-    own): a difference a - b read only by exp; and with a factor c that is not a tile value,
-    c * a in c * a - b, or the difference and the product in c * (a - b), each read only by the
-    next. None the mask folds."""
+    own): a difference a - b read only by exp; and where `scaled`, with a factor c that is not
+    a tile value, c * a in c * a - b, or the difference and the product in c * (a - b), each
+    read only by the next. None the mask folds."""
     readers: dict[int, list[object]] = {}
     for value in section.values:
         kind = value.kind
@@ -247,11 +248,11 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...]) -> frozenset[
     for v in section.values:
         if apply(v.id, Op.SUB) and only(v.id, Op.EXP):  # exp(a - b), exp(c * a - b)
             fused.add(v.id)
-            product = apply(v.kind.args[0], Op.MUL)
+            product = apply(v.kind.args[0], Op.MUL) if scaled else None
             if (product and only(v.kind.args[0], Op.SUB)
                     and any(_scale(section, c, x) for c, x in (product.args, product.args[::-1]))):
                 fused.add(v.kind.args[0])
-        product = apply(v.id, Op.MUL)
+        product = apply(v.id, Op.MUL) if scaled else None
         if product and only(v.id, Op.EXP):  # exp(c * (a - b))
             for c, d in (product.args, product.args[::-1]):
                 if apply(d, Op.SUB) and only(d, Op.MUL) and _scale(section, c, d):
@@ -425,7 +426,9 @@ FAST_EXP_OPS = {**OP_CPP, Op.EXP: "exp_fast({0})"}
 FAST_EXP_OF_DIFFERENCE = "exp_diff({0}, {1})"
 # With a factor c that is the same for a row's elements (a scalar, a row's value): exp(c * a - b)
 # and exp(c * (a - b)) are one multiply-add too, c log2 e computed once; the softmax's scale
-# multiplies no score of its own.
+# multiplies no score of its own. The forward loops take them (statements' scaled_exp); the
+# backward's (loop_dag) do not: at 255 registers its P = exp(scale * acc - lse) so spelled
+# spilled 24 B (sm_80 skeleton built for sm_90a, D 128) and its softcap build 12 B more.
 FAST_EXP_DIFFERENCE_SCALED = "exp_diff_scaled({0}, {1}, {2})"  # a, c, b
 FAST_EXP_SCALED_DIFFERENCE = "exp_scaled_diff({0}, {1}, {2})"  # a, b, c
 
@@ -459,9 +462,10 @@ def uses_random(plan: pp.ProgramPlan) -> bool:
 def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command: str) -> str:
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold,
                       ops=body_ops(plan, FAST_EXP_OPS), exp_of_difference=FAST_EXP_OF_DIFFERENCE,
-                      reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
+                      scaled_exp=True, reciprocal=reciprocal_division(plan),
+                      unmask=unmasked(plan))
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=FAST_EXP_OPS,
-                      exp_of_difference=FAST_EXP_OF_DIFFERENCE,
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE, scaled_exp=True,
                       reciprocal=reciprocal_division(plan))
     return render(
         "common/loop.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",

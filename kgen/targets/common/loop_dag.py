@@ -83,7 +83,7 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
     fold = plan.bounds.fold if section is plan.body else ()
     own_readers = {s.value for s in section.statements
                    if isinstance(s, (ld.HandTile, ld.StageTile, ld.AddTile))}
-    fused = program._fused_differences(section, fold) - own_readers
+    fused = program._fused_differences(section, fold, scaled=False) - own_readers
     out: list[CDag] = []
     handed: set[int] = set()
     for stmt in section.statements:

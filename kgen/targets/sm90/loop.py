@@ -27,12 +27,12 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     # the staged tile's pairs at the thread's elements (the template's load_staged)
     tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
-                      exp_of_difference=FAST_EXP_OF_DIFFERENCE, tiles=tiles,
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE, scaled_exp=True, tiles=tiles,
                       reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops,
-                      exp_of_difference=FAST_EXP_OF_DIFFERENCE,
+                      exp_of_difference=FAST_EXP_OF_DIFFERENCE, scaled_exp=True,
                       reciprocal=reciprocal_division(plan))
     # an output among the maps leaves through shared memory and the copy engine (loop_schedule's
     # with_o_store; one CTA per tile: Q's buffer, where it is staged, is not loaded again)
