@@ -741,3 +741,14 @@ def test_a_tile_both_skeletons_refuse_names_both_reasons():
     assert "the block must be one of (32, 64, 128)" in str(err.value)
     assert "sm_90a's wgmma skeleton refuses it too" in str(err.value)
     assert "registers per consumer thread" in str(err.value)
+
+
+@pytest.mark.parametrize("arch", [SM90A, ir.Arch.SM80])
+def test_the_raw_maximum_multiplies_no_score_by_the_scale(arch):
+    """exp(scale * (x - m)) with the scale a scalar: one exp_scaled_diff per score, the score
+    itself never multiplied (kgen.attention's program for a positive scale, no mask)."""
+    source = _built(lk.attention(64, arch=arch, raw_max=True)).source
+    body = source[source.index("s's epilogue"):]
+    assert "exp_scaled_diff(acc0[j][e], " in body and "p.scale * acc0" not in body
+    plain = _built(lk.attention(64, arch=arch)).source
+    assert "p.scale * acc0" in plain and "exp_scaled_diff(acc0" not in plain

@@ -208,14 +208,14 @@ def _fused_exp(section: pp.Section, arg: int, refs: list[str], fused: frozenset[
     a, b = kind.args
     if a in fused:  # c * a - b
         product = section.values[a].kind.args
-        c, x = (product if _scale(section, product[0], product[1]) else product[::-1])
+        c, x = product if _scale(section, product[0]) else product[::-1]
         return FAST_EXP_DIFFERENCE_SCALED.format(refs[x], refs[c], refs[b])
     return exp_of_difference.format(refs[a], refs[b])
 
 
-def _scale(section: pp.Section, c: int, x: int) -> bool:
-    """Whether c is the factor of c * x that a fused exp takes as its scale: not a tile value
-    (the same for a row's elements, so c log2 e is computed once)."""
+def _scale(section: pp.Section, c: int) -> bool:
+    """Whether c is a factor a fused exp takes as its scale: not a tile value (the same for a
+    row's elements, so c log2 e is computed once)."""
     return section.values[c].rank is not Rank.TILE
 
 
@@ -250,12 +250,12 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...],
             fused.add(v.id)
             product = apply(v.kind.args[0], Op.MUL) if scaled else None
             if (product and only(v.kind.args[0], Op.SUB)
-                    and any(_scale(section, c, x) for c, x in (product.args, product.args[::-1]))):
+                    and any(_scale(section, c) for c in product.args)):
                 fused.add(v.kind.args[0])
         product = apply(v.id, Op.MUL) if scaled else None
         if product and only(v.id, Op.EXP):  # exp(c * (a - b))
             for c, d in (product.args, product.args[::-1]):
-                if apply(d, Op.SUB) and only(d, Op.MUL) and _scale(section, c, d):
+                if apply(d, Op.SUB) and only(d, Op.MUL) and _scale(section, c):
                     fused.update((v.id, d))
                     break
     return frozenset(fused)
