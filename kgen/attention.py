@@ -80,10 +80,11 @@ class Signature:
     # the tile (rows, keys) written on its line (None: the rulebook's)
     block_mask: str = ""
     blocks: tuple[int, int] | None = None
-    # the scale is positive and no term or mask follows it (raw_max_allowed): the maximum is of
-    # the raw scores, max(scale * acc) = scale * max(acc), and exp takes scale * (x - m), one
+    # the scale is positive and no term follows it (raw_max_allowed): the maximum is of the
+    # raw scores, max(scale * acc) = scale * max(acc), and exp takes scale * (x - m), one
     # multiply-add per score (the loop skeletons' fused exp): the scale multiplies no score of
-    # its own. lse = scale * m + log(l).
+    # its own. lse = scale * m + log(l). The program declares the scale `positive` (checked at
+    # launch), from which the masked blocks' bounds are derived through scale * (x - m).
     raw_max: bool = False
 
     @property
@@ -114,7 +115,7 @@ def program_text(sig: Signature) -> str:
         # seed and offset have no default: before the scalars that have one (a torch op's
         # schema takes no positional argument without a default after one with)
         *(["  scalar seed : u64", "  scalar offset : u64"] if sig.dropout else []),
-        "  scalar scale : f32 = 1",
+        "  scalar scale : f32 = 1" + (" positive" if sig.raw_max else ""),
         *(f"  scalar {name} : f32 = 0" for name in sig.scalars),
         *(["  scalar dropout_p : f32 = 0", "  scalar dropout_scale : f32 = 1"]
           if sig.dropout else []),
@@ -256,12 +257,16 @@ def signature(q, k, v, *, is_causal: bool = False, score_mod: str | None = None,
 
 def raw_max_allowed(sig: Signature, scale: float) -> bool:
     """Whether `sig`'s program takes the maximum of the raw scores (Signature.raw_max): the
-    scale is positive and finite, and no term and no mask follows it. A mask is left out: the
-    bounds that skip its blocks are derived from where(P, e, -inf) reaching exp as -inf, which
-    scale * (x - m) keeps only for a scale known positive (the program does not say so), so
-    the masked blocks would all run (measured on an H200: causal D 128 S 4096 at 0.55x)."""
+    scale is positive and finite, and no term follows it (a score_mod or a bias reads the
+    scaled score). A mask may: its blocks' bounds are derived from where(P, e, -inf) reaching
+    exp as -inf through scale * (x - m), which holds for the scale the program declares
+    `positive` (kgen/lower/loop_bounds.py), unless it reads the scaled score itself."""
+    import re
+
+    reads_score = sig.mask_mod is not None and re.search(r"(?<![\w.])(score|acc)(?!\w)",
+                                                         sig.mask_mod)
     return (math.isfinite(scale) and scale > 0 and sig.score_mod is None and not sig.bias
-            and not sig.causal and sig.mask_mod is None and not sig.block_mask)
+            and not reads_score)
 
 
 def _usable(name: str, what: str) -> None:

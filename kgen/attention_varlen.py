@@ -155,9 +155,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     views = [t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)]
     sig = dense.signature(*views, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
                           scalars=scalars, arch=arch or dense._arch(q.device))
+    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    sig = dataclasses.replace(sig, raw_max=dense.raw_max_allowed(sig, scale))
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     kernel = _compiled(sig, device)
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     out = torch.empty((q.shape[0], heads, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((heads, q.shape[0]), dtype=torch.float32, device=q.device)
     args = {"Q": dense._aligned(q).transpose(0, 1), "K": dense._aligned(k).transpose(0, 1),

@@ -73,6 +73,10 @@ class Param:
     # value after the kernel is the sum of every add (from every CTA, in any order unless the
     # kernel is deterministic).
     accumulate: bool = False
+    # `scalar scale : f32 = 1 positive` (input f32 scalars only): the caller's value must be
+    # > 0, which every launch checks (the runtime, and the .cu's launcher); the compiler may
+    # rely on it (a mask's -inf times it stays -inf: kgen/lower/loop_bounds.py)
+    positive: bool = False
 
     @property
     def full_shape(self) -> tuple[Dim, ...]:

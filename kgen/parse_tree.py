@@ -299,7 +299,7 @@ class ToIR(SequenceRules):
         elif len(shape) == batched_rank + 1 and kind is not ParamKind.SCALAR:
             batch, heads, shape = shape[0], shape[1], shape[2:]
         layout = role = default = None
-        accumulate = False
+        accumulate = positive = False
         for option in rest:
             if option.kind == "default":
                 if default is not None:
@@ -325,6 +325,10 @@ class ToIR(SequenceRules):
                 if accumulate:
                     raise KgenError(option.loc, f"'{name}' is already marked 'accumulate'")
                 accumulate = True
+            elif option.value == "positive":  # verify checks the kind, dtype and default
+                if positive:
+                    raise KgenError(option.loc, f"'{name}' is already marked 'positive'")
+                positive = True
             else:
                 if role is not None:
                     raise KgenError(
@@ -343,6 +347,7 @@ class ToIR(SequenceRules):
             batch=batch,
             heads=heads,
             accumulate=accumulate,
+            positive=positive,
         )
 
     # -- gemm stages ---------------------------------------------------------------------------

@@ -144,8 +144,8 @@ def _phrase(expected: set[str], prev: Token | None, literal: Literal) -> str:
         take(["_SEP"], "a new line")
         phrases.append("';'")
 
-    natural = {"row": 0, "col": 1, "in": 2, "out": 3, "accumulate": 4, "registers": 5,
-               "smem": 6}
+    natural = {"row": 0, "col": 1, "in": 2, "out": 3, "accumulate": 4, "positive": 5,
+               "registers": 6, "smem": 7}
 
     def order(name: str):
         text = literal(name) or name

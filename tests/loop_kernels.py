@@ -30,8 +30,8 @@ def vector(name, dtype, length, *, batch="B", heads="H", role=Role.IN):
                     heads=heads)
 
 
-def scalar(name, default):
-    return ir.Param(name, ParamKind.SCALAR, DType.F32, (), default=default)
+def scalar(name, default, positive: bool = False):
+    return ir.Param(name, ParamKind.SCALAR, DType.F32, (), default=default, positive=positive)
 
 
 def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
@@ -43,7 +43,8 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
     `shift`: a scalar `shift` moves the diagonal (col + shift <= row: rows below shift are
     wholly masked); `alibi`: x - slope * (row - col); `softcap`: c * tanh(x / c); `raw_max`:
     the form kgen.attention writes for a positive scale (kgen.attention.Signature.raw_max):
-    the maximum of the raw scores, exp(scale * (x - m)), lse = scale * m + log(l)."""
+    the scale declared `positive`, the maximum of the raw scores, exp(scale * (x - m)),
+    lse = scale * m + log(l)."""
     assert not (raw_max and (alibi or softcap is not None)), "a term after the scale"
     kv_heads = "HKV" if gqa else "H"
     params = [
@@ -54,7 +55,7 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
     ]
     if lse:
         params.append(vector("lse", DType.F32, "S", role=Role.OUT))
-    params.append(scalar("scale", 1.0 / math.sqrt(head_dim)))
+    params.append(scalar("scale", 1.0 / math.sqrt(head_dim), positive=raw_max))
     if alibi:
         params.append(scalar("slope", 0.0625))
     if softcap is not None:

@@ -13,6 +13,7 @@ from kgen import attention as kattention
 from kgen.api import build_verified
 from kgen.errors import ArgumentError, KgenError
 from kgen.lower import lower
+from kgen.parse import parse
 from kgen.reference import evaluate
 
 
@@ -317,21 +318,31 @@ def test_the_raw_max_program_means_the_same_attention(causal):
     (-0.5, {}, False),
     (float("inf"), {}, False),
     (0.125, {"score_mod": "score + 1"}, False),
-    (0.125, {"mask_mod": "col <= row"}, False),  # its blocks' bounds need the sign
-    (0.125, {"causal": True}, False),
+    (0.125, {"bias": True}, False),  # added to the scaled score
+    (0.125, {"mask_mod": "col <= row"}, True),  # the scale is declared positive: the mask's
+    (0.125, {"causal": True}, True),  # -inf stays -inf through scale * (x - m)
+    (0.125, {"mask_mod": "score > -5"}, False),  # a mask of the scaled score
 ])
 def test_the_raw_max_is_taken_only_where_it_is_the_same_value(scale, mods, allowed):
     s = kattention.Signature("bf16", 64, 64, mods.get("causal", False), mods.get("score_mod"),
-                             mods.get("mask_mod"), ())
+                             mods.get("mask_mod"), (), bias=mods.get("bias", False))
     assert kattention.raw_max_allowed(s, scale) is allowed
 
 
-def test_a_masked_raw_max_program_would_run_every_block():
-    """Why raw_max_allowed leaves masks out: scale * (x - m) on a block masked in full is
-    -inf only for a positive scale, which the program does not say."""
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_masked_raw_max_program_skips_the_masked_blocks(arch):
+    """The raw maximum under a mask: the program declares the scale `positive`, so
+    scale * (x - m) on a block masked in full is -inf and the blocks are skipped as with
+    scale * acc; the same program without the declaration would run every block."""
     import dataclasses
 
-    s = dataclasses.replace(sig(64, causal=True), raw_max=True)
-    bounds = build_verified(kattention.program(s), "sm_90a").plan.bounds
-    assert not bounds.bounds and "every block runs" in bounds.why
-    assert build_verified(kattention.program(sig(64, causal=True)), "sm_90a").plan.bounds.bounds
+    s = dataclasses.replace(sig(64, causal=True), raw_max=True, arch=arch)
+    text = kattention.program_text(s)
+    assert "  scalar scale : f32 = 1 positive\n" in text
+    kept = build_verified(kattention.program(s), arch).plan.bounds
+    assert kept.bounds == build_verified(kattention.program(
+        dataclasses.replace(sig(64, causal=True), arch=arch)), arch).plan.bounds.bounds
+    assert kept.skips and kept.fold
+    undeclared = parse(text.replace(" positive\n", "\n"), "a.kg").kernels[0]
+    bounds = build_verified(undeclared, arch).plan.bounds
+    assert not bounds.skips and "every block runs" in bounds.why

@@ -69,7 +69,7 @@ CASES: list[tuple[str, str]] = [
         "kernel k {\n  target sm_80\n  tensor A : f16[M, K] row\n",
         "t.kg:3:27: error: unexpected end of file; expected a declaration (target, compute, "
         "reductions, schedule, tensor, vector, scalar, gemm, phases, storage, loop, epilogue or "
-        "packed), 'row', 'col', 'in', 'out', 'accumulate', '=' or '}'",
+        "packed), 'row', 'col', 'in', 'out', 'accumulate', 'positive', '=' or '}'",
     ),
     (
         "kernel k { target sm_80 ; }",

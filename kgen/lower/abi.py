@@ -23,7 +23,7 @@ def _pointer_type(p: ir.Param) -> str:
 def params(kernel: ir.Kernel) -> tuple[Param, ...]:
     """The kernel's parameters as the plan carries them (no source locations)."""
     return tuple(Param(p.name, p.kind, p.dtype, p.shape, p.layout, p.role, p.default,
-                       batch=p.batch)
+                       batch=p.batch, positive=p.positive)
                  for p in kernel.params)
 
 

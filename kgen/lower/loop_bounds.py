@@ -17,7 +17,9 @@ abstract states, with the masked value -inf everywhere:
 docs/language.md states) and asks that every carry update gives the carry's own value, every
 rescale of the accumulator is by 1 (by a finite value in the initial state: zero stays zero),
 and the value handed on is 0. The inputs are taken to be finite. Values are abstracted as a
-constant, a finite unknown (equal to itself: `m - m` is 0) or unknown.
+constant, a finite unknown (equal to itself: `m - m` is 0), a positive one (a scalar declared
+`positive`, checked > 0 at launch: an infinity times it keeps its sign, so `scale * (x - m)`
+stays -inf where x is) or unknown.
 """
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ _COMPARE = {Op.LE: (True, False), Op.LT: (True, True), Op.GE: (False, False),
 _FLIP = {Op.LE: Op.GE, Op.LT: Op.GT, Op.GE: Op.LE, Op.GT: Op.LT}
 
 
-def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopBounds:
-    """The loop's bounds from the body's masks (every block, with why, when none qualifies)."""
+def derive(body: pp.Section, carries: tuple[tuple[str, float], ...],
+           positive: frozenset[str] = frozenset()) -> pp.LoopBounds:
+    """The loop's bounds from the body's masks (every block, with why, when none qualifies);
+    `positive`: the scalars declared positive."""
     values = body.values
     masks = [v for v in values if _is_mask(values, v)]
     if not masks:
@@ -53,7 +57,7 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...]) -> pp.LoopB
         if isinstance(found, str):
             refused.append(f"`{text}`: {found}")
             continue
-        problem = _changes_state(body, carries, mask.id)
+        problem = _changes_state(body, carries, mask.id, positive)
         if problem is not None:
             refused.append(f"`{text}`: a block it masks in full {problem}")
             continue
@@ -241,25 +245,33 @@ class _Finite:
     key: object
 
 
-def _changes_state(body: pp.Section, carries, mask: int) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Positive(_Finite):
+    """A finite value known to be > 0 (a scalar declared `positive`)."""
+
+
+def _changes_state(body: pp.Section, carries, mask: int,
+                   positive: frozenset[str] = frozenset()) -> str | None:
     """Why the body changes the state on a block where value `mask` is -inf, or None."""
     initial = {name: float(init) for name, init in carries}
     running = {name: _Finite(("carry", name)) for name, _ in carries}
     for state, start in (("from the loop's initial state", initial),
                          ("from a running state", running)):
-        problem = _run(body, dict(start), mask, state == "from the loop's initial state")
+        problem = _run(body, dict(start), mask, state == "from the loop's initial state",
+                       positive)
         if problem is not None:
             return f"{problem} ({state})"
     return None
 
 
-def _run(body: pp.Section, state: dict, mask: int, initial: bool) -> str | None:
+def _run(body: pp.Section, state: dict, mask: int, initial: bool,
+         positive: frozenset[str]) -> str | None:
     known: dict[int, object] = {}
     values = body.values
 
     def get(index: int):
         if index not in known:
-            known[index] = _abstract(values[index], get, state, mask)
+            known[index] = _abstract(values[index], get, state, mask, positive)
         return known[index]
 
     for stmt in body.statements:
@@ -285,8 +297,9 @@ def _same(a, b) -> bool:
     return isinstance(a, _Finite) and a == b
 
 
-def _abstract(value: pp.Value, get, state: dict, mask: int):
-    """The value on a block masked in full: a float, a _Finite, or None (unknown)."""
+def _abstract(value: pp.Value, get, state: dict, mask: int, positive: frozenset[str]):
+    """The value on a block masked in full: a float, a _Finite (a _Positive), or None
+    (unknown)."""
     kind = value.kind
     if value.id == mask:
         return -math.inf
@@ -294,6 +307,8 @@ def _abstract(value: pp.Value, get, state: dict, mask: int):
         return float(kind.value)
     if isinstance(kind, pp.CarryValue):
         return state[kind.carry]
+    if isinstance(kind, dag.ScalarArg) and kind.param in positive:
+        return _Positive(kind)
     if isinstance(kind, (dag.Accumulator, dag.ScalarArg, dag.VectorLoad, dag.TensorLoad,
                          pp.PositionValue, pp.ExtentValue, pp.RandomValue)):
         return _Finite(kind)
@@ -359,6 +374,8 @@ def _binary(op: Op, a, b):
                     return y
                 if x == 0.0:
                     return 0.0
+                if math.isinf(x) and isinstance(y, _Positive):
+                    return x  # an infinity times a value > 0 keeps its sign
                 return _Finite((op, a, b)) if math.isfinite(x) else None
         return _Finite((op, a, b))
     if op is Op.DIV:

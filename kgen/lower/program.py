@@ -193,7 +193,7 @@ def _params(kernel: ir.Kernel, query_heads) -> tuple[tuple[pp.ProgramParam, ...]
         params.append(pp.ProgramParam(
             name=p.name, kind=p.kind.value, dtype=p.dtype, role=p.role, shape=tuple(p.shape),
             layout=p.layout, batched=p.batch is not None, headed=p.heads is not None, kv=kv,
-            default=p.default))
+            default=p.default, positive=p.positive))
         if p.kind is ir.ParamKind.SCALAR:
             # a u64 scalar travels as its 64 bits in a long long (the runtime's int64)
             ctype = "i64" if p.dtype is ir.DType.U64 else "f32"
@@ -309,7 +309,8 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     body_section, tail_section = body.section(), tail.section()
     bounds = (loop_bounds.listed(body_section, loop.blocks, config.tile_m, config.block)
               if loop.blocks is not None else
-              loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries)))
+              loop_bounds.derive(body_section, tuple((c.name, c.init) for c in loop.carries),
+                                 frozenset(p.name for p in kernel.params if p.positive)))
     query_heads = a.heads
     params, fields = _params(kernel, query_heads)
     params, fields, packed = packed_program.run(kernel, rows_dim, loop.dim, params, fields)

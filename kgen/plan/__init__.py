@@ -157,6 +157,7 @@ class Param:
     role: Role = Role.IN
     default: float | None = None  # scalars only
     batch: Dim | None = None  # the batch dimension of a batched tensor or vector
+    positive: bool = False  # a scalar whose every value is > 0 (ir.Param.positive)
 
     @property
     def is_output(self) -> bool:

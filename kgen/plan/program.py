@@ -183,6 +183,7 @@ class ProgramParam:
     headed: bool
     kv: bool
     default: float | None = None  # scalars: the declared value
+    positive: bool = False  # scalars: every value is > 0 (ir.Param.positive)
     # its rows are packed sequences (`packed S by ...`): "rows" when they are the kernel's
     # rows, "loop" when the loop's; passed with the batch fused into them. A packed line's
     # offsets are themselves a parameter, of kind "offsets" (int32, B + 1 entries).

@@ -296,6 +296,9 @@ class CallPath:
         self._scalars = tuple(p.name for p in scalars)
         self._defaults = tuple((p.name, _MISSING if p.default is None else float(p.default))
                                for p in scalars)
+        # the scalars declared positive: a value not > 0 takes the first call's path, which
+        # says why (launch.check_positive)
+        self._positive = frozenset(p.name for p in scalars if p.positive)
         self._outputs = tuple(p.name for p in plan.params if p.role is Role.OUT)
         self._bindings: dict[tuple, Binding] = {}
         self._lock = threading.Lock()
@@ -327,12 +330,14 @@ class CallPath:
                             array.ptr & ADDRESS_BITS, array.kind))
                 pointers.append(array.ptr)
         scalars = []
+        positive = self._positive
         for name, default in self._defaults:
             value = args.get(name, default)
             kind = type(value)
-            if kind is not float and kind is not int:
-                return self._first_call(stream, sizes, args)  # not a number, or missing
-            scalars.append(value)
+            if kind is not float and kind is not int or (positive and name in positive
+                                                          and not value > 0):
+                return self._first_call(stream, sizes, args)  # not a number, missing, or
+            scalars.append(value)  # not the positive value it must be
         if sizes:
             key.append(tuple(sorted(sizes.items())))
         binding = self._bindings.get(tuple(key))

@@ -104,6 +104,14 @@ def _takes_array(param) -> bool:
     return param.kind is not ParamKind.SCALAR or param.role is Role.OUT
 
 
+def check_positive(name: str, value: float) -> None:
+    """A scalar declared `positive` (ir.Param.positive) takes a value > 0 (not NaN): the
+    compiled code relies on it."""
+    if not value > 0:
+        raise ArgumentError(f"scalar {name} is declared positive, so it must be > 0; got "
+                            f"{value!r}")
+
+
 def bind_arguments(
     plan: KernelPlan,
     args: Mapping[str, Any],
@@ -159,6 +167,8 @@ def bind_arguments(
                 scalars[param.name] = float(param.default)
             else:
                 raise ArgumentError(f"missing scalar {param.name} (it has no default)")
+            if param.positive:
+                check_positive(param.name, scalars[param.name])
 
     # Dtypes, ranks, devices.
     for name, array in arrays.items():

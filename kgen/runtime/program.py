@@ -20,7 +20,7 @@ from ..errors import ArgumentError, KgenRuntimeError
 from ..plan.loop_dag import ORDER_FIELD, LoopDagPlan
 from ..plan.program import LoopPlan, ProgramParam, ProgramPlan
 from . import blocks, packed
-from .launch import BoundArguments
+from .launch import BoundArguments, check_positive
 from .tensors import DeviceArray, as_device_array
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +131,8 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
             value = args.get(p.name, p.default)
             if value is None:
                 raise ArgumentError(f"{plan.name}: missing scalar {p.name!r}")
+            if p.positive:
+                check_positive(p.name, float(value))
             values.append(_u64_bits(p.name, value) if p.dtype is DType.U64 else float(value))
             continue
         if p.kind in blocks.KINDS:

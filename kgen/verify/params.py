@@ -2,7 +2,8 @@
 
 Each parameter's name (unique, safe as a C++ identifier), kind, rank, dimensions (a named one
 is defined where first used), dtype (scalars are f32; outputs in a dtype the target can store),
-layout (tensors only) and default (input scalars only, a finite f32).
+layout (tensors only), default (input scalars only, a finite f32) and positivity (input f32
+scalars only, a default > 0).
 """
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             )
         if problem := f32_problem(p.default, f"default of scalar '{p.name}'"):
             raise KgenError(loc, problem)
+    _check_positive(p, loc)
     # an FP8 output: verify/epilogue.py's check_fp8_output (an FP8 gemm's, on wgmma targets)
     if p.role is Role.OUT and not p.dtype.fp8 and p.dtype not in state.target.output_dtypes:
         raise KgenError(
@@ -119,6 +121,22 @@ def check_param(state: KernelState, p: ir.Param) -> None:
             f"output dtype {p.dtype.dsl_name} is not supported on {state.target.arch.value}",
         )
     state.params[p.name] = p
+
+
+def _check_positive(p: ir.Param, loc) -> None:
+    """`positive` marks an input f32 scalar whose every value is > 0 (checked at launch)."""
+    if not isinstance(p.positive, bool):
+        raise KgenError(loc, f"positive must be True or False, got {shown(p.positive)}")
+    if not p.positive:
+        return
+    if p.kind is not ParamKind.SCALAR or p.role is Role.OUT or p.dtype is not DType.F32:
+        what = (f"a {p.kind.value}" if p.kind is not ParamKind.SCALAR else
+                "an output scalar" if p.role is Role.OUT else f"a {p.dtype.dsl_name} scalar")
+        raise KgenError(loc, f"'positive' marks an input f32 scalar, checked > 0 at every "
+                             f"launch; '{p.name}' is {what}")
+    if p.default is not None and not p.default > 0:
+        raise KgenError(loc, f"scalar '{p.name}' is marked 'positive' but its default is "
+                             f"{p.default:g}; give a default > 0 or none")
 
 
 def _check_batch(state: KernelState, p: ir.Param, loc) -> None:

@@ -127,6 +127,24 @@ def test_an_unguarded_max_is_refused_from_the_initial_state():
     assert not found.skips and "from the loop's initial state" in found.why, found.why
 
 
+@pytest.mark.parametrize("positive", [True, False])
+def test_a_scale_declared_positive_keeps_the_mask_through_its_product(positive):
+    """exp(c * (x - m)) with the raw maximum: on a block masked in full c * -inf is -inf only
+    for c > 0, which a scalar declared `positive` says (checked at every launch); without the
+    declaration the sign is unknown and every block runs."""
+    text = (PROGRAM.format(x="where(col <= row, acc, -inf)", l="l * r + rowsum(s)")
+            .replace("scalar w : f32 = 8", "scalar c : f32 = 0.125" + " positive" * positive)
+            .replace("exp(x - m_use)", "exp(c * (x - m_use))")
+            .replace("exp(m - m_use)", "exp(c * (m - m_use))"))
+    module = parse(text, "k.kg")
+    verify(module)
+    found = lower(module.kernels[0]).bounds
+    if positive:
+        assert found.skips and list(found.bounds) == [bound(True, False, 1)], found
+    else:
+        assert not found.skips and "every block runs" in found.why, found.why
+
+
 def test_the_examples_bounds():
     assert lower(lk.attention(64, causal=True)).bounds.skips
     assert not lower(lk.attention(64)).bounds.skips

@@ -344,7 +344,9 @@ def _fields(plan: pp.ProgramPlan) -> list[dict]:
         elif f.param is None:
             out.append(dict(ctype=CTYPES[f.ctype], name=f.name, comment=_SIZES[f.name]))
         elif f.name == f.param:
-            out.append(dict(ctype=CTYPES[f.ctype], name=f.name, comment=f"scalar {f.name}"))
+            positive = " (declared positive: > 0)" if plan.param(f.param).positive else ""
+            out.append(dict(ctype=CTYPES[f.ctype], name=f.name,
+                            comment=f"scalar {f.name}{positive}"))
         else:
             stride = _STRIDES[f.name[len(f.param):]]
             out.append(dict(ctype=CTYPES[f.ctype], name=f.name,

@@ -295,6 +295,9 @@ def host_checks(plan: KernelPlan) -> list[Check]:
                             "split-K needs p.workspace for its partial sums (see the kgen docs)"))
     if plan.narrow_kernel is None:
         checks += dim_checks(plan)
+    checks += [Check(f"!(p.{f.name} > 0.0f)", f"{f.name} is declared positive: it must be > 0")
+               for f in plan.fields
+               if f.kind is FieldKind.SCALAR and plan.param(f.param).positive]
     for r in plan.block_dims:  # a block scale's shape: every entry point reads it so
         checks.append(Check(f"{dim_expr(r.dim)} != ({dim_expr(r.of)} + {r.block - 1}) / {r.block}",
                             f"{r.dim} must be ceil({r.of} / {r.block}): {r.reason}"))
