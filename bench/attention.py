@@ -2,8 +2,9 @@
 kgen_sm80 the mma.sync skeleton, kgen_sm90a the sm_90a skeleton the rulebook picks, the
 warp-specialized wgmma one; kgen_sm90a_tiled and kgen_sm90a_persistent the same kernel with each
 tile scheduler, a plan option) beside torch SDPA's flash, cuDNN and memory-efficient backends.
-The kernels are the programs kgen.attention writes for a positive scale: without a mask, the
-maximum of the raw scores and exp(scale * (x - m)) (kgen.attention.Signature.raw_max).
+The kernels are the programs kgen.attention writes for a positive scale: the maximum of the raw
+scores and exp(scale * (x - m)), the scale declared `positive` (kgen.attention.Signature.raw_max;
+`--scaled`: the scaled scores' maximum, scale * acc, instead).
 bf16, 16k tokens in all (batch = 16384 / S), head dims 64, 128 and 256, S = T in
 {1024, 4096}, causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
@@ -108,6 +109,11 @@ def once() -> None:
             print(name, "ran; O finite:", bool(torch.isfinite(o).all()))
 
 
+# the softmax on the raw scores (kgen.attention's program for a positive scale); --scaled: on
+# scale * acc
+RAW_MAX = True
+
+
 def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, tma_o=False) -> dict:
     """The built kernels of one row by column: each target's, and sm_90a's with each tile
     scheduler (kgen_sm90a_tiled, kgen_sm90a_persistent; the rulebook's pick is one of them);
@@ -116,8 +122,7 @@ def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, tma_o=False) 
     for arch in archs:
         written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
         built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch,
-                                            raw_max=not causal,
-                                            **written), arch)
+                                            raw_max=RAW_MAX, **written), arch)
         if built.plan.wgmma is None:
             out[f"kgen_{arch.value.replace('_', '')}"] = built
             continue
@@ -233,7 +238,7 @@ def variants(dims, seqs, tiles, json_path: str | None, rounds: int = 2) -> None:
                 try:
                     b = build_verified(lk.attention(d, causal=causal, arch=ir.Arch.SM90A,
                                                     tile=(m, n), stages=stages,
-                                                    raw_max=not causal),
+                                                    raw_max=RAW_MAX),
                                        ir.Arch.SM90A)
                 except KgenError as err:
                     print(f"  {name} causal={causal}: refused: {str(err).splitlines()[0]}")
@@ -311,7 +316,12 @@ def main() -> None:
     parser.add_argument("--graph", action="store_true",
                         help="with --mods: kgen's plain, document, bias and softcap kernels "
                              "per call and replayed from a CUDA graph (the GPU's time alone)")
+    parser.add_argument("--scaled", action="store_true",
+                        help="the kernels' softmax on the scaled scores (scale * acc) instead "
+                             "of the raw maximum kgen.attention writes")
     args = parser.parse_args()
+    global RAW_MAX
+    RAW_MAX = not args.scaled
     if args.bwd and args.varlen:  # the varlen backward against the padded dense one
         from bench import varlen
 
