@@ -323,8 +323,9 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
     if wgmma_config is not None:
         reads = tuple(dict.fromkeys(kernel.param(v.kind.param) for v in body_section.values
                                     if isinstance(v.kind, dag.TensorLoad)))
+        stores = tuple(s for s in tail_section.statements if isinstance(s, pp.StoreTile))
         wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads, bounds,
-                                         reads, bool(packed), tgt)
+                                         reads, bool(packed), tgt, stores)
         smem, mma = wgmma.smem_bytes, wgmma.mma
     return pp.LoopPlan(
         name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,

@@ -420,17 +420,20 @@ def wgmma_scheduler(persistent: bool = WGMMA_PERSISTENT) -> tuple[str, str]:
                      "to 27 % slower under a causal mask (kgen/targets/loop_rules.py)")
 
 
-# O's store (loop_schedule.with_o_store, a plan option): staged in Q's buffer and stored by the
-# copy engine, or from registers by every thread. Measured on an H200 twice (bf16, 16k tokens,
-# 16 heads; TFLOP/s from registers / by the copy engine, both runs):
-#   D 128 S 1024 387 / 408, 382 / 408; causal 249 / 274, 258 / 278
-#         S 4096 532 / 507, 531 / 505; causal 405 / 439, 447 / 431
-#   D 256 S 1024 449 / 482, 459 / 477; causal 303 / 340, 309 / 341
-#         S 4096 594 / 574, 586 / 579; causal 480 / 494, 470 / 502
-#   D 64  S 1024 253 / 257, causal 171 / 178; S 4096 336 / 332, causal 286 / 287 (one run)
-# It pays at S 1024 (4 to 12 %) and costs 1 to 5 % at S 4096 without a mask: which depends on
-# the call's lengths, which the plan does not know. So O leaves from registers (the lowering's
-# plan holds no map of it) until a call chooses between the two kernels by its lengths.
+# O's store: staged in Q's buffer and stored by the copy engine, or from registers by every
+# thread (loop_schedule.with_o_store, a plan option). H200, bf16, 16k tokens, 16 heads, the raw
+# maximum (session 9), TFLOP/s from registers / by the copy engine, one run:
+#   D 64  S 1024 280 / 294, causal 188 / 196; S 4096 389 / 392, causal 328 / 336;
+#         S 16384 430 / 435, causal 406 / 433
+#   D 128 S 1024 480 / 519, causal 295 / 352; S 4096 650 / 621, causal 547 / 538;
+#         S 16384 638 / 646, causal 630 / 635; GQA 8:1 S 4096 576 / 660, causal 548 / 560
+#   D 256 S 1024 566 / 600, causal 362 / 399; S 4096 704 / 695, causal 581 / 583;
+#         S 16384 687 / 719, causal 681 / 699
+# The copy engine wins 18 of 20 (up to 19 %, most at S 1024) and loses at D 128 S 4096 (4 %,
+# 2 % causal; 5 % in two earlier runs): it stores O wherever O can be staged (o_store_refusal).
+O_STORE_WHY = ("O's tile leaves as [64][64] boxes written by one thread per consumer warpgroup "
+               "instead of 4-byte stores by every thread: measured faster at 18 of 20 points "
+               "of the grid, most at S 1024 (kgen/targets/loop_rules.py, \"O's store\")")
 
 
 # =============================================================================================

@@ -25,7 +25,7 @@
 // Skeleton: sm_90a, warp-specialized wgmma (the rulebook's wgmma section allows it)
 // MMA: wgmma.m64n64k16 (SS, K-major) + wgmma.m64n128k16 (RS, B MN-major) (sm_90a's warpgroup MMA: S = Q K^T with both operands in shared memory, K-major; the handed-on value rounded to 16 bits in registers is the next wgmma's A (the f32 accumulator fragment is its A fragment), V from its ring slot MN-major (the transpose bit))
 // Warp roles: 1 producer warpgroup + 2 consumer warpgroup(s) of 64 rows (warp specialization: one thread of the producer issues every copy-engine load (setmaxnreg 24) while the consumers (setmaxnreg 240) multiply and run the statements)
-// Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros)
+// Pipeline: TMA: Q once, K and V in rings of 2 slot(s), full/empty mbarriers each; O staged in Q's buffer, stored by the copy engine (the copy engine fills a slot while the consumers multiply the previous one; K's slot is released after S, V's after the accumulating gemm; boxes past the loop's end (and past the rows) arrive as zeros; O's tile leaves as [64][64] boxes written by one thread per consumer warpgroup instead of 4-byte stores by every thread: measured faster at 18 of 20 points of the grid, most at S 1024 (kgen/targets/loop_rules.py, "O's store"))
 // Overlap: intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight together; ping-pong between the 2 consumer warpgroups (the tensor cores multiply block j-1's handed-on value while block j's statements run up to the first that reads the accumulator or the handed-on value (there the skeleton waits); the handed-on value stays in registers one block longer; the warpgroups take turns issuing their MMAs, in a cycle (named barriers), so one's statements run while another's MMAs do)
 // Division in the loop's body and the epilogue after it: a * (1 / b) (the divisor is the same for a row's elements: its reciprocal is computed once per row, a multiply per element instead of div.rn's MUFU reciprocal and fix-up; within 1.5 ulp of a / b (kgen/targets/loop_rules.py))
 // Tile order: longest first (the mask's last column rises with the row, so the tiles further down visit more blocks: launched first (blockIdx.x counts from the last tile), the short tiles fill the last wave instead of a long one running alone)
@@ -70,6 +70,7 @@ struct alignas(64) TensorMaps {
   unsigned long long Q[16];  // Q: boxes of [128][64]
   unsigned long long K[16];  // K: boxes of [64][64] (KV heads)
   unsigned long long V[16];  // V: boxes of [64][64] (KV heads)
+  unsigned long long O[16];  // O: boxes of [64][64]
 };
 }  // namespace attention_fwd_window_cfg
 
@@ -407,6 +408,52 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- O through shared memory and the copy engine (plan.wgmma.maps holds its map) ----
+
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes, read by the copy engine
+}
+
+// Byte offset of (row, col) in a box of [rows][64] 16-bit values with the 128-byte swizzle (the
+// box starts on a 1024-byte boundary): row r is the 128 bytes at 128 r, its 16-byte chunk c sits
+// at chunk c ^ (r % 8). The gemm path's staging (sm90/tma_store.inc.j2) lays boxes out alike.
+__device__ __forceinline__ unsigned staging_offset(int row, int col) {
+  return row * 128 + ((((col * 2) >> 4) ^ (row & 7)) << 4) + ((col * 2) & 15);
+}
+
+// This warp's [16, 8 kN8] fragments (rows warp_row, + 8; columns 8 j + quad_col, + 1) rounded
+// to 16 bits into the warpgroup's staging at `stage`: boxes of [64][64], `box_bytes` apart.
+template <int kN8>
+__device__ __forceinline__ void stage_fragments(unsigned stage, unsigned box_bytes, const float (&out)[kN8][4],
+                                                int warp_row, int quad_col) {
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row + 8 * h, col = quad_col + j * 8;
+      const unsigned address = stage + (col / 64) * box_bytes + staging_offset(row, col % 64);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(pack2(Element(), out[j][2 * h], out[j][2 * h + 1]))
+                   : "memory");
+    }
+  }
+}
+
+// The box at shared address `box` to the rank-4 `map` at (col, row, head, batch), as one
+// bulk-group store (rows past the tensor are not written).
+__device__ __forceinline__ void tma_store_box_4d(const void* map, unsigned box, int col, int row, int head,
+                                                 int batch) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(map),
+               "r"(box), "r"(col), "r"(row), "r"(head), "r"(batch)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until the copy engine has read every box this thread committed: the staging is free.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 }  // namespace attention_fwd_window_cfg
 
 // ============================================================================================
@@ -480,6 +527,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
       prefetch_tensor_map(maps.Q);
       prefetch_tensor_map(maps.K);
       prefetch_tensor_map(maps.V);
+      prefetch_tensor_map(maps.O);
       const int q_head = p.Q_hs != 0 ? head : 0;
       const int q_batch = p.Q_bs != 0 ? batch : 0;
       mbarrier_expect_tx(q_full, k_q_smem_slot_bytes);
@@ -520,7 +568,6 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
   (void)head;
 
   // Each parameter at this (batch, head)
-  __nv_bfloat16* g_O = p.O + batch * p.O_bs + head * p.O_hs;
   float* g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;
 
   // Carried state: the accumulator (zero) and the row carries (one value per row of the thread)
@@ -1676,7 +1723,8 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         v6[j][e] = v4[i] != 0.0f ? 0.0f : v5[j][e];
       }
     }
-    // store 'O' (rows past the end do not exist)
+    // store 'O': staged in this warpgroup's rows of Q's buffer (every S has read
+    // them), in the copy engine's boxes; stored by it after the epilogue
     {
       float out[kN1N8][4];
 #pragma unroll
@@ -1690,7 +1738,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
         out[j][e] = v6[j][e];
       }
     }
-      store_fragments<kN1N8>(g_O, p.O_ld, out, row_base, rows, quad_col);
+      stage_fragments<kN1N8>(q_rows, k_q_smem_box_bytes, out, warp * 16 + lane / 4, quad_col);
     }
     float v8[2];
     float v9[2];
@@ -1711,10 +1759,23 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
       if (lane % 4 == 0 && row < rows) store_one(g_lse + row, v10[i]);
     }
 
+  // The staged rows leave through the copy engine: every thread's writes made visible to it, then
+  // one thread of the warpgroup stores its boxes (rows past the end are not written) and waits
+  // until they are read (the buffer must outlive the copy)
+  fence_proxy_async();
+  named_barrier_sync(2 + kConsumers + consumer, kWarpgroupThreads);  // after the ping-pong's barriers
+  if (tid % kWarpgroupThreads == 0) {
+    const int o_head = p.O_hs != 0 ? head : 0;
+    const int o_batch = p.O_bs != 0 ? batch : 0;
+    for (int box = 0; box < 2; ++box)
+      tma_store_box_4d(maps.O, q_rows + box * k_q_smem_box_bytes, box * 64, row0 + consumer * 64, o_head, o_batch);
+    bulk_commit();
+    bulk_wait_read();
+  }
 #endif
 }
 
-// The rank-4 tensor maps (columns, rows, heads, batches) of Q, K, V for the copy
+// The rank-4 tensor maps (columns, rows, heads, batches) of Q, K, V, O for the copy
 // engine, through the driver's cuTensorMapEncodeTiled (looked up at run time: nothing links
 // against libcuda). A head or batch stride of 0 is mapped with extent 1 (the kernel reads index
 // 0 there); an empty operand stays zeros (never read).
@@ -1796,6 +1857,28 @@ static cudaError_t attention_fwd_window_tensor_maps(const attention_fwd_window_p
     const CUresult encoded = unused ? CUDA_SUCCESS : encode(
         reinterpret_cast<CUtensorMap*>(&maps.V), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
         const_cast<void*>(static_cast<const void*>(p.V)), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  }
+  {  // O: boxes of [64][64]
+    const unsigned long long heads = p.heads;
+    const cuuint64_t rows = static_cast<cuuint64_t>(p.rows);
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(128), rows,
+                                p.O_hs != 0 ? heads : 1,
+                                p.O_bs != 0 ? static_cast<unsigned long long>(p.batches) : 1};
+    const cuuint64_t ld = static_cast<cuuint64_t>(p.O_ld) * sizeof(p.O[0]);
+    const cuuint64_t hs = p.O_hs != 0 ? static_cast<cuuint64_t>(p.O_hs) * sizeof(p.O[0])
+                                          : ld * (rows > 0 ? rows : 1);
+    const cuuint64_t bs = p.O_bs != 0 ? static_cast<cuuint64_t>(p.O_bs) * sizeof(p.O[0])
+                                          : hs * dims[2];
+    const cuuint64_t strides[3] = {ld, hs, bs};
+    const cuuint32_t box[4] = {64, 64, 1, 1};
+    const cuuint32_t steps[4] = {1, 1, 1, 1};
+    const bool unused = dims[0] == 0 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0;
+    const CUresult encoded = unused ? CUDA_SUCCESS : encode(
+        reinterpret_cast<CUtensorMap*>(&maps.O), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+        const_cast<void*>(static_cast<const void*>(p.O)), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (encoded != CUDA_SUCCESS) return cudaErrorInvalidValue;

@@ -71,7 +71,7 @@ def test_sm90a_stages_a_tensor_read_at_row_col_by_the_copy_engine():
     assert w.staged_tile.offset == w.v_tile.offset + w.v_tile.bytes
     assert w.barrier_offset == w.staged_tile.offset + w.staged_tile.bytes
     assert built.plan.smem_bytes <= 227 * 1024
-    assert [m.param for m in w.maps] == ["Q", "K", "V", "Bias"]
+    assert [m.param for m in w.maps] == ["Q", "K", "V", "Bias", "O"]
     source = built.source
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
     assert "mbarrier_expect_tx(t_full + 8 * slot, k_t_smem_slot_bytes)" in source

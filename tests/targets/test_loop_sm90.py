@@ -32,8 +32,8 @@ def test_attention_runs_the_wgmma_skeleton_and_says_so():
     assert plan.wgmma is not None and plan.wgmma.consumers == 2
     assert plan.threads == 384 and plan.config.value == "tile 128x128 warps 8 stages 2"
     assert plan.mma.value.startswith("wgmma.m64n128k16 (SS")
-    assert [m.param for m in plan.wgmma.maps] == ["Q", "K", "V"]
-    assert [m.kv for m in plan.wgmma.maps] == [False, True, True]
+    assert [m.param for m in plan.wgmma.maps] == ["Q", "K", "V", "O"]  # O by the copy engine
+    assert [m.kv for m in plan.wgmma.maps] == [False, True, True, False]
     assert plan.smem_bytes == loop_rules.wgmma_smem_bytes(LoopConfig(128, 128, 2), 128, 128)
     source = built.source
     assert "// Skeleton: sm_90a, warp-specialized wgmma" in source
@@ -687,8 +687,9 @@ def test_nvcc_compiles_the_persistent_launcher_and_kernel_without_warnings(tmp_p
     assert "warning" not in (proc.stderr + proc.stdout).lower(), proc.stderr
 
 
-# O through the copy engine (loop_schedule.with_o_store, a plan option): staged in each consumer
-# warpgroup's rows of Q's buffer, stored by one thread as [64][64] boxes of its own map
+# O through the copy engine (the rulebook's where O can be staged: loop_schedule.o_store_refusal;
+# with_o_store, a plan option, gives the other): staged in each consumer warpgroup's rows of Q's
+# buffer, stored by one thread as [64][64] boxes of its own map
 
 def _o_store_source(kernel):
     from kgen.targets.sm90.loop import emit_loop
@@ -698,16 +699,25 @@ def _o_store_source(kernel):
     return plan, emit_loop(plan, source_name="t.kg", source_hash="0", command="kgen compile t.kg")
 
 
-def test_o_by_the_copy_engine_is_a_plan_option():
+def test_o_by_the_copy_engine_is_the_rulebooks_and_registers_a_plan_option():
+    from kgen.targets.sm90.loop import emit_loop
     from kgen.targets.sm90.loop_schedule import with_o_store, with_scheduler
 
     built = _built(lk.attention(128, causal=True, gqa=True, arch=SM90A))
     plan, source = _o_store_source(lk.attention(128, causal=True, gqa=True, arch=SM90A))
+    assert plan == built.plan  # the rulebook's already
     assert [(m.param, m.box_rows, m.boxes) for m in plan.wgmma.maps] == [
         ("Q", 128, 2), ("K", 128, 2), ("V", 128, 2), ("O", 64, 2)]
     assert "O staged in Q's buffer" in plan.wgmma.pipeline.value
-    assert with_o_store(plan, False).wgmma == built.plan.wgmma  # the rulebook's, from registers
-    assert "O staged" not in built.source and "g_O" in built.source
+    assert "18 of 20 points" in plan.wgmma.pipeline.why
+    registers = with_o_store(plan, False)
+    assert [m.param for m in registers.wgmma.maps] == ["Q", "K", "V"]
+    assert "O staged" not in registers.wgmma.pipeline.value
+    assert "18 of 20" not in registers.wgmma.pipeline.why
+    assert with_o_store(registers, True) == plan
+    from_registers = emit_loop(registers, source_name="t.kg", source_hash="0",
+                               command="kgen compile t.kg")
+    assert "O staged" not in from_registers and "g_O" in from_registers
     assert "g_O" not in source and "unsigned long long O[16];  // O: boxes of [64][64]" in source
     assert "stage_fragments<kN1N8>(q_rows, k_q_smem_box_bytes, out" in source
     assert "tma_store_box_4d(maps.O, q_rows + box * k_q_smem_box_bytes, box * 64, " \
@@ -719,6 +729,26 @@ def test_o_by_the_copy_engine_is_a_plan_option():
     assert [tail.index(x) for x in order] == sorted(tail.index(x) for x in order)
     with pytest.raises(AssertionError):  # a persistent CTA loads the next Q into the staging
         with_o_store(with_scheduler(built.plan, True), True)
+    persistent = with_scheduler(built.plan, True)  # so its O leaves from registers
+    assert [m.param for m in persistent.wgmma.maps] == ["Q", "K", "V"]
+    assert with_scheduler(persistent, False) == built.plan
+
+
+@pytest.mark.parametrize("kernel, why", [
+    (lk.attention(128, causal=True, arch=SM90A), None),
+    (lk.attention(128, lse=False, arch=SM90A), None),
+])
+def test_o_store_refusal(kernel, why):
+    from kgen.targets.sm90.loop_schedule import o_store_refusal
+
+    plan = _built(kernel).plan
+    stores = tuple(s for s in plan.epilogue.statements if s.__class__.__name__ == "StoreTile")
+    w = plan.wgmma
+    assert o_store_refusal(False, False, stores, plan.dtype, plan.gemm1.n, w.q_tile.boxes) == why
+    assert "persistent" in o_store_refusal(True, False, stores, plan.dtype, plan.gemm1.n, 2)
+    assert "packed" in o_store_refusal(False, True, stores, plan.dtype, plan.gemm1.n, 2)
+    assert "wider than Q" in o_store_refusal(False, False, stores, plan.dtype, 256, 2)
+    assert "one bf16 tile" in o_store_refusal(False, False, stores * 2, plan.dtype, 128, 2)
 
 
 @pytest.mark.slow

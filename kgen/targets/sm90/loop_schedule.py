@@ -14,11 +14,13 @@ from ..loop_rules import BOX_COLS, LoopConfig
 
 def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                query_heads, bounds: pp.LoopBounds, tile_reads: tuple = (),
-               packed: bool = False, tgt=None) -> pp.WgmmaLoop:
+               packed: bool = False, tgt=None, stores: tuple = ()) -> pp.WgmmaLoop:
     """`a`, `b`, `c`: the ir.Params of Q (rows x K0), K ([loop, K0]) and V ([loop, N1]);
     `bounds`: the blocks each tile of rows visits (plan.bounds); `tile_reads`: the ir.Params
     the body reads at (row, col), in order (the first may be staged: `staging`); `packed`:
-    the program has packed sequences; `tgt`: the target (its shared memory)."""
+    the program has packed sequences; `tgt`: the target (its shared memory); `stores`: the
+    epilogue's tile stores (pp.StoreTile), O's by the copy engine where o_store_refusal
+    allows."""
     q = pp.WgmmaTile("q_smem", a.name, config.tile_m, k0 // BOX_COLS, 1, 0)
     k = pp.WgmmaTile("k_smem", b.name, config.block, k0 // BOX_COLS, config.stages, q.bytes)
     v = pp.WgmmaTile("v_smem", c.name, config.block, n1 // BOX_COLS, config.stages,
@@ -36,6 +38,16 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
     consumers = config.tile_m // loop_rules.WGMMA_ROWS
     registers = loop_rules.consumer_registers(config.tile_m)
     pingpong = consumers >= 2
+    scheduler = pp.Choice(*loop_rules.wgmma_scheduler())
+    pipeline = pp.Choice(
+        f"TMA: {a.name} once, {b.name} and {c.name} in rings of {config.stages} slot(s), "
+        "full/empty mbarriers each",
+        "the copy engine fills a slot while the consumers multiply the previous one; "
+        f"{b.name}'s slot is released after S, {c.name}'s after the accumulating gemm; "
+        "boxes past the loop's end (and past the rows) arrive as zeros")
+    if o_store_refusal(scheduler.value == "persistent", packed, stores, dtype, n1,
+                       q.boxes) is None:
+        maps, pipeline = _o_store(maps, pipeline, stores[0].param, dtype, n1, True)
     return pp.WgmmaLoop(
         consumers=consumers, producer_registers=loop_rules.PRODUCER_REGISTERS,
         consumer_registers=registers, q_tile=q, k_tile=k, v_tile=v,
@@ -51,12 +63,7 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
             "memory, K-major; the handed-on value rounded to 16 bits in registers is the next "
             f"wgmma's A (the f32 accumulator fragment is its A fragment), {c.name} from its "
             "ring slot MN-major (the transpose bit)"),
-        pipeline=pp.Choice(
-            f"TMA: {a.name} once, {b.name} and {c.name} in rings of {config.stages} slot(s), "
-            "full/empty mbarriers each",
-            "the copy engine fills a slot while the consumers multiply the previous one; "
-            f"{b.name}'s slot is released after S, {c.name}'s after the accumulating gemm; "
-            "boxes past the loop's end (and past the rows) arrive as zeros"),
+        pipeline=pipeline,
         overlap=pp.Choice(
             "intra-warpgroup: block j's S, then block j-1's accumulating gemm, in flight "
             "together" + (f"; ping-pong between the {consumers} consumer warpgroups"
@@ -68,7 +75,7 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                "one's statements run while another's MMAs do" if pingpong else
                "; one consumer warpgroup: no ping-pong")),
         issue_ahead=True, pingpong=pingpong, tile_order=tile_order(bounds),
-        scheduler=pp.Choice(*loop_rules.wgmma_scheduler()), staged_tile=staged,
+        scheduler=scheduler, staged_tile=staged,
         staging=staging)
 
 
@@ -104,40 +111,73 @@ def _staging(config: LoopConfig, k0: int, n1: int, dtype: DType, reads: tuple, p
 
 def with_scheduler(plan: pp.LoopPlan, persistent: bool) -> pp.LoopPlan:
     """The plan with the tile scheduler asked for (a plan option: the bench's and the tests'
-    persistent variant); everything else as the rulebook chose it."""
+    persistent variant), O's store as the rulebook picks it for that scheduler (a persistent
+    CTA keeps O from registers); everything else as the rulebook chose it."""
     assert plan.wgmma is not None, "the sm_90a wgmma skeleton's plan"
     assert not (persistent and plan.packed), "packed sequences: a CTA per tile (tiled)"
     assert not (persistent and plan.bounds.equalities), \
         "an equality's scan takes every thread of the CTA per tile: a CTA per tile (tiled)"
     choice = pp.Choice(*loop_rules.wgmma_scheduler(persistent))
-    return dataclasses.replace(plan, wgmma=dataclasses.replace(plan.wgmma, scheduler=choice))
+    w, stores = plan.wgmma, _stores(plan)
+    tma = o_store_refusal(persistent, bool(plan.packed), stores, plan.dtype, plan.gemm1.n,
+                          w.q_tile.boxes) is None
+    out = stores[0].param if len(stores) == 1 else None
+    maps, pipeline = _o_store(w.maps, w.pipeline, out, plan.dtype, plan.gemm1.n, tma)
+    return dataclasses.replace(plan, wgmma=dataclasses.replace(
+        w, scheduler=choice, maps=maps, pipeline=pipeline))
+
+
+def o_store_refusal(persistent: bool, packed: bool, stores: tuple, dtype: DType, n1: int,
+                    q_boxes: int) -> str | None:
+    """Why O's tile leaves from registers, or None: staged in Q's buffer and stored by the copy
+    engine (loop_rules.O_STORE_WHY), which needs one output tile of the operands' 16-bit type
+    no wider than Q, and one CTA per tile (a persistent CTA's producer loads the next Q into
+    that buffer)."""
+    if persistent:
+        return "a persistent CTA loads its next Q into the buffer O would be staged in"
+    if packed:
+        return "packed sequences: O's rows are stored per sequence"
+    if len(stores) != 1 or stores[0].dtype != dtype:
+        return f"the epilogue stores other than one {dtype.dsl_name} tile"
+    if n1 // BOX_COLS > q_boxes:
+        return f"O's {n1} columns are wider than Q's buffer"
+    return None
 
 
 def with_o_store(plan: pp.LoopPlan, tma: bool) -> pp.LoopPlan:
     """The plan with its output tile stored through the copy engine (`tma`: staged in the
     consumer warpgroup's rows of Q's buffer, free once every S has run, then stored by one
-    thread as [64][64] boxes) or from registers (the rulebook's, measured: loop_rules.py,
-    "O's store"); a plan option for the bench and the tests.
-    Asserts what staging in Q's buffer needs: one 16-bit output tile no wider than Q, and one
-    CTA per tile (a persistent CTA's producer loads the next Q into that buffer)."""
+    thread as [64][64] boxes, the rulebook's where o_store_refusal allows) or from registers;
+    a plan option for the bench and the tests. Asserts what staging in Q's buffer needs."""
     w = plan.wgmma
     assert w is not None and not w.persistent, "the tiled sm_90a wgmma skeleton's plan"
     assert not (tma and plan.packed), "packed sequences: O's rows stored per sequence"
-    stores = [s for s in plan.epilogue.statements if isinstance(s, pp.StoreTile)]
+    stores = _stores(plan)
     assert len(stores) == 1 and stores[0].dtype == plan.dtype, "one 16-bit output tile"
-    n1 = plan.gemm1.n
-    assert n1 // BOX_COLS <= w.q_tile.boxes, "staged in Q's boxes"
-    out = stores[0].param
-    value = f"; {out} staged in Q's buffer, stored by the copy engine"
-    why = (f"; {out}'s tile leaves as [64][64] boxes written by one thread per consumer "
-           "warpgroup instead of 4-byte stores by every thread")
-    maps = tuple(m for m in w.maps if m.param != out)
-    pipeline = pp.Choice(w.pipeline.value.removesuffix(value), w.pipeline.why.removesuffix(why))
-    if tma:
-        maps += (pp.LoopTensorMap(out, plan.dtype, loop_rules.WGMMA_ROWS, n1 // BOX_COLS,
-                                  False),)
-        pipeline = pp.Choice(pipeline.value + value, pipeline.why + why)
+    assert plan.gemm1.n // BOX_COLS <= w.q_tile.boxes, "staged in Q's boxes"
+    maps, pipeline = _o_store(w.maps, w.pipeline, stores[0].param, plan.dtype, plan.gemm1.n,
+                              tma)
     return dataclasses.replace(plan, wgmma=dataclasses.replace(w, maps=maps, pipeline=pipeline))
+
+
+def _stores(plan: pp.LoopPlan) -> tuple:
+    return tuple(s for s in plan.epilogue.statements if isinstance(s, pp.StoreTile))
+
+
+def _o_store(maps: tuple, pipeline: pp.Choice, out: str | None, dtype: DType, n1: int,
+             tma: bool) -> tuple[tuple, pp.Choice]:
+    """The tensor maps and the pipeline's choice with output `out`'s tile stored by the copy
+    engine (`tma`) or from registers (no map of it, the pipeline without its words)."""
+    if out is None:
+        return maps, pipeline
+    value = f"; {out} staged in Q's buffer, stored by the copy engine"
+    why = "; " + loop_rules.O_STORE_WHY
+    maps = tuple(m for m in maps if m.param != out)
+    pipeline = pp.Choice(pipeline.value.removesuffix(value), pipeline.why.removesuffix(why))
+    if tma:
+        maps += (pp.LoopTensorMap(out, dtype, loop_rules.WGMMA_ROWS, n1 // BOX_COLS, False),)
+        pipeline = pp.Choice(pipeline.value + value, pipeline.why + why)
+    return maps, pipeline
 
 
 def tile_order(bounds: pp.LoopBounds) -> pp.Choice:
