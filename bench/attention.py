@@ -12,7 +12,7 @@ TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median 
     python3 bench/attention.py            # prints a table (and --json FILE writes it)
     python3 bench/attention.py --long     # sm_90a at S 16384 and with GQA 8:1
     python3 bench/attention.py --sm90a --d 128   # sm_90a only (both schedulers), D 128
-    python3 bench/attention.py --sm90a --tma-o   # and O stored by the copy engine
+    python3 bench/attention.py --sm90a --o-registers   # and O stored from registers
     python3 bench/attention.py --long --tile 128x64x2   # a written tile instead of the rule's
     python3 bench/attention.py --variants 128x128x2 192x112x2 --d 64 --s 1024 4096
                                           # written tiles side by side (sm_90a), with spills
@@ -77,12 +77,12 @@ def with_scheduler(built, persistent: bool):
     return with_plan(built, plan_with(built.plan, persistent))
 
 
-def with_tma_o(built):
-    """The tiled sm_90a kernel with O staged in Q's buffer and stored by the copy engine (a plan
-    option: loop_schedule.with_o_store)."""
+def with_o_registers(built):
+    """The tiled sm_90a kernel with O stored from registers by every thread (a plan option:
+    loop_schedule.with_o_store; the rulebook stages it in Q's buffer for the copy engine)."""
     from kgen.targets.sm90.loop_schedule import with_o_store, with_scheduler as plan_with
 
-    return with_plan(built, with_o_store(plan_with(built.plan, False), True))
+    return with_plan(built, with_o_store(plan_with(built.plan, False), False))
 
 
 def once() -> None:
@@ -95,7 +95,7 @@ def once() -> None:
         if built.plan.wgmma is not None:
             variants = {f"{arch.value} tiled": with_scheduler(built, False),
                         f"{arch.value} persistent (5 CTAs)": with_scheduler(built, True),
-                        f"{arch.value} tiled, O by the copy engine": with_tma_o(built)}
+                        f"{arch.value} tiled, O from registers": with_o_registers(built)}
         for name, variant in variants.items():
             run = load_built(variant)
             if variant.plan.wgmma is not None and variant.plan.wgmma.persistent:
@@ -114,7 +114,7 @@ def once() -> None:
 RAW_MAX = True
 
 
-def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, tma_o=False) -> dict:
+def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, o_registers=False) -> dict:
     """The built kernels of one row by column: each target's, and sm_90a's with each tile
     scheduler (kgen_sm90a_tiled, kgen_sm90a_persistent; the rulebook's pick is one of them);
     `tile` (rows, block, stages) written, else the rulebook's."""
@@ -129,8 +129,8 @@ def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, tma_o=False) 
         out["kgen_sm90a_tiled"] = with_scheduler(built, False)
         out["kgen_sm90a_persistent"] = with_scheduler(built, True)
         out["kgen_sm90a"] = f"kgen_sm90a_{built.plan.wgmma.scheduler.value}"  # the pick's column
-        if tma_o:
-            out["kgen_sm90a_tma_o"] = with_tma_o(built)
+        if o_registers:
+            out["kgen_sm90a_o_registers"] = with_o_registers(built)
     return out
 
 
@@ -178,13 +178,13 @@ def measure(d: int, s: int, causal: bool, kv_heads: int, built: dict, backends) 
     return row
 
 
-def table(cases, archs, backends, json_path: str | None, tile=None, tma_o=False) -> None:
+def table(cases, archs, backends, json_path: str | None, tile=None, o_registers=False) -> None:
     """One row per (D, S, causal, KV heads) of `cases`, printed as it lands."""
     from kgen.runtime.device import device_info
 
     columns = [f"kgen_{a.value.replace('_', '')}" for a in archs]
     columns += [n for n in ("kgen_sm90a_tiled", "kgen_sm90a_persistent")
-                + (("kgen_sm90a_tma_o",) if tma_o else ()) if ir.Arch.SM90A in archs]
+                + (("kgen_sm90a_o_registers",) if o_registers else ()) if ir.Arch.SM90A in archs]
     columns += list(backends)
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads; "
           "TFLOP/s")
@@ -199,7 +199,8 @@ def table(cases, archs, backends, json_path: str | None, tile=None, tma_o=False)
                     if plan.wgmma is not None else "mma.sync")
         print(f"  kgen_sm90a at D {d}: {plan.config.value}, {skeleton}")
     print("  (kgen_sm90a: the scheduler the rulebook picks per row; the two after it: each one)")
-    built = {case: kernels(case[0], case[2], case[3], archs, tile, tma_o) for case in cases}
+    built = {case: kernels(case[0], case[2], case[3], archs, tile, o_registers)
+             for case in cases}
     compile_all([b for row in built.values() for b in row.values() if not isinstance(b, str)],
                 device_info().arch)
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'heads':>6} " + " ".join(f"{n:>18}" for n in columns))
@@ -295,9 +296,10 @@ def main() -> None:
                              "(with --d and --s), NVRTC's spills of each printed")
     parser.add_argument("--s", type=int, nargs="+", default=None,
                         help="with --variants: sequence lengths (default 1024 and 4096)")
-    parser.add_argument("--tma-o", action="store_true",
-                        help="a kgen_sm90a_tma_o column: the tiled kernel with O stored by the "
-                             "copy engine from shared memory (a plan option)")
+    parser.add_argument("--o-registers", action="store_true",
+                        help="a kgen_sm90a_o_registers column: the tiled kernel with O stored "
+                             "from registers by every thread (a plan option; the rulebook stores "
+                             "it by the copy engine)")
     parser.add_argument("--d", type=int, nargs="+", default=None,
                         help="head dims (default: 64, 128 and 256)")
     parser.add_argument("--varlen", action="store_true",
@@ -371,12 +373,12 @@ def main() -> None:
     if args.long:
         cases = [(d, 16384, c, HEADS) for d in dims for c in (False, True)]
         cases += [(d, 4096, c, 2) for d in dims if d == 128 for c in (False, True)]
-        return table(cases, (ir.Arch.SM90A,), backends, args.json, tile, args.tma_o)
+        return table(cases, (ir.Arch.SM90A,), backends, args.json, tile, args.o_registers)
     if not args.sm90a:
         backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
     cases = [(d, s, c, HEADS) for d in dims for s in (1024, 4096) for c in (False, True)]
     table(cases, (ir.Arch.SM90A,) if args.sm90a else (ir.Arch.SM80, ir.Arch.SM90A), backends,
-          args.json, tile, args.tma_o)
+          args.json, tile, args.o_registers)
 
 
 if __name__ == "__main__":
