@@ -149,12 +149,18 @@ def program_text(sig: Signature) -> str:
     p, kept = ("pr", ["        s = where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)"]
                ) if sig.dropout else ("s", [])
     scaled = "scale * " if sig.raw_max else ""
+    # m is each row's reference maximum, moved only where the block's maximum passes it by
+    # more than LAZY_MAX (the softmax is the same for any reference; exp stays below e^8):
+    # on the other blocks r is 1 and the skeleton skips o's rescale (pp.Rescale.skip_ones)
     lines += [
-        "        m_new = max(m, rowmax(x))",
+        "        m_blk = max(m, rowmax(x))",
+        f"        m_new = where({scaled}(m_blk - m) > {LAZY_MAX}, m_blk, m)" if scaled else
+        f"        m_new = where(m_blk - m > {LAZY_MAX}, m_blk, m)",
         "        m_use = where(m_new == -inf, 0, m_new)",
         f"        {p} = exp({scaled}(x - m_use))" if scaled else f"        {p} = exp(x - m_use)",
         *kept,
-        f"        r = exp({scaled}(m - m_use))" if scaled else "        r = exp(m - m_use)",
+        f"        r = where(m_new == m, 1, exp({scaled}(m - m_use)))" if scaled else
+        "        r = where(m_new == m, 1, exp(m - m_use))",
         f"        l = l * r + rowsum({p})",
         "        o = o * r",
         "        m = m_new",
@@ -170,6 +176,12 @@ def program_text(sig: Signature) -> str:
     ]
     return "\n".join(lines) + "\n"
 
+
+# How far a block's maximum (of the scaled scores) may pass a row's reference maximum before
+# the reference moves: each exp is then at most e^8 (about 2981), which bf16's P and the f32
+# sums hold at any length (FlashAttention-4's conditional rescaling, exact here: the softmax's
+# value does not depend on the reference)
+LAZY_MAX = 8
 
 # Where a mod's text starts on its line of the program (its columns are shifted by this)
 MOD_LINE = {"score_mod": "        modded = ", "mask_mod": "        visible = "}

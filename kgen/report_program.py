@@ -59,7 +59,8 @@ def _statements(section: pp.Section) -> list[str]:
         elif isinstance(s, pp.UpdateCarry):
             lines.append(f"update carry {s.carry} = {_arg(section, s.value)}")
         elif isinstance(s, pp.Rescale):
-            lines.append(f"rescale {s.gemm} *= {_arg(section, s.value)} (per row)")
+            lines.append(f"rescale {s.gemm} *= {_arg(section, s.value)} (per row"
+                         + ("; 1 where the reference stays)" if s.ones else ")"))
         elif isinstance(s, pp.HandOn):
             lines.append(f"hand on {_arg(section, s.value)} as {s.dtype.dsl_name} (A fragments "
                          "of the next gemm, in registers)")
@@ -154,7 +155,7 @@ def _wgmma(plan: pp.LoopPlan) -> dict[str, Any]:
     return {"skeleton": {"value": "sm_90a warp-specialized wgmma",
                          "roles": choice(w.roles), "pipeline": choice(w.pipeline),
                          "overlap": choice(w.overlap), "staging": choice(w.staging),
-                         "consumers": w.consumers,
+                         "rescale": choice(w.rescale), "consumers": w.consumers,
                          "registers": {"producer": w.producer_registers,
                                        "consumer": w.consumer_registers}},
             "buffers": buffers, "gemms": gemms, "body": body}
@@ -232,7 +233,7 @@ def print_program(console, s: dict) -> None:
         if s.get("skeleton"):
             k = s["skeleton"]
             console.print(f"skeleton: {k['value']}")
-            for what in ("roles", "pipeline", "overlap", "staging"):
+            for what in ("roles", "pipeline", "overlap", "staging", "rescale"):
                 console.print(f"{what}: {k[what]['value']} ({k[what]['why']})")
         console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
                       f"{s['loop']['stages']} ring slot(s); carries "

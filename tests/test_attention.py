@@ -346,3 +346,60 @@ def test_a_masked_raw_max_program_skips_the_masked_blocks(arch):
     undeclared = parse(text.replace(" positive\n", "\n"), "a.kg").kernels[0]
     bounds = build_verified(undeclared, arch).plan.bounds
     assert not bounds.skips and "every block runs" in bounds.why
+
+
+@pytest.mark.parametrize("raw_max, causal", [(True, False), (True, True), (False, True)])
+def test_the_lazy_maximum_means_the_same_attention(raw_max, causal):
+    """The program's reference maximum moves only where a block's maximum passes it by more
+    than LAZY_MAX (r is then exactly 1): scores that grow along the keys by more than that per
+    block exercise both branches; the reference of the program against float64 attention,
+    whole rows masked included (causal, 40 rows against 30 keys top-left)."""
+    import dataclasses
+
+    s = dataclasses.replace(sig(64, 32, causal=causal), raw_max=raw_max)
+    text = kattention.program_text(s)
+    assert f"> {kattention.LAZY_MAX}, m_blk, m)" in text and "r = where(m_new == m, 1, " in text
+    kernel = kattention.program(s)
+    rng = np.random.default_rng(9)
+    rows, length, scale = 40, 130, 0.5
+    q = rng.standard_normal((1, 1, rows, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 1, length, 64)).astype(np.float32)
+    k *= (1 + np.arange(length) / 16)[None, None, :, None]  # the maximum climbs block by block
+    v = rng.standard_normal((1, 1, length, 32)).astype(np.float32)
+    out = evaluate(kernel, {"Q": q, "K": k, "V": v}, scalars={"scale": scale}, block=32)
+    x = scale * (q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64))
+    if causal:
+        x = np.where(np.arange(length)[None, :] <= np.arange(rows)[:, None], x, -np.inf)
+    m = x.max(1, keepdims=True)
+    p = np.exp(x - m)
+    want = (p / p.sum(1, keepdims=True)) @ v[0, 0].astype(np.float64)
+    got = np.asarray(out["O"], dtype=np.float64)[0, 0]
+    assert np.abs(got - want).max() < 0.05
+    lse = np.asarray(out["lse"], dtype=np.float64)[0, 0]
+    assert np.abs(lse - (m[:, 0] + np.log(p.sum(1)))).max() < 1e-3
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_lazy_maximums_rescale_is_voted_on_the_wgmma_skeleton(arch):
+    """o * r with r = where(m_new == m, 1, ...): the plan marks the factor (Rescale.ones); the
+    sm_90a skeleton skips the multiplies where a warp's rows all read 1 (WgmmaLoop.rescale, one
+    __all_sync a block), the sm_80 skeleton multiplies (at 255 registers the vote spilled)."""
+    import dataclasses
+
+    from kgen.plan import program as pp
+
+    s = dataclasses.replace(sig(128, causal=True), raw_max=True, arch=arch)
+    built = build_verified(kattention.program(s), arch)
+    (rescale,) = [x for x in built.plan.body.statements if isinstance(x, pp.Rescale)]
+    assert rescale.ones
+    voted = "if (!__all_sync(0xffffffffu, ones_o)) {" in built.source
+    assert voted == (arch == "sm_90a")
+    if arch == "sm_90a":
+        assert built.plan.wgmma.vote and built.plan.wgmma.rescale.value.startswith("vote")
+    from kgen import ir
+    from tests import loop_kernels as lk
+
+    # the eager maximum's factor, exp(m - m_use), is not 1 by construction: no vote
+    plain = build_verified(lk.attention(128, causal=True, arch=ir.Arch(arch)), arch)
+    assert "ones_o" not in plain.source
+    assert plain.plan.wgmma is None or not plain.plan.wgmma.vote

@@ -324,8 +324,9 @@ def _loop(kernel: ir.Kernel, arch: ir.Arch) -> pp.LoopPlan:
         reads = tuple(dict.fromkeys(kernel.param(v.kind.param) for v in body_section.values
                                     if isinstance(v.kind, dag.TensorLoad)))
         stores = tuple(s for s in tail_section.statements if isinstance(s, pp.StoreTile))
+        ones = any(isinstance(s, pp.Rescale) and s.ones for s in body_section.statements)
         wgmma = loop_schedule.wgmma_loop(config, a, b, c, k0, n1, dtype, a.heads, bounds,
-                                         reads, bool(packed), tgt, stores)
+                                         reads, bool(packed), tgt, stores, ones)
         smem, mma = wgmma.smem_bytes, wgmma.mma
     return pp.LoopPlan(
         name=kernel.name, arch=arch, params=params, fields=fields, dtype=dtype,
@@ -435,6 +436,16 @@ def smem_tile(name: str, param: str, rows: int, cols: int, slots: int, dtype: ir
                        rows_along_loop=along)
 
 
+def _one_or_else(body: _Section, index: int) -> bool:
+    """Whether value `index` is where(c, 1, e): 1 on the rows where c holds (pp.Rescale's
+    ones)."""
+    kind = body.values[index].kind
+    if not (isinstance(kind, dag.Apply) and kind.op is ir.Op.WHERE):
+        return False
+    one = body.values[kind.args[1]].kind
+    return isinstance(one, dag.Constant) and one.value == 1.0
+
+
 def _loop_statement(body: _Section, kernel: ir.Kernel, g0: ir.Gemm, g1: ir.Gemm,
                     stmt: ir.Stmt, dtype: ir.DType) -> None:
     if isinstance(stmt, ir.Let):
@@ -446,7 +457,7 @@ def _loop_statement(body: _Section, kernel: ir.Kernel, g0: ir.Gemm, g1: ir.Gemm,
             raise KgenError(stmt.loc, f"'{g1.name}' is an accumulator: it may only be rescaled "
                             f"by a value per row ({g1.name} = {g1.name} * r)")
         index = body.row_value(factor, f"the rescale of '{g1.name}'", stmt.loc)
-        body.statement(pp.Rescale(g1.name, index))
+        body.statement(pp.Rescale(g1.name, index, _one_or_else(body, index)))
         return
     if isinstance(stmt, ir.Update):
         index = body.row_value(stmt.value, f"the carry '{stmt.name}'", stmt.loc)

@@ -109,10 +109,14 @@ class UpdateCarry:
 
 @dataclass(frozen=True, slots=True)
 class Rescale:
-    """The accumulator of `gemm` times a ROW value, row by row."""
+    """The accumulator of `gemm` times a ROW value, row by row. `ones`: the value is
+    where(c, 1, e), 1 wherever c holds (the lazy maximum of kgen.attention's program: on every
+    block that leaves a row's reference maximum where it was), so a skeleton may skip the
+    multiplies where a warp's rows all read 1 (WgmmaLoop.vote)."""
 
     gemm: str
     value: int
+    ones: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,6 +582,13 @@ class WgmmaLoop:
     # the statements reading it from shared memory; None: read from global memory per element
     staged_tile: WgmmaTile | None = None
     staging: Choice = Choice("none", "the body reads no tensor at (row, col)")
+    # a Rescale whose factor is where(c, 1, e) (Rescale.ones): skipped where every row of a
+    # warp reads 1, one vote a block ("vote"), or always multiplied ("multiply"); and why
+    rescale: Choice = Choice("multiply", "the factor is not 1 by construction")
+
+    @property
+    def vote(self) -> bool:
+        return self.rescale.value.startswith("vote")
 
     @property
     def tiles(self) -> tuple[WgmmaTile, ...]:

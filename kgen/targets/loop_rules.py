@@ -394,13 +394,8 @@ def wgmma_default(k0: int, n1: int, dtype: DType, tgt: Target, b_along: bool, c_
 # loading the next tile's Q (behind Q's empty mbarrier: Q has one buffer) and K/V while the
 # consumers finish this tile; the mbarriers fit the rounding wgmma_smem_bytes already leaves
 # (8 x (2 + 4 stages) <= 128 for stages <= 3). Measured on an H200 (bf16, 16k tokens, 16 heads,
-# TFLOP/s tiled / persistent; bench/attention.py --sm90a and --long):
-#   D 64  S 1024 239 / 244, causal 159 / 137; S 4096 330 / 314, causal 274 / 270
-#   D 128 S 1024 366 / 368, causal 240 / 208; S 4096 526 / 498, causal 434 / 418;
-#         S 16384 541 / 509, causal 522 / 418; GQA 8:1 S 4096 460 / 460, causal 439 / 426
-#   D 256 S 1024 438 / 420, causal 302 / 244; S 4096 605 / 512, causal 477 / 451;
-#         S 16384 596 / 541, causal 585 / 425 (at 128x64; at 128x80 alike)
-# The persistent walk pays nowhere beyond noise (+2 % at S 1024 without a mask) and loses up to
+# bench/attention.py --sm90a and --long; the figures in bench/RESULTS.md section 15):
+# the persistent walk pays nowhere beyond noise (+2 % at S 1024 without a mask) and loses up to
 # 27 % under a causal mask: a static walk cannot even out tiles of unequal length as the
 # hardware's dispatch of freed SMs does (a dynamic tile counter would: it needs a zeroed word
 # per launch, which a tile program has no workspace for yet). So tiled everywhere, by this rule;

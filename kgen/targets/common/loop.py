@@ -78,6 +78,7 @@ class CStatement:
     value: str = ""  # the element reference read (update, rescale, hand_on, stores): the
     # skeleton's overloads (pack2, store_pair, store_one) convert by the element type
     gemm: pp.LoopGemm | None = None  # "mma": the gemm whose MMAs run
+    skip_ones: bool = False  # "rescale": a warp whose factors are all 1 skips it (a vote)
 
 
 def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
@@ -161,7 +162,8 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
                exp_of_difference: str | None = None, scaled_exp: bool = False,
                sizes: tuple[str, str] = LOOP_SIZES, staged: bool = False,
                tiles: dict[str, str] | None = None,
-               reciprocal: bool = False, unmask: tuple[int, ...] = ()) -> list[CStatement]:
+               reciprocal: bool = False, unmask: tuple[int, ...] = (),
+               vote: bool = False) -> list[CStatement]:
     """The section's statements for the skeleton, compute runs split by rank (in order);
     the values in `fold` read 1 in a block inside the mask; `ops`: the C++ of each operation
     (a skeleton may spell one otherwise, as the same value); `exp_of_difference`: the C++ of
@@ -169,7 +171,8 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
     value of its own for other readers); `sizes`: what reads the rows and the loop's length;
     `staged`, `tiles`: see _reference; `reciprocal`: a TILE value divided by a ROW or UNIFORM
     one as a times b's reciprocal (plan.division); `unmask`: the masks where(P, e, -inf) that
-    read e on a block mask's full block (plan.bounds.listed.masks)."""
+    read e on a block mask's full block (plan.bounds.listed.masks); `vote`: a rescale by
+    where(c, 1, e) is skipped where a warp's factors are all 1 (WgmmaLoop.rescale)."""
     refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
     fused = (_fused_differences(section, fold, scaled_exp) if exp_of_difference is not None
              else frozenset())
@@ -182,7 +185,8 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
         elif isinstance(stmt, pp.UpdateCarry):
             out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
         elif isinstance(stmt, pp.Rescale):
-            out.append(CStatement("rescale", target=stmt.gemm, value=refs[stmt.value]))
+            out.append(CStatement("rescale", target=stmt.gemm, value=refs[stmt.value],
+                                  skip_ones=stmt.ones and vote))
         elif isinstance(stmt, pp.GemmStep):
             out.append(CStatement("mma", gemm=stmt.gemm))
         elif isinstance(stmt, pp.HandOn):

@@ -28,7 +28,8 @@ def emit_loop(plan: pp.LoopPlan, *, source_name: str, source_hash: str, command:
     tiles = {staged.param: "pair_elem(Element(), staged[j][e >> 1], e & 1)"} if staged else None
     body = statements(plan.body, "loop_len", fold=plan.bounds.fold, ops=body_ops(plan, ops),
                       exp_of_difference=FAST_EXP_OF_DIFFERENCE, scaled_exp=True, tiles=tiles,
-                      reciprocal=reciprocal_division(plan), unmask=unmasked(plan))
+                      reciprocal=reciprocal_division(plan), unmask=unmasked(plan),
+                      vote=plan.wgmma.vote)
     if plan.wgmma.issue_ahead:
         body = _with_drain(body)
     tail = statements(plan.epilogue, "kN1", acc="acc1", ops=ops,

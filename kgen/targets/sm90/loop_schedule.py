@@ -14,13 +14,14 @@ from ..loop_rules import BOX_COLS, LoopConfig
 
 def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                query_heads, bounds: pp.LoopBounds, tile_reads: tuple = (),
-               packed: bool = False, tgt=None, stores: tuple = ()) -> pp.WgmmaLoop:
+               packed: bool = False, tgt=None, stores: tuple = (),
+               ones: bool = False) -> pp.WgmmaLoop:
     """`a`, `b`, `c`: the ir.Params of Q (rows x K0), K ([loop, K0]) and V ([loop, N1]);
     `bounds`: the blocks each tile of rows visits (plan.bounds); `tile_reads`: the ir.Params
     the body reads at (row, col), in order (the first may be staged: `staging`); `packed`:
     the program has packed sequences; `tgt`: the target (its shared memory); `stores`: the
     epilogue's tile stores (pp.StoreTile), O's by the copy engine where o_store_refusal
-    allows."""
+    allows; `ones`: the body's rescale factor is where(c, 1, e) (pp.Rescale.ones)."""
     q = pp.WgmmaTile("q_smem", a.name, config.tile_m, k0 // BOX_COLS, 1, 0)
     k = pp.WgmmaTile("k_smem", b.name, config.block, k0 // BOX_COLS, config.stages, q.bytes)
     v = pp.WgmmaTile("v_smem", c.name, config.block, n1 // BOX_COLS, config.stages,
@@ -76,7 +77,19 @@ def wgmma_loop(config: LoopConfig, a, b, c, k0: int, n1: int, dtype: DType,
                "; one consumer warpgroup: no ping-pong")),
         issue_ahead=True, pingpong=pingpong, tile_order=tile_order(bounds),
         scheduler=scheduler, staged_tile=staged,
+        rescale=pp.Choice(*rescale(ones)),
         staging=staging)
+
+
+def rescale(ones: bool) -> tuple[str, str]:
+    """How the sm_90a skeleton rescales the accumulator (WgmmaLoop.rescale): a factor that is
+    where(c, 1, e) (kgen.attention's lazy maximum) is skipped where a warp's rows all read 1,
+    one vote a block against the multiplies of the whole accumulator (64 a thread at D 128)."""
+    if ones:
+        return ("vote: skipped where a warp's factors are all 1",
+                "the factor is where(c, 1, e): acc * 1 is acc, so a warp that reads 1 on every "
+                "row (one __all_sync) skips the accumulator's multiplies")
+    return ("multiply", "the factor is not 1 by construction (not where(c, 1, e))")
 
 
 def _staging(config: LoopConfig, k0: int, n1: int, dtype: DType, reads: tuple, packed: bool,
