@@ -4,7 +4,9 @@ warp-specialized wgmma one; kgen_sm90a_tiled and kgen_sm90a_persistent the same 
 tile scheduler, a plan option) beside torch SDPA's flash, cuDNN and memory-efficient backends.
 The kernels are the programs kgen.attention writes for a positive scale: the maximum of the raw
 scores and exp(scale * (x - m)), the scale declared `positive` (kgen.attention.Signature.raw_max;
-`--scaled`: the scaled scores' maximum, scale * acc, instead).
+`--scaled`: the scaled scores' maximum, scale * acc, instead), and the lazy reference maximum
+whose rescale a warp skips where it stays (kgen.attention.LAZY_MAX; `--eager`: the running
+maximum, rescaled every block).
 bf16, 16k tokens in all (batch = 16384 / S), head dims 64, 128 and 256, S = T in
 {1024, 4096}, causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
@@ -90,7 +92,8 @@ def once() -> None:
     scheduler (the persistent one on 5 CTAs, so each walks many tiles and its rings wrap) and
     with O stored by the copy engine."""
     for arch in (ir.Arch.SM80, ir.Arch.SM90A):
-        built = build_verified(lk.attention(128, causal=True, gqa=True, arch=arch), arch)
+        built = build_verified(lk.attention(128, causal=True, gqa=True, arch=arch, raw_max=True,
+                                            lazy=True), arch)
         variants = {arch.value: built}
         if built.plan.wgmma is not None:
             variants = {f"{arch.value} tiled": with_scheduler(built, False),
@@ -112,6 +115,7 @@ def once() -> None:
 # the softmax on the raw scores (kgen.attention's program for a positive scale); --scaled: on
 # scale * acc
 RAW_MAX = True
+LAZY = True  # kgen.attention's lazy reference maximum; --eager: the running one
 
 
 def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, o_registers=False) -> dict:
@@ -122,7 +126,7 @@ def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, o_registers=F
     for arch in archs:
         written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
         built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch,
-                                            raw_max=RAW_MAX, **written), arch)
+                                            raw_max=RAW_MAX, lazy=LAZY, **written), arch)
         if built.plan.wgmma is None:
             out[f"kgen_{arch.value.replace('_', '')}"] = built
             continue
@@ -239,7 +243,7 @@ def variants(dims, seqs, tiles, json_path: str | None, rounds: int = 2) -> None:
                 try:
                     b = build_verified(lk.attention(d, causal=causal, arch=ir.Arch.SM90A,
                                                     tile=(m, n), stages=stages,
-                                                    raw_max=RAW_MAX),
+                                                    raw_max=RAW_MAX, lazy=LAZY),
                                        ir.Arch.SM90A)
                 except KgenError as err:
                     print(f"  {name} causal={causal}: refused: {str(err).splitlines()[0]}")
@@ -321,9 +325,12 @@ def main() -> None:
     parser.add_argument("--scaled", action="store_true",
                         help="the kernels' softmax on the scaled scores (scale * acc) instead "
                              "of the raw maximum kgen.attention writes")
+    parser.add_argument("--eager", action="store_true",
+                        help="the kernels' running maximum, the accumulator rescaled every "
+                             "block, instead of kgen.attention's lazy reference maximum")
     args = parser.parse_args()
-    global RAW_MAX
-    RAW_MAX = not args.scaled
+    global RAW_MAX, LAZY
+    RAW_MAX, LAZY = not args.scaled, not args.eager
     if args.bwd and args.varlen:  # the varlen backward against the padded dense one
         from bench import varlen
 

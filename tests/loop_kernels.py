@@ -38,13 +38,16 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
               softcap: float | None = None, lse: bool = True, gqa: bool = False,
               shift: bool = False, dtype: DType = BF16, arch: ir.Arch = ir.Arch.SM80,
               tile: tuple[int, int] | None = None, stages: int | None = None,
-              name: str = "attention_fwd", raw_max: bool = False) -> ir.Kernel:
+              name: str = "attention_fwd", raw_max: bool = False,
+              lazy: bool = False) -> ir.Kernel:
     """Flash attention forward as the contract writes it. `causal`: col <= row (top-left);
     `shift`: a scalar `shift` moves the diagonal (col + shift <= row: rows below shift are
     wholly masked); `alibi`: x - slope * (row - col); `softcap`: c * tanh(x / c); `raw_max`:
     the form kgen.attention writes for a positive scale (kgen.attention.Signature.raw_max):
     the scale declared `positive`, the maximum of the raw scores, exp(scale * (x - m)),
-    lse = scale * m + log(l)."""
+    lse = scale * m + log(l); `lazy`: kgen.attention's reference maximum (m moves only where a
+    block's maximum passes it by more than kgen.attention.LAZY_MAX, r = where(m_new == m, 1,
+    ...)), so kgen.attention's program for a positive scale is raw_max=True, lazy=True."""
     assert not (raw_max and (alibi or softcap is not None)), "a term after the scale"
     kv_heads = "HKV" if gqa else "H"
     params = [
@@ -81,12 +84,21 @@ def attention(head_dim: int = 128, *, causal: bool = False, alibi: bool = False,
         if shift:
             col = call(Op.ADD, col, ir.ScalarLoad("shift"))
         x = call(Op.WHERE, call(Op.LE, col, ir.Position(Axis.ROW)), x, -math.inf)
+    stmts.append(ir.Let("x", x))
+    highest = call(Op.MAX, ref("m"), ir.Reduce(ReduceOp.MAX, Axis.ROW, ref("x")))
+    if lazy:
+        from kgen.attention import LAZY_MAX
+
+        stmts.append(ir.Let("m_blk", highest))
+        passes = call(Op.GT, scaled(call(Op.SUB, ref("m_blk"), ref("m"))), float(LAZY_MAX))
+        highest = call(Op.WHERE, passes, ref("m_blk"), ref("m"))
+    factor = call(Op.EXP, scaled(call(Op.SUB, ref("m"), ref("m_use"))))
     stmts += [
-        ir.Let("x", x),
-        ir.Let("m_new", call(Op.MAX, ref("m"), ir.Reduce(ReduceOp.MAX, Axis.ROW, ref("x")))),
+        ir.Let("m_new", highest),
         ir.Let("m_use", call(Op.WHERE, call(Op.EQ, ref("m_new"), -math.inf), 0.0, ref("m_new"))),
         ir.Store("s", call(Op.EXP, scaled(call(Op.SUB, ref("x"), ref("m_use"))))),
-        ir.Let("r", call(Op.EXP, scaled(call(Op.SUB, ref("m"), ref("m_use"))))),
+        ir.Let("r", call(Op.WHERE, call(Op.EQ, ref("m_new"), ref("m")), 1.0, factor)
+               if lazy else factor),
         ir.Update("l", call(Op.ADD, call(Op.MUL, ref("l"), ref("r")),
                             ir.Reduce(ReduceOp.SUM, Axis.ROW, ref("s")))),
         ir.Update("o", call(Op.MUL, ref("o"), ref("r"))),

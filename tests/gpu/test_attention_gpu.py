@@ -257,6 +257,23 @@ def test_additive_bias(arch, s, t, mask_shape, causal):
         close(o, sdpa.double(), 3e-2, "O against SDPA")
 
 
+@pytest.mark.parametrize("d, s, t, causal", [(128, 1000, 4097, True), (64, 4097, 1000, False),
+                                          (256, 700, 700, True)])
+def test_the_lazy_maximum_moves_where_the_scores_climb(arch, d, s, t, causal):
+    """kgen.attention's reference maximum moves only where a block's maximum passes it by more
+    than LAZY_MAX: keys whose scores climb along T (k scaled up to 6x) move it block after
+    block, the rescale then runs for some warps and not others; the float64 reference."""
+    torch = cuda_torch()
+    q, k, v = _inputs(torch, 2, 4, 4, s, t, d, d, torch.bfloat16, seed=11 * s + t)
+    climb = 1 + 5 * torch.arange(t, device="cuda", dtype=torch.float32) / t
+    k = (k.float() * climb[:, None]).to(torch.bfloat16)
+    o, lse = kgen.attention(q, k, v, is_causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = reference(q, k, v, 1 / math.sqrt(d), causal=causal)
+    close(o, ref_o, 2e-2, f"O {arch}")
+    close(lse, ref_lse, 1e-3, f"lse {arch}")
+
+
 def test_bool_mask_keeps_what_sdpa_keeps(arch):
     """A bool key-padding mask [B, 1, 1, T]: True keeps; against float64 and SDPA."""
     torch = cuda_torch()

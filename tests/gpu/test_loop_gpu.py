@@ -101,6 +101,11 @@ CASES = [
     (64, 17, 1000, {"raw_max": True}),
     (256, 1000, 1000, {"gqa": True, "causal": True, "raw_max": True}),
     (64, 1000, 17, {"shift": True, "raw_max": True}),
+    # kgen.attention's lazy reference maximum: the rescale skipped where a warp's rows keep it
+    (128, 1000, 4097, {"causal": True, "raw_max": True, "lazy": True}),
+    (64, 17, 1000, {"raw_max": True, "lazy": True}),
+    (256, 1000, 1000, {"gqa": True, "causal": True, "raw_max": True, "lazy": True}),
+    (64, 1000, 17, {"shift": True, "raw_max": True, "lazy": True}),
 ]
 
 
