@@ -5,8 +5,8 @@ tile scheduler, a plan option) beside torch SDPA's flash, cuDNN and memory-effic
 The kernels are the programs kgen.attention writes for a positive scale: the maximum of the raw
 scores and exp(scale * (x - m)), the scale declared `positive` (kgen.attention.Signature.raw_max;
 `--scaled`: the scaled scores' maximum, scale * acc, instead), and the lazy reference maximum
-whose rescale a warp skips where it stays (kgen.attention.LAZY_MAX; `--eager`: the running
-maximum, rescaled every block).
+whose rescale a warp skips where it stays, where kgen.attention writes it (sm_90a, D_v >= 256:
+kgen.attention.lazy_maximum; `--eager`: the running maximum, rescaled every block, everywhere).
 bf16, 16k tokens in all (batch = 16384 / S), head dims 64, 128 and 256, S = T in
 {1024, 4096}, causal and not.
 TFLOP/s = 4 * B * H * S * S * D / time, halved when causal; CUDA events, median of 30.
@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from kgen import ir  # noqa: E402
+from kgen.attention import lazy_maximum  # noqa: E402
 from kgen.api import build_verified, load_built  # noqa: E402
 from kgen.harness.timing import call_median_ms  # noqa: E402
 from tests import loop_kernels as lk  # noqa: E402
@@ -90,7 +91,7 @@ def with_o_registers(built):
 def once() -> None:
     """One ragged causal GQA call of each target's kernel, and of sm_90a's with each tile
     scheduler (the persistent one on 5 CTAs, so each walks many tiles and its rings wrap) and
-    with O stored by the copy engine."""
+    with O stored from registers; the lazy maximum (its rescale voted on sm_90a)."""
     for arch in (ir.Arch.SM80, ir.Arch.SM90A):
         built = build_verified(lk.attention(128, causal=True, gqa=True, arch=arch, raw_max=True,
                                             lazy=True), arch)
@@ -115,7 +116,7 @@ def once() -> None:
 # the softmax on the raw scores (kgen.attention's program for a positive scale); --scaled: on
 # scale * acc
 RAW_MAX = True
-LAZY = True  # kgen.attention's lazy reference maximum; --eager: the running one
+LAZY = True  # kgen.attention's lazy reference maximum where it writes one; --eager: never
 
 
 def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, o_registers=False) -> dict:
@@ -126,7 +127,8 @@ def kernels(d: int, causal: bool, kv_heads: int, archs, tile=None, o_registers=F
     for arch in archs:
         written = dict(tile=tile[:2], stages=tile[2]) if tile else {}
         built = build_verified(lk.attention(d, causal=causal, gqa=kv_heads != HEADS, arch=arch,
-                                            raw_max=RAW_MAX, lazy=LAZY, **written), arch)
+                                            raw_max=RAW_MAX, **written,
+                                            lazy=LAZY and lazy_maximum(arch.value, d)), arch)
         if built.plan.wgmma is None:
             out[f"kgen_{arch.value.replace('_', '')}"] = built
             continue
@@ -243,7 +245,8 @@ def variants(dims, seqs, tiles, json_path: str | None, rounds: int = 2) -> None:
                 try:
                     b = build_verified(lk.attention(d, causal=causal, arch=ir.Arch.SM90A,
                                                     tile=(m, n), stages=stages,
-                                                    raw_max=RAW_MAX, lazy=LAZY),
+                                                    raw_max=RAW_MAX,
+                                                    lazy=LAZY and lazy_maximum("sm_90a", d)),
                                        ir.Arch.SM90A)
                 except KgenError as err:
                     print(f"  {name} causal={causal}: refused: {str(err).splitlines()[0]}")

@@ -149,18 +149,20 @@ def program_text(sig: Signature) -> str:
     p, kept = ("pr", ["        s = where(random(seed, offset) >= dropout_p, pr * dropout_scale, 0)"]
                ) if sig.dropout else ("s", [])
     scaled = "scale * " if sig.raw_max else ""
-    # m is each row's reference maximum, moved only where the block's maximum passes it by
-    # more than LAZY_MAX (the softmax is the same for any reference; exp stays below e^8):
-    # on the other blocks r is 1 and the skeleton skips o's rescale (pp.Rescale.skip_ones)
+    factor = f"exp({scaled}(m - m_use))" if scaled else "exp(m - m_use)"
+    # lazy: m is each row's reference maximum, moved only where the block's maximum passes it
+    # by more than LAZY_MAX (the softmax is the same for any reference; exp stays below e^8):
+    # on the other blocks r is 1 and the skeleton skips o's rescale (pp.Rescale.ones)
+    lazy = lazy_maximum(sig.arch, sig.d_v)
     lines += [
-        "        m_blk = max(m, rowmax(x))",
-        f"        m_new = where({scaled}(m_blk - m) > {LAZY_MAX}, m_blk, m)" if scaled else
-        f"        m_new = where(m_blk - m > {LAZY_MAX}, m_blk, m)",
+        *(["        m_blk = max(m, rowmax(x))",
+           f"        m_new = where({scaled}(m_blk - m) > {LAZY_MAX}, m_blk, m)" if scaled else
+           f"        m_new = where(m_blk - m > {LAZY_MAX}, m_blk, m)"] if lazy else
+          ["        m_new = max(m, rowmax(x))"]),
         "        m_use = where(m_new == -inf, 0, m_new)",
         f"        {p} = exp({scaled}(x - m_use))" if scaled else f"        {p} = exp(x - m_use)",
         *kept,
-        f"        r = where(m_new == m, 1, exp({scaled}(m - m_use)))" if scaled else
-        "        r = where(m_new == m, 1, exp(m - m_use))",
+        f"        r = where(m_new == m, 1, {factor})" if lazy else f"        r = {factor}",
         f"        l = l * r + rowsum({p})",
         "        o = o * r",
         "        m = m_new",
@@ -182,6 +184,19 @@ def program_text(sig: Signature) -> str:
 # sums hold at any length (FlashAttention-4's conditional rescaling, exact here: the softmax's
 # value does not depend on the reference)
 LAZY_MAX = 8
+# Where kgen.attention writes the lazy maximum: on sm_90a (its skeleton votes the rescale away;
+# the sm_80 one multiplies) with D_v of at least 256, where o's rescale is 128 multiplies a
+# thread. Measured on an H200 (bf16, 16k tokens, 16 heads, TFLOP/s lazy / eager, one run each,
+# bench/attention.py --sm90a and --eager): D 256 S 1024 603 / 606, causal 443 / 413; S 4096
+# 767 / 721, causal 645 / 584. D 128 (64 multiplies): S 1024 507 / 507, causal 344 / 334;
+# S 4096 646 / 666, causal 530 / 559. D 64: S 1024 312 / 297, causal 187 / 201; S 4096 399 /
+# 399, causal 333 / 337: within the runs' noise or below it, so the eager maximum there.
+LAZY_MIN_DV = 256
+
+
+def lazy_maximum(arch: str, d_v: int) -> bool:
+    """Whether kgen.attention's program keeps a lazy reference maximum (LAZY_MIN_DV)."""
+    return arch == "sm_90a" and d_v >= LAZY_MIN_DV
 
 # Where a mod's text starts on its line of the program (its columns are shifted by this)
 MOD_LINE = {"score_mod": "        modded = ", "mask_mod": "        visible = "}

@@ -356,16 +356,19 @@ def test_the_lazy_maximum_means_the_same_attention(raw_max, causal):
     whole rows masked included (causal, 40 rows against 30 keys top-left)."""
     import dataclasses
 
-    s = dataclasses.replace(sig(64, 32, causal=causal), raw_max=raw_max)
+    s = dataclasses.replace(sig(64, 256, causal=causal), raw_max=raw_max, arch="sm_90a")
     text = kattention.program_text(s)
     assert f"> {kattention.LAZY_MAX}, m_blk, m)" in text and "r = where(m_new == m, 1, " in text
+    eager = kattention.program_text(dataclasses.replace(s, d_v=128))  # lazy_maximum: D_v 256
+    assert "m_blk" not in eager and "m_new = max(m, rowmax(x))" in eager
+    assert "m_blk" not in kattention.program_text(dataclasses.replace(s, arch="sm_80"))
     kernel = kattention.program(s)
     rng = np.random.default_rng(9)
     rows, length, scale = 40, 130, 0.5
     q = rng.standard_normal((1, 1, rows, 64)).astype(np.float32)
     k = rng.standard_normal((1, 1, length, 64)).astype(np.float32)
     k *= (1 + np.arange(length) / 16)[None, None, :, None]  # the maximum climbs block by block
-    v = rng.standard_normal((1, 1, length, 32)).astype(np.float32)
+    v = rng.standard_normal((1, 1, length, 256)).astype(np.float32)
     out = evaluate(kernel, {"Q": q, "K": k, "V": v}, scalars={"scale": scale}, block=32)
     x = scale * (q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64))
     if causal:
@@ -388,8 +391,8 @@ def test_the_lazy_maximums_rescale_is_voted_on_the_wgmma_skeleton(arch):
 
     from kgen.plan import program as pp
 
-    s = dataclasses.replace(sig(128, causal=True), raw_max=True, arch=arch)
-    built = build_verified(kattention.program(s), arch)
+    s = dataclasses.replace(sig(256, causal=True), raw_max=True, arch=arch)
+    built = build_verified(kattention.program(dataclasses.replace(s, arch="sm_90a")), arch)
     (rescale,) = [x for x in built.plan.body.statements if isinstance(x, pp.Rescale)]
     assert rescale.ones
     voted = "if (!__all_sync(0xffffffffu, ones_o)) {" in built.source

@@ -269,8 +269,9 @@ def _persistent(kernel, ctas):
 
     built = build_verified(kernel, SM90A)
     assert built.plan.wgmma is not None, built.plan.mma.why
-    persistent = with_scheduler(built.plan, True).wgmma.scheduler
-    run = _load(kernel, scheduler=persistent)
+    persistent = with_scheduler(built.plan, True).wgmma  # O from registers with it
+    run = _load(kernel, scheduler=persistent.scheduler, maps=persistent.maps,
+                pipeline=persistent.pipeline)
     assert run.plan.wgmma.persistent and run.persistent_ctas >= 1
     if ctas is not None:
         run.persistent_ctas = ctas
@@ -380,16 +381,18 @@ O_STORE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("tma", [True, False], ids=["copy_engine", "registers"])
 @pytest.mark.parametrize("case", O_STORE_CASES, ids=lambda c: "-".join(map(str, c)))
-def test_o_by_the_copy_engine_matches_float64(case):
+def test_o_by_the_copy_engine_matches_float64(case, tma):
+    """The rulebook's O by the copy engine, and the plan option from registers."""
     from kgen.targets.sm90.loop_schedule import with_o_store
 
     torch = _needs()
     d, causal, b, h, hkv, s, t, layout = case
     kernel = lk.attention(d, causal=causal, gqa=True, arch=SM90A)
-    wgmma = with_o_store(build_verified(kernel, SM90A).plan, True).wgmma
+    wgmma = with_o_store(build_verified(kernel, SM90A).plan, tma).wgmma
     run = _load(kernel, maps=wgmma.maps, pipeline=wgmma.pipeline)
-    assert "tma_store_box_4d(maps.O" in run.source
+    assert ("tma_store_box_4d(maps.O" in run.source) == tma
     q, k, v = _inputs(torch, b, h, hkv, s, t, d, seed=s + t + d, layout=layout)
     if layout == "bshd":
         o = torch.full((b, s, h, d), math.nan, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
