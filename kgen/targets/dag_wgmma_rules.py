@@ -159,6 +159,18 @@ DAG_WGMMA_ASCENDING_WHY = (
     "every tile of rows visits a block at the same visit (no bounds skip blocks): the tiles "
     "add each block in increasing order, the grid's order")
 DAG_WGMMA_FAST_BODY = True
+# GQA (a CTA per (key tile, KV head) walking the blocks of each query head of its group): the
+# blocks inside the mask are the same in every query head's visits (the bounds depend on the
+# rows and columns, not the head), so the fast body, the longest-first order (a tile's work is
+# the group's heads times its blocks: the ranking by tile is MHA's) and the staged vectors (the
+# producer's second warp takes each visit's head) are built with it. With deterministic adds at
+# N above this (the plain layout; the add warp's semaphore waits beside the group walk) the fast
+# body and the staged vectors stay off: with either the build spills (NVRTC 13.5, D 128 causal:
+# 8 B stored, 32 B loaded with both; 0 B with neither, and at D 64 and 256 with both).
+DAG_WGMMA_GQA_ORDERED_N = 64
+DAG_WGMMA_GQA_ORDERED_WHY = (
+    "GQA with deterministic adds at N {n}: with the fast body or the staged vectors the "
+    "consumers spill (NVRTC 13.5: 8 B at D 128 causal; DAG_WGMMA_GQA_ORDERED_N)")
 DAG_WGMMA_FAST_BODY_WHY = (
     "the mma.sync skeleton's split: inside the mask and before the last block, no element of "
     "a block is past the loop's end or masked, so its hand-on and staging selects and the "
