@@ -266,3 +266,29 @@ def test_gqa_options_compile_without_a_warning(d, mask, options):
     b = gqa_built(d, mask, **options)
     result = compile_cubin(b.source, b.plan.name, "sm_90a")
     assert "warning" not in result.log.lower(), result.log
+
+
+def test_inspect_says_the_gqa_order_and_body_with_why():
+    """kgen inspect (report_loop_dag.summary and its printout): the launch order and the fast
+    body, each with why, for GQA by default and deterministic at N 128."""
+    import io
+
+    from rich.console import Console
+
+    from kgen.report_loop_dag import print_summary, summary
+
+    s = summary(gqa_built(128, "top_left").plan)
+    assert s["wgmma"]["order"]["value"].startswith("longest tiles of rows first")
+    assert s["wgmma"]["order"]["why"] == rules.DAG_WGMMA_LPT_WHY
+    assert s["wgmma"]["fast_body"]["why"] == rules.DAG_WGMMA_FAST_BODY_WHY
+    ordered = summary(gqa_built(128, "top_left", deterministic=True).plan)
+    assert ordered["wgmma"]["order"]["value"] == "the grid's order"
+    assert "deterministic adds" in ordered["wgmma"]["order"]["why"]
+    assert ordered["wgmma"]["fast_body"] == {
+        "value": "one checked body", "why": rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=128)}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=1000), ordered)
+    text = out.getvalue()
+    assert "order: the grid's order (the grid's order: the longest-first order is not built " \
+           "with deterministic adds" in text
+    assert "fast_body: one checked body (GQA with deterministic adds at N 128" in text
