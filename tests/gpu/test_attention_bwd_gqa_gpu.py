@@ -5,8 +5,8 @@ K and V are shared by the query heads of a group (dK, dV summed over it): ratios
 MQA, ragged S and T, no mask and causal (top-left, bottom-right), on the sm_80 build (mma.sync,
 tile 128x32) and the sm_90a build (the wgmma skeleton; its dQ by tensor reduce-adds from the add
 warp or from each warpgroup, by bulk reduce-adds per row or by atomics; the fast body, the
-longest-first order and the staged vectors each on and off) on a Hopper GPU. Deterministic: two runs give the same bits. kgen.attention trains with GQA and
-`deterministic=True`."""
+longest-first order and the staged vectors each on and off) on a Hopper GPU. Deterministic:
+two runs give the same bits. kgen.attention trains with GQA and `deterministic=True`."""
 from __future__ import annotations
 
 import pytest

@@ -193,7 +193,8 @@ def test_gqa_takes_the_fast_body_the_longest_first_and_the_staged_vectors(d, mas
     assert head < vec.index("const float* g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;")
     assert "const int kv0 = (first_block + visit % span) * kBlock;" in vec
     if causal:  # the longest first: the KV head is the LPT order's, the L2 bytes the group's
-        assert "const int kv_head = tile_y;  // GQA" in src and "const int head = tile_y;" not in src
+        assert "const int kv_head = tile_y;  // GQA" in src
+        assert "const int head = tile_y;" not in src
         assert "static_cast<long long>(loop_len) * p.group * kStreamedRowBytes" in src
         assert "const int head = kv_head * p.group + visit / span;" in loop
         kernel = src[src.index("const int kv_head = tile_y;"):src.index("_zero(const")]

@@ -29,12 +29,12 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
     (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
     (with deterministic adds at N 128 neither the staged vectors nor the fast body:
-    dag_wgmma_rules.DAG_WGMMA_GQA_ORDERED_N); `ordered`: deterministic adds (tile j waits for tile j - 1, or for
-    tile j + 1 where a mask skips blocks (dag_wgmma_rules.DAG_WGMMA_DESCENDING): launch order,
-    not the longest first); `add_to`: the tensor the one `+=` store adds into
-    (its tensor map, where the rulebook takes the tensor reduce-add); `body`, `gemms`,
-    `params`: the loop's body, gemms and the kernel's params (a tensor the body reads at (row,
-    col) staged, a score gemm's tile store of the staged value stored from it:
+    dag_wgmma_rules.DAG_WGMMA_GQA_ORDERED_N); `ordered`: deterministic adds (tile j waits for
+    tile j - 1, or for tile j + 1 where a mask skips blocks (dag_wgmma_rules.
+    DAG_WGMMA_DESCENDING): launch order, not the longest first); `add_to`: the tensor the one
+    `+=` store adds into (its tensor map, where the rulebook takes the tensor reduce-add);
+    `body`, `gemms`, `params`: the loop's body, gemms and the kernel's params (a tensor the body
+    reads at (row, col) staged, a score gemm's tile store of the staged value stored from it:
     dag_wgmma_rules), `smem_limit` the target's shared memory (how many slots the staged
     tensor's ring takes); `packed`: packed sequences (a tile's length is its sequence's,
     unknown before the offsets are read: the grid's order; dQ's adds by rows)."""
