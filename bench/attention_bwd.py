@@ -31,6 +31,8 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # rulebook's build, then timed
     python3 bench/attention_bwd.py --groups     # the main kernel at D 128: MHA against GQA 8:1
                                                 # (16 / 2 heads) and deterministic against default
+                                                # (--gqa-schedules gqa8: GQA's schedule before
+                                                # session 9 beside the default GQA build)
     python3 bench/attention_bwd.py --mods       # the forward's mods' backward beside the plain
                                                 # one (kgen/harness/attention_bwd_mods.py)
 """
@@ -256,13 +258,17 @@ def schedule(name: str) -> dict:
     (issue_ahead), v (stage_vectors), d (defer_accumulating), l (lpt, where a mask skips
     blocks), f (fast_body), e (defer_all: every accumulating gemm after the loop-row gemm, the
     split layout's, D 256), each off when absent, and w0 / w1 (wait_accumulating; the
-    rulebook's when absent); a suffix +MODE adds dQ so (loop_dag_schedule.ADD_MODES: warp,
-    tensor, rows, atomics; the rulebook's when absent), e.g. base+rows."""
+    rulebook's when absent); "gqa8" the rulebook's but the fast body, the longest-first order
+    and the staged vectors off (GQA's schedule before session 9); a suffix +MODE adds dQ so
+    (loop_dag_schedule.ADD_MODES: warp, tensor, rows, atomics; the rulebook's when absent),
+    e.g. base+rows."""
     name, _, adds = name.partition("+")
     if adds:
         return {**schedule(name), "adds": adds}
     if name == "base":
         return {}
+    if name == "gqa8":  # session 8's GQA schedule: no fast body, grid order, vectors loaded
+        return dict(fast_body=False, lpt=False, stage_vectors=False)
     name = "" if name == "none" else name
     options = dict(issue_ahead="a" in name, stage_vectors="v" in name,
                    defer_accumulating="d" in name, lpt="l" in name, fast_body="f" in name,
@@ -366,10 +372,13 @@ def once(arch: ir.Arch | None = None, d: int = 64, kv_heads: int | None = None,
                                              torch.isfinite(dv.float()).all()))
 
 
-def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]:
+def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2,
+           gqa_schedules=()) -> list[dict]:
     """The main kernel alone (its zeroing included) at D `d`, 16 heads, 16k tokens: MHA and
     GQA 16 / `kv_heads`, each by default and deterministic, causal and not; TFLOP/s counted as
-    the MHA backward's (per query head), and the times' ratios."""
+    the MHA backward's (per query head), and the times' ratios. `gqa_schedules`: names of
+    schedule() (e.g. gqa8) timed on the default GQA build's inputs beside it, each checked
+    against it (relative difference of dQ, dK, dV), a line each."""
     stream = torch.cuda.current_stream().cuda_stream
     rows = []
     print(f"# main kernel TFLOP/s (2.5x the forward's flops per query head), bf16, D {d}, "
@@ -406,6 +415,19 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]
                 t = time_kernel(call, rotate=1, stream=stream)
                 row[name] = flops / (t.median_ms * 1e-3) / 1e12
                 row[name + "_ms"] = t.median_ms
+                if name == "gqa":  # the other GQA schedules on these inputs
+                    call(0)
+                    gqa_out = [x.clone() for x in (dq, dk, dv)]
+                    for other in gqa_schedules:
+                        fn = load_built(with_options(built, **schedule(other)))
+                        t = time_kernel(lambda _: fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq,
+                                                     dK=dk, dV=dv, scale=1.0 / math.sqrt(d)),
+                                        rotate=1, stream=stream)
+                        err = max(float((x.float() - r.float()).norm() / r.float().norm())
+                                  for x, r in zip((dq, dk, dv), gqa_out))
+                        row[f"gqa[{other}]"] = flops / (t.median_ms * 1e-3) / 1e12
+                        row[f"gqa[{other}]_ms"] = t.median_ms
+                        row[f"gqa[{other}]_diff"] = err
             rows.append(row)
             print(f"{s:>6} {str(causal):>6} {row['mha']:8.1f} {row['mha_det']:8.1f} "
                   f"{row['gqa']:8.1f} {row['gqa_det']:8.1f} "
@@ -414,6 +436,10 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2) -> list[dict]
                   f"{row['gqa_ms'] / row['mha_ms']:12.3f} "
                   f"{row['mha_inc_ms'] / row['mha_ms']:11.3f} "
                   f"{row['gqa_inc_ms'] / row['gqa_ms']:11.3f}", flush=True)
+            for other in gqa_schedules:
+                print(f"{'':>6} {'':>6} gqa[{other}] {row[f'gqa[{other}]']:.1f} TFLOP/s, time "
+                      f"{row[f'gqa[{other}]_ms'] / row['gqa_ms']:.3f}x the default GQA's, "
+                      f"relative difference {row[f'gqa[{other}]_diff']:.1e}", flush=True)
     return rows
 
 
@@ -436,6 +462,10 @@ def main(argv=None) -> None:
                         help="--once: 'reductions deterministic' (dQ's adds ordered)")
     parser.add_argument("--groups", action="store_true",
                         help="MHA against GQA 16/2, default against deterministic (D 128)")
+    parser.add_argument("--gqa-schedules", nargs="+", default=(),
+                        help="--groups: GQA schedules (names as schedule() reads them, e.g. "
+                             "gqa8: the schedule before the fast body, the longest first and "
+                             "the staged vectors) timed beside the default GQA build")
     parser.add_argument("--variants", nargs="*", default=None,
                         help="time the wgmma skeleton's schedules (names as schedule() reads "
                              "them; none: SCHEDULES, and CAUSAL_SCHEDULES when causal)")
@@ -451,7 +481,8 @@ def main(argv=None) -> None:
                  args.schedule)
         return
     if args.groups:
-        rows = groups((args.d or (128,))[0], tuple(args.s or (4096, 16384)))
+        rows = groups((args.d or (128,))[0], tuple(args.s or (4096, 16384)),
+                      gqa_schedules=tuple(args.gqa_schedules))
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return

@@ -153,6 +153,12 @@ def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
     return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
             "overlap": choice(w.overlap), "adds": choice(w.adds), "staging": choice(w.staging),
             "tile_store": choice(w.tile_store), "consumers": w.consumers,
+            "order": {"value": (f"longest tiles of rows first, in sections of {w.lpt_l2_bytes} "
+                                "bytes of L2" if w.lpt_l2_bytes else "the grid's order"),
+                      "why": w.lpt_why},
+            "fast_body": {"value": ("a fast body inside the mask, the checked one on its edge"
+                                    if w.fast_body else "one checked body"),
+                          "why": w.fast_body_why},
             "split": choice(w.split) if w.split is not None else None,
             "registers": {"producer": w.producer_registers, "consumer": w.consumer_registers},
             "barrier_offset": w.barrier_offset,
@@ -178,7 +184,8 @@ def print_summary(console, s: dict) -> None:
     for what in ("config", "mma", "registers", "min_ctas"):
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("wgmma"):
-        for what in ("split", "roles", "pipeline", "overlap", "adds", "staging", "tile_store"):
+        for what in ("split", "roles", "pipeline", "overlap", "adds", "staging", "tile_store",
+                     "order", "fast_body"):
             if what in ("staging", "tile_store") and s["wgmma"][what]["value"] == "none" or (
                     s["wgmma"].get(what) is None):
                 continue

@@ -152,7 +152,9 @@ def test_gqa_plan_walks_the_group(arch, tile):
     assert {p.name for p in plan.params if p.kv} == {"K", "V", "dK", "dV"}
     assert (plan.wgmma is not None) == (not tile)
     src = b.source
-    assert "const int kv_head = blockIdx.y;  // GQA" in src
+    # (the causal example on the wgmma skeleton: the longest-first order's tile gives the head)
+    lpt = plan.wgmma is not None and plan.wgmma.lpt_l2_bytes is not None
+    assert f"const int kv_head = {'tile_y' if lpt else 'blockIdx.y'};  // GQA" in src
     assert "visits = p.group * span" in src
     assert "p.heads / p.group, p.batches);" in src  # the launcher's grid: KV heads
     # the MHA program's code is unchanged: no group walk

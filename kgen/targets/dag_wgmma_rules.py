@@ -164,6 +164,18 @@ DAG_WGMMA_FAST_BODY_WHY = (
     "a block is past the loop's end or masked, so its hand-on and staging selects and the "
     "mask's predicates go; a block branches to one of the two bodies (measured 1.05x at D 128, "
     "1.07x causal, 1.05x at D 64)")
+# GQA (a CTA per (key tile, KV head) walking the blocks of each query head of its group): the
+# blocks inside the mask are the same in every query head's visits (the bounds depend on the
+# rows and columns, not the head), so the fast body, the longest-first order (a tile's work is
+# the group's heads times its blocks: the ranking by tile is MHA's) and the staged vectors (the
+# producer's second warp takes each visit's head) are built with it. With deterministic adds at
+# N above this (the plain layout; the add warp's semaphore waits beside the group walk) the fast
+# body and the staged vectors stay off: with either the build spills (NVRTC 13.5, D 128 causal:
+# 8 B stored, 32 B loaded with both; 0 B with neither, and at D 64 and 256 with both).
+DAG_WGMMA_GQA_ORDERED_N = 64
+DAG_WGMMA_GQA_ORDERED_WHY = (
+    "GQA with deterministic adds at N {n}: with the fast body or the staged vectors the "
+    "build spills (NVRTC 13.5: 4-8 B stored at D 128 causal; DAG_WGMMA_GQA_ORDERED_N)")
 
 
 def vector_bytes(vectors: int, stages: int, block: int) -> int:

@@ -4,9 +4,9 @@ and/or `reductions deterministic`) against float64 torch autograd of a reference
 K and V are shared by the query heads of a group (dK, dV summed over it): ratios 2:1, 8:1 and
 MQA, ragged S and T, no mask and causal (top-left, bottom-right), on the sm_80 build (mma.sync,
 tile 128x32) and the sm_90a build (the wgmma skeleton; its dQ by tensor reduce-adds from the add
-warp or from each warpgroup, by bulk reduce-adds per row or by atomics)
-on a Hopper GPU. Deterministic: two runs give the same bits. kgen.attention trains with GQA and
-`deterministic=True`."""
+warp or from each warpgroup, by bulk reduce-adds per row or by atomics; the fast body, the
+longest-first order and the staged vectors each on and off) on a Hopper GPU. Deterministic:
+two runs give the same bits. kgen.attention trains with GQA and `deterministic=True`."""
 from __future__ import annotations
 
 import pytest
@@ -18,13 +18,13 @@ pytestmark = pytest.mark.gpu
 
 
 def run_case(d, s, t, mask, heads, kv_heads, arch="sm_80", deterministic=False, adds=None,
-             b=2, repeat=1, gqa=True):
+             b=2, repeat=1, gqa=True, schedule=()):
     """`repeat` calls, each checked (attention_bwd_checks.check_backward): their dQ, dK, dV. The
     sm_80 build keeps the example's tile 128x32 (mma.sync); sm_90a takes the rulebook's wgmma
-    skeleton."""
+    skeleton (`schedule`: with_schedule's options, (name, value) pairs)."""
     torch = cuda_torch()
     kernel = load(d, mask, arch=arch, tile="128x32" if arch == "sm_80" else None, adds=adds,
-                  gqa=gqa, deterministic=deterministic)
+                  schedule=schedule, gqa=gqa, deterministic=deterministic)
     gen = torch.Generator(device="cuda").manual_seed(1000 * s + t + d + heads)
     q, do = (torch.randn(b, heads, s, d, device="cuda", generator=gen).bfloat16()
              for _ in range(2))
@@ -63,6 +63,60 @@ def test_gqa_head_dim_64_and_batches(arch):
 def test_gqa_sm90a_other_adds(adds):
     skip_unless_runs("sm_90a")
     run_case(128, 1000, 4097, "top_left", 8, 2, arch="sm_90a", adds=adds, b=1)
+
+
+# The sm_90a schedule with GQA (dag_wgmma_rules: the fast body inside the mask, the longest
+# tiles first under it, lse and D staged by the producer per visit's query head), each piece on
+# and off through with_schedule, against the float64 reference at ragged lengths. Batches and KV
+# heads > 1 so that the longest-first order maps tiles over several (batch, KV head) pairs.
+GQA_SHAPES = [(1, 17), (17, 1000), (1000, 17), (1000, 1000), (1, 1)]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("fast_body", [True, False], ids=["fast", "one-body"])
+@pytest.mark.parametrize("lpt", [True, False], ids=["lpt", "grid-order"])
+def test_gqa_sm90a_schedules(d, mask, fast_body, lpt):
+    skip_unless_runs("sm_90a")
+    schedule = (("fast_body", fast_body), ("lpt", lpt))
+    for s, t in GQA_SHAPES:
+        run_case(d, s, t, mask, 8, 2, arch="sm_90a", b=2, schedule=schedule)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("schedule", [
+    (("stage_vectors", False),), (("fast_body", False), ("stage_vectors", False)),
+    (("fast_body", False), ("lpt", False), ("stage_vectors", False))],
+    ids=["vectors-loaded", "one-body-vectors-loaded", "all-off"])
+def test_gqa_sm90a_vectors_loaded(d, mask, schedule):
+    skip_unless_runs("sm_90a")
+    for s, t in ((17, 1000), (1000, 17)):
+        run_case(d, s, t, mask, 4, 2, arch="sm_90a", b=2, schedule=schedule)
+
+
+def test_gqa_sm90a_longest_first_sections_of_one_pair():
+    """S 4097 by a group of 8: a (batch, KV head) pair streams more than the longest-first
+    order's L2 section (kLptL2Bytes), so each section holds one pair."""
+    skip_unless_runs("sm_90a")
+    for mask in ("top_left", "bottom_right"):
+        run_case(128, 4097, 1000, mask, 16, 2, arch="sm_90a", b=2)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["top_left", "bottom_right"])
+def test_gqa_sm90a_deterministic_fast_body_and_vectors(d, mask):
+    """Deterministic GQA with the fast body and the staged vectors (the rulebook's at D 64, an
+    option at D 128): the same bits run to run, and the float64 reference."""
+    torch = cuda_torch()
+    skip_unless_runs("sm_90a")
+    schedule = (("fast_body", True), ("stage_vectors", True))
+    for s, t in ((1000, 4097), (4097, 1000), (17, 1)):
+        runs = run_case(d, s, t, mask, 4, 2, arch="sm_90a", deterministic=True, b=1,
+                        repeat=3, schedule=schedule)
+        for other in runs[1:]:
+            for a, b, what in zip(runs[0], other, ("dQ", "dK", "dV")):
+                assert torch.equal(a, b), f"{what} differs between runs (S {s}, T {t})"
 
 
 DET = [("sm_80", None), ("sm_90a", None), ("sm_90a", "rows"), ("sm_90a", "atomics")]

@@ -16,6 +16,7 @@ from kgen import ir
 from kgen.api import build_verified
 from kgen.parse import parse
 from kgen.targets.sm90.loop_dag import emit
+from kgen.targets import dag_wgmma_rules as rules
 from kgen.targets.sm90.loop_dag_schedule import with_schedule
 from kgen.verify import verify
 
@@ -140,24 +141,155 @@ def test_every_option_compiles_without_a_warning(d, causal, options):
     assert "warning" not in result.log.lower(), result.log
 
 
-def test_gqa_and_deterministic_keep_the_pieces_not_built_with_them():
-    """GQA's visits walk a group of query heads: no staged vectors, longest-first order or fast
-    body with them; deterministic adds wait for the tile before by index: the grid's order. The
-    plan says why, and with_schedule refuses to switch them on."""
-    from tests.test_backward_gqa import deterministic_text, gqa_text
+# ---------------------------------------------------------------------------------------------
+# GQA: a CTA owns (key tile, KV head) and walks the blocks of each query head of its group
 
-    def plan(text: str):
-        text = text.replace("    tile 128x32\n", "\n")
-        return build_verified(parse(text, "b.kg").kernels[0], ir.Arch.SM90A).plan
 
-    grouped = plan(gqa_text()).wgmma
-    assert grouped.vector_offset is None and grouped.lpt_l2_bytes is None
-    assert not grouped.fast_body and "GQA" in grouped.fast_body_why
-    assert "GQA" in grouped.lpt_why
-    ordered = plan(deterministic_text())
-    assert ordered.wgmma.lpt_l2_bytes is None and "deterministic" in ordered.wgmma.lpt_why
-    assert ordered.wgmma.fast_body and ordered.wgmma.vector_offset is not None
-    with pytest.raises(ValueError, match="not built with GQA"):
-        with_schedule(plan(gqa_text()), fast_body=True)
+def gqa_built(d: int, mask: str, deterministic: bool = False, **options):
+    """The GQA backward (K, V, dK, dV of HKV heads) at head dim `d`, `mask` (tests/gpu/
+    attention_bwd_checks.MASKS), built for sm_90a by the rulebook, then `options`
+    (with_schedule's)."""
+    from tests.gpu.attention_bwd_checks import kernel_text
+
+    text = kernel_text(d, mask, arch="sm_90a", gqa=True, deterministic=deterministic)
+    b = build_verified(parse(text, "b.kg").kernels[0], ir.Arch.SM90A)
+    assert b.plan.gqa
+    if options:
+        plan = with_schedule(b.plan, **options)
+        b = dataclasses.replace(b, plan=plan, source=emit(
+            plan, source_name="b.kg", source_hash="0", command="test"))
+    return b
+
+
+def gqa_body(source: str) -> str:
+    """The consumers' GQA walk over the visits."""
+    start = source.index("  for (int visit = 0; visit < here(p.group) * span; ++visit) {")
+    return source[start:source.index("  // The kernel's epilogue, once")]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["none", "top_left", "bottom_right"])
+def test_gqa_takes_the_fast_body_the_longest_first_and_the_staged_vectors(d, mask):
+    """The rulebook's GQA schedule is MHA's: the blocks inside the mask are the same in each
+    query head's visits, a tile's work is the group's heads times its blocks (MHA's ranking by
+    tile), and the producer's vector warp takes each visit's head."""
+    causal = mask != "none"
+    b = gqa_built(d, mask)
+    w = b.plan.wgmma
+    assert w.fast_body and w.fast_body_why == rules.DAG_WGMMA_FAST_BODY_WHY
+    assert (w.lpt_l2_bytes is not None) == causal
+    assert w.lpt_why == (rules.DAG_WGMMA_LPT_WHY if causal else "the grid's order")
+    assert w.vector_offset is not None and b.plan.vectors == ("lse", "D")
+    assert (w.producer_registers, w.consumer_registers) == rules.DAG_WGMMA_VECTOR_REGISTERS
+    src = b.source
+    loop = gqa_body(src)
+    # the fast body: block (= first_block + visit % span) inside the mask but each head's last
+    assert "if (block >= fast_begin && block < fast_end) {" in loop
+    assert "constexpr bool interior = true;" in loop if causal else "interior" not in loop
+    # the vectors read from shared memory, staged per visit at its query head
+    assert "g_lse" not in loop and "s_lse[col - kv0]" in loop
+    vec = src[src.index("The producer's second warp"):src.index("else if (tid / 32 == kAddWarp)")]
+    head = vec.index("const int head = kv_head * p.group + visit / span;")
+    assert head < vec.index("const float* g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;")
+    assert "const int kv0 = (first_block + visit % span) * kBlock;" in vec
+    if causal:  # the longest first: the KV head is the LPT order's, the L2 bytes the group's
+        assert "const int kv_head = tile_y;  // GQA" in src
+        assert "const int head = tile_y;" not in src
+        assert "static_cast<long long>(loop_len) * p.group * kStreamedRowBytes" in src
+        assert "const int head = kv_head * p.group + visit / span;" in loop
+        kernel = src[src.index("const int kv_head = tile_y;"):src.index("_zero(const")]
+        assert "blockIdx.y" not in kernel  # (the zeroing kernel's grid is the query heads')
+    else:
+        assert "const int kv_head = blockIdx.y;  // GQA" in src
+        assert "const int head = static_cast<int>(blockIdx.y) * p.group + visit / span;" in loop
+
+
+def test_gqa_options_switch_each_piece_off_and_on():
+    """with_schedule takes the fast body, the longest-first order and the staged vectors with
+    GQA (each off as the session-8 schedule had them; each back on)."""
+    off = gqa_built(128, "top_left", lpt=False, fast_body=False, stage_vectors=False)
+    w = off.plan.wgmma
+    assert not w.fast_body and w.lpt_l2_bytes is None and w.vector_offset is None
+    assert off.plan.vectors == () and (w.producer_registers, w.consumer_registers) == (24, 240)
+    loop = gqa_body(off.source)
+    assert "fast_begin" not in off.source and "kLptL2Bytes" not in off.source
+    assert "const float* __restrict__ g_lse = p.lse + batch * p.lse_bs + head * p.lse_hs;" in loop
+    on = with_schedule(off.plan, lpt=True, fast_body=True, stage_vectors=True)
+    assert on.wgmma == gqa_built(128, "top_left").plan.wgmma
+    assert on.smem_bytes == gqa_built(128, "top_left").plan.smem_bytes
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_gqa_deterministic_keeps_the_grid_s_order(d):
+    """Deterministic adds: the grid's order (a tile waits for the one next in the adds' order);
+    at N 128 neither the fast body nor the staged vectors (either spills beside the add warp's
+    semaphore waits: dag_wgmma_rules.DAG_WGMMA_GQA_ORDERED_N), at N 64 both."""
+    ordered = gqa_built(d, "top_left", deterministic=True).plan
+    w = ordered.wgmma
+    assert w.lpt_l2_bytes is None and "deterministic" in w.lpt_why and "GQA" not in w.lpt_why
+    spills = d > rules.DAG_WGMMA_GQA_ORDERED_N
+    assert w.fast_body == (not spills) and (w.vector_offset is None) == spills
+    if spills:
+        assert w.fast_body_why == rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=d)
     with pytest.raises(ValueError, match="deterministic"):
         with_schedule(ordered, lpt=True)
+    on = with_schedule(ordered, fast_body=True, stage_vectors=True)  # the options still build
+    assert on.wgmma.fast_body and on.wgmma.vector_offset is not None
+    # MHA's deterministic build keeps both at N 128
+    mha = built(128, True)
+    assert mha.plan.wgmma.fast_body and mha.plan.wgmma.vector_offset is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["none", "top_left", "bottom_right"])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+def test_gqa_rulebook_builds_without_spills(d, mask, deterministic):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = gqa_built(d, mask, deterministic)
+    result = compile_cubin(b.source, b.plan.name, "sm_90a")
+    resources = result.resources()
+    assert resources["spill_stores"] == resources["spill_loads"] == 0, result.log
+    assert "warning" not in result.log.lower(), result.log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["none", "top_left"])
+@pytest.mark.parametrize("options", [
+    dict(fast_body=False), dict(lpt=False), dict(stage_vectors=False),
+    dict(fast_body=False, lpt=False, stage_vectors=False)],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_gqa_options_compile_without_a_warning(d, mask, options):
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = gqa_built(d, mask, **options)
+    result = compile_cubin(b.source, b.plan.name, "sm_90a")
+    assert "warning" not in result.log.lower(), result.log
+
+
+def test_inspect_says_the_gqa_order_and_body_with_why():
+    """kgen inspect (report_loop_dag.summary and its printout): the launch order and the fast
+    body, each with why, for GQA by default and deterministic at N 128."""
+    import io
+
+    from rich.console import Console
+
+    from kgen.report_loop_dag import print_summary, summary
+
+    s = summary(gqa_built(128, "top_left").plan)
+    assert s["wgmma"]["order"]["value"].startswith("longest tiles of rows first")
+    assert s["wgmma"]["order"]["why"] == rules.DAG_WGMMA_LPT_WHY
+    assert s["wgmma"]["fast_body"]["why"] == rules.DAG_WGMMA_FAST_BODY_WHY
+    ordered = summary(gqa_built(128, "top_left", deterministic=True).plan)
+    assert ordered["wgmma"]["order"]["value"] == "the grid's order"
+    assert "deterministic adds" in ordered["wgmma"]["order"]["why"]
+    assert ordered["wgmma"]["fast_body"] == {
+        "value": "one checked body", "why": rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=128)}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=1000), ordered)
+    text = out.getvalue()
+    assert "order: the grid's order (the grid's order: the longest-first order is not built " \
+           "with deterministic adds" in text
+    assert "fast_body: one checked body (GQA with deterministic adds at N 128" in text

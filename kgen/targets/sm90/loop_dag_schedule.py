@@ -28,13 +28,13 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
     (the tiles of rows visit different counts); `gqa`: the loop walks a group of query heads
-    (the vectors staged by the producer, the longest-first order and the fast body are not
-    built with it); `ordered`: deterministic adds (tile j waits for tile j - 1, or for
-    tile j + 1 where a mask skips blocks (dag_wgmma_rules.DAG_WGMMA_DESCENDING): launch order,
-    not the longest first); `add_to`: the tensor the one `+=` store adds into
-    (its tensor map, where the rulebook takes the tensor reduce-add); `body`, `gemms`,
-    `params`: the loop's body, gemms and the kernel's params (a tensor the body reads at (row,
-    col) staged, a score gemm's tile store of the staged value stored from it:
+    (with deterministic adds at N 128 neither the staged vectors nor the fast body:
+    dag_wgmma_rules.DAG_WGMMA_GQA_ORDERED_N); `ordered`: deterministic adds (tile j waits for
+    tile j - 1, or for tile j + 1 where a mask skips blocks (dag_wgmma_rules.
+    DAG_WGMMA_DESCENDING): launch order, not the longest first); `add_to`: the tensor the one
+    `+=` store adds into (its tensor map, where the rulebook takes the tensor reduce-add);
+    `body`, `gemms`, `params`: the loop's body, gemms and the kernel's params (a tensor the body
+    reads at (row, col) staged, a score gemm's tile store of the staged value stored from it:
     dag_wgmma_rules), `smem_limit` the target's shared memory (how many slots the staged
     tensor's ring takes); `packed`: packed sequences (a tile's length is its sequence's,
     unknown before the offsets are read: the grid's order; dQ's adds by rows)."""
@@ -74,7 +74,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     else:
         mode, why = ATOMIC, ("one add into an `out accumulate` tensor (the staging holds one)"
                              if adds != 1 else loop_rules.DAG_WGMMA_BULK_ADD_WHY)
-    stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa
+    # GQA's deterministic build at N 128 without the fast body and the staged vectors (spills)
+    gqa_ordered = (gqa and ordered and not split
+                   and shape.n_acc > schedule_rules.DAG_WGMMA_GQA_ORDERED_N)
+    stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa_ordered
     vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
                     if stage_vectors else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
@@ -135,10 +138,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                                                                split, defer_all)),
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
         defer_all=defer_all,
-        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not gqa and not ordered
-               and not packed, _NOT_LPT_WHY if gqa or ordered else
-               _NOT_LPT_PACKED_WHY if packed else None),
-        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa, _NOT_FAST_WHY if gqa else None),
+        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not ordered and not packed,
+               _NOT_LPT_WHY if ordered else _NOT_LPT_PACKED_WHY if packed else None),
+        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered,
+                schedule_rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=shape.n_acc)
+                if gqa_ordered else None),
         **_order(ordered, ordered and skips and schedule_rules.DAG_WGMMA_DESCENDING),
         vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
         split=pp.Choice(
@@ -420,13 +424,11 @@ def _order(ordered: bool, descending: bool, why: str | None = None) -> dict:
         schedule_rules.DAG_WGMMA_ASCENDING_WHY))
 
 
-# why GQA and deterministic mode keep the session-5 schedule's pieces (not built together yet)
-_NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with GQA (its tiles "
-                "walk KV heads) nor with deterministic adds (a tile waits for the one before "
-                "by index)")
+# why deterministic mode and packed sequences keep the grid's order
+_NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with deterministic "
+                "adds (a tile waits for the one next in the adds' order by index)")
 _NOT_LPT_PACKED_WHY = ("the grid's order: the longest-first order ranks tiles by the loop's "
                        "length, which packed sequences read per batch from the offsets")
-_NOT_FAST_WHY = "one body for every block: the fast body is not built with GQA's visits yet"
 
 
 def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
@@ -449,10 +451,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     after the loop-row gemm: plan options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
-    if plan.gqa and (lpt or fast_body or stage_vectors) or (plan.deterministic
-                                                            or plan.packed) and lpt:
-        raise ValueError("with_schedule: the longest-first order, the fast body and the staged "
-                         "vectors are not built with GQA, nor the longest first with "
+    if (plan.deterministic or plan.packed) and lpt:
+        raise ValueError("with_schedule: the longest-first order is not built with "
                          "deterministic adds or packed sequences")
     if defer_all and w.split is None:
         raise ValueError("with_schedule: defer_all is the split layout's (its accumulating "
