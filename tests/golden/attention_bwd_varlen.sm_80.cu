@@ -387,16 +387,6 @@ __device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.442
 __device__ __forceinline__ float exp_diff(float a, float b) {
   return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
 }
-// e^(c a - b) and e^(c (a - b)) for a c the same for a row's elements (a scalar, a row's value):
-// one multiply-add and the ex2 each, c log2 e formed once. The softmax's scale then multiplies
-// no score of its own.
-__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b) {
-  return ex2_approx(fmaf(a, c * 1.4426950408889634f, -(b * 1.4426950408889634f)));
-}
-__device__ __forceinline__ float exp_scaled_diff(float a, float b, float c) {
-  const float k = c * 1.4426950408889634f;
-  return ex2_approx(fmaf(a, k, -(b * k)));
-}
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,

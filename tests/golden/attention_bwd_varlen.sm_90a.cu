@@ -151,6 +151,9 @@ static_assert(sizeof(SharedStorage::do_ring) % 1024 == 0, "do_ring: whole 1024-b
 static_assert(sizeof(SharedStorage::t0_smem) % 1024 == 0, "t0_smem: whole 1024-byte boxes");
 static_assert(sizeof(SharedStorage) == 201728 + 8 * (1 + 2 * kStages * 2) && sizeof(SharedStorage) <= kSmemBytes,
               "the storage as planned");
+// Every wgmma operand lies in this storage (and the 1 KB the system reserves below it), 16-byte aligned: its address
+// in 16-byte units fits the descriptors' 14-bit field, so descriptor_at's add to a slot's descriptor carries out of no field
+static_assert(kSmemBytes + 1024 <= (1 << 18), "the operands' addresses in the descriptors' field");
 }  // namespace attention_bwd_varlen_cfg
 // ============================================================================================
 // Device helpers of tile programs: conversions, reductions, cp.async, ldmatrix, mma.sync
@@ -368,16 +371,6 @@ __device__ __forceinline__ float exp_fast(float x) { return ex2_approx(x * 1.442
 // and b its row's maximum.
 __device__ __forceinline__ float exp_diff(float a, float b) {
   return ex2_approx(fmaf(a, 1.4426950408889634f, -(b * 1.4426950408889634f)));
-}
-// e^(c a - b) and e^(c (a - b)) for a c the same for a row's elements (a scalar, a row's value):
-// one multiply-add and the ex2 each, c log2 e formed once. The softmax's scale then multiplies
-// no score of its own.
-__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b) {
-  return ex2_approx(fmaf(a, c * 1.4426950408889634f, -(b * 1.4426950408889634f)));
-}
-__device__ __forceinline__ float exp_scaled_diff(float a, float b, float c) {
-  const float k = c * 1.4426950408889634f;
-  return ex2_approx(fmaf(a, k, -(b * k)));
 }
 
 // d += a * b on one m16n8k16 tile, f32 accumulate.
@@ -667,7 +660,9 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int tid = threadIdx.x;
-  const int warpgroup = tid / kWarpgroupThreads;
+  // (broadcast from lane 0: the compiler then knows it is the same for the warp, and the wgmma descriptors
+  // built from it live in uniform registers, each k step's one uniform add from its slot's: descriptor_at)
+  const int warpgroup = __shfl_sync(0xffffffff, tid / kWarpgroupThreads, 0);
   const int head = blockIdx.y;
   const int kv_head = head / p.group;  // GQA: query heads per KV head
   const int batch = blockIdx.z;
@@ -829,11 +824,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     {
       const unsigned a_rows = here(smem_address(smem.k_res) + consumer * 64 * 128);  // this warpgroup's rows
       const unsigned b_slot = here(smem_address(smem.q_ring) + slot * 16384);
+      const unsigned long long a_desc = smem_descriptor(a_rows), b_desc = smem_descriptor(b_slot);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        const unsigned k_offset = (ks / 4) * 16384 + (ks % 4) * 32;  // 16 k: a box's 128-byte row
-        wgmma_ss(acc_g0, smem_descriptor(a_rows + k_offset),
-                 smem_descriptor(b_slot + (ks / 4) * 8192 + (ks % 4) * 32), ks > 0);
+        const unsigned k_offset = (ks % 4) * 32;  // 16 k: a box's 128-byte row
+        wgmma_ss(acc_g0, descriptor_at(a_desc, (ks / 4) * 16384 + k_offset),
+                 descriptor_at(b_desc, (ks / 4) * 8192 + k_offset), ks > 0);
       }
     }
     wgmma_commit();
@@ -891,11 +887,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     wgmma_fence();
     {
       const unsigned b_slot = here(smem_address(smem.do_ring) + slot * 16384);
+      const unsigned long long b_desc = descriptor_mn(b_slot, 8192);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const unsigned a[4] = {hand_v14[2 * ks][0], hand_v14[2 * ks][1],
                                hand_v14[2 * ks + 1][0], hand_v14[2 * ks + 1][1]};
-        wgmma_rs(acc_g1, a, descriptor_mn(b_slot + ks * 16 * 128, 8192));
+        wgmma_rs(acc_g1, a, descriptor_at(b_desc, ks * 16 * 128));
       }
     }
     wgmma_commit();
@@ -909,11 +906,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     {
       const unsigned a_rows = here(smem_address(smem.v_res) + consumer * 64 * 128);  // this warpgroup's rows
       const unsigned b_slot = here(smem_address(smem.do_ring) + slot * 16384);
+      const unsigned long long a_desc = smem_descriptor(a_rows), b_desc = smem_descriptor(b_slot);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        const unsigned k_offset = (ks / 4) * 16384 + (ks % 4) * 32;  // 16 k: a box's 128-byte row
-        wgmma_ss(acc_g2, smem_descriptor(a_rows + k_offset),
-                 smem_descriptor(b_slot + (ks / 4) * 8192 + (ks % 4) * 32), ks > 0);
+        const unsigned k_offset = (ks % 4) * 32;  // 16 k: a box's 128-byte row
+        wgmma_ss(acc_g2, descriptor_at(a_desc, (ks / 4) * 16384 + k_offset),
+                 descriptor_at(b_desc, (ks / 4) * 8192 + k_offset), ks > 0);
       }
     }
     wgmma_commit();
@@ -986,10 +984,11 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
       const unsigned lr_b = here(smem_address(smem.k_res) + (lr_col0 / 64) * 16384 + (lr_col0 % 64) * 2);
       float acc_g4[8][4];
       wgmma_fence();
+      const unsigned long long a_desc = descriptor_mn(lr_a, 16384), b_desc = descriptor_mn(lr_b, 16384);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        wgmma_ss_mn_n64(acc_g4, descriptor_mn(lr_a + ks * 16 * 128, 16384),
-                       descriptor_mn(lr_b + ks * 16 * 128, 16384), ks > 0);
+        wgmma_ss_mn_n64(acc_g4, descriptor_at(a_desc, ks * 16 * 128), descriptor_at(b_desc, ks * 16 * 128),
+                       ks > 0);
       }
       wgmma_commit();
 
@@ -998,11 +997,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     wgmma_fence();
     {
       const unsigned b_slot = here(smem_address(smem.q_ring) + slot * 16384);
+      const unsigned long long b_desc = descriptor_mn(b_slot, 8192);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const unsigned a[4] = {hand_v18[2 * ks][0], hand_v18[2 * ks][1],
                                hand_v18[2 * ks + 1][0], hand_v18[2 * ks + 1][1]};
-        wgmma_rs(acc_g3, a, descriptor_mn(b_slot + ks * 16 * 128, 8192));
+        wgmma_rs(acc_g3, a, descriptor_at(b_desc, ks * 16 * 128));
       }
     }
     wgmma_commit();
@@ -1062,11 +1062,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     {
       const unsigned a_rows = here(smem_address(smem.k_res) + consumer * 64 * 128);  // this warpgroup's rows
       const unsigned b_slot = here(smem_address(smem.q_ring) + slot * 16384);
+      const unsigned long long a_desc = smem_descriptor(a_rows), b_desc = smem_descriptor(b_slot);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        const unsigned k_offset = (ks / 4) * 16384 + (ks % 4) * 32;  // 16 k: a box's 128-byte row
-        wgmma_ss(acc_g0, smem_descriptor(a_rows + k_offset),
-                 smem_descriptor(b_slot + (ks / 4) * 8192 + (ks % 4) * 32), ks > 0);
+        const unsigned k_offset = (ks % 4) * 32;  // 16 k: a box's 128-byte row
+        wgmma_ss(acc_g0, descriptor_at(a_desc, (ks / 4) * 16384 + k_offset),
+                 descriptor_at(b_desc, (ks / 4) * 8192 + k_offset), ks > 0);
       }
     }
     wgmma_commit();
@@ -1124,11 +1125,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     wgmma_fence();
     {
       const unsigned b_slot = here(smem_address(smem.do_ring) + slot * 16384);
+      const unsigned long long b_desc = descriptor_mn(b_slot, 8192);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const unsigned a[4] = {hand_v14[2 * ks][0], hand_v14[2 * ks][1],
                                hand_v14[2 * ks + 1][0], hand_v14[2 * ks + 1][1]};
-        wgmma_rs(acc_g1, a, descriptor_mn(b_slot + ks * 16 * 128, 8192));
+        wgmma_rs(acc_g1, a, descriptor_at(b_desc, ks * 16 * 128));
       }
     }
     wgmma_commit();
@@ -1142,11 +1144,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     {
       const unsigned a_rows = here(smem_address(smem.v_res) + consumer * 64 * 128);  // this warpgroup's rows
       const unsigned b_slot = here(smem_address(smem.do_ring) + slot * 16384);
+      const unsigned long long a_desc = smem_descriptor(a_rows), b_desc = smem_descriptor(b_slot);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        const unsigned k_offset = (ks / 4) * 16384 + (ks % 4) * 32;  // 16 k: a box's 128-byte row
-        wgmma_ss(acc_g2, smem_descriptor(a_rows + k_offset),
-                 smem_descriptor(b_slot + (ks / 4) * 8192 + (ks % 4) * 32), ks > 0);
+        const unsigned k_offset = (ks % 4) * 32;  // 16 k: a box's 128-byte row
+        wgmma_ss(acc_g2, descriptor_at(a_desc, (ks / 4) * 16384 + k_offset),
+                 descriptor_at(b_desc, (ks / 4) * 8192 + k_offset), ks > 0);
       }
     }
     wgmma_commit();
@@ -1219,10 +1222,11 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
       const unsigned lr_b = here(smem_address(smem.k_res) + (lr_col0 / 64) * 16384 + (lr_col0 % 64) * 2);
       float acc_g4[8][4];
       wgmma_fence();
+      const unsigned long long a_desc = descriptor_mn(lr_a, 16384), b_desc = descriptor_mn(lr_b, 16384);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
-        wgmma_ss_mn_n64(acc_g4, descriptor_mn(lr_a + ks * 16 * 128, 16384),
-                       descriptor_mn(lr_b + ks * 16 * 128, 16384), ks > 0);
+        wgmma_ss_mn_n64(acc_g4, descriptor_at(a_desc, ks * 16 * 128), descriptor_at(b_desc, ks * 16 * 128),
+                       ks > 0);
       }
       wgmma_commit();
 
@@ -1231,11 +1235,12 @@ attention_bwd_varlen(const __grid_constant__ attention_bwd_varlen_params p, cons
     wgmma_fence();
     {
       const unsigned b_slot = here(smem_address(smem.q_ring) + slot * 16384);
+      const unsigned long long b_desc = descriptor_mn(b_slot, 8192);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const unsigned a[4] = {hand_v18[2 * ks][0], hand_v18[2 * ks][1],
                                hand_v18[2 * ks + 1][0], hand_v18[2 * ks + 1][1]};
-        wgmma_rs(acc_g3, a, descriptor_mn(b_slot + ks * 16 * 128, 8192));
+        wgmma_rs(acc_g3, a, descriptor_at(b_desc, ks * 16 * 128));
       }
     }
     wgmma_commit();

@@ -74,6 +74,13 @@ def _references(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
     return refs
 
 
+# The DAG loop's statements take exp(a - b) in one piece (exp_diff), not the scaled forms
+# exp(c * a - b) and exp(c * (a - b)) (program.FAST_EXP_DIFFERENCE_SCALED: the forward loops'
+# only; so spelled, the backward's P spilled at 255 registers); the skeletons define the helpers
+# of the forms taken (templates/common/loop_exp.inc.j2's `scaled_exp`)
+SCALED_EXP = False
+
+
 def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
                 loop_rows: bool = False, checked: bool = True,
                 in_loop: bool = True, cached: frozenset[str] = frozenset(),
@@ -83,7 +90,7 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
     fold = plan.bounds.fold if section is plan.body else ()
     own_readers = {s.value for s in section.statements
                    if isinstance(s, (ld.HandTile, ld.StageTile, ld.AddTile))}
-    fused = program._fused_differences(section, fold, scaled=False) - own_readers
+    fused = program._fused_differences(section, fold, scaled=SCALED_EXP) - own_readers
     out: list[CDag] = []
     handed: set[int] = set()
     for stmt in section.statements:
@@ -146,7 +153,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         arch_guard=program._arch_guard(plan), fields=program._fields(plan),
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
-        bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name,
+        bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, scaled_exp=SCALED_EXP,
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
         body_stores=body_stores(plan),
         zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,

@@ -49,6 +49,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=w.score_n,
+        scaled_exp=common_dag.SCALED_EXP,
         n1=plan.n_acc, split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None
                                         and g.kind is ld.GemmKind.ACCUMULATING}),
         hand_tiles={f"hand_v{plan.gemms[i].a_value}": t for i, t in w.a_tiles
