@@ -225,6 +225,46 @@ def test_default_block_is_64():
                                   evaluate(kernel, inputs, block=64)["O"])
 
 
+# Attention from a saved log-sum-exp (the backward's P, in a forward loop of two gemms):
+# exp(scale * acc - lse[row]), the form exp(c * a - b) that the loop skeletons compute in one
+# multiply-add (exp_diff_scaled: tests/targets/test_loop_sm90.py emits it)
+SAVED_LSE = """kernel attention_saved_lse {
+  target sm_90a
+  tensor Q : bf16[B, H, S, 64] row
+  tensor K : bf16[B, H, T, 64] row
+  tensor V : bf16[B, H, T, 64] row
+  vector lse : f32[B, H, S]
+  tensor O : bf16[B, H, S, 64] row out
+  scalar scale : f32 = 0.125
+
+  loop kv over T {
+    gemm s = Q @ K^T accumulate f32 { epilogue { s = exp(scale * acc - lse[row]) } }
+    gemm o += s @ V accumulate f32
+  }
+  epilogue { O = o }
+}
+"""
+
+
+@pytest.mark.parametrize("s, t", [(1, 1), (17, 130), (100, 64)])
+def test_attention_from_a_saved_lse(s, t):
+    """exp(scale * acc - lse[row]) @ V in blocks: softmax attention when lse is the rows'
+    log-sum-exp of the scaled scores (P rounded to the operand's bf16 per block)."""
+    kernel = kernel_of(SAVED_LSE)
+    rng = np.random.default_rng(s + 3 * t)
+    inputs = attention_inputs(rng, 2, 3, 3, s, t)
+    q, k, v = (inputs[n].astype(np.float64) for n in ("Q", "K", "V"))
+    x = SCALE * q @ k.transpose(0, 1, 3, 2)
+    m = x.max(-1, keepdims=True)
+    inputs["lse"] = (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))[..., 0].astype(np.float32)
+    p = np.exp(x - inputs["lse"].astype(np.float64)[..., None])
+    out = evaluate(kernel, inputs, block=64)["O"]
+    assert out.shape == (2, 3, s, 64)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-5)  # the saved lse normalizes P
+    assert compare(out, round_to(p, ir.DType.BF16) @ v, ir.DType.BF16).ok
+    assert compare(out, p @ v, ir.DType.BF16).ok  # softmax attention, to P's rounding
+
+
 def mlp(out_dtype="bf16") -> ir.Kernel:
     text = (PROGRAMS / "mlp_loop.kg").read_text()
     return kernel_of(text.replace("tensor Y : bf16", f"tensor Y : {out_dtype}"))

@@ -782,3 +782,39 @@ def test_the_raw_maximum_multiplies_no_score_by_the_scale(arch):
     assert "exp_scaled_diff(acc0[j][e], " in body and "p.scale * acc0" not in body
     plain = _built(lk.attention(64, arch=arch)).source
     assert "p.scale * acc0" in plain and "exp_scaled_diff(acc0" not in plain
+
+
+@pytest.mark.parametrize("arch", [SM90A, ir.Arch.SM80])
+def test_exp_of_a_scaled_score_minus_a_row_value_is_one_multiply_add(arch):
+    """exp(c * a - b) with c a scalar (tests/test_reference_tiles.py SAVED_LSE: P from a saved
+    lse): exp_diff_scaled(a, c, b), the product c * a never a value of its own
+    (common/loop.py _fused_differences); the helper it calls is defined."""
+    from kgen.parse import parse
+    from kgen.verify import verify
+
+    from tests.test_reference_tiles import SAVED_LSE
+
+    module = parse(SAVED_LSE, "attention_saved_lse.kg")
+    assert verify(module) == []
+    built = build_verified(module.kernels[0], arch)
+    assert (built.plan.wgmma is not None) == (arch is SM90A)
+    source = built.source
+    body = source[source.index("s's epilogue"):]
+    assert "exp_diff_scaled(acc0[j][e], p.scale, (row < rows ? g_lse[row] : 0.0f))" in body
+    assert "p.scale * acc0" not in body and "exp_diff(" not in body
+    assert "__device__ __forceinline__ float exp_diff_scaled(float a, float c, float b)" in source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", [SM90A, ir.Arch.SM80])
+def test_the_saved_lse_program_compiles_without_spills(arch):
+    from kgen.parse import parse
+    from kgen.runtime.nvrtc import compile_cubin
+
+    from tests.test_reference_tiles import SAVED_LSE
+
+    built = build_verified(parse(SAVED_LSE, "attention_saved_lse.kg").kernels[0], arch)
+    result = compile_cubin(built.source, built.plan.name, arch.value)
+    resources = result.resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
+        resources
