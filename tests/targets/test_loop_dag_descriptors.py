@@ -2,9 +2,10 @@
 and 128, the D 256 split layout, GQA, deterministic, each way of adding dQ, a staged bias):
 each gemm builds its operands' descriptors once from the slot (smem_descriptor, descriptor_mn)
 and each k step's is descriptor_at of those, one add (the .cu asserts the shared memory stays
-inside the descriptors' address field); the warpgroup index is broadcast from lane 0 so the
-descriptors live in uniform registers. And the DAG loop's .cu defines only the exp helpers its
-statements take (kgen/targets/common/loop_dag.py SCALED_EXP), the forward's all of them."""
+inside the descriptors' address field); without GQA the warpgroup index is broadcast from lane 0
+so the descriptors live in uniform registers (sm90/loop_dag.py uniform_warpgroup). And the DAG
+loop's .cu defines only the exp helpers its statements take (kgen/targets/common/loop_dag.py
+SCALED_EXP), the forward's all of them."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,7 @@ import pytest
 from kgen import ir
 from kgen.api import build_verified
 from kgen.targets.common import loop_dag as common_dag
-from kgen.targets.sm90.loop_dag import emit
+from kgen.targets.sm90.loop_dag import emit, uniform_warpgroup
 
 from tests import loop_kernels as lk
 from tests.targets import test_loop_dag_compile as dag_compile
@@ -103,7 +104,11 @@ def test_each_k_step_s_descriptor_is_one_add_from_its_slot_s(name):
     # every operand is in the CTA's shared memory, whose addresses the descriptor's field holds
     assert "static_assert(kSmemBytes + 1024 <= (1 << 18)," in b.source
     assert b.plan.smem_bytes + 1024 <= 1 << 18
-    assert "const int warpgroup = __shfl_sync(0xffffffff, tid / kWarpgroupThreads, 0);" in kernel
+    # the warpgroup index broadcast (uniform descriptors) but with GQA (emitter's
+    # uniform_warpgroup: measured spills, its why)
+    broadcast = "const int warpgroup = __shfl_sync(0xffffffff, tid / kWarpgroupThreads, 0);"
+    assert (broadcast in kernel) == (not b.plan.gqa) == uniform_warpgroup(b.plan)
+    assert (name == "gqa") == b.plan.gqa
 
 
 def test_descriptor_at_is_the_descriptor_of_the_address_below_the_window():

@@ -49,7 +49,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=w.score_n,
-        scaled_exp=common_dag.SCALED_EXP,
+        scaled_exp=common_dag.SCALED_EXP, uniform_warpgroup=uniform_warpgroup(plan),
         n1=plan.n_acc, split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None
                                         and g.kind is ld.GemmKind.ACCUMULATING}),
         hand_tiles={f"hand_v{plan.gemms[i].a_value}": t for i, t in w.a_tiles
@@ -72,6 +72,15 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         order_field=ld.ORDER_FIELD, grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
                else None), **_waits(plan))
+
+
+def uniform_warpgroup(plan: ld.LoopDagPlan) -> bool:
+    """Whether the skeleton broadcasts the warpgroup index from lane 0 (the compiler then holds
+    the consumers' wgmma descriptors in uniform registers: a k step's descriptor_at one uniform
+    add). NVRTC 13.5, D 128 causal: without it the MHA build spills 4 B (those descriptors' adds
+    in vector registers, with carry), with it the GQA build 12 B (its walk's block bounds reloaded
+    each visit); as chosen here no build spills (D 64/128/256, each mask, GQA, deterministic)."""
+    return not plan.gqa
 
 
 def _unstored(w: ld.DagWgmma, body: list) -> list:
