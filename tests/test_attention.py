@@ -301,6 +301,13 @@ def test_the_raw_max_program_means_the_same_attention(causal):
     v = rng.standard_normal((1, 1, length, 32)).astype(np.float32)
     scale = 0.3
     out = evaluate(kernel, {"Q": q, "K": k, "V": v}, scalars={"scale": scale}, block=64)
+    _matches_softmax(out, q, k, v, scale, causal)
+
+
+def _matches_softmax(out, q, k, v, scale: float, causal: bool) -> None:
+    """The program's O and lse (a reference evaluation, one (batch, head)) against float64
+    softmax attention, causal top-left."""
+    rows, length = q.shape[2], k.shape[2]
     x = scale * (q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64))
     if causal:
         x = np.where(np.arange(length)[None, :] <= np.arange(rows)[:, None], x, -np.inf)
@@ -370,16 +377,7 @@ def test_the_lazy_maximum_means_the_same_attention(raw_max, causal):
     k *= (1 + np.arange(length) / 16)[None, None, :, None]  # the maximum climbs block by block
     v = rng.standard_normal((1, 1, length, 256)).astype(np.float32)
     out = evaluate(kernel, {"Q": q, "K": k, "V": v}, scalars={"scale": scale}, block=32)
-    x = scale * (q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64))
-    if causal:
-        x = np.where(np.arange(length)[None, :] <= np.arange(rows)[:, None], x, -np.inf)
-    m = x.max(1, keepdims=True)
-    p = np.exp(x - m)
-    want = (p / p.sum(1, keepdims=True)) @ v[0, 0].astype(np.float64)
-    got = np.asarray(out["O"], dtype=np.float64)[0, 0]
-    assert np.abs(got - want).max() < 0.05
-    lse = np.asarray(out["lse"], dtype=np.float64)[0, 0]
-    assert np.abs(lse - (m[:, 0] + np.log(p.sum(1)))).max() < 1e-3
+    _matches_softmax(out, q, k, v, scale, causal)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
