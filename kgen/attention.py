@@ -290,7 +290,7 @@ def raw_max_allowed(sig: Signature, scale: float) -> bool:
     `positive` (kgen/lower/loop_bounds.py), unless it reads the scaled score itself."""
     import re
 
-    reads_score = sig.mask_mod is not None and re.search(r"(?<![\w.])(score|acc)(?!\w)",
+    reads_score = sig.mask_mod is not None and re.search(r"(?<![\w.])score(?!\w)",
                                                          sig.mask_mod)
     return (math.isfinite(scale) and scale > 0 and sig.score_mod is None and not sig.bias
             and not reads_score)
