@@ -385,7 +385,7 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2,
           f"{HEADS} heads, {torch.cuda.get_device_name()}, {device_arch().value}")
     print(f"{'S':>6} {'causal':>6} {'mha':>8} {'mha_det':>8} {'gqa':>8} {'gqa_det':>8} "
           f"{'det/def mha':>11} {'det/def gqa':>11} {'gqa/mha time':>12} "
-          f"{'inc/def mha':>11} {'inc/def gqa':>11}")
+          f"{'inc/def mha':>11} {'inc/def gqa':>11} {'grid/def mha':>12} {'grid/def gqa':>12}")
     for s in lengths:
         b = max(TOKENS // s, 1)
         for causal in (False, True):
@@ -396,13 +396,18 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2,
             flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
             row = {"d": d, "s": s, "batch": b, "causal": causal, "kv_heads": kv_heads}
             # *_inc: deterministic in the increasing order of the tiles of rows (the plan
-            # option descending=False; the rulebook's is decreasing where a mask skips blocks)
+            # option descending=False; the rulebook's is decreasing where a mask skips blocks);
+            # *_grid: deterministic launched in the grid's order (lpt=False; the rulebook's
+            # launches in sections of pairs, dag_wgmma_rules.DAG_WGMMA_ORDERED_SECTIONS)
             for name, kv, det in (("mha", None, False), ("mha_det", None, True),
                                   ("gqa", kv_heads, False), ("gqa_det", kv_heads, True),
-                                  ("mha_inc", None, True), ("gqa_inc", kv_heads, True)):
+                                  ("mha_inc", None, True), ("gqa_inc", kv_heads, True),
+                                  ("mha_grid", None, True), ("gqa_grid", kv_heads, True)):
                 built = built_main(d, causal, None, variant(kv, det))
                 if name.endswith("_inc"):
                     built = with_options(built, descending=False)
+                if name.endswith("_grid"):
+                    built = with_options(built, lpt=False)
                 main = load_built(built)
                 heads = HEADS if kv is None else kv
                 k, v = (torch.randn(b, heads, s, d, device="cuda").bfloat16() for _ in range(2))
@@ -435,7 +440,9 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2,
                   f"{row['gqa_det_ms'] / row['gqa_ms']:11.3f} "
                   f"{row['gqa_ms'] / row['mha_ms']:12.3f} "
                   f"{row['mha_inc_ms'] / row['mha_ms']:11.3f} "
-                  f"{row['gqa_inc_ms'] / row['gqa_ms']:11.3f}", flush=True)
+                  f"{row['gqa_inc_ms'] / row['gqa_ms']:11.3f} "
+                  f"{row['mha_grid_ms'] / row['mha_ms']:12.3f} "
+                  f"{row['gqa_grid_ms'] / row['gqa_ms']:12.3f}", flush=True)
             for other in gqa_schedules:
                 print(f"{'':>6} {'':>6} gqa[{other}] {row[f'gqa[{other}]']:.1f} TFLOP/s, time "
                       f"{row[f'gqa[{other}]_ms'] / row['gqa_ms']:.3f}x the default GQA's, "

@@ -148,13 +148,19 @@ def _unions(storage) -> list[dict[str, Any]]:
             if x.shares_bytes(y)]
 
 
+def _first(w: ld.DagWgmma) -> str:
+    """Which tile of a pair's rows a section launches first."""
+    return ("the last tile of rows first (deterministic adds' decreasing order)"
+            if w.descending else "the first tile of rows first (the longest under a mask)")
+
+
 def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
     choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
     return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
             "overlap": choice(w.overlap), "adds": choice(w.adds), "staging": choice(w.staging),
             "tile_store": choice(w.tile_store), "consumers": w.consumers,
-            "order": {"value": (f"longest tiles of rows first, in sections of {w.lpt_l2_bytes} "
-                                "bytes of L2" if w.lpt_l2_bytes else "the grid's order"),
+            "order": {"value": (f"{_first(w)}, in sections of {w.lpt_l2_bytes} bytes of L2"
+                                if w.lpt_l2_bytes else "the grid's order"),
                       "why": w.lpt_why},
             "fast_body": {"value": ("a fast body inside the mask, the checked one on its edge"
                                     if w.fast_body else "one checked body"),

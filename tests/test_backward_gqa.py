@@ -185,9 +185,11 @@ def test_deterministic_plan_semaphores_and_zeroing(arch, tile, gqa):
     src = b.source
     assert "int* add_order;" in src
     order = r"(order|p.add_order \+ [^,;]*)"
-    assert re.search(r"wait_order\(" + order + ", blockIdx.x > 0 && block >= ", src)
-    assert re.search(r"release_order\(" + order + r", static_cast<int>\(blockIdx.x\) \+ 1\)",
-                     src)
+    # (the sm_90a skeleton's rank: the tile's place in its pair's launch order)
+    rank = r"(blockIdx.x|order_rank)"
+    assert re.search(r"wait_order\(" + order + ", " + rank + " > 0 && block >= ", src)
+    assert re.search(r"release_order\(" + order + r", (static_cast<int>\(blockIdx.x\)|order_rank)"
+                     r" \+ 1\)", src)
     # causal: the tile before's bounds decide whether it is waited for
     assert "before_first = first_block;" in src
     # the zeroing kernel zeroes the semaphores; the launcher sizes them
@@ -196,35 +198,48 @@ def test_deterministic_plan_semaphores_and_zeroing(arch, tile, gqa):
     assert "size_t attention_bwd_workspace_bytes(const attention_bwd_params& p) {" in src
     assert "p.add_order == nullptr" in src
     if plan.wgmma is not None:  # the add warp's adds complete before its release
-        assert "bulk_group_wait();  // its adds are complete (written) before the release" in src
+        release = src.index("release_order(p.add_order")
+        assert "bulk_group_wait();\n          __threadfence();\n          release_order" in src
+        # the staging freed once read (the consumers stage the next block meanwhile)
+        assert src.rindex("named_barrier_arrive(kAddFree", 0, release) > \
+            src.rindex("bulk_group_wait_read();", 0, release)
 
 
 @pytest.mark.parametrize("gqa", [False, True])
 def test_deterministic_causal_order_is_decreasing_on_sm90a(gqa):
     """The rulebook's order (dag_wgmma_rules.DAG_WGMMA_DESCENDING): under a causal mask the
-    tile after adds each block first, the CTAs launched in decreasing tile order; the option
-    descending=False gives back the increasing order (the grid's)."""
+    tile after adds each block first, the CTAs launched in decreasing tile order (the grid's:
+    DAG_WGMMA_ORDERED_SKIPS_WHY); the option lpt=True launches them in sections of pairs, a
+    pair's tiles in the adds' order; descending=False gives the increasing order."""
     from kgen.targets.sm90.loop_dag import emit
     from kgen.targets.sm90.loop_dag_schedule import with_schedule
 
     sm90 = dict(arch=ir.Arch.SM90A, tile=False)
     b = plan_of(deterministic_text(gqa_text() if gqa else TEXT), **sm90)
     w = b.plan.wgmma
-    assert w.descending and "decreasing order" in w.order_why
+    assert w.descending and "decreasing order" in w.order_why and w.lpt_l2_bytes is None
     src = b.source
     assert ("const int row0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x))"
             " * kRowsPerCta;") in src
+    assert "const int order_rank = blockIdx.x;" in src and "kLptL2Bytes" not in src
     assert "const int row0_before = row0 + kRowsPerCta;" in src
-    assert "if (blockIdx.x > 0 && row0_before < rows) {" in src
+    assert "if (order_rank > 0 && row0_before < rows) {" in src
+    emitted = lambda plan: emit(plan, source_name="t", source_hash="0", command="t")  # noqa
+    sections = emitted(with_schedule(b.plan, lpt=True))
+    assert "order_rank = r / width;" in sections
+    assert "tile_x = static_cast<int>(gridDim.x) - 1 - order_rank;" in sections
     old = with_schedule(b.plan, descending=False)
     assert not old.wgmma.descending and b.plan.deterministic == old.deterministic
-    src = emit(old, source_name="t", source_hash="0", command="t")
+    src = emitted(old)
     assert "const int row0 = blockIdx.x * kRowsPerCta;" in src
     assert "const int row0_before = row0 - kRowsPerCta;" in src
-    assert "if (blockIdx.x > 0) {" in src
+    assert "if (order_rank > 0) {" in src
+    assert "tile_x = order_rank;" in emitted(with_schedule(old, lpt=True))
     # no mask: every tile reaches a block at the same visit, the increasing order
     plain = plan_of(deterministic_text().replace(CAUSAL, NO_MASK), **sm90).plan
     assert not plain.wgmma.descending and "increasing order" in plain.wgmma.order_why
+    # ... launched in sections of pairs, a pair's tiles a section's width apart
+    assert plain.wgmma.lpt_l2_bytes and "tile_x = order_rank;" in emitted(plain)
     with pytest.raises(ValueError, match="decreasing order is deterministic mode's"):
         with_schedule(plain, descending=True)
     # not deterministic: no order

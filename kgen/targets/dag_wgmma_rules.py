@@ -158,6 +158,32 @@ DAG_WGMMA_DESCENDING_WHY = (
 DAG_WGMMA_ASCENDING_WHY = (
     "every tile of rows visits a block at the same visit (no bounds skip blocks): the tiles "
     "add each block in increasing order, the grid's order")
+# Deterministic mode's launch order (DagWgmma.lpt_l2_bytes with plan.deterministic; plan
+# option with_schedule(lpt=False): the grid's order). In the grid's order a (batch, head)
+# pair's tiles of rows launch together and reach each block together, so tile j adds it after
+# the j before it: a lag of j adds' latencies (the add, its completion, the semaphore) that the
+# tile carries to its end, the SM idle the while (H200, D 128 S 4096: 1.25x the default's
+# time; GQA, whose tiles are 8 heads' visits long, 1.04x). Launched in sections of pairs
+# sized to L2 as the longest-first order is, within a section the first tile of every pair,
+# then the second, a pair's consecutive tiles launch a section's width of CTAs apart: the tile
+# waited for has started earlier and reached the block first, and the wait stays one on a CTA
+# launched before (no deadlock). Measured on an H200 (2026-11-30, bench/attention_bwd.py
+# --groups --s 4096, the main kernel, deterministic's time over the default's, sections / the
+# grid's order in the same run): D 128 1.238 / 1.249 (GQA 16:2 1.226 / 1.242), D 64 1.352 /
+# 1.458 (GQA 1.366 / 1.384). Under a causal mask (the tiles' lengths differ) the sections lost:
+# D 128 1.593 / 1.238 in decreasing order, 1.349 in increasing order (GQA 1.710 / 1.810), D 64
+# 1.367 / 1.374: there the grid's order stays.
+DAG_WGMMA_ORDERED_SECTIONS = True
+DAG_WGMMA_ORDERED_SECTIONS_WHY = (
+    "deterministic adds: in the grid's order a pair's tiles of rows start together and tile j "
+    "waits for the j before it at every block (measured 1.25x the default's time at D 128 S "
+    "4096); launched a section's width of CTAs apart, in sections of pairs whose streamed "
+    "tiles fit 32 MiB of L2, the tile waited for started first and reaches the block first "
+    "(measured 1.238x against 1.249x at D 128, 1.352x against 1.458x at D 64)")
+DAG_WGMMA_ORDERED_SKIPS_WHY = (
+    "the grid's order: deterministic adds under a mask whose bounds skip blocks (launched in "
+    "sections measured 1.59x the default's time at D 128 causal, against 1.24x in the grid's "
+    "order)")
 DAG_WGMMA_FAST_BODY = True
 DAG_WGMMA_FAST_BODY_WHY = (
     "the mma.sync skeleton's split: inside the mask and before the last block, no element of "

@@ -220,19 +220,27 @@ def test_gqa_options_switch_each_piece_off_and_on():
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_gqa_deterministic_keeps_the_grid_s_order(d):
-    """Deterministic adds: the grid's order (a tile waits for the one next in the adds' order);
+def test_gqa_deterministic_launch_order(d):
+    """Deterministic adds: without a mask the CTAs launched in sections of pairs, a pair's
+    tiles in the adds' order (dag_wgmma_rules.DAG_WGMMA_ORDERED_SECTIONS; the grid's order the
+    plan option lpt=False); under a causal mask the grid's order (sections the option lpt=True);
     at N 128 neither the fast body nor the staged vectors (either spills beside the add warp's
-    semaphore waits: dag_wgmma_rules.DAG_WGMMA_GQA_ORDERED_N), at N 64 both."""
+    semaphore waits: DAG_WGMMA_GQA_ORDERED_N), at N 64 both."""
+    plain = gqa_built(d, "none", deterministic=True).plan.wgmma
+    assert plain.lpt_l2_bytes == rules.DAG_WGMMA_LPT_L2_BYTES and not plain.descending
+    assert plain.lpt_why == rules.DAG_WGMMA_ORDERED_SECTIONS_WHY
     ordered = gqa_built(d, "top_left", deterministic=True).plan
     w = ordered.wgmma
-    assert w.lpt_l2_bytes is None and "deterministic" in w.lpt_why and "GQA" not in w.lpt_why
+    assert w.lpt_l2_bytes is None and w.descending
+    assert w.lpt_why == rules.DAG_WGMMA_ORDERED_SKIPS_WHY
+    sections = with_schedule(ordered, lpt=True).wgmma
+    assert sections.lpt_l2_bytes and sections.lpt_why == rules.DAG_WGMMA_ORDERED_SECTIONS_WHY
     spills = d > rules.DAG_WGMMA_GQA_ORDERED_N
     assert w.fast_body == (not spills) and (w.vector_offset is None) == spills
     if spills:
         assert w.fast_body_why == rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=d)
-    with pytest.raises(ValueError, match="deterministic"):
-        with_schedule(ordered, lpt=True)
+    grid = with_schedule(gqa_built(d, "none", deterministic=True).plan, lpt=False).wgmma
+    assert grid.lpt_l2_bytes is None and grid.lpt_why == "the grid's order"
     on = with_schedule(ordered, fast_body=True, stage_vectors=True)  # the options still build
     assert on.wgmma.fast_body and on.wgmma.vector_offset is not None
     # MHA's deterministic build keeps both at N 128
@@ -279,17 +287,16 @@ def test_inspect_says_the_gqa_order_and_body_with_why():
     from kgen.report_loop_dag import print_summary, summary
 
     s = summary(gqa_built(128, "top_left").plan)
-    assert s["wgmma"]["order"]["value"].startswith("longest tiles of rows first")
+    assert s["wgmma"]["order"]["value"].startswith("the first tile of rows first")
     assert s["wgmma"]["order"]["why"] == rules.DAG_WGMMA_LPT_WHY
     assert s["wgmma"]["fast_body"]["why"] == rules.DAG_WGMMA_FAST_BODY_WHY
     ordered = summary(gqa_built(128, "top_left", deterministic=True).plan)
-    assert ordered["wgmma"]["order"]["value"] == "the grid's order"
-    assert "deterministic adds" in ordered["wgmma"]["order"]["why"]
+    assert ordered["wgmma"]["order"] == {"value": "the grid's order",
+                                         "why": rules.DAG_WGMMA_ORDERED_SKIPS_WHY}
     assert ordered["wgmma"]["fast_body"] == {
         "value": "one checked body", "why": rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=128)}
     out = io.StringIO()
     print_summary(Console(file=out, width=1000), ordered)
     text = out.getvalue()
-    assert "order: the grid's order (the grid's order: the longest-first order is not built " \
-           "with deterministic adds" in text
+    assert "order: the grid's order (the grid's order: deterministic adds under a mask" in text
     assert "fast_body: one checked body (GQA with deterministic adds at N 128" in text

@@ -138,8 +138,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                                                                split, defer_all)),
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
         defer_all=defer_all,
-        **_lpt(skips and schedule_rules.DAG_WGMMA_LPT and not ordered and not packed,
-               _NOT_LPT_WHY if ordered else _NOT_LPT_PACKED_WHY if packed else None),
+        **_lpt(not packed and (schedule_rules.DAG_WGMMA_ORDERED_SECTIONS and not skips
+                               if ordered else skips and schedule_rules.DAG_WGMMA_LPT),
+               _NOT_LPT_PACKED_WHY if packed else
+               schedule_rules.DAG_WGMMA_ORDERED_SKIPS_WHY if ordered else None, ordered),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered,
                 schedule_rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=shape.n_acc)
                 if gqa_ordered else None),
@@ -403,9 +405,13 @@ def _roles(consumers: int, producer: int, consumer: int, split: bool = False) ->
         "run the statements")
 
 
-def _lpt(on: bool, why: str | None = None) -> dict:
+def _lpt(on: bool, why: str | None = None, ordered: bool = False) -> dict:
+    """The CTAs' launch order: in sections of (batch, head) pairs sized to L2 where `on`, for
+    the longest tiles first or (`ordered`) deterministic mode's adds; else the grid's."""
     return dict(lpt_l2_bytes=schedule_rules.DAG_WGMMA_LPT_L2_BYTES if on else None,
-                lpt_why=schedule_rules.DAG_WGMMA_LPT_WHY if on else why or "the grid's order")
+                lpt_why=(schedule_rules.DAG_WGMMA_ORDERED_SECTIONS_WHY if on and ordered else
+                         schedule_rules.DAG_WGMMA_LPT_WHY if on else
+                         why or "the grid's order"))
 
 
 def _fast(on: bool, why: str | None = None) -> dict:
@@ -424,9 +430,7 @@ def _order(ordered: bool, descending: bool, why: str | None = None) -> dict:
         schedule_rules.DAG_WGMMA_ASCENDING_WHY))
 
 
-# why deterministic mode and packed sequences keep the grid's order
-_NOT_LPT_WHY = ("the grid's order: the longest-first order is not built with deterministic "
-                "adds (a tile waits for the one next in the adds' order by index)")
+# why packed sequences keep the grid's order
 _NOT_LPT_PACKED_WHY = ("the grid's order: the longest-first order ranks tiles by the loop's "
                        "length, which packed sequences read per batch from the offsets")
 
@@ -451,9 +455,9 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     after the loop-row gemm: plan options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
-    if (plan.deterministic or plan.packed) and lpt:
-        raise ValueError("with_schedule: the longest-first order is not built with "
-                         "deterministic adds or packed sequences")
+    if plan.packed and lpt:
+        raise ValueError("with_schedule: the sections' order is not built with packed "
+                         "sequences")
     if defer_all and w.split is None:
         raise ValueError("with_schedule: defer_all is the split layout's (its accumulating "
                          "gemms' A staged)")
@@ -468,7 +472,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
         w = dataclasses.replace(w, overlap=pp.Choice(_overlap_value(
             w.issue_ahead, w.wait_accumulating, w.defer_accumulating, w.defer_all), why))
     if lpt is not None:  # (the longest first only where the tiles of rows differ)
-        w = dataclasses.replace(w, **_lpt(lpt and plan.bounds.skips))
+        ordered = plan.deterministic is not None
+        w = dataclasses.replace(w, **_lpt(lpt and (ordered or plan.bounds.skips), None, ordered))
     if fast_body is not None:
         w = dataclasses.replace(w, **_fast(fast_body))
     if descending is not None:
