@@ -15,7 +15,8 @@ flagged and the run exits 1). Where Flex cannot express a mod (NO_FLEX) its cell
 
     python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80] [--json FILE]
     python3 bench/attention_bwd.py --mods --no-flex # kgen's sequence only (the `ms` column)
-    python3 bench/attention_bwd.py --mods --only softcap "bias grad"   # some rows
+    python3 bench/attention_bwd.py --mods --only softcap "bias grad" --json a.json  # some rows
+    python3 bench/attention_bwd.py --mods --from-json a.json b.json  # rows of runs joined (CPU)
     python3 bench/attention_bwd.py --mods --once    # one small call per mod, no timing (for
                                                     # compute-sanitizer; --only NAME: one)
     python3 bench/attention_bwd.py --mods --compile # only build and load them (NVRTC cache)
@@ -256,13 +257,28 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="write the rows to this file")
     parser.add_argument("--compile", action="store_true", help="build and load every "
                         "backward (the NVRTC cache), no call")
+    parser.add_argument("--from-json", nargs="+", default=None, metavar="FILE",
+                        help="no GPU: the table and summary of the rows of these --json files "
+                             "(runs of some rows each, --only, joined)")
     return parser.parse_args(argv)
 
 
+def report(rows: list[dict]) -> list[str]:
+    """The table's header, its rows and the summary."""
+    return [HEADER, *(format_row(r) for r in rows), *summary(rows)]
+
+
 def main(argv=None) -> None:
+    args = parse(argv)
+    if args.from_json:
+        rows = []
+        for path in args.from_json:
+            with open(path) as f:
+                rows += json.load(f)
+        print("\n".join(report(rows)))
+        return
     import torch
 
-    args = parse(argv)
     arch = args.arch or _arch(torch.device("cuda"))
     names = [n for n in MODS if args.only is None or n in args.only]
     if args.compile:
@@ -305,8 +321,7 @@ def main(argv=None) -> None:
         rows.append(row)
         print(format_row(row), flush=True)
         torch.cuda.empty_cache()
-    for line in summary(rows):
-        print(line)
+    print("\n".join(summary(rows)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -131,3 +131,16 @@ def test_only_takes_names_with_spaces_and_refuses_others(capsys):
     with pytest.raises(SystemExit):
         bench.parse(["--only", "sofcap"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_rows_of_runs_join_into_one_table_and_summary(tmp_path, capsys):
+    import json
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps([_row("plain", 1.0, 1.0, 2.0), _row("softcap", 1.0, 1.0, 2.0)]))
+    second.write_text(json.dumps([_row("alibi", 1.0, 1.0, 1.8)]))
+    bench.main(["--from-json", str(first), str(second)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == bench.HEADER
+    assert [line.split()[0] for line in lines[1:4]] == ["plain", "softcap", "alibi"]
+    assert lines[4].startswith("# Flex/kgen (grad ms) over the 2 mods' rows: geomean 1.90")
