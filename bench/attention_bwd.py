@@ -34,7 +34,11 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # (--gqa-schedules gqa8: GQA's schedule before
                                                 # session 9 beside the default GQA build)
     python3 bench/attention_bwd.py --mods       # the forward's mods' backward beside the plain
-                                                # one (kgen/harness/attention_bwd_mods.py)
+                                                # one and beside torch.compile(flex_attention)'s
+                                                # backward with the same mods, its gradients
+                                                # checked against kgen's; Flex/kgen's geomean
+                                                # (kgen/harness/attention_bwd_mods.py; --no-flex:
+                                                # kgen's only)
 """
 from __future__ import annotations
 

@@ -86,41 +86,23 @@ def kgen_mods_runner(q, k, v, causal, mod):
     return lambda: kgen.attention(q, k, v, is_causal=causal, enable_gqa=gqa, **options)
 
 
-_FLEX = None
-
-
 def flex_mods_runner(q, k, v, causal, mod):
-    """torch.compile(flex_attention) with the same mod: score_mod for softcap, ALiBi and the
-    bias; the masks (causal, window, document) as one BlockMask, made here."""
-    global _FLEX
-    from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex_attention
+    """torch.compile(flex_attention) with the same mod (kgen/harness/flex_mods.py): score_mod
+    for softcap, ALiBi and the bias; the masks (causal, window, document) as one BlockMask,
+    made here."""
+    from kgen.harness import flex_mods
 
-    if _FLEX is None:
-        # one compiled graph per mod and mask: past dynamo's default limit of 8 recompiles,
-        # flex_attention would run its eager (unfused) path and time that instead
-        torch._dynamo.config.recompile_limit = 64
-        _FLEX = torch.compile(flex_attention)
     extra = _mod_inputs(q, k, mod)
-    batch, heads, s, t = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    score_mod = {
-        "softcap": lambda x, b, h, i, j: 30.0 * torch.tanh(x / 30.0),
-        "alibi": lambda x, b, h, i, j: x - extra[h] * (i - j),
-        "bias": lambda x, b, h, i, j: x + extra[0, h, i, j],
-    }.get(mod)
-    masks = [lambda b, h, i, j: j <= i] if causal else []
-    if mod == "window":
-        masks.append(lambda b, h, i, j: (j > i - WINDOW) & (j < i + WINDOW))
-    if mod == "document":
-        masks.append(lambda b, h, i, j: extra[b, i] == extra[b, j])
-    block_mask = None
+    batch, s, t = q.shape[0], q.shape[2], k.shape[2]
     if mod == "blocks":  # the same BlockMask as kgen's (its causal mask on the diagonal)
-        masks, block_mask = [], extra[causal]
-    if masks:
-        mask = and_masks(*masks) if len(masks) > 1 else masks[0]
-        block_mask = create_block_mask(mask, batch if mod == "document" else None,
-                                       None, s, t, device="cuda")
+        score, block_mask = None, extra[causal]
+    else:
+        score = flex_mods.score_mod(mod, extra)
+        block_mask = flex_mods.block_mask(flex_mods.mask_mods(mod, causal, extra, WINDOW),
+                                          mod, batch, s, t)
     gqa = k.shape[1] != q.shape[1]
-    return lambda: _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+    flex = flex_mods.compiled()
+    return lambda: flex(q, k, v, score_mod=score, block_mask=block_mask, enable_gqa=gqa)
 
 
 def _cell(x, width: int, digits: int) -> str:

@@ -1,9 +1,22 @@
 """The attention backward with the forward's mods (kgen/attention_grad_mods.py) against the plain
-backward, on the GPU: the backward sequence (D, the main kernel, the dQ conversion) kgen.attention
-runs, timed with CUDA events (median), each mod beside the plain backward of the same causal
-setting, bf16, 16k tokens, hidden 2048 (D 128: 16 heads, S 4096: batch 4).
+backward and against FlexAttention's backward with the same mods, on the GPU. bf16, 16k tokens,
+hidden 2048 (D 128: 16 heads, S 4096: batch 4); CUDA events, median of 15.
 
-    python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80]
+Columns: `ms` the backward sequence kgen.attention runs (D, the main kernel, the dQ conversion)
+called as a torch op on made-up O and lse, each mod beside the plain backward of the same causal
+setting (`x plain`); `grad ms` torch.autograd.grad of a saved kgen.attention graph (the real
+forward's O and lse; the mods' tensors prepared per call as a user's backward prepares them:
+the bias transposed, its gradient summed); `Flex ms` the same for torch.compile(flex_attention)
+with the same mods (kgen/harness/flex_mods.py; the masks as a BlockMask made outside the
+timing; the bias's gradient by a captured buffer that requires grad); `Flex/kgen` Flex's grad ms
+over kgen's. Each mod's Flex gradients are checked against kgen's on the first call (the
+largest relative difference over dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is
+flagged and the run exits 1). Where Flex cannot express a mod (NO_FLEX) its cells are empty.
+
+    python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80] [--json FILE]
+    python3 bench/attention_bwd.py --mods --no-flex # kgen's sequence only (the `ms` column)
+    python3 bench/attention_bwd.py --mods --only softcap "bias grad" --json a.json  # some rows
+    python3 bench/attention_bwd.py --mods --from-json a.json b.json  # rows of runs joined (CPU)
     python3 bench/attention_bwd.py --mods --once    # one small call per mod, no timing (for
                                                     # compute-sanitizer; --only NAME: one)
     python3 bench/attention_bwd.py --mods --compile # only build and load them (NVRTC cache)
@@ -11,27 +24,31 @@ setting, bf16, 16k tokens, hidden 2048 (D 128: 16 heads, S 4096: batch 4).
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import sys
 
 from ..attention import _arch
 from ..attention_grad import BackwardSignature, _backward_op
 from ..attention_grad_mods import Mods, bias_transposed
+from . import flex_mods
 from .timing import call_median_ms
 
 TOKENS, HIDDEN = 16384, 2048
+WINDOW = 1024
 MODS = {  # name: (causal, Mods, scalars)
     "plain": (False, Mods(), {}),
     "plain causal": (True, Mods(), {}),
     "softcap": (False, Mods(score_mod="cap * tanh(score / cap)", scalars=("cap",)),
-                {"cap": 30.0}),
+                {"cap": flex_mods.SOFTCAP}),
     "softcap causal": (True, Mods(score_mod="cap * tanh(score / cap)", scalars=("cap",)),
-                       {"cap": 30.0}),
+                       {"cap": flex_mods.SOFTCAP}),
     "alibi": (False, Mods(score_mod="score - slopes[head] * (row - col)",
                           vectors=(("slopes", "head"),)), {}),
     "alibi causal": (True, Mods(score_mod="score - slopes[head] * (row - col)",
                                 vectors=(("slopes", "head"),)), {}),
-    "window 1024 causal": (True, Mods(mask_mod="col > row - window", scalars=("window",)),
-                           {"window": 1024.0}),
+    f"window {WINDOW} causal": (True, Mods(mask_mod="col > row - window", scalars=("window",)),
+                                {"window": float(WINDOW)}),
     "document": (False, Mods(mask_mod="qd[row] == kd[col]",
                              vectors=(("kd", "col"), ("qd", "row"))), {}),
     "dropout 0.1": (False, Mods(dropout=True), {"seed": 5, "offset": 8, "dropout_p": 0.1,
@@ -40,6 +57,21 @@ MODS = {  # name: (causal, Mods, scalars)
     "bias grad": (False, Mods(bias="tensor", bias_grad=True), {}),
     "bias grad causal": (True, Mods(bias="tensor", bias_grad=True), {}),
 }
+# Each row's FlexAttention mod (kgen/harness/flex_mods.py), by its name without " causal"
+FLEX = {"plain": "plain", "softcap": "softcap", "alibi": "alibi", f"window {WINDOW}": "window",
+        "document": "document", "bias": "bias", "bias grad": "bias"}
+# The rows Flex cannot express, and why (their Flex cells stay empty)
+NO_FLEX = {"dropout 0.1": "FlexAttention's score_mod changes a score before the softmax; "
+                          "dropout zeroes probabilities after it, which no score_mod or "
+                          "mask_mod spells"}
+GRAD_TOL = 2e-2  # Flex's gradients against kgen's: relative (Frobenius) difference, bf16 both
+# issue 52: Flex's backward time over kgen's with the same mods
+TARGET_GEOMEAN, TARGET_LOWEST = 1.4, 1.1
+
+
+def flex_mod(name: str) -> str | None:
+    """The FlexAttention mod of row `name` (None: one Flex cannot express, NO_FLEX)."""
+    return FLEX.get(name.removesuffix(" causal"))
 
 
 def _inputs(sig: BackwardSignature, b: int, h: int, s: int, scalars: dict) -> dict:
@@ -77,19 +109,178 @@ def _median_ms(fn, reps: int = 15) -> float:
     return call_median_ms(fn, reps, warmups=1)
 
 
-def main(argv=None) -> None:
+def graph_inputs(name: str, b: int, h: int, s: int, d: int, device="cuda") -> tuple:
+    """q, k, v (requiring grad), dO and the mod's tensor of row `name`, seeded: ALiBi's slopes
+    [H], the document ids [B, S] (8 documents per sequence), the bias [1, H, S, S] (requiring
+    grad in the `bias grad` rows); None for the others."""
     import torch
 
+    mods = MODS[name][1]
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k, v, do = (torch.randn(b, h, s, d, device=device, generator=gen).bfloat16()
+                   for _ in range(4))
+    extra = None
+    if mods.bias:
+        extra = torch.randn(1, h, s, s, device=device, generator=gen).bfloat16()
+        extra.requires_grad_(mods.bias_grad)
+    elif mods.vectors and mods.vectors[0][1] == "head":
+        extra = torch.rand(h, device=device, generator=gen) * 0.1
+    elif mods.vectors:
+        extra = (torch.arange(s, device=device) * 8 // s).float().expand(b, s).contiguous()
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do, extra
+
+
+def kgen_options(name: str, extra) -> dict:
+    """kgen.attention's keyword options for row `name`, its mod's tensor `extra` given."""
+    causal, mods, scalars = MODS[name]
+    options = {"is_causal": causal, "score_mod": mods.score_mod, "mask_mod": mods.mask_mod,
+               "scalars": {n: scalars[n] for n in mods.scalars} or None,
+               "vectors": {n: extra for n, _ in mods.vectors} or None,
+               "attn_mask": extra if mods.bias else None}
+    if mods.dropout:
+        options.update(dropout_p=scalars["dropout_p"],
+                       dropout_rng=(scalars["seed"], scalars["offset"]))
+    return options
+
+
+def flex_forward(name: str, q, k, v, extra, flex=None):
+    """FlexAttention's forward with row `name`'s mod, as a call (the BlockMask made here, once):
+    `flex` the flex_attention to call, torch.compile's by default."""
+    causal, mod = MODS[name][0], flex_mod(name)
+    score = flex_mods.score_mod(mod, extra)
+    masks = flex_mods.mask_mods(mod, causal, extra, WINDOW)
+    block_mask = flex_mods.block_mask(masks, mod, q.shape[0], q.shape[2], k.shape[2],
+                                      device=q.device)
+    flex = flex or flex_mods.compiled()
+    return lambda: flex(q, k, v, score_mod=score, block_mask=block_mask)
+
+
+def _grad(forward, leaves, do):
+    """The forward called once, its graph kept: a call of torch.autograd.grad on it."""
+    import torch
+
+    out = forward()
+    return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+
+def relative_difference(got, want) -> float:
+    """The largest relative (Frobenius) difference between the tensors of `got` and `want`."""
+    return max(float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+               for a, b in zip(got, want))
+
+
+def autograd_columns(name: str, b: int, h: int, s: int, d: int, flex: bool = True) -> dict:
+    """Row `name`'s backward by torch.autograd.grad: kgen.attention's (`kgen_grad_ms`) and,
+    with `flex`, FlexAttention's on the same inputs (`flex_ms`), its gradients checked against
+    kgen's on the first call (`grad_diff`); `flex_note` why a Flex cell is empty."""
+    import kgen
+
+    q, k, v, do, extra = graph_inputs(name, b, h, s, d)
+    leaves = (q, k, v) + ((extra,) if MODS[name][1].bias_grad else ())
+    options = kgen_options(name, extra)
+    kgen_grad = _grad(lambda: kgen.attention(q, k, v, **options), leaves, do)
+    want = kgen_grad()
+    row = {"kgen_grad_ms": _median_ms(kgen_grad), "flex_ms": None, "grad_diff": None,
+           "flex_note": None}
+    if not flex:
+        return row
+    if flex_mod(name) is None:
+        row["flex_note"] = NO_FLEX[name]
+        return row
+    try:
+        flex_grad = _grad(flex_forward(name, q, k, v, extra), leaves, do)
+        row["grad_diff"] = relative_difference(flex_grad(), want)  # compiles here
+        row["flex_ms"] = _median_ms(flex_grad)
+    except Exception as err:  # torch.compile or Flex failing here: a note, the row kept
+        lines = str(err).strip().splitlines()
+        row["flex_note"] = f"{type(err).__name__}: {lines[0][:160] if lines else ''}"
+    return row
+
+
+def _cell(x, width: int, form: str) -> str:
+    return f"{x:{width}{form}}" if x is not None else f"{'-':>{width}}"
+
+
+HEADER = (f"{'mod':20s} {'ms':>8} {'TFLOP/s':>8} {'x plain':>8} {'grad ms':>8} {'Flex ms':>8} "
+          f"{'Flex/kgen':>9} {'grad diff':>9}")
+
+
+def format_row(row: dict) -> str:
+    """One line of the table (an empty cell is `-`; a grad diff past GRAD_TOL is flagged)."""
+    flag = "  DIFFERS" if row.get("grad_diff") is not None and row["grad_diff"] > GRAD_TOL \
+        else ""
+    return (f"{row['mod']:20s} {_cell(row['ms'], 8, '.3f')} {_cell(row['tflops'], 8, '.1f')} "
+            f"{_cell(row['vs_plain'], 8, '.2f')} {_cell(row.get('kgen_grad_ms'), 8, '.3f')} "
+            f"{_cell(row.get('flex_ms'), 8, '.3f')} {_cell(row.get('flex_over_kgen'), 9, '.2f')} "
+            f"{_cell(row.get('grad_diff'), 9, '.1e')}{flag}")
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The lines after the table: Flex/kgen's geometric mean over the mods' rows (the plain ones
+    left out; with them beside it) and the lowest, against issue 52's targets; then each empty
+    Flex cell's reason and the rows whose gradients differ."""
+    ratios = [(r["mod"], r["flex_over_kgen"]) for r in rows if r.get("flex_over_kgen")]
+    mods = [(name, x) for name, x in ratios if not name.startswith("plain")]
+    lines = []
+    if mods:
+        lowest = min(mods, key=lambda nx: nx[1])
+        mean = _geomean([x for _, x in mods])
+        met = mean >= TARGET_GEOMEAN and lowest[1] >= TARGET_LOWEST
+        lines += [f"# Flex/kgen (grad ms) over the {len(mods)} mods' rows: geomean {mean:.2f}, "
+                  f"lowest {lowest[1]:.2f} ({lowest[0]}); with the plain rows: geomean "
+                  f"{_geomean([x for _, x in ratios]):.2f}",
+                  f"# issue 52 (geomean >= {TARGET_GEOMEAN}x, none below {TARGET_LOWEST}x): "
+                  f"{'met' if met else 'not met'}"]
+    lines += [f"# {r['mod']}: no Flex cell: {r['flex_note']}" for r in rows if r.get("flex_note")]
+    differ = [r["mod"] for r in rows if r.get("grad_diff") is not None and
+              r["grad_diff"] > GRAD_TOL]
+    if differ:
+        lines.append(f"# Flex's gradients differ from kgen's past {GRAD_TOL}: {', '.join(differ)}")
+    return lines
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/attention_bwd.py --mods")
     parser.add_argument("--d", type=int, default=128)
     parser.add_argument("--s", type=int, default=4096)
-    parser.add_argument("--arch", default=None)
+    parser.add_argument("--arch", default=None, help="the `ms` column's target (the device's "
+                        "by default; the grad and Flex columns are always the device's)")
     parser.add_argument("--once", action="store_true")
-    parser.add_argument("--only", default=None, help="--once: one mod's name")
+    parser.add_argument("--only", nargs="+", default=None, choices=list(MODS), metavar="NAME",
+                        help=f"only these rows (of {', '.join(MODS)})")
+    parser.add_argument("--no-flex", action="store_true", help="kgen's sequence only (no "
+                        "autograd columns, no torch.compile of Flex)")
+    parser.add_argument("--json", default=None, help="write the rows to this file")
     parser.add_argument("--compile", action="store_true", help="build and load every "
                         "backward (the NVRTC cache), no call")
-    args = parser.parse_args(argv)
+    parser.add_argument("--from-json", nargs="+", default=None, metavar="FILE",
+                        help="no GPU: the table and summary of the rows of these --json files "
+                             "(runs of some rows each, --only, joined)")
+    return parser.parse_args(argv)
+
+
+def report(rows: list[dict]) -> list[str]:
+    """The table's header, its rows and the summary."""
+    return [HEADER, *(format_row(r) for r in rows), *summary(rows)]
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    if args.from_json:
+        rows = []
+        for path in args.from_json:
+            with open(path) as f:
+                rows += json.load(f)
+        print("\n".join(report(rows)))
+        return
+    import torch
+
     arch = args.arch or _arch(torch.device("cuda"))
+    names = [n for n in MODS if args.only is None or n in args.only]
     if args.compile:
         for d in (64, args.d):
             for causal, mods, _ in MODS.values():
@@ -97,9 +288,8 @@ def main(argv=None) -> None:
                              torch.cuda.current_device())
         return
     if args.once:
-        for name, (causal, mods, scalars) in MODS.items():
-            if args.only and name != args.only:
-                continue
+        for name in names:
+            causal, mods, scalars = MODS[name]
             sig = BackwardSignature("bf16", 64, causal, arch, mods=mods)
             _call(sig, _inputs(sig, 1, 2, 304, scalars))()  # S: a multiple of 8 (dBiasT)
             torch.cuda.synchronize()
@@ -108,14 +298,32 @@ def main(argv=None) -> None:
     h = HIDDEN // args.d
     b = TOKENS // args.s
     base = {}
-    print(f"# D {args.d} S {args.s} batch {b} heads {h} {arch} (ms, median; ratio to the plain "
-          "backward of the same causal setting)")
-    for name, (causal, mods, scalars) in MODS.items():
+    print(f"# {torch.cuda.get_device_name()}, D {args.d} S {args.s} batch {b} heads {h}, bf16; "
+          f"ms: kgen's sequence ({arch}), x plain: over the plain backward of the same causal "
+          "setting; grad ms, Flex ms: torch.autograd.grad of a saved kgen.attention / "
+          "torch.compile(flex_attention) graph; grad diff: Flex's gradients against kgen's")
+    print(HEADER)
+    rows = []
+    for name in names:
+        causal, mods, scalars = MODS[name]
         sig = BackwardSignature("bf16", args.d, causal, arch, mods=mods)
         ms = _median_ms(_call(sig, _inputs(sig, b, h, args.s, scalars)))
         flops = 2.5 * 4 * b * h * args.s * args.s * args.d / (2 if causal else 1)
         if name.startswith("plain"):
             base[causal] = ms
-        print(f"{name:20s} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s "
-              f"{ms / base[causal]:5.2f}x")
-
+        row = {"mod": name, "causal": causal, "d": args.d, "s": args.s, "batch": b, "heads": h,
+               "ms": ms, "tflops": flops / ms / 1e9,
+               "vs_plain": ms / base[causal] if causal in base else None}
+        if not args.no_flex:
+            row.update(autograd_columns(name, b, h, args.s, args.d))
+            if row["flex_ms"] is not None:
+                row["flex_over_kgen"] = row["flex_ms"] / row["kgen_grad_ms"]
+        rows.append(row)
+        print(format_row(row), flush=True)
+        torch.cuda.empty_cache()
+    print("\n".join(summary(rows)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if any(r.get("grad_diff") is not None and r["grad_diff"] > GRAD_TOL for r in rows):
+        sys.exit(1)
