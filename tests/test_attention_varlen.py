@@ -289,3 +289,52 @@ def test_the_backward_refuses_what_it_does_not_take(change, message):
     with pytest.raises(ArgumentError, match=message):
         av.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, arch="sm_90a",
                             **change.get("mods", {}))
+
+
+@pytest.fixture
+def cpu_stand_ins():
+    """CPU implementations of the two ops standing in for the kernels (for this test only): the
+    forward's O all 1, the backward's dQ, dK, dV all 2, 3, 4; each call's options recorded."""
+    calls = []
+
+    def forward(q, k, v, cu_q, cu_k, *options):
+        calls.append(("fwd", *options))
+        return (q.new_full((q.shape[0], q.shape[1], v.shape[-1]), 1.0),
+                q.new_zeros((q.shape[1], q.shape[0]), dtype=torch.float32))
+
+    def backward(do, q, k, v, out, lse, cu_q, cu_k, *options):
+        calls.append(("bwd", *options))
+        return q.new_full(q.shape, 2.0), k.new_full(k.shape, 3.0), v.new_full(v.shape, 4.0)
+
+    library = torch.library.Library("kgen", "IMPL")
+    library.impl("attention_varlen_fwd", forward, "CPU")
+    library.impl("attention_varlen_bwd", backward, "CPU")
+    yield calls
+    del library  # its registrations go with it
+
+
+def test_inductor_compiles_a_training_step_to_the_two_ops(cpu_stand_ins):
+    """torch.compile(fullgraph=True) with the default backend (inductor) on CPU tensors, the
+    ops' CPU stand-ins run: each call's options reach the ops as given, a second batch of other
+    lengths recompiles, the gradients are the backward op's."""
+    from kgen.attention_varlen import attention_varlen
+
+    def step(q, k, v, cu, longest):
+        return attention_varlen(q, k, v, cu, cu, longest, longest, is_causal=True,
+                                mask_mod="row - col < 256", deterministic=True, arch="sm_90a",
+                                **SOFTCAP)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    for total, longest in ((100, 40), (130, 70)):
+        leaves = [torch.randn(total, 4, 64, dtype=torch.bfloat16).requires_grad_()
+                  for _ in range(3)]
+        cu = torch.tensor([0, 30, total], dtype=torch.int32)
+        out = compiled(*leaves, cu, longest)
+        out.float().sum().backward()
+        assert out.shape == (total, 4, 64) and bool((out == 1).all())
+        for leaf, value in zip(leaves, (2, 3, 4)):
+            assert bool((leaf.grad == value).all())
+        options = (longest, longest, 0.125, True, SOFTCAP["score_mod"], "row - col < 256",
+                   ["cap"], [30.0], "sm_90a")
+        assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, True)]
