@@ -243,16 +243,17 @@ def function_op(function, schema: str, fake, *, name: str, namespace: str = "kge
     """Register a Python function that launches loaded kernels as
     `torch.ops.<namespace>.<name>`, as torch_op registers a kernel: `schema` its arguments and
     results in torch's schema language (`(Tensor Q, int S, str? mod, float[] values) -> (Tensor,
-    Tensor)`), `function(**arguments)` the CUDA implementation, called by the arguments' names
-    (it allocates and returns the outputs), `fake(*arguments)` the outputs' fake tensors; a
-    KernelOp, whose eager calls go to `function` itself. For a call that binds what the
-    kernels' own ops cannot (sizes no tensor gives, outputs in a layout of the caller's)."""
-    import torch
+    Tensor)`), `function` the CUDA implementation, its parameters the schema's arguments in
+    order, called by their names (it allocates and returns the outputs), `fake(*arguments)`
+    the outputs' fake tensors; a KernelOp, whose eager calls go to `function` itself. For a
+    call that binds what the kernels' own ops cannot (sizes no tensor gives, outputs in a
+    layout of the caller's)."""
+    import inspect
 
     qualified = f"{namespace}::{name}"
     if qualified in _OPS:
         return _OPS[qualified]
-    names = tuple(a.name for a in torch._C.parse_schema(name + schema).arguments)
+    names = tuple(inspect.signature(function).parameters)
 
     def run(*args):
         return function(**dict(zip(names, args)))
