@@ -21,24 +21,41 @@ pairs the forward with the backward's three programs (`backward_text`), launched
   rows together: [1, H, total_q, D], a row's D its own);
 - `<name>_main`, kgen/attention_grad.py's loop kernel with the keys (its rows) packed by
   cu_seqlens_k and the queries (its loop) by cu_seqlens_q: a CTA owns a tile of one
-  sequence's keys and walks that sequence's query blocks, causal bottom-right per sequence
-  (`row <= col + T - S`, the key at most the query's position plus T - S); dQ added into an
-  f32 accumulator that its `_zero` kernel zeroes per sequence;
+  sequence's keys and walks that sequence's query blocks; dQ added into an f32 accumulator
+  that its `_zero` kernel zeroes per sequence;
 - `<name>_dq`, the accumulator converted to the inputs' dtype, over the packed rows.
 They are not one `sequence` (a sequence launches no packed kernel yet: its buffers would be
-packed in one kernel and dense in the next). GQA and deterministic mode as kgen.attention's
-backward; score_mod and mask_mod not yet in the backward (refused by name).
+packed in one kernel and dense in the next). The forward's mods are the dense backward's
+(kgen/attention_grad_mods.py: score_mod differentiated by kgen, the mask applied to P and dS,
+the scalars), the causal term the forward's bottom-right one (`col <= row + T - S`) joined to
+mask_mod, so that both are transposed into the backward's orientation as one mask; `row`,
+`col`, `S`, `T` are the sequence's own there too. GQA and deterministic mode as
+kgen.attention's backward; a mod with GQA and a value head dim unlike the query's are refused
+by name.
+
+Both directions are torch ops (kgen/torch_library.py `function_op`), one each whatever the
+signature: `torch.ops.kgen.attention_varlen_fwd` and `_bwd` take the tensors, the max_seqlen
+as ints and the signature's options (causal, the mods' texts, the scalars' names and values,
+the target) as arguments; their implementations look the compiled programs up by those
+options (compiling on a signature's first call) and launch on torch's current stream without
+synchronizing (the offsets stay on the device), the outputs allocated by torch's caching
+allocator in FlashAttention's layout; their fake implementations give torch.compile the shapes.
+The ops and the Function are defined when this module is imported (it imports torch; `import
+kgen` does not import it), so torch.compile traces a call of `attention_varlen` (the function:
+`from kgen.attention_varlen import attention_varlen`) to two op calls, forward and backward, in
+one graph (fullgraph=True), and a training step captures in a CUDA graph. Calling the module
+object `kgen.attention_varlen(...)` breaks torch.compile's graph there (dynamo calls no module
+object; the call then runs eagerly), as calling `kgen.attention(...)` does.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, Mapping
 
 from . import attention as dense
 from . import ir
-from .errors import ArgumentError, KgenError
+from .errors import ArgumentError, KgenError, KgenRuntimeError
 
 __all__ = ["attention_varlen", "backward_module", "backward_text", "program", "program_text"]
 
@@ -111,30 +128,41 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     target ("sm_80": the mma.sync skeleton, which runs on newer GPUs too); by default sm_90a on
     compute capability 9.0, else sm_80.
 
-    Where autograd records the call (q, k or v requires grad; no mods), the result is
-    differentiable (the module's note); `deterministic` orders the backward's dQ adds
+    Where autograd records the call (q, k or v requires grad), the result is differentiable,
+    with the mods (the module's note); `deterministic` orders the backward's dQ adds
     (bit-identical gradients run to run), None following
     torch.are_deterministic_algorithms_enabled()."""
     import torch
 
     from .attention_grad import wants_grad
 
+    _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars)
+    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    names = tuple(sorted(scalars or {}))
+    options = (_length(max_seqlen_q), _length(max_seqlen_k), scale, bool(is_causal), score_mod,
+               mask_mod, names, tuple(float(scalars[n]) for n in names), arch)
     if wants_grad(q, k, v):
-        if score_mod is not None or mask_mod is not None or scalars:
-            raise ArgumentError("kgen.attention_varlen's backward takes no score_mod, mask_mod "
-                                "or scalars yet; call it on tensors that do not require grad "
-                                "(or under torch.no_grad())")
+        _check_grad(q, k, v, score_mod, mask_mod, names)
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
-        if len(q.shape) == len(v.shape) == 3 and v.shape[-1] != q.shape[-1]:
-            raise ArgumentError(f"kgen.attention_varlen's backward needs v's head dim "
-                                f"({v.shape[-1]}) to be q's ({q.shape[-1]})")
-        scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-        out, lse = _function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                     int(max_seqlen_k), bool(is_causal), scale,
-                                     bool(deterministic), arch)
-        return (out, lse) if return_lse else out
+        # one offsets tensor for both (self-attention) passed once: torch.compile does not
+        # trace a Function given one tensor twice
+        same = cu_seqlens_k is cu_seqlens_q
+        out, lse = _function().apply(q, k, v, cu_seqlens_q, None if same else cu_seqlens_k,
+                                     *options, bool(deterministic))
+    else:
+        out, lse = _ops()[0](q, k, v, cu_seqlens_q, cu_seqlens_k, *options)
+    return (out, lse) if return_lse else out
 
+
+def _length(n) -> int:
+    """A max_seqlen: a Python int as it is (torch.compile keeps it as given), else int(n)."""
+    return n if isinstance(n, int) else int(n)
+
+
+def _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars) -> None:
+    """The call's shapes and offsets (the dtypes and the mods: the signature's, on its
+    first call)."""
     for label, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 3:
             raise ArgumentError(f"{label} must be [total, heads, D] (3 dims), got shape "
@@ -151,32 +179,133 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                             "a multiple of the key/value heads (GQA)")
     if any(name in OFFSETS for name in (scalars or {})):
         raise ArgumentError(f"scalar names {OFFSETS} are the program's offsets")
-    # the dense signature's checks, on [1, H, total, D] views: dtypes, head dims, lengths
-    views = [t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)]
-    sig = dense.signature(*views, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
-                          scalars=scalars, arch=arch or dense._arch(q.device))
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    sig = dataclasses.replace(sig, raw_max=dense.raw_max_allowed(sig, scale))
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    kernel = _compiled(sig, device)
-    out = torch.empty((q.shape[0], heads, v.shape[-1]), dtype=q.dtype, device=q.device)
-    lse = torch.empty((heads, q.shape[0]), dtype=torch.float32, device=q.device)
-    args = {"Q": dense._aligned(q).transpose(0, 1), "K": dense._aligned(k).transpose(0, 1),
-            "V": dense._aligned(v).transpose(0, 1), "O": out.transpose(0, 1), "lse": lse,
-            "cu_seqlens_q": cu_seqlens_q.contiguous(), "cu_seqlens_k": cu_seqlens_k.contiguous(),
-            "scale": scale, **{n: float(x) for n, x in (scalars or {}).items()}}
-    kernel(sizes={"S": int(max_seqlen_q), "T": int(max_seqlen_k)}, **args)
-    return (out, lse) if return_lse else out
+
+
+def _check_grad(q, k, v, score_mod, mask_mod, names) -> None:
+    """What the backward does not take, refused by name."""
+    from .attention_grad_mods import BACKWARD_NAMES
+
+    if v.shape[-1] != q.shape[-1]:
+        raise ArgumentError(f"kgen.attention_varlen's backward needs v's head dim "
+                            f"({v.shape[-1]}) to be q's ({q.shape[-1]})")
+    if k.shape[1] != q.shape[1] and (score_mod is not None or mask_mod is not None or names):
+        raise ArgumentError("kgen.attention_varlen's backward does not take score_mod, "
+                            "mask_mod or scalars with GQA yet (as kgen.attention's); call it "
+                            "with as many KV heads as query heads, or on tensors that do not "
+                            "require grad")
+    for name in names:
+        if name in BACKWARD_NAMES:
+            raise ArgumentError(f"{name!r} is a name of kgen.attention_varlen's backward "
+                                f"program; pass the scalar under another name "
+                                f"({sorted(BACKWARD_NAMES)} are taken)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The torch ops: the forward and the backward, one each, the signature among the arguments
+
+# the options after the tensors, as the ops take them (attention_varlen's `options`)
+OPTIONS = ("int S, int T, float scale, bool causal, str? score_mod, str? mask_mod, "
+           "str[] scalar_names, float[] scalar_values, str? arch")
+FORWARD_SCHEMA = ("(Tensor Q, Tensor K, Tensor V, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+                  f"{OPTIONS}) -> (Tensor, Tensor)")
+BACKWARD_SCHEMA = ("(Tensor dO, Tensor Q, Tensor K, Tensor V, Tensor O, Tensor lse, "
+                   f"Tensor cu_seqlens_q, Tensor cu_seqlens_k, {OPTIONS}, bool deterministic) "
+                   "-> (Tensor, Tensor, Tensor)")
+
+
+def _ops():
+    """`torch.ops.kgen.attention_varlen_fwd` and `_bwd` (kgen.torch_library.function_op):
+    their implementations look the compiled programs up by the options, so torch.compile
+    traces one op call whatever the signature."""
+    if _DEFINED is None:
+        raise KgenRuntimeError("kgen.attention_varlen runs on torch tensors: torch is not "
+                               "installed")
+    return _DEFINED[:2]
+
+
+def _function():
+    """The autograd.Function pairing the two ops."""
+    _ops()
+    return _DEFINED[2]
+
+
+_FORWARDS: dict[tuple, Any] = {}  # a call's options and device -> its CompiledProgram
+
+
+def _forward(Q, K, V, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod, mask_mod,
+             scalar_names, scalar_values, arch):
+    """The forward op: O [total_q, H, D_v] and lse [H, total_q], allocated by torch's caching
+    allocator, the program launched on the current stream (no synchronization)."""
+    import torch
+
+    device = Q.device.index
+    key = (Q.dtype, K.dtype, V.dtype, Q.shape[-1], K.shape[-1], V.shape[-1], causal, score_mod,
+           mask_mod, tuple(scalar_names), arch, math.isfinite(scale) and scale > 0, device)
+    kernel = _FORWARDS.get(key)
+    if kernel is None:  # the signature checked (dtypes, head dims, the mods), then compiled
+        views = [t.transpose(0, 1).unsqueeze(0) for t in (Q, K, V)]
+        sig = dense.signature(*views, is_causal=causal, score_mod=score_mod, mask_mod=mask_mod,
+                              scalars=dict.fromkeys(scalar_names, 0.0),
+                              arch=arch or dense._arch(Q.device))
+        sig = dataclasses.replace(sig, raw_max=dense.raw_max_allowed(sig, scale))
+        kernel = _FORWARDS[key] = _compiled(sig, device)
+    out = torch.empty((Q.shape[0], Q.shape[1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
+    lse = torch.empty((Q.shape[1], Q.shape[0]), dtype=torch.float32, device=Q.device)
+    kernel(sizes={"S": S, "T": T}, Q=_heads_first(Q), K=_heads_first(K), V=_heads_first(V),
+           O=out.transpose(0, 1), lse=lse, cu_seqlens_q=cu_seqlens_q.contiguous(),
+           cu_seqlens_k=cu_seqlens_k.contiguous(), scale=scale,
+           **dict(zip(scalar_names, scalar_values)))
+    return out, lse
+
+
+def _forward_fake(Q, K, V, *options):
+    import torch
+
+    return (Q.new_empty((Q.shape[0], Q.shape[1], V.shape[-1])),
+            Q.new_empty((Q.shape[1], Q.shape[0]), dtype=torch.float32))
+
+
+def _heads_first(t):
+    """A packed [total, H, D] tensor as the program's [H, total, D] (16-byte aligned)."""
+    return dense._aligned(t).transpose(0, 1)
+
+
+def _define():
+    """The ops and the autograd.Function, defined when this module is imported (where torch
+    is: `import kgen` imports neither), so that torch.compile, tracing a call, reads them
+    and never traces their definition."""
+    import torch
+
+    from .torch_library import function_op
+
+    forward_op = function_op(_forward, FORWARD_SCHEMA, _forward_fake,
+                             name="attention_varlen_fwd")
+    backward_op = function_op(_backward, BACKWARD_SCHEMA, _backward_fake,
+                              name="attention_varlen_bwd")
+
+    class VarlenFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, cu_q, cu_k, *options):
+            cu_k = cu_q if cu_k is None else cu_k
+            out, lse = forward_op(q, k, v, cu_q, cu_k, *options[:-1])
+            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+            ctx.options = options  # attention_varlen's, then deterministic
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+            dq, dk, dv = backward_op(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.options)
+            return (dq, dk, dv, None, None) + (None,) * len(ctx.options)
+
+    return forward_op, backward_op, VarlenFunction
 
 
 # ---------------------------------------------------------------------------------------------
 # The backward (kgen/attention_grad.py's programs, packed)
 
 BACKWARD_FILE = "<kgen.attention_varlen backward>"
-# the dense backward's probability line, whose mask this backward adds (kgen/attention_grad_mods)
-_PROBABILITY = "        pt = exp(score - lse[col])\n"
-# causal bottom-right per sequence in the backward's orientation (row: the key, col: the query)
-BACKWARD_CAUSAL = "row <= col + T - S"
 PARTS = ("dot", "main", "dq")
 
 
@@ -186,28 +315,52 @@ def backward_name(sig) -> str:
 
 
 def backward_text(sig) -> str:
-    """The varlen backward of `sig` (a BackwardSignature without mods) as DSL text: the dense
-    backward's three kernels (kgen/attention_grad.py), named for varlen, the main one packed
-    (`packed T by cu_seqlens_k`, `packed S by cu_seqlens_q`) and its causal mask aligned
-    bottom-right per sequence; no `sequence` (see the module's note)."""
+    """The varlen backward of `sig` (a BackwardSignature) as DSL text: the dense backward's
+    three kernels (kgen/attention_grad.py, its mods by kgen/attention_grad_mods.py), named for
+    varlen, the main one packed (`packed T by cu_seqlens_k`, `packed S by cu_seqlens_q`), its
+    causal term the forward's bottom-right one per sequence; no `sequence` (see the module's
+    note). The mods it takes: score_mod, mask_mod and their scalars."""
     from .attention_grad import backward_text as dense_text
-    from .attention_grad_mods import Mods
 
-    if sig.mods != Mods():
-        raise ArgumentError("kgen.attention_varlen's backward takes no mods yet (score_mod, "
-                            "mask_mod, scalars): call it on tensors that do not require grad")
-    plain = dataclasses.replace(sig, causal=False)  # the causal term is this backward's own
-    text = dense_text(plain)
+    m = sig.mods
+    for what, used in (("attn_mask (a bias tensor)", m.bias), ("vectors", m.vectors),
+                       ("dropout", m.dropout)):
+        if used:
+            raise ArgumentError(f"kgen.attention_varlen's backward takes no {what}: its mods "
+                                "are score_mod, mask_mod and scalars")
+    # the causal term as the forward writes it (CAUSAL), a mask of the dense backward's mods:
+    # kgen/attention_grad_mods.py transposes it into the backward's orientation
+    mask = m.mask_mod if not sig.causal else CAUSAL if m.mask_mod is None else (
+        f"{CAUSAL_PREFIX}{m.mask_mod})")
+    plain = dataclasses.replace(sig, causal=False, mods=dataclasses.replace(m, mask_mod=mask))
+    try:
+        text = dense_text(plain)
+    except KgenError as err:  # located in the user's mask_mod, not in the causal term's
+        raise _in_user_mask(err, sig) from None
     text = text[:text.index("sequence ")].replace(plain.name, backward_name(sig))
-    assert _PROBABILITY in text, "the dense backward's probability line"
     out = []
     for line in text.splitlines(keepends=True):
         if line == "  loop q over S {\n":
             out += [f"  packed {dim} by {offsets}\n" for dim, offsets in zip("TS", OFFSETS[::-1])]
-        elif sig.causal and line == _PROBABILITY:
-            line = f"        pt = where({BACKWARD_CAUSAL}, exp(score - lse[col]), 0)\n"
         out.append(line)
     return "".join(out)
+
+
+# a causal mask_mod's text in the backward's mods: the causal term, then the user's
+CAUSAL_PREFIX = f"({CAUSAL}) * ("
+
+
+def _in_user_mask(err: KgenError, sig) -> KgenError:
+    """An error in a causal call's mask_mod, its columns those of the user's text."""
+    from .errors import SourceLoc
+
+    loc = err.loc
+    if not sig.causal or loc.file != "mask_mod" or sig.mods.mask_mod is None:
+        return err
+    shift = len(CAUSAL_PREFIX)
+    col = max(1, loc.col - shift)
+    return KgenError(SourceLoc("mask_mod", 1, col, 1, max(col + 1, loc.end_col - shift)),
+                     err.message)
 
 
 def backward_module(sig) -> ir.Module:
@@ -236,59 +389,48 @@ def _backward_programs(sig, device: int) -> dict[str, Any]:
     return _BACKWARD[key]
 
 
-@functools.cache
-def _function():
-    """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
+_BACKWARDS: dict[tuple, Any] = {}  # a call's options and device -> its three programs
+
+
+def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod,
+              mask_mod, scalar_names, scalar_values, arch, deterministic):
+    """The backward op: dQ, dK, dV [total, heads, D] of packed q, k, v, the three programs in
+    order on the current stream (D and the f32 dQ accumulator allocated here, by torch's
+    allocator; no synchronization)."""
     import torch
 
     from .attention_grad import BackwardSignature
+    from .attention_grad_mods import Mods
 
-    class VarlenFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool,
-                    scale: float, deterministic: bool, arch):
-            out, lse = attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=causal,
-                                        scale=scale, return_lse=True, arch=arch)
-            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-            ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
-            ctx.deterministic, ctx.arch = deterministic, arch or dense._arch(q.device)
-            ctx.mark_non_differentiable(lse)
-            return out, lse
-
-        @staticmethod
-        def backward(ctx, grad_out, grad_lse):
-            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-            sig = BackwardSignature(dense._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
-                                    ctx.arch, gqa=k.shape[1] != q.shape[1],
-                                    deterministic=ctx.deterministic)
-            device = q.device.index if q.device.index is not None else \
-                torch.cuda.current_device()
-            dq, dk, dv = _backward(_backward_programs(sig, device), q, k, v, out, lse,
-                                   dense._aligned(grad_out), cu_q, cu_k, ctx.max_q, ctx.max_k,
-                                   ctx.scale)
-            return dq, dk, dv, None, None, None, None, None, None, None, None
-
-    return VarlenFunction
-
-
-def _backward(programs, q, k, v, out, lse, grad_out, cu_q, cu_k, max_q: int, max_k: int,
-              scale: float):
-    """dQ, dK, dV [total, heads, D] of packed q, k, v: the three programs in order on the
-    current stream (D and the f32 dQ accumulator allocated here, by torch's allocator)."""
-    import torch
-
-    heads, total_q = q.shape[1], q.shape[0]
-    d = torch.empty((heads, total_q), dtype=torch.float32, device=q.device)
-    dq_acc = torch.empty((heads, total_q, q.shape[-1]), dtype=torch.float32, device=q.device)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    programs["dot"](dO=_rows(grad_out), O=_rows(out), D=d.unsqueeze(0))
-    programs["main"](sizes={"S": int(max_q), "T": int(max_k)},
-                     Q=q.transpose(0, 1), K=k.transpose(0, 1), V=v.transpose(0, 1),
-                     dO=grad_out.transpose(0, 1), lse=lse, D=d, dQacc=dq_acc,
-                     dK=dk.transpose(0, 1), dV=dv.transpose(0, 1), cu_seqlens_q=cu_q,
-                     cu_seqlens_k=cu_k, scale=scale)
+    device = Q.device.index
+    gqa = K.shape[1] != Q.shape[1]
+    key = (Q.dtype, Q.shape[-1], gqa, causal, score_mod, mask_mod, tuple(scalar_names), arch,
+           deterministic, device)
+    programs = _BACKWARDS.get(key)
+    if programs is None:
+        sig = BackwardSignature(dense._dtype_name(Q.dtype), int(Q.shape[-1]), causal,
+                                arch or dense._arch(Q.device), gqa=gqa,
+                                deterministic=deterministic,
+                                mods=Mods(score_mod, mask_mod, tuple(scalar_names)))
+        programs = _BACKWARDS[key] = _backward_programs(sig, device)
+    heads, total_q = Q.shape[1], Q.shape[0]
+    d = torch.empty((heads, total_q), dtype=torch.float32, device=Q.device)
+    dq_acc = torch.empty((heads, total_q, Q.shape[-1]), dtype=torch.float32, device=Q.device)
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (Q, K, V))
+    grad_out = dense._aligned(dO)
+    programs["dot"](dO=_rows(grad_out), O=_rows(O), D=d.unsqueeze(0))
+    programs["main"](sizes={"S": S, "T": T}, Q=_heads_first(Q), K=_heads_first(K),
+                     V=_heads_first(V), dO=grad_out.transpose(0, 1), lse=lse, D=d,
+                     dQacc=dq_acc, dK=dk.transpose(0, 1), dV=dv.transpose(0, 1),
+                     cu_seqlens_q=cu_seqlens_q.contiguous(),
+                     cu_seqlens_k=cu_seqlens_k.contiguous(), scale=scale,
+                     **dict(zip(scalar_names, scalar_values)))
     programs["dq"](dQacc=dq_acc.unsqueeze(0), dQ=_rows(dq))
     return dq, dk, dv
+
+
+def _backward_fake(dO, Q, K, V, *options):
+    return Q.new_empty(Q.shape), K.new_empty(K.shape), V.new_empty(V.shape)
 
 
 def _rows(t):
@@ -307,3 +449,8 @@ class _CallableModule(type(__import__("sys"))):
 
 
 __import__("sys").modules[__name__].__class__ = _CallableModule
+
+try:
+    _DEFINED = _define()
+except ImportError:  # no torch: the program texts work, the calls say why they do not
+    _DEFINED = None

@@ -22,7 +22,10 @@ autograd's errors see the op itself.
 The schema and the output shapes are pure functions of the plan (`op_schema`, `output_shapes`),
 testable without PyTorch or a GPU. A tile program (kgen/runtime/program.py's CompiledProgram)
 registers the same way: its outputs are contiguous, their shapes from the inputs' sizes
-(kgen.runtime.program.output_shapes).
+(kgen.runtime.program.output_shapes). `sequence_op` registers a loaded sequence, and
+`function_op` a Python function that launches kernels (kgen.attention_varlen's forward and
+backward: sizes no tensor gives, outputs in FlashAttention's packed layout, the signature an
+argument), each through the same definition (`_register`) and KernelOp.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from .errors import KgenRuntimeError
 from .plan import KernelPlan
 from .runtime.outputs import infer_sizes, inputs_of, output_shapes, outputs_of
 
-__all__ = ["KernelOp", "infer_sizes", "op_schema", "output_shapes", "sequence_op", "torch_op"]
+__all__ = ["KernelOp", "function_op", "infer_sizes", "op_schema", "output_shapes", "sequence_op",
+           "torch_op"]
 
 _TORCH_DTYPE = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32",
                 DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2"}
@@ -182,15 +186,7 @@ def torch_op(kernel, *, name: str | None = None, namespace: str = "kgen"):
                       for p in outputs]
         return values[0] if len(values) == 1 else tuple(values)
 
-    library = _LIBRARIES.get(namespace)
-    if library is None:
-        library = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
-    library.define(op_name + op_schema(plan))
-    library.impl(op_name, run, "CUDA")
-    torch.library.register_fake(qualified, fake, lib=library)
-    _OPS[qualified] = wrapped = KernelOp(kernel, getattr(getattr(torch.ops, namespace), op_name),
-                                         names)
-    return wrapped
+    return _register(namespace, op_name, op_schema(plan), run, fake, kernel, names)
 
 
 def sequence_schema(plan) -> str:
@@ -240,12 +236,42 @@ def sequence_op(sequence, *, name: str | None = None, namespace: str = "kgen"):
                   for b in plan.outputs]
         return values[0] if len(values) == 1 else tuple(values)
 
+    return _register(namespace, op_name, sequence_schema(plan), run, fake, sequence, names)
+
+
+def function_op(function, schema: str, fake, *, name: str, namespace: str = "kgen"):
+    """Register a Python function that launches loaded kernels as
+    `torch.ops.<namespace>.<name>`, as torch_op registers a kernel: `schema` its arguments and
+    results in torch's schema language (`(Tensor Q, int S, str? mod, float[] values) -> (Tensor,
+    Tensor)`), `function` the CUDA implementation, its parameters the schema's arguments in
+    order, called by their names (it allocates and returns the outputs), `fake(*arguments)`
+    the outputs' fake tensors; a KernelOp, whose eager calls go to `function` itself. For a
+    call that binds what the kernels' own ops cannot (sizes no tensor gives, outputs in a
+    layout of the caller's)."""
+    import inspect
+
+    qualified = f"{namespace}::{name}"
+    if qualified in _OPS:
+        return _OPS[qualified]
+    names = tuple(inspect.signature(function).parameters)
+
+    def run(*args):
+        return function(**dict(zip(names, args)))
+
+    return _register(namespace, name, schema, run, fake, function, names)
+
+
+def _register(namespace: str, op_name: str, schema: str, run, fake, call, names):
+    """Define `namespace::op_name` with `schema`: `run` its CUDA implementation, `fake` its
+    fake one; the KernelOp calling `call` eagerly (kept in _OPS)."""
+    import torch
+
     library = _LIBRARIES.get(namespace)
     if library is None:
         library = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")
-    library.define(op_name + sequence_schema(plan))
+    library.define(op_name + schema)
     library.impl(op_name, run, "CUDA")
-    torch.library.register_fake(qualified, fake, lib=library)
-    _OPS[qualified] = wrapped = KernelOp(sequence, getattr(getattr(torch.ops, namespace),
-                                                           op_name), names)
+    torch.library.register_fake(f"{namespace}::{op_name}", fake, lib=library)
+    _OPS[f"{namespace}::{op_name}"] = wrapped = KernelOp(
+        call, getattr(getattr(torch.ops, namespace), op_name), names)
     return wrapped

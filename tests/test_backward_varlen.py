@@ -101,7 +101,8 @@ def test_backward_text_is_the_dense_backward_packed():
     assert f"kernel {name}_dq {{" in text and "sequence" not in text
     main = text[text.index(f"kernel {name}_main"):text.index(f"kernel {name}_dq")]
     assert "  packed T by cu_seqlens_k\n  packed S by cu_seqlens_q\n  loop q over S {" in main
-    assert "pt = where(row <= col + T - S, exp(score - lse[col]), 0)" in main
+    # the forward's bottom-right term, transposed (kgen/attention_grad_mods.py)
+    assert "pt = where(row <= ((col + T) - S), exp(score - lse[col]), 0)" in main
     assert "where" not in av.backward_text(signature(False))
     # the causal and the non-causal backward are two programs
     assert av.backward_name(signature(True)) != av.backward_name(signature(False))
@@ -113,9 +114,12 @@ def test_backward_text_gqa_declares_the_kv_heads():
         assert f"tensor {name} : f16[B, HKV, T, 32] row" in text
 
 
-def test_backward_text_refuses_mods():
-    sig = BackwardSignature("f16", 32, False, "sm_80", mods=Mods(score_mod="score * 2"))
-    with pytest.raises(ArgumentError, match="takes no mods yet"):
+@pytest.mark.parametrize("mods, what", [
+    (Mods(bias="tensor"), "attn_mask"), (Mods(bias="cols"), "attn_mask"),
+    (Mods(vectors=(("w", "head"),)), "vectors"), (Mods(dropout=True), "dropout")])
+def test_backward_text_refuses_the_mods_varlen_has_not(mods, what):
+    sig = BackwardSignature("f16", 32, False, "sm_80", mods=mods)
+    with pytest.raises(ArgumentError, match=f"takes no {what}"):
         av.backward_text(sig)
 
 

@@ -1,0 +1,343 @@
+"""kgen.attention_varlen on the CPU: its backward with the forward's mods (score_mod
+differentiated by kgen, mask_mod, scalars; `row`, `col`, `S`, `T` the sequence's own) written,
+verified and evaluated by the NumPy reference against float64 autograd of a reference attention
+computed document by document; NVRTC builds of the forward and backward with mods against the
+dense programs' spills; and its torch ops (torch.ops.kgen.attention_varlen_fwd / _bwd): their
+schemas, fake implementations (FakeTensorMode, torch.library.opcheck on meta tensors) and a
+torch.compile(fullgraph=True) trace of forward and backward. The GPU runs are
+tests/gpu/test_attention_varlen_mods_gpu.py."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from kgen import attention_varlen as av
+from kgen.attention_grad import BackwardSignature
+from kgen.attention_grad_mods import Mods
+from kgen.errors import ArgumentError, KgenError
+from tests.attention_mods_cases import CASES, Case, reference_attention
+from tests.test_backward_varlen import kernels
+
+torch = pytest.importorskip("torch")
+
+
+def varlen_cases(window: float) -> list[Case]:
+    """The mods kgen.attention_varlen's backward takes, as tests/attention_mods_cases.py's
+    cases (scalars only: varlen takes no vectors nor attn_mask)."""
+    softcap = next(c for c in CASES if c.name == "softcap")
+    return [
+        softcap,
+        Case("alibi_scalar", {"score_mod": "score + slope * (col - row)",
+                              "scalars": {"slope": 0.25}},
+             score=lambda torch, s, r, c, v, k: s + k["slope"] * (c - r)),
+        Case("window", {"mask_mod": "row - col < window", "scalars": {"window": window}},
+             mask=lambda r, c, v, k: r - c < k["window"]),
+    ]
+
+
+def with_causal(case: Case, causal: bool) -> Case:
+    return dataclasses.replace(case, options=dict(case.options, is_causal=causal))
+
+
+def per_document(torch, case: Case, q, k, v, cu_q, cu_k, scale: float):
+    """O [total_q, H, D] and lse [H, total_q] of packed q, k, v [total, H, D] (float64,
+    differentiable), tests/attention_mods_cases.py's reference_attention run document by
+    document (the offsets as lists; a document's queries and keys of one length, so the
+    reference's top-left causal is varlen's bottom-right)."""
+    outs, lses = [], []
+    for b in range(len(cu_q) - 1):
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        o, lse = reference_attention(torch, case, *(x[r].transpose(0, 1)[None] for x, r in
+                                                   ((q, sq), (k, sk), (v, sk))),
+                                     None, {}, scale)
+        outs.append(o[0].transpose(0, 1))
+        lses.append(lse[0])
+    return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+def mods_of(case: Case) -> Mods:
+    o = case.options
+    return Mods(o.get("score_mod"), o.get("mask_mod"), tuple(sorted(o.get("scalars", {}))))
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward's program with mods
+
+
+def test_the_backward_text_differentiates_and_masks_per_sequence():
+    sig = BackwardSignature("bf16", 128, True, "sm_90a", mods=Mods(
+        "cap * tanh(score / cap)", "row - col < 256", ("cap",)))
+    text = av.backward_text(sig)
+    name = av.backward_name(sig)
+    main = text[text.index(f"kernel {name}_main"):text.index(f"kernel {name}_dq")]
+    assert "  packed T by cu_seqlens_k\n  packed S by cu_seqlens_q\n  loop q over S {" in main
+    assert "  scalar cap : f32 = 0\n" in main
+    assert "modded = cap * tanh((score / cap))" in main  # transposed: the forward's own
+    # the forward's bottom-right causal term and the window, in the backward's orientation
+    mask = "(row <= ((col + T) - S)) * ((col - row) < 256.0)"
+    assert f"pt = where({mask}, exp(modded - lse[col]), 0)" in main
+    assert f"dst = where({mask}, pt * (acc - D[col]) * (1.0 - " in main  # kgen's derivative
+    # one program per mod; the plain backward keeps its name
+    assert name != av.backward_name(dataclasses.replace(sig, mods=Mods()))
+    plain = BackwardSignature("bf16", 128, True, "sm_90a")
+    assert av.backward_name(plain) == plain.name.replace("attention_bwd_",
+                                                         "attention_varlen_bwd_")
+
+
+def test_alibi_s_derivative_is_one():
+    sig = BackwardSignature("f16", 64, False, "sm_80", mods=Mods(
+        "score + slope * (col - row)", None, ("slope",)))
+    main = av.backward_text(sig)
+    assert "modded = score + (slope * (row - col))" in main  # row and col swapped
+    assert "dst = pt * (acc - D[col])\n" in main
+    assert av.backward_module(sig).kernels  # verifies
+
+
+def test_a_mistake_in_a_causal_mask_mod_is_located_in_the_mod():
+    sig = BackwardSignature("bf16", 64, True, "sm_80", mods=Mods(None, "row - nope < 3", ()))
+    with pytest.raises(KgenError) as info:
+        av.backward_text(sig)
+    assert info.value.loc.file == "mask_mod" and info.value.loc.col == 7
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", varlen_cases(7.0), ids=lambda c: c.name)
+def test_the_packed_backward_with_mods_evaluates_to_float64_autograd(case, causal):
+    """The three programs (dot, main, dq) by the NumPy reference over documents of 1, 17, 40
+    and 33 tokens against float64 autograd document by document."""
+    import ml_dtypes
+
+    from kgen.reference import evaluate
+
+    case = with_causal(case, causal)
+    lengths, heads, d = (1, 17, 40, 33), 2, 32
+    cu = [0, *np.cumsum(lengths).tolist()]
+    gen = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(cu[-1], heads, d, generator=gen).bfloat16().double()
+                   for _ in range(4))
+    scale = 1 / math.sqrt(d)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out, lse = per_document(torch, case, *leaves, cu, cu, scale)
+    out.backward(do)
+
+    def packed(x):  # [total, H, D] as the programs take it: [H, total, D]
+        return x.detach().transpose(0, 1).numpy().astype(ml_dtypes.bfloat16)
+
+    ks = kernels(BackwardSignature("bf16", d, causal, "sm_80", mods=mods_of(case)))
+    offsets = np.array(cu, np.int32)
+    inputs = dict(Q=packed(q), K=packed(k), V=packed(v), dO=packed(do), cu_seqlens_q=offsets,
+                  cu_seqlens_k=offsets)
+    dot = evaluate(ks["dot"], {"dO": inputs["dO"][None], "O": packed(out)[None]}, {})["D"][0]
+    scalars = dict(case.options.get("scalars", {}), scale=scale)
+    got = evaluate(ks["main"], dict(inputs, lse=lse.detach().numpy().astype(np.float32),
+                                    D=dot), scalars, block=16)
+    dq = evaluate(ks["dq"], {"dQacc": got["dQacc"][None].astype(np.float32)}, {})["dQ"][0]
+    for name, have, leaf in (("dQ", dq, leaves[0]), ("dK", got["dK"], leaves[1]),
+                             ("dV", got["dV"], leaves[2])):
+        have = np.asarray(have, np.float64)
+        want = leaf.grad.transpose(0, 1).numpy()
+        assert have.shape == want.shape and np.isfinite(have).all(), name
+        err = np.abs(have - want).max()
+        assert err <= 0.02 * max(1.0, np.abs(want).max()), (name, err)
+
+
+# the builds' spill stores (bytes) measured above the dense program's 0 (NVRTC 13.5, bf16, D 128):
+# the causal window's two bounds over packed sequences on sm_90a
+SPILLS_OVER_DENSE = {("sm_90a", "window", True): 4}
+# where the dense backward spills (softcap: sm_90a 200 B, sm_80 8 B), the packed one's ceiling
+# (measured sm_90a 220 B, sm_80 108 B)
+SPILL_CEILING = 256
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", varlen_cases(256.0), ids=lambda c: c.name)
+def test_nvrtc_builds_with_mods_spill_as_the_dense_programs(case, causal, arch):
+    """The forward and the backward's main kernel with the mods, packed and dense, compiled by
+    NVRTC: no spill where the dense one has none (SPILLS_OVER_DENSE: the one measured
+    exception)."""
+    from kgen import attention as dense
+    from kgen.api import build_verified
+    from kgen.attention_grad import backward_module
+    from kgen.runtime.nvrtc import compile_cubin
+
+    def spills(kernel) -> int:
+        built = build_verified(kernel, arch)
+        return compile_cubin(built.source, built.plan.name, arch).resources().get(
+            "spill_stores", 0)
+
+    m = mods_of(case)
+    fsig = dense.Signature("bf16", 128, 128, causal, m.score_mod, m.mask_mod, m.scalars, arch)
+    assert spills(dense.program(fsig)) == 0 and spills(av.program(fsig)) == 0
+    sig = BackwardSignature("bf16", 128, causal, arch, mods=m)
+    packed = kernels(sig)
+    main = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
+    dense_spills, packed_spills = spills(main), spills(packed["main"])
+    if dense_spills == 0:
+        assert packed_spills <= SPILLS_OVER_DENSE.get((arch, case.name, causal), 0)
+    else:
+        assert packed_spills <= SPILL_CEILING
+    assert spills(packed["dot"]) == spills(packed["dq"]) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The torch ops
+
+
+def _meta(total_q=100, total_k=60, heads=4, kv_heads=4, d=64, d_v=64, device="meta"):
+    q = torch.empty(total_q, heads, d, dtype=torch.bfloat16, device=device)
+    k = torch.empty(total_k, kv_heads, d, dtype=torch.bfloat16, device=device)
+    v = torch.empty(total_k, kv_heads, d_v, dtype=torch.bfloat16, device=device)
+    cu_q, cu_k = (torch.empty(3, dtype=torch.int32, device=device) for _ in range(2))
+    return q, k, v, cu_q, cu_k
+
+
+SOFTCAP = dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0})
+
+
+def test_the_ops_schemas():
+    fwd, bwd = torch.ops.kgen.attention_varlen_fwd, torch.ops.kgen.attention_varlen_bwd
+    assert str(fwd.default._schema) == "kgen::attention_varlen_fwd" + av.FORWARD_SCHEMA
+    assert str(bwd.default._schema) == "kgen::attention_varlen_bwd" + av.BACKWARD_SCHEMA
+    for op, registered in zip(av._ops(), (fwd, bwd)):
+        assert op.op is registered
+        # the implementation's parameters, by which the eager call names the arguments
+        assert op._names == tuple(a.name for a in registered.default._schema.arguments)
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd"])
+def test_opcheck_on_meta_tensors(op):
+    """torch.library.opcheck: the schema, the fake implementation under dynamic shapes
+    (aot_dispatch_dynamic) and no autograd registration on the op itself (the Function's)."""
+    q, k, v, cu_q, cu_k = _meta(kv_heads=2)
+    options = (64, 64, 0.125, True, SOFTCAP["score_mod"], "row - col < 256", ["cap"], [30.0],
+               "sm_90a")
+    if op == "fwd":
+        args = (q, k, v, cu_q, cu_k, *options)
+    else:
+        out, lse = torch.ops.kgen.attention_varlen_fwd(q, k, v, cu_q, cu_k, *options)
+        args = (out, q, k, v, out, lse, cu_q, cu_k, *options, False)
+    result = torch.library.opcheck(getattr(torch.ops.kgen, f"attention_varlen_{op}"), args)
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_fake_tensors_give_the_outputs_layouts():
+    """FakeTensorMode (no GPU): on CUDA tensors O [total_q, H, D_v] contiguous and lse [H,
+    total_q] f32; through autograd (meta tensors: the engine wants no CUDA stream) dQ, dK, dV
+    of q's, k's and v's shapes, contiguous."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q, k, v, cu_q, cu_k = _meta(kv_heads=2, d_v=32, device="cuda")
+        out, lse = av.attention_varlen(q, k, v, cu_q, cu_k, 70, 40, is_causal=True,
+                                       return_lse=True, arch="sm_90a", **SOFTCAP)
+        assert out.shape == (100, 4, 32) and out.is_contiguous() and out.dtype == q.dtype
+        assert lse.shape == (4, 100) and lse.dtype == torch.float32 and lse.is_contiguous()
+        q, k, v, cu_q, cu_k = _meta(kv_heads=4)
+        leaves = [x.requires_grad_() for x in (q, k, v)]
+        out = av.attention_varlen(*leaves, cu_q, cu_q, 70, 70, is_causal=True, arch="sm_90a",
+                                  mask_mod="row - col < 256")
+        assert type(out.grad_fn).__name__ == "VarlenFunctionBackward"
+        out.sum().backward()
+        for leaf in leaves:
+            assert leaf.grad.shape == leaf.shape and leaf.grad.is_contiguous()
+
+
+@pytest.mark.parametrize("same_offsets", [False, True], ids=["two-offsets", "one-offsets"])
+def test_torch_compile_traces_forward_and_backward_in_one_graph(same_offsets):
+    """torch.compile(fullgraph=True) of a training step (meta tensors: the ops' fake
+    implementations run, no kernel): no graph break, the forward graph calls the forward op and
+    the backward graph the backward op."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from kgen.attention_varlen import attention_varlen
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return make_boxed_func(gm.forward)
+
+    def step(q, k, v, cu_q, cu_k):
+        out = attention_varlen(q, k, v, cu_q, cu_k, 70, 70, is_causal=True, arch="sm_90a",
+                               **SOFTCAP)
+        return out.float().square().sum()
+
+    q, k, v, cu_q, cu_k = _meta()
+    cu_k = cu_q if same_offsets else cu_k
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True,
+                             backend=aot_autograd(fw_compiler=record, bw_compiler=record))
+    compiled(*leaves, cu_q, cu_k).backward()
+    assert len(graphs) == 2
+    assert "kgen.attention_varlen_fwd.default" in graphs[0]
+    assert "kgen.attention_varlen_bwd.default" in graphs[1]
+    assert all(leaf.grad.shape == leaf.shape for leaf in leaves)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(kv_heads=2, mods=SOFTCAP), "does not take score_mod, mask_mod or scalars with GQA"),
+    (dict(d_v=32), "needs v's head dim"),
+    (dict(mods=dict(score_mod="score * dK", scalars={"dK": 2.0})), "'dK' is a name of"),
+])
+def test_the_backward_refuses_what_it_does_not_take(change, message):
+    q, k, v, cu_q, cu_k = _meta(kv_heads=change.get("kv_heads", 4), d_v=change.get("d_v", 64))
+    q.requires_grad_()
+    with pytest.raises(ArgumentError, match=message):
+        av.attention_varlen(q, k, v, cu_q, cu_k, 70, 70, arch="sm_90a",
+                            **change.get("mods", {}))
+
+
+@pytest.fixture
+def cpu_stand_ins():
+    """CPU implementations of the two ops standing in for the kernels (for this test only): the
+    forward's O all 1, the backward's dQ, dK, dV all 2, 3, 4; each call's options recorded."""
+    calls = []
+
+    def forward(q, k, v, cu_q, cu_k, *options):
+        calls.append(("fwd", *options))
+        return (q.new_full((q.shape[0], q.shape[1], v.shape[-1]), 1.0),
+                q.new_zeros((q.shape[1], q.shape[0]), dtype=torch.float32))
+
+    def backward(do, q, k, v, out, lse, cu_q, cu_k, *options):
+        calls.append(("bwd", *options))
+        return q.new_full(q.shape, 2.0), k.new_full(k.shape, 3.0), v.new_full(v.shape, 4.0)
+
+    library = torch.library.Library("kgen", "IMPL")
+    library.impl("attention_varlen_fwd", forward, "CPU")
+    library.impl("attention_varlen_bwd", backward, "CPU")
+    yield calls
+    del library  # its registrations go with it
+
+
+def test_inductor_compiles_a_training_step_to_the_two_ops(cpu_stand_ins):
+    """torch.compile(fullgraph=True) with the default backend (inductor) on CPU tensors, the
+    ops' CPU stand-ins run: each call's options reach the ops as given, a second batch of other
+    lengths recompiles, the gradients are the backward op's."""
+    from kgen.attention_varlen import attention_varlen
+
+    def step(q, k, v, cu, longest):
+        return attention_varlen(q, k, v, cu, cu, longest, longest, is_causal=True,
+                                mask_mod="row - col < 256", deterministic=True, arch="sm_90a",
+                                **SOFTCAP)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    for total, longest in ((100, 40), (130, 70)):
+        leaves = [torch.randn(total, 4, 64, dtype=torch.bfloat16).requires_grad_()
+                  for _ in range(3)]
+        cu = torch.tensor([0, 30, total], dtype=torch.int32)
+        out = compiled(*leaves, cu, longest)
+        out.float().sum().backward()
+        assert out.shape == (total, 4, 64) and bool((out == 1).all())
+        for leaf, value in zip(leaves, (2, 3, 4)):
+            assert bool((leaf.grad == value).all())
+        options = (longest, longest, 0.125, True, SOFTCAP["score_mod"], "row - col < 256",
+                   ["cap"], [30.0], "sm_90a")
+        assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, True)]
