@@ -64,5 +64,9 @@ def compiled():
         from torch.nn.attention.flex_attention import flex_attention
 
         torch._dynamo.config.recompile_limit = 64
+        # the benches time the backward by torch.autograd.grad(retain_graph=True) of a saved
+        # graph; a compiled backward with donated buffers refuses that (seen with ALiBi's
+        # captured slopes: "compiled with non-empty donated buffers")
+        torch._functorch.config.donated_buffer = False
         _COMPILED = torch.compile(flex_attention)
     return _COMPILED
