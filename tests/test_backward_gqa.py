@@ -199,11 +199,8 @@ def test_deterministic_plan_semaphores_and_zeroing(arch, tile, gqa):
     assert "p.add_order == nullptr" in src
     if plan.wgmma is not None:  # the add warp's adds complete before its release
         release = src.index("release_order(p.add_order")
-        # the block before released once at most this block's adds are pending, the last
-        # after the loop's final wait; the staging freed once read (the consumers stage the
-        # next block meanwhile)
-        assert "bulk_group_wait_prior();\n          __threadfence();\n          release_order" in src
-        assert "cp.async.bulk.wait_group 1;" in src
+        assert "bulk_group_wait();\n          __threadfence();\n          release_order" in src
+        # the staging freed once read (the consumers stage the next block meanwhile)
         assert src.rindex("named_barrier_arrive(kAddFree", 0, release) > \
             src.rindex("bulk_group_wait_read();", 0, release)
 
