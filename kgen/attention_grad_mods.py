@@ -255,9 +255,11 @@ def bias_transposed(mask, q, k):
 def bias_gradient(dbias_t, mask):
     """The gradient of attn_mask from the backward's dBiasT [B, H, T, S]: transposed, summed
     over the dims attn_mask broadcasts, in its shape and dtype."""
+    import torch
+
     grad = dbias_t.transpose(-1, -2)
     shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
     dims = tuple(d for d in range(4) if shape[d] == 1 and grad.shape[d] != 1)
-    if dims:
-        grad = grad.float().sum(dim=dims, keepdim=True)
+    if dims:  # summed in f32 (no f32 copy of the whole gradient first)
+        grad = grad.sum(dim=dims, keepdim=True, dtype=torch.float32)
     return grad.reshape(mask.shape).to(mask.dtype)
