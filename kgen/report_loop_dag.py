@@ -182,6 +182,7 @@ def _wgmma_tile(t: pp.WgmmaTile, role: str) -> dict[str, Any]:
 
 
 def print_summary(console, s: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(f"[bold]{s['name']}[/bold]  {s['arch']}  a loop over a DAG of gemms  "
@@ -204,9 +205,9 @@ def print_summary(console, s: dict) -> None:
     if s.get("deterministic"):
         console.print(f"deterministic: {s['deterministic']['value']} "
                       f"({s['deterministic']['why']})")
-    bounds = s["loop_bounds"]
-    console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
-                  f"({bounds['why']})")
+    bounds = s["loop_bounds"]  # (escaped: an equality's `kd[row]` is no rich markup)
+    console.print(escape(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
+                         f"({bounds['why']})"))
     console.print(f"loop over {s['loop']['dim']}: blocks of {s['loop']['block']}, "
                   f"{s['loop']['stages']} ring slot(s); zeroed before the kernel: "
                   + (", ".join(s["zeroed"]) or "none"))

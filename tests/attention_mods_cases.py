@@ -23,9 +23,24 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
-def _doc_ids(torch, gen, n, docs):
+def _doc_ids(torch, gen, n, docs, labels=None):
+    """Ids of `docs` runs of random lengths (some empty), sorted 0, 1, ..., or the run's entry
+    of `labels` (unsorted ids; a label given twice repeats a document in two runs)."""
     cuts = torch.sort(torch.randint(0, max(n, 1), (docs - 1,), generator=gen)).values
-    return torch.bucketize(torch.arange(n), cuts, right=True).double()
+    runs = torch.bucketize(torch.arange(n), cuts, right=True)
+    return (runs if labels is None else labels[runs]).double()
+
+
+def _doc_mask(r, c, v, k):
+    return v["qd"][:, None, :, None] == v["kd"][:, None, None, :]
+
+
+def _doc_vectors(ids):
+    """A document case's qd [B, S] and kd [B, T] from ids(torch, gen, n, docs)."""
+    return lambda torch, gen, b, h, s, t: {
+        "qd": torch.stack([ids(torch, gen, s, 3) for _ in range(b)]),
+        # one more document among the keys: some queries keep no key
+        "kd": torch.stack([ids(torch, gen, t, 4) for _ in range(b)])}
 
 
 CASES = [
@@ -41,12 +56,21 @@ CASES = [
          mask=lambda r, c, v, k: c > r - k["window"]),
     Case("causal_bottom_right", {"mask_mod": "col <= row + T - S"},
          mask=lambda r, c, v, k: c <= r + k["T"] - k["S"]),
-    Case("document", {"mask_mod": "qd[row] == kd[col]"},
-         mask=lambda r, c, v, k: v["qd"][:, None, :, None] == v["kd"][:, None, None, :],
-         vectors=lambda torch, gen, b, h, s, t: {
-             "qd": torch.stack([_doc_ids(torch, gen, s, 3) for _ in range(b)]),
-             # one more document among the keys: some queries keep no key
-             "kd": torch.stack([_doc_ids(torch, gen, t, 4) for _ in range(b)])}),
+    Case("document", {"mask_mod": "qd[row] == kd[col]"}, mask=_doc_mask,
+         vectors=_doc_vectors(_doc_ids)),
+    # the backward scans each tile of keys' id range (kgen/lower/loop_dag.py _bounds): ids not
+    # sorted (the runs' labels shuffled), repeated (a document in runs apart: the range's
+    # blocks between are visited, masked), and one per element (no block inside)
+    Case("document_unsorted", {"mask_mod": "qd[row] == kd[col]"}, mask=_doc_mask,
+         vectors=_doc_vectors(lambda torch, gen, n, docs: _doc_ids(
+             torch, gen, n, 2 * docs, torch.randperm(2 * docs, generator=gen)))),
+    Case("document_repeating", {"mask_mod": "qd[row] == kd[col]", "is_causal": True},
+         mask=_doc_mask,
+         vectors=_doc_vectors(lambda torch, gen, n, docs: _doc_ids(
+             torch, gen, n, 3 * docs, torch.randint(0, docs, (3 * docs,), generator=gen)))),
+    Case("document_scattered", {"mask_mod": "qd[row] == kd[col]"}, mask=_doc_mask,
+         vectors=_doc_vectors(lambda torch, gen, n, docs: torch.randint(
+             0, docs + 3, (n,), generator=gen).double())),
     # a score_mod of -inf: the first queries keep no key (lse -inf), through the mod alone
     Case("score_mod_inf", {"score_mod": "where(col <= row - 3, score, -inf)"},
          score=lambda torch, s, r, c, v, k: torch.where(c <= r - 3, s, float("-inf"))),

@@ -294,3 +294,63 @@ def test_dropout_s_four_elements_share_a_philox_call_in_the_ptx():
     (main,) = [p for p in built.plans if p.name.endswith("_main")]
     ptx = compile_ptx(built.source, main.name, "sm_90a")
     assert ptx.count("mul.hi.u32") <= 400, ptx.count("mul.hi.u32")
+
+
+# ---------------------------------------------------------------------------------------------
+# A document mask's blocks: the forward's equality bound, transposed (kd[row] == qd[col])
+
+DOCUMENT = dict(mask_mod="qd[row] == kd[col]", vectors=(("kd", "col"), ("qd", "row")))
+
+
+def _document_main(arch, causal=False, d=128, **options):
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.attention_grad_mods import Mods
+    from kgen.sequence import build_sequence
+
+    module = backward_module(BackwardSignature("bf16", d, causal, arch, mods=Mods(**DOCUMENT),
+                                               **options))
+    built = build_sequence(module, module.sequences[0], arch)
+    (main,) = [p for p in built.plans if p.name.endswith("_main")]
+    return main, built.source
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_document_mask_s_backward_scans_each_tile_of_keys(arch):
+    from kgen.plan import program as pp
+    from kgen.report_loop_dag import summary as loop_dag_summary
+
+    main, source = _document_main(arch)
+    assert main.bounds.equalities == (pp.EqualBound("kd", "qd"),) and main.bounds.fold
+    assert "__shared__ int scan[5];" in source and "g_qd[c]" in source
+    summary = loop_dag_summary(main)
+    assert summary["loop_bounds"]["bounds"] == ["kd[row] == qd[col] (scanned per tile)"]
+    if arch == "sm_90a":  # every thread scans, before the roles split (setmaxnreg)
+        assert (main.wgmma.fast_body and
+                source.index("__shared__ int scan[5];") < source.index("setmaxnreg_dec<"))
+    causal, _ = _document_main(arch, causal=True)
+    assert len(causal.bounds.bounds) == 1 and causal.bounds.equalities == main.bounds.equalities
+
+
+@pytest.mark.parametrize("options", [dict(deterministic=True), dict(gqa=True)],
+                         ids=["deterministic", "gqa"])
+def test_a_document_mask_runs_every_block_where_the_equality_is_refused(options):
+    from kgen.lower.loop_dag import DETERMINISTIC_EQUALITY_WHY, GQA_EQUALITY_WHY
+
+    for arch in ("sm_80", "sm_90a"):
+        main, source = _document_main(arch, **options)
+        assert not main.bounds.skips and "scan[5]" not in source
+        why = DETERMINISTIC_EQUALITY_WHY if options.get("deterministic") else GQA_EQUALITY_WHY
+        assert why in main.bounds.why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_document_mask_s_backward_compiles_without_spills(arch):
+    """As the plain causal backward (0 B on both skeletons, NVRTC 13.5, D 64 and 128; sm_90a's
+    D 256 split layout 0 B too)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    for d, causal in ((64, False), (128, False), (128, True)):
+        main, source = _document_main(arch, causal, d)
+        result = compile_cubin(source, main.name, arch)
+        assert result.spill_stores == 0 and result.spill_loads == 0, (d, causal)

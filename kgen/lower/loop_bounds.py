@@ -112,7 +112,8 @@ def _is_mask(values, v: pp.Value) -> bool:
 def _conjunction(values, index: int, equalities: bool = False):
     """(bounds, predicate ids) of a conjunction of comparisons, or why it is not one; with
     `equalities`, an equality of a row and a column vector is a bound (pp.EqualBound, which
-    only the forward's skeletons scan), else a predicate not linear."""
+    the loop skeletons scan: templates/common/loop_bounds.inc.j2), else a predicate not
+    linear."""
     kind = values[index].kind
     if isinstance(kind, dag.Apply) and kind.op in (Op.MUL, Op.MIN) or (
             isinstance(kind, dag.Apply) and kind.op is Op.WHERE

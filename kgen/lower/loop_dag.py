@@ -260,7 +260,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         from ..targets.sm90.loop_dag_schedule import staged_store
 
         zeroed_stores = staged_store(body_section, params, dtype, gqa, wgmma_split)
-    bounds = _bounds(body_section, gemms, zeroed_stores)
+    bounds = _bounds(body_section, gemms, zeroed_stores,
+                     _equalities_refused(kernel, gqa))
     if gqa:
         _check_gqa(kernel, body_section, tail.section())
     deterministic = _deterministic(kernel, loop, bounds, gemms)
@@ -277,7 +278,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                           bounds.skips, gqa=gqa, ordered=deterministic is not None,
                           add_to=adds[0] if len(adds) == 1 else None, body=body_section,
                           gemms=tuple(gemms), params=params, smem_limit=tgt.smem_limit,
-                          packed=bool(packed))
+                          packed=bool(packed), linear=bool(bounds.bounds))
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
@@ -471,22 +472,33 @@ _FINITE = "finite"  # finite, not known when compiling
 
 
 def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
-            zeroed_stores: frozenset[str] = frozenset()) -> pp.LoopBounds:
+            zeroed_stores: frozenset[str] = frozenset(),
+            no_equalities=None) -> pp.LoopBounds:
     """The blocks the loop skips; a tile output's store allows none unless the skeleton
     writes its zeros on the skipped blocks (`zeroed_stores`: outputs whose stored value is a
-    staged one, so 0 there as _zero_on_masked proves)."""
+    staged one, so 0 there as _zero_on_masked proves). An equality of a row and a column
+    vector (`kd[row] == qd[col]`, a document mask) is a bound as in the forward (pp.EqualBound,
+    scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless
+    `no_equalities(bound)` says why not (_equalities_refused): then a predicate not linear."""
     values = body.values
     masks = [v for v in values if isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.WHERE
              and isinstance(values[v.kind.args[2]].kind, dag.Constant)
              and values[v.kind.args[2]].kind.value == 0.0 and v.rank is Rank.TILE]
-    bounds: list[pp.ColumnBound] = []
+    bounds: list[pp.ColumnBound | pp.EqualBound] = []
     fold: list[int] = []  # the predicates that read 1 in a block inside the mask
     refused: list[str] = []
     for mask in masks:
-        found = loop_bounds._conjunction(values, mask.kind.args[0])
+        found = loop_bounds._conjunction(values, mask.kind.args[0], equalities=True)
         text = loop_bounds._text(values, mask.id)
+        equal = [b for b in (() if isinstance(found, str) else found[0])
+                 if isinstance(b, pp.EqualBound)]
+        why_not = next((w for w in map(no_equalities, equal) if w is not None), None) \
+            if no_equalities is not None else None
+        if why_not is not None:  # derived again with the equality a predicate not linear
+            refused.append(f"`{text}`'s equality: {why_not}")
+            found = loop_bounds._conjunction(values, mask.kind.args[0])
         if isinstance(found, str):
-            refused.append(f"`{text}`: {found}")
+            refused += [] if why_not is not None else [f"`{text}`: {found}"]
             continue
         problem = _zero_on_masked(body, gemms, mask.id)
         if problem is not None:
@@ -505,15 +517,44 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
         return pp.LoopBounds((), (), "every block runs: " + ("; ".join(refused) or
                                                             "no value where(P, e, 0) masks "
                                                             "the tile"))
-    why = (f"blocks whose every element the mask zeroes are skipped ({len(bounds)} bound"
-           f"{'s' if len(bounds) > 1 else ''} on col): they add nothing; inside the mask its "
-           "predicate is known true")
+    linear = tuple(b for b in bounds if isinstance(b, pp.ColumnBound))
+    equal = tuple(b for b in bounds if isinstance(b, pp.EqualBound))
+    parts = [f"{len(linear)} bound{'s' if len(linear) > 1 else ''} on col"] if linear else []
+    parts += [f"{b.row_vector}[row] == {b.col_vector}[col], its columns scanned per tile of "
+              "rows" for b in equal]
+    why = (f"blocks whose every element the mask zeroes are skipped ({'; '.join(parts)}): "
+           "they add nothing; inside the mask its predicate is known true")
     if zeroed:
         why += (f"; '{zeroed[0]}' (the staged value, 0 there) written as zeros on the skipped "
                 "blocks")
     if refused:
         why += "; not used: " + "; ".join(refused)
-    return pp.LoopBounds(tuple(bounds), tuple(fold), why)
+    return pp.LoopBounds(linear, tuple(fold), why, equal)
+
+
+# why deterministic mode takes no equality as a bound
+DETERMINISTIC_EQUALITY_WHY = (
+    "deterministic adds chain the tiles of rows visiting a block, each waiting for the one "
+    "before, which needs those tiles to be one run; the blocks an equality leaves follow the "
+    "ids (unsorted or repeating documents: a block visited by tiles 0 and 2, not 1), so its "
+    "blocks are all visited there")
+
+
+# why GQA takes no equality as a bound
+GQA_EQUALITY_WHY = (
+    "GQA: a CTA's blocks are one range for every query head of its group, the ids of "
+    "kgen.attention's backward have the query heads, and with the KV heads' ids the sm_90a "
+    "build spilled (4 B, NVRTC 13.5): not yet")
+
+
+def _equalities_refused(kernel: ir.Kernel, gqa: bool):
+    """Why an equality (pp.EqualBound) is no bound of this loop, as a function of it (None:
+    one): DETERMINISTIC_EQUALITY_WHY, GQA_EQUALITY_WHY."""
+    def why(b: pp.EqualBound) -> str | None:
+        if kernel.deterministic:
+            return DETERMINISTIC_EQUALITY_WHY
+        return GQA_EQUALITY_WHY if gqa else None
+    return why
 
 
 def _zero_on_masked(body: pp.Section, gemms: list[ld.DagGemm], mask: int) -> str | None:

@@ -110,6 +110,13 @@ DAG_WGMMA_LPT_WHY = (
     "(FlashAttention-3's backward LPT order); in sections of pairs whose streamed tiles fit "
     "32 MiB of L2 (50 MiB on an H100/H200), so that a section's CTAs share them there "
     "(measured 1.06x at D 128 causal)")
+# The longest-first order ranks the tiles of rows by the linear bounds (a low tile of rows
+# visits the most blocks); where only an equality skips blocks (a document mask: the blocks a
+# tile visits follow the ids) no rank holds, and the grid's order stays, as before the equality
+# was a bound (not measured against the sections' order).
+DAG_WGMMA_LPT_EQUALITY_WHY = (
+    "the grid's order: the longest-first order ranks the tiles of rows by a linear mask's "
+    "bounds; the blocks an equality (a document mask) leaves a tile follow the ids")
 
 
 def dag_wgmma_overlap_why(n: int, ahead: bool, wait: bool, defer: bool,

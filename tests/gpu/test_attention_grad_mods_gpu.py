@@ -4,7 +4,9 @@ causal bottom-right, document masks, an additive bias with its gradient, a bool 
 one row per key), dQ, dK, dV (and the bias's gradient) against float64 autograd of a reference
 attention with the same terms, at ragged lengths (1, 17, 1000, 4097; queries that keep no key
 included), on the sm_90a target (the wgmma skeleton on a Hopper GPU) and the sm_80 one (the
-mma.sync skeleton)."""
+mma.sync skeleton). Document masks (sorted, unsorted, repeating and scattered ids: the backward
+scans each tile of keys' id range and skips the query blocks outside) also at head dim 128 and in
+deterministic mode (every block visited there; two runs, the same bits)."""
 from __future__ import annotations
 
 import math
@@ -39,7 +41,34 @@ def test_the_bias_gradient_at_head_dim_128(case, s, t, monkeypatch):
     _check(case, s, t, "device", monkeypatch, 128)
 
 
-def _check(case, s, t, arch, monkeypatch, d):
+DOCUMENT_CASES = [c for c in CASES if c.name.startswith("document")]
+DOCUMENT_LENGTHS = [(1000, 1000), (304, 4097), (4097, 1000)]
+
+
+@pytest.mark.parametrize("arch", ["device", "sm_80"])
+@pytest.mark.parametrize("s, t", DOCUMENT_LENGTHS, ids=[f"S{s}-T{t}" for s, t in
+                                                        DOCUMENT_LENGTHS])
+@pytest.mark.parametrize("case", DOCUMENT_CASES, ids=[c.name for c in DOCUMENT_CASES])
+def test_document_masks_at_head_dim_128(case, s, t, arch, monkeypatch):
+    """The backward's equality bound at D 128 (the sm_90a skeleton's plain layout, its fast
+    body inside one document)."""
+    _check(case, s, t, arch, monkeypatch, 128)
+
+
+@pytest.mark.parametrize("arch", ["device", "sm_80"])
+@pytest.mark.parametrize("case", DOCUMENT_CASES, ids=[c.name for c in DOCUMENT_CASES])
+def test_document_masks_in_deterministic_mode_give_the_same_bits(case, arch, monkeypatch):
+    """Deterministic mode takes no equality (kgen/lower/loop_dag.py DETERMINISTIC_EQUALITY_WHY):
+    every block visited, dQ's adds ordered; right and bit-identical run to run."""
+    torch = cuda_torch()
+    runs = [_check(case, 1000, 1000, arch, monkeypatch, 64, deterministic=True)
+            for _ in range(2)]
+    for first, second in zip(*runs):
+        assert torch.equal(first, second)
+
+
+def _check(case, s, t, arch, monkeypatch, d, deterministic=None):
+    """Checks one case's O and gradients against float64 autograd; returns dQ, dK, dV."""
     torch = cuda_torch()
     import kgen
     from kgen import attention as forward
@@ -57,6 +86,8 @@ def _check(case, s, t, arch, monkeypatch, d):
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     bias_leaf = bias.clone().requires_grad_() if case.bias_grad else bias
     options = dict(case.options, vectors=vectors or None)
+    if deterministic is not None:
+        options["deterministic"] = deterministic
     if case.bias_grad and s % 8:
         from kgen.errors import ArgumentError
 
@@ -79,6 +110,7 @@ def _check(case, s, t, arch, monkeypatch, d):
     if case.bias_grad:
         assert bias_leaf.grad.shape == bias.shape
         close(bias_leaf.grad, ref_bias.grad, 3e-2, "dBias")
+    return [x.grad for x in leaves]
 
 
 @pytest.mark.parametrize("arch", ["device", "sm_80"])

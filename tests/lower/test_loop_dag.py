@@ -276,3 +276,89 @@ def test_deterministic_adds_are_the_add_warps():
     assert with_adds(plan, "rows").adders == 8
     with pytest.raises(ValueError, match="deterministic"):
         with_adds(plan, "tensor")
+
+
+# ---------------------------------------------------------------------------------------------
+# A document mask: the equality of a row and a column vector, scanned per tile of keys
+
+DOC = "where(kd[row] == qd[col], exp(scale * acc - lse[col]), 0)"
+
+
+def document(mask: str = DOC, arch: str = "sm_80", heads: str = "H",
+             kv_vectors: bool = False) -> str:
+    """examples/attention_bwd.kg with `mask`, the ids kd [B, H, T] (or the KV heads') and qd."""
+    kv = heads != "H"
+    text = variant(mask=mask).replace("target sm_80", f"target {arch}")
+    text = text.replace("  vector D : f32[B, H, S]",
+                        f"  vector kd : f32[B, {heads if kv_vectors else 'H'}, T]\n"
+                        f"  vector qd : f32[B, {heads if kv_vectors else 'H'}, S]\n"
+                        "  vector D : f32[B, H, S]")
+    if kv:
+        for name in ("K", "V", "dK", "dV"):
+            text = text.replace(f"tensor {name} : bf16[B, H, T", f"tensor {name} : bf16[B, "
+                                f"{heads}, T")
+    return text
+
+
+@pytest.mark.parametrize("arch", [None, ir.Arch.SM90A], ids=["sm_80", "sm_90a"])
+def test_a_document_mask_is_an_equality_bound_folded_inside(arch):
+    plan = plan_of(document(), arch)
+    bounds = plan.bounds
+    assert bounds.skips and bounds.bounds == ()
+    assert bounds.equalities == (pp.EqualBound("kd", "qd"),)
+    (folded,) = bounds.fold  # the equality reads 1 in a block inside the mask
+    assert plan.body.values[folded].kind.op is ir.Op.EQ
+    assert "kd[row] == qd[col], its columns scanned per tile of rows" in bounds.why
+    if arch is not None:
+        w = plan.wgmma
+        assert w.fast_body and w.lpt_l2_bytes is None  # ids, not the tile's index, rank it
+        assert "a document mask" in w.lpt_why
+
+
+@pytest.mark.parametrize("mask", [
+    "where((row <= col) * (qd[col] == kd[row]), exp(scale * acc - lse[col]), 0)",
+    "where(row <= col, where(kd[row] == qd[col], exp(scale * acc - lse[col]), 0), 0)"])
+def test_a_causal_document_mask_keeps_both_bounds(mask):
+    plan = plan_of(document(mask, "sm_90a"))
+    (b,) = plan.bounds.bounds
+    assert not b.upper and b.slope == 1
+    assert plan.bounds.equalities == (pp.EqualBound("kd", "qd"),)
+    assert plan.wgmma.lpt_l2_bytes is not None  # the linear bound ranks the tiles
+
+
+def test_deterministic_mode_takes_no_equality_and_says_why():
+    from kgen.lower.loop_dag import DETERMINISTIC_EQUALITY_WHY
+
+    for arch in ("sm_80", "sm_90a"):
+        text = document(arch=arch).replace("kernel attention_bwd {\n",
+                                           "kernel attention_bwd {\n  reductions deterministic\n")
+        bounds = plan_of(text).bounds
+        assert not bounds.skips and bounds.fold == ()
+        assert bounds.why.startswith("every block runs: ")
+        assert DETERMINISTIC_EQUALITY_WHY in bounds.why
+        # a causal term's linear bound stays
+        causal = text.replace(DOC, "where((row <= col) * (kd[row] == qd[col]), "
+                                   "exp(scale * acc - lse[col]), 0)")
+        bounds = plan_of(causal).bounds
+        assert len(bounds.bounds) == 1 and bounds.equalities == ()
+        assert DETERMINISTIC_EQUALITY_WHY in bounds.why
+
+
+def test_gqa_takes_no_equality_and_says_why():
+    from kgen.lower.loop_dag import GQA_EQUALITY_WHY
+
+    for kv_vectors in (False, True):
+        bounds = plan_of(document(heads="HKV", kv_vectors=kv_vectors)).bounds
+        assert not bounds.skips and GQA_EQUALITY_WHY in bounds.why
+
+
+@pytest.mark.parametrize("arch", [None, ir.Arch.SM90A], ids=["sm_80", "sm_90a"])
+def test_packed_sequences_take_the_equality(arch):
+    text = (ROOT / "examples" / "attention_bwd_varlen.kg").read_text().replace(
+        "  vector D : f32[B, H, S]",
+        "  vector kd : f32[B, H, T]\n  vector qd : f32[B, H, S]\n  vector D : f32[B, H, S]")
+    text = text.replace("where(row <= col + T - S, ",
+                        "where((row <= col + T - S) * (kd[row] == qd[col]), ")
+    plan = plan_of(text, arch)
+    assert plan.packed and len(plan.bounds.bounds) == 1
+    assert plan.bounds.equalities == (pp.EqualBound("kd", "qd"),)

@@ -27,6 +27,8 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         return common_dag.emit(plan, source_name=source_name, source_hash=source_hash,
                                command=command)
     w = plan.wgmma
+    assert not (plan.deterministic and plan.bounds.equalities), \
+        "deterministic mode's bounds of the tile before are one thread's: no equality's scan"
     if not w.fast_body and plan.bounds.fold:  # one body for every block: the predicates read
         plan = dataclasses.replace(plan, bounds=dataclasses.replace(
             plan.bounds, fold=(), why=plan.bounds.why.replace(

@@ -23,7 +23,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               ordered: bool = False, add_to: str | None = None,
               body: pp.Section | None = None, gemms: tuple[ld.DagGemm, ...] = (),
               params: tuple[pp.ProgramParam, ...] = (), smem_limit: int = 0,
-              packed: bool = False) -> ld.DagWgmma:
+              packed: bool = False, linear: bool | None = None) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
@@ -37,7 +37,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     reads at (row, col) staged, a score gemm's tile store of the staged value stored from it:
     dag_wgmma_rules), `smem_limit` the target's shared memory (how many slots the staged
     tensor's ring takes); `packed`: packed sequences (a tile's length is its sequence's,
-    unknown before the offsets are read: the grid's order; dQ's adds by rows)."""
+    unknown before the offsets are read: the grid's order; dQ's adds by rows); `linear`: the
+    skipped blocks follow linear bounds (the longest-first order ranks the tiles by them; an
+    equality's follow the ids: dag_wgmma_rules.DAG_WGMMA_LPT_EQUALITY_WHY), `skips` if None."""
+    linear = skips if linear is None else linear
     split = schedule_rules.dag_wgmma_split(shape, loop_rules.DAG_WGMMA_N)
     config = schedule_rules.dag_wgmma_split_config() if split else loop_rules.DAG_WGMMA_CONFIG
     consumers = (schedule_rules.DAG_WGMMA_SPLIT_CONSUMERS if split
@@ -139,9 +142,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         wait_accumulating=wait, issue_ahead=ahead, defer_accumulating=defer,
         defer_all=defer_all,
         **_lpt(not packed and (schedule_rules.DAG_WGMMA_ORDERED_SECTIONS and not skips
-                               if ordered else skips and schedule_rules.DAG_WGMMA_LPT),
+                               if ordered else linear and schedule_rules.DAG_WGMMA_LPT),
                _NOT_LPT_PACKED_WHY if packed else
-               schedule_rules.DAG_WGMMA_ORDERED_SKIPS_WHY if ordered else None, ordered),
+               schedule_rules.DAG_WGMMA_ORDERED_SKIPS_WHY if ordered else
+               schedule_rules.DAG_WGMMA_LPT_EQUALITY_WHY if skips else None, ordered),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered,
                 schedule_rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=shape.n_acc)
                 if gqa_ordered else None),
