@@ -107,24 +107,30 @@ def cpu_stand_ins():
 def test_inductor_compiles_a_training_step_to_the_two_ops(cpu_stand_ins):
     """torch.compile(fullgraph=True) with the default backend (inductor) on CPU tensors, the
     ops' CPU stand-ins run: the call's options reach both ops, a second shape recompiles, the
-    gradients are the backward op's; deterministic None follows torch's setting (off)."""
+    gradients are the backward op's; deterministic None follows torch's setting (a guard: the
+    step recompiles when it changes)."""
     def step(q, k, v):
         return kgen.attention(q, k, v, is_causal=True, mask_mod="row - col < 256", **SOFTCAP)
 
     torch._dynamo.reset()
     compiled = torch.compile(step, fullgraph=True)
-    for length in (40, 72):
-        leaves = [x.requires_grad_() for x in _meta(s=length, device="cpu")]
-        with torch.no_grad():
-            for x in leaves:
-                x.normal_()
-        out = compiled(*leaves)
-        out.float().sum().backward()
-        assert out.shape == (2, 4, length, 64) and bool((out == 1).all())
-        for leaf, value in zip(leaves, (2, 3, 4)):
-            assert bool((leaf.grad == value).all())
-        options = (0.125, True, SOFTCAP["score_mod"], "row - col < 256", ["cap"], [30.0])
-        assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, False)]
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        for length, deterministic in ((40, False), (72, True)):
+            torch.use_deterministic_algorithms(deterministic)
+            leaves = [x.requires_grad_() for x in _meta(s=length, device="cpu")]
+            with torch.no_grad():
+                for x in leaves:
+                    x.normal_()
+            out = compiled(*leaves)
+            out.float().sum().backward()
+            assert out.shape == (2, 4, length, 64) and bool((out == 1).all())
+            for leaf, value in zip(leaves, (2, 3, 4)):
+                assert bool((leaf.grad == value).all())
+            options = (0.125, True, SOFTCAP["score_mod"], "row - col < 256", ["cap"], [30.0])
+            assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, deterministic)]
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 def test_a_traced_training_call_checks_as_the_eager_one(monkeypatch):
