@@ -36,8 +36,8 @@ _EXPORTS = {
     "load_sequence": ("kgen.sequence", "load_sequence"),
     "compile_source": ("kgen.api", "compile_source"),
     "torch_op": ("kgen.torch_library", "torch_op"),
-    "attention": ("kgen.attention", None),  # a callable module: kgen.attention(q, k, v)
-    "attention_varlen": ("kgen.attention_varlen", None),  # a callable module, as attention
+    "attention": ("kgen.attention", None),  # the module's namespace, callable: (q, k, v)
+    "attention_varlen": ("kgen.attention_varlen", None),  # a callable module
     "CompiledKernel": ("kgen.runtime.launch", "CompiledKernel"),
     "DeviceBuffer": ("kgen.runtime.buffers", "DeviceBuffer"),
     "evaluate": ("kgen.reference", "evaluate"),

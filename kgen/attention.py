@@ -28,6 +28,12 @@ Each signature (dtypes, head dims, causal, the mods, the scalars' names, the GPU
 compiled once (NVRTC, the content-keyed cache) and loaded once per process; a call binds the
 tensors through the program's call path (kgen/runtime/program.py: CallPath, torch's current
 stream, the outputs allocated by PyTorch), so it can be captured in a CUDA graph.
+
+Under torch.compile a call is traced (`_traced`, fullgraph=True holds) to one forward op,
+`torch.ops.kgen.attention_fwd`, whatever the signature (the options among its arguments, its
+implementation this eager call), and with grad to kgen/attention_grad.py's Function pairing it
+with the backward op; `kgen.attention` is this module's namespace made callable (`_Namespace`),
+which dynamo traces where it calls no module object.
 """
 from __future__ import annotations
 
@@ -387,9 +393,16 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     FlexAttention (kgen/attention_blocks.py; forward only). Rows that keep no key give O = 0
     and lse = -inf (SDPA gives NaN there). `deterministic` (inputs that require grad): the
     backward's gradients bit-identical run to run (dQ's adds ordered); None follows
-    torch.are_deterministic_algorithms_enabled()."""
+    torch.are_deterministic_algorithms_enabled(). Under torch.compile, is_causal, scale,
+    enable_gqa, score_mod, mask_mod, scalars, return_lse and deterministic are traced (no graph
+    break, forward and backward); attn_mask, vectors, dropout_p, dropout_rng, return_rng and
+    block_mask are not: the call breaks the graph and runs eagerly."""
     import torch
 
+    if torch.compiler.is_compiling():  # torch.compile traces the call: the ops (_traced)
+        return _traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod,
+                       scalars, vectors, dropout_p, dropout_rng, return_lse, return_rng,
+                       deterministic, block_mask)
     from .attention_grad import attention_with_grad, wants_grad
 
     if wants_grad(q, k, v, attn_mask):  # recorded by autograd: kgen/attention_grad.py
@@ -398,11 +411,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
             attn_mask=attn_mask, enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
             scalars=scalars, vectors=vectors, dropout_p=dropout_p, dropout_rng=dropout_rng,
             return_rng=return_rng, deterministic=deterministic, block_mask=block_mask)
-    heads, kv_heads = q.shape[1], k.shape[1]
-    if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
-        hint = "" if enable_gqa else " (pass enable_gqa=True for grouped-query attention)"
-        raise ArgumentError(f"q has {heads} heads, k and v {kv_heads}{hint}; with GQA the "
-                            "query heads must be a multiple of the key/value heads")
+    _check_heads(q, k, enable_gqa)
     sig = signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
                     scalars=scalars, arch=_arch(q.device), attn_mask=attn_mask,
                     vectors=vectors, dropout_p=dropout_p)
@@ -435,6 +444,14 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
+
+
+def _check_heads(q, k, enable_gqa: bool) -> None:
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads != heads and not (enable_gqa and kv_heads and heads % kv_heads == 0):
+        hint = "" if enable_gqa else " (pass enable_gqa=True for grouped-query attention)"
+        raise ArgumentError(f"q has {heads} heads, k and v {kv_heads}{hint}; with GQA the "
+                            "query heads must be a multiple of the key/value heads")
 
 
 _TILES: dict[Signature, tuple[int, int]] = {}
@@ -564,12 +581,102 @@ def _aligned(t):
     return t.contiguous()
 
 
-class _CallableModule(type(__import__("sys"))):
-    """This module, callable: `kgen.attention(q, k, v)` is `kgen.attention.attention(...)`,
-    whether `kgen.attention` was reached as the package's export or imported as a module."""
+# ---------------------------------------------------------------------------------------------
+# Under torch.compile: one op per direction, the signature among its arguments
+
+# the options after q, k, v, as the ops take them (`_traced`'s `options`)
+OPTIONS = ("float scale, bool causal, str? score_mod, str? mask_mod, str[] scalar_names, "
+           "float[] scalar_values")
+FORWARD_SCHEMA = f"(Tensor Q, Tensor K, Tensor V, {OPTIONS}) -> (Tensor, Tensor)"
+# what a traced call takes to the ops; with any other option the call runs eagerly
+TRACED = ("is_causal", "scale", "enable_gqa", "score_mod", "mask_mod", "scalars", "return_lse",
+          "deterministic")
+
+
+def _traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod, scalars,
+            vectors, dropout_p, dropout_rng, return_lse, return_rng, deterministic, block_mask):
+    """kgen.attention as torch.compile traces it (dynamo reads this function's code): the
+    options checked by the eager call's own functions, then `torch.ops.kgen.attention_fwd`
+    (and with grad, kgen/attention_grad.py's `attention_bwd` through its autograd.Function),
+    whose implementations call kgen.attention eagerly, so a compiled call launches the eager
+    call's kernels. The options outside TRACED (attn_mask, vectors, the dropout's, block_mask)
+    are not traced: the call breaks the graph there and runs eagerly (fullgraph=True refuses it)."""
+    if (attn_mask is not None or vectors or dropout_p or dropout_rng is not None or return_rng
+            or block_mask is not None):
+        return _DEFINED[1](q, k, v, attn_mask, is_causal=is_causal, scale=scale,
+                           enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
+                           scalars=scalars, vectors=vectors, dropout_p=dropout_p,
+                           dropout_rng=dropout_rng, return_lse=return_lse,
+                           return_rng=return_rng, deterministic=deterministic,
+                           block_mask=block_mask)
+    from .attention_grad import traced_with_grad, wants_grad
+
+    _check_heads(q, k, enable_gqa)
+    signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
+              scalars=scalars)
+    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    names = sorted(scalars or {})
+    options = (scale, bool(is_causal), score_mod, mask_mod, names,
+               [float(scalars[name]) for name in names])
+    if wants_grad(q, k, v):
+        out, lse = traced_with_grad(q, k, v, enable_gqa, options, deterministic)
+    else:
+        out, lse = _DEFINED[0](q, k, v, *options)
+    return (out, lse) if return_lse else out
+
+
+def _forward(Q, K, V, scale, causal, score_mod, mask_mod, scalar_names, scalar_values):
+    """The forward op: kgen.attention's eager call (O and lse, allocated by torch's caching
+    allocator, the program launched on the current stream)."""
+    return attention(Q, K, V, is_causal=causal, scale=scale, enable_gqa=True,
+                     score_mod=score_mod, mask_mod=mask_mod,
+                     scalars=dict(zip(scalar_names, scalar_values)) or None, return_lse=True)
+
+
+def _forward_fake(Q, K, V, *options):
+    """O [B, H, S, D_v] in q's dtype and lse [B, H, S] f32, contiguous (as the program's)."""
+    import torch
+
+    return (Q.new_empty((*Q.shape[:3], V.shape[-1])),
+            Q.new_empty(tuple(Q.shape[:3]), dtype=torch.float32))
+
+
+def _define():
+    """The forward op (kgen.torch_library.function_op) and kgen.attention with torch.compile
+    disabled (a graph break, the call eager), defined when this module is imported (where torch
+    is: `import kgen` imports neither), so that torch.compile never traces their definition."""
+    import torch
+
+    from .torch_library import function_op
+
+    forward_op = function_op(_forward, FORWARD_SCHEMA, _forward_fake, name="attention_fwd")
+    untraced = torch.compiler.disable(attention, reason="kgen.attention traces only the "
+                                      f"options {', '.join(TRACED)}")
+    return forward_op, untraced
+
+
+class _Namespace:
+    """kgen.attention: this module's namespace (its __dict__ is the module's globals, so
+    `kgen.attention.program`, `from kgen.attention import Signature` and a monkeypatch read and
+    write the module itself), callable: `kgen.attention(q, k, v)` is
+    `kgen.attention.attention(q, k, v)`, however `kgen.attention` was reached. Not a module
+    object: torch.compile calls no module, but traces this object's __call__ (a module's
+    arrangement, whose class made it callable, broke the graph at each call)."""
 
     def __call__(self, *args, **kwargs):
         return attention(*args, **kwargs)
 
+    def __repr__(self) -> str:
+        return f"<module {__name__!r} from {__file__!r} (callable: {__name__}.attention)>"
 
-__import__("sys").modules[__name__].__class__ = _CallableModule
+
+try:
+    _DEFINED = _define()
+except ImportError:  # no torch: the program texts work, the calls need torch anyway
+    _DEFINED = None
+
+_namespace = _Namespace()
+_namespace.__dict__ = globals()
+__import__("sys").modules[__name__] = _namespace
+if _DEFINED is not None:  # the backward's op and Function (torch.compile's training step)
+    from . import attention_grad  # noqa: E402, F401

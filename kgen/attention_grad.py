@@ -25,8 +25,13 @@ as the forward: dK and dV summed over each KV head's group in the main kernel's 
 deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enabled(): dQ's
 adds ordered) are the signature's. Not yet: GQA together with a mod, block_mask, and a value
 head dim unlike the query's, each refused with a message naming it. The backward is a torch op
-(kgen/torch_library.py's `sequence_op`: a fake implementation for torch.compile), so
-torch.compile traces it and a CUDA graph can capture it.
+(kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
+
+Under torch.compile (kgen/attention.py's `_traced`), a call recorded by autograd runs
+`TracedFunction` instead: kgen/attention.py's forward op and the backward op
+`torch.ops.kgen.attention_bwd` (one each whatever the signature, the options and
+`deterministic` among their arguments); the backward op's implementation is the eager
+backward's (`_gradients`), so the compiled step launches the same kernels.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .attention import OPTIONS
 from .attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods, mod_lines
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
@@ -234,22 +240,33 @@ def _function():
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
             q, k, v, out, lse, bias, *vectors = ctx.saved_tensors
-            sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), ctx.causal,
-                                    forward._arch(q.device), gqa=ctx.gqa,
-                                    deterministic=ctx.deterministic, mods=ctx.mods)
-            device = q.device.index if q.device.index is not None else \
-                torch.cuda.current_device()
-            op, inputs, outputs = _backward_op(sig, device)
-            given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v,
-                     "lse": lse, "scale": ctx.scale}
-            given.update(call_inputs(ctx.mods, _mod_options(
-                ctx.mods, ctx.values, ctx.dropout, bias, vectors), q, k))
-            found = dict(zip(outputs, op(*(given[name] for name in inputs))))
+            found = _gradients(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal, ctx.gqa,
+                               ctx.deterministic, ctx.mods, _mod_options(
+                                   ctx.mods, ctx.values, ctx.dropout, bias, vectors))
             dbias = (bias_gradient(found["dBiasT"], bias) if ctx.mods.bias_grad else None)
             return (found["dQ"], found["dK"], found["dV"], None, None, None, None, None, None,
                     dbias, *(None for _ in vectors))
 
     return AttentionFunction
+
+
+def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: bool,
+               deterministic: bool, mods: Mods, options: dict[str, Any]) -> dict[str, Any]:
+    """The backward sequence's outputs by name (dQ, dK, dV, dBiasT), of the forward's aligned
+    q, k, v, its O and lse, and its options (`_mod_options`)."""
+    import torch
+
+    from . import attention as forward
+
+    sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), causal,
+                            forward._arch(q.device), gqa=gqa, deterministic=deterministic,
+                            mods=mods)
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    op, inputs, outputs = _backward_op(sig, device)
+    given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
+             "scale": scale}
+    given.update(call_inputs(mods, options, q, k))
+    return dict(zip(outputs, op(*(given[name] for name in inputs))))
 
 
 def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None = None,
@@ -297,3 +314,79 @@ def _mod_options(mods: Mods, values: tuple[float, ...], dropout: tuple, bias,
     if dropout:
         options.update(dropout_p=dropout[0], dropout_rng=(dropout[1], dropout[2]))
     return options
+
+
+# ---------------------------------------------------------------------------------------------
+# Under torch.compile (kgen/attention.py's `_traced`): the forward op and the backward op, one
+# each whatever the signature, paired by an autograd.Function
+
+BACKWARD_SCHEMA = ("(Tensor dO, Tensor Q, Tensor K, Tensor V, Tensor O, Tensor lse, "
+                   f"{OPTIONS}, bool deterministic) -> (Tensor, Tensor, Tensor)")
+
+
+def traced_with_grad(q, k, v, enable_gqa: bool, options: tuple, deterministic: bool | None):
+    """O and lse of a traced call recorded by autograd: the eager call's checks (`_refuse`,
+    call_mods), then the Function of the two ops; `options` kgen/attention.py's OPTIONS."""
+    import torch
+
+    scale, causal, score_mod, mask_mod, names, values = options
+    mods = {"score_mod": score_mod, "mask_mod": mask_mod,
+            "scalars": dict(zip(names, values)) or None}
+    _refuse(q, k, v, {"enable_gqa": enable_gqa, **mods})
+    call_mods(q, k, v, mods, False)
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    return _DEFINED[1].apply(q, k, v, *options, bool(deterministic))
+
+
+def _backward(dO, Q, K, V, O, lse, scale, causal, score_mod, mask_mod, scalar_names,
+              scalar_values, deterministic):
+    """The backward op: dQ, dK, dV by the eager backward's sequence (`_gradients`), of the
+    forward op's Q, K, V (aligned as the forward aligns them), O and lse."""
+    from . import attention as forward
+
+    q, k, v = forward._aligned(Q), forward._aligned(K), forward._aligned(V)
+    options = {"score_mod": score_mod, "mask_mod": mask_mod,
+               "scalars": dict(zip(scalar_names, scalar_values)) or None}
+    found = _gradients(dO, q, k, v, O, lse, scale, causal, K.shape[1] != Q.shape[1],
+                       deterministic, call_mods(q, k, v, options, False), options)
+    return found["dQ"], found["dK"], found["dV"]
+
+
+def _backward_fake(dO, Q, K, V, *options):
+    return Q.new_empty(Q.shape), K.new_empty(K.shape), V.new_empty(V.shape)
+
+
+def _define():
+    """The backward op and the Function, defined when this module is imported (with torch),
+    so that torch.compile, tracing a call, never traces their definition."""
+    import torch
+
+    from . import attention as forward
+    from .torch_library import function_op
+
+    backward_op = function_op(_backward, BACKWARD_SCHEMA, _backward_fake, name="attention_bwd")
+    forward_op = forward._DEFINED[0]
+
+    class TracedFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, *options):
+            out, lse = forward_op(q, k, v, *options[:-1])
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.options = options  # the forward op's, then deterministic
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = backward_op(grad_out, q, k, v, out, lse, *ctx.options)
+            return (dq, dk, dv) + (None,) * len(ctx.options)
+
+    return backward_op, TracedFunction
+
+
+try:
+    _DEFINED = _define()
+except ImportError:  # no torch
+    _DEFINED = None

@@ -139,3 +139,101 @@ def test_a_training_step_captures_into_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     _check(torch, out, q, k, v, do, False, 1 / 8)
+
+
+# torch.compile(fullgraph=True): kgen/attention.py's forward op and kgen/attention_grad.py's
+# backward op in the graph; deterministic, so that dQ's adds give the same bits in both runs
+COMPILED = {
+    "causal": dict(heads=2, kv_heads=2, options=dict(is_causal=True)),
+    "gqa": dict(heads=4, kv_heads=2, options=dict(is_causal=True, enable_gqa=True)),
+    "softcap": dict(heads=2, kv_heads=2, options=dict(
+        score_mod="cap * tanh(score / cap)", scalars={"cap": 20.0})),
+}
+
+
+def _compiled_inputs(torch, seed, heads, kv_heads, s=200, t=170, d=64):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, do = (torch.randn(2, heads, s, d, device="cuda", generator=gen).to(torch.bfloat16)
+             for _ in range(2))
+    k, v = (torch.randn(2, kv_heads, t, d, device="cuda", generator=gen).to(torch.bfloat16)
+            for _ in range(2))
+    return q, k, v, do
+
+
+def _train(torch, call, q, k, v, do):
+    """O, lse and the gradients of one step of `call` on copies of q, k, v."""
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out, lse = call(*leaves)
+    out.backward(do)
+    torch.cuda.synchronize()
+    return [out.detach(), lse] + [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("case", list(COMPILED))
+def test_torch_compile_fullgraph_trains_as_eager(case):
+    """One graph (fullgraph=True: no break) of a training call gives the eager call's O, lse,
+    dQ, dK and dV bit for bit (the same kernels); the gradients also against float64."""
+    torch = cuda_torch()
+    import kgen
+
+    spec = COMPILED[case]
+
+    def call(q, k, v):
+        return kgen.attention(q, k, v, return_lse=True, deterministic=True, **spec["options"])
+
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True)
+    q, k, v, do = _compiled_inputs(torch, 11, spec["heads"], spec["kv_heads"])
+    want = _or_skip(lambda: _train(torch, call, q, k, v, do))
+    got = _train(torch, compiled, q, k, v, do)
+    for name, g, w in zip(("O", "lse", "dQ", "dK", "dV"), got, want):
+        assert torch.equal(g, w), f"{case}: {name} differs from eager's"
+    if case == "causal":
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = compiled(*leaves)[0]
+        out.backward(do)
+        torch.cuda.synchronize()
+        _check(torch, out, *leaves, do, True, 1 / 8)
+
+
+def test_a_compiled_training_step_captures_into_a_cuda_graph():
+    """A fullgraph-compiled training step (causal, deterministic), captured once after a warm-up
+    that compiles it, replayed on new q, k, v, dO: the eager step's results on those, bit for
+    bit."""
+    torch = cuda_torch()
+    import kgen
+
+    def call(q, k, v):
+        return kgen.attention(q, k, v, is_causal=True, return_lse=True, deterministic=True)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True)
+    q, k, v, do = _compiled_inputs(torch, 12, 2, 2, s=256, t=256)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+
+    def step():
+        for x in leaves:
+            x.grad = None
+        out, lse = compiled(*leaves)
+        out.backward(do)
+        return out, lse
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _or_skip(step)  # traced, compiled, loaded and bound outside the capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = step()
+    grads = [x.grad for x in leaves]
+    fresh = _compiled_inputs(torch, 13, 2, 2, s=256, t=256)
+    with torch.no_grad():
+        for old, new in zip((*leaves, do), fresh):
+            old.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = _train(torch, call, *fresh)
+    for name, g, w in zip(("O", "lse", "dQ", "dK", "dV"), [out, lse, *grads], want):
+        assert torch.equal(g, w), f"{name} replayed differs from eager's"
