@@ -32,7 +32,7 @@ stream, the outputs allocated by PyTorch), so it can be captured in a CUDA graph
 Under torch.compile a call is traced (`_traced`, fullgraph=True holds) to one forward op,
 `torch.ops.kgen.attention_fwd`, whatever the signature (the options among its arguments, its
 implementation this eager call), and with grad to kgen/attention_grad.py's Function pairing it
-with the backward op; `kgen.attention` is this module's namespace made callable (`_Namespace`),
+with the backward op; `kgen.attention` is this module's namespace made callable (kgen/callable_module.py),
 which dynamo traces where it calls no module object.
 """
 from __future__ import annotations
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import ir
+from .callable_module import make_callable
 from .errors import ArgumentError, KgenError, SourceLoc
 
 __all__ = ["Signature", "attention", "program", "program_text", "signature"]
@@ -655,28 +656,11 @@ def _define():
     return forward_op, untraced
 
 
-class _Namespace:
-    """kgen.attention: this module's namespace (its __dict__ is the module's globals, so
-    `kgen.attention.program`, `from kgen.attention import Signature` and a monkeypatch read and
-    write the module itself), callable: `kgen.attention(q, k, v)` is
-    `kgen.attention.attention(q, k, v)`, however `kgen.attention` was reached. Not a module
-    object: torch.compile calls no module, but traces this object's __call__ (a module's
-    arrangement, whose class made it callable, broke the graph at each call)."""
-
-    def __call__(self, *args, **kwargs):
-        return attention(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<module {__name__!r} from {__file__!r} (callable: {__name__}.attention)>"
-
-
 try:
     _DEFINED = _define()
 except ImportError:  # no torch: the program texts work, the calls need torch anyway
     _DEFINED = None
 
-_namespace = _Namespace()
-_namespace.__dict__ = globals()
-__import__("sys").modules[__name__] = _namespace
+make_callable(__name__, attention)  # kgen.attention(q, k, v), traced by torch.compile
 if _DEFINED is not None:  # the backward's op and Function (torch.compile's training step)
     from . import attention_grad  # noqa: E402, F401

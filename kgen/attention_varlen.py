@@ -41,11 +41,10 @@ options (compiling on a signature's first call) and launch on torch's current st
 synchronizing (the offsets stay on the device), the outputs allocated by torch's caching
 allocator in FlashAttention's layout; their fake implementations give torch.compile the shapes.
 The ops and the Function are defined when this module is imported (it imports torch; `import
-kgen` does not import it), so torch.compile traces a call of `attention_varlen` (the function:
-`from kgen.attention_varlen import attention_varlen`) to two op calls, forward and backward, in
-one graph (fullgraph=True), and a training step captures in a CUDA graph. Calling the module
-object `kgen.attention_varlen(...)` breaks torch.compile's graph there (dynamo calls no module
-object; the call then runs eagerly), as calling `kgen.attention(...)` does.
+kgen` does not import it), so torch.compile traces a call of `kgen.attention_varlen(...)` (a
+callable namespace, kgen/callable_module.py, as `kgen.attention` is) or of the function
+`attention_varlen` to two op calls, forward and backward, in one graph (fullgraph=True), and a
+training step captures in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -55,6 +54,7 @@ from typing import Any, Mapping
 
 from . import attention as dense
 from . import ir
+from .callable_module import make_callable
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
 __all__ = ["attention_varlen", "backward_module", "backward_text", "program", "program_text"]
@@ -439,16 +439,7 @@ def _rows(t):
     return t.transpose(0, 1).unsqueeze(0)
 
 
-class _CallableModule(type(__import__("sys"))):
-    """This module, callable: `kgen.attention_varlen(q, ...)` is
-    `kgen.attention_varlen.attention_varlen(...)`, however `kgen.attention_varlen` was reached
-    (kgen/attention.py's arrangement)."""
-
-    def __call__(self, *args, **kwargs):
-        return attention_varlen(*args, **kwargs)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule
+make_callable(__name__, attention_varlen)  # kgen.attention_varlen(q, ...), traced too
 
 try:
     _DEFINED = _define()

@@ -247,15 +247,20 @@ def test_fake_tensors_give_the_outputs_layouts():
             assert leaf.grad.shape == leaf.shape and leaf.grad.is_contiguous()
 
 
+@pytest.mark.parametrize("call", ["function", "module"])
 @pytest.mark.parametrize("same_offsets", [False, True], ids=["two-offsets", "one-offsets"])
-def test_torch_compile_traces_forward_and_backward_in_one_graph(same_offsets):
+def test_torch_compile_traces_forward_and_backward_in_one_graph(same_offsets, call):
     """torch.compile(fullgraph=True) of a training step (meta tensors: the ops' fake
     implementations run, no kernel): no graph break, the forward graph calls the forward op and
-    the backward graph the backward op."""
+    the backward graph the backward op; called as the function or as `kgen.attention_varlen`
+    (the callable namespace, kgen/callable_module.py)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
-    from kgen.attention_varlen import attention_varlen
+    import kgen
+
+    attention_varlen = (kgen.attention_varlen.attention_varlen if call == "function" else
+                        kgen.attention_varlen)
 
     graphs = []
 
