@@ -13,7 +13,9 @@ transposed (kgen/differentiate.py `transposed`: `row` and `col` swap, `doc[row]`
 f'(s) is kgen's own derivative of score_mod (kgen/differentiate.py); where it is the constant
 1 (no score_mod, ALiBi, a bias) dst is the plain pt * (acc - D[col]), whose zero on a masked
 block comes from pt's. The masks are `where(P, e, 0)`, so the DAG loop skips the query blocks
-a linear mask empties (kgen/lower/loop_dag.py `_bounds`).
+a linear mask empties, and those outside a tile's documents where the mask is an equality of
+ids (`kd[row] == qd[col]`, scanned per tile; not with GQA or deterministic adds:
+kgen/lower/loop_dag.py `_bounds`).
 
 The additive bias (attn_mask) is `tensor BiasT : [B, H, T, S]`, the forward's Bias transposed
 (read at (row, col) = (key, query), coalesced along the queries; kgen.attention copies it so,

@@ -209,6 +209,7 @@ def program_summary(plan: pp.ProgramPlan, resources: dict | None = None) -> dict
 
 
 def print_program(console, s: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     if s["kind"] == "loop_dag":
@@ -222,9 +223,9 @@ def print_program(console, s: dict) -> None:
     if s["kind"] == "loop":
         console.print(f"configuration: {s['config']['value']} ({s['config']['why']})")
         console.print(f"mma: {s['mma']['value']} ({s['mma']['why']})")
-        bounds = s["loop_bounds"]
-        console.print(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
-                      f"({bounds['why']})")
+        bounds = s["loop_bounds"]  # (escaped: an equality's `qd[row]` is no rich markup)
+        console.print(escape(f"loop bounds: {'; '.join(bounds['bounds']) or 'every block'} "
+                             f"({bounds['why']})"))
         if s["tanh"]["value"] != "none":
             console.print(f"tanh in the body: {s['tanh']['value']} ({s['tanh']['why']})")
         if s["division"]["value"] != "none":

@@ -61,3 +61,14 @@ def test_summary_names_random_and_the_instance_values():
     summary = plan_summary(lower(parse(text, "rng.kg").kernels[0], ir.Arch.SM80))
     assert "compute v3 = mul(X, head) (tile)" in summary["body"]
     assert "compute v4 = add(random(seed, offset), v3) (tile)" in summary["body"]
+
+
+def test_the_printed_loop_bounds_keep_an_equality_s_indices():
+    """A document mask's bound prints as written (`qd[row]` escaped, not read as rich markup)."""
+    from kgen import attention
+
+    sig = attention.Signature("bf16", 64, 64, False, None, "qd[row] == kd[col]", (),
+                              vectors=(("kd", "col"), ("qd", "row")))
+    summary = plan_summary(lower(attention.program(sig), ir.Arch.SM80))
+    assert summary["loop_bounds"]["bounds"] == ["qd[row] == kd[col] (scanned per tile)"]
+    assert "loop bounds: qd[row] == kd[col] (scanned per tile)" in _text(summary)
