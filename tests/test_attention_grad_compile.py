@@ -14,6 +14,7 @@ import kgen  # noqa: E402
 from kgen import attention as kattention  # noqa: E402
 from kgen import attention_grad as kgrad  # noqa: E402
 from kgen.errors import ArgumentError  # noqa: E402
+from tests.test_attention import _recorded  # noqa: E402  (the graph-recording backend)
 
 SOFTCAP = dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0})
 
@@ -39,15 +40,6 @@ def test_opcheck_the_backward_op_on_meta_tensors():
     assert set(result.values()) == {"SUCCESS"}, result
 
 
-def _recorded(graphs):
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    def record(gm, example_inputs):
-        graphs.append([n for n in gm.graph.nodes if n.op == "call_function"])
-        return make_boxed_func(gm.forward)
-
-    return aot_autograd(fw_compiler=record, bw_compiler=record)
 
 
 def _op_calls(nodes, name):

@@ -65,12 +65,9 @@ def derive(body: pp.Section, carries: tuple[tuple[str, float], ...],
         fold += [i for i in found[1] if i not in fold]
     if not bounds:
         return pp.LoopBounds((), (), "every block runs: " + "; ".join(refused))
-    linear = tuple(b for b in bounds if isinstance(b, pp.ColumnBound))
-    equal = tuple(b for b in bounds if isinstance(b, pp.EqualBound))
-    parts = [f"{len(linear)} bound{'s' if len(linear) > 1 else ''} on col"] if linear else []
-    parts += [f"{b.row_vector}[row] == {b.col_vector}[col], its columns scanned per tile of "
-              "rows" for b in equal]
-    why = (f"blocks masked in full for every row of the tile are skipped ({'; '.join(parts)}); "
+    linear, equal = split(bounds)
+    why = (f"blocks masked in full for every row of the tile are skipped "
+           f"({bound_parts(linear, equal)}); "
            "inside the mask its predicate is known true")
     if refused:
         why += "; not used: " + "; ".join(refused)
@@ -444,3 +441,18 @@ def _text(values, index: int, depth: int = 0) -> str:
             return f"-{args[0]}"
         return f"{kind.op.spelling}({', '.join(args)})"
     return type(kind).__name__
+
+
+def split(bounds) -> tuple[tuple[pp.ColumnBound, ...], tuple[pp.EqualBound, ...]]:
+    """The linear bounds and the equalities of ids among `bounds`, in order."""
+    return (tuple(b for b in bounds if isinstance(b, pp.ColumnBound)),
+            tuple(b for b in bounds if isinstance(b, pp.EqualBound)))
+
+
+def bound_parts(linear, equal) -> str:
+    """The bounds a loop takes, in words (the forward's and the backward's why): the linear
+    ones counted, each equality of ids named."""
+    parts = [f"{len(linear)} bound{'s' if len(linear) > 1 else ''} on col"] if linear else []
+    parts += [f"{b.row_vector}[row] == {b.col_vector}[col], its columns scanned per tile of "
+              "rows" for b in equal]
+    return "; ".join(parts)

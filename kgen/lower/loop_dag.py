@@ -517,12 +517,9 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
         return pp.LoopBounds((), (), "every block runs: " + ("; ".join(refused) or
                                                             "no value where(P, e, 0) masks "
                                                             "the tile"))
-    linear = tuple(b for b in bounds if isinstance(b, pp.ColumnBound))
-    equal = tuple(b for b in bounds if isinstance(b, pp.EqualBound))
-    parts = [f"{len(linear)} bound{'s' if len(linear) > 1 else ''} on col"] if linear else []
-    parts += [f"{b.row_vector}[row] == {b.col_vector}[col], its columns scanned per tile of "
-              "rows" for b in equal]
-    why = (f"blocks whose every element the mask zeroes are skipped ({'; '.join(parts)}): "
+    linear, equal = loop_bounds.split(bounds)
+    why = (f"blocks whose every element the mask zeroes are skipped "
+           f"({loop_bounds.bound_parts(linear, equal)}): "
            "they add nothing; inside the mask its predicate is known true")
     if zeroed:
         why += (f"; '{zeroed[0]}' (the staged value, 0 there) written as zeros on the skipped "
