@@ -427,7 +427,7 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
         if tile != rulebook:  # a smaller one divides the mask's blocks: written on the line
             sig = dataclasses.replace(sig, blocks=tile)
         lists = attention_blocks.lists_for(block_mask, tile, q, k)
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    scale = default_scale(q, scale)
     sig = dataclasses.replace(sig, raw_max=raw_max_allowed(sig, scale))
     kernel = _compiled(sig, q.device.index if q.device.index is not None else
                        torch.cuda.current_device())
@@ -445,6 +445,11 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
+
+
+def default_scale(q, scale: float | None) -> float:
+    """The softmax's scale as SDPA takes it: 1 / sqrt(D) when None."""
+    return float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
 
 
 def _check_heads(q, k, enable_gqa: bool) -> None:
@@ -615,7 +620,7 @@ def _traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mo
     _check_heads(q, k, enable_gqa)
     signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
               scalars=scalars)
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    scale = default_scale(q, scale)
     names = sorted(scalars or {})
     options = (scale, bool(is_causal), score_mod, mask_mod, names,
                [float(scalars[name]) for name in names])

@@ -38,11 +38,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import OPTIONS
+from .attention import OPTIONS, default_scale
 from .attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods, mod_lines
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
@@ -277,7 +276,7 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     import torch
 
     _refuse(q, k, v, options)
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    scale = default_scale(q, scale)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     bias = options.get("attn_mask")
@@ -353,7 +352,8 @@ def _backward(dO, Q, K, V, O, lse, scale, causal, score_mod, mask_mod, scalar_na
     return found["dQ"], found["dK"], found["dV"]
 
 
-def _backward_fake(dO, Q, K, V, *options):
+def gradients_fake(dO, Q, K, V, *options):
+    """dQ, dK, dV's fake tensors: Q's, K's and V's shapes (the dense and the packed backward op)."""
     return Q.new_empty(Q.shape), K.new_empty(K.shape), V.new_empty(V.shape)
 
 
@@ -365,7 +365,7 @@ def _define():
     from . import attention as forward
     from .torch_library import function_op
 
-    backward_op = function_op(_backward, BACKWARD_SCHEMA, _backward_fake, name="attention_bwd")
+    backward_op = function_op(_backward, BACKWARD_SCHEMA, gradients_fake, name="attention_bwd")
     forward_op = forward._DEFINED[0]
 
     class TracedFunction(torch.autograd.Function):

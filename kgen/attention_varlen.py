@@ -137,7 +137,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     from .attention_grad import wants_grad
 
     _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars)
-    scale = float(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    scale = dense.default_scale(q, scale)
     names = tuple(sorted(scalars or {}))
     options = (_length(max_seqlen_q), _length(max_seqlen_k), scale, bool(is_causal), score_mod,
                mask_mod, names, tuple(float(scalars[n]) for n in names), arch)
@@ -276,11 +276,12 @@ def _define():
     and never traces their definition."""
     import torch
 
+    from .attention_grad import gradients_fake
     from .torch_library import function_op
 
     forward_op = function_op(_forward, FORWARD_SCHEMA, _forward_fake,
                              name="attention_varlen_fwd")
-    backward_op = function_op(_backward, BACKWARD_SCHEMA, _backward_fake,
+    backward_op = function_op(_backward, BACKWARD_SCHEMA, gradients_fake,
                               name="attention_varlen_bwd")
 
     class VarlenFunction(torch.autograd.Function):
@@ -427,10 +428,6 @@ def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, caus
                      **dict(zip(scalar_names, scalar_values)))
     programs["dq"](dQacc=dq_acc.unsqueeze(0), dQ=_rows(dq))
     return dq, dk, dv
-
-
-def _backward_fake(dO, Q, K, V, *options):
-    return Q.new_empty(Q.shape), K.new_empty(K.shape), V.new_empty(V.shape)
 
 
 def _rows(t):
