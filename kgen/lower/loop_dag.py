@@ -473,13 +473,13 @@ _FINITE = "finite"  # finite, not known when compiling
 
 def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
             zeroed_stores: frozenset[str] = frozenset(),
-            no_equalities=None) -> pp.LoopBounds:
+            no_equalities: str | None = None) -> pp.LoopBounds:
     """The blocks the loop skips; a tile output's store allows none unless the skeleton
     writes its zeros on the skipped blocks (`zeroed_stores`: outputs whose stored value is a
     staged one, so 0 there as _zero_on_masked proves). An equality of a row and a column
     vector (`kd[row] == qd[col]`, a document mask) is a bound as in the forward (pp.EqualBound,
-    scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless
-    `no_equalities(bound)` says why not (_equalities_refused): then a predicate not linear."""
+    scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless `no_equalities`
+    says why not (_equalities_refused): then a predicate not linear."""
     values = body.values
     masks = [v for v in values if isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.WHERE
              and isinstance(values[v.kind.args[2]].kind, dag.Constant)
@@ -490,15 +490,15 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
     for mask in masks:
         found = loop_bounds._conjunction(values, mask.kind.args[0], equalities=True)
         text = loop_bounds._text(values, mask.id)
-        equal = [b for b in (() if isinstance(found, str) else found[0])
-                 if isinstance(b, pp.EqualBound)]
-        why_not = next((w for w in map(no_equalities, equal) if w is not None), None) \
-            if no_equalities is not None else None
-        if why_not is not None:  # derived again with the equality a predicate not linear
-            refused.append(f"`{text}`'s equality: {why_not}")
+        equal = not isinstance(found, str) and any(isinstance(b, pp.EqualBound)
+                                                   for b in found[0])
+        if equal and no_equalities is not None:  # derived again: the equality not a bound
+            refused.append(f"`{text}`'s equality: {no_equalities}")
             found = loop_bounds._conjunction(values, mask.kind.args[0])
+            if isinstance(found, str):
+                continue
         if isinstance(found, str):
-            refused += [] if why_not is not None else [f"`{text}`: {found}"]
+            refused.append(f"`{text}`: {found}")
             continue
         problem = _zero_on_masked(body, gemms, mask.id)
         if problem is not None:
@@ -544,14 +544,12 @@ GQA_EQUALITY_WHY = (
     "build spilled (4 B, NVRTC 13.5): not yet")
 
 
-def _equalities_refused(kernel: ir.Kernel, gqa: bool):
-    """Why an equality (pp.EqualBound) is no bound of this loop, as a function of it (None:
-    one): DETERMINISTIC_EQUALITY_WHY, GQA_EQUALITY_WHY."""
-    def why(b: pp.EqualBound) -> str | None:
-        if kernel.deterministic:
-            return DETERMINISTIC_EQUALITY_WHY
-        return GQA_EQUALITY_WHY if gqa else None
-    return why
+def _equalities_refused(kernel: ir.Kernel, gqa: bool) -> str | None:
+    """Why no equality (pp.EqualBound) is a bound of this loop, or None (they are):
+    DETERMINISTIC_EQUALITY_WHY, GQA_EQUALITY_WHY."""
+    if kernel.deterministic:
+        return DETERMINISTIC_EQUALITY_WHY
+    return GQA_EQUALITY_WHY if gqa else None
 
 
 def _zero_on_masked(body: pp.Section, gemms: list[ld.DagGemm], mask: int) -> str | None:
