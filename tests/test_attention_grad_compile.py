@@ -14,7 +14,7 @@ import kgen  # noqa: E402
 from kgen import attention as kattention  # noqa: E402
 from kgen import attention_grad as kgrad  # noqa: E402
 from kgen.errors import ArgumentError  # noqa: E402
-from tests.test_attention import _recorded  # noqa: E402  (the graph-recording backend)
+from tests.test_attention_compile import _recorded  # noqa: E402  (the graph-recording backend)
 
 SOFTCAP = dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0})
 
