@@ -29,11 +29,11 @@ compiled once (NVRTC, the content-keyed cache) and loaded once per process; a ca
 tensors through the program's call path (kgen/runtime/program.py: CallPath, torch's current
 stream, the outputs allocated by PyTorch), so it can be captured in a CUDA graph.
 
-Under torch.compile a call is traced (`_traced`, fullgraph=True holds) to one forward op,
+Under torch.compile a call is traced (fullgraph=True holds) to one forward op,
 `torch.ops.kgen.attention_fwd`, whatever the signature (the options among its arguments, its
-implementation this eager call), and with grad to kgen/attention_grad.py's Function pairing it
-with the backward op; `kgen.attention` is this module's namespace made callable (kgen/callable_module.py),
-which dynamo traces where it calls no module object.
+implementation this eager call), and with grad to an autograd.Function pairing it with the
+backward op (kgen/attention_traced.py); `kgen.attention` is this module's namespace made
+callable (kgen/callable_module.py), which dynamo traces where it calls no module object.
 """
 from __future__ import annotations
 
@@ -311,18 +311,37 @@ def _usable(name: str, what: str) -> None:
 
 def _vector_index(name: str, *mods: str | None) -> str:
     """The one index (row, col, head, batch) the mods read vector `name` at."""
+    index, why = _vector_read(name, *mods)
+    if why:
+        raise ArgumentError(why)
+    return index
+
+
+def _at_trace_time(function):
+    """`function` of strings, run as it is when torch.compile traces a call (dynamo does not
+    trace `re`), its result a constant of the graph; without torch, itself."""
+    try:
+        import torch
+    except ModuleNotFoundError:
+        return function
+    return torch.compiler.assume_constant_result(function)
+
+
+@_at_trace_time
+def _vector_read(name: str, *mods: str | None) -> tuple[str, str]:
+    """(the index the mods read vector `name` at, "") or ("", why that is no one index)."""
     import re
 
     found = {m.group(1) for text in mods if text for m in re.finditer(
         rf"(?<![\w.]){re.escape(name)}\s*\[\s*(\w+)\s*\]", text)}
     if not found:
-        raise ArgumentError(f"vector {name!r} is not read by score_mod or mask_mod (as "
-                            f"{name}[row], {name}[col], {name}[head] or {name}[batch])")
+        return "", (f"vector {name!r} is not read by score_mod or mask_mod (as "
+                    f"{name}[row], {name}[col], {name}[head] or {name}[batch])")
     if len(found) > 1 or not found <= set(VECTOR_DIMS):
-        raise ArgumentError(f"vector {name!r} is read at {', '.join(sorted(found))}: a vector "
-                            "is indexed one way (row, col, head or batch); pass it under a "
-                            "second name for the other (doc[row] == kdoc[col])")
-    return found.pop()
+        return "", (f"vector {name!r} is read at {', '.join(sorted(found))}: a vector is "
+                    "indexed one way (row, col, head or batch); pass it under a second name "
+                    "for the other (doc[row] == kdoc[col])")
+    return found.pop(), ""
 
 
 def _check_mask(mask, q, k, dtype: str) -> None:
@@ -394,16 +413,15 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     FlexAttention (kgen/attention_blocks.py; forward only). Rows that keep no key give O = 0
     and lse = -inf (SDPA gives NaN there). `deterministic` (inputs that require grad): the
     backward's gradients bit-identical run to run (dQ's adds ordered); None follows
-    torch.are_deterministic_algorithms_enabled(). Under torch.compile, is_causal, scale,
-    enable_gqa, score_mod, mask_mod, scalars, return_lse and deterministic are traced (no graph
-    break, forward and backward); attn_mask, vectors, dropout_p, dropout_rng, return_rng and
-    block_mask are not: the call breaks the graph and runs eagerly."""
+    torch.are_deterministic_algorithms_enabled(). Under torch.compile every option is traced
+    (no graph break, forward and backward: kgen/attention_traced.py) but block_mask and a
+    dropout without dropout_rng: with those the call breaks the graph and runs eagerly."""
     import torch
 
-    if torch.compiler.is_compiling():  # torch.compile traces the call: the ops (_traced)
-        return _traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod,
-                       scalars, vectors, dropout_p, dropout_rng, return_lse, return_rng,
-                       deterministic, block_mask)
+    if torch.compiler.is_compiling():  # torch.compile traces the call: the ops
+        return attention_traced.traced(
+            q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod, scalars,
+            vectors, dropout_p, dropout_rng, return_lse, return_rng, deterministic, block_mask)
     from .attention_grad import attention_with_grad, wants_grad
 
     if wants_grad(q, k, v, attn_mask):  # recorded by autograd: kgen/attention_grad.py
@@ -429,10 +447,9 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
         lists = attention_blocks.lists_for(block_mask, tile, q, k)
     scale = default_scale(q, scale)
     sig = dataclasses.replace(sig, raw_max=raw_max_allowed(sig, scale))
-    kernel = _compiled(sig, q.device.index if q.device.index is not None else
-                       torch.cuda.current_device())
     # the op's inputs in declaration order: Q, K, V, the bias, the vectors, the dropout's seed
-    # and offset, scale, the mods' scalars by name, the dropout's probability and scale
+    # and offset, scale, the mods' scalars by name, the dropout's probability and scale (the
+    # vectors and the (seed, offset) checked before the program is compiled)
     extra = [(_bias_cols if sig.bias_cols else _bias)(attn_mask, q, k)] if sig.bias else []
     extra += [_vector(name, index, vectors[name], q, k) for name, index in sig.vectors]
     extra += lists  # the block mask's lists: before the scalars (kgen/lower/program.py)
@@ -442,6 +459,8 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
         rng = _rng(q.device, dropout_rng)
         extra += [_signed(rng[0]), _signed(rng[1])]
         values += [float(dropout_p), float(1.0 / (1.0 - dropout_p))]
+    kernel = _compiled(sig, q.device.index if q.device.index is not None else
+                       torch.cuda.current_device())
     out, lse = kernel(_aligned(q), _aligned(k), _aligned(v), *extra, scale, *values)
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
@@ -547,25 +566,34 @@ def _vector(name: str, index: str, t, q, k):
     import torch
 
     t = torch.as_tensor(t, device=q.device).to(torch.float32)
+    check_vector(name, index, t, q, k)
+    if index in ("row", "col"):
+        t = (t.unsqueeze(0) if t.dim() == 1 else t).contiguous()
+        batch, heads, length = int(q.shape[0]), int(q.shape[1]), int(t.shape[-1])
+        return t.as_strided((batch, heads, length), (0 if t.shape[0] == 1 else length, 0, 1))
+    return t.contiguous()
+
+
+def check_vector(name: str, index: str, t, q, k) -> None:
+    """A vector's shape for the index the mods read it at: [S] or [B, S] at row, [T] or [B, T]
+    at col, [H] at head, [B] at batch (shapes only: a traced call's fake tensors too)."""
     if index in ("row", "col"):
         length = int(q.shape[2] if index == "row" else k.shape[2])
         batch = int(q.shape[0])
-        if t.dim() == 1:
-            t = t.unsqueeze(0)
-        if t.dim() != 2 or t.shape[-1] != length or t.shape[0] not in (1, batch):
+        shape = tuple(int(d) for d in t.shape)
+        if len(shape) == 1:
+            shape = (1, *shape)
+        if len(shape) != 2 or shape[-1] != length or shape[0] not in (1, batch):
             raise ArgumentError(f"vector {name!r} is read at {index}: it must be "
                                 f"[{'S' if index == 'row' else 'T'}] or [B, "
                                 f"{'S' if index == 'row' else 'T'}] = [{batch}, {length}], "
                                 f"got {list(t.shape)}")
-        t = t.contiguous()
-        heads = int(q.shape[1])
-        return t.as_strided((batch, heads, length), (0 if t.shape[0] == 1 else length, 0, 1))
+        return
     want = int(q.shape[1] if index == "head" else q.shape[0])
-    if t.dim() != 1 or t.shape[0] != want:
+    if len(t.shape) != 1 or t.shape[0] != want:
         raise ArgumentError(f"vector {name!r} is read at {index}: it must be "
                             f"[{'H' if index == 'head' else 'B'}] = [{want}], got "
                             f"{list(t.shape)}")
-    return t.contiguous()
 
 
 def _arch(device) -> str:
@@ -587,85 +615,10 @@ def _aligned(t):
     return t.contiguous()
 
 
-# ---------------------------------------------------------------------------------------------
-# Under torch.compile: one op per direction, the signature among its arguments
-
-# the options after q, k, v, as the ops take them (`_traced`'s `options`)
-OPTIONS = ("float scale, bool causal, str? score_mod, str? mask_mod, str[] scalar_names, "
-           "float[] scalar_values")
-FORWARD_SCHEMA = f"(Tensor Q, Tensor K, Tensor V, {OPTIONS}) -> (Tensor, Tensor)"
-# what a traced call takes to the ops; with any other option the call runs eagerly
-TRACED = ("is_causal", "scale", "enable_gqa", "score_mod", "mask_mod", "scalars", "return_lse",
-          "deterministic")
-
-
-def _traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod, scalars,
-            vectors, dropout_p, dropout_rng, return_lse, return_rng, deterministic, block_mask):
-    """kgen.attention as torch.compile traces it (dynamo reads this function's code): the
-    options checked by the eager call's own functions, then `torch.ops.kgen.attention_fwd`
-    (and with grad, kgen/attention_grad.py's `attention_bwd` through its autograd.Function),
-    whose implementations call kgen.attention eagerly, so a compiled call launches the eager
-    call's kernels. The options outside TRACED (attn_mask, vectors, the dropout's, block_mask)
-    are not traced: the call breaks the graph there and runs eagerly (fullgraph=True refuses it)."""
-    if (attn_mask is not None or vectors or dropout_p or dropout_rng is not None or return_rng
-            or block_mask is not None):
-        return _DEFINED[1](q, k, v, attn_mask, is_causal=is_causal, scale=scale,
-                           enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
-                           scalars=scalars, vectors=vectors, dropout_p=dropout_p,
-                           dropout_rng=dropout_rng, return_lse=return_lse,
-                           return_rng=return_rng, deterministic=deterministic,
-                           block_mask=block_mask)
-    from .attention_grad import traced_with_grad, wants_grad
-
-    _check_heads(q, k, enable_gqa)
-    signature(q, k, v, is_causal=is_causal, score_mod=score_mod, mask_mod=mask_mod,
-              scalars=scalars)
-    scale = default_scale(q, scale)
-    names = sorted(scalars or {})
-    options = (scale, bool(is_causal), score_mod, mask_mod, names,
-               [float(scalars[name]) for name in names])
-    if wants_grad(q, k, v):
-        out, lse = traced_with_grad(q, k, v, enable_gqa, options, deterministic)
-    else:
-        out, lse = _DEFINED[0](q, k, v, *options)
-    return (out, lse) if return_lse else out
-
-
-def _forward(Q, K, V, scale, causal, score_mod, mask_mod, scalar_names, scalar_values):
-    """The forward op: kgen.attention's eager call (O and lse, allocated by torch's caching
-    allocator, the program launched on the current stream)."""
-    return attention(Q, K, V, is_causal=causal, scale=scale, enable_gqa=True,
-                     score_mod=score_mod, mask_mod=mask_mod,
-                     scalars=dict(zip(scalar_names, scalar_values)) or None, return_lse=True)
-
-
-def _forward_fake(Q, K, V, *options):
-    """O [B, H, S, D_v] in q's dtype and lse [B, H, S] f32, contiguous (as the program's)."""
-    import torch
-
-    return (Q.new_empty((*Q.shape[:3], V.shape[-1])),
-            Q.new_empty(tuple(Q.shape[:3]), dtype=torch.float32))
-
-
-def _define():
-    """The forward op (kgen.torch_library.function_op) and kgen.attention with torch.compile
-    disabled (a graph break, the call eager), defined when this module is imported (where torch
-    is: `import kgen` imports neither), so that torch.compile never traces their definition."""
-    import torch
-
-    from .torch_library import function_op
-
-    forward_op = function_op(_forward, FORWARD_SCHEMA, _forward_fake, name="attention_fwd")
-    untraced = torch.compiler.disable(attention, reason="kgen.attention traces only the "
-                                      f"options {', '.join(TRACED)}")
-    return forward_op, untraced
-
-
-try:
-    _DEFINED = _define()
-except ImportError:  # no torch: the program texts work, the calls need torch anyway
-    _DEFINED = None
-
 make_callable(__name__, attention)  # kgen.attention(q, k, v), traced by torch.compile
-if _DEFINED is not None:  # the backward's op and Function (torch.compile's training step)
-    from . import attention_grad  # noqa: E402, F401
+try:  # the ops torch.compile traces a call to (defined on import, never traced)
+    from . import attention_traced  # noqa: E402
+except ModuleNotFoundError as err:  # no torch: the program texts work, the calls need torch
+    if err.name != "torch":
+        raise
+    attention_traced = None

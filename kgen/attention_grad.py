@@ -27,11 +27,9 @@ adds ordered) are the signature's. Not yet: GQA together with a mod, block_mask,
 head dim unlike the query's, each refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
 
-Under torch.compile (kgen/attention.py's `_traced`), a call recorded by autograd runs
-`TracedFunction` instead: kgen/attention.py's forward op and the backward op
-`torch.ops.kgen.attention_bwd` (one each whatever the signature, the options and
-`deterministic` among their arguments); the backward op's implementation is the eager
-backward's (`_gradients`), so the compiled step launches the same kernels.
+Under torch.compile, a call recorded by autograd runs kgen/attention_traced.py's
+`TracedFunction` instead, whose backward op's implementation is this module's `_gradients`,
+so the compiled step launches the same kernels.
 """
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import OPTIONS, default_scale
+from .attention import default_scale
 from .attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods, mod_lines
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
@@ -281,10 +279,7 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
         deterministic = torch.are_deterministic_algorithms_enabled()
     bias = options.get("attn_mask")
     mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
-    if mods.bias_grad and q.shape[2] % 8:
-        raise ArgumentError(f"attn_mask's gradient needs the query length to be a multiple of 8 "
-                            f"(got {q.shape[2]}): the backward stores it [keys, queries], rows "
-                            "16 bytes apart; pad the queries, or detach attn_mask")
+    check_bias_grad(q, mods)
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
     # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
     dropout = ((float(options["dropout_p"]), *forward_rng(q, options.get("dropout_rng")))
@@ -295,6 +290,14 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     result = (out,) + ((lse,) if return_lse else ()) + (
         (tuple(dropout[1:]) if dropout else None,) if options.get("return_rng") else ())
     return result if len(result) > 1 else out
+
+
+def check_bias_grad(q, mods: Mods) -> None:
+    """attn_mask's gradient is stored [keys, queries]: the query length a multiple of 8."""
+    if mods.bias_grad and q.shape[2] % 8:
+        raise ArgumentError(f"attn_mask's gradient needs the query length to be a multiple of 8 "
+                            f"(got {q.shape[2]}): the backward stores it [keys, queries], rows "
+                            "16 bytes apart; pad the queries, or detach attn_mask")
 
 
 def forward_rng(q, given):
@@ -315,78 +318,7 @@ def _mod_options(mods: Mods, values: tuple[float, ...], dropout: tuple, bias,
     return options
 
 
-# ---------------------------------------------------------------------------------------------
-# Under torch.compile (kgen/attention.py's `_traced`): the forward op and the backward op, one
-# each whatever the signature, paired by an autograd.Function
-
-BACKWARD_SCHEMA = ("(Tensor dO, Tensor Q, Tensor K, Tensor V, Tensor O, Tensor lse, "
-                   f"{OPTIONS}, bool deterministic) -> (Tensor, Tensor, Tensor)")
-
-
-def traced_with_grad(q, k, v, enable_gqa: bool, options: tuple, deterministic: bool | None):
-    """O and lse of a traced call recorded by autograd: the eager call's checks (`_refuse`,
-    call_mods), then the Function of the two ops; `options` kgen/attention.py's OPTIONS."""
-    import torch
-
-    scale, causal, score_mod, mask_mod, names, values = options
-    mods = {"score_mod": score_mod, "mask_mod": mask_mod,
-            "scalars": dict(zip(names, values)) or None}
-    _refuse(q, k, v, {"enable_gqa": enable_gqa, **mods})
-    call_mods(q, k, v, mods, False)
-    if deterministic is None:
-        deterministic = torch.are_deterministic_algorithms_enabled()
-    return _DEFINED[1].apply(q, k, v, *options, bool(deterministic))
-
-
-def _backward(dO, Q, K, V, O, lse, scale, causal, score_mod, mask_mod, scalar_names,
-              scalar_values, deterministic):
-    """The backward op: dQ, dK, dV by the eager backward's sequence (`_gradients`), of the
-    forward op's Q, K, V (aligned as the forward aligns them), O and lse."""
-    from . import attention as forward
-
-    q, k, v = forward._aligned(Q), forward._aligned(K), forward._aligned(V)
-    options = {"score_mod": score_mod, "mask_mod": mask_mod,
-               "scalars": dict(zip(scalar_names, scalar_values)) or None}
-    found = _gradients(dO, q, k, v, O, lse, scale, causal, K.shape[1] != Q.shape[1],
-                       deterministic, call_mods(q, k, v, options, False), options)
-    return found["dQ"], found["dK"], found["dV"]
-
-
 def gradients_fake(dO, Q, K, V, *options):
-    """dQ, dK, dV's fake tensors: Q's, K's and V's shapes (the dense and the packed backward op)."""
+    """dQ, dK, dV's fake tensors: Q's, K's and V's shapes (the dense and the packed backward op,
+    kgen/attention_traced.py and kgen/attention_varlen.py)."""
     return Q.new_empty(Q.shape), K.new_empty(K.shape), V.new_empty(V.shape)
-
-
-def _define():
-    """The backward op and the Function, defined when this module is imported (with torch),
-    so that torch.compile, tracing a call, never traces their definition."""
-    import torch
-
-    from . import attention as forward
-    from .torch_library import function_op
-
-    backward_op = function_op(_backward, BACKWARD_SCHEMA, gradients_fake, name="attention_bwd")
-    forward_op = forward._DEFINED[0]
-
-    class TracedFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, *options):
-            out, lse = forward_op(q, k, v, *options[:-1])
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.options = options  # the forward op's, then deterministic
-            ctx.mark_non_differentiable(lse)
-            return out, lse
-
-        @staticmethod
-        def backward(ctx, grad_out, grad_lse):
-            q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = backward_op(grad_out, q, k, v, out, lse, *ctx.options)
-            return (dq, dk, dv) + (None,) * len(ctx.options)
-
-    return backward_op, TracedFunction
-
-
-try:
-    _DEFINED = _define()
-except ImportError:  # no torch
-    _DEFINED = None

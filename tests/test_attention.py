@@ -1,6 +1,6 @@
 """kgen.attention on the CPU: the program it writes (parsed, verified, planned: bounds from the
 masks), signatures, mods' mistakes located in the mod's own text, argument checks. Under
-torch.compile: tests/test_attention_compile.py. The launch is tests/gpu/test_attention_gpu.py's."""
+torch.compile: tests/test_attention_traced.py. The launch is tests/gpu/test_attention_gpu.py's."""
 from __future__ import annotations
 
 import math

@@ -486,7 +486,7 @@ def test_bad_dropout_arguments():
 
 def test_torch_compile_fullgraph_matches_eager():
     """torch.compile(fullgraph=True) of `kgen.attention(...)` (no break: the forward op,
-    kgen/attention.py `_traced`) gives the eager call's O and lse bit for bit (the same kernel),
+    kgen/attention_traced.py) gives the eager call's O and lse bit for bit (the same kernel),
     causal with GQA and a softcap score_mod with its scalar; O and lse also against float64."""
     torch = cuda_torch()
 

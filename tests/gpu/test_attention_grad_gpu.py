@@ -141,13 +141,25 @@ def test_a_training_step_captures_into_a_cuda_graph():
     _check(torch, out, q, k, v, do, False, 1 / 8)
 
 
-# torch.compile(fullgraph=True): kgen/attention.py's forward op and kgen/attention_grad.py's
-# backward op in the graph; deterministic, so that dQ's adds give the same bits in both runs
+# torch.compile(fullgraph=True): kgen/attention_traced.py's forward op and backward op in the
+# graph; deterministic, so that dQ's adds give the same bits in both runs. `extra` gives the
+# call's tensors: attn_mask (a leaf with its gradient where it requires grad) and vectors.
 COMPILED = {
     "causal": dict(heads=2, kv_heads=2, options=dict(is_causal=True)),
     "gqa": dict(heads=4, kv_heads=2, options=dict(is_causal=True, enable_gqa=True)),
     "softcap": dict(heads=2, kv_heads=2, options=dict(
         score_mod="cap * tanh(score / cap)", scalars={"cap": 20.0})),
+    "bias-grad": dict(heads=2, kv_heads=2, options=dict(is_causal=True), extra=lambda torch, g: {
+        "attn_mask": torch.randn(2, 1, 200, 170, device="cuda", generator=g).to(
+            torch.bfloat16).requires_grad_()}),
+    "alibi": dict(heads=2, kv_heads=2, options=dict(
+        score_mod="score - slopes[head] * (row - col)"), extra=lambda torch, g: {
+        "vectors": {"slopes": torch.tensor([0.5, 0.125], device="cuda")}}),
+    "document": dict(heads=2, kv_heads=2, options=dict(mask_mod="qd[row] == kd[col]"),
+                     extra=lambda torch, g: {"vectors": {
+                         "qd": torch.arange(200, device="cuda") // 64,
+                         "kd": torch.arange(170, device="cuda") // 48}}),
+    "dropout": dict(heads=2, kv_heads=2, options=dict(dropout_p=0.2, dropout_rng=(7, 16))),
 }
 
 
@@ -160,9 +172,12 @@ def _compiled_inputs(torch, seed, heads, kv_heads, s=200, t=170, d=64):
     return q, k, v, do
 
 
-def _train(torch, call, q, k, v, do):
-    """O, lse and the gradients of one step of `call` on copies of q, k, v."""
+def _train(torch, call, q, k, v, do, bias=None):
+    """O, lse and the gradients of one step of `call` on copies of q, k, v (and of bias, a
+    leaf that requires grad, passed as attn_mask)."""
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    if bias is not None:
+        leaves.append(bias.detach().clone().requires_grad_())
     out, lse = call(*leaves)
     out.backward(do)
     torch.cuda.synchronize()
@@ -172,21 +187,28 @@ def _train(torch, call, q, k, v, do):
 @pytest.mark.parametrize("case", list(COMPILED))
 def test_torch_compile_fullgraph_trains_as_eager(case):
     """One graph (fullgraph=True: no break) of a training call gives the eager call's O, lse,
-    dQ, dK and dV bit for bit (the same kernels); the gradients also against float64."""
+    dQ, dK and dV bit for bit (the same kernels), and attn_mask's gradient; with every traced
+    option (a bias with its gradient, vectors, a dropout with its rng); the gradients also
+    against float64 (causal)."""
     torch = cuda_torch()
     import kgen
 
     spec = COMPILED[case]
+    extra = spec.get("extra", lambda torch, g: {})(
+        torch, torch.Generator(device="cuda").manual_seed(5))
+    bias = extra.pop("attn_mask", None)
 
-    def call(q, k, v):
-        return kgen.attention(q, k, v, return_lse=True, deterministic=True, **spec["options"])
+    def call(q, k, v, *mask):
+        return kgen.attention(q, k, v, *mask, return_lse=True, deterministic=True,
+                              **spec["options"], **extra)
 
     torch._dynamo.reset()
     compiled = torch.compile(call, fullgraph=True)
     q, k, v, do = _compiled_inputs(torch, 11, spec["heads"], spec["kv_heads"])
-    want = _or_skip(lambda: _train(torch, call, q, k, v, do))
-    got = _train(torch, compiled, q, k, v, do)
-    for name, g, w in zip(("O", "lse", "dQ", "dK", "dV"), got, want):
+    want = _or_skip(lambda: _train(torch, call, q, k, v, do, bias))
+    got = _train(torch, compiled, q, k, v, do, bias)
+    assert len(got) == len(want) == 5 + (bias is not None)
+    for name, g, w in zip(("O", "lse", "dQ", "dK", "dV", "dBias"), got, want):
         assert torch.equal(g, w), f"{case}: {name} differs from eager's"
     if case == "causal":
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
