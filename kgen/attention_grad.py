@@ -23,8 +23,9 @@ with its gradient when it requires grad; dropout, its mask regenerated from the 
 and offset) are written into the main kernel by kgen/attention_grad_mods.py. GQA (enable_gqa,
 as the forward: dK and dV summed over each KV head's group in the main kernel's loop) and
 deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enabled(): dQ's
-adds ordered) are the signature's. Not yet: GQA together with a mod, block_mask, and a value
-head dim unlike the query's, each refused with a message naming it. The backward is a torch op
+adds ordered) are the signature's; the mods take GQA (`head` the visit's query head). Not yet:
+attn_mask's gradient with GQA, block_mask, and a value head dim unlike the query's, each
+refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
 
 Under torch.compile, a call recorded by autograd runs kgen/attention_traced.py's
@@ -160,12 +161,6 @@ def wants_grad(*tensors) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-# the options with which the backward does not take GQA yet, and how each shows it is used
-_NOT_WITH_GQA = (("attn_mask", lambda v: v is not None), ("score_mod", lambda v: v is not None),
-                 ("mask_mod", lambda v: v is not None), ("vectors", lambda v: bool(v)),
-                 ("dropout_p", lambda v: bool(v)))
-
-
 def _refuse(q, k, v, options: dict[str, Any]) -> None:
     if options.get("block_mask") is not None:
         raise ArgumentError("kgen.attention's backward does not take block_mask yet; call it on "
@@ -175,11 +170,12 @@ def _refuse(q, k, v, options: dict[str, Any]) -> None:
         if not options.get("enable_gqa") or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
             raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
                                 "enable_gqa=True and a number of KV heads dividing q's")
-        for name, used in _NOT_WITH_GQA:
-            if used(options.get(name)):
-                raise ArgumentError(f"kgen.attention's backward does not take {name} with GQA "
-                                    "yet; call it with as many KV heads as query heads, or "
-                                    "on tensors that do not require grad")
+        mask = options.get("attn_mask")
+        if mask is not None and getattr(mask, "requires_grad", False):
+            # its store is a score gemm's tile per query head of the group (kgen/verify/loops.py)
+            raise ArgumentError("kgen.attention's backward does not take attn_mask's gradient "
+                                "with GQA yet; detach attn_mask, or call it with as many KV "
+                                "heads as query heads")
     if v.shape[-1] != q.shape[-1]:
         raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
                             f"q's ({q.shape[-1]})")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from . import attention as dense
-from .attention_grad import _gradients, _refuse, check_bias_grad, gradients_fake, wants_grad
+from . import attention_grad as grad  # (attributes read at call time: it may be importing)
 from .attention_grad_mods import bias_gradient, call_mods
 from .torch_library import function_op
 
@@ -73,7 +73,7 @@ def traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod
                list(sig.scalars), [float(scalars[name]) for name in sig.scalars],
                [name for name, _ in sig.vectors], float(dropout_p),
                [dense._signed(value) for value in rng] if rng else [])
-    if wants_grad(q, k, v, attn_mask):
+    if grad.wants_grad(q, k, v, attn_mask):
         out, lse = _with_grad(q, k, v, attn_mask, tensors, enable_gqa, options, deterministic)
     else:
         out, lse = _FORWARD(q, k, v, attn_mask, tensors, *options)
@@ -85,9 +85,9 @@ def _with_grad(q, k, v, attn_mask, vectors, enable_gqa, options, deterministic):
     """O and lse of a traced call recorded by autograd: the eager backward's checks
     (kgen/attention_grad.py `_refuse`, call_mods, check_bias_grad), then TracedFunction."""
     call = _call_options(attn_mask, vectors, *options[2:])
-    _refuse(q, k, v, {"enable_gqa": enable_gqa, **call})
+    grad._refuse(q, k, v, {"enable_gqa": enable_gqa, **call})
     bias_grad = attn_mask is not None and attn_mask.requires_grad
-    check_bias_grad(q, call_mods(q, k, v, call, bias_grad))
+    grad.check_bias_grad(q, call_mods(q, k, v, call, bias_grad))
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     return TracedFunction.apply(q, k, v, attn_mask, options, bias_grad, bool(deterministic),
@@ -131,7 +131,7 @@ def _backward(dO, Q, K, V, O, lse, attn_mask, vectors, scale, causal, score_mod,
     q, k, v = dense._aligned(Q), dense._aligned(K), dense._aligned(V)
     options = _call_options(attn_mask, vectors, score_mod, mask_mod, scalar_names,
                             scalar_values, vector_names, dropout_p, dropout_rng)
-    found = _gradients(dO, q, k, v, O, lse, scale, causal, K.shape[1] != Q.shape[1],
+    found = grad._gradients(dO, q, k, v, O, lse, scale, causal, K.shape[1] != Q.shape[1],
                        deterministic, call_mods(q, k, v, options, bias_grad), options)
     dbias = bias_gradient(found["dBiasT"], attn_mask) if bias_grad else Q.new_empty(0)
     return found["dQ"], found["dK"], found["dV"], dbias
@@ -141,7 +141,7 @@ def _backward_fake(dO, Q, K, V, O, lse, attn_mask, vectors, *options):
     """dQ, dK, dV in Q's, K's and V's shapes; attn_mask's gradient in its own (bias_grad, the
     second last option) or empty."""
     bias_grad = options[-2]
-    return (*gradients_fake(dO, Q, K, V),
+    return (*grad.gradients_fake(dO, Q, K, V),
             attn_mask.new_empty(attn_mask.shape) if bias_grad else Q.new_empty(0))
 
 

@@ -123,6 +123,8 @@ def reference_attention(torch, case: Case, q, k, v, bias, vectors: dict[str, Any
     """Float64 attention with the case's terms (autograd records it): O and the log-sum-exp;
     a query that keeps no key gives O = 0, lse = -inf (kgen's convention)."""
     s_len, t_len = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]  # GQA: query head h reads KV head h / group
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = (q @ k.transpose(-1, -2)) * scale
     if bias is not None and bias.dtype == torch.bool:
         scores = scores.masked_fill(~bias, float("-inf"))

@@ -274,16 +274,16 @@ def test_inductor_compiles_a_step_with_a_bias_its_gradient_and_vectors(cpu_stand
 
 
 def test_a_traced_training_call_checks_as_the_eager_one(monkeypatch):
-    """What the backward does not take (a mod with GQA; a bias gradient at a query length not a
+    """What the backward does not take (attn_mask's gradient with GQA; at a query length not a
     multiple of 8) is the eager call's ArgumentError."""
     monkeypatch.setattr(kattention, "_arch", lambda device: "sm_80")  # no GPU to ask
     q, k, v = _meta(kv_heads=2)
-    q.requires_grad_()
+    bias = torch.empty(96, 64, dtype=torch.bfloat16, device="meta").requires_grad_()
     torch._dynamo.reset()
-    compiled = torch.compile(lambda q, k, v: kgen.attention(q, k, v, enable_gqa=True,
-                                                            **SOFTCAP), backend="eager")
-    with pytest.raises(ArgumentError, match="does not take score_mod with GQA"):
-        compiled(q, k, v)
+    compiled = torch.compile(lambda q, k, v, b: kgen.attention(q, k, v, b, enable_gqa=True),
+                             backend="eager")
+    with pytest.raises(ArgumentError, match="does not take attn_mask's gradient with GQA"):
+        compiled(q, k, v, bias)
     q, k, v = _meta(s=20)
     bias = torch.empty(20, 64, dtype=torch.bfloat16, device="meta").requires_grad_()
     torch._dynamo.reset()
@@ -310,3 +310,18 @@ def test_a_traced_dropout_takes_each_calls_rng_without_recompiling(cpu_stand_ins
         fwd, bwd = cpu_stand_ins[-2:]
         assert fwd[-1] == bwd[-3] == expected  # (the backward's: then bias_grad, deterministic)
     assert counters["stats"]["unique_graphs"] <= 3
+
+
+@pytest.mark.parametrize("first", ["kgen.attention_grad", "kgen.attention_traced",
+                                   "kgen.attention_varlen", "kgen.attention"])
+def test_each_attention_module_imports_first(first):
+    """The ops register whichever attention module a fresh process imports first (the modules
+    import one another)."""
+    import subprocess
+    import sys
+
+    code = f"import {first}, torch; print(torch.ops.kgen.attention_bwd.default._schema.name)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.strip() == "kgen::attention_bwd"

@@ -146,6 +146,7 @@ def _check_loop_kernel(state: KernelState) -> None:
         _check_heads(state, a)
     else:
         _check_grouped_heads(state, loop, a, queries)
+    visited = queries or a  # whose (batch, head) the loop's `head` is: a GQA visit's query head
     rows = a.shape[0]
     check_packed(state, rows, dim)
     check_blocks(state, loop, LOOP_TILE_M, LOOP_TILE_N, ROWS_PER_WARP)
@@ -164,7 +165,7 @@ def _check_loop_kernel(state: KernelState) -> None:
                         else check_score_gemm(state, loop, g, a))
             scope = TileScope(Where.LOOP, f"{g.name}'s tile", rows, dim, f"gemm '{g.name}'",
                               carries=carries, accumulators=accumulators, gemm=g, loop=loop,
-                              lead=a, bound=dict(values), loop_rows=loop_rows,
+                              lead=visited, bound=dict(values), loop_rows=loop_rows,
                               used=_read_later(gemms, g))
             check_tile_epilogue(state, g.epilogue, scope, first_located(g.loc, loc))
             for name, rank in scope.bound.items():
@@ -183,7 +184,7 @@ def _check_loop_kernel(state: KernelState) -> None:
                             "tile at the loop's rows" for n in values}
             scope = TileScope(Where.LOOP_ROWS, f"{g.name}'s {shape_text((dim, z.shape[1]))} tile",
                               dim, z.shape[1], f"gemm '{g.name}'", carries=carries,
-                              accumulators=accumulators, gemm=g, loop=loop, lead=a,
+                              accumulators=accumulators, gemm=g, loop=loop, lead=visited,
                               loop_rows=loop_rows, elsewhere=elsewhere)
             check_tile_epilogue(state, g.epilogue, scope, first_located(g.loc, loc))
         for operand in operands:

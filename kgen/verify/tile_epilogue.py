@@ -68,8 +68,9 @@ class TileScope:
     later: dict[str, SourceLoc] = field(default_factory=dict)
     handed_on: SourceLoc | None = None  # `s = ...` in the first gemm's epilogue, once stored
     reads: set[str] = field(default_factory=set)  # carries and accumulators read
-    # the parameter whose (batch, heads) dims are the instances (the loop's A, the row
-    # kernel's first tensor): `head` indexes its heads, `batch` its batch
+    # the parameter whose (batch, heads) dims are the instances (the loop's A, or under a
+    # backward's GQA its streamed B, whose query head a visit is; the row kernel's first
+    # tensor): `head` indexes its heads, `batch` its batch
     lead: ir.Param | None = None
     # the loop's loop-row gemms: their tiles are read only by their own `+=` stores
     loop_rows: dict[str, ir.Gemm] = field(default_factory=dict)

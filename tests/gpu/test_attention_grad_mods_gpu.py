@@ -67,8 +67,25 @@ def test_document_masks_in_deterministic_mode_give_the_same_bits(case, arch, mon
         assert torch.equal(first, second)
 
 
-def _check(case, s, t, arch, monkeypatch, d, deterministic=None):
-    """Checks one case's O and gradients against float64 autograd; returns dQ, dK, dV."""
+GQA_CASES = [c for c in CASES if not c.bias_grad]  # attn_mask's gradient with GQA: not yet
+GQA_LENGTHS = [(17, 1000), (1000, 1000), (1000, 4097)]
+
+
+@pytest.mark.parametrize("arch", ["device", "sm_80"])
+@pytest.mark.parametrize("s, t", GQA_LENGTHS, ids=[f"S{s}-T{t}" for s, t in GQA_LENGTHS])
+@pytest.mark.parametrize("case", GQA_CASES, ids=[c.name for c in GQA_CASES])
+def test_the_gradients_of_each_mod_with_gqa_match_float64_autograd(case, s, t, arch,
+                                                                   monkeypatch):
+    """GQA 4:2 (a CTA per KV head walking its group: `head` in the mods the visit's query head,
+    ALiBi's slope and the dropout's Philox key; dK and dV summed over the group), D 64 and 128
+    at S 1000."""
+    for d in ((64, 128) if (s, t) == (1000, 1000) else (64,)):
+        _check(case, s, t, arch, monkeypatch, d, heads=(4, 2))
+
+
+def _check(case, s, t, arch, monkeypatch, d, deterministic=None, heads=None):
+    """Checks one case's O and gradients against float64 autograd; returns dQ, dK, dV.
+    `heads`: (query heads, KV heads) for GQA."""
     torch = cuda_torch()
     import kgen
     from kgen import attention as forward
@@ -76,16 +93,17 @@ def _check(case, s, t, arch, monkeypatch, d, deterministic=None):
     if arch == "sm_80":  # the mma.sync skeleton, forward and backward
         monkeypatch.setattr(forward, "_arch", lambda device: "sm_80")
     b, h = (1, 2) if max(s, t) < 4097 else (1, 1)
+    h, kv = heads or (h, h)
     gen = torch.Generator().manual_seed(11)
-    q, k, v, do = (torch.randn(b, h, n, d, generator=gen).cuda().bfloat16()
-                   for n in (s, t, t, s))
+    q, k, v, do = (torch.randn(b, n_heads, n, d, generator=gen).cuda().bfloat16()
+                   for n, n_heads in ((s, h), (t, kv), (t, kv), (s, h)))
     vectors, bias = inputs_of(case, torch, gen, b, h, s, t)
     vectors = {name: x.cuda() for name, x in vectors.items()}
     if bias is not None:
         bias = bias.cuda() if bias.dtype == torch.bool else bias.cuda().bfloat16()
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     bias_leaf = bias.clone().requires_grad_() if case.bias_grad else bias
-    options = dict(case.options, vectors=vectors or None)
+    options = dict(case.options, vectors=vectors or None, enable_gqa=kv != h)
     if deterministic is not None:
         options["deterministic"] = deterministic
     if case.bias_grad and s % 8:
