@@ -23,8 +23,8 @@ with its gradient when it requires grad; dropout, its mask regenerated from the 
 and offset) are written into the main kernel by kgen/attention_grad_mods.py. GQA (enable_gqa,
 as the forward: dK and dV summed over each KV head's group in the main kernel's loop) and
 deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enabled(): dQ's
-adds ordered) are the signature's; the mods take GQA (`head` the visit's query head). Not yet:
-attn_mask's gradient with GQA, block_mask, and a value head dim unlike the query's, each
+adds ordered) are the signature's; the mods take GQA (`head` the visit's query head, attn_mask's
+gradient stored per visit). Not yet: block_mask, and a value head dim unlike the query's, each
 refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
 
@@ -170,12 +170,6 @@ def _refuse(q, k, v, options: dict[str, Any]) -> None:
         if not options.get("enable_gqa") or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
             raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
                                 "enable_gqa=True and a number of KV heads dividing q's")
-        mask = options.get("attn_mask")
-        if mask is not None and getattr(mask, "requires_grad", False):
-            # its store is a score gemm's tile per query head of the group (kgen/verify/loops.py)
-            raise ArgumentError("kgen.attention's backward does not take attn_mask's gradient "
-                                "with GQA yet; detach attn_mask, or call it with as many KV "
-                                "heads as query heads")
     if v.shape[-1] != q.shape[-1]:
         raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
                             f"q's ({q.shape[-1]})")

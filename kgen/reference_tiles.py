@@ -180,7 +180,7 @@ def _grouped(kernel, inputs, scalars, rows, block, count, kv_heads, query, outpu
             one = _Instance(kernel, members[0][1], scalars, rows, block, b, members[0][0],
                             heads, members).run()
             for p in outputs:
-                if p.accumulate:  # one per query head of the group
+                if isinstance(one[p.name], list):  # one per query head of the group
                     per_head[p.name].extend(one[p.name])
                 else:
                     per_head[p.name].append(one[p.name])
@@ -240,7 +240,8 @@ class _Instance:
         self.tile = 0  # the tile of rows a block mask's lists are read at
         self.full = False  # the current block is a block mask's full one
         self.lets: dict[str, ir.Expr] = {}  # the current epilogue's locals, as written
-        self.tiles: dict[str, np.ndarray] = {}  # tensors a DAG loop's score gemm stores
+        # tensors a DAG loop's score gemm stores, by (name, query head: None but in GQA)
+        self.tiles: dict[tuple, np.ndarray] = {}
 
     def _input(self, name: str) -> np.ndarray:
         if name not in self.inputs:
@@ -279,9 +280,17 @@ class _Instance:
                                           _extent(p.shape[1], self.kernel, self.inputs)))
                     totals.append(total.astype(host_dtype(p.dtype)))
                 outputs[p.name] = totals[0] if self.members is None else totals
-        for name, tile in self.tiles.items():  # stored block by block in the loop
-            outputs[name] = tile.astype(host_dtype(self.kernel.param(name).dtype))
+        heads = [None] if self.members is None else [h for h, _ in self.members]
+        for name in dict.fromkeys(name for name, _ in self.tiles):  # stored in the loop
+            param = self.kernel.param(name)
+            tiles = [self.tiles.get((name, h), self._zero_tile(param)).astype(
+                host_dtype(param.dtype)) for h in heads]
+            outputs[name] = tiles[0] if self.members is None else tiles
         return outputs
+
+    def _zero_tile(self, param: ir.Param) -> np.ndarray:
+        return np.zeros((_extent(param.shape[0], self.kernel, self.inputs),
+                         _extent(param.shape[1], self.kernel, self.inputs)))
 
     def _columns(self, start: int, stop: int) -> None:
         self.cols = np.arange(start, stop, dtype=np.float64)
@@ -447,12 +456,13 @@ class _Instance:
 
     def _store_block(self, param: ir.Param, value: Any) -> None:
         """`dBiasT = dst` in a DAG loop's score gemm: the tile at the current rows and this
-        block's columns (float64, rounded once at the end; elements no block stores are 0)."""
-        if param.name not in self.tiles:
-            self.tiles[param.name] = np.zeros((_extent(param.shape[0], self.kernel, self.inputs),
-                                               _extent(param.shape[1], self.kernel, self.inputs)))
+        block's columns (float64, rounded once at the end; elements no block stores are 0); in a
+        backward's GQA, per query head of the group (the visit's)."""
+        key = (param.name, None if self.members is None else self.head)
+        if key not in self.tiles:
+            self.tiles[key] = self._zero_tile(param)
         tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
-        self.tiles[param.name][self.rows, self.col_slice] = tile
+        self.tiles[key][self.rows, self.col_slice] = tile
 
     def _store(self, value: Any, param: ir.Param) -> np.ndarray:
         count = len(self.rows)

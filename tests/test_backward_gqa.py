@@ -378,14 +378,21 @@ def test_the_launcher_sizes_and_requires_the_semaphores(tmp_path):
     assert "p.heads / p.group, p.batches);" in b.source
 
 
-def test_gqa_refuses_a_score_gemms_tile_store_at_its_declaration():
-    """A tile stored from a score gemm's epilogue (attn_mask's gradient, dBiasT = dst) would be
-    one tile per query head of the group: not built with GQA, said at the tensor."""
+def test_gqa_stores_a_score_gemms_tile_per_visit_with_the_query_heads():
+    """A tile stored from a score gemm's epilogue (attn_mask's gradient, dBiasT = dst) is one
+    tile per visit, at its query head: declared with the heads H of Q (the KV heads refused,
+    said at the tensor); both skeletons address it per visit."""
     text = gqa_text().replace("  tensor dV : bf16[B, HKV, T, 128] out\n",
                               "  tensor dV : bf16[B, HKV, T, 128] out\n"
                               "  tensor dBiasT : bf16[B, H, T, S] row out\n")
     text = text.replace("epilogue { dst = pt * (acc - D[col]) }",
                         "epilogue {\n        dst = pt * (acc - D[col])\n        dBiasT = dst\n      }")
     assert text.count("dBiasT") == 2
-    with pytest.raises(KgenError, match="'dBiasT': a score gemm's tile store in a GQA loop"):
-        plan_of(text)
+    for arch in (ir.Arch.SM80, ir.Arch.SM90A):
+        source = plan_of(text, arch, tile=arch is ir.Arch.SM80).source
+        head = source.index("const int head = ")  # a visit's query head, then its pointer
+        assert source.index("g_dBiasT = p.dBiasT + batch * p.dBiasT_bs + head * p.dBiasT_hs",
+                            head) > head
+    with pytest.raises(KgenError, match="'dBiasT' is stored by a score gemm in the loop, a tile "
+                                        "per visit of a query head: declare it with the heads H"):
+        plan_of(text.replace("tensor dBiasT : bf16[B, H,", "tensor dBiasT : bf16[B, HKV,"))

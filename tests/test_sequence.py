@@ -554,9 +554,6 @@ def test_the_backward_refuses_options_it_does_not_take():
     k = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
     with pytest.raises(ArgumentError, match="GQA takes enable_gqa=True"):  # as the forward
         attention_with_grad(q, k[:, :1], k[:, :1])
-    bias = torch.zeros(8, 8, dtype=torch.bfloat16, requires_grad=True)
-    with pytest.raises(ArgumentError, match="does not take attn_mask's gradient with GQA yet"):
-        attention_with_grad(q, k[:, :1], k[:, :1], attn_mask=bias, enable_gqa=True)
     with pytest.raises(ArgumentError, match="does not take block_mask yet"):
         attention_with_grad(q, k, k, block_mask=object())
     with pytest.raises(ArgumentError, match="v's head dim"):

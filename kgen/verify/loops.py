@@ -356,13 +356,9 @@ def _check_grouped_heads(state: KernelState, loop: ir.Loop, keys: ir.Param,
         raise KgenError(loc_of(queries, k.loc), f"'{queries.name}' has {hq} heads, not a "
                         f"multiple of the {hkv} heads of '{keys.name}' (each KV head serves "
                         "heads / KV heads query heads)")
-    for g in loop.gemms:  # a score gemm's tile store: one tile per query head of the group
-        for stmt in g.epilogue.stmts if g.epilogue is not None else ():
-            p = state.params.get(getattr(stmt, "target", None))
-            if isinstance(stmt, ir.Store) and p is not None and not p.accumulate:
-                raise KgenError(loc_of(p, k.loc), f"'{p.name}': a score gemm's tile store in a "
-                                "GQA loop (one tile per query head of the group) is not built "
-                                "yet")
+    tile_stores = {stmt.target for g in loop.gemms  # a score gemm's: one per visit
+                   for stmt in (g.epilogue.stmts if g.epilogue is not None else ())
+                   if isinstance(stmt, ir.Store)}
     for p in k.params:
         if p.batch is None:
             continue  # shared by every batch and head
@@ -375,6 +371,9 @@ def _check_grouped_heads(state: KernelState, loop: ir.Loop, keys: ir.Param,
         if p.role is Role.OUT and p.accumulate:
             want = (hq, f"'{p.name}' is added into at the loop's rows, per query head: declare "
                         f"it with the heads {hq} of '{queries.name}'")
+        elif p.role is Role.OUT and p.name in tile_stores:
+            want = (hq, f"'{p.name}' is stored by a score gemm in the loop, a tile per visit "
+                        f"of a query head: declare it with the heads {hq} of '{queries.name}'")
         elif p.role is Role.OUT:
             want = (hkv, f"'{p.name}' is stored by the kernel's epilogue, once per KV head (the "
                          f"accumulators sum the group's query heads): declare it with the heads "

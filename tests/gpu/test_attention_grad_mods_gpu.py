@@ -67,18 +67,17 @@ def test_document_masks_in_deterministic_mode_give_the_same_bits(case, arch, mon
         assert torch.equal(first, second)
 
 
-GQA_CASES = [c for c in CASES if not c.bias_grad]  # attn_mask's gradient with GQA: not yet
 GQA_LENGTHS = [(17, 1000), (1000, 1000), (1000, 4097)]
 
 
 @pytest.mark.parametrize("arch", ["device", "sm_80"])
 @pytest.mark.parametrize("s, t", GQA_LENGTHS, ids=[f"S{s}-T{t}" for s, t in GQA_LENGTHS])
-@pytest.mark.parametrize("case", GQA_CASES, ids=[c.name for c in GQA_CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_gradients_of_each_mod_with_gqa_match_float64_autograd(case, s, t, arch,
                                                                    monkeypatch):
     """GQA 4:2 (a CTA per KV head walking its group: `head` in the mods the visit's query head,
-    ALiBi's slope and the dropout's Philox key; dK and dV summed over the group), D 64 and 128
-    at S 1000."""
+    ALiBi's slope and the dropout's Philox key, attn_mask's gradient stored per visit; dK and
+    dV summed over the group), D 64 and 128 at S 1000."""
     for d in ((64, 128) if (s, t) == (1000, 1000) else (64,)):
         _check(case, s, t, arch, monkeypatch, d, heads=(4, 2))
 
