@@ -29,9 +29,8 @@ packed in one kernel and dense in the next). The forward's mods are the dense ba
 (kgen/attention_grad_mods.py: score_mod differentiated by kgen, the mask applied to P and dS,
 the scalars), the causal term the forward's bottom-right one (`col <= row + T - S`) joined to
 mask_mod, so that both are transposed into the backward's orientation as one mask; `row`,
-`col`, `S`, `T` are the sequence's own there too. GQA and deterministic mode as
-kgen.attention's backward; a mod with GQA and a value head dim unlike the query's are refused
-by name.
+`col`, `S`, `T` are the sequence's own there too. GQA (with the mods too) and deterministic
+mode as kgen.attention's backward; a value head dim unlike the query's is refused by name.
 
 Both directions are torch ops (kgen/torch_library.py `function_op`), one each whatever the
 signature: `torch.ops.kgen.attention_varlen_fwd` and `_bwd` take the tensors, the max_seqlen
@@ -142,7 +141,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     options = (_length(max_seqlen_q), _length(max_seqlen_k), scale, bool(is_causal), score_mod,
                mask_mod, names, tuple(float(scalars[n]) for n in names), arch)
     if wants_grad(q, k, v):
-        _check_grad(q, k, v, score_mod, mask_mod, names)
+        _check_grad(q, v, names)
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         # one offsets tensor for both (self-attention) passed once: torch.compile does not
@@ -181,18 +180,13 @@ def _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars) -> None:
         raise ArgumentError(f"scalar names {OFFSETS} are the program's offsets")
 
 
-def _check_grad(q, k, v, score_mod, mask_mod, names) -> None:
+def _check_grad(q, v, names) -> None:
     """What the backward does not take, refused by name."""
     from .attention_grad_mods import BACKWARD_NAMES
 
     if v.shape[-1] != q.shape[-1]:
         raise ArgumentError(f"kgen.attention_varlen's backward needs v's head dim "
                             f"({v.shape[-1]}) to be q's ({q.shape[-1]})")
-    if k.shape[1] != q.shape[1] and (score_mod is not None or mask_mod is not None or names):
-        raise ArgumentError("kgen.attention_varlen's backward does not take score_mod, "
-                            "mask_mod or scalars with GQA yet (as kgen.attention's); call it "
-                            "with as many KV heads as query heads, or on tensors that do not "
-                            "require grad")
     for name in names:
         if name in BACKWARD_NAMES:
             raise ArgumentError(f"{name!r} is a name of kgen.attention_varlen's backward "

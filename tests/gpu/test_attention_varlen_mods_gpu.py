@@ -1,6 +1,6 @@
 """On a GPU: kgen.attention_varlen trains with the forward's mods (softcap, an ALiBi-like score_mod
 of a scalar slope, a window mask_mod; causal and not) over documents of 1, 17, 300 and 1000
-tokens packed in one batch: O, lse and dQ, dK, dV against float64 autograd of the reference
+tokens packed in one batch, with GQA 4:2 too: O, lse and dQ, dK, dV against float64 autograd of the reference
 attention run document by document (tests/test_attention_varlen.py per_document), every buffer
 kgen allocates poisoned with NaN; both targets. Its torch ops: torch.compile(fullgraph=True) of
 forward and backward gives eager's results bit for bit (deterministic mode), a training step
@@ -29,11 +29,11 @@ def _arch(torch) -> str:
     return "sm_90a" if torch.cuda.get_device_capability() == (9, 0) else "sm_80"
 
 
-def _inputs(torch, lengths, heads, d, seed):
+def _inputs(torch, lengths, heads, d, seed, kv_heads=None):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     total = sum(lengths)
-    q, k, v, do = (torch.randn(total, heads, d, device="cuda", generator=gen).bfloat16()
-                   for _ in range(4))
+    q, k, v, do = (torch.randn(total, n, d, device="cuda", generator=gen).bfloat16()
+                   for n in (heads, kv_heads or heads, kv_heads or heads, heads))
     cu = [0, *torch.tensor(lengths).cumsum(0).tolist()]
     return q, k, v, do, cu
 
@@ -47,14 +47,15 @@ def _mods(case) -> dict:
             if name in case.options}
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_gradients_with_mods_against_float64_autograd(poisoned, case, causal, arch):
+def test_gradients_with_mods_against_float64_autograd(poisoned, case, causal, arch, kv_heads):
     torch = poisoned
     skip_unless_runs(arch)
     case = with_causal(case, causal)
-    q, k, v, do, cu = _inputs(torch, LENGTHS, 4, 128, seed=3 + causal)
+    q, k, v, do, cu = _inputs(torch, LENGTHS, 4, 128, seed=3 + causal, kv_heads=kv_heads)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     offsets = _offsets(torch, cu)
     out, lse = attention_varlen(*leaves, offsets, offsets, max(LENGTHS), max(LENGTHS),
