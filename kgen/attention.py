@@ -414,8 +414,8 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     and lse = -inf (SDPA gives NaN there). `deterministic` (inputs that require grad): the
     backward's gradients bit-identical run to run (dQ's adds ordered); None follows
     torch.are_deterministic_algorithms_enabled(). Under torch.compile every option is traced
-    (no graph break, forward and backward: kgen/attention_traced.py) but block_mask and a
-    dropout without dropout_rng: with those the call breaks the graph and runs eagerly."""
+    (no graph break, forward and backward: kgen/attention_traced.py) but a dropout without
+    dropout_rng: with one the call breaks the graph and runs eagerly."""
     import torch
 
     if torch.compiler.is_compiling():  # torch.compile traces the call: the ops

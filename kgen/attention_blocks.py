@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import ArgumentError
 
-__all__ = ["BlockLists", "from_dense", "tile_for", "lists_for"]
+__all__ = ["BlockLists", "checked_lists", "from_dense", "lists_for", "tile_for"]
 
 TILE_M = (128, 64)  # kgen's tiles of rows, largest first (kgen/verify/loops.py: LOOP_TILE_M)
 TILE_N = (128, 80, 64, 32)  # its blocks of keys (LOOP_TILE_N)
@@ -108,18 +108,44 @@ def lists_for(block_mask, tile: tuple[int, int], q, k) -> list:
     rows, cols = block_size(block_mask)
     m, n = tile
     b, h, s, t = int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2])
+    lists = checked_lists(block_mask, q, k)
+    out = []
+    for counts, indices in zip(lists[::2], lists[1::2]):
+        out += _converted(counts, indices, rows // m, cols // n, -(-s // m), -(-t // n), b, h,
+                          q.device)
+    return out
+
+
+def checked_lists(block_mask, q, k) -> list:
+    """The block mask's lists as given (counts, indices, then the full pair if any), their
+    shapes checked for q and k (shapes only: a traced call's fake tensors too): counts [B or 1,
+    H or 1, row blocks], indices [..., key blocks], rows enough for S."""
+    import numpy as np
+
+    rows, _ = block_size(block_mask)
+    b, h, s, t = int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2])
     lengths = getattr(block_mask, "seq_lengths", None)
     if lengths is not None and tuple(int(x) for x in lengths) != (s, t):
         raise ArgumentError(f"block_mask was built for (S, T) = {tuple(lengths)}, but q and k "
                             f"have (S, T) = {(s, t)}")
-    pairs = [(block_mask.kv_num_blocks, block_mask.kv_indices)]
+    lists = [block_mask.kv_num_blocks, block_mask.kv_indices]
     if getattr(block_mask, "full_kv_num_blocks", None) is not None:
-        pairs.append((block_mask.full_kv_num_blocks, block_mask.full_kv_indices))
-    out = []
-    for counts, indices in pairs:
-        out += _converted(counts, indices, rows // m, cols // n, -(-s // m), -(-t // n), b, h,
-                          q.device)
-    return out
+        lists += [block_mask.full_kv_num_blocks, block_mask.full_kv_indices]
+    for counts, indices in zip(lists[::2], lists[1::2]):
+        shape, index_shape = (tuple(int(d) for d in (x.shape if hasattr(x, "shape") else
+                                                     np.shape(x))) for x in (counts, indices))
+        if len(shape) != 3 or len(index_shape) != 4 or shape != index_shape[:3]:
+            raise ArgumentError(f"block_mask's counts must be [B, H, row blocks] and its indices "
+                                f"[B, H, row blocks, key blocks], got {list(shape)} and "
+                                f"{list(index_shape)}")
+        for name, got, want in (("batch", shape[0], b), ("heads", shape[1], h)):
+            if got not in (1, want):
+                raise ArgumentError(f"block_mask has {name} {got}, but q has {want} (1 shares "
+                                    "it)")
+        if shape[2] * rows < s:
+            raise ArgumentError(f"block_mask lists {shape[2]} blocks of query rows; q's S needs "
+                                f"{-(-s // rows)}")
+    return lists
 
 
 _CONVERTED: dict = {}  # the last few conversions: (source tensors, versions, shape) -> lists
@@ -161,18 +187,8 @@ def _refined(counts, indices, per_row: int, per_col: int, tiles: int, blocks: in
     the sub-blocks past the keys' end dropped; [B or 1, H or 1, tiles(, blocks)] int32."""
     import torch
 
-    counts = torch.as_tensor(counts, device=device)
+    counts = torch.as_tensor(counts, device=device)  # shapes checked (`checked_lists`)
     indices = torch.as_tensor(indices, device=device)
-    if counts.dim() != 3 or indices.dim() != 4 or counts.shape != indices.shape[:3]:
-        raise ArgumentError(f"block_mask's counts must be [B, H, row blocks] and its indices "
-                            f"[B, H, row blocks, key blocks], got {list(counts.shape)} and "
-                            f"{list(indices.shape)}")
-    for name, got, want in (("batch", counts.shape[0], b), ("heads", counts.shape[1], h)):
-        if got not in (1, want):
-            raise ArgumentError(f"block_mask has {name} {got}, but q has {want} (1 shares it)")
-    if counts.shape[2] * per_row < tiles:
-        raise ArgumentError(f"block_mask lists {counts.shape[2]} blocks of query rows; q's "
-                            f"S needs {-(-tiles // per_row)}")
     if per_row > 1:
         counts = counts.repeat_interleave(per_row, dim=2)
         indices = indices.repeat_interleave(per_row, dim=2)

@@ -13,9 +13,10 @@ eager step's kernels and gives its bits; their fake implementations give the out
 
 Traced: attn_mask (bool or additive, with its gradient where it requires grad), vectors, the
 mods and their scalars, the dropout with a given `dropout_rng` (the (seed, offset) is then an
-argument of both ops, so the backward regenerates the forward's mask). Not traced (the call
-breaks the graph and runs eagerly; fullgraph=True refuses it with the reason): block_mask,
-and a dropout whose (seed, offset) would be drawn from torch's CUDA generator (drawing it
+argument of both ops, so the backward regenerates the forward's mask), a block mask (its lists
+and BLOCK_SIZE arguments of the forward op, which rebuilds it as kgen's BlockLists). Not
+traced (the call breaks the graph and runs eagerly; fullgraph=True refuses it with the
+reason): a dropout whose (seed, offset) would be drawn from torch's CUDA generator (drawing it
 advances the generator, which a traced graph cannot replay).
 
 Imported by kgen/attention.py where torch is (`import kgen` needs no torch), so that
@@ -26,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from . import attention as dense
+from . import attention_blocks
 from . import attention_grad as grad  # (attributes read at call time: it may be importing)
 from .attention_grad_mods import bias_gradient, call_mods
 from .torch_library import function_op
@@ -37,21 +39,25 @@ __all__ = ["BACKWARD_SCHEMA", "FORWARD_SCHEMA", "NOT_TRACED", "traced"]
 TENSORS = "Tensor? attn_mask, Tensor[] vectors"
 OPTIONS = ("float scale, bool causal, str? score_mod, str? mask_mod, str[] scalar_names, "
            "float[] scalar_values, str[] vector_names, float dropout_p, SymInt[] dropout_rng")
-FORWARD_SCHEMA = f"(Tensor Q, Tensor K, Tensor V, {TENSORS}, {OPTIONS}) -> (Tensor, Tensor)"
+# the forward's alone: a block mask's lists (counts, indices, then the full pair if any; [] for
+# none) and its BLOCK_SIZE (the backward takes no block mask)
+BLOCKS = "Tensor[] block_lists, int[] block_size"
+FORWARD_SCHEMA = (f"(Tensor Q, Tensor K, Tensor V, {TENSORS}, {OPTIONS}, {BLOCKS}) "
+                  "-> (Tensor, Tensor)")
 BACKWARD_SCHEMA = (f"(Tensor dO, Tensor Q, Tensor K, Tensor V, Tensor O, Tensor lse, {TENSORS}, "
                    f"{OPTIONS}, bool bias_grad, bool deterministic) "
                    "-> (Tensor, Tensor, Tensor, Tensor)")
 # why a call runs eagerly under torch.compile (a graph break; fullgraph=True shows it)
-NOT_TRACED = ("kgen.attention does not trace block_mask, nor a dropout without dropout_rng "
-              "(drawing the seed and offset advances torch's CUDA generator): pass "
-              "dropout_rng=(seed, offset) to trace a dropout")
+NOT_TRACED = ("kgen.attention does not trace a dropout without dropout_rng (drawing the seed "
+              "and offset advances torch's CUDA generator): pass dropout_rng=(seed, offset) to "
+              "trace a dropout")
 
 
 def traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod, scalars,
            vectors, dropout_p, dropout_rng, return_lse, return_rng, deterministic, block_mask):
     """kgen.attention's call under torch.compile (dynamo reads this function's code): the
     eager call's checks, then the forward op, or with grad the Function of the two ops."""
-    if block_mask is not None or (dropout_p and dropout_rng is None):
+    if dropout_p and dropout_rng is None:
         return _UNTRACED(q, k, v, attn_mask, is_causal=is_causal, scale=scale,
                          enable_gqa=enable_gqa, score_mod=score_mod, mask_mod=mask_mod,
                          scalars=scalars, vectors=vectors, dropout_p=dropout_p,
@@ -74,18 +80,32 @@ def traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod
                [name for name, _ in sig.vectors], float(dropout_p),
                [dense._signed(value) for value in rng] if rng else [])
     if grad.wants_grad(q, k, v, attn_mask):
-        out, lse = _with_grad(q, k, v, attn_mask, tensors, enable_gqa, options, deterministic)
+        out, lse = _with_grad(q, k, v, attn_mask, tensors, enable_gqa, options, deterministic,
+                              block_mask)
     else:
-        out, lse = _FORWARD(q, k, v, attn_mask, tensors, *options)
+        out, lse = _FORWARD(q, k, v, attn_mask, tensors, *options,
+                            *_block_lists(block_mask, q, k))
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
 
 
-def _with_grad(q, k, v, attn_mask, vectors, enable_gqa, options, deterministic):
+def _block_lists(block_mask, q, k) -> tuple[list, list]:
+    """The forward op's block_lists and block_size of a call's block_mask, checked as the eager
+    call checks them (its BLOCK_SIZE splits into kgen's tiles: any rulebook tile takes the
+    multiples of 64 by 32 its smallest does; the lists' shapes); ([], []) without one."""
+    if block_mask is None:
+        return [], []
+    size = attention_blocks.block_size(block_mask)
+    attention_blocks.tile_for(size, (attention_blocks.TILE_M[0], attention_blocks.TILE_N[0]))
+    return attention_blocks.checked_lists(block_mask, q, k), list(size)
+
+
+def _with_grad(q, k, v, attn_mask, vectors, enable_gqa, options, deterministic, block_mask):
     """O and lse of a traced call recorded by autograd: the eager backward's checks
-    (kgen/attention_grad.py `_refuse`, call_mods, check_bias_grad), then TracedFunction."""
+    (kgen/attention_grad.py `_refuse`: no block mask yet; call_mods, check_bias_grad), then
+    TracedFunction."""
     call = _call_options(attn_mask, vectors, *options[2:])
-    grad._refuse(q, k, v, {"enable_gqa": enable_gqa, **call})
+    grad._refuse(q, k, v, {"enable_gqa": enable_gqa, "block_mask": block_mask, **call})
     bias_grad = attn_mask is not None and attn_mask.requires_grad
     grad.check_bias_grad(q, call_mods(q, k, v, call, bias_grad))
     if deterministic is None:
@@ -107,11 +127,14 @@ def _call_options(attn_mask, vectors, score_mod, mask_mod, scalar_names, scalar_
 
 
 def _forward(Q, K, V, attn_mask, vectors, scale, causal, score_mod, mask_mod, scalar_names,
-             scalar_values, vector_names, dropout_p, dropout_rng):
+             scalar_values, vector_names, dropout_p, dropout_rng, block_lists, block_size):
     """The forward op: kgen.attention's eager call (O and lse, allocated by torch's caching
-    allocator, the program launched on the current stream)."""
+    allocator, the program launched on the current stream); a block mask as kgen's BlockLists
+    of the lists and BLOCK_SIZE given."""
+    block_mask = (attention_blocks.BlockLists(*block_lists, block_size=tuple(block_size))
+                  if block_lists else None)
     return dense.attention(Q, K, V, is_causal=causal, scale=scale, enable_gqa=True,
-                           return_lse=True, **_call_options(
+                           return_lse=True, block_mask=block_mask, **_call_options(
                                attn_mask, vectors, score_mod, mask_mod, scalar_names,
                                scalar_values, vector_names, dropout_p, dropout_rng))
 
@@ -157,7 +180,7 @@ class TracedFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, options, bias_grad, deterministic, *vectors):
-        out, lse = _FORWARD(q, k, v, attn_mask, list(vectors), *options)
+        out, lse = _FORWARD(q, k, v, attn_mask, list(vectors), *options, [], [])
         ctx.save_for_backward(q, k, v, out, lse, attn_mask, *vectors)
         ctx.options, ctx.flags = options, (bias_grad, deterministic)
         ctx.mark_non_differentiable(lse)

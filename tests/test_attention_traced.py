@@ -66,9 +66,9 @@ def test_opcheck_the_ops_on_meta_tensors(bias, bias_grad):
     vectors = [torch.empty(4, device="meta")]
     options = (0.125, True, ALIBI["score_mod"], "row - col < 256", [], [], ["slopes"], 0.1,
                [7, -3])
-    out, lse = torch.ops.kgen.attention_fwd(q, k, v, mask, vectors, *options)
+    out, lse = torch.ops.kgen.attention_fwd(q, k, v, mask, vectors, *options, [], [])
     assert out.shape == (2, 4, 96, 64) and lse.shape == (2, 4, 96)
-    for op, args in ((torch.ops.kgen.attention_fwd, (q, k, v, mask, vectors, *options)),
+    for op, args in ((torch.ops.kgen.attention_fwd, (q, k, v, mask, vectors, *options, [], [])),
                      (torch.ops.kgen.attention_bwd, (out, q, k, v, out, lse, mask, vectors,
                                                      *options, bias_grad, True))):
         result = torch.library.opcheck(op, args)
@@ -107,7 +107,7 @@ def test_torch_compile_traces_a_call_to_one_op_with_every_traced_option():
     assert tuple(op.args[5:]) == (
         0.5, True, "score - slopes[head] * (row - col)",
         "(row - col < window) * (qd[row] == kd[col])", ["window"], [16.0],
-        ["kd", "qd", "slopes"], 0.25, [-1, 12])
+        ["kd", "qd", "slopes"], 0.25, [-1, 12], [], [])
 
 
 def test_the_ops_options_give_back_the_calls_options():
@@ -142,15 +142,74 @@ def test_torch_compile_checks_the_arguments_as_the_eager_call(monkeypatch):
             torch.compile(call, backend="eager")(*_meta(kv_heads=kv_heads))
 
 
-@pytest.mark.parametrize("option", [dict(dropout_p=0.1), dict(block_mask=object())],
-                         ids=["dropout-drawn", "block_mask"])
-def test_the_options_not_traced_break_the_graph(option):
-    """block_mask, and a dropout whose rng the call would draw, run the call eagerly:
-    fullgraph=True refuses the break, naming why."""
+def _blocks(device="meta", full=True, rows=4, batch=1):
+    """kgen's BlockLists of 128 x 128 blocks: [batch, 1, rows] counts, [..., 2] indices."""
+    from kgen.attention_blocks import BlockLists
+
+    lists = [torch.empty(shape, dtype=torch.int32, device=device) for shape in
+             ((batch, 1, rows), (batch, 1, rows, 2)) * (2 if full else 1)]
+    return BlockLists(*lists, block_size=(128, 128))
+
+
+def test_torch_compile_traces_a_block_mask_to_the_forward_op():
+    """A block mask (kgen's BlockLists, FlexAttention's BlockMask alike) is the forward op's
+    block_lists and block_size: one op call, no break."""
+    def call(q, k, v, block_mask):
+        return kgen.attention(q, k, v, is_causal=True, block_mask=block_mask)
+
+    graphs = []
     torch._dynamo.reset()
-    compiled = torch.compile(lambda q, k, v: kgen.attention(q, k, v, **option),
+    for full in (True, False):
+        out = torch.compile(call, fullgraph=True, backend=_recorded(graphs))(
+            *_meta(s=400, t=256), _blocks(full=full))
+        assert out.shape == (2, 4, 400, 64)
+        [op] = _op_calls(graphs[-1], "attention_fwd")
+        assert [a.meta["val"].shape for a in op.args[-2]] == [
+            (1, 1, 4), (1, 1, 4, 2)] * (2 if full else 1)
+        assert op.args[-1] == [128, 128]
+
+
+def test_a_traced_block_mask_is_checked_as_the_eager_one(monkeypatch):
+    """The block mask's mistakes under torch.compile are the eager call's: the lists' shapes,
+    their rows for S, and no backward with a block mask yet."""
+    monkeypatch.setattr(kattention, "_arch", lambda device: "sm_80")  # no GPU to ask
+    for blocks, message in ((_blocks(rows=3), "lists 3 blocks of query rows; q's S needs 4"),
+                            (_blocks(batch=3), "block_mask has batch 3, but q has 2")):
+        torch._dynamo.reset()
+        with pytest.raises(ArgumentError, match=message):
+            torch.compile(lambda q, k, v, b: kgen.attention(q, k, v, block_mask=b),
+                          backend="eager")(*_meta(s=400, t=256), blocks)
+    q, k, v = _meta(s=400, t=256)
+    q.requires_grad_()
+    torch._dynamo.reset()
+    with pytest.raises(ArgumentError, match="does not take block_mask yet"):
+        torch.compile(lambda q, k, v, b: kgen.attention(q, k, v, block_mask=b),
+                      backend="eager")(q, k, v, _blocks())
+
+
+def test_inductor_hands_a_flex_block_mask_to_the_forward_op(cpu_stand_ins):
+    """FlexAttention's BlockMask (create_block_mask on the CPU), compiled with inductor: the
+    stand-in forward gets its four lists and BLOCK_SIZE."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 256, 256, device="cpu")
+    q, k, v = _meta(s=256, t=256, device="cpu")
+    torch._dynamo.reset()
+    out = torch.compile(lambda q, k, v, m: kgen.attention(q, k, v, block_mask=m),
+                        fullgraph=True)(q, k, v, mask)
+    assert out.shape == (2, 4, 256, 64)
+    blocks, fwd = cpu_stand_ins[-2:]
+    assert blocks == ("blocks", [(1, 1, 2), (1, 1, 2, 2)] * 2, [128, 128])
+    assert fwd[0] == "fwd"
+
+
+def test_a_dropout_whose_rng_the_call_draws_breaks_the_graph():
+    """A dropout without dropout_rng runs the call eagerly: fullgraph=True refuses the break,
+    naming why."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: kgen.attention(q, k, v, dropout_p=0.1),
                              fullgraph=True, backend="eager")
-    with pytest.raises(torch._dynamo.exc.Unsupported, match="does not trace block_mask"):
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="does not trace a dropout without"):
         compiled(*_meta())
 
 
@@ -181,7 +240,8 @@ def test_torch_compile_traces_a_training_step_in_one_graph(kv_heads, options, de
     [bwd] = _op_calls(graphs[1], "attention_bwd")
     assert not _op_calls(graphs[0], "attention_bwd") and not _op_calls(graphs[1], "attention_fwd")
     assert len(bwd.args[7]) == len(fwd.args[4]) == len(vectors)
-    assert tuple(bwd.args[8:]) == (*fwd.args[5:], False, deterministic)
+    assert fwd.args[-2:] == ([], [])  # no block mask
+    assert tuple(bwd.args[8:]) == (*fwd.args[5:-2], False, deterministic)
     assert fwd.args[5:7] == (options.get("scale", 0.125), options.get("is_causal", False))
     for leaf in leaves:
         assert leaf.grad.shape == leaf.shape and leaf.grad.dtype == leaf.dtype
@@ -198,6 +258,9 @@ def cpu_stand_ins():
         return (None if mask is None else tuple(mask.shape), [tuple(t.shape) for t in vectors])
 
     def forward(q, k, v, mask, vectors, *options):
+        *options, lists, size = options
+        if lists:  # a block mask's lists: their shapes and BLOCK_SIZE, a call of their own
+            calls.append(("blocks", [tuple(t.shape) for t in lists], size))
         calls.append(("fwd", *shapes(mask, vectors), *options))
         return (q.new_full((*q.shape[:3], v.shape[-1]), 1.0),
                 q.new_zeros(q.shape[:3], dtype=torch.float32))

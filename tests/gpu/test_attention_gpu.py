@@ -504,3 +504,30 @@ def test_torch_compile_fullgraph_matches_eager():
     ref_o, ref_lse = reference(q, k, v, 0.125, causal=True, cap=20.0)
     close(got_o, ref_o, 2e-2, "O compiled")
     close(got_lse, ref_lse, 1e-3, "lse compiled")
+
+
+def test_torch_compile_fullgraph_takes_every_forward_option():
+    """torch.compile(fullgraph=True) with an additive bias, ALiBi's vectors, a dropout given its
+    rng and FlexAttention's BlockMask (kgen/attention_traced.py: the forward op's arguments)
+    gives the eager call's O and lse bit for bit."""
+    torch = cuda_torch()
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    q, k, v = _inputs(torch, 2, 4, 4, 384, 384, 64, 64, torch.bfloat16, seed=22)
+    gen = torch.Generator(device="cuda").manual_seed(23)
+    bias = torch.randn(384, 384, device="cuda", generator=gen).bfloat16()
+    slopes = torch.rand(4, device="cuda", generator=gen)
+    blocks = create_block_mask(lambda b, h, i, j: (i // 128 + j // 128) % 3 != 1, None, None,
+                               384, 384, device="cuda")
+
+    def call(q, k, v, bias, slopes, blocks):
+        return kgen.attention(q, k, v, bias, score_mod="score - slopes[head] * (row - col)",
+                              vectors={"slopes": slopes}, dropout_p=0.1,
+                              dropout_rng=(5, 8), block_mask=blocks, return_lse=True)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True)
+    want_o, want_lse = call(q, k, v, bias, slopes, blocks)
+    got_o, got_lse = compiled(q, k, v, bias, slopes, blocks)
+    torch.cuda.synchronize()
+    assert torch.equal(got_o, want_o) and torch.equal(got_lse, want_lse)
