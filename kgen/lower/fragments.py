@@ -95,14 +95,16 @@ def split_offsets(
     point, Y as the rest, and each candidate is checked on every thread, so a returned table is
     proved for this tile. None when some step has no such form."""
     table = []
+    bases = [base(t) for t in lanes]  # each thread's offsets once (a planning hot spot)
+    o0 = bases[0]
     for step in steps:
-        o0 = base(lanes[0])
-        o = moved(lanes[0], step)
+        offsets = [moved(t, step) for t in lanes]
+        o = offsets[0]
         found = None
         for bit in range(0, 24):
             x = (o ^ o0) & ((1 << bit) - 1)
             y = o - (o0 ^ x)
-            if all((base(t) ^ x) + y == moved(t, step) for t in lanes):
+            if all((b ^ x) + y == m for b, m in zip(bases, offsets)):
                 found = (x, y)
                 break
         if found is None:

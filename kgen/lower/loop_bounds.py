@@ -26,12 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..enums import Axis, Op, ReduceOp
 from ..plan import epilogue as dag
 from ..plan import program as pp
-from ..reference import numpy_op, round_to
 
 _COMPARE = {Op.LE: (True, False), Op.LT: (True, True), Op.GE: (False, False),
             Op.GT: (False, True)}  # op -> (upper, strict) for `col op ...`
@@ -320,7 +317,7 @@ def _abstract(value: pp.Value, get, state: dict, mask: int, positive: frozenset[
     if isinstance(kind, dag.Cast):
         arg = get(kind.arg)
         if isinstance(arg, float):
-            return float(round_to(np.float64(arg), kind.dtype))
+            return _rounded(arg, kind.dtype)
         return _Finite(("cast", kind.dtype, arg)) if isinstance(arg, _Finite) else None
     if isinstance(kind, dag.Apply):
         return _apply(kind.op, [get(a) for a in kind.args])
@@ -332,8 +329,7 @@ _BOUNDED = {Op.TANH, Op.SIGMOID, Op.RELU, Op.ABS, Op.NEG}  # finite in, finite o
 
 def _apply(op: Op, args: list):
     if all(isinstance(a, float) for a in args):
-        with np.errstate(all="ignore"):
-            out = float(numpy_op(op, *(np.float64(a) for a in args)))
+        out = _numeric(op, args)
         return None if math.isnan(out) else out
     if op is Op.WHERE:
         cond, a, b = args
@@ -395,8 +391,28 @@ def _binary(op: Op, a, b):
             return None
         # a finite value against an infinity: compare any finite number the same way
         probe = [0.0 if isinstance(x, _Finite) else x for x in (a, b)]
-        return float(numpy_op(op, *(np.float64(x) for x in probe)))
+        return _numeric(op, probe)
     return None
+
+
+def _numeric(op: Op, values) -> float:
+    """`op` of constants as the reference computes it (float64; numpy imported here, not
+    when kgen plans a kernel with no loop bound to fold)."""
+    import numpy as np
+
+    from ..reference import numpy_op
+
+    with np.errstate(all="ignore"):
+        return float(numpy_op(op, *(np.float64(v) for v in values)))
+
+
+def _rounded(value: float, dtype) -> float:
+    """A constant rounded to `dtype` as the reference rounds it."""
+    import numpy as np
+
+    from ..reference import round_to
+
+    return float(round_to(np.float64(value), dtype))
 
 
 # ---------------------------------------------------------------------------------------------

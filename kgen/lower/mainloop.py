@@ -18,6 +18,7 @@ candidate takes its own plans and changes none of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from .. import ir
 from ..errors import KgenError
@@ -77,7 +78,15 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
            copy_threads: int):
     """Prove the per-thread offset tables of copies (by the `copy_threads` first threads) and
     fragment loads (by all `threads`; see plan.OperandPlan)."""
-    warps_n = gemm.warps.n
+    return _proved_steps(which, tile, k_major, threads, warp_tile, copy_threads, gemm.warps.n,
+                         gemm.tile.k)
+
+
+@functools.lru_cache(maxsize=256)
+def _proved_steps(which: str, tile: SmemTile, k_major: bool, threads: int,
+                  warp_tile: tuple[int, int], copy_threads: int, warps_n: int, tile_k: int):
+    """_steps of what its tables depend on, proved once per process (the builder plans the same
+    operand for several candidates: a planning hot spot)."""
     elems = swizzle.CHUNK_BYTES // tile.dtype.nbytes
     per_row = tile.inner // elems
     copies = tile.stage_elems // elems // copy_threads
@@ -96,7 +105,7 @@ def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_ti
         frags, warp_of = warp_tile[0] // 16, lambda t: (t // 32) // warps_n * warp_tile[0]
     else:
         frags, warp_of = warp_tile[1] // 16, lambda t: (t // 32) % warps_n * warp_tile[1]
-    k_steps = gemm.tile.k // fragments.k_step(tile.dtype.nbytes)
+    k_steps = tile_k // fragments.k_step(tile.dtype.nbytes)
     steps = [(kk, f) for kk in range(k_steps) for f in range(frags)]
 
     def frag_at(t: int, step: tuple[int, int]) -> int:
