@@ -147,6 +147,31 @@ def test_the_packed_backward_with_mods_evaluates_to_float64_autograd(case, causa
         assert err <= 0.02 * max(1.0, np.abs(want).max()), (name, err)
 
 
+def _spill_stores(kernel, arch: str) -> int:
+    """NVRTC's spill stores (bytes) of `kernel` built for `arch`."""
+    from kgen.api import build_verified
+    from kgen.runtime.nvrtc import compile_cubin
+
+    built = build_verified(kernel, arch)
+    return compile_cubin(built.source, built.plan.name, arch).resources().get("spill_stores", 0)
+
+
+def _check_backward_spills(sig, over: dict, ceiling: int, name: str) -> dict:
+    """The packed backward's main kernel spills no more than the dense one's: nothing where
+    that has none (but the measured `over` by (arch, case name, causal)), at most `ceiling`
+    bytes where it spills. The packed kernels, by role."""
+    from kgen.attention_grad import backward_module
+
+    packed = kernels(sig)
+    main = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
+    dense_spills, packed_spills = (_spill_stores(k, sig.arch) for k in (main, packed["main"]))
+    if dense_spills == 0:
+        assert packed_spills <= over.get((sig.arch, name, sig.causal), 0)
+    else:
+        assert packed_spills <= ceiling
+    return packed
+
+
 # the builds' spill stores (bytes) measured above the dense program's 0 (NVRTC 13.5, bf16, D 128):
 # the causal window's two bounds over packed sequences on sm_90a
 SPILLS_OVER_DENSE = {("sm_90a", "window", True): 4}
@@ -164,27 +189,14 @@ def test_nvrtc_builds_with_mods_spill_as_the_dense_programs(case, causal, arch):
     NVRTC: no spill where the dense one has none (SPILLS_OVER_DENSE: the one measured
     exception)."""
     from kgen import attention as dense
-    from kgen.api import build_verified
-    from kgen.attention_grad import backward_module
-    from kgen.runtime.nvrtc import compile_cubin
-
-    def spills(kernel) -> int:
-        built = build_verified(kernel, arch)
-        return compile_cubin(built.source, built.plan.name, arch).resources().get(
-            "spill_stores", 0)
 
     m = mods_of(case)
     fsig = dense.Signature("bf16", 128, 128, causal, m.score_mod, m.mask_mod, m.scalars, arch)
-    assert spills(dense.program(fsig)) == 0 and spills(av.program(fsig)) == 0
-    sig = BackwardSignature("bf16", 128, causal, arch, mods=m)
-    packed = kernels(sig)
-    main = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
-    dense_spills, packed_spills = spills(main), spills(packed["main"])
-    if dense_spills == 0:
-        assert packed_spills <= SPILLS_OVER_DENSE.get((arch, case.name, causal), 0)
-    else:
-        assert packed_spills <= SPILL_CEILING
-    assert spills(packed["dot"]) == spills(packed["dq"]) == 0
+    assert _spill_stores(dense.program(fsig), arch) == 0
+    assert _spill_stores(av.program(fsig), arch) == 0
+    packed = _check_backward_spills(BackwardSignature("bf16", 128, causal, arch, mods=m),
+                                    SPILLS_OVER_DENSE, SPILL_CEILING, case.name)
+    assert _spill_stores(packed["dot"], arch) == _spill_stores(packed["dq"], arch) == 0
 
 
 # with GQA 16:2's heads, the packed backward's spill stores over the dense one's 0 (NVRTC 13.5,
@@ -200,22 +212,9 @@ GQA_SPILL_CEILING = 288
 @pytest.mark.parametrize("case", varlen_cases(256.0), ids=lambda c: c.name)
 def test_nvrtc_builds_the_packed_backward_with_mods_and_gqa(case, causal, arch):
     """The backward's main kernel with a mod and GQA, packed and dense, compiled by NVRTC."""
-    from kgen.api import build_verified
-    from kgen.attention_grad import backward_module
-    from kgen.runtime.nvrtc import compile_cubin
-
-    def spills(kernel) -> int:
-        built = build_verified(kernel, arch)
-        return compile_cubin(built.source, built.plan.name, arch).resources().get(
-            "spill_stores", 0)
-
-    sig = BackwardSignature("bf16", 128, causal, arch, gqa=True, mods=mods_of(case))
-    main = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
-    dense_spills, packed_spills = spills(main), spills(kernels(sig)["main"])
-    if dense_spills == 0:
-        assert packed_spills <= GQA_SPILLS_OVER_DENSE.get((arch, case.name, causal), 0)
-    else:
-        assert packed_spills <= GQA_SPILL_CEILING
+    _check_backward_spills(BackwardSignature("bf16", 128, causal, arch, gqa=True,
+                                             mods=mods_of(case)),
+                           GQA_SPILLS_OVER_DENSE, GQA_SPILL_CEILING, case.name)
 
 
 # ---------------------------------------------------------------------------------------------
