@@ -41,11 +41,12 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
             for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)]
 
 
-def run_blocks(blocks: list[tuple[int, str]], folder: Path, monkeypatch) -> dict:
+def run_blocks(blocks: list[tuple[int, str]], folder: Path, monkeypatch,
+               doc: Path = PYTHON_DOC) -> dict:
     monkeypatch.chdir(folder)  # the blocks write files
     namespace: dict = {"__name__": "python_md"}
     for line, code in blocks:  # padded so that a traceback names the doc's own line
-        exec(compile("\n" * line + code, str(PYTHON_DOC), "exec"), namespace)
+        exec(compile("\n" * line + code, str(doc), "exec"), namespace)
     return namespace
 
 
@@ -74,3 +75,40 @@ def test_python_doc_runs_on_a_gpu(tmp_path, monkeypatch):
     blocks = python_blocks(PYTHON_DOC)
     assert blocks[-1][1].startswith(GPU_BLOCK)
     run_blocks(blocks, tmp_path, monkeypatch)
+
+
+# docs/attention.md: the first block runs anywhere, the one that starts with TORCH_BLOCK where
+# PyTorch is, the last (GPU_BLOCK) where there is a GPU
+ATTENTION_DOC = ROOT / "docs" / "attention.md"
+TORCH_BLOCK = "# With PyTorch (no GPU)"
+
+
+def test_attention_doc_runs_without_pytorch(tmp_path, monkeypatch):
+    blocks = python_blocks(ATTENTION_DOC)
+    assert len(blocks) == 3
+    assert blocks[1][1].startswith(TORCH_BLOCK) and blocks[2][1].startswith(GPU_BLOCK)
+    namespace = run_blocks(blocks[:1], tmp_path, monkeypatch, ATTENTION_DOC)
+    assert (tmp_path / "attention_softcap.cu").read_text() == namespace["built"].source
+    assert "(docs/attention.md)" in (ROOT / "README.md").read_text()
+
+
+def test_attention_doc_traces_with_pytorch(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    run_blocks(python_blocks(ATTENTION_DOC)[:2], tmp_path, monkeypatch, ATTENTION_DOC)
+
+
+def test_attention_doc_says_where_a_mod_s_mistake_is():
+    from kgen.attention import Signature, program
+    from kgen.errors import KgenError
+
+    text = ATTENTION_DOC.read_text()
+    assert "`score_mod=\"score + nope\"` is a `KgenError` at `score_mod:1:9`" in text
+    with pytest.raises(KgenError) as err:
+        program(Signature("bf16", 128, 128, False, "score + nope", None, (), "sm_90a"))
+    assert (err.value.loc.file, err.value.loc.line, err.value.loc.col) == ("score_mod", 1, 9)
+
+
+@pytest.mark.gpu
+def test_attention_doc_runs_on_a_gpu(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    run_blocks(python_blocks(ATTENTION_DOC), tmp_path, monkeypatch, ATTENTION_DOC)
