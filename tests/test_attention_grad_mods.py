@@ -19,7 +19,7 @@ def _grads(case, b, h, s, t, d, seed, kv_heads=None):
     V with `kv_heads` heads (GQA) where given."""
     import ml_dtypes
 
-    from kgen.attention_grad_mods import bias_transposed, call_inputs, call_mods
+    from kgen.attention_grad_mods import call_inputs, call_mods
 
     gen = torch.Generator().manual_seed(seed)
     q, k, v, do = (torch.randn(b, heads, n, d, generator=gen).bfloat16().double()
