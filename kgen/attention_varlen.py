@@ -9,7 +9,8 @@ cu_seqlens_k[b] to cu_seqlens_k[b + 1] (int32, B + 1 entries each, on the device
 `is_causal` is FlashAttention's: aligned bottom-right within each sequence (query row r of S
 sees the keys c <= r + T - S), which is top-left when a sequence's queries and keys have one
 length. `score_mod`, `mask_mod` and `scalars` are kgen.attention's, with `row`, `col`, `S`
-and `T` the sequence's own. Rows that see no key give O = 0 and lse = -inf.
+and `T` the sequence's own, and `vectors` those read at `head` (ALiBi's slopes[head]). Rows
+that see no key give O = 0 and lse = -inf.
 
 The program is kgen/attention.py's (its text, parse and error locations), with two lines
 more: `packed S by cu_seqlens_q` and `packed T by cu_seqlens_k` (docs/language.md, "Packed
@@ -35,7 +36,7 @@ mode as kgen.attention's backward; a value head dim unlike the query's is refuse
 Both directions are torch ops (kgen/torch_library.py `function_op`), one each whatever the
 signature: `torch.ops.kgen.attention_varlen_fwd` and `_bwd` take the tensors, the max_seqlen
 as ints and the signature's options (causal, the mods' texts, the scalars' names and values,
-the target) as arguments; their implementations look the compiled programs up by those
+the target, the head vectors' names and tensors) as arguments; their implementations look the compiled programs up by those
 options (compiling on a signature's first call) and launch on torch's current stream without
 synchronizing (the offsets stay on the device), the outputs allocated by torch's caching
 allocator in FlashAttention's layout; their fake implementations give torch.compile the shapes.
@@ -118,14 +119,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                      max_seqlen_k: int, *, is_causal: bool = False, scale: float | None = None,
                      score_mod: str | None = None, mask_mod: str | None = None,
                      scalars: Mapping[str, float] | None = None, return_lse: bool = False,
-                     arch: str | None = None, deterministic: bool | None = None):
+                     arch: str | None = None, deterministic: bool | None = None,
+                     vectors: Mapping[str, Any] | None = None):
     """Attention of packed torch tensors q [total_q, H, D], k [total_k, HKV, D], v [total_k,
     HKV, D_v] (bf16 or fp16, one CUDA device; HKV divides H: GQA) over the sequences the int32
     offsets delimit: O [total_q, H, D_v], and with `return_lse` the log-sum-exp [H, total_q]
     (f32, FlashAttention's softmax_lse layout). `max_seqlen_q` must be at least the longest
     query sequence (the grid covers it); `scale` defaults to 1 / sqrt(D). `arch` picks the
     target ("sm_80": the mma.sync skeleton, which runs on newer GPUs too); by default sm_90a on
-    compute capability 9.0, else sm_80.
+    compute capability 9.0, else sm_80. `vectors`: tensors the mods read at `head`, one value
+    per query head ([H]: ALiBi's `slopes[head]`, FlashAttention's alibi_slopes), read as f32;
+    a vector read at row, col or batch is not taken yet (refused by name).
 
     Where autograd records the call (q, k or v requires grad), the result is differentiable,
     with the mods (the module's note); `deterministic` orders the backward's dQ adds
@@ -138,20 +142,39 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars)
     scale = dense.default_scale(q, scale)
     names = tuple(sorted(scalars or {}))
+    vector_names = tuple(sorted(vectors or {}))
+    tensors = [_head_vector(name, vectors[name], q, score_mod, mask_mod)
+               for name in vector_names]
     options = (_length(max_seqlen_q), _length(max_seqlen_k), scale, bool(is_causal), score_mod,
-               mask_mod, names, tuple(float(scalars[n]) for n in names), arch)
+               mask_mod, names, tuple(float(scalars[n]) for n in names), arch, vector_names)
     if wants_grad(q, k, v):
-        _check_grad(q, v, names)
+        _check_grad(q, v, names + vector_names)
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         # one offsets tensor for both (self-attention) passed once: torch.compile does not
         # trace a Function given one tensor twice
         same = cu_seqlens_k is cu_seqlens_q
         out, lse = _function().apply(q, k, v, cu_seqlens_q, None if same else cu_seqlens_k,
-                                     *options, bool(deterministic))
+                                     options, bool(deterministic), *tensors)
     else:
-        out, lse = _ops()[0](q, k, v, cu_seqlens_q, cu_seqlens_k, *options)
+        out, lse = _ops()[0](q, k, v, cu_seqlens_q, cu_seqlens_k, *options, tensors)
     return (out, lse) if return_lse else out
+
+
+def _head_vector(name: str, t, q, score_mod, mask_mod):
+    """A vector the mods read at head: [H] (query heads), as given (the programs read it as
+    f32); one read at row, col or batch is refused by name."""
+    import torch
+
+    index = dense._vector_index(name, score_mod, mask_mod)
+    if index != "head":
+        raise ArgumentError(f"kgen.attention_varlen takes vectors read at head (one value per "
+                            f"query head, slopes[head]); {name!r} is read at {index}: not yet")
+    t = t if isinstance(t, torch.Tensor) else torch.as_tensor(t)
+    if len(t.shape) != 1 or t.shape[0] != q.shape[1]:
+        raise ArgumentError(f"vector {name!r} is read at head: it must be [H] = "
+                            f"[{q.shape[1]}], got {list(t.shape)}")
+    return t
 
 
 def _length(n) -> int:
@@ -180,7 +203,7 @@ def _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars) -> None:
         raise ArgumentError(f"scalar names {OFFSETS} are the program's offsets")
 
 
-def _check_grad(q, v, names) -> None:
+def _check_grad(q, v, names) -> None:  # the scalars' and the vectors' names
     """What the backward does not take, refused by name."""
     from .attention_grad_mods import BACKWARD_NAMES
 
@@ -190,7 +213,7 @@ def _check_grad(q, v, names) -> None:
     for name in names:
         if name in BACKWARD_NAMES:
             raise ArgumentError(f"{name!r} is a name of kgen.attention_varlen's backward "
-                                f"program; pass the scalar under another name "
+                                f"program; pass the scalar or vector under another name "
                                 f"({sorted(BACKWARD_NAMES)} are taken)")
 
 
@@ -199,7 +222,8 @@ def _check_grad(q, v, names) -> None:
 
 # the options after the tensors, as the ops take them (attention_varlen's `options`)
 OPTIONS = ("int S, int T, float scale, bool causal, str? score_mod, str? mask_mod, "
-           "str[] scalar_names, float[] scalar_values, str? arch")
+           "str[] scalar_names, float[] scalar_values, str? arch, str[] vector_names, "
+           "Tensor[] vectors")
 FORWARD_SCHEMA = ("(Tensor Q, Tensor K, Tensor V, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                   f"{OPTIONS}) -> (Tensor, Tensor)")
 BACKWARD_SCHEMA = ("(Tensor dO, Tensor Q, Tensor K, Tensor V, Tensor O, Tensor lse, "
@@ -227,20 +251,22 @@ _FORWARDS: dict[tuple, Any] = {}  # a call's options and device -> its CompiledP
 
 
 def _forward(Q, K, V, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod, mask_mod,
-             scalar_names, scalar_values, arch):
+             scalar_names, scalar_values, arch, vector_names, vectors):
     """The forward op: O [total_q, H, D_v] and lse [H, total_q], allocated by torch's caching
     allocator, the program launched on the current stream (no synchronization)."""
     import torch
 
     device = Q.device.index
     key = (Q.dtype, K.dtype, V.dtype, Q.shape[-1], K.shape[-1], V.shape[-1], causal, score_mod,
-           mask_mod, tuple(scalar_names), arch, math.isfinite(scale) and scale > 0, device)
+           mask_mod, tuple(scalar_names), arch, math.isfinite(scale) and scale > 0,
+           tuple(vector_names), device)
     kernel = _FORWARDS.get(key)
+    views = [t.transpose(0, 1).unsqueeze(0) for t in (Q, K, V)]
     if kernel is None:  # the signature checked (dtypes, head dims, the mods), then compiled
-        views = [t.transpose(0, 1).unsqueeze(0) for t in (Q, K, V)]
         sig = dense.signature(*views, is_causal=causal, score_mod=score_mod, mask_mod=mask_mod,
                               scalars=dict.fromkeys(scalar_names, 0.0),
-                              arch=arch or dense._arch(Q.device))
+                              arch=arch or dense._arch(Q.device),
+                              vectors=dict.fromkeys(vector_names))
         sig = dataclasses.replace(sig, raw_max=dense.raw_max_allowed(sig, scale))
         kernel = _FORWARDS[key] = _compiled(sig, device)
     out = torch.empty((Q.shape[0], Q.shape[1], V.shape[-1]), dtype=Q.dtype, device=Q.device)
@@ -248,8 +274,13 @@ def _forward(Q, K, V, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod
     kernel(sizes={"S": S, "T": T}, Q=_heads_first(Q), K=_heads_first(K), V=_heads_first(V),
            O=out.transpose(0, 1), lse=lse, cu_seqlens_q=cu_seqlens_q.contiguous(),
            cu_seqlens_k=cu_seqlens_k.contiguous(), scale=scale,
-           **dict(zip(scalar_names, scalar_values)))
+           **dict(zip(scalar_names, scalar_values)), **_vectors(vector_names, vectors, *views))
     return out, lse
+
+
+def _vectors(names, vectors, q, k, v) -> dict:
+    """The head vectors by name, as the programs read them (f32 [H] on q's device)."""
+    return {name: dense._vector(name, "head", t, q, k) for name, t in zip(names, vectors)}
 
 
 def _forward_fake(Q, K, V, *options):
@@ -280,19 +311,20 @@ def _define():
 
     class VarlenFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, cu_q, cu_k, *options):
+        def forward(ctx, q, k, v, cu_q, cu_k, options, deterministic, *vectors):
             cu_k = cu_q if cu_k is None else cu_k
-            out, lse = forward_op(q, k, v, cu_q, cu_k, *options[:-1])
-            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-            ctx.options = options  # attention_varlen's, then deterministic
+            out, lse = forward_op(q, k, v, cu_q, cu_k, *options, list(vectors))
+            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, *vectors)
+            ctx.options, ctx.deterministic = options, deterministic  # attention_varlen's
             ctx.mark_non_differentiable(lse)
             return out, lse
 
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
-            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-            dq, dk, dv = backward_op(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.options)
-            return (dq, dk, dv, None, None) + (None,) * len(ctx.options)
+            q, k, v, out, lse, cu_q, cu_k, *vectors = ctx.saved_tensors
+            dq, dk, dv = backward_op(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.options,
+                                     vectors, ctx.deterministic)
+            return (dq, dk, dv, None, None, None, None) + (None,) * len(vectors)
 
     return forward_op, backward_op, VarlenFunction
 
@@ -314,15 +346,17 @@ def backward_text(sig) -> str:
     three kernels (kgen/attention_grad.py, its mods by kgen/attention_grad_mods.py), named for
     varlen, the main one packed (`packed T by cu_seqlens_k`, `packed S by cu_seqlens_q`), its
     causal term the forward's bottom-right one per sequence; no `sequence` (see the module's
-    note). The mods it takes: score_mod, mask_mod and their scalars."""
+    note). The mods it takes: score_mod, mask_mod, their scalars and vectors read at head."""
     from .attention_grad import backward_text as dense_text
 
     m = sig.mods
-    for what, used in (("attn_mask (a bias tensor)", m.bias), ("vectors", m.vectors),
+    for what, used in (("attn_mask (a bias tensor)", m.bias),
+                       ("vectors read at row, col or batch",
+                        any(index != "head" for _, index in m.vectors)),
                        ("dropout", m.dropout)):
         if used:
             raise ArgumentError(f"kgen.attention_varlen's backward takes no {what}: its mods "
-                                "are score_mod, mask_mod and scalars")
+                                "are score_mod, mask_mod, scalars and vectors read at head")
     # the causal term as the forward writes it (CAUSAL), a mask of the dense backward's mods:
     # kgen/attention_grad_mods.py transposes it into the backward's orientation
     mask = m.mask_mod if not sig.causal else CAUSAL if m.mask_mod is None else (
@@ -388,7 +422,7 @@ _BACKWARDS: dict[tuple, Any] = {}  # a call's options and device -> its three pr
 
 
 def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod,
-              mask_mod, scalar_names, scalar_values, arch, deterministic):
+              mask_mod, scalar_names, scalar_values, arch, vector_names, vectors, deterministic):
     """The backward op: dQ, dK, dV [total, heads, D] of packed q, k, v, the three programs in
     order on the current stream (D and the f32 dQ accumulator allocated here, by torch's
     allocator; no synchronization)."""
@@ -400,13 +434,14 @@ def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, caus
     device = Q.device.index
     gqa = K.shape[1] != Q.shape[1]
     key = (Q.dtype, Q.shape[-1], gqa, causal, score_mod, mask_mod, tuple(scalar_names), arch,
-           deterministic, device)
+           deterministic, tuple(vector_names), device)
     programs = _BACKWARDS.get(key)
     if programs is None:
         sig = BackwardSignature(dense._dtype_name(Q.dtype), int(Q.shape[-1]), causal,
                                 arch or dense._arch(Q.device), gqa=gqa,
                                 deterministic=deterministic,
-                                mods=Mods(score_mod, mask_mod, tuple(scalar_names)))
+                                mods=Mods(score_mod, mask_mod, tuple(scalar_names),
+                                          tuple((name, "head") for name in vector_names)))
         programs = _BACKWARDS[key] = _backward_programs(sig, device)
     heads, total_q = Q.shape[1], Q.shape[0]
     d = torch.empty((heads, total_q), dtype=torch.float32, device=Q.device)
@@ -419,7 +454,8 @@ def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, caus
                      dQacc=dq_acc, dK=dk.transpose(0, 1), dV=dv.transpose(0, 1),
                      cu_seqlens_q=cu_seqlens_q.contiguous(),
                      cu_seqlens_k=cu_seqlens_k.contiguous(), scale=scale,
-                     **dict(zip(scalar_names, scalar_values)))
+                     **dict(zip(scalar_names, scalar_values)),
+                     **_vectors(vector_names, vectors, *(_rows(t) for t in (Q, K, V))))
     programs["dq"](dQacc=dq_acc.unsqueeze(0), dQ=_rows(dq))
     return dq, dk, dv
 

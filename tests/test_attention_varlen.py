@@ -26,10 +26,12 @@ torch = pytest.importorskip("torch")
 
 def varlen_cases(window: float) -> list[Case]:
     """The mods kgen.attention_varlen's backward takes, as tests/attention_mods_cases.py's
-    cases (scalars only: varlen takes no vectors nor attn_mask)."""
-    softcap = next(c for c in CASES if c.name == "softcap")
+    cases (scalars, and vectors read at head: ALiBi's slopes[head]; no attn_mask)."""
+    softcap, alibi = (next(c for c in CASES if c.name == n) for n in ("softcap", "alibi"))
     return [
         softcap,
+        dataclasses.replace(alibi, name="alibi_heads", options={
+            "score_mod": alibi.options["score_mod"]}),
         Case("alibi_scalar", {"score_mod": "score + slope * (col - row)",
                               "scalars": {"slope": 0.25}},
              score=lambda torch, s, r, c, v, k: s + k["slope"] * (c - r)),
@@ -42,7 +44,7 @@ def with_causal(case: Case, causal: bool) -> Case:
     return dataclasses.replace(case, options=dict(case.options, is_causal=causal))
 
 
-def per_document(torch, case: Case, q, k, v, cu_q, cu_k, scale: float):
+def per_document(torch, case: Case, q, k, v, cu_q, cu_k, scale: float, vectors=None):
     """O [total_q, H, D] and lse [H, total_q] of packed q, k, v [total, H, D] (float64,
     differentiable), tests/attention_mods_cases.py's reference_attention run document by
     document (the offsets as lists; a document's queries and keys of one length, so the
@@ -52,7 +54,7 @@ def per_document(torch, case: Case, q, k, v, cu_q, cu_k, scale: float):
         sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
         o, lse = reference_attention(torch, case, *(x[r].transpose(0, 1)[None] for x, r in
                                                    ((q, sq), (k, sk), (v, sk))),
-                                     None, {}, scale)
+                                     None, vectors or {}, scale)
         outs.append(o[0].transpose(0, 1))
         lses.append(lse[0])
     return torch.cat(outs), torch.cat(lses, dim=1)
@@ -60,7 +62,9 @@ def per_document(torch, case: Case, q, k, v, cu_q, cu_k, scale: float):
 
 def mods_of(case: Case) -> Mods:
     o = case.options
-    return Mods(o.get("score_mod"), o.get("mask_mod"), tuple(sorted(o.get("scalars", {}))))
+    vectors = (("slopes", "head"),) if case.vectors else ()  # the one vector varlen's cases read
+    return Mods(o.get("score_mod"), o.get("mask_mod"), tuple(sorted(o.get("scalars", {}))),
+                vectors)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,8 +125,9 @@ def test_the_packed_backward_with_mods_evaluates_to_float64_autograd(case, causa
     q, k, v, do = (torch.randn(cu[-1], n, d, generator=gen).bfloat16().double()
                    for n in (heads, kv_heads, kv_heads, heads))
     scale = 1 / math.sqrt(d)
+    vectors = case.vectors(torch, gen, 1, heads, 0, 0) if case.vectors else {}
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    out, lse = per_document(torch, case, *leaves, cu, cu, scale)
+    out, lse = per_document(torch, case, *leaves, cu, cu, scale, vectors)
     out.backward(do)
 
     def packed(x):  # [total, H, D] as the programs take it: [H, total, D]
@@ -136,7 +141,8 @@ def test_the_packed_backward_with_mods_evaluates_to_float64_autograd(case, causa
     dot = evaluate(ks["dot"], {"dO": inputs["dO"][None], "O": packed(out)[None]}, {})["D"][0]
     scalars = dict(case.options.get("scalars", {}), scale=scale)
     got = evaluate(ks["main"], dict(inputs, lse=lse.detach().numpy().astype(np.float32),
-                                    D=dot), scalars, block=16)
+                                    D=dot, **{n: t.numpy().astype(np.float32)
+                                              for n, t in vectors.items()}), scalars, block=16)
     dq = evaluate(ks["dq"], {"dQacc": got["dQacc"][None].astype(np.float32)}, {})["dQ"][0]
     for name, have, leaf in (("dQ", dq, leaves[0]), ("dK", got["dK"], leaves[1]),
                              ("dV", got["dV"], leaves[2])):
@@ -145,6 +151,32 @@ def test_the_packed_backward_with_mods_evaluates_to_float64_autograd(case, causa
         assert have.shape == want.shape and np.isfinite(have).all(), name
         err = np.abs(have - want).max()
         assert err <= 0.02 * max(1.0, np.abs(want).max()), (name, err)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_packed_forward_with_head_vectors_evaluates_to_float64(causal):
+    """kgen.attention_varlen's program with ALiBi's slopes[head] (GQA 4:2) by the NumPy
+    reference: O and lse against float64 document by document."""
+    from kgen import attention as dense
+    from kgen.reference import evaluate
+
+    case = with_causal(next(c for c in varlen_cases(7.0) if c.name == "alibi_heads"), causal)
+    lengths, d = (1, 17, 40, 33), 32
+    cu = [0, *np.cumsum(lengths).tolist()]
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(cu[-1], n, d, generator=gen).double() for n in (4, 2, 2))
+    vectors = case.vectors(torch, gen, 1, 4, 0, 0)
+    m = mods_of(case)
+    sig = dense.Signature("f16", d, d, causal, m.score_mod, None, (), "sm_80",
+                          vectors=m.vectors)
+    offsets = np.array(cu, np.int32)
+    got = evaluate(av.program(sig), dict(
+        Q=q.transpose(0, 1).numpy(), K=k.transpose(0, 1).numpy(), V=v.transpose(0, 1).numpy(),
+        cu_seqlens_q=offsets, cu_seqlens_k=offsets, slopes=vectors["slopes"].numpy()),
+        {"scale": 1 / math.sqrt(d)}, block=16)
+    want, want_lse = per_document(torch, case, q, k, v, cu, cu, 1 / math.sqrt(d), vectors)
+    np.testing.assert_allclose(got["O"], want.transpose(0, 1).numpy(), atol=1e-3)
+    np.testing.assert_allclose(got["lse"], want_lse.numpy(), atol=1e-3)
 
 
 def _spill_stores(kernel, arch: str) -> int:
@@ -175,6 +207,8 @@ def _check_backward_spills(sig, over: dict, ceiling: int, name: str) -> dict:
 # the builds' spill stores (bytes) measured above the dense program's 0 (NVRTC 13.5, bf16, D 128):
 # the causal window's two bounds over packed sequences on sm_90a
 SPILLS_OVER_DENSE = {("sm_90a", "window", True): 4}
+# the packed forward's, over the dense forward's 0: ALiBi's slopes[head] under the causal mask
+PACKED_FORWARD_SPILLS = {("sm_90a", "alibi_heads", True): 4}
 # where the dense backward spills (softcap: sm_90a 200 B, sm_80 8 B), the packed one's ceiling
 # (measured sm_90a 220 B, sm_80 108 B)
 SPILL_CEILING = 256
@@ -191,9 +225,11 @@ def test_nvrtc_builds_with_mods_spill_as_the_dense_programs(case, causal, arch):
     from kgen import attention as dense
 
     m = mods_of(case)
-    fsig = dense.Signature("bf16", 128, 128, causal, m.score_mod, m.mask_mod, m.scalars, arch)
+    fsig = dense.Signature("bf16", 128, 128, causal, m.score_mod, m.mask_mod, m.scalars, arch,
+                           vectors=m.vectors)
     assert _spill_stores(dense.program(fsig), arch) == 0
-    assert _spill_stores(av.program(fsig), arch) == 0
+    assert _spill_stores(av.program(fsig), arch) <= PACKED_FORWARD_SPILLS.get(
+        (arch, case.name, causal), 0)
     packed = _check_backward_spills(BackwardSignature("bf16", 128, causal, arch, mods=m),
                                     SPILLS_OVER_DENSE, SPILL_CEILING, case.name)
     assert _spill_stores(packed["dot"], arch) == _spill_stores(packed["dq"], arch) == 0
@@ -230,6 +266,7 @@ def _meta(total_q=100, total_k=60, heads=4, kv_heads=4, d=64, d_v=64, device="me
 
 
 SOFTCAP = dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0})
+ALIBI = "score - slopes[head] * (row - col)"
 
 
 def test_the_ops_schemas():
@@ -247,8 +284,8 @@ def test_opcheck_on_meta_tensors(op):
     """torch.library.opcheck: the schema, the fake implementation under dynamic shapes
     (aot_dispatch_dynamic) and no autograd registration on the op itself (the Function's)."""
     q, k, v, cu_q, cu_k = _meta(kv_heads=2)
-    options = (64, 64, 0.125, True, SOFTCAP["score_mod"], "row - col < 256", ["cap"], [30.0],
-               "sm_90a")
+    options = (64, 64, 0.125, True, ALIBI, "row - col < 256", ["cap"], [30.0], "sm_90a",
+               ["slopes"], [torch.empty(4, device="meta")])
     if op == "fwd":
         args = (q, k, v, cu_q, cu_k, *options)
     else:
@@ -322,6 +359,8 @@ def test_torch_compile_traces_forward_and_backward_in_one_graph(same_offsets, ca
 @pytest.mark.parametrize("change, message", [
     (dict(d_v=32), "needs v's head dim"),
     (dict(mods=dict(score_mod="score * dK", scalars={"dK": 2.0})), "'dK' is a name of"),
+    (dict(mods=dict(score_mod="score * D[head]", vectors={"D": torch.ones(4)})),
+     "'D' is a name of"),
 ])
 def test_the_backward_refuses_what_it_does_not_take(change, message):
     q, k, v, cu_q, cu_k = _meta(kv_heads=change.get("kv_heads", 4), d_v=change.get("d_v", 64))
@@ -331,6 +370,19 @@ def test_the_backward_refuses_what_it_does_not_take(change, message):
                             **change.get("mods", {}))
 
 
+@pytest.mark.parametrize("mods, message", [
+    (dict(mask_mod="qd[row] == 1", vectors={"qd": torch.ones(100)}),
+     "takes vectors read at head .* 'qd' is read at row: not yet"),
+    (dict(score_mod=ALIBI, vectors={"slopes": torch.ones(3)}),
+     r"vector 'slopes' is read at head: it must be \[H\] = \[4\], got \[3\]"),
+    (dict(score_mod="score", vectors={"slopes": torch.ones(4)}),
+     "vector 'slopes' is not read by score_mod or mask_mod"),
+], ids=["row", "shape", "unread"])
+def test_a_call_takes_vectors_read_at_head_only(mods, message):
+    with pytest.raises(ArgumentError, match=message):
+        av.attention_varlen(*_meta(), 70, 70, arch="sm_90a", **mods)
+
+
 @pytest.fixture
 def cpu_stand_ins():
     """CPU implementations of the two ops standing in for the kernels (for this test only): the
@@ -338,12 +390,14 @@ def cpu_stand_ins():
     calls = []
 
     def forward(q, k, v, cu_q, cu_k, *options):
-        calls.append(("fwd", *options))
+        *options, vectors = options  # the vectors by their shapes
+        calls.append(("fwd", *options, [tuple(t.shape) for t in vectors]))
         return (q.new_full((q.shape[0], q.shape[1], v.shape[-1]), 1.0),
                 q.new_zeros((q.shape[1], q.shape[0]), dtype=torch.float32))
 
     def backward(do, q, k, v, out, lse, cu_q, cu_k, *options):
-        calls.append(("bwd", *options))
+        *options, vectors, deterministic = options
+        calls.append(("bwd", *options, [tuple(t.shape) for t in vectors], deterministic))
         return q.new_full(q.shape, 2.0), k.new_full(k.shape, 3.0), v.new_full(v.shape, 4.0)
 
     library = torch.library.Library("kgen", "IMPL")
@@ -376,5 +430,25 @@ def test_inductor_compiles_a_training_step_to_the_two_ops(cpu_stand_ins):
         for leaf, value in zip(leaves, (2, 3, 4)):
             assert bool((leaf.grad == value).all())
         options = (longest, longest, 0.125, True, SOFTCAP["score_mod"], "row - col < 256",
-                   ["cap"], [30.0], "sm_90a")
+                   ["cap"], [30.0], "sm_90a", [], [])
         assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, True)]
+
+
+def test_inductor_hands_the_head_vectors_to_both_ops(cpu_stand_ins):
+    """ALiBi's slopes[head] (FlashAttention's alibi_slopes) through torch.compile: the vector
+    reaches the forward op and the backward op, and gets no gradient."""
+    from kgen.attention_varlen import attention_varlen
+
+    def step(q, k, v, cu, slopes):
+        return attention_varlen(q, k, v, cu, cu, 40, 40, score_mod=ALIBI, arch="sm_90a",
+                                vectors={"slopes": slopes}, deterministic=False)
+
+    torch._dynamo.reset()
+    leaves = [torch.randn(100, 4, 64, dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
+    slopes = torch.rand(4)
+    out = torch.compile(step, fullgraph=True)(*leaves, torch.tensor([0, 30, 100],
+                                                                    dtype=torch.int32), slopes)
+    out.float().sum().backward()
+    options = (40, 40, 0.125, False, ALIBI, None, [], [], "sm_90a", ["slopes"], [(4,)])
+    assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, False)]
+    assert slopes.grad is None

@@ -116,7 +116,8 @@ def test_backward_text_gqa_declares_the_kv_heads():
 
 @pytest.mark.parametrize("mods, what", [
     (Mods(bias="tensor"), "attn_mask"), (Mods(bias="cols"), "attn_mask"),
-    (Mods(vectors=(("w", "head"),)), "vectors"), (Mods(dropout=True), "dropout")])
+    (Mods(vectors=(("w", "row"),)), "vectors read at row, col or batch"),
+    (Mods(dropout=True), "dropout")])
 def test_backward_text_refuses_the_mods_varlen_has_not(mods, what):
     sig = BackwardSignature("f16", 32, False, "sm_80", mods=mods)
     with pytest.raises(ArgumentError, match=f"takes no {what}"):

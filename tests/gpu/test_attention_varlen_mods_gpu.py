@@ -1,11 +1,12 @@
-"""On a GPU: kgen.attention_varlen trains with the forward's mods (softcap, an ALiBi-like score_mod
-of a scalar slope, a window mask_mod; causal and not) over documents of 1, 17, 300 and 1000
-tokens packed in one batch, with GQA 4:2 too: O, lse and dQ, dK, dV against float64 autograd of the reference
-attention run document by document (tests/test_attention_varlen.py per_document), every buffer
-kgen allocates poisoned with NaN; both targets. Its torch ops: torch.compile(fullgraph=True) of
-forward and backward gives eager's results bit for bit (deterministic mode), a training step
-captured in a CUDA graph replays on new inputs and new offsets as eager computes them, and
-torch.library.opcheck compares the ops' fake implementations with the kernels' outputs."""
+"""On a GPU: kgen.attention_varlen trains with the forward's mods (softcap, ALiBi with
+slopes[head], an ALiBi-like score_mod of a scalar slope, a window mask_mod; causal and not) over
+documents of 1, 17, 300 and 1000 tokens packed in one batch, with GQA 4:2 too: O, lse and dQ,
+dK, dV against float64 autograd of the reference attention run document by document
+(tests/test_attention_varlen.py per_document), every buffer kgen allocates poisoned with NaN;
+both targets. Its torch ops: torch.compile(fullgraph=True) of forward and backward gives eager's
+results bit for bit (deterministic mode), a training step captured in a CUDA graph replays on
+new inputs and new offsets as eager computes them, and torch.library.opcheck compares the ops'
+fake implementations with the kernels' outputs."""
 from __future__ import annotations
 
 import pytest
@@ -58,13 +59,18 @@ def test_gradients_with_mods_against_float64_autograd(poisoned, case, causal, ar
     q, k, v, do, cu = _inputs(torch, LENGTHS, 4, 128, seed=3 + causal, kv_heads=kv_heads)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     offsets = _offsets(torch, cu)
+    # ALiBi's slopes[head] (FlashAttention's alibi_slopes), f64 on the CPU for the reference
+    vectors = case.vectors(torch, torch.Generator().manual_seed(4), 1, 4, 0, 0) if (
+        case.vectors) else {}
     out, lse = attention_varlen(*leaves, offsets, offsets, max(LENGTHS), max(LENGTHS),
                                 is_causal=causal, scale=SCALE, return_lse=True, arch=arch,
+                                vectors={n: t.cuda() for n, t in vectors.items()} or None,
                                 **_mods(case))
     out.backward(do)
     torch.cuda.synchronize()
     ref = [x.double().requires_grad_() for x in (q, k, v)]
-    ref_out, ref_lse = per_document(torch, case, *ref, cu, cu, SCALE)
+    ref_out, ref_lse = per_document(torch, case, *ref, cu, cu, SCALE,
+                                    {n: t.cuda() for n, t in vectors.items()})
     ref_out.backward(do.double())
     close(out.detach(), ref_out.detach(), 2e-2, "O")
     close(lse, ref_lse.detach(), 1e-3, "lse")
@@ -146,7 +152,7 @@ def test_opcheck_compares_the_fake_outputs_with_the_kernels():
     q, k, v, do, cu = _inputs(torch, LENGTHS, 4, 128, seed=9)
     offsets = _offsets(torch, cu)
     options = (max(LENGTHS), max(LENGTHS), SCALE, True, STEP["score_mod"], STEP["mask_mod"],
-               ["cap"], [30.0], _arch(torch))
+               ["cap"], [30.0], _arch(torch), [], [])
     forward = torch.ops.kgen.attention_varlen_fwd
     result = torch.library.opcheck(forward, (q, k, v, offsets, offsets, *options))
     assert set(result.values()) == {"SUCCESS"}, result
