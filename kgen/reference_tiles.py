@@ -269,26 +269,21 @@ class _Instance:
                 self._columns(0, width)
             if self.kernel.epilogue is not None:
                 self._statements(self.kernel.epilogue, env, outputs)
-        for p in self.kernel.params:  # an `out accumulate` tensor: zero, plus every add
-            if p.accumulate:
-                heads = [None] if self.members is None else [h for h, _ in self.members]
-                totals = []
-                for h in heads:
-                    total = self.adds.get((p.name, h))
-                    if total is None:
-                        total = np.zeros((_extent(p.shape[0], self.kernel, self.inputs),
-                                          _extent(p.shape[1], self.kernel, self.inputs)))
-                    totals.append(total.astype(host_dtype(p.dtype)))
-                outputs[p.name] = totals[0] if self.members is None else totals
+        # `out accumulate` tensors (zero, plus every add) and a DAG loop's tile stores (zero
+        # where no block stored): one array, or in a backward's GQA one per query head
         heads = [None] if self.members is None else [h for h, _ in self.members]
-        for name in dict.fromkeys(name for name, _ in self.tiles):  # stored in the loop
-            param = self.kernel.param(name)
-            tiles = [self.tiles.get((name, h), self._zero_tile(param)).astype(
-                host_dtype(param.dtype)) for h in heads]
-            outputs[name] = tiles[0] if self.members is None else tiles
+        kept = [(p, self.adds) for p in self.kernel.params if p.accumulate]
+        kept += [(self.kernel.param(name), self.tiles)
+                 for name in dict.fromkeys(name for name, _ in self.tiles)]
+        for p, found in kept:
+            arrays = [found.get((p.name, h), None) for h in heads]
+            arrays = [(self._zero_tile(p) if a is None else a).astype(host_dtype(p.dtype))
+                      for a in arrays]
+            outputs[p.name] = arrays[0] if self.members is None else arrays
         return outputs
 
     def _zero_tile(self, param: ir.Param) -> np.ndarray:
+        """A [rows, cols] float64 zero of `param`'s shape (its sizes from the inputs)."""
         return np.zeros((_extent(param.shape[0], self.kernel, self.inputs),
                          _extent(param.shape[1], self.kernel, self.inputs)))
 
@@ -448,9 +443,7 @@ class _Instance:
         """`dQ += value` at the current rows (the loop's) and columns, summed in float64."""
         key = (param.name, None if self.members is None else self.head)
         if key not in self.adds:
-            length = _extent(param.shape[0], self.kernel, self.inputs)
-            self.adds[key] = np.zeros((length, _extent(param.shape[1], self.kernel,
-                                                        self.inputs)))
+            self.adds[key] = self._zero_tile(param)
         tile = np.broadcast_to(value, (len(self.rows), len(self.cols)))
         self.adds[key][self.rows, self.col_slice] += tile
 
