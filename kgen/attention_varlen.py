@@ -36,10 +36,11 @@ mode as kgen.attention's backward; a value head dim unlike the query's is refuse
 Both directions are torch ops (kgen/torch_library.py `function_op`), one each whatever the
 signature: `torch.ops.kgen.attention_varlen_fwd` and `_bwd` take the tensors, the max_seqlen
 as ints and the signature's options (causal, the mods' texts, the scalars' names and values,
-the target, the head vectors' names and tensors) as arguments; their implementations look the compiled programs up by those
-options (compiling on a signature's first call) and launch on torch's current stream without
-synchronizing (the offsets stay on the device), the outputs allocated by torch's caching
-allocator in FlashAttention's layout; their fake implementations give torch.compile the shapes.
+the target, the head vectors' names and tensors) as arguments; their implementations look the
+compiled programs up by those options (compiling on a signature's first call) and launch on
+torch's current stream without synchronizing (the offsets stay on the device), the outputs
+allocated by torch's caching allocator in FlashAttention's layout; their fake implementations
+give torch.compile the shapes.
 The ops and the Function are defined when this module is imported (it imports torch; `import
 kgen` does not import it), so torch.compile traces a call of `kgen.attention_varlen(...)` (a
 callable namespace, kgen/callable_module.py, as `kgen.attention` is) or of the function
@@ -163,7 +164,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
 
 def _head_vector(name: str, t, q, score_mod, mask_mod):
     """A vector the mods read at head: [H] (query heads), as given (the programs read it as
-    f32); one read at row, col or batch is refused by name."""
+    f32); one read at row, col or batch is refused by name. (q [total_q, H, D] has its heads
+    where kgen.attention's [B, H, S, D] has them: the dense check serves.)"""
     import torch
 
     index = dense._vector_index(name, score_mod, mask_mod)
@@ -171,9 +173,7 @@ def _head_vector(name: str, t, q, score_mod, mask_mod):
         raise ArgumentError(f"kgen.attention_varlen takes vectors read at head (one value per "
                             f"query head, slopes[head]); {name!r} is read at {index}: not yet")
     t = t if isinstance(t, torch.Tensor) else torch.as_tensor(t)
-    if len(t.shape) != 1 or t.shape[0] != q.shape[1]:
-        raise ArgumentError(f"vector {name!r} is read at head: it must be [H] = "
-                            f"[{q.shape[1]}], got {list(t.shape)}")
+    dense.check_vector(name, index, t, q, q)
     return t
 
 
@@ -261,8 +261,8 @@ def _forward(Q, K, V, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod
            mask_mod, tuple(scalar_names), arch, math.isfinite(scale) and scale > 0,
            tuple(vector_names), device)
     kernel = _FORWARDS.get(key)
-    views = [t.transpose(0, 1).unsqueeze(0) for t in (Q, K, V)]
     if kernel is None:  # the signature checked (dtypes, head dims, the mods), then compiled
+        views = [t.transpose(0, 1).unsqueeze(0) for t in (Q, K, V)]
         sig = dense.signature(*views, is_causal=causal, score_mod=score_mod, mask_mod=mask_mod,
                               scalars=dict.fromkeys(scalar_names, 0.0),
                               arch=arch or dense._arch(Q.device),
@@ -274,13 +274,14 @@ def _forward(Q, K, V, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod
     kernel(sizes={"S": S, "T": T}, Q=_heads_first(Q), K=_heads_first(K), V=_heads_first(V),
            O=out.transpose(0, 1), lse=lse, cu_seqlens_q=cu_seqlens_q.contiguous(),
            cu_seqlens_k=cu_seqlens_k.contiguous(), scale=scale,
-           **dict(zip(scalar_names, scalar_values)), **_vectors(vector_names, vectors, *views))
+           **dict(zip(scalar_names, scalar_values)), **_vectors(vector_names, vectors, Q))
     return out, lse
 
 
-def _vectors(names, vectors, q, k, v) -> dict:
-    """The head vectors by name, as the programs read them (f32 [H] on q's device)."""
-    return {name: dense._vector(name, "head", t, q, k) for name, t in zip(names, vectors)}
+def _vectors(names, vectors, q) -> dict:
+    """The head vectors by name, as the programs read them (f32 [H] on q's device; q [total,
+    H, D] has its heads where the dense [B, H, S, D] has them)."""
+    return {name: dense._vector(name, "head", t, q, q) for name, t in zip(names, vectors)}
 
 
 def _forward_fake(Q, K, V, *options):
@@ -455,7 +456,7 @@ def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, caus
                      cu_seqlens_q=cu_seqlens_q.contiguous(),
                      cu_seqlens_k=cu_seqlens_k.contiguous(), scale=scale,
                      **dict(zip(scalar_names, scalar_values)),
-                     **_vectors(vector_names, vectors, *(_rows(t) for t in (Q, K, V))))
+                     **_vectors(vector_names, vectors, Q))
     programs["dq"](dQacc=dq_acc.unsqueeze(0), dQ=_rows(dq))
     return dq, dk, dv
 

@@ -220,8 +220,8 @@ SPILL_CEILING = 256
 @pytest.mark.parametrize("case", varlen_cases(256.0), ids=lambda c: c.name)
 def test_nvrtc_builds_with_mods_spill_as_the_dense_programs(case, causal, arch):
     """The forward and the backward's main kernel with the mods, packed and dense, compiled by
-    NVRTC: no spill where the dense one has none (SPILLS_OVER_DENSE: the one measured
-    exception)."""
+    NVRTC: no spill where the dense one has none (PACKED_FORWARD_SPILLS and SPILLS_OVER_DENSE:
+    the measured exceptions)."""
     from kgen import attention as dense
 
     m = mods_of(case)
@@ -235,9 +235,10 @@ def test_nvrtc_builds_with_mods_spill_as_the_dense_programs(case, causal, arch):
     assert _spill_stores(packed["dot"], arch) == _spill_stores(packed["dq"], arch) == 0
 
 
-# with GQA 16:2's heads, the packed backward's spill stores over the dense one's 0 (NVRTC 13.5,
-# bf16, D 128): the window on sm_90a; and where the dense one spills (softcap: sm_90a 96 / 228
-# bytes full / causal, sm_80 8), the packed one's ceiling (measured 88 / 260 and 8 / 120)
+# with GQA (K and V of HKV heads), the packed backward's spill stores over the dense one's 0
+# (NVRTC 13.5, bf16, D 128): the window on sm_90a; and where the dense one spills (softcap:
+# sm_90a 96 / 228 bytes full / causal, sm_80 8), the packed one's ceiling (measured 88 / 260
+# and 8 / 120)
 GQA_SPILLS_OVER_DENSE = {("sm_90a", "window", False): 8, ("sm_90a", "window", True): 36}
 GQA_SPILL_CEILING = 288
 
