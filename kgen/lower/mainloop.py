@@ -74,19 +74,12 @@ def chained_refusal(gemm: ir.Gemm, tgt: Target) -> str | Refusal:
     return Refusal(refusal, loc=gemm.tile.loc)
 
 
-def _steps(gemm: ir.Gemm, which: str, tile, k_major: bool, threads: int, warp_tile: tuple[int, int],
-           copy_threads: int):
-    """Prove the per-thread offset tables of copies (by the `copy_threads` first threads) and
-    fragment loads (by all `threads`; see plan.OperandPlan)."""
-    return _proved_steps(which, tile, k_major, threads, warp_tile, copy_threads, gemm.warps.n,
-                         gemm.tile.k)
-
-
 @functools.lru_cache(maxsize=256)
-def _proved_steps(which: str, tile: SmemTile, k_major: bool, threads: int,
-                  warp_tile: tuple[int, int], copy_threads: int, warps_n: int, tile_k: int):
-    """_steps of what its tables depend on, proved once per process (the builder plans the same
-    operand for several candidates: a planning hot spot)."""
+def _steps(which: str, tile: SmemTile, k_major: bool, threads: int, warp_tile: tuple[int, int],
+           copy_threads: int, warps_n: int, tile_k: int):
+    """Prove the per-thread offset tables of copies (by the `copy_threads` first threads) and
+    fragment loads (by all `threads`; see plan.OperandPlan), of the gemm's `warps_n` and tile
+    K; once per process (the builder plans one operand for many candidates: a hot spot)."""
     elems = swizzle.CHUNK_BYTES // tile.dtype.nbytes
     per_row = tile.inner // elems
     copies = tile.stage_elems // elems // copy_threads
@@ -160,7 +153,8 @@ def _operand(
         return (f"one stage of the {which.upper()} tile is {chunks} 16-byte copies, which do not "
                 f"divide over {threads} threads; use a larger tile or fewer warps")
     warp_tile = (gemm.tile.m // gemm.warps.m, gemm.tile.n // gemm.warps.n)
-    steps = _steps(gemm, which, tile, k_major, threads, warp_tile, copy_threads)
+    steps = _steps(which, tile, k_major, threads, warp_tile, copy_threads, gemm.warps.n,
+                   gemm.tile.k)
     if steps is None:
         return (f"kgen cannot lay out the {which.upper()} tile ({outer}x{inner}) for "
                 f"{threads} threads with per-thread constant offsets; try another tile or warp "
