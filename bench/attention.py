@@ -284,6 +284,8 @@ def variants(dims, seqs, tiles, json_path: str | None, rounds: int = 2) -> None:
 
 
 def main() -> None:
+    from bench.mods import MODS as mods_names
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
     parser.add_argument("--long", action="store_true",
@@ -302,7 +304,7 @@ def main() -> None:
                         help="sm_90a kernels with each written tile side by side, beside cuDNN "
                              "(with --d and --s), NVRTC's spills of each printed")
     parser.add_argument("--s", type=int, nargs="+", default=None,
-                        help="with --variants: sequence lengths (default 1024 and 4096)")
+                        help="sequence lengths (default 1024 and 4096; with --variants too)")
     parser.add_argument("--o-registers", action="store_true",
                         help="a kgen_sm90a_o_registers column: the tiled kernel with O stored "
                              "from registers by every thread (a plan option; the rulebook stores "
@@ -320,6 +322,8 @@ def main() -> None:
     parser.add_argument("--bwd", action="store_true",
                         help="the backward: kgen's kernels beside SDPA's backends' backward "
                              "(bench/attention_bwd.py; with --once, its sanitizer call)")
+    parser.add_argument("--only", nargs="+", default=None, choices=mods_names,
+                        help="with --mods: these mods (and the plain kernel) only")
     parser.add_argument("--no-flex", action="store_true",
                         help="with --mods: kgen's kernels only (no torch.compile of Flex)")
     parser.add_argument("--graph", action="store_true",
@@ -355,7 +359,7 @@ def main() -> None:
             return mods.once()
         if args.graph:
             return mods.graph_table(timed)
-        rows = mods.table(timed, args.gqa, flex=not args.no_flex)
+        rows = mods.table(timed, args.gqa, flex=not args.no_flex, only=args.only)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return
@@ -386,7 +390,8 @@ def main() -> None:
         return table(cases, (ir.Arch.SM90A,), backends, args.json, tile, args.o_registers)
     if not args.sm90a:
         backends["sdpa_mem_efficient"] = SDPBackend.EFFICIENT_ATTENTION
-    cases = [(d, s, c, HEADS) for d in dims for s in (1024, 4096) for c in (False, True)]
+    cases = [(d, s, c, HEADS) for d in dims for s in tuple(args.s or (1024, 4096))
+             for c in (False, True)]
     table(cases, (ir.Arch.SM90A,) if args.sm90a else (ir.Arch.SM80, ir.Arch.SM90A), backends,
           args.json, tile, args.o_registers)
 

@@ -142,14 +142,14 @@ def measure(s: int, causal: bool, kv_heads: int, mod: str, timed, d: int = 128,
     return row
 
 
-def table(timed, gqa: bool = False, flex: bool = True) -> list[dict]:
-    """Every mod at D 128, S 4096, causal and not (and GQA 16/2 not causal with `gqa`), then
-    the summary (without `flex`, kgen's times only)."""
+def table(timed, gqa: bool = False, flex: bool = True, only=None) -> list[dict]:
+    """Every mod (or those in `only`; plain always) at D 128, S 4096, causal and not (and GQA
+    16/2 not causal with `gqa`), then the summary (without `flex`, kgen's times only)."""
     settings = ((False, HEADS), (True, HEADS)) + (((False, 2),) if gqa else ())
     print(f"{torch.cuda.get_device_name()}, bf16, {TOKENS} tokens, {HEADS} query heads, D 128, "
           "S 4096")
     rows = [measure(4096, causal, kv, mod, timed, flex=flex) for causal, kv in settings
-            for mod in MODS]
+            for mod in MODS if only is None or mod == "plain" or mod in only]
     mods_summary(rows)
     return rows
 
