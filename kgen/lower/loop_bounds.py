@@ -395,9 +395,49 @@ def _binary(op: Op, a, b):
     return None
 
 
+# exp where its value is exact: e^-inf = 0, e^0 = 1, e^inf = inf, e^NaN = NaN (else None: numpy)
+_EXACT_EXP = {-math.inf: 0.0, 0.0: 1.0, math.inf: math.inf}
+
+
+def _exp(x: float) -> float | None:
+    return x if math.isnan(x) else _EXACT_EXP.get(x)
+
+
+def _extreme(first_if):  # numpy's maximum and minimum: NaN if either is, else the one that wins
+    return lambda a, b: a + b if math.isnan(a) or math.isnan(b) else (
+        a if first_if(a, b) else b)
+
+
+# The ops the bounds fold most (the softmax's constants: infinities, 0 and 1) in Python floats,
+# which are IEEE float64 as numpy's: the same bits (tests/lower/test_loop_bounds_numeric.py holds
+# each to kgen.reference's numpy_op), so that planning an attention kernel imports no numpy
+# (50 ms of kgen compile's 0.3 s). exp only where its value is exact (_exp; None: numpy's).
+_PYTHON_OPS = {
+    Op.ADD: lambda a, b: a + b,
+    Op.SUB: lambda a, b: a - b,
+    Op.MUL: lambda a, b: a * b,
+    Op.NEG: lambda a: -a,
+    Op.MAX: _extreme(lambda a, b: a > b),  # a tie (0 and -0) gives b, as numpy
+    Op.MIN: _extreme(lambda a, b: a < b),
+    Op.EXP: _exp,
+    Op.LT: lambda a, b: float(a < b),
+    Op.LE: lambda a, b: float(a <= b),
+    Op.GT: lambda a, b: float(a > b),
+    Op.GE: lambda a, b: float(a >= b),
+    Op.EQ: lambda a, b: float(a == b),
+    Op.NE: lambda a, b: float(a != b),
+    Op.WHERE: lambda c, a, b: a if c != 0 else b,
+}
+
+
 def _numeric(op: Op, values) -> float:
-    """`op` of constants as the reference computes it (float64; numpy imported here, not
-    when kgen plans a kernel with no loop bound to fold)."""
+    """`op` of constants as the reference computes it (float64): the common ops in Python
+    floats (_PYTHON_OPS), the others by numpy, imported here (not when kgen plans a kernel with
+    no such constant to fold)."""
+    python = _PYTHON_OPS.get(op)
+    value = python(*(float(v) for v in values)) if python is not None else None
+    if value is not None:
+        return float(value)
     import numpy as np
 
     from ..reference import numpy_op
