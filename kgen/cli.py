@@ -539,7 +539,6 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
     from .api import pick_kernel, read_module, safe_file_name, shown_path, sized_config
     from .api import warn_newer_gpu
     from .harness.inputs import check_scalar_names, resolve_sizes
-    from .harness.run import is_program
     from .runtime.device import device_info, gpu_available
 
     # any size >= 0 (an empty M, N, K or L runs too); resolve_sizes refuses a negative one
@@ -562,7 +561,7 @@ def run_command(file: str, size_text: str | None, check: bool, bench: bool, as_j
         if not gpu_available():
             _fail(EXIT_FAILED, "error: no CUDA GPU is available: kgen run needs one "
                                "(kgen compile and kgen inspect do not)")
-        program = is_program(kernel)  # a tile program: the loop rulebook's configuration
+        program = kernel.is_program  # a tile program: the loop rulebook's configuration
         entry = None
         if tuned and not program:
             from .tune.select import lookup

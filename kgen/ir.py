@@ -604,6 +604,12 @@ class Kernel:
     def gemm(self, name: str) -> Gemm | None:
         return next((g for g in self.gemms if g.name == name), None)
 
+    @property
+    def is_program(self) -> bool:
+        """A tile program: a loop kernel, or a row kernel (no gemm, an epilogue); lowered by
+        kgen/lower/program.py, not as gemms."""
+        return self.loop is not None or (not self.gemms and self.epilogue is not None)
+
 
 # ---------------------------------------------------------------------------------------------
 # Sequences: kernels of one module launched in order, passing buffers

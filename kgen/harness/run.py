@@ -184,15 +184,10 @@ def _row_indexed_outputs(kernel: ir.Kernel) -> set[str]:
     return names
 
 
-def is_program(kernel: ir.Kernel) -> bool:
-    """A tile program: a loop kernel, or a gemm-less row kernel (kgen.reference's test)."""
-    return kernel.loop is not None or (kernel.epilogue is not None and not kernel.gemms)
-
-
 def _instances(kernel: ir.Kernel, sizes: Mapping[str, int]) -> int:
     """How many times the kernel's matrices are computed: its batches, and for a tile program
     every (batch, head) of the parameter whose rows it computes."""
-    if not is_program(kernel):
+    if not kernel.is_program:
         return batches_of(kernel, sizes)
     return _lead_count(rows_param(kernel), sizes)
 
@@ -284,7 +279,7 @@ def run(
     info = device_info(device_id)
     kernel = kernel_ir
 
-    program = is_program(kernel_ir)
+    program = kernel_ir.is_program
     if compiled is None and program:
         from ..runtime.program import CompiledProgram
 
@@ -382,7 +377,7 @@ def _dag_tolerance(kernel: ir.Kernel, name: str, ref: np.ndarray) -> tuple[ir.DT
 
 def _check_outputs(kernel, outputs, device_args, arrays_api, host, scalars, dims, rng,
                    notes, block: int | None = None, scaled: bool = False) -> list[OutputCheck]:
-    if is_program(kernel):  # every row of every (batch, head): the reference is whole
+    if kernel.is_program:  # every row of every (batch, head): the reference is whole
         reference = evaluate(kernel, host, scalars, block=block)
         rows = None
     else:

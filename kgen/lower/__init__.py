@@ -34,7 +34,7 @@ from ..errors import KgenError, KgenWarning
 from ..plan import (Alignment, DimRule, KernelKind, KernelPlan, Param, ParamField,
                     StoragePlan)
 from ..targets import Candidate, Config, Target, target
-from . import abi, builder, chain, mainloops, program, schedule, select, slow_path
+from . import abi, builder, chain, mainloops, schedule, select, slow_path
 from . import storage as storage_pass
 
 GROUP_M = select.GROUP_M
@@ -47,7 +47,9 @@ def lower(kernel: ir.Kernel, arch: ir.Arch | None = None, *,
     the same as None. Schedule lines the source leaves out are filled by the builder
     (kgen/lower/builder.py); `config`, a tuned configuration, is the builder's first try."""
     arch = arch or kernel.target
-    if program.is_program(kernel):  # a loop or row kernel: kgen/lower/program.py
+    if kernel.is_program:  # a loop or row kernel: its own pass, imported only for one
+        from . import program
+
         return program.run(kernel, arch)
     tgt = target(arch)
     if not kernel.gemms and kernel.storage is None:

@@ -39,11 +39,6 @@ _POSITION_RANK = {ir.Axis.ROW: Rank.ROW, ir.Axis.COL: Rank.TILE, ir.Axis.BATCH: 
                   ir.Axis.HEAD: Rank.UNIFORM}
 
 
-def is_program(kernel: ir.Kernel) -> bool:
-    """A loop kernel, or a row kernel (no gemm, an epilogue): the tile-program path."""
-    return kernel.loop is not None or (not kernel.gemms and kernel.epilogue is not None)
-
-
 def run(kernel: ir.Kernel, arch: ir.Arch | None = None) -> pp.ProgramPlan | ld.LoopDagPlan:
     arch = arch or kernel.target
     if kernel.compute_dtype is not ir.DType.F32:
