@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from .api import is_program_plan
 from .errors import KgenError
 from .plan import KernelPlan
 from .targets import target
@@ -12,12 +13,6 @@ from .targets import target
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]
 
 Emitter = Callable[..., str]
-
-
-def _program(plan) -> bool:
-    """A tile program's plan (LoopPlan, RowsPlan, LoopDagPlan: kgen/targets/common/loop*.py),
-    not a KernelPlan; without importing their modules, which a gemm's compile never needs."""
-    return not isinstance(plan, KernelPlan)
 
 
 # (target family, kernel kind) -> emitter, as "module:function" under kgen.targets, imported on
@@ -53,24 +48,24 @@ def family(plan: KernelPlan) -> str:
     """The emitter family the plan asks for: a plan on wgmma (ping-pong included: it needs
     wgmma; a loop or DAG loop plan with a wgmma schedule) is sm_90a code; otherwise its target's family
     (sm_90a runs the sm_80 mainloop)."""
-    if _program(plan):
+    if is_program_plan(plan):
         wgmma = getattr(plan, "wgmma", None) is not None  # a loop or DAG loop's schedule
         return "sm90" if wgmma else target(plan.arch).emitter
     return "sm90" if plan.schedule.wgmma else target(plan.arch).emitter
 
 
 def kind(plan: KernelPlan) -> str:
-    if _program(plan):
+    if is_program_plan(plan):
         return plan.kind
     return "chain" if len(plan.gemms) > 1 else "gemm"
 
 
 def emit(plan: KernelPlan, *, source_name: str, source_hash: str, command: str) -> str:
     """The .cu text; byte-identical for the same plan, source and kgen version."""
-    if not _program(plan) and not plan.gemms:
+    if not is_program_plan(plan) and not plan.gemms:
         raise KgenError(
             plan.loc, f"kernel '{plan.name}' has no gemm to emit; kgen inspect shows its storage plan")
-    table = PROGRAM_EMITTERS if _program(plan) else EMITTERS
+    table = PROGRAM_EMITTERS if is_program_plan(plan) else EMITTERS
     emitter = _emitter(table[(family(plan), kind(plan))])
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command)
 
@@ -79,7 +74,7 @@ def emit_header(plan: KernelPlan, *, source_name: str, source_hash: str, command
                 header_name: str | None = None) -> str:
     """The .h text (`kgen compile --header`): the params struct and the host API's
     declarations, the same calls for every kind of kernel."""
-    emitter = _emitter("common.loop:emit_header" if _program(plan)
+    emitter = _emitter("common.loop:emit_header" if is_program_plan(plan)
                        else "common.host_api:emit_header")
     return emitter(plan, source_name=source_name, source_hash=source_hash, command=command,
                    header_name=header_name)

@@ -115,3 +115,10 @@ def test_ldmatrix_rows_in_cpp_match_the_proved_maps():
                         env = dict(lane=lane, warp_off=warp_off, f=f, kk=kk)
                         got = tuple(eval(c, {}, env) for c in as_python)
                         assert got == LDMATRIX[key].coord(lane, warp_off, f, kk), (key, env)
+
+
+def test_every_emitter_named_in_the_tables_exists():
+    """The tables name their emitters as text, imported on first use: each must resolve."""
+    for where in list(emit.EMITTERS.values()) + list(emit.PROGRAM_EMITTERS.values()) + [
+            "common.loop:emit_header", "common.host_api:emit_header"]:
+        assert callable(emit._emitter(where)), where

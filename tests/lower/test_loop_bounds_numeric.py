@@ -8,6 +8,7 @@ import math
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,8 +45,9 @@ def test_exp_of_an_ordinary_value_is_numpy_s():
 
 
 def test_planning_an_attention_kernel_imports_no_numpy():
+    example = Path(__file__).resolve().parents[2] / "examples" / "attention_fwd.kg"
     code = ("import sys; from kgen.api import build_file; "
-            "build_file('examples/attention_fwd.kg'); print('numpy' in sys.modules)")
+            f"build_file({str(example)!r}); print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
