@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from . import ir
 from .errors import (NOWHERE, KgenError, KgenRuntimeError, KgenSlowPathWarning,
                      KgenSourceWarning, KgenTargetWarning, SourceLoc)
+from .plan import is_program_plan  # noqa: F401 (kgen.api's name for it too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +31,6 @@ class Built:
     plan: Any  # plan.KernelPlan
     source: str  # the emitted .cu
     header: str = ""  # the emitted .h: params struct and host API declarations
-
-
-def is_program_plan(plan: Any) -> bool:
-    """A tile program's plan (LoopPlan, RowsPlan, LoopDagPlan: kgen/plan/program.py and
-    loop_dag.py), not a KernelPlan; told apart without importing the tile programs' modules,
-    which a gemm's compile never loads."""
-    from .plan import KernelPlan
-
-    return not isinstance(plan, KernelPlan)
 
 
 def read_module(path: str | os.PathLike) -> tuple[ir.Module, str]:

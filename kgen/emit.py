@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from .api import is_program_plan
 from .errors import KgenError
-from .plan import KernelPlan
+from .plan import KernelPlan, is_program_plan
 from .targets import target
 
 __all__ = ["EMITTERS", "emit", "emit_header", "family", "kind"]

@@ -506,3 +506,10 @@ class KernelPlan:
         if clusters:
             count = min(count, clusters)
         return (count * cm * cn, 1, 1)
+
+
+def is_program_plan(plan) -> bool:
+    """A tile program's plan (LoopPlan, RowsPlan, LoopDagPlan: kgen/plan/program.py and
+    loop_dag.py), not a KernelPlan; told apart without importing the tile programs' modules,
+    which a gemm's compile never loads."""
+    return not isinstance(plan, KernelPlan)
