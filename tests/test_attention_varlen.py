@@ -453,3 +453,17 @@ def test_inductor_hands_the_head_vectors_to_both_ops(cpu_stand_ins):
     options = (40, 40, 0.125, False, ALIBI, None, [], [], "sm_90a", ["slopes"], [(4,)])
     assert cpu_stand_ins[-2:] == [("fwd", *options), ("bwd", *options, False)]
     assert slopes.grad is None
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_deterministic_semaphores_lie_at_the_longest_sequences_stride(arch):
+    """The workspace holds (batch, head) x the longest sequence's blocks of semaphores; a
+    sequence's lie at that stride, not at its own number of blocks (which made a long
+    sequence's overlap the next one's: tests/gpu/test_attention_varlen_bwd_gpu.py)."""
+    from kgen.api import build_verified
+
+    sig = BackwardSignature("bf16", 128, True, arch, deterministic=True)
+    source = build_verified(kernels(sig)["main"], arch).source
+    assert "const int order_blocks = (p.loop_len + kBlock - 1) / kBlock;" in source
+    assert "head) * order_blocks + block" in source
+    assert "head) * blocks + block" not in source

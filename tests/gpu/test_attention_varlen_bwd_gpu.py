@@ -55,7 +55,7 @@ def _case(torch, lengths_q, lengths_k, h, hkv, d, seed):
     return q, k, v, do, cu_q, cu_k
 
 
-def _grads(torch, q, k, v, do, cu_q, cu_k, causal, arch, deterministic=False):
+def _grads(torch, q, k, v, do, cu_q, cu_k, causal, arch, deterministic=False, wait=True):
     i32 = dict(dtype=torch.int32, device="cuda")
     q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
     o = kgen.attention_varlen(q, k, v, torch.tensor(cu_q, **i32), torch.tensor(cu_k, **i32),
@@ -64,7 +64,8 @@ def _grads(torch, q, k, v, do, cu_q, cu_k, causal, arch, deterministic=False):
                               is_causal=causal, scale=0.1, arch=arch,
                               deterministic=deterministic)
     o.backward(do)
-    torch.cuda.synchronize()
+    if wait:
+        torch.cuda.synchronize()
     return q.grad, k.grad, v.grad
 
 
@@ -109,3 +110,37 @@ def test_deterministic_is_bit_identical(poisoned):
         assert torch.equal(a, b)
     want = reference_grads(q, k, v, do, cu_q, cu_k, 0.1, True)
     close_grads(first, want, 2e-2)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
+def test_deterministic_with_the_longest_sequence_first(poisoned, arch, causal, heads):
+    """The semaphores of a (batch, head) lie at the longest sequence's stride of blocks: with a
+    long sequence before short ones, strides taken per sequence overlapped (sequence 1's
+    semaphores were sequence 0's: the adds waited on values other tiles wrote, and hung)."""
+    torch = poisoned
+    skip_unless_runs(arch)
+    h, hkv = heads
+    lengths = (1000, 300, 17, 1, 512)
+    q, k, v, do, cu_q, cu_k = _case(torch, lengths, lengths, h, hkv, 128, seed=13 + causal)
+    runs = [_finished(torch, _grads(torch, q, k, v, do, cu_q, cu_k, causal, arch,
+                                    deterministic=True, wait=False)) for _ in range(2)]
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    close_grads(runs[0], reference_grads(q, k, v, do, cu_q, cu_k, 0.1, causal), 2e-2)
+
+
+def _finished(torch, grads, seconds=60.0):
+    """`grads`, once the stream has run them: a deadlock fails the test rather than hanging
+    the run (the device is not usable after it)."""
+    import time
+
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + seconds
+    while not done.query():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the deterministic backward did not finish in {seconds:.0f} s")
+        time.sleep(0.01)
+    return grads
