@@ -8,6 +8,11 @@
                                                          process each, the example's own target
                                                          (DESIGN: under 0.2 s; default: every
                                                          example)
+    python3 bench/compile_times.py --attention           NVRTC's time for kgen.attention's
+                                                         forward programs: D 64, 128, 256, both
+                                                         targets, causal and not, each mod of
+                                                         bench/mods.py and dropout (issue 51:
+                                                         under 2 s each)
 
 Fastest of 3 runs each; NVRTC's with an empty cache, and the epilogue's groups (EpilogueGroups)
 beside it.
@@ -66,10 +71,63 @@ def emit(examples) -> None:
           f"{times[0]:.2f}-{times[-1]:.2f} s")
 
 
+ATTENTION_MODS = ("plain", "softcap", "alibi", "window", "document", "bias", "dropout")
+
+
+def attention() -> None:
+    """NVRTC (an empty cache, one run: the builds are seconds) of every forward program
+    kgen.attention writes for the grid, from meta tensors (no GPU): B 2, 4 heads, S 1024."""
+    import dataclasses
+
+    import torch
+
+    from kgen import attention as dense
+    from kgen.api import build_verified
+    from kgen.parse import parse
+    from kgen.runtime.cache import CompileCache
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.verify import verify
+    sys.path.insert(0, str(ROOT / "bench"))
+    from mods import mod_options
+
+    meta = dict(device="meta")
+    extras = {"alibi": torch.empty(4, **meta), "document": torch.empty(2, 1024, dtype=torch.int32,
+                                                                       **meta),
+              "bias": torch.empty(1, 4, 1024, 1024, dtype=torch.bfloat16, **meta)}
+    times = []
+    for d in (64, 128, 256):
+        q = torch.empty(2, 4, 1024, d, dtype=torch.bfloat16, **meta)
+        for arch in ("sm_90a", "sm_80"):
+            for causal in (False, True):
+                for mod in ATTENTION_MODS:
+                    sig = dense.signature(q, q, q, is_causal=causal, arch=arch,
+                                          **mod_options(mod, causal, extras.get(mod)))
+                    sig = dataclasses.replace(sig, raw_max=dense.raw_max_allowed(sig, 0.1))
+                    module = parse(dense.program_text(sig), "<attention>")
+                    verify(module)
+                    built = build_verified(module.kernels[0], arch)
+                    started = time.perf_counter()
+                    result = compile_cubin(built.source, built.plan.name, arch,
+                                           cache=CompileCache(Path(tempfile.mkdtemp())))
+                    took = time.perf_counter() - started
+                    times.append((took, f"D {d} {arch} {'causal' if causal else 'full'} {mod}"))
+                    spills = result.resources().get("spill_stores", 0)
+                    print(f"D {d:3} {arch:6} {'causal' if causal else 'full':6} {mod:8} NVRTC "
+                          f"{took:5.2f} s" + (f"  spills {spills} B" if spills else ""),
+                          flush=True)
+    over = sorted((t, what) for t, what in times if t >= 2.0)
+    times.sort()
+    print(f"{len(times)} programs: median {times[len(times) // 2][0]:.2f} s, "
+          f"{times[0][0]:.2f}-{times[-1][0]:.2f} s; {len(over)} at 2 s or more"
+          + (": " + ", ".join(f"{what} {t:.2f}" for t, what in over) if over else ""))
+
+
 def main() -> int:
     args = sys.argv[1:]
     if args[:1] == ["--emit"]:
         emit(args[1:])
+    elif args[:1] == ["--attention"]:
+        attention()
     else:
         nvrtc(args)
     return 0

@@ -71,19 +71,26 @@ def _random_blocks(s: int, t: int, gen):
 
 def kgen_mods_runner(q, k, v, causal, mod):
     """kgen.attention with `mod` written as kgen expressions."""
-    extra = _mod_inputs(q, k, mod)
+    options = mod_options(mod, causal, _mod_inputs(q, k, mod))
     gqa = k.shape[1] != q.shape[1]
-    options = {"plain": {},
-               "softcap": dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0}),
-               "alibi": dict(score_mod="score - slopes[head] * (row - col)",
-                             vectors={"slopes": extra}),
-               "window": dict(mask_mod="col > row - window" if causal else
-                              "(col > row - window) * (col < row + window)",
-                              scalars={"window": float(WINDOW)}),
-               "document": dict(mask_mod="qd[row] == kd[col]", vectors={"qd": extra, "kd": extra}),
-               "bias": dict(attn_mask=extra),
-               "blocks": dict(block_mask=extra[causal] if mod == "blocks" else None)}[mod]
     return lambda: kgen.attention(q, k, v, is_causal=causal, enable_gqa=gqa, **options)
+
+
+def mod_options(mod: str, causal: bool, extra) -> dict:
+    """kgen.attention's options for `mod` (MODS, or "dropout": p 0.1), `extra` the tensor it
+    reads (_mod_inputs: ALiBi's slopes, the document ids, the bias, the BlockMasks by causal)."""
+    if mod == "dropout":
+        return dict(dropout_p=0.1)
+    return {"plain": {},
+            "softcap": dict(score_mod="cap * tanh(score / cap)", scalars={"cap": 30.0}),
+            "alibi": dict(score_mod="score - slopes[head] * (row - col)",
+                          vectors={"slopes": extra}),
+            "window": dict(mask_mod="col > row - window" if causal else
+                           "(col > row - window) * (col < row + window)",
+                           scalars={"window": float(WINDOW)}),
+            "document": dict(mask_mod="qd[row] == kd[col]", vectors={"qd": extra, "kd": extra}),
+            "bias": dict(attn_mask=extra),
+            "blocks": dict(block_mask=extra[causal] if mod == "blocks" else None)}[mod]
 
 
 def flex_mods_runner(q, k, v, causal, mod):
