@@ -1,5 +1,5 @@
 """sm_90a's ping-pong chain with its tiles paired (Pipeline.paired, the plan option with_paired of
-kgen/targets/sm90/chain_pairs.py; the rulebook pairs none): its refusals, the storage left as
+kgen/targets/sm90/chain_pairs.py; the rulebook pairs where B0's rows split sectors): its refusals, the storage left as
 it is, the emitted producer, consumers and barriers, `kgen inspect`'s row, and NVRTC with no
 spill."""
 from __future__ import annotations
@@ -49,14 +49,31 @@ def test_paired_tiles_share_b0_and_take_no_turns(k0, n0, n1, dtype):
     assert rows["g0 tile pairs"][2] == ring.pipeline.why
 
 
-@pytest.mark.parametrize("k0, n0, n1", [(1000, 96, 192), (1024, 96, 192), (256, 128, 128),
-                                        (576, 160, 160)])
-def test_the_rulebook_pairs_no_chain(k0, n0, n1):
+@pytest.mark.parametrize("k0, n0, n1", [(1024, 96, 192), (256, 128, 128), (576, 160, 160),
+                                        (160, 80, 96)])
+def test_the_rulebook_pairs_no_chain_whose_rows_are_whole_sectors(k0, n0, n1):
     """Measured slower or not measured (chain_pairs' docstring): each tile its own fills."""
     s = built(k0, n0, n1).plan.schedule
     assert s.chain_ring_b and not s.gemms[0].pipeline.paired and s.consumer_order
     assert not any(row[0] == "g0 tile pairs" for row in s.gemms[0].describe())
 
+
+@pytest.mark.parametrize("k0, n0, n1, dtype", [(1000, 96, 192, "bf16"), (1000, 128, 320, "f16"),
+                                               (1000, 160, 64, "bf16")])
+def test_the_rulebook_pairs_where_b0s_rows_split_sectors(k0, n0, n1, dtype):
+    """K0 = 1000 in 16 bits: rows of 2000 bytes (measured 0.70-0.87 of the unpaired time)."""
+    s = built(k0, n0, n1, dtype).plan.schedule
+    ring = s.gemms[0]
+    assert ring.pipeline.paired and not s.consumer_order
+    assert "rows of 2000 bytes split 32-byte sectors" in ring.pipeline.why
+    assert ring.overlap.wgmma_groups <= 1  # each slot back once its own group completes
+    assert ring.pipeline.why.startswith(WHY_PAIRED)
+
+
+def test_the_rulebook_pairs_no_resident_b0():
+    """f16 1000/64/128 keeps B0 resident: no k tiles of it to share."""
+    s = built(1000, 64, 128, "f16").plan.schedule
+    assert not s.chain_ring_b and not s.gemms[0].pipeline.paired
 
 def test_resident_b0_is_not_paired():
     """K0 = 1000 with N0 = 64: B0 fits resident (the split rows' rule), nothing to share."""

@@ -14,14 +14,15 @@ slots (a pair's fills lie in one even and the next odd slot) and no batched oper
 shares one B0), and then with one wgmma group in flight in the first gemm (each slot goes back
 as soon as its group completes).
 
-The rulebook pairs no chain. H200, M = 81920 (bench/chain_sweep.py --pairs, 2026-11-29), time
-paired / unpaired on kgen's choice, both checked against the reference: f16 64/32/64 1.01
-(0.0109 / 0.0108 ms; / copy 0.959 against 0.917), bf16 128/128/64 1.06 (1.201 against 1.185),
-f16 160/80/96 0.97 (1.237 against 1.276) (K0/N0/N1): where B0's rows are whole 32-byte sectors
-its rereads cost little (bench/RESULTS.md, section 4) and the pairs lose the turns' overlap. The chains it is meant for, B0's rows splitting sectors (K0 = 1000 with N0 of 96 to 160,
-B0 too wide to stay resident: 1.73x a copy of the chain's bytes unpaired at bf16 1000/96/192,
-1.62x the PyTorch chain), were not timed paired: `python3 bench/chain_sweep.py --no-sweep
---pairs bf16/1000/96/192,f16/1000/128/320,bf16/1000/160/64` times them."""
+The rulebook pairs where B0's rows split 32-byte sectors (`pairs_why`: a fixed K0 whose rows
+are not a multiple of 32 bytes, K0 = 1000 in 16 bits), and where pairs are legal. H200, M =
+81920 (bench/chain_sweep.py --pairs, 2026-11-30), time paired / unpaired on kgen's choice, both
+checked against the reference: bf16 1000/96/192 0.762 (0.0690 / 0.0906 ms; 1.33x a copy of the
+chain's bytes against 1.75x, 2.14x the PyTorch chain against 1.62x), f16 1000/128/320 0.868
+(0.0898 / 0.1034; 1.56x against 1.80x), bf16 1000/160/64 0.696 (0.0768 / 0.1104; 1.64x against
+2.34x). Where the rows are whole sectors the rereads cost little (bench/RESULTS.md, section 4)
+and pairs lose the turns' overlap (2026-11-29: f16 64/32/64 1.01, bf16 128/128/64 1.06, f16
+160/80/96 0.97): not paired there."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,9 +51,26 @@ def paired_refusal(first: GemmPlan, ring_b: bool, consumers: int, batched: bool)
     return None
 
 
+def pairs_why(first: GemmPlan, ring_b: bool, consumers: int, batched: bool) -> str | None:
+    """The rulebook's pairing of a ping-pong chain's tiles: why they are paired (the
+    Pipeline's why), or None (not): B0's rows split 32-byte sectors and pairs are legal."""
+    k = first.k_dim
+    if not isinstance(k, int) or paired_refusal(first, ring_b, consumers, batched) is not None:
+        return None
+    row_bytes = k * first.b.dtype.nbytes
+    if row_bytes % SECTOR_BYTES == 0:
+        return None
+    return (f"{WHY_PAIRED}: {first.b.param}'s rows of {row_bytes} bytes split {SECTOR_BYTES}-byte "
+            "sectors, so each unpaired tile's rereads cost about twice its bytes (H200, K0 = "
+            "1000: paired 0.70-0.87 of the unpaired time; kgen/targets/sm90/chain_pairs.py)")
+
+
+SECTOR_BYTES = 32  # an L2 sector: rows of B0 not a multiple of it split sectors
+
+
 def with_paired(plan: KernelPlan, paired: bool) -> KernelPlan:
     """The ping-pong chain `plan` with its tiles paired or not (Pipeline.paired): a plan option
-    for the bench's --pairs and the GPU tests (the rulebook pairs none). Pairing takes the
+    for the bench's --pairs and the GPU tests (the rulebook's choice: pairs_why). Pairing takes the
     first gemm to one wgmma group in flight, and unpairing leaves it there; the storage plan is
     unchanged."""
     schedule = plan.schedule

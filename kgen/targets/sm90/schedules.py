@@ -40,6 +40,7 @@ from .. import (MORE_WARPS, Candidate, Instruction, Mainloop, Placement, Placing
                 Site, WarpGrid, place)
 from ..common import schedules as common
 from . import warp_specialized
+from .chain_pairs import pairs_why
 from .tensor_map import STAGING_BOX
 from .chain_values import (CONSUMERS, STAGING_MAX_VALUES, WHY_THREE, chain_values,
                            column_passes, consumer_count, max_values, pass_n, passes_in_flight, passes_why,
@@ -365,7 +366,11 @@ def pingpong(draft: ScheduleDraft) -> Placing:
                                             b=OperandSchedule(LoadPath.TMA, why=WHY_TMA_B))
     ring = dataclasses.replace(ring, pipeline=ring_pipeline)
     groups = in_flight(first)
-    if groups > 1:
+    paired = pairs_why(first, ring_b, consumers, bool(draft.batched))
+    if paired:  # one wgmma group in flight: each slot goes back once its group completes
+        ring = dataclasses.replace(ring, pipeline=dataclasses.replace(
+            ring.pipeline, paired=True, why=paired))
+    elif groups > 1:
         ring = dataclasses.replace(ring, overlap=Overlap(wgmma_groups=groups, why=WHY_IN_FLIGHT))
     on_wgmma = all(m is Mma.WGMMA_RS for m, _ in gemm_mmas[1:])
     feeding = [dataclasses.replace(gs, vectors=EpilogueVectors(VectorHome.REGISTERS, early,
