@@ -116,7 +116,7 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "smem_peak": plan.storage.peak_bytes if plan.storage is not None else None,
         "unions": _unions(plan.storage) if plan.storage is not None else [],
         "fenced": list(plan.fenced),
-        "epilogue": _lines(plan.epilogue),
+        "epilogue": [line for t in plan.tails for line in _lines(t.section)],
     }
 
 
