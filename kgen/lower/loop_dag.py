@@ -224,8 +224,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     # the kernel's epilogue, a tail per N of the accumulators (verified: each statement reads
     # accumulators of one N)
     tails: list[ld.DagTail] = []
-    columns = {p.name: int(p.shape[1]) for p in kernel.params
-               if p.kind is ir.ParamKind.TENSOR and len(p.shape) == 2}
+    columns = {p.name: p.shape[1] for p in kernel.params if p.kind is ir.ParamKind.TENSOR}
     for n, stmts in after_loop_groups(kernel.epilogue.stmts if kernel.epilogue else (), acc_n,
                                       columns):
         tail = _Section(kernel)
