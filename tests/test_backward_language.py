@@ -223,7 +223,8 @@ def test_accumulators_of_different_widths_each_store_their_own():
      "b.kg:34:5: error: local 'both' reads accumulators of different widths ('dv' N 64 and 'dk' "
      "N 128): after the loop a statement works on the [rows, N] tile of the accumulators of "
      "one N; store each accumulator's value on its own"),
-    ("    dK = scale * dk\n    dV = dv\n", "    s2 = scale * 2\n    dK = s2 * dk\n    dV = s2 * dv\n",
+    ("    dK = scale * dk\n    dV = dv\n",
+     "    s2 = scale * 2\n    dK = s2 * dk\n    dV = s2 * dv\n",
      "b.kg:33:5: error: local 's2' is read by statements of different widths ('dv' N 64 and "
      "'dk' N 128): after the loop a statement works on the [rows, N] tile of the accumulators "
      "of one N; bind one local per width"),
