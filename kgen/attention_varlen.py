@@ -423,8 +423,8 @@ _BACKWARDS: dict[tuple, Any] = {}  # a call's options and device -> its three pr
 def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod,
               mask_mod, scalar_names, scalar_values, arch, vector_names, vectors, deterministic):
     """The backward op: dQ [total, H, D], dK [total, HKV, D] and dV [total, HKV, D_v] of packed
-    q, k, v, the three programs in order on the current stream (D and the f32 dQ accumulator allocated here, by torch's
-    allocator; no synchronization)."""
+    q, k, v, the three programs in order on the current stream (D and the f32 dQ accumulator
+    allocated here, by torch's allocator; no synchronization)."""
     import torch
 
     from .attention_grad import BackwardSignature

@@ -10,8 +10,9 @@ in order, the last one partial (columns past the end do not exist). Per block:
     own name gives the value handed on (and later statements read it);
     o += round(handed value, the accumulating gemm's operand dtype) @ C[block, :].
 Then the kernel's epilogue over the [rows, N1] accumulator (per N where a backward's
-accumulators differ in N: dK's D, dV's D_v), each output rounded once to its dtype. A row kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are
-values (one per row). Constants and scalars are float32 values, everything else float64; `row`
+accumulators differ in N: dK's D, dV's D_v), each output rounded once to its dtype. A row
+kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are values (one per
+row). Constants and scalars are float32 values, everything else float64; `row`
 and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it);
 `batch` and `head` the instance's (batch, query head), `v[head]` its element of a vector; a
 tensor read in the loop is its element at (row, col); `random(seed, offset)` the Philox value

@@ -5,7 +5,9 @@ The gemms are taken in statement order (kgen/verify/loop_gemms.py classifies the
 gemm's MMAs, then its epilogue's values (one section of TILE values over [rows, block]); an
 accumulating gemm's A handed on from registers (HandTile), then its MMAs; a loop-row gemm's A
 staged in shared memory (StageTile), then its MMAs and its epilogue, a section of its own over
-[block, N] that adds into `out accumulate` tensors (AddTile). The values reuse
+[block, N] that adds into `out accumulate` tensors (AddTile); the kernel's epilogue, a tail per
+N of the accumulators (plan.loop_dag.DagTail: the backward's dK at D, dV at D_v where they
+differ, grouped as the verifier checked them). The values reuse
 kgen/lower/program.py's sections; the configuration is the rulebook's
 (kgen/targets/loop_rules.py, the DAG section). Blocks a mask zeroes in full are skipped where
 the bounds of kgen/lower/loop_bounds.py apply and zeroing the mask's value provably makes the
