@@ -392,6 +392,11 @@ def test_accumulators_of_two_widths_plan_a_tail_each(arch, d, d_v):
     same = plan_of(variant(d), arch)
     assert same.n_acc == d and [(t.n, t.accumulators) for t in same.tails] == [
         (d, ("dv", "dk"))]
+    from kgen.report_loop_dag import summary  # `kgen inspect`: a heading per N
+
+    lines = summary(plan)["epilogue"]
+    assert lines[0] == f"on dv's [T, {d_v}]:" and f"on dk's [T, {d}]:" in lines
+    assert not any(line.startswith("on ") for line in summary(same)["epilogue"])
 
 
 def test_rules_count_each_accumulator_at_its_width():
