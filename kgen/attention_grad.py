@@ -75,7 +75,8 @@ class BackwardSignature:
 
     @property
     def name(self) -> str:
-        fields = dataclasses.astuple(self)[:-1]  # (d_v: below)
+        fields = tuple(value for f, value in zip(dataclasses.fields(self),  # (d_v: below)
+                                                 dataclasses.astuple(self)) if f.name != "d_v")
         if self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
             fields = fields[:-1]
         dims = f"{self.d}" if self.d_v == self.d else f"{self.d}_{self.d_v}"
