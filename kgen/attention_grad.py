@@ -24,7 +24,10 @@ and offset) are written into the main kernel by kgen/attention_grad_mods.py. GQA
 as the forward: dK and dV summed over each KV head's group in the main kernel's loop) and
 deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enabled(): dQ's
 adds ordered) are the signature's; the mods take GQA (`head` the visit's query head, attn_mask's
-gradient stored per visit). Not yet: block_mask, and a value head dim unlike the query's, each
+gradient stored per visit). A value head dim unlike the query's (D_v != D, DeepSeek's 192 / 128)
+is the signature's d_v: dO, O, V and dV at D_v (the dot kernel, dV's accumulator), Q, K, dK
+and dQ's accumulator at D; where the target's rulebook refuses the pair (sm_90a at D 192: no
+skeleton holds dK's accumulator), the backward says so when built. Not yet: block_mask,
 refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
 
@@ -62,30 +65,36 @@ class BackwardSignature:
     gqa: bool = False  # k and v have fewer heads (HKV) than q (H): dK, dV summed over groups
     deterministic: bool = False  # dQ's adds ordered: bit-identical gradients run to run
     mods: "Mods" = None  # the forward's mods (score_mod, masks, bias, vectors): Mods() if None
+    d_v: int | None = None  # the head dim of v (and of dO, O, dV): d if None
 
     def __post_init__(self):
         if self.mods is None:
             object.__setattr__(self, "mods", Mods())
+        if self.d_v is None:
+            object.__setattr__(self, "d_v", self.d)
 
     @property
     def name(self) -> str:
-        fields = dataclasses.astuple(self)
+        fields = tuple(value for f, value in zip(dataclasses.fields(self),  # (d_v: below)
+                                                 dataclasses.astuple(self)) if f.name != "d_v")
         if self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
             fields = fields[:-1]
+        dims = f"{self.d}" if self.d_v == self.d else f"{self.d}_{self.d_v}"
+        fields += (self.d_v,) if self.d_v != self.d else ()
         digest = hashlib.sha256(repr(fields).encode()).hexdigest()[:12]
-        return f"attention_bwd_{self.d}_{digest}"
+        return f"attention_bwd_{dims}_{digest}"
 
 
 def backward_text(sig: BackwardSignature) -> str:
     """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
-    n, t, d = sig.name, sig.dtype, sig.d
+    n, t, d, dv = sig.name, sig.dtype, sig.d, sig.d_v  # dO, O, V, dV at v's head dim
     kv = "HKV" if sig.gqa else "H"  # K, V, dK, dV: a CTA owns a KV head, walks its group
     mods = mod_lines(sig)
     lines = [
         f"kernel {n}_dot {{",
         f"  target {sig.arch}",
-        f"  tensor dO : {t}[B, H, S, {d}] row",
-        f"  tensor O : {t}[B, H, S, {d}] row",
+        f"  tensor dO : {t}[B, H, S, {dv}] row",
+        f"  tensor O : {t}[B, H, S, {dv}] row",
         "  vector D : f32[B, H, S] out",
         "  epilogue { D = rowsum(cast<f32>(dO) * O) }",
         "}",
@@ -94,14 +103,14 @@ def backward_text(sig: BackwardSignature) -> str:
         *(["  reductions deterministic"] if sig.deterministic else []),
         f"  tensor Q : {t}[B, H, S, {d}] row",
         f"  tensor K : {t}[B, {kv}, T, {d}] row",
-        f"  tensor V : {t}[B, {kv}, T, {d}] row",
-        f"  tensor dO : {t}[B, H, S, {d}] row",
+        f"  tensor V : {t}[B, {kv}, T, {dv}] row",
+        f"  tensor dO : {t}[B, H, S, {dv}] row",
         "  vector lse : f32[B, H, S]",
         "  vector D : f32[B, H, S]",
         *mods.inputs,
         f"  tensor dQacc : f32[B, H, S, {d}] row out accumulate",
         f"  tensor dK : {t}[B, {kv}, T, {d}] row out",
-        f"  tensor dV : {t}[B, {kv}, T, {d}] row out",
+        f"  tensor dV : {t}[B, {kv}, T, {dv}] row out",
         *mods.outputs,
         "  scalar scale : f32 = 1",
         *mods.scalars,
@@ -170,9 +179,6 @@ def _refuse(q, k, v, options: dict[str, Any]) -> None:
         if not options.get("enable_gqa") or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
             raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
                                 "enable_gqa=True and a number of KV heads dividing q's")
-    if v.shape[-1] != q.shape[-1]:
-        raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
-                            f"q's ({q.shape[-1]})")
 
 
 _LOADED: dict[tuple, Any] = {}  # (signature, device) -> the backward's torch op
@@ -190,7 +196,9 @@ def _backward_op(sig: BackwardSignature, device: int):
         try:
             built = build_sequence(module, module.sequences[0], sig.arch)
         except KgenError as err:
-            raise KgenRuntimeError(f"kgen.attention's backward ({sig.dtype}, head dim {sig.d}, "
+            dims = (f"head dim {sig.d}" if sig.d_v == sig.d else
+                    f"head dims {sig.d} (q, k) and {sig.d_v} (v)")
+            raise KgenRuntimeError(f"kgen.attention's backward ({sig.dtype}, {dims}, "
                                    f"{'causal' if sig.causal else 'not causal'}) cannot be "
                                    f"built for {sig.arch}: {err.message}") from None
         loaded = load_built_sequence(built, device=device)
@@ -247,7 +255,7 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
 
     sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), causal,
                             forward._arch(q.device), gqa=gqa, deterministic=deterministic,
-                            mods=mods)
+                            mods=mods, d_v=int(v.shape[-1]))
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     op, inputs, outputs = _backward_op(sig, device)
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,

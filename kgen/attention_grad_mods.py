@@ -69,7 +69,7 @@ def forward_signature(sig):
     from .attention import Signature
 
     m = sig.mods
-    return Signature(sig.dtype, sig.d, sig.d, sig.causal, m.score_mod, m.mask_mod, m.scalars,
+    return Signature(sig.dtype, sig.d, sig.d_v, sig.causal, m.score_mod, m.mask_mod, m.scalars,
                      sig.arch, bool(m.bias), m.vectors, False, m.bias == "cols")
 
 

@@ -31,7 +31,8 @@ packed in one kernel and dense in the next). The forward's mods are the dense ba
 the scalars), the causal term the forward's bottom-right one (`col <= row + T - S`) joined to
 mask_mod, so that both are transposed into the backward's orientation as one mask; `row`,
 `col`, `S`, `T` are the sequence's own there too. GQA (with the mods too) and deterministic
-mode as kgen.attention's backward; a value head dim unlike the query's is refused by name.
+mode as kgen.attention's backward, and a value head dim unlike the query's (dO, O, V, dV at
+D_v) as its too.
 
 Both directions are torch ops (kgen/torch_library.py `function_op`), one each whatever the
 signature: `torch.ops.kgen.attention_varlen_fwd` and `_bwd` take the tensors, the max_seqlen
@@ -149,7 +150,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     options = (_length(max_seqlen_q), _length(max_seqlen_k), scale, bool(is_causal), score_mod,
                mask_mod, names, tuple(float(scalars[n]) for n in names), arch, vector_names)
     if wants_grad(q, k, v):
-        _check_grad(q, v, names + vector_names)
+        _check_grad(names + vector_names)
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         # one offsets tensor for both (self-attention) passed once: torch.compile does not
@@ -203,13 +204,10 @@ def _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, scalars) -> None:
         raise ArgumentError(f"scalar names {OFFSETS} are the program's offsets")
 
 
-def _check_grad(q, v, names) -> None:  # the scalars' and the vectors' names
+def _check_grad(names) -> None:  # the scalars' and the vectors' names
     """What the backward does not take, refused by name."""
     from .attention_grad_mods import BACKWARD_NAMES
 
-    if v.shape[-1] != q.shape[-1]:
-        raise ArgumentError(f"kgen.attention_varlen's backward needs v's head dim "
-                            f"({v.shape[-1]}) to be q's ({q.shape[-1]})")
     for name in names:
         if name in BACKWARD_NAMES:
             raise ArgumentError(f"{name!r} is a name of kgen.attention_varlen's backward "
@@ -424,9 +422,9 @@ _BACKWARDS: dict[tuple, Any] = {}  # a call's options and device -> its three pr
 
 def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, causal, score_mod,
               mask_mod, scalar_names, scalar_values, arch, vector_names, vectors, deterministic):
-    """The backward op: dQ, dK, dV [total, heads, D] of packed q, k, v, the three programs in
-    order on the current stream (D and the f32 dQ accumulator allocated here, by torch's
-    allocator; no synchronization)."""
+    """The backward op: dQ [total, H, D], dK [total, HKV, D] and dV [total, HKV, D_v] of packed
+    q, k, v, the three programs in order on the current stream (D and the f32 dQ accumulator
+    allocated here, by torch's allocator; no synchronization)."""
     import torch
 
     from .attention_grad import BackwardSignature
@@ -434,15 +432,16 @@ def _backward(dO, Q, K, V, O, lse, cu_seqlens_q, cu_seqlens_k, S, T, scale, caus
 
     device = Q.device.index
     gqa = K.shape[1] != Q.shape[1]
-    key = (Q.dtype, Q.shape[-1], gqa, causal, score_mod, mask_mod, tuple(scalar_names), arch,
-           deterministic, tuple(vector_names), device)
+    key = (Q.dtype, Q.shape[-1], V.shape[-1], gqa, causal, score_mod, mask_mod,
+           tuple(scalar_names), arch, deterministic, tuple(vector_names), device)
     programs = _BACKWARDS.get(key)
     if programs is None:
         sig = BackwardSignature(dense._dtype_name(Q.dtype), int(Q.shape[-1]), causal,
                                 arch or dense._arch(Q.device), gqa=gqa,
                                 deterministic=deterministic,
                                 mods=Mods(score_mod, mask_mod, tuple(scalar_names),
-                                          tuple((name, "head") for name in vector_names)))
+                                          tuple((name, "head") for name in vector_names)),
+                                d_v=int(V.shape[-1]))
         programs = _BACKWARDS[key] = _backward_programs(sig, device)
     heads, total_q = Q.shape[1], Q.shape[0]
     d = torch.empty((heads, total_q), dtype=torch.float32, device=Q.device)

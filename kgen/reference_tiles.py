@@ -9,9 +9,10 @@ in order, the last one partial (columns past the end do not exist). Per block:
     rescales the accumulator) and later statements read the new value, `Store` to the gemm's
     own name gives the value handed on (and later statements read it);
     o += round(handed value, the accumulating gemm's operand dtype) @ C[block, :].
-Then the kernel's epilogue over the [rows, N1] accumulator, each output rounded once to its
-dtype. A row kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are
-values (one per row). Constants and scalars are float32 values, everything else float64; `row`
+Then the kernel's epilogue over the [rows, N1] accumulator (per N where a backward's
+accumulators differ in N: dK's D, dV's D_v), each output rounded once to its dtype. A row
+kernel is its epilogue over the [rows, cols] of its tensors. Row reductions are values (one per
+row). Constants and scalars are float32 values, everything else float64; `row`
 and `col` are global indices (`col` along the loop's dimension in the loop, 0..N1-1 after it);
 `batch` and `head` the instance's (batch, query head), `v[head]` its element of a vector; a
 tensor read in the loop is its element at (row, col); `random(seed, offset)` the Philox value
@@ -43,6 +44,7 @@ import numpy as np
 
 from . import ir
 from .reference import _NUMPY_REDUCE, batch_count, host_dtype, numpy_op, round_to
+from .verify.loop_gemms import after_loop_groups  # the kernel's epilogue by N (one home)
 
 DEFAULT_BLOCK = 64  # the loop's block when the caller gives none
 DEFAULT_ROWS = 64  # the kernel's rows per block (CTA) of a loop with `+=` stores, without tile
@@ -267,8 +269,10 @@ class _Instance:
                 else:
                     width = _extent(tensor.shape[1], self.kernel, self.inputs)
                 self._columns(0, width)
-            if self.kernel.epilogue is not None:
-                self._statements(self.kernel.epilogue, env, outputs)
+            for width, epilogue in self._epilogues(env):
+                if width is not None:
+                    self._columns(0, width)
+                self._statements(epilogue, env, outputs)
         # `out accumulate` tensors (zero, plus every add) and a DAG loop's tile stores (zero
         # where no block stored): one array, or in a backward's GQA one per query head
         heads = [None] if self.members is None else [h for h, _ in self.members]
@@ -281,6 +285,22 @@ class _Instance:
                       for a in arrays]
             outputs[p.name] = arrays[0] if self.members is None else arrays
         return outputs
+
+    def _epilogues(self, env: dict[str, Any]) -> list[tuple[int | None, ir.Epilogue]]:
+        """The kernel's epilogue as run: per N where a loop's accumulators differ in N (each
+        statement on the tile of one N: kgen/verify/loop_gemms.py after_loop_groups), else as
+        written (None: the columns as they are)."""
+        epilogue, loop = self.kernel.epilogue, self.kernel.loop
+        if epilogue is None:
+            return []
+        widths = ({g.name: int(env[g.name].shape[1]) for g in loop.gemms if g.accumulate}
+                  if loop is not None else {})
+        if len(set(widths.values())) <= 1:
+            return [(None, epilogue)]
+        columns = {p.name: p.shape[1] for p in self.kernel.params
+                   if p.kind is ir.ParamKind.TENSOR}
+        return [(n, ir.Epilogue(stmts, epilogue.loc))
+                for n, stmts in after_loop_groups(epilogue.stmts, widths, columns)]
 
     def _zero_tile(self, param: ir.Param) -> np.ndarray:
         """A [rows, cols] float64 zero of `param`'s shape (its sizes from the inputs)."""

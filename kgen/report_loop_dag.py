@@ -116,8 +116,18 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "smem_peak": plan.storage.peak_bytes if plan.storage is not None else None,
         "unions": _unions(plan.storage) if plan.storage is not None else [],
         "fenced": list(plan.fenced),
-        "epilogue": _lines(plan.epilogue),
+        "epilogue": _tails(plan),
     }
+
+
+def _tails(plan: ld.LoopDagPlan) -> list[str]:
+    """The kernel's epilogue: its lines, under a heading per N where the accumulators' N
+    differ (plan.tails)."""
+    if len(plan.tails) == 1:
+        return _lines(plan.tails[0].section)
+    return [line for t in plan.tails for line in (
+        f"on {' and '.join(t.accumulators)}'s [{plan.rows_dim}, {t.n}]:",
+        *(f"  {text}" for text in _lines(t.section)))]
 
 
 def _planned(plan: ld.LoopDagPlan, roles: dict[str, str]) -> list[dict[str, Any]]:

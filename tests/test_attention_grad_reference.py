@@ -25,9 +25,10 @@ from kgen.verify import verify
 torch = pytest.importorskip("torch")
 
 
-def programs(d: int, causal: bool, text: str | None = None) -> dict[str, ir.Kernel]:
+def programs(d: int, causal: bool, text: str | None = None,
+             d_v: int | None = None) -> dict[str, ir.Kernel]:
     """The backward's kernels by role (dot, main, dq), their f16 tensors read as f32."""
-    sig = BackwardSignature("f16", d, causal)
+    sig = BackwardSignature("f16", d, causal, d_v=d_v)
     module = parse(text if text is not None else backward_text(sig), "bwd.kg")
     assert verify(module) == []
 
@@ -76,10 +77,10 @@ def attention_function(kernels: dict[str, ir.Kernel], scale: float, causal: bool
     return Attention.apply
 
 
-def inputs(s, t, d, seed=0):
+def inputs(s, t, d, seed=0, d_v=None):
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, 2, n, d, generator=gen, dtype=torch.float64,
-                             requires_grad=True) for n in (s, t, t))
+    return tuple(torch.randn(1, 2, n, width, generator=gen, dtype=torch.float64,
+                             requires_grad=True) for n, width in ((s, d), (t, d), (t, d_v or d)))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -89,6 +90,17 @@ def test_gradcheck_of_the_backward_programs(causal, s, t):
     scale = 1 / np.sqrt(d)
     f = attention_function(programs(d, causal), scale, causal)
     assert torch.autograd.gradcheck(f, inputs(s, t, d), eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d, d_v", [(32, 16), (16, 32)])
+def test_gradcheck_with_a_value_head_dim_unlike_the_query_s(causal, d, d_v):
+    """D_v != D (BackwardSignature.d_v): dO, O, V and dV at D_v, dK's accumulator at D and dV's
+    at D_v, each stored by its own statement after the loop."""
+    scale = 1 / np.sqrt(d)
+    f = attention_function(programs(d, causal, d_v=d_v), scale, causal)
+    assert torch.autograd.gradcheck(f, inputs(17, 21, d, d_v=d_v), eps=1e-6, atol=1e-5,
+                                    rtol=1e-3)
 
 
 @pytest.mark.parametrize("old, new", [

@@ -358,7 +358,6 @@ def test_torch_compile_traces_forward_and_backward_in_one_graph(same_offsets, ca
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(d_v=32), "needs v's head dim"),
     (dict(mods=dict(score_mod="score * dK", scalars={"dK": 2.0})), "'dK' is a name of"),
     (dict(mods=dict(score_mod="score * D[head]", vectors={"D": torch.ones(4)})),
      "'D' is a name of"),

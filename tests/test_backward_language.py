@@ -190,18 +190,53 @@ def test_a_row_value_is_no_operand():
                                "'r' is one value per row")
 
 
-def test_accumulators_share_one_width():
-    k = kernel_of(TEXT)
-    narrow = ir.Param("dO2", ir.ParamKind.TENSOR, ir.DType.BF16, ("S", 64), batch="B",
-                      heads="H")
-    gemms = list(k.loop.gemms)
-    gemms[1] = ir.Gemm("dv", ir.OperandRef("pt"), ir.OperandRef("dO2"), ir.DType.F32, None, None,
-                       None, ir.Epilogue(()), accumulate=True)
-    bad = ir.Kernel(k.name, k.target, (*k.params, narrow), (), loop=ir.Loop(
-        k.loop.name, k.loop.dim, (), tuple(gemms), k.loop.tile), epilogue=k.epilogue)
-    with pytest.raises(KgenError, match="the accumulators of loop 'q' share one \\[rows, N\\] "
-                                        "tile .*'dv' has N 64 but 'dk' has N 128"):
-        verify(ir.Module((bad,)))
+# D_v != D: V, dO and dV at 64 columns, Q, K, dK and dQ at 128 (dv's accumulator [T, 64], dk's
+# [T, 128])
+NARROW_V = (TEXT.replace("V : bf16[B, H, T, 128]", "V : bf16[B, H, T, 64]")
+            .replace("dO : bf16[B, H, S, 128]", "dO : bf16[B, H, S, 64]")
+            .replace("dV : bf16[B, H, T, 128]", "dV : bf16[B, H, T, 64]"))
+
+
+def test_accumulators_of_different_widths_each_store_their_own():
+    """dv [T, 64] and dk [T, 128]: each statement after the loop works on the accumulators of
+    one N (a local reading none goes with its readers); the groups come in the accumulators'
+    order."""
+    from kgen.verify.loop_gemms import after_loop_groups
+
+    k = kernel_of(NARROW_V)
+    assert [int(p.shape[1]) for p in (k.param("dV"), k.param("dK"))] == [64, 128]
+    text = NARROW_V.replace("    dK = scale * dk\n", "    two = scale * 2\n    dK = two * dk\n")
+    k = kernel_of(text)
+    groups = after_loop_groups(k.epilogue.stmts, {"dv": 64, "dk": 128},
+                               {p.name: p.shape[1] for p in k.params
+                                if p.kind is ir.ParamKind.TENSOR})
+    assert [(n, [getattr(s, "target", getattr(s, "name", "")) for s in stmts])
+            for n, stmts in groups] == [(64, ["dV"]), (128, ["two", "dK"])]
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("    dV = dv\n", "    dV = dv + dk\n",
+     "b.kg:34:5: error: the store of 'dV' reads accumulators of different widths ('dv' N 64 and "
+     "'dk' N 128): after the loop a statement works on the [rows, N] tile of the accumulators "
+     "of one N; store each accumulator's value on its own"),
+    ("    dV = dv\n", "    both = dv * dk\n    dV = dv\n",
+     "b.kg:34:5: error: local 'both' reads accumulators of different widths ('dv' N 64 and 'dk' "
+     "N 128): after the loop a statement works on the [rows, N] tile of the accumulators of "
+     "one N; store each accumulator's value on its own"),
+    ("    dK = scale * dk\n    dV = dv\n",
+     "    s2 = scale * 2\n    dK = s2 * dk\n    dV = s2 * dv\n",
+     "b.kg:33:5: error: local 's2' is read by statements of different widths ('dv' N 64 and "
+     "'dk' N 128): after the loop a statement works on the [rows, N] tile of the accumulators "
+     "of one N; bind one local per width"),
+    ("    dV = dv\n", "    dV = dk\n",
+     "b.kg:34:5: error: tensor 'dV' has shape [T, 64] but the kernel's epilogue computes "
+     "[T, 128]"),
+])
+def test_accumulators_of_different_widths_are_not_mixed(old, new, message):
+    assert old in NARROW_V
+    with pytest.raises(KgenError) as info:
+        verify(parse(NARROW_V.replace(old, new, 1), "b.kg"))
+    assert str(info.value) == message
 
 
 def test_gqa_dq_with_the_kv_heads_is_refused():

@@ -20,8 +20,9 @@ from kgen.verify import verify
 
 
 def signature(causal: bool, arch: str = "sm_80", gqa: bool = False, d: int = 32,
-              deterministic: bool = False) -> BackwardSignature:
-    return BackwardSignature("f16", d, causal, arch, gqa=gqa, deterministic=deterministic)
+              deterministic: bool = False, d_v: int | None = None) -> BackwardSignature:
+    return BackwardSignature("f16", d, causal, arch, gqa=gqa, deterministic=deterministic,
+                             d_v=d_v)
 
 
 def kernels(sig: BackwardSignature) -> dict[str, ir.Kernel]:
@@ -61,16 +62,17 @@ def sequence_backward(q, k, v, do, scale: float, causal: bool):
 
 
 def packed_case(lengths_q, lengths_k, causal: bool, heads: int = 2, kv_heads: int = 2,
-                d: int = 32, seed: int = 0):
-    """Packed f16 inputs [H, total, D] (as the runtime takes them), the offsets, and the
-    float64 per-sequence results packed the same way."""
+                d: int = 32, seed: int = 0, d_v: int | None = None):
+    """Packed f16 inputs [H, total, D] (as the runtime takes them; v and dO at `d_v`), the
+    offsets, and the float64 per-sequence results packed the same way."""
     rng = np.random.default_rng(seed)
+    d_v = d_v or d
     cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
     cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
-    q, do = (rng.standard_normal((heads, cu_q[-1], d)).astype(np.float16) for _ in range(2))
-    k, v = (rng.standard_normal((kv_heads, cu_k[-1], d)).astype(np.float16) for _ in range(2))
+    q, do = (rng.standard_normal((heads, cu_q[-1], n)).astype(np.float16) for n in (d, d_v))
+    k, v = (rng.standard_normal((kv_heads, cu_k[-1], n)).astype(np.float16) for n in (d, d_v))
     scale = float(np.float32(1 / np.sqrt(d)))
-    o = np.zeros((heads, cu_q[-1], d))
+    o = np.zeros((heads, cu_q[-1], d_v))
     lse = np.zeros((heads, cu_q[-1]))
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     for b in range(len(lengths_q)):
@@ -136,9 +138,9 @@ def test_backward_text_refuses_the_mods_varlen_has_not(mods, what):
     ((3, 0, 20), (0, 6, 12)),  # a sequence without keys, one without queries
 ])
 def test_reference_packed_backward_matches_per_sequence(causal, heads, kv_heads, lengths_q,
-                                                        lengths_k):
-    sig = signature(causal, gqa=heads != kv_heads)
-    inputs, scale, want = packed_case(lengths_q, lengths_k, causal, heads, kv_heads)
+                                                        lengths_k, d_v=None):
+    sig = signature(causal, gqa=heads != kv_heads, d_v=d_v)
+    inputs, scale, want = packed_case(lengths_q, lengths_k, causal, heads, kv_heads, d_v=d_v)
     ks = kernels(sig)
     o16 = want["O"].astype(np.float16)
     lse32 = want["lse"].astype(np.float32)
@@ -149,6 +151,21 @@ def test_reference_packed_backward_matches_per_sequence(causal, heads, kv_heads,
     dq = evaluate(ks["dq"], {"dQacc": got["dQacc"][None].astype(np.float32)}, {})["dQ"][0]
     for key, have in (("dQ", dq), ("dK", got["dK"]), ("dV", got["dV"])):
         close(have, want[key])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d_v, heads", [(16, 2), (48, 2), (16, 4)], ids=["16", "48", "16-gqa"])
+def test_reference_packed_backward_with_a_value_head_dim_unlike_the_query_s(causal, d_v, heads):
+    """D 32 and D_v 16 or 48 (dO, O, V, dV at D_v): per sequence as the dense one, GQA once."""
+    test_reference_packed_backward_matches_per_sequence(causal, heads, 2, (5, 40, 17),
+                                                        (9, 23, 17), d_v=d_v)
+    text = av.backward_text(signature(causal, d_v=d_v))
+    for line in (f"tensor dO : f16[B, H, S, {d_v}] row", f"tensor O : f16[B, H, S, {d_v}] row",
+                 f"tensor V : f16[B, H, T, {d_v}] row", f"tensor dV : f16[B, H, T, {d_v}] row out",
+                 "tensor K : f16[B, H, T, 32] row", "tensor dQacc : f32[B, H, S, 32] row out"):
+        assert line in text
+    name = av.backward_name(signature(causal, d_v=d_v))
+    assert name.startswith(f"attention_varlen_bwd_32_{d_v}_")
 
 
 def test_the_example_is_the_causal_packed_backward():
@@ -220,12 +237,14 @@ def test_dense_backward_is_unchanged_by_the_packed_path():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("causal, gqa, deterministic", [
-    (False, False, False), (True, False, False), (True, True, False), (True, False, True)])
-def test_nvrtc_compiles_the_packed_backward(arch, causal, gqa, deterministic):
+@pytest.mark.parametrize("causal, gqa, deterministic, d_v", [
+    (False, False, False, 128), (True, False, False, 128), (True, True, False, 128),
+    (True, False, True, 128), (True, False, False, 64), (True, True, False, 64)])
+def test_nvrtc_compiles_the_packed_backward(arch, causal, gqa, deterministic, d_v):
     from kgen.runtime.nvrtc import compile_cubin
 
-    sig = BackwardSignature("bf16", 128, causal, arch, gqa=gqa, deterministic=deterministic)
+    sig = BackwardSignature("bf16", 128, causal, arch, gqa=gqa, deterministic=deterministic,
+                            d_v=d_v)
     for kernel in kernels(sig).values():
         built = build_verified(kernel, arch)
         resources = compile_cubin(built.source, built.plan.name, arch).resources()

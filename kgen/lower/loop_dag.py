@@ -5,7 +5,9 @@ The gemms are taken in statement order (kgen/verify/loop_gemms.py classifies the
 gemm's MMAs, then its epilogue's values (one section of TILE values over [rows, block]); an
 accumulating gemm's A handed on from registers (HandTile), then its MMAs; a loop-row gemm's A
 staged in shared memory (StageTile), then its MMAs and its epilogue, a section of its own over
-[block, N] that adds into `out accumulate` tensors (AddTile). The values reuse
+[block, N] that adds into `out accumulate` tensors (AddTile); the kernel's epilogue, a tail per
+N of the accumulators (plan.loop_dag.DagTail: the backward's dK at D, dV at D_v where they
+differ, grouped as the verifier checked them). The values reuse
 kgen/lower/program.py's sections; the configuration is the rulebook's
 (kgen/targets/loop_rules.py, the DAG section). Blocks a mask zeroes in full are skipped where
 the bounds of kgen/lower/loop_bounds.py apply and zeroing the mask's value provably makes the
@@ -22,9 +24,10 @@ from ..plan import epilogue as dag
 from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
-from ..targets import Instruction, dag_wgmma_rules, loop_rules, target
+from ..targets import Instruction, dag_mma_rules, dag_wgmma_rules, loop_rules, target
 from . import loop_bounds, loop_dag_storage
 from . import packed as packed_program
+from ..verify.loop_gemms import after_loop_groups  # the kernel's epilogue by N (one home)
 from .program import _params, _roles, _Section, _store, smem_tile
 
 
@@ -68,7 +71,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     resident: list[str] = []  # loop-invariant params, in first use
     streamed: list[str] = []
     loop_row_n: list[int] = []
-    n_acc = None
+    acc_n: dict[str, int] = {}  # accumulator -> its N (the attention backward's dK D, dV D_v)
     for g, kind in zip(loop.gemms, kinds):
         if kind is ld.GemmKind.SCORE:
             a, b = _row_major(kernel, g.a), _row_major(kernel, g.b)
@@ -85,15 +88,12 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                                 f"accumulating gemm's B as [{loop.dim}, N] row-major, not "
                                 "transposed")
             streamed += [b.name] if b.name not in streamed else []
-            n = int(b.shape[1])
-            if n_acc is not None and n != n_acc:
-                raise KgenError(g.loc, "the accumulators of a loop share one [rows, N] tile")
-            n_acc = n
+            acc_n[g.name] = int(b.shape[1])  # (verified: the kernel's epilogue reads one N at once)
         else:
             b = _row_major(kernel, g.b)
             resident += [b.name] if b.name not in resident else []
             loop_row_n.append(int(b.shape[1]))
-    if n_acc is None:
+    if not acc_n:
         raise KgenError(loop.loc, f"loop '{loop.name}': a DAG loop needs an accumulating gemm "
                         "(its kernel epilogue stores the accumulators)")
     for name in resident + streamed:
@@ -110,9 +110,10 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     shape = loop_rules.DagShape(
         resident_cols=tuple(int(kernel.param(n).shape[1]) for n in resident),
         streamed_cols=tuple(int(kernel.param(n).shape[1]) for n in streamed),
-        staged=staged_count, accumulators=sum(k is ld.GemmKind.ACCUMULATING for k in kinds),
-        n_acc=n_acc, live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n),
-        vectors=len(vectors), handed=len(handed))
+        staged=staged_count, accumulators=len(acc_n), n_acc=max(acc_n.values()),
+        live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n), vectors=len(vectors),
+        handed=len(handed),
+        acc_ns=tuple(acc_n.values()) if len(set(acc_n.values())) > 1 else ())
     tgt = target(arch)
     written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
                loop.stages.count if loop.stages else None,
@@ -199,7 +200,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             b = kernel.param(g.b.name)
             gemm = ld.DagGemm(index, g.name, kind, "", ld.ALoad.REGISTERS, value,
                               ring[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.block,
-                              n=n_acc, n_warp=n_acc // halves)
+                              n=acc_n[g.name], n_warp=acc_n[g.name] // halves)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
         else:
@@ -222,20 +223,29 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
 
     accumulators = tuple(g.name for g, k in zip(loop.gemms, kinds)
                          if k is ld.GemmKind.ACCUMULATING)
-    tail = _Section(kernel)
-    for name in accumulators:
-        tail.env[name] = tail.add(pp.AccumulatorValue(name), Rank.TILE)
-    for stmt in (kernel.epilogue.stmts if kernel.epilogue else ()):
-        if isinstance(stmt, ir.Let):
-            tail.env[stmt.name] = tail.value(stmt.value)
-        elif isinstance(stmt, ir.Store) and not stmt.accumulate:
-            _store(tail, kernel, stmt, rows_dim, n_acc)
-        else:
-            raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it stores "
-                            "the accumulators")
+    # the kernel's epilogue, a tail per N of the accumulators (verified: each statement reads
+    # accumulators of one N)
+    tails: list[ld.DagTail] = []
+    columns = {p.name: p.shape[1] for p in kernel.params if p.kind is ir.ParamKind.TENSOR}
+    for n, stmts in after_loop_groups(kernel.epilogue.stmts if kernel.epilogue else (), acc_n,
+                                      columns):
+        tail = _Section(kernel)
+        mine = tuple(name for name in accumulators if acc_n[name] == n)
+        for name in mine:
+            tail.env[name] = tail.add(pp.AccumulatorValue(name), Rank.TILE)
+        for stmt in stmts:
+            if isinstance(stmt, ir.Let):
+                tail.env[stmt.name] = tail.value(stmt.value)
+            elif isinstance(stmt, ir.Store) and not stmt.accumulate:
+                _store(tail, kernel, stmt, rows_dim, n)
+            else:
+                raise KgenError(stmt.loc, "the kernel's epilogue runs after the loop: it "
+                                "stores the accumulators")
+        tails.append(ld.DagTail(n, mine, tail.section()))
 
     if wgmma_split and any(isinstance(v.kind, pp.RowReduction) for section in (
-            body_section, tail.section(), *(g.epilogue for g in gemms if g.epilogue))
+            body_section, *(t.section for t in tails), *(g.epilogue for g in gemms
+                                                          if g.epilogue))
             for v in section.values):
         raise KgenError(loop.loc, f"loop '{loop.name}': "
                         + dag_wgmma_rules.DAG_WGMMA_SPLIT_REDUCE_WHY)
@@ -263,7 +273,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     bounds = _bounds(body_section, gemms, zeroed_stores,
                      _equalities_refused(kernel, gqa))
     if gqa:
-        _check_gqa(kernel, body_section, tail.section())
+        for t in tails:
+            _check_gqa(kernel, body_section, t.section)
     deterministic = _deterministic(kernel, loop, bounds, gemms)
     if deterministic is not None:
         fields += (pp.ProgramField(ld.ORDER_FIELD, "ptr"),)
@@ -292,7 +303,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         rows_dim=rows_dim, loop_dim=loop.dim, tile_m=config.tile_m, block=config.block,
         warps=config.warps, stages=config.stages, resident=tuple(tiles.values()),
         streamed=tuple(ring.values()), staged=tuple(staged), gemms=tuple(gemms),
-        accumulators=accumulators, n_acc=n_acc, body=body_section, epilogue=tail.section(),
+        accumulators=accumulators, body=body_section, tails=tuple(tails),
         zeroed=zeroed, smem_bytes=wgmma.smem_bytes if wgmma else offset, mma=mma,
         config=pp.Choice(f"tile {config.tile_m}x{config.block} warps {config.warps} stages "
                          f"{config.stages}", why),
@@ -300,15 +311,15 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                                  else loop_rules.dag_wgmma_registers(shape)),
                              "the rulebook's estimate per consumer thread (setmaxnreg "
                              f"{loop_rules.CONSUMER_REGISTERS}): {len(accumulators)} "
-                             f"accumulator(s) of N {n_acc} held in registers"
+                             f"accumulator(s) of {shape.widths_text} held in registers"
                              + (", each warpgroup half of N" if wgmma_split else "")) if wgmma else
                    pp.Choice(str(regs), f"the rulebook's estimate per thread (at most "
                              f"{loop_rules.dag_register_budget(tgt)}): {len(accumulators)} "
-                             f"accumulator(s) of N {n_acc} held in registers")),
+                             f"accumulator(s) of {shape.widths_text} held in registers")),
         heads_param=heads, kv_param=kv, batch_param=batch, bounds=bounds,
         min_ctas=(pp.Choice("1", "the wgmma skeleton: 3 warpgroups and most of shared "
                             "memory, one CTA per SM") if wgmma else
-                  pp.Choice(*map(str, loop_rules.dag_min_ctas(config, shape)))),
+                  pp.Choice(*map(str, dag_mma_rules.dag_min_ctas(regs, config.warps)))),
         vectors=(() if wgmma.vector_offset is None else vectors) if wgmma else vectors,
         vectors_why=(dag_wgmma_rules.DAG_WGMMA_STAGE_VECTORS_WHY
                      if wgmma and wgmma.vector_offset is not None and vectors else

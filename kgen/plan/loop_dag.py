@@ -111,6 +111,17 @@ class DagGemm:
 
 
 @dataclass(frozen=True, slots=True)
+class DagTail:
+    """The kernel's epilogue on the accumulators of one N, once after the loop over their
+    [rows, n] tile (kgen/verify/loop_gemms.py after_loop_groups: the attention backward's
+    `dK = scale * dk` at D and `dV = dv` at D_v are two where D_v != D, one where equal)."""
+
+    n: int
+    accumulators: tuple[str, ...]
+    section: Section
+
+
+@dataclass(frozen=True, slots=True)
 class DagStep:
     """A gemm's MMAs on this block (a statement of the body); a loop-row gemm's epilogue (its
     own section) runs right after them."""
@@ -273,10 +284,9 @@ class LoopDagPlan:
     streamed: tuple[SmemTile, ...]  # per block, `stages` ring slots (Q, dO)
     staged: tuple[SmemTile, ...]  # tile values written for a loop-row gemm (dS^T)
     gemms: tuple[DagGemm, ...]
-    accumulators: tuple[str, ...]  # the accumulating gemms, carried, [rows, n_acc]
-    n_acc: int
+    accumulators: tuple[str, ...]  # the accumulating gemms, carried, [rows, N] each
     body: Section  # once per block; DagStep, HandTile, StageTile among its statements
-    epilogue: Section  # once, after the loop, over [rows, n_acc]
+    tails: tuple[DagTail, ...]  # the kernel's epilogue, once after the loop: one per N
     zeroed: tuple[str, ...]  # the `out accumulate` tensors: zeroed before the kernel
     smem_bytes: int
     mma: Choice
@@ -353,6 +363,11 @@ class LoopDagPlan:
 
     def param(self, name: str) -> ProgramParam | None:
         return next((p for p in self.params if p.name == name), None)
+
+    @property
+    def n_acc(self) -> int | None:
+        """The accumulators' N where they share one, else None (a tail each: `tails`)."""
+        return self.tails[0].n if len(self.tails) == 1 else None
 
     def packed_along(self, along: str) -> PackedDim | None:
         """The packed line of the rows ("rows") or of the loop's dimension ("loop"), if any."""

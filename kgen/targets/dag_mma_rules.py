@@ -1,8 +1,8 @@
 """The rulebook of the sm_80 DAG loop's mma.sync skeleton's body (the attention backward,
 templates/common/loop_bwd.cu.j2; kgen/targets/loop_rules.py's DAG section holds its
 configuration, registers and refusals): how the skeleton lays its blocks out in loops and how far
-it unrolls the score gemms' k16 steps, with why and what was measured. Read by
-kgen/targets/common/loop_dag.py."""
+it unrolls the score gemms' k16 steps, with why and what was measured; its launch bounds. Read
+by kgen/targets/common/loop_dag.py and kgen/lower/loop_dag.py."""
 from __future__ import annotations
 
 # The compact body, where the plan's register estimate (loop_rules.dag_registers) is above
@@ -39,3 +39,11 @@ def dag_compact_body(registers: int) -> tuple[bool, str]:
     if registers <= DAG_COMPACT_REGISTERS:
         return False, ""
     return True, f"about {registers} registers a thread (kgen/targets/dag_mma_rules.py)"
+
+
+def dag_min_ctas(registers: int, warps: int) -> tuple[int, str]:
+    """The CTAs per SM of the launch bounds at the plan's estimate `registers` a thread."""
+    if registers * warps * 32 * 2 <= 65536:
+        return 2, f"about {registers} registers a thread: two CTAs fit an SM's registers"
+    return 1, (f"about {registers} registers a thread: one CTA per SM, so ptxas takes the "
+               "registers it needs rather than spill to fit two")

@@ -368,7 +368,7 @@ def dag_wgmma_split_registers(shape) -> int:
     block / 2] (the first's value read in the second's epilogue), the loop-row tile's [16 rows,
     N / 2] after them (its f32 atomics from registers)."""
     _, block, _ = DAG_WGMMA_SPLIT_TILE
-    carried = shape.accumulators * shape.n_acc // 2 // DAG_WGMMA_SPLIT_CONSUMERS
+    carried = sum(shape.widths) // 2 // DAG_WGMMA_SPLIT_CONSUMERS
     scores = shape.live_scores * block // 2 // DAG_WGMMA_SPLIT_CONSUMERS
     loop_row = max(shape.loop_row_n, default=0) // 2 // DAG_WGMMA_SPLIT_CONSUMERS
     return carried + max(scores, loop_row) + DAG_WGMMA_SPLIT_OVERHEAD
@@ -383,7 +383,7 @@ def dag_wgmma_split_refusal(shape, smem_limit: int) -> str | None:
                  else CONSUMER_REGISTERS)
     half = shape.n_acc // DAG_WGMMA_SPLIT_CONSUMERS
     cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n
-    if any(n != shape.n_acc for n in cols):
+    if any(n != shape.n_acc for n in cols) and not shape.acc_ns:
         return (f"the split layout: every operand's columns N {shape.n_acc} (the accumulators' "
                 "halves read their B at the same columns)")
     if half % 64:
@@ -391,6 +391,10 @@ def dag_wgmma_split_refusal(shape, smem_limit: int) -> str | None:
                 f"{half} columns starts inside a 64-column box of the 128-byte swizzle and "
                 "crosses into the next, which no MN-major wgmma operand reads (halves of whole "
                 "boxes: N a multiple of 128)")
+    if shape.acc_ns:
+        return (f"the split layout: accumulators of {shape.widths_text} (its warpgroups' halves "
+                "of the accumulators and of dQ read their B at one N: not built with "
+                "accumulators of different N)")
     if shape.staged > 1:
         return "one staged tile value (a loop-row gemm's A) at most"
     _, need = dag_wgmma_split_smem_bytes(shape)

@@ -486,6 +486,16 @@ class DagShape:
     loop_row_n: tuple[int, ...]
     vectors: int = 0  # f32 vectors staged per block ([stages][block] each)
     handed: int = 0  # tile values handed to accumulating gemms only (staged where split)
+    acc_ns: tuple[int, ...] = ()  # each accumulator's N where they differ (n_acc the widest)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Each accumulator's N (the attention backward's dV at D_v, dK at D)."""
+        return self.acc_ns or (self.n_acc,) * self.accumulators
+
+    @property
+    def widths_text(self) -> str:
+        return "N " + " and ".join(map(str, self.acc_ns or (self.n_acc,)))
 
 
 def dag_smem_bytes(config: LoopConfig, shape: DagShape, dtype: DType) -> int:
@@ -507,7 +517,7 @@ def dag_loop_row_split(config: LoopConfig, n: int) -> tuple[int, int] | None:
 
 
 def dag_registers(config: LoopConfig, shape: DagShape) -> int:
-    carried = shape.accumulators * shape.n_acc // 2
+    carried = sum(shape.widths) // 2
     scores = 2 * (shape.live_scores * config.block // 2 + config.block // 4)
     loop_row = max((dag_loop_row_split(config, n) or (0, n))[1] // 2
                    for n in shape.loop_row_n) if shape.loop_row_n else 0
@@ -536,7 +546,7 @@ def dag_refusal(config: LoopConfig, shape: DagShape, dtype: DType, tgt: Target) 
     regs = dag_registers(config, shape)
     if regs > dag_register_budget(tgt):
         return (f"tile {config.tile_m}x{config.block} with {shape.accumulators} accumulators of "
-                f"N {shape.n_acc} needs about {regs} registers per thread (at most "
+                f"{shape.widths_text} needs about {regs} registers per thread (at most "
                 f"{dag_register_budget(tgt)} on {tgt.arch.value}: the accumulators stay in "
                 "registers)")
     return None
@@ -566,8 +576,8 @@ def dag_default(shape: DagShape, dtype: DType, tgt: Target, tile_m: int | None =
             continue
         why = dag_refusal(config, shape, dtype, tgt)
         if why is None:
-            return config, ("the rulebook's first legal configuration of a DAG loop for N "
-                            f"{shape.n_acc}, {dtype.dsl_name} on {tgt.arch.value} "
+            return config, ("the rulebook's first legal configuration of a DAG loop for "
+                            f"{shape.widths_text}, {dtype.dsl_name} on {tgt.arch.value} "
                             "(kgen/targets/loop_rules.py)")
         refused.append((dag_smem_bytes(config, shape, dtype), why))
     if refused:
@@ -575,14 +585,6 @@ def dag_default(shape: DagShape, dtype: DType, tgt: Target, tile_m: int | None =
     written = LoopConfig(tile_m or 128, block or 64, stages or 2, DAG_ROWS_PER_WARP)
     raise ValueError(dag_refusal(written, shape, dtype, tgt)
                      or "no legal configuration of a DAG loop keeps the written lines")
-
-
-def dag_min_ctas(config: LoopConfig, shape: DagShape) -> tuple[int, str]:
-    regs = dag_registers(config, shape)
-    if regs * config.warps * 32 * 2 <= 65536:
-        return 2, f"about {regs} registers a thread: two CTAs fit an SM's registers"
-    return 1, (f"about {regs} registers a thread: one CTA per SM, so ptxas takes the registers "
-               "it needs rather than spill to fit two")
 
 
 # =============================================================================================
@@ -655,7 +657,7 @@ def dag_wgmma_add_row_bytes(shape: DagShape) -> int:
 
 def dag_wgmma_registers(shape: DagShape) -> int:
     c = DAG_WGMMA_CONFIG
-    carried = shape.accumulators * shape.n_acc // 2
+    carried = sum(shape.widths) // 2
     scores = shape.live_scores * c.block // 2 + c.block // 4
     loop_row = max(shape.loop_row_n, default=0) // 2 // 2  # N / consumers columns, 16 rows
     return carried + max(scores, loop_row) + DAG_WGMMA_OVERHEAD
@@ -678,7 +680,7 @@ def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
         return f"{dtype.dsl_name}: the wgmma skeleton multiplies 16-bit operands"
     if c != DAG_WGMMA_CONFIG:  # D 256: dag_wgmma_rules.DAG_WGMMA_SPLIT
         return dag_wgmma_split_refusal(shape, tgt.smem_limit)
-    cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n + (shape.n_acc,)
+    cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n + shape.widths
     if any(n not in DAG_WGMMA_N for n in cols):
         return (f"every operand's columns must be one of {DAG_WGMMA_N} (whole 64-column boxes "
                 "of the copy engine; a loop-row tile's half per warpgroup)")

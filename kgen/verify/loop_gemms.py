@@ -24,11 +24,12 @@ from ..diagnostics import loop_row_message
 from ..diagnostics import at_line, did_you_mean, first_located, loc_of, quote, shape_text, shown
 from ..errors import KgenError
 from ..ir import DType
+from .epilogue import local_refs
 from .gemms import operand_param
 from .state import KernelState, require_str
 
 __all__ = ["Kind", "is_forward_loop", "kind_of", "check_score_gemm", "check_accumulating_gemm",
-           "check_loop_row_gemm", "MAX_OPERAND_COLS"]
+           "check_loop_row_gemm", "after_loop_groups", "MAX_OPERAND_COLS"]
 
 MAX_OPERAND_COLS = 256  # K0 and N: multiples of 16 up to this
 
@@ -249,3 +250,65 @@ def compile_time_cols(value: object, what: str, loc) -> None:
     if value % 16 or value > MAX_OPERAND_COLS:
         raise KgenError(loc, f"{what} must be a multiple of 16 up to {MAX_OPERAND_COLS}, got "
                              f"{value}")
+
+
+def after_loop_groups(stmts: tuple, widths: dict[str, int],
+                      columns: dict[str, int]) -> tuple[tuple[int, tuple], ...]:
+    """The kernel's epilogue of a loop by the accumulators' N (`widths`: accumulator -> N, in
+    statement order), as (N, its statements) per N in that order: each works on its own
+    [rows, N] tile (the attention backward's `dK = scale * dk` at D, `dV = dv` at D_v). A
+    statement's N is that of the accumulators it reads, through locals too; one reading
+    accumulators of two N is refused (no one tile holds it). A local reading none goes with the
+    statements reading it (refused where those have two N); a store reading none, with the N of
+    its tensor's columns (`columns`: output -> columns), else the first. One N: one group, the
+    statements as written; every N has its group (empty where no statement reads it). The
+    verifier refuses with it; the lowering groups with it."""
+    order = list(dict.fromkeys(widths.values()))
+    if len(order) <= 1:
+        return ((order[0] if order else 0, tuple(stmts)),)
+    local_n: dict[str, set[int]] = {}  # local -> the N of the accumulators it reads
+    own: list[set[int]] = []
+    for stmt in stmts:
+        names = local_refs(getattr(stmt, "value", None))
+        found = {widths[n] for n in names if n in widths}
+        for n in names:
+            found |= local_n.get(n, set())
+        if len(found) > 1:
+            what = (f"local '{stmt.name}'" if isinstance(stmt, ir.Let) else
+                    f"the store of '{getattr(stmt, 'target', '?')}'")
+            _refuse_widths(stmt, found, widths, f"{what} reads accumulators of different widths",
+                           "store each accumulator's value on its own")
+        if isinstance(stmt, ir.Let):
+            local_n[stmt.name] = found
+        own.append(found)
+    # last to first: a statement reading no accumulator takes its readers' N (a local) or its
+    # tensor's (a store)
+    placed: list[int] = [0] * len(stmts)
+    needed: dict[str, set[int]] = {}
+    for i in reversed(range(len(stmts))):
+        stmt = stmts[i]
+        if own[i]:
+            ns = own[i]
+        elif isinstance(stmt, ir.Let):
+            ns = needed.get(stmt.name, set())
+            if len(ns) > 1:
+                _refuse_widths(stmt, ns, widths, f"local '{stmt.name}' is read by statements "
+                               "of different widths", "bind one local per width")
+        else:
+            n = columns.get(getattr(stmt, "target", None))
+            ns = {n} if n in order else set()
+        placed[i] = next(iter(ns), order[0])
+        for name in local_refs(getattr(stmt, "value", None)):
+            if name in local_n and not local_n[name]:
+                needed.setdefault(name, set()).add(placed[i])
+    groups: dict[int, list] = {n: [] for n in order}
+    for stmt, n in zip(stmts, placed):
+        groups[n].append(stmt)
+    return tuple((n, tuple(group)) for n, group in groups.items())
+
+
+def _refuse_widths(stmt, found: set[int], widths: dict[str, int], what: str, fix: str) -> None:
+    parts = " and ".join(", ".join(f"'{a}'" for a, w in widths.items() if w == n) + f" N {n}"
+                         for n in sorted(found))
+    raise KgenError(stmt.loc, f"{what} ({parts}): after the loop a statement works on the "
+                    f"[rows, N] tile of the accumulators of one N; {fix}")

@@ -6,8 +6,10 @@ K0 by the loop's dimension, transposed or not) with an epilogue that hands `s` o
 `o += s @ C` (C the loop's dimension by N1), which accumulates across the iterations; a
 backward's more (score gemms, accumulating gemms reading their epilogues' values, loop-row gemms
 adding into `out accumulate` tensors). The operands share one f16 or bf16 dtype, the gemms take
-no schedule lines (the loop does: tile, warps, stages), carries are f32 per row, every
-accumulator has the same [rows, N]. Its own epilogue, after the loop, stores the outputs. A
+no schedule lines (the loop does: tile, warps, stages), carries are f32 per row; accumulators
+of different N (the backward's dK at D, dV at D_v) each have their own [rows, N] tile, and a
+statement after the loop reads accumulators of one N (kgen/verify/loop_gemms.py
+after_loop_groups). Its own epilogue, after the loop, stores the outputs. A
 row kernel has no gemm: its epilogue is its body, over the [rows, cols] of its tensors. Both may have two batch dimensions (batch, heads);
 an input whose heads differ from the kernel's is shared by query heads (GQA).
 
@@ -29,7 +31,7 @@ from ..diagnostics import (
 from ..errors import KgenError, KgenWarning
 from ..ir import DType, ParamKind, Role
 from .epilogue import local_refs
-from .loop_gemms import (MAX_OPERAND_COLS, Kind, check_accumulating_gemm,
+from .loop_gemms import (MAX_OPERAND_COLS, Kind, after_loop_groups, check_accumulating_gemm,
                          check_loop_row_gemm, check_score_gemm, kind_of)
 from .blocks import check_blocks, check_forward
 from .packed import check_packed
@@ -195,26 +197,28 @@ def _check_loop_kernel(state: KernelState) -> None:
     if not accumulators and not loop_rows:
         raise KgenError(loc, f"loop '{loop.name}' must hold a gemm that uses its score gemms' "
                              f"values, e.g. 'gemm o += {first.name} @ C'")
-    widths = [n for n, _ in n_of.values()]
-    for name, (n, at) in n_of.items():
-        if n != widths[0]:
-            one = next(iter(n_of))
-            raise KgenError(at, f"the accumulators of loop '{loop.name}' share one [rows, N] "
-                                f"tile (the kernel's epilogue works on it): '{one}' has N "
-                                f"{widths[0]} but '{name}' has N {n}")
+    widths = {name: n for name, (n, _) in n_of.items()}
     check_forward(loop, loc)
     if k.epilogue is not None:
-        n1 = widths[0] if widths else 0
-        names = " and ".join(accumulators) or "no accumulator"
-        tile = f"{names}'s {shape_text((rows, n1))} tile" if len(accumulators) == 1 else \
-            f"the {shape_text((rows, n1))} tile of {names}"
-        after = TileScope(Where.AFTER, tile, rows, n1, "the kernel's epilogue",
-                          carries=carries, accumulators=accumulators, loop=loop, lead=a,
-                          loop_rows=loop_rows,
-                          elsewhere={n: f"'{n}' is a value of gemm '{owners[n]}' in the loop; "
-                                        "after it, read the accumulators and carries"
-                                     for n in values})
-        check_tile_epilogue(state, k.epilogue, after, first_located(k.epilogue.loc, k.loc))
+        stmts = k.epilogue.stmts if isinstance(k.epilogue.stmts, tuple) else ()
+        columns = {p.name: p.shape[1] for p in state.params.values()
+                   if p.kind is ParamKind.TENSOR and len(p.shape) == 2}
+        # accumulators of several N: each statement on the tile of one N (its group)
+        groups = (after_loop_groups(stmts, widths, columns) if len(set(widths.values())) > 1
+                  else ((next(iter(widths.values()), 0), None),))
+        for n1, group in groups:
+            names = [name for name in accumulators if group is None or widths[name] == n1]
+            said = " and ".join(names) or "no accumulator"
+            tile = f"{said}'s {shape_text((rows, n1))} tile" if len(names) == 1 else \
+                f"the {shape_text((rows, n1))} tile of {said}"
+            after = TileScope(Where.AFTER, tile, rows, n1, "the kernel's epilogue",
+                              carries=carries, accumulators=accumulators, loop=loop, lead=a,
+                              loop_rows=loop_rows,
+                              elsewhere={n: f"'{n}' is a value of gemm '{owners[n]}' in the "
+                                            "loop; after it, read the accumulators and carries"
+                                         for n in values})
+            epilogue = k.epilogue if group is None else ir.Epilogue(group, k.epilogue.loc)
+            check_tile_epilogue(state, epilogue, after, first_located(k.epilogue.loc, k.loc))
     state.warnings.extend(_unused_carries(loop, k.epilogue))
 
 

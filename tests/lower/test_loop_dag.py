@@ -362,3 +362,77 @@ def test_packed_sequences_take_the_equality(arch):
     plan = plan_of(text, arch)
     assert plan.packed and len(plan.bounds.bounds) == 1
     assert plan.bounds.equalities == (pp.EqualBound("kd", "qd"),)
+
+
+def value_dim(d: int, d_v: int) -> str:
+    """The backward at D_qk `d` and D_v `d_v`: V, dO, dV at d_v, Q, K, dK, dQ at d."""
+    text = variant(d)
+    for name, dims in (("V", "T"), ("dO", "S"), ("dV", "T")):
+        text = text.replace(f"{name} : bf16[B, H, {dims}, {d}]",
+                            f"{name} : bf16[B, H, {dims}, {d_v}]")
+    return text
+
+
+@pytest.mark.parametrize("arch", [ir.Arch.SM80, ir.Arch.SM90A], ids=lambda a: a.value)
+@pytest.mark.parametrize("d, d_v", [(128, 64), (64, 128)])
+def test_accumulators_of_two_widths_plan_a_tail_each(arch, d, d_v):
+    """D_v != D: dv's accumulating gemm at N D_v, dk's at D; the kernel's epilogue a tail per N
+    (dV's store on dv's, dK's on dk's), in the accumulators' order; the registers counted at
+    each N; the wgmma skeleton on sm_90a (every operand 64 or 128 columns)."""
+    plan = plan_of(value_dim(d, d_v), arch)
+    st, dv, dpt, dk, dq = plan.gemms
+    assert (dv.n, dk.n, dq.n, dpt.k, st.k) == (d_v, d, d, d_v, d)
+    assert plan.n_acc is None
+    assert [(t.n, t.accumulators) for t in plan.tails] == [(d_v, ("dv",)), (d, ("dk",))]
+    stores = [[s.param for s in t.section.statements if isinstance(s, pp.StoreTile)]
+              for t in plan.tails]
+    assert stores == [["dV"], ["dK"]]
+    assert f"N {d_v} and {d}" in plan.registers.why
+    assert (plan.wgmma is not None) == (arch is ir.Arch.SM90A)
+    same = plan_of(variant(d), arch)
+    assert same.n_acc == d and [(t.n, t.accumulators) for t in same.tails] == [
+        (d, ("dv", "dk"))]
+    from kgen.report_loop_dag import summary  # `kgen inspect`: a heading per N
+
+    lines = summary(plan)["epilogue"]
+    assert lines[0] == f"on dv's [T, {d_v}]:" and f"on dk's [T, {d}]:" in lines
+    assert not any(line.startswith("on ") for line in summary(same)["epilogue"])
+
+
+def test_rules_count_each_accumulator_at_its_width():
+    """DagShape.acc_ns: the registers the accumulators hold are each at its N; the wgmma
+    skeleton takes 128/64 (every operand whole boxes), refuses D 192 (the split layout's half of
+    96 columns: FlashAttention-3 lays head dim 192 out otherwise) and 256/128 (the split layout
+    with two N)."""
+    config = loop_rules.LoopConfig(128, 64, 2, 16)
+    equal = loop_rules.DagShape((128, 128), (128, 128), 1, 2, 128, 2, (128,))
+    mixed = loop_rules.DagShape((128, 64), (128, 64), 1, 2, 128, 2, (128,), acc_ns=(64, 128))
+    assert mixed.widths == (64, 128) and equal.widths == (128, 128)
+    assert mixed.widths_text == "N 64 and 128" and equal.widths_text == "N 128"
+    assert (loop_rules.dag_registers(config, equal) - loop_rules.dag_registers(config, mixed)
+            == 64 // 2)
+    assert (loop_rules.dag_wgmma_registers(equal) - loop_rules.dag_wgmma_registers(mixed)
+            == 64 // 2)
+    sm90 = target(ir.Arch.SM90A)
+    assert loop_rules.dag_wgmma_refusal(mixed, ir.DType.BF16, sm90, (None,) * 4) is None
+    deepseek = loop_rules.DagShape((192, 128), (192, 128), 1, 2, 192, 2, (192,),
+                                   acc_ns=(128, 192), handed=1)
+    assert "a half of 96 columns starts inside a 64-column box" in loop_rules.dag_wgmma_refusal(
+        deepseek, ir.DType.BF16, sm90, (None,) * 4)
+    wide = loop_rules.DagShape((256, 128), (256, 128), 1, 2, 256, 2, (256,), acc_ns=(128, 256),
+                               handed=1)
+    assert "accumulators of N 128 and 256" in loop_rules.dag_wgmma_refusal(
+        wide, ir.DType.BF16, sm90, (None,) * 4)
+
+
+def test_d192_with_a_narrower_value_dim_is_refused_on_sm90a_with_both_widths():
+    """192/128 (DeepSeek's): sm_80's mma.sync skeleton takes it (about 272 registers, its
+    budget 320); on sm_90a neither skeleton does (the mma.sync budget 248; the wgmma split
+    layout's halves of 96 columns), one message saying both."""
+    plan = plan_of(value_dim(192, 128), ir.Arch.SM80)
+    assert [t.n for t in plan.tails] == [128, 192] and plan.registers.value == "272"
+    with pytest.raises(KgenError) as info:
+        plan_of(value_dim(192, 128), ir.Arch.SM90A)
+    message = str(info.value)
+    assert "2 accumulators of N 128 and 192 needs about 272 registers" in message
+    assert "the wgmma skeleton: N 192 split over 2 warpgroups: a half of 96 columns" in message

@@ -277,3 +277,65 @@ def test_without_a_mask_the_last_block_alone_is_checked():
     assert "col < loop_len" not in fast and "interior" not in fast
     last = source[source.index("// The last block: positions past the loop's end"):]
     assert "if (row < loop_len) atomicAdd(" in last and "col < loop_len ? " in last
+
+
+def built_value_dim(d: int, d_v: int, arch: ir.Arch, mask: str = "top_left"):
+    """The example at D_qk `d` and D_v `d_v` (V, dO, dV at d_v), the rulebook's configuration."""
+    text = TEXT.replace("128]", f"{d}]").replace(MASKED, MASKS[mask]).replace(
+        "    tile 128x32\n", "\n")
+    for name, dims in (("V", "T"), ("dO", "S"), ("dV", "T")):
+        text = text.replace(f"{name} : bf16[B, H, {dims}, {d}]",
+                            f"{name} : bf16[B, H, {dims}, {d_v}]")
+    module = parse(text, "attention_bwd.kg")
+    assert verify(module) == []
+    return build_verified(module.kernels[0], arch)
+
+
+@pytest.mark.parametrize("arch", [ir.Arch.SM80, ir.Arch.SM90A], ids=lambda a: a.value)
+def test_accumulators_of_two_widths_are_declared_and_stored_each_at_its_own(arch):
+    """D 128, D_v 64: dv's accumulator [kNAcc64N8][4], dk's [kNAcc128N8][4], and the kernel's
+    epilogue a part per N, each storing its own output at its columns; on sm_90a wgmma_rs at
+    both N (an overload by the accumulator's extent)."""
+    source = built_value_dim(128, 64, arch).source
+    assert "constexpr int kNAcc64 = 64;  // dv's columns" in source
+    assert "constexpr int kNAcc128 = 128;  // dk's columns" in source
+    assert "float acc_g1[kNAcc64N8][4];  // dv" in source
+    assert "float acc_g3[kNAcc128N8][4];  // dk" in source
+    assert "kNAccN8" not in source and "kNAcc " not in source
+    dv_part = source.index("// on dv's [")
+    dk_part = source.index("// on dk's [")
+    store = "store_fragments" if arch is ir.Arch.SM90A else "store_warp_rows<1, "
+    assert dv_part < source.index(f"{store}<kNAcc64N8>(g_dV" if arch is ir.Arch.SM90A
+                                  else f"{store}kNAcc64N8>(g_dV") < dk_part
+    assert dk_part < source.index(f"{store}<kNAcc128N8>(g_dK" if arch is ir.Arch.SM90A
+                                  else f"{store}kNAcc128N8>(g_dK")
+    if arch is ir.Arch.SM90A:
+        assert "void wgmma_rs(float (&acc)[8][4], const unsigned (&a)[4]," in source
+        assert "void wgmma_rs(float (&acc)[16][4], const unsigned (&a)[4]," in source
+    plain = built(128, "top_left", arch).source
+    assert "constexpr int kNAcc = 128;  // the accumulators' columns" in plain
+    assert "// on dv's [" not in plain
+
+
+VALUE_DIMS = [(ir.Arch.SM80, 128, 64), (ir.Arch.SM80, 64, 128), (ir.Arch.SM80, 192, 128),
+              (ir.Arch.SM90A, 128, 64), (ir.Arch.SM90A, 64, 128)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, d, d_v", VALUE_DIMS,
+                         ids=[f"{a.value}-{d}-{v}" for a, d, v in VALUE_DIMS])
+@pytest.mark.parametrize("mask", ["none", "top_left"])
+def test_value_dims_compile_without_spills(arch, d, d_v, mask):
+    """NVRTC 13.5: 0 spills at D 128 / D_v 64 and 64 / 128 on both skeletons (sm_90a's wgmma),
+    192 / 128 on sm_80's mma.sync (sm_90a refuses it: tests/lower/test_loop_dag.py), and the
+    sm_80 plan built for Hopper (the GPU compiles it for its own arch)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = built_value_dim(d, d_v, arch, mask)
+    builds = [arch.value] + (["sm_90a"] if arch is ir.Arch.SM80 else [])
+    for build in builds:
+        result = compile_cubin(b.source, b.plan.name, build)
+        resources = result.resources()
+        assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
+            (build, resources)
+        assert resources.get("stack_bytes", 0) == 0, (build, resources)

@@ -126,6 +126,34 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class CTail:
+    """The kernel's epilogue on the accumulators of one N (plan.tails): its statements and the
+    C++ constants of its columns (kNAcc, kNAccN8 where every accumulator has one N, else per
+    N: kNAcc<N>, kNAcc<N>N8)."""
+
+    n: int
+    n_name: str
+    n8_name: str
+    accumulators: tuple[str, ...]
+    statements: tuple
+
+
+def tails(plan: ld.LoopDagPlan) -> list[CTail]:
+    """The plan's tails as the skeletons render them (both: the sm_90a one too)."""
+    out = []
+    for t in plan.tails:
+        n_name = "kNAcc" if len(plan.tails) == 1 else f"kNAcc{t.n}"
+        out.append(CTail(t.n, n_name, f"{n_name}N8", t.accumulators, tuple(
+            _statements(t.section, plan, n_name, in_loop=False))))
+    return out
+
+
+def acc_n8(plan: ld.LoopDagPlan, rendered: list[CTail]) -> dict[str, str]:
+    """Each accumulator's constant of n8 column groups (its tail's)."""
+    return {name: t.n8_name for t in rendered for name in t.accumulators}
+
+
 def body_stores(plan: ld.LoopDagPlan) -> list[str]:
     """The outputs a score gemm's epilogue stores (their pointers are set before the loop)."""
     return [s.param for s in plan.body.statements if isinstance(s, pp.StoreTile)]
@@ -146,7 +174,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
     # the header's lines and the params struct are a forward loop's (one home)
     body = _statements(plan.body, plan, "loop_len")  # the last block's
     body_full = _statements(plan.body, plan, "loop_len", checked=False)  # the blocks before
-    tail = _statements(plan.epilogue, plan, "kNAcc", in_loop=False)
+    tail = tails(plan)
     return render(
         "common/loop_bwd.cu.j2", plan=plan, name=plan.name, ns=f"{plan.name}_cfg",
         header=program._header(plan, source_name, source_hash, command),
@@ -160,6 +188,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         zero_threads=ZERO_THREADS, philox=program.uses_random(plan),
         approx_tanh=program.approx_tanh(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],
+        acc_n8=acc_n8(plan, tail),
         vectors=[plan.param(name) for name in plan.vectors], order_field=ld.ORDER_FIELD,
         grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic

@@ -43,7 +43,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
     body_full = (_unstored(w, common_dag._statements(plan.body, plan, "loop_len", checked=False,
                                                      cached=cached, tiles=tiles))
                  if w.fast_body else [])
-    tail = common_dag._statements(plan.epilogue, plan, "kNAcc", in_loop=False)
+    tail = common_dag.tails(plan)
     return render(
         "sm90/loop_bwd.cu.j2", plan=plan, w=w, name=plan.name, ns=f"{plan.name}_cfg",
         header=program._header(plan, source_name, source_hash, command),
@@ -52,7 +52,8 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=w.score_n,
         scaled_exp=common_dag.SCALED_EXP, uniform_warpgroup=uniform_warpgroup(plan),
-        n1=plan.n_acc, split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None
+        n1=tail[0].n, rs_ns=[t.n for t in tail[1:]], acc_n8=common_dag.acc_n8(plan, tail),
+        split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None
                                         and g.kind is ld.GemmKind.ACCUMULATING}),
         hand_tiles={f"hand_v{plan.gemms[i].a_value}": t for i, t in w.a_tiles
                     if any(h.name == t for h in w.handed)},

@@ -100,6 +100,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     if store["store_param"] is not None:
         (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
         maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
+    # (accumulators of different N: the widest's rules, the registers it holds)
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
     stores_tile = body is not None and any(isinstance(s, pp.StoreTile)
                                            for s in body.statements)
