@@ -18,12 +18,6 @@ def _has_gemms(path: Path) -> bool:
 # by kgen/lower/program.py with no gemm schedule, or storage-only declarations
 GEMM_EXAMPLES = [p for p in EXAMPLES if _has_gemms(p)]
 
-# Tile programs that write an sm_80 configuration sm_90a's rules refuse (the seed's sm_80
-# backward: its registers), with the located refusal's words: every other example plans for
-# sm_90a too
-SM80_ONLY = {"attention_bwd_storage.kg": "needs about 256 registers per thread (at most 248 on "
-                                         "sm_90a"}
-
 P, T, V, S = ir.Param, ir.ParamKind.TENSOR, ir.ParamKind.VECTOR, ir.ParamKind.SCALAR
 
 

@@ -14,7 +14,7 @@ from kgen import __version__, ir
 from kgen.emit import emit
 from kgen.lower import lower
 
-from tests.kernels import EXAMPLES, SM80_ONLY, gemm_kernel, without_schedule_lines
+from tests.kernels import EXAMPLES, gemm_kernel, without_schedule_lines
 
 SECTIONS = ["// Configuration", "// Parameters", "// Shared storage", "// Device helpers",
             "// Kernel:", "// Host launcher"]
@@ -28,17 +28,14 @@ def _emit(kernel, **kw):
 def _examples_for(arch):
     """The examples that can be planned for `arch`: all of them, less the Hopper examples (whose
     shared memory is over sm_80's budget) and the FP8 ones (sm_80 has no FP8 MMA) when arch is
-    sm_80, and less the sm_80-only tile programs (tests/kernels.py's SM80_ONLY) when it is
-    sm_90a."""
+    sm_80."""
     api = pytest.importorskip("kgen.api")
 
     def sm80_plans(path) -> bool:
         kernel = api.read_module(path)[0].kernels[0]
         return kernel.target is not ir.Arch.SM90A and not any(p.dtype.fp8 for p in kernel.params)
 
-    return [path for path in EXAMPLES
-            if (arch != "sm_80" or sm80_plans(path)) and (arch != "sm_90a"
-                                                          or path.name not in SM80_ONLY)]
+    return [path for path in EXAMPLES if arch != "sm_80" or sm80_plans(path)]
 
 
 def _example_sources(arch=None):

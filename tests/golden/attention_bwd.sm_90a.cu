@@ -16,7 +16,7 @@
 // ============================================================================================
 // Configuration (tile 128x32 warps 8 stages 2: the source's lines, completed by the rulebook's first legal configuration of a DAG loop for N 128, bf16 on sm_90a (kgen/targets/loop_rules.py))
 // MMA: mma.sync.m16n8k16 (sm_90a runs the DAG loop's mma.sync skeleton (FlashAttention-2's structure): the wgmma skeleton does not take this loop: the source's lines ask for another configuration than the wgmma skeleton's (tile 128x64 stages 2))
-// Registers: about 240 a thread (the rulebook's estimate per thread (at most 248): 2 accumulator(s) of N 128 held in registers)
+// Registers: about 240 a thread (the rulebook's estimate per thread (at most 320): 2 accumulator(s) of N 128 held in registers)
 // Staged vectors: lse, D (staged per block by cp.async with the streamed tiles: a thread reads block / 4 of each per score tile, which from global memory were loads in the epilogue's path (L1 hits at best), each behind a bounds check)
 // ============================================================================================
 namespace attention_bwd_cfg {

@@ -93,12 +93,13 @@ def test_d64_and_d128_keep_the_plain_layout(d):
     assert plan.wgmma.score_n == 64
 
 
-def test_d192_is_refused_with_the_split_rule_s_reason():
-    with pytest.raises(KgenError, match=re.escape(
-            "the wgmma skeleton: N 192 split over 2 warpgroups: a half of 96 columns starts "
-            "inside a 64-column box")) as err:
-        built(192, "none", ir.Arch.SM90A)
-    assert re.match(r"attention_bwd\.kg:\d+:\d+", str(err.value))
+def test_d192_runs_mma_sync_with_the_split_rule_s_reason():
+    """The split layout cannot box halves of 96 columns: the mma.sync skeleton takes D 192 on
+    sm_90a, its mma row saying why."""
+    plan = built(192, "none", ir.Arch.SM90A).plan
+    assert plan.wgmma is None
+    assert ("the wgmma skeleton does not take this loop: N 192 split over 2 warpgroups: a half "
+            "of 96 columns starts inside a 64-column box") in plan.mma.why
 
 
 def test_a_row_reduction_with_the_split_is_refused():
