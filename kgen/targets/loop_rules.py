@@ -461,12 +461,9 @@ DAG_ROWS_PER_WARP = 16
 # 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 44-56 B of spills
 # without a mask and 336-400 B causal in the skeleton's three loops, 254-255 and 0 (both masks,
 # sm_80 and sm_90a builds, NVRTC 13.5) in its compact body (kgen/targets/dag_mma_rules.py). So
-# sm_80's budget takes it (320), and sm_90a's the same: the wgmma skeleton runs there wherever it
-# takes the loop, and the mma.sync skeleton serves a loop it does not (a written tile, or head
-# dim 192, whose halves of 96 columns the wgmma split layout cannot box): at 248 that refused
-# the attention backward at D 192 (192 / 128 too: about 272 by the estimate) and the seed's
-# configuration (examples/attention_bwd_storage.kg, 256), which compile for sm_90a at 255
-# registers with no spill (D 192 without a mask 8 B; NVRTC 13.5, 2026-11-30).
+# sm_80's budget takes it (320), and sm_90a's the same (the mma.sync skeleton serves the loops
+# wgmma does not take: a written tile, D 192; at 248 D 192, 192 / 128 and the seed's example
+# were refused, yet compile for sm_90a at 255 registers with no spill, NVRTC 13.5).
 DAG_REGISTER_OVERHEAD = 32
 DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 320}
 
