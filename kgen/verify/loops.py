@@ -31,7 +31,7 @@ from ..ir import DType, ParamKind, Role
 from .epilogue import local_refs
 from .loop_gemms import (MAX_OPERAND_COLS, Kind, check_accumulating_gemm,
                          check_loop_row_gemm, check_score_gemm, kind_of)
-from .blocks import check_blocks, check_forward
+from .blocks import check_blocks
 from .packed import check_packed
 from .state import KernelState, require_str
 from .tile_epilogue import Rank, TileScope, Where, check_tile_epilogue
@@ -202,7 +202,6 @@ def _check_loop_kernel(state: KernelState) -> None:
             raise KgenError(at, f"the accumulators of loop '{loop.name}' share one [rows, N] "
                                 f"tile (the kernel's epilogue works on it): '{one}' has N "
                                 f"{widths[0]} but '{name}' has N {n}")
-    check_forward(loop, loc)
     if k.epilogue is not None:
         n1 = widths[0] if widths else 0
         names = " and ".join(accumulators) or "no accumulator"
