@@ -24,8 +24,12 @@ and offset) are written into the main kernel by kgen/attention_grad_mods.py. GQA
 as the forward: dK and dV summed over each KV head's group in the main kernel's loop) and
 deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enabled(): dQ's
 adds ordered) are the signature's; the mods take GQA (`head` the visit's query head, attn_mask's
-gradient stored per visit). Not yet: block_mask, and a value head dim unlike the query's, each
-refused with a message naming it. The backward is a torch op
+gradient stored per visit). A block mask (`block_mask=`, as the forward's) is the main kernel's
+`blocks by q_num_blocks, q_indices, full ...` line: each tile of keys visits the query blocks
+the mask lists for it (kgen/attention_blocks.py `transposed_lists`, at the backward's tile),
+partial ones with the mask applied, full ones without, the rest not at all; not with GQA,
+deterministic mode or attn_mask's gradient (`check_block_mask`). Not yet: a value head dim
+unlike the query's, refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
 
 Under torch.compile, a call recorded by autograd runs kgen/attention_traced.py's
@@ -48,6 +52,8 @@ __all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backw
            "wants_grad"]
 
 FILE = "<kgen.attention backward>"
+# the main kernel's block mask lists (kgen/attention_blocks.py transposed_lists), in order
+BLOCK_LISTS = ("q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,7 @@ class BackwardSignature:
     gqa: bool = False  # k and v have fewer heads (HKV) than q (H): dK, dV summed over groups
     deterministic: bool = False  # dQ's adds ordered: bit-identical gradients run to run
     mods: "Mods" = None  # the forward's mods (score_mod, masks, bias, vectors): Mods() if None
+    blocks: int = 0  # a block mask's pairs of lists: 0 none, 1 partial, 2 partial and full
 
     def __post_init__(self):
         if self.mods is None:
@@ -70,7 +77,9 @@ class BackwardSignature:
     @property
     def name(self) -> str:
         fields = dataclasses.astuple(self)
-        if self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
+        if not self.blocks:  # without a block mask, the name it had before block masks
+            fields = fields[:-1]
+        if self.mods == Mods() and not self.blocks:  # the plain backward keeps its name
             fields = fields[:-1]
         digest = hashlib.sha256(repr(fields).encode()).hexdigest()[:12]
         return f"attention_bwd_{self.d}_{digest}"
@@ -106,6 +115,8 @@ def backward_text(sig: BackwardSignature) -> str:
         "  scalar scale : f32 = 1",
         *mods.scalars,
         "  loop q over S {",
+        *([f"    blocks by {', '.join(BLOCK_LISTS[:2 * sig.blocks])}"
+           .replace(f", {BLOCK_LISTS[2]}", f", full {BLOCK_LISTS[2]}")] if sig.blocks else []),
         "    gemm st = K @ Q^T accumulate f32 {",
         "      epilogue {",
         *mods.probability,
@@ -162,10 +173,6 @@ def wants_grad(*tensors) -> bool:
 
 
 def _refuse(q, k, v, options: dict[str, Any]) -> None:
-    if options.get("block_mask") is not None:
-        raise ArgumentError("kgen.attention's backward does not take block_mask yet; call it on "
-                            "tensors that do not require grad (or under torch.no_grad()), or "
-                            "drop the option")
     if k.shape[1] != q.shape[1]:
         if not options.get("enable_gqa") or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
             raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
@@ -173,6 +180,39 @@ def _refuse(q, k, v, options: dict[str, Any]) -> None:
     if v.shape[-1] != q.shape[-1]:
         raise ArgumentError(f"kgen.attention's backward needs v's head dim ({v.shape[-1]}) to be "
                             f"q's ({q.shape[-1]})")
+
+
+def check_block_mask(q, k, block_mask, deterministic: bool, bias_grad: bool) -> None:
+    """What the backward does not take beside a block mask, by name (its program refuses the
+    same: kgen/lower/loop_dag.py `_check_listed`); the lists' shapes (checked_lists)."""
+    from .attention_blocks import checked_lists
+
+    if k.shape[1] != q.shape[1]:
+        raise ArgumentError("kgen.attention's backward takes block_mask without GQA only (its "
+                            "lists are per query head; a CTA of the backward walks a KV head's "
+                            "group): repeat k and v to q's heads, or call it without grad")
+    if deterministic:
+        raise ArgumentError("kgen.attention's backward does not take block_mask in "
+                            "deterministic mode (deterministic=True, or torch's deterministic "
+                            "algorithms): its ordered dQ adds chain every tile of keys, which "
+                            "the lists leave out; pass deterministic=False")
+    if bias_grad:
+        raise ArgumentError("kgen.attention's backward does not compute attn_mask's gradient "
+                            "with block_mask (the blocks it leaves out are not visited); "
+                            "detach attn_mask")
+    checked_lists(block_mask, q, k)
+
+
+@functools.cache
+def backward_tile(sig: BackwardSignature) -> tuple[int, int]:
+    """The main kernel's tile (keys, queries) as the rulebook plans it: a block mask's lists
+    are built at it (kgen/attention_blocks.py transposed_lists)."""
+    from .api import plan_kernel
+
+    module = backward_module(sig)
+    plan = plan_kernel(next(k for k in module.kernels if k.name == f"{sig.name}_main"),
+                       sig.arch)
+    return plan.tile_m, plan.block
 
 
 _LOADED: dict[tuple, Any] = {}  # (signature, device) -> the backward's torch op
@@ -212,27 +252,30 @@ def _function():
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, scale: float, causal: bool, deterministic: bool, mods: Mods,
-                    values: tuple[float, ...], dropout: tuple, bias, *vectors):
+                    values: tuple[float, ...], dropout: tuple, block_mask, bias, *vectors):
             q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
             gqa = k.shape[1] != q.shape[1]
             options = _mod_options(mods, values, dropout, bias, vectors)
             out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
-                                         enable_gqa=gqa, return_lse=True, **options)
+                                         enable_gqa=gqa, return_lse=True,
+                                         block_mask=block_mask, **options)
             ctx.save_for_backward(q, k, v, out, lse, bias, *vectors)
             ctx.scale, ctx.causal, ctx.mods, ctx.values = scale, causal, mods, values
             ctx.dropout, ctx.gqa, ctx.deterministic = dropout, gqa, deterministic
+            ctx.block_mask = block_mask  # (its lists are no output: kept as they are)
             ctx.mark_non_differentiable(lse)
             return out, lse
 
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
             q, k, v, out, lse, bias, *vectors = ctx.saved_tensors
+            options = _mod_options(ctx.mods, ctx.values, ctx.dropout, bias, vectors)
             found = _gradients(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal, ctx.gqa,
-                               ctx.deterministic, ctx.mods, _mod_options(
-                                   ctx.mods, ctx.values, ctx.dropout, bias, vectors))
+                               ctx.deterministic, ctx.mods,
+                               {**options, "block_mask": ctx.block_mask})
             dbias = (bias_gradient(found["dBiasT"], bias) if ctx.mods.bias_grad else None)
             return (found["dQ"], found["dK"], found["dV"], None, None, None, None, None, None,
-                    dbias, *(None for _ in vectors))
+                    None, dbias, *(None for _ in vectors))
 
     return AttentionFunction
 
@@ -240,19 +283,25 @@ def _function():
 def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: bool,
                deterministic: bool, mods: Mods, options: dict[str, Any]) -> dict[str, Any]:
     """The backward sequence's outputs by name (dQ, dK, dV, dBiasT), of the forward's aligned
-    q, k, v, its O and lse, and its options (`_mod_options`)."""
+    q, k, v, its O and lse, and its options (`_mod_options`, and the block mask if any)."""
     import torch
 
     from . import attention as forward
 
+    block_mask = options.get("block_mask")
     sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), causal,
                             forward._arch(q.device), gqa=gqa, deterministic=deterministic,
-                            mods=mods)
+                            mods=mods, blocks=_pairs(block_mask))
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     op, inputs, outputs = _backward_op(sig, device)
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
     given.update(call_inputs(mods, options, q, k))
+    if block_mask is not None:  # at the main kernel's tile, per tile of keys
+        from .attention_blocks import transposed_lists
+
+        lists = transposed_lists(block_mask, backward_tile(sig), q, k)
+        given.update(zip(BLOCK_LISTS, lists[:2 * sig.blocks]))
     return dict(zip(outputs, op(*(given[name] for name in inputs))))
 
 
@@ -268,18 +317,34 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     bias = options.get("attn_mask")
+    block_mask = options.get("block_mask")
     mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
     check_bias_grad(q, mods)
+    if block_mask is not None:  # checked now, not in the backward
+        from . import attention as forward
+        from .attention_blocks import backward_tile_check, block_size
+
+        check_block_mask(q, k, block_mask, deterministic, mods.bias_grad)
+        sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), bool(is_causal),
+                                forward._arch(q.device), mods=mods, blocks=_pairs(block_mask))
+        backward_tile_check(block_size(block_mask), backward_tile(sig))
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
     # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
     dropout = ((float(options["dropout_p"]), *forward_rng(q, options.get("dropout_rng")))
                if mods.dropout else ())
     out, lse = _function().apply(q, k, v, scale, bool(is_causal), bool(deterministic), mods,
                                  tuple(float(scalars[name]) for name in mods.scalars), dropout,
-                                 bias, *(vectors[name] for name, _ in mods.vectors))
+                                 block_mask, bias, *(vectors[name] for name, _ in mods.vectors))
     result = (out,) + ((lse,) if return_lse else ()) + (
         (tuple(dropout[1:]) if dropout else None,) if options.get("return_rng") else ())
     return result if len(result) > 1 else out
+
+
+def _pairs(block_mask) -> int:
+    """BackwardSignature.blocks of a call's block_mask: 0 without, 2 with full lists, else 1."""
+    if block_mask is None:
+        return 0
+    return 2 if getattr(block_mask, "full_kv_num_blocks", None) is not None else 1
 
 
 def check_bias_grad(q, mods: Mods) -> None:
