@@ -28,7 +28,10 @@ gradient stored per visit). A block mask (`block_mask=`, as the forward's) is th
 `blocks by q_num_blocks, q_indices, full ...` line: each tile of keys visits the query blocks
 the mask lists for it (kgen/attention_blocks.py `transposed_lists`, at the backward's tile),
 partial ones with the mask applied, full ones without, the rest not at all; not with GQA,
-deterministic mode or attn_mask's gradient (`check_block_mask`). Not yet: a value head dim
+deterministic mode or attn_mask's gradient (`check_block_mask`). kgen's sequences do not carry
+a block mask's lists yet, so that backward's three kernels run as programs called in order
+(`_listed_gradients`, as kgen/attention_varlen.py's backward: the main kernel zeroes dQacc
+itself, four launches). Not yet: a value head dim
 unlike the query's, refused with a message naming it. The backward is a torch op
 (kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
 
@@ -86,7 +89,8 @@ class BackwardSignature:
 
 
 def backward_text(sig: BackwardSignature) -> str:
-    """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
+    """The backward of `sig` as DSL text: three kernels and the sequence launching them (none
+    with a block mask: its kernels run as programs)."""
     n, t, d = sig.name, sig.dtype, sig.d
     kv = "HKV" if sig.gqa else "H"  # K, V, dK, dV: a CTA owns a KV head, walks its group
     mods = mod_lines(sig)
@@ -144,18 +148,16 @@ def backward_text(sig: BackwardSignature) -> str:
         f"  tensor dQ : {t}[B, H, S, {d}] row out",
         "  epilogue { dQ = dQacc }",
         "}",
-        f"sequence {n} {{",
-        "  workspace D, dQacc",
-        f"  launch {n}_dot",
-        f"  launch {n}_main",
-        f"  launch {n}_dq",
-        "}",
     ]
+    if not sig.blocks:  # (a block mask's lists are no sequence's parameter: `_listed_gradients`)
+        lines += [f"sequence {n} {{", "  workspace D, dQacc", f"  launch {n}_dot",
+                  f"  launch {n}_main", f"  launch {n}_dq", "}"]
     return "\n".join(lines) + "\n"
 
 
 def backward_module(sig: BackwardSignature):
-    """The verified ir.Module of the backward of `sig` (its one sequence: the backward)."""
+    """The verified ir.Module of the backward of `sig` (its one sequence: the backward; with a
+    block mask, its three kernels)."""
     from .parse import parse
     from .verify import verify
 
@@ -242,6 +244,42 @@ def _backward_op(sig: BackwardSignature, device: int):
     return _LOADED[key]
 
 
+_PROGRAMS: dict[tuple, Any] = {}  # (signature with a block mask, device) -> its programs
+
+
+def _listed_gradients(sig: BackwardSignature, device: int, given: dict) -> dict[str, Any]:
+    """dQ, dK, dV of a backward with a block mask (sig.blocks): its three kernels as programs,
+    called in order on the current stream (D, the f32 dQ accumulator and the gradients
+    allocated here by torch's allocator; the main kernel's call zeroes the accumulator; no
+    synchronization, so a CUDA graph captures it)."""
+    import torch
+
+    key = (sig, device)
+    if key not in _PROGRAMS:
+        from .api import build_verified, load_built
+
+        module = backward_module(sig)
+        try:
+            _PROGRAMS[key] = {k.name.removeprefix(f"{sig.name}_"):
+                              load_built(build_verified(k, sig.arch), device=device)
+                              for k in module.kernels}
+        except KgenError as err:
+            raise KgenRuntimeError(f"kgen.attention's backward with a block mask ({sig.dtype}, "
+                                   f"head dim {sig.d}) cannot be built for {sig.arch}: "
+                                   f"{err.message}") from None
+    programs = _PROGRAMS[key]
+    q, k, v = given["Q"], given["K"], given["V"]
+    d = torch.empty(tuple(q.shape[:3]), dtype=torch.float32, device=q.device)
+    acc = torch.empty(tuple(q.shape), dtype=torch.float32, device=q.device)
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    programs["dot"](dO=given["dO"], O=given["O"], D=d)
+    names = {p.name for p in programs["main"].plan.params}
+    programs["main"](**{name: x for name, x in given.items() if name in names}, D=d,
+                     dQacc=acc, dK=dk, dV=dv)
+    programs["dq"](dQacc=acc, dQ=dq)
+    return {"dQ": dq, "dK": dk, "dV": dv}
+
+
 @functools.cache
 def _function():
     """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
@@ -293,7 +331,6 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
                             forward._arch(q.device), gqa=gqa, deterministic=deterministic,
                             mods=mods, blocks=_pairs(block_mask))
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    op, inputs, outputs = _backward_op(sig, device)
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
     given.update(call_inputs(mods, options, q, k))
@@ -302,6 +339,8 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
 
         lists = transposed_lists(block_mask, backward_tile(sig), q, k)
         given.update(zip(BLOCK_LISTS, lists[:2 * sig.blocks]))
+        return _listed_gradients(sig, device, given)
+    op, inputs, outputs = _backward_op(sig, device)
     return dict(zip(outputs, op(*(given[name] for name in inputs))))
 
 
