@@ -71,7 +71,9 @@ class BackwardSignature:
     gqa: bool = False  # k and v have fewer heads (HKV) than q (H): dK, dV summed over groups
     deterministic: bool = False  # dQ's adds ordered: bit-identical gradients run to run
     mods: "Mods" = None  # the forward's mods (score_mod, masks, bias, vectors): Mods() if None
-    blocks: int = 0  # a block mask's pairs of lists: 0 none, 1 partial, 2 partial and full
+    # a block mask: the main kernel's lists of partial and of full query blocks (the full ones
+    # empty where the mask has none: one program for both, which NVRTC builds without spills)
+    blocks: bool = False
 
     def __post_init__(self):
         if self.mods is None:
@@ -119,8 +121,8 @@ def backward_text(sig: BackwardSignature) -> str:
         "  scalar scale : f32 = 1",
         *mods.scalars,
         "  loop q over S {",
-        *([f"    blocks by {', '.join(BLOCK_LISTS[:2 * sig.blocks])}"
-           .replace(f", {BLOCK_LISTS[2]}", f", full {BLOCK_LISTS[2]}")] if sig.blocks else []),
+        *([f"    blocks by {', '.join(BLOCK_LISTS[:2])}, full {', '.join(BLOCK_LISTS[2:])}"]
+          if sig.blocks else []),
         "    gemm st = K @ Q^T accumulate f32 {",
         "      epilogue {",
         *mods.probability,
@@ -329,7 +331,7 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
     block_mask = options.get("block_mask")
     sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), causal,
                             forward._arch(q.device), gqa=gqa, deterministic=deterministic,
-                            mods=mods, blocks=_pairs(block_mask))
+                            mods=mods, blocks=block_mask is not None)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
@@ -338,7 +340,7 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
         from .attention_blocks import transposed_lists
 
         lists = transposed_lists(block_mask, backward_tile(sig), q, k)
-        given.update(zip(BLOCK_LISTS, lists[:2 * sig.blocks]))
+        given.update(zip(BLOCK_LISTS, lists))
         return _listed_gradients(sig, device, given)
     op, inputs, outputs = _backward_op(sig, device)
     return dict(zip(outputs, op(*(given[name] for name in inputs))))
@@ -365,7 +367,7 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
 
         check_block_mask(q, k, block_mask, deterministic, mods.bias_grad)
         sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), bool(is_causal),
-                                forward._arch(q.device), mods=mods, blocks=_pairs(block_mask))
+                                forward._arch(q.device), mods=mods, blocks=True)
         backward_tile_check(block_size(block_mask), backward_tile(sig))
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
     # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
@@ -377,13 +379,6 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     result = (out,) + ((lse,) if return_lse else ()) + (
         (tuple(dropout[1:]) if dropout else None,) if options.get("return_rng") else ())
     return result if len(result) > 1 else out
-
-
-def _pairs(block_mask) -> int:
-    """BackwardSignature.blocks of a call's block_mask: 0 without, 2 with full lists, else 1."""
-    if block_mask is None:
-        return 0
-    return 2 if getattr(block_mask, "full_kv_num_blocks", None) is not None else 1
 
 
 def check_bias_grad(q, mods: Mods) -> None:

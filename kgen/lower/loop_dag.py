@@ -114,7 +114,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         streamed_cols=tuple(int(kernel.param(n).shape[1]) for n in streamed),
         staged=staged_count, accumulators=sum(k is ld.GemmKind.ACCUMULATING for k in kinds),
         n_acc=n_acc, live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n),
-        vectors=len(vectors), handed=len(handed))
+        vectors=len(vectors), handed=len(handed), listed=loop.blocks is not None)
     tgt = target(arch)
     # a block mask's blocks are the tile (verify: a written tile says the same sizes)
     tile_line = loop.tile or (loop.blocks if loop.blocks and loop.blocks.m is not None else None)

@@ -464,6 +464,9 @@ DAG_ROWS_PER_WARP = 16
 # sm_80's budget takes it (320); sm_90a's stays (the wgmma skeleton runs there; a written tile
 # of the mma.sync skeleton is checked against it).
 DAG_REGISTER_OVERHEAD = 32
+# A block mask's walk past the overhead (NVRTC 13.5, sm_80, D 128 at 128x64: 8-108 B spilled
+# with a mask_mod or a dropout where the plain build spills none; counted, 128x32: none)
+DAG_LISTED_REGISTERS = 8
 DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 248}
 
 
@@ -486,6 +489,7 @@ class DagShape:
     loop_row_n: tuple[int, ...]
     vectors: int = 0  # f32 vectors staged per block ([stages][block] each)
     handed: int = 0  # tile values handed to accumulating gemms only (staged where split)
+    listed: bool = False  # a block mask's walk (DAG_LISTED_REGISTERS)
 
 
 def dag_smem_bytes(config: LoopConfig, shape: DagShape, dtype: DType) -> int:
@@ -511,7 +515,8 @@ def dag_registers(config: LoopConfig, shape: DagShape) -> int:
     scores = 2 * (shape.live_scores * config.block // 2 + config.block // 4)
     loop_row = max((dag_loop_row_split(config, n) or (0, n))[1] // 2
                    for n in shape.loop_row_n) if shape.loop_row_n else 0
-    return carried + max(scores, loop_row) + DAG_REGISTER_OVERHEAD
+    return (carried + max(scores, loop_row) + DAG_REGISTER_OVERHEAD
+            + (DAG_LISTED_REGISTERS if shape.listed else 0))
 
 
 def dag_refusal(config: LoopConfig, shape: DagShape, dtype: DType, tgt: Target) -> str | None:
