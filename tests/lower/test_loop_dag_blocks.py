@@ -265,3 +265,34 @@ def test_a_sequence_refuses_a_kernel_with_a_block_mask_by_name():
         verify(parse(text, "bwd.kg"))
     assert "has a block mask (line" in err.value.message
     assert "a sequence does not launch a kernel with a block mask yet" in err.value.message
+
+
+# ---------------------------------------------------------------------------------------------
+# The run-time checks of the lists (kgen/runtime/blocks.py), at the DAG loop's tile
+
+
+def test_binding_checks_the_lists_at_the_dag_loops_tile():
+    from kgen.enums import DType
+    from kgen.errors import ArgumentError
+    from kgen.runtime.program import bind_program
+    from kgen.runtime.tensors import DeviceArray, contiguous_strides
+
+    def arr(shape, dtype=DType.BF16, name=""):
+        return DeviceArray(1 << 20, tuple(shape), contiguous_strides(shape), dtype, 0,
+                           dtype_name=name)
+
+    b, h, s, t = 2, 4, 300, 200  # keys T in tiles of 128: 2; queries S in blocks of 32: 10
+    given = dict(Q=arr((b, h, s, 128)), K=arr((b, h, t, 128)), V=arr((b, h, t, 128)),
+                 dO=arr((b, h, s, 128)), lse=arr((b, h, s), DType.F32),
+                 D=arr((b, h, s), DType.F32))
+    for counts, indices in (LISTS[:2], LISTS[2:]):
+        given[counts] = arr((1, h, 2), None, "int32")
+        given[indices] = arr((1, h, 2, 10), None, "int32")
+    plan = lower(kernel_of())
+    bound = bind_program(plan, given, None)
+    values = dict(zip([f.name for f in plan.fields], bound.values))
+    assert (values["q_indices_ld"], values["q_indices_hs"], values["q_indices_bs"]) == (10, 20, 0)
+    with pytest.raises(ArgumentError, match=r"q_indices must be \[B, H, 2, 10\] \(a block mask "
+                       r"of 128x32 blocks: T = 200 in tiles of 128 rows, S = 300 in blocks of "
+                       r"32\)"):
+        bind_program(plan, {**given, "q_indices": arr((1, h, 2, 5), None, "int32")}, None)
