@@ -464,8 +464,7 @@ DAG_ROWS_PER_WARP = 16
 # sm_80's budget takes it (320); sm_90a's stays (the wgmma skeleton runs there; a written tile
 # of the mma.sync skeleton is checked against it).
 DAG_REGISTER_OVERHEAD = 32
-# A block mask's walk past the overhead (NVRTC 13.5, sm_80, D 128 at 128x64: 8-108 B spilled
-# with a mask_mod or a dropout where the plain build spills none; counted, 128x32: none)
+# A block mask's walk past the overhead (NVRTC 13.5, sm_80 D 128: 128x64 spilled, 128x32 not)
 DAG_LISTED_REGISTERS = 8
 DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 248}
 
