@@ -31,9 +31,9 @@ partial ones with the mask applied, full ones without, the rest not at all; not 
 deterministic mode or attn_mask's gradient (`check_block_mask`). kgen's sequences do not carry
 a block mask's lists yet, so that backward's three kernels run as programs called in order
 (`_listed_gradients`, as kgen/attention_varlen.py's backward: the main kernel zeroes dQacc
-itself, four launches). Not yet: a value head dim
-unlike the query's, refused with a message naming it. The backward is a torch op
-(kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
+itself, four launches). Not yet: a value head dim unlike the query's, refused with a message
+naming it. The backward is a torch op (kgen/torch_library.py's `sequence_op`), and a CUDA graph
+can capture it.
 
 Under torch.compile, a call recorded by autograd runs kgen/attention_traced.py's
 `TracedFunction` instead, whose backward op's implementation is this module's `_gradients`,
