@@ -68,18 +68,17 @@ def _reference(torch, q, k, v, do, scale, visible):
     return out.detach(), (q64.grad, k64.grad, v64.grad)
 
 
-@pytest.fixture
-def poisoned(monkeypatch):
+def _poison(torch, patch):
     """torch.empty's float buffers filled with NaN (the backward's D, dQ accumulator and
-    gradients among them): an element the kernels leave unwritten shows."""
-    torch = cuda_torch()
+    gradients among them) within `patch` (a monkeypatch context): an element the kernels leave
+    unwritten shows."""
     empty = torch.empty
 
     def nan_empty(*args, **kwargs):
         out = empty(*args, **kwargs)
         return out.fill_(math.nan) if out.is_floating_point() else out
 
-    monkeypatch.setattr(torch, "empty", nan_empty)
+    patch.setattr(torch, "empty", nan_empty)
 
 
 def _random_pattern(torch, b, h, s, t, seed):
@@ -97,10 +96,12 @@ def _run(torch, arch, s, t, causal, bm, monkeypatch, d=64, b=2, h=3, seed=0):
     monkeypatch.setattr(kattention, "_arch", lambda device: arch)
     q, k, v, do = _inputs(torch, b, h, s, t, d, seed)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
-    out = kgen.attention(q, k, v, is_causal=causal, mask_mod=f"col > row - {WINDOW}",
-                         block_mask=bm, deterministic=False)
-    out.backward(do)
-    torch.cuda.synchronize()
+    with monkeypatch.context() as patch:
+        _poison(torch, patch)
+        out = kgen.attention(q, k, v, is_causal=causal, mask_mod=f"col > row - {WINDOW}",
+                             block_mask=bm, deterministic=False)
+        out.backward(do)
+        torch.cuda.synchronize()
     row = torch.arange(s, device="cuda")[:, None]
     col = torch.arange(t, device="cuda")[None, :]
     keep = (col > row - WINDOW) & ((col <= row) if causal else True)
@@ -114,7 +115,7 @@ def _run(torch, arch, s, t, causal, bm, monkeypatch, d=64, b=2, h=3, seed=0):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("s, t", LENGTHS, ids=lambda x: str(x))
-def test_gradients_with_flexattentions_block_mask(arch, causal, s, t, monkeypatch, poisoned):
+def test_gradients_with_flexattentions_block_mask(arch, causal, s, t, monkeypatch):
     torch = cuda_torch()
     from torch.nn.attention.flex_attention import create_block_mask
 
@@ -128,8 +129,7 @@ def test_gradients_with_flexattentions_block_mask(arch, causal, s, t, monkeypatc
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("s, t", LENGTHS, ids=lambda x: str(x))
-def test_gradients_with_kgens_lists_of_a_random_block_pattern(arch, causal, s, t, monkeypatch,
-                                                               poisoned):
+def test_gradients_with_kgens_lists_of_a_random_block_pattern(arch, causal, s, t, monkeypatch):
     """Full blocks count every element (even those the mask drops), unlisted ones none (even
     those it keeps): the lists, not the mask, decide which blocks count."""
     torch = cuda_torch()
@@ -139,7 +139,7 @@ def test_gradients_with_kgens_lists_of_a_random_block_pattern(arch, causal, s, t
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("d", [128, 256])
-def test_gradients_at_larger_head_dims(arch, d, monkeypatch, poisoned):
+def test_gradients_at_larger_head_dims(arch, d, monkeypatch):
     torch = cuda_torch()
     if d == 256 and arch == "sm_80":
         pytest.skip("sm_80's backward keeps dK and dV in registers: no head dim 256")
@@ -147,7 +147,7 @@ def test_gradients_at_larger_head_dims(arch, d, monkeypatch, poisoned):
     _run(torch, arch, 1000, 4097, True, bm, monkeypatch, d=d, b=1, h=2, seed=d)
 
 
-def test_shared_partial_lists_and_the_deterministic_refusal(monkeypatch, poisoned):
+def test_shared_partial_lists_and_the_deterministic_refusal(monkeypatch):
     """Lists shared by batch and heads (B = H = 1) with no full pair: the mask applies on every
     listed block. Deterministic mode is refused at the call, by name."""
     torch = cuda_torch()
