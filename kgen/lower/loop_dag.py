@@ -9,9 +9,9 @@ staged in shared memory (StageTile), then its MMAs and its epilogue, a section o
 kgen/lower/program.py's sections; the configuration is the rulebook's
 (kgen/targets/loop_rules.py, the DAG section). Blocks a mask zeroes in full are skipped where
 the bounds of kgen/lower/loop_bounds.py apply and zeroing the mask's value provably makes the
-block add nothing (`_zero_on_masked`). A block mask (`blocks by ...`, ir.BlockMask) lists the blocks instead,
-at run time (`_listed`): per tile of rows the partial blocks, then the full ones, where every
-mask `where(P, e, 0)` whose predicate reads only indices reads `e`.
+block add nothing (`_zero_on_masked`). A block mask (`blocks by ...`, ir.BlockMask) lists the
+blocks instead, at run time (`_listed`): per tile of rows the partial blocks, then the full
+ones, where every mask `where(P, e, 0)` whose predicate reads only indices reads `e`.
 """
 from __future__ import annotations
 
