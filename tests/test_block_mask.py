@@ -130,6 +130,25 @@ def test_the_backward_loop_takes_a_block_mask():
     assert lower(kernel).bounds.listed.names == ("q_num_blocks", "q_indices")
 
 
+def test_kgen_attention_with_grad_checks_the_block_size_against_the_backwards_tile(
+        monkeypatch):
+    """Before the forward runs: a BLOCK_SIZE whose key block the backward's tile (sm_90a: 128
+    keys by 64 queries, as the rulebook plans it) does not divide is refused by name."""
+    torch = pytest.importorskip("torch")
+    from kgen import attention as ka
+    from kgen.attention_blocks import from_dense
+    from kgen.attention_grad import BackwardSignature, attention_with_grad, backward_tile
+
+    monkeypatch.setattr(ka, "_arch", lambda device: "sm_90a")  # no GPU to ask
+    assert backward_tile(BackwardSignature("bf16", 64, True, "sm_90a", blocks=True)) == (128, 64)
+    q = torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16)
+    mask = from_dense(torch.ones(1, 1, 256, 256, dtype=torch.bool), (128, 64))
+    with pytest.raises(ArgumentError, match=r"BLOCK_SIZE \(128, 64\) cannot be used by "
+                       r"kgen.attention's backward: it runs in tiles of 128 keys by 64 queries"):
+        attention_with_grad(q, k, k, is_causal=True, block_mask=mask, deterministic=False)
+
+
 def test_kgen_attention_backward_checks_what_it_takes_beside_block_mask():
     torch = pytest.importorskip("torch")
     from kgen.attention_blocks import from_dense
