@@ -219,9 +219,16 @@ def test_nvrtc_compiles_both_skeletons_walks_without_spills(arch, full):
     assert "const bool interior = visit >= partial_visits;" in src if full else \
         "interior" not in src
     assert 'return "p.q_indices, a list of the block mask (int32), is null";' in src
+    walk = "listed_block(p.q_indices, list_partial"
     if arch == "sm_90a":  # the producer loads the blocks the consumers take and the adds add
-        producer = src.split("// The producer")[1].split("// A consumer warpgroup")[0]
-        assert "const int kv0 = listed_block(p.q_indices, list_partial" in producer
+        producer = src.split("// The producer: ")[1].split("// A consumer warpgroup")[0]
+        loads, vectors_and_adds = producer.split("The producer's second warp")
+        assert f"const int kv0 = {walk}" in loads
+        assert vectors_and_adds.count(walk) == 2  # the vectors' warp, the add warp
+        assert src.split("// A consumer warpgroup")[1].count(f"const int block = {walk}") == 1
+    else:  # the ring refilled with the block of visit + kStages - 1
+        assert "if (s < visits) load_block(smem, p, batch, head, listed_block(" in src
+        assert "if (next < visits) load_block(smem, p, batch, head, listed_block(" in src
     _spill_free(built, arch)
 
 
