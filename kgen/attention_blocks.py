@@ -14,6 +14,13 @@ kgen's, listed in the same order (the sub-blocks past the keys' end dropped). Th
 rulebook's for the call (kgen/targets/loop_rules.py), or the largest smaller one that divides
 (a BlockMask at 128 x 128, FlexAttention's default, converts at every head dim). Nothing here
 synchronizes: a CUDA graph can capture the conversion.
+
+The backward (kgen/attention_grad.py) walks the other way: a tile of keys visits blocks of
+queries. `transposed_lists` gives, per (batch, head, tile of keys), the query blocks whose
+(query block, key tile) lies in a listed block of the mask, partial then full (FlexAttention's
+q_num_blocks, q_indices, full_q_*), at the backward's tile: its keys must divide the mask's
+KV_BLOCK and its queries the mask's Q_BLOCK, so each of its tiles lies in one block of the mask.
+Built from the kv lists on the device, without a synchronization (a CUDA graph captures it).
 """
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ from typing import Any
 
 from .errors import ArgumentError
 
-__all__ = ["BlockLists", "checked_lists", "from_dense", "lists_for", "tile_for"]
+__all__ = ["BlockLists", "checked_lists", "from_dense", "lists_for", "tile_for",
+           "backward_tile_check", "transposed_lists"]
 
 TILE_M = (128, 64)  # kgen's tiles of rows, largest first (kgen/verify/loops.py: LOOP_TILE_M)
 TILE_N = (128, 80, 64, 32)  # its blocks of keys (LOOP_TILE_N)
@@ -205,3 +213,74 @@ def _refined(counts, indices, per_row: int, per_col: int, tiles: int, blocks: in
         split = torch.nn.functional.pad(split, (0, blocks - width))
     return [valid.sum(dim=-1).to(torch.int32).contiguous(),
             split[..., :blocks].to(torch.int32).contiguous()]
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward's lists: per tile of keys, the blocks of queries
+
+
+def backward_tile_check(size: tuple[int, int], tile: tuple[int, int]) -> None:
+    """The backward's `tile` (keys, queries) fits a block mask of BLOCK_SIZE `size` (query
+    rows, keys): each of its tiles lies inside one block of the mask."""
+    keys, queries = tile
+    if size[1] % keys or size[0] % queries:
+        raise ArgumentError(
+            f"block_mask's BLOCK_SIZE {size} cannot be used by kgen.attention's backward: it "
+            f"runs in tiles of {keys} keys by {queries} queries, each inside one block of the "
+            f"mask, so the key block must be a multiple of {keys} and the query block of "
+            f"{queries}, e.g. BLOCK_SIZE=(128, 128)")
+
+
+def transposed_lists(block_mask, tile: tuple[int, int], q, k) -> list:
+    """The backward's lists for q [B, H, S, D] and k [B, H, T, D] at its `tile` (keys,
+    queries): counts [B or 1, H or 1, key tiles] and indices [..., query blocks] of the partial
+    query blocks, then of the full ones (zero counts where the mask lists no full blocks),
+    int32 on q's device. A block of the mask listed twice, or partial and full, counts once,
+    as partial; an index out of range lists nothing."""
+    rows, cols = block_size(block_mask)
+    backward_tile_check((rows, cols), tile)
+    lists = checked_lists(block_mask, q, k)
+    key = None
+    sources = [x for x in lists]
+    if all(hasattr(x, "_version") for x in sources):
+        key = (tuple((id(x), x._version) for x in sources), rows, cols, tuple(tile),
+               int(q.shape[2]), int(k.shape[2]), str(q.device))
+        if key in _TRANSPOSED:
+            return _TRANSPOSED[key][1]
+    out = _transposed(lists, (rows, cols), tile, int(q.shape[2]), int(k.shape[2]), q.device)
+    if key is not None:
+        if len(_TRANSPOSED) >= _KEPT:
+            _TRANSPOSED.pop(next(iter(_TRANSPOSED)))
+        _TRANSPOSED[key] = (sources, out)  # the sources kept: their ids stay theirs
+    return out
+
+
+_TRANSPOSED: dict = {}  # the last few transpositions: (sources, versions, sizes) -> lists
+
+
+def _transposed(lists: list, size: tuple[int, int], tile: tuple[int, int], s: int, t: int,
+                device) -> list:
+    import torch
+
+    rows, cols = size
+    keys, queries = tile
+    row_blocks, key_blocks = -(-s // rows), -(-t // cols)
+    grids = []
+    for counts, indices in zip(lists[::2], lists[1::2]):
+        counts = torch.as_tensor(counts, device=device).to(torch.int64)[:, :, :row_blocks]
+        indices = torch.as_tensor(indices, device=device).to(torch.int64)[:, :, :row_blocks]
+        place = torch.arange(indices.shape[-1], device=device)
+        ok = (place < counts[..., None]) & (indices >= 0) & (indices < key_blocks)
+        grid = torch.zeros((*indices.shape[:-1], key_blocks + 1), dtype=torch.bool,
+                           device=device)
+        # every listed block written True, the rest into the last column (dropped)
+        grid.scatter_(-1, torch.where(ok, indices, key_blocks), True)
+        grids.append(grid[..., :key_blocks])
+    partial = grids[0]
+    full = grids[1] & ~partial if len(grids) > 1 else torch.zeros_like(partial)
+    out = []
+    for grid in (partial, full):  # at the backward's tile, transposed: [.., key tiles, blocks]
+        grid = grid.repeat_interleave(rows // queries, dim=2)[:, :, :-(-s // queries)]
+        grid = grid.repeat_interleave(cols // keys, dim=3)[:, :, :, :-(-t // keys)]
+        out += _ordered(grid.transpose(-1, -2))
+    return out

@@ -26,10 +26,16 @@ deterministic mode (`deterministic=`, or torch.are_deterministic_algorithms_enab
 adds ordered) are the signature's; the mods take GQA (`head` the visit's query head, attn_mask's
 gradient stored per visit). A value head dim unlike the query's (D_v != D, DeepSeek's 192 / 128)
 is the signature's d_v: dO, O, V and dV at D_v (the dot kernel, dV's accumulator), Q, K, dK
-and dQ's accumulator at D; where the target's rulebook refuses the pair (sm_90a at D 192: no
-skeleton holds dK's accumulator), the backward says so when built. Not yet: block_mask,
-refused with a message naming it. The backward is a torch op
-(kgen/torch_library.py's `sequence_op`), and a CUDA graph can capture it.
+and dQ's accumulator at D (on sm_90a at D 192 the mma.sync skeleton holds dK's accumulator: the
+wgmma one cannot box it). A block mask (`block_mask=`, as the forward's) is the main kernel's
+`blocks by q_num_blocks, q_indices, full ...` line: each tile of keys visits the query blocks
+the mask lists for it (kgen/attention_blocks.py `transposed_lists`, at the backward's tile),
+partial ones with the mask applied, full ones without, the rest not at all; not with GQA,
+deterministic mode or attn_mask's gradient (`check_block_mask`). kgen's sequences do not carry
+a block mask's lists yet, so that backward's three kernels run as programs called in order
+(`_listed_gradients`, as kgen/attention_varlen.py's backward: the main kernel zeroes dQacc
+itself, four launches). The backward is a torch op (kgen/torch_library.py's `sequence_op`), and
+a CUDA graph can capture it.
 
 Under torch.compile, a call recorded by autograd runs kgen/attention_traced.py's
 `TracedFunction` instead, whose backward op's implementation is this module's `_gradients`,
@@ -51,6 +57,8 @@ __all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backw
            "wants_grad"]
 
 FILE = "<kgen.attention backward>"
+# the main kernel's block mask lists (kgen/attention_blocks.py transposed_lists), in order
+BLOCK_LISTS = ("q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,9 @@ class BackwardSignature:
     deterministic: bool = False  # dQ's adds ordered: bit-identical gradients run to run
     mods: "Mods" = None  # the forward's mods (score_mod, masks, bias, vectors): Mods() if None
     d_v: int | None = None  # the head dim of v (and of dO, O, dV): d if None
+    # a block mask: the main kernel's lists of partial and of full query blocks (the full ones
+    # empty where the mask has none: one program for both, which NVRTC builds without spills)
+    blocks: bool = False
 
     def __post_init__(self):
         if self.mods is None:
@@ -75,9 +86,13 @@ class BackwardSignature:
 
     @property
     def name(self) -> str:
-        fields = tuple(value for f, value in zip(dataclasses.fields(self),  # (d_v: below)
-                                                 dataclasses.astuple(self)) if f.name != "d_v")
-        if self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
+        # d_v and blocks below: a backward with neither keeps the name it had before them
+        fields = tuple(value for f, value in zip(dataclasses.fields(self),
+                                                 dataclasses.astuple(self))
+                       if f.name not in ("d_v", "blocks"))
+        if self.blocks:  # a block mask's flag after the mods (plain ones too)
+            fields += (True,)
+        elif self.mods == Mods():  # the plain backward keeps its name (and its cached builds)
             fields = fields[:-1]
         dims = f"{self.d}" if self.d_v == self.d else f"{self.d}_{self.d_v}"
         fields += (self.d_v,) if self.d_v != self.d else ()
@@ -86,7 +101,8 @@ class BackwardSignature:
 
 
 def backward_text(sig: BackwardSignature) -> str:
-    """The backward of `sig` as DSL text: three kernels and the sequence launching them."""
+    """The backward of `sig` as DSL text: three kernels and the sequence launching them (none
+    with a block mask: its kernels run as programs)."""
     n, t, d, dv = sig.name, sig.dtype, sig.d, sig.d_v  # dO, O, V, dV at v's head dim
     kv = "HKV" if sig.gqa else "H"  # K, V, dK, dV: a CTA owns a KV head, walks its group
     mods = mod_lines(sig)
@@ -115,6 +131,8 @@ def backward_text(sig: BackwardSignature) -> str:
         "  scalar scale : f32 = 1",
         *mods.scalars,
         "  loop q over S {",
+        *([f"    blocks by {', '.join(BLOCK_LISTS[:2])}, full {', '.join(BLOCK_LISTS[2:])}"]
+          if sig.blocks else []),
         "    gemm st = K @ Q^T accumulate f32 {",
         "      epilogue {",
         *mods.probability,
@@ -142,18 +160,16 @@ def backward_text(sig: BackwardSignature) -> str:
         f"  tensor dQ : {t}[B, H, S, {d}] row out",
         "  epilogue { dQ = dQacc }",
         "}",
-        f"sequence {n} {{",
-        "  workspace D, dQacc",
-        f"  launch {n}_dot",
-        f"  launch {n}_main",
-        f"  launch {n}_dq",
-        "}",
     ]
+    if not sig.blocks:  # (a block mask's lists are no sequence's parameter: `_listed_gradients`)
+        lines += [f"sequence {n} {{", "  workspace D, dQacc", f"  launch {n}_dot",
+                  f"  launch {n}_main", f"  launch {n}_dq", "}"]
     return "\n".join(lines) + "\n"
 
 
 def backward_module(sig: BackwardSignature):
-    """The verified ir.Module of the backward of `sig` (its one sequence: the backward)."""
+    """The verified ir.Module of the backward of `sig` (its one sequence: the backward; with a
+    block mask, its three kernels)."""
     from .parse import parse
     from .verify import verify
 
@@ -171,14 +187,43 @@ def wants_grad(*tensors) -> bool:
 
 
 def _refuse(q, k, v, options: dict[str, Any]) -> None:
-    if options.get("block_mask") is not None:
-        raise ArgumentError("kgen.attention's backward does not take block_mask yet; call it on "
-                            "tensors that do not require grad (or under torch.no_grad()), or "
-                            "drop the option")
     if k.shape[1] != q.shape[1]:
         if not options.get("enable_gqa") or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
             raise ArgumentError(f"q has {q.shape[1]} heads, k and v {k.shape[1]}: GQA takes "
                                 "enable_gqa=True and a number of KV heads dividing q's")
+
+
+def check_block_mask(q, k, block_mask, deterministic: bool, bias_grad: bool) -> None:
+    """What the backward does not take beside a block mask, by name (its program refuses the
+    same: kgen/lower/loop_dag.py `_check_listed`); the lists' shapes (checked_lists)."""
+    from .attention_blocks import checked_lists
+
+    if k.shape[1] != q.shape[1]:
+        raise ArgumentError("kgen.attention's backward takes block_mask without GQA only (its "
+                            "lists are per query head; a CTA of the backward walks a KV head's "
+                            "group): repeat k and v to q's heads, or call it without grad")
+    if deterministic:
+        raise ArgumentError("kgen.attention's backward does not take block_mask in "
+                            "deterministic mode (deterministic=True, or torch's deterministic "
+                            "algorithms): its ordered dQ adds chain every tile of keys, which "
+                            "the lists leave out; pass deterministic=False")
+    if bias_grad:
+        raise ArgumentError("kgen.attention's backward does not compute attn_mask's gradient "
+                            "with block_mask (the blocks it leaves out are not visited); "
+                            "detach attn_mask")
+    checked_lists(block_mask, q, k)
+
+
+@functools.cache
+def backward_tile(sig: BackwardSignature) -> tuple[int, int]:
+    """The main kernel's tile (keys, queries) as the rulebook plans it: a block mask's lists
+    are built at it (kgen/attention_blocks.py transposed_lists)."""
+    from .api import plan_kernel
+
+    module = backward_module(sig)
+    plan = plan_kernel(next(k for k in module.kernels if k.name == f"{sig.name}_main"),
+                       sig.arch)
+    return plan.tile_m, plan.block
 
 
 _LOADED: dict[tuple, Any] = {}  # (signature, device) -> the backward's torch op
@@ -210,6 +255,42 @@ def _backward_op(sig: BackwardSignature, device: int):
     return _LOADED[key]
 
 
+_PROGRAMS: dict[tuple, Any] = {}  # (signature with a block mask, device) -> its programs
+
+
+def _listed_gradients(sig: BackwardSignature, device: int, given: dict) -> dict[str, Any]:
+    """dQ, dK, dV of a backward with a block mask (sig.blocks): its three kernels as programs,
+    called in order on the current stream (D, the f32 dQ accumulator and the gradients
+    allocated here by torch's allocator; the main kernel's call zeroes the accumulator; no
+    synchronization, so a CUDA graph captures it)."""
+    import torch
+
+    key = (sig, device)
+    if key not in _PROGRAMS:
+        from .api import build_verified, load_built
+
+        module = backward_module(sig)
+        try:
+            _PROGRAMS[key] = {k.name.removeprefix(f"{sig.name}_"):
+                              load_built(build_verified(k, sig.arch), device=device)
+                              for k in module.kernels}
+        except KgenError as err:
+            raise KgenRuntimeError(f"kgen.attention's backward with a block mask ({sig.dtype}, "
+                                   f"head dim {sig.d}) cannot be built for {sig.arch}: "
+                                   f"{err.message}") from None
+    programs = _PROGRAMS[key]
+    q, k, v = given["Q"], given["K"], given["V"]
+    d = torch.empty(tuple(q.shape[:3]), dtype=torch.float32, device=q.device)
+    acc = torch.empty(tuple(q.shape), dtype=torch.float32, device=q.device)
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    programs["dot"](dO=given["dO"], O=given["O"], D=d)
+    names = {p.name for p in programs["main"].plan.params}
+    programs["main"](**{name: x for name, x in given.items() if name in names}, D=d,
+                     dQacc=acc, dK=dk, dV=dv)
+    programs["dq"](dQacc=acc, dQ=dq)
+    return {"dQ": dq, "dK": dk, "dV": dv}
+
+
 @functools.cache
 def _function():
     """The autograd.Function (defined on first use: `import kgen` needs no torch)."""
@@ -220,27 +301,30 @@ def _function():
     class AttentionFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, scale: float, causal: bool, deterministic: bool, mods: Mods,
-                    values: tuple[float, ...], dropout: tuple, bias, *vectors):
+                    values: tuple[float, ...], dropout: tuple, block_mask, bias, *vectors):
             q, k, v = forward._aligned(q), forward._aligned(k), forward._aligned(v)
             gqa = k.shape[1] != q.shape[1]
             options = _mod_options(mods, values, dropout, bias, vectors)
             out, lse = forward.attention(q, k, v, is_causal=causal, scale=scale,
-                                         enable_gqa=gqa, return_lse=True, **options)
+                                         enable_gqa=gqa, return_lse=True,
+                                         block_mask=block_mask, **options)
             ctx.save_for_backward(q, k, v, out, lse, bias, *vectors)
             ctx.scale, ctx.causal, ctx.mods, ctx.values = scale, causal, mods, values
             ctx.dropout, ctx.gqa, ctx.deterministic = dropout, gqa, deterministic
+            ctx.block_mask = block_mask  # (its lists are no output: kept as they are)
             ctx.mark_non_differentiable(lse)
             return out, lse
 
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
             q, k, v, out, lse, bias, *vectors = ctx.saved_tensors
+            options = _mod_options(ctx.mods, ctx.values, ctx.dropout, bias, vectors)
             found = _gradients(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal, ctx.gqa,
-                               ctx.deterministic, ctx.mods, _mod_options(
-                                   ctx.mods, ctx.values, ctx.dropout, bias, vectors))
+                               ctx.deterministic, ctx.mods,
+                               {**options, "block_mask": ctx.block_mask})
             dbias = (bias_gradient(found["dBiasT"], bias) if ctx.mods.bias_grad else None)
             return (found["dQ"], found["dK"], found["dV"], None, None, None, None, None, None,
-                    dbias, *(None for _ in vectors))
+                    None, dbias, *(None for _ in vectors))
 
     return AttentionFunction
 
@@ -248,19 +332,26 @@ def _function():
 def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: bool,
                deterministic: bool, mods: Mods, options: dict[str, Any]) -> dict[str, Any]:
     """The backward sequence's outputs by name (dQ, dK, dV, dBiasT), of the forward's aligned
-    q, k, v, its O and lse, and its options (`_mod_options`)."""
+    q, k, v, its O and lse, and its options (`_mod_options`, and the block mask if any)."""
     import torch
 
     from . import attention as forward
 
+    block_mask = options.get("block_mask")
     sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), causal,
                             forward._arch(q.device), gqa=gqa, deterministic=deterministic,
-                            mods=mods, d_v=int(v.shape[-1]))
+                            mods=mods, d_v=int(v.shape[-1]), blocks=block_mask is not None)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    op, inputs, outputs = _backward_op(sig, device)
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
     given.update(call_inputs(mods, options, q, k))
+    if block_mask is not None:  # at the main kernel's tile, per tile of keys
+        from .attention_blocks import transposed_lists
+
+        lists = transposed_lists(block_mask, backward_tile(sig), q, k)
+        given.update(zip(BLOCK_LISTS, lists))
+        return _listed_gradients(sig, device, given)
+    op, inputs, outputs = _backward_op(sig, device)
     return dict(zip(outputs, op(*(given[name] for name in inputs))))
 
 
@@ -276,15 +367,24 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     bias = options.get("attn_mask")
+    block_mask = options.get("block_mask")
     mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
     check_bias_grad(q, mods)
+    if block_mask is not None:  # checked now, not in the backward
+        from . import attention as forward
+        from .attention_blocks import backward_tile_check, block_size
+
+        check_block_mask(q, k, block_mask, deterministic, mods.bias_grad)
+        sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), bool(is_causal),
+                                forward._arch(q.device), mods=mods, blocks=True)
+        backward_tile_check(block_size(block_mask), backward_tile(sig))
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
     # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
     dropout = ((float(options["dropout_p"]), *forward_rng(q, options.get("dropout_rng")))
                if mods.dropout else ())
     out, lse = _function().apply(q, k, v, scale, bool(is_causal), bool(deterministic), mods,
                                  tuple(float(scalars[name]) for name in mods.scalars), dropout,
-                                 bias, *(vectors[name] for name, _ in mods.vectors))
+                                 block_mask, bias, *(vectors[name] for name, _ in mods.vectors))
     result = (out,) + ((lse,) if return_lse else ()) + (
         (tuple(dropout[1:]) if dropout else None,) if options.get("return_rng") else ())
     return result if len(result) > 1 else out

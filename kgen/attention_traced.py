@@ -14,7 +14,8 @@ eager step's kernels and gives its bits; their fake implementations give the out
 Traced: attn_mask (bool or additive, with its gradient where it requires grad), vectors, the
 mods and their scalars, the dropout with a given `dropout_rng` (the (seed, offset) is then an
 argument of both ops, so the backward regenerates the forward's mask), a block mask (its lists
-and BLOCK_SIZE arguments of the forward op, which rebuilds it as kgen's BlockLists). Not
+and BLOCK_SIZE arguments of both ops, which rebuild it as kgen's BlockLists: the backward's
+lists transposed in its op, kgen/attention_blocks.py `transposed_lists`). Not
 traced (the call breaks the graph and runs eagerly; fullgraph=True refuses it with the
 reason): a dropout whose (seed, offset) would be drawn from torch's CUDA generator (drawing it
 advances the generator, which a traced graph cannot replay).
@@ -39,13 +40,13 @@ __all__ = ["BACKWARD_SCHEMA", "FORWARD_SCHEMA", "NOT_TRACED", "traced"]
 TENSORS = "Tensor? attn_mask, Tensor[] vectors"
 OPTIONS = ("float scale, bool causal, str? score_mod, str? mask_mod, str[] scalar_names, "
            "float[] scalar_values, str[] vector_names, float dropout_p, SymInt[] dropout_rng")
-# the forward's alone: a block mask's lists (counts, indices, then the full pair if any; [] for
-# none) and its BLOCK_SIZE (the backward takes no block mask)
+# a block mask's lists (counts, indices, then the full pair if any; [] for none) and its
+# BLOCK_SIZE, as the call gave them (the backward's op transposes them)
 BLOCKS = "Tensor[] block_lists, int[] block_size"
 FORWARD_SCHEMA = (f"(Tensor Q, Tensor K, Tensor V, {TENSORS}, {OPTIONS}, {BLOCKS}) "
                   "-> (Tensor, Tensor)")
 BACKWARD_SCHEMA = (f"(Tensor dO, Tensor Q, Tensor K, Tensor V, Tensor O, Tensor lse, {TENSORS}, "
-                   f"{OPTIONS}, bool bias_grad, bool deterministic) "
+                   f"{OPTIONS}, {BLOCKS}, bool bias_grad, bool deterministic) "
                    "-> (Tensor, Tensor, Tensor, Tensor)")
 # why a call runs eagerly under torch.compile (a graph break; fullgraph=True shows it)
 NOT_TRACED = ("kgen.attention does not trace a dropout without dropout_rng (drawing the seed "
@@ -79,12 +80,12 @@ def traced(q, k, v, attn_mask, is_causal, scale, enable_gqa, score_mod, mask_mod
                list(sig.scalars), [float(scalars[name]) for name in sig.scalars],
                [name for name, _ in sig.vectors], float(dropout_p),
                [dense._signed(value) for value in rng] if rng else [])
+    blocks = _block_lists(block_mask, q, k)
     if grad.wants_grad(q, k, v, attn_mask):
         out, lse = _with_grad(q, k, v, attn_mask, tensors, enable_gqa, options, deterministic,
-                              block_mask)
+                              block_mask, blocks)
     else:
-        out, lse = _FORWARD(q, k, v, attn_mask, tensors, *options,
-                            *_block_lists(block_mask, q, k))
+        out, lse = _FORWARD(q, k, v, attn_mask, tensors, *options, *blocks)
     result = (out,) + ((lse,) if return_lse else ()) + ((rng,) if return_rng else ())
     return result if len(result) > 1 else out
 
@@ -100,18 +101,22 @@ def _block_lists(block_mask, q, k) -> tuple[list, list]:
     return attention_blocks.checked_lists(block_mask, q, k), list(size)
 
 
-def _with_grad(q, k, v, attn_mask, vectors, enable_gqa, options, deterministic, block_mask):
+def _with_grad(q, k, v, attn_mask, vectors, enable_gqa, options, deterministic, block_mask,
+               blocks):
     """O and lse of a traced call recorded by autograd: the eager backward's checks
-    (kgen/attention_grad.py `_refuse`: no block mask yet; call_mods, check_bias_grad), then
-    TracedFunction."""
+    (kgen/attention_grad.py `_refuse`, call_mods, check_bias_grad, check_block_mask; the block
+    mask's BLOCK_SIZE against the backward's tile in the backward op), then TracedFunction."""
     call = _call_options(attn_mask, vectors, *options[2:])
-    grad._refuse(q, k, v, {"enable_gqa": enable_gqa, "block_mask": block_mask, **call})
+    grad._refuse(q, k, v, {"enable_gqa": enable_gqa, **call})
     bias_grad = attn_mask is not None and attn_mask.requires_grad
     grad.check_bias_grad(q, call_mods(q, k, v, call, bias_grad))
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
+    if block_mask is not None:
+        grad.check_block_mask(q, k, block_mask, bool(deterministic), bias_grad)
+    lists, size = blocks
     return TracedFunction.apply(q, k, v, attn_mask, options, bias_grad, bool(deterministic),
-                                *vectors)
+                                size, len(vectors), *vectors, *lists)
 
 
 def _call_options(attn_mask, vectors, score_mod, mask_mod, scalar_names, scalar_values,
@@ -146,14 +151,22 @@ def _forward_fake(Q, K, V, *arguments):
 
 
 def _backward(dO, Q, K, V, O, lse, attn_mask, vectors, scale, causal, score_mod, mask_mod,
-              scalar_names, scalar_values, vector_names, dropout_p, dropout_rng, bias_grad,
-              deterministic):
+              scalar_names, scalar_values, vector_names, dropout_p, dropout_rng, block_lists,
+              block_size, bias_grad, deterministic):
     """The backward op: dQ, dK, dV by the eager backward's sequence (`_gradients`), of the
-    forward op's Q, K, V (aligned as the forward aligns them), O and lse; and attn_mask's
-    gradient in its shape where `bias_grad`, else an empty tensor."""
+    forward op's Q, K, V (aligned as the forward aligns them), O and lse, with the forward's
+    block mask (its BLOCK_SIZE checked against the backward's tile); and attn_mask's gradient
+    in its shape where `bias_grad`, else an empty tensor."""
     q, k, v = dense._aligned(Q), dense._aligned(K), dense._aligned(V)
     options = _call_options(attn_mask, vectors, score_mod, mask_mod, scalar_names,
                             scalar_values, vector_names, dropout_p, dropout_rng)
+    if block_lists:
+        options["block_mask"] = attention_blocks.BlockLists(*block_lists,
+                                                            block_size=tuple(block_size))
+        mods = call_mods(q, k, v, options, bias_grad)
+        sig = grad.BackwardSignature(dense._dtype_name(q.dtype), int(q.shape[-1]), causal,
+                                     dense._arch(q.device), mods=mods, blocks=True)
+        attention_blocks.backward_tile_check(tuple(block_size), grad.backward_tile(sig))
     found = grad._gradients(dO, q, k, v, O, lse, scale, causal, K.shape[1] != Q.shape[1],
                        deterministic, call_mods(q, k, v, options, bias_grad), options)
     dbias = bias_gradient(found["dBiasT"], attn_mask) if bias_grad else Q.new_empty(0)
@@ -179,17 +192,21 @@ class TracedFunction(torch.autograd.Function):
     gradients, and attn_mask its own where `bias_grad`; the vectors get none."""
 
     @staticmethod
-    def forward(ctx, q, k, v, attn_mask, options, bias_grad, deterministic, *vectors):
-        out, lse = _FORWARD(q, k, v, attn_mask, list(vectors), *options, [], [])
-        ctx.save_for_backward(q, k, v, out, lse, attn_mask, *vectors)
+    def forward(ctx, q, k, v, attn_mask, options, bias_grad, deterministic, block_size, count,
+                *tensors):
+        vectors, lists = list(tensors[:count]), list(tensors[count:])  # then a block mask's
+        out, lse = _FORWARD(q, k, v, attn_mask, vectors, *options, lists, block_size)
+        ctx.save_for_backward(q, k, v, out, lse, attn_mask, *tensors)
         ctx.options, ctx.flags = options, (bias_grad, deterministic)
+        ctx.count, ctx.block_size = count, block_size
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, out, lse, attn_mask, *vectors = ctx.saved_tensors
+        q, k, v, out, lse, attn_mask, *tensors = ctx.saved_tensors
+        vectors, lists = tensors[:ctx.count], tensors[ctx.count:]
         dq, dk, dv, dbias = _BACKWARD(grad_out, q, k, v, out, lse, attn_mask, vectors,
-                                      *ctx.options, *ctx.flags)
-        return (dq, dk, dv, dbias if ctx.flags[0] else None, None, None, None,
-                *(None for _ in vectors))
+                                      *ctx.options, lists, ctx.block_size, *ctx.flags)
+        return (dq, dk, dv, dbias if ctx.flags[0] else None, None, None, None, None, None,
+                *(None for _ in tensors))

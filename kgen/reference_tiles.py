@@ -21,8 +21,11 @@ ir.Random defines, bit for bit as the kernels compute it (`philox4x32`, `random_
 A block mask (`blocks MxN by COUNTS, INDICES[, full FULL_COUNTS, FULL_INDICES]`, ir.BlockMask)
 is FlexAttention's: each tile of M rows (rows r with r // M = t) visits, in order, the blocks
 INDICES[b, h, t, :COUNTS[b, h, t]] (partial: the body as written), then FULL_INDICES[b, h, t,
-:FULL_COUNTS[b, h, t]] (full: every mask `where(P, e, -inf)` is `e` there), each of N columns (without sizes on
-the line: the loop's tile, else M from the counts' extent and N the `block` given);
+:FULL_COUNTS[b, h, t]] (full: every mask is `e` there: `where(P, e, -inf)` in the forward's
+loop; in a DAG loop, the backward's, `where(P, e, 0)` whose P reads only indices: positions,
+sizes, scalars, vectors and constants, not acc, a tensor or a random value), each of N columns
+(without sizes on the line: the loop's tile, else M from the counts' extent and N the `block`
+given);
 a block listed twice runs twice and a block listed in neither is not visited, whatever its
 elements hold. Counts are clipped to [0, blocks] and indices to [0, blocks - 1], as the kernels
 do; a list with B or H of 1 is shared; the loop's block is N.
@@ -44,7 +47,7 @@ import numpy as np
 
 from . import ir
 from .reference import _NUMPY_REDUCE, batch_count, host_dtype, numpy_op, round_to
-from .verify.loop_gemms import after_loop_groups  # the kernel's epilogue by N (one home)
+from .verify.loop_gemms import after_loop_groups, is_forward_loop  # (one home each)
 
 DEFAULT_BLOCK = 64  # the loop's block when the caller gives none
 DEFAULT_ROWS = 64  # the kernel's rows per block (CTA) of a loop with `+=` stores, without tile
@@ -537,19 +540,36 @@ class _Instance:
         raise TypeError(f"not an epilogue expression: {node!r}")
 
     def _is_mask(self, node: ir.Call) -> bool:
-        """`where(P, e, -inf)`: its third argument the constant -inf (through locals and f32
-        casts, as the lowering sees it)."""
+        """`where(P, e, -inf)` in the forward's loop: its third argument the constant -inf
+        (through locals and f32 casts, as the lowering sees it); in a DAG loop `where(P, e, 0)`
+        whose P reads only indices (kgen/lower/loop_dag.py `mask_values`)."""
         if node.op is not ir.Op.WHERE:
             return False
-        other = node.args[2]
-        while True:
-            if isinstance(other, ir.LocalRef) and other.name in self.lets:
-                other = self.lets[other.name]
-            elif isinstance(other, ir.Cast) and other.dtype is ir.DType.F32:
-                other = other.arg
-            else:
-                break
+        other = self._through(node.args[2])
+        if not is_forward_loop(self.kernel.loop):
+            return (isinstance(other, ir.Const) and float(other.value) == 0.0
+                    and self._indices_only(node.args[0]))
         return isinstance(other, ir.Const) and np.float32(other.value) == -np.inf
+
+    def _through(self, node: ir.Expr) -> ir.Expr:
+        """`node` through the epilogue's locals and f32 casts."""
+        while True:
+            if isinstance(node, ir.LocalRef) and node.name in self.lets:
+                node = self.lets[node.name]
+            elif isinstance(node, ir.Cast) and node.dtype is ir.DType.F32:
+                node = node.arg
+            else:
+                return node
+
+    def _indices_only(self, node: ir.Expr) -> bool:
+        """Whether an expression reads only positions, sizes, scalars, vectors, constants."""
+        if isinstance(node, ir.LocalRef) and node.name in self.lets:
+            return self._indices_only(self.lets[node.name])
+        if isinstance(node, (ir.Const, ir.ScalarLoad, ir.VectorLoad, ir.Position, ir.Extent)):
+            return True
+        if isinstance(node, ir.Cast):
+            return self._indices_only(node.arg)
+        return isinstance(node, ir.Call) and all(self._indices_only(a) for a in node.args)
 
     def _integer(self, name: str) -> int:
         """A u64 scalar (random's seed or offset): an int, taken modulo 2^64."""

@@ -133,3 +133,73 @@ def test_lists_at_kgens_tile_pass_as_they_are_and_a_split_is_kept():
     assert all(a is b for a, b in zip(split, again))  # converted once per source
     bm.kv_num_blocks.add_(0)  # an in-place change (its version): converted again
     assert ab.lists_for(bm, (128, 64), q, k)[0] is not split[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward's lists: per tile of keys, the blocks of queries (transposed_lists)
+
+
+@pytest.mark.parametrize("tile", [(128, 64), (128, 32), (64, 64), (128, 128)])
+@pytest.mark.parametrize("s, t", [(17, 1000), (300, 500), (1000, 17)])
+def test_the_backward_lists_are_the_masks_blocks_transposed(tile, s, t):
+    """Each (key tile, query block) of the backward's tile lies in one block of the mask: its
+    state in the transposed lists (0 unlisted, 1 partial, 2 full) is that block's, for a random
+    boolean pattern (from_dense: partial, full and empty blocks) and a FlexAttention mask."""
+    gen = torch.Generator().manual_seed(s + t)
+    keys, queries = tile
+    dense = torch.rand(2, 3, -(-s // 128), -(-t // 128), generator=gen)
+    elements = (dense.repeat_interleave(128, 2)[:, :, :s].repeat_interleave(128, 3)[..., :t])
+    mask = (elements < 0.3) | ((elements < 0.7) & (torch.rand(2, 3, s, t, generator=gen) < 0.5))
+    flex = _flex_mask(lambda b, h, q, kv: (q >= kv) & (kv > q - 300), 1, 1, s, t)
+    q = torch.zeros(2, 3, s, 64, dtype=torch.bfloat16)
+    k = torch.zeros(2, 3, t, 64, dtype=torch.bfloat16)
+    for bm in (ab.from_dense(mask, 128), flex):
+        lists = ab.transposed_lists(bm, tile, q, k)
+        lead = tuple(bm.kv_num_blocks.shape[:2])
+        assert [tuple(x.shape) for x in lists] == [(*lead, -(-t // keys)),
+                                                   (*lead, -(-t // keys), -(-s // queries))] * 2
+        assert all(x.dtype == torch.int32 and x.is_contiguous() for x in lists)
+        forward = element_state((bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+                                 bm.full_kv_indices), 128, 128, s, t)  # [B, H, S, T]
+        backward = element_state(lists, keys, queries, t, s)  # [B, H, T, S]
+        assert torch.equal(backward, forward.transpose(-1, -2))
+        # ascending within each list (the kernel's visits in order)
+        for counts, indices in ((lists[0], lists[1]), (lists[2], lists[3])):
+            for i in torch.nonzero(counts > 1).tolist():
+                listed = indices[tuple(i)][:counts[tuple(i)]]
+                assert bool((listed[1:] > listed[:-1]).all())
+
+
+def test_the_backward_lists_without_full_blocks_and_with_stray_indices():
+    """A mask of partial lists only has empty full lists; indices past the keys' blocks and
+    counts past the list list nothing (an unused entry is never read)."""
+    counts = torch.tensor([[[3, 9]]], dtype=torch.int32)  # tile 1: more than its entries
+    indices = torch.tensor([[[[1, 7, -1], [0, 0, 1]]]], dtype=torch.int32)  # 7, -1: stray
+    bm = ab.BlockLists(counts, indices, block_size=(128, 128))
+    q = torch.zeros(1, 1, 256, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 1, 384, 64, dtype=torch.bfloat16)
+    lists = ab.transposed_lists(bm, (128, 64), q, k)
+    state = element_state(lists, 128, 64, 384, 256)[0, 0]  # [T, S]
+    want = torch.zeros(384, 256, dtype=torch.long)
+    want[128:256, :128] = 1  # query block 0 lists key block 1
+    want[:256, 128:] = 1  # query block 1 lists key blocks 0 and 1
+    assert torch.equal(state, want)
+    assert int(lists[2].sum()) == 0
+
+
+def test_the_backward_lists_are_kept_per_source_and_version():
+    bm = ab.from_dense(torch.ones(1, 1, 256, 256, dtype=torch.bool), 128)
+    q = torch.zeros(1, 1, 256, 64, dtype=torch.bfloat16)
+    one = ab.transposed_lists(bm, (128, 64), q, q)
+    assert ab.transposed_lists(bm, (128, 64), q, q) is one
+    bm.full_kv_num_blocks.add_(0)  # an in-place change (its version): transposed again
+    assert ab.transposed_lists(bm, (128, 64), q, q) is not one
+
+
+def test_a_block_size_the_backwards_tile_does_not_divide_is_refused_by_name():
+    with pytest.raises(ArgumentError, match=r"BLOCK_SIZE \(128, 64\) cannot be used by "
+                       r"kgen.attention's backward: it runs in tiles of 128 keys by 64 "
+                       r"queries.*key block must be a multiple of 128"):
+        ab.backward_tile_check((128, 64), (128, 64))
+    ab.backward_tile_check((128, 128), (128, 64))
+    ab.backward_tile_check((64, 256), (128, 32))

@@ -70,11 +70,11 @@ def test_opcheck_the_ops_on_meta_tensors(bias, bias_grad):
     assert out.shape == (2, 4, 96, 64) and lse.shape == (2, 4, 96)
     for op, args in ((torch.ops.kgen.attention_fwd, (q, k, v, mask, vectors, *options, [], [])),
                      (torch.ops.kgen.attention_bwd, (out, q, k, v, out, lse, mask, vectors,
-                                                     *options, bias_grad, True))):
+                                                     *options, [], [], bias_grad, True))):
         result = torch.library.opcheck(op, args)
         assert set(result.values()) == {"SUCCESS"}, (op, result)
     *_, dbias = torch.ops.kgen.attention_bwd(out, q, k, v, out, lse, mask, vectors, *options,
-                                             bias_grad, False)
+                                             [], [], bias_grad, False)
     assert dbias.shape == (bias if bias_grad else (0,))
 
 
@@ -171,7 +171,7 @@ def test_torch_compile_traces_a_block_mask_to_the_forward_op():
 
 def test_a_traced_block_mask_is_checked_as_the_eager_one(monkeypatch):
     """The block mask's mistakes under torch.compile are the eager call's: the lists' shapes,
-    their rows for S, and no backward with a block mask yet."""
+    their rows for S, and what the backward does not take beside one (deterministic mode)."""
     monkeypatch.setattr(kattention, "_arch", lambda device: "sm_80")  # no GPU to ask
     for blocks, message in ((_blocks(rows=3), "lists 3 blocks of query rows; q's S needs 4"),
                             (_blocks(batch=3), "block_mask has batch 3, but q has 2")):
@@ -182,9 +182,29 @@ def test_a_traced_block_mask_is_checked_as_the_eager_one(monkeypatch):
     q, k, v = _meta(s=400, t=256)
     q.requires_grad_()
     torch._dynamo.reset()
-    with pytest.raises(ArgumentError, match="does not take block_mask yet"):
-        torch.compile(lambda q, k, v, b: kgen.attention(q, k, v, block_mask=b),
+    with pytest.raises(ArgumentError, match="does not take block_mask in deterministic mode"):
+        torch.compile(lambda q, k, v, b: kgen.attention(q, k, v, block_mask=b,
+                                                        deterministic=True),
                       backend="eager")(q, k, v, _blocks())
+
+
+def test_inductor_hands_a_block_mask_to_both_ops_of_a_training_step(cpu_stand_ins):
+    """kgen's BlockLists in a compiled training step (inductor, CPU stand-ins): the forward op
+    and the backward op get the same lists and BLOCK_SIZE (the backward's op transposes them
+    at its tile), and the gradients are the backward op's."""
+    from kgen.attention_blocks import from_dense
+
+    mask = from_dense(torch.rand(1, 4, 256, 256) < 0.5, 128)
+    leaves = _leaves(256)
+    torch._dynamo.reset()
+    out = torch.compile(lambda q, k, v, m: kgen.attention(q, k, v, block_mask=m),
+                        fullgraph=True)(*leaves, mask)
+    out.float().sum().backward()
+    assert bool((leaves[0].grad == 2).all()) and bool((leaves[2].grad == 4).all())
+    shapes = [(1, 4, 2), (1, 4, 2, 2)] * 2
+    assert cpu_stand_ins[-3] == ("blocks", shapes, [128, 128])
+    assert cpu_stand_ins[-1][0] == "bwd" and cpu_stand_ins[-1][-4:] == (shapes, [128, 128],
+                                                                       False, False)
 
 
 def test_inductor_hands_a_flex_block_mask_to_the_forward_op(cpu_stand_ins):
@@ -244,7 +264,7 @@ def test_torch_compile_traces_a_training_step_in_one_graph(kv_heads, options, de
     assert not _op_calls(graphs[0], "attention_bwd") and not _op_calls(graphs[1], "attention_fwd")
     assert len(bwd.args[7]) == len(fwd.args[4]) == len(vectors)
     assert fwd.args[-2:] == ([], [])  # no block mask
-    assert tuple(bwd.args[8:]) == (*fwd.args[5:-2], False, deterministic)
+    assert tuple(bwd.args[8:]) == (*fwd.args[5:], False, deterministic)
     assert fwd.args[5:7] == (options.get("scale", 0.125), options.get("is_causal", False))
     for leaf in leaves:
         assert leaf.grad.shape == leaf.shape and leaf.grad.dtype == leaf.dtype
@@ -269,8 +289,10 @@ def cpu_stand_ins():
                 q.new_zeros(q.shape[:3], dtype=torch.float32))
 
     def backward(do, q, k, v, out, lse, mask, vectors, *options):
-        calls.append(("bwd", *shapes(mask, vectors), *options))
-        dbias = mask.new_full(mask.shape, 5.0) if options[-2] else q.new_empty(0)
+        *options, lists, size, bias_grad, deterministic = options  # the lists by their shapes
+        calls.append(("bwd", *shapes(mask, vectors), *options, [tuple(t.shape) for t in lists],
+                      size, bias_grad, deterministic))
+        dbias = mask.new_full(mask.shape, 5.0) if bias_grad else q.new_empty(0)
         return q.new_full(q.shape, 2.0), k.new_full(k.shape, 3.0), v.new_full(v.shape, 4.0), dbias
 
     library = torch.library.Library("kgen", "IMPL")
@@ -311,7 +333,7 @@ def test_inductor_compiles_a_training_step_to_the_two_ops(cpu_stand_ins):
             options = (0.125, True, SOFTCAP["score_mod"], "row - col < 256", ["cap"], [30.0],
                        [], 0.0, [])
             assert cpu_stand_ins[-2:] == [("fwd", None, [], *options),
-                                          ("bwd", None, [], *options, False, deterministic)]
+                                          ("bwd", None, [], *options, [], [], False, deterministic)]
     finally:
         torch.use_deterministic_algorithms(before)
 
@@ -333,7 +355,7 @@ def test_inductor_compiles_a_step_with_a_bias_its_gradient_and_vectors(cpu_stand
     assert slopes.grad is None
     options = (0.125, False, ALIBI["score_mod"], None, [], [], ["slopes"], 0.0, [])
     assert cpu_stand_ins[-2:] == [("fwd", (1, 4, 1, 48), [(4,)], *options),
-                                  ("bwd", (1, 4, 1, 48), [(4,)], *options, True, False)]
+                                  ("bwd", (1, 4, 1, 48), [(4,)], *options, [], [], True, False)]
     q, k, v, bias = _leaves(48, (48, 48))
     compiled(q, k, v, bias, slopes).float().sum().backward()
     assert bias.grad is None and cpu_stand_ins[-1][-2:] == (False, False)

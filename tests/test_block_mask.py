@@ -118,24 +118,51 @@ def test_a_malformed_line_is_a_syntax_error():
         kernel_of(TEXT.replace("by kv_num_blocks, kv_indices,", "by kv_num_blocks,"))
 
 
-def test_the_backward_loop_refuses_a_block_mask():
+def test_the_backward_loop_takes_a_block_mask():
+    """The DAG loop (the backward's) takes the line too (tests/lower/test_loop_dag_blocks.py
+    tests it in detail)."""
     from pathlib import Path
 
     text = Path("examples/attention_bwd.kg").read_text().replace(
         "  loop q over S {\n", "  loop q over S {\n    blocks by q_num_blocks, q_indices\n")
-    with pytest.raises(KgenError) as err:
-        parse(text, "bwd.kg").kernels and verify_kernel(parse(text, "bwd.kg").kernels[0])
-    assert "a block mask applies to a forward loop" in err.value.message
-    assert err.value.loc.line == _line(text, "q_num_blocks")
+    kernel = parse(text, "bwd.kg").kernels[0]
+    verify_kernel(kernel)
+    assert lower(kernel).bounds.listed.names == ("q_num_blocks", "q_indices")
 
 
-def test_kgen_attention_backward_refuses_block_mask_by_name():
+def test_kgen_attention_with_grad_checks_the_block_size_against_the_backwards_tile(
+        monkeypatch):
+    """Before the forward runs: a BLOCK_SIZE whose key block the backward's tile (sm_90a: 128
+    keys by 64 queries, as the rulebook plans it) does not divide is refused by name."""
     torch = pytest.importorskip("torch")
-    from kgen.attention_grad import _refuse
+    from kgen import attention as ka
+    from kgen.attention_blocks import from_dense
+    from kgen.attention_grad import BackwardSignature, attention_with_grad, backward_tile
+
+    monkeypatch.setattr(ka, "_arch", lambda device: "sm_90a")  # no GPU to ask
+    assert backward_tile(BackwardSignature("bf16", 64, True, "sm_90a", blocks=True)) == (128, 64)
+    q = torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16)
+    mask = from_dense(torch.ones(1, 1, 256, 256, dtype=torch.bool), (128, 64))
+    with pytest.raises(ArgumentError, match=r"BLOCK_SIZE \(128, 64\) cannot be used by "
+                       r"kgen.attention's backward: it runs in tiles of 128 keys by 64 queries"):
+        attention_with_grad(q, k, k, is_causal=True, block_mask=mask, deterministic=False)
+
+
+def test_kgen_attention_backward_checks_what_it_takes_beside_block_mask():
+    torch = pytest.importorskip("torch")
+    from kgen.attention_blocks import from_dense
+    from kgen.attention_grad import check_block_mask
 
     q = torch.zeros(1, 2, 8, 64)
-    with pytest.raises(ArgumentError, match="backward does not take block_mask"):
-        _refuse(q, q, q, {"block_mask": object()})
+    mask = from_dense(torch.ones(1, 1, 8, 8, dtype=torch.bool), 128)
+    check_block_mask(q, q, mask, False, False)
+    for k, deterministic, bias_grad, message in (
+            (q[:, :1], False, False, "takes block_mask without GQA only"),
+            (q, True, False, "does not take block_mask in deterministic mode"),
+            (q, False, True, "does not compute attn_mask's gradient with block_mask")):
+        with pytest.raises(ArgumentError, match=message):
+            check_block_mask(q, k, mask, deterministic, bias_grad)
 
 
 # ---------------------------------------------------------------------------------------------

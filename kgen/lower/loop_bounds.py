@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ..enums import Axis, Op, ReduceOp
 from ..plan import epilogue as dag
+from ..plan import loop_dag as ld
 from ..plan import program as pp
 
 _COMPARE = {Op.LE: (True, False), Op.LT: (True, True), Op.GE: (False, False),
@@ -478,7 +479,7 @@ def _text(values, index: int, depth: int = 0) -> str:
         return f"random{'_t' if kind.transposed else ''}({kind.seed}, {kind.offset})"
     if isinstance(kind, pp.CarryValue):
         return kind.carry
-    if isinstance(kind, dag.Accumulator):
+    if isinstance(kind, (dag.Accumulator, ld.GemmResult)):  # (a DAG loop's gemm's own)
         return "acc"
     if isinstance(kind, dag.VectorLoad):
         return f"{kind.param}[{kind.axis.value}]"

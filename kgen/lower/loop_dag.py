@@ -11,7 +11,9 @@ differ, grouped as the verifier checked them). The values reuse
 kgen/lower/program.py's sections; the configuration is the rulebook's
 (kgen/targets/loop_rules.py, the DAG section). Blocks a mask zeroes in full are skipped where
 the bounds of kgen/lower/loop_bounds.py apply and zeroing the mask's value provably makes the
-block add nothing (`_zero_on_masked`).
+block add nothing (`_zero_on_masked`). A block mask (`blocks by ...`, ir.BlockMask) lists the
+blocks instead, at run time (`_listed`): per tile of rows the partial blocks, then the full
+ones, where every mask `where(P, e, 0)` whose predicate reads only indices reads `e`.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from ..targets import Instruction, dag_mma_rules, dag_wgmma_rules, loop_rules, t
 from . import loop_bounds, loop_dag_storage
 from . import packed as packed_program
 from ..verify.loop_gemms import after_loop_groups  # the kernel's epilogue by N (one home)
-from .program import _params, _roles, _Section, _store, smem_tile
+from .program import _block_params, _params, _roles, _Section, _store, smem_tile
 
 
 class _DagSection(_Section):
@@ -113,9 +115,12 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
         staged=staged_count, accumulators=len(acc_n), n_acc=max(acc_n.values()),
         live_scores=min(len(scores), 2), loop_row_n=tuple(loop_row_n), vectors=len(vectors),
         handed=len(handed),
-        acc_ns=tuple(acc_n.values()) if len(set(acc_n.values())) > 1 else ())
+        acc_ns=tuple(acc_n.values()) if len(set(acc_n.values())) > 1 else (),
+        listed=loop.blocks is not None)
     tgt = target(arch)
-    written = (loop.tile.m if loop.tile else None, loop.tile.n if loop.tile else None,
+    # a block mask's blocks are the tile (verify: a written tile says the same sizes)
+    tile_line = loop.tile or (loop.blocks if loop.blocks and loop.blocks.m is not None else None)
+    written = (tile_line.m if tile_line else None, tile_line.n if tile_line else None,
                loop.stages.count if loop.stages else None,
                loop.warps.m if loop.warps else None)
     # sm_90a's wgmma skeleton where the rulebook allows it (its one configuration), else
@@ -265,13 +270,17 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     # packed sequences (the varlen backward): a CTA's rows and its loop lie in one sequence
     params, fields, packed = packed_program.run(kernel, rows_dim, loop.dim, params, fields)
     gqa = any(p.kv for p in params)
+    if loop.blocks is not None:
+        _check_listed(kernel, loop, gqa, body_section)
+        params, fields = _block_params(kernel, lead, params, fields)
     zeroed_stores: frozenset[str] = frozenset()
     if wgmma_refused is None:  # the skeleton writes zeros on the blocks it skips
         from ..targets.sm90.loop_dag_schedule import staged_store
 
         zeroed_stores = staged_store(body_section, params, dtype, gqa, wgmma_split)
-    bounds = _bounds(body_section, gemms, zeroed_stores,
-                     _equalities_refused(kernel, gqa))
+    bounds = (_listed(body_section, loop.blocks, config.tile_m, config.block)
+              if loop.blocks is not None else
+              _bounds(body_section, gemms, zeroed_stores, _equalities_refused(kernel, gqa)))
     if gqa:
         for t in tails:
             _check_gqa(kernel, body_section, t.section)
@@ -289,7 +298,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                           bounds.skips, gqa=gqa, ordered=deterministic is not None,
                           add_to=adds[0] if len(adds) == 1 else None, body=body_section,
                           gemms=tuple(gemms), params=params, smem_limit=tgt.smem_limit,
-                          packed=bool(packed), linear=bool(bounds.bounds))
+                          packed=bool(packed), linear=bool(bounds.bounds),
+                          listed=bounds.listed is not None)
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")
@@ -538,6 +548,65 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
     if refused:
         why += "; not used: " + "; ".join(refused)
     return pp.LoopBounds(linear, tuple(fold), why, equal)
+
+
+def _check_listed(kernel: ir.Kernel, loop: ir.Loop, gqa: bool, body: pp.Section) -> None:
+    """What a DAG loop does not take beside a block mask, each refused at the line."""
+    at = loop.blocks.loc
+    if kernel.deterministic:
+        raise KgenError(at, "a block mask and 'reductions deterministic' together are not "
+                        "supported: deterministic adds chain the tiles of rows visiting a block "
+                        "one after the other, and the lists leave any tiles out; drop one")
+    if gqa:
+        raise KgenError(at, "a block mask in a DAG loop takes no GQA yet: its lists are per "
+                        "query head, and a CTA walks every query head of its KV head's group; "
+                        "give K and V the query heads")
+    stores = [s.param for s in body.statements if isinstance(s, pp.StoreTile)]
+    if stores:
+        raise KgenError(at, f"a block mask in a DAG loop takes no tile store ('{stores[0]}'): "
+                        "the blocks the lists leave out are not visited, so their elements "
+                        "would be left unwritten")
+
+
+def _listed(body: pp.Section, blocks: ir.BlockMask, tile_m: int, block: int) -> pp.LoopBounds:
+    """The bounds of a DAG loop with a block mask: the blocks listed at run time, every mask
+    of the body (`mask_values`) reading its kept value on a full block; no bound derived."""
+    values = body.values
+    masks = mask_values(body) if blocks.full_counts is not None else ()
+    why = (f"the block mask lists the blocks each tile of rows visits ({tile_m}x{block}): "
+           f"{blocks.counts} partial blocks per tile from {blocks.indices}, the body as written")
+    if blocks.full_counts is not None:
+        why += (f", then {blocks.full_counts} full blocks from {blocks.full_indices}, "
+                + ("where " + ", ".join(f"`{loop_bounds._text(values, m)}`" for m in masks)
+                   + " read" + ("s" if len(masks) == 1 else "") + " the value kept"
+                   if masks else "alike (the body has no mask where(P, e, 0) of indices)"))
+    why += "; a block listed in neither is not visited (it adds nothing)"
+    return pp.LoopBounds((), (), why, listed=pp.BlockList(
+        blocks.counts, blocks.indices, blocks.full_counts, blocks.full_indices, masks))
+
+
+def mask_values(body: pp.Section) -> tuple[int, ...]:
+    """A DAG loop's masks, as a block mask's full block skips them: the tile values
+    `where(P, e, 0)` whose predicate P reads only indices (positions, sizes, scalars, vectors,
+    constants; not acc, a tensor or a random value: a dropout's `where(kept, ..., 0)` is no
+    mask). kgen/reference_tiles.py reads the same rule."""
+    values = body.values
+
+    def indices_only(index: int) -> bool:
+        kind = values[index].kind
+        if isinstance(kind, (dag.Constant, dag.ScalarArg, dag.VectorLoad, pp.PositionValue,
+                             pp.ExtentValue)):
+            return True
+        if isinstance(kind, dag.Cast):
+            return indices_only(kind.arg)
+        return isinstance(kind, dag.Apply) and all(indices_only(a) for a in kind.args)
+
+    return tuple(v.id for v in values
+                 if v.rank is Rank.TILE and isinstance(v.kind, dag.Apply)
+                 and v.kind.op is ir.Op.WHERE
+                 and isinstance(values[v.kind.args[2]].kind, dag.Constant)
+                 and values[v.kind.args[2]].kind.value == 0.0
+                 and indices_only(v.kind.args[0]))
 
 
 # why deterministic mode takes no equality as a bound

@@ -114,7 +114,7 @@ def bind_program(plan: ProgramPlan, args: Mapping[str, Any],
                 raise KgenRuntimeError(
                     f"{plan.name}: {tile.param} is streamed along {plan.loop_dim} in 16-byte "
                     f"chunks, so {plan.loop_dim} must be a multiple of 8 (it is {loop_len})")
-    if isinstance(plan, LoopPlan) and plan.bounds.listed is not None:
+    if isinstance(plan, (LoopPlan, LoopDagPlan)) and plan.bounds.listed is not None:
         blocks.extents(plan, arrays, batch_dims, rows, loop_len)
     values = []
     for f in plan.fields:

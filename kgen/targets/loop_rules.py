@@ -461,10 +461,10 @@ DAG_ROWS_PER_WARP = 16
 # 2's sm_80 configuration at head dim 128 (64 queries x 128 keys, 8 warps), 44-56 B of spills
 # without a mask and 336-400 B causal in the skeleton's three loops, 254-255 and 0 (both masks,
 # sm_80 and sm_90a builds, NVRTC 13.5) in its compact body (kgen/targets/dag_mma_rules.py). So
-# sm_80's budget takes it (320), and sm_90a's the same (the mma.sync skeleton serves the loops
-# wgmma does not take: a written tile, D 192; at 248 D 192, 192 / 128 and the seed's example
-# were refused, yet compile for sm_90a at 255 registers with no spill, NVRTC 13.5).
+# sm_80's budget takes it (320), and sm_90a's (the loops wgmma does not take: a written tile,
+# D 192; at 248 they were refused, yet compile for sm_90a at 255 and 0 spills, NVRTC 13.5).
 DAG_REGISTER_OVERHEAD = 32
+DAG_LISTED_REGISTERS = 8  # a block mask's walk (sm_80 D 128: 128x64 spilled, 128x32 not)
 DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 320}
 
 
@@ -474,9 +474,8 @@ def dag_register_budget(tgt: Target) -> int:
 
 @dataclass(frozen=True, slots=True)
 class DagShape:
-    """What the rules read of a DAG loop: the loop-invariant tiles' and the streamed tiles'
-    columns, the staged tile values, the accumulators (count, N), the score tiles live at
-    once, and the loop-row gemms' N."""
+    """What the rules read of a DAG loop: the loop-invariant and streamed tiles' columns, the
+    staged tile values, the accumulators, the score tiles live at once, the loop-row gemms' N."""
 
     resident_cols: tuple[int, ...]
     streamed_cols: tuple[int, ...]
@@ -488,6 +487,7 @@ class DagShape:
     vectors: int = 0  # f32 vectors staged per block ([stages][block] each)
     handed: int = 0  # tile values handed to accumulating gemms only (staged where split)
     acc_ns: tuple[int, ...] = ()  # each accumulator's N where they differ (n_acc the widest)
+    listed: bool = False  # a block mask's walk (DAG_LISTED_REGISTERS)
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -522,7 +522,8 @@ def dag_registers(config: LoopConfig, shape: DagShape) -> int:
     scores = 2 * (shape.live_scores * config.block // 2 + config.block // 4)
     loop_row = max((dag_loop_row_split(config, n) or (0, n))[1] // 2
                    for n in shape.loop_row_n) if shape.loop_row_n else 0
-    return carried + max(scores, loop_row) + DAG_REGISTER_OVERHEAD
+    return (carried + max(scores, loop_row) + DAG_REGISTER_OVERHEAD
+            + (DAG_LISTED_REGISTERS if shape.listed else 0))
 
 
 def dag_refusal(config: LoopConfig, shape: DagShape, dtype: DType, tgt: Target) -> str | None:

@@ -7,8 +7,9 @@ Its blocks are the loop's own: M rows (the tile's M) by N columns (the loop's bl
 written `tile` must say the same sizes, and without one the line's sizes are the tile's; a
 line without sizes (`blocks by ...`) takes the tile as written or as the rulebook picks it. The
 names are new parameters (int32, shaped by the program: kgen/lower/program.py), checked at run
-time (kgen/runtime/blocks.py). The forward's loop takes it (a score gemm, then one
-accumulating gemm); not with packed sequences.
+time (kgen/runtime/blocks.py). The forward's loop takes it, and a DAG loop (the backward's:
+its rows the keys, its lists the query blocks each tile of keys visits; what a DAG loop does not
+take beside it, kgen/lower/loop_dag.py says); not with packed sequences.
 """
 from __future__ import annotations
 
@@ -73,15 +74,3 @@ def _check_names(state: KernelState, blocks: ir.BlockMask, at, k: ir.Kernel) -> 
         state.define(require_str(counts, at, "a block count name"), "block count", at)
         state.define(require_str(indices, at, "a block index name"), "block index", at)
 
-
-def check_forward(loop: ir.Loop, loc) -> None:
-    """A block mask applies to the forward's loop: a score gemm, then one accumulating gemm
-    whose A is the score gemm's value (the backward's loop walks every block)."""
-    if loop.blocks is None:
-        return
-    g = loop.gemms
-    if len(g) != 2 or not g[1].accumulate or g[1].a.name != g[0].name:
-        raise KgenError(first_located(loop.blocks.loc, loc),
-                        f"a block mask applies to a forward loop (a score gemm, then one "
-                        f"accumulating gemm of its value); loop '{loop.name}' holds "
-                        f"{len(g)} gemms of another form")

@@ -33,7 +33,7 @@ from ..ir import DType, ParamKind, Role
 from .epilogue import local_refs
 from .loop_gemms import (MAX_OPERAND_COLS, Kind, after_loop_groups, check_accumulating_gemm,
                          check_loop_row_gemm, check_score_gemm, kind_of)
-from .blocks import check_blocks, check_forward
+from .blocks import check_blocks
 from .packed import check_packed
 from .state import KernelState, require_str
 from .tile_epilogue import Rank, TileScope, Where, check_tile_epilogue
@@ -198,7 +198,6 @@ def _check_loop_kernel(state: KernelState) -> None:
         raise KgenError(loc, f"loop '{loop.name}' must hold a gemm that uses its score gemms' "
                              f"values, e.g. 'gemm o += {first.name} @ C'")
     widths = {name: n for name, (n, _) in n_of.items()}
-    check_forward(loop, loc)
     if k.epilogue is not None:
         stmts = k.epilogue.stmts if isinstance(k.epilogue.stmts, tuple) else ()
         columns = {p.name: p.shape[1] for p in state.params.values()

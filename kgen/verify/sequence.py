@@ -8,7 +8,8 @@ each sequence of a module (kgen.verify calls it once the kernels are accepted).
 The rules, each refused at the user's line:
 - the sequence's name is a safe identifier, no kernel's, and no other sequence's;
 - it launches kernels of the module, each once, tile programs (loop or row kernels), not over
-  packed sequences (not yet), all for one target (the .cu is compiled for it);
+  packed sequences and without a block mask (not yet), all for one target (the .cu is compiled
+  for it);
 - a name two launched kernels declare is one buffer: kind, dtype, shape (dimension by dimension,
   as written) and layout agree; two scalars of one name agree in dtype and default;
 - a buffer a kernel writes is not one an earlier kernel read before any kernel wrote it (the
@@ -165,6 +166,11 @@ def _kernels(module: ir.Module, sequence: ir.Sequence) -> tuple[ir.Kernel, ...]:
             raise KgenError(launch.loc, f"kernel '{kernel.name}' runs over packed sequences "
                                         f"(line {kernel.packed[0].loc.line}); a sequence does "
                                         "not launch packed kernels yet")
+        if kernel.loop is not None and kernel.loop.blocks is not None:
+            raise KgenError(launch.loc, f"kernel '{kernel.name}' has a block mask (line "
+                                        f"{kernel.loop.blocks.loc.line}); a sequence does not "
+                                        "launch a kernel with a block mask yet (its lists are "
+                                        "no parameter of the sequence): load it as a program")
         if out and kernel.target is not out[0].target:
             raise KgenError(launch.loc, f"kernel '{kernel.name}' targets {kernel.target.value}, "
                                         f"kernel '{out[0].name}' {out[0].target.value}: the "

@@ -88,6 +88,8 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
     refs = _references(section, plan, col_end, loop_rows, checked, in_loop, cached, tiles)
     # the mask's predicates read 1 in a block inside it (`interior`): the body's only
     fold = plan.bounds.fold if section is plan.body else ()
+    # a block mask's full block: the masks read their kept value (`interior`)
+    unmask = program.unmasked(plan) if section is plan.body else ()
     own_readers = {s.value for s in section.statements
                    if isinstance(s, (ld.HandTile, ld.StageTile, ld.AddTile))}
     fused = program._fused_differences(section, fold, scaled=SCALED_EXP) - own_readers
@@ -100,7 +102,7 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
                 section, ids, refs, fold,
                 program.body_ops(plan, program.FAST_EXP_OPS) if in_loop else
                 program.FAST_EXP_OPS, fused, program.FAST_EXP_OF_DIFFERENCE,
-                in_loop and program.reciprocal_division(plan))]
+                in_loop and program.reciprocal_division(plan), unmask)]
         elif isinstance(stmt, ld.DagStep):
             g = stmt.gemm
             epilogue = (tuple(_statements(g.epilogue, plan, f"kN_g{g.index}", True, checked))
@@ -182,6 +184,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, scaled_exp=SCALED_EXP,
+        listed=plan.bounds.listed,
         pointers=[p for p in plan.params if p.kind in ("tensor", "vector")],
         body_stores=body_stores(plan),
         zeroed=[plan.param(name) for name in plan.zeroed], zero_rows=ZERO_ROWS,

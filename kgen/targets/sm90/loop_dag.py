@@ -51,6 +51,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         params_guard=program._params_guard(plan), body=body, body_full=body_full, tail=tail,
         aligned=program._aligned(plan), loop_chunks=None, element=plan.dtype.cpp,
         bounds=program._bounds(plan), mma_ab=plan.dtype.dsl_name, block=w.score_n,
+        listed=plan.bounds.listed,
         scaled_exp=common_dag.SCALED_EXP, uniform_warpgroup=uniform_warpgroup(plan),
         n1=tail[0].n, rs_ns=[t.n for t in tail[1:]], acc_n8=common_dag.acc_n8(plan, tail),
         split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None

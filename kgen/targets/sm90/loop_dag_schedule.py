@@ -23,7 +23,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               ordered: bool = False, add_to: str | None = None,
               body: pp.Section | None = None, gemms: tuple[ld.DagGemm, ...] = (),
               params: tuple[pp.ProgramParam, ...] = (), smem_limit: int = 0,
-              packed: bool = False, linear: bool | None = None) -> ld.DagWgmma:
+              packed: bool = False, linear: bool | None = None,
+              listed: bool = False) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
@@ -39,7 +40,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     tensor's ring takes); `packed`: packed sequences (a tile's length is its sequence's,
     unknown before the offsets are read: the grid's order; dQ's adds by rows); `linear`: the
     skipped blocks follow linear bounds (the longest-first order ranks the tiles by them; an
-    equality's follow the ids: dag_wgmma_rules.DAG_WGMMA_LPT_EQUALITY_WHY), `skips` if None."""
+    equality's follow the ids: dag_wgmma_rules.DAG_WGMMA_LPT_EQUALITY_WHY), `skips` if None;
+    `listed`: a block mask's lists say which blocks a tile visits (the grid's order)."""
     linear = skips if linear is None else linear
     split = schedule_rules.dag_wgmma_split(shape, loop_rules.DAG_WGMMA_N)
     config = schedule_rules.dag_wgmma_split_config() if split else loop_rules.DAG_WGMMA_CONFIG
@@ -144,7 +146,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         defer_all=defer_all,
         **_lpt(not packed and (schedule_rules.DAG_WGMMA_ORDERED_SECTIONS and not skips
                                if ordered else linear and schedule_rules.DAG_WGMMA_LPT),
-               _NOT_LPT_PACKED_WHY if packed else
+               _NOT_LPT_PACKED_WHY if packed else _NOT_LPT_LISTED_WHY if listed else
                schedule_rules.DAG_WGMMA_ORDERED_SKIPS_WHY if ordered else
                schedule_rules.DAG_WGMMA_LPT_EQUALITY_WHY if skips else None, ordered),
         **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered,
@@ -435,6 +437,9 @@ def _order(ordered: bool, descending: bool, why: str | None = None) -> dict:
         schedule_rules.DAG_WGMMA_ASCENDING_WHY))
 
 
+# why a block mask keeps the grid's order
+_NOT_LPT_LISTED_WHY = ("the grid's order: the longest-first order ranks the tiles of rows by a "
+                       "linear mask's bounds; a block mask's lists are read at run time")
 # why packed sequences keep the grid's order
 _NOT_LPT_PACKED_WHY = ("the grid's order: the longest-first order ranks tiles by the loop's "
                        "length, which packed sequences read per batch from the offsets")
