@@ -39,6 +39,16 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # checked against kgen's; Flex/kgen's geomean
                                                 # (kgen/harness/attention_bwd_mods.py; --no-flex:
                                                 # kgen's only)
+    python3 bench/attention_bwd.py --options    # kgen.attention's backward with a value head
+                                                # dim unlike the query's (192/128, 192/192,
+                                                # 128/64, 64/128; D 128 beside) against SDPA's
+                                                # cuDNN, and with a block mask (bench/mods.py's
+                                                # random BlockMask) against the plain backward and
+                                                # torch.compile(flex_attention)'s with the same
+                                                # BlockMask (gradients checked); batch 4, 16
+                                                # heads, S 4096; TFLOP/s = 2.5 x 2 B H S T
+                                                # (D + D_v); --options --once: one small call of
+                                                # each, for compute-sanitizer (--no-flex)
 """
 from __future__ import annotations
 
@@ -454,12 +464,118 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2,
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# --options: the backward's value head dims unlike the query's and its block mask, through
+# kgen.attention's autograd (torch.autograd.grad of a saved graph, the forward excluded)
+
+OPTION_BATCH, OPTION_HEADS = 4, 16  # --options: batch 4, 16 heads, S 4096
+PAIRS = ((128, 128), (192, 128), (192, 192), (128, 64), (64, 128))
+
+
+def _option_leaves(s: int, d: int, d_v: int, seed: int = 0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (OPTION_BATCH, OPTION_HEADS, s)
+    q, k = (torch.randn(*shape, d, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    v, do = (torch.randn(*shape, d_v, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
+
+
+def _option_tflops(s: int, d: int, d_v: int, causal: bool, ms: float) -> float:
+    flops = 2.5 * 2 * OPTION_BATCH * OPTION_HEADS * s * s * (d + d_v) / (2 if causal else 1)
+    return flops / (ms * 1e-3) / 1e12
+
+
+def value_dims(s: int) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import kgen
+    from kgen.harness.attention_bwd_mods import _grad, _median_ms
+
+    print(f"value head dims (B {OPTION_BATCH}, H {OPTION_HEADS}, S {s}): ms and TFLOP/s of the "
+          "backward")
+    print(f"{'D':>4} {'D_v':>4} {'causal':>6} {'kgen ms':>8} {'TFLOP/s':>8} {'cuDNN ms':>9} "
+          f"{'TFLOP/s':>8} {'kgen/cuDNN':>10}")
+    for d, d_v in PAIRS:
+        for causal in (False, True):
+            q, k, v, do = _option_leaves(s, d, d_v)
+            ms = _median_ms(_grad(lambda: kgen.attention(q, k, v, is_causal=causal),
+                                  (q, k, v), do))
+            cudnn = None
+            try:
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    call = _grad(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, is_causal=causal), (q, k, v), do)
+                    cudnn = _median_ms(call)
+            except Exception as err:  # noqa: BLE001 (the backend's refusal, as a note)
+                note = str(err).strip().splitlines()[0][:60] if str(err).strip() else "refused"
+            cells = (f"{cudnn:9.3f} {_option_tflops(s, d, d_v, causal, cudnn):8.1f} "
+                     f"{cudnn / ms:10.2f}" if cudnn else f"  cuDNN: {note}")
+            print(f"{d:4} {d_v:4} {str(causal):>6} {ms:8.3f} "
+                  f"{_option_tflops(s, d, d_v, causal, ms):8.1f} {cells}", flush=True)
+            del q, k, v, do
+
+
+def block_masks(s: int, flex: bool) -> None:
+    import kgen
+    from kgen.harness.attention_bwd_mods import _grad, _median_ms, relative_difference
+    sys.path.insert(0, str(ROOT / "bench"))
+    from mods import _random_blocks
+
+    print(f"block mask (D 128, B {OPTION_BATCH}, H {OPTION_HEADS}, S {s}): backward ms; blocks / "
+          "plain; Flex / kgen")
+    masks = _random_blocks(s, s, torch.Generator(device="cuda").manual_seed(s))
+    if flex:
+        from torch.nn.attention.flex_attention import flex_attention
+        compiled = torch.compile(flex_attention)
+    for causal in (False, True):
+        q, k, v, do = _option_leaves(s, 128, 128)
+        plain = _median_ms(_grad(lambda: kgen.attention(q, k, v, is_causal=causal),
+                                 (q, k, v), do))
+        call = _grad(lambda: kgen.attention(q, k, v, is_causal=causal,
+                                            block_mask=masks[causal]), (q, k, v), do)
+        want = call()
+        ms = _median_ms(call)
+        line = (f"causal {str(causal):5} plain {plain:7.3f} blocks {ms:7.3f} "
+                f"({ms / plain:5.2f}x plain)")
+        if flex:
+            flex_call = _grad(lambda: compiled(q, k, v, block_mask=masks[causal]), (q, k, v),
+                              do)
+            diff = relative_difference(flex_call(), want)
+            flex_ms = _median_ms(flex_call)
+            line += f" Flex {flex_ms:7.3f} ({flex_ms / ms:5.2f}x kgen's speed; grads {diff:.1e})"
+        print(line, flush=True)
+
+
+def options_once() -> None:
+    """One small call of each option (S 1000), forward and backward, for compute-sanitizer."""
+    import kgen
+    sys.path.insert(0, str(ROOT / "bench"))
+    from mods import _random_blocks
+
+    for d, d_v in PAIRS[1:]:
+        q, k, v, do = _option_leaves(1000, d, d_v)
+        kgen.attention(q, k, v, is_causal=True).backward(do)
+    masks = _random_blocks(1000, 1000, torch.Generator(device="cuda").manual_seed(1))
+    for causal in (False, True):
+        q, k, v, do = _option_leaves(1000, 128, 128)
+        kgen.attention(q, k, v, is_causal=causal, block_mask=masks[causal]).backward(do)
+    torch.cuda.synchronize()
+    print("once: done")
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--mods" in argv:  # kgen/harness/attention_bwd_mods.py
         from kgen.harness.attention_bwd_mods import main as mods_main
 
         mods_main([a for a in argv if a != "--mods"])
+        return
+    if "--options" in argv:  # the value head dims and the block mask (--once: one call each)
+        if "--once" in argv:
+            options_once()
+        else:
+            value_dims(4096)
+            block_masks(4096, "--no-flex" not in argv)
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
