@@ -228,7 +228,7 @@ def test_both_skeletons_walk_the_lists(arch):
                 "list_full, partial_visits, visit, blocks) * kBlock;") in producer
 
 
-def _spill_free(built, arch):
+def spill_free(built, arch):
     from kgen.runtime.nvrtc import compile_cubin
 
     resources = compile_cubin(built.source, built.plan.name, arch).resources()
@@ -244,7 +244,7 @@ def test_nvrtc_compiles_both_skeletons_without_spills(arch, full):
     text = TEXT.replace("target sm_90a", f"target {arch}")
     if not full:
         text = text.replace(", full full_kv_num_blocks, full_kv_indices", "")
-    _spill_free(build_verified(kernel_of(text), arch), arch)
+    spill_free(build_verified(kernel_of(text), arch), arch)
 
 
 @pytest.mark.slow
@@ -262,7 +262,7 @@ def test_nvrtc_compiles_the_persistent_walk_without_spills():
 
     one = Built()
     one.source, one.plan = source, plan
-    _spill_free(one, "sm_90a")
+    spill_free(one, "sm_90a")
 
 
 @pytest.mark.slow
@@ -275,7 +275,7 @@ def test_kgen_attention_programs_with_block_masks_compile_without_spills(arch, d
     sig = ka.Signature("bf16", d, d, mask == "causal", None,
                        "col > row - 100" if mask == "mod" else None, (), arch,
                        block_mask="full")
-    _spill_free(build_verified(ka.program(sig), arch), arch)
+    spill_free(build_verified(ka.program(sig), arch), arch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,4 +470,4 @@ def test_a_flex_block_at_head_dim_256_takes_a_written_tile_without_spills(causal
                        blocks=(128, 64))
     built = build_verified(ka.program(sig), "sm_90a")
     assert built.plan.wgmma is not None and (built.plan.tile_m, built.plan.block) == (128, 64)
-    _spill_free(built, "sm_90a")
+    spill_free(built, "sm_90a")

@@ -16,26 +16,12 @@ import pytest
 
 from tests.gpu.attention_checks import (close, close_grads, cuda_torch, skip_unless_runs,
                                         varlen_reference)
+from tests.gpu.test_attention_varlen_bwd_gpu import poisoned  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.gpu
 
 PAIRS = [(192, 128), (128, 64), (64, 128)]
 LENGTHS = [(1, 1), (17, 17), (17, 1000), (1000, 17), (1000, 1000)]
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    """torch.empty and torch.empty_like of floating dtypes filled with NaN (the backward's
-    outputs and workspace: what no kernel writes stays NaN)."""
-    torch = cuda_torch()
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def nan(t):
-        return t.fill_(math.nan) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **kw: nan(empty(*a, **kw)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: nan(empty_like(*a, **kw)))
-    return torch
 
 
 def _target(torch, arch: str, monkeypatch) -> str:

@@ -18,6 +18,7 @@ from kgen.lower import lower
 from kgen.parse import parse
 from kgen.reference import evaluate, round_to
 from kgen.verify import verify_kernel
+from tests.test_block_mask import spill_free
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKWARD = (ROOT / "examples" / "attention_bwd.kg").read_text()
@@ -198,15 +199,6 @@ def test_kgen_attentions_backward_has_the_line_and_the_plain_one_keeps_its_name(
     assert LINE in backward_text(masked) and "sequence" not in backward_text(masked)
 
 
-def _spill_free(built, arch):
-    from kgen.runtime.nvrtc import compile_cubin
-
-    resources = compile_cubin(built.source, built.plan.name, arch).resources()
-    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
-        resources
-    assert resources.get("stack_bytes", 0) == 0, resources
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("full", [True, False], ids=["full", "partial"])
@@ -229,7 +221,7 @@ def test_nvrtc_compiles_both_skeletons_walks_without_spills(arch, full):
     else:  # the ring refilled with the block of visit + kStages - 1
         assert "if (s < visits) load_block(smem, p, batch, head, listed_block(" in src
         assert "if (next < visits) load_block(smem, p, batch, head, listed_block(" in src
-    _spill_free(built, arch)
+    spill_free(built, arch)
 
 
 # (arch, head dim, mods) whose plain backward spills too (NVRTC 13.5: softcap 196 B and dropout
@@ -257,7 +249,7 @@ def test_kgen_attentions_backward_with_a_block_mask_compiles_without_spills(arch
     kernel = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
     main = build_verified(kernel, arch)  # (as kgen.attention loads it: a program)
     assert main.plan.bounds.listed is not None
-    _spill_free(main, arch)
+    spill_free(main, arch)
 
 
 def test_a_sequence_refuses_a_kernel_with_a_block_mask_by_name():
