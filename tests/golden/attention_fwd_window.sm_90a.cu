@@ -792,232 +792,15 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
     // o += s @ V: issued with the next block's S (or after the loop)
   }
-  // The blocks before the last: every column exists (no bounds checks); in three runs, on the
-  // mask's edge before its interior, inside it (its predicates read 1), on its edge after
+  // The blocks before the last: every column exists (no bounds checks); on the mask's edge
+  // (its predicates evaluated) before and after its interior, where they read 1: the interior's
+  // run inside the edge's loop, so the edge's body is compiled once
   const int middle_end = max(visits - 1, 1);
   const int inside_from = min(max(inside_begin - first_block, 1), middle_end);
   const int inside_to = min(max(inside_end - first_block, inside_from), middle_end);
-  for (int middle = 1; middle < inside_from; ++middle) {
-    const int visit = middle;  // the ring's count: its slot and phase
-    const int block = first_block + visit;
-    const int slot = visit % kStages;
-    const unsigned phase = (visit / kStages) & 1;
-    constexpr bool interior = false;  // on the mask's edge: its predicates evaluated
-    const int prev_slot = (visit + kStages - 1) % kStages;
-    const unsigned prev_phase = ((visit - 1) / kStages) & 1;
-    (void)prev_slot; (void)prev_phase;
-    const int kv0 = block * kBlock;
-    const unsigned k_slot = smem_address(smem.k_smem) + slot * k_k_smem_slot_bytes;
-    (void)kv0;
-    // s = Q @ K^T: the warpgroup's [64, kBlock], both from shared memory (K-major)
-    mbarrier_wait(k_full + 8 * slot, phase);
-    mbarrier_wait(v_full + 8 * prev_slot, prev_phase);
-    float acc0[kBlockN8][4];
-    named_barrier_sync(2 + consumer, 2 * kWarpgroupThreads);  // this warpgroup's turn at the tensor cores
-    wgmma_fence();
-    const unsigned long long k_desc = smem_descriptor(k_slot);
-#pragma unroll
-    for (int ks = 0; ks < kK0Steps; ++ks) {
-      const unsigned k_offset = (ks % 4) * 32;  // 16 k of a box's 128-byte row
-      wgmma_ss(acc0, descriptor_at(q_desc, (ks / 4) * k_q_smem_box_bytes + k_offset),
-               descriptor_at(k_desc, (ks / 4) * k_k_smem_box_bytes + k_offset), ks > 0);
-    }
-    wgmma_commit();
-    // the previous block's o += s @ V, in flight with this S
-    const unsigned long long v_desc =
-        descriptor_mn(smem_address(smem.v_smem) + prev_slot * k_v_smem_slot_bytes, k_v_smem_box_bytes);
-#pragma unroll
-    for (int ks = 0; ks < kBlockSteps; ++ks) {
-      const unsigned a[4] = {hand[2 * ks][0], hand[2 * ks][1], hand[2 * ks + 1][0], hand[2 * ks + 1][1]};
-      wgmma_rs(acc1, a, descriptor_at(v_desc, ks * 16 * 128));
-    }
-    wgmma_commit();
-    named_barrier_arrive(2 + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);  // the next warpgroup's turn
-    wgmma_wait<1>();  // this block's S has landed; the previous gemm may still run
-    fence_operand(acc0);
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(k_empty + 8 * slot);  // this warp is done with the K slot
-
-    // s's epilogue
-    float v5[2];
-    float v7[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      v5[i] = static_cast<float>(row) + static_cast<float>(loop_len);
-      v7[i] = v5[i] - static_cast<float>(rows);
-    }
-    float v8[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v8[j][e] = interior ? 1.0f : (static_cast<float>(col) <= v7[i] ? 1.0f : 0.0f);
-      }
-    }
-    float v10[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      v10[i] = v7[i] - p.window;
-    }
-    float v11[kBlockN8][4];
-    float v12[kBlockN8][4];
-    float v15[kBlockN8][4];
-    float v17[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v11[j][e] = interior ? 1.0f : (static_cast<float>(col) > v10[i] ? 1.0f : 0.0f);
-        v12[j][e] = interior ? 1.0f : (v8[j][e] * v11[j][e]);
-        v15[j][e] = p.scale * acc0[j][e];
-        v17[j][e] = v12[j][e] != 0.0f ? v15[j][e] : (-kInf);
-      }
-    }
-    float v18[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) v18[i] = (-kInf);
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        if (true) v18[i] = red_max(v18[i], v17[j][e]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 1));
-      v18[i] = red_max(v18[i], __shfl_xor_sync(0xffffffffu, v18[i], 2));
-    }
-    float v19[2];
-    float v20[2];
-    float v22[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      v19[i] = fmaxf(carry_m[i], v18[i]);
-      v20[i] = v19[i] == (-kInf) ? 1.0f : 0.0f;
-      v22[i] = v20[i] != 0.0f ? 0.0f : v19[i];
-    }
-    float v24[kBlockN8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        v24[j][e] = exp_diff(v17[j][e], v22[i]);
-      }
-    }
-    // the previous block's o completes before its registers change
-    wgmma_wait<0>();
-    fence_operand(acc1);
-    fence_operand(hand);
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(v_empty + 8 * (prev_slot));  // this warp is done with the V slot
-    // handed to the next gemm: zero past the loop's end, rounded to the operand type in
-    // registers (kept until the next block's S is issued beside it)
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        const float handed = col < kNoEnd ? v24[j][e] : 0.0f;
-        if (e & 1) hand[j][e >> 1] = pack2(Element(), handed_even, handed);
-        else handed_even = handed;
-      }
-    }
-    float v26[2];
-    float v27[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      v26[i] = exp_diff(carry_m[i], v22[i]);
-      v27[i] = carry_l[i] * v26[i];
-    }
-    float v28[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) v28[i] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kBlockN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = kv0 + quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        if (true) v28[i] = red_add(v28[i], v24[j][e]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 1));
-      v28[i] = red_add(v28[i], __shfl_xor_sync(0xffffffffu, v28[i], 2));
-    }
-    float v29[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      v29[i] = v27[i] + v28[i];
-    }
-    // the carry 'l' takes its new value
-    float next_l[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      next_l[i] = v29[i];
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) carry_l[i] = next_l[i];
-    // the accumulator 'o', rescaled row by row
-#pragma unroll
-    for (int j = 0; j < kN1N8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int row = row_base + 8 * i;
-        const int col = quad_col + j * 8 + (e & 1);
-        (void)i; (void)row; (void)col;
-        acc1[j][e] *= v26[i];
-      }
-    }
-    // the carry 'm' takes its new value
-    float next_m[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row_base + 8 * i;
-      (void)row;
-      next_m[i] = v19[i];
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
-    // o += s @ V: issued with the next block's S (or after the loop)
-  }
-  for (int middle = inside_from; middle < inside_to; ++middle) {
+  for (int middle = 1; middle < middle_end; ++middle) {
+    if (middle == inside_from) {
+      for (; middle < inside_to; ++middle) {
     const int visit = middle;  // the ring's count: its slot and phase
     const int block = first_block + visit;
     const int slot = visit % kStages;
@@ -1236,8 +1019,10 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
     // o += s @ V: issued with the next block's S (or after the loop)
-  }
-  for (int middle = inside_to; middle < middle_end; ++middle) {
+      }
+      if (middle == middle_end) break;
+    }
+    {
     const int visit = middle;  // the ring's count: its slot and phase
     const int block = first_block + visit;
     const int slot = visit % kStages;
@@ -1456,6 +1241,7 @@ attention_fwd_window(const __grid_constant__ attention_fwd_window_params p, cons
 #pragma unroll
     for (int i = 0; i < 2; ++i) carry_m[i] = next_m[i];
     // o += s @ V: issued with the next block's S (or after the loop)
+    }
   }
   // The last block: columns past the loop's end do not exist
   if (visits > 1) {
