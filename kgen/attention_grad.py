@@ -214,6 +214,19 @@ def check_block_mask(q, k, block_mask, deterministic: bool, bias_grad: bool) -> 
     checked_lists(block_mask, q, k)
 
 
+def check_block_tile(q, k, v, causal: bool, mods: Mods, size: tuple[int, int]) -> None:
+    """A block mask of BLOCK_SIZE `size` fits the tile of the backward of this call (the
+    signature `_gradients` builds: GQA and D_v among it); the eager and the traced call's one
+    check."""
+    from . import attention as forward
+    from .attention_blocks import backward_tile_check
+
+    sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), causal,
+                            forward._arch(q.device), gqa=k.shape[1] != q.shape[1], mods=mods,
+                            d_v=int(v.shape[-1]), blocks=True)
+    backward_tile_check(tuple(size), backward_tile(sig))
+
+
 @functools.cache
 def backward_tile(sig: BackwardSignature) -> tuple[int, int]:
     """The main kernel's tile (keys, queries) as the rulebook plans it: a block mask's lists
@@ -371,13 +384,10 @@ def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None
     mods = call_mods(q, k, v, options, bias is not None and bias.requires_grad)
     check_bias_grad(q, mods)
     if block_mask is not None:  # checked now, not in the backward
-        from . import attention as forward
-        from .attention_blocks import backward_tile_check, block_size
+        from .attention_blocks import block_size
 
         check_block_mask(q, k, block_mask, deterministic, mods.bias_grad)
-        sig = BackwardSignature(forward._dtype_name(q.dtype), int(q.shape[-1]), bool(is_causal),
-                                forward._arch(q.device), mods=mods, blocks=True)
-        backward_tile_check(block_size(block_mask), backward_tile(sig))
+        check_block_tile(q, k, v, bool(is_causal), mods, block_size(block_mask))
     scalars, vectors = options.get("scalars") or {}, options.get("vectors") or {}
     # the dropout's (seed, offset), drawn here (as the forward draws it): the backward's too
     dropout = ((float(options["dropout_p"]), *forward_rng(q, options.get("dropout_rng")))
