@@ -216,7 +216,7 @@ class DagWgmma:
     # (and, in deterministic mode, it waits on the semaphores), else by a thread of each
     # consumer warpgroup
     add_warp: bool = False
-    # the split layout (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; D 256): the consumer
+    # the split layout (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; D 192, 256): the consumer
     # warpgroups share the kernel's rows (tile_m 64) and split the accumulators along N and the
     # score tiles along the block's columns; every value handed on to an accumulating gemm is
     # staged ([tile_m, block], two slots: `handed` holds those no loop-row gemm stages) and the
