@@ -53,18 +53,19 @@ def test_a_value_dim_unlike_the_query_s_is_no_longer_refused_by_the_call():
         _refuse(q, q[:, :1], v[:, :1], {})
 
 
-def test_head_dim_192_runs_the_mma_sync_skeleton_on_sm_90a():
-    """192 / 128 (and 192 alone) on sm_90a: the wgmma split layout cannot box halves of 96
-    columns, so the mma.sync skeleton takes the loop, and `kgen inspect`'s reason says so."""
+def test_head_dim_192_runs_the_wgmma_split_layout_on_sm_90a():
+    """192 / 128 (and 192 alone) on sm_90a: the wgmma skeleton's split layout, its warpgroups'
+    halves of 96 columns in wgmma pieces of 32 (dag_wgmma_rules.DAG_WGMMA_SPLIT_PIECE), and
+    `kgen inspect`'s mma row says so."""
     from kgen.api import build_verified
 
     for d_v in (128, 192):
         module = backward_module(BackwardSignature("bf16", 192, True, "sm_90a", d_v=d_v))
         main = next(k for k in module.kernels if k.name.endswith("_main"))
         plan = build_verified(main, "sm_90a").plan
-        assert plan.wgmma is None
-        assert "the wgmma skeleton does not take this loop" in plan.mma.why
-        assert "a half of 96 columns starts inside a 64-column box" in plan.mma.why
+        assert plan.wgmma is not None and plan.wgmma.split is not None
+        assert "each warpgroup's 96 columns as 3 wgmma.m64n32k16 pieces" in plan.mma.value
+        assert "the wgmma skeleton does not take this loop" not in plan.mma.why
 
 
 SEQUENCES = [("sm_80", 192, 128, {}), ("sm_80", 128, 64, {}), ("sm_80", 64, 128, {}),
@@ -79,8 +80,8 @@ SEQUENCES = [("sm_80", 192, 128, {}), ("sm_80", 128, 64, {}), ("sm_80", 64, 128,
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_backward_sequence_compiles_without_spills(arch, d, d_v, options, causal):
     """Each of the three kernels, NVRTC 13.5: 0 spills (the main kernel at 254-255 registers on
-    sm_80 and sm_90a at 192 / 128, on the mma.sync skeleton; the sm_90a wgmma skeleton at 128 / 64
-    and 64 / 128)."""
+    sm_80 at 192 / 128, on the mma.sync skeleton; the sm_90a wgmma skeleton at 128 / 64, 64 / 128
+    and 192 / 128, the last its split layout)."""
     from kgen.runtime.nvrtc import compile_cubin
     from kgen.sequence import build_sequence
 
@@ -93,7 +94,9 @@ def test_the_backward_sequence_compiles_without_spills(arch, d, d_v, options, ca
         assert (result.spill_stores, result.spill_loads) == (0, 0), (plan.name, result)
     main = built.plans[1]
     assert [(t.n, t.accumulators) for t in main.tails] == [(d_v, ("dv",)), (d, ("dk",))]
-    assert (main.wgmma is not None) == (arch == "sm_90a" and d != 192)
+    assert (main.wgmma is not None) == (arch == "sm_90a")
+    assert (main.wgmma is not None and main.wgmma.split is not None) == (arch == "sm_90a"
+                                                                          and d == 192)
 
 
 def test_a_mixing_kernel_epilogue_is_the_verifier_s_message():

@@ -216,7 +216,7 @@ class DagWgmma:
     # (and, in deterministic mode, it waits on the semaphores), else by a thread of each
     # consumer warpgroup
     add_warp: bool = False
-    # the split layout (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; D 256): the consumer
+    # the split layout (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; D 192, 256): the consumer
     # warpgroups share the kernel's rows (tile_m 64) and split the accumulators along N and the
     # score tiles along the block's columns; every value handed on to an accumulating gemm is
     # staged ([tile_m, block], two slots: `handed` holds those no loop-row gemm stages) and the
@@ -228,6 +228,10 @@ class DagWgmma:
     defer_all: bool = False
     handed: tuple[WgmmaTile, ...] = ()
     a_tiles: tuple[tuple[int, str], ...] = ()
+    # (split) the accumulating and loop-row gemms whose warpgroup half of N is not whole 64-column
+    # boxes (D 192's 96 columns: dag_wgmma_rules.DAG_WGMMA_SPLIT_PIECE), issued as wgmma pieces
+    # of this N each inside a half of a box: (gemm index, the pieces' N)
+    pieces: tuple[tuple[int, int], ...] = ()
 
     @property
     def tensor_maps(self) -> tuple[LoopTensorMap, ...]:
@@ -254,6 +258,10 @@ class DagWgmma:
     def a_tile(self, gemm: int) -> WgmmaTile | None:
         """The split layout's staged tile an accumulating gemm reads its A from, or None."""
         return next((self.tile_of(t) for g, t in self.a_tiles if g == gemm), None)
+
+    def piece(self, gemm: int) -> int | None:
+        """The N of the wgmma pieces gemm `gemm` (its index) is issued in, or None (one)."""
+        return next((n for g, n in self.pieces if g == gemm), None)
 
     @property
     def score_n(self) -> int:

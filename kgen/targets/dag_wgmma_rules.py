@@ -307,6 +307,20 @@ DAG_WGMMA_SPLIT_ADDS_WHY = (
     "dQ's f32 staging (the block's rows by N / 2 per warpgroup) does not fit beside the split "
     "layout's tiles (K, V, Q, dO and the staged P^T, dS^T take {tiles} B of {limit} B): "
     "f32 atomics from registers")
+DAG_WGMMA_SPLIT_ADDS_UNBUILT_WHY = (
+    "the split layout adds dQ by f32 atomics from registers: the copy engine's adds of a staged "
+    "share are not built with it (here its staging, {stage} B, would fit beside the tiles' "
+    "{tiles} B within {limit} B: not tried)")
+
+
+def split_adds_why(tiles: int, stage: int, limit: int) -> str:
+    """Why the split layout adds dQ by f32 atomics: `tiles` its tiles' bytes, `stage` the most
+    the tensor reduce-add's staging would take, `limit` the target's shared memory."""
+    if tiles + stage > limit:
+        return DAG_WGMMA_SPLIT_ADDS_WHY.format(tiles=tiles, limit=limit)
+    return DAG_WGMMA_SPLIT_ADDS_UNBUILT_WHY.format(stage=stage, tiles=tiles, limit=limit)
+
+
 DAG_WGMMA_SPLIT_NOT_STAGED_WHY = (
     "the split layout: a warpgroup's share of a score tile is half the block's columns over "
     "every row, not 64 of the rows (the staged helpers' share)")
@@ -334,6 +348,32 @@ DAG_WGMMA_SPLIT_DEFER_WHY = (
     "dQ's, behind the loop-row gemm's barrier (one consumer barrier a block, not one per "
     "accumulating gemm), and run while dQ's tile is added")
 DAG_WGMMA_SPLIT_OVERHEAD = 32  # addresses, indices, predicates, the handed words beside them
+# D 192 (and 192 with D_v 128, DeepSeek's shape): a warpgroup's half of N is 96 columns, whose
+# second warpgroup's starts at column 96, inside a 64-column box of the 128-byte swizzle, and
+# crosses into the next box: one MN-major wgmma operand runs its N in atoms of 64 columns from
+# its start, so no one wgmma reads that half. The split layout issues such a half as
+# wgmma.m64n32k16 pieces, each inside one half of a box (its start 0 or 64 bytes into the box's
+# 128-byte rows, as the plain layout's D 64 loop-row gemm reads its second warpgroup's 32
+# columns), piece p writing the accumulator's n8 groups 4p..4p+3: the tiles, the copy engine's
+# boxes and maps, the swizzle and the epilogues' columns stay D 256's. The cost: a piece's A
+# (the staged value, or the loop-row gemm's dS^T) is read again per piece, three times a k step.
+# Chosen over the 64-byte swizzle (boxes of 32 columns for the tiles read MN-major: one m64n96
+# wgmma a k step, A read once), which changes the copy engine's maps, the producer's boxes and
+# every descriptor of those tiles; not measured on a GPU yet (neither against the mma.sync
+# skeleton's 138-161 TFLOP/s at D 192 on an H200).
+DAG_WGMMA_SPLIT_PIECE = 32
+DAG_WGMMA_SPLIT_PIECES_WHY = (
+    "a warpgroup's half of N {n} ({half} columns) is not whole 64-column boxes of the 128-byte "
+    "swizzle (the second half starts inside one): issued as {pieces} wgmma.m64n{piece}k16 "
+    "pieces a k step, each inside a half of a box (B read MN-major from 0 or 64 bytes into the "
+    "box's rows), instead of one m64n{half} (dag_wgmma_rules.DAG_WGMMA_SPLIT_PIECE)")
+
+
+def dag_wgmma_split_piece(n: int) -> int | None:
+    """The wgmma N a warpgroup's half of `n` columns is issued in where the half is not whole
+    64-column boxes (DAG_WGMMA_SPLIT_PIECE), else None (one wgmma of the half)."""
+    half = n // DAG_WGMMA_SPLIT_CONSUMERS
+    return None if half % 64 == 0 else DAG_WGMMA_SPLIT_PIECE
 
 
 def dag_wgmma_split_config():
@@ -381,20 +421,17 @@ def dag_wgmma_split_refusal(shape, smem_limit: int) -> str | None:
 
     registers = (DAG_WGMMA_VECTOR_REGISTERS[1] if DAG_WGMMA_STAGE_VECTORS and shape.vectors
                  else CONSUMER_REGISTERS)
-    half = shape.n_acc // DAG_WGMMA_SPLIT_CONSUMERS
     cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n
     if any(n != shape.n_acc for n in cols) and not shape.acc_ns:
         return (f"the split layout: every operand's columns N {shape.n_acc} (the accumulators' "
                 "halves read their B at the same columns)")
-    if half % 64:
-        return (f"N {shape.n_acc} split over {DAG_WGMMA_SPLIT_CONSUMERS} warpgroups: a half of "
-                f"{half} columns starts inside a 64-column box of the 128-byte swizzle and "
-                "crosses into the next, which no MN-major wgmma operand reads (halves of whole "
-                "boxes: N a multiple of 128)")
-    if shape.acc_ns:
-        return (f"the split layout: accumulators of {shape.widths_text} (its warpgroups' halves "
-                "of the accumulators and of dQ read their B at one N: not built with "
-                "accumulators of different N)")
+    for n in sorted(set(shape.widths + shape.loop_row_n)):
+        if n % (DAG_WGMMA_SPLIT_CONSUMERS * DAG_WGMMA_SPLIT_PIECE):
+            return (f"N {n} split over {DAG_WGMMA_SPLIT_CONSUMERS} warpgroups: a half of "
+                    f"{n / DAG_WGMMA_SPLIT_CONSUMERS:g} columns is neither whole 64-column boxes "
+                    "of the 128-byte swizzle nor whole halves of them (MN-major wgmma pieces of "
+                    f"{DAG_WGMMA_SPLIT_PIECE}: N a multiple of "
+                    f"{DAG_WGMMA_SPLIT_CONSUMERS * DAG_WGMMA_SPLIT_PIECE})")
     if shape.staged > 1:
         return "one staged tile value (a loop-row gemm's A) at most"
     _, need = dag_wgmma_split_smem_bytes(shape)

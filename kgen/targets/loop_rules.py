@@ -462,7 +462,7 @@ DAG_ROWS_PER_WARP = 16
 # without a mask and 336-400 B causal in the skeleton's three loops, 254-255 and 0 (both masks,
 # sm_80 and sm_90a builds, NVRTC 13.5) in its compact body (kgen/targets/dag_mma_rules.py). So
 # sm_80's budget takes it (320), and sm_90a's (the loops wgmma does not take: a written tile,
-# D 192; at 248 they were refused, yet compile for sm_90a at 255 and 0 spills, NVRTC 13.5).
+# D 192 once; at 248 they were refused, yet compile for sm_90a at 255 and 0 spills, NVRTC 13.5).
 DAG_REGISTER_OVERHEAD = 32
 DAG_LISTED_REGISTERS = 8  # a block mask's walk (sm_80 D 128: 128x64 spilled, 128x32 not)
 DAG_REGISTER_BUDGET = {"sm_80": 320, "sm_90a": 320}
@@ -680,7 +680,7 @@ def dag_wgmma_refusal(shape: DagShape, dtype: DType, tgt: Target,
                 f"(tile {c.tile_m}x{c.block} stages {c.stages})")
     if dtype.nbytes != 2:
         return f"{dtype.dsl_name}: the wgmma skeleton multiplies 16-bit operands"
-    if c != DAG_WGMMA_CONFIG:  # D 256: dag_wgmma_rules.DAG_WGMMA_SPLIT
+    if c != DAG_WGMMA_CONFIG:  # D 192, 256: dag_wgmma_rules.DAG_WGMMA_SPLIT
         return dag_wgmma_split_refusal(shape, tgt.smem_limit)
     cols = shape.resident_cols + shape.streamed_cols + shape.loop_row_n + shape.widths
     if any(n not in DAG_WGMMA_N for n in cols):

@@ -3,8 +3,10 @@ kgen/attention_grad.py BackwardSignature.d_v; 192 / 128 as DeepSeek's, 128 / 64,
 dQ, dK, dV (and O) against float64 autograd of attention written out, causal (top-left, as
 SDPA's is_causal) and not, at ragged lengths (1, 17, 1000), GQA 4:2 once per pair, on the
 device's target (on a Hopper GPU sm_90a: the wgmma skeleton) and on sm_80's (the mma.sync
-skeleton, which any GPU runs); 192 / 128 on sm_90a runs the mma.sync skeleton (the wgmma split
-layout cannot box halves of 96 columns).
+skeleton, which any GPU runs); 192 / 128 on sm_90a runs the wgmma skeleton's split layout (dK's
+and dQ's warpgroup halves of 96 columns in wgmma pieces of 32: dag_wgmma_rules.
+DAG_WGMMA_SPLIT_PIECE); 256 / 128 and 128 / 256 (the split layout with accumulators of two
+N) on the device's target.
 Also kgen.attention_varlen (packed, bottom-right causal) and a fullgraph torch.compile step at
 128 / 64. Every buffer the backward allocates (its outputs, D, the f32 dQ accumulator) is
 poisoned with NaN, so an element no kernel writes shows."""
@@ -68,6 +70,18 @@ def _check(torch, monkeypatch, arch, d, d_v, s, t, causal, heads=(2, 2), seed=1)
 @pytest.mark.parametrize("d, d_v", PAIRS, ids=[f"D{d}-Dv{v}" for d, v in PAIRS])
 def test_gradients_match_float64_autograd(poisoned, monkeypatch, d, d_v, s, t, causal, arch):
     _check(poisoned, monkeypatch, arch, d, d_v, s, t, causal)
+
+
+SPLIT_PAIRS = [(256, 128), (128, 256)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("s, t", [(17, 1000), (1000, 1000)], ids=["S17-T1000", "S1000-T1000"])
+@pytest.mark.parametrize("d, d_v", SPLIT_PAIRS, ids=[f"D{d}-Dv{v}" for d, v in SPLIT_PAIRS])
+def test_the_split_layout_s_pairs_on_the_device(poisoned, monkeypatch, d, d_v, s, t, causal):
+    """256 / 128 and 128 / 256 on the device's target (sm_90a: the wgmma skeleton's split layout,
+    each accumulator halved at its own N, a tail's first column each)."""
+    _check(poisoned, monkeypatch, "device", d, d_v, s, t, causal)
 
 
 @pytest.mark.parametrize("arch", ["device", "sm_80"])

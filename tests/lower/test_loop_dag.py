@@ -121,12 +121,15 @@ def test_sm90a_wgmma_refusals_keep_mma_sync_and_say_why():
     assert "the source's lines" in loop_rules.dag_wgmma_refusal(
         shape, ir.DType.BF16, sm90, (128, 32, None, None))
     assert "16-bit" in loop_rules.dag_wgmma_refusal(shape, ir.DType.F32, sm90, (None,) * 4)
-    # N 256: the split layout (dag_wgmma_rules.DAG_WGMMA_SPLIT); N 192 refused by its rule
+    # N 256 and 192: the split layout (dag_wgmma_rules.DAG_WGMMA_SPLIT; 192's halves in wgmma
+    # pieces of 32: DAG_WGMMA_SPLIT_PIECE); N 224 refused by its rule (halves of 112 columns)
     wide = loop_rules.DagShape((256, 256), (256, 256), 1, 2, 256, 2, (256,), handed=1)
     assert loop_rules.dag_wgmma_refusal(wide, ir.DType.BF16, sm90, (None,) * 4) is None
-    odd = loop_rules.DagShape((192, 192), (192, 192), 1, 2, 192, 2, (192,), handed=1)
-    assert "a half of 96 columns starts inside a 64-column box" in loop_rules.dag_wgmma_refusal(
-        odd, ir.DType.BF16, sm90, (None,) * 4)
+    pieced = loop_rules.DagShape((192, 192), (192, 192), 1, 2, 192, 2, (192,), handed=1)
+    assert loop_rules.dag_wgmma_refusal(pieced, ir.DType.BF16, sm90, (None,) * 4) is None
+    odd = loop_rules.DagShape((224, 224), (224, 224), 1, 2, 224, 2, (224,), handed=1)
+    assert ("N 224 split over 2 warpgroups: a half of 112 columns is neither whole 64-column "
+            "boxes" in loop_rules.dag_wgmma_refusal(odd, ir.DType.BF16, sm90, (None,) * 4))
     # a head dim the wgmma skeleton does not take runs mma.sync, its why in the plan
     plan = plan_of(variant(96), ir.Arch.SM90A)
     assert plan.wgmma is None and "columns must be one of (64, 128)" in plan.mma.why
@@ -401,9 +404,9 @@ def test_accumulators_of_two_widths_plan_a_tail_each(arch, d, d_v):
 
 def test_rules_count_each_accumulator_at_its_width():
     """DagShape.acc_ns: the registers the accumulators hold are each at its N; the wgmma
-    skeleton takes 128/64 (every operand whole boxes), refuses D 192 (the split layout's half of
-    96 columns: FlashAttention-3 lays head dim 192 out otherwise) and 256/128 (the split layout
-    with two N)."""
+    skeleton takes 128/64 (every operand whole boxes), 192/128 and 256/128 (the split layout,
+    each accumulator halved at its own N; D 192's halves of 96 columns in wgmma pieces of 32),
+    and refuses 160/128 (a half of 80 columns: no whole pieces)."""
     config = loop_rules.LoopConfig(128, 64, 2, 16)
     equal = loop_rules.DagShape((128, 128), (128, 128), 1, 2, 128, 2, (128,))
     mixed = loop_rules.DagShape((128, 64), (128, 64), 1, 2, 128, 2, (128,), acc_ns=(64, 128))
@@ -417,20 +420,28 @@ def test_rules_count_each_accumulator_at_its_width():
     assert loop_rules.dag_wgmma_refusal(mixed, ir.DType.BF16, sm90, (None,) * 4) is None
     deepseek = loop_rules.DagShape((192, 128), (192, 128), 1, 2, 192, 2, (192,),
                                    acc_ns=(128, 192), handed=1)
-    assert "a half of 96 columns starts inside a 64-column box" in loop_rules.dag_wgmma_refusal(
-        deepseek, ir.DType.BF16, sm90, (None,) * 4)
+    assert loop_rules.dag_wgmma_refusal(deepseek, ir.DType.BF16, sm90, (None,) * 4) is None
     wide = loop_rules.DagShape((256, 128), (256, 128), 1, 2, 256, 2, (256,), acc_ns=(128, 256),
                                handed=1)
-    assert "accumulators of N 128 and 256" in loop_rules.dag_wgmma_refusal(
-        wide, ir.DType.BF16, sm90, (None,) * 4)
+    assert loop_rules.dag_wgmma_refusal(wide, ir.DType.BF16, sm90, (None,) * 4) is None
+    odd = loop_rules.DagShape((160, 128), (160, 128), 1, 2, 160, 2, (160,), acc_ns=(128, 160),
+                              handed=1)
+    assert "a half of 80 columns is neither whole 64-column boxes" in \
+        loop_rules.dag_wgmma_refusal(odd, ir.DType.BF16, sm90, (None,) * 4)
 
 
-def test_d192_with_a_narrower_value_dim_runs_mma_sync_on_sm90a():
-    """192/128 (DeepSeek's): the mma.sync skeleton takes it on both targets (about 272
-    registers, both budgets 320); on sm_90a the wgmma split layout's halves of 96 columns
-    refuse it, which the mma row says."""
-    for arch in (ir.Arch.SM80, ir.Arch.SM90A):
-        plan = plan_of(value_dim(192, 128), arch)
-        assert [t.n for t in plan.tails] == [128, 192] and plan.registers.value == "272"
-        assert plan.wgmma is None
-    assert "a half of 96 columns" in plan.mma.why
+def test_d192_with_a_narrower_value_dim_runs_the_wgmma_split_layout_on_sm90a():
+    """192/128 (DeepSeek's): the mma.sync skeleton takes it on sm_80 (about 272 registers, the
+    budget 320); on sm_90a the wgmma skeleton's split layout, dV's warpgroup half one box of 64
+    columns, dK's and dQ's halves of 96 in wgmma pieces of 32, which the mma row says."""
+    plan = plan_of(value_dim(192, 128), ir.Arch.SM80)
+    assert [t.n for t in plan.tails] == [128, 192] and plan.registers.value == "272"
+    assert plan.wgmma is None
+    plan = plan_of(value_dim(192, 128), ir.Arch.SM90A)
+    assert [t.n for t in plan.tails] == [128, 192]
+    w = plan.wgmma
+    assert w is not None and w.split is not None
+    assert {g.name: g.n_warp for g in plan.gemms if g.kind is not ld.GemmKind.SCORE} == {
+        "dv": 64, "dk": 96, "dq": 96}
+    assert w.piece(plan.gemm("dv").index) is None and w.piece(plan.gemm("dk").index) == 32
+    assert "dk and dq: each warpgroup's 96 columns as 3 wgmma.m64n32k16 pieces" in plan.mma.value

@@ -1,5 +1,5 @@
 """The sm_90a backward's wgmma descriptors (templates/sm90/loop_bwd.cu.j2) on every path (D 64
-and 128, the D 256 split layout, GQA, deterministic, each way of adding dQ, a staged bias):
+and 128, the D 256 split layout and D 192's in wgmma pieces, GQA, deterministic, each way of adding dQ, a staged bias):
 each gemm builds its operands' descriptors once from the slot (smem_descriptor, descriptor_mn)
 and each k step's is descriptor_at of those, one add (the .cu asserts the shared memory stays
 inside the descriptors' address field); without GQA the warpgroup index is broadcast from lane 0
@@ -38,9 +38,10 @@ def _kernel(source: str) -> str:
 
 
 def _calls(text: str, name: str) -> list[str]:
-    """The argument lists of every call of `name` (`name` then digits: the n-suffixed ones)."""
+    """The argument lists of every call of `name` (`name` then digits: the n-suffixed ones, and
+    the split layout's pieces: `_of96<1>` after them)."""
     out = []
-    for m in re.finditer(rf"\b{name}\d*\(", text):
+    for m in re.finditer(rf"\b{name}\d*(?:_of\d+<\d+>)?\(", text):
         depth, i = 1, m.end()
         while depth:
             depth += {"(": 1, ")": -1}.get(text[i], 0)
@@ -75,6 +76,7 @@ BUILDS = {
     "d64_rows": lambda: dag_compile.built(64, "top_left", SM90A, adds="rows"),
     "d128_atomics": lambda: dag_compile.built(128, "none", SM90A, adds="atomics"),
     "d256_split": lambda: split.built(256, "top_left", SM90A),
+    "d192_split_pieces": lambda: split.built(192, "none", SM90A),
     "gqa": _gqa,
     "deterministic": _deterministic,
     "bias_staged": _bias,
@@ -86,7 +88,8 @@ def test_each_k_step_s_descriptor_is_one_add_from_its_slot_s(name):
     b = BUILDS[name]()
     w = b.plan.wgmma
     assert w is not None
-    assert (w.split is not None) == (name == "d256_split")
+    assert (w.split is not None) == name.startswith(("d256_split", "d192_split"))
+    assert bool(w.pieces) == (name == "d192_split_pieces")
     kernel = _kernel(b.source)
     seen = 0
     for helper, operands in WGMMAS.items():

@@ -2,9 +2,11 @@
 (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; FlashAttention-3's head dim 256 backward):
 64 keys a CTA, the two consumer warpgroups splitting dK, dV along D and S^T, dP^T along the
 block's queries, P^T and dS^T staged. The rulebook's choice and why (the plan values, `kgen
-inspect`), D 192 refused with the rule's reason, D 64 and 128 unchanged (the plain layout),
-the plan options the split does not take, and NVRTC's build: 0 spills, no stack, no warning
-(every mask, bf16 and f16, GQA, deterministic, the mods' terms)."""
+inspect`), D 192 and 192 / 128 with the halves of 96 columns in wgmma pieces of 32 (D 160
+refused with the rule's reason), D 64 and 128 unchanged (the plain layout), the plan options
+the split does not take, and NVRTC's build: 0 spills, no stack, no warning (every mask, bf16
+and f16, GQA, deterministic, the mods' terms; D 192 causal and not, 192 / 128, GQA,
+deterministic)."""
 from __future__ import annotations
 
 import re
@@ -93,13 +95,53 @@ def test_d64_and_d128_keep_the_plain_layout(d):
     assert plan.wgmma.score_n == 64
 
 
-def test_d192_runs_mma_sync_with_the_split_rule_s_reason():
-    """The split layout cannot box halves of 96 columns: the mma.sync skeleton takes D 192 on
-    sm_90a, its mma row saying why."""
-    plan = built(192, "none", ir.Arch.SM90A).plan
+def test_d192_takes_the_split_layout_in_pieces_of_32_columns():
+    """D 192: the split layout; a warpgroup's half of 96 columns starts inside a 64-column box,
+    so dV, dK and dQ issue it as three wgmma.m64n32k16 pieces (dag_wgmma_rules.
+    DAG_WGMMA_SPLIT_PIECE), each B read MN-major from 0 or 64 bytes into a box; the score gemms
+    stay one m64n32 each; the mma row and `kgen inspect` say why."""
+    b = built(192, "top_left", ir.Arch.SM90A)
+    plan, w = b.plan, b.plan.wgmma
+    assert w is not None and w.split is not None and plan.tile_m == 64
+    n_warp = {g.name: g.n_warp for g in plan.gemms}
+    assert n_warp == {"st": 32, "dv": 96, "dpt": 32, "dk": 96, "dq": 96}
+    assert dict(w.pieces) == {1: 32, 3: 32, 4: 32} and w.piece(0) is None
+    assert "dv and dk and dq: each warpgroup's 96 columns as 3 wgmma.m64n32k16 pieces" in \
+        plan.mma.value
+    assert "a warpgroup's half of N 192 (96 columns) is not whole 64-column boxes" in w.mma.why
+    # every piece's B descriptor at its column's box and 0 or 64 bytes into it (the fast body's;
+    # the checked body issues the same): built once a gemm, a k step's one add from them
+    src, body = b.source, _fast_body(b.source)
+    piece = ("descriptor_mn(column_address({0}, {1} + 0, {2}), {2}), descriptor_mn(column_address("
+             "{0}, {1} + 32, {2}), {2}), descriptor_mn(column_address({0}, {1} + 64, {2}), {2})}};")
+    assert body.count("b_desc[3] = {" + piece.format("b_slot", "consumer * 96", 8192)) == 2
+    assert body.count("b_desc[3] = {" + piece.format("lr_b", "lr_col0", 8192)) == 1
+    assert "return base + (col / 64) * box_bytes + (col % 64) * 2;" in src
+    for name in ("kmn", "mn"):
+        assert src.count(f"template <int kPiece>\n__device__ __forceinline__ void "
+                         f"wgmma_ss_{name}_n32_of96(float (&acc)[12][4]") == 1
+        assert "acc[kPiece * 4 + 3][3]" in src
+    for gemm, acc, a_step in (("kmn", "acc_g1", "(ks / 4) * 8192 + (ks % 4) * 32"),
+                              ("mn", "acc_g4", "ks * 16 * 128"),
+                              ("kmn", "acc_g3", "(ks / 4) * 8192 + (ks % 4) * 32")):
+        for p in range(3):
+            call = re.sub(r"\s+", " ", f"wgmma_ss_{gemm}_n32_of96<{p}>({acc}, descriptor_at("
+                          f"a_desc, {a_step}), descriptor_at(b_desc[{p}], ks * 16 * 128)")
+            assert call in re.sub(r"\s+", " ", body), call
+    # dQ by f32 atomics (the tensor reduce-add is not built with the split layout)
+    assert "atomics" in w.adds.value and "not built with it" in w.adds.why
+    from kgen.report_loop_dag import summary
+
+    assert "m64n32k16 pieces" in summary(plan)["wgmma"]["mma"]["value"]
+
+
+def test_a_half_of_no_whole_pieces_keeps_mma_sync_with_the_rule_s_reason():
+    """D 160: a warpgroup's half of 80 columns is neither whole boxes nor whole pieces of 32:
+    the mma.sync skeleton takes the loop, its mma row saying why."""
+    plan = built(160, "none", ir.Arch.SM90A).plan
     assert plan.wgmma is None
-    assert ("the wgmma skeleton does not take this loop: N 192 split over 2 warpgroups: a half "
-            "of 96 columns starts inside a 64-column box") in plan.mma.why
+    assert ("the wgmma skeleton does not take this loop: N 160 split over 2 warpgroups: a half "
+            "of 80 columns is neither whole 64-column boxes") in plan.mma.why
 
 
 def test_a_row_reduction_with_the_split_is_refused():
@@ -166,7 +208,7 @@ def test_d256_compiles_without_spills(mask, dtype):
     _compiles(b)
 
 
-def _backward_main(**options):
+def _backward_main(d=256, **options):
     from kgen.api import build_verified
     from kgen.attention_grad import BackwardSignature, backward_text
     from kgen.attention_grad_mods import Mods
@@ -174,7 +216,8 @@ def _backward_main(**options):
     from kgen.verify import verify
 
     mods = options.pop("mods", {})
-    text = backward_text(BackwardSignature("bf16", 256, True, "sm_90a", mods=Mods(**mods),
+    causal = options.pop("causal", True)
+    text = backward_text(BackwardSignature("bf16", d, causal, "sm_90a", mods=Mods(**mods),
                                            **options))
     module = parse(text, "bwd.kg")
     assert verify(module) == []
@@ -203,4 +246,39 @@ def test_kgen_attention_s_d256_backwards_compile_without_spills(options):
         assert w.store_param is None
         assert w.tile_store.why == dag_wgmma_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY
         assert not w.issue_ahead  # (its stores from registers beside two score tiles spill)
+    _compiles(b)
+
+
+@pytest.mark.parametrize("options", [
+    dict(causal=False), dict(causal=True), dict(causal=False, d_v=128), dict(causal=True, d_v=128),
+    dict(gqa=True), dict(deterministic=True),
+], ids=["full", "causal", "full-dv128", "causal-dv128", "gqa", "deterministic"])
+def test_kgen_attention_s_d192_backwards_compile_without_spills(options):
+    """kgen.attention's backward at D 192 and 192 / 128 (DeepSeek's): the split layout in pieces
+    (dV's at D_v 128 one m64n64 wgmma a warpgroup, whole boxes), a tail's first column each
+    where the accumulators' N differ; NVRTC 13.5: 0 spills, no stack, no warning."""
+    b = _backward_main(192, **options)
+    w = b.plan.wgmma
+    assert w is not None and w.split is not None
+    if options.get("d_v") == 128:
+        assert dict(w.pieces) == {3: 32, 4: 32}  # dK and dQ; dV's half is one box
+        assert [t.n for t in b.plan.tails] == [128, 192]
+        assert "const int acc_col0_128 = consumer * (kNAcc128 / kConsumers);" in b.source
+        assert "store_fragments<kNAcc192N8>(g_dK, p.dK_ld, out, row_base, rows, " \
+               "acc_col0_192 + quad_col);" in b.source
+    _compiles(b)
+
+
+@pytest.mark.parametrize("d, d_v", [(256, 128), (128, 256)])
+def test_the_split_layout_takes_accumulators_of_two_n(d, d_v):
+    """256 / 128 and 128 / 256: the split layout, each accumulator halved at its own N (whole
+    boxes: no pieces), the epilogue a tail per N from its own first column; 0 spills."""
+    b = _backward_main(d, d_v=d_v)
+    w = b.plan.wgmma
+    assert w is not None and w.split is not None and w.pieces == ()
+    assert [t.n for t in b.plan.tails] == [d_v, d]  # (the accumulators' order: dv, dk)
+    assert {g.name: g.n_warp for g in b.plan.gemms} == {
+        "st": 32, "dv": d_v // 2, "dpt": 32, "dk": d // 2, "dq": d // 2}
+    for n in (d, d_v):
+        assert f"const int acc_col0_{n} = consumer * (kNAcc{n} / kConsumers);" in b.source
     _compiles(b)

@@ -55,7 +55,9 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         scaled_exp=common_dag.SCALED_EXP, uniform_warpgroup=uniform_warpgroup(plan),
         n1=tail[0].n, rs_ns=[t.n for t in tail[1:]], acc_n8=common_dag.acc_n8(plan, tail),
         split_ns=sorted({g.n_warp for g in plan.gemms if w.split is not None
-                                        and g.kind is ld.GemmKind.ACCUMULATING}),
+                         and g.kind is ld.GemmKind.ACCUMULATING and w.piece(g.index) is None}),
+        split_pieces=_pieced(plan, ld.GemmKind.ACCUMULATING),
+        loop_row_pieces=_pieced(plan, ld.GemmKind.LOOP_ROW),
         hand_tiles={f"hand_v{plan.gemms[i].a_value}": t for i, t in w.a_tiles
                     if any(h.name == t for h in w.handed)},
         tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype], tma_dtypes=TMA_DTYPE,
@@ -71,11 +73,19 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         philox=program.uses_random(plan), approx_tanh=program.approx_tanh(plan),
         accumulators=[plan.gemm(name) for name in plan.accumulators],
         loop_rows=[g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW],
-        loop_row_ns=sorted({g.n_warp for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW}),
+        loop_row_ns=sorted({g.n_warp for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW
+                            and w.piece(g.index) is None}),
         vector_loads=vector_loads, streamed_row_bytes=sum(128 * t.boxes for t in w.streamed),
         order_field=ld.ORDER_FIELD, grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
                else None), **_waits(plan))
+
+
+def _pieced(plan: ld.LoopDagPlan, kind: ld.GemmKind) -> list[tuple[int, int]]:
+    """(the pieces' N, the warpgroup's N) of the gemms of `kind` issued in wgmma pieces (the
+    split layout's halves of 96 columns: plan.wgmma.pieces): a helper each."""
+    return sorted({(plan.wgmma.piece(g.index), g.n_warp) for g in plan.gemms
+                   if g.kind is kind and plan.wgmma.piece(g.index) is not None})
 
 
 def uniform_warpgroup(plan: ld.LoopDagPlan) -> bool:

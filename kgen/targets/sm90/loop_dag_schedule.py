@@ -66,8 +66,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     boxed = (bulk and add_to is not None and not packed and not split
              and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
     if split and adds:
-        mode, why = ATOMIC, schedule_rules.DAG_WGMMA_SPLIT_ADDS_WHY.format(
-            tiles=tiles_bytes, limit=smem_limit)
+        mode, why = ATOMIC, schedule_rules.split_adds_why(
+            tiles_bytes, _add_stage_bytes(TENSOR, consumers, config.block, n_warp), smem_limit)
     elif boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
         mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
     elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
@@ -121,7 +121,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         streamed=tuple(tiles[1]), staged=tuple(tiles[2]), barrier_offset=0, smem_bytes=0,
         maps=maps,
         roles=_roles(consumers, producer_registers, consumer_registers, split),
-        mma=_split_mma(config, shape.n_acc) if split else pp.Choice(
+        mma=_split_mma(config, shape.n_acc, gemms) if split else pp.Choice(
             f"wgmma.m64n{config.block}k16 (SS, K-major: score gemms) + wgmma RS (B MN-major: "
             "accumulating gemms) + wgmma SS (A and B MN-major: loop-row gemms)",
             "sm_90a's warpgroup MMA with the kernel's rows as M (the score tiles computed "
@@ -158,7 +158,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             f"{config.tile_m} rows a CTA, each consumer warpgroup N / {consumers} of the "
             f"accumulators and {config.block // consumers} of a score tile's columns",
             schedule_rules.DAG_WGMMA_SPLIT_WHY.format(half=config.block // consumers))
-        if split else None, handed=handed, a_tiles=a_tiles, **staging, **store)
+        if split else None, handed=handed, a_tiles=a_tiles, pieces=_pieces(gemms) if split else (),
+        **staging, **store)
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
 
 
@@ -289,17 +290,33 @@ def _handed(body, config, offset: int
     return tuple(handed), tuple(a_tiles)
 
 
-def _split_mma(config, n: int) -> pp.Choice:
+def _pieces(gemms: tuple[ld.DagGemm, ...]) -> tuple[tuple[int, int], ...]:
+    """The split layout's accumulating and loop-row gemms issued in wgmma pieces (their index,
+    the pieces' N: dag_wgmma_rules.dag_wgmma_split_piece)."""
+    return tuple((g.index, piece) for g in gemms if g.kind is not ld.GemmKind.SCORE
+                 and (piece := schedule_rules.dag_wgmma_split_piece(g.n)) is not None)
+
+
+def _split_mma(config, n: int, gemms: tuple[ld.DagGemm, ...] = ()) -> pp.Choice:
     half, cols = n // 2, config.block // 2
-    return pp.Choice(
+    value = (
         f"wgmma.m64n{cols}k16 (SS, K-major: score gemms, each warpgroup {cols} of the block) + "
         f"wgmma.m64n{half}k16 SS (A K-major from the staged value, B MN-major: accumulating "
-        f"gemms, each warpgroup {half} of N) + wgmma SS (A and B MN-major: loop-row gemms)",
-        "sm_90a's warpgroup MMA with the kernel's rows as M, the split layout (kgen/targets/"
-        "dag_wgmma_rules.py, DAG_WGMMA_SPLIT): both warpgroups multiply all "
-        f"{config.tile_m} rows; a score gemm's columns, an accumulator's N and a loop-row "
-        "gemm's N are halved between them; the values handed on are staged so that each "
-        "warpgroup reads the whole tile as its A")
+        f"gemms, each warpgroup {half} of N) + wgmma SS (A and B MN-major: loop-row gemms)")
+    why = ("sm_90a's warpgroup MMA with the kernel's rows as M, the split layout (kgen/targets/"
+           "dag_wgmma_rules.py, DAG_WGMMA_SPLIT): both warpgroups multiply all "
+           f"{config.tile_m} rows; a score gemm's columns, an accumulator's N and a loop-row "
+           "gemm's N are halved between them; the values handed on are staged so that each "
+           "warpgroup reads the whole tile as its A")
+    pieced = dict(_pieces(gemms))
+    for n_pieced in sorted({g.n for g in gemms if g.index in pieced}):
+        mine = [g for g in gemms if g.index in pieced and g.n == n_pieced]
+        piece, half = pieced[mine[0].index], n_pieced // 2
+        value += (f"; {' and '.join(g.name for g in mine)}: each warpgroup's {half} columns as "
+                  f"{half // piece} wgmma.m64n{piece}k16 pieces")
+        why += "; " + schedule_rules.DAG_WGMMA_SPLIT_PIECES_WHY.format(
+            n=n_pieced, half=half, pieces=half // piece, piece=piece)
+    return pp.Choice(value, why)
 
 
 # How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
