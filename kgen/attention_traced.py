@@ -163,10 +163,8 @@ def _backward(dO, Q, K, V, O, lse, attn_mask, vectors, scale, causal, score_mod,
     if block_lists:
         options["block_mask"] = attention_blocks.BlockLists(*block_lists,
                                                             block_size=tuple(block_size))
-        mods = call_mods(q, k, v, options, bias_grad)
-        sig = grad.BackwardSignature(dense._dtype_name(q.dtype), int(q.shape[-1]), causal,
-                                     dense._arch(q.device), mods=mods, blocks=True)
-        attention_blocks.backward_tile_check(tuple(block_size), grad.backward_tile(sig))
+        grad.check_block_tile(q, k, v, causal, call_mods(q, k, v, options, bias_grad),
+                              tuple(block_size))
     found = grad._gradients(dO, q, k, v, O, lse, scale, causal, K.shape[1] != Q.shape[1],
                        deterministic, call_mods(q, k, v, options, bias_grad), options)
     dbias = bias_gradient(found["dBiasT"], attn_mask) if bias_grad else Q.new_empty(0)
