@@ -2,8 +2,9 @@
 the query heads H): a CTA walks, for each query head of its KV head's group in turn, that head's
 listed blocks (partial, then full; templates' group_visit). The plan takes it, the lists are
 bound at the query heads, the reference sums dK and dV over the group's listed blocks as a dense
-float64 backward of FlexAttention's meaning does, and both skeletons' walks compile with NVRTC
-without spills (kgen.attention's backward with GQA and a block mask too)."""
+float64 backward of FlexAttention's meaning does, both skeletons' walks compile with NVRTC
+without spills (kgen.attention's backward with GQA and a block mask too), and kgen.attention's
+backward program with transposed_lists' lists per query head is float64 autograd on the CPU."""
 from __future__ import annotations
 
 import numpy as np
@@ -153,10 +154,19 @@ def test_nvrtc_compiles_both_skeletons_group_walks_without_spills(arch, full):
     spill_free(built, arch)
 
 
+# (arch, head dim, mods) that spill with GQA and a block mask (NVRTC 13.5, causal, bytes of
+# spill stores: GQA with the lists / without GQA with the lists / GQA without lists):
+# sm_80 D 128 softcap 144 / 60 / 8, dropout 12 / 0 / 0 (both at the 128x32 tile the walk's
+# registers take; without lists 128x64); sm_90a D 128 softcap 244 / 224, dropout 16 / 28 (the
+# plain backward spills there too: tests/lower/test_loop_dag_blocks.py PLAIN_SPILLS)
+GQA_SPILLS = {("sm_80", 128, "softcap"), ("sm_80", 128, "dropout"), ("sm_90a", 128, "softcap"),
+              ("sm_90a", 128, "dropout")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("mods", ["causal", "mask_mod"])
+@pytest.mark.parametrize("mods", ["causal", "mask_mod", "softcap", "dropout"])
 def test_kgen_attentions_backward_with_gqa_and_a_block_mask_compiles_without_spills(arch, d,
                                                                                    mods):
     from kgen.attention_grad import BackwardSignature, backward_module
@@ -164,10 +174,67 @@ def test_kgen_attentions_backward_with_gqa_and_a_block_mask_compiles_without_spi
 
     if d == 256 and arch == "sm_80":
         pytest.skip("sm_80's backward keeps dK and dV in registers: no head dim 256")
-    given = Mods(mask_mod="(col > row - 300) * (col < row + 50)") if mods == "mask_mod" else None
-    sig = BackwardSignature("bf16", d, mods == "causal", arch, gqa=True, mods=given,
+    if (arch, d, mods) in GQA_SPILLS:
+        pytest.skip("spills (GQA_SPILLS)")
+    given = {"causal": None, "mask_mod": Mods(mask_mod="(col > row - 300) * (col < row + 50)"),
+             "softcap": Mods(score_mod="30 * tanh(score / 30)"),
+             "dropout": Mods(dropout=True)}[mods]
+    sig = BackwardSignature("bf16", d, mods != "mask_mod", arch, gqa=True, mods=given,
                             blocks=True)
     kernel = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
     main = build_verified(kernel, arch)
     assert main.plan.gqa and main.plan.bounds.listed is not None
     spill_free(main, arch)
+
+
+# ---------------------------------------------------------------------------------------------
+# kgen.attention's backward program with GQA and a block mask, end to end on the CPU: the lists
+# transposed per query head (transposed_lists), the main kernel evaluated by the reference
+
+
+@pytest.mark.parametrize("list_heads, causal", [(4, True), (4, False), (1, True)])
+def test_kgen_attentions_backward_program_is_float64_autograd_of_each_heads_blocks(list_heads,
+                                                                                  causal):
+    torch = pytest.importorskip("torch")
+    from kgen.attention_blocks import from_dense, transposed_lists
+    from kgen.attention_grad import BackwardSignature, backward_module, backward_tile
+
+    b, h, hkv, s, t, d = 1, 4, 2, 300, 260, 64
+    gen = torch.Generator().manual_seed(list_heads + 2 * causal)
+    kind = torch.randint(0, 3, (b, list_heads, 3, 3), generator=gen)  # 128x128 blocks
+    kind[..., 0] = 2  # the first keys full for every query block: every row sees a key
+    kind = kind.repeat_interleave(128, 2)[:, :, :s].repeat_interleave(128, 3)[..., :t]
+    pattern = (kind == 2) | ((kind == 1) & (torch.rand(b, list_heads, s, t, generator=gen) < .5))
+    bm = from_dense(pattern, 128)
+    q, do = (torch.randn(b, h, s, d, generator=gen).bfloat16().double() for _ in "qd")
+    k, v = (torch.randn(b, hkv, t, d, generator=gen).bfloat16().double() for _ in "kv")
+    scale = 1 / d ** 0.5
+    # the elementwise meaning: a full block's elements, a partial one's that the mask keeps
+    state = torch.zeros(b, list_heads, s, t, dtype=torch.long)
+    for value, counts, indices in ((1, bm.kv_num_blocks, bm.kv_indices),
+                                   (2, bm.full_kv_num_blocks, bm.full_kv_indices)):
+        for i in np.ndindex(*counts.shape):
+            for j in indices[i][:counts[i]].tolist():
+                state[i[0], i[1], i[2] * 128:(i[2] + 1) * 128, j * 128:(j + 1) * 128] = value
+    keep = (torch.arange(t)[None, :] <= torch.arange(s)[:, None]) if causal else True
+    visible = ((state == 2) | ((state == 1) & keep)).expand(b, h, s, t)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    kr, vr = (x.repeat_interleave(h // hkv, dim=1) for x in leaves[1:])
+    x = torch.where(visible, scale * leaves[0] @ kr.transpose(-1, -2), -float("inf"))
+    lse = torch.logsumexp(x, -1)
+    out = torch.softmax(x, -1) @ vr
+    out.backward(do)
+    sig = BackwardSignature("bf16", d, causal, "sm_80", gqa=True, blocks=True)
+    main = next(k for k in backward_module(sig).kernels if k.name.endswith("_main"))
+    tile = backward_tile(sig)
+    lists = transposed_lists(bm, tile, q.bfloat16(), k.bfloat16())
+    assert lists[0].shape[:2] == (b, list_heads)
+    dvec = (do * out.detach()).sum(-1)
+    inputs = dict(Q=q.numpy(), K=k.numpy(), V=v.numpy(), dO=do.numpy(),
+                  lse=lse.detach().float().numpy(), D=dvec.float().numpy(),
+                  **{name: x.numpy() for name, x in zip(LISTS, lists)})
+    got = evaluate(main, inputs, {"scale": scale}, block=tile[1])
+    for name, want in zip(("dQacc", "dK", "dV"), (x.grad for x in leaves)):
+        g = torch.from_numpy(got[name].astype(np.float64))
+        assert g.shape == want.shape, name
+        assert (g - want).abs().max() <= 2e-2 * max(want.abs().max(), 1e-3), name
