@@ -237,3 +237,11 @@ def test_kgen_attentions_backward_program_is_float64_autograd_of_each_heads_bloc
         g = torch.from_numpy(got[name].astype(np.float64))
         assert g.shape == want.shape, name
         assert (g - want).abs().max() <= 2e-2 * max(want.abs().max(), 1e-3), name
+
+
+def test_kgen_inspect_says_the_group_walks_each_heads_lists():
+    from kgen.report_loop_dag import summary
+
+    text = summary(lower(kernel_of(GQA)))["gqa"]
+    assert "each head's listed blocks: the sum of the group's counts" in text
+    assert "group x blocks" not in text
