@@ -410,8 +410,8 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     drawn anew when a CUDA graph replays). `block_mask`: FlexAttention's BlockMask or a
     kgen.attention_blocks.BlockLists: each tile of query rows visits only its listed blocks,
     the partial ones with the mask (is_causal, mask_mod) applied, the full ones without, as
-    FlexAttention (kgen/attention_blocks.py; the backward too, without GQA or deterministic
-    mode: kgen/attention_grad.py). Rows that keep no key give O = 0 and lse = -inf (SDPA
+    FlexAttention (kgen/attention_blocks.py; the backward too, GQA among it, not in
+    deterministic mode: kgen/attention_grad.py). Rows that keep no key give O = 0 and lse = -inf (SDPA
     gives NaN there). `deterministic` (inputs that require grad): the
     backward's gradients bit-identical run to run (dQ's adds ordered); None follows
     torch.are_deterministic_algorithms_enabled(). Under torch.compile every option is traced

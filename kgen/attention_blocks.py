@@ -232,10 +232,11 @@ def backward_tile_check(size: tuple[int, int], tile: tuple[int, int]) -> None:
 
 
 def transposed_lists(block_mask, tile: tuple[int, int], q, k) -> list:
-    """The backward's lists for q [B, H, S, D] and k [B, H, T, D] at its `tile` (keys,
-    queries): counts [B or 1, H or 1, key tiles] and indices [..., query blocks] of the partial
-    query blocks, then of the full ones (zero counts where the mask lists no full blocks),
-    int32 on q's device. A block of the mask listed twice, or partial and full, counts once,
+    """The backward's lists for q [B, H, S, D] and k [B, HKV, T, D] at its `tile` (keys,
+    queries), per query head (GQA: a CTA of the backward walks its group's query heads, each
+    with its own lists; H of 1 shares them): counts [B or 1, H or 1, key tiles] and indices
+    [..., query blocks] of the partial query blocks, then of the full ones (zero counts where
+    the mask lists no full blocks), int32 on q's device. A block of the mask listed twice, or partial and full, counts once,
     as partial; an index out of range lists nothing."""
     rows, cols = block_size(block_mask)
     backward_tile_check((rows, cols), tile)

@@ -30,8 +30,9 @@ and dQ's accumulator at D (on sm_90a at D 192 the mma.sync skeleton holds dK's a
 wgmma one cannot box it). A block mask (`block_mask=`, as the forward's) is the main kernel's
 `blocks by q_num_blocks, q_indices, full ...` line: each tile of keys visits the query blocks
 the mask lists for it (kgen/attention_blocks.py `transposed_lists`, at the backward's tile),
-partial ones with the mask applied, full ones without, the rest not at all; not with GQA,
-deterministic mode or attn_mask's gradient (`check_block_mask`). kgen's sequences do not carry
+partial ones with the mask applied, full ones without, the rest not at all (with GQA, a CTA
+walks each query head of its group in turn, that head's lists); not in deterministic mode or
+with attn_mask's gradient (`check_block_mask`). kgen's sequences do not carry
 a block mask's lists yet, so that backward's three kernels run as programs called in order
 (`_listed_gradients`, as kgen/attention_varlen.py's backward: the main kernel zeroes dQacc
 itself, four launches). The backward is a torch op (kgen/torch_library.py's `sequence_op`), and
@@ -198,10 +199,6 @@ def check_block_mask(q, k, block_mask, deterministic: bool, bias_grad: bool) -> 
     same: kgen/lower/loop_dag.py `_check_listed`); the lists' shapes (checked_lists)."""
     from .attention_blocks import checked_lists
 
-    if k.shape[1] != q.shape[1]:
-        raise ArgumentError("kgen.attention's backward takes block_mask without GQA only (its "
-                            "lists are per query head; a CTA of the backward walks a KV head's "
-                            "group): repeat k and v to q's heads, or call it without grad")
     if deterministic:
         raise ArgumentError("kgen.attention's backward does not take block_mask in "
                             "deterministic mode (deterministic=True, or torch's deterministic "

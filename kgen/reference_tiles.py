@@ -34,7 +34,8 @@ Two batch dimensions: each (batch b, head h) is one instance; a parameter with h
 fewer than the kernel's H) gives head h its head h // (H // Hp); a parameter without batch
 dimensions is shared. A backward's GQA (`query_param`: the kernel's rows, K, have the KV heads
 HKV and the loop's streamed operands the query heads H): each (batch, KV head) is one instance
-whose loop walks the blocks of every query head of its group in turn (`head` the query head),
+whose loop walks the blocks of every query head of its group in turn (`head` the query head;
+under a block mask, each query head's own lists: they have the query heads H, or 1 shared),
 the carried accumulators summing over the group, each query head's `+=` adds its own. The
 results depend on `block` only through the rounding of the handed-on value, as the kernels'
 do: pass the kernel's block (its plan's tile.n).
@@ -174,14 +175,20 @@ def _grouped(kernel, inputs, scalars, rows, block, count, kv_heads, query, outpu
         raise ValueError(f"{query.name} has {heads} heads, not a multiple of the {kv_heads} "
                          "KV heads")
     group = heads // kv_heads
+    listed = kernel.loop.blocks
+    lead = rows_param(kernel)
     result = {p.name: [] for p in outputs}
     for b in range(count):
         per_head: dict[str, list] = {p.name: [] for p in outputs}
         for kv in range(kv_heads):
             members = []
             for h in range(kv * group, (kv + 1) * group):
-                members.append((h, {name: _instance_view(kernel.param(name), array, b, h, heads)
-                                    for name, array in inputs.items()}))
+                view = {name: _instance_view(kernel.param(name), array, b, h, heads)
+                        for name, array in inputs.items()}
+                if listed is not None:  # the lists of query head h (per query head, or shared)
+                    view.update((name, _list_view(inputs[name], b, h, lead))
+                                for name in listed.names if name in inputs)
+                members.append((h, view))
             one = _Instance(kernel, members[0][1], scalars, rows, block, b, members[0][0],
                             heads, members).run()
             for p in outputs:

@@ -94,9 +94,11 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "tanh": choice(plan.tanh), "division": choice(plan.division),
         "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), "
                 f"{'KV heads' if plan.gqa else 'heads'}, batch)",
-        "gqa": ("a CTA owns a KV head; its loop walks the blocks of every query head of the "
-                "group in turn (group x blocks), the accumulators summing over the group"
-                if plan.gqa else None),
+        "gqa": (("a CTA owns a KV head; its loop walks the blocks of every query head of the "
+                 "group in turn " + ("(each head's listed blocks: the sum of the group's counts)"
+                                     if plan.bounds.listed is not None else
+                                     "(group x blocks)")
+                 + ", the accumulators summing over the group") if plan.gqa else None),
         "deterministic": choice(plan.deterministic) if plan.deterministic else None,
         "loop": {"dim": plan.loop_dim, "block": plan.block, "stages": plan.stages},
         "loop_bounds": _bounds(plan.bounds),

@@ -170,6 +170,32 @@ def test_the_backward_lists_are_the_masks_blocks_transposed(tile, s, t):
                 assert bool((listed[1:] > listed[:-1]).all())
 
 
+@pytest.mark.parametrize("list_heads", [4, 1])
+def test_the_backward_lists_with_gqa_are_per_query_head(list_heads):
+    """GQA (q with 4 heads, k with 2): the lists have the mask's heads, the query heads (each
+    its own state) or 1 (shared by every query head); the KV heads' count is refused."""
+    s, t = 300, 1000
+    gen = torch.Generator().manual_seed(list_heads)
+    dense = torch.rand(2, list_heads, 3, 8, generator=gen)  # per head, block by block
+    elements = dense.repeat_interleave(128, 2)[:, :, :s].repeat_interleave(128, 3)[..., :t]
+    mask = (elements < 0.3) | ((elements < 0.7)
+                               & (torch.rand(2, list_heads, s, t, generator=gen) < 0.5))
+    bm = ab.from_dense(mask, 128)
+    q = torch.zeros(2, 4, s, 64, dtype=torch.bfloat16)
+    k = torch.zeros(2, 2, t, 64, dtype=torch.bfloat16)
+    lists = ab.transposed_lists(bm, (128, 64), q, k)
+    assert [tuple(x.shape) for x in lists] == [(2, list_heads, 8), (2, list_heads, 8, 5)] * 2
+    forward = element_state((bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+                             bm.full_kv_indices), 128, 128, s, t)
+    backward = element_state(lists, 128, 64, t, s)
+    assert torch.equal(backward, forward.transpose(-1, -2))
+    if list_heads > 1:
+        assert not torch.equal(backward[:, 0], backward[:, 1])
+    with pytest.raises(ArgumentError, match="block_mask has heads 2, but q has 4"):
+        ab.transposed_lists(ab.from_dense(mask[:, :1].expand(2, 2, s, t), 128), (128, 64),
+                            q, k)
+
+
 def test_the_backward_lists_without_full_blocks_and_with_stray_indices():
     """A mask of partial lists only has empty full lists; indices past the keys' blocks and
     counts past the list list nothing (an unused entry is never read)."""

@@ -157,8 +157,9 @@ def test_kgen_attention_backward_checks_what_it_takes_beside_block_mask():
     q = torch.zeros(1, 2, 8, 64)
     mask = from_dense(torch.ones(1, 1, 8, 8, dtype=torch.bool), 128)
     check_block_mask(q, q, mask, False, False)
+    check_block_mask(q, q[:, :1], mask, False, False)  # GQA: the lists per query head
     for k, deterministic, bias_grad, message in (
-            (q[:, :1], False, False, "takes block_mask without GQA only"),
+            (q[:, :1], True, False, "does not take block_mask in deterministic mode"),
             (q, True, False, "does not take block_mask in deterministic mode"),
             (q, False, True, "does not compute attn_mask's gradient with block_mask")):
         with pytest.raises(ArgumentError, match=message):

@@ -271,7 +271,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     params, fields, packed = packed_program.run(kernel, rows_dim, loop.dim, params, fields)
     gqa = any(p.kv for p in params)
     if loop.blocks is not None:
-        _check_listed(kernel, loop, gqa, body_section)
+        _check_listed(kernel, loop, body_section)
         params, fields = _block_params(kernel, lead, params, fields)
     zeroed_stores: frozenset[str] = frozenset()
     if wgmma_refused is None:  # the skeleton writes zeros on the blocks it skips
@@ -550,17 +550,13 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
     return pp.LoopBounds(linear, tuple(fold), why, equal)
 
 
-def _check_listed(kernel: ir.Kernel, loop: ir.Loop, gqa: bool, body: pp.Section) -> None:
+def _check_listed(kernel: ir.Kernel, loop: ir.Loop, body: pp.Section) -> None:
     """What a DAG loop does not take beside a block mask, each refused at the line."""
     at = loop.blocks.loc
     if kernel.deterministic:
         raise KgenError(at, "a block mask and 'reductions deterministic' together are not "
                         "supported: deterministic adds chain the tiles of rows visiting a block "
                         "one after the other, and the lists leave any tiles out; drop one")
-    if gqa:
-        raise KgenError(at, "a block mask in a DAG loop takes no GQA yet: its lists are per "
-                        "query head, and a CTA walks every query head of its KV head's group; "
-                        "give K and V the query heads")
     stores = [s.param for s in body.statements if isinstance(s, pp.StoreTile)]
     if stores:
         raise KgenError(at, f"a block mask in a DAG loop takes no tile store ('{stores[0]}'): "

@@ -1,7 +1,7 @@
 """A block mask on a DAG loop, the attention backward's (`blocks by q_num_blocks, q_indices,
 full full_q_num_blocks, full_q_indices`; docs/language.md, "Masked blocks skipped"): the plan
 (kgen/lower/loop_dag.py `_listed`: the lists as parameters, the masks a full block skips), the
-located refusals (GQA, deterministic adds, a tile store), the reference against a dense float64
+located refusals (deterministic adds, a tile store), the reference against a dense float64
 backward of FlexAttention's meaning, kgen.attention's backward program with the line, and both
 skeletons' walks compiled by NVRTC with 0 spills."""
 from __future__ import annotations
@@ -81,23 +81,24 @@ def test_a_dropouts_where_is_no_mask():
     assert len(texts) == 1 and texts[0].startswith("where((row <= col), exp(")
 
 
-@pytest.mark.parametrize("change, message", [
-    (("  target sm_80\n", "  target sm_80\n  reductions deterministic\n"),
-     "a block mask and 'reductions deterministic' together are not supported"),
-    (("tensor K : bf16[B, H, T", "tensor K : bf16[B, HKV, T"),
-     "a block mask in a DAG loop takes no GQA yet"),
-])
-def test_what_a_dag_loop_does_not_take_beside_a_block_mask_is_refused_at_the_line(change,
-                                                                                   message):
-    text = TEXT.replace(*change)
-    if "HKV" in text:
-        text = text.replace("tensor V : bf16[B, H, T", "tensor V : bf16[B, HKV, T").replace(
-            "tensor dK : bf16[B, H, T", "tensor dK : bf16[B, HKV, T").replace(
-            "tensor dV : bf16[B, H, T", "tensor dV : bf16[B, HKV, T")
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
+def test_deterministic_adds_beside_a_block_mask_are_refused_at_the_line(gqa):
+    text = TEXT.replace("  target sm_80\n", "  target sm_80\n  reductions deterministic\n")
+    if gqa:
+        text = gqa_text(text)
     with pytest.raises(KgenError) as err:
         lower(kernel_of(text))
-    assert message in err.value.message
+    assert "a block mask and 'reductions deterministic' together are not supported" in \
+        err.value.message
     assert err.value.loc.line == _line(text, "q_num_blocks")
+
+
+def gqa_text(text: str) -> str:
+    """The backward with GQA: K, V, dK and dV at the KV heads HKV."""
+    for name in ("K", "V", "dK", "dV"):
+        text = text.replace(f"tensor {name} : bf16[B, H, T", f"tensor {name} : bf16[B, HKV, T")
+    assert text.count("HKV") == 4
+    return text
 
 
 def test_a_tile_store_beside_a_block_mask_is_refused_at_the_line():
