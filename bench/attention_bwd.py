@@ -41,9 +41,10 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # kgen's only)
     python3 bench/attention_bwd.py --options    # kgen.attention's backward with a value head
                                                 # dim unlike the query's (192/128, 192/192,
-                                                # 128/64, 64/128; D 128 beside) against SDPA's
-                                                # cuDNN, and with a block mask (bench/mods.py's
-                                                # random BlockMask) against the plain backward and
+                                                # 128/64, 64/128, 256/128, 128/256; D 128
+                                                # beside) against SDPA's cuDNN, and with a block
+                                                # mask (bench/mods.py's random BlockMask; MHA and
+                                                # GQA 16:2) against the plain backward and
                                                 # torch.compile(flex_attention)'s with the same
                                                 # BlockMask (gradients checked); batch 4, 16
                                                 # heads, S 4096; TFLOP/s = 2.5 x 2 B H S T
@@ -469,14 +470,16 @@ def groups(d: int = 128, lengths=(4096, 16384), kv_heads: int = 2,
 # kgen.attention's autograd (torch.autograd.grad of a saved graph, the forward excluded)
 
 OPTION_BATCH, OPTION_HEADS = 4, 16  # --options: batch 4, 16 heads, S 4096
-PAIRS = ((128, 128), (192, 128), (192, 192), (128, 64), (64, 128))
+PAIRS = ((128, 128), (192, 128), (192, 192), (128, 64), (64, 128), (256, 128), (128, 256))
 
 
-def _option_leaves(s: int, d: int, d_v: int, seed: int = 0):
+def _option_leaves(s: int, d: int, d_v: int, seed: int = 0, kv_heads: int = OPTION_HEADS):
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    shape = (OPTION_BATCH, OPTION_HEADS, s)
-    q, k = (torch.randn(*shape, d, device="cuda", generator=gen).bfloat16() for _ in range(2))
-    v, do = (torch.randn(*shape, d_v, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    shape, kv = (OPTION_BATCH, OPTION_HEADS, s), (OPTION_BATCH, kv_heads, s)
+    q = torch.randn(*shape, d, device="cuda", generator=gen).bfloat16()
+    k = torch.randn(*kv, d, device="cuda", generator=gen).bfloat16()
+    v = torch.randn(*kv, d_v, device="cuda", generator=gen).bfloat16()
+    do = torch.randn(*shape, d_v, device="cuda", generator=gen).bfloat16()
     return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
 
 
@@ -527,19 +530,22 @@ def block_masks(s: int, flex: bool) -> None:
     if flex:
         from torch.nn.attention.flex_attention import flex_attention
         compiled = torch.compile(flex_attention)
-    for causal in (False, True):
-        q, k, v, do = _option_leaves(s, 128, 128)
-        plain = _median_ms(_grad(lambda: kgen.attention(q, k, v, is_causal=causal),
-                                 (q, k, v), do))
-        call = _grad(lambda: kgen.attention(q, k, v, is_causal=causal,
+    for kv_heads, causal in ((OPTION_HEADS, False), (OPTION_HEADS, True),
+                             (OPTION_HEADS // 8, False), (OPTION_HEADS // 8, True)):
+        q, k, v, do = _option_leaves(s, 128, 128, kv_heads=kv_heads)
+        gqa = kv_heads != OPTION_HEADS
+        plain = _median_ms(_grad(lambda: kgen.attention(q, k, v, is_causal=causal,
+                                                        enable_gqa=gqa), (q, k, v), do))
+        call = _grad(lambda: kgen.attention(q, k, v, is_causal=causal, enable_gqa=gqa,
                                             block_mask=masks[causal]), (q, k, v), do)
         want = call()
         ms = _median_ms(call)
-        line = (f"causal {str(causal):5} plain {plain:7.3f} blocks {ms:7.3f} "
+        heads = f"GQA {OPTION_HEADS}:{kv_heads} " if gqa else ""
+        line = (f"{heads}causal {str(causal):5} plain {plain:7.3f} blocks {ms:7.3f} "
                 f"({ms / plain:5.2f}x plain)")
         if flex:
-            flex_call = _grad(lambda: compiled(q, k, v, block_mask=masks[causal]), (q, k, v),
-                              do)
+            flex_call = _grad(lambda: compiled(q, k, v, block_mask=masks[causal],
+                                               enable_gqa=gqa), (q, k, v), do)
             diff = relative_difference(flex_call(), want)
             flex_ms = _median_ms(flex_call)
             line += f" Flex {flex_ms:7.3f} ({flex_ms / ms:5.2f}x kgen's speed; grads {diff:.1e})"
@@ -556,9 +562,10 @@ def options_once() -> None:
         q, k, v, do = _option_leaves(1000, d, d_v)
         kgen.attention(q, k, v, is_causal=True).backward(do)
     masks = _random_blocks(1000, 1000, torch.Generator(device="cuda").manual_seed(1))
-    for causal in (False, True):
-        q, k, v, do = _option_leaves(1000, 128, 128)
-        kgen.attention(q, k, v, is_causal=causal, block_mask=masks[causal]).backward(do)
+    for kv_heads, causal in ((OPTION_HEADS, False), (OPTION_HEADS, True), (2, True)):
+        q, k, v, do = _option_leaves(1000, 128, 128, kv_heads=kv_heads)
+        kgen.attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != OPTION_HEADS,
+                       block_mask=masks[causal]).backward(do)
     torch.cuda.synchronize()
     print("once: done")
 
