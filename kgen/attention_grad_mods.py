@@ -259,9 +259,12 @@ def bias_gradient(dbias_t, mask):
     over the dims attn_mask broadcasts, in its shape and dtype."""
     import torch
 
-    grad = dbias_t.transpose(-1, -2)
     shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
-    dims = tuple(d for d in range(4) if shape[d] == 1 and grad.shape[d] != 1)
-    if dims:  # summed in f32 (no f32 copy of the whole gradient first)
-        grad = grad.sum(dim=dims, keepdim=True, dtype=torch.float32)
-    return grad.reshape(mask.shape).to(mask.dtype)
+    shape = shape[:2] + (shape[3], shape[2])  # attn_mask's broadcast, in dBiasT's order
+    dims = tuple(d for d in range(4) if shape[d] == 1 and dbias_t.shape[d] != 1)
+    grad = dbias_t
+    if dims:  # summed over dBiasT's own (contiguous) layout, transposed after (a sum over the
+        # transposed view ran 0.22 TB/s on the H200: 9.5 ms of a 12.7 ms backward), into
+        # attn_mask's dtype at once (torch's CUDA sum of bf16 / f16 accumulates in f32)
+        grad = grad.sum(dim=dims, keepdim=True, dtype=mask.dtype)
+    return grad.transpose(-1, -2).reshape(mask.shape).to(mask.dtype)
