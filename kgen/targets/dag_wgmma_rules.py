@@ -359,8 +359,9 @@ DAG_WGMMA_SPLIT_OVERHEAD = 32  # addresses, indices, predicates, the handed word
 # (the staged value, or the loop-row gemm's dS^T) is read again per piece, three times a k step.
 # Chosen over the 64-byte swizzle (boxes of 32 columns for the tiles read MN-major: one m64n96
 # wgmma a k step, A read once), which changes the copy engine's maps, the producer's boxes and
-# every descriptor of those tiles; not measured on a GPU yet (neither against the mma.sync
-# skeleton's 138-161 TFLOP/s at D 192 on an H200).
+# every descriptor of those tiles. Measured on an H200 (bench/attention_bwd.py --options, S 4096,
+# through kgen.attention's autograd): D 192 236 TFLOP/s, causal 221; 192 / 128 219 / 196; the
+# mma.sync skeleton ran 138-161 (1.39-1.46x slower); cuDNN 280-390 (RESULTS section 23).
 DAG_WGMMA_SPLIT_PIECE = 32
 DAG_WGMMA_SPLIT_PIECES_WHY = (
     "a warpgroup's half of N {n} ({half} columns) is not whole 64-column boxes of the 128-byte "
