@@ -159,9 +159,10 @@ class Random:
     clear) or high 16 bits (set) times 2^-16: a probability compared with it is quantized to
     2^-16. A thread of the mma fragments holds a group whole (rows i, i + 8; a column pair e in
     n8 groups j, j + 1), so a kernel computes each call once for eight elements; transposed
-    (rows are the group's columns) a thread holds four of them and its neighbour lane the other
-    four. The same seed and offset give the same value at the same element in any kernel (a
-    backward regenerates a dropout mask).
+    (rows are the group's columns) a thread holds four of them and the lane of row ^ 1 the
+    other four: one of the two lanes makes the call and hands the other its halves. The same
+    seed and offset give the same value at the same element in any kernel (a backward
+    regenerates a dropout mask).
     `random_t(seed, offset)` (transposed) is the value at the element (col, row): in a kernel
     whose rows are the other's columns (the attention backward's keys), the other's value."""
 

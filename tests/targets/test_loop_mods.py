@@ -225,9 +225,9 @@ def test_dropout_draws_a_philox_call_per_group_in_its_reader_s_loop(arch):
     c, c + 1, c + 8, c + 9 are the thread's fragments i & 1, j & 1, e & 1), then its reader, in
     one loop; each body the skeleton copies draws once (kgen/targets/common/loop.py CRandom)."""
     source = _kernel_body(_dropout_forward(arch).source)
-    draw = ("        if (((i | j | e) & 1) == 0) v17_words[0] = philox_group(p.seed, p.offset, "
+    draw = ("        if (((i | j | e) & 1) == 0) v17_words = philox_group(p.seed, p.offset, "
             "batch, head, p.heads, row, col);\n"
-            "        v17[j][e] = philox_value(v17_words[0], i & 1, j & 1, e & 1);\n")
+            "        v17[j][e] = philox_value(v17_words, i & 1, j & 1, e & 1);\n")
     bodies = source.count(draw)
     assert bodies >= 2 and source.count("philox_group(") == bodies
     assert "philox_uniform(" not in source

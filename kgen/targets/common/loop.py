@@ -73,8 +73,10 @@ class CRandom:
     at the group's first element in the fragments' order (i, j and e even: rows row_base + 8 i
     with row_base's bit 3 clear, columns quad_col + (e & 1) in n8 groups j from a multiple of
     16, so i & 1, j & 1 and e & 1 are bits 3 of row and col and bit 0 of col); `transposed`
-    (random_t, at (col, row)): a thread holds four elements of a group, so one call per four,
-    its half picked by bit 0 of row."""
+    (random_t, at (col, row)): a thread holds four elements of a group, all in the half of
+    each word its row's bit 0 picks, and the lane holding row ^ 1 (lane ^ 4) the other four:
+    each lane of the pair makes the call of the columns of its row's parity and hands the
+    other lane its halves (a shuffle: every lane draws, the draw is no branch at run time)."""
 
     name: str
     seed: str
