@@ -401,8 +401,9 @@ def attention(q, k, v, attn_mask=None, *, is_causal: bool = False, scale: float 
     `vectors`: tensors the mods index (`slopes[head]`: [H]; `doc[row]`: [B, S] or [S];
     `kdoc[col]`: [B, T] or [T]; `w[batch]`: [B]), read as f32 (integer ids exact below
     2^24). `dropout_p` in [0, 1): each probability is kept where random(seed, offset) >=
-    dropout_p (Philox, counted by batch, head, row and key; see ir.Random) and scaled by
-    1 / (1 - dropout_p); lse and the normalizer count every probability, kept or not. The
+    dropout_p (Philox, counted by batch, head, row and key, 16 bits each: dropout_p is
+    quantized to 2^-16; see ir.Random) and scaled by 1 / (1 - dropout_p); lse and the
+    normalizer count every probability, kept or not. The
     (seed, offset) is `dropout_rng` when given, else drawn from torch's CUDA generator of q's
     device (seed: its initial seed, offset: its offset, which advances by 4), so
     torch.manual_seed makes a run reproducible; `return_rng` appends the (seed, offset) used

@@ -152,13 +152,17 @@ class Random:
     """`random(seed, offset)`: a uniform value in [0, 1) per element of a tile program's tile,
     from Philox 4x32-10 (Salmon et al., SC 2011). Keyed by the u64 scalar `seed`, counted by the
     element's (col, row, batch * heads + head) and the u64 scalar `offset`, one call per group
-    of four elements {r, r + 8} x {c, c + 8} (bit 3 of r and c clear): the words
-    (c0, c1, c2, c3) = (c, r, batch * heads + head, low 32 bits of offset), the key
-    (low 32 bits of seed, high 32 bits of seed ^ high 32 bits of offset); the value at
-    (row, col) is output word 2 * (bit 3 of row) + (bit 3 of col)'s top 24 bits times 2^-24
-    (the group is transposition's own: a thread of the mma fragments holds it whole in either
-    orientation, so a kernel computes each call once for four elements). The same seed and offset give the same value
-    at the same element in any kernel (a backward regenerates a dropout mask).
+    of eight elements {r, r + 8} x {c, c + 1, c + 8, c + 9} (bit 3 of r, bits 0 and 3 of c
+    clear): the words (c0, c1, c2, c3) = (c, r, batch * heads + head, low 32 bits of offset),
+    the key (low 32 bits of seed, high 32 bits of seed ^ high 32 bits of offset); the value at
+    (row, col) is output word 2 * (bit 3 of row) + (bit 3 of col)'s low 16 bits (bit 0 of col
+    clear) or high 16 bits (set) times 2^-16: a probability compared with it is quantized to
+    2^-16. A thread of the mma fragments holds a group whole (rows i, i + 8; a column pair e in
+    n8 groups j, j + 1), so a kernel computes each call once for eight elements; transposed
+    (rows are the group's columns) a thread holds four of them and the lane of row ^ 1 the
+    other four: one of the two lanes makes the call and hands the other its halves. The same
+    seed and offset give the same value at the same element in any kernel (a backward
+    regenerates a dropout mask).
     `random_t(seed, offset)` (transposed) is the value at the element (col, row): in a kernel
     whose rows are the other's columns (the attention backward's keys), the other's value."""
 

@@ -77,17 +77,19 @@ def philox4x32(counter, key, rounds: int = 10) -> tuple[np.ndarray, ...]:
 def random_uniform(seed: int, offset: int, batch: int, head: int, heads: int,
                    rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """ir.Random's value at rows x cols of instance (batch, head): see its docstring (one
-    Philox call per group {r, r + 8} x {c, c + 8}, bit 3 of r and c clear; word
-    2 * (bit 3 of row) + (bit 3 of col))."""
+    Philox call per group {r, r + 8} x {c, c + 1, c + 8, c + 9}, bit 3 of r and bits 0 and 3
+    of c clear; word 2 * (bit 3 of row) + (bit 3 of col), its low or high 16 bits by bit 0 of
+    col)."""
     seed, offset = int(seed) % 2**64, int(offset) % 2**64
     rows = np.asarray(rows, dtype=np.int64)[:, None]
     cols = np.asarray(cols, dtype=np.int64)[None, :]
-    counter = (cols & ~8, rows & ~8, (batch * heads + head) & MASK32, offset & MASK32)
+    counter = (cols & ~9, rows & ~8, (batch * heads + head) & MASK32, offset & MASK32)
     key = (seed & MASK32, (seed >> 32) ^ (offset >> 32))
     words = philox4x32(counter, key)
     pick = 2 * ((rows >> 3) & 1) + ((cols >> 3) & 1)
     word = np.choose(np.broadcast_to(pick, np.broadcast_shapes(rows.shape, cols.shape)), words)
-    return (word >> np.uint64(8)).astype(np.float64) * 2.0 ** -24
+    half = (word >> (np.uint64(16) * (cols & 1).astype(np.uint64))) & np.uint64(0xFFFF)
+    return half.astype(np.float64) * 2.0 ** -16
 
 
 def is_tile_program(kernel: ir.Kernel) -> bool:

@@ -317,9 +317,11 @@ def test_softcaps_backward_spells_tanh_and_division_as_the_forward(arch):
     assert result.spill_stores <= (0 if arch == "sm_80" else 104), result.spill_stores
 
 
-def test_dropout_s_philox_calls_are_one_per_group_of_four():
-    """The loop skeletons pass their fragments' i & 1 and j & 1 as bits 3 of row and col
-    (kgen/targets/common/loop.py: random's reference), the backward's random_t swapped."""
+def test_dropout_s_philox_call_is_drawn_once_per_group_and_lane_pair():
+    """The loop skeletons draw random_t in the loop of its first reader: at a group's first
+    element (i, j, e even) each lane calls Philox for the columns of its row's parity and
+    hands the lane holding row ^ 1 (lane ^ 4) that lane's halves; each element then reads its
+    own call's halves or the ones handed over (kgen/targets/common/loop.py: CRandom)."""
     from kgen.attention_grad import BackwardSignature, backward_module
     from kgen.attention_grad_mods import Mods
     from kgen.sequence import build_sequence
@@ -328,14 +330,24 @@ def test_dropout_s_philox_calls_are_one_per_group_of_four():
         sig = BackwardSignature("bf16", 64, False, arch, mods=Mods(dropout=True))
         module = backward_module(sig)
         source = build_sequence(module, module.sequences[0], arch).source
-        assert "philox_uniform(p.seed, p.offset, batch, head, p.heads, col, row, j & 1, i & 1)" \
-            in source
+        draw = ("        if (((i | j | e) & 1) == 0) {\n"
+                "          const uint4 words = philox_group(p.seed, p.offset, batch, head, "
+                "p.heads, col + (row & 1), row);\n"
+                "          v6_own = philox_halves(words, row & 1);\n"
+                "          v6_other = philox_exchange(philox_halves(words, (row & 1) ^ 1));\n"
+                "        }\n"
+                "        v6[j][e] = philox_half((e & 1) == (row & 1) ? v6_own : v6_other, j & 1, "
+                "i & 1);\n")
+        assert source.count(draw) == 2  # the body and the body of full blocks
+        assert source.count("philox_group(p.") == 2 and "philox_uniform(p." not in source
+        assert "v8[j][e] = v6[j][e] >= p.dropout_p ? 1.0f : 0.0f;" in source
 
 
 @pytest.mark.slow
-def test_dropout_s_four_elements_share_a_philox_call_in_the_ptx():
-    """NVRTC merges the calls of a group's four elements: the sm_90a backward with dropout at
-    D 128 has 264 mul.hi in its PTX (NVRTC 13.5), 878 with one call per element."""
+def test_dropout_s_group_is_one_philox_call_in_the_ptx():
+    """The sm_90a backward with dropout at D 128 has 136 mul.hi in its PTX (NVRTC 13.5): a
+    call per eight elements, made by one lane of the pair holding them (264 where each lane
+    made both calls of its four elements, 878 with one call per element)."""
     from kgen.attention_grad import BackwardSignature, backward_module
     from kgen.attention_grad_mods import Mods
     from kgen.runtime.nvrtc import compile_ptx
@@ -346,7 +358,7 @@ def test_dropout_s_four_elements_share_a_philox_call_in_the_ptx():
     built = build_sequence(module, module.sequences[0], "sm_90a")
     (main,) = [p for p in built.plans if p.name.endswith("_main")]
     ptx = compile_ptx(built.source, main.name, "sm_90a")
-    assert ptx.count("mul.hi.u32") <= 400, ptx.count("mul.hi.u32")
+    assert ptx.count("mul.hi.u32") <= 160, ptx.count("mul.hi.u32")
 
 
 # ---------------------------------------------------------------------------------------------

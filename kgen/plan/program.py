@@ -45,8 +45,8 @@ class ExtentValue:
 
 @dataclass(frozen=True, slots=True)
 class RandomValue:
-    """`random(seed, offset)` (ir.Random): Philox 4x32-10 per element, keyed by u64 scalars;
-    `transposed`: counted at (col, row) (random_t)."""
+    """`random(seed, offset)` (ir.Random): Philox 4x32-10, 16 bits per element (one call per
+    eight), keyed by u64 scalars; `transposed`: counted at (col, row) (random_t)."""
 
     seed: str
     offset: str

@@ -375,7 +375,8 @@ def test_bad_masks_and_vectors_are_argument_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# Dropout: Philox keyed by (seed, offset), the kernel's mask the reference's bit for bit
+# Dropout: Philox keyed by (seed, offset), 16 bits an element, the kernel's mask the
+# reference's bit for bit
 
 
 def test_random_row_kernel_is_the_reference_philox_bit_for_bit():
@@ -408,6 +409,38 @@ def test_random_row_kernel_is_the_reference_philox_bit_for_bit():
         for h in range(3):
             want = random_uniform(seed, offset, b, h, 3, np.arange(1000), np.arange(64))
             assert np.array_equal(got[b, h], want.astype(np.float32)), (b, h)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_random_in_a_loop_is_the_reference_philox(arch):
+    """rowsum(random(seed, offset)) over a ragged loop (tests/targets/test_loop_mods.py
+    ROW_SUM_OF_RANDOM: the values drawn by a statement of their own, eight a Philox call):
+    the reference's values summed over the existing keys."""
+    torch = cuda_torch()
+    import numpy as np
+
+    from kgen.api import build
+    from kgen.parse import parse
+    from kgen.reference_tiles import random_uniform
+    from tests.targets.test_loop_mods import ROW_SUM_OF_RANDOM
+
+    if arch == "sm_90a" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("sm_90a needs Hopper")
+    text = ROW_SUM_OF_RANDOM.replace("target sm_80", f"target {arch}")
+    run = load_built(build(parse(text, "r.kg").kernels[0], arch))
+    b, h, s, t = 2, 3, 77, 1000
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(b, h, s, 64, generator=gen).cuda().bfloat16()
+    k, v = (torch.randn(b, h, t, 64, generator=gen).cuda().bfloat16() for _ in range(2))
+    seed, offset = 2**63 + 77, 2**34 + 5
+    _, u = run(Q=q, K=k, V=v, seed=seed - 2**64, offset=offset)  # (O, U): declaration order
+    torch.cuda.synchronize()
+    got = u.cpu().numpy()
+    for bi in range(b):
+        for hi in range(h):
+            want = random_uniform(seed, offset, bi, hi, h, np.arange(s), np.arange(t)).sum(1)
+            assert np.abs(got[bi, hi] - want).max() < 1e-3 * t, (bi, hi)
+    assert not np.isnan(got).any()
 
 
 def _dropout_reference(q, k, v, scale, drop, rng, causal):

@@ -134,8 +134,9 @@ def _check(case, s, t, arch, monkeypatch, d, deterministic=None, heads=None):
 def test_the_backward_regenerates_the_forward_s_dropout_mask_bit_for_bit(arch, monkeypatch):
     """V = I: O = the dropped probabilities over the row sums, 0 exactly where the forward's
     mask drops; dO = I: dV = the backward's dropped probabilities transposed, 0 exactly where
-    the mask it regenerates (random_t, four elements a Philox call) drops. The two patterns
-    are one, and the reference's (kgen/reference_tiles.py random_uniform)."""
+    the mask it regenerates (random_t, 16 bits each, a Philox call per eight elements shared
+    by two lanes) drops. The two patterns are one, and the reference's (kgen/reference_tiles.py
+    random_uniform)."""
     torch = cuda_torch()
     import numpy as np
 

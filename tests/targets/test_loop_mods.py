@@ -207,3 +207,87 @@ def test_the_staged_and_scanned_cu_build_with_plain_nvcc_without_warnings(which,
                                str(source.with_suffix(".o"))], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert "warning" not in done.stderr, done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# random(seed, offset): one Philox call per group of eight elements, drawn by its first reader
+
+def _dropout_forward(arch: str, d: int = 128, causal: bool = True):
+    from kgen import attention as dense
+
+    sig = dense.Signature("bf16", d, d, causal, None, None, (), arch, False, (), True)
+    return build_verified(dense.program(sig), arch)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_dropout_draws_a_philox_call_per_group_in_its_reader_s_loop(arch):
+    """The draw, at a group's first element (i, j and e even: its rows r, r + 8 and columns
+    c, c + 1, c + 8, c + 9 are the thread's fragments i & 1, j & 1, e & 1), then its reader, in
+    one loop; each body the skeleton copies draws once (kgen/targets/common/loop.py CRandom)."""
+    source = _kernel_body(_dropout_forward(arch).source)
+    draw = ("        if (((i | j | e) & 1) == 0) v17_words = philox_group(p.seed, p.offset, "
+            "batch, head, p.heads, row, col);\n"
+            "        v17[j][e] = philox_value(v17_words, i & 1, j & 1, e & 1);\n")
+    bodies = source.count(draw)
+    assert bodies >= 2 and source.count("philox_group(") == bodies
+    assert "philox_uniform(" not in source
+    assert source.count("v19[j][e] = v17[j][e] >= p.dropout_p ? 1.0f : 0.0f;") == bodies
+    for at in re.finditer(re.escape(draw), source):  # the reader follows in the same loop
+        assert "v19[j][e] = v17" in source[at.end():source.index("\n    }\n", at.end())]
+
+
+ROW_SUM_OF_RANDOM = """kernel rowsum_random {
+  target sm_80
+  tensor Q : bf16[B, H, S, 64] row
+  tensor K : bf16[B, H, T, 64] row
+  tensor V : bf16[B, H, T, 64] row
+  tensor O : bf16[B, H, S, 64] row out
+  vector U : f32[B, H, S] out
+  scalar seed : u64
+  scalar offset : u64
+  loop kv over T {
+    carry u : f32[row] = 0
+    gemm s = Q @ K^T accumulate f32 {
+      epilogue {
+        u = u + rowsum(random(seed, offset))
+        s = acc
+      }
+    }
+    gemm o += s @ V accumulate f32
+  }
+  epilogue {
+    O = o
+    U = u
+  }
+}
+"""
+
+
+def test_a_random_read_by_no_tile_value_is_drawn_in_a_loop_of_its_own():
+    """rowsum(random(seed, offset)): the reduction's loop reads the values a "random"
+    statement drew before it; NVRTC builds it without spills."""
+    from kgen.parse import parse
+    from kgen.runtime.nvrtc import compile_cubin
+
+    kernel = parse(ROW_SUM_OF_RANDOM, "r.kg").kernels[0]
+    built = build_verified(kernel, "sm_80")
+    body = _kernel_body(built.source)
+    declared = body.index("uint4 v")
+    loop = body.index("philox_group(p.seed", declared)
+    assert body.index("red_add(", loop) > body.index("\n    }\n", loop)  # after the draw's loop
+    result = compile_cubin(built.source, built.plan.name, "sm_80")
+    assert (result.spill_stores, result.spill_loads) == (0, 0)
+
+
+@pytest.mark.slow
+def test_dropout_s_forward_makes_half_the_philox_calls():
+    """PTX of the forward with dropout at D 128, causal (NVRTC 13.5): 584 mul.hi on sm_90a
+    (1160 with 24 bits an element, a call per four), 222 on sm_80 (438); no spills."""
+    from kgen.runtime.nvrtc import compile_cubin, compile_ptx
+
+    for arch, most in (("sm_90a", 640), ("sm_80", 240)):
+        built = _dropout_forward(arch)
+        ptx = compile_ptx(built.source, built.plan.name, arch)
+        assert ptx.count("mul.hi.u32") <= most, (arch, ptx.count("mul.hi.u32"))
+        result = compile_cubin(built.source, built.plan.name, arch)
+        assert (result.spill_stores, result.spill_loads) == (0, 0), arch

@@ -67,13 +67,32 @@ class CReduce:
 
 
 @dataclass(frozen=True, slots=True)
+class CRandom:
+    """random(seed, offset) drawn into a loop skeleton's tile `name[j][e]` (common/
+    program_statements.inc.j2 s_random): one Philox call per group of eight elements (ir.Random)
+    at the group's first element in the fragments' order (i, j and e even: rows row_base + 8 i
+    with row_base's bit 3 clear, columns quad_col + (e & 1) in n8 groups j from a multiple of
+    16, so i & 1, j & 1 and e & 1 are bits 3 of row and col and bit 0 of col); `transposed`
+    (random_t, at (col, row)): a thread holds four elements of a group, all in the half of
+    each word its row's bit 0 picks, and the lane holding row ^ 1 (lane ^ 4) the other four:
+    each lane of the pair makes the call of the columns of its row's parity and hands the
+    other lane its halves (a shuffle: every lane draws, the draw is no branch at run time)."""
+
+    name: str
+    seed: str
+    offset: str
+    transposed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CStatement:
     """What the skeleton renders through its macro `kind`: compute runs, carry updates, the
     rescale of the accumulator, the hand-on, tile and row stores."""
 
-    kind: str  # "uniform", "row", "tile", "reduce", "update", "rescale", "hand_on",
-    #            "store_tile", "store_row", "mma"
-    values: tuple = ()  # CValue or CReduce, for the compute kinds
+    kind: str  # "uniform", "row", "tile", "reduce", "random", "update", "rescale",
+    #            "hand_on", "store_tile", "store_row", "mma"
+    values: tuple = ()  # CValue, CReduce or CRandom, for the compute kinds
+    draws: tuple = ()  # "tile": the CRandom values drawn in its loop, before its values
     target: str = ""  # the carry, accumulator or parameter
     value: str = ""  # the element reference read (update, rescale, hand_on, stores): the
     # skeleton's overloads (pack2, store_pair, store_one) convert by the element type
@@ -101,14 +120,10 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
         return f"static_cast<float>({kind.axis.value})"
     if isinstance(kind, pp.ExtentValue):
         return f"static_cast<float>({sizes[1] if kind.loop else sizes[0]})"
-    if isinstance(kind, pp.RandomValue):  # common/philox.inc.j2 (random_t: at (col, row))
-        # bits 3 of row and col: in a loop skeleton's fragments i & 1 and j & 1 (rows
-        # row_base + 8 i, row_base's bit 3 clear; columns in n8 groups j from a multiple of 16),
-        # so the four elements of a Philox group share one call the compiler merges
-        halves = (("i & 1", "j & 1") if sizes == LOOP_SIZES else
-                  ("(row >> 3) & 1", "(col >> 3) & 1"))
-        where = (f"col, row, {halves[1]}, {halves[0]}" if kind.transposed else
-                 f"row, col, {halves[0]}, {halves[1]}")
+    if isinstance(kind, pp.RandomValue) and sizes != LOOP_SIZES:  # common/philox.inc.j2
+        # the row kernel: a call per element (random_t: at (col, row)); a loop skeleton draws
+        # its tile's values once per group (CRandom) and reads them as any tile value's
+        where = "col, row" if kind.transposed else "row, col"
         return f"philox_uniform(p.{kind.seed}, p.{kind.offset}, batch, head, p.heads, {where})"
     if isinstance(kind, pp.CarryValue):
         return f"carry_{kind.carry}[i]"
@@ -176,27 +191,33 @@ def statements(section: pp.Section, col_end: str, acc: str = "acc0",
     refs = [_reference(value, col_end, acc, sizes, staged, tiles) for value in section.values]
     fused = (_fused_differences(section, fold, scaled_exp) if exp_of_difference is not None
              else frozenset())
+    drawn: set[int] | None = set() if sizes == LOOP_SIZES else None  # the row kernel's: inline
     out: list[CStatement] = []
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
             out += _runs(section, ids, refs, fold, ops, fused, exp_of_difference or "",
-                         reciprocal, unmask)
-        elif isinstance(stmt, pp.UpdateCarry):
-            out.append(CStatement("update", target=stmt.carry, value=refs[stmt.value]))
-        elif isinstance(stmt, pp.Rescale):
-            out.append(CStatement("rescale", target=stmt.gemm, value=refs[stmt.value],
-                                  skip_ones=stmt.ones and vote))
+                         reciprocal, unmask, drawn)
         elif isinstance(stmt, pp.GemmStep):
             out.append(CStatement("mma", gemm=stmt.gemm))
-        elif isinstance(stmt, pp.HandOn):
-            out.append(CStatement("hand_on", value=refs[stmt.value]))
-        elif isinstance(stmt, pp.StoreTile):
-            out.append(CStatement("store_tile", target=stmt.param, value=refs[stmt.value]))
-        else:
-            assert isinstance(stmt, pp.StoreRow), stmt
-            out.append(CStatement("store_row", target=stmt.param, value=refs[stmt.value]))
+        else:  # a statement reading a value: after the draws it needs
+            out += drawing(draws(section, stmt.value, fused, drawn))
+            out.append(_reader(stmt, refs[stmt.value], vote))
     return out
+
+
+def _reader(stmt: pp.Statement, value: str, vote: bool) -> CStatement:
+    """The statement of a carry update, a rescale, the hand-on or a store, reading `value`."""
+    if isinstance(stmt, pp.UpdateCarry):
+        return CStatement("update", target=stmt.carry, value=value)
+    if isinstance(stmt, pp.Rescale):
+        return CStatement("rescale", target=stmt.gemm, value=value, skip_ones=stmt.ones and vote)
+    if isinstance(stmt, pp.HandOn):
+        return CStatement("hand_on", value=value)
+    if isinstance(stmt, pp.StoreTile):
+        return CStatement("store_tile", target=stmt.param, value=value)
+    assert isinstance(stmt, pp.StoreRow), stmt
+    return CStatement("store_row", target=stmt.param, value=value)
 
 
 def _fused_exp(section: pp.Section, arg: int, refs: list[str], fused: frozenset[int],
@@ -265,27 +286,63 @@ def _fused_differences(section: pp.Section, fold: tuple[int, ...],
     return frozenset(fused)
 
 
+def draws(section: pp.Section, index: int, fused: frozenset[int],
+          drawn: set[int] | None) -> tuple[CRandom, ...]:
+    """The random values a reader of value `index` needs drawn first: each it reads (through
+    the fused values it computes itself) not drawn yet in the section (`drawn`, updated; None:
+    the row kernel, whose references call Philox inline)."""
+    if drawn is None:
+        return ()
+    reads, stack = set(), [index]
+    while stack:
+        value = section.values[stack.pop()]
+        kind = value.kind
+        if isinstance(kind, pp.RandomValue):
+            reads.add(value.id)
+        elif value.id == index or value.id in fused:  # what its expression reads
+            stack += (kind.args if isinstance(kind, dag.Apply) else
+                      (kind.arg,) if isinstance(kind, (dag.Cast, pp.RowReduction)) else ())
+    new = sorted(reads - drawn)
+    drawn.update(new)
+    return tuple(CRandom(f"v{r}", section.values[r].kind.seed, section.values[r].kind.offset,
+                         section.values[r].kind.transposed) for r in new)
+
+
+def drawing(items: tuple[CRandom, ...]) -> list[CStatement]:
+    """A "random" statement drawing `items` in a loop of its own (for a reader that is no tile
+    run: a tile run draws in its own loop, CStatement.draws)."""
+    return [CStatement("random", values=items)] if items else []
+
+
 def _runs(section: pp.Section, ids: tuple[int, ...], refs: list[str],
           fold: tuple[int, ...] = (), ops=OP_CPP, fused: frozenset[int] = frozenset(),
           exp_of_difference: str = "", reciprocal: bool = False,
-          unmask: tuple[int, ...] = ()) -> list[CStatement]:
+          unmask: tuple[int, ...] = (), drawn: set[int] | None = None) -> list[CStatement]:
+    """Compute runs of the values `ids`, the random values each reads drawn first (`draws`):
+    by the tile run holding it (its values read them in the loop that draws them), else by a
+    "random" statement before it."""
     runs: list[CStatement] = []
     for index in ids:
         value = section.values[index]
+        new = draws(section, index, fused, drawn)
         if isinstance(value.kind, pp.RowReduction):
             combine, merge, identity = REDUCE[value.kind.op]
             item = CReduce(f"v{index}", refs[value.kind.arg], literal(identity), combine,
                            merge)
-            runs.append(CStatement("reduce", values=(item,)))
+            runs += drawing(new) + [CStatement("reduce", values=(item,))]
             continue
         kind = value.rank.value
+        if kind != "tile":
+            runs += drawing(new)
+            new = ()
         item = CValue(f"v{index}", _expression(value, refs, ops, section, fused,
                                                exp_of_difference, reciprocal), index in fold,
                       refs[value.kind.args[1]] if index in unmask else "")
         if runs and runs[-1].kind == kind:
-            runs[-1] = CStatement(kind, values=runs[-1].values + (item,))
+            runs[-1] = CStatement(kind, values=runs[-1].values + (item,),
+                                  draws=runs[-1].draws + new)
         else:
-            runs.append(CStatement(kind, values=(item,)))
+            runs.append(CStatement(kind, values=(item,), draws=new))
     return runs
 
 

@@ -30,6 +30,7 @@ class CDag:
 
     kind: str
     values: tuple = ()
+    draws: tuple = ()  # program.CStatement.draws
     value: str = ""  # the element reference read
     name: str = ""  # hand: the fragments' array; stage: the tile; add, stores: the parameter
     gemm: ld.DagGemm | None = None
@@ -95,15 +96,20 @@ def _statements(section: pp.Section, plan: ld.LoopDagPlan, col_end: str,
     fused = program._fused_differences(section, fold, scaled=SCALED_EXP) - own_readers
     out: list[CDag] = []
     handed: set[int] = set()
+    drawn: set[int] = set()  # the random values drawn (program.draws)
     for stmt in section.statements:
         if isinstance(stmt, pp.Compute):
             ids = tuple(v for v in stmt.values if v not in fused)
-            out += [CDag(s.kind, values=s.values) for s in program._runs(
+            out += [CDag(s.kind, values=s.values, draws=s.draws) for s in program._runs(
                 section, ids, refs, fold,
                 program.body_ops(plan, program.FAST_EXP_OPS) if in_loop else
                 program.FAST_EXP_OPS, fused, program.FAST_EXP_OF_DIFFERENCE,
-                in_loop and program.reciprocal_division(plan), unmask)]
-        elif isinstance(stmt, ld.DagStep):
+                in_loop and program.reciprocal_division(plan), unmask, drawn)]
+            continue
+        if not isinstance(stmt, ld.DagStep):  # a statement reading a value
+            out += [CDag(s.kind, values=s.values)
+                    for s in program.drawing(program.draws(section, stmt.value, fused, drawn))]
+        if isinstance(stmt, ld.DagStep):
             g = stmt.gemm
             epilogue = (tuple(_statements(g.epilogue, plan, f"kN_g{g.index}", True, checked))
                         if g.epilogue is not None else ())
