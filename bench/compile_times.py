@@ -124,7 +124,9 @@ def attention() -> None:
 
 def main() -> int:
     args = sys.argv[1:]
-    if args[:1] == ["--emit"]:
+    if args[:1] in (["--help"], ["-h"]):
+        print(__doc__)
+    elif args[:1] == ["--emit"]:
         emit(args[1:])
     elif args[:1] == ["--attention"]:
         attention()
