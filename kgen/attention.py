@@ -38,6 +38,7 @@ callable (kgen/callable_module.py), which dynamo traces where it calls no module
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -601,10 +602,25 @@ def check_vector(name: str, index: str, t, q, k) -> None:
 def _arch(device) -> str:
     """The program's target on this device: sm_90a on compute capability 9.0 (the warp-
     specialized wgmma skeleton where its rulebook takes the program, else mma.sync), sm_80
-    elsewhere (the mma.sync skeleton, which runs on newer GPUs too)."""
+    elsewhere (the mma.sync skeleton, which runs on newer GPUs too). Asked once per CUDA
+    device (torch reads the device's properties at each get_device_capability)."""
     import torch
 
-    return "sm_90a" if torch.cuda.get_device_capability(device) == (9, 0) else "sm_80"
+    if getattr(device, "type", None) == "cuda":
+        return _cuda_arch(device.index if device.index is not None
+                          else torch.cuda.current_device())
+    return _target(torch.cuda.get_device_capability(device))
+
+
+@functools.cache
+def _cuda_arch(index: int) -> str:
+    import torch
+
+    return _target(torch.cuda.get_device_capability(index))
+
+
+def _target(capability: tuple[int, int]) -> str:
+    return "sm_90a" if tuple(capability) == (9, 0) else "sm_80"
 
 
 def _aligned(t):

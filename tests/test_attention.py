@@ -414,3 +414,27 @@ def test_the_lazy_maximums_rescale_is_voted_on_the_wgmma_skeleton(arch):
     plain = build_verified(lk.attention(128, causal=True, arch=ir.Arch(arch)), arch)
     assert "ones_o" not in plain.source
     assert plain.plan.wgmma is None or not plain.plan.wgmma.vote
+
+
+def test_the_target_is_asked_once_per_cuda_device(monkeypatch):
+    """_arch reads a CUDA device's compute capability once (torch reads its properties at each
+    ask): sm_90a on 9.0, sm_80 elsewhere; an index-less device is the current one."""
+    torch = pytest.importorskip("torch")
+    capabilities = {0: (9, 0), 1: (8, 0), 2: (10, 0)}
+    asked = []
+
+    def capability(device):
+        asked.append(device)
+        return capabilities[device]
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    kattention._cuda_arch.cache_clear()
+    try:
+        for _ in range(3):
+            assert [kattention._arch(torch.device("cuda", i)) for i in (0, 1, 2)] == [
+                "sm_90a", "sm_80", "sm_80"]
+            assert kattention._arch(torch.device("cuda")) == "sm_80"
+        assert asked == [0, 1, 2]
+    finally:
+        kattention._cuda_arch.cache_clear()

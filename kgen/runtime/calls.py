@@ -18,6 +18,8 @@ arguments, else cuMemAllocAsync and cuMemFreeAsync on the launch's stream.
 Tile programs (kgen/runtime/program.py's CompiledProgram) take the same path: their `bind` is
 `bind_program`'s check in a BoundArguments, their members' kinds come from `member_kind`, and
 a Binding of a program launches its one kernel (no tensor maps, workspace or clusters).
+A sequence's call path (kgen/runtime/sequence_calls.py) finds its kernels' Bindings with
+`kept` and launches them with `enqueue`, its arguments read once for all its kernels.
 """
 from __future__ import annotations
 
@@ -303,15 +305,31 @@ class CallPath:
         self._bindings: dict[tuple, Binding] = {}
         self._lock = threading.Lock()
 
+    @property
+    def array_names(self) -> tuple[str, ...]:
+        """The array parameters, in the order of a Binding's pointers."""
+        return self._arrays
+
+    @property
+    def scalar_names(self) -> tuple[str, ...]:
+        """The scalar parameters, in the order of a Binding's scalars."""
+        return self._scalars
+
+    @property
+    def positive(self) -> frozenset[str]:
+        """The scalars declared positive (a call with one not > 0 takes the whole check)."""
+        return self._positive
+
     # -- the hot path --------------------------------------------------------------------
 
-    def __call__(self, stream: Any, sizes: Mapping[str, int] | None, args: dict):
-        """Check (once per signature), allocate the missing outputs, launch; the outputs in
-        declaration order, one alone as itself."""
-        torch = sys.modules.get("torch")
+    def _signature(self, args: dict, sizes: Mapping[str, int] | None, torch
+                   ) -> tuple[tuple, list[int], list] | None:
+        """(the signature, the arrays' addresses, the scalars) of a call, or None for one the
+        signature cannot stand for (an unknown name; a scalar that is not a number, missing,
+        or not the positive value it must be): the whole check says why."""
         tensor = torch.Tensor if torch is not None else None
         if not self._names.issuperset(args):
-            return self._first_call(stream, sizes, args)  # an unknown name: its message
+            return None
         key = []
         pointers = []
         for name in self._arrays:
@@ -336,13 +354,31 @@ class CallPath:
             kind = type(value)
             if kind is not float and kind is not int or (positive and name in positive
                                                           and not value > 0):
-                return self._first_call(stream, sizes, args)  # not a number, missing, or
-            scalars.append(value)  # not the positive value it must be
+                return None
+            scalars.append(value)
         if sizes:
             key.append(tuple(sorted(sizes.items())))
-        binding = self._bindings.get(tuple(key))
+        return tuple(key), pointers, scalars
+
+    def kept(self, args: dict, sizes: Mapping[str, int] | None = None) -> Binding | None:
+        """The Binding kept for the signature of `args` (None: no call of it has been checked,
+        or the signature cannot stand for it): a caller launching through it directly (a
+        sequence's call path, kgen/runtime/sequence_calls.py) gives the addresses in
+        `array_names`' order and the scalars in `scalar_names`'."""
+        found = self._signature(args, sizes, sys.modules.get("torch"))
+        return None if found is None else self._bindings.get(found[0])
+
+    def __call__(self, stream: Any, sizes: Mapping[str, int] | None, args: dict):
+        """Check (once per signature), allocate the missing outputs, launch; the outputs in
+        declaration order, one alone as itself."""
+        torch = sys.modules.get("torch")
+        found = self._signature(args, sizes, torch)
+        if found is None:
+            return self._first_call(stream, sizes, args)  # its message, or a call not keyed
+        key, pointers, scalars = found
+        binding = self._bindings.get(key)
         if binding is None:
-            return self._first_call(stream, sizes, args, tuple(key))
+            return self._first_call(stream, sizes, args, key)
         torch_device = binding.torch_device
         if stream is None:
             stream = (torch._C._cuda_getCurrentRawStream(binding.device_index)
@@ -354,7 +390,7 @@ class CallPath:
         made = None
         if binding.allocate:
             made = self._allocate(binding, pointers, torch if torch_device is not None else None)
-        self._enqueue(binding, pointers, scalars, stream)
+        self.enqueue(binding, pointers, scalars, stream)
         if made is None:
             outputs = [args[name] for name in self._outputs]
         else:
@@ -439,8 +475,8 @@ class CallPath:
         from .launch import resolve_stream
 
         pointers = [bound.arrays[name].ptr for name in self._arrays]
-        self._enqueue(binding, pointers, [bound.scalars[n] for n in self._scalars],
-                      resolve_stream(stream, bound.arrays))
+        self.enqueue(binding, pointers, [bound.scalars[n] for n in self._scalars],
+                     resolve_stream(stream, bound.arrays))
         outputs = [call_args[name] for name in self._outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -459,11 +495,12 @@ class CallPath:
         if binding is None:
             binding = Binding(kernel, bound, self._arrays, self._scalars)
             self._keep(key, binding)
-        self._enqueue(binding, [bound.arrays[name].ptr for name in self._arrays],
-                      [bound.scalars[name] for name in self._scalars], stream)
+        self.enqueue(binding, [bound.arrays[name].ptr for name in self._arrays],
+                     [bound.scalars[name] for name in self._scalars], stream)
 
-    def _enqueue(self, binding: Binding, pointers: list[int], scalars: list,
-                 stream: int) -> None:
+    def enqueue(self, binding: Binding, pointers: list[int], scalars: list, stream: int) -> None:
+        """Launch `binding` (asynchronously) with these addresses and scalars on raw stream
+        `stream`, its workspace if any stream-ordered."""
         if _current_context() != binding.context:
             self._activate(binding)
         if binding.workspace_bytes:

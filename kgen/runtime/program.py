@@ -361,6 +361,11 @@ class CompiledProgram:
         return self.plan.name
 
     @property
+    def call_path(self):
+        """Its kgen.runtime.calls.CallPath (a sequence launches through its Bindings)."""
+        return self._calls
+
+    @property
     def registers(self) -> int | None:
         return self.compiled.registers if self.compiled is not None else None
 

@@ -12,7 +12,9 @@ the outputs left out from the parameters' shapes (a size name is one size across
 path (which zeroes the kernel's `out accumulate` outputs first, unless the plan's
 `zeroed_by_caller` names it: then the row kernel launched just before it, which takes those
 buffers too, has zeroed them: kgen/sequence_zeroing.py), and returns the outputs in order (one
-alone as itself).
+alone as itself). That whole check runs once per argument signature (`call_checked`); later
+calls of the signature allocate and launch each kernel's kept Binding directly
+(kgen/runtime/sequence_calls.py).
 
 Nothing synchronizes the host, and every allocation is stream-ordered, so a call can be
 captured into a CUDA graph: with a torch tensor among the arguments, the workspace and outputs
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 
 from ..enums import DType, ParamKind
 from ..errors import ArgumentError
+from .calls import CallPath
+from .sequence_calls import SequenceCalls
 from .tensors import DeviceArray, as_device_array, contiguous_strides
 
 __all__ = ["CompiledSequence", "SequenceBuffer", "SequencePlan", "WORKSPACE_ALIGN",
@@ -138,14 +142,29 @@ class CompiledSequence:
         self._params = {b.name: b for b in plan.params}
         self._arrays = tuple(b for b in plan.params if b.kind is not ParamKind.SCALAR)
         self._scalars = tuple(b for b in plan.params if b.kind is ParamKind.SCALAR)
-        self._launches = tuple((program, names)
-                               for program, (_, names) in zip(self.programs, plan.launches))
+        # each kernel and the names of its parameters, in launch order
+        self.launch_names = tuple((program, names)
+                                  for program, (_, names) in zip(self.programs, plan.launches))
+        # the call path (kgen/runtime/sequence_calls.py): where every kernel has its own
+        self._calls = None
+        if all(isinstance(getattr(p, "call_path", None), CallPath) for p in self.programs):
+            self._calls = SequenceCalls(self)
 
     @property
     def name(self) -> str:
         return self.plan.name
 
     def __call__(self, stream: Any = None, sizes: Mapping[str, int] | None = None, **args):
+        calls = self._calls
+        if calls is not None:  # the whole check once per argument signature
+            return calls(stream, sizes, args)
+        return self.call_checked(stream, sizes, args)
+
+    def call_checked(self, stream: Any, sizes: Mapping[str, int] | None, args: dict,
+                     key: tuple | None = None):
+        """A call through the whole check (its messages), each kernel called through its own
+        call path; with `key`, the call's signature, what later calls of it need kept
+        (SequenceCalls.keep)."""
         plan = self.plan
         unknown = [name for name in args if name not in self._params]
         if unknown:
@@ -181,6 +200,8 @@ class CompiledSequence:
             self._call_torch(torch, like, raw, dims, values)
         else:
             self._call_driver(raw, dims, values)
+        if key is not None:
+            self._calls.keep(key, values, dims, like)
         outputs = [values[b.name] for b in plan.outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -234,7 +255,7 @@ class CompiledSequence:
     # -- the launches ----------------------------------------------------------------------------
 
     def _launch(self, raw: int, values: dict) -> None:
-        for program, names in self._launches:
+        for program, names in self.launch_names:
             program(stream=raw, **{name: values[name] for name in names
                                    if values.get(name) is not None})
 

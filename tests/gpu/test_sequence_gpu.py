@@ -203,3 +203,103 @@ def test_an_accumulate_buffer_is_zeroed_before_the_kernel_that_adds_into_it():
         seq._launch(raw, values)
         torch.cuda.synchronize()
         _close(values["dQ"].double().cpu().numpy(), dq_ref.cpu().numpy(), 3e-2, "dQ")
+
+
+def _backward_sequence(d: int = 64):
+    """The attention backward's sequence (kgen/attention_grad.py) loaded for this GPU; skipped
+    where its skeleton is not built yet."""
+    from kgen.attention import _arch
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.errors import KgenError
+    from kgen.sequence import build_sequence, load_built_sequence
+
+    sig = BackwardSignature("bf16", d, False, _arch(torch.device("cuda")))
+    module = backward_module(sig)
+    try:
+        built = build_sequence(module, module.sequences[0], sig.arch)
+    except KgenError as err:
+        if "not built yet" in str(err):
+            pytest.skip(f"the attention backward's skeleton is not built yet: {err}")
+        raise
+    return load_built_sequence(built)
+
+
+def _backward_case(seed: int, b: int, h: int, s: int, t: int, d: int):
+    """The backward's arguments (O and lse from float64 attention) and dQ, dK, dV in float64."""
+    import math
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=gen).bfloat16()
+                   for n in (s, t, t, s))
+    scale = 1 / math.sqrt(d)
+    q64, k64, v64, do64 = (x.double() for x in (q, k, v, do))
+    scores = (q64 @ k64.transpose(-1, -2)) * scale
+    lse = torch.logsumexp(scores, -1)
+    p = torch.exp(scores - lse[..., None])
+    o = (p @ v64).bfloat16()
+    ds = p * (do64 @ v64.transpose(-1, -2) - (do64 * o.double()).sum(-1, keepdim=True))
+    refs = {"dQ": ds @ k64 * scale, "dK": ds.transpose(-1, -2) @ q64 * scale,
+            "dV": p.transpose(-1, -2) @ do64}
+    args = {"dO": do, "O": o, "Q": q, "K": k, "V": v, "lse": lse.float(), "scale": scale}
+    return args, refs
+
+
+def _check_grads(seq, result, refs, what):
+    got = dict(zip((b.name for b in seq.plan.outputs), result))
+    for name, ref in refs.items():
+        _close(got[name].double().cpu().numpy(), ref.cpu().numpy(), 3e-2, f"{what}: {name}")
+
+
+def test_later_calls_of_a_signature_launch_its_kept_bindings():
+    """The first call of a signature checks and keeps its kernels' Bindings; a second and a
+    third call with fresh inputs (outputs left out, then given poisoned) go straight to them,
+    as does a call on another stream (its workspace allocated for that stream); each against
+    float64. Another shape is another signature."""
+    _cuda()
+    seq = _backward_sequence()
+    b, h, s, t, d = 2, 3, 77, 130, 64
+    for seed in (21, 22, 23):
+        args, refs = _backward_case(seed, b, h, s, t, d)
+        if seed == 23:
+            given = {name: torch.full_like(args["Q" if name == "dQ" else "K"], float("nan"))
+                     for name in refs}
+            args.update(given)
+        result = seq(**args)
+        torch.cuda.synchronize()
+        _check_grads(seq, result, refs, f"call {seed - 20}")
+        if seed == 23:
+            assert dict(zip((b.name for b in seq.plan.outputs), result)) == given
+    assert len(seq._calls._bindings) == 2  # outputs left out, outputs given
+    assert all(len(p.call_path._bindings) == 1 for p in seq.programs)  # checked once each
+    side = torch.cuda.Stream()
+    args, refs = _backward_case(24, b, h, s, t, d)
+    side.wait_stream(torch.cuda.current_stream())  # the inputs are ready
+    result = seq(stream=side, **args)
+    side.synchronize()
+    _check_grads(seq, result, refs, "on a side stream")
+    args, refs = _backward_case(25, 1, 2, 200, 33, d)
+    _check_grads(seq, seq(**args), refs, "another shape")
+    assert len(seq._calls._bindings) == 3
+
+
+def test_a_kept_signature_captures_into_a_cuda_graph():
+    """A call of a kept signature inside torch.cuda.graph (workspace and outputs from the
+    graph's pool), replayed on fresh inputs with the outputs poisoned, against float64."""
+    _cuda()
+    seq = _backward_sequence()
+    b, h, s, t, d = 1, 4, 130, 77, 64
+    args, _ = _backward_case(31, b, h, s, t, d)
+    seq(**args)  # checked outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = seq(**args)
+    fresh, refs = _backward_case(32, b, h, s, t, d)
+    for name, value in fresh.items():
+        if name != "scale":
+            args[name].copy_(value)
+    for out in result:
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_grads(seq, result, refs, "replayed")
