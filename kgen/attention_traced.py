@@ -173,10 +173,12 @@ def _backward(dO, Q, K, V, O, lse, attn_mask, vectors, scale, causal, score_mod,
 
 def _backward_fake(dO, Q, K, V, O, lse, attn_mask, vectors, *options):
     """dQ, dK, dV in Q's, K's and V's shapes; attn_mask's gradient in its own (bias_grad, the
-    second last option) or empty."""
+    second last option) or empty: by bias_gradient itself on an empty dBiasT [B, H, T, S], so
+    its strides are the real op's (a transposed view, not contiguous)."""
     bias_grad = options[-2]
+    dbias_t = Q.new_empty((Q.shape[0], Q.shape[1], K.shape[2], Q.shape[2]))
     return (*grad.gradients_fake(dO, Q, K, V),
-            attn_mask.new_empty(attn_mask.shape) if bias_grad else Q.new_empty(0))
+            bias_gradient(dbias_t, attn_mask) if bias_grad else Q.new_empty(0))
 
 
 _FORWARD = function_op(_forward, FORWARD_SCHEMA, _forward_fake, name="attention_fwd")

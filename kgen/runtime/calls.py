@@ -30,10 +30,10 @@ import threading
 from operator import itemgetter
 from typing import Any, Callable, Mapping
 
-from ..enums import DType, Role
+from ..enums import Role
 from ..errors import KgenRuntimeError
 from ..plan import FieldKind, KernelPlan
-from .tensors import as_device_array
+from .tensors import TORCH_DTYPES, as_device_array
 
 # The lowest address bits any check can read: element sizes (2, 4), the fast entry point's
 # pointer alignments and the copy engine's 16 bytes. Addresses equal below them bind alike.
@@ -45,8 +45,6 @@ _FORMATS = {  # struct module codes of the params members' ctypes (native alignm
     ctypes.c_void_p: "P", ctypes.c_int32: "i", ctypes.c_uint32: "I", ctypes.c_int64: "q",
     ctypes.c_float: "f", ctypes.c_double: "d",
 }
-_TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32",
-                 DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2"}
 _MISSING = object()
 
 
@@ -156,7 +154,7 @@ class Binding:
         self.torch_dtypes = {}
         if self.torch_device is not None:
             torch = sys.modules["torch"]
-            self.torch_dtypes = {name: getattr(torch, _TORCH_DTYPES[plan.param(name).dtype])
+            self.torch_dtypes = {name: getattr(torch, TORCH_DTYPES[plan.param(name).dtype])
                                  for name in allocate}
         self.device_index = next((array.device_id for array in bound.arrays.values()
                                   if array.kind == "torch"), -1)

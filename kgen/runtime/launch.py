@@ -22,7 +22,7 @@ from ..plan import FieldKind, KernelPlan, Param
 from .calls import CallPath
 from .entries import allow_smem, compile_narrow, function_of
 from .outputs import infer_sizes, output_shapes
-from .tensors import DeviceArray, as_device_array
+from .tensors import TORCH_DTYPES, DeviceArray, as_device_array
 
 # Sizes are int in the params struct and the kernel's index math adds a tile to them and turns
 # a column count into bytes (x2), so every size stays below 2**30; offsets are 64-bit.
@@ -585,8 +585,7 @@ class CompiledKernel:
         for name, (shape, strides) in layout.items():
             dtype = self.plan.param(name).dtype
             if like is not None:
-                torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16,
-                               "f32": torch.float32}[dtype.dsl_name]
+                torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
                 out[name] = torch.empty_strided(shape, strides, dtype=torch_dtype,
                                                 device=like.device)
             else:

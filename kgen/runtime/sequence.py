@@ -33,14 +33,13 @@ from ..enums import DType, ParamKind
 from ..errors import ArgumentError
 from .calls import CallPath
 from .sequence_calls import SequenceCalls
-from .tensors import DeviceArray, as_device_array, contiguous_strides
+from .tensors import TORCH_DTYPES, DeviceArray, as_device_array, contiguous_strides
 
 __all__ = ["CompiledSequence", "SequenceBuffer", "SequencePlan", "WORKSPACE_ALIGN",
            "output_shapes", "shape_of", "workspace_layout"]
 
 # Every workspace buffer starts at a multiple of this many bytes (the .cu's launcher too)
 WORKSPACE_ALIGN = 256
-_TORCH_DTYPES = {DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +219,7 @@ class CompiledSequence:
     def _allocate_torch(self, torch, device, dims: dict, values: dict) -> None:
         for buffer in (*self.plan.workspace, *self.plan.outputs):
             if values.get(buffer.name) is None:
-                dtype = getattr(torch, _TORCH_DTYPES[buffer.dtype])
+                dtype = getattr(torch, TORCH_DTYPES[buffer.dtype])
                 values[buffer.name] = torch.empty(shape_of(buffer, dims), dtype=dtype,
                                                   device=device)
 

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from ..enums import ParamKind
 from ..errors import ArgumentError
 from .calls import ADDRESS_BITS, MAX_BINDINGS, Binding, CallPath
-from .tensors import as_device_array
+from .tensors import TORCH_DTYPES, as_device_array
 
 __all__ = ["SequenceBinding", "SequenceCalls"]
 
@@ -184,7 +184,7 @@ class SequenceCalls:
         every buffer and scalar as its kernels took them, `dims` its sizes, `like` its first
         torch tensor (None: the driver's path). Nothing is kept where a kernel kept no
         Binding for its part of the call."""
-        from .sequence import _TORCH_DTYPES, shape_of, workspace_layout
+        from .sequence import shape_of, workspace_layout
 
         sequence = self.sequence
         plan = sequence.plan
@@ -200,7 +200,7 @@ class SequenceCalls:
                              tuple(self._scalars[n] for n in calls.scalar_names)))
         torch = sys.modules.get("torch") if like is not None else None
         made = tuple((self._slots[b.name], b.name, shape_of(b, dims),
-                      getattr(torch, _TORCH_DTYPES[b.dtype]) if torch is not None else b.dtype)
+                      getattr(torch, TORCH_DTYPES[b.dtype]) if torch is not None else b.dtype)
                      for b in (*plan.workspace, *plan.outputs)
                      if b.workspace or key[self._arrays.index(b.name)] is None)
         blocks, block_bytes = (), 0

@@ -47,6 +47,8 @@ _TORCH_NAMES = {
     "torch.float8_e4m3fn": DType.F8E4M3,
     "torch.float8_e5m2": DType.F8E5M2,
 }
+# kgen dtypes -> torch's dtype names (outputs and workspace allocated by torch: the one table)
+TORCH_DTYPES = {dtype: name.removeprefix("torch.") for name, dtype in _TORCH_NAMES.items()}
 
 
 def numpy_dtype(dtype: DType) -> np.dtype:

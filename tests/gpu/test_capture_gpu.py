@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 GOLDEN = ROOT / "tests" / "golden"
 PAIRS = sorted(tuple(p.name.split(".")[:2]) for p in GOLDEN.glob("*.cu"))
-SIZES = {"M": 1000, "N": 520, "K": 136, "L": 3}
+# (KS, NS: the block-scale example's ceil(K / 128) and ceil(N / 128), checked at the launch)
+SIZES = {"M": 1000, "N": 520, "K": 136, "L": 3, "KS": 2, "NS": 5}
 _names = itertools.count()
 
 
