@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .attention import default_scale
-from .attention_grad_mods import Mods, bias_gradient, call_inputs, call_mods, mod_lines
+from .attention_grad_mods import (Mods, bias_gradient, bias_layout, call_inputs, call_mods,
+                                  mod_lines)
 from .errors import ArgumentError, KgenError, KgenRuntimeError
 
 __all__ = ["BackwardSignature", "attention_with_grad", "backward_module", "backward_text",
@@ -354,7 +355,7 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
-    given.update(call_inputs(mods, options, q, k))
+    given.update(call_inputs(mods, options, q, k, bias_layout(sig)))
     if block_mask is not None:  # at the main kernel's tile, per tile of keys
         from .attention_blocks import transposed_lists
 

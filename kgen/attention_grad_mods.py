@@ -17,9 +17,11 @@ a linear mask empties, and those outside a tile's documents where the mask is an
 ids (`kd[row] == qd[col]`, scanned per tile; not with GQA or deterministic adds:
 kgen/lower/loop_dag.py `_bounds`).
 
-The additive bias (attn_mask) is `tensor BiasT : [B, H, T, S]`, the forward's Bias transposed
-(read at (row, col) = (key, query), coalesced along the queries; kgen.attention copies it so,
-broadcast dims staying at stride 0), or `vector Bias : f32[B, H, T]` read at row when it is
+The additive bias (attn_mask) is `tensor BiasT : [B, H, T, S]`, the forward's Bias transposed,
+read at (row, col) = (key, query), its layout per target (`bias_layout`): `col` where sm_90a's
+wgmma skeleton stages it, the forward's Bias [B, H, S, T] itself seen transposed (no copy: the
+copy engine stages its tiles, read by ldmatrix .trans), else `row`, a transposed copy (read per
+element, coalesced along the queries); broadcast dims at stride 0 either way. Or `vector Bias : f32[B, H, T]` read at row when it is
 one row for every query (attn_mask [..., 1, T]) and needs no gradient. Its gradient is dS:
 `dBiasT = dst` stores the tile [keys, queries] into `dBiasT : [B, H, T, S]` (kgen.attention
 returns it transposed, summed over attn_mask's broadcast dims).
@@ -81,7 +83,7 @@ def mod_lines(sig) -> ModLines:
         raise ValueError(f"bias {m.bias!r} (gradient {m.bias_grad}) is not a backward's form")
     inputs = []
     if m.bias == "tensor":
-        inputs.append(f"  tensor BiasT : {t}[B, H, T, S] row")
+        inputs.append(f"  tensor BiasT : {t}[B, H, T, S] {bias_layout(sig)}")
     elif m.bias == "cols":
         inputs.append("  vector Bias : f32[B, H, T]")
     # a vector keeps its dims; its index swaps (the forward's row is the backward's col)
@@ -206,16 +208,17 @@ def call_mods(q, k, v, options: dict, bias_grad: bool) -> Mods:
                 fsig.dropout)
 
 
-def call_inputs(mods: Mods, options: dict, q, k) -> dict[str, Any]:
-    """The backward's inputs the mods add, by name: BiasT (the attn_mask transposed, a bool one
-    as 0 / -inf), Bias (one row per key), the vectors; and the scalars' values (the dropout's
-    seed and offset from options["dropout_rng"], the one the forward used)."""
+def call_inputs(mods: Mods, options: dict, q, k, layout: str) -> dict[str, Any]:
+    """The backward's inputs the mods add, by name: BiasT (the attn_mask transposed, in the
+    `layout` its program declares: `bias_layout`; a bool one as 0 / -inf), Bias (one row per
+    key), the vectors; and the scalars' values (the dropout's seed and offset from
+    options["dropout_rng"], the one the forward used)."""
     from . import attention
 
     found: dict[str, Any] = {}
     mask = options.get("attn_mask")
     if mods.bias == "tensor":
-        found["BiasT"] = bias_transposed(mask, q, k)
+        found["BiasT"] = bias_t(mask, q, k, layout)
     elif mods.bias == "cols":
         found["Bias"] = attention._bias_cols(mask, q, k)
     vectors = options.get("vectors") or {}
@@ -230,6 +233,52 @@ def call_inputs(mods: Mods, options: dict, q, k) -> dict[str, Any]:
         found.update(seed=attention._signed(seed), offset=attention._signed(offset),
                      dropout_p=p, dropout_scale=float(1.0 / (1.0 - p)))
     return found
+
+
+def bias_layout(sig) -> str:
+    """BiasT's layout in the backward program of `sig` (a BackwardSignature; the one place that
+    decides it), and so what kgen.attention hands it.
+    `col` where the sm_90a wgmma skeleton stages the bias (MHA at the head dims its plain layout
+    takes, loop_rules.DAG_WGMMA_N): the forward's Bias [B, H, S, T] seen transposed, nothing
+    copied; the copy engine stages its tiles over the memory as it is (boxes of [block
+    queries][64 keys]) and the consumers read them by ldmatrix .trans (kgen/targets/sm90/
+    loop_dag_schedule.py `_bias`). The transposed copy cost 1.85 ms a call on an H200 (D 128,
+    S 4096, batch 4, 16 heads: 0.54 TB/s, beside the backward's own 2.9 ms).
+    `row`, the transposed copy (`bias_transposed`), where the bias is read per element from
+    global memory: sm_80's mma.sync skeleton, and sm_90a's GQA (its visits walk the query
+    heads: not staged) and split layout (D past 128). There a thread's two columns are one
+    4-byte load along the queries; column-major they are two 2-byte loads a row apart (NVRTC
+    13.5, sm_90a GQA D 128: 28 B of spills where the row-major build has none)."""
+    from .targets.dag_wgmma_rules import DAG_WGMMA_STAGE_BIAS
+    from .targets.loop_rules import DAG_WGMMA_N
+
+    staged = (sig.arch == "sm_90a" and DAG_WGMMA_STAGE_BIAS and not sig.gqa
+              and sig.d in DAG_WGMMA_N and sig.d_v in DAG_WGMMA_N)
+    return "col" if staged else "row"
+
+
+def bias_t(mask, q, k, layout: str):
+    """attn_mask as the backward's BiasT [B, H, T, S] in q's dtype and the program's `layout`
+    (`bias_layout`): `row` bias_transposed's copy; `col` the forward's Bias (kgen/attention.py
+    `_bias`: copied only where its rows are not 16 bytes apart) seen transposed, its rows
+    copied per query where it has one for every query (the copy engine takes no 0 pitch)."""
+    if layout == "row":
+        return bias_transposed(mask, q, k)
+    import torch
+
+    from .attention import _bias
+
+    bias = _bias(mask, q, k)
+    if bias.shape[2] > 1 and bias.stride(2) == 0:  # attn_mask [..., 1, T] (with its gradient)
+        lead = tuple(1 if st == 0 else n for n, st in zip(bias.shape[:2], bias.stride()[:2]))
+        t = int(bias.shape[3])
+        copy = torch.empty((*lead, bias.shape[2], -(-t // 8) * 8), dtype=bias.dtype,
+                           device=bias.device)[..., :t]
+        copy.copy_(bias[:lead[0], :lead[1]])
+        copy = copy.expand(bias.shape)
+        bias = copy.as_strided(copy.shape, tuple(0 if n == 1 else st for n, st in
+                                                 zip(copy.shape, copy.stride())))
+    return bias.transpose(-1, -2)
 
 
 def bias_transposed(mask, q, k):

@@ -18,7 +18,8 @@ class Case:
     mask: Callable | None = None
     vectors: Callable | None = None  # (torch, gen, b, h, s, t) -> {name: tensor}
     bias: str = ""  # "", "full" (attn_mask [B, H, S, T]), "heads" ([1, H, S, T]),
-    # "cols" ([B, 1, 1, T], no grad), "bool" ([S, T] bool)
+    # "cols" ([B, 1, 1, T], no grad), "bool" ([S, T] bool), "shared" ([S, T]: every batch and
+    # head's; BIAS_LAYOUT_CASES)
     bias_grad: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -87,6 +88,13 @@ CASES = [
     Case("bias_cols", {"score_mod": "score * 0.5 + 1"}, bias="cols",
          score=lambda torch, s, r, c, v, k: s * 0.5 + 1),
 ]
+# the attn_mask shapes whose gradient the sm_90a backward takes as views (kgen/
+# attention_grad_mods.py `bias_t`): [S, T] (batch and heads at stride 0), [B, 1, 1, T] (one row
+# for every query: copied per query, the copy engine takes no 0 pitch)
+BIAS_LAYOUT_CASES = [
+    Case("bias_shared_grad", {"is_causal": True}, bias="shared", bias_grad=True),
+    Case("bias_cols_grad", {}, bias="cols", bias_grad=True),
+]
 
 def inputs_of(case: Case, torch, gen, b, h, s, t):
     """The case's vectors and attn_mask (float64 on the CPU; the caller moves and casts)."""
@@ -96,6 +104,8 @@ def inputs_of(case: Case, torch, gen, b, h, s, t):
         bias = torch.randn(b, h, s, t, generator=gen).double()
     elif case.bias == "heads":
         bias = torch.randn(1, h, s, t, generator=gen).double()
+    elif case.bias == "shared":
+        bias = torch.randn(s, t, generator=gen).double()
     elif case.bias == "cols":
         bias = torch.randn(b, 1, 1, t, generator=gen).double()
     elif case.bias == "bool":

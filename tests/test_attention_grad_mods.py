@@ -9,17 +9,19 @@ import math
 import numpy as np
 import pytest
 
-from tests.attention_mods_cases import CASES, inputs_of, reference_attention
+from tests.attention_mods_cases import BIAS_LAYOUT_CASES, CASES, inputs_of, reference_attention
 
 torch = pytest.importorskip("torch")
 
 
-def _grads(case, b, h, s, t, d, seed, kv_heads=None):
+def _grads(case, b, h, s, t, d, seed, kv_heads=None, arch="sm_80"):
     """(inputs of the backward's sequence, scalars, the reference's grads) for one case; K and
-    V with `kv_heads` heads (GQA) where given."""
+    V with `kv_heads` heads (GQA) where given; the bias as kgen.attention hands `arch`'s
+    program it."""
     import ml_dtypes
 
-    from kgen.attention_grad_mods import call_inputs, call_mods
+    from kgen.attention_grad import BackwardSignature
+    from kgen.attention_grad_mods import bias_layout, call_inputs, call_mods
 
     gen = torch.Generator().manual_seed(seed)
     q, k, v, do = (torch.randn(b, heads, n, d, generator=gen).bfloat16().double()
@@ -40,7 +42,9 @@ def _grads(case, b, h, s, t, d, seed, kv_heads=None):
                    bias if bias.dtype == torch.bool else bias.bfloat16())
     qb = q.bfloat16()
     mods = call_mods(qb, k.bfloat16(), v.bfloat16(), options, case.bias_grad)
-    extra = call_inputs(mods, options, qb, k.bfloat16())
+    sig = BackwardSignature("bf16", d, bool(case.options.get("is_causal")), arch,
+                            gqa=kv_heads is not None, mods=mods)
+    extra = call_inputs(mods, options, qb, k.bfloat16(), bias_layout(sig))
     bf16 = ml_dtypes.bfloat16
     host = {"Q": q, "K": k, "V": v, "dO": do, "O": out.detach()}
     inputs = {name: x.numpy().astype(bf16) for name, x in host.items()}
@@ -110,14 +114,29 @@ def test_each_mod_with_gqa_compiles_as_without(arch, mod):
             assert max(spills[1]) <= 4, (d, spills)
 
 
-def _check_backward(case, s, t, heads=2, kv_heads=None):
+BIAS_CASES = [c for c in CASES if c.bias] + BIAS_LAYOUT_CASES
+
+
+@pytest.mark.parametrize("case", BIAS_CASES, ids=[c.name for c in BIAS_CASES])
+def test_the_sm90a_backward_s_column_major_bias_evaluates_to_float64_autograd(case):
+    """sm_90a's program declares BiasT `col` and takes attn_mask seen transposed (no copy; a
+    bool mask as 0 / -inf, rows padded to 16 bytes where T is ragged, broadcast dims at
+    stride 0); with GQA `row` (read per element there: the transposed copy)."""
+    _check_backward(case, 37, 45, arch="sm_90a", d=64)
+    _check_backward(case, 48, 37, heads=4, kv_heads=2, arch="sm_90a", d=64)
+
+
+def _check_backward(case, s, t, heads=2, kv_heads=None, arch="sm_80", d=32):
     from kgen.attention_grad import BackwardSignature, backward_module
     from kgen.attention_grad_mods import bias_gradient
     from kgen.reference_sequence import evaluate_sequence
 
-    mods, inputs, scalars, ref = _grads(case, 1, heads, s, t, 32, 3, kv_heads)
-    module = backward_module(BackwardSignature("bf16", 32, bool(case.options.get("is_causal")),
-                                               "sm_80", gqa=kv_heads is not None, mods=mods))
+    mods, inputs, scalars, ref = _grads(case, 1, heads, s, t, d, 3, kv_heads, arch)
+    module = backward_module(BackwardSignature("bf16", d, bool(case.options.get("is_causal")),
+                                               arch, gqa=kv_heads is not None, mods=mods))
+    if mods.bias == "tensor":  # the layout kgen.attention hands the program: sm_90a's MHA col
+        layout = "col" if arch == "sm_90a" and kv_heads is None else "row"
+        assert module.kernels[1].param("BiasT").layout.value == layout
     out = evaluate_sequence(module, module.sequences[0], inputs, scalars, block=16)
     if case.bias_grad:
         mask = torch.zeros(ref["dBias"].shape)
@@ -208,9 +227,21 @@ def test_the_call_s_mods_and_inputs():
     bias = torch.randn(1, 3, 13, 20).bfloat16()
     mods = call_mods(q, k, k, {"attn_mask": bias}, False)
     assert mods == Mods(bias="tensor")
-    found = call_inputs(mods, {"attn_mask": bias}, q, k)["BiasT"]
+    found = call_inputs(mods, {"attn_mask": bias}, q, k, "row")["BiasT"]
     assert found.shape == (2, 3, 20, 13) and found.stride()[0] == 0 and found.stride()[2] == 16
     assert torch.equal(found[1], bias[0].transpose(-1, -2))
+    # sm_90a: attn_mask itself seen transposed (column-major: the keys contiguous)
+    view = call_inputs(mods, {"attn_mask": bias}, q, k, "col")["BiasT"]
+    assert view.shape == (2, 3, 20, 13) and view.stride() == (0, 13 * 24, 1, 24)  # T padded
+    assert torch.equal(view[1], bias[0].transpose(-1, -2))
+    aligned = torch.randn(3, 13, 24).bfloat16()  # rows 16 bytes apart: nothing copied
+    k24 = torch.zeros(2, 3, 24, 64, dtype=torch.bfloat16)
+    view = call_inputs(mods, {"attn_mask": aligned}, q, k24, "col")["BiasT"]
+    assert view.data_ptr() == aligned.data_ptr() and view.stride() == (0, 13 * 24, 1, 24)
+    rows = torch.randn(2, 1, 1, 20).bfloat16()  # one row for every query, with its gradient
+    view = call_inputs(call_mods(q, k, k, {"attn_mask": rows}, True), {"attn_mask": rows}, q, k,
+                       "col")["BiasT"]
+    assert view.stride()[3] == 24 and torch.equal(view, rows.expand(2, 3, 13, 20).transpose(-1, -2))
     row = torch.randn(2, 1, 1, 20).bfloat16()
     assert call_mods(q, k, k, {"attn_mask": row}, False).bias == "cols"
     assert call_mods(q, k, k, {"attn_mask": row}, True).bias == "tensor"

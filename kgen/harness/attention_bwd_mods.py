@@ -6,7 +6,7 @@ Columns: `ms` the backward sequence kgen.attention runs (D, the main kernel, the
 called as a torch op on made-up O and lse, each mod beside the plain backward of the same causal
 setting (`x plain`); `grad ms` torch.autograd.grad of a saved kgen.attention graph (the real
 forward's O and lse; the mods' tensors prepared per call as a user's backward prepares them:
-the bias transposed, its gradient summed); `Flex ms` the same for torch.compile(flex_attention)
+the bias as the backward takes it, its gradient summed); `Flex ms` the same for torch.compile(flex_attention)
 with the same mods (kgen/harness/flex_mods.py; the masks as a BlockMask made outside the
 timing; the bias's gradient by a captured buffer that requires grad); `Flex/kgen` Flex's grad ms
 over kgen's. Each mod's Flex gradients are checked against kgen's on the first call (the
@@ -30,7 +30,7 @@ import sys
 
 from ..attention import _arch
 from ..attention_grad import BackwardSignature, _backward_op
-from ..attention_grad_mods import Mods, bias_transposed
+from ..attention_grad_mods import Mods, bias_layout, bias_t
 from . import flex_mods
 from .timing import call_median_ms
 
@@ -86,8 +86,8 @@ def _inputs(sig: BackwardSignature, b: int, h: int, s: int, scalars: dict) -> di
              **scalars}
     m = sig.mods
     if m.bias == "tensor":
-        given["BiasT"] = bias_transposed(torch.randn(1, h, s, s, device="cuda",
-                                                     generator=gen).bfloat16(), q, k)
+        given["BiasT"] = bias_t(torch.randn(1, h, s, s, device="cuda", generator=gen).bfloat16(),
+                                q, k, bias_layout(sig))
     for name, index in m.vectors:
         if index == "head":
             given[name] = torch.rand(h, device="cuda") * 0.1

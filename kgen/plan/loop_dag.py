@@ -195,7 +195,9 @@ class DagWgmma:
     # its [tile_m, block] tile loaded by the producer's copy engine into a ring of its own
     # (`bias.slots` slots, a full and an empty mbarrier each, after the streamed tiles'), each
     # consumer warp taking its share by ldmatrix after the score gemm `bias_gemm` (its index);
-    # None: read per element from global memory. `staging` says which and why
+    # a column-major tensor's as its memory lies (`bias.rows` the block's columns, boxes of 64
+    # of the tile's rows), read by ldmatrix .trans; None: read per element from global memory.
+    # `staging` says which and why
     bias: WgmmaTile | None = None
     bias_gemm: int | None = None
     staging: Choice = Choice("none", "the body reads no tensor at (row, col)")

@@ -427,8 +427,10 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
     """The sm_90a skeleton's tensor maps (plan.wgmma.tensor_maps, the kernel's second
     parameter) for one launch's params-struct members `values` and sizes: per operand a rank-4
     map (columns, rows, heads, batches) in boxes of [box_rows][128 bytes] (64 16-bit columns,
-    32 f32 ones) of one (head, batch), the 128-byte swizzle, zeros past the rows. A head or batch stride of 0 (one operand shared) is mapped
-    with extent 1 (the kernel then reads index 0); an empty operand stays zeros (never read)."""
+    32 f32 ones) of one (head, batch), the 128-byte swizzle, zeros past the rows; a
+    column-major operand's in its memory's order (rows, columns, heads, batches). A head or
+    batch stride of 0 (one operand shared) is mapped with extent 1 (the kernel then reads index
+    0); an empty operand stays zeros (never read)."""
     from . import tma
 
     out = b""
@@ -442,10 +444,11 @@ def encode_maps(plan: LoopPlan, values: Mapping[str, int], sizes: Mapping[str, i
         heads = int(values["heads"]) // int(values["group"]) if m.kv else int(values["heads"])
         ld, hs, bs = (int(values[f"{p.name}{suffix}"]) for suffix in ("_ld", "_hs", "_bs"))
         nbytes = p.dtype.nbytes
-        dims = [int(cols), rows, heads if p.headed and hs else 1,
+        inner = [rows, int(cols)] if p.layout is Layout.COL else [int(cols), rows]
+        dims = [*inner, heads if p.headed and hs else 1,
                 int(values["batches"]) if p.batched and bs else 1]
         pitches = [ld * nbytes]
-        pitches.append((hs or ld * max(rows, 1)) * nbytes)
+        pitches.append((hs or ld * max(dims[1], 1)) * nbytes)
         pitches.append((bs or pitches[-1] // nbytes * dims[2]) * nbytes)
         address = int(values[p.name])
         if min(dims) == 0 or address == 0:

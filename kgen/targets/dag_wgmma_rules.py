@@ -254,6 +254,17 @@ DAG_WGMMA_STAGE_BIAS_WHY = (
     "the streamed operands (zeros past the rows and the loop's end, as the body reads there), "
     "each consumer warp takes its share by ldmatrix after the score gemm it feeds and "
     "releases the slot, instead of a 2-byte global load per element (the forward's staging)")
+# A column-major one (the bias BiasT [keys, queries] declared `col`: the forward's attn_mask
+# [B, H, S, T] seen transposed, kgen/attention_grad_mods.py `bias_layout`) is staged as its
+# memory lies: the copy engine's boxes of [block][64 rows] (a query's 64 keys, 128 bytes, the
+# 128-byte swizzle), the same bytes a slot; each consumer warp reads an 8x8 matrix's rows along
+# the block (8 queries, 8 keys each) with ldmatrix .trans, which hands every thread the pair of
+# its accumulator fragment (key, query and query + 1) as the row-major tile's ldmatrix does
+# (templates/sm90/loop_staged_tile.inc.j2 `load_staged_trans`). Saves the transposed copy
+# kgen.attention made per call (1.85 ms at D 128, S 4096, batch 4, 16 heads on an H200).
+DAG_WGMMA_STAGE_BIAS_COL_WHY = (
+    "; column-major, as its memory lies: boxes of [block][64 rows], each 8x8 matrix read by "
+    "ldmatrix .trans into the accumulator's fragment (no transposed copy of the tensor)")
 
 # A score gemm's tile store (`dBiasT = dst`, the bias gradient) of the value a loop-row gemm
 # also stages (dS^T, rounded to the operands' type in the 128-byte swizzle): stored from that

@@ -525,8 +525,10 @@ def _random_rank(state: KernelState, e: ir.Random, scope: TileScope, loc) -> Ran
 
 def _tensor_rank(param: ir.Param, scope: TileScope, loc) -> Rank:
     """`Bias` at the element's (row, col): in a row kernel, a tensor of its shape; in a loop's
-    first gemm, a row-major [rows, loop dim] tensor (per batch and head, each of which may be
-    shared: a stride of 0), read element by element (an additive bias, a mask)."""
+    score gemm, a [rows, loop dim] tensor of either layout (per batch and head, each of which
+    may be shared: a stride of 0), read element by element or from a staged tile (an additive
+    bias, a mask; the attention backward's BiasT is column-major on sm_90a); in a loop-row
+    gemm's epilogue a row-major one."""
     name = param.name
     if scope.where is Where.AFTER:
         raise KgenError(loc, f"tensor '{name}' cannot be read after the loop for now; read it "
@@ -536,7 +538,7 @@ def _tensor_rank(param: ir.Param, scope: TileScope, loc) -> Rank:
                 f"{scope.owner} reads it at (row, col) of")
         raise KgenError(loc, f"tensor '{name}' has shape {shape_text(param.shape)} but {what} "
                              f"{shape_text((scope.rows, scope.cols))}")
-    if scope.where in (Where.LOOP, Where.LOOP_ROWS) and param.layout is not ir.Layout.ROW:
+    if scope.where is Where.LOOP_ROWS and param.layout is not ir.Layout.ROW:
         raise KgenError(loc, f"tensor '{name}' is read at (row, col) in the loop: it must be "
                              "row-major (not yet col)")
     return Rank.TILE

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.attention_mods_cases import CASES, inputs_of, reference_attention
+from tests.attention_mods_cases import BIAS_LAYOUT_CASES, CASES, inputs_of, reference_attention
 from tests.gpu.attention_checks import close, close_grads, cuda_torch
 
 pytestmark = pytest.mark.gpu
@@ -39,6 +39,21 @@ def test_the_bias_gradient_at_head_dim_128(case, s, t, monkeypatch):
     the shared memory there), dBiasT stored from the staged dS^T slot, and on a causal mask
     the skipped blocks' zeros."""
     _check(case, s, t, "device", monkeypatch, 128)
+
+
+LAYOUT_LENGTHS = [(1000, 1000), (1000, 17), (304, 4097), (64, 8)]
+
+
+@pytest.mark.parametrize("arch", ["device", "sm_80"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("s, t", LAYOUT_LENGTHS, ids=[f"S{s}-T{t}" for s, t in LAYOUT_LENGTHS])
+@pytest.mark.parametrize("case", BIAS_LAYOUT_CASES, ids=[c.name for c in BIAS_LAYOUT_CASES])
+def test_the_bias_gradient_of_broadcast_masks(case, s, t, d, arch, monkeypatch):
+    """attn_mask [S, T] (causal) and [B, 1, 1, T] with their gradients: on an H200 the sm_90a
+    backward reads the mask column-major (no transposed copy; its rows padded where T is
+    ragged, the [B, 1, 1, T] one copied per query), staged by the copy engine, ldmatrix .trans;
+    the sm_80 one its transposed copy."""
+    _check(case, s, t, arch, monkeypatch, d)
 
 
 DOCUMENT_CASES = [c for c in CASES if c.name.startswith("document")]

@@ -29,14 +29,17 @@ def main(d: int, causal: bool, mods: Mods = GRAD, arch: str = "sm_90a"):
 def test_the_bias_is_staged_in_the_slots_that_fit(d, slots):
     plan, source = main(d, False)
     w = plan.wgmma
-    assert w.bias.param == "BiasT" and w.bias.slots == slots and w.bias.rows == 128
+    # column-major (kgen.attention's sm_90a BiasT): boxes of [64 queries][64 keys]
+    assert w.bias.param == "BiasT" and w.bias.slots == slots and w.bias.rows == 64
+    assert w.bias.boxes == 2 and w.bias.slot_bytes == 128 * 64 * 2
     assert w.bias.offset == w.staged[-1].offset + w.staged[-1].bytes  # after the tiles
     assert plan.smem_bytes <= 232448 and w.vector_offset == w.bias.offset + w.bias.bytes
     assert [m.param for m in w.maps] == ["K", "V", "Q", "dO", "BiasT", "dBiasT"]
     assert [m.param for m in w.loads] == ["K", "V", "Q", "dO", "BiasT"]
-    assert w.staging.value == f"BiasT's [128, 64] tile per block by the copy engine, a ring of {slots} slot(s)"
+    assert w.staging.value == ("BiasT's [128, 64] tile per block by the copy engine (column-major: "
+                               f"boxes of [64][64] rows, read by ldmatrix .trans), a ring of {slots} slot(s)")
     assert ("one slot: 2 do not fit" in w.staging.why) == (slots == 1)
-    assert "g_BiasT[" not in source and "load_staged(staged, smem_address(smem.t_smem)" in source
+    assert "g_BiasT[" not in source and "load_staged_trans(staged, smem_address(smem.t_smem)" in source
     assert "pair_elem(Element(), staged[j][e >> 1], e & 1)" in source
     assert f"constexpr int kBiasStages = {slots};" in source
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from ... import __version__
-from ...enums import Axis, Op, ReduceOp
+from ...enums import Axis, Layout, Op, ReduceOp
 from ...plan import epilogue as dag
 from ...plan import program as pp
 from ...plan.program import Rank
@@ -139,8 +139,9 @@ def _reference(value: pp.Value, col_end: str, acc: str, sizes: tuple[str, str],
         return f"in_{kind.param}[j][e]"
     if isinstance(kind, dag.TensorLoad) and kind.param in (tiles or {}):
         return tiles[kind.param]
-    if isinstance(kind, dag.TensorLoad):
-        load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[row * p.{kind.param}_ld + col]")
+    if isinstance(kind, dag.TensorLoad):  # element (row, col) in the declared layout
+        at = "row * {0}_ld + col" if kind.layout is Layout.ROW else "col * {0}_ld + row"
+        load = TO_FLOAT[kind.dtype].format(f"g_{kind.param}[{at.format('p.' + kind.param)}]")
         return f"(row < {sizes[0]} && col < {col_end} ? {load} : 0.0f)"
     suffix = {Rank.UNIFORM: "", Rank.ROW: "[i]", Rank.TILE: "[j][e]"}[value.rank]
     return f"v{value.id}{suffix}"

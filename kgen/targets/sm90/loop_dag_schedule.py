@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...enums import DType
+from ...enums import DType, Layout
 from ...plan import epilogue as dag
 from ...plan import loop_dag as ld
 from ...plan import program as pp
@@ -167,7 +167,9 @@ def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, lim
           words: int, gqa: bool, split: bool = False) -> dict:
     """The staged tensor read at (row, col) (kgen/targets/dag_wgmma_rules.py: the bias): its
     ring at `offset` (after the tiles) of the most slots that fit `limit` beside the `used`
-    bytes and `words` mbarriers, the score gemm whose epilogue reads it, and why (or none)."""
+    bytes and `words` mbarriers, the score gemm whose epilogue reads it, and why (or none). A
+    column-major tensor's tile is staged as its memory lies (the tile's WgmmaTile rows the
+    block's columns, its boxes 64 of the tile's rows each), read by ldmatrix .trans."""
     none = dict(bias=None, bias_gemm=None)
     reads = _tile_reads(body, gemms)
     if not reads:
@@ -175,8 +177,11 @@ def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, lim
     (name, gemm), others = reads[0], reads[1:]
     p = next(q for q in params if q.name == name)
     tail = "".join(f"; {q} read per element from global memory" for q, _ in others)
-    boxes = config.block // BOX_COLS
-    slot = config.tile_m * 128 * boxes
+    # a column-major tensor's boxes are its memory's: [block (the loop's columns)][64 rows]
+    col = p.layout is Layout.COL
+    across, along = (config.tile_m, config.block) if col else (config.block, config.tile_m)
+    boxes = across // BOX_COLS
+    slot = along * 128 * boxes
     fits = [n for n in schedule_rules.DAG_WGMMA_BIAS_SLOTS
             if used + n * slot + -(-8 * (words + 2 * n) // 128) * 128 <= limit]
     refused = (
@@ -186,17 +191,20 @@ def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, lim
         schedule_rules.DAG_WGMMA_SPLIT_NOT_STAGED_WHY if split else
         f"{name} is {p.dtype.dsl_name}, the operands {dtype.dsl_name}: one copy-engine type"
         if p.dtype is not dtype else
-        f"the block of {config.block} is not a multiple of the copy engine's {BOX_COLS}-column "
-        "boxes" if config.block % BOX_COLS else
+        f"the {'tile of rows' if col else 'block'} of {across} is not a multiple of the copy "
+        f"engine's {BOX_COLS}-column boxes" if across % BOX_COLS else
         f"a [{config.tile_m}, {config.block}] slot does not fit the shared memory ({limit} B)"
         if not fits else None)
     if refused is not None:
         return dict(none, staging=pp.Choice(f"{name} read per element from global memory",
                                             f"not staged: {refused}" + tail))
-    tile = pp.WgmmaTile("t_smem", name, config.tile_m, boxes, fits[0], offset)
+    tile = pp.WgmmaTile("t_smem", name, along, boxes, fits[0], offset)
     return dict(bias=tile, bias_gemm=gemm, staging=pp.Choice(
-        f"{name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine, a ring "
-        f"of {tile.slots} slot(s)", schedule_rules.DAG_WGMMA_STAGE_BIAS_WHY
+        f"{name}'s [{config.tile_m}, {config.block}] tile per block by the copy engine"
+        + (f" (column-major: boxes of [{along}][{BOX_COLS}] rows, read by ldmatrix .trans)"
+           if col else "") + f", a ring of {tile.slots} slot(s)",
+        schedule_rules.DAG_WGMMA_STAGE_BIAS_WHY
+        + (schedule_rules.DAG_WGMMA_STAGE_BIAS_COL_WHY if col else "")
         + ("" if tile.slots == schedule_rules.DAG_WGMMA_BIAS_SLOTS[0] else
            f" (one slot: {schedule_rules.DAG_WGMMA_BIAS_SLOTS[0]} do not fit {limit} B)")
         + tail))
