@@ -280,6 +280,36 @@ def _program_maps(plan) -> tuple:
     return wgmma.tensor_maps if wgmma is not None else ()
 
 
+def array_signature(value: Any, name: str, tensor) -> tuple[Any, int]:
+    """One array argument's part of a call's signature and its address ((None, 0) where it is
+    left out): a torch tensor's read directly, anything else's through as_device_array (which
+    raises ArgumentError naming it). `tensor`: torch.Tensor, or None without torch."""
+    if tensor is not None and isinstance(value, tensor):
+        ptr = value.data_ptr()
+        return (value.dtype, value.shape, value.stride(), value.get_device(),
+                ptr & ADDRESS_BITS), ptr
+    if value is None:
+        return None, 0
+    array = as_device_array(value, name)
+    return (array.dtype, array.shape, array.strides, array.device_id, array.ptr & ADDRESS_BITS,
+            array.kind), array.ptr
+
+
+def scalar_values(defaults: tuple, positive: frozenset, args: dict) -> list | None:
+    """The scalars of a call in declaration order (`defaults`: (name, default) pairs), or None
+    where one is not a number, is missing, or is not the positive value it must be (the whole
+    check then says why)."""
+    scalars = []
+    for name, default in defaults:
+        value = args.get(name, default)
+        kind = type(value)
+        if kind is not float and kind is not int or (positive and name in positive
+                                                      and not value > 0):
+            return None
+        scalars.append(value)
+    return scalars
+
+
 class CallPath:
     """The signature cache in front of a kernel's launches. `choose(args, sizes)` names the
     CompiledKernel that runs a signature not seen before (the kernel itself, or a tuned
@@ -331,29 +361,12 @@ class CallPath:
         key = []
         pointers = []
         for name in self._arrays:
-            value = args.get(name)
-            if tensor is not None and isinstance(value, tensor):
-                ptr = value.data_ptr()
-                key.append((value.dtype, value.shape, value.stride(), value.get_device(),
-                            ptr & ADDRESS_BITS))
-                pointers.append(ptr)
-            elif value is None:
-                key.append(None)
-                pointers.append(0)
-            else:
-                array = as_device_array(value, name)
-                key.append((array.dtype, array.shape, array.strides, array.device_id,
-                            array.ptr & ADDRESS_BITS, array.kind))
-                pointers.append(array.ptr)
-        scalars = []
-        positive = self._positive
-        for name, default in self._defaults:
-            value = args.get(name, default)
-            kind = type(value)
-            if kind is not float and kind is not int or (positive and name in positive
-                                                          and not value > 0):
-                return None
-            scalars.append(value)
+            part, ptr = array_signature(args.get(name), name, tensor)
+            key.append(part)
+            pointers.append(ptr)
+        scalars = scalar_values(self._defaults, self._positive, args)
+        if scalars is None:
+            return None
         if sizes:
             key.append(tuple(sorted(sizes.items())))
         return tuple(key), pointers, scalars

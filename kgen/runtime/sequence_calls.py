@@ -28,8 +28,8 @@ from typing import Any, Mapping
 
 from ..enums import ParamKind
 from ..errors import ArgumentError
-from .calls import ADDRESS_BITS, MAX_BINDINGS, Binding, CallPath
-from .tensors import TORCH_DTYPES, as_device_array
+from .calls import MAX_BINDINGS, Binding, CallPath, array_signature, scalar_values
+from .tensors import TORCH_DTYPES
 
 __all__ = ["SequenceBinding", "SequenceCalls"]
 
@@ -83,35 +83,17 @@ class SequenceCalls:
         pointers = [0] * len(self._slots)
         try:  # anything the signature cannot read: the whole check's message, in its order
             for slot, name in enumerate(self._arrays):
-                value = args.get(name)
-                if tensor is not None and isinstance(value, tensor):
-                    ptr = value.data_ptr()
-                    key.append((value.dtype, value.shape, value.stride(), value.get_device(),
-                                ptr & ADDRESS_BITS))
-                    pointers[slot] = ptr
-                elif value is None:
-                    key.append(None)
-                else:
-                    array = as_device_array(value, name)
-                    key.append((array.dtype, array.shape, array.strides, array.device_id,
-                                array.ptr & ADDRESS_BITS, array.kind))
-                    pointers[slot] = array.ptr
+                part, pointers[slot] = array_signature(args.get(name), name, tensor)
+                key.append(part)
             if sizes:
                 key.append(tuple(sorted(sizes.items())))
             key = tuple(key)
             binding = self._bindings.get(key)
         except (ArgumentError, TypeError):
             return self.sequence.call_checked(stream, sizes, args)
-        scalars = []
-        positive = self._positive
-        for name, default in self._defaults:
-            value = args.get(name, default)
-            kind = type(value)
-            if kind is not float and kind is not int or (positive and name in positive
-                                                          and not value > 0):
-                # not a number, missing, or not positive: the whole check, not kept
-                return self.sequence.call_checked(stream, sizes, args)
-            scalars.append(value)
+        scalars = scalar_values(self._defaults, self._positive, args)
+        if scalars is None:  # not a number, missing, or not positive: the whole check
+            return self.sequence.call_checked(stream, sizes, args)
         if binding is None:
             return self.sequence.call_checked(stream, sizes, args, key)
         made: dict[str, Any] = {}
