@@ -21,8 +21,9 @@ The additive bias (attn_mask) is `tensor BiasT : [B, H, T, S]`, the forward's Bi
 read at (row, col) = (key, query), its layout per target (`bias_layout`): `col` where sm_90a's
 wgmma skeleton stages it, the forward's Bias [B, H, S, T] itself seen transposed (no copy: the
 copy engine stages its tiles, read by ldmatrix .trans), else `row`, a transposed copy (read per
-element, coalesced along the queries); broadcast dims at stride 0 either way. Or `vector Bias : f32[B, H, T]` read at row when it is
-one row for every query (attn_mask [..., 1, T]) and needs no gradient. Its gradient is dS:
+element, coalesced along the queries); broadcast dims at stride 0 either way. Or
+`vector Bias : f32[B, H, T]` read at row when it is one row for every query (attn_mask
+[..., 1, T]) and needs no gradient. Its gradient is dS:
 `dBiasT = dst` stores the tile [keys, queries] into `dBiasT : [B, H, T, S]` (kgen.attention
 returns it transposed, summed over attn_mask's broadcast dims).
 """
