@@ -159,41 +159,15 @@ def test_an_accumulate_buffer_is_zeroed_before_the_kernel_that_adds_into_it():
     out), so dQ matches float64, and so does a second launch on the first one's sums (dQacc not
     reset: were it not zeroed, dQ would double)."""
     _cuda()
-    import math
-
-    from kgen.attention import _arch
-    from kgen.attention_grad import BackwardSignature, backward_module
-    from kgen.errors import KgenError
-    from kgen.sequence import build_sequence, load_built_sequence
-
-    sig = BackwardSignature("bf16", 64, False, _arch(torch.device("cuda")))
-    module = backward_module(sig)
-    try:
-        built = build_sequence(module, module.sequences[0], sig.arch)
-    except KgenError as err:
-        if "not built yet" in str(err):
-            pytest.skip(f"the attention backward's skeleton is not built yet: {err}")
-        raise
-    seq = load_built_sequence(built)
-    assert seq.plan.zeroed_by_caller == (built.info.kernels[1].name,)
+    seq = _backward_sequence()
+    assert seq.plan.zeroed_by_caller == (seq.plan.launches[1][0],)  # the main kernel
     b, h, s, t, d = 1, 2, 77, 130, 64
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", generator=gen).bfloat16()
-                   for n in (s, t, t, s))
-    scale = 1 / math.sqrt(d)
-    q64, k64, v64, do64 = (x.double() for x in (q, k, v, do))
-    scores = (q64 @ k64.transpose(-1, -2)) * scale
-    lse = torch.logsumexp(scores, -1)
-    p = torch.exp(scores - lse[..., None])
-    o = (p @ v64).bfloat16()
-    dp = do64 @ v64.transpose(-1, -2)
-    dq_ref = (p * (dp - (do64 * o.double()).sum(-1, keepdim=True))) @ k64 * scale
+    args, refs = _backward_case(11, b, h, s, t, d)
 
     def poisoned(*shape, dtype=torch.float32):
         return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
 
-    values = {"dO": do, "O": o, "Q": q, "K": k, "V": v, "lse": lse.float(), "scale": scale,
-              "D": poisoned(b, h, s), "dQacc": poisoned(b, h, s, d),
+    values = {**args, "D": poisoned(b, h, s), "dQacc": poisoned(b, h, s, d),
               "dQ": poisoned(b, h, s, d, dtype=torch.bfloat16),
               "dK": poisoned(b, h, t, d, dtype=torch.bfloat16),
               "dV": poisoned(b, h, t, d, dtype=torch.bfloat16)}
@@ -202,7 +176,7 @@ def test_an_accumulate_buffer_is_zeroed_before_the_kernel_that_adds_into_it():
     for _ in range(2):  # the second launch finds dQacc holding the first one's sums
         seq._launch(raw, values)
         torch.cuda.synchronize()
-        _close(values["dQ"].double().cpu().numpy(), dq_ref.cpu().numpy(), 3e-2, "dQ")
+        _close(values["dQ"].double().cpu().numpy(), refs["dQ"].cpu().numpy(), 3e-2, "dQ")
 
 
 def _backward_sequence(d: int = 64):
