@@ -274,7 +274,9 @@ def schedule(name: str) -> dict:
     blocks), f (fast_body), e (defer_all: every accumulating gemm after the loop-row gemm, the
     split layout's, D 256), each off when absent, and w0 / w1 (wait_accumulating; the
     rulebook's when absent); "gqa8" the rulebook's but the fast body, the longest-first order
-    and the staged vectors off (GQA's schedule before session 9); a suffix +MODE adds dQ so
+    and the staged vectors off (GQA's schedule before session 9); "regtail" the rulebook's
+    but dK and dV stored per element from registers (not by the copy engine from the rings:
+    dag_wgmma_rules.DAG_WGMMA_TAIL_TMA); a suffix +MODE adds dQ so
     (loop_dag_schedule.ADD_MODES: warp, tensor, rows, atomics; the rulebook's when absent),
     e.g. base+rows."""
     name, _, adds = name.partition("+")
@@ -282,6 +284,8 @@ def schedule(name: str) -> dict:
         return {**schedule(name), "adds": adds}
     if name == "base":
         return {}
+    if name == "regtail":
+        return dict(tail_tma=False)
     if name == "gqa8":  # session 8's GQA schedule: no fast body, grid order, vectors loaded
         return dict(fast_body=False, lpt=False, stage_vectors=False)
     name = "" if name == "none" else name
@@ -293,7 +297,7 @@ def schedule(name: str) -> dict:
     return options
 
 
-SCHEDULES = ("base", "base+tensor", "base+rows", "none", "vdl", "avdl", "avdlf")
+SCHEDULES = ("base", "regtail", "base+tensor", "base+rows", "none", "vdl", "avdl", "avdlf")
 CAUSAL_SCHEDULES = ()
 
 

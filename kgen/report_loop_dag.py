@@ -170,7 +170,8 @@ def _wgmma(w: ld.DagWgmma) -> dict[str, Any]:
     choice = lambda c: {"value": c.value, "why": c.why}  # noqa: E731
     return {"roles": choice(w.roles), "mma": choice(w.mma), "pipeline": choice(w.pipeline),
             "overlap": choice(w.overlap), "adds": choice(w.adds), "staging": choice(w.staging),
-            "tile_store": choice(w.tile_store), "consumers": w.consumers,
+            "tile_store": choice(w.tile_store), "tail_store": choice(w.tail_store),
+            "consumers": w.consumers,
             "order": {"value": (f"{_first(w)}, in sections of {w.lpt_l2_bytes} bytes of L2"
                                 if w.lpt_l2_bytes else "the grid's order"),
                       "why": w.lpt_why},
@@ -204,7 +205,7 @@ def print_summary(console, s: dict) -> None:
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("wgmma"):
         for what in ("split", "roles", "pipeline", "overlap", "adds", "staging", "tile_store",
-                     "order", "fast_body"):
+                     "tail_store", "order", "fast_body"):
             if what in ("staging", "tile_store") and s["wgmma"][what]["value"] == "none" or (
                     s["wgmma"].get(what) is None):
                 continue

@@ -299,7 +299,10 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                           add_to=adds[0] if len(adds) == 1 else None, body=body_section,
                           gemms=tuple(gemms), params=params, smem_limit=tgt.smem_limit,
                           packed=bool(packed), linear=bool(bounds.bounds),
-                          listed=bounds.listed is not None)
+                          listed=bounds.listed is not None,
+                          tail_stores=tuple((s.param, t.n) for t in tails
+                                            for s in t.section.statements
+                                            if isinstance(s, pp.StoreTile)))
         mma = pp.Choice(wgmma.mma.value, "sm_90a's warp-specialized wgmma skeleton of a DAG "
                         "loop (FlashAttention-3's backward structure): the rulebook allows it "
                         "(kgen/targets/loop_rules.py, dag_wgmma_refusal)")

@@ -207,6 +207,12 @@ class DagWgmma:
     store_param: str | None = None
     store_tile: str | None = None
     tile_store: Choice = Choice("none", "no score gemm stores its tile")
+    # the kernel's epilogue's tile outputs (dK, dV) stored by the copy engine: (output, the
+    # streamed tile whose ring stages it once the loop is done: consumer warpgroup c's 64 rows
+    # in slot c), their maps among `maps`; () stores them per element from registers;
+    # `tail_store` says which and why
+    tail_stores: tuple[tuple[str, str], ...] = ()
+    tail_store: Choice = Choice("per element from registers", "the default")
     # the tensor reduce-add instead of the rows' (add_offset set, add_row_bytes 0): each
     # consumer warpgroup stages its [kBlock, n_warp] share as boxes of [kBlock][32] f32 (the
     # 128-byte swizzle, 1024-byte aligned) and one of its threads adds them through this map of
@@ -254,8 +260,9 @@ class DagWgmma:
     @property
     def loads(self) -> tuple[LoopTensorMap, ...]:
         """The maps the producer loads through (resident, streamed, the bias's), not a stored
-        output's."""
-        return tuple(m for m in self.maps if m.param != self.store_param)
+        output's (the tile store's, the epilogue's)."""
+        stored = {self.store_param, *(name for name, _ in self.tail_stores)}
+        return tuple(m for m in self.maps if m.param not in stored)
 
     def a_tile(self, gemm: int) -> WgmmaTile | None:
         """The split layout's staged tile an accumulating gemm reads its A from, or None."""

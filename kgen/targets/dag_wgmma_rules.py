@@ -279,6 +279,27 @@ DAG_WGMMA_STORE_STAGED_WHY = (
     "CTA, after the consumers' barrier) instead of a 2-byte store per element; rows and columns "
     "past the tensor are not written")
 
+# The kernel's epilogue's tiles (dK and dV: a warpgroup's [64, N] in f32 accumulators) stored by
+# the copy engine: after the loop every warpgroup is done with the Q and dO rings (one consumer
+# barrier), so each warpgroup rounds its rows into a ring slot (slot c for warpgroup c: a slot
+# of a 64-row block holds its 64 rows, each output in a ring of its columns) in the 128-byte
+# swizzle and one thread stores the [64][64] boxes (rows past the tensor not written). Per
+# element from registers (a bf16 pair a store, 64 stores a thread at D 128, each warp's store
+# touching eight rows) the epilogue took 5.3-7.7 us a CTA on an H200 (D 128, S 4096, 16k
+# tokens; %globaltimer read at the loop's end and after the stores, 3% of the CTAs sampled),
+# two block visits' time (2.8-3.0 us a visit), while the tensor cores idle. Measured on an H200
+# (2026-11-30, bench/attention_bwd.py --variants base regtail, bf16, 16k tokens, main kernel
+# TFLOP/s, by the copy engine / from registers): D 128 S 1024 483.3 / 440.1, causal 360.1 /
+# 321.7; S 4096 541.7 / 513.0, causal 520.5 / 480.4; D 64 S 1024 354.5 / 341.8, causal 262.6 /
+# 245.4; S 4096 399.5 / 403.5 (noise), causal 374.6 / 366.7. The split layout (D 192, 256)
+# keeps the registers' stores (its warpgroups hold column halves of the same 64 rows).
+DAG_WGMMA_TAIL_TMA = True
+DAG_WGMMA_TAIL_TMA_WHY = (
+    "after the loop the rings are idle: each warpgroup rounds its rows of {names} into slot "
+    "c of the ring of their columns (the 128-byte swizzle) and one thread stores the [64][64] "
+    "boxes by the copy engine, instead of a 4-byte store per element pair from registers (5.3-"
+    "7.7 us a CTA at D 128: dag_wgmma_rules.DAG_WGMMA_TAIL_TMA)")
+
 
 # The split layout (FlashAttention-3's head dim 256 backward): where the plain layout's
 # accumulators do not fit (128 keys a CTA, each consumer warpgroup carrying dK and dV [64 keys,

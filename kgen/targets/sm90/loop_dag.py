@@ -62,8 +62,8 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
                     if any(h.name == t for h in w.handed)},
         tensor_maps=w.tensor_maps, tma_dtype=TMA_DTYPE[plan.dtype], tma_dtypes=TMA_DTYPE,
         # the copy engine's store helpers (sm90/loop_wgmma.inc.j2) where a tile is stored so
-        o_map=(next(m for m in w.maps if m.param == w.store_param)
-               if w.store_param is not None else None),
+        o_map=next((m for m in w.maps if m.param == w.store_param
+                    or any(m.param == name for name, _ in w.tail_stores)), None),
         consumers=w.consumers, consumers_word=["one", "two", "three"][w.consumers - 1],
         pointers=[p for p in plan.params if (p.kind == "vector" and p.name not in plan.vectors) or (
             p.kind == "tensor" and p.name not in {m.param for m in w.tensor_maps})],

@@ -24,7 +24,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
               body: pp.Section | None = None, gemms: tuple[ld.DagGemm, ...] = (),
               params: tuple[pp.ProgramParam, ...] = (), smem_limit: int = 0,
               packed: bool = False, linear: bool | None = None,
-              listed: bool = False) -> ld.DagWgmma:
+              listed: bool = False,
+              tail_stores: tuple[tuple[str, int], ...] = ()) -> ld.DagWgmma:
     """`resident`, `streamed`, `staged`: the mma.sync plan's tiles (their names and params);
     `kv`: the params whose heads are the KV heads; `adds`: the loop-row tiles' `+=` stores;
     `vectors`: the f32 vectors the body reads at `col`; `skips`: a mask's bounds skip blocks
@@ -41,7 +42,9 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     unknown before the offsets are read: the grid's order; dQ's adds by rows); `linear`: the
     skipped blocks follow linear bounds (the longest-first order ranks the tiles by them; an
     equality's follow the ids: dag_wgmma_rules.DAG_WGMMA_LPT_EQUALITY_WHY), `skips` if None;
-    `listed`: a block mask's lists say which blocks a tile visits (the grid's order)."""
+    `listed`: a block mask's lists say which blocks a tile visits (the grid's order);
+    `tail_stores`: the kernel's epilogue's tile outputs and their columns (stored by the copy
+    engine from the rings where they fit: _tail)."""
     linear = skips if linear is None else linear
     split = schedule_rules.dag_wgmma_split(shape, loop_rules.DAG_WGMMA_N)
     config = schedule_rules.dag_wgmma_split_config() if split else loop_rules.DAG_WGMMA_CONFIG
@@ -102,6 +105,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     if store["store_param"] is not None:
         (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
         maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
+    tail = _tail(tail_stores, tiles[1], params, dtype, kv, config, consumers, split, packed)
+    maps += tail.pop("maps")
     # (accumulators of different N: the widest's rules, the registers it holds)
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
     stores_tile = body is not None and any(isinstance(s, pp.StoreTile)
@@ -159,8 +164,53 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
             f"accumulators and {config.block // consumers} of a score tile's columns",
             schedule_rules.DAG_WGMMA_SPLIT_WHY.format(half=config.block // consumers))
         if split else None, handed=handed, a_tiles=a_tiles, pieces=_pieces(gemms) if split else (),
-        **staging, **store)
+        **staging, **store, **tail)
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
+
+
+def _tail(stored: tuple[tuple[str, int], ...], streamed: list[pp.WgmmaTile], params,
+          dtype: DType, kv: frozenset[str], config, consumers: int, split: bool,
+          packed: bool) -> dict:
+    """The kernel's epilogue's tile outputs `stored` ((name, columns)) the copy engine stores,
+    each staged after the loop in a ring of `streamed` of its columns (warpgroup c's rows in
+    slot c), with their maps; or none, and why (dag_wgmma_rules.DAG_WGMMA_TAIL_TMA)."""
+    def registers(why: str) -> dict:
+        return dict(maps=(), tail_stores=(), tail_store=pp.Choice(
+            "per element from registers", why))
+
+    if not stored:
+        return registers("the kernel's epilogue stores no tile")
+    free = list(streamed)
+    pairs = []
+    for name, cols in stored:
+        p = next(q for q in params if q.name == name)
+        ring = next((t for t in free if t.boxes * BOX_COLS == cols), None)
+        refused = (
+            "the rulebook stores them from registers (DAG_WGMMA_TAIL_TMA)"
+            if not schedule_rules.DAG_WGMMA_TAIL_TMA else
+            "the split layout: a warpgroup holds half of every row's columns (not built)"
+            if split else
+            "packed sequences: a box past a sequence's end would write the next one's rows"
+            if packed else
+            f"a block of {config.block} rows is not a warpgroup's {loop_rules.WGMMA_ROWS}"
+            if config.block != loop_rules.WGMMA_ROWS else
+            f"{config.stages} ring slots hold fewer than {consumers} warpgroups' rows"
+            if config.stages < consumers else
+            f"{name} is {p.dtype.dsl_name}, the rings {dtype.dsl_name}"
+            if p.dtype is not dtype else
+            f"no ring of {cols} columns is left to stage {name} in" if ring is None else None)
+        if refused is not None:
+            return registers(refused)
+        free.remove(ring)
+        pairs.append((name, ring.name))
+    names = " and ".join(name for name, _ in stored)
+    return dict(
+        maps=tuple(pp.LoopTensorMap(name, dtype, loop_rules.WGMMA_ROWS, cols // BOX_COLS,
+                                    name in kv) for name, cols in stored),
+        tail_stores=tuple(pairs), tail_store=pp.Choice(
+            "by the copy engine from the rings: " + ", ".join(
+                f"{name} in {ring}" for name, ring in pairs),
+            schedule_rules.DAG_WGMMA_TAIL_TMA_WHY.format(names=names)))
 
 
 def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
@@ -477,7 +527,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
                   lpt: bool | None = None, fast_body: bool | None = None,
                   adds: str | None = None,
                   descending: bool | None = None,
-                  defer_all: bool | None = None) -> ld.LoopDagPlan:
+                  defer_all: bool | None = None,
+                  tail_tma: bool | None = None) -> ld.LoopDagPlan:
     """The plan with its wgmma groups scheduled otherwise (None: as the rulebook chose):
     `issue_ahead` the later score gemms issued with the first, `wait_accumulating` each
     accumulating gemm waited for at once, `defer_accumulating` an accumulating gemm before a
@@ -487,7 +538,9 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     loop-row tile's adds done so (with_adds), `descending` deterministic mode's tiles of rows
     adding a block in decreasing order (else increasing; deterministic plans only),
     `defer_all` (the split layout's; False elsewhere is ignored) every accumulating gemm issued
-    after the loop-row gemm: plan options for the bench and the tests."""
+    after the loop-row gemm, `tail_tma` False the kernel's epilogue's tiles stored per element
+    from registers (where the rulebook stores them by the copy engine: _tail): plan options for
+    the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if plan.packed and lpt:
@@ -516,6 +569,14 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
             raise ValueError("with_schedule: the decreasing order is deterministic mode's, "
                              "where a mask's bounds skip blocks")
         w = dataclasses.replace(w, **_order(plan.deterministic is not None, descending, why))
+    if tail_tma is not None and tail_tma != bool(w.tail_stores):
+        if tail_tma:
+            raise ValueError(f"with_schedule: the rulebook stores the epilogue's tiles from "
+                             f"registers here ({w.tail_store.why})")
+        stored = {name for name, _ in w.tail_stores}
+        w = dataclasses.replace(w, tail_stores=(), maps=tuple(
+            m for m in w.maps if m.param not in stored), tail_store=pp.Choice(
+            "per element from registers", why))
     if stage_vectors is not None and stage_vectors != (w.vector_offset is not None) \
             and w.vectors:
         # the vectors' slots sit after the tiles, before the adds' staging and the mbarriers
