@@ -92,7 +92,8 @@ def test_sm90a_picks_the_wgmma_skeleton(d, tile):
         ("q_ring", "Q", 64, d // 64, 2), ("do_ring", "dO", 64, d // 64, 2),
         ("t0_smem", "dst", 128, 1, 2)]
     assert [(m.param, m.box_rows) for m in w.maps] == [("K", 128), ("V", 128), ("Q", 64),
-                                                        ("dO", 64)]
+                                                        ("dO", 64), ("dK", 64), ("dV", 64)]
+    assert w.tail_stores == (("dK", "q_ring"), ("dV", "do_ring"))  # the epilogue's stores
     offsets = [t.offset for t in w.tiles]
     assert offsets == sorted(offsets) and all(o % 1024 == 0 for o in offsets)
     # dQ's adds by the copy engine's tensor reduce-add; the rows' bulk adds and atomics plan

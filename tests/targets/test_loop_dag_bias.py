@@ -34,7 +34,7 @@ def test_the_bias_is_staged_in_the_slots_that_fit(d, slots):
     assert w.bias.boxes == 2 and w.bias.slot_bytes == 128 * 64 * 2
     assert w.bias.offset == w.staged[-1].offset + w.staged[-1].bytes  # after the tiles
     assert plan.smem_bytes <= 232448 and w.vector_offset == w.bias.offset + w.bias.bytes
-    assert [m.param for m in w.maps] == ["K", "V", "Q", "dO", "BiasT", "dBiasT"]
+    assert [m.param for m in w.maps] == ["K", "V", "Q", "dO", "BiasT", "dBiasT", "dK", "dV"]
     assert [m.param for m in w.loads] == ["K", "V", "Q", "dO", "BiasT"]
     assert w.staging.value == ("BiasT's [128, 64] tile per block by the copy engine (column-major: "
                                f"boxes of [64][64] rows, read by ldmatrix .trans), a ring of {slots} slot(s)")
@@ -68,7 +68,7 @@ def test_a_causal_bias_gradient_skips_the_masked_blocks_and_stores_their_zeros()
 def test_a_bias_without_gradient_is_staged_and_nothing_is_stored():
     plan, source = main(128, True, Mods(bias="tensor"))
     assert plan.wgmma.bias is not None and plan.wgmma.store_param is None
-    assert plan.wgmma.tile_store.value == "none" and "tma_store_box_4d(maps" not in source
+    assert plan.wgmma.tile_store.value == "none" and "tma_store_box_4d(maps.dBiasT" not in source
 
 
 @pytest.mark.parametrize("options", [dict(stage_vectors=False), dict(fast_body=False, lpt=False)]

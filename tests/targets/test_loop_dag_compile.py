@@ -304,11 +304,12 @@ def test_accumulators_of_two_widths_are_declared_and_stored_each_at_its_own(arch
     assert "kNAccN8" not in source and "kNAcc " not in source
     dv_part = source.index("// on dv's [")
     dk_part = source.index("// on dk's [")
-    store = "store_fragments" if arch is ir.Arch.SM90A else "store_warp_rows<1, "
-    assert dv_part < source.index(f"{store}<kNAcc64N8>(g_dV" if arch is ir.Arch.SM90A
-                                  else f"{store}kNAcc64N8>(g_dV") < dk_part
-    assert dk_part < source.index(f"{store}<kNAcc128N8>(g_dK" if arch is ir.Arch.SM90A
-                                  else f"{store}kNAcc128N8>(g_dK")
+    # (sm_90a: each staged in the ring of its columns for the copy engine, test_loop_dag_tail)
+    dv_store, dk_store = (
+        ("stage_fragments<kNAcc64N8>(smem_address(smem.do_ring)",
+         "stage_fragments<kNAcc128N8>(smem_address(smem.q_ring)") if arch is ir.Arch.SM90A
+        else ("store_warp_rows<1, kNAcc64N8>(g_dV", "store_warp_rows<1, kNAcc128N8>(g_dK"))
+    assert dv_part < source.index(dv_store) < dk_part < source.index(dk_store)
     if arch is ir.Arch.SM90A:
         assert "void wgmma_rs(float (&acc)[8][4], const unsigned (&a)[4]," in source
         assert "void wgmma_rs(float (&acc)[16][4], const unsigned (&a)[4]," in source
