@@ -66,8 +66,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     boxed = (bulk and add_to is not None and not packed and not split
              and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
     if split and adds:
-        mode, why = ATOMIC, schedule_rules.split_adds_why(
-            tiles_bytes, _add_stage_bytes(TENSOR, consumers, config.block, n_warp), smem_limit)
+        mode, why = (_split_adds(tiles_bytes, vectors, config, shape, n_warp, smem_limit)
+                     if boxed_split(adds, add_to, packed, n_warp) else
+                     (ATOMIC, schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY if packed else
+                      "one add into an `out accumulate` tensor (the staging holds one)"))
     elif boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
         mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
     elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
@@ -82,7 +84,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     # GQA's deterministic build at N 128 without the fast body and the staged vectors (spills)
     gqa_ordered = (gqa and ordered and not split
                    and shape.n_acc > schedule_rules.DAG_WGMMA_GQA_ORDERED_N)
-    stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa_ordered
+    # GQA's split layout with the add warp: without the staged vectors (and, deterministic,
+    # without the fast body) its consumers fit their registers (dag_wgmma_rules)
+    gqa_adds = gqa and split and mode in (WARP, SLOTS)
+    stage_vectors = (schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa_ordered
+                     and not gqa_adds)
     vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
                     if stage_vectors else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
@@ -149,9 +155,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                _NOT_LPT_PACKED_WHY if packed else _NOT_LPT_LISTED_WHY if listed else
                schedule_rules.DAG_WGMMA_ORDERED_SKIPS_WHY if ordered else
                schedule_rules.DAG_WGMMA_LPT_EQUALITY_WHY if skips else None, ordered),
-        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered,
+        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered
+                and not (gqa_adds and ordered),
                 schedule_rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=shape.n_acc)
-                if gqa_ordered else None),
+                if gqa_ordered else schedule_rules.DAG_WGMMA_SPLIT_GQA_ADDS_WHY
+                if gqa_adds and ordered else None),
         **_order(ordered, ordered and skips and schedule_rules.DAG_WGMMA_DESCENDING),
         vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
         split=pp.Choice(
@@ -161,6 +169,28 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
         if split else None, handed=handed, a_tiles=a_tiles, pieces=_pieces(gemms) if split else (),
         **staging, **store)
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
+
+
+def boxed_split(adds: int, add_to: str | None, packed: bool, n_warp: int) -> bool:
+    """Whether the split layout's loop-row tile may be added by the copy engine's tensor
+    reduce-adds: one add into one tensor, not packed sequences, whole [block][32] boxes."""
+    return (adds == 1 and add_to is not None and not packed
+            and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
+
+
+def _split_adds(tiles: int, vectors: tuple[str, ...], config, shape: loop_rules.DagShape,
+                n_warp: int, smem_limit: int, copy_engine: bool | None = None
+                ) -> tuple[str, str]:
+    """The split layout's adds (dag_wgmma_rules.split_adds) from its tiles' bytes: the staged
+    vectors and the 1024-byte alignment before a staging of its own, the mbarriers after."""
+    before = tiles + (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
+                      if schedule_rules.DAG_WGMMA_STAGE_VECTORS and vectors else 0)
+    before = -(-before // 1024) * 1024
+    barriers = -(-8 * (1 + 2 * config.stages * len(shape.streamed_cols)) // 128) * 128
+    stage = _add_stage_bytes(WARP, schedule_rules.DAG_WGMMA_SPLIT_CONSUMERS, config.block,
+                             n_warp, aligned=False)
+    return schedule_rules.split_adds(before, stage, smem_limit - barriers, shape.streamed_cols,
+                                     2 * n_warp, copy_engine)
 
 
 def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
@@ -328,15 +358,31 @@ def _split_mma(config, n: int, gemms: tuple[ld.DagGemm, ...] = ()) -> pp.Choice:
 
 
 # How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
-ATOMIC, ROWS, TENSOR, WARP = "atomics", "rows", "tensor", "warp"
-ADD_MODES = (ATOMIC, ROWS, TENSOR, WARP)
+# (SLOTS: the add warp's, each warpgroup's share staged in the streamed slots: the split layout)
+ATOMIC, ROWS, TENSOR, WARP, SLOTS = "atomics", "rows", "tensor", "warp", "slots"
+ADD_MODES = (ATOMIC, ROWS, TENSOR, WARP, SLOTS)
 
 
 def add_mode(w: ld.DagWgmma) -> str:
     """The plan's way of adding (ADD_MODES)."""
+    if w.add_slots:
+        return SLOTS
     if w.add_offset is None:
         return ATOMIC
     return (WARP if w.add_warp else TENSOR) if w.add_map is not None else ROWS
+
+
+def _add_slots(w: ld.DagWgmma, n_warp: int) -> tuple[ld.AddBox, ...]:
+    """Where each [block][32] f32 box of a warpgroup's share is staged (SLOTS): its own 16-bit
+    boxes of the streamed slots (a warpgroup's half of each tile's columns), the tiles whose
+    gemms after the loop-row gemm are fewest first (the last streamed tile: dO, read by no
+    deferred gemm under the rulebook's schedule), one f32 box a 16-bit box (both block x 128
+    bytes)."""
+    boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
+    own = [ld.AddBox(t.name, b, t.boxes // w.consumers) for t in reversed(w.streamed)
+           for b in range(t.boxes // w.consumers)]
+    assert len(own) >= boxes and all(t.box_bytes == t.rows * 128 for t in w.streamed)
+    return tuple(own[:boxes])
 
 
 def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
@@ -350,11 +396,13 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
     if w.vector_offset is not None:
         end = w.vector_offset + schedule_rules.vector_bytes(
             len(w.vectors), w.streamed[0].slots, block)
-    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False)
+    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False,
+                            add_slots=())
     stage = _add_stage_bytes(mode, w.consumers, block, n_warp, aligned=False)
     if mode == ROWS:
         row_bytes = 4 * n_warp + loop_rules.DAG_WGMMA_ADD_PAD
-        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False)
+        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False,
+                      add_slots=())
         value = (f"bulk reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  "shared memory, a row per add")
     elif mode in (TENSOR, WARP):
@@ -362,12 +410,25 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
         boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
         fields = dict(add_offset=-(-end // 1024) * 1024, add_row_bytes=0,
                       add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
-                      add_warp=mode == WARP)
+                      add_warp=mode == WARP, add_slots=())
         by = ("the producer warpgroup's add warp (warp 2), handed the shares through named "
               "barriers" if mode == WARP else "one thread of the warpgroup")
         value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  f"shared memory ({boxes} box(es) of [{block}][32], 128-byte swizzle), added by "
                  f"{by} through {add_to}'s tensor map (cp.reduce.async.bulk.tensor)")
+    elif mode == SLOTS:
+        assert add_to is not None and w.split is not None
+        boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
+        fields = dict(add_offset=None, add_row_bytes=0,
+                      add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
+                      add_warp=True, add_slots=_add_slots(w, n_warp))
+        value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
+                 f"its own boxes of the block's streamed slots ({boxes} box(es) of [{block}][32],"
+                 f" 128-byte swizzle: "
+                 + ", ".join(f"{b.tile} box {b.box} + {b.stride} x consumer"
+                             for b in fields["add_slots"])
+                 + f"), added by the producer warpgroup's add warp through {add_to}'s tensor map "
+                 "(cp.reduce.async.bulk.tensor), which then releases the slots")
     elif w.split is not None:  # (a thread's two adjacent columns at once)
         value = "f32 pair atomics (red.global.add.v2.f32) from registers"
     else:
@@ -376,6 +437,8 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
     words = 1 + 2 * w.streamed[0].slots * len(w.streamed) + (
         2 * w.bias.slots if w.bias is not None else 0)  # the mbarriers (the bias's ring's too)
     barriers = -(-8 * words // 128) * 128
+    if mode == SLOTS:  # (no staging of its own: the mbarriers right after the tiles)
+        barrier_offset = end
     return dataclasses.replace(w, barrier_offset=barrier_offset,
                                smem_bytes=barrier_offset + barriers,
                                adds=pp.Choice(value, why), **fields)
@@ -407,17 +470,59 @@ def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
     if mode in (TENSOR, WARP) and plan.packed:
         raise ValueError("with_adds: the tensor reduce-add is not built with packed sequences ("
                          + schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY + ")")
-    if mode != ATOMIC and w.split is not None:
-        raise ValueError("with_adds: the split layout adds by f32 atomics (its tiles leave no "
-                         "room for dQ's f32 staging: dag_wgmma_rules.DAG_WGMMA_SPLIT)")
+    if mode in (ROWS, TENSOR) and w.split is not None:
+        raise ValueError(f"with_adds: the split layout adds by f32 atomics or the add warp "
+                         f"(warp, slots), not {mode}")
+    if mode == SLOTS and w.split is None:
+        raise ValueError("with_adds: slots is the split layout's (a warpgroup's accumulating "
+                         "gemms read only its own boxes of the streamed slots)")
+    if mode in (WARP, SLOTS) and w.split is not None:
+        n_warp, add_to = _the_add(plan)
+        if not boxed_split(1 if add_to else 0, add_to, bool(plan.packed), n_warp):
+            raise ValueError(f"with_adds: {mode} adds one tensor in whole [block][32] boxes, "
+                             "not packed sequences")
+        shape_cols = tuple(t.boxes * 64 for t in w.streamed)
+        end = max(t.offset + t.bytes for t in w.tiles)
+        barriers = -(-8 * (1 + 2 * w.streamed[0].slots * len(w.streamed)) // 128) * 128
+        before = -(-(end + (schedule_rules.vector_bytes(len(w.vectors), w.streamed[0].slots,
+                                                         plan.block)
+                            if w.vector_offset is not None else 0)) // 1024) * 1024
+        stage = _add_stage_bytes(WARP, w.consumers, plan.block, n_warp, aligned=False)
+        limit = _smem_limit(plan) - barriers
+        if mode == WARP and before + stage > limit:
+            raise ValueError(f"with_adds: warp's staging ({stage} B) does not fit beside the "
+                             f"split layout's tiles ({before} B within {limit} B): slots")
+        refused = schedule_rules.split_slot_refusal(shape_cols, 2 * n_warp)
+        if mode == SLOTS and refused is not None:
+            raise ValueError(f"with_adds: slots: {refused}")
     if mode == TENSOR and plan.deterministic is not None:
         raise ValueError("with_adds: the tensor reduce-add is not built with deterministic "
                          "adds (" + schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY + ")")
     n_warp, add_to = _the_add(plan)
     assert add_to is not None or mode == ATOMIC, "one add"
+    if plan.gqa and w.split is not None and mode in (WARP, SLOTS):
+        plan = _gqa_split_adds(plan)
+        w = plan.wgmma
     wgmma = _place_adds(w, mode, "the plan option with_adds (the bench's and the tests' "
                         "variant)", plan.block, n_warp, add_to)
     return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
+
+
+def _gqa_split_adds(plan: ld.LoopDagPlan) -> ld.LoopDagPlan:
+    """GQA's split layout with the add warp's adds (dag_wgmma_rules.DAG_WGMMA_SPLIT_GQA_ADDS_WHY):
+    the vectors loaded by the consumers, and in deterministic mode one body for every block."""
+    plan = with_schedule(plan, stage_vectors=False)
+    if plan.deterministic is not None and plan.wgmma.fast_body:
+        plan = dataclasses.replace(plan, wgmma=dataclasses.replace(
+            plan.wgmma, **_fast(False, schedule_rules.DAG_WGMMA_SPLIT_GQA_ADDS_WHY)))
+    return plan
+
+
+def _smem_limit(plan: ld.LoopDagPlan) -> int:
+    """The target's shared memory (kgen/targets: the plan's arch)."""
+    from .. import TARGETS
+
+    return TARGETS[plan.arch].smem_limit
 
 
 def _the_add(plan: ld.LoopDagPlan) -> tuple[int, str | None]:
