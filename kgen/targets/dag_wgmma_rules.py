@@ -357,6 +357,9 @@ DAG_WGMMA_SPLIT_ADDS_SLOTS_WHY = (
     "read them (a storage union by phase), and the add warp's tensor reduce-adds add them, then "
     "release the slots to the producer (whole 128-byte lines, not a one-sector request per f32 "
     "pair: the atomics were bound by L2's input)")
+DAG_WGMMA_SPLIT_PACKED_WHY = (
+    "f32 atomics from registers: packed sequences (the tensor reduce-add's map of dQ is not "
+    "built over them: its box would add the rows past a sequence's end into the next one's)")
 DAG_WGMMA_SPLIT_ADDS_NEITHER_WHY = (
     "f32 atomics from registers: dQ's f32 staging ({stage} B) does not fit beside the split "
     "layout's tiles ({tiles} B within {limit} B), and a warpgroup's own boxes of the streamed "

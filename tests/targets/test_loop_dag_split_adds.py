@@ -163,3 +163,36 @@ def _with_source(b, plan):
 
     return dataclasses.replace(b, plan=plan, source=emit(plan, source_name="bwd.kg",
                                                          source_hash="0", command="test"))
+
+
+def test_packed_sequences_keep_the_atomics_and_with_adds_refuses_them(monkeypatch):
+    """kgen.attention_varlen's backward at D 256 (packed sequences): the tensor reduce-add's box
+    would add rows past a sequence's end into the next one's; the atomics, flipped or not."""
+    from kgen import attention_varlen as av
+    from kgen.api import build_verified
+    from kgen.attention_grad import BackwardSignature
+    from kgen.parse import parse
+
+    monkeypatch.setattr(rules, "DAG_WGMMA_SPLIT_ADDS", "copy engine")
+    sig = BackwardSignature("bf16", 256, True, "sm_90a")
+    module = parse(av.backward_text(sig), "varlen_bwd.kg")
+    (main,) = [k for k in module.kernels if k.name.endswith("_main")]
+    plan = build_verified(main, ir.Arch.SM90A).plan
+    assert plan.packed and plan.wgmma.split is not None
+    assert add_mode(plan.wgmma) == "atomics" and plan.wgmma.adds.why == \
+        rules.DAG_WGMMA_SPLIT_PACKED_WHY
+    for mode in ("slots", "warp"):
+        with pytest.raises(ValueError, match="not built with packed sequences"):
+            with_adds(plan, mode)
+
+
+@pytest.mark.parametrize("d, options, mode", [
+    (256, dict(gqa=True, deterministic=True), "slots"), (256, dict(causal=True), "slots"),
+    (192, dict(gqa=True), "warp"), (192, dict(causal=True, d_v=128), "warp"),
+    (256, dict(d_v=128), "atomics")], ids=["d256-gqa-det", "d256", "d192-gqa", "d192-dv128",
+                                           "d256-dv128"])
+def test_the_flipped_rulebook_s_builds_compile_without_spills(d, options, mode, monkeypatch):
+    monkeypatch.setattr(rules, "DAG_WGMMA_SPLIT_ADDS", "copy engine")
+    b = _backward_main(d, **dict(options))
+    assert add_mode(b.plan.wgmma) == mode
+    _compiles(b)

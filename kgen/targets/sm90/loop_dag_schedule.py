@@ -68,7 +68,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     if split and adds:
         mode, why = (_split_adds(tiles_bytes, vectors, config, shape, n_warp, smem_limit)
                      if boxed_split(adds, add_to, packed, n_warp) else
-                     (ATOMIC, schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY if packed else
+                     (ATOMIC, schedule_rules.DAG_WGMMA_SPLIT_PACKED_WHY if packed else
                       "one add into an `out accumulate` tensor (the staging holds one)"))
     elif boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
         mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
@@ -467,7 +467,7 @@ def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
     assert w is not None and mode in ADD_MODES, "the sm_90a wgmma skeleton's plan; a mode"
     if mode == add_mode(w):
         return plan
-    if mode in (TENSOR, WARP) and plan.packed:
+    if mode in (TENSOR, WARP, SLOTS) and plan.packed:
         raise ValueError("with_adds: the tensor reduce-add is not built with packed sequences ("
                          + schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY + ")")
     if mode in (ROWS, TENSOR) and w.split is not None:
