@@ -5,7 +5,7 @@ staging of their own where it fits (D 192, 192 / 128, 128 / 256: "warp") and fro
 own boxes of the block's streamed slots where it does not (D 256: "slots", no shared memory
 added); 256 / 128 keeps the atomics (neither fits). The plan values, the refusals of with_adds,
 the emitted staging and release, and NVRTC's build of every case with 0 spills, no stack and no
-warning (every mask, GQA, deterministic, the mods' terms)."""
+warning (every mask, GQA, deterministic, the mods' terms, a block mask's lists)."""
 from __future__ import annotations
 
 import pytest
@@ -129,6 +129,7 @@ CASES = [
     (256, "slots", dict(mods=dict(bias="tensor", bias_grad=True))),
     (256, "slots", dict(mods=dict(dropout=True))),
     (256, "slots", dict(mods=dict(score_mod="cap * tanh(score / cap)", scalars=("cap",)))),
+    (256, "slots", dict(blocks=True)), (256, "slots", dict(blocks=True, gqa=True)),
     (192, "warp", dict(causal=False)), (192, "warp", dict(causal=True)),
     (192, "warp", dict(gqa=True)), (192, "warp", dict(deterministic=True)),
     (192, "warp", dict(gqa=True, deterministic=True)),
