@@ -38,8 +38,8 @@ def test_split_adds_takes_warp_where_it_fits_then_slots_then_atomics():
         and "slots: " in why
 
 
-def test_the_rulebook_keeps_the_atomics_and_says_what_the_copy_engine_would_take():
-    assert rules.DAG_WGMMA_SPLIT_ADDS == "atomics"
+def test_the_rulebook_keeps_the_atomics_and_says_what_the_copy_engine_would_take(monkeypatch):
+    monkeypatch.setattr(rules, "DAG_WGMMA_SPLIT_ADDS", "atomics")  # (the default until timed)
     for d, would in ((256, "slots: the split layout's tiles leave no room"),
                      (192, "warp: the split layout's warpgroup shares")):
         w = built(d, "top_left", ir.Arch.SM90A).plan.wgmma
@@ -67,7 +67,7 @@ def test_flipped_the_rulebook_takes_slots_at_d256_and_warp_at_d192(monkeypatch):
 
 
 def test_slots_stage_in_each_warpgroup_s_own_boxes_of_do_then_q():
-    base = built(256, "none", ir.Arch.SM90A).plan
+    base = with_adds(built(256, "none", ir.Arch.SM90A).plan, "atomics")
     plan = with_adds(base, "slots")
     w = plan.wgmma
     assert add_mode(w) == "slots" and w.add_warp and w.add_offset is None
