@@ -179,18 +179,24 @@ def boxed_split(adds: int, add_to: str | None, packed: bool, n_warp: int) -> boo
 
 
 def _split_adds(tiles: int, vectors: tuple[str, ...], config, shape: loop_rules.DagShape,
-                n_warp: int, smem_limit: int, copy_engine: bool | None = None
-                ) -> tuple[str, str]:
-    """The split layout's adds (dag_wgmma_rules.split_adds) from its tiles' bytes: the staged
-    vectors and the 1024-byte alignment before a staging of its own, the mbarriers after."""
-    before = tiles + (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
-                      if schedule_rules.DAG_WGMMA_STAGE_VECTORS and vectors else 0)
-    before = -(-before // 1024) * 1024
-    barriers = -(-8 * (1 + 2 * config.stages * len(shape.streamed_cols)) // 128) * 128
-    stage = _add_stage_bytes(WARP, schedule_rules.DAG_WGMMA_SPLIT_CONSUMERS, config.block,
-                             n_warp, aligned=False)
-    return schedule_rules.split_adds(before, stage, smem_limit - barriers, shape.streamed_cols,
-                                     2 * n_warp, copy_engine)
+                n_warp: int, smem_limit: int) -> tuple[str, str]:
+    """The split layout's adds and why (dag_wgmma_rules.split_adds) from its tiles' bytes."""
+    vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
+                    if schedule_rules.DAG_WGMMA_STAGE_VECTORS and vectors else 0)
+    room = _split_room(tiles + vector_bytes, config.stages, len(shape.streamed_cols),
+                       config.block, n_warp, smem_limit)
+    return schedule_rules.split_adds(*room, shape.streamed_cols, 2 * n_warp)
+
+
+def _split_room(end: int, stages: int, streamed: int, block: int, n_warp: int,
+                smem_limit: int) -> tuple[int, int, int]:
+    """(the bytes before a staging of the add warp's own: the tiles and vectors ending at `end`,
+    1024-byte aligned; the staging's bytes; the shared memory less the mbarriers of `streamed`
+    rings of `stages` slots)."""
+    barriers = -(-8 * (1 + 2 * stages * streamed) // 128) * 128
+    stage = _add_stage_bytes(WARP, schedule_rules.DAG_WGMMA_SPLIT_CONSUMERS, block, n_warp,
+                             aligned=False)
+    return -(-end // 1024) * 1024, stage, smem_limit - barriers
 
 
 def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
@@ -481,18 +487,17 @@ def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
         if not boxed_split(1 if add_to else 0, add_to, bool(plan.packed), n_warp):
             raise ValueError(f"with_adds: {mode} adds one tensor in whole [block][32] boxes, "
                              "not packed sequences")
-        shape_cols = tuple(t.boxes * 64 for t in w.streamed)
-        end = max(t.offset + t.bytes for t in w.tiles)
-        barriers = -(-8 * (1 + 2 * w.streamed[0].slots * len(w.streamed)) // 128) * 128
-        before = -(-(end + (schedule_rules.vector_bytes(len(w.vectors), w.streamed[0].slots,
-                                                         plan.block)
-                            if w.vector_offset is not None else 0)) // 1024) * 1024
-        stage = _add_stage_bytes(WARP, w.consumers, plan.block, n_warp, aligned=False)
-        limit = _smem_limit(plan) - barriers
+        stages = w.streamed[0].slots
+        end = max(t.offset + t.bytes for t in w.tiles) + (
+            schedule_rules.vector_bytes(len(w.vectors), stages, plan.block)
+            if w.vector_offset is not None else 0)
+        before, stage, limit = _split_room(end, stages, len(w.streamed), plan.block, n_warp,
+                                           _smem_limit(plan))
         if mode == WARP and before + stage > limit:
             raise ValueError(f"with_adds: warp's staging ({stage} B) does not fit beside the "
                              f"split layout's tiles ({before} B within {limit} B): slots")
-        refused = schedule_rules.split_slot_refusal(shape_cols, 2 * n_warp)
+        refused = schedule_rules.split_slot_refusal(tuple(64 * t.boxes for t in w.streamed),
+                                                    2 * n_warp)
         if mode == SLOTS and refused is not None:
             raise ValueError(f"with_adds: slots: {refused}")
     if mode == TENSOR and plan.deterministic is not None:
