@@ -16,7 +16,10 @@ launch gaps), `kgen_main` the main kernel's call alone (with the zeroing of dQ i
 first) and `kgen_main_graph` its graph's replay; on the wgmma skeleton `kgen_mma_sync` the sm_80
 build's main kernel and `kgen_rows_dq` the wgmma skeleton with dQ added by the copy engine's
 bulk reduce-add per staged row (the plan option the rulebook took before its tensor reduce-add
-per warpgroup; OTHER_ADDS); `sdpa_*` torch.autograd.grad of a saved
+per warpgroup; OTHER_ADDS); at D 192 and 256 (the split layout, whose rulebook adds dQ by f32
+atomics) `kgen_slots_dq` / `kgen_warp_dq` the add warp's tensor reduce-adds from each
+warpgroup's own boxes of the streamed slots (D 256) / from a staging of their own (D 192;
+SPLIT_ADDS, dag_wgmma_rules.DAG_WGMMA_SPLIT_ADDS); `sdpa_*` torch.autograd.grad of a saved
 SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
 4 * B * H * S * T * D / time, halved when causal; kgen/harness/timing.py's CUDA-event median.
 
@@ -28,7 +31,9 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
     python3 bench/attention_bwd.py --variants   # the wgmma skeleton's schedules (plan options,
                                                 # schedule() reads their names, NAME+MODE the
                                                 # dQ adds' way), each checked against the
-                                                # rulebook's build, then timed
+                                                # rulebook's build, then timed; D 256's dQ:
+                                                # --variants base base+slots --d 256
+                                                # --s 1024 4096 16384 (D 192: base+warp)
     python3 bench/attention_bwd.py --groups     # the main kernel at D 128: MHA against GQA 8:1
                                                 # (16 / 2 heads) and deterministic against default
                                                 # (--gqa-schedules gqa8: GQA's schedule before
@@ -112,8 +117,11 @@ def built_main(d: int, causal: bool, arch: ir.Arch | None = None,
                           arch or device_arch())
 
 
-# the ways of adding dQ (loop_dag_schedule.ADD_MODES) timed beside the rulebook's in the table
+# the ways of adding dQ (loop_dag_schedule.ADD_MODES) timed beside the rulebook's in the table:
+# the plain layout's (D 64, 128), the split layout's (D 192, 256: the add warp's tensor
+# reduce-adds from the streamed slots or from a staging of their own, where each is built)
 OTHER_ADDS = ("rows",)
+SPLIT_ADDS = ("slots", "warp")
 
 
 def kernels(d: int, causal: bool, arch: ir.Arch | None = None) -> tuple:
@@ -184,14 +192,17 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
                 Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
         except KgenError as err:  # (D 256: its accumulators do not fit mma.sync's registers)
             print(f"# kgen_mma_sync D {d}: {err.message}", file=sys.stderr)
-    if plan.wgmma is not None and plan.wgmma.split is None:  # dQ added another way (an
-        # option; the split layout, D 256, adds by atomics only)
+    if plan.wgmma is not None:  # dQ added another way (a plan option)
         from kgen.targets.sm90.loop_dag_schedule import add_mode
 
-        for mode in OTHER_ADDS:
+        for mode in SPLIT_ADDS if plan.wgmma.split is not None else OTHER_ADDS:
             if mode == add_mode(plan.wgmma):
                 continue
-            other = load_built(with_options(built_main(d, causal), adds=mode))
+            try:
+                other = load_built(with_options(built_main(d, causal), adds=mode))
+            except ValueError as err:  # (the split layout: slots at D 256, warp at D 192)
+                print(f"# kgen_{mode}_dq D {d}: {err}", file=sys.stderr)
+                continue
             calls.append((f"kgen_{mode}_dq", lambda _, other=other: other(
                 Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
     for name, fn in calls:
@@ -246,12 +257,14 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
     columns = ["kgen_total", "kgen_seq", "kgen_seq_graph", "kgen_main", "kgen_main_graph",
-               "kgen_mma_sync", *(f"kgen_{m}_dq" for m in OTHER_ADDS), *backends]
+               "kgen_mma_sync", *(f"kgen_{m}_dq" for m in OTHER_ADDS + SPLIT_ADDS), *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
     print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
           "kgen_mma_sync: the sm_80 build (mma.sync), kgen_<mode>_dq: dQ added another way "
-          "(a plan option: rows, the copy engine's bulk reduce-add per staged row)")
+          "(a plan option: rows, the copy engine's bulk reduce-add per staged row; at D 192 and "
+          "256 slots / warp, the add warp's tensor reduce-adds from the streamed slots / from a "
+          "staging of their own)")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tile':>28} " + " ".join(f"{n:>18}" for n in columns))
     rows = []
     for d in dims:
@@ -277,8 +290,9 @@ def schedule(name: str) -> dict:
     and the staged vectors off (GQA's schedule before session 9); "regtail" the rulebook's
     but dK and dV stored per element from registers (not by the copy engine from the rings:
     dag_wgmma_rules.DAG_WGMMA_TAIL_TMA); a suffix +MODE adds dQ so
-    (loop_dag_schedule.ADD_MODES: warp, tensor, rows, atomics; the rulebook's when absent),
-    e.g. base+rows."""
+    (loop_dag_schedule.ADD_MODES: warp, tensor, rows, atomics, slots; the rulebook's when
+    absent), e.g. base+rows; the split layout (D 192, 256) takes atomics, slots (D 256, 128 /
+    256) and warp (where its staging fits: D 192), e.g. base+slots."""
     name, _, adds = name.partition("+")
     if adds:
         return {**schedule(name), "adds": adds}
@@ -328,7 +342,11 @@ def variants(d: int, s: int, causal: bool, names) -> dict:
     ref = load_built(base)(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
     row = {"d": d, "s": s, "causal": causal}
     for name in names:
-        fn = load_built(with_options(base, **schedule(name)))
+        try:
+            fn = load_built(with_options(base, **schedule(name)))
+        except ValueError as err:  # a plan option this layout does not build (e.g. D 256's rows)
+            print(f"# {name} D {d}: {err}", file=sys.stderr)
+            continue
         outs = fn(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, scale=scale)
         err = max(float((x.float() - r.float()).norm() / r.float().norm())
                   for x, r in zip(outs, ref))
@@ -358,7 +376,8 @@ def variants_table(dims, lengths, names) -> None:
             for causal in (False, True):
                 shown = names + [n for n in CAUSAL_SCHEDULES if causal and n not in names]
                 row = variants(d, s, causal, shown)
-                cells = " ".join(f"{n}={row[n][0]:.1f}({row[n][1]:.0e})" for n in shown)
+                cells = " ".join(f"{n}={row[n][0]:.1f}({row[n][1]:.0e})" for n in shown
+                                 if n in row)
                 print(f"D {d} S {s} causal {causal}: {cells} cudnn={row['cudnn']:.1f} "
                       f"flash={row['flash']:.1f}", flush=True)
 

@@ -83,6 +83,20 @@ class AddTile:
 
 
 @dataclass(frozen=True, slots=True)
+class AddBox:
+    """Where one [block][32] f32 box of a consumer warpgroup's loop-row share is staged when the
+    adds are staged in the streamed slots (DagWgmma.add_slots): 16-bit box `box + consumer *
+    stride` (block x 128 bytes, the f32 box's bytes) of streamed tile `tile`'s slot of the
+    block (each warpgroup's own half of the columns: its accumulating gemms read only those;
+    where one issued after the loop-row gemm reads the tile, the warpgroup waits for its
+    wgmmas before staging there: kgen/targets/sm90/loop_dag.py)."""
+
+    tile: str
+    box: int
+    stride: int
+
+
+@dataclass(frozen=True, slots=True)
 class DagGemm:
     """One gemm of the loop, mma.sync m16n8k16. SCORE and ACCUMULATING: per warp 16 rows, k16
     steps over `k`, n8 tiles over `n`; LOOP_ROW: per warp m16 tile `warp % m_tiles` of the
@@ -224,6 +238,11 @@ class DagWgmma:
     # (and, in deterministic mode, it waits on the semaphores), else by a thread of each
     # consumer warpgroup
     add_warp: bool = False
+    # with add_warp, the split layout (kgen/targets/dag_wgmma_rules.py DAG_WGMMA_SPLIT_ADDS):
+    # each warpgroup's share staged in its own boxes of the block's streamed slots (a storage
+    # union by phase: no staging of its own, add_offset None), one AddBox per f32 box of a
+    # share; the add warp arrives on those tiles' empty mbarriers once its adds have read them
+    add_slots: tuple[AddBox, ...] = ()
     # the split layout (kgen/targets/dag_wgmma_rules.py, DAG_WGMMA_SPLIT; D 192, 256): the consumer
     # warpgroups share the kernel's rows (tile_m 64) and split the accumulators along N and the
     # score tiles along the block's columns; every value handed on to an accumulating gemm is
@@ -357,7 +376,7 @@ class LoopDagPlan:
         (disjoint elements): one semaphore each per (batch, query head, block)."""
         if self.wgmma is None:
             return self.warps
-        if self.wgmma.add_warp:
+        if self.wgmma.add_warp:  # (its staging after the tiles or in the streamed slots)
             return 1
         return self.wgmma.consumers * (1 if self.wgmma.add_map is not None else 4)
 

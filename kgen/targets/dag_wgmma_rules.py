@@ -312,7 +312,8 @@ DAG_WGMMA_TAIL_TMA_WHY = (
 # warpgroup D / 2 columns, A the staged dS^T MN-major). Shared memory at D 256: K, V 2 x 32
 # KiB, Q, dO 2 x 2 x 32 KiB, P^T and dS^T 2 x 2 x 8 KiB = 224 KiB: dQ's f32 staging ([block,
 # D / 2] per warpgroup, 64 KiB) does not fit beside it, so dQ is added by f32 atomics from
-# registers (FlashAttention-2's way). The bias's staged ring and the staged tile store are not
+# registers (FlashAttention-2's way), or, a plan option, by the copy engine from the streamed
+# slots (DAG_WGMMA_SPLIT_ADDS below). The bias's staged ring and the staged tile store are not
 # built with the split (read and stored per element: a warpgroup's share is the block's
 # columns, not the tile's rows those helpers take).
 # Measured on an H200 (2026-11-29, bench/attention_bwd.py --d 256 --s 1024 4096 16384, bf16,
@@ -335,22 +336,105 @@ DAG_WGMMA_SPLIT_WHY = (
     "(N / 2 registers a thread each) and compute S^T, dP^T on half the block's queries (m64n"
     "{half}); P^T and dS^T staged in shared memory, read whole by each warpgroup as the A "
     "operand of its dV, dK wgmmas (SS); dQ = dS K split along N as the loop-row gemm")
-DAG_WGMMA_SPLIT_ADDS_WHY = (
-    "dQ's f32 staging (the block's rows by N / 2 per warpgroup) does not fit beside the split "
-    "layout's tiles (K, V, Q, dO and the staged P^T, dS^T take {tiles} B of {limit} B): "
-    "f32 atomics from registers")
-DAG_WGMMA_SPLIT_ADDS_UNBUILT_WHY = (
-    "the split layout adds dQ by f32 atomics from registers: the copy engine's adds of a staged "
-    "share are not built with it (here its staging, {stage} B, would fit beside the tiles' "
-    "{tiles} B within {limit} B: not tried)")
+# dQ's adds in the split layout (loop_dag_schedule.ADD_MODES; plan option with_adds, the bench's
+# variants base+warp / base+slots). Nsight Compute on an H200 (D 256, S 4096, 16k tokens, 16
+# heads) found the f32 atomics bound by L2's input: the crossbar into L2 82% busy with 268 M
+# one-sector reduction requests, the tensor pipe 32% busy (red.global.add.v4.f32 did not change
+# the request count). The copy engine's tensor reduce-add of a staged [block][32] f32 box sends
+# whole 128-byte lines (four sectors a request). The add warp (DAG_WGMMA_ADD_WARP, the plain
+# layout's) adds each warpgroup's staged [block, N / 2] share; where it is staged:
+# - "warp": a staging of its own after the tiles (the plain layout's, 1024-byte aligned), where
+#   it fits the shared memory: D 192 (176 KiB of tiles + 48 KiB), 192 / 128, 128 / 256;
+# - "slots": in the streamed tiles' ring slots of the block (a storage union by phase), where
+#   no room is left (D 256: K, V 2 x 32 KiB, Q, dO 2 x 2 x 32 KiB, P^T, dS^T 2 x 2 x 8 KiB = 224
+#   of 227 KiB; FlashAttention-3's head dim 256 backward gives dO and dS a single slot each to
+#   fit its dQaccum instead). After the loop-row gemm's barrier every score gemm of the block
+#   has completed in both warpgroups, and a warpgroup's accumulating gemms read only its own
+#   half of the columns of a streamed slot (boxes of 64 columns: its half is whole boxes where
+#   D / 2 and D_v / 2 are multiples of 64). An f32 box of [block][32] is a bf16 box of
+#   [block][64] (block x 128 bytes): each warpgroup stages its share's boxes in its own boxes of
+#   the block's dO slot, then (once its deferred dK wgmma, which reads Q, has completed) of the
+#   Q slot; the add warp arrives on both slots' empty mbarriers once its adds have read them (so
+#   the producer refills them two blocks later, as before). No shared memory is added and both
+#   rings keep two slots; the consumers' only new wait is their own dK before the Q half.
+#   It needs each warpgroup's own boxes of the streamed slots to hold its share: D_v >= D
+#   (dO's half at least Q's), so not 256 / 128, whose dQ stays atomics.
+# Not measured yet: the rulebook keeps the atomics (the lead times base, base+slots at D 256 and
+# base+warp at D 192 with bench/attention_bwd.py --variants, then sets DAG_WGMMA_SPLIT_ADDS to
+# "copy engine" where faster: the rulebook then takes "warp" where its staging fits, else
+# "slots").
+DAG_WGMMA_SPLIT_ADDS = "atomics"  # or "copy engine"
+DAG_WGMMA_SPLIT_ADDS_ATOMIC_WHY = (
+    "the split layout keeps f32 atomics from registers (dag_wgmma_rules.DAG_WGMMA_SPLIT_ADDS; "
+    "the copy engine's adds are the plan options warp / slots, not measured yet): {copy}")
+DAG_WGMMA_SPLIT_ADDS_WARP_WHY = (
+    "the split layout's warpgroup shares ([block, N / 2] f32) staged after the tiles ({stage} B "
+    "beside {tiles} B within {limit} B) and added by the add warp's tensor reduce-adds (whole "
+    "128-byte lines, not a one-sector request per f32 pair: the atomics were bound by L2's input)")
+DAG_WGMMA_SPLIT_ADDS_SLOTS_WHY = (
+    "the split layout's tiles leave no room for dQ's f32 staging ({stage} B beside {tiles} B "
+    "within {limit} B): each warpgroup stages its share in its own boxes of the block's streamed "
+    "slots ({tiles_used}), free once the block's score gemms and its own accumulating gemms have "
+    "read them (a storage union by phase), and the add warp's tensor reduce-adds add them, then "
+    "release the slots to the producer (whole 128-byte lines, not a one-sector request per f32 "
+    "pair: the atomics were bound by L2's input)")
+DAG_WGMMA_SPLIT_PACKED_WHY = (
+    "f32 atomics from registers: packed sequences (the tensor reduce-add's map of dQ is not "
+    "built over them: its box would add the rows past a sequence's end into the next one's)")
+DAG_WGMMA_SPLIT_ADDS_NEITHER_WHY = (
+    "f32 atomics from registers: dQ's f32 staging ({stage} B) does not fit beside the split "
+    "layout's tiles ({tiles} B within {limit} B), and a warpgroup's own boxes of the streamed "
+    "slots do not hold its share ({reason})")
+
+# GQA (a causal mask's bounds per visit) with the add warp's adds: the consumers' staging of a
+# share beside dK's wgmma in flight spills at setmaxnreg 232 (NVRTC 13.5, D 256 causal: 16 B,
+# deterministic 4 B; 128 / 256: 8 B); with the vectors loaded by the consumers (setmaxnreg 240:
+# DAG_WGMMA_VECTOR_REGISTERS is the staged vectors') and, deterministic, one body for every
+# block, 0 B.
+DAG_WGMMA_SPLIT_GQA_ADDS_WHY = (
+    "GQA's split layout with the add warp's adds: the vectors loaded by the consumers "
+    "(setmaxnreg 240, not 232) and in deterministic mode one body for every block (NVRTC 13.5: "
+    "the staging of a share beside dK's wgmma spilled 4-16 B)")
 
 
-def split_adds_why(tiles: int, stage: int, limit: int) -> str:
-    """Why the split layout adds dQ by f32 atomics: `tiles` its tiles' bytes, `stage` the most
-    the tensor reduce-add's staging would take, `limit` the target's shared memory."""
-    if tiles + stage > limit:
-        return DAG_WGMMA_SPLIT_ADDS_WHY.format(tiles=tiles, limit=limit)
-    return DAG_WGMMA_SPLIT_ADDS_UNBUILT_WHY.format(stage=stage, tiles=tiles, limit=limit)
+def split_slot_refusal(streamed_cols: tuple[int, ...], n: int) -> str | None:
+    """Why a warpgroup's share of the loop-row tile ([block, n / 2] f32: n / 64 f32 boxes of
+    [block][32], each the bytes of a 16-bit box of [block][64]) does not fit its own boxes of the
+    streamed tiles' slots (each tile's half of its columns, whole 64-column boxes), or None."""
+    half = DAG_WGMMA_SPLIT_CONSUMERS * 64
+    if any(c % half for c in streamed_cols):
+        return ("a warpgroup's half of a streamed tile is not whole 64-column boxes (columns "
+                + ", ".join(map(str, streamed_cols)) + ")")
+    own = sum(c // half for c in streamed_cols)
+    if own < n // half * 2:
+        return (f"its own boxes of the streamed slots ({own}) fewer than its share's f32 boxes "
+                f"({n // half * 2})")
+    return None
+
+
+def split_adds(tiles: int, stage: int, limit: int, streamed_cols: tuple[int, ...], n: int,
+               copy_engine: bool | None = None) -> tuple[str, str]:
+    """The split layout's way of adding the loop-row tile (loop_dag_schedule.ADD_MODES: atomics,
+    warp, slots) and why: `tiles` the bytes before the adds' staging (tiles, vectors, the
+    alignment), `stage` the staging's, `limit` the target's shared memory less the mbarriers,
+    `streamed_cols` the streamed tiles' columns, `n` the loop-row gemm's; `copy_engine` the
+    copy engine's adds (None: the rulebook's, DAG_WGMMA_SPLIT_ADDS)."""
+    if copy_engine is None:
+        copy_engine = DAG_WGMMA_SPLIT_ADDS == "copy engine"
+    refused = split_slot_refusal(streamed_cols, n)
+    fits = tiles + stage <= limit
+    words = dict(stage=stage, tiles=tiles, limit=limit, tiles_used="each warpgroup's half of "
+                 "the columns of " + " and ".join(map(str, streamed_cols)) + "-column slots",
+                 reason=refused)
+    if fits:
+        mode, why = "warp", DAG_WGMMA_SPLIT_ADDS_WARP_WHY.format(**words)
+    elif refused is None:
+        mode, why = "slots", DAG_WGMMA_SPLIT_ADDS_SLOTS_WHY.format(**words)
+    else:
+        return "atomics", DAG_WGMMA_SPLIT_ADDS_NEITHER_WHY.format(**words)
+    if not copy_engine:
+        return "atomics", DAG_WGMMA_SPLIT_ADDS_ATOMIC_WHY.format(copy=f"{mode}: {why}")
+    return mode, why
 
 
 DAG_WGMMA_SPLIT_NOT_STAGED_WHY = (

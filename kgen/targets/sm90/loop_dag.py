@@ -44,6 +44,7 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
                                                      cached=cached, tiles=tiles))
                  if w.fast_body else [])
     tail = common_dag.tails(plan)
+    waits = _waits(plan)
     return render(
         "sm90/loop_bwd.cu.j2", plan=plan, w=w, name=plan.name, ns=f"{plan.name}_cfg",
         header=program._header(plan, source_name, source_hash, command),
@@ -78,7 +79,24 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         vector_loads=vector_loads, streamed_row_bytes=sum(128 * t.boxes for t in w.streamed),
         order_field=ld.ORDER_FIELD, grid_heads="p.heads / p.group" if plan.gqa else "p.heads",
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
-               else None), **_waits(plan))
+               else None), add_writes=_add_writes(plan, waits["issue_with"]),
+        add_released=list(dict.fromkeys(b.tile for b in w.add_slots)), **waits)
+
+
+def _add_writes(plan: ld.LoopDagPlan, issue_with: dict) -> list[dict]:
+    """The order a consumer warpgroup stages its share's f32 boxes in the streamed slots
+    (plan.wgmma.add_slots): first those in tiles no gemm issued after the loop-row gemm reads,
+    then, after a wgmma_wait<0> (`wait` on the first of them), those in tiles one does (the
+    deferred dK's Q: the warpgroup's own wgmmas read its boxes there)."""
+    w = plan.wgmma
+    loop_rows = [g for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW]
+    if not w.add_slots or not loop_rows:
+        return []
+    busy = {g.b for g in issue_with.get(loop_rows[0].index, [])}
+    order = sorted(range(len(w.add_slots)), key=lambda k: w.add_slots[k].tile in busy)
+    first_busy = next((k for k in order if w.add_slots[k].tile in busy), None)
+    return [dict(k=k, box=w.add_slots[k], tile=w.tile_of(w.add_slots[k].tile),
+                 wait=k == first_busy) for k in order]
 
 
 def _pieced(plan: ld.LoopDagPlan, kind: ld.GemmKind) -> list[tuple[int, int]]:

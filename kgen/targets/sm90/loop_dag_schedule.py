@@ -13,6 +13,7 @@ from ...plan import loop_dag as ld
 from ...plan import program as pp
 from .. import dag_wgmma_rules as schedule_rules
 from .. import loop_rules
+from . import loop_dag_tail
 from ..loop_rules import BOX_COLS
 
 
@@ -44,7 +45,7 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     equality's follow the ids: dag_wgmma_rules.DAG_WGMMA_LPT_EQUALITY_WHY), `skips` if None;
     `listed`: a block mask's lists say which blocks a tile visits (the grid's order);
     `tail_stores`: the kernel's epilogue's tile outputs and their columns (stored by the copy
-    engine from the rings where they fit: _tail)."""
+    engine from the rings where they fit: loop_dag_tail)."""
     linear = skips if linear is None else linear
     split = schedule_rules.dag_wgmma_split(shape, loop_rules.DAG_WGMMA_N)
     config = schedule_rules.dag_wgmma_split_config() if split else loop_rules.DAG_WGMMA_CONFIG
@@ -69,8 +70,10 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     boxed = (bulk and add_to is not None and not packed and not split
              and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
     if split and adds:
-        mode, why = ATOMIC, schedule_rules.split_adds_why(
-            tiles_bytes, _add_stage_bytes(TENSOR, consumers, config.block, n_warp), smem_limit)
+        mode, why = (_split_adds(tiles_bytes, vectors, config, shape, n_warp, smem_limit)
+                     if boxed_split(adds, add_to, packed, n_warp) else
+                     (ATOMIC, schedule_rules.DAG_WGMMA_SPLIT_PACKED_WHY if packed else
+                      "one add into an `out accumulate` tensor (the staging holds one)"))
     elif boxed and schedule_rules.DAG_WGMMA_ADD_WARP:
         mode, why = WARP, schedule_rules.DAG_WGMMA_ADD_WARP_WHY
     elif boxed and schedule_rules.DAG_WGMMA_TENSOR_ADD and not ordered:
@@ -85,7 +88,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     # GQA's deterministic build at N 128 without the fast body and the staged vectors (spills)
     gqa_ordered = (gqa and ordered and not split
                    and shape.n_acc > schedule_rules.DAG_WGMMA_GQA_ORDERED_N)
-    stage_vectors = schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa_ordered
+    # GQA's split layout with the add warp: without the staged vectors (and, deterministic,
+    # without the fast body) its consumers fit their registers (dag_wgmma_rules)
+    gqa_adds = gqa and split and mode in (WARP, SLOTS)
+    stage_vectors = (schedule_rules.DAG_WGMMA_STAGE_VECTORS and bool(vectors) and not gqa_ordered
+                     and not gqa_adds)
     vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
                     if stage_vectors else 0)
     maps = tuple(pp.LoopTensorMap(t.param, dtype, t.rows, t.boxes, t.param in kv)
@@ -105,7 +112,8 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     if store["store_param"] is not None:
         (tile,) = [t for t in tiles[2] if t.name == store["store_tile"]]
         maps += (pp.LoopTensorMap(store["store_param"], dtype, tile.rows, tile.boxes, False),)
-    tail = _tail(tail_stores, tiles[1], params, dtype, kv, config, consumers, split, packed)
+    tail = loop_dag_tail.tail(tail_stores, tiles[1], params, dtype, kv, config, consumers,
+                              split, packed)
     maps += tail.pop("maps")
     # (accumulators of different N: the widest's rules, the registers it holds)
     wait = shape.n_acc > loop_rules.DAG_WGMMA_OVERLAP_N
@@ -154,9 +162,11 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
                _NOT_LPT_PACKED_WHY if packed else _NOT_LPT_LISTED_WHY if listed else
                schedule_rules.DAG_WGMMA_ORDERED_SKIPS_WHY if ordered else
                schedule_rules.DAG_WGMMA_LPT_EQUALITY_WHY if skips else None, ordered),
-        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered,
+        **_fast(schedule_rules.DAG_WGMMA_FAST_BODY and not gqa_ordered
+                and not (gqa_adds and ordered),
                 schedule_rules.DAG_WGMMA_GQA_ORDERED_WHY.format(n=shape.n_acc)
-                if gqa_ordered else None),
+                if gqa_ordered else schedule_rules.DAG_WGMMA_SPLIT_GQA_ADDS_WHY
+                if gqa_adds and ordered else None),
         **_order(ordered, ordered and skips and schedule_rules.DAG_WGMMA_DESCENDING),
         vectors=vectors, vector_offset=vector_offset if stage_vectors else None,
         split=pp.Choice(
@@ -168,49 +178,32 @@ def dag_wgmma(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ..
     return _place_adds(w, mode, why, config.block, n_warp, add_to)
 
 
-def _tail(stored: tuple[tuple[str, int], ...], streamed: list[pp.WgmmaTile], params,
-          dtype: DType, kv: frozenset[str], config, consumers: int, split: bool,
-          packed: bool) -> dict:
-    """The kernel's epilogue's tile outputs `stored` ((name, columns)) the copy engine stores,
-    each staged after the loop in a ring of `streamed` of its columns (warpgroup c's rows in
-    slot c), with their maps; or none, and why (dag_wgmma_rules.DAG_WGMMA_TAIL_TMA)."""
-    def registers(why: str) -> dict:
-        return dict(maps=(), tail_stores=(), tail_store=pp.Choice(
-            "per element from registers", why))
+def boxed_split(adds: int, add_to: str | None, packed: bool, n_warp: int) -> bool:
+    """Whether the split layout's loop-row tile may be added by the copy engine's tensor
+    reduce-adds: one add into one tensor, not packed sequences, whole [block][32] boxes."""
+    return (adds == 1 and add_to is not None and not packed
+            and n_warp % schedule_rules.DAG_WGMMA_ADD_BOX_COLS == 0)
 
-    if not stored:
-        return registers("the kernel's epilogue stores no tile")
-    free = list(streamed)
-    pairs = []
-    for name, cols in stored:
-        p = next(q for q in params if q.name == name)
-        ring = next((t for t in free if t.boxes * BOX_COLS == cols), None)
-        refused = (
-            "the rulebook stores them from registers (DAG_WGMMA_TAIL_TMA)"
-            if not schedule_rules.DAG_WGMMA_TAIL_TMA else
-            "the split layout: a warpgroup holds half of every row's columns (not built)"
-            if split else
-            "packed sequences: a box past a sequence's end would write the next one's rows"
-            if packed else
-            f"a block of {config.block} rows is not a warpgroup's {loop_rules.WGMMA_ROWS}"
-            if config.block != loop_rules.WGMMA_ROWS else
-            f"{config.stages} ring slots hold fewer than {consumers} warpgroups' rows"
-            if config.stages < consumers else
-            f"{name} is {p.dtype.dsl_name}, the rings {dtype.dsl_name}"
-            if p.dtype is not dtype else
-            f"no ring of {cols} columns is left to stage {name} in" if ring is None else None)
-        if refused is not None:
-            return registers(refused)
-        free.remove(ring)
-        pairs.append((name, ring.name))
-    names = " and ".join(name for name, _ in stored)
-    return dict(
-        maps=tuple(pp.LoopTensorMap(name, dtype, loop_rules.WGMMA_ROWS, cols // BOX_COLS,
-                                    name in kv) for name, cols in stored),
-        tail_stores=tuple(pairs), tail_store=pp.Choice(
-            "by the copy engine from the rings: " + ", ".join(
-                f"{name} in {ring}" for name, ring in pairs),
-            schedule_rules.DAG_WGMMA_TAIL_TMA_WHY.format(names=names)))
+
+def _split_adds(tiles: int, vectors: tuple[str, ...], config, shape: loop_rules.DagShape,
+                n_warp: int, smem_limit: int) -> tuple[str, str]:
+    """The split layout's adds and why (dag_wgmma_rules.split_adds) from its tiles' bytes."""
+    vector_bytes = (schedule_rules.vector_bytes(len(vectors), config.stages, config.block)
+                    if schedule_rules.DAG_WGMMA_STAGE_VECTORS and vectors else 0)
+    room = _split_room(tiles + vector_bytes, config.stages, len(shape.streamed_cols),
+                       config.block, n_warp, smem_limit)
+    return schedule_rules.split_adds(*room, shape.streamed_cols, 2 * n_warp)
+
+
+def _split_room(end: int, stages: int, streamed: int, block: int, n_warp: int,
+                smem_limit: int) -> tuple[int, int, int]:
+    """(the bytes before a staging of the add warp's own: the tiles and vectors ending at `end`,
+    1024-byte aligned; the staging's bytes; the shared memory less the mbarriers of `streamed`
+    rings of `stages` slots)."""
+    barriers = -(-8 * (1 + 2 * stages * streamed) // 128) * 128
+    stage = _add_stage_bytes(WARP, schedule_rules.DAG_WGMMA_SPLIT_CONSUMERS, block, n_warp,
+                             aligned=False)
+    return -(-end // 1024) * 1024, stage, smem_limit - barriers
 
 
 def _bias(body, gemms, params, dtype: DType, config, offset: int, used: int, limit: int,
@@ -378,15 +371,31 @@ def _split_mma(config, n: int, gemms: tuple[ld.DagGemm, ...] = ()) -> pp.Choice:
 
 
 # How a loop-row tile's `+=` store adds (DagWgmma.adds): the plan option with_adds's names
-ATOMIC, ROWS, TENSOR, WARP = "atomics", "rows", "tensor", "warp"
-ADD_MODES = (ATOMIC, ROWS, TENSOR, WARP)
+# (SLOTS: the add warp's, each warpgroup's share staged in the streamed slots: the split layout)
+ATOMIC, ROWS, TENSOR, WARP, SLOTS = "atomics", "rows", "tensor", "warp", "slots"
+ADD_MODES = (ATOMIC, ROWS, TENSOR, WARP, SLOTS)
 
 
 def add_mode(w: ld.DagWgmma) -> str:
     """The plan's way of adding (ADD_MODES)."""
+    if w.add_slots:
+        return SLOTS
     if w.add_offset is None:
         return ATOMIC
     return (WARP if w.add_warp else TENSOR) if w.add_map is not None else ROWS
+
+
+def _add_slots(w: ld.DagWgmma, n_warp: int) -> tuple[ld.AddBox, ...]:
+    """Where each [block][32] f32 box of a warpgroup's share is staged (SLOTS): its own 16-bit
+    boxes of the streamed slots (a warpgroup's half of each tile's columns), the tiles whose
+    gemms after the loop-row gemm are fewest first (the last streamed tile: dO, read by no
+    deferred gemm under the rulebook's schedule), one f32 box a 16-bit box (both block x 128
+    bytes)."""
+    boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
+    own = [ld.AddBox(t.name, b, t.boxes // w.consumers) for t in reversed(w.streamed)
+           for b in range(t.boxes // w.consumers)]
+    assert len(own) >= boxes and all(t.box_bytes == t.rows * 128 for t in w.streamed)
+    return tuple(own[:boxes])
 
 
 def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
@@ -400,11 +409,13 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
     if w.vector_offset is not None:
         end = w.vector_offset + schedule_rules.vector_bytes(
             len(w.vectors), w.streamed[0].slots, block)
-    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False)
+    stage, fields = 0, dict(add_offset=None, add_row_bytes=0, add_map=None, add_warp=False,
+                            add_slots=())
     stage = _add_stage_bytes(mode, w.consumers, block, n_warp, aligned=False)
     if mode == ROWS:
         row_bytes = 4 * n_warp + loop_rules.DAG_WGMMA_ADD_PAD
-        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False)
+        fields = dict(add_offset=end, add_row_bytes=row_bytes, add_map=None, add_warp=False,
+                      add_slots=())
         value = (f"bulk reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  "shared memory, a row per add")
     elif mode in (TENSOR, WARP):
@@ -412,12 +423,25 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
         boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
         fields = dict(add_offset=-(-end // 1024) * 1024, add_row_bytes=0,
                       add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
-                      add_warp=mode == WARP)
+                      add_warp=mode == WARP, add_slots=())
         by = ("the producer warpgroup's add warp (warp 2), handed the shares through named "
               "barriers" if mode == WARP else "one thread of the warpgroup")
         value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
                  f"shared memory ({boxes} box(es) of [{block}][32], 128-byte swizzle), added by "
                  f"{by} through {add_to}'s tensor map (cp.reduce.async.bulk.tensor)")
+    elif mode == SLOTS:
+        assert add_to is not None and w.split is not None
+        boxes = n_warp // schedule_rules.DAG_WGMMA_ADD_BOX_COLS
+        fields = dict(add_offset=None, add_row_bytes=0,
+                      add_map=pp.LoopTensorMap(add_to, DType.F32, block, boxes, False),
+                      add_warp=True, add_slots=_add_slots(w, n_warp))
+        value = (f"tensor reduce-add: [{block}, {n_warp}] f32 per consumer warpgroup staged in "
+                 f"its own boxes of the block's streamed slots ({boxes} box(es) of [{block}][32],"
+                 f" 128-byte swizzle: "
+                 + ", ".join(f"{b.tile} box {b.box} + {b.stride} x consumer"
+                             for b in fields["add_slots"])
+                 + f"), added by the producer warpgroup's add warp through {add_to}'s tensor map "
+                 "(cp.reduce.async.bulk.tensor), which then releases the slots")
     elif w.split is not None:  # (a thread's two adjacent columns at once)
         value = "f32 pair atomics (red.global.add.v2.f32) from registers"
     else:
@@ -426,6 +450,8 @@ def _place_adds(w: ld.DagWgmma, mode: str, why: str, block: int, n_warp: int,
     words = 1 + 2 * w.streamed[0].slots * len(w.streamed) + (
         2 * w.bias.slots if w.bias is not None else 0)  # the mbarriers (the bias's ring's too)
     barriers = -(-8 * words // 128) * 128
+    if mode == SLOTS:  # (no staging of its own: the mbarriers right after the tiles)
+        barrier_offset = end
     return dataclasses.replace(w, barrier_offset=barrier_offset,
                                smem_bytes=barrier_offset + barriers,
                                adds=pp.Choice(value, why), **fields)
@@ -454,20 +480,61 @@ def with_adds(plan: ld.LoopDagPlan, mode: str) -> ld.LoopDagPlan:
     assert w is not None and mode in ADD_MODES, "the sm_90a wgmma skeleton's plan; a mode"
     if mode == add_mode(w):
         return plan
-    if mode in (TENSOR, WARP) and plan.packed:
+    if mode in (TENSOR, WARP, SLOTS) and plan.packed:
         raise ValueError("with_adds: the tensor reduce-add is not built with packed sequences ("
                          + schedule_rules.DAG_WGMMA_ROWS_PACKED_WHY + ")")
-    if mode != ATOMIC and w.split is not None:
-        raise ValueError("with_adds: the split layout adds by f32 atomics (its tiles leave no "
-                         "room for dQ's f32 staging: dag_wgmma_rules.DAG_WGMMA_SPLIT)")
+    if mode in (ROWS, TENSOR) and w.split is not None:
+        raise ValueError(f"with_adds: the split layout adds by f32 atomics or the add warp "
+                         f"(warp, slots), not {mode}")
+    if mode == SLOTS and w.split is None:
+        raise ValueError("with_adds: slots is the split layout's (a warpgroup's accumulating "
+                         "gemms read only its own boxes of the streamed slots)")
+    if mode in (WARP, SLOTS) and w.split is not None:
+        n_warp, add_to = _the_add(plan)
+        if not boxed_split(1 if add_to else 0, add_to, bool(plan.packed), n_warp):
+            raise ValueError(f"with_adds: {mode} adds one tensor in whole [block][32] boxes, "
+                             "not packed sequences")
+        stages = w.streamed[0].slots
+        end = max(t.offset + t.bytes for t in w.tiles) + (
+            schedule_rules.vector_bytes(len(w.vectors), stages, plan.block)
+            if w.vector_offset is not None else 0)
+        before, stage, limit = _split_room(end, stages, len(w.streamed), plan.block, n_warp,
+                                           _smem_limit(plan))
+        if mode == WARP and before + stage > limit:
+            raise ValueError(f"with_adds: warp's staging ({stage} B) does not fit beside the "
+                             f"split layout's tiles ({before} B within {limit} B): slots")
+        refused = schedule_rules.split_slot_refusal(tuple(64 * t.boxes for t in w.streamed),
+                                                    2 * n_warp)
+        if mode == SLOTS and refused is not None:
+            raise ValueError(f"with_adds: slots: {refused}")
     if mode == TENSOR and plan.deterministic is not None:
         raise ValueError("with_adds: the tensor reduce-add is not built with deterministic "
                          "adds (" + schedule_rules.DAG_WGMMA_ROWS_ORDERED_WHY + ")")
     n_warp, add_to = _the_add(plan)
     assert add_to is not None or mode == ATOMIC, "one add"
+    if plan.gqa and w.split is not None and mode in (WARP, SLOTS):
+        plan = _gqa_split_adds(plan)
+        w = plan.wgmma
     wgmma = _place_adds(w, mode, "the plan option with_adds (the bench's and the tests' "
                         "variant)", plan.block, n_warp, add_to)
     return dataclasses.replace(plan, wgmma=wgmma, smem_bytes=wgmma.smem_bytes)
+
+
+def _gqa_split_adds(plan: ld.LoopDagPlan) -> ld.LoopDagPlan:
+    """GQA's split layout with the add warp's adds (dag_wgmma_rules.DAG_WGMMA_SPLIT_GQA_ADDS_WHY):
+    the vectors loaded by the consumers, and in deterministic mode one body for every block."""
+    plan = with_schedule(plan, stage_vectors=False)
+    if plan.deterministic is not None and plan.wgmma.fast_body:
+        plan = dataclasses.replace(plan, wgmma=dataclasses.replace(
+            plan.wgmma, **_fast(False, schedule_rules.DAG_WGMMA_SPLIT_GQA_ADDS_WHY)))
+    return plan
+
+
+def _smem_limit(plan: ld.LoopDagPlan) -> int:
+    """The target's shared memory (kgen/targets: the plan's arch)."""
+    from .. import TARGETS
+
+    return TARGETS[plan.arch].smem_limit
 
 
 def _the_add(plan: ld.LoopDagPlan) -> tuple[int, str | None]:
@@ -539,8 +606,8 @@ def with_schedule(plan: ld.LoopDagPlan, *, issue_ahead: bool | None = None,
     adding a block in decreasing order (else increasing; deterministic plans only),
     `defer_all` (the split layout's; False elsewhere is ignored) every accumulating gemm issued
     after the loop-row gemm, `tail_tma` False the kernel's epilogue's tiles stored per element
-    from registers (where the rulebook stores them by the copy engine: _tail): plan options for
-    the bench and the tests."""
+    from registers (where the rulebook stores them by the copy engine: loop_dag_tail): plan
+    options for the bench and the tests."""
     w = plan.wgmma
     assert w is not None, "the sm_90a wgmma skeleton's plan"
     if plan.packed and lpt:
