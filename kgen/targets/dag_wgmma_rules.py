@@ -359,11 +359,15 @@ DAG_WGMMA_SPLIT_WHY = (
 #   rings keep two slots; the consumers' only new wait is their own dK before the Q half.
 #   It needs each warpgroup's own boxes of the streamed slots to hold its share: D_v >= D
 #   (dO's half at least Q's), so not 256 / 128, whose dQ stays atomics.
-# Not measured yet: the rulebook keeps the atomics (the lead times base, base+slots at D 256 and
-# base+warp at D 192 with bench/attention_bwd.py --variants, then sets DAG_WGMMA_SPLIT_ADDS to
-# "copy engine" where faster: the rulebook then takes "warp" where its staging fits, else
-# "slots").
-DAG_WGMMA_SPLIT_ADDS = "atomics"  # or "copy engine"
+# Measured on an H200 (2026-11-30, bench/attention_bwd.py --variants, bf16, 16k tokens, main
+# kernel TFLOP/s, atomics / copy engine, cuDNN's backward beside): D 256 slots S 1024 269.7 /
+# 366.6 (315.0), causal 223.3 / 266.3 (268.3); S 4096 297.1 / 399.5 (380.5), causal 281.5 /
+# 371.5 (353.0); S 16384 299.1 / 400.4 (354.3), causal 304.4 / 395.7 (378.0); D 192 warp S 4096
+# 262.8 / 344.3 (333.1), causal 256.8 / 335.7 (316.8): 1.19-1.36x the atomics, 0.99-1.16x
+# cuDNN. GPU tests (tests/gpu/test_attention_bwd_d256_gpu.py, the D_v pairs: 279 passed) and
+# compute-sanitizer racecheck (D 256 slots: 0 hazards). So the copy engine: "warp" where its
+# staging fits, else "slots" (256 / 128 keeps the atomics: its dO half is smaller than Q's).
+DAG_WGMMA_SPLIT_ADDS = "copy engine"  # or "atomics"
 DAG_WGMMA_SPLIT_ADDS_ATOMIC_WHY = (
     "the split layout keeps f32 atomics from registers (dag_wgmma_rules.DAG_WGMMA_SPLIT_ADDS; "
     "the copy engine's adds are the plan options warp / slots, not measured yet): {copy}")
