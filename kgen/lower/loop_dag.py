@@ -146,6 +146,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     if any(w is not None for w in written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
+    # the mma.sync skeleton's warp layout: the warp grid (its handed values staged) or rows
+    grid, layout_why = None, "the wgmma skeleton's own"
+    if wgmma_refused is not None:
+        dims, layout_why = dag_mma_rules.dag_warp_grid(
+            config.tile_m, config.block, config.warps, tuple(acc_n.values()), tuple(loop_row_n),
+            loop_rules.dag_smem_bytes(config, shape, dtype)
+            + shape.handed * config.tile_m * config.block * dtype.nbytes, tgt.smem_limit,
+            _row_ops(kernel))
+        grid = ld.DagGrid(*dims) if dims else None
+
     # Shared memory: resident tiles, then the ring, then the staged values, end to end (the
     # wgmma skeleton lays out its own; the mma.sync skeleton's are placed by the storage
     # planner below, kgen/lower/loop_dag_storage.py)
@@ -178,12 +188,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     gemms: list[ld.DagGemm] = []
     handed: set[int] = set()
     stage_of: dict[str, pp.SmemTile] = {}  # loop-row gemm -> its staged tile
+    a_tile: dict[int, str] = {}  # the warp grid: a value handed on -> the tile it is staged in
+    handed_tiles: list[pp.SmemTile] = []  # the warp grid's: values no loop-row gemm stages
     for index, (g, kind) in enumerate(zip(loop.gemms, kinds)):
         if kind is ld.GemmKind.SCORE:
             a, b = kernel.param(g.a.name), kernel.param(g.b.name)
             gemm = ld.DagGemm(index, g.name, kind, tiles[a.name].name, ld.ALoad.SMEM, None,
                               ring[b.name].name, pp.FragmentLoad.N_MAJOR, k=int(a.shape[1]),
-                              n=config.block, n_warp=config.block // halves)
+                              n=config.block, n_warp=config.block // (
+                                  grid.score[1] if grid else halves),
+                              m_tiles=config.tile_m // (16 * grid.score[0]) if grid else 1)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
             body.acc = g.name
@@ -192,20 +206,30 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             body.acc = None
         elif kind is ld.GemmKind.ACCUMULATING:
             value = _tile_value(body, g)
-            if value not in handed:
+            if grid is None and value not in handed:
                 body.statement(ld.HandTile(value, dtype))
                 handed.add(value)
-            # a value a later loop-row gemm reads is staged now, from the fragments just
-            # handed on: its f32 tile need not live through this gemm's MMAs
+            # a value a later loop-row gemm reads is staged now (from the fragments just handed
+            # on: its f32 tile need not live through this gemm's MMAs); the warp grid stages
+            # every value handed on, a tile of its own where no loop-row gemm reads it
             for later, later_kind in zip(loop.gemms[index + 1:], kinds[index + 1:]):
                 if (later_kind is ld.GemmKind.LOOP_ROW and body.env.get(later.a.name) == value
-                        and later.name not in stage_of):
+                        and later.name not in stage_of and (grid is None or value not in a_tile)):
                     stage_of[later.name] = staged[len(stage_of)]
                     body.statement(ld.StageTile(value, dtype, stage_of[later.name].name))
+                    a_tile[value] = stage_of[later.name].name
+            if grid is not None and value not in a_tile:
+                handed_tiles.append(smem_tile(f"h{len(handed_tiles)}_smem", g.a.name,
+                                              config.tile_m, config.block, 1, dtype, 0, False))
+                body.statement(ld.StageTile(value, dtype, handed_tiles[-1].name))
+                a_tile[value] = handed_tiles[-1].name
             b = kernel.param(g.b.name)
-            gemm = ld.DagGemm(index, g.name, kind, "", ld.ALoad.REGISTERS, value,
+            n = acc_n[g.name]
+            gemm = ld.DagGemm(index, g.name, kind, a_tile[value] if grid else "",
+                              ld.ALoad.SMEM if grid else ld.ALoad.REGISTERS, value,
                               ring[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.block,
-                              n=acc_n[g.name], n_warp=acc_n[g.name] // halves)
+                              n=n, n_warp=n // (grid.acc[1] if grid else halves),
+                              m_tiles=config.tile_m // (16 * grid.acc[0]) if grid else 1)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
         else:
@@ -221,10 +245,13 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                 n_warp = n // halves
             gemm = ld.DagGemm(index, g.name, kind, tile.name, ld.ALoad.SMEM_TRANSPOSED, None,
                               tiles[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.tile_m, n=n,
-                              n_warp=n_warp, epilogue=_loop_row_epilogue(kernel, g, n))
+                              n_warp=n // grid.loop_row[1] if grid else n_warp,
+                              epilogue=_loop_row_epilogue(kernel, g, n),
+                              m_tiles=config.block // (16 * grid.loop_row[0]) if grid else 1)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
     body_section = body.section()
+    staged += handed_tiles  # placed by the storage planner below
 
     accumulators = tuple(g.name for g, k in zip(loop.gemms, kinds)
                          if k is ld.GemmKind.ACCUMULATING)
@@ -336,7 +363,8 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                      _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma, deterministic=deterministic, storage=storage_plan,
-        fenced=fenced, packed=packed, **_spellings([body_section] + [g.epilogue for g in gemms
+        fenced=fenced, packed=packed, grid=grid,
+        layout=pp.Choice("warp grid" if grid else "warp rows", layout_why), **_spellings([body_section] + [g.epilogue for g in gemms
                                                       if g.epilogue is not None], wgmma))
 
 
@@ -428,6 +456,22 @@ def _col_vectors(kernel: ir.Kernel, scores: list[ir.Gemm]) -> tuple[str, ...]:
         for stmt in g.epilogue.stmts:
             visit(stmt.value)
     return tuple(found)
+
+
+def _row_ops(kernel: ir.Kernel) -> str | None:
+    """The loop's or the kernel epilogue's first row reduction or row store, named (the warp
+    grid refuses them: dag_mma_rules.DAG_GRID_REDUCE_WHY), or None."""
+    def reduces(node) -> bool:
+        return isinstance(node, ir.Reduce) or any(reduces(c) for c in (
+            getattr(node, "args", None) or ((node.arg,) if isinstance(node, ir.Cast) else ())))
+
+    stmts = [s for g in kernel.loop.gemms for s in (g.epilogue.stmts if g.epilogue else ())]
+    for s in stmts + list(kernel.epilogue.stmts if kernel.epilogue else ()):
+        p = kernel.param(s.target) if isinstance(s, ir.Store) else None
+        if reduces(s.value) or (p is not None and p.kind is ir.ParamKind.VECTOR):
+            return (f"the row store of '{p.name}'" if p is not None and not reduces(s.value)
+                    else f"the row reduction in '{getattr(s, 'name', None) or s.target}'")
+    return None
 
 
 def _mma_why(arch: ir.Arch, wgmma_refused: str) -> str:

@@ -17,15 +17,18 @@ iteration only is live from its first phase to its last reader there:
 - a loop-invariant tile (resident): prologue to the last gemm, carried across the iterations;
 - a streamed tile's ring with two slots or more: prologue to the last gemm (a slot refills while
   another is read, across the iterations); with one slot: from `loads` to its last reader;
-- a staged tile value (dS^T for a loop-row gemm): from the phase of the gemm it is staged
-  before to the loop-row gemm that reads it;
+- a staged tile value (dS^T for a loop-row gemm; the warp grid's P^T and dS^T for the
+  accumulating gemms, plan.loop_dag.DagGrid): from the phase of the gemm it is staged before
+  to its last reader;
 - a vector of the loop's dimension staged per block (lse, D): as a streamed tile, its last
   reader the last score gemm.
 
 So with one ring slot a staged tile may take the bytes of a streamed tile whose last reader came
 before it (dS^T over dO: the seed's `tmp_shared_storage` over its dO.V^T operands). Such a
 staged tile is `fenced`: a barrier precedes its writes, since the warps run the phases at their
-own pace and another warp may still be reading the bytes it is about to write.
+own pace and another warp may still be reading the bytes it is about to write (not for a buffer
+live from a later phase only: its last reads of the previous block were before the block's
+barrier; the warp grid's dS^T in P^T's bytes is fenced, P^T is not).
 """
 from __future__ import annotations
 
@@ -84,10 +87,14 @@ def plan(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
             f"{t.param}: {t.slots} x [{t.rows}][{t.cols}] of the block, {ring_why}",
             dtype=t.dtype))
     for t in staged:
+        read = {g.kind for g in gemms if g.a == t.name}
         requests.append(storage.Request(
             t.name, t.bytes, storage.TILE_ALIGN, (staged_at[t.name], max(readers[t.name])),
-            f"tile value {t.param} staged: [{t.rows}][{t.cols}], read transposed by a loop-row "
-            "gemm", dtype=t.dtype))
+            f"tile value {t.param} staged: [{t.rows}][{t.cols}], read "
+            + ("as A by an accumulating gemm (the warp grid)" + (", " if len(read) > 1 else "")
+               if ld.GemmKind.ACCUMULATING in read else "")
+            + ("transposed by a loop-row gemm" if ld.GemmKind.LOOP_ROW in read else ""),
+            dtype=t.dtype))
     for v in vectors:
         requests.append(storage.Request(
             vector_buffer(v), 4 * stages * block, storage.SCRATCH_ALIGN,
@@ -95,7 +102,9 @@ def plan(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
             "with the streamed tiles", dtype=None))
     placed = storage.planned(phases, requests, tgt)
     by_name = {b.name: b for b in placed.buffers}
+    # a buffer live from a later phase than a staged tile is done with its bytes before the
+    # block's last barrier: the staged tile's writes need no barrier for it
     fenced = tuple(t.name for t in staged
                    if any(by_name[t.name].shares_bytes(b) for b in placed.buffers
-                          if b.name != t.name))
+                          if b.name != t.name and b.live[0] <= by_name[t.name].live[0]))
     return placed, fenced
