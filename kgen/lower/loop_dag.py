@@ -153,7 +153,7 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             config.tile_m, config.block, config.warps, tuple(acc_n.values()), tuple(loop_row_n),
             loop_rules.dag_smem_bytes(config, shape, dtype)
             + shape.handed * config.tile_m * config.block * dtype.nbytes, tgt.smem_limit,
-            _row_ops(kernel))
+            _grid_refusal(kernel, max(acc_n.values())))
         grid = ld.DagGrid(*dims) if dims else None
 
     # Shared memory: resident tiles, then the ring, then the staged values, end to end (the
@@ -364,8 +364,9 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                      else "no f32 vector is read at col"),
         wgmma=wgmma, deterministic=deterministic, storage=storage_plan,
         fenced=fenced, packed=packed, grid=grid,
-        layout=pp.Choice("warp grid" if grid else "warp rows", layout_why), **_spellings([body_section] + [g.epilogue for g in gemms
-                                                      if g.epilogue is not None], wgmma))
+        layout=pp.Choice("warp grid" if grid else "warp rows", layout_why),
+        **_spellings([body_section] + [g.epilogue for g in gemms if g.epilogue is not None],
+                     wgmma))
 
 
 def _spellings(sections: list[pp.Section], wgmma) -> dict[str, pp.Choice]:
@@ -458,19 +459,33 @@ def _col_vectors(kernel: ir.Kernel, scores: list[ir.Gemm]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _row_ops(kernel: ir.Kernel) -> str | None:
-    """The loop's or the kernel epilogue's first row reduction or row store, named (the warp
-    grid refuses them: dag_mma_rules.DAG_GRID_REDUCE_WHY), or None."""
-    def reduces(node) -> bool:
-        return isinstance(node, ir.Reduce) or any(reduces(c) for c in (
-            getattr(node, "args", None) or ((node.arg,) if isinstance(node, ir.Cast) else ())))
+def _grid_refusal(kernel: ir.Kernel, n_acc: int) -> str | None:
+    """What the warp grid does not take in this loop (dag_mma_rules.dag_warp_grid's `refused`),
+    or None: a row reduction or row store (DAG_GRID_REDUCE_WHY); a tanh, a tile store or a
+    block mask's walk where the grid spilled (DAG_GRID_SPILLS_WHY)."""
+    def has(node, test) -> bool:
+        kids = getattr(node, "args", None) or ((node.arg,) if isinstance(
+            node, (ir.Cast, ir.Reduce)) else ())
+        return test(node) or any(has(c, test) for c in kids)
 
-    stmts = [s for g in kernel.loop.gemms for s in (g.epilogue.stmts if g.epilogue else ())]
-    for s in stmts + list(kernel.epilogue.stmts if kernel.epilogue else ()):
+    scores = [s for g in kernel.loop.gemms for s in (g.epilogue.stmts if g.epilogue else ())]
+    for s in scores + list(kernel.epilogue.stmts if kernel.epilogue else ()):
         p = kernel.param(s.target) if isinstance(s, ir.Store) else None
-        if reduces(s.value) or (p is not None and p.kind is ir.ParamKind.VECTOR):
-            return (f"the row store of '{p.name}'" if p is not None and not reduces(s.value)
-                    else f"the row reduction in '{getattr(s, 'name', None) or s.target}'")
+        if has(s.value, lambda n: isinstance(n, ir.Reduce)):
+            return (f"the row reduction in '{getattr(s, 'name', None) or s.target}': "
+                    + dag_mma_rules.DAG_GRID_REDUCE_WHY)
+        if p is not None and p.kind is ir.ParamKind.VECTOR:
+            return f"the row store of '{p.name}': " + dag_mma_rules.DAG_GRID_REDUCE_WHY
+    if kernel.loop.blocks is not None and n_acc >= dag_mma_rules.DAG_GRID_HEAVY_N:
+        return f"a block mask's walk at N {n_acc}: " + dag_mma_rules.DAG_GRID_SPILLS_WHY
+    for s in scores:
+        p = kernel.param(s.target) if isinstance(s, ir.Store) else None
+        if has(s.value, lambda n: isinstance(n, ir.Call) and n.op is ir.Op.TANH):
+            return "the loop's tanh: " + dag_mma_rules.DAG_GRID_SPILLS_WHY
+        if (p is not None and p.kind is ir.ParamKind.TENSOR and not s.accumulate
+                and n_acc >= dag_mma_rules.DAG_GRID_HEAVY_N):
+            return f"the tile store of '{p.name}' at N {n_acc}: " + (
+                dag_mma_rules.DAG_GRID_SPILLS_WHY)
     return None
 
 

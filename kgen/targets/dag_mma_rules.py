@@ -66,8 +66,12 @@ def dag_min_ctas(registers: int, warps: int) -> tuple[int, str]:
 # The score tiles' grid is what removes the most (each warp reads half of the block's Q / dO, not
 # all of it), and it needs P^T, dS^T in shared memory (a warp's [32 keys, 32 queries] share is
 # not the A operand of its [32 keys, N] share of dV), which in turn lets dV, dK take the 4 x 2
-# grid. At head dim 64: 768 -> 704 loads for 1280 MMAs (-8 %; dQ's [32, 16] shares gain nothing). Registers: the handed
-# fragments (2 x block / 4 words) are gone; the rest as the warp rows.
+# grid. At head dim 64: 768 -> 704 loads for 1280 MMAs (-8 %; dQ's [32, 16] shares gain
+# nothing). Registers: the handed fragments (2 x block / 4 words) are gone, the A fragments of
+# two m16 tiles live per k16 step; in the compact body the accumulating gemms' k16 steps run
+# one at a time too (fully unrolled, softcap at head dim 128 spilled 188-208 B, document masks
+# 24 B, dropout 12-24 B; one at a time 0 there, softcap 52 B). Plain, both masks, head dims 64
+# and 128, sm_80 and sm_90a builds: 0 spills (226-255 registers).
 # On the H200: not measured yet (bench/attention_bwd.py --mma-layouts: kgen_mma_sync and
 # kgen_mma_grid side by side). DAG_WARP_GRID is the rulebook's default: the warp rows until
 # measured; set it True where the grid is faster.
@@ -77,16 +81,27 @@ DAG_GRID_ACC = (4, 2)  # along the rows, along N
 DAG_GRID_LOOP_ROW = (2, 4)  # along the block, along N
 DAG_GRID_REDUCE_WHY = ("a row of the score tiles or of the accumulators lies across two warps "
                        "there: a row's reduction or store needs shared memory (not yet)")
+# The bodies where the grid spilled and the warp rows did not (NVRTC 13.5, the sm_80 plan
+# built for sm_80 / sm_90a, bytes of spill stores / loads; tests/targets/test_loop_dag_grid.py):
+# softcap's tanh at head dim 64 causal 0 / 4-8 (rows 0), at 128 causal 52-84 (rows 8-16), not
+# causal 8-32 (rows 0-32); the bias gradient's tile store at 128 without a mask 0 / 56-64 (rows
+# 0), causal 0 / 4-12 (rows 0 / 8-16), at 64: 0; a block mask's walk at 128 16-48 / 36-96
+# (rows 0), at 64: 0. ALiBi, a window, document masks, a bias, dropout, GQA, deterministic,
+# packed sequences: 0 at 64 and 128, as the warp rows.
+DAG_GRID_SPILLS_WHY = ("the warp grid spilled there and the warp rows did not (NVRTC 13.5: "
+                       "kgen/targets/dag_mma_rules.py)")
+DAG_GRID_HEAVY_N = 128  # a tile store or a block mask refuses the grid from this N on
 
 
 def dag_warp_grid(tile_m: int, block: int, warps: int, acc_ns: tuple[int, ...],
                   loop_row_ns: tuple[int, ...], smem_bytes: int, smem_limit: int,
-                  row_ops: str | None, wanted: bool | None = None) -> tuple[tuple | None, str]:
+                  unsupported: str | None,
+                  wanted: bool | None = None) -> tuple[tuple | None, str]:
     """The warp grid ((score, acc, loop_row) pairs: plan.loop_dag.DagGrid's) or None (the warp
     rows), with why. `smem_bytes`: the skeleton's shared memory with the handed values staged
-    (each its own tile, before the storage planner shares bytes); `row_ops`: the body's or the
-    kernel epilogue's row reductions or row stores, if any; `wanted`: DAG_WARP_GRID unless
-    given (a plan option)."""
+    (each its own tile, before the storage planner shares bytes); `unsupported`: what of the loop
+    the grid does not take (a row reduction or store: DAG_GRID_REDUCE_WHY; a body it spilled
+    on: DAG_GRID_SPILLS_WHY), if any; `wanted`: DAG_WARP_GRID unless given (a plan option)."""
     wanted = DAG_WARP_GRID if wanted is None else wanted
     if not wanted:
         return None, ("each warp 16 of the rows (DAG_WARP_GRID off: the warp grid is not yet "
@@ -96,14 +111,15 @@ def dag_warp_grid(tile_m: int, block: int, warps: int, acc_ns: tuple[int, ...],
     if not sm * sn == am * an == lm * ln == warps or tile_m != 16 * warps:
         refused = f"{warps} warps of 16 rows: the grids are of {sm * sn}"
     elif tile_m % (16 * sm) or block % (16 * sn):
-        refused = f"tile {tile_m}x{block}: the score tiles' {sm} x {sn} grid needs m16 / n16 shares"
+        refused = (f"tile {tile_m}x{block}: the score tiles' {sm} x {sn} grid needs m16 / n16 "
+                   "shares")
     elif any(n % (16 * an) for n in acc_ns):
         refused = f"the accumulators' N {acc_ns}: the {am} x {an} grid needs 16-column shares"
     elif block % (16 * lm) or any(n % (16 * ln) for n in loop_row_ns):
         refused = (f"a loop-row tile [{block}, N {loop_row_ns}]: the {lm} x {ln} grid needs m16 "
                    "tiles and 16-column shares")
-    elif row_ops is not None:
-        refused = f"{row_ops}: {DAG_GRID_REDUCE_WHY}"
+    elif unsupported is not None:
+        refused = unsupported
     elif smem_bytes > smem_limit:
         refused = (f"{smem_bytes} B of shared memory with the handed values staged; "
                    f"{smem_limit} B allowed")

@@ -101,7 +101,9 @@ def test_the_emitted_index_math_covers_each_tile_once_at_the_mma_places(d, mask,
     plan, source = b.plan, b.source
     shapes = grid_shapes(plan)
     env = _constants(source)
-    coords = lambda here: [(n, v) for n, v in shapes["coords"]]  # noqa: E731
+
+    def coords(here):
+        return shapes["coords"]
     env.update(row0=0, kv0=0)
     nt = env["kScoreNT"]
     # the score tiles: [kTileM, kBlock], fragment j at (s_row0 + 16 (j / NT), s_col0 + 8 (j % NT))
@@ -141,8 +143,9 @@ def test_the_emitted_index_math_covers_each_tile_once_at_the_mma_places(d, mask,
         if g.kind.value != "loop_row":
             continue
         starts = shapes["starts"][g.name]
-        extra = lambda here, s=starts: [("lr_m0", s["lr_m0"]), ("lr_col0", s["lr_col0"]),  # noqa: E731
-                                        ("lr_row0", "kv0 + lr_m0 + lane / 4")]
+        def extra(here, s=starts):
+            return [("lr_m0", s["lr_m0"]), ("lr_col0", s["lr_col0"]),
+                    ("lr_row0", "kv0 + lr_m0 + lane / 4")]
         places = _places(shapes["loop_row"][g.name], env, g.m_tiles * g.n8_tiles, extra)
         _once(places, plan.block, g.n)
         _c_layout(places, lambda warp, j, g=g, s=starts: (
@@ -155,8 +158,8 @@ def test_the_grid_is_refused_with_why_where_it_does_not_tile():
     refused = dag_mma_rules.dag_warp_grid(128, 64, 8, (96,), (96,), 0, 1, None, wanted=True)
     assert refused[0] is None and "the 2 x 4 grid needs m16 tiles" in refused[1]
     refused = dag_mma_rules.dag_warp_grid(128, 64, 8, (128,), (128,), 0, 1,
-                                          "the row reduction in 'm'", wanted=True)
-    assert refused[0] is None and "a row of the score tiles" in refused[1]
+                                          "the row reduction in 'm': a row ...", wanted=True)
+    assert refused[0] is None and refused[1].endswith("the row reduction in 'm': a row ...")
     refused = dag_mma_rules.dag_warp_grid(128, 64, 8, (128,), (128,), 2, 1, None, wanted=True)
     assert refused[0] is None and "shared memory" in refused[1]
     refused = dag_mma_rules.dag_warp_grid(64, 64, 4, (128,), (128,), 0, 1, None, wanted=True)
@@ -182,3 +185,71 @@ def test_the_plan_option_restores_the_rulebook_default():
         with pytest.raises(ValueError):
             raise ValueError("inside")
     assert not dag_mma_rules.DAG_WARP_GRID
+
+
+MODS = {
+    "softcap": dict(score_mod="cap * tanh(score / cap)", scalars=("cap",)),
+    "alibi": dict(score_mod="score - slopes[head] * (row - col)", vectors=(("slopes", "head"),)),
+    "document": dict(mask_mod="qd[row] == kd[col]", vectors=(("kd", "col"), ("qd", "row"))),
+    "dropout": dict(dropout=True),
+    "bias": dict(bias="tensor"),
+    "bias_grad": dict(bias="tensor", bias_grad=True),
+}
+
+
+def _backward(d: int, causal: bool = True, mod: str | None = None, gqa: bool = False,
+              deterministic: bool = False, varlen: bool = False, blocks: bool = False):
+    """kgen.attention's (or attention_varlen's) backward main kernel, planned with the grid
+    allowed (sm_80): its source and plan."""
+    from kgen import attention_varlen
+    from kgen.api import build_verified
+    from kgen.attention_grad import BackwardSignature, backward_module
+    from kgen.attention_grad_mods import Mods
+
+    sig = BackwardSignature("bf16", d, causal, "sm_80", gqa=gqa, deterministic=deterministic,
+                            mods=Mods(**MODS[mod]) if mod else None, blocks=blocks)
+    module = attention_varlen.backward_module(sig) if varlen else backward_module(sig)
+    (main,) = [k for k in module.kernels if k.name.endswith("_main")]
+    with dag_mma_rules.warp_grid(True):
+        return build_verified(main, ir.Arch.SM80)
+
+
+@pytest.mark.parametrize("mod, d, grid", [
+    ("softcap", 64, False), ("softcap", 128, False), ("bias_grad", 128, False),
+    ("bias_grad", 64, True), ("alibi", 128, True), ("document", 128, True),
+    ("dropout", 128, True), ("bias", 128, True)])
+def test_the_rulebook_refuses_the_grid_where_it_spilled(mod, d, grid):
+    plan = _backward(d, mod=mod).plan
+    assert (plan.grid is not None) == grid, plan.layout.why
+    if not grid:
+        assert plan.layout.why.endswith(dag_mma_rules.DAG_GRID_SPILLS_WHY)
+        assert ("tanh" if mod == "softcap" else "the tile store of") in plan.layout.why
+
+
+def test_a_block_mask_takes_the_grid_at_head_dim_64_only():
+    assert _backward(64, False, blocks=True).plan.grid is not None
+    why = _backward(128, False, blocks=True).plan.layout.why
+    assert "a block mask's walk at N 128" in why
+
+
+SPILL_CASES = [dict(mod=m, d=d) for m in ("alibi", "document", "dropout", "bias")
+               for d in (64, 128)] + [
+    dict(mod="bias_grad", d=64), dict(d=128, gqa=True), dict(d=64, gqa=True),
+    dict(d=128, deterministic=True), dict(d=64, deterministic=True), dict(d=128, varlen=True),
+    dict(d=64, varlen=True, causal=False), dict(d=64, blocks=True, causal=False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SPILL_CASES, ids=lambda c: "-".join(
+    f"{k}{'' if v is True else v}" for k, v in c.items()))
+def test_the_options_on_the_grid_compile_without_spills(case):
+    """Every option the grid takes, as kgen.attention's backward plans it, sm_80 and sm_90a
+    builds of the sm_80 plan: no spill, no stack (NVRTC)."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    b = _backward(**case)
+    assert b.plan.grid is not None, b.plan.layout.why
+    for arch in ("sm_80", "sm_90a"):
+        resources = compile_cubin(b.source, b.plan.name, arch).resources()
+        assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
+            (arch, resources)
