@@ -19,7 +19,7 @@ iteration only is live from its first phase to its last reader there:
   another is read, across the iterations); with one slot: from `loads` to its last reader;
 - a staged tile value (dS^T for a loop-row gemm; the warp grid's P^T and dS^T for the
   accumulating gemms, plan.loop_dag.DagGrid): from the phase of the gemm it is staged before
-  to its last reader;
+  to its last reader (the grid's P^T to the last gemm: dag_mma_rules.DAG_GRID_OWN_BYTES);
 - a vector of the loop's dimension staged per block (lse, D): as a streamed tile, its last
   reader the last score gemm.
 
@@ -28,14 +28,14 @@ before it (dS^T over dO: the seed's `tmp_shared_storage` over its dO.V^T operand
 staged tile is `fenced`: a barrier precedes its writes, since the warps run the phases at their
 own pace and another warp may still be reading the bytes it is about to write (not for a buffer
 live from a later phase only: its last reads of the previous block were before the block's
-barrier; the warp grid's dS^T in P^T's bytes is fenced, P^T is not).
+barrier: the warp grid's dS^T in P^T's bytes would be fenced, P^T not).
 """
 from __future__ import annotations
 
 from ..plan import StoragePlan
 from ..plan import loop_dag as ld
 from ..plan import program as pp
-from ..targets import Target
+from ..targets import Target, dag_mma_rules
 from . import storage
 
 PROLOGUE, LOADS, EPILOGUE = "prologue", "loads", "epilogue"
@@ -88,8 +88,11 @@ def plan(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
             dtype=t.dtype))
     for t in staged:
         read = {g.kind for g in gemms if g.a == t.name}
+        # the warp grid's P^T: to the block's end, where the rulebook says so
+        end = (last if read == {ld.GemmKind.ACCUMULATING} and dag_mma_rules.DAG_GRID_OWN_BYTES
+               else max(readers[t.name]))
         requests.append(storage.Request(
-            t.name, t.bytes, storage.TILE_ALIGN, (staged_at[t.name], max(readers[t.name])),
+            t.name, t.bytes, storage.TILE_ALIGN, (staged_at[t.name], end),
             f"tile value {t.param} staged: [{t.rows}][{t.cols}], read "
             + ("as A by an accumulating gemm (the warp grid)" + (", " if len(read) > 1 else "")
                if ld.GemmKind.ACCUMULATING in read else "")

@@ -9,7 +9,8 @@ The orientation is FlashAttention-2's backward: a CTA owns tile_m of the kernel'
 keys), loads its loop-invariant tiles (K, V) once and walks the loop's blocks (the queries),
 streaming their tiles (Q, dO) through a ring; every warp owns 16 rows of each score tile and of
 each accumulator; a loop-row gemm's [block, N] tile is shared out over the warps by m16 tiles
-of the block and column groups of N.
+of the block and column groups of N. The warp grid (DagGrid, the rulebook's choice) shares
+each out over a grid of warps instead, the values handed on staged in shared memory.
 
 The forward's two-gemm loop (plan.program.LoopPlan) is the special case one score gemm and one
 accumulating gemm; it keeps its own plan and skeletons.

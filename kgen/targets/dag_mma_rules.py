@@ -91,6 +91,12 @@ DAG_GRID_REDUCE_WHY = ("a row of the score tiles or of the accumulators lies acr
 DAG_GRID_SPILLS_WHY = ("the warp grid spilled there and the warp rows did not (NVRTC 13.5: "
                        "kgen/targets/dag_mma_rules.py)")
 DAG_GRID_HEAVY_N = 128  # a tile store or a block mask refuses the grid from this N on
+# A value the grid stages for an accumulating gemm only (P^T) keeps its bytes to the block's
+# end: else the storage planner gives dS^T the same bytes (their phases apart) and dS^T's
+# writes wait on a barrier for every warp's P^T reads (dV's MMAs), a fifth barrier a block.
+# At head dim 128 on sm_80: 164,864 B of 166,912 (148,480 shared). The grid's shared-memory
+# refusal counts every staged value's own bytes, so this never refuses more.
+DAG_GRID_OWN_BYTES = True
 
 
 def dag_warp_grid(tile_m: int, block: int, warps: int, acc_ns: tuple[int, ...],

@@ -89,9 +89,18 @@ def test_the_grid_plan_stages_every_handed_value(d):
                      "dq": ("ldsm_a_km", "t0_smem", 2, d // 4)}
     names = [type(s).__name__ for s in plan.body.statements]
     assert "HandTile" not in names and names.count("StageTile") == 2
-    # P^T and dS^T share their bytes (never live together); dS^T's writes wait for P^T's readers
-    at = {b.name: b.offset for b in plan.storage.buffers}
-    assert at["h0_smem"] == at["t0_smem"] and plan.fenced == ("t0_smem",)
+    # P^T keeps its bytes to the block's end (DAG_GRID_OWN_BYTES): no barrier before dS^T's
+    # writes; without, the two share bytes and dS^T's writes wait for P^T's readers
+    buffers = {b.name: b for b in plan.storage.buffers}
+    assert not buffers["h0_smem"].shares_bytes(buffers["t0_smem"]) and plan.fenced == ()
+    rows = built(d, "top_left", ir.Arch.SM80).plan  # P^T's [128][64] bf16 more
+    assert plan.smem_bytes == rows.smem_bytes + 128 * 64 * 2 <= 163 * 1024
+    assert "shares bytes with a tile read earlier" not in _grid(d, "top_left").source
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dag_mma_rules, "DAG_GRID_OWN_BYTES", False)
+        shared = _grid(d, "top_left").plan
+    at = {b.name: b.offset for b in shared.storage.buffers}
+    assert at["h0_smem"] == at["t0_smem"] and shared.fenced == ("t0_smem",)
 
 
 @pytest.mark.parametrize("d, mask, tile", [(64, "none", None), (128, "top_left", None),
