@@ -3,19 +3,21 @@ sm_80 layout, plan.loop_dag.DagGrid; the plan option kgen/targets/dag_mma_rules.
 the rulebook's default the warp rows until measured) against float64 torch autograd, every
 output poisoned (NaN) first: the main kernel (examples/attention_bwd.kg) at ragged S and T of
 1, 17, 1000 (and 4097), no mask and causal (top-left, bottom-right), head dims 64 and 128, bf16
-and f16, its sm_80 build and the same plan built for the device (sm_90a on an H100 / H200),
-a written tile 128x32; GQA and deterministic mode (two runs, the same bits); and through
-kgen.attention / kgen.attention_varlen (their backward's programs planned with the grid) each
-of the forward's mods (tests/attention_mods_cases.py: softcap, ALiBi, a window, document masks,
-a bias with its gradient, dropout) and packed sequences. The CPU side (the grid's index math,
-its refusals): tests/targets/test_loop_dag_grid.py."""
+and f16 (kgen's runtime compiles the sm_80 plan for the device: sm_90a on an H100 / H200, as
+bench/attention_bwd.py's kgen_mma_grid), a written tile 128x32 (also the sm_90a target's plan
+with it: the mma.sync skeleton there); GQA and deterministic mode (two runs, the same bits);
+and through kgen.attention / kgen.attention_varlen (their backward's programs planned with the
+grid allowed) each of the forward's mods (tests/attention_mods_cases.py: softcap, ALiBi, a
+window, document masks, a bias with its gradient, dropout; the ones the rulebook refuses the
+grid, softcap and at head dim 128 the bias gradient, run the warp rows) and packed sequences.
+The CPU side (the grid's index math, its refusals): tests/targets/test_loop_dag_grid.py."""
 from __future__ import annotations
 
 import pytest
 
 from tests.attention_mods_cases import CASES
 from tests.gpu.attention_bwd_checks import MASKS, check_backward, load
-from tests.gpu.attention_checks import close_grads, cuda_torch
+from tests.gpu.attention_checks import close_grads, cuda_torch, skip_unless_runs
 from tests.gpu.test_attention_varlen_bwd_gpu import poisoned  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.gpu
@@ -54,11 +56,12 @@ def test_the_grid_f16_and_a_written_tile(d, mask):
 
 
 @pytest.mark.parametrize("mask", ["none", "top_left"])
-def test_the_sm80_grid_plan_built_for_the_device(mask):
-    """The sm_80 plan compiled for the GPU's own arch (bench/attention_bwd.py's kgen_mma_grid):
-    kgen's runtime compiles a plan for the device it runs on."""
+def test_the_sm90a_plan_s_mma_sync_skeleton_on_the_grid(mask):
+    """The sm_90a target with a written tile 128x32 (the wgmma skeleton does not take it: the
+    mma.sync skeleton, here in its warp grid)."""
+    skip_unless_runs("sm_90a")
     for d in (64, 128):
-        run_case(d, 1000, 1000, mask)
+        run_case(d, 1000, 17, mask, arch="sm_90a", tile="128x32")
 
 
 @pytest.mark.parametrize("mask", list(MASKS))

@@ -147,6 +147,10 @@ def test_the_emitted_index_math_covers_each_tile_once_at_the_mma_places(d, mask,
             + 16 * (j // g.n8_tiles), _eval(acc_n0, dict(env, warp=warp)) + 8 * (j % g.n8_tiles)))
         assert (g.m_tiles * g.n8_tiles == g.n // 8
                 and f"store_warp_rows<kAccMT, {g.n8_tiles}>" in tail["store_tile"])
+        assert (f"(a[mt], smem.{g.a}[0], acc_row0 + mt * 16, ks * 16)" in source
+                and f"(b, smem.{g.b}[slot], acc_n0 + np * 16, ks * 16)" in source
+                and f"mma_16816(acc_g{g.index}[mt * {g.n8_tiles} + 2 * np + 1], a[mt], b[2], "
+                "b[3])" in source)
     # a loop-row tile: [kBlock, N], fragment j at (lr_m0 + 16 (j / n8), lr_col0 + 8 (j % n8))
     for g in plan.gemms:
         if g.kind.value != "loop_row":
@@ -161,6 +165,10 @@ def test_the_emitted_index_math_covers_each_tile_once_at_the_mma_places(d, mask,
             _eval(s["lr_m0"], dict(env, warp=warp)) + 16 * (j // g.n8_tiles),
             _eval(s["lr_col0"], dict(env, warp=warp)) + 8 * (j % g.n8_tiles)))
         assert "const int lr_row0 = kv0 + lr_m0 + lane / 4;" in source
+        assert (f"(a[mt], smem.{g.a}[0], lr_m0 + mt * 16, ks * 16)" in source
+                and f"(b, smem.{g.b}[0], lr_col0 + np * 16, ks * 16)" in source
+                and f"mma_16816(acc_g{g.index}[mt * {g.n8_tiles} + 2 * np + 1], a[mt], b[2], "
+                "b[3])" in source)
 
 
 def test_the_grid_is_refused_with_why_where_it_does_not_tile():
