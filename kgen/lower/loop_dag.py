@@ -519,9 +519,9 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
     """The blocks the loop skips; a tile output's store allows none unless the skeleton
     writes its zeros on the skipped blocks (`zeroed_stores`: outputs whose stored value is a
     staged one, so 0 there as loop_dag_zero.zero_on_masked proves). An equality of a row and a
-    column vector (`kd[row] == qd[col]`, a document mask) is a bound as in the forward (pp.EqualBound,
-    scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless `no_equalities`
-    says why not (_equalities_refused): then a predicate not linear."""
+    column vector (`kd[row] == qd[col]`, a document mask) is a bound as in the forward
+    (pp.EqualBound, scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless
+    `no_equalities` says why not (_equalities_refused): then a predicate not linear."""
     values = body.values
     masks = [v for v in values if isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.WHERE
              and isinstance(values[v.kind.args[2]].kind, dag.Constant)
