@@ -60,14 +60,16 @@ def dag_min_ctas(registers: int, warps: int) -> tuple[int, str]:
 # x 128 keys at head dim 128 (8 warps, x4 loads / MMAs):
 #   the warp rows: S^T, dP^T [16, 64] a warp: 2 x 320 / 512; dV, dK [16, 128], A in
 #     registers: 2 x 256 / 512; dQ [16, 64]: 320 / 512; 1472 loads for 2560 MMAs (0.58)
-#   the grid: S^T, dP^T over 4 x 2 warps ([32, 32]): 2 x 256; P^T and dS^T staged (P^T's 16 KiB
-#     more, written once: 64 x4-word stores a warp); dV, dK over 4 x 2 ([32, 64], A by ldmatrix
-#     from the staged tile): 2 x 192; dQ over 2 x 4 ([32, 32]): 256; 1152 loads (0.45), -22 %
-# The score tiles' grid is what removes the most (each warp reads half of the block's Q / dO, not
-# all of it), and it needs P^T, dS^T in shared memory (a warp's [32 keys, 32 queries] share is
-# not the A operand of its [32 keys, N] share of dV), which in turn lets dV, dK take the 4 x 2
-# grid. At head dim 64: 768 -> 704 loads for 1280 MMAs (-8 %; dQ's [32, 16] shares gain
-# nothing). Registers: the handed fragments (2 x block / 4 words) are gone, the A fragments of
+#   the grid: S^T, dP^T over 4 x 2 warps ([32, 32]): 2 x 256; P^T and dS^T staged (P^T's 16
+#     KiB more; each staged value written once, 16 32-bit stores a thread); dV, dK over 4 x 2
+#     ([32, 64], A by ldmatrix from the staged tile): 2 x 192; dQ over 2 x 4 ([32, 32]): 256;
+#     1152 loads (0.45), -22 %
+# The score tiles' grid (each warp reads half of the block's Q / dO, not all of it) and the
+# accumulating gemms' (two m16 tiles a warp share each B load) remove 128 loads each, dQ's 64.
+# The score tiles' grid needs P^T, dS^T in shared memory (a warp's [32 keys, 32 queries] share
+# is not the A operand of its [32 keys, N] share of dV), which in turn lets dV, dK take the
+# 4 x 2 grid. At head dim 64: 768 -> 704 loads for 1280 MMAs (-8 %, the score tiles' alone:
+# dV's, dK's [32, 32] and dQ's [32, 16] shares load as many as the rows'). Registers: the handed fragments (2 x block / 4 words) are gone, the A fragments of
 # two m16 tiles live per k16 step; in the compact body the accumulating gemms' k16 steps run
 # one at a time too (fully unrolled, softcap at head dim 128 spilled 188-208 B, document masks
 # 24 B, dropout 12-24 B; one at a time 0 there, softcap 52 B). Plain, both masks, head dims 64
