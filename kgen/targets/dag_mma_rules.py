@@ -35,9 +35,21 @@ from contextlib import contextmanager
 DAG_COMPACT_REGISTERS = 256
 
 
-def dag_compact_body(registers: int) -> tuple[bool, str]:
+# The warp grid (below) runs the compact body from DAG_GRID_COMPACT_N (the accumulators' widest
+# N) on, whatever the estimate: at 128x32, head dim 128 (estimate 240), its three loops spilled
+# 4-20 B without a mask and 8-96 B causal (sm_80 / sm_90a builds; the accumulating gemms one
+# k16 step at a time: 0 / 28-60 B), its compact body 0 at 214-226 registers.
+DAG_GRID_COMPACT_N = 128
+
+
+def dag_compact_body(registers: int, grid_n: int | None = None) -> tuple[bool, str]:
     """Whether the mma.sync skeleton runs its compact body at the estimate `registers` (the
-    plan's), with why."""
+    plan's), with why; `grid_n`: the accumulators' widest N in the warp grid (None: the warp
+    rows)."""
+    if (grid_n is not None and grid_n >= DAG_GRID_COMPACT_N
+            and registers <= DAG_COMPACT_REGISTERS):
+        return True, (f"the warp grid at N {grid_n} (kgen/targets/dag_mma_rules.py, "
+                      "DAG_GRID_COMPACT_N)")
     if registers <= DAG_COMPACT_REGISTERS:
         return False, ""
     return True, f"about {registers} registers a thread (kgen/targets/dag_mma_rules.py)"

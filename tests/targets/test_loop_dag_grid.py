@@ -69,9 +69,13 @@ def _c_layout(places: dict, origin) -> None:
         assert (row, col) == (r0 + lane // 4 + 8 * (e >> 1), c0 + 2 * (lane % 4) + (e & 1))
 
 
-def test_the_rulebook_keeps_the_warp_rows_by_default():
+def test_the_rulebook_s_default_and_the_warp_rows():
+    """A plan without the option takes DAG_WARP_GRID's layout; the warp rows say why and emit
+    no grid (their .cu: the goldens')."""
     b = built(128, "top_left", ir.Arch.SM80)
-    assert not dag_mma_rules.DAG_WARP_GRID
+    assert (b.plan.grid is not None) == dag_mma_rules.DAG_WARP_GRID
+    with dag_mma_rules.warp_grid(False):
+        b = built(128, "top_left", ir.Arch.SM80)
     assert b.plan.grid is None and b.plan.layout.value == "warp rows"
     assert "DAG_WARP_GRID off" in b.plan.layout.why
     assert "kScoreWM" not in b.source and "// Warps:" not in b.source
@@ -93,7 +97,8 @@ def test_the_grid_plan_stages_every_handed_value(d):
     # writes; without, the two share bytes and dS^T's writes wait for P^T's readers
     buffers = {b.name: b for b in plan.storage.buffers}
     assert not buffers["h0_smem"].shares_bytes(buffers["t0_smem"]) and plan.fenced == ()
-    rows = built(d, "top_left", ir.Arch.SM80).plan  # P^T's [128][64] bf16 more
+    with dag_mma_rules.warp_grid(False):
+        rows = built(d, "top_left", ir.Arch.SM80).plan  # P^T's [128][64] bf16 more
     assert plan.smem_bytes == rows.smem_bytes + 128 * 64 * 2 <= 163 * 1024
     assert "shares bytes with a tile read earlier" not in _grid(d, "top_left").source
     with pytest.MonkeyPatch.context() as patch:
@@ -197,11 +202,12 @@ def test_the_wgmma_skeleton_keeps_its_own_layout():
 
 
 def test_the_plan_option_restores_the_rulebook_default():
-    with dag_mma_rules.warp_grid(True):
-        assert dag_mma_rules.DAG_WARP_GRID
+    default = dag_mma_rules.DAG_WARP_GRID
+    with dag_mma_rules.warp_grid(not default):
+        assert dag_mma_rules.DAG_WARP_GRID is not default
         with pytest.raises(ValueError):
             raise ValueError("inside")
-    assert not dag_mma_rules.DAG_WARP_GRID
+    assert dag_mma_rules.DAG_WARP_GRID is default
 
 
 MODS = {
@@ -265,6 +271,39 @@ def test_the_options_on_the_grid_compile_without_spills(case):
     from kgen.runtime.nvrtc import compile_cubin
 
     b = _backward(**case)
+    assert b.plan.grid is not None, b.plan.layout.why
+    for arch in ("sm_80", "sm_90a"):
+        resources = compile_cubin(b.source, b.plan.name, arch).resources()
+        assert resources.get("spill_stores", 0) == 0 and resources.get("stack_bytes", 0) == 0, \
+            (arch, resources)
+
+
+def test_the_grid_runs_the_compact_body_from_n_128():
+    compact, why = dag_mma_rules.dag_compact_body(240, dag_mma_rules.DAG_GRID_COMPACT_N)
+    assert compact and "the warp grid at N 128" in why and "DAG_GRID_COMPACT_N" in why
+    assert dag_mma_rules.dag_compact_body(240, 64) == (False, "")
+    assert dag_mma_rules.dag_compact_body(240) == (False, "")  # the warp rows: the estimate's
+    source = _grid(128, "top_left", tile="128x32").source
+    assert "// The compact body, the warp grid at N 128" in source
+
+
+WRITTEN = [(128, "none", "128x32", None), (128, "top_left", "128x32", None),
+           (64, "bottom_right", "128x32", None), (128, "top_left", None, 64),
+           (64, "top_left", None, 128), (192, "top_left", None, 128)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d, mask, tile, d_v", WRITTEN, ids=lambda v: str(v))
+def test_written_tiles_and_value_dims_on_the_grid_compile_without_spills(d, mask, tile, d_v):
+    """A written tile 128x32 (the examples' line; at head dim 128 its three loops spilled in the
+    grid: the compact body, DAG_GRID_COMPACT_N) and a value head dim unlike the query's."""
+    from kgen.runtime.nvrtc import compile_cubin
+
+    from .test_loop_dag_compile import built_value_dim
+
+    with dag_mma_rules.warp_grid(True):
+        b = built(d, mask, ir.Arch.SM80, tile=tile) if d_v is None else built_value_dim(
+            d, d_v, ir.Arch.SM80, mask)
     assert b.plan.grid is not None, b.plan.layout.why
     for arch in ("sm_80", "sm_90a"):
         resources = compile_cubin(b.source, b.plan.name, arch).resources()

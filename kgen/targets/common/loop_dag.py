@@ -203,7 +203,8 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
                else None),
         storage=plan.storage, storage_buffers=_storage_buffers(plan),
-        compact=dag_mma_rules.dag_compact_body(int(plan.registers.value)),
+        compact=dag_mma_rules.dag_compact_body(int(plan.registers.value), max(
+            t.n for t in plan.tails) if plan.grid else None),
         grid=grid_shapes(plan))
 
 
