@@ -14,10 +14,11 @@ accumulator too, the main kernel, dQ's conversion; three launches), `kgen_seq_gr
 sequence captured in a CUDA graph and the graph's replay timed (device time without the host's
 launch gaps), `kgen_main` the main kernel's call alone (with the zeroing of dQ it launches
 first) and `kgen_main_graph` its graph's replay; on the wgmma skeleton `kgen_mma_sync` the sm_80
-build's main kernel and `kgen_rows_dq` the wgmma skeleton with dQ added by the copy engine's
+build's main kernel (`kgen_mma_grid`: in its warp grid, kgen/targets/dag_mma_rules.py
+DAG_WARP_GRID) and `kgen_rows_dq` the wgmma skeleton with dQ added by the copy engine's
 bulk reduce-add per staged row (the plan option the rulebook took before its tensor reduce-add
-per warpgroup; OTHER_ADDS); at D 192 and 256 (the split layout, whose rulebook adds dQ by f32
-atomics) `kgen_slots_dq` / `kgen_warp_dq` the add warp's tensor reduce-adds from each
+per warpgroup; OTHER_ADDS); at D 192 and 256 (the split layout, where the rulebook takes
+another way) `kgen_slots_dq` / `kgen_warp_dq` the add warp's tensor reduce-adds from each
 warpgroup's own boxes of the streamed slots (D 256) / from a staging of their own (D 192;
 SPLIT_ADDS, dag_wgmma_rules.DAG_WGMMA_SPLIT_ADDS); `sdpa_*` torch.autograd.grad of a saved
 SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the forward's
@@ -34,6 +35,9 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # rulebook's build, then timed; D 256's dQ:
                                                 # --variants base base+slots --d 256
                                                 # --s 1024 4096 16384 (D 192: base+warp)
+    python3 bench/attention_bwd.py --mma-layouts  # the sm_80 build's warp rows against its
+                                                # warp grid (kgen_mma_grid in the table too),
+                                                # outputs compared, beside SDPA's flash
     python3 bench/attention_bwd.py --groups     # the main kernel at D 128: MHA against GQA 8:1
                                                 # (16 / 2 heads) and deterministic against default
                                                 # (--gqa-schedules gqa8: GQA's schedule before
@@ -111,10 +115,18 @@ def variant(kv_heads: int | None = None, deterministic: bool = False) -> dict[st
 
 
 def built_main(d: int, causal: bool, arch: ir.Arch | None = None,
-               replace: dict[str, str] | None = None):
+               replace: dict[str, str] | None = None, grid: bool | None = None):
+    """The main kernel's build; `grid` True / False: the mma.sync skeleton's warp grid where
+    the rulebook allows it / its warp rows (the plan option dag_mma_rules.warp_grid), None: as
+    the rulebook takes it."""
+    from kgen.targets import dag_mma_rules
+
     mask = {} if causal else {MASKED: "exp(scale * acc - lse[col])"}
-    return build_verified(_kernel("examples/attention_bwd.kg", d, {**mask, **(replace or {})}),
-                          arch or device_arch())
+    kernel = _kernel("examples/attention_bwd.kg", d, {**mask, **(replace or {})})
+    if grid is None:
+        return build_verified(kernel, arch or device_arch())
+    with dag_mma_rules.warp_grid(grid):
+        return build_verified(kernel, arch or device_arch())
 
 
 # the ways of adding dQ (loop_dag_schedule.ADD_MODES) timed beside the rulebook's in the table:
@@ -124,10 +136,11 @@ OTHER_ADDS = ("rows",)
 SPLIT_ADDS = ("slots", "warp")
 
 
-def kernels(d: int, causal: bool, arch: ir.Arch | None = None) -> tuple:
+def kernels(d: int, causal: bool, arch: ir.Arch | None = None,
+            grid: bool | None = None) -> tuple:
     """The loaded main kernel (the rulebook's configuration for D on `arch`, the device's by
-    default) and the D row kernel."""
-    built = built_main(d, causal, arch)
+    default; `grid`: built_main's) and the D row kernel."""
+    built = built_main(d, causal, arch, grid=grid)
     dot = _kernel("examples/attention_bwd_dot.kg", d)
     return load_built(built), load_built(build_verified(dot, ir.Arch.SM80)), built.plan
 
@@ -192,6 +205,15 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
                 Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
         except KgenError as err:  # (D 256: its accumulators do not fit mma.sync's registers)
             print(f"# kgen_mma_sync D {d}: {err.message}", file=sys.stderr)
+    try:  # the sm_80 build in the mma.sync skeleton's warp grid (dag_mma_rules.DAG_WARP_GRID)
+        grid_main, _, grid_plan = kernels(d, causal, ir.Arch.SM80, grid=True)
+        if grid_plan.grid is not None:
+            calls.append(("kgen_mma_grid", lambda _: grid_main(
+                Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv, scale=scale)))
+        else:
+            print(f"# kgen_mma_grid D {d}: {grid_plan.layout.why}", file=sys.stderr)
+    except KgenError as err:
+        print(f"# kgen_mma_grid D {d}: {err.message}", file=sys.stderr)
     if plan.wgmma is not None:  # dQ added another way (a plan option)
         from kgen.targets.sm90.loop_dag_schedule import add_mode
 
@@ -226,6 +248,64 @@ def measure(d: int, s: int, causal: bool, backends) -> dict:
     return row
 
 
+def mma_layouts(dims, lengths) -> list[dict]:
+    """The sm_80 build's two warp layouts (the mma.sync skeleton: the warp rows, the warp grid;
+    kgen/targets/dag_mma_rules.py DAG_WARP_GRID) on the same random inputs: dQ, dK, dV of the
+    grid against the rows' (max |a - b| / max |b|), then each main kernel timed, beside SDPA's
+    flash backend (FlashAttention-2's backward); TFLOP/s as the table's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    print(f"# the mma.sync skeleton's warp layouts (sm_80 build), TFLOP/s, bf16, {TOKENS} "
+          f"tokens, {HEADS} heads, {torch.cuda.get_device_name()}")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'rows':>8} {'grid':>8} {'grid/rows':>9} "
+          f"{'sdpa_flash':>10} {'grid/flash':>10} {'rel_err':>8}")
+    rows = []
+    for d in dims:
+        for s in lengths:
+            for causal in (False, True):
+                b = TOKENS // s
+                q, k, v, do, o, lse = _inputs(b, s, d, causal)
+                dd = (do.float() * o.float()).sum(-1)
+                scale = 1.0 / math.sqrt(d)
+                stream = torch.cuda.current_stream().cuda_stream
+                flops = 2.5 * 4 * b * HEADS * s * s * d / (2 if causal else 1)
+                row = {"d": d, "s": s, "causal": causal}
+                outs = {}
+                for name, grid in (("rows", False), ("grid", True)):
+                    main, _, plan = kernels(d, causal, ir.Arch.SM80, grid=grid)
+                    if grid and plan.grid is None:
+                        print(f"# grid D {d}: {plan.layout.why}", file=sys.stderr)
+                        continue
+                    dq = torch.empty(b, HEADS, s, d, device="cuda")
+                    dk, dv = torch.empty_like(k), torch.empty_like(v)
+
+                    def call(_, main=main, dq=dq, dk=dk, dv=dv):
+                        main(Q=q, K=k, V=v, dO=do, lse=lse, D=dd, dQ=dq, dK=dk, dV=dv,
+                             scale=scale)
+                    call(0)
+                    outs[name] = (dq.clone(), dk.float(), dv.float())
+                    t = time_kernel(call, rotate=1, stream=stream)
+                    row[name] = flops / (t.median_ms * 1e-3) / 1e12
+                if len(outs) == 2:
+                    row["rel_err"] = max(float((a - r).abs().max() / r.abs().max())
+                                         for a, r in zip(outs["grid"], outs["rows"]))
+                qq, kk, vv = (x.detach().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    out = torch.nn.functional.scaled_dot_product_attention(
+                        qq, kk, vv, is_causal=causal)
+                t = time_kernel(lambda _: torch.autograd.grad(out, (qq, kk, vv), do,
+                                                              retain_graph=True),
+                                rotate=1, stream=stream)
+                row["sdpa_flash"] = flops / (t.median_ms * 1e-3) / 1e12
+                rows.append(row)
+                get = lambda n: row.get(n, math.nan)  # noqa: E731
+                print(f"{d:>4} {s:>6} {str(causal):>6} {get('rows'):8.1f} {get('grid'):8.1f} "
+                      f"{get('grid') / get('rows'):9.3f} {get('sdpa_flash'):10.1f} "
+                      f"{get('grid') / get('sdpa_flash'):10.3f} {get('rel_err'):8.1e}",
+                      flush=True)
+    return rows
+
+
 def _sequence(d: int, causal: bool):
     """The backward sequence kgen.attention's backward calls for bf16, head dim `d`, on the
     device's arch (kgen/attention_grad.py): its op and the names of its inputs, in order."""
@@ -257,7 +337,8 @@ def table(json_path: str | None = None, dims=(64, 128), lengths=(1024, 4096)) ->
                 "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
     columns = ["kgen_total", "kgen_seq", "kgen_seq_graph", "kgen_main", "kgen_main_graph",
-               "kgen_mma_sync", *(f"kgen_{m}_dq" for m in OTHER_ADDS + SPLIT_ADDS), *backends]
+               "kgen_mma_sync", "kgen_mma_grid",
+               *(f"kgen_{m}_dq" for m in OTHER_ADDS + SPLIT_ADDS), *backends]
     print(f"# TFLOP/s (2.5x the forward's flops), bf16, {TOKENS} tokens, {HEADS} heads, "
           f"{torch.cuda.get_device_name()}")
     print(f"# kgen_main: the {device_arch().value} build; where it is the wgmma skeleton, "
@@ -627,7 +708,15 @@ def main(argv=None) -> None:
                         help="time the wgmma skeleton's schedules (names as schedule() reads "
                              "them; none: SCHEDULES, and CAUSAL_SCHEDULES when causal)")
     parser.add_argument("--schedule", default=None, help="--once: a schedule (see schedule())")
+    parser.add_argument("--mma-layouts", action="store_true",
+                        help="the sm_80 build's warp rows against its warp grid (and SDPA's "
+                             "flash backend), outputs compared, then timed (--d, --s)")
     args = parser.parse_args(argv)
+    if args.mma_layouts:
+        rows = mma_layouts(tuple(args.d or (64, 128)), tuple(args.s or (1024, 4096)))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return
     if args.variants is not None:
         variants_table(tuple(args.d or (64, 128)), tuple(args.s or (4096,)),
                        list(args.variants or SCHEDULES))

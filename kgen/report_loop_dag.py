@@ -59,8 +59,13 @@ def _lines(section: pp.Section, wgmma: bool = False) -> list[str]:
             lines.append(f"hand on {_arg(section, s.value)} as {s.dtype.dsl_name} (A fragments, "
                          "in registers)")
         elif isinstance(s, ld.StageTile):
+            read = {t.gemm.kind for t in section.statements
+                    if isinstance(t, ld.DagStep) and t.gemm.a == s.tile}
             lines.append(f"stage {_arg(section, s.value)} as {s.dtype.dsl_name} in {s.tile} "
-                         "(read transposed by a loop-row gemm), then a barrier")
+                         "(read " + " and ".join(
+                             ["as A by an accumulating gemm"] * (ld.GemmKind.ACCUMULATING in read)
+                             + ["transposed by a loop-row gemm"] * (ld.GemmKind.LOOP_ROW in read))
+                         + "), then a barrier")
         elif isinstance(s, ld.AddTile):
             lines.append(f"add {_arg(section, s.value)} into {s.param} at the loop's rows "
                          "(atomic f32 adds)")
@@ -76,6 +81,11 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
     roles = {**{t.name: f"loop-invariant {t.param}, loaded once" for t in plan.resident},
              **{t.name: f"{t.param}, streamed ({t.slots} slots)" for t in plan.streamed},
              **{t.name: f"tile value {t.param}, staged for a loop-row gemm" for t in plan.staged}}
+    for t in plan.staged if plan.grid is not None else ():  # the warp grid's
+        roles[t.name] = (f"tile value {t.param}, staged for an accumulating gemm (the warp "
+                         "grid)" + (" and a loop-row gemm" if any(
+                             g.a == t.name and g.kind is ld.GemmKind.LOOP_ROW
+                             for g in plan.gemms) else ""))
     bias = plan.wgmma.bias if plan.wgmma is not None else None
     for t in plan.wgmma.handed if plan.wgmma is not None else ():  # the split layout's
         roles[t.name] = "a tile value handed on, staged for an accumulating gemm (split)"
@@ -91,6 +101,7 @@ def summary(plan: ld.LoopDagPlan, resources: dict | None = None) -> dict[str, An
         "wgmma": _wgmma(plan.wgmma) if plan.wgmma is not None else None,
         "config": choice(plan.config), "mma": choice(plan.mma),
         "registers": choice(plan.registers), "min_ctas": choice(plan.min_ctas),
+        "layout": choice(plan.layout),
         "tanh": choice(plan.tanh), "division": choice(plan.division),
         "grid": f"(ceil({plan.rows_dim} / {plan.tile_m}), "
                 f"{'KV heads' if plan.gqa else 'heads'}, batch)",
@@ -201,7 +212,8 @@ def print_summary(console, s: dict) -> None:
     console.print(f"[bold]{s['name']}[/bold]  {s['arch']}  a loop over a DAG of gemms  "
                   f"{s['threads']} threads  grid {s['grid']}  shared memory "
                   f"{s['smem_bytes']:,} of {s['smem_limit']:,} B")
-    for what in ("config", "mma", "registers", "min_ctas"):
+    for what in ("config", "mma", "registers", "min_ctas") + (
+            ("layout",) if s["skeleton"] == "mma.sync" else ()):
         console.print(f"{what}: {s[what]['value']} ({s[what]['why']})")
     if s.get("wgmma"):
         for what in ("split", "roles", "pipeline", "overlap", "adds", "staging", "tile_store",

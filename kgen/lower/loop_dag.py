@@ -11,13 +11,13 @@ differ, grouped as the verifier checked them). The values reuse
 kgen/lower/program.py's sections; the configuration is the rulebook's
 (kgen/targets/loop_rules.py, the DAG section). Blocks a mask zeroes in full are skipped where
 the bounds of kgen/lower/loop_bounds.py apply and zeroing the mask's value provably makes the
-block add nothing (`_zero_on_masked`). A block mask (`blocks by ...`, ir.BlockMask) lists the
-blocks instead, at run time (`_listed`): per tile of rows the partial blocks, then the full
-ones, where every mask `where(P, e, 0)` whose predicate reads only indices reads `e`.
+block add nothing (kgen/lower/loop_dag_zero.py). A block mask (`blocks by ...`, ir.BlockMask)
+lists the blocks instead, at run time (`_listed`): per tile of rows the partial blocks, then the
+full ones, where every mask `where(P, e, 0)` whose predicate reads only indices reads `e`. The
+mma.sync skeleton's warp layout: kgen/lower/loop_dag_grid.py.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from .. import ir
@@ -27,7 +27,7 @@ from ..plan import loop_dag as ld
 from ..plan import program as pp
 from ..plan.program import Rank
 from ..targets import Instruction, dag_mma_rules, dag_wgmma_rules, loop_rules, target
-from . import loop_bounds, loop_dag_storage
+from . import loop_bounds, loop_dag_grid, loop_dag_storage, loop_dag_zero
 from . import packed as packed_program
 from ..verify.loop_gemms import after_loop_groups  # the kernel's epilogue by N (one home)
 from .program import _block_params, _params, _roles, _Section, _store, smem_tile
@@ -146,6 +146,11 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     if any(w is not None for w in written):
         why = "the source's lines, " + ("completed by " + why if None in written else "legal")
 
+    # the mma.sync skeleton's warp layout: the warp grid (its handed values staged) or rows
+    grid, layout_why = (None, "the wgmma skeleton's own") if wgmma_refused is None else (
+        loop_dag_grid.choose(kernel, config, shape, dtype, tuple(acc_n.values()),
+                             tuple(loop_row_n), tgt))
+
     # Shared memory: resident tiles, then the ring, then the staged values, end to end (the
     # wgmma skeleton lays out its own; the mma.sync skeleton's are placed by the storage
     # planner below, kgen/lower/loop_dag_storage.py)
@@ -178,12 +183,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
     gemms: list[ld.DagGemm] = []
     handed: set[int] = set()
     stage_of: dict[str, pp.SmemTile] = {}  # loop-row gemm -> its staged tile
+    a_tile: dict[int, str] = {}  # the warp grid: a value handed on -> the tile it is staged in
+    handed_tiles: list[pp.SmemTile] = []  # the warp grid's: values no loop-row gemm stages
     for index, (g, kind) in enumerate(zip(loop.gemms, kinds)):
         if kind is ld.GemmKind.SCORE:
             a, b = kernel.param(g.a.name), kernel.param(g.b.name)
+            n_warp, m_tiles = (loop_dag_grid.share(grid, kind, config, config.block)
+                               if grid else (config.block // halves, 1))
             gemm = ld.DagGemm(index, g.name, kind, tiles[a.name].name, ld.ALoad.SMEM, None,
                               ring[b.name].name, pp.FragmentLoad.N_MAJOR, k=int(a.shape[1]),
-                              n=config.block, n_warp=config.block // halves)
+                              n=config.block, n_warp=n_warp, m_tiles=m_tiles)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
             body.acc = g.name
@@ -192,20 +201,30 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             body.acc = None
         elif kind is ld.GemmKind.ACCUMULATING:
             value = _tile_value(body, g)
-            if value not in handed:
+            if grid is None and value not in handed:
                 body.statement(ld.HandTile(value, dtype))
                 handed.add(value)
-            # a value a later loop-row gemm reads is staged now, from the fragments just
-            # handed on: its f32 tile need not live through this gemm's MMAs
+            # a value a later loop-row gemm reads is staged now (from the fragments just handed
+            # on: its f32 tile need not live through this gemm's MMAs); the warp grid stages
+            # every value handed on, a tile of its own where no loop-row gemm reads it
             for later, later_kind in zip(loop.gemms[index + 1:], kinds[index + 1:]):
                 if (later_kind is ld.GemmKind.LOOP_ROW and body.env.get(later.a.name) == value
-                        and later.name not in stage_of):
+                        and later.name not in stage_of and (grid is None or value not in a_tile)):
                     stage_of[later.name] = staged[len(stage_of)]
                     body.statement(ld.StageTile(value, dtype, stage_of[later.name].name))
-            b = kernel.param(g.b.name)
-            gemm = ld.DagGemm(index, g.name, kind, "", ld.ALoad.REGISTERS, value,
+                    a_tile[value] = stage_of[later.name].name
+            if grid is not None and value not in a_tile:
+                handed_tiles.append(smem_tile(f"h{len(handed_tiles)}_smem", g.a.name,
+                                              config.tile_m, config.block, 1, dtype, 0, False))
+                body.statement(ld.StageTile(value, dtype, handed_tiles[-1].name))
+                a_tile[value] = handed_tiles[-1].name
+            b, n = kernel.param(g.b.name), acc_n[g.name]
+            n_warp, m_tiles = (loop_dag_grid.share(grid, kind, config, n) if grid
+                               else (n // halves, 1))
+            gemm = ld.DagGemm(index, g.name, kind, a_tile[value] if grid else "",
+                              ld.ALoad.SMEM if grid else ld.ALoad.REGISTERS, value,
                               ring[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.block,
-                              n=acc_n[g.name], n_warp=acc_n[g.name] // halves)
+                              n=n, n_warp=n_warp, m_tiles=m_tiles)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
         else:
@@ -219,12 +238,16 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
             _, n_warp = loop_rules.dag_loop_row_split(config, n)
             if wgmma_split:
                 n_warp = n // halves
+            n_warp, m_tiles = (loop_dag_grid.share(grid, kind, config, n) if grid
+                               else (n_warp, 1))
             gemm = ld.DagGemm(index, g.name, kind, tile.name, ld.ALoad.SMEM_TRANSPOSED, None,
                               tiles[b.name].name, pp.FragmentLoad.K_MAJOR, k=config.tile_m, n=n,
-                              n_warp=n_warp, epilogue=_loop_row_epilogue(kernel, g, n))
+                              n_warp=n_warp, epilogue=_loop_row_epilogue(kernel, g, n),
+                              m_tiles=m_tiles)
             gemms.append(gemm)
             body.statement(ld.DagStep(gemm))
     body_section = body.section()
+    staged += handed_tiles  # placed by the storage planner below
 
     accumulators = tuple(g.name for g, k in zip(loop.gemms, kinds)
                          if k is ld.GemmKind.ACCUMULATING)
@@ -339,8 +362,10 @@ def run(kernel: ir.Kernel, arch: ir.Arch) -> ld.LoopDagPlan:
                      _WGMMA_VECTORS_WHY if wgmma and vectors else _VECTORS_WHY if vectors
                      else "no f32 vector is read at col"),
         wgmma=wgmma, deterministic=deterministic, storage=storage_plan,
-        fenced=fenced, packed=packed, **_spellings([body_section] + [g.epilogue for g in gemms
-                                                      if g.epilogue is not None], wgmma))
+        fenced=fenced, packed=packed, grid=grid,
+        layout=pp.Choice("warp grid" if grid else "warp rows", layout_why),
+        **_spellings([body_section] + [g.epilogue for g in gemms if g.epilogue is not None],
+                     wgmma))
 
 
 def _spellings(sections: list[pp.Section], wgmma) -> dict[str, pp.Choice]:
@@ -491,19 +516,15 @@ def _loop_row_epilogue(kernel: ir.Kernel, g: ir.Gemm, n: int) -> pp.Section:
 # The skipped blocks: a mask `where(P, e, 0)` whose zero makes a block add nothing
 
 
-_ZERO = 0.0
-_FINITE = "finite"  # finite, not known when compiling
-
-
 def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
             zeroed_stores: frozenset[str] = frozenset(),
             no_equalities: str | None = None) -> pp.LoopBounds:
     """The blocks the loop skips; a tile output's store allows none unless the skeleton
     writes its zeros on the skipped blocks (`zeroed_stores`: outputs whose stored value is a
-    staged one, so 0 there as _zero_on_masked proves). An equality of a row and a column
-    vector (`kd[row] == qd[col]`, a document mask) is a bound as in the forward (pp.EqualBound,
-    scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless `no_equalities`
-    says why not (_equalities_refused): then a predicate not linear."""
+    staged one, so 0 there as loop_dag_zero.zero_on_masked proves). An equality of a row and a
+    column vector (`kd[row] == qd[col]`, a document mask) is a bound as in the forward
+    (pp.EqualBound, scanned per tile of rows by templates/common/loop_bounds.inc.j2), unless
+    `no_equalities` says why not (_equalities_refused): then a predicate not linear."""
     values = body.values
     masks = [v for v in values if isinstance(v.kind, dag.Apply) and v.kind.op is ir.Op.WHERE
              and isinstance(values[v.kind.args[2]].kind, dag.Constant)
@@ -524,7 +545,7 @@ def _bounds(body: pp.Section, gemms: list[ld.DagGemm],
         if isinstance(found, str):
             refused.append(f"`{text}`: {found}")
             continue
-        problem = _zero_on_masked(body, gemms, mask.id)
+        problem = loop_dag_zero.zero_on_masked(body, gemms, mask.id)
         if problem is not None:
             refused.append(f"`{text}`: on a block it zeroes in full, {problem}")
             continue
@@ -629,67 +650,3 @@ def _equalities_refused(kernel: ir.Kernel, gqa: bool) -> str | None:
     if kernel.deterministic:
         return DETERMINISTIC_EQUALITY_WHY
     return GQA_EQUALITY_WHY if gqa else None
-
-
-def _zero_on_masked(body: pp.Section, gemms: list[ld.DagGemm], mask: int) -> str | None:
-    """Why a block where value `mask` is 0 everywhere would change the outputs, or None: every
-    handed-on and staged value must be 0 (the accumulators gain 0, the loop-row tiles are 0)
-    and every loop-row epilogue must add 0 for a zero tile. Inputs are taken to be finite."""
-    known: dict[int, object] = {}
-
-    def get(values, index: int, zero_acc: bool, memo: dict):
-        if index not in memo:
-            memo[index] = _abstract(values, values[index], mask if values is body.values
-                                    else None, zero_acc, lambda i: get(values, i, zero_acc,
-                                                                       memo))
-        return memo[index]
-
-    for stmt in body.statements:
-        if isinstance(stmt, (ld.HandTile, ld.StageTile)):
-            if get(body.values, stmt.value, False, known) != _ZERO:
-                return "a value a gemm multiplies is not 0"
-    for g in gemms:
-        if g.epilogue is None:
-            continue
-        memo: dict[int, object] = {}
-        for stmt in g.epilogue.statements:
-            if isinstance(stmt, ld.AddTile) and get(g.epilogue.values, stmt.value, True,
-                                                    memo) != _ZERO:
-                return f"gemm '{g.name}''s epilogue adds a value other than 0"
-    return None
-
-
-def _abstract(values, value: pp.Value, mask: int | None, zero_acc: bool, get):
-    kind = value.kind
-    if value.id == mask:
-        return _ZERO
-    if isinstance(kind, dag.Constant):
-        return float(kind.value) if math.isfinite(kind.value) else None
-    if isinstance(kind, ld.GemmResult):
-        return _ZERO if zero_acc else _FINITE
-    if isinstance(kind, (dag.ScalarArg, dag.VectorLoad, dag.TensorLoad, pp.PositionValue,
-                         pp.ExtentValue, pp.RandomValue)):
-        return _FINITE
-    if isinstance(kind, dag.Cast):
-        arg = get(kind.arg)
-        return arg if arg in (_ZERO, _FINITE) else None
-    if not isinstance(kind, dag.Apply):
-        return None
-    args = [get(a) for a in kind.args]
-    if kind.op is ir.Op.MUL and _ZERO in args and all(a is not None for a in args):
-        return _ZERO  # 0 times a finite value
-    if kind.op in (ir.Op.ADD, ir.Op.SUB) and all(a == _ZERO for a in args):
-        return _ZERO
-    if kind.op is ir.Op.NEG and args[0] == _ZERO:
-        return _ZERO
-    if kind.op is ir.Op.WHERE and args[1] == _ZERO and args[2] == _ZERO:
-        return _ZERO
-    if (kind.op is ir.Op.WHERE and mask is not None and args[2] == _ZERO
-            and kind.args[0] == values[mask].kind.args[0]):
-        return _ZERO  # the mask's own predicate, false on the block: `dst = where(P, .., 0)`
-    if kind.op in (ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.NEG, ir.Op.WHERE, ir.Op.MIN,
-                   ir.Op.MAX, ir.Op.ABS) and all(a is not None for a in args):
-        return _FINITE
-    if kind.op in (ir.Op.LT, ir.Op.LE, ir.Op.GT, ir.Op.GE, ir.Op.EQ, ir.Op.NE):
-        return _FINITE  # 0 or 1, whatever the arguments (NaN compares false)
-    return None

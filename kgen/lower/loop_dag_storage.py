@@ -17,22 +17,25 @@ iteration only is live from its first phase to its last reader there:
 - a loop-invariant tile (resident): prologue to the last gemm, carried across the iterations;
 - a streamed tile's ring with two slots or more: prologue to the last gemm (a slot refills while
   another is read, across the iterations); with one slot: from `loads` to its last reader;
-- a staged tile value (dS^T for a loop-row gemm): from the phase of the gemm it is staged
-  before to the loop-row gemm that reads it;
+- a staged tile value (dS^T for a loop-row gemm; the warp grid's P^T and dS^T for the
+  accumulating gemms, plan.loop_dag.DagGrid): from the phase of the gemm it is staged before
+  to its last reader (the grid's P^T to the last gemm: dag_mma_rules.DAG_GRID_OWN_BYTES);
 - a vector of the loop's dimension staged per block (lse, D): as a streamed tile, its last
   reader the last score gemm.
 
 So with one ring slot a staged tile may take the bytes of a streamed tile whose last reader came
 before it (dS^T over dO: the seed's `tmp_shared_storage` over its dO.V^T operands). Such a
 staged tile is `fenced`: a barrier precedes its writes, since the warps run the phases at their
-own pace and another warp may still be reading the bytes it is about to write.
+own pace and another warp may still be reading the bytes it is about to write (not for a buffer
+live from a later phase only: its last reads of the previous block were before the block's
+barrier: the warp grid's dS^T in P^T's bytes would be fenced, P^T not).
 """
 from __future__ import annotations
 
 from ..plan import StoragePlan
 from ..plan import loop_dag as ld
 from ..plan import program as pp
-from ..targets import Target
+from ..targets import Target, dag_mma_rules
 from . import storage
 
 PROLOGUE, LOADS, EPILOGUE = "prologue", "loads", "epilogue"
@@ -84,10 +87,17 @@ def plan(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
             f"{t.param}: {t.slots} x [{t.rows}][{t.cols}] of the block, {ring_why}",
             dtype=t.dtype))
     for t in staged:
+        read = {g.kind for g in gemms if g.a == t.name}
+        # the warp grid's P^T: to the block's end, where the rulebook says so
+        end = (last if read == {ld.GemmKind.ACCUMULATING} and dag_mma_rules.DAG_GRID_OWN_BYTES
+               else max(readers[t.name]))
         requests.append(storage.Request(
-            t.name, t.bytes, storage.TILE_ALIGN, (staged_at[t.name], max(readers[t.name])),
-            f"tile value {t.param} staged: [{t.rows}][{t.cols}], read transposed by a loop-row "
-            "gemm", dtype=t.dtype))
+            t.name, t.bytes, storage.TILE_ALIGN, (staged_at[t.name], end),
+            f"tile value {t.param} staged: [{t.rows}][{t.cols}], read "
+            + ("as A by an accumulating gemm (the warp grid)" + (", " if len(read) > 1 else "")
+               if ld.GemmKind.ACCUMULATING in read else "")
+            + ("transposed by a loop-row gemm" if ld.GemmKind.LOOP_ROW in read else ""),
+            dtype=t.dtype))
     for v in vectors:
         requests.append(storage.Request(
             vector_buffer(v), 4 * stages * block, storage.SCRATCH_ALIGN,
@@ -95,7 +105,9 @@ def plan(resident: tuple[pp.SmemTile, ...], streamed: tuple[pp.SmemTile, ...],
             "with the streamed tiles", dtype=None))
     placed = storage.planned(phases, requests, tgt)
     by_name = {b.name: b for b in placed.buffers}
+    # a buffer live from a later phase than a staged tile is done with its bytes before the
+    # block's last barrier: the staged tile's writes need no barrier for it
     fenced = tuple(t.name for t in staged
                    if any(by_name[t.name].shares_bytes(b) for b in placed.buffers
-                          if b.name != t.name))
+                          if b.name != t.name and b.live[0] <= by_name[t.name].live[0]))
     return placed, fenced

@@ -9,7 +9,8 @@ The orientation is FlashAttention-2's backward: a CTA owns tile_m of the kernel'
 keys), loads its loop-invariant tiles (K, V) once and walks the loop's blocks (the queries),
 streaming their tiles (Q, dO) through a ring; every warp owns 16 rows of each score tile and of
 each accumulator; a loop-row gemm's [block, N] tile is shared out over the warps by m16 tiles
-of the block and column groups of N.
+of the block and column groups of N. The warp grid (DagGrid, the rulebook's choice) shares
+each out over a grid of warps instead, the values handed on staged in shared memory.
 
 The forward's two-gemm loop (plan.program.LoopPlan) is the special case one score gemm and one
 accumulating gemm; it keeps its own plan and skeletons.
@@ -114,6 +115,7 @@ class DagGemm:
     n: int
     n_warp: int  # the columns a warp computes (n, but for a loop-row gemm)
     epilogue: Section | None = None  # a loop-row gemm's: over its [block, N] tile
+    m_tiles: int = 1  # the m16 tiles a warp computes (more than one: the warp grid, DagGrid)
 
     @property
     def k_steps(self) -> int:
@@ -122,6 +124,22 @@ class DagGemm:
     @property
     def n8_tiles(self) -> int:  # per warp
         return self.n_warp // 8
+
+
+@dataclass(frozen=True, slots=True)
+class DagGrid:
+    """The mma.sync skeleton's warp grid (FlashAttention-2's sm_80 layout; the rulebook's
+    choice, kgen/targets/dag_mma_rules.py dag_warp_grid), each pair (warps along M, warps along
+    N) of one kind of gemm, a warp computing a [M / m, N / n] share: `score` over a score tile
+    [tile_m, block], `acc` over an accumulator [tile_m, N], `loop_row` over a loop-row tile
+    [block, N]. Every value handed on to an accumulating gemm is staged in shared memory
+    ([tile_m, block]; the loop-row gemm's tile where one reads it too) and read by ldmatrix
+    from there. None on the plan: each warp owns 16 rows of the score tiles and accumulators,
+    the handed values in registers (the warp rows)."""
+
+    score: tuple[int, int]
+    acc: tuple[int, int]
+    loop_row: tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +378,10 @@ class LoopDagPlan:
     # backward): a CTA's tile of rows and the blocks it walks lie in its batch's sequence, the
     # forward loop's PackedDims (kgen/lower/packed.py)
     packed: tuple[PackedDim, ...] = ()
+    # the mma.sync skeleton's warp layout: the warp grid (DagGrid), or None: the warp rows;
+    # `layout` says which and why (kgen/targets/dag_mma_rules.py)
+    grid: DagGrid | None = None
+    layout: Choice = Choice("warp rows", "the default")
 
     @property
     def gqa(self) -> bool:

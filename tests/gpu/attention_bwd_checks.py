@@ -46,16 +46,24 @@ def kernel_text(d: int, mask: str, dtype: str = "bf16", arch: str = "sm_80",
 
 
 def built_for(d, mask, dtype="bf16", arch="sm_80", tile=None, adds=None, schedule=(),
-              gqa=False, deterministic=False):
-    """kernel_text's program built for `arch`. `adds` "warp" / "tensor" / "rows" / "atomics":
-    the sm_90a wgmma skeleton with dQ added by the copy engine's tensor reduce-add from the
-    producer's add warp / from a thread of each warpgroup / its bulk reduce-add per staged row /
-    f32 atomics (the plan option loop_dag_schedule.with_adds); None: as the rulebook takes it
-    (the add warp). `schedule`: (name, value) pairs of loop_dag_schedule.with_schedule's plan
-    options."""
+              gqa=False, deterministic=False, grid=None):
+    """kernel_text's program built for `arch`. `grid` True / False: the mma.sync skeleton's
+    warp grid where the rulebook allows it / the warp rows (the plan option
+    dag_mma_rules.warp_grid); None: as the rulebook takes it. `adds` "warp" / "tensor" /
+    "rows" / "atomics": the sm_90a wgmma skeleton with dQ added by the copy engine's tensor
+    reduce-add from the producer's add warp / from a thread of each warpgroup / its bulk
+    reduce-add per staged row / f32 atomics (the plan option loop_dag_schedule.with_adds);
+    None: as the rulebook takes it (the add warp). `schedule`: (name, value) pairs of
+    loop_dag_schedule.with_schedule's plan options."""
     module = parse(kernel_text(d, mask, dtype, arch, tile, gqa, deterministic), "bwd.kg")
     assert verify(module) == []
-    built = build_verified(module.kernels[0], ir.Arch(arch))
+    if grid is None:
+        built = build_verified(module.kernels[0], ir.Arch(arch))
+    else:
+        from kgen.targets import dag_mma_rules
+
+        with dag_mma_rules.warp_grid(grid):
+            built = build_verified(module.kernels[0], ir.Arch(arch))
     assert built.plan.gqa == gqa and (built.plan.deterministic is not None) == deterministic
     plan = built.plan
     if adds is not None:
@@ -78,9 +86,9 @@ _LOADED: dict = {}
 
 
 def load(d, mask, dtype="bf16", arch="sm_80", tile=None, adds=None, schedule=(), gqa=False,
-         deterministic=False):
+         deterministic=False, grid=None):
     """built_for's kernel loaded (once per process and arguments)."""
-    key = (d, mask, dtype, arch, tile, adds, schedule, gqa, deterministic)
+    key = (d, mask, dtype, arch, tile, adds, schedule, gqa, deterministic, grid)
     if key not in _LOADED:
         _LOADED[key] = load_built(built_for(*key))
     return _LOADED[key]

@@ -97,6 +97,27 @@ def test_the_sm80_plan_built_for_hopper_compiles_without_spills(d, mask, dtype):
     assert resources.get("stack_bytes", 0) == 0, resources
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_the_sm80_plan_s_warp_grid_compiles_without_spills(arch, d, mask, dtype):
+    """The warp grid (dag_mma_rules.warp_grid; tests/targets/test_loop_dag_grid.py) built for
+    sm_80 and for the Hopper GPU's own arch: 0 spills, no stack (NVRTC 13.5: 226-255
+    registers)."""
+    from kgen.runtime.nvrtc import compile_cubin
+    from kgen.targets import dag_mma_rules
+
+    with dag_mma_rules.warp_grid(True):
+        b = built(d, mask, ir.Arch.SM80, dtype)
+    assert b.plan.grid is not None
+    resources = compile_cubin(b.source, b.plan.name, arch).resources()
+    assert resources.get("spill_stores", 0) == 0 and resources.get("spill_loads", 0) == 0, \
+        resources
+    assert resources.get("stack_bytes", 0) == 0, resources
+
+
 @pytest.mark.parametrize("d, compact", [(64, False), (128, True)])
 @pytest.mark.parametrize("mask", list(MASKS))
 def test_the_sm80_rulebook_tile_and_its_body(d, compact, mask):

@@ -203,7 +203,58 @@ def emit(plan: ld.LoopDagPlan, *, source_name: str, source_hash: str, command: s
         order=(dict(field=ld.ORDER_FIELD, adders=plan.adders) if plan.deterministic
                else None),
         storage=plan.storage, storage_buffers=_storage_buffers(plan),
-        compact=dag_mma_rules.dag_compact_body(int(plan.registers.value)))
+        compact=dag_mma_rules.dag_compact_body(int(plan.registers.value), max(
+            t.n for t in plan.tails) if plan.grid else None),
+        grid=grid_shapes(plan))
+
+
+def grid_shapes(plan: ld.LoopDagPlan) -> dict | None:
+    """The warp grid's (plan.grid) C++ of an element's place, as the template's statement
+    shapes hold it (None: the warp rows, the template's own shapes): `coords` the kernel's
+    (name, value) of a warp's shares, `starts` per gemm its share's first column (`acc_n0`;
+    a loop-row gemm's `lr_m0`, `lr_col0`), `body` a score tile's
+    ([kTileM, kBlock], kScoreFrags fragments a warp; `stage_r`, `stage_c` a fragment row pair's
+    place in a staged tile), `tails` per N an accumulator's, `loop_row` per loop-row gemm its
+    tile's, `transposed` the staged tiles a loop-row gemm reads. Fragment j of a warp's share is
+    its m16 tile j / (n8 tiles a warp), n8 tile j % (n8 tiles a warp)."""
+    grid = plan.grid
+    if grid is None:
+        return None
+    # the kernel's own: a warp's share of a score tile (its rows from s_row0, its columns of the
+    # block from s_col0) and of the accumulators (rows from acc_row0); this thread's first rows
+    coords = [("s_row0", "(warp / kScoreWN) * (16 * kScoreMT)"),
+              ("s_col0", "(warp % kScoreWN) * (8 * kScoreNT)"),
+              ("s_row_base", "row0 + s_row0 + lane / 4"),
+              ("acc_row0", "(warp / kAccWN) * (16 * kAccMT)"),
+              ("acc_row_base", "row0 + acc_row0 + lane / 4")]
+    body = {"jn": "kScoreFrags", "en": 4, "rows": 2, "i_of_e": "e >> 1",
+            "row": "s_row_base + 16 * (j / kScoreNT) + 8 * i",
+            "col": "kv0 + s_col0 + quad_col + (j % kScoreNT) * 8 + (e & 1)",
+            "col_end": "loop_len", "valid": "col < loop_len", "shuffles": [], "checked": True,
+            "stage_r": "s_row0 + 16 * (j / kScoreNT) + lane / 4 + 8 * h",
+            "stage_c": "s_col0 + (j % kScoreNT) * 8 + quad_col"}
+    tails = {}
+    for t in plan.tails:
+        n8, col0 = t.n // 8 // grid.acc[1], f"(warp % kAccWN) * {t.n // grid.acc[1]}"
+        tails[t.n] = {"row": f"acc_row_base + 16 * (j / {n8}) + 8 * i",
+                      "col": f"{col0} + quad_col + (j % {n8}) * 8 + (e & 1)", "shuffles": [],
+                      "store_tile": f"store_warp_rows<kAccMT, {n8}>",
+                      "store_args": f", acc_row_base, rows, {col0} + quad_col"}
+    loop_row, starts = {}, {}  # starts: a gemm's first column (a loop-row gemm's first row too)
+    for g in plan.gemms:
+        if g.kind is ld.GemmKind.ACCUMULATING:
+            starts[g.name] = {"acc_n0": f"(warp % kAccWN) * {g.n_warp}"}
+        if g.kind is ld.GemmKind.LOOP_ROW:
+            starts[g.name] = {"lr_m0": f"(warp % kLoopRowWM) * {16 * g.m_tiles}",
+                              "lr_col0": f"(warp / kLoopRowWM) * {g.n_warp}"}
+            loop_row[g.name] = {
+                "jn": g.m_tiles * g.n8_tiles, "en": 4, "rows": 2, "i_of_e": "e >> 1",
+                "row": f"lr_row0 + 16 * (j / {g.n8_tiles}) + 8 * i",
+                "col": f"lr_col0 + quad_col + (j % {g.n8_tiles}) * 8 + (e & 1)",
+                "col_end": f"kN_g{g.index}", "valid": "true", "shuffles": []}
+    return {"coords": coords, "body": body, "tails": tails, "loop_row": loop_row,
+            "starts": starts,
+            "transposed": [g.a for g in plan.gemms if g.kind is ld.GemmKind.LOOP_ROW]}
 
 
 @dataclass(frozen=True, slots=True)
