@@ -48,6 +48,9 @@ SDPA graph with the backend forced (the forward excluded). TFLOP/s = 2.5 x the f
                                                 # checked against kgen's; Flex/kgen's geomean
                                                 # (kgen/harness/attention_bwd_mods.py; --no-flex:
                                                 # kgen's only)
+    python3 bench/attention_bwd.py --gqa-paths  # GQA 16:2 through kgen.attention: the MHA
+                                                # program on repeated K, V against the GQA
+                                                # program (D 64, 128; causal, deterministic)
     python3 bench/attention_bwd.py --options    # kgen.attention's backward with a value head
                                                 # dim unlike the query's (192/128, 192/192,
                                                 # 128/64, 64/128, 256/128, 128/256; D 128
@@ -622,6 +625,56 @@ def value_dims(s: int) -> None:
             del q, k, v, do
 
 
+def gqa_paths(s: int) -> None:
+    """GQA 16:2 through kgen.attention's autograd: the backward on the MHA program with K and V
+    repeated over the group (kgen/attention_grad.py GQA_EXPANDED_CAUSAL, taken under the causal
+    mask) against the GQA program, their gradients compared, cuDNN's GQA beside."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import kgen
+    import kgen.attention_grad as grad
+    from kgen.harness.attention_bwd_mods import _grad, _median_ms, relative_difference
+
+    kv_heads = OPTION_HEADS // 8
+    print(f"GQA {OPTION_HEADS}:{kv_heads} (B {OPTION_BATCH}, S {s}), backward ms: the MHA program "
+          "on repeated K, V / the GQA program / cuDNN")
+    print(f"{'D':>4} {'causal':>6} {'det':>5} {'repeated':>9} {'GQA prog':>9} {'cuDNN':>8} "
+          f"{'rep/GQA':>8} {'TFLOP/s':>8} {'x cuDNN':>8} {'grad diff':>9}")
+    for d in (64, 128):
+        for causal in (False, True):
+            for det in (False, True):
+                q, k, v, do = _option_leaves(s, d, d, kv_heads=kv_heads)
+                call = _grad(lambda: kgen.attention(q, k, v, is_causal=causal, enable_gqa=True,
+                                                    deterministic=det), (q, k, v), do)
+                saved = grad.GQA_EXPANDED_CAUSAL
+                try:
+                    grad.GQA_EXPANDED_CAUSAL = True
+                    want = call()
+                    repeated = _median_ms(call)
+                    grad.GQA_EXPANDED_CAUSAL = False
+                    got = call()
+                    program = _median_ms(call)
+                finally:
+                    grad.GQA_EXPANDED_CAUSAL = saved
+                diff = relative_difference(got, want)
+                cudnn = None
+                try:
+                    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                        cudnn = _median_ms(_grad(
+                            lambda: torch.nn.functional.scaled_dot_product_attention(
+                                q, k, v, is_causal=causal, enable_gqa=True), (q, k, v), do))
+                except Exception:  # noqa: BLE001 (the backend's refusal: an empty cell)
+                    pass
+                best = min(repeated, program) if causal else program
+                cells = (f"{cudnn:8.3f}" if cudnn else f"{'-':>8}")
+                print(f"{d:4} {str(causal):>6} {str(det):>5} {repeated:9.3f} {program:9.3f} "
+                      f"{cells} {repeated / program:8.2f} "
+                      f"{_option_tflops(s, d, d, causal, best):8.1f} "
+                      f"{(cudnn / best if cudnn else float('nan')):8.2f} {diff:9.1e}",
+                      flush=True)
+                del q, k, v, do
+
+
 def block_masks(s: int, flex: bool) -> None:
     import kgen
     from kgen.harness.attention_bwd_mods import _grad, _median_ms, relative_difference
@@ -680,6 +733,9 @@ def main(argv=None) -> None:
         from kgen.harness.attention_bwd_mods import main as mods_main
 
         mods_main([a for a in argv if a != "--mods"])
+        return
+    if "--gqa-paths" in argv:  # GQA's backward: the MHA program on repeated K, V or its own
+        gqa_paths(4096)
         return
     if "--options" in argv:  # the value head dims and the block mask (--once: one call each)
         if "--once" in argv:

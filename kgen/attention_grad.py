@@ -353,6 +353,11 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
                             forward._arch(q.device), gqa=gqa, deterministic=deterministic,
                             mods=mods, d_v=int(v.shape[-1]), blocks=block_mask is not None)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    group = q.shape[1] // k.shape[1]
+    expanded = gqa_expanded(sig)
+    if expanded:  # K and V per query head, the MHA program's backward (GQA_EXPANDED_CAUSAL)
+        sig = dataclasses.replace(sig, gqa=False)
+        k_kv, k, v = k, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
     given.update(call_inputs(mods, options, q, k, bias_layout(sig)))
@@ -363,7 +368,39 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
         given.update(zip(BLOCK_LISTS, lists))
         return _listed_gradients(sig, device, given)
     op, inputs, outputs = _backward_op(sig, device)
-    return dict(zip(outputs, op(*(given[name] for name in inputs))))
+    found = dict(zip(outputs, op(*(given[name] for name in inputs))))
+    if expanded:  # each KV head's gradients: its group's query heads' summed in f32
+        for name in ("dK", "dV"):
+            g = found[name]
+            found[name] = g.view(g.shape[0], k_kv.shape[1], group, *g.shape[2:]).sum(
+                2, dtype=torch.float32).to(g.dtype)
+    return found
+
+
+# GQA under a causal mask (the sm_90a wgmma program): the GQA program's CTA owns a tile of keys of
+# a KV head and walks the G query heads of its group, so tile j visits G (S / 64 - 2 j) blocks:
+# at 16:2 (G 8), S 4096, batch 4, 256 CTAs of 16-512 visits on 132 SMs, the longest as long as
+# the average SM's whole share, which no order packs (the non-causal GQA main kernel runs at
+# MHA's speed: 530.0 against 532.7 TFLOP/s a query head, causal 341.6 against 518.3; H200,
+# bench/attention_bwd.py --groups, 2026-11-30). There K and V are repeated over the group (two
+# copies of [B, H, T, D]), the MHA program runs a CTA per (tile of keys, query head), and dK, dV
+# per query head are summed over each group in f32 (rounded to the output type per head first:
+# a group's sum carries up to G roundings; 2.6e-3 relative from the GQA program's). Measured
+# through kgen.attention's autograd (bench/attention_bwd.py --gqa-paths, 16:2, S 4096, ms,
+# repeated / GQA program): D 128 causal 2.015 / 2.475, deterministic 2.197 / 3.913; D 64 causal
+# 1.301 / 1.195 (slower: the MHA program's D 64 tiles are short, the copies and the sum are not),
+# deterministic 1.591 / 2.433. So at D 128, and at D 64 when deterministic; not with a block
+# mask (its own lists), dropout (the GQA program's draws are tested as they are), other head
+# dims, nor on sm_80 (none measured).
+GQA_EXPANDED_CAUSAL = True
+
+
+def gqa_expanded(sig: BackwardSignature) -> bool:
+    """Whether the backward of `sig` runs the MHA program on K and V repeated over each group
+    (GQA_EXPANDED_CAUSAL) rather than the GQA program."""
+    return (GQA_EXPANDED_CAUSAL and sig.gqa and sig.causal and not sig.blocks
+            and not sig.mods.dropout and sig.arch == "sm_90a" and sig.d == sig.d_v
+            and (sig.d == 128 or (sig.d == 64 and sig.deterministic)))
 
 
 def attention_with_grad(q, k, v, *, is_causal: bool = False, scale: float | None = None,

@@ -109,3 +109,28 @@ def test_a_mixing_kernel_epilogue_is_the_verifier_s_message():
     with pytest.raises(KgenError, match=r"the store of 'dV' reads accumulators of different "
                                         r"widths \('dv' N 64 and 'dk' N 128\)"):
         verify(parse(text.replace("    dV = dv\n", "    dV = dv + dk\n"), "b.kg"))
+
+
+def test_causal_gqa_runs_the_mha_program_on_repeated_k_and_v(monkeypatch):
+    """kgen/attention_grad.py GQA_EXPANDED_CAUSAL: sm_90a's causal GQA backward takes the MHA
+    program (a CTA per query head) on K and V repeated over the group at D 128 (and D 64 when
+    deterministic); not without the mask, at D 64 otherwise, at other head dims, with a block
+    mask or dropout, nor on sm_80; the rule's switch turns it off."""
+    import kgen.attention_grad as grad
+
+    sig = BackwardSignature("bf16", 128, True, "sm_90a", gqa=True)
+    assert grad.gqa_expanded(sig)
+    assert grad.gqa_expanded(BackwardSignature("bf16", 64, True, "sm_90a", gqa=True,
+                                               deterministic=True))
+    for other in (BackwardSignature("bf16", 128, False, "sm_90a", gqa=True),
+                  BackwardSignature("bf16", 64, True, "sm_90a", gqa=True),  # measured slower
+                  BackwardSignature("bf16", 256, True, "sm_90a", gqa=True),
+                  BackwardSignature("bf16", 128, True, "sm_90a", gqa=True, d_v=64),
+                  BackwardSignature("bf16", 128, True, "sm_90a"),
+                  BackwardSignature("bf16", 128, True, "sm_80", gqa=True),
+                  BackwardSignature("bf16", 128, True, "sm_90a", gqa=True, blocks=True),
+                  BackwardSignature("bf16", 128, True, "sm_90a", gqa=True,
+                                    mods=Mods(dropout=True))):
+        assert not grad.gqa_expanded(other), other
+    monkeypatch.setattr(grad, "GQA_EXPANDED_CAUSAL", False)
+    assert not grad.gqa_expanded(sig)
