@@ -163,3 +163,16 @@ def reference_attention(torch, case: Case, q, k, v, bias, vectors: dict[str, Any
     out = p @ v
     lse = torch.where(empty, float("-inf"), m + torch.log(torch.where(empty, 1.0, total)))
     return out, lse[..., 0]
+
+
+# The backward signature's Mods of each mod (kgen.attention_grad_mods.Mods's fields), for the
+# builds the CPU tests compile (tests/test_attention_grad_mods.py, tests/targets/
+# test_loop_dag_grid.py)
+MOD_FIELDS = {
+    "softcap": dict(score_mod="cap * tanh(score / cap)", scalars=("cap",)),
+    "alibi": dict(score_mod="score - slopes[head] * (row - col)", vectors=(("slopes", "head"),)),
+    "document": dict(mask_mod="qd[row] == kd[col]", vectors=(("kd", "col"), ("qd", "row"))),
+    "dropout": dict(dropout=True),
+    "bias": dict(bias="tensor"),
+    "bias_grad": dict(bias="tensor", bias_grad=True),
+}

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.attention_mods_cases import BIAS_LAYOUT_CASES, CASES, inputs_of, reference_attention
+from tests.attention_mods_cases import (BIAS_LAYOUT_CASES, CASES, MOD_FIELDS, inputs_of,
+                                        reference_attention)
 
 torch = pytest.importorskip("torch")
 
@@ -79,14 +80,7 @@ def test_the_backward_of_each_mod_with_gqa_evaluates_to_float64_autograd(case):
 # sm_80 dropout D 64 48 / 80, GQA 40 / 116); where MHA's does not, GQA's spills 4 bytes at most
 # (sm_90a document: 4 / 4), but for attn_mask's gradient at D 128 (sm_80 8 / 16; sm_90a
 # 132 / 192: stored from registers, the staged store not built with GQA)
-GQA_MODS = {
-    "softcap": dict(score_mod="cap * tanh(score / cap)", scalars=("cap",)),
-    "alibi": dict(score_mod="score - slopes[head] * (row - col)", vectors=(("slopes", "head"),)),
-    "document": dict(mask_mod="qd[row] == kd[col]", vectors=(("kd", "col"), ("qd", "row"))),
-    "dropout": dict(dropout=True),
-    "bias": dict(bias="tensor"),
-    "bias_grad": dict(bias="tensor", bias_grad=True),
-}
+GQA_MODS = MOD_FIELDS
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 from kgen import ir
 from kgen.targets import dag_mma_rules
 from kgen.targets.common.loop_dag import grid_shapes
+from tests.attention_mods_cases import MOD_FIELDS
 
 from .test_loop_dag_compile import built
 
@@ -210,14 +211,7 @@ def test_the_plan_option_restores_the_rulebook_default():
     assert dag_mma_rules.DAG_WARP_GRID is default
 
 
-MODS = {
-    "softcap": dict(score_mod="cap * tanh(score / cap)", scalars=("cap",)),
-    "alibi": dict(score_mod="score - slopes[head] * (row - col)", vectors=(("slopes", "head"),)),
-    "document": dict(mask_mod="qd[row] == kd[col]", vectors=(("kd", "col"), ("qd", "row"))),
-    "dropout": dict(dropout=True),
-    "bias": dict(bias="tensor"),
-    "bias_grad": dict(bias="tensor", bias_grad=True),
-}
+MODS = MOD_FIELDS
 
 
 def _backward(d: int, causal: bool = True, mod: str | None = None, gqa: bool = False,
