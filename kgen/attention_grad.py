@@ -357,7 +357,7 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
     expanded = gqa_expanded(sig)
     if expanded:  # K and V per query head, the MHA program's backward (GQA_EXPANDED_CAUSAL)
         sig = dataclasses.replace(sig, gqa=False)
-        k_kv, k, v = k, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     given = {"dO": forward._aligned(grad_out), "O": out, "Q": q, "K": k, "V": v, "lse": lse,
              "scale": scale}
     given.update(call_inputs(mods, options, q, k, bias_layout(sig)))
@@ -372,7 +372,7 @@ def _gradients(grad_out, q, k, v, out, lse, scale: float, causal: bool, gqa: boo
     if expanded:  # each KV head's gradients: its group's query heads' summed in f32
         for name in ("dK", "dV"):
             g = found[name]
-            found[name] = g.view(g.shape[0], k_kv.shape[1], group, *g.shape[2:]).sum(
+            found[name] = g.view(g.shape[0], -1, group, *g.shape[2:]).sum(
                 2, dtype=torch.float32).to(g.dtype)
     return found
 

@@ -24,27 +24,28 @@ def tail(stored: tuple[tuple[str, int], ...], streamed: list[pp.WgmmaTile], para
 
     if not stored:
         return registers("the kernel's epilogue stores no tile")
+    refused = (
+        "the rulebook stores them from registers (DAG_WGMMA_TAIL_TMA)"
+        if not schedule_rules.DAG_WGMMA_TAIL_TMA else
+        "the split layout: a warpgroup holds half of every row's columns (not built)"
+        if split else
+        "packed sequences: a box past a sequence's end would write the next one's rows"
+        if packed else
+        f"a block of {config.block} rows is not a warpgroup's {loop_rules.WGMMA_ROWS}"
+        if config.block != loop_rules.WGMMA_ROWS else
+        f"{config.stages} ring slots hold fewer than {consumers} warpgroups' rows"
+        if config.stages < consumers else None)
+    if refused is not None:
+        return registers(refused)
     free = list(streamed)
     pairs = []
-    for name, cols in stored:
+    for name, cols in stored:  # each output in a ring of its columns, one ring each
         p = next(q for q in params if q.name == name)
         ring = next((t for t in free if t.boxes * BOX_COLS == cols), None)
-        refused = (
-            "the rulebook stores them from registers (DAG_WGMMA_TAIL_TMA)"
-            if not schedule_rules.DAG_WGMMA_TAIL_TMA else
-            "the split layout: a warpgroup holds half of every row's columns (not built)"
-            if split else
-            "packed sequences: a box past a sequence's end would write the next one's rows"
-            if packed else
-            f"a block of {config.block} rows is not a warpgroup's {loop_rules.WGMMA_ROWS}"
-            if config.block != loop_rules.WGMMA_ROWS else
-            f"{config.stages} ring slots hold fewer than {consumers} warpgroups' rows"
-            if config.stages < consumers else
-            f"{name} is {p.dtype.dsl_name}, the rings {dtype.dsl_name}"
-            if p.dtype is not dtype else
-            f"no ring of {cols} columns is left to stage {name} in" if ring is None else None)
-        if refused is not None:
-            return registers(refused)
+        if p.dtype is not dtype:
+            return registers(f"{name} is {p.dtype.dsl_name}, the rings {dtype.dsl_name}")
+        if ring is None:
+            return registers(f"no ring of {cols} columns is left to stage {name} in")
         free.remove(ring)
         pairs.append((name, ring.name))
     names = " and ".join(name for name, _ in stored)
