@@ -9,9 +9,10 @@ forward's O and lse; the mods' tensors prepared per call as a user's backward pr
 the bias as the backward takes it, its gradient summed); `Flex ms` the same for torch.compile(flex_attention)
 with the same mods (kgen/harness/flex_mods.py; the masks as a BlockMask made outside the
 timing; the bias's gradient by a captured buffer that requires grad); `Flex/kgen` Flex's grad ms
-over kgen's. Each mod's Flex gradients are checked against kgen's on the first call (the
-largest relative difference over dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is
-flagged and the run exits 1). Where Flex cannot express a mod (NO_FLEX) its cells are empty.
+over kgen's. `graph ms` and `Flex gr` the same grads captured in CUDA graphs and replayed (the
+GPU's time, without either side's host preparation), and their `Flex/kgen`. Each mod's Flex
+gradients are checked against kgen's on the first call (the largest relative difference over
+dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is flagged and the run exits 1). Where Flex cannot express a mod (NO_FLEX) its cells are empty.
 
     python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80] [--json FILE]
     python3 bench/attention_bwd.py --mods --no-flex # kgen's sequence only (the `ms` column)
@@ -163,6 +164,37 @@ def _grad(forward, leaves, do):
     return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
 
+def _graph_grad(forward, leaves, do):
+    """torch.autograd.grad of forward()'s output captured in a CUDA graph, as a call timing
+    REPLAYS replays of it back to back (the GPU's time, no host preparation between). The
+    forward runs on a side stream, where the backward's kernels follow it into the capture;
+    two warm-up calls there first (loads, allocations, Flex's compiled backward)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = forward()
+        for _ in range(2):
+            torch.autograd.grad(out, leaves, do, retain_graph=True)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+    def replays():
+        for _ in range(REPLAYS):
+            graph.replay()
+    return replays
+
+
+REPLAYS = 5  # replays per timed call of a captured backward (its ms: the call's / REPLAYS)
+
+
+def _graph_ms(forward, leaves, do) -> float:
+    return _median_ms(_graph_grad(forward, leaves, do)) / REPLAYS
+
+
 def relative_difference(got, want) -> float:
     """The largest relative (Frobenius) difference between the tensors of `got` and `want`."""
     return max(float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
@@ -170,31 +202,46 @@ def relative_difference(got, want) -> float:
 
 
 def autograd_columns(name: str, b: int, h: int, s: int, d: int, flex: bool = True) -> dict:
-    """Row `name`'s backward by torch.autograd.grad: kgen.attention's (`kgen_grad_ms`) and,
-    with `flex`, FlexAttention's on the same inputs (`flex_ms`), its gradients checked against
-    kgen's on the first call (`grad_diff`); `flex_note` why a Flex cell is empty."""
+    """Row `name`'s backward by torch.autograd.grad: kgen.attention's (`kgen_grad_ms`; replayed
+    from a CUDA graph, `kgen_graph_ms`) and, with `flex`, FlexAttention's on the same inputs
+    (`flex_ms`, `flex_graph_ms`), its gradients checked against kgen's on the first call
+    (`grad_diff`); `flex_note` why a Flex cell is empty."""
     import kgen
 
     q, k, v, do, extra = graph_inputs(name, b, h, s, d)
     leaves = (q, k, v) + ((extra,) if MODS[name][1].bias_grad else ())
     options = kgen_options(name, extra)
-    kgen_grad = _grad(lambda: kgen.attention(q, k, v, **options), leaves, do)
+    kgen_forward = lambda: kgen.attention(q, k, v, **options)  # noqa: E731
+    kgen_grad = _grad(kgen_forward, leaves, do)
     want = kgen_grad()
     row = {"kgen_grad_ms": _median_ms(kgen_grad), "flex_ms": None, "grad_diff": None,
-           "flex_note": None}
+           "flex_note": None, "kgen_graph_ms": _graph_ms(kgen_forward, leaves, do),
+           "flex_graph_ms": None}
     if not flex:
         return row
     if flex_mod(name) is None:
         row["flex_note"] = NO_FLEX[name]
         return row
     try:
-        flex_grad = _grad(flex_forward(name, q, k, v, extra), leaves, do)
+        forward = flex_forward(name, q, k, v, extra)
+        flex_grad = _grad(forward, leaves, do)
         row["grad_diff"] = relative_difference(flex_grad(), want)  # compiles here
         row["flex_ms"] = _median_ms(flex_grad)
-    except Exception as err:  # torch.compile or Flex failing here: a note, the row kept
+        row["flex_graph_ms"] = _graph_ms(forward, leaves, do)
+    except Exception as err:  # torch.compile, Flex or its capture failing: a note, row kept
         lines = str(err).strip().splitlines()
         row["flex_note"] = f"{type(err).__name__}: {lines[0][:160] if lines else ''}"
     return row
+
+
+def ratios(row: dict) -> dict:
+    """Flex's time over kgen's of a row's autograd columns: `flex_over_kgen` around the call
+    (what a user sees, each side's host preparation inside), `flex_over_kgen_graph` replayed
+    from CUDA graphs (the GPU's time alone); None where a side is missing."""
+    def over(a, b):
+        return row[a] / row[b] if row.get(a) and row.get(b) else None
+    return {"flex_over_kgen": over("flex_ms", "kgen_grad_ms"),
+            "flex_over_kgen_graph": over("flex_graph_ms", "kgen_graph_ms")}
 
 
 def _cell(x, width: int, form: str) -> str:
@@ -202,7 +249,7 @@ def _cell(x, width: int, form: str) -> str:
 
 
 HEADER = (f"{'mod':20s} {'ms':>8} {'TFLOP/s':>8} {'x plain':>8} {'grad ms':>8} {'Flex ms':>8} "
-          f"{'Flex/kgen':>9} {'grad diff':>9}")
+          f"{'Flex/kgen':>9} {'graph ms':>8} {'Flex gr':>8} {'Flex/kgen':>9} {'grad diff':>9}")
 
 
 def format_row(row: dict) -> str:
@@ -212,25 +259,31 @@ def format_row(row: dict) -> str:
     return (f"{row['mod']:20s} {_cell(row['ms'], 8, '.3f')} {_cell(row['tflops'], 8, '.1f')} "
             f"{_cell(row['vs_plain'], 8, '.2f')} {_cell(row.get('kgen_grad_ms'), 8, '.3f')} "
             f"{_cell(row.get('flex_ms'), 8, '.3f')} {_cell(row.get('flex_over_kgen'), 9, '.2f')} "
+            f"{_cell(row.get('kgen_graph_ms'), 8, '.3f')} "
+            f"{_cell(row.get('flex_graph_ms'), 8, '.3f')} "
+            f"{_cell(row.get('flex_over_kgen_graph'), 9, '.2f')} "
             f"{_cell(row.get('grad_diff'), 9, '.1e')}{flag}")
 
 
 def summary(rows: list[dict]) -> list[str]:
     """The lines after the table: Flex/kgen's geometric mean over the mods' rows (the plain ones
-    left out; with them beside it) and the lowest, against issue 52's targets; then each empty
-    Flex cell's reason and the rows whose gradients differ."""
-    ratios = [(r["mod"], r["flex_over_kgen"]) for r in rows if r.get("flex_over_kgen")]
-    mods = [(name, x) for name, x in ratios if not name.startswith("plain")]
+    left out; with them beside it) and the lowest, against issue 52's targets, around the call
+    and then replayed from CUDA graphs; then each empty Flex cell's reason and the rows whose
+    gradients differ."""
     lines = []
-    if mods:
+    for key, what in (("flex_over_kgen", "grad ms"), ("flex_over_kgen_graph", "graph ms")):
+        ratios_ = [(r["mod"], r[key]) for r in rows if r.get(key)]
+        mods = [(name, x) for name, x in ratios_ if not name.startswith("plain")]
+        if not mods:
+            continue
         lowest = min(mods, key=lambda nx: nx[1])
         mean = _geomean([x for _, x in mods])
         met = mean >= TARGET_GEOMEAN and lowest[1] >= TARGET_LOWEST
-        lines += [f"# Flex/kgen (grad ms) over the {len(mods)} mods' rows: geomean {mean:.2f}, "
+        lines += [f"# Flex/kgen ({what}) over the {len(mods)} mods' rows: geomean {mean:.2f}, "
                   f"lowest {lowest[1]:.2f} ({lowest[0]}); with the plain rows: geomean "
-                  f"{_geomean([x for _, x in ratios]):.2f}",
-                  f"# issue 52 (geomean >= {TARGET_GEOMEAN}x, none below {TARGET_LOWEST}x): "
-                  f"{'met' if met else 'not met'}"]
+                  f"{_geomean([x for _, x in ratios_]):.2f}",
+                  f"# issue 52 (geomean >= {TARGET_GEOMEAN}x, none below {TARGET_LOWEST}x), "
+                  f"{what}: {'met' if met else 'not met'}"]
     lines += [f"# {r['mod']}: no Flex cell: {r['flex_note']}" for r in rows if r.get("flex_note")]
     differ = [r["mod"] for r in rows if r.get("grad_diff") is not None and
               r["grad_diff"] > GRAD_TOL]
@@ -301,7 +354,9 @@ def main(argv=None) -> None:
     print(f"# {torch.cuda.get_device_name()}, D {args.d} S {args.s} batch {b} heads {h}, bf16; "
           f"ms: kgen's sequence ({arch}), x plain: over the plain backward of the same causal "
           "setting; grad ms, Flex ms: torch.autograd.grad of a saved kgen.attention / "
-          "torch.compile(flex_attention) graph; grad diff: Flex's gradients against kgen's")
+          "torch.compile(flex_attention) graph (events around the call); graph ms, Flex gr: "
+          "the same grad replayed from a CUDA graph (the GPU's time); grad diff: Flex's "
+          "gradients against kgen's")
     print(HEADER)
     rows = []
     for name in names:
@@ -316,8 +371,7 @@ def main(argv=None) -> None:
                "vs_plain": ms / base[causal] if causal in base else None}
         if not args.no_flex:
             row.update(autograd_columns(name, b, h, args.s, args.d))
-            if row["flex_ms"] is not None:
-                row["flex_over_kgen"] = row["flex_ms"] / row["kgen_grad_ms"]
+            row.update(ratios(row))
         rows.append(row)
         print(format_row(row), flush=True)
         torch.cuda.empty_cache()

@@ -24,10 +24,10 @@ once every kernel is enqueued, and the outputs left out are DeviceBuffers.
 """
 from __future__ import annotations
 
+import math
 import sys
-from typing import Any, Mapping
-
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from ..enums import DType, ParamKind
 from ..errors import ArgumentError
@@ -217,7 +217,17 @@ class CompiledSequence:
         self._launch(raw, values)
 
     def _allocate_torch(self, torch, device, dims: dict, values: dict) -> None:
-        for buffer in (*self.plan.workspace, *self.plan.outputs):
+        """The workspace as views of one block (its buffers at workspace_layout's offsets),
+        then each output left out, by torch's caching allocator."""
+        layout, total = workspace_layout(self.plan, dims)
+        if layout:
+            block = torch.empty((total,), dtype=torch.uint8, device=device)
+            for buffer, offset, shape in layout:
+                dtype = getattr(torch, TORCH_DTYPES[buffer.dtype])
+                count = math.prod(shape)
+                values[buffer.name] = block[offset:offset + count * buffer.dtype.nbytes].view(
+                    dtype).view(shape)
+        for buffer in self.plan.outputs:
             if values.get(buffer.name) is None:
                 dtype = getattr(torch, TORCH_DTYPES[buffer.dtype])
                 values[buffer.name] = torch.empty(shape_of(buffer, dims), dtype=dtype,

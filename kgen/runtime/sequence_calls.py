@@ -9,10 +9,10 @@ absence: an output left out), the scalars being numbers (those a kernel declares
 under the signature, each kernel's Binding with where its addresses and scalars come from,
 and what the signature fixes: the shapes and dtypes of the workspace and of the outputs left
 out. A later call of the signature reads each argument's address once, allocates as the first
-call did (torch's caching allocator on the launch's stream for each workspace buffer and
-missing output; without torch, one stream-ordered cuMemAllocAsync block holding the
-workspace, freed once the kernels are enqueued, and DeviceBuffers for the outputs) and
-enqueues the Bindings in order. Nothing synchronizes the host or reads device memory, so a
+call did (the workspace one block at workspace_layout's offsets: with torch from its caching
+allocator on the launch's stream, held until the kernels are enqueued; without torch one
+stream-ordered cuMemAllocAsync, freed once they are; each missing output a torch tensor or a
+DeviceBuffer) and enqueues the Bindings in order. Nothing synchronizes the host or reads device memory, so a
 call can be captured into a CUDA graph.
 
 Addresses allocated per call are multiples of 256 bytes (torch's caching allocator: 512;
@@ -40,10 +40,10 @@ class SequenceBinding:
 
     torch_device: Any  # the device of the call's torch tensors; None: the driver's path
     device_index: int  # its index (torch's current stream there), -1 without torch
-    # the buffers a call allocates, in the first call's order (the workspace, then the outputs
-    # left out): (slot, name, shape, dtype: torch's, or kgen's without torch)
+    # the outputs a call allocates (those left out), in order: (slot, name, shape, dtype:
+    # torch's, or kgen's without torch)
     made: tuple[tuple[int, str, tuple[int, ...], Any], ...]
-    # without torch: the workspace's buffers in one block, (slot, byte offset), and its bytes
+    # the workspace's buffers in one block, (slot, byte offset), and the block's bytes
     blocks: tuple[tuple[int, int], ...]
     block_bytes: int
     # each kernel: its call path, its Binding, the slots of its addresses and the positions
@@ -102,12 +102,13 @@ class SequenceCalls:
             current = native._cuda_getCurrentRawStream(binding.device_index)
             raw = current if stream is None else _raw(stream)
             if raw == current:
-                self._allocate_torch(torch, binding, pointers, made)
+                block = self._allocate_torch(torch, binding, pointers, made)
             else:  # allocated for the launch's stream, as torch ops on it would be
                 device = binding.torch_device
                 with torch.cuda.stream(torch.cuda.ExternalStream(raw, device=device)):
-                    self._allocate_torch(torch, binding, pointers, made)
+                    block = self._allocate_torch(torch, binding, pointers, made)
             self._enqueue(binding, pointers, scalars, raw)
+            del block  # (held until the kernels are enqueued: the allocator's stream order)
         else:
             self._call_driver(binding, pointers, scalars, 0 if stream is None else _raw(stream),
                               made)
@@ -116,12 +117,21 @@ class SequenceCalls:
 
     @staticmethod
     def _allocate_torch(torch, binding: SequenceBinding, pointers: list[int],
-                        made: dict[str, Any]) -> None:
+                        made: dict[str, Any]) -> Any:
+        """The workspace's block (returned: the caller holds it past the launches) and the
+        outputs left out."""
         empty = torch.empty
         device = binding.torch_device
+        block = None
+        if binding.blocks:
+            block = empty((binding.block_bytes,), dtype=torch.uint8, device=device)
+            base = block.data_ptr()
+            for slot, offset in binding.blocks:
+                pointers[slot] = base + offset
         for slot, name, shape, dtype in binding.made:
             out = made[name] = empty(shape, dtype=dtype, device=device)
             pointers[slot] = out.data_ptr()
+        return block
 
     def _call_driver(self, binding: SequenceBinding, pointers: list[int], scalars: list,
                      raw: int, made: dict[str, Any]) -> None:
@@ -132,11 +142,9 @@ class SequenceCalls:
 
         device_id = self.sequence.device_id
         activate(device_id)
-        offsets = dict(binding.blocks)
         for slot, name, shape, dtype in binding.made:
-            if slot not in offsets:
-                out = made[name] = DeviceBuffer(shape, dtype, device_id=device_id)
-                pointers[slot] = out.ptr
+            out = made[name] = DeviceBuffer(shape, dtype, device_id=device_id)
+            pointers[slot] = out.ptr
         if not binding.blocks:
             self._enqueue(binding, pointers, scalars, raw)
             return
@@ -183,12 +191,9 @@ class SequenceCalls:
         torch = sys.modules.get("torch") if like is not None else None
         made = tuple((self._slots[b.name], b.name, shape_of(b, dims),
                       getattr(torch, TORCH_DTYPES[b.dtype]) if torch is not None else b.dtype)
-                     for b in (*plan.workspace, *plan.outputs)
-                     if b.workspace or key[self._arrays.index(b.name)] is None)
-        blocks, block_bytes = (), 0
-        if like is None:
-            layout, block_bytes = workspace_layout(plan, dims)
-            blocks = tuple((self._slots[b.name], offset) for b, offset, _ in layout)
+                     for b in plan.outputs if key[self._arrays.index(b.name)] is None)
+        layout, block_bytes = workspace_layout(plan, dims)
+        blocks = tuple((self._slots[b.name], offset) for b, offset, _ in layout)
         device = like.device if like is not None else None
         binding = SequenceBinding(
             device, -1 if device is None else (device.index or 0), made, blocks, block_bytes,

@@ -232,7 +232,9 @@ def test_torch_tensors_are_allocated_per_call_on_their_device(launches, monkeypa
     args["lse"] = torch.randn(x[:3])
     first = seq(**args)
     later = seq(**args)
-    assert len(checks) == 3 and len(made) == 10  # D, dQacc, dK, dV, dQ: each call
+    # each call: the workspace one block (D's f32 [1, 2, 40] in 512 bytes, then dQacc's
+    # 20480), then dK, dV, dQ
+    assert len(checks) == 3 and made == [((20992,),)] + [(x,)] * 3 + [((20992,),)] + [(x,)] * 3
     for a, b in zip(first, later):
         assert a.shape == b.shape == x and a.dtype == b.dtype == torch.bfloat16
     dk, dv, dq = later
@@ -241,3 +243,4 @@ def test_torch_tensors_are_allocated_per_call_on_their_device(launches, monkeypa
     assert (address(seq, main, "Q"), address(seq, main, "dK"), address(seq, main, "dV")) == (
         args["Q"].data_ptr(), dk.data_ptr(), dv.data_ptr())
     assert address(seq, main, "dQacc") == address(seq, last, "dQacc") != 0
+    assert address(seq, main, "dQacc") == address(seq, main, "D") + 512
