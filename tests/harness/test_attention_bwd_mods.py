@@ -136,7 +136,7 @@ def test_a_row_whose_gradients_differ_is_flagged():
 def test_a_row_lines_up_with_the_header_and_empty_cells_are_dashes():
     cells = bench.format_row(_row("dropout 0.1", 1.5, 1.75, None, None)).split()
     assert cells[:2] == ["dropout", "0.1"]
-    assert cells[2:] == ["1.500", "100.0", "1.00", "1.750", "-", "-", "-"]
+    assert cells[2:] == ["1.500", "100.0", "1.00", "1.750"] + ["-"] * 6
     assert len(bench.format_row(_row("softcap", 1.0, 1.0, 2.0))) == len(bench.HEADER)
 
 
