@@ -164,17 +164,23 @@ def _grad(forward, leaves, do):
     return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
 
-def _graph_grad(forward, leaves, do):
-    """torch.autograd.grad of forward()'s output captured in a CUDA graph, as a call timing
-    REPLAYS replays of it back to back (the GPU's time, no host preparation between). The
-    forward runs on a side stream, where the backward's kernels follow it into the capture;
-    two warm-up calls there first (loads, allocations, Flex's compiled backward)."""
+def _graph_grad(make_forward, tensors: tuple, do):
+    """torch.autograd.grad of a forward's output captured in a CUDA graph, as a call timing
+    REPLAYS replays of it back to back (the GPU's time, no host preparation between).
+    `make_forward(q, k, v, extra)` the forward's call on these tensors; `tensors` (q, k, v,
+    extra), detached here into fresh leaves on a side stream (a leaf used before keeps its
+    first stream, which the end of a backward waits on), the forward run there, where the
+    backward's kernels follow it into the capture; two warm-up calls there first (loads,
+    allocations, Flex's compiled backward)."""
     import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        out = forward()
+        fresh = [None if x is None else x.detach().requires_grad_(x.requires_grad)
+                 for x in tensors]
+        leaves = tuple(x for x in fresh if x is not None and x.requires_grad)
+        out = make_forward(*fresh)()
         for _ in range(2):
             torch.autograd.grad(out, leaves, do, retain_graph=True)
     torch.cuda.synchronize()
@@ -191,8 +197,8 @@ def _graph_grad(forward, leaves, do):
 REPLAYS = 5  # replays per timed call of a captured backward (its ms: the call's / REPLAYS)
 
 
-def _graph_ms(forward, leaves, do) -> float:
-    return _median_ms(_graph_grad(forward, leaves, do)) / REPLAYS
+def _graph_ms(make_forward, tensors: tuple, do) -> float:
+    return _median_ms(_graph_grad(make_forward, tensors, do)) / REPLAYS
 
 
 def relative_difference(got, want) -> float:
@@ -211,11 +217,13 @@ def autograd_columns(name: str, b: int, h: int, s: int, d: int, flex: bool = Tru
     q, k, v, do, extra = graph_inputs(name, b, h, s, d)
     leaves = (q, k, v) + ((extra,) if MODS[name][1].bias_grad else ())
     options = kgen_options(name, extra)
-    kgen_forward = lambda: kgen.attention(q, k, v, **options)  # noqa: E731
-    kgen_grad = _grad(kgen_forward, leaves, do)
+    kgen_grad = _grad(lambda: kgen.attention(q, k, v, **options), leaves, do)
     want = kgen_grad()
+
+    def kgen_forward(q, k, v, extra):
+        return lambda: kgen.attention(q, k, v, **kgen_options(name, extra))
     row = {"kgen_grad_ms": _median_ms(kgen_grad), "flex_ms": None, "grad_diff": None,
-           "flex_note": None, "kgen_graph_ms": _graph_ms(kgen_forward, leaves, do),
+           "flex_note": None, "kgen_graph_ms": _graph_ms(kgen_forward, (q, k, v, extra), do),
            "flex_graph_ms": None}
     if not flex:
         return row
@@ -223,11 +231,11 @@ def autograd_columns(name: str, b: int, h: int, s: int, d: int, flex: bool = Tru
         row["flex_note"] = NO_FLEX[name]
         return row
     try:
-        forward = flex_forward(name, q, k, v, extra)
-        flex_grad = _grad(forward, leaves, do)
+        flex_grad = _grad(flex_forward(name, q, k, v, extra), leaves, do)
         row["grad_diff"] = relative_difference(flex_grad(), want)  # compiles here
         row["flex_ms"] = _median_ms(flex_grad)
-        row["flex_graph_ms"] = _graph_ms(forward, leaves, do)
+        row["flex_graph_ms"] = _graph_ms(lambda *t: flex_forward(name, *t), (q, k, v, extra),
+                                         do)
     except Exception as err:  # torch.compile, Flex or its capture failing: a note, row kept
         lines = str(err).strip().splitlines()
         row["flex_note"] = f"{type(err).__name__}: {lines[0][:160] if lines else ''}"
