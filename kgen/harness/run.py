@@ -238,6 +238,23 @@ def _dag_flops(kernel: ir.Kernel, sizes: Mapping[str, int], rows: int) -> int:
     return total * _lead_count(kernel.param(loop.gemms[0].b.name), sizes)
 
 
+def kernel_inputs(kernel: ir.Kernel, dims: Mapping[str, int],
+                  scalars: Mapping[str, float] | None, rng: np.random.Generator
+                  ) -> tuple[dict[str, np.ndarray], dict, list[str]]:
+    """A run's host inputs, its scalars' values and the notes on them: random inputs and
+    scalars (harness.inputs), but an attention backward's (harness.attention_bwd): its scalars
+    the program's defaults (the softmax scale) unless given, and its lse and D derived from
+    its Q, K, V and dO."""
+    backward = backward_form(kernel)
+    if backward is not None:  # the softmax scale as the program writes it, unless given
+        scalars = {**{p.name: p.default for p in kernel.params if p.kind is ir.ParamKind.SCALAR
+                      and p.role is ir.Role.IN and p.default is not None}, **(scalars or {})}
+    values = pick_scalars(kernel, scalars, rng)
+    host = make_inputs(kernel, dims, rng)
+    notes = backward_inputs(kernel, backward, host, values, rng) if backward is not None else []
+    return host, values, notes
+
+
 def run(
     kernel_ir: ir.Kernel,
     plan: KernelPlan,
@@ -302,11 +319,8 @@ def run(
 
     dims = resolve_sizes(kernel, sizes)
     rng = np.random.default_rng(seed)
-    backward = backward_form(kernel)
-    if backward is not None:  # the softmax scale as the program writes it, unless given
-        scalars = {**{p.name: p.default for p in kernel.params if p.kind is ir.ParamKind.SCALAR
-                      and p.role is ir.Role.IN and p.default is not None}, **(scalars or {})}
-    values = pick_scalars(kernel, scalars, rng)
+    say("making random inputs")
+    host, values, notes = kernel_inputs(kernel, dims, scalars, rng)
     flops, nbytes = work(kernel, dims)
     peak_flops, peak_bandwidth = device_peaks(info.name)
     use_torch = torch_usable() if use_torch is None else use_torch
@@ -316,12 +330,7 @@ def run(
         sizes=dims, scalars=values, seed=seed, backend=arrays_api.name, compile=compile_info,
         flops=flops, bytes=nbytes, peak_flops=peak_flops, peak_bandwidth=peak_bandwidth,
     )
-
-    say("making random inputs")
-    host = make_inputs(kernel, dims, rng)
-    if backward is not None:
-        say("deriving lse and D from the attention's inputs")
-        report.notes += backward_inputs(kernel, backward, host, values, rng)
+    report.notes += notes
     params = {p.name: p for p in kernel.params}
     outputs = [p for p in kernel.params if p.role is ir.Role.OUT]
     device_args: dict[str, Any] = {name: arrays_api.upload(array, params[name])

@@ -27,7 +27,11 @@ def check(kernel, arch, sizes):
     assert built.plan.schedule.chosen
     report = run(built.kernel, built.plan, built.source, sizes, check=True)
     assert report.ok, json.dumps(report.as_dict()["checks"], indent=1)
-    assert report.compile.get("spill_stores", 0) == 0
+    # an sm_89 plan (FP8 mma.sync) on another GPU compiles as that GPU's code, a correctness
+    # run only (on an H200 the sm_90a build of the 128x256 tile spills 164 B at 255 registers);
+    # its own build, for sm_89, is checked without spills by tests/test_fp8_sm89.py
+    if report.plan_arch != "sm_89" or report.compile_arch == "sm_89":
+        assert report.compile.get("spill_stores", 0) == 0
 
 
 @pytest.mark.parametrize("own", [True, False], ids=["own target", "sm_90a"])

@@ -50,6 +50,12 @@ def test_example_matches_reference(example, mnk):
     built = build_file(example)
     # only the sizes the kernel has: the b2b examples fix every dimension but M
     sizes = {d: v for d, v in sizes_of(mnk).items() if d in symbolic_dims(built.kernel)}
+    if built.kernel.packed:  # their offsets vectors: refused by name, the line shown
+        from kgen.errors import KgenError
+
+        with pytest.raises(KgenError, match="does not make packed sequences' inputs yet"):
+            run(built.kernel, built.plan, built.source, sizes, check=True)
+        return
     report = run(built.kernel, built.plan, built.source, sizes, check=True)
     assert report.checks, "no output was checked"
     assert report.ok, failure_text(report)
