@@ -6,13 +6,14 @@ Columns: `ms` the backward sequence kgen.attention runs (D, the main kernel, the
 called as a torch op on made-up O and lse, each mod beside the plain backward of the same causal
 setting (`x plain`); `grad ms` torch.autograd.grad of a saved kgen.attention graph (the real
 forward's O and lse; the mods' tensors prepared per call as a user's backward prepares them:
-the bias as the backward takes it, its gradient summed); `Flex ms` the same for torch.compile(flex_attention)
-with the same mods (kgen/harness/flex_mods.py; the masks as a BlockMask made outside the
-timing; the bias's gradient by a captured buffer that requires grad); `Flex/kgen` Flex's grad ms
+the bias as the backward takes it, its gradient summed); `Flex ms` the same for
+torch.compile(flex_attention) with the same mods (kgen/harness/flex_mods.py; the masks as a
+BlockMask made outside the timing; the bias's gradient by a captured buffer that requires grad); `Flex/kgen` Flex's grad ms
 over kgen's. `graph ms` and `Flex gr` the same grads captured in CUDA graphs and replayed (the
 GPU's time, without either side's host preparation), and their `Flex/kgen`. Each mod's Flex
 gradients are checked against kgen's on the first call (the largest relative difference over
-dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is flagged and the run exits 1). Where Flex cannot express a mod (NO_FLEX) its cells are empty.
+dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is flagged and the run exits 1).
+Where Flex cannot express a mod (NO_FLEX) its cells are empty.
 
     python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80] [--json FILE]
     python3 bench/attention_bwd.py --mods --no-flex # kgen's sequence only (the `ms` column)
@@ -216,12 +217,11 @@ def autograd_columns(name: str, b: int, h: int, s: int, d: int, flex: bool = Tru
 
     q, k, v, do, extra = graph_inputs(name, b, h, s, d)
     leaves = (q, k, v) + ((extra,) if MODS[name][1].bias_grad else ())
-    options = kgen_options(name, extra)
-    kgen_grad = _grad(lambda: kgen.attention(q, k, v, **options), leaves, do)
-    want = kgen_grad()
 
     def kgen_forward(q, k, v, extra):
         return lambda: kgen.attention(q, k, v, **kgen_options(name, extra))
+    kgen_grad = _grad(kgen_forward(q, k, v, extra), leaves, do)
+    want = kgen_grad()
     row = {"kgen_grad_ms": _median_ms(kgen_grad), "flex_ms": None, "grad_diff": None,
            "flex_note": None, "kgen_graph_ms": _graph_ms(kgen_forward, (q, k, v, extra), do),
            "flex_graph_ms": None}

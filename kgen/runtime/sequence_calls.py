@@ -12,8 +12,8 @@ out. A later call of the signature reads each argument's address once, allocates
 call did (the workspace one block at workspace_layout's offsets: with torch from its caching
 allocator on the launch's stream, held until the kernels are enqueued; without torch one
 stream-ordered cuMemAllocAsync, freed once they are; each missing output a torch tensor or a
-DeviceBuffer) and enqueues the Bindings in order. Nothing synchronizes the host or reads device memory, so a
-call can be captured into a CUDA graph.
+DeviceBuffer) and enqueues the Bindings in order. Nothing synchronizes the host or reads
+device memory, so a call can be captured into a CUDA graph.
 
 Addresses allocated per call are multiples of 256 bytes (torch's caching allocator: 512;
 cuMemAllocAsync; the workspace's buffers at WORKSPACE_ALIGN), so their low bits, all that a
