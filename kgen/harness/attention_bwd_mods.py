@@ -5,15 +5,15 @@ hidden 2048 (D 128: 16 heads, S 4096: batch 4); CUDA events, median of 15.
 Columns: `ms` the backward sequence kgen.attention runs (D, the main kernel, the dQ conversion)
 called as a torch op on made-up O and lse, each mod beside the plain backward of the same causal
 setting (`x plain`); `grad ms` torch.autograd.grad of a saved kgen.attention graph (the real
-forward's O and lse; the mods' tensors prepared per call as a user's backward prepares them:
-the bias as the backward takes it, its gradient summed); `Flex ms` the same for
+forward's O and lse; the mods' tensors prepared per call as a user's backward prepares them: the
+bias as the backward takes it, its gradient summed); `Flex ms` the same for
 torch.compile(flex_attention) with the same mods (kgen/harness/flex_mods.py; the masks as a
-BlockMask made outside the timing; the bias's gradient by a captured buffer that requires grad); `Flex/kgen` Flex's grad ms
-over kgen's. `graph ms` and `Flex gr` the same grads captured in CUDA graphs and replayed (the
-GPU's time, without either side's host preparation), and their `Flex/kgen`. Each mod's Flex
-gradients are checked against kgen's on the first call (the largest relative difference over
-dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is flagged and the run exits 1).
-Where Flex cannot express a mod (NO_FLEX) its cells are empty.
+BlockMask made outside the timing; the bias's gradient by a captured buffer that requires grad);
+`Flex/kgen` Flex's grad ms over kgen's. `graph ms` and `Flex gr` the same grads captured in CUDA
+graphs and replayed (the GPU's time, without either side's host preparation), and their
+`Flex/kgen`. Each mod's Flex gradients are checked against kgen's on the first call (the largest
+relative difference over dQ, dK, dV and dBias, `grad diff`; past GRAD_TOL the row is flagged and
+the run exits 1). Where Flex cannot express a mod (NO_FLEX) its cells are empty.
 
     python3 bench/attention_bwd.py --mods [--d 128] [--s 4096] [--arch sm_80] [--json FILE]
     python3 bench/attention_bwd.py --mods --no-flex # kgen's sequence only (the `ms` column)
